@@ -1,0 +1,53 @@
+"""One error hierarchy for the whole library.
+
+Every error subclasses :class:`GatekeeperError` *and* the built-in exception it
+behaves like, so ``except ValueError`` and ``except KeyError`` keep working in
+code that does not know this library.  Messages say what went wrong and what to
+do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GatekeeperError",
+    "BudgetError",
+    "UnknownTurnError",
+    "UnknownMessageError",
+    "EditError",
+    "StaleHeadError",
+    "ModelUnavailableError",
+]
+
+
+class GatekeeperError(Exception):
+    """Root of every error raised by context-gatekeeper."""
+
+
+class BudgetError(GatekeeperError, ValueError):
+    """A token budget is invalid, or pinned content alone does not fit in it."""
+
+
+class UnknownTurnError(GatekeeperError, KeyError):
+    """A turn id that was never issued, or that has been removed."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the sentence readable.
+        return str(self.args[0]) if self.args else "unknown turn"
+
+
+class UnknownMessageError(GatekeeperError, KeyError):
+    """A message id that is not part of the transcript."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown message"
+
+
+class EditError(GatekeeperError, ValueError):
+    """A model's edit could not be used (malformed or invalid after one retry)."""
+
+
+class StaleHeadError(GatekeeperError):
+    """A concurrent change landed first; reload and try again."""
+
+
+class ModelUnavailableError(GatekeeperError, RuntimeError):
+    """No model could be reached: missing API key, network failure or timeout."""

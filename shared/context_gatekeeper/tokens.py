@@ -1,0 +1,228 @@
+"""Token counting that works offline.
+
+The default counter is tiktoken's ``cl100k_base``.  tiktoken downloads its
+encodings on first use; this module never does.  It looks, in order, for:
+
+1. an encoding tiktoken already has in its own cache (``TIKTOKEN_CACHE_DIR`` or
+   the default ``data-gym-cache``), loaded through tiktoken as usual;
+2. the copy that llama-index-core ships in ``llama_index/core/_static/tiktoken_cache``
+   (found without importing llama-index), checked against its published hash;
+3. otherwise :func:`estimate_tokens`, a documented estimate, with one warning.
+
+A caller may pass any counter instead: a ``Callable[[str], int]``, an object with
+``encode(text)`` (a tiktoken ``Encoding`` or a Hugging Face tokenizer), or the name
+of a tiktoken encoding.  :func:`resolve_token_counter` normalises all of these once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import logging
+import os
+import re
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Union
+
+__all__ = [
+    "TokenCounter",
+    "DEFAULT_ENCODING",
+    "estimate_tokens",
+    "load_encoding",
+    "tiktoken_counter",
+    "resolve_token_counter",
+]
+
+logger = logging.getLogger(__name__)
+
+TokenCounter = Callable[[str], int]
+"""Counts the tokens of one text."""
+
+TokenCounterLike = Union[None, str, TokenCounter, Any]
+
+DEFAULT_ENCODING = "cl100k_base"
+
+_PUBLIC_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+
+# What tiktoken_ext.openai_public builds these encodings from, so they can be
+# constructed from a local file without tiktoken's downloader.
+_CL100K_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_O200K_PAT = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_OFFLINE_SPECS: dict[str, dict[str, Any]] = {
+    "cl100k_base": {
+        "sha256": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        "pat_str": _CL100K_PAT,
+        "special_tokens": {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+    },
+    "o200k_base": {
+        "sha256": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        "pat_str": _O200K_PAT,
+        "special_tokens": {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+    },
+}
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_WORDISH = re.compile(r"[^\W\d_]+|\d+|[^\w\s]", re.UNICODE)
+
+_warn_lock = threading.Lock()
+_warned_estimate = False
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate tokens without a tokenizer.
+
+    Each CJK character counts as one token; each remaining word, number run or
+    punctuation mark counts as ``ceil(len / 4)`` tokens, at least one.  On English
+    and Chinese chat this stays within about 25% of ``cl100k_base``.
+    """
+    cjk = len(_CJK.findall(text))
+    rest = _CJK.sub(" ", text)
+    return cjk + sum((len(piece) + 3) // 4 for piece in _WORDISH.findall(rest))
+
+
+def _tiktoken_cache_dirs() -> list[Path]:
+    """Where tiktoken itself would look for a cached encoding."""
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if os.environ.get(var):
+            return [Path(os.environ[var])]
+    return [Path(tempfile.gettempdir()) / "data-gym-cache"]
+
+
+def _llama_index_cache_dir() -> Path | None:
+    """llama-index-core's bundled tiktoken cache, located without importing it."""
+    try:
+        spec = importlib.util.find_spec("llama_index.core")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "_static" / "tiktoken_cache"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _read_ranks(path: Path, sha256: str) -> dict[bytes, int] | None:
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        logger.warning("ignoring %s: its hash does not match the published encoding", path)
+        return None
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+@lru_cache(maxsize=None)
+def load_encoding(name: str = DEFAULT_ENCODING) -> Any | None:
+    """Load a tiktoken encoding with no network call, or return ``None``.
+
+    Only encodings found in a local cache are loaded (see the module docstring).
+    """
+    import tiktoken  # deferred: keeps `import context_gatekeeper` cheap
+
+    spec = _OFFLINE_SPECS.get(name)
+    if spec is None:  # not one we can build ourselves: only tiktoken's own cache will do
+        return None
+    cache_key = hashlib.sha1(_PUBLIC_URL.format(name=name).encode()).hexdigest()
+    dirs = _tiktoken_cache_dirs()
+    if any((d / cache_key).is_file() for d in dirs):
+        return tiktoken.get_encoding(name)  # cached: tiktoken will not download
+    bundled = _llama_index_cache_dir()
+    if bundled is None or not (bundled / cache_key).is_file():
+        return None
+    ranks = _read_ranks(bundled / cache_key, spec["sha256"])
+    if ranks is None:
+        return None
+    return tiktoken.Encoding(
+        name=name,
+        pat_str=spec["pat_str"],
+        mergeable_ranks=ranks,
+        special_tokens=spec["special_tokens"],
+    )
+
+
+def _estimate_with_warning(text: str) -> int:
+    global _warned_estimate
+    if not _warned_estimate:
+        with _warn_lock:
+            if not _warned_estimate:
+                _warned_estimate = True
+                warnings.warn(
+                    "context_gatekeeper: no tiktoken encoding could be loaded offline; token "
+                    "counts are estimates (CJK character = 1 token, other text ~4 characters a "
+                    "token). Install llama-index-core, set TIKTOKEN_CACHE_DIR to a folder holding "
+                    "the encoding, or pass token_counter=.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+    return estimate_tokens(text)
+
+
+def tiktoken_counter(name: str = DEFAULT_ENCODING) -> TokenCounter:
+    """A counter for tiktoken encoding ``name``; the estimate if it cannot be loaded offline."""
+    encoding = load_encoding(name)
+    if encoding is None:
+        return _estimate_with_warning
+    encode = encoding.encode_ordinary
+
+    def count(text: str) -> int:
+        return len(encode(text))
+
+    count.__name__ = f"count_{name}"
+    return count
+
+
+def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
+    """Normalise the accepted forms of a token counter into ``Callable[[str], int]``.
+
+    ``None`` gives the default (``cl100k_base``); a string names a tiktoken
+    encoding; an object with ``encode`` is used as ``len(obj.encode(text))``;
+    any other callable is used as is.
+    """
+    if counter is None:
+        return tiktoken_counter(DEFAULT_ENCODING)
+    if isinstance(counter, str):
+        if counter not in _OFFLINE_SPECS:
+            raise ValueError(
+                f"unknown token encoding {counter!r}; use one of {sorted(_OFFLINE_SPECS)} "
+                "or pass a callable token_counter"
+            )
+        return tiktoken_counter(counter)
+    encode = getattr(counter, "encode_ordinary", None) or getattr(counter, "encode", None)
+    if callable(encode) and not isinstance(counter, type):
+        return lambda text: len(encode(text))
+    if callable(counter):
+        return counter
+    raise TypeError(
+        "token_counter must be None, an encoding name, a callable(str) -> int, "
+        f"or an object with encode(); got {type(counter).__name__}"
+    )
