@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "GatekeeperError",
     "BudgetError",
+    "InvalidInputError",
     "UnknownTurnError",
     "UnknownMessageError",
     "EditError",
@@ -25,6 +26,10 @@ class GatekeeperError(Exception):
 
 class BudgetError(GatekeeperError, ValueError):
     """A token budget is invalid, or pinned content alone does not fit in it."""
+
+
+class InvalidInputError(GatekeeperError, ValueError):
+    """Input of the right type but unusable: an empty or whitespace-only message or query."""
 
 
 class UnknownTurnError(GatekeeperError, KeyError):

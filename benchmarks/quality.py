@@ -1,0 +1,547 @@
+"""Quality benchmark: how well context selectors keep what a query needs.
+
+Runs the library's ``ContextGatekeeper`` and a few baselines over the labelled
+development data in ``../shared/data/`` (see its README; the data never enters
+this repository) and prints one table per dataset.
+
+Usage::
+
+    python benchmarks/quality.py [--data DIR] [--datasets locomo,cast2020,tiage,crosswoz]
+                                 [--limit N] [--json OUT]
+
+Every case is a conversation (``turns``, oldest first) and the next user message
+(``query``).  A selector is fed the turns with ``add_turn`` and asked
+``explain(query)``, which gives the kept turn ids (1-based; the data's
+``relevant_turns`` are 0-based positions, so id = position + 1) and a decision
+(``continue``, ``switch`` or ``return``).
+
+A turn's cost is the number of tiktoken ``cl100k_base`` tokens of
+``user + "\\n" + assistant``, with no per-message overhead, for every selector.
+
+Metrics, for a selector at a token budget B:
+
+* **recall**: per case, ``|kept ∩ relevant| / |relevant|``, averaged over the
+  cases that have relevant turns;
+* **kept share**: tokens of the kept turns / tokens of the whole history, each
+  summed over all cases (computed from this script's own costs, so it is the same
+  yardstick for every selector);
+* **precision** (only where the labels are complete: cases whose
+  ``meta.dependence_annotated`` is true, i.e. annotated CAsT cases):
+  ``Σ |kept ∩ relevant| / Σ |kept|`` pooled over those cases; a case labelled
+  with no relevant turn makes every kept turn a false positive;
+* **switch F1** (with precision, recall and positive rate = share of cases the
+  selector calls a switch): the decision ``switch`` or ``return`` counts as a
+  predicted switch, scored against ``topic_switch`` (cases where it is null are
+  skipped); a selector that never predicts a switch scores precision 0 and F1 0.
+
+Datasets and budgets: LoCoMo at 1000 tokens and CAsT 2020 at 40 tokens (retrieval:
+recall, kept share, precision), TIAGE and CrossWOZ (switch detection; the budget,
+1000, does not matter to the decision).
+
+Baselines: *all turns*; *recent turns that fit* (newest first while they fit,
+kept in position order); *BM25 over turns* (``rank_bm25.BM25Okapi`` over whole
+turns, tokenized as lowercase words and single CJK characters; the top-scored
+turns are taken while they fit, skipping any that does not and going on); *report
+as written* (:mod:`report_baseline`); *always switch* (for the switch tables).
+
+Cases of one conversation are prefixes of each other, so one selector per
+conversation is reused, adding only the new turns when the next case extends the
+previous one (checked turn by turn; otherwise the selector is rebuilt).
+
+The module can be imported: :func:`load_cases` and :func:`evaluate` let a tuning
+script score other library settings, e.g.::
+
+    sys.path.insert(0, "benchmarks")  # from the repository root
+    from quality import evaluate, load_cases, cached_counter, dataset_path, DEFAULT_DATA_DIR
+    count = cached_counter()
+    cases = load_cases(dataset_path(DEFAULT_DATA_DIR, "locomo"))
+    evaluate("locomo", cases, lambda: ContextGatekeeper(
+        token_budget=1000, token_counter=count, message_overhead=0, **params))
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"
+
+try:  # an installed package, or a checkout run as is
+    from context_gatekeeper.tokens import tiktoken_counter
+except ImportError:
+    sys.path.insert(0, str(REPO / "shared"))
+    from context_gatekeeper.tokens import tiktoken_counter
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report_baseline import ReportGatekeeper  # noqa: E402
+
+DATASETS = ("locomo", "cast2020", "tiage", "crosswoz")
+BUDGETS = {"locomo": 1000, "cast2020": 40, "tiage": 1000, "crosswoz": 1000}
+RETRIEVAL_DATASETS = {"locomo", "cast2020"}
+SWITCH_DECISIONS = {"switch", "return"}
+LIBRARY = "context-gatekeeper"
+
+
+# --------------------------------------------------------------------------
+# Data and costs
+# --------------------------------------------------------------------------
+
+
+def dataset_path(data_dir: Path, name: str) -> Path:
+    """Where dataset ``name`` lives under ``data_dir``."""
+    return data_dir / f"{name}.dev.jsonl.xz"
+
+
+def load_cases(path: str | Path) -> list[dict]:
+    """Read one evaluation case per line from an xz-compressed JSON-lines file."""
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@lru_cache(maxsize=1)
+def cached_counter() -> Callable[[str], int]:
+    """The ``cl100k_base`` token counter, memoised on the text (turns recur across cases)."""
+    return lru_cache(maxsize=None)(tiktoken_counter("cl100k_base"))
+
+
+def turn_cost(user: str, assistant: str) -> int:
+    """The benchmark's cost of a turn: tokens of ``user + "\\n" + assistant``."""
+    return cached_counter()(user + "\n" + assistant)
+
+
+# --------------------------------------------------------------------------
+# Selectors
+# --------------------------------------------------------------------------
+
+
+class Selector(Protocol):
+    """What the benchmark needs of a selector (the library's and the baselines')."""
+
+    def add_turn(self, user: str, assistant: str) -> int: ...
+
+    def explain(self, query: str) -> Any: ...  # .turn_ids, .decision
+
+
+@dataclass
+class Selection:
+    """A baseline's answer, shaped like the library's ``explain`` result."""
+
+    turn_ids: list[int]
+    decision: str
+    tokens_kept: int = 0
+    tokens_total: int = 0
+
+
+class _TurnStore:
+    """Turns and their costs; the common base of the baselines."""
+
+    def __init__(self, token_budget: int = 0) -> None:
+        self.token_budget = token_budget
+        self.turns: list[tuple[str, str]] = []
+        self.costs: list[int] = []
+
+    def add_turn(self, user: str, assistant: str) -> int:
+        self.turns.append((user, assistant))
+        self.costs.append(turn_cost(user, assistant))
+        return len(self.turns)
+
+    def _selection(self, positions: Iterable[int], decision: str = "continue") -> Selection:
+        positions = sorted(positions)
+        return Selection(
+            turn_ids=[p + 1 for p in positions],
+            decision=decision,
+            tokens_kept=sum(self.costs[p] for p in positions),
+            tokens_total=sum(self.costs),
+        )
+
+
+class AllTurns(_TurnStore):
+    """Keeps every turn, whatever the budget."""
+
+    def explain(self, query: str) -> Selection:
+        return self._selection(range(len(self.turns)))
+
+
+class RecentTurns(_TurnStore):
+    """The most recent turns, newest first, while they fit the budget."""
+
+    def explain(self, query: str) -> Selection:
+        kept, spent = [], 0
+        for pos in range(len(self.turns) - 1, -1, -1):
+            if spent + self.costs[pos] > self.token_budget:
+                break
+            kept.append(pos)
+            spent += self.costs[pos]
+        return self._selection(kept)
+
+
+_CJK_CHAR = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_BM25_TOKEN = re.compile(rf"[{_CJK_CHAR}]|(?:(?![{_CJK_CHAR}])\w)+")
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Lowercase words and single CJK characters."""
+    return _BM25_TOKEN.findall(text.lower())
+
+
+class BM25Turns(_TurnStore):
+    """BM25Okapi over whole turns; the top-scored turns that fit (ties: newer first)."""
+
+    def explain(self, query: str) -> Selection:
+        from rank_bm25 import BM25Okapi
+
+        if not self.turns:
+            return self._selection([])
+        docs = [bm25_tokens(u + "\n" + a) for u, a in self.turns]
+        q = bm25_tokens(query)
+        if q and any(docs):
+            scores = list(BM25Okapi(docs).get_scores(q))
+        else:
+            scores = [0.0] * len(docs)
+        kept, spent = [], 0
+        for pos in sorted(range(len(docs)), key=lambda p: (-scores[p], -p)):
+            if spent + self.costs[pos] <= self.token_budget:
+                kept.append(pos)
+                spent += self.costs[pos]
+        return self._selection(kept)
+
+
+class AlwaysSwitch(_TurnStore):
+    """Calls every query a topic switch and keeps nothing."""
+
+    def explain(self, query: str) -> Selection:
+        return self._selection([], decision="switch")
+
+
+def library_factory(token_budget: int, **params: Any) -> Callable[[], Selector]:
+    """A factory of the library's ``ContextGatekeeper`` at this budget."""
+    from context_gatekeeper import ContextGatekeeper
+
+    count = cached_counter()
+    return lambda: ContextGatekeeper(
+        token_budget=token_budget, token_counter=count, message_overhead=0, **params
+    )
+
+
+def selector_factories(dataset: str, budget: int) -> dict[str, Callable[[], Selector]]:
+    """The rows of a dataset's table: name -> selector factory."""
+    rows: dict[str, Callable[[], Selector]] = {LIBRARY: library_factory(budget)}
+    report = lambda: ReportGatekeeper(token_budget=budget, count_tokens=cached_counter())  # noqa: E731
+    if dataset in RETRIEVAL_DATASETS:
+        rows["all turns"] = lambda: AllTurns(budget)
+        rows["recent turns that fit"] = lambda: RecentTurns(budget)
+        rows["BM25 over turns"] = lambda: BM25Turns(budget)
+        rows["report as written"] = report
+    else:
+        rows["always switch"] = lambda: AlwaysSwitch(budget)
+        rows["report as written"] = report
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------
+
+
+class _ConversationCache:
+    """One selector per conversation, extended when a case's turns extend the last ones."""
+
+    def __init__(self, make_selector: Callable[[], Selector]) -> None:
+        self.make_selector = make_selector
+        self.by_conv: dict[str, tuple[list[dict], Selector]] = {}
+
+    def selector_for(self, case: dict) -> Selector:
+        """A selector holding exactly ``case["turns"]``."""
+        turns = case["turns"]
+        known = self.by_conv.get(case["conv_id"])
+        if known is not None and len(known[0]) <= len(turns) and turns[: len(known[0])] == known[0]:
+            fed, selector = known
+            new = turns[len(fed) :]
+        else:
+            selector, new = self.make_selector(), turns
+        for turn in new:
+            selector.add_turn(turn["user"], turn["assistant"])
+        self.by_conv[case["conv_id"]] = (list(turns), selector)
+        return selector
+
+
+@dataclass
+class _Tally:
+    """Running sums of every metric."""
+
+    cases: int = 0
+    recall_sum: float = 0.0
+    recall_cases: int = 0
+    tokens_kept: int = 0
+    tokens_total: int = 0
+    precision_hits: int = 0
+    precision_kept: int = 0
+    precision_cases: int = 0
+    confusion: dict[str, int] = field(default_factory=lambda: {"tp": 0, "fp": 0, "fn": 0, "tn": 0})
+
+    def add_retrieval(self, case: dict, kept: set[int]) -> None:
+        """Count recall, kept share and (complete labels only) precision."""
+        costs = [turn_cost(t["user"], t["assistant"]) for t in case["turns"]]
+        self.tokens_total += sum(costs)
+        self.tokens_kept += sum(costs[tid - 1] for tid in kept if 1 <= tid <= len(costs))
+        relevant = case.get("relevant_turns")
+        if relevant is None:
+            return
+        relevant_ids = {pos + 1 for pos in relevant}
+        if relevant_ids:
+            self.recall_sum += len(kept & relevant_ids) / len(relevant_ids)
+            self.recall_cases += 1
+        if (case.get("meta") or {}).get("dependence_annotated") is True:
+            self.precision_hits += len(kept & relevant_ids)
+            self.precision_kept += len(kept)
+            self.precision_cases += 1
+
+    def add_switch(self, case: dict, decision: str) -> None:
+        """Count the switch decision against the label, if there is one."""
+        gold = case.get("topic_switch")
+        if gold is None:
+            return
+        predicted = decision in SWITCH_DECISIONS
+        key = {(True, True): "tp", (True, False): "fp", (False, True): "fn", (False, False): "tn"}
+        self.confusion[key[(predicted, bool(gold))]] += 1
+
+    def result(self) -> dict:
+        """The figures, as a JSON-ready dict (``None`` where undefined)."""
+        c = self.confusion
+        labelled = sum(c.values())
+        precision = None
+        if labelled:  # never predicting a switch scores precision 0, not undefined
+            precision = _ratio(c["tp"], c["tp"] + c["fp"]) or 0.0
+        recall = _ratio(c["tp"], c["tp"] + c["fn"])
+        f1 = None
+        if precision is not None and recall is not None:
+            f1 = 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+        return {
+            "cases": self.cases,
+            "recall": _ratio(self.recall_sum, self.recall_cases),
+            "recall_cases": self.recall_cases,
+            "kept_share": _ratio(self.tokens_kept, self.tokens_total),
+            "tokens_kept": self.tokens_kept,
+            "tokens_total": self.tokens_total,
+            "precision": _ratio(self.precision_hits, self.precision_kept),
+            "precision_cases": self.precision_cases,
+            "switch": {
+                "cases": labelled,
+                "f1": f1,
+                "precision": precision,
+                "recall": recall,
+                "positive_rate": _ratio(c["tp"] + c["fp"], labelled),
+                "gold_positive_rate": _ratio(c["tp"] + c["fn"], labelled),
+                **c,
+            },
+        }
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def evaluate(
+    dataset_name: str,
+    cases: Sequence[dict],
+    make_selector: Callable[[], Selector],
+    *,
+    on_case: Callable[[], None] | None = None,
+) -> dict:
+    """Score one selector on one dataset's cases.
+
+    ``make_selector`` builds an empty selector (it is called once per
+    conversation, or again when a case does not extend the previous one).
+    ``on_case`` is called after each case (a progress hook).  Returns
+    :meth:`_Tally.result` plus ``dataset`` and ``seconds``; retrieval figures are
+    ``None`` on datasets without ``relevant_turns`` and switch figures ``None``
+    without ``topic_switch``.
+    """
+    conversations = _ConversationCache(make_selector)
+    tally = _Tally()
+    started = time.perf_counter()
+    for case in cases:
+        selector = conversations.selector_for(case)
+        selection = selector.explain(case["query"])
+        tally.cases += 1
+        tally.add_retrieval(case, set(selection.turn_ids))
+        tally.add_switch(case, selection.decision)
+        if on_case is not None:
+            on_case()
+    result = tally.result()
+    result["dataset"] = dataset_name
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+# --------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _add_columns(table, figures: Sequence[str]) -> None:
+    """A selector-name column that never wraps, then right-aligned figures."""
+    table.add_column("selector", no_wrap=True, min_width=len("recent turns that fit"))
+    for column in figures:
+        table.add_column(column, justify="right")
+
+
+def retrieval_table(dataset: str, budget: int, results: dict[str, dict]):
+    """A rich table of recall, kept share and precision."""
+    from rich.table import Table
+
+    first = next(iter(results.values()))
+    caption = f"{first['cases']} cases; recall over {first['recall_cases']} with relevant turns"
+    if first["precision_cases"]:
+        caption += (
+            f"; precision pooled over the {first['precision_cases']} cases with complete labels "
+            "(meta.dependence_annotated)"
+        )
+    table = Table(title=f"{dataset} — budget {budget} tokens", caption=caption)
+    _add_columns(table, ("recall", "kept share", "precision", "ms/case"))
+    for name, r in results.items():
+        table.add_row(
+            name,
+            _fmt(r["recall"]),
+            _fmt(r["kept_share"]),
+            _fmt(r["precision"]) if r["precision_cases"] else "n/a",
+            f"{1000 * r['seconds'] / max(r['cases'], 1):.2f}",
+        )
+    return table
+
+
+def switch_table(dataset: str, results: dict[str, dict]):
+    """A rich table of switch F1, precision, recall and positive rate."""
+    from rich.table import Table
+
+    first = next(iter(results.values()))["switch"]
+    caption = (
+        f"{first['cases']} labelled cases, {_fmt(first['gold_positive_rate'])} of them switches; "
+        "'switch' and 'return' count as switch"
+    )
+    table = Table(title=f"{dataset} — topic switch", caption=caption)
+    _add_columns(table, ("switch F1", "precision", "recall", "positive rate", "ms/case"))
+    for name, r in results.items():
+        s = r["switch"]
+        table.add_row(
+            name,
+            _fmt(s["f1"]),
+            _fmt(s["precision"]),
+            _fmt(s["recall"]),
+            _fmt(s["positive_rate"]),
+            f"{1000 * r['seconds'] / max(r['cases'], 1):.2f}",
+        )
+    return table
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA_DIR, help=f"data folder (default {DEFAULT_DATA_DIR})"
+    )
+    parser.add_argument(
+        "--datasets",
+        default=",".join(DATASETS),
+        help=f"comma-separated subset of {','.join(DATASETS)}",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="first N cases of each dataset")
+    parser.add_argument("--json", type=Path, default=None, help="write all figures to this JSON file")
+    args = parser.parse_args(argv)
+    args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    unknown = [d for d in args.datasets if d not in DATASETS]
+    if unknown:
+        parser.error(f"unknown dataset(s) {unknown}; choose from {list(DATASETS)}")
+    return args
+
+
+def check_data(data_dir: Path, datasets: Sequence[str]) -> list[str]:
+    """The problems with the data folder, as messages (empty when all is there)."""
+    if not data_dir.is_dir():
+        return [f"data folder not found: {data_dir}"]
+    return [
+        f"dataset file not found: {dataset_path(data_dir, d)}"
+        for d in datasets
+        if not dataset_path(data_dir, d).is_file()
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    args = parse_args(argv)
+    console = Console()
+    problems = check_data(args.data, args.datasets)
+    if problems:
+        for problem in problems:
+            console.print(f"[red]{problem}[/red]")
+        console.print(
+            "The evaluation data is not part of the repository. Point the benchmark at the folder "
+            "holding the *.dev.jsonl.xz files with --data DIR (default: ../shared/data next to "
+            "the repository)."
+        )
+        return 2
+
+    cases = {}
+    for name in args.datasets:
+        cases[name] = load_cases(dataset_path(args.data, name))[: args.limit]
+
+    results: dict[str, dict[str, dict]] = {}
+    plan = {name: selector_factories(name, BUDGETS[name]) for name in args.datasets}
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        for name, rows in plan.items():
+            results[name] = {}
+            for row, factory in rows.items():
+                task = progress.add_task(f"{name}: {row}", total=len(cases[name]))
+                results[name][row] = evaluate(
+                    name, cases[name], factory, on_case=lambda t=task: progress.advance(t)
+                )
+                progress.remove_task(task)
+
+    for name, rows in results.items():
+        if name in RETRIEVAL_DATASETS:
+            console.print(retrieval_table(name, BUDGETS[name], rows))
+        else:
+            console.print(switch_table(name, rows))
+
+    if args.json is not None:
+        payload = {
+            "data": str(args.data),
+            "limit": args.limit,
+            "cost": 'tiktoken cl100k_base tokens of user + "\\n" + assistant, no overhead',
+            "budgets": {name: BUDGETS[name] for name in args.datasets},
+            "datasets": results,
+        }
+        args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        console.print(f"figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

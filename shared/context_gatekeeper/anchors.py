@@ -1,0 +1,220 @@
+"""Anchor extraction: the small units of text that selection matches on.
+
+An anchor is one of (the report's list, plus the improvements of DESIGN.md §4):
+
+* a CJK character bigram (``"脑裂"``) or single character (``"锁"``), within the
+  pieces left after cutting a run at stopwords, particles and pronouns: Chinese
+  has no spaces, so n-grams stand in for words;
+* an English word, lower-cased and lightly stemmed (``"paintings"`` → ``"paint"``),
+  stopwords removed; numbers of two or more digits;
+* the parts of a code identifier (``asyncio.gather`` → ``asyncio``, ``gather``;
+  ``TaskGroup`` → ``task``, ``group``; ``max_retries`` → ``max``, ``retries``), and
+  the whole identifier as an *exact* anchor (``"#asyncio.gather"``);
+* a version number (``"#3.11"``), a backtick code span (``"`ttl`"``) and a quoted
+  phrase (``'"fencing token"'``), all exact anchors.
+
+Exact anchors start with ``#``, a backtick or a double quote, so an anchor's kind
+is a pure function of its text (:func:`anchor_kind`).  All functions here are pure.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .stopwords import CHINESE_SPLIT_CHARS, CHINESE_STOP_CHARS, CHINESE_STOPWORDS, ENGLISH_STOPWORDS
+
+__all__ = [
+    "AnchorKind",
+    "TextAnchors",
+    "normalise",
+    "stem",
+    "split_identifier",
+    "extract",
+    "anchor_kind",
+]
+
+
+class AnchorKind:
+    """The kinds an anchor can have (see :func:`anchor_kind`)."""
+
+    WORD = "word"
+    CJK_BIGRAM = "cjk_bigram"
+    CJK_CHAR = "cjk_char"
+    EXACT = "exact"
+
+
+@dataclass(frozen=True)
+class TextAnchors:
+    """The anchors of one text.
+
+    Attributes:
+        counts: anchor -> number of occurrences (term frequency).
+        length: total occurrences; the document length that BM25 normalises by.
+    """
+
+    counts: Counter[str]
+    length: int
+
+    @classmethod
+    def of(cls, anchors: Iterable[str]) -> "TextAnchors":
+        counts = Counter(anchors)
+        return cls(counts, sum(counts.values()))
+
+
+_CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_QUOTED = re.compile(r'"([^"\n]{2,60})"|“([^”\n]{2,60})”|「([^」\n]{2,60})」|『([^』\n]{2,60})』')
+_CODE = re.compile(r"`([^`\n]{1,80})`")
+_VERSION = re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?![\w])", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*")
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_OTHER_WORD = re.compile(rf"[^\W\d_{_CJK_CLASS}A-Za-z]+|\d{{2,}}")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_VOWELS = frozenset("aeiouy")
+_UNDOUBLE = frozenset("bdgmnprt")
+
+
+def normalise(text: str) -> str:
+    """NFKC-normalise (full-width → half-width) and case-fold, for cue matching."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light English stemmer: plurals, ``-ing``, ``-ed``; short words untouched.
+
+    >>> [stem(w) for w in ("paintings", "painted", "running", "studies", "class")]
+    ['paint', 'paint', 'run', 'study', 'class']
+    """
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith("sses"):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        base = word[: -len(suffix)]
+        if word.endswith(suffix) and len(base) >= 3 and _VOWELS.intersection(base):
+            if len(base) >= 4 and base[-1] == base[-2] and base[-1] in _UNDOUBLE:
+                base = base[:-1]
+            return base
+    return word
+
+
+def split_identifier(identifier: str) -> list[str]:
+    """Split a code identifier into lower-case parts.
+
+    >>> split_identifier("asyncio.gather"), split_identifier("TaskGroup"), split_identifier("max_retries")
+    (['asyncio', 'gather'], ['task', 'group'], ['max', 'retries'])
+    """
+    parts: list[str] = []
+    for chunk in re.split(r"\.|::|->|_", identifier):
+        parts.extend(piece.lower() for piece in _CAMEL.findall(chunk))
+    return parts
+
+
+def _is_compound(identifier: str) -> bool:
+    return (
+        any(sep in identifier for sep in (".", "_", "::", "->"))
+        or re.search(r"[a-z][A-Z]", identifier) is not None
+        or re.search(r"[A-Za-z]\d|\d[A-Za-z]", identifier) is not None
+    )
+
+
+def _word_anchors(word: str) -> Iterable[str]:
+    if word in ENGLISH_STOPWORDS or len(word) < 2:
+        return ()
+    return (stem(word),)
+
+
+def _latin_anchors(text: str) -> list[str]:
+    out: list[str] = []
+    for match in _IDENTIFIER.finditer(text):
+        token = match.group(0)
+        parts = split_identifier(token)
+        if len(parts) > 1 or _is_compound(token):
+            out.append("#" + token.lower())
+        for part in parts:
+            out.extend(_word_anchors(part))
+    return out
+
+
+_MAX_STOPWORD = max(len(w) for w in CHINESE_STOPWORDS)
+
+
+def _cjk_pieces(run: str) -> list[str]:
+    """Split a CJK run at multi-character stopwords (longest match first) and at particles."""
+    pieces: list[str] = []
+    start = i = 0
+    while i < len(run):
+        size = next(
+            (n for n in range(min(_MAX_STOPWORD, len(run) - i), 1, -1) if run[i : i + n] in CHINESE_STOPWORDS),
+            1 if run[i] in CHINESE_SPLIT_CHARS else 0,
+        )
+        if size:
+            if i > start:
+                pieces.append(run[start:i])
+            i += size
+            start = i
+        else:
+            i += 1
+    if start < len(run):
+        pieces.append(run[start:])
+    return pieces
+
+
+def _cjk_anchors(run: str, query: bool) -> list[str]:
+    """Bigrams of each piece; single characters too in documents, and in queries
+    only where a character stands alone (so "并发性能" does not match every "并")."""
+    out: list[str] = []
+    for piece in _cjk_pieces(run):
+        if not query or len(piece) == 1:
+            out.extend(ch for ch in piece if ch not in CHINESE_STOP_CHARS)
+        out.extend(piece[i : i + 2] for i in range(len(piece) - 1))
+    return out
+
+
+def extract(text: str, *, query: bool = False) -> TextAnchors:
+    """All anchors of ``text`` with their counts.
+
+    With ``query=True`` single CJK characters are kept only where they stand
+    alone; documents keep them all, so a query's "锁" still finds "锁续租".
+
+    >>> sorted(extract("Redis 锁续租为什么会脑裂？").counts)
+    ['redis', '会脑', '租', '续', '续租', '脑', '脑裂', '裂', '锁', '锁续']
+    """
+    text = unicodedata.normalize("NFKC", text)
+    anchors: list[str] = []
+    for match in _QUOTED.finditer(text):
+        phrase = next(g for g in match.groups() if g is not None).strip().casefold()
+        if phrase:
+            anchors.append('"' + phrase + '"')
+    for match in _CODE.finditer(text):
+        code = match.group(1).strip().casefold()
+        if code:
+            anchors.append("`" + code + "`")
+    anchors.extend("#" + v.lower().lstrip("v") for v in _VERSION.findall(text))
+    latin_text = _VERSION.sub(" ", text)
+    anchors.extend(_latin_anchors(latin_text))
+    for run in _CJK_RUN.findall(text):
+        anchors.extend(_cjk_anchors(run, query))
+    for word in _OTHER_WORD.findall(_IDENTIFIER.sub(" ", latin_text)):
+        anchors.extend(_word_anchors(word.casefold()))
+    return TextAnchors.of(anchors)
+
+
+@lru_cache(maxsize=262144)
+def anchor_kind(anchor: str) -> str:
+    """The :class:`AnchorKind` of an anchor, read from its text."""
+    first = anchor[0]
+    if first in '#`"':
+        return AnchorKind.EXACT
+    if "\u3400" <= first <= "\u9fff" or "\uf900" <= first <= "\ufaff":
+        return AnchorKind.CJK_CHAR if len(anchor) == 1 else AnchorKind.CJK_BIGRAM
+    return AnchorKind.WORD

@@ -1,0 +1,72 @@
+"""Discourse cues: words that say how a query relates to the conversation.
+
+* reference cues ("它", "这个", "it", "the above"): the query leans on what came just before;
+* switch cues ("换个话题", "by the way", "另外"): the user announces a new topic;
+* return cues ("回到", "back to"): the user goes back to an earlier topic.
+
+Matching is on the normalised (NFKC, case-folded) text; English cues match whole
+words only, Chinese cues match as substrings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Cues", "find_cues", "REFERENCE_CUES", "SWITCH_CUES", "RETURN_CUES"]
+
+REFERENCE_CUES: tuple[str, ...] = (
+    "这个", "那个", "这些", "那些", "这种", "那种", "这家", "那家", "这里", "那里", "这样", "上面", "上述",
+    "前面", "刚才", "它", "它们", "其中", "该",
+    "it", "its", "it's", "this", "that", "these", "those", "they", "them", "their", "theirs",
+    "he", "him", "his", "she", "her", "the above", "above", "the same", "there", "such",
+    "a new one", "the one", "which one", "this one", "that one", "what about", "how about",
+)
+SWITCH_CUES: tuple[str, ...] = (
+    "换个话题", "换个问题", "换一个话题", "另外", "顺便", "顺便问", "题外话", "说点别的", "聊点别的", "另一个问题",
+    "by the way", "btw", "on another note", "on a different note", "changing the subject",
+    "change of topic", "different topic", "another question", "unrelated", "switching gears",
+    "new topic", "moving on", "let's talk about",
+)
+RETURN_CUES: tuple[str, ...] = (
+    "回到", "再回到", "说回", "再说回", "回头说", "之前说的", "之前提到", "前面说的", "前面提到",
+    "back to", "going back", "coming back", "earlier you said", "you mentioned earlier", "as we discussed",
+    "returning to",
+)
+
+
+@dataclass(frozen=True)
+class Cues:
+    """The cues found in one text, in the order they are listed above."""
+
+    reference: tuple[str, ...] = ()
+    switch: tuple[str, ...] = ()
+    returning: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.reference or self.switch or self.returning)
+
+
+def _compile(cues: tuple[str, ...]) -> re.Pattern[str]:
+    latin = sorted((c for c in cues if c.isascii()), key=len, reverse=True)
+    cjk = sorted((c for c in cues if not c.isascii()), key=len, reverse=True)
+    parts = [r"(?<![\w'])" + re.escape(c) + r"(?![\w'])" for c in latin] + [re.escape(c) for c in cjk]
+    return re.compile("|".join(parts))
+
+
+_REFERENCE = _compile(REFERENCE_CUES)
+_SWITCH = _compile(SWITCH_CUES)
+_RETURN = _compile(RETURN_CUES)
+
+
+def _found(pattern: re.Pattern[str], text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m.group(0) for m in pattern.finditer(text)))
+
+
+def find_cues(normalised_text: str) -> Cues:
+    """Find the cues in a text already passed through :func:`anchors.normalise`."""
+    return Cues(
+        reference=_found(_REFERENCE, normalised_text),
+        switch=_found(_SWITCH, normalised_text),
+        returning=_found(_RETURN, normalised_text),
+    )

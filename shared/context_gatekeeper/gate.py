@@ -1,0 +1,144 @@
+"""The topic gate: does a query continue the active topic, switch, or return?
+
+Pure functions only.  The features follow the report (§3.3) with one change:
+the report's new-anchor ratio is ``1 - overlap`` by construction, so here it
+measures what it is named for, the share of the query's weight in anchors the
+history has *never* seen.  What remains (seen, but not in the active topic) is
+evidence for a return to an earlier topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from .anchors import AnchorKind, anchor_kind
+from .cues import Cues
+from .params import SelectionParams
+from .scoring import IDF_FORMULAS
+
+__all__ = ["Decision", "GateFeatures", "anchor_weights", "gate_features", "decide", "is_weak_switch"]
+
+Decision = Literal["continue", "switch", "return"]
+
+
+@dataclass(frozen=True)
+class GateFeatures:
+    """What the gate saw.
+
+    Attributes:
+        overlap: share of the query's anchor weight found in the active topic, each
+            anchor counted at its strength there (0..1).
+        new_anchor_ratio: share of the query's anchor weight never seen in the history (0..1).
+        elsewhere_ratio: share seen in the history but not in the active topic (0..1);
+            the three shares sum to 1 when the query has anchors.
+        new_weight: the query's anchor weight never seen in the history, in IDF units
+            (how much new content the query brings, whatever its length).
+        earlier_segment: the earlier segment that matches the query best, if any (query time only).
+        earlier_overlap: share of the query's weight found in ``earlier_segment``.
+        cues: reference, switch and return cues found in the query.
+        query_weight: total anchor weight of the query (0 when it has no anchors).
+    """
+
+    overlap: float
+    new_anchor_ratio: float
+    elsewhere_ratio: float
+    new_weight: float
+    earlier_segment: int | None
+    earlier_overlap: float
+    cues: Cues
+    query_weight: float
+
+
+def anchor_weights(
+    anchors: Iterable[str], df: Callable[[str], int], n: int, params: SelectionParams
+) -> dict[str, float]:
+    """IDF weight of each distinct anchor, scaled by its kind; stopwords removed."""
+    idf = IDF_FORMULAS[params.idf]
+    kinds = params.kind_weights
+    extra = params.extra_stopwords
+    docs = n + params.idf_prior_docs
+    return {a: idf(df(a), docs) * kinds[anchor_kind(a)] for a in dict.fromkeys(anchors) if a not in extra}
+
+
+def gate_features(
+    weights: Mapping[str, float],
+    df: Callable[[str], int],
+    topic: Mapping[str, float],
+    cues: Cues,
+    earlier: tuple[int | None, float] = (None, 0.0),
+) -> GateFeatures:
+    """Measure a query (its anchor ``weights``) against the active ``topic``
+    (anchor -> strength in 0..1, see :func:`segments.topic_window`).
+
+    Exact anchors (whole identifiers, versions, phrases) are left out: their parts
+    are anchors already, and counting both would let one identifier outweigh the rest.
+    """
+    weights = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
+    total = sum(weights.values())
+    if total <= 0:
+        return GateFeatures(0.0, 0.0, 0.0, 0.0, earlier[0], earlier[1], cues, 0.0)
+    in_topic = sum(w * topic[a] for a, w in weights.items() if a in topic)
+    unseen = sum(w for a, w in weights.items() if a not in topic and df(a) == 0)
+    return GateFeatures(
+        overlap=in_topic / total,
+        new_anchor_ratio=unseen / total,
+        elsewhere_ratio=max(0.0, 1.0 - (in_topic + unseen) / total),
+        new_weight=unseen,
+        earlier_segment=earlier[0],
+        earlier_overlap=earlier[1],
+        cues=cues,
+        query_weight=total,
+    )
+
+
+def decide(f: GateFeatures, p: SelectionParams) -> Decision:
+    """The gate's rule (report §3.3, extended with explicit cues, returns and new content).
+
+    1. no anchors at all ("ok", "why?"): continue;
+    2. a return cue ("回到", "back to") or a switch cue, with an earlier topic
+       matching better than the active one: return; a switch cue otherwise: switch;
+    3. a reference cue ("它", "this") forces continue, unless the query also brings a
+       lot of new content (``reference_override`` times ``switch_min_new_weight``);
+    4. overlap above ``continue_threshold``: continue;
+    5. an earlier topic matching well and clearly better than the active one: return;
+    6. low overlap, mostly new anchors, and enough new content: switch.  The last
+       condition keeps short follow-ups ("what does it cost?") from switching;
+    7. the middle band: continue (the report's conservative default).
+    """
+    if f.query_weight <= 0:
+        return "continue"
+    earlier = f.earlier_overlap if f.earlier_segment is not None else f.elsewhere_ratio
+    if f.cues.returning or f.cues.switch:
+        if earlier > f.overlap and (f.cues.returning or earlier >= p.return_threshold):
+            return "return"
+        if f.cues.switch:
+            return "switch"
+    if f.cues.reference and f.new_weight < p.reference_override * p.switch_min_new_weight:
+        return "continue"
+    if f.overlap >= p.continue_threshold:
+        return "continue"
+    if earlier >= p.return_threshold and earlier >= f.overlap + p.return_margin:
+        return "return"
+    if (
+        f.overlap < p.switch_threshold
+        and f.new_anchor_ratio >= p.new_anchor_threshold
+        and f.new_weight >= p.switch_min_new_weight
+    ):
+        return "switch"
+    return "continue"
+
+
+def is_weak_switch(decision: Decision, f: GateFeatures, p: SelectionParams) -> bool:
+    """A switch with no switch cue and modest new content (below ``weak_switch_factor``
+    times ``switch_min_new_weight``): likely a new angle on the same topic.
+
+    A weak switch does not start a new segment, and selection treats it like an
+    elliptical continue, so a misjudged follow-up still gets its context.
+    """
+    return (
+        decision == "switch"
+        and not f.cues.switch
+        and f.new_weight < p.weak_switch_factor * p.switch_min_new_weight
+    )

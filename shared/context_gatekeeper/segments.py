@@ -1,0 +1,93 @@
+"""Topic segments: a pure function of the turn list, maintained incrementally.
+
+Each turn's user message is gated against the segment before it, using only the
+statistics of the turns before it.  So the segments of a list never depend on
+what comes later: an append extends them, and a replace, insert or remove at
+position ``p`` recomputes them from ``p`` onward, in time proportional to that
+suffix.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .anchors import TextAnchors
+from .cues import Cues
+from .gate import anchor_weights, decide, gate_features, is_weak_switch
+from .params import SelectionParams
+
+__all__ = ["SegmentInput", "topic_window", "next_label", "segment_all"]
+
+
+@dataclass(frozen=True)
+class SegmentInput:
+    """What segmentation needs of one turn.
+
+    Attributes:
+        user: anchors of the user message (what is gated).
+        cues: cues found in the user message.
+        anchors: every distinct anchor of the turn (what later turns are gated against).
+    """
+
+    user: TextAnchors
+    cues: Cues
+    anchors: frozenset[str]
+
+
+def topic_window(turns: Sequence[SegmentInput], end: int, size: int, decay: float) -> dict[str, float]:
+    """The active topic: anchors of the last ``size`` turns before position ``end``,
+    each with the strength of its most recent turn (1 for the last turn, then
+    ``decay``, ``decay ** 2``, ...).
+
+    The window may reach back past the start of the last segment: a topic is not
+    established by one turn, and a one-turn digression should not hide what came
+    just before it.
+    """
+    topic: dict[str, float] = {}
+    strength = 1.0
+    for pos in range(end - 1, max(0, end - size) - 1, -1):
+        for anchor in turns[pos].anchors:
+            if anchor not in topic:
+                topic[anchor] = strength
+        strength *= decay
+    return topic
+
+
+def next_label(
+    labels: Sequence[int],
+    turns: Sequence[SegmentInput],
+    position: int,
+    df: Callable[[str], int],
+    params: SelectionParams,
+) -> tuple[int, float]:
+    """Segment number of the turn at ``position``, given the labels before it, and
+    the new content its user message brought (the gate's ``new_weight``).
+
+    ``df`` must count documents among the turns before ``position`` only.
+    """
+    if position == 0:
+        return 0, 0.0
+    turn = turns[position]
+    weights = anchor_weights(turn.user.counts, df, position, params)
+    topic = topic_window(turns, position, params.topic_window, params.topic_decay)
+    features = gate_features(weights, df, topic, turn.cues)
+    previous = labels[position - 1]
+    decision = decide(features, params)
+    same = decision == "continue" or is_weak_switch(decision, features, params)
+    return (previous if same else previous + 1), features.new_weight
+
+
+def segment_all(turns: Sequence[SegmentInput], params: SelectionParams) -> tuple[list[int], list[float]]:
+    """Segment a whole turn list from scratch (the reference the incremental path must
+    match): ``(labels, novelty)`` per position."""
+    labels: list[int] = []
+    novelty: list[float] = []
+    seen: Counter[str] = Counter()
+    for position, turn in enumerate(turns):
+        label, new_weight = next_label(labels, turns, position, seen.__getitem__, params)
+        labels.append(label)
+        novelty.append(new_weight)
+        seen.update(turn.anchors)
+    return labels, novelty

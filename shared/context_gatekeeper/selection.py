@@ -1,0 +1,107 @@
+"""Record types that selection returns: what was kept, and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .gate import Decision, GateFeatures
+
+__all__ = ["Turn", "TurnScore", "Selection"]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One user message and everything that answers it.
+
+    Attributes:
+        id: stable turn id (1, 2, 3, ... in order of creation; never reused).
+        user: the user's text ("" only for an assistant message that opens the chat).
+        assistant: the assistant's answer text ("" when the answer has no text).
+        tool_texts: texts of tool messages that belong to the turn, in order.
+    """
+
+    id: int
+    user: str
+    assistant: str = ""
+    tool_texts: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """The report's shape: ``{"user", "assistant", "turn_id"}``."""
+        return {"user": self.user, "assistant": self.assistant, "turn_id": self.id}
+
+
+@dataclass(frozen=True)
+class TurnScore:
+    """Why one earlier turn was kept or dropped.
+
+    The score parts are already multiplied by their weights, so
+    ``total == user + assistant + exact + recency + segment``.
+
+    Attributes:
+        turn_id: the turn.
+        user: lexical match against the user text.
+        assistant: lexical match against the assistant and tool text.
+        exact: exact hits (identifiers, versions, code spans, quoted phrases).
+        recency: the recency prior.
+        segment: the bonus for being in the segment the gate chose.
+        total: the candidate score.
+        covered: query anchors this turn holds.
+        cost: tokens the turn costs.
+        kept: whether the turn is in the selection.
+        reason: "pinned", "coverage", "follow-up", "fill", "no new coverage",
+            "over budget" or "below top-M".
+    """
+
+    turn_id: int
+    user: float
+    assistant: float
+    exact: float
+    recency: float
+    segment: float
+    total: float
+    covered: tuple[str, ...]
+    cost: int
+    kept: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The result of :meth:`ContextGatekeeper.explain`.
+
+    Attributes:
+        query: the query selected for.
+        turn_ids: the kept earlier turns (pinned included), in position order.
+        decision: the gate's answer: "continue", "switch" or "return".
+        gate: the features the gate decided on.
+        active_segment: ids of the turns in the active topic segment.
+        matched_segment: ids of the earlier segment a "return" goes back to (else empty).
+        scores: one record per turn that matched the query or was kept, best first.
+        coverage: share of the query's coverable anchor weight that the kept turns hold.
+        tokens_kept: tokens of the pinned content plus the kept turns.
+        tokens_total: tokens of the pinned content plus every earlier turn.
+        over_budget: pinned content alone exceeded the budget (``on_overflow="keep_pinned"``).
+        system_prompt: the system prompt that is always kept (or None).
+        summary: the summary that is always kept (or None).
+        pinned_turn_ids: turns kept because they are pinned.
+    """
+
+    query: str
+    turn_ids: tuple[int, ...]
+    decision: Decision
+    gate: GateFeatures
+    active_segment: tuple[int, ...]
+    matched_segment: tuple[int, ...]
+    scores: tuple[TurnScore, ...]
+    coverage: float
+    tokens_kept: int
+    tokens_total: int
+    over_budget: bool
+    system_prompt: str | None
+    summary: str | None
+    pinned_turn_ids: tuple[int, ...]
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens of earlier turns left out."""
+        return self.tokens_total - self.tokens_kept
