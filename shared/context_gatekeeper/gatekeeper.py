@@ -373,7 +373,7 @@ class ContextGatekeeper:
         """
         found_share = coverable / total if total else 0.0
         p = self.params
-        if not (decision == "continue" or is_weak_switch(decision, features, p)):
+        if not self._order or not (decision == "continue" or is_weak_switch(decision, features, p)):
             return budget
         if not (features.cues.reference or found_share < p.elliptical_threshold):
             return budget

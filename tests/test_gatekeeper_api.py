@@ -1,0 +1,227 @@
+"""ContextGatekeeper's public API: ids, mutation, pinning, budget, errors, odd input."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from context_gatekeeper import (
+    BudgetError,
+    ContextGatekeeper,
+    GatekeeperError,
+    InvalidInputError,
+    SelectionParams,
+    UnknownTurnError,
+)
+
+
+def words(text: str) -> int:
+    """A transparent token counter: one token per whitespace-separated word."""
+    return len(text.split())
+
+
+def make(**kwargs) -> ContextGatekeeper:
+    kwargs.setdefault("token_counter", words)
+    kwargs.setdefault("message_overhead", 0)
+    return ContextGatekeeper(**kwargs)
+
+
+def test_ids_are_stable_never_reused_and_inserted_turns_sit_in_place() -> None:
+    gk = make()
+    assert [gk.add_turn(f"question {i}", f"answer {i}") for i in range(3)] == [1, 2, 3]
+    gk.remove_turn(2)
+    assert gk.add_turn("question 3", "answer 3") == 4
+    inserted = gk.insert_turn(1, "inserted question", "inserted answer")
+    assert inserted == 5
+    assert [t.id for t in gk.turns] == [1, 5, 3, 4]
+    first = gk.insert_turn(None, "very first", "")
+    assert [t.id for t in gk.turns] == [6, 1, 5, 3, 4] and first == 6
+
+
+def test_replace_keeps_id_and_position_and_changes_what_is_selected() -> None:
+    gk = make()
+    gk.add_turn("How do I tune Postgres autovacuum?", "Lower the scale factor.")
+    gk.add_turn("What is a good espresso grind?", "Fine, like table salt.")
+    assert gk.explain("autovacuum scale factor").turn_ids == (1,)
+    gk.replace_turn(1, user="How do I tune the Linux page cache?", assistant="Adjust vm.dirty_ratio.")
+    assert gk.get_turn(1).user == "How do I tune the Linux page cache?"
+    assert [t.id for t in gk.turns] == [1, 2]
+    after = gk.explain("autovacuum scale factor")
+    assert not any(score.covered for score in after.scores), "superseded text still matches"
+    assert gk.explain("vm.dirty_ratio page cache").scores[0].turn_id == 1
+
+
+def test_replace_with_none_keeps_that_part() -> None:
+    gk = make()
+    gk.add_turn("original question", "original answer")
+    gk.replace_turn(1, assistant="revised answer")
+    assert (gk.get_turn(1).user, gk.get_turn(1).assistant) == ("original question", "revised answer")
+
+
+def test_removed_turn_is_never_selected_and_its_id_is_unknown() -> None:
+    gk = make()
+    gk.add_turn("Kafka consumer lag keeps growing", "Add partitions or consumers.")
+    gk.remove_turn(1)
+    assert gk.explain("Kafka consumer lag").turn_ids == ()
+    with pytest.raises(UnknownTurnError):
+        gk.remove_turn(1)
+
+
+@pytest.mark.parametrize("bad_id", [0, 99, -1, "1", 1.0, True, None])
+def test_unknown_ids_raise_a_named_key_error(bad_id) -> None:
+    gk = make()
+    gk.add_turn("q", "a")
+    for call in (gk.pin, gk.unpin, gk.remove_turn, gk.get_turn, gk.turn_cost, lambda i: gk.replace_turn(i, "x")):
+        with pytest.raises(UnknownTurnError) as info:
+            call(bad_id)
+        assert isinstance(info.value, KeyError) and isinstance(info.value, GatekeeperError)
+        assert "add_turn" in str(info.value)
+
+
+def test_pinned_turns_are_always_kept_and_count_against_the_budget() -> None:
+    gk = make(token_budget=30)
+    gk.add_turn("Our deploy target is Kubernetes on GKE", "Noted: GKE.")
+    gk.add_turn("What wine goes with salmon?", "A Pinot Noir.")
+    gk.pin(1)
+    selection = gk.explain("wine with salmon")
+    assert selection.turn_ids == (1, 2)
+    assert selection.pinned_turn_ids == (1,)
+    assert selection.tokens_kept == gk.turn_cost(1) + gk.turn_cost(2)
+    gk.unpin(1)
+    assert gk.explain("wine with salmon").turn_ids == (2,)
+
+
+def test_system_prompt_and_summary_are_pinned_content() -> None:
+    gk = make(token_budget=100, system_prompt="You are terse.")
+    gk.summary = "Earlier: the user runs Kafka 3.6."
+    gk.add_turn("Kafka retention settings?", "Use retention.ms.")
+    selection = gk.explain("Kafka retention.ms default")
+    assert selection.system_prompt == "You are terse." and selection.summary.startswith("Earlier")
+    assert selection.tokens_kept == words("You are terse.") + words(gk.summary) + gk.turn_cost(1)
+    prompt = gk.build_prompt("Kafka retention.ms default")
+    assert prompt.startswith("You are terse.") and "Earlier: the user runs Kafka 3.6." in prompt
+
+
+def test_overflowing_pinned_content_raises_by_default() -> None:
+    gk = make(token_budget=5, system_prompt="one two three four five six seven")
+    gk.add_turn("q", "a")
+    with pytest.raises(BudgetError, match="keep_pinned"):
+        gk.explain("anything at all")
+
+
+def test_keep_pinned_returns_pinned_only_and_warns_once(caplog) -> None:
+    gk = make(token_budget=5, system_prompt="one two three four five six seven", on_overflow="keep_pinned")
+    gk.add_turn("kafka lag", "add consumers")
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        first = gk.explain("kafka lag")
+        second = gk.explain("kafka lag again")
+    assert first.over_budget and second.over_budget
+    assert first.turn_ids == () and first.system_prompt is not None
+    assert sum("keeping the pinned content only" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("budget", [0, -5, 1.5, "100", None, True])
+def test_invalid_budgets_are_budget_errors(budget) -> None:
+    with pytest.raises(BudgetError) as info:
+        ContextGatekeeper(token_budget=budget, token_counter=words)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_blank_queries_are_rejected(query: str) -> None:
+    gk = make()
+    gk.add_turn("q", "a")
+    for call in (gk.explain, gk.select, gk.build_prompt):
+        with pytest.raises(InvalidInputError, match="empty"):
+            call(query)
+
+
+@pytest.mark.parametrize("value", [None, 42, b"bytes", ["list"]])
+def test_non_string_input_is_a_type_error(value) -> None:
+    gk = make()
+    with pytest.raises(TypeError, match="must be a str"):
+        gk.add_turn(value, "answer")
+    with pytest.raises(TypeError, match="must be a str"):
+        gk.add_turn("question", value)
+    gk.add_turn("q", "a")
+    with pytest.raises(TypeError, match="must be a str"):
+        gk.explain(value)
+
+
+def test_a_turn_needs_some_text_but_either_side_may_be_empty() -> None:
+    gk = make()
+    with pytest.raises(InvalidInputError):
+        gk.add_turn("  ", "")
+    assert gk.add_turn("", "Hi! I'm the assistant; ask me anything.") == 1
+    assert gk.add_turn("A question with no written answer", "") == 2
+    with pytest.raises(TypeError, match="single string"):
+        gk.add_turn("q", "a", tool_texts="not a list")
+
+
+def test_unknown_keyword_and_bad_options_are_rejected_up_front() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ContextGatekeeper(token_budget=10, tokn_budget=5)
+    with pytest.raises(ValueError, match="on_overflow"):
+        ContextGatekeeper(on_overflow="drop")
+    with pytest.raises(ValueError, match="message_overhead"):
+        ContextGatekeeper(message_overhead=-1)
+    with pytest.raises(ValueError, match="top_m"):
+        ContextGatekeeper(top_m=0)
+    assert ContextGatekeeper(coverage_target=0.5, token_counter=words).params.coverage_target == 0.5
+
+
+def test_params_override_keywords_and_object() -> None:
+    base = SelectionParams(top_m=7)
+    gk = ContextGatekeeper(params=base, recency_weight=0.0, token_counter=words)
+    assert gk.params.top_m == 7 and gk.params.recency_weight == 0.0
+
+
+def test_turn_cost_counts_text_tools_and_per_message_overhead() -> None:
+    gk = make(message_overhead=3)
+    turn_id = gk.add_turn("one two", "three", tool_texts=["four five six"])
+    joined = "one two\nthree\nfour five six"
+    assert gk.turn_cost(turn_id) == words(joined) + 3 * 3
+
+
+def test_a_one_megabyte_message_is_indexed_and_selected() -> None:
+    gk = ContextGatekeeper(token_budget=10**7)
+    big = ("lorem ipsum dolor sit amet 锁续租 " * 40_000)[:1_000_000]
+    turn_id = gk.add_turn(big, "noted")
+    gk.add_turn("unrelated espresso question", "grind finer")
+    assert gk.turn_cost(turn_id) > 100_000
+    assert turn_id in gk.explain("lorem ipsum dolor").turn_ids
+
+
+def test_mixed_scripts_and_emoji_work() -> None:
+    gk = make()
+    gk.add_turn("🚀 部署 Kubernetes 集群 with Helm 3.14 😀", "用 helm upgrade --install 😀")
+    gk.add_turn("Привет, как настроить nginx?", "Используйте proxy_pass.")
+    assert gk.explain("Helm 3.14 部署").turn_ids[0] == 1
+    assert 2 in gk.explain("nginx proxy_pass настроить").turn_ids
+    assert gk.explain("😀😀").decision == "continue"  # no anchors: nothing to switch on
+
+
+def test_empty_history_selects_nothing() -> None:
+    selection = make().explain("anything")
+    assert selection.turn_ids == () and selection.tokens_total == 0 and selection.decision == "switch"
+
+
+def test_clear_removes_turns_but_ids_keep_counting() -> None:
+    gk = make()
+    gk.add_turn("a question", "an answer")
+    gk.clear()
+    assert len(gk) == 0 and gk.segments() == []
+    assert gk.add_turn("next", "one") == 2
+
+
+def test_scores_explain_every_kept_turn() -> None:
+    gk = make(token_budget=1000)
+    gk.add_turn("Postgres VACUUM FULL locks the table?", "Yes, an ACCESS EXCLUSIVE lock.")
+    gk.add_turn("Best pizza dough hydration?", "About 65%.")
+    selection = gk.explain("does VACUUM FULL lock the table")
+    kept = {s.turn_id: s for s in selection.scores if s.kept}
+    assert set(kept) == set(selection.turn_ids) == {1}
+    score = kept[1]
+    assert score.total == pytest.approx(score.user + score.assistant + score.exact + score.recency + score.segment)
+    assert score.reason == "coverage" and "vacuum" in score.covered

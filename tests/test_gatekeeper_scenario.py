@@ -1,0 +1,95 @@
+"""The Context Gatekeeper report's scenario, with its exact texts (issue #2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from context_gatekeeper import ContextGatekeeper
+
+TURNS = [
+    (
+        "Redis 锁续租为什么会脑裂？",
+        "续租线程卡住或网络分区时，锁的 TTL 到期被自动释放，另一个客户端拿到同一把锁，两个客户端都以为自己持有锁，这就是脑裂。",
+    ),
+    ("如何避免脑裂？", "给每次加锁发一个单调递增的 fencing token，存储层拒绝旧 token 的写入；同时监控时钟漂移。"),
+    (
+        "Redlock 算法靠谱吗？",
+        "Redlock 在时钟跳变和长时间 GC 停顿下仍可能失效，强一致场景更推荐 etcd 或 ZooKeeper 的锁。",
+    ),
+    ("锁的 TTL 怎么设？", "TTL 要大于业务最长执行时间，再配合看门狗每 TTL/3 续租一次。"),
+    (
+        "换个话题，Python 的 asyncio 事件循环是怎么调度协程的？",
+        "事件循环维护就绪队列，协程遇到 await 时挂起并交还控制权，I/O 就绪后再被唤醒。",
+    ),
+    (
+        "asyncio.gather 和 TaskGroup 有什么区别？",
+        "gather 收集结果，某个任务出错时默认不取消其他任务；TaskGroup（3.11+）在任一任务失败时取消其余任务并抛出 ExceptionGroup。",
+    ),
+]
+
+
+def build(n_turns: int, budget: int = 2000) -> ContextGatekeeper:
+    gk = ContextGatekeeper(token_budget=budget)
+    for user, assistant in TURNS[:n_turns]:
+        gk.add_turn(user, assistant)
+    return gk
+
+
+@pytest.mark.parametrize("budget", [2000, 60])
+def test_ttl_query_continues_and_keeps_turn_one_not_three(budget: int) -> None:
+    gk = build(3, budget)
+    selection = gk.explain("锁的 TTL 怎么设？")
+    assert selection.decision == "continue"
+    assert 3 not in selection.turn_ids
+    assert selection.tokens_kept <= budget
+    if budget == 2000:
+        assert 1 in selection.turn_ids
+
+
+@pytest.mark.parametrize("budget", [2000, 60])
+def test_asyncio_question_keeps_turn_five_only_from_the_new_topic(budget: int) -> None:
+    gk = build(5, budget)
+    selection = gk.explain("asyncio.gather 和 TaskGroup 有什么区别？")
+    assert selection.decision == "continue"
+    assert not {1, 2, 3, 4} & set(selection.turn_ids)
+    assert selection.tokens_kept <= budget
+    if budget == 2000:
+        assert 5 in selection.turn_ids
+
+
+@pytest.mark.parametrize("budget", [2000, 60])
+def test_pronoun_follow_up_keeps_exactly_the_asyncio_turns(budget: int) -> None:
+    gk = build(6, budget)
+    selection = gk.explain("它的并发性能怎么样？")
+    assert selection.decision == "continue"
+    assert selection.tokens_kept <= budget
+    if budget == 2000:
+        assert selection.turn_ids == (5, 6)
+    assert set(selection.turn_ids) <= {5, 6}
+
+
+@pytest.mark.parametrize("budget", [2000, 60])
+def test_explicit_return_to_redis_keeps_turn_two_not_asyncio(budget: int) -> None:
+    gk = build(6, budget)
+    selection = gk.explain("回到 Redis，fencing token 存在哪里？")
+    assert selection.decision == "return"
+    assert not {5, 6} & set(selection.turn_ids)
+    assert selection.tokens_kept <= budget
+    if budget == 2000:
+        assert 2 in selection.turn_ids
+        assert selection.matched_segment == (1, 2, 3, 4)
+
+
+def test_segments_follow_the_conversation() -> None:
+    gk = build(6)
+    assert gk.segments() == [(1, 2, 3, 4), (5, 6)]
+
+
+def test_select_and_build_prompt_use_the_report_shapes() -> None:
+    gk = build(6)
+    selected = gk.select("回到 Redis，fencing token 存在哪里？")
+    assert [item["turn_id"] for item in selected] == [1, 2]
+    assert selected[1] == {"user": TURNS[1][0], "assistant": TURNS[1][1], "turn_id": 2}
+    prompt = gk.build_prompt("回到 Redis，fencing token 存在哪里？")
+    assert prompt.endswith("User: 回到 Redis，fencing token 存在哪里？")
+    assert TURNS[1][1] in prompt and TURNS[4][1] not in prompt
