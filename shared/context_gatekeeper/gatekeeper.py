@@ -28,7 +28,7 @@ from .anchors import AnchorKind, anchor_kind, extract, normalise
 from .cues import find_cues
 from .errors import BudgetError, InvalidInputError, UnknownTurnError
 from .gate import anchor_weights, decide, gate_features, is_weak_switch
-from .index import AnchorIndex, IndexedTurn
+from .index import AnchorIndex
 from .params import SelectionParams
 from .segments import SegmentInput, next_label, topic_window
 from .selection import Selection, Turn, TurnScore
@@ -475,14 +475,12 @@ class ContextGatekeeper:
     def _store(self, turn: Turn) -> None:
         """Record, cost and index a turn (its position is the caller's business)."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
-        user_anchors, answer_anchors = extract(turn.user), extract(answer)
-        indexed = IndexedTurn.of(user_anchors, answer_anchors)
-        messages = 1 + bool(turn.assistant) + len(turn.tool_texts)
+        messages = bool(turn.user) + bool(turn.assistant) + len(turn.tool_texts)
         self._turns[turn.id] = turn
         self._costs[turn.id] = self._count(turn.user + "\n" + answer) + self.message_overhead * messages
-        gated = extract(turn.user, query=True)
+        indexed = self._index.add(turn.id, extract(turn.user), extract(answer))
+        gated = tuple(extract(turn.user, query=True).counts)
         self._inputs[turn.id] = SegmentInput(gated, find_cues(normalise(turn.user)), indexed.anchors)
-        self._index.add(turn.id, indexed)
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self._order)):

@@ -16,21 +16,30 @@ __all__ = ["IndexedTurn", "AnchorIndex"]
 
 @dataclass(frozen=True)
 class IndexedTurn:
-    """The anchors of one turn, split by side.
+    """What the index keeps of one turn (term counts live in the postings).
 
     Attributes:
-        user: anchors of the user message.
-        assistant: anchors of the assistant answer and any tool messages.
+        user_len: anchor occurrences in the user message (BM25 document length).
+        assistant_len: anchor occurrences in the assistant answer and tool messages.
         anchors: every distinct anchor of the turn (user and assistant).
     """
 
-    user: TextAnchors
-    assistant: TextAnchors
+    __slots__ = ("user_len", "assistant_len", "anchors")
+    user_len: int
+    assistant_len: int
     anchors: frozenset[str]
 
-    @classmethod
-    def of(cls, user: TextAnchors, assistant: TextAnchors) -> "IndexedTurn":
-        return cls(user, assistant, frozenset(user.counts) | frozenset(assistant.counts))
+
+_SMALL = 16
+_PAIRS = [[(u, a) for a in range(_SMALL)] for u in range(_SMALL)]
+"""Shared (tf_user, tf_assistant) tuples: most postings hold small counts, and one
+tuple object per pair instead of one per posting saves a third of the index's memory."""
+
+
+def _pair(tf_user: int, tf_assistant: int) -> tuple[int, int]:
+    if tf_user < _SMALL and tf_assistant < _SMALL:
+        return _PAIRS[tf_user][tf_assistant]
+    return (tf_user, tf_assistant)
 
 
 class AnchorIndex:
@@ -51,28 +60,30 @@ class AnchorIndex:
     def __len__(self) -> int:
         return len(self.turns)
 
-    def add(self, turn_id: int, turn: IndexedTurn) -> None:
-        """Index a turn under ``turn_id`` (which must not be indexed yet)."""
+    def add(self, turn_id: int, user: TextAnchors, assistant: TextAnchors) -> IndexedTurn:
+        """Index a turn's user and assistant anchors under ``turn_id`` (not yet indexed)."""
         if turn_id in self.turns:
             raise ValueError(f"turn {turn_id} is already indexed")
+        user_counts, assistant_counts = user.counts, assistant.counts
+        turn = IndexedTurn(user.length, assistant.length, frozenset(user_counts) | frozenset(assistant_counts))
         self.turns[turn_id] = turn
-        self.total_user_len += turn.user.length
-        self.total_assistant_len += turn.assistant.length
-        user_counts, assistant_counts = turn.user.counts, turn.assistant.counts
+        self.total_user_len += turn.user_len
+        self.total_assistant_len += turn.assistant_len
         postings = self.postings
         for anchor in turn.anchors:
-            entry = (user_counts.get(anchor, 0), assistant_counts.get(anchor, 0))
+            entry = _pair(user_counts.get(anchor, 0), assistant_counts.get(anchor, 0))
             bucket = postings.get(anchor)
             if bucket is None:
                 postings[anchor] = {turn_id: entry}
             else:
                 bucket[turn_id] = entry
+        return turn
 
     def remove(self, turn_id: int) -> IndexedTurn:
         """Drop a turn from the index and return what it held."""
         turn = self.turns.pop(turn_id)
-        self.total_user_len -= turn.user.length
-        self.total_assistant_len -= turn.assistant.length
+        self.total_user_len -= turn.user_len
+        self.total_assistant_len -= turn.assistant_len
         for anchor in turn.anchors:
             bucket = self.postings[anchor]
             del bucket[turn_id]

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .anchors import TextAnchors
 from .cues import Cues
 from .gate import anchor_weights, decide, gate_features, is_weak_switch
 from .params import SelectionParams
@@ -26,12 +25,12 @@ class SegmentInput:
     """What segmentation needs of one turn.
 
     Attributes:
-        user: anchors of the user message (what is gated).
+        user: distinct anchors of the user message, query mode (what is gated).
         cues: cues found in the user message.
         anchors: every distinct anchor of the turn (what later turns are gated against).
     """
 
-    user: TextAnchors
+    user: tuple[str, ...]
     cues: Cues
     anchors: frozenset[str]
 
@@ -70,7 +69,7 @@ def next_label(
     if position == 0:
         return 0, 0.0
     turn = turns[position]
-    weights = anchor_weights(turn.user.counts, df, position, params)
+    weights = anchor_weights(turn.user, df, position, params)
     topic = topic_window(turns, position, params.topic_window, params.topic_decay)
     features = gate_features(weights, df, topic, turn.cues)
     previous = labels[position - 1]

@@ -74,10 +74,10 @@ def score_candidates(
                 candidate = candidates[turn_id] = Candidate(turn_id, position, costs[turn_id])
             turn = turns[turn_id]
             if tf_user:
-                candidate.user += weight * user_scale * bm25_saturation(tf_user, turn.user.length, avg_user, k1, b)
+                candidate.user += weight * user_scale * bm25_saturation(tf_user, turn.user_len, avg_user, k1, b)
             if tf_assistant:
                 candidate.assistant += (
-                    weight * assistant_scale * bm25_saturation(tf_assistant, turn.assistant.length, avg_assistant, k1, b)
+                    weight * assistant_scale * bm25_saturation(tf_assistant, turn.assistant_len, avg_assistant, k1, b)
                 )
             if is_exact:
                 candidate.exact += weight * exact_scale
