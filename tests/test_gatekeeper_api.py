@@ -43,7 +43,8 @@ def test_replace_keeps_id_and_position_and_changes_what_is_selected() -> None:
     gk = make()
     gk.add_turn("How do I tune Postgres autovacuum?", "Lower the scale factor.")
     gk.add_turn("What is a good espresso grind?", "Fine, like table salt.")
-    assert gk.explain("autovacuum scale factor").turn_ids == (1,)
+    before = gk.explain("autovacuum scale factor")
+    assert before.scores[0].turn_id == 1 and before.scores[0].reason == "coverage"
     gk.replace_turn(1, user="How do I tune the Linux page cache?", assistant="Adjust vm.dirty_ratio.")
     assert gk.get_turn(1).user == "How do I tune the Linux page cache?"
     assert [t.id for t in gk.turns] == [1, 2]

@@ -85,10 +85,11 @@ def normalise(text: str) -> str:
 
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light English stemmer: plurals, ``-ing``, ``-ed``; short words untouched.
+    """A light English stemmer: plurals, ``-ing``, ``-ed`` and a final ``-e``, so
+    "move", "moves", "moved" and "moving" meet; words of three letters or fewer stay.
 
-    >>> [stem(w) for w in ("paintings", "painted", "running", "studies", "class")]
-    ['paint', 'paint', 'run', 'study', 'class']
+    >>> [stem(w) for w in ("paintings", "painted", "running", "studies", "class", "moved", "move")]
+    ['paint', 'paint', 'run', 'study', 'class', 'mov', 'mov']
     """
     if len(word) <= 3 or not word.isalpha():
         return word
@@ -104,6 +105,8 @@ def stem(word: str) -> str:
             if len(base) >= 4 and base[-1] == base[-2] and base[-1] in _UNDOUBLE:
                 base = base[:-1]
             return base
+    if word.endswith("e") and len(word) >= 4:
+        word = word[:-1]
     return word
 
 

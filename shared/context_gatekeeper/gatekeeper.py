@@ -32,7 +32,7 @@ from .index import AnchorIndex
 from .params import SelectionParams
 from .segments import SegmentInput, next_label, topic_window
 from .selection import Selection, Turn, TurnScore
-from .selector import Candidate, greedy_cover, score_candidates
+from .selector import Candidate, greedy_cover, is_weak_evidence, score_candidates
 from .tokens import TokenCounterLike, resolve_token_counter
 from .validation import require_budget, require_text
 
@@ -334,14 +334,16 @@ class ContextGatekeeper:
             self._overflow(fixed, pinned)
         else:
             already = {a for t in pinned for a in self._index.turns[t].anchors if a in coverable}
+            evidence = [c for c in pool if not is_weak_evidence(c)]
             chosen, _ = greedy_cover(
-                pool, weights, p.coverage_target * coverable_weight, budget, p.cost_exponent, covered=already
+                evidence, weights, p.coverage_target * coverable_weight, budget, p.cost_exponent, covered=already
             )
             for candidate in chosen:
                 reasons[candidate.turn_id] = "coverage"
                 budget -= candidate.cost
             budget = self._follow_up(decision, features, coverable_weight, total_weight, reasons, budget)
-            self._fill(pool, reasons, budget)
+            budget = self._fill(pool, weights, total_weight, reasons, budget)
+            self._neighbours(pool, candidates, reasons, budget)
 
         kept = tuple(t for t in self._order if t in reasons)
         kept_anchors = {a for t in kept for a in self._index.turns[t].anchors}
@@ -396,24 +398,51 @@ class ContextGatekeeper:
                 budget -= self._costs[turn_id]
         return budget
 
-    def _fill(self, pool: list[Candidate], reasons: dict[int, str], budget: int) -> int:
+    def _fill(
+        self, pool: list[Candidate], weights: dict[str, float], total: float, reasons: dict[int, str], budget: int
+    ) -> int:
         """Keep further matching candidates, best first, while they fit.
 
-        Only candidates scoring at least ``fill_ratio`` of the best score, and matching
-        more than single CJK characters (too ambiguous to be evidence on their own).
+        Only candidates scoring at least ``fill_ratio`` of the best score, holding at
+        least ``fill_min_share`` of the query's weight, and matching more than single
+        CJK characters (too ambiguous to be evidence on their own).
         """
-        if not pool or self.params.fill_ratio >= 1.0:
+        p = self.params
+        if not pool or p.fill_ratio >= 1.0:
             return budget
-        floor = self.params.fill_ratio * pool[0].total
+        floor = p.fill_ratio * pool[0].total
         for candidate in pool:
             if candidate.total < floor:
                 break
-            if candidate.turn_id in reasons or candidate.cost > budget:
+            if candidate.turn_id in reasons or candidate.cost > budget or is_weak_evidence(candidate):
                 continue
-            if all(anchor_kind(a) == AnchorKind.CJK_CHAR for a in candidate.covered):
+            if sum(weights[a] for a in candidate.covered) < p.fill_min_share * total:
                 continue
             reasons[candidate.turn_id] = "fill"
             budget -= candidate.cost
+        return budget
+
+    def _neighbours(
+        self, pool: list[Candidate], candidates: dict[int, Candidate], reasons: dict[int, str], budget: int
+    ) -> int:
+        """With budget left, keep the turn right after each kept match (and the one
+        before, with ``neighbour_fill=2``) when it is in the same topic segment and
+        matches the query too, best match first: an answer often lands in the exchange
+        next to the one that matched, even when it shares little of the query."""
+        if not self.params.neighbour_fill:
+            return budget
+        for candidate in pool:
+            if reasons.get(candidate.turn_id) not in ("coverage", "fill"):
+                continue
+            for position in (candidate.position + 1, candidate.position - 1)[: self.params.neighbour_fill]:
+                same_topic = 0 <= position < len(self._order) and (
+                    self._labels[position] == self._labels[candidate.position]
+                )
+                turn_id = self._order[position] if same_topic else None
+                if turn_id in candidates and not is_weak_evidence(candidates[turn_id]):
+                    if turn_id not in reasons and self._costs[turn_id] <= budget:
+                        reasons[turn_id] = "neighbour"
+                        budget -= self._costs[turn_id]
         return budget
 
     def _score_records(

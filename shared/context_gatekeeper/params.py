@@ -28,14 +28,16 @@ class SelectionParams:
     kind_weights: dict[str, float] = field(
         default_factory=lambda: {
             AnchorKind.WORD: 1.0,
-            AnchorKind.CJK_BIGRAM: 0.4,
-            AnchorKind.CJK_CHAR: 0.25,
+            AnchorKind.CJK_BIGRAM: 0.2,
+            AnchorKind.CJK_CHAR: 0.12,
             AnchorKind.EXACT: 1.0,
         }
     )
-    """Multiplier of an anchor's IDF by kind.  A k-character Chinese word yields k - 1
-    overlapping bigrams (and, in documents, k characters), so CJK anchors weigh less
-    each, putting a Chinese word on the scale of an English one."""
+    """Multiplier of an anchor's IDF by kind.  Chinese text yields many overlapping
+    n-grams (a k-character word gives k - 1 bigrams, and documents also index its k
+    characters), so a Chinese message carries several times the anchors of an English
+    one of the same meaning; CJK anchors weigh less each to put the two on one scale
+    (values tuned on CrossWOZ and the mixed-language scenarios)."""
 
     # -- BM25 -------------------------------------------------------------------------
     k1: float = 1.2
@@ -75,11 +77,11 @@ class SelectionParams:
     """How much better the earlier segment must match than the active topic."""
     topic_window: int = 4
     """The active topic is the anchors of the last this many turns."""
-    topic_decay: float = 0.2
+    topic_decay: float = 0.3
     """Strength of an anchor in the active topic halves (by default) with each turn back."""
     switch_min_new_weight: float = 3.0
     """New content (IDF units of unseen anchors) a query needs to switch topic."""
-    reference_override: float = 3.0
+    reference_override: float = 5.0
     """A reference cue forces continue unless new content exceeds this many times
     ``switch_min_new_weight`` (the report: a reference cue always forces continue)."""
 
@@ -103,6 +105,12 @@ class SelectionParams:
     fill_ratio: float = 0.0
     """After coverage, also keep candidates scoring at least this share of the best score
     while they fit (0 = fill the budget with matching turns; 1.0 = none)."""
+
+    fill_min_share: float = 0.1
+    """... and holding at least this share of the query's anchor weight."""
+
+    neighbour_fill: int = 1
+    """With budget left, keep neighbours of kept matches: 1 = the turn after, 2 = after and before."""
 
     extra_stopwords: frozenset[str] = frozenset()
     """Anchors to ignore in addition to the built-in stopword lists."""

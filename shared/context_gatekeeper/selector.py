@@ -15,7 +15,7 @@ from .index import AnchorIndex
 from .params import SelectionParams
 from .scoring import bm25_saturation, coverage_gain, recency_prior
 
-__all__ = ["Candidate", "score_candidates", "greedy_cover"]
+__all__ = ["Candidate", "score_candidates", "greedy_cover", "is_weak_evidence"]
 
 
 @dataclass
@@ -35,6 +35,12 @@ class Candidate:
     @property
     def total(self) -> float:
         return self.user + self.assistant + self.exact + self.recency + self.segment
+
+
+def is_weak_evidence(candidate: Candidate) -> bool:
+    """True when a turn matches the query only on single CJK characters: too
+    ambiguous ("加", "用") to select a turn on their own."""
+    return all(anchor_kind(a) == AnchorKind.CJK_CHAR for a in candidate.covered)
 
 
 def score_candidates(

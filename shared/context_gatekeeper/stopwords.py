@@ -29,6 +29,7 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     see saw seen look looks come comes came put let try tried seem seems able via per etc
     good bad best better great nice cool big small little lot lots kind sort way ways someone something
     anyone everyone anybody everybody somebody stuff interesting different another new old sure right
+    topic topics question questions subject
     """.split()
 )
 """English function words, generic verbs and adjectives, contraction fragments and chat
@@ -49,6 +50,7 @@ CHINESE_STOPWORDS: frozenset[str] = frozenset(
     我们 你们 他们 她们 它们 自己 一个 一些 一下 一点 可以 可能 应该 需要 是否 是不是 有没有 能不能 会不会
     就是 还是 但是 而且 或者 如果 因为 所以 然后 以及 并且 不过 只是 已经 现在 时候 之后 之前 非常 比较
     没有 不是 问题 请问 知道 觉得 认为 告诉 谢谢 你好 您好 好的 好吧 对的 是的 那么 多少 有什么 是什么
+    话题 题外话
     """.split()
 )
 """Chinese function words; CJK bigrams equal to one of these are dropped."""

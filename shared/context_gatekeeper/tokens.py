@@ -147,8 +147,10 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> Any | None:
 
     Only encodings found in a local cache are loaded (see the module docstring).
     """
-    import tiktoken  # deferred: keeps `import context_gatekeeper` cheap
-
+    try:
+        import tiktoken  # deferred: keeps `import context_gatekeeper` cheap
+    except ImportError:  # a broken install: fall back to the estimate rather than fail
+        return None
     spec = _OFFLINE_SPECS.get(name)
     if spec is None:  # not one we can build ourselves: only tiktoken's own cache will do
         return None
