@@ -181,12 +181,19 @@ def replay(gk: ContextGatekeeper) -> list[Selection]:
     return selections
 
 
+def decision_text(sel: Selection) -> str:
+    """The gate's decision; a weak switch (no switch cue, little new content) is
+    treated like a continue by selection and segmentation, so say so."""
+    return "switch (weak)" if sel.weak_switch else sel.decision
+
+
 def why(sel: Selection) -> str:
     """A short reason: cues found, the gate's measurements, and why turns were kept."""
+    if not sel.tokens_total:
+        return "first turn: no history yet"
     cues = sel.gate.cues
     parts = [f'cue "{c}"' for c in cues.switch + cues.returning + cues.reference[:1]]
-    if sel.tokens_total:
-        parts.append(f"overlap {sel.gate.overlap:.2f}, new {sel.gate.new_anchor_ratio:.2f}")
+    parts.append(f"overlap {sel.gate.overlap:.2f}, new {sel.gate.new_anchor_ratio:.2f}")
     if sel.decision == "return" and sel.matched_segment:
         parts.append(f"matches {span(sel.matched_segment)}")
     reasons: dict[str, list[int]] = {}
@@ -194,7 +201,7 @@ def why(sel: Selection) -> str:
         if score.kept:
             reasons.setdefault(score.reason, []).append(score.turn_id)
     parts += [f"{reason} {ids_text(sorted(ids))}" for reason, ids in reasons.items()]
-    return "; ".join(parts) if parts else "first turn: nothing to keep"
+    return "; ".join(parts)
 
 
 def span(ids: tuple[int, ...]) -> str:
@@ -210,7 +217,7 @@ def row(turn: int, user: str, sel: Selection) -> tuple[str, ...]:
     return (
         str(turn),
         truncate(user, 34),
-        sel.decision,
+        decision_text(sel),
         ids_text(sel.turn_ids),
         f"{sel.tokens_kept}/{sel.tokens_total}",
         saved,
@@ -246,19 +253,31 @@ def print_plain(rows: list[tuple[str, ...]]) -> None:
 
 
 def print_rich(rows: list[tuple[str, ...]], title: str) -> None:
+    """A coloured table; below 130 columns the "why" goes under the user message."""
     from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
-    for name in COLUMNS:
-        numeric = name in ("#", "tokens kept/all", "saved")
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
+    console = Console()
+    if not console.is_terminal:  # piped without --plain: don't squeeze to 80 columns
+        console = Console(width=160)
+    narrow = console.width < 130
+    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left", show_lines=narrow)
+    for name in COLUMNS[:-1] if narrow else COLUMNS:
+        wraps = name in ("user message", "why")
+        table.add_column(
+            name, justify="right" if name in ("#", "tokens kept/all", "saved") else "left",
+            no_wrap=not wraps, overflow="fold", ratio=1 if wraps else None,
+        )
     for r in rows:
-        cells = list(r)
-        cells[2] = f"[{DECISION_STYLE[r[2]]}]{r[2]}[/]"
+        cells = [escape(cell) for cell in r]
+        style = "yellow" if r[2] == "switch (weak)" else DECISION_STYLE[r[2]]
+        cells[2] = f"[{style}]{cells[2]}[/]"
+        if narrow:
+            cells[1] += f"\n[dim]{cells.pop()}[/]"
         table.add_row(*cells)
-    Console().print(table)
+    console.print(table)
 
 
 def detail_lines(turn: int, sel: Selection) -> list[str]:
@@ -276,6 +295,8 @@ def detail_lines(turn: int, sel: Selection) -> list[str]:
         f"coverage {sel.coverage:.0%})",
         "  turn  total = user + asst + exact + recency + segment  cost  kept  reason           matched anchors",
     ]
+    if not sel.scores:
+        lines.append("     (no earlier turn shares an anchor with this query)")
     for s in sel.scores:
         anchors = ", ".join(s.covered[:6]) + (", …" if len(s.covered) > 6 else "")
         lines.append(
@@ -295,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         help=f"turn to explain in detail (default {DEFAULT_DETAIL}; 0 for none)",
     )
     args = parser.parse_args(argv)
+    if args.budget < 1:
+        parser.error("--budget must be a positive number of tokens")
     if not 0 <= args.detail <= len(CONVERSATION):
         parser.error(f"--detail must be between 0 and {len(CONVERSATION)}")
 

@@ -1,0 +1,174 @@
+"""Discourse cues: reference, switch and return cues; English whole words, Chinese substrings."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from context_gatekeeper.anchors import normalise
+from context_gatekeeper.cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, find_cues
+
+
+def cues(text: str) -> Cues:
+    return find_cues(normalise(text))
+
+
+# -- English: whole words only -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the item list",  # "it" inside "item"
+        "a unit test",  # "it" inside "unit"
+        "a thistle",  # "this" inside "thistle"
+        "thatch roof",  # "that" inside "thatch"
+        "the theme",  # "the" ... "them" inside "theme"
+        "give feedback to users",  # "back to" inside "feedback to"
+        "bitwise btwx",  # "btw" inside a longer word
+        "the hereafter",  # "he", "her", "here" inside
+        "suchlike",  # "such"
+    ],
+)
+def test_english_cues_do_not_match_inside_words(text):
+    assert cues(text) == Cues()
+    assert not cues(text)
+
+
+def test_english_cues_match_as_words_in_any_case():
+    assert cues("Does IT scale?").reference == ("it",)
+    assert cues("What is this item?").reference == ("this",)
+    assert cues("It works; is it fast?").reference == ("it",)  # reported once
+
+
+def test_longer_cue_wins_over_its_prefix():
+    assert cues("I prefer that one").reference == ("that one",)
+    assert cues("Back to Redis").returning == ("back to",)
+
+
+def test_punctuation_and_hyphens_bound_words():
+    assert "this" in cues("this-one, please").reference
+    assert cues("(btw) how is Go?").switch == ("btw",)
+
+
+def test_multi_word_cues_and_full_width_text():
+    assert cues("By The Way, what about Go?") == Cues(reference=("what about",), switch=("by the way",))
+    assert cues("Ａｂｏｖｅ").reference == ("above",)  # NFKC folds full-width letters
+
+
+def test_possessive_contraction_is_its_own_cue():
+    assert cues("it's fine").reference == ("it's",)
+
+
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="the (?![\\w']) boundary rejects contractions: \"that's\", \"they're\""
+)
+@pytest.mark.parametrize("text", ["that's too expensive", "they're too slow", "it'll break"])
+def test_contracted_reference_pronouns_are_reference_cues(text):
+    assert cues(text).reference
+
+
+# -- Chinese: substrings ---------------------------------------------------------------------
+
+
+def test_chinese_cues_match_inside_a_sentence():
+    assert cues("这个锁怎么续租").reference == ("这个",)
+    assert cues("它的价格呢").reference == ("它",)
+
+
+def test_chinese_switch_and_return_cues():
+    assert cues("换个话题，聊聊猫").switch == ("换个话题",)
+    found = cues("回到刚才的锁")
+    assert found.returning == ("回到",)
+    assert found.reference == ("刚才",)
+
+
+def test_longest_chinese_cue_wins():
+    # "顺便问" and "顺便" overlap: the longer one is reported, once.
+    assert cues("我想顺便问一下").switch == ("顺便问",)
+    assert cues("再回到上次").returning == ("再回到",)
+
+
+# -- switch and return ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "switch"),
+    [
+        ("btw, how do I bake bread?", "btw"),
+        ("On another note, what is Rust?", "on another note"),
+        ("Let's talk about cats", "let's talk about"),
+        ("Moving on to databases", "moving on"),
+        ("另外，北京天气怎么样", "另外"),
+    ],
+)
+def test_switch_cues(text, switch):
+    found = cues(text)
+    assert found.switch == (switch,)
+    assert not found.returning
+
+
+@pytest.mark.parametrize(
+    ("text", "returning"),
+    [
+        ("Going back to the lock question", "going back"),
+        ("As we discussed, the TTL", "as we discussed"),
+        ("说回之前的方案", "说回"),
+        ("前面提到的那个库", "前面提到"),
+    ],
+)
+def test_return_cues(text, returning):
+    assert returning in cues(text).returning
+
+
+def test_a_text_may_hold_several_kinds():
+    found = cues("btw, back to that lock")
+    assert found.switch == ("btw",)
+    assert found.returning == ("back to",)
+    assert found.reference == ("that",)
+    assert bool(found)
+
+
+def test_cues_are_reported_without_repeats():
+    found = cues("that and that and this and this")
+    assert sorted(found.reference) == ["that", "this"]
+    assert len(found.reference) == len(set(found.reference))
+
+
+def test_no_cues_is_falsy():
+    assert not cues("Redis lock TTL")
+    assert not Cues()
+    assert Cues(switch=("btw",))
+
+
+def test_cue_lists_are_normalised():
+    # find_cues matches normalised text, so every listed cue must already be normalised.
+    for cue in REFERENCE_CUES + SWITCH_CUES + RETURN_CUES:
+        assert cue == normalise(cue) and cue == cue.strip()
+
+
+@pytest.mark.parametrize("cue", REFERENCE_CUES)
+def test_every_reference_cue_is_found_on_its_own(cue):
+    assert cues(cue).reference == (cue,)
+
+
+@pytest.mark.parametrize("cue", SWITCH_CUES)
+def test_every_switch_cue_is_found_on_its_own(cue):
+    assert cues(cue).switch == (cue,)
+
+
+@pytest.mark.parametrize("cue", RETURN_CUES)
+def test_every_return_cue_is_found_on_its_own(cue):
+    assert cues(cue).returning == (cue,)
+
+
+@given(st.text(max_size=120))
+def test_find_cues_never_raises_and_reports_listed_cues(text):
+    found = find_cues(normalise(text))
+    assert set(found.reference) <= set(REFERENCE_CUES)
+    assert set(found.switch) <= set(SWITCH_CUES)
+    assert set(found.returning) <= set(RETURN_CUES)
+    normalised = normalise(text)
+    for cue in found.reference + found.switch + found.returning:
+        assert cue in normalised

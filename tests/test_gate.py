@@ -1,0 +1,332 @@
+"""The topic gate: features (shares of the query's weight) and the decision rule.
+
+Thresholds are read from SelectionParams, so these tests check the rule, not the tuning.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from context_gatekeeper.cues import Cues
+from context_gatekeeper.gate import GateFeatures, anchor_weights, decide, gate_features, is_weak_switch
+from context_gatekeeper.params import SelectionParams
+
+P = SelectionParams()
+OVERRIDE = P.reference_override * P.switch_min_new_weight  # new content a reference cue yields to
+STRONG = P.weak_switch_factor * P.switch_min_new_weight  # new content that makes a switch strong
+
+NO_CUES = Cues()
+REF = Cues(reference=("it",))
+SWITCH = Cues(switch=("btw",))
+RETURN = Cues(returning=("back to",))
+
+
+def features(
+    overlap: float = 0.0,
+    new_anchor_ratio: float = 0.0,
+    elsewhere_ratio: float | None = None,
+    new_weight: float = 0.0,
+    earlier_segment: int | None = None,
+    earlier_overlap: float = 0.0,
+    cues: Cues = NO_CUES,
+    query_weight: float = 10.0,
+) -> GateFeatures:
+    if elsewhere_ratio is None:
+        elsewhere_ratio = max(0.0, 1.0 - overlap - new_anchor_ratio)
+    return GateFeatures(
+        overlap, new_anchor_ratio, elsewhere_ratio, new_weight, earlier_segment, earlier_overlap, cues, query_weight
+    )
+
+
+def clear_switch(**changes) -> GateFeatures:
+    """A query that meets every condition of rule 6 (switch) with room to spare."""
+    values = dict(overlap=0.0, new_anchor_ratio=1.0, elsewhere_ratio=0.0, new_weight=STRONG * 2)
+    values.update(changes)
+    return features(**values)
+
+
+def test_defaults_keep_the_bands_ordered():
+    # The rule assumes continue <= switch threshold (else the band between would be unreachable).
+    assert P.continue_threshold <= P.switch_threshold
+    assert P.reference_override >= 1 and P.weak_switch_factor >= 1
+
+
+# -- rule 1: no anchors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cues", [NO_CUES, SWITCH, RETURN, REF])
+def test_query_without_anchors_continues(cues):
+    assert decide(features(query_weight=0.0, new_anchor_ratio=0.0, cues=cues), P) == "continue"
+
+
+# -- rule 2: return and switch cues ---------------------------------------------------------------
+
+
+def test_return_cue_with_a_better_earlier_segment_returns():
+    # A return cue needs only that the earlier segment beats the active topic, no threshold.
+    f = features(overlap=0.05, earlier_segment=1, earlier_overlap=0.06, cues=RETURN)
+    assert f.earlier_overlap < P.return_threshold
+    assert decide(f, P) == "return"
+
+
+def test_return_cue_without_a_better_earlier_segment_falls_through():
+    f = features(overlap=0.5, earlier_segment=1, earlier_overlap=0.3, cues=RETURN)
+    assert decide(f, P) == "continue"  # rule 4: overlap above the continue threshold
+
+
+def test_return_cue_uses_elsewhere_share_when_no_segment_is_named():
+    # During segmentation no earlier segment is known: weight seen outside the topic stands in.
+    f = features(overlap=0.0, new_anchor_ratio=0.4, elsewhere_ratio=0.6, cues=RETURN)
+    assert decide(f, P) == "return"
+
+
+def test_switch_cue_switches_even_with_high_overlap():
+    f = features(overlap=0.9, new_anchor_ratio=0.0, new_weight=0.0, cues=SWITCH)
+    assert decide(f, P) == "switch"
+
+
+def test_switch_cue_with_a_strong_earlier_match_is_a_return():
+    f = features(overlap=0.1, earlier_segment=0, earlier_overlap=P.return_threshold, cues=SWITCH)
+    assert decide(f, P) == "return"
+
+
+def test_switch_cue_with_a_weak_earlier_match_stays_a_switch():
+    f = features(overlap=0.0, earlier_segment=0, earlier_overlap=P.return_threshold - 0.01, cues=SWITCH)
+    assert decide(f, P) == "switch"
+
+
+def test_return_cue_beats_a_reference_cue():
+    both = Cues(reference=("that",), returning=("back to",))
+    f = features(overlap=0.0, earlier_segment=2, earlier_overlap=0.3, cues=both)
+    assert decide(f, P) == "return"
+
+
+# -- rule 3: reference cues -------------------------------------------------------------------------
+
+
+def test_reference_cue_forces_continue_over_a_switch():
+    f = clear_switch(new_weight=OVERRIDE - 0.01, cues=REF)
+    assert decide(clear_switch(new_weight=OVERRIDE - 0.01), P) == "switch"  # without the cue
+    assert decide(f, P) == "continue"
+
+
+def test_reference_cue_yields_to_a_lot_of_new_content():
+    assert decide(clear_switch(new_weight=OVERRIDE, cues=REF), P) == "switch"
+
+
+def test_reference_override_is_a_parameter():
+    p = P.with_(reference_override=100.0)
+    assert decide(clear_switch(new_weight=OVERRIDE * 2, cues=REF), p) == "continue"
+
+
+# -- rule 4: continue threshold ---------------------------------------------------------------------
+
+
+def test_overlap_at_the_continue_threshold_continues():
+    f = clear_switch(overlap=P.continue_threshold, new_anchor_ratio=1.0 - P.continue_threshold)
+    assert decide(f, P) == "continue"
+
+
+def test_overlap_just_below_the_threshold_can_switch():
+    f = clear_switch(overlap=P.continue_threshold - 0.01, new_anchor_ratio=0.9)
+    assert decide(f, P) == "switch"
+
+
+# -- rule 5: return without a cue -------------------------------------------------------------------
+
+
+def test_strong_earlier_segment_returns_without_a_cue():
+    f = features(overlap=0.0, new_anchor_ratio=0.2, earlier_segment=0, earlier_overlap=P.return_threshold)
+    assert decide(f, P) == "return"
+
+
+def test_earlier_segment_below_the_return_threshold_does_not_return():
+    f = features(overlap=0.0, new_anchor_ratio=0.2, earlier_segment=0, earlier_overlap=P.return_threshold - 0.01)
+    assert decide(f, P) == "continue"
+
+
+def test_weight_seen_outside_the_topic_stands_in_for_an_earlier_segment():
+    f = features(overlap=0.0, new_anchor_ratio=1 - P.return_threshold, elsewhere_ratio=P.return_threshold)
+    assert decide(f, P) == "return"
+
+
+def test_a_named_earlier_segment_takes_precedence_over_the_elsewhere_share():
+    f = features(overlap=0.0, new_anchor_ratio=0.0, elsewhere_ratio=1.0, earlier_segment=0, earlier_overlap=0.1)
+    assert decide(f, P) == "continue"
+
+
+def test_return_needs_a_margin_over_the_active_topic():
+    p = P.with_(continue_threshold=0.6)  # lets a sizeable overlap reach rule 5
+    barely = features(overlap=0.4, earlier_segment=0, earlier_overlap=0.4 + p.return_margin - 0.01)
+    clearly = features(overlap=0.4, earlier_segment=0, earlier_overlap=0.4 + p.return_margin + 0.01)
+    assert barely.earlier_overlap >= p.return_threshold
+    assert decide(barely, p) == "continue"
+    assert decide(clearly, p) == "return"
+
+
+# -- rule 6: switch ---------------------------------------------------------------------------------
+
+
+def test_clear_switch():
+    assert decide(clear_switch(), P) == "switch"
+
+
+def test_switch_needs_enough_new_weight():
+    # A short follow-up of all-new words ("what does it cost?") must not switch.
+    assert decide(clear_switch(new_weight=P.switch_min_new_weight - 0.01), P) == "continue"
+    assert decide(clear_switch(new_weight=P.switch_min_new_weight), P) == "switch"
+
+
+def test_switch_needs_a_high_new_anchor_ratio():
+    f = clear_switch(new_anchor_ratio=P.new_anchor_threshold - 0.01, elsewhere_ratio=1 - P.new_anchor_threshold + 0.01)
+    assert decide(f, P) == "continue"
+
+
+def test_switch_needs_low_overlap():
+    p = P.with_(continue_threshold=0.5)
+    f = clear_switch(overlap=p.switch_threshold, new_anchor_ratio=1 - p.switch_threshold)
+    assert decide(f, p) == "continue"
+    g = clear_switch(overlap=p.switch_threshold - 0.01, new_anchor_ratio=1 - p.switch_threshold)
+    assert decide(g, p) == "switch"
+
+
+# -- rule 7: the middle band ------------------------------------------------------------------------
+
+
+def test_middle_band_continues():
+    # Low overlap, but too few new anchors to switch and too little seen elsewhere to return.
+    f = features(overlap=0.05, new_anchor_ratio=P.new_anchor_threshold - 0.05, new_weight=STRONG)
+    assert f.elsewhere_ratio < P.return_threshold
+    assert decide(f, P) == "continue"
+
+
+@given(
+    overlap=st.floats(0, 1),
+    ratio=st.floats(0, 1),
+    new_weight=st.floats(0, 100),
+    earlier=st.floats(0, 1),
+    segment=st.sampled_from([None, 0, 3]),
+    cues=st.sampled_from([NO_CUES, REF, SWITCH, RETURN]),
+)
+def test_decide_always_answers_one_of_three(overlap, ratio, new_weight, earlier, segment, cues):
+    f = features(overlap, ratio, None, new_weight, segment, earlier, cues)
+    decision = decide(f, P)
+    assert decision in ("continue", "switch", "return")
+    if decision == "switch":
+        assert cues.switch or (new_weight >= P.switch_min_new_weight and ratio >= P.new_anchor_threshold)
+    if overlap >= P.continue_threshold and not (cues.switch or cues.returning):
+        assert decision == "continue"
+
+
+# -- weak switches ----------------------------------------------------------------------------------
+
+
+def test_weak_switch():
+    modest = clear_switch(new_weight=STRONG - 0.01)
+    assert decide(modest, P) == "switch"
+    assert is_weak_switch("switch", modest, P)
+
+
+def test_strong_new_content_is_not_weak():
+    assert not is_weak_switch("switch", clear_switch(new_weight=STRONG), P)
+
+
+def test_a_switch_cue_is_never_weak():
+    f = clear_switch(new_weight=P.switch_min_new_weight, cues=SWITCH)
+    assert not is_weak_switch("switch", f, P)
+
+
+@pytest.mark.parametrize("decision", ["continue", "return"])
+def test_only_switches_can_be_weak(decision):
+    assert not is_weak_switch(decision, clear_switch(new_weight=0.0), P)
+
+
+# -- anchor_weights ---------------------------------------------------------------------------------
+
+
+def test_anchor_weights_are_idf_times_kind_weight():
+    df = {"redis": 2, "脑裂": 1, "锁": 0, "#3.11": 4}.get
+    weights = anchor_weights(["redis", "脑裂", "锁", "#3.11", "redis"], lambda a: df(a, 0), 5, P)
+    docs = 5 + P.idf_prior_docs  # pseudo-documents keep short histories sensible
+
+    def bm25(d):
+        return math.log(1 + (docs - d + 0.5) / (d + 0.5))
+
+    kinds = P.kind_weights
+    assert weights == pytest.approx(
+        {
+            "redis": bm25(2) * kinds["word"],
+            "脑裂": bm25(1) * kinds["cjk_bigram"],
+            "锁": bm25(0) * kinds["cjk_char"],
+            "#3.11": bm25(4) * kinds["exact"],
+        }
+    )
+
+
+def test_anchor_weights_use_the_named_idf_and_drop_extra_stopwords():
+    p = P.with_(idf="smooth", extra_stopwords=frozenset({"redis"}))
+    weights = anchor_weights(["redis", "lock"], lambda a: 1, 3, p)
+    assert weights == pytest.approx({"lock": math.log((3 + p.idf_prior_docs + 1) / 1.5)})
+
+
+def test_rarer_anchors_weigh_more():
+    weights = anchor_weights(["rare", "common"], {"rare": 1, "common": 9}.__getitem__, 10, P)
+    assert weights["rare"] > weights["common"] > 0
+
+
+# -- gate_features ----------------------------------------------------------------------------------
+
+
+def test_gate_features_by_hand():
+    weights = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "#a.b": 100.0}
+    topic = {"a": 1.0, "b": 0.5}  # b is in the topic, but from an older turn
+    df = {"a": 3, "b": 1, "c": 0, "d": 2}.get
+    f = gate_features(weights, lambda x: df(x, 0), topic, REF, earlier=(2, 0.4))
+    # the exact anchor is left out: total 10
+    assert f.query_weight == pytest.approx(10.0)
+    assert f.overlap == pytest.approx((1.0 * 1 + 2.0 * 0.5) / 10)  # 0.2
+    assert f.new_anchor_ratio == pytest.approx(3.0 / 10)  # only c was never seen
+    assert f.elsewhere_ratio == pytest.approx(0.5)  # d, and the faded half of b
+    assert f.new_weight == pytest.approx(3.0)
+    assert (f.earlier_segment, f.earlier_overlap, f.cues) == (2, 0.4, REF)
+
+
+def test_exact_anchors_are_excluded():
+    with_exact = gate_features({"redis": 2.0, "#3.11": 50.0, "`ttl`": 50.0}, lambda a: 0, {}, NO_CUES)
+    without = gate_features({"redis": 2.0}, lambda a: 0, {}, NO_CUES)
+    assert with_exact == without
+    assert with_exact.new_weight == pytest.approx(2.0)
+
+
+def test_query_of_only_exact_anchors_has_no_weight():
+    f = gate_features({"#3.11": 5.0}, lambda a: 0, {"#3.11": 1.0}, SWITCH, earlier=(1, 0.7))
+    assert f == GateFeatures(0.0, 0.0, 0.0, 0.0, 1, 0.7, SWITCH, 0.0)
+    assert decide(f, P) == "continue"
+
+
+def test_an_anchor_in_the_topic_is_not_new_even_if_df_says_so():
+    f = gate_features({"lock": 1.0}, lambda a: 0, {"lock": 1.0}, NO_CUES)
+    assert (f.overlap, f.new_anchor_ratio, f.new_weight) == (1.0, 0.0, 0.0)
+
+
+anchor_names = st.sampled_from(["a", "b", "c", "d", "e", "锁", "脑裂", "#x", "`y`"])
+
+
+@given(
+    weights=st.dictionaries(anchor_names, st.floats(0.01, 10)),
+    topic=st.dictionaries(anchor_names, st.floats(0, 1)),
+    seen=st.sets(anchor_names),
+)
+def test_shares_sum_to_one(weights, topic, seen):
+    f = gate_features(weights, lambda a: int(a in seen or a in topic), topic, NO_CUES)
+    if f.query_weight > 0:
+        for share in (f.overlap, f.new_anchor_ratio, f.elsewhere_ratio):
+            assert -1e-9 <= share <= 1 + 1e-9
+        assert f.overlap + f.new_anchor_ratio + f.elsewhere_ratio == pytest.approx(1.0)
+        assert f.new_weight == pytest.approx(f.new_anchor_ratio * f.query_weight)
+    else:
+        assert all(k.startswith(("#", "`")) for k in weights)

@@ -1,0 +1,352 @@
+"""Offline token counting (DESIGN.md §7): tiktoken encodings without a network call,
+the llama-index-core bundled copy as a source, and the documented estimate as a last resort."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from context_gatekeeper import tokens
+from context_gatekeeper.tokens import (
+    DEFAULT_ENCODING,
+    estimate_tokens,
+    load_encoding,
+    resolve_token_counter,
+    tiktoken_counter,
+)
+
+tiktoken = pytest.importorskip("tiktoken")
+
+SAMPLES = [
+    "Hello, world!",
+    "How do I size a Redis lock TTL?  It's 30s -- isn't it?",
+    "Redis 锁续租为什么会脑裂？",
+    "async def main():\n    await asyncio.gather(*tasks)\n\n\tprint(f'{x!r}')",
+    "Numbers 1234567 and 3.11.2, e-mail a@b.co, URL https://example.com/a?b=c",
+    "   leading and trailing spaces   \n\n",
+    "emoji 😀👍🏽 and ümlauts, naïve café, 日本語のテキスト, 한국어",
+    "I'm sure they'll say we've done it; you'd think he's ok.",
+]
+
+
+def _cache_key(name: str) -> str:
+    """tiktoken's file name for a cached encoding: sha1 of its public URL."""
+    url = f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
+    return hashlib.sha1(url.encode()).hexdigest()
+
+
+def _bundled_dir() -> Path:
+    spec = importlib.util.find_spec("llama_index.core")
+    if spec is None:
+        pytest.skip("llama-index-core is not installed")
+    for location in spec.submodule_search_locations or ():
+        candidate = Path(location) / "_static" / "tiktoken_cache"
+        if candidate.is_dir():
+            return candidate
+    pytest.skip("llama-index-core ships no tiktoken cache")
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test loudly."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("token counting tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch):
+    """Clear load_encoding's cache and the once-only warning flag around a test."""
+    load_encoding.cache_clear()
+    monkeypatch.setattr(tokens, "_warned_estimate", False)
+    yield
+    load_encoding.cache_clear()
+
+
+@pytest.fixture
+def empty_tiktoken_cache(monkeypatch, tmp_path):
+    """tiktoken's own cache holds nothing, so only the bundled copy can be used."""
+    empty = tmp_path / "empty-tiktoken-cache"
+    empty.mkdir()
+    monkeypatch.setattr(tokens, "_tiktoken_cache_dirs", lambda: [empty])
+    return empty
+
+
+@pytest.fixture
+def no_encoding_anywhere(monkeypatch, empty_tiktoken_cache, fresh_loader):
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: None)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """tiktoken's own encodings (its official patterns and special tokens), built from the
+    bundled files by pointing tiktoken's cache at them: an independent reference."""
+    bundled = _bundled_dir()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TIKTOKEN_CACHE_DIR", str(bundled))
+    mp.setattr(socket.socket, "connect", lambda *a, **k: (_ for _ in ()).throw(AssertionError("network")))
+    try:
+        return {name: tiktoken.get_encoding(name) for name in ("cl100k_base", "o200k_base")}
+    finally:
+        mp.undo()
+
+
+# -- the bundled llama-index copy ------------------------------------------------------
+
+
+def test_bundled_cache_is_found():
+    found = tokens._llama_index_cache_dir()
+    assert found == _bundled_dir()
+    assert (found / _cache_key("cl100k_base")).is_file()
+
+
+def test_import_loads_no_tokenizer_and_lookup_does_not_import_llama_index():
+    # A fresh interpreter: importing the package must not import tiktoken, and finding the
+    # bundled cache must not import llama_index.core (slow, and it has import-time side effects).
+    _bundled_dir()  # skips where llama-index-core is not installed
+    code = (
+        "import sys, context_gatekeeper\n"
+        "from context_gatekeeper import tokens\n"
+        "assert 'tiktoken' not in sys.modules, 'tiktoken imported at import time'\n"
+        "assert tokens._llama_index_cache_dir() is not None\n"
+        "assert 'llama_index.core' not in sys.modules, 'llama_index.core imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.usefixtures("empty_tiktoken_cache", "fresh_loader")
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_encoding_built_from_bundled_file_matches_tiktoken(name, reference):
+    ours = load_encoding(name)
+    assert ours is not None
+    ref = reference[name]
+    assert ours.n_vocab == ref.n_vocab
+    assert ours.special_tokens_set == ref.special_tokens_set
+    for special in ref.special_tokens_set:
+        assert ours.encode(special, allowed_special="all") == ref.encode(special, allowed_special="all")
+    for text in SAMPLES:
+        assert ours.encode_ordinary(text) == ref.encode_ordinary(text), text
+
+
+@pytest.mark.usefixtures("empty_tiktoken_cache", "fresh_loader")
+def test_default_counter_counts_like_cl100k_base(reference):
+    count = resolve_token_counter(None)
+    # "Hello" "," " world" "!" -- the well-known cl100k_base split.
+    assert count("Hello, world!") == 4
+    assert count("hello world") == 2
+    for text in SAMPLES:
+        assert count(text) == len(reference["cl100k_base"].encode_ordinary(text))
+
+
+@pytest.mark.usefixtures("empty_tiktoken_cache", "fresh_loader")
+@given(text=st.text(max_size=60))
+def test_counter_agrees_with_tiktoken_on_any_text(reference, text):
+    count = tiktoken_counter("cl100k_base")
+    assert count(text) == len(reference["cl100k_base"].encode_ordinary(text))
+
+
+@pytest.mark.usefixtures("empty_tiktoken_cache", "fresh_loader")
+def test_special_token_text_is_counted_as_ordinary_text(reference):
+    # User text may contain "<|endoftext|>"; counting it must not raise (tiktoken's
+    # encode() would) and must not collapse it into one special token.
+    count = resolve_token_counter("cl100k_base")
+    text = "see <|endoftext|> here"
+    assert count(text) == len(reference["cl100k_base"].encode_ordinary(text))
+    assert count("<|endoftext|>") > 1
+
+
+@pytest.mark.usefixtures("fresh_loader")
+def test_o200k_by_name(reference, empty_tiktoken_cache):
+    count = resolve_token_counter("o200k_base")
+    for text in SAMPLES:
+        assert count(text) == len(reference["o200k_base"].encode_ordinary(text))
+
+
+@pytest.mark.usefixtures("fresh_loader")
+def test_tiktoken_own_cache_is_used_first(monkeypatch, tmp_path, reference):
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    key = _cache_key("cl100k_base")
+    shutil.copy(_bundled_dir() / key, cache / key)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: pytest.fail("bundled copy consulted"))
+    assert tokens._tiktoken_cache_dirs() == [cache]
+    encoding = load_encoding("cl100k_base")
+    assert encoding is not None
+    assert encoding.encode_ordinary("Hello, world!") == reference["cl100k_base"].encode_ordinary("Hello, world!")
+
+
+def test_tiktoken_cache_dirs_follow_tiktoken_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(tmp_path / "gym"))
+    assert tokens._tiktoken_cache_dirs() == [tmp_path / "gym"]
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tt"))
+    assert tokens._tiktoken_cache_dirs() == [tmp_path / "tt"]  # TIKTOKEN_CACHE_DIR wins
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR")
+    (default,) = tokens._tiktoken_cache_dirs()
+    assert default.name == "data-gym-cache"
+
+
+@pytest.mark.usefixtures("fresh_loader")
+def test_tampered_bundled_file_is_refused(monkeypatch, tmp_path, empty_tiktoken_cache, caplog):
+    fake = tmp_path / "fake-bundle"
+    fake.mkdir()
+    (fake / _cache_key("cl100k_base")).write_bytes(b"SGVsbG8= 0\nd29ybGQ= 1\n")
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: fake)
+    with caplog.at_level(logging.WARNING, logger=tokens.__name__):
+        assert load_encoding("cl100k_base") is None
+    assert "hash does not match" in caplog.text
+
+
+def test_unknown_encoding_name_loads_nothing():
+    assert load_encoding("gpt2") is None
+
+
+# -- the estimate ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("   \n\t ", 0),
+        ("a", 1),  # one word of 1..4 characters: one token
+        ("abcd", 1),
+        ("abcde", 2),  # ceil(5 / 4)
+        ("internationalization", 5),  # 20 characters
+        ("Hello, world!", 6),  # Hello(2) ,(1) world(2) !(1)
+        ("锁续租", 3),  # each CJK character is one token
+        ("Redis 锁", 3),  # redis(2) + 锁(1)
+        ("12345", 2),  # a digit run: ceil(5 / 4)
+        ("abc123", 2),  # letters and digits are separate pieces
+        ("max_retries", 3),  # the underscore is not counted: max(1) + retries(2)
+        ("...", 3),  # each punctuation mark is a piece
+        ("日本語のテキスト", 8),  # kana count like Han characters
+    ],
+)
+def test_estimate_tokens_follows_its_documented_rule(text, expected):
+    assert estimate_tokens(text) == expected
+
+
+@given(st.text(), st.text())
+def test_estimate_is_non_negative_additive_over_spaces_and_monotone(a, b):
+    ea, eb = estimate_tokens(a), estimate_tokens(b)
+    assert ea >= 0 and eb >= 0
+    # Whitespace separates pieces, so a space-joined text costs exactly the sum.
+    assert estimate_tokens(a + " " + b) == ea + eb
+    # Gluing two texts can only merge pieces: never fewer tokens than either part,
+    # never more than both.
+    joined = estimate_tokens(a + b)
+    assert max(ea, eb) <= joined <= ea + eb
+
+
+@given(st.text(min_size=1))
+def test_estimate_counts_something_for_visible_text(text):
+    if any(not ch.isspace() and ch != "_" for ch in text):
+        assert estimate_tokens(text) >= 1
+
+
+@pytest.mark.usefixtures("no_encoding_anywhere")
+def test_estimate_fallback_warns_exactly_once():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        count = resolve_token_counter(None)
+        again = tiktoken_counter("o200k_base")
+        results = [count("Hello, world!"), count("锁续租"), again("abcde"), count("x")]
+    assert results == [6, 3, 2, 1]  # the estimate, not tiktoken (which gives 4 for the first)
+    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(runtime) == 1
+    message = str(runtime[0].message)
+    assert "estimate" in message and "token_counter" in message  # says what to do
+
+
+@pytest.mark.usefixtures("no_encoding_anywhere")
+def test_estimate_fallback_does_not_warn_before_use():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resolve_token_counter(None)
+    assert not caught
+
+
+# -- resolve_token_counter ---------------------------------------------------------------
+
+
+def test_callable_is_used_as_is():
+    assert resolve_token_counter(len) is len
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    assert resolve_token_counter(words)("a b c") == 3
+
+
+def test_object_with_encode_counts_its_output():
+    class CharTokenizer:  # e.g. a Hugging Face tokenizer
+        def encode(self, text):
+            return list(text)
+
+    assert resolve_token_counter(CharTokenizer())("hello") == 5
+
+
+def test_encode_ordinary_is_preferred_over_encode():
+    class Encoding:  # like tiktoken.Encoding: encode() would reject special tokens
+        def encode(self, text):
+            raise AssertionError("encode() used")
+
+        def encode_ordinary(self, text):
+            return text.split()
+
+    assert resolve_token_counter(Encoding())("a b <|endoftext|>") == 3
+
+
+@pytest.mark.usefixtures("empty_tiktoken_cache", "fresh_loader")
+def test_a_tiktoken_encoding_object_is_accepted(reference):
+    encoding = reference["cl100k_base"]
+    count = resolve_token_counter(encoding)
+    assert count("Hello, world!") == 4
+    assert count("<|endoftext|>") == len(encoding.encode_ordinary("<|endoftext|>"))
+
+
+@pytest.mark.parametrize("bad", [42, 3.5, b"cl100k_base", ["cl100k_base"], object(), True])
+def test_other_types_are_rejected_with_a_clear_error(bad):
+    with pytest.raises(TypeError, match="token_counter must be") as info:
+        resolve_token_counter(bad)
+    assert type(bad).__name__ in str(info.value)
+
+
+def test_object_whose_encode_is_not_callable_is_rejected():
+    class Odd:
+        encode = "not a method"
+
+    with pytest.raises(TypeError, match="token_counter must be"):
+        resolve_token_counter(Odd())
+
+
+@pytest.mark.parametrize("name", ["gpt2", "cl100k", "CL100K_BASE", ""])
+def test_unknown_encoding_names_are_rejected(name):
+    with pytest.raises(ValueError, match="unknown token encoding") as info:
+        resolve_token_counter(name)
+    message = str(info.value)
+    assert "cl100k_base" in message and "o200k_base" in message  # lists the choices
+
+
+def test_default_encoding_is_cl100k_base():
+    assert DEFAULT_ENCODING == "cl100k_base"
