@@ -183,9 +183,6 @@ def test_inflected_forms_share_a_stem(forms):
     assert len({stem(w) for w in forms}) == 1
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="a base form ending in -ed loses it: 'embed' -> 'emb', 'embedding' -> 'embed'"
-)
 @pytest.mark.parametrize("forms", [("embed", "embeds", "embedding", "embedded"), ("speed", "speeding")])
 def test_base_forms_ending_in_ed_share_a_stem(forms):
     assert len({stem(w) for w in forms}) == 1
@@ -271,13 +268,10 @@ def test_chinese_quoted_phrases(text):
     assert '"分布式锁"' in anchors(text)
 
 
-def test_quoted_phrase_needs_two_characters():
-    assert not any(a.startswith('"') for a in anchors('say "a" now'))
+def test_a_one_character_quotation_is_its_own_phrase():
+    assert '"a"' in anchors('say "a" now')
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="the closing quote of a short quotation is taken as an opening quote"
-)
 def test_a_short_quotation_does_not_swallow_the_next_phrase():
     found = anchors('"x" then "fencing token"')
     assert '"fencing token"' in found
@@ -342,9 +336,6 @@ def test_extract_is_deterministic_and_query_is_a_subset(text):
     assert set(extract(text, query=True).counts) <= set(doc.counts)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="non-ASCII Latin letters split words: 'Müller' -> {'ller'}, 'café' -> {'caf'}"
-)
 def test_accented_latin_words_stay_whole():
     assert anchors("Müller") == {"müller"}
     assert "café" in anchors("the café menu") or stem("café") in anchors("the café menu")

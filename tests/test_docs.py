@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import doctest
+import inspect
 import importlib
 import pkgutil
-import re
 from pathlib import Path
 
 import pytest
@@ -26,18 +26,16 @@ def test_docstring_examples_run(name: str) -> None:
 
 def test_readme_before_and_after_example_matches_the_library() -> None:
     text = README.read_text(encoding="utf-8")
-    claims = re.findall(r'gk\.explain\("(.+?)"\)(?:\.turn_ids)?\n(?:>>> )?(.+?)\s+#', text)
-    assert len(claims) == 2
     gk = build(6)
     follow_up = gk.explain("它的并发性能怎么样？")
     assert (follow_up.decision, follow_up.turn_ids) == ("continue", (5, 6))
     assert "('continue', (5, 6))" in text
     back = gk.explain("回到 Redis，fencing token 存在哪里？")
-    assert str(back.turn_ids) in text and back.decision == "return"
+    assert f'fencing token 存在哪里？").turn_ids\n{back.turn_ids}' in text and back.decision == "return"
 
 
 def test_every_public_name_is_exported_and_documented() -> None:
     for name in context_gatekeeper.__all__:
         obj = getattr(context_gatekeeper, name)
-        if callable(obj):
+        if inspect.isclass(obj) or inspect.isfunction(obj):
             assert obj.__doc__, f"{name} has no docstring"

@@ -79,8 +79,10 @@ def test_return_cue_without_a_better_earlier_segment_falls_through():
 
 
 def test_return_cue_uses_elsewhere_share_when_no_segment_is_named():
-    # During segmentation no earlier segment is known: weight seen outside the topic stands in.
-    f = features(overlap=0.0, new_anchor_ratio=0.4, elsewhere_ratio=0.6, cues=RETURN)
+    # During segmentation no earlier segment is known: gate_features estimates its overlap
+    # by the weight seen outside the topic.
+    f = gate_features({"old": 6.0, "fresh": 4.0}, lambda a: int(a == "old"), {}, RETURN)
+    assert (f.earlier_segment, f.earlier_overlap, f.elsewhere_ratio) == (None, pytest.approx(0.6), pytest.approx(0.6))
     assert decide(f, P) == "return"
 
 
@@ -150,7 +152,9 @@ def test_earlier_segment_below_the_return_threshold_does_not_return():
 
 
 def test_weight_seen_outside_the_topic_stands_in_for_an_earlier_segment():
-    f = features(overlap=0.0, new_anchor_ratio=1 - P.return_threshold, elsewhere_ratio=P.return_threshold)
+    seen = P.return_threshold * 10 + 0.01
+    f = gate_features({"old": seen, "fresh": 10 - seen}, lambda a: int(a == "old"), {}, NO_CUES)
+    assert f.earlier_overlap == pytest.approx(P.return_threshold + 0.001)
     assert decide(f, P) == "return"
 
 
@@ -218,7 +222,8 @@ def test_decide_always_answers_one_of_three(overlap, ratio, new_weight, earlier,
     assert decision in ("continue", "switch", "return")
     if decision == "switch":
         assert cues.switch or (new_weight >= P.switch_min_new_weight and ratio >= P.new_anchor_threshold)
-    if overlap >= P.continue_threshold and not (cues.switch or cues.returning):
+    measured_return = segment is not None and earlier >= max(P.return_threshold, overlap + P.return_margin)
+    if overlap >= P.continue_threshold and not (cues.switch or cues.returning or measured_return):
         assert decision == "continue"
 
 

@@ -67,14 +67,21 @@ class TextAnchors:
 
 
 _CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_QUOTED = re.compile(r'"([^"\n]{2,60})"|“([^”\n]{2,60})”|「([^」\n]{2,60})」|『([^』\n]{2,60})』')
+_QUOTED = re.compile(r'"([^"\n]{1,60})"|“([^”\n]{1,60})”|「([^」\n]{1,60})」|『([^』\n]{1,60})』')
 _CODE = re.compile(r"`([^`\n]{1,80})`")
 _VERSION = re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?![\w])", re.IGNORECASE)
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:(?:\.|::|->)[A-Za-z_][A-Za-z0-9_]*)*")
+_START = rf"[^\W\d{_CJK_CLASS}]"  # a letter (any script but CJK) or "_"
+_REST = rf"[^\W{_CJK_CLASS}]*"  # letters, digits, "_"
+_IDENTIFIER = re.compile(rf"{_START}{_REST}(?:(?:\.|::|->){_START}{_REST})*")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
-_OTHER_WORD = re.compile(rf"[^\W\d_{_CJK_CLASS}A-Za-z]+|\d{{2,}}")
+_NUMBER = re.compile(rf"(?<!{_START})\d{{2,}}")  # "100-150元", "in 2022"; not "v2"
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _VOWELS = frozenset("aeiouy")
+_ENDS_IN_ED = frozenset(
+    "embed speed bleed breed greed proceed exceed succeed indeed shred hundred naked wicked sacred "
+    "kindred seaweed tweed sled".split()
+)
+"""Words whose "-ed" is not a past tense (so "embed" meets "embedding")."""
 _UNDOUBLE = frozenset("bdgmnprt")
 
 
@@ -99,6 +106,8 @@ def stem(word: str) -> str:
         word = word[:-2]
     elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
+    if word in _ENDS_IN_ED:
+        return word
     for suffix in ("ing", "ed"):
         base = word[: -len(suffix)]
         if word.endswith(suffix) and len(base) >= 3 and _VOWELS.intersection(base):
@@ -118,7 +127,10 @@ def split_identifier(identifier: str) -> list[str]:
     """
     parts: list[str] = []
     for chunk in re.split(r"\.|::|->|_", identifier):
-        parts.extend(piece.lower() for piece in _CAMEL.findall(chunk))
+        if chunk.isascii():
+            parts.extend(piece.lower() for piece in _CAMEL.findall(chunk))
+        elif chunk:
+            parts.append(chunk.casefold())  # no camelCase outside ASCII: "Müller" stays whole
     return parts
 
 
@@ -141,8 +153,8 @@ def _latin_anchors(text: str) -> list[str]:
     for match in _IDENTIFIER.finditer(text):
         token = match.group(0)
         parts = split_identifier(token)
-        if len(parts) > 1 or _is_compound(token):
-            out.append("#" + token.lower())
+        if (len(parts) > 1 or _is_compound(token)) and max(map(len, parts), default=0) > 1:
+            out.append("#" + token.casefold())  # not for "e.g." or "U.S."
         for part in parts:
             out.extend(_word_anchors(part))
     return out
@@ -207,8 +219,7 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
     anchors.extend(_latin_anchors(latin_text))
     for run in _CJK_RUN.findall(text):
         anchors.extend(_cjk_anchors(run, query))
-    for word in _OTHER_WORD.findall(_IDENTIFIER.sub(" ", latin_text)):
-        anchors.extend(_word_anchors(word.casefold()))
+    anchors.extend(_NUMBER.findall(_IDENTIFIER.sub(" ", latin_text)))
     return TextAnchors.of(anchors)
 
 

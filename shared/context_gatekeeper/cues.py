@@ -26,7 +26,8 @@ SWITCH_CUES: tuple[str, ...] = (
     "换个话题", "换个问题", "换一个话题", "另外", "顺便", "顺便问", "题外话", "说点别的", "聊点别的", "另一个问题",
     "by the way", "btw", "on another note", "on a different note", "changing the subject",
     "change of topic", "different topic", "another question", "unrelated", "switching gears",
-    "new topic", "moving on", "let's talk about",
+    "new topic", "moving on", "let's talk about", "switching topic", "switching topics",
+    "change the topic", "another topic", "different question",
 )
 RETURN_CUES: tuple[str, ...] = (
     "回到", "再回到", "说回", "再说回", "回头说", "之前说的", "之前提到", "前面说的", "前面提到",
@@ -37,7 +38,7 @@ RETURN_CUES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Cues:
-    """The cues found in one text, in the order they are listed above."""
+    """The cues found in one text, each kind in order of appearance."""
 
     reference: tuple[str, ...] = ()
     switch: tuple[str, ...] = ()
@@ -47,10 +48,15 @@ class Cues:
         return bool(self.reference or self.switch or self.returning)
 
 
+_CJK_NOT_AFTER = {"它": "(?<!其)"}
+"""Chinese cues that are part of a longer word after these characters ("其它" = "other")."""
+
+
 def _compile(cues: tuple[str, ...]) -> re.Pattern[str]:
     latin = sorted((c for c in cues if c.isascii()), key=len, reverse=True)
     cjk = sorted((c for c in cues if not c.isascii()), key=len, reverse=True)
-    parts = [r"(?<![\w'])" + re.escape(c) + r"(?![\w'])" for c in latin] + [re.escape(c) for c in cjk]
+    parts = [r"(?<![\w'])" + re.escape(c) + r"(?!\w)" for c in latin]  # "that's" holds "that"
+    parts += [_CJK_NOT_AFTER.get(c, "") + re.escape(c) for c in cjk]
     return re.compile("|".join(parts))
 
 

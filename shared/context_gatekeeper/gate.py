@@ -31,12 +31,13 @@ class GateFeatures:
         overlap: share of the query's anchor weight found in the active topic, each
             anchor counted at its strength there (0..1).
         new_anchor_ratio: share of the query's anchor weight never seen in the history (0..1).
-        elsewhere_ratio: share seen in the history but not in the active topic (0..1);
-            the three shares sum to 1 when the query has anchors.
+        elsewhere_ratio: share seen in the history but not in the active topic, including
+            the part of older topic turns that has faded (0..1); the three shares sum to 1.
         new_weight: the query's anchor weight never seen in the history, in IDF units
             (how much new content the query brings, whatever its length).
         earlier_segment: the earlier segment that matches the query best, if any (query time only).
-        earlier_overlap: share of the query's weight found in ``earlier_segment``.
+        earlier_overlap: share of the query's weight found in ``earlier_segment`` (during
+            segmentation, the ``elsewhere_ratio`` estimate).
         cues: reference, switch and return cues found in the query.
         query_weight: total anchor weight of the query (0 when it has no anchors).
     """
@@ -67,10 +68,14 @@ def gate_features(
     df: Callable[[str], int],
     topic: Mapping[str, float],
     cues: Cues,
-    earlier: tuple[int | None, float] = (None, 0.0),
+    earlier: tuple[int | None, float] | None = None,
 ) -> GateFeatures:
     """Measure a query (its anchor ``weights``) against the active ``topic``
     (anchor -> strength in 0..1, see :func:`segments.topic_window`).
+
+    ``earlier`` is the best-matching earlier segment and its overlap, when the caller
+    has looked (query time); ``None`` estimates it by the weight seen in the history
+    outside the topic window (segmentation, which must stay cheap).
 
     Exact anchors (whole identifiers, versions, phrases) are left out: their parts
     are anchors already, and counting both would let one identifier outweigh the rest.
@@ -78,16 +83,19 @@ def gate_features(
     weights = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
     total = sum(weights.values())
     if total <= 0:
-        return GateFeatures(0.0, 0.0, 0.0, 0.0, earlier[0], earlier[1], cues, 0.0)
+        segment, overlap = earlier or (None, 0.0)
+        return GateFeatures(0.0, 0.0, 0.0, 0.0, segment, overlap, cues, 0.0)
     in_topic = sum(w * topic[a] for a, w in weights.items() if a in topic)
     unseen = sum(w for a, w in weights.items() if a not in topic and df(a) == 0)
+    elsewhere = max(0.0, 1.0 - (in_topic + unseen) / total)
+    segment, overlap = earlier if earlier is not None else (None, elsewhere)
     return GateFeatures(
         overlap=in_topic / total,
         new_anchor_ratio=unseen / total,
-        elsewhere_ratio=max(0.0, 1.0 - (in_topic + unseen) / total),
+        elsewhere_ratio=elsewhere,
         new_weight=unseen,
-        earlier_segment=earlier[0],
-        earlier_overlap=earlier[1],
+        earlier_segment=segment,
+        earlier_overlap=overlap,
         cues=cues,
         query_weight=total,
     )
@@ -101,15 +109,16 @@ def decide(f: GateFeatures, p: SelectionParams) -> Decision:
        matching better than the active one: return; a switch cue otherwise: switch;
     3. a reference cue ("它", "this") forces continue, unless the query also brings a
        lot of new content (``reference_override`` times ``switch_min_new_weight``);
-    4. overlap above ``continue_threshold``: continue;
-    5. an earlier topic matching well and clearly better than the active one: return;
+    4. an earlier segment matching well and clearly better than the active topic:
+       return (when only estimated, during segmentation, after rule 5);
+    5. overlap at or above ``continue_threshold``: continue;
     6. low overlap, mostly new anchors, and enough new content: switch.  The last
        condition keeps short follow-ups ("what does it cost?") from switching;
     7. the middle band: continue (the report's conservative default).
     """
     if f.query_weight <= 0:
         return "continue"
-    earlier = f.earlier_overlap if f.earlier_segment is not None else f.elsewhere_ratio
+    earlier = f.earlier_overlap
     if f.cues.returning or f.cues.switch:
         if earlier > f.overlap and (f.cues.returning or earlier >= p.return_threshold):
             return "return"
@@ -117,9 +126,12 @@ def decide(f: GateFeatures, p: SelectionParams) -> Decision:
             return "switch"
     if f.cues.reference and f.new_weight < p.reference_override * p.switch_min_new_weight:
         return "continue"
+    returns = earlier >= p.return_threshold and earlier >= f.overlap + p.return_margin
+    if returns and f.earlier_segment is not None:  # a measured match outranks the faded topic
+        return "return"
     if f.overlap >= p.continue_threshold:
         return "continue"
-    if earlier >= p.return_threshold and earlier >= f.overlap + p.return_margin:
+    if returns:
         return "return"
     if (
         f.overlap < p.switch_threshold

@@ -61,12 +61,15 @@ class ContextGatekeeper:
     """Topic-gated context selection over a growing list of turns.
 
     >>> gk = ContextGatekeeper(token_budget=200, token_counter=len, message_overhead=0)
-    >>> gk.add_turn("How do I size a Redis lock TTL?", "Longer than the longest job.")
+    >>> gk.add_turn("How do I size a Redis lock TTL?", "Longer than the longest job, renewed by a watchdog.")
     1
-    >>> gk.add_turn("Switching topic: what is a Python TaskGroup?", "An asyncio task scope.")
+    >>> gk.add_turn("By the way, what is a Python TaskGroup?", "An asyncio scope that cancels its siblings on failure.")
     2
-    >>> [t["turn_id"] for t in gk.select("And the Redis lock watchdog interval?")]
-    [1]
+    >>> [t["turn_id"] for t in gk.select("Does it also cancel on KeyboardInterrupt?")]
+    [2]
+    >>> selection = gk.explain("How often should the watchdog renew the Redis lock?")
+    >>> selection.decision, selection.turn_ids
+    ('return', (1,))
 
     Args:
         token_budget: tokens that pinned content plus the selected earlier turns may use.
@@ -352,6 +355,7 @@ class ContextGatekeeper:
             query=query,
             turn_ids=kept,
             decision=decision,
+            weak_switch=is_weak_switch(decision, features, p),
             gate=features,
             active_segment=self._segment_ids(active),
             matched_segment=self._segment_ids(earlier[0]) if decision == "return" else (),

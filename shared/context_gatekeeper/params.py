@@ -122,6 +122,12 @@ class SelectionParams:
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
                 raise ValueError(f"SelectionParams.{f.name} must be >= 0, got {value!r}")
+        kinds = {AnchorKind.WORD, AnchorKind.CJK_BIGRAM, AnchorKind.CJK_CHAR, AnchorKind.EXACT}
+        if set(self.kind_weights) != kinds or any(w < 0 for w in self.kind_weights.values()):
+            raise ValueError(
+                f"SelectionParams.kind_weights needs a weight >= 0 for each of {sorted(kinds)}, "
+                f"got {self.kind_weights!r}"
+            )
         if self.top_m < 1 or self.topic_window < 1:
             raise ValueError("SelectionParams.top_m and topic_window must be >= 1")
         if not 0 < self.coverage_target <= 1:

@@ -73,6 +73,9 @@ class Selection:
         query: the query selected for.
         turn_ids: the kept earlier turns (pinned included), in position order.
         decision: the gate's answer: "continue", "switch" or "return".
+        weak_switch: a "switch" with no switch cue and little new content: the query
+            stays in the active segment and keeps its recent context (a follow-up
+            the words alone cannot tell from a new topic).
         gate: the features the gate decided on.
         active_segment: ids of the turns in the active topic segment.
         matched_segment: ids of the earlier segment a "return" goes back to (else empty).
@@ -89,6 +92,7 @@ class Selection:
     query: str
     turn_ids: tuple[int, ...]
     decision: Decision
+    weak_switch: bool
     gate: GateFeatures
     active_segment: tuple[int, ...]
     matched_segment: tuple[int, ...]

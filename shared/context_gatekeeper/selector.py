@@ -69,7 +69,8 @@ def score_candidates(
     segment_weight: dict[int, float] = {}
     for anchor, weight in weights.items():
         bucket = index.postings.get(anchor)
-        if not bucket or weight / params.kind_weights[anchor_kind(anchor)] < params.min_anchor_idf:
+        kind_weight = params.kind_weights[anchor_kind(anchor)]
+        if not bucket or kind_weight <= 0 or weight / kind_weight < params.min_anchor_idf:
             continue
         is_exact = anchor_kind(anchor) == AnchorKind.EXACT
         segments_hit: set[int] = set()

@@ -219,8 +219,10 @@ def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
                 "or pass a callable token_counter"
             )
         return tiktoken_counter(counter)
+    if isinstance(counter, type):
+        raise TypeError(f"token_counter must be an instance or a function, not the class {counter.__name__}")
     encode = getattr(counter, "encode_ordinary", None) or getattr(counter, "encode", None)
-    if callable(encode) and not isinstance(counter, type):
+    if callable(encode):
         return lambda text: len(encode(text))
     if callable(counter):
         return counter
