@@ -65,9 +65,9 @@ def rebuilt(gk: ContextGatekeeper) -> tuple[ContextGatekeeper, dict[int, int]]:
 def state(gk: ContextGatekeeper) -> tuple:
     """Everything selection depends on, keyed by position (ids differ between builds)."""
     position = {t.id: i for i, t in enumerate(gk.turns)}
-    postings, user_len, assistant_len = gk._index.snapshot()
+    postings, user_len, assistant_len = gk._history.index.snapshot()
     by_position = {a: {position[t]: tf for t, tf in bucket.items()} for a, bucket in postings.items()}
-    return by_position, user_len, assistant_len, list(gk._labels), list(gk._novelty)
+    return by_position, user_len, assistant_len, list(gk._history.labels), list(gk._history.novelty)
 
 
 @SETTINGS
@@ -77,7 +77,7 @@ def test_incremental_updates_equal_a_rebuild_from_scratch(ops, query) -> None:
     apply(gk, ops)
     fresh, mapping = rebuilt(gk)
     assert state(gk) == state(fresh)
-    assert (gk._labels, gk._novelty) == tuple(segment_all([gk._inputs[t.id] for t in gk.turns], gk.params))
+    assert (gk._history.labels, gk._history.novelty) == tuple(segment_all([gk._history.inputs[t.id] for t in gk.turns], gk.params))
     mine, theirs = gk.explain(query), fresh.explain(query)
     assert [mapping[t] for t in mine.turn_ids] == list(theirs.turn_ids)
     assert (mine.decision, mine.tokens_kept, mine.tokens_total) == (theirs.decision, theirs.tokens_kept, theirs.tokens_total)

@@ -2,7 +2,9 @@
 
 :func:`score_candidates` walks only the postings of the query's anchors;
 :func:`greedy_cover` is the report's minimum-coverage selector (a weighted set
-cover solved greedily by newly covered weight per ``cost ** alpha``).
+cover solved greedily by newly covered weight per ``cost ** alpha``).  The
+``keep_*`` steps that follow it each add turns to ``reasons`` (turn id -> why it
+is kept) while they fit the remaining budget, and return what is left of it.
 """
 
 from __future__ import annotations
@@ -12,10 +14,19 @@ from dataclasses import dataclass, field
 
 from .anchors import AnchorKind, anchor_kind
 from .index import AnchorIndex
+from .history import TurnHistory
 from .params import SelectionParams
 from .scoring import bm25_saturation, coverage_gain, recency_prior
 
-__all__ = ["Candidate", "score_candidates", "greedy_cover", "is_weak_evidence"]
+__all__ = [
+    "Candidate",
+    "score_candidates",
+    "greedy_cover",
+    "is_weak_evidence",
+    "keep_follow_up",
+    "keep_fill",
+    "keep_neighbours",
+]
 
 
 @dataclass
@@ -134,3 +145,85 @@ def greedy_cover(
                 covered.add(anchor)
                 covered_weight += weights[anchor]
     return chosen, covered_weight
+
+
+def _keep(history: TurnHistory, turn_id: int, reason: str, reasons: dict[int, str], budget: int) -> int:
+    if turn_id not in reasons and history.costs[turn_id] <= budget:
+        reasons[turn_id] = reason
+        budget -= history.costs[turn_id]
+    return budget
+
+
+def keep_follow_up(history: TurnHistory, params: SelectionParams, reasons: dict[int, str], budget: int) -> int:
+    """For an elliptical follow-up: the last turns, the active segment's opening
+    turn and its newest angle (the turn that brought the most new content).
+
+    A query like "how much does it cost?" leans on the turn before it and on the
+    turn that introduced the topic; neither need share its words.
+    """
+    if not history.order:
+        return budget
+    last = len(history.order) - 1
+    start = history.segment_start(last)
+    wanted = list(range(last, max(start, last - params.follow_up_turns + 1) - 1, -1))
+    if params.keep_topic_opener:
+        wanted.append(start)
+        if params.keep_newest_angle:
+            novelty = history.novelty
+            newest = max(range(start + 1, last + 1), key=lambda pos: (novelty[pos], pos), default=start)
+            if novelty[newest] >= params.switch_min_new_weight:
+                wanted.append(newest)
+    for position in wanted:
+        budget = _keep(history, history.order[position], "follow-up", reasons, budget)
+    return budget
+
+
+def keep_fill(
+    pool: Sequence[Candidate],
+    weights: Mapping[str, float],
+    history: TurnHistory,
+    params: SelectionParams,
+    reasons: dict[int, str],
+    budget: int,
+) -> int:
+    """Further matching candidates, best first: those scoring at least ``fill_ratio``
+    of the best score, holding at least ``fill_min_share`` of the query's weight, and
+    matching more than single CJK characters."""
+    if not pool or params.fill_ratio >= 1.0:
+        return budget
+    floor = params.fill_ratio * pool[0].total
+    minimum = params.fill_min_share * sum(weights.values())
+    for candidate in pool:
+        if candidate.total < floor:
+            break
+        if is_weak_evidence(candidate) or sum(weights[a] for a in candidate.covered) < minimum:
+            continue
+        budget = _keep(history, candidate.turn_id, "fill", reasons, budget)
+    return budget
+
+
+def keep_neighbours(
+    pool: Sequence[Candidate],
+    candidates: Mapping[int, Candidate],
+    history: TurnHistory,
+    params: SelectionParams,
+    reasons: dict[int, str],
+    budget: int,
+) -> int:
+    """The turn right after each kept match (and the one before, with
+    ``neighbour_fill=2``), best match first, when it is in the same segment and
+    matches the query too: an answer often lands in the exchange next to the one
+    that matched, even when it shares little of the query."""
+    if not params.neighbour_fill:
+        return budget
+    labels, order = history.labels, history.order
+    for candidate in pool:
+        if reasons.get(candidate.turn_id) not in ("coverage", "fill"):
+            continue
+        for position in (candidate.position + 1, candidate.position - 1)[: params.neighbour_fill]:
+            if not (0 <= position < len(order) and labels[position] == labels[candidate.position]):
+                continue
+            neighbour = candidates.get(order[position])
+            if neighbour is not None and not is_weak_evidence(neighbour):
+                budget = _keep(history, neighbour.turn_id, "neighbour", reasons, budget)
+    return budget

@@ -1,0 +1,167 @@
+"""The turn list with everything selection needs, kept up to date incrementally.
+
+:class:`TurnHistory` owns the turns in position order, their token costs, the
+anchor index and the topic segments.  Every change costs time proportional to
+the turn changed plus the segments recomputed after it; nothing here knows about
+budgets, pins or queries.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from .anchors import extract, normalise
+from .cues import find_cues
+from .errors import UnknownTurnError
+from .index import AnchorIndex
+from .params import SelectionParams
+from .segments import SegmentInput, next_label
+from .selection import Turn
+
+__all__ = ["TurnHistory"]
+
+
+class _ByPosition(Sequence[SegmentInput]):
+    """The segmentation inputs in position order, without copying them."""
+
+    def __init__(self, order: list[int], inputs: dict[int, SegmentInput]) -> None:
+        self._order, self._inputs = order, inputs
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, position: int) -> SegmentInput:  # type: ignore[override]
+        return self._inputs[self._order[position]]
+
+
+class TurnHistory:
+    """Turns in position order, indexed and segmented.
+
+    Invariants: ``order`` lists every turn id once; ``positions`` inverts it;
+    ``labels[i]`` and ``novelty[i]`` are the segment number and new content of the
+    turn at position ``i``, equal to what :func:`segments.segment_all` computes from
+    scratch; the index holds exactly these turns.
+
+    Args:
+        cost: tokens a turn costs (text and per-message overhead).
+        params: the gate's parameters, used for segmentation.
+    """
+
+    def __init__(self, cost: Callable[[Turn], int], params: SelectionParams) -> None:
+        self._cost = cost
+        self.params = params
+        self.turns: dict[int, Turn] = {}
+        self.order: list[int] = []
+        self.positions: dict[int, int] = {}
+        self.costs: dict[int, int] = {}
+        self.inputs: dict[int, SegmentInput] = {}
+        self.labels: list[int] = []
+        self.novelty: list[float] = []
+        self.index = AnchorIndex()
+        self.by_position = _ByPosition(self.order, self.inputs)
+        self._next_id = 1
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    # -- changes ------------------------------------------------------------------------
+    def insert(self, position: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> int:
+        """Add a turn at ``position`` (``len(self)`` appends) under a new id, and return it."""
+        turn_id = self._next_id
+        self._next_id += 1
+        self._store(Turn(turn_id, user, assistant, tool_texts))
+        self.order.insert(position, turn_id)
+        self._renumber_from(position)
+        self._resegment_from(position)
+        return turn_id
+
+    def replace(self, turn_id: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> None:
+        """New texts for a turn; its id and position stay."""
+        position = self.position(turn_id)
+        self.index.remove(turn_id)
+        self._store(Turn(turn_id, user, assistant, tool_texts))
+        self._resegment_from(position)
+
+    def remove(self, turn_id: int) -> Turn:
+        """Take a turn out; later turns move up one position."""
+        position = self.position(turn_id)
+        turn = self.turns.pop(turn_id)
+        del self.order[position], self.positions[turn_id], self.costs[turn_id], self.inputs[turn_id]
+        self.index.remove(turn_id)
+        self._renumber_from(position)
+        self._resegment_from(position)
+        return turn
+
+    def clear(self) -> None:
+        """Remove every turn at once; ids keep counting."""
+        for container in (self.turns, self.positions, self.costs, self.inputs):
+            container.clear()
+        del self.order[:], self.labels[:], self.novelty[:]
+        self.index = AnchorIndex()
+
+    # -- reading ------------------------------------------------------------------------
+    def position(self, turn_id: object) -> int:
+        """The position of ``turn_id``, or :class:`UnknownTurnError`."""
+        valid = isinstance(turn_id, int) and not isinstance(turn_id, bool)
+        position = self.positions.get(turn_id) if valid else None  # type: ignore[arg-type]
+        if position is None:
+            shown = ", ".join(map(str, self.order[:10])) + (", ..." if len(self.order) > 10 else "")
+            raise UnknownTurnError(
+                f"no turn with id {turn_id!r}: ids are the integers add_turn returned; current ids are [{shown}]"
+            )
+        return position
+
+    def segment_start(self, position: int) -> int:
+        """The position where the segment holding ``position`` starts."""
+        label = self.labels[position]
+        while position > 0 and self.labels[position - 1] == label:
+            position -= 1
+        return position
+
+    def segment_ids(self, label: int | None) -> tuple[int, ...]:
+        """Ids of the turns in segment ``label`` (empty for ``None``)."""
+        if label is None:
+            return ()
+        return tuple(t for t, lbl in zip(self.order, self.labels) if lbl == label)
+
+    def segments(self) -> list[tuple[int, ...]]:
+        """Topic segments as tuples of turn ids, oldest first."""
+        out: list[list[int]] = []
+        for position, turn_id in enumerate(self.order):
+            if position == 0 or self.labels[position] != self.labels[position - 1]:
+                out.append([])
+            out[-1].append(turn_id)
+        return [tuple(s) for s in out]
+
+    # -- internals ----------------------------------------------------------------------
+    def _store(self, turn: Turn) -> None:
+        """Record, cost and index a turn (its position is the caller's business)."""
+        answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
+        self.turns[turn.id] = turn
+        self.costs[turn.id] = self._cost(turn)
+        indexed = self.index.add(turn.id, extract(turn.user), extract(answer))
+        gated = tuple(extract(turn.user, query=True).counts)
+        self.inputs[turn.id] = SegmentInput(gated, find_cues(normalise(turn.user)), indexed.anchors)
+
+    def _renumber_from(self, position: int) -> None:
+        for pos in range(position, len(self.order)):
+            self.positions[self.order[pos]] = pos
+
+    def _resegment_from(self, start: int) -> None:
+        """Recompute segment labels from ``start`` on, with document frequencies of each prefix."""
+        order, turns = self.order, self.index.turns
+        later: Counter[str] = Counter()
+        for turn_id in order[start:]:
+            later.update(turns[turn_id].anchors)
+        full_df = self.index.df
+
+        def prefix_df(anchor: str) -> int:
+            return full_df(anchor) - later[anchor]
+
+        del self.labels[start:], self.novelty[start:]
+        for position in range(start, len(order)):
+            label, new_weight = next_label(self.labels, self.by_position, position, prefix_df, self.params)
+            self.labels.append(label)
+            self.novelty.append(new_weight)
+            later.subtract(turns[order[position]].anchors)
