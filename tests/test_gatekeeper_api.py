@@ -192,6 +192,8 @@ def test_a_one_megabyte_message_is_indexed_and_selected() -> None:
     gk.add_turn("unrelated espresso question", "grind finer")
     assert gk.turn_cost(turn_id) > 100_000
     assert turn_id in gk.explain("lorem ipsum dolor").turn_ids
+    as_query = gk.explain(big)  # only the head of a huge query is read for anchors and cues
+    assert as_query.query == big and turn_id in as_query.turn_ids
 
 
 def test_mixed_scripts_and_emoji_work() -> None:

@@ -75,6 +75,9 @@ _REST = rf"[^\W{_CJK_CLASS}]*"  # letters, digits, "_"
 _IDENTIFIER = re.compile(rf"{_START}{_REST}(?:(?:\.|::|->){_START}{_REST})*")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _NUMBER = re.compile(rf"(?<!{_START})\d{{2,}}")  # "100-150元", "in 2022"; not "v2"
+_SEPARATORS = re.compile(r"\.|::|->|_")
+_LOWER_UPPER = re.compile(r"[a-z][A-Z]")
+_LETTER_DIGIT = re.compile(r"[A-Za-z]\d|\d[A-Za-z]")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _VOWELS = frozenset("aeiouy")
 _ENDS_IN_ED = frozenset(
@@ -126,7 +129,7 @@ def split_identifier(identifier: str) -> list[str]:
     (['asyncio', 'gather'], ['task', 'group'], ['max', 'retries'])
     """
     parts: list[str] = []
-    for chunk in re.split(r"\.|::|->|_", identifier):
+    for chunk in _SEPARATORS.split(identifier):
         if chunk.isascii():
             parts.extend(piece.lower() for piece in _CAMEL.findall(chunk))
         elif chunk:
@@ -137,8 +140,8 @@ def split_identifier(identifier: str) -> list[str]:
 def _is_compound(identifier: str) -> bool:
     return (
         any(sep in identifier for sep in (".", "_", "::", "->"))
-        or re.search(r"[a-z][A-Z]", identifier) is not None
-        or re.search(r"[A-Za-z]\d|\d[A-Za-z]", identifier) is not None
+        or _LOWER_UPPER.search(identifier) is not None
+        or _LETTER_DIGIT.search(identifier) is not None
     )
 
 
@@ -148,15 +151,22 @@ def _word_anchors(word: str) -> Iterable[str]:
     return (stem(word),)
 
 
+@lru_cache(maxsize=131072)
+def _token_anchors(token: str) -> tuple[str, ...]:
+    """Anchors of one identifier-like token (cached: chat repeats its words)."""
+    parts = split_identifier(token)
+    out: list[str] = []
+    if (len(parts) > 1 or _is_compound(token)) and max(map(len, parts), default=0) > 1:
+        out.append("#" + token.casefold())  # not for "e.g." or "U.S."
+    for part in parts:
+        out.extend(_word_anchors(part))
+    return tuple(out)
+
+
 def _latin_anchors(text: str) -> list[str]:
     out: list[str] = []
-    for match in _IDENTIFIER.finditer(text):
-        token = match.group(0)
-        parts = split_identifier(token)
-        if (len(parts) > 1 or _is_compound(token)) and max(map(len, parts), default=0) > 1:
-            out.append("#" + token.casefold())  # not for "e.g." or "U.S."
-        for part in parts:
-            out.extend(_word_anchors(part))
+    for token in _IDENTIFIER.findall(text):
+        out.extend(_token_anchors(token))
     return out
 
 

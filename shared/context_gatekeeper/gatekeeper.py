@@ -264,7 +264,8 @@ class ContextGatekeeper:
     def explain(self, query: str) -> Selection:
         """Select for ``query`` and say why; has no side effects."""
         query = require_text(query, "query")
-        anchors, cues = extract(query, query=True), find_cues(normalise(query))
+        head = query[: self.params.max_query_chars]
+        anchors, cues = extract(head, query=True), find_cues(normalise(head))
         with self._lock:
             return self._explain(query, anchors.counts, cues)
 

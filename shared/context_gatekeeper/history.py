@@ -141,8 +141,9 @@ class TurnHistory:
         self.turns[turn.id] = turn
         self.costs[turn.id] = self._cost(turn)
         indexed = self.index.add(turn.id, extract(turn.user), extract(answer))
-        gated = tuple(extract(turn.user, query=True).counts)
-        self.inputs[turn.id] = SegmentInput(gated, find_cues(normalise(turn.user)), indexed.anchors)
+        head = turn.user[: self.params.max_query_chars]
+        gated = tuple(extract(head, query=True).counts)
+        self.inputs[turn.id] = SegmentInput(gated, find_cues(normalise(head)), indexed.anchors)
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self.order)):

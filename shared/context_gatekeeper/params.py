@@ -112,6 +112,12 @@ class SelectionParams:
     neighbour_fill: int = 1
     """With budget left, keep neighbours of kept matches: 1 = the turn after, 2 = after and before."""
 
+    max_query_chars: int = 4000
+    """Only the first this many characters of a query (and of a user message, when it
+    is gated during segmentation) are read for anchors and cues: the gist of a
+    message is at its start, and a pasted log must not make every call slow.
+    Indexing for retrieval always reads the whole text."""
+
     extra_stopwords: frozenset[str] = frozenset()
     """Anchors to ignore in addition to the built-in stopword lists."""
 
@@ -128,8 +134,8 @@ class SelectionParams:
                 f"SelectionParams.kind_weights needs a weight >= 0 for each of {sorted(kinds)}, "
                 f"got {self.kind_weights!r}"
             )
-        if self.top_m < 1 or self.topic_window < 1:
-            raise ValueError("SelectionParams.top_m and topic_window must be >= 1")
+        if self.top_m < 1 or self.topic_window < 1 or self.max_query_chars < 1:
+            raise ValueError("SelectionParams.top_m, topic_window and max_query_chars must be >= 1")
         if not 0 < self.coverage_target <= 1:
             raise ValueError("SelectionParams.coverage_target must be in (0, 1]")
 
