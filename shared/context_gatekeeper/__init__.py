@@ -9,6 +9,7 @@ from .errors import (
     BudgetError,
     EditError,
     GatekeeperError,
+    HistoryError,
     InvalidInputError,
     ModelUnavailableError,
     StaleHeadError,
@@ -17,12 +18,19 @@ from .errors import (
 )
 from .gate import Decision, GateFeatures
 from .gatekeeper import ContextGatekeeper
+from .messages import Message
+from .operations import Delete, InsertAfter, Replace
 from .params import SelectionParams
+from .revisions import Diff, MessageDiff, Proposal, Revision
 from .selection import Selection, Turn, TurnScore
+from .stores import InMemoryStore, SQLiteStore, Store
 from .tokens import estimate_tokens, resolve_token_counter, tiktoken_counter
+from .transcript import Transcript
+from .transcript_gate import TranscriptGate
 
 __all__ = [
     "__version__",
+    # topic-gated selection
     "ContextGatekeeper",
     "Decision",
     "GateFeatures",
@@ -31,7 +39,23 @@ __all__ = [
     "Turn",
     "TurnScore",
     "extract_anchors",
+    # mutable transcripts
+    "Transcript",
+    "TranscriptGate",
+    "Message",
+    "Revision",
+    "Proposal",
+    "Diff",
+    "MessageDiff",
+    "Replace",
+    "Delete",
+    "InsertAfter",
+    "Store",
+    "InMemoryStore",
+    "SQLiteStore",
+    # errors
     "InvalidInputError",
+    "HistoryError",
     "BudgetError",
     "EditError",
     "GatekeeperError",

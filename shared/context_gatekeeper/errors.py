@@ -15,6 +15,7 @@ __all__ = [
     "UnknownTurnError",
     "UnknownMessageError",
     "EditError",
+    "HistoryError",
     "StaleHeadError",
     "ModelUnavailableError",
 ]
@@ -48,6 +49,10 @@ class UnknownMessageError(GatekeeperError, KeyError):
 
 class EditError(GatekeeperError, ValueError):
     """A model's edit could not be used (malformed or invalid after one retry)."""
+
+
+class HistoryError(GatekeeperError, ValueError):
+    """A version operation that cannot be done: nothing to undo or redo, an unknown revision."""
 
 
 class StaleHeadError(GatekeeperError):

@@ -1,0 +1,182 @@
+"""Turning an edit's requests into changes, and the checks every edit must pass.
+
+Structure is checked by *counting violations* in the full state before and after
+the edit; an edit may not add any (agent transcripts legitimately hold some, so
+only new ones count).  The violations:
+
+* **alternation**: two user messages, or two assistant messages, in a row.  System
+  messages in between are ignored; a tool message separates (an assistant message
+  that follows tool results is the normal agent pattern).  A conversation whose
+  first user/assistant message is an assistant's also counts once.
+* **tool pairing**: an assistant message's ``metadata["tool_calls"]`` id with no
+  tool message answering it in the run of tool messages right after it, or a tool
+  message whose ``metadata["tool_call_id"]`` is not among the calls of the message
+  just before its run (what chat APIs require).
+
+The deletion guard counts tokens of the editable (user and assistant) text: a
+removed message loses all of its tokens, a changed one what it got shorter by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .edit_format import EditView
+from .errors import EditError
+from .messages import Message, new_message_id
+from .operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
+
+__all__ = ["build_changes", "alternation_violations", "tool_violations", "check_structure", "deleted_share"]
+
+
+def _insert_position(state: Sequence[Message], view: EditView, anchor: str | None) -> str | None:
+    """The id a new message goes after, for "insert after ``anchor``" as the model meant it.
+
+    ``None`` is "before the first shown message".  Tool results that follow the
+    anchor stay with it: the new message goes after them.
+    """
+    ids = [m.id for m in state]
+    if anchor is None:
+        if not view.shown:
+            return ids[-1] if ids else None
+        first = ids.index(view.shown[0].id)
+        return ids[first - 1] if first else None
+    index = ids.index(anchor)
+    while index + 1 < len(state) and state[index + 1].role == "tool":
+        index += 1
+    return ids[index]
+
+
+def build_changes(
+    state: Sequence[Message], view: EditView, requests: Sequence[Request]
+) -> tuple[list[Applied], list[Message]]:
+    """Changes computed against ``state`` for ``requests``, and the state they give.
+
+    Order: changes, then insertions, then removals (each removal records the
+    message before it at that point, so :func:`~context_gatekeeper.operations.invert`
+    restores it in place).  A replace with identical text is no change.  Several
+    insertions after the same message keep their order.
+    """
+    by_id = {m.id: m for m in state}
+    edits: list[Applied] = []
+    puts: list[Applied] = []
+    deletes: list[str] = []
+    last_after: dict[str | None, str] = {}
+    for request in requests:
+        if isinstance(request, Replace):
+            before = by_id[request.id]
+            if request.content != before.content:
+                edits.append(Change(before, before.revised(request.content, revision=0)))
+        elif isinstance(request, Delete):
+            deletes.append(request.id)
+        elif isinstance(request, InsertAfter):
+            position = _insert_position(state, view, request.id)
+            message = Message(new_message_id(), request.role, request.content, origin="inserted")
+            puts.append(Put(message, last_after.get(position, position)))
+            last_after[position] = message.id
+        else:  # pragma: no cover - guarded by the parsers
+            raise TypeError(f"not a request: {request!r}")
+    current = apply_changes(state, edits + puts)
+    removes: list[Applied] = []
+    for message_id in deletes:
+        index = next(i for i, m in enumerate(current) if m.id == message_id)
+        removes.append(Remove(current[index], current[index - 1].id if index else None))
+        current.pop(index)
+    return edits + puts + removes, current
+
+
+def alternation_violations(state: Sequence[Message]) -> list[tuple[Message, Message | None]]:
+    """Pairs of same-role neighbours (``(first, None)`` for an assistant-first conversation)."""
+    out: list[tuple[Message, Message | None]] = []
+    previous: Message | None = None
+    started = False
+    for message in state:
+        if message.role == "tool":
+            previous = None
+            continue
+        if message.role not in ("user", "assistant"):
+            continue
+        if not started:
+            started = True
+            if message.role == "assistant":
+                out.append((message, None))
+        if previous is not None and previous.role == message.role:
+            out.append((previous, message))
+        previous = message
+    return out
+
+
+def _call_ids(message: Message) -> list[str]:
+    """The ids of the tool calls an assistant message makes (dicts or objects with ``id``)."""
+    calls = message.metadata.get("tool_calls") if message.role == "assistant" else None
+    out: list[str] = []
+    for call in calls or ():
+        call_id = call.get("id") if isinstance(call, dict) else getattr(call, "id", None)
+        if isinstance(call_id, str) and call_id:
+            out.append(call_id)
+    return out
+
+
+def tool_violations(state: Sequence[Message]) -> list[tuple[str, str, str]]:
+    """``(kind, message id, call id)`` for each unanswered call and each orphaned tool result."""
+    out: list[tuple[str, str, str]] = []
+    caller: Message | None = None  # the non-tool message before the current run of tool messages
+    for i, message in enumerate(state):
+        if message.role == "tool":
+            call_id = message.metadata.get("tool_call_id")
+            if isinstance(call_id, str) and call_id and (caller is None or call_id not in _call_ids(caller)):
+                out.append(("orphan", message.id, call_id))
+            continue
+        caller = message
+        calls = _call_ids(message)
+        if calls:
+            answered = set()
+            for follower in state[i + 1 :]:
+                if follower.role != "tool":
+                    break
+                answered.add(follower.metadata.get("tool_call_id"))
+            out.extend(("unanswered", message.id, c) for c in calls if c not in answered)
+    return out
+
+
+def check_structure(before: Sequence[Message], after: Sequence[Message], view: EditView) -> None:
+    """Raise :class:`EditError` if ``after`` has more violations than ``before``."""
+    old_pairs = alternation_violations(before)
+    new_pairs = alternation_violations(after)
+    if len(new_pairs) > len(old_pairs):
+        known = {(a.id, b.id if b else None) for a, b in old_pairs}
+        first, second = next(p for p in new_pairs if (p[0].id, p[1].id if p[1] else None) not in known)
+        if second is None:
+            where = f"the conversation would start with an assistant message ({view.describe(first)})"
+        else:
+            where = f"{view.describe(first)} and {view.describe(second)} would be two {first.role} messages in a row"
+        raise EditError(f"{where}; keep user and assistant messages alternating (delete a question with its answer)")
+    old_tools = tool_violations(before)
+    new_tools = tool_violations(after)
+    if len(new_tools) > len(old_tools):
+        kind, message_id, call_id = next(t for t in new_tools if t not in set(old_tools))
+        message = next(m for m in after if m.id == message_id)
+        if kind == "orphan":
+            raise EditError(
+                f"the result of tool call {call_id!r} would lose the assistant message that made the call; "
+                "keep the message that calls a tool together with the tool's result"
+            )
+        raise EditError(
+            f"tool call {call_id!r} of {view.describe(message)} would be separated from its result; "
+            "do not place messages between a tool call and its result"
+        )
+
+
+def deleted_share(state: Sequence[Message], changes: Sequence[Applied], count: Callable[[str], int]) -> float:
+    """The share (0..1) of the editable tokens of ``state`` that ``changes`` remove."""
+    total = sum(count(m.content) for m in state if m.editable)
+    if total <= 0:
+        return 0.0
+    lost = 0
+    for change in changes:
+        if isinstance(change, Remove) and change.message.editable:
+            lost += count(change.message.content)
+        elif isinstance(change, Change):
+            lost += max(0, count(change.before.content) - count(change.after.content))
+    return min(1.0, lost / total)
+

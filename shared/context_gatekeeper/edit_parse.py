@@ -1,0 +1,297 @@
+"""Reading an editing model's answer: find the JSON, repair it, check its shape.
+
+Models wrap JSON in code fences, put prose around it, or break it (a missing
+comma, a cut-off end).  :func:`load_json` tries, in order: the whole text, the
+inside of an outer code fence, each top-level ``[...]`` / ``{...}`` span (string
+aware, so backticks inside message text do not confuse it) and the text from each
+such span's start to the end; strictly first, then through ``json_repair``.
+An answer cut off mid-way is refused, not repaired (repairing would silently
+drop what it lost).  :func:`parse_rewrite` and :func:`parse_patch` turn the
+result into requests on *real* message ids, or raise
+:class:`~context_gatekeeper.errors.EditError` listing what is wrong (the text is
+shown to the model on the retry).
+
+>>> load_json('Sure! ```json\\n{"operations": []}\\n``` Done.')
+{'operations': []}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import json_repair
+
+from .edit_format import EditView
+from .errors import EditError
+from .operations import Delete, InsertAfter, Replace, Request
+
+__all__ = ["load_json", "parse_rewrite", "parse_patch"]
+
+_FENCE = re.compile(r"^\s*```[\w-]*[ \t]*\n(.*)\n[ \t]*```\s*$", re.DOTALL)
+_NEW_IDS = {"", "new", "null", "none"}
+_OPS = {"replace": "replace", "delete": "delete", "insert_after": "insert_after", "insert": "insert_after"}
+_MAX_SPANS = 50
+
+
+def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
+    """``(start, end, cut_off)`` of each top-level ``[...]`` / ``{...}`` span.
+
+    ``end`` is None for a span that never closes; ``cut_off`` says it stops mid-way
+    (inside a string, or after a comma or colon) rather than only lacking its
+    closing brackets.
+
+    The scan is string aware, so brackets and backticks inside JSON strings do not
+    count, and spans nested in an earlier one are not offered again.
+    """
+    closing = {"[": "]", "{": "}"}
+    position, found = 0, 0
+    while found < _MAX_SPANS:
+        starts = [i for i in (text.find("[", position), text.find("{", position)) if i >= 0]
+        if not starts:
+            return
+        start = min(starts)
+        found += 1
+        stack, in_string, escaped, end, mismatched = [closing[text[start]]], False, False, None, False
+        for i in range(start + 1, len(text)):
+            c = text[i]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif c == "\\":
+                    escaped = True
+                elif c == '"':
+                    in_string = False
+            elif c == '"':
+                in_string = True
+            elif c in closing:
+                stack.append(closing[c])
+            elif c in "]}":
+                if c != stack.pop():
+                    mismatched = True  # not JSON here; try the next bracket
+                    break
+                if not stack:
+                    end = i + 1
+                    break
+        if mismatched:
+            position = start + 1
+            continue
+        last = text.rstrip()[-1:]
+        yield start, end, end is None and (in_string or last not in ("]", "}", '"'))
+        if end is None:
+            return
+        position = end
+
+
+def _candidates(text: str) -> dict[str, bool]:
+    """Texts that may hold the answer's JSON, most likely first, each with whether it is cut off."""
+    spans = list(_top_level_spans(text))
+    truncated = any(cut_off for _, _, cut_off in spans)
+    out = {text: truncated}
+    fence = _FENCE.match(text)
+    if fence:
+        out.setdefault(fence.group(1), truncated)
+    for start, end, cut_off in spans:
+        if end is not None:
+            out.setdefault(text[start:end], False)
+        tail = re.sub(r"\n?[ \t]*```\s*$", "", text[start:])  # to the end: lacks only closing brackets?
+        out[tail] = out.get(tail, False) or cut_off
+    return out
+
+
+def _any_container(value: Any) -> bool:
+    """Any JSON object or array."""
+    return isinstance(value, (dict, list))
+
+
+def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
+    """The JSON value in a model's answer, repaired if needed.
+
+    Every candidate (see the module docstring) is parsed strictly first, then with
+    ``json_repair``; the first value ``accept`` takes wins.  Failing that, the
+    first value parsed at all is returned, so the caller can say what shape is wrong.
+    A cut-off answer is refused rather than repaired: repairing would silently drop
+    whatever it lost (in ``rewrite``, the messages at its end).
+
+    Raises:
+        EditError: no JSON could be found or repaired, or the answer was cut off.
+    """
+    stripped = text.strip()
+    candidates = _candidates(stripped)
+    fallback: list[Any] = []
+    for repair in (False, True):
+        for candidate, cut_off in candidates.items():
+            try:
+                value = json_repair.loads(candidate) if repair else json.loads(candidate)
+            except Exception:  # json_repair is lenient; never let its own bugs escape
+                continue
+            if accept(value) and cut_off:
+                raise EditError(
+                    "the answer is incomplete: its JSON stops mid-way (cut off by an output limit?); "
+                    "answer again with the complete JSON"
+                )
+            if accept(value):
+                return value
+            if not fallback and _any_container(value) and value:
+                fallback.append(value)
+    if fallback:
+        return fallback[0]
+    preview = stripped[:80] + ("..." if len(stripped) > 80 else "")
+    raise EditError(f"the answer holds no usable JSON (it starts {preview!r})")
+
+
+def _coerce(data: Any, accept: Callable[[Any], bool]) -> Any:
+    """A parsed answer, loading it first if it is still text."""
+    return load_json(data, accept) if isinstance(data, str) else data
+
+
+def _list_of_objects(value: Any) -> bool:
+    """A JSON array of objects (or an empty one)."""
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def _rewrite_shape(value: Any) -> bool:
+    """Shaped like a ``rewrite`` answer: an array of messages, or ``{"messages": [...]}``."""
+    return _list_of_objects(value) or (isinstance(value, dict) and _list_of_objects(value.get("messages")))
+
+
+def _patch_shape(value: Any) -> bool:
+    """Shaped like a ``patch`` answer: ``{"operations": [...]}`` or a bare array of operations."""
+    return _list_of_objects(value) or (isinstance(value, dict) and _list_of_objects(value.get("operations")))
+
+
+def _alias(value: Any) -> str | None:
+    """An id as the model wrote it: ints become strings, placeholders for "new" become None."""
+    if value is None or isinstance(value, bool):
+        return None
+    text = str(value).strip()
+    return None if text.lower() in _NEW_IDS else text
+
+
+def _fail(problems: list[str]) -> None:
+    """Raise one :class:`EditError` naming the first few problems, if there are any."""
+    if problems:
+        shown = problems[:5] + ([f"and {len(problems) - 5} more problems"] if len(problems) > 5 else [])
+        raise EditError("; ".join(shown))
+
+
+def _check_content(item: dict[str, Any], where: str, problems: list[str]) -> str | None:
+    """The item's non-blank text content, or None with the problem recorded."""
+    content = item.get("content")
+    if not isinstance(content, str):
+        problems.append(f"{where} has no text content (\"content\" must be a string)")
+        return None
+    if not content.strip():
+        problems.append(f"{where} has empty content; delete the message instead of emptying it")
+        return None
+    return content
+
+
+def parse_rewrite(data: Any, view: EditView) -> list[Request]:
+    """Diff a ``rewrite`` answer against ``view`` into requests on real ids.
+
+    A known id with other text is a :class:`Replace`, a known id left out a
+    :class:`Delete`, an object without an id an :class:`InsertAfter` (after the
+    message returned before it; ``None``: before the first shown message).
+    """
+    data = _coerce(data, _rewrite_shape)
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        data = data["messages"]
+    if not isinstance(data, list):
+        raise EditError(f"expected a JSON array of messages, got a JSON {type(data).__name__}")
+    problems: list[str] = []
+    requests: list[Request] = []
+    seen: list[str] = []
+    previous: str | None = None  # real id of the message returned just before
+    for n, item in enumerate(data, 1):
+        if not isinstance(item, dict):
+            problems.append(f"item {n} is not an object with id, role and content")
+            continue
+        alias = _alias(item.get("id"))
+        where = f"message {alias}" if alias else f"new message (item {n})"
+        role = item.get("role")
+        content = _check_content(item, where, problems)
+        if alias is None:
+            if role not in ("user", "assistant"):
+                problems.append(f"{where} needs role \"user\" or \"assistant\", got {role!r}")
+            elif content is not None:
+                requests.append(InsertAfter(previous, role, content))
+            continue
+        real = view.id_of.get(alias)
+        if real is None:
+            problems.append(f"unknown id {alias!r}: use only the ids shown, or null for a new message")
+            continue
+        if real in seen:
+            problems.append(f"message {alias} appears more than once")
+            continue
+        if seen and int(alias) < int(view.alias_of[seen[-1]]):
+            problems.append(f"message {alias} was moved before message {view.alias_of[seen[-1]]}; keep the order")
+        seen.append(real)
+        previous = real
+        message = next(m for m in view.shown if m.id == real)
+        if role is not None and role != message.role:
+            problems.append(f"message {alias} changed role from {message.role} to {role!r}; roles never change")
+        elif content is not None and content != message.content:
+            requests.append(Replace(real, content))
+    _fail(problems)
+    kept = set(seen)
+    requests.extend(Delete(m.id) for m in view.shown if m.id not in kept)
+    return requests
+
+
+def parse_patch(data: Any, view: EditView) -> list[Request]:
+    """Read a ``patch`` answer into requests on real ids.
+
+    ``InsertAfter(None, ...)`` means before the first shown message.
+    """
+    data = _coerce(data, _patch_shape)
+    if isinstance(data, dict) and "operations" in data:
+        data = data["operations"]
+    elif isinstance(data, dict) and "op" in data:
+        data = [data]
+    if not isinstance(data, list):
+        raise EditError('expected a JSON object {"operations": [...]}')
+    problems: list[str] = []
+    requests: list[Request] = []
+    touched: set[str] = set()
+    roles = {m.id: m.role for m in view.shown}
+    for n, item in enumerate(data, 1):
+        if not isinstance(item, dict):
+            problems.append(f"operation {n} is not an object")
+            continue
+        op = _OPS.get(str(item.get("op", "")).strip().lower().replace("-", "_"))
+        if op is None:
+            problems.append(f"operation {n} has op {item.get('op')!r}; use replace, delete or insert_after")
+            continue
+        alias = _alias(item.get("id"))
+        real = view.id_of.get(alias) if alias is not None else None
+        if alias is not None and real is None:
+            problems.append(f"operation {n} ({op}) names unknown id {alias!r}; use only the ids shown")
+            continue
+        if op != "insert_after":
+            if real is None:
+                problems.append(f"operation {n} ({op}) needs the id of an existing message")
+                continue
+            if real in touched:
+                problems.append(f"message {alias} is changed by more than one operation; give one per message")
+                continue
+            touched.add(real)
+        where = f"operation {n} ({op} {alias})" if alias else f"operation {n} ({op})"
+        if op == "delete":
+            requests.append(Delete(real))
+            continue
+        content = _check_content(item, where, problems)
+        role = item.get("role")
+        if op == "replace":
+            if role is not None and role != roles[real]:
+                problems.append(f"{where} changes the role from {roles[real]} to {role!r}; roles never change")
+            elif content is not None:
+                requests.append(Replace(real, content))
+        elif role not in ("user", "assistant"):
+            problems.append(f"{where} needs role \"user\" or \"assistant\", got {role!r}")
+        elif content is not None:
+            requests.append(InsertAfter(real, role, content))
+    _fail(problems)
+    return requests

@@ -1,0 +1,241 @@
+"""Natural-language edits: ``T' = f(T, e)`` computed by a model, checked, as changes on ids.
+
+:func:`compute_edit` (and its async twin :func:`acompute_edit`) asks a model to
+apply an instruction to the editable messages of a transcript state, reads and
+checks the answer (DESIGN.md §5), and returns the result as changes computed
+against that state.  It changes nothing itself: the transcript commits the
+changes (stamping revision numbers) or shows them as a preview.
+
+Strategies: ``"patch"`` (the model answers with operations only; messages it does
+not touch never pass through it) and ``"rewrite"`` (the research prototype's: the
+model answers with the whole revised conversation, which is diffed into changes).
+
+An unusable answer (no JSON, unknown ids, empty text, a changed role, a broken
+alternation or tool pair) is retried once, showing the model its answer and the
+problem; a second failure raises :class:`~context_gatekeeper.errors.EditError`.
+An edit removing more than ``max_deletion_share`` of the editable tokens is refused
+(not retried) unless ``allow_large_deletion=True``.
+
+>>> from context_gatekeeper.messages import Message
+>>> from context_gatekeeper.testing import ScriptedModel
+>>> state = [Message("q", "user", "GDP of Ireland?"), Message("r", "assistant", "Ireland: ...")]
+>>> model = ScriptedModel(['{"operations": [{"op": "replace", "id": "1", "content": "GDP of Iceland?"},'
+...                        ' {"op": "replace", "id": "2", "content": "Iceland: ..."}]}'])
+>>> result = compute_edit(state, "Iceland, not Ireland", model)
+>>> [(c.before.id, c.after.content) for c in result.changes]
+[('q', 'GDP of Iceland?'), ('r', 'Iceland: ...')]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .edit_checks import build_changes, check_structure, deleted_share
+from .edit_format import STRATEGIES, EditView, build_prompt, output_schema, retry_prompt
+from .edit_parse import parse_patch, parse_rewrite
+from .errors import EditError, InvalidInputError
+from .messages import Message
+from .models import ChatMessages, EditModel, Reply, as_edit_model
+from .operations import Applied
+from .tokens import TokenCounterLike, resolve_token_counter
+from .validation import require_text
+
+__all__ = ["EditResult", "compute_edit", "acompute_edit", "STRATEGIES"]
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 2
+
+
+@dataclass(frozen=True)
+class EditResult:
+    """What an edit computed, not yet applied.
+
+    Attributes:
+        changes: Put/Remove/Change computed against the input state, in the order
+            to apply them; empty when the instruction needed no change.  New and
+            changed versions carry ``revision=0``: the transcript stamps the number.
+        model_name: the name of the model that produced it.
+        attempts: 1, or 2 when the first answer was unusable and retried.
+        raw_outputs: the model's answer for each attempt, as text.
+        strategy: "patch" or "rewrite".
+    """
+
+    changes: tuple[Applied, ...]
+    model_name: str
+    attempts: int
+    raw_outputs: tuple[str, ...]
+    strategy: str = "patch"
+
+    @property
+    def changed(self) -> bool:
+        """Whether the edit changes anything."""
+        return bool(self.changes)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The checked options of one edit."""
+
+    strategy: str
+    max_deletion_share: float
+    allow_large_deletion: bool
+    count: Any
+
+
+def _check_arguments(
+    state: Sequence[Message],
+    instruction: Any,
+    strategy: Any,
+    max_deletion_share: Any,
+    allow_large_deletion: bool,
+    token_counter: TokenCounterLike,
+) -> tuple[list[Message], _Settings]:
+    """Validate the public arguments up front, with errors that say what to pass."""
+    require_text(instruction, "edit instruction")
+    if strategy not in STRATEGIES:
+        raise InvalidInputError(f"unknown edit strategy {strategy!r}; use one of {list(STRATEGIES)}")
+    share = max_deletion_share
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise InvalidInputError(f"max_deletion_share must be a number from 0 to 1, got {share!r}")
+    if isinstance(state, (str, bytes)) or not isinstance(state, Sequence):
+        raise TypeError(f"state must be a sequence of Message, got {type(state).__name__}")
+    messages = list(state)
+    for message in messages:
+        if not isinstance(message, Message):
+            raise TypeError(f"state must hold Message objects, got {type(message).__name__}")
+    if len({m.id for m in messages}) != len(messages):
+        raise InvalidInputError("state holds two messages with the same id; message ids must be unique")
+    return messages, _Settings(strategy, float(share), bool(allow_large_deletion), resolve_token_counter(token_counter))
+
+
+def _as_text(reply: Reply) -> str:
+    """A reply as text (parsed structured output is dumped back to JSON)."""
+    return reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+
+
+_Ask = tuple[ChatMessages, "Mapping[str, Any] | None"]
+
+
+def _session(
+    state: list[Message], instruction: str, settings: _Settings, structured: bool, name: str
+) -> Generator[_Ask, Reply, EditResult]:
+    """The edit as a dialogue: yields what to send the model, receives its reply.
+
+    Shared by the sync and async entry points, which only differ in how they call
+    the model.
+    """
+    view = EditView.of(state)
+    prompt = build_prompt(settings.strategy, view, instruction)
+    schema = output_schema(settings.strategy) if structured else None
+    parse = parse_rewrite if settings.strategy == "rewrite" else parse_patch
+    messages, raw, problems = prompt, [], []
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        reply = yield messages, schema
+        raw.append(_as_text(reply))
+        try:
+            changes, after = build_changes(state, view, parse(reply, view))
+            check_structure(state, after, view)
+        except EditError as exc:
+            problems.append(str(exc))
+            logger.info("edit attempt %d by %s was unusable: %s", attempt, name, exc)
+            messages = retry_prompt(prompt, raw[-1], str(exc), settings.strategy)
+            continue
+        share = deleted_share(state, changes, settings.count)
+        if share > settings.max_deletion_share and not settings.allow_large_deletion:
+            raise EditError(
+                f"the edit would delete {share:.0%} of the conversation's text (limit "
+                f"{settings.max_deletion_share:.0%}), so it was refused and nothing was changed. If this is "
+                "intended, show the preview to the user and pass allow_large_deletion=True."
+            )
+        return EditResult(tuple(changes), name, attempt, tuple(raw), settings.strategy)
+    first = f" (first attempt: {problems[0]})" if problems[0] != problems[-1] else ""
+    raise EditError(
+        f"model {name!r} gave no usable edit after {MAX_ATTEMPTS} attempts: {problems[-1]}{first}. "
+        "Nothing was changed; rephrase the instruction more precisely or use a stronger model."
+    )
+
+
+def _start(
+    state: Sequence[Message],
+    instruction: str,
+    model: Any,
+    strategy: str,
+    max_deletion_share: float,
+    allow_large_deletion: bool,
+    token_counter: TokenCounterLike,
+) -> tuple[EditModel, Generator[_Ask, Reply, EditResult]]:
+    """Check the arguments, normalise the model and open the edit dialogue."""
+    messages, settings = _check_arguments(
+        state, instruction, strategy, max_deletion_share, allow_large_deletion, token_counter
+    )
+    edit_model = as_edit_model(model)
+    session = _session(messages, instruction, settings, edit_model.supports_json_schema, edit_model.name)
+    return edit_model, session
+
+
+def compute_edit(
+    state: Sequence[Message],
+    instruction: str,
+    model: Any,
+    *,
+    strategy: str = "patch",
+    max_deletion_share: float = 0.5,
+    allow_large_deletion: bool = False,
+    token_counter: TokenCounterLike = None,
+) -> EditResult:
+    """Ask ``model`` to apply ``instruction`` to ``state``; return the checked changes.
+
+    Args:
+        state: the current messages, in order (only user and assistant text is editable).
+        instruction: what to change, in natural language.
+        model: anything :func:`~context_gatekeeper.models.as_edit_model` accepts.
+        strategy: "patch" (operations only) or "rewrite" (the whole conversation).
+        max_deletion_share: the largest share (0..1) of editable tokens an edit may remove.
+        allow_large_deletion: accept an edit above ``max_deletion_share``.
+        token_counter: how to count tokens for the deletion guard (default cl100k_base).
+
+    Raises:
+        InvalidInputError: a blank instruction, an unknown strategy, a bad share.
+        TypeError: a state that is not Messages, a model that cannot be called.
+        EditError: the model's answer was unusable twice, the edit deletes too much,
+            or the model failed.
+        ModelUnavailableError: the model could not be reached (network, timeout).
+    """
+    edit_model, session = _start(
+        state, instruction, model, strategy, max_deletion_share, allow_large_deletion, token_counter
+    )
+    ask = next(session)
+    while True:
+        reply = edit_model.complete(ask[0], json_schema=ask[1])
+        try:
+            ask = session.send(reply)
+        except StopIteration as done:
+            return done.value
+
+
+async def acompute_edit(
+    state: Sequence[Message],
+    instruction: str,
+    model: Any,
+    *,
+    strategy: str = "patch",
+    max_deletion_share: float = 0.5,
+    allow_large_deletion: bool = False,
+    token_counter: TokenCounterLike = None,
+) -> EditResult:
+    """Async twin of :func:`compute_edit`; never blocks the event loop."""
+    edit_model, session = _start(
+        state, instruction, model, strategy, max_deletion_share, allow_large_deletion, token_counter
+    )
+    ask = next(session)
+    while True:
+        reply = await edit_model.acomplete(ask[0], json_schema=ask[1])
+        try:
+            ask = session.send(reply)
+        except StopIteration as done:
+            return done.value

@@ -1,0 +1,103 @@
+"""Messages of a mutable transcript, with their provenance.
+
+A :class:`Message` is immutable; an edit produces a new version under the same id.
+Everything in it is JSON-serialisable (:meth:`Message.to_dict`), so stores keep
+it as text and adapters can round-trip framework-specific content in ``parts``
+and ``metadata``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from .validation import require_text
+
+__all__ = ["Role", "Origin", "Message", "new_message_id", "EDITABLE_ROLES"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+Origin = Literal["original", "edited", "inserted"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+EDITABLE_ROLES: frozenset[str] = frozenset({"user", "assistant"})
+"""Only user and assistant text is ever rewritten by an edit."""
+
+
+def new_message_id() -> str:
+    """A fresh, globally unique message id (12 hex digits of a UUID4)."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a transcript.
+
+    Attributes:
+        id: stable and unique within a session; never reused.  Edits keep it.
+        role: "system", "user", "assistant" or "tool".
+        content: the text, which selection reads and edits rewrite.
+        parts: provider-specific content kept opaque and round-tripped (a LangChain
+            content-block list, LlamaIndex blocks); an edit rewrites ``content`` only.
+        metadata: tool calls, tool_call_id, names and the like: carried, never rewritten.
+        origin: "original" (as appended), "edited" (text rewritten by a revision) or
+            "inserted" (added by an edit).
+        derived_from: ids of the original messages this version derives from
+            (``(id,)`` for an edited original; ``()`` for originals and insertions).
+        revision: the revision that produced this version.
+    """
+
+    id: str
+    role: Role
+    content: str
+    parts: tuple[Any, ...] | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    origin: Origin = "original"
+    derived_from: tuple[str, ...] = ()
+    revision: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        require_text(self.content, "message content", allow_empty=True)
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"message id must be a non-empty str, got {self.id!r}")
+
+    @property
+    def editable(self) -> bool:
+        """Whether an edit may rewrite this message (user and assistant text only)."""
+        return self.role in EDITABLE_ROLES
+
+    def revised(self, content: str, revision: int) -> "Message":
+        """This message with new text, as produced by ``revision`` (provenance kept)."""
+        derived = self.derived_from or ((self.id,) if self.origin == "original" else ())
+        origin: Origin = "inserted" if self.origin == "inserted" else "edited"
+        return replace(self, content=content, origin=origin, derived_from=derived, revision=revision)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the stores' format)."""
+        return {
+            "id": self.id,
+            "role": self.role,
+            "content": self.content,
+            "parts": list(self.parts) if self.parts is not None else None,
+            "metadata": dict(self.metadata),
+            "origin": self.origin,
+            "derived_from": list(self.derived_from),
+            "revision": self.revision,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Message":
+        """Inverse of :meth:`to_dict`."""
+        parts = data.get("parts")
+        return cls(
+            id=data["id"],
+            role=data["role"],
+            content=data["content"],
+            parts=tuple(parts) if parts is not None else None,
+            metadata=dict(data.get("metadata") or {}),
+            origin=data.get("origin", "original"),
+            derived_from=tuple(data.get("derived_from") or ()),
+            revision=int(data.get("revision", 0)),
+        )

@@ -1,0 +1,228 @@
+"""Revisions, proposals and diffs: the version history of a transcript.
+
+Every change to a transcript is a :class:`Revision`: a numbered, timestamped list of
+changes on message ids (:mod:`operations`).  The state at revision ``n`` is the
+changes of revisions ``1..n`` applied in order to an empty transcript.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .messages import Message
+from .operations import Applied, Put, Remove, change_from_dict, change_to_dict, touched_ids
+
+__all__ = [
+    "RevisionKind",
+    "STATE_CHANGING",
+    "Revision",
+    "Proposal",
+    "MessageDiff",
+    "Diff",
+    "diff_states",
+    "rebase_conflicts",
+]
+
+RevisionKind = Literal["append", "edit", "apply", "set", "clear", "undo", "redo", "revert"]
+STATE_CHANGING: frozenset[str] = frozenset({"edit", "apply", "set", "clear", "revert"})
+"""Kinds that ``undo`` reverts; appends are undone only by deleting them explicitly."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One recorded change.
+
+    Attributes:
+        number: 1, 2, 3, ... within the session (0 is the empty transcript).
+        parent: the revision this one was applied on (``number - 1``).
+        kind: "append", "edit", "apply", "set", "clear", "undo", "redo" or "revert".
+        changes: the changes on message ids, in order.
+        instruction: the natural-language instruction (edits), else None.
+        model: the name of the model that produced an edit, else None.
+        time: seconds since the epoch when it was committed.
+        base: the head the change was computed on; below ``parent`` when an edit was
+            rebased over appends that landed meanwhile.
+        target: for "undo" and "redo", the revision undone or re-applied; for
+            "revert", the revision whose state was restored.
+    """
+
+    number: int
+    parent: int
+    kind: RevisionKind
+    changes: tuple[Applied, ...]
+    instruction: str | None = None
+    model: str | None = None
+    time: float = field(default_factory=time.time)
+    base: int | None = None
+    target: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the stores' format)."""
+        return {
+            "number": self.number,
+            "parent": self.parent,
+            "kind": self.kind,
+            "changes": [change_to_dict(c) for c in self.changes],
+            "instruction": self.instruction,
+            "model": self.model,
+            "time": self.time,
+            "base": self.base,
+            "target": self.target,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Revision":
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            number=data["number"],
+            parent=data["parent"],
+            kind=data["kind"],
+            changes=tuple(change_from_dict(c) for c in data["changes"]),
+            instruction=data.get("instruction"),
+            model=data.get("model"),
+            time=data.get("time", 0.0),
+            base=data.get("base"),
+            target=data.get("target"),
+        )
+
+    def changes_json(self) -> str:
+        """The changes as compact JSON text."""
+        return json.dumps([change_to_dict(c) for c in self.changes], ensure_ascii=False, separators=(",", ":"))
+
+    @property
+    def removed(self) -> tuple[Message, ...]:
+        """Messages this revision took out of the state."""
+        return tuple(c.message for c in self.changes if isinstance(c, Remove))
+
+    @property
+    def added(self) -> tuple[Message, ...]:
+        """Messages this revision put into the state."""
+        return tuple(c.message for c in self.changes if isinstance(c, Put))
+
+
+@dataclass(frozen=True)
+class MessageDiff:
+    """How one message differs between two states.
+
+    Attributes:
+        id: the message id.
+        status: "added", "removed" or "changed".
+        before: the message in the first state (None when added).
+        after: the message in the second state (None when removed).
+    """
+
+    id: str
+    status: Literal["added", "removed", "changed"]
+    before: Message | None
+    after: Message | None
+
+
+def _render(state: Sequence[Message]) -> list[str]:
+    lines: list[str] = []
+    for message in state:
+        lines.append(f"[{message.role} {message.id}]")
+        lines.extend(message.content.splitlines() or [""])
+    return lines
+
+
+@dataclass(frozen=True)
+class Diff:
+    """The difference between the states at two revisions.
+
+    Attributes:
+        a: the first revision number.
+        b: the second revision number.
+        messages: one entry per added, removed or changed message, in the order of
+            the second state (removed ones where they stood in the first).
+        before: the state at ``a``.
+        after: the state at ``b``.
+
+    ``str(diff)`` is a unified diff of the two states, one block per message.
+    """
+
+    a: int
+    b: int
+    messages: tuple[MessageDiff, ...]
+    before: tuple[Message, ...] = ()
+    after: tuple[Message, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.messages)
+
+    @property
+    def added(self) -> tuple[MessageDiff, ...]:
+        return tuple(m for m in self.messages if m.status == "added")
+
+    @property
+    def removed(self) -> tuple[MessageDiff, ...]:
+        return tuple(m for m in self.messages if m.status == "removed")
+
+    @property
+    def changed(self) -> tuple[MessageDiff, ...]:
+        return tuple(m for m in self.messages if m.status == "changed")
+
+    def __str__(self) -> str:
+        if not self.messages:
+            return f"no changes between revision {self.a} and revision {self.b}"
+        lines = difflib.unified_diff(
+            _render(self.before), _render(self.after), f"revision {self.a}", f"revision {self.b}", lineterm=""
+        )
+        return "\n".join(lines)
+
+
+def diff_states(a: int, before: Sequence[Message], b: int, after: Sequence[Message]) -> Diff:
+    """Compare two states message by message, by id."""
+    old = {m.id: m for m in before}
+    new = {m.id: m for m in after}
+    entries: list[MessageDiff] = []
+    for message in after:
+        previous = old.get(message.id)
+        if previous is None:
+            entries.append(MessageDiff(message.id, "added", None, message))
+        elif previous.content != message.content or previous.role != message.role:
+            entries.append(MessageDiff(message.id, "changed", previous, message))
+    removed = [MessageDiff(m.id, "removed", m, None) for m in before if m.id not in new]
+    return Diff(a, b, tuple(entries + removed), tuple(before), tuple(after))
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """An edit computed but not applied (``edit(..., preview=True)``).
+
+    Attributes:
+        session_id: the transcript it belongs to.
+        base: the head it was computed on; ``commit`` applies it only if the head is
+            still ``base``, or has moved by appends that touch none of its messages.
+        changes: exactly what ``commit`` applies.
+        diff: the change as a readable diff (base state against proposed state).
+        instruction: the instruction it answers.
+        model: the model that produced it.
+        strategy: "rewrite" or "patch".
+    """
+
+    session_id: str
+    base: int
+    changes: tuple[Applied, ...]
+    diff: Diff
+    instruction: str
+    model: str | None
+    strategy: str
+
+
+def rebase_conflicts(later: Iterable[Revision], changes: Sequence[Applied]) -> list[int]:
+    """Revisions in ``later`` that stop ``changes`` from being applied on top of them.
+
+    An edit computed at head ``h`` may commit after revisions ``h+1..`` if each is an
+    append that touches none of the messages it changes; anything else conflicts.
+    """
+    ids = touched_ids(changes)
+    blocking = []
+    for revision in later:
+        if revision.kind != "append" or touched_ids(revision.changes) & ids:
+            blocking.append(revision.number)
+    return blocking

@@ -1,0 +1,127 @@
+"""The store interface every backend implements (in-memory, SQLite, PostgreSQL).
+
+A store keeps, per session, the ordered log of :class:`~context_gatekeeper.revisions.Revision`
+records.  It knows nothing about messages beyond serialising revisions; the
+:class:`~context_gatekeeper.transcript.Transcript` rebuilds state from the log.
+
+Contract (checked by ``tests/store_conformance.py``, which every backend runs):
+
+* ``setup()`` is idempotent; schema changes are an add-only list of migrations
+  recorded in a table.
+* ``commit`` is one transaction: it either stores the whole revision as number
+  ``head + 1`` or nothing (a failure, or a crash at any point, leaves the
+  previous revision intact).
+* Appends (``expected_head=None``) commit at whatever the head is and never
+  conflict.  Other revisions give the head they were computed on: if the head has
+  moved, the revision still commits (rebased) when every revision since is an
+  append touching none of its messages (:func:`revisions.rebase_conflicts`);
+  otherwise ``StaleHeadError``, and nothing is written.
+* ``fault_hook``, when set, is called with a point name at fixed places inside the
+  write transaction ("begin", "written", "before_commit"), so tests can make a
+  writer fail or die mid-transaction deterministically.
+* Objects are safe to share between threads.  Async twins never block the event
+  loop (by default they run the sync method in a worker thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ..errors import InvalidInputError, StaleHeadError
+from ..revisions import Revision, rebase_conflicts
+
+__all__ = ["Store", "FaultHook", "FAULT_POINTS", "place_revision"]
+
+FaultHook = Callable[[str], None]
+FAULT_POINTS = ("begin", "written", "before_commit")
+
+
+def place_revision(
+    session_id: str, revision: Revision, head: int, expected_head: int | None, later: Sequence[Revision]
+) -> Revision:
+    """Number ``revision`` for a store whose head is ``head`` (the check every backend runs
+    inside its write transaction).
+
+    ``later`` must hold the revisions after ``expected_head`` when it differs from ``head``.
+    Raises :class:`StaleHeadError` when the revision cannot be rebased over them.
+    """
+    if expected_head is not None and (isinstance(expected_head, bool) or not isinstance(expected_head, int)):
+        raise TypeError(f"expected_head must be None or an int, got {type(expected_head).__name__}")
+    if expected_head is not None and expected_head < 0:
+        raise InvalidInputError(f"expected_head must be None or a revision number >= 0, got {expected_head}")
+    base = head if expected_head is None else expected_head
+    if expected_head is not None and expected_head != head:
+        if expected_head > head:
+            raise StaleHeadError(
+                f"session {session_id!r}: this change was computed at revision {expected_head}, "
+                f"but the store's head is {head}; reload the transcript and try again"
+            )
+        blocking = rebase_conflicts(later, revision.changes)
+        if blocking:
+            raise StaleHeadError(
+                f"session {session_id!r}: revision(s) {blocking} changed the transcript after revision "
+                f"{expected_head}, which this {revision.kind} was computed on; nothing was written. "
+                "Reload (read transcript.messages) and run it again."
+            )
+    return replace(revision, number=head + 1, parent=head, base=base)
+
+
+class Store(ABC):
+    """Keeps the revision log of each session."""
+
+    fault_hook: FaultHook | None = None
+
+    # -- sync ---------------------------------------------------------------------------
+    @abstractmethod
+    def setup(self) -> None:
+        """Create or migrate the schema (idempotent)."""
+
+    @abstractmethod
+    def head(self, session_id: str) -> int:
+        """The latest revision number of a session (0 when it has none)."""
+
+    @abstractmethod
+    def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        """The revisions numbered above ``after``, in order."""
+
+    @abstractmethod
+    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
+        """Store ``revision`` as the next one, atomically, and return it as stored
+        (``number``, ``parent`` and ``base`` filled in); see the module docstring."""
+
+    @abstractmethod
+    def purge(self, session_id: str) -> None:
+        """Erase a session entirely, record included."""
+
+    @abstractmethod
+    def sessions(self) -> list[str]:
+        """Ids of the sessions that have at least one revision."""
+
+    def close(self) -> None:
+        """Release connections (the store may not be used afterwards)."""
+
+    def _fault(self, point: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(point)
+
+    # -- async twins --------------------------------------------------------------------
+    async def asetup(self) -> None:
+        await asyncio.to_thread(self.setup)
+
+    async def ahead(self, session_id: str) -> int:
+        return await asyncio.to_thread(self.head, session_id)
+
+    async def arevisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        return await asyncio.to_thread(self.revisions, session_id, after)
+
+    async def acommit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
+        return await asyncio.to_thread(self.commit, session_id, revision, expected_head=expected_head)
+
+    async def apurge(self, session_id: str) -> None:
+        await asyncio.to_thread(self.purge, session_id)
+
+    async def asessions(self) -> list[str]:
+        return await asyncio.to_thread(self.sessions)

@@ -1,0 +1,309 @@
+"""The embedded SQLite store: one file, several threads and processes, standard library only.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction on a WAL-mode database with a
+busy timeout, so writers in different processes queue instead of failing, readers
+never block writers, and a crash at any point leaves the previous revision intact.
+
+Schema changes are an add-only list of :data:`MIGRATIONS`; ``setup()`` applies the
+ones a file lacks, in order, in one transaction, and records each in
+``schema_migrations``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+from ..errors import GatekeeperError
+from ..operations import change_to_dict
+from ..revisions import Revision
+from .base import FaultHook, Store, place_revision
+
+__all__ = ["SQLiteStore", "Migration", "MIGRATIONS", "SchemaVersionError"]
+
+
+class Migration(NamedTuple):
+    """One schema change: applied once, in ``version`` order, never edited after release."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "revisions",
+        (
+            """CREATE TABLE revisions (
+                session_id  TEXT    NOT NULL,
+                number      INTEGER NOT NULL CHECK (number >= 1),
+                parent      INTEGER NOT NULL,
+                kind        TEXT    NOT NULL,
+                instruction TEXT,
+                model       TEXT,
+                created_at  REAL    NOT NULL,
+                base        INTEGER,
+                target      INTEGER,
+                changes     TEXT    NOT NULL,
+                PRIMARY KEY (session_id, number)
+            )""",
+        ),
+    ),
+)
+"""Add new migrations at the end; never change or remove a released one."""
+
+_CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)"""
+_COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, changes"
+_HEAD = "SELECT COALESCE(MAX(number), 0) FROM revisions WHERE session_id = ?"
+_SELECT = f"SELECT {_COLUMNS} FROM revisions WHERE session_id = ? AND number > ? ORDER BY number"
+_INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+class SchemaVersionError(GatekeeperError, RuntimeError):
+    """The database file was migrated by a newer version of context-gatekeeper."""
+
+
+class SQLiteStore(Store):
+    """Revision logs in an SQLite file (WAL mode).
+
+    Args:
+        path: the database file (created if missing).  ``":memory:"`` gives a
+            private in-memory database, correct across threads (there is one
+            connection) but gone on ``close()`` and invisible to other objects
+            and processes.
+        busy_timeout: seconds a write waits for another process's write to finish
+            before ``sqlite3.OperationalError`` ("database is locked").
+        fault_hook: called with "begin", "written" and "before_commit" inside each
+            commit's transaction (tests use it to fail or kill a writer there).
+        setup: apply missing migrations now (default); pass False to defer to
+            an explicit ``setup()``.
+
+    Threads: one connection per object, opened with ``check_same_thread=False``
+    and used only under a lock.  A sqlite3 connection must not be used by two
+    threads at once, and a connection per thread would leak one connection per
+    short-lived worker thread (``asyncio.to_thread`` pools come and go) and make
+    ``close()`` unsafe while another thread is mid-transaction.  The lock costs
+    little: SQLite admits one writer at a time anyway and reads take
+    microseconds.  Processes (or several objects on one file) each have their
+    own connection and are coordinated by SQLite itself: WAL, ``BEGIN
+    IMMEDIATE`` for every write and the busy timeout.
+
+    ``purge`` also overwrites the erased rows (``secure_delete``) and truncates
+    the write-ahead log when it can, so a purged session's text does not linger
+    in the file.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        fault_hook: FaultHook | None = None,
+        setup: bool = True,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.fault_hook = fault_hook
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = _connect(self.path, busy_timeout)
+        if setup:
+            try:
+                self.setup()
+            except BaseException:
+                self.close()
+                raise
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    # -- plumbing -----------------------------------------------------------------------
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """The connection, held under the lock for the duration of the block."""
+        with self._lock:
+            if self._conn is None:
+                raise RuntimeError(f"{self!r} is closed; open a new SQLiteStore on the file")
+            yield self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed if the block returns, else rolled back."""
+        with self._connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+
+    # -- Store --------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Create the schema or bring it up to date (idempotent, one transaction)."""
+        with self._write() as conn:
+            conn.execute(_CREATE_MIGRATIONS_TABLE)
+            applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            _refuse_newer(applied)
+            for migration in MIGRATIONS:
+                if migration.version not in applied:
+                    for statement in migration.statements:
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                        (migration.version, migration.name, time.time()),
+                    )
+
+    def applied_migrations(self) -> list[tuple[int, str]]:
+        """``(version, name)`` of every migration this file has had, in order."""
+        with self._connection() as conn:
+            return [tuple(r) for r in conn.execute("SELECT version, name FROM schema_migrations ORDER BY version")]
+
+    def head(self, session_id: str) -> int:
+        """The latest revision number of a session (0 when it has none)."""
+        with self._connection() as conn:
+            return _head(conn, _session(session_id))
+
+    def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        """The revisions numbered above ``after``, in order."""
+        with self._connection() as conn:
+            return _load(conn, _session(session_id), after)
+
+    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
+        """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
+        session_id = _session(session_id)
+        with self._write() as conn:
+            self._fault("begin")
+            head = _head(conn, session_id)
+            stale = expected_head is not None and expected_head < head
+            later = _load(conn, session_id, expected_head) if stale else []
+            stored = place_revision(session_id, revision, head, expected_head, later)
+            conn.execute(_INSERT, _row(session_id, stored))
+            self._fault("written")
+            self._fault("before_commit")
+        return stored
+
+    def purge(self, session_id: str) -> None:
+        """Erase a session entirely, overwriting its rows and truncating the log."""
+        session_id = _session(session_id)
+        with self._write() as conn:
+            conn.execute("DELETE FROM revisions WHERE session_id = ?", (session_id,))
+        self.checkpoint()
+
+    def sessions(self) -> list[str]:
+        """Ids of the sessions that have at least one revision, sorted."""
+        with self._connection() as conn:
+            return [row[0] for row in conn.execute("SELECT DISTINCT session_id FROM revisions ORDER BY session_id")]
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the main file and truncate it (best effort)."""
+        with self._connection() as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def close(self) -> None:
+        """Close the connection (idempotent); the store may not be used afterwards."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, secure deletes."""
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    try:
+        _enable_wal(conn, busy_timeout)
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA secure_delete = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch the file to WAL, retrying while another process holds it.
+
+    SQLite answers "database is locked" at once, without its busy handler, when
+    two processes open a new file together and both try to switch, so this
+    waits here instead, for up to ``busy_timeout`` seconds.  (``":memory:"``
+    stays in "memory" mode.)
+    """
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _session(session_id: Any) -> str:
+    if not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+    return session_id
+
+
+def _refuse_newer(applied: set[int]) -> None:
+    known = {m.version for m in MIGRATIONS}
+    unknown = sorted(applied - known)
+    if unknown:
+        raise SchemaVersionError(
+            f"this database has schema migration(s) {unknown}, which this version of context-gatekeeper "
+            "does not know; upgrade context-gatekeeper to open it"
+        )
+
+
+def _head(conn: sqlite3.Connection, session_id: str) -> int:
+    return conn.execute(_HEAD, (session_id,)).fetchone()[0]
+
+
+def _load(conn: sqlite3.Connection, session_id: str, after: int) -> list[Revision]:
+    return [_revision(row) for row in conn.execute(_SELECT, (session_id, after))]
+
+
+def _changes_text(revision: Revision) -> str:
+    """The changes as JSON text; ASCII-escaped if they hold text UTF-8 cannot encode
+    (lone surrogates), which JSON still round-trips exactly."""
+    text = revision.changes_json()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps([change_to_dict(c) for c in revision.changes], separators=(",", ":"))
+    return text
+
+
+def _row(session_id: str, r: Revision) -> Sequence[Any]:
+    return (session_id, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, _changes_text(r))
+
+
+def _revision(row: Sequence[Any]) -> Revision:
+    number, parent, kind, instruction, model, created_at, base, target, changes = row
+    return Revision.from_dict(
+        {
+            "number": number,
+            "parent": parent,
+            "kind": kind,
+            "changes": json.loads(changes),
+            "instruction": instruction,
+            "model": model,
+            "time": created_at,
+            "base": base,
+            "target": target,
+        }
+    )

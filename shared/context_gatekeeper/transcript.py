@@ -1,0 +1,528 @@
+"""Transcript: a conversation whose history can be revised, with every revision kept.
+
+*Record* (what was said) and *state* (what is currently true) are separate: the
+state is the result of the revision log; the record is every message ever appended,
+as originally written.  Every change, whatever produced it, is a list of changes on
+message ids (:mod:`operations`), which gives one undo rule that never loses later
+turns (DESIGN.md §3):
+
+* ``undo()`` reverts the most recent state-changing revision (edit, apply, set,
+  clear, revert) not yet undone, by applying its inverse, and keeps every message
+  appended after it; appends are undone only by deleting them explicitly.
+* ``redo()`` re-applies what the last undo reverted, if no state-changing revision
+  came after it; otherwise :class:`HistoryError`.
+* ``revert(n)`` makes the state equal to revision ``n``'s, as a new revision whose
+  ``removed`` lists what it drops.
+
+Both are recorded revisions.  Reads check the store's head first, so a transcript
+never serves text another process has superseded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+from .editing import acompute_edit, compute_edit
+from .errors import HistoryError, InvalidInputError, ModelUnavailableError, UnknownMessageError
+from .messages import Message, new_message_id
+from .operations import (
+    AT_END,
+    Applied,
+    Change,
+    Delete,
+    InsertAfter,
+    Put,
+    Remove,
+    Replace,
+    Request,
+    apply_changes,
+    changes_between,
+    invert,
+)
+from .revisions import STATE_CHANGING, Diff, Proposal, Revision, RevisionKind, diff_states
+from .stores.base import Store
+from .stores.memory import InMemoryStore
+from .validation import require_text
+
+__all__ = ["Transcript"]
+
+Strategy = Literal["patch", "rewrite"]
+
+
+def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
+    if store is None:
+        return InMemoryStore()
+    if isinstance(store, Store):
+        return store
+    if isinstance(store, (str, os.PathLike)):
+        from .stores.sqlite import SQLiteStore
+
+        return SQLiteStore(store)
+    raise TypeError(f"store must be a Store, a SQLite file path or None, got {type(store).__name__}")
+
+
+def _stamp(changes: Iterable[Applied], number: int) -> list[Applied]:
+    """The changes with the versions they produce marked as produced by revision ``number``."""
+    out: list[Applied] = []
+    for change in changes:
+        if isinstance(change, Put):
+            out.append(Put(replace(change.message, revision=number), change.after))
+        elif isinstance(change, Change):
+            out.append(Change(change.before, replace(change.after, revision=number)))
+        else:
+            out.append(change)
+    return out
+
+
+def _as_message(item: Message | Mapping[str, Any]) -> Message:
+    if isinstance(item, Message):
+        return item
+    if isinstance(item, Mapping):
+        data = dict(item)
+        data.setdefault("id", new_message_id())
+        return Message.from_dict(data)
+    raise TypeError(f"expected a Message or a dict with role and content, got {type(item).__name__}")
+
+
+class Transcript:
+    """A mutable, versioned conversation transcript.
+
+    >>> from context_gatekeeper.testing import ScriptedModel
+    >>> t = Transcript("demo")
+    >>> _ = t.append(user="What was Ireland's GDP in 2021?", assistant="About 500 billion USD.")
+    >>> [m.content for m in t.messages]
+    ["What was Ireland's GDP in 2021?", 'About 500 billion USD.']
+
+    Args:
+        session_id: which conversation of the store this is.
+        store: an :class:`~context_gatekeeper.stores.Store`, a SQLite file path, or
+            ``None`` for an in-memory store.
+        model: the default editing model (see :mod:`models`); ``edit(model=...)`` overrides it.
+        strategy: the default edit strategy: ``"patch"`` (the model returns operations on
+            ids; untouched messages stay byte-for-byte identical) or ``"rewrite"`` (it
+            returns the whole revised transcript, as the research prototype did).
+        max_deletion_share: an edit deleting more than this share of the editable tokens
+            is refused unless ``allow_large_deletion=True``.
+        token_counter: counts tokens for the deletion guard (default: tiktoken, offline).
+    """
+
+    def __init__(
+        self,
+        session_id: str = "default",
+        *,
+        store: Store | str | os.PathLike[str] | None = None,
+        model: Any = None,
+        strategy: Strategy = "patch",
+        max_deletion_share: float = 0.5,
+        token_counter: Any = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidInputError(f"session_id must be a non-empty str, got {session_id!r}")
+        if strategy not in ("patch", "rewrite"):
+            raise ValueError(f"strategy must be 'patch' or 'rewrite', got {strategy!r}")
+        if not 0 <= max_deletion_share <= 1:
+            raise ValueError(f"max_deletion_share must be within 0..1, got {max_deletion_share!r}")
+        self.session_id = session_id
+        self.store = _open_store(store)
+        self.model = model
+        self.strategy: Strategy = strategy
+        self.max_deletion_share = max_deletion_share
+        self.token_counter = token_counter
+        self._lock = threading.RLock()
+        self._log: list[Revision] = []
+        self._state: list[Message] = []
+        self._open_user: str | None = None  # the last user message this object appended without an answer
+        self._refresh()
+
+    # -- reading ------------------------------------------------------------------------
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The current state, each message with its provenance."""
+        with self._lock:
+            self._refresh()
+            return tuple(self._state)
+
+    @property
+    def head(self) -> int:
+        """The latest revision number (0 for an empty transcript)."""
+        with self._lock:
+            self._refresh()
+            return len(self._log)
+
+    def history(self) -> list[Revision]:
+        """Every revision, oldest first."""
+        with self._lock:
+            self._refresh()
+            return list(self._log)
+
+    def record(self) -> list[Message]:
+        """Every message ever appended, as originally written, in order; edits never touch it."""
+        with self._lock:
+            self._refresh()
+            seen: dict[str, Message] = {}
+            for revision in self._log:
+                if revision.kind in ("append", "set"):
+                    for message in revision.added:
+                        if message.origin == "original":
+                            seen.setdefault(message.id, message)
+            return list(seen.values())
+
+    def snapshot(self, revision: int) -> tuple[Message, ...]:
+        """The state as it was at ``revision`` (0 is the empty transcript)."""
+        with self._lock:
+            self._refresh()
+            return tuple(self._state_at(self._check_revision(revision)))
+
+    def diff(self, a: int, b: int | None = None) -> Diff:
+        """How the state at revision ``b`` (default: the head) differs from revision ``a``."""
+        with self._lock:
+            self._refresh()
+            b = len(self._log) if b is None else b
+            a, b = self._check_revision(a), self._check_revision(b)
+            return diff_states(a, self._state_at(a), b, self._state_at(b))
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    # -- appending ----------------------------------------------------------------------
+    def append(
+        self,
+        user: str | None = None,
+        assistant: str | None = None,
+        *,
+        messages: Iterable[Message | Mapping[str, Any]] = (),
+    ) -> Revision:
+        """Append a turn as one revision: a user message, its answer, or both.
+
+        Appends are turn-atomic and never conflict with other writers: a user message
+        with its answer lands together; a user message alone stays open, and this
+        object's next answer-only append attaches right after it, whatever others
+        appended meanwhile.  ``messages`` appends ready-made messages (or dicts with
+        ``role`` and ``content``) after the user/assistant pair.
+        """
+        new: list[Message] = []
+        if user is not None:
+            new.append(Message(new_message_id(), "user", require_text(user, "user")))
+        if assistant is not None:
+            new.append(Message(new_message_id(), "assistant", require_text(assistant, "assistant", allow_empty=True)))
+        new.extend(_as_message(m) for m in messages)
+        if not new:
+            raise InvalidInputError("append needs user=, assistant= or messages=")
+        with self._lock:
+            anchor = AT_END
+            if new[0].role != "user" and self._open_user is not None:
+                anchor = self._open_user
+            changes: list[Applied] = []
+            for message in new:
+                changes.append(Put(message, anchor))
+                anchor = message.id
+            revision = self._commit("append", changes, expected_head=None)
+            last_user = next((m.id for m in reversed(new) if m.role == "user"), None)
+            self._open_user = last_user if new[-1].role == "user" else None
+            return revision
+
+    # -- editing ------------------------------------------------------------------------
+    def edit(
+        self,
+        instruction: str,
+        *,
+        model: Any = None,
+        strategy: Strategy | None = None,
+        preview: bool = False,
+        allow_large_deletion: bool = False,
+    ) -> Revision | Proposal:
+        """Revise the history as ``instruction`` says, through a model.
+
+        Returns the new :class:`Revision`, or with ``preview=True`` a :class:`Proposal`
+        that changes nothing until :meth:`commit`.  A failed edit (unusable model
+        output after one retry, invalid operations, a model that raises or times out)
+        raises :class:`EditError` or :class:`ModelUnavailableError` and changes nothing.
+        """
+        proposal = self._propose(instruction, model, strategy, allow_large_deletion)
+        return proposal if preview else self.commit(proposal)
+
+    def commit(self, proposal: Proposal) -> Revision:
+        """Apply exactly ``proposal``: at its base head, or rebased over appends that touch
+        none of its messages; otherwise :class:`StaleHeadError` and nothing changes."""
+        if not isinstance(proposal, Proposal):
+            raise TypeError(f"commit takes a Proposal from edit(preview=True), got {type(proposal).__name__}")
+        if proposal.session_id != self.session_id:
+            raise InvalidInputError(
+                f"this proposal belongs to session {proposal.session_id!r}, not {self.session_id!r}"
+            )
+        with self._lock:
+            return self._commit(
+                "edit",
+                proposal.changes,
+                expected_head=proposal.base,
+                instruction=proposal.instruction,
+                model=proposal.model,
+            )
+
+    def apply(self, requests: Sequence[Request]) -> Revision:
+        """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``."""
+        with self._lock:
+            self._refresh()
+            state = list(self._state)
+            changes: list[Applied] = []
+            for request in requests:
+                change = self._resolve(request, state)
+                state = apply_changes(state, [change])
+                changes.append(change)
+            return self._commit("apply", changes, expected_head=len(self._log))
+
+    def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
+        """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.
+
+        Messages keep their ids where given; new ones count as originally written.
+        """
+        new = [_as_message(m) for m in messages]
+        if len({m.id for m in new}) != len(new):
+            raise InvalidInputError("set() got two messages with the same id")
+        with self._lock:
+            self._refresh()
+            return self._commit("set", changes_between(self._state, new), expected_head=len(self._log))
+
+    def clear(self) -> Revision:
+        """Remove every message from the state, as one revision (the record keeps them)."""
+        with self._lock:
+            self._refresh()
+            self._open_user = None
+            return self._commit("clear", changes_between(self._state, []), expected_head=len(self._log))
+
+    def purge(self) -> None:
+        """Erase the session entirely, record and history included: the one operation that forgets."""
+        with self._lock:
+            self.store.purge(self.session_id)
+            self._log, self._state, self._open_user = [], [], None
+
+    # -- versions -----------------------------------------------------------------------
+    def undo(self) -> Revision:
+        """Revert the most recent state-changing revision not yet undone (see the module docstring)."""
+        with self._lock:
+            self._refresh()
+            done, _ = self._undo_stacks()
+            if not done:
+                raise HistoryError("nothing to undo: no edit, apply, set, clear or revert is left to revert")
+            target = self._log[done[-1] - 1]
+            return self._commit("undo", invert(target.changes), expected_head=len(self._log), target=target.number)
+
+    def redo(self) -> Revision:
+        """Re-apply what the last undo reverted, if nothing state-changing came after it."""
+        with self._lock:
+            self._refresh()
+            _, undone = self._undo_stacks()
+            if not undone:
+                raise HistoryError(
+                    "nothing to redo: redo follows an undo, and a later edit, apply, set, clear or "
+                    "revert discards what was undone"
+                )
+            undo_revision = undone[-1]
+            return self._commit(
+                "redo", invert(undo_revision.changes), expected_head=len(self._log), target=undo_revision.target
+            )
+
+    def revert(self, revision: int) -> Revision:
+        """Make the state equal to revision ``revision``'s, as a new revision.
+
+        The returned revision's ``removed`` lists the messages it drops, including
+        turns appended after ``revision``.
+        """
+        with self._lock:
+            self._refresh()
+            target = self._check_revision(revision)
+            changes = changes_between(self._state, self._state_at(target))
+            return self._commit("revert", changes, expected_head=len(self._log), target=target)
+
+    # -- async twins --------------------------------------------------------------------
+    async def aget_messages(self) -> tuple[Message, ...]:
+        """Async :attr:`messages`."""
+        return await asyncio.to_thread(lambda: self.messages)
+
+    async def aappend(self, user: str | None = None, assistant: str | None = None, *, messages: Iterable[Any] = ()) -> Revision:
+        """Async :meth:`append`."""
+        return await asyncio.to_thread(self.append, user, assistant, messages=list(messages))
+
+    async def aedit(
+        self,
+        instruction: str,
+        *,
+        model: Any = None,
+        strategy: Strategy | None = None,
+        preview: bool = False,
+        allow_large_deletion: bool = False,
+    ) -> Revision | Proposal:
+        """Async :meth:`edit`: the model is awaited, the store runs in a worker thread."""
+        proposal = await self._apropose(instruction, model, strategy, allow_large_deletion)
+        return proposal if preview else await self.acommit(proposal)
+
+    async def acommit(self, proposal: Proposal) -> Revision:
+        """Async :meth:`commit`."""
+        return await asyncio.to_thread(self.commit, proposal)
+
+    async def aapply(self, requests: Sequence[Request]) -> Revision:
+        """Async :meth:`apply`."""
+        return await asyncio.to_thread(self.apply, requests)
+
+    async def aset(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
+        """Async :meth:`set`."""
+        return await asyncio.to_thread(self.set, list(messages))
+
+    async def aclear(self) -> Revision:
+        """Async :meth:`clear`."""
+        return await asyncio.to_thread(self.clear)
+
+    async def apurge(self) -> None:
+        """Async :meth:`purge`."""
+        await asyncio.to_thread(self.purge)
+
+    async def aundo(self) -> Revision:
+        """Async :meth:`undo`."""
+        return await asyncio.to_thread(self.undo)
+
+    async def aredo(self) -> Revision:
+        """Async :meth:`redo`."""
+        return await asyncio.to_thread(self.redo)
+
+    async def arevert(self, revision: int) -> Revision:
+        """Async :meth:`revert`."""
+        return await asyncio.to_thread(self.revert, revision)
+
+    async def ahistory(self) -> list[Revision]:
+        """Async :meth:`history`."""
+        return await asyncio.to_thread(self.history)
+
+    async def arecord(self) -> list[Message]:
+        """Async :meth:`record`."""
+        return await asyncio.to_thread(self.record)
+
+    async def adiff(self, a: int, b: int | None = None) -> Diff:
+        """Async :meth:`diff`."""
+        return await asyncio.to_thread(self.diff, a, b)
+
+    # -- internals ----------------------------------------------------------------------
+    def _edit_arguments(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> dict[str, Any]:
+        require_text(instruction, "instruction")
+        chosen = model if model is not None else self.model
+        if chosen is None:
+            raise ModelUnavailableError(
+                "no editing model: pass model= to edit() or to Transcript(...) (any callable "
+                "fn(messages) -> str works; the LangChain and LlamaIndex adapters default to Gemini)"
+            )
+        return {
+            "model": chosen,
+            "strategy": strategy or self.strategy,
+            "max_deletion_share": self.max_deletion_share,
+            "allow_large_deletion": allow_large,
+            "token_counter": self.token_counter,
+        }
+
+    def _make_proposal(self, instruction: str, base: int, state: list[Message], result: Any, strategy: str) -> Proposal:
+        proposed = apply_changes(state, result.changes)
+        return Proposal(
+            session_id=self.session_id,
+            base=base,
+            changes=tuple(result.changes),
+            diff=diff_states(base, state, base + 1, proposed),
+            instruction=instruction,
+            model=result.model_name,
+            strategy=strategy,
+        )
+
+    def _propose(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> Proposal:
+        arguments = self._edit_arguments(instruction, model, strategy, allow_large)
+        with self._lock:
+            self._refresh()
+            base, state = len(self._log), list(self._state)
+        result = compute_edit(state, instruction, **arguments)  # outside the lock: models are slow
+        return self._make_proposal(instruction, base, state, result, arguments["strategy"])
+
+    async def _apropose(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> Proposal:
+        arguments = self._edit_arguments(instruction, model, strategy, allow_large)
+        base, state = await asyncio.to_thread(self._base_and_state)
+        result = await acompute_edit(state, instruction, **arguments)
+        return self._make_proposal(instruction, base, state, result, arguments["strategy"])
+
+    def _base_and_state(self) -> tuple[int, list[Message]]:
+        with self._lock:
+            self._refresh()
+            return len(self._log), list(self._state)
+
+    def _resolve(self, request: Request, state: list[Message]) -> Applied:
+        """The change a request makes on ``state``."""
+        by_id = {m.id: i for i, m in enumerate(state)}
+
+        def find(message_id: Any) -> int:
+            if message_id not in by_id:
+                raise UnknownMessageError(
+                    f"no message with id {message_id!r} in session {self.session_id!r}; "
+                    "ids are the .id of transcript.messages"
+                )
+            return by_id[message_id]
+
+        if isinstance(request, Replace):
+            old = state[find(request.id)]
+            return Change(old, old.revised(require_text(request.content, "content"), 0))
+        if isinstance(request, Delete):
+            i = find(request.id)
+            return Remove(state[i], state[i - 1].id if i else None)
+        if isinstance(request, InsertAfter):
+            if request.id is not None:
+                find(request.id)
+            message = Message(new_message_id(), request.role, require_text(request.content, "content"), origin="inserted")
+            return Put(message, request.id)
+        raise TypeError(f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}")
+
+    def _commit(self, kind: RevisionKind, changes: Sequence[Applied], *, expected_head: int | None, **fields: Any) -> Revision:
+        """Store one revision and bring this object up to date (caller holds the lock)."""
+        draft = Revision(number=0, parent=0, kind=kind, changes=tuple(changes), **fields)
+        stored = self.store.commit(self.session_id, draft, expected_head=expected_head)
+        self._refresh()
+        return self._log[stored.number - 1] if stored.number <= len(self._log) else stored
+
+    def _refresh(self) -> None:
+        """Catch up with the store (the head check every read makes)."""
+        head = self.store.head(self.session_id)
+        if head == len(self._log):
+            return
+        if head < len(self._log):  # purged (and perhaps rewritten) by another writer
+            self._log, self._state = [], []
+        for revision in self.store.revisions(self.session_id, after=len(self._log)):
+            stamped = replace(revision, changes=tuple(_stamp(revision.changes, revision.number)))
+            self._state = apply_changes(self._state, stamped.changes)
+            self._log.append(stamped)
+
+    def _state_at(self, revision: int) -> list[Message]:
+        if revision == len(self._log):
+            return list(self._state)
+        state: list[Message] = []
+        for entry in self._log[:revision]:
+            state = apply_changes(state, entry.changes)
+        return state
+
+    def _check_revision(self, revision: Any) -> int:
+        if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._log):
+            raise HistoryError(f"no revision {revision!r}: revisions of session {self.session_id!r} run 0..{len(self._log)}")
+        return revision
+
+    def _undo_stacks(self) -> tuple[list[int], list[Revision]]:
+        """Revisions that undo may revert (oldest first) and undo revisions that redo may re-apply."""
+        done: list[int] = []
+        undone: list[Revision] = []
+        for revision in self._log:
+            if revision.kind in STATE_CHANGING:
+                done.append(revision.number)
+                undone.clear()
+            elif revision.kind == "undo":
+                done.remove(revision.target)  # type: ignore[arg-type]
+                undone.append(revision)
+            elif revision.kind == "redo":
+                undone.pop()
+                done.append(revision.target)  # type: ignore[arg-type]
+        return done, undone
+

@@ -1,0 +1,143 @@
+"""Selection over a transcript's current state: a gatekeeper that follows a transcript.
+
+:class:`TranscriptGate` groups the transcript's messages into turns (a user message
+and every assistant and tool message that answers it) and keeps a
+:class:`~context_gatekeeper.gatekeeper.ContextGatekeeper` in step with them through
+``replace_turn`` / ``remove_turn`` / ``insert_turn``, so after any revision (an
+edit, an undo, a revert) no superseded text can be selected, and only the turns a
+revision touched are re-indexed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .gatekeeper import ContextGatekeeper
+from .messages import Message
+from .selection import Selection
+from .transcript import Transcript
+
+__all__ = ["MessageTurn", "group_turns", "TranscriptGate"]
+
+
+@dataclass(frozen=True)
+class MessageTurn:
+    """Messages that belong together for selection.
+
+    Attributes:
+        key: the id of the turn's first message (stable across edits of its text).
+        messages: the turn's messages in order: the user message (if any), then its answers.
+    """
+
+    key: str
+    messages: tuple[Message, ...]
+
+    @property
+    def texts(self) -> tuple[str, str, tuple[str, ...]]:
+        """(user text, assistant text, tool texts) as the gatekeeper indexes them."""
+        user = "\n".join(m.content for m in self.messages if m.role == "user")
+        assistant = "\n".join(m.content for m in self.messages if m.role == "assistant")
+        tools = tuple(m.content for m in self.messages if m.role == "tool")
+        return user, assistant, tools
+
+    @property
+    def is_open(self) -> bool:
+        """A user message nobody has answered yet."""
+        return all(m.role == "user" for m in self.messages)
+
+
+def group_turns(messages: Sequence[Message]) -> tuple[list[Message], list[MessageTurn]]:
+    """Split a state into leading system messages and turns.
+
+    A turn starts at each user message; assistant and tool messages join the turn
+    before them (a tool call is never separated from its result); answers before any
+    user message form a turn of their own.  System messages after the start stay in
+    the turn where they stand.
+    """
+    system: list[Message] = []
+    turns: list[list[Message]] = []
+    for message in messages:
+        if message.role == "system" and not turns:
+            system.append(message)
+        elif message.role == "user" or not turns:
+            turns.append([message])
+        else:
+            turns[-1].append(message)
+    return system, [MessageTurn(t[0].id, tuple(t)) for t in turns]
+
+
+class TranscriptGate:
+    """Topic-gated selection over a transcript's current state.
+
+    >>> t = Transcript("gate-demo")
+    >>> _ = t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    >>> _ = t.append(user="By the way, best espresso grind?", assistant="Fine, like table salt.")
+    >>> gate = TranscriptGate(t, token_counter=len, message_overhead=0)
+    >>> [m.content for m in gate.select_messages("And the Redis lock watchdog?")][:1]
+    ['How long should a Redis lock TTL be?']
+
+    Args:
+        transcript: the transcript to follow.
+        gatekeeper: a configured gatekeeper to drive, or ``None`` to create one from
+            ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
+    """
+
+    def __init__(self, transcript: Transcript, gatekeeper: ContextGatekeeper | None = None, **gatekeeper_options: Any) -> None:
+        if gatekeeper is not None and gatekeeper_options:
+            raise TypeError("pass either a gatekeeper or options to build one, not both")
+        self.transcript = transcript
+        self.gatekeeper = gatekeeper or ContextGatekeeper(**gatekeeper_options)
+        self._lock = threading.RLock()
+        self._ids: dict[str, int] = {}  # turn key -> gatekeeper turn id
+        self._texts: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self._turns: list[MessageTurn] = []
+        self._system: list[Message] = []
+        self._open: MessageTurn | None = None
+        self._head = -1
+
+    def sync(self) -> None:
+        """Bring the gatekeeper in step with the transcript's current state (cheap when nothing changed)."""
+        with self._lock:
+            head = self.transcript.head
+            if head == self._head:
+                return
+            system, turns = group_turns(self.transcript.messages)
+            self._open = turns.pop() if turns and turns[-1].is_open else None
+            gk = self.gatekeeper
+            keys = {t.key for t in turns}
+            for key in [k for k in self._ids if k not in keys]:
+                gk.remove_turn(self._ids.pop(key))
+                del self._texts[key]
+            previous: int | None = None
+            for turn in turns:
+                texts = turn.texts
+                turn_id = self._ids.get(turn.key)
+                if turn_id is None:
+                    turn_id = gk.insert_turn(previous, *texts[:2], tool_texts=texts[2])
+                    self._ids[turn.key] = turn_id
+                elif self._texts[turn.key] != texts:
+                    gk.replace_turn(turn_id, *texts[:2], tool_texts=texts[2])
+                self._texts[turn.key] = texts
+                previous = turn_id
+            system_text = "\n".join(m.content for m in system) or None
+            if system_text != gk.system_prompt:
+                gk.system_prompt = system_text
+            self._system, self._turns, self._head = system, turns, head
+
+    def explain(self, query: str) -> Selection:
+        """The gatekeeper's selection for ``query`` over the current state."""
+        self.sync()
+        return self.gatekeeper.explain(query)
+
+    def select_messages(self, query: str, *, include_open: bool = True) -> list[Message]:
+        """The messages to send with ``query``: leading system messages, the selected
+        turns, and (``include_open``) the open, unanswered turn, in transcript order."""
+        selection = self.explain(query)
+        with self._lock:
+            by_id = {self._ids[t.key]: t for t in self._turns}
+            kept = [m for turn_id in selection.turn_ids for m in by_id[turn_id].messages]
+            tail = list(self._open.messages) if include_open and self._open else []
+            return self._system + kept + tail

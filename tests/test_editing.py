@@ -1,0 +1,489 @@
+"""Natural-language edits with scripted models (DESIGN.md §5): formats, repair, retry, guards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from context_gatekeeper.edit_format import EditView, _as_changes, ideal_patch_reply, ideal_rewrite_reply, output_schema
+from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
+from context_gatekeeper.errors import EditError, InvalidInputError, ModelUnavailableError
+from context_gatekeeper.messages import Message
+from context_gatekeeper.operations import Change, Delete, InsertAfter, Put, Remove, Replace, apply_changes, invert
+from context_gatekeeper.testing import ScriptedModel
+
+A1 = (
+    "## Ireland's GDP in 2021\n\nIreland's GDP was about **$500 billion**.\n\n"
+    "- services\n- industry\n\n```python\nprint('Ireland')\n```"
+)
+A2 = "The largest categories in *Ireland*:\n\n1. Services\n2. Industry\n   - pharma\n"
+
+
+def gdp_state() -> list[Message]:
+    """System prompt, two exchanges, Markdown and a code block."""
+    return [
+        Message("sys", "system", "SYSTEM-SECRET: you are a helpful economist."),
+        Message("u1", "user", "What was Ireland's GDP in 2021?"),
+        Message("a1", "assistant", A1),
+        Message("u2", "user", "Which categories are largest?"),
+        Message("a2", "assistant", A2),
+    ]
+
+
+def agent_state() -> list[Message]:
+    """An agent transcript: a tool call, its result, and an answer (two assistants in a row)."""
+    call = {"id": "call_1", "name": "weather", "args": {"city": "Reykjavik"}}
+    return [
+        Message("u1", "user", "Weather in Reykjavik?"),
+        Message("a1", "assistant", "Let me check.", metadata={"tool_calls": [call]}, parts=({"type": "text"},)),
+        Message("t1", "tool", "TOOL-RESULT: 3C and windy", metadata={"tool_call_id": "call_1"}),
+        Message("a2", "assistant", "It is 3C and windy in Reykjavik."),
+        Message("u2", "user", "Thanks!"),
+    ]
+
+
+def patch(*operations: dict) -> str:
+    return json.dumps({"operations": list(operations)})
+
+
+def rewrite(*items: tuple) -> str:
+    return json.dumps([{"id": i, "role": r, "content": c} for i, r, c in items])
+
+
+def contents(state):
+    return [(m.role, m.content) for m in state]
+
+
+# -- patch ---------------------------------------------------------------------------------
+def test_patch_replaces_and_keeps_everything_else_byte_identical():
+    state = gdp_state()
+    model = ScriptedModel(
+        [patch({"op": "replace", "id": "1", "content": "What was Iceland's GDP in 2022?"},
+               {"op": "replace", "id": "2", "content": A1.replace("Ireland", "Iceland")})],
+        name="fake-gemini",
+    )
+    result = compute_edit(state, "It was Iceland, not Ireland, and 2022", model)
+    assert isinstance(result, EditResult)
+    assert result.model_name == "fake-gemini" and result.attempts == 1 and result.strategy == "patch"
+    assert len(result.raw_outputs) == 1 and result.changed
+    assert [type(c) for c in result.changes] == [Change, Change]
+    first = result.changes[0]
+    assert first.before is state[1]
+    assert first.after.id == "u1" and first.after.revision == 0 and first.after.origin == "edited"
+    assert first.after.derived_from == ("u1",)
+    after = apply_changes(state, result.changes)
+    assert after[0] is state[0] and after[3] is state[3] and after[4] is state[4]
+    assert after[4].content == A2  # Markdown untouched, byte for byte
+    assert "```python\nprint('Iceland')\n```" in after[2].content
+
+
+def test_patch_delete_and_insert_after():
+    state = gdp_state()
+    model = ScriptedModel(
+        [patch({"op": "delete", "id": "3"}, {"op": "delete", "id": "4"},
+               {"op": "insert_after", "id": "2", "role": "user", "content": "Budget is 500 EUR."},
+               {"op": "insert_after", "id": "2", "role": "assistant", "content": "Noted: 500 EUR."})]
+    )
+    result = compute_edit(state, "drop the categories detour, note the budget", model, allow_large_deletion=True)
+    after = apply_changes(state, result.changes)
+    assert contents(after)[2:] == [("assistant", A1), ("user", "Budget is 500 EUR."), ("assistant", "Noted: 500 EUR.")]
+    inserted = [c.message for c in result.changes if isinstance(c, Put)]
+    assert all(m.origin == "inserted" and m.revision == 0 for m in inserted)
+    assert len({m.id for m in inserted} | {m.id for m in state}) == len(state) + 2
+    assert apply_changes(after, invert(list(result.changes))) == state  # undo restores it exactly
+
+
+def test_insert_with_null_id_goes_before_the_first_shown_message():
+    state = gdp_state()
+    model = ScriptedModel(
+        [patch({"op": "insert_after", "id": None, "role": "user", "content": "Context: I study economics."},
+               {"op": "insert_after", "id": None, "role": "assistant", "content": "Great."})]
+    )
+    after = apply_changes(state, compute_edit(state, "add a preamble", model).changes)
+    assert [m.content for m in after][:3] == [state[0].content, "Context: I study economics.", "Great."]
+
+
+def test_no_change_needed_gives_empty_changes():
+    for strategy, reply in [("patch", '{"operations": []}'), ("rewrite", ideal_rewrite_reply(gdp_state(), []))]:
+        result = compute_edit(gdp_state(), "make sure it is about Ireland", ScriptedModel([reply]), strategy=strategy)
+        assert result.changes == () and not result.changed and result.attempts == 1
+
+
+def test_replace_with_identical_text_is_no_change():
+    model = ScriptedModel([patch({"op": "replace", "id": "1", "content": "What was Ireland's GDP in 2021?"})])
+    assert compute_edit(gdp_state(), "nothing", model).changes == ()
+
+
+# -- rewrite -------------------------------------------------------------------------------
+def test_rewrite_diffs_the_whole_answer_into_changes():
+    state = gdp_state()
+    reply = rewrite(
+        ("1", "user", "What was Iceland's GDP in 2022?"),
+        ("2", "assistant", A1),
+        ("3", "user", "Which categories are largest?"),
+        ("4", "assistant", A2.replace("Ireland", "Iceland")),
+    )
+    result = compute_edit(state, "Iceland 2022", ScriptedModel([reply]), strategy="rewrite")
+    assert [(type(c), c.before.id) for c in result.changes] == [(Change, "u1"), (Change, "a2")]
+    after = apply_changes(state, result.changes)
+    assert after[2].content == A1 and "*Iceland*" in after[4].content and "   - pharma" in after[4].content
+
+
+def test_rewrite_deletions_and_insertions():
+    state = gdp_state()
+    reply = json.dumps([
+        {"id": "1", "role": "user", "content": state[1].content},
+        {"id": "2", "role": "assistant", "content": A1},
+        {"id": None, "role": "user", "content": "And the population?"},
+        {"id": "new", "role": "assistant", "content": "About 5 million."},
+    ])
+    result = compute_edit(state, "replace the categories question", ScriptedModel([reply]), strategy="rewrite",
+                          allow_large_deletion=True)
+    after = apply_changes(state, result.changes)
+    assert contents(after)[3:] == [("user", "And the population?"), ("assistant", "About 5 million.")]
+    assert {c.message.id for c in result.changes if isinstance(c, Remove)} == {"u2", "a2"}
+
+
+def test_rewrite_accepts_integer_ids_and_the_structured_wrapper():
+    state = gdp_state()
+    items = [{"id": i, "role": m.role, "content": m.content} for i, m in enumerate(state[1:], 1)]
+    items[0]["content"] = "Ireland's GDP in 2021, please."
+    result = compute_edit(state, "rephrase", ScriptedModel([json.dumps({"messages": items})]), strategy="rewrite")
+    assert [c.before.id for c in result.changes] == ["u1"]
+
+
+def test_rewrite_reordering_is_refused():
+    state = gdp_state()
+    bad = rewrite(("2", "assistant", A1), ("1", "user", state[1].content),
+                  ("3", "user", state[3].content), ("4", "assistant", A2))
+    model = ScriptedModel([bad, bad])
+    with pytest.raises(EditError, match="keep the order"):
+        compute_edit(state, "x", model, strategy="rewrite")
+
+
+# -- extracting and repairing JSON ---------------------------------------------------------
+GOOD = '{"operations": [{"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in 2021?"}]}'
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        GOOD,
+        f"```json\n{GOOD}\n```",
+        f"```\n{GOOD}\n```",
+        f"Here is the edit you asked for:\n\n{GOOD}\n\nLet me know if you need more.",
+        f"Sure!\n```json\n{GOOD}\n```\nDone.",
+        GOOD.replace('"replace", "id"', '"replace" "id"'),  # missing comma
+        GOOD[:-2] + ",]}",  # trailing comma
+        GOOD.replace('"', "'").replace("Iceland'", "Iceland\\'"),  # single quotes
+        GOOD[:-3],  # cut off at the end
+    ],
+    ids=["plain", "json-fence", "bare-fence", "prose", "prose-and-fence", "missing-comma", "trailing-comma",
+         "single-quotes", "truncated"],
+)
+def test_wrapped_and_broken_json_is_found_and_repaired(reply):
+    model = ScriptedModel([reply])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    assert result.attempts == 1
+    assert [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
+
+
+def test_code_fences_inside_message_text_do_not_confuse_extraction():
+    new = "Use:\n```python\nprint('Iceland')\n```\nand `x`."
+    reply = "```json\n" + patch({"op": "replace", "id": "2", "content": new}) + "\n```"
+    result = compute_edit(gdp_state(), "code", ScriptedModel([reply]))
+    assert result.changes[0].after.content == new
+
+
+def test_malformed_twice_is_an_edit_error_and_the_retry_shows_the_problem():
+    model = ScriptedModel(["I cannot help with that.", "Still no JSON, sorry."])
+    with pytest.raises(EditError, match="after 2 attempts: the answer holds no usable JSON") as info:
+        compute_edit(gdp_state(), "Iceland", model)
+    assert "Nothing was changed" in str(info.value)
+    assert len(model.calls) == 2
+    retry = model.calls[1]
+    assert retry[:2] == model.calls[0]
+    assert retry[2] == {"role": "assistant", "content": "I cannot help with that."}
+    assert retry[3]["role"] == "user" and "no usable JSON" in retry[3]["content"]
+
+
+def test_one_bad_answer_then_a_good_one_succeeds_on_the_retry():
+    model = ScriptedModel([patch({"op": "replace", "id": "9", "content": "x"}), GOOD])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    assert result.attempts == 2 and len(result.raw_outputs) == 2
+    assert "unknown id '9'" in model.calls[1][-1]["content"]
+
+
+# -- validation: each problem named --------------------------------------------------------
+def _fails_twice(reply: str, match: str, state=None, strategy: str = "patch", **kw) -> ScriptedModel:
+    model = ScriptedModel([reply, reply])
+    with pytest.raises(EditError, match=match):
+        compute_edit(state or gdp_state(), "edit", model, strategy=strategy, **kw)
+    assert len(model.calls) == 2 and match.split()[0] in model.calls[1][-1]["content"]
+    return model
+
+
+def test_unknown_id_is_refused():
+    _fails_twice(patch({"op": "delete", "id": "u1"}), "unknown id 'u1'")
+    _fails_twice(rewrite(("7", "user", "hi")), "unknown id '7'", strategy="rewrite")
+
+
+def test_empty_content_is_refused():
+    _fails_twice(patch({"op": "replace", "id": "1", "content": "  "}), "empty content")
+    _fails_twice(rewrite(("1", "user", ""), ("2", "assistant", A1), ("3", "user", "q"), ("4", "assistant", A2)),
+                 "empty content", strategy="rewrite")
+
+
+def test_role_change_is_refused():
+    _fails_twice(patch({"op": "replace", "id": "1", "role": "assistant", "content": "x"}), "changes the role")
+    state = gdp_state()
+    _fails_twice(rewrite(("1", "assistant", state[1].content), ("2", "assistant", A1), ("3", "user", "q"),
+                         ("4", "assistant", A2)), "changed role", strategy="rewrite")
+
+
+def test_inserting_system_or_tool_messages_is_refused():
+    _fails_twice(patch({"op": "insert_after", "id": "1", "role": "system", "content": "obey me"}), "needs role")
+
+
+def test_two_operations_on_one_message_are_refused():
+    _fails_twice(patch({"op": "replace", "id": "1", "content": "a"}, {"op": "delete", "id": "1"}),
+                 "more than one operation")
+
+
+def test_new_alternation_violation_is_refused():
+    # deleting an answer but not its question leaves two user messages in a row
+    _fails_twice(patch({"op": "delete", "id": "2"}), "two user messages in a row")
+    # deleting the first question leaves the conversation starting with the assistant
+    _fails_twice(patch({"op": "delete", "id": "1"}), "start with an assistant message")
+
+
+def test_existing_violations_do_not_block_an_edit():
+    state = agent_state()  # a1 (tool call) and a2 are two assistants with a tool result between
+    state.append(Message("u3", "user", "One more thing."))  # u2, u3: two users in a row already
+    model = ScriptedModel([patch({"op": "replace", "id": "4", "content": "Thank you!"})])
+    result = compute_edit(state, "be polite", model)
+    assert [c.before.id for c in result.changes] == ["u2"]
+
+
+def test_breaking_a_tool_pair_is_refused():
+    _fails_twice(patch({"op": "delete", "id": "2"}), "tool call 'call_1'", state=agent_state(), max_deletion_share=1)
+
+
+def test_tool_messages_metadata_and_parts_are_never_altered():
+    state = agent_state()
+    model = ScriptedModel([patch({"op": "replace", "id": "2", "content": "Let me look that up."})])
+    change = compute_edit(state, "rephrase", model).changes[0]
+    assert change.after.metadata == state[1].metadata and change.after.parts == state[1].parts
+    sent = model.calls[0].text
+    assert "TOOL-RESULT" not in sent and "call_1" not in sent and "weather" not in sent
+
+
+def test_insertions_after_a_tool_call_land_after_its_results():
+    state = agent_state()
+    model = ScriptedModel([patch({"op": "insert_after", "id": "2", "role": "user", "content": "Celsius please."})])
+    after = apply_changes(state, compute_edit(state, "x", model).changes)
+    assert [m.id for m in after][:3] == ["u1", "a1", "t1"] and after[3].content == "Celsius please."
+
+
+def test_large_deletion_is_refused_without_retry_then_allowed_with_the_flag():
+    reply = patch({"op": "delete", "id": "2"}, {"op": "delete", "id": "3"}, {"op": "delete", "id": "4"})
+    model = ScriptedModel([reply])
+    with pytest.raises(EditError, match="would delete .*% .*allow_large_deletion=True"):
+        compute_edit(gdp_state(), "drop it all", model)
+    assert len(model.calls) == 1  # the caller's decision: not retried
+    result = compute_edit(gdp_state(), "drop it all", ScriptedModel([reply]), allow_large_deletion=True)
+    assert sum(isinstance(c, Remove) for c in result.changes) == 3
+
+
+def test_shrinking_a_message_counts_as_deletion():
+    reply = patch({"op": "replace", "id": "2", "content": "Big."}, {"op": "replace", "id": "4", "content": "Services."})
+    with pytest.raises(EditError, match="would delete"):
+        compute_edit(gdp_state(), "shorten", ScriptedModel([reply]), token_counter=lambda t: len(t.split()))
+    ok = compute_edit(gdp_state(), "shorten", ScriptedModel([reply]), max_deletion_share=1.0)
+    assert len(ok.changes) == 2
+
+
+# -- structured output ---------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_structured_output_is_requested_and_used(strategy):
+    state = gdp_state()
+    if strategy == "patch":
+        reply = {"operations": [{"op": "replace", "id": "1", "content": "Iceland?"}]}
+    else:
+        reply = {"messages": json.loads(ideal_rewrite_reply(state, [Replace("u1", "Iceland?")]))}
+    model = ScriptedModel([reply], structured=True)
+    result = compute_edit(state, "Iceland", model, strategy=strategy)
+    assert model.calls[0].json_schema == output_schema(strategy)
+    assert [c.after.content for c in result.changes] == ["Iceland?"]
+    assert json.loads(result.raw_outputs[0]) == reply
+
+
+def test_text_models_get_no_schema():
+    model = ScriptedModel([GOOD])
+    compute_edit(gdp_state(), "Iceland", model)
+    assert model.calls[0].json_schema is None
+
+
+# -- model failures ------------------------------------------------------------------------
+def test_model_timeout_is_unavailable_and_not_retried():
+    model = ScriptedModel([TimeoutError("deadline exceeded")])
+    with pytest.raises(ModelUnavailableError, match="could not be reached") as info:
+        compute_edit(gdp_state(), "Iceland", model)
+    assert isinstance(info.value.__cause__, TimeoutError) and len(model.calls) == 1
+
+
+def test_model_value_error_is_an_edit_error():
+    model = ScriptedModel([ValueError("bad request")])
+    with pytest.raises(EditError, match="bad request") as info:
+        compute_edit(gdp_state(), "Iceland", model)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+# -- what the model is sent ----------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_prompt_shows_only_user_and_assistant_text_under_aliases(strategy):
+    state = gdp_state() + [Message("t9", "tool", "TOOL-OUTPUT-XYZ", metadata={"tool_call_id": "c"})]
+    model = ScriptedModel(['{"operations": []}' if strategy == "patch" else ideal_rewrite_reply(state, [])])
+    compute_edit(state, "It was Iceland", model, strategy=strategy)
+    call = model.calls[0]
+    assert [m["role"] for m in call] == ["system", "user"]
+    assert "SYSTEM-SECRET" not in call.text and "TOOL-OUTPUT-XYZ" not in call.text
+    assert '"id": "u1"' not in call.text and '"id": "1"' in call.text
+    assert "It was Iceland" in call[1]["content"]
+    for rule in ("Markdown", "code blocks", "user AND assistant"):
+        assert rule in call[0]["content"]
+
+
+def test_view_hides_empty_assistant_tool_call_messages():
+    state = [Message("u", "user", "hi"), Message("a", "assistant", "", metadata={"tool_calls": [{"id": "c"}]}),
+             Message("t", "tool", "r", metadata={"tool_call_id": "c"}), Message("b", "assistant", "done")]
+    assert [m.id for m in EditView.of(state).shown] == ["u", "b"]
+
+
+# -- input checks --------------------------------------------------------------------------
+@pytest.mark.parametrize("instruction", ["", "   \n"])
+def test_blank_instruction_is_invalid(instruction):
+    with pytest.raises(InvalidInputError, match="edit instruction"):
+        compute_edit(gdp_state(), instruction, ScriptedModel())
+
+
+def test_bad_arguments_are_rejected_before_calling_the_model():
+    model = ScriptedModel()
+    with pytest.raises(InvalidInputError, match="strategy"):
+        compute_edit(gdp_state(), "x", model, strategy="diff")
+    with pytest.raises(InvalidInputError, match="max_deletion_share"):
+        compute_edit(gdp_state(), "x", model, max_deletion_share=1.5)
+    with pytest.raises(TypeError, match="Message"):
+        compute_edit([{"role": "user", "content": "x"}], "x", model)
+    with pytest.raises(TypeError):
+        compute_edit(gdp_state(), "x", None)
+    assert model.calls == []
+
+
+# -- async ---------------------------------------------------------------------------------
+def test_async_edit_matches_sync():
+    state = gdp_state()
+    reply = patch({"op": "replace", "id": "1", "content": "Iceland?"})
+    sync = compute_edit(state, "Iceland", ScriptedModel([reply]))
+    result = asyncio.run(acompute_edit(state, "Iceland", ScriptedModel([reply])))
+    assert [(type(c), c.after.content) for c in result.changes] == [(type(c), c.after.content) for c in sync.changes]
+
+
+def test_async_retry_and_failures():
+    model = ScriptedModel(["nope", GOOD])
+    result = asyncio.run(acompute_edit(gdp_state(), "Iceland", model, strategy="patch"))
+    assert result.attempts == 2
+    with pytest.raises(ModelUnavailableError):
+        asyncio.run(acompute_edit(gdp_state(), "Iceland", ScriptedModel([ConnectionError()])))
+    with pytest.raises(EditError, match="after 2 attempts"):
+        asyncio.run(acompute_edit(gdp_state(), "x", ScriptedModel(["a", "b"]), strategy="rewrite"))
+
+
+def test_async_edit_with_a_sync_only_model_runs_in_a_thread():
+    def model(messages):
+        return '{"operations": []}'
+
+    assert asyncio.run(acompute_edit(gdp_state(), "x", model)).changes == ()
+
+
+# -- ideal replies and a round-trip property -----------------------------------------------
+def test_ideal_replies_are_compact_and_patch_is_smaller_for_small_edits():
+    state = gdp_state()
+    intended = [Replace("u1", "What was Iceland's GDP in 2021?")]
+    assert len(ideal_patch_reply(state, intended)) < len(ideal_rewrite_reply(state, intended)) / 3
+    assert ideal_patch_reply(state, []) == '{"operations": []}'
+
+
+TEXT = st.lists(
+    st.sampled_from(list("abc xyz\n*-#`12") + ["```", "\u4e2d", '"', "\\", "- item\n", "**bold**"]),
+    min_size=1,
+    max_size=12,
+).map("".join).filter(lambda t: t.strip())
+
+
+@st.composite
+def edit_cases(draw):
+    n_pairs = draw(st.integers(1, 4))
+    state = [Message("s", "system", "sys")]
+    for i in range(n_pairs):
+        state += [Message(f"u{i}", "user", draw(TEXT)), Message(f"a{i}", "assistant", draw(TEXT))]
+    requests = []
+    for i in range(n_pairs):
+        action = draw(st.sampled_from(["keep", "replace", "delete_pair", "insert"]))
+        if action == "replace":
+            requests.append(Replace(f"a{i}", draw(TEXT)))
+        elif action == "delete_pair" and i > 0:
+            requests += [Delete(f"u{i}"), Delete(f"a{i}")]
+        elif action == "insert":  # a new exchange after a{i} (the second insert lands first)
+            requests += [InsertAfter(f"a{i}", "assistant", draw(TEXT)), InsertAfter(f"a{i}", "user", draw(TEXT))]
+    return state, requests
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=edit_cases(), strategy=st.sampled_from(["patch", "rewrite"]))
+def test_a_perfect_answer_reproduces_the_intended_state(case, strategy):
+    state, requests = case
+    intended = apply_changes(state, _as_changes(state, requests))
+    reply = (ideal_patch_reply if strategy == "patch" else ideal_rewrite_reply)(state, requests)
+    result = compute_edit(state, "edit", ScriptedModel([reply]), strategy=strategy, allow_large_deletion=True)
+    after = apply_changes(state, result.changes)
+    assert contents(after) == contents(intended)
+    assert result.attempts == 1
+    kept = {c.before.id for c in result.changes if isinstance(c, Change)} | {
+        c.message.id for c in result.changes if isinstance(c, Remove)}
+    assert all(m in state for m in after if m.id not in kept and m.origin != "inserted")
+    assert apply_changes(after, invert(list(result.changes))) == state
+
+
+def test_a_missing_comma_between_operations_loses_no_operation():
+    reply = ('{"operations": [{"op": "replace", "id": "1", "content": "Iceland?"} '
+             '{"op": "replace", "id": "3", "content": "Which categories [by size]?"}]}')
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
+    assert [c.after.content for c in result.changes] == ["Iceland?", "Which categories [by size]?"]
+
+
+def test_prose_with_brackets_before_the_json_is_skipped():
+    reply = "Changes [see below] (1 of 1):\n" + GOOD
+    assert compute_edit(gdp_state(), "Iceland", ScriptedModel([reply])).attempts == 1
+    truncated = "Here you go [v2]:\n" + GOOD[:-3]
+    assert len(compute_edit(gdp_state(), "Iceland", ScriptedModel([truncated])).changes) == 1
+
+
+@pytest.mark.parametrize("strategy", ["rewrite", "patch"])
+def test_an_answer_cut_off_mid_way_is_retried_not_repaired(strategy):
+    state = gdp_state()
+    intended = [Replace("u1", "Iceland?"), Replace("a2", A2.replace("Ireland", "Iceland"))]
+    full = (ideal_rewrite_reply if strategy == "rewrite" else ideal_patch_reply)(state, intended)
+    cut = full[: full.index("*Iceland*")]  # stops inside the last message's text
+    model = ScriptedModel([cut, full])
+    result = compute_edit(state, "Iceland", model, strategy=strategy)
+    assert result.attempts == 2 and len(result.changes) == 2
+    assert "incomplete" in model.calls[1][-1]["content"]
+    rewrite_cut = full[: full.index('{"id": "4"')] if strategy == "rewrite" else None
+    if rewrite_cut:  # cut between messages: repairing would silently delete message 4
+        with pytest.raises(EditError, match="incomplete"):
+            compute_edit(state, "Iceland", ScriptedModel([rewrite_cut, rewrite_cut]), strategy=strategy)

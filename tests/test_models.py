@@ -1,0 +1,335 @@
+"""The model protocol (DESIGN.md §5) and the scripted fake model users test with."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from context_gatekeeper.errors import EditError, GatekeeperError, ModelUnavailableError
+from context_gatekeeper.models import EditModel, as_edit_model, model_name
+from context_gatekeeper.testing import RecordedCall, ScriptedModel
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+# -- normalisation -------------------------------------------------------------------------
+def test_plain_function_is_a_model():
+    def echo(messages):
+        return messages[-1]["content"]
+
+    model = as_edit_model(echo)
+    assert isinstance(model, EditModel)
+    assert model.name == "echo"
+    assert model.supports_json_schema is False
+    assert model.complete(HELLO) == "hello"
+    assert asyncio.run(model.acomplete(HELLO)) == "hello"
+
+
+def test_edit_model_is_returned_as_is():
+    model = as_edit_model(lambda m: "x")
+    assert as_edit_model(model) is model
+
+
+@pytest.mark.parametrize(
+    "obj, expected",
+    [
+        (type("M", (), {"name": "gemini-2.5-flash", "complete": lambda self, m: ""})(), "gemini-2.5-flash"),
+        (type("M", (), {"model": "gpt-x", "complete": lambda self, m: ""})(), "gpt-x"),
+        (type("M", (), {"model_name": "claude", "complete": lambda self, m: ""})(), "claude"),
+        (type("Anon", (), {"complete": lambda self, m: ""})(), "Anon"),
+    ],
+)
+def test_name_comes_from_name_model_or_class(obj, expected):
+    assert as_edit_model(obj).name == expected
+    assert model_name(obj) == expected
+
+
+def test_object_with_complete_is_preferred_over_call():
+    class Both:
+        def __call__(self, messages):
+            return "call"
+
+        def complete(self, messages):
+            return "complete"
+
+    assert as_edit_model(Both()).complete(HELLO) == "complete"
+
+
+def test_async_method_is_used_by_acomplete_and_sync_by_complete():
+    class Dual:
+        def complete(self, messages):
+            return "sync"
+
+        async def acomplete(self, messages):
+            return "async"
+
+    model = as_edit_model(Dual())
+    assert model.complete(HELLO) == "sync"
+    assert asyncio.run(model.acomplete(HELLO)) == "async"
+
+
+def test_async_only_model_works_from_sync_code_without_a_loop():
+    async def fn(messages):
+        return "from async"
+
+    model = as_edit_model(fn)
+    assert model.complete(HELLO) == "from async"
+    assert asyncio.run(model.acomplete(HELLO)) == "from async"
+
+
+def test_async_only_model_called_sync_inside_a_running_loop_says_what_to_do():
+    class OnlyAsync:
+        async def acomplete(self, messages):
+            return "x"
+
+    model = as_edit_model(OnlyAsync())
+
+    async def main():
+        with pytest.raises(TypeError, match="async API"):
+            model.complete(HELLO)
+
+    asyncio.run(main())
+
+
+def test_sync_model_does_not_block_the_event_loop():
+    def slow(messages):
+        time.sleep(0.3)
+        return "done"
+
+    model = as_edit_model(slow)
+    ticks = []
+
+    async def ticker():
+        for _ in range(5):
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.02)
+
+    async def main():
+        reply, _ = await asyncio.gather(model.acomplete(HELLO), ticker())
+        return reply
+
+    assert asyncio.run(main()) == "done"
+    assert len(ticks) == 5 and ticks[-1] - ticks[0] < 0.25
+
+
+@pytest.mark.parametrize("bad", [None, 42, "a string", object()])
+def test_unusable_objects_are_type_errors(bad):
+    with pytest.raises(TypeError, match="callable fn\\(messages\\)"):
+        as_edit_model(bad)
+
+
+def test_a_class_instead_of_an_instance_is_a_type_error():
+    with pytest.raises(TypeError, match="not the class ScriptedModel"):
+        as_edit_model(ScriptedModel)
+
+
+def test_framework_objects_get_an_adapter_hint():
+    class ChatModelLike:
+        def invoke(self, messages):
+            return "x"
+
+    with pytest.raises(TypeError, match="adapter"):
+        as_edit_model(ChatModelLike())
+
+
+def test_model_input_is_a_copy():
+    def mutating(messages):
+        messages[0]["content"] = "mutated"
+        messages.append({"role": "user", "content": "extra"})
+        return "ok"
+
+    sent = [{"role": "user", "content": "original"}]
+    as_edit_model(mutating).complete(sent)
+    assert sent == [{"role": "user", "content": "original"}]
+
+
+# -- replies -------------------------------------------------------------------------------
+def test_reply_objects_with_content_or_text_are_reduced_to_text():
+    class AIMessage:
+        content = "from content"
+
+    class Blocks:
+        content = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+
+    class Completion:
+        text = "from text"
+
+    class ChatResponse:
+        class message:  # noqa: N801 - mimics LlamaIndex's attribute
+            content = "from message"
+
+    for reply, expected in [
+        (AIMessage(), "from content"),
+        (Blocks(), "ab"),
+        (Completion(), "from text"),
+        (ChatResponse(), "from message"),
+    ]:
+        assert as_edit_model(lambda m, r=reply: r).complete(HELLO) == expected
+
+
+@pytest.mark.parametrize("reply", [None, 3, 2.5])
+def test_non_text_reply_is_an_edit_error(reply):
+    with pytest.raises(EditError, match="not text"):
+        as_edit_model(lambda m: reply).complete(HELLO)
+
+
+def test_json_schema_is_passed_only_to_models_that_advertise_it():
+    plain = ScriptedModel(["a"])
+    structured = ScriptedModel([{"k": 1}], structured=True)
+    schema = {"type": "object"}
+    assert as_edit_model(plain).complete(HELLO, json_schema=schema) == "a"
+    assert plain.calls[0].json_schema is None
+    assert as_edit_model(structured).complete(HELLO, json_schema=schema) == {"k": 1}
+    assert structured.calls[0].json_schema == schema
+
+
+def test_function_may_advertise_structured_output():
+    seen = {}
+
+    def fn(messages, json_schema=None):
+        seen["schema"] = json_schema
+        return {"operations": []}
+
+    fn.supports_json_schema = True
+    model = as_edit_model(fn)
+    assert model.supports_json_schema
+    assert model.complete(HELLO, json_schema={"type": "object"}) == {"operations": []}
+    assert seen["schema"] == {"type": "object"}
+
+
+# -- failures ------------------------------------------------------------------------------
+class ReadTimeout(Exception):
+    """Named like httpx's timeout, which is not an OSError."""
+
+
+class APIConnectionError(Exception):
+    """Named like openai's connection error."""
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [TimeoutError("slow"), ConnectionError("down"), OSError("no route"), asyncio.TimeoutError(), ReadTimeout("t"),
+     APIConnectionError("c")],
+)
+def test_network_failures_become_model_unavailable(exc):
+    model = as_edit_model(ScriptedModel([exc], name="flaky"))
+    with pytest.raises(ModelUnavailableError, match="'flaky' could not be reached") as info:
+        model.complete(HELLO)
+    assert info.value.__cause__ is exc
+    assert "try again" in str(info.value)
+
+
+@pytest.mark.parametrize("exc", [ValueError("bad"), KeyError("k"), RuntimeError("boom"), TypeError("sig")])
+def test_other_failures_become_edit_errors(exc):
+    model = as_edit_model(ScriptedModel([exc]))
+    with pytest.raises(EditError, match="failed") as info:
+        model.complete(HELLO)
+    assert info.value.__cause__ is exc
+    assert "nothing was changed" in str(info.value)
+
+
+def test_failures_map_alike_on_the_async_path():
+    model = as_edit_model(ScriptedModel([TimeoutError(), ValueError("x")]))
+    with pytest.raises(ModelUnavailableError):
+        asyncio.run(model.acomplete(HELLO))
+    with pytest.raises(EditError):
+        asyncio.run(model.acomplete(HELLO))
+
+
+def test_thread_fallback_maps_failures_too():
+    def fails(messages):
+        raise ConnectionError("reset")
+
+    with pytest.raises(ModelUnavailableError):
+        asyncio.run(as_edit_model(fails).acomplete(HELLO))
+
+
+def test_library_errors_and_assertions_pass_through():
+    own = ModelUnavailableError("set GOOGLE_API_KEY")
+    model = as_edit_model(ScriptedModel([own, AssertionError("test check")]))
+    with pytest.raises(ModelUnavailableError) as info:
+        model.complete(HELLO)
+    assert info.value is own
+    with pytest.raises(AssertionError, match="test check"):
+        model.complete(HELLO)
+    assert issubclass(ModelUnavailableError, GatekeeperError)
+
+
+# -- ScriptedModel -------------------------------------------------------------------------
+def test_scripted_model_replies_in_order_and_records_calls():
+    model = ScriptedModel(["one"]).enqueue("two", "three")
+    assert model.remaining == 3
+    assert model(HELLO) == "one"
+    assert model.complete([{"role": "user", "content": "b"}]) == "two"
+    assert asyncio.run(model.acomplete([{"role": "user", "content": "c"}])) == "three"
+    assert [c[0]["content"] for c in model.calls] == ["hello", "b", "c"]
+    assert isinstance(model.calls[0], RecordedCall) and model.calls[0] == HELLO
+    assert model.calls[0].messages == HELLO and model.calls[0].text == "hello"
+    assert model.remaining == 0
+
+
+def test_scripted_model_records_a_deep_copy():
+    model = ScriptedModel(["x"])
+    sent = [{"role": "user", "content": "before"}]
+    model(sent)
+    sent[0]["content"] = "after"
+    assert model.calls[0][0]["content"] == "before"
+
+
+def test_running_out_of_replies_is_a_clear_assertion():
+    model = ScriptedModel(["only"], name="m")
+    model(HELLO)
+    with pytest.raises(AssertionError, match="no reply left for call #2"):
+        model(HELLO)
+    assert len(model.calls) == 2
+
+
+def test_scripted_exceptions_callables_and_objects():
+    model = ScriptedModel(
+        [
+            ValueError("instance"),
+            TimeoutError,
+            lambda messages: messages[-1]["content"][::-1],
+            {"a": 1},
+            [1, 2],
+        ]
+    )
+    with pytest.raises(ValueError, match="instance"):
+        model(HELLO)
+    with pytest.raises(TimeoutError):
+        model(HELLO)
+    assert model(HELLO) == "olleh"
+    assert model(HELLO) == '{"a": 1}'  # not structured: objects come back as JSON text
+    assert model(HELLO) == "[1, 2]"
+
+
+def test_a_single_string_is_one_reply():
+    model = ScriptedModel("whole reply")
+    assert model.remaining == 1 and model(HELLO) == "whole reply"
+
+
+def test_unusable_scripted_replies_fail_at_enqueue():
+    with pytest.raises(TypeError, match="scripted reply"):
+        ScriptedModel([3])
+    with pytest.raises(TypeError, match="scripted reply"):
+        ScriptedModel().enqueue(None)
+
+
+def test_scripted_model_is_safe_across_threads():
+    model = ScriptedModel([str(i) for i in range(200)])
+    results = []
+
+    def worker():
+        for _ in range(50):
+            results.append(model(HELLO))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results, key=int) == [str(i) for i in range(200)]
+    assert len(model.calls) == 200

@@ -1,0 +1,268 @@
+"""Every store runs the conformance suite; SQLite also proves files, processes and crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import context_gatekeeper
+from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
+from context_gatekeeper.stores.sqlite import MIGRATIONS, SchemaVersionError
+from store_conformance import StoreConformance, append, edit, fill, message, put_ids, snapshot, turn
+
+
+class TestInMemoryStore(StoreConformance):
+    persistent = False
+
+    def make(self, where: Path) -> Store:
+        return InMemoryStore()
+
+
+class TestSQLiteStore(StoreConformance):
+    def make(self, where: Path) -> Store:
+        return SQLiteStore(where / "store.db")
+
+
+class TestSQLiteMemoryStore(StoreConformance):
+    """``":memory:"`` keeps one connection behind a lock, so it is correct across threads too."""
+
+    persistent = False
+
+    def make(self, where: Path) -> Store:
+        return SQLiteStore(":memory:")
+
+
+# -- SQLite only ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "gatekeeper.db"
+
+
+def everything(store: Store) -> dict[str, tuple[int, list]]:
+    """Head and log of every session."""
+    return {session: snapshot(store, session) for session in store.sessions()}
+
+
+def test_reopening_a_file_restores_state_and_history_exactly(db: Path) -> None:
+    store = SQLiteStore(db)
+    first, _ = fill(store, "a", 2)
+    fill(store, "b 🚀", 3)
+    proposal = edit(first.added[1], "rewritten — ✓")
+    store.commit("a", turn(3), expected_head=None)
+    store.commit("a", proposal, expected_head=2)  # rebased: base 2 < parent 3
+    before = everything(store)
+    store.close()
+    again = SQLiteStore(db)
+    assert everything(again) == before
+    assert again.revisions("a")[-1].base == 2
+    assert again.commit("a", turn(9), expected_head=None).number == 5
+    again.close()
+
+
+def test_migrations_are_recorded_once(db: Path) -> None:
+    store = SQLiteStore(db, setup=False)
+    with pytest.raises(sqlite3.OperationalError):
+        store.head("s")  # nothing created yet
+    store.setup()
+    expected = [(m.version, m.name) for m in MIGRATIONS]
+    assert store.applied_migrations() == expected
+    raw = sqlite3.connect(db)
+    rows = raw.execute("SELECT * FROM schema_migrations").fetchall()
+    store.setup()
+    store.close()
+    SQLiteStore(db).close()
+    assert raw.execute("SELECT * FROM schema_migrations").fetchall() == rows
+    raw.close()
+
+
+def test_a_file_from_a_newer_version_is_refused(db: Path) -> None:
+    SQLiteStore(db).close()
+    with sqlite3.connect(db) as raw:
+        raw.execute("INSERT INTO schema_migrations VALUES (999, 'from the future', 0)")
+    raw.close()
+    with pytest.raises(SchemaVersionError, match="upgrade"):
+        SQLiteStore(db)
+
+
+def test_wal_mode_is_on(db: Path) -> None:
+    SQLiteStore(db).close()
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    raw.close()
+
+
+def test_two_objects_on_one_file_see_each_others_commits(db: Path) -> None:
+    one, two = SQLiteStore(db), SQLiteStore(db)
+    one.commit("s", turn(1), expected_head=None)
+    assert two.head("s") == 1
+    two.commit("s", turn(2), expected_head=None)
+    assert one.head("s") == 2
+    assert one.revisions("s") == two.revisions("s")
+    one.close()
+    two.close()
+
+
+def test_a_closed_store_says_so(db: Path) -> None:
+    store = SQLiteStore(db)
+    store.close()
+    store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        store.head("s")
+
+
+def test_session_ids_must_be_text(db: Path) -> None:
+    store = SQLiteStore(db)
+    with pytest.raises(TypeError, match="session_id"):
+        store.head(42)  # type: ignore[arg-type]
+    store.close()
+
+
+def test_purge_leaves_no_trace_in_the_files(db: Path) -> None:
+    def files() -> bytes:
+        return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+    store = SQLiteStore(db)
+    for n in range(1, 4):  # interleaved, so private rows share pages with rows that stay
+        store.commit("public", turn(n), expected_head=None)
+        store.commit("private", append(message(f"p{n}", content="my passport is XK-SECRET-4242")), expected_head=None)
+    assert b"XK-SECRET-4242" in files()
+    store.purge("private")
+    assert b"XK-SECRET-4242" not in files()  # neither in the main file nor in the write-ahead log
+    store.close()
+    assert b"XK-SECRET-4242" not in files()
+    assert SQLiteStore(db).head("public") == 3
+
+
+def test_a_commit_holds_the_write_lock_from_its_first_statement(db: Path) -> None:
+    """``BEGIN IMMEDIATE``: another connection cannot write between our head read and our insert."""
+    mine, theirs = SQLiteStore(db), SQLiteStore(db, busy_timeout=0.05)
+    blocked: list[Exception] = []
+
+    def meanwhile(point: str) -> None:
+        if point == "begin":
+            try:
+                theirs.commit("s", turn(2), expected_head=None)
+            except sqlite3.OperationalError as exc:
+                blocked.append(exc)
+
+    mine.fault_hook = meanwhile
+    mine.commit("s", turn(1), expected_head=None)
+    assert len(blocked) == 1 and "locked" in str(blocked[0])
+    assert theirs.commit("s", turn(2), expected_head=None).number == 2
+    mine.close()
+    theirs.close()
+
+
+# -- other processes -------------------------------------------------------------------------
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from context_gatekeeper.stores import SQLiteStore
+    from store_conformance import append, message
+
+    path, mode, arg, tag = sys.argv[1:5]
+    print("ready", flush=True)
+    sys.stdin.readline()  # wait for the parent's go
+    store = SQLiteStore(path)
+    if mode == "append":
+        for j in range(int(arg)):
+            store.commit("s", append(message(f"{tag}-{j}")), expected_head=None)
+            time.sleep(0.001)  # pacing, like a chat between turns, so the writers interleave
+    else:  # die with SIGKILL at fault point ``arg`` inside the next commit
+        def die(point):
+            if point == arg:
+                os.kill(os.getpid(), signal.SIGKILL)
+        store.fault_hook = die
+        store.commit("s", append(message("doomed")), expected_head=None)
+    """
+)
+
+
+def spawn(db: Path, mode: str, arg: str, tag: str = "child") -> subprocess.Popen:
+    """A second Python process running ``CHILD`` on ``db``; returns once it is ready for :func:`go`."""
+    paths = [str(Path(context_gatekeeper.__file__).parents[1]), str(Path(__file__).parent)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db), mode, arg, tag],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def go(*procs: subprocess.Popen) -> None:
+    """Let the spawned processes start their work."""
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
+
+def finish(proc: subprocess.Popen) -> int:
+    """Wait for a spawned process, close its pipes, and return its exit status."""
+    try:
+        return proc.wait(timeout=60)
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+def assert_appends_complete(log: list, tags: list[str], each: int) -> None:
+    """``log`` numbers 1..n and holds every tagged append once, each writer's in its order."""
+    assert [r.number for r in log] == list(range(1, len(tags) * each + 1))
+    ids = put_ids(log)
+    for tag in tags:
+        assert [i for i in ids if i.startswith(f"{tag}-")] == [f"{tag}-{j}" for j in range(each)]
+
+
+def test_another_process_appending_at_the_same_time_loses_nothing(db: Path) -> None:
+    store = SQLiteStore(db)
+    proc = spawn(db, "append", "150")
+    go(proc)
+    for j in range(150):
+        store.commit("s", append(message(f"parent-{j}")), expected_head=None)
+        time.sleep(0.001)
+    assert finish(proc) == 0
+    assert_appends_complete(store.revisions("s"), ["parent", "child"], 150)
+    store.close()
+
+
+def test_processes_opening_a_new_file_together_all_succeed(db: Path) -> None:
+    procs = [spawn(db, "append", "25", tag=f"p{i}") for i in range(4)]
+    go(*procs)
+    assert [finish(proc) for proc in procs] == [0] * 4
+    store = SQLiteStore(db)
+    assert_appends_complete(store.revisions("s"), [f"p{i}" for i in range(4)], 25)
+    assert store.applied_migrations() == [(m.version, m.name) for m in MIGRATIONS]
+    store.close()
+
+
+@pytest.mark.parametrize("point", ["written", "before_commit"])
+def test_a_writer_killed_inside_a_commit_leaves_the_previous_revision_intact(db: Path, point: str) -> None:
+    store = SQLiteStore(db)
+    fill(store, "s", 3)
+    before = everything(store)
+    proc = spawn(db, "die", point)
+    go(proc)
+    assert finish(proc) == -signal.SIGKILL
+    assert everything(store) == before  # seen by a connection that stayed open
+    store.close()
+    again = SQLiteStore(db)
+    assert everything(again) == before
+    assert again.commit("s", turn(4), expected_head=None).number == 4
+    again.close()
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    raw.close()

@@ -1,0 +1,274 @@
+"""Transcript: appends, explicit edits, undo/redo/revert, diff, record, provenance, stores."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from context_gatekeeper import (
+    Delete,
+    HistoryError,
+    InsertAfter,
+    InvalidInputError,
+    Replace,
+    SQLiteStore,
+    StaleHeadError,
+    Transcript,
+    UnknownMessageError,
+)
+from context_gatekeeper.messages import Message
+from context_gatekeeper.operations import Change
+from context_gatekeeper.revisions import Proposal
+from context_gatekeeper.stores import InMemoryStore
+
+
+def contents(t: Transcript) -> list[str]:
+    return [m.content for m in t.messages]
+
+
+@pytest.fixture
+def gdp() -> Transcript:
+    t = Transcript("gdp")
+    t.append(user="What was Ireland's GDP in 2021?", assistant="About 504 billion USD.")
+    t.append(user="What were its largest categories?", assistant="Industry, ICT and finance.")
+    return t
+
+
+def test_append_is_turn_atomic_and_recorded(gdp: Transcript) -> None:
+    assert contents(gdp) == [
+        "What was Ireland's GDP in 2021?",
+        "About 504 billion USD.",
+        "What were its largest categories?",
+        "Industry, ICT and finance.",
+    ]
+    assert [r.kind for r in gdp.history()] == ["append", "append"]
+    assert [len(r.changes) for r in gdp.history()] == [2, 2]
+    assert [m.role for m in gdp.messages] == ["user", "assistant", "user", "assistant"]
+    assert all(m.origin == "original" and m.derived_from == () for m in gdp.messages)
+    assert [m.revision for m in gdp.messages] == [1, 1, 2, 2]
+    assert gdp.record() == list(gdp.messages)
+
+
+def test_apply_keeps_provenance_and_the_record(gdp: Transcript) -> None:
+    q, a = gdp.messages[0], gdp.messages[1]
+    revision = gdp.apply([Replace(q.id, "What was Iceland's GDP in 2022?"), Replace(a.id, "About 28 billion USD.")])
+    now = gdp.messages
+    assert (now[0].id, now[0].content, now[0].origin, now[0].derived_from) == (
+        q.id, "What was Iceland's GDP in 2022?", "edited", (q.id,),
+    )
+    assert now[0].revision == revision.number == 3 and revision.kind == "apply"
+    assert [m.content for m in gdp.record()][:2] == ["What was Ireland's GDP in 2021?", "About 504 billion USD."]
+    inserted = gdp.apply([InsertAfter(a.id, "user", "Per capita too?")]).added[0]
+    assert gdp.messages[2].id == inserted.id and gdp.messages[2].origin == "inserted"
+    gdp.apply([Delete(inserted.id)])
+    assert inserted.id not in {m.id for m in gdp.messages}
+    assert inserted.id not in {m.id for m in gdp.record()}  # insertions by edits are not what was said
+
+
+def test_undo_after_an_edit_keeps_turns_appended_after_it(gdp: Transcript) -> None:
+    q = gdp.messages[0]
+    edit = gdp.apply([Replace(q.id, "What was Iceland's GDP in 2022?")])
+    gdp.append(user="And per capita?", assistant="About 75,000 USD.")
+    undo = gdp.undo()
+    assert undo.kind == "undo" and undo.target == edit.number
+    assert contents(gdp)[0] == "What was Ireland's GDP in 2021?"
+    assert contents(gdp)[-2:] == ["And per capita?", "About 75,000 USD."]
+    redo = gdp.redo()
+    assert redo.kind == "redo" and redo.target == edit.number
+    assert contents(gdp)[0] == "What was Iceland's GDP in 2022?"
+    assert contents(gdp)[-2:] == ["And per capita?", "About 75,000 USD."]
+
+
+def test_undo_walks_back_and_redo_is_discarded_by_a_new_change(gdp: Transcript) -> None:
+    q = gdp.messages[0]
+    gdp.apply([Replace(q.id, "v2")])
+    gdp.apply([Replace(q.id, "v3")])
+    gdp.undo()
+    assert contents(gdp)[0] == "v2"
+    gdp.undo()
+    assert contents(gdp)[0] == "What was Ireland's GDP in 2021?"
+    with pytest.raises(HistoryError, match="nothing to undo"):
+        gdp.undo()
+    gdp.redo()
+    assert contents(gdp)[0] == "v2"
+    gdp.apply([Replace(q.id, "v4")])
+    with pytest.raises(HistoryError, match="nothing to redo"):
+        gdp.redo()
+    head = gdp.head
+    with pytest.raises(HistoryError):
+        gdp.redo()
+    assert gdp.head == head  # a refused redo records nothing
+
+
+def test_appends_are_not_undone(gdp: Transcript) -> None:
+    with pytest.raises(HistoryError):
+        gdp.undo()
+    assert len(gdp.messages) == 4
+
+
+def test_revert_goes_back_and_says_what_it_drops(gdp: Transcript) -> None:
+    gdp.apply([Replace(gdp.messages[0].id, "Iceland 2022?")])
+    gdp.append(user="Per capita?", assistant="75,000 USD.")
+    revert = gdp.revert(1)
+    assert revert.kind == "revert" and revert.target == 1
+    assert contents(gdp) == ["What was Ireland's GDP in 2021?", "About 504 billion USD."]
+    assert {m.content for m in revert.removed} == {
+        "What were its largest categories?", "Industry, ICT and finance.", "Per capita?", "75,000 USD.",
+    }
+    gdp.undo()  # a revert is state-changing: undo brings everything back
+    assert contents(gdp)[0] == "Iceland 2022?" and contents(gdp)[-1] == "75,000 USD."
+    with pytest.raises(HistoryError, match="no revision"):
+        gdp.revert(99)
+
+
+def test_diff_is_a_record_and_a_readable_unified_diff(gdp: Transcript) -> None:
+    a = gdp.messages[1]
+    revision = gdp.apply([Replace(a.id, "About 28 billion USD.")])
+    diff = gdp.diff(revision.parent, revision.number)
+    assert [(d.id, d.status) for d in diff.messages] == [(a.id, "changed")]
+    assert diff.changed[0].before.content == "About 504 billion USD."
+    text = str(diff)
+    assert "-About 504 billion USD." in text and "+About 28 billion USD." in text
+    assert f"--- revision {revision.parent}" in text
+    assert not gdp.diff(2, 2) and "no changes" in str(gdp.diff(2, 2))
+    appended = gdp.diff(0, 1)
+    assert [d.status for d in appended.messages] == ["added", "added"]
+
+
+def test_snapshot_and_history(gdp: Transcript) -> None:
+    gdp.apply([Delete(gdp.messages[3].id)])
+    assert len(gdp.snapshot(2)) == 4 and len(gdp.snapshot(3)) == 3 and gdp.snapshot(0) == ()
+    history = gdp.history()
+    assert [(r.number, r.parent, r.kind) for r in history] == [(1, 0, "append"), (2, 1, "append"), (3, 2, "apply")]
+    assert all(r.time > 0 for r in history)
+
+
+def test_set_and_clear_are_revisions_and_the_record_survives(gdp: Transcript) -> None:
+    kept = gdp.messages[2]
+    gdp.set([kept, {"role": "assistant", "content": "A brand new answer."}])
+    assert contents(gdp) == ["What were its largest categories?", "A brand new answer."]
+    assert gdp.messages[0].id == kept.id
+    assert "A brand new answer." in [m.content for m in gdp.record()]
+    gdp.clear()
+    assert gdp.messages == () and gdp.history()[-1].kind == "clear"
+    assert len(gdp.record()) == 5
+    gdp.undo()
+    assert contents(gdp) == ["What were its largest categories?", "A brand new answer."]
+
+
+def test_purge_forgets_everything() -> None:
+    store = InMemoryStore()
+    t = Transcript("private", store=store)
+    t.append(user="my secret", assistant="noted")
+    other = Transcript("other", store=store)
+    other.append(user="keep me", assistant="ok")
+    t.purge()
+    assert t.messages == () and t.record() == [] and t.history() == [] and t.head == 0
+    assert Transcript("private", store=store).record() == []
+    assert contents(Transcript("other", store=store)) == ["keep me", "ok"]
+
+
+def test_errors_are_clear_and_change_nothing(gdp: Transcript) -> None:
+    head = gdp.head
+    with pytest.raises(UnknownMessageError, match="transcript.messages"):
+        gdp.apply([Replace(gdp.messages[0].id, "ok"), Replace("nope", "x")])
+    with pytest.raises(InvalidInputError):
+        gdp.apply([Replace(gdp.messages[0].id, "   ")])
+    with pytest.raises(InvalidInputError):
+        gdp.append()
+    with pytest.raises(InvalidInputError):
+        gdp.append(user="  ")
+    with pytest.raises(TypeError):
+        gdp.apply(["not a request"])  # type: ignore[list-item]
+    assert gdp.head == head
+    with pytest.raises(InvalidInputError):
+        Transcript("")
+
+
+def test_open_user_message_is_completed_in_place_despite_other_writers() -> None:
+    store = InMemoryStore()
+    alice, bob = Transcript("shared", store=store), Transcript("shared", store=store)
+    alice.append(user="Alice asks")
+    bob.append(user="Bob asks")
+    bob.append(assistant="answer to Bob")
+    alice.append(assistant="answer to Alice")
+    assert contents(Transcript("shared", store=store)) == ["Alice asks", "answer to Alice", "Bob asks", "answer to Bob"]
+
+
+def test_stale_proposal_is_rejected_and_appends_are_rebased(gdp: Transcript) -> None:
+    target = gdp.messages[0]
+    other = Transcript("gdp", store=gdp.store)
+
+    def proposal(content: str, base: int) -> Proposal:
+        old = gdp.snapshot(base)[0]
+        return Proposal("gdp", base, (Change(old, old.revised(content, 0)),), gdp.diff(base, base), "fix", "m", "patch")
+
+    base = gdp.head
+    other.append(user="Meanwhile...", assistant="...another turn.")  # an append: the proposal rebases
+    committed = gdp.commit(proposal("Iceland?", base))
+    assert committed.base == base and committed.parent == base + 1
+    assert contents(gdp)[0] == "Iceland?" and contents(gdp)[-1] == "...another turn."
+    stale_base = gdp.head
+    other.apply([Replace(target.id, "someone else's edit")])
+    before = (gdp.head, contents(gdp))
+    with pytest.raises(StaleHeadError, match="nothing was written"):
+        gdp.commit(proposal("mine", stale_base))
+    assert (gdp.head, contents(gdp)) == before
+
+
+def test_reopening_a_sqlite_file_restores_state_history_and_record(tmp_path) -> None:
+    path = tmp_path / "chats.db"
+    t = Transcript("s1", store=SQLiteStore(path))
+    t.append(user="Café ☕ — “quotes” and 'apostrophes'; DROP TABLE x;", assistant="```py\nprint(1)\n```")
+    t.apply([Replace(t.messages[1].id, "```py\nprint(2)\n```")])
+    t.append(messages=[Message("tool-1", "tool", "42", metadata={"tool_call_id": "c1"})])
+    again = Transcript("s1", store=str(path))
+    assert again.messages == t.messages
+    assert again.history() == t.history()
+    assert again.record() == t.record()
+    again.undo()
+    assert t.messages[1].content == "```py\nprint(1)\n```"  # the other object sees it (head check)
+
+
+def test_threads_can_share_a_transcript() -> None:
+    t = Transcript("threads")
+
+    def work(name: str) -> None:
+        for i in range(25):
+            t.append(user=f"{name} q{i}", assistant=f"{name} a{i}")
+
+    threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    texts = contents(t)
+    assert len(texts) == 200 and t.head == 100
+    for n in range(4):
+        mine = [x for x in texts if x.startswith(f"w{n} ")]
+        assert mine == [f"w{n} {k}{i}" for i in range(25) for k in ("q", "a")]
+
+
+def test_async_twins() -> None:
+    async def main() -> None:
+        t = Transcript("async")
+        await asyncio.gather(*(t.aappend(user=f"q{i}", assistant=f"a{i}") for i in range(5)))
+        assert len(await t.aget_messages()) == 10
+        first = (await t.aget_messages())[0]
+        await t.aapply([Replace(first.id, "changed")])
+        await t.aundo()
+        await t.aredo()
+        assert (await t.aget_messages())[0].content == "changed"
+        revert = await t.arevert(1)
+        assert len(revert.removed) == 8
+        assert [r.kind for r in await t.ahistory()][-1] == "revert"
+        assert len(await t.arecord()) == 10
+        assert (await t.adiff(0, 1)).added
+        await t.aset([{"role": "user", "content": "fresh"}])
+        await t.aclear()
+        await t.apurge()
+        assert t.head == 0
+
+    asyncio.run(main())

@@ -1,0 +1,188 @@
+"""Natural-language edits through a Transcript: preview/commit, failures change nothing,
+untouched messages stay byte-identical, selection follows the current state."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from context_gatekeeper import (
+    Delete,
+    EditError,
+    ModelUnavailableError,
+    Proposal,
+    Replace,
+    SQLiteStore,
+    Transcript,
+    TranscriptGate,
+)
+from context_gatekeeper.edit_format import ideal_patch_reply, ideal_rewrite_reply
+from context_gatekeeper.testing import ScriptedModel
+
+CODE = "Use this:\n\n```python\ndef f(x):\n    return x * 2  # doubled\n```\n\n- one\n- **two**\n"
+
+
+def chat(store=None) -> Transcript:
+    t = Transcript("edits", store=store)
+    t.append(user="What was Ireland's GDP in 2021?", assistant="About **504 billion** USD.")
+    t.append(user="Show me a doubling function.", assistant=CODE)
+    t.append(user="What were Ireland's largest sectors?", assistant="Pharma, ICT and finance.")
+    return t
+
+
+def state_of(t: Transcript) -> tuple:
+    return (t.messages, t.history(), t.record(), t.store.head(t.session_id))
+
+
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_edit_rewrites_affected_messages_and_records_the_revision(strategy: str) -> None:
+    t = chat()
+    m = t.messages
+    wanted = [Replace(m[0].id, "What was Iceland's GDP in 2022?"), Replace(m[1].id, "About **28 billion** USD."),
+              Replace(m[4].id, "What were Iceland's largest sectors?"), Replace(m[5].id, "Tourism, fishing and aluminium.")]
+    reply = (ideal_patch_reply if strategy == "patch" else ideal_rewrite_reply)(m, wanted)
+    model = ScriptedModel([reply], name="scripted-gemini")
+    revision = t.edit("It should be Iceland, not Ireland, and the year 2022", model=model, strategy=strategy)
+    assert revision.kind == "edit" and revision.model == "scripted-gemini"
+    assert revision.instruction == "It should be Iceland, not Ireland, and the year 2022"
+    assert [x.content for x in t.messages][0] == "What was Iceland's GDP in 2022?"
+    assert t.messages[3].content == CODE and t.messages[3] == m[3]  # untouched: the same record
+    assert {x.id for x in t.messages if x.origin == "edited"} == {m[0].id, m[1].id, m[4].id, m[5].id}
+    assert len(model.calls) == 1
+    sent = model.calls[0].text
+    assert "Iceland, not Ireland" in sent and "Ireland's GDP in 2021" in sent
+
+
+def test_preview_changes_nothing_and_commit_applies_exactly_the_proposal() -> None:
+    t = chat()
+    m = t.messages
+    model = ScriptedModel([ideal_patch_reply(m, [Delete(m[4].id), Delete(m[5].id)])])
+    before = state_of(t)
+    proposal = t.edit("drop the sectors question", model=model, preview=True)
+    assert isinstance(proposal, Proposal) and proposal.base == t.head
+    assert state_of(t) == before
+    assert {d.id for d in proposal.diff.removed} == {m[4].id, m[5].id}
+    revision = t.commit(proposal)
+    assert revision.changes == proposal.changes
+    assert [x.id for x in t.messages] == [m[0].id, m[1].id, m[2].id, m[3].id]
+
+
+def test_patch_leaves_unnamed_messages_byte_identical(tmp_path) -> None:
+    t = chat(SQLiteStore(tmp_path / "t.db"))
+    before = {x.id: x for x in t.messages}
+    target = t.messages[5]
+    t.edit("sectors in one word", model=ScriptedModel([ideal_patch_reply(t.messages, [Replace(target.id, "Pharma.")])]))
+    reopened = Transcript("edits", store=SQLiteStore(tmp_path / "t.db"))
+    for message in reopened.messages:
+        if message.id != target.id:
+            assert message.content.encode() == before[message.id].content.encode()
+            assert message.to_dict() == before[message.id].to_dict()
+
+
+FAILURES = {
+    "malformed twice": ["not json at all", "still {{ not json"],
+    "unknown id": ['{"operations": [{"op": "replace", "id": "99", "content": "x"}]}'] * 2,
+    "empty content": ['{"operations": [{"op": "replace", "id": "1", "content": "  "}]}'] * 2,
+    "model raises": [ValueError("the model crashed")],
+    "timeout": [TimeoutError("read timed out")],
+}
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+def test_a_failed_edit_leaves_state_store_and_history_exactly_as_they_were(case: str, tmp_path) -> None:
+    t = chat(SQLiteStore(tmp_path / "t.db"))
+    before = state_of(t)
+    expected = ModelUnavailableError if case == "timeout" else EditError
+    with pytest.raises(expected):
+        t.edit("break it", model=ScriptedModel(FAILURES[case]))
+    assert state_of(t) == before
+    assert state_of(Transcript("edits", store=SQLiteStore(tmp_path / "t.db"))) == before
+
+
+def test_the_retry_shows_the_model_its_error() -> None:
+    t = chat()
+    target = t.messages[1]
+    model = ScriptedModel(["oops", ideal_patch_reply(t.messages, [Replace(target.id, "About 28 billion USD.")])])
+    t.edit("fix the figure", model=model)
+    assert len(model.calls) == 2 and "oops" in model.calls[1].text
+    assert t.messages[1].content == "About 28 billion USD."
+
+
+def test_large_deletions_need_permission() -> None:
+    t = chat()
+    m = t.messages
+    everything = [Delete(x.id) for x in m[:4]]
+    with pytest.raises(EditError, match="allow_large_deletion"):
+        t.edit("delete it all", model=ScriptedModel([ideal_patch_reply(m, everything)]))
+    assert t.messages == m
+    t.edit("delete it all", model=ScriptedModel([ideal_patch_reply(m, everything)]), allow_large_deletion=True)
+    assert [x.id for x in t.messages] == [m[4].id, m[5].id]
+
+
+def test_no_model_is_a_clear_error() -> None:
+    with pytest.raises(ModelUnavailableError, match="model="):
+        chat().edit("anything")
+
+
+def test_a_plain_callable_is_a_model() -> None:
+    t = chat()
+    target = t.messages[0]
+    seen = []
+
+    def my_model(messages: list[dict]) -> str:
+        seen.append(messages)
+        return ideal_patch_reply(t.messages, [Replace(target.id, "Iceland?")])
+
+    t.edit("Iceland", model=my_model)
+    assert t.messages[0].content == "Iceland?"
+    assert all(set(m) >= {"role", "content"} for m in seen[0])
+
+
+def test_undo_after_an_edit_and_new_turns_keeps_the_turns() -> None:
+    t = chat()
+    target = t.messages[0]
+    t.edit("Iceland", model=ScriptedModel([ideal_patch_reply(t.messages, [Replace(target.id, "Iceland?")])]))
+    t.append(user="And per capita?", assistant="About 75,000 USD.")
+    t.undo()
+    assert t.messages[0].content == "What was Ireland's GDP in 2021?"
+    assert [x.content for x in t.messages][-2:] == ["And per capita?", "About 75,000 USD."]
+
+
+def test_selection_follows_the_current_state_only() -> None:
+    t = chat()
+    gate = TranscriptGate(t, token_budget=2000)
+    assert "Ireland" in " ".join(m.content for m in gate.select_messages("Ireland GDP 2021"))
+    m = t.messages
+    t.edit("Iceland", model=ScriptedModel([ideal_patch_reply(m, [
+        Replace(m[0].id, "What was Iceland's GDP in 2022?"), Replace(m[4].id, "What were Iceland's largest sectors?"),
+    ])]))
+    for query in ("Ireland GDP 2021", "Ireland largest sectors", "Iceland GDP"):
+        selected = gate.select_messages(query)
+        assert not any("Ireland" in x.content for x in selected)
+    assert any("Iceland" in x.content for x in gate.select_messages("Iceland GDP 2022"))
+    t.undo()
+    assert any("Ireland" in x.content for x in gate.select_messages("Ireland GDP 2021"))
+    assert not any("Iceland" in x.content for x in gate.select_messages("Iceland GDP 2022"))
+
+
+def test_the_gate_keeps_system_messages_and_the_open_turn() -> None:
+    t = Transcript("gate")
+    t.append(messages=[{"role": "system", "content": "Be brief."}])
+    t.append(user="Kafka consumer lag grows", assistant="Add consumers.")
+    t.append(user="Best espresso grind?", assistant="Fine.")
+    t.append(user="How do I watch Kafka lag?")
+    selected = TranscriptGate(t, token_budget=2000).select_messages("Kafka lag monitoring")
+    assert [x.content for x in selected] == ["Be brief.", "Kafka consumer lag grows", "Add consumers.", "How do I watch Kafka lag?"]
+
+
+def test_async_edit() -> None:
+    async def main() -> None:
+        t = chat()
+        target = t.messages[1]
+        model = ScriptedModel([ideal_patch_reply(t.messages, [Replace(target.id, "28 billion.")])])
+        proposal = await t.aedit("fix", model=model, preview=True)
+        await t.acommit(proposal)
+        assert (await t.aget_messages())[1].content == "28 billion."
+
+    asyncio.run(main())
