@@ -18,6 +18,7 @@ __all__ = [
     "HistoryError",
     "StaleHeadError",
     "ModelUnavailableError",
+    "SchemaVersionError",
 ]
 
 
@@ -61,3 +62,7 @@ class StaleHeadError(GatekeeperError):
 
 class ModelUnavailableError(GatekeeperError, RuntimeError):
     """No model could be reached: missing API key, network failure or timeout."""
+
+
+class SchemaVersionError(GatekeeperError, RuntimeError):
+    """A store was migrated by a newer version of context-gatekeeper; upgrade to open it."""

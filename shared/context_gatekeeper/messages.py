@@ -75,17 +75,19 @@ class Message:
         return replace(self, content=content, origin=origin, derived_from=derived, revision=revision)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the stores' format)."""
-        return {
-            "id": self.id,
-            "role": self.role,
-            "content": self.content,
-            "parts": list(self.parts) if self.parts is not None else None,
-            "metadata": dict(self.metadata),
-            "origin": self.origin,
-            "derived_from": list(self.derived_from),
-            "revision": self.revision,
-        }
+        """A JSON-ready dict (the stores' format); fields at their defaults are left out."""
+        data: dict[str, Any] = {"id": self.id, "role": self.role, "content": self.content}
+        if self.parts is not None:
+            data["parts"] = list(self.parts)
+        if self.metadata:
+            data["metadata"] = dict(self.metadata)
+        if self.origin != "original":
+            data["origin"] = self.origin
+        if self.derived_from:
+            data["derived_from"] = list(self.derived_from)
+        if self.revision:
+            data["revision"] = self.revision
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Message":

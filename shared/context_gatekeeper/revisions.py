@@ -44,7 +44,7 @@ class Revision:
         changes: the changes on message ids, in order.
         instruction: the natural-language instruction (edits), else None.
         model: the name of the model that produced an edit, else None.
-        time: seconds since the epoch when it was committed.
+        time: seconds since the epoch when the store committed it.
         base: the head the change was computed on; below ``parent`` when an edit was
             rebased over appends that landed meanwhile.
         target: for "undo" and "redo", the revision undone or re-applied; for

@@ -26,6 +26,7 @@ Contract (checked by ``tests/store_conformance.py``, which every backend runs):
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -66,7 +67,7 @@ def place_revision(
                 f"{expected_head}, which this {revision.kind} was computed on; nothing was written. "
                 "Reload (read transcript.messages) and run it again."
             )
-    return replace(revision, number=head + 1, parent=head, base=base)
+    return replace(revision, number=head + 1, parent=head, base=base, time=time.time())
 
 
 class Store(ABC):

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from ..errors import GatekeeperError
+from ..errors import SchemaVersionError
 from ..operations import change_to_dict
 from ..revisions import Revision
 from .base import FaultHook, Store, place_revision
@@ -68,10 +68,6 @@ _COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, 
 _HEAD = "SELECT COALESCE(MAX(number), 0) FROM revisions WHERE session_id = ?"
 _SELECT = f"SELECT {_COLUMNS} FROM revisions WHERE session_id = ? AND number > ? ORDER BY number"
 _INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-
-
-class SchemaVersionError(GatekeeperError, RuntimeError):
-    """The database file was migrated by a newer version of context-gatekeeper."""
 
 
 class SQLiteStore(Store):
