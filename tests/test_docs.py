@@ -39,3 +39,11 @@ def test_every_public_name_is_exported_and_documented() -> None:
         obj = getattr(context_gatekeeper, name)
         if inspect.isclass(obj) or inspect.isfunction(obj):
             assert obj.__doc__, f"{name} has no docstring"
+
+
+def test_every_subpackage_is_listed_for_the_wheel() -> None:
+    """A subpackage missing from pyproject's list is missing from the wheel."""
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    for sub in pkgutil.walk_packages(context_gatekeeper.__path__, "context_gatekeeper."):
+        if sub.ispkg:
+            assert f'"{sub.name}"' in pyproject, f"{sub.name} is not in [tool.setuptools] packages"
