@@ -1,0 +1,100 @@
+"""LangChain messages <-> core messages, losslessly.
+
+A core :class:`~context_gatekeeper.Message` keeps the text in ``content`` (what
+selection reads and edits rewrite), a content-block list in ``parts``, and in
+``metadata`` the tool-call fields the core checks (``tool_calls``, ``tool_call_id``,
+``name``) plus everything else LangChain serialises under ``"langchain"``.  Types,
+ids, names, tool calls, additional_kwargs and response metadata survive a round
+trip; an assistant message whose text an edit rewrote loses only provider-specific
+keys that would no longer match its text (thought signatures, reasoning traces).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+
+from context_gatekeeper import Message
+from context_gatekeeper.messages import new_message_id
+
+__all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC"]
+
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
+_HOISTED = ("tool_calls", "tool_call_id", "name")
+PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
+"""additional_kwargs keys dropped from an assistant message whose text was rewritten."""
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    pieces = []
+    for block in content:
+        if isinstance(block, str):
+            pieces.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            pieces.append(str(block.get("text", "")))
+    return "".join(pieces)
+
+
+def to_core(message: BaseMessage) -> Message:
+    """A LangChain message as a core message (the id is kept, or made up if missing)."""
+    if not isinstance(message, BaseMessage):
+        raise TypeError(f"expected a LangChain BaseMessage, got {type(message).__name__}")
+    serialised = message_to_dict(message)
+    kind, data = serialised["type"], dict(serialised["data"])
+    content = data.pop("content")
+    role = _ROLES.get(kind)
+    if role is None:  # ChatMessage and other custom roles ride as user/assistant text
+        role = "assistant" if data.get("role") in ("assistant", "ai") else "user"
+    metadata: dict[str, Any] = {key: data.pop(key) for key in _HOISTED if data.get(key)}
+    data.pop("id", None)
+    data.pop("type", None)
+    metadata["langchain"] = {"type": kind, "data": data}
+    return Message(
+        id=message.id or new_message_id(),
+        role=role,  # type: ignore[arg-type]
+        content=_text_of(content),
+        parts=tuple(content) if isinstance(content, list) else None,
+        metadata=metadata,
+    )
+
+
+def _content_for(message: Message) -> Any:
+    """The LangChain content: the block list with its text replaced when it was edited."""
+    if message.parts is None:
+        return message.content
+    blocks = list(message.parts)
+    if message.origin == "original" or _text_of(blocks) == message.content:
+        return blocks
+    others = [b for b in blocks if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))]
+    return [{"type": "text", "text": message.content}, *others]
+
+
+def from_core(message: Message) -> BaseMessage:
+    """A core message as the LangChain message it came from (or a new one of its role)."""
+    stored = dict(message.metadata.get("langchain") or {})
+    kind = stored.get("type") or _TYPES[message.role]
+    data = dict(stored.get("data") or {})
+    for key in _HOISTED:
+        if key in message.metadata:
+            data[key] = message.metadata[key]
+    rewritten = message.origin == "edited" and kind == "ai"
+    if rewritten and data.get("additional_kwargs"):
+        data["additional_kwargs"] = {k: v for k, v in data["additional_kwargs"].items() if not PROVIDER_SPECIFIC.search(k)}
+    data.update(content=_content_for(message), id=message.id, type=kind)
+    return messages_from_dict([{"type": kind, "data": data}])[0]
+
+
+def to_core_messages(messages: Iterable[BaseMessage]) -> list[Message]:
+    """:func:`to_core` for each message."""
+    return [to_core(m) for m in messages]
+
+
+def from_core_messages(messages: Sequence[Message]) -> list[BaseMessage]:
+    """:func:`from_core` for each message."""
+    return [from_core(m) for m in messages]
