@@ -1,0 +1,75 @@
+"""LangChain <-> core message conversion: lossless round trips, edits drop provider keys."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+
+from langchain_gatekeeper import from_core, from_core_messages, to_core, to_core_messages
+
+CONVERSATION = [
+    SystemMessage("You are terse.", id="sys"),
+    HumanMessage(
+        content=[{"type": "text", "text": "What is in this picture?"}, {"type": "image_url", "image_url": {"url": "data:x"}}],
+        name="ann",
+        id="h1",
+    ),
+    AIMessage(
+        content="Let me look it up.",
+        tool_calls=[{"name": "search", "args": {"q": "cat"}, "id": "call_1"}],
+        additional_kwargs={"__gemini_function_call_thought_signatures__": {"call_1": "c2ln"}, "refusal": None},
+        response_metadata={"model_name": "gemini-2.5-flash"},
+        id="a1",
+    ),
+    ToolMessage(content='{"hits": 3}', tool_call_id="call_1", name="search", id="t1"),
+    AIMessage(content="A cat on a sofa.", id="a2"),
+    ChatMessage(role="assistant", content="custom role", id="c1"),
+]
+
+
+def test_a_conversation_round_trips_exactly() -> None:
+    assert from_core_messages(to_core_messages(CONVERSATION)) == CONVERSATION
+
+
+def test_core_view_of_the_messages() -> None:
+    core = to_core_messages(CONVERSATION)
+    assert [m.role for m in core] == ["system", "user", "assistant", "tool", "assistant", "assistant"]
+    assert [m.id for m in core] == ["sys", "h1", "a1", "t1", "a2", "c1"]
+    assert core[1].content == "What is in this picture?" and core[1].parts is not None
+    assert core[2].metadata["tool_calls"][0]["id"] == "call_1"
+    assert core[3].metadata["tool_call_id"] == "call_1"
+
+
+def test_messages_without_ids_get_one() -> None:
+    core = to_core(HumanMessage("hi"))
+    assert core.id and from_core(core).id == core.id
+
+
+def test_a_rewritten_assistant_text_drops_provider_specific_keys_only() -> None:
+    ai = to_core(CONVERSATION[2])
+    back = from_core(ai.revised("Searching for cats.", 3))
+    assert back.content == "Searching for cats."
+    assert back.additional_kwargs == {"refusal": None}
+    assert back.tool_calls == CONVERSATION[2].tool_calls and back.id == "a1"
+    untouched = from_core(ai)
+    assert "__gemini_function_call_thought_signatures__" in untouched.additional_kwargs
+
+
+def test_a_rewritten_block_list_keeps_its_non_text_blocks() -> None:
+    human = to_core(CONVERSATION[1])
+    back = from_core(human.revised("And in this one?", 2))
+    assert back.content == [{"type": "text", "text": "And in this one?"}, CONVERSATION[1].content[1]]
+    assert back.name == "ann"
+
+
+def test_not_a_message_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        to_core({"role": "user", "content": "hi"})  # type: ignore[arg-type]
+
+
+@given(st.text(), st.sampled_from([HumanMessage, AIMessage, SystemMessage]), st.text(min_size=1, max_size=20))
+def test_any_text_round_trips(text: str, kind, message_id: str) -> None:
+    message = kind(content=text, id=message_id)
+    assert from_core(to_core(message)) == message
