@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from .errors import UnknownMessageError
-from .messages import Message, Role
+from .messages import Message, Role, new_message_id
+from .validation import require_text
 
 __all__ = [
     "Replace",
@@ -33,6 +34,7 @@ __all__ = [
     "invert",
     "touched_ids",
     "changes_between",
+    "resolve_request",
     "change_to_dict",
     "change_from_dict",
 ]
@@ -201,6 +203,31 @@ def changes_between(old: Sequence[Message], new: Sequence[Message]) -> list[Appl
         if message.id in stable and message != old[old_index[message.id]]:
             changes.append(Change(old[old_index[message.id]], message))
     return changes
+
+
+def resolve_request(request: Request, state: Sequence[Message]) -> Applied:
+    """The change ``request`` makes on ``state`` (ids checked, text required)."""
+    positions = {m.id: i for i, m in enumerate(state)}
+
+    def find(message_id: object) -> int:
+        if message_id not in positions:
+            raise UnknownMessageError(
+                f"no message with id {message_id!r} in this transcript; ids are the .id of transcript.messages"
+            )
+        return positions[message_id]  # type: ignore[index]
+
+    if isinstance(request, Replace):
+        old = state[find(request.id)]
+        return Change(old, old.revised(require_text(request.content, "content"), 0))
+    if isinstance(request, Delete):
+        i = find(request.id)
+        return Remove(state[i], state[i - 1].id if i else None)
+    if isinstance(request, InsertAfter):
+        if request.id is not None:
+            find(request.id)
+        message = Message(new_message_id(), request.role, require_text(request.content, "content"), origin="inserted")
+        return Put(message, request.id)
+    raise TypeError(f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}")
 
 
 def change_to_dict(change: Applied) -> dict[str, Any]:

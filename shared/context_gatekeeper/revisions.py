@@ -26,6 +26,7 @@ __all__ = [
     "Diff",
     "diff_states",
     "rebase_conflicts",
+    "undo_stacks",
 ]
 
 RevisionKind = Literal["append", "edit", "apply", "set", "clear", "undo", "redo", "revert"]
@@ -226,3 +227,25 @@ def rebase_conflicts(later: Iterable[Revision], changes: Sequence[Applied]) -> l
         if revision.kind != "append" or touched_ids(revision.changes) & ids:
             blocking.append(revision.number)
     return blocking
+
+
+def undo_stacks(log: Sequence[Revision]) -> tuple[list[int], list[Revision]]:
+    """What undo and redo may act on, from a revision log.
+
+    Returns ``(done, undone)``: the numbers of the state-changing revisions undo may
+    revert (most recent last), and the undo revisions redo may re-apply (most recent
+    last).  A new state-changing revision empties ``undone``.
+    """
+    done: list[int] = []
+    undone: list[Revision] = []
+    for revision in log:
+        if revision.kind in STATE_CHANGING:
+            done.append(revision.number)
+            undone.clear()
+        elif revision.kind == "undo":
+            done.remove(revision.target)  # type: ignore[arg-type]
+            undone.append(revision)
+        elif revision.kind == "redo":
+            undone.pop()
+            done.append(revision.target)  # type: ignore[arg-type]
+    return done, undone

@@ -28,24 +28,22 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from .editing import acompute_edit, compute_edit
-from .errors import HistoryError, InvalidInputError, ModelUnavailableError, UnknownMessageError
+from .errors import HistoryError, InvalidInputError, ModelUnavailableError
 from .messages import Message, new_message_id
 from .operations import (
     AT_END,
     Applied,
     Change,
-    Delete,
-    InsertAfter,
     Put,
-    Remove,
-    Replace,
     Request,
     apply_changes,
     changes_between,
     invert,
+    resolve_request,
 )
-from .revisions import STATE_CHANGING, Diff, Proposal, Revision, RevisionKind, diff_states
+from .revisions import Diff, Proposal, Revision, RevisionKind, diff_states, undo_stacks
 from .stores.base import Store
+from .transcript_async import AsyncTranscriptMixin
 from .stores.memory import InMemoryStore
 from .validation import require_text
 
@@ -89,7 +87,7 @@ def _as_message(item: Message | Mapping[str, Any]) -> Message:
     raise TypeError(f"expected a Message or a dict with role and content, got {type(item).__name__}")
 
 
-class Transcript:
+class Transcript(AsyncTranscriptMixin):
     """A mutable, versioned conversation transcript.
 
     >>> from context_gatekeeper.testing import ScriptedModel
@@ -271,7 +269,7 @@ class Transcript:
             state = list(self._state)
             changes: list[Applied] = []
             for request in requests:
-                change = self._resolve(request, state)
+                change = resolve_request(request, state)
                 state = apply_changes(state, [change])
                 changes.append(change)
             return self._commit("apply", changes, expected_head=len(self._log))
@@ -306,7 +304,7 @@ class Transcript:
         """Revert the most recent state-changing revision not yet undone (see the module docstring)."""
         with self._lock:
             self._refresh()
-            done, _ = self._undo_stacks()
+            done, _ = undo_stacks(self._log)
             if not done:
                 raise HistoryError("nothing to undo: no edit, apply, set, clear or revert is left to revert")
             target = self._log[done[-1] - 1]
@@ -316,7 +314,7 @@ class Transcript:
         """Re-apply what the last undo reverted, if nothing state-changing came after it."""
         with self._lock:
             self._refresh()
-            _, undone = self._undo_stacks()
+            _, undone = undo_stacks(self._log)
             if not undone:
                 raise HistoryError(
                     "nothing to redo: redo follows an undo, and a later edit, apply, set, clear or "
@@ -338,72 +336,6 @@ class Transcript:
             target = self._check_revision(revision)
             changes = changes_between(self._state, self._state_at(target))
             return self._commit("revert", changes, expected_head=len(self._log), target=target)
-
-    # -- async twins --------------------------------------------------------------------
-    async def aget_messages(self) -> tuple[Message, ...]:
-        """Async :attr:`messages`."""
-        return await asyncio.to_thread(lambda: self.messages)
-
-    async def aappend(self, user: str | None = None, assistant: str | None = None, *, messages: Iterable[Any] = ()) -> Revision:
-        """Async :meth:`append`."""
-        return await asyncio.to_thread(self.append, user, assistant, messages=list(messages))
-
-    async def aedit(
-        self,
-        instruction: str,
-        *,
-        model: Any = None,
-        strategy: Strategy | None = None,
-        preview: bool = False,
-        allow_large_deletion: bool = False,
-    ) -> Revision | Proposal:
-        """Async :meth:`edit`: the model is awaited, the store runs in a worker thread."""
-        proposal = await self._apropose(instruction, model, strategy, allow_large_deletion)
-        return proposal if preview else await self.acommit(proposal)
-
-    async def acommit(self, proposal: Proposal) -> Revision:
-        """Async :meth:`commit`."""
-        return await asyncio.to_thread(self.commit, proposal)
-
-    async def aapply(self, requests: Sequence[Request]) -> Revision:
-        """Async :meth:`apply`."""
-        return await asyncio.to_thread(self.apply, requests)
-
-    async def aset(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
-        """Async :meth:`set`."""
-        return await asyncio.to_thread(self.set, list(messages))
-
-    async def aclear(self) -> Revision:
-        """Async :meth:`clear`."""
-        return await asyncio.to_thread(self.clear)
-
-    async def apurge(self) -> None:
-        """Async :meth:`purge`."""
-        await asyncio.to_thread(self.purge)
-
-    async def aundo(self) -> Revision:
-        """Async :meth:`undo`."""
-        return await asyncio.to_thread(self.undo)
-
-    async def aredo(self) -> Revision:
-        """Async :meth:`redo`."""
-        return await asyncio.to_thread(self.redo)
-
-    async def arevert(self, revision: int) -> Revision:
-        """Async :meth:`revert`."""
-        return await asyncio.to_thread(self.revert, revision)
-
-    async def ahistory(self) -> list[Revision]:
-        """Async :meth:`history`."""
-        return await asyncio.to_thread(self.history)
-
-    async def arecord(self) -> list[Message]:
-        """Async :meth:`record`."""
-        return await asyncio.to_thread(self.record)
-
-    async def adiff(self, a: int, b: int | None = None) -> Diff:
-        """Async :meth:`diff`."""
-        return await asyncio.to_thread(self.diff, a, b)
 
     # -- internals ----------------------------------------------------------------------
     def _edit_arguments(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> dict[str, Any]:
@@ -453,31 +385,6 @@ class Transcript:
             self._refresh()
             return len(self._log), list(self._state)
 
-    def _resolve(self, request: Request, state: list[Message]) -> Applied:
-        """The change a request makes on ``state``."""
-        by_id = {m.id: i for i, m in enumerate(state)}
-
-        def find(message_id: Any) -> int:
-            if message_id not in by_id:
-                raise UnknownMessageError(
-                    f"no message with id {message_id!r} in session {self.session_id!r}; "
-                    "ids are the .id of transcript.messages"
-                )
-            return by_id[message_id]
-
-        if isinstance(request, Replace):
-            old = state[find(request.id)]
-            return Change(old, old.revised(require_text(request.content, "content"), 0))
-        if isinstance(request, Delete):
-            i = find(request.id)
-            return Remove(state[i], state[i - 1].id if i else None)
-        if isinstance(request, InsertAfter):
-            if request.id is not None:
-                find(request.id)
-            message = Message(new_message_id(), request.role, require_text(request.content, "content"), origin="inserted")
-            return Put(message, request.id)
-        raise TypeError(f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}")
-
     def _commit(self, kind: RevisionKind, changes: Sequence[Applied], *, expected_head: int | None, **fields: Any) -> Revision:
         """Store one revision and bring this object up to date (caller holds the lock)."""
         draft = Revision(number=0, parent=0, kind=kind, changes=tuple(changes), **fields)
@@ -509,20 +416,3 @@ class Transcript:
         if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._log):
             raise HistoryError(f"no revision {revision!r}: revisions of session {self.session_id!r} run 0..{len(self._log)}")
         return revision
-
-    def _undo_stacks(self) -> tuple[list[int], list[Revision]]:
-        """Revisions that undo may revert (oldest first) and undo revisions that redo may re-apply."""
-        done: list[int] = []
-        undone: list[Revision] = []
-        for revision in self._log:
-            if revision.kind in STATE_CHANGING:
-                done.append(revision.number)
-                undone.clear()
-            elif revision.kind == "undo":
-                done.remove(revision.target)  # type: ignore[arg-type]
-                undone.append(revision)
-            elif revision.kind == "redo":
-                undone.pop()
-                done.append(revision.target)  # type: ignore[arg-type]
-        return done, undone
-
