@@ -5,9 +5,26 @@ editing logic lives here.
 """
 
 from .convert import from_core, from_core_messages, to_core, to_core_messages
+from .gate import GatedRunnableWithMessageHistory, topic_gate
+from .history import GatekeeperChatMessageHistory
+from .middleware import GatekeeperMiddleware
 from .models import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
+from .threads import GatekeeperState, ThreadEdit, aedit_thread, aundo_thread, edit_thread, undo_thread
 
 __all__ = [
+    # classic chains
+    "GatekeeperChatMessageHistory",
+    "GatedRunnableWithMessageHistory",
+    "topic_gate",
+    # agents (LangChain 1.x create_agent)
+    "GatekeeperMiddleware",
+    "GatekeeperState",
+    "ThreadEdit",
+    "edit_thread",
+    "aedit_thread",
+    "undo_thread",
+    "aundo_thread",
+    # models and conversion
     "DEFAULT_MODEL",
     "LangChainEditModel",
     "default_chat_model",

@@ -272,3 +272,16 @@ def test_async_twins() -> None:
         assert t.head == 0
 
     asyncio.run(main())
+
+
+def test_an_id_is_never_reused(gdp: Transcript) -> None:
+    taken = gdp.messages[0]
+    head = gdp.head
+    with pytest.raises(InvalidInputError, match="never reused"):
+        gdp.append(messages=[Message(taken.id, "user", "again")])
+    with pytest.raises(InvalidInputError):
+        gdp.append(messages=[Message("x1", "user", "a"), Message("x1", "assistant", "b")])
+    gdp.apply([Delete(taken.id)])
+    with pytest.raises(InvalidInputError):  # deleted ids stay taken: undo must be able to restore them
+        gdp.append(messages=[Message(taken.id, "user", "again")])
+    assert gdp.head == head + 1 and len(gdp.messages) == 3

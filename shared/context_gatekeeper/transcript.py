@@ -212,6 +212,13 @@ class Transcript(AsyncTranscriptMixin):
         if not new:
             raise InvalidInputError("append needs user=, assistant= or messages=")
         with self._lock:
+            self._refresh()
+            used = {m.id for m in new} & self._ids_used() if any(m.id for m in new) else set()
+            if used or len({m.id for m in new}) != len(new):
+                raise InvalidInputError(
+                    f"message id(s) {sorted(used) or 'repeated in this call'} already used in session "
+                    f"{self.session_id!r}: ids are never reused; give new messages new ids (or none)"
+                )
             anchor = AT_END
             if new[0].role != "user" and self._open_user is not None:
                 anchor = self._open_user
@@ -403,6 +410,10 @@ class Transcript(AsyncTranscriptMixin):
             stamped = replace(revision, changes=tuple(_stamp(revision.changes, revision.number)))
             self._state = apply_changes(self._state, stamped.changes)
             self._log.append(stamped)
+
+    def _ids_used(self) -> set[str]:
+        """Every message id the session has ever held (ids are never reused)."""
+        return {c.message.id for revision in self._log for c in revision.changes if isinstance(c, Put)}
 
     def _state_at(self, revision: int) -> list[Message]:
         if revision == len(self._log):

@@ -1,0 +1,264 @@
+"""Topic-gated history for classic LangChain chains.
+
+Two ways to send a chain only the earlier turns the current query needs:
+
+* :func:`topic_gate` is a Runnable to put in front of a chain inside
+  ``RunnableWithMessageHistory``::
+
+      RunnableWithMessageHistory(topic_gate(input_messages_key="question",
+                                            history_messages_key="history") | chain,
+                                 get_session_history,
+                                 input_messages_key="question", history_messages_key="history")
+
+* :class:`GatedRunnableWithMessageHistory` is a drop-in with the same constructor
+  as ``RunnableWithMessageHistory`` that does exactly that for you.
+
+Both replace the history in the chain's input with the gated view (system
+messages, the selected earlier turns, the open turn) and leave the stored history
+alone.  With a :class:`~langchain_gatekeeper.GatekeeperChatMessageHistory` the view
+comes from its incremental index; with any other ``BaseChatMessageHistory`` (or no
+history at all) the gate indexes the list it is given, in memory, for that call.
+``RunnableWithMessageHistory``'s own bookkeeping still sees the full, ungated input
+(the gate sits *inside* the runnable it watches), so the user's message is stored
+exactly once in every mode.
+
+**Deprecation decision.**  ``RunnableWithMessageHistory`` is deprecated in
+langchain-core 1.x (LangGraph persistence, or for this library the agent
+middleware, replace it) and warns on every construction.  The drop-in
+*subclasses* it, so it stays an ``isinstance`` of it, keeps its constructor,
+config specs, schemas and exactly its history bookkeeping (the part that must
+never lose or duplicate a message), and wraps ``runnable`` as
+``topic_gate(...) | runnable``.  Its construction runs under langchain-core's
+``suppress_langchain_deprecation_warning`` (a context variable, not a global
+warnings filter, so other code is unaffected): a user who picked our class
+cannot act on the upstream warning, and the README points classic-chain users to
+the agent middleware instead.  A user who builds a plain
+``RunnableWithMessageHistory`` around :func:`topic_gate` still sees upstream's
+warning, which they can act on.  It is tied to langchain-core 1.x (the
+distribution pins ``langchain-core<2``), where ``RunnableWithMessageHistory`` exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables.history import RunnableWithMessageHistory
+
+from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate
+
+from .convert import from_core_messages, to_core
+from .history import ADAPTER_GATE_DEFAULTS, GatekeeperChatMessageHistory
+
+__all__ = ["topic_gate", "GatedRunnableWithMessageHistory"]
+
+
+def _input_messages(value: Any) -> list[BaseMessage]:
+    """The new input as messages (RunnableWithMessageHistory's rules: str, message, list)."""
+    if isinstance(value, str):
+        return [HumanMessage(content=value)]
+    if isinstance(value, BaseMessage):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [m for m in value if isinstance(m, BaseMessage)]
+    return []
+
+
+def _query(new: Sequence[BaseMessage]) -> str:
+    """The text of the last human message among ``new`` (else of the last message)."""
+    humans = [m for m in new if isinstance(m, HumanMessage)]
+    chosen = humans[-1] if humans else (new[-1] if new else None)
+    return to_core(chosen).content if chosen is not None else ""
+
+
+class _TopicGate:
+    """The work behind :func:`topic_gate` (one instance per gate Runnable)."""
+
+    def __init__(self, input_key: str | None, history_key: str | None, options: dict[str, Any] | None) -> None:
+        self.input_key = input_key
+        self.history_key = history_key
+        self.options = options
+        self._gates: weakref.WeakKeyDictionary[Transcript, TranscriptGate] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    # -- entry points -------------------------------------------------------------------
+    def invoke(self, value: Any, config: RunnableConfig) -> Any:
+        """Replace the history in ``value`` with the gated view (sync)."""
+        hist = _history_of(config)
+        stored = None if hist is None or isinstance(hist, GatekeeperChatMessageHistory) else len(hist.messages)
+        return self._transform(value, hist, stored)
+
+    async def ainvoke(self, value: Any, config: RunnableConfig) -> Any:
+        """Async :meth:`invoke`: the history is awaited, the gating runs in a worker thread."""
+        hist = _history_of(config)
+        stored = None
+        if hist is not None and not isinstance(hist, GatekeeperChatMessageHistory):
+            stored = len(await hist.aget_messages())
+        return await asyncio.to_thread(self._transform, value, hist, stored)
+
+    # -- the transformation -------------------------------------------------------------
+    def _transform(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Any:
+        if self.history_key is not None:
+            if not isinstance(value, Mapping) or self.history_key not in value:
+                raise ValueError(
+                    f"topic_gate(history_messages_key={self.history_key!r}) expects a dict input with "
+                    f"that key, got {type(value).__name__}"
+                )
+            key = self.input_key or "input"
+            query = _query(_input_messages(value.get(key)))
+            return {**value, self.history_key: self._gated(list(value[self.history_key]), query, hist)}
+        if self.input_key is not None:
+            if not isinstance(value, Mapping):
+                raise ValueError(f"topic_gate(input_messages_key={self.input_key!r}) expects a dict input")
+            return {**value, self.input_key: self._gated_list(value[self.input_key], hist, stored)}
+        if isinstance(value, (list, tuple)):
+            return self._gated_list(value, hist, stored)
+        return value  # a prompt value or a string: nothing to gate
+
+    def _gated_list(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Any:
+        """History followed by new messages: gate the history, keep the new messages."""
+        messages = _input_messages(value)
+        if len(messages) != len(value):
+            return value
+        if isinstance(hist, GatekeeperChatMessageHistory):
+            stored = len(hist.transcript.messages)
+        if stored is None or stored > len(messages):
+            humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+            stored = humans[-1] if humans else max(len(messages) - 1, 0)
+        prior, new = messages[:stored], messages[stored:]
+        return self._gated(prior, _query(new), hist) + new
+
+    def _gated(self, prior: list[BaseMessage], query: str, hist: BaseChatMessageHistory | None) -> list[BaseMessage]:
+        """The gated view of ``prior`` for ``query`` (``prior`` itself when nothing to gate)."""
+        if not prior or not query.strip():
+            return list(prior)
+        if isinstance(hist, GatekeeperChatMessageHistory):
+            current = hist.transcript.messages
+            if [m.id for m in prior] == [m.id for m in current]:
+                if self.options is None:
+                    return hist.select(query)
+                return from_core_messages(self._gate_for(hist.transcript).select_messages(query))
+        return self._ephemeral(prior, query)
+
+    def _options(self) -> dict[str, Any]:
+        return {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
+
+    def _gate_for(self, transcript: Transcript) -> TranscriptGate:
+        with self._lock:
+            gate = self._gates.get(transcript)
+            if gate is None:
+                gate = self._gates[transcript] = TranscriptGate(transcript, **self._options())
+            return gate
+
+    def _ephemeral(self, prior: list[BaseMessage], query: str) -> list[BaseMessage]:
+        """Gate a plain list: index it in memory for this call; return the caller's own objects."""
+        core = [replace(to_core(m), id=f"m{i}") for i, m in enumerate(prior)]
+        transcript = Transcript("topic-gate")
+        transcript.set(core)
+        gate = TranscriptGate(transcript, **self._options())
+        return [prior[int(m.id[1:])] for m in gate.select_messages(query)]
+
+
+def _history_of(config: RunnableConfig | None) -> BaseChatMessageHistory | None:
+    """The history RunnableWithMessageHistory put in the config, if any."""
+    hist = ((config or {}).get("configurable") or {}).get("message_history")
+    return hist if isinstance(hist, BaseChatMessageHistory) else None
+
+
+def topic_gate(
+    *,
+    input_messages_key: str | None = None,
+    history_messages_key: str | None = None,
+    **gate_options: Any,
+) -> Runnable[Any, Any]:
+    """A Runnable that replaces the history in its input with the topic-gated view.
+
+    Use the same keys as the ``RunnableWithMessageHistory`` around it:
+
+    * dict mode with ``history_messages_key``: ``input[history_messages_key]`` is
+      replaced by the view for the query in ``input[input_messages_key]``;
+    * list mode (no ``history_messages_key``): the input (or ``input[input_messages_key]``)
+      is the history followed by the new messages; the history part is gated and
+      the new messages are kept.  The split comes from the session history in the
+      config; without one, the new messages start at the last human message.
+
+    Args:
+        input_messages_key: the key of the new input in a dict input.
+        history_messages_key: the key of the history in a dict input.
+        **gate_options: :class:`~context_gatekeeper.ContextGatekeeper` options
+            (``token_budget``, ``token_counter``, ``on_overflow`` defaulting to
+            ``"keep_pinned"``, selection parameters).  Without any, a
+            :class:`GatekeeperChatMessageHistory` gates with its own options.
+
+    Invalid options are rejected here, not on the first call.
+    """
+    if gate_options:
+        ContextGatekeeper(**{**ADAPTER_GATE_DEFAULTS, **gate_options})  # validate up front
+    gate = _TopicGate(input_messages_key, history_messages_key, dict(gate_options) if gate_options else None)
+    return RunnableLambda(gate.invoke, afunc=gate.ainvoke, name="topic_gate")
+
+
+@contextlib.contextmanager
+def _upstream_deprecation_silenced() -> Iterator[None]:
+    """Silence langchain-core's RunnableWithMessageHistory warning for our own construction only."""
+    try:
+        from langchain_core._api.deprecation import suppress_langchain_deprecation_warning
+    except ImportError:  # pragma: no cover - older or newer langchain-core
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="RunnableWithMessageHistory is deprecated")
+            yield
+        return
+    with suppress_langchain_deprecation_warning():
+        yield
+
+
+class GatedRunnableWithMessageHistory(RunnableWithMessageHistory):
+    """``RunnableWithMessageHistory`` that sends the wrapped runnable only the gated history.
+
+    Same constructor as ``RunnableWithMessageHistory`` (``runnable``,
+    ``get_session_history``, ``input_messages_key``, ``output_messages_key``,
+    ``history_messages_key``, ``history_factory_config``), plus ``gate_options``:
+    :class:`~context_gatekeeper.ContextGatekeeper` options for the gate (see
+    :func:`topic_gate`).  The stored history keeps every message; each call stores
+    the user's message and the answer once, as the upstream class does.
+    Constructing it raises no deprecation warning (see the module docstring).
+    """
+
+    gate_options: dict[str, Any] | None = None
+    """ContextGatekeeper options for the gate; ``None`` uses the session history's own."""
+
+    def __init__(
+        self,
+        runnable: Any,
+        get_session_history: Any,
+        *,
+        input_messages_key: str | None = None,
+        output_messages_key: str | None = None,
+        history_messages_key: str | None = None,
+        history_factory_config: Any = None,
+        gate_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        gate = topic_gate(
+            input_messages_key=input_messages_key, history_messages_key=history_messages_key, **dict(gate_options or {})
+        )
+        with _upstream_deprecation_silenced():
+            super().__init__(
+                gate | runnable,
+                get_session_history,
+                input_messages_key=input_messages_key,
+                output_messages_key=output_messages_key,
+                history_messages_key=history_messages_key,
+                history_factory_config=history_factory_config,
+                gate_options=dict(gate_options) if gate_options else None,
+                **kwargs,
+            )

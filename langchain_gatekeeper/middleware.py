@@ -1,0 +1,183 @@
+"""Agent middleware for LangChain 1.x ``create_agent``: gated context and "/edit " commands.
+
+Example::
+
+    agent = create_agent(model, tools, middleware=[GatekeeperMiddleware(token_budget=3000)],
+                         checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage("/edit it was Iceland, not Ireland")]}, config)
+    undo_thread(agent, config)
+
+Each model call gets the gated view of its messages (:mod:`.agent_view`): the system
+prompt, summary messages, the earlier turns the current query needs (tool-call pairs
+intact, starting on a user message) and the current turn whole.  The agent's stored
+state is never touched by gating: only the request sent to the model is narrowed.
+
+A user message starting with ``edit_prefix`` (default ``"/edit "``) is routed to an
+edit of the thread's earlier messages instead of the main model: the middleware
+answers with a short confirmation and the diff, and the edited messages reach the
+graph state in the same step, through an ``ExtendedModelResponse`` whose ``Command``
+updates ``messages`` (same id replaces, ``RemoveMessage`` deletes) and the edit log
+that :func:`~langchain_gatekeeper.threads.undo_thread` reads.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.types import Command
+
+from context_gatekeeper import ContextGatekeeper, GatekeeperError
+
+from .agent_view import GatedView, is_summary
+from .threads import EDIT_MARK, EDITS_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
+
+__all__ = ["GatekeeperMiddleware"]
+
+Handler = Callable[[ModelRequest], ModelResponse]
+AsyncHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
+
+
+class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
+    """Send the model only the context the current query needs; route "/edit " to an edit.
+
+    Args:
+        token_budget: tokens the system prompt, summaries and selected earlier turns may
+            use (the current turn is not counted: it is always sent whole).
+        on_overflow: "keep_pinned" (default: send the pinned content and the current turn
+            only, and log a warning once) or "raise" (:class:`BudgetError`).
+        edit_prefix: a user message starting with it is an edit instruction; ``None``
+            turns the route off.
+        model: the editing model for the route (any chat model, or a core model);
+            ``None`` means Gemini 2.5 Flash, resolved at the first edit.
+        llm: alias of ``model``.
+        strategy: "patch" or "rewrite" for routed edits.
+        allow_large_deletion: let a routed edit remove more than half of the text.
+        max_threads: how many threads' indexes to keep in memory (LRU).
+        **gatekeeper_options: any other :class:`ContextGatekeeper` keyword
+            (``token_counter``, ``message_overhead``, ``params``, a SelectionParams field).
+    """
+
+    state_schema = GatekeeperState
+
+    def __init__(
+        self,
+        *,
+        token_budget: int = 4000,
+        on_overflow: str = "keep_pinned",
+        edit_prefix: str | None = "/edit ",
+        model: Any = None,
+        llm: Any = None,
+        strategy: str = "patch",
+        allow_large_deletion: bool = False,
+        max_threads: int = 1024,
+        **gatekeeper_options: Any,
+    ) -> None:
+        super().__init__()
+        if model is not None and llm is not None and model is not llm:
+            raise TypeError("pass model= or llm= (an alias), not both")
+        if edit_prefix is not None and (not isinstance(edit_prefix, str) or not edit_prefix.strip()):
+            raise ValueError(f"edit_prefix must be a non-blank string or None, got {edit_prefix!r}")
+        if strategy not in ("patch", "rewrite"):
+            raise ValueError(f"strategy must be 'patch' or 'rewrite', got {strategy!r}")
+        options = dict(gatekeeper_options, token_budget=token_budget, on_overflow=on_overflow)
+        ContextGatekeeper(**options)  # reject bad options now, not at the first model call
+        self.edit_prefix = edit_prefix
+        self.edit_model = model if model is not None else llm
+        self.edit_options = {"strategy": strategy, "allow_large_deletion": allow_large_deletion}
+        self.views = GatedView(lambda: ContextGatekeeper(**options), max_threads=max_threads)
+
+    # -- gating ---------------------------------------------------------------------------
+    def gated(self, request: ModelRequest) -> ModelRequest:
+        """The request with its messages narrowed to the gated view."""
+        info = getattr(request.runtime, "execution_info", None)
+        thread = getattr(info, "thread_id", None)
+        system = request.system_message.text if request.system_message is not None else None
+        messages = self.views.view(request.messages, thread=thread, system_prompt=system)
+        return request.override(messages=messages)
+
+    # -- the edit route -------------------------------------------------------------------
+    def _instruction(self, request: ModelRequest) -> str | None:
+        """The edit instruction when the request's last message is an edit command."""
+        if self.edit_prefix is None or not request.messages:
+            return None
+        last = request.messages[-1]
+        if not isinstance(last, HumanMessage) or is_summary(last):
+            return None
+        text = last.text.lstrip()
+        return text[len(self.edit_prefix):].strip() if text.startswith(self.edit_prefix) else None
+
+    def _thread(self, request: ModelRequest) -> tuple[list[BaseMessage], list[dict[str, Any]], HumanMessage]:
+        """The thread's stored messages with the command marked, the edit log, the marked command."""
+        state = request.state or {}
+        messages = list(state.get("messages") or request.messages)
+        command = messages[-1]
+        marked = command.model_copy(
+            update={"additional_kwargs": {**command.additional_kwargs, "lc_source": EDIT_MARK}}
+        )
+        return [*messages[:-1], marked], list(state.get(EDITS_KEY) or []), marked
+
+    @staticmethod
+    def _answer(text: str, update: list[BaseMessage] | None = None, record: dict[str, Any] | None = None) -> ExtendedModelResponse:
+        reply = AIMessage(content=text, id=f"gk-{uuid.uuid4().hex[:12]}", additional_kwargs={"lc_source": EDIT_MARK})
+        values: dict[str, Any] = {"messages": list(update or [])}
+        if values["messages"] and getattr(values["messages"][0], "id", None) == REMOVE_ALL_MESSAGES:
+            values["messages"].append(reply)  # a whole-list rewrite must keep the reply too
+        if record is not None:
+            values[EDITS_KEY] = [record]
+        return ExtendedModelResponse(model_response=ModelResponse(result=[reply]), command=Command(update=values))
+
+    def _reply(self, plan: EditPlan | None, error: Exception | None, marked: HumanMessage) -> ExtendedModelResponse:
+        if error is not None:
+            return self._answer(f"The edit failed and nothing was changed: {error}", [marked])
+        assert plan is not None
+        entry = plan.entry
+        if not entry.changed:
+            return self._answer("Nothing to change: the conversation already says that.", [marked])
+        diff = entry.diff
+        summary = f"{len(diff.changed)} changed, {len(diff.added)} added, {len(diff.removed)} removed"
+        text = f"Edited the conversation ({summary}). Undo with undo_thread().\n\n```diff\n{diff}\n```"
+        update = plan.update if plan.update[:1] and plan.update[0].id == REMOVE_ALL_MESSAGES else [marked, *plan.update]
+        return self._answer(text, update, plan.record)
+
+    @staticmethod
+    def _usage(marked: HumanMessage, prefix: str) -> ExtendedModelResponse:
+        return GatekeeperMiddleware._answer(f"Say what to change after {prefix.strip()!r}, e.g. {prefix}it was Iceland, not Ireland.", [marked])
+
+    # -- hooks ----------------------------------------------------------------------------
+    def wrap_model_call(self, request: ModelRequest, handler: Handler) -> ModelResponse | ExtendedModelResponse:
+        """Route an edit command, or call the model with the gated view."""
+        instruction = self._instruction(request)
+        if instruction is None:
+            return handler(self.gated(request))
+        messages, log, marked = self._thread(request)
+        if not instruction:
+            return self._usage(marked, self.edit_prefix or "")
+        try:
+            plan = plan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
+        except GatekeeperError as exc:
+            return self._reply(None, exc, marked)
+        return self._reply(plan, None, marked)
+
+    async def awrap_model_call(self, request: ModelRequest, handler: AsyncHandler) -> ModelResponse | ExtendedModelResponse:
+        """Async :meth:`wrap_model_call` (the editing model's async call)."""
+        instruction = self._instruction(request)
+        if instruction is None:
+            return await handler(self.gated(request))
+        messages, log, marked = self._thread(request)
+        if not instruction:
+            return self._usage(marked, self.edit_prefix or "")
+        try:
+            plan = await aplan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
+        except GatekeeperError as exc:
+            return self._reply(None, exc, marked)
+        return self._reply(plan, None, marked)

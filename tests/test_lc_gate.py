@@ -1,0 +1,251 @@
+"""topic_gate and GatedRunnableWithMessageHistory: classic chains get the gated history.
+
+What the model receives is captured by a callback handler.  Every test here runs with
+warnings as errors (the module name must not start with ``langchain``, or langchain-core
+would treat it as internal and hide its deprecation warnings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import pytest
+from langchain_core._api.deprecation import LangChainDeprecationWarning
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
+
+from context_gatekeeper import BudgetError
+from langchain_gatekeeper.gate import GatedRunnableWithMessageHistory, topic_gate
+from langchain_gatekeeper.history import GatekeeperChatMessageHistory
+from lc_support import (
+    ESPRESSO,
+    ESPRESSO_QUERY,
+    REDIS_1,
+    REDIS_2,
+    REDIS_QUERY,
+    Recorder,
+    numbered_answers,
+    patch_reply,
+)
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+PROMPT = ChatPromptTemplate.from_messages(
+    [("system", "Be brief."), MessagesPlaceholder("history"), ("human", "{question}")]
+)
+
+
+class ListHistory(BaseChatMessageHistory):
+    """Any other chat history (a plain list), to exercise the gate's in-memory path."""
+
+    def __init__(self) -> None:
+        self.messages: list[BaseMessage] = []
+
+    def add_messages(self, messages: Any) -> None:
+        self.messages.extend(messages)
+
+    def clear(self) -> None:
+        self.messages = []
+
+
+class Sessions(dict):
+    """``get_session_history``: one history object per session id."""
+
+    def __init__(self, factory: Any = lambda sid: GatekeeperChatMessageHistory(sid)) -> None:
+        super().__init__()
+        self.factory = factory
+
+    def __call__(self, session_id: str) -> BaseChatMessageHistory:
+        if session_id not in self:
+            self[session_id] = self.factory(session_id)
+        return self[session_id]
+
+
+def texts(messages: list[BaseMessage]) -> list[str]:
+    return [m.text for m in messages]
+
+
+def seeded(history: BaseChatMessageHistory) -> BaseChatMessageHistory:
+    for user, assistant in (REDIS_1, ESPRESSO, REDIS_2):
+        history.add_messages([HumanMessage(user), AIMessage(assistant)])
+    return history
+
+
+def config(recorder: Recorder, session: str = "s") -> dict[str, Any]:
+    return {"configurable": {"session_id": session}, "callbacks": [recorder]}
+
+
+def dict_chain(sessions: Sessions, **options: Any) -> GatedRunnableWithMessageHistory:
+    return GatedRunnableWithMessageHistory(
+        PROMPT | numbered_answers(), sessions, input_messages_key="question", history_messages_key="history", **options
+    )
+
+
+FULL = [*REDIS_1, *ESPRESSO, *REDIS_2]
+
+
+# -- dict mode -------------------------------------------------------------------------------
+def test_dict_mode_sends_the_gated_view_and_stores_everything_once():
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    chain = dict_chain(sessions)
+    answer = chain.invoke({"question": REDIS_QUERY}, config(rec))
+    assert answer.text == "answer 0"
+    assert texts(rec.last) == ["Be brief.", *REDIS_1, *REDIS_2, REDIS_QUERY]
+    assert texts(sessions["s"].messages) == [*FULL, REDIS_QUERY, "answer 0"]
+    chain.invoke({"question": ESPRESSO_QUERY}, config(rec))
+    assert texts(rec.last) == ["Be brief.", *ESPRESSO, ESPRESSO_QUERY]
+    assert texts(sessions["s"].messages) == [*FULL, REDIS_QUERY, "answer 0", ESPRESSO_QUERY, "answer 1"]
+
+
+def test_dict_mode_async():
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    chain = dict_chain(sessions)
+    asyncio.run(chain.ainvoke({"question": REDIS_QUERY}, config(rec)))
+    assert texts(rec.last) == ["Be brief.", *REDIS_1, *REDIS_2, REDIS_QUERY]
+    assert texts(sessions["s"].messages) == [*FULL, REDIS_QUERY, "answer 0"]
+
+
+def test_messages_under_the_input_key_without_a_history_key():
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    model = numbered_answers()
+    chain = GatedRunnableWithMessageHistory((lambda d: d["messages"]) | model, sessions, input_messages_key="messages")
+    chain.invoke({"messages": [HumanMessage(ESPRESSO_QUERY)]}, config(rec))
+    assert texts(rec.last) == [*ESPRESSO, ESPRESSO_QUERY]
+    assert texts(sessions["s"].messages) == [*FULL, ESPRESSO_QUERY, "answer 0"]
+
+
+# -- list mode -------------------------------------------------------------------------------
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_list_mode_gates_the_history_and_keeps_the_new_message(use_async: bool):
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    chain = GatedRunnableWithMessageHistory(numbered_answers(), sessions)
+    call = chain.ainvoke if use_async else chain.invoke
+    result = call([HumanMessage(ESPRESSO_QUERY)], config(rec))
+    if use_async:
+        asyncio.run(result)
+    assert texts(rec.last) == [*ESPRESSO, ESPRESSO_QUERY]
+    assert texts(sessions["s"].messages) == [*FULL, ESPRESSO_QUERY, "answer 0"]
+    second = call(REDIS_QUERY, config(rec))  # a plain string input works too
+    if use_async:
+        asyncio.run(second)
+    assert texts(rec.last) == [*REDIS_1, *REDIS_2, REDIS_QUERY]
+    assert texts(sessions["s"].messages).count(REDIS_QUERY) == 1
+
+
+def test_any_chat_history_is_gated_in_memory_without_being_changed():
+    sessions, rec = Sessions(lambda sid: seeded(ListHistory())), Recorder()
+    chain = dict_chain(sessions)
+    chain.invoke({"question": ESPRESSO_QUERY}, config(rec))
+    assert texts(rec.last) == ["Be brief.", *ESPRESSO, ESPRESSO_QUERY]
+    assert texts(sessions["s"].messages) == [*FULL, ESPRESSO_QUERY, "answer 0"]
+    listed = GatedRunnableWithMessageHistory(numbered_answers(), sessions)
+    asyncio.run(listed.ainvoke([HumanMessage(REDIS_QUERY)], config(rec)))
+    assert texts(rec.last) == [*REDIS_1, *REDIS_2, REDIS_QUERY]
+    assert texts(sessions["s"].messages)[-2:] == [REDIS_QUERY, "answer 0"]
+    assert len(sessions["s"].messages) == len(FULL) + 4
+
+
+# -- topic_gate inside the upstream class ----------------------------------------------------
+def upstream(*args: Any, **kwargs: Any) -> RunnableWithMessageHistory:
+    """A plain RunnableWithMessageHistory: upstream warns, and the user may act on that."""
+    with pytest.warns(LangChainDeprecationWarning):
+        return RunnableWithMessageHistory(*args, **kwargs)
+
+
+def test_topic_gate_inside_runnable_with_message_history_dict_and_list_modes():
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    gate = topic_gate(input_messages_key="question", history_messages_key="history")
+    chain = upstream(
+        gate | PROMPT | numbered_answers(), sessions, input_messages_key="question", history_messages_key="history"
+    )
+    chain.invoke({"question": ESPRESSO_QUERY}, config(rec))
+    assert texts(rec.last) == ["Be brief.", *ESPRESSO, ESPRESSO_QUERY]
+    listed = upstream(topic_gate() | numbered_answers(), sessions)
+    asyncio.run(listed.ainvoke([HumanMessage(REDIS_QUERY)], config(rec)))
+    assert texts(rec.last)[-1] == REDIS_QUERY and ESPRESSO[0] not in texts(rec.last)
+    assert texts(sessions["s"].messages) == [*FULL, ESPRESSO_QUERY, "answer 0", REDIS_QUERY, "answer 0"]
+
+
+def test_topic_gate_standalone_on_a_list():
+    history = [HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]), HumanMessage(ESPRESSO[0]), AIMessage(ESPRESSO[1])]
+    history += [HumanMessage(REDIS_2[0]), AIMessage(REDIS_2[1])]
+    new = HumanMessage(ESPRESSO_QUERY)
+    gated = topic_gate().invoke([SystemMessage("sys"), *history, new])
+    assert texts(gated) == ["sys", *ESPRESSO, ESPRESSO_QUERY]
+    assert gated[-1] is new and gated[1] is history[2]  # the caller's own objects, unchanged
+    assert texts(asyncio.run(topic_gate().ainvoke(history + [new]))) == texts(gated)[1:]
+    assert topic_gate().invoke("a string passes through") == "a string passes through"
+
+
+def test_gate_options_apply_and_are_checked_up_front():
+    with pytest.raises(BudgetError):
+        topic_gate(token_budget=0)
+    with pytest.raises(TypeError):
+        topic_gate(no_such_option=1)
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    tiny = dict_chain(sessions, gate_options={"token_budget": 1})  # pinned content alone overflows: kept, no error
+    tiny.invoke({"question": REDIS_QUERY}, config(rec))
+    assert texts(rec.last) == ["Be brief.", REDIS_QUERY]
+    assert tiny.gate_options == {"token_budget": 1}
+    assert len(sessions["s"].messages) == len(FULL) + 2
+
+
+# -- edits through a chain -------------------------------------------------------------------
+def test_after_edit_the_chain_sees_the_revised_text_and_undo_brings_it_back():
+    sessions, rec = Sessions(), Recorder()
+    history = sessions("s")
+    chain = dict_chain(sessions)
+    history.add_messages(
+        [HumanMessage("Our trip: Ireland in 2021, two weeks."), AIMessage("Ireland, 2021, two weeks.")]
+    )
+    history.edit(
+        "It was Iceland, not Ireland.",
+        patch_reply(
+            {"op": "replace", "id": "1", "content": "Our trip: Iceland in 2021, two weeks."},
+            {"op": "replace", "id": "2", "content": "Iceland, 2021, two weeks."},
+        ),
+    )
+    chain.invoke({"question": "Which trip was two weeks long?"}, config(rec))
+    assert "Iceland" in rec.last_text() and "Ireland" not in rec.last_text()
+    history.undo()
+    chain.invoke({"question": "Which trip was two weeks long, again?"}, config(rec))
+    seen = texts(rec.last)
+    assert "Our trip: Ireland in 2021, two weeks." in seen and "Iceland" not in rec.last_text()
+    assert "Which trip was two weeks long?" in seen  # the turn added after the edit is kept
+    assert texts(history.messages)[:2] == ["Our trip: Ireland in 2021, two weeks.", "Ireland, 2021, two weeks."]
+
+
+def test_a_malformed_edit_changes_nothing_the_chain_sees():
+    sessions, rec = Sessions(), Recorder()
+    history = sessions("s")
+    history.add_messages([HumanMessage("Budget is 300 EUR for the trip."), AIMessage("300 EUR noted.")])
+    with pytest.raises(ValueError):
+        history.edit("500 EUR", patch_reply({"op": "replace", "id": "99", "content": "x"}))
+    dict_chain(sessions).invoke({"question": "What is the trip budget?"}, config(rec))
+    assert "300 EUR" in rec.last_text()
+
+
+# -- warnings --------------------------------------------------------------------------------
+def test_our_classes_raise_no_warning_and_upstream_still_warns_for_its_own():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sessions, rec = Sessions(), Recorder()
+        chain = dict_chain(sessions)
+        listed = GatedRunnableWithMessageHistory(numbered_answers(), sessions)
+        gate = topic_gate(input_messages_key="question", history_messages_key="history", token_budget=500)
+        chain.invoke({"question": REDIS_QUERY}, config(rec))
+        asyncio.run(chain.ainvoke({"question": ESPRESSO_QUERY}, config(rec)))
+        listed.invoke([HumanMessage("hi")], config(rec))
+        gate.invoke({"question": "q", "history": []})
+        assert isinstance(chain, RunnableWithMessageHistory)
+    upstream(numbered_answers(), sessions)  # the suppression is scoped to our constructor

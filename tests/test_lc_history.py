@@ -1,0 +1,284 @@
+"""GatekeeperChatMessageHistory: a LangChain chat history over a versioned, editable transcript.
+
+Real LangChain message classes and fake chat models; no network.  (The module name must
+not start with ``langchain``: langchain-core hides deprecation warnings from such callers.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import doctest
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+import langchain_gatekeeper.history as history_module
+from context_gatekeeper import EditError, InMemoryStore, ModelUnavailableError, Proposal, SQLiteStore
+from context_gatekeeper.testing import ScriptedModel
+from langchain_gatekeeper.history import GatekeeperChatMessageHistory
+from lc_support import ESPRESSO, ESPRESSO_QUERY, REDIS_1, REDIS_2, REDIS_QUERY, answers, patch_reply
+
+
+def rich_conversation() -> list[BaseMessage]:
+    """Every kind of message and field the history must keep."""
+    return [
+        SystemMessage("You are a travel assistant.", id="sys"),
+        HumanMessage(
+            [
+                {"type": "text", "text": "Plan a trip to Ireland."},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+            ],
+            id="u1",
+            name="ana",
+        ),
+        AIMessage(
+            "",
+            id="a1",
+            tool_calls=[{"name": "weather", "args": {"city": "Dublin"}, "id": "call-1", "type": "tool_call"}],
+            additional_kwargs={"thought_signature": "sig", "custom": {"k": 1}},
+            response_metadata={"model_name": "fake"},
+        ),
+        ToolMessage("12 C, rain", tool_call_id="call-1", name="weather", id="t1", artifact={"raw": [1, 2]}),
+        AIMessage(
+            "Dublin is rainy: pack a coat.",
+            id="a2",
+            additional_kwargs={"thought_signature": "sig2", "custom": 2},
+            name="planner",
+        ),
+    ]
+
+
+def turns(history: GatekeeperChatMessageHistory, *pairs: tuple[str, str]) -> None:
+    for user, assistant in pairs:
+        history.add_messages([HumanMessage(user), AIMessage(assistant)])
+
+
+def texts(messages: list[BaseMessage]) -> list[str]:
+    return [m.text for m in messages]
+
+
+# -- BaseChatMessageHistory contract ---------------------------------------------------------
+def test_messages_keep_types_and_fields_across_a_round_trip():
+    original = rich_conversation()
+    history = GatekeeperChatMessageHistory("round-trip")
+    history.add_messages(original)
+    assert history.messages == original
+    assert [type(m) for m in history.messages] == [type(m) for m in original]
+    assert history.record() == original
+    assert asyncio.run(history.aget_messages()) == original
+
+
+def test_add_messages_is_turn_atomic_and_messages_is_the_full_transcript():
+    history = GatekeeperChatMessageHistory("atomic")
+    turns(history, REDIS_1, ESPRESSO, REDIS_2)
+    kinds = [r.kind for r in history.history()]
+    assert kinds == ["append"] * 3
+    assert [len(r.added) for r in history.history()] == [2, 2, 2]
+    assert texts(history.messages) == [*REDIS_1, *ESPRESSO, *REDIS_2]
+    history.add_user_message("Open question?")
+    history.add_ai_message("Its answer.")
+    assert texts(history.messages)[-2:] == ["Open question?", "Its answer."]
+
+
+def test_clear_is_a_recorded_revision_and_the_record_survives():
+    history = GatekeeperChatMessageHistory("clear")
+    turns(history, REDIS_1)
+    history.clear()
+    assert history.messages == []
+    assert history.history()[-1].kind == "clear"
+    assert texts(history.record()) == list(REDIS_1)
+    history.undo()
+    assert texts(history.messages) == list(REDIS_1)
+    history.clear()
+    history.clear()  # clearing an empty history records nothing
+    assert [r.kind for r in history.history()][-2:] == ["undo", "clear"]
+
+
+def test_an_id_already_used_gets_a_fresh_one_instead_of_breaking_the_session():
+    history = GatekeeperChatMessageHistory("ids")
+    message = HumanMessage("same object twice", id="dup")
+    history.add_messages([message, AIMessage("ok")])
+    history.add_messages([message])
+    history.clear()
+    history.add_messages([HumanMessage("reuses a cleared id", id="dup")])
+    history.undo()  # the cleared messages come back next to the new one
+    ids = [m.id for m in history.messages]
+    assert len(ids) == len(set(ids)) == 4
+    assert ids[0] == "dup"
+
+
+def test_sqlite_history_reopened_shows_the_same_messages(tmp_path: Path):
+    path = tmp_path / "chat.db"
+    first = GatekeeperChatMessageHistory("s1", store=path)
+    first.add_messages(rich_conversation())
+    first.edit("x", model=patch_reply({"op": "replace", "id": "1", "content": "Dublin: pack a coat."}))
+    before = first.messages
+    first.store.close()
+    again = GatekeeperChatMessageHistory("s1", store=str(path))
+    assert again.messages == before
+    assert again.record() == rich_conversation()
+    assert [r.kind for r in again.history()] == ["append", "edit"]
+    assert isinstance(GatekeeperChatMessageHistory("s2", store=SQLiteStore(path)).store, SQLiteStore)
+
+
+def test_any_core_store_is_accepted():
+    store = InMemoryStore()
+    a = GatekeeperChatMessageHistory("shared", store=store)
+    turns(a, REDIS_1)
+    b = GatekeeperChatMessageHistory("shared", store=store)
+    assert texts(b.messages) == list(REDIS_1)
+    assert b.session_id == "shared" and b.store is store
+
+
+# -- the gated view --------------------------------------------------------------------------
+def test_select_excludes_the_off_topic_turn_and_keeps_the_relevant_one():
+    history = GatekeeperChatMessageHistory("gate")
+    history.add_messages([SystemMessage("Be brief.")])
+    turns(history, REDIS_1, ESPRESSO, REDIS_2)
+    view = history.select(REDIS_QUERY)
+    assert texts(view) == ["Be brief.", *REDIS_1, *REDIS_2]
+    assert isinstance(view[0], SystemMessage) and isinstance(view[1], HumanMessage)
+    assert texts(history.messages) == ["Be brief.", *REDIS_1, *ESPRESSO, *REDIS_2]  # the store keeps everything
+    assert history.explain(REDIS_QUERY).turn_ids == (1, 3)
+    assert texts(asyncio.run(history.aselect(ESPRESSO_QUERY))) == ["Be brief.", *ESPRESSO]
+
+
+def test_select_keeps_the_open_turn():
+    history = GatekeeperChatMessageHistory("open")
+    turns(history, ESPRESSO)
+    history.add_messages([HumanMessage("Redis lock TTL?")])
+    assert texts(history.select("Redis lock TTL?"))[-1] == "Redis lock TTL?"
+
+
+# -- edits and versions ----------------------------------------------------------------------
+def test_edit_revises_text_and_undo_brings_it_back_keeping_later_turns():
+    history = GatekeeperChatMessageHistory("edit")
+    history.add_messages([HumanMessage("We went to Ireland in 2021."), AIMessage("Ireland in 2021, noted.")])
+    revision = history.edit(
+        "It was Iceland, not Ireland.",
+        patch_reply(
+            {"op": "replace", "id": "1", "content": "We went to Iceland in 2021."},
+            {"op": "replace", "id": "2", "content": "Iceland in 2021, noted."},
+        ),
+    )
+    assert revision.kind == "edit" and revision.instruction == "It was Iceland, not Ireland."
+    assert texts(history.messages) == ["We went to Iceland in 2021.", "Iceland in 2021, noted."]
+    assert "Ireland" in str(history.diff(1)) and "Iceland" in str(history.diff(1))
+    assert texts(history.record()) == ["We went to Ireland in 2021.", "Ireland in 2021, noted."]
+    turns(history, ("What should we pack?", "Warm layers."))
+    history.undo()
+    assert texts(history.messages) == [
+        "We went to Ireland in 2021.", "Ireland in 2021, noted.", "What should we pack?", "Warm layers."
+    ]
+    history.redo()
+    assert texts(history.messages)[0] == "We went to Iceland in 2021."
+    history.revert(1)
+    assert texts(history.messages) == ["We went to Ireland in 2021.", "Ireland in 2021, noted."]
+
+
+def test_preview_changes_nothing_until_commit():
+    history = GatekeeperChatMessageHistory("preview")
+    turns(history, ("Budget is 300 EUR.", "300 EUR it is."))
+    reply = patch_reply({"op": "replace", "id": "1", "content": "Budget is 500 EUR."})
+    proposal = history.edit("500 EUR", reply, preview=True)
+    assert isinstance(proposal, Proposal)
+    assert texts(history.messages)[0] == "Budget is 300 EUR."
+    history.commit(proposal)
+    assert texts(history.messages)[0] == "Budget is 500 EUR."
+
+
+def test_rewritten_assistant_text_drops_provider_keys_only():
+    history = GatekeeperChatMessageHistory("provider")
+    history.add_messages(rich_conversation())
+    reply = patch_reply({"op": "replace", "id": "2", "content": "Dublin is rainy: pack an umbrella."})
+    history.edit("coat -> umbrella", reply)
+    current = {m.id: m for m in history.messages}
+    assert current["a2"].text == "Dublin is rainy: pack an umbrella."
+    assert current["a2"].additional_kwargs == {"custom": 2}
+    assert current["a2"].name == "planner" and isinstance(current["a2"], AIMessage)
+    assert current["a1"] == rich_conversation()[2]  # untouched messages keep everything
+    assert current["t1"] == rich_conversation()[3]
+    assert current["u1"].content[1] == rich_conversation()[1].content[1]  # non-text blocks kept
+
+
+def test_model_arguments_llm_alias_and_constructor_default():
+    history = GatekeeperChatMessageHistory("models", llm=patch_reply({"op": "replace", "id": "1", "content": "B"}))
+    turns(history, ("A", "ok"))
+    history.edit("A -> B")  # the constructor's llm= is the default
+    assert texts(history.messages)[0] == "B"
+    history.edit("B -> C", llm=patch_reply({"op": "replace", "id": "1", "content": "C"}))
+    scripted = ScriptedModel(['{"operations": [{"op": "replace", "id": "1", "content": "D"}]}'])
+    history.edit("C -> D", scripted)  # the core's model protocol works too
+    assert texts(history.messages)[0] == "D" and len(scripted.calls) == 1
+    with pytest.raises(TypeError):
+        history.edit("x", model=answers("a"), llm=answers("b"))
+
+
+def test_malformed_edit_output_leaves_everything_unchanged():
+    history = GatekeeperChatMessageHistory("malformed")
+    turns(history, REDIS_1, ESPRESSO)
+    before, head = history.messages, len(history.history())
+    with pytest.raises(EditError):
+        history.edit("drop espresso", answers("I cannot help with that.", "{not json"))
+    assert history.messages == before and len(history.history()) == head
+
+
+def test_edit_without_model_or_key_raises_model_unavailable_naming_the_key(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    history = GatekeeperChatMessageHistory("no-key")
+    turns(history, REDIS_1)
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY"):
+        history.edit("anything")
+    with pytest.raises(ModelUnavailableError, match="model="):
+        asyncio.run(history.aedit("anything"))
+    assert time.monotonic() - started < 2
+    assert texts(history.messages) == list(REDIS_1)
+
+
+# -- async -----------------------------------------------------------------------------------
+def test_async_twins():
+    async def scenario() -> GatekeeperChatMessageHistory:
+        history = GatekeeperChatMessageHistory("async")
+        await history.aadd_messages([HumanMessage("We went to Ireland."), AIMessage("Noted: Ireland.")])
+        await history.aedit("Iceland", patch_reply({"op": "replace", "id": "1", "content": "We went to Iceland."}))
+        assert texts(await history.aget_messages())[0] == "We went to Iceland."
+        proposal = await history.aedit(
+            "2022", patch_reply({"op": "replace", "id": "1", "content": "We went to Iceland in 2022."}), preview=True
+        )
+        await history.acommit(proposal)
+        await history.aundo()
+        await history.aredo()
+        assert texts(await history.aget_messages())[0] == "We went to Iceland in 2022."
+        assert "Iceland" in str(await history.adiff(1))
+        await history.aclear()
+        assert await history.aget_messages() == []
+        assert texts(await history.arecord()) == ["We went to Ireland.", "Noted: Ireland."]
+        await history.arevert(1)
+        assert [r.kind for r in await history.ahistory()][-1] == "revert"
+        return history
+
+    history = asyncio.run(scenario())
+    assert texts(history.messages) == ["We went to Ireland.", "Noted: Ireland."]
+
+
+# -- hygiene ---------------------------------------------------------------------------------
+def test_constructing_and_using_the_history_raises_no_warning(tmp_path: Path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        history = GatekeeperChatMessageHistory("quiet", store=tmp_path / "q.db")
+        turns(history, REDIS_1)
+        history.add_message(HumanMessage("hi"))
+        history.select("Redis lock TTL?")
+        history.edit("x", patch_reply({"op": "replace", "id": "1", "content": "Redis lock TTL?"}))
+        asyncio.run(history.aget_messages())
+        str(history)
+        history.clear()
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(history_module).failed == 0

@@ -1,0 +1,400 @@
+"""GatekeeperMiddleware, edit_thread and undo_thread through a real create_agent + InMemorySaver.
+
+A scripted, tool-calling fake chat model records what it receives on every call, so
+the tests check what the model actually saw, not what the middleware meant to send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
+
+from context_gatekeeper import EditError, HistoryError, ModelUnavailableError
+from context_gatekeeper.testing import ScriptedModel
+from langchain_gatekeeper.middleware import GatekeeperMiddleware
+from langchain_gatekeeper.threads import EDITS_KEY, edit_thread, aedit_thread, undo_thread, aundo_thread
+
+JOB = "The nightly export job runs for at most 45 seconds."
+
+
+@tool
+def lookup_job_duration(job: str) -> str:
+    """How long a batch job runs."""
+    return JOB
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """GenericFakeChatModel that accepts tools and records every message list it receives."""
+
+    received: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> "ToolCallingFake":
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.received.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+def call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])
+
+
+def scripted(replies: list[AIMessage]) -> ToolCallingFake:
+    iterator: Iterator[AIMessage] = iter(replies)
+    return ToolCallingFake(messages=iterator)
+
+
+def swap_editor(old: str, new: str):
+    """A scripted edit reply: replace ``old`` by ``new`` in every shown message that has it."""
+
+    def reply(messages: list[dict[str, Any]]) -> str:
+        shown = json.loads(re.search(r"<conversation>\n(.*)\n</conversation>", messages[1]["content"], re.S).group(1))
+        ops = [{"op": "replace", "id": m["id"], "content": m["content"].replace(old, new)} for m in shown if old in m["content"]]
+        return json.dumps({"operations": ops})
+
+    return reply
+
+
+def texts(messages: list[BaseMessage]) -> str:
+    return "\n".join(m.text for m in messages)
+
+
+def check_tool_pairs(messages: list[BaseMessage]) -> None:
+    """Every tool call has its result right after it, and every result its call."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            assert message.tool_call_id in open_calls, f"orphan tool result {message.tool_call_id}"
+            open_calls.discard(message.tool_call_id)
+        else:
+            assert not open_calls, f"tool calls without results: {open_calls}"
+            if isinstance(message, AIMessage):
+                open_calls = {c["id"] for c in message.tool_calls}
+    assert not open_calls
+
+
+CONFIG = {"configurable": {"thread_id": "t1"}}
+
+REDIS = "How long should the Redis lock TTL be for the nightly export job?"
+REDIS_ANSWER = "Set the Redis lock TTL to 90 seconds, twice the export, and renew the lock with a watchdog."
+COFFEE = "By the way, what grind size should I use for espresso at home?"
+COFFEE_ANSWER = "Use a fine espresso grind, like table salt, and pull 25 seconds."
+FOLLOW_UP = "How often should the watchdog renew the Redis lock for the export job?"
+
+
+def redis_agent(model: ToolCallingFake, **options: Any) -> Any:
+    return create_agent(
+        model,
+        [lookup_job_duration],
+        system_prompt="You are a concise engineering assistant.",
+        middleware=[GatekeeperMiddleware(**options)],
+        checkpointer=InMemorySaver(),
+    )
+
+
+def redis_script() -> list[AIMessage]:
+    return [
+        call("lookup_job_duration", {"job": "nightly export"}, "call_1"),
+        AIMessage(content=REDIS_ANSWER),
+        AIMessage(content=COFFEE_ANSWER),
+        call("lookup_job_duration", {"job": "nightly export"}, "call_2"),
+        AIMessage(content="Renew the Redis lock every 30 seconds, a third of the TTL."),
+    ]
+
+
+def run_redis_thread(agent: Any) -> None:
+    for text in (REDIS, COFFEE, FOLLOW_UP):
+        agent.invoke({"messages": [HumanMessage(text)]}, CONFIG)
+
+
+# -- gating ------------------------------------------------------------------------------------
+def test_gated_view_drops_the_off_topic_turn_and_keeps_the_relevant_one() -> None:
+    model = scripted(redis_script())
+    agent = redis_agent(model)
+    run_redis_thread(agent)
+    assert len(model.received) == 5
+    last = model.received[-1]  # the follow-up's second call, inside its tool loop
+    seen = texts(last)
+    assert REDIS in seen and REDIS_ANSWER in seen
+    assert COFFEE not in seen and COFFEE_ANSWER not in seen
+    assert last[0].type == "system" and last[1].text == REDIS  # starts on a user message after the system prompt
+    check_tool_pairs(last)
+    # the current turn's tool loop is whole: the follow-up, its tool call and the result
+    assert [m.type for m in last[-3:]] == ["human", "ai", "tool"] and last[-3].text == FOLLOW_UP
+    assert last[-1].tool_call_id == "call_2"
+    # the earlier turn's tool pair came along with it
+    assert any(isinstance(m, ToolMessage) and m.tool_call_id == "call_1" for m in last)
+
+
+def test_stored_state_stays_complete() -> None:
+    model = scripted(redis_script())
+    agent = redis_agent(model)
+    run_redis_thread(agent)
+    stored = agent.get_state(CONFIG).values["messages"]
+    assert [m.type for m in stored] == ["human", "ai", "tool", "ai", "human", "ai", "human", "ai", "tool", "ai"]
+    assert COFFEE in texts(stored) and COFFEE_ANSWER in texts(stored)
+
+
+def test_tight_budget_keeps_pinned_content_and_the_current_turn() -> None:
+    model = scripted(redis_script())
+    agent = redis_agent(model, token_budget=5)
+    run_redis_thread(agent)
+    last = model.received[-1]
+    assert [m.type for m in last] == ["system", "human", "ai", "tool"]
+    assert last[1].text == FOLLOW_UP
+
+
+def test_gatekeeper_is_kept_per_thread_and_updated_incrementally() -> None:
+    middleware = GatekeeperMiddleware()
+    model = scripted(redis_script())
+    agent = create_agent(model, [lookup_job_duration], middleware=[middleware], checkpointer=InMemorySaver())
+    run_redis_thread(agent)
+    gk = middleware.views.gatekeeper("t1")
+    assert [t.id for t in gk.turns] == [1, 2]  # ids stable: turns were added, never rebuilt
+    assert middleware.views.gatekeeper("other") is not gk
+
+
+def test_incremental_view_is_fast_on_a_long_thread() -> None:
+    middleware = GatekeeperMiddleware(token_counter=len, message_overhead=0)
+    history: list[BaseMessage] = []
+    for i in range(300):
+        history += [HumanMessage(f"question {i} about topic{i % 17} details", id=f"h{i}"),
+                    AIMessage(f"answer {i} on topic{i % 17}", id=f"a{i}")]
+    query = HumanMessage("more on topic3 please", id="q")
+    middleware.views.view([*history, query], thread="long")  # first call indexes everything
+    start = time.perf_counter()
+    for i in range(10):
+        history += [HumanMessage(f"next {i} topic3", id=f"n{i}"), AIMessage("ok", id=f"m{i}")]
+        view = middleware.views.view([*history, query], thread="long")
+    per_call = (time.perf_counter() - start) / 10
+    assert view[-1].id == "q" and view[0].type == "human"
+    assert per_call < 0.05, f"incremental view took {per_call * 1000:.1f} ms"
+
+
+def test_summary_messages_are_pinned() -> None:
+    middleware = GatekeeperMiddleware()
+    summary = HumanMessage("Summary: we sized a Redis lock.", id="s", additional_kwargs={"lc_source": "summarization"})
+    messages = [summary, HumanMessage(COFFEE, id="c"), AIMessage(COFFEE_ANSWER, id="ca"), HumanMessage(FOLLOW_UP, id="q")]
+    view = middleware.views.view(messages, thread="s")
+    assert view[0].id == "s" and view[-1].id == "q"
+
+
+# -- the /edit route --------------------------------------------------------------------------
+IRELAND = "What was the GDP of Ireland in 2021?"
+IRELAND_ANSWER = "Ireland's GDP in 2021 was about 500 billion USD."
+
+
+def ireland_agent(edit_model: Any, main: ToolCallingFake) -> Any:
+    return create_agent(
+        main, [lookup_job_duration], middleware=[GatekeeperMiddleware(model=edit_model)], checkpointer=InMemorySaver()
+    )
+
+
+def test_edit_route_edits_the_thread_and_answers_with_the_diff_without_the_main_model() -> None:
+    main = scripted([AIMessage(IRELAND_ANSWER), AIMessage("Iceland's population is about 380,000.")])
+    editor = ScriptedModel([swap_editor("Ireland", "Iceland")])
+    agent = ireland_agent(editor, main)
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    ids = [m.id for m in agent.get_state(CONFIG).values["messages"]]
+    out = agent.invoke({"messages": [HumanMessage("/edit it was Iceland, not Ireland")]}, CONFIG)
+    assert len(main.received) == 1  # the main model was not called for the edit
+    assert len(editor.calls) == 1
+    assert EDITS_KEY not in out  # private: not part of the agent's output
+    reply = out["messages"][-1]
+    assert reply.type == "ai" and "Edited the conversation" in reply.text
+    assert "-What was the GDP of Ireland in 2021?" in reply.text and "+What was the GDP of Iceland in 2021?" in reply.text
+    stored = agent.get_state(CONFIG).values["messages"]
+    assert [m.id for m in stored[:2]] == ids  # ids preserved
+    assert stored[0].text == "What was the GDP of Iceland in 2021?" and "Iceland's GDP" in stored[1].text
+    assert len(stored) == 4  # the command and its confirmation are recorded
+    # a later call sees the revised text and never the superseded one, nor the edit bookkeeping
+    agent.invoke({"messages": [HumanMessage("And what was Iceland's GDP growth in 2021?")]}, CONFIG)
+    seen = texts(main.received[-1])
+    assert "Iceland" in seen and "Ireland" not in seen and "/edit" not in seen
+    # undo restores the text and keeps the later turn
+    entry = undo_thread(agent, CONFIG)
+    assert entry.kind == "undo" and entry.target == 1
+    stored = agent.get_state(CONFIG).values["messages"]
+    assert stored[0].text == IRELAND and stored[1].text == IRELAND_ANSWER
+    assert stored[-1].text == "Iceland's population is about 380,000."
+
+
+def test_edit_route_with_a_malformed_edit_answers_and_changes_nothing() -> None:
+    main = scripted([AIMessage(IRELAND_ANSWER)])
+    editor = ScriptedModel(["not json at all", '{"operations": [{"op": "replace", "id": "99", "content": "x"}]}'])
+    agent = ireland_agent(editor, main)
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    before = agent.get_state(CONFIG).values["messages"]
+    out = agent.invoke({"messages": [HumanMessage("/edit it was Iceland")]}, CONFIG)
+    assert "nothing was changed" in out["messages"][-1].text
+    after = agent.get_state(CONFIG).values["messages"]
+    assert [(m.id, m.text) for m in after[:2]] == [(m.id, m.text) for m in before]
+    assert not agent.get_state(CONFIG).values.get(EDITS_KEY)
+    assert len(main.received) == 1
+
+
+def test_edit_route_with_a_langchain_chat_model_as_editor() -> None:
+    editor = GenericFakeChatModel(messages=iter([AIMessage(
+        '```json\n{"operations": [{"op": "replace", "id": "2", "content": "Iceland\'s GDP in 2021 was about 25 billion USD."}]}\n```'
+    )]))
+    main = scripted([AIMessage(IRELAND_ANSWER)])
+    agent = ireland_agent(editor, main)
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    agent.invoke({"messages": [HumanMessage("/edit the answer is about Iceland")]}, CONFIG)
+    assert agent.get_state(CONFIG).values["messages"][1].text.startswith("Iceland's GDP")
+
+
+# -- edit_thread / undo_thread ----------------------------------------------------------------
+def test_edit_thread_then_later_calls_see_the_revision_and_undo_keeps_later_messages() -> None:
+    model = scripted(redis_script() + [AIMessage("Keep the TTL at 120 seconds.")])
+    agent = redis_agent(model)
+    run_redis_thread(agent)
+    before = agent.get_state(CONFIG).values["messages"]
+    entry = edit_thread(agent, CONFIG, "the TTL is 120 seconds", ScriptedModel([swap_editor("90 seconds", "120 seconds")]))
+    assert entry.changed and entry.kind == "edit" and "+Set the Redis lock TTL to 120 seconds" in str(entry)
+    edited = agent.get_state(CONFIG).values["messages"]
+    assert [m.id for m in edited] == [m.id for m in before]
+    assert isinstance(edited[1], AIMessage) and edited[1].tool_calls  # untouched tool call kept
+    agent.invoke({"messages": [HumanMessage("Should the Redis lock TTL for the export job change?")]}, CONFIG)
+    seen = texts(model.received[-1])
+    assert "120 seconds" in seen and "90 seconds" not in seen
+    check_tool_pairs(model.received[-1])
+    undone = undo_thread(agent, CONFIG)
+    assert undone.changed
+    restored = agent.get_state(CONFIG).values["messages"]
+    assert restored[3].text == REDIS_ANSWER
+    assert restored[-1].text == "Keep the TTL at 120 seconds." and len(restored) == len(before) + 2
+    with pytest.raises(HistoryError):
+        undo_thread(agent, CONFIG)
+
+
+def test_malformed_edit_output_leaves_the_thread_unchanged() -> None:
+    model = scripted(redis_script())
+    agent = redis_agent(model)
+    run_redis_thread(agent)
+    snapshot = agent.get_state(CONFIG)
+    bad = ScriptedModel(["{not json", '{"operations": [{"op": "replace", "id": "42", "content": "?"}]}'])
+    with pytest.raises(EditError):
+        edit_thread(agent, CONFIG, "the TTL is 120 seconds", model=bad)
+    after = agent.get_state(CONFIG)
+    assert after.config["configurable"]["checkpoint_id"] == snapshot.config["configurable"]["checkpoint_id"]
+    assert after.values["messages"] == snapshot.values["messages"]
+
+
+def test_default_model_without_a_key_raises_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    model = scripted([AIMessage(IRELAND_ANSWER)])
+    agent = ireland_agent(None, model)
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    start = time.perf_counter()
+    with pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY"):
+        edit_thread(agent, CONFIG, "Iceland, not Ireland")
+    assert time.perf_counter() - start < 2
+    out = agent.invoke({"messages": [HumanMessage("/edit Iceland, not Ireland")]}, CONFIG)
+    assert "GOOGLE_API_KEY" in out["messages"][-1].text and "nothing was changed" in out["messages"][-1].text
+
+
+def test_options_are_checked_up_front() -> None:
+    with pytest.raises(TypeError):
+        GatekeeperMiddleware(no_such_option=1)
+    with pytest.raises(TypeError):
+        GatekeeperMiddleware(model=ScriptedModel(), llm=ScriptedModel())
+    with pytest.raises(ValueError):
+        GatekeeperMiddleware(edit_prefix=" ")
+
+
+# -- async --------------------------------------------------------------------------------------
+def test_async_paths() -> None:
+    async def scenario() -> None:
+        model = scripted(redis_script() + [AIMessage("Keep it at 120 seconds.")])
+        editor = ScriptedModel([swap_editor("90 seconds", "120 seconds"), swap_editor("Redis", "Valkey")])
+        agent = create_agent(model, [lookup_job_duration], middleware=[GatekeeperMiddleware(model=editor)],
+                             checkpointer=InMemorySaver())
+        for text in (REDIS, COFFEE, FOLLOW_UP):
+            await agent.ainvoke({"messages": [HumanMessage(text)]}, CONFIG)
+        seen = texts(model.received[-1])
+        assert REDIS in seen and COFFEE not in seen
+        entry = await aedit_thread(agent, CONFIG, "the TTL is 120 seconds", llm=editor)
+        assert entry.changed
+        await agent.ainvoke({"messages": [HumanMessage("Should the Redis lock TTL change?")]}, CONFIG)
+        assert "90 seconds" not in texts(model.received[-1])
+        out = await agent.ainvoke({"messages": [HumanMessage("/edit it is Valkey, not Redis")]}, CONFIG)
+        assert "Edited the conversation" in out["messages"][-1].text
+        assert len(model.received) == 6
+        state = (await agent.aget_state(CONFIG)).values["messages"]
+        assert "Redis" not in texts([m for m in state if not m.additional_kwargs.get("lc_source")])
+        undone = await aundo_thread(agent, CONFIG)
+        assert undone.target == 2  # the routed edit, the second in the log
+        state = (await agent.aget_state(CONFIG)).values["messages"]
+        assert state[0].text == REDIS
+
+    asyncio.run(scenario())
+
+
+def two_turn_agent() -> tuple[Any, ToolCallingFake]:
+    model = scripted([AIMessage(IRELAND_ANSWER), AIMessage(COFFEE_ANSWER), AIMessage("ok")])
+    agent = ireland_agent(ScriptedModel([]), model)
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    return agent, model
+
+
+def test_deleting_a_turn_uses_remove_messages_and_undo_puts_it_back_in_place() -> None:
+    agent, _ = two_turn_agent()
+    before = agent.get_state(CONFIG).values["messages"]
+    delete = ScriptedModel(['{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'])
+    entry = edit_thread(agent, CONFIG, "drop the GDP question", delete, allow_large_deletion=True)
+    assert [d.status for d in entry.diff.messages] == ["removed", "removed"]
+    assert [m.id for m in agent.get_state(CONFIG).values["messages"]] == [m.id for m in before[2:]]
+    agent.invoke({"messages": [HumanMessage("Thanks!")]}, CONFIG)
+    undo_thread(agent, CONFIG)
+    after = agent.get_state(CONFIG).values["messages"]
+    assert [m.id for m in after[:4]] == [m.id for m in before]  # back where they stood
+    assert after[-2].text == "Thanks!" and len(after) == 6
+
+
+def test_inserting_in_the_middle_rewrites_the_list_in_one_update_and_undo_removes_it() -> None:
+    agent, _ = two_turn_agent()
+    before = agent.get_state(CONFIG).values["messages"]
+    rewrite = ScriptedModel([json.dumps([
+        {"id": "1", "role": "user", "content": IRELAND},
+        {"id": "2", "role": "assistant", "content": IRELAND_ANSWER},
+        {"id": None, "role": "user", "content": "And Norway?"},
+        {"id": None, "role": "assistant", "content": "Norway's was about 490 billion USD."},
+        {"id": "3", "role": "user", "content": COFFEE},
+        {"id": "4", "role": "assistant", "content": COFFEE_ANSWER},
+    ])])
+    checkpoints = len(list(agent.get_state_history(CONFIG)))
+    edit_thread(agent, CONFIG, "add Norway after the GDP answer", rewrite, strategy="rewrite")
+    assert len(list(agent.get_state_history(CONFIG))) == checkpoints + 1  # one state update
+    after = agent.get_state(CONFIG).values["messages"]
+    assert [m.text for m in after[2:4]] == ["And Norway?", "Norway's was about 490 billion USD."]
+    assert [m.id for m in after[:2] + after[4:]] == [m.id for m in before]
+    undo_thread(agent, CONFIG)
+    assert [m.id for m in agent.get_state(CONFIG).values["messages"]] == [m.id for m in before]
+
+
+def test_undo_info_lives_in_the_checkpoint_not_in_the_middleware() -> None:
+    saver = InMemorySaver()
+    first = create_agent(scripted([AIMessage(IRELAND_ANSWER)]), [], middleware=[GatekeeperMiddleware()], checkpointer=saver)
+    first.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    edit_thread(first, CONFIG, "Iceland, not Ireland", ScriptedModel([swap_editor("Ireland", "Iceland")]))
+    # a new agent object (a restarted process) over the same checkpointer can undo it
+    second = create_agent(scripted([]), [], middleware=[GatekeeperMiddleware()], checkpointer=saver)
+    assert "Iceland" in second.get_state(CONFIG).values["messages"][0].text
+    undo_thread(second, CONFIG)
+    assert second.get_state(CONFIG).values["messages"][0].text == IRELAND
