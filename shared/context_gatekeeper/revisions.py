@@ -123,11 +123,15 @@ class MessageDiff:
     after: Message | None
 
 
-def _render(state: Sequence[Message]) -> list[str]:
-    lines: list[str] = []
-    for message in state:
-        lines.append(f"[{message.role} {message.id}]")
-        lines.extend(message.content.splitlines() or [""])
+def _hunk(entry: "MessageDiff") -> list[str]:
+    """One message's change as a unified-diff hunk: its header, then its text lines."""
+    message = entry.after or entry.before
+    assert message is not None
+    before = entry.before.content.splitlines() if entry.before else []
+    after = entry.after.content.splitlines() if entry.after else []
+    lines = [f"@@ {message.role} {message.id}: {entry.status} @@"]
+    body = list(difflib.unified_diff(before, after, lineterm="", n=2))[2:]
+    lines.extend(line for line in body if not line.startswith("@@"))
     return lines
 
 
@@ -143,7 +147,8 @@ class Diff:
         before: the state at ``a``.
         after: the state at ``b``.
 
-    ``str(diff)`` is a unified diff of the two states, one block per message.
+    ``str(diff)`` is a unified diff that shows only what changed: one hunk per added,
+    removed or changed message, headed by its role and id.
     """
 
     a: int
@@ -170,9 +175,9 @@ class Diff:
     def __str__(self) -> str:
         if not self.messages:
             return f"no changes between revision {self.a} and revision {self.b}"
-        lines = difflib.unified_diff(
-            _render(self.before), _render(self.after), f"revision {self.a}", f"revision {self.b}", lineterm=""
-        )
+        lines = [f"--- revision {self.a}", f"+++ revision {self.b}"]
+        for entry in self.messages:
+            lines.extend(_hunk(entry))
         return "\n".join(lines)
 
 
