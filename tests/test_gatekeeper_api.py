@@ -228,3 +228,15 @@ def test_scores_explain_every_kept_turn() -> None:
     score = kept[1]
     assert score.total == pytest.approx(score.user + score.assistant + score.exact + score.recency + score.segment)
     assert score.reason == "coverage" and "vacuum" in score.covered
+
+
+def test_a_per_call_budget_overrides_the_default_for_that_call_only() -> None:
+    gk = make(token_budget=1000)
+    gk.add_turn("Kafka consumer lag grows during rebalances", "Use the cooperative-sticky assignor.")
+    gk.add_turn("Kafka partitions for a new topic?", "Start with 12.")
+    wide = gk.explain("Kafka consumer lag partitions")
+    narrow = gk.explain("Kafka consumer lag partitions", token_budget=gk.turn_cost(1))
+    assert len(wide.turn_ids) == 2 and len(narrow.turn_ids) == 1 and narrow.tokens_kept <= gk.turn_cost(1)
+    assert gk.token_budget == 1000 and gk.explain("Kafka consumer lag partitions") == wide
+    with pytest.raises(BudgetError):
+        gk.explain("Kafka", token_budget="10")  # type: ignore[arg-type]

@@ -17,7 +17,9 @@ from .errors import (
     UnknownMessageError,
     UnknownTurnError,
 )
+from .coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
 from .gate import Decision, GateFeatures
+from .gemini import GeminiModel
 from .gatekeeper import ContextGatekeeper
 from .messages import Message
 from .operations import Delete, InsertAfter, Replace
@@ -40,6 +42,10 @@ __all__ = [
     "Turn",
     "TurnScore",
     "extract_anchors",
+    "select_covering",
+    "CoverageCorpus",
+    "CoverageResult",
+    "CoverageExplanation",
     # mutable transcripts
     "Transcript",
     "TranscriptGate",
@@ -54,6 +60,7 @@ __all__ = [
     "Store",
     "InMemoryStore",
     "SQLiteStore",
+    "GeminiModel",
     # errors
     "InvalidInputError",
     "HistoryError",

@@ -238,16 +238,16 @@ class ContextGatekeeper:
             return self._history.costs[turn_id]
 
     # -- selection ----------------------------------------------------------------------
-    def select(self, query: str) -> list[dict[str, object]]:
+    def select(self, query: str, *, token_budget: int | None = None) -> list[dict[str, object]]:
         """The kept earlier turns as ``[{"user", "assistant", "turn_id"}, ...]`` in position order."""
-        selection = self.explain(query)
+        selection = self.explain(query, token_budget=token_budget)
         with self._lock:
             turns = self._history.turns
             return [turns[t].as_dict() for t in selection.turn_ids if t in turns]
 
-    def build_prompt(self, query: str) -> str:
+    def build_prompt(self, query: str, *, token_budget: int | None = None) -> str:
         """Pinned content, the kept turns and the query as one plain-text prompt."""
-        selection = self.explain(query)
+        selection = self.explain(query, token_budget=token_budget)
         parts = [] if selection.system_prompt is None else [selection.system_prompt]
         if selection.summary is not None:
             parts.append("Summary of the earlier conversation:\n" + selection.summary)
@@ -261,15 +261,23 @@ class ContextGatekeeper:
         parts.append(f"User: {selection.query}")
         return "\n\n".join(parts)
 
-    def explain(self, query: str) -> Selection:
-        """Select for ``query`` and say why; has no side effects."""
+    def explain(self, query: str, *, token_budget: int | None = None) -> Selection:
+        """Select for ``query`` and say why; has no side effects.
+
+        ``token_budget`` overrides the budget for this call only (an adapter that
+        knows the size of the query and the open turn passes what is left); below
+        the pinned content's cost, ``on_overflow`` applies.
+        """
         query = require_text(query, "query")
+        if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)):
+            raise BudgetError(f"token_budget must be an int, got {token_budget!r}")
+        budget_total = self.token_budget if token_budget is None else token_budget
         head = query[: self.params.max_query_chars]
         anchors, cues = extract(head, query=True), find_cues(normalise(head))
         with self._lock:
-            return self._explain(query, anchors.counts, cues)
+            return self._explain(query, anchors.counts, cues, budget_total)
 
-    def _explain(self, query: str, query_anchors: Counter[str], cues: Cues) -> Selection:
+    def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int) -> Selection:
         p, history = self.params, self._history
         index, labels = history.index, history.labels
         # 1-2. weights, candidates, and the gate
@@ -294,7 +302,7 @@ class ContextGatekeeper:
         # 3. pinned content first, then coverage, follow-up, fill and neighbours
         fixed = sum(self._fixed_costs.values())
         pinned = [t for t in history.order if t in self._pinned]
-        budget = self.token_budget - fixed - sum(history.costs[t] for t in pinned)
+        budget = budget_total - fixed - sum(history.costs[t] for t in pinned)
         reasons: dict[int, str] = dict.fromkeys(pinned, "pinned")
         pool = heapq.nlargest(
             p.top_m,
@@ -305,7 +313,7 @@ class ContextGatekeeper:
         coverable_weight = sum(weights[a] for a in coverable)
         over_budget = budget < 0
         if over_budget:
-            self._overflow(fixed, pinned)
+            self._overflow(fixed, pinned, budget_total)
         else:
             already = {a for t in pinned for a in index.turns[t].anchors if a in coverable}
             evidence = [c for c in pool if not is_weak_evidence(c)]
@@ -364,10 +372,10 @@ class ContextGatekeeper:
             )
         return tuple(records)
 
-    def _overflow(self, fixed: int, pinned: list[int]) -> None:
+    def _overflow(self, fixed: int, pinned: list[int], budget_total: int) -> None:
         detail = (
             f"pinned content needs {fixed + sum(self._history.costs[t] for t in pinned)} tokens "
-            f"(system prompt and summary {fixed}, pinned turns {pinned}) but token_budget is {self.token_budget}"
+            f"(system prompt and summary {fixed}, pinned turns {pinned}) but token_budget is {budget_total}"
         )
         if self.on_overflow == "raise":
             raise BudgetError(f"{detail}; raise token_budget, unpin turns, or pass on_overflow='keep_pinned'")

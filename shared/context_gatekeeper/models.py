@@ -38,7 +38,7 @@ from typing import Any, Union
 
 from .errors import EditError, GatekeeperError, ModelUnavailableError
 
-__all__ = ["ChatMessages", "Reply", "EditModel", "as_edit_model", "model_name"]
+__all__ = ["ChatMessages", "Reply", "EditModel", "as_edit_model", "model_name", "is_unavailable_error"]
 
 ChatMessages = list[dict[str, str]]
 """What a model is sent: ``[{"role": ..., "content": ...}, ...]``."""
@@ -69,7 +69,7 @@ def model_name(model: Any) -> str:
     return type(model).__name__
 
 
-def _is_unavailable(exc: BaseException) -> bool:
+def is_unavailable_error(exc: BaseException) -> bool:
     """Whether ``exc`` says the model could not be reached (network, timeout, overload)."""
     if isinstance(exc, _UNAVAILABLE_TYPES):
         return True
@@ -80,7 +80,7 @@ def _is_unavailable(exc: BaseException) -> bool:
 def _wrap_failure(name: str, exc: Exception) -> GatekeeperError:
     """The library error for a model call that raised ``exc``."""
     what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if _is_unavailable(exc):
+    if is_unavailable_error(exc):
         return ModelUnavailableError(
             f"model {name!r} could not be reached ({what}); nothing was changed. "
             "Check the network connection, the API key and the model's timeout, then try again."

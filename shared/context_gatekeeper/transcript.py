@@ -135,6 +135,7 @@ class Transcript(AsyncTranscriptMixin):
         self._log: list[Revision] = []
         self._state: list[Message] = []
         self._open_user: str | None = None  # the last user message this object appended without an answer
+        self._used_ids: set[str] = set()  # every message id the session has held (never reused)
         self._refresh()
 
     # -- reading ------------------------------------------------------------------------
@@ -213,7 +214,7 @@ class Transcript(AsyncTranscriptMixin):
             raise InvalidInputError("append needs user=, assistant= or messages=")
         with self._lock:
             self._refresh()
-            used = {m.id for m in new} & self._ids_used() if any(m.id for m in new) else set()
+            used = {m.id for m in new} & self._used_ids
             if used or len({m.id for m in new}) != len(new):
                 raise InvalidInputError(
                     f"message id(s) {sorted(used) or 'repeated in this call'} already used in session "
@@ -291,6 +292,7 @@ class Transcript(AsyncTranscriptMixin):
             raise InvalidInputError("set() got two messages with the same id")
         with self._lock:
             self._refresh()
+            self._open_user = None
             return self._commit("set", changes_between(self._state, new), expected_head=len(self._log))
 
     def clear(self) -> Revision:
@@ -304,7 +306,7 @@ class Transcript(AsyncTranscriptMixin):
         """Erase the session entirely, record and history included: the one operation that forgets."""
         with self._lock:
             self.store.purge(self.session_id)
-            self._log, self._state, self._open_user = [], [], None
+            self._log, self._state, self._open_user, self._used_ids = [], [], None, set()
 
     # -- versions -----------------------------------------------------------------------
     def undo(self) -> Revision:
@@ -405,15 +407,12 @@ class Transcript(AsyncTranscriptMixin):
         if head == len(self._log):
             return
         if head < len(self._log):  # purged (and perhaps rewritten) by another writer
-            self._log, self._state = [], []
+            self._log, self._state, self._used_ids = [], [], set()
         for revision in self.store.revisions(self.session_id, after=len(self._log)):
             stamped = replace(revision, changes=tuple(_stamp(revision.changes, revision.number)))
             self._state = apply_changes(self._state, stamped.changes)
+            self._used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
             self._log.append(stamped)
-
-    def _ids_used(self) -> set[str]:
-        """Every message id the session has ever held (ids are never reused)."""
-        return {c.message.id for revision in self._log for c in revision.changes if isinstance(c, Put)}
 
     def _state_at(self, revision: int) -> list[Message]:
         if revision == len(self._log):

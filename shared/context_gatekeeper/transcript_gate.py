@@ -127,15 +127,18 @@ class TranscriptGate:
                 gk.system_prompt = system_text
             self._system, self._turns, self._head = system, turns, head
 
-    def explain(self, query: str) -> Selection:
-        """The gatekeeper's selection for ``query`` over the current state."""
+    def explain(self, query: str, *, token_budget: int | None = None) -> Selection:
+        """The gatekeeper's selection for ``query`` over the current state
+        (``token_budget`` overrides the budget for this call)."""
         self.sync()
-        return self.gatekeeper.explain(query)
+        return self.gatekeeper.explain(query, token_budget=token_budget)
 
-    def select_messages(self, query: str, *, include_open: bool = True) -> list[Message]:
+    def select_messages(
+        self, query: str, *, include_open: bool = True, token_budget: int | None = None
+    ) -> list[Message]:
         """The messages to send with ``query``: leading system messages, the selected
         turns, and (``include_open``) the open, unanswered turn, in transcript order."""
-        selection = self.explain(query)
+        selection = self.explain(query, token_budget=token_budget)
         with self._lock:
             by_id = {self._ids[t.key]: t for t in self._turns}
             kept = [m for turn_id in selection.turn_ids for m in by_id[turn_id].messages]

@@ -1,0 +1,197 @@
+"""LlamaIndex chat messages <-> core messages, losslessly.
+
+A core :class:`~context_gatekeeper.Message` keeps:
+
+* ``content``: the text of the message's ``TextBlock`` s joined by newlines (what
+  ``ChatMessage.content`` returns), which selection reads and edits rewrite;
+* ``parts``: the message's ``blocks`` as JSON dicts (``block.model_dump(mode="json")``),
+  kept opaque and turned back into blocks; ``None`` when the blocks are exactly one
+  ``TextBlock`` holding ``content`` (the common case, stored compactly);
+* ``metadata["additional_kwargs"]``: the message's ``additional_kwargs`` as JSON (bytes
+  become base64 text, pydantic objects dicts, as LlamaIndex's own serialiser does);
+  ``metadata["role"]`` the LlamaIndex role when it is not one of the core's four
+  (``developer``, ``function``, ``chatbot``, ``model``); and, for the core's tool-pair
+  checks only, ``metadata["tool_calls"]`` (``[{"id", "name", "args"}]`` from
+  ``ToolCallBlock`` s or ``additional_kwargs["tool_calls"]``) and
+  ``metadata["tool_call_id"]``.  :func:`from_core` rebuilds ``additional_kwargs`` from
+  the stored copy alone.
+
+**Ids.**  A LlamaIndex ``ChatMessage`` has no id field, and nothing is added to the
+messages handed back: many LLM integrations merge ``additional_kwargs`` into the
+provider's request (OpenAI's ``to_openai_message_dict`` does), so an id kept there
+would be sent to the provider.  :func:`to_core` gives each new message a fresh id;
+:func:`match_ids` keeps ids stable when a caller hands messages back (``memory.set``)
+by aligning them with the current state by content.
+
+An assistant message whose text an edit rewrote loses what no longer matches its
+text: its ``ThinkingBlock`` s and provider-specific ``additional_kwargs`` keys
+(thought signatures, reasoning traces).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
+
+from context_gatekeeper import Message
+from context_gatekeeper.messages import new_message_id
+
+__all__ = [
+    "to_core",
+    "to_core_messages",
+    "from_core",
+    "from_core_messages",
+    "match_ids",
+    "fingerprint",
+    "PROVIDER_SPECIFIC",
+]
+
+_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "chatbot": "assistant",
+    "model": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
+PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
+"""additional_kwargs keys dropped from an assistant message whose text was rewritten."""
+
+
+def _role_value(role: Any) -> str:
+    return role.value if isinstance(role, MessageRole) else str(role)
+
+
+def _tool_calls(blocks: Sequence[Any], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tool calls as the core's pairing check reads them: ``[{"id", "name", "args"}]``."""
+    calls = [
+        {"id": b.tool_call_id, "name": b.tool_name, "args": b.tool_kwargs}
+        for b in blocks
+        if isinstance(b, ToolCallBlock) and b.tool_call_id
+    ]
+    seen = {c["id"] for c in calls}
+    for call in kwargs.get("tool_calls") or ():
+        if not isinstance(call, dict):
+            continue
+        call_id = call.get("id") or call.get("tool_id") or call.get("tool_call_id")
+        if isinstance(call_id, str) and call_id and call_id not in seen:
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            calls.append({"id": call_id, "name": call.get("name") or function.get("name"), "args": None})
+            seen.add(call_id)
+    return calls
+
+
+def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
+    """A LlamaIndex message as a core message, with ``message_id`` or a fresh id.
+
+    Nothing of ``message`` is kept by reference: later changes to it never reach the core.
+    """
+    if not isinstance(message, ChatMessage):
+        raise TypeError(f"expected a LlamaIndex ChatMessage, got {type(message).__name__}")
+    data = message.model_dump(mode="json")
+    role_name = _role_value(message.role)
+    role = _ROLES.get(role_name)
+    if role is None:  # an unknown custom role rides as user text
+        role = "user"
+    content = message.content or ""
+    blocks = data.get("blocks") or []
+    simple = len(message.blocks) == 1 and isinstance(message.blocks[0], TextBlock)
+    parts = None if simple else tuple(blocks)
+    kwargs = data.get("additional_kwargs") or {}
+    metadata: dict[str, Any] = {}
+    if kwargs:
+        metadata["additional_kwargs"] = kwargs
+    if role_name != role:
+        metadata["role"] = role_name
+    calls = _tool_calls(message.blocks, kwargs) if role == "assistant" else []
+    if calls:
+        metadata["tool_calls"] = calls
+    if role == "tool" and isinstance(kwargs.get("tool_call_id"), str):
+        metadata["tool_call_id"] = kwargs["tool_call_id"]
+    return Message(id=message_id or new_message_id(), role=role, content=content, parts=parts, metadata=metadata)  # type: ignore[arg-type]
+
+
+def _blocks_for(message: Message) -> list[Any]:
+    """The block dicts: the stored ones, with their text replaced when an edit changed it."""
+    if message.parts is None:
+        return [{"block_type": "text", "text": message.content}]
+    blocks = copy.deepcopy(list(message.parts))
+    texts = [b for b in blocks if isinstance(b, dict) and b.get("block_type") == "text"]
+    if message.origin == "original" or "\n".join(str(b.get("text", "")) for b in texts) == message.content:
+        return blocks
+    rewritten = message.origin == "edited" and message.role == "assistant"
+    out: list[Any] = []
+    placed = False
+    for block in blocks:
+        kind = block.get("block_type") if isinstance(block, dict) else None
+        if kind == "text":
+            if not placed:
+                out.append({"block_type": "text", "text": message.content})
+                placed = True
+        elif not (rewritten and kind == "thinking"):
+            out.append(block)
+    if not placed and message.content:
+        out.insert(0, {"block_type": "text", "text": message.content})
+    return out
+
+
+def from_core(message: Message) -> ChatMessage:
+    """A core message as a new LlamaIndex ``ChatMessage`` (a fresh copy every call)."""
+    role = message.metadata.get("role") or message.role
+    kwargs = copy.deepcopy(dict(message.metadata.get("additional_kwargs") or {}))
+    if message.origin == "edited" and message.role == "assistant":
+        kwargs = {k: v for k, v in kwargs.items() if not PROVIDER_SPECIFIC.search(k)}
+    return ChatMessage(role=role, blocks=_blocks_for(message), additional_kwargs=kwargs)
+
+
+def to_core_messages(messages: Iterable[ChatMessage]) -> list[Message]:
+    """:func:`to_core` for each message (fresh ids)."""
+    return [to_core(m) for m in messages]
+
+
+def from_core_messages(messages: Sequence[Message]) -> list[ChatMessage]:
+    """:func:`from_core` for each message."""
+    return [from_core(m) for m in messages]
+
+
+def fingerprint(message: ChatMessage | Message) -> str:
+    """What a message says, as one comparable string (role, blocks, additional_kwargs)."""
+    chat = from_core(message) if isinstance(message, Message) else message
+    data = chat.model_dump(mode="json")
+    return json.dumps([_role_value(chat.role), data.get("blocks"), data.get("additional_kwargs")], sort_keys=True)
+
+
+def match_ids(current: Sequence[Message], incoming: Sequence[ChatMessage]) -> list[Message]:
+    """Core messages for ``incoming`` with the ids of the ``current`` messages they match.
+
+    Messages are aligned in order by content (:func:`fingerprint`): an unchanged message
+    keeps its id and version (so ``set(get_all())`` changes nothing); where a run of
+    messages was replaced one for one, a message that stands where one of the same role
+    stood keeps that id (a change of its content, not a delete and insert); every other
+    message gets a fresh id.
+    """
+    new = [to_core(m) for m in incoming]
+    old_keys = [fingerprint(m) for m in current]
+    new_keys = [fingerprint(m) for m in incoming]
+    out = list(new)
+    matcher = difflib.SequenceMatcher(a=old_keys, b=new_keys, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for offset in range(i2 - i1):
+                out[j1 + offset] = current[i1 + offset]
+        elif tag == "replace" and i2 - i1 == j2 - j1:
+            for offset in range(i2 - i1):
+                before, after = current[i1 + offset], new[j1 + offset]
+                if before.role == after.role:
+                    out[j1 + offset] = Message(
+                        id=before.id, role=after.role, content=after.content, parts=after.parts, metadata=after.metadata
+                    )
+    return out

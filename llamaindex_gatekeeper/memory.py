@@ -1,0 +1,286 @@
+"""A LlamaIndex chat memory with topic-gated ``get`` and versioned natural-language edits.
+
+:class:`GatekeeperMemory` is a ``BaseMemory``: pass it as ``memory=`` to any chat
+engine or agent.  ``put`` / ``set`` / ``reset`` write to a core
+:class:`~context_gatekeeper.Transcript` (every change a recorded revision);
+``get(input)`` returns only what the current message needs: leading system
+messages, the earlier turns the topic gate selects (a tool call always with its
+result), and the current turn whole, within ``token_limit``.  Everything else
+(``edit``, ``undo``, ``history``, ...) comes from :class:`~.versions.VersionsMixin`.
+
+>>> from llama_index.core.llms import ChatMessage
+>>> memory = GatekeeperMemory.from_defaults(token_limit=2000)
+>>> memory.put_messages([ChatMessage(role="user", content="How long should a Redis lock TTL be?"),
+...                      ChatMessage(role="assistant", content="Longer than the longest job.")])
+>>> memory.put_messages([ChatMessage(role="user", content="By the way, best espresso grind?"),
+...                      ChatMessage(role="assistant", content="Fine, like table salt.")])
+>>> memory.put(ChatMessage(role="user", content="And the Redis lock watchdog?"))
+>>> [m.content for m in memory.get()]
+['How long should a Redis lock TTL be?', 'Longer than the longest job.', 'And the Redis lock watchdog?']
+>>> len(memory.get_all())
+5
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.memory.types import BaseMemory
+
+from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
+from context_gatekeeper.tokens import resolve_token_counter
+from context_gatekeeper.transcript_gate import MessageTurn, group_turns
+
+from .convert import from_core_messages, match_ids, to_core
+from .serialisation import SerialisationMixin
+from .versions import VersionsMixin
+
+__all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "ADAPTER_GATE_DEFAULTS"]
+
+DEFAULT_TOKEN_LIMIT = 3000
+ADAPTER_GATE_DEFAULTS: dict[str, Any] = {"on_overflow": "keep_pinned"}
+"""Gatekeeper options the adapters default to (an agent run never dies because pinned content overflows)."""
+_CONTEXT_WINDOW_RATIO = 0.75  # as ChatMemoryBuffer.from_defaults(llm=...)
+
+
+class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
+    """Chat memory with topic-gated selection and versioned natural-language edits.
+
+    Build it with :meth:`from_defaults`.  ``get`` returns fresh copies every call, so
+    callers may mutate what they get; writes may come from several threads (a
+    streaming engine writes its answer from a worker thread) and none is lost: each
+    ``put`` is one append under the memory's lock, and ``get`` reads one consistent
+    state under the same lock.
+
+    Message ids live in the core only; returned messages carry none (LLM integrations
+    send ``additional_kwargs`` to the provider).  ``put`` gives new messages fresh ids;
+    ``set`` keeps the ids of messages it finds unchanged (see :func:`~.convert.match_ids`),
+    so ``set(get_all())`` records nothing and undo/diff stay exact.
+
+    Attributes:
+        token_limit: tokens that ``get`` may return in all: pinned content (leading
+            system messages), the selected earlier turns and the current turn, less the
+            ``initial_token_count`` an engine passes.
+        session_id: which conversation of the store this is.
+        tokenizer_fn: ``text -> sequence of tokens``; chat engines count their prefix
+            messages with it.  It counts exactly as the memory's budget does.
+    """
+
+    token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT, gt=0)
+    session_id: str = Field(default="default", min_length=1)
+    tokenizer_fn: Callable[[str], Sequence[Any]] = Field(default=None, exclude=True)  # type: ignore[assignment]
+
+    _transcript: Transcript = PrivateAttr()
+    _gate: TranscriptGate = PrivateAttr()
+    _count: Callable[[str], int] = PrivateAttr()
+    _lock: Any = PrivateAttr()
+    _default_model: Any = PrivateAttr(default=None)
+    _options: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def __init__(
+        self,
+        *,
+        store: Store | str | os.PathLike[str] | None = None,
+        model: Any = None,
+        llm: Any = None,
+        strategy: str = "patch",
+        max_deletion_share: float = 0.5,
+        token_counter: Any = None,
+        **data: Any,
+    ) -> None:
+        fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
+        tokenizer_fn = fields.pop("tokenizer_fn", None)
+        super().__init__(**fields)
+        if model is not None and llm is not None and model is not llm:
+            raise TypeError("pass model= or llm= (an alias), not both")
+        if token_counter is None and tokenizer_fn is not None:
+            token_counter = lambda text: len(tokenizer_fn(text))  # noqa: E731
+        count = resolve_token_counter(token_counter)
+        self.tokenizer_fn = tokenizer_fn or (lambda text: range(count(text)))
+        self._count = count
+        self._lock = threading.RLock()
+        self._default_model = model if model is not None else llm
+        self._options = {**ADAPTER_GATE_DEFAULTS, **data, "strategy": strategy, "max_deletion_share": max_deletion_share}
+        self._transcript = Transcript(
+            self.session_id, store=store, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=count
+        )
+        self._gate = TranscriptGate(
+            self._transcript, token_budget=self.token_limit, token_counter=count, **{**ADAPTER_GATE_DEFAULTS, **data}
+        )
+
+    @classmethod
+    def class_name(cls) -> str:
+        """The name LlamaIndex serialisers record."""
+        return "GatekeeperMemory"
+
+    @classmethod
+    def from_defaults(  # type: ignore[override]
+        cls,
+        chat_history: list[ChatMessage] | None = None,
+        llm: Any = None,
+        token_limit: int | None = None,
+        *,
+        model: Any = None,
+        store: Store | str | os.PathLike[str] | None = None,
+        session_id: str = "default",
+        tokenizer_fn: Callable[[str], Sequence[Any]] | None = None,
+        token_counter: Any = None,
+        **options: Any,
+    ) -> "GatekeeperMemory":
+        """A memory with sensible defaults.
+
+        Args:
+            chat_history: messages to start from (``set``: replaces what the session holds).
+            llm: the editing model's alias, as in ``ChatMemoryBuffer.from_defaults(llm=...)``;
+                a LlamaIndex LLM also sets ``token_limit`` to 3/4 of its context window when
+                ``token_limit`` is not given.
+            token_limit: see the class attributes (default 3000).
+            model: default editing model (any LlamaIndex LLM or the core's model protocol).
+            store: ``None`` (in memory), a SQLite file path, or any core ``Store``.
+            session_id: the conversation's key in the store.
+            tokenizer_fn / token_counter: how to count tokens (default: tiktoken
+                ``cl100k_base``, offline).
+            **options: ``strategy``, ``max_deletion_share``, and any
+                :class:`~context_gatekeeper.ContextGatekeeper` option (``message_overhead``,
+                ``params``, selection parameters); ``on_overflow`` defaults to ``"keep_pinned"``.
+        """
+        if token_limit is None:
+            window = getattr(getattr(llm, "metadata", None), "context_window", None)
+            token_limit = int(window * _CONTEXT_WINDOW_RATIO) if isinstance(window, int) else DEFAULT_TOKEN_LIMIT
+        memory = cls(
+            token_limit=token_limit,
+            session_id=session_id,
+            tokenizer_fn=tokenizer_fn,
+            store=store,
+            model=model,
+            llm=llm,
+            token_counter=token_counter,
+            **options,
+        )
+        if chat_history:
+            memory.set(chat_history)
+        return memory
+
+    def __repr__(self) -> str:
+        return f"GatekeeperMemory(session_id={self.session_id!r}, token_limit={self.token_limit}, head={self._transcript.head})"
+
+    @property
+    def transcript(self) -> Transcript:
+        """The core transcript behind this memory."""
+        return self._transcript
+
+    @property
+    def gate(self) -> TranscriptGate:
+        """The core gate that selects for ``get``."""
+        return self._gate
+
+    @property
+    def store(self) -> Store:
+        """The core store the transcript lives in."""
+        return self._transcript.store
+
+    # -- reading ------------------------------------------------------------------------
+    def get(self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
+        """The messages to send now: pinned content, the selected earlier turns, the current turn.
+
+        The query is ``input`` when given, else the open (unanswered) last user message.
+        The current turn (the open one, or with neither ``input`` nor an open turn the last
+        turn) is never gated and always returned whole.  ``initial_token_count`` (tokens the
+        caller adds, such as a system prompt) is taken off ``token_limit``; other keyword
+        arguments engines pass are accepted and ignored.  Returns fresh copies.
+        """
+        if isinstance(initial_token_count, bool) or not isinstance(initial_token_count, int) or initial_token_count < 0:
+            raise ValueError(f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
+        return from_core_messages(self._select(_text_of(input), initial_token_count))
+
+    def get_all(self) -> list[ChatMessage]:
+        """Every message of the current state (fresh copies), not the gated view."""
+        return from_core_messages(self._transcript.messages)
+
+    def explain(self, query: str) -> Selection:
+        """The core :class:`~context_gatekeeper.Selection` for ``query`` over the earlier turns."""
+        with self._lock:
+            return self._gate.explain(query)
+
+    def _select(self, input_text: str | None, reserved: int) -> list[Message]:
+        with self._lock:
+            system, turns = group_turns(self._transcript.messages)
+            current: MessageTurn | None = None
+            if turns and (turns[-1].is_open or input_text is None):
+                current = turns[-1]
+            query = input_text or (current.texts[0] if current else None)
+            tail = list(current.messages) if current else []
+            budget = self.token_limit - reserved - self._cost(tail)
+            if query is None or not query.strip():
+                earlier = self._recent(system, turns[:-1] if current else turns, budget)
+            else:
+                earlier = self._gated(query, budget)
+            tail_ids = {m.id for m in tail}
+            return [m for m in earlier if m.id not in tail_ids] + tail
+
+    def _gated(self, query: str, budget: int) -> list[Message]:
+        """Leading system messages and the selected earlier turns, within ``budget``."""
+        return self._gate.select_messages(query, include_open=False, token_budget=budget)
+
+    def _recent(self, system: list[Message], turns: list[MessageTurn], budget: int) -> list[Message]:
+        """No text to gate on: the system messages and the latest whole turns that fit."""
+        budget -= self._cost(system)
+        kept: list[MessageTurn] = []
+        for turn in reversed(turns):
+            cost = self._cost(turn.messages)
+            if cost > budget:
+                break
+            kept.append(turn)
+            budget -= cost
+        return list(system) + [m for turn in reversed(kept) for m in turn.messages]
+
+    def _cost(self, messages: Sequence[Message]) -> int:
+        overhead = self._gate.gatekeeper.message_overhead
+        return sum(self._count(m.content) + overhead for m in messages)
+
+    # -- writing ------------------------------------------------------------------------
+    def put(self, message: ChatMessage) -> None:
+        """Append one message (an answer attaches to the user message it answers)."""
+        self.put_messages([message])
+
+    def put_messages(self, messages: list[ChatMessage]) -> None:
+        """Append ``messages`` as one revision (a tool call lands with its results)."""
+        batch = [to_core(m) for m in messages]
+        if batch:
+            with self._lock:
+                self._transcript.append(messages=batch)
+
+    def set(self, messages: list[ChatMessage]) -> None:
+        """Replace the whole state, as one recorded ``set`` revision (undo restores it).
+
+        Messages that match the current state keep their ids (see
+        :func:`~.convert.match_ids`); a ``set`` that changes nothing records nothing.
+        """
+        with self._lock:
+            current = list(self._transcript.messages)
+            new = match_ids(current, list(messages))
+            if new != current:
+                self._transcript.set(new)
+
+    def reset(self) -> None:
+        """Empty the current state as one recorded revision; ``record()`` keeps every message
+        and ``undo()`` brings them back.  (To erase a session, use ``transcript.purge()``.)"""
+        with self._lock:
+            if self._transcript.messages:
+                self._transcript.clear()
+
+
+def _text_of(value: Any) -> str | None:
+    """The query text of ``input`` (a str, or a message's text)."""
+    if value is None:
+        return None
+    if isinstance(value, ChatMessage):
+        return value.content or None
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"input must be a str, a ChatMessage or None, got {type(value).__name__}")

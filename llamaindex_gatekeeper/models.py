@@ -1,0 +1,102 @@
+"""LlamaIndex LLMs as editing models, and the default: the core's Gemini model.
+
+:class:`LlamaIndexEditModel` puts any LlamaIndex LLM behind the core's model
+protocol (:mod:`context_gatekeeper.models`) through its ``chat`` / ``achat``.
+Replies are text: LlamaIndex's structured prediction wants a Pydantic class, not
+a JSON schema, and falls back to prompting on most LLMs, so the core's own JSON
+extraction, repair and validation (with one retry) is the more reliable path.
+
+:func:`resolve_edit_model` picks the model an ``edit`` call uses: ``model=`` or
+its alias ``llm=``; with neither, :class:`context_gatekeeper.gemini.GeminiModel`
+(``gemini-2.5-flash`` on google-genai), which needs ``GOOGLE_API_KEY``.  This
+adapter does not depend on llama-index-llms-google-genai (it pins an older
+google-genai than the LangChain extra needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.base import BaseLLM
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+
+from context_gatekeeper import ModelUnavailableError
+from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel
+
+__all__ = ["DEFAULT_MODEL", "LlamaIndexEditModel", "resolve_edit_model"]
+
+DEFAULT_MODEL = DEFAULT_GEMINI_MODEL
+_ROLES = {"system": MessageRole.SYSTEM, "user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+
+
+class LlamaIndexEditModel:
+    """A LlamaIndex LLM (any ``BaseLLM``: ``OpenAI``, ``Ollama``, a ``CustomLLM`` ...)
+    behind the core's model protocol.
+
+    The core sends ``[{"role": "system" | "user" | "assistant", "content": str}]``;
+    they become ``ChatMessage`` objects for ``llm.chat`` (``llm.achat`` when async),
+    and the reply's text comes back.  ``supports_json_schema`` is False: the core
+    asks for JSON in the prompt and parses, repairs and validates the text itself.
+    """
+
+    supports_json_schema = False
+
+    def __init__(self, llm: BaseLLM) -> None:
+        if not isinstance(llm, BaseLLM):
+            raise TypeError(f"expected a LlamaIndex LLM (llama_index.core.llms.LLM), got {type(llm).__name__}")
+        self.llm = llm
+        try:
+            name = llm.metadata.model_name
+        except Exception:  # metadata is a property some LLMs compute; a name is not worth failing for
+            name = None
+        self.name = str(name or type(llm).__name__)
+
+    def __repr__(self) -> str:
+        return f"LlamaIndexEditModel({self.name!r})"
+
+    @staticmethod
+    def messages(messages: Sequence[Mapping[str, Any]]) -> list[ChatMessage]:
+        """The core's role/content dicts as LlamaIndex ``ChatMessage`` objects."""
+        return [
+            ChatMessage(role=_ROLES.get(str(m.get("role")), MessageRole.USER), content=str(m.get("content", "")))
+            for m in messages
+        ]
+
+    def complete(self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None) -> str:
+        """Chat with the LLM; the reply text.  ``json_schema`` is ignored (text replies)."""
+        response = self.llm.chat(self.messages(messages))
+        return response.message.content or ""
+
+    async def acomplete(
+        self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None
+    ) -> str:
+        """Async :meth:`complete` (the LLM's own ``achat``)."""
+        response = await self.llm.achat(self.messages(messages))
+        return response.message.content or ""
+
+
+def resolve_edit_model(model: Any = None, llm: Any = None) -> Any:
+    """The model an ``edit`` call should use.
+
+    ``model=`` or its alias ``llm=`` (not two different ones): a LlamaIndex LLM is
+    wrapped in :class:`LlamaIndexEditModel`; anything else the core accepts (a
+    callable ``fn(messages) -> str``, an object with ``complete`` / ``acomplete``)
+    is returned as is.  With neither, the core's :class:`GeminiModel`.
+
+    Raises:
+        TypeError: both ``model=`` and ``llm=`` given, and they differ.
+        ModelUnavailableError: no model given and no Gemini key set (or google-genai missing).
+    """
+    if model is not None and llm is not None and model is not llm:
+        raise TypeError("pass model= or llm= (an alias), not both")
+    chosen = model if model is not None else llm
+    if chosen is None:
+        try:
+            return GeminiModel()
+        except ModelUnavailableError as exc:
+            raise ModelUnavailableError(
+                f"{exc} To edit with another model, pass model= (or llm=): any LlamaIndex LLM, "
+                "or a callable fn(messages) -> str."
+            ) from exc
+    return LlamaIndexEditModel(chosen) if isinstance(chosen, BaseLLM) else chosen

@@ -1,0 +1,152 @@
+"""A node postprocessor that keeps the few retrieved nodes covering the query.
+
+Retrievers return the top k by similarity, and the top k often repeat each other
+(overlapping chunks, the same paragraph in two documents) or drift off the
+question.  :class:`GatekeeperNodePostprocessor` keeps a small subset that covers
+the query's informative terms within a token budget, picked greedily by newly
+covered term weight per token (the core's :func:`context_gatekeeper.coverage.select_covering`),
+and returns it in retrieval order.  No embedding model, no LLM call.
+
+Term weights come from the retrieved nodes themselves, or from a
+:class:`~context_gatekeeper.coverage.CoverageCorpus` built once over the whole
+collection (:func:`build_corpus`), which knows which words are common in the domain::
+
+    from llamaindex_gatekeeper.postprocessor import GatekeeperNodePostprocessor, build_corpus
+
+    gate = GatekeeperNodePostprocessor(token_budget=1500, corpus=build_corpus(index))
+    engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[gate])
+    chat = index.as_chat_engine(chat_mode="context", node_postprocessors=[gate])
+    for line in gate.explain(nodes, "how do I renew a Redis lock?"):
+        print(line)
+
+The postprocessor never writes node metadata or scores: it returns the very
+``NodeWithScore`` objects it was given, unmodified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Union
+
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+
+from context_gatekeeper import SelectionParams
+from context_gatekeeper.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
+from context_gatekeeper.tokens import resolve_token_counter
+
+__all__ = ["GatekeeperNodePostprocessor", "NodeExplanation", "build_corpus"]
+
+
+@dataclass(frozen=True)
+class NodeExplanation:
+    """Why one retrieved node was kept or dropped.
+
+    Attributes:
+        node_id: the node's id.
+        kept: whether the postprocessor keeps it.
+        reason: ``"covers"``, ``"fallback"``, ``"irrelevant"``, ``"no new coverage"``,
+            ``"over budget"`` or ``"target reached"`` (see :mod:`context_gatekeeper.coverage`).
+        coverage: the core's record: matched and newly covered terms, gain, token cost.
+    """
+
+    node_id: str
+    kept: bool
+    reason: str
+    coverage: CoverageExplanation
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.coverage}"
+
+
+def build_corpus(source: Any, *, metadata_mode: MetadataMode = MetadataMode.NONE) -> CoverageCorpus:
+    """A :class:`CoverageCorpus` over a whole collection, to weigh query terms by it.
+
+    ``source`` is an index (its docstore's nodes), a docstore, or an iterable of
+    nodes, ``NodeWithScore`` objects, documents or strings.  Build it once, when the
+    index is built, and pass it as ``corpus=``.
+    """
+    docstore = getattr(source, "docstore", source)
+    items: Iterable[Any] = docstore.docs.values() if hasattr(docstore, "docs") else source
+    return CoverageCorpus.from_texts(_text(item, metadata_mode) for item in items)
+
+
+def _text(item: Any, metadata_mode: MetadataMode) -> str:
+    if isinstance(item, str):
+        return item
+    node = item.node if isinstance(item, NodeWithScore) else item
+    if isinstance(node, BaseNode):
+        return node.get_content(metadata_mode=metadata_mode)
+    raise TypeError(f"cannot read text from {type(item).__name__}; pass nodes, documents or strings")
+
+
+class GatekeeperNodePostprocessor(BaseNodePostprocessor):
+    """Keep the retrieved nodes that cover the query's informative terms, within a token budget.
+
+    Attributes:
+        token_budget: most tokens the kept nodes may cost together (None: no limit;
+            coverage alone then decides).
+        corpus: document frequencies for term weights (:func:`build_corpus`); default:
+            the retrieved nodes'.
+        token_counter: counts a node's tokens: a ``callable(str) -> int``, a tokenizer
+            with ``encode``, or a tiktoken encoding name; default ``cl100k_base`` (offline).
+        coverage_target: share of the coverable query weight to cover (1.0: every query
+            term some node holds, budget permitting).
+        fallback: when no node shares a single informative term with the query (or the
+            query has none), keep the nodes in order within the budget instead of none.
+        metadata_mode: which node text is read and counted; ``LLM`` (the default) is
+            what a response synthesizer sends.
+        params: the core's selection parameters (IDF formula, kind weights, cost
+            exponent, extra stopwords).
+    """
+
+    token_budget: Optional[int] = Field(default=None, ge=0, description="Most tokens the kept nodes may cost.")
+    corpus: Optional[CoverageCorpus] = Field(default=None, exclude=True, description="Document frequencies.")
+    token_counter: Optional[Any] = Field(default=None, exclude=True, description="Token counter.")
+    coverage_target: float = Field(default=1.0, gt=0.0, le=1.0, description="Share of query weight to cover.")
+    fallback: bool = Field(default=True, description="Keep nodes in order when none matches the query.")
+    metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Which node text to read.")
+    params: Optional[SelectionParams] = Field(default=None, exclude=True, description="Selection parameters.")
+    _count: Callable[[str], int] = PrivateAttr()
+
+    def model_post_init(self, __context: Any) -> None:
+        """Normalise the token counter once."""
+        self._count = resolve_token_counter(self.token_counter)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "GatekeeperNodePostprocessor"
+
+    def select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
+        """The core's full coverage result for ``nodes`` (indices into ``nodes``)."""
+        query_str = query.query_str if isinstance(query, QueryBundle) else (query or "")
+        texts = [_text(n, self.metadata_mode) for n in nodes]
+        return select_covering(
+            query_str,
+            texts,
+            token_budget=self.token_budget,
+            costs=[self._count(t) for t in texts],
+            corpus=self.corpus,
+            target=self.coverage_target,
+            fallback=self.fallback,
+            params=self.params,
+        )
+
+    def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
+        """Why each node would be kept or dropped for ``query``, in input order."""
+        result = self.select(nodes, query)
+        return [
+            NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
+        ]
+
+    def _postprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+    ) -> List[NodeWithScore]:
+        """The covering subset, in retrieval order: the same objects, unmodified."""
+        if not nodes:
+            return []
+        return [nodes[i] for i in self.select(nodes, query_bundle).kept]

@@ -1,0 +1,128 @@
+"""The core's coverage selector over arbitrary texts (context_gatekeeper.coverage)."""
+
+from __future__ import annotations
+
+import pytest
+
+from context_gatekeeper import BudgetError, SelectionParams
+from context_gatekeeper.coverage import (
+    COVERS,
+    FALLBACK,
+    IRRELEVANT,
+    NO_NEW_COVERAGE,
+    OVER_BUDGET,
+    TARGET_REACHED,
+    CoverageCorpus,
+    select_covering,
+)
+
+QUERY = "How do I set the TTL of a Redis lock, and what is a fencing token?"
+TTL = "A Redis lock should get a TTL longer than the critical section."
+FENCING = "A fencing token is a number that grows with every lock grant."
+BREAD = "Sourdough bread needs a long, cold proof overnight."
+
+
+def reasons(result) -> list[str]:
+    return [e.reason for e in result.explanations]
+
+
+def test_keeps_the_covering_subset_in_input_order() -> None:
+    result = select_covering(QUERY, [FENCING, BREAD, TTL], costs=[10, 10, 10])
+    assert result.kept == [0, 2]
+    assert reasons(result) == [COVERS, IRRELEVANT, COVERS]
+    assert result.coverage == pytest.approx(1.0)
+    assert result.tokens_kept == 20 and result.tokens_total == 30
+
+
+def test_a_duplicate_adds_no_new_coverage() -> None:
+    result = select_covering(QUERY, [TTL, TTL, FENCING], costs=[10, 10, 10])
+    assert result.kept == [0, 2]
+    dropped = result.explanations[1]
+    assert dropped.reason == NO_NEW_COVERAGE and not dropped.kept
+    assert set(dropped.matched) >= {"redis", "lock", "ttl"} and dropped.covered == () and dropped.gain == 0
+
+
+def test_one_candidate_covering_both_beats_two_partial_ones() -> None:
+    both = TTL + " " + FENCING
+    result = select_covering(QUERY, [TTL, both, FENCING], costs=[10, 15, 10])
+    assert result.kept == [1]  # all the weight for 15 tokens beats half of it for 10
+    assert reasons(result) == [NO_NEW_COVERAGE, COVERS, NO_NEW_COVERAGE]
+
+
+def test_the_budget_is_respected_and_explained() -> None:
+    result = select_covering(QUERY, [TTL, FENCING], costs=[30, 30], token_budget=40)
+    assert result.tokens_kept <= 40 and len(result.kept) == 1
+    dropped = next(e for e in result.explanations if not e.kept)
+    assert dropped.reason == OVER_BUDGET and dropped.covered and dropped.gain > 0
+    assert "over budget" in str(dropped)
+    nothing = select_covering(QUERY, [TTL, FENCING], costs=[30, 30], token_budget=0)
+    assert nothing.kept == [] and reasons(nothing) == [OVER_BUDGET, OVER_BUDGET]
+
+
+def test_greedy_prefers_new_weight_per_token() -> None:
+    cheap, costly = "Redis lock TTL.", TTL + " " + "x " * 200
+    result = select_covering("redis lock ttl", [costly, cheap], costs=[300, 5])
+    assert result.kept == [1]
+    assert result.explanations[1].pick == 1 and result.explanations[0].reason == NO_NEW_COVERAGE
+
+
+def test_a_lower_target_stops_early() -> None:
+    result = select_covering(QUERY, [TTL, FENCING], costs=[10, 10], target=0.3)
+    assert len(result.kept) == 1
+    assert TARGET_REACHED in reasons(result)
+
+
+def test_no_lexical_evidence_falls_back_to_input_order_within_budget() -> None:
+    texts = ["Paris is the capital of France.", "Berlin is in Germany.", "Rome is old."]
+    result = select_covering("tell me more", texts, costs=[10, 10, 10], token_budget=25)
+    assert result.kept == [0, 1]
+    assert reasons(result) == [FALLBACK, FALLBACK, OVER_BUDGET]
+    strict = select_covering("tell me more", texts, costs=[10, 10, 10], fallback=False)
+    assert strict.kept == [] and reasons(strict) == [IRRELEVANT] * 3
+
+
+def test_a_corpus_supplies_term_weights() -> None:
+    # Among the candidates "redis" and "lock" are everywhere, but in the corpus they are rare
+    # and "cluster" is common: the corpus decides which candidate is worth its tokens first.
+    corpus = CoverageCorpus.from_texts(["redis lock"] + ["cluster node shard"] * 50)
+    assert corpus.n_docs == 51 and corpus.df("cluster") == 50 and corpus.df("redis") == 1
+    texts = ["redis lock cluster", "redis lock", "cluster"]
+    own = select_covering("redis lock cluster", texts, costs=[3, 2, 1])
+    with_corpus = select_covering("redis lock cluster", texts, costs=[3, 2, 1], corpus=corpus)
+    assert own.weights["cluster"] > own.weights["redis"] * 0.5  # all similar without the corpus
+    assert with_corpus.weights["redis"] > 2 * with_corpus.weights["cluster"]
+    assert with_corpus.coverage == pytest.approx(1.0)
+    restored = CoverageCorpus.from_dict(corpus.to_dict())
+    assert restored.df("cluster") == 50 and restored.n_docs == 51
+
+
+def test_costs_are_counted_with_a_token_counter_when_omitted() -> None:
+    result = select_covering(QUERY, [TTL, FENCING], token_counter=lambda text: len(text.split()))
+    assert [e.cost for e in result.explanations] == [len(TTL.split()), len(FENCING.split())]
+
+
+def test_chinese_and_mixed_queries() -> None:
+    texts = ["Redis 锁续租的 TTL 怎么设？", "asyncio.gather 会并发运行协程", "今天天气很好"]
+    result = select_covering("Redis 锁续租 TTL", texts, costs=[10, 10, 10])
+    assert result.kept == [0]
+    assert result.explanations[2].reason == IRRELEVANT
+
+
+def test_extra_stopwords_from_params_are_ignored() -> None:
+    params = SelectionParams(extra_stopwords=frozenset({"redis"}))
+    result = select_covering("redis", ["redis lock"], costs=[2], params=params, fallback=False)
+    assert result.kept == [] and "redis" not in result.weights
+
+
+def test_invalid_arguments_are_rejected_up_front() -> None:
+    with pytest.raises(BudgetError):
+        select_covering(QUERY, [TTL], costs=[1], token_budget=-1)
+    with pytest.raises(ValueError, match="costs"):
+        select_covering(QUERY, [TTL, FENCING], costs=[1])
+    with pytest.raises(ValueError, match="target"):
+        select_covering(QUERY, [TTL], costs=[1], target=0)
+
+
+def test_empty_candidates() -> None:
+    result = select_covering(QUERY, [], costs=[])
+    assert result.kept == [] and result.explanations == [] and "kept 0 of 0" in str(result)

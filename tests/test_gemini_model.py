@@ -1,0 +1,256 @@
+"""The core's Gemini model (context_gatekeeper.gemini), without the network.
+
+A fake client shows what is sent; a local HTTP server on 127.0.0.1 (google-genai
+pointed at it with GOOGLE_GEMINI_BASE_URL) shows the real client is built with a
+timeout and that failures become ModelUnavailableError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from context_gatekeeper import EditError, ModelUnavailableError, Transcript
+from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel, gemini_api_key
+from context_gatekeeper.models import as_edit_model
+
+MESSAGES = [
+    {"role": "system", "content": "You edit transcripts."},
+    {"role": "user", "content": "It was Iceland."},
+    {"role": "assistant", "content": "Noted: Iceland."},
+    {"role": "user", "content": "Return JSON."},
+]
+SCHEMA = {"type": "object", "properties": {"operations": {"type": "array"}}, "required": ["operations"]}
+
+
+class FakeModels:
+    def __init__(self, replies: list[Any]) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.replies = replies
+
+    def _answer(self, kwargs: dict[str, Any]) -> Any:
+        self.calls.append(kwargs)
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return SimpleNamespace(text=reply, candidates=[], prompt_feedback=None)
+
+    def generate_content(self, **kwargs: Any) -> Any:
+        return self._answer(kwargs)
+
+
+class FakeAsyncModels(FakeModels):
+    async def generate_content(self, **kwargs: Any) -> Any:  # type: ignore[override]
+        return self._answer(kwargs)
+
+
+class FakeClient:
+    def __init__(self, *replies: Any) -> None:
+        self.models = FakeModels(list(replies))
+        self.aio = SimpleNamespace(models=FakeAsyncModels(list(replies)))
+
+
+@pytest.fixture
+def no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+
+
+def test_missing_key_fails_fast_naming_the_fixes(no_key: None) -> None:
+    start = time.perf_counter()
+    with pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY") as info:
+        GeminiModel()
+    assert "model=" in str(info.value)
+    assert time.perf_counter() - start < 1.0
+    assert gemini_api_key() is None
+
+
+def test_key_comes_from_either_variable(no_key: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "from-gemini")
+    assert gemini_api_key() == "from-gemini"
+    monkeypatch.setenv("GOOGLE_API_KEY", "from-google")
+    assert gemini_api_key() == "from-google"
+    assert gemini_api_key("explicit") == "explicit"
+
+
+def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "google.genai", None)  # import fails as if not installed
+    with pytest.raises(ModelUnavailableError, match=r"context-gatekeeper\[gemini\]"):
+        GeminiModel(api_key="fake")
+
+
+def test_construction_with_a_fake_key_does_not_touch_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("google.genai")
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("network touched at construction")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    model = GeminiModel(api_key="fake-key", timeout=5, max_retries=2)
+    assert model.name == DEFAULT_GEMINI_MODEL and model.supports_json_schema
+    assert "fake-key" not in repr(model)
+    options = model.client._api_client._http_options
+    assert options.timeout == 5000 and options.retry_options.attempts == 3
+
+
+def test_messages_are_converted_and_structured_output_is_requested() -> None:
+    client = FakeClient('{"operations": []}')
+    model = GeminiModel("gemini-test", client=client)
+    assert model.complete(MESSAGES, json_schema=SCHEMA) == '{"operations": []}'
+    (call,) = client.models.calls
+    assert call["model"] == "gemini-test"
+    assert call["contents"] == [
+        {"role": "user", "parts": [{"text": "It was Iceland."}]},
+        {"role": "model", "parts": [{"text": "Noted: Iceland."}]},
+        {"role": "user", "parts": [{"text": "Return JSON."}]},
+    ]
+    assert call["config"] == {
+        "system_instruction": "You edit transcripts.",
+        "response_mime_type": "application/json",
+        "response_json_schema": SCHEMA,
+    }
+
+
+def test_plain_text_request_and_merged_roles() -> None:
+    client = FakeClient("ok")
+    model = GeminiModel(client=client)
+    model.complete([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    (call,) = client.models.calls
+    assert call["contents"] == [{"role": "user", "parts": [{"text": "a"}, {"text": "b"}]}]
+    assert call["config"] is None
+    only_system = model.request([{"role": "system", "content": "do it"}])
+    assert only_system["contents"] == [{"role": "user", "parts": [{"text": "do it"}]}]
+
+
+def test_requests_validate_against_google_genai_types() -> None:
+    types = pytest.importorskip("google.genai.types")
+    request = GeminiModel(client=object()).request(MESSAGES, SCHEMA)
+    config = types.GenerateContentConfig.model_validate(request["config"])
+    assert config.response_json_schema == SCHEMA and config.response_mime_type == "application/json"
+    assert [types.Content.model_validate(c).role for c in request["contents"]] == ["user", "model", "user"]
+
+
+def test_async_uses_the_async_client() -> None:
+    client = FakeClient("async reply")
+    model = GeminiModel(client=client)
+    assert asyncio.run(model.acomplete(MESSAGES)) == "async reply"
+    assert client.aio.models.calls and not client.models.calls
+
+
+def test_network_failures_become_model_unavailable() -> None:
+    model = GeminiModel(client=FakeClient(TimeoutError("read timed out"), ConnectionError("refused")))
+    with pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY"):
+        model.complete(MESSAGES)
+    with pytest.raises(ModelUnavailableError):
+        model.complete(MESSAGES)
+
+
+def test_api_errors_by_status() -> None:
+    errors = pytest.importorskip("google.genai.errors")
+    bad_key = errors.ClientError(400, {"error": {"message": "API key not valid.", "status": "INVALID_ARGUMENT"}})
+    overloaded = errors.ServerError(503, {"error": {"message": "overloaded", "status": "UNAVAILABLE"}})
+    bad_request = errors.ClientError(400, {"error": {"message": "bad schema", "status": "INVALID_ARGUMENT"}})
+    model = GeminiModel(client=FakeClient(bad_key, overloaded, bad_request))
+    with pytest.raises(ModelUnavailableError):
+        model.complete(MESSAGES)
+    with pytest.raises(ModelUnavailableError):
+        model.complete(MESSAGES)
+    with pytest.raises(errors.ClientError):  # not about reachability: the core reports it as an EditError
+        model.complete(MESSAGES)
+
+
+def test_an_empty_reply_is_an_edit_error() -> None:
+    with pytest.raises(EditError, match="no text"):
+        GeminiModel(client=FakeClient(None)).complete(MESSAGES)
+
+
+def test_edits_go_through_the_core_protocol() -> None:
+    transcript = Transcript("gemini")
+    transcript.append(user="We went to Ireland in 2021.", assistant="Ireland in 2021, noted.")
+    client = FakeClient('{"operations": []}')
+    model = GeminiModel(client=client)
+    assert as_edit_model(model).supports_json_schema
+    transcript.edit("nothing to change", model=model)
+    (call,) = client.models.calls
+    assert call["config"]["response_mime_type"] == "application/json"
+    assert "system_instruction" in call["config"]
+
+
+# -- the real client against a local server ---------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    bodies: list[dict[str, Any]] = []
+    delay = 0.0
+    status = 200
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        length = int(self.headers.get("content-length", 0))
+        type(self).bodies.append({"path": self.path, "body": json.loads(self.rfile.read(length) or b"{}")})
+        time.sleep(type(self).delay)
+        reply = {"candidates": [{"content": {"role": "model", "parts": [{"text": '{"operations": []}'}]}}]}
+        if type(self).status != 200:
+            reply = {"error": {"code": type(self).status, "message": "down", "status": "UNAVAILABLE"}}
+        data = json.dumps(reply).encode()
+        try:
+            self.send_response(type(self).status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client gave up (timeout test)
+            pass
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def local_gemini(monkeypatch: pytest.MonkeyPatch):
+    pytest.importorskip("google.genai")
+    handler = type("Handler", (_Handler,), {"bodies": [], "delay": 0.0, "status": 200})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_real_client_sends_system_roles_and_schema(local_gemini) -> None:
+    model = GeminiModel(api_key="fake", timeout=5, max_retries=0)
+    assert model.complete(MESSAGES, json_schema=SCHEMA) == '{"operations": []}'
+    assert asyncio.run(model.acomplete(MESSAGES)) == '{"operations": []}'
+    first = local_gemini.bodies[0]
+    assert first["path"].endswith(f"/models/{DEFAULT_GEMINI_MODEL}:generateContent")
+    body = first["body"]
+    assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
+    assert body["systemInstruction"]["parts"][0]["text"] == "You edit transcripts."
+    assert body["generationConfig"]["responseJsonSchema"] == SCHEMA
+    assert body["generationConfig"]["responseMimeType"] == "application/json"
+
+
+def test_real_client_times_out_quickly(local_gemini) -> None:
+    local_gemini.delay = 3.0
+    model = GeminiModel(api_key="fake", timeout=0.5, max_retries=0)
+    start = time.perf_counter()
+    with pytest.raises(ModelUnavailableError):
+        model.complete(MESSAGES)
+    assert time.perf_counter() - start < 2.5
+
+
+def test_real_client_server_error_is_unavailable(local_gemini) -> None:
+    local_gemini.status = 503
+    with pytest.raises(ModelUnavailableError, match="could not be used"):
+        GeminiModel(api_key="fake", timeout=5, max_retries=0).complete(MESSAGES)

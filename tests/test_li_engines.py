@@ -1,0 +1,252 @@
+"""GatekeeperMemory, unchanged, inside real LlamaIndex chat engines and agents.
+
+For SimpleChatEngine, ContextChatEngine, CondensePlusContextChatEngine,
+CondenseQuestionChatEngine, FunctionAgent and ReActAgent (each given ``memory=``):
+what the LLM receives leaves out an off-topic earlier turn and keeps the relevant
+ones; the memory's full history is complete; an edit changes what later calls see;
+undo restores it.  Scripted LLMs record every prompt; MockEmbedding indexes; no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
+from llama_index.core.chat_engine import (
+    CondensePlusContextChatEngine,
+    CondenseQuestionChatEngine,
+    ContextChatEngine,
+    SimpleChatEngine,
+)
+
+from li_support import (
+    ESPRESSO,
+    ESPRESSO_QUERY,
+    OFF_TOPIC_MARKERS,
+    REDIS_1,
+    REDIS_2,
+    REDIS_QUERY,
+    CallRecorder,
+    ScriptedLLM,
+    function_calling_llm,
+    patch,
+    react,
+    small_index,
+    tool_call,
+)
+from llamaindex_gatekeeper import GatekeeperMemory
+
+EDITED = "Twice the longest job holding the lock."
+ORIGINAL = REDIS_1[1]
+
+
+def lookup(topic: str) -> str:
+    """Look up notes on a topic."""
+    return "Watchdog notes: renew every TTL/3 seconds."
+
+
+class Harness:
+    """One engine or agent with its memory and a record of what its LLM receives."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.memory = GatekeeperMemory.from_defaults(token_limit=2000, session_id=kind)
+        answers = [REDIS_1[1], ESPRESSO[1], REDIS_2[1]]
+        if kind == "function_agent":
+            # the Redis watchdog turn calls a tool first: the pair must travel whole
+            self.recorder = CallRecorder([answers[0], answers[1], tool_call("call-1", "lookup", topic="x"), answers[2]])
+            self.agent: Any = FunctionAgent(tools=[lookup], llm=function_calling_llm(self.recorder))
+        elif kind == "react_agent":
+            self.llm = ScriptedLLM(answers, wrap=react)
+            self.agent = ReActAgent(tools=[lookup], llm=self.llm)
+        else:
+            self.llm = ScriptedLLM(answers)
+            self.engine = self._engine(kind)
+        self._mark = 0
+
+    def _engine(self, kind: str) -> Any:
+        llm, memory = self.llm, self.memory
+        if kind == "simple":
+            return SimpleChatEngine.from_defaults(llm=llm, memory=memory, system_prompt="You are a helpful assistant.")
+        index = small_index()
+        if kind == "context":
+            return ContextChatEngine.from_defaults(index.as_retriever(similarity_top_k=1), llm=llm, memory=memory)
+        if kind == "condense_plus_context":
+            return CondensePlusContextChatEngine.from_defaults(index.as_retriever(similarity_top_k=1), llm=llm, memory=memory)
+        query_engine = index.as_query_engine(llm=llm, similarity_top_k=1)
+        return CondenseQuestionChatEngine.from_defaults(query_engine, llm=llm, memory=memory)
+
+    def chat(self, message: str) -> str:
+        """One user message through the engine or agent; returns the answer."""
+        self._mark = len(self.recorder.calls) if self.kind == "function_agent" else len(self.llm.prompts)
+        if self.kind.endswith("_agent"):
+            return str(asyncio.run(self._run(message)))
+        return str(self.engine.chat(message))
+
+    async def _run(self, message: str) -> Any:
+        return await self.agent.run(user_msg=message, memory=self.memory)
+
+    def received(self) -> str:
+        """Everything the LLM received during the latest :meth:`chat`."""
+        if self.kind == "function_agent":
+            return "\n".join(self.recorder.text(i) for i in range(self._mark, len(self.recorder.calls)))
+        return "\n".join(self.llm.prompts[self._mark :])
+
+
+pytestmark = [
+    # the workflows package inspects agent objects with inspect.getmembers, which touches
+    # pydantic's deprecated attributes; nothing of ours
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20"),
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211"),
+    pytest.mark.filterwarnings("ignore:is_running called from within a step:DeprecationWarning"),  # ReActAgent
+]
+
+KINDS = ["simple", "context", "condense_plus_context", "condense_question", "function_agent", "react_agent"]
+
+
+@pytest.fixture(params=KINDS)
+def harness(request: pytest.FixtureRequest) -> Harness:
+    h = Harness(request.param)
+    for user, _ in (REDIS_1, ESPRESSO, REDIS_2):
+        h.chat(user)
+    return h
+
+
+def _assert_gated(h: Harness, expected: str) -> None:
+    got = h.received()
+    assert expected in got, f"{h.kind}: the relevant earlier turn is missing"
+    assert REDIS_2[0] in got
+    for marker in OFF_TOPIC_MARKERS:
+        assert marker not in got, f"{h.kind}: the off-topic turn leaked into the prompt"
+
+
+def test_the_llm_gets_the_relevant_turns_and_not_the_off_topic_one(harness: Harness) -> None:
+    harness.chat(REDIS_QUERY)
+    _assert_gated(harness, ORIGINAL)
+
+
+def test_the_full_history_stays_complete(harness: Harness) -> None:
+    harness.chat(REDIS_QUERY)
+    everything = harness.memory.get_all()
+    users = [m.content for m in everything if m.role.value == "user"]
+    assert users == [REDIS_1[0], ESPRESSO[0], REDIS_2[0], REDIS_QUERY]
+    text = "\n".join(m.content or "" for m in everything)
+    for _, answer in (REDIS_1, ESPRESSO, REDIS_2):
+        assert answer in text
+    if harness.kind == "function_agent":  # the tool call and its result are stored, in order
+        roles = [m.role.value for m in everything]
+        assert roles[4:8] == ["user", "assistant", "tool", "assistant"]
+        assert everything[6].additional_kwargs["tool_call_id"] == "call-1"
+    assert [r.kind for r in harness.memory.history()] and all(r.kind == "append" for r in harness.memory.history())
+
+
+def test_an_edit_changes_what_later_calls_see_and_undo_restores_it(harness: Harness) -> None:
+    # the REDIS_1 answer is the second editable message
+    revision = harness.memory.edit("The TTL should be twice the longest job.", model=patch(
+        {"op": "replace", "id": "2", "content": EDITED}
+    ))
+    assert revision.kind == "edit"
+    harness.chat(REDIS_QUERY)
+    _assert_gated(harness, EDITED)
+    assert ORIGINAL not in harness.received()
+    harness.memory.undo()
+    harness.chat(REDIS_QUERY)
+    _assert_gated(harness, ORIGINAL)
+    assert EDITED not in harness.received()
+    assert ORIGINAL in harness.memory.record()[1].content  # the record never changed
+
+
+def test_the_off_topic_query_gets_only_its_own_turn() -> None:
+    h = Harness("simple")
+    for user, _ in (REDIS_1, ESPRESSO, REDIS_2):
+        h.chat(user)
+    h.chat(ESPRESSO_QUERY)
+    got = h.received()
+    assert ESPRESSO[1] in got and REDIS_1[1] not in got and REDIS_2[1] not in got
+
+
+# -- streaming and async paths ------------------------------------------------------------
+def test_streaming_engine_writes_its_answer_from_a_worker_thread() -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+    llm = ScriptedLLM([REDIS_1[1], ESPRESSO[1], REDIS_2[1]])
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
+    for user, _ in (REDIS_1, ESPRESSO, REDIS_2):
+        response = engine.stream_chat(user)
+        assert "".join(response.response_gen)  # joins the writer thread
+    mark = len(llm.prompts)
+    response = engine.stream_chat(REDIS_QUERY)
+    "".join(response.response_gen)
+    got = "\n".join(llm.prompts[mark:])
+    assert REDIS_1[1] in got and "moka" not in got
+    assert len(memory.get_all()) == 8
+
+
+def test_async_chat_engines_use_aget_and_aput() -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+    llm = ScriptedLLM([REDIS_1[1], ESPRESSO[1], REDIS_2[1]])
+    engine = ContextChatEngine.from_defaults(small_index().as_retriever(similarity_top_k=1), llm=llm, memory=memory)
+
+    async def scenario() -> str:
+        for user, _ in (REDIS_1, ESPRESSO, REDIS_2):
+            await engine.achat(user)
+        mark = len(llm.prompts)
+        await engine.achat(REDIS_QUERY)
+        return "\n".join(llm.prompts[mark:])
+
+    got = asyncio.run(scenario())
+    assert REDIS_1[1] in got and "moka" not in got
+    assert len(memory.get_all()) == 8
+
+
+def test_engine_reset_is_a_recorded_revision_that_undo_reverts() -> None:
+    h = Harness("simple")
+    h.chat(REDIS_1[0])
+    h.engine.reset()
+    assert h.memory.get_all() == [] and h.memory.history()[-1].kind == "clear"
+    h.memory.undo()
+    assert [m.content for m in h.memory.get_all()] == list(REDIS_1)
+
+
+def test_chat_history_argument_is_a_recorded_set() -> None:
+    h = Harness("simple")
+    h.chat(REDIS_1[0])
+    history = h.memory.get_all()
+    h.engine.chat(REDIS_2[0], chat_history=history)  # the same messages: nothing to record
+    assert [r.kind for r in h.memory.history()] == ["append"] * 4
+    h.engine.chat(ESPRESSO[0], chat_history=history[:0])
+    kinds = [r.kind for r in h.memory.history()]
+    assert "set" in kinds
+    assert [m.content for m in h.memory.get_all()][0] == ESPRESSO[0]
+
+
+def test_memory_cls_builds_the_memory_through_from_defaults() -> None:
+    llm = ScriptedLLM([REDIS_1[1]])
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory_cls=GatekeeperMemory)
+    engine.chat(REDIS_1[0])
+    assert isinstance(engine._memory, GatekeeperMemory)
+    assert engine._memory.token_limit == llm.metadata.context_window - 256
+    assert [m.content for m in engine.chat_history] == list(REDIS_1)
+
+
+def test_a_serialised_agent_context_carries_the_memory() -> None:
+    from workflows import Context
+    from workflows.context.serializers import JsonSerializer
+
+    recorder = CallRecorder([REDIS_1[1], ESPRESSO[1]])
+    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+
+    async def scenario() -> GatekeeperMemory:
+        ctx = Context(agent)
+        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
+        data = ctx.to_dict(serializer=JsonSerializer())
+        restored = Context.from_dict(agent, data, serializer=JsonSerializer())
+        await agent.run(user_msg=ESPRESSO[0], ctx=restored)
+        return await restored.store.get("memory")
+
+    restored_memory = asyncio.run(scenario())
+    assert isinstance(restored_memory, GatekeeperMemory)
+    assert [m.content for m in restored_memory.get_all()] == [*REDIS_1, *ESPRESSO]
+    assert [r.kind for r in restored_memory.history()] == ["append"] * 4

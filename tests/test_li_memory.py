@@ -1,0 +1,462 @@
+"""GatekeeperMemory: the BaseMemory contract, conversion, selection, versions, serialisation.
+
+Real LlamaIndex message and block classes; a core ScriptedModel edits; no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import doctest
+import importlib
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCallBlock,
+)
+from llama_index.core.llms import MockLLM
+from llama_index.core.memory.types import BaseMemory
+
+from context_gatekeeper import HistoryError, InMemoryStore, Proposal, SQLiteStore
+from context_gatekeeper.testing import ScriptedModel
+from li_support import ESPRESSO, REDIS_1, REDIS_2, REDIS_QUERY, patch
+from llamaindex_gatekeeper import GatekeeperMemory, from_core, to_core
+from llamaindex_gatekeeper.convert import match_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", content=text)
+
+
+def assistant(text: str) -> ChatMessage:
+    return ChatMessage(role="assistant", content=text)
+
+
+def turns(memory: GatekeeperMemory, *pairs: tuple[str, str]) -> None:
+    for question, answer in pairs:
+        memory.put(user(question))
+        memory.put(assistant(answer))
+
+
+def contents(messages: list[ChatMessage]) -> list[str | None]:
+    return [m.content for m in messages]
+
+
+def words(text: str) -> int:
+    """A transparent token counter for budget tests."""
+    return len(text.split())
+
+
+def rich_conversation() -> list[ChatMessage]:
+    """Every kind of block, role and field the memory must keep."""
+    return [
+        ChatMessage(role="system", content="You are a travel assistant."),
+        ChatMessage(
+            role="user",
+            blocks=[TextBlock(text="Plan a trip to Ireland."), ImageBlock(url="https://example.com/map.png")],
+            additional_kwargs={"name": "ana"},
+        ),
+        ChatMessage(
+            role="assistant",
+            blocks=[
+                ThinkingBlock(content="Check the weather first."),
+                ToolCallBlock(tool_call_id="call-1", tool_name="weather", tool_kwargs={"city": "Dublin"}),
+            ],
+            additional_kwargs={"thought_signature": "sig", "custom": {"k": [1, 2]}},
+        ),
+        ChatMessage(role="tool", content="12 C, rain", additional_kwargs={"tool_call_id": "call-1", "name": "weather"}),
+        ChatMessage(role="assistant", content="Dublin is rainy: pack a coat."),
+        ChatMessage(role="developer", content="Answer briefly."),
+        ChatMessage(role="chatbot", content="Noted."),
+        ChatMessage(role="user", blocks=[]),
+    ]
+
+
+# -- conversion ------------------------------------------------------------------------------
+def test_messages_round_trip_with_blocks_roles_and_additional_kwargs():
+    original = rich_conversation()
+    assert [from_core(to_core(m)) for m in original] == original
+    memory = GatekeeperMemory.from_defaults()
+    memory.put_messages(original)
+    assert memory.get_all() == original
+    assert memory.record() == original
+
+
+def test_blocks_round_trip_through_sqlite_and_serialisation(tmp_path: Path):
+    path = tmp_path / "chat.db"
+    GatekeeperMemory.from_defaults(store=str(path), session_id="s").put_messages(rich_conversation())
+    reopened = GatekeeperMemory.from_defaults(store=SQLiteStore(path), session_id="s")
+    assert reopened.get_all() == rich_conversation()
+    restored = GatekeeperMemory.from_dict(json.loads(json.dumps(reopened.to_dict())))
+    assert restored.get_all() == rich_conversation()
+
+
+def test_core_messages_hold_text_and_tool_pairing_fields():
+    core = [to_core(m) for m in rich_conversation()]
+    assert [m.role for m in core] == ["system", "user", "assistant", "tool", "assistant", "system", "assistant", "user"]
+    assert core[1].content == "Plan a trip to Ireland." and core[1].parts is not None
+    assert core[2].metadata["tool_calls"] == [{"id": "call-1", "name": "weather", "args": {"city": "Dublin"}}]
+    assert core[3].metadata["tool_call_id"] == "call-1"
+    assert core[4].parts is None  # one text block is stored as plain content
+    assert core[5].metadata["role"] == "developer"
+    assert len({m.id for m in core}) == len(core)
+
+
+def test_an_edit_rewrites_text_and_keeps_other_blocks():
+    memory = GatekeeperMemory.from_defaults()
+    memory.put_messages(
+        [
+            ChatMessage(role="user", blocks=[TextBlock(text="Trip to Ireland?"), ImageBlock(url="https://example.com/a.png")]),
+            ChatMessage(
+                role="assistant",
+                blocks=[ThinkingBlock(content="Ireland..."), TextBlock(text="Ireland is green.")],
+                additional_kwargs={"thought_signature": "sig", "keep": 1},
+            ),
+        ]
+    )
+    memory.edit(
+        "Iceland, not Ireland",
+        model=patch(
+            {"op": "replace", "id": "1", "content": "Trip to Iceland?"},
+            {"op": "replace", "id": "2", "content": "Iceland is volcanic."},
+        ),
+    )
+    question, answer = memory.get_all()
+    assert question.content == "Trip to Iceland?"
+    assert isinstance(question.blocks[1], ImageBlock)
+    assert [type(b) for b in answer.blocks] == [TextBlock]  # the stale reasoning is dropped
+    assert answer.additional_kwargs == {"keep": 1}
+    memory.undo()
+    assert memory.get_all()[1].blocks[0] == ThinkingBlock(content="Ireland...")
+
+
+def test_match_ids_keeps_ids_of_unchanged_and_changed_in_place_messages():
+    current = [to_core(user("a")), to_core(assistant("b")), to_core(user("c"))]
+    matched = match_ids(current, [user("a"), assistant("B!"), user("c"), user("new")])
+    assert matched[0] is current[0]
+    assert matched[1].id == current[1].id and matched[1].content == "B!"
+    assert matched[2] is current[2]
+    assert matched[3].id not in {m.id for m in current}
+    replaced = match_ids(current, [user("x")])  # not one for one: all new
+    assert replaced[0].id not in {m.id for m in current}
+
+
+# -- get ---------------------------------------------------------------------------------
+def test_get_gates_on_the_open_user_message_and_always_returns_it():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, REDIS_1, ESPRESSO, REDIS_2)
+    memory.put(user(REDIS_QUERY))
+    got = contents(memory.get())
+    assert got == [*REDIS_1, *REDIS_2, REDIS_QUERY]
+    assert contents(memory.get(input="Which espresso grind for a moka pot?")) == [*ESPRESSO, REDIS_QUERY]
+    assert len(memory.get_all()) == 7
+
+
+def test_get_with_input_and_no_open_turn_gates_every_earlier_turn():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, REDIS_1, ESPRESSO, REDIS_2)
+    assert contents(memory.get(input=REDIS_QUERY)) == [*REDIS_1, *REDIS_2]
+    assert contents(memory.get(input=user("Which espresso grind for a moka pot?"))) == list(ESPRESSO)
+    assert contents(memory.get(REDIS_QUERY, some_engine_kwarg=True)) == [*REDIS_1, *REDIS_2]
+
+
+def test_get_without_input_or_open_turn_treats_the_last_turn_as_current():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, REDIS_1, ESPRESSO, REDIS_2)
+    assert contents(memory.get()) == [*REDIS_1, *REDIS_2]
+
+
+def test_tool_call_pairs_stay_whole():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, ESPRESSO)
+    memory.put(user("How should the Redis lock watchdog renew the TTL?"))
+    memory.put_messages(
+        [
+            ChatMessage(role="assistant", blocks=[ToolCallBlock(tool_call_id="c1", tool_name="notes", tool_kwargs={})]),
+            ChatMessage(role="tool", content="Renew every TTL/3.", additional_kwargs={"tool_call_id": "c1"}),
+            assistant("Renew from a watchdog every third of the TTL."),
+        ]
+    )
+    memory.put(user(REDIS_QUERY))
+    roles = [m.role.value for m in memory.get()]
+    assert roles == ["user", "assistant", "tool", "assistant", "user"]
+
+
+def test_initial_token_count_is_taken_off_the_budget():
+    memory = GatekeeperMemory.from_defaults(token_limit=60, token_counter=words, message_overhead=0)
+    turns(memory, REDIS_1, REDIS_2)
+    memory.put(user(REDIS_QUERY))
+    assert len(memory.get()) == 5
+    shrunk = memory.get(initial_token_count=35)
+    assert 1 < len(shrunk) < 5 and shrunk[-1].content == REDIS_QUERY
+    assert contents(memory.get(initial_token_count=59)) == [REDIS_QUERY]  # the open turn is never dropped
+    with pytest.raises(ValueError):
+        memory.get(initial_token_count=-1)
+
+
+def test_tokenizer_fn_and_token_counter_count_alike():
+    memory = GatekeeperMemory.from_defaults(token_counter=words)
+    assert len(memory.tokenizer_fn("three little words")) == 3  # engines count prefixes with it
+    custom = GatekeeperMemory.from_defaults(tokenizer_fn=list, message_overhead=0)
+    turns(custom, ("ab", "cd"))
+    custom.get(input="ab?")
+    assert custom.gate.gatekeeper.turn_cost(1) == len("ab\ncd")  # the budget counts with it too
+
+
+def test_direct_construction_works_like_from_defaults():
+    memory = GatekeeperMemory(token_limit=100, session_id="direct")
+    turns(memory, REDIS_1)
+    assert contents(memory.get(input=REDIS_QUERY)) == list(REDIS_1)
+    with pytest.raises(ValueError):
+        GatekeeperMemory(token_limit=0)
+
+
+def test_over_budget_pinned_content_keeps_the_system_message_and_the_open_turn():
+    memory = GatekeeperMemory.from_defaults(token_limit=10, token_counter=words, message_overhead=0)
+    memory.put(ChatMessage(role="system", content="You are a very careful assistant who always cites sources."))
+    turns(memory, REDIS_1)
+    memory.put(user(REDIS_QUERY))
+    got = memory.get()
+    assert [m.role.value for m in got] == ["system", "user"] and got[-1].content == REDIS_QUERY
+
+
+def test_returned_messages_are_copies():
+    memory = GatekeeperMemory.from_defaults()
+    memory.put_messages([user("Trip to Ireland?"), ChatMessage(role="assistant", content="Yes.", additional_kwargs={"x": {"y": 1}})])
+    for batch in (memory.get(), memory.get_all(), memory.record()):
+        batch[0].blocks[0].text = "MUTATED"
+        batch[1].additional_kwargs["x"]["y"] = 2
+        batch.append(user("extra"))
+    assert contents(memory.get_all()) == ["Trip to Ireland?", "Yes."]
+    assert memory.get_all()[1].additional_kwargs == {"x": {"y": 1}}
+
+
+def test_put_does_not_keep_a_reference_to_the_callers_message():
+    memory = GatekeeperMemory.from_defaults()
+    message = user("Trip to Ireland?")
+    memory.put(message)
+    message.blocks[0].text = "changed later"
+    assert contents(memory.get_all()) == ["Trip to Ireland?"]
+
+
+# -- writing ------------------------------------------------------------------------------
+def test_set_is_one_recorded_revision_with_stable_ids_and_undo():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, REDIS_1, ESPRESSO)
+    ids = [m.id for m in memory.transcript.messages]
+    memory.set(memory.get_all())
+    assert [r.kind for r in memory.history()] == ["append"] * 4  # nothing changed, nothing recorded
+    memory.set(memory.get_all()[:2])
+    assert memory.history()[-1].kind == "set"
+    assert [m.id for m in memory.transcript.messages] == ids[:2]
+    memory.undo()
+    assert contents(memory.get_all()) == [*REDIS_1, *ESPRESSO]
+    assert [m.id for m in memory.transcript.messages] == ids
+
+
+def test_reset_is_recorded_and_undoable():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, REDIS_1)
+    memory.reset()
+    memory.reset()  # nothing left: no second revision
+    assert memory.get_all() == [] and memory.get() == []
+    assert [r.kind for r in memory.history()] == ["append", "append", "clear"]
+    assert contents(memory.record()) == list(REDIS_1)
+    memory.undo()
+    assert contents(memory.get_all()) == list(REDIS_1)
+
+
+def test_concurrent_puts_from_two_threads_lose_nothing():
+    memory = GatekeeperMemory.from_defaults()
+    start = threading.Barrier(3)
+
+    def writer(name: str) -> None:
+        start.wait()
+        for i in range(100):
+            memory.put(user(f"{name} question {i}"))
+            memory.put(assistant(f"{name} answer {i}"))
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in ("left", "right")]
+    for t in threads:
+        t.start()
+    start.wait()
+    for _ in range(20):
+        memory.get()  # reads interleave with the writes
+    for t in threads:
+        t.join()
+    everything = contents(memory.get_all())
+    assert len(everything) == 400
+    for name in ("left", "right"):
+        mine = [c for c in everything if c.startswith(name)]
+        assert mine == [f"{name} {kind} {i}" for i in range(100) for kind in ("question", "answer")]
+
+
+# -- versions -----------------------------------------------------------------------------
+def test_edit_preview_commit_undo_redo_revert_diff():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, ("We went to Ireland in 2021.", "Ireland in 2021, noted."))
+    proposal = memory.edit("Iceland", model=patch({"op": "replace", "id": "1", "content": "We went to Iceland in 2021."}), preview=True)
+    assert isinstance(proposal, Proposal) and contents(memory.get_all())[0] == "We went to Ireland in 2021."
+    revision = memory.commit(proposal)
+    assert revision.kind == "edit" and contents(memory.get_all())[0] == "We went to Iceland in 2021."
+    assert "Iceland" in str(memory.diff(2))
+    memory.undo()
+    assert contents(memory.get_all())[0] == "We went to Ireland in 2021."
+    memory.redo()
+    assert contents(memory.get_all())[0] == "We went to Iceland in 2021."
+    memory.revert(2)
+    assert contents(memory.get_all())[0] == "We went to Ireland in 2021."
+    assert [r.kind for r in memory.history()] == ["append", "append", "edit", "undo", "redo", "revert"]
+    with pytest.raises(HistoryError):
+        memory.revert(99)
+
+
+def test_default_model_and_llm_alias():
+    memory = GatekeeperMemory.from_defaults(model=patch({"op": "replace", "id": "1", "content": "B"}))
+    turns(memory, ("A", "ok"))
+    memory.edit("A -> B")
+    assert contents(memory.get_all())[0] == "B"
+    memory.edit("B -> C", llm=patch({"op": "replace", "id": "1", "content": "C"}))
+    assert contents(memory.get_all())[0] == "C"
+    with pytest.raises(TypeError):
+        memory.edit("x", model=ScriptedModel([]), llm=ScriptedModel([]))
+    with pytest.raises(TypeError):
+        GatekeeperMemory.from_defaults(model=ScriptedModel([]), llm=ScriptedModel([]))
+
+
+def test_from_defaults_llm_sets_the_token_limit_like_chat_memory_buffer():
+    llm = MockLLM()
+    assert GatekeeperMemory.from_defaults(llm=llm).token_limit == int(llm.metadata.context_window * 0.75)
+    assert GatekeeperMemory.from_defaults(llm=llm, token_limit=500).token_limit == 500
+    assert GatekeeperMemory.from_defaults().token_limit == 3000
+
+
+def test_from_defaults_chat_history_is_set():
+    memory = GatekeeperMemory.from_defaults(chat_history=[user(REDIS_1[0]), assistant(REDIS_1[1])])
+    assert contents(memory.get_all()) == list(REDIS_1)
+    assert [r.kind for r in memory.history()] == ["set"]
+
+
+def test_edit_without_model_or_key_raises_model_unavailable(monkeypatch: pytest.MonkeyPatch):
+    pytest.importorskip("llamaindex_gatekeeper.models")
+    from context_gatekeeper import ModelUnavailableError
+
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, REDIS_1)
+    with pytest.raises(ModelUnavailableError):
+        memory.edit("anything")
+    assert contents(memory.get_all()) == list(REDIS_1)
+
+
+def test_async_twins():
+    async def scenario() -> GatekeeperMemory:
+        memory = GatekeeperMemory.from_defaults()
+        await memory.aput(user("We went to Ireland."))
+        await memory.aput_messages([assistant("Noted: Ireland.")])
+        await memory.aedit("Iceland", model=patch({"op": "replace", "id": "1", "content": "We went to Iceland."}))
+        assert contents(await memory.aget_all())[0] == "We went to Iceland."
+        assert contents(await memory.aget(input="Iceland trip?"))[0] == "We went to Iceland."
+        await memory.aundo()
+        await memory.aredo()
+        assert len(await memory.ahistory()) == 5 and "Iceland" in str(await memory.adiff(2))
+        await memory.aset([user("only this")])
+        await memory.areset()
+        await memory.arevert(2)
+        assert contents(await memory.arecord()) == ["We went to Ireland.", "Noted: Ireland.", "only this"]
+        return memory
+
+    memory = asyncio.run(scenario())
+    assert contents(memory.get_all()) == ["We went to Ireland.", "Noted: Ireland."]
+
+
+# -- serialisation ------------------------------------------------------------------------
+def test_to_dict_from_dict_round_trips_state_and_history():
+    memory = GatekeeperMemory.from_defaults(token_limit=1234, session_id="trip", message_overhead=1)
+    turns(memory, ("We went to Ireland in 2021.", "Ireland in 2021, noted."), REDIS_1)
+    memory.edit("Iceland", model=patch({"op": "replace", "id": "1", "content": "We went to Iceland in 2021."}))
+    data = json.loads(json.dumps(memory.to_dict()))
+    restored = GatekeeperMemory.from_dict(data)
+    assert isinstance(restored, BaseMemory)
+    assert (restored.session_id, restored.token_limit) == ("trip", 1234)
+    assert restored.gate.gatekeeper.message_overhead == 1
+    assert restored.get_all() == memory.get_all()
+    assert restored.record() == memory.record()
+    assert [(r.number, r.kind, r.instruction) for r in restored.history()] == [
+        (r.number, r.kind, r.instruction) for r in memory.history()
+    ]
+    assert [m.id for m in restored.transcript.messages] == [m.id for m in memory.transcript.messages]
+    restored.undo()
+    assert contents(restored.get_all())[0] == "We went to Ireland in 2021."
+    assert contents(memory.get_all())[0] == "We went to Iceland in 2021."  # independent copies
+    with pytest.raises(ValueError):
+        GatekeeperMemory.from_dict(data, store=restored.store)  # that session moved on (the undo)
+
+
+def test_from_dict_attaches_to_the_sqlite_session_it_came_from(tmp_path: Path):
+    path = str(tmp_path / "chat.db")
+    memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
+    turns(memory, REDIS_1)
+    data = memory.to_dict()
+    again = GatekeeperMemory.from_dict(data, store=path)
+    assert again.get_all() == memory.get_all() and len(again.history()) == 2
+    turns(again, REDIS_2)
+    assert len(memory.get_all()) == 4  # one session, two objects
+
+
+def test_to_json_and_workflow_style_from_dict():
+    memory = GatekeeperMemory.from_defaults()
+    turns(memory, REDIS_1)
+    restored = GatekeeperMemory.from_json(memory.to_json())
+    assert restored.get_all() == memory.get_all()
+    assert memory.to_dict()["class_name"] == "GatekeeperMemory"
+
+
+def test_shared_store_sessions_are_separate():
+    store = InMemoryStore()
+    a = GatekeeperMemory.from_defaults(store=store, session_id="a")
+    b = GatekeeperMemory.from_defaults(store=store, session_id="b")
+    turns(a, REDIS_1)
+    assert b.get_all() == [] and store.sessions() == ["a"]
+
+
+# -- packaging ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["convert", "memory", "versions", "serialisation"])
+def test_docstring_examples_run(name: str):
+    module = importlib.import_module(f"llamaindex_gatekeeper.{name}")
+    assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_the_package_imports_no_langchain():
+    code = "import sys, llamaindex_gatekeeper; print([m for m in sys.modules if m.startswith('langchain')])"
+    env_path = f"{ROOT / 'shared'}:{ROOT}"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": env_path}
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_llamaindex_llm_edits_through_the_models_resolver():
+    pytest.importorskip("llamaindex_gatekeeper.models")
+    from li_support import ScriptedLLM
+
+    reply = json.dumps({"operations": [{"op": "replace", "id": "1", "content": "We went to Iceland."}]})
+    memory = GatekeeperMemory.from_defaults(llm=ScriptedLLM([reply]), token_limit=1000)
+    turns(memory, ("We went to Ireland.", "Noted: Ireland."))
+    revision = memory.edit("Iceland, not Ireland")
+    assert contents(memory.get_all())[0] == "We went to Iceland." and revision.model
+    other = ScriptedLLM([json.dumps({"operations": [{"op": "replace", "id": "2", "content": "Noted: Iceland."}]})])
+    memory.edit("and the answer", llm=other)
+    assert contents(memory.get_all()) == ["We went to Iceland.", "Noted: Iceland."]
+    assert "Ireland" in other.prompts[-1]
