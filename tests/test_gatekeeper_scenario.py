@@ -93,3 +93,11 @@ def test_select_and_build_prompt_use_the_report_shapes() -> None:
     prompt = gk.build_prompt("回到 Redis，fencing token 存在哪里？")
     assert prompt.endswith("User: 回到 Redis，fencing token 存在哪里？")
     assert TURNS[1][1] in prompt and TURNS[4][1] not in prompt
+
+
+def test_a_return_after_a_digression_starts_its_own_segment() -> None:
+    gk = ContextGatekeeper(token_budget=1000)
+    gk.add_turn("Our nightly export job runs for 30 seconds. How long should its Redis lock TTL be?", "90 seconds.")
+    gk.add_turn("By the way, what grind should I use for the moka pot?", "Medium-fine.")
+    gk.add_turn("How should the watchdog renew the export job's Redis lock?", "Every 30 seconds.")
+    assert gk.segments() == [(1,), (2,), (3,)]  # the Redis question is not filed under coffee

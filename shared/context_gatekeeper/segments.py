@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .cues import Cues
+from .anchors import AnchorKind, anchor_kind
 from .gate import anchor_weights, decide, gate_features, is_weak_switch
 from .params import SelectionParams
 
@@ -54,6 +55,28 @@ def topic_window(turns: Sequence[SegmentInput], end: int, size: int, decay: floa
     return topic
 
 
+def _earlier_in_window(
+    labels: Sequence[int], turns: Sequence[SegmentInput], end: int, weights: dict[str, float], size: int
+) -> tuple[int | None, float] | None:
+    """The earlier segment within the topic window that the message matches best, and
+    the share of its weight found there; ``None`` when the window holds only the active
+    segment (the gate then estimates from what was seen before the window)."""
+    active = labels[end - 1]
+    anchors_by_label: dict[int, set[str]] = {}
+    for pos in range(max(0, end - size), end):
+        if labels[pos] != active:
+            anchors_by_label.setdefault(labels[pos], set()).update(turns[pos].anchors)
+    total = sum(w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT)
+    if not anchors_by_label or total <= 0:
+        return None
+    label, found = max(
+        ((lbl, sum(w for a, w in weights.items() if a in held and anchor_kind(a) != AnchorKind.EXACT))
+         for lbl, held in anchors_by_label.items()),
+        key=lambda item: (item[1], item[0]),
+    )
+    return label, found / total
+
+
 def next_label(
     labels: Sequence[int],
     turns: Sequence[SegmentInput],
@@ -71,8 +94,9 @@ def next_label(
     turn = turns[position]
     weights = anchor_weights(turn.user, df, position, params)
     topic = topic_window(turns, position, params.topic_window, params.topic_decay)
-    features = gate_features(weights, df, topic, turn.cues)
     previous = labels[position - 1]
+    earlier = _earlier_in_window(labels, turns, position, weights, params.topic_window)
+    features = gate_features(weights, df, topic, turn.cues, earlier)
     decision = decide(features, params)
     same = decision == "continue" or is_weak_switch(decision, features, params)
     return (previous if same else previous + 1), features.new_weight
