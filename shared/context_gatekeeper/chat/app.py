@@ -1,0 +1,169 @@
+"""The ``gatekeeper-chat`` command: options, models, the store, then the loop.
+
+    gatekeeper-chat [--offline] [--session NAME] [--db PATH] [--budget TOKENS]
+                    [--model NAME] [--system TEXT] [--plain]
+
+* With ``GOOGLE_API_KEY`` (or ``GEMINI_API_KEY``) set it chats with Gemini
+  (:class:`~context_gatekeeper.GeminiModel`, which also edits the history).
+* ``--offline`` uses the scripted models of :mod:`.offline` and says so on screen.
+* Neither: it exits with status 2 and says to set the key or pass ``--offline``.
+
+The transcript is a SQLite file (default: ``chat.sqlite3`` in the user's data
+directory, see :func:`default_db_path`); ``--session NAME`` picks or resumes a
+conversation in it.  Input comes from the terminal, or line by line from stdin
+when stdin is not a terminal (``printf 'hi\\n/quit\\n' | gatekeeper-chat --offline``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import GatekeeperError, ModelUnavailableError
+
+__all__ = ["main", "build_parser", "default_db_path", "MISSING_RICH", "NO_KEY"]
+
+MISSING_RICH = "gatekeeper-chat needs the 'rich' package: pip install 'context-gatekeeper[chat]'"
+NO_KEY = (
+    "No Gemini API key: set GOOGLE_API_KEY (or GEMINI_API_KEY) to chat with Gemini, "
+    "or pass --offline to try the chat with a scripted model (no network, no key)."
+)
+EXIT_USAGE = 2
+
+
+def default_db_path() -> Path:
+    """``chat.sqlite3`` in the user's data directory for context-gatekeeper.
+
+    ``$XDG_DATA_HOME`` (default ``~/.local/share``) on Linux and other Unixes,
+    ``~/Library/Application Support`` on macOS, ``%LOCALAPPDATA%`` on Windows.
+    """
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "context-gatekeeper" / "chat.sqlite3"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line options."""
+    parser = argparse.ArgumentParser(
+        prog="gatekeeper-chat",
+        description="Chat with topic-gated context and a history you can edit in natural language.",
+        epilog="Type /help in the chat for its commands.",
+    )
+    parser.add_argument("--offline", action="store_true", help="use a scripted model (no network, no API key)")
+    parser.add_argument("--session", default="default", help="the conversation to start or resume (default: default)")
+    parser.add_argument("--db", type=Path, default=None, help=f"SQLite file for transcripts (default: {default_db_path()})")
+    parser.add_argument("--budget", type=int, default=4000, help="tokens of earlier turns sent per call (default: 4000)")
+    parser.add_argument("--model", default="gemini-2.5-flash", help="Gemini model (default: gemini-2.5-flash)")
+    parser.add_argument("--system", default=None, help="system prompt sent first on every call")
+    parser.add_argument("--plain", action="store_true", help="no colours")
+    return parser
+
+
+def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """(chat model, editing model, label) for the options; ModelUnavailableError without a key."""
+    if args.offline:
+        from .offline import OfflineChatModel, OfflineEditor
+
+        return OfflineChatModel(), OfflineEditor(), "offline (scripted)"
+    from ..gemini import GeminiModel, gemini_api_key
+
+    if gemini_api_key() is None:
+        raise ModelUnavailableError(NO_KEY)
+    model = GeminiModel(args.model)
+    return model, model, args.model
+
+
+def _resume_hint(args: argparse.Namespace, db_given: bool) -> str:
+    parts = ["gatekeeper-chat", "--session", args.session]
+    if db_given:
+        parts += ["--db", str(args.db)]
+    if args.offline:
+        parts.append("--offline")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    reader: Any = None,
+    stdin: Iterable[Any] | None = None,
+    stdout: IO[str] | None = None,
+    models: tuple[Any, Any] | None = None,
+) -> int:
+    """Run the chat; the exit status.
+
+    Args:
+        argv: the options (default ``sys.argv[1:]``).
+        reader: ``reader(prompt) -> str`` to read input with (tests); default: the
+            terminal, or stdin line by line when it is not a terminal.
+        stdin: lines to read instead of the process's stdin (a stream, or any iterable
+            of lines; an exception item is raised, e.g. ``KeyboardInterrupt``).
+        stdout: the stream to write to instead of the process's.
+        models: ``(chat model, editing model)`` to use instead of Gemini or ``--offline``'s.
+    """
+    args = build_parser().parse_args(argv)
+    out = stdout or sys.stdout
+    try:
+        importlib.import_module("rich")
+    except ImportError:
+        print(MISSING_RICH, file=sys.stderr if stdout is None else out)
+        return 1
+    from .loop import ChatLoop
+    from .offline import OFFLINE_NOTICE
+    from .readers import LineReader, TerminalReader
+    from .render import Renderer, make_console
+    from .session import ChatSession
+
+    console = make_console(plain=args.plain, file=out)
+    renderer = Renderer(console)
+    try:
+        chat_model, editor, label = (*models, "custom") if models else _models(args)
+    except GatekeeperError as exc:
+        renderer.error(str(exc))
+        return EXIT_USAGE
+    db_given = args.db is not None
+    db = args.db if db_given else default_db_path()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    from ..transcript import Transcript
+    from ..stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(db)
+    try:
+        transcript = Transcript(args.session, store=store)
+        session = ChatSession(
+            transcript, chat_model, editor, token_budget=args.budget,
+            **({"system_prompt": args.system} if args.system is not None else {}),
+        )
+        if reader is None:
+            source = sys.stdin if stdin is None else stdin
+            interactive = getattr(source, "isatty", lambda: False)()
+            reader = TerminalReader(console) if interactive else LineReader(source, renderer.echo)
+        loop = ChatLoop(session, renderer, reader, resume_hint=_resume_hint(args, db_given))
+        _banner(renderer, args, label, db, transcript.head)
+        if args.offline:
+            renderer.notice(OFFLINE_NOTICE)
+        if transcript.head:
+            loop.show_conversation()
+        return loop.run()
+    finally:
+        store.close()
+
+
+def _banner(renderer: Any, args: argparse.Namespace, label: str, db: Path, head: int) -> None:
+    state = f"resuming at revision {head}" if head else "new conversation"
+    renderer.info(f"gatekeeper-chat | session {args.session!r} ({state}) | model: {label} | db: {db}")
+    renderer.info("Type a message to chat, /edit to switch to EDIT HISTORY mode, /help for commands.")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""The slash commands of the terminal chat: one small handler each, listed in one table.
+
+A handler takes the running :class:`~context_gatekeeper.chat.loop.ChatLoop` and the
+text after the command name.  Errors of this library raised by a handler are shown
+by the loop, which then carries on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import HistoryError, InvalidInputError
+from .session_file import read_session_file, session_document, write_session_file
+
+if TYPE_CHECKING:
+    from .loop import ChatLoop
+
+__all__ = ["Command", "COMMANDS", "dispatch"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One slash command: ``usage`` and ``help`` are what ``/help`` lists."""
+
+    name: str
+    usage: str
+    help: str
+    run: Callable[["ChatLoop", str], None]
+
+
+def _edit(loop: "ChatLoop", arg: str) -> None:
+    if arg:
+        loop.edit(arg)
+    else:
+        loop.set_mode(not loop.editing)
+
+
+def _chat(loop: "ChatLoop", arg: str) -> None:
+    loop.set_mode(False)
+
+
+def _undo(loop: "ChatLoop", arg: str) -> None:
+    revision = loop.session.transcript.undo()
+    loop.renderer.ok(f"undid revision {revision.target} (now revision {revision.number}):")
+    loop.renderer.diff(loop.session.transcript.diff(revision.number - 1, revision.number))
+
+
+def _redo(loop: "ChatLoop", arg: str) -> None:
+    revision = loop.session.transcript.redo()
+    loop.renderer.ok(f"redid revision {revision.target} (now revision {revision.number}):")
+    loop.renderer.diff(loop.session.transcript.diff(revision.number - 1, revision.number))
+
+
+def _numbers(arg: str, usage: str) -> list[int]:
+    try:
+        return [int(part) for part in arg.split()]
+    except ValueError:
+        raise InvalidInputError(f"expected revision or turn numbers: {usage}") from None
+
+
+def _diff(loop: "ChatLoop", arg: str) -> None:
+    transcript = loop.session.transcript
+    numbers = _numbers(arg, "/diff [a [b]]")
+    if len(numbers) > 2:
+        raise InvalidInputError("usage: /diff [a [b]]")
+    if not numbers:
+        last = loop.session.last_change()
+        if last is None:
+            loop.renderer.info("no edits yet: /diff shows what the last edit, undo or redo changed")
+            return
+        numbers = [last.number - 1, last.number]
+    loop.renderer.diff(transcript.diff(*numbers))
+
+
+def _history(loop: "ChatLoop", arg: str) -> None:
+    transcript = loop.session.transcript
+    loop.renderer.history(transcript.history(), transcript.head)
+
+
+def _show(loop: "ChatLoop", arg: str) -> None:
+    loop.show_conversation()
+
+
+def _context(loop: "ChatLoop", arg: str) -> None:
+    loop.renderer.context(loop.session.last_call)
+
+
+def _pin(loop: "ChatLoop", arg: str) -> None:
+    numbers = _numbers(arg, "/pin N")
+    for number in numbers:
+        loop.session.pin(number)
+    pinned = ", ".join(map(str, loop.session.pinned_numbers())) or "none"
+    loop.renderer.ok(f"pinned turns: {pinned} (always sent to the model)")
+
+
+def _unpin(loop: "ChatLoop", arg: str) -> None:
+    for number in _numbers(arg, "/unpin N"):
+        loop.session.unpin(number)
+    pinned = ", ".join(map(str, loop.session.pinned_numbers())) or "none"
+    loop.renderer.ok(f"pinned turns: {pinned}")
+
+
+def _save(loop: "ChatLoop", arg: str) -> None:
+    if not arg:
+        raise InvalidInputError("usage: /save PATH")
+    session = loop.session
+    document = session_document(session.transcript.session_id, session.transcript.messages, pinned=session.pinned)
+    try:
+        path = write_session_file(arg, document)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write {arg}: {exc}") from exc
+    loop.renderer.ok(f"saved {len(document['messages'])} messages to {path}")
+
+
+def _load(loop: "ChatLoop", arg: str) -> None:
+    if not arg:
+        raise InvalidInputError("usage: /load PATH")
+    loaded = read_session_file(arg)  # validated in full before anything changes
+    revision = loop.session.load(loaded.messages, loaded.pinned)
+    loop.renderer.ok(f"loaded {len(loaded.messages)} messages as revision {revision.number} (/undo takes it back)")
+    loop.show_conversation()
+
+
+def _retry(loop: "ChatLoop", arg: str) -> None:
+    if loop.unsent is None:
+        raise HistoryError("nothing to retry: /retry resends a message whose model call failed")
+    loop.chat(loop.unsent)
+
+
+def _help(loop: "ChatLoop", arg: str) -> None:
+    loop.renderer.help([(c.usage, c.help) for c in COMMANDS.values()])
+
+
+def _quit(loop: "ChatLoop", arg: str) -> None:
+    loop.done = True
+
+
+COMMANDS: dict[str, Command] = {
+    c.name: c
+    for c in (
+        Command("edit", "/edit [INSTRUCTION]", "toggle EDIT HISTORY mode, or apply one edit instruction now", _edit),
+        Command("chat", "/chat", "back to chat mode", _chat),
+        Command("undo", "/undo", "revert the last edit, load or redo (chat turns stay)", _undo),
+        Command("redo", "/redo", "re-apply what the last /undo reverted", _redo),
+        Command("diff", "/diff [A [B]]", "what changed: the last edit, A to now, or A to B", _diff),
+        Command("history", "/history", "the revision list (appends, edits, undos...)", _history),
+        Command("show", "/show", "the current conversation, turn by turn", _show),
+        Command("context", "/context", "what the model saw on the last call, and why each turn was kept or dropped", _context),
+        Command("pin", "/pin N", "always send turn N to the model", _pin),
+        Command("unpin", "/unpin N", "stop pinning turn N", _unpin),
+        Command("save", "/save PATH", "write the conversation to a JSON session file", _save),
+        Command("load", "/load PATH", "replace the conversation with a session file (validated; undoable)", _load),
+        Command("retry", "/retry", "resend the last message whose model call failed", _retry),
+        Command("help", "/help", "this list", _help),
+        Command("quit", "/quit", "leave (the conversation is already saved)", _quit),
+    )
+}
+_ALIASES = {"exit": "quit", "q": "quit", "h": "help", "?": "help"}
+
+
+def dispatch(loop: "ChatLoop", line: str) -> None:
+    """Run the slash command in ``line`` (which starts with ``/``)."""
+    name, _, arg = line[1:].strip().partition(" ")
+    command = COMMANDS.get(_ALIASES.get(name.lower(), name.lower()))
+    if command is None:
+        raise InvalidInputError(f"unknown command /{name}; /help lists the commands")
+    command.run(loop, arg.strip())

@@ -1,0 +1,223 @@
+"""Everything the terminal chat draws, with ``rich``.
+
+The only module of the chat that imports ``rich`` at import time; the prompt's
+mode indicator, messages, diffs, the revision list and the ``/context`` report
+are drawn here, so the loop and commands never deal with markup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import datetime as _dt
+from collections.abc import Iterator, Sequence
+from typing import IO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..messages import Message
+from ..revisions import Diff, Revision
+from ..transcript_gate import MessageTurn
+from .session import LastCall
+
+__all__ = ["Renderer", "make_console", "CHAT_PROMPT", "EDIT_PROMPT"]
+
+CHAT_PROMPT = "[chat] > "
+EDIT_PROMPT = "[EDIT HISTORY] > "
+_ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "system": "bold magenta", "tool": "bold yellow"}
+
+
+def make_console(*, plain: bool = False, file: IO[str] | None = None, width: int | None = None) -> Console:
+    """A console: colours unless ``plain`` (or the output is not a terminal); long lines are not wrapped."""
+    return Console(file=file, no_color=plain, highlight=False, emoji=False, width=width, soft_wrap=True)
+
+
+def _short(text: str, limit: int = 70) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class Renderer:
+    """Draws the chat on a :class:`rich.console.Console`."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    # -- prompt and status --------------------------------------------------------------
+    def prompt(self, editing: bool) -> Text:
+        """The input prompt: an unmistakable ``[chat]`` or ``[EDIT HISTORY]`` prefix."""
+        if editing:
+            return Text(EDIT_PROMPT, style="bold black on yellow")
+        return Text(CHAT_PROMPT, style="bold green")
+
+    @contextlib.contextmanager
+    def working(self, what: str) -> Iterator[None]:
+        """A spinner while the model works (only on a terminal; piped output stays clean)."""
+        if self.console.is_terminal:
+            with self.console.status(what, spinner="dots"):
+                yield
+        else:
+            yield
+
+    def info(self, text: str) -> None:
+        self.console.print(Text(text, style="dim"))
+
+    def notice(self, text: str) -> None:
+        self.console.print(Text(text, style="bold yellow"))
+
+    def ok(self, text: str) -> None:
+        self.console.print(Text(text, style="green"))
+
+    def error(self, text: str) -> None:
+        self.console.print(Text.assemble(("error: ", "bold red"), text))
+
+    def echo(self, prompt: Text, line: str) -> None:
+        """Show an input line that did not come from a terminal (piped or scripted)."""
+        self.console.print(Text.assemble(prompt, line))
+
+    def mode(self, editing: bool) -> None:
+        if editing:
+            self.notice("EDIT HISTORY mode: what you type now rewrites the conversation. /edit returns to chat.")
+        else:
+            self.ok("chat mode: what you type is sent to the model.")
+
+    # -- conversation -------------------------------------------------------------------
+    def message(self, message: Message | None, *, role: str | None = None, text: str | None = None) -> None:
+        """One message: its role, its provenance if edited, its text."""
+        role = role or (message.role if message else "assistant")
+        provenance = ""
+        if message is not None and message.origin != "original":
+            provenance = f"({message.origin} r{message.revision}) "
+        body = text if text is not None else (message.content if message else "")
+        self.console.print(Text.assemble((f"{role}: ", _ROLE_STYLE.get(role, "bold")), (provenance, "italic yellow"), body))
+
+    def answer(self, text: str) -> None:
+        self.message(None, role="assistant", text=text)
+
+    def conversation(self, turns: Sequence[tuple[int, MessageTurn]], pinned: Sequence[int], extra: Sequence[Message] = ()) -> None:
+        """The current state, turn by turn, numbered as ``/pin`` takes them."""
+        if not turns and not extra:
+            self.info("(the conversation is empty)")
+            return
+        for number, turn in turns:
+            mark = " (pinned)" if number in pinned else ""
+            self.console.print(Text(f"-- turn {number}{mark}", style="dim"))
+            for message in turn.messages:
+                self.message(message)
+        for message in extra:
+            self.message(message)
+
+    # -- versions -----------------------------------------------------------------------
+    def diff(self, diff: Diff) -> None:
+        """A unified diff of two states, coloured line by line (messages named by position)."""
+        for line in diff_lines(diff):
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
+            self.console.print(Text(line, style=style))
+
+    def history(self, revisions: Sequence[Revision], head: int) -> None:
+        """The revision list: number, kind, time, what it did."""
+        if not revisions:
+            self.info("(no revisions yet)")
+            return
+        table = Table(title=f"revisions (head {head})", show_edge=False, pad_edge=False)
+        for column in ("#", "kind", "time", "change", "details"):
+            table.add_column(column, overflow="fold")
+        for revision in revisions:
+            table.add_row(
+                str(revision.number),
+                revision.kind,
+                _dt.datetime.fromtimestamp(revision.time).strftime("%H:%M:%S"),
+                _counts(revision),
+                escape(_details(revision)),
+            )
+        self.console.print(table)
+
+    # -- /context -----------------------------------------------------------------------
+    def context(self, call: LastCall | None) -> None:
+        """What the model saw on the last call and why each earlier turn was kept or dropped."""
+        if call is None:
+            self.info("no model call yet in this run: send a message first")
+            return
+        s, g = call.selection, call.selection.gate
+        cues = ", ".join(g.cues.reference + g.cues.switch + g.cues.returning) or "none"
+        self.console.print(Text(f"last query: {call.query}", style="bold"))
+        self.console.print(
+            f"gate: {s.decision}{' (weak switch: stays on topic)' if s.weak_switch else ''} | "
+            f"overlap {g.overlap:.2f} | new-anchor ratio {g.new_anchor_ratio:.2f} | cues: {escape(cues)}"
+        )
+        kept = ", ".join(map(str, s.turn_ids)) or "none"
+        self.console.print(
+            f"kept turns: {kept} of {call.turn_count} | tokens {s.tokens_kept}/{s.tokens_total} "
+            f"(saved {s.tokens_saved}) | coverage {s.coverage:.0%}"
+            + (" | OVER BUDGET (pinned content only)" if s.over_budget else "")
+        )
+        if s.scores:
+            table = Table(show_edge=False, pad_edge=False)
+            for column in ("turn", "kept", "reason", "score", "user", "asst", "exact", "recent", "topic", "tokens"):
+                left = column in ("kept", "reason")
+                table.add_column(column, justify="left" if left else "right", no_wrap=column == "reason")
+            for t in sorted(s.scores, key=lambda t: t.turn_id):
+                table.add_row(
+                    str(t.turn_id), "yes" if t.kept else "no", t.reason, f"{t.total:.2f}", f"{t.user:.2f}",
+                    f"{t.assistant:.2f}", f"{t.exact:.2f}", f"{t.recency:.2f}", f"{t.segment:.2f}", str(t.cost),
+                )
+            self.console.print(table)
+            self.info("score = user + asst + exact + recent + topic (already weighted); reason: why kept or dropped")
+        scored = {t.turn_id for t in s.scores}
+        unscored = call.turn_count - len(scored)
+        if unscored > 0:
+            self.info(f"{unscored} other turn(s) shared no anchor with the query: dropped")
+        self.console.print(Text(f"sent to the model ({len(call.sent)} messages):", style="bold"))
+        for m in call.sent:
+            role = m["role"]
+            self.console.print(Text.assemble((f"  {role}: ", _ROLE_STYLE.get(role, "")), _short(m["content"])))
+
+    def help(self, rows: Sequence[tuple[str, str]]) -> None:
+        table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+        table.add_column("command", style="bold", no_wrap=True)
+        table.add_column("what it does")
+        for usage, text in rows:
+            table.add_row(Text(usage), Text(text))
+        self.console.print(table)
+
+
+def diff_lines(diff: Diff) -> list[str]:
+    """``str(diff)`` with each message named by role and position (``user #1``), not by id.
+
+    A removed message is numbered where it stood in the first state, any other where
+    it stands in the second.
+    """
+    if not diff.messages:
+        return [f"no changes between revision {diff.a} and revision {diff.b}"]
+    after = {m.id: i for i, m in enumerate(diff.after, 1)}
+    before = {m.id: i for i, m in enumerate(diff.before, 1)}
+    lines = [f"--- revision {diff.a}", f"+++ revision {diff.b}"]
+    for entry in diff.messages:
+        message = entry.after or entry.before
+        assert message is not None
+        position = after.get(entry.id) or before.get(entry.id)
+        old = entry.before.content.splitlines() if entry.before else []
+        new = entry.after.content.splitlines() if entry.after else []
+        lines.append(f"@@ {message.role} #{position}: {entry.status} @@")
+        body = list(difflib.unified_diff(old, new, lineterm="", n=2))[2:]
+        lines.extend(line for line in body if not line.startswith("@@"))
+    return lines
+
+
+def _counts(revision: Revision) -> str:
+    added, removed = len(revision.added), len(revision.removed)
+    changed = len(revision.changes) - added - removed
+    parts = [f"+{added}" if added else "", f"-{removed}" if removed else "", f"~{changed}" if changed else ""]
+    return " ".join(p for p in parts if p) or "none"
+
+
+def _details(revision: Revision) -> str:
+    if revision.instruction:
+        return f'"{_short(revision.instruction, 50)}" ({revision.model})'
+    if revision.target is not None:
+        return f"revision {revision.target}"
+    first = next((m for m in revision.added if m.role == "user"), None)
+    return _short(first.content, 50) if first else ""

@@ -1,0 +1,170 @@
+"""The ``/save`` and ``/load`` file format: plain JSON, validated on load, never pickle.
+
+A session file holds the conversation's current state (not its revision log)::
+
+    {
+      "format": "context-gatekeeper-chat",
+      "version": 1,
+      "session": "default",
+      "saved_at": "2025-01-31T12:00:00+00:00",
+      "pinned": ["3f2a9c0d1e2b"],
+      "messages": [
+        {"id": "3f2a9c0d1e2b", "role": "user", "content": "What was Iceland's GDP?"},
+        {"id": "9b8c7d6e5f4a", "role": "assistant", "content": "About 28 billion USD."}
+      ]
+    }
+
+* ``format`` and ``version`` are required and must be exactly these values.
+* ``messages`` is required: a list of objects with ``role`` (``system``, ``user``,
+  ``assistant`` or ``tool``) and ``content`` (a string); ``id`` is optional (a
+  non-empty string, unique in the file).  Other message keys are ignored.
+* ``pinned`` is optional: ids of the first message of each pinned turn.
+* ``session`` and ``saved_at`` are informational.
+
+:func:`read_session_file` checks everything before anything is used, and raises
+:class:`SessionFileError` listing every problem (with its JSON path), so a bad
+file never touches the current conversation.
+
+>>> data = session_document("demo", [Message("a", "user", "hi")], pinned=["a"])
+>>> parse_session_document(json.loads(json.dumps(data))).messages[0].content
+'hi'
+>>> parse_session_document({"format": "context-gatekeeper-chat", "version": 1, "messages": [{"role": "bot"}]})
+Traceback (most recent call last):
+...
+context_gatekeeper.chat.session_file.SessionFileError: not a valid session file: messages[0].role must be one of system, user, assistant, tool (got 'bot'); messages[0].content must be a string
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import GatekeeperError
+from ..messages import ROLES, Message, new_message_id
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "SessionFile",
+    "SessionFileError",
+    "session_document",
+    "parse_session_document",
+    "write_session_file",
+    "read_session_file",
+]
+
+FORMAT = "context-gatekeeper-chat"
+VERSION = 1
+MAX_BYTES = 50_000_000
+"""Files larger than this are refused before they are read."""
+
+
+class SessionFileError(GatekeeperError, ValueError):
+    """A session file that cannot be read or is not valid; nothing was loaded."""
+
+
+@dataclass(frozen=True)
+class SessionFile:
+    """A validated session file.
+
+    Attributes:
+        messages: the conversation, in order (ids from the file, or new ones).
+        pinned: ids of first messages of pinned turns.
+        session: the session name it was saved from ("" if absent).
+    """
+
+    messages: tuple[Message, ...]
+    pinned: tuple[str, ...]
+    session: str
+
+
+def session_document(session: str, messages: Sequence[Message], *, pinned: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON document for a conversation (what ``/save`` writes)."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "session": session,
+        "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "pinned": sorted(pinned),
+        "messages": [{"id": m.id, "role": m.role, "content": m.content} for m in messages],
+    }
+
+
+def write_session_file(path: str | os.PathLike[str], document: dict[str, Any]) -> Path:
+    """Write ``document`` to ``path`` atomically (a temporary file, then a rename)."""
+    target = Path(path).expanduser()
+    temporary = target.with_name(target.name + ".tmp")
+    temporary.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, target)
+    return target
+
+
+def _check_message(index: int, item: Any, problems: list[str], seen: set[str]) -> None:
+    where = f"messages[{index}]"
+    if not isinstance(item, dict):
+        problems.append(f"{where} must be an object with role and content")
+        return
+    role = item.get("role")
+    if role not in ROLES:
+        problems.append(f"{where}.role must be one of {', '.join(ROLES)} (got {role!r})")
+    if not isinstance(item.get("content"), str):
+        problems.append(f"{where}.content must be a string")
+    if "id" in item:
+        message_id = item["id"]
+        if not isinstance(message_id, str) or not message_id:
+            problems.append(f"{where}.id must be a non-empty string")
+        elif message_id in seen:
+            problems.append(f"{where}.id {message_id!r} is used twice")
+        else:
+            seen.add(message_id)
+
+
+def parse_session_document(data: Any) -> SessionFile:
+    """Validate a decoded session document; :class:`SessionFileError` lists every problem."""
+    if not isinstance(data, dict):
+        raise SessionFileError(f"not a valid session file: the top level must be a JSON object, not {type(data).__name__}")
+    problems: list[str] = []
+    if data.get("format") != FORMAT:
+        problems.append(f"format must be {FORMAT!r} (got {data.get('format')!r})")
+    if data.get("version") != VERSION:
+        problems.append(f"version must be {VERSION} (got {data.get('version')!r})")
+    messages = data.get("messages")
+    seen: set[str] = set()
+    if not isinstance(messages, list):
+        problems.append("messages must be a list")
+        messages = []
+    for index, item in enumerate(messages):
+        _check_message(index, item, problems, seen)
+    pinned = data.get("pinned", [])
+    if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
+        problems.append("pinned must be a list of message ids")
+        pinned = []
+    if problems:
+        raise SessionFileError("not a valid session file: " + "; ".join(problems))
+    loaded = tuple(Message(m.get("id") or new_message_id(), m["role"], m["content"]) for m in messages)
+    session = data.get("session")
+    return SessionFile(loaded, tuple(p for p in pinned if p in seen), session if isinstance(session, str) else "")
+
+
+def read_session_file(path: str | os.PathLike[str]) -> SessionFile:
+    """Read and validate a session file; :class:`SessionFileError` says why it cannot be used."""
+    source = Path(path).expanduser()
+    try:
+        if source.stat().st_size > MAX_BYTES:
+            raise SessionFileError(f"{source} is larger than {MAX_BYTES} bytes; not loaded")
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SessionFileError(f"cannot read {source}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SessionFileError(f"{source} is not JSON ({exc}); nothing was loaded") from exc
+    try:
+        return parse_session_document(data)
+    except SessionFileError as exc:
+        raise SessionFileError(f"{source}: {exc}; nothing was loaded") from None

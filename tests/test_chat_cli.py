@@ -1,0 +1,351 @@
+"""The terminal chat, driven through its input and read through its output (no network)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("rich")
+
+import context_gatekeeper
+from context_gatekeeper import ModelUnavailableError, Transcript
+from context_gatekeeper.chat.app import MISSING_RICH, main
+from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor, parse_substitution
+from context_gatekeeper.chat.session_file import FORMAT
+from context_gatekeeper.testing import ScriptedModel
+
+GDP = "What was the GDP of Ireland in 2021?"
+
+
+class RecordingChat:
+    """The offline chat model, recording what each call was sent; scripted failures first."""
+
+    name = "recording"
+
+    def __init__(self, *failures: BaseException) -> None:
+        self.calls: list[list[dict[str, str]]] = []
+        self.failures = list(failures)
+
+    def complete(self, messages: list[dict[str, str]]) -> str:
+        self.calls.append([dict(m) for m in messages])
+        if self.failures:
+            raise self.failures.pop(0)
+        return OfflineChatModel().complete(messages)
+
+
+def chat(tmp_path: Path, lines: list[Any], *args: str, session: str = "s", models: Any = None, offline: bool = True) -> tuple[int, str]:
+    """Run the chat on ``lines`` as piped input; (exit status, everything it printed)."""
+    out = io.StringIO()
+    argv = ["--db", str(tmp_path / "chat.db"), "--plain", "--session", session, *args]
+    if offline:
+        argv.append("--offline")
+    status = main(argv, stdin=lines, stdout=out, models=models)
+    return status, out.getvalue()
+
+
+def contents(tmp_path: Path, session: str = "s") -> list[str]:
+    transcript = Transcript(session, store=str(tmp_path / "chat.db"))
+    try:
+        return [m.content for m in transcript.messages]
+    finally:
+        transcript.store.close()
+
+
+def head(tmp_path: Path, session: str = "s") -> int:
+    transcript = Transcript(session, store=str(tmp_path / "chat.db"))
+    try:
+        return transcript.head
+    finally:
+        transcript.store.close()
+
+
+def test_a_chat_exchange_is_shown_and_stored(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, ["hello", "/quit"])
+    assert status == 0
+    assert "OFFLINE" in out  # says so on screen
+    assert "[chat] > hello" in out
+    assert 'assistant: [offline] You said: "hello" I was sent 0 earlier messages.' in out
+    assert contents(tmp_path) == ["hello", '[offline] You said: "hello" I was sent 0 earlier messages.']
+    assert "Resume it with: gatekeeper-chat --session s" in out
+
+
+def test_an_edit_changes_the_history_the_diff_and_the_next_model_call(tmp_path: Path) -> None:
+    model = RecordingChat()
+    lines = [GDP, "/edit it was Iceland, not Ireland", "/diff", "And its largest sectors?", "/quit"]
+    status, out = chat(tmp_path, lines, models=(model, OfflineEditor()))
+    assert status == 0
+    assert "history edited (revision 2)" in out
+    assert "-What was the GDP of Ireland in 2021?" in out and "+What was the GDP of Iceland in 2021?" in out
+    assert out.count("+What was the GDP of Iceland in 2021?") == 2  # after the edit, and again on /diff
+    sent = "\n".join(m["content"] for m in model.calls[-1])
+    assert "Iceland" in sent and "Ireland" not in sent  # the next call sees the revised state
+    assert contents(tmp_path)[0] == "What was the GDP of Iceland in 2021?"
+
+
+def test_edit_mode_is_unmistakable_and_plain_lines_become_instructions(tmp_path: Path) -> None:
+    lines = [GDP, "/edit", "Iceland, not Ireland", "/edit", "thanks", "/quit"]
+    status, out = chat(tmp_path, lines)
+    assert "EDIT HISTORY mode" in out
+    assert "[EDIT HISTORY] > Iceland, not Ireland" in out
+    assert "[chat] > thanks" in out  # toggled back
+    assert contents(tmp_path)[0] == "What was the GDP of Iceland in 2021?"
+    assert len(contents(tmp_path)) == 4  # the instruction was not sent as a chat message
+
+
+@pytest.mark.parametrize(
+    ("instruction", "message"),
+    [("make it shorter", "cannot apply 'make it shorter'"), ("Spain, not France", "'France' does not appear")],
+)
+def test_a_failed_edit_changes_nothing_and_says_why(tmp_path: Path, instruction: str, message: str) -> None:
+    status, out = chat(tmp_path, [GDP, f"/edit {instruction}", "still here?", "/quit"])
+    assert status == 0
+    assert "error:" in out and message in out and "othing was changed" in out
+    assert contents(tmp_path)[0] == GDP
+    assert head(tmp_path) == 2  # two appends, no edit revision
+    assert "still here?" in contents(tmp_path)[2]  # the loop carried on
+
+
+def test_undo_and_redo(tmp_path: Path) -> None:
+    lines = [GDP, "/edit Iceland, not Ireland", "/undo", "/history"]
+    status, out = chat(tmp_path, lines)
+    assert "undid revision 2" in out
+    assert contents(tmp_path)[0] == GDP
+    status, out = chat(tmp_path, ["/redo", "/undo", "/undo"])
+    assert "redid revision 2" in out and "undid revision 2" in out
+    assert "error: nothing to undo" in out  # the third undo
+    assert contents(tmp_path)[0] == GDP
+
+
+def test_undo_with_nothing_to_undo_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, ["hi", "/undo", "/quit"])
+    assert status == 0 and "error: nothing to undo" in out
+
+
+def test_resume_after_restart_shows_the_history(tmp_path: Path) -> None:
+    chat(tmp_path, [GDP, "/edit Iceland, not Ireland", "/quit"], session="trip")
+    status, out = chat(tmp_path, ["/quit"], session="trip")
+    assert status == 0
+    assert "resuming at revision 2" in out
+    assert "-- turn 1" in out and "user: (edited r2) What was the GDP of Iceland in 2021?" in out
+    status, out = chat(tmp_path, ["/quit"], session="other")
+    assert "new conversation" in out and "Iceland" not in out
+
+
+def test_save_then_load_round_trips_and_a_corrupt_file_is_rejected(tmp_path: Path) -> None:
+    saved = tmp_path / "saved.json"
+    chat(tmp_path, [GDP, "/pin 1", f"/save {saved}", "/quit"], session="a")
+    document = json.loads(saved.read_text(encoding="utf-8"))
+    assert document["format"] == FORMAT and document["version"] == 1
+    assert [m["role"] for m in document["messages"]] == ["user", "assistant"]
+    assert document["pinned"] == [document["messages"][0]["id"]]
+
+    status, out = chat(tmp_path, ["other topic", f"/load {saved}", "/quit"], session="b")
+    assert "loaded 2 messages as revision 2" in out and "-- turn 1 (pinned)" in out
+    assert contents(tmp_path, "b") == contents(tmp_path, "a")
+
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{not json", encoding="utf-8")
+    bad_role = tmp_path / "role.json"
+    document["messages"][1]["role"] = "bot"
+    bad_role.write_text(json.dumps(document), encoding="utf-8")
+    pickled = tmp_path / "pickle.json"
+    pickled.write_bytes(b"\x80\x04\x95")
+    before = contents(tmp_path, "b")
+    lines = [f"/load {bad_json}", f"/load {bad_role}", f"/load {pickled}", f"/load {tmp_path / 'missing.json'}", "/quit"]
+    status, out = chat(tmp_path, lines, session="b")
+    assert status == 0
+    assert "is not JSON" in out
+    assert "messages[1].role must be one of system, user, assistant, tool (got 'bot')" in out
+    assert out.count("error:") == 4
+    assert contents(tmp_path, "b") == before and head(tmp_path, "b") == 2
+
+
+def test_load_is_undoable(tmp_path: Path) -> None:
+    saved = tmp_path / "saved.json"
+    chat(tmp_path, ["first", f"/save {saved}"], session="a")
+    chat(tmp_path, ["second", f"/load {saved}", "/undo"], session="b")
+    assert contents(tmp_path, "b")[0] == "second"
+
+
+def test_ctrl_c_at_the_prompt_leaves_the_db_intact(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, ["hello", KeyboardInterrupt, "never read"])
+    assert status == 130
+    assert "interrupted" in out and "The conversation is saved" in out
+    with sqlite3.connect(tmp_path / "chat.db") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert contents(tmp_path)[0] == "hello" and len(contents(tmp_path)) == 2
+    status, out = chat(tmp_path, ["/quit"])
+    assert "user: hello" in out
+
+
+def test_ctrl_c_or_an_error_during_a_model_call_adds_nothing_and_the_loop_goes_on(tmp_path: Path) -> None:
+    model = RecordingChat(KeyboardInterrupt(), ModelUnavailableError("Gemini could not be reached (timeout)"))
+    lines = ["first try", "second try", "/retry", "/quit"]
+    status, out = chat(tmp_path, lines, models=(model, OfflineEditor()))
+    assert status == 0
+    assert "cancelled: nothing was changed" in out
+    assert "error: Gemini could not be reached (timeout)" in out
+    assert "not added to the conversation; /retry sends it again" in out
+    assert contents(tmp_path)[0] == "second try" and len(contents(tmp_path)) == 2
+
+
+def test_context_shows_what_the_model_saw_and_why(tmp_path: Path) -> None:
+    lines = [
+        "How long should a Redis lock TTL be?",
+        "By the way, what grind size for espresso?",
+        "/pin 1",
+        "Which espresso beans are best?",
+        "/context",
+        "/quit",
+    ]
+    status, out = chat(tmp_path, lines)
+    report = out.split("[chat] > /context", 1)[1]
+    assert "last query: Which espresso beans are best?" in report
+    assert "gate:" in report and "kept turns: 1, 2 of 2" in report
+    assert "pinned" in report  # turn 1 is kept because it is pinned
+    assert "sent to the model (6 messages):" in report and "user: How long should a Redis lock TTL be?" in report
+
+
+def test_a_large_deletion_asks_first(tmp_path: Path) -> None:
+    deleting = '{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'
+    editor = ScriptedModel([deleting, deleting])
+    models = (OfflineChatModel(), editor)
+    status, out = chat(tmp_path, [GDP, "/edit drop everything", "n", "/edit drop everything", "yes", "/quit"], models=models)
+    assert "deletes 100% of the conversation. Apply it? [y/N] n" in out
+    assert "not applied; nothing was changed" in out
+    assert "@@ user #1: removed @@" in out and "@@ assistant #2: removed @@" in out  # the preview
+    assert "history edited (revision 2)" in out
+    assert contents(tmp_path) == []
+
+
+def test_unknown_commands_and_help(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, ["/frobnicate", "/help", "/quit"])
+    assert "unknown command /frobnicate" in out
+    for command in ("/edit", "/undo", "/redo", "/diff", "/history", "/context", "/pin", "/save", "/load", "/quit"):
+        assert command in out
+
+
+def test_without_a_key_or_offline_it_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    status, out = chat(tmp_path, ["hello"], offline=False)
+    assert status == 2
+    assert "set GOOGLE_API_KEY" in out and "--offline" in out
+    assert not (tmp_path / "chat.db").exists()
+
+
+def test_without_rich_it_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rich", None)
+    out = io.StringIO()
+    assert main(["--offline"], stdin=[], stdout=out) == 1
+    assert "pip install 'context-gatekeeper[chat]'" in out.getvalue() == MISSING_RICH + "\n"
+
+
+def test_the_core_and_the_chat_package_do_not_import_rich() -> None:
+    code = "import sys, context_gatekeeper, context_gatekeeper.chat; assert 'rich' not in sys.modules"
+    env = {**os.environ, "PYTHONPATH": _python_path()}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize(
+    ("instruction", "expected"),
+    [
+        ("it was Iceland, not Ireland", ("Ireland", "Iceland")),
+        ("Iceland, not Ireland, and 2022", ("Ireland", "Iceland")),
+        ("replace Python with Rust", ("Python", "Rust")),
+        ('change "dogs" to cats.', ("dogs", "cats")),
+        ("use tea instead of coffee", ("coffee", "tea")),
+        ("drop the detour about printers", None),
+    ],
+)
+def test_offline_editor_instructions(instruction: str, expected: tuple[str, str] | None) -> None:
+    assert parse_substitution(instruction) == expected
+
+
+@pytest.mark.parametrize("name", ["offline", "session_file", "app", "commands", "loop", "render", "readers", "session"])
+def test_chat_docstring_examples_run(name: str) -> None:
+    module = importlib.import_module(f"context_gatekeeper.chat.{name}")
+    assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def _python_path() -> str:
+    package_root = Path(context_gatekeeper.__file__).resolve().parents[1]
+    return os.pathsep.join([str(package_root), os.environ.get("PYTHONPATH", "")])
+
+
+def test_piped_stdin_as_a_subprocess(tmp_path: Path) -> None:
+    script = f"{GDP}\n/edit it was Iceland, not Ireland\n/undo\n/quit\n"
+    env = {**os.environ, "PYTHONPATH": _python_path()}
+    env.pop("GOOGLE_API_KEY", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "context_gatekeeper.chat", "--offline", "--db", str(tmp_path / "c.db"), "--plain"],
+        input=script, capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "\x1b[" not in out  # --plain and a pipe: no escape codes
+    assert f"[chat] > {GDP}" in out
+    assert "[chat] > /edit it was Iceland, not Ireland" in out and "+What was the GDP of Iceland in 2021?" in out
+    assert "undid revision 2" in out
+    assert "Resume it with: gatekeeper-chat --session default" in out
+
+
+README_DEMO_INPUT = "What was the GDP of Ireland in 2021?\n/edit it was Iceland, not Ireland\n/undo\n/quit\n"
+README_DEMO_OUTPUT = """\
+gatekeeper-chat | session 'default' (new conversation) | model: offline (scripted) | db: chat-demo.sqlite3
+Type a message to chat, /edit to switch to EDIT HISTORY mode, /help for commands.
+OFFLINE: answers come from a scripted model, not Gemini (no network, no API key).
+[chat] > What was the GDP of Ireland in 2021?
+assistant: [offline] You asked: "What was the GDP of Ireland in 2021?" I was sent 0 earlier messages.
+[chat] > /edit it was Iceland, not Ireland
+history edited (revision 2); /undo takes it back:
+--- revision 1
++++ revision 2
+@@ user #1: changed @@
+-What was the GDP of Ireland in 2021?
++What was the GDP of Iceland in 2021?
+@@ assistant #2: changed @@
+-[offline] You asked: "What was the GDP of Ireland in 2021?" I was sent 0 earlier messages.
++[offline] You asked: "What was the GDP of Iceland in 2021?" I was sent 0 earlier messages.
+[chat] > /undo
+undid revision 2 (now revision 3):
+--- revision 2
++++ revision 3
+@@ user #1: changed @@
+-What was the GDP of Iceland in 2021?
++What was the GDP of Ireland in 2021?
+@@ assistant #2: changed @@
+-[offline] You asked: "What was the GDP of Iceland in 2021?" I was sent 0 earlier messages.
++[offline] You asked: "What was the GDP of Ireland in 2021?" I was sent 0 earlier messages.
+[chat] > /quit
+The conversation is saved. Resume it with: gatekeeper-chat --session default --db chat-demo.sqlite3 --offline
+"""
+
+
+def test_the_readme_demo_prints_exactly_what_the_readme_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """printf '...' | gatekeeper-chat --offline --db chat-demo.sqlite3 --plain, on a fresh db."""
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    status = main(["--offline", "--db", "chat-demo.sqlite3", "--plain"], stdin=io.StringIO(README_DEMO_INPUT), stdout=out)
+    assert status == 0
+    assert out.getvalue() == README_DEMO_OUTPUT
+
+
+def test_with_a_key_it_chats_and_edits_with_gemini(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("google.genai")
+    from context_gatekeeper import GeminiModel
+    from context_gatekeeper.chat.app import _models, build_parser
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")  # building the client makes no request
+    chat_model, editor, label = _models(build_parser().parse_args(["--model", "gemini-2.5-flash"]))
+    assert isinstance(chat_model, GeminiModel) and editor is chat_model and label == "gemini-2.5-flash"
