@@ -47,3 +47,12 @@ def test_every_subpackage_is_listed_for_the_wheel() -> None:
     for sub in pkgutil.walk_packages(context_gatekeeper.__path__, "context_gatekeeper."):
         if sub.ispkg:
             assert f'"{sub.name}"' in pyproject, f"{sub.name} is not in [tool.setuptools] packages"
+
+
+def test_the_readme_chat_demo_is_the_real_output() -> None:
+    from test_chat_cli import README_DEMO_INPUT, README_DEMO_OUTPUT
+
+    text = README.read_text(encoding="utf-8")
+    piped = README_DEMO_INPUT.replace("\n", "\\n")
+    assert f"$ printf '{piped}' | gatekeeper-chat --offline --db chat-demo.sqlite3 --plain" in text
+    assert README_DEMO_OUTPUT.rstrip("\n") in text
