@@ -7,7 +7,10 @@ this repository) and prints one table per dataset.
 Usage::
 
     python benchmarks/quality.py [--data DIR] [--datasets locomo,cast2020,tiage,crosswoz]
-                                 [--limit N] [--json OUT]
+                                 [--limit N] [--json OUT] [--plot DIR]
+
+``--plot DIR`` also writes PNG charts of the figures (:mod:`plots`; needs
+matplotlib): recall against kept-token share per retrieval dataset, and switch F1.
 
 Every case is a conversation (``turns``, oldest first) and the next user message
 (``query``).  A selector is fed the turns with ``add_turn`` and asked
@@ -62,6 +65,8 @@ script score other library settings, e.g.::
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import lzma
 import re
@@ -83,6 +88,7 @@ except ImportError:
     from context_gatekeeper.tokens import tiktoken_counter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plots import command_line, machine_line  # noqa: E402  (matplotlib is imported only to draw)
 from report_baseline import ReportGatekeeper  # noqa: E402
 
 DATASETS = ("locomo", "cast2020", "tiage", "crosswoz")
@@ -465,7 +471,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--limit", type=int, default=None, help="first N cases of each dataset")
     parser.add_argument("--json", type=Path, default=None, help="write all figures to this JSON file")
+    parser.add_argument(
+        "--plot", type=Path, default=None, metavar="DIR",
+        help="also write PNG charts of the figures to DIR (needs matplotlib)",
+    )
     args = parser.parse_args(argv)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib: pip install matplotlib")
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown:
@@ -530,16 +542,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             console.print(switch_table(name, rows))
 
+    payload = {
+        "measured": datetime.date.today().isoformat(),
+        "command": command_line("benchmarks/quality.py", argv),
+        "machine": machine_line(),
+        "data": str(args.data),
+        "limit": args.limit,
+        "cost": 'tiktoken cl100k_base tokens of user + "\\n" + assistant, no overhead',
+        "budgets": {name: BUDGETS[name] for name in args.datasets},
+        "datasets": results,
+    }
     if args.json is not None:
-        payload = {
-            "data": str(args.data),
-            "limit": args.limit,
-            "cost": 'tiktoken cl100k_base tokens of user + "\\n" + assistant, no overhead',
-            "budgets": {name: BUDGETS[name] for name in args.datasets},
-            "datasets": results,
-        }
         args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         console.print(f"figures written to {args.json}")
+    if args.plot is not None:
+        from plots import quality_charts  # imports matplotlib
+
+        with console.status(f"drawing charts into {args.plot}"):
+            written = quality_charts(payload, args.plot)
+        for path in written:
+            console.print(f"chart written to {path}")
     return 0
 
 

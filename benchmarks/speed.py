@@ -5,6 +5,7 @@ This is a script that prints figures, not a test.  Run it from a checkout::
     python benchmarks/speed.py                     # sizes 50, 300, 1000, 10000
     python benchmarks/speed.py --quick             # sizes 50, 300 only
     python benchmarks/speed.py --json speed.json   # also write the figures as JSON
+    python benchmarks/speed.py --plot docs/img     # also draw speed_latency.png (needs matplotlib)
 
 Workload
 --------
@@ -69,6 +70,7 @@ before each measurement.
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import importlib.util
 import json
@@ -638,6 +640,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1234, help="workload seed (default 1234)")
     p.add_argument("--budget", type=int, default=2000, help="token budget (default 2000)")
     p.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    p.add_argument("--plot", metavar="DIR",
+                   help="also draw the latency chart (PNG, from the same figures) into DIR; needs matplotlib")
     p.add_argument("--no-baseline", action="store_true", help="measure the library only")
     p.add_argument("--baseline-cap-s", type=float, default=60.0,
                    help="stop a baseline measurement after this many seconds (default 60)")
@@ -648,6 +652,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memory-sizes", default="max",
                    help="sizes to run tracemalloc at: 'max', 'all', or a list (default max)")
     args = p.parse_args(argv)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        p.error("--plot needs matplotlib: pip install matplotlib")
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     args.sizes = sorted({int(s) for s in (QUICK_SIZES if args.quick else args.sizes.split(","))})
     if not args.sizes or args.sizes[0] < 1 or args.queries < 1:
         p.error("sizes and --queries must be positive")
@@ -710,16 +717,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress.advance(overall)
     env = environment(count)
     print_report(console, env, wl, results, names, args)
+    doc = figures(args, env, wl, results)
     if args.json:
-        write_json(args, env, wl, results)
+        Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         console.print(f"wrote {args.json}")
+    if args.plot:
+        from plots import speed_charts  # imports matplotlib
+
+        for path in speed_charts(doc, args.plot):
+            console.print(f"chart written to {path}")
     return 0
 
 
-def write_json(args: argparse.Namespace, env: dict, wl: Workload, results: dict) -> None:
-    """Write environment, configuration, workload statistics and figures as JSON."""
-    config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}
+def figures(args: argparse.Namespace, env: dict, wl: Workload, results: dict) -> dict:
+    """Date, command, environment, configuration, workload statistics and figures, JSON-ready."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from plots import command_line, machine_line  # no matplotlib here
+
+    config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()
+              if k != "argv"}
     doc = {
+        "measured": datetime.date.today().isoformat(),
+        "command": command_line("benchmarks/speed.py", args.argv),
+        "machine": machine_line(),
+        "subjects": {"library": "context-gatekeeper", "baseline": "report as written"},
         "environment": env,
         "config": config,
         "workload": {"vocabulary": wl.vocabulary_size, "topics": len(wl.topics),
@@ -734,7 +755,7 @@ def write_json(args: argparse.Namespace, env: dict, wl: Workload, results: dict)
                 m: base[f"{m}_ms"]["median"] / lib[f"{m}_ms"]["median"]
                 for m in ("explain", "select") if base[f"{m}_ms"].get("n")
             }
-    Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    return doc
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
-"""Build and execute examples/langchain_quickstart.ipynb (needs nbformat, nbclient, ipykernel):
+"""Build and execute examples/langchain_quickstart.ipynb (needs nbformat, nbclient, ipykernel, matplotlib):
 
     python examples/build_langchain_notebook.py
 """
-import sys
 from pathlib import Path
 
 import nbformat
@@ -121,12 +120,12 @@ agent = create_agent(
 )
 config = {"configurable": {"thread_id": "demo"}}"""),
     code("""agent_recorder = demo.Recorder()
-rows, last_calls = [], []
+agent_rows, last_calls = [], []
 for question, _tool_args, _canned_answer in demo.AGENT_TURNS:
-    rows.append(demo.agent_turn(agent, config, question, agent_recorder))   # agent.invoke(...)
+    agent_rows.append(demo.agent_turn(agent, config, question, agent_recorder))   # agent.invoke(...)
     last_calls.append(agent_recorder.calls[-1])
 ui.table("Each turn's last model call: the thread's state then vs what the model received",
-         ("#", "question", "model calls", "thread state", "sent (w/o system)", "earlier questions sent"), rows)
+         ("#", "question", "model calls", "thread state", "sent (w/o system)", "earlier questions sent"), agent_rows)
 state = agent.get_state(config).values["messages"]
 print("\\nQ3's last call:", demo.shape(last_calls[2], demo.question_labels(state)))
 print("thread state:", len(state), "messages")"""),
@@ -148,6 +147,44 @@ entry = undo_thread(agent, config)
 print(demo.compact_diff(entry.diff, demo.message_labels(edited)))
 print()
 print("Q1 again:", agent.get_state(config).values["messages"][0].text)"""),
+    md("""## Prompt tokens per call, with and without gating
+
+The tables above already hold the figures: for each call, the history *stored* (what `RunnableWithMessageHistory`,
+or an agent without the middleware, would send) and the history *sent*. A prompt is the system prompt, that history
+and the current question (with its tool call and result, for the agent), so the two prompts differ only in the
+history. The chain's fifth call is the one after the edit."""),
+    code("""%matplotlib inline
+import matplotlib.pyplot as plt
+from langchain_core.messages import SystemMessage
+
+def tok(cell):   # a table cell "5 msgs / 123 tok" -> 123
+    return int(cell.split("/ ")[1].split()[0])
+
+# the chain: rows hold "#, question, history stored, history sent, ..."; the call adds system prompt and question
+chain_rows = rows + [row]                        # the four turns, then the call after the edit
+chain_calls = recorder.calls[:len(chain_rows)]
+rest = [demo.tokens(call) - tok(r[3]) for r, call in zip(chain_rows, chain_calls)]
+chain_with = [x + tok(r[3]) for x, r in zip(rest, chain_rows)]
+chain_without = [x + tok(r[2]) for x, r in zip(rest, chain_rows)]
+# the agent: "thread state" vs "sent (w/o system)" for each turn's last model call, plus the system prompt
+system = [demo.tokens([m for m in call if isinstance(m, SystemMessage)]) for call in last_calls]
+agent_with = [x + tok(r[4]) for x, r in zip(system, agent_rows)]
+agent_without = [x + tok(r[3]) for x, r in zip(system, agent_rows)]
+
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), dpi=90)
+for ax, title, without, with_ in ((axes[0], "Chain (GatedRunnableWithMessageHistory)", chain_without, chain_with),
+                                  (axes[1], "Agent (GatekeeperMiddleware), last call per turn", agent_without, agent_with)):
+    calls = range(1, len(with_) + 1)
+    ax.plot(calls, without, marker="o", color="tab:gray", label="without gating: whole history")
+    ax.plot(calls, with_, marker="o", color="tab:blue", label="with gating: what was sent")
+    ax.set(title=title, xlabel="call", ylabel="prompt tokens", xticks=list(calls), ylim=(0, max(without) * 1.15))
+    ax.title.set_fontsize(10)
+    ax.grid(alpha=0.3)
+axes[0].legend(loc="upper left", fontsize=8)
+plt.tight_layout()
+plt.show()
+print("chain:", sum(chain_with), "prompt tokens sent,", sum(chain_without), "without gating;",
+      "agent:", sum(agent_with), "sent,", sum(agent_without), "without")"""),
     md("""## Next
 
 * `python examples/langchain_quickstart.py` runs this tour as a script (`--plain`, `--offline`).
@@ -159,6 +196,8 @@ nb = new_notebook(cells=cells, metadata={
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
 })
+for i, cell in enumerate(nb.cells):
+    cell.id = f"cell-{i:02d}"   # stable ids: a rebuild changes only what the outputs change
 NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
 for cell in nb.cells:
     if cell.cell_type == "code":

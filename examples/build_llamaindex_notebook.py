@@ -1,4 +1,4 @@
-"""Build and execute examples/llamaindex_quickstart.ipynb (needs nbformat, nbclient, ipykernel):
+"""Build and execute examples/llamaindex_quickstart.ipynb (needs nbformat, nbclient, ipykernel, matplotlib):
 
     python examples/build_llamaindex_notebook.py
 """
@@ -115,6 +115,41 @@ print()
 print("first message:", memory.get_all()[0].content)
 print("what get() would send now mentions", demo.mentions(memory.get(input=demo.AFTER_EDIT_TURN[0]), "2 minutes", "30 seconds"))
 print("messages stored:", len(memory.get_all()), "| revisions:", [r.kind for r in memory.history()])"""),
+    md("""## Prompt tokens per call, with and without gating
+
+Each `Call` above already holds the figures: the history *stored* and *sent*, the pages *retrieved* and *kept*, and
+the LLM's whole input (`llm_call`: the system prompt with the kept pages, the history, the question). Without the
+memory's gating the whole stored history would go; without the postprocessor, all six retrieved pages. The fifth call
+is the one after the edit."""),
+    code("""%matplotlib inline
+import matplotlib.pyplot as plt
+
+def tokens(messages):
+    return sum(demo.count_tokens(m.content or "") for m in messages)
+
+def page_tokens(nodes):
+    return sum(demo.count_tokens(n.node.get_content()) for n in nodes)
+
+all_calls = calls + [call]                             # the four turns, then the call after the edit
+sent = [tokens(c.llm_call) for c in all_calls]         # what the LLM received
+# the same prompt with all six retrieved pages instead of the kept ones (the history still gated)
+memory_only = [s - page_tokens(c.kept) + page_tokens(c.retrieved) for s, c in zip(sent, all_calls)]
+# ... and with the whole stored history instead of the gated one
+neither = [m - tokens(c.sent) + tokens(c.stored) for m, c in zip(memory_only, all_calls)]
+
+x = range(1, len(all_calls) + 1)
+fig, ax = plt.subplots(figsize=(7, 3.6), dpi=90)
+ax.plot(x, neither, marker="o", color="tab:gray", label="no gating: whole history, all six pages")
+ax.plot(x, memory_only, marker="o", color="tab:orange", label="GatekeeperMemory only (all six pages)")
+ax.plot(x, sent, marker="o", color="tab:blue", label="memory + postprocessor: what was sent")
+ax.set(title="ContextChatEngine: prompt tokens per call", xlabel="call", ylabel="prompt tokens",
+       xticks=list(x), ylim=(0, max(neither) * 1.15))
+ax.legend(loc="upper left", fontsize=8)
+ax.grid(alpha=0.3)
+plt.tight_layout()
+plt.show()
+print("prompt tokens over the five calls:", sum(neither), "without gating,", sum(memory_only),
+      "with the memory only,", sum(sent), "sent")"""),
     md("""## Next
 
 * `python examples/llamaindex_quickstart.py` runs this tour as a script (`--plain`, `--offline`).
@@ -128,6 +163,8 @@ nb = new_notebook(cells=cells, metadata={
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
 })
+for i, cell in enumerate(nb.cells):
+    cell.id = f"cell-{i:02d}"   # stable ids: a rebuild changes only what the outputs change
 NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
 for cell in nb.cells:
     if cell.cell_type == "code":
