@@ -31,8 +31,9 @@ from typing import Any, Literal
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from context_gatekeeper import Diff, Message, Proposal, Revision, Selection, Store, Transcript, TranscriptGate
+from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
 from context_gatekeeper.messages import new_message_id
+from context_gatekeeper.versioned import VersionedTranscriptMixin
 
 from .convert import from_core_messages, to_core
 from .models import resolve_edit_model
@@ -45,7 +46,7 @@ ADAPTER_GATE_DEFAULTS: dict[str, Any] = {"on_overflow": "keep_pinned"}
 Strategy = Literal["patch", "rewrite"]
 
 
-class GatekeeperChatMessageHistory(BaseChatMessageHistory):
+class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHistory):
     """Chat history with topic-gated selection and versioned natural-language edits.
 
     Args:
@@ -162,107 +163,19 @@ class GatekeeperChatMessageHistory(BaseChatMessageHistory):
         scores, tokens)."""
         return self.gate.explain(query)
 
-    # -- editing ------------------------------------------------------------------------
+    # -- editing and versions (the core's VersionedTranscriptMixin) ----------------------
+    @property
+    def _versioned_transcript(self) -> Transcript:  # type: ignore[override]
+        return self.transcript
+
     def _edit_model(self, model: Any, llm: Any) -> Any:
+        """``model`` or ``llm``, else the history's default, else Gemini 2.5 Flash."""
         if model is not None or llm is not None:
             return resolve_edit_model(model, llm)
         return self.transcript.model if self.transcript.model is not None else resolve_edit_model()
 
-    def edit(
-        self,
-        instruction: str,
-        model: Any = None,
-        *,
-        llm: Any = None,
-        strategy: Strategy | None = None,
-        preview: bool = False,
-        allow_large_deletion: bool = False,
-    ) -> Revision | Proposal:
-        """Revise the history as ``instruction`` says (user and assistant text), through a model.
-
-        ``model`` (or its alias ``llm``) overrides the history's default model; with none
-        at all, Gemini 2.5 Flash (``ModelUnavailableError`` naming ``GOOGLE_API_KEY`` when no
-        key is set).  Returns the new :class:`~context_gatekeeper.Revision`, or with
-        ``preview=True`` a :class:`~context_gatekeeper.Proposal` to :meth:`commit`.  A failed
-        edit raises ``EditError`` / ``ModelUnavailableError`` and changes nothing.
-        """
-        chosen = self._edit_model(model, llm)
-        return self.transcript.edit(
-            instruction, model=chosen, strategy=strategy, preview=preview, allow_large_deletion=allow_large_deletion
-        )
-
-    async def aedit(
-        self,
-        instruction: str,
-        model: Any = None,
-        *,
-        llm: Any = None,
-        strategy: Strategy | None = None,
-        preview: bool = False,
-        allow_large_deletion: bool = False,
-    ) -> Revision | Proposal:
-        """Async :meth:`edit` (the model is awaited)."""
-        chosen = self._edit_model(model, llm)
-        return await self.transcript.aedit(
-            instruction, model=chosen, strategy=strategy, preview=preview, allow_large_deletion=allow_large_deletion
-        )
-
-    def commit(self, proposal: Proposal) -> Revision:
-        """Apply a proposal from ``edit(..., preview=True)`` (``StaleHeadError`` if overtaken)."""
-        return self.transcript.commit(proposal)
-
-    async def acommit(self, proposal: Proposal) -> Revision:
-        """Async :meth:`commit`."""
-        return await self.transcript.acommit(proposal)
-
-    # -- versions -----------------------------------------------------------------------
-    def undo(self) -> Revision:
-        """Revert the latest edit, clear or revert not yet undone; later turns are kept."""
-        return self.transcript.undo()
-
-    async def aundo(self) -> Revision:
-        """Async :meth:`undo`."""
-        return await self.transcript.aundo()
-
-    def redo(self) -> Revision:
-        """Re-apply what the last undo reverted."""
-        return self.transcript.redo()
-
-    async def aredo(self) -> Revision:
-        """Async :meth:`redo`."""
-        return await self.transcript.aredo()
-
-    def revert(self, revision: int) -> Revision:
-        """Make the state equal to ``revision``'s, as a new revision (its ``removed`` says what it drops)."""
-        return self.transcript.revert(revision)
-
-    async def arevert(self, revision: int) -> Revision:
-        """Async :meth:`revert`."""
-        return await self.transcript.arevert(revision)
-
-    def history(self) -> list[Revision]:
-        """Every revision, oldest first."""
-        return self.transcript.history()
-
-    async def ahistory(self) -> list[Revision]:
-        """Async :meth:`history`."""
-        return await self.transcript.ahistory()
-
-    def diff(self, a: int, b: int | None = None) -> Diff:
-        """How the state at revision ``b`` (default: now) differs from revision ``a``; ``str()`` it to read."""
-        return self.transcript.diff(a, b)
-
-    async def adiff(self, a: int, b: int | None = None) -> Diff:
-        """Async :meth:`diff`."""
-        return await self.transcript.adiff(a, b)
-
-    def record(self) -> list[BaseMessage]:
-        """Every message ever added, as originally written (edits and clears never touch it)."""
-        return from_core_messages(self.transcript.record())
-
-    async def arecord(self) -> list[BaseMessage]:
-        """Async :meth:`record`."""
-        return from_core_messages(await self.transcript.arecord())
+    def _export_messages(self, messages: Sequence[Message]) -> list[BaseMessage]:
+        return from_core_messages(messages)
 
     # -- internals ----------------------------------------------------------------------
     def _fresh(self, batch: list[BaseMessage]) -> list[Message]:
