@@ -285,3 +285,14 @@ def test_an_id_is_never_reused(gdp: Transcript) -> None:
     with pytest.raises(InvalidInputError):  # deleted ids stay taken: undo must be able to restore them
         gdp.append(messages=[Message(taken.id, "user", "again")])
     assert gdp.head == head + 1 and len(gdp.messages) == 3
+
+
+def test_a_session_purged_and_rewritten_elsewhere_is_reloaded(tmp_path) -> None:
+    path = tmp_path / "shared.db"
+    a, b = Transcript("s", store=SQLiteStore(path)), Transcript("s", store=SQLiteStore(path))
+    a.append(user="old q", assistant="old a")
+    b.purge()
+    b.append(user="new q1", assistant="new a1")
+    b.append(user="new q2", assistant="new a2")
+    assert contents(a) == ["new q1", "new a1", "new q2", "new a2"]
+    assert len(a.history()) == 2 and [m.content for m in a.record()][0] == "new q1"

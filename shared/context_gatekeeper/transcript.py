@@ -57,11 +57,17 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
         return InMemoryStore()
     if isinstance(store, Store):
         return store
+    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
+        from .stores.postgres import PostgresStore  # the ``postgres`` extra, imported only now
+
+        return PostgresStore(store)
     if isinstance(store, (str, os.PathLike)):
         from .stores.sqlite import SQLiteStore
 
         return SQLiteStore(store)
-    raise TypeError(f"store must be a Store, a SQLite file path or None, got {type(store).__name__}")
+    raise TypeError(
+        f"store must be a Store, a SQLite file path, a postgresql:// URL or None, got {type(store).__name__}"
+    )
 
 
 def _stamp(changes: Iterable[Applied], number: int) -> list[Applied]:
@@ -402,13 +408,27 @@ class Transcript(AsyncTranscriptMixin):
         return self._log[stored.number - 1] if stored.number <= len(self._log) else stored
 
     def _refresh(self) -> None:
-        """Catch up with the store (the head check every read makes)."""
+        """Catch up with the store (the head check every read makes).
+
+        The last revision this object knows is read back and compared, so a session
+        that another process purged and rewrote to the same length or longer is
+        reloaded rather than served stale.
+        """
         head = self.store.head(self.session_id)
-        if head == len(self._log):
-            return
-        if head < len(self._log):  # purged (and perhaps rewritten) by another writer
+        known = len(self._log)
+        if known and head >= known:
+            fetched = self.store.revisions(self.session_id, after=known - 1)
+            if fetched and fetched[0].number == known and fetched[0].time == self._log[-1].time:
+                fetched = fetched[1:]
+            else:  # purged and rewritten elsewhere
+                self._log, self._state, self._used_ids = [], [], set()
+                fetched = self.store.revisions(self.session_id)
+        elif head != known:  # fewer revisions (purged), or a first read
             self._log, self._state, self._used_ids = [], [], set()
-        for revision in self.store.revisions(self.session_id, after=len(self._log)):
+            fetched = self.store.revisions(self.session_id) if head else []
+        else:
+            return
+        for revision in fetched:
             stamped = replace(revision, changes=tuple(_stamp(revision.changes, revision.number)))
             self._state = apply_changes(self._state, stamped.changes)
             self._used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))

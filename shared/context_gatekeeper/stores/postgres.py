@@ -1,0 +1,331 @@
+"""The PostgreSQL store: several processes and servers sharing one database (the ``postgres`` extra).
+
+Needs psycopg 3 and psycopg-pool (``pip install 'context-gatekeeper[postgres]'``);
+the core imports this module only when a PostgreSQL store is asked for.
+
+Same contract as the SQLite store (see :class:`~context_gatekeeper.stores.Store`):
+
+* every commit is one transaction that first takes a transaction-scoped advisory
+  lock for its session (``pg_advisory_xact_lock``), then reads the head, runs
+  :func:`~context_gatekeeper.stores.place_revision` and inserts the row: writers of
+  one session queue, writers of different sessions do not, readers never wait;
+* a failure, or a writer dying at any point, rolls the transaction back (the
+  server releases the lock when the connection goes), leaving the previous
+  revision intact;
+* schema changes are the add-only list :data:`MIGRATIONS`, recorded in
+  ``<prefix>schema_migrations``; ``setup()`` applies the missing ones under an
+  advisory lock, so processes starting together do not race.
+
+Why an advisory lock rather than ``SELECT ... FOR UPDATE`` on a per-session head
+row: it serialises the first commit of a session too (there is no row to lock
+yet; a head row would need an upsert, i.e. an extra written and vacuumed row per
+commit), it is released by the server on commit, rollback or disconnection,
+and there is no second table to keep in step with ``purge``.  The lock key is
+64 bits of SHA-256 over the table prefix and the session id; a collision only
+makes two sessions' writers take turns.  The primary key ``(session_key,
+number)`` stays as a backstop: two rows with one number can never both commit.
+
+Session ids are stored as text next to ``session_key`` (their SHA-256), which
+is what the primary key indexes, so ids of any length (B-tree entries are
+limited to about 2.7 KB) and any characters except NUL work.  Changes are
+stored as JSON *text*, not ``jsonb`` (which cannot hold ``\\u0000``), with the
+SQLite store's fallback for lone surrogates.  Table names are composed with
+:class:`psycopg.sql.Identifier` and every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+from ..errors import InvalidInputError, SchemaVersionError
+from ..revisions import Revision
+from .base import FaultHook, Store, place_revision
+from .sqlite import Migration, _changes_text, _revision, _session
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'context-gatekeeper[postgres]'"
+    ) from exc
+
+__all__ = ["PostgresStore", "MIGRATIONS"]
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "revisions",
+        (
+            """CREATE TABLE {revisions} (
+                session_key bytea            NOT NULL,
+                session_id  text             NOT NULL,
+                number      integer          NOT NULL CHECK (number >= 1),
+                parent      integer          NOT NULL,
+                kind        text             NOT NULL,
+                instruction text,
+                model       text,
+                created_at  double precision NOT NULL,
+                base        integer,
+                target      integer,
+                changes     text             NOT NULL,
+                PRIMARY KEY (session_key, number)
+            )""",
+        ),
+    ),
+)
+"""Add new migrations at the end; never change or remove a released one.  ``{revisions}``
+and ``{migrations}`` stand for the prefixed table names (composed as identifiers)."""
+
+_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
+_COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, changes"
+_TEMPLATES = {
+    "create_migrations": """CREATE TABLE IF NOT EXISTS {migrations} (
+        version    integer PRIMARY KEY,
+        name       text NOT NULL,
+        applied_at double precision NOT NULL
+    )""",
+    "applied": "SELECT version, name FROM {migrations} ORDER BY version",
+    "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
+    "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
+    "load": f"SELECT {_COLUMNS} FROM {{revisions}} WHERE session_key = %s AND session_id = %s AND number > %s ORDER BY number",
+    "insert": f"INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s",
+    "sessions": "SELECT DISTINCT session_id FROM {revisions}",
+}
+_LOCK = sql.SQL("SELECT pg_advisory_xact_lock(%s)")
+
+
+class PostgresStore(Store):
+    """Revision logs in PostgreSQL tables named ``<table_prefix>revisions`` and
+    ``<table_prefix>schema_migrations``.
+
+    Args:
+        dsn_or_pool: a libpq connection string or ``postgresql://`` URL (the store
+            opens and owns a :class:`psycopg_pool.ConnectionPool`), or a pool of
+            your own (the store uses it and never closes it; its connections may be
+            in autocommit mode or not).
+        table_prefix: prepended to the table names, so several stores (or test
+            runs) can share a database: letters, digits and ``_``, at most 40.
+        min_size, max_size: the owned pool's size.
+        fault_hook: called with "begin", "written" and "before_commit" inside each
+            commit's transaction (tests use it to fail or kill a writer there).
+        setup: apply missing migrations now (default); pass False to defer to an
+            explicit ``setup()``.
+        connect_timeout: seconds to wait for the first connection of an owned pool.
+
+    Threads share the pool (each call checks out its own connection).  The async
+    twins run the sync methods in worker threads (:class:`Store`'s defaults), so
+    they never block the event loop and the fault hook behaves the same.
+    The database must use the UTF8 encoding.  ``purge`` deletes the session's rows
+    in one transaction; the server reclaims their space at its next ``VACUUM``.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | ConnectionPool,
+        *,
+        table_prefix: str = "cg_",
+        min_size: int = 1,
+        max_size: int = 10,
+        fault_hook: FaultHook | None = None,
+        setup: bool = True,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(table_prefix, str) or not _PREFIX.match(table_prefix):
+            raise InvalidInputError(
+                f"table_prefix must be letters, digits and '_' (not starting with a digit), at most 40, "
+                f"got {table_prefix!r}"
+            )
+        self.table_prefix = table_prefix
+        self.fault_hook = fault_hook
+        names = {
+            "revisions": sql.Identifier(f"{table_prefix}revisions"),
+            "migrations": sql.Identifier(f"{table_prefix}schema_migrations"),
+        }
+        self._names = names
+        self._sql = {key: sql.SQL(template).format(**names) for key, template in _TEMPLATES.items()}
+        if isinstance(dsn_or_pool, ConnectionPool):
+            self._pool, self._owns_pool = dsn_or_pool, False
+        elif isinstance(dsn_or_pool, str):
+            self._pool, self._owns_pool = _open_pool(dsn_or_pool, min_size, max_size, connect_timeout), True
+        else:
+            raise TypeError(f"PostgresStore takes a connection string or a ConnectionPool, got {type(dsn_or_pool).__name__}")
+        self._closed = False
+        if setup:
+            try:
+                self.setup()
+            except BaseException:
+                self.close()
+                raise
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({_redacted(self._pool.conninfo)!r}, table_prefix={self.table_prefix!r})"
+
+    # -- plumbing -----------------------------------------------------------------------
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for the block (its transaction, if any, committed at the end)."""
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed; open a new PostgresStore")
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self, lock_key: int) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Pipeline | None]]:
+        """One transaction holding the advisory lock ``lock_key``: committed if the block
+        returns, else rolled back.
+
+        In pipeline mode, so ``BEGIN``, the lock and the next query travel together,
+        and the last statement together with ``COMMIT``: the lock is held for two
+        round trips, not five, which matters when many writers queue for it.
+        """
+        with self._connection() as conn, _pipeline(conn) as pipeline, conn.transaction():
+            conn.execute(_LOCK, (lock_key,))
+            yield conn, pipeline
+
+    def _key(self, session_id: Any) -> tuple[bytes, str]:
+        """``(session_key, session_id)`` after checking the id can be stored."""
+        session_id = _session(session_id)
+        try:
+            encoded = session_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError("a PostgreSQL session id must be valid Unicode (no lone surrogates)") from None
+        if b"\x00" in encoded:
+            raise InvalidInputError("a PostgreSQL session id cannot contain NUL characters")
+        return hashlib.sha256(encoded).digest(), session_id
+
+    def _lock_key(self, name: str, key: bytes = b"") -> int:
+        digest = hashlib.sha256(f"{self.table_prefix}\x00{name}\x00".encode() + key).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    def _head(self, conn: psycopg.Connection[Any], key: tuple[bytes, str]) -> int:
+        return conn.execute(self._sql["head"], key).fetchone()[0]
+
+    def _load(self, conn: psycopg.Connection[Any], key: tuple[bytes, str], after: int) -> list[Revision]:
+        return [_revision(row) for row in conn.execute(self._sql["load"], (*key, after))]
+
+    # -- Store --------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Create the schema or bring it up to date (idempotent, one transaction)."""
+        with self._connection() as conn, conn.transaction():
+            encoding = conn.execute("SELECT current_setting('server_encoding')").fetchone()[0]
+            if encoding.upper() not in ("UTF8", "UTF-8"):
+                raise InvalidInputError(f"PostgresStore needs a UTF8 database; this one is {encoding}")
+            conn.execute(_LOCK, (self._lock_key("setup"),))
+            conn.execute(self._sql["create_migrations"])
+            applied = {row[0] for row in conn.execute(self._sql["applied"])}
+            _refuse_newer(applied)
+            for migration in MIGRATIONS:
+                if migration.version not in applied:
+                    for statement in migration.statements:
+                        conn.execute(sql.SQL(statement).format(**self._names))
+                    conn.execute(self._sql["record"], (migration.version, migration.name, time.time()))
+
+    def applied_migrations(self) -> list[tuple[int, str]]:
+        """``(version, name)`` of every migration these tables have had, in order."""
+        with self._connection() as conn:
+            return [(row[0], row[1]) for row in conn.execute(self._sql["applied"])]
+
+    def head(self, session_id: str) -> int:
+        """The latest revision number of a session (0 when it has none)."""
+        key = self._key(session_id)
+        with self._connection() as conn:
+            return self._head(conn, key)
+
+    def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        """The revisions numbered above ``after``, in order."""
+        key = self._key(session_id)
+        with self._connection() as conn:
+            return self._load(conn, key, after)
+
+    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
+        """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
+        key = self._key(session_id)
+        with self._write(self._lock_key("session", key[0])) as (conn, pipeline):
+            head = self._head(conn, key)  # waits for the lock
+            self._fault("begin")
+            valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
+            stale = valid and 0 <= expected_head < head  # type: ignore[operator]
+            later = self._load(conn, key, expected_head) if stale else []  # type: ignore[arg-type]
+            stored = place_revision(key[1], revision, head, expected_head, later)
+            conn.execute(self._sql["insert"], _row(key, stored))
+            if self.fault_hook is not None and pipeline is not None:
+                pipeline.sync()  # the row reaches the server before the hook runs
+            self._fault("written")
+            self._fault("before_commit")
+        return stored
+
+    def purge(self, session_id: str) -> None:
+        """Erase a session entirely, in one transaction (queued behind its writers)."""
+        key = self._key(session_id)
+        with self._write(self._lock_key("session", key[0])) as (conn, _):
+            conn.execute(self._sql["purge"], key)
+
+    def sessions(self) -> list[str]:
+        """Ids of the sessions that have at least one revision, sorted by code point."""
+        with self._connection() as conn:
+            return sorted(row[0] for row in conn.execute(self._sql["sessions"]))
+
+    def close(self) -> None:
+        """Close the pool if this store opened it (idempotent); the store may not be used afterwards."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_pool:
+                self._pool.close()
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _open_pool(dsn: str, min_size: int, max_size: int, timeout: float) -> ConnectionPool:
+    """An open pool of autocommit connections (writes open explicit transactions).
+
+    One direct connection first, so a wrong DSN or password fails at once with the
+    server's own reason instead of a pool timeout.
+    """
+    with psycopg.connect(dsn, connect_timeout=max(1, round(timeout))):
+        pass
+    pool: ConnectionPool = ConnectionPool(
+        dsn, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=False, name="context-gatekeeper"
+    )
+    try:
+        pool.open(wait=True, timeout=timeout)
+    except BaseException:
+        pool.close()
+        raise
+    return pool
+
+
+def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[psycopg.Pipeline | None]:
+    """Pipeline mode where libpq supports it (14+), else plain statements (same results)."""
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+
+
+def _redacted(conninfo: str) -> str:
+    """The connection string without its password."""
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "<unparsable connection string>"
+    if "password" in parts:
+        parts["password"] = "***"
+    return make_conninfo(**{k: v for k, v in parts.items() if v is not None})
+
+
+def _refuse_newer(applied: set[int]) -> None:
+    unknown = sorted(applied - {m.version for m in MIGRATIONS})
+    if unknown:
+        raise SchemaVersionError(
+            f"these tables have schema migration(s) {unknown}, which this version of context-gatekeeper "
+            "does not know; upgrade context-gatekeeper to use them"
+        )
+
+
+def _row(key: tuple[bytes, str], r: Revision) -> Sequence[Any]:
+    return (*key, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, _changes_text(r))

@@ -1,0 +1,77 @@
+"""Access to the test PostgreSQL server (``CG_TEST_POSTGRES_DSN``), for the PostgreSQL tests.
+
+Start one with ``eval "$(.ci/postgres.sh start)"``.  Without it the PostgreSQL tests
+are skipped with a loud reason, except under CI (``CI=true``), where they fail:
+CI must never pass without having run them.
+
+Every test run gets its own table prefix (``RUN_PREFIX``), and every storage a
+further suffix, so runs and tests never see each other's tables; :func:`drop_tables`
+removes them afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+ENV = "CG_TEST_POSTGRES_DSN"
+RUN_PREFIX = f"t{secrets.token_hex(4)}_"
+"""Unique to this test run (processes spawned by it get their prefixes from the parent)."""
+_prefixes: dict[str, str] = {}
+
+
+def postgres_dsn() -> str:
+    """The test server's DSN; skips the calling test without one (fails it under ``CI=true``)."""
+    dsn = os.environ.get(ENV, "")
+    problem = None
+    if not dsn:
+        problem = f'{ENV} is not set: start a server with  eval "$(.ci/postgres.sh start)"'
+    else:
+        try:
+            __import__("psycopg")
+            __import__("psycopg_pool")
+        except ImportError:
+            problem = "psycopg is not installed: pip install -e '.[postgres]'"
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"PostgreSQL tests cannot run under CI=true: {problem}", pytrace=False)
+        pytest.skip(f"PostgreSQL tests NOT RUN: {problem}")
+    return dsn
+
+
+def prefix_for(where: Path | str) -> str:
+    """One table prefix per storage location (a test's ``tmp_path``), unique to this run."""
+    key = str(where)
+    if key not in _prefixes:
+        _prefixes[key] = f"{RUN_PREFIX}{len(_prefixes)}_"
+    return _prefixes[key]
+
+
+def drop_tables(dsn: str, prefix: str) -> None:
+    """Drop every table whose name starts with ``prefix`` (identifiers composed safely)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        names = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, %s)",
+                (prefix,),
+            )
+        ]
+        for name in names:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def drop_run_tables() -> None:
+    """Drop this run's tables, if a server is configured (for module teardown)."""
+    dsn = os.environ.get(ENV)
+    if dsn:
+        try:
+            drop_tables(dsn, RUN_PREFIX)
+        except ImportError:
+            pass

@@ -1,0 +1,319 @@
+"""PostgresStore runs the conformance suite on a real server, through a DSN and through a pool
+of the caller's; then what is specific to PostgreSQL: migrations, reopening, identifiers, locks."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from context_gatekeeper import Transcript
+from context_gatekeeper.errors import InvalidInputError, SchemaVersionError
+from context_gatekeeper.stores import Store
+from pg_support import drop_run_tables, postgres_dsn, prefix_for
+from store_conformance import StoreConformance, edit, fill, snapshot, turn
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_tables_afterwards() -> Iterator[None]:
+    yield
+    drop_run_tables()
+
+
+@pytest.fixture(autouse=True)
+def _server() -> None:
+    """Every test here needs the server: skipped without one (failed under CI=true)."""
+    postgres_dsn()
+
+
+def open_pg(where: Path | str, **options) -> Store:
+    from context_gatekeeper.stores import PostgresStore
+
+    return PostgresStore(postgres_dsn(), table_prefix=prefix_for(where), **options)
+
+
+class TestPostgresStore(StoreConformance):
+    def make(self, where: Path) -> Store:
+        return open_pg(where)
+
+
+class TestPostgresStoreOnACallersPool(StoreConformance):
+    """The caller's pool, with psycopg's default (non-autocommit) connections; never closed by the store."""
+
+    pools: list = []
+
+    @pytest.fixture(autouse=True)
+    def _close_pools(self) -> Iterator[None]:
+        yield
+        while self.pools:
+            pool = self.pools.pop()
+            assert not pool.closed, "the store closed a pool it does not own"
+            pool.close()
+
+    def make(self, where: Path) -> Store:
+        from psycopg_pool import ConnectionPool
+
+        from context_gatekeeper.stores import PostgresStore
+
+        pool = ConnectionPool(postgres_dsn(), min_size=1, max_size=8, open=True)
+        self.pools.append(pool)
+        return PostgresStore(pool, table_prefix=prefix_for(where))
+
+
+# -- PostgreSQL only -------------------------------------------------------------------------
+
+
+def everything(store: Store) -> dict[str, tuple[int, list]]:
+    return {session: snapshot(store, session) for session in store.sessions()}
+
+
+def raw():
+    import psycopg
+
+    return psycopg.connect(postgres_dsn(), autocommit=True)
+
+
+def test_migrations_are_recorded_once_in_a_table(tmp_path: Path) -> None:
+    import psycopg
+    from psycopg import sql
+
+    from context_gatekeeper.stores.postgres import MIGRATIONS
+
+    store = open_pg(tmp_path, setup=False)
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        store.head("s")  # nothing created yet
+    store.setup()
+    assert store.applied_migrations() == [(m.version, m.name) for m in MIGRATIONS]
+    table = sql.Identifier(f"{prefix_for(tmp_path)}schema_migrations")
+    with raw() as conn:
+        rows = conn.execute(sql.SQL("SELECT * FROM {}").format(table)).fetchall()
+        store.setup()
+        open_pg(tmp_path).close()
+        assert conn.execute(sql.SQL("SELECT * FROM {}").format(table)).fetchall() == rows
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (999, 'from the future', 0)").format(table))
+    store.close()
+    with pytest.raises(SchemaVersionError, match="upgrade"):
+        open_pg(tmp_path)
+
+
+def test_setup_from_many_threads_at_once_on_new_tables(tmp_path: Path) -> None:
+    stores, errors = [], []
+    start = threading.Barrier(6)
+
+    def opener() -> None:
+        try:
+            start.wait()
+            stores.append(open_pg(tmp_path, min_size=1, max_size=1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert stores[0].applied_migrations() == stores[-1].applied_migrations() != []
+    for store in stores:
+        store.close()
+
+
+def test_reopening_restores_state_and_history_exactly(tmp_path: Path) -> None:
+    store = open_pg(tmp_path)
+    first, _ = fill(store, "a", 2)
+    fill(store, "b 🚀", 3)
+    store.commit("a", turn(3), expected_head=None)
+    store.commit("a", edit(first.added[1], "rewritten — ✓"), expected_head=2)  # rebased
+    before = everything(store)
+    store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        store.head("a")
+    again = open_pg(tmp_path)
+    assert everything(again) == before
+    assert again.revisions("a")[-1].base == 2
+    assert again.commit("a", turn(9), expected_head=None).number == 5
+    again.close()
+
+
+HOSTILE = [
+    "it's",
+    'x"; DROP TABLE cg_revisions; --',
+    "a;b;c; SELECT pg_sleep(10); --",
+    "$$ $tag$ \\x00 %s %(x)s {0} ?",
+    "ünïcødé 会话 🚀 \u202etxet-lbd\u202c",
+    "".join(chr(random.Random(7).randrange(0x20, 0xD7FF)) for _ in range(10_000)),  # 10 KB, incompressible
+    "y" * 10_240,
+]
+
+
+def test_hostile_session_ids_round_trip_and_harm_nothing(tmp_path: Path) -> None:
+    store = open_pg(tmp_path)
+    fill(store, "neighbour", 1)
+    stored = {session: fill(store, session, 2) for session in HOSTILE}
+    store.close()
+    again = open_pg(tmp_path)
+    assert sorted(again.sessions()) == sorted([*HOSTILE, "neighbour"])
+    for session in HOSTILE:
+        assert again.revisions(session) == stored[session]
+        assert again.head(session) == 2
+    again.purge(HOSTILE[1])
+    assert again.head(HOSTILE[1]) == 0 and again.head("neighbour") == 1
+    again.close()
+
+
+@pytest.mark.parametrize("session", ["nul\x00inside", "lone \ud800 surrogate"])
+def test_unstorable_session_ids_are_refused_clearly(tmp_path: Path, session: str) -> None:
+    store = open_pg(tmp_path)
+    with pytest.raises(InvalidInputError, match="session id"):
+        store.commit(session, turn(1), expected_head=None)
+    with pytest.raises(InvalidInputError):
+        store.head(session)
+    with pytest.raises(TypeError, match="session_id"):
+        store.head(42)  # type: ignore[arg-type]
+    store.close()
+
+
+@pytest.mark.parametrize("prefix", ['x"; DROP TABLE y; --', "1abc", "a" * 41, "", "sp ace", "ü_", None])
+def test_a_hostile_table_prefix_is_refused(prefix) -> None:
+    from context_gatekeeper.stores import PostgresStore
+
+    with pytest.raises(InvalidInputError, match="table_prefix"):
+        PostgresStore(postgres_dsn(), table_prefix=prefix)
+
+
+def test_a_mixed_case_prefix_names_the_tables_exactly(tmp_path: Path) -> None:
+    prefix = prefix_for(tmp_path).upper()
+    from context_gatekeeper.stores import PostgresStore
+
+    store = PostgresStore(postgres_dsn(), table_prefix=prefix)
+    fill(store, "s", 1)
+    with raw() as conn:
+        names = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE starts_with(tablename, %s)", (prefix,))}
+    assert names == {f"{prefix}revisions", f"{prefix}schema_migrations"}
+    store.close()
+    from pg_support import drop_tables
+
+    drop_tables(postgres_dsn(), prefix)
+
+
+def test_a_dsn_and_a_pool_are_both_accepted_and_see_each_other(tmp_path: Path) -> None:
+    from psycopg_pool import ConnectionPool
+
+    from context_gatekeeper.stores import PostgresStore
+
+    with ConnectionPool(postgres_dsn(), min_size=1, max_size=2, kwargs={"autocommit": True}) as pool:
+        on_pool = PostgresStore(pool, table_prefix=prefix_for(tmp_path))
+        on_dsn = open_pg(tmp_path)
+        on_pool.commit("s", turn(1), expected_head=None)
+        on_dsn.commit("s", turn(2), expected_head=None)
+        assert on_pool.revisions("s") == on_dsn.revisions("s") and on_pool.head("s") == 2
+        on_pool.close()
+        assert not pool.closed  # the caller's pool stays the caller's
+        on_dsn.close()
+    with pytest.raises(TypeError, match="connection string or a ConnectionPool"):
+        PostgresStore(42)  # type: ignore[arg-type]
+
+
+def test_repr_hides_the_password(tmp_path: Path) -> None:
+    store = open_pg(tmp_path)
+    password = __import__("psycopg").conninfo.conninfo_to_dict(postgres_dsn()).get("password")
+    assert "PostgresStore(" in repr(store)
+    if password:
+        assert password not in repr(store)
+    store.close()
+
+
+def test_a_wrong_password_fails_fast_with_the_servers_reason(tmp_path: Path) -> None:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from context_gatekeeper.stores import PostgresStore
+
+    parts = conninfo_to_dict(postgres_dsn())
+    parts["password"] = "certainly-wrong"
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        PostgresStore(make_conninfo(**parts), table_prefix=prefix_for(tmp_path), connect_timeout=2)
+    assert time.monotonic() - started < 15
+
+
+def test_a_commit_holds_its_sessions_lock_and_only_that(tmp_path: Path) -> None:
+    mine, theirs = open_pg(tmp_path), open_pg(tmp_path)
+    results: dict[str, int] = {}
+
+    def other(session: str) -> None:
+        results[session] = theirs.commit(session, turn(1, "x"), expected_head=None).number
+
+    def meanwhile(point: str) -> None:
+        if point != "begin":
+            return
+        free = threading.Thread(target=other, args=("elsewhere",))
+        free.start()
+        free.join(5)
+        assert results.get("elsewhere") == 1  # another session's writer is not held up
+        blocked = threading.Thread(target=other, args=("s",))
+        blocked.start()
+        blocked.join(0.3)
+        assert blocked.is_alive() and "s" not in results  # the same session's writer waits
+        meanwhile.thread = blocked
+
+    mine.fault_hook = meanwhile
+    assert mine.commit("s", turn(1), expected_head=None).number == 1
+    mine.fault_hook = None
+    meanwhile.thread.join(5)
+    assert results["s"] == 2
+    mine.close()
+    theirs.close()
+
+
+def test_async_twins_share_a_small_pool_without_blocking(tmp_path: Path) -> None:
+    store = open_pg(tmp_path, max_size=2)
+
+    async def main() -> list[int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        clock = asyncio.create_task(ticker())
+        stored = await asyncio.gather(*(store.acommit("s", turn(n), expected_head=None) for n in range(20)))
+        heads = await asyncio.gather(*(store.ahead("s") for _ in range(10)))
+        clock.cancel()
+        assert ticks > 1 and set(heads) == {20}
+        return sorted(r.number for r in stored)
+
+    assert asyncio.run(main()) == list(range(1, 21))
+    store.close()
+
+
+def test_transcripts_and_adapters_open_a_postgresql_url() -> None:
+    """``store="postgresql://..."`` (default prefix ``cg_``) in the core and both adapters."""
+    dsn = postgres_dsn()
+    url = dsn if dsn.startswith(("postgresql://", "postgres://")) else None
+    if url is None:
+        pytest.skip("CG_TEST_POSTGRES_DSN is not a URL")
+    session = f"url-test-{prefix_for('url')}"
+    t = Transcript(session, store=url)
+    try:
+        t.append(user="hello", assistant="hi")
+        assert type(t.store).__name__ == "PostgresStore" and t.store.table_prefix == "cg_"
+        short = url.replace("postgresql://", "postgres://", 1)
+        assert [m.content for m in Transcript(session, store=short).messages] == ["hello", "hi"]
+        lc = pytest.importorskip("langchain_gatekeeper")
+        history = lc.GatekeeperChatMessageHistory(session, store=url)
+        assert [m.content for m in history.messages] == ["hello", "hi"]
+        history.store.close()
+        li = pytest.importorskip("llamaindex_gatekeeper")
+        memory = li.GatekeeperMemory.from_defaults(store=url, session_id=session)
+        assert [m.content for m in memory.get_all()] == ["hello", "hi"]
+        memory.store.close()
+    finally:
+        t.purge()
+        t.store.close()
