@@ -163,6 +163,10 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         scores, tokens)."""
         return self.gate.explain(query)
 
+    def close(self) -> None:
+        """Close the store if this history opened it (from a path or URL)."""
+        self.transcript.close()
+
     # -- editing and versions (the core's VersionedTranscriptMixin) ----------------------
     @property
     def _versioned_transcript(self) -> Transcript:  # type: ignore[override]

@@ -219,13 +219,27 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
             if query is None or not query.strip():
                 earlier = self._recent(system, turns[:-1] if current else turns, budget)
             else:
-                earlier = self._gated(query, budget)
-            tail_ids = {m.id for m in tail}
-            return [m for m in earlier if m.id not in tail_ids] + tail
+                earlier = self._gated(query, budget, current, self._cost(tail))
+            return earlier + tail
 
-    def _gated(self, query: str, budget: int) -> list[Message]:
-        """Leading system messages and the selected earlier turns, within ``budget``."""
-        return self._gate.select_messages(query, include_open=False, token_budget=budget)
+    def close(self) -> None:
+        """Close the store if this memory opened it (from a path or URL)."""
+        self._transcript.close()
+
+    def _gated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
+        """Leading system messages and the selected earlier turns, within ``budget``.
+
+        An answered current turn is indexed like any other: the gate may select it (it
+        matches its own question), paying for it from the budget, so its cost is handed
+        back first; the caller returns it once, at the end.
+        """
+        if current is None or current.is_open:
+            return self._gate.select_messages(query, include_open=False, token_budget=budget)
+        ids = {m.id for m in current.messages}
+        selected = self._gate.select_messages(query, include_open=False, token_budget=budget + current_cost)
+        if not ids & {m.id for m in selected}:  # not picked: the others must fit without it
+            selected = self._gate.select_messages(query, include_open=False, token_budget=budget)
+        return [m for m in selected if m.id not in ids]
 
     def _recent(self, system: list[Message], turns: list[MessageTurn], budget: int) -> list[Message]:
         """No text to gate on: the system messages and the latest whole turns that fit."""

@@ -240,3 +240,12 @@ def test_a_per_call_budget_overrides_the_default_for_that_call_only() -> None:
     assert gk.token_budget == 1000 and gk.explain("Kafka consumer lag partitions") == wide
     with pytest.raises(BudgetError):
         gk.explain("Kafka", token_budget="10")  # type: ignore[arg-type]
+
+
+def test_excluded_turns_are_not_selected_and_leave_their_budget_to_others() -> None:
+    gk = make(token_budget=1000)
+    gk.add_turn("Redis lock TTL sizing?", "Longer than the job.")
+    gk.add_turn("Redis lock renewal?", "A watchdog.")
+    selection = gk.explain("Redis lock renewal?", exclude=[2], token_budget=gk.turn_cost(1))
+    assert selection.turn_ids == (1,)
+    assert 2 not in {s.turn_id for s in selection.scores}

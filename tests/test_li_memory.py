@@ -460,3 +460,18 @@ def test_a_llamaindex_llm_edits_through_the_models_resolver():
     memory.edit("and the answer", llm=other)
     assert contents(memory.get_all()) == ["We went to Iceland.", "Noted: Iceland."]
     assert "Ireland" in other.prompts[-1]
+
+
+def test_get_without_input_does_not_spend_the_budget_twice_on_the_current_turn() -> None:
+    from llama_index.core.llms import ChatMessage
+
+    from llamaindex_gatekeeper import GatekeeperMemory
+
+    memory = GatekeeperMemory.from_defaults(token_limit=80, token_counter=len, message_overhead=0)
+    memory.put_messages([ChatMessage(role="user", content="Redis lock TTL sizing?"),
+                         ChatMessage(role="assistant", content="Longer than the job.")])
+    memory.put_messages([ChatMessage(role="user", content="Redis lock renewal?"),
+                         ChatMessage(role="assistant", content="Watchdog.")])
+    assert [m.content for m in memory.get()] == [
+        "Redis lock TTL sizing?", "Longer than the job.", "Redis lock renewal?", "Watchdog.",
+    ]

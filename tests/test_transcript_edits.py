@@ -186,3 +186,36 @@ def test_async_edit() -> None:
         assert (await t.aget_messages())[1].content == "28 billion."
 
     asyncio.run(main())
+
+
+def test_the_gate_never_serves_purged_text_even_when_the_head_number_comes_back() -> None:
+    t = Transcript("purge-gate")
+    gate = TranscriptGate(t, token_budget=2000)
+    t.append(user="My account number is 4242, plan my Redis lock TTL", assistant="Longer than the job.")
+    assert gate.select_messages("Redis lock TTL again?")
+    t.purge()
+    t.append(user="Espresso grind size?", assistant="Fine.")
+    assert t.head == 1
+    assert not any("4242" in m.content for m in gate.select_messages("Redis lock TTL again?"))
+
+
+def test_the_gate_follows_a_reorder() -> None:
+    t = Transcript("reorder")
+    gate = TranscriptGate(t, token_budget=2000)
+    t.append(user="Redis lock TTL?", assistant="Longer than the job.")
+    t.append(user="Redis lock watchdog?", assistant="Renew every TTL/3.")
+    gate.sync()
+    m = list(t.messages)
+    t.set(m[2:] + m[:2])
+    assert [x.content for x in gate.select_messages("Redis lock")] == [x.content for x in t.messages]
+
+
+def test_a_transcript_closes_only_the_store_it_opened(tmp_path) -> None:
+    path = tmp_path / "owned.db"
+    with Transcript("s", store=path) as owned:
+        owned.append(user="q", assistant="a")
+    with pytest.raises(Exception):
+        owned.store.head("s")  # closed
+    shared = SQLiteStore(tmp_path / "shared.db")
+    Transcript("s", store=shared).close()
+    assert shared.head("s") == 0  # still open: the caller owns it

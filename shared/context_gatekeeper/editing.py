@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from .edit_checks import build_changes, check_structure, deleted_share
 from .edit_format import STRATEGIES, EditView, build_prompt, output_schema, retry_prompt
@@ -118,7 +118,7 @@ def _as_text(reply: Reply) -> str:
     return reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
 
 
-_Ask = tuple[ChatMessages, "Mapping[str, Any] | None"]
+_Ask = tuple[ChatMessages, Optional[Mapping[str, Any]]]
 
 
 def _session(

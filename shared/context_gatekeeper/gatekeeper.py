@@ -49,6 +49,7 @@ __all__ = ["ContextGatekeeper"]
 logger = logging.getLogger(__name__)
 
 OnOverflow = Literal["raise", "keep_pinned"]
+_EXCLUDED = "excluded"
 _PARAM_NAMES = frozenset(f.name for f in fields(SelectionParams))
 
 
@@ -238,20 +239,21 @@ class ContextGatekeeper:
             return self._history.costs[turn_id]
 
     # -- selection ----------------------------------------------------------------------
-    def select(self, query: str, *, token_budget: int | None = None) -> list[dict[str, object]]:
+    def select(
+        self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
+    ) -> list[dict[str, object]]:
         """The kept earlier turns as ``[{"user", "assistant", "turn_id"}, ...]`` in position order."""
-        selection = self.explain(query, token_budget=token_budget)
         with self._lock:
-            turns = self._history.turns
-            return [turns[t].as_dict() for t in selection.turn_ids if t in turns]
+            selection = self.explain(query, token_budget=token_budget, exclude=exclude)
+            return [self._history.turns[t].as_dict() for t in selection.turn_ids]
 
-    def build_prompt(self, query: str, *, token_budget: int | None = None) -> str:
+    def build_prompt(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> str:
         """Pinned content, the kept turns and the query as one plain-text prompt."""
-        selection = self.explain(query, token_budget=token_budget)
-        parts = [] if selection.system_prompt is None else [selection.system_prompt]
-        if selection.summary is not None:
-            parts.append("Summary of the earlier conversation:\n" + selection.summary)
         with self._lock:
+            selection = self.explain(query, token_budget=token_budget, exclude=exclude)
+            parts = [] if selection.system_prompt is None else [selection.system_prompt]
+            if selection.summary is not None:
+                parts.append("Summary of the earlier conversation:\n" + selection.summary)
             for turn_id in selection.turn_ids:
                 turn = self._history.turns[turn_id]
                 lines = [f"User: {turn.user}"] + [f"Tool: {t}" for t in turn.tool_texts]
@@ -261,12 +263,13 @@ class ContextGatekeeper:
         parts.append(f"User: {selection.query}")
         return "\n\n".join(parts)
 
-    def explain(self, query: str, *, token_budget: int | None = None) -> Selection:
+    def explain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Selection:
         """Select for ``query`` and say why; has no side effects.
 
         ``token_budget`` overrides the budget for this call only (an adapter that
         knows the size of the query and the open turn passes what is left); below
-        the pinned content's cost, ``on_overflow`` applies.
+        the pinned content's cost, ``on_overflow`` applies.  ``exclude`` names turns
+        this call must not select (an adapter sends them itself, e.g. the current turn).
         """
         query = require_text(query, "query")
         if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)):
@@ -275,14 +278,18 @@ class ContextGatekeeper:
         head = query[: self.params.max_query_chars]
         anchors, cues = extract(head, query=True), find_cues(normalise(head))
         with self._lock:
-            return self._explain(query, anchors.counts, cues, budget_total)
+            return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude))
 
-    def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int) -> Selection:
+    def _explain(
+        self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int, exclude: frozenset[int]
+    ) -> Selection:
         p, history = self.params, self._history
         index, labels = history.index, history.labels
         # 1-2. weights, candidates, and the gate
         weights = anchor_weights(query_anchors, index.df, len(history), p)
         candidates, segment_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
+        for turn_id in exclude:
+            candidates.pop(turn_id, None)
         total_weight = sum(weights.values())
         active = labels[-1] if labels else None
         earlier = max(
@@ -301,12 +308,13 @@ class ContextGatekeeper:
 
         # 3. pinned content first, then coverage, follow-up, fill and neighbours
         fixed = sum(self._fixed_costs.values())
-        pinned = [t for t in history.order if t in self._pinned]
+        pinned = [t for t in history.order if t in self._pinned and t not in exclude]
         budget = budget_total - fixed - sum(history.costs[t] for t in pinned)
         reasons: dict[int, str] = dict.fromkeys(pinned, "pinned")
+        reasons.update(dict.fromkeys(exclude, _EXCLUDED))  # blocks every later step
         pool = heapq.nlargest(
             p.top_m,
-            (c for c in candidates.values() if c.turn_id not in self._pinned),
+            (c for c in candidates.values() if c.turn_id not in reasons),
             key=lambda c: (c.total, c.position),
         )
         coverable = {a for c in candidates.values() for a in c.covered}
@@ -328,6 +336,8 @@ class ContextGatekeeper:
             budget = keep_fill(pool, weights, history, p, reasons, budget)
             budget = keep_neighbours(pool, candidates, history, p, reasons, budget)
 
+        for turn_id in exclude:
+            reasons.pop(turn_id, None)
         kept = tuple(t for t in history.order if t in reasons)
         kept_anchors = {a for t in kept for a in index.turns[t].anchors}
         covered_weight = sum(weights[a] for a in coverable if a in kept_anchors)

@@ -152,7 +152,7 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> Any | None:
     except ImportError:  # a broken install: fall back to the estimate rather than fail
         return None
     spec = _OFFLINE_SPECS.get(name)
-    if spec is None:  # not one we can build ourselves: only tiktoken's own cache will do
+    if spec is None:  # not one we know the published hash and pattern of
         return None
     cache_key = hashlib.sha1(_PUBLIC_URL.format(name=name).encode()).hexdigest()
     dirs = _tiktoken_cache_dirs()

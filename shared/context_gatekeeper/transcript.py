@@ -104,8 +104,9 @@ class Transcript(AsyncTranscriptMixin):
 
     Args:
         session_id: which conversation of the store this is.
-        store: an :class:`~context_gatekeeper.stores.Store`, a SQLite file path, or
-            ``None`` for an in-memory store.
+        store: an :class:`~context_gatekeeper.stores.Store`, a SQLite file path, a
+            ``postgresql://`` URL, or ``None`` for an in-memory store.  A store opened
+            here from a path or URL is closed by :meth:`close`.
         model: the default editing model (see :mod:`models`); ``edit(model=...)`` overrides it.
         strategy: the default edit strategy: ``"patch"`` (the model returns operations on
             ids; untouched messages stay byte-for-byte identical) or ``"rewrite"`` (it
@@ -133,6 +134,7 @@ class Transcript(AsyncTranscriptMixin):
             raise ValueError(f"max_deletion_share must be within 0..1, got {max_deletion_share!r}")
         self.session_id = session_id
         self.store = _open_store(store)
+        self._owns_store = self.store is not store
         self.model = model
         self.strategy: Strategy = strategy
         self.max_deletion_share = max_deletion_share
@@ -151,6 +153,25 @@ class Transcript(AsyncTranscriptMixin):
         with self._lock:
             self._refresh()
             return tuple(self._state)
+
+    @property
+    def version(self) -> tuple[int, float]:
+        """``(head, time of the head revision)``: changes whenever the state may have changed,
+        including a purge followed by as many new revisions (cheap; for caches)."""
+        with self._lock:
+            self._refresh()
+            return len(self._log), (self._log[-1].time if self._log else 0.0)
+
+    def close(self) -> None:
+        """Close the store if this transcript opened it (from a path or URL)."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> "Transcript":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def head(self) -> int:

@@ -11,7 +11,7 @@ revision touched are re-indexed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,18 +96,22 @@ class TranscriptGate:
         self._turns: list[MessageTurn] = []
         self._system: list[Message] = []
         self._open: MessageTurn | None = None
-        self._head = -1
+        self._version: tuple[int, float] | None = None
 
     def sync(self) -> None:
         """Bring the gatekeeper in step with the transcript's current state (cheap when nothing changed)."""
         with self._lock:
-            head = self.transcript.head
-            if head == self._head:
+            version = self.transcript.version
+            if version == self._version:
                 return
             system, turns = group_turns(self.transcript.messages)
             self._open = turns.pop() if turns and turns[-1].is_open else None
             gk = self.gatekeeper
             keys = {t.key for t in turns}
+            if self._moved(turns):  # a set() or revert reordered kept turns: rebuild
+                gk.clear()
+                self._ids.clear()
+                self._texts.clear()
             for key in [k for k in self._ids if k not in keys]:
                 gk.remove_turn(self._ids.pop(key))
                 del self._texts[key]
@@ -125,21 +129,36 @@ class TranscriptGate:
             system_text = "\n".join(m.content for m in system) or None
             if system_text != gk.system_prompt:
                 gk.system_prompt = system_text
-            self._system, self._turns, self._head = system, turns, head
+            self._system, self._turns, self._version = system, turns, version
 
-    def explain(self, query: str, *, token_budget: int | None = None) -> Selection:
-        """The gatekeeper's selection for ``query`` over the current state
-        (``token_budget`` overrides the budget for this call)."""
+    def _moved(self, turns: list[MessageTurn]) -> bool:
+        """Whether turns the gatekeeper already holds now stand in another order."""
+        known = [t.key for t in turns if t.key in self._ids]
+        still_there = set(known)
+        key_of = {turn_id: key for key, turn_id in self._ids.items()}
+        current = [key_of[t.id] for t in self.gatekeeper.turns if key_of.get(t.id) in still_there]
+        return current != known
+
+    def explain(self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()) -> Selection:
+        """The gatekeeper's selection for ``query`` over the current state (``token_budget``
+        overrides the budget for this call; ``exclude_keys`` names turns, by key, not to select)."""
         self.sync()
-        return self.gatekeeper.explain(query, token_budget=token_budget)
+        with self._lock:
+            exclude = [self._ids[k] for k in exclude_keys if k in self._ids]
+            return self.gatekeeper.explain(query, token_budget=token_budget, exclude=exclude)
 
     def select_messages(
-        self, query: str, *, include_open: bool = True, token_budget: int | None = None
+        self,
+        query: str,
+        *,
+        include_open: bool = True,
+        token_budget: int | None = None,
+        exclude_keys: Collection[str] = (),
     ) -> list[Message]:
         """The messages to send with ``query``: leading system messages, the selected
         turns, and (``include_open``) the open, unanswered turn, in transcript order."""
-        selection = self.explain(query, token_budget=token_budget)
         with self._lock:
+            selection = self.explain(query, token_budget=token_budget, exclude_keys=exclude_keys)
             by_id = {self._ids[t.key]: t for t in self._turns}
             kept = [m for turn_id in selection.turn_ids for m in by_id[turn_id].messages]
             tail = list(self._open.messages) if include_open and self._open else []
