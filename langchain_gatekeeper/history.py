@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Literal
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
-from context_gatekeeper.messages import new_message_id
 from context_gatekeeper.versioned import VersionedTranscriptMixin
 
 from .convert import from_core_messages, to_core
@@ -95,9 +92,6 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         if token_counter is not None:
             options.setdefault("token_counter", token_counter)
         self.gate = TranscriptGate(self.transcript, **options)
-        self._ids_lock = threading.Lock()
-        self._used_ids: set[str] = set()
-        self._ids_seen = 0  # revisions scanned into _used_ids
 
     def __repr__(self) -> str:
         return f"GatekeeperChatMessageHistory(session_id={self.session_id!r}, head={self.transcript.head})"
@@ -130,8 +124,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         """
         batch = list(messages)
         if batch:
-            with self._ids_lock:
-                self.transcript.append(messages=self._fresh(batch))
+            self.transcript.append(messages=[to_core(m) for m in batch], renew_taken_ids=True)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async :meth:`add_messages`."""
@@ -182,22 +175,4 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         return from_core_messages(messages)
 
     # -- internals ----------------------------------------------------------------------
-    def _fresh(self, batch: list[BaseMessage]) -> list[Message]:
-        """Core messages for ``batch``, with ids already used in the session replaced
-        (the caller holds ``_ids_lock``)."""
-        log = self.transcript.history()
-        if len(log) < self._ids_seen:  # purged meanwhile
-            self._used_ids, self._ids_seen = set(), 0
-        for revision in log[self._ids_seen :]:
-            self._used_ids.update(m.id for m in revision.added)
-        self._ids_seen = len(log)
-        out: list[Message] = []
-        taken = set(self._used_ids)
-        for message in batch:
-            core = to_core(message)
-            if core.id in taken:
-                core = replace(core, id=new_message_id())
-            taken.add(core.id)
-            out.append(core)
-        return out
 

@@ -296,3 +296,11 @@ def test_a_session_purged_and_rewritten_elsewhere_is_reloaded(tmp_path) -> None:
     b.append(user="new q2", assistant="new a2")
     assert contents(a) == ["new q1", "new a1", "new q2", "new a2"]
     assert len(a.history()) == 2 and [m.content for m in a.record()][0] == "new q1"
+
+
+def test_renew_taken_ids_gives_re_sent_messages_fresh_ids(gdp: Transcript) -> None:
+    taken = gdp.messages[0]
+    gdp.append(messages=[Message(taken.id, "user", "again"), Message("z1", "assistant", "a"),
+                         Message("z1", "assistant", "b")], renew_taken_ids=True)
+    ids = [m.id for m in gdp.messages]
+    assert len(set(ids)) == len(ids) == 7 and ids.count(taken.id) == 1 and "z1" in ids

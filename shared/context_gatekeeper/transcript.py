@@ -83,6 +83,18 @@ def _stamp(changes: Iterable[Applied], number: int) -> list[Applied]:
     return out
 
 
+def _renew_taken(messages: list[Message], taken: set[str]) -> list[Message]:
+    """The messages, those whose id is taken (or repeated among them) under fresh ids."""
+    seen = set(taken)
+    out = []
+    for message in messages:
+        if message.id in seen:
+            message = replace(message, id=new_message_id())
+        seen.add(message.id)
+        out.append(message)
+    return out
+
+
 def _as_message(item: Message | Mapping[str, Any]) -> Message:
     if isinstance(item, Message):
         return item
@@ -222,6 +234,7 @@ class Transcript(AsyncTranscriptMixin):
         assistant: str | None = None,
         *,
         messages: Iterable[Message | Mapping[str, Any]] = (),
+        renew_taken_ids: bool = False,
     ) -> Revision:
         """Append a turn as one revision: a user message, its answer, or both.
 
@@ -229,7 +242,10 @@ class Transcript(AsyncTranscriptMixin):
         with its answer lands together; a user message alone stays open, and this
         object's next answer-only append attaches right after it, whatever others
         appended meanwhile.  ``messages`` appends ready-made messages (or dicts with
-        ``role`` and ``content``) after the user/assistant pair.
+        ``role`` and ``content``) after the user/assistant pair.  Ids are never reused: a
+        message whose id the session already held is refused (``InvalidInputError``), or,
+        with ``renew_taken_ids=True``, given a fresh id (adapters whose framework re-sends
+        messages it already stored).
         """
         new: list[Message] = []
         if user is not None:
@@ -241,6 +257,8 @@ class Transcript(AsyncTranscriptMixin):
             raise InvalidInputError("append needs user=, assistant= or messages=")
         with self._lock:
             self._refresh()
+            if renew_taken_ids:
+                new = _renew_taken(new, self._used_ids)
             used = {m.id for m in new} & self._used_ids
             if used or len({m.id for m in new}) != len(new):
                 raise InvalidInputError(
