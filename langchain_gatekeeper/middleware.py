@@ -36,6 +36,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 
+from context_gatekeeper.models import pick_model
 from context_gatekeeper import ContextGatekeeper, GatekeeperError
 
 from .agent_view import GatedView, is_summary
@@ -83,8 +84,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         **gatekeeper_options: Any,
     ) -> None:
         super().__init__()
-        if model is not None and llm is not None and model is not llm:
-            raise TypeError("pass model= or llm= (an alias), not both")
+        edit_model = pick_model(model, llm)
         if edit_prefix is not None and (not isinstance(edit_prefix, str) or not edit_prefix.strip()):
             raise ValueError(f"edit_prefix must be a non-blank string or None, got {edit_prefix!r}")
         if strategy not in ("patch", "rewrite"):
@@ -92,7 +92,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         options = dict(gatekeeper_options, token_budget=token_budget, on_overflow=on_overflow)
         ContextGatekeeper(**options)  # reject bad options now, not at the first model call
         self.edit_prefix = edit_prefix
-        self.edit_model = model if model is not None else llm
+        self.edit_model = edit_model
         self.edit_options = {"strategy": strategy, "allow_large_deletion": allow_large_deletion}
         self.views = GatedView(lambda: ContextGatekeeper(**options), max_threads=max_threads)
 

@@ -16,6 +16,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from context_gatekeeper.models import pick_model
 from context_gatekeeper import ModelUnavailableError
 
 __all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model"]
@@ -92,9 +93,7 @@ class LangChainEditModel:
 def resolve_edit_model(model: Any = None, llm: Any = None) -> Any:
     """The model an ``edit`` call should use: ``model=`` or its alias ``llm=``, wrapped when
     it is a LangChain chat model; with neither, the default Gemini model."""
-    if model is not None and llm is not None and model is not llm:
-        raise TypeError("pass model= or llm= (an alias), not both")
-    chosen = model if model is not None else llm
+    chosen = pick_model(model, llm)
     if chosen is None:
         chosen = default_chat_model()
     return LangChainEditModel(chosen) if isinstance(chosen, BaseChatModel) else chosen

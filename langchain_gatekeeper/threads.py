@@ -37,6 +37,7 @@ from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import NotRequired
 
+from context_gatekeeper.models import pick_model
 from context_gatekeeper import Diff, HistoryError, Message
 from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
 from context_gatekeeper.operations import (
@@ -209,9 +210,7 @@ def _write(agent: Any, plan: EditPlan) -> dict[str, Any]:
 
 
 def _options(strategy: str, allow_large_deletion: bool, model: Any, llm: Any) -> tuple[Any, dict[str, Any]]:
-    if model is not None and llm is not None and model is not llm:
-        raise TypeError("pass model= or llm= (an alias), not both")
-    return (model if model is not None else llm), {"strategy": strategy, "allow_large_deletion": allow_large_deletion}
+    return pick_model(model, llm), {"strategy": strategy, "allow_large_deletion": allow_large_deletion}
 
 
 def edit_thread(

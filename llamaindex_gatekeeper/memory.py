@@ -32,6 +32,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 
+from context_gatekeeper.models import pick_model
 from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
 from context_gatekeeper.tokens import resolve_token_counter
 from context_gatekeeper.transcript_gate import MessageTurn, group_turns
@@ -96,15 +97,14 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
         tokenizer_fn = fields.pop("tokenizer_fn", None)
         super().__init__(**fields)
-        if model is not None and llm is not None and model is not llm:
-            raise TypeError("pass model= or llm= (an alias), not both")
+        default_model = pick_model(model, llm)
         if token_counter is None and tokenizer_fn is not None:
             token_counter = lambda text: len(tokenizer_fn(text))  # noqa: E731
         count = resolve_token_counter(token_counter)
         self.tokenizer_fn = tokenizer_fn or (lambda text: range(count(text)))
         self._count = count
         self._lock = threading.RLock()
-        self._default_model = model if model is not None else llm
+        self._default_model = default_model
         self._options = {**ADAPTER_GATE_DEFAULTS, **data, "strategy": strategy, "max_deletion_share": max_deletion_share}
         self._transcript = Transcript(
             self.session_id, store=store, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=count

@@ -21,6 +21,7 @@ from typing import Any
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
+from context_gatekeeper.models import pick_model
 from context_gatekeeper import ModelUnavailableError
 from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel
 
@@ -88,9 +89,7 @@ def resolve_edit_model(model: Any = None, llm: Any = None) -> Any:
         TypeError: both ``model=`` and ``llm=`` given, and they differ.
         ModelUnavailableError: no model given and no Gemini key set (or google-genai missing).
     """
-    if model is not None and llm is not None and model is not llm:
-        raise TypeError("pass model= or llm= (an alias), not both")
-    chosen = model if model is not None else llm
+    chosen = pick_model(model, llm)
     if chosen is None:
         try:
             return GeminiModel()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage
 
+from context_gatekeeper.models import pick_model
 from context_gatekeeper.versioned import VersionedTranscriptMixin
 
 from .convert import from_core_messages
@@ -34,9 +35,7 @@ def resolve_model(model: Any = None, llm: Any = None) -> Any:
     default Gemini model), goes through ``llamaindex_gatekeeper.models.resolve_edit_model``,
     imported only then.
     """
-    if model is not None and llm is not None and model is not llm:
-        raise TypeError("pass model= or llm= (an alias), not both")
-    chosen = model if model is not None else llm
+    chosen = pick_model(model, llm)
     if chosen is not None and not isinstance(chosen, BaseLLM):
         return chosen
     from .models import resolve_edit_model  # LlamaIndex LLMs and the Gemini default

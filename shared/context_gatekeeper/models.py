@@ -38,7 +38,7 @@ from typing import Any, Union
 
 from .errors import EditError, GatekeeperError, ModelUnavailableError
 
-__all__ = ["ChatMessages", "Reply", "EditModel", "as_edit_model", "model_name", "is_unavailable_error"]
+__all__ = ["ChatMessages", "Reply", "EditModel", "as_edit_model", "model_name", "is_unavailable_error", "pick_model"]
 
 ChatMessages = list[dict[str, str]]
 """What a model is sent: ``[{"role": ..., "content": ...}, ...]``."""
@@ -54,6 +54,18 @@ _UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
 # Client libraries define their own network errors (httpx.ReadTimeout, openai.APIConnectionError,
 # google.api_core.exceptions.ServiceUnavailable ...); a class name with one of these marks one.
 _UNAVAILABLE_NAME_HINTS = ("timeout", "connect", "network", "unavailable", "ratelimit", "resourceexhausted")
+
+
+def pick_model(model: Any = None, llm: Any = None) -> Any:
+    """``model=`` or its alias ``llm=`` (the adapters accept both, as their ecosystems
+    expect); ``None`` when neither is given.
+
+    >>> pick_model(llm="m")
+    'm'
+    """
+    if model is not None and llm is not None and model is not llm:
+        raise TypeError("pass model= or llm= (an alias), not both")
+    return model if model is not None else llm
 
 
 def model_name(model: Any) -> str:
