@@ -42,10 +42,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from ..errors import InvalidInputError, SchemaVersionError
+from ..errors import InvalidInputError
 from ..revisions import Revision
 from .base import FaultHook, Store, place_revision
-from .sqlite import Migration, _changes_text, _revision, _session
+from .schema import Migration, changes_text, checked_session, refuse_newer, revision_from_row
 
 try:
     import psycopg
@@ -193,7 +193,7 @@ class PostgresStore(Store):
 
     def _key(self, session_id: Any) -> tuple[bytes, str]:
         """``(session_key, session_id)`` after checking the id can be stored."""
-        session_id = _session(session_id)
+        session_id = checked_session(session_id)
         try:
             encoded = session_id.encode("utf-8")
         except UnicodeEncodeError:
@@ -210,7 +210,7 @@ class PostgresStore(Store):
         return conn.execute(self._sql["head"], key).fetchone()[0]
 
     def _load(self, conn: psycopg.Connection[Any], key: tuple[bytes, str], after: int) -> list[Revision]:
-        return [_revision(row) for row in conn.execute(self._sql["load"], (*key, after))]
+        return [revision_from_row(row) for row in conn.execute(self._sql["load"], (*key, after))]
 
     # -- Store --------------------------------------------------------------------------
     def setup(self) -> None:
@@ -222,7 +222,7 @@ class PostgresStore(Store):
             conn.execute(_LOCK, (self._lock_key("setup"),))
             conn.execute(self._sql["create_migrations"])
             applied = {row[0] for row in conn.execute(self._sql["applied"])}
-            _refuse_newer(applied)
+            refuse_newer(applied, MIGRATIONS, "set of tables")
             for migration in MIGRATIONS:
                 if migration.version not in applied:
                     for statement in migration.statements:
@@ -318,14 +318,5 @@ def _redacted(conninfo: str) -> str:
     return make_conninfo(**{k: v for k, v in parts.items() if v is not None})
 
 
-def _refuse_newer(applied: set[int]) -> None:
-    unknown = sorted(applied - {m.version for m in MIGRATIONS})
-    if unknown:
-        raise SchemaVersionError(
-            f"these tables have schema migration(s) {unknown}, which this version of context-gatekeeper "
-            "does not know; upgrade context-gatekeeper to use them"
-        )
-
-
 def _row(key: tuple[bytes, str], r: Revision) -> Sequence[Any]:
-    return (*key, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, _changes_text(r))
+    return (*key, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, changes_text(r))

@@ -11,29 +11,20 @@ ones a file lacks, in order, in one transaction, and records each in
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..errors import SchemaVersionError
-from ..operations import change_to_dict
 from ..revisions import Revision
 from .base import FaultHook, Store, place_revision
+from .schema import Migration, changes_text, checked_session, refuse_newer, revision_from_row
 
 __all__ = ["SQLiteStore", "Migration", "MIGRATIONS", "SchemaVersionError"]
-
-
-class Migration(NamedTuple):
-    """One schema change: applied once, in ``version`` order, never edited after release."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -150,7 +141,7 @@ class SQLiteStore(Store):
         with self._write() as conn:
             conn.execute(_CREATE_MIGRATIONS_TABLE)
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-            _refuse_newer(applied)
+            refuse_newer(applied, MIGRATIONS)
             for migration in MIGRATIONS:
                 if migration.version not in applied:
                     for statement in migration.statements:
@@ -168,16 +159,16 @@ class SQLiteStore(Store):
     def head(self, session_id: str) -> int:
         """The latest revision number of a session (0 when it has none)."""
         with self._connection() as conn:
-            return _head(conn, _session(session_id))
+            return _head(conn, checked_session(session_id))
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
         with self._connection() as conn:
-            return _load(conn, _session(session_id), after)
+            return _load(conn, checked_session(session_id), after)
 
     def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
-        session_id = _session(session_id)
+        session_id = checked_session(session_id)
         with self._write() as conn:
             self._fault("begin")
             head = _head(conn, session_id)
@@ -191,7 +182,7 @@ class SQLiteStore(Store):
 
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, overwriting its rows and truncating the log."""
-        session_id = _session(session_id)
+        session_id = checked_session(session_id)
         with self._write() as conn:
             conn.execute("DELETE FROM revisions WHERE session_id = ?", (session_id,))
         self.checkpoint()
@@ -249,57 +240,13 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
         delay = min(delay * 2, 0.05)
 
 
-def _session(session_id: Any) -> str:
-    if not isinstance(session_id, str):
-        raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
-    return session_id
-
-
-def _refuse_newer(applied: set[int]) -> None:
-    known = {m.version for m in MIGRATIONS}
-    unknown = sorted(applied - known)
-    if unknown:
-        raise SchemaVersionError(
-            f"this database has schema migration(s) {unknown}, which this version of context-gatekeeper "
-            "does not know; upgrade context-gatekeeper to open it"
-        )
-
-
 def _head(conn: sqlite3.Connection, session_id: str) -> int:
     return conn.execute(_HEAD, (session_id,)).fetchone()[0]
 
 
 def _load(conn: sqlite3.Connection, session_id: str, after: int) -> list[Revision]:
-    return [_revision(row) for row in conn.execute(_SELECT, (session_id, after))]
-
-
-def _changes_text(revision: Revision) -> str:
-    """The changes as JSON text; ASCII-escaped if they hold text UTF-8 cannot encode
-    (lone surrogates), which JSON still round-trips exactly."""
-    text = revision.changes_json()
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps([change_to_dict(c) for c in revision.changes], separators=(",", ":"))
-    return text
+    return [revision_from_row(row) for row in conn.execute(_SELECT, (session_id, after))]
 
 
 def _row(session_id: str, r: Revision) -> Sequence[Any]:
-    return (session_id, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, _changes_text(r))
-
-
-def _revision(row: Sequence[Any]) -> Revision:
-    number, parent, kind, instruction, model, created_at, base, target, changes = row
-    return Revision.from_dict(
-        {
-            "number": number,
-            "parent": parent,
-            "kind": kind,
-            "changes": json.loads(changes),
-            "instruction": instruction,
-            "model": model,
-            "time": created_at,
-            "base": base,
-            "target": target,
-        }
-    )
+    return (session_id, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, changes_text(r))
