@@ -2,14 +2,9 @@
 
     python examples/build_llamaindex_notebook.py
 """
-from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from _notebook import build, code, md
 
-ROOT = Path(__file__).resolve().parents[1]
-md, code = new_markdown_cell, new_code_cell
 
 cells = [
     md("""# LlamaIndex quickstart: topic-gated memory, covering retrieval, and an editable history
@@ -159,15 +154,4 @@ print("prompt tokens over the five calls:", sum(neither), "without gating,", sum
   `record()` cover the versions; `to_dict()` / `from_dict()` save and restore state with its history."""),
 ]
 
-nb = new_notebook(cells=cells, metadata={
-    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-    "language_info": {"name": "python"},
-})
-for i, cell in enumerate(nb.cells):
-    cell.id = f"cell-{i:02d}"   # stable ids: a rebuild changes only what the outputs change
-NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
-for cell in nb.cells:
-    if cell.cell_type == "code":
-        cell.metadata.pop("execution", None)
-nbformat.write(nb, ROOT / "examples" / "llamaindex_quickstart.ipynb")
-print("ok")
+build(cells, "llamaindex_quickstart.ipynb")

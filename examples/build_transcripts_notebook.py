@@ -5,14 +5,9 @@
 The notebook runs in its own folder (examples/) and finds the core from there, so the
 saved notebook holds no path of this machine.
 """
-from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from _notebook import build, code, md
 
-ROOT = Path(__file__).resolve().parents[1]
-md, code = new_markdown_cell, new_code_cell
 
 cells = [
     md("""# Mutable transcripts: edit a conversation's history, keep every version
@@ -322,15 +317,4 @@ print("gate decisions at topic changes:",
 shutil.rmtree(workdir)   # the demo's SQLite file"""),
 ]
 
-nb = new_notebook(cells=cells, metadata={
-    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-    "language_info": {"name": "python"},
-})
-for i, cell in enumerate(nb.cells):
-    cell.id = f"cell-{i:02d}"   # stable ids: a rebuild changes only what the outputs change
-NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
-for cell in nb.cells:
-    if cell.cell_type == "code":
-        cell.metadata.pop("execution", None)
-nbformat.write(nb, ROOT / "examples" / "mutable_transcripts.ipynb")
-print("ok")
+build(cells, "mutable_transcripts.ipynb")

@@ -37,7 +37,7 @@ SCRIPTS: dict[str, list[str]] = {
     "langchain_quickstart.py": ["--plain", "--offline"],
     "llamaindex_quickstart.py": ["--plain", "--offline"],
 }
-NOT_EXAMPLES = {"run_all.py"}  # and build_*_notebook.py, which rewrite the saved notebooks
+NOT_EXAMPLES = {"run_all.py"}  # and build_*_notebook.py (they rewrite the saved notebooks) and _*.py helpers
 CELL_TIMEOUT = 120  # seconds per notebook cell
 SCRIPT_TIMEOUT = 300  # seconds per script
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     unlisted = sorted(
         p.name for p in HERE.glob("*.py")
-        if p.name not in SCRIPTS and p.name not in NOT_EXAMPLES and not p.name.startswith("build_")
+        if p.name not in SCRIPTS and p.name not in NOT_EXAMPLES and not p.name.startswith(("build_", "_"))
     )
     jobs: list[tuple[str, Path, list[str] | None]] = [("script", HERE / n, a) for n, a in SCRIPTS.items()]
     jobs += [("notebook", p, None) for p in sorted(HERE.glob("*.ipynb"))]
