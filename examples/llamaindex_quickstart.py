@@ -88,6 +88,7 @@ from context_gatekeeper import EditError, Message, ModelUnavailableError, Replac
 from context_gatekeeper.edit_format import ideal_patch_reply  # noqa: E402
 from context_gatekeeper.testing import ScriptedModel  # noqa: E402
 from context_gatekeeper.tokens import resolve_token_counter  # noqa: E402
+from _printing import Printer, short  # noqa: E402
 from llamaindex_gatekeeper import GatekeeperMemory, GatekeeperNodePostprocessor, NodeExplanation, build_corpus  # noqa: E402
 
 GEMINI = "gemini-2.5-flash"
@@ -390,11 +391,6 @@ def mentions(messages: Sequence[ChatMessage], *phrases: str) -> str:
     return ", ".join(f"{p!r}: {'yes' if p in text else 'no'}" for p in phrases)
 
 
-def short(text: str, limit: int = 60) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 HISTORY_COLUMNS = ("#", "question", "gate", "history stored", "history sent", "earlier questions sent")
 NODE_COLUMNS = ("#", "retrieved", "kept", "pages kept", "dropped (reason)")
 
@@ -429,80 +425,6 @@ def prompt_lines(llm_call: Sequence[ChatMessage], limit: int = 100) -> str:
 
 
 # -- output -----------------------------------------------------------------------------------
-class Printer:
-    """Rich panels and tables, or plain text with ``plain=True``."""
-
-    def __init__(self, plain: bool = False) -> None:
-        self.plain = plain
-        self.console = None
-        if not plain:
-            from rich.console import Console
-
-            self.console = Console()
-            if not self.console.is_terminal and not self.console.is_jupyter:
-                self.console = Console(width=120)
-
-    def section(self, title: str) -> None:
-        if self.plain:
-            print(f"\n== {title} " + "=" * max(0, 76 - len(title)))
-        else:
-            from rich.rule import Rule
-
-            self.console.print()
-            self.console.print(Rule(f"[bold]{title}", align="left"))
-
-    def say(self, text: str) -> None:
-        if self.plain:
-            print(text)
-        else:
-            from rich.markup import escape
-
-            self.console.print(escape(text))
-
-    def panel(self, title: str, body: str, style: str = "cyan") -> None:
-        if self.plain:
-            print(f"--- {title}")
-            print("\n".join("  " + line for line in body.splitlines()))
-        else:
-            from rich.panel import Panel
-            from rich.text import Text
-
-            self.console.print(Panel(Text(body), title=title, title_align="left", border_style=style))
-
-    def diff(self, title: str, text: str) -> None:
-        if self.plain:
-            self.panel(title, text)
-        else:
-            from rich.panel import Panel
-            from rich.text import Text
-
-            body = Text()
-            for line in text.splitlines():
-                marker = line.lstrip()[:1]
-                style = "red" if marker == "-" else "green" if marker == "+" else "bold"
-                body.append(line + "\n", style=style)
-            body.rstrip()
-            self.console.print(Panel(body, title=title, title_align="left", border_style="magenta"))
-
-    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        if self.plain:
-            print(title)
-            rows = [[short(str(c), 58) if name == "question" else str(c) for name, c in zip(columns, r)] for r in rows]
-            widths = [max(len(str(r[i])) for r in [columns, *rows]) for i in range(len(columns))]
-            for r in [columns, ["-" * w for w in widths], *rows]:
-                print("  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-        else:
-            from rich import box
-            from rich.table import Table
-
-            table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAVY)
-            for name in columns:
-                table.add_column(name, overflow="fold", justify="right" if name == "#" else "left")
-            for r in rows:
-                table.add_row(*map(str, r))
-            self.console.print(table)
-
-
 # -- part 1: the conversation -------------------------------------------------------------------
 ENGINE_CODE = f"""memory = GatekeeperMemory.from_defaults(token_limit={HISTORY_TOKEN_LIMIT})
 postprocessor = GatekeeperNodePostprocessor(token_budget={NODE_TOKEN_BUDGET}, corpus=build_corpus(index))
@@ -518,9 +440,9 @@ def part_conversation(ui: Printer, engine: ContextChatEngine, memory: Gatekeeper
            "cannot rank, so the retriever returns all of them on every call; the postprocessor decides.")
     calls = [ask(engine, memory, postprocessor, recorder, question) for question, _ in TURNS]
     ui.table("History: stored in the memory vs sent to the LLM (captured from the LLM's input)",
-             HISTORY_COLUMNS, [history_row(c) for c in calls])
+             HISTORY_COLUMNS, [history_row(c) for c in calls], shorten=("question",))
     ui.table(f"Documents: retrieved vs kept by the postprocessor (token_budget={NODE_TOKEN_BUDGET})",
-             NODE_COLUMNS, [node_row(c) for c in calls])
+             NODE_COLUMNS, [node_row(c) for c in calls], shorten=("question",))
     third = calls[2]
     ui.panel(f"postprocessor.explain(nodes, Q3): {third.question}", explain_lines(third))
     ui.panel("Q3's LLM call, message by message", prompt_lines(third.llm_call))
@@ -547,7 +469,7 @@ def part_edit(ui: Printer, engine: ContextChatEngine, memory: GatekeeperMemory,
             compact_diff(memory.diff(revision.parent, revision.number), labels))
 
     call = ask(engine, memory, postprocessor, recorder, AFTER_EDIT_TURN[0])
-    ui.table("The next call", HISTORY_COLUMNS, [history_row(call)])
+    ui.table("The next call", HISTORY_COLUMNS, [history_row(call)], shorten=("question",))
     ui.panel("History sent with it (the revised text)",
              "\n".join(f"{m.role.value:>9}: {short(m.content or '', 100)}" for m in call.sent)
              + f"\n\nmentions {mentions(call.sent, '2 minutes', '30 seconds')}")
