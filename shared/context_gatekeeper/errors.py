@@ -15,6 +15,7 @@ __all__ = [
     "UnknownTurnError",
     "UnknownMessageError",
     "EditError",
+    "TruncatedReplyError",
     "HistoryError",
     "StaleHeadError",
     "ModelUnavailableError",
@@ -50,6 +51,20 @@ class UnknownMessageError(GatekeeperError, KeyError):
 
 class EditError(GatekeeperError, ValueError):
     """A model's edit could not be used (malformed or invalid after one retry)."""
+
+
+class TruncatedReplyError(EditError):
+    """A model stopped at its output limit (finish reason ``length`` / ``MAX_TOKENS``).
+
+    Attributes:
+        partial: what the model returned before it was cut off (text, or a parsed object).
+        finish_reason: the finish reason the model reported.
+    """
+
+    def __init__(self, message: str, *, partial: object = "", finish_reason: str | None = None) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.finish_reason = finish_reason
 
 
 class HistoryError(GatekeeperError, ValueError):
