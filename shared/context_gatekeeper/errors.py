@@ -20,6 +20,8 @@ __all__ = [
     "StaleHeadError",
     "ModelUnavailableError",
     "SchemaVersionError",
+    "InvalidRevisionError",
+    "CorruptLogError",
 ]
 
 
@@ -81,3 +83,29 @@ class ModelUnavailableError(GatekeeperError, RuntimeError):
 
 class SchemaVersionError(GatekeeperError, RuntimeError):
     """A store was migrated by a newer version of context-gatekeeper; upgrade to open it."""
+
+
+class InvalidRevisionError(GatekeeperError, ValueError):
+    """A revision that does not apply to the log it would follow (a message put twice,
+    removed or changed while absent, an id reused); the store wrote nothing."""
+
+
+class CorruptLogError(GatekeeperError, RuntimeError):
+    """A stored revision cannot be read or replayed.
+
+    Attributes:
+        session_id: the session whose log it is.
+        revision: the first revision that fails; every revision before it is intact
+            and ``store.truncate(session_id, revision - 1)`` keeps exactly those.
+    """
+
+    def __init__(self, session_id: str, revision: int, reason: str) -> None:
+        self.session_id, self.revision, self.reason = session_id, revision, reason
+        super().__init__(
+            f"session {session_id!r}: revision {revision} cannot be loaded ({reason}). Revisions "
+            f"1..{revision - 1} are intact: store.truncate({session_id!r}, {revision - 1}) keeps them "
+            "and sets the rest aside (see Store.truncate), after which the session opens again"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.session_id, self.revision, self.reason))
