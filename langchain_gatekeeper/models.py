@@ -3,20 +3,25 @@
 :class:`LangChainEditModel` speaks the core's model protocol
 (:mod:`context_gatekeeper.models`) for any ``BaseChatModel``: sync and async
 calls, and structured output through ``with_structured_output`` when the model
-implements it.  :func:`default_chat_model` builds ``ChatGoogleGenerativeAI`` with a
+implements it (with ``include_raw=True``, so the raw message's finish reason is
+seen).  A reply whose ``response_metadata`` says it stopped at the output limit
+(``finish_reason`` ``length`` / ``MAX_TOKENS``, ``stop_reason`` ``max_tokens``)
+raises :class:`~context_gatekeeper.errors.TruncatedReplyError`: an edit retries it
+instead of applying what was cut off.  :func:`default_chat_model` builds ``ChatGoogleGenerativeAI`` with a
 short timeout and one retry (its defaults take ~34 s to fail offline) and turns a
 missing key into :class:`~context_gatekeeper.ModelUnavailableError`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from context_gatekeeper.models import pick_model
+from context_gatekeeper.models import finish_reason_of, pick_model, refuse_truncated
 from context_gatekeeper import ModelUnavailableError
 
 __all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model"]
@@ -77,17 +82,39 @@ class LangChainEditModel:
     def _runnable(self, json_schema: dict[str, Any] | None) -> Any:
         if json_schema is None or not self.supports_json_schema:
             return self.model
-        return self.model.with_structured_output(json_schema)
+        return self.model.with_structured_output(json_schema, include_raw=True)
+
+    def _reply(self, reply: Any) -> Any:
+        """Text, or the parsed object; refused when the raw message says it was cut off."""
+        if isinstance(reply, dict) and {"raw", "parsed"} <= reply.keys():  # include_raw=True
+            raw, parsed = reply["raw"], reply["parsed"]
+            if parsed is None:  # unparsable: let the core repair and check the raw answer
+                parsed = _raw_text(raw)
+            return refuse_truncated(parsed, finish_reason_of(raw), self.name)
+        if isinstance(reply, BaseMessage):
+            return refuse_truncated(reply.text, finish_reason_of(reply), self.name)
+        return reply
 
     def complete(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:
-        """Call the model; text, or the parsed object under structured output."""
-        reply = self._runnable(json_schema).invoke(self._messages(messages))
-        return reply.text if isinstance(reply, BaseMessage) else reply
+        """Call the model; text, or the parsed object under structured output.
+
+        Raises:
+            TruncatedReplyError: the reply stopped at the model's output limit.
+        """
+        return self._reply(self._runnable(json_schema).invoke(self._messages(messages)))
 
     async def acomplete(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:
         """Async :meth:`complete` (the model's own ``ainvoke``)."""
-        reply = await self._runnable(json_schema).ainvoke(self._messages(messages))
-        return reply.text if isinstance(reply, BaseMessage) else reply
+        return self._reply(await self._runnable(json_schema).ainvoke(self._messages(messages)))
+
+
+def _raw_text(raw: Any) -> str:
+    """The answer in a raw message whose structured output failed to parse: its tool
+    call's arguments (as JSON) or its text."""
+    calls = getattr(raw, "tool_calls", None) or []
+    if calls and isinstance(calls[0], dict) and isinstance(calls[0].get("args"), dict):
+        return json.dumps(calls[0]["args"], ensure_ascii=False)
+    return raw.text if isinstance(raw, BaseMessage) else str(raw or "")
 
 
 def resolve_edit_model(model: Any = None, llm: Any = None) -> Any:

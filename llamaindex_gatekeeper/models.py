@@ -21,7 +21,7 @@ from typing import Any
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from context_gatekeeper.models import pick_model
+from context_gatekeeper.models import finish_reason_of, pick_model, refuse_truncated
 from context_gatekeeper import ModelUnavailableError
 from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel
 
@@ -64,17 +64,24 @@ class LlamaIndexEditModel:
             for m in messages
         ]
 
+    def _reply(self, response: Any) -> str:
+        """The reply text; refused when the raw response says it stopped at the output limit."""
+        return str(refuse_truncated(response.message.content or "", finish_reason_of(response), self.name))
+
     def complete(self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None) -> str:
-        """Chat with the LLM; the reply text.  ``json_schema`` is ignored (text replies)."""
-        response = self.llm.chat(self.messages(messages))
-        return response.message.content or ""
+        """Chat with the LLM; the reply text.  ``json_schema`` is ignored (text replies).
+
+        Raises:
+            TruncatedReplyError: the raw response's finish reason says it was cut off
+                (``choices[0].finish_reason == "length"`` and the like).
+        """
+        return self._reply(self.llm.chat(self.messages(messages)))
 
     async def acomplete(
         self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None
     ) -> str:
         """Async :meth:`complete` (the LLM's own ``achat``)."""
-        response = await self.llm.achat(self.messages(messages))
-        return response.message.content or ""
+        return self._reply(await self.llm.achat(self.messages(messages)))
 
 
 def resolve_edit_model(model: Any = None, llm: Any = None) -> Any:

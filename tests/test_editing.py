@@ -180,10 +180,9 @@ GOOD = '{"operations": [{"op": "replace", "id": "1", "content": "What was Icelan
         GOOD.replace('"replace", "id"', '"replace" "id"'),  # missing comma
         GOOD[:-2] + ",]}",  # trailing comma
         GOOD.replace('"', "'").replace("Iceland'", "Iceland\\'"),  # single quotes
-        GOOD[:-3],  # cut off at the end
     ],
     ids=["plain", "json-fence", "bare-fence", "prose", "prose-and-fence", "missing-comma", "trailing-comma",
-         "single-quotes", "truncated"],
+         "single-quotes"],
 )
 def test_wrapped_and_broken_json_is_found_and_repaired(reply):
     model = ScriptedModel([reply])
@@ -469,8 +468,10 @@ def test_a_missing_comma_between_operations_loses_no_operation():
 def test_prose_with_brackets_before_the_json_is_skipped():
     reply = "Changes [see below] (1 of 1):\n" + GOOD
     assert compute_edit(gdp_state(), "Iceland", ScriptedModel([reply])).attempts == 1
-    truncated = "Here you go [v2]:\n" + GOOD[:-3]
-    assert len(compute_edit(gdp_state(), "Iceland", ScriptedModel([truncated])).changes) == 1
+    truncated = "Here you go [v2]:\n" + GOOD[:-3]  # lacks only its closing brackets: still refused
+    model = ScriptedModel([truncated, "Here you go [v2]:\n" + GOOD])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    assert result.attempts == 2 and len(result.changes) == 1
 
 
 @pytest.mark.parametrize("strategy", ["rewrite", "patch"])

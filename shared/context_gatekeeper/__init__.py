@@ -14,6 +14,7 @@ from .errors import (
     ModelUnavailableError,
     SchemaVersionError,
     StaleHeadError,
+    TruncatedReplyError,
     UnknownMessageError,
     UnknownTurnError,
 )
@@ -22,6 +23,7 @@ from .gate import Decision, GateFeatures
 from .gemini import GeminiModel
 from .gatekeeper import ContextGatekeeper
 from .messages import Message
+from .models import ModelReply
 from .operations import Delete, InsertAfter, Replace
 from .params import SelectionParams
 from .revisions import Diff, MessageDiff, Proposal, Revision
@@ -61,6 +63,7 @@ __all__ = [
     "InMemoryStore",
     "SQLiteStore",
     "GeminiModel",
+    "ModelReply",
     # errors
     "InvalidInputError",
     "HistoryError",
@@ -70,6 +73,7 @@ __all__ = [
     "ModelUnavailableError",
     "SchemaVersionError",
     "StaleHeadError",
+    "TruncatedReplyError",
     "UnknownMessageError",
     "UnknownTurnError",
     "estimate_tokens",

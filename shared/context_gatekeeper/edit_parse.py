@@ -1,15 +1,19 @@
 """Reading an editing model's answer: find the JSON, repair it, check its shape.
 
-Models wrap JSON in code fences, put prose around it, or break it (a missing
-comma, a cut-off end).  :func:`load_json` tries, in order: the whole text, the
+Models wrap JSON in code fences, put prose around it, break it (a missing
+comma) or stop before its end (an output limit).  :func:`load_json` tries, in order: the whole text, the
 inside of an outer code fence, each top-level ``[...]`` / ``{...}`` span (string
 aware, so backticks inside message text do not confuse it) and the text from each
 such span's start to the end; strictly first, then through ``json_repair``.
-An answer cut off mid-way is refused, not repaired (repairing would silently
-drop what it lost).  :func:`parse_rewrite` and :func:`parse_patch` turn the
-result into requests on *real* message ids, or raise
-:class:`~context_gatekeeper.errors.EditError` listing what is wrong (the text is
-shown to the model on the retry).
+Repair fixes what is *broken* (a missing comma, single quotes, a trailing
+comma), never what is *missing*: an answer whose JSON never closes (an
+unterminated array, object or string, exactly what an output limit produces) is
+refused, not repaired, because closing it would silently drop what it lost (in
+``rewrite``, the messages at its end; in ``patch``, the last operations).
+
+:func:`parse_rewrite` and :func:`parse_patch` turn the result into requests on
+*real* message ids, or raise :class:`~context_gatekeeper.errors.EditError`
+listing what is wrong (the text is shown to the model on the retry).
 
 >>> load_json('Sure! ```json\\n{"operations": []}\\n``` Done.')
 {'operations': []}
@@ -39,9 +43,9 @@ _MAX_SPANS = 50
 def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
     """``(start, end, cut_off)`` of each top-level ``[...]`` / ``{...}`` span.
 
-    ``end`` is None for a span that never closes; ``cut_off`` says it stops mid-way
-    (inside a string, or after a comma or colon) rather than only lacking its
-    closing brackets.
+    ``end`` is None for a span that never closes; ``cut_off`` is then True: the
+    answer stops before its JSON ends (inside a string, after a comma, or only
+    lacking its closing brackets), and closing it would hide what was lost.
 
     The scan is string aware, so brackets and backticks inside JSON strings do not
     count, and spans nested in an earlier one are not offered again.
@@ -78,8 +82,7 @@ def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
         if mismatched:
             position = start + 1
             continue
-        last = text.rstrip()[-1:]
-        yield start, end, end is None and (in_string or last not in ("]", "}", '"'))
+        yield start, end, end is None
         if end is None:
             return
         position = end
@@ -96,7 +99,7 @@ def _candidates(text: str) -> dict[str, bool]:
     for start, end, cut_off in spans:
         if end is not None:
             out.setdefault(text[start:end], False)
-        tail = re.sub(r"\n?[ \t]*```\s*$", "", text[start:])  # to the end: lacks only closing brackets?
+        tail = re.sub(r"\n?[ \t]*```\s*$", "", text[start:])  # from the span's start to the end
         out[tail] = out.get(tail, False) or cut_off
     return out
 

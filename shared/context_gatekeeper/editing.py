@@ -11,7 +11,8 @@ not touch never pass through it) and ``"rewrite"`` (the research prototype's: th
 model answers with the whole revised conversation, which is diffed into changes).
 
 An unusable answer (no JSON, unknown ids, empty text, a changed role, a broken
-alternation or tool pair) is retried once, showing the model its answer and the
+alternation or tool pair, JSON that never closes, a finish reason saying the
+model hit its output limit) is retried once, showing the model its answer and the
 problem; a second failure raises :class:`~context_gatekeeper.errors.EditError`.
 An edit removing more than ``max_deletion_share`` of the editable tokens is refused
 (not retried) unless ``allow_large_deletion=True``.
@@ -32,12 +33,12 @@ import json
 import logging
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .edit_checks import build_changes, check_structure, deleted_share
 from .edit_format import STRATEGIES, EditView, build_prompt, output_schema, retry_prompt
 from .edit_parse import parse_patch, parse_rewrite
-from .errors import EditError, InvalidInputError
+from .errors import EditError, InvalidInputError, TruncatedReplyError
 from .messages import Message
 from .models import ChatMessages, EditModel, Reply, as_edit_model
 from .operations import Applied
@@ -119,11 +120,13 @@ def _as_text(reply: Reply) -> str:
 
 
 _Ask = tuple[ChatMessages, Optional[Mapping[str, Any]]]
+_Answer = Union[Reply, TruncatedReplyError]
+"""What the dialogue receives: the reply, or the error of a reply cut off at the output limit."""
 
 
 def _session(
     state: list[Message], instruction: str, settings: _Settings, structured: bool, name: str
-) -> Generator[_Ask, Reply, EditResult]:
+) -> Generator[_Ask, _Answer, EditResult]:
     """The edit as a dialogue: yields what to send the model, receives its reply.
 
     Shared by the sync and async entry points, which only differ in how they call
@@ -136,8 +139,10 @@ def _session(
     messages, raw, problems = prompt, [], []
     for attempt in range(1, MAX_ATTEMPTS + 1):
         reply = yield messages, schema
-        raw.append(_as_text(reply))
+        raw.append(_as_text(reply.partial if isinstance(reply, TruncatedReplyError) else reply))
         try:
+            if isinstance(reply, TruncatedReplyError):
+                raise reply
             changes, after = build_changes(state, view, parse(reply, view))
             check_structure(state, after, view)
         except EditError as exc:
@@ -168,7 +173,7 @@ def _start(
     max_deletion_share: float,
     allow_large_deletion: bool,
     token_counter: TokenCounterLike,
-) -> tuple[EditModel, Generator[_Ask, Reply, EditResult]]:
+) -> tuple[EditModel, Generator[_Ask, _Answer, EditResult]]:
     """Check the arguments, normalise the model and open the edit dialogue."""
     messages, settings = _check_arguments(
         state, instruction, strategy, max_deletion_share, allow_large_deletion, token_counter
@@ -211,7 +216,11 @@ def compute_edit(
     )
     ask = next(session)
     while True:
-        reply = edit_model.complete(ask[0], json_schema=ask[1])
+        reply: _Answer
+        try:
+            reply = edit_model.complete(ask[0], json_schema=ask[1])
+        except TruncatedReplyError as exc:
+            reply = exc
         try:
             ask = session.send(reply)
         except StopIteration as done:
@@ -234,7 +243,11 @@ async def acompute_edit(
     )
     ask = next(session)
     while True:
-        reply = await edit_model.acomplete(ask[0], json_schema=ask[1])
+        reply: _Answer
+        try:
+            reply = await edit_model.acomplete(ask[0], json_schema=ask[1])
+        except TruncatedReplyError as exc:
+            reply = exc
         try:
             ask = session.send(reply)
         except StopIteration as done:

@@ -15,7 +15,9 @@ neither needs the other framework's Gemini package.
 * Every request has a timeout (``timeout`` seconds, default 30) and few retries
   (``max_retries``, default 1), so an offline call fails in seconds, not minutes.
   Network failures, timeouts, overload and a rejected key become
-  :class:`ModelUnavailableError`.
+  :class:`ModelUnavailableError`; a reply cut off at the output limit
+  (``finish_reason`` ``MAX_TOKENS``) raises
+  :class:`~context_gatekeeper.errors.TruncatedReplyError`, so an edit retries it.
 * ``client=`` accepts a ready ``google.genai.Client`` (or any object with
   ``models.generate_content`` and ``aio.models.generate_content``): the seam tests
   use, and the way to reach Vertex AI or a proxy.
@@ -36,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import EditError, ModelUnavailableError
-from .models import is_unavailable_error
+from .models import finish_reason_of, is_unavailable_error, refuse_truncated
 
 __all__ = ["DEFAULT_GEMINI_MODEL", "GeminiModel", "gemini_api_key"]
 
@@ -142,9 +144,10 @@ class GeminiModel:
         return {"model": self.model, "contents": contents, "config": config or None}
 
     def _reply(self, response: Any) -> str:
+        """The reply text; a reply cut off at ``MAX_TOKENS`` raises :class:`TruncatedReplyError`."""
         text = getattr(response, "text", None)
         if isinstance(text, str) and text:
-            return text
+            return str(refuse_truncated(text, finish_reason_of(response), self.model))
         reason = None
         candidates = getattr(response, "candidates", None) or []
         if candidates:

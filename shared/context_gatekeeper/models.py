@@ -14,6 +14,16 @@ Three shapes of model work, and :func:`as_edit_model` normalises each once:
 A reply may also be an object with a ``content`` or ``text`` string (a LangChain
 ``AIMessage``, a LlamaIndex response); it is reduced to that string.
 
+**Finish reasons.**  A reply may say why the model stopped: a :class:`ModelReply`
+(``content`` plus ``finish_reason``), a LangChain message's
+``response_metadata["finish_reason"]`` (or ``stop_reason`` / ``done_reason``),
+a raw provider response's ``choices[0].finish_reason`` or
+``candidates[0].finish_reason``.  A reason that says the output limit was hit
+(``length``, ``max_tokens``, Gemini's ``MAX_TOKENS``) raises
+:class:`~context_gatekeeper.errors.TruncatedReplyError` carrying the partial reply:
+a cut-off edit is never applied.  A plain ``fn(messages) -> str`` carries no
+reason and stays valid.
+
 Failures never escape raw: a model that raises a network error or a timeout
 becomes :class:`~context_gatekeeper.errors.ModelUnavailableError`, anything else
 :class:`~context_gatekeeper.errors.EditError`, with the cause chained.  Errors of
@@ -34,17 +44,114 @@ import concurrent.futures
 import copy
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Union
+from dataclasses import dataclass
+from typing import Any, Optional, Union
 
-from .errors import EditError, GatekeeperError, ModelUnavailableError
+from .errors import EditError, GatekeeperError, ModelUnavailableError, TruncatedReplyError
 
-__all__ = ["ChatMessages", "Reply", "EditModel", "as_edit_model", "model_name", "is_unavailable_error", "pick_model"]
+__all__ = [
+    "ChatMessages",
+    "Reply",
+    "ModelReply",
+    "EditModel",
+    "as_edit_model",
+    "model_name",
+    "is_unavailable_error",
+    "pick_model",
+    "finish_reason_of",
+    "is_truncation",
+    "refuse_truncated",
+]
 
 ChatMessages = list[dict[str, str]]
 """What a model is sent: ``[{"role": ..., "content": ...}, ...]``."""
 
 Reply = Union[str, dict, list]
 """What a model returns: text, or a parsed object when it was asked for a JSON schema."""
+
+_TRUNCATION_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length", "token_limit"})
+_REASON_KEYS = ("finish_reason", "stop_reason", "done_reason")
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """A model's reply with the reason it stopped, for models that know it.
+
+    Attributes:
+        content: the reply: text, or a parsed dict/list under structured output.
+        finish_reason: the provider's reason (``"stop"``, ``"length"``, ``"MAX_TOKENS"`` ...), or None.
+
+    >>> ModelReply("[", finish_reason="length").truncated
+    True
+    """
+
+    content: Union[str, dict, list]
+    finish_reason: Optional[str] = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether ``finish_reason`` says the model hit its output limit."""
+        return is_truncation(self.finish_reason)
+
+
+def _reason_text(reason: Any) -> str | None:
+    """A finish reason as text: an enum's name (Gemini's ``FinishReason.MAX_TOKENS``) or the string."""
+    if reason is None or isinstance(reason, bool):
+        return None
+    if isinstance(reason, str):
+        return reason or None
+    name = getattr(reason, "name", None)
+    return name if isinstance(name, str) else str(reason)
+
+
+def _first(items: Any) -> Any:
+    """The first element of a list or tuple, else None."""
+    return items[0] if isinstance(items, (list, tuple)) and items else None
+
+
+def _get(obj: Any, key: str) -> Any:
+    """``obj[key]`` for a mapping, else ``obj.key`` (None when absent)."""
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+def finish_reason_of(reply: Any) -> str | None:
+    """The finish reason ``reply`` carries, as text; None when it carries none.
+
+    Looks at ``finish_reason`` (a :class:`ModelReply`), LangChain's
+    ``response_metadata``, and a raw response (``raw``, or the reply itself) with
+    ``finish_reason`` / ``stop_reason`` (Anthropic) / ``done_reason`` (Ollama),
+    ``choices[0].finish_reason`` (OpenAI) or ``candidates[0].finish_reason`` (Gemini).
+
+    >>> finish_reason_of(ModelReply("x", "stop"))
+    'stop'
+    >>> finish_reason_of("plain text") is None
+    True
+    """
+    if isinstance(reply, (str, dict, list)) or reply is None:
+        return None
+    reason = _reason_text(getattr(reply, "finish_reason", None))
+    metadata = getattr(reply, "response_metadata", None)
+    if reason is None and isinstance(metadata, Mapping):
+        reason = next((_reason_text(metadata[k]) for k in _REASON_KEYS if metadata.get(k)), None)
+    for source in (getattr(reply, "raw", None), reply):
+        if reason is not None or source is None:
+            continue
+        reason = next((_reason_text(_get(source, k)) for k in _REASON_KEYS if _get(source, k)), None)
+        for listing in ("choices", "candidates"):
+            first = _first(_get(source, listing))
+            if reason is None and first is not None:
+                reason = _reason_text(_get(first, "finish_reason"))
+    return reason
+
+
+def is_truncation(reason: str | None) -> bool:
+    """Whether a finish reason says the model stopped at its output limit.
+
+    >>> [is_truncation(r) for r in ("length", "MAX_TOKENS", "stop", None)]
+    [True, True, False, False]
+    """
+    return reason is not None and reason.strip().lower() in _TRUNCATION_REASONS
+
 
 _UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
     OSError,  # includes TimeoutError and ConnectionError
@@ -102,6 +209,33 @@ def _wrap_failure(name: str, exc: Exception) -> GatekeeperError:
         "Check how the model is configured (and that it accepts a list of role/content dicts), "
         "then try again."
     )
+
+
+def refuse_truncated(content: Reply, reason: str | None, name: str) -> Reply:
+    """``content``, unless ``reason`` says the model stopped at its output limit.
+
+    Model adapters call it with the finish reason their framework reports.
+
+    Raises:
+        TruncatedReplyError: ``reason`` is a truncation (``.partial`` holds ``content``).
+
+    >>> refuse_truncated("ok", "stop", "m")
+    'ok'
+    """
+    if is_truncation(reason):
+        raise TruncatedReplyError(
+            f"the answer of model {name!r} is incomplete: it stopped at its output limit (finish reason "
+            f"{reason!r}); answer again, shorter (only the operations that are needed)",
+            partial=content,
+            finish_reason=reason,
+        )
+    return content
+
+
+def _checked_text(reply: Any, name: str) -> Reply:
+    """:func:`_text_of`, refusing a reply whose finish reason says it was cut off."""
+    text = _text_of(reply.content if isinstance(reply, ModelReply) else reply, name)
+    return refuse_truncated(text, finish_reason_of(reply), name)
 
 
 def _text_of(reply: Any, name: str) -> Reply:
@@ -171,6 +305,7 @@ class EditModel:
 
         Raises:
             ModelUnavailableError: a network failure or timeout.
+            TruncatedReplyError: the reply's finish reason says it was cut off (``.partial`` holds it).
             EditError: any other failure, or a reply that is not text.
             TypeError: the model is async-only and an event loop is running in this thread.
         """
@@ -192,7 +327,7 @@ class EditModel:
             raise
         except Exception as exc:
             raise _wrap_failure(self.name, exc) from exc
-        return _text_of(result, self.name)
+        return _checked_text(result, self.name)
 
     async def acomplete(self, messages: ChatMessages, *, json_schema: Mapping[str, Any] | None = None) -> Reply:
         """Async twin of :meth:`complete`; never blocks the event loop."""
@@ -209,7 +344,7 @@ class EditModel:
             raise
         except Exception as exc:
             raise _wrap_failure(self.name, exc) from exc
-        return _text_of(result, self.name)
+        return _checked_text(result, self.name)
 
 
 async def _await(awaitable: Awaitable[Any]) -> Any:

@@ -15,6 +15,8 @@ A reply may be:
 * a ``str``, returned as is;
 * a ``dict`` or ``list``: returned as the parsed object when the model is
   ``structured`` and was asked for a JSON schema, otherwise as JSON text;
+* a :class:`~context_gatekeeper.models.ModelReply`, returned as is (a reply with
+  its finish reason: ``ModelReply(text, "length")`` simulates an output limit);
 * an exception instance or class, raised (``TimeoutError()`` simulates a timeout);
 * a callable ``reply(messages)`` returning any of the above, to answer from what
   the model was sent.
@@ -31,6 +33,8 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from .models import ModelReply
 
 __all__ = ["RecordedCall", "ScriptedModel"]
 
@@ -59,10 +63,10 @@ class RecordedCall(list):
 
 def _check_reply(reply: Any) -> Any:
     """Fail at enqueue time, not mid-test, on a reply the model could never give."""
-    ok = isinstance(reply, (str, dict, list, BaseException)) or callable(reply)
+    ok = isinstance(reply, (str, dict, list, ModelReply, BaseException)) or callable(reply)
     if not ok:
         raise TypeError(
-            "a scripted reply must be a str, a dict or list, an exception, or a callable(messages); "
+            "a scripted reply must be a str, a dict or list, a ModelReply, an exception, or a callable(messages); "
             f"got {type(reply).__name__}"
         )
     return reply

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..edit_checks import deleted_share
-from ..errors import InvalidInputError, UnknownTurnError
+from ..errors import InvalidInputError, TruncatedReplyError, UnknownTurnError
 from ..messages import Message, new_message_id
 from ..models import as_edit_model
 from ..operations import Put
@@ -182,7 +182,10 @@ class ChatSession:
         """
         call = self.prepare(text)
         self.last_call = call
-        reply = self.chat_model.complete([dict(m) for m in call.sent])
+        try:
+            reply = self.chat_model.complete([dict(m) for m in call.sent])
+        except TruncatedReplyError as exc:  # a chat answer cut off is still the answer the user saw
+            reply = exc.partial
         answer = reply if isinstance(reply, str) else str(reply)
         self.transcript.append(user=call.query, assistant=answer)
         return answer

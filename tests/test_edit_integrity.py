@@ -1,0 +1,169 @@
+"""Issue #11, items 2 and 4: a cut-off reply never deletes the end of a conversation, and
+the deletion guard measures what an edit destroys, not only what it removes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
+
+from context_gatekeeper import EditError, Transcript
+from context_gatekeeper.edit_checks import deleted_share
+from context_gatekeeper.edit_format import ideal_patch_reply, ideal_rewrite_reply
+from context_gatekeeper.editing import compute_edit
+from context_gatekeeper.errors import TruncatedReplyError
+from context_gatekeeper.gemini import GeminiModel
+from context_gatekeeper.messages import Message
+from context_gatekeeper.models import ModelReply, as_edit_model
+from context_gatekeeper.operations import Change, Delete, Replace
+from context_gatekeeper.testing import ScriptedModel
+from langchain_gatekeeper import LangChainEditModel
+from li_scripted_llm import ScriptedLLM
+from llamaindex_gatekeeper.models import LlamaIndexEditModel
+
+
+def ten_messages() -> Transcript:
+    t = Transcript("cut")
+    for n in range(5):
+        t.append(user=f"Question {n} about Ireland's economy?", assistant=f"Answer {n}: Ireland grew by {n} percent.")
+    return t
+
+
+def fix_first(t: Transcript) -> list[Replace]:
+    return [Replace(t.messages[0].id, "Question 0 about Iceland's economy?")]
+
+
+# -- item 2: JSON the repair step would have to close ---------------------------------------
+def test_a_rewrite_cut_off_after_the_seventh_of_ten_messages_is_refused_not_committed():
+    t = ten_messages()
+    before = [(m.id, m.content) for m in t.messages]
+    full = ideal_rewrite_reply(t.messages, fix_first(t))
+    cut = full[: full.index('{"id": "8"')].rstrip().rstrip(",")  # ends with the 7th message's "}"
+    assert cut.endswith("}") and not cut.endswith("]")
+    with pytest.raises(EditError, match="incomplete"):
+        t.edit("Iceland", model=ScriptedModel([cut, cut]), strategy="rewrite")
+    assert [(m.id, m.content) for m in t.messages] == before and len(t.history()) == 5
+    model = ScriptedModel([cut, full])
+    t.edit("Iceland", model=model, strategy="rewrite")
+    assert len(t.messages) == 10 and t.messages[0].content.startswith("Question 0 about Iceland")
+    assert "incomplete" in model.calls[1][-1]["content"]
+
+
+def test_a_patch_cut_off_after_complete_operations_is_refused():
+    t = ten_messages()
+    ops = [Replace(m.id, m.content.replace("Ireland", "Iceland")) for m in t.messages]
+    full = ideal_patch_reply(t.messages, ops)
+    cut = full[: full.rindex("}", 0, full.rindex("{")) + 1]  # drops the last operation, no "]}"
+    assert json.loads(full) and cut.count('"op"') == 9
+    with pytest.raises(EditError, match="incomplete"):
+        t.edit("Iceland", model=ScriptedModel([cut, cut]))
+    assert all("Ireland" in m.content for m in t.messages)
+    t.edit("Iceland", model=ScriptedModel([cut, full]), allow_large_deletion=True)
+    assert not any("Ireland" in m.content for m in t.messages)
+
+
+def test_an_unterminated_string_is_refused():
+    state = [Message("u", "user", "GDP of Ireland?"), Message("a", "assistant", "Ireland: 500 billion.")]
+    cut = '{"operations": [{"op": "replace", "id": "1", "content": "GDP of Icel'
+    with pytest.raises(EditError, match="incomplete"):
+        compute_edit(state, "Iceland", ScriptedModel([cut, cut]))
+
+
+# -- item 2: a finish reason that says the output limit was hit ------------------------------
+def test_a_plain_callable_stays_valid_and_a_model_reply_carries_its_finish_reason():
+    t = ten_messages()
+    good = ideal_patch_reply(t.messages, fix_first(t))
+    assert as_edit_model(lambda messages: good).complete([{"role": "user", "content": "x"}]) == good
+    assert as_edit_model(lambda messages: ModelReply(good, "stop")).complete([]) == good
+    with pytest.raises(TruncatedReplyError, match="output limit") as info:
+        as_edit_model(lambda messages: ModelReply(good, "length")).complete([])
+    assert info.value.partial == good and info.value.finish_reason == "length"
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_complete_looking_reply_with_finish_reason_length_is_retried(use_async):
+    t = ten_messages()
+    good = ideal_patch_reply(t.messages, fix_first(t))
+    model = ScriptedModel([ModelReply(good, "length"), good])
+    if use_async:
+        asyncio.run(t.aedit("Iceland", model=model))
+    else:
+        t.edit("Iceland", model=model)
+    assert len(model.calls) == 2 and "output limit" in model.calls[1][-1]["content"]
+    assert t.history()[-1].kind == "edit"
+    twice = ScriptedModel([ModelReply(good, "MAX_TOKENS"), ModelReply(good, "max_tokens")])
+    with pytest.raises(EditError, match="output limit"):
+        t.edit("Iceland again", model=twice)
+
+
+def test_langchain_finish_reason_length_is_retried():
+    t = ten_messages()
+    good = ideal_patch_reply(t.messages, fix_first(t))
+    replies = [AIMessage(good, response_metadata={"finish_reason": "length"}), AIMessage(good)]
+    model = LangChainEditModel(GenericFakeChatModel(messages=iter(replies)))
+    with pytest.raises(TruncatedReplyError):
+        LangChainEditModel(GenericFakeChatModel(messages=iter(replies[:1]))).complete([])
+    t.edit("Iceland", model=model)
+    assert t.messages[0].content.startswith("Question 0 about Iceland")
+
+
+class StructuredRawFake(GenericFakeChatModel):
+    """Structured output that honours include_raw=True, as LangChain's chat models do."""
+
+    answers: list = []
+    include_raw: list = []
+
+    def with_structured_output(self, schema: Any, **kwargs: Any):  # type: ignore[override]
+        from langchain_core.runnables import RunnableLambda
+
+        self.include_raw.append(kwargs.get("include_raw"))
+        return RunnableLambda(lambda _messages: self.answers.pop(0))
+
+
+def test_langchain_structured_path_reads_the_raw_finish_reason():
+    t = ten_messages()
+    good = json.loads(ideal_patch_reply(t.messages, fix_first(t)))
+    cut_raw = AIMessage("", response_metadata={"finish_reason": "MAX_TOKENS"})
+    chat = StructuredRawFake(messages=iter([]))
+    chat.answers = [
+        {"raw": cut_raw, "parsed": good, "parsing_error": None},
+        {"raw": AIMessage(json.dumps(good)), "parsed": None, "parsing_error": ValueError("x")},
+    ]
+    model = LangChainEditModel(chat, structured=True)
+    t.edit("Iceland", model=model)
+    assert chat.include_raw == [True, True]
+    assert t.messages[0].content.startswith("Question 0 about Iceland")
+
+
+def test_gemini_max_tokens_is_a_truncation():
+    finish = pytest.importorskip("google.genai.types").FinishReason.MAX_TOKENS
+    response = SimpleNamespace(text='{"operations": []}', candidates=[SimpleNamespace(finish_reason=finish)])
+    client = SimpleNamespace(models=SimpleNamespace(generate_content=lambda **kwargs: response))
+    with pytest.raises(TruncatedReplyError, match="MAX_TOKENS"):
+        GeminiModel(api_key="k", client=client).complete([{"role": "user", "content": "x"}])
+
+
+class RawLLM(ScriptedLLM):
+    """A LlamaIndex LLM whose responses carry an OpenAI-style raw payload."""
+
+    reasons: list = []
+
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        self.chats.append(list(messages))
+        raw = {"choices": [{"finish_reason": self.reasons.pop(0)}]}
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=self._next()), raw=raw)
+
+
+def test_llamaindex_raw_finish_reason_length_is_retried():
+    t = ten_messages()
+    good = ideal_patch_reply(t.messages, fix_first(t))
+    llm = RawLLM(replies=[good, good])
+    llm.reasons = ["length", "stop"]
+    t.edit("Iceland", model=LlamaIndexEditModel(llm))
+    assert len(llm.chats) == 2 and t.messages[0].content.startswith("Question 0 about Iceland")
