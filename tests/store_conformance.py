@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from context_gatekeeper.errors import StaleHeadError
 from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import Change, Put, Remove
+from context_gatekeeper.operations import Change, Put, Remove, invert
 from context_gatekeeper.revisions import Revision
 from context_gatekeeper.stores import FAULT_POINTS, Store
 
@@ -227,12 +227,7 @@ class StoreConformance:
         (first,) = fill(store, "s", 1)
         user = first.added[0]
         proposal = edit(user, "mine")  # computed at head 1
-        touching = Revision(
-            number=0,
-            parent=0,
-            kind="append",
-            changes=(Change(user, Message(user.id, "user", user.content, metadata={"done": True})), Put(message("a9"), "a1")),
-        )
+        touching = append(message("a9", "assistant"), after=user.id)  # an answer put right after it
         store.commit("s", touching, expected_head=None)
         before = snapshot(store, "s")
         with pytest.raises(StaleHeadError):
@@ -300,7 +295,7 @@ class StoreConformance:
             target=None,
         )
         second = store.commit("s 'x'", revision, expected_head=1)
-        bare = Revision(number=0, parent=0, kind="undo", changes=(), instruction=None, model=None, target=2)
+        bare = Revision(number=0, parent=0, kind="undo", changes=tuple(invert(second.changes)), target=2)
         third = store.commit("s 'x'", bare, expected_head=2)
         assert (second.base, third.target, third.instruction, third.model) == (1, 2, None, None)
         fetched = open_store().revisions("s 'x'")
@@ -427,7 +422,8 @@ class StoreConformance:
                 assert sorted(put_ids(log)) == sorted(f"{s}-{n}" for n in range(10))
                 assert await store.arevisions(s, after=7) == log[7:]
             assert await store.asessions() == ["x", "y"]
-            edited = await store.acommit("x", edit(log[0].added[0], "async edit"), expected_head=3)
+            x_log = await store.arevisions("x")
+            edited = await store.acommit("x", edit(x_log[0].added[0], "async edit"), expected_head=3)
             assert (edited.number, edited.base) == (11, 3)
             with pytest.raises(StaleHeadError):
                 await store.acommit("x", edit(message("nope"), "x"), expected_head=99)

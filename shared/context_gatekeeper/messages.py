@@ -8,18 +8,22 @@ and ``metadata``.
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 from .validation import require_text
 
-__all__ = ["Role", "Origin", "Message", "new_message_id", "EDITABLE_ROLES"]
+__all__ = ["Role", "Origin", "Message", "new_message_id", "detached", "EDITABLE_ROLES"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["original", "edited", "inserted"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+ORIGINS: tuple[str, ...] = ("original", "edited", "inserted")
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 EDITABLE_ROLES: frozenset[str] = frozenset({"user", "assistant"})
 """Only user and assistant text is ever rewritten by an edit."""
 
@@ -62,6 +66,27 @@ class Message:
         require_text(self.content, "message content", allow_empty=True)
         if not isinstance(self.id, str) or not self.id:
             raise ValueError(f"message id must be a non-empty str, got {self.id!r}")
+        if self.origin not in ORIGINS:
+            raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
+        if self.parts is not None and not isinstance(self.parts, tuple):
+            raise TypeError(f"parts must be None or a tuple (a list in dicts), got {type(self.parts).__name__}")
+        if not isinstance(self.metadata, Mapping):
+            raise TypeError(f"metadata must be a mapping, got {type(self.metadata).__name__}")
+        if not isinstance(self.derived_from, tuple) or not all(isinstance(d, str) for d in self.derived_from):
+            raise TypeError(f"derived_from must be a tuple of message ids, got {self.derived_from!r}")
+        if not self.metadata:  # shared, and read-only, so no caller can fill it in afterwards
+            object.__setattr__(self, "metadata", _NO_METADATA)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state["metadata"] = dict(self.metadata)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        if not self.metadata:
+            object.__setattr__(self, "metadata", _NO_METADATA)
 
     @property
     def editable(self) -> bool:
@@ -91,8 +116,16 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Message":
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict` (``parts`` a list or None, ``metadata`` a dict)."""
         parts = data.get("parts")
+        if parts is not None and not isinstance(parts, (list, tuple)):
+            raise TypeError(f"parts must be a list of content blocks or absent, got {type(parts).__name__}")
+        metadata = data.get("metadata")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise TypeError(f"metadata must be a dict or absent, got {type(metadata).__name__}")
+        derived = data.get("derived_from")
+        if derived is not None and not isinstance(derived, (list, tuple)):
+            raise TypeError(f"derived_from must be a list of ids or absent, got {type(derived).__name__}")
         return cls(
             id=data["id"],
             role=data["role"],
@@ -103,3 +136,15 @@ class Message:
             derived_from=tuple(data.get("derived_from") or ()),
             revision=int(data.get("revision", 0)),
         )
+
+
+def detached(message: Message) -> Message:
+    """``message`` with its own copies of ``metadata`` and ``parts``, so nothing done to
+    them reaches the original (the message itself when it holds nothing mutable)."""
+    if not message.metadata and (message.parts is None or all(isinstance(p, (str, int, float)) for p in message.parts)):
+        return message
+    return replace(
+        message,
+        metadata=copy.deepcopy(dict(message.metadata)),
+        parts=copy.deepcopy(message.parts) if message.parts is not None else None,
+    )

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from .errors import UnknownMessageError
+from .errors import InvalidRevisionError, UnknownMessageError
 from .messages import Message, Role, new_message_id
 from .validation import require_text
 
@@ -30,11 +30,13 @@ __all__ = [
     "Change",
     "Applied",
     "AT_END",
+    "State",
     "apply_changes",
     "invert",
     "touched_ids",
     "changes_between",
     "resolve_request",
+    "is_noop",
     "change_to_dict",
     "change_from_dict",
 ]
@@ -95,44 +97,144 @@ class Change:
 
 Applied = Union[Put, Remove, Change]
 
-AT_END = "<end>"
+
+class _AtEnd:
+    """The type of :data:`AT_END`: not a str, so no message id can ever equal it."""
+
+    _instance: "_AtEnd | None" = None
+
+    def __new__(cls) -> "_AtEnd":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "AT_END"
+
+    def __reduce__(self) -> str:
+        return "AT_END"
+
+
+AT_END: Any = _AtEnd()
 """``Put.after`` for an append: the message goes to the end of the state as it is
-when the revision lands, whatever other writers appended meanwhile."""
+when the revision lands, whatever other writers appended meanwhile.  It is not a
+str, so it never collides with a message id (stored as ``"end": true``; rows written
+before it existed used the string ``"<end>"``, which still loads as the end)."""
+
+LEGACY_AT_END = "<end>"
 
 
-def _index_of(state: Sequence[Message], message_id: str | None) -> int:
-    """Position of ``message_id`` in ``state``; -1 for ``None`` (the start)."""
-    if message_id is None:
-        return -1
-    for i, message in enumerate(state):
-        if message.id == message_id:
-            return i
-    raise UnknownMessageError(f"no message with id {message_id!r} in this transcript state")
+class State:
+    """An ordered set of messages keyed by id, as a doubly linked list: putting after an
+    id, removing and changing a message cost O(1), so replaying a log is linear.
+
+    ``strict=False`` (for rebuilding indexes over logs written by buggy versions) skips
+    changes that do not apply instead of raising.
+    """
+
+    __slots__ = ("_by_id", "_next", "_prev", "_tail", "_list")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._by_id: dict[str, Message] = {}
+        self._next: dict[Any, Any] = {None: None}  # None is the head sentinel
+        self._prev: dict[str, Any] = {}
+        self._tail: Any = None
+        self._list: list[Message] | None = None
+        for message in messages:
+            self.put(message, AT_END)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._by_id
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, message_id: str) -> Message | None:
+        """The message with ``message_id``, or None."""
+        return self._by_id.get(message_id)
+
+    def previous_id(self, message_id: str) -> str | None:
+        """The id of the message before ``message_id`` (None at the start)."""
+        return self._prev[message_id]
+
+    def to_list(self) -> list[Message]:
+        """The messages in order (cached until the next change; do not mutate)."""
+        if self._list is None:
+            out, node = [], self._next[None]
+            while node is not None:
+                out.append(self._by_id[node])
+                node = self._next[node]
+            self._list = out
+        return self._list
+
+    def put(self, message: Message, after: Any) -> None:
+        """Insert ``message`` after ``after`` (None: the start; AT_END or a missing id: the end)."""
+        if message.id in self._by_id:
+            raise InvalidRevisionError(f"message {message.id!r} is already in the transcript")
+        if after is not None and (after is AT_END or after not in self._by_id):
+            after = self._tail
+        following = self._next[after]
+        self._by_id[message.id] = message
+        self._next[message.id], self._prev[message.id] = following, after
+        self._next[after] = message.id
+        if following is None:
+            self._tail = message.id
+        else:
+            self._prev[following] = message.id
+        self._list = None
+
+    def remove(self, message_id: str) -> None:
+        """Take message ``message_id`` out."""
+        self._require(message_id)
+        before, following = self._prev.pop(message_id), self._next.pop(message_id)
+        del self._by_id[message_id]
+        self._next[before] = following
+        if following is None:
+            self._tail = before
+        else:
+            self._prev[following] = before
+        self._list = None
+
+    def change(self, before: Message, after: Message) -> None:
+        """Replace the version of message ``before.id`` by ``after``."""
+        self._require(before.id)
+        if after.id != before.id:
+            raise InvalidRevisionError(f"a change must keep the id: {before.id!r} became {after.id!r}")
+        self._by_id[before.id] = after
+        self._list = None
+
+    def apply(self, changes: Iterable[Applied], *, strict: bool = True) -> None:
+        """Apply ``changes`` in order (``strict=False``: skip those that do not apply)."""
+        for change in changes:
+            try:
+                if isinstance(change, Put):
+                    self.put(change.message, change.after)
+                elif isinstance(change, Remove):
+                    self.remove(change.message.id)
+                elif isinstance(change, Change):
+                    self.change(change.before, change.after)
+                else:
+                    raise TypeError(f"not a change: {change!r}")
+            except (InvalidRevisionError, UnknownMessageError):
+                if strict:
+                    raise
+
+    def _require(self, message_id: str) -> None:
+        if message_id not in self._by_id:
+            raise UnknownMessageError(f"no message with id {message_id!r} in this transcript state")
 
 
 def apply_changes(state: Sequence[Message], changes: Iterable[Applied]) -> list[Message]:
     """The state after ``changes``, applied in order (a new list; ``state`` is untouched).
 
     A :class:`Put` whose ``after`` message is gone lands at the end, so undoing an
-    old deletion never fails for want of a neighbour.
+    old deletion never fails for want of a neighbour.  A put of a message already
+    there raises :class:`InvalidRevisionError`; a remove or change of a missing one
+    :class:`UnknownMessageError`.  Linear in ``len(state)`` plus the changes.
     """
-    out = list(state)
-    for change in changes:
-        if isinstance(change, Put):
-            if any(m.id == change.message.id for m in out):
-                raise ValueError(f"message {change.message.id!r} is already in the transcript")
-            try:
-                position = len(out) if change.after == AT_END else _index_of(out, change.after) + 1
-            except UnknownMessageError:
-                position = len(out)
-            out.insert(position, change.message)
-        elif isinstance(change, Remove):
-            out.pop(_index_of(out, change.message.id))
-        elif isinstance(change, Change):
-            out[_index_of(out, change.before.id)] = change.after
-        else:  # pragma: no cover - guarded by the type
-            raise TypeError(f"not a change: {change!r}")
-    return out
+    current = State(state)
+    current.apply(changes)
+    return list(current.to_list())
 
 
 def invert(changes: Sequence[Applied]) -> list[Applied]:
@@ -205,23 +307,24 @@ def changes_between(old: Sequence[Message], new: Sequence[Message]) -> list[Appl
     return changes
 
 
-def resolve_request(request: Request, state: Sequence[Message]) -> Applied:
+def resolve_request(request: Request, state: "State | Sequence[Message]") -> Applied:
     """The change ``request`` makes on ``state`` (ids checked, text required)."""
-    positions = {m.id: i for i, m in enumerate(state)}
+    current = state if isinstance(state, State) else State(state)
 
-    def find(message_id: object) -> int:
-        if message_id not in positions:
+    def find(message_id: object) -> str:
+        if not isinstance(message_id, str) or message_id not in current:
             raise UnknownMessageError(
                 f"no message with id {message_id!r} in this transcript; ids are the .id of transcript.messages"
             )
-        return positions[message_id]  # type: ignore[index]
+        return message_id
 
     if isinstance(request, Replace):
-        old = state[find(request.id)]
+        old = current.get(find(request.id))
+        assert old is not None
         return Change(old, old.revised(require_text(request.content, "content"), 0))
     if isinstance(request, Delete):
-        i = find(request.id)
-        return Remove(state[i], state[i - 1].id if i else None)
+        message_id = find(request.id)
+        return Remove(current.get(message_id), current.previous_id(message_id))  # type: ignore[arg-type]
     if isinstance(request, InsertAfter):
         if request.id is not None:
             find(request.id)
@@ -230,22 +333,54 @@ def resolve_request(request: Request, state: Sequence[Message]) -> Applied:
     raise TypeError(f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}")
 
 
+def is_noop(change: Applied) -> bool:
+    """Whether ``change`` leaves the state as it was (a change to identical text, parts and metadata)."""
+    if not isinstance(change, Change):
+        return False
+    before, after = change.before, change.after
+    return (before.role, before.content, before.parts, before.metadata) == (after.role, after.content, after.parts, after.metadata)
+
+
+def _anchor_to_dict(after: Any) -> dict[str, Any]:
+    if after is AT_END:
+        return {"after": None, "end": True}
+    if after == LEGACY_AT_END:  # a message really named "<end>": marked, so it is not read as the end
+        return {"after": after, "literal": True}
+    return {"after": after}
+
+
+def _anchor_from_dict(data: dict[str, Any], legacy_end: bool) -> Any:
+    after = data.get("after")
+    if data.get("end"):
+        return AT_END
+    if legacy_end and after == LEGACY_AT_END and not data.get("literal"):
+        return AT_END  # an append written when AT_END was the string "<end>"
+    if after is not None and not isinstance(after, str):
+        raise ValueError(f"a change's 'after' must be a message id or null, got {after!r}")
+    return after
+
+
 def change_to_dict(change: Applied) -> dict[str, Any]:
     """A JSON-ready dict (the stores' format)."""
     if isinstance(change, Put):
-        return {"op": "put", "message": change.message.to_dict(), "after": change.after}
+        return {"op": "put", "message": change.message.to_dict(), **_anchor_to_dict(change.after)}
     if isinstance(change, Remove):
-        return {"op": "remove", "message": change.message.to_dict(), "after": change.after}
+        return {"op": "remove", "message": change.message.to_dict(), **_anchor_to_dict(change.after)}
     return {"op": "change", "before": change.before.to_dict(), "after": change.after.to_dict()}
 
 
-def change_from_dict(data: dict[str, Any]) -> Applied:
-    """Inverse of :func:`change_to_dict`."""
+def change_from_dict(data: dict[str, Any], *, legacy_end: bool = False) -> Applied:
+    """Inverse of :func:`change_to_dict`.
+
+    ``legacy_end``: the change belongs to an append, where rows written before
+    :data:`AT_END` became a non-str marker used ``"after": "<end>"`` for the end
+    (anywhere else that string was a message id, and stays one).
+    """
     op = data["op"]
     if op == "put":
-        return Put(Message.from_dict(data["message"]), data["after"])
+        return Put(Message.from_dict(data["message"]), _anchor_from_dict(data, legacy_end))
     if op == "remove":
-        return Remove(Message.from_dict(data["message"]), data["after"])
+        return Remove(Message.from_dict(data["message"]), _anchor_from_dict(data, False))
     if op == "change":
         return Change(Message.from_dict(data["before"]), Message.from_dict(data["after"]))
     raise ValueError(f"unknown change op {op!r}")

@@ -11,11 +11,11 @@ import difflib
 import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from .messages import Message
-from .operations import Applied, Put, Remove, change_from_dict, change_to_dict, touched_ids
+from .messages import Message, detached
+from .operations import Applied, Change, Put, Remove, change_from_dict, change_to_dict, is_noop, touched_ids
 
 __all__ = [
     "RevisionKind",
@@ -83,13 +83,22 @@ class Revision:
             number=data["number"],
             parent=data["parent"],
             kind=data["kind"],
-            changes=tuple(change_from_dict(c) for c in data["changes"]),
+            changes=tuple(change_from_dict(c, legacy_end=data["kind"] == "append") for c in data["changes"]),
             instruction=data.get("instruction"),
             model=data.get("model"),
             time=data.get("time", 0.0),
             base=data.get("base"),
             target=data.get("target"),
         )
+
+    def detached(self) -> "Revision":
+        """This revision with its own copies of every message's metadata and parts."""
+        return replace(self, changes=tuple(_detached_change(c) for c in self.changes))
+
+    @property
+    def is_noop(self) -> bool:
+        """Whether the revision changes nothing (no changes, or only changes to identical text)."""
+        return all(is_noop(c) for c in self.changes)
 
     def changes_json(self) -> str:
         """The changes as compact JSON text."""
@@ -104,6 +113,12 @@ class Revision:
     def added(self) -> tuple[Message, ...]:
         """Messages this revision put into the state."""
         return tuple(c.message for c in self.changes if isinstance(c, Put))
+
+
+def _detached_change(change: Applied) -> Applied:
+    if isinstance(change, Change):
+        return Change(detached(change.before), detached(change.after))
+    return type(change)(detached(change.message), change.after)
 
 
 @dataclass(frozen=True)
@@ -224,12 +239,15 @@ def rebase_conflicts(later: Iterable[Revision], changes: Sequence[Applied]) -> l
     """Revisions in ``later`` that stop ``changes`` from being applied on top of them.
 
     An edit computed at head ``h`` may commit after revisions ``h+1..`` if each is an
-    append that touches none of the messages it changes; anything else conflicts.
+    append that touches none of the messages it changes and puts nothing after one of
+    them (an answer to a question the edit removes or moves conflicts, so no answer
+    ever loses its question); anything else conflicts.
     """
     ids = touched_ids(changes)
     blocking = []
     for revision in later:
-        if revision.kind != "append" or touched_ids(revision.changes) & ids:
+        anchors = {c.after for c in revision.changes if isinstance(c, Put) and isinstance(c.after, str)}
+        if revision.kind != "append" or (touched_ids(revision.changes) | anchors) & ids:
             blocking.append(revision.number)
     return blocking
 
@@ -244,7 +262,7 @@ def undo_stacks(log: Sequence[Revision]) -> tuple[list[int], list[Revision]]:
     done: list[int] = []
     undone: list[Revision] = []
     for revision in log:
-        if revision.kind in STATE_CHANGING:
+        if revision.kind in STATE_CHANGING and not revision.is_noop:  # no-op rows written by older versions
             done.append(revision.number)
             undone.clear()
         elif revision.kind == "undo":

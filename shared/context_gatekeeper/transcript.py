@@ -28,17 +28,25 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from .editing import acompute_edit, compute_edit
-from .errors import HistoryError, InvalidInputError, ModelUnavailableError
-from .messages import Message, new_message_id
+from .errors import (
+    CorruptLogError,
+    HistoryError,
+    InvalidInputError,
+    InvalidRevisionError,
+    ModelUnavailableError,
+    UnknownMessageError,
+)
+from .messages import Message, detached, new_message_id
 from .operations import (
     AT_END,
     Applied,
     Change,
     Put,
     Request,
-    apply_changes,
+    State,
     changes_between,
     invert,
+    is_noop,
     resolve_request,
 )
 from .revisions import Diff, Proposal, Revision, RevisionKind, diff_states, undo_stacks
@@ -83,21 +91,9 @@ def _stamp(changes: Iterable[Applied], number: int) -> list[Applied]:
     return out
 
 
-def _renew_taken(messages: list[Message], taken: set[str]) -> list[Message]:
-    """The messages, those whose id is taken (or repeated among them) under fresh ids."""
-    seen = set(taken)
-    out = []
-    for message in messages:
-        if message.id in seen:
-            message = replace(message, id=new_message_id())
-        seen.add(message.id)
-        out.append(message)
-    return out
-
-
 def _as_message(item: Message | Mapping[str, Any]) -> Message:
     if isinstance(item, Message):
-        return item
+        return detached(item)  # the caller's dicts stay theirs
     if isinstance(item, Mapping):
         data = dict(item)
         data.setdefault("id", new_message_id())
@@ -135,7 +131,7 @@ class Transcript(AsyncTranscriptMixin):
         store: Store | str | os.PathLike[str] | None = None,
         model: Any = None,
         strategy: Strategy = "patch",
-        max_deletion_share: float = 0.5,
+        max_deletion_share: float = 0.6,
         token_counter: Any = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
@@ -153,7 +149,7 @@ class Transcript(AsyncTranscriptMixin):
         self.token_counter = token_counter
         self._lock = threading.RLock()
         self._log: list[Revision] = []
-        self._state: list[Message] = []
+        self._current = State()
         self._open_user: str | None = None  # the last user message this object appended without an answer
         self._used_ids: set[str] = set()  # every message id the session has held (never reused)
         self._refresh()
@@ -164,7 +160,7 @@ class Transcript(AsyncTranscriptMixin):
         """The current state, each message with its provenance."""
         with self._lock:
             self._refresh()
-            return tuple(self._state)
+            return tuple(map(detached, self._current.to_list()))
 
     @property
     def version(self) -> tuple[int, float]:
@@ -196,25 +192,24 @@ class Transcript(AsyncTranscriptMixin):
         """Every revision, oldest first."""
         with self._lock:
             self._refresh()
-            return list(self._log)
+            return [r.detached() for r in self._log]
 
     def record(self) -> list[Message]:
-        """Every message ever appended, as originally written, in order; edits never touch it."""
+        """Every message ever appended (or first brought in by ``set``), as originally
+        written, once each, in order; edits never touch it."""
         with self._lock:
             self._refresh()
-            seen: dict[str, Message] = {}
+            first: dict[str, tuple[bool, Message]] = {}
             for revision in self._log:
-                if revision.kind in ("append", "set"):
-                    for message in revision.added:
-                        if message.origin == "original":
-                            seen.setdefault(message.id, message)
-            return list(seen.values())
+                for message in revision.added:
+                    first.setdefault(message.id, (revision.kind in ("append", "set"), message))
+            return [detached(m) for appended, m in first.values() if appended]
 
     def snapshot(self, revision: int) -> tuple[Message, ...]:
         """The state as it was at ``revision`` (0 is the empty transcript)."""
         with self._lock:
             self._refresh()
-            return tuple(self._state_at(self._check_revision(revision)))
+            return tuple(map(detached, self._state_at(self._check_revision(revision))))
 
     def diff(self, a: int, b: int | None = None) -> Diff:
         """How the state at revision ``b`` (default: the head) differs from revision ``a``."""
@@ -222,7 +217,8 @@ class Transcript(AsyncTranscriptMixin):
             self._refresh()
             b = len(self._log) if b is None else b
             a, b = self._check_revision(a), self._check_revision(b)
-            return diff_states(a, self._state_at(a), b, self._state_at(b))
+            before, after = (list(map(detached, self._state_at(n))) for n in (a, b))
+            return diff_states(a, before, b, after)
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -242,10 +238,16 @@ class Transcript(AsyncTranscriptMixin):
         with its answer lands together; a user message alone stays open, and this
         object's next answer-only append attaches right after it, whatever others
         appended meanwhile.  ``messages`` appends ready-made messages (or dicts with
-        ``role`` and ``content``) after the user/assistant pair.  Ids are never reused: a
-        message whose id the session already held is refused (``InvalidInputError``), or,
-        with ``renew_taken_ids=True``, given a fresh id (adapters whose framework re-sends
-        messages it already stored).
+        ``role`` and ``content``) after the user/assistant pair.
+
+        Ids are never reused.  A message whose id the session already held is a retried
+        request: with the same role and text it is skipped (an idempotent no-op); with
+        other text it is refused (``InvalidInputError``), or, with
+        ``renew_taken_ids=True``, given a fresh id.  The store decides inside its write
+        transaction, so concurrent writers retrying one request add it once.  When
+        every message was skipped, nothing is recorded and the returned revision is
+        numbered like the head, with no changes.  An answer whose open question was
+        deleted meanwhile is refused (:class:`InvalidRevisionError`).
         """
         new: list[Message] = []
         if user is not None:
@@ -257,24 +259,18 @@ class Transcript(AsyncTranscriptMixin):
             raise InvalidInputError("append needs user=, assistant= or messages=")
         with self._lock:
             self._refresh()
-            if renew_taken_ids:
-                new = _renew_taken(new, self._used_ids)
-            used = {m.id for m in new} & self._used_ids
-            if used or len({m.id for m in new}) != len(new):
-                raise InvalidInputError(
-                    f"message id(s) {sorted(used) or 'repeated in this call'} already used in session "
-                    f"{self.session_id!r}: ids are never reused; give new messages new ids (or none)"
-                )
-            anchor = AT_END
+            anchor: Any = AT_END
             if new[0].role != "user" and self._open_user is not None:
                 anchor = self._open_user
             changes: list[Applied] = []
             for message in new:
                 changes.append(Put(message, anchor))
                 anchor = message.id
-            revision = self._commit("append", changes, expected_head=None)
-            last_user = next((m.id for m in reversed(new) if m.role == "user"), None)
-            self._open_user = last_user if new[-1].role == "user" else None
+            revision = self._commit("append", changes, expected_head=None, renew_taken_ids=renew_taken_ids)
+            if revision.changes:
+                stored = revision.added
+                last_user = next((m.id for m in reversed(stored) if m.role == "user"), None)
+                self._open_user = last_user if stored[-1].role == "user" else None
             return revision
 
     # -- editing ------------------------------------------------------------------------
@@ -319,39 +315,48 @@ class Transcript(AsyncTranscriptMixin):
         """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``."""
         with self._lock:
             self._refresh()
-            state = list(self._state)
+            scratch = State(self._current.to_list())
             changes: list[Applied] = []
             for request in requests:
-                change = resolve_request(request, state)
-                state = apply_changes(state, [change])
-                changes.append(change)
+                change = resolve_request(request, scratch)
+                if not is_noop(change):
+                    scratch.apply([change])
+                    changes.append(change)
             return self._commit("apply", changes, expected_head=len(self._log))
 
     def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.
 
-        Messages keep their ids where given; new ones count as originally written.
+        Messages keep their ids where given; new ones count as originally written.  An
+        id the session used for a message that is no longer in the state is refused:
+        ids are never reused.  Setting the current state again records nothing.
         """
         new = [_as_message(m) for m in messages]
         if len({m.id for m in new}) != len(new):
             raise InvalidInputError("set() got two messages with the same id")
         with self._lock:
             self._refresh()
+            reused = sorted(m.id for m in new if m.id in self._used_ids and m.id not in self._current)
+            if reused:
+                raise InvalidInputError(
+                    f"set() would reuse the id(s) {reused} of deleted messages in session {self.session_id!r}: "
+                    "ids are never reused; give those messages new ids (or none)"
+                )
             self._open_user = None
-            return self._commit("set", changes_between(self._state, new), expected_head=len(self._log))
+            return self._commit("set", changes_between(self._current.to_list(), new), expected_head=len(self._log))
 
     def clear(self) -> Revision:
         """Remove every message from the state, as one revision (the record keeps them)."""
         with self._lock:
             self._refresh()
             self._open_user = None
-            return self._commit("clear", changes_between(self._state, []), expected_head=len(self._log))
+            return self._commit("clear", changes_between(self._current.to_list(), []), expected_head=len(self._log))
 
     def purge(self) -> None:
         """Erase the session entirely, record and history included: the one operation that forgets."""
         with self._lock:
             self.store.purge(self.session_id)
-            self._log, self._state, self._open_user, self._used_ids = [], [], None, set()
+            self._log, self._current, self._open_user, self._used_ids = [], State(), None, set()
 
     # -- versions -----------------------------------------------------------------------
     def undo(self) -> Revision:
@@ -388,7 +393,7 @@ class Transcript(AsyncTranscriptMixin):
         with self._lock:
             self._refresh()
             target = self._check_revision(revision)
-            changes = changes_between(self._state, self._state_at(target))
+            changes = changes_between(self._current.to_list(), self._state_at(target))
             return self._commit("revert", changes, expected_head=len(self._log), target=target)
 
     # -- internals ----------------------------------------------------------------------
@@ -409,11 +414,13 @@ class Transcript(AsyncTranscriptMixin):
         }
 
     def _make_proposal(self, instruction: str, base: int, state: list[Message], result: Any, strategy: str) -> Proposal:
-        proposed = apply_changes(state, result.changes)
+        scratch = State(state)
+        scratch.apply(result.changes)
+        proposed = scratch.to_list()
         return Proposal(
             session_id=self.session_id,
             base=base,
-            changes=tuple(result.changes),
+            changes=tuple(Revision(0, 0, "edit", tuple(result.changes)).detached().changes),
             diff=diff_states(base, state, base + 1, proposed),
             instruction=instruction,
             model=result.model_name,
@@ -424,7 +431,7 @@ class Transcript(AsyncTranscriptMixin):
         arguments = self._edit_arguments(instruction, model, strategy, allow_large)
         with self._lock:
             self._refresh()
-            base, state = len(self._log), list(self._state)
+            base, state = len(self._log), list(map(detached, self._current.to_list()))
         result = compute_edit(state, instruction, **arguments)  # outside the lock: models are slow
         return self._make_proposal(instruction, base, state, result, arguments["strategy"])
 
@@ -437,14 +444,32 @@ class Transcript(AsyncTranscriptMixin):
     def _base_and_state(self) -> tuple[int, list[Message]]:
         with self._lock:
             self._refresh()
-            return len(self._log), list(self._state)
+            return len(self._log), list(map(detached, self._current.to_list()))
 
-    def _commit(self, kind: RevisionKind, changes: Sequence[Applied], *, expected_head: int | None, **fields: Any) -> Revision:
-        """Store one revision and bring this object up to date (caller holds the lock)."""
-        draft = Revision(number=0, parent=0, kind=kind, changes=tuple(changes), **fields)
-        stored = self.store.commit(self.session_id, draft, expected_head=expected_head)
+    def _commit(
+        self,
+        kind: RevisionKind,
+        changes: Sequence[Applied],
+        *,
+        expected_head: int | None,
+        renew_taken_ids: bool = False,
+        **fields: Any,
+    ) -> Revision:
+        """Store one revision and bring this object up to date (caller holds the lock).
+
+        A revision with no changes (or only changes to identical text) is a no-op: it is
+        not stored, and the result is numbered like the head, with no changes.
+        """
+        head = len(self._log)
+        draft = Revision(number=0, parent=0, kind=kind, changes=tuple(c for c in changes if not is_noop(c)), **fields)
+        if not draft.changes:
+            return replace(draft, number=head, parent=head, base=head)
+        options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
+        stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)
         self._refresh()
-        return self._log[stored.number - 1] if stored.number <= len(self._log) else stored
+        if not stored.changes or stored.number > len(self._log):
+            return stored.detached()
+        return self._log[stored.number - 1].detached()
 
     def _refresh(self) -> None:
         """Catch up with the store (the head check every read makes).
@@ -460,26 +485,31 @@ class Transcript(AsyncTranscriptMixin):
             if fetched and fetched[0].number == known and fetched[0].time == self._log[-1].time:
                 fetched = fetched[1:]
             else:  # purged and rewritten elsewhere
-                self._log, self._state, self._used_ids = [], [], set()
+                self._log, self._current, self._used_ids = [], State(), set()
                 fetched = self.store.revisions(self.session_id)
         elif head != known:  # fewer revisions (purged), or a first read
-            self._log, self._state, self._used_ids = [], [], set()
+            self._log, self._current, self._used_ids = [], State(), set()
             fetched = self.store.revisions(self.session_id) if head else []
         else:
             return
         for revision in fetched:
             stamped = replace(revision, changes=tuple(_stamp(revision.changes, revision.number)))
-            self._state = apply_changes(self._state, stamped.changes)
+            try:
+                self._current.apply(stamped.changes)
+            except (InvalidRevisionError, UnknownMessageError) as exc:
+                self._log, self._current, self._used_ids = [], State(), set()  # never serve a half-loaded log
+                raise CorruptLogError(self.session_id, revision.number, str(exc)) from exc
             self._used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
             self._log.append(stamped)
 
     def _state_at(self, revision: int) -> list[Message]:
+        """The state at ``revision``: a replay, linear in the changes up to it."""
         if revision == len(self._log):
-            return list(self._state)
-        state: list[Message] = []
+            return self._current.to_list()
+        state = State()
         for entry in self._log[:revision]:
-            state = apply_changes(state, entry.changes)
-        return state
+            state.apply(entry.changes)
+        return state.to_list()
 
     def _check_revision(self, revision: Any) -> int:
         if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._log):

@@ -2,12 +2,12 @@
 
 from typing import Any
 
-from .base import FAULT_POINTS, Store, place_revision
+from .base import FAULT_POINTS, Store, place_revision, prepare_commit
 from .memory import InMemoryStore
 from .sqlite import SQLiteStore
 
 # ``PostgresStore`` is left out of ``__all__`` so a star import works without the extra.
-__all__ = ["Store", "InMemoryStore", "SQLiteStore", "FAULT_POINTS", "place_revision"]
+__all__ = ["Store", "InMemoryStore", "SQLiteStore", "FAULT_POINTS", "place_revision", "prepare_commit"]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,6 +16,14 @@ Contract (checked by ``tests/store_conformance.py``, which every backend runs):
   moved, the revision still commits (rebased) when every revision since is an
   append touching none of its messages (:func:`revisions.rebase_conflicts`);
   otherwise ``StaleHeadError``, and nothing is written.
+* ``commit`` also checks, in the same transaction, that the revision applies to
+  the head it follows (:func:`.integrity.check_revision`, against the session's id
+  index): otherwise :class:`InvalidRevisionError` and nothing is written.  A
+  retried append (ids already used, same role and text) is dropped; a revision
+  left with no changes is not written, and ``commit`` returns it numbered like
+  the head it leaves unchanged, with no changes.
+* ``truncate(session_id, keep)`` sets aside the revisions above ``keep``: the
+  documented recovery for a log that fails to load (:class:`CorruptLogError`).
 * ``fault_hook``, when set, is called with a point name at fixed places inside the
   write transaction ("begin", "written", "before_commit"), so tests can make a
   writer fail or die mid-transaction deterministically.
@@ -33,8 +41,9 @@ from dataclasses import replace
 
 from ..errors import InvalidInputError, StaleHeadError
 from ..revisions import Revision, rebase_conflicts
+from .integrity import IdEntry, Lookup, check_revision
 
-__all__ = ["Store", "FaultHook", "FAULT_POINTS", "place_revision"]
+__all__ = ["Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep"]
 
 FaultHook = Callable[[str], None]
 FAULT_POINTS = ("begin", "written", "before_commit")
@@ -70,6 +79,31 @@ def place_revision(
     return replace(revision, number=head + 1, parent=head, base=base, time=time.time())
 
 
+def prepare_commit(
+    session_id: str,
+    revision: Revision,
+    head: int,
+    expected_head: int | None,
+    later: Sequence[Revision],
+    lookup: Lookup,
+    renew_taken_ids: bool,
+) -> tuple[Revision, dict[str, IdEntry]]:
+    """:func:`place_revision`, then :func:`.integrity.check_revision`: the revision to
+    store and the id-index rows to write (no changes: write nothing)."""
+    placed = place_revision(session_id, revision, head, expected_head, later)
+    checked, rows = check_revision(session_id, placed, lookup, renew_taken_ids=renew_taken_ids)
+    if not checked.changes:
+        return replace(checked, number=head, parent=head), {}
+    return checked, rows
+
+
+def checked_keep(keep: object) -> int:
+    """``keep`` for :meth:`Store.truncate` if it is an int >= 0."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise InvalidInputError(f"truncate keeps revisions 1..keep: keep must be an int >= 0, got {keep!r}")
+    return keep
+
+
 class Store(ABC):
     """Keeps the revision log of each session."""
 
@@ -89,9 +123,19 @@ class Store(ABC):
         """The revisions numbered above ``after``, in order."""
 
     @abstractmethod
-    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
+    def commit(
+        self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
+    ) -> Revision:
         """Store ``revision`` as the next one, atomically, and return it as stored
-        (``number``, ``parent`` and ``base`` filled in); see the module docstring."""
+        (``number``, ``parent`` and ``base`` filled in); see the module docstring.
+        ``renew_taken_ids``: an append's message whose id is taken (with other text)
+        gets a fresh id instead of being refused."""
+
+    def truncate(self, session_id: str, keep: int) -> int:
+        """Set aside every revision above ``keep`` (kept apart, never loaded again) and
+        rebuild the session's id index; returns how many were set aside.  The recovery
+        for a log whose revision ``keep + 1`` fails to load (:class:`CorruptLogError`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support truncate")
 
     @abstractmethod
     def purge(self, session_id: str) -> None:
@@ -118,8 +162,14 @@ class Store(ABC):
     async def arevisions(self, session_id: str, after: int = 0) -> list[Revision]:
         return await asyncio.to_thread(self.revisions, session_id, after)
 
-    async def acommit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
-        return await asyncio.to_thread(self.commit, session_id, revision, expected_head=expected_head)
+    async def acommit(
+        self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
+    ) -> Revision:
+        kwargs = {"renew_taken_ids": True} if renew_taken_ids else {}
+        return await asyncio.to_thread(self.commit, session_id, revision, expected_head=expected_head, **kwargs)
+
+    async def atruncate(self, session_id: str, keep: int) -> int:
+        return await asyncio.to_thread(self.truncate, session_id, keep)
 
     async def apurge(self, session_id: str) -> None:
         await asyncio.to_thread(self.purge, session_id)

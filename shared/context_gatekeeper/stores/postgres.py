@@ -38,14 +38,24 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from ..errors import InvalidInputError
 from ..revisions import Revision
-from .base import FaultHook, Store, place_revision
-from .schema import Migration, changes_text, checked_session, refuse_newer, revision_from_row
+from .base import FaultHook, Store, checked_keep, prepare_commit
+from .integrity import IdEntry
+from .schema import (
+    Migration,
+    backfill_index,
+    changes_text,
+    checked_session,
+    id_key,
+    index_rows,
+    refuse_newer,
+    revision_from_row,
+)
 
 try:
     import psycopg
@@ -80,8 +90,36 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "message id index and set-aside revisions",
+        (
+            """CREATE TABLE {ids} (
+                session_key bytea   NOT NULL,
+                message_id  bytea   NOT NULL,
+                present     boolean NOT NULL,
+                digest      text    NOT NULL,
+                PRIMARY KEY (session_key, message_id)
+            )""",
+            """CREATE TABLE {set_aside} (
+                session_key  bytea            NOT NULL,
+                session_id   text             NOT NULL,
+                number       integer          NOT NULL,
+                parent       integer          NOT NULL,
+                kind         text             NOT NULL,
+                instruction  text,
+                model        text,
+                created_at   double precision NOT NULL,
+                base         integer,
+                target       integer,
+                changes      text             NOT NULL,
+                set_aside_at double precision NOT NULL
+            )""",
+        ),
+        lambda conn, store: store._backfill(conn),
+    ),
 )
-"""Add new migrations at the end; never change or remove a released one.  ``{revisions}``
+"""Add new migrations at the end; never change or remove a released one.  ``{revisions}``, ``{ids}``
 and ``{migrations}`` stand for the prefixed table names (composed as identifiers)."""
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
@@ -99,6 +137,16 @@ _TEMPLATES = {
     "insert": f"INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s",
     "sessions": "SELECT DISTINCT session_id FROM {revisions}",
+    "lookup": "SELECT message_id, present, digest FROM {ids} WHERE session_key = %s AND message_id = ANY(%s)",
+    "upsert_id": """INSERT INTO {ids} (session_key, message_id, present, digest) VALUES (%s, %s, %s, %s)
+        ON CONFLICT (session_key, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest""",
+    "purge_ids": "DELETE FROM {ids} WHERE session_key = %s",
+    "purge_set_aside": "DELETE FROM {set_aside} WHERE session_key = %s AND session_id = %s",
+    "set_aside": f"""INSERT INTO {{set_aside}} (session_key, session_id, {_COLUMNS}, set_aside_at)
+        SELECT session_key, session_id, {_COLUMNS}, %s FROM {{revisions}}
+        WHERE session_key = %s AND session_id = %s AND number > %s""",
+    "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s",
+    "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
 }
 _LOCK = sql.SQL("SELECT pg_advisory_xact_lock(%s)")
 
@@ -149,6 +197,8 @@ class PostgresStore(Store):
         names = {
             "revisions": sql.Identifier(f"{table_prefix}revisions"),
             "migrations": sql.Identifier(f"{table_prefix}schema_migrations"),
+            "ids": sql.Identifier(f"{table_prefix}message_ids"),
+            "set_aside": sql.Identifier(f"{table_prefix}set_aside_revisions"),
         }
         self._names = names
         self._sql = {key: sql.SQL(template).format(**names) for key, template in _TEMPLATES.items()}
@@ -193,11 +243,7 @@ class PostgresStore(Store):
 
     def _key(self, session_id: Any) -> tuple[bytes, str]:
         """``(session_key, session_id)`` after checking the id can be stored."""
-        session_id = checked_session(session_id)
-        try:
-            encoded = session_id.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInputError("a PostgreSQL session id must be valid Unicode (no lone surrogates)") from None
+        encoded = checked_session(session_id).encode("utf-8")  # lone surrogates refused there
         if b"\x00" in encoded:
             raise InvalidInputError("a PostgreSQL session id cannot contain NUL characters")
         return hashlib.sha256(encoded).digest(), session_id
@@ -210,7 +256,24 @@ class PostgresStore(Store):
         return conn.execute(self._sql["head"], key).fetchone()[0]
 
     def _load(self, conn: psycopg.Connection[Any], key: tuple[bytes, str], after: int) -> list[Revision]:
-        return [revision_from_row(row) for row in conn.execute(self._sql["load"], (*key, after))]
+        return [revision_from_row(row, key[1]) for row in conn.execute(self._sql["load"], (*key, after))]
+
+    def _lookup(self, conn: psycopg.Connection[Any], key: tuple[bytes, str], ids: Iterable[str]) -> dict[str, IdEntry]:
+        keys = {id_key(i): i for i in ids}
+        rows = conn.execute(self._sql["lookup"], (key[0], list(keys))).fetchall()
+        return {keys[bytes(k)]: IdEntry(bool(present), digest) for k, present, digest in rows}
+
+    def _index(self, conn: psycopg.Connection[Any], key: tuple[bytes, str]) -> None:
+        """Rebuild a session's id index from its readable revisions."""
+        conn.execute(self._sql["purge_ids"], (key[0],))
+        entries = backfill_index(key[1], conn.execute(self._sql["load"], (*key, 0)).fetchall())
+        with conn.cursor() as cursor:
+            cursor.executemany(self._sql["upsert_id"], index_rows(key[0], entries))
+
+    def _backfill(self, conn: psycopg.Connection[Any]) -> None:
+        """Migration 2: index every stored session (sessions that no longer replay included)."""
+        for key in conn.execute(self._sql["all_sessions"]).fetchall():
+            self._index(conn, (bytes(key[0]), key[1]))
 
     # -- Store --------------------------------------------------------------------------
     def setup(self) -> None:
@@ -227,6 +290,8 @@ class PostgresStore(Store):
                 if migration.version not in applied:
                     for statement in migration.statements:
                         conn.execute(sql.SQL(statement).format(**self._names))
+                    if migration.backfill is not None:
+                        migration.backfill(conn, self)
                     conn.execute(self._sql["record"], (migration.version, migration.name, time.time()))
 
     def applied_migrations(self) -> list[tuple[int, str]]:
@@ -246,7 +311,9 @@ class PostgresStore(Store):
         with self._connection() as conn:
             return self._load(conn, key, after)
 
-    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
+    def commit(
+        self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
+    ) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
         key = self._key(session_id)
         with self._write(self._lock_key("session", key[0])) as (conn, pipeline):
@@ -255,19 +322,39 @@ class PostgresStore(Store):
             valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
             stale = valid and 0 <= expected_head < head  # type: ignore[operator]
             later = self._load(conn, key, expected_head) if stale else []  # type: ignore[arg-type]
-            stored = place_revision(key[1], revision, head, expected_head, later)
+
+            def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
+                return self._lookup(conn, key, ids)
+
+            stored, rows = prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids)
+            if stored.number == head:
+                return stored  # a no-op: nothing to write
             conn.execute(self._sql["insert"], _row(key, stored))
+            with conn.cursor() as cursor:
+                cursor.executemany(self._sql["upsert_id"], index_rows(key[0], rows))
             if self.fault_hook is not None and pipeline is not None:
                 pipeline.sync()  # the row reaches the server before the hook runs
             self._fault("written")
             self._fault("before_commit")
         return stored
 
+    def truncate(self, session_id: str, keep: int) -> int:
+        """Set aside the revisions above ``keep`` (table ``<prefix>set_aside_revisions``)
+        and rebuild the session's id index, in one transaction (see :meth:`Store.truncate`)."""
+        key, keep = self._key(session_id), checked_keep(keep)
+        with self._write(self._lock_key("session", key[0])) as (conn, _):
+            conn.execute(self._sql["set_aside"], (time.time(), *key, keep))
+            dropped = conn.execute(self._sql["drop_after"], (*key, keep)).rowcount
+            self._index(conn, key)
+        return dropped
+
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, in one transaction (queued behind its writers)."""
         key = self._key(session_id)
         with self._write(self._lock_key("session", key[0])) as (conn, _):
             conn.execute(self._sql["purge"], key)
+            conn.execute(self._sql["purge_ids"], (key[0],))
+            conn.execute(self._sql["purge_set_aside"], key)
 
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision, sorted by code point."""

@@ -8,29 +8,76 @@ that text and rows back into revisions, and holds the add-only migration record.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import SchemaVersionError
+from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError
 from ..operations import change_to_dict
 from ..revisions import Revision
+from .integrity import IdEntry, index_of_log
 
-__all__ = ["Migration", "checked_session", "refuse_newer", "changes_text", "revision_from_row"]
+__all__ = [
+    "Migration",
+    "checked_session",
+    "refuse_newer",
+    "changes_text",
+    "revision_from_row",
+    "id_key",
+    "readable_prefix",
+    "index_rows",
+    "backfill_index",
+]
 
 
 class Migration(NamedTuple):
-    """One schema change: applied once, in ``version`` order, never edited after release."""
+    """One schema change: applied once, in ``version`` order, never edited after release.
+
+    ``backfill``, if any, runs after the statements in the same transaction, with the
+    connection (and, for PostgreSQL, the store): it fills new tables from existing rows."""
 
     version: int
     name: str
     statements: tuple[str, ...]
+    backfill: Callable[..., None] | None = None
 
 
 def checked_session(session_id: Any) -> str:
-    """``session_id`` if it is a str, else ``TypeError``."""
+    """``session_id`` if it is a str that UTF-8 can encode, else ``TypeError`` /
+    :class:`InvalidInputError` (a lone surrogate cannot be stored as text)."""
     if not isinstance(session_id, str):
         raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError("a session id must be valid Unicode (no lone surrogates)") from None
     return session_id
+
+
+def id_key(message_id: str) -> bytes:
+    """A message id as the bytes the id index stores (lone surrogates and NUL included)."""
+    return message_id.encode("utf-8", "surrogatepass")
+
+
+def index_rows(session: Any, entries: dict[str, IdEntry]) -> list[tuple[Any, bytes, bool, str]]:
+    """``(session, id_key, present, digest)`` rows for the id index."""
+    return [(session, id_key(k), e.present, e.digest) for k, e in entries.items()]
+
+
+def readable_prefix(session_id: str, rows: Iterable[Sequence[Any]]) -> list[Revision]:
+    """The revisions of ``rows`` up to the first that cannot be read (migrations index
+    those; the session then fails to load with :class:`CorruptLogError` until truncated)."""
+    out = []
+    for row in rows:
+        try:
+            out.append(revision_from_row(row, session_id))
+        except CorruptLogError:
+            break
+    return out
+
+
+def backfill_index(session_id: str, rows: Iterable[Sequence[Any]]) -> dict[str, IdEntry]:
+    """The id index of a stored session (see :func:`.integrity.index_of_log`)."""
+    return index_of_log(readable_prefix(session_id, rows))
 
 
 def refuse_newer(applied: Iterable[int], migrations: Sequence[Migration], what: str = "database") -> None:
@@ -54,19 +101,23 @@ def changes_text(revision: Revision) -> str:
     return text
 
 
-def revision_from_row(row: Sequence[Any]) -> Revision:
-    """A revision from ``(number, parent, kind, instruction, model, created_at, base, target, changes)``."""
+def revision_from_row(row: Sequence[Any], session_id: str = "?") -> Revision:
+    """A revision from ``(number, parent, kind, instruction, model, created_at, base, target, changes)``;
+    :class:`CorruptLogError` naming the session and revision when the row cannot be read."""
     number, parent, kind, instruction, model, created_at, base, target, changes = row
-    return Revision.from_dict(
-        {
-            "number": number,
-            "parent": parent,
-            "kind": kind,
-            "changes": json.loads(changes),
-            "instruction": instruction,
-            "model": model,
-            "time": created_at,
-            "base": base,
-            "target": target,
-        }
-    )
+    try:
+        return Revision.from_dict(
+            {
+                "number": number,
+                "parent": parent,
+                "kind": kind,
+                "changes": json.loads(changes),
+                "instruction": instruction,
+                "model": model,
+                "time": created_at,
+                "base": base,
+                "target": target,
+            }
+        )
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CorruptLogError(session_id, number, f"unreadable row: {type(exc).__name__}: {exc}") from exc

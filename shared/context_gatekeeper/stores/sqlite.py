@@ -15,16 +15,32 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from ..errors import SchemaVersionError
 from ..revisions import Revision
-from .base import FaultHook, Store, place_revision
-from .schema import Migration, changes_text, checked_session, refuse_newer, revision_from_row
+from .base import FaultHook, Store, checked_keep, prepare_commit
+from .integrity import IdEntry
+from .schema import (
+    Migration,
+    backfill_index,
+    changes_text,
+    checked_session,
+    id_key,
+    index_rows,
+    refuse_newer,
+    revision_from_row,
+)
 
 __all__ = ["SQLiteStore", "Migration", "MIGRATIONS", "SchemaVersionError"]
+
+
+def _backfill(conn: sqlite3.Connection) -> None:
+    """Index every stored session's message ids (sessions that no longer replay included)."""
+    for (session_id,) in conn.execute("SELECT DISTINCT session_id FROM revisions").fetchall():
+        _write_index(conn, session_id, backfill_index(session_id, conn.execute(_SELECT, (session_id, 0))))
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -47,8 +63,36 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "message id index and set-aside revisions",
+        (
+            """CREATE TABLE message_ids (
+                session_id TEXT    NOT NULL,
+                message_id BLOB    NOT NULL,
+                present    INTEGER NOT NULL,
+                digest     TEXT    NOT NULL,
+                PRIMARY KEY (session_id, message_id)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE set_aside_revisions (
+                session_id  TEXT    NOT NULL,
+                number      INTEGER NOT NULL,
+                parent      INTEGER NOT NULL,
+                kind        TEXT    NOT NULL,
+                instruction TEXT,
+                model       TEXT,
+                created_at  REAL    NOT NULL,
+                base        INTEGER,
+                target      INTEGER,
+                changes     TEXT    NOT NULL,
+                set_aside_at REAL   NOT NULL
+            )""",
+        ),
+        _backfill,
+    ),
 )
 """Add new migrations at the end; never change or remove a released one."""
+
 
 _CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version    INTEGER PRIMARY KEY,
@@ -59,6 +103,9 @@ _COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, 
 _HEAD = "SELECT COALESCE(MAX(number), 0) FROM revisions WHERE session_id = ?"
 _SELECT = f"SELECT {_COLUMNS} FROM revisions WHERE session_id = ? AND number > ? ORDER BY number"
 _INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_UPSERT_ID = """INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)
+    ON CONFLICT (session_id, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest"""
+_LOOKUP_CHUNK = 400
 
 
 class SQLiteStore(Store):
@@ -146,6 +193,8 @@ class SQLiteStore(Store):
                 if migration.version not in applied:
                     for statement in migration.statements:
                         conn.execute(statement)
+                    if migration.backfill is not None:
+                        migration.backfill(conn)
                     conn.execute(
                         "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                         (migration.version, migration.name, time.time()),
@@ -166,25 +215,50 @@ class SQLiteStore(Store):
         with self._connection() as conn:
             return _load(conn, checked_session(session_id), after)
 
-    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:
+    def commit(
+        self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
+    ) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
         session_id = checked_session(session_id)
         with self._write() as conn:
             self._fault("begin")
             head = _head(conn, session_id)
-            stale = expected_head is not None and expected_head < head
-            later = _load(conn, session_id, expected_head) if stale else []
-            stored = place_revision(session_id, revision, head, expected_head, later)
+            stale = isinstance(expected_head, int) and 0 <= expected_head < head
+            later = _load(conn, session_id, expected_head) if stale else []  # type: ignore[arg-type]
+
+            def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
+                return _lookup(conn, session_id, ids)
+
+            stored, rows = prepare_commit(session_id, revision, head, expected_head, later, lookup, renew_taken_ids)
+            if stored.number == head:
+                return stored  # a no-op: nothing to write
             conn.execute(_INSERT, _row(session_id, stored))
+            conn.executemany(_UPSERT_ID, index_rows(session_id, rows))
             self._fault("written")
             self._fault("before_commit")
         return stored
+
+    def truncate(self, session_id: str, keep: int) -> int:
+        """Set aside the revisions above ``keep`` (table ``set_aside_revisions``) and
+        rebuild the session's id index, in one transaction (see :meth:`Store.truncate`)."""
+        session_id, keep = checked_session(session_id), checked_keep(keep)
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT INTO set_aside_revisions (session_id, {_COLUMNS}, set_aside_at) "
+                f"SELECT session_id, {_COLUMNS}, ? FROM revisions WHERE session_id = ? AND number > ?",
+                (time.time(), session_id, keep),
+            )
+            dropped = conn.execute("DELETE FROM revisions WHERE session_id = ? AND number > ?", (session_id, keep)).rowcount
+            conn.execute("DELETE FROM message_ids WHERE session_id = ?", (session_id,))
+            _write_index(conn, session_id, backfill_index(session_id, conn.execute(_SELECT, (session_id, 0))))
+        return dropped
 
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, overwriting its rows and truncating the log."""
         session_id = checked_session(session_id)
         with self._write() as conn:
-            conn.execute("DELETE FROM revisions WHERE session_id = ?", (session_id,))
+            for table in ("revisions", "message_ids", "set_aside_revisions"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
         self.checkpoint()
 
     def sessions(self) -> list[str]:
@@ -245,7 +319,25 @@ def _head(conn: sqlite3.Connection, session_id: str) -> int:
 
 
 def _load(conn: sqlite3.Connection, session_id: str, after: int) -> list[Revision]:
-    return [revision_from_row(row) for row in conn.execute(_SELECT, (session_id, after))]
+    return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
+
+
+def _lookup(conn: sqlite3.Connection, session_id: str, ids: Iterable[str]) -> dict[str, IdEntry]:
+    """The id-index rows of ``ids`` (absent ids were never used)."""
+    keys = {id_key(i): i for i in ids}
+    found: dict[str, IdEntry] = {}
+    listed = list(keys)
+    for start in range(0, len(listed), _LOOKUP_CHUNK):
+        chunk = listed[start : start + _LOOKUP_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        query = f"SELECT message_id, present, digest FROM message_ids WHERE session_id = ? AND message_id IN ({marks})"
+        for key, present, digest in conn.execute(query, (session_id, *chunk)):
+            found[keys[bytes(key)]] = IdEntry(bool(present), digest)
+    return found
+
+
+def _write_index(conn: sqlite3.Connection, session_id: str, entries: dict[str, IdEntry]) -> None:
+    conn.executemany(_UPSERT_ID, index_rows(session_id, entries))
 
 
 def _row(session_id: str, r: Revision) -> Sequence[Any]:
