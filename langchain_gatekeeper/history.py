@@ -31,6 +31,7 @@ from langchain_core.messages import BaseMessage
 
 from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
 from context_gatekeeper.versioned import VersionedTranscriptMixin
+from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE
 
 from .convert import from_core_messages, to_core
 from .models import resolve_edit_model
@@ -74,7 +75,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         model: Any = None,
         llm: Any = None,
         strategy: Strategy = "patch",
-        max_deletion_share: float = 0.5,
+        max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
         **gate_options: Any,
     ) -> None:

@@ -35,6 +35,7 @@ from llama_index.core.memory.types import BaseMemory
 from context_gatekeeper.models import pick_model
 from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
 from context_gatekeeper.tokens import resolve_token_counter
+from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE
 from context_gatekeeper.transcript_gate import MessageTurn, group_turns
 
 from .convert import from_core_messages, match_ids, to_core
@@ -90,7 +91,7 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         model: Any = None,
         llm: Any = None,
         strategy: str = "patch",
-        max_deletion_share: float = 0.5,
+        max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
         **data: Any,
     ) -> None:

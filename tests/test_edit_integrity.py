@@ -167,3 +167,51 @@ def test_llamaindex_raw_finish_reason_length_is_retried():
     llm.reasons = ["length", "stop"]
     t.edit("Iceland", model=LlamaIndexEditModel(llm))
     assert len(llm.chats) == 2 and t.messages[0].content.startswith("Question 0 about Iceland")
+
+
+# -- item 4: the deletion guard measures removed plus replaced tokens ------------------------
+def gdp_conversation() -> Transcript:
+    t = Transcript("guard")
+    t.append(user="What was Ireland's GDP in 2021?",
+             assistant="Ireland's GDP in 2021 was about 504 billion US dollars, driven by pharmaceuticals.")
+    t.append(user="How does that compare with Denmark?",
+             assistant="Denmark's GDP in 2021 was about 398 billion US dollars, so Ireland's was larger.")
+    return t
+
+
+def junk_like(text: str) -> str:
+    """Same length, no word in common."""
+    return "".join("z" if c.isalnum() else c for c in text)
+
+
+def test_same_length_junk_in_place_of_every_message_is_a_large_deletion():
+    t = gdp_conversation()
+    before = [(m.id, m.content) for m in t.messages]
+    history = len(t.history())
+    reply = ideal_patch_reply(t.messages, [Replace(m.id, junk_like(m.content)) for m in t.messages])
+    model = ScriptedModel([reply])
+    with pytest.raises(EditError, match=r"would delete or replace (9\d|100)% .*allow_large_deletion=True"):
+        t.edit("rewrite everything", model=model)
+    assert len(model.calls) == 1  # the caller's decision: not retried
+    assert [(m.id, m.content) for m in t.messages] == before and len(t.history()) == history
+    t.edit("rewrite everything", model=ScriptedModel([reply]), allow_large_deletion=True)
+    assert all(set(m.content) <= set("z '?,.") for m in t.messages)
+
+
+def test_iceland_not_ireland_across_two_messages_is_a_small_change():
+    t = gdp_conversation()
+    fixes = [Replace(m.id, m.content.replace("Ireland", "Iceland")) for m in t.messages[:2]]
+    t.edit("Iceland, not Ireland", model=ScriptedModel([ideal_patch_reply(t.messages, fixes)]))
+    assert t.messages[0].content == "What was Iceland's GDP in 2021?"
+    changes = [c for c in t.history()[-1].changes if isinstance(c, Change)]
+    share = deleted_share(t.snapshot(t.history()[-2].number), changes, lambda text: len(text.split()))
+    assert 0 < share < 0.15
+
+
+def test_a_replacement_counts_what_it_replaces_not_what_it_shortens():
+    state = [Message("u", "user", "one two three four"), Message("a", "assistant", "five six seven eight")]
+    same_length = [Change(state[1], state[1].revised("nine ten eleven twelve", revision=0))]
+    words = lambda text: len(text.split())  # noqa: E731
+    assert deleted_share(state, same_length, words) == 0.5
+    longer = [Change(state[1], state[1].revised("five six seven eight nine", revision=0))]
+    assert deleted_share(state, longer, words) == 0.0

@@ -13,20 +13,42 @@ only new ones count).  The violations:
   message whose ``metadata["tool_call_id"]`` is not among the calls of the message
   just before its run (what chat APIs require).
 
-The deletion guard counts tokens of the editable (user and assistant) text: a
-removed message loses all of its tokens, a changed one what it got shorter by.
+The deletion guard counts the tokens of editable (user and assistant) text an
+edit *destroys*: a removed message loses all of its tokens; a changed one loses
+the runs of its old text that a word-level diff finds removed or replaced (so
+replacing every message with same-length junk destroys everything, while
+"Ireland" becoming "Iceland" destroys one word).  Inserted text destroys nothing.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from difflib import SequenceMatcher
 
 from .edit_format import EditView
 from .errors import EditError
 from .messages import Message, new_message_id
 from .operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
 
-__all__ = ["build_changes", "alternation_violations", "tool_violations", "check_structure", "deleted_share"]
+__all__ = [
+    "build_changes",
+    "alternation_violations",
+    "tool_violations",
+    "check_structure",
+    "destroyed_runs",
+    "deleted_share",
+    "DEFAULT_MAX_DELETION_SHARE",
+]
+
+DEFAULT_MAX_DELETION_SHARE = 0.6
+"""The share of editable tokens an edit may destroy without ``allow_large_deletion=True``.
+
+Above one half: a correction of a short conversation ("Iceland, not Ireland" in
+a question and its two answers) legitimately replaces about half of its words,
+while a wipe or junk in place of everything destroys all of them."""
+
+_WORD = re.compile(r"\w+|[^\w\s]")
 
 
 def _insert_position(state: Sequence[Message], view: EditView, anchor: str | None) -> str | None:
@@ -167,16 +189,42 @@ def check_structure(before: Sequence[Message], after: Sequence[Message], view: E
         )
 
 
+def destroyed_runs(before: str, after: str) -> list[str]:
+    """The runs of ``before`` that ``after`` removes or replaces, by a word-level diff.
+
+    Words and punctuation marks are compared; whitespace alone never counts.
+
+    >>> destroyed_runs("GDP of Ireland in 2021?", "GDP of Iceland in 2021?")
+    ['Ireland']
+    >>> destroyed_runs("a b c", "a b c d")
+    []
+    """
+    old = list(_WORD.finditer(before))
+    new = [m.group() for m in _WORD.finditer(after)]
+    matcher = SequenceMatcher(None, [m.group() for m in old], new, autojunk=False)
+    return [
+        before[old[i1].start() : old[i2 - 1].end()]
+        for tag, i1, i2, _, _ in matcher.get_opcodes()
+        if tag in ("replace", "delete")
+    ]
+
+
+def _destroyed_tokens(change: Applied, count: Callable[[str], int]) -> int:
+    """Tokens of editable text one change destroys (at most all of the old text's)."""
+    if isinstance(change, Remove) and change.message.editable:
+        return count(change.message.content)
+    if isinstance(change, Change) and change.before.editable:
+        runs = destroyed_runs(change.before.content, change.after.content)
+        return min(count(change.before.content), sum(count(run) for run in runs))
+    return 0
+
+
 def deleted_share(state: Sequence[Message], changes: Sequence[Applied], count: Callable[[str], int]) -> float:
-    """The share (0..1) of the editable tokens of ``state`` that ``changes`` remove."""
+    """The share (0..1) of the editable tokens of ``state`` that ``changes`` destroy
+    (removed plus replaced, see the module docstring)."""
     total = sum(count(m.content) for m in state if m.editable)
     if total <= 0:
         return 0.0
-    lost = 0
-    for change in changes:
-        if isinstance(change, Remove) and change.message.editable:
-            lost += count(change.message.content)
-        elif isinstance(change, Change):
-            lost += max(0, count(change.before.content) - count(change.after.content))
+    lost = sum(_destroyed_tokens(change, count) for change in changes)
     return min(1.0, lost / total)
 

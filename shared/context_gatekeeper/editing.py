@@ -14,8 +14,9 @@ An unusable answer (no JSON, unknown ids, empty text, a changed role, a broken
 alternation or tool pair, JSON that never closes, a finish reason saying the
 model hit its output limit) is retried once, showing the model its answer and the
 problem; a second failure raises :class:`~context_gatekeeper.errors.EditError`.
-An edit removing more than ``max_deletion_share`` of the editable tokens is refused
-(not retried) unless ``allow_large_deletion=True``.
+An edit destroying (removing or replacing, by a word-level diff) more than
+``max_deletion_share`` (default 0.6) of the editable tokens is refused (not
+retried) unless ``allow_large_deletion=True``.
 
 >>> from context_gatekeeper.messages import Message
 >>> from context_gatekeeper.testing import ScriptedModel
@@ -35,7 +36,7 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from .edit_checks import build_changes, check_structure, deleted_share
+from .edit_checks import DEFAULT_MAX_DELETION_SHARE, build_changes, check_structure, deleted_share
 from .edit_format import STRATEGIES, EditView, build_prompt, output_schema, retry_prompt
 from .edit_parse import parse_patch, parse_rewrite
 from .errors import EditError, InvalidInputError, TruncatedReplyError
@@ -153,7 +154,7 @@ def _session(
         share = deleted_share(state, changes, settings.count)
         if share > settings.max_deletion_share and not settings.allow_large_deletion:
             raise EditError(
-                f"the edit would delete {share:.0%} of the conversation's text (limit "
+                f"the edit would delete or replace {share:.0%} of the conversation's text (limit "
                 f"{settings.max_deletion_share:.0%}), so it was refused and nothing was changed. If this is "
                 "intended, show the preview to the user and pass allow_large_deletion=True."
             )
@@ -189,7 +190,7 @@ def compute_edit(
     model: Any,
     *,
     strategy: str = "patch",
-    max_deletion_share: float = 0.5,
+    max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
     allow_large_deletion: bool = False,
     token_counter: TokenCounterLike = None,
 ) -> EditResult:
@@ -200,7 +201,8 @@ def compute_edit(
         instruction: what to change, in natural language.
         model: anything :func:`~context_gatekeeper.models.as_edit_model` accepts.
         strategy: "patch" (operations only) or "rewrite" (the whole conversation).
-        max_deletion_share: the largest share (0..1) of editable tokens an edit may remove.
+        max_deletion_share: the largest share (0..1) of editable tokens an edit may destroy
+            (remove, or replace with other words).
         allow_large_deletion: accept an edit above ``max_deletion_share``.
         token_counter: how to count tokens for the deletion guard (default cl100k_base).
 
@@ -233,7 +235,7 @@ async def acompute_edit(
     model: Any,
     *,
     strategy: str = "patch",
-    max_deletion_share: float = 0.5,
+    max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
     allow_large_deletion: bool = False,
     token_counter: TokenCounterLike = None,
 ) -> EditResult:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..edit_checks import deleted_share
+from ..edit_checks import DEFAULT_MAX_DELETION_SHARE, deleted_share
 from ..errors import InvalidInputError, TruncatedReplyError, UnknownTurnError
 from ..messages import Message, new_message_id
 from ..models import as_edit_model
@@ -99,7 +99,7 @@ class ChatSession:
         *,
         token_budget: int = 4000,
         system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-        max_deletion_share: float = 0.5,
+        max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
     ) -> None:
         self.transcript = transcript
