@@ -343,10 +343,11 @@ class PostgresStore(Store):
         and rebuild the session's id index, in one transaction (see :meth:`Store.truncate`)."""
         key, keep = self._key(session_id), checked_keep(keep)
         with self._write(self._lock_key("session", key[0])) as (conn, _):
+            head = self._head(conn, key)
             conn.execute(self._sql["set_aside"], (time.time(), *key, keep))
-            dropped = conn.execute(self._sql["drop_after"], (*key, keep)).rowcount
+            conn.execute(self._sql["drop_after"], (*key, keep))
             self._index(conn, key)
-        return dropped
+        return max(head - keep, 0)
 
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, in one transaction (queued behind its writers)."""
