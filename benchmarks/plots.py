@@ -273,11 +273,11 @@ def quality_charts(payload: dict, out_dir: str | Path) -> list[Path]:
             "machine": payload.get("machine")}
     written = []
     for d, rows in payload["datasets"].items():
-        if any(r.get("recall") is not None for r in rows.values()):
+        if d in DATASET_TITLES and any(r.get("recall") is not None for r in rows.values()):
             written.append(recall_chart(d, payload["budgets"][d], rows, meta,
                                         out / f"quality_recall_{d}.png"))
     switch = [d for d, rows in payload["datasets"].items()
-              if d not in {"locomo", "cast2020"}
+              if d in {"tiage", "crosswoz"}
               and any((r.get("switch") or {}).get("f1") is not None for r in rows.values())]
     if switch:
         written.append(switch_chart(payload, switch, meta, out / "quality_switch_f1.png"))

@@ -2,12 +2,14 @@
 
 Runs the library's ``ContextGatekeeper`` and a few baselines over the labelled
 development data in ``../shared/data/`` (see its README; the data never enters
-this repository) and prints one table per dataset.
+this repository) and over the project's own hand-labelled mixed-topic set,
+``benchmarks/data/interleaved.jsonl`` (see ``benchmarks/data/README.md``), and
+prints one table per dataset and budget.
 
 Usage::
 
-    python benchmarks/quality.py [--data DIR] [--datasets locomo,cast2020,tiage,crosswoz]
-                                 [--limit N] [--json OUT] [--plot DIR]
+    python benchmarks/quality.py [--data DIR] [--datasets locomo,cast2020,tiage,crosswoz,interleaved]
+                                 [--limit N] [--by-kind] [--json OUT] [--plot DIR]
 
 ``--plot DIR`` also writes PNG charts of the figures (:mod:`plots`; needs
 matplotlib): recall against kept-token share per retrieval dataset, and switch F1.
@@ -29,17 +31,25 @@ Metrics, for a selector at a token budget B:
   summed over all cases (computed from this script's own costs, so it is the same
   yardstick for every selector);
 * **precision** (only where the labels are complete: cases whose
-  ``meta.dependence_annotated`` is true, i.e. annotated CAsT cases):
+  ``meta.dependence_annotated`` is true, i.e. annotated CAsT cases, and every
+  case of the interleaved set, which labels ``meta.off_topic_turns``):
   ``Σ |kept ∩ relevant| / Σ |kept|`` pooled over those cases; a case labelled
   with no relevant turn makes every kept turn a false positive;
+* **pollution** (cases labelled with ``meta.off_topic_turns``): the share of the
+  cases with at least one off-topic turn whose kept set holds at least one of
+  them; **distractor pollution**: the same for ``meta.distractor_turns``, the
+  off-topic turns that share surface words with the query;
 * **switch F1** (with precision, recall and positive rate = share of cases the
   selector calls a switch): the decision ``switch`` or ``return`` counts as a
   predicted switch, scored against ``topic_switch`` (cases where it is null are
   skipped); a selector that never predicts a switch scores precision 0 and F1 0.
 
 Datasets and budgets: LoCoMo at 1000 tokens and CAsT 2020 at 40 tokens (retrieval:
-recall, kept share, precision), TIAGE and CrossWOZ (switch detection; the budget,
-1000, does not matter to the decision).
+recall, kept share, precision), the interleaved set at 300 and 2000 tokens
+(retrieval with precision and pollution, and switch detection), TIAGE and
+CrossWOZ (switch detection; the budget, 1000, does not matter to the decision).
+``--by-kind`` adds, for the interleaved set, the library's figures per case kind
+and per language group.
 
 Baselines: *all turns*; *recent turns that fit* (newest first while they fit,
 kept in position order); *BM25 over turns* (``rank_bm25.BM25Okapi`` over whole
@@ -91,10 +101,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plots import command_line, machine_line  # noqa: E402  (matplotlib is imported only to draw)
 from report_baseline import ReportGatekeeper  # noqa: E402
 
-DATASETS = ("locomo", "cast2020", "tiage", "crosswoz")
-BUDGETS = {"locomo": 1000, "cast2020": 40, "tiage": 1000, "crosswoz": 1000}
-RETRIEVAL_DATASETS = {"locomo", "cast2020"}
+DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved")
+BUDGETS: dict[str, tuple[int, ...]] = {
+    "locomo": (1000,),
+    "cast2020": (40,),
+    "tiage": (1000,),
+    "crosswoz": (1000,),
+    "interleaved": (300, 2000),
+}
+"""Token budgets each dataset is measured at (one table per budget)."""
+RETRIEVAL_DATASETS = {"locomo", "cast2020", "interleaved"}
+SWITCH_DATASETS = {"tiage", "crosswoz", "interleaved"}
+OWN_DATA = Path(__file__).resolve().parent / "data"
+"""The project's own hand-labelled sets (in the repository, unlike ``../shared/data``)."""
+OWN_DATASETS = {"interleaved": OWN_DATA / "interleaved.jsonl"}
 SWITCH_DECISIONS = {"switch", "return"}
+NO_DECISION = {"all turns", "recent turns that fit", "BM25 over turns"}
+"""Baselines that never gate: left out of the switch tables."""
 LIBRARY = "context-gatekeeper"
 
 
@@ -103,14 +126,23 @@ LIBRARY = "context-gatekeeper"
 # --------------------------------------------------------------------------
 
 
+def run_name(dataset: str, budget: int) -> str:
+    """The key of one dataset at one budget: the dataset's name, with ``@budget`` when
+    the dataset is measured at several budgets."""
+    return dataset if len(BUDGETS[dataset]) == 1 else f"{dataset}@{budget}"
+
+
 def dataset_path(data_dir: Path, name: str) -> Path:
-    """Where dataset ``name`` lives under ``data_dir``."""
-    return data_dir / f"{name}.dev.jsonl.xz"
+    """Where dataset ``name`` lives: under ``data_dir``, or in the repository for the
+    project's own sets."""
+    return OWN_DATASETS.get(name) or data_dir / f"{name}.dev.jsonl.xz"
 
 
 def load_cases(path: str | Path) -> list[dict]:
-    """Read one evaluation case per line from an xz-compressed JSON-lines file."""
-    with lzma.open(path, "rt", encoding="utf-8") as f:
+    """Read one evaluation case per line from a JSON-lines file (xz-compressed when it ends in ``.xz``)."""
+    path = Path(path)
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -229,6 +261,13 @@ class AlwaysSwitch(_TurnStore):
         return self._selection([], decision="switch")
 
 
+def library_presets() -> tuple[str, ...]:
+    """The library's named settings besides the default (shown as extra rows)."""
+    from context_gatekeeper import SelectionParams
+
+    return tuple(name for name in getattr(SelectionParams, "PRESETS", ()) if name != "default")
+
+
 def library_factory(token_budget: int, **params: Any) -> Callable[[], Selector]:
     """A factory of the library's ``ContextGatekeeper`` at this budget."""
     from context_gatekeeper import ContextGatekeeper
@@ -242,6 +281,8 @@ def library_factory(token_budget: int, **params: Any) -> Callable[[], Selector]:
 def selector_factories(dataset: str, budget: int) -> dict[str, Callable[[], Selector]]:
     """The rows of a dataset's table: name -> selector factory."""
     rows: dict[str, Callable[[], Selector]] = {LIBRARY: library_factory(budget)}
+    for preset in library_presets():
+        rows[f"{LIBRARY} ({preset})"] = library_factory(budget, preset=preset)
     report = lambda: ReportGatekeeper(token_budget=budget, count_tokens=cached_counter())  # noqa: E731
     if dataset in RETRIEVAL_DATASETS:
         rows["all turns"] = lambda: AllTurns(budget)
@@ -293,6 +334,10 @@ class _Tally:
     precision_hits: int = 0
     precision_kept: int = 0
     precision_cases: int = 0
+    polluted: int = 0
+    pollutable: int = 0
+    distracted: int = 0
+    distractable: int = 0
     confusion: dict[str, int] = field(default_factory=lambda: {"tp": 0, "fp": 0, "fn": 0, "tn": 0})
 
     def add_retrieval(self, case: dict, kept: set[int]) -> None:
@@ -307,10 +352,19 @@ class _Tally:
         if relevant_ids:
             self.recall_sum += len(kept & relevant_ids) / len(relevant_ids)
             self.recall_cases += 1
-        if (case.get("meta") or {}).get("dependence_annotated") is True:
+        meta = case.get("meta") or {}
+        if meta.get("dependence_annotated") is True or "off_topic_turns" in meta:
             self.precision_hits += len(kept & relevant_ids)
             self.precision_kept += len(kept)
             self.precision_cases += 1
+        off_topic = {pos + 1 for pos in meta.get("off_topic_turns") or ()}
+        distractors = {pos + 1 for pos in meta.get("distractor_turns") or ()}
+        if off_topic:
+            self.pollutable += 1
+            self.polluted += bool(kept & off_topic)
+        if distractors:
+            self.distractable += 1
+            self.distracted += bool(kept & distractors)
 
     def add_switch(self, case: dict, decision: str) -> None:
         """Count the switch decision against the label, if there is one."""
@@ -341,6 +395,10 @@ class _Tally:
             "tokens_total": self.tokens_total,
             "precision": _ratio(self.precision_hits, self.precision_kept),
             "precision_cases": self.precision_cases,
+            "pollution": _ratio(self.polluted, self.pollutable),
+            "pollution_cases": self.pollutable,
+            "distractor_pollution": _ratio(self.distracted, self.distractable),
+            "distractor_cases": self.distractable,
             "switch": {
                 "cases": labelled,
                 "f1": f1,
@@ -414,20 +472,48 @@ def retrieval_table(dataset: str, budget: int, results: dict[str, dict]):
     caption = f"{first['cases']} cases; recall over {first['recall_cases']} with relevant turns"
     if first["precision_cases"]:
         caption += (
-            f"; precision pooled over the {first['precision_cases']} cases with complete labels "
-            "(meta.dependence_annotated)"
+            f"; precision pooled over the {first['precision_cases']} cases with complete labels"
+        )
+    pollution = bool(first["pollution_cases"])
+    if pollution:
+        caption += (
+            f"; pollution over the {first['pollution_cases']} cases with off-topic turns, "
+            f"distractor pollution over the {first['distractor_cases']} with distractors"
         )
     table = Table(title=f"{dataset} — budget {budget} tokens", caption=caption)
-    _add_columns(table, ("recall", "kept share", "precision", "ms/case"))
+    columns = ("recall", "kept share", "precision") + (("pollution", "distractor poll.") if pollution else ())
+    _add_columns(table, columns + ("ms/case",))
     for name, r in results.items():
+        cells = [_fmt(r["recall"]), _fmt(r["kept_share"]), _fmt(r["precision"]) if r["precision_cases"] else "n/a"]
+        if pollution:
+            cells += [_fmt(r["pollution"]), _fmt(r["distractor_pollution"])]
+        table.add_row(name, *cells, f"{1000 * r['seconds'] / max(r['cases'], 1):.2f}")
+    return table
+
+
+def breakdown_table(title: str, results: dict[str, dict]):
+    """One row per group of cases (kind or language): the library's figures."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    _add_columns(table, ("cases", "recall", "precision", "pollution", "distractor poll.", "switch F1"))
+    for group, r in results.items():
         table.add_row(
-            name,
-            _fmt(r["recall"]),
-            _fmt(r["kept_share"]),
-            _fmt(r["precision"]) if r["precision_cases"] else "n/a",
-            f"{1000 * r['seconds'] / max(r['cases'], 1):.2f}",
+            group, str(r["cases"]), _fmt(r["recall"]), _fmt(r["precision"]), _fmt(r["pollution"]),
+            _fmt(r["distractor_pollution"]), _fmt(r["switch"]["f1"]),
         )
     return table
+
+
+def breakdowns(dataset: str, cases: Sequence[dict], budget: int) -> dict[str, dict[str, dict]]:
+    """The library's figures per ``meta.kind`` and per ``meta.lang`` (own sets only)."""
+    out: dict[str, dict[str, dict]] = {}
+    for key in ("kind", "lang"):
+        groups: dict[str, list[dict]] = {}
+        for case in cases:
+            groups.setdefault(str((case.get("meta") or {}).get(key)), []).append(case)
+        out[key] = {g: evaluate(dataset, groups[g], library_factory(budget)) for g in sorted(groups)}
+    return out
 
 
 def switch_table(dataset: str, results: dict[str, dict]):
@@ -442,6 +528,8 @@ def switch_table(dataset: str, results: dict[str, dict]):
     table = Table(title=f"{dataset} — topic switch", caption=caption)
     _add_columns(table, ("switch F1", "precision", "recall", "positive rate", "ms/case"))
     for name, r in results.items():
+        if name in NO_DECISION:
+            continue
         s = r["switch"]
         table.add_row(
             name,
@@ -470,6 +558,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(DATASETS)}",
     )
     parser.add_argument("--limit", type=int, default=None, help="first N cases of each dataset")
+    parser.add_argument(
+        "--by-kind", action="store_true", help="also break the interleaved set's figures down by kind and language"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write all figures to this JSON file")
     parser.add_argument(
         "--plot", type=Path, default=None, metavar="DIR",
@@ -487,7 +578,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def check_data(data_dir: Path, datasets: Sequence[str]) -> list[str]:
     """The problems with the data folder, as messages (empty when all is there)."""
-    if not data_dir.is_dir():
+    if not data_dir.is_dir() and any(d not in OWN_DATASETS for d in datasets):
         return [f"data folder not found: {data_dir}"]
     return [
         f"dataset file not found: {dataset_path(data_dir, d)}"
@@ -518,7 +609,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases[name] = load_cases(dataset_path(args.data, name))[: args.limit]
 
     results: dict[str, dict[str, dict]] = {}
-    plan = {name: selector_factories(name, BUDGETS[name]) for name in args.datasets}
+    plan = {
+        run_name(name, budget): (name, selector_factories(name, budget))
+        for name in args.datasets
+        for budget in BUDGETS[name]
+    }
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -527,20 +622,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         console=console,
         transient=True,
     ) as progress:
-        for name, rows in plan.items():
-            results[name] = {}
+        for run, (name, rows) in plan.items():
+            results[run] = {}
             for row, factory in rows.items():
-                task = progress.add_task(f"{name}: {row}", total=len(cases[name]))
-                results[name][row] = evaluate(
+                task = progress.add_task(f"{run}: {row}", total=len(cases[name]))
+                results[run][row] = evaluate(
                     name, cases[name], factory, on_case=lambda t=task: progress.advance(t)
                 )
                 progress.remove_task(task)
 
-    for name, rows in results.items():
-        if name in RETRIEVAL_DATASETS:
-            console.print(retrieval_table(name, BUDGETS[name], rows))
-        else:
-            console.print(switch_table(name, rows))
+    budgets = {run_name(n, b): b for n in args.datasets for b in BUDGETS[n]}
+    for run, rows in results.items():
+        dataset = plan[run][0]
+        if dataset in RETRIEVAL_DATASETS:
+            console.print(retrieval_table(dataset, budgets[run], rows))
+        if dataset in SWITCH_DATASETS and budgets[run] == BUDGETS[dataset][0]:
+            console.print(switch_table(dataset, rows))
+
+    by_kind: dict[str, dict] = {}
+    if args.by_kind:
+        for name in (d for d in args.datasets if d in OWN_DATASETS):
+            for budget in BUDGETS[name]:
+                run = run_name(name, budget)
+                by_kind[run] = breakdowns(name, cases[name], budget)
+                for key, groups in by_kind[run].items():
+                    console.print(breakdown_table(f"{run} — {LIBRARY} by {key}", groups))
 
     payload = {
         "measured": datetime.date.today().isoformat(),
@@ -549,9 +655,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "data": str(args.data),
         "limit": args.limit,
         "cost": 'tiktoken cl100k_base tokens of user + "\\n" + assistant, no overhead',
-        "budgets": {name: BUDGETS[name] for name in args.datasets},
+        "budgets": budgets,
         "datasets": results,
     }
+    if by_kind:
+        payload["by_kind"] = by_kind
     if args.json is not None:
         args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         console.print(f"figures written to {args.json}")
