@@ -11,6 +11,7 @@ keys that would no longer match its text (thought signatures, reasoning traces).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -45,7 +46,7 @@ def to_core(message: BaseMessage) -> Message:
     """A LangChain message as a core message (the id is kept, or made up if missing)."""
     if not isinstance(message, BaseMessage):
         raise TypeError(f"expected a LangChain BaseMessage, got {type(message).__name__}")
-    serialised = message_to_dict(message)
+    serialised = copy.deepcopy(message_to_dict(message))  # nothing shared with the caller's message
     kind, data = serialised["type"], dict(serialised["data"])
     content = data.pop("content")
     role = _ROLES.get(kind)
@@ -68,7 +69,7 @@ def _content_for(message: Message) -> Any:
     """The LangChain content: the block list with its text replaced when it was edited."""
     if message.parts is None:
         return message.content
-    blocks = list(message.parts)
+    blocks = copy.deepcopy(list(message.parts))
     if message.origin == "original" or _text_of(blocks) == message.content:
         return blocks
     others = [b for b in blocks if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))]
@@ -77,12 +78,12 @@ def _content_for(message: Message) -> Any:
 
 def from_core(message: Message) -> BaseMessage:
     """A core message as the LangChain message it came from (or a new one of its role)."""
-    stored = dict(message.metadata.get("langchain") or {})
+    stored = copy.deepcopy(dict(message.metadata.get("langchain") or {}))
     kind = stored.get("type") or _TYPES[message.role]
     data = dict(stored.get("data") or {})
     for key in _HOISTED:
         if key in message.metadata:
-            data[key] = message.metadata[key]
+            data[key] = copy.deepcopy(message.metadata[key])
     rewritten = message.origin == "edited" and kind == "ai"
     if rewritten and data.get("additional_kwargs"):
         data["additional_kwargs"] = {k: v for k, v in data["additional_kwargs"].items() if not PROVIDER_SPECIFIC.search(k)}

@@ -147,7 +147,7 @@ class IntegrityConformance:
         mine, theirs = Transcript("s", store=open_store()), Transcript("s", store=open_store())
         mine.append(user="What was Ireland's GDP?", assistant="About 500 billion.")
         model = ScriptedModel([ideal_patch_reply(list(mine.messages), [Delete(mine.messages[1].id)])])
-        proposal = mine.edit("drop the answer", model=model, preview=True)
+        proposal = mine.edit("drop the answer", model=model, preview=True, allow_large_deletion=True)
         theirs.purge()
         for n in range(3):
             theirs.append(user=f"question {n}", assistant=f"answer {n}")

@@ -92,12 +92,19 @@ def _stamp(changes: Iterable[Applied], number: int) -> list[Applied]:
 
 
 def _as_message(item: Message | Mapping[str, Any]) -> Message:
+    """A message the transcript owns: a copy of ``item``, or one built from its dict."""
     if isinstance(item, Message):
         return detached(item)  # the caller's dicts stay theirs
     if isinstance(item, Mapping):
         data = dict(item)
         data.setdefault("id", new_message_id())
-        return Message.from_dict(data)
+        try:
+            return detached(Message.from_dict(data))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"not a usable message ({type(exc).__name__}: {exc}); give role, content and optionally id, "
+                "parts (a list), metadata (a dict), origin"
+            ) from exc
     raise TypeError(f"expected a Message or a dict with role and content, got {type(item).__name__}")
 
 
