@@ -221,7 +221,7 @@ def test_a_large_deletion_asks_first(tmp_path: Path) -> None:
     editor = ScriptedModel([deleting, deleting])
     models = (OfflineChatModel(), editor)
     status, out = chat(tmp_path, [GDP, "/edit drop everything", "n", "/edit drop everything", "yes", "/quit"], models=models)
-    assert "deletes 100% of the conversation. Apply it? [y/N] n" in out
+    assert "deletes or replaces 100% of the conversation. Apply it? [y/N] n" in out
     assert "not applied; nothing was changed" in out
     assert "@@ user #1: removed @@" in out and "@@ assistant #2: removed @@" in out  # the preview
     assert "history edited (revision 2)" in out

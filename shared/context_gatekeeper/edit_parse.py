@@ -32,12 +32,13 @@ from .edit_format import EditView
 from .errors import EditError
 from .operations import Delete, InsertAfter, Replace, Request
 
-__all__ = ["load_json", "parse_rewrite", "parse_patch"]
+__all__ = ["load_json", "parse_rewrite", "parse_patch", "has_lone_surrogate", "replace_lone_surrogates"]
 
 _FENCE = re.compile(r"^\s*```[\w-]*[ \t]*\n(.*)\n[ \t]*```\s*$", re.DOTALL)
 _NEW_IDS = {"", "new", "null", "none"}
 _OPS = {"replace": "replace", "delete": "delete", "insert_after": "insert_after", "insert": "insert_after"}
 _MAX_SPANS = 50
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
@@ -102,6 +103,24 @@ def _candidates(text: str) -> dict[str, bool]:
         tail = re.sub(r"\n?[ \t]*```\s*$", "", text[start:])  # from the span's start to the end
         out[tail] = out.get(tail, False) or cut_off
     return out
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (``"\\ud800"``), which cannot be encoded.
+
+    >>> has_lone_surrogate("ok \U0001F600"), has_lone_surrogate("bad " + chr(0xD800))
+    (False, True)
+    """
+    return _SURROGATE.search(text) is not None
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (what the chat does to such input).
+
+    >>> replace_lone_surrogates("caf" + chr(0xDCE9))
+    'caf\ufffd'
+    """
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _any_container(value: Any) -> bool:
@@ -188,6 +207,9 @@ def _check_content(item: dict[str, Any], where: str, problems: list[str]) -> str
         return None
     if not content.strip():
         problems.append(f"{where} has empty content; delete the message instead of emptying it")
+        return None
+    if has_lone_surrogate(content):
+        problems.append(f"{where} holds a lone surrogate escape (like \\ud800), which is not text; write characters")
         return None
     return content
 

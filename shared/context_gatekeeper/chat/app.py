@@ -7,6 +7,10 @@
   (:class:`~context_gatekeeper.GeminiModel`, which also edits the history).
 * ``--offline`` uses the scripted models of :mod:`.offline` and says so on screen.
 * Neither: it exits with status 2 and says to set the key or pass ``--offline``.
+* Unusable options (``--budget 0``, ``--session ''``): one line, status 2.  A
+  database that cannot be opened or written (not a database, locked, read-only,
+  a full disk) or a session log that cannot load: one line, status 1, no
+  traceback, and nothing already stored is changed.
 
 The transcript is a SQLite file (default: ``chat.sqlite3`` in the user's data
 directory, see :func:`default_db_path`); ``--session NAME`` picks or resumes a
@@ -20,12 +24,13 @@ import argparse
 import importlib
 import os
 import shlex
+import sqlite3
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import GatekeeperError, ModelUnavailableError
+from ..errors import BudgetError, GatekeeperError, InvalidInputError, ModelUnavailableError
 
 __all__ = ["main", "build_parser", "default_db_path", "MISSING_RICH", "NO_KEY"]
 
@@ -122,10 +127,13 @@ def main(
     from .offline import OFFLINE_NOTICE
     from .readers import LineReader, TerminalReader
     from .render import Renderer, make_console
-    from .session import ChatSession
 
     console = make_console(plain=args.plain, file=out)
     renderer = Renderer(console)
+    problem = _option_problem(args)
+    if problem:
+        renderer.error(problem)
+        return EXIT_USAGE
     try:
         chat_model, editor, label = (*models, "custom") if models else _models(args)
     except GatekeeperError as exc:
@@ -133,30 +141,72 @@ def main(
         return EXIT_USAGE
     db_given = args.db is not None
     db = args.db if db_given else default_db_path()
-    db.parent.mkdir(parents=True, exist_ok=True)
-    from ..transcript import Transcript
-    from ..stores.sqlite import SQLiteStore
-
-    store = SQLiteStore(db)
+    opened = _open(db, args, chat_model, editor, renderer)
+    if isinstance(opened, int):
+        return opened
+    session = opened
     try:
-        transcript = Transcript(args.session, store=store)
-        session = ChatSession(
-            transcript, chat_model, editor, token_budget=args.budget,
-            **({"system_prompt": args.system} if args.system is not None else {}),
-        )
         if reader is None:
             source = sys.stdin if stdin is None else stdin
             interactive = getattr(source, "isatty", lambda: False)()
             reader = TerminalReader(console) if interactive else LineReader(source, renderer.echo)
         loop = ChatLoop(session, renderer, reader, resume_hint=_resume_hint(args, db_given))
-        _banner(renderer, args, label, db, transcript.head)
+        _banner(renderer, args, label, db, session.transcript.head)
         if args.offline:
             renderer.notice(OFFLINE_NOTICE)
-        if transcript.head:
-            loop.show_conversation()
+        if session.transcript.head:
+            _show_stored(loop, renderer)
         return loop.run()
     finally:
+        session.transcript.store.close()
+
+
+def _option_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, in one line; None when they are usable."""
+    if args.budget < 1:
+        return f"--budget must be a positive number of tokens (got {args.budget}); the default is 4000"
+    if not args.session.strip():
+        return "--session needs a non-blank name, e.g. --session work (the default is 'default')"
+    return None
+
+
+def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, renderer: Any) -> Any:
+    """The chat session on ``db``, or the exit status after one line saying why it cannot open."""
+    from ..stores.sqlite import SQLiteStore
+    from ..transcript import Transcript
+    from .loop import EXIT_STORE, store_failure
+    from .session import ChatSession
+
+    store, status = None, EXIT_STORE
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        store = SQLiteStore(db)
+        transcript = Transcript(args.session, store=store)
+        return ChatSession(
+            transcript, chat_model, editor, token_budget=args.budget,
+            **({"system_prompt": args.system} if args.system is not None else {}),
+        )
+    except (sqlite3.Error, OSError) as exc:
+        message = store_failure(db, exc)
+    except (InvalidInputError, BudgetError) as exc:
+        message, status = str(exc), EXIT_USAGE
+    except GatekeeperError as exc:  # a log that cannot load, a newer schema ...
+        message = f"cannot open session {args.session!r} in {db}: {exc}"
+    renderer.error(message)
+    if store is not None:
         store.close()
+    return status
+
+
+def _show_stored(loop: Any, renderer: Any) -> None:
+    """Show the resumed conversation; a failure to draw it never stops the chat from starting."""
+    try:
+        loop.show_conversation()
+    except Exception as exc:
+        renderer.error(
+            f"could not show the stored conversation ({type(exc).__name__}: {exc}); it is intact. "
+            "/show tries again; /undo or /load replace what cannot be shown."
+        )
 
 
 def _banner(renderer: Any, args: argparse.Namespace, label: str, db: Path, head: int) -> None:

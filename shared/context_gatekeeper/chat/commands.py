@@ -107,8 +107,10 @@ def _save(loop: "ChatLoop", arg: str) -> None:
         raise InvalidInputError("usage: /save PATH")
     session = loop.session
     document = session_document(session.transcript.session_id, session.transcript.messages, pinned=session.pinned)
+    database = getattr(session.transcript.store, "path", None)
+    protected = [database] if isinstance(database, str) and database != ":memory:" else []
     try:
-        path = write_session_file(arg, document)
+        path = write_session_file(arg, document, protected=protected)
     except OSError as exc:
         raise InvalidInputError(f"cannot write {arg}: {exc}") from exc
     loop.renderer.ok(f"saved {len(document['messages'])} messages to {path}")

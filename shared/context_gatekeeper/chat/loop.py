@@ -3,21 +3,49 @@
 Nothing is lost when something fails: the transcript is written to its store
 after each exchange or edit, a model error or Ctrl-C during a model call leaves
 it untouched (the loop shows the error and carries on), and Ctrl-C at the prompt
-or end of input leaves the loop with the conversation saved.
+or end of input leaves the loop with the conversation saved.  A store that
+cannot be written (locked, read-only, a full disk) ends the loop with one line
+saying so and :data:`EXIT_STORE`: the failed write was rolled back, and what was
+stored before is kept.
 """
 
 from __future__ import annotations
+
+import sqlite3
 
 from .commands import dispatch
 from .readers import Reader
 from .render import Renderer
 from .session import ChatSession
+from ..edit_parse import replace_lone_surrogates
 from ..errors import GatekeeperError
 
-__all__ = ["ChatLoop", "EXIT_OK", "EXIT_INTERRUPTED"]
+__all__ = ["ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "store_failure"]
 
 EXIT_OK = 0
+EXIT_STORE = 1
 EXIT_INTERRUPTED = 130
+
+_STORE_HINTS = (
+    ("not a database", "it is not a gatekeeper-chat database, or it is damaged; it was not changed. "
+     "Pass --db with another file"),
+    ("locked", "another program is writing to it; close it (or the other gatekeeper-chat) and try again"),
+    ("readonly", "it is read-only; make it writable or pass --db with another file"),
+    ("read-only", "it is read-only; make it writable or pass --db with another file"),
+    ("disk is full", "the disk is full; free some space and try again"),
+    ("unable to open", "check that the path is a file in a folder you can write, or pass --db with another path"),
+)
+
+
+def store_failure(path: object, exc: BaseException) -> str:
+    """One line saying why the database at ``path`` failed, and what to do.
+
+    >>> store_failure("c.db", sqlite3.OperationalError("database or disk is full"))
+    'cannot use the database c.db (database or disk is full): the disk is full; free some space and try again'
+    """
+    detail = str(exc) or type(exc).__name__
+    hint = next((h for key, h in _STORE_HINTS if key in detail.lower()), "check the file, or pass --db with another")
+    return f"cannot use the database {path} ({detail}): {hint}"
 
 
 class ChatLoop:
@@ -32,7 +60,8 @@ class ChatLoop:
     Attributes:
         editing: True in EDIT HISTORY mode (plain lines are edit instructions).
         unsent: a message whose model call failed (``/retry`` resends it).
-        done: set by ``/quit``.
+        done: set by ``/quit`` (and by a store failure).
+        store_failed: the store could not be written; :meth:`run` returns :data:`EXIT_STORE`.
     """
 
     def __init__(self, session: ChatSession, renderer: Renderer, reader: Reader, *, resume_hint: str = "") -> None:
@@ -43,9 +72,10 @@ class ChatLoop:
         self.editing = False
         self.unsent: str | None = None
         self.done = False
+        self.store_failed = False
 
     def run(self) -> int:
-        """Read and handle lines until /quit, end of input or Ctrl-C; the exit status."""
+        """Read and handle lines until /quit, end of input, Ctrl-C or a store failure; the exit status."""
         status = EXIT_OK
         while not self.done:
             try:
@@ -57,12 +87,15 @@ class ChatLoop:
                 status = EXIT_INTERRUPTED
                 break
             self.handle(line)
+        if self.store_failed:
+            self.renderer.info(f"Everything before that is saved. Resume it with: {self.resume_hint}")
+            return EXIT_STORE
         self.renderer.info(f"The conversation is saved. Resume it with: {self.resume_hint}")
         return status
 
     def handle(self, line: str) -> None:
-        """One line of input; errors are shown, never raised."""
-        text = line.strip()
+        """One line of input; errors are shown, never raised (a store failure ends the loop)."""
+        text = replace_lone_surrogates(line).strip()  # undecodable input bytes become U+FFFD
         if not text:
             return
         try:
@@ -74,6 +107,9 @@ class ChatLoop:
                 self.chat(text)
         except KeyboardInterrupt:
             self.renderer.notice("cancelled: nothing was changed")
+        except sqlite3.Error as exc:  # the store cannot be written: say so once and stop
+            self.renderer.error(store_failure(getattr(self.session.transcript.store, "path", "?"), exc))
+            self.store_failed = self.done = True
         except GatekeeperError as exc:
             self.renderer.error(str(exc))
         except Exception as exc:  # an unexpected failure must not lose the session
@@ -90,6 +126,8 @@ class ChatLoop:
         try:
             with self.renderer.working("the model is thinking..."):
                 answer = self.session.ask(text)
+        except sqlite3.Error:
+            raise  # the store, not the model: handle() ends the loop
         except Exception as exc:  # KeyboardInterrupt passes to handle(): "cancelled"
             self.renderer.error(str(exc) or type(exc).__name__)
             self.renderer.info("Your message was not added to the conversation; /retry sends it again.")
@@ -106,7 +144,7 @@ class ChatLoop:
             return
         if outcome.needs_confirmation:
             self.renderer.diff(outcome.proposal.diff)
-            question = f"This edit deletes {outcome.deleted_share:.0%} of the conversation. Apply it? [y/N] "
+            question = f"This edit deletes or replaces {outcome.deleted_share:.0%} of the conversation. Apply it? [y/N] "
             if self.reader(self.renderer.prompt(True).append(question)).strip().lower() not in ("y", "yes"):
                 self.renderer.info("not applied; nothing was changed")
                 return

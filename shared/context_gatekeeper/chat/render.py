@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import datetime as _dt
+import sys
 from collections.abc import Iterator, Sequence
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,16 +24,44 @@ from ..revisions import Diff, Revision
 from ..transcript_gate import MessageTurn
 from .session import LastCall
 
-__all__ = ["Renderer", "make_console", "CHAT_PROMPT", "EDIT_PROMPT"]
+__all__ = ["Renderer", "SafeOutput", "make_console", "CHAT_PROMPT", "EDIT_PROMPT"]
 
 CHAT_PROMPT = "[chat] > "
 EDIT_PROMPT = "[EDIT HISTORY] > "
 _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "system": "bold magenta", "tool": "bold yellow"}
 
 
+class SafeOutput:
+    """A text stream that never fails on text it cannot encode.
+
+    A lone surrogate (``"\\ud800"``, from a session file, a model or a stored
+    session) or a character the terminal's encoding lacks is written as a
+    backslash escape instead of raising ``UnicodeEncodeError`` mid-draw.
+    Everything else is the wrapped stream's.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        encoding = getattr(self._stream, "encoding", None) or "utf-8"
+        try:
+            text.encode(encoding)
+        except UnicodeEncodeError:
+            text = text.encode(encoding, "backslashreplace").decode(encoding)
+        except LookupError:  # an encoding Python does not know: keep to ASCII
+            text = text.encode("ascii", "backslashreplace").decode("ascii")
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def make_console(*, plain: bool = False, file: IO[str] | None = None, width: int | None = None) -> Console:
-    """A console: colours unless ``plain`` (or the output is not a terminal); long lines are not wrapped."""
-    return Console(file=file, no_color=plain, highlight=False, emoji=False, width=width, soft_wrap=True)
+    """A console: colours unless ``plain`` (or the output is not a terminal); long lines are not
+    wrapped; text that cannot be encoded is escaped (see :class:`SafeOutput`)."""
+    output: Any = SafeOutput(file if file is not None else sys.stdout)
+    return Console(file=output, no_color=plain, highlight=False, emoji=False, width=width, soft_wrap=True)
 
 
 def _short(text: str, limit: int = 70) -> str:

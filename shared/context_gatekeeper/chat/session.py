@@ -33,6 +33,7 @@ from ..selection import Selection
 from ..tokens import resolve_token_counter
 from ..transcript import Transcript
 from ..transcript_gate import MessageTurn, TranscriptGate, group_turns
+from ..edit_parse import replace_lone_surrogates
 
 __all__ = ["ChatSession", "LastCall", "EditOutcome", "DEFAULT_SYSTEM_PROMPT"]
 
@@ -186,7 +187,7 @@ class ChatSession:
             reply = self.chat_model.complete([dict(m) for m in call.sent])
         except TruncatedReplyError as exc:  # a chat answer cut off is still the answer the user saw
             reply = exc.partial
-        answer = reply if isinstance(reply, str) else str(reply)
+        answer = replace_lone_surrogates(reply if isinstance(reply, str) else str(reply))
         self.transcript.append(user=call.query, assistant=answer)
         return answer
 

@@ -20,6 +20,14 @@ A session file holds the conversation's current state (not its revision log)::
   non-empty string, unique in the file).  Other message keys are ignored.
 * ``pinned`` is optional: ids of the first message of each pinned turn.
 * ``session`` and ``saved_at`` are informational.
+* Text holding a lone surrogate (``"\\ud800"``: valid JSON, not valid Unicode,
+  and no terminal or model can take it) is refused, naming where it is.
+
+:func:`write_session_file` writes a temporary file in the same folder and renames
+it over the target, so a failed write leaves the target as it was and no
+temporary file behind.  It refuses to write over the chat's own database (or its
+``-wal`` / ``-shm`` / ``-journal`` files, symlinks resolved) and over any SQLite
+database.
 
 :func:`read_session_file` checks everything before anything is used, and raises
 :class:`SessionFileError` listing every problem (with its JSON path), so a bad
@@ -36,14 +44,17 @@ context_gatekeeper.chat.session_file.SessionFileError: not a valid session file:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..edit_parse import has_lone_surrogate, replace_lone_surrogates
 from ..errors import GatekeeperError
 from ..messages import ROLES, Message, new_message_id
 
@@ -62,6 +73,7 @@ FORMAT = "context-gatekeeper-chat"
 VERSION = 1
 MAX_BYTES = 50_000_000
 """Files larger than this are refused before they are read."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class SessionFileError(GatekeeperError, ValueError):
@@ -95,12 +107,66 @@ def session_document(session: str, messages: Sequence[Message], *, pinned: Itera
     }
 
 
-def write_session_file(path: str | os.PathLike[str], document: dict[str, Any]) -> Path:
-    """Write ``document`` to ``path`` atomically (a temporary file, then a rename)."""
+def _database_files(database: str | os.PathLike[str]) -> set[Path]:
+    """The resolved paths of an SQLite database and its side files."""
+    base = Path(database).expanduser().resolve()
+    return {base} | {base.with_name(base.name + suffix) for suffix in ("-wal", "-shm", "-journal")}
+
+
+def _check_target(target: Path, protected: Iterable[str | os.PathLike[str]]) -> None:
+    """Refuse a target that is (or links to) a protected database, or any SQLite database."""
+    resolved = target.resolve()
+    for database in protected:
+        if resolved in _database_files(database):
+            raise SessionFileError(
+                f"{target} is the chat's own database{' (through a link)' if resolved != target.absolute() else ''}; "
+                "/save did not write it (that would destroy every session). Give another path, e.g. /save chat.json"
+            )
+    try:
+        with open(resolved, "rb") as existing:
+            header = existing.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return  # missing (fine) or unreadable (the write says why)
+    if header == _SQLITE_MAGIC:
+        raise SessionFileError(f"{target} is an SQLite database; /save does not overwrite databases. Give another path")
+
+
+def write_session_file(
+    path: str | os.PathLike[str],
+    document: dict[str, Any],
+    *,
+    protected: Iterable[str | os.PathLike[str]] = (),
+) -> Path:
+    """Write ``document`` to ``path`` atomically (a temporary file in the same folder, then a rename).
+
+    Args:
+        path: the file to write.
+        document: what :func:`session_document` built.
+        protected: database files that must never be overwritten (the chat passes its ``--db``).
+
+    Raises:
+        SessionFileError: ``path`` is a protected database or an SQLite file; nothing was written.
+        OSError: the write failed; ``path`` is unchanged and no temporary file is left.
+    """
     target = Path(path).expanduser()
-    temporary = target.with_name(target.name + ".tmp")
-    temporary.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, target)
+    _check_target(target, protected)
+    try:
+        text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate already in the transcript: keep it, escaped
+        data = (json.dumps(document, ensure_ascii=True, indent=2) + "\n").encode("ascii")
+    folder = target.resolve().parent
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, target.resolve())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return target
 
 
@@ -112,12 +178,17 @@ def _check_message(index: int, item: Any, problems: list[str], seen: set[str]) -
     role = item.get("role")
     if role not in ROLES:
         problems.append(f"{where}.role must be one of {', '.join(ROLES)} (got {role!r})")
-    if not isinstance(item.get("content"), str):
+    content = item.get("content")
+    if not isinstance(content, str):
         problems.append(f"{where}.content must be a string")
+    elif has_lone_surrogate(content):
+        problems.append(f"{where}.content holds a lone surrogate (an escape like \\ud800 that is not a character)")
     if "id" in item:
         message_id = item["id"]
         if not isinstance(message_id, str) or not message_id:
             problems.append(f"{where}.id must be a non-empty string")
+        elif has_lone_surrogate(message_id):
+            problems.append(f"{where}.id holds a lone surrogate")
         elif message_id in seen:
             problems.append(f"{where}.id {message_id!r} is used twice")
         else:
@@ -141,14 +212,15 @@ def parse_session_document(data: Any) -> SessionFile:
     for index, item in enumerate(messages):
         _check_message(index, item, problems, seen)
     pinned = data.get("pinned", [])
-    if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
+    if not isinstance(pinned, list) or not all(isinstance(p, str) and not has_lone_surrogate(p) for p in pinned):
         problems.append("pinned must be a list of message ids")
         pinned = []
     if problems:
         raise SessionFileError("not a valid session file: " + "; ".join(problems))
     loaded = tuple(Message(m.get("id") or new_message_id(), m["role"], m["content"]) for m in messages)
     session = data.get("session")
-    return SessionFile(loaded, tuple(p for p in pinned if p in seen), session if isinstance(session, str) else "")
+    name = session if isinstance(session, str) and not has_lone_surrogate(session) else ""
+    return SessionFile(loaded, tuple(p for p in pinned if p in seen), name)
 
 
 def read_session_file(path: str | os.PathLike[str]) -> SessionFile:

@@ -1,0 +1,261 @@
+"""Issue #11, items 3, 12 and 13: the terminal chat never destroys its database, never
+crashes on text it cannot print, and fails with one clear line (no traceback) on bad
+options or a database it cannot use, losing nothing already stored."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("rich")
+
+import context_gatekeeper.stores.sqlite as sqlite_module
+from context_gatekeeper import Transcript
+from context_gatekeeper.chat import session_file
+from context_gatekeeper.chat.app import main
+from context_gatekeeper.chat.offline import OfflineChatModel
+from context_gatekeeper.chat.render import Renderer
+from context_gatekeeper.chat.session_file import FORMAT, SessionFileError, session_document, write_session_file
+from context_gatekeeper.edit_format import ideal_patch_reply
+from context_gatekeeper.messages import Message
+from context_gatekeeper.operations import Replace
+from context_gatekeeper.testing import ScriptedModel
+
+SURROGATE = chr(0xD800)
+
+
+def run(db: Path, lines: list[Any], *args: str, models: Any = None) -> tuple[int, str]:
+    """The chat on piped ``lines``, printing to a UTF-8 byte stream like a real terminal."""
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+    argv = ["--db", str(db), "--plain", "--session", "s", *args]
+    if models is None:
+        argv.append("--offline")
+    status = main(argv, stdin=lines, stdout=out, models=models)
+    return status, raw.getvalue().decode("utf-8")
+
+
+def stored(db: Path, session: str = "s") -> list[str]:
+    transcript = Transcript(session, store=str(db))
+    try:
+        return [m.content for m in transcript.messages]
+    finally:
+        transcript.store.close()
+
+
+def one_error_line(out: str) -> str:
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in out, out
+    return errors[0]
+
+
+# -- item 3: /save never overwrites the database ------------------------------------------------
+def test_save_refuses_the_open_database_even_through_a_symlink(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    run(db, ["hello", "/quit"])
+    link = tmp_path / "innocent.json"
+    link.symlink_to(db)
+    status, out = run(db, ["second", f"/save {db}", f"/save {link}", f"/save {db}-wal", "/quit"])
+    assert status == 0 and out.count("is the chat's own database") == 3
+    assert "messages to" not in out
+    assert db.read_bytes().startswith(b"SQLite format 3\x00")
+    assert len(stored(db)) == 4
+
+
+def test_save_refuses_any_sqlite_database(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    transcript = Transcript("x", store=str(other))
+    transcript.append(user="keep me", assistant="kept")
+    transcript.store.close()
+    before = other.read_bytes()
+    status, out = run(tmp_path / "chat.db", ["hi", f"/save {other}", "/quit"])
+    assert "is an SQLite database" in out and other.read_bytes() == before
+
+
+def test_a_failed_save_leaves_the_target_and_no_temporary_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "saved.json"
+    target.write_text("previous", encoding="utf-8")
+    (tmp_path / "saved.json.tmp").write_text("the user's own file", encoding="utf-8")
+    document = session_document("s", [Message("a", "user", "hi")])
+
+    def full_disk(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(session_file.os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        write_session_file(target, document)
+    monkeypatch.undo()
+    assert target.read_text(encoding="utf-8") == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["saved.json", "saved.json.tmp"]
+    assert (tmp_path / "saved.json.tmp").read_text(encoding="utf-8") == "the user's own file"
+    write_session_file(target, document)
+    assert json.loads(target.read_text(encoding="utf-8"))["format"] == FORMAT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["saved.json", "saved.json.tmp"]
+
+
+def test_save_into_a_folder_is_an_error_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    status, out = run(tmp_path / "chat.db", ["hi", f"/save {folder}", "/quit"])
+    assert status == 0 and "cannot write" in out and list(folder.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# -- item 12: text that cannot be printed --------------------------------------------------------
+def bad_session_file(tmp_path: Path) -> Path:
+    path = tmp_path / "bad.json"
+    path.write_text(
+        '{"format": "context-gatekeeper-chat", "version": 1, "messages": ['
+        '{"role": "user", "content": "hi \\ud800 there"}, {"role": "assistant", "content": "ok"}]}',
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_session_file_with_a_lone_surrogate_is_refused_and_the_chat_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    status, out = run(db, ["hello", f"/load {bad_session_file(tmp_path)}", "after", "/quit"])
+    assert status == 0 and "Traceback" not in out
+    assert "messages[0].content holds a lone surrogate" in out
+    assert stored(db) == ["hello", OfflineChatModel().complete([{"role": "user", "content": "hello"}]),
+                          "after", OfflineChatModel().complete([{"role": "user", "content": "after"}])]
+    with pytest.raises(SessionFileError, match="lone surrogate"):
+        session_file.read_session_file(bad_session_file(tmp_path))
+
+
+def test_a_stored_session_holding_a_lone_surrogate_still_starts(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    transcript = Transcript("s", store=str(db))
+    transcript.append(user=f"hi {SURROGATE} there", assistant="ok")
+    transcript.store.close()
+    status, out = run(db, ["/show", "next", "/quit"])
+    assert status == 0 and "Traceback" not in out
+    assert "user: hi \\ud800 there" in out and "[chat] > next" in out
+    assert len(stored(db)) == 4
+
+
+def test_a_conversation_that_fails_to_render_still_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "chat.db"
+    run(db, ["hello", "/quit"])
+
+    def broken(self: Renderer, *args: Any, **kwargs: Any) -> None:
+        raise ValueError("cannot draw this")
+
+    monkeypatch.setattr(Renderer, "conversation", broken)
+    status, out = run(db, ["again", "/quit"])
+    assert status == 0 and "could not show the stored conversation (ValueError: cannot draw this)" in out
+    assert "[chat] > again" in out and len(stored(db)) == 4
+
+
+def test_bad_text_from_a_model_or_the_input_is_escaped_or_refused(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    chat_model = ScriptedModel([f"answer {SURROGATE}"])
+    bad_edit = json.dumps({"operations": [{"op": "replace", "id": "1", "content": f"x {SURROGATE}"}]})
+    editor = ScriptedModel([bad_edit, bad_edit])
+    status, out = run(db, [f"in{chr(0xDCE9)}put", "/edit make it odd", "/quit"], models=(chat_model, editor))
+    assert status == 0 and "Traceback" not in out
+    assert stored(db) == ["in\ufffdput", "answer \ufffd"]
+    assert "lone surrogate" in out and len(editor.calls) == 2
+
+
+def test_an_edit_reply_with_a_lone_surrogate_is_retried() -> None:
+    transcript = Transcript("t")
+    transcript.append(user="Ireland?", assistant="Dublin.")
+    good = ideal_patch_reply(transcript.messages, [Replace(transcript.messages[0].id, "Iceland?")])
+    bad = json.dumps({"operations": [{"op": "replace", "id": "1", "content": f"Ice{SURROGATE}?"}]})
+    model = ScriptedModel([bad, good])
+    transcript.edit("Iceland", model=model)
+    assert transcript.messages[0].content == "Iceland?" and "lone surrogate" in model.calls[1].text
+
+
+# -- item 13: one clear line and a non-zero exit -------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--budget", "0"], "--budget must be a positive number"),
+        (["--budget", "-5"], "--budget must be a positive number"),
+        (["--session", ""], "--session needs a non-blank name"),
+        (["--session", "   "], "--session needs a non-blank name"),
+    ],
+)
+def test_unusable_options_are_one_line_and_status_2(tmp_path: Path, args: list[str], says: str) -> None:
+    status, out = run(tmp_path / "chat.db", ["hello", "/quit"], *args)
+    assert status == 2 and says in one_error_line(out)
+
+
+@pytest.mark.parametrize("content", [os.urandom(4096), b"just some text\n" * 100], ids=["random", "text"])
+def test_a_file_that_is_not_a_database_is_one_line_and_left_unchanged(tmp_path: Path, content: bytes) -> None:
+    db = tmp_path / "chat.db"
+    db.write_bytes(content)
+    status, out = run(db, ["hello", "/quit"])
+    assert status == 1 and "not a gatekeeper-chat database" in one_error_line(out)
+    assert db.read_bytes() == content
+
+
+def test_a_folder_given_as_the_database_is_one_line(tmp_path: Path) -> None:
+    status, out = run(tmp_path, ["hello", "/quit"])
+    assert status == 1 and "cannot use the database" in one_error_line(out)
+
+
+def failing_store(monkeypatch: pytest.MonkeyPatch, message: str) -> None:
+    """Every write fails inside its transaction, as SQLite fails on a read-only file or a full disk."""
+
+    def hook(stage: str) -> None:
+        if stage == "written":
+            raise sqlite3.OperationalError(message)
+
+    original = sqlite_module.SQLiteStore
+
+    class Failing(original):  # type: ignore[misc, valid-type]
+        def __init__(self, path: Any, **kwargs: Any) -> None:
+            super().__init__(path, fault_hook=hook, **kwargs)
+
+    monkeypatch.setattr(sqlite_module, "SQLiteStore", Failing)
+
+
+@pytest.mark.parametrize(
+    ("message", "says"),
+    [("attempt to write a readonly database", "read-only"), ("database or disk is full", "the disk is full")],
+)
+def test_a_store_that_cannot_be_written_stops_with_one_line_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, message: str, says: str
+) -> None:
+    db = tmp_path / "chat.db"
+    run(db, ["first", "/quit"])
+    before = stored(db)
+    failing_store(monkeypatch, message)
+    status, out = run(db, ["second", "third", "/quit"])
+    line = one_error_line(out)
+    assert status == 1 and says in line and message in line
+    assert "[chat] > third" not in out and "Everything before that is saved" in out
+    monkeypatch.undo()
+    assert stored(db) == before
+
+
+def test_a_locked_database_is_one_line_and_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "chat.db"
+    run(db, ["first", "/quit"])
+    before = stored(db)
+    original = sqlite_module.SQLiteStore
+
+    class Impatient(original):  # type: ignore[misc, valid-type]
+        def __init__(self, path: Any, **kwargs: Any) -> None:
+            super().__init__(path, busy_timeout=0.05, **kwargs)
+
+    monkeypatch.setattr(sqlite_module, "SQLiteStore", Impatient)
+    holder = sqlite3.connect(db, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        status, out = run(db, ["second", "/quit"])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert status == 1 and "another program is writing to it" in one_error_line(out)
+    monkeypatch.undo()
+    assert stored(db) == before
