@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from context_gatekeeper import tokens
+from context_gatekeeper.errors import InvalidInputError
 from context_gatekeeper.tokens import (
     DEFAULT_ENCODING,
     estimate_tokens,
@@ -289,13 +290,32 @@ def test_estimate_fallback_does_not_warn_before_use():
 # -- resolve_token_counter ---------------------------------------------------------------
 
 
-def test_callable_is_used_as_is():
-    assert resolve_token_counter(len) is len
+def test_callable_is_used_with_its_counts_checked():
+    assert resolve_token_counter(len)("abc") == 3
 
     def words(text: str) -> int:
         return len(text.split())
 
-    assert resolve_token_counter(words)("a b c") == 3
+    counter = resolve_token_counter(words)
+    assert counter("a b c") == 3
+    assert resolve_token_counter(counter) is counter  # resolving twice wraps once
+    assert resolve_token_counter(lambda text: 2.5)("x") == 3  # a fraction of a token rounds up
+
+
+@pytest.mark.parametrize("bad", [-1, -21_000, float("nan"), float("inf"), -0.5, "3", None, True])
+def test_a_counter_returning_a_negative_nan_or_non_number_count_is_rejected(bad):
+    counter = resolve_token_counter(lambda text: bad)
+    with pytest.raises(InvalidInputError, match=r"token counter '<lambda>' returned .* must return a number of tokens >= 0"):
+        counter("hello")
+
+
+def test_a_negative_counter_cannot_make_the_gatekeeper_report_negative_tokens():
+    from context_gatekeeper import ContextGatekeeper
+
+    gatekeeper = ContextGatekeeper(token_budget=100, token_counter=lambda text: -1000)
+    with pytest.raises(InvalidInputError, match="returned -1000"):
+        gatekeeper.add_turn("What is the GDP of Iceland?", "About 28 billion USD.")
+        gatekeeper.select("And Ireland?")
 
 
 def test_object_with_encode_counts_its_output():

@@ -11,7 +11,11 @@ encodings on first use; this module never does.  It looks, in order, for:
 
 A caller may pass any counter instead: a ``Callable[[str], int]``, an object with
 ``encode(text)`` (a tiktoken ``Encoding`` or a Hugging Face tokenizer), or the name
-of a tiktoken encoding.  :func:`resolve_token_counter` normalises all of these once.
+of a tiktoken encoding.  :func:`resolve_token_counter` normalises all of these once,
+and checks what a caller's callable returns: a count that is negative, NaN,
+infinite or not a number raises :class:`~context_gatekeeper.errors.InvalidInputError`
+at the call (a bad count would silently wreck budgets and the deletion guard); a
+fractional count is rounded up.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import base64
 import hashlib
 import importlib.util
 import logging
+import math
+import numbers
 import os
 import re
 import tempfile
@@ -29,6 +35,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
+
+from .errors import InvalidInputError
 
 __all__ = [
     "TokenCounter",
@@ -200,6 +208,28 @@ def tiktoken_counter(name: str = DEFAULT_ENCODING) -> TokenCounter:
         return len(encode(text))
 
     count.__name__ = f"count_{name}"
+    count._checked_counter = True  # type: ignore[attr-defined]  # len() is always a valid count
+    return count
+
+
+def _checked(counter: Callable[[str], Any]) -> TokenCounter:
+    """``counter``, refusing a result that is not a finite number >= 0 (fractions round up)."""
+    name = getattr(counter, "__name__", type(counter).__name__)
+
+    def count(text: str) -> int:
+        result = counter(text)
+        if isinstance(result, numbers.Integral) and not isinstance(result, bool) and result >= 0:
+            return int(result)
+        if isinstance(result, numbers.Real) and not isinstance(result, bool) and math.isfinite(result) and result >= 0:
+            return math.ceil(result)
+        raise InvalidInputError(
+            f"token counter {name!r} returned {result!r} for a text of {len(text)} characters; a token counter "
+            "must return a number of tokens >= 0 (not negative, NaN or infinite). Fix the counter or pass "
+            "token_counter=None for the default (tiktoken cl100k_base)."
+        )
+
+    count.__name__ = f"checked_{name}"
+    count._checked_counter = True  # type: ignore[attr-defined]
     return count
 
 
@@ -208,7 +238,13 @@ def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
 
     ``None`` gives the default (``cl100k_base``); a string names a tiktoken
     encoding; an object with ``encode`` is used as ``len(obj.encode(text))``;
-    any other callable is used as is.
+    any other callable is wrapped so that a count below 0, NaN or infinite raises
+    :class:`~context_gatekeeper.errors.InvalidInputError` when it happens.
+
+    >>> resolve_token_counter(lambda text: -1)("hello")
+    Traceback (most recent call last):
+    ...
+    context_gatekeeper.errors.InvalidInputError: token counter '<lambda>' returned -1 for a text of 5 characters; ...
     """
     if counter is None:
         return tiktoken_counter(DEFAULT_ENCODING)
@@ -225,7 +261,7 @@ def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
     if callable(encode):
         return lambda text: len(encode(text))
     if callable(counter):
-        return counter
+        return counter if getattr(counter, "_checked_counter", False) else _checked(counter)
     raise TypeError(
         "token_counter must be None, an encoding name, a callable(str) -> int, "
         f"or an object with encode(); got {type(counter).__name__}"
