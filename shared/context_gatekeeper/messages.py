@@ -70,7 +70,7 @@ class Message:
             raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
         if self.parts is not None and not isinstance(self.parts, tuple):
             raise TypeError(f"parts must be None or a tuple (a list in dicts), got {type(self.parts).__name__}")
-        if not isinstance(self.metadata, Mapping):
+        if type(self.metadata) not in (dict, MappingProxyType) and not isinstance(self.metadata, Mapping):
             raise TypeError(f"metadata must be a mapping, got {type(self.metadata).__name__}")
         if not isinstance(self.derived_from, tuple) or not all(isinstance(d, str) for d in self.derived_from):
             raise TypeError(f"derived_from must be a tuple of message ids, got {self.derived_from!r}")
@@ -92,6 +92,14 @@ class Message:
     def editable(self) -> bool:
         """Whether an edit may rewrite this message (user and assistant text only)."""
         return self.role in EDITABLE_ROLES
+
+    def stamped(self, revision: int) -> "Message":
+        """This version marked as produced by ``revision`` (fast: nothing to validate again)."""
+        if self.revision == revision:
+            return self
+        copy_ = object.__new__(Message)
+        copy_.__dict__.update(self.__dict__, revision=revision)
+        return copy_
 
     def revised(self, content: str, revision: int) -> "Message":
         """This message with new text, as produced by ``revision`` (provenance kept)."""

@@ -93,7 +93,20 @@ class Revision:
 
     def detached(self) -> "Revision":
         """This revision with its own copies of every message's metadata and parts."""
-        return replace(self, changes=tuple(_detached_change(c) for c in self.changes))
+        changes = tuple(_detached_change(c) for c in self.changes)
+        return self if all(a is b for a, b in zip(changes, self.changes)) else replace(self, changes=changes)
+
+    def stamped(self) -> "Revision":
+        """This revision with the versions it produces marked as produced by it (itself
+        when they already are: stores stamp revisions as they commit them)."""
+        number, out, same = self.number, [], True
+        for change in self.changes:
+            if isinstance(change, Put) and change.message.revision != number:
+                change, same = Put(change.message.stamped(number), change.after), False
+            elif isinstance(change, Change) and change.after.revision != number:
+                change, same = Change(change.before, change.after.stamped(number)), False
+            out.append(change)
+        return self if same else replace(self, changes=tuple(out))
 
     @property
     def is_noop(self) -> bool:
@@ -116,9 +129,12 @@ class Revision:
 
 
 def _detached_change(change: Applied) -> Applied:
+    """``change`` with copies of its messages' mutable parts (itself when they have none)."""
     if isinstance(change, Change):
-        return Change(detached(change.before), detached(change.after))
-    return type(change)(detached(change.message), change.after)
+        before, after = detached(change.before), detached(change.after)
+        return change if (before is change.before and after is change.after) else Change(before, after)
+    message = detached(change.message)
+    return change if message is change.message else type(change)(message, change.after)
 
 
 @dataclass(frozen=True)

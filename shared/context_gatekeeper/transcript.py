@@ -78,19 +78,6 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
     )
 
 
-def _stamp(changes: Iterable[Applied], number: int) -> list[Applied]:
-    """The changes with the versions they produce marked as produced by revision ``number``."""
-    out: list[Applied] = []
-    for change in changes:
-        if isinstance(change, Put):
-            out.append(Put(replace(change.message, revision=number), change.after))
-        elif isinstance(change, Change):
-            out.append(Change(change.before, replace(change.after, revision=number)))
-        else:
-            out.append(change)
-    return out
-
-
 def _as_message(item: Message | Mapping[str, Any]) -> Message:
     """A message the transcript owns: a copy of ``item``, or one built from its dict."""
     if isinstance(item, Message):
@@ -473,7 +460,10 @@ class Transcript(AsyncTranscriptMixin):
             return replace(draft, number=head, parent=head, base=head)
         options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
         stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)
-        self._refresh()
+        if stored.changes and stored.parent == len(self._log):
+            self._add(stored)  # nothing landed in between: no need to read it back
+        else:
+            self._refresh()
         if not stored.changes or stored.number > len(self._log):
             return stored.detached()
         return self._log[stored.number - 1].detached()
@@ -481,12 +471,15 @@ class Transcript(AsyncTranscriptMixin):
     def _refresh(self) -> None:
         """Catch up with the store (the head check every read makes).
 
-        The last revision this object knows is read back and compared, so a session
-        that another process purged and rewrote to the same length or longer is
-        reloaded rather than served stale.
+        The time of the last revision this object knows is compared with the store's,
+        so a session that another process purged and rewrote to the same length or
+        longer is reloaded rather than served stale.  When nothing changed this costs
+        one small query (:meth:`Store.tip`), whatever the size of the revisions.
         """
-        head = self.store.head(self.session_id)
+        head, stamp = self.store.tip(self.session_id)
         known = len(self._log)
+        if known and head == known and stamp == self._log[-1].time:
+            return
         if known and head >= known:
             fetched = self.store.revisions(self.session_id, after=known - 1)
             if fetched and fetched[0].number == known and fetched[0].time == self._log[-1].time:
@@ -500,14 +493,18 @@ class Transcript(AsyncTranscriptMixin):
         else:
             return
         for revision in fetched:
-            stamped = replace(revision, changes=tuple(_stamp(revision.changes, revision.number)))
-            try:
-                self._current.apply(stamped.changes)
-            except (InvalidRevisionError, UnknownMessageError) as exc:
-                self._log, self._current, self._used_ids = [], State(), set()  # never serve a half-loaded log
-                raise CorruptLogError(self.session_id, revision.number, str(exc)) from exc
-            self._used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
-            self._log.append(stamped)
+            self._add(revision)
+
+    def _add(self, revision: Revision) -> None:
+        """Apply the next revision of the log (:class:`CorruptLogError` if it does not apply)."""
+        stamped = revision.stamped()
+        try:
+            self._current.apply(stamped.changes)
+        except (InvalidRevisionError, UnknownMessageError) as exc:
+            self._log, self._current, self._used_ids = [], State(), set()  # never serve a half-loaded log
+            raise CorruptLogError(self.session_id, revision.number, str(exc)) from exc
+        self._used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
+        self._log.append(stamped)
 
     def _state_at(self, revision: int) -> list[Message]:
         """The state at ``revision``: a replay, linear in the changes up to it."""

@@ -94,7 +94,7 @@ def prepare_commit(
     checked, rows = check_revision(session_id, placed, lookup, renew_taken_ids=renew_taken_ids)
     if not checked.changes:
         return replace(checked, number=head, parent=head), {}
-    return checked, rows
+    return checked.stamped(), rows
 
 
 def checked_keep(keep: object) -> int:
@@ -121,6 +121,13 @@ class Store(ABC):
     @abstractmethod
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
+
+    def tip(self, session_id: str) -> tuple[int, float]:
+        """``(head, time of the head revision)``, ``(0, 0.0)`` for an empty session: what a
+        transcript checks before every read.  Stores override it with one small query."""
+        head = self.head(session_id)
+        last = self.revisions(session_id, after=head - 1) if head else []
+        return (last[-1].number, last[-1].time) if last else (0, 0.0)
 
     @abstractmethod
     def commit(
@@ -158,6 +165,9 @@ class Store(ABC):
 
     async def ahead(self, session_id: str) -> int:
         return await asyncio.to_thread(self.head, session_id)
+
+    async def atip(self, session_id: str) -> tuple[int, float]:
+        return await asyncio.to_thread(self.tip, session_id)
 
     async def arevisions(self, session_id: str, after: int = 0) -> list[Revision]:
         return await asyncio.to_thread(self.revisions, session_id, after)

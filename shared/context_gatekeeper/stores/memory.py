@@ -33,6 +33,11 @@ class InMemoryStore(Store):
             log = self._logs.get(session_id)
             return log[-1].number if log else 0
 
+    def tip(self, session_id: str) -> tuple[int, float]:
+        with self._lock:
+            log = self._logs.get(session_id)
+            return (log[-1].number, log[-1].time) if log else (0, 0.0)
+
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         with self._lock:
             return [r.detached() for r in self._logs.get(session_id, [])[max(after, 0) :]]

@@ -133,6 +133,7 @@ _TEMPLATES = {
     "applied": "SELECT version, name FROM {migrations} ORDER BY version",
     "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
     "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
+    "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s AND session_id = %s ORDER BY number DESC LIMIT 1",
     "load": f"SELECT {_COLUMNS} FROM {{revisions}} WHERE session_key = %s AND session_id = %s AND number > %s ORDER BY number",
     "insert": f"INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
     "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s",
@@ -304,6 +305,13 @@ class PostgresStore(Store):
         key = self._key(session_id)
         with self._connection() as conn:
             return self._head(conn, key)
+
+    def tip(self, session_id: str) -> tuple[int, float]:
+        """``(head, time of the head revision)``; ``(0, 0.0)`` for an empty session."""
+        key = self._key(session_id)
+        with self._connection() as conn:
+            row = conn.execute(self._sql["tip"], key).fetchone()
+            return (row[0], row[1]) if row else (0, 0.0)
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""

@@ -101,6 +101,7 @@ _CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
 )"""
 _COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, changes"
 _HEAD = "SELECT COALESCE(MAX(number), 0) FROM revisions WHERE session_id = ?"
+_TIP = "SELECT number, created_at FROM revisions WHERE session_id = ? ORDER BY number DESC LIMIT 1"
 _SELECT = f"SELECT {_COLUMNS} FROM revisions WHERE session_id = ? AND number > ? ORDER BY number"
 _INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_ID = """INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)
@@ -209,6 +210,12 @@ class SQLiteStore(Store):
         """The latest revision number of a session (0 when it has none)."""
         with self._connection() as conn:
             return _head(conn, checked_session(session_id))
+
+    def tip(self, session_id: str) -> tuple[int, float]:
+        """``(head, time of the head revision)``; ``(0, 0.0)`` for an empty session."""
+        with self._connection() as conn:
+            row = conn.execute(_TIP, (checked_session(session_id),)).fetchone()
+            return (row[0], row[1]) if row else (0, 0.0)
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
@@ -327,6 +334,13 @@ def _lookup(conn: sqlite3.Connection, session_id: str, ids: Iterable[str]) -> di
     keys = {id_key(i): i for i in ids}
     found: dict[str, IdEntry] = {}
     listed = list(keys)
+    if len(listed) > 4 * _LOOKUP_CHUNK:  # a large revision (a revert, its undo): one scan of the session
+        rows = conn.execute("SELECT message_id, present, digest FROM message_ids WHERE session_id = ?", (session_id,))
+        for key, present, digest in rows:
+            name = keys.get(bytes(key))
+            if name is not None:
+                found[name] = IdEntry(bool(present), digest)
+        return found
     for start in range(0, len(listed), _LOOKUP_CHUNK):
         chunk = listed[start : start + _LOOKUP_CHUNK]
         marks = ", ".join("?" * len(chunk))

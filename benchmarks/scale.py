@@ -1,0 +1,113 @@
+"""How transcript operations scale with the number of turns (issue #11 item 15).
+
+This is a script that prints figures, not a test.  Run it from a checkout::
+
+    python benchmarks/scale.py                        # 1,000 / 10,000 / 20,000 turns
+    python benchmarks/scale.py --turns 1000 5000      # other sizes
+
+For each size it writes a SQLite file holding that many turns (one ``append``
+revision of a user message and its answer each, written in one bulk transaction
+with the store's own row format and id index, so building is quick), then times,
+on a fresh :class:`~context_gatekeeper.SQLiteStore`, the fastest of ``--repeat`` runs:
+
+* **open**: ``Transcript(...)`` plus reading ``.messages`` (loads and replays the log);
+* **append**: one more turn;
+* **edit**: ``apply([Replace(...)])`` of the first answer;
+* **revert**: ``revert(10)`` (drops almost every message);
+* **undo**: undoing that revert (puts them all back);
+* **diff**: ``diff(1, head)``.
+
+The last row is the ratio of the largest size to the smallest: with linear work it
+stays near the ratio of the sizes (20 for 1k -> 20k).  Target: open of 20k turns
+<= 1 s on SQLite, ratio <= 25.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from context_gatekeeper import Replace, SQLiteStore, Transcript
+from context_gatekeeper.messages import Message
+from context_gatekeeper.operations import AT_END, Put
+from context_gatekeeper.revisions import Revision
+from context_gatekeeper.stores.integrity import index_of_log
+from context_gatekeeper.stores.schema import changes_text, index_rows
+
+OPERATIONS = ("open", "append", "edit", "revert", "undo", "diff")
+
+
+def build(path: Path, turns: int) -> None:
+    """A SQLite file with ``turns`` append revisions in session "bench"."""
+    SQLiteStore(path).close()  # schema
+    log = []
+    for n in range(1, turns + 1):
+        user = Message(f"u{n}", "user", f"Question {n}: how should shard {n % 97} rebalance under load?")
+        answer = Message(f"a{n}", "assistant", f"Answer {n}: move replicas off the hot node and retry in {n % 13} s.")
+        log.append(Revision(n, n - 1, "append", (Put(user, AT_END), Put(answer, user.id)), time=float(n), base=n - 1))
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO revisions (session_id, number, parent, kind, instruction, model, created_at, base, target, changes)"
+            " VALUES ('bench', ?, ?, 'append', NULL, NULL, ?, ?, NULL, ?)",
+            [(r.number, r.parent, r.time, r.base, changes_text(r)) for r in log],
+        )
+        conn.executemany(
+            "INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)",
+            index_rows("bench", index_of_log(log)),
+        )
+
+
+def best(action: Callable[[], object], repeat: int) -> float:
+    """The fastest of ``repeat`` runs (the usual benchmark estimate: noise only adds time)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def measure(turns: int, where: Path, repeat: int) -> dict[str, float]:
+    path = where / f"scale-{turns}.db"
+    build(path, turns)
+    store = SQLiteStore(path)
+    figures = {"open": best(lambda: Transcript("bench", store=store).messages, repeat)}
+    t = Transcript("bench", store=store)
+    figures["append"] = best(lambda: t.append(user="one more question", assistant="one more answer"), repeat)
+    edits = iter(range(repeat))
+    figures["edit"] = best(lambda: t.apply([Replace("a1", f"An edited first answer, take {next(edits)}.")]), repeat)
+    reverts, undos = [], []
+    for _ in range(repeat):  # each round reverts to revision 10 and undoes it, back to the full state
+        reverts.append(best(lambda: t.revert(10), 1))
+        undos.append(best(t.undo, 1))
+    figures["revert"], figures["undo"] = min(reverts), min(undos)
+    figures["diff"] = best(lambda: t.diff(1, t.head), repeat)
+    assert len(t.messages) == 2 * turns + 2 * repeat
+    store.close()
+    return figures
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, nargs="+", default=[1_000, 10_000, 20_000])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest is shown")
+    args = parser.parse_args(argv)
+    sizes = sorted(args.turns)
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {n: measure(n, Path(tmp), args.repeat) for n in sizes}
+    print(f"{'turns':>10} " + " ".join(f"{op + ' s':>10}" for op in OPERATIONS))
+    for n in sizes:
+        print(f"{n:>10,} " + " ".join(f"{results[n][op]:>10.4f}" for op in OPERATIONS))
+    if len(sizes) > 1:
+        big, small = results[sizes[-1]], results[sizes[0]]
+        label = f"{sizes[-1] // sizes[0]}x turns"
+        print(f"{label:>10} " + " ".join(f"{big[op] / max(small[op], 1e-9):>9.1f}x" for op in OPERATIONS))
+
+
+if __name__ == "__main__":
+    main()
