@@ -259,3 +259,15 @@ def test_a_locked_database_is_one_line_and_loses_nothing(tmp_path: Path, monkeyp
     assert status == 1 and "another program is writing to it" in one_error_line(out)
     monkeypatch.undo()
     assert stored(db) == before
+
+
+def test_a_session_log_that_cannot_load_is_one_line_and_left_unchanged(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    run(db, ["hello", "/quit"])
+    with sqlite3.connect(db) as conn:  # a hand-edited row
+        conn.execute("UPDATE revisions SET changes = '{not json' WHERE session_id = 's' AND number = 1")
+    conn.close()
+    before = db.read_bytes()
+    status, out = run(db, ["again", "/quit"])
+    assert status == 1 and "cannot open session 's'" in one_error_line(out)
+    assert db.read_bytes() == before
