@@ -174,3 +174,15 @@ def write_sessions(spec: Spec, sessions: list[str]) -> None:
         transcript.append(user=f"question {n}", assistant=f"answer {n}")
         transcript.append(user=f"again {n}", assistant=f"again answered {n}")
     store.close()
+
+
+# -- retried requests (issue #11 item 1) -------------------------------------------------
+def retrier(spec: Spec, session: str, rounds: int, ready: Any) -> None:
+    """Each round, send the request "r<n>" (a message with a fixed id) with id renewal on,
+    as a framework retrying a request does; every process sends every round."""
+    store = open_store(spec)
+    transcript = Transcript(session, store=store)
+    ready.wait()
+    for n in range(rounds):
+        transcript.append(messages=[{"id": f"r{n}", "role": "user", "content": f"request {n}"}], renew_taken_ids=True)
+    store.close()

@@ -223,3 +223,17 @@ def test_hostile_session_ids_round_trip_between_processes(spec, parent: Store) -
         expected = [f"question {n}", f"answer {n}", f"again {n}", f"again answered {n}"]
         assert contents(Transcript(session, store=parent).messages) == expected
         assert parent.head(session) == 2
+
+
+def test_processes_retrying_the_same_requests_add_each_once(spec, parent: Store) -> None:
+    """Issue #11 item 1: retries raced into the log used to poison the session for good."""
+    rounds, ready = 20, CTX.Event()
+    procs = [CTX.Process(target=workers.retrier, args=(spec, "retry", rounds, ready), name=f"r{i}") for i in range(4)]
+    for proc in procs:
+        proc.start()
+    ready.set()
+    run(*procs)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    t = Transcript("retry", store=parent)  # loads: the session is not poisoned
+    assert sorted(m.id for m in t.messages) == sorted(f"r{n}" for n in range(rounds))
+    assert parent.head("retry") == rounds
