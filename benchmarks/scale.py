@@ -25,6 +25,7 @@ stays near the ratio of the sizes (20 for 1k -> 20k).  Target: open of 20k turns
 from __future__ import annotations
 
 import argparse
+import gc
 import tempfile
 import time
 from collections.abc import Callable
@@ -47,7 +48,7 @@ def build(path: Path, turns: int) -> None:
     for n in range(1, turns + 1):
         user = Message(f"u{n}", "user", f"Question {n}: how should shard {n % 97} rebalance under load?")
         answer = Message(f"a{n}", "assistant", f"Answer {n}: move replicas off the hot node and retry in {n % 13} s.")
-        log.append(Revision(n, n - 1, "append", (Put(user, AT_END), Put(answer, user.id)), time=float(n), base=n - 1))
+        log.append(Revision(n, n - 1, "append", (Put(user, AT_END), Put(answer, user.id)), time=float(n), base=n - 1).stamped())
     import sqlite3
 
     with sqlite3.connect(path) as conn:
@@ -66,6 +67,7 @@ def best(action: Callable[[], object], repeat: int) -> float:
     """The fastest of ``repeat`` runs (the usual benchmark estimate: noise only adds time)."""
     times = []
     for _ in range(repeat):
+        gc.collect()  # garbage left by the previous step is not this step's cost
         start = time.perf_counter()
         action()
         times.append(time.perf_counter() - start)
@@ -95,7 +97,7 @@ def measure(turns: int, where: Path, repeat: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, nargs="+", default=[1_000, 10_000, 20_000])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest is shown")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the fastest is shown")
     args = parser.parse_args(argv)
     sizes = sorted(args.turns)
     with tempfile.TemporaryDirectory() as tmp:
