@@ -7,10 +7,12 @@ __version__ = "0.1.0"
 from .anchors import extract as extract_anchors
 from .errors import (
     BudgetError,
+    CorruptLogError,
     EditError,
     GatekeeperError,
     HistoryError,
     InvalidInputError,
+    InvalidRevisionError,
     ModelUnavailableError,
     SchemaVersionError,
     StaleHeadError,
@@ -66,6 +68,8 @@ __all__ = [
     "ModelReply",
     # errors
     "InvalidInputError",
+    "InvalidRevisionError",
+    "CorruptLogError",
     "HistoryError",
     "BudgetError",
     "EditError",

@@ -16,6 +16,21 @@ turns (DESIGN.md §3):
 
 Both are recorded revisions.  Reads check the store's head first, so a transcript
 never serves text another process has superseded.
+
+Integrity (issue #11):
+
+* the store checks, inside its write transaction, that each revision applies to the
+  head it follows (:mod:`.stores.integrity`); one that does not raises
+  :class:`InvalidRevisionError` and nothing is written;
+* a call that changes nothing (``apply([])``, ``set()`` of the current state, a
+  replace with the same text, an edit with no operations, a retried append) records
+  nothing and returns a revision numbered like the head, with no changes; undo
+  skips such rows written by older versions;
+* a log that fails to load raises :class:`CorruptLogError` naming the session and
+  the first bad revision; ``store.truncate(session_id, error.revision - 1)`` sets
+  aside that revision and the ones after it, and the session opens again;
+* returned messages are copies: changing their ``metadata`` or ``parts`` never
+  changes the history (an empty ``metadata`` is read-only).
 """
 
 from __future__ import annotations

@@ -29,9 +29,18 @@ class AsyncTranscriptMixin:
         """Async :attr:`messages`."""
         return await asyncio.to_thread(lambda: self.messages)
 
-    async def aappend(self: Transcript, user: str | None = None, assistant: str | None = None, *, messages: Iterable[Any] = ()) -> Revision:
+    async def aappend(
+        self: Transcript,
+        user: str | None = None,
+        assistant: str | None = None,
+        *,
+        messages: Iterable[Any] = (),
+        renew_taken_ids: bool = False,
+    ) -> Revision:
         """Async :meth:`append`."""
-        return await asyncio.to_thread(self.append, user, assistant, messages=list(messages))
+        return await asyncio.to_thread(
+            self.append, user, assistant, messages=list(messages), renew_taken_ids=renew_taken_ids
+        )
 
     async def aedit(
         self: Transcript,
