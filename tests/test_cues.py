@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_gatekeeper.anchors import normalise
-from context_gatekeeper.cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, find_cues
+from context_gatekeeper.anchors import extract, normalise
+from context_gatekeeper.cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, find_cues, strip_cues
 
 
 def cues(text: str) -> Cues:
@@ -76,14 +76,16 @@ def test_chinese_cues_match_inside_a_sentence():
 
 def test_chinese_switch_and_return_cues():
     assert cues("换个话题，聊聊猫").switch == ("换个话题",)
-    found = cues("回到刚才的锁")
+    found = cues("回到之前的锁")
     assert found.returning == ("回到",)
-    assert found.reference == ("刚才",)
+    assert cues("回到刚才的锁").returning == ("回到刚才",)
+    assert cues("刚才的锁").reference == ("刚才",)
 
 
 def test_longest_chinese_cue_wins():
-    # "顺便问" and "顺便" overlap: the longer one is reported, once.
-    assert cues("我想顺便问一下").switch == ("顺便问",)
+    # "顺便问一下", "顺便问" and "顺便" overlap: the longest one is reported, once.
+    assert cues("我想顺便问一下").switch == ("顺便问一下",)
+    assert cues("我想顺便问问").switch == ("顺便问",)
     assert cues("再回到上次").returning == ("再回到",)
 
 
@@ -169,3 +171,34 @@ def test_find_cues_never_raises_and_reports_listed_cues(text):
     normalised = normalise(text)
     for cue in found.reference + found.switch + found.returning:
         assert cue in normalised
+
+
+# -- cues are not content -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "kept_words"),
+    [
+        ("Back to the moka pot, what grind?", {"moka", "pot", "grind"}),
+        ("By the way, anyway, how do I repot a cactus?", {"repot", "cactus"}),
+        ("Going back to Redis: TTL?", {"redis", "ttl"}),
+    ],
+)
+def test_strip_cues_leaves_only_content_words(text, kept_words):
+    found, content = strip_cues(text)
+    assert found
+    assert set(extract(content, query=True).counts) == kept_words
+
+
+@pytest.mark.parametrize("text", ["回到刚才 Redis 的锁", "换个话题，顺便问下猫粮", "题外话，咖啡"])
+def test_chinese_cue_words_leave_no_anchor_behind(text):
+    found, content = strip_cues(text)
+    anchors = set(extract(content, query=True).counts)
+    for cue in (*found.switch, *found.returning, *found.reference):
+        assert not any(a in cue for a in anchors if len(a) > 1), (cue, anchors)
+
+
+def test_strip_cues_keeps_case_for_identifiers_and_folds_full_width():
+    found, content = strip_cues("ＢＹ ＴＨＥ ＷＡＹ, TaskGroup?")
+    assert found.switch == ("by the way",)
+    assert "TaskGroup" in content

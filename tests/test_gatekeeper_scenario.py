@@ -36,10 +36,12 @@ def build(n_turns: int, budget: int = 2000) -> ContextGatekeeper:
 
 
 @pytest.mark.parametrize("budget", [2000, 60])
-def test_ttl_query_continues_and_keeps_turn_one_not_three(budget: int) -> None:
+def test_ttl_query_returns_to_the_redis_turns_and_keeps_turn_one_not_three(budget: int) -> None:
+    # The Redlock exchange (turn 3) shares no word with turns 1-2 but a lone "锁" and
+    # "时钟": it opens a topic of its own, so the TTL question goes back to turns 1-2.
     gk = build(3, budget)
     selection = gk.explain("锁的 TTL 怎么设？")
-    assert selection.decision == "continue"
+    assert selection.decision == "return"
     assert 3 not in selection.turn_ids
     assert selection.tokens_kept <= budget
     if budget == 2000:
@@ -77,18 +79,20 @@ def test_explicit_return_to_redis_keeps_turn_two_not_asyncio(budget: int) -> Non
     assert selection.tokens_kept <= budget
     if budget == 2000:
         assert 2 in selection.turn_ids
-        assert selection.matched_segment == (1, 2, 3, 4)
+        assert selection.matched_segment == (1, 2, 4)
 
 
-def test_segments_follow_the_conversation() -> None:
+def test_segments_and_topics_follow_the_conversation() -> None:
     gk = build(6)
-    assert gk.segments() == [(1, 2, 3, 4), (5, 6)]
+    # "锁的 TTL 怎么设？" (turn 4) goes back to the Redis topic after the Redlock digression.
+    assert gk.segments() == [(1, 2), (3,), (4,), (5, 6)]
+    assert gk.topics() == {0: (1, 2, 4), 2: (3,), 4: (5, 6)}
 
 
 def test_select_and_build_prompt_use_the_report_shapes() -> None:
     gk = build(6)
     selected = gk.select("回到 Redis，fencing token 存在哪里？")
-    assert [item["turn_id"] for item in selected] == [1, 2]
+    assert [item["turn_id"] for item in selected] == [1, 2, 4]
     assert selected[1] == {"user": TURNS[1][0], "assistant": TURNS[1][1], "turn_id": 2}
     prompt = gk.build_prompt("回到 Redis，fencing token 存在哪里？")
     assert prompt.endswith("User: 回到 Redis，fencing token 存在哪里？")

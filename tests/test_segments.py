@@ -1,4 +1,4 @@
-"""Topic segments: a pure function of the turn list, each turn gated against what came before."""
+"""Topics and segments: a pure function of the turn list, each turn gated against the topics before it."""
 
 from __future__ import annotations
 
@@ -9,10 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_gatekeeper.anchors import extract, normalise
-from context_gatekeeper.cues import find_cues
+from context_gatekeeper.anchors import extract
+from context_gatekeeper.cues import find_cues, strip_cues
 from context_gatekeeper.params import SelectionParams
-from context_gatekeeper.segments import SegmentInput, next_label, segment_all, topic_window
+from context_gatekeeper.segments import (
+    SegmentInput,
+    affinity,
+    best_other_topic,
+    next_label,
+    segment_all,
+    topic_profiles,
+)
 
 P = SelectionParams()
 
@@ -20,7 +27,9 @@ P = SelectionParams()
 def turn(user: str, assistant: str = "") -> SegmentInput:
     """The segmentation input of one turn, built as the gatekeeper builds it."""
     anchors = frozenset(extract(user).counts) | frozenset(extract(assistant).counts)
-    return SegmentInput(tuple(extract(user, query=True).counts), find_cues(normalise(user)), anchors)
+    cues, content = strip_cues(user)
+    answered = len(anchors) > len(frozenset(extract(user).counts))
+    return SegmentInput(tuple(extract(content, query=True).counts), cues, anchors, answered)
 
 
 def bare(*anchors: str, user: tuple[str, ...] = ()) -> SegmentInput:
@@ -39,29 +48,52 @@ REDIS = turn(
 )
 REDIS_FOLLOW = turn(
     "And what happens when the watchdog renewal fails?",
-    "The lock expires and another client may acquire it.",
+    "The lock expires and another client may acquire the lock.",
+)
+MOKA = turn(
+    "How much coffee goes into a moka pot?",
+    "Fill the moka basket level with medium-fine coffee, about 15 g, and do not tamp it.",
+)
+MOKA_FOLLOW = turn(
+    "Should the moka pot bottom chamber get hot water?",
+    "Yes: hot water in the bottom chamber keeps the moka pot from cooking the coffee.",
 )
 
 
-# -- topic_window -----------------------------------------------------------------------------------
+# -- topic_profiles, affinity, best_other_topic ---------------------------------------------------------
 
 
-def test_topic_window_strength_decays_with_each_turn_back():
-    turns = [bare("a"), bare("b"), bare("c", "a"), bare("d")]
-    topic = topic_window(turns, end=4, size=3, decay=0.5)
-    # d is in the last turn; c and a in the one before; b two back; the first turn is outside the window.
-    assert topic == {"d": 1.0, "c": 0.5, "a": 0.5, "b": 0.25}
+def test_a_topic_fades_with_its_own_turns_not_with_the_turns_between():
+    turns = [bare("a"), bare("x"), bare("b"), bare("y"), bare("c")]
+    labels = [0, 1, 0, 1, 0]
+    profiles = topic_profiles(labels, turns, end=5, lookback=10, size=4, decay=0.5)
+    # topic 0: c is its latest turn, b the one before (two positions back), a the third.
+    assert profiles == {0: {"c": 1.0, "b": 0.5, "a": 0.25}, 1: {"y": 1.0, "x": 0.5}}
 
 
-def test_topic_window_keeps_the_most_recent_strength():
-    turns = [bare("a"), bare("a")]
-    assert topic_window(turns, end=2, size=4, decay=0.1) == {"a": 1.0}
+def test_profiles_keep_the_most_recent_strength_and_at_most_size_turns():
+    turns = [bare("a"), bare("old"), bare("a")]
+    assert topic_profiles([0, 0, 0], turns, end=3, lookback=10, size=2, decay=0.1) == {0: {"a": 1.0, "old": 0.1}}
 
 
-def test_topic_window_ends_before_end():
+def test_profiles_see_only_the_lookback_before_end():
     turns = [bare("a"), bare("b"), bare("later")]
-    assert topic_window(turns, end=2, size=4, decay=0.5) == {"b": 1.0, "a": 0.5}
-    assert topic_window(turns, end=0, size=4, decay=0.5) == {}
+    assert topic_profiles([0, 1, 2], turns, end=2, lookback=1, size=4, decay=0.5) == {1: {"b": 1.0}}
+    assert topic_profiles([0, 1, 2], turns, end=0, lookback=4, size=4, decay=0.5) == {}
+
+
+def test_affinity_by_hand():
+    assert affinity({"a": 2.0, "b": 1.0, "#x.y": 9.0}, {"a": 0.5}) == pytest.approx(1.0 / 3.0)
+    assert affinity({}, {"a": 1.0}) == 0.0
+
+
+def test_best_other_topic_skips_the_active_one():
+    profiles = {0: {"a": 1.0}, 1: {"b": 1.0}, 2: {"a": 0.5}}
+    assert best_other_topic(profiles, 0, {"a": 1.0, "b": 1.0}) == (2, 0.25) or best_other_topic(
+        profiles, 0, {"a": 1.0, "b": 1.0}
+    ) == (1, 0.5)
+    assert best_other_topic(profiles, 0, {"a": 1.0, "b": 1.0}) == (1, 0.5)
+    assert best_other_topic({0: {"a": 1.0}}, 0, {"a": 1.0}) is None
 
 
 # -- segment_all on hand-made conversations -------------------------------------------------------
@@ -72,7 +104,13 @@ def test_empty_and_single_turn():
     assert segment_all([REDIS], P) == ([0], [0.0])
 
 
-def test_explicit_switch_cue_starts_a_segment_and_a_reference_follow_up_stays():
+def test_interleaved_topics_give_four_runs_of_two_recurring_topics():
+    labels, _ = segment_all([REDIS, MOKA, REDIS_FOLLOW, MOKA_FOLLOW], P)
+    # a topic's label is the position of the turn that opened it
+    assert labels == [0, 1, 0, 1]
+
+
+def test_explicit_switch_cue_starts_a_topic_and_a_reference_follow_up_stays():
     turns = [
         REDIS,
         REDIS_FOLLOW,
@@ -80,58 +118,44 @@ def test_explicit_switch_cue_starts_a_segment_and_a_reference_follow_up_stays():
         turn("What flour does it need?", "Bread flour with high protein works best."),
     ]
     labels, novelty = segment_all(turns, P)
-    assert labels == [0, 0, 1, 1]
+    assert labels == [0, 0, 2, 2]
     # "What flour does it need?": flour was in the answer before; nothing new.
     assert novelty[3] == 0
 
 
-def test_modest_new_content_without_a_cue_is_a_weak_switch():
-    # bake, sourdough, bread, home: four unseen words (how/do/I/at are stopwords).
-    turns = [REDIS, REDIS_FOLLOW, turn("How do I bake sourdough bread at home?", "Feed the starter.")]
+def test_an_answered_exchange_no_recent_topic_holds_opens_a_topic_without_a_cue():
+    turns = [REDIS, REDIS_FOLLOW, turn("How do I bake sourdough bread at home?", "Feed the starter, bake it hot.")]
     labels, novelty = segment_all(turns, P)
-    assert novelty[2] == pytest.approx(4 * unseen_idf(2))
+    assert novelty[2] == pytest.approx(4 * unseen_idf(2))  # bake, sourdough, bread, home
+    assert labels == [0, 0, 2]
+
+
+def test_an_unanswered_message_with_modest_new_content_is_a_weak_switch():
+    # Without an answer the topic is read from the user's words alone: four unseen words
+    # are modest new content, a new angle rather than a new topic.
+    turns = [REDIS, REDIS_FOLLOW, turn("How do I bake sourdough bread at home?")]
+    labels, novelty = segment_all(turns, P)
     assert novelty[2] < P.weak_switch_factor * P.switch_min_new_weight
     assert labels == [0, 0, 0]
 
 
-def test_a_lot_of_new_content_switches_without_a_cue():
-    # bake, sourdough, bread, rye, flour, home: six unseen words, a strong switch.
-    turns = [REDIS, REDIS_FOLLOW, turn("How do I bake sourdough bread with rye flour at home?", "Feed the starter.")]
+def test_a_lot_of_new_content_switches_without_a_cue_or_an_answer():
+    turns = [REDIS, REDIS_FOLLOW, turn("How do I bake sourdough bread with rye flour at home?")]
     labels, novelty = segment_all(turns, P)
     assert novelty[2] == pytest.approx(6 * unseen_idf(2))
     assert novelty[2] >= P.weak_switch_factor * P.switch_min_new_weight
-    assert labels == [0, 0, 1]
+    assert labels == [0, 0, 2]
 
 
 def test_a_reference_cue_yields_to_a_lot_of_new_content():
-    # Six unseen words (about 19.5 IDF units) exceed reference_override * switch_min_new_weight.
     text = "Can it bake sourdough bread with rye flour at home?"
-    assert find_cues(normalise(text)).reference
+    assert strip_cues(text)[0].reference
     labels, novelty = segment_all([REDIS, REDIS_FOLLOW, turn(text)], P)
     assert novelty[2] >= P.reference_override * P.switch_min_new_weight
-    assert labels == [0, 0, 1]
+    assert labels == [0, 0, 2]
 
 
-BREAD = [
-    turn("By the way, how do I bake sourdough bread at home?", "Feed the starter, mix flour and water, bake hot."),
-    turn("How long should the dough proof?", "Overnight in the fridge."),
-    turn("Which flour works best for the crust?", "Bread flour with high protein."),
-    turn("What oven temperature for the loaf?", "Very hot, with steam at first."),
-]
-
-
-def test_a_reference_cue_keeps_a_follow_up_in_the_segment():
-    # After four bread turns the Redis words lie outside the topic window.  Without a cue the
-    # query mostly matches the earlier topic (a return: a new segment); with "it" it continues.
-    base = [REDIS, REDIS_FOLLOW, *BREAD]
-    plain = segment_all([*base, turn("Is the lock TTL renewal safe?")], P)[0]
-    cued = segment_all([*base, turn("Is the lock TTL renewal safe with it?")], P)[0]
-    assert plain[:-1] == cued[:-1] == [0, 0, 1, 1, 1, 1]
-    assert plain[-1] == 2
-    assert cued[-1] == 1
-
-
-def test_return_cue_to_an_earlier_topic_starts_a_segment():
+def test_return_cue_goes_back_to_the_earlier_topic():
     turns = [
         REDIS,
         REDIS_FOLLOW,
@@ -139,11 +163,17 @@ def test_return_cue_to_an_earlier_topic_starts_a_segment():
         turn("Back to the Redis lock: what TTL for the watchdog?", "About three times the renewal interval."),
     ]
     labels, _ = segment_all(turns, P)
-    assert labels == [0, 0, 1, 2]
+    assert labels == [0, 0, 2, 0]
+
+
+def test_cue_words_are_not_content():
+    turns = [REDIS, MOKA, turn("Back to the moka pot: is a finer grind better?", "Medium-fine; too fine clogs the moka.")]
+    assert "back" not in turns[2].user
+    assert segment_all(turns, P)[0] == [0, 1, 1]
 
 
 def test_labels_do_not_depend_on_later_turns():
-    turns = [REDIS, REDIS_FOLLOW, turn("By the way, how do I bake bread?"), turn("What flour does it need?")]
+    turns = [REDIS, MOKA, REDIS_FOLLOW, turn("By the way, how do I bake bread?"), turn("What flour does it need?")]
     full = segment_all(turns, P)
     for k in range(len(turns) + 1):
         assert segment_all(turns[:k], P) == (full[0][:k], full[1][:k])
@@ -161,17 +191,16 @@ def _three_turns() -> list[SegmentInput]:
 
 
 def test_next_label_uses_the_df_it_is_given():
-    p = P.with_(topic_window=1)  # the active topic is turn 1 only
     turns = _three_turns()
-    labels = [0, 0]
-    # With the true counts, redis / lock / ttl were seen (in turn 0, outside the topic):
-    # 3 of 4 equal-ish weights seen elsewhere -> a return, so a new segment; only watchdog is new.
+    labels = [0, 1]
+    # With the true counts, redis / lock / ttl were seen in topic 0: the third turn returns there.
     true_df = Counter(turns[0].anchors | turns[1].anchors).__getitem__
-    label, new_weight = next_label(labels, turns, 2, true_df, p)
-    assert label == 1
-    assert new_weight == pytest.approx(unseen_idf(2))
-    # Told that nothing was seen, the same query is all new but modest: a weak switch, same segment.
-    label, new_weight = next_label(labels, turns, 2, lambda a: 0, p)
+    label, new_weight = next_label(labels, turns, 2, true_df, P)
+    assert label == 0
+    assert new_weight == pytest.approx(unseen_idf(2))  # only watchdog is new
+    # Told that nothing was seen, the same words count as new content (the profiles,
+    # built from the turns themselves, still find topic 0).
+    label, new_weight = next_label(labels, turns, 2, lambda a: 0, P)
     assert label == 0
     assert new_weight == pytest.approx(4 * unseen_idf(2))
 
@@ -198,9 +227,9 @@ def test_first_turn_is_segment_zero_whatever_it_says():
     assert next_label([], [turn("btw, back to it")], 0, lambda a: 99, P) == (0, 0.0)
 
 
-def test_next_label_continues_from_the_previous_label():
+def test_a_new_topic_is_labelled_with_its_own_position():
     turns = [bare("a"), bare("a"), turn("By the way, what about sourdough bread baking?")]
-    assert next_label([4, 4], turns, 2, lambda a: 0, P)[0] == 5
+    assert next_label([0, 0], turns, 2, lambda a: 0, P)[0] == 2
 
 
 # -- properties -------------------------------------------------------------------------------------
@@ -221,13 +250,15 @@ SENTENCES = [
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(SENTENCES), max_size=10))
-def test_segments_are_prefix_stable_and_numbered_in_order(chosen):
+def test_topics_are_prefix_stable_and_labelled_by_their_opening_turn(chosen):
     turns = [turn(u, a) for u, a in chosen]
     labels, novelty = segment_all(turns, P)
     assert len(labels) == len(novelty) == len(turns)
     if labels:
         assert labels[0] == 0
-    assert all(b - a in (0, 1) for a, b in zip(labels, labels[1:]))
+    for position, label in enumerate(labels):
+        # a turn joins a topic opened before it, or opens one labelled with its position
+        assert label == position or (label < position and labels[label] == label and label in labels[:position])
     assert all(n >= 0 for n in novelty)
     for k in range(len(turns)):
         assert segment_all(turns[:k], P) == (labels[:k], novelty[:k])

@@ -6,33 +6,63 @@
 
 Matching is on the normalised (NFKC, case-folded) text; English cues match whole
 words only, Chinese cues match as substrings.
+
+Cues steer the gate; they are never content.  :func:`strip_cues` returns the cues
+of a message together with its text with every cue blanked out, and that text is
+what the message's content anchors come from, so "back to the moka pot" never
+matches a turn on "back", and "回到刚才的锁" matches on "锁" alone.
+
+Precedence (applied by :func:`gate.decide`): a return cue with a matching earlier
+topic returns; a *pronoun* reference cue ("it", "这个") in a message that brings
+little new content holds the active topic even beside a switch cue ("By the way,
+is it thread-safe?" continues); a switch cue with new content switches.  "what
+about" and "how about" are reference cues too, but they introduce what follows,
+so they never outweigh a switch cue.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["Cues", "find_cues", "REFERENCE_CUES", "SWITCH_CUES", "RETURN_CUES"]
+__all__ = [
+    "Cues",
+    "find_cues",
+    "strip_cues",
+    "REFERENCE_CUES",
+    "SWITCH_CUES",
+    "RETURN_CUES",
+    "INTRODUCING_CUES",
+]
 
 REFERENCE_CUES: tuple[str, ...] = (
     "这个", "那个", "这些", "那些", "这种", "那种", "这家", "那家", "这里", "那里", "这样", "上面", "上述",
     "前面", "刚才", "它", "它们", "其中",
     "it", "its", "it's", "this", "that", "these", "those", "they", "them", "their", "theirs",
     "he", "him", "his", "she", "her", "the above", "above", "the same", "there", "such",
-    "a new one", "the one", "which one", "this one", "that one", "what about", "how about",
+    "a new one", "the one", "which one", "this one", "that one", "what about", "how about", "and what about",
+    "same one", "the former", "the latter", "那它", "它呢", "这点", "那点", "这一步", "那一步",
 )
+INTRODUCING_CUES: frozenset[str] = frozenset({"what about", "how about", "and what about"})
+"""Reference cues that introduce new content rather than point back at old: they hold
+the topic for a short follow-up, but never outweigh a switch cue."""
 SWITCH_CUES: tuple[str, ...] = (
-    "换个话题", "换个问题", "换一个话题", "另外", "顺便", "顺便问", "题外话", "说点别的", "聊点别的", "另一个问题",
+    "换个话题", "换个问题", "换一个话题", "另外", "顺便", "顺便问", "顺便问下", "顺便问一下", "题外话", "说点别的",
+    "聊点别的", "另一个问题", "换个方向", "问个别的", "问点别的", "插个话", "插一句", "跟这个无关", "和这个无关",
     "by the way", "btw", "on another note", "on a different note", "changing the subject",
     "change of topic", "different topic", "another question", "unrelated", "switching gears",
     "new topic", "moving on", "let's talk about", "switching topic", "switching topics",
-    "change the topic", "another topic", "different question",
+    "change the topic", "another topic", "different question", "anyway", "anyways", "random question",
+    "side question", "unrelated question", "totally unrelated", "off topic", "off-topic", "separate question",
+    "something else", "also unrelated", "quick unrelated question", "on an unrelated note",
 )
 RETURN_CUES: tuple[str, ...] = (
-    "回到", "再回到", "说回", "再说回", "回头说", "之前说的", "之前提到", "前面说的", "前面提到",
+    "回到", "再回到", "说回", "再说回", "回头说", "之前说的", "之前提到", "前面说的", "前面提到", "回到刚才",
+    "还是说回", "接着说", "继续说", "再聊回", "聊回", "刚才那个", "刚才说的", "之前那个", "前面那个",
     "back to", "going back", "coming back", "earlier you said", "you mentioned earlier", "as we discussed",
-    "returning to",
+    "returning to", "go back to", "get back to", "circling back", "circle back", "revisit", "revisiting",
+    "again about", "you said before", "as you said before",
 )
 
 
@@ -57,16 +87,17 @@ def _compile(cues: tuple[str, ...]) -> re.Pattern[str]:
     cjk = sorted((c for c in cues if not c.isascii()), key=len, reverse=True)
     parts = [r"(?<![\w'])" + re.escape(c) + r"(?!\w)" for c in latin]  # "that's" holds "that"
     parts += [_CJK_NOT_AFTER.get(c, "") + re.escape(c) for c in cjk]
-    return re.compile("|".join(parts))
+    return re.compile("|".join(parts), re.IGNORECASE)
 
 
 _REFERENCE = _compile(REFERENCE_CUES)
 _SWITCH = _compile(SWITCH_CUES)
 _RETURN = _compile(RETURN_CUES)
+_ALL = _compile(REFERENCE_CUES + SWITCH_CUES + RETURN_CUES)
 
 
 def _found(pattern: re.Pattern[str], text: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(m.group(0) for m in pattern.finditer(text)))
+    return tuple(dict.fromkeys(m.group(0).casefold() for m in pattern.finditer(text)))
 
 
 def find_cues(normalised_text: str) -> Cues:
@@ -76,3 +107,15 @@ def find_cues(normalised_text: str) -> Cues:
         switch=_found(_SWITCH, normalised_text),
         returning=_found(_RETURN, normalised_text),
     )
+
+
+def strip_cues(text: str) -> tuple[Cues, str]:
+    """The cues of ``text`` and its content: the NFKC-normalised text with every cue
+    blanked out (replaced by a space), case kept for identifier splitting.
+
+    >>> cues, content = strip_cues("Back to the moka pot: by the way, is it hot?")
+    >>> cues.returning, cues.switch, content.split()
+    (('back to',), ('by the way',), ['the', 'moka', 'pot:', ',', 'is', 'hot?'])
+    """
+    text = unicodedata.normalize("NFKC", text)
+    return find_cues(text.casefold()), _ALL.sub(" ", text)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .anchors import AnchorKind, anchor_kind
-from .cues import Cues
+from .cues import INTRODUCING_CUES, Cues
 from .params import SelectionParams
 from .scoring import IDF_FORMULAS
 
-__all__ = ["Decision", "GateFeatures", "anchor_weights", "gate_features", "decide", "is_weak_switch"]
+__all__ = ["Decision", "GateFeatures", "anchor_weights", "gate_features", "decide", "is_weak_switch", "refer"]
 
 Decision = Literal["continue", "switch", "return"]
 
@@ -28,16 +28,17 @@ class GateFeatures:
     """What the gate saw.
 
     Attributes:
-        overlap: share of the query's anchor weight found in the active topic, each
-            anchor counted at its strength there (0..1).
+        overlap: share of the query's anchor weight found in the active topic's profile,
+            each anchor counted at its strength there (0..1).
         new_anchor_ratio: share of the query's anchor weight never seen in the history (0..1).
         elsewhere_ratio: share seen in the history but not in the active topic, including
             the part of older topic turns that has faded (0..1); the three shares sum to 1.
         new_weight: the query's anchor weight never seen in the history, in IDF units
             (how much new content the query brings, whatever its length).
-        earlier_segment: the earlier segment that matches the query best, if any (query time only).
-        earlier_overlap: share of the query's weight found in ``earlier_segment`` (during
-            segmentation, the ``elsewhere_ratio`` estimate).
+        earlier_segment: the label of the other topic that matches the query best, if
+            any (``None`` when no other topic was measured).
+        earlier_overlap: share of the query's weight found in that topic (without one,
+            the ``elsewhere_ratio`` estimate).
         cues: reference, switch and return cues found in the query.
         query_weight: total anchor weight of the query (0 when it has no anchors).
     """
@@ -71,11 +72,11 @@ def gate_features(
     earlier: tuple[int | None, float] | None = None,
 ) -> GateFeatures:
     """Measure a query (its anchor ``weights``) against the active ``topic``
-    (anchor -> strength in 0..1, see :func:`segments.topic_window`).
+    (anchor -> strength in 0..1, see :func:`segments.topic_profiles`).
 
-    ``earlier`` is the best-matching earlier segment and its overlap, when the caller
-    has looked (query time); ``None`` estimates it by the weight seen in the history
-    outside the topic window (segmentation, which must stay cheap).
+    ``earlier`` is the best-matching other topic and its overlap, when there is one;
+    ``None`` estimates the overlap by the weight seen in the history outside the
+    active topic.
 
     Exact anchors (whole identifiers, versions, phrases) are left out: their parts
     are anchors already, and counting both would let one identifier outweigh the rest.
@@ -104,17 +105,20 @@ def gate_features(
 def decide(f: GateFeatures, p: SelectionParams) -> Decision:
     """The gate's rule (report §3.3, extended with explicit cues, returns and new content).
 
-    1. no anchors at all ("ok", "why?"): continue;
+    1. no content anchors at all ("ok", "why?", "再试一次"): continue;
     2. a return cue ("回到", "back to") or a switch cue, with an earlier topic
-       matching better than the active one: return; a switch cue otherwise: switch;
-    3. a reference cue ("它", "this") forces continue, unless the query also brings a
+       matching better than the active one: return;
+    3. a switch cue beside a pronoun reference ("by the way, is *it* thread-safe?") with
+       little new content (``reference_beside_switch`` times ``switch_min_new_weight``):
+       continue; a switch cue otherwise: switch;
+    4. a reference cue ("它", "this") forces continue, unless the query also brings a
        lot of new content (``reference_override`` times ``switch_min_new_weight``);
-    4. an earlier segment matching well and clearly better than the active topic:
-       return (when only estimated, during segmentation, after rule 5);
-    5. overlap at or above ``continue_threshold``: continue;
-    6. low overlap, mostly new anchors, and enough new content: switch.  The last
+    5. an earlier topic matching well and clearly better than the active one:
+       return (when only estimated from the history's statistics, after rule 6);
+    6. overlap at or above ``continue_threshold``: continue;
+    7. low overlap, mostly new anchors, and enough new content: switch.  The last
        condition keeps short follow-ups ("what does it cost?") from switching;
-    7. the middle band: continue (the report's conservative default).
+    8. the middle band: continue (the report's conservative default).
     """
     if f.query_weight <= 0:
         return "continue"
@@ -123,6 +127,9 @@ def decide(f: GateFeatures, p: SelectionParams) -> Decision:
         if earlier > f.overlap and (f.cues.returning or earlier >= p.return_threshold):
             return "return"
         if f.cues.switch:
+            pointing_back = any(cue not in INTRODUCING_CUES for cue in f.cues.reference)
+            if pointing_back and f.new_weight < p.reference_beside_switch * p.switch_min_new_weight:
+                return "continue"
             return "switch"
     if f.cues.reference and f.new_weight < p.reference_override * p.switch_min_new_weight:
         return "continue"
@@ -154,3 +161,43 @@ def is_weak_switch(decision: Decision, f: GateFeatures, p: SelectionParams) -> b
         and not f.cues.switch
         and f.new_weight < p.weak_switch_factor * p.switch_min_new_weight
     )
+
+
+def refer(
+    decision: Decision,
+    weak_switch: bool,
+    f: GateFeatures,
+    shares: Mapping[int, float],
+    active: int,
+    p: SelectionParams,
+) -> tuple[Decision, int | None]:
+    """The topic a query refers to, at query time: ``(decision, topic label or None)``.
+
+    ``shares`` is, per topic, the share of the query's weight its turns hold in
+    distinctive anchors.  In a chat that interleaves topics, a follow-up's words point
+    at its topic more reliably than its position does ("how long should the TTL be?"
+    after a digression), so:
+
+    1. no content ("Why?", "再试一次"): the active topic;
+    2. an announced switch (``decision == "switch"`` with a switch cue): no topic;
+    3. a topic other than the active one holding at least ``topic_match_share`` of the
+       query and more than the active topic does: a return there, whatever the cues;
+    4. a switch that is not weak: the active topic when it holds ``topic_match_share``
+       of the query (the decision stays a switch: a new question on known ground),
+       else no topic;
+    5. otherwise the gate's own decision: the active topic on continue or weak
+       switch, the earlier topic on return.
+    """
+    if f.query_weight <= 0:
+        return "continue", active
+    if decision == "switch" and f.cues.switch:
+        return "switch", None
+    best, best_share = max(shares.items(), key=lambda item: (item[1], item[0] == active), default=(None, 0.0))
+    active_share = max(shares.get(active, 0.0), f.overlap)
+    if best is not None and best != active and best_share >= p.topic_match_share and best_share > active_share:
+        return "return", best
+    if decision == "switch" and not weak_switch:
+        return "switch", active if active_share >= p.topic_match_share else None
+    if decision == "return":
+        return "return", f.earlier_segment
+    return decision, active

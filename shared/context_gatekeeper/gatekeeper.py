@@ -24,21 +24,24 @@ from collections.abc import Iterable, Iterator
 from dataclasses import fields
 from typing import Any, Literal
 
-from .anchors import extract, normalise
-from .cues import Cues, find_cues
+from .anchors import extract
+from .cues import Cues, strip_cues
 from .errors import BudgetError, InvalidInputError
-from .gate import anchor_weights, decide, gate_features, is_weak_switch
+from .gate import Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer
 from .history import TurnHistory
 from .params import SelectionParams
-from .segments import topic_window
-from .selection import Selection, Turn, TurnScore
+from .segments import best_other_topic, topic_profiles
+from .selection import Evidence, Selection, Turn, TurnScore
 from .selector import (
     Candidate,
-    greedy_cover,
-    is_weak_evidence,
+    Kept,
+    distinctive,
+    keep_coverage,
     keep_fill,
     keep_follow_up,
     keep_neighbours,
+    keep_topic,
+    match_share,
     score_candidates,
 )
 from .tokens import TokenCounterLike, resolve_token_counter
@@ -79,6 +82,9 @@ class ContextGatekeeper:
             set ``Selection.over_budget`` and log one warning).
         params: every weight and threshold (:class:`SelectionParams`); keyword
             arguments named like its fields override single values.
+        preset: a named setting instead of ``params``: ``"default"`` (precision first)
+            or ``"recall"`` (long-memory question answering; see
+            :attr:`SelectionParams.PRESETS`).
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class ContextGatekeeper:
         system_prompt: str | None = None,
         on_overflow: OnOverflow = "raise",
         params: SelectionParams | None = None,
+        preset: str | None = None,
         **overrides: Any,
     ) -> None:
         unknown = set(overrides) - _PARAM_NAMES
@@ -99,8 +106,11 @@ class ContextGatekeeper:
             raise ValueError(f"on_overflow must be 'raise' or 'keep_pinned', got {on_overflow!r}")
         if isinstance(message_overhead, bool) or not isinstance(message_overhead, int) or message_overhead < 0:
             raise ValueError(f"message_overhead must be an int >= 0, got {message_overhead!r}")
+        if preset is not None and params is not None:
+            raise TypeError("pass params= or preset=, not both (SelectionParams.preset(name) builds params)")
         self.token_budget = require_budget(token_budget)
-        self.params = (params or SelectionParams()).with_(**overrides) if overrides else (params or SelectionParams())
+        base = SelectionParams.preset(preset) if preset is not None else params or SelectionParams()
+        self.params = base.with_(**overrides) if overrides else base
         self.on_overflow: OnOverflow = on_overflow
         self.message_overhead = message_overhead
         self._count = resolve_token_counter(token_counter)
@@ -228,9 +238,20 @@ class ContextGatekeeper:
         return iter(self.turns)
 
     def segments(self) -> list[tuple[int, ...]]:
-        """Topic segments as tuples of turn ids, oldest first."""
+        """Segments -- contiguous runs of one topic -- as tuples of turn ids, oldest first.
+
+        A chat alternating two topics A, B, A, B has four segments and two topics
+        (see :meth:`topics`)."""
         with self._lock:
             return self._history.segments()
+
+    def topics(self) -> dict[int, tuple[int, ...]]:
+        """Topic label -> ids of its turns (every run of it), in order of appearance.
+
+        A topic's label is the position (0-based) of the turn that opened it; labels,
+        like segments, are a pure function of the turn list."""
+        with self._lock:
+            return self._history.topics()
 
     def turn_cost(self, turn_id: int) -> int:
         """Tokens this turn costs against the budget."""
@@ -275,10 +296,44 @@ class ContextGatekeeper:
         if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)):
             raise BudgetError(f"token_budget must be an int, got {token_budget!r}")
         budget_total = self.token_budget if token_budget is None else token_budget
-        head = query[: self.params.max_query_chars]
-        anchors, cues = extract(head, query=True), find_cues(normalise(head))
+        cues, content = strip_cues(query[: self.params.max_query_chars])
+        anchors = extract(content, query=True)
         with self._lock:
             return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude))
+
+    def _gate(
+        self, weights: dict[str, float], topic_weight: dict[int, float], cues: Cues
+    ) -> tuple[Decision, bool, GateFeatures, int | None]:
+        """The gate at query time: ``(decision, weak switch, features, chosen topic)``.
+
+        The active topic is the last turn's, measured by its profile; the other topics
+        by their profiles (recent topics) and by the query weight their turns hold (any
+        topic).  Then :func:`gate.refer` names the topic the query refers to.
+        """
+        p, history = self.params, self._history
+        labels = history.labels
+        if not labels:
+            features = gate_features(weights, history.index.df, {}, cues, None)
+            return "switch", False, features, None
+        active = labels[-1]
+        profiles = topic_profiles(
+            labels, history.by_position, len(labels), p.topic_lookback, p.topic_window, p.topic_decay
+        )
+        total = sum(weights.values()) or 1.0
+        shares = {label: w / total for label, w in topic_weight.items()}
+        others = {label: share for label, share in shares.items() if label != active}
+        recent = best_other_topic(profiles, active, weights)
+        if recent is not None and recent[0] is not None:
+            others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
+        earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
+        features = gate_features(weights, history.index.df, profiles.get(active, {}), cues, earlier)
+        decision = decide(features, p)
+        weak_switch = is_weak_switch(decision, features, p)
+        if weak_switch and len(profiles) > 1 and p.weak_switch_single_topic:
+            # a new angle on the active topic is the reading only when no other topic is in play
+            weak_switch = False
+        decision, topic = refer(decision, weak_switch, features, shares, active, p)
+        return decision, weak_switch and decision == "switch", features, topic
 
     def _explain(
         self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int, exclude: frozenset[int]
@@ -290,68 +345,59 @@ class ContextGatekeeper:
         candidates, segment_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)
-        total_weight = sum(weights.values())
-        active = labels[-1] if labels else None
-        earlier = max(
-            ((label, w / total_weight) for label, w in segment_weight.items() if label != active),
-            key=lambda item: (item[1], item[0]),
-            default=(None, 0.0),
-        )
-        topic = topic_window(history.by_position, len(labels), p.topic_window, p.topic_decay)
-        features = gate_features(weights, index.df, topic, cues, earlier)
-        decision = decide(features, p) if history.order else "switch"
-        weak_switch = is_weak_switch(decision, features, p)
-        chosen_label = active if decision == "continue" else earlier[0] if decision == "return" else None
+        decision, weak_switch, features, topic = self._gate(weights, segment_weight, cues)
         for candidate in candidates.values():
-            if labels[candidate.position] == chosen_label:
+            if labels[candidate.position] == topic:
                 candidate.segment = p.segment_weight
 
-        # 3. pinned content first, then coverage, follow-up, fill and neighbours
+        # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())
         pinned = [t for t in history.order if t in self._pinned and t not in exclude]
-        budget = budget_total - fixed - sum(history.costs[t] for t in pinned)
-        reasons: dict[int, str] = dict.fromkeys(pinned, "pinned")
-        reasons.update(dict.fromkeys(exclude, _EXCLUDED))  # blocks every later step
+        kept = Kept(history, budget_total - fixed - sum(history.costs[t] for t in pinned))
+        for turn_id in pinned:
+            kept.reasons[turn_id], kept.evidence[turn_id] = "pinned", Evidence(pinned=True)
+        kept.reasons.update(dict.fromkeys(exclude, _EXCLUDED))  # blocks every later step
         pool = heapq.nlargest(
             p.top_m,
-            (c for c in candidates.values() if c.turn_id not in reasons),
+            (c for c in candidates.values() if c.turn_id not in kept.reasons),
             key=lambda c: (c.total, c.position),
         )
         coverable = {a for c in candidates.values() for a in c.covered}
         coverable_weight = sum(weights[a] for a in coverable)
-        over_budget = budget < 0
+        total_weight = sum(weights.values())
+        over_budget = kept.budget < 0
+        explicit_switch = decision == "switch" and bool(cues.switch) and not weak_switch
         if over_budget:
             self._overflow(fixed, pinned, budget_total)
-        else:
+        elif not (explicit_switch and not p.keep_on_explicit_switch):
             already = {a for t in pinned for a in index.turns[t].anchors if a in coverable}
-            evidence = [c for c in pool if not is_weak_evidence(c)]
             target = p.coverage_target * coverable_weight
-            chosen, _ = greedy_cover(evidence, weights, target, budget, p.cost_exponent, covered=already)
-            for candidate in chosen:
-                reasons[candidate.turn_id] = "coverage"
-                budget -= candidate.cost
-            elliptical = cues.reference or coverable_weight < p.elliptical_threshold * total_weight
-            if elliptical and (decision == "continue" or weak_switch):
-                budget = keep_follow_up(history, p, reasons, budget)
-            budget = keep_fill(pool, weights, history, p, reasons, budget)
-            budget = keep_neighbours(pool, candidates, history, p, reasons, budget)
+            keep_coverage(pool, weights, topic, labels, p, kept, target, already)
+            elliptical = bool(cues.reference) or coverable_weight < p.elliptical_threshold * total_weight
+            if total_weight <= 0 or (elliptical and topic is not None and decision == "continue") or weak_switch:
+                keep_follow_up(topic, p, kept)
+            if topic is not None:
+                keep_topic(pool, topic, decision == "return", p, kept)
+            keep_fill(pool, weights, p, kept)
+            keep_neighbours(pool, candidates, p, kept)
 
         for turn_id in exclude:
-            reasons.pop(turn_id, None)
-        kept = tuple(t for t in history.order if t in reasons)
-        kept_anchors = {a for t in kept for a in index.turns[t].anchors}
+            kept.reasons.pop(turn_id, None)
+        turn_ids = tuple(t for t in history.order if t in kept.reasons)
+        kept_anchors = {a for t in turn_ids for a in index.turns[t].anchors}
         covered_weight = sum(weights[a] for a in coverable if a in kept_anchors)
+        active = labels[-1] if labels else None
         return Selection(
             query=query,
-            turn_ids=kept,
+            turn_ids=turn_ids,
             decision=decision,
             weak_switch=weak_switch,
             gate=features,
-            active_segment=history.segment_ids(active),
-            matched_segment=history.segment_ids(earlier[0]) if decision == "return" else (),
-            scores=self._score_records(pool, candidates, reasons, budget),
+            active_segment=history.topic_ids(active),
+            matched_segment=history.topic_ids(topic) if decision == "return" else (),
+            scores=self._score_records(pool, candidates, weights, kept, explicit_switch, topic),
             coverage=covered_weight / coverable_weight if coverable_weight else 1.0,
-            tokens_kept=fixed + sum(history.costs[t] for t in kept),
+            tokens_kept=fixed + sum(history.costs[t] for t in turn_ids),
             tokens_total=fixed + sum(history.costs.values()),
             over_budget=over_budget,
             system_prompt=self._system_prompt,
@@ -360,24 +406,42 @@ class ContextGatekeeper:
         )
 
     def _score_records(
-        self, pool: list[Candidate], candidates: dict[int, Candidate], reasons: dict[int, str], budget: int
+        self,
+        pool: list[Candidate],
+        candidates: dict[int, Candidate],
+        weights: dict[str, float],
+        kept: Kept,
+        explicit_switch: bool,
+        topic: int | None,
     ) -> tuple[TurnScore, ...]:
         """One record per pooled or kept turn, best first."""
         history = self._history
         in_pool = {c.turn_id for c in pool}
         shown = list(pool) + [
-            candidates.get(t) or Candidate(t, history.positions[t], history.costs[t]) for t in reasons if t not in in_pool
+            candidates.get(t) or Candidate(t, history.positions[t], history.costs[t])
+            for t in kept.reasons
+            if t not in in_pool
         ]
         records = []
         for c in sorted(shown, key=lambda c: (-c.total, c.position)):
-            reason = reasons.get(c.turn_id)
+            label = history.labels[c.position]
+            reason = kept.reasons.get(c.turn_id)
             if reason is None:
-                reason = "over budget" if c.cost > budget else "no new coverage" if c.turn_id in in_pool else "below top-M"
+                on_topic = label == topic
+                if explicit_switch and not self.params.keep_on_explicit_switch:
+                    reason = "explicit switch"
+                elif c.turn_id not in in_pool:
+                    reason = "below top-M"
+                elif not on_topic and match_share(c, weights) < self.params.off_topic_share:
+                    reason = "off-topic"
+                else:
+                    reason = "over budget" if c.cost > kept.budget else "no new coverage"
+            evidence = kept.evidence.get(c.turn_id) or Evidence(distinctive(c))
             records.append(
                 TurnScore(
                     turn_id=c.turn_id, user=c.user, assistant=c.assistant, exact=c.exact, recency=c.recency,
                     segment=c.segment, total=c.total, covered=tuple(c.covered), cost=c.cost,
-                    kept=c.turn_id in reasons, reason=reason,
+                    kept=c.turn_id in kept.reasons, reason=reason, evidence=evidence, topic=label,
                 )
             )
         return tuple(records)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from .anchors import extract, normalise
-from .cues import find_cues
+from .anchors import extract
+from .cues import strip_cues
 from .errors import UnknownTurnError
 from .index import AnchorIndex
 from .params import SelectionParams
@@ -39,7 +39,7 @@ class TurnHistory:
     """Turns in position order, indexed and segmented.
 
     Invariants: ``order`` lists every turn id once; ``positions`` inverts it;
-    ``labels[i]`` and ``novelty[i]`` are the segment number and new content of the
+    ``labels[i]`` and ``novelty[i]`` are the topic label and new content of the
     turn at position ``i``, equal to what :func:`segments.segment_all` computes from
     scratch; the index holds exactly these turns.
 
@@ -113,20 +113,39 @@ class TurnHistory:
         return position
 
     def segment_start(self, position: int) -> int:
-        """The position where the segment holding ``position`` starts."""
+        """The position where the segment (run of one topic) holding ``position`` starts."""
         label = self.labels[position]
         while position > 0 and self.labels[position - 1] == label:
             position -= 1
         return position
 
-    def segment_ids(self, label: int | None) -> tuple[int, ...]:
-        """Ids of the turns in segment ``label`` (empty for ``None``)."""
+    def topic_ids(self, label: int | None) -> tuple[int, ...]:
+        """Ids of the turns of topic ``label``, every run of it (empty for ``None``)."""
         if label is None:
             return ()
         return tuple(t for t, lbl in zip(self.order, self.labels) if lbl == label)
 
+    def latest_of_topic(self, label: int | None, count: int) -> list[int]:
+        """Positions of the last ``count`` turns of topic ``label``, newest first."""
+        found: list[int] = []
+        if label is None or count <= 0:
+            return found
+        for position in range(len(self.order) - 1, -1, -1):
+            if self.labels[position] == label:
+                found.append(position)
+                if len(found) == count:
+                    break
+        return found
+
+    def topics(self) -> dict[int, tuple[int, ...]]:
+        """Topic label -> ids of its turns, every run of it, in order of first appearance."""
+        out: dict[int, list[int]] = {}
+        for turn_id, label in zip(self.order, self.labels):
+            out.setdefault(label, []).append(turn_id)
+        return {label: tuple(ids) for label, ids in out.items()}
+
     def segments(self) -> list[tuple[int, ...]]:
-        """Topic segments as tuples of turn ids, oldest first."""
+        """Segments (contiguous runs of one topic) as tuples of turn ids, oldest first."""
         out: list[list[int]] = []
         for position, turn_id in enumerate(self.order):
             if position == 0 or self.labels[position] != self.labels[position - 1]:
@@ -141,9 +160,10 @@ class TurnHistory:
         self.turns[turn.id] = turn
         self.costs[turn.id] = self._cost(turn)
         indexed = self.index.add(turn.id, extract(turn.user), extract(answer))
-        head = turn.user[: self.params.max_query_chars]
-        gated = tuple(extract(head, query=True).counts)
-        self.inputs[turn.id] = SegmentInput(gated, find_cues(normalise(head)), indexed.anchors)
+        cues, content = strip_cues(turn.user[: self.params.max_query_chars])
+        gated = tuple(extract(content, query=True).counts)
+        answered = len(indexed.anchors) > len(frozenset(extract(turn.user).counts))
+        self.inputs[turn.id] = SegmentInput(gated, cues, indexed.anchors, answered)
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self.order)):

@@ -1,24 +1,31 @@
-"""Topic segments: a pure function of the turn list, maintained incrementally.
+"""Topics and their segments: a pure function of the turn list, maintained incrementally.
 
-Each turn's user message is gated against the segment before it, using only the
-statistics of the turns before it.  So the segments of a list never depend on
-what comes later: an append extends them, and a replace, insert or remove at
-position ``p`` recomputes them from ``p`` onward, in time proportional to that
-suffix.
+Every turn carries a *topic label*.  Each turn's user message is gated against
+the topics seen just before it, using only the statistics of the turns before
+it: it continues the topic of the turn before it, returns to another recent
+topic, or opens a new one.  A topic's label is the position of the turn that
+opened it, so labels are a pure function of the turn list too, and a topic can
+recur: a chat alternating two topics A, B, A, B gives four *segments*
+(contiguous runs of one label) but only two labels, and a query that continues
+A can draw on every run of A and none of B.
+
+The labels of a list never depend on what comes later: an append extends them,
+and a replace, insert or remove at position ``p`` recomputes them from ``p``
+onward, in time proportional to that suffix.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .cues import Cues
 from .anchors import AnchorKind, anchor_kind
+from .cues import INTRODUCING_CUES, Cues
 from .gate import anchor_weights, decide, gate_features, is_weak_switch
 from .params import SelectionParams
 
-__all__ = ["SegmentInput", "topic_window", "next_label", "segment_all"]
+__all__ = ["SegmentInput", "topic_profiles", "best_other_topic", "affinity", "next_label", "segment_all"]
 
 
 @dataclass(frozen=True)
@@ -26,55 +33,70 @@ class SegmentInput:
     """What segmentation needs of one turn.
 
     Attributes:
-        user: distinct anchors of the user message, query mode (what is gated).
+        user: distinct content anchors of the user message, query mode, cue words
+            removed (what is gated).
         cues: cues found in the user message.
         anchors: every distinct anchor of the turn (what later turns are gated against).
+        answered: the turn has an answer with anchors of its own, so its topic can be
+            read from the whole exchange, not only from the user's words.
     """
 
     user: tuple[str, ...]
     cues: Cues
     anchors: frozenset[str]
+    answered: bool = False
 
 
-def topic_window(turns: Sequence[SegmentInput], end: int, size: int, decay: float) -> dict[str, float]:
-    """The active topic: anchors of the last ``size`` turns before position ``end``,
-    each with the strength of its most recent turn (1 for the last turn, then
-    ``decay``, ``decay ** 2``, ...).
+def topic_profiles(
+    labels: Sequence[int], turns: Sequence[SegmentInput], end: int, lookback: int, size: int, decay: float
+) -> dict[int, dict[str, float]]:
+    """The topics of the last ``lookback`` turns before position ``end``, each as its
+    anchors with the strength of the most recent of its turns holding them: 1 for the
+    topic's latest turn, then ``decay``, ``decay ** 2``, ... for at most ``size`` of its turns.
 
-    The window may reach back past the start of the last segment: a topic is not
-    established by one turn, and a one-turn digression should not hide what came
-    just before it.
+    A topic's strength fades with its own turns, not with the turns of other topics in
+    between: in A, B, A the first A turn is the second-latest turn of topic A.
     """
-    topic: dict[str, float] = {}
-    strength = 1.0
-    for pos in range(end - 1, max(0, end - size) - 1, -1):
+    profiles: dict[int, dict[str, float]] = {}
+    turns_seen: dict[int, int] = {}
+    for pos in range(end - 1, max(0, end - lookback) - 1, -1):
+        label = labels[pos]
+        back = turns_seen.get(label, 0)
+        if back >= size:
+            continue
+        turns_seen[label] = back + 1
+        strength = decay**back
+        profile = profiles.setdefault(label, {})
         for anchor in turns[pos].anchors:
-            if anchor not in topic:
-                topic[anchor] = strength
-        strength *= decay
-    return topic
+            if anchor not in profile:
+                profile[anchor] = strength
+    return profiles
 
 
-def _earlier_in_window(
-    labels: Sequence[int], turns: Sequence[SegmentInput], end: int, weights: dict[str, float], size: int
+def best_other_topic(
+    profiles: Mapping[int, Mapping[str, float]], active: int | None, weights: Mapping[str, float]
 ) -> tuple[int | None, float] | None:
-    """The earlier segment within the topic window that the message matches best, and
-    the share of its weight found there; ``None`` when the window holds only the active
-    segment (the gate then estimates from what was seen before the window)."""
-    active = labels[end - 1]
-    anchors_by_label: dict[int, set[str]] = {}
-    for pos in range(max(0, end - size), end):
-        if labels[pos] != active:
-            anchors_by_label.setdefault(labels[pos], set()).update(turns[pos].anchors)
-    total = sum(w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT)
-    if not anchors_by_label or total <= 0:
+    """The topic other than ``active`` whose profile holds the most of the query's
+    weight, and that share; ``None`` when there is no other topic (or no weight).
+    Exact anchors are left out, as in :func:`gate.gate_features`."""
+    usable = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
+    total = sum(usable.values())
+    others = [label for label in profiles if label != active]
+    if not others or total <= 0:
         return None
     label, found = max(
-        ((lbl, sum(w for a, w in weights.items() if a in held and anchor_kind(a) != AnchorKind.EXACT))
-         for lbl, held in anchors_by_label.items()),
+        ((lbl, sum(w * profiles[lbl].get(a, 0.0) for a, w in usable.items())) for lbl in others),
         key=lambda item: (item[1], item[0]),
     )
     return label, found / total
+
+
+def affinity(weights: Mapping[str, float], profile: Mapping[str, float]) -> float:
+    """Share of a text's anchor weight found in a topic ``profile`` (each anchor counted
+    at its strength there), exact anchors left out; 0 for a text without weight."""
+    usable = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
+    total = sum(usable.values())
+    return sum(w * profile.get(a, 0.0) for a, w in usable.items()) / total if total > 0 else 0.0
 
 
 def next_label(
@@ -84,8 +106,20 @@ def next_label(
     df: Callable[[str], int],
     params: SelectionParams,
 ) -> tuple[int, float]:
-    """Segment number of the turn at ``position``, given the labels before it, and
-    the new content its user message brought (the gate's ``new_weight``).
+    """Topic label of the turn at ``position``, given the labels before it, and the new
+    content its user message brought (the gate's ``new_weight``).
+
+    The user message, and the whole turn with its answer, are measured against each
+    recent topic (the larger of the two is the turn's *affinity*: the user's words name
+    the topic, the answer confirms it, and answers may share boilerplate such as an
+    agent's "Thought: ... Answer:"): a turn whose words a recent topic holds (at least
+    ``topic_affinity`` of their weight) joins the topic that holds the most, the active one winning ties
+    within ``affinity_margin`` -- unless its user message announces a switch.  An
+    answered exchange that no recent topic holds opens a new topic, unless its user
+    message points back ("it", "这个").
+    Otherwise the gate decides on the user message: continue (or a weak switch) keeps
+    the label of the turn before, a return takes the label of the recent topic it
+    returns to, and a switch opens a new topic labelled ``position`` itself.
 
     ``df`` must count documents among the turns before ``position`` only.
     """
@@ -93,17 +127,35 @@ def next_label(
         return 0, 0.0
     turn = turns[position]
     weights = anchor_weights(turn.user, df, position, params)
-    topic = topic_window(turns, position, params.topic_window, params.topic_decay)
-    previous = labels[position - 1]
-    earlier = _earlier_in_window(labels, turns, position, weights, params.topic_window)
-    features = gate_features(weights, df, topic, turn.cues, earlier)
+    profiles = topic_profiles(
+        labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay
+    )
+    active = labels[position - 1]
+    earlier = best_other_topic(profiles, active, weights)
+    features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
     decision = decide(features, params)
-    same = decision == "continue" or is_weak_switch(decision, features, params)
-    return (previous if same else previous + 1), features.new_weight
+    if decision == "return" and features.earlier_segment is not None:
+        return features.earlier_segment, features.new_weight
+    announced = decision == "switch" and bool(turn.cues.switch)
+    if not announced:
+        whole = anchor_weights(turn.anchors, df, position, params)
+        for anchor, weight in weights.items():  # the user's own words count twice
+            whole[anchor] = whole.get(anchor, 0.0) + weight
+        scores = {label: affinity(whole, profile) for label, profile in profiles.items()}
+        scores[active] = scores.get(active, 0.0) + params.affinity_margin
+        label, score = max(scores.items(), key=lambda item: (item[1], item[0] == active))
+        if score >= params.topic_affinity + (params.affinity_margin if label == active else 0.0):
+            return label, features.new_weight
+        pointing_back = any(cue not in INTRODUCING_CUES for cue in turn.cues.reference)
+        if turn.answered and features.query_weight > 0 and not pointing_back:
+            return position, features.new_weight  # a whole exchange no recent topic holds
+    if decision == "continue" or is_weak_switch(decision, features, params):
+        return active, features.new_weight
+    return position, features.new_weight
 
 
 def segment_all(turns: Sequence[SegmentInput], params: SelectionParams) -> tuple[list[int], list[float]]:
-    """Segment a whole turn list from scratch (the reference the incremental path must
+    """Label a whole turn list from scratch (the reference the incremental path must
     match): ``(labels, novelty)`` per position."""
     labels: list[int] = []
     novelty: list[float] = []

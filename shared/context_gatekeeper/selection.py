@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .gate import Decision, GateFeatures
 
-__all__ = ["Turn", "TurnScore", "Selection"]
+__all__ = ["Turn", "Evidence", "TurnScore", "Selection"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,43 @@ class Turn:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """Why a turn belongs in the context.  Every kept turn has at least one field set
+    (``bool(evidence)`` is true); a dropped turn's record shows what evidence it had.
+
+    Attributes:
+        covered: the query's distinctive content anchors the turn holds (never a cue
+            word, a stopword or a lone CJK character).
+        topic: the label of the topic the query continues or returns to, when the turn
+            was kept as a member of it (``None`` otherwise).
+        reference: kept to resolve a reference or an ellipsis in the query ("Why?",
+            "它呢？", "is it thread-safe?"): the latest turns of the active topic.
+        pinned: pinned content (``ContextGatekeeper.pin``).
+        fill: kept by the fill step of the ``"recall"`` setting (a weaker match that
+            fitted the leftover budget); never set by the default setting.
+    """
+
+    covered: tuple[str, ...] = ()
+    topic: int | None = None
+    reference: bool = False
+    pinned: bool = False
+    fill: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.covered) or self.topic is not None or self.reference or self.pinned or self.fill
+
+    def merged(self, other: "Evidence") -> "Evidence":
+        """Both records' evidence in one."""
+        return Evidence(
+            covered=tuple(dict.fromkeys(self.covered + other.covered)),
+            topic=self.topic if self.topic is not None else other.topic,
+            reference=self.reference or other.reference,
+            pinned=self.pinned or other.pinned,
+            fill=self.fill or other.fill,
+        )
+
+
+@dataclass(frozen=True)
 class TurnScore:
     """Why one earlier turn was kept or dropped.
 
@@ -48,8 +85,12 @@ class TurnScore:
         covered: query anchors this turn holds.
         cost: tokens the turn costs.
         kept: whether the turn is in the selection.
-        reason: "pinned", "coverage", "follow-up", "fill", "no new coverage",
-            "over budget" or "below top-M".
+        reason: why, in words: kept as "pinned", "coverage", "topic", "follow-up",
+            "neighbour" or "fill"; dropped as "off-topic", "no new coverage",
+            "over budget", "below top-M" or "explicit switch".
+        evidence: the structured reason (see :class:`Evidence`); non-empty on every
+            kept turn.
+        topic: the turn's topic label.
     """
 
     turn_id: int
@@ -63,6 +104,8 @@ class TurnScore:
     cost: int
     kept: bool
     reason: str
+    evidence: Evidence = Evidence()
+    topic: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,8 +120,10 @@ class Selection:
             stays in the active segment and keeps its recent context (a follow-up
             the words alone cannot tell from a new topic).
         gate: the features the gate decided on.
-        active_segment: ids of the turns in the active topic segment.
-        matched_segment: ids of the earlier segment a "return" goes back to (else empty).
+        active_segment: ids of the turns of the active topic (every run of it: a topic
+            recurs in an interleaved chat).
+        matched_segment: ids of the turns of the earlier topic a "return" goes back to
+            (else empty).
         scores: one record per turn that matched the query or was kept, best first.
         coverage: share of the query's coverable anchor weight that the kept turns hold.
         tokens_kept: tokens of the pinned content plus the kept turns.

@@ -4,7 +4,12 @@
 :func:`greedy_cover` is the report's minimum-coverage selector (a weighted set
 cover solved greedily by newly covered weight per ``cost ** alpha``).  The
 ``keep_*`` steps that follow it each add turns to ``reasons`` (turn id -> why it
-is kept) while they fit the remaining budget, and return what is left of it.
+is kept) while they fit the remaining budget (a :class:`Kept`).
+
+Every ``keep_*`` step keeps a turn only with :class:`~selection.Evidence` that the
+query needs it: its distinctive content, membership of the topic the query
+continues or returns to, or resolving a reference.  The budget is a ceiling, not a
+target: with the default parameters, budget left over stays unused.
 """
 
 from __future__ import annotations
@@ -17,12 +22,18 @@ from .index import AnchorIndex
 from .history import TurnHistory
 from .params import SelectionParams
 from .scoring import bm25_saturation, coverage_gain, recency_prior
+from .selection import Evidence
 
 __all__ = [
     "Candidate",
+    "Kept",
     "score_candidates",
     "greedy_cover",
     "is_weak_evidence",
+    "distinctive",
+    "match_share",
+    "keep_coverage",
+    "keep_topic",
     "keep_follow_up",
     "keep_fill",
     "keep_neighbours",
@@ -101,8 +112,9 @@ def score_candidates(
                 candidate.exact += weight * exact_scale
             candidate.covered.append(anchor)
             segments_hit.add(labels[candidate.position])
-        for label in segments_hit:
-            segment_weight[label] = segment_weight.get(label, 0.0) + weight
+        if anchor_kind(anchor) != AnchorKind.CJK_CHAR:  # a lone character does not tie a query to a topic
+            for label in segments_hit:
+                segment_weight[label] = segment_weight.get(label, 0.0) + weight
     for candidate in candidates.values():
         candidate.recency = params.recency_weight * recency_prior(last - candidate.position, params.recency_half_life)
     return candidates, segment_weight
@@ -147,83 +159,157 @@ def greedy_cover(
     return chosen, covered_weight
 
 
-def _keep(history: TurnHistory, turn_id: int, reason: str, reasons: dict[int, str], budget: int) -> int:
-    if turn_id not in reasons and history.costs[turn_id] <= budget:
-        reasons[turn_id] = reason
-        budget -= history.costs[turn_id]
-    return budget
+@dataclass
+class Kept:
+    """The turns kept so far for one query, why, and the budget left.
 
-
-def keep_follow_up(history: TurnHistory, params: SelectionParams, reasons: dict[int, str], budget: int) -> int:
-    """For an elliptical follow-up: the last turns, the active segment's opening
-    turn and its newest angle (the turn that brought the most new content).
-
-    A query like "how much does it cost?" leans on the turn before it and on the
-    turn that introduced the topic; neither need share its words.
+    Attributes:
+        history: the turns.
+        budget: tokens left.
+        reasons: turn id -> the reason in words (see :class:`TurnScore`).
+        evidence: turn id -> the structured reason; merged when a later step finds more.
     """
-    if not history.order:
-        return budget
-    last = len(history.order) - 1
-    start = history.segment_start(last)
-    wanted = list(range(last, max(start, last - params.follow_up_turns + 1) - 1, -1))
+
+    history: TurnHistory
+    budget: int
+    reasons: dict[int, str] = field(default_factory=dict)
+    evidence: dict[int, Evidence] = field(default_factory=dict)
+
+    def keep(self, turn_id: int, reason: str, evidence: Evidence) -> bool:
+        """Keep a turn if it fits (a turn kept already gains the new evidence)."""
+        if turn_id in self.reasons:
+            self.evidence[turn_id] = self.evidence.get(turn_id, Evidence()).merged(evidence)
+            return True
+        cost = self.history.costs[turn_id]
+        if cost > self.budget or not evidence:
+            return False
+        self.reasons[turn_id] = reason
+        self.evidence[turn_id] = evidence
+        self.budget -= cost
+        return True
+
+
+def distinctive(candidate: Candidate) -> tuple[str, ...]:
+    """The query anchors a candidate holds that can stand as evidence: not a lone CJK
+    character (stopwords and cue words never became anchors)."""
+    return tuple(a for a in candidate.covered if anchor_kind(a) != AnchorKind.CJK_CHAR)
+
+
+def match_share(candidate: Candidate, weights: Mapping[str, float]) -> float:
+    """Share of the query's weight in the distinctive anchors a candidate holds."""
+    total = sum(weights.values())
+    return sum(weights[a] for a in distinctive(candidate)) / total if total > 0 else 0.0
+
+
+def keep_coverage(
+    pool: Sequence[Candidate],
+    weights: Mapping[str, float],
+    topic: int | None,
+    labels: Sequence[int],
+    params: SelectionParams,
+    kept: Kept,
+    target: float,
+    covered: set[str],
+) -> None:
+    """Greedy minimum coverage over the candidates with evidence: those of ``topic``
+    (the topic the query continues or returns to) holding any distinctive anchor, and
+    those of other topics holding at least ``off_topic_share`` of the query's weight."""
+    evidence = [
+        c
+        for c in pool
+        if distinctive(c)
+        and (labels[c.position] == topic or match_share(c, weights) >= params.off_topic_share)
+    ]
+    chosen, _ = greedy_cover(evidence, weights, target, kept.budget, params.cost_exponent, covered=covered)
+    for candidate in chosen:
+        on_topic = labels[candidate.position] == topic
+        kept.keep(candidate.turn_id, "coverage", Evidence(distinctive(candidate), topic if on_topic else None))
+
+
+def keep_topic(
+    pool: Sequence[Candidate], topic: int, returning: bool, params: SelectionParams, kept: Kept
+) -> None:
+    """For a query that continues or returns to ``topic``: every turn of it that holds
+    a distinctive query anchor (best first); then, when the topic recurs in the last
+    ``topic_lookback`` turns (an interleaved chat: A, B, A, B), every turn of it there,
+    newest first; otherwise its latest ``topic_turns`` turns (``return_turns`` on a
+    return: the context the user comes back to)."""
+    history = kept.history
+    labels = history.labels
+    for candidate in pool:
+        if labels[candidate.position] == topic and distinctive(candidate):
+            kept.keep(candidate.turn_id, "topic", Evidence(distinctive(candidate), topic))
+    recent = [
+        pos for pos in range(len(labels) - 1, max(0, len(labels) - params.topic_lookback) - 1, -1)
+        if labels[pos] == topic
+    ]
+    runs = sum(1 for i, pos in enumerate(recent) if i == 0 or recent[i - 1] != pos + 1)
+    if runs < 2:
+        recent = history.latest_of_topic(topic, params.return_turns if returning else params.topic_turns)
+    for position in recent:
+        kept.keep(history.order[position], "topic", Evidence(topic=topic))
+
+
+def keep_follow_up(topic: int | None, params: SelectionParams, kept: Kept) -> None:
+    """For a reference or an elliptical follow-up ("Why?", "which one should I pick?",
+    "它呢？"): the latest ``follow_up_turns`` turns of the active topic (every run of
+    it), the turn that opened the topic, and the newest angle of its current run (the
+    turn that brought the most new content).
+
+    Such a query leans on the turn before it and on the turn that introduced the
+    topic; neither need share its words.
+    """
+    history = kept.history
+    latest = history.latest_of_topic(topic, max(1, params.follow_up_turns))
+    if not latest or topic is None:
+        return
+    wanted = list(latest[: params.follow_up_turns])
     if params.keep_topic_opener:
-        wanted.append(start)
+        wanted.append(history.labels.index(topic, 0, latest[-1] + 1))
         if params.keep_newest_angle:
+            last = latest[0]
+            start = history.segment_start(last)
             novelty = history.novelty
             newest = max(range(start + 1, last + 1), key=lambda pos: (novelty[pos], pos), default=start)
             if novelty[newest] >= params.switch_min_new_weight:
                 wanted.append(newest)
     for position in wanted:
-        budget = _keep(history, history.order[position], "follow-up", reasons, budget)
-    return budget
+        kept.keep(history.order[position], "follow-up", Evidence(topic=topic, reference=True))
 
 
-def keep_fill(
-    pool: Sequence[Candidate],
-    weights: Mapping[str, float],
-    history: TurnHistory,
-    params: SelectionParams,
-    reasons: dict[int, str],
-    budget: int,
-) -> int:
-    """Further matching candidates, best first: those scoring at least ``fill_ratio``
-    of the best score, holding at least ``fill_min_share`` of the query's weight, and
-    matching more than single CJK characters."""
+def keep_fill(pool: Sequence[Candidate], weights: Mapping[str, float], params: SelectionParams, kept: Kept) -> None:
+    """The ``"recall"`` setting's fill: further matching candidates from any topic, best
+    first, scoring at least ``fill_ratio`` of the best score and holding at least
+    ``fill_min_share`` of the query's weight in distinctive anchors.  Off by default
+    (``fill_ratio=1.0``): leftover budget is not evidence."""
     if not pool or params.fill_ratio >= 1.0:
-        return budget
+        return
     floor = params.fill_ratio * pool[0].total
-    minimum = params.fill_min_share * sum(weights.values())
     for candidate in pool:
         if candidate.total < floor:
             break
-        if is_weak_evidence(candidate) or sum(weights[a] for a in candidate.covered) < minimum:
-            continue
-        budget = _keep(history, candidate.turn_id, "fill", reasons, budget)
-    return budget
+        if distinctive(candidate) and match_share(candidate, weights) >= params.fill_min_share:
+            kept.keep(candidate.turn_id, "fill", Evidence(distinctive(candidate), fill=True))
 
 
 def keep_neighbours(
-    pool: Sequence[Candidate],
-    candidates: Mapping[int, Candidate],
-    history: TurnHistory,
-    params: SelectionParams,
-    reasons: dict[int, str],
-    budget: int,
-) -> int:
+    pool: Sequence[Candidate], candidates: Mapping[int, Candidate], params: SelectionParams, kept: Kept
+) -> None:
     """The turn right after each kept match (and the one before, with
-    ``neighbour_fill=2``), best match first, when it is in the same segment and
-    matches the query too: an answer often lands in the exchange next to the one
+    ``neighbour_fill=2``), best match first, when it is of the same topic and holds a
+    distinctive query anchor too: an answer often lands in the exchange next to the one
     that matched, even when it shares little of the query."""
     if not params.neighbour_fill:
-        return budget
+        return
+    history = kept.history
     labels, order = history.labels, history.order
     for candidate in pool:
-        if reasons.get(candidate.turn_id) not in ("coverage", "fill"):
+        if kept.reasons.get(candidate.turn_id) not in ("coverage", "topic", "fill"):
             continue
         for position in (candidate.position + 1, candidate.position - 1)[: params.neighbour_fill]:
             if not (0 <= position < len(order) and labels[position] == labels[candidate.position]):
                 continue
             neighbour = candidates.get(order[position])
-            if neighbour is not None and not is_weak_evidence(neighbour):
-                budget = _keep(history, neighbour.turn_id, "neighbour", reasons, budget)
-    return budget
+            if neighbour is not None and distinctive(neighbour):
+                evidence = kept.evidence.get(candidate.turn_id, Evidence())
+                kept.keep(neighbour.turn_id, "neighbour", Evidence(distinctive(neighbour), evidence.topic))

@@ -30,6 +30,8 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     good bad best better great nice cool big small little lot lots kind sort way ways someone something
     anyone everyone anybody everybody somebody stuff interesting different another new old sure right
     topic topics question questions subject
+    explain elaborate detail details detailed continue example examples correct incorrect retry true false
+    again more why really actually exactly probably definitely basically anyway anyways okay alright
     """.split()
 )
 """English function words, generic verbs and adjectives, contraction fragments and chat
@@ -40,7 +42,7 @@ CHINESE_SPLIT_CHARS: frozenset[str] = frozenset("的了吗呢吧啊呀么嘛哦�
 
 CHINESE_STOP_CHARS: frozenset[str] = CHINESE_SPLIT_CHARS | frozenset(
     "是在有和与及或而也就都还又很太更最把被给让对从到向为以于上下个这那哪些我你您他她它们"
-    "会能要想可不没一吧得地所如何什怎样里中请问呃嗯喔哎诶儿啥谁多少几"
+    "会能要想可不没一吧得地所如何什怎样里中请问呃嗯喔哎诶儿啥谁多少几再"
 )
 """Single CJK characters too common to be a topic anchor on their own."""
 
@@ -50,7 +52,8 @@ CHINESE_STOPWORDS: frozenset[str] = frozenset(
     我们 你们 他们 她们 它们 自己 一个 一些 一下 一点 可以 可能 应该 需要 是否 是不是 有没有 能不能 会不会
     就是 还是 但是 而且 或者 如果 因为 所以 然后 以及 并且 不过 只是 已经 现在 时候 之后 之前 非常 比较
     没有 不是 问题 请问 知道 觉得 认为 告诉 谢谢 你好 您好 好的 好吧 对的 是的 那么 多少 有什么 是什么
-    话题 题外话
+    话题 题外话 详细 具体 解释 展开 说说 讲讲 再说 一遍 再试 试试 确定 真的 正确 对吗 对不对 然后 继续
+    为啥 咋办 怎么办 多说 举例 举个 例子 比如 什么意思 意思
     """.split()
 )
 """Chinese function words; CJK bigrams equal to one of these are dropped."""
