@@ -119,8 +119,8 @@ CONTENTS = {
 }
 
 
-class StoreConformance:
-    """Every store's contract as tests; subclass and define :meth:`make`."""
+class StoreHandles:
+    """The ``open_store`` and ``store`` fixtures over :meth:`make`; a base for store test suites."""
 
     persistent: bool = True
     """False when ``make`` cannot reopen the same storage (then reopening returns the first handle)."""
@@ -149,6 +149,10 @@ class StoreConformance:
     def store(self, open_store: Callable[[], Store]) -> Store:
         """A fresh, empty store."""
         return open_store()
+
+
+class StoreConformance(StoreHandles):
+    """Every store's contract as tests; subclass and define :meth:`make`."""
 
     # -- schema -------------------------------------------------------------------------
     def test_setup_is_idempotent_and_keeps_data(self, store: Store, open_store) -> None:

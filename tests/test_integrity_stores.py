@@ -17,7 +17,7 @@ from context_gatekeeper.operations import AT_END, Change, Put, Remove
 from context_gatekeeper.revisions import Revision
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
-from store_conformance import append, delete, edit, fill, message, snapshot
+from store_conformance import StoreHandles, append, delete, edit, fill, message, snapshot
 
 
 def revision(kind: str, *changes) -> Revision:
@@ -28,31 +28,8 @@ def same(id: str = "same", content: str = "hi") -> Revision:
     return append(message(id, "user", content))
 
 
-class IntegrityConformance:
+class IntegrityConformance(StoreHandles):
     """Store-side integrity checks; subclass and define :meth:`make`."""
-
-    shared_handle = False
-
-    def make(self, where: Path) -> Store:
-        raise NotImplementedError
-
-    @pytest.fixture
-    def open_store(self, tmp_path: Path) -> Iterator[Callable[[], Store]]:
-        handles: list[Store] = []
-
-        def open_() -> Store:
-            if handles and self.shared_handle:
-                return handles[0]
-            handles.append(self.make(tmp_path))
-            return handles[-1]
-
-        yield open_
-        for handle in handles:
-            handle.close()
-
-    @pytest.fixture
-    def store(self, open_store: Callable[[], Store]) -> Store:
-        return open_store()
 
     BAD = {
         "put of a message already there (undo)": lambda u: revision("undo", Put(u, AT_END)),
@@ -169,7 +146,7 @@ class IntegrityConformance:
 
 
 class TestInMemory(IntegrityConformance):
-    shared_handle = True
+    persistent = False
 
     def make(self, where: Path) -> Store:
         return InMemoryStore()

@@ -43,19 +43,11 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from .editing import acompute_edit, compute_edit
-from .errors import (
-    CorruptLogError,
-    HistoryError,
-    InvalidInputError,
-    InvalidRevisionError,
-    ModelUnavailableError,
-    UnknownMessageError,
-)
+from .errors import HistoryError, InvalidInputError, ModelUnavailableError
 from .messages import Message, detached, new_message_id
 from .operations import (
     AT_END,
     Applied,
-    Change,
     Put,
     Request,
     State,
@@ -68,6 +60,7 @@ from .revisions import Diff, Proposal, Revision, RevisionKind, diff_states, undo
 from .stores.base import Store
 from .transcript_async import AsyncTranscriptMixin
 from .stores.memory import InMemoryStore
+from .stores.replica import Replica
 from .validation import require_text
 
 __all__ = ["Transcript"]
@@ -157,27 +150,25 @@ class Transcript(AsyncTranscriptMixin):
         self.max_deletion_share = max_deletion_share
         self.token_counter = token_counter
         self._lock = threading.RLock()
-        self._log: list[Revision] = []
-        self._current = State()
+        self._replica = Replica(self.store, session_id)
         self._open_user: str | None = None  # the last user message this object appended without an answer
-        self._used_ids: set[str] = set()  # every message id the session has held (never reused)
-        self._refresh()
+        self._replica.refresh()
 
     # -- reading ------------------------------------------------------------------------
     @property
     def messages(self) -> tuple[Message, ...]:
         """The current state, each message with its provenance."""
         with self._lock:
-            self._refresh()
-            return tuple(map(detached, self._current.to_list()))
+            self._replica.refresh()
+            return tuple(map(detached, self._replica.state.to_list()))
 
     @property
     def version(self) -> tuple[int, float]:
         """``(head, time of the head revision)``: changes whenever the state may have changed,
         including a purge followed by as many new revisions (cheap; for caches)."""
         with self._lock:
-            self._refresh()
-            return len(self._log), (self._log[-1].time if self._log else 0.0)
+            self._replica.refresh()
+            return len(self._replica.log), (self._replica.log[-1].time if self._replica.log else 0.0)
 
     def close(self) -> None:
         """Close the store if this transcript opened it (from a path or URL)."""
@@ -194,22 +185,22 @@ class Transcript(AsyncTranscriptMixin):
     def head(self) -> int:
         """The latest revision number (0 for an empty transcript)."""
         with self._lock:
-            self._refresh()
-            return len(self._log)
+            self._replica.refresh()
+            return len(self._replica.log)
 
     def history(self) -> list[Revision]:
         """Every revision, oldest first."""
         with self._lock:
-            self._refresh()
-            return [r.detached() for r in self._log]
+            self._replica.refresh()
+            return [r.detached() for r in self._replica.log]
 
     def record(self) -> list[Message]:
         """Every message ever appended (or first brought in by ``set``), as originally
         written, once each, in order; edits never touch it."""
         with self._lock:
-            self._refresh()
+            self._replica.refresh()
             first: dict[str, tuple[bool, Message]] = {}
-            for revision in self._log:
+            for revision in self._replica.log:
                 for message in revision.added:
                     first.setdefault(message.id, (revision.kind in ("append", "set"), message))
             return [detached(m) for appended, m in first.values() if appended]
@@ -217,16 +208,16 @@ class Transcript(AsyncTranscriptMixin):
     def snapshot(self, revision: int) -> tuple[Message, ...]:
         """The state as it was at ``revision`` (0 is the empty transcript)."""
         with self._lock:
-            self._refresh()
-            return tuple(map(detached, self._state_at(self._check_revision(revision))))
+            self._replica.refresh()
+            return tuple(map(detached, self._replica.state_at(self._check_revision(revision))))
 
     def diff(self, a: int, b: int | None = None) -> Diff:
         """How the state at revision ``b`` (default: the head) differs from revision ``a``."""
         with self._lock:
-            self._refresh()
-            b = len(self._log) if b is None else b
+            self._replica.refresh()
+            b = len(self._replica.log) if b is None else b
             a, b = self._check_revision(a), self._check_revision(b)
-            before, after = (list(map(detached, self._state_at(n))) for n in (a, b))
+            before, after = (list(map(detached, self._replica.state_at(n))) for n in (a, b))
             return diff_states(a, before, b, after)
 
     def __len__(self) -> int:
@@ -267,7 +258,7 @@ class Transcript(AsyncTranscriptMixin):
         if not new:
             raise InvalidInputError("append needs user=, assistant= or messages=")
         with self._lock:
-            self._refresh()
+            self._replica.refresh()
             anchor: Any = AT_END
             if new[0].role != "user" and self._open_user is not None:
                 anchor = self._open_user
@@ -323,15 +314,15 @@ class Transcript(AsyncTranscriptMixin):
     def apply(self, requests: Sequence[Request]) -> Revision:
         """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``."""
         with self._lock:
-            self._refresh()
-            scratch = State(self._current.to_list())
+            self._replica.refresh()
+            scratch = State(self._replica.state.to_list())
             changes: list[Applied] = []
             for request in requests:
                 change = resolve_request(request, scratch)
                 if not is_noop(change):
                     scratch.apply([change])
                     changes.append(change)
-            return self._commit("apply", changes, expected_head=len(self._log))
+            return self._commit("apply", changes, expected_head=len(self._replica.log))
 
     def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.
@@ -344,45 +335,46 @@ class Transcript(AsyncTranscriptMixin):
         if len({m.id for m in new}) != len(new):
             raise InvalidInputError("set() got two messages with the same id")
         with self._lock:
-            self._refresh()
-            reused = sorted(m.id for m in new if m.id in self._used_ids and m.id not in self._current)
+            self._replica.refresh()
+            reused = sorted(m.id for m in new if m.id in self._replica.used_ids and m.id not in self._replica.state)
             if reused:
                 raise InvalidInputError(
                     f"set() would reuse the id(s) {reused} of deleted messages in session {self.session_id!r}: "
                     "ids are never reused; give those messages new ids (or none)"
                 )
             self._open_user = None
-            return self._commit("set", changes_between(self._current.to_list(), new), expected_head=len(self._log))
+            return self._commit("set", changes_between(self._replica.state.to_list(), new), expected_head=len(self._replica.log))
 
     def clear(self) -> Revision:
         """Remove every message from the state, as one revision (the record keeps them)."""
         with self._lock:
-            self._refresh()
+            self._replica.refresh()
             self._open_user = None
-            return self._commit("clear", changes_between(self._current.to_list(), []), expected_head=len(self._log))
+            return self._commit("clear", changes_between(self._replica.state.to_list(), []), expected_head=len(self._replica.log))
 
     def purge(self) -> None:
         """Erase the session entirely, record and history included: the one operation that forgets."""
         with self._lock:
             self.store.purge(self.session_id)
-            self._log, self._current, self._open_user, self._used_ids = [], State(), None, set()
+            self._replica.reset()
+            self._open_user = None
 
     # -- versions -----------------------------------------------------------------------
     def undo(self) -> Revision:
         """Revert the most recent state-changing revision not yet undone (see the module docstring)."""
         with self._lock:
-            self._refresh()
-            done, _ = undo_stacks(self._log)
+            self._replica.refresh()
+            done, _ = undo_stacks(self._replica.log)
             if not done:
                 raise HistoryError("nothing to undo: no edit, apply, set, clear or revert is left to revert")
-            target = self._log[done[-1] - 1]
-            return self._commit("undo", invert(target.changes), expected_head=len(self._log), target=target.number)
+            target = self._replica.log[done[-1] - 1]
+            return self._commit("undo", invert(target.changes), expected_head=len(self._replica.log), target=target.number)
 
     def redo(self) -> Revision:
         """Re-apply what the last undo reverted, if nothing state-changing came after it."""
         with self._lock:
-            self._refresh()
-            _, undone = undo_stacks(self._log)
+            self._replica.refresh()
+            _, undone = undo_stacks(self._replica.log)
             if not undone:
                 raise HistoryError(
                     "nothing to redo: redo follows an undo, and a later edit, apply, set, clear or "
@@ -390,7 +382,7 @@ class Transcript(AsyncTranscriptMixin):
                 )
             undo_revision = undone[-1]
             return self._commit(
-                "redo", invert(undo_revision.changes), expected_head=len(self._log), target=undo_revision.target
+                "redo", invert(undo_revision.changes), expected_head=len(self._replica.log), target=undo_revision.target
             )
 
     def revert(self, revision: int) -> Revision:
@@ -400,10 +392,10 @@ class Transcript(AsyncTranscriptMixin):
         turns appended after ``revision``.
         """
         with self._lock:
-            self._refresh()
+            self._replica.refresh()
             target = self._check_revision(revision)
-            changes = changes_between(self._current.to_list(), self._state_at(target))
-            return self._commit("revert", changes, expected_head=len(self._log), target=target)
+            changes = changes_between(self._replica.state.to_list(), self._replica.state_at(target))
+            return self._commit("revert", changes, expected_head=len(self._replica.log), target=target)
 
     # -- internals ----------------------------------------------------------------------
     def _edit_arguments(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> dict[str, Any]:
@@ -439,8 +431,8 @@ class Transcript(AsyncTranscriptMixin):
     def _propose(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> Proposal:
         arguments = self._edit_arguments(instruction, model, strategy, allow_large)
         with self._lock:
-            self._refresh()
-            base, state = len(self._log), list(map(detached, self._current.to_list()))
+            self._replica.refresh()
+            base, state = len(self._replica.log), list(map(detached, self._replica.state.to_list()))
         result = compute_edit(state, instruction, **arguments)  # outside the lock: models are slow
         return self._make_proposal(instruction, base, state, result, arguments["strategy"])
 
@@ -452,8 +444,8 @@ class Transcript(AsyncTranscriptMixin):
 
     def _base_and_state(self) -> tuple[int, list[Message]]:
         with self._lock:
-            self._refresh()
-            return len(self._log), list(map(detached, self._current.to_list()))
+            self._replica.refresh()
+            return len(self._replica.log), list(map(detached, self._replica.state.to_list()))
 
     def _commit(
         self,
@@ -469,68 +461,21 @@ class Transcript(AsyncTranscriptMixin):
         A revision with no changes (or only changes to identical text) is a no-op: it is
         not stored, and the result is numbered like the head, with no changes.
         """
-        head = len(self._log)
+        head = len(self._replica.log)
         draft = Revision(number=0, parent=0, kind=kind, changes=tuple(c for c in changes if not is_noop(c)), **fields)
         if not draft.changes:
             return replace(draft, number=head, parent=head, base=head)
         options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
         stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)
-        if stored.changes and stored.parent == len(self._log):
-            self._add(stored)  # nothing landed in between: no need to read it back
+        if stored.changes and stored.parent == len(self._replica.log):
+            self._replica.add(stored)  # nothing landed in between: no need to read it back
         else:
-            self._refresh()
-        if not stored.changes or stored.number > len(self._log):
+            self._replica.refresh()
+        if not stored.changes or stored.number > len(self._replica.log):
             return stored.detached()
-        return self._log[stored.number - 1].detached()
-
-    def _refresh(self) -> None:
-        """Catch up with the store (the head check every read makes).
-
-        The time of the last revision this object knows is compared with the store's,
-        so a session that another process purged and rewrote to the same length or
-        longer is reloaded rather than served stale.  When nothing changed this costs
-        one small query (:meth:`Store.tip`), whatever the size of the revisions.
-        """
-        head, stamp = self.store.tip(self.session_id)
-        known = len(self._log)
-        if known and head == known and stamp == self._log[-1].time:
-            return
-        if known and head >= known:
-            fetched = self.store.revisions(self.session_id, after=known - 1)
-            if fetched and fetched[0].number == known and fetched[0].time == self._log[-1].time:
-                fetched = fetched[1:]
-            else:  # purged and rewritten elsewhere
-                self._log, self._current, self._used_ids = [], State(), set()
-                fetched = self.store.revisions(self.session_id)
-        elif head != known:  # fewer revisions (purged), or a first read
-            self._log, self._current, self._used_ids = [], State(), set()
-            fetched = self.store.revisions(self.session_id) if head else []
-        else:
-            return
-        for revision in fetched:
-            self._add(revision)
-
-    def _add(self, revision: Revision) -> None:
-        """Apply the next revision of the log (:class:`CorruptLogError` if it does not apply)."""
-        stamped = revision.stamped()
-        try:
-            self._current.apply(stamped.changes)
-        except (InvalidRevisionError, UnknownMessageError) as exc:
-            self._log, self._current, self._used_ids = [], State(), set()  # never serve a half-loaded log
-            raise CorruptLogError(self.session_id, revision.number, str(exc)) from exc
-        self._used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
-        self._log.append(stamped)
-
-    def _state_at(self, revision: int) -> list[Message]:
-        """The state at ``revision``: a replay, linear in the changes up to it."""
-        if revision == len(self._log):
-            return self._current.to_list()
-        state = State()
-        for entry in self._log[:revision]:
-            state.apply(entry.changes)
-        return state.to_list()
+        return self._replica.log[stored.number - 1].detached()
 
     def _check_revision(self, revision: Any) -> int:
-        if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._log):
-            raise HistoryError(f"no revision {revision!r}: revisions of session {self.session_id!r} run 0..{len(self._log)}")
+        if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._replica.log):
+            raise HistoryError(f"no revision {revision!r}: revisions of session {self.session_id!r} run 0..{len(self._replica.log)}")
         return revision

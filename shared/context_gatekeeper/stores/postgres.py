@@ -101,20 +101,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 digest      text    NOT NULL,
                 PRIMARY KEY (session_key, message_id)
             )""",
-            """CREATE TABLE {set_aside} (
-                session_key  bytea            NOT NULL,
-                session_id   text             NOT NULL,
-                number       integer          NOT NULL,
-                parent       integer          NOT NULL,
-                kind         text             NOT NULL,
-                instruction  text,
-                model        text,
-                created_at   double precision NOT NULL,
-                base         integer,
-                target       integer,
-                changes      text             NOT NULL,
-                set_aside_at double precision NOT NULL
-            )""",
+            # the revisions' columns and the time they were set aside; no keys: a number may recur
+            "CREATE TABLE {set_aside} (LIKE {revisions}, set_aside_at double precision NOT NULL)",
         ),
         lambda conn, store: store._backfill(conn),
     ),

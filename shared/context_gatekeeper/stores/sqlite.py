@@ -74,19 +74,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 digest     TEXT    NOT NULL,
                 PRIMARY KEY (session_id, message_id)
             ) WITHOUT ROWID""",
-            """CREATE TABLE set_aside_revisions (
-                session_id  TEXT    NOT NULL,
-                number      INTEGER NOT NULL,
-                parent      INTEGER NOT NULL,
-                kind        TEXT    NOT NULL,
-                instruction TEXT,
-                model       TEXT,
-                created_at  REAL    NOT NULL,
-                base        INTEGER,
-                target      INTEGER,
-                changes     TEXT    NOT NULL,
-                set_aside_at REAL   NOT NULL
-            )""",
+            # the revisions' columns and the time they were set aside; no keys: a number may recur
+            "CREATE TABLE set_aside_revisions AS SELECT *, 0.0 AS set_aside_at FROM revisions WHERE 0",
         ),
         _backfill,
     ),

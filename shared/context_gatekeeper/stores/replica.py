@@ -1,0 +1,89 @@
+"""A session's revision log held in memory and kept in step with its store.
+
+:class:`~context_gatekeeper.Transcript` reads through one: every read first checks
+the store's tip (one small query) and applies only the revisions it lacks, on a
+:class:`~context_gatekeeper.operations.State`, so catching up costs time linear in
+what changed.
+"""
+
+from __future__ import annotations
+
+from ..errors import CorruptLogError, InvalidRevisionError, UnknownMessageError
+from ..messages import Message
+from ..operations import Put, State
+from ..revisions import Revision
+from .base import Store
+
+__all__ = ["Replica"]
+
+
+class Replica:
+    """The log of ``session_id`` in ``store`` as far as this object has read it.
+
+    Attributes:
+        log: the revisions, oldest first (stamped: each produced version carries its number).
+        state: the state they produce.
+        used_ids: every message id the session has held (ids are never reused).
+    """
+
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store, self.session_id = store, session_id
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything read (the next :meth:`refresh` reads the log again)."""
+        self.log: list[Revision] = []
+        self.state = State()
+        self.used_ids: set[str] = set()
+
+    @property
+    def head(self) -> int:
+        return len(self.log)
+
+    def refresh(self) -> None:
+        """Catch up with the store (the check every read makes).
+
+        The time of the last revision known is compared with the store's, so a session
+        that another process purged and rewrote to the same length or longer is
+        reloaded rather than served stale.  When nothing changed this costs one small
+        query (:meth:`Store.tip`), whatever the size of the revisions.
+        """
+        head, stamp = self.store.tip(self.session_id)
+        known = len(self.log)
+        if known and head == known and stamp == self.log[-1].time:
+            return
+        if known and head >= known:
+            fetched = self.store.revisions(self.session_id, after=known - 1)
+            if fetched and fetched[0].number == known and fetched[0].time == self.log[-1].time:
+                fetched = fetched[1:]
+            else:  # purged and rewritten elsewhere
+                self.reset()
+                fetched = self.store.revisions(self.session_id)
+        elif head != known:  # fewer revisions (purged), or a first read
+            self.reset()
+            fetched = self.store.revisions(self.session_id) if head else []
+        else:
+            return
+        for revision in fetched:
+            self.add(revision)
+
+    def add(self, revision: Revision) -> None:
+        """Apply the next revision of the log (:class:`CorruptLogError` if it does not apply;
+        then everything read is forgotten, so no half-loaded log is ever served)."""
+        stamped = revision.stamped()
+        try:
+            self.state.apply(stamped.changes)
+        except (InvalidRevisionError, UnknownMessageError) as exc:
+            self.reset()
+            raise CorruptLogError(self.session_id, revision.number, str(exc)) from exc
+        self.used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
+        self.log.append(stamped)
+
+    def state_at(self, revision: int) -> list[Message]:
+        """The state at ``revision`` (0..head): a replay, linear in the changes up to it."""
+        if revision == len(self.log):
+            return self.state.to_list()
+        state = State()
+        for entry in self.log[:revision]:
+            state.apply(entry.changes)
+        return state.to_list()
