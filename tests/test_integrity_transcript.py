@@ -262,3 +262,34 @@ def test_a_lone_surrogate_session_id_is_refused_on_sqlite(tmp_path: Path) -> Non
     with pytest.raises(InvalidInputError):
         store.head("\udfff")
     assert store.sessions() == []
+
+
+def test_langchain_histories_retrying_one_request_add_it_once(tmp_path: Path) -> None:
+    """Issue #11 item 1 through LangChain: a retried ``add_messages`` with message ids."""
+    import threading
+
+    from langchain_core.messages import HumanMessage
+
+    from langchain_gatekeeper import GatekeeperChatMessageHistory
+
+    db = tmp_path / "lc.db"
+    histories = [GatekeeperChatMessageHistory("lc", store=db) for _ in range(4)]
+    start, errors = threading.Barrier(4), []
+
+    def retry(history: GatekeeperChatMessageHistory) -> None:
+        try:
+            start.wait()
+            history.add_messages([HumanMessage("hi", id="same")])
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=retry, args=(h,)) for h in histories]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    fresh = GatekeeperChatMessageHistory("lc", store=db)
+    assert [(m.id, m.content) for m in fresh.messages] == [("same", "hi")]
+    for history in [*histories, fresh]:
+        history.close()
