@@ -329,8 +329,9 @@ class ContextGatekeeper:
         features = gate_features(weights, history.index.df, profiles.get(active, {}), cues, earlier)
         decision = decide(features, p)
         weak_switch = is_weak_switch(decision, features, p)
-        if weak_switch and len(profiles) > 1 and p.weak_switch_single_topic:
-            # a new angle on the active topic is the reading only when no other topic is in play
+        if weak_switch and p.weak_switch_single_topic and (len(profiles) > 1 or len(labels) < 2):
+            # a new angle on the active topic is the reading only when that topic is
+            # established (two turns or more) and no other topic is in play
             weak_switch = False
         decision, topic = refer(decision, weak_switch, features, shares, active, p)
         return decision, weak_switch and decision == "switch", features, topic

@@ -32,6 +32,8 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     topic topics question questions subject
     explain elaborate detail details detailed continue example examples correct incorrect retry true false
     again more why really actually exactly probably definitely basically anyway anyways okay alright
+    happen happens happened happening compare compared comparing comparison previous previously
+    difference differences differ versus vs
     """.split()
 )
 """English function words, generic verbs and adjectives, contraction fragments and chat
