@@ -87,6 +87,25 @@ def snapshot(store: Store, session: str) -> tuple[int, list[Revision]]:
     return store.head(session), store.revisions(session)
 
 
+def run_together(*calls: Callable[[], object]) -> list[BaseException]:
+    """Run ``calls`` in threads released together; the exceptions they raised."""
+    start, errors = threading.Barrier(len(calls)), []
+
+    def body(call: Callable[[], object]) -> None:
+        try:
+            start.wait()
+            call()
+        except BaseException as exc:  # returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(c,)) for c in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
 def put_ids(revisions: list[Revision]) -> list[str]:
     """Ids of the messages the revisions put, in log order."""
     return [m.id for r in revisions for m in r.added]

@@ -5,7 +5,6 @@ revision, and ``truncate`` recovers every revision before it."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from context_gatekeeper.operations import AT_END, Change, Put, Remove
 from context_gatekeeper.revisions import Revision
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
-from store_conformance import StoreHandles, append, delete, edit, fill, message, snapshot
+from store_conformance import StoreHandles, append, delete, edit, fill, message, run_together, snapshot
 
 
 def revision(kind: str, *changes) -> Revision:
@@ -94,21 +93,9 @@ class IntegrityConformance(StoreHandles):
     def test_threads_retrying_one_request_add_it_once(self, open_store: Callable[[], Store]) -> None:
         """Four writers, each with its own Transcript (and connection), retry one request."""
         stores = [open_store() for _ in range(4)]
-        start, errors = threading.Barrier(4), []
-
-        def worker(store: Store) -> None:
-            try:
-                transcript = Transcript("s", store=store)
-                start.wait()
-                transcript.append(messages=[{"id": "same", "role": "user", "content": "hi"}], renew_taken_ids=True)
-            except BaseException as exc:  # surfaced below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(s,)) for s in stores]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        transcripts = [Transcript("s", store=s) for s in stores]
+        message = {"id": "same", "role": "user", "content": "hi"}
+        errors = run_together(*(lambda t=t: t.append(messages=[message], renew_taken_ids=True) for t in transcripts))
         assert errors == []
         t = Transcript("s", store=stores[0])
         assert [(m.id, m.content) for m in t.messages] == [("same", "hi")]

@@ -22,6 +22,7 @@ from context_gatekeeper.errors import (
 )
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore
 from context_gatekeeper.testing import ScriptedModel
+from store_conformance import run_together
 
 V1_SCHEMA = """
 CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);
@@ -266,28 +267,13 @@ def test_a_lone_surrogate_session_id_is_refused_on_sqlite(tmp_path: Path) -> Non
 
 def test_langchain_histories_retrying_one_request_add_it_once(tmp_path: Path) -> None:
     """Issue #11 item 1 through LangChain: a retried ``add_messages`` with message ids."""
-    import threading
-
     from langchain_core.messages import HumanMessage
 
     from langchain_gatekeeper import GatekeeperChatMessageHistory
 
     db = tmp_path / "lc.db"
     histories = [GatekeeperChatMessageHistory("lc", store=db) for _ in range(4)]
-    start, errors = threading.Barrier(4), []
-
-    def retry(history: GatekeeperChatMessageHistory) -> None:
-        try:
-            start.wait()
-            history.add_messages([HumanMessage("hi", id="same")])
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=retry, args=(h,)) for h in histories]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    errors = run_together(*(lambda h=h: h.add_messages([HumanMessage("hi", id="same")]) for h in histories))
     assert errors == []
     fresh = GatekeeperChatMessageHistory("lc", store=db)
     assert [(m.id, m.content) for m in fresh.messages] == [("same", "hi")]
