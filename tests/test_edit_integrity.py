@@ -215,3 +215,14 @@ def test_a_replacement_counts_what_it_replaces_not_what_it_shortens():
     assert deleted_share(state, same_length, words) == 0.5
     longer = [Change(state[1], state[1].revised("five six seven eight nine", revision=0))]
     assert deleted_share(state, longer, words) == 0.0
+
+
+def test_long_messages_are_measured_by_what_changed():
+    answer = " ".join(f"Ireland's GDP in {n} was about {500 + n} billion US dollars." for n in range(1500))
+    state = [Message("u", "user", "GDP by year?"), Message("a", "assistant", answer)]
+    words = lambda text: len(text.split())  # noqa: E731
+    one_word = [Change(state[1], state[1].revised(answer.replace("Ireland", "Iceland", 1), revision=0))]
+    assert 0 < deleted_share(state, one_word, words) < 0.001
+    every_tenth = ". ".join(s.replace("Ireland", "Iceland") if i % 10 == 0 else s for i, s in enumerate(answer.split(". ")))
+    assert 0 < deleted_share(state, [Change(state[1], state[1].revised(every_tenth, revision=0))], words) < 0.02
+    assert deleted_share(state, [Change(state[1], state[1].revised(junk_like(answer), revision=0))], words) > 0.95

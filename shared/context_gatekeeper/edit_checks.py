@@ -49,6 +49,7 @@ a question and its two answers) legitimately replaces about half of its words,
 while a wipe or junk in place of everything destroys all of them."""
 
 _WORD = re.compile(r"\w+|[^\w\s]")
+_EXACT_DIFF_LIMIT = 1_000_000  # words before x words after: above it, difflib's fast heuristic
 
 
 def _insert_position(state: Sequence[Message], view: EditView, anchor: str | None) -> str | None:
@@ -192,7 +193,10 @@ def check_structure(before: Sequence[Message], after: Sequence[Message], view: E
 def destroyed_runs(before: str, after: str) -> list[str]:
     """The runs of ``before`` that ``after`` removes or replaces, by a word-level diff.
 
-    Words and punctuation marks are compared; whitespace alone never counts.
+    Words and punctuation marks are compared; whitespace alone never counts.  The
+    common start and end are set aside first, so a local change to a long message
+    costs little; a middle too long for an exact diff is diffed with difflib's
+    "popular words are junk" heuristic, which can only overstate what is destroyed.
 
     >>> destroyed_runs("GDP of Ireland in 2021?", "GDP of Iceland in 2021?")
     ['Ireland']
@@ -200,10 +204,18 @@ def destroyed_runs(before: str, after: str) -> list[str]:
     []
     """
     old = list(_WORD.finditer(before))
+    old_words = [m.group() for m in old]
     new = [m.group() for m in _WORD.finditer(after)]
-    matcher = SequenceMatcher(None, [m.group() for m in old], new, autojunk=False)
+    start = 0
+    while start < min(len(old_words), len(new)) and old_words[start] == new[start]:
+        start += 1
+    end = 0
+    while end < min(len(old_words), len(new)) - start and old_words[-1 - end] == new[-1 - end]:
+        end += 1
+    a, b = old_words[start : len(old_words) - end], new[start : len(new) - end]
+    matcher = SequenceMatcher(None, a, b, autojunk=len(a) * len(b) > _EXACT_DIFF_LIMIT)
     return [
-        before[old[i1].start() : old[i2 - 1].end()]
+        before[old[start + i1].start() : old[start + i2 - 1].end()]
         for tag, i1, i2, _, _ in matcher.get_opcodes()
         if tag in ("replace", "delete")
     ]
