@@ -19,7 +19,6 @@ import context_gatekeeper.stores.sqlite as sqlite_module
 from context_gatekeeper import Transcript
 from context_gatekeeper.chat import session_file
 from context_gatekeeper.chat.app import main
-from context_gatekeeper.chat.offline import OfflineChatModel
 from context_gatekeeper.chat.render import Renderer
 from context_gatekeeper.chat.session_file import FORMAT, SessionFileError, session_document, write_session_file
 from context_gatekeeper.edit_format import ideal_patch_reply
@@ -123,8 +122,8 @@ def test_a_session_file_with_a_lone_surrogate_is_refused_and_the_chat_goes_on(tm
     status, out = run(db, ["hello", f"/load {bad_session_file(tmp_path)}", "after", "/quit"])
     assert status == 0 and "Traceback" not in out
     assert "messages[0].content holds a lone surrogate" in out
-    assert stored(db) == ["hello", OfflineChatModel().complete([{"role": "user", "content": "hello"}]),
-                          "after", OfflineChatModel().complete([{"role": "user", "content": "after"}])]
+    messages = stored(db)
+    assert messages[0::2] == ["hello", "after"] and len(messages) == 4 and SURROGATE not in "".join(messages)
     with pytest.raises(SessionFileError, match="lone surrogate"):
         session_file.read_session_file(bad_session_file(tmp_path))
 
