@@ -33,7 +33,7 @@ def new_message_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Message:
     """One message of a transcript.
 
@@ -61,24 +61,28 @@ class Message:
     revision: int = 0
 
     def __post_init__(self) -> None:
+        # Cheap exact-type checks first: a transcript builds one Message per stored version.
+        if type(self.id) is not str or not self.id:
+            raise ValueError(f"message id must be a non-empty str, got {self.id!r}")
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
-        require_text(self.content, "message content", allow_empty=True)
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"message id must be a non-empty str, got {self.id!r}")
+        if type(self.content) is not str:
+            require_text(self.content, "message content", allow_empty=True)
         if self.origin not in ORIGINS:
             raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
-        if self.parts is not None and not isinstance(self.parts, tuple):
+        if self.parts is not None and type(self.parts) is not tuple:
             raise TypeError(f"parts must be None or a tuple (a list in dicts), got {type(self.parts).__name__}")
-        if type(self.metadata) not in (dict, MappingProxyType) and not isinstance(self.metadata, Mapping):
-            raise TypeError(f"metadata must be a mapping, got {type(self.metadata).__name__}")
-        if not isinstance(self.derived_from, tuple) or not all(isinstance(d, str) for d in self.derived_from):
-            raise TypeError(f"derived_from must be a tuple of message ids, got {self.derived_from!r}")
-        if not self.metadata:  # shared, and read-only, so no caller can fill it in afterwards
+        metadata = self.metadata
+        if type(metadata) is not dict and type(metadata) is not MappingProxyType and not isinstance(metadata, Mapping):
+            raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        if not metadata:  # shared, and read-only, so no caller can fill it in afterwards
             object.__setattr__(self, "metadata", _NO_METADATA)
+        derived = self.derived_from
+        if type(derived) is not tuple or (derived and not all(type(d) is str for d in derived)):
+            raise TypeError(f"derived_from must be a tuple of message ids, got {derived!r}")
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state = {name: getattr(self, name) for name in _FIELDS}
         state["metadata"] = dict(self.metadata)
         return state
 
@@ -98,7 +102,9 @@ class Message:
         if self.revision == revision:
             return self
         copy_ = object.__new__(Message)
-        copy_.__dict__.update(self.__dict__, revision=revision)
+        for name in _FIELDS:
+            object.__setattr__(copy_, name, getattr(self, name))
+        object.__setattr__(copy_, "revision", revision)
         return copy_
 
     def revised(self, content: str, revision: int) -> "Message":
@@ -125,13 +131,11 @@ class Message:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Message":
         """Inverse of :meth:`to_dict` (``parts`` a list or None, ``metadata`` a dict)."""
-        parts = data.get("parts")
+        parts, metadata, derived = data.get("parts"), data.get("metadata"), data.get("derived_from")
         if parts is not None and not isinstance(parts, (list, tuple)):
             raise TypeError(f"parts must be a list of content blocks or absent, got {type(parts).__name__}")
-        metadata = data.get("metadata")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise TypeError(f"metadata must be a dict or absent, got {type(metadata).__name__}")
-        derived = data.get("derived_from")
         if derived is not None and not isinstance(derived, (list, tuple)):
             raise TypeError(f"derived_from must be a list of ids or absent, got {type(derived).__name__}")
         return cls(
@@ -139,11 +143,14 @@ class Message:
             role=data["role"],
             content=data["content"],
             parts=tuple(parts) if parts is not None else None,
-            metadata=dict(data.get("metadata") or {}),
+            metadata=dict(metadata) if metadata else _NO_METADATA,
             origin=data.get("origin", "original"),
-            derived_from=tuple(data.get("derived_from") or ()),
+            derived_from=tuple(derived) if derived else (),
             revision=int(data.get("revision", 0)),
         )
+
+
+_FIELDS = tuple(f.name for f in fields(Message))
 
 
 def detached(message: Message) -> Message:
