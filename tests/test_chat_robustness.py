@@ -8,6 +8,8 @@ import io
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 
 pytest.importorskip("rich")
 
+import context_gatekeeper
 import context_gatekeeper.stores.sqlite as sqlite_module
 from context_gatekeeper import Transcript
 from context_gatekeeper.chat import session_file
@@ -270,3 +273,16 @@ def test_a_session_log_that_cannot_load_is_one_line_and_left_unchanged(tmp_path:
     status, out = run(db, ["again", "/quit"])
     assert status == 1 and "cannot open session 's'" in one_error_line(out)
     assert db.read_bytes() == before
+
+
+def test_undecodable_input_bytes_on_a_strict_stdin_do_not_crash(tmp_path: Path) -> None:
+    root = str(Path(context_gatekeeper.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+           "PYTHONIOENCODING": "utf-8:strict"}
+    env.pop("GOOGLE_API_KEY", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "context_gatekeeper.chat", "--offline", "--db", str(tmp_path / "c.db"), "--plain"],
+        input=b"caf\xe9 au lait\n/quit\n", capture_output=True, env=env, timeout=120,
+    )
+    assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
+    assert "[chat] > caf\ufffd au lait" in result.stdout.decode("utf-8")

@@ -148,6 +148,8 @@ def main(
     try:
         if reader is None:
             source = sys.stdin if stdin is None else stdin
+            if stdin is None and hasattr(source, "reconfigure"):
+                source.reconfigure(errors="replace")  # undecodable input bytes become U+FFFD, not a crash
             interactive = getattr(source, "isatty", lambda: False)()
             reader = TerminalReader(console) if interactive else LineReader(source, renderer.echo)
         loop = ChatLoop(session, renderer, reader, resume_hint=_resume_hint(args, db_given))
