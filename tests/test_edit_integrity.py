@@ -226,3 +226,11 @@ def test_long_messages_are_measured_by_what_changed():
     every_tenth = ". ".join(s.replace("Ireland", "Iceland") if i % 10 == 0 else s for i, s in enumerate(answer.split(". ")))
     assert 0 < deleted_share(state, [Change(state[1], state[1].revised(every_tenth, revision=0))], words) < 0.02
     assert deleted_share(state, [Change(state[1], state[1].revised(junk_like(answer), revision=0))], words) > 0.95
+
+
+def test_an_unclosed_bracket_in_prose_after_a_complete_answer_is_not_a_cut_off():
+    state = [Message("u", "user", "GDP of Ireland?"), Message("a", "assistant", "Ireland: 500 billion.")]
+    reply = ('{"operations": [{"op": "replace", "id": "1", "content": "GDP of Iceland?"},]}\n'
+             "Note: I kept message 2 as it was [it has no country")
+    result = compute_edit(state, "Iceland", ScriptedModel([reply]))
+    assert result.attempts == 1 and result.changes[0].after.content == "GDP of Iceland?"

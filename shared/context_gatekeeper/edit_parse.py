@@ -144,7 +144,7 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
     candidates = _candidates(stripped)
     fallback: list[Any] = []
     for repair in (False, True):
-        for candidate, cut_off in candidates.items():
+        for candidate, cut_off in sorted(candidates.items(), key=lambda item: item[1]):  # whole spans first
             try:
                 value = json_repair.loads(candidate) if repair else json.loads(candidate)
             except Exception:  # json_repair is lenient; never let its own bugs escape
