@@ -20,12 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-try:
-    import context_gatekeeper  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(REPO / "shared"))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the paper's scenarios
 
 from context_gatekeeper import tiktoken_counter  # noqa: E402
 from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE, deleted_share  # noqa: E402
