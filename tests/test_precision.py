@@ -1,0 +1,200 @@
+"""Precision in the core: a turn is kept only with evidence, cues steer and never match,
+an announced switch to unseen content keeps nothing, content-free follow-ups keep their topic,
+topics recur, and explain() says why each turn was kept."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_gatekeeper import ContextGatekeeper, SelectionParams
+from context_gatekeeper.cues import Cues
+from context_gatekeeper.gate import GateFeatures, refer
+from context_gatekeeper.selection import Evidence
+
+REDIS_1 = ("How long should a Redis lock TTL be?", "A few times the p99 of the critical section, renewed by a watchdog.")
+MOKA_1 = ("How much coffee goes into a moka pot?", "Fill the basket level with medium-fine coffee, about 15 g; do not tamp.")
+REDIS_2 = ("What happens if the Redis lock watchdog dies?", "The lock expires after its TTL and another client can take it.")
+MOKA_2 = ("Should the moka pot bottom chamber get hot water?", "Yes: hot water shortens the time on the stove, so nothing burns.")
+ASYNCIO = [
+    ("Python 的 asyncio 事件循环是怎么调度协程的？", "事件循环维护就绪队列，协程遇到 await 时挂起并交还控制权。"),
+    ("asyncio.gather 和 TaskGroup 有什么区别？", "gather 收集结果；TaskGroup 在任一任务失败时取消其余任务。"),
+]
+
+
+def chat(*turns: tuple[str, str], budget: int = 2000, **options: object) -> ContextGatekeeper:
+    gk = ContextGatekeeper(token_budget=budget, **options)  # type: ignore[arg-type]
+    for user, assistant in turns:
+        gk.add_turn(user, assistant)
+    return gk
+
+
+# -- topics recur --------------------------------------------------------------------------------------
+
+
+def test_interleaved_topics_are_four_runs_of_two_topics():
+    gk = chat(REDIS_1, MOKA_1, REDIS_2, MOKA_2)
+    assert gk.segments() == [(1,), (2,), (3,), (4,)]
+    assert gk.topics() == {0: (1, 3), 1: (2, 4)}
+
+
+@pytest.mark.parametrize(
+    ("query", "wanted"),
+    [
+        ("How long should the Redis lock watchdog wait before renewing?", (1, 3)),
+        ("Can the moka pot go on an induction stove?", (2, 4)),
+    ],
+)
+def test_a_query_continuing_a_topic_draws_on_every_run_of_it_and_none_of_the_other(query, wanted):
+    selection = chat(REDIS_1, MOKA_1, REDIS_2, MOKA_2).explain(query)
+    assert selection.turn_ids == wanted
+
+
+# -- the budget is a ceiling ------------------------------------------------------------------------------
+
+
+def test_a_large_budget_is_not_filled_with_weak_matches():
+    # the Redis turns share one word ("time") with the query; the budget would fit them all
+    gk = chat(REDIS_1, REDIS_2, MOKA_1, MOKA_2, budget=100_000)
+    selection = gk.explain("How much time should the moka pot stay on the stove?")
+    assert set(selection.turn_ids) <= {3, 4}
+    assert 3 in selection.turn_ids or 4 in selection.turn_ids
+
+
+def test_the_recall_preset_fills_leftover_budget_with_matches_and_says_so():
+    gk = chat(REDIS_1, MOKA_1, REDIS_2, MOKA_2, preset="recall")
+    selection = gk.explain("By the way, which client holds the lock?")
+    kept = {s.turn_id: s for s in selection.scores if s.kept}
+    assert kept, "the recall setting retrieves on an announced switch"
+    assert all(s.evidence.covered for s in kept.values())
+    assert any(s.evidence.fill or s.reason == "coverage" for s in kept.values())
+
+
+def test_preset_and_params_are_exclusive_and_names_are_checked():
+    with pytest.raises(TypeError, match="preset"):
+        ContextGatekeeper(preset="recall", params=SelectionParams())
+    with pytest.raises(ValueError, match="unknown preset"):
+        SelectionParams.preset("precise-ish")
+    assert ContextGatekeeper(preset="recall").params == SelectionParams.preset("recall")
+    assert SelectionParams.preset("default") == SelectionParams()
+
+
+# -- cues steer and never match ----------------------------------------------------------------------------
+
+
+def test_a_return_cue_is_not_content():
+    # the Redis answer holds "back"; "Back to the moka pot" must not match it
+    redis = ("How do I roll back a Redis lock?", "Delete the key to give the lock back, but only with your token.")
+    selection = chat(MOKA_1, redis, MOKA_2, REDIS_2).explain("Back to the moka pot: what grind size?")
+    assert selection.decision == "return"
+    assert selection.turn_ids == (1, 3)
+    assert all("back" not in s.covered for s in selection.scores)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["By the way, how do I repot a cactus?", "换个话题，仙人掌多久浇一次水？", "顺便问下，仙人掌怎么换盆？", "Anyway, how do I repot a cactus?"],
+)
+def test_an_announced_switch_to_an_unseen_topic_keeps_nothing(query):
+    selection = chat(REDIS_1, MOKA_1, REDIS_2, MOKA_2).explain(query)
+    assert selection.decision == "switch"
+    assert selection.turn_ids == ()
+
+
+def test_an_announced_switch_keeps_pinned_content():
+    gk = chat(REDIS_1, MOKA_1)
+    gk.pin(1)
+    assert gk.explain("By the way, how do I repot a cactus?").turn_ids == (1,)
+
+
+def test_a_pronoun_beside_a_switch_cue_holds_the_topic():
+    selection = chat(REDIS_1, MOKA_1, REDIS_2, MOKA_2).explain("By the way, is it dishwasher-safe?")
+    assert selection.decision == "continue"
+    assert 4 in selection.turn_ids and not {1, 3} & set(selection.turn_ids)
+
+
+def test_a_return_cue_returns_to_the_topic_and_leaves_the_one_just_left():
+    gk = chat(REDIS_1, REDIS_2, *ASYNCIO)
+    selection = gk.explain("回到 Redis，watchdog 多久续一次？")
+    assert selection.decision == "return"
+    assert set(selection.turn_ids) == {1, 2}
+
+
+# -- content-free follow-ups ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("follow_up", ["Why?", "Tell me more", "Try again.", "Is that right?", "为什么？", "它呢？", "然后呢？"])
+def test_a_content_free_follow_up_keeps_the_active_topics_latest_turn(follow_up):
+    gk = chat(REDIS_1, REDIS_2, MOKA_1, MOKA_2)
+    selection = gk.explain(follow_up)
+    assert selection.decision == "continue"
+    assert 4 in selection.turn_ids
+    assert not {1, 2} & set(selection.turn_ids)
+    for score in selection.scores:
+        if score.turn_id == 4:
+            assert score.evidence.reference and score.reason == "follow-up"
+
+
+def test_a_content_free_follow_up_in_chinese_keeps_its_topic():
+    gk = chat(REDIS_1, *ASYNCIO)
+    assert gk.explain("为什么？").turn_ids == (2, 3)
+
+
+# -- explain says the truth -----------------------------------------------------------------------------
+
+
+def test_an_off_topic_match_is_dropped_as_off_topic():
+    # "pool" ties the swimming turn to a question on connection pools
+    gk = chat(
+        ("How big should the Postgres connection pool be?", "About twice the CPU cores, and no more than max_connections."),
+        (
+            "We are renovating the house in Berlin this summer: is an outdoor swimming bath a good investment?",
+            "Only with a cover and a solar heater: the bathing season is short, and heating a pool costs a lot.",
+        ),
+    )
+    assert gk.topics() == {0: (1,), 1: (2,)}
+    selection = gk.explain("Should the Postgres connection pool grow when the app scales out to more instances?")
+    assert selection.turn_ids == (1,)
+    dropped = {s.turn_id: s for s in selection.scores if not s.kept}
+    assert dropped[2].reason == "off-topic" and dropped[2].covered == ("pool",)
+
+
+def test_refer_names_the_topic_the_words_point_at():
+    p = SelectionParams()
+    plain = GateFeatures(0.0, 0.5, 0.5, 4.0, None, 0.0, Cues(), 8.0)
+    assert refer("continue", False, plain, {1: 0.3, 0: 0.0}, 0, p) == ("return", 1)
+    assert refer("continue", False, plain, {1: 0.01}, 0, p) == ("continue", 0)
+    cued = GateFeatures(0.0, 1.0, 0.0, 9.0, None, 0.0, Cues(switch=("by the way",)), 9.0)
+    assert refer("switch", False, cued, {1: 0.3}, 0, p) == ("switch", None)
+    empty = GateFeatures(0.0, 0.0, 0.0, 0.0, None, 0.0, Cues(), 0.0)
+    assert refer("continue", False, empty, {}, 3, p) == ("continue", 3)
+    new = GateFeatures(0.0, 1.0, 0.0, 20.0, None, 0.0, Cues(), 20.0)
+    assert refer("switch", False, new, {0: 0.2}, 0, p) == ("switch", 0)  # a new question on known ground
+    assert refer("switch", False, new, {}, 0, p) == ("switch", None)
+
+
+SENTENCES = [REDIS_1, MOKA_1, REDIS_2, MOKA_2, *ASYNCIO, ("ok", ""), ("为什么？", "因为锁会过期。")]
+QUERIES = ["Why?", "How long is the Redis TTL?", "By the way, what about cats?", "moka pot grind", "它的性能怎么样？", "回到 Redis", "ok"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.sampled_from(SENTENCES), max_size=8),
+    st.sampled_from(QUERIES),
+    st.sampled_from([40, 300, 100_000]),
+    st.sampled_from(["default", "recall"]),
+)
+def test_every_kept_turn_has_evidence_and_every_dropped_one_a_reason(turns, query, budget, preset):
+    gk = chat(*turns, budget=budget, preset=preset)
+    selection = gk.explain(query)
+    records = {s.turn_id: s for s in selection.scores}
+    assert set(selection.turn_ids) <= set(records)
+    for turn_id in selection.turn_ids:
+        assert records[turn_id].kept and records[turn_id].evidence, records[turn_id]
+    for record in records.values():
+        assert record.kept == (record.turn_id in selection.turn_ids)
+        if record.evidence.fill:
+            assert preset == "recall"
+        assert isinstance(record.evidence, Evidence)
+    assert selection.tokens_kept <= budget
