@@ -198,6 +198,12 @@ class StoreConformance(StoreHandles):
         assert store.head("s") == 3
         assert store.revisions("s") == stored
 
+    def test_tip_is_the_head_and_its_time(self, store: Store) -> None:
+        assert store.tip("s") == (0, 0.0)
+        stored = fill(store, "s", 2)
+        assert store.tip("s") == (2, stored[-1].time)
+        assert asyncio.run(store.atip("s")) == store.tip("s")
+
     def test_revisions_after(self, store: Store) -> None:
         stored = fill(store, "s", 3)
         assert store.revisions("s", after=0) == stored

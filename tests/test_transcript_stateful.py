@@ -230,11 +230,17 @@ def dump_memory(store: Store, session: str) -> Any:
 
 
 def dump_sql(store: Store, session: str) -> Any:
-    index = {}
-    conn = getattr(store, "_conn", None)
-    if conn is not None:  # SQLite: the id index too
-        index = dict((bytes(k), (p, d)) for k, p, d in conn.execute(
-            "SELECT message_id, present, digest FROM message_ids WHERE session_id = ?", (session,)))
+    """The session's revisions and its id-index rows, read straight from the tables."""
+    if isinstance(store, SQLiteStore):
+        with store._connection() as conn:  # type: ignore[attr-defined]
+            rows = conn.execute("SELECT message_id, present, digest FROM message_ids WHERE session_id = ?", (session,))
+            index = {bytes(k): (bool(p), d) for k, p, d in rows}
+    else:
+        from psycopg import sql
+
+        query = sql.SQL("SELECT message_id, present, digest FROM {} WHERE session_key = %s").format(store._names["ids"])  # type: ignore[attr-defined]
+        with store._connection() as conn:  # type: ignore[attr-defined]
+            index = {bytes(k): (p, d) for k, p, d in conn.execute(query, (store._key(session)[0],))}  # type: ignore[attr-defined]
     return ([r.to_dict() for r in store.revisions(session)], index)
 
 
