@@ -312,7 +312,11 @@ class Transcript(AsyncTranscriptMixin):
             )
 
     def apply(self, requests: Sequence[Request]) -> Revision:
-        """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``."""
+        """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``.
+
+        Requests that change nothing (none at all, a replace with the same text) record
+        nothing: the result is then numbered like the head, with no changes.
+        """
         with self._lock:
             self._replica.refresh()
             scratch = State(self._replica.state.to_list())
@@ -346,7 +350,8 @@ class Transcript(AsyncTranscriptMixin):
             return self._commit("set", changes_between(self._replica.state.to_list(), new), expected_head=len(self._replica.log))
 
     def clear(self) -> Revision:
-        """Remove every message from the state, as one revision (the record keeps them)."""
+        """Remove every message from the state, as one revision (the record keeps them);
+        clearing an empty state records nothing."""
         with self._lock:
             self._replica.refresh()
             self._open_user = None
