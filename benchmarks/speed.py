@@ -6,6 +6,7 @@ This is a script that prints figures, not a test.  Run it from a checkout::
     python benchmarks/speed.py --quick             # sizes 50, 300 only
     python benchmarks/speed.py --json speed.json   # also write the figures as JSON
     python benchmarks/speed.py --plot docs/img     # also draw speed_latency.png (needs matplotlib)
+    python benchmarks/speed.py --real-only         # only the real-text row (LoCoMo)
 
 Workload
 --------
@@ -62,6 +63,15 @@ For each history size (number of turns added before querying):
   before the gatekeeper was created.  The turn texts exist before the build and
   are not counted unless the class copies them; memory allocated inside native
   extensions (tiktoken's Rust code) is invisible to tracemalloc.
+
+Real text
+---------
+Besides the synthetic sizes, one row on real conversation text: the longest LoCoMo
+conversation of the development data (``../shared/data/locomo.dev.jsonl.xz``, or
+``--data DIR``; skipped with a note when absent, or with ``--no-real``).  Its turns
+are added in order (``add_turn`` timed), then ``explain`` is timed on every question
+asked about that conversation, for the library and the report as written (unbounded:
+the conversation is a few hundred turns).
 
 The garbage collector stays enabled (as in real use); ``gc.collect()`` runs
 before each measurement.
@@ -491,6 +501,61 @@ def measure_subject(
     return result
 
 
+def longest_locomo_conversation(data_dir: Path) -> tuple[str, list[tuple[str, str]], list[str]] | None:
+    """``(conversation id, turns, questions)`` of the longest LoCoMo conversation, or None
+    when the data is not there."""
+    path = data_dir / "locomo.dev.jsonl.xz"
+    if not path.is_file():
+        return None
+    import lzma
+
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        cases = [json.loads(line) for line in f if line.strip()]
+    by_conv: dict[str, list[dict]] = {}
+    for case in cases:
+        by_conv.setdefault(case["conv_id"], []).append(case)
+    conv_id = max(by_conv, key=lambda c: max(len(k["turns"]) for k in by_conv[c]))
+    longest = max(by_conv[conv_id], key=lambda k: len(k["turns"]))
+    turns = [(t["user"], t["assistant"]) for t in longest["turns"]]
+    return conv_id, turns, [k["query"] for k in by_conv[conv_id]]
+
+
+def measure_real(
+    subjects: Sequence[Subject], real: tuple[str, list[tuple[str, str]], list[str]], progress: Any, task: Any
+) -> dict[str, Any]:
+    """add_turn and explain timings on a real conversation, per subject."""
+    _, turns, questions = real
+    out: dict[str, Any] = {}
+    for subject in subjects:
+        advance = lambda k: progress.advance(task, k)  # noqa: E731
+        progress.reset(task, total=len(turns), description=f"{subject.name}: real text, add_turn x{len(turns)}")
+        gk, add_ns = build(subject.factory, turns, advance)
+        gk.explain(questions[0])  # warm-up
+        progress.reset(task, total=len(questions), description=f"{subject.name}: real text, explain")
+        ns, _ = time_calls(gk.explain, questions, None, advance)
+        out[subject.name] = {"add_turn_us": summarize(add_ns, 1e3), "explain_ms": summarize(ns, 1e6)}
+    return out
+
+
+def real_table(real: tuple[str, list, list], results: dict[str, Any], names: Sequence[str]) -> Any:
+    """The real-text row: add_turn and explain latency, and the speed-up over the baseline."""
+    from rich.table import Table
+
+    conv_id, turns, questions = real
+    table = Table(title=f"real text: LoCoMo conversation {conv_id}, {len(turns)} turns, "
+                        f"{len(questions)} questions (explain ms, add_turn us)")
+    table.add_column("class")
+    for column in ("add median", "explain median", "explain p95", "n"):
+        table.add_column(column, justify="right")
+    for name in names:
+        r = results[name]
+        table.add_row(name, fmt(r["add_turn_us"], "median", 1), fmt(r["explain_ms"], "median", 3),
+                      fmt(r["explain_ms"], "p95", 3), str(r["explain_ms"]["n"]))
+    if len(names) == 2:
+        table.caption = f"x faster (explain median): {ratio(results[names[1]]['explain_ms'], results[names[0]]['explain_ms'])}"
+    return table
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -649,6 +714,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="sizes from here on give the baseline fewer queries (default 5000)")
     p.add_argument("--baseline-big-queries", type=int, default=30,
                    help="baseline queries at big sizes (default 30)")
+    p.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data",
+                   help="folder with locomo.dev.jsonl.xz for the real-text row (default ../shared/data)")
+    p.add_argument("--no-real", action="store_true", help="skip the real-text row")
+    p.add_argument("--real-only", action="store_true", help="only the real-text row (no synthetic sizes)")
     p.add_argument("--memory-sizes", default="max",
                    help="sizes to run tracemalloc at: 'max', 'all', or a list (default max)")
     args = p.parse_args(argv)
@@ -705,10 +774,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[int, dict[str, Any]] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
+    real = None if args.no_real else longest_locomo_conversation(args.data)
+    if real is None and not args.no_real:
+        console.print(f"[yellow]note:[/yellow] no LoCoMo data in {args.data}; the real-text row is skipped (--data DIR)")
+    real_results: dict[str, Any] = {}
     with Progress(*columns, console=console, transient=True) as progress:
         overall = progress.add_task("sizes x classes", total=len(args.sizes) * len(subjects))
         task = progress.add_task("", total=None)
-        for size in args.sizes:
+        if real is not None:
+            real_results = measure_real(subjects, real, progress, task)
+        for size in [] if args.real_only else args.sizes:
             queries = make_queries(wl, size, 2 * args.queries + 1, args.seed)
             results[size] = {}
             for subject in subjects:
@@ -716,8 +791,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     subject, size, wl, queries, args, progress, task)
                 progress.advance(overall)
     env = environment(count)
-    print_report(console, env, wl, results, names, args)
+    if results:
+        print_report(console, env, wl, results, names, args)
+    if real is not None:
+        console.print(real_table(real, real_results, names))
     doc = figures(args, env, wl, results)
+    if real is not None:
+        doc["real_text"] = {"dataset": "locomo", "conversation": real[0], "turns": len(real[1]),
+                            "questions": len(real[2]), "results": real_results}
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
         console.print(f"wrote {args.json}")
@@ -734,8 +815,8 @@ def figures(args: argparse.Namespace, env: dict, wl: Workload, results: dict) ->
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from plots import command_line, machine_line  # no matplotlib here
 
-    config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()
-              if k != "argv"}
+    config = {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v)
+              for k, v in vars(args).items() if k != "argv"}
     doc = {
         "measured": datetime.date.today().isoformat(),
         "command": command_line("benchmarks/speed.py", args.argv),

@@ -78,35 +78,59 @@ class Cues:
         return bool(self.reference or self.switch or self.returning)
 
 
-_CJK_NOT_AFTER = {"它": "(?<!其)"}
-"""Chinese cues that are part of a longer word after these characters ("其它" = "other")."""
+_CJK_NOT_AFTER = {"它": "其"}
+"""Chinese cues that are part of a longer word after this character ("其它" = "other")."""
 
 
-def _compile(cues: tuple[str, ...]) -> re.Pattern[str]:
-    latin = sorted((c for c in cues if c.isascii()), key=len, reverse=True)
-    cjk = sorted((c for c in cues if not c.isascii()), key=len, reverse=True)
-    parts = [r"(?<![\w'])" + re.escape(c) + r"(?!\w)" for c in latin]  # "that's" holds "that"
-    parts += [_CJK_NOT_AFTER.get(c, "") + re.escape(c) for c in cjk]
-    return re.compile("|".join(parts), re.IGNORECASE)
+def _trie(words: list[str]) -> str:
+    """A regular expression matching any of ``words``, longest first, as a character trie:
+    at each position the engine follows one branch instead of trying every cue."""
+    root: dict[str, dict] = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, dict]) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(root)
 
 
-_REFERENCE = _compile(REFERENCE_CUES)
-_SWITCH = _compile(SWITCH_CUES)
-_RETURN = _compile(RETURN_CUES)
-_ALL = _compile(REFERENCE_CUES + SWITCH_CUES + RETURN_CUES)
+_KINDS: dict[str, tuple[str, ...]] = {}
+for _kind, _cues in (("reference", REFERENCE_CUES), ("switch", SWITCH_CUES), ("returning", RETURN_CUES)):
+    for _cue in _cues:
+        _KINDS[_cue] = _KINDS.get(_cue, ()) + (_kind,)
+_CUES = re.compile(
+    r"(?<![\w'])(?i:" + _trie([c for c in _KINDS if c.isascii()]) + r")(?!\w)"  # "that's" holds "that"
+    + "|" + _trie([c for c in _KINDS if not c.isascii()])
+)
+"""Every cue in one pattern: English cues as whole words in any case, Chinese as substrings."""
 
 
-def _found(pattern: re.Pattern[str], text: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(m.group(0).casefold() for m in pattern.finditer(text)))
+def _scan(text: str) -> tuple[Cues, list[tuple[int, int]]]:
+    """The cues of ``text`` (each kind in order of appearance, each cue once) and their spans."""
+    found: dict[str, dict[str, None]] = {"reference": {}, "switch": {}, "returning": {}}
+    spans: list[tuple[int, int]] = []
+    for match in _CUES.finditer(text):
+        cue = match.group(0).casefold()
+        before = _CJK_NOT_AFTER.get(cue[0])
+        if before is not None and match.start() > 0 and text[match.start() - 1] == before:
+            continue
+        spans.append(match.span())
+        for kind in _KINDS[cue]:
+            found[kind][cue] = None
+    return Cues(tuple(found["reference"]), tuple(found["switch"]), tuple(found["returning"])), spans
 
 
 def find_cues(normalised_text: str) -> Cues:
     """Find the cues in a text already passed through :func:`anchors.normalise`."""
-    return Cues(
-        reference=_found(_REFERENCE, normalised_text),
-        switch=_found(_SWITCH, normalised_text),
-        returning=_found(_RETURN, normalised_text),
-    )
+    return _scan(normalised_text)[0]
 
 
 def strip_cues(text: str) -> tuple[Cues, str]:
@@ -118,4 +142,12 @@ def strip_cues(text: str) -> tuple[Cues, str]:
     (('back to',), ('by the way',), ['the', 'moka', 'pot:', ',', 'is', 'hot?'])
     """
     text = unicodedata.normalize("NFKC", text)
-    return find_cues(text.casefold()), _ALL.sub(" ", text)
+    cues, spans = _scan(text)
+    if not spans:
+        return cues, text
+    pieces, last = [], 0
+    for start, end in spans:
+        pieces += [text[last:start], " "]
+        last = end
+    pieces.append(text[last:])
+    return cues, "".join(pieces)

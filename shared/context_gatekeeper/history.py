@@ -159,10 +159,11 @@ class TurnHistory:
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
         self.turns[turn.id] = turn
         self.costs[turn.id] = self._cost(turn)
-        indexed = self.index.add(turn.id, extract(turn.user), extract(answer))
+        user = extract(turn.user)
+        indexed = self.index.add(turn.id, user, extract(answer))
         cues, content = strip_cues(turn.user[: self.params.max_query_chars])
         gated = tuple(extract(content, query=True).counts)
-        answered = len(indexed.anchors) > len(frozenset(extract(turn.user).counts))
+        answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
         self.inputs[turn.id] = SegmentInput(gated, cues, indexed.anchors, answered)
 
     def _renumber_from(self, position: int) -> None:
