@@ -71,7 +71,7 @@ Request = Union[Replace, Delete, InsertAfter]
 
 
 # -- changes -------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Put:
     """Insert ``message`` after message ``after`` (``None``: at the start; :data:`AT_END`: at the end)."""
 
@@ -79,7 +79,7 @@ class Put:
     after: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Remove:
     """Remove ``message``, which sat after ``after`` (kept for inversion)."""
 
@@ -87,7 +87,7 @@ class Remove:
     after: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Change:
     """Replace the ``before`` version of a message by ``after`` (same id)."""
 

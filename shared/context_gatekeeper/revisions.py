@@ -34,7 +34,7 @@ STATE_CHANGING: frozenset[str] = frozenset({"edit", "apply", "set", "clear", "re
 """Kinds that ``undo`` reverts; appends are undone only by deleting them explicitly."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Revision:
     """One recorded change.
 

@@ -8,6 +8,10 @@ what changed.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from ..errors import CorruptLogError, InvalidRevisionError, UnknownMessageError
 from ..messages import Message
 from ..operations import Put, State
@@ -15,6 +19,28 @@ from ..revisions import Revision
 from .base import Store
 
 __all__ = ["Replica"]
+
+BULK = 1_000
+"""Reading more revisions than this at once pauses the cyclic garbage collector."""
+
+
+@contextmanager
+def _collector_paused(pause: bool) -> Iterator[None]:
+    """Pause the cyclic garbage collector (if ``pause`` and it is on) for the block.
+
+    A long log is loaded as hundreds of thousands of objects that are all kept, so
+    collections during the load only re-scan them: about a quarter of the time of
+    opening 20,000 turns.  Reference counting still frees everything as usual, and
+    the collector is switched back on when the block ends, however it ends.
+    """
+    if not pause or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class Replica:
@@ -52,6 +78,10 @@ class Replica:
         known = len(self.log)
         if known and head == known and stamp == self.log[-1].time:
             return
+        with _collector_paused(head - known > BULK or (not known and head > BULK)):
+            self._catch_up(head, known)
+
+    def _catch_up(self, head: int, known: int) -> None:
         if known and head >= known:
             fetched = self.store.revisions(self.session_id, after=known - 1)
             if fetched and fetched[0].number == known and fetched[0].time == self.log[-1].time:
