@@ -60,7 +60,7 @@ from .revisions import Diff, Proposal, Revision, RevisionKind, diff_states, undo
 from .stores.base import Store
 from .transcript_async import AsyncTranscriptMixin
 from .stores.memory import InMemoryStore
-from .stores.replica import Replica
+from .stores.replica import BULK, Replica, collector_paused
 from .validation import require_text
 
 __all__ = ["Transcript"]
@@ -471,11 +471,12 @@ class Transcript(AsyncTranscriptMixin):
         if not draft.changes:
             return replace(draft, number=head, parent=head, base=head)
         options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
-        stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)
-        if stored.changes and stored.parent == len(self._replica.log):
-            self._replica.add(stored)  # nothing landed in between: no need to read it back
-        else:
-            self._replica.refresh()
+        with collector_paused(len(draft.changes) > BULK):
+            stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)
+            if stored.changes and stored.parent == len(self._replica.log):
+                self._replica.add(stored)  # nothing landed in between: no need to read it back
+            else:
+                self._replica.refresh()
         if not stored.changes or stored.number > len(self._replica.log):
             return stored.detached()
         return self._replica.log[stored.number - 1].detached()

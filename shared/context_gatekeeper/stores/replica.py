@@ -18,19 +18,20 @@ from ..operations import Put, State
 from ..revisions import Revision
 from .base import Store
 
-__all__ = ["Replica"]
+__all__ = ["Replica", "collector_paused", "BULK"]
 
 BULK = 1_000
-"""Reading more revisions than this at once pauses the cyclic garbage collector."""
+"""Reading more revisions, or committing more changes, than this at once pauses the
+cyclic garbage collector (:func:`collector_paused`)."""
 
 
 @contextmanager
-def _collector_paused(pause: bool) -> Iterator[None]:
+def collector_paused(pause: bool) -> Iterator[None]:
     """Pause the cyclic garbage collector (if ``pause`` and it is on) for the block.
 
     A long log is loaded as hundreds of thousands of objects that are all kept, so
     collections during the load only re-scan them: about a quarter of the time of
-    opening 20,000 turns.  Reference counting still frees everything as usual, and
+    opening 20,000 turns (and a tenth of a revert of them).  Reference counting still frees everything as usual, and
     the collector is switched back on when the block ends, however it ends.
     """
     if not pause or not gc.isenabled():
@@ -78,7 +79,7 @@ class Replica:
         known = len(self.log)
         if known and head == known and stamp == self.log[-1].time:
             return
-        with _collector_paused(head - known > BULK or (not known and head > BULK)):
+        with collector_paused(head - known > BULK or (not known and head > BULK)):
             self._catch_up(head, known)
 
     def _catch_up(self, head: int, known: int) -> None:
