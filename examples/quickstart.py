@@ -4,14 +4,17 @@ The script replays a multi-topic chat (Chinese with English technical terms, and
 English): a Redis lock discussion, an explicit switch to Python asyncio, a
 "by the way" switch to Kafka, an unannounced switch to PostgreSQL, returns to
 Redis and to Kafka, pronoun follow-ups ("它的异常", "what does it cost?") and a
-last unannounced switch to Docker.
+last unannounced switch to Docker.  A turn is kept only with evidence that the
+message needs it: its words, membership of the topic the message continues or
+returns to, or resolving a pronoun; the budget is a ceiling, not a target.
 
 Before each user message is added, it asks ``ContextGatekeeper.explain()`` which
 earlier turns that message needs, and prints one row per turn: the gate's decision
 (continue / switch / return), the turns kept, the tokens kept against the tokens of
 the whole history, and why.  Then a summary of tokens sent with and without gating,
-the topic segments, and one detailed explanation (each candidate turn's score parts
-and the reason it was kept or dropped).
+the topics (a topic recurs: its runs are the segments), and one detailed explanation
+(each candidate turn's score parts, the reason it was kept or dropped, and the
+structured evidence behind it).
 
 Everything runs offline, without an API key or a model, in about a second::
 
@@ -33,6 +36,7 @@ import sys
 import unicodedata
 import warnings
 from pathlib import Path
+from typing import Any
 
 try:
     import context_gatekeeper  # noqa: F401  (installed, or already on sys.path)
@@ -195,17 +199,13 @@ def why(sel: Selection) -> str:
     parts = [f'cue "{c}"' for c in cues.switch + cues.returning + cues.reference[:1]]
     parts.append(f"overlap {sel.gate.overlap:.2f}, new {sel.gate.new_anchor_ratio:.2f}")
     if sel.decision == "return" and sel.matched_segment:
-        parts.append(f"matches {span(sel.matched_segment)}")
+        parts.append(f"returns to turns {ids_text(sel.matched_segment)}")
     reasons: dict[str, list[int]] = {}
     for score in sel.scores:
         if score.kept:
             reasons.setdefault(score.reason, []).append(score.turn_id)
     parts += [f"{reason} {ids_text(sorted(ids))}" for reason, ids in reasons.items()]
     return "; ".join(parts)
-
-
-def span(ids: tuple[int, ...]) -> str:
-    return f"turns {ids[0]}-{ids[-1]}" if len(ids) > 1 else f"turn {ids[0]}"
 
 
 def ids_text(ids: list[int] | tuple[int, ...]) -> str:
@@ -287,24 +287,33 @@ def detail_lines(turn: int, sel: Selection) -> list[str]:
         f"Turn {turn} in detail: {sel.query}",
         f"  decision {sel.decision}: overlap with the active topic {g.overlap:.2f}, "
         f"never-seen anchors {g.new_anchor_ratio:.2f}, seen elsewhere {g.elsewhere_ratio:.2f}, "
-        f"best earlier segment {g.earlier_overlap:.2f}",
+        f"best other topic {g.earlier_overlap:.2f}",
         f"  cues: switch {list(g.cues.switch)}, return {list(g.cues.returning)}, reference {list(g.cues.reference)}",
-        f"  active topic {span(sel.active_segment) if sel.active_segment else '-'}; "
-        f"matched {span(sel.matched_segment) if sel.matched_segment else '-'}; "
+        f"  active topic: turns {ids_text(sel.active_segment)}; "
+        f"returned to: turns {ids_text(sel.matched_segment)}; "
         f"kept {ids_text(sel.turn_ids)} ({sel.tokens_kept} of {sel.tokens_total} tokens, "
         f"coverage {sel.coverage:.0%})",
-        "  turn  total = user + asst + exact + recency + segment  cost  kept  reason           matched anchors",
+        "  turn  total = user + asst + exact + recency  cost  kept  reason           evidence",
     ]
     if not sel.scores:
         lines.append("     (no earlier turn shares an anchor with this query)")
     for s in sel.scores:
-        anchors = ", ".join(s.covered[:6]) + (", …" if len(s.covered) > 6 else "")
         lines.append(
             f"  {s.turn_id:>4}  {s.total:5.2f} = {s.user:4.2f} + {s.assistant:4.2f} + {s.exact:5.2f} + "
-            f"{s.recency:7.2f} + {s.segment:7.2f}  {s.cost:>4}  {'yes' if s.kept else 'no':<4}  "
-            f"{s.reason:<15}  {anchors}"
+            f"{s.recency:7.2f}  {s.cost:>4}  {'yes' if s.kept else 'no':<4}  {s.reason:<15}  {evidence_text(s.evidence)}"
         )
     return lines
+
+
+def evidence_text(evidence: Any) -> str:
+    """The structured evidence in a few words."""
+    parts = []
+    if evidence.covered:
+        parts.append("words " + ", ".join(evidence.covered[:5]) + (", …" if len(evidence.covered) > 5 else ""))
+    if evidence.topic is not None:
+        parts.append(f"topic {evidence.topic}")
+    parts += [name for name in ("reference", "pinned", "fill") if getattr(evidence, name)]
+    return "; ".join(parts) or "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         f"\nAcross {len(selections)} turns: {sent} history tokens sent with gating, {full} without "
         f"({1 - sent / full:.0%} saved)." if full else "\nNo history was sent."
     )
-    print("Topic segments (turn ids): " + " | ".join(ids_text(s) for s in gk.segments()))
+    print("Segments (turn ids): " + " | ".join(ids_text(s) for s in gk.segments()))
+    print("Topics (every run of each): " + " | ".join(ids_text(ids) for ids in gk.topics().values()))
     if args.detail:
         print()
         print("\n".join(detail_lines(args.detail, selections[args.detail - 1])))

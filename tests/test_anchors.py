@@ -49,15 +49,31 @@ def test_extract_length_is_total_occurrences():
 
 
 def test_cjk_document_mode_keeps_bigrams_and_content_characters():
-    # The module's own example: 锁续租 / 脑裂 with 为什么 (a stopword) cut out.
+    # The module's own example: 锁续租 / 脑裂 with 为什么 (a stopword) cut out; 脑裂 is a
+    # glossary term, so it also yields the English "split brain".
     assert anchors("Redis 锁续租为什么会脑裂？") == {
-        "redis", "锁", "续", "租", "锁续", "续租", "会脑", "脑", "裂", "脑裂",
+        "redis", "锁", "续", "租", "锁续", "续租", "会脑", "脑", "裂", "脑裂", "split", "brain",
     }
 
 
 def test_cjk_query_mode_keeps_only_bigrams_of_longer_pieces():
     # In a query, "锁续租" gives bigrams only, so the query does not match every 锁.
-    assert anchors("Redis 锁续租为什么会脑裂？", query=True) == {"redis", "锁续", "续租", "会脑", "脑裂"}
+    assert anchors("Redis 锁续租为什么会脑裂？", query=True) == {
+        "redis", "锁续", "续租", "会脑", "脑裂", "split", "brain",
+    }
+
+
+@pytest.mark.parametrize(
+    ("chinese", "english"),
+    [("加了索引为什么没用上", "partial index"), ("Docker 镜像太大", "base image"), ("线程池满了", "thread pool size")],
+)
+def test_glossary_terms_meet_their_english_words(chinese, english):
+    assert anchors(chinese) & anchors(english)
+
+
+@pytest.mark.parametrize("everyday", ["跑步训练", "卫生间干湿分区", "手机内存不够", "密封的容器"])
+def test_words_with_an_everyday_sense_are_not_bridged(everyday):
+    assert all(not a.isascii() for a in anchors(everyday))
 
 
 def test_single_character_piece_is_kept_in_query_mode():

@@ -11,7 +11,9 @@ An anchor is one of (the report's list, plus the improvements of DESIGN.md §4):
   ``TaskGroup`` → ``task``, ``group``; ``max_retries`` → ``max``, ``retries``), and
   the whole identifier as an *exact* anchor (``"#asyncio.gather"``);
 * a version number (``"#3.11"``), a backtick code span (``"`ttl`"``) and a quoted
-  phrase (``'"fencing token"'``), all exact anchors.
+  phrase (``'"fencing token"'``), all exact anchors;
+* for a Chinese technical term of :mod:`glossary`, the English words engineers use
+  for it (``"索引"`` → ``"index"``), so mixed-language chat meets itself.
 
 Exact anchors start with ``#``, a backtick or a double quote, so an anchor's kind
 is a pure function of its text (:func:`anchor_kind`).  All functions here are pure.
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .glossary import TERMS
 from .stopwords import CHINESE_SPLIT_CHARS, CHINESE_STOP_CHARS, CHINESE_STOPWORDS, ENGLISH_STOPWORDS
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "split_identifier",
     "extract",
     "anchor_kind",
+    "trie_pattern",
 ]
 
 
@@ -148,7 +152,8 @@ def _is_compound(identifier: str) -> bool:
 def _word_anchors(word: str) -> Iterable[str]:
     if word in ENGLISH_STOPWORDS or len(word) < 2:
         return ()
-    return (stem(word),)
+    stemmed = stem(word)
+    return () if stemmed in ENGLISH_STOPWORDS else (stemmed,)  # "lote" stems to "lot"
 
 
 @lru_cache(maxsize=131072)
@@ -205,6 +210,40 @@ def _cjk_anchors(run: str, query: bool) -> list[str]:
     return out
 
 
+def trie_pattern(words: list[str]) -> str:
+    """A regular expression matching any of ``words``, longest first, shaped as a
+    character trie: at each position the engine follows one branch instead of trying
+    every word in turn (the cue and glossary lists hold a few hundred)."""
+    root: dict[str, dict] = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, dict]) -> str:
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(root)
+
+
+_GLOSSARY = re.compile(trie_pattern(list(TERMS)))
+
+
+@lru_cache(maxsize=65536)
+def _glossary_anchors(run: str) -> tuple[str, ...]:
+    """English anchors of the technical terms in a CJK run ("加了索引" -> "index"; see :mod:`glossary`)."""
+    out: list[str] = []
+    for match in _GLOSSARY.finditer(run):
+        for word in TERMS[match.group(0)].split():
+            out.extend(_word_anchors(word))
+    return tuple(out)
+
+
 def extract(text: str, *, query: bool = False) -> TextAnchors:
     """All anchors of ``text`` with their counts.
 
@@ -212,7 +251,7 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
     alone; documents keep them all, so a query's "锁" still finds "锁续租".
 
     >>> sorted(extract("Redis 锁续租为什么会脑裂？").counts)
-    ['redis', '会脑', '租', '续', '续租', '脑', '脑裂', '裂', '锁', '锁续']
+    ['brain', 'redis', 'split', '会脑', '租', '续', '续租', '脑', '脑裂', '裂', '锁', '锁续']
     """
     text = unicodedata.normalize("NFKC", text)
     anchors: list[str] = []
@@ -229,6 +268,7 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
     anchors.extend(_latin_anchors(latin_text))
     for run in _CJK_RUN.findall(text):
         anchors.extend(_cjk_anchors(run, query))
+        anchors.extend(_glossary_anchors(run))
     anchors.extend(_NUMBER.findall(_IDENTIFIER.sub(" ", latin_text)))
     return TextAnchors.of(anchors)
 

@@ -26,6 +26,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from .anchors import trie_pattern
+
 __all__ = [
     "Cues",
     "find_cues",
@@ -82,33 +84,13 @@ _CJK_NOT_AFTER = {"它": "其"}
 """Chinese cues that are part of a longer word after this character ("其它" = "other")."""
 
 
-def _trie(words: list[str]) -> str:
-    """A regular expression matching any of ``words``, longest first, as a character trie:
-    at each position the engine follows one branch instead of trying every cue."""
-    root: dict[str, dict] = {}
-    for word in words:
-        node = root
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict[str, dict]) -> str:
-        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        return f"(?:{body})?" if "" in node else body
-
-    return build(root)
-
-
 _KINDS: dict[str, tuple[str, ...]] = {}
 for _kind, _cues in (("reference", REFERENCE_CUES), ("switch", SWITCH_CUES), ("returning", RETURN_CUES)):
     for _cue in _cues:
         _KINDS[_cue] = _KINDS.get(_cue, ()) + (_kind,)
 _CUES = re.compile(
-    r"(?<![\w'])(?i:" + _trie([c for c in _KINDS if c.isascii()]) + r")(?!\w)"  # "that's" holds "that"
-    + "|" + _trie([c for c in _KINDS if not c.isascii()])
+    r"(?<![\w'])(?i:" + trie_pattern([c for c in _KINDS if c.isascii()]) + r")(?!\w)"  # "that's" holds "that"
+    + "|" + trie_pattern([c for c in _KINDS if not c.isascii()])
 )
 """Every cue in one pattern: English cues as whole words in any case, Chinese as substrings."""
 

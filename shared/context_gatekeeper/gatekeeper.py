@@ -433,6 +433,8 @@ class ContextGatekeeper:
                     reason = "explicit switch"
                 elif c.turn_id not in in_pool:
                     reason = "below top-M"
+                elif not distinctive(c):
+                    reason = "weak match"
                 elif not on_topic and match_share(c, weights) < self.params.off_topic_share:
                     reason = "off-topic"
                 else:

@@ -86,8 +86,9 @@ class TurnScore:
         cost: tokens the turn costs.
         kept: whether the turn is in the selection.
         reason: why, in words: kept as "pinned", "coverage", "topic", "follow-up",
-            "neighbour" or "fill"; dropped as "off-topic", "no new coverage",
-            "over budget", "below top-M" or "explicit switch".
+            "neighbour" or "fill"; dropped as "off-topic" (another topic, too weak
+            a match), "weak match" (only lone CJK characters in common), "no new
+            coverage", "over budget", "below top-M" or "explicit switch".
         evidence: the structured reason (see :class:`Evidence`); non-empty on every
             kept turn.
         topic: the turn's topic label.

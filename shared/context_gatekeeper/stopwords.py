@@ -30,10 +30,10 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     good bad best better great nice cool big small little lot lots kind sort way ways someone something
     anyone everyone anybody everybody somebody stuff interesting different another new old sure right
     topic topics question questions subject
-    explain elaborate detail details detailed continue example examples correct incorrect retry true false
+    explain elaborate detail details detailed continue example examples correct incorrect
     again more why really actually exactly probably definitely basically anyway anyways okay alright
     happen happens happened happening compare compared comparing comparison previous previously
-    difference differences differ versus vs
+    difference differences differ versus vs roughly approximately around
     """.split()
 )
 """English function words, generic verbs and adjectives, contraction fragments and chat
