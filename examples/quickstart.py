@@ -187,8 +187,13 @@ def replay(gk: ContextGatekeeper) -> list[Selection]:
 
 def decision_text(sel: Selection) -> str:
     """The gate's decision; a weak switch (no switch cue, little new content) is
-    treated like a continue by selection and segmentation, so say so."""
-    return "switch (weak)" if sel.weak_switch else sel.decision
+    treated like a continue by selection, and a switch whose words still tie it to
+    the active topic is a new question on known ground, so say so."""
+    if sel.weak_switch:
+        return "switch (weak)"
+    if sel.decision == "switch" and sel.topic is not None:
+        return "switch (same topic)"
+    return sel.decision
 
 
 def why(sel: Selection) -> str:
@@ -272,7 +277,7 @@ def print_rich(rows: list[tuple[str, ...]], title: str) -> None:
         )
     for r in rows:
         cells = [escape(cell) for cell in r]
-        style = "yellow" if r[2] == "switch (weak)" else DECISION_STYLE[r[2]]
+        style = "yellow" if r[2].startswith("switch (") else DECISION_STYLE[r[2]]
         cells[2] = f"[{style}]{cells[2]}[/]"
         if narrow:
             cells[1] += f"\n[dim]{cells.pop()}[/]"

@@ -52,3 +52,10 @@ def test_the_quickstart_runs_and_prints_segments_and_topics(capsys):
     assert "Segments (turn ids): 1,2,3,4 | 5,6,7 | 8,9,10,11 | 12,13 | 14 | 15,16 | 17,18" in out
     assert "Topics (every run of each): 1,2,3,4,14 | 5,6,7 | 8,9,10,11,15,16 | 12,13 | 17,18" in out
     assert "Turn 14 in detail" in out and "evidence" in out
+
+
+@pytest.mark.parametrize(("turn", "earlier"), [(13, 12), (18, 17)])
+def test_mixed_language_follow_ups_keep_the_turn_they_build_on(kept, turn, earlier):
+    # "加了索引" -> "partial index", "Docker 镜像" -> "base image": the glossary bridges them
+    decision, ids = kept[turn]
+    assert ids == {earlier}, (turn, decision, ids)

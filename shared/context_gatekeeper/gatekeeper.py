@@ -404,6 +404,7 @@ class ContextGatekeeper:
             system_prompt=self._system_prompt,
             summary=self._summary,
             pinned_turn_ids=tuple(pinned),
+            topic=topic,
         )
 
     def _score_records(

@@ -75,9 +75,11 @@ class SelectionParams:
     higher by more than this (a conversation more often continues than jumps)."""
 
     # -- gate -------------------------------------------------------------------------
-    continue_threshold: float = 0.10
-    """Overlap with the active topic above which the query continues it (the report's
-    0.45 assumed no stopwords and an undecayed topic; tuned down on the dev data)."""
+    continue_threshold: float = 0.20
+    """Overlap with the active topic at or above which the query continues it (the
+    report's 0.45 assumed no stopwords and an undecayed topic; tuned down on the dev
+    data).  Equal to ``switch_threshold``: below it, a query with mostly new content
+    switches, otherwise the middle band continues."""
     switch_threshold: float = 0.20
     """Overlap below which (with enough new anchors) the query switches topic."""
     new_anchor_threshold: float = 0.70

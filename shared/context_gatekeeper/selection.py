@@ -133,6 +133,10 @@ class Selection:
         system_prompt: the system prompt that is always kept (or None).
         summary: the summary that is always kept (or None).
         pinned_turn_ids: turns kept because they are pinned.
+        topic: the label of the topic the query refers to (see
+            :meth:`ContextGatekeeper.topics`): the active one on a continue, the one
+            returned to on a return, and on a switch the active one when the query's
+            words still tie it there (a new question on known ground), else None.
     """
 
     query: str
@@ -150,6 +154,7 @@ class Selection:
     system_prompt: str | None
     summary: str | None
     pinned_turn_ids: tuple[int, ...]
+    topic: int | None = None
 
     @property
     def tokens_saved(self) -> int:
