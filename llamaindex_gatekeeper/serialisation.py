@@ -6,6 +6,14 @@ replays it into a store.  LlamaIndex's ``to_json`` / ``from_json`` and the workf
 ``Context`` serialiser go through these two, so an agent context that holds the
 memory round-trips with it.
 
+The revision log is imported whole or not at all: ``from_dict`` checks all of it in
+memory first, with the check the stores run inside every commit
+(:func:`~context_gatekeeper.stores.integrity.check_revision`, plus the undo/redo
+stacks), and refuses a log with a revision that does not apply, naming it, before
+anything is written.  No-op revisions, which older versions recorded and exported
+(``"changes": []``, a change to identical text), are skipped and the later revisions
+renumbered, undo/redo/revert targets with them, as the stores no longer write them.
+
 Serialised data is treated as untrusted: ``from_dict`` takes only the options in
 :data:`DATA_OPTIONS` from it (scalars: the editing strategy, the deletion limit and
 the selection tunables), never a store, a model or a token counter, which would let
@@ -24,10 +32,13 @@ memory uses the defaults.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, get_args
 
-from context_gatekeeper import InvalidInputError, Revision, SelectionParams, Store
+from context_gatekeeper import InvalidInputError, InvalidRevisionError, Revision, SelectionParams, Store
+from context_gatekeeper.revisions import STATE_CHANGING, RevisionKind
 from context_gatekeeper.stores import InMemoryStore
+from context_gatekeeper.stores.integrity import IdEntry, check_revision
 
 if TYPE_CHECKING:
     from context_gatekeeper import Transcript
@@ -55,6 +66,117 @@ def _data_options(data: dict[str, Any]) -> dict[str, Any]:
             "nothing was created. Pass them to from_dict(data, store=..., model=..., token_counter=...)"
         )
     return dict(options)
+
+
+_KINDS = frozenset(get_args(RevisionKind))
+_TARGETED = frozenset({"undo", "redo", "revert"})
+_NOTHING_WRITTEN = "nothing was written to the store"
+_WHAT_TO_DO = (
+    "The data was damaged or edited: export the memory again with to_dict(), or remove that revision "
+    "(and those that build on it) from data['revisions']"
+)
+
+
+def _refused(position: int, kind: object, reason: str) -> str:
+    """The message naming revision ``position`` of serialised data and saying what to do."""
+    return f"serialised memory: revision {position} ({kind}) {reason}; {_NOTHING_WRITTEN}. {_WHAT_TO_DO}"
+
+
+def _parse(entry: object, position: int) -> Revision:
+    """Entry ``position`` (1-based) of ``data["revisions"]`` as a revision, or InvalidInputError naming it."""
+    kind = entry.get("kind") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict):
+        raise InvalidInputError(_refused(position, kind, f"is not a revision object but {type(entry).__name__}"))
+    number = entry.get("number")
+    if type(number) is not int or number != position:
+        raise InvalidInputError(
+            _refused(position, kind, f"is numbered {number!r}: a log's revisions are numbered 1, 2, 3 ... in order")
+        )
+    if kind not in _KINDS:
+        raise InvalidInputError(_refused(position, kind, f"has an unknown kind (one of {sorted(_KINDS)} expected)"))
+    if not isinstance(entry.get("changes"), list):
+        raise InvalidInputError(_refused(position, kind, "cannot be read ('changes' must be a list)"))
+    if not all(isinstance(entry.get(key), (str, type(None))) for key in ("instruction", "model")):
+        raise InvalidInputError(_refused(position, kind, "cannot be read ('instruction' and 'model' are text or null)"))
+    try:
+        return Revision.from_dict(entry)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        detail = f"missing field {error}" if isinstance(error, KeyError) else str(error)
+        raise InvalidInputError(_refused(position, kind, f"cannot be read ({detail})")) from error
+
+
+def _checked_log(session_id: str, entries: object) -> list[Revision]:
+    """The serialised log as the store will hold it: every revision read and checked as
+    the stores check it, in order, with no-op revisions skipped and the rest numbered
+    1, 2, 3 ... (undo/redo/revert targets renumbered with them).  Writes nothing.
+
+    Raises:
+        InvalidInputError: an entry is not a revision, or an append reuses an id with other text.
+        InvalidRevisionError: a revision does not apply to those before it (a message put
+            twice, removed or changed while absent, an id reused), or undoes, redoes or
+            reverts to a revision it cannot.
+    """
+    if not isinstance(entries, list):
+        raise InvalidInputError(
+            f"serialised memory: 'revisions' must be a list, got {type(entries).__name__}; {_NOTHING_WRITTEN}. "
+            "Pass to_dict() output"
+        )
+    index: dict[str, IdEntry] = {}
+
+    def lookup(ids: Iterable[str]) -> Mapping[str, IdEntry]:
+        return {i: index[i] for i in ids if i in index}
+
+    kept: list[Revision] = []
+    stored_as: dict[int, int] = {}  # position in the data -> number in the store (kept revisions)
+    state_at: dict[int, int] = {0: 0}  # position -> the stored revision whose state it leaves
+    done: list[int] = []  # undo_stacks, replayed as the log is read
+    undone: list[Revision] = []
+    for position, entry in enumerate(entries, 1):
+        revision = _parse(entry, position)
+        kind, head, target = revision.kind, len(kept), revision.target
+        if kind not in _TARGETED:
+            target = None
+        elif not revision.is_noop:  # a no-op is skipped, whatever it names
+            targets = state_at if kind == "revert" else stored_as
+            if type(target) is not int or target not in targets:
+                skipped = type(target) is int and target in state_at and target not in stored_as and target > 0
+                reason = (
+                    f"{kind}s revision {target}, which changed nothing"
+                    if skipped
+                    else f"has target {target!r}, which is not an earlier revision it can {kind}"
+                )
+                raise InvalidRevisionError(_refused(position, kind, reason))
+            target = targets[target]
+        placed = dataclasses.replace(revision, number=head + 1, parent=head, base=head, target=target)
+        try:
+            checked, rows = check_revision(session_id, placed, lookup)
+        except (InvalidRevisionError, InvalidInputError) as error:
+            reason = f"does not apply to the revisions before it: {error}"
+            raise type(error)(_refused(position, kind, reason)) from error
+        if not checked.changes:
+            state_at[position] = head  # a no-op: the store would not write it
+            continue
+        if kind in STATE_CHANGING:
+            done.append(placed.number)
+            undone.clear()
+        elif kind == "undo":
+            if placed.target not in done:
+                raise InvalidRevisionError(
+                    _refused(position, kind, f"undoes revision {revision.target}, which is not done at that point")
+                )
+            done.remove(placed.target)  # type: ignore[arg-type]
+            undone.append(placed)
+        elif kind == "redo":
+            if not undone or undone[-1].target != placed.target:
+                raise InvalidRevisionError(
+                    _refused(position, kind, f"redoes revision {revision.target}, which is not the last one undone")
+                )
+            undone.pop()
+            done.append(placed.target)  # type: ignore[arg-type]
+        index.update(rows)
+        kept.append(placed)
+        stored_as[position] = state_at[position] = placed.number
+    return kept
 
 
 def _store_spec(store: Store) -> dict[str, Any] | None:
@@ -128,15 +250,22 @@ class SerialisationMixin:
         (``ValueError``).  Other keyword arguments are constructor options (``model``,
         ``token_counter``, ``params``, ...).  Revision times are those of the import.
 
+        The whole log is checked before anything is written (see the module
+        docstring): no-op revisions of older exports are skipped, the rest renumbered.
+
         Raises:
             InvalidInputError: ``data["options"]`` names an option outside
                 :data:`DATA_OPTIONS` (a store, a model, a token counter ...) or a value
-                that is not a scalar; nothing is created.
+                that is not a scalar; or an entry of ``data["revisions"]`` is not a
+                revision, or an append there reuses a message id with other text.
+                Nothing is created.
+            InvalidRevisionError: a revision of the log does not apply to those before
+                it (named in the message); nothing is written.
         """
         options = {**_data_options(data), **kwargs}
+        revisions = _checked_log(str(data.get("session_id")), data.get("revisions", []))
         store = options.pop("store", None) or InMemoryStore()
         memory = cls(token_limit=data["token_limit"], session_id=data["session_id"], store=store, **options)
-        revisions = [Revision.from_dict(entry) for entry in data.get("revisions", [])]
         existing = memory.history()
         if existing:
             if [(r.number, r.kind) for r in existing] != [(r.number, r.kind) for r in revisions]:
@@ -145,8 +274,22 @@ class SerialisationMixin:
                     "pass an empty store (or another session_id)"
                 )
             return memory
-        for revision in revisions:
-            memory.store.commit(memory.session_id, revision, expected_head=revision.number - 1)
+        for written, revision in enumerate(revisions):
+            try:
+                stored = memory.store.commit(memory.session_id, revision, expected_head=revision.number - 1)
+            except Exception as error:
+                if written and hasattr(error, "add_note"):  # checked above: only the store failing or a concurrent writer
+                    error.add_note(
+                        f"from_dict: revisions 1..{written} of session {memory.session_id!r} were imported before "
+                        f"this; store.purge({memory.session_id!r}) removes them"
+                    )
+                raise
+            if stored.number != revision.number:
+                raise InvalidRevisionError(
+                    f"session {memory.session_id!r}: the store did not write revision {revision.number} of the "
+                    f"import (its head is {stored.number}); revisions 1..{written} were imported. "
+                    f"store.purge({memory.session_id!r}) removes them"
+                )
         return memory
 
     def __reduce__(self) -> tuple[Any, tuple[type, dict[str, Any]]]:
