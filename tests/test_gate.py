@@ -58,9 +58,14 @@ def test_defaults_keep_the_bands_ordered():
 # -- rule 1: no anchors ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cues", [NO_CUES, SWITCH, RETURN, REF])
+@pytest.mark.parametrize("cues", [NO_CUES, SWITCH, REF])
 def test_query_without_anchors_continues(cues):
     assert decide(features(query_weight=0.0, new_anchor_ratio=0.0, cues=cues), P) == "continue"
+
+
+def test_a_return_cue_without_content_returns():
+    # "回到刚才的话题", "back to what we were saying": the caller returns to the previous topic
+    assert decide(features(query_weight=0.0, new_anchor_ratio=0.0, cues=RETURN), P) == "return"
 
 
 # -- rule 2: return and switch cues ---------------------------------------------------------------
@@ -86,9 +91,21 @@ def test_return_cue_uses_elsewhere_share_when_no_segment_is_named():
     assert decide(f, P) == "return"
 
 
-def test_switch_cue_switches_even_with_high_overlap():
-    f = features(overlap=0.9, new_anchor_ratio=0.0, new_weight=0.0, cues=SWITCH)
-    assert decide(f, P) == "switch"
+def test_switch_cue_on_the_active_topics_words_does_not_switch():
+    # "anyway, how does the watchdog renew the Redis lock?" while on Redis locks
+    f = features(overlap=P.cue_hold_overlap, new_anchor_ratio=0.1, new_weight=STRONG - 0.1, cues=SWITCH)
+    assert decide(f, P) == "continue"
+
+
+def test_switch_cue_switches_with_a_lot_of_new_content_or_little_overlap():
+    assert decide(features(overlap=0.9, new_anchor_ratio=0.1, new_weight=STRONG, cues=SWITCH), P) == "switch"
+    low = features(overlap=P.cue_hold_overlap - 0.01, new_anchor_ratio=0.5, new_weight=1.0, cues=SWITCH)
+    assert decide(low, P) == "switch"
+
+
+def test_return_cue_on_the_active_topics_words_continues_and_otherwise_returns():
+    assert decide(features(overlap=P.continue_threshold, cues=RETURN), P) == "continue"
+    assert decide(features(overlap=0.0, new_anchor_ratio=0.5, new_weight=1.0, cues=RETURN), P) == "return"
 
 
 def test_switch_cue_with_a_strong_earlier_match_is_a_return():

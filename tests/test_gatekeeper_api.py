@@ -226,7 +226,7 @@ def test_scores_explain_every_kept_turn() -> None:
     kept = {s.turn_id: s for s in selection.scores if s.kept}
     assert set(kept) == set(selection.turn_ids) == {1}
     score = kept[1]
-    assert score.total == pytest.approx(score.user + score.assistant + score.exact + score.recency + score.segment)
+    assert score.total == pytest.approx(score.user + score.assistant + score.exact + score.recency)
     assert score.reason == "coverage" and "vacuum" in score.covered
 
 

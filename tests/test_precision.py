@@ -198,3 +198,69 @@ def test_every_kept_turn_has_evidence_and_every_dropped_one_a_reason(turns, quer
             assert preset == "recall"
         assert isinstance(record.evidence, Evidence)
     assert selection.tokens_kept <= budget
+
+
+# -- found in review ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "另外，Redis 锁的 watchdog 多久续租一次？",
+        "顺便问一下，fencing token 怎么实现？",
+        "Anyway, how does the watchdog renew the Redis lock?",
+    ],
+)
+def test_a_switch_cue_on_the_active_topics_words_keeps_the_topic(query):
+    gk = chat(
+        REDIS_1,
+        REDIS_2,
+        ("Redis 锁续租失败会怎样？", "watchdog 续租失败时锁会过期，需要 fencing token 防止旧客户端写入。"),
+    )
+    selection = gk.explain(query)
+    assert selection.decision == "continue"
+    assert selection.turn_ids
+
+
+@pytest.mark.parametrize("query", ["回到刚才的话题", "ok, back to the previous topic", "Going back to what we discussed before"])
+def test_a_return_cue_without_matching_words_returns_to_the_previous_topic(query):
+    gk = chat(REDIS_1, REDIS_2, ("By the way, what grind for a moka pot?", "Medium-fine, a bit coarser than espresso."))
+    selection = gk.explain(query)
+    assert selection.decision == "return"
+    assert selection.turn_ids == (1, 2)
+
+
+def test_dotted_capital_i_never_breaks_the_gatekeeper():
+    # "İ" matches "i" case-insensitively but casefolds to "i" + a combining dot
+    gk = chat(("THİS İS BROKEN about redis", "redis ok"), ("redis lock ttl?", "a few seconds"))
+    assert gk.explain("redis").turn_ids == (1, 2)
+    assert gk.explain("WHY İS İT SLOW?").gate.cues.reference == ("it",)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=40), st.text(max_size=40)), max_size=5), st.text(min_size=1, max_size=40))
+def test_any_text_is_added_and_explained_or_refused_cleanly(turns, query):
+    from context_gatekeeper import GatekeeperError
+
+    gk = ContextGatekeeper(token_budget=500)
+    added = 0
+    for user, assistant in turns:
+        try:
+            gk.add_turn(user, assistant)
+            added += 1
+        except GatekeeperError:
+            pass  # an empty turn is refused, and leaves nothing behind
+        assert len(gk) == added == len(gk._history.index)
+    try:
+        selection = gk.explain(query)
+    except GatekeeperError:
+        assert not query.strip()
+        return
+    assert set(selection.turn_ids) <= {t.id for t in gk.turns}
+
+
+def test_cue_words_never_match_in_the_node_postprocessor_either():
+    from context_gatekeeper.coverage import select_covering
+
+    result = select_covering("Back to the moka pot", ["Roll the deploy back.", "Moka pot grind: medium-fine."], costs=[5, 5])
+    assert result.kept == [1]

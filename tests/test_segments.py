@@ -83,8 +83,8 @@ def test_profiles_see_only_the_lookback_before_end():
 
 
 def test_affinity_by_hand():
-    assert affinity({"a": 2.0, "b": 1.0, "#x.y": 9.0}, {"a": 0.5}) == pytest.approx(1.0 / 3.0)
-    assert affinity({}, {"a": 1.0}) == 0.0
+    assert affinity({"a": 2.0, "b": 1.0}, {"a": 0.5}, 3.0) == pytest.approx(1.0 / 3.0)
+    assert affinity({}, {"a": 1.0}, 0.0) == 0.0
 
 
 def test_best_other_topic_skips_the_active_one():
@@ -205,7 +205,7 @@ def test_next_label_uses_the_df_it_is_given():
     assert new_weight == pytest.approx(4 * unseen_idf(2))
 
 
-def test_next_label_asks_df_only_about_the_query_and_reads_no_later_turn():
+def test_next_label_asks_df_only_about_the_turn_and_reads_no_later_turn():
     turns = _three_turns()
 
     class Prefix(list):
@@ -220,7 +220,7 @@ def test_next_label_asks_df_only_about_the_query_and_reads_no_later_turn():
         return 1 if anchor in turns[0].anchors else 0
 
     next_label([0, 0], Prefix([*turns, bare("later", user=("later",))]), 2, df, P)
-    assert asked and set(asked) <= set(turns[2].user)
+    assert asked and set(asked) <= set(turns[2].user) | turns[2].anchors
 
 
 def test_first_turn_is_segment_zero_whatever_it_says():

@@ -83,15 +83,14 @@ def test_score_parts_by_hand(small):
     # recency: distance from the last position (3), halving every half-life
     for c in (c10, c20, c30):
         assert c.recency == pytest.approx(p.recency_weight * 0.5 ** ((3 - c.position) / p.recency_half_life))
-        assert c.segment == 0.0  # the gatekeeper sets the segment bonus, not the scorer
         assert c.total == pytest.approx(c.user + c.assistant + c.exact + c.recency)
 
 
-def test_segment_weight_counts_each_anchor_once_per_segment(small):
+def test_topic_weight_counts_each_anchor_once_per_topic(small):
     index, positions, labels, costs = small
-    _, segment_weight = score_candidates(WEIGHTS, index, positions, labels, costs, P)
+    _, topic_weight = score_candidates(WEIGHTS, index, positions, labels, costs, P)
     # Segment 0 holds redis (in two turns: counted once) and ttl; segment 1 holds #3.11.
-    assert segment_weight == pytest.approx({0: 3.0, 1: 1.0})
+    assert topic_weight == pytest.approx({0: 3.0, 1: 1.0})
 
 
 def test_length_normalisation_favours_the_shorter_turn():
@@ -126,7 +125,7 @@ def test_score_parts_are_normalised(turns, weights):
     index, positions, labels, costs = build(
         [(i + 1, u, a, 1) for i, (u, a) in enumerate(turns)], labels=[0] * len(turns)
     )
-    candidates, segment_weight = score_candidates(weights, index, positions, labels, costs, P)
+    candidates, topic_weight = score_candidates(weights, index, positions, labels, costs, P)
     for c in candidates.values():
         assert c.covered and set(c.covered) <= set(weights)
         assert len(c.covered) == len(set(c.covered))
@@ -136,7 +135,7 @@ def test_score_parts_are_normalised(turns, weights):
         assert 0 < c.recency <= P.recency_weight
         holders = index.turns[c.turn_id].anchors
         assert set(c.covered) == holders & set(weights)
-    assert sum(segment_weight.values()) <= sum(weights.values()) + 1e-9
+    assert sum(topic_weight.values()) <= sum(weights.values()) + 1e-9
 
 
 # -- is_weak_evidence ---------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .anchors import extract
+from .cues import strip_cues
 from .errors import BudgetError
 from .gate import anchor_weights
 from .params import SelectionParams
@@ -277,7 +278,7 @@ def select_covering(
         raise ValueError(f"target must be in (0, 1], got {target!r}")
     cost_list = _costs(texts, costs, token_counter)
     docs = [extract(t).counts for t in texts]
-    query_anchors = extract(query[: params.max_query_chars], query=True).counts
+    query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match
     if corpus is not None:
         df, n = corpus.df, corpus.n_docs
     else:

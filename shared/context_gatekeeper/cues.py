@@ -61,7 +61,7 @@ SWITCH_CUES: tuple[str, ...] = (
 )
 RETURN_CUES: tuple[str, ...] = (
     "回到", "再回到", "说回", "再说回", "回头说", "之前说的", "之前提到", "前面说的", "前面提到", "回到刚才",
-    "还是说回", "接着说", "继续说", "再聊回", "聊回", "刚才那个", "刚才说的", "之前那个", "前面那个",
+    "还是说回", "再聊回", "聊回", "刚才那个", "刚才说的", "之前那个", "前面那个",
     "back to", "going back", "coming back", "earlier you said", "you mentioned earlier", "as we discussed",
     "returning to", "go back to", "get back to", "circling back", "circle back", "revisit", "revisiting",
     "again about", "you said before", "as you said before",
@@ -95,14 +95,20 @@ _CUES = re.compile(
 """Every cue in one pattern: English cues as whole words in any case, Chinese as substrings."""
 
 
+def _canonical(matched: str) -> str:
+    """The listed cue a case-insensitive match stands for: "İt" and "It" are "it"
+    (``casefold`` turns "İ" into "i" plus a combining dot, the regex engine into "i")."""
+    return matched.casefold().replace("i\u0307", "i").replace("\u0131", "i")
+
+
 def _scan(text: str) -> tuple[Cues, list[tuple[int, int]]]:
     """The cues of ``text`` (each kind in order of appearance, each cue once) and their spans."""
     found: dict[str, dict[str, None]] = {"reference": {}, "switch": {}, "returning": {}}
     spans: list[tuple[int, int]] = []
     for match in _CUES.finditer(text):
-        cue = match.group(0).casefold()
+        cue = _canonical(match.group(0))
         before = _CJK_NOT_AFTER.get(cue[0])
-        if before is not None and match.start() > 0 and text[match.start() - 1] == before:
+        if cue not in _KINDS or (before is not None and match.start() > 0 and text[match.start() - 1] == before):
             continue
         spans.append(match.span())
         for kind in _KINDS[cue]:

@@ -105,23 +105,30 @@ def gate_features(
 def decide(f: GateFeatures, p: SelectionParams) -> Decision:
     """The gate's rule (report §3.3, extended with explicit cues, returns and new content).
 
-    1. no content anchors at all ("ok", "why?", "再试一次"): continue;
+    1. no content anchors at all ("ok", "why?", "再试一次"): continue; with a return
+       cue ("回到刚才的话题", "back to what we discussed"): return (to the previous
+       topic: the caller knows which);
     2. a return cue ("回到", "back to") or a switch cue, with an earlier topic
        matching better than the active one: return;
-    3. a switch cue beside a pronoun reference ("by the way, is *it* thread-safe?") with
-       little new content (``reference_beside_switch`` times ``switch_min_new_weight``):
-       continue; a switch cue otherwise: switch;
-    4. a reference cue ("它", "this") forces continue, unless the query also brings a
+    3. a switch cue whose words are the active topic's (overlap at least
+       ``cue_hold_overlap``, new content below ``weak_switch_factor`` times
+       ``switch_min_new_weight``: "by the way, how fine should the moka grind be?"),
+       or beside a pronoun reference with little new content ("by the way, is *it*
+       thread-safe?", ``reference_beside_switch``): continue; a switch cue otherwise:
+       switch;
+    4. a return cue otherwise: continue when the words are the active topic's (overlap
+       at or above ``continue_threshold``), else return to the previous topic;
+    5. a reference cue ("它", "this") forces continue, unless the query also brings a
        lot of new content (``reference_override`` times ``switch_min_new_weight``);
-    5. an earlier topic matching well and clearly better than the active one:
-       return (when only estimated from the history's statistics, after rule 6);
-    6. overlap at or above ``continue_threshold``: continue;
-    7. low overlap, mostly new anchors, and enough new content: switch.  The last
+    6. an earlier topic matching well and clearly better than the active one:
+       return (when only estimated from the history's statistics, after rule 7);
+    7. overlap at or above ``continue_threshold``: continue;
+    8. low overlap, mostly new anchors, and enough new content: switch.  The last
        condition keeps short follow-ups ("what does it cost?") from switching;
-    8. the middle band: continue (the report's conservative default).
+    9. the middle band: continue (the report's conservative default).
     """
     if f.query_weight <= 0:
-        return "continue"
+        return "return" if f.cues.returning else "continue"
     earlier = f.earlier_overlap
     if f.cues.returning or f.cues.switch:
         if earlier > f.overlap and (f.cues.returning or earlier >= p.return_threshold):
@@ -130,7 +137,10 @@ def decide(f: GateFeatures, p: SelectionParams) -> Decision:
             pointing_back = any(cue not in INTRODUCING_CUES for cue in f.cues.reference)
             if pointing_back and f.new_weight < p.reference_beside_switch * p.switch_min_new_weight:
                 return "continue"
+            if f.overlap >= p.cue_hold_overlap and f.new_weight < p.weak_switch_factor * p.switch_min_new_weight:
+                return "continue"
             return "switch"
+        return "continue" if f.overlap >= p.continue_threshold else "return"
     if f.cues.reference and f.new_weight < p.reference_override * p.switch_min_new_weight:
         return "continue"
     returns = earlier >= p.return_threshold and earlier >= f.overlap + p.return_margin
@@ -170,15 +180,17 @@ def refer(
     shares: Mapping[int, float],
     active: int,
     p: SelectionParams,
+    previous: int | None = None,
 ) -> tuple[Decision, int | None]:
     """The topic a query refers to, at query time: ``(decision, topic label or None)``.
 
     ``shares`` is, per topic, the share of the query's weight its turns hold in
-    distinctive anchors.  In a chat that interleaves topics, a follow-up's words point
-    at its topic more reliably than its position does ("how long should the TTL be?"
-    after a digression), so:
+    distinctive anchors; ``previous`` is the topic before the active one.  In a chat
+    that interleaves topics, a follow-up's words point at its topic more reliably than
+    its position does ("how long should the TTL be?" after a digression), so:
 
-    1. no content ("Why?", "再试一次"): the active topic;
+    1. a return the words do not place ("回到刚才的话题", "back to what we discussed"):
+       the previous topic; no content otherwise ("Why?", "再试一次"): the active topic;
     2. an announced switch (``decision == "switch"`` with a switch cue): no topic;
     3. a topic other than the active one holding at least ``topic_match_share`` of the
        query and more than the active topic does: a return there, whatever the cues;
@@ -188,6 +200,9 @@ def refer(
     5. otherwise the gate's own decision: the active topic on continue or weak
        switch, the earlier topic on return.
     """
+    unplaced = f.earlier_segment is None or f.earlier_overlap <= 0
+    if decision == "return" and unplaced and (f.query_weight <= 0 or not shares):
+        return ("return", previous) if previous is not None else ("continue", active)
     if f.query_weight <= 0:
         return "continue", active
     if decision == "switch" and f.cues.switch:
@@ -199,5 +214,5 @@ def refer(
     if decision == "switch" and not weak_switch:
         return "switch", active if active_share >= p.topic_match_share else None
     if decision == "return":
-        return "return", f.earlier_segment
+        return "return", previous if unplaced else f.earlier_segment
     return decision, active

@@ -30,7 +30,7 @@ from .errors import BudgetError, InvalidInputError
 from .gate import Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer
 from .history import TurnHistory
 from .params import SelectionParams
-from .segments import best_other_topic, topic_profiles
+from .segments import best_other_topic, previous_topic, topic_profiles
 from .selection import Evidence, Selection, Turn, TurnScore
 from .selector import (
     Candidate,
@@ -333,7 +333,8 @@ class ContextGatekeeper:
             # a new angle on the active topic is the reading only when that topic is
             # established (two turns or more) and no other topic is in play
             weak_switch = False
-        decision, topic = refer(decision, weak_switch, features, shares, active, p)
+        previous = previous_topic(labels, len(labels))
+        decision, topic = refer(decision, weak_switch, features, shares, active, p, previous)
         return decision, weak_switch and decision == "switch", features, topic
 
     def _explain(
@@ -343,17 +344,14 @@ class ContextGatekeeper:
         index, labels = history.index, history.labels
         # 1-2. weights, candidates, and the gate
         weights = anchor_weights(query_anchors, index.df, len(history), p)
-        candidates, segment_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
+        candidates, topic_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)
-        decision, weak_switch, features, topic = self._gate(weights, segment_weight, cues)
-        for candidate in candidates.values():
-            if labels[candidate.position] == topic:
-                candidate.segment = p.segment_weight
+        decision, weak_switch, features, topic = self._gate(weights, topic_weight, cues)
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())
-        pinned = [t for t in history.order if t in self._pinned and t not in exclude]
+        pinned = sorted(self._pinned - exclude, key=history.positions.__getitem__)
         kept = Kept(history, budget_total - fixed - sum(history.costs[t] for t in pinned))
         for turn_id in pinned:
             kept.reasons[turn_id], kept.evidence[turn_id] = "pinned", Evidence(pinned=True)
@@ -384,7 +382,7 @@ class ContextGatekeeper:
 
         for turn_id in exclude:
             kept.reasons.pop(turn_id, None)
-        turn_ids = tuple(t for t in history.order if t in kept.reasons)
+        turn_ids = tuple(sorted(kept.reasons, key=history.positions.__getitem__))
         kept_anchors = {a for t in turn_ids for a in index.turns[t].anchors}
         covered_weight = sum(weights[a] for a in coverable if a in kept_anchors)
         active = labels[-1] if labels else None
@@ -399,7 +397,7 @@ class ContextGatekeeper:
             scores=self._score_records(pool, candidates, weights, kept, explicit_switch, topic),
             coverage=covered_weight / coverable_weight if coverable_weight else 1.0,
             tokens_kept=fixed + sum(history.costs[t] for t in turn_ids),
-            tokens_total=fixed + sum(history.costs.values()),
+            tokens_total=fixed + history.total_cost,
             over_budget=over_budget,
             system_prompt=self._system_prompt,
             summary=self._summary,
@@ -444,7 +442,7 @@ class ContextGatekeeper:
             records.append(
                 TurnScore(
                     turn_id=c.turn_id, user=c.user, assistant=c.assistant, exact=c.exact, recency=c.recency,
-                    segment=c.segment, total=c.total, covered=tuple(c.covered), cost=c.cost,
+                    total=c.total, covered=tuple(c.covered), cost=c.cost,
                     kept=c.turn_id in kept.reasons, reason=reason, evidence=evidence, topic=label,
                 )
             )

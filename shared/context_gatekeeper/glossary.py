@@ -11,7 +11,8 @@ counterpart is what people actually type in mixed-language chat.  Single charact
 ("锁", "表") are left out, and so are words with an everyday sense too: "训练" is
 model training and marathon training, "分区" a Kafka partition and a bathroom's wet
 zone, "内存" a server's memory and a phone's, "容器" a Docker container and a food
-box.  Bridging those would carry the ambiguity into both languages.
+box, "事务" a transaction and an errand.  Bridging those would carry the ambiguity
+into both languages.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ __all__ = ["TERMS"]
 
 TERMS: dict[str, str] = {
     # storage and databases
-    "索引": "index", "数据库": "database", "事务": "transaction", "慢查询": "slow query", "执行计划": "query plan",
+    "索引": "index", "数据库": "database", "慢查询": "slow query", "执行计划": "query plan",
     "主键": "primary key", "外键": "foreign key", "分片": "shard", "缓存": "cache", "缓存雪崩": "cache avalanche",
     "分布式锁": "distributed lock", "死锁": "deadlock", "乐观锁": "optimistic lock", "悲观锁": "pessimistic lock",
     # concurrency and runtime
-    "线程": "thread", "线程池": "thread pool", "连接池": "connection pool", "进程": "process",
+    "线程": "thread", "线程池": "thread pool", "连接池": "connection pool",
     "协程": "coroutine", "事件循环": "event loop", "并发": "concurrency", "异步": "async", "回调": "callback",
     "垃圾回收": "garbage collection gc", "内存泄漏": "memory leak", "显存": "gpu memory", "死循环": "infinite loop",
     # messaging and distributed systems
@@ -34,10 +35,10 @@ TERMS: dict[str, str] = {
     "序列化": "serialization", "幂等": "idempotent", "吞吐": "throughput",
     # deployment and operations
     "镜像": "image", "服务器": "server", "客户端": "client", "端口": "port",
-    "防火墙": "firewall", "证书": "certificate", "令牌": "token", "密钥": "key", "加密": "encryption",
+    "防火墙": "firewall", "令牌": "token", "密钥": "key", "加密": "encryption",
     "内核": "kernel", "环境变量": "environment variable", "告警": "alert",
     # code and tooling
-    "编译": "compile", "单元测试": "unit test", "断言": "assert", "分支": "branch", "变基": "rebase",
+    "编译": "compile", "单元测试": "unit test", "断言": "assert", "变基": "rebase",
     "配置文件": "config file", "正则表达式": "regex", "哈希": "hash", "递归": "recursion",
     # machine learning
     "梯度": "gradient", "学习率": "learning rate", "批大小": "batch size", "过拟合": "overfitting",

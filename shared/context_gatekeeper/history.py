@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from .anchors import extract
+from .anchors import TextAnchors, extract
 from .cues import strip_cues
 from .errors import UnknownTurnError
 from .index import AnchorIndex
@@ -55,6 +55,7 @@ class TurnHistory:
         self.order: list[int] = []
         self.positions: dict[int, int] = {}
         self.costs: dict[int, int] = {}
+        self.total_cost = 0
         self.inputs: dict[int, SegmentInput] = {}
         self.labels: list[int] = []
         self.novelty: list[float] = []
@@ -68,9 +69,11 @@ class TurnHistory:
     # -- changes ------------------------------------------------------------------------
     def insert(self, position: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> int:
         """Add a turn at ``position`` (``len(self)`` appends) under a new id, and return it."""
+        turn = Turn(self._next_id, user, assistant, tool_texts)
+        prepared = self._prepare(turn)  # may raise: nothing has changed yet
         turn_id = self._next_id
         self._next_id += 1
-        self._store(Turn(turn_id, user, assistant, tool_texts))
+        self._store(turn, prepared)
         self.order.insert(position, turn_id)
         self._renumber_from(position)
         self._resegment_from(position)
@@ -79,14 +82,18 @@ class TurnHistory:
     def replace(self, turn_id: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> None:
         """New texts for a turn; its id and position stay."""
         position = self.position(turn_id)
+        turn = Turn(turn_id, user, assistant, tool_texts)
+        prepared = self._prepare(turn)  # may raise: nothing has changed yet
         self.index.remove(turn_id)
-        self._store(Turn(turn_id, user, assistant, tool_texts))
+        self.total_cost -= self.costs[turn_id]
+        self._store(turn, prepared)
         self._resegment_from(position)
 
     def remove(self, turn_id: int) -> Turn:
         """Take a turn out; later turns move up one position."""
         position = self.position(turn_id)
         turn = self.turns.pop(turn_id)
+        self.total_cost -= self.costs[turn_id]
         del self.order[position], self.positions[turn_id], self.costs[turn_id], self.inputs[turn_id]
         self.index.remove(turn_id)
         self._renumber_from(position)
@@ -97,6 +104,7 @@ class TurnHistory:
         """Remove every turn at once; ids keep counting."""
         for container in (self.turns, self.positions, self.costs, self.inputs):
             container.clear()
+        self.total_cost = 0
         del self.order[:], self.labels[:], self.novelty[:]
         self.index = AnchorIndex()
 
@@ -154,17 +162,26 @@ class TurnHistory:
         return [tuple(s) for s in out]
 
     # -- internals ----------------------------------------------------------------------
-    def _store(self, turn: Turn) -> None:
-        """Record, cost and index a turn (its position is the caller's business)."""
+    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, SegmentInput]:
+        """Everything a turn needs that can fail (a token counter may raise), computed
+        before anything changes: ``(cost, user anchors, answer anchors, gate input)``;
+        the gate input's ``anchors`` are filled by :meth:`_store`."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
-        self.turns[turn.id] = turn
-        self.costs[turn.id] = self._cost(turn)
-        user = extract(turn.user)
-        indexed = self.index.add(turn.id, user, extract(answer))
+        cost = self._cost(turn)
+        user, answer_anchors = extract(turn.user), extract(answer)
         cues, content = strip_cues(turn.user[: self.params.max_query_chars])
-        gated = tuple(extract(content, query=True).counts)
+        gated = SegmentInput(tuple(extract(content, query=True).counts), cues, frozenset())
+        return cost, user, answer_anchors, gated
+
+    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput]) -> None:
+        """Record, cost and index a prepared turn (its position is the caller's business)."""
+        cost, user, answer_anchors, gated = prepared
+        indexed = self.index.add(turn.id, user, answer_anchors)
+        self.turns[turn.id] = turn
+        self.costs[turn.id] = cost
+        self.total_cost += cost
         answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
-        self.inputs[turn.id] = SegmentInput(gated, cues, indexed.anchors, answered)
+        self.inputs[turn.id] = SegmentInput(gated.user, gated.cues, indexed.anchors, answered)
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self.order)):

@@ -57,8 +57,6 @@ class SelectionParams:
     """Weight of the recency prior (a weak tie-breaker among matching turns)."""
     recency_half_life: float = 3.0
     """Turns after which the recency prior halves."""
-    segment_weight: float = 0.0
-    """Bonus for turns in the segment the gate chose (active on continue, matched on return)."""
     top_m: int = 20
     """Candidates kept for the coverage step."""
     min_anchor_idf: float = 0.05
@@ -104,6 +102,10 @@ class SelectionParams:
     """A reference cue forces continue unless new content exceeds this many times
     ``switch_min_new_weight`` (the report: a reference cue always forces continue)."""
 
+    cue_hold_overlap: float = 0.3
+    """A switch cue whose words are the active topic's -- at least this overlap, and
+    modest new content -- does not switch ("anyway, how does the watchdog renew the
+    Redis lock?" while on Redis locks)."""
     reference_beside_switch: float = 2.5
     """A pronoun reference cue beside a switch cue ("by the way, is it thread-safe?")
     holds the topic while the new content stays below this many times

@@ -25,7 +25,7 @@ from .cues import INTRODUCING_CUES, Cues
 from .gate import anchor_weights, decide, gate_features, is_weak_switch
 from .params import SelectionParams
 
-__all__ = ["SegmentInput", "topic_profiles", "best_other_topic", "affinity", "next_label", "segment_all"]
+__all__ = ["SegmentInput", "topic_profiles", "best_other_topic", "affinity", "previous_topic", "next_label", "segment_all"]
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,19 @@ def best_other_topic(
     return label, found / total
 
 
-def affinity(weights: Mapping[str, float], profile: Mapping[str, float]) -> float:
-    """Share of a text's anchor weight found in a topic ``profile`` (each anchor counted
-    at its strength there), exact anchors left out; 0 for a text without weight."""
-    usable = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
-    total = sum(usable.values())
-    return sum(w * profile.get(a, 0.0) for a, w in usable.items()) / total if total > 0 else 0.0
+def affinity(weights: Mapping[str, float], profile: Mapping[str, float], total: float) -> float:
+    """Share of a text's anchor weight (``weights``, summing to ``total``) found in a topic
+    ``profile``, each anchor counted at its strength there; 0 for a text without weight."""
+    return sum(w * profile.get(a, 0.0) for a, w in weights.items()) / total if total > 0 else 0.0
+
+
+def previous_topic(labels: Sequence[int], end: int) -> int | None:
+    """The topic of the latest turn before ``end`` whose topic is not the active one
+    (the topic of turn ``end - 1``); None when there is none."""
+    if end <= 0:
+        return None
+    active = labels[end - 1]
+    return next((labels[pos] for pos in range(end - 2, -1, -1) if labels[pos] != active), None)
 
 
 def next_label(
@@ -134,14 +141,18 @@ def next_label(
     earlier = best_other_topic(profiles, active, weights)
     features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
     decision = decide(features, params)
-    if decision == "return" and features.earlier_segment is not None:
-        return features.earlier_segment, features.new_weight
+    if decision == "return":
+        target = features.earlier_segment if features.earlier_overlap > 0 else previous_topic(labels, position)
+        if target is not None:
+            return target, features.new_weight
     announced = decision == "switch" and bool(turn.cues.switch)
     if not announced:
-        whole = anchor_weights(turn.anchors, df, position, params)
-        for anchor, weight in weights.items():  # the user's own words count twice
-            whole[anchor] = whole.get(anchor, 0.0) + weight
-        scores = {label: affinity(whole, profile) for label, profile in profiles.items()}
+        whole = {a: w for a, w in anchor_weights(turn.anchors, df, position, params).items()
+                 if anchor_kind(a) != AnchorKind.EXACT}
+        for anchor in whole.keys() & weights.keys():  # the user's own words count twice
+            whole[anchor] += weights[anchor]
+        total = sum(whole.values())
+        scores = {label: affinity(whole, profile, total) for label, profile in profiles.items()}
         scores[active] = scores.get(active, 0.0) + params.affinity_margin
         label, score = max(scores.items(), key=lambda item: (item[1], item[0] == active))
         if score >= params.topic_affinity + (params.affinity_margin if label == active else 0.0):

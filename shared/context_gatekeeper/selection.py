@@ -72,7 +72,7 @@ class TurnScore:
     """Why one earlier turn was kept or dropped.
 
     The score parts are already multiplied by their weights, so
-    ``total == user + assistant + exact + recency + segment``.
+    ``total == user + assistant + exact + recency``.
 
     Attributes:
         turn_id: the turn.
@@ -80,7 +80,6 @@ class TurnScore:
         assistant: lexical match against the assistant and tool text.
         exact: exact hits (identifiers, versions, code spans, quoted phrases).
         recency: the recency prior.
-        segment: the bonus for being in the segment the gate chose.
         total: the candidate score.
         covered: query anchors this turn holds.
         cost: tokens the turn costs.
@@ -99,7 +98,6 @@ class TurnScore:
     assistant: float
     exact: float
     recency: float
-    segment: float
     total: float
     covered: tuple[str, ...]
     cost: int

@@ -51,12 +51,11 @@ class Candidate:
     assistant: float = 0.0
     exact: float = 0.0
     recency: float = 0.0
-    segment: float = 0.0
     covered: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> float:
-        return self.user + self.assistant + self.exact + self.recency + self.segment
+        return self.user + self.assistant + self.exact + self.recency
 
 
 def is_weak_evidence(candidate: Candidate) -> bool:
@@ -73,9 +72,10 @@ def score_candidates(
     costs: Mapping[int, int],
     params: SelectionParams,
 ) -> tuple[dict[int, Candidate], dict[int, float]]:
-    """Score every turn holding a query anchor; also sum the query weight per segment.
+    """Score every turn holding a query anchor; also sum the query weight per topic.
 
-    Returns ``(candidates by turn id, segment label -> weight of query anchors it holds)``.
+    Returns ``(candidates by turn id, topic label -> weight of the query's anchors its
+    turns hold)``, each anchor counted once per topic, lone CJK characters left out.
     Lexical parts are normalised by the query's total weight, so each lies in 0..1
     before its weight is applied.
     """
@@ -88,7 +88,7 @@ def score_candidates(
     turns = index.turns
     last = len(labels) - 1
     candidates: dict[int, Candidate] = {}
-    segment_weight: dict[int, float] = {}
+    topic_weight: dict[int, float] = {}
     for anchor, weight in weights.items():
         bucket = index.postings.get(anchor)
         kind_weight = params.kind_weights[anchor_kind(anchor)]
@@ -114,10 +114,10 @@ def score_candidates(
             segments_hit.add(labels[candidate.position])
         if anchor_kind(anchor) != AnchorKind.CJK_CHAR:  # a lone character does not tie a query to a topic
             for label in segments_hit:
-                segment_weight[label] = segment_weight.get(label, 0.0) + weight
+                topic_weight[label] = topic_weight.get(label, 0.0) + weight
     for candidate in candidates.values():
         candidate.recency = params.recency_weight * recency_prior(last - candidate.position, params.recency_half_life)
-    return candidates, segment_weight
+    return candidates, topic_weight
 
 
 def greedy_cover(
@@ -265,7 +265,7 @@ def keep_follow_up(topic: int | None, params: SelectionParams, kept: Kept) -> No
         return
     wanted = list(latest[: params.follow_up_turns])
     if params.keep_topic_opener:
-        wanted.append(history.labels.index(topic, 0, latest[-1] + 1))
+        wanted.append(topic)  # a topic's label is the position of the turn that opened it
         if params.keep_newest_angle:
             last = latest[0]
             start = history.segment_start(last)

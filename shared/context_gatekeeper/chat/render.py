@@ -185,16 +185,16 @@ class Renderer:
         )
         if s.scores:
             table = Table(show_edge=False, pad_edge=False)
-            for column in ("turn", "kept", "reason", "score", "user", "asst", "exact", "recent", "topic", "tokens"):
+            for column in ("turn", "kept", "reason", "score", "user", "asst", "exact", "recent", "tokens"):
                 left = column in ("kept", "reason")
                 table.add_column(column, justify="left" if left else "right", no_wrap=column == "reason")
             for t in sorted(s.scores, key=lambda t: t.turn_id):
                 table.add_row(
                     str(t.turn_id), "yes" if t.kept else "no", t.reason, f"{t.total:.2f}", f"{t.user:.2f}",
-                    f"{t.assistant:.2f}", f"{t.exact:.2f}", f"{t.recency:.2f}", f"{t.segment:.2f}", str(t.cost),
+                    f"{t.assistant:.2f}", f"{t.exact:.2f}", f"{t.recency:.2f}", str(t.cost),
                 )
             self.console.print(table)
-            self.info("score = user + asst + exact + recent + topic (already weighted); reason: why kept or dropped")
+            self.info("score = user + asst + exact + recent (already weighted); reason: why kept or dropped")
         scored = {t.turn_id for t in s.scores}
         unscored = call.turn_count - len(scored)
         if unscored > 0:
