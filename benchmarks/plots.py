@@ -47,6 +47,7 @@ LIBRARY = "context-gatekeeper"
 # One colour per selector, the same in every chart (colour-blind-safe Okabe-Ito).
 COLOURS = {
     LIBRARY: "#D55E00",
+    f"{LIBRARY} (recall)": "#E69F00",
     "BM25 over turns": "#0072B2",
     "recent turns that fit": "#009E73",
     "report as written": "#CC79A7",
@@ -55,6 +56,7 @@ COLOURS = {
 }
 MARKERS = {
     LIBRARY: "*",
+    f"{LIBRARY} (recall)": "P",
     "BM25 over turns": "o",
     "recent turns that fit": "s",
     "report as written": "D",

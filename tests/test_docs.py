@@ -56,3 +56,39 @@ def test_the_readme_chat_demo_is_the_real_output() -> None:
     piped = README_DEMO_INPUT.replace("\n", "\\n")
     assert f"$ printf '{piped}' | gatekeeper-chat --offline --db chat-demo.sqlite3 --plain" in text
     assert README_DEMO_OUTPUT.rstrip("\n") in text
+
+
+def test_readme_how_it_works_quotes_the_default_parameters() -> None:
+    """The numbers the README's "How it works" gives are the defaults the code uses."""
+    from context_gatekeeper import SelectionParams
+
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## How it works") : text.index("## Results")]
+    p = SelectionParams()
+    assert f"{p.coverage_target:.0%} of the" in section
+    assert f"at least {p.off_topic_share:.0%} of the query's weight" in section
+    assert f"in the last {p.topic_lookback} when it recurs" in section
+    assert f"cost^{p.cost_exponent}" in section
+    assert p.fill_ratio == 1.0 and "leftover budget stays unused" in section
+    recall = SelectionParams.preset("recall")
+    assert recall.fill_ratio < 1.0 and recall.off_topic_share == 0.0
+
+
+def test_readme_precision_claims_hold() -> None:
+    """The behaviours "How it works" promises, on the README's own examples."""
+    from context_gatekeeper import ContextGatekeeper
+
+    gk = ContextGatekeeper(token_budget=2000)
+    for user, assistant in [
+        ("How long should a Redis lock TTL be?", "A few times the p99, renewed by a watchdog."),
+        ("How much coffee goes into a moka pot?", "About 15 g, level, never tamped."),
+        ("What if the Redis lock watchdog dies?", "The lock expires after its TTL."),
+        ("Should the moka pot bottom chamber get hot water?", "Yes, hot water keeps it from burning."),
+    ]:
+        gk.add_turn(user, assistant)
+    assert len(gk.segments()) == 4 and len(gk.topics()) == 2  # "four segments but two topics"
+    assert gk.explain("By the way, is it thread-safe?").decision == "continue"
+    assert gk.explain("By the way, how do I repot a cactus?").turn_ids == ()
+    why = gk.explain("Why?").turn_ids  # the active (moka pot) topic's latest turn, no Redis turn
+    assert 4 in why and set(why) <= {2, 4}
+    assert gk.explain("回到刚才的话题").decision == "return"
