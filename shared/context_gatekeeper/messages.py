@@ -101,10 +101,17 @@ class Message:
         """This version marked as produced by ``revision`` (fast: nothing to validate again)."""
         if self.revision == revision:
             return self
-        copy_ = object.__new__(Message)
-        for name in _FIELDS:
-            object.__setattr__(copy_, name, getattr(self, name))
-        object.__setattr__(copy_, "revision", revision)
+        # Set the slots through their descriptors: a third of the time of a loop of
+        # object.__setattr__, and a revert or its undo stamps every message it puts.
+        copy_ = _new_object(Message)
+        _SET_ID(copy_, self.id)
+        _SET_ROLE(copy_, self.role)
+        _SET_CONTENT(copy_, self.content)
+        _SET_PARTS(copy_, self.parts)
+        _SET_METADATA(copy_, self.metadata)
+        _SET_ORIGIN(copy_, self.origin)
+        _SET_DERIVED_FROM(copy_, self.derived_from)
+        _SET_REVISION(copy_, revision)
         return copy_
 
     def revised(self, content: str, revision: int) -> "Message":
@@ -151,6 +158,13 @@ class Message:
 
 
 _FIELDS = tuple(f.name for f in fields(Message))
+_new_object = object.__new__
+_SET_ID, _SET_ROLE, _SET_CONTENT, _SET_PARTS, _SET_METADATA, _SET_ORIGIN, _SET_DERIVED_FROM, _SET_REVISION = (
+    Message.__dict__[name].__set__
+    for name in ("id", "role", "content", "parts", "metadata", "origin", "derived_from", "revision")
+)
+if _FIELDS != ("id", "role", "content", "parts", "metadata", "origin", "derived_from", "revision"):
+    raise RuntimeError("Message.stamped copies each field by name: update it with the fields")  # pragma: no cover
 
 
 def detached(message: Message) -> Message:

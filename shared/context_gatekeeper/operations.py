@@ -287,15 +287,14 @@ def changes_between(old: Sequence[Message], new: Sequence[Message]) -> list[Appl
     order changed is removed and put back), then changed versions.
     """
     old_index = {m.id: i for i, m in enumerate(old)}
-    new_ids = {m.id for m in new}
     kept = [m for m in new if m.id in old_index]
     stable_at = _stable_positions([old_index[m.id] for m in kept])
-    stable = {kept[i].id for i in stable_at}
+    stable = {kept[i].id for i in stable_at}  # kept in place; every other old message is removed
     changes: list[Applied] = []
-    previous: dict[str, str | None] = {m.id: (old[i - 1].id if i else None) for i, m in enumerate(old)}
-    for message in reversed(old):
-        if message.id not in new_ids or message.id not in stable:
-            changes.append(Remove(message, previous[message.id]))
+    for i in range(len(old) - 1, -1, -1):
+        message = old[i]
+        if message.id not in stable:
+            changes.append(Remove(message, old[i - 1].id if i else None))
     after: str | None = None
     for message in new:
         if message.id not in stable:
@@ -362,10 +361,14 @@ def _anchor_from_dict(data: dict[str, Any], legacy_end: bool) -> Any:
 
 def change_to_dict(change: Applied) -> dict[str, Any]:
     """A JSON-ready dict (the stores' format)."""
-    if isinstance(change, Put):
-        return {"op": "put", "message": change.message.to_dict(), **_anchor_to_dict(change.after)}
-    if isinstance(change, Remove):
-        return {"op": "remove", "message": change.message.to_dict(), **_anchor_to_dict(change.after)}
+    if isinstance(change, (Put, Remove)):
+        after = change.after
+        data: dict[str, Any] = {"op": "put" if isinstance(change, Put) else "remove", "message": change.message.to_dict()}
+        if after is None or (type(after) is str and after != LEGACY_AT_END):  # the usual case, without a merge
+            data["after"] = after
+        else:
+            data.update(_anchor_to_dict(after))
+        return data
     return {"op": "change", "before": change.before.to_dict(), "after": change.after.to_dict()}
 
 

@@ -217,8 +217,9 @@ class Transcript(AsyncTranscriptMixin):
             self._replica.refresh()
             b = len(self._replica.log) if b is None else b
             a, b = self._check_revision(a), self._check_revision(b)
-            before, after = (list(map(detached, self._replica.state_at(n))) for n in (a, b))
-            return diff_states(a, before, b, after)
+            with collector_paused(self._large()):  # it builds an entry per message, all kept
+                before, after = (tuple(map(detached, self._replica.state_at(n))) for n in (a, b))
+                return diff_states(a, before, b, after)
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -373,7 +374,8 @@ class Transcript(AsyncTranscriptMixin):
             if not done:
                 raise HistoryError("nothing to undo: no edit, apply, set, clear or revert is left to revert")
             target = self._replica.log[done[-1] - 1]
-            return self._commit("undo", invert(target.changes), expected_head=len(self._replica.log), target=target.number)
+            with collector_paused(len(target.changes) > BULK):  # the inverse is built before _commit pauses it
+                return self._commit("undo", invert(target.changes), expected_head=len(self._replica.log), target=target.number)
 
     def redo(self) -> Revision:
         """Re-apply what the last undo reverted, if nothing state-changing came after it."""
@@ -386,9 +388,10 @@ class Transcript(AsyncTranscriptMixin):
                     "revert discards what was undone"
                 )
             undo_revision = undone[-1]
-            return self._commit(
-                "redo", invert(undo_revision.changes), expected_head=len(self._replica.log), target=undo_revision.target
-            )
+            with collector_paused(len(undo_revision.changes) > BULK):
+                return self._commit(
+                    "redo", invert(undo_revision.changes), expected_head=len(self._replica.log), target=undo_revision.target
+                )
 
     def revert(self, revision: int) -> Revision:
         """Make the state equal to revision ``revision``'s, as a new revision.
@@ -399,8 +402,9 @@ class Transcript(AsyncTranscriptMixin):
         with self._lock:
             self._replica.refresh()
             target = self._check_revision(revision)
-            changes = changes_between(self._replica.state.to_list(), self._replica.state_at(target))
-            return self._commit("revert", changes, expected_head=len(self._replica.log), target=target)
+            with collector_paused(self._large()):  # the changes are built before _commit pauses it
+                changes = changes_between(self._replica.state.to_list(), self._replica.state_at(target))
+                return self._commit("revert", changes, expected_head=len(self._replica.log), target=target)
 
     # -- internals ----------------------------------------------------------------------
     def _edit_arguments(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> dict[str, Any]:
@@ -480,6 +484,11 @@ class Transcript(AsyncTranscriptMixin):
         if not stored.changes or stored.number > len(self._replica.log):
             return stored.detached()
         return self._replica.log[stored.number - 1].detached()
+
+    def _large(self) -> bool:
+        """Whether the state or the log is big enough that a whole-state operation (a diff,
+        a revert) should run with the cyclic collector paused (see :func:`collector_paused`)."""
+        return len(self._replica.state) > BULK or len(self._replica.log) > BULK
 
     def _check_revision(self, revision: Any) -> int:
         if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._replica.log):

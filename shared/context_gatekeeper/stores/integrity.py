@@ -103,13 +103,16 @@ def check_revision(
     does not apply and :class:`InvalidInputError` for an id reused with other text.
     """
     changes = revision.changes
-    anchors = {c.after for c in changes if isinstance(c, Put) and isinstance(c.after, str)}
-    known = dict(lookup(touched(changes) | (anchors if revision.kind == "append" else set())))
-    before = dict(known)
+    ids = touched(changes)
+    if revision.kind == "append":
+        ids |= {c.after for c in changes if isinstance(c, Put) and isinstance(c.after, str)}
+    before = lookup(ids)  # only read
+    known = dict(before)
     if revision.kind == "append":
         checked = _dedupe_append(session_id, changes, known, renew_taken_ids)
         return replace(revision, changes=tuple(checked)), {k: known[k] for k in touched(checked) if before.get(k) != known[k]}
     removed_here: set[str] = set()
+    kept: list[Applied] = []  # the changes without the no-ops (changes to identical text)
     for change in changes:
         if isinstance(change, Put):
             message_id = change.message.id
@@ -122,6 +125,7 @@ def check_revision(
                 )
             old = before.get(message_id)
             known[message_id] = IdEntry(True, old.digest if old else digest(change.message))
+            kept.append(change)
         else:
             message_id = change.before.id if isinstance(change, Change) else change.message.id
             entry = known.get(message_id)
@@ -136,8 +140,10 @@ def check_revision(
             if isinstance(change, Remove):
                 known[message_id] = IdEntry(False, entry.digest)
                 removed_here.add(message_id)
-    kept = tuple(c for c in changes if not is_noop(c))
-    return replace(revision, changes=kept), {k: v for k, v in known.items() if before.get(k) != v}
+            elif is_noop(change):
+                continue
+            kept.append(change)
+    return replace(revision, changes=tuple(kept)), {k: v for k, v in known.items() if before.get(k) != v}
 
 
 def index_of_log(revisions: Iterable[Revision]) -> dict[str, IdEntry]:

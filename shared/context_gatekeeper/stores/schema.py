@@ -94,6 +94,8 @@ def changes_text(revision: Revision) -> str:
     """The changes as JSON text; ASCII-escaped if they hold text UTF-8 cannot encode
     (lone surrogates), which JSON still round-trips exactly."""
     text = revision.changes_json()
+    if text.isascii():  # a scan without a copy; only text beyond ASCII can hold a lone surrogate
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
