@@ -116,17 +116,18 @@ def next_label(
     """Topic label of the turn at ``position``, given the labels before it, and the new
     content its user message brought (the gate's ``new_weight``).
 
-    The user message, and the whole turn with its answer, are measured against each
-    recent topic (the larger of the two is the turn's *affinity*: the user's words name
-    the topic, the answer confirms it, and answers may share boilerplate such as an
-    agent's "Thought: ... Answer:"): a turn whose words a recent topic holds (at least
-    ``topic_affinity`` of their weight) joins the topic that holds the most, the active one winning ties
-    within ``affinity_margin`` -- unless its user message announces a switch.  An
-    answered exchange that no recent topic holds opens a new topic, unless its user
-    message points back ("it", "这个").
-    Otherwise the gate decides on the user message: continue (or a weak switch) keeps
-    the label of the turn before, a return takes the label of the recent topic it
-    returns to, and a switch opens a new topic labelled ``position`` itself.
+    A return (by cue or by words) takes the label of the topic it returns to: the
+    recent topic its words match, else the previous topic.  Otherwise the whole turn,
+    its answer included, is measured against each recent topic (its *affinity*; the
+    user's own words count twice: they name the topic, the answer confirms it, and
+    answers may share boilerplate such as an agent's "Thought: ... Answer:"): a turn
+    whose words a recent topic holds (at least ``topic_affinity`` of their weight)
+    joins the topic that holds the most, the active one winning ties within
+    ``affinity_margin`` -- unless its user message announces a switch.  An answered
+    exchange that no recent topic holds opens a new topic, unless its user message
+    points back ("it", "这个").  Otherwise the gate decides on the user message:
+    continue (or a weak switch) keeps the label of the turn before, and a switch opens
+    a new topic labelled ``position`` itself.
 
     ``df`` must count documents among the turns before ``position`` only.
     """
