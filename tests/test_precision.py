@@ -264,3 +264,15 @@ def test_cue_words_never_match_in_the_node_postprocessor_either():
 
     result = select_covering("Back to the moka pot", ["Roll the deploy back.", "Moka pot grind: medium-fine."], costs=[5, 5])
     assert result.kept == [1]
+
+
+def test_a_weak_switch_adding_a_word_or_two_is_a_new_angle_even_between_topics():
+    gk = chat(
+        ("We want to adopt a cat: a kitten or an adult?", "An adult cat of two or three has a known temperament."),
+        ("What temperature should red wine be served at?", "Slightly below room temperature, about 16 degrees."),
+        ("Should the cat come from a shelter or a breeder?", "A shelter: adult cats there are assessed for temperament."),
+    )
+    selection = gk.explain("If you had to pick one for us?")  # "pick" is all it adds
+    assert 3 in selection.turn_ids and 2 not in selection.turn_ids
+    more = gk.explain("What about Siamese or Maine Coon breeds with long fur for allergies?")
+    assert 2 not in more.turn_ids  # more new content between topics: not assumed to continue

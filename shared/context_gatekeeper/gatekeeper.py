@@ -329,9 +329,9 @@ class ContextGatekeeper:
         features = gate_features(weights, history.index.df, profiles.get(active, {}), cues, earlier)
         decision = decide(features, p)
         weak_switch = is_weak_switch(decision, features, p)
-        if weak_switch and p.weak_switch_single_topic and (len(profiles) > 1 or len(labels) < 2):
-            # a new angle on the active topic is the reading only when that topic is
-            # established (two turns or more) and no other topic is in play
+        in_doubt = len(profiles) > 1 or len(labels) < 2  # other topics in play, or no topic established
+        if weak_switch and in_doubt and features.new_weight >= p.new_angle_factor * p.switch_min_new_weight:
+            # then only a message adding a word or two reads as a new angle on the active topic
             weak_switch = False
         previous = previous_topic(labels, len(labels))
         decision, topic = refer(decision, weak_switch, features, shares, active, p, previous)

@@ -139,10 +139,13 @@ class SelectionParams:
     weak_switch_factor: float = 5.0
     """A switch without a switch cue and with new content below this many times
     ``switch_min_new_weight`` is weak: selection treats it like an elliptical continue."""
-    weak_switch_single_topic: bool = True
-    """A weak switch reads as a new angle on the active topic only while no other topic
-    is in play in the last ``topic_lookback`` turns; in an interleaved chat, a message
-    that shares nothing with any topic is not assumed to continue the last one."""
+    new_angle_factor: float = 2.0
+    """A weak switch reads as a new angle on the active topic (and keeps its follow-up
+    turns) when that topic is established -- two turns or more, no other topic in play
+    in the last ``topic_lookback`` turns -- or, failing that, when its new content stays
+    below this many times ``switch_min_new_weight`` (a word or two: "if you had to pick
+    one for us?").  In an interleaved chat, a message bringing more that shares nothing
+    with any topic is not assumed to continue the last one."""
     keep_topic_opener: bool = True
     """On an elliptical continue, also keep the turn that opened the active segment."""
     keep_newest_angle: bool = True

@@ -33,7 +33,7 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
     explain elaborate detail details detailed continue example examples correct incorrect
     again more why really actually exactly probably definitely basically anyway anyways okay alright
     happen happens happened happening compare compared comparing comparison previous previously
-    difference differences differ versus vs roughly approximately around
+    difference differences differ versus vs roughly approximately around us
     """.split()
 )
 """English function words, generic verbs and adjectives, contraction fragments and chat
