@@ -29,7 +29,7 @@ from .models import ModelReply
 from .operations import Delete, InsertAfter, Replace
 from .params import SelectionParams
 from .revisions import Diff, MessageDiff, Proposal, Revision
-from .selection import Selection, Turn, TurnScore
+from .selection import Evidence, Selection, Turn, TurnScore
 from .stores import InMemoryStore, SQLiteStore, Store
 from .tokens import estimate_tokens, resolve_token_counter, tiktoken_counter
 from .transcript import Transcript
@@ -41,6 +41,7 @@ __all__ = [
     "ContextGatekeeper",
     "Decision",
     "GateFeatures",
+    "Evidence",
     "Selection",
     "SelectionParams",
     "Turn",
