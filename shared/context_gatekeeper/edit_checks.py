@@ -23,6 +23,8 @@ replacing every message with same-length junk destroys everything, while
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 
@@ -49,7 +51,9 @@ a question and its two answers) legitimately replaces about half of its words,
 while a wipe or junk in place of everything destroys all of them."""
 
 _WORD = re.compile(r"\w+|[^\w\s]")
-_EXACT_DIFF_LIMIT = 1_000_000  # words before x words after: above it, difflib's fast heuristic
+_EXACT_DIFF_LIMIT = 1_000_000  # words before x words after: above it, split at anchors first
+_HEURISTIC_DIFF_LIMIT = 10_000_000  # an anchorless stretch above it counts as destroyed (an overstatement)
+_ANCHOR_WORDS = 4  # the length of the word sequences used as anchors
 
 
 def _insert_position(state: Sequence[Message], view: EditView, anchor: str | None) -> str | None:
@@ -195,8 +199,9 @@ def destroyed_runs(before: str, after: str) -> list[str]:
 
     Words and punctuation marks are compared; whitespace alone never counts.  The
     common start and end are set aside first, so a local change to a long message
-    costs little; a middle too long for an exact diff is diffed with difflib's
-    "popular words are junk" heuristic, which can only overstate what is destroyed.
+    costs little; a middle too long for an exact diff is first split at runs of
+    words both hold once (see :func:`_removed`), which keeps the work near-linear
+    on a flat vocabulary and can only overstate what is destroyed.
 
     >>> destroyed_runs("GDP of Ireland in 2021?", "GDP of Iceland in 2021?")
     ['Ireland']
@@ -213,12 +218,92 @@ def destroyed_runs(before: str, after: str) -> list[str]:
     while end < min(len(old_words), len(new)) - start and old_words[-1 - end] == new[-1 - end]:
         end += 1
     a, b = old_words[start : len(old_words) - end], new[start : len(new) - end]
-    matcher = SequenceMatcher(None, a, b, autojunk=len(a) * len(b) > _EXACT_DIFF_LIMIT)
-    return [
-        before[old[start + i1].start() : old[start + i2 - 1].end()]
-        for tag, i1, i2, _, _ in matcher.get_opcodes()
-        if tag in ("replace", "delete")
-    ]
+    return [before[old[start + i1].start() : old[start + i2 - 1].end()] for i1, i2 in _removed(a, b)]
+
+
+def _removed(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """``(i1, i2)`` ranges of ``a`` that ``b`` removes or replaces, in order.
+
+    Up to ``_EXACT_DIFF_LIMIT`` word pairs, difflib's exact diff.  Above it
+    (difflib is about quadratic there on a flat vocabulary: logs, CSV, ids), the
+    two are split at *anchors*, runs of ``_ANCHOR_WORDS`` words that occur once in
+    each, kept in order (the longest increasing chain, as patience diff does) and
+    grown while their neighbours match; each stretch between anchors is diffed the
+    same way.  A stretch with no anchor is diffed with difflib's "popular words are
+    junk" heuristic, or, above ``_HEURISTIC_DIFF_LIMIT`` pairs, counted as
+    destroyed whole.  Every way matches a common subsequence, so past the exact
+    limit the result can only overstate what is destroyed, never hide it.
+    """
+    out: list[tuple[int, int]] = []
+    stack = [(0, len(a), 0, len(b))]
+    while stack:
+        alo, ahi, blo, bhi = stack.pop()
+        if alo >= ahi:
+            continue
+        if blo >= bhi:
+            out.append((alo, ahi))
+            continue
+        pairs = (ahi - alo) * (bhi - blo)
+        anchors = _anchors(a, b, alo, ahi, blo, bhi) if pairs > _EXACT_DIFF_LIMIT else []
+        if not anchors:
+            if pairs > _HEURISTIC_DIFF_LIMIT:
+                out.append((alo, ahi))
+                continue
+            matcher = SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=pairs > _EXACT_DIFF_LIMIT)
+            out.extend((alo + i1, alo + i2) for tag, i1, i2, _, _ in matcher.get_opcodes() if tag in ("replace", "delete"))
+            continue
+        i_end, j_end = alo, blo  # the end of the previous match
+        for i, j in anchors:
+            if i < i_end or j < j_end:
+                continue  # overlaps the previous (grown) match
+            n = _ANCHOR_WORDS
+            while i > i_end and j > j_end and a[i - 1] == b[j - 1]:
+                i, j, n = i - 1, j - 1, n + 1
+            while i + n < ahi and j + n < bhi and a[i + n] == b[j + n]:
+                n += 1
+            stack.append((i_end, i, j_end, j))
+            i_end, j_end = i + n, j + n
+        stack.append((i_end, ahi, j_end, bhi))
+    out.sort()
+    return out
+
+
+def _anchors(a: list[str], b: list[str], alo: int, ahi: int, blo: int, bhi: int) -> list[tuple[int, int]]:
+    """``(i, j)`` starts of word runs found once in ``a[alo:ahi]`` and once in ``b[blo:bhi]``, in order in both."""
+    k = _ANCHOR_WORDS
+    old_runs = Counter(tuple(a[i : i + k]) for i in range(alo, ahi - k + 1))
+    new_at: dict[tuple[str, ...], int] = {}
+    seen_twice: set[tuple[str, ...]] = set()
+    for j in range(blo, bhi - k + 1):
+        run = tuple(b[j : j + k])
+        if old_runs.get(run) == 1:
+            if run in new_at:
+                seen_twice.add(run)
+            new_at[run] = j
+    pairs = []
+    for i in range(alo, ahi - k + 1):
+        run = tuple(a[i : i + k])
+        if run in new_at and run not in seen_twice:
+            pairs.append((i, new_at[run]))
+    # the longest chain of pairs increasing in j too (they already increase in i)
+    tails: list[int] = []  # tails[n]: the smallest j ending a chain of n + 1 pairs
+    tail_at: list[int] = []  # the index in pairs of that chain's end
+    back = [-1] * len(pairs)
+    for index, (_, j) in enumerate(pairs):
+        n = bisect_left(tails, j)
+        if n == len(tails):
+            tails.append(j)
+            tail_at.append(index)
+        else:
+            tails[n], tail_at[n] = j, index
+        back[index] = tail_at[n - 1] if n else -1
+    chain: list[tuple[int, int]] = []
+    index = tail_at[-1] if tail_at else -1
+    while index >= 0:
+        chain.append(pairs[index])
+        index = back[index]
+    chain.reverse()
+    return chain
 
 
 def _destroyed_tokens(change: Applied, count: Callable[[str], int]) -> int:

@@ -10,6 +10,9 @@ comma), never what is *missing*: an answer whose JSON never closes (an
 unterminated array, object or string, exactly what an output limit produces) is
 refused, not repaired, because closing it would silently drop what it lost (in
 ``rewrite``, the messages at its end; in ``patch``, the last operations).
+So is an answer whose complete JSON is followed by an unclosed span that starts
+like JSON (``[{``, ``{"``): the model was cut off writing its real answer, and the
+complete span before it is a draft or an example (see :func:`_cut_off_answer`).
 
 :func:`parse_rewrite` and :func:`parse_patch` turn the result into requests on
 *real* message ids, or raise :class:`~context_gatekeeper.errors.EditError`
@@ -39,6 +42,79 @@ _NEW_IDS = {"", "new", "null", "none"}
 _OPS = {"replace": "replace", "delete": "delete", "insert_after": "insert_after", "insert": "insert_after"}
 _MAX_SPANS = 50
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_ANSWER_START = re.compile(r"""\[\s*(?:[\[{"']|$)|\{\s*(?:["']|$)""")
+_CUT_OFF = (
+    "the answer is incomplete: its JSON stops mid-way (cut off by an output limit?); "
+    "answer again with the complete JSON"
+)
+
+
+def _scan(text: str, start: int) -> tuple[int | None, bool, int]:
+    """``(end, mismatched, steps)`` of the bracketed span opening at ``text[start]``.
+
+    ``end`` is None when the span never closes (or is mismatched); the scan is
+    string aware.  ``steps`` is the number of characters looked at.
+    """
+    closing = {"[": "]", "{": "}"}
+    stack, in_string, escaped = [closing[text[start]]], False, False
+    i = start
+    for i in range(start + 1, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in closing:
+            stack.append(closing[c])
+        elif c in "]}":
+            if c != stack.pop():
+                return None, True, i - start  # not JSON here; try the next bracket
+            if not stack:
+                return i + 1, False, i - start
+    return None, False, i - start
+
+
+def _next_opener(text: str, position: int) -> int:
+    """The index of the next ``[`` or ``{`` at or after ``position`` (-1: none)."""
+    starts = [i for i in (text.find("[", position), text.find("{", position)) if i >= 0]
+    return min(starts) if starts else -1
+
+
+def _cut_off_answer(text: str) -> bool:
+    """Whether ``text`` holds a JSON answer the model was still writing when it stopped.
+
+    That is an unclosed top-level span that starts like JSON: ``[`` followed by
+    ``{``, ``[`` or a quote, or ``{`` followed by a quote (whitespace allowed
+    between), or an opening bracket with nothing after it.  Such a span, even after
+    a complete one, means the answer the model meant was cut off: the complete span
+    before it is a draft, an example or a plan (``"I would answer []. Revised: [{..."``),
+    and taking it would commit the wrong edit.  A stray ``[`` or ``{`` in prose
+    (``"[it has no country"``) is not an answer; the scan goes on inside it, since
+    a cut-off answer may follow it.  Nested spans of a complete one are skipped.
+
+    The work is bounded (a few passes over the text); a text too tangled to finish
+    the scan within it counts as cut off, so that nothing is committed from it.
+    """
+    position, budget = 0, 10 * len(text) + 10_000
+    while True:
+        start = _next_opener(text, position)
+        if start < 0:
+            return False
+        end, mismatched, steps = _scan(text, start)
+        budget -= steps + 1
+        if budget < 0:
+            return True
+        if end is not None:
+            position = end
+        elif not mismatched and _ANSWER_START.match(text, start):
+            return True
+        else:
+            position = start + 1
 
 
 def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
@@ -51,35 +127,13 @@ def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
     The scan is string aware, so brackets and backticks inside JSON strings do not
     count, and spans nested in an earlier one are not offered again.
     """
-    closing = {"[": "]", "{": "}"}
     position, found = 0, 0
     while found < _MAX_SPANS:
-        starts = [i for i in (text.find("[", position), text.find("{", position)) if i >= 0]
-        if not starts:
+        start = _next_opener(text, position)
+        if start < 0:
             return
-        start = min(starts)
         found += 1
-        stack, in_string, escaped, end, mismatched = [closing[text[start]]], False, False, None, False
-        for i in range(start + 1, len(text)):
-            c = text[i]
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif c == "\\":
-                    escaped = True
-                elif c == '"':
-                    in_string = False
-            elif c == '"':
-                in_string = True
-            elif c in closing:
-                stack.append(closing[c])
-            elif c in "]}":
-                if c != stack.pop():
-                    mismatched = True  # not JSON here; try the next bracket
-                    break
-                if not stack:
-                    end = i + 1
-                    break
+        end, mismatched, _ = _scan(text, start)
         if mismatched:
             position = start + 1
             continue
@@ -141,6 +195,8 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
         EditError: no JSON could be found or repaired, or the answer was cut off.
     """
     stripped = text.strip()
+    if _cut_off_answer(stripped):
+        raise EditError(_CUT_OFF)
     candidates = _candidates(stripped)
     fallback: list[Any] = []
     for repair in (False, True):
@@ -150,10 +206,7 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
             except Exception:  # json_repair is lenient; never let its own bugs escape
                 continue
             if accept(value) and cut_off:
-                raise EditError(
-                    "the answer is incomplete: its JSON stops mid-way (cut off by an output limit?); "
-                    "answer again with the complete JSON"
-                )
+                raise EditError(_CUT_OFF)
             if accept(value):
                 return value
             if not fallback and _any_container(value) and value:
