@@ -23,7 +23,6 @@ Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["original", "edited", "inserted"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 ORIGINS: tuple[str, ...] = ("original", "edited", "inserted")
-_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 EDITABLE_ROLES: frozenset[str] = frozenset({"user", "assistant"})
 """Only user and assistant text is ever rewritten by an edit."""
 
@@ -44,6 +43,8 @@ class Message:
         parts: provider-specific content kept opaque and round-tripped (a LangChain
             content-block list, LlamaIndex blocks); an edit rewrites ``content`` only.
         metadata: tool calls, tool_call_id, names and the like: carried, never rewritten.
+            Each message built here has a dict of its own (empty by default); a
+            transcript hands out copies, so changing them never changes its history.
         origin: "original" (as appended), "edited" (text rewritten by a revision) or
             "inserted" (added by an edit).
         derived_from: ids of the original messages this version derives from
@@ -75,8 +76,6 @@ class Message:
         metadata = self.metadata
         if type(metadata) is not dict and type(metadata) is not MappingProxyType and not isinstance(metadata, Mapping):
             raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
-        if not metadata:  # shared, and read-only, so no caller can fill it in afterwards
-            object.__setattr__(self, "metadata", _NO_METADATA)
         derived = self.derived_from
         if type(derived) is not tuple or (derived and not all(type(d) is str for d in derived)):
             raise TypeError(f"derived_from must be a tuple of message ids, got {derived!r}")
@@ -89,8 +88,6 @@ class Message:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
             object.__setattr__(self, name, value)
-        if not self.metadata:
-            object.__setattr__(self, "metadata", _NO_METADATA)
 
     @property
     def editable(self) -> bool:
@@ -150,7 +147,7 @@ class Message:
             role=data["role"],
             content=data["content"],
             parts=tuple(parts) if parts is not None else None,
-            metadata=dict(metadata) if metadata else _NO_METADATA,
+            metadata=dict(metadata) if metadata else {},
             origin=data.get("origin", "original"),
             derived_from=tuple(derived) if derived else (),
             revision=int(data.get("revision", 0)),
@@ -167,13 +164,36 @@ if _FIELDS != ("id", "role", "content", "parts", "metadata", "origin", "derived_
     raise RuntimeError("Message.stamped copies each field by name: update it with the fields")  # pragma: no cover
 
 
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    """A copy of metadata or parts that shares nothing mutable with ``value`` (cheap when
+    it holds only strings and numbers: no deep copy then)."""
+    if isinstance(value, tuple):
+        return value if all(type(v) in _IMMUTABLE for v in value) else copy.deepcopy(value)
+    if not value:
+        return {}
+    data = dict(value)
+    return data if all(type(v) in _IMMUTABLE for v in data.values()) else copy.deepcopy(data)
+
+
 def detached(message: Message) -> Message:
-    """``message`` with its own copies of ``metadata`` and ``parts``, so nothing done to
-    them reaches the original (the message itself when it holds nothing mutable)."""
-    if not message.metadata and (message.parts is None or all(isinstance(p, (str, int, float)) for p in message.parts)):
-        return message
-    return replace(
-        message,
-        metadata=copy.deepcopy(dict(message.metadata)),
-        parts=copy.deepcopy(message.parts) if message.parts is not None else None,
-    )
+    """A copy of ``message`` with its own ``metadata`` dict (empty or not) and its own
+    ``parts``: what a caller does to them never reaches ``message``, so a transcript hands
+    these out and takes these in."""
+    if type(message) is not Message:  # a subclass may have fields of its own
+        parts = None if message.parts is None else _copied(message.parts)
+        return replace(message, metadata=_copied(message.metadata), parts=parts)
+    # Set the slots through their descriptors, as ``stamped`` does: reads copy every message.
+    copy_ = _new_object(Message)
+    _SET_ID(copy_, message.id)
+    _SET_ROLE(copy_, message.role)
+    _SET_CONTENT(copy_, message.content)
+    parts, metadata = message.parts, message.metadata
+    _SET_PARTS(copy_, None if parts is None else _copied(parts))
+    _SET_METADATA(copy_, _copied(metadata) if metadata else {})
+    _SET_ORIGIN(copy_, message.origin)
+    _SET_DERIVED_FROM(copy_, message.derived_from)
+    _SET_REVISION(copy_, message.revision)
+    return copy_

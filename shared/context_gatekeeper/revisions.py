@@ -93,8 +93,7 @@ class Revision:
 
     def detached(self) -> "Revision":
         """This revision with its own copies of every message's metadata and parts."""
-        changes = tuple(_detached_change(c) for c in self.changes)
-        return self if all(a is b for a, b in zip(changes, self.changes)) else replace(self, changes=changes)
+        return replace(self, changes=tuple(map(_detached_change, self.changes)))
 
     def stamped(self) -> "Revision":
         """This revision with the versions it produces marked as produced by it (itself
@@ -129,12 +128,22 @@ class Revision:
 
 
 def _detached_change(change: Applied) -> Applied:
-    """``change`` with copies of its messages' mutable parts (itself when they have none)."""
-    if isinstance(change, Change):
-        before, after = detached(change.before), detached(change.after)
-        return change if (before is change.before and after is change.after) else Change(before, after)
-    message = detached(change.message)
-    return change if message is change.message else type(change)(message, change.after)
+    """``change`` with copies of its messages (see :func:`detached`), built through the
+    slot descriptors: a store and the transcript copy every change they hand out."""
+    kind = type(change)
+    copy_ = _new_object(kind)
+    if kind is Change:
+        _SET_CHANGE_BEFORE(copy_, detached(change.before))  # type: ignore[union-attr]
+        _SET_CHANGE_AFTER(copy_, detached(change.after))
+    elif kind is Put:
+        _SET_PUT_MESSAGE(copy_, detached(change.message))  # type: ignore[union-attr]
+        _SET_PUT_AFTER(copy_, change.after)
+    elif kind is Remove:
+        _SET_REMOVE_MESSAGE(copy_, detached(change.message))  # type: ignore[union-attr]
+        _SET_REMOVE_AFTER(copy_, change.after)
+    else:  # pragma: no cover - every applied change is one of the three
+        raise TypeError(f"not an applied change: {change!r}")
+    return copy_
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +176,13 @@ def _entry(message_id: str, status: str, before: Message | None, after: Message 
 
 
 _new_object = object.__new__
+_SET_PUT_MESSAGE, _SET_PUT_AFTER = (Put.__dict__[name].__set__ for name in ("message", "after"))
+_SET_REMOVE_MESSAGE, _SET_REMOVE_AFTER = (Remove.__dict__[name].__set__ for name in ("message", "after"))
+_SET_CHANGE_BEFORE, _SET_CHANGE_AFTER = (Change.__dict__[name].__set__ for name in ("before", "after"))
+if [tuple(f.name for f in fields(k)) for k in (Put, Remove, Change)] != [
+    ("message", "after"), ("message", "after"), ("before", "after")
+]:
+    raise RuntimeError("_detached_change builds changes field by field: update it with the fields")  # pragma: no cover
 _SET_DIFF_ID, _SET_DIFF_STATUS, _SET_DIFF_BEFORE, _SET_DIFF_AFTER = (
     MessageDiff.__dict__[name].__set__ for name in ("id", "status", "before", "after")
 )
@@ -297,17 +313,28 @@ def undo_stacks(log: Sequence[Revision]) -> tuple[list[int], list[Revision]]:
     Returns ``(done, undone)``: the numbers of the state-changing revisions undo may
     revert (most recent last), and the undo revisions redo may re-apply (most recent
     last).  A new state-changing revision empties ``undone``.
+
+    Rows that changed nothing are skipped, as if they had never been recorded (the
+    rule since issue #11; older versions recorded them): a no-op state-changing
+    revision, an undo or redo with no changes, an undo whose target is not on the
+    undo stack (it undid such a no-op), and a redo that re-applies anything but the
+    most recent undo left to redo.  So a session written by an older version opens,
+    and undo and redo act on what really changed.
     """
     done: list[int] = []
     undone: list[Revision] = []
     for revision in log:
-        if revision.kind in STATE_CHANGING and not revision.is_noop:  # no-op rows written by older versions
-            done.append(revision.number)
-            undone.clear()
-        elif revision.kind == "undo":
-            done.remove(revision.target)  # type: ignore[arg-type]
-            undone.append(revision)
-        elif revision.kind == "redo":
-            undone.pop()
-            done.append(revision.target)  # type: ignore[arg-type]
+        kind = revision.kind
+        if kind in STATE_CHANGING:
+            if not revision.is_noop:
+                done.append(revision.number)
+                undone.clear()
+        elif kind == "undo":
+            if revision.target in done and not revision.is_noop:
+                done.remove(revision.target)  # type: ignore[arg-type]
+                undone.append(revision)
+        elif kind == "redo":
+            if undone and undone[-1].target == revision.target and not revision.is_noop:
+                undone.pop()
+                done.append(revision.target)  # type: ignore[arg-type]
     return done, undone

@@ -24,13 +24,14 @@ Integrity (issue #11):
   :class:`InvalidRevisionError` and nothing is written;
 * a call that changes nothing (``apply([])``, ``set()`` of the current state, a
   replace with the same text, an edit with no operations, a retried append) records
-  nothing and returns a revision numbered like the head, with no changes; undo
-  skips such rows written by older versions;
+  nothing and returns a revision numbered like the head, with no changes; undo and
+  redo skip such rows written by older versions, and the undo and redo rows that
+  acted on them (:func:`~.revisions.undo_stacks`);
 * a log that fails to load raises :class:`CorruptLogError` naming the session and
   the first bad revision; ``store.truncate(session_id, error.revision - 1)`` sets
   aside that revision and the ones after it, and the session opens again;
-* returned messages are copies: changing their ``metadata`` or ``parts`` never
-  changes the history (an empty ``metadata`` is read-only).
+* returned messages are independent copies, each with a ``metadata`` dict of its own
+  (empty or not): changing it or ``parts`` is allowed and never changes the history.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from .editing import acompute_edit, compute_edit
-from .errors import HistoryError, InvalidInputError, ModelUnavailableError
+from .errors import HistoryError, InvalidInputError, InvalidRevisionError, ModelUnavailableError
 from .messages import Message, detached, new_message_id
 from .operations import (
     AT_END,
@@ -248,7 +249,9 @@ class Transcript(AsyncTranscriptMixin):
         transaction, so concurrent writers retrying one request add it once.  When
         every message was skipped, nothing is recorded and the returned revision is
         numbered like the head, with no changes.  An answer whose open question was
-        deleted meanwhile is refused (:class:`InvalidRevisionError`).
+        deleted meanwhile (by any writer, this object included) is refused
+        (:class:`InvalidRevisionError`, naming what to append instead); the question is
+        then forgotten, so this object's later appends go at the end as usual.
         """
         new: list[Message] = []
         if user is not None:
@@ -261,18 +264,43 @@ class Transcript(AsyncTranscriptMixin):
         with self._lock:
             self._replica.refresh()
             anchor: Any = AT_END
-            if new[0].role != "user" and self._open_user is not None:
+            answers = new[0].role != "user" and self._open_user is not None
+            if answers:
                 anchor = self._open_user
+                if anchor not in self._replica.state:
+                    self._orphaned_answer(anchor)
             changes: list[Applied] = []
             for message in new:
                 changes.append(Put(message, anchor))
                 anchor = message.id
-            revision = self._commit("append", changes, expected_head=None, renew_taken_ids=renew_taken_ids)
+            try:
+                revision = self._commit("append", changes, expected_head=None, renew_taken_ids=renew_taken_ids)
+            except InvalidRevisionError:
+                if answers and self._open_user is not None:
+                    self._replica.refresh()
+                    if self._open_user not in self._replica.state:  # deleted between our read and the write
+                        self._orphaned_answer(self._open_user)
+                raise
             if revision.changes:
                 stored = revision.added
                 last_user = next((m.id for m in reversed(stored) if m.role == "user"), None)
                 self._open_user = last_user if stored[-1].role == "user" else None
             return revision
+
+    def _orphaned_answer(self, question: str) -> None:
+        """Refuse an answer whose open question ``question`` is no longer in the state, and
+        forget that question, so this object's appends work again (caller holds the lock)."""
+        self._open_user = None
+        gone = next(
+            (r for r in reversed(self._replica.log) if any(m.id == question for m in r.removed)), None
+        )
+        by = f" by revision {gone.number} ({gone.kind})" if gone is not None else ""
+        raise InvalidRevisionError(
+            f"session {self.session_id!r}: the open question {question!r} this answer follows was deleted "
+            f"meanwhile{by}, so the answer was not appended: an answer never loses its question. "
+            "Append the answer with a question of its own, append(user=..., assistant=...), or append "
+            "the user message first with append(user=...)"
+        )
 
     # -- editing ------------------------------------------------------------------------
     def edit(
@@ -481,9 +509,10 @@ class Transcript(AsyncTranscriptMixin):
                 self._replica.add(stored)  # nothing landed in between: no need to read it back
             else:
                 self._replica.refresh()
-        if not stored.changes or stored.number > len(self._replica.log):
-            return stored.detached()
-        return self._replica.log[stored.number - 1].detached()
+            # the caller's copy, made while the collector is still paused: one object per message
+            if not stored.changes or stored.number > len(self._replica.log):
+                return stored.detached()
+            return self._replica.log[stored.number - 1].detached()
 
     def _large(self) -> bool:
         """Whether the state or the log is big enough that a whole-state operation (a diff,

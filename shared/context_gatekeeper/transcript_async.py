@@ -95,6 +95,10 @@ class AsyncTranscriptMixin:
         """Async :meth:`record`."""
         return await asyncio.to_thread(self.record)
 
+    async def asnapshot(self: Transcript, revision: int) -> tuple[Message, ...]:
+        """Async :meth:`snapshot`."""
+        return await asyncio.to_thread(self.snapshot, revision)
+
     async def adiff(self: Transcript, a: int, b: int | None = None) -> Diff:
         """Async :meth:`diff`."""
         return await asyncio.to_thread(self.diff, a, b)
