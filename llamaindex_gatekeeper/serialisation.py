@@ -113,7 +113,8 @@ def _checked_log(session_id: str, entries: object) -> list[Revision]:
     Raises:
         InvalidInputError: an entry is not a revision, or an append reuses an id with other text.
         InvalidRevisionError: a revision does not apply to those before it (a message put
-            twice, removed or changed while absent, an id reused), or undoes, redoes or
+            twice, removed or changed while absent or with other text than it holds, an id
+            reused, an append after a message never held), or undoes, redoes or
             reverts to a revision it cannot.
     """
     if not isinstance(entries, list):
@@ -177,6 +178,38 @@ def _checked_log(session_id: str, entries: object) -> list[Revision]:
         kept.append(placed)
         stored_as[position] = state_at[position] = placed.number
     return kept
+
+
+def _same_revision(stored: Revision, imported: Revision) -> bool:
+    """Whether ``stored`` is ``imported`` as the store holds it (number, kind, target and
+    changes, in the canonical JSON the stores write; times differ by design)."""
+    return (stored.number, stored.kind, stored.target, stored.changes_json()) == (
+        imported.number,
+        imported.kind,
+        imported.target,
+        imported.changes_json(),
+    )
+
+
+def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[Revision]) -> None:
+    """InvalidInputError (a ValueError) naming the first revision where the store's log
+    and the imported one differ; nothing when they are the same."""
+    for position, (stored, wanted) in enumerate(zip(existing, imported), 1):
+        if not _same_revision(stored, wanted):
+            what = f"its revision {position} ({stored.kind}) differs from revision {position} ({wanted.kind}) of the data"
+            break
+    else:
+        if len(existing) == len(imported):
+            return
+        position = min(len(existing), len(imported)) + 1
+        what = (
+            f"it has {len(existing)} revision(s) and the data {len(imported)}: revision {position} is only in "
+            f"{'the store' if len(existing) > len(imported) else 'the data'}"
+        )
+    raise InvalidInputError(
+        f"session {session_id!r} already has other revisions in that store: {what}; {_NOTHING_WRITTEN}. "
+        "Pass an empty store (or another session_id), or export this session again with to_dict()"
+    )
 
 
 def _store_spec(store: Store) -> dict[str, Any] | None:
@@ -246,8 +279,9 @@ class SerialisationMixin:
 
         The revisions are written into ``store=`` (default: a new in-memory store).  A
         store whose session already holds exactly these revisions (a SQLite file the
-        memory lived in) is attached as it is; one holding other revisions is refused
-        (``ValueError``).  Other keyword arguments are constructor options (``model``,
+        memory lived in) is attached as it is; one holding other revisions (another
+        number, kind, target or change, the text included) is refused with
+        :class:`InvalidInputError` (a ``ValueError``) naming the first that differs.  Other keyword arguments are constructor options (``model``,
         ``token_counter``, ``params``, ...).  Revision times are those of the import.
 
         The whole log is checked before anything is written (see the module
@@ -258,7 +292,8 @@ class SerialisationMixin:
                 :data:`DATA_OPTIONS` (a store, a model, a token counter ...) or a value
                 that is not a scalar; or an entry of ``data["revisions"]`` is not a
                 revision, or an append there reuses a message id with other text.
-                Nothing is created.
+                Nothing is created.  Also when ``store=`` already holds the session with
+                other revisions (the first that differs is named); nothing is written.
             InvalidRevisionError: a revision of the log does not apply to those before
                 it (named in the message); nothing is written.
         """
@@ -268,11 +303,7 @@ class SerialisationMixin:
         memory = cls(token_limit=data["token_limit"], session_id=data["session_id"], store=store, **options)
         existing = memory.history()
         if existing:
-            if [(r.number, r.kind) for r in existing] != [(r.number, r.kind) for r in revisions]:
-                raise ValueError(
-                    f"session {memory.session_id!r} already has other revisions in that store; "
-                    "pass an empty store (or another session_id)"
-                )
+            _refuse_other_log(memory.session_id, existing, revisions)
             return memory
         for written, revision in enumerate(revisions):
             try:

@@ -1,16 +1,20 @@
 """The check every store runs inside its write transaction: does a revision apply?
 
 A store keeps, per session, an *id index*: for every message id the session ever
-held, whether it is in the current state and a digest of the role and text it was
-first appended with.  :func:`check_revision` validates a revision against that
-index in time linear in the revision (never in the transcript), and returns the
-index rows to write with it.  :func:`index_of_log` rebuilds the index from a log
+held, whether it is in the current state, a digest of the role and text it was
+first appended with, and a digest of the role and text it holds now (or held when
+it was removed).  :func:`check_revision` validates a revision against that index
+in time linear in the revision (never in the transcript), and returns the index
+rows to write with it.  :func:`index_of_log` rebuilds the index from a log
 (migrations backfill with it; it tolerates logs that do not replay).
 
 The rules:
 
-* appends put new messages.  A message whose id the session already used is a
-  *retried append*: with the same role and content it is dropped (idempotent);
+* a revision's kind is one of :data:`~context_gatekeeper.revisions.RevisionKind`.
+* appends put new messages, at the end or after a message the session holds (or
+  one put earlier in the same append); an anchor the session never held is refused.
+  A message whose id the session already used is a *retried append*: with the
+  role and content it was first appended with it is dropped (idempotent);
   otherwise it gets a fresh id when ``renew_taken_ids``, else the revision is
   refused.  A message put after a renamed one follows it under its new id.
 * edits, applies, sets and clears may put an id the session used only if this
@@ -18,6 +22,12 @@ The rules:
 * undo, redo and revert may put back a message that is absent.
 * every revision removes and changes only messages that are present, and puts
   only messages that are absent.
+* a change's ``before`` and a removal's message carry the role and content the
+  message holds in the store (so undoing them restores text that existed).
+  Index rows written before the current digest was kept (a 32-character digest)
+  do not know the current text; their messages are checked again once a change
+  through this version has recorded it (``Store.truncate`` rebuilds a session's
+  index whole).
 """
 
 from __future__ import annotations
@@ -25,23 +35,46 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import NamedTuple
+from typing import NamedTuple, get_args
 
 from ..errors import InvalidInputError, InvalidRevisionError
 from ..messages import Message, new_message_id
 from ..operations import Applied, Change, Put, Remove, State, is_noop
-from ..revisions import Revision
+from ..revisions import Revision, RevisionKind
 
-__all__ = ["IdEntry", "Lookup", "digest", "check_revision", "index_of_log", "touched"]
+__all__ = ["IdEntry", "Lookup", "digest", "entry", "check_revision", "index_of_log", "touched"]
 
 _RESTORING = frozenset({"undo", "redo", "revert"})
+_KINDS = frozenset(get_args(RevisionKind))
+_DIGEST_LENGTH = 32
 
 
 class IdEntry(NamedTuple):
-    """One row of a session's id index."""
+    """One row of a session's id index.
+
+    ``digest`` is the digest of the role and text the message was first appended
+    with, followed by the digest of those it holds now (or held when removed).  Rows
+    written by versions that kept only the first hold that alone (32 characters):
+    their current text is unknown (``current`` is None).
+    """
 
     present: bool
     digest: str
+
+    @property
+    def first(self) -> str:
+        """The digest of the role and text the message was first appended with."""
+        return self.digest[:_DIGEST_LENGTH]
+
+    @property
+    def current(self) -> str | None:
+        """The digest of the role and text the message holds now (None: not recorded)."""
+        return self.digest[_DIGEST_LENGTH:] or None
+
+
+def entry(present: bool, first: str, current: str) -> IdEntry:
+    """An index row from the two digests."""
+    return IdEntry(present, first + current)
 
 
 Lookup = Callable[[Iterable[str]], Mapping[str, IdEntry]]
@@ -49,7 +82,8 @@ Lookup = Callable[[Iterable[str]], Mapping[str, IdEntry]]
 
 
 def digest(message: Message) -> str:
-    """A short digest of a message's role and text (what a retried append must match)."""
+    """A short digest of a message's role and text (what a retried append, a change's
+    ``before`` and a removal must match)."""
     return hashlib.sha256(f"{message.role}\x00{message.content}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -70,14 +104,21 @@ def _dedupe_append(
         message, after = change.message, change.after
         after = renamed.get(after, after) if isinstance(after, str) else after
         anchor = known.get(after) if isinstance(after, str) else None
+        if isinstance(after, str) and anchor is None:
+            raise InvalidRevisionError(
+                f"session {session_id!r}: this append puts message {message.id!r} after message {after!r}, "
+                "which the session never held; nothing was written. Append at the end (no anchor) or after a "
+                "message the transcript holds"
+            )
         if anchor is not None and not anchor.present:
             raise InvalidRevisionError(
                 f"session {session_id!r}: message {after!r}, which this append follows (the question it "
                 "answers), was deleted meanwhile; nothing was written. Reload the transcript and append again"
             )
-        entry = known.get(message.id)
-        if entry is not None:
-            if entry.digest == digest(message):
+        taken = known.get(message.id)
+        hashed = digest(message)
+        if taken is not None:
+            if taken.first == hashed:
                 continue  # the same message again: a retried request
             if not renew:
                 raise InvalidInputError(
@@ -88,9 +129,17 @@ def _dedupe_append(
             fresh = new_message_id()
             renamed[message.id] = fresh
             message = replace(message, id=fresh)
-        known[message.id] = IdEntry(True, digest(message))
+        known[message.id] = entry(True, hashed, hashed)
         out.append(Put(message, after))
     return out
+
+
+def _refuse_content(session_id: str, revision: Revision, message_id: str, what: str) -> InvalidRevisionError:
+    return InvalidRevisionError(
+        f"session {session_id!r}: this {revision.kind} {what} message {message_id!r} with a role or text that "
+        "is not what the store holds for it; nothing was written. Reload the transcript and build the "
+        "change from the messages it holds now"
+    )
 
 
 def check_revision(
@@ -100,8 +149,16 @@ def check_revision(
 
     The returned revision has no changes when the whole revision was a no-op (the
     store then writes nothing).  Raises :class:`InvalidRevisionError` when a change
-    does not apply and :class:`InvalidInputError` for an id reused with other text.
+    does not apply (an unknown kind, an absent or present message, a ``before`` or a
+    removed message whose role or text differs from the stored one, an append after
+    a message the session never held) and :class:`InvalidInputError` for an id
+    reused with other text.
     """
+    if revision.kind not in _KINDS:
+        raise InvalidRevisionError(
+            f"session {session_id!r}: a revision of unknown kind {revision.kind!r} (one of {sorted(_KINDS)} "
+            "expected); nothing was written. Build revisions with Transcript, or give one of those kinds"
+        )
     changes = revision.changes
     ids = touched(changes)
     if revision.kind == "append":
@@ -116,32 +173,39 @@ def check_revision(
     for change in changes:
         if isinstance(change, Put):
             message_id = change.message.id
-            entry = known.get(message_id)
-            if entry is not None and entry.present:
+            found = known.get(message_id)
+            if found is not None and found.present:
                 raise InvalidRevisionError(f"session {session_id!r}: message {message_id!r} is already in the transcript")
-            if entry is not None and revision.kind not in _RESTORING and message_id not in removed_here:
+            if found is not None and revision.kind not in _RESTORING and message_id not in removed_here:
                 raise InvalidRevisionError(
                     f"session {session_id!r}: message id {message_id!r} was used before; ids are never reused"
                 )
-            old = before.get(message_id)
-            known[message_id] = IdEntry(True, old.digest if old else digest(change.message))
+            hashed = digest(change.message)
+            known[message_id] = entry(True, found.first if found else hashed, hashed)
             kept.append(change)
         else:
-            message_id = change.before.id if isinstance(change, Change) else change.message.id
-            entry = known.get(message_id)
-            if entry is None or not entry.present:
+            is_change = isinstance(change, Change)
+            message = change.before if is_change else change.message  # type: ignore[union-attr]
+            message_id = message.id
+            found = known.get(message_id)
+            if found is None or not found.present:
                 raise InvalidRevisionError(
                     f"session {session_id!r}: message {message_id!r} is not in the transcript, so this "
-                    f"{revision.kind} cannot {'change' if isinstance(change, Change) else 'remove'} it; "
+                    f"{revision.kind} cannot {'change' if is_change else 'remove'} it; "
                     "reload the transcript and try again"
                 )
-            if isinstance(change, Change) and change.after.id != message_id:
+            if is_change and change.after.id != message_id:  # type: ignore[union-attr]
                 raise InvalidRevisionError(f"session {session_id!r}: a change must keep the message id {message_id!r}")
-            if isinstance(change, Remove):
-                known[message_id] = IdEntry(False, entry.digest)
+            current = found.current
+            if current is not None and current != digest(message):
+                raise _refuse_content(session_id, revision, message_id, "changes" if is_change else "removes")
+            if not is_change:
+                known[message_id] = found._replace(present=False)
                 removed_here.add(message_id)
             elif is_noop(change):
                 continue
+            else:
+                known[message_id] = entry(True, found.first, digest(change.after))  # type: ignore[union-attr]
             kept.append(change)
     return replace(revision, changes=tuple(kept)), {k: v for k, v in known.items() if before.get(k) != v}
 
@@ -151,9 +215,17 @@ def index_of_log(revisions: Iterable[Revision]) -> dict[str, IdEntry]:
     skipped, so sessions written by buggy versions still get an index)."""
     state = State()
     first: dict[str, str] = {}
+    last: dict[str, str] = {}
     for revision in revisions:
         for change in revision.changes:
             if isinstance(change, Put):
                 first.setdefault(change.message.id, digest(change.message))
-        state.apply(revision.changes, strict=False)
-    return {k: IdEntry(k in state, d) for k, d in first.items()}
+            message_id = change.before.id if isinstance(change, Change) else change.message.id
+            held = state.get(message_id)
+            state.apply((change,), strict=False)
+            now = state.get(message_id)
+            if now is not None:
+                last[message_id] = digest(now)
+            elif held is not None:
+                last[message_id] = digest(held)  # removed: the text it held
+    return {k: entry(k in state, d, last.get(k, d)) for k, d in first.items()}
