@@ -219,7 +219,15 @@ class Transcript(AsyncTranscriptMixin):
             b = len(self._replica.log) if b is None else b
             a, b = self._check_revision(a), self._check_revision(b)
             with collector_paused(self._large()):  # it builds an entry per message, all kept
-                before, after = (tuple(map(detached, self._replica.state_at(n))) for n in (a, b))
+                copies: dict[int, Message] = {}  # one copy per stored message: unchanged ones are in both states
+
+                def copy(message: Message) -> Message:
+                    found = copies.get(id(message))
+                    if found is None:
+                        found = copies[id(message)] = detached(message)
+                    return found
+
+                before, after = (tuple(map(copy, self._replica.state_at(n))) for n in (a, b))
                 return diff_states(a, before, b, after)
 
     def __len__(self) -> int:
