@@ -27,22 +27,20 @@ from typing import Any, Literal
 from .anchors import extract
 from .cues import Cues, strip_cues
 from .errors import BudgetError, InvalidInputError
-from .gate import Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer
+from .gate import anchor_weights
 from .history import TurnHistory
 from .params import SelectionParams
-from .segments import best_other_topic, previous_topic, topic_profiles
-from .selection import Evidence, Selection, Turn, TurnScore
+from .segments import gate_query
+from .selection import Evidence, Selection, Turn
 from .selector import (
-    Candidate,
     Kept,
-    distinctive,
     keep_coverage,
     keep_fill,
     keep_follow_up,
     keep_neighbours,
     keep_topic,
-    match_share,
     score_candidates,
+    score_records,
 )
 from .tokens import TokenCounterLike, resolve_token_counter
 from .validation import require_budget, require_text
@@ -301,42 +299,6 @@ class ContextGatekeeper:
         with self._lock:
             return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude))
 
-    def _gate(
-        self, weights: dict[str, float], topic_weight: dict[int, float], cues: Cues
-    ) -> tuple[Decision, bool, GateFeatures, int | None]:
-        """The gate at query time: ``(decision, weak switch, features, chosen topic)``.
-
-        The active topic is the last turn's, measured by its profile; the other topics
-        by their profiles (recent topics) and by the query weight their turns hold (any
-        topic).  Then :func:`gate.refer` names the topic the query refers to.
-        """
-        p, history = self.params, self._history
-        labels = history.labels
-        if not labels:
-            features = gate_features(weights, history.index.df, {}, cues, None)
-            return "switch", False, features, None
-        active = labels[-1]
-        profiles = topic_profiles(
-            labels, history.by_position, len(labels), p.topic_lookback, p.topic_window, p.topic_decay
-        )
-        total = sum(weights.values()) or 1.0
-        shares = {label: w / total for label, w in topic_weight.items()}
-        others = {label: share for label, share in shares.items() if label != active}
-        recent = best_other_topic(profiles, active, weights)
-        if recent is not None and recent[0] is not None:
-            others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
-        earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
-        features = gate_features(weights, history.index.df, profiles.get(active, {}), cues, earlier)
-        decision = decide(features, p)
-        weak_switch = is_weak_switch(decision, features, p)
-        in_doubt = len(profiles) > 1 or len(labels) < 2  # other topics in play, or no topic established
-        if weak_switch and in_doubt and features.new_weight >= p.new_angle_factor * p.switch_min_new_weight:
-            # then only a message adding a word or two reads as a new angle on the active topic
-            weak_switch = False
-        previous = previous_topic(labels, len(labels))
-        decision, topic = refer(decision, weak_switch, features, shares, active, p, previous)
-        return decision, weak_switch and decision == "switch", features, topic
-
     def _explain(
         self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int, exclude: frozenset[int]
     ) -> Selection:
@@ -347,7 +309,9 @@ class ContextGatekeeper:
         candidates, topic_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)
-        decision, weak_switch, features, topic = self._gate(weights, topic_weight, cues)
+        decision, weak_switch, features, topic = gate_query(
+            labels, history.by_position, index.df, weights, topic_weight, cues, p
+        )
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())
@@ -394,7 +358,7 @@ class ContextGatekeeper:
             gate=features,
             active_segment=history.topic_ids(active),
             matched_segment=history.topic_ids(topic) if decision == "return" else (),
-            scores=self._score_records(pool, candidates, weights, kept, explicit_switch, topic),
+            scores=score_records(pool, candidates, weights, kept, explicit_switch, topic, p),
             coverage=covered_weight / coverable_weight if coverable_weight else 1.0,
             tokens_kept=fixed + sum(history.costs[t] for t in turn_ids),
             tokens_total=fixed + history.total_cost,
@@ -404,49 +368,6 @@ class ContextGatekeeper:
             pinned_turn_ids=tuple(pinned),
             topic=topic,
         )
-
-    def _score_records(
-        self,
-        pool: list[Candidate],
-        candidates: dict[int, Candidate],
-        weights: dict[str, float],
-        kept: Kept,
-        explicit_switch: bool,
-        topic: int | None,
-    ) -> tuple[TurnScore, ...]:
-        """One record per pooled or kept turn, best first."""
-        history = self._history
-        in_pool = {c.turn_id for c in pool}
-        shown = list(pool) + [
-            candidates.get(t) or Candidate(t, history.positions[t], history.costs[t])
-            for t in kept.reasons
-            if t not in in_pool
-        ]
-        records = []
-        for c in sorted(shown, key=lambda c: (-c.total, c.position)):
-            label = history.labels[c.position]
-            reason = kept.reasons.get(c.turn_id)
-            if reason is None:
-                on_topic = label == topic
-                if explicit_switch and not self.params.keep_on_explicit_switch:
-                    reason = "explicit switch"
-                elif c.turn_id not in in_pool:
-                    reason = "below top-M"
-                elif not distinctive(c):
-                    reason = "weak match"
-                elif not on_topic and match_share(c, weights) < self.params.off_topic_share:
-                    reason = "off-topic"
-                else:
-                    reason = "over budget" if c.cost > kept.budget else "no new coverage"
-            evidence = kept.evidence.get(c.turn_id) or Evidence(distinctive(c))
-            records.append(
-                TurnScore(
-                    turn_id=c.turn_id, user=c.user, assistant=c.assistant, exact=c.exact, recency=c.recency,
-                    total=c.total, covered=tuple(c.covered), cost=c.cost,
-                    kept=c.turn_id in kept.reasons, reason=reason, evidence=evidence, topic=label,
-                )
-            )
-        return tuple(records)
 
     def _overflow(self, fixed: int, pinned: list[int], budget_total: int) -> None:
         detail = (

@@ -1,4 +1,5 @@
-"""Topics and their segments: a pure function of the turn list, maintained incrementally.
+"""Topics and their segments: a pure function of the turn list, maintained incrementally;
+and, at query time, the topic a query refers to (:func:`gate_query`).
 
 Every turn carries a *topic label*.  Each turn's user message is gated against
 the topics seen just before it, using only the statistics of the turns before
@@ -22,10 +23,19 @@ from dataclasses import dataclass
 
 from .anchors import AnchorKind, anchor_kind
 from .cues import INTRODUCING_CUES, Cues
-from .gate import anchor_weights, decide, gate_features, is_weak_switch
+from .gate import Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer
 from .params import SelectionParams
 
-__all__ = ["SegmentInput", "topic_profiles", "best_other_topic", "affinity", "previous_topic", "next_label", "segment_all"]
+__all__ = [
+    "SegmentInput",
+    "topic_profiles",
+    "best_other_topic",
+    "affinity",
+    "previous_topic",
+    "next_label",
+    "segment_all",
+    "gate_query",
+]
 
 
 @dataclass(frozen=True)
@@ -178,3 +188,43 @@ def segment_all(turns: Sequence[SegmentInput], params: SelectionParams) -> tuple
         novelty.append(new_weight)
         seen.update(turn.anchors)
     return labels, novelty
+
+
+def gate_query(
+    labels: Sequence[int],
+    turns: Sequence[SegmentInput],
+    df: Callable[[str], int],
+    weights: Mapping[str, float],
+    topic_weight: Mapping[int, float],
+    cues: Cues,
+    params: SelectionParams,
+) -> tuple[Decision, bool, GateFeatures, int | None]:
+    """The gate at query time: ``(decision, weak switch, features, chosen topic)``.
+
+    ``topic_weight`` is, per topic label, the query weight its turns hold
+    (:func:`selector.score_candidates`).  The active topic is the last turn's, measured
+    by its profile; the other topics by their profiles (recent topics) and by the query
+    weight their turns hold (any topic).  Then :func:`gate.refer` names the topic the
+    query refers to.
+    """
+    p = params
+    if not labels:
+        return "switch", False, gate_features(weights, df, {}, cues, None), None
+    active = labels[-1]
+    profiles = topic_profiles(labels, turns, len(labels), p.topic_lookback, p.topic_window, p.topic_decay)
+    total = sum(weights.values()) or 1.0
+    shares = {label: w / total for label, w in topic_weight.items()}
+    others = {label: share for label, share in shares.items() if label != active}
+    recent = best_other_topic(profiles, active, weights)
+    if recent is not None and recent[0] is not None:
+        others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
+    earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
+    features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
+    decision = decide(features, p)
+    weak_switch = is_weak_switch(decision, features, p)
+    in_doubt = len(profiles) > 1 or len(labels) < 2  # other topics in play, or no topic established
+    if weak_switch and in_doubt and features.new_weight >= p.new_angle_factor * p.switch_min_new_weight:
+        # then only a message adding a word or two reads as a new angle on the active topic
+        weak_switch = False
+    decision, topic = refer(decision, weak_switch, features, shares, active, p, previous_topic(labels, len(labels)))
+    return decision, weak_switch and decision == "switch", features, topic

@@ -22,7 +22,7 @@ from .index import AnchorIndex
 from .history import TurnHistory
 from .params import SelectionParams
 from .scoring import bm25_saturation, coverage_gain, recency_prior
-from .selection import Evidence
+from .selection import Evidence, TurnScore
 
 __all__ = [
     "Candidate",
@@ -37,6 +37,7 @@ __all__ = [
     "keep_follow_up",
     "keep_fill",
     "keep_neighbours",
+    "score_records",
 ]
 
 
@@ -313,3 +314,46 @@ def keep_neighbours(
             if neighbour is not None and distinctive(neighbour):
                 evidence = kept.evidence.get(candidate.turn_id, Evidence())
                 kept.keep(neighbour.turn_id, "neighbour", Evidence(distinctive(neighbour), evidence.topic))
+
+
+def score_records(
+    pool: Sequence[Candidate],
+    candidates: Mapping[int, Candidate],
+    weights: Mapping[str, float],
+    kept: Kept,
+    explicit_switch: bool,
+    topic: int | None,
+    params: SelectionParams,
+) -> tuple[TurnScore, ...]:
+    """What ``explain`` shows: one record per pooled or kept turn, best first, each with
+    the reason it was kept or dropped and its evidence."""
+    history = kept.history
+    in_pool = {c.turn_id for c in pool}
+    shown = list(pool) + [
+        candidates.get(t) or Candidate(t, history.positions[t], history.costs[t])
+        for t in kept.reasons
+        if t not in in_pool
+    ]
+    records = []
+    for c in sorted(shown, key=lambda c: (-c.total, c.position)):
+        label = history.labels[c.position]
+        reason = kept.reasons.get(c.turn_id)
+        if reason is None:
+            if explicit_switch and not params.keep_on_explicit_switch:
+                reason = "explicit switch"
+            elif c.turn_id not in in_pool:
+                reason = "below top-M"
+            elif not distinctive(c):
+                reason = "weak match"
+            elif label != topic and match_share(c, weights) < params.off_topic_share:
+                reason = "off-topic"
+            else:
+                reason = "over budget" if c.cost > kept.budget else "no new coverage"
+        records.append(
+            TurnScore(
+                turn_id=c.turn_id, user=c.user, assistant=c.assistant, exact=c.exact, recency=c.recency,
+                total=c.total, covered=tuple(c.covered), cost=c.cost, kept=c.turn_id in kept.reasons,
+                reason=reason, evidence=kept.evidence.get(c.turn_id) or Evidence(distinctive(c)), topic=label,
+            )
+        )
+    return tuple(records)

@@ -39,7 +39,7 @@ from typing import NamedTuple, get_args
 
 from ..errors import InvalidInputError, InvalidRevisionError
 from ..messages import Message, new_message_id
-from ..operations import Applied, Change, Put, Remove, State, is_noop
+from ..operations import Applied, Change, Put, State, is_noop
 from ..revisions import Revision, RevisionKind
 
 __all__ = ["IdEntry", "Lookup", "digest", "entry", "check_revision", "index_of_log", "touched"]
