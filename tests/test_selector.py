@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from context_gatekeeper.anchors import TextAnchors
 from context_gatekeeper.index import AnchorIndex
 from context_gatekeeper.params import SelectionParams
-from context_gatekeeper.selector import Candidate, greedy_cover, is_weak_evidence, score_candidates
+from context_gatekeeper.selector import Candidate, distinctive, greedy_cover, score_candidates
 
 P = SelectionParams()
 
@@ -138,13 +138,13 @@ def test_score_parts_are_normalised(turns, weights):
     assert sum(topic_weight.values()) <= sum(weights.values()) + 1e-9
 
 
-# -- is_weak_evidence ---------------------------------------------------------------------------------
+# -- distinctive ------------------------------------------------------------------------------------
 
 
-def test_weak_evidence_is_single_cjk_characters_only():
-    assert is_weak_evidence(Candidate(1, 0, 1, covered=["加", "用"]))
-    assert not is_weak_evidence(Candidate(1, 0, 1, covered=["加", "加密"]))
-    assert not is_weak_evidence(Candidate(1, 0, 1, covered=["redis"]))
+def test_lone_cjk_characters_are_not_distinctive_evidence():
+    assert distinctive(Candidate(1, 0, 1, covered=["加", "用"])) == ()
+    assert distinctive(Candidate(1, 0, 1, covered=["加", "加密"])) == ("加密",)
+    assert distinctive(Candidate(1, 0, 1, covered=["redis"])) == ("redis",)
 
 
 # -- greedy_cover ------------------------------------------------------------------------------------

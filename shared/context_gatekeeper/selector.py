@@ -29,7 +29,6 @@ __all__ = [
     "Kept",
     "score_candidates",
     "greedy_cover",
-    "is_weak_evidence",
     "distinctive",
     "match_share",
     "keep_coverage",
@@ -57,12 +56,6 @@ class Candidate:
     @property
     def total(self) -> float:
         return self.user + self.assistant + self.exact + self.recency
-
-
-def is_weak_evidence(candidate: Candidate) -> bool:
-    """True when a turn matches the query only on single CJK characters: too
-    ambiguous ("加", "用") to select a turn on their own."""
-    return all(anchor_kind(a) == AnchorKind.CJK_CHAR for a in candidate.covered)
 
 
 def score_candidates(
