@@ -79,6 +79,12 @@ class Cues:
     def __bool__(self) -> bool:
         return bool(self.reference or self.switch or self.returning)
 
+    @property
+    def points_back(self) -> bool:
+        """A reference cue that points at what came before ("it", "这个"), not one that
+        introduces what follows ("what about", :data:`INTRODUCING_CUES`)."""
+        return any(cue not in INTRODUCING_CUES for cue in self.reference)
+
 
 _CJK_NOT_AFTER = {"它": "其"}
 """Chinese cues that are part of a longer word after this character ("其它" = "other")."""

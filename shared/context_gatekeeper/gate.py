@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .anchors import AnchorKind, anchor_kind
-from .cues import INTRODUCING_CUES, Cues
+from .cues import Cues
 from .params import SelectionParams
 from .scoring import IDF_FORMULAS
 
@@ -134,8 +134,7 @@ def decide(f: GateFeatures, p: SelectionParams) -> Decision:
         if earlier > f.overlap and (f.cues.returning or earlier >= p.return_threshold):
             return "return"
         if f.cues.switch:
-            pointing_back = any(cue not in INTRODUCING_CUES for cue in f.cues.reference)
-            if pointing_back and f.new_weight < p.reference_beside_switch * p.switch_min_new_weight:
+            if f.cues.points_back and f.new_weight < p.reference_beside_switch * p.switch_min_new_weight:
                 return "continue"
             if f.overlap >= p.cue_hold_overlap and f.new_weight < p.weak_switch_factor * p.switch_min_new_weight:
                 return "continue"

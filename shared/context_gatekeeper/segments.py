@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .anchors import AnchorKind, anchor_kind
-from .cues import INTRODUCING_CUES, Cues
+from .cues import Cues
 from .gate import Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer
 from .params import SelectionParams
 
@@ -168,8 +168,7 @@ def next_label(
         label, score = max(scores.items(), key=lambda item: (item[1], item[0] == active))
         if score >= params.topic_affinity + (params.affinity_margin if label == active else 0.0):
             return label, features.new_weight
-        pointing_back = any(cue not in INTRODUCING_CUES for cue in turn.cues.reference)
-        if turn.answered and features.query_weight > 0 and not pointing_back:
+        if turn.answered and features.query_weight > 0 and not turn.cues.points_back:
             return position, features.new_weight  # a whole exchange no recent topic holds
     if decision == "continue" or is_weak_switch(decision, features, params):
         return active, features.new_weight
