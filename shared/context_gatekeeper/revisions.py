@@ -14,8 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from .errors import InvalidRevisionError, UnknownMessageError
 from .messages import Message, detached
-from .operations import Applied, Change, Put, Remove, change_from_dict, change_to_dict, is_noop, touched_ids
+from .operations import (
+    Applied, Change, Put, Remove, State, change_from_dict, change_to_dict, invert, is_noop, touched_ids,
+)
 
 __all__ = [
     "RevisionKind",
@@ -27,6 +30,8 @@ __all__ = [
     "diff_states",
     "rebase_conflicts",
     "undo_stacks",
+    "applicable",
+    "rewind",
 ]
 
 RevisionKind = Literal["append", "edit", "apply", "set", "clear", "undo", "redo", "revert"]
@@ -190,16 +195,19 @@ if tuple(f.name for f in fields(MessageDiff)) != ("id", "status", "before", "aft
     raise RuntimeError("_entry builds MessageDiff field by field: update it with the fields")  # pragma: no cover
 
 
-def _hunk(entry: "MessageDiff") -> list[str]:
+def _hunk(entry: "MessageDiff", label: str) -> list[str]:
     """One message's change as a unified-diff hunk: its header, then its text lines."""
-    message = entry.after or entry.before
-    assert message is not None
     before = entry.before.content.splitlines() if entry.before else []
     after = entry.after.content.splitlines() if entry.after else []
-    lines = [f"@@ {message.role} {message.id}: {entry.status} @@"]
+    lines = [f"@@ {label}: {entry.status} @@"]
     body = list(difflib.unified_diff(before, after, lineterm="", n=2))[2:]
     lines.extend(line for line in body if not line.startswith("@@"))
     return lines
+
+
+def _positions(wanted: set[str], state: Sequence[Message]) -> dict[str, int]:
+    """1-based positions in ``state`` of the messages whose ids are in ``wanted``."""
+    return {m.id: i for i, m in enumerate(state, 1) if m.id in wanted}
 
 
 @dataclass(frozen=True)
@@ -215,7 +223,10 @@ class Diff:
         after: the state at ``b``.
 
     ``str(diff)`` is a unified diff that shows only what changed: one hunk per added,
-    removed or changed message, headed by its role and id.
+    removed or changed message, headed by its role and position as the chat shows
+    them (``user #1``, ``assistant #2``): a removed message is numbered where it stood
+    in the first state, any other where it stands in the second.  A diff built
+    without its states names messages by id instead.
     """
 
     a: int
@@ -242,9 +253,15 @@ class Diff:
     def __str__(self) -> str:
         if not self.messages:
             return f"no changes between revision {self.a} and revision {self.b}"
+        wanted = {entry.id for entry in self.messages}
+        after = _positions(wanted, self.after)
+        before = _positions(wanted - after.keys(), self.before) if len(after) < len(wanted) else {}
         lines = [f"--- revision {self.a}", f"+++ revision {self.b}"]
         for entry in self.messages:
-            lines.extend(_hunk(entry))
+            message = entry.after or entry.before
+            assert message is not None
+            position = after.get(entry.id) or before.get(entry.id)
+            lines.extend(_hunk(entry, f"{message.role} #{position}" if position else f"{message.role} {entry.id}"))
         return "\n".join(lines)
 
 
@@ -338,3 +355,32 @@ def undo_stacks(log: Sequence[Revision]) -> tuple[list[int], list[Revision]]:
                 undone.pop()
                 done.append(revision.target)  # type: ignore[arg-type]
     return done, undone
+
+
+def applicable(changes: Iterable[Applied], state: Sequence[Message]) -> list[Applied]:
+    """The part of ``changes`` that applies to ``state``, in order, as :func:`apply_changes
+    <context_gatekeeper.operations.apply_changes>` would apply it: a put of a message
+    already there, or a removal or change of one that is gone, is skipped.
+
+    For an undo or redo over a state that also moves by other means (an agent thread,
+    whose other writers add and remove messages): later messages stay, gone ones are
+    skipped.
+    """
+    current, out = State(state), []
+    for change in changes:
+        try:
+            current.apply((change,))
+        except (InvalidRevisionError, UnknownMessageError):
+            continue
+        out.append(change)
+    return out
+
+
+def rewind(state: Sequence[Message], later: Sequence[Revision]) -> list[Message]:
+    """The state as it was before the revisions ``later`` (oldest first), from the state
+    after them: each one's inverse, most recent first, as far as it still applies.
+    Messages added by anything but those revisions stay."""
+    current = State(state)
+    for revision in reversed(later):
+        current.apply(invert(revision.changes), strict=False)
+    return list(current.to_list())

@@ -8,7 +8,6 @@ are drawn here, so the loop and commands never deal with markup.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import datetime as _dt
 import sys
 from collections.abc import Iterator, Sequence
@@ -214,26 +213,8 @@ class Renderer:
 
 
 def diff_lines(diff: Diff) -> list[str]:
-    """``str(diff)`` with each message named by role and position (``user #1``), not by id.
-
-    A removed message is numbered where it stood in the first state, any other where
-    it stands in the second.
-    """
-    if not diff.messages:
-        return [f"no changes between revision {diff.a} and revision {diff.b}"]
-    after = {m.id: i for i, m in enumerate(diff.after, 1)}
-    before = {m.id: i for i, m in enumerate(diff.before, 1)}
-    lines = [f"--- revision {diff.a}", f"+++ revision {diff.b}"]
-    for entry in diff.messages:
-        message = entry.after or entry.before
-        assert message is not None
-        position = after.get(entry.id) or before.get(entry.id)
-        old = entry.before.content.splitlines() if entry.before else []
-        new = entry.after.content.splitlines() if entry.after else []
-        lines.append(f"@@ {message.role} #{position}: {entry.status} @@")
-        body = list(difflib.unified_diff(old, new, lineterm="", n=2))[2:]
-        lines.extend(line for line in body if not line.startswith("@@"))
-    return lines
+    """``str(diff)`` line by line: each message named by role and position (``user #1``), not by id."""
+    return str(diff).splitlines()
 
 
 def _counts(revision: Revision) -> str:
