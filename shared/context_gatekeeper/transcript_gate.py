@@ -15,12 +15,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import InvalidInputError
 from .gatekeeper import ContextGatekeeper
 from .messages import Message
 from .selection import Selection
 from .transcript import Transcript
 
-__all__ = ["MessageTurn", "group_turns", "TranscriptGate"]
+__all__ = ["MessageTurn", "group_turns", "TurnIndex", "TranscriptGate"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,66 @@ def group_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Messag
     return system, [MessageTurn(t[0].id, tuple(t)) for t in turns]
 
 
+class TurnIndex:
+    """Keeps a :class:`ContextGatekeeper` in step with a list of :class:`MessageTurn`, incrementally.
+
+    The one sync routine behind :class:`TranscriptGate` and the adapters' per-thread
+    indexes.  Turns are identified by :attr:`MessageTurn.key`: a key seen before whose
+    texts changed is re-indexed in place (``replace_turn``), a key no longer present is
+    removed, a new key is inserted where it stands; when keys the gatekeeper already
+    holds now stand in another order, the index is rebuilt.  Not thread-safe on its own:
+    callers hold their lock around :meth:`sync` and the gatekeeper call that follows.
+
+    Attributes:
+        gatekeeper: the gatekeeper driven.
+        ids: turn key -> gatekeeper turn id, for every turn of the last sync.
+    """
+
+    def __init__(self, gatekeeper: ContextGatekeeper) -> None:
+        self.gatekeeper = gatekeeper
+        self.ids: dict[str, int] = {}
+        self._texts: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self._order: list[str] = []
+        self.builds = 0
+        """How many times the index was built from empty (the first sync and each rebuild)."""
+
+    def sync(self, turns: Sequence[MessageTurn]) -> None:
+        """Bring the gatekeeper in step with ``turns`` (cheap when nothing changed)."""
+        gk = self.gatekeeper
+        keys = [t.key for t in turns]
+        present = set(keys)
+        if len(present) != len(keys):
+            raise InvalidInputError("turn keys must be unique within one sync (give each turn its own key)")
+        if [k for k in self._order if k in present] != [k for k in keys if k in self.ids]:
+            gk.clear()  # a kept turn moved (a set, a revert, a reordered list): rebuild
+            self.ids.clear()
+            self._texts.clear()
+        if not self.ids and turns:
+            self.builds += 1
+        for key in [k for k in self.ids if k not in present]:
+            gk.remove_turn(self.ids.pop(key))
+            del self._texts[key]
+        previous: int | None = None
+        for turn in turns:
+            texts = turn.texts
+            user, assistant, tools = texts
+            if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
+                user = "[no text]"  # a turn of empty messages still holds its place
+            turn_id = self.ids.get(turn.key)
+            if turn_id is None:
+                turn_id = gk.insert_turn(previous, user, assistant, tool_texts=tools)
+                self.ids[turn.key] = turn_id
+            elif self._texts[turn.key] != texts:
+                gk.replace_turn(turn_id, user, assistant, tool_texts=tools)
+            self._texts[turn.key] = texts
+            previous = turn_id
+        self._order = keys
+
+    def keys_by_id(self) -> dict[int, str]:
+        """Gatekeeper turn id -> turn key."""
+        return {turn_id: key for key, turn_id in self.ids.items()}
+
+
 class TranscriptGate:
     """Topic-gated selection over a transcript's current state.
 
@@ -91,8 +152,8 @@ class TranscriptGate:
         self.transcript = transcript
         self.gatekeeper = gatekeeper or ContextGatekeeper(**gatekeeper_options)
         self._lock = threading.RLock()
-        self._ids: dict[str, int] = {}  # turn key -> gatekeeper turn id
-        self._texts: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self._index = TurnIndex(self.gatekeeper)
+        self._ids = self._index.ids  # turn key -> gatekeeper turn id (the same dict)
         self._turns: list[MessageTurn] = []
         self._system: list[Message] = []
         self._open: MessageTurn | None = None
@@ -106,38 +167,12 @@ class TranscriptGate:
                 return
             system, turns = group_turns(self.transcript.messages)
             self._open = turns.pop() if turns and turns[-1].is_open else None
+            self._index.sync(turns)
             gk = self.gatekeeper
-            keys = {t.key for t in turns}
-            if self._moved(turns):  # a set() or revert reordered kept turns: rebuild
-                gk.clear()
-                self._ids.clear()
-                self._texts.clear()
-            for key in [k for k in self._ids if k not in keys]:
-                gk.remove_turn(self._ids.pop(key))
-                del self._texts[key]
-            previous: int | None = None
-            for turn in turns:
-                texts = turn.texts
-                turn_id = self._ids.get(turn.key)
-                if turn_id is None:
-                    turn_id = gk.insert_turn(previous, *texts[:2], tool_texts=texts[2])
-                    self._ids[turn.key] = turn_id
-                elif self._texts[turn.key] != texts:
-                    gk.replace_turn(turn_id, *texts[:2], tool_texts=texts[2])
-                self._texts[turn.key] = texts
-                previous = turn_id
             system_text = "\n".join(m.content for m in system) or None
             if system_text != gk.system_prompt:
                 gk.system_prompt = system_text
             self._system, self._turns, self._version = system, turns, version
-
-    def _moved(self, turns: list[MessageTurn]) -> bool:
-        """Whether turns the gatekeeper already holds now stand in another order."""
-        known = [t.key for t in turns if t.key in self._ids]
-        still_there = set(known)
-        key_of = {turn_id: key for key, turn_id in self._ids.items()}
-        current = [key_of[t.id] for t in self.gatekeeper.turns if key_of.get(t.id) in still_there]
-        return current != known
 
     def explain(self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()) -> Selection:
         """The gatekeeper's selection for ``query`` over the current state (``token_budget``
