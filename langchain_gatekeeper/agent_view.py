@@ -8,10 +8,13 @@ after it: the agent's tool loop is never gated).  Turns group an AI tool call wi
 its ToolMessages (:func:`~context_gatekeeper.transcript_gate.group_turns`), so a
 pair is never split.
 
-Per thread, the gatekeeper is updated incrementally: turns are keyed by the id of
-their first message, so a new call indexes only new or changed turns (an edit of
-the thread re-indexes the turns it touched); a reordering rebuilds that thread's
-index.  Threads are kept in a bounded LRU cache.
+Per thread, the gatekeeper is updated incrementally by the core's
+:class:`~context_gatekeeper.transcript_gate.TurnIndex` (the routine
+:class:`~context_gatekeeper.TranscriptGate` uses too): turns are keyed by the id of
+their first message (agent state) or by their content (plain lists, see
+:func:`~langchain_gatekeeper.gate_messages`), so a new call indexes only new or
+changed turns (an edit of the thread re-indexes the turns it touched); a
+reordering rebuilds that thread's index.  Threads are kept in a bounded LRU cache.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from context_gatekeeper import ContextGatekeeper, Message
-from context_gatekeeper.transcript_gate import MessageTurn, group_turns
+from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper.transcript_gate import MessageTurn, TurnIndex, group_turns
 
 from .threads import is_edit_record
 
@@ -58,43 +62,31 @@ def _indexed_text(message: BaseMessage) -> str:
 
 
 class _ThreadIndex:
-    """One thread's gatekeeper and the turn keys it indexes, in order."""
+    """One thread's gatekeeper, driven by the core's :class:`TurnIndex`, and its lock."""
 
     def __init__(self, gatekeeper: ContextGatekeeper) -> None:
+        self.turns = TurnIndex(gatekeeper)
         self.gatekeeper = gatekeeper
         self.lock = threading.Lock()
-        self.ids: dict[str, int] = {}
-        self.texts: dict[str, tuple[str, str, tuple[str, ...]]] = {}
-        self.order: list[str] = []
 
-    def sync(self, turns: Sequence[MessageTurn]) -> dict[int, str]:
-        """Bring the gatekeeper in step with ``turns``; returns gatekeeper turn id -> turn key."""
-        gk = self.gatekeeper
-        keys = [t.key for t in turns]
-        present = set(keys)
-        if [k for k in self.order if k in present] != [k for k in keys if k in self.ids]:
-            gk.clear()  # a turn moved: rebuild this thread's index
-            self.ids.clear()
-            self.texts.clear()
-        for key in [k for k in self.ids if k not in present]:
-            gk.remove_turn(self.ids.pop(key))
-            del self.texts[key]
-        previous: int | None = None
-        for turn in turns:
-            user, assistant, tools = turn.texts
-            if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
-                user = "[no text]"
-            texts = (user, assistant, tools)
-            turn_id = self.ids.get(turn.key)
-            if turn_id is None:
-                turn_id = gk.insert_turn(previous, user, assistant, tool_texts=tools)
-                self.ids[turn.key] = turn_id
-            elif self.texts[turn.key] != texts:
-                gk.replace_turn(turn_id, user, assistant, tool_texts=tools)
-            self.texts[turn.key] = texts
-            previous = turn_id
-        self.order = keys
-        return {turn_id: key for key, turn_id in self.ids.items()}
+
+def _keyed(turns: Sequence[MessageTurn], rest: Sequence[BaseMessage], keyed_by: str) -> list[MessageTurn]:
+    """The turns under the keys the index follows them by.
+
+    ``"id"``: the id of the turn's first message (its position when it has none), so an
+    edit of a message re-indexes only its turn.  ``"content"``: the turn's texts (with a
+    count for repeats), so a list that grew by a turn, or lost its oldest ones, costs
+    only what changed whatever its ids.
+    """
+    if keyed_by == "id":
+        return [MessageTurn(rest[int(t.key)].id or f"#{t.key}", t.messages) for t in turns]
+    seen: dict[int, int] = {}
+    keyed = []
+    for turn in turns:
+        digest = hash(turn.texts)
+        n = seen[digest] = seen.get(digest, -1) + 1
+        keyed.append(MessageTurn(f"{digest:x}.{n}", turn.messages))
+    return keyed
 
 
 class GatedView:
@@ -103,13 +95,21 @@ class GatedView:
     Args:
         make_gatekeeper: builds a fresh, configured gatekeeper for a new thread.
         max_threads: how many threads' indexes to keep (least recently used go first).
+        keyed_by: how a turn is recognised from one call to the next: ``"id"`` (its first
+            message's id; agent state, where every message has one) or ``"content"``
+            (its texts; plain message lists, whose ids may be missing or made up per call).
     """
 
-    def __init__(self, make_gatekeeper: Callable[[], ContextGatekeeper], *, max_threads: int = 1024) -> None:
-        if max_threads < 1:
-            raise ValueError(f"max_threads must be >= 1, got {max_threads!r}")
+    def __init__(
+        self, make_gatekeeper: Callable[[], ContextGatekeeper], *, max_threads: int = 1024, keyed_by: str = "id"
+    ) -> None:
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise InvalidInputError(f"max_threads must be an int >= 1, got {max_threads!r}")
+        if keyed_by not in ("id", "content"):
+            raise InvalidInputError(f"keyed_by must be 'id' or 'content', got {keyed_by!r}")
         self._make = make_gatekeeper
         self._max = max_threads
+        self._keyed_by = keyed_by
         self._threads: OrderedDict[Any, _ThreadIndex] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -128,15 +128,28 @@ class GatedView:
         """The gatekeeper kept for ``thread`` (for inspection, e.g. ``explain``)."""
         return self._index(thread).gatekeeper
 
+    def index(self, thread: Any) -> TurnIndex:
+        """The core :class:`~context_gatekeeper.transcript_gate.TurnIndex` kept for ``thread``."""
+        return self._index(thread).turns
+
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
-        """The gated list for ``messages`` (a model request's messages, system prompt excluded)."""
+        """The gated list for ``messages`` (a model request's messages, system prompt excluded):
+        the current turn (the last human message and everything after it) is kept whole and
+        its human message is the query; earlier messages go through :meth:`gated`."""
         start = current_turn_start(messages)
         if start is None:
             return list(messages)
         query = messages[start].text
         if not query.strip():
             return list(messages)
-        earlier, current = messages[:start], list(messages[start:])
+        return self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt) + list(messages[start:])
+
+    def gated(
+        self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
+    ) -> list[BaseMessage]:
+        """``earlier`` narrowed for ``query``: pinned messages (leading system messages,
+        summaries) first, then the turns the thread's gatekeeper selects, in order, as the
+        caller's own message objects.  Edit records are never selected."""
         pinned: list[BaseMessage] = []
         summaries: list[str] = []
         rest: list[BaseMessage] = []
@@ -148,15 +161,14 @@ class GatedView:
                 pinned.append(message)
             elif not is_edit_record(message):
                 rest.append(message)
-        lite = [
-            Message(m.id or f"#{i}", _ROLES.get(m.type, "user"), _indexed_text(m))  # type: ignore[arg-type]
-            for i, m in enumerate(rest)
-        ]
-        by_id = {lm.id: m for lm, m in zip(lite, rest)}
-        _, turns = group_turns(lite)
+        if not query.strip():
+            return list(earlier)
+        lite = [Message(str(i), _ROLES.get(m.type, "user"), _indexed_text(m)) for i, m in enumerate(rest)]  # type: ignore[arg-type]
+        turns = _keyed(group_turns(lite)[1], rest, self._keyed_by)
         index = self._index(thread)
         with index.lock:
-            keys = index.sync(turns)
+            index.turns.sync(turns)
+            keys = index.turns.keys_by_id()
             gk = index.gatekeeper
             pinned_text = "\n".join(filter(None, [system_prompt, *(m.text for m in pinned if isinstance(m, SystemMessage))]))
             if (pinned_text or None) != gk.system_prompt:
@@ -171,5 +183,5 @@ class GatedView:
             turn = by_key[keys[turn_id]]
             if not kept and turn.messages[0].role != "user":
                 continue  # the view starts on a user message
-            kept.extend(by_id[m.id] for m in turn.messages)
-        return pinned + kept + current
+            kept.extend(rest[int(m.id)] for m in turn.messages)
+        return pinned + kept
