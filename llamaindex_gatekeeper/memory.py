@@ -23,6 +23,7 @@ result), and the current turn whole, within ``token_limit``.  Everything else
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -31,9 +32,10 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
+from llama_index.core.schema import QueryBundle
 
 from context_gatekeeper.models import pick_model
-from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
+from context_gatekeeper import BudgetError, Message, Selection, Store, Transcript, TranscriptGate
 from context_gatekeeper.tokens import resolve_token_counter
 from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE
 from context_gatekeeper.transcript_gate import MessageTurn, group_turns
@@ -48,6 +50,9 @@ DEFAULT_TOKEN_LIMIT = 3000
 ADAPTER_GATE_DEFAULTS: dict[str, Any] = {"on_overflow": "keep_pinned"}
 """Gatekeeper options the adapters default to (an agent run never dies because pinned content overflows)."""
 _CONTEXT_WINDOW_RATIO = 0.75  # as ChatMemoryBuffer.from_defaults(llm=...)
+_EXCEEDS = "Initial token count exceeds token limit"
+QueryInput = str | ChatMessage | QueryBundle | None
+"""What ``get`` / ``aget`` take as ``input``."""
 
 
 class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
@@ -186,22 +191,54 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         return self._transcript.store
 
     # -- reading ------------------------------------------------------------------------
-    def get(self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
+    def get(self, input: QueryInput = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
         """The messages to send now: pinned content, the selected earlier turns, the current turn.
 
-        The query is ``input`` when given, else the open (unanswered) last user message.
-        The current turn (the open one, or with neither ``input`` nor an open turn the last
-        turn) is never gated and always returned whole.  ``initial_token_count`` (tokens the
-        caller adds, such as a system prompt) is taken off ``token_limit``; other keyword
-        arguments engines pass are accepted and ignored.  Returns fresh copies.
+        The query is ``input`` when given (a str, a ``ChatMessage``, or a ``QueryBundle``
+        as ``ContextChatEngine.chat(QueryBundle(...))`` passes it: its ``query_str``),
+        else the open (unanswered) last user message.  The current turn (the open one,
+        or with neither ``input`` nor an open turn the last turn) is never gated and
+        always returned whole.  ``initial_token_count`` (tokens the caller adds, such as
+        a system prompt) is taken off ``token_limit``; other keyword arguments engines
+        pass are accepted and ignored.  Returns fresh copies.
+
+        Raises:
+            TypeError: ``input`` is none of the above (``get(5)`` passes 5 as the query;
+                write ``get(initial_token_count=5)``).
+            ValueError: ``initial_token_count`` is not an int >= 0.
+            BudgetError: (a ``ValueError``) ``initial_token_count`` exceeds
+                ``token_limit``, as ``ChatMemoryBuffer.get`` raises; nothing is read.
         """
-        if isinstance(initial_token_count, bool) or not isinstance(initial_token_count, int) or initial_token_count < 0:
-            raise ValueError(f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
+        self._check_initial(initial_token_count)
         return from_core_messages(self._select(_text_of(input), initial_token_count))
 
-    def get_all(self) -> list[ChatMessage]:
-        """Every message of the current state (fresh copies), not the gated view."""
-        return from_core_messages(self._transcript.messages)
+    async def aget(self, input: QueryInput = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
+        """Async :meth:`get` (same arguments, same errors), run in a worker thread."""
+        return await asyncio.to_thread(self.get, input, initial_token_count, **kwargs)
+
+    def _check_initial(self, initial_token_count: Any) -> None:
+        if isinstance(initial_token_count, bool) or not isinstance(initial_token_count, int) or initial_token_count < 0:
+            raise ValueError(f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
+        if initial_token_count > self.token_limit:
+            error = BudgetError(_EXCEEDS)  # ChatMemoryBuffer's exact text, which callers may match
+            error.add_note(
+                f"initial_token_count={initial_token_count} is more than token_limit={self.token_limit}: pass a "
+                "larger token_limit to GatekeeperMemory.from_defaults, or a shorter prompt; nothing was read"
+            )
+            raise error
+
+    def get_all(self, status: Any = None) -> list[ChatMessage]:
+        """Every message of the current state (fresh copies), not the gated view.
+
+        ``status`` is ``Memory.get_all``'s: ``None`` or ``"active"`` (``MessageStatus.ACTIVE``)
+        give the current state; ``"archived"`` gives ``[]``, as this memory never
+        archives (what edits and ``reset`` removed stays in :meth:`record`).
+        """
+        return [] if _status(status) == "archived" else from_core_messages(self._transcript.messages)
+
+    async def aget_all(self, status: Any = None) -> list[ChatMessage]:
+        """Async :meth:`get_all`."""
+        return await asyncio.to_thread(self.get_all, status)
 
     def explain(self, query: str) -> Selection:
         """The core :class:`~context_gatekeeper.Selection` for ``query`` over the earlier turns."""
@@ -282,20 +319,44 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
             if new != current:
                 self._transcript.set(new)
 
-    def reset(self) -> None:
+    def reset(self, status: Any = None) -> None:
         """Empty the current state as one recorded revision; ``record()`` keeps every message
-        and ``undo()`` brings them back.  (To erase a session, use ``transcript.purge()``.)"""
+        and ``undo()`` brings them back.  (To erase a session, use ``transcript.purge()``.)
+
+        ``status`` is ``Memory.areset``'s: ``None`` or ``"active"`` empty the state;
+        ``"archived"`` does nothing (this memory never archives).
+        """
+        if _status(status) == "archived":
+            return
         with self._lock:
             if self._transcript.messages:
                 self._transcript.clear()
 
+    async def areset(self, status: Any = None) -> None:
+        """Async :meth:`reset`."""
+        await asyncio.to_thread(self.reset, status)
+
 
 def _text_of(value: Any) -> str | None:
-    """The query text of ``input`` (a str, or a message's text)."""
+    """The query text of ``input``: a str, a message's text, or a ``QueryBundle``'s
+    ``query_str`` (unwrapped however deep: engines wrap what they are given)."""
+    while isinstance(value, QueryBundle):
+        value = value.query_str
     if value is None:
         return None
     if isinstance(value, ChatMessage):
         return value.content or None
     if isinstance(value, str):
         return value
-    raise TypeError(f"input must be a str, a ChatMessage or None, got {type(value).__name__}")
+    raise TypeError(
+        f"input must be a str, a ChatMessage, a QueryBundle or None, got {type(value).__name__}; "
+        "to reserve tokens pass initial_token_count= by keyword"
+    )
+
+
+def _status(status: Any) -> str:
+    """``Memory``'s ``MessageStatus`` (or its value) as ``"active"`` / ``"archived"``."""
+    value = str(getattr(status, "value", status or "active")).lower()
+    if value not in ("active", "archived"):
+        raise ValueError(f"status must be None, 'active' or 'archived' (MessageStatus), got {status!r}")
+    return value

@@ -37,7 +37,7 @@ from context_gatekeeper import SelectionParams
 from context_gatekeeper.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
 from context_gatekeeper.tokens import resolve_token_counter
 
-__all__ = ["GatekeeperNodePostprocessor", "NodeExplanation", "build_corpus"]
+__all__ = ["GatekeeperNodePostprocessor", "NodeExplanation", "build_corpus", "query_text"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,23 @@ def _text(item: Any, metadata_mode: MetadataMode) -> str:
     raise TypeError(f"cannot read text from {type(item).__name__}; pass nodes, documents or strings")
 
 
+def query_text(query: Union[str, QueryBundle, None]) -> str:
+    """The text of ``query``: a str, or a ``QueryBundle``'s ``query_str``, unwrapped however
+    deep (``ContextChatEngine.chat(QueryBundle(...))`` hands postprocessors a bundle whose
+    ``query_str`` is the caller's bundle); ``""`` for no query.
+
+    Raises:
+        TypeError: ``query`` is none of these.
+    """
+    while isinstance(query, QueryBundle):
+        query = query.query_str
+    if query is None:
+        return ""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, a QueryBundle or None, got {type(query).__name__}")
+    return query
+
+
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     """Keep the retrieved nodes that cover the query's informative terms, within a token budget.
 
@@ -121,7 +138,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """The core's full coverage result for ``nodes`` (indices into ``nodes``)."""
-        query_str = query.query_str if isinstance(query, QueryBundle) else (query or "")
+        query_str = query_text(query)
         texts = [_text(n, self.metadata_mode) for n in nodes]
         return select_covering(
             query_str,

@@ -20,13 +20,13 @@ the selection tunables), never a store, a model or a token counter, which would 
 the data choose where the memory writes or what code counts its tokens.  The caller
 passes those to ``from_dict``.
 
-Pickling (``pickle``, ``multiprocessing``) keeps the session: a memory in a SQLite
+Pickling (``pickle``, ``multiprocessing``) and ``copy.deepcopy`` keep the session: a memory in a SQLite
 file pickles as that file's path and reattaches to the live session; one in
 PostgreSQL as its connection string *without the password* (the unpickling side
 supplies it through ``PGPASSWORD`` or ``~/.pgpass``); any other store as its full
 revision log, replayed into a new in-memory store.  A model and a custom token
 counter are never pickled (they may hold API keys or be closures): the unpickled
-memory uses the defaults.
+memory uses the defaults; ``copy.deepcopy``, which stays in the process, keeps them.
 """
 
 from __future__ import annotations
@@ -240,13 +240,19 @@ def _open_spec(spec: dict[str, Any]) -> Store:
 
 def _unpickle(cls: type, state: dict[str, Any]) -> Any:
     """Rebuild a pickled memory (see the module docstring)."""
-    spec = state.get("store")
+    return _rebuild(cls, state["memory"], state.get("store"), {})
+
+
+def _rebuild(cls: type, memory: dict[str, Any], spec: dict[str, Any] | None, trusted: dict[str, Any]) -> Any:
+    """The memory ``memory`` (:meth:`SerialisationMixin.to_dict` output) describes: attached
+    to the store ``spec`` names (a SQLite path is reopened by the new memory, which then
+    owns and closes it), or, with no spec, its revisions replayed into a new in-memory store.
+    ``trusted`` are constructor options from this process (a model, a token counter)."""
     if spec is None:
-        return cls.from_dict(state["memory"])  # type: ignore[attr-defined]
-    memory = state["memory"]
-    return cls(
-        token_limit=memory["token_limit"], session_id=memory["session_id"], store=_open_spec(spec), **memory["options"]
-    )
+        return cls.from_dict(memory, **trusted)  # type: ignore[attr-defined]
+    store: Any = spec["sqlite"] if "sqlite" in spec else _open_spec(spec)
+    options = {**_data_options(memory), **trusted}
+    return cls(token_limit=memory["token_limit"], session_id=memory["session_id"], store=store, **options)
 
 
 class SerialisationMixin:
@@ -330,3 +336,26 @@ class SerialisationMixin:
         if spec is not None:
             memory["revisions"] = []  # the live session is reattached, not replayed
         return _unpickle, (type(self), {"memory": memory, "store": spec})
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Any:
+        """An independent copy, as ``pickle`` makes one (``copy.deepcopy``, ``model_copy(deep=True)``).
+
+        A memory in a SQLite file or PostgreSQL attaches the copy to the same session
+        of the same store (nothing copied, nothing lost: both see every later write);
+        one in any other store gets its whole revision log replayed into a new
+        in-memory store, so the copy's ``history``, ``undo`` and ``redo`` work as the
+        original's and later writes to either leave the other alone.  Unlike a
+        pickle, the copy keeps the editing model, the token counter and every option.
+        """
+        spec = _store_spec(self._transcript.store)
+        memory = self.to_dict()
+        trusted = {
+            **self._options,
+            "model": getattr(self, "_default_model", None),
+            "token_counter": getattr(self, "_count", None),
+            "tokenizer_fn": getattr(self, "tokenizer_fn", None),
+        }
+        copied = _rebuild(type(self), memory, spec, trusted)
+        if memo is not None:
+            memo[id(self)] = copied
+        return copied
