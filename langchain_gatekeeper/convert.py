@@ -7,6 +7,12 @@ selection reads and edits rewrite), a content-block list in ``parts``, and in
 ids, names, tool calls, additional_kwargs and response metadata survive a round
 trip; an assistant message whose text an edit rewrote loses only provider-specific
 keys that would no longer match its text (thought signatures, reasoning traces).
+
+A message without an id gets one in the core (every core message has one: edits,
+``diff`` and ``apply`` address messages by it), marked as made up
+(``metadata["langchain"]["id_generated"]``, stored with the message), so
+:func:`from_core` gives it back without one: ``from_core(to_core(HumanMessage("hi")))
+== HumanMessage("hi")``.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from context_gatekeeper import Message
 from context_gatekeeper.messages import new_message_id
 
-__all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC"]
+__all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED"]
 
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
 _HOISTED = ("tool_calls", "tool_call_id", "name")
+ID_GENERATED = "id_generated"
+"""Key in ``metadata["langchain"]`` marking a core id that :func:`to_core` made up."""
 PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
 """additional_kwargs keys dropped from an assistant message whose text was rewritten."""
 
@@ -43,7 +51,7 @@ def _text_of(content: Any) -> str:
 
 
 def to_core(message: BaseMessage) -> Message:
-    """A LangChain message as a core message (the id is kept, or made up if missing)."""
+    """A LangChain message as a core message (the id is kept, or made up and marked so if missing)."""
     if not isinstance(message, BaseMessage):
         raise TypeError(f"expected a LangChain BaseMessage, got {type(message).__name__}")
     serialised = copy.deepcopy(message_to_dict(message))  # nothing shared with the caller's message
@@ -56,6 +64,8 @@ def to_core(message: BaseMessage) -> Message:
     data.pop("id", None)
     data.pop("type", None)
     metadata["langchain"] = {"type": kind, "data": data}
+    if not message.id:
+        metadata["langchain"][ID_GENERATED] = True
     return Message(
         id=message.id or new_message_id(),
         role=role,  # type: ignore[arg-type]
@@ -77,7 +87,8 @@ def _content_for(message: Message) -> Any:
 
 
 def from_core(message: Message) -> BaseMessage:
-    """A core message as the LangChain message it came from (or a new one of its role)."""
+    """A core message as the LangChain message it came from (or a new one of its role),
+    without the core's id when :func:`to_core` made that id up."""
     stored = copy.deepcopy(dict(message.metadata.get("langchain") or {}))
     kind = stored.get("type") or _TYPES[message.role]
     data = dict(stored.get("data") or {})
@@ -87,7 +98,8 @@ def from_core(message: Message) -> BaseMessage:
     rewritten = message.origin == "edited" and kind == "ai"
     if rewritten and data.get("additional_kwargs"):
         data["additional_kwargs"] = {k: v for k, v in data["additional_kwargs"].items() if not PROVIDER_SPECIFIC.search(k)}
-    data.update(content=_content_for(message), id=message.id, type=kind)
+    message_id = None if stored.get(ID_GENERATED) else message.id
+    data.update(content=_content_for(message), id=message_id, type=kind)
     return messages_from_dict([{"type": kind, "data": data}])[0]
 
 

@@ -9,6 +9,14 @@ with preview and ``commit``, ``undo`` / ``redo`` / ``revert``, ``history``,
 for a query.  Everything is converted (:mod:`.convert`) and delegated; no
 selection or editing logic lives here.
 
+Messages come back as they were added: an id the caller gave is kept, and a
+message added without one comes back without one (``HumanMessage("Hello")`` equals
+its stored copy), while the transcript keeps an id of its own for it.  Those ids,
+in the order of ``messages``, are :meth:`~GatekeeperChatMessageHistory.message_ids`;
+they are what ``diff`` entries, ``record()`` and the core's ``Replace`` / ``Delete`` /
+``InsertAfter`` name.  :meth:`~GatekeeperChatMessageHistory.apply` also takes a
+position in ``messages`` in place of an id.
+
 >>> from langchain_core.messages import AIMessage, HumanMessage
 >>> history = GatekeeperChatMessageHistory("doc-demo")
 >>> history.add_messages([HumanMessage("Trip to Ireland in 2021?"), AIMessage("Sure: Dublin first.")])
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -30,6 +39,9 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
+from context_gatekeeper.errors import UnknownMessageError
+from context_gatekeeper.operations import Request
+from context_gatekeeper.revisions import Revision
 from context_gatekeeper.versioned import VersionedTranscriptMixin
 from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE
 
@@ -65,6 +77,16 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
 
     Reuse one object per session where you can (for example a dict in your
     ``get_session_history``): the selection index is kept in step incrementally.
+
+    Messages added without an id come back without one; :meth:`message_ids` gives the
+    transcript's id for each message of :attr:`messages` (what :meth:`apply`,
+    ``diff`` and ``record`` use), and :meth:`apply` also takes positions.
+
+    LangChain has deprecated ``BaseChatMessageHistory`` and ``RunnableWithMessageHistory``
+    (and its ``InMemoryChatMessageHistory``) in favour of agent short-term memory
+    (https://docs.langchain.com/oss/python/langchain/short-term-memory); this class
+    keeps classic chains working, and for agents :class:`~langchain_gatekeeper.GatekeeperMiddleware`
+    brings the same gating and editing to LangChain's ``create_agent``.
     """
 
     def __init__(
@@ -117,11 +139,60 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         """Async :attr:`messages`."""
         return from_core_messages(await self.transcript.aget_messages())
 
+    def message_ids(self) -> list[str]:
+        """The transcript's id of each message of :attr:`messages`, in the same order.
+
+        A message added with an id keeps it; one added without gets an id of the
+        transcript's (it still comes back id-less from :attr:`messages`).  These ids name
+        messages in ``diff()``, ``record()`` and :meth:`apply`."""
+        return [m.id for m in self.transcript.messages]
+
+    async def amessage_ids(self) -> list[str]:
+        """Async :meth:`message_ids`."""
+        return [m.id for m in await self.transcript.aget_messages()]
+
+    def apply(self, requests: Sequence[Request]) -> Revision:
+        """Explicit edits without a model, as one revision: the core's ``Replace(id, text)``,
+        ``Delete(id)`` and ``InsertAfter(id, role, text)``, where ``id`` is a transcript id
+        (:meth:`message_ids`) or an int position in :attr:`messages` (negative counts from
+        the end; ``InsertAfter(None, ...)`` inserts at the start).
+
+        >>> from context_gatekeeper import Replace
+        >>> from langchain_core.messages import HumanMessage
+        >>> h = GatekeeperChatMessageHistory("apply-demo")
+        >>> h.add_messages([HumanMessage("Teh cat")])
+        >>> _ = h.apply([Replace(0, "The cat")])
+        >>> h.messages
+        [HumanMessage(content='The cat', additional_kwargs={}, response_metadata={})]
+
+        Raises:
+            UnknownMessageError: a position or id that is not in the current state
+                (nothing is changed).
+        """
+        ids = self.message_ids()
+        resolved = []
+        for request in requests:
+            target = request.id
+            if isinstance(target, int) and not isinstance(target, bool):
+                if not -len(ids) <= target < len(ids):
+                    raise UnknownMessageError(
+                        f"position {target} is not in this history of {len(ids)} messages; "
+                        "pass a position in range(len(history.messages)) or an id from message_ids()"
+                    )
+                request = replace(request, id=ids[target])
+            resolved.append(request)
+        return self.transcript.apply(resolved)
+
+    async def aapply(self, requests: Sequence[Request]) -> Revision:
+        """Async :meth:`apply`."""
+        return await asyncio.to_thread(self.apply, list(requests))
+
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append ``messages`` as one revision (a user message and its answer land together).
 
-        An id already used in this session (or twice in ``messages``) is replaced by a
-        fresh one: ids are never reused.
+        Each message keeps the id it came with; one without an id stays without one in
+        :attr:`messages`.  An id already used in this session (or twice in ``messages``)
+        is replaced by a fresh one: ids are never reused.
         """
         batch = list(messages)
         if batch:
@@ -174,6 +245,3 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
 
     def _export_messages(self, messages: Sequence[Message]) -> list[BaseMessage]:
         return from_core_messages(messages)
-
-    # -- internals ----------------------------------------------------------------------
-

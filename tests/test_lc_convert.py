@@ -42,9 +42,13 @@ def test_core_view_of_the_messages() -> None:
     assert core[3].metadata["tool_call_id"] == "call_1"
 
 
-def test_messages_without_ids_get_one() -> None:
+def test_messages_without_ids_get_one_in_the_core_only() -> None:
     core = to_core(HumanMessage("hi"))
-    assert core.id and from_core(core).id == core.id
+    assert core.id and core.metadata["langchain"]["id_generated"] is True
+    assert from_core(core) == HumanMessage("hi") and from_core(core).id is None
+    edited = from_core(core.revised("hello", 2))
+    assert edited.id is None and edited.content == "hello"
+    assert from_core(to_core(HumanMessage("hi", id="mine"))).id == "mine"
 
 
 def test_a_rewritten_assistant_text_drops_provider_specific_keys_only() -> None:
