@@ -16,16 +16,18 @@ from .errors import (
     ModelUnavailableError,
     SchemaVersionError,
     StaleHeadError,
+    StructuredOutputError,
     TruncatedReplyError,
     UnknownMessageError,
     UnknownTurnError,
 )
 from .coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
+from .edit_options import EditOptions, Strategy
 from .gate import Decision, GateFeatures
 from .gemini import GeminiModel
 from .gatekeeper import ContextGatekeeper
 from .messages import Message
-from .models import ModelReply
+from .models import EditModel, ModelReply, resolve_model
 from .operations import Delete, InsertAfter, Replace
 from .params import SelectionParams
 from .revisions import Diff, MessageDiff, Proposal, Revision
@@ -67,6 +69,10 @@ __all__ = [
     "SQLiteStore",
     "GeminiModel",
     "ModelReply",
+    "EditModel",
+    "EditOptions",
+    "Strategy",
+    "resolve_model",
     # errors
     "InvalidInputError",
     "InvalidRevisionError",
@@ -79,6 +85,7 @@ __all__ = [
     "SchemaVersionError",
     "StaleHeadError",
     "TruncatedReplyError",
+    "StructuredOutputError",
     "UnknownMessageError",
     "UnknownTurnError",
     "estimate_tokens",

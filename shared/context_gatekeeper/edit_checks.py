@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 
 from .edit_format import EditView
+from .edit_options import DEFAULT_MAX_DELETION_SHARE
 from .errors import EditError
 from .messages import Message, new_message_id
 from .operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
@@ -42,13 +43,6 @@ __all__ = [
     "deleted_share",
     "DEFAULT_MAX_DELETION_SHARE",
 ]
-
-DEFAULT_MAX_DELETION_SHARE = 0.6
-"""The share of editable tokens an edit may destroy without ``allow_large_deletion=True``.
-
-Above one half: a correction of a short conversation ("Iceland, not Ireland" in
-a question and its two answers) legitimately replaces about half of its words,
-while a wipe or junk in place of everything destroys all of them."""
 
 _WORD = re.compile(r"\w+|[^\w\s]")
 _EXACT_DIFF_LIMIT = 1_000_000  # words before x words after: above it, split at anchors first

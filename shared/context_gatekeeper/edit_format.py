@@ -26,11 +26,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .edit_options import STRATEGIES, Strategy
 from .messages import Message, new_message_id
 from .operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
 
 __all__ = [
     "STRATEGIES",
+    "Strategy",
     "EditView",
     "build_prompt",
     "retry_prompt",
@@ -39,7 +41,6 @@ __all__ = [
     "ideal_patch_reply",
 ]
 
-STRATEGIES: tuple[str, ...] = ("patch", "rewrite")
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ def retry_prompt(prompt: list[dict[str, str]], previous: str, problem: str, stra
     ]
 
 
-_ROLE = {"type": "string", "enum": ["user", "assistant"]}
+_ROLE = {"type": "string", "enum": ["user", "assistant"], "description": "who wrote the message"}
 _ID = {"type": ["string", "null"]}
 
 
@@ -157,32 +158,56 @@ def output_schema(strategy: str) -> dict[str, Any]:
     """The JSON schema of ``strategy``'s answer, for models with structured output.
 
     ``rewrite`` wraps its array as ``{"messages": [...]}``: structured-output APIs
-    want an object at the top (plain-text answers may give the bare array).
+    want an object at the top (plain-text answers may give the bare array).  Each
+    schema has a top-level ``title`` (a function name: LangChain's default
+    ``with_structured_output`` binds the schema as a tool named by it) and
+    ``description``, and every field is described.
+
+    >>> sorted(output_schema("patch"))
+    ['description', 'properties', 'required', 'title', 'type']
     """
     if strategy == "rewrite":
         item = {
             "type": "object",
-            "properties": {"id": _ID, "role": _ROLE, "content": {"type": "string"}},
+            "description": "one message of the revised conversation",
+            "properties": {
+                "id": {**_ID, "description": "the message's id as shown, or null for a new message"},
+                "role": _ROLE,
+                "content": {"type": "string", "description": "the message's complete text"},
+            },
             "required": ["id", "role", "content"],
         }
         return {
+            "title": "revised_conversation",
+            "description": "The whole revised conversation: every kept message in order, new ones where they go.",
             "type": "object",
-            "properties": {"messages": {"type": "array", "items": item}},
+            "properties": {
+                "messages": {"type": "array", "items": item, "description": "the messages, in order"}
+            },
             "required": ["messages"],
         }
     operation = {
         "type": "object",
+        "description": "one operation on the conversation",
         "properties": {
-            "op": {"type": "string", "enum": ["replace", "delete", "insert_after"]},
-            "id": _ID,
-            "role": _ROLE,
-            "content": {"type": "string"},
+            "op": {
+                "type": "string",
+                "enum": ["replace", "delete", "insert_after"],
+                "description": "replace a message's text, delete a message, or insert a new one after a message",
+            },
+            "id": {**_ID, "description": "the shown id of the message (for insert_after: null inserts first)"},
+            "role": {**_ROLE, "description": "insert_after only: the new message's role"},
+            "content": {"type": "string", "description": "replace and insert_after: the complete new text"},
         },
         "required": ["op", "id"],
     }
     return {
+        "title": "edit_operations",
+        "description": "The operations that apply the edit instruction; only messages that change are listed.",
         "type": "object",
-        "properties": {"operations": {"type": "array", "items": operation}},
+        "properties": {
+            "operations": {"type": "array", "items": operation, "description": "applied in order; [] for no change"}
+        },
         "required": ["operations"],
     }
 

@@ -16,6 +16,7 @@ __all__ = [
     "UnknownMessageError",
     "EditError",
     "TruncatedReplyError",
+    "StructuredOutputError",
     "HistoryError",
     "StaleHeadError",
     "ModelUnavailableError",
@@ -67,6 +68,29 @@ class TruncatedReplyError(EditError):
         super().__init__(message)
         self.partial = partial
         self.finish_reason = finish_reason
+
+
+class StructuredOutputError(EditError):
+    """A model's structured-output path failed: unsupported, raised, or returned nothing.
+
+    An edit does not stop here: it asks the same model again for plain JSON text,
+    within its attempt budget (see :mod:`context_gatekeeper.editing`).
+
+    Attributes:
+        reached_model: whether the model was called (a failure while binding the
+            schema, before any call, costs the edit no attempt).
+    """
+
+    def __init__(self, message: str, *, reached_model: bool = True) -> None:
+        super().__init__(message)
+        self.reached_model = reached_model
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_structured_output_error, (str(self), self.reached_model))
+
+
+def _structured_output_error(message: str, reached_model: bool) -> "StructuredOutputError":
+    return StructuredOutputError(message, reached_model=reached_model)
 
 
 class HistoryError(GatekeeperError, ValueError):

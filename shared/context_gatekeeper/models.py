@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Union
@@ -55,6 +56,7 @@ __all__ = [
     "ModelReply",
     "EditModel",
     "as_edit_model",
+    "resolve_model",
     "model_name",
     "is_unavailable_error",
     "pick_model",
@@ -80,14 +82,20 @@ _UNAVAILABLE_NAME_HINTS = ("timeout", "connect", "network", "unavailable", "rate
 
 
 def pick_model(model: Any = None, llm: Any = None) -> Any:
-    """``model=`` or its alias ``llm=`` (the adapters accept both, as their ecosystems
-    expect); ``None`` when neither is given.
+    """``model=`` or its alias ``llm=``; ``None`` when neither is given (the helper of
+    :func:`resolve_model`, which callers should prefer).
 
     >>> pick_model(llm="m")
     'm'
+
+    Raises:
+        TypeError: both are given and they are different objects.
     """
     if model is not None and llm is not None and model is not llm:
-        raise TypeError("pass model= or llm= (an alias), not both")
+        raise TypeError(
+            f"pass model= or llm= (an alias of model=), not both: got model={model_name(model)!r} "
+            f"and llm={model_name(llm)!r}"
+        )
     return model if model is not None else llm
 
 
@@ -295,3 +303,66 @@ def as_edit_model(model: Any) -> EditModel:
         supports_json_schema=bool(getattr(model, "supports_json_schema", False)),
         wrapped=model,
     )
+
+
+# Framework model types, recognised by the names in a model's class MRO (never by
+# importing the framework): (module prefix, class name, adapter module, wrapper class).
+_FRAMEWORK_WRAPPERS = (
+    ("langchain_core.", "BaseChatModel", "langchain_gatekeeper.models", "LangChainEditModel", "langchain"),
+    ("llama_index.core.", "BaseLLM", "llamaindex_gatekeeper.models", "LlamaIndexEditModel", "llamaindex"),
+)
+
+
+def _framework_wrapper(model: Any) -> Callable[[Any], EditModel] | None:
+    """The adapter class that wraps ``model``, when it is a LangChain chat model or a
+    LlamaIndex LLM; the adapter is imported only then."""
+    if isinstance(model, (type, EditModel)):
+        return None
+    for cls in type(model).__mro__:
+        module = getattr(cls, "__module__", "") or ""
+        for prefix, base, adapter, wrapper, extra in _FRAMEWORK_WRAPPERS:
+            if cls.__name__ == base and module.startswith(prefix):
+                try:
+                    return getattr(importlib.import_module(adapter), wrapper)
+                except ImportError as exc:  # pragma: no cover - the adapters ship with the core
+                    raise TypeError(
+                        f"{type(model).__name__} needs the {adapter.split('.')[0]} adapter: "
+                        f"pip install 'context-gatekeeper[{extra}]'"
+                    ) from exc
+    return None
+
+
+def resolve_model(
+    model: Any = None, llm: Any = None, *, default: Callable[[], Any] | None = None
+) -> EditModel:
+    """The editing model for ``model=`` or its alias ``llm=``, as an :class:`EditModel` (once).
+
+    * a LangChain ``BaseChatModel`` becomes ``langchain_gatekeeper.LangChainEditModel``,
+      a LlamaIndex ``BaseLLM`` becomes ``llamaindex_gatekeeper.LlamaIndexEditModel``
+      (both :class:`EditModel` subclasses); they are recognised by their class names,
+      so resolving a plain callable imports neither framework;
+    * an :class:`EditModel` is returned as is; anything else goes through
+      :func:`as_edit_model`;
+    * with neither given, ``default()`` (a zero-argument factory, called only now)
+      supplies the model, which is resolved the same way.
+
+    >>> resolve_model(lambda messages: "{}").name
+    '<lambda>'
+
+    Raises:
+        TypeError: ``model=`` and ``llm=`` both given and different; a model that cannot
+            be called.
+        ModelUnavailableError: neither given and no ``default`` (or ``default()`` raised it).
+    """
+    chosen = pick_model(model, llm)
+    if chosen is None:
+        if default is None:
+            raise ModelUnavailableError(
+                "no editing model: pass model= (a callable fn(messages) -> str, an object with "
+                "complete(messages), a LangChain chat model or a LlamaIndex LLM)"
+            )
+        chosen = default()
+        if chosen is None:
+            raise TypeError("the default model factory returned None; it must return a model")
+    wrapper = _framework_wrapper(chosen)
+    return wrapper(chosen) if wrapper is not None else as_edit_model(chosen)

@@ -41,8 +41,9 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
+from .edit_options import EditOptions, Strategy
 from .editing import acompute_edit, compute_edit
 from .errors import HistoryError, InvalidInputError, InvalidRevisionError, ModelUnavailableError
 from .messages import Message, detached, new_message_id
@@ -65,8 +66,6 @@ from .stores.replica import BULK, Replica, collector_paused
 from .validation import require_text
 
 __all__ = ["Transcript"]
-
-Strategy = Literal["patch", "rewrite"]
 
 
 def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
@@ -125,6 +124,9 @@ class Transcript(AsyncTranscriptMixin):
         max_deletion_share: an edit deleting more than this share of the editable tokens
             is refused unless ``allow_large_deletion=True``.
         token_counter: counts tokens for the deletion guard (default: tiktoken, offline).
+        options: the edit settings as one :class:`EditOptions` (``edit_options`` holds the
+            result); ``strategy``, ``max_deletion_share`` and ``token_counter`` override
+            its fields when given.  A bad value raises :class:`InvalidInputError`.
     """
 
     def __init__(
@@ -133,27 +135,39 @@ class Transcript(AsyncTranscriptMixin):
         *,
         store: Store | str | os.PathLike[str] | None = None,
         model: Any = None,
-        strategy: Strategy = "patch",
-        max_deletion_share: float = 0.6,
+        strategy: Strategy | None = None,
+        max_deletion_share: float | None = None,
         token_counter: Any = None,
+        options: EditOptions | None = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidInputError(f"session_id must be a non-empty str, got {session_id!r}")
-        if strategy not in ("patch", "rewrite"):
-            raise ValueError(f"strategy must be 'patch' or 'rewrite', got {strategy!r}")
-        if not 0 <= max_deletion_share <= 1:
-            raise ValueError(f"max_deletion_share must be within 0..1, got {max_deletion_share!r}")
+        self.edit_options = EditOptions.of(
+            options, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=token_counter
+        )
         self.session_id = session_id
         self.store = _open_store(store)
         self._owns_store = self.store is not store
         self.model = model
-        self.strategy: Strategy = strategy
-        self.max_deletion_share = max_deletion_share
-        self.token_counter = token_counter
         self._lock = threading.RLock()
         self._replica = Replica(self.store, session_id)
         self._open_user: str | None = None  # the last user message this object appended without an answer
         self._replica.refresh()
+
+    @property
+    def strategy(self) -> Strategy:
+        """The default edit strategy (``edit_options.strategy``)."""
+        return self.edit_options.strategy
+
+    @property
+    def max_deletion_share(self) -> float:
+        """The deletion guard's limit (``edit_options.max_deletion_share``)."""
+        return self.edit_options.max_deletion_share
+
+    @property
+    def token_counter(self) -> Any:
+        """The deletion guard's token counter as given (``edit_options.token_counter``)."""
+        return self.edit_options.token_counter
 
     # -- reading ------------------------------------------------------------------------
     @property
@@ -318,7 +332,8 @@ class Transcript(AsyncTranscriptMixin):
         model: Any = None,
         strategy: Strategy | None = None,
         preview: bool = False,
-        allow_large_deletion: bool = False,
+        allow_large_deletion: bool | None = None,
+        options: EditOptions | None = None,
     ) -> Revision | Proposal:
         """Revise the history as ``instruction`` says, through a model.
 
@@ -326,8 +341,11 @@ class Transcript(AsyncTranscriptMixin):
         that changes nothing until :meth:`commit`.  A failed edit (unusable model
         output after one retry, invalid operations, a model that raises or times out)
         raises :class:`EditError` or :class:`ModelUnavailableError` and changes nothing.
+        ``options`` (default: the transcript's ``edit_options``) sets this edit's
+        settings; ``strategy`` and ``allow_large_deletion`` override its fields when given.
         """
-        proposal = self._propose(instruction, model, strategy, allow_large_deletion)
+        settings = self._edit_settings(options, strategy, allow_large_deletion)
+        proposal = self._propose(instruction, model, settings)
         return proposal if preview else self.commit(proposal)
 
     def commit(self, proposal: Proposal) -> Revision:
@@ -443,7 +461,12 @@ class Transcript(AsyncTranscriptMixin):
                 return self._commit("revert", changes, expected_head=len(self._replica.log), target=target)
 
     # -- internals ----------------------------------------------------------------------
-    def _edit_arguments(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> dict[str, Any]:
+    def _edit_settings(self, options: EditOptions | None, strategy: Any, allow_large: Any) -> EditOptions:
+        """This edit's options: ``options`` (else the transcript's) with the given keywords applied."""
+        base = self.edit_options if options is None else options
+        return EditOptions.of(base, strategy=strategy, allow_large_deletion=allow_large)
+
+    def _edit_model(self, instruction: str, model: Any) -> Any:
         require_text(instruction, "instruction")
         chosen = model if model is not None else self.model
         if chosen is None:
@@ -451,13 +474,7 @@ class Transcript(AsyncTranscriptMixin):
                 "no editing model: pass model= to edit() or to Transcript(...) (any callable "
                 "fn(messages) -> str works; the LangChain and LlamaIndex adapters default to Gemini)"
             )
-        return {
-            "model": chosen,
-            "strategy": strategy or self.strategy,
-            "max_deletion_share": self.max_deletion_share,
-            "allow_large_deletion": allow_large,
-            "token_counter": self.token_counter,
-        }
+        return chosen
 
     def _make_proposal(self, instruction: str, base: int, state: list[Message], result: Any, strategy: str) -> Proposal:
         scratch = State(state)
@@ -473,19 +490,19 @@ class Transcript(AsyncTranscriptMixin):
             strategy=strategy,
         )
 
-    def _propose(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> Proposal:
-        arguments = self._edit_arguments(instruction, model, strategy, allow_large)
+    def _propose(self, instruction: str, model: Any, options: EditOptions) -> Proposal:
+        chosen = self._edit_model(instruction, model)
         with self._lock:
             self._replica.refresh()
             base, state = len(self._replica.log), list(map(detached, self._replica.state.to_list()))
-        result = compute_edit(state, instruction, **arguments)  # outside the lock: models are slow
-        return self._make_proposal(instruction, base, state, result, arguments["strategy"])
+        result = compute_edit(state, instruction, chosen, options=options)  # outside the lock: models are slow
+        return self._make_proposal(instruction, base, state, result, options.strategy)
 
-    async def _apropose(self, instruction: str, model: Any, strategy: Strategy | None, allow_large: bool) -> Proposal:
-        arguments = self._edit_arguments(instruction, model, strategy, allow_large)
+    async def _apropose(self, instruction: str, model: Any, options: EditOptions) -> Proposal:
+        chosen = self._edit_model(instruction, model)
         base, state = await asyncio.to_thread(self._base_and_state)
-        result = await acompute_edit(state, instruction, **arguments)
-        return self._make_proposal(instruction, base, state, result, arguments["strategy"])
+        result = await acompute_edit(state, instruction, chosen, options=options)
+        return self._make_proposal(instruction, base, state, result, options.strategy)
 
     def _base_and_state(self) -> tuple[int, list[Message]]:
         with self._lock:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from .edit_options import EditOptions, Strategy
 from .messages import Message
 from .operations import Request
 from .revisions import Diff, Proposal, Revision
@@ -18,8 +19,6 @@ if TYPE_CHECKING:
     from .transcript import Transcript
 
 __all__ = ["AsyncTranscriptMixin"]
-
-Strategy = Literal["patch", "rewrite"]
 
 
 class AsyncTranscriptMixin:
@@ -49,10 +48,12 @@ class AsyncTranscriptMixin:
         model: Any = None,
         strategy: Strategy | None = None,
         preview: bool = False,
-        allow_large_deletion: bool = False,
+        allow_large_deletion: bool | None = None,
+        options: EditOptions | None = None,
     ) -> Revision | Proposal:
         """Async :meth:`edit`: the model is awaited, the store runs in a worker thread."""
-        proposal = await self._apropose(instruction, model, strategy, allow_large_deletion)
+        settings = self._edit_settings(options, strategy, allow_large_deletion)
+        proposal = await self._apropose(instruction, model, settings)
         return proposal if preview else await self.acommit(proposal)
 
     async def acommit(self: Transcript, proposal: Proposal) -> Revision:

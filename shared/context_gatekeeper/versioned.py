@@ -11,8 +11,9 @@ framework, and how to convert core messages into its own message type.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from .edit_options import EditOptions, Strategy
 from .revisions import Diff, Proposal, Revision
 
 if TYPE_CHECKING:
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
     from .transcript import Transcript
 
 __all__ = ["VersionedTranscriptMixin"]
-
-Strategy = Literal["patch", "rewrite"]
 
 
 class VersionedTranscriptMixin:
@@ -52,18 +51,26 @@ class VersionedTranscriptMixin:
         llm: Any = None,
         strategy: Strategy | None = None,
         preview: bool = False,
-        allow_large_deletion: bool = False,
+        allow_large_deletion: bool | None = None,
+        options: EditOptions | None = None,
     ) -> Revision | Proposal:
         """Revise the history as ``instruction`` says (user and assistant text), through a model.
 
         ``model`` (or its alias ``llm``) overrides the default editing model.  Returns the
         new :class:`Revision`, or with ``preview=True`` a :class:`Proposal` to
         :meth:`commit`.  A failed edit raises ``EditError`` / ``ModelUnavailableError``
-        and changes nothing.
+        and changes nothing.  ``options`` (an :class:`EditOptions`; default: the
+        transcript's) sets the edit's settings; ``strategy`` and ``allow_large_deletion``
+        override its fields when given.
         """
         chosen = self._edit_model(model, llm)
         return self._versioned_transcript.edit(
-            instruction, model=chosen, strategy=strategy, preview=preview, allow_large_deletion=allow_large_deletion
+            instruction,
+            model=chosen,
+            strategy=strategy,
+            preview=preview,
+            allow_large_deletion=allow_large_deletion,
+            options=options,
         )
 
     async def aedit(
@@ -74,12 +81,18 @@ class VersionedTranscriptMixin:
         llm: Any = None,
         strategy: Strategy | None = None,
         preview: bool = False,
-        allow_large_deletion: bool = False,
+        allow_large_deletion: bool | None = None,
+        options: EditOptions | None = None,
     ) -> Revision | Proposal:
         """Async :meth:`edit` (the model is awaited; the store runs in a worker thread)."""
         chosen = self._edit_model(model, llm)
         return await self._versioned_transcript.aedit(
-            instruction, model=chosen, strategy=strategy, preview=preview, allow_large_deletion=allow_large_deletion
+            instruction,
+            model=chosen,
+            strategy=strategy,
+            preview=preview,
+            allow_large_deletion=allow_large_deletion,
+            options=options,
         )
 
     def commit(self, proposal: Proposal) -> Revision:
