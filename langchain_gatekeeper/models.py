@@ -21,8 +21,14 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from context_gatekeeper.models import finish_reason_of, pick_model, refuse_truncated
-from context_gatekeeper import ModelUnavailableError
+from context_gatekeeper.errors import GatekeeperError, ModelUnavailableError, StructuredOutputError
+from context_gatekeeper.models import (
+    EditModel,
+    finish_reason_of,
+    is_unavailable_error,
+    refuse_truncated,
+    resolve_model,
+)
 
 __all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model"]
 
@@ -59,53 +65,108 @@ def _supports_structured_output(model: BaseChatModel) -> bool:
     )
 
 
-class LangChainEditModel:
-    """A LangChain chat model behind the core's model protocol.
+class LangChainEditModel(EditModel):
+    """A LangChain chat model as the core's :class:`~context_gatekeeper.models.EditModel`.
+
+    Structured output goes through ``with_structured_output(schema, include_raw=True)``.
+    When that path fails (binding the schema raises, as an unsupported model's
+    ``NotImplementedError`` does; the call raises; or the answer holds neither a parsed
+    object nor text), :class:`~context_gatekeeper.errors.StructuredOutputError` tells the
+    edit to ask again for JSON text, within its attempt budget.
 
     Args:
         model: any ``BaseChatModel``.
         structured: use ``with_structured_output`` for JSON-schema replies; ``None``
-            (default) decides by whether the model implements it.
+            (default) decides by whether the model implements it (or ``bind_tools``).
+
+    Attributes:
+        model: the chat model (also ``wrapped``).
     """
 
     def __init__(self, model: BaseChatModel, *, structured: bool | None = None) -> None:
         if not isinstance(model, BaseChatModel):
             raise TypeError(f"expected a LangChain BaseChatModel, got {type(model).__name__}")
         self.model = model
-        self.supports_json_schema = _supports_structured_output(model) if structured is None else structured
-        self.name = str(getattr(model, "model", None) or getattr(model, "model_name", None) or type(model).__name__)
+        name = str(getattr(model, "model", None) or getattr(model, "model_name", None) or type(model).__name__)
+        super().__init__(
+            name,
+            sync=self._call,
+            async_=self._acall,
+            supports_json_schema=_supports_structured_output(model) if structured is None else structured,
+            wrapped=model,
+        )
+
+    def __repr__(self) -> str:
+        return f"LangChainEditModel({self.name!r}, supports_json_schema={self.supports_json_schema})"
 
     @staticmethod
     def _messages(messages: list[dict[str, str]]) -> list[BaseMessage]:
         return [_LC_TYPES.get(m["role"], HumanMessage)(content=m["content"]) for m in messages]
 
-    def _runnable(self, json_schema: dict[str, Any] | None) -> Any:
-        if json_schema is None or not self.supports_json_schema:
-            return self.model
-        return self.model.with_structured_output(json_schema, include_raw=True)
+    def structured_runnable(self, json_schema: dict[str, Any]) -> Any:
+        """``model.with_structured_output(json_schema, include_raw=True)`` (the request an
+        edit sends; nothing is called).
 
-    def _reply(self, reply: Any) -> Any:
-        """Text, or the parsed object; refused when the raw message says it was cut off."""
-        if isinstance(reply, dict) and {"raw", "parsed"} <= reply.keys():  # include_raw=True
-            raw, parsed = reply["raw"], reply["parsed"]
-            if parsed is None:  # unparsable: let the core repair and check the raw answer
-                parsed = _raw_text(raw)
-            return refuse_truncated(parsed, finish_reason_of(raw), self.name)
+        Raises:
+            StructuredOutputError: the model cannot bind the schema (``reached_model`` False).
+        """
+        try:
+            return self.model.with_structured_output(json_schema, include_raw=True)
+        except Exception as exc:
+            raise StructuredOutputError(
+                f"{type(exc).__name__} binding the schema: {exc}", reached_model=False
+            ) from exc
+
+    def _text_reply(self, reply: Any) -> Any:
+        """The text of a plain reply; refused when it says it was cut off."""
         if isinstance(reply, BaseMessage):
             return refuse_truncated(reply.text, finish_reason_of(reply), self.name)
         return reply
 
-    def complete(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:
-        """Call the model; text, or the parsed object under structured output.
+    def _structured_reply(self, reply: Any) -> Any:
+        """The parsed object, else the raw answer's text; nothing at all is a structured failure."""
+        if not (isinstance(reply, dict) and {"raw", "parsed"} <= reply.keys()):
+            return self._text_reply(reply)
+        raw, parsed = reply["raw"], reply["parsed"]
+        if parsed is None:  # unparsable: let the core repair and check the raw answer
+            parsed = _raw_text(raw)
+        checked = refuse_truncated(parsed, finish_reason_of(raw), self.name)
+        if isinstance(checked, str) and not checked.strip():
+            error = reply.get("parsing_error")
+            why = f" ({type(error).__name__}: {error})" if error is not None else ""
+            raise StructuredOutputError(f"the structured answer held no object and no text{why}")
+        return checked
 
-        Raises:
-            TruncatedReplyError: the reply stopped at the model's output limit.
-        """
-        return self._reply(self._runnable(json_schema).invoke(self._messages(messages)))
+    @staticmethod
+    def _call_failed(exc: Exception) -> None:
+        """Re-raise ``exc`` as a structured failure unless it says the model is unreachable."""
+        if isinstance(exc, GatekeeperError) or is_unavailable_error(exc):
+            raise exc
+        raise StructuredOutputError(f"{type(exc).__name__}: {exc}") from exc
 
-    async def acomplete(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:
-        """Async :meth:`complete` (the model's own ``ainvoke``)."""
-        return self._reply(await self._runnable(json_schema).ainvoke(self._messages(messages)))
+    def _call(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:
+        """Call the model; text, or the parsed object under structured output."""
+        sent = self._messages(messages)
+        if json_schema is None:
+            return self._text_reply(self.model.invoke(sent))
+        runnable = self.structured_runnable(json_schema)
+        try:
+            reply = runnable.invoke(sent)
+        except Exception as exc:
+            self._call_failed(exc)
+        return self._structured_reply(reply)
+
+    async def _acall(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:
+        """Async :meth:`_call` (the model's own ``ainvoke``)."""
+        sent = self._messages(messages)
+        if json_schema is None:
+            return self._text_reply(await self.model.ainvoke(sent))
+        runnable = self.structured_runnable(json_schema)
+        try:
+            reply = await runnable.ainvoke(sent)
+        except Exception as exc:
+            self._call_failed(exc)
+        return self._structured_reply(reply)
 
 
 def _raw_text(raw: Any) -> str:
@@ -117,10 +178,14 @@ def _raw_text(raw: Any) -> str:
     return raw.text if isinstance(raw, BaseMessage) else str(raw or "")
 
 
-def resolve_edit_model(model: Any = None, llm: Any = None) -> Any:
-    """The model an ``edit`` call should use: ``model=`` or its alias ``llm=``, wrapped when
-    it is a LangChain chat model; with neither, the default Gemini model."""
-    chosen = pick_model(model, llm)
-    if chosen is None:
-        chosen = default_chat_model()
-    return LangChainEditModel(chosen) if isinstance(chosen, BaseChatModel) else chosen
+def resolve_edit_model(model: Any = None, llm: Any = None) -> EditModel:
+    """The model an ``edit`` call should use: ``model=`` or its alias ``llm=``; with neither,
+    the default Gemini model (:func:`default_chat_model`).  A thin delegate of
+    :func:`context_gatekeeper.models.resolve_model`: a LangChain chat model becomes a
+    :class:`LangChainEditModel`, anything else the core's :class:`EditModel`.
+
+    Raises:
+        TypeError: ``model=`` and ``llm=`` both given and different.
+        ModelUnavailableError: neither given and no Gemini key set.
+    """
+    return resolve_model(model, llm, default=default_chat_model)

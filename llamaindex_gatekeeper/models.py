@@ -21,27 +21,25 @@ from typing import Any
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from context_gatekeeper.models import finish_reason_of, pick_model, refuse_truncated
-from context_gatekeeper import ModelUnavailableError
 from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel
+from context_gatekeeper.models import EditModel, finish_reason_of, refuse_truncated, resolve_model
 
-__all__ = ["DEFAULT_MODEL", "LlamaIndexEditModel", "resolve_edit_model"]
+__all__ = ["DEFAULT_MODEL", "LlamaIndexEditModel", "default_model", "resolve_edit_model"]
 
 DEFAULT_MODEL = DEFAULT_GEMINI_MODEL
 _ROLES = {"system": MessageRole.SYSTEM, "user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+_INSTEAD = "or pass model= (or llm=): any LlamaIndex LLM, or a callable fn(messages) -> str"
 
 
-class LlamaIndexEditModel:
+class LlamaIndexEditModel(EditModel):
     """A LlamaIndex LLM (any ``BaseLLM``: ``OpenAI``, ``Ollama``, a ``CustomLLM`` ...)
-    behind the core's model protocol.
+    as the core's :class:`~context_gatekeeper.models.EditModel`.
 
     The core sends ``[{"role": "system" | "user" | "assistant", "content": str}]``;
     they become ``ChatMessage`` objects for ``llm.chat`` (``llm.achat`` when async),
     and the reply's text comes back.  ``supports_json_schema`` is False: the core
     asks for JSON in the prompt and parses, repairs and validates the text itself.
     """
-
-    supports_json_schema = False
 
     def __init__(self, llm: BaseLLM) -> None:
         if not isinstance(llm, BaseLLM):
@@ -51,7 +49,7 @@ class LlamaIndexEditModel:
             name = llm.metadata.model_name
         except Exception:  # metadata is a property some LLMs compute; a name is not worth failing for
             name = None
-        self.name = str(name or type(llm).__name__)
+        super().__init__(str(name or type(llm).__name__), sync=self._call, async_=self._acall, wrapped=llm)
 
     def __repr__(self) -> str:
         return f"LlamaIndexEditModel({self.name!r})"
@@ -68,7 +66,7 @@ class LlamaIndexEditModel:
         """The reply text; refused when the raw response says it stopped at the output limit."""
         return str(refuse_truncated(response.message.content or "", finish_reason_of(response), self.name))
 
-    def complete(self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None) -> str:
+    def _call(self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None) -> str:
         """Chat with the LLM; the reply text.  ``json_schema`` is ignored (text replies).
 
         Raises:
@@ -77,32 +75,29 @@ class LlamaIndexEditModel:
         """
         return self._reply(self.llm.chat(self.messages(messages)))
 
-    async def acomplete(
+    async def _acall(
         self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None
     ) -> str:
-        """Async :meth:`complete` (the LLM's own ``achat``)."""
+        """Async :meth:`_call` (the LLM's own ``achat``)."""
         return self._reply(await self.llm.achat(self.messages(messages)))
 
 
-def resolve_edit_model(model: Any = None, llm: Any = None) -> Any:
-    """The model an ``edit`` call should use.
+def default_model() -> GeminiModel:
+    """The adapter's default editing model: the core's :class:`GeminiModel` (needs a key)."""
+    return GeminiModel(instead=_INSTEAD)
 
-    ``model=`` or its alias ``llm=`` (not two different ones): a LlamaIndex LLM is
-    wrapped in :class:`LlamaIndexEditModel`; anything else the core accepts (a
-    callable ``fn(messages) -> str``, an object with ``complete`` / ``acomplete``)
-    is returned as is.  With neither, the core's :class:`GeminiModel`.
+
+def resolve_edit_model(model: Any = None, llm: Any = None) -> EditModel:
+    """The model an ``edit`` call should use, as the core's :class:`EditModel` (wrapped once).
+
+    ``model=`` or its alias ``llm=`` (not two different ones): a LlamaIndex LLM becomes a
+    :class:`LlamaIndexEditModel`; anything else the core accepts (a callable
+    ``fn(messages) -> str``, an object with ``complete`` / ``acomplete``) its
+    :class:`EditModel`.  With neither, the core's :class:`GeminiModel`.  A thin delegate
+    of :func:`context_gatekeeper.models.resolve_model`.
 
     Raises:
         TypeError: both ``model=`` and ``llm=`` given, and they differ.
         ModelUnavailableError: no model given and no Gemini key set (or google-genai missing).
     """
-    chosen = pick_model(model, llm)
-    if chosen is None:
-        try:
-            return GeminiModel()
-        except ModelUnavailableError as exc:
-            raise ModelUnavailableError(
-                f"{exc} To edit with another model, pass model= (or llm=): any LlamaIndex LLM, "
-                "or a callable fn(messages) -> str."
-            ) from exc
-    return LlamaIndexEditModel(chosen) if isinstance(chosen, BaseLLM) else chosen
+    return resolve_model(model, llm, default=default_model)

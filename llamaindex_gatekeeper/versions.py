@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage
 
-from context_gatekeeper.models import pick_model
+from context_gatekeeper.models import EditModel
 from context_gatekeeper.versioned import VersionedTranscriptMixin
 
 from .convert import from_core_messages
@@ -28,19 +27,16 @@ if TYPE_CHECKING:
 __all__ = ["VersionsMixin", "resolve_model"]
 
 
-def resolve_model(model: Any = None, llm: Any = None) -> Any:
-    """The editing model for ``model=`` or its alias ``llm=``.
+def resolve_model(model: Any = None, llm: Any = None) -> EditModel:
+    """The editing model for ``model=`` or its alias ``llm=``, as the core's :class:`EditModel`.
 
-    A core-protocol model is returned as is; a LlamaIndex LLM, or nothing at all (the
-    default Gemini model), goes through ``llamaindex_gatekeeper.models.resolve_edit_model``,
-    imported only then.
+    The same as :func:`llamaindex_gatekeeper.models.resolve_edit_model`: a LlamaIndex
+    LLM is wrapped once, another core-protocol model normalised, and with neither the
+    default Gemini model is built.
     """
-    chosen = pick_model(model, llm)
-    if chosen is not None and not isinstance(chosen, BaseLLM):
-        return chosen
     from .models import resolve_edit_model  # LlamaIndex LLMs and the Gemini default
 
-    return resolve_edit_model(model=chosen)
+    return resolve_edit_model(model, llm)
 
 
 class VersionsMixin(VersionedTranscriptMixin):

@@ -11,7 +11,7 @@ from llama_index.core.llms import MockLLM
 from context_gatekeeper import ModelUnavailableError, Replace, Transcript
 from context_gatekeeper.edit_format import ideal_patch_reply
 from context_gatekeeper.gemini import GeminiModel
-from context_gatekeeper.models import as_edit_model
+from context_gatekeeper.models import EditModel, as_edit_model
 from li_scripted_llm import ScriptedLLM
 from llamaindex_gatekeeper.models import DEFAULT_MODEL, LlamaIndexEditModel, resolve_edit_model
 
@@ -68,7 +68,8 @@ def test_resolve_wraps_llms_and_passes_other_models_through() -> None:
     def fn(messages):
         return "x"
 
-    assert resolve_edit_model(fn) is fn
+    resolved = resolve_edit_model(fn)
+    assert type(resolved) is EditModel and resolved.wrapped is fn  # wrapped once, as the core does
     with pytest.raises(TypeError, match="not both"):
         resolve_edit_model(model=llm, llm=ScriptedLLM())
 
@@ -78,14 +79,16 @@ def test_missing_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     with pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY") as info:
         resolve_edit_model()
-    assert "model=" in str(info.value) and "LlamaIndex LLM" in str(info.value)
+    text = str(info.value)
+    assert "model=" in text and "LlamaIndex LLM" in text
+    assert text.count("model=") == 1 and text.count("GOOGLE_API_KEY") == 1  # each hint once
 
 
 def test_default_is_the_cores_gemini_model(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("google.genai")
     monkeypatch.setenv("GOOGLE_API_KEY", "fake-key")
     model = resolve_edit_model()
-    assert isinstance(model, GeminiModel) and model.name == DEFAULT_MODEL == "gemini-2.5-flash"
+    assert isinstance(model.wrapped, GeminiModel) and model.name == DEFAULT_MODEL == "gemini-2.5-flash"
 
 
 def test_rejects_what_is_not_an_llm() -> None:

@@ -18,6 +18,9 @@ neither needs the other framework's Gemini package.
   :class:`ModelUnavailableError`; a reply cut off at the output limit
   (``finish_reason`` ``MAX_TOKENS``) raises
   :class:`~context_gatekeeper.errors.TruncatedReplyError`, so an edit retries it.
+* ``instead=`` is the way out each unavailability message ends with (default: pass
+  ``model=``): an adapter or the terminal chat names its own options there, so a
+  message says each hint once.
 * ``client=`` accepts a ready ``google.genai.Client`` (or any object with
   ``models.generate_content`` and ``aio.models.generate_content``): the seam tests
   use, and the way to reach Vertex AI or a proxy.
@@ -40,12 +43,14 @@ from typing import Any
 from .errors import EditError, ModelUnavailableError
 from .models import finish_reason_of, is_unavailable_error, refuse_truncated
 
-__all__ = ["DEFAULT_GEMINI_MODEL", "GeminiModel", "gemini_api_key"]
+__all__ = ["DEFAULT_GEMINI_MODEL", "GeminiModel", "gemini_api_key", "PASS_MODEL"]
 
 DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 _KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 _ROLES = {"user": "user", "assistant": "model", "model": "model"}
 _UNAVAILABLE_CODES = frozenset({401, 403, 408, 429})
+PASS_MODEL = "or pass model= (a callable fn(messages) -> str, or another model your code accepts)"
+"""The default way out named by :class:`GeminiModel`'s unavailability messages."""
 
 
 def gemini_api_key(api_key: str | None = None) -> str | None:
@@ -84,6 +89,8 @@ class GeminiModel:
         timeout: seconds before one request gives up.
         max_retries: retries after a failed request (408, 429, 5xx, network errors).
         client: a ready client to use instead of building one (no key needed then).
+        instead: the alternative each unavailability message ends with (default
+            :data:`PASS_MODEL`), e.g. ``"or run with --offline"`` for a command-line tool.
 
     Raises:
         ModelUnavailableError: no key, or google-genai is not installed.
@@ -99,10 +106,12 @@ class GeminiModel:
         timeout: float = 30.0,
         max_retries: int = 1,
         client: Any = None,
+        instead: str = PASS_MODEL,
     ) -> None:
         if timeout <= 0 or max_retries < 0:
             raise ValueError("GeminiModel needs timeout > 0 and max_retries >= 0")
         self.name = self.model = model
+        self.instead = instead
         self.timeout = timeout
         self.max_retries = max_retries
         self.client = client if client is not None else self._build_client(api_key)
@@ -111,15 +120,13 @@ class GeminiModel:
         key = gemini_api_key(api_key)
         if key is None:
             raise ModelUnavailableError(
-                f"no editing model: set GOOGLE_API_KEY (or GEMINI_API_KEY) to use {self.model}, "
-                "or pass model= (any model your adapter accepts, or a callable fn(messages) -> str)"
+                f"no editing model: set GOOGLE_API_KEY (or GEMINI_API_KEY) to use {self.model}, {self.instead}"
             )
         try:
             genai = importlib.import_module("google.genai")  # deferred: the `gemini` extra is optional
         except ImportError as exc:
             raise ModelUnavailableError(
-                "GeminiModel needs google-genai: pip install 'context-gatekeeper[gemini]', "
-                "or pass model= (a callable fn(messages) -> str or another model)"
+                f"GeminiModel needs google-genai: pip install 'context-gatekeeper[gemini]', {self.instead}"
             ) from exc
         http_options = {
             "timeout": max(1, int(self.timeout * 1000)),  # google-genai counts milliseconds
@@ -170,7 +177,7 @@ class GeminiModel:
             return exc
         return ModelUnavailableError(
             f"{self.model} could not be used ({type(exc).__name__}: {message}); nothing was changed. "
-            "Check the network, the API key (GOOGLE_API_KEY) and the timeout, or pass model=."
+            f"Check the network, the API key (GOOGLE_API_KEY) and the timeout, {self.instead}."
         )
 
     def complete(self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None) -> str:

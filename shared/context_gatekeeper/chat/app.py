@@ -39,6 +39,11 @@ NO_KEY = (
     "No Gemini API key: set GOOGLE_API_KEY (or GEMINI_API_KEY) to chat with Gemini, "
     "or pass --offline to try the chat with a scripted model (no network, no key)."
 )
+CHAT_INSTEAD = (
+    "then /retry (a failed chat message is kept), or restart gatekeeper-chat with --offline "
+    "(a scripted model, no network) or another --model"
+)
+"""How the chat's model-unavailable messages end: its own commands and options, not ``model=``."""
 EXIT_USAGE = 2
 
 
@@ -84,7 +89,7 @@ def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
     if gemini_api_key() is None:
         raise ModelUnavailableError(NO_KEY)
-    model = GeminiModel(args.model)
+    model = GeminiModel(args.model, instead=CHAT_INSTEAD)
     return model, model, args.model
 
 
