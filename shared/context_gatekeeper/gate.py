@@ -18,7 +18,10 @@ from .cues import Cues
 from .params import SelectionParams
 from .scoring import IDF_FORMULAS
 
-__all__ = ["Decision", "GateFeatures", "anchor_weights", "gate_features", "decide", "is_weak_switch", "refer"]
+__all__ = [
+    "Decision", "GateFeatures", "anchor_weights", "gate_features", "decide", "is_weak_switch", "refer",
+    "semantic_decide",
+]
 
 Decision = Literal["continue", "switch", "return"]
 
@@ -41,6 +44,10 @@ class GateFeatures:
             the ``elsewhere_ratio`` estimate).
         cues: reference, switch and return cues found in the query.
         query_weight: total anchor weight of the query (0 when it has no anchors).
+        semantic_active: with an embedder, the query's highest calibrated similarity
+            (z-score) to the active topic's recent turns; ``None`` without one.
+        semantic_earlier: the same for the best other recent topic (``None``: none).
+        semantic_segment: that topic's label.
     """
 
     overlap: float
@@ -51,6 +58,9 @@ class GateFeatures:
     earlier_overlap: float
     cues: Cues
     query_weight: float
+    semantic_active: float | None = None
+    semantic_earlier: float | None = None
+    semantic_segment: int | None = None
 
 
 def anchor_weights(
@@ -215,3 +225,32 @@ def refer(
     if decision == "return":
         return "return", previous if unplaced else f.earlier_segment
     return decision, active
+
+
+def semantic_decide(decision: Decision, f: GateFeatures, p: SelectionParams) -> tuple[Decision, int | None]:
+    """Semantic continuity beside the words (only with an embedder; cues still rule):
+    ``(decision, the earlier topic a semantic return goes to, or None)``.
+
+    1. a query the words would switch (no switch cue) whose meaning continues the
+       active topic (``semantic_active`` at least ``semantic_continue_z``): continue;
+    2. a query whose words do not continue the active topic (overlap below
+       ``continue_threshold``, no cue) but whose meaning matches an earlier recent
+       topic (at least ``semantic_floor``, and ``semantic_return_margin`` above the
+       active topic): return there.
+    """
+    if not p.semantic_gate or f.semantic_active is None or f.cues.switch or f.cues.returning:
+        return decision, None
+    if f.cues.reference or f.query_weight <= 0:
+        return decision, None
+    earlier = f.semantic_earlier
+    if (
+        earlier is not None
+        and f.semantic_segment is not None
+        and f.overlap < p.continue_threshold
+        and earlier >= p.semantic_floor
+        and earlier >= f.semantic_active + p.semantic_return_margin
+    ):
+        return "return", f.semantic_segment
+    if decision == "switch" and f.semantic_active >= p.semantic_continue_z:
+        return "continue", None
+    return decision, None

@@ -3,15 +3,14 @@
 The pipeline for one query (DESIGN.md §4):
 
 1. anchors of the query, weighted by IDF over the turns (:mod:`anchors`, :mod:`gate`);
-2. the topic gate: continue the active segment, switch, or return to an earlier one;
-3. BM25 candidates over the postings of the query's anchors, with a recency prior
-   and a bonus for the segment the gate chose (:mod:`selector`);
+2. BM25 candidates over the postings of the query's anchors, with a recency prior
+   (:mod:`selector`), fused with semantic similarity when an embedder is given
+   (:mod:`semantic`); 3. the topic gate: continue, switch, or return to an earlier topic;
 4. greedy minimum coverage of the query's anchors under the token budget, then the
-   recent turns of the active topic for elliptical follow-ups.
+   turns of the chosen topic, and those that resolve an elliptical follow-up.
 
 Turns are indexed incrementally and segmented by a pure function of the turn list
-(:mod:`segments`), so ``add_turn`` costs time proportional to the turn, and
-``select`` touches only the postings of the query's anchors.
+(:mod:`segments`), so ``add_turn`` costs time proportional to the turn.
 """
 
 from __future__ import annotations
@@ -26,11 +25,13 @@ from typing import Any, Literal
 
 from .anchors import extract
 from .cues import Cues, strip_cues
-from .errors import BudgetError, InvalidInputError
+from .errors import BudgetError
 from .gate import anchor_weights
-from .history import TurnHistory
+from .history import TurnHistory, turn_texts as _turn_texts
 from .params import SelectionParams
 from .segments import gate_query
+from .semantic import fuse, keep_semantic, topic_continuity
+from .semantic_channel import SemanticChannel, SemanticMethods
 from .selection import Evidence, Selection, Turn
 from .selector import (
     Kept,
@@ -54,7 +55,7 @@ _EXCLUDED = "excluded"
 _PARAM_NAMES = frozenset(f.name for f in fields(SelectionParams))
 
 
-class ContextGatekeeper:
+class ContextGatekeeper(SemanticMethods):
     """Topic-gated context selection over a growing list of turns.
 
     >>> gk = ContextGatekeeper(token_budget=200, token_counter=len, message_overhead=0)
@@ -83,6 +84,10 @@ class ContextGatekeeper:
         preset: a named setting instead of ``params``: ``"default"`` (precision first)
             or ``"recall"`` (long-memory question answering; see
             :attr:`SelectionParams.PRESETS`).
+        embedder: a LangChain ``Embeddings``, LlamaIndex ``BaseEmbedding`` or callable
+            ``list[str] -> vectors`` for the semantic channel (numpy; :mod:`semantic_channel`).
+        vector_cache: ``get``/``put`` of turn vectors by ``(embedder name, text hash)``.
+        embed_timeout: seconds an embedding call may take before selection goes lexical.
     """
 
     def __init__(
@@ -95,6 +100,9 @@ class ContextGatekeeper:
         on_overflow: OnOverflow = "raise",
         params: SelectionParams | None = None,
         preset: str | None = None,
+        embedder: Any = None,
+        vector_cache: Any = None,
+        embed_timeout: float | None = None,
         **overrides: Any,
     ) -> None:
         unknown = set(overrides) - _PARAM_NAMES
@@ -115,6 +123,8 @@ class ContextGatekeeper:
         self._lock = threading.RLock()
         self._warned_overflow = False
         self._history = TurnHistory(self._turn_cost, self.params)
+        self._semantic = None if embedder is None else SemanticChannel(embedder, vector_cache, embed_timeout)
+        self._history.changed = None if embedder is None else set()
         self._pinned: set[int] = set()
         self._system_prompt: str | None = None
         self._summary: str | None = None
@@ -269,18 +279,7 @@ class ContextGatekeeper:
     def build_prompt(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> str:
         """Pinned content, the kept turns and the query as one plain-text prompt."""
         with self._lock:
-            selection = self.explain(query, token_budget=token_budget, exclude=exclude)
-            parts = [] if selection.system_prompt is None else [selection.system_prompt]
-            if selection.summary is not None:
-                parts.append("Summary of the earlier conversation:\n" + selection.summary)
-            for turn_id in selection.turn_ids:
-                turn = self._history.turns[turn_id]
-                lines = [f"User: {turn.user}"] + [f"Tool: {t}" for t in turn.tool_texts]
-                if turn.assistant:
-                    lines.append(f"Assistant: {turn.assistant}")
-                parts.append("\n".join(lines))
-        parts.append(f"User: {selection.query}")
-        return "\n\n".join(parts)
+            return self.explain(query, token_budget=token_budget, exclude=exclude).as_prompt(self._history.turns)
 
     def explain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Selection:
         """Select for ``query`` and say why; has no side effects.
@@ -289,7 +288,12 @@ class ContextGatekeeper:
         knows the size of the query and the open turn passes what is left); below
         the pinned content's cost, ``on_overflow`` applies.  ``exclude`` names turns
         this call must not select (an adapter sends them itself, e.g. the current turn).
+        With an embedder, turns not yet embedded are embedded first (one call per batch),
+        then the query (one call).
         """
+        return self._select_for(query, token_budget, exclude, None)
+
+    def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any) -> Selection:
         query = require_text(query, "query")
         if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)):
             raise BudgetError(f"token_budget must be an int, got {token_budget!r}")
@@ -297,20 +301,23 @@ class ContextGatekeeper:
         cues, content = strip_cues(query[: self.params.max_query_chars])
         anchors = extract(content, query=True)
         with self._lock:
-            return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude))
+            if self._semantic is not None and probe is None:
+                probe = self._semantic.probe(self._history, query[: self.params.max_query_chars])
+            return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude), probe)
 
-    def _explain(
-        self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int, exclude: frozenset[int]
-    ) -> Selection:
+    def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int,
+                 exclude: frozenset[int], probe: tuple[Any, bool] | None) -> Selection:
         p, history = self.params, self._history
         index, labels = history.index, history.labels
-        # 1-2. weights, candidates, and the gate
+        # 1-2. weights, candidates (fused with similarity), and the gate
         weights = anchor_weights(query_anchors, index.df, len(history), p)
         candidates, topic_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
+        view = None if probe is None else self._semantic.view(probe[0], p.semantic_min_turns)  # type: ignore[union-attr]
+        fuse(candidates, view, history, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)
         decision, weak_switch, features, topic = gate_query(
-            labels, history.by_position, index.df, weights, topic_weight, cues, p
+            labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p)
         )
 
         # 3. pinned content first, then the steps that keep turns with evidence
@@ -341,6 +348,8 @@ class ContextGatekeeper:
                 keep_follow_up(topic, p, kept)
             if topic is not None:
                 keep_topic(pool, topic, decision == "return", p, kept)
+            if view is not None:
+                keep_semantic(pool, topic, p, kept)
             keep_fill(pool, weights, p, kept)
             keep_neighbours(pool, candidates, p, kept)
 
@@ -367,6 +376,7 @@ class ContextGatekeeper:
             summary=self._summary,
             pinned_turn_ids=tuple(pinned),
             topic=topic,
+            semantic_fallback=probe is not None and probe[1],
         )
 
     def _overflow(self, fixed: int, pinned: list[int], budget_total: int) -> None:
@@ -386,14 +396,3 @@ class ContextGatekeeper:
         messages = bool(turn.user) + bool(turn.assistant) + len(turn.tool_texts)
         return self._count(turn.user + "\n" + answer) + self.message_overhead * messages
 
-
-def _turn_texts(user: Any, assistant: Any, tool_texts: Any) -> tuple[str, str, tuple[str, ...]]:
-    """Validated texts of a turn: strings, and not all of them blank."""
-    user = require_text(user, "user", allow_empty=True)
-    assistant = require_text(assistant, "assistant", allow_empty=True)
-    if isinstance(tool_texts, str):
-        raise TypeError("tool_texts must be an iterable of strings, not a single string")
-    tools = tuple(require_text(t, "tool text", allow_empty=True) for t in tool_texts)
-    if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
-        raise InvalidInputError("a turn needs some text: user, assistant and tool texts are all empty")
-    return user, assistant, tools

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .anchors import TextAnchors, extract
 from .cues import strip_cues
-from .errors import UnknownTurnError
+
+from .errors import InvalidInputError, UnknownTurnError
 from .index import AnchorIndex
 from .params import SelectionParams
 from .segments import SegmentInput, next_label
 from .selection import Turn
+from .validation import require_text
 
-__all__ = ["TurnHistory"]
+__all__ = ["TurnHistory", "turn_texts"]
 
 
 class _ByPosition(Sequence[SegmentInput]):
@@ -61,6 +64,9 @@ class TurnHistory:
         self.novelty: list[float] = []
         self.index = AnchorIndex()
         self.by_position = _ByPosition(self.order, self.inputs)
+        self.changed: set[int] | None = None
+        """Ids of turns added, changed or removed since a consumer last emptied it;
+        ``None`` (the default) tracks nothing.  The semantic channel sets a set here."""
         self._next_id = 1
 
     def __len__(self) -> int:
@@ -94,6 +100,8 @@ class TurnHistory:
         position = self.position(turn_id)
         turn = self.turns.pop(turn_id)
         self.total_cost -= self.costs[turn_id]
+        if self.changed is not None:
+            self.changed.add(turn_id)
         del self.order[position], self.positions[turn_id], self.costs[turn_id], self.inputs[turn_id]
         self.index.remove(turn_id)
         self._renumber_from(position)
@@ -102,6 +110,8 @@ class TurnHistory:
 
     def clear(self) -> None:
         """Remove every turn at once; ids keep counting."""
+        if self.changed is not None:
+            self.changed.update(self.turns)
         for container in (self.turns, self.positions, self.costs, self.inputs):
             container.clear()
         self.total_cost = 0
@@ -178,6 +188,8 @@ class TurnHistory:
         cost, user, answer_anchors, gated = prepared
         indexed = self.index.add(turn.id, user, answer_anchors)
         self.turns[turn.id] = turn
+        if self.changed is not None:
+            self.changed.add(turn.id)
         self.costs[turn.id] = cost
         self.total_cost += cost
         answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
@@ -204,3 +216,15 @@ class TurnHistory:
             self.labels.append(label)
             self.novelty.append(new_weight)
             later.subtract(turns[order[position]].anchors)
+
+
+def turn_texts(user: Any, assistant: Any, tool_texts: Any) -> tuple[str, str, tuple[str, ...]]:
+    """Validated texts of a turn: strings, and not all of them blank."""
+    user = require_text(user, "user", allow_empty=True)
+    assistant = require_text(assistant, "assistant", allow_empty=True)
+    if isinstance(tool_texts, str):
+        raise TypeError("tool_texts must be an iterable of strings, not a single string")
+    tools = tuple(require_text(t, "tool text", allow_empty=True) for t in tool_texts)
+    if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
+        raise InvalidInputError("a turn needs some text: user, assistant and tool texts are all empty")
+    return user, assistant, tools

@@ -165,6 +165,40 @@ class SelectionParams:
     neighbour_fill: int = 1
     """With budget left, keep neighbours of kept matches: 1 = the turn after, 2 = after and before."""
 
+    # -- the semantic channel (used only with an embedder) -----------------------------
+    semantic_weight: float = 1.0
+    """Weight of a turn's semantic part in its candidate score (the lexical parts each
+    lie in 0..1 before their weights)."""
+    semantic_fusion: str = "mix"
+    """How similarity joins the lexical score: ``"mix"`` (calibrated mixing:
+    ``semantic_weight * min(1, z / semantic_top_z)``) or ``"rrf"`` (reciprocal rank:
+    ``semantic_weight * (k + 1) / (k + rank)``)."""
+    semantic_floor: float = 2.0
+    """A turn's similarity to the query counts as evidence only at or above this many
+    standard deviations over the history's own similarities to the query (a z-score:
+    embedding models compress similarities, so no absolute number works)."""
+    semantic_off_topic_floor: float = 3.0
+    """The same for a turn outside the topic the gate chose."""
+    semantic_top_z: float = 4.0
+    """With ``"mix"``, the z-score at which the semantic part reaches ``semantic_weight``."""
+    semantic_rrf_k: float = 10.0
+    """With ``"rrf"``, the rank constant k."""
+    semantic_top_k: int = 10
+    """Turns above the floor that join the candidates on similarity alone (no shared word)."""
+    semantic_max_keep: int = 2
+    """Turns the semantic step may keep on similarity (after coverage and the topic's own)."""
+    semantic_min_turns: int = 8
+    """Embedded turns needed before similarities are calibrated and used at all."""
+    semantic_continue_z: float = 1.5
+    """Gate: a query the words would switch (without a cue) continues when its similarity
+    to the active topic's recent turns reaches this z-score."""
+    semantic_return_margin: float = 1.0
+    """Gate: a query returns to an earlier recent topic when its similarity there clears
+    ``semantic_floor`` and beats the active topic's by this many standard deviations
+    (and its words do not continue the active topic)."""
+    semantic_gate: bool = True
+    """Let semantic continuity inform continue / switch / return (False: scoring only)."""
+
     max_query_chars: int = 4000
     """Only the first this many characters of a query (and of a user message, when it
     is gated during segmentation) are read for anchors and cues: the gist of a
@@ -189,6 +223,8 @@ class SelectionParams:
             )
         if self.top_m < 1 or self.topic_window < 1 or self.topic_lookback < 1 or self.max_query_chars < 1:
             raise ValueError("SelectionParams.top_m, topic_window, topic_lookback and max_query_chars must be >= 1")
+        if self.semantic_fusion not in ("mix", "rrf"):
+            raise ValueError(f"SelectionParams.semantic_fusion must be 'mix' or 'rrf', got {self.semantic_fusion!r}")
         if not 0 < self.coverage_target <= 1:
             raise ValueError("SelectionParams.coverage_target must be in (0, 1]")
 

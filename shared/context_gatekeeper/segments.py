@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
-from .gate import Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer
+from .gate import (
+    Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer, semantic_decide,
+)
 from .params import SelectionParams
 
 __all__ = [
@@ -197,6 +199,7 @@ def gate_query(
     topic_weight: Mapping[int, float],
     cues: Cues,
     params: SelectionParams,
+    semantic: Mapping[int, float] | None = None,
 ) -> tuple[Decision, bool, GateFeatures, int | None]:
     """The gate at query time: ``(decision, weak switch, features, chosen topic)``.
 
@@ -204,7 +207,9 @@ def gate_query(
     (:func:`selector.score_candidates`).  The active topic is the last turn's, measured
     by its profile; the other topics by their profiles (recent topics) and by the query
     weight their turns hold (any topic).  Then :func:`gate.refer` names the topic the
-    query refers to.
+    query refers to.  ``semantic`` (with an embedder) is, per recent topic, the query's
+    calibrated similarity to it (:func:`semantic.topic_continuity`), which informs the
+    decision through :func:`gate.semantic_decide`.
     """
     p = params
     if not labels:
@@ -220,6 +225,15 @@ def gate_query(
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
     features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
     decision = decide(features, p)
+    if semantic and active in semantic:
+        other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),
+                    default=(None, None))
+        features = replace(features, semantic_active=semantic[active], semantic_earlier=other[1],
+                           semantic_segment=other[0])
+        decision, semantic_topic = semantic_decide(decision, features, p)
+        lexical = max(others.items(), key=lambda item: item[1], default=(None, 0.0))
+        if semantic_topic is not None and (lexical[0] is None or shares.get(lexical[0], 0.0) < p.topic_match_share):
+            return "return", False, features, semantic_topic
     weak_switch = is_weak_switch(decision, features, p)
     in_doubt = len(profiles) > 1 or len(labels) < 2  # other topics in play, or no topic established
     if weak_switch and in_doubt and features.new_weight >= p.new_angle_factor * p.switch_min_new_weight:

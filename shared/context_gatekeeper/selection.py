@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .gate import Decision, GateFeatures
@@ -45,6 +46,8 @@ class Evidence:
         pinned: pinned content (``ContextGatekeeper.pin``).
         fill: kept by the fill step of the ``"recall"`` setting (a weaker match that
             fitted the leftover budget); never set by the default setting.
+        semantic: its meaning matches the query (similarity at or above the calibrated
+            floor of ``SelectionParams.semantic_floor``; only with an embedder).
     """
 
     covered: tuple[str, ...] = ()
@@ -52,9 +55,13 @@ class Evidence:
     reference: bool = False
     pinned: bool = False
     fill: bool = False
+    semantic: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.covered) or self.topic is not None or self.reference or self.pinned or self.fill
+        return (
+            bool(self.covered) or self.topic is not None or self.reference or self.pinned or self.fill
+            or self.semantic
+        )
 
     def merged(self, other: "Evidence") -> "Evidence":
         """Both records' evidence in one."""
@@ -64,6 +71,7 @@ class Evidence:
             reference=self.reference or other.reference,
             pinned=self.pinned or other.pinned,
             fill=self.fill or other.fill,
+            semantic=self.semantic or other.semantic,
         )
 
 
@@ -72,7 +80,7 @@ class TurnScore:
     """Why one earlier turn was kept or dropped.
 
     The score parts are already multiplied by their weights, so
-    ``total == user + assistant + exact + recency``.
+    ``total == user + assistant + exact + recency + semantic``.
 
     Attributes:
         turn_id: the turn.
@@ -80,17 +88,23 @@ class TurnScore:
         assistant: lexical match against the assistant and tool text.
         exact: exact hits (identifiers, versions, code spans, quoted phrases).
         recency: the recency prior.
+        semantic: the semantic part (0 without an embedder or below the floor).
         total: the candidate score.
         covered: query anchors this turn holds.
         cost: tokens the turn costs.
         kept: whether the turn is in the selection.
         reason: why, in words: kept as "pinned", "coverage", "topic", "follow-up",
-            "neighbour" or "fill"; dropped as "off-topic" (another topic, too weak
+            "neighbour", "fill" or "semantic"; dropped as "off-topic" (another topic, too weak
             a match), "weak match" (only lone CJK characters in common), "no new
             coverage", "over budget", "below top-M" or "explicit switch".
         evidence: the structured reason (see :class:`Evidence`); non-empty on every
             kept turn.
         topic: the turn's topic label.
+        similarity: cosine similarity of the turn to the query (``None``: no embedder,
+            or the turn is not embedded yet).
+        similarity_z: that similarity in standard deviations over the history's
+            similarities to the query (``None`` until ``semantic_min_turns`` are embedded).
+        semantic_decisive: the turn is kept on its meaning alone (reason "semantic").
     """
 
     turn_id: int
@@ -105,6 +119,10 @@ class TurnScore:
     reason: str
     evidence: Evidence = Evidence()
     topic: int = 0
+    semantic: float = 0.0
+    similarity: float | None = None
+    similarity_z: float | None = None
+    semantic_decisive: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,6 +153,8 @@ class Selection:
             :meth:`ContextGatekeeper.topics`): the active one on a continue, the one
             returned to on a return, and on a switch the active one when the query's
             words still tie it there (a new question on known ground), else None.
+        semantic_fallback: an embedder is set but failed or timed out for this call,
+            so selection was lexical (turns not yet embedded are always scored lexically).
     """
 
     query: str
@@ -153,6 +173,22 @@ class Selection:
     summary: str | None
     pinned_turn_ids: tuple[int, ...]
     topic: int | None = None
+    semantic_fallback: bool = False
+
+    def as_prompt(self, turns: Mapping[int, Turn]) -> str:
+        """Pinned content, the kept turns (looked up in ``turns`` by id) and the query as
+        one plain-text prompt."""
+        parts = [] if self.system_prompt is None else [self.system_prompt]
+        if self.summary is not None:
+            parts.append("Summary of the earlier conversation:\n" + self.summary)
+        for turn_id in self.turn_ids:
+            turn = turns[turn_id]
+            lines = [f"User: {turn.user}"] + [f"Tool: {t}" for t in turn.tool_texts]
+            if turn.assistant:
+                lines.append(f"Assistant: {turn.assistant}")
+            parts.append("\n".join(lines))
+        parts.append(f"User: {self.query}")
+        return "\n\n".join(parts)
 
     @property
     def tokens_saved(self) -> int:

@@ -52,10 +52,13 @@ class Candidate:
     exact: float = 0.0
     recency: float = 0.0
     covered: list[str] = field(default_factory=list)
+    semantic: float = 0.0
+    similarity: float | None = None
+    z: float | None = None
 
     @property
     def total(self) -> float:
-        return self.user + self.assistant + self.exact + self.recency
+        return self.user + self.assistant + self.exact + self.recency + self.semantic
 
 
 def score_candidates(
@@ -274,7 +277,8 @@ def keep_follow_up(topic: int | None, params: SelectionParams, kept: Kept) -> No
 def keep_fill(pool: Sequence[Candidate], weights: Mapping[str, float], params: SelectionParams, kept: Kept) -> None:
     """The ``"recall"`` setting's fill: further matching candidates from any topic, best
     first, scoring at least ``fill_ratio`` of the best score and holding at least
-    ``fill_min_share`` of the query's weight in distinctive anchors.  Off by default
+    ``fill_min_share`` of the query's weight in distinctive anchors, or (with an
+    embedder) similar at or above ``semantic_floor``.  Off by default
     (``fill_ratio=1.0``): leftover budget is not evidence."""
     if not pool or params.fill_ratio >= 1.0:
         return
@@ -284,6 +288,8 @@ def keep_fill(pool: Sequence[Candidate], weights: Mapping[str, float], params: S
             break
         if distinctive(candidate) and match_share(candidate, weights) >= params.fill_min_share:
             kept.keep(candidate.turn_id, "fill", Evidence(distinctive(candidate), fill=True))
+        elif candidate.z is not None and candidate.z >= params.semantic_floor:
+            kept.keep(candidate.turn_id, "fill", Evidence(fill=True, semantic=True))
 
 
 def keep_neighbours(
@@ -337,7 +343,7 @@ def score_records(
             elif c.turn_id not in in_pool:
                 reason = "below top-M"
             elif not distinctive(c):
-                reason = "weak match"
+                reason = "off-topic" if c.semantic and label != topic else "weak match"
             elif label != topic and match_share(c, weights) < params.off_topic_share:
                 reason = "off-topic"
             else:
@@ -347,6 +353,7 @@ def score_records(
                 turn_id=c.turn_id, user=c.user, assistant=c.assistant, exact=c.exact, recency=c.recency,
                 total=c.total, covered=tuple(c.covered), cost=c.cost, kept=c.turn_id in kept.reasons,
                 reason=reason, evidence=kept.evidence.get(c.turn_id) or Evidence(distinctive(c)), topic=label,
+                semantic=c.semantic, similarity=c.similarity, similarity_z=c.z, semantic_decisive=reason == "semantic",
             )
         )
     return tuple(records)
