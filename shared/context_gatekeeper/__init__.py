@@ -21,6 +21,7 @@ from .errors import (
     UnknownMessageError,
     UnknownTurnError,
 )
+from .embedding import DictVectorCache, Embedder, EmbeddingError, as_embedder
 from .coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
 from .edit_options import EditOptions, Strategy
 from .gate import Decision, GateFeatures
@@ -53,6 +54,11 @@ __all__ = [
     "CoverageCorpus",
     "CoverageResult",
     "CoverageExplanation",
+    # the optional semantic channel (numpy only when an embedder is used)
+    "as_embedder",
+    "Embedder",
+    "EmbeddingError",
+    "DictVectorCache",
     # mutable transcripts
     "Transcript",
     "TranscriptGate",
