@@ -52,7 +52,7 @@ def test_model_and_llm_are_aliases() -> None:
     with pytest.raises(TypeError, match="not both"):
         resolve_edit_model(model=model, llm=fake("y"))
     plain = lambda messages: "x"  # noqa: E731
-    assert resolve_edit_model(model=plain) is plain
+    assert resolve_edit_model(model=plain).wrapped is plain  # the core's EditModel, wrapped once
 
 
 def test_a_fake_chat_model_edits_a_transcript_sync_and_async() -> None:
