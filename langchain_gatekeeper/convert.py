@@ -27,7 +27,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from context_gatekeeper import Message
 from context_gatekeeper.messages import new_message_id
 
-__all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED"]
+__all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of", "same_messages"]
 
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
@@ -38,7 +38,8 @@ PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNOR
 """additional_kwargs keys dropped from an assistant message whose text was rewritten."""
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """The text of a LangChain message's content (a string, or the text blocks of a list)."""
     if isinstance(content, str):
         return content
     pieces = []
@@ -69,7 +70,7 @@ def to_core(message: BaseMessage) -> Message:
     return Message(
         id=message.id or new_message_id(),
         role=role,  # type: ignore[arg-type]
-        content=_text_of(content),
+        content=text_of(content),
         parts=tuple(content) if isinstance(content, list) else None,
         metadata=metadata,
     )
@@ -80,7 +81,7 @@ def _content_for(message: Message) -> Any:
     if message.parts is None:
         return message.content
     blocks = copy.deepcopy(list(message.parts))
-    if message.origin == "original" or _text_of(blocks) == message.content:
+    if message.origin == "original" or text_of(blocks) == message.content:
         return blocks
     others = [b for b in blocks if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))]
     return [{"type": "text", "text": message.content}, *others]
@@ -111,3 +112,17 @@ def to_core_messages(messages: Iterable[BaseMessage]) -> list[Message]:
 def from_core_messages(messages: Sequence[Message]) -> list[BaseMessage]:
     """:func:`from_core` for each message."""
     return [from_core(m) for m in messages]
+
+
+def same_messages(messages: Sequence[BaseMessage], core: Sequence[Message]) -> bool:
+    """Whether ``messages`` are ``core`` position by position: same length, and each pair of
+    the same role and text, with the same id where the LangChain message has one."""
+    if len(messages) != len(core):
+        return False
+    for message, stored in zip(messages, core):
+        role = _ROLES.get(message.type)
+        if role is not None and role != stored.role:
+            return False
+        if (message.id is not None and message.id != stored.id) or text_of(message.content) != stored.content:
+            return False
+    return True

@@ -46,20 +46,27 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, HumanMessage
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
+from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate
+from context_gatekeeper.errors import GatekeeperError, InvalidInputError
 
-from .convert import from_core_messages, to_core
+from .agent_view import GatedView
+from .convert import from_core_messages, same_messages, text_of
 from .history import ADAPTER_GATE_DEFAULTS, GatekeeperChatMessageHistory
 
-__all__ = ["topic_gate", "GatedRunnableWithMessageHistory"]
+__all__ = ["topic_gate", "GatedRunnableWithMessageHistory", "TopicGateKeysError", "infer_keys"]
+
+
+class TopicGateKeysError(GatekeeperError, TypeError):
+    """``topic_gate()`` got a dict input whose history and input keys it cannot tell apart;
+    the message names the keys to pass."""
 
 
 def _input_messages(value: Any) -> list[BaseMessage]:
@@ -77,7 +84,33 @@ def _query(new: Sequence[BaseMessage]) -> str:
     """The text of the last human message among ``new`` (else of the last message)."""
     humans = [m for m in new if isinstance(m, HumanMessage)]
     chosen = humans[-1] if humans else (new[-1] if new else None)
-    return to_core(chosen).content if chosen is not None else ""
+    return text_of(chosen.content) if chosen is not None else ""
+
+
+def _is_message_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(m, BaseMessage) for m in value)
+
+
+def infer_keys(value: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``(input_messages_key, history_messages_key)`` for a dict input given without keys.
+
+    Unambiguous shapes: one list of messages and one string or message (history and
+    input); one list of messages and nothing else message-like (the history followed by
+    the new messages, as under ``input_messages_key`` alone).  Anything else raises
+    :class:`TopicGateKeysError` naming the candidate keys.
+    """
+    lists = [k for k, v in value.items() if _is_message_list(v)]
+    singles = [k for k, v in value.items() if isinstance(v, (str, BaseMessage))]
+    if len(lists) == 1 and len(singles) == 1:
+        return singles[0], lists[0]
+    if len(lists) == 1 and not singles:
+        return lists[0], None
+    raise TopicGateKeysError(
+        "topic_gate() cannot tell which key of its dict input holds the history and which the new "
+        f"input (message lists: {lists or 'none'}; strings or messages: {singles or 'none'}); pass "
+        "topic_gate(input_messages_key=..., history_messages_key=...), the same keys as the "
+        "RunnableWithMessageHistory around it"
+    )
 
 
 class _TopicGate:
@@ -89,6 +122,8 @@ class _TopicGate:
         self.options = options
         self._gates: weakref.WeakKeyDictionary[Transcript, TranscriptGate] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        self.views = GatedView(lambda: ContextGatekeeper(**self._options()), max_threads=256, keyed_by="content")
+        """Indexes of plain lists, one per chat history object (or one without), kept across calls."""
 
     # -- entry points -------------------------------------------------------------------
     def invoke(self, value: Any, config: RunnableConfig) -> Any:
@@ -107,19 +142,25 @@ class _TopicGate:
 
     # -- the transformation -------------------------------------------------------------
     def _transform(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Any:
-        if self.history_key is not None:
-            if not isinstance(value, Mapping) or self.history_key not in value:
-                raise ValueError(
-                    f"topic_gate(history_messages_key={self.history_key!r}) expects a dict input with "
+        input_key, history_key = self.input_key, self.history_key
+        if input_key is None and history_key is None and isinstance(value, Mapping):
+            input_key, history_key = infer_keys(value)
+        if history_key is not None:
+            if not isinstance(value, Mapping) or history_key not in value:
+                raise InvalidInputError(
+                    f"topic_gate(history_messages_key={history_key!r}) expects a dict input with "
                     f"that key, got {type(value).__name__}"
+                    + (f" with keys {sorted(value)}" if isinstance(value, Mapping) else "")
                 )
-            key = self.input_key or "input"
-            query = _query(_input_messages(value.get(key)))
-            return {**value, self.history_key: self._gated(list(value[self.history_key]), query, hist)}
-        if self.input_key is not None:
-            if not isinstance(value, Mapping):
-                raise ValueError(f"topic_gate(input_messages_key={self.input_key!r}) expects a dict input")
-            return {**value, self.input_key: self._gated_list(value[self.input_key], hist, stored)}
+            query = _query(_input_messages(value.get(input_key or "input")))
+            return {**value, history_key: self._gated(list(value[history_key]), query, hist)}
+        if input_key is not None:
+            if not isinstance(value, Mapping) or input_key not in value:
+                raise InvalidInputError(
+                    f"topic_gate(input_messages_key={input_key!r}) expects a dict input with that key, "
+                    f"got {type(value).__name__}"
+                )
+            return {**value, input_key: self._gated_list(value[input_key], hist, stored)}
         if isinstance(value, (list, tuple)):
             return self._gated_list(value, hist, stored)
         return value  # a prompt value or a string: nothing to gate
@@ -127,7 +168,7 @@ class _TopicGate:
     def _gated_list(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Any:
         """History followed by new messages: gate the history, keep the new messages."""
         messages = _input_messages(value)
-        if len(messages) != len(value):
+        if not isinstance(value, (list, tuple)) or len(messages) != len(value):
             return value
         if isinstance(hist, GatekeeperChatMessageHistory):
             stored = len(hist.transcript.messages)
@@ -142,12 +183,11 @@ class _TopicGate:
         if not prior or not query.strip():
             return list(prior)
         if isinstance(hist, GatekeeperChatMessageHistory):
-            current = hist.transcript.messages
-            if [m.id for m in prior] == [m.id for m in current]:
-                if self.options is None:
-                    return hist.select(query)
-                return from_core_messages(self._gate_for(hist.transcript).select_messages(query))
-        return self._ephemeral(prior, query)
+            # matched by position (ids may be absent): the history's incremental index answers
+            if same_messages(prior, hist.transcript.messages):
+                gate = hist.gate if self.options is None else self._gate_for(hist.transcript)
+                return from_core_messages(gate.select_messages(query))
+        return self.views.gated(prior, query, thread=None if hist is None else id(hist))
 
     def _options(self) -> dict[str, Any]:
         return {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
@@ -158,14 +198,6 @@ class _TopicGate:
             if gate is None:
                 gate = self._gates[transcript] = TranscriptGate(transcript, **self._options())
             return gate
-
-    def _ephemeral(self, prior: list[BaseMessage], query: str) -> list[BaseMessage]:
-        """Gate a plain list: index it in memory for this call; return the caller's own objects."""
-        core = [replace(to_core(m), id=f"m{i}") for i, m in enumerate(prior)]
-        transcript = Transcript("topic-gate")
-        transcript.set(core)
-        gate = TranscriptGate(transcript, **self._options())
-        return [prior[int(m.id[1:])] for m in gate.select_messages(query)]
 
 
 def _history_of(config: RunnableConfig | None) -> BaseChatMessageHistory | None:
@@ -221,6 +253,36 @@ def _upstream_deprecation_silenced() -> Iterator[None]:
         yield
 
 
+class _GateThen(RunnableBinding):  # type: ignore[type-arg]
+    """``topic_gate(...) | runnable`` whose listeners attach the way ``runnable`` attaches its own.
+
+    ``RunnableWithMessageHistory`` stores the turn from listeners it attaches with
+    ``runnable.with_listeners`` / ``with_alisteners``.  They must wrap the gate too (they
+    read the full, ungated input), yet a runnable may customise how its listeners run
+    (upstream's tests use one whose listener errors are raised): the binding ``runnable``
+    would make is moved onto the whole sequence.
+    """
+
+    inner: Runnable[Any, Any]
+
+    def _moved(self, probe: Runnable[Any, Any], fallback: Any) -> Runnable[Any, Any]:
+        if isinstance(probe, RunnableBinding) and probe.bound is self.inner:
+            return RunnableBinding(
+                bound=self.bound, kwargs=probe.kwargs, config=probe.config, config_factories=probe.config_factories
+            )
+        return fallback()
+
+    def with_listeners(self, *, on_start: Any = None, on_end: Any = None, on_error: Any = None) -> Runnable[Any, Any]:
+        """Listeners around gate and runnable, attached as ``runnable`` attaches them."""
+        probe = self.inner.with_listeners(on_start=on_start, on_end=on_end, on_error=on_error)
+        return self._moved(probe, lambda: self.bound.with_listeners(on_start=on_start, on_end=on_end, on_error=on_error))
+
+    def with_alisteners(self, *, on_start: Any = None, on_end: Any = None, on_error: Any = None) -> Runnable[Any, Any]:
+        """Async :meth:`with_listeners`."""
+        probe = self.inner.with_alisteners(on_start=on_start, on_end=on_end, on_error=on_error)
+        return self._moved(probe, lambda: self.bound.with_alisteners(on_start=on_start, on_end=on_end, on_error=on_error))
+
+
 class GatedRunnableWithMessageHistory(RunnableWithMessageHistory):
     """``RunnableWithMessageHistory`` that sends the wrapped runnable only the gated history.
 
@@ -251,9 +313,10 @@ class GatedRunnableWithMessageHistory(RunnableWithMessageHistory):
         gate = topic_gate(
             input_messages_key=input_messages_key, history_messages_key=history_messages_key, **dict(gate_options or {})
         )
+        inner = coerce_to_runnable(runnable)
         with _upstream_deprecation_silenced():
             super().__init__(
-                gate | runnable,
+                _GateThen(bound=gate | inner, inner=inner),
                 get_session_history,
                 input_messages_key=input_messages_key,
                 output_messages_key=output_messages_key,
