@@ -5,10 +5,11 @@ editing logic lives here.
 """
 
 from .convert import from_core, from_core_messages, to_core, to_core_messages
-from .gate import GatedRunnableWithMessageHistory, topic_gate
+from .gate import GatedRunnableWithMessageHistory, TopicGateKeysError, topic_gate
 from .history import GatekeeperChatMessageHistory
 from .middleware import GatekeeperMiddleware
 from .models import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
+from .trim import gate_messages
 from .threads import GatekeeperState, ThreadEdit, aedit_thread, aundo_thread, edit_thread, undo_thread
 
 __all__ = [
@@ -16,6 +17,9 @@ __all__ = [
     "GatekeeperChatMessageHistory",
     "GatedRunnableWithMessageHistory",
     "topic_gate",
+    "TopicGateKeysError",
+    # plain message lists (LangGraph, pre_model_hook): shaped like trim_messages
+    "gate_messages",
     # agents (LangChain 1.x create_agent)
     "GatekeeperMiddleware",
     "GatekeeperState",

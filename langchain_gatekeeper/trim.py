@@ -1,0 +1,155 @@
+"""``gate_messages``: topic gating as a plain function over message lists, shaped like
+LangChain's ``trim_messages``.
+
+LangGraph graphs, ``pre_model_hook``s and hand-written chains work on plain lists of
+messages.  Where ``trim_messages`` keeps the *last* messages that fit a token budget,
+:func:`gate_messages` keeps the earlier turns the current query is *about*:
+
+>>> from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+>>> chat = [
+...     SystemMessage("Be brief."),
+...     HumanMessage("How long should a Redis lock TTL be?"), AIMessage("Longer than the longest job."),
+...     HumanMessage("Best espresso grind?"), AIMessage("Fine, like table salt."),
+...     HumanMessage("And the Redis lock watchdog?"),
+... ]
+>>> [m.text for m in gate_messages(chat, token_budget=1000)]
+['Be brief.', 'How long should a Redis lock TTL be?', 'Longer than the longest job.', 'And the Redis lock watchdog?']
+
+The last human message is the query, and it and everything after it (the current
+turn, tool calls included) is kept whole; leading system messages and summaries are
+pinned; an AI tool call and its ToolMessages are kept or dropped together.  Called
+without messages it returns a Runnable, as ``trim_messages`` does.  The selection
+is the agent middleware's (:class:`~langchain_gatekeeper.agent_view.GatedView`): one
+code path.
+
+The index behind it is kept across calls (per set of options and ``thread``), keyed by
+the turns' content, so a list that grew by one turn costs one turn to index.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+from functools import partial
+from typing import Any
+
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import BaseMessage
+from langchain_core.messages.utils import convert_to_messages
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+
+from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper.errors import InvalidInputError
+
+from .agent_view import GatedView
+from .history import ADAPTER_GATE_DEFAULTS
+
+__all__ = ["gate_messages", "approximate_tokens"]
+
+_CACHE_SIZE = 32
+_views: OrderedDict[Hashable, GatedView] = OrderedDict()
+_views_lock = threading.Lock()
+
+
+def approximate_tokens(text: str) -> int:
+    """About four characters a token (``token_counter="approximate"``, as ``trim_messages``'s)."""
+    return math.ceil(len(text) / 4)
+
+
+def _counter(token_counter: Any) -> Any:
+    """The core's token counter for ``token_counter`` (one text in, a count out)."""
+    if isinstance(token_counter, str) and token_counter == "approximate":
+        return approximate_tokens
+    if isinstance(token_counter, BaseLanguageModel):
+        return token_counter.get_num_tokens
+    return token_counter
+
+
+def _frozen(value: Any) -> Hashable:
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
+
+
+def _view(options: dict[str, Any]) -> GatedView:
+    """The cached content-keyed view for these gatekeeper options (built and checked on first use)."""
+    key = tuple(sorted((name, _frozen(value)) for name, value in options.items()))
+    with _views_lock:
+        view = _views.get(key)
+        if view is not None:
+            _views.move_to_end(key)
+            return view
+    settings = {**ADAPTER_GATE_DEFAULTS, **options, "token_counter": _counter(options.get("token_counter"))}
+    ContextGatekeeper(**settings)  # reject bad options before anything is cached
+    view = GatedView(lambda: ContextGatekeeper(**settings), max_threads=256, keyed_by="content")
+    with _views_lock:
+        view = _views.setdefault(key, view)
+        while len(_views) > _CACHE_SIZE:
+            _views.popitem(last=False)
+    return view
+
+
+def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
+    if isinstance(messages, PromptValue):
+        return messages.to_messages()
+    if isinstance(messages, (str, bytes)):
+        raise InvalidInputError("gate_messages takes a list of messages, not a string")
+    return convert_to_messages(messages)
+
+
+def _gate(messages: Any, options: dict[str, Any], thread: Any, config: RunnableConfig | None = None) -> list[BaseMessage]:
+    if thread is None and config is not None:
+        thread = (config.get("configurable") or {}).get("thread_id")
+    return _view(options).view(_as_messages(messages), thread=thread)
+
+
+def gate_messages(
+    messages: Iterable[Any] | PromptValue | None = None,
+    *,
+    token_budget: int | None = None,
+    max_tokens: int | None = None,
+    token_counter: Any = None,
+    thread: Hashable | None = None,
+    **options: Any,
+) -> list[BaseMessage] | Runnable[Any, list[BaseMessage]]:
+    """The messages the current query needs, within ``token_budget`` tokens.
+
+    Args:
+        messages: message-likes (``BaseMessage``, ``("human", "hi")`` tuples, dicts, as
+            ``trim_messages`` accepts) or a ``PromptValue``.  ``None`` returns a Runnable
+            that gates what it is invoked with (its ``config``'s ``thread_id``, when
+            present and no ``thread`` is given, picks the index).
+        token_budget: tokens for everything sent but the current turn (default 4000);
+            ``max_tokens``, ``trim_messages``'s name, is an alias.
+        token_counter: counts the tokens of one text: ``None`` (tiktoken's
+            ``cl100k_base``, offline), ``"approximate"`` (four characters a token), a chat
+            model (its ``get_num_tokens``), a tiktoken encoding name, or any callable.
+        thread: which kept index to use for this conversation (``None``: one per set of
+            options).  Any list is gated correctly with any index; separate threads only
+            keep separate conversations from re-indexing each other.
+        **options: :class:`~context_gatekeeper.ContextGatekeeper` options
+            (``message_overhead``, ``params``, ``preset``, selection parameters);
+            ``on_overflow`` defaults to ``"keep_pinned"``.
+
+    Returns:
+        The caller's own message objects, in order: pinned messages, the selected
+        earlier turns, the current turn.  A list without a human message comes back whole.
+
+    Raises:
+        BudgetError: an invalid budget.  TypeError: an unknown option.
+    """
+    if token_budget is not None and max_tokens is not None and token_budget != max_tokens:
+        raise InvalidInputError(f"pass token_budget or its alias max_tokens, not both ({token_budget} != {max_tokens})")
+    budget = token_budget if token_budget is not None else max_tokens
+    settings = dict(options, token_counter=token_counter)
+    if budget is not None:
+        settings["token_budget"] = budget
+    if messages is not None:
+        return _gate(messages, settings, thread)
+    _view(settings)  # check the options now, not at the first call
+    return RunnableLambda(partial(_gate, options=settings, thread=thread), name="gate_messages")
