@@ -1,0 +1,485 @@
+"""LlamaIndex's own contracts, held by the adapter's classes (issue #12).
+
+Mirrors what llama-index-core's unit tests check of a ``BaseMemory`` (get / put /
+put_messages / set / reset / get_all and their async twins, serialisation, pickle),
+of every chat engine (sync, async, streaming; ``ContextChatEngine`` with a
+``QueryBundle``), of an agent workflow, and of a node postprocessor (``query_bundle``,
+``query_str``, no query, no nodes), written here against ``GatekeeperMemory`` and
+``GatekeeperNodePostprocessor``.  Models are scripted (``MockLLM`` echoes its prompt;
+``ScriptedLLM`` / ``MockFunctionCallingLLM`` record what they get); SQLite files are real.
+
+Where the adapter deliberately differs from ``ChatMemoryBuffer`` (it gates: an earlier
+turn unrelated to the message is not sent), the test says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.chat_engine import (
+    CondensePlusContextChatEngine,
+    CondenseQuestionChatEngine,
+    ContextChatEngine,
+    SimpleChatEngine,
+)
+from llama_index.core.llms import ChatMessage, MessageRole
+from llama_index.core.llms.mock import MockLLM
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.storage.chat_store.sql import MessageStatus
+
+from context_gatekeeper import BudgetError, GatekeeperError
+from context_gatekeeper.stores import InMemoryStore
+from li_support import (
+    ESPRESSO,
+    OFF_TOPIC_MARKERS,
+    REDIS_1,
+    REDIS_2,
+    REDIS_QUERY,
+    CallRecorder,
+    ScriptedLLM,
+    function_calling_llm,
+    patch,
+    small_index,
+    tool_call,
+)
+from llamaindex_gatekeeper import GatekeeperMemory, GatekeeperNodePostprocessor
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20"),
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211"),
+]
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.USER, content=text)
+
+
+def assistant(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
+
+
+def contents(messages: list[ChatMessage]) -> list[str]:
+    return [str(m.content) for m in messages]
+
+
+def three_turns(memory: GatekeeperMemory) -> None:
+    """Redis, espresso, Redis again: a Redis query needs turns 1 and 3, not 2."""
+    for question, answer in (REDIS_1, ESPRESSO, REDIS_2):
+        memory.put_messages([user(question), assistant(answer)])
+
+
+# -- BaseMemory: get / put / set / reset / get_all, sync and async -------------------------
+
+
+def test_messages_come_back_equal_to_what_was_put() -> None:
+    memory = GatekeeperMemory.from_defaults()
+    added = [user("first message"), assistant("first answer")]
+    memory.put(added[0])
+    memory.put_messages(added[1:])
+    assert memory.get_all() == added  # equal as ChatMessage objects: nothing added to them
+    assert memory.get() == added
+
+
+def test_get_returns_copies_the_caller_may_change() -> None:
+    memory = GatekeeperMemory.from_defaults(chat_history=[user("first message")])
+    got = memory.get()
+    got[0].content = "changed"
+    got.append(user("extra"))
+    assert contents(memory.get()) == ["first message"]
+
+
+def test_set_replaces_and_reset_empties() -> None:
+    memory = GatekeeperMemory.from_defaults(chat_history=[user("first message")])
+    memory.put(user("first message"))
+    assert len(memory.get_all()) == 2
+    memory.set([user("first message")])
+    assert contents(memory.get_all()) == ["first message"]
+    memory.reset()
+    assert memory.get() == [] and memory.get_all() == []
+
+
+def test_async_twins_do_what_the_sync_methods_do() -> None:
+    async def scenario() -> None:
+        memory = GatekeeperMemory.from_defaults()
+        await memory.aput(user("Message 1"))
+        await memory.aput_messages([assistant("Response 1"), user("Message 2")])
+        assert contents(await memory.aget()) == ["Message 1", "Response 1", "Message 2"]
+        assert await memory.aget_all() == memory.get_all()
+        await memory.aset([user("Message 1"), assistant("Response 1")])
+        assert contents(await memory.aget_all()) == ["Message 1", "Response 1"]
+        await memory.areset()
+        assert await memory.aget() == []
+        assert [r.kind for r in memory.history()][-1] == "clear"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("status", [None, MessageStatus.ACTIVE, "active"])
+def test_status_active_is_the_current_state(status: Any) -> None:
+    async def scenario() -> None:
+        memory = GatekeeperMemory.from_defaults()
+        await memory.aput_messages([user("Message 1"), assistant("Response 1")])
+        assert contents(await memory.aget_all(status=status)) == ["Message 1", "Response 1"]
+        assert memory.get_all(status=status) == await memory.aget_all()
+        await memory.areset(status=status)
+        assert await memory.aget() == []
+
+    asyncio.run(scenario())
+
+
+def test_status_archived_is_empty_as_nothing_is_ever_archived() -> None:
+    memory = GatekeeperMemory.from_defaults(chat_history=[user("Message 1")])
+    assert memory.get_all(status=MessageStatus.ARCHIVED) == []
+    asyncio.run(memory.areset(status=MessageStatus.ARCHIVED))  # nothing archived: nothing to delete
+    assert contents(memory.get_all()) == ["Message 1"]
+    with pytest.raises(ValueError, match="status"):
+        memory.get_all(status="deleted")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [REDIS_QUERY, user(REDIS_QUERY), QueryBundle(REDIS_QUERY), QueryBundle(QueryBundle(REDIS_QUERY))],  # type: ignore[arg-type]
+    ids=["str", "ChatMessage", "QueryBundle", "nested QueryBundle"],
+)
+def test_get_takes_every_shape_of_input(query: Any) -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+    three_turns(memory)
+    expected = [*REDIS_1, *REDIS_2]
+    assert contents(memory.get(input=query)) == expected
+    assert contents(asyncio.run(memory.aget(input=query))) == expected
+    assert contents(asyncio.run(memory.aget(query))) == expected
+
+
+def test_get_without_input_gates_on_the_open_user_message() -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+    three_turns(memory)
+    memory.put(user(REDIS_QUERY))
+    assert contents(memory.get()) == [*REDIS_1, *REDIS_2, REDIS_QUERY]
+    assert contents(memory.get(input=None)) == contents(memory.get(input=QueryBundle(REDIS_QUERY)))
+
+
+def test_get_refuses_an_input_it_cannot_read() -> None:
+    memory = GatekeeperMemory.from_defaults(chat_history=[user("first message")])
+    with pytest.raises(TypeError, match="initial_token_count="):
+        memory.get(5)  # type: ignore[arg-type]  # ChatMemoryBuffer ignores input; 5 was meant as tokens
+
+
+def test_initial_token_count_over_the_limit_raises_a_value_error() -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=49, chat_history=[user("first message")])
+    for call in (memory.get, lambda **kw: asyncio.run(memory.aget(**kw))):
+        with pytest.raises(BudgetError) as error:
+            call(initial_token_count=50)
+        assert isinstance(error.value, ValueError) and isinstance(error.value, GatekeeperError)
+        assert str(error.value) == "Initial token count exceeds token limit"  # ChatMemoryBuffer's text
+        assert "token_limit=49" in "\n".join(error.value.__notes__)  # and what to do about it
+    assert contents(memory.get(initial_token_count=49)) == ["first message"]  # the open turn is never dropped
+    assert len(memory.history()) == 1
+
+
+def test_initial_token_count_is_taken_off_the_limit_in_get_and_aget() -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+    three_turns(memory)
+    memory.put(user(REDIS_QUERY))
+    full = memory.get()
+    assert contents(full) == [*REDIS_1, *REDIS_2, REDIS_QUERY]
+    tight = memory.get(initial_token_count=1990)
+    assert contents(tight) == [REDIS_QUERY]
+    assert asyncio.run(memory.aget(initial_token_count=1990)) == tight
+
+
+# -- serialisation, pickle, deepcopy ---------------------------------------------------------
+
+
+def test_to_dict_and_to_json_round_trip_state_and_history() -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=5, chat_history=[user("first message")])
+    memory.put(assistant("first answer"))
+    for restored in (
+        GatekeeperMemory.from_dict(memory.to_dict()),
+        GatekeeperMemory.from_json(memory.to_json()),
+    ):
+        assert restored.token_limit == 5
+        assert restored.get_all() == memory.get_all()
+        assert [r.kind for r in restored.history()] == [r.kind for r in memory.history()]
+
+
+def _edited(memory: GatekeeperMemory) -> GatekeeperMemory:
+    """A memory with a history worth keeping: two appends and a ``set`` (undoable)."""
+    three_turns(memory)
+    memory.set([user(REDIS_1[0]), assistant(REDIS_1[1])])
+    return memory
+
+
+def _sqlite(tmp_path: Path, **options: Any) -> GatekeeperMemory:
+    return _edited(GatekeeperMemory.from_defaults(store=str(tmp_path / "chat.db"), session_id="s1", **options))
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "model_copy"])
+def test_an_in_memory_memory_copies_with_its_whole_history(how: str) -> None:
+    original = _edited(GatekeeperMemory.from_defaults(token_limit=1234, session_id="s1"))
+    if how == "pickle":
+        twin = pickle.loads(pickle.dumps(original))
+    elif how == "deepcopy":
+        twin = copy.deepcopy(original)
+    else:
+        twin = original.model_copy(deep=True)
+    assert isinstance(twin, GatekeeperMemory) and twin is not original
+    assert (twin.token_limit, twin.session_id) == (1234, "s1")
+    assert twin.get_all() == original.get_all()
+    assert [(r.number, r.kind) for r in twin.history()] == [(r.number, r.kind) for r in original.history()]
+    assert twin.record() == original.record()
+    # the copy keeps working, and on its own: undo of the set() brings the three turns back
+    twin.undo()
+    assert contents(twin.get_all()) == [*REDIS_1, *ESPRESSO, *REDIS_2]
+    assert contents(twin.get(input=REDIS_QUERY)) == [*REDIS_1, *REDIS_2]
+    twin.put(user("one more"))
+    assert contents(original.get_all()) == list(REDIS_1)  # the original is untouched
+    assert len(original.history()) == 4 and len(twin.history()) == 6
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_sqlite_memory_copy_reattaches_to_the_same_session(tmp_path: Path, how: str) -> None:
+    original = _sqlite(tmp_path, token_limit=777)
+    twin = pickle.loads(pickle.dumps(original)) if how == "pickle" else copy.deepcopy(original)
+    try:
+        assert twin.token_limit == 777 and twin.session_id == "s1"
+        assert twin.store is not original.store  # its own connection ...
+        assert twin.store.path == original.store.path  # ... to the same file  # type: ignore[attr-defined]
+        # nothing lost, nothing duplicated
+        assert [(r.number, r.kind) for r in twin.history()] == [(r.number, r.kind) for r in original.history()]
+        assert twin.get_all() == original.get_all()
+        twin.undo()  # of the set(): a new revision in the shared session
+        assert contents(twin.get_all()) == [*REDIS_1, *ESPRESSO, *REDIS_2]
+        twin.put(user(REDIS_QUERY))
+        assert contents(twin.get())[-1] == REDIS_QUERY
+        reopened = GatekeeperMemory.from_defaults(store=str(tmp_path / "chat.db"), session_id="s1")
+        assert reopened.get_all() == twin.get_all()
+        assert [r.kind for r in reopened.history()] == ["append"] * 3 + ["set", "undo", "append"]
+        reopened.close()
+    finally:
+        twin.close()
+        original.close()
+
+
+def test_deepcopy_keeps_the_editing_model_and_options_a_pickle_leaves_out() -> None:
+    memory = GatekeeperMemory.from_defaults(
+        model=patch({"op": "replace", "id": "1", "content": "Edited."}), token_counter=len, message_overhead=0
+    )
+    answer = "A long answer that the edit leaves alone, so that the change stays a small share of the text."
+    memory.put_messages([user("Original."), assistant(answer)])
+    twin = copy.deepcopy(memory)
+    assert twin.gate.gatekeeper.message_overhead == 0
+    twin.edit("rewrite the first message")
+    assert contents(twin.get_all()) == ["Edited.", answer]
+    assert contents(memory.get_all()) == ["Original.", answer]
+    shared = copy.deepcopy([memory, memory])
+    assert shared[0] is shared[1]  # deepcopy's memo: one copy per original
+
+
+def test_a_memory_in_another_store_pickles_as_its_log() -> None:
+    store = InMemoryStore()
+    memory = _edited(GatekeeperMemory.from_defaults(store=store, session_id="s2"))
+    twin = pickle.loads(pickle.dumps(memory))
+    assert twin.store is not store
+    assert [r.kind for r in twin.history()] == [r.kind for r in memory.history()]
+    assert twin.get_all() == memory.get_all()
+
+
+# -- chat engines ---------------------------------------------------------------------------
+
+
+def _prompts_since(llm: ScriptedLLM, mark: int) -> str:
+    return "\n".join(llm.prompts[mark:])
+
+
+def _engine(kind: str, llm: Any, memory: GatekeeperMemory) -> Any:
+    if kind == "simple":
+        return SimpleChatEngine.from_defaults(llm=llm, memory=memory)
+    retriever = small_index().as_retriever(similarity_top_k=1)
+    post = [GatekeeperNodePostprocessor(token_budget=200)]
+    if kind == "context":
+        return ContextChatEngine.from_defaults(retriever, llm=llm, memory=memory, node_postprocessors=post)
+    if kind == "condense_plus_context":
+        return CondensePlusContextChatEngine.from_defaults(retriever, llm=llm, memory=memory, node_postprocessors=post)
+    query_engine = small_index().as_query_engine(llm=llm, similarity_top_k=1, node_postprocessors=post)
+    return CondenseQuestionChatEngine.from_defaults(query_engine, llm=llm, memory=memory)
+
+
+ENGINES = ["simple", "context", "condense_plus_context", "condense_question"]
+STREAMING = ["simple", "context", "condense_plus_context", "condense_question"]
+
+
+async def _ask(engine: Any, message: Any, mode: str) -> str:
+    if mode == "chat":
+        return str(engine.chat(message))
+    if mode == "achat":
+        return str(await engine.achat(message))
+    if mode == "stream":
+        response = engine.stream_chat(message)
+        return "".join(response.response_gen)
+    response = await engine.astream_chat(message)
+    return "".join([token async for token in response.async_response_gen()])
+
+
+@pytest.mark.parametrize("mode", ["chat", "achat", "stream", "astream"])
+@pytest.mark.parametrize("kind", ENGINES)
+def test_every_engine_sends_the_relevant_turns_and_records_the_exchange(kind: str, mode: str) -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, session_id=kind)
+    three_turns(memory)
+    llm = ScriptedLLM(["Keep the TTL above the job time."])
+    engine = _engine(kind, llm, memory)
+    answer = asyncio.run(_ask(engine, REDIS_QUERY, mode))
+    assert answer.strip() == "Keep the TTL above the job time."
+    sent = _prompts_since(llm, 0)
+    assert REDIS_1[1] in sent and REDIS_2[1] in sent  # the related turns reach the LLM
+    for marker in OFF_TOPIC_MARKERS:
+        assert marker not in sent  # the unrelated one does not (ChatMemoryBuffer would send it)
+    history = memory.get_all()
+    assert contents(history[-2:]) == [REDIS_QUERY, "Keep the TTL above the job time."]
+    assert len(history) == 8 and len(engine.chat_history) == 8
+    engine.reset()
+    assert memory.get_all() == []
+
+
+@pytest.mark.parametrize("mode", ["chat", "achat", "stream", "astream"])
+@pytest.mark.parametrize("kind", ["context", "condense_plus_context"])
+def test_retrieving_engines_take_a_query_bundle(kind: str, mode: str) -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, session_id=kind)
+    three_turns(memory)
+    llm = MockLLM()  # echoes its prompt
+    engine = _engine(kind, llm, memory)
+    query = QueryBundle(REDIS_QUERY)
+    answer = asyncio.run(_ask(engine, query, mode))
+    assert REDIS_QUERY in answer and REDIS_1[1] in answer
+    assert "moka" not in answer
+    engine.reset()
+    answer = asyncio.run(_ask(engine, QueryBundle("Hello World through QueryBundle"), mode))
+    assert "Hello World through QueryBundle" in answer
+    assert len(engine.chat_history) == 2
+    if kind == "context":  # stored as its text (CondensePlusContext stores ChatMessage(content=bundle),
+        # which LlamaIndex turns into a message with no blocks, whatever the memory)
+        assert str(engine.chat_history[0].content) == "Hello World through QueryBundle"
+
+
+def test_mock_llm_engine_sees_a_related_earlier_turn_and_not_an_unrelated_one() -> None:
+    """Upstream's engine tests expect every earlier message in the prompt; with gating only
+    a related one comes (the 'Hello World!' then 'capital of the moon' pair is unrelated)."""
+    engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=GatekeeperMemory.from_defaults())
+    assert "Hello World!" in str(engine.chat("Hello World!"))
+    assert "Hello World!" not in str(engine.chat("What is the capital of the moon?"))
+    assert "capital of the moon" in str(engine.chat("And the capital of the moon, again?"))
+    assert len(engine.chat_history) == 6
+
+
+def test_chat_history_argument_replaces_the_state() -> None:
+    memory = GatekeeperMemory.from_defaults()
+    engine = _engine("simple", MockLLM(), memory)
+    engine.chat("Which Redis lock TTL?", chat_history=[user(REDIS_1[0]), assistant(REDIS_1[1])])
+    assert contents(memory.get_all())[:2] == list(REDIS_1)
+    assert [r.kind for r in memory.history()] == ["set", "append", "append"]
+
+
+# -- agent workflow ------------------------------------------------------------------------
+
+
+def lookup(topic: str) -> str:
+    """Look up notes on a topic."""
+    return "Watchdog notes: renew every TTL/3 seconds."
+
+
+def test_a_function_agent_uses_the_memory_with_a_tool_call_and_streams_events() -> None:
+    recorder = CallRecorder([REDIS_1[1], ESPRESSO[1], tool_call("call-1", "lookup", topic="redis"), REDIS_2[1]])
+    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+
+    async def scenario() -> list[str]:
+        for question in (REDIS_1[0], ESPRESSO[0]):
+            await agent.run(user_msg=question, memory=memory)
+        handler = agent.run(user_msg=REDIS_2[0], memory=memory)
+        kinds = [type(event).__name__ async for event in handler.stream_events()]
+        await handler
+        return kinds
+
+    kinds = asyncio.run(scenario())
+    assert "ToolCallResult" in kinds
+    last = "\n".join(recorder.text(i) for i in range(2, len(recorder.calls)))
+    assert REDIS_1[1] in last and "moka" not in last  # gated on the Redis question
+    roles = [m.role.value for m in memory.get_all()]
+    assert roles == ["user", "assistant", "user", "assistant", "user", "assistant", "tool", "assistant"]
+    assert contents(memory.get_all())[-1] == REDIS_2[1]
+
+
+def test_an_agent_context_pickles_with_the_memory() -> None:
+    from workflows import Context
+    from workflows.context.serializers import PickleSerializer
+
+    recorder = CallRecorder([REDIS_1[1], ESPRESSO[1]])
+    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+
+    async def scenario() -> GatekeeperMemory:
+        ctx = Context(agent)
+        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
+        data = ctx.to_dict(serializer=PickleSerializer())
+        restored = Context.from_dict(agent, data, serializer=PickleSerializer())
+        await agent.run(user_msg=ESPRESSO[0], ctx=restored)
+        return await restored.store.get("memory")
+
+    restored_memory = asyncio.run(scenario())
+    assert isinstance(restored_memory, GatekeeperMemory)
+    assert contents(restored_memory.get_all()) == [*REDIS_1, *ESPRESSO]
+
+
+# -- node postprocessor ------------------------------------------------------------------------
+
+
+def _nodes() -> list[NodeWithScore]:
+    texts = [
+        "Redis locks expire when their TTL runs out.",
+        "Renew a Redis lock from a watchdog thread before the TTL ends.",
+        "A moka pot wants a medium-fine grind.",
+    ]
+    return [NodeWithScore(node=TextNode(text=t, id_=f"n{i}"), score=1.0 - i / 10) for i, t in enumerate(texts)]
+
+
+QUERY = "How do I renew a Redis lock before its TTL runs out?"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda post, nodes: post.postprocess_nodes(nodes, query_bundle=QueryBundle(QUERY)),
+        lambda post, nodes: post.postprocess_nodes(nodes, query_str=QUERY),
+        lambda post, nodes: post.postprocess_nodes(nodes, query_bundle=QueryBundle(QueryBundle(QUERY))),  # type: ignore[arg-type]
+        lambda post, nodes: asyncio.run(post.apostprocess_nodes(nodes, query_bundle=QueryBundle(QUERY))),
+        lambda post, nodes: asyncio.run(post.apostprocess_nodes(nodes, query_str=QUERY)),
+    ],
+    ids=["query_bundle", "query_str", "nested bundle", "async query_bundle", "async query_str"],
+)
+def test_postprocessor_reads_the_query_in_every_shape(call: Any) -> None:
+    nodes = _nodes()
+    kept = call(GatekeeperNodePostprocessor(), nodes)
+    assert [n.node.node_id for n in kept] == ["n0", "n1"]
+    assert all(a is b for a, b in zip(kept, nodes))  # the very objects, in retrieval order
+
+
+def test_postprocessor_without_a_query_keeps_the_nodes_in_order_within_the_budget() -> None:
+    nodes = _nodes()
+    assert GatekeeperNodePostprocessor().postprocess_nodes(nodes) == nodes
+    cost = GatekeeperNodePostprocessor()._count(nodes[0].node.get_content())
+    assert GatekeeperNodePostprocessor(token_budget=cost).postprocess_nodes(nodes) == nodes[:1]
+    assert GatekeeperNodePostprocessor(fallback=False).postprocess_nodes(nodes) == []
+
+
+def test_postprocessor_with_no_nodes_returns_none_and_both_queries_are_refused() -> None:
+    post = GatekeeperNodePostprocessor()
+    assert post.postprocess_nodes([], query_str=QUERY) == []
+    assert post.postprocess_nodes([]) == []
+    assert asyncio.run(post.apostprocess_nodes([], query_bundle=QueryBundle(QUERY))) == []
+    with pytest.raises(ValueError):
+        post.postprocess_nodes(_nodes(), query_bundle=QueryBundle(QUERY), query_str=QUERY)
