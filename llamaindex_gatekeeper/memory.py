@@ -69,6 +69,13 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
     ``set`` keeps the ids of messages it finds unchanged (see :func:`~.convert.match_ids`),
     so ``set(get_all())`` records nothing and undo/diff stay exact.
 
+    Where it differs from ``ChatMemoryBuffer`` on purpose: ``get`` gates (an earlier
+    turn unrelated to the message is left out, even when it would fit); the budget
+    counts ``message_overhead`` tokens per message (3 by default, the chat format's
+    cost; ``ChatMemoryBuffer`` counts none: pass ``message_overhead=0`` to count alike);
+    and it has none of ``Memory``'s memory blocks or flushing.  Pickling and
+    ``copy.deepcopy`` keep the session (see :mod:`~.serialisation`).
+
     Attributes:
         token_limit: tokens that ``get`` may return in all: pinned content (leading
             system messages), the selected earlier turns and the current turn, less the
@@ -140,13 +147,23 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
     ) -> "GatekeeperMemory":
         """A memory with sensible defaults.
 
+        **What** ``llm=`` **means here.**  In ``ChatMemoryBuffer.from_defaults(llm=...)`` the
+        LLM only sizes the buffer (``token_limit`` = 3/4 of its context window).  Here it
+        does that too, and it is also the memory's **editing model**: ``llm=`` is an alias of
+        ``model=``, the model :meth:`edit` calls when none is passed to it (passing both,
+        and different, raises ``TypeError``).  It is never the chat model (the engine or
+        agent keeps its own) and never counts tokens (``tokenizer_fn`` / ``token_counter``
+        do; default tiktoken ``cl100k_base``).  Nothing calls it until you call ``edit``.
+        To size the memory from your chat LLM but edit with another model, pass
+        ``token_limit=`` yourself and ``model=`` the editing model.
+
         Args:
             chat_history: messages to start from (``set``: replaces what the session holds).
-            llm: the editing model's alias, as in ``ChatMemoryBuffer.from_defaults(llm=...)``;
-                a LlamaIndex LLM also sets ``token_limit`` to 3/4 of its context window when
-                ``token_limit`` is not given.
+            llm: alias of ``model=`` (see above); a LlamaIndex LLM also sets ``token_limit``
+                to 3/4 of its context window when ``token_limit`` is not given.
             token_limit: see the class attributes (default 3000).
-            model: default editing model (any LlamaIndex LLM or the core's model protocol).
+            model: default editing model (any LlamaIndex LLM or the core's model protocol);
+                with neither ``model=`` nor ``llm=``, ``edit`` uses Gemini (``GOOGLE_API_KEY``).
             store: ``None`` (in memory), a SQLite file path, or any core ``Store``.
             session_id: the conversation's key in the store.
             tokenizer_fn / token_counter: how to count tokens (default: tiktoken
