@@ -10,7 +10,20 @@ from .history import GatekeeperChatMessageHistory
 from .middleware import GatekeeperMiddleware
 from .models import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
 from .trim import gate_messages
-from .threads import GatekeeperState, ThreadEdit, aedit_thread, aundo_thread, edit_thread, undo_thread
+from .threads import (
+    GatekeeperState,
+    ThreadEdit,
+    aedit_thread,
+    aredo_thread,
+    athread_diff,
+    athread_history,
+    aundo_thread,
+    edit_thread,
+    redo_thread,
+    thread_diff,
+    thread_history,
+    undo_thread,
+)
 
 __all__ = [
     # classic chains
@@ -28,6 +41,12 @@ __all__ = [
     "aedit_thread",
     "undo_thread",
     "aundo_thread",
+    "redo_thread",
+    "aredo_thread",
+    "thread_history",
+    "athread_history",
+    "thread_diff",
+    "athread_diff",
     # models and conversion
     "DEFAULT_MODEL",
     "LangChainEditModel",

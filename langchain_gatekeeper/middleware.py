@@ -12,8 +12,11 @@ prompt, summary messages, the earlier turns the current query needs (tool-call p
 intact, starting on a user message) and the current turn whole.  The agent's stored
 state is never touched by gating: only the request sent to the model is narrowed.
 
-A user message starting with ``edit_prefix`` (default ``"/edit "``) is routed to an
-edit of the thread's earlier messages instead of the main model: the middleware
+A user message starting with ``edit_prefix`` (default ``"/edit "``) that started the
+current run (the invocation's own input, recorded by a ``before_agent`` hook in the
+private state key :data:`~langchain_gatekeeper.threads.TURN_KEY`) is routed to an
+edit of the thread's earlier messages instead of the main model; a message a tool
+adds through a ``Command`` is never routed, whatever it says: the middleware
 answers with a short confirmation and the diff, and the edited messages reach the
 graph state in the same step, through an ``ExtendedModelResponse`` whose ``Command``
 updates ``messages`` (same id replaces, ``RemoveMessage`` deletes) and the edit log
@@ -34,13 +37,14 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from context_gatekeeper.models import pick_model
 from context_gatekeeper import ContextGatekeeper, GatekeeperError
 
 from .agent_view import GatedView, is_summary
-from .threads import EDIT_MARK, EDITS_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
+from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit, read_log
 
 __all__ = ["GatekeeperMiddleware"]
 
@@ -56,8 +60,8 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
             use (the current turn is not counted: it is always sent whole).
         on_overflow: "keep_pinned" (default: send the pinned content and the current turn
             only, and log a warning once) or "raise" (:class:`BudgetError`).
-        edit_prefix: a user message starting with it is an edit instruction; ``None``
-            turns the route off.
+        edit_prefix: a user message starting with it, when it is the run's own input,
+            is an edit instruction; ``None`` turns the route off.
         model: the editing model for the route (any chat model, or a core model);
             ``None`` means Gemini 2.5 Flash, resolved at the first edit.
         llm: alias of ``model``.
@@ -107,17 +111,20 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- the edit route -------------------------------------------------------------------
     def _instruction(self, request: ModelRequest) -> str | None:
-        """The edit instruction when the request's last message is an edit command."""
+        """The edit instruction when the request's last message is an edit command that
+        started this run (a message a tool added is never one)."""
         if self.edit_prefix is None or not request.messages:
             return None
         last = request.messages[-1]
         if not isinstance(last, HumanMessage) or is_summary(last):
             return None
+        if last.id is None or last.id != (request.state or {}).get(TURN_KEY):
+            return None
         text = last.text.lstrip()
         return text[len(self.edit_prefix):].strip() if text.startswith(self.edit_prefix) else None
 
     def _thread(self, request: ModelRequest) -> tuple[list[BaseMessage], list[dict[str, Any]], HumanMessage]:
-        """The thread's stored messages with the command marked, the edit log, the marked command."""
+        """The thread's stored messages with the command marked, the edit log's records, the marked command."""
         state = request.state or {}
         messages = list(state.get("messages") or request.messages)
         command = messages[-1]
@@ -154,6 +161,17 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         return GatekeeperMiddleware._answer(f"Say what to change after {prefix.strip()!r}, e.g. {prefix}it was Iceland, not Ireland.", [marked])
 
     # -- hooks ----------------------------------------------------------------------------
+    def before_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Record the id of the message that starts this run (the last one, if a user's):
+        only that message may be routed to an edit."""
+        messages = state.get("messages") or []
+        last = messages[-1] if messages else None
+        return {TURN_KEY: last.id if isinstance(last, HumanMessage) else None}
+
+    async def abefore_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Async :meth:`before_agent`."""
+        return self.before_agent(state, runtime)
+
     def wrap_model_call(self, request: ModelRequest, handler: Handler) -> ModelResponse | ExtendedModelResponse:
         """Route an edit command, or call the model with the gated view."""
         instruction = self._instruction(request)
@@ -163,7 +181,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         if not instruction:
             return self._usage(marked, self.edit_prefix or "")
         try:
-            plan = plan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
+            plan = plan_edit(messages, read_log(log), instruction, self.edit_model, **self.edit_options)
         except GatekeeperError as exc:
             return self._reply(None, exc, marked)
         return self._reply(plan, None, marked)
@@ -177,7 +195,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         if not instruction:
             return self._usage(marked, self.edit_prefix or "")
         try:
-            plan = await aplan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
+            plan = await aplan_edit(messages, read_log(log), instruction, self.edit_model, **self.edit_options)
         except GatekeeperError as exc:
             return self._reply(None, exc, marked)
         return self._reply(plan, None, marked)

@@ -1,23 +1,26 @@
-"""Editing a LangChain 1.x agent's thread: ``edit_thread`` and ``undo_thread``.
+"""Editing a LangChain 1.x agent's thread: edit, undo, redo, history and diff.
 
-An agent built with ``create_agent`` keeps a thread's messages in its checkpointer.
-:func:`edit_thread` reads them (``agent.get_state``), runs the core edit
-(:func:`~context_gatekeeper.editing.compute_edit`) over the converted messages, and
-writes the result back as **one** state update (``agent.update_state``) through the
-``add_messages`` reducer: a kept message is replaced under its own id, a deleted one
-is a ``RemoveMessage``.  When an edit inserts a message anywhere but at the end (the
-reducer can only append), the update is ``RemoveMessage(REMOVE_ALL_MESSAGES)``
-followed by the whole revised list, ids unchanged; either way it is one checkpoint.
+:func:`edit_thread` reads a ``create_agent`` thread (``agent.get_state``), runs the core
+edit (:func:`~context_gatekeeper.editing.compute_edit`) and writes the result back as
+**one** ``agent.update_state`` through ``add_messages``: a kept message is replaced
+under its id, a deleted one is a ``RemoveMessage``; an insertion anywhere but at the
+end rewrites the list (``REMOVE_ALL_MESSAGES`` then the revised list, ids unchanged).
 
-**Where undo lives.**  Each edit's changes (full before/after message records, the
-core's operations on ids) are appended to a private state key,
-:data:`EDITS_KEY`, that :class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware`
-adds to the agent's state schema.  The log is written in the same update as the
-messages (an edit and its undo record land together or not at all), lives in the
-checkpoint (so it survives a process restart with a persistent checkpointer and
-follows forks and time travel of the thread), and needs no side store.
-:func:`undo_thread` applies the inverse of the last edit not yet undone, by id,
-keeping every message added after it (DESIGN.md §3), as a new checkpoint.
+**One undo engine.**  Each edit, undo and redo is a core
+:class:`~context_gatekeeper.revisions.Revision` (numbered from 1 within the thread,
+stored as ``Revision.to_dict()``) appended to a private state key, :data:`EDITS_KEY`,
+that :class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware` adds to the
+agent's state schema.  Undo and redo follow the core's rules
+(:func:`~context_gatekeeper.revisions.undo_stacks`, inverses by
+:func:`~context_gatekeeper.operations.invert`): undo reverts the last edit not yet
+undone, redo re-applies the last undo, a new edit empties the redo stack.  Messages
+the agent added after an edit stay (DESIGN.md §3); a change whose message is already
+gone is skipped (:func:`~context_gatekeeper.revisions.applicable`), and an edit none of
+whose messages is left is passed over.  The log is written in the same update as the
+messages (both land or neither), lives in the checkpoint (it survives a restart with
+a persistent checkpointer and follows forks and time travel), and needs no side
+store.  Records written by earlier versions (``{"kind": "edit"|"undo", "changes":
+[...], ...}`` without a number) are read as the revisions they were.
 
 Messages that record an edit (the ``/edit`` command and its confirmation, marked
 ``additional_kwargs["lc_source"] == "gatekeeper_edit"``) are never edited nor selected.
@@ -27,10 +30,9 @@ from __future__ import annotations
 
 import logging
 import operator
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 from langchain.agents.middleware.types import AgentState, PrivateStateAttr
 from langchain_core.messages import BaseMessage, RemoveMessage
@@ -40,75 +42,60 @@ from typing_extensions import NotRequired
 from context_gatekeeper.models import pick_model
 from context_gatekeeper import Diff, HistoryError, Message
 from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
-from context_gatekeeper.operations import (
-    Applied,
-    Change,
-    Put,
-    Remove,
-    apply_changes,
-    change_from_dict,
-    change_to_dict,
-    invert,
-)
-from context_gatekeeper.revisions import diff_states
+from context_gatekeeper.operations import Applied, Change, Remove, apply_changes, change_from_dict, invert
+from context_gatekeeper.revisions import Revision, applicable, diff_states, rewind, undo_stacks
 
 from .convert import from_core, from_core_messages, to_core_messages
 from .models import resolve_edit_model
 
 __all__ = [
-    "EDITS_KEY",
-    "EDIT_MARK",
-    "GatekeeperState",
-    "ThreadEdit",
-    "edit_thread",
-    "aedit_thread",
-    "undo_thread",
-    "aundo_thread",
-    "is_edit_record",
+    "EDITS_KEY", "EDIT_MARK", "TURN_KEY", "GatekeeperState", "ThreadEdit", "is_edit_record", "read_log",
+    "edit_thread", "aedit_thread", "undo_thread", "aundo_thread", "redo_thread", "aredo_thread",
+    "thread_history", "athread_history", "thread_diff", "athread_diff",
 ]
 
 logger = logging.getLogger(__name__)
 
 EDITS_KEY = "gatekeeper_edits"
-"""The private state key holding the thread's edit log (a list of JSON-ready dicts)."""
+"""The private state key holding the thread's edit log (``Revision.to_dict()`` records)."""
+TURN_KEY = "gatekeeper_turn"
+"""The private state key holding the id of the message that started the current run."""
 EDIT_MARK = "gatekeeper_edit"
 """``additional_kwargs["lc_source"]`` of messages that record an edit (never edited or selected)."""
 
 
 class GatekeeperState(AgentState[Any]):
-    """Agent state with the edit log (private: not part of the agent's input or output)."""
+    """Agent state with the edit log and the current run's input id (private: not part of
+    the agent's input or output)."""
 
     gatekeeper_edits: NotRequired[Annotated[list[dict[str, Any]], PrivateStateAttr, operator.add]]
+    gatekeeper_turn: NotRequired[Annotated[str | None, PrivateStateAttr]]
 
 
-@dataclass(frozen=True)
-class ThreadEdit:
-    """What an edit (or an undo) of a thread changed.
+@dataclass(frozen=True, slots=True)
+class ThreadEdit(Revision):
+    """A core :class:`~context_gatekeeper.revisions.Revision` of a thread (an edit, undo
+    or redo: ``number``, ``kind``, ``changes``, ``instruction``, ``model``, ``target``,
+    ``to_dict()`` ...) with what a revision alone cannot carry: the thread before
+    against the thread after, and the edit's strategy.
 
     Attributes:
-        kind: "edit" or "undo".
-        number: the position of this entry in the thread's edit log (1-based).
-        changes: the core's changes on message ids (Put / Remove / Change), as applied.
-        diff: the thread before against the thread after; ``str(diff)`` is readable.
-        instruction: the edit instruction (None for an undo).
-        model: the editing model's name (None for an undo).
-        strategy: "patch" or "rewrite" (None for an undo).
-        target: for an undo, the number of the edit it reverted.
+        diff: the thread before against the thread after; ``str(diff)`` is readable,
+            messages named by role and position (``user #1``).
+        strategy: "patch" or "rewrite" for an edit, else None.
     """
 
-    kind: Literal["edit", "undo"]
-    number: int
-    changes: tuple[Applied, ...]
-    diff: Diff
-    instruction: str | None = None
-    model: str | None = None
+    diff: Diff = field(default_factory=lambda: Diff(0, 0, ()), repr=False, compare=False)
     strategy: str | None = None
-    target: int | None = None
 
     @property
     def changed(self) -> bool:
         """Whether anything changed."""
-        return bool(self.changes)
+        return not self.is_noop
+
+    def record(self) -> dict[str, Any]:
+        """The log record: ``Revision.to_dict()`` plus the strategy."""
+        return {**Revision.to_dict(self), "strategy": self.strategy}
 
     def __str__(self) -> str:
         return str(self.diff)
@@ -139,6 +126,53 @@ def state_update(before: Sequence[Message], changes: Sequence[Applied]) -> list[
     return [RemoveMessage(id=REMOVE_ALL_MESSAGES), *from_core_messages(after)]
 
 
+
+# -- the log ----------------------------------------------------------------------------------
+def read_log(records: Sequence[dict[str, Any]]) -> list[Revision]:
+    """The thread's edit log as core revisions, oldest first.
+
+    A record written by an earlier version (``{"kind": "edit"|"undo", "changes": [...]}``
+    without a ``number``) is the revision at its position, an undo's 0-based
+    ``"target"`` the number it names.
+
+    Raises HistoryError for a record of neither format.
+    """
+    log: list[Revision] = []
+    for number, record in enumerate(records, 1):
+        try:
+            if "number" in record:
+                log.append(Revision.from_dict(record))
+                continue
+            target = record.get("target")
+            log.append(Revision(
+                number, number - 1, record["kind"], tuple(change_from_dict(c) for c in record["changes"]),
+                record.get("instruction"), record.get("model"), record.get("time", 0.0),
+                target=None if target is None else target + 1,
+            ))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise HistoryError(
+                f"entry {number} of the thread's edit log ({EDITS_KEY!r}) cannot be read ({exc!r}); "
+                "it was not written by edit_thread, undo_thread or the /edit route"
+            ) from exc
+    return log
+
+
+def _values(snapshot: Any) -> tuple[list[BaseMessage], list[Revision]]:
+    values = snapshot.values or {}
+    return list(values.get("messages") or []), read_log(values.get(EDITS_KEY) or [])
+
+
+def _thread(snapshot: Any) -> tuple[list[BaseMessage], list[Revision]]:
+    messages, log = _values(snapshot)
+    if not messages:
+        raise HistoryError("the thread has no messages to edit; check config['configurable']['thread_id']")
+    return messages, log
+
+
+def _has_log(agent: Any) -> bool:
+    return EDITS_KEY in getattr(agent, "channels", {})
+
+
 # -- edits ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EditPlan:
@@ -153,25 +187,19 @@ def _editable(state: Sequence[Message], messages: Sequence[BaseMessage]) -> list
     return [c for c, m in zip(state, messages) if not is_edit_record(m)]
 
 
-def _plan(
-    messages: Sequence[BaseMessage], result: EditResult, log: Sequence[dict[str, Any]], instruction: str
-) -> EditPlan:
+def _plan(messages: Sequence[BaseMessage], result: EditResult, log: Sequence[Revision], instruction: str) -> EditPlan:
     state = to_core_messages(messages)
     number = len(log) + 1
     after = apply_changes(state, result.changes)
     entry = ThreadEdit(
-        "edit", number, result.changes, diff_states(number - 1, state, number, after),
-        instruction, result.model_name, result.strategy,
+        number, number - 1, "edit", tuple(result.changes), instruction, result.model_name,
+        diff=diff_states(number - 1, state, number, after), strategy=result.strategy,
     )
-    record = {
-        "kind": "edit", "changes": [change_to_dict(c) for c in result.changes], "instruction": instruction,
-        "model": result.model_name, "strategy": result.strategy, "time": time.time(),
-    }
-    return EditPlan(entry, state_update(state, result.changes) if result.changes else [], record)
+    return EditPlan(entry, state_update(state, result.changes) if result.changes else [], entry.record())
 
 
 def plan_edit(
-    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, **options: Any
+    messages: Sequence[BaseMessage], log: Sequence[Revision], instruction: str, model: Any, **options: Any
 ) -> EditPlan:
     """Compute an edit of ``messages`` (edit records excluded); nothing is written."""
     edit_model = resolve_edit_model(model)
@@ -180,24 +208,12 @@ def plan_edit(
 
 
 async def aplan_edit(
-    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, **options: Any
+    messages: Sequence[BaseMessage], log: Sequence[Revision], instruction: str, model: Any, **options: Any
 ) -> EditPlan:
     """Async :func:`plan_edit`."""
     edit_model = resolve_edit_model(model)
     result = await acompute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, **options)
     return _plan(messages, result, log, instruction)
-
-
-def _thread(snapshot: Any) -> tuple[list[BaseMessage], list[dict[str, Any]]]:
-    values = snapshot.values or {}
-    messages = list(values.get("messages") or [])
-    if not messages:
-        raise HistoryError("the thread has no messages to edit; check config['configurable']['thread_id']")
-    return messages, list(values.get(EDITS_KEY) or [])
-
-
-def _has_log(agent: Any) -> bool:
-    return EDITS_KEY in getattr(agent, "channels", {})
 
 
 def _write(agent: Any, plan: EditPlan) -> dict[str, Any]:
@@ -214,14 +230,8 @@ def _options(strategy: str, allow_large_deletion: bool, model: Any, llm: Any) ->
 
 
 def edit_thread(
-    agent: Any,
-    config: dict[str, Any],
-    instruction: str,
-    model: Any = None,
-    *,
-    llm: Any = None,
-    strategy: str = "patch",
-    allow_large_deletion: bool = False,
+    agent: Any, config: dict[str, Any], instruction: str, model: Any = None, *,
+    llm: Any = None, strategy: str = "patch", allow_large_deletion: bool = False,
 ) -> ThreadEdit:
     """Rewrite a thread's messages by a natural-language instruction, as one state update.
 
@@ -236,8 +246,8 @@ def edit_thread(
         allow_large_deletion: accept an edit that removes more than half the text.
 
     Returns:
-        the :class:`ThreadEdit` (``str()`` is the diff); nothing is written when it
-        changes nothing.
+        the :class:`ThreadEdit` (a core ``Revision`` of kind "edit"; ``str()`` is the
+        diff); nothing is written when it changes nothing.
 
     Raises:
         EditError: unusable model output (nothing changed). ModelUnavailableError: no model.
@@ -252,14 +262,8 @@ def edit_thread(
 
 
 async def aedit_thread(
-    agent: Any,
-    config: dict[str, Any],
-    instruction: str,
-    model: Any = None,
-    *,
-    llm: Any = None,
-    strategy: str = "patch",
-    allow_large_deletion: bool = False,
+    agent: Any, config: dict[str, Any], instruction: str, model: Any = None, *,
+    llm: Any = None, strategy: str = "patch", allow_large_deletion: bool = False,
 ) -> ThreadEdit:
     """Async :func:`edit_thread` (``aget_state`` / ``aupdate_state``, the model's async call)."""
     chosen, options = _options(strategy, allow_large_deletion, model, llm)
@@ -270,60 +274,122 @@ async def aedit_thread(
     return plan.entry
 
 
-# -- undo -------------------------------------------------------------------------------------
-def _undoable(log: Sequence[dict[str, Any]]) -> list[int]:
-    """Log positions (0-based) of edits not yet undone, oldest first."""
-    done: list[int] = []
-    for i, record in enumerate(log):
-        if record["kind"] == "edit":
-            done.append(i)
-        elif record["kind"] == "undo" and record["target"] in done:
-            done.remove(record["target"])
-    return done
-
-
-def _plan_undo(agent: Any, snapshot: Any) -> tuple[ThreadEdit, dict[str, Any]]:
+# -- undo and redo ----------------------------------------------------------------------------
+def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[str, Any]]:
+    """The undo (or redo) the core's rules pick, restricted to what still applies."""
     if not _has_log(agent):
-        raise HistoryError("undo_thread needs the edit log that GatekeeperMiddleware keeps: add it to create_agent")
+        raise HistoryError(f"{kind}_thread needs the edit log that GatekeeperMiddleware keeps: add it to create_agent")
     messages, log = _thread(snapshot)
-    done = _undoable(log)
-    if not done:
-        raise HistoryError("nothing to undo: this thread has no edit left to revert")
-    target = done[-1]
     state = to_core_messages(messages)
-    present = {m.id for m in state}
-    inverse: list[Applied] = []
-    for change in invert([change_from_dict(c) for c in log[target]["changes"]]):
-        # later messages are kept; a message that is already gone (or back) is skipped
-        if isinstance(change, Put) and change.message.id not in present:
-            present.add(change.message.id)
-            inverse.append(change)
-        elif isinstance(change, (Remove, Change)):
-            key = change.message.id if isinstance(change, Remove) else change.before.id
-            if key in present:
-                inverse.append(change)
-                if isinstance(change, Remove):
-                    present.discard(key)
+    done, undone = undo_stacks(log)
+    changes: list[Applied] = []
+    target = None
+    if kind == "undo":
+        for number in reversed(done):  # an edit none of whose messages is left is passed over
+            changes = applicable(invert(log[number - 1].changes), state)
+            if changes:
+                target = number
+                break
+        if target is None:
+            raise HistoryError("nothing to undo: this thread has no edit left whose messages are still there")
+    else:
+        if not undone:
+            raise HistoryError(
+                "nothing to redo: redo follows undo_thread, and a later edit discards what was undone"
+            )
+        target = undone[-1].target
+        changes = applicable(invert(undone[-1].changes), state)
+        if not changes:
+            raise HistoryError(f"nothing to redo: the messages that undoing edit {target} restored are gone")
     number = len(log) + 1
-    after = apply_changes(state, inverse)
-    entry = ThreadEdit("undo", number, tuple(inverse), diff_states(number - 1, state, number, after), target=target + 1)
-    record = {"kind": "undo", "target": target, "changes": [change_to_dict(c) for c in inverse], "time": time.time()}
-    return entry, {"messages": state_update(state, inverse), EDITS_KEY: [record]}
+    after = apply_changes(state, changes)
+    entry = ThreadEdit(
+        number, number - 1, kind, tuple(changes), target=target,  # type: ignore[arg-type]
+        diff=diff_states(number - 1, state, number, after),
+    )
+    return entry, {"messages": state_update(state, changes), EDITS_KEY: [entry.record()]}
 
 
 def undo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
     """Revert the thread's last edit not yet undone, keeping every later message (a new checkpoint).
 
+    Returns:
+        the undo, a :class:`ThreadEdit` whose ``target`` is the number of the edit it reverted.
+
     Raises:
         HistoryError: nothing to undo, or the agent has no edit log (no GatekeeperMiddleware).
     """
-    entry, values = _plan_undo(agent, agent.get_state(config))
+    entry, values = _plan_step(agent, agent.get_state(config), "undo")
     agent.update_state(config, values)
     return entry
 
 
 async def aundo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
     """Async :func:`undo_thread`."""
-    entry, values = _plan_undo(agent, await agent.aget_state(config))
+    entry, values = _plan_step(agent, await agent.aget_state(config), "undo")
     await agent.aupdate_state(config, values)
     return entry
+
+
+def redo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
+    """Re-apply what the last :func:`undo_thread` reverted (a new checkpoint); a later edit
+    empties the redo stack, as in the core's ``Transcript.redo``.
+
+    Returns:
+        the redo, a :class:`ThreadEdit` whose ``target`` is the number of the edit re-applied.
+
+    Raises:
+        HistoryError: nothing to redo, or the agent has no edit log (no GatekeeperMiddleware).
+    """
+    entry, values = _plan_step(agent, agent.get_state(config), "redo")
+    agent.update_state(config, values)
+    return entry
+
+
+async def aredo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
+    """Async :func:`redo_thread`."""
+    entry, values = _plan_step(agent, await agent.aget_state(config), "redo")
+    await agent.aupdate_state(config, values)
+    return entry
+
+
+# -- history and diff -------------------------------------------------------------------------
+def thread_history(agent: Any, config: dict[str, Any]) -> list[Revision]:
+    """The thread's edits, undos and redos as core revisions, oldest first, numbered from 1
+    (messages the agent adds are not revisions of a thread)."""
+    return _values(agent.get_state(config))[1]
+
+
+async def athread_history(agent: Any, config: dict[str, Any]) -> list[Revision]:
+    """Async :func:`thread_history`."""
+    return _values(await agent.aget_state(config))[1]
+
+
+def _diff(snapshot: Any, a: int, b: int | None) -> Diff:
+    messages, log = _values(snapshot)
+    head = len(log)
+    b = head if b is None else b
+    for n in (a, b):
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= head:
+            raise HistoryError(f"no revision {n!r}: this thread's revisions run 0..{head} (0: before its first edit)")
+    state = to_core_messages(messages)
+    return diff_states(a, rewind(state, log[a:]), b, rewind(state, log[b:]))
+
+
+def thread_diff(agent: Any, config: dict[str, Any], a: int, b: int | None = None) -> Diff:
+    """How the thread as revision ``b`` left it (default: now) differs from the thread as
+    revision ``a`` left it (0: before the first edit).
+
+    Both are the current messages with the later revisions reverted, so messages the
+    agent added meanwhile are in both: the diff shows what the edits changed.  ``str()``
+    names messages by role and position (``user #1``).
+
+    Raises:
+        HistoryError: ``a`` or ``b`` is not a revision of this thread.
+    """
+    return _diff(agent.get_state(config), a, b)
+
+
+async def athread_diff(agent: Any, config: dict[str, Any], a: int, b: int | None = None) -> Diff:
+    """Async :func:`thread_diff`."""
+    return _diff(await agent.aget_state(config), a, b)
