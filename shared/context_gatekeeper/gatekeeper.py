@@ -367,7 +367,7 @@ class ContextGatekeeper(SemanticMethods):
             gate=features,
             active_segment=history.topic_ids(active),
             matched_segment=history.topic_ids(topic) if decision == "return" else (),
-            scores=score_records(pool, candidates, weights, kept, explicit_switch, topic, p),
+            scores=score_records(pool, candidates, weights, kept, explicit_switch, topic, p, view),
             coverage=covered_weight / coverable_weight if coverable_weight else 1.0,
             tokens_kept=fixed + sum(history.costs[t] for t in turn_ids),
             tokens_total=fixed + history.total_cost,

