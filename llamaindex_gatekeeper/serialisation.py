@@ -212,8 +212,9 @@ def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[
     )
 
 
-def _store_spec(store: Store) -> dict[str, Any] | None:
-    """How a pickle names ``store``: a SQLite path, a password-free PostgreSQL conninfo, or None."""
+def _store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] | None:
+    """How a pickle names ``store``: a SQLite path, a PostgreSQL conninfo (password-free unless
+    ``keep_password``: a deepcopy stays in the process), or None."""
     from context_gatekeeper.stores.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore) and store.path != ":memory:":
@@ -222,7 +223,9 @@ def _store_spec(store: Store) -> dict[str, Any] | None:
     if type(store).__name__ == "PostgresStore" and isinstance(conninfo, str):
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-        parts = {k: v for k, v in conninfo_to_dict(conninfo).items() if k != "password" and v is not None}
+        parts = {
+            k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None
+        }
         return {"postgres": make_conninfo(**parts), "table_prefix": store.table_prefix}  # type: ignore[attr-defined]
     return None
 
@@ -341,13 +344,14 @@ class SerialisationMixin:
         """An independent copy, as ``pickle`` makes one (``copy.deepcopy``, ``model_copy(deep=True)``).
 
         A memory in a SQLite file or PostgreSQL attaches the copy to the same session
-        of the same store (nothing copied, nothing lost: both see every later write);
+        of the same store through a connection of its own (nothing copied, nothing
+        lost: both see every later write; PostgreSQL's password is kept, in memory);
         one in any other store gets its whole revision log replayed into a new
         in-memory store, so the copy's ``history``, ``undo`` and ``redo`` work as the
         original's and later writes to either leave the other alone.  Unlike a
         pickle, the copy keeps the editing model, the token counter and every option.
         """
-        spec = _store_spec(self._transcript.store)
+        spec = _store_spec(self._transcript.store, keep_password=True)
         memory = self.to_dict()
         trusted = {
             **self._options,

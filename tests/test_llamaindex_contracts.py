@@ -48,6 +48,7 @@ from li_support import (
     small_index,
     tool_call,
 )
+from pg_support import drop_tables, postgres_dsn, prefix_for
 from llamaindex_gatekeeper import GatekeeperMemory, GatekeeperNodePostprocessor
 
 pytestmark = [
@@ -264,6 +265,40 @@ def test_a_sqlite_memory_copy_reattaches_to_the_same_session(tmp_path: Path, how
     finally:
         twin.close()
         original.close()
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_postgres_memory_copy_reattaches_to_the_same_session(
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = postgres_dsn()
+    from psycopg.conninfo import conninfo_to_dict
+
+    from context_gatekeeper.stores.postgres import PostgresStore
+
+    prefix = prefix_for(tmp_path)
+    store = PostgresStore(dsn, table_prefix=prefix)
+    try:
+        original = _edited(GatekeeperMemory.from_defaults(store=store, session_id="pg", token_limit=777))
+        if how == "pickle":
+            monkeypatch.setenv("PGPASSWORD", conninfo_to_dict(dsn)["password"])  # a pickle never carries it
+            twin = pickle.loads(pickle.dumps(original))
+        else:
+            monkeypatch.delenv("PGPASSWORD", raising=False)  # a deepcopy keeps it, in memory
+            twin = copy.deepcopy(original)
+        try:
+            assert twin.store is not store and twin.token_limit == 777
+            assert [(r.number, r.kind) for r in twin.history()] == [(r.number, r.kind) for r in original.history()]
+            twin.undo()
+            twin.put(user(REDIS_QUERY))
+            again = GatekeeperMemory.from_defaults(store=store, session_id="pg")
+            assert again.get_all() == twin.get_all()
+            assert [r.kind for r in again.history()] == ["append"] * 3 + ["set", "undo", "append"]
+        finally:
+            twin.store.close()
+    finally:
+        store.close()
+        drop_tables(dsn, prefix)
 
 
 def test_deepcopy_keeps_the_editing_model_and_options_a_pickle_leaves_out() -> None:
