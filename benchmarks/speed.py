@@ -694,6 +694,87 @@ def print_report(console: Any, env: dict, wl: Workload, results: dict, names: li
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- semantic channel
+# ``--semantic``: the select overhead of an embedder, excluding the query's embedding call.
+# For each size, two gatekeepers hold the same synthetic turns: lexical, and with an
+# embedder whose vectors (384 dimensions, e5-small's size: each word hashed to a few
+# dimensions) are all computed before timing -- turns by ``embed_pending``, queries up
+# front, so ``embed_query`` is a dict lookup.  What is timed is what the library adds:
+# checking and normalising the query vector, one matrix product over the turn vectors,
+# calibration, fusion and the semantic gate.  Overhead = median(semantic) - median(lexical).
+
+SEMANTIC_DIM = 384
+
+
+class _PrecomputedEmbedder:
+    """Deterministic vectors, computed before timing (a stand-in for a model's cache)."""
+
+    name = "speed-hash-384"
+
+    def __init__(self) -> None:
+        self.queries: dict[str, list[float]] = {}
+
+    @staticmethod
+    def vector(text: str) -> list[float]:
+        import zlib
+
+        v = [0.0] * SEMANTIC_DIM
+        for word in text.split():
+            h = zlib.crc32(word.encode("utf-8"))
+            v[h % SEMANTIC_DIM] += 1.0
+            v[(h >> 12) % SEMANTIC_DIM] += 0.5
+        return v
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.queries[text]
+
+
+def measure_semantic(args: argparse.Namespace, wl: Workload, count: Callable[[str], int]) -> dict[str, Any]:
+    """Per size: median and p95 ms of ``explain`` lexical and with the embedder, and the overhead."""
+    from context_gatekeeper import ContextGatekeeper
+
+    out: dict[str, Any] = {}
+    for size in args.sizes:
+        embedder = _PrecomputedEmbedder()
+        lexical = ContextGatekeeper(token_budget=args.budget, token_counter=count, message_overhead=0)
+        semantic = ContextGatekeeper(token_budget=args.budget, token_counter=count, message_overhead=0,
+                                     embedder=embedder)
+        for user, assistant in wl.turns[:size]:
+            lexical.add_turn(user, assistant)
+            semantic.add_turn(user, assistant)
+        semantic.embed_pending()
+        queries = make_queries(wl, size, args.queries + 1, args.seed)
+        embedder.queries = {q: embedder.vector(q) for q in queries}
+        row: dict[str, Any] = {}
+        for name, gk in (("lexical", lexical), ("semantic", semantic)):
+            gk.explain(queries[0])  # warm-up
+            samples = []
+            gc.collect()
+            for q in queries[1:]:
+                started = time.perf_counter_ns()
+                gk.explain(q)
+                samples.append(time.perf_counter_ns() - started)
+            row[name] = summarize(samples, 1e6)
+        row["overhead_ms"] = row["semantic"]["median"] - row["lexical"]["median"]
+        out[str(size)] = row
+    return out
+
+
+def semantic_table(results: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="select overhead with an embedder (query embedding excluded), ms")
+    for column in ("turns", "lexical median", "semantic median", "semantic p95", "overhead"):
+        table.add_column(column, justify="right")
+    for size, row in results.items():
+        table.add_row(size, fmt(row["lexical"], "median"), fmt(row["semantic"], "median"),
+                      fmt(row["semantic"], "p95"), f"{row['overhead_ms']:.2f}")
+    return table
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -717,6 +798,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data",
                    help="folder with locomo.dev.jsonl.xz for the real-text row (default ../shared/data)")
     p.add_argument("--no-real", action="store_true", help="skip the real-text row")
+    p.add_argument("--semantic", action="store_true",
+                   help="only the select overhead with an embedder (query embedding excluded)")
     p.add_argument("--real-only", action="store_true", help="only the real-text row (no synthetic sizes)")
     p.add_argument("--memory-sizes", default="max",
                    help="sizes to run tracemalloc at: 'max', 'all', or a list (default max)")
@@ -767,6 +850,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     console = Console() if sys.stdout.isatty() else Console(width=132)  # no truncated headers
     count = tiktoken_counter("cl100k_base")
+    if args.semantic:
+        with console.status("semantic channel"):
+            semantic = measure_semantic(args, generate_workload(args.seed, args.sizes[-1], count), count)
+        console.print(semantic_table(semantic))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"semantic_overhead": semantic}, indent=2) + "\n")
+        return 0
     subjects = make_subjects(args, count, console)
     names = [s.name for s in subjects]
     with console.status(f"generating {args.sizes[-1]:,} turns (seed {args.seed})"):
