@@ -7,6 +7,7 @@ This is a script that prints figures, not a test.  Run it from a checkout::
     python benchmarks/speed.py --json speed.json   # also write the figures as JSON
     python benchmarks/speed.py --plot docs/img     # also draw speed_latency.png (needs matplotlib)
     python benchmarks/speed.py --real-only         # only the real-text row (LoCoMo)
+    python benchmarks/speed.py --lists             # only topic_gate/gate_messages vs trim_messages
 
 Workload
 --------
@@ -694,6 +695,77 @@ def print_report(console: Any, env: dict, wl: Workload, results: dict, names: li
 # --------------------------------------------------------------------------- main
 
 
+# --------------------------------------------------------------------------- message lists (LangChain)
+# ``--lists``: the LangChain adapter's list mode against ``trim_messages`` on the same list.
+# A conversation of LIST_TURNS turns (a system message, then user/assistant pairs of the
+# synthetic workload) is gated LIST_CALLS times as it grows: call k gets the first
+# LIST_TURNS - LIST_CALLS + k + 1 turns and a new question, so each call's list is the
+# previous one plus one turn, the way a chain or a pre_model_hook sees it.  Each subject
+# is timed per call (the first call, which builds the index, is reported apart).  Every
+# subject counts tokens with tiktoken's cl100k_base, except the row trim_messages
+# (approximate), which uses its four-characters-a-token estimate.
+
+LIST_TURNS, LIST_CALLS, LIST_BUDGET = 340, 40, 1000
+
+
+def measure_lists(args: argparse.Namespace, count: Callable[[str], int]) -> dict[str, Any]:
+    """ms per call of topic_gate (one Runnable), gate_messages and trim_messages on growing lists."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, trim_messages
+
+    from langchain_gatekeeper import gate_messages, topic_gate
+
+    wl = generate_workload(args.seed, LIST_TURNS, count)
+    queries = make_queries(wl, LIST_TURNS, LIST_CALLS, args.seed)
+    turns = [[HumanMessage(user), AIMessage(assistant)] for user, assistant in wl.turns]
+    system = SystemMessage("You answer questions about this technical chat.")
+
+    def list_for(k: int) -> list[Any]:
+        grown = LIST_TURNS - LIST_CALLS + k + 1
+        return [system, *(m for turn in turns[:grown] for m in turn), HumanMessage(queries[k])]
+
+    def counted(messages: list[Any]) -> int:
+        return sum(count(m.text) + 3 for m in messages)
+
+    gate = topic_gate(token_budget=LIST_BUDGET, token_counter=count)
+    subjects: dict[str, Callable[[list[Any]], Any]] = {
+        "trim_messages": lambda ms: trim_messages(ms, max_tokens=LIST_BUDGET, token_counter=counted,
+                                                  strategy="last", include_system=True, start_on="human"),
+        "trim_messages (approximate)": lambda ms: trim_messages(ms, max_tokens=LIST_BUDGET, token_counter="approximate",
+                                                                strategy="last", include_system=True, start_on="human"),
+        "topic_gate": gate.invoke,
+        "gate_messages": lambda ms: gate_messages(ms, token_budget=LIST_BUDGET, token_counter=count,
+                                                  thread=("speed", args.seed)),
+    }
+    results: dict[str, Any] = {}
+    for name, call in subjects.items():
+        lists = [list_for(k) for k in range(LIST_CALLS)]
+        gc.collect()
+        samples, kept = [], 0
+        for messages in lists:
+            start = time.perf_counter_ns()
+            out = call(messages)
+            samples.append(time.perf_counter_ns() - start)
+            kept += len(out)
+        results[name] = {"first_ms": samples[0] / 1e6, "ms": summarize(samples[1:], 1e6),
+                         "mean_messages_kept": kept / len(lists)}
+    return results
+
+
+def lists_table(results: dict[str, Any]) -> Any:
+    """The --lists figures as a table: ms per call and the ratio to trim_messages."""
+    from rich.table import Table
+
+    table = Table(title=f"Message lists: {LIST_TURNS} turns growing by one per call, "
+                        f"budget {LIST_BUDGET} tokens, {LIST_CALLS} calls")
+    for column in ("subject", "first call ms", "ms/call median", "p95", "x trim_messages", "messages kept"):
+        table.add_column(column, justify="left" if column == "subject" else "right")
+    trim = results["trim_messages"]["ms"]["median"]
+    for name, r in results.items():
+        table.add_row(name, f"{r['first_ms']:.1f}", f"{r['ms']['median']:.2f}", f"{r['ms']['p95']:.2f}",
+                      f"{r['ms']['median'] / trim:.2f}", f"{r['mean_messages_kept']:.0f}")
+    return table
+
+
 # --------------------------------------------------------------------------- semantic channel
 # ``--semantic``: the select overhead of an embedder, excluding the query's embedding call.
 # For each size, two gatekeepers hold the same synthetic turns: lexical, and with an
@@ -803,6 +875,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--real-only", action="store_true", help="only the real-text row (no synthetic sizes)")
     p.add_argument("--memory-sizes", default="max",
                    help="sizes to run tracemalloc at: 'max', 'all', or a list (default max)")
+    p.add_argument("--lists", action="store_true",
+                   help="only the LangChain message-list section (topic_gate, gate_messages vs trim_messages)")
     args = p.parse_args(argv)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         p.error("--plot needs matplotlib: pip install matplotlib")
@@ -850,6 +924,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     console = Console() if sys.stdout.isatty() else Console(width=132)  # no truncated headers
     count = tiktoken_counter("cl100k_base")
+    if args.lists:
+        with console.status("message lists"):
+            lists = measure_lists(args, count)
+        console.print(lists_table(lists))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"message_lists": lists}, indent=2) + "\n")
+        return 0
     if args.semantic:
         with console.status("semantic channel"):
             semantic = measure_semantic(args, generate_workload(args.seed, args.sizes[-1], count), count)

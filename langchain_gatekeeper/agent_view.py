@@ -5,8 +5,8 @@ needs: pinned content (leading system messages, summary messages) first, then th
 earlier turns a :class:`~context_gatekeeper.ContextGatekeeper` selects for the
 current query, then the current turn whole (the last human message and everything
 after it: the agent's tool loop is never gated).  Turns group an AI tool call with
-its ToolMessages (:func:`~context_gatekeeper.transcript_gate.group_turns`), so a
-pair is never split.
+its ToolMessages (grouped as :func:`~context_gatekeeper.transcript_gate.group_turns`
+groups), so a pair is never split.
 
 Per thread, the gatekeeper is updated incrementally by the core's
 :class:`~context_gatekeeper.transcript_gate.TurnIndex` (the routine
@@ -27,10 +27,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from context_gatekeeper import ContextGatekeeper, Message
+from context_gatekeeper import ContextGatekeeper
 from context_gatekeeper.errors import InvalidInputError
-from context_gatekeeper.transcript_gate import MessageTurn, TurnIndex, group_turns
+from context_gatekeeper.transcript_gate import TurnIndex
 
+from .convert import text_of
 from .threads import is_edit_record
 
 __all__ = ["GatedView", "is_summary", "current_turn_start"]
@@ -54,7 +55,8 @@ def current_turn_start(messages: Sequence[BaseMessage]) -> int | None:
 
 def _indexed_text(message: BaseMessage) -> str:
     """What selection reads: the text, plus tool-call names and arguments."""
-    text = message.text
+    content = message.content
+    text = content if isinstance(content, str) else text_of(content)  # BaseMessage.text, without its str subclass
     if isinstance(message, AIMessage) and message.tool_calls:
         calls = " ".join(f"{c['name']} {json.dumps(c.get('args', {}), ensure_ascii=False)}" for c in message.tool_calls)
         text = f"{text}\n{calls}" if text else calls
@@ -70,23 +72,57 @@ class _ThreadIndex:
         self.lock = threading.Lock()
 
 
-def _keyed(turns: Sequence[MessageTurn], rest: Sequence[BaseMessage], keyed_by: str) -> list[MessageTurn]:
-    """The turns under the keys the index follows them by.
+class _Turn:
+    """A turn of a message list, as the index reads it: a key, its texts, and where its
+    messages stand in the list (lighter than a core MessageTurn: no message copies)."""
+
+    __slots__ = ("key", "positions", "opens_with_user", "parts", "texts")
+
+    def __init__(self, position: int, role: str) -> None:
+        self.key = ""
+        self.positions = [position]
+        self.opens_with_user = role == "user"
+        self.parts: dict[str, list[str]] = {"user": [], "assistant": [], "tool": []}
+        self.texts: tuple[str, str, tuple[str, ...]] = ("", "", ())
+
+    def close(self) -> None:
+        """Fix :attr:`texts`: (user text, assistant text, tool texts), as MessageTurn.texts
+        reads them (system messages inside a turn are carried, not indexed)."""
+        parts = self.parts
+        self.texts = "\n".join(parts["user"]), "\n".join(parts["assistant"]), tuple(parts["tool"])
+
+
+def _turns(rest: Sequence[BaseMessage], keyed_by: str) -> list[_Turn]:
+    """``rest`` grouped as :func:`~context_gatekeeper.transcript_gate.group_turns` groups
+    (a turn starts at each user message; answers and tool results join it), keyed.
 
     ``"id"``: the id of the turn's first message (its position when it has none), so an
     edit of a message re-indexes only its turn.  ``"content"``: the turn's texts (with a
     count for repeats), so a list that grew by a turn, or lost its oldest ones, costs
     only what changed whatever its ids.
     """
-    if keyed_by == "id":
-        return [MessageTurn(rest[int(t.key)].id or f"#{t.key}", t.messages) for t in turns]
+    turns: list[_Turn] = []
+    turn: _Turn | None = None
+    for i, message in enumerate(rest):
+        role = _ROLES.get(message.type, "user")
+        if role == "user" or turn is None:
+            turn = _Turn(i, role)
+            turns.append(turn)
+        else:
+            turn.positions.append(i)
+        texts = turn.parts.get(role)
+        if texts is not None:
+            texts.append(_indexed_text(message))
     seen: dict[int, int] = {}
-    keyed = []
     for turn in turns:
-        digest = hash(turn.texts)
-        n = seen[digest] = seen.get(digest, -1) + 1
-        keyed.append(MessageTurn(f"{digest:x}.{n}", turn.messages))
-    return keyed
+        turn.close()
+        if keyed_by == "id":
+            turn.key = rest[turn.positions[0]].id or f"#{turn.positions[0]}"
+        else:
+            digest = hash(turn.texts)
+            n = seen[digest] = seen.get(digest, -1) + 1
+            turn.key = f"{digest:x}.{n}"
+    return turns
 
 
 class GatedView:
@@ -163,8 +199,7 @@ class GatedView:
                 rest.append(message)
         if not query.strip():
             return list(earlier)
-        lite = [Message(str(i), _ROLES.get(m.type, "user"), _indexed_text(m)) for i, m in enumerate(rest)]  # type: ignore[arg-type]
-        turns = _keyed(group_turns(lite)[1], rest, self._keyed_by)
+        turns = _turns(rest, self._keyed_by)
         index = self._index(thread)
         with index.lock:
             index.turns.sync(turns)
@@ -181,7 +216,7 @@ class GatedView:
         kept: list[BaseMessage] = []
         for turn_id in selection.turn_ids:
             turn = by_key[keys[turn_id]]
-            if not kept and turn.messages[0].role != "user":
+            if not kept and not turn.opens_with_user:
                 continue  # the view starts on a user message
-            kept.extend(rest[int(m.id)] for m in turn.messages)
+            kept.extend(rest[i] for i in turn.positions)
         return pinned + kept

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import InvalidInputError
 from .gatekeeper import ContextGatekeeper
@@ -21,7 +21,7 @@ from .messages import Message
 from .selection import Selection
 from .transcript import Transcript
 
-__all__ = ["MessageTurn", "group_turns", "TurnIndex", "TranscriptGate"]
+__all__ = ["MessageTurn", "IndexedTurn", "group_turns", "TurnIndex", "TranscriptGate"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,17 @@ class MessageTurn:
         return all(m.role == "user" for m in self.messages)
 
 
+class IndexedTurn(Protocol):
+    """What :class:`TurnIndex` reads of a turn: a key and the texts it indexes
+    (:class:`MessageTurn` is one; adapters may pass lighter objects)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def texts(self) -> tuple[str, str, tuple[str, ...]]: ...
+
+
 def group_turns(messages: Sequence[Message]) -> tuple[list[Message], list[MessageTurn]]:
     """Split a state into leading system messages and turns.
 
@@ -71,10 +82,11 @@ def group_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Messag
 
 
 class TurnIndex:
-    """Keeps a :class:`ContextGatekeeper` in step with a list of :class:`MessageTurn`, incrementally.
+    """Keeps a :class:`ContextGatekeeper` in step with a list of turns, incrementally.
 
     The one sync routine behind :class:`TranscriptGate` and the adapters' per-thread
-    indexes.  Turns are identified by :attr:`MessageTurn.key`: a key seen before whose
+    indexes.  A turn is a :class:`MessageTurn` or anything with its ``key`` and
+    ``texts`` (:class:`IndexedTurn`).  Turns are identified by :attr:`MessageTurn.key`: a key seen before whose
     texts changed is re-indexed in place (``replace_turn``), a key no longer present is
     removed, a new key is inserted where it stands; when keys the gatekeeper already
     holds now stand in another order, the index is rebuilt.  Not thread-safe on its own:
@@ -93,7 +105,7 @@ class TurnIndex:
         self.builds = 0
         """How many times the index was built from empty (the first sync and each rebuild)."""
 
-    def sync(self, turns: Sequence[MessageTurn]) -> None:
+    def sync(self, turns: Sequence[IndexedTurn]) -> None:
         """Bring the gatekeeper in step with ``turns`` (cheap when nothing changed)."""
         gk = self.gatekeeper
         keys = [t.key for t in turns]
