@@ -44,7 +44,7 @@ from context_gatekeeper.models import pick_model
 from context_gatekeeper import ContextGatekeeper, GatekeeperError
 
 from .agent_view import GatedView, is_summary
-from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit, read_log
+from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
 __all__ = ["GatekeeperMiddleware"]
 
@@ -134,13 +134,13 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         return [*messages[:-1], marked], list(state.get(EDITS_KEY) or []), marked
 
     @staticmethod
-    def _answer(text: str, update: list[BaseMessage] | None = None, record: dict[str, Any] | None = None) -> ExtendedModelResponse:
+    def _answer(text: str, update: list[BaseMessage] | None = None, log: list[dict[str, Any]] | None = None) -> ExtendedModelResponse:
         reply = AIMessage(content=text, id=f"gk-{uuid.uuid4().hex[:12]}", additional_kwargs={"lc_source": EDIT_MARK})
         values: dict[str, Any] = {"messages": list(update or [])}
         if values["messages"] and getattr(values["messages"][0], "id", None) == REMOVE_ALL_MESSAGES:
             values["messages"].append(reply)  # a whole-list rewrite must keep the reply too
-        if record is not None:
-            values[EDITS_KEY] = [record]
+        if log is not None:
+            values[EDITS_KEY] = log
         return ExtendedModelResponse(model_response=ModelResponse(result=[reply]), command=Command(update=values))
 
     def _reply(self, plan: EditPlan | None, error: Exception | None, marked: HumanMessage) -> ExtendedModelResponse:
@@ -154,7 +154,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         summary = f"{len(diff.changed)} changed, {len(diff.added)} added, {len(diff.removed)} removed"
         text = f"Edited the conversation ({summary}). Undo with undo_thread().\n\n```diff\n{diff}\n```"
         update = plan.update if plan.update[:1] and plan.update[0].id == REMOVE_ALL_MESSAGES else [marked, *plan.update]
-        return self._answer(text, update, plan.record)
+        return self._answer(text, update, plan.log)
 
     @staticmethod
     def _usage(marked: HumanMessage, prefix: str) -> ExtendedModelResponse:
@@ -162,11 +162,14 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- hooks ----------------------------------------------------------------------------
     def before_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Record the id of the message that starts this run (the last one, if a user's):
-        only that message may be routed to an edit."""
+        """Record the id of the edit command that starts this run, if it does: only that
+        message may be routed to an edit.  Any other run writes nothing (its state is
+        what it would be without this middleware)."""
         messages = state.get("messages") or []
         last = messages[-1] if messages else None
-        return {TURN_KEY: last.id if isinstance(last, HumanMessage) else None}
+        if self.edit_prefix is None or not isinstance(last, HumanMessage) or is_summary(last):
+            return None
+        return {TURN_KEY: last.id} if last.text.lstrip().startswith(self.edit_prefix) else None
 
     async def abefore_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`before_agent`."""
@@ -181,7 +184,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         if not instruction:
             return self._usage(marked, self.edit_prefix or "")
         try:
-            plan = plan_edit(messages, read_log(log), instruction, self.edit_model, **self.edit_options)
+            plan = plan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
         except GatekeeperError as exc:
             return self._reply(None, exc, marked)
         return self._reply(plan, None, marked)
@@ -195,7 +198,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         if not instruction:
             return self._usage(marked, self.edit_prefix or "")
         try:
-            plan = await aplan_edit(messages, read_log(log), instruction, self.edit_model, **self.edit_options)
+            plan = await aplan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
         except GatekeeperError as exc:
             return self._reply(None, exc, marked)
         return self._reply(plan, None, marked)

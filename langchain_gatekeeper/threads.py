@@ -8,7 +8,8 @@ end rewrites the list (``REMOVE_ALL_MESSAGES`` then the revised list, ids unchan
 
 **One undo engine.**  Each edit, undo and redo is a core
 :class:`~context_gatekeeper.revisions.Revision` (numbered from 1 within the thread,
-stored as ``Revision.to_dict()``) appended to a private state key, :data:`EDITS_KEY`,
+stored as ``Revision.to_dict()``) in a private state key, :data:`EDITS_KEY` (each write
+the whole log, so the key is absent from threads never edited),
 that :class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware` adds to the
 agent's state schema.  Undo and redo follow the core's rules
 (:func:`~context_gatekeeper.revisions.undo_stacks`, inverses by
@@ -29,7 +30,6 @@ Messages that record an edit (the ``/edit`` command and its confirmation, marked
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -68,7 +68,7 @@ class GatekeeperState(AgentState[Any]):
     """Agent state with the edit log and the current run's input id (private: not part of
     the agent's input or output)."""
 
-    gatekeeper_edits: NotRequired[Annotated[list[dict[str, Any]], PrivateStateAttr, operator.add]]
+    gatekeeper_edits: NotRequired[Annotated[list[dict[str, Any]], PrivateStateAttr]]
     gatekeeper_turn: NotRequired[Annotated[str | None, PrivateStateAttr]]
 
 
@@ -157,12 +157,13 @@ def read_log(records: Sequence[dict[str, Any]]) -> list[Revision]:
     return log
 
 
-def _values(snapshot: Any) -> tuple[list[BaseMessage], list[Revision]]:
+def _values(snapshot: Any) -> tuple[list[BaseMessage], list[dict[str, Any]]]:
+    """The thread's messages and its edit log's records, as stored."""
     values = snapshot.values or {}
-    return list(values.get("messages") or []), read_log(values.get(EDITS_KEY) or [])
+    return list(values.get("messages") or []), list(values.get(EDITS_KEY) or [])
 
 
-def _thread(snapshot: Any) -> tuple[list[BaseMessage], list[Revision]]:
+def _thread(snapshot: Any) -> tuple[list[BaseMessage], list[dict[str, Any]]]:
     messages, log = _values(snapshot)
     if not messages:
         raise HistoryError("the thread has no messages to edit; check config['configurable']['thread_id']")
@@ -180,14 +181,14 @@ class EditPlan:
 
     entry: ThreadEdit
     update: list[BaseMessage]
-    record: dict[str, Any]
+    log: list[dict[str, Any]]  # the whole log to write: the records read, then this edit's
 
 
 def _editable(state: Sequence[Message], messages: Sequence[BaseMessage]) -> list[Message]:
     return [c for c, m in zip(state, messages) if not is_edit_record(m)]
 
 
-def _plan(messages: Sequence[BaseMessage], result: EditResult, log: Sequence[Revision], instruction: str) -> EditPlan:
+def _plan(messages: Sequence[BaseMessage], result: EditResult, log: Sequence[dict[str, Any]], instruction: str) -> EditPlan:
     state = to_core_messages(messages)
     number = len(log) + 1
     after = apply_changes(state, result.changes)
@@ -195,20 +196,21 @@ def _plan(messages: Sequence[BaseMessage], result: EditResult, log: Sequence[Rev
         number, number - 1, "edit", tuple(result.changes), instruction, result.model_name,
         diff=diff_states(number - 1, state, number, after), strategy=result.strategy,
     )
-    return EditPlan(entry, state_update(state, result.changes) if result.changes else [], entry.record())
+    return EditPlan(entry, state_update(state, result.changes) if result.changes else [], [*log, entry.record()])
 
 
 def plan_edit(
-    messages: Sequence[BaseMessage], log: Sequence[Revision], instruction: str, model: Any, **options: Any
+    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, **options: Any
 ) -> EditPlan:
-    """Compute an edit of ``messages`` (edit records excluded); nothing is written."""
+    """Compute an edit of ``messages`` (edit records excluded) numbered after the log's
+    records; nothing is written."""
     edit_model = resolve_edit_model(model)
     result = compute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, **options)
     return _plan(messages, result, log, instruction)
 
 
 async def aplan_edit(
-    messages: Sequence[BaseMessage], log: Sequence[Revision], instruction: str, model: Any, **options: Any
+    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, **options: Any
 ) -> EditPlan:
     """Async :func:`plan_edit`."""
     edit_model = resolve_edit_model(model)
@@ -219,7 +221,7 @@ async def aplan_edit(
 def _write(agent: Any, plan: EditPlan) -> dict[str, Any]:
     values: dict[str, Any] = {"messages": plan.update}
     if _has_log(agent):
-        values[EDITS_KEY] = [plan.record]
+        values[EDITS_KEY] = plan.log
     else:
         logger.warning("agent has no %r state key (add GatekeeperMiddleware); this edit cannot be undone", EDITS_KEY)
     return values
@@ -279,8 +281,8 @@ def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[s
     """The undo (or redo) the core's rules pick, restricted to what still applies."""
     if not _has_log(agent):
         raise HistoryError(f"{kind}_thread needs the edit log that GatekeeperMiddleware keeps: add it to create_agent")
-    messages, log = _thread(snapshot)
-    state = to_core_messages(messages)
+    messages, records = _thread(snapshot)
+    log, state = read_log(records), to_core_messages(messages)
     done, undone = undo_stacks(log)
     changes: list[Applied] = []
     target = None
@@ -307,7 +309,7 @@ def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[s
         number, number - 1, kind, tuple(changes), target=target,  # type: ignore[arg-type]
         diff=diff_states(number - 1, state, number, after),
     )
-    return entry, {"messages": state_update(state, changes), EDITS_KEY: [entry.record()]}
+    return entry, {"messages": state_update(state, changes), EDITS_KEY: [*records, entry.record()]}
 
 
 def undo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
@@ -357,16 +359,17 @@ async def aredo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
 def thread_history(agent: Any, config: dict[str, Any]) -> list[Revision]:
     """The thread's edits, undos and redos as core revisions, oldest first, numbered from 1
     (messages the agent adds are not revisions of a thread)."""
-    return _values(agent.get_state(config))[1]
+    return read_log(_values(agent.get_state(config))[1])
 
 
 async def athread_history(agent: Any, config: dict[str, Any]) -> list[Revision]:
     """Async :func:`thread_history`."""
-    return _values(await agent.aget_state(config))[1]
+    return read_log(_values(await agent.aget_state(config))[1])
 
 
 def _diff(snapshot: Any, a: int, b: int | None) -> Diff:
-    messages, log = _values(snapshot)
+    messages, records = _values(snapshot)
+    log = read_log(records)
     head = len(log)
     b = head if b is None else b
     for n in (a, b):

@@ -97,9 +97,10 @@ def test_the_runs_own_edit_command_is_routed_and_its_id_recorded() -> None:
     editor = ScriptedModel([swap_editor("Ireland", "Iceland")])
     agent = agent_with([AIMessage(IRELAND_ANSWER)], editor)
     agent.invoke({"messages": [HumanMessage(IRELAND, id="q1")]}, CONFIG)
-    assert agent.get_state(CONFIG).values[TURN_KEY] == "q1"
+    assert sorted(agent.get_state(CONFIG).values) == ["messages"]  # a plain run writes nothing of ours
     out = agent.invoke({"messages": [HumanMessage("/edit it was Iceland", id="cmd")]}, CONFIG)
-    assert len(editor.calls) == 1 and TURN_KEY not in out  # private
+    assert len(editor.calls) == 1 and TURN_KEY not in out and EDITS_KEY not in out  # private
+    assert agent.get_state(CONFIG).values[TURN_KEY] == "cmd"
     assert texts(agent)[:2] == [ICELAND, ICELAND_ANSWER]
     reply = out["messages"][-1].text
     assert "@@ user #1: changed @@" in reply and "@@ assistant #2: changed @@" in reply and "q1" not in reply
