@@ -1,15 +1,46 @@
 """What an editing model is shown and what it must answer (prompts, schemas, ideal replies).
 
-The model sees only the *editable* messages that carry text (user and assistant;
-never system or tool messages, never metadata or non-text parts), under short
-aliases ``"1"``, ``"2"``, ... instead of real ids: cheaper, and harder to garble.
+**The request.**  An edit sends two messages (a third and fourth on the retry):
 
-Two answer formats, one per strategy:
+1. ``system``: the editing rules, then the answer format of the strategy (below);
+2. ``user``: ``<instruction>...</instruction>``, then ``<conversation>`` holding a
+   JSON array, one message per line, of ``{"id": "1", "role": "user", "content": "..."}``,
+   then one line naming the format again;
+3. (retry only) ``assistant``: the unusable answer, and ``user``: what was wrong with it.
 
-* ``rewrite``: the whole revised conversation, a JSON array of
-  ``{"id", "role", "content"}`` objects (``"id": null`` for a new message);
-* ``patch``: only operations, ``{"operations": [{"op": "replace" | "delete" |
-  "insert_after", "id": ..., ...}]}``.
+Only the *editable* messages that carry text are shown (user and assistant; never
+system or tool messages, never metadata or non-text parts), under short aliases
+``"1"``, ``"2"``, ... in order instead of real ids: cheaper, and harder to garble.
+
+**The answer, strategy ``patch``** (the default): one JSON object, nothing else::
+
+    {"operations": [
+    {"op": "replace", "id": "3", "content": "<the complete new text of message 3>"},
+    {"op": "delete", "id": "4"},
+    {"op": "insert_after", "id": "2", "role": "user", "content": "<a new message after message 2>"}
+    ]}
+
+``id`` is an alias as shown (a string); ``insert_after`` with ``"id": null`` inserts
+before the first message; ``role`` is ``"user"`` or ``"assistant"`` (required for
+``insert_after``, and a ``replace`` may not change it); at most one replace or
+delete per message; ``{"operations": []}`` means no change.
+
+**The answer, strategy ``rewrite``**: the whole revised conversation, one JSON array
+of ``{"id": "<alias>" | null, "role": "user" | "assistant", "content": "<full text>"}``
+in order: a left-out message is deleted, ``"id": null`` is a new message placed
+where it appears, ids never repeat or move backwards, roles never change.  Under
+structured output the array comes wrapped as ``{"messages": [...]}``.
+
+**Structured output.**  A model advertising ``supports_json_schema`` also gets
+:func:`output_schema` (titled ``edit_operations`` / ``revised_conversation``) and
+may return the parsed object instead of text.
+
+**Leniency.**  The reader (:mod:`~context_gatekeeper.edit_parse`) accepts JSON in a
+code fence or with prose around it, repairs broken JSON (a missing comma, single
+quotes), accepts ``"insert"`` for ``insert_after`` and ``"new"`` / ``""`` for a null
+id; it refuses JSON that never closes (a cut-off answer), unknown ids, empty text,
+changed roles and a result that breaks user/assistant alternation or a tool pair.
+An unusable answer is retried once with the problem shown to the model.
 
 >>> from context_gatekeeper.messages import Message
 >>> view = EditView.of([Message("s", "system", "Be brief."), Message("a", "user", "Hi")])
