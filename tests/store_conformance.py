@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,11 +33,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_gatekeeper.errors import StaleHeadError
+from context_gatekeeper.errors import InvalidInputError, StaleHeadError
 from context_gatekeeper.messages import Message
 from context_gatekeeper.operations import Change, Put, Remove, invert
 from context_gatekeeper.revisions import Revision
-from context_gatekeeper.stores import FAULT_POINTS, Store
+from context_gatekeeper.stores import FAULT_POINTS, Store, VectorRow, supports_vectors
 
 # -- revision builders ----------------------------------------------------------------------
 
@@ -483,3 +484,90 @@ class StoreConformance(StoreHandles):
         finally:
             store.fault_hook = None
         assert store.revisions("s") == [stored]
+
+    # -- vectors (the optional VectorStore capability) ------------------------------------
+    @pytest.fixture
+    def vectors(self, store: Store) -> Store:
+        """The store, if it has the vector capability (else the test is skipped, saying why)."""
+        if not supports_vectors(store):
+            pytest.skip(f"{type(store).__name__} has no vector capability (optional)")
+        return store
+
+    def test_vectors_round_trip_as_float32_and_survive_reopening(self, vectors, open_store) -> None:
+        rows = [
+            VectorRow("m1", "h1", "e5", (0.1, -0.25, 3.0e-8)),
+            VectorRow("nul\x00 surrogate \udc80 ünï 🚀", "h2", "e5", (1.0, 2.0, -3.5)),
+            VectorRow("", "content-only", "e5", (0.0, 0.5, 1e30)),
+        ]
+        assert vectors.save_vectors("s", rows) == 3
+        expected = [r._replace(vector=tuple(array("f", r.vector))) for r in rows]
+        assert sorted(vectors.load_vectors("s", "e5")) == sorted(expected)
+        assert sorted(open_store().load_vectors("s", "e5")) == sorted(expected)
+        assert vectors.load_vectors("other", "e5") == []
+        assert vectors.sessions() == []  # vectors alone do not make a session
+
+    def test_vectors_of_other_embedders_and_dimensions_are_kept_apart(self, vectors) -> None:
+        vectors.save_vectors("s", [("m1", "h", "small", [1.0, 0.0]), ("m1", "h", "small", [1.0, 0.0, 0.0])])
+        vectors.save_vectors("s", [("m1", "h", "large", [0.0, 1.0, 0.0, 0.0])])
+        assert {r.dimension for r in vectors.load_vectors("s", "small")} == {2, 3}
+        assert vectors.load_vectors("s", "small", dimension=2) == [VectorRow("m1", "h", "small", (1.0, 0.0))]
+        assert vectors.load_vectors("s", "large") == [VectorRow("m1", "h", "large", (0.0, 1.0, 0.0, 0.0))]
+        assert vectors.load_vectors("s", "large", dimension=2) == []
+        assert vectors.load_vectors("s", "none") == []
+
+    def test_saving_a_vector_again_replaces_it(self, vectors) -> None:
+        vectors.save_vectors("s", [("m1", "h", "e", [1.0, 0.0])])
+        vectors.save_vectors("s", [("m1", "h", "e", [0.0, 1.0]), ("m2", "h", "e", [0.5, 0.5])])
+        assert sorted(vectors.load_vectors("s", "e")) == [
+            VectorRow("m1", "h", "e", (0.0, 1.0)),
+            VectorRow("m2", "h", "e", (0.5, 0.5)),
+        ]
+
+    def test_purge_erases_the_sessions_vectors_only(self, vectors, open_store) -> None:
+        fill(vectors, "drop", 1)
+        fill(vectors, "keep", 1)
+        for session in ("drop", "keep"):
+            vectors.save_vectors(session, [("u1", "h", "e", [1.0]), ("", "h2", "f", [2.0])])
+        vectors.purge("drop")
+        for handle in (vectors, open_store()):
+            assert handle.load_vectors("drop", "e") == handle.load_vectors("drop", "f") == []
+            assert handle.load_vectors("keep", "e") == [VectorRow("u1", "h", "e", (1.0,))]
+
+    def test_delete_vectors_of_one_embedder_or_all(self, vectors) -> None:
+        vectors.save_vectors("s", [("a", "h", "e", [1.0]), ("b", "h", "e", [1.0]), ("a", "h", "f", [1.0])])
+        vectors.save_vectors("t", [("a", "h", "e", [1.0])])
+        assert vectors.delete_vectors("s", "e") == 2
+        assert vectors.load_vectors("s", "e") == [] and len(vectors.load_vectors("s", "f")) == 1
+        assert vectors.delete_vectors("s") == 1
+        assert vectors.delete_vectors("s") == 0
+        assert len(vectors.load_vectors("t", "e")) == 1
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            ("m", "h", "e", []),
+            ("m", "h", "e", [float("nan")]),
+            ("m", "h", "e", [1e39]),
+            ("m", "h", "e", ["x"]),
+            ("m", "h", "e", "abc"),
+            ("m", "", "e", [1.0]),
+            ("m", "h", "", [1.0]),
+            ("m", "h", "e\x00", [1.0]),
+            (None, "h", "e", [1.0]),
+            ("m", "h", "e"),
+        ],
+    )
+    def test_an_invalid_vector_row_writes_nothing(self, vectors, bad) -> None:
+        with pytest.raises(InvalidInputError):
+            vectors.save_vectors("s", [("good", "h", "e", [1.0]), bad])
+        assert vectors.load_vectors("s", "e") == []
+
+    def test_vector_async_twins_match(self, vectors) -> None:
+        async def main() -> None:
+            await asyncio.gather(*(vectors.asave_vectors("s", [(f"m{i}", f"h{i}", "e", [float(i)])]) for i in range(5)))
+            loaded = await vectors.aload_vectors("s", "e", dimension=1)
+            assert sorted(loaded) == sorted(vectors.load_vectors("s", "e"))
+            assert len(loaded) == 5
+            assert await vectors.adelete_vectors("s", "e") == 5
+
+        asyncio.run(main())

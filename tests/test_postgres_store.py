@@ -193,7 +193,7 @@ def test_a_mixed_case_prefix_names_the_tables_exactly(tmp_path: Path) -> None:
     fill(store, "s", 1)
     with raw() as conn:
         names = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE starts_with(tablename, %s)", (prefix,))}
-    assert names == {f"{prefix}{t}" for t in ("revisions", "schema_migrations", "message_ids", "set_aside_revisions")}
+    assert names == {f"{prefix}{t}" for t in ("revisions", "schema_migrations", "message_ids", "set_aside_revisions", "vectors")}
     store.close()
     from pg_support import drop_tables
 

@@ -5,9 +5,22 @@ from typing import Any
 from .base import FAULT_POINTS, Store, place_revision, prepare_commit
 from .memory import InMemoryStore
 from .sqlite import SQLiteStore
+from .vector_cache import StoreVectorCache
+from .vectors import VectorRow, VectorStore, supports_vectors
 
 # ``PostgresStore`` is left out of ``__all__`` so a star import works without the extra.
-__all__ = ["Store", "InMemoryStore", "SQLiteStore", "FAULT_POINTS", "place_revision", "prepare_commit"]
+__all__ = [
+    "Store",
+    "InMemoryStore",
+    "SQLiteStore",
+    "FAULT_POINTS",
+    "place_revision",
+    "prepare_commit",
+    "VectorStore",
+    "VectorRow",
+    "StoreVectorCache",
+    "supports_vectors",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..revisions import Revision
 from .base import Store, checked_keep, prepare_commit
 from .integrity import IdEntry, index_of_log
+from .schema import checked_session
+from .vectors import VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows
 
 __all__ = ["InMemoryStore"]
 
 
-class InMemoryStore(Store):
-    """Revision logs in a dict, guarded by a lock.  Lost when the process ends.
+class InMemoryStore(Store, VectorStore):
+    """Revision logs (and saved vectors) in dicts, guarded by a lock.  Lost when the process ends.
 
     Revisions go in and come out as copies (:meth:`Revision.detached`), so mutating a
     message's ``metadata`` or ``parts`` after committing or reading never changes the log.
@@ -23,6 +26,8 @@ class InMemoryStore(Store):
         self._logs: dict[str, list[Revision]] = {}
         self._index: dict[str, dict[str, IdEntry]] = {}
         self._set_aside: dict[str, list[Revision]] = {}
+        # session -> (embedder, dimension, text_hash, message_id) -> row; dicts keep insertion order
+        self._vectors: dict[str, dict[tuple[str, int, str, str], VectorRow]] = {}
         self._lock = threading.Lock()
 
     def setup(self) -> None:
@@ -82,7 +87,41 @@ class InMemoryStore(Store):
             self._logs.pop(session_id, None)
             self._index.pop(session_id, None)
             self._set_aside.pop(session_id, None)
+            self._vectors.pop(session_id, None)
 
     def sessions(self) -> list[str]:
         with self._lock:
             return sorted(self._logs)
+
+    # -- vectors (VectorStore) ------------------------------------------------------------
+    def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
+        session_id, checked = checked_session(session_id), checked_rows(rows)
+        with self._lock:
+            saved = self._vectors.setdefault(session_id, {})
+            for row in checked:
+                key = (row.embedder, row.dimension, row.text_hash, row.message_id)
+                saved.pop(key, None)  # a rewrite moves the row to the end (newest last)
+                saved[key] = row
+            return len(checked)
+
+    def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
+        session_id, embedder = checked_session(session_id), checked_embedder(embedder)
+        dimension = checked_dimension(dimension)
+        with self._lock:
+            return [
+                row
+                for (name, dim, _, _), row in self._vectors.get(session_id, {}).items()
+                if name == embedder and (dimension is None or dim == dimension)
+            ]
+
+    def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
+        session_id = checked_session(session_id)
+        embedder = None if embedder is None else checked_embedder(embedder)
+        with self._lock:
+            saved = self._vectors.get(session_id, {})
+            doomed = [key for key in saved if embedder is None or key[0] == embedder]
+            for key in doomed:
+                del saved[key]
+            if not saved:
+                self._vectors.pop(session_id, None)
+            return len(doomed)

@@ -46,6 +46,7 @@ from ..errors import InvalidInputError
 from ..revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
 from .integrity import IdEntry
+from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors
 from .schema import (
     Migration,
     backfill_index,
@@ -106,6 +107,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
         lambda conn, store: store._backfill(conn),
     ),
+    Migration(3, "saved vectors", (VECTORS_TABLE,)),
 )
 """Add new migrations at the end; never change or remove a released one.  ``{revisions}``, ``{ids}``
 and ``{migrations}`` stand for the prefixed table names (composed as identifiers)."""
@@ -136,13 +138,14 @@ _TEMPLATES = {
         WHERE session_key = %s AND session_id = %s AND number > %s""",
     "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s",
     "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
+    **VECTOR_TEMPLATES,
 }
 _LOCK = sql.SQL("SELECT pg_advisory_xact_lock(%s)")
 
 
-class PostgresStore(Store):
+class PostgresStore(Store, PostgresVectors):
     """Revision logs in PostgreSQL tables named ``<table_prefix>revisions`` and
-    ``<table_prefix>schema_migrations``.
+    ``<table_prefix>schema_migrations`` (saved vectors: ``<table_prefix>vectors``).
 
     Args:
         dsn_or_pool: a libpq connection string or ``postgresql://`` URL (the store
@@ -188,6 +191,7 @@ class PostgresStore(Store):
             "migrations": sql.Identifier(f"{table_prefix}schema_migrations"),
             "ids": sql.Identifier(f"{table_prefix}message_ids"),
             "set_aside": sql.Identifier(f"{table_prefix}set_aside_revisions"),
+            "vectors": sql.Identifier(f"{table_prefix}vectors"),
         }
         self._names = names
         self._sql = {key: sql.SQL(template).format(**names) for key, template in _TEMPLATES.items()}
@@ -352,6 +356,7 @@ class PostgresStore(Store):
             conn.execute(self._sql["purge"], key)
             conn.execute(self._sql["purge_ids"], (key[0],))
             conn.execute(self._sql["purge_set_aside"], key)
+            conn.execute(self._sql["purge_vectors"], (key[0],))
 
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision, sorted by code point."""

@@ -1,0 +1,80 @@
+"""The vector capability of :class:`~context_gatekeeper.stores.postgres.PostgresStore`
+(table ``<prefix>vectors``), kept apart so the store's module stays short.
+
+Imports no psycopg: the statements are templates the store composes with its table
+names, and the methods use the store's own connection plumbing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .schema import id_key
+from .vectors import VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, unpack_vector
+
+__all__ = ["PostgresVectors", "VECTORS_TABLE", "VECTOR_TEMPLATES"]
+
+VECTORS_TABLE = """CREATE TABLE {vectors} (
+    session_key bytea            NOT NULL,
+    embedder    text             NOT NULL,
+    dimension   integer          NOT NULL CHECK (dimension >= 1),
+    text_hash   text             NOT NULL,
+    message_id  bytea            NOT NULL,
+    vector      bytea            NOT NULL,
+    created_at  double precision NOT NULL,
+    PRIMARY KEY (session_key, embedder, dimension, text_hash, message_id)
+)"""
+"""Migration 3 of the PostgreSQL store (``{vectors}`` is the prefixed table name)."""
+
+VECTOR_TEMPLATES = {
+    "save_vector": """INSERT INTO {vectors} (session_key, embedder, dimension, text_hash, message_id, vector, created_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s)
+        ON CONFLICT (session_key, embedder, dimension, text_hash, message_id)
+        DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at""",
+    "load_vectors": """SELECT message_id, text_hash, embedder, vector FROM {vectors}
+        WHERE session_key = %s AND embedder = %s AND (%s::integer IS NULL OR dimension = %s::integer)
+        ORDER BY created_at""",
+    # a count, not cursor.rowcount: the store writes in pipeline mode, where rowcount is not known yet
+    "delete_vectors": """WITH gone AS (DELETE FROM {vectors}
+        WHERE session_key = %s AND (%s::text IS NULL OR embedder = %s::text) RETURNING 1)
+        SELECT count(*) FROM gone""",
+    "purge_vectors": "DELETE FROM {vectors} WHERE session_key = %s",
+}
+
+
+class PostgresVectors(VectorStore):
+    """:class:`.VectorStore` for the PostgreSQL store.  Writes take the session's
+    advisory lock, so they queue behind (and never outlive) a concurrent ``purge``."""
+
+    _sql: dict[str, Any]
+
+    def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
+        """Store vectors for the session in one transaction (see :class:`.VectorStore`)."""
+        key, checked = self._key(session_id), checked_rows(rows)  # type: ignore[attr-defined]
+        now = time.time()
+        values = [
+            (key[0], r.embedder, r.dimension, r.text_hash, id_key(r.message_id), pack_vector(r.vector), now)
+            for r in checked
+        ]
+        if values:
+            with self._write(self._lock_key("session", key[0])) as (conn, _):  # type: ignore[attr-defined]
+                with conn.cursor() as cursor:
+                    cursor.executemany(self._sql["save_vector"], values)
+        return len(values)
+
+    def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
+        """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first."""
+        key, embedder = self._key(session_id), checked_embedder(embedder)  # type: ignore[attr-defined]
+        dimension = checked_dimension(dimension)
+        with self._connection() as conn:  # type: ignore[attr-defined]
+            rows = conn.execute(self._sql["load_vectors"], (key[0], embedder, dimension, dimension)).fetchall()
+        return [VectorRow(bytes(m).decode("utf-8", "surrogatepass"), h, e, unpack_vector(v)) for m, h, e, v in rows]
+
+    def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
+        """Erase the session's vectors (of one embedder, or all); returns how many."""
+        key = self._key(session_id)  # type: ignore[attr-defined]
+        embedder = None if embedder is None else checked_embedder(embedder)
+        with self._write(self._lock_key("session", key[0])) as (conn, _):  # type: ignore[attr-defined]
+            return conn.execute(self._sql["delete_vectors"], (key[0], embedder, embedder)).fetchone()[0]

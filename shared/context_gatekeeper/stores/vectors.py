@@ -1,0 +1,178 @@
+"""The optional vector capability of stores: embeddings saved next to a session's log.
+
+A store that also subclasses :class:`VectorStore` keeps, per session, the vectors an
+embedder made of the session's texts, so a reopened transcript or a restarted worker
+does not embed its history again.  Every built-in store has it (in memory, SQLite,
+PostgreSQL); a third-party :class:`~context_gatekeeper.stores.Store` without it still
+works (:func:`supports_vectors` is false and callers embed again after a restart).
+
+A row is keyed by ``(session_id, embedder, dimension, text_hash, message_id)``:
+
+* ``embedder``: the embedder's name; vectors of different embedders (or of one name
+  with another dimension) are kept apart and never mixed;
+* ``text_hash``: the sha256 hex of the embedded text, so a changed message simply
+  has no vector for its new text;
+* ``message_id``: the message the text belongs to, or ``""`` for a content-keyed
+  vector (text not tied to a message).
+
+Vectors are stored compactly as little-endian float32 bytes (:func:`pack_vector`);
+no numpy is needed.  ``purge(session_id)`` erases a session's vectors with the rest of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from abc import ABC, abstractmethod
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from ..errors import InvalidInputError
+
+__all__ = [
+    "VectorStore",
+    "VectorRow",
+    "supports_vectors",
+    "pack_vector",
+    "unpack_vector",
+    "checked_rows",
+    "checked_embedder",
+    "MAX_DIMENSION",
+]
+
+MAX_DIMENSION = 65_536
+"""The largest vector a store accepts."""
+_MAX_NAME = 200
+_MAX_HASH = 128
+
+
+class VectorRow(NamedTuple):
+    """One stored vector: which message and text it embeds, by which embedder."""
+
+    message_id: str
+    text_hash: str
+    embedder: str
+    vector: tuple[float, ...]
+
+    @property
+    def dimension(self) -> int:
+        return len(self.vector)
+
+
+def pack_vector(vector: Sequence[float]) -> bytes:
+    """The vector as little-endian float32 bytes."""
+    packed = array("f", vector)
+    if sys.byteorder != "little":  # pragma: no cover - big-endian machines
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_vector(blob: bytes | bytearray | memoryview) -> tuple[float, ...]:
+    """The floats of :func:`pack_vector`'s bytes."""
+    unpacked = array("f")
+    unpacked.frombytes(bytes(blob))
+    if sys.byteorder != "little":  # pragma: no cover - big-endian machines
+        unpacked.byteswap()
+    return tuple(unpacked)
+
+
+def checked_embedder(name: Any) -> str:
+    """``name`` if it is a usable embedder name, else :class:`InvalidInputError`."""
+    if not isinstance(name, str) or not name or len(name) > _MAX_NAME or "\x00" in name:
+        raise InvalidInputError(
+            f"an embedder name must be a non-empty str of at most {_MAX_NAME} characters without NUL, "
+            f"got {name!r}; give the embedder a short name (e.g. the model id)"
+        )
+    _encodable(name, "an embedder name")
+    return name
+
+
+def _encodable(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} must be valid Unicode (no lone surrogates)") from None
+
+
+def _checked_vector(vector: Any) -> tuple[float, ...]:
+    if isinstance(vector, (str, bytes)) or not hasattr(vector, "__len__"):
+        raise InvalidInputError(f"a vector must be a sequence of floats, got {type(vector).__name__}")
+    if not 1 <= len(vector) <= MAX_DIMENSION:
+        raise InvalidInputError(f"a vector needs 1 to {MAX_DIMENSION} floats, got {len(vector)}")
+    try:
+        floats = tuple(float(x) for x in vector)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"a vector must hold only numbers: {exc}") from None
+    # float32 overflows past ~3.4e38; such a vector would come back as inf
+    if not all(math.isfinite(x) and abs(x) < 3.4e38 for x in floats):
+        raise InvalidInputError("a vector must hold finite float32 numbers (no NaN, inf or |x| >= 3.4e38)")
+    return tuple(array("f", floats))  # what every store gives back: float32 precision
+
+
+def checked_rows(rows: Iterable[Any]) -> list[VectorRow]:
+    """``rows`` as :class:`VectorRow` after checking every field (all or nothing:
+    :class:`InvalidInputError` on the first bad row, before anything is written).
+
+    Each row is a :class:`VectorRow` or a ``(message_id, text_hash, embedder, vector)`` tuple."""
+    out = []
+    for row in rows:
+        try:
+            message_id, text_hash, embedder, vector = row
+        except (TypeError, ValueError):
+            raise InvalidInputError(
+                f"a vector row is (message_id, text_hash, embedder, vector), got {row!r:.80}"
+            ) from None
+        if not isinstance(message_id, str):
+            raise InvalidInputError(f"a vector row's message_id must be a str ('' for none), got {message_id!r:.80}")
+        if not isinstance(text_hash, str) or not text_hash or len(text_hash) > _MAX_HASH or not text_hash.isascii():
+            raise InvalidInputError(f"a text hash must be a non-empty ASCII str (a hex digest), got {text_hash!r:.80}")
+        out.append(VectorRow(message_id, text_hash, checked_embedder(embedder), _checked_vector(vector)))
+    return out
+
+
+class VectorStore(ABC):
+    """The vector capability, mixed into a :class:`~context_gatekeeper.stores.Store`.
+
+    Writes are idempotent upserts (the same key again replaces the vector); reads of
+    one embedder never return another's vectors, nor vectors of another dimension when
+    ``dimension`` is given.  Async twins run the sync methods in a worker thread.
+    """
+
+    @abstractmethod
+    def save_vectors(self, session_id: str, rows: Iterable[VectorRow | tuple[str, str, str, Sequence[float]]]) -> int:
+        """Store ``rows`` (see :func:`checked_rows`) for the session, all in one
+        transaction; returns how many were written.  Nothing is written if a row is invalid."""
+
+    @abstractmethod
+    def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
+        """The session's vectors made by ``embedder`` (of ``dimension`` floats, if given),
+        newest last."""
+
+    @abstractmethod
+    def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
+        """Erase the session's vectors (of one embedder, or all); returns how many."""
+
+    async def asave_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
+        return await asyncio.to_thread(self.save_vectors, session_id, list(rows))
+
+    async def aload_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
+        return await asyncio.to_thread(lambda: self.load_vectors(session_id, embedder, dimension=dimension))
+
+    async def adelete_vectors(self, session_id: str, embedder: str | None = None) -> int:
+        return await asyncio.to_thread(self.delete_vectors, session_id, embedder)
+
+
+def supports_vectors(store: object) -> bool:
+    """Whether ``store`` can save and load vectors (it subclasses :class:`VectorStore`)."""
+    return isinstance(store, VectorStore)
+
+
+def checked_dimension(dimension: Any) -> int | None:
+    """``dimension`` for :meth:`VectorStore.load_vectors`: None or an int in range."""
+    if dimension is None:
+        return None
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or not 1 <= dimension <= MAX_DIMENSION:
+        raise InvalidInputError(f"dimension must be None or an int from 1 to {MAX_DIMENSION}, got {dimension!r}")
+    return dimension
