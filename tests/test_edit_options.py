@@ -255,3 +255,14 @@ def test_the_chat_names_its_own_options_not_model_keyword(monkeypatch: pytest.Mo
         chat_model.complete([{"role": "user", "content": "hi"}])
     text = str(info.value)
     assert "--offline" in text and "/retry" in text and "model=" not in text
+
+
+def test_options_pickle_and_copy_without_their_resolved_counter() -> None:
+    import copy
+    import pickle
+
+    options = EditOptions(strategy="rewrite", token_counter="cl100k_base")
+    assert options.count("hello world") > 0  # resolved (a closure, which pickle cannot hold)
+    assert pickle.loads(pickle.dumps(options)) == options == copy.deepcopy(options)
+    t = Transcript("p", options=options)
+    assert copy.deepcopy(t.edit_options).strategy == "rewrite"

@@ -80,6 +80,10 @@ class EditOptions:
             except ValueError as exc:
                 raise InvalidInputError(str(exc)) from exc
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle and deep-copy the fields only (the resolved counter is rebuilt)."""
+        return (type(self), (self.strategy, self.max_deletion_share, self.allow_large_deletion, self.token_counter))
+
     @property
     def count(self) -> TokenCounter:
         """The token counter as a callable ``str -> int``."""
