@@ -194,3 +194,11 @@ def test_chat_google_generative_ai_function_calling_names_the_tool(gemini: Any) 
     request = gemini._prepare_request([HumanMessage("edit this")], **kwargs)
     (declaration,) = request["config"].tools[0].function_declarations
     assert declaration.name == "edit_operations" and declaration.description
+
+
+def test_the_async_path_falls_back_alike() -> None:
+    failing = ScriptedModel([ValueError("schema rejected"), TEXT_REPLY], structured=True)
+    result = asyncio.run(acompute_edit(STATE, "Iceland", failing))
+    assert result.attempts == 2 and [c.json_schema is not None for c in failing.calls] == [True, False]
+    rejects = ToolsOnlyChatModel(replies=[AIMessage(""), AIMessage(TEXT_REPLY)], calls=[])
+    assert asyncio.run(acompute_edit(STATE, "Iceland", LangChainEditModel(rejects))).attempts == 2
