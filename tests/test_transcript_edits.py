@@ -219,3 +219,33 @@ def test_a_transcript_closes_only_the_store_it_opened(tmp_path) -> None:
     shared = SQLiteStore(tmp_path / "shared.db")
     Transcript("s", store=shared).close()
     assert shared.head("s") == 0  # still open: the caller owns it
+
+
+# -- TurnIndex: the one sync routine (TranscriptGate and the adapters' per-thread views) --------
+def _turn(key: str, user: str, assistant: str = "ok"):
+    from context_gatekeeper import Message
+    from context_gatekeeper.transcript_gate import MessageTurn
+
+    return MessageTurn(key, (Message(f"{key}u", "user", user), Message(f"{key}a", "assistant", assistant)))
+
+
+def test_turn_index_indexes_only_what_changed_and_rebuilds_on_reorder():
+    from context_gatekeeper import ContextGatekeeper, InvalidInputError
+    from context_gatekeeper.transcript_gate import TurnIndex
+
+    index = TurnIndex(ContextGatekeeper(token_counter=len, message_overhead=0))
+    a, b, c = _turn("a", "redis lock ttl"), _turn("b", "espresso grind"), _turn("c", "helm chart")
+    index.sync([a, b])
+    first = dict(index.ids)
+    index.sync([a, b, c])  # grew by one: the others keep their gatekeeper turns
+    assert {k: index.ids[k] for k in first} == first and index.builds == 1
+    index.sync([a, _turn("b", "espresso beans"), c])  # b's text changed: re-indexed in place
+    assert index.ids["b"] == first["b"]
+    assert "beans" in index.gatekeeper.get_turn(index.ids["b"]).user
+    index.sync([a, c])  # b removed
+    assert set(index.ids) == {"a", "c"} and len(index.gatekeeper) == 2
+    index.sync([c, a])  # reordered: rebuilt, in the new order
+    assert index.builds == 2 and [t.user for t in index.gatekeeper.turns] == ["helm chart", "redis lock ttl"]
+    with pytest.raises(InvalidInputError, match="unique"):
+        index.sync([a, a])
+    assert set(index.ids) == {"a", "c"}  # the refused sync changed nothing
