@@ -1,0 +1,275 @@
+"""Saved vectors: the stores' optional vector capability, the add-only migration that brings
+it to existing SQLite files, and StoreVectorCache, through which a reopened history is not
+embedded again.  (The capability's per-store contract is in store_conformance.py; the
+PostgreSQL twins of these tests are in test_store_vectors_postgres.py.)"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import warnings
+from pathlib import Path
+
+import pytest
+
+from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store, StoreVectorCache, VectorRow, supports_vectors
+from context_gatekeeper.stores import sqlite as sqlite_module
+from store_conformance import fill, snapshot
+
+TOPICS = [
+    ("How do I repot a fiddle leaf fig?", "Use a pot 5 cm wider, fresh soil, and water lightly."),
+    ("What soil do ferns like?", "Ferns like loose, peaty soil that stays moist."),
+    ("Book me a train from Lyon to Turin.", "The 8:10 TGV reaches Turin at 12:05."),
+    ("Is there a later train?", "Yes, one leaves at 14:10."),
+    ("How often should I water the fig?", "Once the top 3 cm of soil is dry."),
+]
+
+
+class CountingEmbedder:
+    """A deterministic bag-of-words embedder (word hashes into 32 dimensions) that counts
+    the texts and calls it receives: the fake the issue asks for in tests."""
+
+    name = "counting-bow-32"
+
+    def __init__(self) -> None:
+        self.document_calls = 0
+        self.query_calls = 0
+        self.texts: list[str] = []
+
+    @staticmethod
+    def vector(text: str) -> list[float]:
+        out = [0.0] * 32
+        for word in text.lower().split():
+            out[hashlib.sha256(word.strip("?.,!").encode()).digest()[0] % 32] += 1.0
+        return out
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.document_calls += 1
+        self.texts.extend(texts)
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return self.vector(text)
+
+
+def gatekeeper(embedder: CountingEmbedder, cache: StoreVectorCache) -> ContextGatekeeper:
+    gk = ContextGatekeeper(token_budget=200, embedder=embedder, vector_cache=cache)
+    for user, assistant in TOPICS:
+        gk.add_turn(user, assistant)
+    return gk
+
+
+# -- StoreVectorCache -----------------------------------------------------------------------
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path: Path):
+    made = InMemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "v.db")
+    yield made
+    made.close()
+
+
+def test_the_cache_writes_through_with_message_ids(store) -> None:
+    cache = StoreVectorCache(store, "s")
+    assert cache.persistent and supports_vectors(store)
+    assert cache.get(("e", "h1")) is None
+    cache.put(("e", "h1"), [1.0, 0.0], message_id="u1")
+    cache.put_many([(("e", "h2"), [0.0, 1.0]), ("a1", ("e", "h3"), [0.5, 0.5])])
+    assert cache.get(("e", "h2")) == [0.0, 1.0]
+    assert sorted(store.load_vectors("s", "e")) == [
+        VectorRow("", "h2", "e", (0.0, 1.0)),
+        VectorRow("a1", "h3", "e", (0.5, 0.5)),
+        VectorRow("u1", "h1", "e", (1.0, 0.0)),
+    ]
+    fresh = StoreVectorCache(store, "s")
+    assert fresh.get(("e", "h3")) == [0.5, 0.5]
+    assert fresh.get(("e", "h1")) == [1.0, 0.0] and fresh.loads == 1  # one query for the embedder
+    assert fresh.get(("other", "h1")) is None
+    assert StoreVectorCache(store, "another session").get(("e", "h1")) is None
+
+
+def test_a_new_dimension_under_one_name_starts_afresh(store) -> None:
+    cache = StoreVectorCache(store, "s")
+    cache.put_many([(("e", "old"), [1.0, 0.0]), (("e", "both"), [1.0, 1.0])])
+    cache.put(("e", "both"), [1.0, 1.0, 1.0])  # the model behind "e" changed
+    assert cache.get(("e", "old")) is None
+    assert cache.get(("e", "both")) == [1.0, 1.0, 1.0]
+    reopened = StoreVectorCache(store, "s")  # the newest saved vector decides the dimension
+    assert reopened.get(("e", "old")) is None and reopened.get(("e", "both")) == [1.0, 1.0, 1.0]
+    assert len(store.load_vectors("s", "e", dimension=2)) == 2  # kept apart, not overwritten
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [(("e",), [1.0])],
+        [(("e", 3), [1.0])],
+        [("e", "h", [1.0])],
+        [(("e", "h"), [float("inf")])],
+        [(("e", "h"), [])],
+        [("m", ("e", "h"), [1.0], "extra")],
+    ],
+)
+def test_invalid_items_are_refused_and_change_nothing(store, items) -> None:
+    cache = StoreVectorCache(store, "s")
+    with pytest.raises(InvalidInputError):
+        cache.put_many([(("e", "good"), [1.0]), *items])
+    assert cache.get(("e", "good")) is None and store.load_vectors("s", "e") == []
+    with pytest.raises(InvalidInputError):
+        cache.get("e:h")  # type: ignore[arg-type]
+
+
+def test_purge_erases_the_vectors_a_cache_saved(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "v.db")
+    fill(store, "s", 2)
+    StoreVectorCache(store, "s").put(("e", "h"), [1.0, 2.0], message_id="u1")
+    StoreVectorCache(store, "keep").put(("e", "h"), [1.0, 2.0])
+    store.purge("s")
+    store.close()
+    raw = sqlite3.connect(tmp_path / "v.db")
+    assert raw.execute("SELECT session_id FROM vectors").fetchall() == [("keep",)]
+    raw.close()
+    again = SQLiteStore(tmp_path / "v.db")
+    assert StoreVectorCache(again, "s").get(("e", "h")) is None
+    again.close()
+
+
+class LogOnlyStore(Store):
+    """A third-party store without the vector capability (it delegates its log)."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryStore()
+
+    def setup(self) -> None:
+        self.inner.setup()
+
+    def head(self, session_id: str) -> int:
+        return self.inner.head(session_id)
+
+    def revisions(self, session_id: str, after: int = 0):
+        return self.inner.revisions(session_id, after)
+
+    def commit(self, session_id, revision, *, expected_head, renew_taken_ids=False):
+        return self.inner.commit(session_id, revision, expected_head=expected_head, renew_taken_ids=renew_taken_ids)
+
+    def purge(self, session_id: str) -> None:
+        self.inner.purge(session_id)
+
+    def sessions(self) -> list[str]:
+        return self.inner.sessions()
+
+
+def test_a_store_without_the_capability_still_works_in_memory() -> None:
+    store = LogOnlyStore()
+    assert not supports_vectors(store)
+    fill(store, "s", 2)
+    cache = StoreVectorCache(store, "s")
+    assert not cache.persistent
+    embedder = CountingEmbedder()
+    gk = gatekeeper(embedder, cache)
+    gk.explain("When should I water the fig?")
+    assert embedder.document_calls == 1 and len(cache) == len(TOPICS)
+    again = CountingEmbedder()
+    gatekeeper(again, StoreVectorCache(store, "s")).explain("When should I water the fig?")
+    assert again.document_calls == 1  # nothing persisted: a restart embeds again
+    assert snapshot(store, "s")[0] == 2
+
+
+class BrokenVectorStore(InMemoryStore):
+    """Vectors cannot be saved or read (a full disk, a dropped table); the log works."""
+
+    def save_vectors(self, session_id, rows):
+        raise OSError("disk full")
+
+    def load_vectors(self, session_id, embedder, *, dimension=None):
+        raise OSError("no such table")
+
+
+def test_a_failing_vector_store_warns_once_and_selection_goes_on() -> None:
+    cache = StoreVectorCache(BrokenVectorStore(), "s")
+    embedder = CountingEmbedder()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gk = gatekeeper(embedder, cache)
+        first = gk.explain("When should I water the fig?")
+        gk.add_turn("And the ferns?", "Keep them moist.")
+        gk.explain("Any tips for ferns?")
+    ours = [w for w in caught if "vectors of session" in str(w.message)]
+    assert len(ours) == 1 and ("disk full" in str(ours[0].message) or "no such table" in str(ours[0].message))
+    assert first.turn_ids and embedder.document_calls == 2
+    assert len(cache) == len(TOPICS) + 1  # still cached in memory
+
+
+# -- no re-embedding on reopen --------------------------------------------------------------
+def test_a_reopened_store_embeds_nothing_again(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    first = CountingEmbedder()
+    store = SQLiteStore(path)
+    before = gatekeeper(first, StoreVectorCache(store, "chat")).explain("When should I water the fig?")
+    assert (first.document_calls, len(first.texts), first.query_calls) == (1, len(TOPICS), 1)
+    store.close()
+
+    second = CountingEmbedder()
+    store = SQLiteStore(path)  # a restarted worker
+    cache = StoreVectorCache(store, "chat")
+    after = gatekeeper(second, cache).explain("When should I water the fig?")
+    assert (second.document_calls, second.texts, second.query_calls) == (0, [], 1)
+    assert cache.loads == 1
+    assert after.turn_ids == before.turn_ids and after.decision == before.decision
+
+    gk = gatekeeper(second, cache)
+    gk.replace_turn(2, assistant="Ferns want airy, acidic soil.")  # a changed turn: only it is embedded
+    gk.explain("What soil for ferns?")
+    assert second.texts == ["What soil do ferns like?\nFerns want airy, acidic soil."]
+    store.close()
+
+
+def test_a_langchain_embeddings_goes_through_the_store_cache(tmp_path: Path) -> None:
+    fake = pytest.importorskip("langchain_core.embeddings").DeterministicFakeEmbedding
+    store = SQLiteStore(tmp_path / "lc.db")
+    gk = ContextGatekeeper(token_budget=200, embedder=fake(size=16), vector_cache=StoreVectorCache(store, "s"))
+    for user, assistant in TOPICS:
+        gk.add_turn(user, assistant)
+    gk.explain("Is there a later train?")
+    (name,) = _names(tmp_path / "lc.db")
+    assert "DeterministicFakeEmbedding" in name
+    assert len(store.load_vectors("s", name, dimension=16)) == len(TOPICS)
+    store.close()
+
+
+def _names(path: Path) -> set[str]:
+    raw = sqlite3.connect(path)
+    try:
+        return {row[0] for row in raw.execute("SELECT DISTINCT embedder FROM vectors")}
+    finally:
+        raw.close()
+
+
+# -- the migration --------------------------------------------------------------------------
+def test_a_file_from_before_vectors_gains_the_table_and_keeps_its_data(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "old.db"
+    with monkeypatch.context() as m:  # today's schema before vectors: migrations 1 and 2
+        m.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:2])
+        old = SQLiteStore(path)
+        fill(old, "a", 3)
+        fill(old, "b", 1)
+        before = {s: snapshot(old, s) for s in ("a", "b")}
+        assert [v for v, _ in old.applied_migrations()] == [1, 2]
+        old.close()
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'vectors'").fetchone() == (0,)
+    raw.close()
+
+    store = SQLiteStore(path)
+    assert store.applied_migrations()[-1] == (3, "saved vectors")
+    assert {s: snapshot(store, s) for s in ("a", "b")} == before
+    assert store.commit("a", fill(InMemoryStore(), "x", 4)[-1], expected_head=None).number == 4
+    store.save_vectors("a", [("u1", "h", "e", [1.0])])
+    store.purge("a")
+    assert store.load_vectors("a", "e") == [] and store.sessions() == ["b"]
+    store.close()
+    SQLiteStore(path).close()  # idempotent: nothing applied twice
+    raw = sqlite3.connect(path)
+    assert [r[0] for r in raw.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3]
+    raw.close()
