@@ -757,7 +757,7 @@ def lists_table(results: dict[str, Any]) -> Any:
 
     table = Table(title=f"Message lists: {LIST_TURNS} turns growing by one per call, "
                         f"budget {LIST_BUDGET} tokens, {LIST_CALLS} calls")
-    for column in ("subject", "first call ms", "ms/call median", "p95", "x trim_messages", "messages kept"):
+    for column in ("subject", "first call ms", "ms/call median", "p95", "time / trim_messages", "messages kept"):
         table.add_column(column, justify="left" if column == "subject" else "right")
     trim = results["trim_messages"]["ms"]["median"]
     for name, r in results.items():

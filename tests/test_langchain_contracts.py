@@ -138,12 +138,8 @@ def test_message_list_input_stores_each_turn_once(cls: type) -> None:
     assert chain.invoke([HumanMessage("good bye")], cfg()) == "you said: hello\ngood bye"
     assert [*chain.stream([HumanMessage("hi again")], cfg())] == ["you said: hello\ngood bye\nhi again"]
     assert sessions["1"].messages == [
-        HumanMessage("hello"),
-        AIMessage("you said: hello"),
-        HumanMessage("good bye"),
-        AIMessage("you said: hello\ngood bye"),
-        HumanMessage("hi again"),
-        AIMessage("you said: hello\ngood bye\nhi again"),
+        HumanMessage("hello"), AIMessage("you said: hello"), HumanMessage("good bye"),
+        AIMessage("you said: hello\ngood bye"), HumanMessage("hi again"), AIMessage("you said: hello\ngood bye\nhi again"),
     ]
 
 
@@ -162,9 +158,8 @@ def test_dict_input_and_output_keys_and_session_isolation(cls: type) -> None:
     assert first["output"] == AIMessage("you said: hello") and first["n"] == 0
     chain.invoke({"question": "other session"}, cfg("b"))
     assert chain.invoke({"question": "again"}, cfg("a"))["output"].content == "you said: hello\nagain"
-    assert sessions["a"].messages == [
-        HumanMessage("hello"), AIMessage("you said: hello"), HumanMessage("again"), AIMessage("you said: hello\nagain")
-    ]
+    again = [HumanMessage("hello"), AIMessage("you said: hello"), HumanMessage("again"), AIMessage("you said: hello\nagain")]
+    assert sessions["a"].messages == again
     assert sessions["b"].messages == [HumanMessage("other session"), AIMessage("you said: other session")]
 
 
@@ -174,9 +169,8 @@ def test_async_invocation_stores_the_turn(cls: type) -> None:
     chain = with_history(cls, RunnableLambda(echo), sessions)
     assert asyncio.run(chain.ainvoke([HumanMessage("hello")], cfg("x"))) == "you said: hello"
     assert asyncio.run(chain.ainvoke("again", cfg("x"))) == "you said: hello\nagain"
-    assert sessions["x"].messages == [
-        HumanMessage("hello"), AIMessage("you said: hello"), HumanMessage("again"), AIMessage("you said: hello\nagain")
-    ]
+    assert sessions["x"].messages == [HumanMessage("hello"), AIMessage("you said: hello"), HumanMessage("again"),
+                                      AIMessage("you said: hello\nagain")]
 
 
 @BOTH
@@ -321,14 +315,11 @@ def test_topic_gate_missing_keys_are_library_errors() -> None:
 
 # -- gate_messages: trim_messages' shape ----------------------------------------------------
 def conversation() -> list[BaseMessage]:
+    call = AIMessage("", tool_calls=[{"name": "grind_chart", "args": {"brewer": "moka pot"}, "id": "c1"}])
     return [
-        SystemMessage("Be brief."),
-        HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]),
-        HumanMessage(ESPRESSO[0]),
-        AIMessage("", tool_calls=[{"name": "grind_chart", "args": {"brewer": "moka pot"}, "id": "c1"}]),
-        ToolMessage("moka pot: medium-fine", tool_call_id="c1"),
-        AIMessage(ESPRESSO[1]),
-        HumanMessage(REDIS_2[0]), AIMessage(REDIS_2[1]),
+        SystemMessage("Be brief."), HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]), HumanMessage(ESPRESSO[0]), call,
+        ToolMessage("moka pot: medium-fine", tool_call_id="c1"), AIMessage(ESPRESSO[1]), HumanMessage(REDIS_2[0]),
+        AIMessage(REDIS_2[1]),
     ]
 
 
