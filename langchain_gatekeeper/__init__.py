@@ -9,7 +9,7 @@ from .gate import GatedRunnableWithMessageHistory, TopicGateKeysError, topic_gat
 from .history import GatekeeperChatMessageHistory
 from .middleware import GatekeeperMiddleware
 from .models import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
-from .trim import gate_messages
+from .trim import agate_messages, gate_messages
 from .threads import (
     GatekeeperState,
     ThreadEdit,
@@ -33,6 +33,7 @@ __all__ = [
     "TopicGateKeysError",
     # plain message lists (LangGraph, pre_model_hook): shaped like trim_messages
     "gate_messages",
+    "agate_messages",
     # agents (LangChain 1.x create_agent)
     "GatekeeperMiddleware",
     "GatekeeperState",

@@ -28,6 +28,7 @@ the turns' content, so a list that grew by one turn costs one turn to index.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections import OrderedDict
@@ -47,7 +48,7 @@ from context_gatekeeper.errors import InvalidInputError
 from .agent_view import GatedView
 from .history import ADAPTER_GATE_DEFAULTS
 
-__all__ = ["gate_messages", "approximate_tokens"]
+__all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
 _CACHE_SIZE = 32
 _views: OrderedDict[Hashable, GatedView] = OrderedDict()
@@ -153,3 +154,22 @@ def gate_messages(
         return _gate(messages, settings, thread)
     _view(settings)  # check the options now, not at the first call
     return RunnableLambda(partial(_gate, options=settings, thread=thread), name="gate_messages")
+
+
+async def agate_messages(
+    messages: Iterable[Any] | PromptValue,
+    *,
+    token_budget: int | None = None,
+    max_tokens: int | None = None,
+    token_counter: Any = None,
+    thread: Hashable | None = None,
+    **options: Any,
+) -> list[BaseMessage]:
+    """Async :func:`gate_messages` (the gating runs in a worker thread; same kept index)."""
+    if messages is None:
+        raise InvalidInputError("agate_messages needs messages; gate_messages() without them returns a Runnable")
+    result = await asyncio.to_thread(
+        gate_messages, list(messages) if not isinstance(messages, PromptValue) else messages,
+        token_budget=token_budget, max_tokens=max_tokens, token_counter=token_counter, thread=thread, **options,
+    )
+    return result  # type: ignore[return-value]

@@ -8,7 +8,6 @@ langchain-core's unit tests for chat histories and RunnableWithMessageHistory ch
   listener errors raised the way the wrapped runnable raises them;
 * the plain-list functions (``topic_gate`` without a session history, ``gate_messages``)
   keep their index across calls, so a list that grew by one turn costs one turn.
-
 Everything is real (LangChain runnables, SQLite files); models are scripted fakes.
 """
 
@@ -31,6 +30,7 @@ from langchain_gatekeeper import (
     GatedRunnableWithMessageHistory,
     GatekeeperChatMessageHistory,
     TopicGateKeysError,
+    agate_messages,
     gate_messages,
     topic_gate,
 )
@@ -53,9 +53,7 @@ class Sessions(dict):
     """``get_session_history`` over a dict, as upstream's tests write it."""
 
     def __call__(self, session_id: str) -> GatekeeperChatMessageHistory:
-        if session_id not in self:
-            self[session_id] = GatekeeperChatMessageHistory(f"contract-{session_id}")
-        return self[session_id]
+        return self.setdefault(session_id, GatekeeperChatMessageHistory(f"contract-{session_id}"))
 
 
 def cfg(session: str = "1", **extra: Any) -> dict[str, Any]:
@@ -346,6 +344,7 @@ def test_gate_messages_without_messages_is_a_runnable_and_accepts_message_likes(
     assert [m.text for m in asyncio.run(runnable.ainvoke(likes))] == [m.text for m in out]
     prompt_value = ChatPromptTemplate.from_messages(likes).invoke({})
     assert [m.text for m in gate_messages(prompt_value)] == [m.text for m in out]
+    assert [m.text for m in asyncio.run(agate_messages(likes, token_budget=1000))] == [m.text for m in out]
 
 
 def test_gate_messages_checks_its_options() -> None:
