@@ -15,9 +15,13 @@ Two ways to send a chain only the earlier turns the current query needs:
 
 Both replace the history in the chain's input with the gated view (system
 messages, the selected earlier turns, the open turn) and leave the stored history
-alone.  With a :class:`~langchain_gatekeeper.GatekeeperChatMessageHistory` the view
-comes from its incremental index; with any other ``BaseChatMessageHistory`` (or no
-history at all) the gate indexes the list it is given, in memory, for that call.
+alone.  With a :class:`~langchain_gatekeeper.GatekeeperChatMessageHistory` whose
+messages the chain's history matches position by position (same roles and texts;
+ids may be absent), the view comes from the history's own incremental index; with
+any other ``BaseChatMessageHistory`` (or no history at all) the gate keeps an index
+of the lists it is given, in memory, keyed by the turns' content (the agent
+middleware's :class:`~langchain_gatekeeper.agent_view.GatedView`), so a list that
+grew by one turn costs one turn to index.
 ``RunnableWithMessageHistory``'s own bookkeeping still sees the full, ungated input
 (the gate sits *inside* the runnable it watches), so the user's message is stored
 exactly once in every mode.
@@ -222,6 +226,11 @@ def topic_gate(
       is the history followed by the new messages; the history part is gated and
       the new messages are kept.  The split comes from the session history in the
       config; without one, the new messages start at the last human message.
+
+    With neither key, a dict input has them inferred when its shape is unambiguous:
+    one list of messages and one string or message (history and input), or one list
+    of messages alone (history followed by the new messages).  Any other dict raises
+    :class:`TopicGateKeysError` (a ``TypeError``) naming the keys to pass.
 
     Args:
         input_messages_key: the key of the new input in a dict input.
