@@ -41,7 +41,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from context_gatekeeper.models import pick_model
-from context_gatekeeper import ContextGatekeeper, GatekeeperError
+from context_gatekeeper import ContextGatekeeper, EditOptions, GatekeeperError
 
 from .agent_view import GatedView, is_summary
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
@@ -65,8 +65,11 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         model: the editing model for the route (any chat model, or a core model);
             ``None`` means Gemini 2.5 Flash, resolved at the first edit.
         llm: alias of ``model``.
-        strategy: "patch" or "rewrite" for routed edits.
-        allow_large_deletion: let a routed edit remove more than half of the text.
+        edit_options: routed edits' settings as one :class:`~context_gatekeeper.EditOptions`;
+            ``strategy`` and ``allow_large_deletion`` override its fields.
+        strategy: "patch" (default) or "rewrite" for routed edits.
+        allow_large_deletion: let a routed edit destroy more of the text than the
+            deletion guard allows.
         max_threads: how many threads' indexes to keep in memory (LRU).
         **gatekeeper_options: any other :class:`ContextGatekeeper` keyword
             (``token_counter``, ``message_overhead``, ``params``, a SelectionParams field).
@@ -82,8 +85,9 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         edit_prefix: str | None = "/edit ",
         model: Any = None,
         llm: Any = None,
-        strategy: str = "patch",
-        allow_large_deletion: bool = False,
+        edit_options: EditOptions | None = None,
+        strategy: str | None = None,
+        allow_large_deletion: bool | None = None,
         max_threads: int = 1024,
         **gatekeeper_options: Any,
     ) -> None:
@@ -91,13 +95,12 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         edit_model = pick_model(model, llm)
         if edit_prefix is not None and (not isinstance(edit_prefix, str) or not edit_prefix.strip()):
             raise ValueError(f"edit_prefix must be a non-blank string or None, got {edit_prefix!r}")
-        if strategy not in ("patch", "rewrite"):
-            raise ValueError(f"strategy must be 'patch' or 'rewrite', got {strategy!r}")
+        settings = EditOptions.of(edit_options, strategy=strategy, allow_large_deletion=allow_large_deletion)
         options = dict(gatekeeper_options, token_budget=token_budget, on_overflow=on_overflow)
         ContextGatekeeper(**options)  # reject bad options now, not at the first model call
         self.edit_prefix = edit_prefix
         self.edit_model = edit_model
-        self.edit_options = {"strategy": strategy, "allow_large_deletion": allow_large_deletion}
+        self.edit_options = settings
         self.views = GatedView(lambda: ContextGatekeeper(**options), max_threads=max_threads)
 
     # -- gating ---------------------------------------------------------------------------
@@ -184,7 +187,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         if not instruction:
             return self._usage(marked, self.edit_prefix or "")
         try:
-            plan = plan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
+            plan = plan_edit(messages, log, instruction, self.edit_model, self.edit_options)
         except GatekeeperError as exc:
             return self._reply(None, exc, marked)
         return self._reply(plan, None, marked)
@@ -198,7 +201,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         if not instruction:
             return self._usage(marked, self.edit_prefix or "")
         try:
-            plan = await aplan_edit(messages, log, instruction, self.edit_model, **self.edit_options)
+            plan = await aplan_edit(messages, log, instruction, self.edit_model, self.edit_options)
         except GatekeeperError as exc:
             return self._reply(None, exc, marked)
         return self._reply(plan, None, marked)

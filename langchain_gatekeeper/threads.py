@@ -40,7 +40,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import NotRequired
 
 from context_gatekeeper.models import pick_model
-from context_gatekeeper import Diff, HistoryError, Message
+from context_gatekeeper import Diff, EditOptions, HistoryError, Message
 from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
 from context_gatekeeper.operations import Applied, Change, Remove, apply_changes, change_from_dict, invert
 from context_gatekeeper.revisions import Revision, applicable, diff_states, rewind, undo_stacks
@@ -117,14 +117,10 @@ def state_update(before: Sequence[Message], changes: Sequence[Applied]) -> list[
         else:
             update.append(from_core(change.after if isinstance(change, Change) else change.message))
     try:
-        merged = add_messages(from_core_messages(before), update)
-        targeted_ok = [m.id for m in merged] == [m.id for m in after]
+        targeted_ok = [m.id for m in add_messages(from_core_messages(before), update)] == [m.id for m in after]
     except ValueError:
         targeted_ok = False
-    if targeted_ok:
-        return update
-    return [RemoveMessage(id=REMOVE_ALL_MESSAGES), *from_core_messages(after)]
-
+    return update if targeted_ok else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *from_core_messages(after)]
 
 
 # -- the log ----------------------------------------------------------------------------------
@@ -200,21 +196,21 @@ def _plan(messages: Sequence[BaseMessage], result: EditResult, log: Sequence[dic
 
 
 def plan_edit(
-    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, **options: Any
+    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, options: EditOptions
 ) -> EditPlan:
     """Compute an edit of ``messages`` (edit records excluded) numbered after the log's
     records; nothing is written."""
     edit_model = resolve_edit_model(model)
-    result = compute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, **options)
+    result = compute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, options=options)
     return _plan(messages, result, log, instruction)
 
 
 async def aplan_edit(
-    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, **options: Any
+    messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, options: EditOptions
 ) -> EditPlan:
     """Async :func:`plan_edit`."""
     edit_model = resolve_edit_model(model)
-    result = await acompute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, **options)
+    result = await acompute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, options=options)
     return _plan(messages, result, log, instruction)
 
 
@@ -227,13 +223,15 @@ def _write(agent: Any, plan: EditPlan) -> dict[str, Any]:
     return values
 
 
-def _options(strategy: str, allow_large_deletion: bool, model: Any, llm: Any) -> tuple[Any, dict[str, Any]]:
-    return pick_model(model, llm), {"strategy": strategy, "allow_large_deletion": allow_large_deletion}
+def _options(model: Any, llm: Any, options: EditOptions | None, **keywords: Any) -> tuple[Any, EditOptions]:
+    """The model and the edit's settings, checked before anything is read."""
+    return pick_model(model, llm), EditOptions.of(options, **keywords)
 
 
 def edit_thread(
     agent: Any, config: dict[str, Any], instruction: str, model: Any = None, *,
-    llm: Any = None, strategy: str = "patch", allow_large_deletion: bool = False,
+    llm: Any = None, options: EditOptions | None = None, strategy: str | None = None,
+    allow_large_deletion: bool | None = None,
 ) -> ThreadEdit:
     """Rewrite a thread's messages by a natural-language instruction, as one state update.
 
@@ -244,8 +242,11 @@ def edit_thread(
         instruction: what to change, e.g. "it was Iceland, not Ireland".
         model: the editing model (any chat model or core model); default Gemini 2.5 Flash.
         llm: alias of ``model``.
+        options: the edit's settings as one :class:`~context_gatekeeper.EditOptions`
+            (default: patch, the default deletion guard); the keywords below override it.
         strategy: "patch" or "rewrite".
-        allow_large_deletion: accept an edit that removes more than half the text.
+        allow_large_deletion: accept an edit that destroys more of the text than
+            ``options.max_deletion_share``.
 
     Returns:
         the :class:`ThreadEdit` (a core ``Revision`` of kind "edit"; ``str()`` is the
@@ -253,11 +254,11 @@ def edit_thread(
 
     Raises:
         EditError: unusable model output (nothing changed). ModelUnavailableError: no model.
-        HistoryError: the thread has no messages.
+        HistoryError: the thread has no messages. InvalidInputError: a bad option.
     """
-    chosen, options = _options(strategy, allow_large_deletion, model, llm)
+    chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
     messages, log = _thread(agent.get_state(config))
-    plan = plan_edit(messages, log, instruction, chosen, **options)
+    plan = plan_edit(messages, log, instruction, chosen, settings)
     if plan.entry.changed:
         agent.update_state(config, _write(agent, plan))
     return plan.entry
@@ -265,12 +266,13 @@ def edit_thread(
 
 async def aedit_thread(
     agent: Any, config: dict[str, Any], instruction: str, model: Any = None, *,
-    llm: Any = None, strategy: str = "patch", allow_large_deletion: bool = False,
+    llm: Any = None, options: EditOptions | None = None, strategy: str | None = None,
+    allow_large_deletion: bool | None = None,
 ) -> ThreadEdit:
     """Async :func:`edit_thread` (``aget_state`` / ``aupdate_state``, the model's async call)."""
-    chosen, options = _options(strategy, allow_large_deletion, model, llm)
+    chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
     messages, log = _thread(await agent.aget_state(config))
-    plan = await aplan_edit(messages, log, instruction, chosen, **options)
+    plan = await aplan_edit(messages, log, instruction, chosen, settings)
     if plan.entry.changed:
         await agent.aupdate_state(config, _write(agent, plan))
     return plan.entry
@@ -296,9 +298,7 @@ def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[s
             raise HistoryError("nothing to undo: this thread has no edit left whose messages are still there")
     else:
         if not undone:
-            raise HistoryError(
-                "nothing to redo: redo follows undo_thread, and a later edit discards what was undone"
-            )
+            raise HistoryError("nothing to redo: redo follows undo_thread, and a later edit discards what was undone")
         target = undone[-1].target
         changes = applicable(invert(undone[-1].changes), state)
         if not changes:

@@ -19,7 +19,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from context_gatekeeper import HistoryError
+from context_gatekeeper import EditError, EditOptions, HistoryError, InvalidInputError
 from context_gatekeeper.operations import Change, change_to_dict
 from context_gatekeeper.revisions import Revision
 from context_gatekeeper.testing import ScriptedModel
@@ -257,3 +257,34 @@ def test_async_twins() -> None:
         assert "@@ user #1: changed @@" in str(await athread_diff(agent, CONFIG, 0))
 
     asyncio.run(scenario())
+
+
+# -- one EditOptions record ----------------------------------------------------------------------
+def test_edit_options_travel_to_the_edit_and_keywords_override_them() -> None:
+    agent = ireland_thread(AIMessage(COFFEE_ANSWER))
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    drop = '{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'
+    with pytest.raises(EditError):  # the deletion guard refuses by default
+        edit_thread(agent, CONFIG, "drop the GDP turn", ScriptedModel([drop, drop]))
+    lenient = EditOptions(allow_large_deletion=True)
+    with pytest.raises(EditError):  # the keyword overrides the record
+        edit_thread(agent, CONFIG, "drop the GDP turn", ScriptedModel([drop, drop]), options=lenient, allow_large_deletion=False)
+    entry = edit_thread(agent, CONFIG, "drop the GDP turn", ScriptedModel([drop]), options=lenient)
+    assert entry.strategy == "patch" and texts(agent) == [COFFEE, COFFEE_ANSWER]
+    editor = ScriptedModel([])
+    with pytest.raises(InvalidInputError, match="unknown edit strategy"):
+        edit_thread(agent, CONFIG, "anything", editor, strategy="wholesale")
+    assert editor.calls == [] and len(thread_history(agent, CONFIG)) == 1
+
+
+def test_the_middleware_takes_one_edit_options_record() -> None:
+    drop = '{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'
+    main = scripted([AIMessage(IRELAND_ANSWER)])
+    middleware = GatekeeperMiddleware(model=ScriptedModel([drop]), edit_options=EditOptions(allow_large_deletion=True))
+    agent = create_agent(main, [], middleware=[middleware], checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    out = agent.invoke({"messages": [HumanMessage("/edit drop the GDP question")]}, CONFIG)
+    assert "Edited the conversation" in out["messages"][-1].text
+    assert [m.text for m in agent.get_state(CONFIG).values["messages"]][:1] == ["/edit drop the GDP question"]
+    with pytest.raises(InvalidInputError):
+        GatekeeperMiddleware(strategy="wholesale")
