@@ -95,6 +95,7 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
     _lock: Any = PrivateAttr()
     _default_model: Any = PrivateAttr(default=None)
     _options: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _opened_store: Any = PrivateAttr(default=None)  # a store an unpickle or deepcopy opened for this memory
 
     def __init__(
         self,
@@ -278,8 +279,12 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
             return earlier + tail
 
     def close(self) -> None:
-        """Close the store if this memory opened it (from a path or URL)."""
+        """Close the store if this memory opened it (from a path or URL, or as a pickle's or
+        deepcopy's connection to the original's PostgreSQL store)."""
         self._transcript.close()
+        if self._opened_store is not None:
+            self._opened_store.close()
+            self._opened_store = None
 
     def _gated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
         """Leading system messages and the selected earlier turns, within ``budget``.

@@ -255,7 +255,15 @@ def _rebuild(cls: type, memory: dict[str, Any], spec: dict[str, Any] | None, tru
         return cls.from_dict(memory, **trusted)  # type: ignore[attr-defined]
     store: Any = spec["sqlite"] if "sqlite" in spec else _open_spec(spec)
     options = {**_data_options(memory), **trusted}
-    return cls(token_limit=memory["token_limit"], session_id=memory["session_id"], store=store, **options)
+    try:
+        rebuilt = cls(token_limit=memory["token_limit"], session_id=memory["session_id"], store=store, **options)
+    except BaseException:
+        if not isinstance(store, str):
+            store.close()
+        raise
+    if not isinstance(store, str):
+        rebuilt._opened_store = store  # close() closes it
+    return rebuilt
 
 
 class SerialisationMixin:

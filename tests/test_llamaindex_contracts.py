@@ -274,7 +274,8 @@ def test_a_postgres_memory_copy_reattaches_to_the_same_session(
             assert again.get_all() == twin.get_all()
             assert [r.kind for r in again.history()] == ["append"] * 3 + ["set", "undo", "append"]
         finally:
-            twin.store.close()
+            twin.close()  # closes the connection the copy opened, and only that one
+        assert twin.store._pool.closed and not store._pool.closed  # type: ignore[attr-defined]
     finally:
         store.close()
         drop_tables(dsn, prefix)
