@@ -19,7 +19,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from context_gatekeeper import EditError, EditOptions, HistoryError, InvalidInputError
+from context_gatekeeper import Diff, EditError, EditOptions, HistoryError, InvalidInputError
 from context_gatekeeper.operations import Change, change_to_dict
 from context_gatekeeper.revisions import Revision
 from context_gatekeeper.testing import ScriptedModel
@@ -288,3 +288,12 @@ def test_the_middleware_takes_one_edit_options_record() -> None:
     assert [m.text for m in agent.get_state(CONFIG).values["messages"]][:1] == ["/edit drop the GDP question"]
     with pytest.raises(InvalidInputError):
         GatekeeperMiddleware(strategy="wholesale")
+
+
+def test_a_diff_without_its_states_names_messages_by_id() -> None:
+    agent = ireland_thread()
+    diff = to_iceland(agent).diff
+    assert "@@ user #1: changed @@" in str(diff)
+    bare = Diff(diff.a, diff.b, diff.messages)  # built by hand, without the two states
+    question_id = agent.get_state(CONFIG).values["messages"][0].id
+    assert f"@@ user {question_id}: changed @@" in str(bare)
