@@ -7,11 +7,10 @@ under its id, a deleted one is a ``RemoveMessage``; an insertion anywhere but at
 end rewrites the list (``REMOVE_ALL_MESSAGES`` then the revised list, ids unchanged).
 
 **One undo engine.**  Each edit, undo and redo is a core
-:class:`~context_gatekeeper.revisions.Revision` (numbered from 1 within the thread,
-stored as ``Revision.to_dict()``) in a private state key, :data:`EDITS_KEY` (each write
-the whole log, so the key is absent from threads never edited),
-that :class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware` adds to the
-agent's state schema.  Undo and redo follow the core's rules
+:class:`~context_gatekeeper.revisions.Revision`, numbered from 1 within the thread and
+stored as ``Revision.to_dict()`` in :data:`EDITS_KEY`, a private state key that
+:class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware` adds to the agent's
+state schema (each write holds the whole log; a thread never edited has no key).  Undo and redo follow the core's rules
 (:func:`~context_gatekeeper.revisions.undo_stacks`, inverses by
 :func:`~context_gatekeeper.operations.invert`): undo reverts the last edit not yet
 undone, redo re-applies the last undo, a new edit empties the redo stack.  Messages
