@@ -22,8 +22,8 @@ a persistent checkpointer and follows forks and time travel), and needs no side
 store.  Records written by earlier versions (``{"kind": "edit"|"undo", "changes":
 [...], ...}`` without a number) are read as the revisions they were.
 
-Messages that record an edit (the ``/edit`` command and its confirmation, marked
-``additional_kwargs["lc_source"] == "gatekeeper_edit"``) are never edited nor selected.
+Edit records (the ``/edit`` command and its confirmation, ``additional_kwargs
+["lc_source"] == "gatekeeper_edit"``) are never edited nor selected.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing_extensions import NotRequired
 from context_gatekeeper.models import pick_model
 from context_gatekeeper import Diff, EditOptions, HistoryError, Message
 from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
-from context_gatekeeper.operations import Applied, Change, Remove, apply_changes, change_from_dict, invert
+from context_gatekeeper.operations import Applied, Change, Remove, apply_changes, change_from_dict, invert, touched_ids
 from context_gatekeeper.revisions import Revision, applicable, diff_states, rewind, undo_stacks
 
 from .convert import from_core, from_core_messages, to_core_messages
@@ -73,16 +73,9 @@ class GatekeeperState(AgentState[Any]):
 
 @dataclass(frozen=True, slots=True)
 class ThreadEdit(Revision):
-    """A core :class:`~context_gatekeeper.revisions.Revision` of a thread (an edit, undo
-    or redo: ``number``, ``kind``, ``changes``, ``instruction``, ``model``, ``target``,
-    ``to_dict()`` ...) with what a revision alone cannot carry: the thread before
-    against the thread after, and the edit's strategy.
-
-    Attributes:
-        diff: the thread before against the thread after; ``str(diff)`` is readable,
-            messages named by role and position (``user #1``).
-        strategy: "patch" or "rewrite" for an edit, else None.
-    """
+    """A core :class:`~context_gatekeeper.revisions.Revision` of a thread (edit, undo or
+    redo) plus what a revision cannot carry: ``diff``, the thread before against the
+    thread after (``str()`` names messages ``user #1``), and the edit's ``strategy``."""
 
     diff: Diff = field(default_factory=lambda: Diff(0, 0, ()), repr=False, compare=False)
     strategy: str | None = None
@@ -213,7 +206,15 @@ async def aplan_edit(
     return _plan(messages, result, log, instruction)
 
 
-def _write(agent: Any, plan: EditPlan) -> dict[str, Any]:
+def _write(agent: Any, plan: EditPlan, before: Any, now: Any) -> dict[str, Any]:
+    """The update that writes ``plan`` (computed on snapshot ``before``), refused when the
+    thread re-read just before writing (``now``) has another edit, undo or redo, or a
+    different version of a message the edit touches (of any message, for a rewrite)."""
+    (old, old_log), (new, new_log) = _values(before), _values(now)
+    rewrite, touched = plan.update[:1] and plan.update[0].id == REMOVE_ALL_MESSAGES, touched_ids(plan.entry.changes)
+    watched = lambda messages: [m for m in messages if rewrite or m.id in touched]  # noqa: E731
+    if new_log != old_log or watched(new) != watched(old):
+        raise HistoryError("the thread changed while the edit was computed; nothing was written: run the edit again")
     values: dict[str, Any] = {"messages": plan.update}
     if _has_log(agent):
         values[EDITS_KEY] = plan.log
@@ -253,13 +254,14 @@ def edit_thread(
 
     Raises:
         EditError: unusable model output (nothing changed). ModelUnavailableError: no model.
-        HistoryError: the thread has no messages. InvalidInputError: a bad option.
+        HistoryError: the thread has no messages, or another edit (or a change to a message
+            this edit touches) landed while the model worked. InvalidInputError: a bad option.
     """
     chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
-    messages, log = _thread(agent.get_state(config))
+    messages, log = _thread(snapshot := agent.get_state(config))
     plan = plan_edit(messages, log, instruction, chosen, settings)
     if plan.entry.changed:
-        agent.update_state(config, _write(agent, plan))
+        agent.update_state(config, _write(agent, plan, snapshot, agent.get_state(config)))
     return plan.entry
 
 
@@ -270,10 +272,10 @@ async def aedit_thread(
 ) -> ThreadEdit:
     """Async :func:`edit_thread` (``aget_state`` / ``aupdate_state``, the model's async call)."""
     chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
-    messages, log = _thread(await agent.aget_state(config))
+    messages, log = _thread(snapshot := await agent.aget_state(config))
     plan = await aplan_edit(messages, log, instruction, chosen, settings)
     if plan.entry.changed:
-        await agent.aupdate_state(config, _write(agent, plan))
+        await agent.aupdate_state(config, _write(agent, plan, snapshot, await agent.aget_state(config)))
     return plan.entry
 
 

@@ -297,3 +297,39 @@ def test_a_diff_without_its_states_names_messages_by_id() -> None:
     bare = Diff(diff.a, diff.b, diff.messages)  # built by hand, without the two states
     question_id = agent.get_state(CONFIG).values["messages"][0].id
     assert f"@@ user {question_id}: changed @@" in str(bare)
+
+
+# -- writes that raced the model ---------------------------------------------------------------------
+def editing_while(agent: Any, meanwhile: Any, old: str = "Ireland", new: str = "Iceland") -> ScriptedModel:
+    """An editor that lets ``meanwhile`` change the thread while it works, then answers."""
+
+    def reply(messages: list[dict[str, Any]]) -> str:
+        meanwhile()
+        return swap_editor(old, new)(messages)
+
+    return ScriptedModel([reply])
+
+
+def test_an_edit_is_refused_when_another_edit_landed_while_the_model_worked() -> None:
+    agent = ireland_thread()
+    to_iceland(agent)
+    editor = editing_while(agent, lambda: undo_thread(agent, CONFIG), "Iceland", "Norway")
+    with pytest.raises(HistoryError, match="changed while the edit was computed"):
+        edit_thread(agent, CONFIG, "Norway", editor)
+    assert texts(agent) == [IRELAND, IRELAND_ANSWER] and [r.kind for r in thread_history(agent, CONFIG)] == ["edit", "undo"]
+
+
+def test_an_edit_is_refused_when_a_message_it_touches_went_meanwhile() -> None:
+    agent = ireland_thread()
+    question = agent.get_state(CONFIG).values["messages"][0].id
+    editor = editing_while(agent, lambda: agent.update_state(CONFIG, {"messages": [RemoveMessage(id=question)]}))
+    with pytest.raises(HistoryError, match="nothing was written"):
+        edit_thread(agent, CONFIG, "Iceland", editor)
+    assert texts(agent) == [IRELAND_ANSWER] and thread_history(agent, CONFIG) == []
+
+
+def test_an_edit_lands_over_messages_appended_while_the_model_worked() -> None:
+    agent = ireland_thread()
+    editor = editing_while(agent, lambda: agent.update_state(CONFIG, {"messages": [HumanMessage("A later question.")]}))
+    edit_thread(agent, CONFIG, "Iceland", editor)
+    assert texts(agent) == [ICELAND, ICELAND_ANSWER, "A later question."]
