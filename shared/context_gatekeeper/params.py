@@ -194,6 +194,15 @@ class SelectionParams:
     semantic_continue_z: float = 1.5
     """Gate: a query the words would switch (without a cue) continues when its similarity
     to the active topic's recent turns reaches this z-score."""
+    semantic_switch_z: float = 0.5
+    """Gate: a query the words would continue only by default (overlap below
+    ``continue_threshold``, no cue) switches when its similarity to the active topic's
+    recent turns stays below this z-score: chit-chat shifts carry little lexical signal."""
+    semantic_reference_drop: float = 0.3
+    """Gate: the same for a query with a reference cue ("it", "that one"), which leans on
+    the active topic: it switches only when its similarity there lies this many standard
+    deviations *below* the history's mean (interleaved dev set: 0.3 keeps every pronoun
+    case; 0 loses one, for +0.02 TIAGE switch F1)."""
     semantic_return_margin: float = 1.0
     """Gate: a query returns to an earlier recent topic when its similarity there clears
     ``semantic_floor`` and beats the active topic's by this many standard deviations
