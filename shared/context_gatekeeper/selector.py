@@ -336,8 +336,8 @@ def score_records(
         for t in kept.reasons
         if t not in in_pool
     ]
-    for c in shown:
-        if view is not None and c.similarity is None and c.turn_id not in candidates:
+    for c in shown if view is not None else ():
+        if c.similarity is None and c.turn_id not in candidates:
             c.similarity, c.z = view.of(c.turn_id) or (None, None)
     records = []
     for c in sorted(shown, key=lambda c: (-c.total, c.position)):
