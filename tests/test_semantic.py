@@ -432,3 +432,32 @@ def test_semantic_decide_rules() -> None:
     assert semantic_decide("switch", features(3.0, cues=announced), p) == ("switch", None)
     assert semantic_decide("switch", features(None), p) == ("switch", None)
     assert semantic_decide("switch", features(3.0), p.with_(semantic_gate=False)) == ("switch", None)
+
+
+def test_a_batch_finishing_after_its_timeout_lands_in_the_cache() -> None:
+    release, finished = threading.Event(), threading.Event()
+
+    class SlowDocuments(HashEmbedder):
+        def embed_documents(self, texts):
+            release.wait(30)
+            try:
+                return super().embed_documents(texts)
+            finally:
+                finished.set()
+
+    fake, cache = SlowDocuments(), DictVectorCache()
+    gk = gatekeeper(fake, vector_cache=cache, embed_timeout=0.05)
+    try:
+        first = gk.explain("Where did we go hiking?")
+        assert first.semantic_fallback and len(gk._semantic.pending) == len(CHAT)
+    finally:
+        release.set()
+    assert finished.wait(30)
+    for _ in range(3000):  # the done-callback runs right after the result is set
+        if len(cache) == len(CHAT):
+            break
+        threading.Event().wait(0.01)
+    second = gk.explain("Where did we go hiking?")
+    assert not second.semantic_fallback
+    assert len(fake.document_calls) == 1 and not gk._semantic.pending
+    assert len(gk._semantic.vectors) == len(CHAT)

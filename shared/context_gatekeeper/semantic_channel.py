@@ -28,16 +28,20 @@ __all__ = ["TurnVectors", "SemanticChannel", "SemanticMethods"]
 
 logger = logging.getLogger("context_gatekeeper.gatekeeper")
 
-_pool_lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
+def _in_daemon_thread(fn: Callable[[Any], Any], arg: Any) -> concurrent.futures.Future:
+    """Run ``fn(arg)`` in a daemon thread: a call that never returns cannot keep the
+    process from exiting (a shared executor's workers would be joined at exit)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
 
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(arg))
+            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting caller
+                future.set_exception(exc)
 
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="gatekeeper-embed")
-        return _pool
+    threading.Thread(target=run, name="gatekeeper-embed", daemon=True).start()
+    return future
 
 
 class TurnVectors:
@@ -279,7 +283,7 @@ class SemanticChannel:
     def _call(self, fn: Callable[[Any], Any], arg: Any, late: Callable[..., None] | None = None) -> Any:
         if self.timeout is None:
             return fn(arg)
-        future = _executor().submit(fn, arg)
+        future = _in_daemon_thread(fn, arg)
         try:
             return future.result(timeout=self.timeout)
         except concurrent.futures.TimeoutError:
