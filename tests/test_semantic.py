@@ -461,3 +461,19 @@ def test_a_batch_finishing_after_its_timeout_lands_in_the_cache() -> None:
     assert not second.semantic_fallback
     assert len(fake.document_calls) == 1 and not gk._semantic.pending
     assert len(gk._semantic.vectors) == len(CHAT)
+
+
+def test_a_reopened_sqlite_store_embeds_nothing_again(tmp_path) -> None:
+    vector_cache = pytest.importorskip("context_gatekeeper.stores.vector_cache")
+    from context_gatekeeper import SQLiteStore
+
+    path = tmp_path / "chat.db"
+    first = HashEmbedder()
+    gatekeeper(first, vector_cache=vector_cache.StoreVectorCache(SQLiteStore(path), "s1")).select("hiking?")
+    assert sum(len(b) for b in first.document_calls) == len(CHAT)
+    # a restarted worker: a new store object, a new cache, a new gatekeeper
+    again = HashEmbedder()
+    gk = gatekeeper(again, vector_cache=vector_cache.StoreVectorCache(SQLiteStore(path), "s1"))
+    selection = gk.explain("What desserts has Maria made?")
+    assert again.document_calls == [] and len(again.query_calls) == 1
+    assert len(gk._semantic.vectors) == len(CHAT) and not selection.semantic_fallback
