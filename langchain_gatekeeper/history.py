@@ -33,12 +33,12 @@ import asyncio
 import os
 from dataclasses import replace
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from context_gatekeeper import Message, Selection, Store, Transcript, TranscriptGate
+from context_gatekeeper import Message, Selection, Store, Strategy, Transcript, TranscriptGate
 from context_gatekeeper.errors import UnknownMessageError
 from context_gatekeeper.operations import Request
 from context_gatekeeper.revisions import Revision
@@ -46,14 +46,13 @@ from context_gatekeeper.versioned import VersionedTranscriptMixin
 from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE
 
 from .convert import from_core_messages, to_core
-from .models import resolve_edit_model
+from .models import given_edit_model, resolve_edit_model
 
 __all__ = ["GatekeeperChatMessageHistory", "ADAPTER_GATE_DEFAULTS"]
 
 ADAPTER_GATE_DEFAULTS: dict[str, Any] = {"on_overflow": "keep_pinned"}
 """Gatekeeper options the adapters default to (a chain never dies because pinned content overflows)."""
 
-Strategy = Literal["patch", "rewrite"]
 
 
 class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHistory):
@@ -102,7 +101,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         **gate_options: Any,
     ) -> None:
         super().__init__()
-        default_model = resolve_edit_model(model, llm) if (model is not None or llm is not None) else None
+        default_model = given_edit_model(model, llm)
         self.transcript = Transcript(
             session_id,
             store=store,

@@ -40,10 +40,10 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from context_gatekeeper.models import pick_model
-from context_gatekeeper import ContextGatekeeper, EditOptions, GatekeeperError
+from context_gatekeeper import ContextGatekeeper, EditOptions, GatekeeperError, InvalidInputError
 
 from .agent_view import GatedView, is_summary
+from .models import given_edit_model
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
 __all__ = ["GatekeeperMiddleware"]
@@ -92,9 +92,9 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         **gatekeeper_options: Any,
     ) -> None:
         super().__init__()
-        edit_model = pick_model(model, llm)
+        edit_model = given_edit_model(model, llm)
         if edit_prefix is not None and (not isinstance(edit_prefix, str) or not edit_prefix.strip()):
-            raise ValueError(f"edit_prefix must be a non-blank string or None, got {edit_prefix!r}")
+            raise InvalidInputError(f"edit_prefix must be a non-blank string or None, got {edit_prefix!r}")
         settings = EditOptions.of(edit_options, strategy=strategy, allow_large_deletion=allow_large_deletion)
         options = dict(gatekeeper_options, token_budget=token_budget, on_overflow=on_overflow)
         ContextGatekeeper(**options)  # reject bad options now, not at the first model call

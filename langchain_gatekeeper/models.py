@@ -178,6 +178,13 @@ def _raw_text(raw: Any) -> str:
     return raw.text if isinstance(raw, BaseMessage) else str(raw or "")
 
 
+def given_edit_model(model: Any = None, llm: Any = None) -> EditModel | None:
+    """The editing model the caller passed (``model=`` or its alias ``llm=``), resolved once
+    now so that a bad one fails at construction; ``None`` when neither was given (the
+    default model is then resolved by :func:`resolve_edit_model` at the first edit)."""
+    return resolve_edit_model(model, llm) if model is not None or llm is not None else None
+
+
 def resolve_edit_model(model: Any = None, llm: Any = None) -> EditModel:
     """The model an ``edit`` call should use: ``model=`` or its alias ``llm=``; with neither,
     the default Gemini model (:func:`default_chat_model`).  A thin delegate of

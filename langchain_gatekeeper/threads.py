@@ -38,14 +38,13 @@ from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import NotRequired
 
-from context_gatekeeper.models import pick_model
 from context_gatekeeper import Diff, EditOptions, HistoryError, Message
 from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
 from context_gatekeeper.operations import Applied, Change, Remove, apply_changes, change_from_dict, invert, touched_ids
 from context_gatekeeper.revisions import Revision, applicable, diff_states, rewind, undo_stacks
 
 from .convert import from_core, from_core_messages, to_core_messages
-from .models import resolve_edit_model
+from .models import given_edit_model, resolve_edit_model
 
 __all__ = [
     "EDITS_KEY", "EDIT_MARK", "TURN_KEY", "GatekeeperState", "ThreadEdit", "is_edit_record", "read_log",
@@ -225,7 +224,7 @@ def _write(agent: Any, plan: EditPlan, before: Any, now: Any) -> dict[str, Any]:
 
 def _options(model: Any, llm: Any, options: EditOptions | None, **keywords: Any) -> tuple[Any, EditOptions]:
     """The model and the edit's settings, checked before anything is read."""
-    return pick_model(model, llm), EditOptions.of(options, **keywords)
+    return given_edit_model(model, llm), EditOptions.of(options, **keywords)
 
 
 def edit_thread(

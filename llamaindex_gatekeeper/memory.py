@@ -34,13 +34,13 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.schema import QueryBundle
 
-from context_gatekeeper.models import pick_model
 from context_gatekeeper import BudgetError, Message, Selection, Store, Transcript, TranscriptGate
 from context_gatekeeper.tokens import resolve_token_counter
 from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE
 from context_gatekeeper.transcript_gate import MessageTurn, group_turns
 
 from .convert import from_core_messages, match_ids, to_core
+from .models import given_edit_model
 from .serialisation import SerialisationMixin
 from .versions import VersionsMixin
 
@@ -111,7 +111,7 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
         tokenizer_fn = fields.pop("tokenizer_fn", None)
         super().__init__(**fields)
-        default_model = pick_model(model, llm)
+        default_model = given_edit_model(model, llm)
         if token_counter is None and tokenizer_fn is not None:
             token_counter = lambda text: len(tokenizer_fn(text))  # noqa: E731
         count = resolve_token_counter(token_counter)

@@ -87,6 +87,13 @@ def default_model() -> GeminiModel:
     return GeminiModel(instead=_INSTEAD)
 
 
+def given_edit_model(model: Any = None, llm: Any = None) -> EditModel | None:
+    """The editing model the caller passed (``model=`` or its alias ``llm=``), resolved once
+    now so that a bad one fails at construction; ``None`` when neither was given (the
+    default model is then resolved by :func:`resolve_edit_model` at the first edit)."""
+    return resolve_edit_model(model, llm) if model is not None or llm is not None else None
+
+
 def resolve_edit_model(model: Any = None, llm: Any = None) -> EditModel:
     """The model an ``edit`` call should use, as the core's :class:`EditModel` (wrapped once).
 
