@@ -98,3 +98,15 @@ __all__ = [
     "resolve_token_counter",
     "tiktoken_counter",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``PostgresStore`` (the ``postgres`` extra) is imported on first use, so
+    ``from context_gatekeeper import PostgresStore`` works without the core ever
+    importing psycopg by itself; it stays out of ``__all__`` so a star import works
+    without the extra."""
+    if name == "PostgresStore":
+        from .stores.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
