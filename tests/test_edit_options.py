@@ -168,6 +168,30 @@ def test_each_kind_of_model_is_wrapped_exactly_once() -> None:
     assert resolve_model(ready) is ready
 
 
+def test_adapters_resolve_a_given_model_once_at_construction_and_the_default_only_at_an_edit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    from langchain_gatekeeper import GatekeeperChatMessageHistory, GatekeeperMiddleware, LangChainEditModel
+    from llamaindex_gatekeeper import GatekeeperMemory
+
+    for key in ("GOOGLE_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    chat = GenericFakeChatModel(messages=iter([]))
+    middleware = GatekeeperMiddleware(model=chat)
+    assert type(middleware.edit_model) is LangChainEditModel and middleware.edit_model.wrapped is chat
+    assert GatekeeperMiddleware().edit_model is None  # no key needed until an edit runs
+    assert GatekeeperChatMessageHistory("s").transcript.model is None
+    for build in (
+        lambda: GatekeeperMiddleware(model=GenericFakeChatModel),
+        lambda: GatekeeperChatMessageHistory("s", llm=GenericFakeChatModel),
+        lambda: GatekeeperMemory.from_defaults(model=GenericFakeChatModel),
+    ):
+        with pytest.raises(TypeError, match="not the class GenericFakeChatModel"):
+            build()  # a bad model fails when it is passed, not at the first edit
+
+
 def test_model_and_llm_both_given_and_different_is_a_clear_error() -> None:
     a, b = ScriptedModel([], name="a"), ScriptedModel([], name="b")
     with pytest.raises(TypeError, match=r"not both: got model='a' and llm='b'"):
