@@ -142,11 +142,11 @@ def test_gate_continues_a_topic_whose_meaning_continues() -> None:
     semantic = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0,
                                  embedder=HashEmbedder(concepts))
     chat = CHAT[:8] + [("The dog barks at night", "Puppies often bark when bored."),
-                       ("He pulls on the leash", "Short walks with treats help.")]
+                       ("He pulls on the leash", "Short walks with puppy treats help.")]
     for user, assistant in chat:
         gk.add_turn(user, assistant)
         semantic.add_turn(user, assistant)
-    query = "Should the vet check his kibble portions and puppy weight gain soon?"
+    query = "Should the vet check kibble portions and weight gain soon?"
     lexical = gk.explain(query)
     hybrid = semantic.explain(query)
     assert hybrid.gate.semantic_active is not None
@@ -154,6 +154,7 @@ def test_gate_continues_a_topic_whose_meaning_continues() -> None:
     assert hybrid.decision == "continue"
     assert set(hybrid.turn_ids) & {9, 10}
     assert lexical.gate.semantic_active is None
+    assert lexical.decision == "return" and lexical.topic != hybrid.topic  # one shared word ("check")
 
 
 # -- embed once, in batches ----------------------------------------------------------------
