@@ -282,7 +282,7 @@ class ContextGatekeeper(SemanticMethods):
             return self.explain(query, token_budget=token_budget, exclude=exclude).as_prompt(self._history.turns)
 
     def explain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Selection:
-        """Select for ``query`` and say why; has no side effects.
+        """Select for ``query`` and say why; changes no turn, pin or setting.
 
         ``token_budget`` overrides the budget for this call only (an adapter that
         knows the size of the query and the open turn passes what is left); below
