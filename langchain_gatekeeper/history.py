@@ -70,6 +70,14 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
             tokens is refused unless ``allow_large_deletion=True``.
         token_counter: token counter for the budget and the deletion guard (default:
             tiktoken, offline).
+        embedder: turns on the semantic channel for :meth:`select`: a LangChain
+            ``Embeddings``, a LlamaIndex ``BaseEmbedding``, or a callable
+            ``list[str] -> list[list[float]]`` (numpy needed).  Each turn is embedded
+            once, in batches, and its vector saved in the store (a SQLite file or
+            PostgreSQL keeps it across restarts, so a reopened history embeds only the
+            query).  ``None`` (default): lexical selection, exactly as without it.
+        embed_timeout: seconds one embedding call may take before :meth:`select` goes
+            on lexically (``explain(...).semantic_fallback`` is set); ``None``: wait.
         **gate_options: :class:`~context_gatekeeper.ContextGatekeeper` options for
             :meth:`select` (``token_budget``, ``message_overhead``, ``params``, any
             selection parameter); ``on_overflow`` defaults to ``"keep_pinned"``.
@@ -98,6 +106,8 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         strategy: Strategy = "patch",
         max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
+        embedder: Any = None,
+        embed_timeout: float | None = None,
         **gate_options: Any,
     ) -> None:
         super().__init__()
@@ -113,6 +123,8 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         options = {**ADAPTER_GATE_DEFAULTS, **gate_options}
         if token_counter is not None:
             options.setdefault("token_counter", token_counter)
+        if embedder is not None or embed_timeout is not None:
+            options.update(embedder=embedder, embed_timeout=embed_timeout)
         self.gate = TranscriptGate(self.transcript, **options)
 
     def __repr__(self) -> str:
@@ -219,8 +231,16 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         return from_core_messages(self.gate.select_messages(query))
 
     async def aselect(self, query: str) -> list[BaseMessage]:
-        """Async :meth:`select`."""
+        """Async :meth:`select` (with an embedder, its embedding calls are awaited)."""
+        if self.gate.semantic:
+            return from_core_messages(await self.gate.aselect_messages(query))
         return await asyncio.to_thread(self.select, query)
+
+    async def aexplain(self, query: str) -> Selection:
+        """Async :meth:`explain`."""
+        if self.gate.semantic:
+            return await self.gate.aexplain(query)
+        return await asyncio.to_thread(self.explain, query)
 
     def explain(self, query: str) -> Selection:
         """The core :class:`~context_gatekeeper.Selection` behind :meth:`select` (gate decision,

@@ -76,6 +76,10 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
     and it has none of ``Memory``'s memory blocks or flushing.  Pickling and
     ``copy.deepcopy`` keep the session (see :mod:`~.serialisation`).
 
+    ``embedder=`` (a LlamaIndex ``BaseEmbedding``, a LangChain ``Embeddings``, or a
+    callable ``list[str] -> list[list[float]]``) and ``embed_timeout=`` turn on the
+    semantic channel (see :meth:`from_defaults`); without them ``get`` is lexical.
+
     Attributes:
         token_limit: tokens that ``get`` may return in all: pinned content (leading
             system messages), the selected earlier turns and the current turn, less the
@@ -106,6 +110,8 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         strategy: str = "patch",
         max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
+        embedder: Any = None,
+        embed_timeout: float | None = None,
         **data: Any,
     ) -> None:
         fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
@@ -119,12 +125,16 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         self._count = count
         self._lock = threading.RLock()
         self._default_model = default_model
-        self._options = {**ADAPTER_GATE_DEFAULTS, **data, "strategy": strategy, "max_deletion_share": max_deletion_share}
+        semantic = {k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None}
+        self._options = {
+            **ADAPTER_GATE_DEFAULTS, **data, **semantic, "strategy": strategy, "max_deletion_share": max_deletion_share
+        }
         self._transcript = Transcript(
             self.session_id, store=store, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=count
         )
         self._gate = TranscriptGate(
-            self._transcript, token_budget=self.token_limit, token_counter=count, **{**ADAPTER_GATE_DEFAULTS, **data}
+            self._transcript, token_budget=self.token_limit, token_counter=count, **{**ADAPTER_GATE_DEFAULTS, **data},
+            **semantic,
         )
 
     @classmethod
@@ -144,6 +154,8 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         session_id: str = "default",
         tokenizer_fn: Callable[[str], Sequence[Any]] | None = None,
         token_counter: Any = None,
+        embedder: Any = None,
+        embed_timeout: float | None = None,
         **options: Any,
     ) -> "GatekeeperMemory":
         """A memory with sensible defaults.
@@ -169,6 +181,15 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
             session_id: the conversation's key in the store.
             tokenizer_fn / token_counter: how to count tokens (default: tiktoken
                 ``cl100k_base``, offline).
+            embedder: turns on the semantic channel for ``get``: a LlamaIndex
+                ``BaseEmbedding`` (for example the index's ``embed_model``), a LangChain
+                ``Embeddings``, or a callable ``list[str] -> list[list[float]]`` (numpy
+                needed).  Each turn is embedded once and its vector saved in the store
+                (a SQLite file or PostgreSQL keeps it across restarts), so ``get`` makes
+                at most one embedding call, for the query.  ``None``: lexical only.  Not
+                pickled (like the editing model); ``copy.deepcopy`` keeps it.
+            embed_timeout: seconds one embedding call may take before ``get`` selects
+                lexically (``explain(...).semantic_fallback`` is set); ``None``: wait.
             **options: ``strategy``, ``max_deletion_share``, and any
                 :class:`~context_gatekeeper.ContextGatekeeper` option (``message_overhead``,
                 ``params``, selection parameters); ``on_overflow`` defaults to ``"keep_pinned"``.
@@ -184,6 +205,8 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
             model=model,
             llm=llm,
             token_counter=token_counter,
+            embedder=embedder,
+            embed_timeout=embed_timeout,
             **options,
         )
         if chat_history:
@@ -231,8 +254,13 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         return from_core_messages(self._select(_text_of(input), initial_token_count))
 
     async def aget(self, input: QueryInput = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
-        """Async :meth:`get` (same arguments, same errors), run in a worker thread."""
-        return await asyncio.to_thread(self.get, input, initial_token_count, **kwargs)
+        """Async :meth:`get` (same arguments, same errors).  The store is read in a worker
+        thread; with an embedder the embedding calls are awaited (the embedder's async
+        twins), so the event loop is never blocked."""
+        if not self._gate.semantic:
+            return await asyncio.to_thread(self.get, input, initial_token_count, **kwargs)
+        self._check_initial(initial_token_count)
+        return from_core_messages(await self._aselect(_text_of(input), initial_token_count))
 
     def _check_initial(self, initial_token_count: Any) -> None:
         if isinstance(initial_token_count, bool) or not isinstance(initial_token_count, int) or initial_token_count < 0:
@@ -263,20 +291,40 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         with self._lock:
             return self._gate.explain(query)
 
+    def _plan(self, input_text: str | None, reserved: int) -> tuple[Any, ...]:
+        """Under the lock: system messages, turns, the current turn, the query, the tail
+        and the budget left for earlier turns."""
+        system, turns = group_turns(self._transcript.messages)
+        current: MessageTurn | None = None
+        if turns and (turns[-1].is_open or input_text is None):
+            current = turns[-1]
+        query = input_text or (current.texts[0] if current else None)
+        tail = list(current.messages) if current else []
+        budget = self.token_limit - reserved - self._cost(tail)
+        return system, turns, current, query, tail, budget
+
     def _select(self, input_text: str | None, reserved: int) -> list[Message]:
         with self._lock:
-            system, turns = group_turns(self._transcript.messages)
-            current: MessageTurn | None = None
-            if turns and (turns[-1].is_open or input_text is None):
-                current = turns[-1]
-            query = input_text or (current.texts[0] if current else None)
-            tail = list(current.messages) if current else []
-            budget = self.token_limit - reserved - self._cost(tail)
+            system, turns, current, query, tail, budget = self._plan(input_text, reserved)
             if query is None or not query.strip():
                 earlier = self._recent(system, turns[:-1] if current else turns, budget)
             else:
                 earlier = self._gated(query, budget, current, self._cost(tail))
             return earlier + tail
+
+    async def _aselect(self, input_text: str | None, reserved: int) -> list[Message]:
+        """:meth:`_select` with the embedding awaited (the lock is held only to read)."""
+
+        def plan() -> tuple[Any, ...]:
+            with self._lock:
+                return self._plan(input_text, reserved)
+
+        system, turns, current, query, tail, budget = await asyncio.to_thread(plan)
+        if query is None or not query.strip():
+            return self._recent(system, turns[:-1] if current else turns, budget) + tail
+        earlier = await self._agated(query, budget, current, self._cost(tail))
+        ids = {m.id for m in tail}  # a put that landed meanwhile may have closed the current turn
+        return [m for m in earlier if m.id not in ids] + tail
 
     def close(self) -> None:
         """Close the store if this memory opened it (from a path or URL, or as a pickle's or
@@ -299,6 +347,17 @@ class GatekeeperMemory(VersionsMixin, SerialisationMixin, BaseMemory):
         selected = self._gate.select_messages(query, include_open=False, token_budget=budget + current_cost)
         if not ids & {m.id for m in selected}:  # not picked: the others must fit without it
             selected = self._gate.select_messages(query, include_open=False, token_budget=budget)
+        return [m for m in selected if m.id not in ids]
+
+    async def _agated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
+        """:meth:`_gated` with the embedding awaited."""
+        gate = self._gate
+        if current is None or current.is_open:
+            return await gate.aselect_messages(query, include_open=False, token_budget=budget)
+        ids = {m.id for m in current.messages}
+        selected = await gate.aselect_messages(query, include_open=False, token_budget=budget + current_cost)
+        if not ids & {m.id for m in selected}:
+            selected = await gate.aselect_messages(query, include_open=False, token_budget=budget)
         return [m for m in selected if m.id not in ids]
 
     def _recent(self, system: list[Message], turns: list[MessageTurn], budget: int) -> list[Message]:

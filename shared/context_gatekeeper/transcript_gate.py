@@ -6,15 +6,22 @@ and every assistant and tool message that answers it) and keeps a
 ``replace_turn`` / ``remove_turn`` / ``insert_turn``, so after any revision (an
 edit, an undo, a revert) no superseded text can be selected, and only the turns a
 revision touched are re-indexed.
+
+With an ``embedder=``, the gate's gatekeeper keeps its turn vectors in a
+:class:`~context_gatekeeper.stores.StoreVectorCache` over the transcript's own store
+and session (each vector saved with the id of its turn's first message), so a
+reopened transcript or a restarted worker embeds only what it has not seen.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .embedding import text_hash, turn_text
 from .errors import InvalidInputError
 from .gatekeeper import ContextGatekeeper
 from .messages import Message
@@ -155,13 +162,41 @@ class TranscriptGate:
     Args:
         transcript: the transcript to follow.
         gatekeeper: a configured gatekeeper to drive, or ``None`` to create one from
-            ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
+            the keywords below and ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
+        embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
+            ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
+            needed).  Turns are embedded once, in batches, and their vectors saved in the
+            transcript's store (when it has the vector capability; otherwise they live
+            in this process and are embedded again after a restart).  ``None`` (the
+            default): lexical selection only, exactly as without the keyword.
+        embed_timeout: seconds one embedding call may take before selection goes on
+            lexically (``Selection.semantic_fallback``); ``None``: wait.
+        vector_cache: where turn vectors are kept instead of the transcript's store
+            (see :class:`~context_gatekeeper.embedding.VectorCache`).
     """
 
-    def __init__(self, transcript: Transcript, gatekeeper: ContextGatekeeper | None = None, **gatekeeper_options: Any) -> None:
-        if gatekeeper is not None and gatekeeper_options:
-            raise TypeError("pass either a gatekeeper or options to build one, not both")
+    def __init__(
+        self,
+        transcript: Transcript,
+        gatekeeper: ContextGatekeeper | None = None,
+        *,
+        embedder: Any = None,
+        embed_timeout: float | None = None,
+        vector_cache: Any = None,
+        **gatekeeper_options: Any,
+    ) -> None:
+        semantic = embedder is not None or embed_timeout is not None or vector_cache is not None
+        if gatekeeper is not None and (gatekeeper_options or semantic):
+            raise TypeError("pass either a gatekeeper or options to build one (embedder= included), not both")
         self.transcript = transcript
+        if gatekeeper is None and embedder is not None:
+            if vector_cache is None:
+                from .stores.vector_cache import StoreVectorCache
+
+                vector_cache = _MessageVectorCache(StoreVectorCache(transcript.store, transcript.session_id), self)
+            gatekeeper_options.update(embedder=embedder, embed_timeout=embed_timeout, vector_cache=vector_cache)
+        elif gatekeeper is None and semantic:
+            gatekeeper_options.update(embed_timeout=embed_timeout, vector_cache=vector_cache)
         self.gatekeeper = gatekeeper or ContextGatekeeper(**gatekeeper_options)
         self._lock = threading.RLock()
         self._index = TurnIndex(self.gatekeeper)
@@ -170,6 +205,13 @@ class TranscriptGate:
         self._system: list[Message] = []
         self._open: MessageTurn | None = None
         self._version: tuple[int, float] | None = None
+        self._digests: dict[str, str] = {}
+        self._hashed: dict[str, Any] = {}
+
+    @property
+    def semantic(self) -> bool:
+        """Whether the gatekeeper has an embedder (the semantic channel is on)."""
+        return getattr(self.gatekeeper, "_semantic", None) is not None
 
     def sync(self) -> None:
         """Bring the gatekeeper in step with the transcript's current state (cheap when nothing changed)."""
@@ -210,3 +252,74 @@ class TranscriptGate:
             kept = [m for turn_id in selection.turn_ids for m in by_id[turn_id].messages]
             tail = list(self._open.messages) if include_open and self._open else []
             return self._system + kept + tail
+
+    async def aexplain(
+        self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()
+    ) -> Selection:
+        """:meth:`explain` without blocking the event loop: the transcript is read in a
+        worker thread and the embedding calls are awaited (the embedder's async twins)."""
+        await asyncio.to_thread(self.sync)
+        with self._lock:
+            exclude = [self._ids[k] for k in exclude_keys if k in self._ids]
+        return await self.gatekeeper.aexplain(query, token_budget=token_budget, exclude=exclude)
+
+    async def aselect_messages(
+        self,
+        query: str,
+        *,
+        include_open: bool = True,
+        token_budget: int | None = None,
+        exclude_keys: Collection[str] = (),
+    ) -> list[Message]:
+        """:meth:`select_messages` without blocking the event loop.  A revision that lands
+        while the embedder works is taken into account as far as it can: a turn it
+        removed is not returned, and a turn's messages are always its current ones."""
+        selection = await self.aexplain(query, token_budget=token_budget, exclude_keys=exclude_keys)
+        with self._lock:
+            by_id = {self._ids[t.key]: t for t in self._turns if t.key in self._ids}
+            kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
+            tail = list(self._open.messages) if include_open and self._open else []
+            return self._system + kept + tail
+
+    def _message_id(self, digest: str) -> str:
+        """The id of the first message of the turn whose embedded text has ``digest`` (``""``
+        when none has).  Hashes only turns whose text changed since the last lookup."""
+        known = self._digests.get(digest)
+        if known is not None:
+            return known
+        gk, seen = self.gatekeeper, self._hashed
+        try:
+            pairs = list(self._ids.items())
+        except RuntimeError:  # the index changed under us: the id is optional
+            return ""
+        for key, turn_id in pairs:
+            try:
+                turn = gk.get_turn(turn_id)
+            except Exception:  # noqa: BLE001 -- removed meanwhile
+                continue
+            if seen.get(key) is turn:  # a changed turn is a new Turn object
+                continue
+            seen[key] = turn
+            self._digests[text_hash(turn_text(turn))] = key
+        return self._digests.get(digest, "")
+
+
+class _MessageVectorCache:
+    """A vector cache that hands the store the message id of each vector's turn
+    (:meth:`StoreVectorCache.put_many` takes ``(message_id, key, vector)`` items)."""
+
+    def __init__(self, cache: Any, gate: TranscriptGate) -> None:
+        self.cache = cache
+        self._gate = gate
+
+    def __repr__(self) -> str:
+        return f"_MessageVectorCache({self.cache!r})"
+
+    def get(self, key: tuple[str, str]) -> Any:
+        return self.cache.get(key)
+
+    def put(self, key: tuple[str, str], vector: Any) -> None:
+        self.put_many([(key, vector)])
+
+    def put_many(self, items: Iterable[tuple[tuple[str, str], Any]]) -> None:
+        self.cache.put_many([(self._gate._message_id(key[1]), key, vector) for key, vector in items])

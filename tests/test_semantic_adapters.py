@@ -1,0 +1,186 @@
+"""The semantic channel in every selection-side object (issue #13): TranscriptGate, the
+LangChain history, middleware, topic_gate and gate_messages, the LlamaIndex memory.
+
+Real framework embedding classes check the plumbing (DeterministicFakeEmbedding,
+MockEmbedding); a deterministic hashing embedder (tests/test_semantic.py's) checks
+behaviour; SQLite files, a real create_agent and real chat engines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.messages import AIMessage, HumanMessage
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.embeddings import MockEmbedding
+
+from context_gatekeeper import SQLiteStore, Transcript, TranscriptGate
+from context_gatekeeper.stores import InMemoryStore, StoreVectorCache, supports_vectors
+from langchain_gatekeeper import GatekeeperChatMessageHistory
+from llamaindex_gatekeeper import GatekeeperMemory
+from test_semantic import CHAT, DESSERTS, HashEmbedder
+from test_store_vectors import LogOnlyStore
+
+QUERY = "What desserts has Maria made?"
+
+
+def embedded(fake: HashEmbedder) -> int:
+    """Texts the fake embedded as documents."""
+    return sum(len(batch) for batch in fake.document_calls)
+
+
+def fill_history(history: GatekeeperChatMessageHistory) -> None:
+    for user, assistant in CHAT:
+        history.add_messages([HumanMessage(user), AIMessage(assistant)])
+
+
+def fill_memory(memory: GatekeeperMemory) -> None:
+    for user, assistant in CHAT:
+        memory.put_messages([ChatMessage(role="user", content=user), ChatMessage(role="assistant", content=assistant)])
+
+
+def desserts() -> HashEmbedder:
+    return HashEmbedder({"dessert": DESSERTS})
+
+
+# -- TranscriptGate ---------------------------------------------------------------------
+def test_transcript_gate_saves_vectors_with_message_ids(tmp_path) -> None:
+    store = SQLiteStore(tmp_path / "chat.db")
+    transcript = Transcript("s1", store=store)
+    for user, assistant in CHAT:
+        transcript.append(user=user, assistant=assistant)
+    fake = desserts()
+    gate = TranscriptGate(transcript, token_counter=len, message_overhead=0, embedder=fake)
+    assert gate.semantic
+    selection = gate.explain(QUERY)
+    assert not selection.semantic_fallback and selection.turn_ids
+    kept = [m.content for m in gate.select_messages(QUERY)]
+    assert CHAT[0][0] in kept  # the cobbler: no shared word, found by meaning
+    assert embedded(fake) == len(CHAT) and len(fake.query_calls) == 1
+    rows = store.load_vectors("s1", fake.name)
+    first_ids = {m.id for m in transcript.messages if m.role == "user"}
+    assert len(rows) == len(CHAT) and {r.message_id for r in rows} == first_ids
+    store.close()
+
+
+def test_transcript_gate_without_an_embedder_is_lexical() -> None:
+    transcript = Transcript("plain")
+    for user, assistant in CHAT:
+        transcript.append(user=user, assistant=assistant)
+    gate = TranscriptGate(transcript, token_counter=len, message_overhead=0)
+    assert not gate.semantic and gate.gatekeeper._semantic is None
+    assert CHAT[0][0] not in [m.content for m in gate.select_messages(QUERY)]
+    with pytest.raises(TypeError, match="not both"):
+        TranscriptGate(transcript, gate.gatekeeper, embedder=desserts())
+
+
+def test_an_edited_turn_is_embedded_again_alone(tmp_path) -> None:
+    transcript = Transcript("s", store=tmp_path / "e.db")
+    for user, assistant in CHAT:
+        transcript.append(user=user, assistant=assistant)
+    fake = desserts()
+    gate = TranscriptGate(transcript, token_counter=len, message_overhead=0, embedder=fake)
+    gate.explain(QUERY)
+    from context_gatekeeper import Replace
+
+    target = transcript.messages[2]  # the second turn's user message
+    transcript.apply([Replace(target.id, "My car needs a tiramisu")])
+    gate.explain(QUERY)
+    assert fake.document_calls[-1] == ["My car needs a tiramisu\nCheck the tread depth first."]
+    transcript.close()
+
+
+# -- reopen: only the query is embedded ----------------------------------------------------
+def test_a_reopened_sqlite_history_embeds_only_the_query(tmp_path) -> None:
+    path = tmp_path / "history.db"
+    first = desserts()
+    history = GatekeeperChatMessageHistory("s1", store=path, embedder=first, token_counter=len)
+    fill_history(history)
+    assert CHAT[0][0] in [m.content for m in history.select(QUERY)]
+    assert embedded(first) == len(CHAT)
+    history.close()
+    again = desserts()
+    reopened = GatekeeperChatMessageHistory("s1", store=path, embedder=again, token_counter=len)
+    selection = reopened.explain(QUERY)
+    assert again.document_calls == [] and again.query_calls == [QUERY]
+    assert not selection.semantic_fallback and len(reopened.gate.gatekeeper._semantic.vectors) == len(CHAT)
+    reopened.close()
+
+
+def test_a_reopened_sqlite_memory_embeds_only_the_query(tmp_path) -> None:
+    path = tmp_path / "memory.db"
+    first = desserts()
+    memory = GatekeeperMemory.from_defaults(store=path, session_id="m1", embedder=first, token_counter=len)
+    fill_memory(memory)
+    assert CHAT[0][0] in [m.content for m in memory.get(QUERY)]
+    assert embedded(first) == len(CHAT)
+    memory.close()
+    again = desserts()
+    reopened = GatekeeperMemory.from_defaults(store=path, session_id="m1", embedder=again, token_counter=len)
+    assert CHAT[0][0] in [m.content for m in reopened.get(QUERY)]
+    assert again.document_calls == [] and again.query_calls == [QUERY]
+    reopened.close()
+
+
+def test_a_store_without_vectors_works_and_embeds_again_after_a_restart() -> None:
+    store = LogOnlyStore()
+    assert not supports_vectors(store)
+    first = desserts()
+    history = GatekeeperChatMessageHistory("s", store=store, embedder=first, token_counter=len)
+    fill_history(history)
+    assert CHAT[0][0] in [m.content for m in history.select(QUERY)]
+    again = desserts()
+    restarted = GatekeeperChatMessageHistory("s", store=store, embedder=again, token_counter=len)
+    assert CHAT[0][0] in [m.content for m in restarted.select(QUERY)]
+    assert embedded(again) == len(CHAT)  # nothing was persisted: the history is embedded again
+
+
+# -- a broken embedder never breaks a chat -------------------------------------------------
+class Down(HashEmbedder):
+    def embed_documents(self, texts):
+        self.document_calls.append(list(texts))
+        raise ConnectionError("embedding service down")
+
+    def embed_query(self, text):
+        self.query_calls.append(text)
+        raise ConnectionError("embedding service down")
+
+
+def test_appends_never_fail_and_selection_falls_back_when_the_embedder_is_down(tmp_path, caplog) -> None:
+    down = Down()
+    history = GatekeeperChatMessageHistory("s", store=tmp_path / "d.db", embedder=down, token_counter=len)
+    fill_history(history)  # appends never call the embedder
+    assert down.document_calls == [] and len(history.messages) == 2 * len(CHAT)
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        selection = history.explain("Where did we go hiking in the alps?")
+        history.select("Where did we go hiking in the alps?")
+    assert selection.semantic_fallback and selection.turn_ids  # lexical still finds the alps
+    assert sum("selecting lexically" in r.getMessage() for r in caplog.records) == 1
+    memory = GatekeeperMemory.from_defaults(store=tmp_path / "dm.db", embedder=Down(), token_counter=len)
+    fill_memory(memory)
+    got = [m.content for m in memory.get("Where did we go hiking in the alps?")]
+    assert CHAT[2][0] in got and memory.explain("hiking in the alps?").semantic_fallback
+    history.close()
+    memory.close()
+
+
+# -- the framework classes: plumbing ---------------------------------------------------------
+def test_history_and_memory_take_the_framework_embedding_classes(tmp_path) -> None:
+    history = GatekeeperChatMessageHistory("lc", store=tmp_path / "lc.db",
+                                           embedder=DeterministicFakeEmbedding(size=16), token_counter=len)
+    fill_history(history)
+    assert not history.explain(QUERY).semantic_fallback
+    assert len(history.store.load_vectors("lc", history.gate.gatekeeper._semantic.embedder.name)) == len(CHAT)
+    memory = GatekeeperMemory.from_defaults(store=tmp_path / "li.db", embedder=MockEmbedding(embed_dim=8),
+                                            token_counter=len)
+    fill_memory(memory)
+    memory.get(QUERY)
+    selection = memory.explain(QUERY)
+    assert not selection.semantic_fallback  # one constant vector: no turn stands out, none is kept by meaning
+    assert all(r.similarity is not None and not r.evidence.semantic for r in selection.scores)
+    assert len(memory.store.load_vectors("default", memory.gate.gatekeeper._semantic.embedder.name)) == len(CHAT)
+    history.close()
+    memory.close()
