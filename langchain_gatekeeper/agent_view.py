@@ -15,12 +15,19 @@ their first message (agent state) or by their content (plain lists, see
 :func:`~langchain_gatekeeper.gate_messages`), so a new call indexes only new or
 changed turns (an edit of the thread re-indexes the turns it touched); a
 reordering rebuilds that thread's index.  Threads are kept in a bounded LRU cache.
+
+With an embedder, every thread's gatekeeper keeps its turn vectors in one
+:class:`VectorLRU` of the view (keyed by embedder and a hash of the turn's text), so
+a rebuilt index, a new thread showing turns seen before, or a thread evicted and
+seen again re-embeds nothing it has seen.  :meth:`GatedView.aview` awaits the
+embedding calls (the embedder's async twins) instead of blocking the event loop.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,7 +41,7 @@ from context_gatekeeper.transcript_gate import TurnIndex
 from .convert import text_of
 from .threads import is_edit_record
 
-__all__ = ["GatedView", "is_summary", "current_turn_start"]
+__all__ = ["GatedView", "VectorLRU", "is_summary", "current_turn_start", "semantic"]
 
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
@@ -61,6 +68,47 @@ def _indexed_text(message: BaseMessage) -> str:
         calls = " ".join(f"{c['name']} {json.dumps(c.get('args', {}), ensure_ascii=False)}" for c in message.tool_calls)
         text = f"{text}\n{calls}" if text else calls
     return text
+
+
+def semantic(gatekeeper: ContextGatekeeper) -> bool:
+    """Whether ``gatekeeper`` has an embedder (its selection may call it)."""
+    return getattr(gatekeeper, "_semantic", None) is not None
+
+
+class VectorLRU:
+    """Turn vectors by ``(embedder name, text hash)``, shared by the threads of one
+    middleware or gate (the vector cache protocol of :mod:`context_gatekeeper.embedding`).
+
+    Bounded: beyond ``max_vectors`` the least recently used go first (float32, so
+    20,000 vectors of 1,536 dimensions take about 120 MB).  Thread-safe."""
+
+    def __init__(self, max_vectors: int = 20_000) -> None:
+        if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
+            raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}")
+        self.max_vectors = max_vectors
+        self._vectors: OrderedDict[tuple[str, str], array] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> Any:
+        with self._lock:
+            vector = self._vectors.get(key)
+            if vector is not None:
+                self._vectors.move_to_end(key)
+            return vector
+
+    def put(self, key: tuple[str, str], vector: Sequence[float]) -> None:
+        self.put_many([(key, vector)])
+
+    def put_many(self, items: Any) -> None:
+        with self._lock:
+            for key, vector in items:
+                self._vectors[key] = array("f", vector)
+                self._vectors.move_to_end(key)
+            while len(self._vectors) > self.max_vectors:
+                self._vectors.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._vectors)
 
 
 class _ThreadIndex:
@@ -180,43 +228,100 @@ class GatedView:
             return list(messages)
         return self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt) + list(messages[start:])
 
+    async def aview(
+        self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
+    ) -> list[BaseMessage]:
+        """:meth:`view` with the embedding calls awaited (see :meth:`agated`)."""
+        start = current_turn_start(messages)
+        if start is None:
+            return list(messages)
+        query = messages[start].text
+        if not query.strip():
+            return list(messages)
+        earlier = await self.agated(messages[:start], query, thread=thread, system_prompt=system_prompt)
+        return earlier + list(messages[start:])
+
     def gated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
     ) -> list[BaseMessage]:
         """``earlier`` narrowed for ``query``: pinned messages (leading system messages,
         summaries) first, then the turns the thread's gatekeeper selects, in order, as the
         caller's own message objects.  Edit records are never selected."""
-        pinned: list[BaseMessage] = []
-        summaries: list[str] = []
-        rest: list[BaseMessage] = []
-        for message in earlier:
-            if is_summary(message):
-                pinned.append(message)
-                summaries.append(message.text)
-            elif isinstance(message, SystemMessage) and not rest:
-                pinned.append(message)
-            elif not is_edit_record(message):
-                rest.append(message)
+        pinned, summaries, rest = _split(earlier)
         if not query.strip():
             return list(earlier)
         turns = _turns(rest, self._keyed_by)
         index = self._index(thread)
         with index.lock:
-            index.turns.sync(turns)
+            self._sync(index, turns, pinned, summaries, system_prompt)
+            selection = index.gatekeeper.explain(query)
             keys = index.turns.keys_by_id()
-            gk = index.gatekeeper
-            pinned_text = "\n".join(filter(None, [system_prompt, *(m.text for m in pinned if isinstance(m, SystemMessage))]))
-            if (pinned_text or None) != gk.system_prompt:
-                gk.system_prompt = pinned_text or None
-            summary = "\n".join(summaries) or None
-            if summary != gk.summary:
-                gk.summary = summary
-            selection = gk.explain(query)
-        by_key = {t.key: t for t in turns}
-        kept: list[BaseMessage] = []
-        for turn_id in selection.turn_ids:
-            turn = by_key[keys[turn_id]]
-            if not kept and not turn.opens_with_user:
-                continue  # the view starts on a user message
-            kept.extend(rest[i] for i in turn.positions)
-        return pinned + kept
+        return pinned + _kept(selection.turn_ids, keys, turns, rest)
+
+    async def agated(
+        self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
+    ) -> list[BaseMessage]:
+        """:meth:`gated` without blocking the event loop on the embedder: the index is
+        brought in step under the thread's lock, then the selection awaits the embedding
+        calls (turns not yet embedded, in batches, and the query) with the lock released.
+        Without an embedder it is :meth:`gated` (CPU-bound, well under a millisecond per
+        hundred turns).  A call for the same thread that lands meanwhile with another
+        list is answered from this call's own messages (a turn the index no longer
+        holds is left out)."""
+        pinned, summaries, rest = _split(earlier)
+        if not query.strip():
+            return list(earlier)
+        index = self._index(thread)
+        if not semantic(index.gatekeeper):
+            return self.gated(earlier, query, thread=thread, system_prompt=system_prompt)
+        turns = _turns(rest, self._keyed_by)
+        with index.lock:
+            self._sync(index, turns, pinned, summaries, system_prompt)
+            keys = index.turns.keys_by_id()
+        selection = await index.gatekeeper.aexplain(query)
+        return pinned + _kept(selection.turn_ids, keys, turns, rest)
+
+    @staticmethod
+    def _sync(
+        index: _ThreadIndex, turns: list[_Turn], pinned: list[BaseMessage], summaries: list[str], system_prompt: str | None
+    ) -> None:
+        """Under the thread's lock: the index in step with ``turns``, pinned text set."""
+        index.turns.sync(turns)
+        gk = index.gatekeeper
+        pinned_text = "\n".join(filter(None, [system_prompt, *(m.text for m in pinned if isinstance(m, SystemMessage))]))
+        if (pinned_text or None) != gk.system_prompt:
+            gk.system_prompt = pinned_text or None
+        summary = "\n".join(summaries) or None
+        if summary != gk.summary:
+            gk.summary = summary
+
+
+def _split(earlier: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[str], list[BaseMessage]]:
+    """Pinned messages (leading system messages, summaries), the summaries' texts, and
+    the rest (edit records left out)."""
+    pinned: list[BaseMessage] = []
+    summaries: list[str] = []
+    rest: list[BaseMessage] = []
+    for message in earlier:
+        if is_summary(message):
+            pinned.append(message)
+            summaries.append(message.text)
+        elif isinstance(message, SystemMessage) and not rest:
+            pinned.append(message)
+        elif not is_edit_record(message):
+            rest.append(message)
+    return pinned, summaries, rest
+
+
+def _kept(turn_ids: Sequence[int], keys: dict[int, str], turns: list[_Turn], rest: list[BaseMessage]) -> list[BaseMessage]:
+    """The messages of the selected turns, in order, starting on a user message."""
+    by_key = {t.key: t for t in turns}
+    kept: list[BaseMessage] = []
+    for turn_id in turn_ids:
+        turn = by_key.get(keys.get(turn_id, ""))
+        if turn is None:
+            continue  # an index that moved on meanwhile (agated only)
+        if not kept and not turn.opens_with_user:
+            continue  # the view starts on a user message
+        kept.extend(rest[i] for i in turn.positions)
+    return kept

@@ -49,7 +49,7 @@ import contextlib
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -58,10 +58,10 @@ from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, 
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate
+from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate, as_embedder
 from context_gatekeeper.errors import GatekeeperError, InvalidInputError
 
-from .agent_view import GatedView
+from .agent_view import GatedView, VectorLRU
 from .convert import from_core_messages, same_messages, text_of
 from .history import ADAPTER_GATE_DEFAULTS, GatekeeperChatMessageHistory
 
@@ -118,15 +118,24 @@ def infer_keys(value: Mapping[str, Any]) -> tuple[str | None, str | None]:
 
 
 class _TopicGate:
-    """The work behind :func:`topic_gate` (one instance per gate Runnable)."""
+    """The work behind :func:`topic_gate` (one instance per gate Runnable).
+
+    The transformation is written once, as a generator that yields each
+    ``(prior, query, history)`` to gate and receives the gated list: :meth:`invoke`
+    answers it with the sync gating, :meth:`ainvoke` (with an embedder) with the
+    async one, which awaits the embedding calls."""
 
     def __init__(self, input_key: str | None, history_key: str | None, options: dict[str, Any] | None) -> None:
         self.input_key = input_key
         self.history_key = history_key
         self.options = options
+        self.embedder = (options or {}).get("embedder")
         self._gates: weakref.WeakKeyDictionary[Transcript, TranscriptGate] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
-        self.views = GatedView(lambda: ContextGatekeeper(**self._options()), max_threads=256, keyed_by="content")
+        self.vectors = VectorLRU() if self.embedder is not None else None
+        """Turn vectors shared by the indexes of plain lists (``None`` without an embedder)."""
+        shared = {} if self.vectors is None else {"vector_cache": self.vectors}
+        self.views = GatedView(lambda: ContextGatekeeper(**self._options(), **shared), max_threads=256, keyed_by="content")
         """Indexes of plain lists, one per chat history object (or one without), kept across calls."""
 
     # -- entry points -------------------------------------------------------------------
@@ -134,18 +143,30 @@ class _TopicGate:
         """Replace the history in ``value`` with the gated view (sync)."""
         hist = _history_of(config)
         stored = None if hist is None or isinstance(hist, GatekeeperChatMessageHistory) else len(hist.messages)
-        return self._transform(value, hist, stored)
+        return _drive(self._transform(value, hist, stored), self._gated)
 
     async def ainvoke(self, value: Any, config: RunnableConfig) -> Any:
-        """Async :meth:`invoke`: the history is awaited, the gating runs in a worker thread."""
+        """Async :meth:`invoke`: the history is awaited; without an embedder the gating runs
+        in a worker thread, with one the embedding calls are awaited."""
         hist = _history_of(config)
         stored = None
-        if hist is not None and not isinstance(hist, GatekeeperChatMessageHistory):
+        semantic = self.embedder is not None or (isinstance(hist, GatekeeperChatMessageHistory) and hist.gate.semantic)
+        if isinstance(hist, GatekeeperChatMessageHistory):
+            stored = len(await hist.amessage_ids()) if semantic else None
+        elif hist is not None:
             stored = len(await hist.aget_messages())
-        return await asyncio.to_thread(self._transform, value, hist, stored)
+        if not semantic:
+            return await asyncio.to_thread(lambda: _drive(self._transform(value, hist, stored), self._gated))
+        steps = self._transform(value, hist, stored)
+        try:  # _drive, awaiting each answer
+            request = next(steps)
+            while True:
+                request = steps.send(await self._agated(*request))
+        except StopIteration as done:
+            return done.value
 
     # -- the transformation -------------------------------------------------------------
-    def _transform(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Any:
+    def _transform(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Steps:
         input_key, history_key = self.input_key, self.history_key
         if input_key is None and history_key is None and isinstance(value, Mapping):
             input_key, history_key = infer_keys(value)
@@ -157,30 +178,30 @@ class _TopicGate:
                     + (f" with keys {sorted(value)}" if isinstance(value, Mapping) else "")
                 )
             query = _query(_input_messages(value.get(input_key or "input")))
-            return {**value, history_key: self._gated(list(value[history_key]), query, hist)}
+            return {**value, history_key: (yield list(value[history_key]), query, hist)}
         if input_key is not None:
             if not isinstance(value, Mapping) or input_key not in value:
                 raise InvalidInputError(
                     f"topic_gate(input_messages_key={input_key!r}) expects a dict input with that key, "
                     f"got {type(value).__name__}"
                 )
-            return {**value, input_key: self._gated_list(value[input_key], hist, stored)}
+            return {**value, input_key: (yield from self._gated_list(value[input_key], hist, stored))}
         if isinstance(value, (list, tuple)):
-            return self._gated_list(value, hist, stored)
+            return (yield from self._gated_list(value, hist, stored))
         return value  # a prompt value or a string: nothing to gate
 
-    def _gated_list(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Any:
+    def _gated_list(self, value: Any, hist: BaseChatMessageHistory | None, stored: int | None) -> Steps:
         """History followed by new messages: gate the history, keep the new messages."""
         messages = _input_messages(value)
         if not isinstance(value, (list, tuple)) or len(messages) != len(value):
             return value
-        if isinstance(hist, GatekeeperChatMessageHistory):
+        if isinstance(hist, GatekeeperChatMessageHistory) and stored is None:
             stored = len(hist.transcript.messages)
         if stored is None or stored > len(messages):
             humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
             stored = humans[-1] if humans else max(len(messages) - 1, 0)
         prior, new = messages[:stored], messages[stored:]
-        return self._gated(prior, _query(new), hist) + new
+        return (yield prior, _query(new), hist) + new
 
     def _gated(self, prior: list[BaseMessage], query: str, hist: BaseChatMessageHistory | None) -> list[BaseMessage]:
         """The gated view of ``prior`` for ``query`` (``prior`` itself when nothing to gate)."""
@@ -193,6 +214,18 @@ class _TopicGate:
                 return from_core_messages(gate.select_messages(query))
         return self.views.gated(prior, query, thread=None if hist is None else id(hist))
 
+    async def _agated(self, prior: list[BaseMessage], query: str, hist: BaseChatMessageHistory | None) -> list[BaseMessage]:
+        """:meth:`_gated` with the store read in a worker thread and the embedding awaited."""
+        if not prior or not query.strip():
+            return list(prior)
+        if isinstance(hist, GatekeeperChatMessageHistory):
+            if same_messages(prior, await hist.transcript.aget_messages()):
+                gate = hist.gate if self.options is None else self._gate_for(hist.transcript)
+                if gate.semantic:
+                    return from_core_messages(await gate.aselect_messages(query))
+                return from_core_messages(await asyncio.to_thread(gate.select_messages, query))
+        return await self.views.agated(prior, query, thread=None if hist is None else id(hist))
+
     def _options(self) -> dict[str, Any]:
         return {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
 
@@ -202,6 +235,19 @@ class _TopicGate:
             if gate is None:
                 gate = self._gates[transcript] = TranscriptGate(transcript, **self._options())
             return gate
+
+
+Steps = Generator[tuple[list[BaseMessage], str, "BaseChatMessageHistory | None"], list[BaseMessage], Any]
+
+
+def _drive(steps: Steps, gated: Callable[..., list[BaseMessage]]) -> Any:
+    """Run a transformation, answering each request with ``gated(prior, query, history)``."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(gated(*request))
+    except StopIteration as done:
+        return done.value
 
 
 def _history_of(config: RunnableConfig | None) -> BaseChatMessageHistory | None:
@@ -214,6 +260,8 @@ def topic_gate(
     *,
     input_messages_key: str | None = None,
     history_messages_key: str | None = None,
+    embedder: Any = None,
+    embed_timeout: float | None = None,
     **gate_options: Any,
 ) -> Runnable[Any, Any]:
     """A Runnable that replaces the history in its input with the topic-gated view.
@@ -235,6 +283,16 @@ def topic_gate(
     Args:
         input_messages_key: the key of the new input in a dict input.
         history_messages_key: the key of the history in a dict input.
+        embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
+            ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
+            needed).  Over a :class:`GatekeeperChatMessageHistory` its vectors are saved in
+            the history's store; over plain lists they are kept in memory by content hash,
+            shared by every history this gate sees (a rebuilt view embeds nothing it has
+            seen).  ``ainvoke`` awaits the embedder's async twins.  ``None`` (default):
+            lexical, exactly as without it (a history given its own ``embedder=`` still
+            uses it when no other option is passed).
+        embed_timeout: seconds one embedding call may take before the view is selected
+            lexically; ``None``: wait.
         **gate_options: :class:`~context_gatekeeper.ContextGatekeeper` options
             (``token_budget``, ``token_counter``, ``on_overflow`` defaulting to
             ``"keep_pinned"``, selection parameters).  Without any, a
@@ -242,6 +300,10 @@ def topic_gate(
 
     Invalid options are rejected here, not on the first call.
     """
+    if embedder is not None:
+        gate_options["embedder"] = as_embedder(embedder)
+    if embed_timeout is not None:
+        gate_options["embed_timeout"] = embed_timeout
     if gate_options:
         ContextGatekeeper(**{**ADAPTER_GATE_DEFAULTS, **gate_options})  # validate up front
     gate = _TopicGate(input_messages_key, history_messages_key, dict(gate_options) if gate_options else None)

@@ -40,9 +40,9 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from context_gatekeeper import ContextGatekeeper, EditOptions, GatekeeperError, InvalidInputError
+from context_gatekeeper import ContextGatekeeper, EditOptions, GatekeeperError, InvalidInputError, as_embedder
 
-from .agent_view import GatedView, is_summary
+from .agent_view import GatedView, VectorLRU, is_summary
 from .models import given_edit_model
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
@@ -71,6 +71,15 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         allow_large_deletion: let a routed edit destroy more of the text than the
             deletion guard allows.
         max_threads: how many threads' indexes to keep in memory (LRU).
+        embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
+            ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
+            needed).  Each turn is embedded once; vectors are kept in memory by content
+            hash, shared by all threads of this middleware (a rebuilt or new thread index
+            embeds nothing it has seen), and each model call makes at most one embedding
+            call, for the query.  The async agent path awaits the embedder's async twins.
+            ``None`` (default): lexical selection, exactly as without it.
+        embed_timeout: seconds one embedding call may take before the view is selected
+            lexically (``Selection.semantic_fallback``); ``None``: wait.
         **gatekeeper_options: any other :class:`ContextGatekeeper` keyword
             (``token_counter``, ``message_overhead``, ``params``, a SelectionParams field).
     """
@@ -89,6 +98,8 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         strategy: str | None = None,
         allow_large_deletion: bool | None = None,
         max_threads: int = 1024,
+        embedder: Any = None,
+        embed_timeout: float | None = None,
         **gatekeeper_options: Any,
     ) -> None:
         super().__init__()
@@ -97,6 +108,13 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
             raise InvalidInputError(f"edit_prefix must be a non-blank string or None, got {edit_prefix!r}")
         settings = EditOptions.of(edit_options, strategy=strategy, allow_large_deletion=allow_large_deletion)
         options = dict(gatekeeper_options, token_budget=token_budget, on_overflow=on_overflow)
+        self.vectors: VectorLRU | None = None
+        """Turn vectors shared by every thread's index (``None`` without an embedder)."""
+        if embedder is not None:
+            self.vectors = VectorLRU()
+            options.update(embedder=as_embedder(embedder), vector_cache=self.vectors)
+        if embed_timeout is not None:
+            options["embed_timeout"] = embed_timeout
         ContextGatekeeper(**options)  # reject bad options now, not at the first model call
         self.edit_prefix = edit_prefix
         self.edit_model = edit_model
@@ -110,6 +128,14 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         thread = getattr(info, "thread_id", None)
         system = request.system_message.text if request.system_message is not None else None
         messages = self.views.view(request.messages, thread=thread, system_prompt=system)
+        return request.override(messages=messages)
+
+    async def agated(self, request: ModelRequest) -> ModelRequest:
+        """:meth:`gated` with the embedding calls awaited (the event loop is never blocked)."""
+        info = getattr(request.runtime, "execution_info", None)
+        thread = getattr(info, "thread_id", None)
+        system = request.system_message.text if request.system_message is not None else None
+        messages = await self.views.aview(request.messages, thread=thread, system_prompt=system)
         return request.override(messages=messages)
 
     # -- the edit route -------------------------------------------------------------------
@@ -196,7 +222,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         """Async :meth:`wrap_model_call` (the editing model's async call)."""
         instruction = self._instruction(request)
         if instruction is None:
-            return await handler(self.gated(request))
+            return await handler(await self.agated(request))
         messages, log, marked = self._thread(request)
         if not instruction:
             return self._usage(marked, self.edit_prefix or "")

@@ -23,7 +23,9 @@ is the agent middleware's (:class:`~langchain_gatekeeper.agent_view.GatedView`):
 code path.
 
 The index behind it is kept across calls (per set of options and ``thread``), keyed by
-the turns' content, so a list that grew by one turn costs one turn to index.
+the turns' content, so a list that grew by one turn costs one turn to index.  With an
+``embedder=``, turn vectors are kept beside it by content hash, shared by every
+``thread`` of one set of options, so a rebuilt or reordered list embeds nothing seen before.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ from langchain_core.messages.utils import convert_to_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
-from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper import ContextGatekeeper, as_embedder
 from context_gatekeeper.errors import InvalidInputError
 
-from .agent_view import GatedView
+from .agent_view import GatedView, VectorLRU
 from .history import ADAPTER_GATE_DEFAULTS
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
@@ -86,6 +88,9 @@ def _view(options: dict[str, Any]) -> GatedView:
             _views.move_to_end(key)
             return view
     settings = {**ADAPTER_GATE_DEFAULTS, **options, "token_counter": _counter(options.get("token_counter"))}
+    if settings.get("embedder") is not None:
+        settings["embedder"] = as_embedder(settings["embedder"])  # the key holds the caller's object alive
+        settings["vector_cache"] = VectorLRU()
     ContextGatekeeper(**settings)  # reject bad options before anything is cached
     view = GatedView(lambda: ContextGatekeeper(**settings), max_threads=256, keyed_by="content")
     with _views_lock:
@@ -109,6 +114,18 @@ def _gate(messages: Any, options: dict[str, Any], thread: Any, config: RunnableC
     return _view(options).view(_as_messages(messages), thread=thread)
 
 
+async def _agate(
+    messages: Any, options: dict[str, Any], thread: Any, config: RunnableConfig | None = None
+) -> list[BaseMessage]:
+    """:func:`_gate` for async callers: without an embedder in a worker thread (as before),
+    with one awaiting the embedding calls."""
+    if options.get("embedder") is None:
+        return await asyncio.to_thread(_gate, messages, options, thread, config)
+    if thread is None and config is not None:
+        thread = (config.get("configurable") or {}).get("thread_id")
+    return await _view(options).aview(_as_messages(messages), thread=thread)
+
+
 def gate_messages(
     messages: Iterable[Any] | PromptValue | None = None,
     *,
@@ -116,6 +133,8 @@ def gate_messages(
     max_tokens: int | None = None,
     token_counter: Any = None,
     thread: Hashable | None = None,
+    embedder: Any = None,
+    embed_timeout: float | None = None,
     **options: Any,
 ) -> list[BaseMessage] | Runnable[Any, list[BaseMessage]]:
     """The messages the current query needs, within ``token_budget`` tokens.
@@ -133,6 +152,15 @@ def gate_messages(
         thread: which kept index to use for this conversation (``None``: one per set of
             options).  Any list is gated correctly with any index; separate threads only
             keep separate conversations from re-indexing each other.
+        embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
+            ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
+            needed).  Each turn is embedded once (vectors kept in memory by content hash,
+            shared across the threads of one set of options); a call makes at most one
+            embedding call, for the query.  :func:`agate_messages` and the Runnable's
+            ``ainvoke`` await the embedder's async twins.  ``None`` (default): lexical,
+            exactly as without it.
+        embed_timeout: seconds one embedding call may take before the list is gated
+            lexically; ``None``: wait.
         **options: :class:`~context_gatekeeper.ContextGatekeeper` options
             (``message_overhead``, ``params``, ``preset``, selection parameters);
             ``on_overflow`` defaults to ``"keep_pinned"``.
@@ -147,13 +175,25 @@ def gate_messages(
     if token_budget is not None and max_tokens is not None and token_budget != max_tokens:
         raise InvalidInputError(f"pass token_budget or its alias max_tokens, not both ({token_budget} != {max_tokens})")
     budget = token_budget if token_budget is not None else max_tokens
-    settings = dict(options, token_counter=token_counter)
-    if budget is not None:
-        settings["token_budget"] = budget
+    settings = _settings(options, token_counter, budget, embedder, embed_timeout)
     if messages is not None:
         return _gate(messages, settings, thread)
     _view(settings)  # check the options now, not at the first call
-    return RunnableLambda(partial(_gate, options=settings, thread=thread), name="gate_messages")
+    return RunnableLambda(
+        partial(_gate, options=settings, thread=thread), afunc=partial(_agate, options=settings, thread=thread),
+        name="gate_messages",
+    )
+
+
+def _settings(options: dict[str, Any], token_counter: Any, budget: int | None, embedder: Any, timeout: Any) -> dict[str, Any]:
+    settings = dict(options, token_counter=token_counter)
+    if budget is not None:
+        settings["token_budget"] = budget
+    if embedder is not None:
+        settings["embedder"] = embedder
+    if timeout is not None:
+        settings["embed_timeout"] = timeout
+    return settings
 
 
 async def agate_messages(
@@ -163,13 +203,16 @@ async def agate_messages(
     max_tokens: int | None = None,
     token_counter: Any = None,
     thread: Hashable | None = None,
+    embedder: Any = None,
+    embed_timeout: float | None = None,
     **options: Any,
 ) -> list[BaseMessage]:
-    """Async :func:`gate_messages` (the gating runs in a worker thread; same kept index)."""
+    """Async :func:`gate_messages` (same kept index).  Without an embedder the gating
+    runs in a worker thread; with one, the embedding calls are awaited."""
     if messages is None:
         raise InvalidInputError("agate_messages needs messages; gate_messages() without them returns a Runnable")
-    result = await asyncio.to_thread(
-        gate_messages, list(messages) if not isinstance(messages, PromptValue) else messages,
-        token_budget=token_budget, max_tokens=max_tokens, token_counter=token_counter, thread=thread, **options,
-    )
-    return result  # type: ignore[return-value]
+    if token_budget is not None and max_tokens is not None and token_budget != max_tokens:
+        raise InvalidInputError(f"pass token_budget or its alias max_tokens, not both ({token_budget} != {max_tokens})")
+    budget = token_budget if token_budget is not None else max_tokens
+    settings = _settings(options, token_counter, budget, embedder, embed_timeout)
+    return await _agate(list(messages) if not isinstance(messages, PromptValue) else messages, settings, thread)

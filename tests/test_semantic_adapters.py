@@ -184,3 +184,171 @@ def test_history_and_memory_take_the_framework_embedding_classes(tmp_path) -> No
     assert len(memory.store.load_vectors("default", memory.gate.gatekeeper._semantic.embedder.name)) == len(CHAT)
     history.close()
     memory.close()
+
+
+# -- LangChain: middleware, topic_gate, gate_messages ------------------------------------------
+def chat_messages() -> list:
+    """CHAT as a LangChain list, ids included (agent state has them)."""
+    out = []
+    for i, (user, assistant) in enumerate(CHAT):
+        out += [HumanMessage(user, id=f"h{i}"), AIMessage(assistant, id=f"a{i}")]
+    return out
+
+
+def test_gate_messages_keeps_a_match_by_meaning_and_a_reorder_embeds_nothing_new() -> None:
+    from langchain_gatekeeper import gate_messages
+
+    fake = desserts()
+    query = HumanMessage(QUERY)
+    plain = [m.text for m in gate_messages([*chat_messages(), query], token_counter=len, thread="t-plain")]
+    assert CHAT[0][0] not in plain  # lexically the cobbler is no evidence
+    kept = gate_messages([*chat_messages(), query], token_counter=len, embedder=fake, thread="t1")
+    assert CHAT[0][0] in [m.text for m in kept]
+    assert embedded(fake) == len(CHAT) and fake.query_calls == [QUERY]
+    messages = chat_messages()
+    reordered = messages[2:4] + messages[:2] + messages[4:]  # a kept turn moved: the index is rebuilt
+    again = gate_messages([*reordered, query], token_counter=len, embedder=fake, thread="t1")
+    assert CHAT[0][0] in [m.text for m in again]
+    assert embedded(fake) == len(CHAT) and fake.query_calls == [QUERY]  # the rebuild re-embedded nothing
+    other_thread = gate_messages([*messages, query], token_counter=len, embedder=fake, thread="t2")
+    assert CHAT[0][0] in [m.text for m in other_thread]  # a new thread: its own index, the same vectors
+    assert embedded(fake) == len(CHAT) and fake.query_calls == [QUERY, QUERY]
+
+
+def test_gate_messages_async_awaits_the_embedders_twins() -> None:
+    from langchain_gatekeeper import agate_messages, gate_messages
+
+    fake = AsyncOnly({"dessert": DESSERTS})
+    got = asyncio.run(agate_messages([*chat_messages(), HumanMessage(QUERY)], token_counter=len, embedder=fake))
+    assert CHAT[0][0] in [m.text for m in got]
+    assert fake.async_documents == len(CHAT) and fake.async_queries == 1
+    runnable = gate_messages(token_counter=len, embedder=fake)
+    got = asyncio.run(runnable.ainvoke([*chat_messages(), HumanMessage("Tell me about desserts")]))
+    assert CHAT[0][0] in [m.text for m in got] and fake.async_queries == 2
+    assert fake.async_documents == len(CHAT)  # the same options: the same view and vectors
+
+
+class AsyncOnly(HashEmbedder):
+    """A fake whose sync methods must not be called (the async path awaits the twins)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.async_documents = 0
+        self.async_queries = 0
+
+    def embed_documents(self, texts):
+        raise AssertionError("the sync embed_documents was called from an async path")
+
+    def embed_query(self, text):
+        raise AssertionError("the sync embed_query was called from an async path")
+
+    async def aembed_documents(self, texts):
+        self.async_documents += len(texts)
+        await asyncio.sleep(0)
+        return [self.vector(t) for t in texts]
+
+    async def aembed_query(self, text):
+        self.async_queries += 1
+        await asyncio.sleep(0)
+        return self.vector(text)
+
+
+def agent_with(middleware):
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+    from test_lc_middleware import scripted
+
+    model = scripted([AIMessage(f"answer {i}") for i in range(10)])
+    return create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver()), model
+
+
+def test_middleware_in_a_real_agent_shares_vectors_across_threads() -> None:
+    from langchain_gatekeeper import GatekeeperMiddleware
+
+    fake = desserts()
+    middleware = GatekeeperMiddleware(token_budget=2000, token_counter=len, embedder=fake)
+    agent, model = agent_with(middleware)
+    agent.invoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "a"}})
+    sent = [m.text for m in model.received[-1]]
+    assert CHAT[0][0] in sent and CHAT[1][0] not in sent  # kept by meaning, the car stays out
+    assert embedded(fake) == len(CHAT) and fake.query_calls == [QUERY]
+    agent.invoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "b"}})
+    assert CHAT[0][0] in [m.text for m in model.received[-1]]
+    assert embedded(fake) == len(CHAT)  # thread b's index found every turn's vector
+    messages = chat_messages()
+    reordered = messages[4:6] + messages[:4] + messages[6:]
+    middleware.views.view([*reordered, HumanMessage(QUERY)], thread="a")  # a reorder rebuilds thread a
+    assert middleware.views.index("a").builds == 2 and embedded(fake) == len(CHAT)
+    plain = GatekeeperMiddleware(token_budget=2000, token_counter=len)
+    assert plain.vectors is None and plain.views.gatekeeper("x")._semantic is None
+
+
+def test_middleware_async_agent_awaits_the_embedders_twins() -> None:
+    from langchain_gatekeeper import GatekeeperMiddleware
+
+    fake = AsyncOnly({"dessert": DESSERTS})
+    agent, model = agent_with(GatekeeperMiddleware(token_budget=2000, token_counter=len, embedder=fake))
+    asyncio.run(agent.ainvoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "a"}}))
+    assert CHAT[0][0] in [m.text for m in model.received[-1]]
+    assert fake.async_documents == len(CHAT) and fake.async_queries == 1
+
+
+def test_middleware_with_the_embedder_down_still_answers(caplog) -> None:
+    from langchain_gatekeeper import GatekeeperMiddleware
+
+    middleware = GatekeeperMiddleware(token_budget=2000, token_counter=len, embedder=Down(), embed_timeout=5)
+    agent, model = agent_with(middleware)
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        result = agent.invoke({"messages": [*chat_messages(), HumanMessage("Where did we go hiking in the alps?")]},
+                              {"configurable": {"thread_id": "a"}})
+    assert result["messages"][-1].text == "answer 0" and CHAT[2][0] in [m.text for m in model.received[-1]]
+    assert middleware.views.gatekeeper("a").explain("hiking in the alps?").semantic_fallback
+
+
+@pytest.mark.filterwarnings("ignore:The class `InMemoryChatMessageHistory` was deprecated")
+def test_topic_gate_over_plain_lists_and_over_a_gatekeeper_history(tmp_path) -> None:
+    from langchain_core.chat_history import InMemoryChatMessageHistory
+    from langchain_gatekeeper import topic_gate
+
+    fake = desserts()
+    gate = topic_gate(history_messages_key="history", input_messages_key="question", embedder=fake,
+                      token_counter=len, token_budget=2000)
+    out = gate.invoke({"history": chat_messages(), "question": QUERY})
+    assert CHAT[0][0] in [m.text for m in out["history"]] and embedded(fake) == len(CHAT)
+    messages = chat_messages()
+    plain_history = InMemoryChatMessageHistory(messages=messages[2:4] + messages[:2] + messages[4:])
+    out = gate.invoke({"history": plain_history.messages, "question": QUERY},
+                      {"configurable": {"message_history": plain_history}})
+    assert CHAT[0][0] in [m.text for m in out["history"]]
+    assert embedded(fake) == len(CHAT)  # another history's index, reordered: nothing new embedded
+    # over a GatekeeperChatMessageHistory the vectors go to the history's store
+    history = GatekeeperChatMessageHistory("s", store=tmp_path / "tg.db", token_counter=len)
+    fill_history(history)
+    mine = desserts()
+    gate = topic_gate(history_messages_key="history", input_messages_key="question", embedder=mine, token_counter=len)
+    out = gate.invoke({"history": list(history.messages), "question": QUERY}, {"configurable": {"message_history": history}})
+    assert CHAT[0][0] in [m.text for m in out["history"]]
+    assert len(history.store.load_vectors("s", mine.name)) == len(CHAT)
+    # async: the twins are awaited
+    twins = AsyncOnly({"dessert": DESSERTS}, name="async-model")  # another model: nothing in the store yet
+    agate = topic_gate(history_messages_key="history", input_messages_key="question", embedder=twins, token_counter=len)
+    out = asyncio.run(agate.ainvoke({"history": list(history.messages), "question": QUERY},
+                                    {"configurable": {"message_history": history}}))
+    assert CHAT[0][0] in [m.text for m in out["history"]] and twins.async_documents == len(CHAT)
+    out = asyncio.run(agate.ainvoke({"history": chat_messages(), "question": QUERY}))
+    assert CHAT[0][0] in [m.text for m in out["history"]] and twins.async_documents == 2 * len(CHAT)
+    history.close()
+
+
+def test_a_history_with_its_own_embedder_is_awaited_by_topic_gate(tmp_path) -> None:
+    from langchain_gatekeeper import topic_gate
+
+    twins = AsyncOnly({"dessert": DESSERTS})
+    history = GatekeeperChatMessageHistory("s", store=tmp_path / "own.db", token_counter=len, embedder=twins)
+    fill_history(history)
+    gate = topic_gate(history_messages_key="history", input_messages_key="question")
+    out = asyncio.run(gate.ainvoke({"history": list(history.messages), "question": QUERY},
+                                   {"configurable": {"message_history": history}}))
+    assert CHAT[0][0] in [m.text for m in out["history"]] and twins.async_queries == 1
+    assert [m.text for m in asyncio.run(history.aselect(QUERY))] == [m.text for m in out["history"]]
+    history.close()
