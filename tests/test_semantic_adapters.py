@@ -352,3 +352,38 @@ def test_a_history_with_its_own_embedder_is_awaited_by_topic_gate(tmp_path) -> N
     assert CHAT[0][0] in [m.text for m in out["history"]] and twins.async_queries == 1
     assert [m.text for m in asyncio.run(history.aselect(QUERY))] == [m.text for m in out["history"]]
     history.close()
+
+
+# -- LlamaIndex: memory in real chat engines ----------------------------------------------------
+def test_memory_in_a_real_chat_engine_sync_and_async(tmp_path) -> None:
+    from llama_index.core.chat_engine import SimpleChatEngine
+    from li_scripted_llm import ScriptedLLM
+
+    fake = desserts()
+    memory = GatekeeperMemory.from_defaults(store=tmp_path / "engine.db", embedder=fake, token_counter=len,
+                                            token_limit=4000)
+    fill_memory(memory)
+    llm = ScriptedLLM()
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
+    engine.chat(QUERY)
+    sent = [m.content for m in llm.chats[-1]]
+    assert CHAT[0][0] in sent and CHAT[1][0] not in sent
+    assert embedded(fake) == len(CHAT) and fake.query_calls == [QUERY]
+    memory.close()
+    # the same file, an async engine, an embedder with async twins: only the new turn and the query
+    twins = AsyncOnly({"dessert": DESSERTS})
+    reopened = GatekeeperMemory.from_defaults(store=tmp_path / "engine.db", embedder=twins, token_counter=len,
+                                              token_limit=4000)
+    llm = ScriptedLLM()
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=reopened)
+    asyncio.run(engine.achat("Which cake or pie did I bake?"))
+    assert CHAT[0][0] in [m.content for m in llm.chats[-1]]
+    assert twins.async_queries == 1 and twins.async_documents == 1  # only the turn the first engine added
+    reopened.close()
+
+
+def test_memory_aget_with_the_embedder_down_falls_back() -> None:
+    memory = GatekeeperMemory.from_defaults(embedder=Down(), token_counter=len, embed_timeout=5)
+    fill_memory(memory)
+    got = asyncio.run(memory.aget("Where did we go hiking in the alps?"))
+    assert CHAT[2][0] in [m.content for m in got]
