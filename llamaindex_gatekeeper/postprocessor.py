@@ -5,7 +5,8 @@ Retrievers return the top k by similarity, and the top k often repeat each other
 question.  :class:`GatekeeperNodePostprocessor` keeps a small subset that covers
 the query's informative terms within a token budget, picked greedily by newly
 covered term weight per token (the core's :func:`context_gatekeeper.coverage.select_covering`),
-and returns it in retrieval order.  No embedding model, no LLM call.
+and returns it in retrieval order.  No LLM call, and no embedding model unless you
+pass one.
 
 Term weights come from the retrieved nodes themselves, or from a
 :class:`~context_gatekeeper.coverage.CoverageCorpus` built once over the whole
@@ -19,21 +20,40 @@ collection (:func:`build_corpus`), which knows which words are common in the dom
     for line in gate.explain(nodes, "how do I renew a Redis lock?"):
         print(line)
 
+With ``embedder=`` (the index's ``embed_model``, a LangChain ``Embeddings`` or a
+callable ``list[str] -> list[list[float]]``; numpy needed) meaning joins the words:
+each node's similarity to the query comes from ``node.embedding`` when the retriever
+filled it (else the node is embedded once, cached by a hash of its text), and the
+query's from ``QueryBundle.embedding`` when present (else one ``embed_query`` call).
+Similarities are calibrated on the retrieved set itself: a node counts as semantic
+evidence only when it stands out among them (``SelectionParams.semantic_floor``
+standard deviations; at least ``semantic_min_turns`` nodes), and up to
+``semantic_max_keep`` nodes holding none of the query's terms are kept on their
+meaning.  ``explain`` shows each node's similarity and whether it was decisive.
+If the embedder fails or times out, selection is lexical (one warning;
+``select(...).semantic_fallback``).
+
 The postprocessor never writes node metadata or scores: it returns the very
 ``NodeWithScore`` objects it was given, unmodified.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Optional, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from context_gatekeeper import SelectionParams
+from context_gatekeeper import SelectionParams, as_embedder
+from context_gatekeeper.embedding import text_hash
 from context_gatekeeper.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
 from context_gatekeeper.tokens import resolve_token_counter
 
@@ -59,6 +79,16 @@ class NodeExplanation:
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.coverage}"
+
+    @property
+    def similarity(self) -> float | None:
+        """The node's similarity to the query (None without an embedder)."""
+        return self.coverage.similarity
+
+    @property
+    def decisive(self) -> bool:
+        """Whether the node is kept because of its meaning alone."""
+        return self.coverage.decisive
 
 
 def build_corpus(source: Any, *, metadata_mode: MetadataMode = MetadataMode.NONE) -> CoverageCorpus:
@@ -116,7 +146,13 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         metadata_mode: which node text is read and counted; ``LLM`` (the default) is
             what a response synthesizer sends.
         params: the core's selection parameters (IDF formula, kind weights, cost
-            exponent, extra stopwords).
+            exponent, extra stopwords, the semantic floor and how many nodes meaning
+            alone may keep).
+        embedder: a LlamaIndex ``BaseEmbedding``, a LangChain ``Embeddings`` or a callable
+            ``list[str] -> list[list[float]]`` for semantic evidence (see the module
+            docstring); ``None`` (default): lexical, exactly as without it.
+        embed_timeout: seconds one embedding call may take before the nodes are
+            selected lexically; ``None``: wait.
     """
 
     token_budget: Optional[int] = Field(default=None, ge=0, description="Most tokens the kept nodes may cost.")
@@ -126,11 +162,16 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     fallback: bool = Field(default=True, description="Keep nodes in order when none matches the query.")
     metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Which node text to read.")
     params: Optional[SelectionParams] = Field(default=None, exclude=True, description="Selection parameters.")
+    embedder: Optional[Any] = Field(default=None, exclude=True, description="Embedding model (semantic evidence).")
+    embed_timeout: Optional[float] = Field(default=None, gt=0, description="Seconds an embedding call may take.")
     _count: Callable[[str], int] = PrivateAttr()
+    _vectors: Optional["NodeVectors"] = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
-        """Normalise the token counter once."""
+        """Normalise the token counter and the embedder once."""
         self._count = resolve_token_counter(self.token_counter)
+        if self.embedder is not None:
+            self._vectors = NodeVectors(self.embedder, self.embed_timeout)
 
     @classmethod
     def class_name(cls) -> str:
@@ -138,10 +179,24 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """The core's full coverage result for ``nodes`` (indices into ``nodes``)."""
-        query_str = query_text(query)
+        probe = None
+        if self._vectors is not None and nodes and query_text(query).strip():
+            probe = self._vectors.similarities(nodes, query_text(query), _query_embedding(query))
+        return self._covering(nodes, query, probe)
+
+    async def aselect(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
+        """:meth:`select` with the embedding calls awaited (the embedder's async twins)."""
+        if self._vectors is None:
+            return await asyncio.to_thread(self.select, nodes, query)
+        probe = None
+        if nodes and query_text(query).strip():
+            probe = await self._vectors.asimilarities(nodes, query_text(query), _query_embedding(query))
+        return self._covering(nodes, query, probe)
+
+    def _covering(self, nodes: List[NodeWithScore], query: Any, probe: Any) -> CoverageResult:
         texts = [_text(n, self.metadata_mode) for n in nodes]
-        return select_covering(
-            query_str,
+        result = select_covering(
+            query_text(query),
             texts,
             token_budget=self.token_budget,
             costs=[self._count(t) for t in texts],
@@ -149,10 +204,13 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             target=self.coverage_target,
             fallback=self.fallback,
             params=self.params,
+            similarities=None if probe is None else probe[0],
         )
+        return replace(result, semantic_fallback=True) if probe is not None and probe[1] else result
 
     def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
-        """Why each node would be kept or dropped for ``query``, in input order."""
+        """Why each node would be kept or dropped for ``query``, in input order (with an
+        embedder, each line shows the node's similarity and whether it was decisive)."""
         result = self.select(nodes, query)
         return [
             NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
@@ -167,3 +225,133 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         return [nodes[i] for i in self.select(nodes, query_bundle).kept]
+
+    async def _apostprocess_nodes(
+        self,
+        nodes: List[NodeWithScore],
+        query_bundle: Optional[QueryBundle] = None,
+    ) -> List[NodeWithScore]:
+        """Async :meth:`_postprocess_nodes` (the embedding calls awaited)."""
+        if not nodes:
+            return []
+        return [nodes[i] for i in (await self.aselect(nodes, query_bundle)).kept]
+
+
+def _query_embedding(query: Any) -> list[float] | None:
+    """The first embedding found on ``query`` and the bundles it wraps."""
+    while isinstance(query, QueryBundle):
+        if query.embedding:
+            return list(query.embedding)
+        query = query.query_str
+    return None
+
+
+logger = logging.getLogger("llamaindex_gatekeeper.postprocessor")
+
+
+class NodeVectors:
+    """Node and query vectors for the postprocessor: ``node.embedding`` when filled, else
+    a bounded cache by ``(embedder name, text hash)``, else one document call for the
+    missing nodes.  Failures and timeouts give ``None`` (one warning per run of them)."""
+
+    def __init__(self, embedder: Any, timeout: float | None = None, max_vectors: int = 10_000) -> None:
+        from context_gatekeeper.semantic import numpy
+
+        numpy()  # fail now, not at the first query, when numpy is missing
+        self.embedder = as_embedder(embedder)
+        self.timeout = timeout
+        self.max_vectors = max_vectors
+        self._cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._failing = False
+
+    def _missing(self, nodes: List[NodeWithScore]) -> tuple[list[Any], list[tuple[int, str, tuple[str, str]]]]:
+        vectors: list[Any] = []
+        todo = []
+        for i, item in enumerate(nodes):
+            vector = item.node.embedding
+            if not vector:
+                text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
+                key = (self.embedder.name, text_hash(text))
+                with self._lock:
+                    vector = self._cache.get(key)
+                if vector is None:
+                    todo.append((i, text, key))
+            vectors.append(vector)
+        return vectors, todo
+
+    def _remember(self, vectors: list[Any], todo: list[tuple[int, str, tuple[str, str]]], found: list[Any]) -> None:
+        with self._lock:
+            for (i, _, key), vector in zip(todo, found):
+                vectors[i] = self._cache[key] = vector
+            while len(self._cache) > self.max_vectors:
+                self._cache.popitem(last=False)
+
+    def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
+        """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
+        when the query could not be embedded."""
+        try:
+            if query is None:
+                query = self._call(self.embedder.embed_query, text)
+            vectors, todo = self._missing(nodes)
+            if todo:
+                self._remember(vectors, todo, self._call(self.embedder.embed_documents, [t for _, t, _ in todo]))
+        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
+            return self._fail(exc)
+        return self._ok(query, vectors)
+
+    async def asimilarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
+        """:meth:`similarities` with the embedder's async twins awaited."""
+        try:
+            if query is None:
+                query = await self._await(self.embedder.aembed_query(text))
+            vectors, todo = self._missing(nodes)
+            if todo:
+                found = await self._await(self.embedder.aembed_documents([t for _, t, _ in todo]))
+                self._remember(vectors, todo, found)
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(exc)
+        return self._ok(query, vectors)
+
+    def _call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        if self.timeout is None:
+            return fn(arg)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn(arg))
+            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting caller
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="gatekeeper-embed-nodes", daemon=True).start()
+        try:
+            return future.result(timeout=self.timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
+
+    async def _await(self, awaitable: Any) -> Any:
+        if self.timeout is None:
+            return await awaitable
+        try:
+            return await asyncio.wait_for(awaitable, self.timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
+
+    def _ok(self, query: list[float], vectors: list[Any]) -> tuple[Any, bool]:
+        from context_gatekeeper.semantic import unit_rows
+
+        self._failing = False
+        q = unit_rows(query)[0]
+        sims: list[float | None] = []
+        for vector in vectors:
+            row = None if vector is None else unit_rows(vector)[0]
+            sims.append(None if row is None or row.shape != q.shape else float(row @ q))
+        return sims, False
+
+    def _fail(self, exc: BaseException) -> tuple[Any, bool]:
+        if not self._failing:
+            self._failing = True
+            logger.warning("embedder %r failed (%s: %s); selecting nodes lexically until it answers again",
+                           self.embedder.name, type(exc).__name__, exc)
+        return None, True

@@ -20,6 +20,14 @@ Every candidate gets a :class:`CoverageExplanation`: kept (``"covers"``, or
 budget"``, ``"target reached"``), with the anchors, gain and cost behind it.
 The result keeps input order.  Pure functions; no framework imports.
 
+With ``similarities`` (each candidate's similarity to the query, from any embedding
+model), meaning joins the words under the same precision rules: similarities are
+calibrated on the candidate set itself (z-scores), a candidate counts as semantic
+evidence only at or above ``params.semantic_floor`` (and only among at least
+``params.semantic_min_turns`` candidates with a similarity), it breaks ties in the
+greedy step, and up to ``params.semantic_max_keep`` candidates that hold *none* of
+the query's terms are kept on their meaning (``"semantic"``) when the budget allows.
+
 >>> texts = ["Redis locks need a TTL.", "Redis locks need a TTL.", "Bake bread at 220 degrees."]
 >>> result = select_covering("How long should a Redis lock TTL be?", texts, costs=[6, 6, 6])
 >>> result.kept
@@ -41,6 +49,7 @@ from .errors import BudgetError
 from .gate import anchor_weights
 from .params import SelectionParams
 from .selector import Candidate, greedy_cover
+from .coverage_meaning import SEMANTIC, calibrated, tie_break, with_meaning
 from .tokens import TokenCounterLike, resolve_token_counter
 
 __all__ = [
@@ -50,6 +59,7 @@ __all__ = [
     "select_covering",
     "COVERS",
     "FALLBACK",
+    "SEMANTIC",
     "IRRELEVANT",
     "NO_NEW_COVERAGE",
     "OVER_BUDGET",
@@ -149,6 +159,11 @@ class CoverageExplanation:
         gain: newly covered weight per ``cost ** alpha`` at its pick (kept), or what it
             would still gain now (dropped); 0 when it adds nothing.
         pick: 1-based order in which the greedy step picked it; None if not picked.
+        similarity: its similarity to the query (None without similarities).
+        similarity_z: that similarity calibrated on the candidates' (None when too few
+            candidates have one).
+        semantic: whether its similarity is evidence (z at or above the floor).
+        decisive: whether it is kept because of its meaning alone (reason ``"semantic"``).
     """
 
     index: int
@@ -159,9 +174,23 @@ class CoverageExplanation:
     covered: tuple[str, ...]
     gain: float
     pick: int | None = None
+    similarity: float | None = None
+    similarity_z: float | None = None
+    semantic: bool = False
+    decisive: bool = False
 
     def __str__(self) -> str:
+        text = self._text()
+        if self.similarity is None:
+            return text
+        z = "" if self.similarity_z is None else f", z {self.similarity_z:+.2f}"
+        role = "; decisive" if self.decisive else "; evidence" if self.semantic else ""
+        return f"{text} [similarity {self.similarity:.3f}{z}{role}]"
+
+    def _text(self) -> str:
         anchors = ", ".join(self.covered or self.matched) or "-"
+        if self.reason == SEMANTIC:
+            return f"kept #{self.index}: similar in meaning, no shared term ({self.cost} tokens)"
         if self.reason == COVERS:
             return f"kept #{self.index}: covers {anchors} (gain {self.gain:.3f}, {self.cost} tokens, pick {self.pick})"
         if self.reason == FALLBACK:
@@ -188,6 +217,7 @@ class CoverageResult:
         tokens_kept: total cost of the kept candidates.
         tokens_total: total cost of all candidates.
         budget: the token budget (None: unlimited).
+        semantic_fallback: set by callers whose embedder failed (the result is lexical).
     """
 
     kept: list[int]
@@ -198,6 +228,7 @@ class CoverageResult:
     tokens_kept: int
     tokens_total: int
     budget: int | None
+    semantic_fallback: bool = False
 
     @property
     def coverage(self) -> float:
@@ -245,6 +276,7 @@ def select_covering(
     target: float = 1.0,
     fallback: bool = True,
     params: SelectionParams | None = None,
+    similarities: Sequence[float | None] | None = None,
 ) -> CoverageResult:
     """Keep the candidates that cover ``query``'s informative anchors, within a budget.
 
@@ -265,7 +297,12 @@ def select_covering(
             says nothing, and semantic retrieval may have found them in other words);
             False drops them all as irrelevant.
         params: IDF formula, kind weights, cost exponent, stopwords (default
-            :class:`SelectionParams`).
+            :class:`SelectionParams`), and the semantic floor, top z, weight, minimum
+            count and most kept on meaning.
+        similarities: each candidate's similarity to the query (``None`` where unknown),
+            or ``None`` for lexical coverage alone.  See the module docstring; when no
+            candidate has lexical evidence but some have semantic evidence, those are kept
+            instead of the ``fallback``.
 
     Raises:
         BudgetError: a negative ``token_budget``.
@@ -288,15 +325,19 @@ def select_covering(
     coverable = {a for m in matched for a in m}
     coverable_weight = sum(weights[a] for a in coverable)
     total = sum(cost_list)
-    if coverable_weight <= 0 and fallback:
+    zs = calibrated(similarities, len(texts), params)
+    evidence = [z is not None and z >= params.semantic_floor for z in zs]
+    if coverable_weight <= 0 and fallback and not any(evidence):
         explanations = _fallback(cost_list, token_budget, matched)
         kept = [e.index for e in explanations if e.kept]
         return CoverageResult(
-            kept, explanations, weights, 0.0, 0.0, sum(cost_list[i] for i in kept), total, token_budget
+            kept, with_meaning(explanations, similarities, zs, evidence), weights, 0.0, 0.0,
+            sum(cost_list[i] for i in kept), total, token_budget,
         )
 
     candidates = [
-        Candidate(turn_id=i, position=i, cost=c, user=sum(weights[a] for a in m), covered=list(m))
+        Candidate(turn_id=i, position=i, cost=c, user=sum(weights[a] for a in m), covered=list(m),
+                  semantic=tie_break(zs[i], params) if evidence[i] else 0.0)
         for i, (c, m) in enumerate(zip(cost_list, matched))
         if m
     ]
@@ -313,12 +354,20 @@ def select_covering(
         picks[candidate.turn_id] = (order, new, gain)
         covered.update(new)
     left = budget - sum(c.cost for c in chosen)
+    by_meaning: set[int] = set()
+    for i in sorted((i for i in range(len(texts)) if evidence[i] and not matched[i]), key=lambda i: -zs[i]):
+        if len(by_meaning) < params.semantic_max_keep and cost_list[i] <= left:
+            by_meaning.add(i)
+            left -= cost_list[i]
 
     explanations = []
     for i, cost in enumerate(cost_list):
         if i in picks:
             order, new, gain = picks[i]
             explanations.append(CoverageExplanation(i, True, COVERS, cost, matched[i], new, gain, order))
+            continue
+        if i in by_meaning:
+            explanations.append(CoverageExplanation(i, True, SEMANTIC, cost, (), (), 0.0))
             continue
         rest = tuple(a for a in matched[i] if a not in covered)
         gain = sum(weights[a] for a in rest) / max(cost, 1) ** params.cost_exponent
@@ -331,14 +380,8 @@ def select_covering(
         else:
             reason = TARGET_REACHED
         explanations.append(CoverageExplanation(i, False, reason, cost, matched[i], rest, gain))
-    kept = sorted(picks)
-    return CoverageResult(
-        kept,
-        explanations,
-        weights,
-        coverable_weight,
-        covered_weight,
-        sum(cost_list[i] for i in kept),
-        total,
-        token_budget,
-    )
+    kept = sorted({*picks, *by_meaning})
+    result = CoverageResult(kept, explanations, weights, coverable_weight, covered_weight,
+                            sum(cost_list[i] for i in kept), total, token_budget)
+    result.explanations[:] = with_meaning(result.explanations, similarities, zs, evidence)
+    return result

@@ -1,0 +1,219 @@
+"""GatekeeperNodePostprocessor with an embedder (issue #13): node.embedding, the query
+bundle's embedding, a content-hash cache, calibrated semantic evidence, explain, fallback.
+
+A real LlamaIndex BaseEmbedding subclass wraps the deterministic hashing fake of
+tests/test_semantic.py (ranking); MockEmbedding checks the plumbing; real indexes and engines."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from llama_index.core import Document, VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.embeddings import MockEmbedding
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from li_scripted_llm import ScriptedLLM
+from llamaindex_gatekeeper.postprocessor import GatekeeperNodePostprocessor
+from test_semantic import DESSERTS, HashEmbedder
+
+QUERY = "What dessert should I serve?"
+TEXTS = [
+    "Serve the soup hot with fresh bread.",
+    "A peach cobbler, a pie or a tiramisu all bake well ahead.",
+    "Tire pressure should be checked monthly.",
+    "The alps offer great hiking trails.",
+    "Guitar chords come before scales.",
+    "Repaint kitchen walls with washable paint.",
+    "Dogs chew shoes when bored.",
+    "Novels about pirates sell well.",
+    "Cold weather calls for a jacket.",
+    "Sisters visiting from Spain stay a week.",
+]
+
+
+class HashEmbedding(BaseEmbedding):
+    """A LlamaIndex BaseEmbedding over the hashing fake; counts what it embeds."""
+
+    _fake: Any = PrivateAttr()
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(model_name="hash-embedding", **kwargs)
+        self._fake = HashEmbedder({"dessert": DESSERTS})
+
+    @property
+    def fake(self) -> HashEmbedder:
+        return self._fake
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._fake.embed_query(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._fake.embed_query(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._fake.embed_documents([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self._fake.embed_documents(texts)
+
+
+def nodes(texts=TEXTS, embed: HashEmbedder | None = None) -> list[NodeWithScore]:
+    return [
+        NodeWithScore(node=TextNode(text=t, id_=f"n{i}", embedding=embed.vector(t) if embed else None), score=1 - i / 20)
+        for i, t in enumerate(texts)
+    ]
+
+
+def embedded(fake: HashEmbedder) -> int:
+    return sum(len(b) for b in fake.document_calls)
+
+
+def test_a_node_that_shares_no_word_is_kept_on_its_meaning_and_explained() -> None:
+    plain = GatekeeperNodePostprocessor()
+    assert [n.node.node_id for n in plain.postprocess_nodes(nodes(), query_str=QUERY)] == ["n0"]
+    fake = HashEmbedder({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+    kept = gate.postprocess_nodes(nodes(), query_str=QUERY)
+    assert [n.node.node_id for n in kept] == ["n0", "n1"]
+    lines = gate.explain(nodes(), QUERY)
+    cobbler, car = lines[1], lines[2]
+    assert cobbler.kept and cobbler.reason == "semantic" and cobbler.decisive
+    assert cobbler.similarity is not None and cobbler.coverage.similarity_z >= 2.0
+    assert "similarity" in str(cobbler) and "decisive" in str(cobbler)
+    assert not car.kept and car.reason == "irrelevant" and not car.decisive
+    assert car.similarity is not None and car.coverage.similarity_z < 2.0 and not car.coverage.semantic
+    assert lines[0].reason == "covers" and not lines[0].decisive  # kept for its words
+    assert all(line.similarity is None for line in plain.explain(nodes(), QUERY))
+
+
+def test_node_embeddings_and_the_bundles_embedding_are_used_without_a_call() -> None:
+    fake = HashEmbedder({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+    bundle = QueryBundle(QUERY, embedding=fake.vector(QUERY))
+    kept = gate.postprocess_nodes(nodes(embed=fake), bundle)
+    assert [n.node.node_id for n in kept] == ["n0", "n1"]
+    assert fake.document_calls == [] and fake.query_calls == []
+
+
+def test_nodes_without_embeddings_are_embedded_once_then_cached_by_content() -> None:
+    fake = HashEmbedder({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+    gate.postprocess_nodes(nodes(), query_str=QUERY)
+    assert embedded(fake) == len(TEXTS) and len(fake.document_calls) == 1 and len(fake.query_calls) == 1
+    gate.postprocess_nodes(nodes()[::-1], query_str="Any dessert ideas?")
+    assert embedded(fake) == len(TEXTS) and len(fake.query_calls) == 2  # only the new query
+
+
+def test_too_few_nodes_are_not_calibrated() -> None:
+    gate = GatekeeperNodePostprocessor(embedder=HashEmbedder({"dessert": DESSERTS}))
+    two = nodes(TEXTS[:2])
+    assert [n.node.node_id for n in gate.postprocess_nodes(two, query_str=QUERY)] == ["n0"]
+    assert all(line.coverage.similarity_z is None for line in gate.explain(two, QUERY))
+
+
+class Down(HashEmbedder):
+    def embed_documents(self, texts):
+        raise ConnectionError("embedding service down")
+
+    def embed_query(self, text):
+        raise ConnectionError("embedding service down")
+
+
+def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(caplog) -> None:
+    gate = GatekeeperNodePostprocessor(embedder=Down(), embed_timeout=5)
+    with caplog.at_level(logging.WARNING, logger="llamaindex_gatekeeper"):
+        result = gate.select(nodes(), QUERY)
+        gate.postprocess_nodes(nodes(), query_str=QUERY)
+    assert result.semantic_fallback and result.kept == [0]
+    assert sum("selecting nodes lexically" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_async_awaits_the_twins() -> None:
+    calls = []
+
+    def embed(texts):
+        raise AssertionError("the sync embedder was called from the async path")
+
+    async def aembed(texts):
+        calls.append(list(texts))
+        fake = HashEmbedder({"dessert": DESSERTS})
+        return [fake.vector(t) for t in texts]
+
+    embed.aembed = aembed
+    gate = GatekeeperNodePostprocessor(embedder=embed)
+    kept = asyncio.run(gate.apostprocess_nodes(nodes(), query_str=QUERY))
+    assert [n.node.node_id for n in kept] == ["n0", "n1"] and len(calls) == 2  # the query, then the nodes
+
+
+def build_index(embed_model) -> VectorStoreIndex:
+    return VectorStoreIndex.from_documents([Document(text=t, doc_id=f"d{i}") for i, t in enumerate(TEXTS)],
+                                           embed_model=embed_model)
+
+
+def test_inside_a_real_query_engine_and_chat_engine() -> None:
+    model = HashEmbedding()
+    index = build_index(model)
+    built = embedded(model.fake)
+    gate = GatekeeperNodePostprocessor(embedder=model)
+    llm = ScriptedLLM(default="Cobbler.")
+    engine = index.as_query_engine(llm=llm, similarity_top_k=10, node_postprocessors=[gate])
+    response = engine.query(QUERY)
+    assert sorted(n.node.text for n in response.source_nodes) == sorted(TEXTS[:2])
+    assert "peach cobbler" in llm.seen and "Tire pressure" not in llm.seen
+    queries = len(model.fake.query_calls)
+    assert queries == 1  # the retriever's; the postprocessor read it from the bundle
+    # the simple vector store returns nodes without their vectors: each is embedded once ...
+    assert all(n.node.embedding is None for n in response.source_nodes) and embedded(model.fake) - built == len(TEXTS)
+    engine.query(QUERY)
+    assert embedded(model.fake) - built == len(TEXTS)  # ... and then read from the content-hash cache
+    chat = index.as_chat_engine(chat_mode="context", llm=llm, node_postprocessors=[gate], similarity_top_k=10)
+    asyncio.run(chat.achat(QUERY))
+    sent = "\n".join(m.content or "" for m in llm.chats[-1])
+    assert "peach cobbler" in sent and "Tire pressure" not in sent
+
+
+def test_mock_embedding_plumbing_keeps_nothing_on_meaning() -> None:
+    index = build_index(MockEmbedding(embed_dim=8))
+    gate = GatekeeperNodePostprocessor(embedder=MockEmbedding(embed_dim=8))
+    retrieved = index.as_retriever(similarity_top_k=10).retrieve(QUERY)
+    lines = gate.explain(retrieved, QUERY)
+    assert all(line.similarity is not None and not line.decisive for line in lines)  # one constant vector
+    assert [line.reason for line in lines if line.kept] == ["covers"]
+
+
+# -- the pure coverage part -------------------------------------------------------------------
+def test_select_covering_semantic_rules() -> None:
+    import pytest
+
+    from context_gatekeeper import SelectionParams
+    from context_gatekeeper.coverage import select_covering
+
+    fillers = [f"filler {word}" for word in "car dog sky sea hat cup pen map key box bag toy".split()] * 2
+    texts = ["Redis lock TTL.", "Redis lock TTL.", "peach cobbler", "tart", *fillers]
+    costs = [5] * len(texts)
+    sims = [0.1, 0.9, 0.9, 0.85] + [0.1] * len(fillers)
+    result = select_covering("Redis lock TTL?", texts, costs=costs, similarities=sims)
+    reasons = [e.reason for e in result.explanations]
+    # ties in the greedy step go to the more similar copy; the other copy stays out however similar;
+    # meaning alone keeps the two that stand out among the candidates
+    assert reasons[:4] == ["no new coverage", "covers", "semantic", "semantic"] and result.kept == [1, 2, 3]
+    assert result.explanations[1].semantic and not result.explanations[1].decisive
+    assert result.explanations[2].decisive and result.explanations[2].similarity_z >= 2.0
+    assert set(reasons[4:]) == {"irrelevant"}
+    # at most semantic_max_keep, within the budget
+    one = select_covering("Redis lock TTL?", texts, costs=costs, similarities=sims,
+                          params=SelectionParams(semantic_max_keep=1))
+    assert one.kept == [1, 2]
+    assert select_covering("Redis lock TTL?", texts, costs=costs, similarities=sims, token_budget=10).kept == [1, 2]
+    # no lexical evidence at all: the semantic matches instead of keeping everything in order
+    none = select_covering("What desserts?", texts[2:], costs=costs[2:], similarities=sims[2:])
+    assert none.kept == [0, 1] and {e.reason for e in none.explanations if not e.kept} == {"irrelevant"}
+    # no one stands out: the fallback keeps them in order, as without similarities
+    flat = select_covering("What desserts?", texts[2:8], costs=costs[2:8], similarities=[0.5] * 6)
+    assert flat.kept == list(range(6)) and all(e.reason == "fallback" for e in flat.explanations)
+    with pytest.raises(ValueError, match="similarities"):
+        select_covering("x", texts, costs=costs, similarities=[0.1])
