@@ -268,12 +268,12 @@ class GatedView:
         hundred turns).  A call for the same thread that lands meanwhile with another
         list is answered from this call's own messages (a turn the index no longer
         holds is left out)."""
-        pinned, summaries, rest = _split(earlier)
-        if not query.strip():
-            return list(earlier)
         index = self._index(thread)
         if not semantic(index.gatekeeper):
             return self.gated(earlier, query, thread=thread, system_prompt=system_prompt)
+        pinned, summaries, rest = _split(earlier)
+        if not query.strip():
+            return list(earlier)
         turns = _turns(rest, self._keyed_by)
         with index.lock:
             self._sync(index, turns, pinned, summaries, system_prompt)
