@@ -436,3 +436,22 @@ def test_a_deep_copied_memory_keeps_its_embedder_and_the_saved_vectors(tmp_path)
     assert "embedder" not in memory.to_dict()["options"]  # never serialised, like the editing model
     twin.close()
     memory.close()
+
+
+def test_langchain_deterministic_fake_embedding_through_every_langchain_entry_point() -> None:
+    from langchain_gatekeeper import GatekeeperMiddleware, agate_messages, gate_messages, topic_gate
+
+    model = DeterministicFakeEmbedding(size=16)
+    middleware = GatekeeperMiddleware(token_budget=2000, token_counter=len, embedder=model)
+    agent, _ = agent_with(middleware)
+    agent.invoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "t"}})
+    assert not middleware.views.gatekeeper("t").explain(QUERY).semantic_fallback
+    assert len(middleware.vectors) == len(CHAT)
+    gate_messages([*chat_messages(), HumanMessage(QUERY)], token_counter=len, embedder=model)
+    asyncio.run(agate_messages([*chat_messages(), HumanMessage(QUERY)], token_counter=len, embedder=model))
+    out = topic_gate(history_messages_key="h", input_messages_key="q", embedder=model).invoke(
+        {"h": chat_messages(), "q": "Where did we go hiking in the alps?"})
+    assert CHAT[2][0] in [m.text for m in out["h"]]
+    memory = GatekeeperMemory.from_defaults(embedder=model, token_counter=len)  # a LangChain model in LlamaIndex
+    fill_memory(memory)
+    assert not memory.explain(QUERY).semantic_fallback
