@@ -455,3 +455,23 @@ def test_langchain_deterministic_fake_embedding_through_every_langchain_entry_po
     memory = GatekeeperMemory.from_defaults(embedder=model, token_counter=len)  # a LangChain model in LlamaIndex
     fill_memory(memory)
     assert not memory.explain(QUERY).semantic_fallback
+
+
+def test_bad_semantic_options_are_refused_at_construction() -> None:
+    from langchain_gatekeeper import GatekeeperMiddleware, gate_messages, topic_gate
+    from llamaindex_gatekeeper import GatekeeperNodePostprocessor
+
+    fake = desserts()
+    makers = [
+        lambda **kw: GatekeeperMiddleware(**kw),
+        lambda **kw: topic_gate(**kw),
+        lambda **kw: gate_messages(**kw),
+        lambda **kw: GatekeeperChatMessageHistory("bad", **kw),
+        lambda **kw: GatekeeperMemory.from_defaults(**kw),
+        lambda **kw: GatekeeperNodePostprocessor(**kw),
+    ]
+    for make in makers:
+        with pytest.raises(ValueError):
+            make(embedder=fake, embed_timeout=0)
+        with pytest.raises(TypeError):
+            make(embedder=object())
