@@ -72,7 +72,7 @@ def _indexed_text(message: BaseMessage) -> str:
 
 def semantic(gatekeeper: ContextGatekeeper) -> bool:
     """Whether ``gatekeeper`` has an embedder (its selection may call it)."""
-    return getattr(gatekeeper, "_semantic", None) is not None
+    return gatekeeper.embedder is not None
 
 
 class VectorLRU:

@@ -478,3 +478,11 @@ def test_a_reopened_sqlite_store_embeds_nothing_again(tmp_path) -> None:
     selection = gk.explain("What desserts has Maria made?")
     assert again.document_calls == [] and len(again.query_calls) == 1
     assert len(gk._semantic.vectors) == len(CHAT) and not selection.semantic_fallback
+
+
+def test_the_embedder_in_use_is_public_and_none_for_the_lexical_default() -> None:
+    from context_gatekeeper import ContextGatekeeper, Embedder
+
+    assert ContextGatekeeper().embedder is None
+    gk = ContextGatekeeper(embedder=lambda texts: [[1.0, float(len(t))] for t in texts])
+    assert isinstance(gk.embedder, Embedder) and gk.embedder.name

@@ -328,6 +328,12 @@ class SemanticMethods:
     _history: TurnHistory
     _lock: Any
 
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder selection uses (normalised by :func:`~context_gatekeeper.embedding.as_embedder`),
+        or None for the lexical default."""
+        return None if self._semantic is None else self._semantic.embedder
+
     def embed_pending(self) -> int:
         """Embed the turns added or changed since they were last embedded, in batches
         (selection does this itself; call it to do it earlier, e.g. after a bulk load).

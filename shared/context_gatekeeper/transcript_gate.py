@@ -211,7 +211,7 @@ class TranscriptGate:
     @property
     def semantic(self) -> bool:
         """Whether the gatekeeper has an embedder (the semantic channel is on)."""
-        return getattr(self.gatekeeper, "_semantic", None) is not None
+        return self.gatekeeper.embedder is not None
 
     def sync(self) -> None:
         """Bring the gatekeeper in step with the transcript's current state (cheap when nothing changed)."""
