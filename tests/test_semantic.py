@@ -486,3 +486,64 @@ def test_the_embedder_in_use_is_public_and_none_for_the_lexical_default() -> Non
     assert ContextGatekeeper().embedder is None
     gk = ContextGatekeeper(embedder=lambda texts: [[1.0, float(len(t))] for t in texts])
     assert isinstance(gk.embedder, Embedder) and gk.embedder.name
+
+
+# -- a reply to the assistant's question continues ------------------------------------------
+
+
+def test_asks_question_finds_a_question_to_the_user() -> None:
+    from context_gatekeeper.gate import asks_question
+
+    assert asks_question("great! do you like taylor swift? i met her once.")
+    assert asks_question("你想去哪个景点？") and asks_question("Which one?")
+    assert not asks_question("I met her once.")
+    assert not asks_question("See https://example.com/search?q=swift&page=2 for the list.")
+    assert not asks_question("Use this:\n```\nx = a ? b : c\n```\nIt works.")
+
+
+def test_answers_assistant_rule() -> None:
+    from dataclasses import replace
+
+    from context_gatekeeper.cues import Cues
+    from context_gatekeeper.gate import GateFeatures, answers_assistant
+
+    p = SelectionParams()
+    f = GateFeatures(0.0, 1.0, 0.0, 9.0, None, 0.0, Cues((), (), ()), 9.0, 0.1, None, None, replying=True)
+    assert answers_assistant(f, p)
+    assert not answers_assistant(replace(f, replying=False), p)
+    assert not answers_assistant(replace(f, cues=Cues((), ("by the way",), ())), p)  # an announced switch
+    assert not answers_assistant(replace(f, cues=Cues((), (), ("back to",))), p)  # an announced return
+    assert not answers_assistant(f, p.with_(reply_continues=False))
+    assert not answers_assistant(f, p.with_(semantic_gate=False))
+
+
+REPLY_CHAT = [
+    ("I baked a peach cobbler yesterday", "Sounds lovely, fresh peaches from the market?"),
+    ("Yes, the market had ripe peaches", "Cobbler with ripe peaches is the best."),
+    ("I added cinnamon to the crumble", "Cinnamon suits peaches well."),
+]
+REPLY = "She sings catchy songs and I saw her stadium concert twice"
+
+
+@pytest.mark.parametrize("answer", ["Nice. Do you like Taylor Swift? I met her once.", "Nice. I met Taylor Swift once."])
+def test_a_reply_to_the_assistants_question_continues_with_an_embedder_only(answer: str) -> None:
+    lexical = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0)
+    hybrid = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder())
+    for gk in (lexical, hybrid):
+        for user, assistant in REPLY_CHAT + [("My oven runs hot", answer)]:
+            gk.add_turn(user, assistant)
+    words = lexical.explain(REPLY)
+    meaning = hybrid.explain(REPLY)
+    assert words.decision == "switch" and not words.gate.replying  # all new words; no embedder, no rule
+    asked = "?" in answer
+    assert meaning.gate.replying is asked
+    assert meaning.decision == ("continue" if asked else "switch")
+    if asked:
+        assert meaning.topic == hybrid.explain("ok").topic and 4 in meaning.turn_ids  # the topic the question opened
+        announced = hybrid.explain("By the way, " + REPLY)
+        assert announced.decision == "switch"  # a cue still rules
+        off = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder(),
+                                params=SelectionParams(reply_continues=False))
+        for user, assistant in REPLY_CHAT + [("My oven runs hot", answer)]:
+            off.add_turn(user, assistant)
+        assert off.explain(REPLY).decision == "switch"  # the rule switched off: the words decide again

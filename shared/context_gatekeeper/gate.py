@@ -10,6 +10,7 @@ evidence for a return to an earlier topic.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +21,7 @@ from .scoring import IDF_FORMULAS
 
 __all__ = [
     "Decision", "GateFeatures", "anchor_weights", "gate_features", "decide", "is_weak_switch", "refer",
-    "semantic_decide",
+    "semantic_decide", "asks_question", "answers_assistant",
 ]
 
 Decision = Literal["continue", "switch", "return"]
@@ -48,6 +49,8 @@ class GateFeatures:
             (z-score) to the active topic's recent turns; ``None`` without one.
         semantic_earlier: the same for the best other recent topic (``None``: none).
         semantic_segment: that topic's label.
+        replying: with an embedder, the latest answer asked the user a question
+            (:func:`asks_question`), so the query is likely the reply.
     """
 
     overlap: float
@@ -61,6 +64,7 @@ class GateFeatures:
     semantic_active: float | None = None
     semantic_earlier: float | None = None
     semantic_segment: int | None = None
+    replying: bool = False
 
 
 def anchor_weights(
@@ -225,6 +229,32 @@ def refer(
     if decision == "return":
         return "return", previous if unplaced else f.earlier_segment
     return decision, active
+
+
+_CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.S)
+_QUESTION = re.compile(r"\?(?![A-Za-z0-9_=&/])|？")
+
+
+def asks_question(answer: str) -> bool:
+    """Whether an assistant's answer asks the user something: a question mark ("?" not
+    inside a word, URL or code block, or a full-width "？") anywhere in it.
+
+    >>> asks_question("great! do you like taylor swift? i met her once.")
+    True
+    >>> asks_question("See https://example.com/a?b=1 for details.")
+    False
+    """
+    return bool(_QUESTION.search(_CODE_BLOCK.sub(" ", answer)))
+
+
+def answers_assistant(f: GateFeatures, p: SelectionParams) -> bool:
+    """The query replies to the question the latest answer asked (``f.replying``),
+    without a switch or return cue, and ``reply_continues`` is on: it continues the
+    active topic.  The user takes up what the assistant asked ("do you like Taylor
+    Swift?" -- "yes, her songs are catchy"), however new its words are to the history:
+    the topic moved with the question, not with the reply (TIAGE: 9% of such replies
+    are annotated as topic shifts, against 26% of the other queries; CrossWOZ: 6%)."""
+    return p.reply_continues and p.semantic_gate and f.replying and not (f.cues.switch or f.cues.returning)
 
 
 def semantic_decide(decision: Decision, f: GateFeatures, p: SelectionParams) -> tuple[Decision, int | None]:

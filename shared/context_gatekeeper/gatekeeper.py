@@ -30,7 +30,7 @@ from .gate import anchor_weights
 from .history import TurnHistory, turn_texts as _turn_texts
 from .params import SelectionParams
 from .segments import gate_query
-from .semantic import fuse, keep_semantic, topic_continuity
+from .semantic import follows_question, fuse, keep_semantic, topic_continuity
 from .semantic_channel import SemanticChannel, SemanticMethods
 from .selection import Evidence, Selection, Turn
 from .selector import (
@@ -317,8 +317,8 @@ class ContextGatekeeper(SemanticMethods):
         for turn_id in exclude:
             candidates.pop(turn_id, None)
         decision, weak_switch, features, topic = gate_query(
-            labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p)
-        )
+            labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
+            replying=follows_question(view, history))
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())

@@ -209,6 +209,10 @@ class SelectionParams:
     (and its words do not continue the active topic)."""
     semantic_gate: bool = True
     """Let semantic continuity inform continue / switch / return (False: scoring only)."""
+    reply_continues: bool = True
+    """Gate (with an embedder, ``semantic_gate`` on): a query following an answer that
+    asked the user a question, without a switch or return cue, continues the active
+    topic (:func:`gate.answers_assistant`)."""
 
     max_query_chars: int = 4000
     """Only the first this many characters of a query (and of a user message, when it

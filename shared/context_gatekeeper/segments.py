@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
 from .gate import (
-    Decision, GateFeatures, anchor_weights, decide, gate_features, is_weak_switch, refer, semantic_decide,
+    Decision, GateFeatures, anchor_weights, answers_assistant, decide, gate_features, is_weak_switch, refer,
+    semantic_decide,
 )
 from .params import SelectionParams
 
@@ -200,6 +201,7 @@ def gate_query(
     cues: Cues,
     params: SelectionParams,
     semantic: Mapping[int, float] | None = None,
+    replying: bool = False,
 ) -> tuple[Decision, bool, GateFeatures, int | None]:
     """The gate at query time: ``(decision, weak switch, features, chosen topic)``.
 
@@ -209,7 +211,9 @@ def gate_query(
     weight their turns hold (any topic).  Then :func:`gate.refer` names the topic the
     query refers to.  ``semantic`` (with an embedder) is, per recent topic, the query's
     calibrated similarity to it (:func:`semantic.topic_continuity`), which informs the
-    decision through :func:`gate.semantic_decide`.
+    decision through :func:`gate.semantic_decide`; ``replying`` (with an embedder) says the
+    latest answer asked the user a question, and a reply to it continues the active topic
+    (:func:`gate.answers_assistant`), whatever topic its words point at.
     """
     p = params
     if not labels:
@@ -225,6 +229,10 @@ def gate_query(
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
     features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
     decision = decide(features, p)
+    if replying:
+        features = replace(features, replying=True)
+        if answers_assistant(features, p):
+            return "continue", False, features, active
     if semantic and active in semantic:
         other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),
                     default=(None, None))

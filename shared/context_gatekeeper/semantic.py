@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .gate import asks_question
 from .history import TurnHistory
 from .params import SelectionParams
 from .scoring import recency_prior
@@ -32,6 +33,7 @@ __all__ = [
     "fuse",
     "keep_semantic",
     "topic_continuity",
+    "follows_question",
 ]
 
 
@@ -193,3 +195,12 @@ def topic_continuity(view: QueryView | None, history: TurnHistory, params: Selec
         else:
             best[label] = max(best.get(label, z), z)
     return best
+
+
+def follows_question(view: QueryView | None, history: TurnHistory) -> bool:
+    """With a view (an embedder that answered), whether the latest turn's answer asked
+    the user a question (:func:`gate.asks_question`); ``False`` without one, so lexical
+    selection never changes."""
+    if view is None or not len(history):
+        return False
+    return asks_question(history.turns[history.order[-1]].assistant)
