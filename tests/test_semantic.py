@@ -547,3 +547,26 @@ def test_a_reply_to_the_assistants_question_continues_with_an_embedder_only(answ
         for user, assistant in REPLY_CHAT + [("My oven runs hot", answer)]:
             off.add_turn(user, assistant)
         assert off.explain(REPLY).decision == "switch"  # the rule switched off: the words decide again
+
+
+def test_the_recall_fill_stops_at_semantic_fill_ratio_with_an_embedder() -> None:
+    def text(i: int) -> str:  # 4 days hold both query words, 16 one of them
+        return {0: "the roses and tulips bloomed together", 3: "the roses needed pruning", 6: "the roses needed pruning",
+                4: "tulips were planted by the fence", 8: "tulips were planted by the fence"}.get(i % 10, f"chores {i}")
+
+    def fill(embedder, ratio):
+        gk = ContextGatekeeper(token_budget=100_000, token_counter=len, message_overhead=0, embedder=embedder,
+                               params=SelectionParams.preset("recall", semantic_fill_ratio=ratio))
+        for i in range(40):
+            gk.add_turn(f"Day {i}: {text(i)}", f"Note {i} kept.")
+        selection = gk.explain("When did the roses and tulips bloom?")
+        best = max(s.total for s in selection.scores)
+        return best, {s.turn_id for s in selection.scores if s.kept}, [s for s in selection.scores if s.kept and s.reason == "fill"]
+
+    both = {1, 11, 21, 31}
+    _, everything, _ = fill(HashEmbedder(), 0.0)
+    best, kept, filled = fill(HashEmbedder(), 0.8)
+    assert everything > both and kept == both  # the half matches are no longer filled in
+    assert filled and all(s.total >= 0.8 * best for s in filled)
+    _, lexical, _ = fill(None, 0.8)
+    assert lexical == everything  # without similarities the fill is the lexical one, unchanged

@@ -280,10 +280,15 @@ def keep_fill(pool: Sequence[Candidate], weights: Mapping[str, float], params: S
     first, scoring at least ``fill_ratio`` of the best score and holding at least
     ``fill_min_share`` of the query's weight in distinctive anchors, or (with an
     embedder) similar at or above ``semantic_floor``.  Off by default
-    (``fill_ratio=1.0``): leftover budget is not evidence."""
+    (``fill_ratio=1.0``): leftover budget is not evidence.  With calibrated similarities
+    the fill stops at ``semantic_fill_ratio`` of the best score, if that is higher: the
+    fused score finds the evidence early, and its tail is mostly noise."""
     if not pool or params.fill_ratio >= 1.0:
         return
-    floor = params.fill_ratio * pool[0].total
+    ratio = params.fill_ratio
+    if any(candidate.z is not None for candidate in pool):
+        ratio = max(ratio, params.semantic_fill_ratio)
+    floor = ratio * pool[0].total
     for candidate in pool:
         if candidate.total < floor:
             break
