@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,30 @@ def test_options_travel_from_the_transcript_to_the_deletion_guard() -> None:
     patch = ScriptedModel([ideal_patch_reply(t.messages, [Replace(q.id, "Iceland's GDP?")])])
     proposal = t.edit("shorter", model=patch, options=EditOptions(), preview=True)  # this edit's own options
     assert proposal.strategy == "patch"
+
+
+def test_per_call_options_tighten_but_never_loosen_the_transcripts_deletion_guard() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from langchain_gatekeeper import GatekeeperChatMessageHistory
+
+    counted: list[str] = []
+    history = GatekeeperChatMessageHistory(
+        "guard", max_deletion_share=0.1, token_counter=lambda text: counted.append(text) or len(text.split())
+    )
+    history.add_messages([HumanMessage("one two three four five"), AIMessage("six seven eight nine ten"),
+                          HumanMessage("eleven twelve thirteen"), AIMessage("fourteen fifteen sixteen")])
+    first, second = history.message_ids()[:2]
+    drop = json.dumps({"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]})
+    before, head = list(history.messages), history.transcript.head
+    counted.clear()
+    with pytest.raises(EditError, match="limit 10%"):
+        history.edit("drop the first turn", ScriptedModel([drop]), options=EditOptions(strategy="patch"))
+    assert history.messages == before and history.transcript.head == head and counted  # the history's counter
+    with pytest.raises(EditError, match="limit 5%"):
+        history.edit("drop it", ScriptedModel([drop]), options=EditOptions(max_deletion_share=0.05))
+    revision = history.edit("drop it", ScriptedModel([drop]), options=EditOptions(), allow_large_deletion=True)
+    assert {m.id for m in revision.removed} == {first, second}
 
 
 def test_the_versioned_mixin_passes_options_through() -> None:

@@ -343,6 +343,9 @@ class Transcript(AsyncTranscriptMixin):
         raises :class:`EditError` or :class:`ModelUnavailableError` and changes nothing.
         ``options`` (default: the transcript's ``edit_options``) sets this edit's
         settings; ``strategy`` and ``allow_large_deletion`` override its fields when given.
+        Per-call ``options`` can tighten the transcript's deletion guard, never loosen it
+        (the lower ``max_deletion_share`` holds; pass ``allow_large_deletion=True`` for a
+        larger edit), and count with the transcript's token counter unless they name one.
         """
         settings = self._edit_settings(options, strategy, allow_large_deletion)
         proposal = self._propose(instruction, model, settings)
@@ -462,8 +465,17 @@ class Transcript(AsyncTranscriptMixin):
 
     # -- internals ----------------------------------------------------------------------
     def _edit_settings(self, options: EditOptions | None, strategy: Any, allow_large: Any) -> EditOptions:
-        """This edit's options: ``options`` (else the transcript's) with the given keywords applied."""
-        base = self.edit_options if options is None else options
+        """This edit's options: ``options`` (else the transcript's) with the given keywords applied.
+
+        Per-call ``options`` never loosen the transcript's deletion guard by accident: the
+        limit is the lower of the two shares, and a per-call record without a token counter
+        counts with the transcript's.  Only ``allow_large_deletion=True`` lets a larger
+        edit through."""
+        own = self.edit_options
+        base = own if options is None else options.with_(
+            max_deletion_share=min(options.max_deletion_share, own.max_deletion_share),
+            token_counter=options.token_counter if options.token_counter is not None else own.token_counter,
+        )
         return EditOptions.of(base, strategy=strategy, allow_large_deletion=allow_large)
 
     def _edit_model(self, instruction: str, model: Any) -> Any:
