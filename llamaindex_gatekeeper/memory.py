@@ -34,7 +34,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.schema import QueryBundle
 
-from context_gatekeeper import BudgetError, Selection, Store, Transcript, TranscriptGate
+from context_gatekeeper import BudgetError, InvalidInputError, Selection, Store, Transcript, TranscriptGate
 from context_gatekeeper.tokens import resolve_token_counter
 from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE
 
@@ -246,7 +246,7 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
         Raises:
             TypeError: ``input`` is none of the above (``get(5)`` passes 5 as the query;
                 write ``get(initial_token_count=5)``).
-            ValueError: ``initial_token_count`` is not an int >= 0.
+            InvalidInputError: (a ``ValueError``) ``initial_token_count`` is not an int >= 0.
             BudgetError: (a ``ValueError``) ``initial_token_count`` exceeds
                 ``token_limit``, as ``ChatMemoryBuffer.get`` raises; nothing is read.
         """
@@ -264,7 +264,7 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
 
     def _check_initial(self, initial_token_count: Any) -> None:
         if isinstance(initial_token_count, bool) or not isinstance(initial_token_count, int) or initial_token_count < 0:
-            raise ValueError(f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
+            raise InvalidInputError(f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
         if initial_token_count > self.token_limit:
             error = BudgetError(_EXCEEDS)  # ChatMemoryBuffer's exact text, which callers may match
             error.add_note(
@@ -362,5 +362,5 @@ def _status(status: Any) -> str:
     """``Memory``'s ``MessageStatus`` (or its value) as ``"active"`` / ``"archived"``."""
     value = str(getattr(status, "value", status or "active")).lower()
     if value not in ("active", "archived"):
-        raise ValueError(f"status must be None, 'active' or 'archived' (MessageStatus), got {status!r}")
+        raise InvalidInputError(f"status must be None, 'active' or 'archived' (MessageStatus), got {status!r}")
     return value

@@ -303,3 +303,18 @@ def test_a_memory_in_another_store_pickles_as_its_log() -> None:
     assert twin.store is not store
     assert [r.kind for r in twin.history()] == [r.kind for r in memory.history()]
     assert twin.get_all() == memory.get_all()
+
+
+def test_bad_reservations_and_statuses_are_library_errors_and_read_nothing() -> None:
+    from context_gatekeeper import InvalidInputError
+
+    memory = GatekeeperMemory.from_defaults(token_limit=500)
+    memory.put(ChatMessage(role=MessageRole.USER, content="How long should a Redis lock TTL be?"))
+    for bad in (-1, 2.5, True):
+        with pytest.raises(InvalidInputError, match="initial_token_count must be an int >= 0"):
+            memory.get(initial_token_count=bad)
+        with pytest.raises(InvalidInputError, match="initial_token_count must be an int >= 0"):
+            asyncio.run(memory.aget(initial_token_count=bad))
+    with pytest.raises(InvalidInputError, match="status must be None, 'active' or 'archived'"):
+        memory.get_all(status="bogus")
+    assert [m.content for m in memory.get_all()] == ["How long should a Redis lock TTL be?"]
