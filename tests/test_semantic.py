@@ -570,3 +570,17 @@ def test_the_recall_fill_stops_at_semantic_fill_ratio_with_an_embedder() -> None
     assert filled and all(s.total >= 0.8 * best for s in filled)
     _, lexical, _ = fill(None, 0.8)
     assert lexical == everything  # without similarities the fill is the lexical one, unchanged
+
+
+def test_the_benchmarks_halves_split_by_conversation() -> None:
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from quality import split_half
+
+    cases = [{"conv_id": f"c{i // 3}", "case_id": f"c{i // 3}#{i}"} for i in range(60)]  # 20 conversations
+    a, b = split_half(cases, "A"), split_half(cases, "B")
+    assert a and b and len(a) + len(b) == 60 and split_half(cases, "A") == a
+    assert not {c["conv_id"] for c in a} & {c["conv_id"] for c in b}  # no conversation in both
+    few = [{"conv_id": "c0", "case_id": f"q{i}"} for i in range(40)]  # one long conversation: by case
+    assert split_half(few, "A") and split_half(few, "B")
