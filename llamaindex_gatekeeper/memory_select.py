@@ -38,7 +38,7 @@ class SelectingMixin:
             current = turns[-1]
         query = input_text or (current.texts[0] if current else None)
         tail = list(current.messages) if current else []
-        budget = self.token_limit - reserved - self._cost(tail)
+        budget = max(0, self.token_limit - reserved - self._cost(tail))  # an open turn over the limit leaves none
         return system, turns, current, query, tail, budget
 
     def _select(self, input_text: str | None, reserved: int) -> list[Message]:

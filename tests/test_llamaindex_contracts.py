@@ -318,3 +318,14 @@ def test_bad_reservations_and_statuses_are_library_errors_and_read_nothing() -> 
     with pytest.raises(InvalidInputError, match="status must be None, 'active' or 'archived'"):
         memory.get_all(status="bogus")
     assert [m.content for m in memory.get_all()] == ["How long should a Redis lock TTL be?"]
+
+
+def test_an_open_turn_over_the_limit_returns_it_alone_without_a_negative_budget(caplog: pytest.LogCaptureFixture) -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=20)
+    memory.put(ChatMessage(role=MessageRole.USER, content="How long should a Redis lock TTL be?"))
+    memory.put(ChatMessage(role=MessageRole.ASSISTANT, content="Longer than the longest job."))
+    memory.put(ChatMessage(role=MessageRole.USER, content="redis " * 100))
+    with caplog.at_level("WARNING"):
+        got = memory.get()
+    assert [m.content for m in got] == ["redis " * 100]
+    assert "token_budget is -" not in caplog.text
