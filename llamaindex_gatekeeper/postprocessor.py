@@ -150,7 +150,10 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             alone may keep).
         embedder: a LlamaIndex ``BaseEmbedding``, a LangChain ``Embeddings`` or a callable
             ``list[str] -> list[list[float]]`` for semantic evidence (see the module
-            docstring); ``None`` (default): lexical, exactly as without it.
+            docstring); ``None`` (default): lexical, exactly as without it.  Pass the
+            index's own ``embed_model``: the vectors the retriever filled in
+            (``node.embedding``, ``QueryBundle.embedding``) are compared with the ones it
+            makes, and only their dimensions can be checked.
         embed_timeout: seconds one embedding call may take before the nodes are
             selected lexically; ``None``: wait.
     """
