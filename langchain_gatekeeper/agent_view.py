@@ -20,11 +20,14 @@ With an embedder, every thread's gatekeeper keeps its turn vectors in one
 :class:`VectorLRU` of the view (keyed by embedder and a hash of the turn's text), so
 a rebuilt index, a new thread showing turns seen before, or a thread evicted and
 seen again re-embeds nothing it has seen.  :meth:`GatedView.aview` awaits the
-embedding calls (the embedder's async twins) instead of blocking the event loop.
+embedding calls (the embedder's async twins) instead of blocking the event loop, holding
+the thread's index meanwhile (a concurrent call on the same index waits its turn).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
 from array import array
@@ -111,13 +114,72 @@ class VectorLRU:
         return len(self._vectors)
 
 
+class _IndexLock:
+    """A lock for sync and async holders alike, across threads and event loops.
+
+    ``with lock:`` blocks (the sync paths, as fast as a plain lock); ``await
+    lock.acquire_async()`` waits without blocking its event loop, so an async holder
+    can keep it across an await (the embedding calls) while other coroutines, on any
+    loop or thread, wait their turn.  Cancelling a waiter leaves the lock untouched."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._guard = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def acquire(self, blocking: bool = True) -> bool:  # noqa: D102 -- threading.Lock's
+        return self._lock.acquire(blocking)
+
+    def release(self) -> None:
+        self._lock.release()
+        with self._guard:
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:  # each re-tries; the losers wait again
+            with contextlib.suppress(RuntimeError):  # a closed loop has no waiter left
+                loop.call_soon_threadsafe(_wake, future)
+
+    async def acquire_async(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._lock.acquire(blocking=False):
+            future: asyncio.Future[None] = loop.create_future()
+            with self._guard:
+                self._waiters.append((loop, future))
+            try:
+                if self._lock.acquire(blocking=False):  # released before we were listed
+                    return
+                await future
+            finally:
+                with self._guard, contextlib.suppress(ValueError):
+                    self._waiters.remove((loop, future))
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _in_event_loop() -> bool:
+    """Whether the calling thread runs an event loop (a blocking wait there could wait on itself)."""
+    try:
+        return asyncio.get_running_loop() is not None
+    except RuntimeError:
+        return False
+
+
 class _ThreadIndex:
-    """One thread's gatekeeper, driven by the core's :class:`TurnIndex`, and its lock."""
+    """One thread's gatekeeper, driven by the core's :class:`TurnIndex`, and its lock
+    (held by :meth:`GatedView.agated` across the embedding calls)."""
 
     def __init__(self, gatekeeper: ContextGatekeeper) -> None:
         self.turns = TurnIndex(gatekeeper)
         self.gatekeeper = gatekeeper
-        self.lock = threading.Lock()
+        self.lock = _IndexLock()
 
 
 class _Turn:
@@ -252,22 +314,28 @@ class GatedView:
             return list(earlier)
         turns = _turns(rest, self._keyed_by)
         index = self._index(thread)
-        with index.lock:
+        if not index.lock.acquire(blocking=False):
+            if semantic(index.gatekeeper) and _in_event_loop():  # maybe held across an await by this
+                index = _ThreadIndex(self._make())  # very loop: waiting could wait on ourselves; one-off
+            index.lock.acquire()
+        try:
             self._sync(index, turns, pinned, summaries, system_prompt)
             selection = index.gatekeeper.explain(query)
             keys = index.turns.keys_by_id()
+        finally:
+            index.lock.release()
         return pinned + _kept(selection.turn_ids, keys, turns, rest)
 
     async def agated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
     ) -> list[BaseMessage]:
-        """:meth:`gated` without blocking the event loop on the embedder: the index is
-        brought in step under the thread's lock, then the selection awaits the embedding
-        calls (turns not yet embedded, in batches, and the query) with the lock released.
-        Without an embedder it is :meth:`gated` (CPU-bound, well under a millisecond per
-        hundred turns).  A call for the same thread that lands meanwhile with another
-        list is answered from this call's own messages (a turn the index no longer
-        holds is left out)."""
+        """:meth:`gated` without blocking the event loop on the embedder: the thread's
+        lock is awaited, then held while the index is brought in step and the selection
+        awaits the embedding calls (turns not yet embedded, in batches, and the query),
+        so a concurrent call with another list (``thread=None`` shares one index) waits
+        instead of re-syncing the index under this one.  Calls on other threads run
+        concurrently.  Without an embedder it is :meth:`gated` (CPU-bound, well under a
+        millisecond per hundred turns)."""
         index = self._index(thread)
         if not semantic(index.gatekeeper):
             return self.gated(earlier, query, thread=thread, system_prompt=system_prompt)
@@ -275,10 +343,13 @@ class GatedView:
         if not query.strip():
             return list(earlier)
         turns = _turns(rest, self._keyed_by)
-        with index.lock:
+        await index.lock.acquire_async()
+        try:
             self._sync(index, turns, pinned, summaries, system_prompt)
+            selection = await index.gatekeeper.aexplain(query)
             keys = index.turns.keys_by_id()
-        selection = await index.gatekeeper.aexplain(query)
+        finally:
+            index.lock.release()
         return pinned + _kept(selection.turn_ids, keys, turns, rest)
 
     @staticmethod
@@ -320,7 +391,7 @@ def _kept(turn_ids: Sequence[int], keys: dict[int, str], turns: list[_Turn], res
     for turn_id in turn_ids:
         turn = by_key.get(keys.get(turn_id, ""))
         if turn is None:
-            continue  # an index that moved on meanwhile (agated only)
+            continue  # defensive: every selected turn is one of ``turns``
         if not kept and not turn.opens_with_user:
             continue  # the view starts on a user message
         kept.extend(rest[i] for i in turn.positions)

@@ -58,19 +58,15 @@ from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, 
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate, as_embedder
-from context_gatekeeper.errors import GatekeeperError, InvalidInputError
+from context_gatekeeper import ContextGatekeeper, TranscriptGate, as_embedder
+from context_gatekeeper.errors import InvalidInputError
 
 from .agent_view import GatedView, VectorLRU
 from .convert import from_core_messages, same_messages, text_of
+from .gate_keys import TopicGateKeysError, infer_keys, input_key_beside
 from .history import ADAPTER_GATE_DEFAULTS, GatekeeperChatMessageHistory
 
 __all__ = ["topic_gate", "GatedRunnableWithMessageHistory", "TopicGateKeysError", "infer_keys"]
-
-
-class TopicGateKeysError(GatekeeperError, TypeError):
-    """``topic_gate()`` got a dict input whose history and input keys it cannot tell apart;
-    the message names the keys to pass."""
 
 
 def _input_messages(value: Any) -> list[BaseMessage]:
@@ -91,32 +87,6 @@ def _query(new: Sequence[BaseMessage]) -> str:
     return text_of(chosen.content) if chosen is not None else ""
 
 
-def _is_message_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(isinstance(m, BaseMessage) for m in value)
-
-
-def infer_keys(value: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """``(input_messages_key, history_messages_key)`` for a dict input given without keys.
-
-    Unambiguous shapes: one list of messages and one string or message (history and
-    input); one list of messages and nothing else message-like (the history followed by
-    the new messages, as under ``input_messages_key`` alone).  Anything else raises
-    :class:`TopicGateKeysError` naming the candidate keys.
-    """
-    lists = [k for k, v in value.items() if _is_message_list(v)]
-    singles = [k for k, v in value.items() if isinstance(v, (str, BaseMessage))]
-    if len(lists) == 1 and len(singles) == 1:
-        return singles[0], lists[0]
-    if len(lists) == 1 and not singles:
-        return lists[0], None
-    raise TopicGateKeysError(
-        "topic_gate() cannot tell which key of its dict input holds the history and which the new "
-        f"input (message lists: {lists or 'none'}; strings or messages: {singles or 'none'}); pass "
-        "topic_gate(input_messages_key=..., history_messages_key=...), the same keys as the "
-        "RunnableWithMessageHistory around it"
-    )
-
-
 class _TopicGate:
     """The work behind :func:`topic_gate` (one instance per gate Runnable).
 
@@ -130,7 +100,9 @@ class _TopicGate:
         self.history_key = history_key
         self.options = options
         self.embedder = (options or {}).get("embedder")
-        self._gates: weakref.WeakKeyDictionary[Transcript, TranscriptGate] = weakref.WeakKeyDictionary()
+        self._gates: weakref.WeakKeyDictionary[GatekeeperChatMessageHistory, TranscriptGate] = weakref.WeakKeyDictionary()
+        """This gate's index per history object, while the object lives (keyed by the history,
+        not its transcript, which the index holds: the entry goes with the history)."""
         self._lock = threading.Lock()
         self.vectors = VectorLRU() if self.embedder is not None else None
         """Turn vectors shared by the indexes of plain lists (``None`` without an embedder)."""
@@ -177,7 +149,14 @@ class _TopicGate:
                     f"that key, got {type(value).__name__}"
                     + (f" with keys {sorted(value)}" if isinstance(value, Mapping) else "")
                 )
-            query = _query(_input_messages(value.get(input_key or "input")))
+            if input_key is None:
+                input_key = input_key_beside(value, history_key)
+            elif input_key not in value:
+                raise InvalidInputError(
+                    f"topic_gate(input_messages_key={input_key!r}) expects a dict input with that key, "
+                    f"got keys {sorted(value)}"
+                )
+            query = _query(_input_messages(value[input_key]))
             return {**value, history_key: (yield list(value[history_key]), query, hist)}
         if input_key is not None:
             if not isinstance(value, Mapping) or input_key not in value:
@@ -210,7 +189,7 @@ class _TopicGate:
         if isinstance(hist, GatekeeperChatMessageHistory):
             # matched by position (ids may be absent): the history's incremental index answers
             if same_messages(prior, hist.transcript.messages):
-                gate = hist.gate if self.options is None else self._gate_for(hist.transcript)
+                gate = hist.gate if self.options is None else self._gate_for(hist)
                 return from_core_messages(gate.select_messages(query))
         return self.views.gated(prior, query, thread=None if hist is None else id(hist))
 
@@ -220,7 +199,7 @@ class _TopicGate:
             return list(prior)
         if isinstance(hist, GatekeeperChatMessageHistory):
             if same_messages(prior, await hist.transcript.aget_messages()):
-                gate = hist.gate if self.options is None else self._gate_for(hist.transcript)
+                gate = hist.gate if self.options is None else self._gate_for(hist)
                 if gate.semantic:
                     return from_core_messages(await gate.aselect_messages(query))
                 return from_core_messages(await asyncio.to_thread(gate.select_messages, query))
@@ -229,11 +208,11 @@ class _TopicGate:
     def _options(self) -> dict[str, Any]:
         return {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
 
-    def _gate_for(self, transcript: Transcript) -> TranscriptGate:
+    def _gate_for(self, hist: GatekeeperChatMessageHistory) -> TranscriptGate:
         with self._lock:
-            gate = self._gates.get(transcript)
+            gate = self._gates.get(hist)
             if gate is None:
-                gate = self._gates[transcript] = TranscriptGate(transcript, **self._options())
+                gate = self._gates[hist] = TranscriptGate(hist.transcript, **self._options())
             return gate
 
 
@@ -275,10 +254,15 @@ def topic_gate(
       the new messages are kept.  The split comes from the session history in the
       config; without one, the new messages start at the last human message.
 
-    With neither key, a dict input has them inferred when its shape is unambiguous:
-    one list of messages and one string or message (history and input), or one list
-    of messages alone (history followed by the new messages).  Any other dict raises
-    :class:`TopicGateKeysError` (a ``TypeError``) naming the keys to pass.
+    With neither key, a dict input has them inferred when its shape is unambiguous
+    (:func:`~langchain_gatekeeper.gate_keys.infer_keys`): one list of messages and one
+    message, or one string beside a list not ending with a human message (history and
+    input); or one list of messages alone (history followed by the new messages).  With
+    ``history_messages_key`` alone the input is ``"input"`` (upstream's default), else
+    the one other key holding a string or messages.  Any other dict, including a list
+    ending with a human message beside a lone string (is the string the question or
+    another field?), raises :class:`TopicGateKeysError` (a ``TypeError``) naming the
+    keys to pass: the history is never gated for a guessed query, nor passed ungated.
 
     Args:
         input_messages_key: the key of the new input in a dict input.

@@ -31,10 +31,12 @@ the turns' content, so a list that grew by one turn costs one turn to index.  Wi
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -71,22 +73,58 @@ def _counter(token_counter: Any) -> Any:
     return token_counter
 
 
+class _Same:
+    """An unhashable object as a cache key by identity, kept alive by the key (so its id
+    cannot be reused by another object while the key exists)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+
 def _frozen(value: Any) -> Hashable:
+    """A cache key for an option's value: plain data (a ``SelectionParams`` built per call,
+    dicts, lists) by value, typed (``1`` and ``True`` differ); other unhashable objects by
+    identity; the rest as they hash (an embedder or a counter by its own equality)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value), tuple((f.name, _frozen(getattr(value, f.name))) for f in dataclasses.fields(value)))
+    if isinstance(value, Mapping):
+        return (type(value), frozenset((_frozen(k), _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(_frozen(v) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return (type(value), frozenset(_frozen(v) for v in value))
     try:
         hash(value)
     except TypeError:
-        return ("id", id(value))
-    return value
+        return _Same(value)
+    return (type(value), value)
+
+
+def _by_value(value: Any) -> bool:
+    """Whether :func:`_frozen` keys ``value`` by its content (the view then keeps a copy)."""
+    return (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(
+        value, (Mapping, list, set))
 
 
 def _view(options: dict[str, Any]) -> GatedView:
-    """The cached content-keyed view for these gatekeeper options (built and checked on first use)."""
+    """The cached content-keyed view for these gatekeeper options (built and checked on first
+    use).  Options are keyed by value, so a ``params=`` built per call finds its view."""
     key = tuple(sorted((name, _frozen(value)) for name, value in options.items()))
     with _views_lock:
         view = _views.get(key)
         if view is not None:
             _views.move_to_end(key)
             return view
+    # a copy of what was keyed by value: the caller mutating its object later cannot change this view
+    options = {name: copy.deepcopy(value) if _by_value(value) else value for name, value in options.items()}
     settings = {**ADAPTER_GATE_DEFAULTS, **options, "token_counter": _counter(options.get("token_counter"))}
     if settings.get("embedder") is not None:
         settings["embedder"] = as_embedder(settings["embedder"])  # the key holds the caller's object alive
