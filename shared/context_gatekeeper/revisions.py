@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-from .errors import InvalidRevisionError, UnknownMessageError
 from .messages import Message, detached
 from .operations import (
-    Applied, Change, Put, Remove, State, change_from_dict, change_to_dict, invert, is_noop, touched_ids,
+    Applied, Change, Put, Remove, change_from_dict, change_to_dict, is_noop, touched_ids,
 )
+from .replay import Skipped, applicable, rewind, split_applicable  # replaying over a state others move too
 
 __all__ = [
     "RevisionKind",
@@ -31,6 +31,8 @@ __all__ = [
     "rebase_conflicts",
     "undo_stacks",
     "applicable",
+    "split_applicable",
+    "Skipped",
     "rewind",
 ]
 
@@ -355,32 +357,3 @@ def undo_stacks(log: Sequence[Revision]) -> tuple[list[int], list[Revision]]:
                 undone.pop()
                 done.append(revision.target)  # type: ignore[arg-type]
     return done, undone
-
-
-def applicable(changes: Iterable[Applied], state: Sequence[Message]) -> list[Applied]:
-    """The part of ``changes`` that applies to ``state``, in order, as :func:`apply_changes
-    <context_gatekeeper.operations.apply_changes>` would apply it: a put of a message
-    already there, or a removal or change of one that is gone, is skipped.
-
-    For an undo or redo over a state that also moves by other means (an agent thread,
-    whose other writers add and remove messages): later messages stay, gone ones are
-    skipped.
-    """
-    current, out = State(state), []
-    for change in changes:
-        try:
-            current.apply((change,))
-        except (InvalidRevisionError, UnknownMessageError):
-            continue
-        out.append(change)
-    return out
-
-
-def rewind(state: Sequence[Message], later: Sequence[Revision]) -> list[Message]:
-    """The state as it was before the revisions ``later`` (oldest first), from the state
-    after them: each one's inverse, most recent first, as far as it still applies.
-    Messages added by anything but those revisions stay."""
-    current = State(state)
-    for revision in reversed(later):
-        current.apply(invert(revision.changes), strict=False)
-    return list(current.to_list())
