@@ -7,20 +7,31 @@ under its id, a deleted one is a ``RemoveMessage``; an insertion anywhere but at
 end rewrites the list (``REMOVE_ALL_MESSAGES`` then the revised list, ids unchanged).
 
 **One undo engine.**  Each edit, undo and redo is a core
-:class:`~context_gatekeeper.revisions.Revision`, numbered from 1 within the thread and
-stored as ``Revision.to_dict()`` in :data:`EDITS_KEY`, a private state key that
+:class:`~context_gatekeeper.revisions.Revision` (a :class:`ThreadEdit`), stored as
+``Revision.to_dict()`` in :data:`EDITS_KEY`, a private state key that
 :class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware` adds to the agent's
-state schema (each write holds the whole log; a thread never edited has no key).  Undo and redo follow the core's rules
+state schema (:mod:`.thread_log`).  Its reducer only appends (each write carries its
+own record, written once), and revisions are numbered from 1 by their place in the
+log, so a record is never lost to a write planned on an older snapshot; a thread
+never edited has no key.  Undo and redo follow the core's rules
 (:func:`~context_gatekeeper.revisions.undo_stacks`, inverses by
 :func:`~context_gatekeeper.operations.invert`): undo reverts the last edit not yet
-undone, redo re-applies the last undo, a new edit empties the redo stack.  Messages
-the agent added after an edit stay (DESIGN.md §3); a change whose message is already
-gone is skipped (:func:`~context_gatekeeper.revisions.applicable`), and an edit none of
-whose messages is left is passed over.  The log is written in the same update as the
-messages (both land or neither), lives in the checkpoint (it survives a restart with
-a persistent checkpointer and follows forks and time travel), and needs no side
-store.  Records written by earlier versions (``{"kind": "edit"|"undo", "changes":
-[...], ...}`` without a number) are read as the revisions they were.
+undone, redo re-applies the last undo, a new edit empties the redo stack.
+
+**Other writers win.**  A thread also moves by other means (the agent's turns,
+summarisation, a redaction middleware, a user's ``update_state``), so an undo or redo
+applies only the changes that still fit it
+(:func:`~context_gatekeeper.revisions.split_applicable`): messages the agent added
+after an edit stay (DESIGN.md §3); a message changed since keeps its new version; a
+message gone stays gone; a deleted message whose neighbour was summarised away is not
+re-inserted.  What is left out is reported in ``ThreadEdit.skipped``; an edit none of
+whose changes still applies is passed over; an undo or redo that would split a tool
+call from its result, or that another write overtook, writes nothing (HistoryError).
+The log is written in the same update as the messages (both land or neither), lives
+in the checkpoint (it survives a restart with a persistent checkpointer and follows
+forks and time travel), and needs no side store.  Records written by earlier versions
+(``{"kind": "edit"|"undo", "changes": [...], ...}`` without a number, or the whole
+log in each write) are read as the revisions they were.
 
 Edit records (the ``/edit`` command and its confirmation, ``additional_kwargs
 ["lc_source"] == "gatekeeper_edit"``) are never edited nor selected.
@@ -30,124 +41,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Any
 
-from langchain.agents.middleware.types import AgentState, PrivateStateAttr
-from langchain_core.messages import BaseMessage, RemoveMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
-from typing_extensions import NotRequired
+from langchain_core.messages import BaseMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from context_gatekeeper import Diff, EditOptions, HistoryError, Message
+from context_gatekeeper.edit_checks import tool_violations
 from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
-from context_gatekeeper.operations import Applied, Change, Remove, apply_changes, change_from_dict, invert, touched_ids
-from context_gatekeeper.revisions import Revision, applicable, diff_states, rewind, undo_stacks
+from context_gatekeeper.operations import Applied, apply_changes, invert, touched_ids
+from context_gatekeeper.replay import SKIP_REASONS
+from context_gatekeeper.revisions import Skipped, diff_states, rewind, split_applicable, undo_stacks
 
-from .convert import from_core, from_core_messages, to_core_messages
+from .convert import to_core_messages
 from .models import given_edit_model, resolve_edit_model
+from .thread_log import (
+    EDIT_MARK, EDITS_KEY, TURN_KEY, GatekeeperState, ThreadEdit, append_records, is_edit_record, read_log,
+    revisions_with_diffs, state_update, thread_values,
+)
 
 __all__ = [
     "EDITS_KEY", "EDIT_MARK", "TURN_KEY", "GatekeeperState", "ThreadEdit", "is_edit_record", "read_log",
-    "edit_thread", "aedit_thread", "undo_thread", "aundo_thread", "redo_thread", "aredo_thread",
-    "thread_history", "athread_history", "thread_diff", "athread_diff",
+    "append_records", "state_update", "edit_thread", "aedit_thread", "undo_thread", "aundo_thread",
+    "redo_thread", "aredo_thread", "thread_history", "athread_history", "thread_diff", "athread_diff",
 ]
 
 logger = logging.getLogger(__name__)
-
-EDITS_KEY = "gatekeeper_edits"
-"""The private state key holding the thread's edit log (``Revision.to_dict()`` records)."""
-TURN_KEY = "gatekeeper_turn"
-"""The private state key holding the id of the message that started the current run."""
-EDIT_MARK = "gatekeeper_edit"
-"""``additional_kwargs["lc_source"]`` of messages that record an edit (never edited or selected)."""
-
-
-class GatekeeperState(AgentState[Any]):
-    """Agent state with the edit log and the current run's input id (private: not part of
-    the agent's input or output)."""
-
-    gatekeeper_edits: NotRequired[Annotated[list[dict[str, Any]], PrivateStateAttr]]
-    gatekeeper_turn: NotRequired[Annotated[str | None, PrivateStateAttr]]
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadEdit(Revision):
-    """A core :class:`~context_gatekeeper.revisions.Revision` of a thread (edit, undo or
-    redo) plus what a revision cannot carry: ``diff``, the thread before against the
-    thread after (``str()`` names messages ``user #1``), and the edit's ``strategy``."""
-
-    diff: Diff = field(default_factory=lambda: Diff(0, 0, ()), repr=False, compare=False)
-    strategy: str | None = None
-
-    @property
-    def changed(self) -> bool:
-        """Whether anything changed."""
-        return not self.is_noop
-
-    def record(self) -> dict[str, Any]:
-        """The log record: ``Revision.to_dict()`` plus the strategy."""
-        return {**Revision.to_dict(self), "strategy": self.strategy}
-
-    def __str__(self) -> str:
-        return str(self.diff)
-
-
-def is_edit_record(message: BaseMessage) -> bool:
-    """A message that records an edit (the command or its confirmation)."""
-    return message.additional_kwargs.get("lc_source") == EDIT_MARK
-
-
-def state_update(before: Sequence[Message], changes: Sequence[Applied]) -> list[BaseMessage]:
-    """The ``messages`` update that turns ``before`` into ``apply_changes(before, changes)``
-    under the ``add_messages`` reducer, as targeted as possible."""
-    after = apply_changes(before, changes)
-    update: list[BaseMessage] = []
-    for change in changes:
-        if isinstance(change, Remove):
-            update.append(RemoveMessage(id=change.message.id))
-        else:
-            update.append(from_core(change.after if isinstance(change, Change) else change.message))
-    try:
-        targeted_ok = [m.id for m in add_messages(from_core_messages(before), update)] == [m.id for m in after]
-    except ValueError:
-        targeted_ok = False
-    return update if targeted_ok else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *from_core_messages(after)]
-
-
-# -- the log ----------------------------------------------------------------------------------
-def read_log(records: Sequence[dict[str, Any]]) -> list[Revision]:
-    """The thread's edit log as core revisions, oldest first.
-
-    A record written by an earlier version (``{"kind": "edit"|"undo", "changes": [...]}``
-    without a ``number``) is the revision at its position, an undo's 0-based
-    ``"target"`` the number it names.
-
-    Raises HistoryError for a record of neither format.
-    """
-    log: list[Revision] = []
-    for number, record in enumerate(records, 1):
-        try:
-            if "number" in record:
-                log.append(Revision.from_dict(record))
-                continue
-            target = record.get("target")
-            log.append(Revision(
-                number, number - 1, record["kind"], tuple(change_from_dict(c) for c in record["changes"]),
-                record.get("instruction"), record.get("model"), record.get("time", 0.0),
-                target=None if target is None else target + 1,
-            ))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise HistoryError(
-                f"entry {number} of the thread's edit log ({EDITS_KEY!r}) cannot be read ({exc!r}); "
-                "it was not written by edit_thread, undo_thread or the /edit route"
-            ) from exc
-    return log
-
-
-def _values(snapshot: Any) -> tuple[list[BaseMessage], list[dict[str, Any]]]:
-    """The thread's messages and its edit log's records, as stored."""
-    values = snapshot.values or {}
-    return list(values.get("messages") or []), list(values.get(EDITS_KEY) or [])
+_values = thread_values
 
 
 def _thread(snapshot: Any) -> tuple[list[BaseMessage], list[dict[str, Any]]]:
@@ -168,7 +89,7 @@ class EditPlan:
 
     entry: ThreadEdit
     update: list[BaseMessage]
-    log: list[dict[str, Any]]  # the whole log to write: the records read, then this edit's
+    log: list[dict[str, Any]]  # what to write to EDITS_KEY: this edit's record (the reducer appends it)
 
 
 def _editable(state: Sequence[Message], messages: Sequence[BaseMessage]) -> list[Message]:
@@ -183,7 +104,7 @@ def _plan(messages: Sequence[BaseMessage], result: EditResult, log: Sequence[dic
         number, number - 1, "edit", tuple(result.changes), instruction, result.model_name,
         diff=diff_states(number - 1, state, number, after), strategy=result.strategy,
     )
-    return EditPlan(entry, state_update(state, result.changes) if result.changes else [], [*log, entry.record()])
+    return EditPlan(entry, state_update(state, result.changes) if result.changes else [], [entry.record()])
 
 
 def plan_edit(
@@ -205,15 +126,21 @@ async def aplan_edit(
     return _plan(messages, result, log, instruction)
 
 
-def _write(agent: Any, plan: EditPlan, before: Any, now: Any) -> dict[str, Any]:
-    """The update that writes ``plan`` (computed on snapshot ``before``), refused when the
-    thread re-read just before writing (``now``) has another edit, undo or redo, or a
-    different version of a message the edit touches (of any message, for a rewrite)."""
+def _check_fresh(update: Sequence[BaseMessage], changes: Sequence[Applied], before: Any, now: Any, what: str) -> None:
+    """Refuse (HistoryError) when the thread re-read just before writing (``now``) has
+    another edit, undo or redo than snapshot ``before`` (the one the plan was computed
+    on), or a different version of a message the plan touches (of any message, when the
+    update rewrites the whole list).  Messages appended meanwhile are fine."""
     (old, old_log), (new, new_log) = _values(before), _values(now)
-    rewrite, touched = plan.update[:1] and plan.update[0].id == REMOVE_ALL_MESSAGES, touched_ids(plan.entry.changes)
+    rewrite, touched = update[:1] and update[0].id == REMOVE_ALL_MESSAGES, touched_ids(changes)
     watched = lambda messages: [m for m in messages if rewrite or m.id in touched]  # noqa: E731
     if new_log != old_log or watched(new) != watched(old):
-        raise HistoryError("the thread changed while the edit was computed; nothing was written: run the edit again")
+        raise HistoryError(f"the thread changed while the {what} was computed; nothing was written: run the {what} again")
+
+
+def _write(agent: Any, plan: EditPlan, before: Any, now: Any) -> dict[str, Any]:
+    """The update that writes ``plan`` (computed on snapshot ``before``); see :func:`_check_fresh`."""
+    _check_fresh(plan.update, plan.entry.changes, before, now, "edit")
     values: dict[str, Any] = {"messages": plan.update}
     if _has_log(agent):
         values[EDITS_KEY] = plan.log
@@ -279,92 +206,159 @@ async def aedit_thread(
 
 
 # -- undo and redo ----------------------------------------------------------------------------
+def _start_gone(messages: Sequence[BaseMessage]) -> bool:
+    """Whether a summary opens the thread (after any system message): the messages that
+    began it were summarised away, so nothing can go back "at the start"."""
+    first = next((m for m in messages if m.type != "system"), None)
+    return first is not None and first.additional_kwargs.get("lc_source") == "summarization"
+
+
+def _why(number: int, skipped: Sequence[Skipped]) -> str:
+    """What an undo or redo of edit ``number`` left out, by reason (message ids in brackets)."""
+    by_reason: dict[str, list[str]] = {}
+    for skip in skipped:
+        by_reason.setdefault(SKIP_REASONS[skip.reason], []).append(skip.id)
+    parts = [f"{len(ids)} message(s): {reason} [{', '.join(ids)}]" for reason, ids in by_reason.items()]
+    return f"edit {number}: " + "; ".join(parts) if parts else f"edit {number} changed nothing"
+
+
+def _check_pairs(state: Sequence[Message], after: Sequence[Message], kind: str, target: int, skipped: Sequence[Skipped]) -> None:
+    """Refuse an undo or redo whose skipped changes would split a tool call from its result."""
+    new = [v for v in tool_violations(after) if v not in set(tool_violations(state))]
+    if new:
+        _, message_id, call_id = new[0]
+        raise HistoryError(
+            f"{kind} of edit {target} refused, nothing was written: it would split tool call {call_id!r} "
+            f"(message {message_id!r}) from its result, because another writer moved the thread since "
+            f"({_why(target, skipped)}); change those messages with update_state, or edit the thread"
+        )
+
+
 def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[str, Any]]:
-    """The undo (or redo) the core's rules pick, restricted to what still applies."""
+    """The undo (or redo) the core's rules pick, restricted to the changes that still fit
+    the thread (:func:`~context_gatekeeper.revisions.split_applicable`)."""
     if not _has_log(agent):
         raise HistoryError(f"{kind}_thread needs the edit log that GatekeeperMiddleware keeps: add it to create_agent")
     messages, records = _thread(snapshot)
-    log, state = read_log(records), to_core_messages(messages)
+    log, state, start_gone = read_log(records), to_core_messages(messages), _start_gone(messages)
     done, undone = undo_stacks(log)
     changes: list[Applied] = []
+    skipped: list[Skipped] = []
     target = None
     if kind == "undo":
-        for number in reversed(done):  # an edit none of whose messages is left is passed over
-            changes = applicable(invert(log[number - 1].changes), state)
+        reasons = []
+        for number in reversed(done):  # an edit none of whose changes still applies is passed over
+            changes, skipped = split_applicable(invert(log[number - 1].changes), state, start_gone=start_gone)
             if changes:
                 target = number
                 break
+            reasons.append(_why(number, skipped))
+            logger.info("undo_thread passes over edit %d: none of its changes still applies", number)
         if target is None:
-            raise HistoryError("nothing to undo: this thread has no edit left whose messages are still there")
+            raise HistoryError(
+                "nothing to undo: this thread has no edit left whose changes still apply"
+                + (f" ({' | '.join(reasons)})" if reasons else "")
+            )
     else:
         if not undone:
             raise HistoryError("nothing to redo: redo follows undo_thread, and a later edit discards what was undone")
         target = undone[-1].target
-        changes = applicable(invert(undone[-1].changes), state)
+        changes, skipped = split_applicable(invert(undone[-1].changes), state, start_gone=start_gone)
         if not changes:
-            raise HistoryError(f"nothing to redo: the messages that undoing edit {target} restored are gone")
+            raise HistoryError(f"nothing to redo: none of what undoing edit {target} restored still applies ({_why(target, skipped)})")
     number = len(log) + 1
     after = apply_changes(state, changes)
+    _check_pairs(state, after, kind, target, skipped)  # type: ignore[arg-type]
     entry = ThreadEdit(
         number, number - 1, kind, tuple(changes), target=target,  # type: ignore[arg-type]
-        diff=diff_states(number - 1, state, number, after),
+        diff=diff_states(number - 1, state, number, after), skipped=tuple(skipped),
     )
-    return entry, {"messages": state_update(state, changes), EDITS_KEY: [*records, entry.record()]}
+    return entry, {"messages": state_update(state, changes), EDITS_KEY: [entry.record()]}
+
+
+def _step(agent: Any, config: dict[str, Any], kind: str) -> ThreadEdit:
+    snapshot = agent.get_state(config)
+    entry, values = _plan_step(agent, snapshot, kind)
+    _check_fresh(values["messages"], entry.changes, snapshot, agent.get_state(config), kind)
+    agent.update_state(config, values)
+    return entry
+
+
+async def _astep(agent: Any, config: dict[str, Any], kind: str) -> ThreadEdit:
+    snapshot = await agent.aget_state(config)
+    entry, values = _plan_step(agent, snapshot, kind)
+    _check_fresh(values["messages"], entry.changes, snapshot, await agent.aget_state(config), kind)
+    await agent.aupdate_state(config, values)
+    return entry
 
 
 def undo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
     """Revert the thread's last edit not yet undone, keeping every later message (a new checkpoint).
 
+    Only changes that still fit the thread are applied, so no other writer's work is
+    overwritten: a message another writer changed since (its role or text differs from
+    the version the edit recorded) keeps that writer's version, a message already gone
+    stays gone, and a deleted message whose neighbour is gone (summarised away) is not
+    re-inserted (so an old question never comes back at the end of the thread).  Each
+    change left out is in ``skipped`` with its message id and reason; an edit none of
+    whose changes still applies is passed over.  When what is left would split a tool
+    call from its result, nothing is written.  The thread is re-read just before
+    writing: if another edit, undo or redo, or a change to a message this undo touches
+    landed since it was read, nothing is written (run it again).  The log's reducer only
+    appends, so no edit's record is ever lost.
+
     Returns:
-        the undo, a :class:`ThreadEdit` whose ``target`` is the number of the edit it reverted.
+        the undo, a :class:`ThreadEdit` whose ``target`` is the number of the edit it
+        reverted and whose ``skipped`` lists the changes left out.
 
     Raises:
-        HistoryError: nothing to undo, or the agent has no edit log (no GatekeeperMiddleware).
+        HistoryError: nothing to undo, the agent has no edit log (no GatekeeperMiddleware),
+            the thread changed while the undo was planned, or the undo would split a tool pair.
     """
-    entry, values = _plan_step(agent, agent.get_state(config), "undo")
-    agent.update_state(config, values)
-    return entry
+    return _step(agent, config, "undo")
 
 
 async def aundo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
     """Async :func:`undo_thread`."""
-    entry, values = _plan_step(agent, await agent.aget_state(config), "undo")
-    await agent.aupdate_state(config, values)
-    return entry
+    return await _astep(agent, config, "undo")
 
 
 def redo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
     """Re-apply what the last :func:`undo_thread` reverted (a new checkpoint); a later edit
-    empties the redo stack, as in the core's ``Transcript.redo``.
+    empties the redo stack, as in the core's ``Transcript.redo``.  The same rules as
+    :func:`undo_thread`: only changes that still fit the thread are applied (the rest
+    are in ``skipped``), a redo that would split a tool pair or that another write
+    overtook writes nothing.
 
     Returns:
-        the redo, a :class:`ThreadEdit` whose ``target`` is the number of the edit re-applied.
+        the redo, a :class:`ThreadEdit` whose ``target`` is the number of the edit
+        re-applied and whose ``skipped`` lists the changes left out.
 
     Raises:
-        HistoryError: nothing to redo, or the agent has no edit log (no GatekeeperMiddleware).
+        HistoryError: nothing to redo, the agent has no edit log (no GatekeeperMiddleware),
+            the thread changed while the redo was planned, or the redo would split a tool pair.
     """
-    entry, values = _plan_step(agent, agent.get_state(config), "redo")
-    agent.update_state(config, values)
-    return entry
+    return _step(agent, config, "redo")
 
 
 async def aredo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
     """Async :func:`redo_thread`."""
-    entry, values = _plan_step(agent, await agent.aget_state(config), "redo")
-    await agent.aupdate_state(config, values)
-    return entry
+    return await _astep(agent, config, "redo")
 
 
 # -- history and diff -------------------------------------------------------------------------
-def thread_history(agent: Any, config: dict[str, Any]) -> list[Revision]:
-    """The thread's edits, undos and redos as core revisions, oldest first, numbered from 1
-    (messages the agent adds are not revisions of a thread)."""
-    return read_log(_values(agent.get_state(config))[1])
+def thread_history(agent: Any, config: dict[str, Any]) -> list[ThreadEdit]:
+    """The thread's edits, undos and redos, oldest first, numbered from 1 by their place in
+    the log (messages the agent adds are not revisions of a thread): the same
+    :class:`ThreadEdit` (a core ``Revision``) that :func:`edit_thread`, :func:`undo_thread`
+    and :func:`redo_thread` returned, with its ``strategy``, ``skipped`` and ``diff`` (as
+    :func:`thread_diff` between it and the revision before)."""
+    return revisions_with_diffs(*_values(agent.get_state(config)))
 
 
-async def athread_history(agent: Any, config: dict[str, Any]) -> list[Revision]:
+async def athread_history(agent: Any, config: dict[str, Any]) -> list[ThreadEdit]:
     """Async :func:`thread_history`."""
-    return read_log(_values(await agent.aget_state(config))[1])
+    return revisions_with_diffs(*_values(await agent.aget_state(config)))
 
 
 def _diff(snapshot: Any, a: int, b: int | None) -> Diff:

@@ -8,6 +8,8 @@ fake and the editing model a :class:`ScriptedModel`.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 from typing import Any
 
@@ -17,10 +19,11 @@ from langchain.tools import ToolRuntime
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 
 from context_gatekeeper import Diff, EditError, EditOptions, HistoryError, InvalidInputError
-from context_gatekeeper.operations import Change, change_to_dict
+from context_gatekeeper.operations import Change, Remove, change_to_dict
 from context_gatekeeper.revisions import Revision
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper import (
@@ -119,7 +122,9 @@ def test_edits_undos_and_redos_are_core_revisions_numbered_from_one() -> None:
     assert texts(agent) == [ICELAND, ICELAND_ANSWER]
     history = thread_history(agent, CONFIG)
     assert [(r.number, r.kind, r.target) for r in history] == [(1, "edit", None), (2, "undo", 1), (3, "redo", 1)]
-    assert all(type(r) is Revision for r in history)
+    assert all(type(r) is ThreadEdit for r in history)  # what edit_thread / undo_thread / redo_thread returned
+    assert history == [edit, undo, redo] and history[0].strategy == "patch" and history[1].strategy is None
+    assert [str(r.diff) for r in history] == [str(edit.diff), str(undo.diff), str(redo.diff)]
     stored = agent.get_state(CONFIG).values[EDITS_KEY]
     assert [Revision.from_dict(d).to_dict() for d in stored] == [r.to_dict() for r in history]
     assert history[0].to_dict() == Revision.to_dict(edit) and stored[0]["strategy"] == "patch"
@@ -333,3 +338,202 @@ def test_an_edit_lands_over_messages_appended_while_the_model_worked() -> None:
     editor = editing_while(agent, lambda: agent.update_state(CONFIG, {"messages": [HumanMessage("A later question.")]}))
     edit_thread(agent, CONFIG, "Iceland", editor)
     assert texts(agent) == [ICELAND, ICELAND_ANSWER, "A later question."]
+
+
+# -- other writers win (review of issue #12: defects 1, 2 and 3) ------------------------------------
+def redact(agent: Any, index: int, old: str, new: str, config: dict[str, Any] = CONFIG) -> str:
+    """Another writer (a user's update_state, a redaction middleware) rewrites message ``index`` under its id."""
+    message = agent.get_state(config).values["messages"][index]
+    agent.update_state(config, {"messages": [message.model_copy(update={"content": message.text.replace(old, new)})]})
+    return message.id
+
+
+def head(agent: Any) -> str:
+    return agent.get_state(CONFIG).config["configurable"]["checkpoint_id"]
+
+
+def test_undo_keeps_a_change_another_writer_made_since_and_reports_it() -> None:
+    agent = ireland_thread()
+    to_iceland(agent)
+    question = redact(agent, 0, "Iceland", "[REDACTED]")
+    undo = undo_thread(agent, CONFIG)
+    assert texts(agent) == [IRELAND.replace("Ireland", "[REDACTED]"), IRELAND_ANSWER]  # the redaction stays
+    assert [(s.id, s.reason) for s in undo.skipped] == [(question, "changed")] and len(undo.changes) == 1
+    assert "another writer changed" in str(undo.skipped[0]) and "@@ assistant #2: changed @@" in str(undo)
+    assert [(s.id, s.reason) for s in thread_history(agent, CONFIG)[1].skipped] == [(question, "changed")]
+    redo = redo_thread(agent, CONFIG)  # re-applies what the undo did: the answer only
+    assert redo.skipped == () and texts(agent) == [IRELAND.replace("Ireland", "[REDACTED]"), ICELAND_ANSWER]
+
+
+def test_redo_keeps_a_change_another_writer_made_since() -> None:
+    agent = ireland_thread()
+    to_iceland(agent)
+    undo_thread(agent, CONFIG)
+    answer = redact(agent, 1, "500 billion", "[AMOUNT]")
+    redo = redo_thread(agent, CONFIG)
+    assert [(s.id, s.reason) for s in redo.skipped] == [(answer, "changed")]
+    assert texts(agent) == [ICELAND, IRELAND_ANSWER.replace("500 billion", "[AMOUNT]")]
+
+
+def test_an_edit_whose_every_message_changed_since_is_passed_over() -> None:
+    agent = ireland_thread(AIMessage(COFFEE_ANSWER))
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    to_iceland(agent)  # 1
+    edit_thread(agent, CONFIG, "coarse", ScriptedModel([swap_editor("fine", "coarse")]))  # 2
+    redact(agent, 3, "coarse", "medium")
+    undo = undo_thread(agent, CONFIG)
+    assert undo.target == 1 and texts(agent) == [IRELAND, IRELAND_ANSWER, COFFEE, "A medium grind, like table salt."]
+    with pytest.raises(HistoryError, match=r"nothing to undo.*edit 2: 1 message\(s\): another writer changed"):
+        undo_thread(agent, CONFIG)
+
+
+def delete_coffee_turn(agent: Any) -> ThreadEdit:
+    def deleter(messages: list[dict[str, Any]]) -> str:
+        shown = json.loads(re.search(r"<conversation>\n(.*)\n</conversation>", messages[1]["content"], re.S).group(1))
+        return json.dumps({"operations": [{"op": "delete", "id": m["id"]} for m in shown if "grind" in m["content"]]})
+
+    return edit_thread(agent, CONFIG, "forget the coffee question", ScriptedModel([deleter]), allow_large_deletion=True)
+
+
+def summarise_all_but_last(agent: Any, keep: int) -> None:
+    """What SummarizationMiddleware writes: REMOVE_ALL, a summary message, the most recent messages."""
+    now = agent.get_state(CONFIG).values["messages"]
+    summary = HumanMessage("Here is a summary of the conversation to date:\n\nGDP talk.", additional_kwargs={"lc_source": "summarization"})
+    agent.update_state(CONFIG, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), summary, *now[-keep:]]})
+
+
+def test_undo_never_re_inserts_a_turn_whose_neighbour_was_summarised_away() -> None:
+    agent = ireland_thread(AIMessage(COFFEE_ANSWER), AIMessage("Third answer."))
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    delete_coffee_turn(agent)  # the coffee turn sat after the GDP answer
+    agent.invoke({"messages": [HumanMessage("Third question?")]}, CONFIG)
+    summarise_all_but_last(agent, 2)  # the GDP answer goes: the coffee turn has no place to return to
+    before, checkpoint = texts(agent), head(agent)
+    with pytest.raises(HistoryError, match="nothing to undo.*summarised away"):
+        undo_thread(agent, CONFIG)
+    assert texts(agent) == before and texts(agent)[-2:] == ["Third question?", "Third answer."] and head(agent) == checkpoint
+
+
+def test_undo_never_re_inserts_the_first_turn_before_a_summary() -> None:
+    agent = ireland_thread(AIMessage(COFFEE_ANSWER), AIMessage("Third answer."))
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    delete = ScriptedModel(['{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'])
+    edit_thread(agent, CONFIG, "drop the GDP turn", delete, allow_large_deletion=True)  # it opened the thread
+    agent.invoke({"messages": [HumanMessage("Third question?")]}, CONFIG)
+    summarise_all_but_last(agent, 2)
+    with pytest.raises(HistoryError, match="nothing to undo"):
+        undo_thread(agent, CONFIG)
+    assert IRELAND not in texts(agent)
+
+
+def test_undo_puts_a_deleted_turn_back_in_order_where_it_was() -> None:
+    agent = ireland_thread(AIMessage(COFFEE_ANSWER), AIMessage("Third answer."))
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    delete_coffee_turn(agent)
+    agent.invoke({"messages": [HumanMessage("Third question?")]}, CONFIG)
+    undo = undo_thread(agent, CONFIG)
+    assert undo.skipped == ()
+    assert texts(agent) == [IRELAND, IRELAND_ANSWER, COFFEE, COFFEE_ANSWER, "Third question?", "Third answer."]
+
+
+@tool
+def lookup(query: str) -> str:
+    """Look something up."""
+    return "GDP 2021: 500 billion USD (source: statistics office)"
+
+
+def test_a_redo_that_would_split_a_tool_pair_writes_nothing() -> None:
+    main = scripted([AIMessage(IRELAND_ANSWER), call("lookup", {"query": "gdp"}, "c1"), AIMessage("It was 500 billion.")])
+    agent = create_agent(main, [lookup], middleware=[GatekeeperMiddleware(model=ScriptedModel([]))], checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    agent.invoke({"messages": [HumanMessage("Look it up, please.")]}, CONFIG)
+    stored = agent.get_state(CONFIG).values["messages"]
+    assert [m.type for m in stored] == ["human", "ai", "human", "ai", "tool", "ai"]
+    core = [to_core(m) for m in stored]
+    # an edit (written as edit_thread writes one) that deleted the whole tool-using turn
+    removed = [Remove(core[i], core[i - 1].id) for i in (5, 4, 3, 2)]
+    record = Revision(1, 0, "edit", tuple(removed), "drop the lookup", "scripted").to_dict()
+    agent.update_state(CONFIG, {"messages": [RemoveMessage(id=m.id) for m in stored[2:]], EDITS_KEY: [record]})
+    undo_thread(agent, CONFIG)
+    assert [m.type for m in agent.get_state(CONFIG).values["messages"]] == ["human", "ai", "human", "ai", "tool", "ai"]
+    redact(agent, 4, "500 billion", "[AMOUNT]")  # a redaction rewrites the tool's result
+    checkpoint = head(agent)
+    with pytest.raises(HistoryError, match="split tool call 'c1'.*nothing was written|nothing was written.*split tool call 'c1'"):
+        redo_thread(agent, CONFIG)
+    assert head(agent) == checkpoint
+
+
+# -- concurrent writers ---------------------------------------------------------------------------
+def test_an_undo_planned_on_an_older_snapshot_keeps_the_edit_that_landed_meanwhile() -> None:
+    from langchain_gatekeeper import threads
+
+    agent = ireland_thread(AIMessage(COFFEE_ANSWER))
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    to_iceland(agent)  # 1
+    stale = agent.get_state(CONFIG)  # worker A reads for an undo...
+    edit_thread(agent, CONFIG, "coarse", ScriptedModel([swap_editor("fine", "coarse")]))  # worker B: edit 2 lands
+    entry, values = threads._plan_step(agent, stale, "undo")  # ...and A writes what it planned
+    agent.update_state(CONFIG, values)
+    assert [(r.number, r.kind, r.target) for r in thread_history(agent, CONFIG)] == [
+        (1, "edit", None), (2, "edit", None), (3, "undo", 1)
+    ]
+    undo = undo_thread(agent, CONFIG)  # edit 2's record survived: it can still be undone
+    assert (undo.number, undo.target) == (4, 2) and texts(agent)[3] == COFFEE_ANSWER
+
+
+class Racing:
+    """An agent whose thread another writer changes right after the first ``get_state``."""
+
+    def __init__(self, agent: Any, meanwhile: Any) -> None:
+        self.agent, self.meanwhile, self.reads = agent, meanwhile, 0
+        self.channels = agent.channels
+
+    def get_state(self, config: dict[str, Any]) -> Any:
+        snapshot = self.agent.get_state(config)
+        self.reads += 1
+        if self.reads == 1:
+            self.meanwhile()
+        return snapshot
+
+    async def aget_state(self, config: dict[str, Any]) -> Any:
+        return self.get_state(config)
+
+    def update_state(self, config: dict[str, Any], values: dict[str, Any]) -> Any:
+        return self.agent.update_state(config, values)
+
+    async def aupdate_state(self, config: dict[str, Any], values: dict[str, Any]) -> Any:
+        return self.update_state(config, values)
+
+
+@pytest.mark.parametrize("kind", ["undo", "redo"])
+def test_an_undo_or_redo_overtaken_by_another_write_writes_nothing(kind: str) -> None:
+    agent = ireland_thread(AIMessage(COFFEE_ANSWER))
+    agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)
+    to_iceland(agent)
+    if kind == "redo":
+        undo_thread(agent, CONFIG)
+    step, astep = (undo_thread, aundo_thread) if kind == "undo" else (redo_thread, aredo_thread)
+    checkpoints, records = len(list(agent.get_state_history(CONFIG))), len(thread_history(agent, CONFIG))
+    redaction = lambda: redact(agent, 0, "GDP", "output")  # noqa: E731  a message the step touches
+    with pytest.raises(HistoryError, match=f"changed while the {kind} was computed; nothing was written"):
+        asyncio.run(astep(Racing(agent, redaction), CONFIG))
+    assert len(list(agent.get_state_history(CONFIG))) == checkpoints + 1  # the redaction's checkpoint only
+    assert len(thread_history(agent, CONFIG)) == records
+    coarse = lambda: edit_thread(agent, CONFIG, "coarse", ScriptedModel([swap_editor("fine", "coarse")]))  # noqa: E731
+    with pytest.raises(HistoryError, match=f"changed while the {kind} was computed; nothing was written"):
+        step(Racing(agent, coarse), CONFIG)
+    history = thread_history(agent, CONFIG)
+    assert history[-1].kind == "edit" and history[-1].instruction == "coarse"  # the other edit, not overwritten
+    assert "output" in texts(agent)[0] and texts(agent)[3] == "A coarse grind, like table salt."
+
+
+def test_the_log_key_appends_each_record_once() -> None:
+    agent = agent_with([AIMessage(IRELAND_ANSWER)], ScriptedModel([swap_editor("Iceland", "Norway")]))
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    to_iceland(agent)
+    out = agent.invoke({"messages": [HumanMessage("/edit Norway, not Iceland")]}, CONFIG)  # the route's record
+    assert "Edited the conversation" in out["messages"][-1].text or "Nothing to change" in out["messages"][-1].text
+    undo_thread(agent, CONFIG)
+    history = thread_history(agent, CONFIG)
+    assert [r.number for r in history] == list(range(1, len(history) + 1)) and history[0].kind == "edit"
+    assert len(agent.get_state(CONFIG).values[EDITS_KEY]) == len(history)
