@@ -22,8 +22,8 @@ without messages it returns a Runnable, as ``trim_messages`` does.  The selectio
 is the agent middleware's (:class:`~langchain_gatekeeper.agent_view.GatedView`): one
 code path.
 
-The index behind it is kept across calls (per set of options and ``thread``), keyed by
-the turns' content, so a list that grew by one turn costs one turn to index.  With an
+The index behind it is kept across calls (per set of options, compared by value, and
+``thread``), keyed by the turns' content, so a list that grew by one turn costs one turn to index.  With an
 ``embedder=``, turn vectors are kept beside it by content hash, shared by every
 ``thread`` of one set of options, so a rebuilt or reordered list embeds nothing seen before.
 """
@@ -189,7 +189,9 @@ def gate_messages(
             model (its ``get_num_tokens``), a tiktoken encoding name, or any callable.
         thread: which kept index to use for this conversation (``None``: one per set of
             options).  Any list is gated correctly with any index; separate threads only
-            keep separate conversations from re-indexing each other.
+            keep separate conversations from re-indexing each other (and, with an
+            embedder, concurrent async calls from waiting on each other: a selection
+            holds its index while it awaits the embedder).
         embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
             ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
             needed).  Each turn is embedded once (vectors kept in memory by content hash,
