@@ -92,7 +92,7 @@ class _Same:
 def _frozen(value: Any) -> Hashable:
     """A cache key for an option's value: plain data (a ``SelectionParams`` built per call,
     dicts, lists) by value, typed (``1`` and ``True`` differ); other unhashable objects by
-    identity; the rest as they hash (an embedder or a counter by its own equality)."""
+    identity; the rest by type and value."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value), tuple((f.name, _frozen(getattr(value, f.name))) for f in dataclasses.fields(value)))
     if isinstance(value, Mapping):
@@ -101,30 +101,45 @@ def _frozen(value: Any) -> Hashable:
         return (type(value), tuple(_frozen(v) for v in value))
     if isinstance(value, (set, frozenset)):
         return (type(value), frozenset(_frozen(v) for v in value))
+    return (type(value), value) if _hashable(value) else _Same(value)
+
+
+_OBJECTS = frozenset({"embedder", "token_counter", "vector_cache"})
+"""Options that are live objects: keyed as they hash (identity for most), never copied."""
+
+
+def _key(name: str, value: Any) -> Hashable:
+    """The cache key of one option: live objects as they hash (else by identity), data by value."""
+    if name not in _OBJECTS:
+        return _frozen(value)
+    return value if _hashable(value) else _Same(value)
+
+
+def _hashable(value: Any) -> bool:
     try:
         hash(value)
     except TypeError:
-        return _Same(value)
-    return (type(value), value)
+        return False
+    return True
 
 
-def _by_value(value: Any) -> bool:
-    """Whether :func:`_frozen` keys ``value`` by its content (the view then keeps a copy)."""
-    return (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(
-        value, (Mapping, list, set))
+def _by_value(name: str, value: Any) -> bool:
+    """Whether ``value`` is keyed by its content (the view then keeps a copy of it)."""
+    return name not in _OBJECTS and (
+        (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(value, (Mapping, list, set)))
 
 
 def _view(options: dict[str, Any]) -> GatedView:
     """The cached content-keyed view for these gatekeeper options (built and checked on first
     use).  Options are keyed by value, so a ``params=`` built per call finds its view."""
-    key = tuple(sorted((name, _frozen(value)) for name, value in options.items()))
+    key = tuple(sorted((name, _key(name, value)) for name, value in options.items()))
     with _views_lock:
         view = _views.get(key)
         if view is not None:
             _views.move_to_end(key)
             return view
     # a copy of what was keyed by value: the caller mutating its object later cannot change this view
-    options = {name: copy.deepcopy(value) if _by_value(value) else value for name, value in options.items()}
+    options = {name: copy.deepcopy(value) if _by_value(name, value) else value for name, value in options.items()}
     settings = {**ADAPTER_GATE_DEFAULTS, **options, "token_counter": _counter(options.get("token_counter"))}
     if settings.get("embedder") is not None:
         settings["embedder"] = as_embedder(settings["embedder"])  # the key holds the caller's object alive

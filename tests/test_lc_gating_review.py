@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -202,6 +202,27 @@ def test_gate_messages_with_params_built_per_call_reuses_its_index() -> None:
     assert sum(map(len, emb.document_calls)) == 3 * turns
     gate_messages(messages, token_budget=60, embedder=emb, params=SelectionParams())  # the first view again
     assert sum(map(len, emb.document_calls)) == 3 * turns
+
+
+@dataclass(eq=False)
+class DataEmbedder:
+    """An embedder that happens to be a dataclass: a live object, never copied or keyed by value."""
+
+    calls: list = field(default_factory=list)
+
+    def embed_documents(self, texts):
+        self.calls.append(list(texts))
+        return [[float(len(t)), 1.0] for t in texts]
+
+    def embed_query(self, text):
+        self.calls.append([text])
+        return [float(len(text)), 1.0]
+
+
+def test_gate_messages_uses_the_callers_own_embedder_object() -> None:
+    emb = DataEmbedder()
+    gate_messages([*A[:-1], HumanMessage("redis setup?")], token_budget=60, embedder=emb)
+    assert emb.calls and emb.calls[-1] == ["redis setup?"]
 
 
 # -- 8 and 9: which key is the query --------------------------------------------------------
