@@ -1,7 +1,8 @@
 """A hypothesis state machine against every store (issue #11, "test it like the trusted
 systems do").
 
-Random sequences of appends (duplicate ids, retried requests, taken ids), edits through
+Random sequences of appends (duplicate ids, retried requests, taken ids, one id twice in an
+append, ids of deleted messages), edits through
 a scripted model with preview and a later commit, apply, set, undo, redo, revert,
 purge and reopen, from two transcript objects on one storage.  After every step: the
 log loads, the state equals an independent replay of the log, the record holds every
@@ -105,16 +106,42 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
         def append_answer(self, who: int, answer: str) -> None:
             self.note(self.attempt(lambda: self.views[who].append(assistant=answer)))
 
-        @rule(who=WHO, id=st.sampled_from(["same", "<end>", "dup"]), role=st.sampled_from(["user", "user", "assistant"]),
-              text=st.sampled_from(["same", "same", "other"]), renew=st.booleans())
-        def append_with_id(self, who: int, id: str, role: str, text: str, renew: bool) -> None:
-            """Retried requests, taken ids and an id named like the old end marker."""
+        @rule(who=WHO, batch=st.lists(st.tuples(st.sampled_from(["same", "<end>", "dup"]),
+                                                st.sampled_from(["user", "user", "assistant"]),
+                                                st.sampled_from(["same", "same", "other"])), min_size=1, max_size=3),
+              renew=st.booleans())
+        def append_with_ids(self, who: int, batch: list[tuple[str, str, str]], renew: bool) -> None:
+            """Retried requests, taken ids, an id twice in one append, ids of deleted messages and
+            an id named like the old end marker.  A retry is a message the state holds now with
+            its first role and text; every other message is appended (taken ids renewed) or the
+            append is refused whole: nothing is ever dropped silently."""
             head = self.stores[0].head(self.session)
-            retry = self.appended.get(id) == (role, text)
-            message = {"id": id, "role": role, "content": text}
-            revision = self.attempt(lambda: self.views[who].append(messages=[message], renew_taken_ids=renew))
-            if retry:
-                assert self.stores[0].head(self.session) == head, "a retried append was recorded again"
+            held = {m.id for m in naive_replay(self.stores[0].revisions(self.session))}
+            given: set[str] = set()
+            new, taken = 0, False
+            for id, role, text in batch:
+                repeated = id in given
+                given.add(id)
+                if not repeated and id in held and self.appended.get(id) == (role, text):
+                    continue  # a retry
+                new += 1
+                taken = taken or repeated or id in self.appended
+            messages = [{"id": id, "role": role, "content": text} for id, role, text in batch]
+            before = dump(self.stores[0], self.session)
+            try:
+                revision = self.views[who].append(messages=messages, renew_taken_ids=renew)
+            except GatekeeperError as error:
+                assert dump(self.stores[0], self.session) == before, "a refused operation changed the store"
+                assert (taken and not renew) or batch[0][1] != "user", f"refused: {error}"
+                return
+            assert not (taken and not renew), "a taken id was neither renewed nor refused"
+            assert len(revision.added) == new, "a message of the append was dropped"
+            assert self.stores[0].head(self.session) == head + (1 if new else 0)
+            state = [m.id for m in naive_replay(self.stores[0].revisions(self.session))]
+            added = [m.id for m in revision.added]
+            assert [i for i in state if i in set(added)] == added, "the append's messages are out of order"
+            if batch[0][1] == "user" and added:  # appended at the end, whatever it repeated
+                assert state[-len(added):] == added, "a message after a retry was put mid-transcript"
             self.note(revision)
 
         @precondition(has_messages)

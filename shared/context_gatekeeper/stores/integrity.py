@@ -13,10 +13,14 @@ The rules:
 * a revision's kind is one of :data:`~context_gatekeeper.revisions.RevisionKind`.
 * appends put new messages, at the end or after a message the session holds (or
   one put earlier in the same append); an anchor the session never held is refused.
-  A message whose id the session already used is a *retried append*: with the
-  role and content it was first appended with it is dropped (idempotent);
-  otherwise it gets a fresh id when ``renew_taken_ids``, else the revision is
-  refused.  A message put after a renamed one follows it under its new id.
+  A message whose id the session *holds now*, with the role and content it was
+  first appended with, is a *retried append*: it is dropped (idempotent), and the
+  message put after it takes its place (the end, or after the message put before
+  it in this append; after its stored copy only when it answered a message held
+  before).  Any other taken id (held with other text, used by a message no longer
+  in the state, or given twice in this append) gets a fresh id when
+  ``renew_taken_ids``, else the revision is refused.  A message put after a
+  renamed one follows it under its new id.
 * edits, applies, sets and clears may put an id the session used only if this
   revision removed it first (a message moved); ids are never reused.
 * undo, redo and revert may put back a message that is absent.
@@ -35,7 +39,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import NamedTuple, get_args
+from typing import Any, NamedTuple, get_args
 
 from ..errors import InvalidInputError, InvalidRevisionError
 from ..messages import Message, new_message_id
@@ -95,8 +99,19 @@ def touched(changes: Iterable[Applied]) -> set[str]:
 def _dedupe_append(
     session_id: str, changes: Iterable[Applied], known: dict[str, IdEntry], renew: bool
 ) -> list[Applied]:
-    """An append's puts with retried messages dropped and taken ids renewed."""
-    renamed: dict[str, str] = {}
+    """An append's puts with retried messages dropped and taken ids renewed.
+
+    A message is a retry only when the session holds its id now, first appended with
+    the same role and text.  A skipped retry stands aside for what follows it: a
+    message put after it goes where the retry would have gone (the end, or after the
+    message this append put before it); only a retry put after a message the session
+    already held (an answer to an open question) is followed at its stored copy.  An id
+    the session used but no longer holds (the message was deleted), one held with
+    other text, or one this append already put is renewed when ``renew``, else refused.
+    """
+    renamed: dict[str, Any] = {}  # an id of this append -> the anchor that stands for it
+    put_here: set[str] = set()  # ids this append puts (renewed ones under their new id)
+    given: set[str] = set()  # ids the append's messages came with
     out: list[Applied] = []
     for change in changes:
         if not isinstance(change, Put):
@@ -117,21 +132,37 @@ def _dedupe_append(
             )
         taken = known.get(message.id)
         hashed = digest(message)
+        repeated = message.id in given
+        given.add(message.id)
         if taken is not None:
-            if taken.first == hashed:
-                continue  # the same message again: a retried request
+            if taken.present and taken.first == hashed and not repeated:
+                # the same message again: a retried request; what follows takes its place
+                held_before = isinstance(after, str) and after not in put_here
+                renamed[message.id] = message.id if held_before else after
+                continue
             if not renew:
-                raise InvalidInputError(
-                    f"message id {message.id!r} is already used in session {session_id!r} with other "
-                    "content: ids are never reused; give new messages new ids (or none), or pass "
-                    "renew_taken_ids=True"
-                )
+                raise InvalidInputError(_taken_id_text(session_id, message.id, taken, repeated))
             fresh = new_message_id()
             renamed[message.id] = fresh
             message = replace(message, id=fresh)
         known[message.id] = entry(True, hashed, hashed)
+        put_here.add(message.id)
         out.append(Put(message, after))
     return out
+
+
+def _taken_id_text(session_id: str, message_id: str, taken: IdEntry, repeated: bool) -> str:
+    """Why an append's message under a taken id is refused, and what to do."""
+    if repeated:
+        why = "appears twice in this append"
+    elif not taken.present:
+        why = f"was used in session {session_id!r} by a message no longer in it (deleted, cleared or undone)"
+    else:
+        why = f"is already used in session {session_id!r} with other content"
+    return (
+        f"message id {message_id!r} {why}; nothing was written. Ids are never reused: give new messages "
+        "new ids (or none), or pass renew_taken_ids=True to give this one a fresh id"
+    )
 
 
 def _refuse_content(session_id: str, revision: Revision, message_id: str, what: str) -> InvalidRevisionError:
