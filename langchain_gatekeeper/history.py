@@ -202,8 +202,15 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         """Append ``messages`` as one revision (a user message and its answer land together).
 
         Each message keeps the id it came with; one without an id stays without one in
-        :attr:`messages`.  An id already used in this session (or twice in ``messages``)
-        is replaced by a fresh one: ids are never reused.
+        :attr:`messages`.  Ids are never reused, and no message is dropped:
+
+        * a message whose id this history holds now, with the role and text it was first
+          added with, is a retried request and is not stored again; the messages after it
+          still go to the end (``[HumanMessage("yes", id="q1"), AIMessage("new")]``
+          after ``q1`` was answered adds the new answer last);
+        * an id given twice in ``messages``, the id of a message since deleted, cleared
+          or reverted, or an id held with other text: the message is stored under a fresh
+          id, which :attr:`messages` and :meth:`message_ids` show.
         """
         batch = list(messages)
         if batch:
