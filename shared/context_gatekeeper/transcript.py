@@ -264,10 +264,12 @@ class Transcript(AsyncTranscriptMixin):
         appended meanwhile.  ``messages`` appends ready-made messages (or dicts with
         ``role`` and ``content``) after the user/assistant pair.
 
-        Ids are never reused.  A message whose id the session already held is a retried
-        request: with the same role and text it is skipped (an idempotent no-op); with
-        other text it is refused (``InvalidInputError``), or, with
-        ``renew_taken_ids=True``, given a fresh id.  The store decides inside its write
+        Ids are never reused.  A message whose id the session holds now, with the role
+        and text it was first appended with, is a retried request: it is skipped (an
+        idempotent no-op) and the messages after it still go where it would have gone.
+        Any other taken id (held with other text, of a message since removed, or given
+        twice in this append) is refused (``InvalidInputError``, nothing written), or,
+        with ``renew_taken_ids=True``, given a fresh id.  The store decides inside its write
         transaction, so concurrent writers retrying one request add it once.  When
         every message was skipped, nothing is recorded and the returned revision is
         numbered like the head, with no changes.  An answer whose open question was

@@ -135,8 +135,8 @@ class Store(ABC):
     ) -> Revision:
         """Store ``revision`` as the next one, atomically, and return it as stored
         (``number``, ``parent`` and ``base`` filled in); see the module docstring.
-        ``renew_taken_ids``: an append's message whose id is taken (with other text)
-        gets a fresh id instead of being refused."""
+        ``renew_taken_ids``: an append's message whose id is taken and that is not a
+        retry (see :mod:`.integrity`) gets a fresh id instead of being refused."""
 
     def truncate(self, session_id: str, keep: int) -> int:
         """Set aside every revision above ``keep`` (kept apart, never loaded again) and
