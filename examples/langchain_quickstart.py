@@ -251,14 +251,25 @@ def tokens(messages: Iterable[BaseMessage]) -> int:
     return sum(_count(m.text) for m in messages)
 
 
+_TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
+
+
+def key(message: Any) -> str:
+    """How the example recognises a message: its id when it has one, else its type and text
+    (a chat history gives messages back as they were added, id-less ones without an id)."""
+    if isinstance(message, BaseMessage):
+        return message.id or f"{message.type}:{message.text}"
+    return f"{_TYPES.get(message.role, message.role)}:{message.content}"  # a core message (in a diff)
+
+
 def question_labels(messages: Sequence[BaseMessage]) -> dict[str, str]:
-    """Message id -> "Q1", "Q2", ... for the user questions of a conversation (edit records skipped)."""
+    """Message key -> "Q1", "Q2", ... for the user questions of a conversation (edit records skipped)."""
     humans = [m for m in messages if isinstance(m, HumanMessage) and not is_edit_record(m)]
-    return {m.id: f"Q{i}" for i, m in enumerate(humans, 1) if m.id}
+    return {key(m): f"Q{i}" for i, m in enumerate(humans, 1)}
 
 
 def questions_in(sent: Sequence[BaseMessage], labels: dict[str, str], skip: str | None = None) -> str:
-    found = [labels[m.id] for m in sent if isinstance(m, HumanMessage) and labels.get(m.id, skip) != skip]
+    found = [labels[key(m)] for m in sent if isinstance(m, HumanMessage) and labels.get(key(m), skip) != skip]
     return ", ".join(found) or "none"
 
 
@@ -269,8 +280,7 @@ def message_labels(messages: Sequence[BaseMessage]) -> dict[str, str]:
     for m in messages:
         if isinstance(m, HumanMessage) and not is_edit_record(m):
             turn += 1
-        if m.id:
-            labels[m.id] = f"{'Q' if isinstance(m, HumanMessage) else 'A'}{turn}"
+        labels[key(m)] = f"{'Q' if isinstance(m, HumanMessage) else 'A'}{turn}"
     return labels
 
 
@@ -279,7 +289,9 @@ def compact_diff(diff: Any, labels: dict[str, str]) -> str:
     lines = []
     for d in diff.messages:
         message = d.after or d.before
-        lines.append(f"{labels.get(d.id, '?')} ({message.role}, {d.status})")
+        texts = [key(m) for m in (d.after, d.before) if m is not None]  # by id, else by its new or old text
+        label = labels.get(d.id) or next((labels[k] for k in texts if k in labels), "?")
+        lines.append(f"{label} ({message.role}, {d.status})")
         if d.before is not None:
             lines.append(f"  - {d.before.content}")
         if d.after is not None:
@@ -393,7 +405,7 @@ def shape(messages: Sequence[BaseMessage], labels: dict[str, str]) -> str:
     parts = []
     for m in messages:
         if isinstance(m, HumanMessage):
-            parts.append(labels.get(m.id, "human"))
+            parts.append(labels.get(key(m), "human"))
         elif isinstance(m, AIMessage) and m.tool_calls:
             parts.append("ai->" + ",".join(c["name"] for c in m.tool_calls))
         else:
