@@ -20,8 +20,14 @@ A *vector cache* is any object with ``get(key) -> list[float] | None`` and
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import itertools
 import math
+import threading
+import types
+import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +42,7 @@ __all__ = [
     "as_embedder",
     "text_hash",
     "turn_text",
+    "is_local_name",
 ]
 
 Vector = list[float]
@@ -156,25 +163,81 @@ class Embedder:
         return check_vectors([vector], 1, self.name)[0]
 
 
-_NAME_ATTRS = ("model", "model_name", "model_id", "deployment", "size", "embed_dim", "dimensions")
+_MODEL_ATTRS = ("model", "model_name", "model_id", "model_path", "repo_id", "name_or_path", "deployment")
+"""Attributes that name the model behind an object: one of them makes a default name stable."""
+_SHAPE_ATTRS = ("size", "embed_dim", "dimensions")
+"""Attributes added to a default name (they tell instances apart) but that do not name a model."""
+LOCAL_PREFIX = "local:"
+"""How a default name starts when nothing names the model (see :func:`is_local_name`)."""
+_NONCE = uuid.uuid4().hex[:8]  # this process: local names of two processes never match
+_LOCAL_TOKENS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+_LOCAL_COUNTER = itertools.count(1)
+_LOCAL_LOCK = threading.Lock()
+
+
+def is_local_name(name: str) -> bool:
+    """Whether ``name`` is a process-local default name: the embedder is a lambda, a
+    function or an object with no model attribute, so nothing tells its model apart
+    from another's.  Its vectors are shared only within this process (stores do not
+    persist them); pass ``as_embedder(obj, name="model-id")`` to persist them."""
+    return name.startswith(LOCAL_PREFIX)
+
+
+def _attr(obj: Any, attr: str) -> Any:
+    try:
+        value = getattr(obj, attr, None)
+    except Exception:  # noqa: BLE001 -- a property may raise; it just doesn't name the model
+        return None
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and value not in ("", "unknown"):
+        return value
+    return None
+
+
+def _local_token(anchor: Any, detail: str) -> int:
+    """A number for ``(anchor, detail)``, the same while ``anchor`` lives, never reused."""
+    with _LOCAL_LOCK:
+        try:
+            tokens = _LOCAL_TOKENS.setdefault(anchor, {})
+        except TypeError:  # not weak-referenceable: a fresh number each time (never a collision)
+            return next(_LOCAL_COUNTER)
+        if detail not in tokens:
+            tokens[detail] = next(_LOCAL_COUNTER)
+        return tokens[detail]
 
 
 def _default_name(obj: Any) -> str:
-    """``module.Class`` plus the model attributes that tell two instances apart."""
-    own = getattr(obj, "name", None)
-    if isinstance(own, str) and own:
+    """The name of an embedder's model, for vector caches.
+
+    * the object's own ``name`` attribute (a non-empty str), if it has one;
+    * a ``functools.partial`` is named by what it wraps, a bound method by its object
+      (``module.Class.method``); an object (or a method's object) by its class plus its
+      model attributes (``model``, ``model_name``, ``model_id``, ...) and shape attributes
+      (``size``, ``embed_dim``, ``dimensions``): ``module.Class[model=e5-small]``;
+    * when no model attribute names the model (a lambda, a plain function, an object
+      without one), a process-local name (:func:`is_local_name`) tied to that object:
+      two such embedders never share vectors, and their vectors are not persisted.
+    """
+    own = _attr(obj, "name")
+    if isinstance(own, str):
         return own
-    kind = obj if callable(obj) and hasattr(obj, "__qualname__") else type(obj)
-    base = f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', type(obj).__name__)}"
-    parts = []
-    for attr in _NAME_ATTRS:
-        try:
-            value = getattr(obj, attr, None)
-        except Exception:  # noqa: BLE001 -- a property may raise; it just doesn't name the model
-            value = None
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and value != "":
-            parts.append(f"{attr}={value}")
-    return base + (f"[{','.join(parts)}]" if parts else "")
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    method = ""
+    owner = getattr(obj, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType) and hasattr(obj, "__func__"):
+        method, obj = f".{getattr(obj, '__name__', '?')}", owner  # a bound method: its object names it
+        own = _attr(obj, "name")
+        if isinstance(own, str):
+            return own + method
+    function = isinstance(obj, (types.FunctionType, types.BuiltinFunctionType))
+    kind = obj if function else type(obj)
+    base = f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', type(obj).__name__)}{method}"
+    named = [f"{a}={v}" for a in _MODEL_ATTRS if (v := _attr(obj, a)) is not None]
+    shape = [f"{a}={v}" for a in _SHAPE_ATTRS if (v := _attr(obj, a)) is not None]
+    if named:
+        return f"{base}[{','.join(named + shape)}]"
+    local = f"{LOCAL_PREFIX}{_NONCE}.{_local_token(obj, method)}:"
+    return local + base + (f"[{','.join(shape)}]" if shape else "")
 
 
 def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awaitable[Any]] | None = None) -> Embedder:
@@ -183,7 +246,11 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
     ``Embedder`` (returned as is unless ``name`` is given).
 
     ``name`` overrides the name used in vector caches (by default the object's ``name``
-    attribute, else its class and model attributes).  ``aembed`` is a callable's async
+    attribute, else its class and model attributes; see :func:`_default_name`).  Two
+    different models must have different names; an object nothing names (a lambda, a
+    plain function, an object without a ``model``-like attribute) gets a process-local
+    name, so its vectors are never mixed with another's but are not persisted either:
+    give it ``name=`` to have a store keep its vectors across restarts.  ``aembed`` is a callable's async
     twin (also read from its ``aembed`` attribute).
     """
     if isinstance(obj, Embedder):
