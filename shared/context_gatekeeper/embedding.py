@@ -166,7 +166,7 @@ class Embedder:
 _MODEL_ATTRS = ("model", "model_name", "model_id", "model_path", "repo_id", "name_or_path", "deployment")
 """Attributes that name the model behind an object: one of them makes a default name stable."""
 _SHAPE_ATTRS = ("size", "embed_dim", "dimensions")
-"""Attributes added to a default name (they tell instances apart) but that do not name a model."""
+"""Attributes that, with the class, tell instances apart (``DeterministicFakeEmbedding(size=16)``)."""
 LOCAL_PREFIX = "local:"
 """How a default name starts when nothing names the model (see :func:`is_local_name`)."""
 _NONCE = uuid.uuid4().hex[:8]  # this process: local names of two processes never match
@@ -213,7 +213,7 @@ def _default_name(obj: Any) -> str:
       (``module.Class.method``); an object (or a method's object) by its class plus its
       model attributes (``model``, ``model_name``, ``model_id``, ...) and shape attributes
       (``size``, ``embed_dim``, ``dimensions``): ``module.Class[model=e5-small]``;
-    * when no model attribute names the model (a lambda, a plain function, an object
+    * when no such attribute names the model (a lambda, a plain function, an object
       without one), a process-local name (:func:`is_local_name`) tied to that object:
       two such embedders never share vectors, and their vectors are not persisted.
     """
@@ -234,10 +234,9 @@ def _default_name(obj: Any) -> str:
     base = f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', type(obj).__name__)}{method}"
     named = [f"{a}={v}" for a in _MODEL_ATTRS if (v := _attr(obj, a)) is not None]
     shape = [f"{a}={v}" for a in _SHAPE_ATTRS if (v := _attr(obj, a)) is not None]
-    if named:
+    if named or shape:
         return f"{base}[{','.join(named + shape)}]"
-    local = f"{LOCAL_PREFIX}{_NONCE}.{_local_token(obj, method)}:"
-    return local + base + (f"[{','.join(shape)}]" if shape else "")
+    return f"{LOCAL_PREFIX}{_NONCE}.{_local_token(obj, method)}:{base}"
 
 
 def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awaitable[Any]] | None = None) -> Embedder:
