@@ -71,6 +71,7 @@ def store(request, tmp_path: Path):
 
 
 def test_the_cache_writes_through_with_message_ids(store) -> None:
+    fill(store, "s", 1)  # a store keeps vectors only for a session that holds revisions
     cache = StoreVectorCache(store, "s")
     assert cache.persistent and supports_vectors(store)
     assert cache.get(("e", "h1")) is None
@@ -90,6 +91,7 @@ def test_the_cache_writes_through_with_message_ids(store) -> None:
 
 
 def test_a_new_dimension_under_one_name_starts_afresh(store) -> None:
+    fill(store, "s", 1)
     cache = StoreVectorCache(store, "s")
     cache.put_many([(("e", "old"), [1.0, 0.0]), (("e", "both"), [1.0, 1.0])])
     cache.put(("e", "both"), [1.0, 1.0, 1.0])  # the model behind "e" changed
@@ -124,6 +126,7 @@ def test_purge_erases_the_vectors_a_cache_saved(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "v.db")
     fill(store, "s", 2)
     StoreVectorCache(store, "s").put(("e", "h"), [1.0, 2.0], message_id="u1")
+    fill(store, "keep", 1)
     StoreVectorCache(store, "keep").put(("e", "h"), [1.0, 2.0])
     store.purge("s")
     store.close()
@@ -206,6 +209,7 @@ def test_a_reopened_store_embeds_nothing_again(tmp_path: Path) -> None:
     path = tmp_path / "chat.db"
     first = CountingEmbedder()
     store = SQLiteStore(path)
+    fill(store, "chat", 1)
     before = gatekeeper(first, StoreVectorCache(store, "chat")).explain("When should I water the fig?")
     assert (first.document_calls, len(first.texts), first.query_calls) == (1, len(TOPICS), 1)
     store.close()
@@ -228,6 +232,7 @@ def test_a_reopened_store_embeds_nothing_again(tmp_path: Path) -> None:
 def test_a_langchain_embeddings_goes_through_the_store_cache(tmp_path: Path) -> None:
     fake = pytest.importorskip("langchain_core.embeddings").DeterministicFakeEmbedding
     store = SQLiteStore(tmp_path / "lc.db")
+    fill(store, "s", 1)
     gk = ContextGatekeeper(token_budget=200, embedder=fake(size=16), vector_cache=StoreVectorCache(store, "s"))
     for user, assistant in TOPICS:
         gk.add_turn(user, assistant)

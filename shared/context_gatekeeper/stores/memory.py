@@ -10,7 +10,7 @@ from ..revisions import Revision
 from .base import Store, checked_keep, prepare_commit
 from .integrity import IdEntry, index_of_log
 from .schema import checked_session
-from .vectors import VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows
+from .vectors import VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, refused_save
 
 __all__ = ["InMemoryStore"]
 
@@ -97,11 +97,19 @@ class InMemoryStore(Store, VectorStore):
     def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
         session_id, checked = checked_session(session_id), checked_rows(rows)
         with self._lock:
+            if not self._logs.get(session_id):
+                return refused_save(self, session_id, len(checked))
             saved = self._vectors.setdefault(session_id, {})
+            index = self._index.get(session_id, {})
             for row in checked:
+                if row.message_id:  # the message's vectors of other texts are stale
+                    for key in [k for k in saved if k[3] == row.message_id and k[2] != row.text_hash]:
+                        del saved[key]
                 key = (row.embedder, row.dimension, row.text_hash, row.message_id)
                 saved.pop(key, None)  # a rewrite moves the row to the end (newest last)
                 saved[key] = row
+            for key in [k for k in saved if k[3] in index and not index[k[3]].present]:
+                del saved[key]  # vectors of removed messages
             return len(checked)
 
     def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:

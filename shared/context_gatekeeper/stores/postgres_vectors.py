@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from .schema import id_key
-from .vectors import VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, unpack_vector
+from .vectors import (
+    VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, refused_save, unpack_vector,
+)
 
 __all__ = ["PostgresVectors", "VECTORS_TABLE", "VECTOR_TEMPLATES"]
 
@@ -41,12 +43,16 @@ VECTOR_TEMPLATES = {
         WHERE session_key = %s AND (%s::text IS NULL OR embedder = %s::text) RETURNING 1)
         SELECT count(*) FROM gone""",
     "purge_vectors": "DELETE FROM {vectors} WHERE session_key = %s",
+    "drop_other_texts": "DELETE FROM {vectors} WHERE session_key = %s AND message_id = %s AND text_hash <> %s",
+    "prune_removed": """DELETE FROM {vectors} WHERE session_key = %s AND message_id IN
+        (SELECT message_id FROM {ids} WHERE session_key = %s AND NOT present)""",
 }
 
 
 class PostgresVectors(VectorStore):
     """:class:`.VectorStore` for the PostgreSQL store.  Writes take the session's
-    advisory lock, so they queue behind (and never outlive) a concurrent ``purge``."""
+    advisory lock, so they queue behind (and never outlive) a concurrent ``purge``, and
+    a save checks, under that lock, that the session still holds revisions."""
 
     _sql: dict[str, Any]
 
@@ -60,8 +66,14 @@ class PostgresVectors(VectorStore):
         ]
         if values:
             with self._write(self._lock_key("session", key[0])) as (conn, _):  # type: ignore[attr-defined]
+                if not self._head(conn, key):  # type: ignore[attr-defined]
+                    return refused_save(self, session_id, len(values))
                 with conn.cursor() as cursor:
+                    others = [(key[0], v[4], v[3]) for v in values if v[4]]
+                    if others:
+                        cursor.executemany(self._sql["drop_other_texts"], others)
                     cursor.executemany(self._sql["save_vector"], values)
+                conn.execute(self._sql["prune_removed"], (key[0], key[0]))
         return len(values)
 
     def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:

@@ -23,7 +23,7 @@ from ..errors import SchemaVersionError
 from ..revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
 from .integrity import IdEntry
-from .vectors import VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, unpack_vector
+from .sqlite_vectors import SQLiteVectors
 from .schema import (
     Migration,
     backfill_index,
@@ -113,14 +113,9 @@ _INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?
 _UPSERT_ID = """INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)
     ON CONFLICT (session_id, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest"""
 _LOOKUP_CHUNK = 400
-_SAVE_VECTOR = """INSERT INTO vectors (session_id, embedder, dimension, text_hash, message_id, vector, created_at)
-    VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, embedder, dimension, text_hash, message_id)
-    DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at"""
-_LOAD_VECTORS = """SELECT message_id, text_hash, embedder, vector FROM vectors
-    WHERE session_id = ? AND embedder = ? AND (? IS NULL OR dimension = ?) ORDER BY created_at"""
 
 
-class SQLiteStore(Store, VectorStore):
+class SQLiteStore(Store, SQLiteVectors):
     """Revision logs (and saved vectors, table ``vectors``) in an SQLite file (WAL mode).
 
     Args:
@@ -283,34 +278,6 @@ class SQLiteStore(Store, VectorStore):
         """Ids of the sessions that have at least one revision, sorted."""
         with self._connection() as conn:
             return [row[0] for row in conn.execute("SELECT DISTINCT session_id FROM revisions ORDER BY session_id")]
-
-    def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
-        """Store vectors for the session in one transaction (see :class:`.VectorStore`)."""
-        session_id, checked = checked_session(session_id), checked_rows(rows)
-        now = time.time()
-        values = [
-            (session_id, r.embedder, r.dimension, r.text_hash, id_key(r.message_id), pack_vector(r.vector), now)
-            for r in checked
-        ]
-        with self._write() as conn:
-            conn.executemany(_SAVE_VECTOR, values)
-        return len(values)
-
-    def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
-        """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first."""
-        session_id, embedder = checked_session(session_id), checked_embedder(embedder)
-        dimension = checked_dimension(dimension)
-        with self._connection() as conn:
-            rows = conn.execute(_LOAD_VECTORS, (session_id, embedder, dimension, dimension)).fetchall()
-        return [VectorRow(bytes(m).decode("utf-8", "surrogatepass"), h, e, unpack_vector(v)) for m, h, e, v in rows]
-
-    def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
-        """Erase the session's vectors (of one embedder, or all); returns how many."""
-        session_id = checked_session(session_id)
-        embedder = None if embedder is None else checked_embedder(embedder)
-        with self._write() as conn:
-            query = "DELETE FROM vectors WHERE session_id = ? AND (? IS NULL OR embedder = ?)"
-            return conn.execute(query, (session_id, embedder, embedder)).rowcount
 
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the main file and truncate it (best effort)."""

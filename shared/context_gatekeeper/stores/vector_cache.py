@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..embedding import is_local_name
 from ..errors import InvalidInputError
 from .vectors import VectorRow, checked_rows, supports_vectors
 
@@ -41,6 +42,14 @@ class StoreVectorCache:
     dimension at a time: the dimension of the newest saved vector, or of the latest
     ``put``.  A ``put`` of another dimension (the model behind the name changed)
     starts afresh, and vectors of the old dimension are no longer returned.
+
+    Vectors of an embedder with a process-local name (a lambda, a plain function or an
+    object with no model attribute: :func:`~context_gatekeeper.embedding.is_local_name`)
+    are held in memory only: nothing tells their model apart after a restart.
+
+    The store keeps only vectors of the session's current state: a save for a purged
+    session is dropped, and a message's vector of an edited or removed text goes at the
+    next save (see :class:`~context_gatekeeper.stores.vectors.VectorStore`).
 
     Thread-safe.  ``loads`` and ``saves`` count the store round trips (tests use them).
     """
@@ -83,7 +92,8 @@ class StoreVectorCache:
         with self._lock:
             for row in rows:
                 self._remember(row)
-            if self.persistent:
+            rows = [row for row in rows if not is_local_name(row.embedder)]
+            if self.persistent and rows:
                 try:
                     self.store.save_vectors(self.session_id, rows)
                     self.saves += 1
@@ -113,7 +123,7 @@ class StoreVectorCache:
         if held is not None:
             return held
         held = self._vectors[name] = {}
-        if self.persistent:
+        if self.persistent and not is_local_name(name):
             try:
                 rows = self.store.load_vectors(self.session_id, name)
                 self.loads += 1

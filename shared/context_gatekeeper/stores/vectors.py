@@ -17,11 +17,21 @@ A row is keyed by ``(session_id, embedder, dimension, text_hash, message_id)``:
 
 Vectors are stored compactly as little-endian float32 bytes (:func:`pack_vector`);
 no numpy is needed.  ``purge(session_id)`` erases a session's vectors with the rest of it.
+
+What a store keeps is bounded by the session's state (checked inside the write's transaction):
+
+* a session that holds no revisions (never written, or purged) takes no vectors: the save
+  is dropped with a debug log, so an embedding still in flight during a ``purge`` can
+  never bring the purged texts back;
+* saving a message's vector erases that message's vectors of other texts (an edit leaves
+  no vector of the old text; an undo embeds the text again);
+* each save erases the vectors of messages the session marks as removed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import sys
 from abc import ABC, abstractmethod
@@ -41,6 +51,8 @@ __all__ = [
     "checked_embedder",
     "MAX_DIMENSION",
 ]
+
+_log = logging.getLogger("context_gatekeeper.stores")
 
 MAX_DIMENSION = 65_536
 """The largest vector a store accepts."""
@@ -143,7 +155,9 @@ class VectorStore(ABC):
     @abstractmethod
     def save_vectors(self, session_id: str, rows: Iterable[VectorRow | tuple[str, str, str, Sequence[float]]]) -> int:
         """Store ``rows`` (see :func:`checked_rows`) for the session, all in one
-        transaction; returns how many were written.  Nothing is written if a row is invalid."""
+        transaction; returns how many were written.  Nothing is written if a row is invalid,
+        nor (0, a debug log) when the session holds no revisions.  A row with a message id
+        replaces that message's vectors of other texts; vectors of removed messages go."""
 
     @abstractmethod
     def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
@@ -162,6 +176,15 @@ class VectorStore(ABC):
 
     async def adelete_vectors(self, session_id: str, embedder: str | None = None) -> int:
         return await asyncio.to_thread(self.delete_vectors, session_id, embedder)
+
+
+def refused_save(store: object, session_id: str, count: int) -> int:
+    """Log (debug) that ``count`` vectors for a session holding no revisions were dropped; 0."""
+    _log.debug(
+        "%r: %d vector(s) for session %r dropped: it holds no revisions (purged or never written)",
+        store, count, session_id,
+    )
+    return 0
 
 
 def supports_vectors(store: object) -> bool:
