@@ -215,8 +215,18 @@ class SelectionParams:
     """Let semantic continuity inform continue / switch / return (False: scoring only)."""
     reply_continues: bool = True
     """Gate (with an embedder, ``semantic_gate`` on): a query following an answer that
-    asked the user a question, without a switch or return cue, continues the active
-    topic (:func:`gate.answers_assistant`)."""
+    ends with a genuine question to the user (not a courtesy question such as "Would
+    you like an example?"), without a switch or return cue, continues the active topic,
+    unless the words or the meaning clearly switch (:func:`gate.answers_assistant`)."""
+    reply_switch_factor: float = 5.0
+    """Gate: a reply to the assistant's question still switches when the words alone
+    would switch (overlap below ``switch_threshold``, mostly new anchors) and it brings
+    at least this many times ``switch_min_new_weight`` of new content (replies are
+    short; a long, all-new message opens a topic)."""
+    reply_min_z: float = 0.0
+    """Gate: a reply to the assistant's question still switches (or returns) when its
+    calibrated similarity to the active topic's latest turn stays below this z-score
+    (the history's mean: its meaning matches nothing there)."""
 
     max_query_chars: int = 4000
     """Only the first this many characters of a query (and of a user message, when it

@@ -212,8 +212,9 @@ def gate_query(
     query refers to.  ``semantic`` (with an embedder) is, per recent topic, the query's
     calibrated similarity to it (:func:`semantic.topic_continuity`), which informs the
     decision through :func:`gate.semantic_decide`; ``replying`` (with an embedder) says the
-    latest answer asked the user a question, and a reply to it continues the active topic
-    (:func:`gate.answers_assistant`), whatever topic its words point at.
+    latest answer ended with a genuine question to the user, and a reply to it continues
+    the active topic (:func:`gate.answers_assistant`) unless its words or meaning clearly
+    switch.
     """
     p = params
     if not labels:
@@ -229,15 +230,16 @@ def gate_query(
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
     features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
     decision = decide(features, p)
-    if replying:
-        features = replace(features, replying=True)
-        if answers_assistant(features, p):
-            return "continue", False, features, active
     if semantic and active in semantic:
         other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),
                     default=(None, None))
         features = replace(features, semantic_active=semantic[active], semantic_earlier=other[1],
                            semantic_segment=other[0])
+    if replying:
+        features = replace(features, replying=True)
+        if answers_assistant(features, p):  # measured with the meaning too: a clear switch still wins
+            return "continue", False, features, active
+    if features.semantic_active is not None:
         decision, semantic_topic = semantic_decide(decision, features, p)
         lexical = max(others.items(), key=lambda item: item[1], default=(None, 0.0))
         if semantic_topic is not None and (lexical[0] is None or shares.get(lexical[0], 0.0) < p.topic_match_share):

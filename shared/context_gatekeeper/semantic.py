@@ -198,9 +198,9 @@ def topic_continuity(view: QueryView | None, history: TurnHistory, params: Selec
 
 
 def follows_question(view: QueryView | None, history: TurnHistory) -> bool:
-    """With a view (an embedder that answered), whether the latest turn's answer asked
-    the user a question (:func:`gate.asks_question`); ``False`` without one, so lexical
-    selection never changes."""
+    """With a view (an embedder that answered), whether the latest turn's answer ends
+    with a genuine question to the user (:func:`gate.asks_question`: its last sentence,
+    not a courtesy question); ``False`` without one, so lexical selection never changes."""
     if view is None or not len(history):
         return False
     return asks_question(history.turns[history.order[-1]].assistant)
