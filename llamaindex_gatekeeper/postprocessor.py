@@ -40,10 +40,6 @@ The postprocessor never writes node metadata or scores: it returns the very
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Optional, Union
@@ -52,10 +48,11 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from context_gatekeeper import SelectionParams, as_embedder
-from context_gatekeeper.embedding import text_hash
+from context_gatekeeper import SelectionParams
 from context_gatekeeper.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
 from context_gatekeeper.tokens import resolve_token_counter
+
+from .node_vectors import NodeVectors, query_embedding
 
 __all__ = ["GatekeeperNodePostprocessor", "NodeExplanation", "build_corpus", "query_text"]
 
@@ -184,7 +181,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         """The core's full coverage result for ``nodes`` (indices into ``nodes``)."""
         probe = None
         if self._vectors is not None and nodes and query_text(query).strip():
-            probe = self._vectors.similarities(nodes, query_text(query), _query_embedding(query))
+            probe = self._vectors.similarities(nodes, query_text(query), query_embedding(query))
         return self._covering(nodes, query, probe)
 
     async def aselect(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
@@ -193,7 +190,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             return await asyncio.to_thread(self.select, nodes, query)
         probe = None
         if nodes and query_text(query).strip():
-            probe = await self._vectors.asimilarities(nodes, query_text(query), _query_embedding(query))
+            probe = await self._vectors.asimilarities(nodes, query_text(query), query_embedding(query))
         return self._covering(nodes, query, probe)
 
     def _covering(self, nodes: List[NodeWithScore], query: Any, probe: Any) -> CoverageResult:
@@ -238,123 +235,3 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         return [nodes[i] for i in (await self.aselect(nodes, query_bundle)).kept]
-
-
-def _query_embedding(query: Any) -> list[float] | None:
-    """The first embedding found on ``query`` and the bundles it wraps."""
-    while isinstance(query, QueryBundle):
-        if query.embedding:
-            return list(query.embedding)
-        query = query.query_str
-    return None
-
-
-logger = logging.getLogger("llamaindex_gatekeeper.postprocessor")
-
-
-class NodeVectors:
-    """Node and query vectors for the postprocessor: ``node.embedding`` when filled, else
-    a bounded cache by ``(embedder name, text hash)``, else one document call for the
-    missing nodes.  Failures and timeouts give ``None`` (one warning per run of them)."""
-
-    def __init__(self, embedder: Any, timeout: float | None = None, max_vectors: int = 10_000) -> None:
-        from context_gatekeeper.semantic import numpy
-
-        numpy()  # fail now, not at the first query, when numpy is missing
-        self.embedder = as_embedder(embedder)
-        self.timeout = timeout
-        self.max_vectors = max_vectors
-        self._cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._failing = False
-
-    def _missing(self, nodes: List[NodeWithScore]) -> tuple[list[Any], list[tuple[int, str, tuple[str, str]]]]:
-        vectors: list[Any] = []
-        todo = []
-        for i, item in enumerate(nodes):
-            vector = item.node.embedding
-            if not vector:
-                text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
-                key = (self.embedder.name, text_hash(text))
-                with self._lock:
-                    vector = self._cache.get(key)
-                if vector is None:
-                    todo.append((i, text, key))
-            vectors.append(vector)
-        return vectors, todo
-
-    def _remember(self, vectors: list[Any], todo: list[tuple[int, str, tuple[str, str]]], found: list[Any]) -> None:
-        with self._lock:
-            for (i, _, key), vector in zip(todo, found):
-                vectors[i] = self._cache[key] = vector
-            while len(self._cache) > self.max_vectors:
-                self._cache.popitem(last=False)
-
-    def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
-        """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
-        when the query could not be embedded."""
-        try:
-            if query is None:
-                query = self._call(self.embedder.embed_query, text)
-            vectors, todo = self._missing(nodes)
-            if todo:
-                self._remember(vectors, todo, self._call(self.embedder.embed_documents, [t for _, t, _ in todo]))
-        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
-            return self._fail(exc)
-        return self._ok(query, vectors)
-
-    async def asimilarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
-        """:meth:`similarities` with the embedder's async twins awaited."""
-        try:
-            if query is None:
-                query = await self._await(self.embedder.aembed_query(text))
-            vectors, todo = self._missing(nodes)
-            if todo:
-                found = await self._await(self.embedder.aembed_documents([t for _, t, _ in todo]))
-                self._remember(vectors, todo, found)
-        except Exception as exc:  # noqa: BLE001
-            return self._fail(exc)
-        return self._ok(query, vectors)
-
-    def _call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
-        if self.timeout is None:
-            return fn(arg)
-        future: concurrent.futures.Future = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                future.set_result(fn(arg))
-            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting caller
-                future.set_exception(exc)
-
-        threading.Thread(target=run, name="gatekeeper-embed-nodes", daemon=True).start()
-        try:
-            return future.result(timeout=self.timeout)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
-
-    async def _await(self, awaitable: Any) -> Any:
-        if self.timeout is None:
-            return await awaitable
-        try:
-            return await asyncio.wait_for(awaitable, self.timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
-
-    def _ok(self, query: list[float], vectors: list[Any]) -> tuple[Any, bool]:
-        from context_gatekeeper.semantic import unit_rows
-
-        self._failing = False
-        q = unit_rows(query)[0]
-        sims: list[float | None] = []
-        for vector in vectors:
-            row = None if vector is None else unit_rows(vector)[0]
-            sims.append(None if row is None or row.shape != q.shape else float(row @ q))
-        return sims, False
-
-    def _fail(self, exc: BaseException) -> tuple[Any, bool]:
-        if not self._failing:
-            self._failing = True
-            logger.warning("embedder %r failed (%s: %s); selecting nodes lexically until it answers again",
-                           self.embedder.name, type(exc).__name__, exc)
-        return None, True

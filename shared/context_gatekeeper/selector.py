@@ -364,12 +364,16 @@ def score_records(
                 turn_id=c.turn_id, user=c.user, assistant=c.assistant, exact=c.exact, recency=c.recency,
                 total=c.total, covered=tuple(c.covered), cost=c.cost, kept=c.turn_id in kept.reasons,
                 reason=reason, evidence=kept.evidence.get(c.turn_id) or Evidence(distinctive(c)), topic=label,
-                semantic=c.semantic, similarity=c.similarity, similarity_z=c.z, semantic_decisive=_decisive(kept.evidence.get(c.turn_id)),
+                semantic=c.semantic, similarity=c.similarity, similarity_z=c.z, semantic_decisive=_decisive(kept.reasons.get(c.turn_id), kept.evidence.get(c.turn_id)),
             )
         )
     return tuple(records)
 
 
-def _decisive(evidence: Evidence | None) -> bool:
-    """Meaning alone kept the turn: semantic evidence, and no shared distinctive word."""
-    return evidence is not None and evidence.semantic and not evidence.covered and not evidence.pinned
+def _decisive(reason: str | None, evidence: Evidence | None) -> bool:
+    """Meaning is what kept the turn: the semantic step kept it (reason ``"semantic"``),
+    or the recall fill kept it on its meaning alone.  A turn a lexical rule kept
+    ("coverage", "topic", "follow-up", ...) is not, even if its meaning matches too."""
+    if evidence is None or not evidence.semantic or evidence.pinned:
+        return False
+    return reason == "semantic" or (reason == "fill" and not evidence.covered)

@@ -1,0 +1,190 @@
+"""Node and query vectors for :class:`~llamaindex_gatekeeper.postprocessor.GatekeeperNodePostprocessor`:
+``node.embedding`` and ``QueryBundle.embedding`` when they are usable (finite numbers of
+one dimension), else a bounded LRU cache by ``(embedder name, text hash)``, else the
+embedder.  Kept apart so the postprocessor's module stays short."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import math
+import threading
+from collections import Counter, OrderedDict
+from typing import Any, Callable, List
+
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+
+from context_gatekeeper import as_embedder
+from context_gatekeeper.embedding import text_hash
+
+__all__ = ["NodeVectors", "query_embedding"]
+
+def query_embedding(query: Any) -> list[float] | None:
+    """The first usable embedding found on ``query`` and the bundles it wraps (one with
+    NaN, infinite or non-numeric values is ignored, with a debug log)."""
+    while isinstance(query, QueryBundle):
+        if query.embedding:
+            vector = _finite(query.embedding)
+            if vector is not None:
+                return vector
+            logger.debug("QueryBundle.embedding ignored: not a list of finite numbers")
+        query = query.query_str
+    return None
+
+
+def _finite(vector: Any) -> list[float] | None:
+    """``vector`` as a list of floats when it is a non-empty sequence of finite numbers."""
+    try:
+        floats = [float(x) for x in vector]
+    except (TypeError, ValueError):
+        return None
+    return floats if floats and all(math.isfinite(x) for x in floats) else None
+
+
+logger = logging.getLogger("llamaindex_gatekeeper.postprocessor")  # the postprocessor's own logger
+
+
+class NodeVectors:
+    """Node and query vectors for the postprocessor: ``node.embedding`` when filled, else
+    a bounded cache by ``(embedder name, text hash)``, else one document call for the
+    missing nodes.  Failures and timeouts give ``None`` (one warning per run of them)."""
+
+    def __init__(self, embedder: Any, timeout: float | None = None, max_vectors: int = 10_000) -> None:
+        from context_gatekeeper.semantic import numpy
+
+        numpy()  # fail now, not at the first query, when numpy is missing
+        self.embedder = as_embedder(embedder)
+        self.timeout = timeout
+        self.max_vectors = max_vectors
+        self._cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._failing = False
+
+    def _missing(
+        self, nodes: List[NodeWithScore], dimension: int
+    ) -> tuple[list[Any], list[tuple[int, str, tuple[str, str]]]]:
+        """Each node's vector (``node.embedding`` when it is finite numbers of the query's
+        ``dimension``, else the cache's) and the nodes left to embed.  A cache hit becomes
+        the most recently used entry."""
+        vectors: list[Any] = []
+        todo = []
+        for i, item in enumerate(nodes):
+            vector = _node_embedding(item.node, dimension)
+            if vector is None:
+                text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
+                key = (self.embedder.name, text_hash(text))
+                with self._lock:
+                    vector = self._cache.get(key)
+                    if vector is not None:
+                        self._cache.move_to_end(key)
+                if vector is None:
+                    todo.append((i, text, key))
+            vectors.append(vector)
+        return vectors, todo
+
+    def _remember(self, vectors: list[Any], todo: list[tuple[int, str, tuple[str, str]]], found: list[Any]) -> None:
+        with self._lock:
+            for (i, _, key), vector in zip(todo, found):
+                vectors[i] = self._cache[key] = vector
+            while len(self._cache) > self.max_vectors:
+                self._cache.popitem(last=False)
+
+    def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
+        """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
+        when the query could not be embedded."""
+        query = _agreeing(query, nodes)
+        try:
+            if query is None:
+                query = self._call(self.embedder.embed_query, text)
+            vectors, todo = self._missing(nodes, len(query))
+            if todo:
+                self._remember(vectors, todo, self._call(self.embedder.embed_documents, [t for _, t, _ in todo]))
+        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
+            return self._fail(exc)
+        return self._ok(query, vectors)
+
+    async def asimilarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
+        """:meth:`similarities` with the embedder's async twins awaited."""
+        query = _agreeing(query, nodes)
+        try:
+            if query is None:
+                query = await self._await(self.embedder.aembed_query(text))
+            vectors, todo = self._missing(nodes, len(query))
+            if todo:
+                found = await self._await(self.embedder.aembed_documents([t for _, t, _ in todo]))
+                self._remember(vectors, todo, found)
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(exc)
+        return self._ok(query, vectors)
+
+    def _call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        if self.timeout is None:
+            return fn(arg)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn(arg))
+            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting caller
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="gatekeeper-embed-nodes", daemon=True).start()
+        try:
+            return future.result(timeout=self.timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
+
+    async def _await(self, awaitable: Any) -> Any:
+        if self.timeout is None:
+            return await awaitable
+        try:
+            return await asyncio.wait_for(awaitable, self.timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
+
+    def _ok(self, query: list[float], vectors: list[Any]) -> tuple[Any, bool]:
+        from context_gatekeeper.semantic import unit_rows
+
+        self._failing = False
+        q = unit_rows(query)[0]
+        sims: list[float | None] = []
+        for vector in vectors:
+            row = None if vector is None else unit_rows(vector)[0]
+            sims.append(None if row is None or row.shape != q.shape else float(row @ q))
+        return sims, False
+
+    def _fail(self, exc: BaseException) -> tuple[Any, bool]:
+        if not self._failing:
+            self._failing = True
+            logger.warning("embedder %r failed (%s: %s); selecting nodes lexically until it answers again",
+                           self.embedder.name, type(exc).__name__, exc)
+        return None, True
+
+
+def _node_embedding(node: BaseNode, dimension: int) -> list[float] | None:
+    """``node.embedding`` when it is finite numbers of ``dimension``, else None (with a
+    debug log when it was filled): the node is then embedded like one without it."""
+    if not node.embedding:
+        return None
+    vector = _finite(node.embedding)
+    if vector is None or len(vector) != dimension:
+        logger.debug(
+            "node %s: embedding ignored (%s)", node.node_id,
+            "not finite numbers" if vector is None else f"dimension {len(vector)}, the query's is {dimension}",
+        )
+        return None
+    return vector
+
+
+def _agreeing(query: list[float] | None, nodes: List[NodeWithScore]) -> list[float] | None:
+    """The query's own embedding, unless the nodes' embeddings mostly have another
+    dimension (then it is ignored, with a debug log, and the query is embedded)."""
+    if query is None:
+        return None
+    dims = Counter(len(v) for v in (_finite(n.node.embedding) for n in nodes if n.node.embedding) if v is not None)
+    if dims and dims.most_common(1)[0][0] != len(query) and dims[len(query)] * 2 <= sum(dims.values()):
+        logger.debug("QueryBundle.embedding ignored: dimension %d, the nodes' is %d",
+                     len(query), dims.most_common(1)[0][0])
+        return None
+    return query
