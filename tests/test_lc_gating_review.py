@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from context_gatekeeper import SelectionParams
+from context_gatekeeper.embed_runner import wait_idle
 from context_gatekeeper.errors import InvalidInputError
 from context_gatekeeper.stores import InMemoryStore
 from langchain_gatekeeper import (
@@ -190,17 +191,23 @@ def test_gate_messages_with_params_built_per_call_reuses_its_index() -> None:
     turns = (len(messages) - 1) // 2
     for _ in range(3):
         gate_messages(messages, token_budget=60, embedder=emb, params=SelectionParams())
+        assert wait_idle(30)  # turns are embedded in the background
     assert sum(map(len, emb.document_calls)) == turns  # one view, one vector cache: embedded once
     asyncio.run(agate_messages(messages, token_budget=60, embedder=emb, params=SelectionParams()))
+    assert wait_idle(30)  # turns are embedded in the background
     assert sum(map(len, emb.document_calls)) == turns
     mine = SelectionParams()
     gate_messages(messages, token_budget=60, embedder=emb, params=mine)
+    assert wait_idle(30)  # turns are embedded in the background
     mine.kind_weights["word"] = 0.5  # other values (its dict mutated): another view, its own vectors
     gate_messages(messages, token_budget=60, embedder=emb, params=mine)
+    assert wait_idle(30)  # turns are embedded in the background
     assert sum(map(len, emb.document_calls)) == 2 * turns
     gate_messages(messages, token_budget=60, embedder=emb, params=replace(SelectionParams(), k1=2.0))
+    assert wait_idle(30)  # turns are embedded in the background
     assert sum(map(len, emb.document_calls)) == 3 * turns
     gate_messages(messages, token_budget=60, embedder=emb, params=SelectionParams())  # the first view again
+    assert wait_idle(30)  # turns are embedded in the background
     assert sum(map(len, emb.document_calls)) == 3 * turns
 
 

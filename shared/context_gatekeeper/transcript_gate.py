@@ -21,6 +21,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .embed_runner import run_locked
 from .embedding import text_hash, turn_text
 from .errors import InvalidInputError
 from .gatekeeper import ContextGatekeeper
@@ -231,10 +232,24 @@ class TranscriptGate:
     def explain(self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()) -> Selection:
         """The gatekeeper's selection for ``query`` over the current state (``token_budget``
         overrides the budget for this call; ``exclude_keys`` names turns, by key, not to select)."""
+        exclude = self._synced_exclude(exclude_keys)
+        return self.gatekeeper.explain(query, token_budget=token_budget, exclude=exclude)  # not under the lock
+
+    def _synced_exclude(self, exclude_keys: Collection[str]) -> list[int]:
         self.sync()
         with self._lock:
-            exclude = [self._ids[k] for k in exclude_keys if k in self._ids]
-            return self.gatekeeper.explain(query, token_budget=token_budget, exclude=exclude)
+            return [self._ids[k] for k in exclude_keys if k in self._ids]
+
+    def embed_pending(self) -> int:
+        """Bring the gatekeeper in step, then embed the turns not yet embedded and wait
+        (see :meth:`ContextGatekeeper.embed_pending`; a background worker does it anyway)."""
+        self.sync()
+        return self.gatekeeper.embed_pending()
+
+    async def aembed_pending(self) -> int:
+        """:meth:`embed_pending` without blocking the event loop."""
+        await asyncio.to_thread(self.sync)
+        return await self.gatekeeper.aembed_pending()
 
     def select_messages(
         self,
@@ -246,10 +261,15 @@ class TranscriptGate:
     ) -> list[Message]:
         """The messages to send with ``query``: leading system messages, the selected
         turns, and (``include_open``) the open, unanswered turn, in transcript order."""
+        selection = self.explain(query, token_budget=token_budget, exclude_keys=exclude_keys)
+        return self._messages(selection, include_open)
+
+    def _messages(self, selection: Selection, include_open: bool) -> list[Message]:
+        """A selection's messages as of now: a turn removed meanwhile is left out, and a
+        turn's messages are always its current ones."""
         with self._lock:
-            selection = self.explain(query, token_budget=token_budget, exclude_keys=exclude_keys)
-            by_id = {self._ids[t.key]: t for t in self._turns}
-            kept = [m for turn_id in selection.turn_ids for m in by_id[turn_id].messages]
+            by_id = {self._ids[t.key]: t for t in self._turns if t.key in self._ids}
+            kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
             tail = list(self._open.messages) if include_open and self._open else []
             return self._system + kept + tail
 
@@ -257,10 +277,9 @@ class TranscriptGate:
         self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()
     ) -> Selection:
         """:meth:`explain` without blocking the event loop: the transcript is read in a
-        worker thread and the embedding calls are awaited (the embedder's async twins)."""
-        await asyncio.to_thread(self.sync)
-        with self._lock:
-            exclude = [self._ids[k] for k in exclude_keys if k in self._ids]
+        worker thread and the query's embedding is awaited; no lock is waited for on the
+        event loop thread."""
+        exclude = await asyncio.to_thread(self._synced_exclude, exclude_keys)
         return await self.gatekeeper.aexplain(query, token_budget=token_budget, exclude=exclude)
 
     async def aselect_messages(
@@ -275,11 +294,7 @@ class TranscriptGate:
         while the embedder works is taken into account as far as it can: a turn it
         removed is not returned, and a turn's messages are always its current ones."""
         selection = await self.aexplain(query, token_budget=token_budget, exclude_keys=exclude_keys)
-        with self._lock:
-            by_id = {self._ids[t.key]: t for t in self._turns if t.key in self._ids}
-            kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
-            tail = list(self._open.messages) if include_open and self._open else []
-            return self._system + kept + tail
+        return await run_locked(self._lock, self._messages, selection, include_open)
 
     def _message_id(self, digest: str) -> str:
         """The id of the first message of the turn whose embedded text has ``digest`` (``""``
