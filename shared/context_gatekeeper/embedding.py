@@ -77,6 +77,8 @@ class VectorCache(Protocol):
 class DictVectorCache:
     """The default vector cache: a dict in this process."""
 
+    in_memory = True  # no I/O: selection may read it on an event loop thread (other caches: off the loop)
+
     def __init__(self) -> None:
         self._vectors: dict[Key, Vector] = {}
 

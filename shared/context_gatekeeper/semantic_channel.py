@@ -193,7 +193,9 @@ class SemanticChannel:
                 self.refused[turn_id] = digest
             else:
                 self.pending[turn_id] = (text, digest)
-        if self.pending and (lookup if lookup is not None else not _on_loop()):
+        if lookup is None:  # store I/O never on an event loop thread; a dict is no I/O
+            lookup = getattr(self.cache, "in_memory", False) is True or not _on_loop()
+        if self.pending and lookup:
             for turn_id, (_, digest) in list(self.pending.items()):
                 cached = self._cached(digest)
                 if cached is not None:
@@ -493,6 +495,14 @@ class SemanticMethods:
             return [self._history.turns[t].as_dict() for t in selection.turn_ids]
 
         return await run_locked(self._lock, select)
+
+    def take_cached(self) -> None:
+        """Queue the turns changed since the last selection and give those found in the
+        vector cache their vector now (the cache may do store I/O: an async caller runs
+        this in a worker thread; selection on the event loop leaves it to the background)."""
+        if self._semantic is not None:
+            with self._lock:
+                self._semantic.take(lookup=True)
 
     def _probe(self, query: Any) -> tuple[Vector | None, bool] | None:
         channel = self._semantic

@@ -237,6 +237,7 @@ class TranscriptGate:
 
     def _synced_exclude(self, exclude_keys: Collection[str]) -> list[int]:
         self.sync()
+        self.gatekeeper.take_cached()  # saved vectors read here (aexplain: in a worker thread)
         with self._lock:
             return [self._ids[k] for k in exclude_keys if k in self._ids]
 
