@@ -59,6 +59,7 @@ def gatekeeper(embedder: CountingEmbedder, cache: StoreVectorCache) -> ContextGa
     gk = ContextGatekeeper(token_budget=200, embedder=embedder, vector_cache=cache)
     for user, assistant in TOPICS:
         gk.add_turn(user, assistant)
+    gk.embed_pending()  # turns are embedded outside select (a background pass); now, for counting
     return gk
 
 
@@ -197,6 +198,7 @@ def test_a_failing_vector_store_warns_once_and_selection_goes_on() -> None:
         gk = gatekeeper(embedder, cache)
         first = gk.explain("When should I water the fig?")
         gk.add_turn("And the ferns?", "Keep them moist.")
+        gk.embed_pending()
         gk.explain("Any tips for ferns?")
     ours = [w for w in caught if "vectors of session" in str(w.message)]
     assert len(ours) == 1 and ("disk full" in str(ours[0].message) or "no such table" in str(ours[0].message))
@@ -224,6 +226,7 @@ def test_a_reopened_store_embeds_nothing_again(tmp_path: Path) -> None:
 
     gk = gatekeeper(second, cache)
     gk.replace_turn(2, assistant="Ferns want airy, acidic soil.")  # a changed turn: only it is embedded
+    gk.embed_pending()
     gk.explain("What soil for ferns?")
     assert second.texts == ["What soil do ferns like?\nFerns want airy, acidic soil."]
     store.close()
@@ -236,6 +239,7 @@ def test_a_langchain_embeddings_goes_through_the_store_cache(tmp_path: Path) -> 
     gk = ContextGatekeeper(token_budget=200, embedder=fake(size=16), vector_cache=StoreVectorCache(store, "s"))
     for user, assistant in TOPICS:
         gk.add_turn(user, assistant)
+    gk.embed_pending()
     gk.explain("Is there a later train?")
     (name,) = _names(tmp_path / "lc.db")
     assert "DeterministicFakeEmbedding" in name
