@@ -1,0 +1,312 @@
+"""How the semantic channel runs embedding calls (review of #13: defects 1, 5-10 and
+"select makes at most one embedding call"): turns embedded in the background, one
+query call per select, backoff and one warning per outage, no leaked threads, no lock
+or store I/O on the event loop.  A "hung" embedder waits on a threading.Event the test
+sets at the end; no timing is asserted beyond generous bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate
+from context_gatekeeper.embed_runner import BACKOFF_SECONDS, forget_outages, state_of, wait_idle
+from context_gatekeeper.stores import SQLiteStore
+from test_semantic import CHAT, HashEmbedder, gatekeeper
+
+
+@pytest.fixture(autouse=True)
+def _no_outage_carries_over():
+    forget_outages()
+    yield
+    forget_outages()
+
+
+def lane_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("gatekeeper-embed")]
+
+
+class Hung(HashEmbedder):
+    """Every call waits until ``release`` is set (a hung HTTP call with no client timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def embed_documents(self, texts):
+        self.release.wait()
+        return super().embed_documents(texts)
+
+    def embed_query(self, text):
+        self.query_calls.append(text)
+        self.release.wait()
+        return self.vector(text)
+
+
+# -- defect 1: a hung sync-only embedder and asyncio ----------------------------------------
+def test_a_hung_sync_only_embedder_never_starves_asyncio_to_thread() -> None:
+    hung = Hung()
+    gk = ContextGatekeeper(embedder=hung, embed_timeout=0.05)
+    gk.add_turn("redis lock ttl", "longer than the job")
+    calls = min(32, (os.cpu_count() or 1) + 4) + 2  # more than asyncio's default executor has workers
+
+    async def main() -> None:
+        for i in range(calls):
+            selection = await gk.aexplain(f"redis lock question {i}")
+            assert selection.semantic_fallback and selection.turn_ids == (1,)
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: 1), 30) == 1  # the default executor is free
+
+    threads = len(lane_threads())
+    try:
+        asyncio.run(main())
+        assert len(hung.query_calls) == 1  # then the embedder is left alone (backoff)
+        assert len(lane_threads()) <= threads + 2  # one per lane at most
+    finally:
+        hung.release.set()
+
+
+def test_the_process_exits_while_an_embedder_hangs_forever() -> None:
+    script = textwrap.dedent("""
+        import asyncio, threading
+        from context_gatekeeper import ContextGatekeeper
+        never = threading.Event()
+        def embed(texts):
+            never.wait()
+            return [[1.0, 0.0]] * len(texts)
+        async def main():
+            gk = ContextGatekeeper(embedder=embed, embed_timeout=0.05)
+            gk.add_turn("redis lock ttl", "longer than the job")
+            for i in range(8):
+                await gk.aexplain(f"redis lock question {i}")
+            print("done")
+        asyncio.run(main())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr
+
+
+# -- defect 5: the async path and the event loop ----------------------------------------------
+class ThreadLoggingStore(SQLiteStore):
+    """Records the thread of every vector load and save."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.io_threads: list[int] = []
+
+    def load_vectors(self, *args, **kw):
+        self.io_threads.append(threading.get_ident())
+        return super().load_vectors(*args, **kw)
+
+    def save_vectors(self, *args, **kw):
+        self.io_threads.append(threading.get_ident())
+        return super().save_vectors(*args, **kw)
+
+
+def test_async_gate_never_does_vector_store_io_on_the_event_loop(tmp_path) -> None:
+    store = ThreadLoggingStore(tmp_path / "s.db")
+    transcript = Transcript("s", store=store)
+    for user, assistant in CHAT:
+        transcript.append(user=user, assistant=assistant)
+    gate = TranscriptGate(transcript, token_counter=len, message_overhead=0, embedder=HashEmbedder())
+
+    async def main() -> int:
+        await gate.aexplain("Where did we go hiking?")
+        await gate.aembed_pending()
+        await gate.aselect_messages("Where did we go hiking?")
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert wait_idle(30)
+    assert store.io_threads and loop_thread not in store.io_threads
+    assert len(store.load_vectors("s", gate.gatekeeper.embedder.name)) == len(CHAT)
+    transcript.close()
+
+
+def test_no_embedding_call_runs_under_the_lock_and_async_never_waits_for_it() -> None:
+    hold, entered = threading.Event(), threading.Event()
+
+    class HoldsSyncCaller(HashEmbedder):
+        def embed_query(self, text):
+            if text == "sync caller":
+                entered.set()
+                hold.wait()
+            return super().embed_query(text)
+
+    gk = gatekeeper(HoldsSyncCaller())
+    worker = threading.Thread(target=gk.select, args=("sync caller",))
+    worker.start()
+    safety = threading.Timer(60, hold.set)  # only if the async call waits on the lock (the defect)
+    safety.start()
+    try:
+        assert entered.wait(30)
+        assert gk._lock.acquire(blocking=False)  # the sync select's embedding call holds no lock
+        gk._lock.release()
+        selection = asyncio.run(gk.aexplain("Where did we go hiking?"))
+        assert not hold.is_set() and not selection.semantic_fallback  # done while the sync call still hangs
+    finally:
+        hold.set()
+        safety.cancel()
+        worker.join(30)
+
+
+# -- defect 6 and "one call per select" -------------------------------------------------------
+def test_a_select_after_a_bulk_load_makes_one_embedding_call() -> None:
+    class HungDocuments(Hung):
+        def embed_query(self, text):
+            self.query_calls.append(text)
+            return self.vector(text)
+
+    hung = HungDocuments()
+    gk = ContextGatekeeper(embedder=hung, embed_timeout=30)
+    for i in range(1000):
+        gk.add_turn(f"turn {i} text", "answer")
+    try:
+        selection = gk.explain("turn 5?")
+        assert hung.query_calls == ["turn 5?"] and not selection.semantic_fallback  # the query, nothing else
+        assert all(s.similarity is None for s in selection.scores)  # turns not embedded yet: lexical
+        assert hung.document_calls == []  # the background pass is still waiting on the embedder
+    finally:
+        hung.release.set()
+    assert gk.embed_pending() >= 0 and len(gk._semantic.vectors) == 1000
+
+
+def test_while_the_embedder_hangs_selects_back_off_instead_of_waiting() -> None:
+    threads = len(lane_threads())
+    hung = Hung()
+    gk = ContextGatekeeper(embedder=hung, embed_timeout=0.2)
+    gk.add_turn("redis lock ttl", "longer than the job")
+    try:
+        for i in range(5):
+            gk.add_turn(f"turn {i}", "x")
+            assert gk.explain("redis lock?").semantic_fallback
+        assert len(hung.query_calls) == 1  # one timed-out call; the rest backed off without calling
+        assert state_of(gk.embedder).blocked() and state_of(gk.embedder).delay == BACKOFF_SECONDS
+        assert len(lane_threads()) <= threads + 2  # one thread per lane, however many selects
+    finally:
+        hung.release.set()
+
+
+# -- defect 7: a text the embedder refuses ----------------------------------------------------
+def test_a_refused_text_is_found_and_left_lexical_while_the_rest_is_embedded(caplog) -> None:
+    class Picky(HashEmbedder):
+        def embed_documents(self, texts):
+            self.document_calls.append(list(texts))
+            if any(len(t) > 2000 for t in texts):
+                raise ValueError("input too long (400)")
+            return [self.vector(t) for t in texts]
+
+    picky = Picky()
+    gk = ContextGatekeeper(embedder=picky)
+    for i in range(10):
+        gk.add_turn(f"question {i}", f"answer {i}")
+    dump = gk.add_turn("paste the log", "x " * 2000)
+    for i in range(10):
+        gk.add_turn(f"later question {i}", f"later answer {i}")
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        gk.embed_pending()
+        calls = len(picky.document_calls)
+        for q in range(5):
+            assert not gk.explain(f"query {q}").semantic_fallback
+        gk.embed_pending()
+    assert len(gk._semantic.vectors) == len(gk) - 1 and set(gk._semantic.refused) == {dump}
+    assert len(picky.document_calls) == calls  # never sent again
+    assert not [r for r in caplog.records if "selecting lexically" in r.getMessage()]  # not an outage
+    gk.replace_turn(dump, "paste the log", "a short summary instead")
+    gk.embed_pending()
+    assert len(gk._semantic.vectors) == len(gk) and not gk._semantic.refused
+
+
+# -- defect 8: concurrent callers ------------------------------------------------------------
+def test_concurrent_callers_embed_each_turn_once_and_fallback_is_per_call() -> None:
+    class Twins(HashEmbedder):
+        async def aembed_query(self, text):
+            if text.startswith("bad"):
+                raise RuntimeError("query failed")
+            await asyncio.sleep(0.05)
+            return self.vector(text)
+
+    fake = Twins()
+    gk = ContextGatekeeper(embedder=fake)
+    for i in range(50):
+        gk.add_turn(f"q{i}", f"a{i}")
+    threads = [threading.Thread(target=gk.embed_pending) for _ in range(3)]
+    for t in threads:
+        t.start()
+
+    async def main():
+        await asyncio.gather(gk.aembed_pending(), gk.aexplain("first"), gk.aexplain("second"))
+        for i in range(3):
+            gk.add_turn(f"new {i}", "x")
+        return await asyncio.gather(gk.aexplain("good query"), gk.aexplain("bad query"))
+
+    good, bad = asyncio.run(main())
+    for t in threads:
+        t.join(30)
+    gk.embed_pending()
+    texts = [t for call in fake.document_calls for t in call]
+    assert len(texts) == len(set(texts)) == len(gk)  # each turn embedded once
+    assert not good.semantic_fallback and bad.semantic_fallback
+
+
+# -- defect 9: one warning per outage, shared by every history of one embedder -----------------
+def test_one_warning_per_outage_for_every_history_built_per_request(tmp_path, caplog) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_gatekeeper import GatekeeperChatMessageHistory
+
+    calls = []
+
+    def down(texts):
+        calls.append(list(texts))
+        raise ConnectionError("embedding service down")
+
+    path = tmp_path / "chats.db"
+    first = GatekeeperChatMessageHistory("s", store=path, embedder=down)
+    first.add_messages([HumanMessage("How long should a Redis lock TTL be?"), AIMessage("Longer than the job.")])
+    first.close()
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        for i in range(5):
+            history = GatekeeperChatMessageHistory("s", store=path, embedder=down)
+            assert history.explain(f"redis question {i}?").semantic_fallback
+            history.close()
+        assert wait_idle(30)
+        warned = [r for r in caplog.records if "selecting lexically" in r.getMessage()]
+        assert len(warned) == 1 and len(calls) <= 2  # the first request's call (and its probe), then backoff
+        state = state_of(as_state_key(down))
+        state.retry_at = 0.0  # the backoff is over: the next request tries again, fails, waits twice as long
+        history = GatekeeperChatMessageHistory("s", store=path, embedder=down)
+        assert history.explain("redis again?").semantic_fallback
+        history.close()
+        assert state.delay == 2 * BACKOFF_SECONDS
+        assert len([r for r in caplog.records if "selecting lexically" in r.getMessage()]) == 1
+
+
+def as_state_key(fn):
+    from context_gatekeeper import as_embedder
+
+    return as_embedder(fn, name="any")
+
+
+# -- defect 10: another dimension ---------------------------------------------------------------
+def test_a_new_dimension_embeds_the_dropped_turns_again() -> None:
+    state = {"dim": 2}
+
+    def emb(texts):
+        return [[1.0] + [float(len(t) % 3 + 1)] * (state["dim"] - 1) for t in texts]
+
+    gk = ContextGatekeeper(embedder=emb)
+    for i in range(6):
+        gk.add_turn(f"turn {i}", "x")
+    gk.embed_pending()
+    assert len(gk._semantic.vectors) == 6 and gk._semantic.vectors.dim == 2
+    state["dim"] = 3  # the deployment behind the same name changed model
+    gk.add_turn("new turn", "y")
+    gk.embed_pending()
+    assert len(gk._semantic.vectors) == 7 and gk._semantic.vectors.dim == 3 and not gk._semantic.pending
+    assert not gk.explain("turn 2?").semantic_fallback
