@@ -30,7 +30,7 @@ from .history import TurnHistory, turn_texts as _turn_texts
 from .params import SelectionParams
 from .segments import gate_query
 from .semantic import follows_question, fuse, keep_semantic, topic_continuity
-from .semantic_channel import SemanticChannel, SemanticMethods
+from .semantic_methods import SemanticMethods
 from .selection import Evidence, Selection, Turn
 from .selector import (
     Kept,
@@ -122,9 +122,7 @@ class ContextGatekeeper(SemanticMethods):
         self._lock = threading.RLock()
         self._warned_overflow = False
         self._history = TurnHistory(self._turn_cost, self.params)
-        self._semantic = None if embedder is None else SemanticChannel(embedder, vector_cache, embed_timeout)
-        if self._semantic is not None:  # turns are queued for embedding as they change
-            self._semantic.bind(self._history, self._lock)
+        self._semantic = self._semantic_channel(embedder, vector_cache, embed_timeout)  # None: lexical only
         self._pinned: set[int] = set()
         self._system_prompt: str | None = None
         self._summary: str | None = None

@@ -24,88 +24,19 @@ import concurrent.futures
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .embed_runner import EmbedderState, run_locked, state_of
+from .embed_runner import EmbedderState, state_of
 from .embedding import DictVectorCache, Embedder, EmbeddingError, Vector, as_embedder, text_hash, turn_text
 from .history import TurnHistory
-from .semantic import QueryView, numpy, unit_rows, zscores
+from .semantic import QueryView, numpy
+from .turn_vectors import TurnVectors
 
-__all__ = ["TurnVectors", "SemanticChannel", "SemanticMethods"]
+__all__ = ["TurnVectors", "SemanticChannel"]
 
 _PROBE_TEXT = "ok"  # embedded to tell a refused text from an embedder that is down
 
 
 class _NotStarted(Exception):
     """The call waited its turn on the lane past the deadline: no answer, no outage."""
-
-
-class TurnVectors:
-    """turn id -> unit vector, as the rows of one float32 matrix grown by doubling
-    (adding or replacing a vector is O(dimension); removing one moves the last row)."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.rows: dict[int, int] = {}
-        self.hashes: dict[int, str] = {}
-        self._matrix: Any = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def dim(self) -> int | None:
-        """The dimension of the stored vectors (None before the first)."""
-        return None if self._matrix is None else int(self._matrix.shape[1])
-
-    def set(self, turn_id: int, vector: Vector, digest: str) -> list[int]:
-        """Store a turn's vector (normalised here); another dimension than the stored
-        ones means another model: the old vectors are dropped, and their turn ids are
-        returned (to be embedded again)."""
-        row_vector = unit_rows(vector)[0]
-        dropped: list[int] = []
-        if self._matrix is not None and self._matrix.shape[1] != row_vector.shape[0]:
-            dropped = [t for t in self.ids if t != turn_id]
-            self.clear()
-        if self._matrix is None:
-            self._matrix = numpy().zeros((64, row_vector.shape[0]), dtype=numpy().float32)
-        row = self.rows.get(turn_id)
-        if row is None:
-            row = len(self.ids)
-            if row == self._matrix.shape[0]:
-                grown = numpy().zeros((2 * row, self._matrix.shape[1]), dtype=self._matrix.dtype)
-                grown[:row] = self._matrix
-                self._matrix = grown
-            self.ids.append(turn_id)
-            self.rows[turn_id] = row
-        self._matrix[row] = row_vector
-        self.hashes[turn_id] = digest
-        return dropped
-
-    def drop(self, turn_id: int) -> None:
-        """Forget a turn's vector (nothing happens when it has none)."""
-        row = self.rows.pop(turn_id, None)
-        self.hashes.pop(turn_id, None)
-        if row is None:
-            return
-        last = len(self.ids) - 1
-        if row != last:
-            moved = self.ids[last]
-            self._matrix[row] = self._matrix[last]
-            self.ids[row], self.rows[moved] = moved, row
-        self.ids.pop()
-
-    def clear(self) -> None:
-        self.ids, self.rows, self.hashes, self._matrix = [], {}, {}, None
-
-    def view(self, query: Vector, min_turns: int) -> QueryView | None:
-        """The query's similarity to every stored turn (``None`` without vectors or on a
-        dimension mismatch); calibrated z-scores from ``min_turns`` turns on."""
-        if self._matrix is None or not self.ids:
-            return None
-        q = unit_rows(query)[0]
-        if q.shape[0] != self._matrix.shape[1]:
-            return None
-        sims = self._matrix[: len(self.ids)] @ q
-        return QueryView(self.ids, self.rows, sims, zscores(sims) if len(self.ids) >= max(2, min_turns) else None)
 
 
 class _Changes(set):
@@ -445,73 +376,3 @@ def _as_error(exc: BaseException, name: str) -> EmbeddingError:
     if isinstance(exc, EmbeddingError):
         return exc
     return EmbeddingError(f"embedder {name!r} failed: {type(exc).__name__}: {exc}; the turns stay pending")
-
-
-class SemanticMethods:
-    """The async twins and explicit embedding of :class:`~gatekeeper.ContextGatekeeper`
-    (kept here so the gatekeeper module stays about selection)."""
-
-    _semantic: SemanticChannel | None
-    _history: TurnHistory
-    _lock: Any
-
-    @property
-    def embedder(self) -> Embedder | None:
-        """The embedder selection uses (normalised by :func:`~context_gatekeeper.embedding.as_embedder`),
-        or None for the lexical default."""
-        return None if self._semantic is None else self._semantic.embedder
-
-    def embed_pending(self) -> int:
-        """Embed the turns queued for embedding (added or changed, not yet embedded) now,
-        and wait.  A background worker does this anyway; tests and benchmarks call it for
-        deterministic results, an app after a bulk load.  Returns the number of turns the
-        embedder embedded while this call waited; :class:`EmbeddingError` if it fails
-        (it is tried even while backing off after a failure).  Without an embedder, 0."""
-        if self._semantic is None:
-            return 0
-        return self._semantic.embed_pending()
-
-    async def aembed_pending(self) -> int:
-        """:meth:`embed_pending` without blocking the event loop."""
-        if self._semantic is None:
-            return 0
-        return await self._semantic.aembed_pending()
-
-    async def aexplain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Any:
-        """:meth:`explain` with the query's embedding awaited; the scoring (CPU-bound, well
-        under a millisecond per hundred turns) runs inline, or in a worker thread when
-        another thread holds the gatekeeper's lock."""
-        probe = await self._aprobe(query)
-        return await run_locked(self._lock, self._select_for, query, token_budget, exclude, probe)  # type: ignore[attr-defined]
-
-    async def aselect(
-        self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
-    ) -> list[dict[str, object]]:
-        """:meth:`select` with the query's embedding awaited."""
-        probe = await self._aprobe(query)
-
-        def select() -> list[dict[str, object]]:
-            selection = self._select_for(query, token_budget, exclude, probe)  # type: ignore[attr-defined]
-            return [self._history.turns[t].as_dict() for t in selection.turn_ids]
-
-        return await run_locked(self._lock, select)
-
-    def take_cached(self) -> None:
-        """Queue the turns changed since the last selection and give those found in the
-        vector cache their vector now (the cache may do store I/O: an async caller runs
-        this in a worker thread; selection on the event loop leaves it to the background)."""
-        if self._semantic is not None:
-            with self._lock:
-                self._semantic.take(lookup=True)
-
-    def _probe(self, query: Any) -> tuple[Vector | None, bool] | None:
-        channel = self._semantic
-        if channel is None or not isinstance(query, str) or not query.strip():
-            return None  # the selection validates the query
-        return channel.probe(query[: self._history.params.max_query_chars])
-
-    async def _aprobe(self, query: Any) -> tuple[Vector | None, bool] | None:
-        channel = self._semantic
-        if channel is None or not isinstance(query, str) or not query.strip():
-            return None
-        return await channel.aprobe(query[: self._history.params.max_query_chars])
