@@ -132,6 +132,7 @@ class EmbedderState:
 
 _states: dict[int, tuple[Any, EmbedderState]] = {}
 _states_lock = threading.Lock()
+_dead: collections.deque = collections.deque()  # (key, ref) of objects gone; removed under the lock
 
 
 def _target(fn: Any) -> Any:
@@ -156,6 +157,7 @@ def state_of(embedder: Any) -> EmbedderState:
         target = embedder
         ref = weakref.ref(target, lambda _r, key=id(target): _forget(key, _r))
     with _states_lock:
+        _purge()
         held = _states.get(id(target))
         if held is not None and held[0]() is target:
             return held[1]
@@ -165,10 +167,23 @@ def state_of(embedder: Any) -> EmbedderState:
 
 
 def _forget(key: int, ref: Any) -> None:
-    with _states_lock:
+    # a weakref callback runs inside garbage collection, maybe while this thread holds
+    # _states_lock: only note it (deque.append is atomic); _purge removes it later
+    _dead.append((key, ref))
+
+
+def _purge() -> None:
+    while _dead:
+        key, ref = _dead.popleft()
         held = _states.get(key)
         if held is not None and held[0] is ref:
             del _states[key]
+
+
+def _all_states() -> list[EmbedderState]:
+    with _states_lock:
+        _purge()
+        return [state for _, state in tuple(_states.values())]
 
 
 async def run_locked(lock: Any, fn: Callable[..., Any], *args: Any) -> Any:
@@ -190,9 +205,7 @@ async def run_locked(lock: Any, fn: Callable[..., Any], *args: Any) -> Any:
 
 def forget_outages() -> None:
     """Forget every embedder's outage state (tests; an operator who knows services are back)."""
-    with _states_lock:
-        states = [state for _, state in _states.values()]
-    for state in states:
+    for state in _all_states():
         state.reset()
 
 
@@ -201,9 +214,7 @@ def wait_idle(timeout: float | None = None) -> bool:
     turns done); ``False`` if ``timeout`` seconds pass first.  For tests and benchmarks
     that cannot reach a gatekeeper's ``embed_pending`` (e.g. a view built per call)."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    with _states_lock:
-        states = [state for _, state in _states.values()]
-    for state in states:
+    for state in _all_states():
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
