@@ -454,6 +454,9 @@ def evaluate(
     started = time.perf_counter()
     for case in cases:
         selector = conversations.selector_for(case)
+        embed_pending = getattr(selector, "embed_pending", None)
+        if callable(embed_pending):
+            embed_pending()  # the library embeds turns in the background: wait, for deterministic figures
         selection = selector.explain(case["query"])
         tally.cases += 1
         tally.add_retrieval(case, set(selection.turn_ids))
