@@ -101,10 +101,10 @@ class InMemoryStore(Store, VectorStore):
                 return refused_save(self, session_id, len(checked))
             saved = self._vectors.setdefault(session_id, {})
             index = self._index.get(session_id, {})
+            texts = {row.message_id: row.text_hash for row in checked if row.message_id}
+            for key in [k for k in saved if k[3] in texts and k[2] != texts[k[3]]]:
+                del saved[key]  # a message's new text: its vectors of other texts are stale
             for row in checked:
-                if row.message_id:  # the message's vectors of other texts are stale
-                    for key in [k for k in saved if k[3] == row.message_id and k[2] != row.text_hash]:
-                        del saved[key]
                 key = (row.embedder, row.dimension, row.text_hash, row.message_id)
                 saved.pop(key, None)  # a rewrite moves the row to the end (newest last)
                 saved[key] = row

@@ -43,7 +43,8 @@ VECTOR_TEMPLATES = {
         WHERE session_key = %s AND (%s::text IS NULL OR embedder = %s::text) RETURNING 1)
         SELECT count(*) FROM gone""",
     "purge_vectors": "DELETE FROM {vectors} WHERE session_key = %s",
-    "drop_other_texts": "DELETE FROM {vectors} WHERE session_key = %s AND message_id = %s AND text_hash <> %s",
+    "drop_other_texts": """DELETE FROM {vectors} v USING unnest(%s::bytea[], %s::text[]) AS n (message_id, text_hash)
+        WHERE v.session_key = %s AND v.message_id = n.message_id AND v.text_hash <> n.text_hash""",
     "prune_removed": """DELETE FROM {vectors} WHERE session_key = %s AND message_id IN
         (SELECT message_id FROM {ids} WHERE session_key = %s AND NOT present)""",
 }
@@ -68,10 +69,10 @@ class PostgresVectors(VectorStore):
             with self._write(self._lock_key("session", key[0])) as (conn, _):  # type: ignore[attr-defined]
                 if not self._head(conn, key):  # type: ignore[attr-defined]
                     return refused_save(self, session_id, len(values))
+                texts = {v[4]: v[3] for v in values if v[4]}  # a message's new text: its other texts go
+                if texts:
+                    conn.execute(self._sql["drop_other_texts"], (list(texts), list(texts.values()), key[0]))
                 with conn.cursor() as cursor:
-                    others = [(key[0], v[4], v[3]) for v in values if v[4]]
-                    if others:
-                        cursor.executemany(self._sql["drop_other_texts"], others)
                     cursor.executemany(self._sql["save_vector"], values)
                 conn.execute(self._sql["prune_removed"], (key[0], key[0]))
         return len(values)

@@ -20,7 +20,10 @@ _SAVE_VECTOR = """INSERT INTO vectors (session_id, embedder, dimension, text_has
 _LOAD_VECTORS = """SELECT message_id, text_hash, embedder, vector FROM vectors
     WHERE session_id = ? AND embedder = ? AND (? IS NULL OR dimension = ?) ORDER BY created_at"""
 _HAS_REVISIONS = "SELECT EXISTS (SELECT 1 FROM revisions WHERE session_id = ?)"
-_DROP_OTHER_TEXTS = "DELETE FROM vectors WHERE session_id = ? AND message_id = ? AND text_hash <> ?"
+_DROP_OTHER_TEXTS = """WITH new (message_id, text_hash) AS (VALUES {pairs})
+    DELETE FROM vectors WHERE session_id = ? AND EXISTS (SELECT 1 FROM new
+    WHERE new.message_id = vectors.message_id AND new.text_hash <> vectors.text_hash)"""
+_CHUNK = 400  # (message id, text hash) pairs a statement; one pass over the session's rows each
 _PRUNE_REMOVED = """DELETE FROM vectors WHERE session_id = ? AND message_id IN
     (SELECT message_id FROM message_ids WHERE session_id = ? AND present = 0)"""
 
@@ -40,7 +43,12 @@ class SQLiteVectors(VectorStore):
         with self._write() as conn:  # type: ignore[attr-defined]
             if not conn.execute(_HAS_REVISIONS, (session_id,)).fetchone()[0]:
                 return refused_save(self, session_id, len(values))
-            conn.executemany(_DROP_OTHER_TEXTS, [(session_id, v[4], v[3]) for v in values if v[4]])
+            texts = {v[4]: v[3] for v in values if v[4]}  # a message's new text: its other texts go
+            pairs = list(texts.items())
+            for start in range(0, len(pairs), _CHUNK):
+                chunk = pairs[start : start + _CHUNK]
+                marks = ", ".join(["(?, ?)"] * len(chunk))
+                conn.execute(_DROP_OTHER_TEXTS.format(pairs=marks), [*(x for p in chunk for x in p), session_id])
             conn.executemany(_SAVE_VECTOR, values)
             conn.execute(_PRUNE_REMOVED, (session_id, session_id))
         return len(values)
