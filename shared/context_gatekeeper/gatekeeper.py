@@ -29,7 +29,7 @@ from .gate import anchor_weights
 from .history import TurnHistory, turn_texts as _turn_texts
 from .params import SelectionParams
 from .segments import gate_query
-from .semantic import follows_question, fuse, keep_semantic, topic_continuity
+from .semantic import fuse, keep_semantic, last_answer_asks, topic_continuity
 from .semantic_methods import SemanticMethods
 from .selection import Evidence, Selection, Turn
 from .selector import (
@@ -316,9 +316,10 @@ class ContextGatekeeper(SemanticMethods):
         fuse(candidates, view, history, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)
+        asked = last_answer_asks(history)  # the latest answer ended with a genuine question to the user
         decision, weak_switch, features, topic = gate_query(
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
-            replying=follows_question(view, history))
+            replying=asked and view is not None, asked=asked)
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())

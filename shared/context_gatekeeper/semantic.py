@@ -33,7 +33,7 @@ __all__ = [
     "fuse",
     "keep_semantic",
     "topic_continuity",
-    "follows_question",
+    "last_answer_asks",
 ]
 
 
@@ -197,10 +197,10 @@ def topic_continuity(view: QueryView | None, history: TurnHistory, params: Selec
     return best
 
 
-def follows_question(view: QueryView | None, history: TurnHistory) -> bool:
-    """With a view (an embedder that answered), whether the latest turn's answer ends
-    with a genuine question to the user (:func:`gate.asks_question`: its last sentence,
-    not a courtesy question); ``False`` without one, so lexical selection never changes."""
-    if view is None or not len(history):
-        return False
-    return asks_question(history.turns[history.order[-1]].assistant)
+def last_answer_asks(history: TurnHistory) -> bool:
+    """Whether the latest turn's answer ends with a genuine question to the user
+    (:func:`gate.asks_question`: its last sentence, not a courtesy question).  Needs no
+    embedder: the lexical gate reads it too (a message sharing no word with the topic is a
+    new topic, unless it may be the reply to such a question)."""
+    return bool(len(history)) and asks_question(history.turns[history.order[-1]].assistant)
+
