@@ -229,7 +229,8 @@ class DataEmbedder:
 def test_gate_messages_uses_the_callers_own_embedder_object() -> None:
     emb = DataEmbedder()
     gate_messages([*A[:-1], HumanMessage("redis setup?")], token_budget=60, embedder=emb)
-    assert emb.calls and emb.calls[-1] == ["redis setup?"]
+    wait_idle(5)  # the turns are embedded by a background pass, which may land before or after the query
+    assert ["redis setup?"] in emb.calls  # the caller's own object embedded the query
 
 
 # -- 8 and 9: which key is the query --------------------------------------------------------
