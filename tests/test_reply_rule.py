@@ -239,3 +239,21 @@ def test_without_an_embedder_a_reply_to_a_genuine_question_keeps_its_topic() -> 
     gk = _lexical_redis_chat("Renew it with a watchdog every third of the TTL. Which client library are you using?")
     selection = gk.explain("Lettuce, on Spring Boot.")
     assert selection.turn_ids and 2 in selection.turn_ids
+
+
+def test_without_an_embedder_a_new_angle_after_a_plain_answer_keeps_its_topic() -> None:
+    # conversational search: a follow-up sharing no word with an established topic is a new
+    # angle on it unless the assistant closed the topic with an offer of more help
+    gk = _lexical_redis_chat("Renew it with a watchdog every third of the TTL.")
+    selection = gk.explain("What happens during a network partition?")
+    assert selection.turn_ids and 2 in selection.turn_ids
+
+
+def test_closes_topic_reads_only_a_closing_courtesy_question() -> None:
+    from context_gatekeeper.gate import closes_topic
+
+    assert closes_topic("Renew it with a watchdog. Anything else?")
+    assert closes_topic("用看门狗续租就行。还有其他问题吗？")
+    assert not closes_topic("Renew it with a watchdog. Which client library are you using?")
+    assert not closes_topic("Anything else? Renew it with a watchdog.")  # not how the answer ends
+    assert not closes_topic("")

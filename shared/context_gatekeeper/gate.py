@@ -21,7 +21,7 @@ from .scoring import IDF_FORMULAS
 
 __all__ = [
     "Decision", "GateFeatures", "anchor_weights", "gate_features", "decide", "is_weak_switch", "refer",
-    "semantic_decide", "last_question", "is_courtesy", "asks_question", "answers_assistant",
+    "semantic_decide", "last_question", "is_courtesy", "asks_question", "closes_topic", "answers_assistant",
 ]
 
 Decision = Literal["continue", "switch", "return"]
@@ -285,6 +285,20 @@ def is_courtesy(question: str) -> bool:
     "需要我举个例子吗？", "还有其他问题吗？"): the user's next message need not answer it."""
     lowered = question.lower().strip()
     return bool(_COURTESY_EN.search(lowered) or _COURTESY_ZH.search(lowered))
+
+
+def closes_topic(answer: str) -> bool:
+    """Whether an assistant's answer *ends* with a courtesy question ("Anything else?",
+    "Would you like an example?", "还有其他问题吗？"): it offers more help rather than asking
+    about the topic, so the user's next message may well start another one.
+
+    >>> closes_topic("Renew it with a watchdog. Anything else?")
+    True
+    >>> closes_topic("Renew it with a watchdog. Which client library are you using?")
+    False
+    """
+    question = last_question(answer)
+    return question is not None and is_courtesy(question)
 
 
 def asks_question(answer: str) -> bool:

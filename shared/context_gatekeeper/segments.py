@@ -202,7 +202,7 @@ def gate_query(
     params: SelectionParams,
     semantic: Mapping[int, float] | None = None,
     replying: bool = False,
-    asked: bool = False,
+    closing: bool = False,
 ) -> tuple[Decision, bool, GateFeatures, int | None]:
     """The gate at query time: ``(decision, weak switch, features, chosen topic)``.
 
@@ -215,9 +215,9 @@ def gate_query(
     decision through :func:`gate.semantic_decide`; ``replying`` (with an embedder) says the
     latest answer ended with a genuine question to the user, and a reply to it continues
     the active topic (:func:`gate.answers_assistant`) unless its words or meaning clearly
-    switch.  ``asked`` (no embedder needed) says the latest answer ended with a genuine
-    question: without it, a switch sharing no word with the active topic and bringing more
-    than a word or two of new content is a new topic, never a new angle on the active one.
+    switch.  ``closing`` (no embedder needed) says the latest answer ended with a courtesy
+    question ("Anything else?"): then a switch sharing no word with the active topic and
+    bringing more than a word or two of new content is a new topic, not a new angle on it.
     """
     p = params
     if not labels:
@@ -249,7 +249,7 @@ def gate_query(
             return "return", False, features, semantic_topic
     weak_switch = is_weak_switch(decision, features, p)
     in_doubt = len(profiles) > 1 or len(labels) < 2  # other topics in play, or no topic established
-    unrelated = features.overlap == 0 and not asked  # no shared word, and no question of ours it may answer
+    unrelated = closing and features.overlap == 0  # the assistant offered more help; nothing shared
     if weak_switch and (in_doubt or unrelated) and features.new_weight >= p.new_angle_factor * p.switch_min_new_weight:
         # then only a message adding a word or two reads as a new angle on the active topic
         weak_switch = False

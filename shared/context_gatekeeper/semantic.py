@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .gate import asks_question
 from .history import TurnHistory
 from .params import SelectionParams
 from .scoring import recency_prior
@@ -33,7 +32,7 @@ __all__ = [
     "fuse",
     "keep_semantic",
     "topic_continuity",
-    "last_answer_asks",
+    "last_answer",
 ]
 
 
@@ -197,10 +196,8 @@ def topic_continuity(view: QueryView | None, history: TurnHistory, params: Selec
     return best
 
 
-def last_answer_asks(history: TurnHistory) -> bool:
-    """Whether the latest turn's answer ends with a genuine question to the user
-    (:func:`gate.asks_question`: its last sentence, not a courtesy question).  Needs no
-    embedder: the lexical gate reads it too (a message sharing no word with the topic is a
-    new topic, unless it may be the reply to such a question)."""
-    return bool(len(history)) and asks_question(history.turns[history.order[-1]].assistant)
+def last_answer(history: TurnHistory) -> str:
+    """The latest turn's answer ("" for an empty history): the gate reads how it ends
+    (:func:`gate.asks_question`, :func:`gate.closes_topic`)."""
+    return history.turns[history.order[-1]].assistant if len(history) else ""
 
