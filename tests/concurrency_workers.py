@@ -80,12 +80,22 @@ class RacingStore(Store):
         self.inner.close()
 
 
+MIN_EDIT_ROUNDS = 3
+
+
 def editor(spec: Spec, session: str, target: str, ready: Any, stop: Any, out: str) -> None:
     """Two threads with their own connections replace ``target``'s text, round after round,
     until ``stop``; in every round both commit at once, so one wins and one is stale."""
     gate = threading.Barrier(2)
-    decided = {"stop": False}
-    start = threading.Barrier(2, action=lambda: decided.update(stop=stop.is_set()))
+    decided = {"stop": False, "rounds": 0}
+
+    def next_round() -> None:
+        # at least MIN_EDIT_ROUNDS rounds even when the appenders finished first (a loaded
+        # machine may start these threads late): otherwise no edit is ever raced
+        decided["stop"] = stop.is_set() and decided["rounds"] >= MIN_EDIT_ROUNDS
+        decided["rounds"] += 1
+
+    start = threading.Barrier(2, action=next_round)
     results: dict[str, list[str]] = {"won": [], "lost": [], "errors": []}
 
     def run(name: str) -> None:
