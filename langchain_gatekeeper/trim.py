@@ -227,10 +227,7 @@ def gate_messages(
     Raises:
         BudgetError: an invalid budget.  TypeError: an unknown option.
     """
-    if token_budget is not None and max_tokens is not None and token_budget != max_tokens:
-        raise InvalidInputError(f"pass token_budget or its alias max_tokens, not both ({token_budget} != {max_tokens})")
-    budget = token_budget if token_budget is not None else max_tokens
-    settings = _settings(options, token_counter, budget, embedder, embed_timeout)
+    settings = _settings(options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
     if messages is not None:
         return _gate(messages, settings, thread)
     _view(settings)  # check the options now, not at the first call
@@ -240,7 +237,13 @@ def gate_messages(
     )
 
 
-def _settings(options: dict[str, Any], token_counter: Any, budget: int | None, embedder: Any, timeout: Any) -> dict[str, Any]:
+def _settings(
+    options: dict[str, Any], token_counter: Any, token_budget: int | None, max_tokens: int | None, embedder: Any, timeout: Any
+) -> dict[str, Any]:
+    """The gatekeeper options of one call (``max_tokens`` is ``token_budget``'s alias)."""
+    if token_budget is not None and max_tokens is not None and token_budget != max_tokens:
+        raise InvalidInputError(f"pass token_budget or its alias max_tokens, not both ({token_budget} != {max_tokens})")
+    budget = token_budget if token_budget is not None else max_tokens
     settings = dict(options, token_counter=token_counter)
     if budget is not None:
         settings["token_budget"] = budget
@@ -266,8 +269,5 @@ async def agate_messages(
     runs in a worker thread; with one, the embedding calls are awaited."""
     if messages is None:
         raise InvalidInputError("agate_messages needs messages; gate_messages() without them returns a Runnable")
-    if token_budget is not None and max_tokens is not None and token_budget != max_tokens:
-        raise InvalidInputError(f"pass token_budget or its alias max_tokens, not both ({token_budget} != {max_tokens})")
-    budget = token_budget if token_budget is not None else max_tokens
-    settings = _settings(options, token_counter, budget, embedder, embed_timeout)
+    settings = _settings(options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
     return await _agate(list(messages) if not isinstance(messages, PromptValue) else messages, settings, thread)
