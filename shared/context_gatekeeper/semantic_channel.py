@@ -292,15 +292,21 @@ class SemanticChannel:
         return self._drain_result(before, wrapped.result())
 
     # -- the query (no lock held) -----------------------------------------------------------
+    def _settled(self, text: str) -> tuple[Vector | None, bool] | None:
+        """The answer without calling the embedder: the last query's vector again, or the
+        fallback while the embedder is backing off; ``None`` when it must be asked."""
+        hit = self._last_query
+        if hit is not None and hit[0] == text:
+            return hit[1], False
+        return (None, True) if self.state.blocked() else None
+
     def probe(self, text: str) -> tuple[Vector | None, bool]:
         """The query's vector and whether selection falls back: ``(vector, False)``, or
         ``(None, True)`` when the embedder fails, times out or is backing off.  One call
         at most, within ``timeout``.  Never raises for the embedder."""
-        hit = self._last_query
-        if hit is not None and hit[0] == text:
-            return hit[1], False
-        if self.state.blocked():
-            return None, True
+        settled = self._settled(text)
+        if settled is not None:
+            return settled
         try:
             if self.timeout is None:
                 vector = self.embedder.embed_query(text)
@@ -320,11 +326,9 @@ class SemanticChannel:
     async def aprobe(self, text: str) -> tuple[Vector | None, bool]:
         """:meth:`probe` without blocking the event loop: the embedder's async twin, or its
         sync method on the query lane (never the asyncio default executor)."""
-        hit = self._last_query
-        if hit is not None and hit[0] == text:
-            return hit[1], False
-        if self.state.blocked():
-            return None, True
+        settled = self._settled(text)
+        if settled is not None:
+            return settled
         try:
             if self.embedder._aquery is not None:
                 vector = await asyncio.wait_for(self.embedder.aembed_query(text), self.timeout)
