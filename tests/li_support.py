@@ -8,18 +8,22 @@ touches the network.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import pytest
 from llama_index.core import Document, VectorStoreIndex
+from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import (
     ChatMessage,
     CompletionResponse,
     CompletionResponseGen,
     LLMMetadata,
+    MessageRole,
     ToolCallBlock,
 )
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -28,6 +32,7 @@ from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 
 from context_gatekeeper.testing import ScriptedModel
+from llamaindex_gatekeeper import GatekeeperMemory
 
 REDIS_1 = ("How long should a Redis lock TTL be?", "Longer than the longest job holding the lock.")
 ESPRESSO = ("By the way, what espresso grind suits a moka pot?", "Medium-fine, a little coarser than espresso.")
@@ -37,6 +42,12 @@ REDIS_QUERY = "What Redis lock TTL for a 30 second job?"
 ESPRESSO_QUERY = "Which espresso beans for a moka pot?"
 OFF_TOPIC_MARKERS = ("moka", "Medium-fine")
 """Text of the ESPRESSO turn that must not reach the model on a Redis question."""
+
+PYDANTIC_DEPRECATIONS = [
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20"),
+    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211"),
+]
+"""Warnings llama-index / workflows raise through pydantic's deprecated attributes; nothing of ours."""
 
 _FOLLOW_UP = re.compile(r"(?:<Follow Up Message>\s*|Follow Up Input:\s*)(.+?)\s*(?:\n|$)", re.S)
 
@@ -145,3 +156,47 @@ def small_index() -> VectorStoreIndex:
 def patch(*operations: dict[str, Any]) -> ScriptedModel:
     """A core-protocol editing model whose single reply is a patch with ``operations``."""
     return ScriptedModel([json.dumps({"operations": list(operations)})])
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.USER, content=text)
+
+
+def assistant(text: str) -> ChatMessage:
+    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
+
+
+def contents(messages: list[ChatMessage]) -> list[str]:
+    return [str(m.content) for m in messages]
+
+
+def three_turns(memory: GatekeeperMemory) -> None:
+    """Redis, espresso, Redis again: a Redis query needs turns 1 and 3, not 2."""
+    for question, answer in (REDIS_1, ESPRESSO, REDIS_2):
+        memory.put_messages([user(question), assistant(answer)])
+
+
+def lookup(topic: str) -> str:
+    """Look up notes on a topic."""
+    return "Watchdog notes: renew every TTL/3 seconds."
+
+
+def memory_through_restored_context(serializer: Any) -> GatekeeperMemory:
+    """A FunctionAgent answers REDIS_1 with a fresh memory, its Context goes through
+    ``serializer`` and back, ESPRESSO is asked on the restored Context; returns the
+    memory the restored Context holds."""
+    from workflows import Context
+
+    recorder = CallRecorder([REDIS_1[1], ESPRESSO[1]])
+    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+
+    async def scenario() -> GatekeeperMemory:
+        ctx = Context(agent)
+        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
+        data = ctx.to_dict(serializer=serializer)
+        restored = Context.from_dict(agent, data, serializer=serializer)
+        await agent.run(user_msg=ESPRESSO[0], ctx=restored)
+        return await restored.store.get("memory")
+
+    return asyncio.run(scenario())

@@ -31,6 +31,8 @@ from li_support import (
     CallRecorder,
     ScriptedLLM,
     function_calling_llm,
+    lookup,
+    memory_through_restored_context,
     patch,
     react,
     small_index,
@@ -40,11 +42,6 @@ from llamaindex_gatekeeper import GatekeeperMemory
 
 EDITED = "Twice the longest job holding the lock."
 ORIGINAL = REDIS_1[1]
-
-
-def lookup(topic: str) -> str:
-    """Look up notes on a topic."""
-    return "Watchdog notes: renew every TTL/3 seconds."
 
 
 class Harness:
@@ -231,22 +228,9 @@ def test_memory_cls_builds_the_memory_through_from_defaults() -> None:
 
 
 def test_a_serialised_agent_context_carries_the_memory() -> None:
-    from workflows import Context
     from workflows.context.serializers import JsonSerializer
 
-    recorder = CallRecorder([REDIS_1[1], ESPRESSO[1]])
-    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
-    memory = GatekeeperMemory.from_defaults(token_limit=2000)
-
-    async def scenario() -> GatekeeperMemory:
-        ctx = Context(agent)
-        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
-        data = ctx.to_dict(serializer=JsonSerializer())
-        restored = Context.from_dict(agent, data, serializer=JsonSerializer())
-        await agent.run(user_msg=ESPRESSO[0], ctx=restored)
-        return await restored.store.get("memory")
-
-    restored_memory = asyncio.run(scenario())
+    restored_memory = memory_through_restored_context(JsonSerializer())
     assert isinstance(restored_memory, GatekeeperMemory)
     assert [m.content for m in restored_memory.get_all()] == [*REDIS_1, *ESPRESSO]
     assert [r.kind for r in restored_memory.history()] == ["append"] * 4

@@ -26,32 +26,22 @@ from llama_index.core.storage.chat_store.sql import MessageStatus
 
 from context_gatekeeper import BudgetError, GatekeeperError
 from context_gatekeeper.stores import InMemoryStore
-from li_support import ESPRESSO, REDIS_1, REDIS_2, REDIS_QUERY, patch
+from li_support import (
+    ESPRESSO,
+    PYDANTIC_DEPRECATIONS,
+    REDIS_1,
+    REDIS_2,
+    REDIS_QUERY,
+    assistant,
+    contents,
+    patch,
+    three_turns,
+    user,
+)
 from pg_support import drop_tables, postgres_dsn, prefix_for
 from llamaindex_gatekeeper import GatekeeperMemory
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20"),
-    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211"),
-]
-
-
-def user(text: str) -> ChatMessage:
-    return ChatMessage(role=MessageRole.USER, content=text)
-
-
-def assistant(text: str) -> ChatMessage:
-    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
-
-
-def contents(messages: list[ChatMessage]) -> list[str]:
-    return [str(m.content) for m in messages]
-
-
-def three_turns(memory: GatekeeperMemory) -> None:
-    """Redis, espresso, Redis again: a Redis query needs turns 1 and 3, not 2."""
-    for question, answer in (REDIS_1, ESPRESSO, REDIS_2):
-        memory.put_messages([user(question), assistant(answer)])
+pytestmark = PYDANTIC_DEPRECATIONS
 
 
 # -- BaseMemory: get / put / set / reset / get_all, sync and async -------------------------

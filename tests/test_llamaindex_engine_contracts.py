@@ -22,46 +22,31 @@ from llama_index.core.chat_engine import (
     ContextChatEngine,
     SimpleChatEngine,
 )
-from llama_index.core.llms import ChatMessage, MessageRole
 from llama_index.core.llms.mock import MockLLM
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from li_support import (
     ESPRESSO,
     OFF_TOPIC_MARKERS,
+    PYDANTIC_DEPRECATIONS,
     REDIS_1,
     REDIS_2,
     REDIS_QUERY,
     CallRecorder,
     ScriptedLLM,
+    assistant,
+    contents,
     function_calling_llm,
+    lookup,
+    memory_through_restored_context,
     small_index,
+    three_turns,
     tool_call,
+    user,
 )
 from llamaindex_gatekeeper import GatekeeperMemory, GatekeeperNodePostprocessor
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince20"),
-    pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecatedSince211"),
-]
-
-
-def user(text: str) -> ChatMessage:
-    return ChatMessage(role=MessageRole.USER, content=text)
-
-
-def assistant(text: str) -> ChatMessage:
-    return ChatMessage(role=MessageRole.ASSISTANT, content=text)
-
-
-def contents(messages: list[ChatMessage]) -> list[str]:
-    return [str(m.content) for m in messages]
-
-
-def three_turns(memory: GatekeeperMemory) -> None:
-    """Redis, espresso, Redis again: a Redis query needs turns 1 and 3, not 2."""
-    for question, answer in (REDIS_1, ESPRESSO, REDIS_2):
-        memory.put_messages([user(question), assistant(answer)])
+pytestmark = PYDANTIC_DEPRECATIONS
 
 
 # -- chat engines ---------------------------------------------------------------------------
@@ -160,11 +145,6 @@ def test_chat_history_argument_replaces_the_state() -> None:
 # -- agent workflow ------------------------------------------------------------------------
 
 
-def lookup(topic: str) -> str:
-    """Look up notes on a topic."""
-    return "Watchdog notes: renew every TTL/3 seconds."
-
-
 def test_a_function_agent_uses_the_memory_with_a_tool_call_and_streams_events() -> None:
     recorder = CallRecorder([REDIS_1[1], ESPRESSO[1], tool_call("call-1", "lookup", topic="redis"), REDIS_2[1]])
     agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
@@ -188,22 +168,9 @@ def test_a_function_agent_uses_the_memory_with_a_tool_call_and_streams_events() 
 
 
 def test_an_agent_context_pickles_with_the_memory() -> None:
-    from workflows import Context
     from workflows.context.serializers import PickleSerializer
 
-    recorder = CallRecorder([REDIS_1[1], ESPRESSO[1]])
-    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
-    memory = GatekeeperMemory.from_defaults(token_limit=2000)
-
-    async def scenario() -> GatekeeperMemory:
-        ctx = Context(agent)
-        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
-        data = ctx.to_dict(serializer=PickleSerializer())
-        restored = Context.from_dict(agent, data, serializer=PickleSerializer())
-        await agent.run(user_msg=ESPRESSO[0], ctx=restored)
-        return await restored.store.get("memory")
-
-    restored_memory = asyncio.run(scenario())
+    restored_memory = memory_through_restored_context(PickleSerializer())
     assert isinstance(restored_memory, GatekeeperMemory)
     assert contents(restored_memory.get_all()) == [*REDIS_1, *ESPRESSO]
 
