@@ -63,6 +63,11 @@ def current_turn_start(messages: Sequence[BaseMessage]) -> int | None:
     return None
 
 
+def _query_turn(messages: Sequence[BaseMessage]) -> int | None:
+    """:func:`current_turn_start`, or None when that human message's text is blank (no query)."""
+    return None if (start := current_turn_start(messages)) is None or not messages[start].text.strip() else start
+
+
 def _indexed_text(message: BaseMessage) -> str:
     """What selection reads: the text, plus tool-call names and arguments."""
     content = message.content
@@ -284,25 +289,19 @@ class GatedView:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
         the current turn (the last human message and everything after it) is kept whole and
         its human message is the query; earlier messages go through :meth:`gated`."""
-        start = current_turn_start(messages)
+        start = _query_turn(messages)
         if start is None:
             return list(messages)
-        query = messages[start].text
-        if not query.strip():
-            return list(messages)
-        return self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt) + list(messages[start:])
+        return self.gated(messages[:start], messages[start].text, thread=thread, system_prompt=system_prompt) + list(messages[start:])
 
     async def aview(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
     ) -> list[BaseMessage]:
         """:meth:`view` with the embedding calls awaited (see :meth:`agated`)."""
-        start = current_turn_start(messages)
+        start = _query_turn(messages)
         if start is None:
             return list(messages)
-        query = messages[start].text
-        if not query.strip():
-            return list(messages)
-        earlier = await self.agated(messages[:start], query, thread=thread, system_prompt=system_prompt)
+        earlier = await self.agated(messages[:start], messages[start].text, thread=thread, system_prompt=system_prompt)
         return earlier + list(messages[start:])
 
     def gated(
