@@ -131,39 +131,41 @@ def assert_nothing_written(store: Store, reopen: Callable[[], Store]) -> None:
         assert SESSION not in each.sessions()
 
 
+def refused(
+    target: tuple[Store, Callable[[], Store]], data: dict[str, Any], error: type[Exception], match: str
+) -> pytest.ExceptionInfo[Exception]:
+    """Importing ``data`` into the ``target`` store raises ``error`` matching ``match``, and
+    nothing is written (seen through the store and through the storage opened afresh)."""
+    store, reopen = target
+    with pytest.raises(error, match=match) as caught:
+        GatekeeperMemory.from_dict(data, store=store)
+    assert_nothing_written(store, reopen)
+    return caught
+
+
 # -- a log that does not apply: refused whole ---------------------------------------------
 def test_a_revision_that_does_not_apply_is_refused_and_nothing_is_written(target) -> None:
-    store, reopen = target
     _, data = exported()
     bad = appended(data, [ghost_removal()])  # revision 8 removes a message that is not there
-    with pytest.raises(InvalidRevisionError, match=r"revision 8 .*nothing was written") as caught:
-        GatekeeperMemory.from_dict(bad, store=store)
+    caught = refused(target, bad, InvalidRevisionError, r"revision 8 .*nothing was written")
     assert "'ghost'" in str(caught.value)
-    assert_nothing_written(store, reopen)
 
 
 def test_a_message_put_twice_in_the_middle_of_the_log_is_refused_before_anything_is_written(target) -> None:
-    store, reopen = target
     _, data = exported()
     twice = insert(data, 3, {"kind": "edit", "changes": [{"op": "put", "message": message_put_by(data, 1), "after": None}]})
-    with pytest.raises(InvalidRevisionError, match=r"revision 3 .*nothing was written"):
-        GatekeeperMemory.from_dict(twice, store=store)
-    assert_nothing_written(store, reopen)
+    refused(target, twice, InvalidRevisionError, r"revision 3 .*nothing was written")
 
 
 def test_an_append_reusing_an_id_with_other_text_is_refused_and_nothing_is_written(target) -> None:
-    store, reopen = target
     _, data = exported()
     reused = message_put_by(data, 1)
     reused["content"] = "Something else entirely."
     bad = appended(data, [{"op": "put", "message": reused, "after": None, "end": True}], kind="append")
-    with pytest.raises(InvalidInputError, match=r"revision 8 .*nothing was written"):
-        GatekeeperMemory.from_dict(bad, store=store)
-    assert_nothing_written(store, reopen)
+    refused(target, bad, InvalidInputError, r"revision 8 .*nothing was written")
 
 
 def test_an_undo_of_a_revision_that_was_never_done_is_refused_and_nothing_is_written(target) -> None:
-    store, reopen = target
     _, data = exported()
     # revision 8 "undoes" revision 1, an append (undo never reverts appends) with valid changes
     first = data["revisions"][0]["changes"]
@@ -171,9 +173,7 @@ def test_an_undo_of_a_revision_that_was_never_done_is_refused_and_nothing_is_wri
 
     undo = [change_to_dict(c) for c in invert([change_from_dict(c, legacy_end=True) for c in first])]
     bad = appended(data, undo, kind="undo", target=1)
-    with pytest.raises(InvalidRevisionError, match=r"revision 8 .*nothing was written"):
-        GatekeeperMemory.from_dict(bad, store=store)
-    assert_nothing_written(store, reopen)
+    refused(target, bad, InvalidRevisionError, r"revision 8 .*nothing was written")
 
 
 @pytest.mark.parametrize(
@@ -189,21 +189,15 @@ def test_an_undo_of_a_revision_that_was_never_done_is_refused_and_nothing_is_wri
     ids=["no-changes", "unknown-op", "unknown-kind", "bad-number", "changes-not-a-list", "bad-instruction"],
 )
 def test_an_entry_that_is_not_a_revision_is_refused_naming_it_and_nothing_is_written(target, breakage) -> None:
-    store, reopen = target
     _, data = exported()
     breakage(data["revisions"][2])
-    with pytest.raises(InvalidInputError, match=r"revision 3\b.*nothing was written"):
-        GatekeeperMemory.from_dict(data, store=store)
-    assert_nothing_written(store, reopen)
+    refused(target, data, InvalidInputError, r"revision 3\b.*nothing was written")
 
 
 def test_revisions_must_be_a_list(target) -> None:
-    store, reopen = target
     _, data = exported()
     data["revisions"] = {"1": data["revisions"][0]}
-    with pytest.raises(InvalidInputError, match=r"'revisions'.*nothing was written"):
-        GatekeeperMemory.from_dict(data, store=store)
-    assert_nothing_written(store, reopen)
+    refused(target, data, InvalidInputError, r"'revisions'.*nothing was written")
 
 
 # -- old exports with no-op revisions: skipped, renumbered --------------------------------
@@ -271,10 +265,7 @@ def test_a_revert_to_a_skipped_noop_revision_restores_the_state_before_it(target
 
 
 def test_the_options_whitelist_still_refuses_before_the_log_is_read(target) -> None:
-    store, reopen = target
     _, data = exported()
     data["options"]["store"] = "elsewhere.db"
     data["revisions"].append("not a revision")
-    with pytest.raises(InvalidInputError, match=r"\['store'\] cannot come from serialised data"):
-        GatekeeperMemory.from_dict(data, store=store)
-    assert_nothing_written(store, reopen)
+    refused(target, data, InvalidInputError, r"\['store'\] cannot come from serialised data")
