@@ -182,13 +182,15 @@ def _session(
 
 
 def _start(
-    state: Sequence[Message], instruction: str, model: Any, options: EditOptions
-) -> tuple[EditModel, Generator[_Ask, _Answer, EditResult]]:
-    """Check the arguments, normalise the model and open the edit dialogue."""
+    state: Sequence[Message], instruction: str, model: Any, options: EditOptions | None, **overrides: Any
+) -> tuple[EditModel, Generator[_Ask, _Answer, EditResult], _Ask]:
+    """Check the arguments (``options`` with the keyword ``overrides`` applied, see
+    :func:`compute_edit`), normalise the model, open the edit dialogue and take its first ask."""
+    settings = EditOptions.of(options, **overrides)
     messages = _check_state(state, instruction)
     edit_model = as_edit_model(model)
-    session = _session(messages, instruction, options, edit_model.supports_json_schema, edit_model.name)
-    return edit_model, session
+    session = _session(messages, instruction, settings, edit_model.supports_json_schema, edit_model.name)
+    return edit_model, session, next(session)
 
 
 def _failed(exc: EditError, ask: _Ask) -> _Answer:
@@ -207,11 +209,6 @@ def _failed(exc: EditError, ask: _Ask) -> _Answer:
     failure = StructuredOutputError(str(exc))
     failure.__cause__ = exc
     return failure
-
-
-def _resolve_options(options: EditOptions | None, **keywords: Any) -> EditOptions:
-    """``options`` with the given keywords applied (see :func:`compute_edit`)."""
-    return EditOptions.of(options, **keywords)
 
 
 def compute_edit(
@@ -247,15 +244,16 @@ def compute_edit(
             or the model failed.
         ModelUnavailableError: the model could not be reached (network, timeout).
     """
-    settings = _resolve_options(
+    edit_model, session, ask = _start(
+        state,
+        instruction,
+        model,
         options,
         strategy=strategy,
         max_deletion_share=max_deletion_share,
         allow_large_deletion=allow_large_deletion,
         token_counter=token_counter,
     )
-    edit_model, session = _start(state, instruction, model, settings)
-    ask = next(session)
     while True:
         reply: _Answer
         try:
@@ -280,15 +278,16 @@ async def acompute_edit(
     token_counter: TokenCounterLike = None,
 ) -> EditResult:
     """Async twin of :func:`compute_edit`; never blocks the event loop."""
-    settings = _resolve_options(
+    edit_model, session, ask = _start(
+        state,
+        instruction,
+        model,
         options,
         strategy=strategy,
         max_deletion_share=max_deletion_share,
         allow_large_deletion=allow_large_deletion,
         token_counter=token_counter,
     )
-    edit_model, session = _start(state, instruction, model, settings)
-    ask = next(session)
     while True:
         reply: _Answer
         try:
