@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,16 +258,25 @@ def _names(path: Path) -> set[str]:
 
 
 # -- the migration --------------------------------------------------------------------------
-def test_a_file_from_before_vectors_gains_the_table_and_keeps_its_data(tmp_path: Path, monkeypatch) -> None:
-    path = tmp_path / "old.db"
-    with monkeypatch.context() as m:  # today's schema before vectors: migrations 1 and 2
-        m.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:2])
-        old = SQLiteStore(path)
-        fill(old, "a", 3)
-        fill(old, "b", 1)
-        before = {s: snapshot(old, s) for s in ("a", "b")}
+def filled_before_vectors(
+    monkeypatch: pytest.MonkeyPatch, module: Any, open_store: Callable[[], Store], turns: dict[str, int]
+) -> dict[str, tuple[int, list[Any]]]:
+    """Fills ``turns`` (session: turns) in a store ``open_store`` opens with only ``module``'s
+    migrations 1 and 2 (today's schema before vectors), closes it; each session's snapshot."""
+    with monkeypatch.context() as m:
+        m.setattr(module, "MIGRATIONS", module.MIGRATIONS[:2])
+        old = open_store()
+        for session, count in turns.items():
+            fill(old, session, count)
+        before = {s: snapshot(old, s) for s in turns}
         assert [v for v, _ in old.applied_migrations()] == [1, 2]
         old.close()
+    return before
+
+
+def test_a_file_from_before_vectors_gains_the_table_and_keeps_its_data(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "old.db"
+    before = filled_before_vectors(monkeypatch, sqlite_module, lambda: SQLiteStore(path), {"a": 3, "b": 1})
     raw = sqlite3.connect(path)
     assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'vectors'").fetchone() == (0,)
     raw.close()

@@ -12,7 +12,7 @@ import pytest
 from context_gatekeeper.stores import StoreVectorCache, supports_vectors
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from store_conformance import fill, snapshot
-from test_store_vectors import TOPICS, CountingEmbedder, gatekeeper
+from test_store_vectors import TOPICS, CountingEmbedder, filled_before_vectors, gatekeeper
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -31,14 +31,7 @@ def test_tables_from_before_vectors_gain_the_table_and_keep_their_data(tmp_path:
     postgres_dsn()
     from context_gatekeeper.stores import postgres as pg_module
 
-    with monkeypatch.context() as m:  # today's schema before vectors: migrations 1 and 2
-        m.setattr(pg_module, "MIGRATIONS", pg_module.MIGRATIONS[:2])
-        old = open_pg(tmp_path)
-        fill(old, "a", 3)
-        fill(old, "b", 2)
-        before = {s: snapshot(old, s) for s in ("a", "b")}
-        assert [v for v, _ in old.applied_migrations()] == [1, 2]
-        old.close()
+    before = filled_before_vectors(monkeypatch, pg_module, lambda: open_pg(tmp_path), {"a": 3, "b": 2})
 
     store = open_pg(tmp_path)
     assert store.applied_migrations()[-1] == (3, "saved vectors") and supports_vectors(store)
