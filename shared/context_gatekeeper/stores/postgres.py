@@ -48,14 +48,7 @@ from .base import FaultHook, Store, checked_keep, prepare_commit
 from .integrity import IdEntry
 from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors
 from .schema import (
-    Migration,
-    backfill_index,
-    changes_text,
-    checked_session,
-    id_key,
-    index_rows,
-    refuse_newer,
-    revision_from_row,
+    Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
 )
 
 try:

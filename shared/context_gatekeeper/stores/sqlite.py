@@ -25,14 +25,7 @@ from .base import FaultHook, Store, checked_keep, prepare_commit
 from .integrity import IdEntry
 from .sqlite_vectors import SQLiteVectors
 from .schema import (
-    Migration,
-    backfill_index,
-    changes_text,
-    checked_session,
-    id_key,
-    index_rows,
-    refuse_newer,
-    revision_from_row,
+    Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
 )
 
 __all__ = ["SQLiteStore", "Migration", "MIGRATIONS", "SchemaVersionError"]
