@@ -215,8 +215,8 @@ class PostgresStore(Store, PostgresVectors):
             yield conn
 
     @contextmanager
-    def _write(self, lock_key: int) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Pipeline | None]]:
-        """One transaction holding the advisory lock ``lock_key``: committed if the block
+    def _write(self, session_key: bytes) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Pipeline | None]]:
+        """One transaction holding the session's advisory lock: committed if the block
         returns, else rolled back.
 
         In pipeline mode, so ``BEGIN``, the lock and the next query travel together,
@@ -224,7 +224,7 @@ class PostgresStore(Store, PostgresVectors):
         round trips, not five, which matters when many writers queue for it.
         """
         with self._connection() as conn, _pipeline(conn) as pipeline, conn.transaction():
-            conn.execute(_LOCK, (lock_key,))
+            conn.execute(_LOCK, (self._lock_key("session", session_key),))
             yield conn, pipeline
 
     def _key(self, session_id: Any) -> tuple[bytes, str]:
@@ -309,7 +309,7 @@ class PostgresStore(Store, PostgresVectors):
     ) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
         key = self._key(session_id)
-        with self._write(self._lock_key("session", key[0])) as (conn, pipeline):
+        with self._write(key[0]) as (conn, pipeline):
             head = self._head(conn, key)  # waits for the lock
             self._fault("begin")
             valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
@@ -335,7 +335,7 @@ class PostgresStore(Store, PostgresVectors):
         """Set aside the revisions above ``keep`` (table ``<prefix>set_aside_revisions``)
         and rebuild the session's id index, in one transaction (see :meth:`Store.truncate`)."""
         key, keep = self._key(session_id), checked_keep(keep)
-        with self._write(self._lock_key("session", key[0])) as (conn, _):
+        with self._write(key[0]) as (conn, _):
             head = self._head(conn, key)
             conn.execute(self._sql["set_aside"], (time.time(), *key, keep))
             conn.execute(self._sql["drop_after"], (*key, keep))
@@ -345,7 +345,7 @@ class PostgresStore(Store, PostgresVectors):
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, in one transaction (queued behind its writers)."""
         key = self._key(session_id)
-        with self._write(self._lock_key("session", key[0])) as (conn, _):
+        with self._write(key[0]) as (conn, _):
             conn.execute(self._sql["purge"], key)
             conn.execute(self._sql["purge_ids"], (key[0],))
             conn.execute(self._sql["purge_set_aside"], key)

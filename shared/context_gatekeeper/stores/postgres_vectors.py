@@ -66,7 +66,7 @@ class PostgresVectors(VectorStore):
             for r in checked
         ]
         if values:
-            with self._write(self._lock_key("session", key[0])) as (conn, _):  # type: ignore[attr-defined]
+            with self._write(key[0]) as (conn, _):  # type: ignore[attr-defined]
                 if not self._head(conn, key):  # type: ignore[attr-defined]
                     return refused_save(self, session_id, len(values))
                 texts = {v[4]: v[3] for v in values if v[4]}  # a message's new text: its other texts go
@@ -89,5 +89,5 @@ class PostgresVectors(VectorStore):
         """Erase the session's vectors (of one embedder, or all); returns how many."""
         key = self._key(session_id)  # type: ignore[attr-defined]
         embedder = None if embedder is None else checked_embedder(embedder)
-        with self._write(self._lock_key("session", key[0])) as (conn, _):  # type: ignore[attr-defined]
+        with self._write(key[0]) as (conn, _):  # type: ignore[attr-defined]
             return conn.execute(self._sql["delete_vectors"], (key[0], embedder, embedder)).fetchone()[0]
