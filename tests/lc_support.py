@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 REDIS_1 = ("How long should a Redis lock TTL be?", "Longer than the longest job holding the lock.")
 ESPRESSO = ("By the way, what espresso grind suits a moka pot?", "Medium-fine, a little coarser than espresso.")
@@ -53,3 +53,17 @@ def numbered_answers(n: int = 20) -> FakeMessagesListChatModel:
 def patch_reply(*operations: dict[str, Any]) -> FakeMessagesListChatModel:
     """An editing chat model whose single answer is a patch with ``operations``."""
     return answers(json.dumps({"operations": list(operations)}))
+
+
+def check_tool_pairs(messages: list[BaseMessage]) -> None:
+    """Every tool result right after the call it answers (a valid or an invalid call), and every call answered."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            assert message.tool_call_id in open_calls, f"orphan tool result {message.tool_call_id}"
+            open_calls.discard(message.tool_call_id)
+            continue
+        assert not open_calls, f"calls without results: {open_calls}"
+        if isinstance(message, AIMessage):
+            open_calls = {c["id"] for c in [*message.tool_calls, *message.invalid_tool_calls]}
+    assert not open_calls

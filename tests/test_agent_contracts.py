@@ -27,6 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from context_gatekeeper import HistoryError
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper import GatekeeperMiddleware, edit_thread, thread_history, undo_thread
+from lc_support import check_tool_pairs
 
 from test_lc_middleware import (
     COFFEE, COFFEE_ANSWER, FOLLOW_UP, REDIS, REDIS_ANSWER, ToolCallingFake, call, lookup_job_duration, swap_editor, texts,
@@ -66,20 +67,6 @@ def shape(messages: list[BaseMessage]) -> list[tuple[Any, ...]]:
     ]
 
 
-def check_pairs(messages: list[BaseMessage]) -> None:
-    """Every tool result right after the call it answers (a valid or an invalid call), and every call answered."""
-    open_calls: set[str] = set()
-    for message in messages:
-        if isinstance(message, ToolMessage):
-            assert message.tool_call_id in open_calls, f"orphan tool result {message.tool_call_id}"
-            open_calls.discard(message.tool_call_id)
-            continue
-        assert not open_calls, f"calls without results: {open_calls}"
-        if isinstance(message, AIMessage):
-            open_calls = {c["id"] for c in [*message.tool_calls, *message.invalid_tool_calls]}
-    assert not open_calls
-
-
 def run_both(replies: list[AIMessage], questions: list[str], **options: Any) -> dict[bool, tuple[Any, ToolCallingFake]]:
     runs = {}
     for ours in (False, True):
@@ -106,7 +93,7 @@ def test_a_bad_tool_call_gets_an_error_result_and_the_model_a_second_chance(bad_
         assert [m.type for m in stored] == ["human", "ai", "tool", "ai"], ours
         assert stored[2].status == "error" and error in stored[2].text
         assert len(model.received) == 2 and shape(model.received[1]) == shape(stored[:3])
-        check_pairs(model.received[1])
+        check_tool_pairs(model.received[1])
     assert shape(runs[True][0].get_state(CONFIG).values["messages"]) == shape(runs[False][0].get_state(CONFIG).values["messages"])
 
 
@@ -124,7 +111,7 @@ def test_malformed_tool_call_json_is_answered_in_the_next_request_and_never_orph
     # back on coffee: the turn comes back with its call and its error result paired
     assert COFFEE in texts(gated[3]) and any(m.type == "tool" and m.tool_call_id == "bad1" for m in gated[3])
     for received in (*plain, *gated):
-        check_pairs(received)
+        check_tool_pairs(received)
     assert shape(runs[True][0].get_state(CONFIG).values["messages"]) == shape(runs[False][0].get_state(CONFIG).values["messages"])
 
 

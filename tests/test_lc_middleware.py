@@ -25,6 +25,7 @@ from context_gatekeeper import EditError, HistoryError, ModelUnavailableError
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.middleware import GatekeeperMiddleware
 from langchain_gatekeeper.threads import EDITS_KEY, edit_thread, aedit_thread, undo_thread, aundo_thread
+from lc_support import check_tool_pairs
 
 JOB = "The nightly export job runs for at most 45 seconds."
 
@@ -70,20 +71,6 @@ def swap_editor(old: str, new: str):
 
 def texts(messages: list[BaseMessage]) -> str:
     return "\n".join(m.text for m in messages)
-
-
-def check_tool_pairs(messages: list[BaseMessage]) -> None:
-    """Every tool call has its result right after it, and every result its call."""
-    open_calls: set[str] = set()
-    for message in messages:
-        if isinstance(message, ToolMessage):
-            assert message.tool_call_id in open_calls, f"orphan tool result {message.tool_call_id}"
-            open_calls.discard(message.tool_call_id)
-        else:
-            assert not open_calls, f"tool calls without results: {open_calls}"
-            if isinstance(message, AIMessage):
-                open_calls = {c["id"] for c in message.tool_calls}
-    assert not open_calls
 
 
 CONFIG = {"configurable": {"thread_id": "t1"}}
