@@ -200,15 +200,22 @@ class Words:
         return [1.0, 0.0]
 
 
-def test_an_edit_that_removes_sensitive_text_leaves_no_vector_of_it(tmp_path: Path) -> None:
-    path = tmp_path / "s.db"
+def saved_secret(path: Path, secret: str) -> tuple[Transcript, TranscriptGate, str]:
+    """A SQLite transcript at ``path``: ``secret`` (answered "noted"), then a weather turn, both
+    embedded and saved; returns the transcript, its gate and the saved hash of the secret turn."""
     transcript = Transcript("s", store=SQLiteStore(path))
-    transcript.append(user="my card number is 4111 1111 1111 1111", assistant="noted")
+    transcript.append(user=secret, assistant="noted")
     transcript.append(user="what about the weather", assistant="sunny")
     gate = TranscriptGate(transcript, embedder=Words())
     embed_all(gate)
-    old = text_hash("my card number is 4111 1111 1111 1111\nnoted")
-    assert old in {h for _, h in raw_rows(path)}
+    saved = text_hash(f"{secret}\nnoted")
+    assert saved in {h for _, h in raw_rows(path)}
+    return transcript, gate, saved
+
+
+def test_an_edit_that_removes_sensitive_text_leaves_no_vector_of_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    transcript, gate, old = saved_secret(path, "my card number is 4111 1111 1111 1111")
     transcript.apply([Replace(transcript.messages[0].id, "my card number is [redacted]")])
     gate.explain("card?")
     embed_all(gate)
@@ -220,13 +227,7 @@ def test_an_edit_that_removes_sensitive_text_leaves_no_vector_of_it(tmp_path: Pa
 
 def test_a_deleted_turns_vector_goes_at_the_next_save(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    transcript = Transcript("s", store=SQLiteStore(path))
-    transcript.append(user="my password is hunter2", assistant="noted")
-    transcript.append(user="what about the weather", assistant="sunny")
-    gate = TranscriptGate(transcript, embedder=Words())
-    embed_all(gate)
-    secret = text_hash("my password is hunter2\nnoted")
-    assert secret in {h for _, h in raw_rows(path)}
+    transcript, gate, secret = saved_secret(path, "my password is hunter2")
     transcript.apply([Delete(m.id) for m in transcript.messages[:2]])
     transcript.append(user="a new question", assistant="a new answer")
     gate.explain("weather?")
