@@ -506,9 +506,7 @@ class Transcript(AsyncTranscriptMixin):
 
     def _propose(self, instruction: str, model: Any, options: EditOptions) -> Proposal:
         chosen = self._edit_model(instruction, model)
-        with self._lock:
-            self._replica.refresh()
-            base, state = len(self._replica.log), list(map(detached, self._replica.state.to_list()))
+        base, state = self._base_and_state()
         result = compute_edit(state, instruction, chosen, options=options)  # outside the lock: models are slow
         return self._make_proposal(instruction, base, state, result, options.strategy)
 
@@ -519,6 +517,7 @@ class Transcript(AsyncTranscriptMixin):
         return self._make_proposal(instruction, base, state, result, options.strategy)
 
     def _base_and_state(self) -> tuple[int, list[Message]]:
+        """The head and a copy of the state at it, read together (what an edit starts from)."""
         with self._lock:
             self._replica.refresh()
             return len(self._replica.log), list(map(detached, self._replica.state.to_list()))
