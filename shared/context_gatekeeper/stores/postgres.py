@@ -106,6 +106,8 @@ MIGRATIONS: tuple[Migration, ...] = (
 and ``{migrations}`` stand for the prefixed table names (composed as identifiers)."""
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
+_TABLES = {"revisions": "revisions", "migrations": "schema_migrations", "ids": "message_ids",
+           "set_aside": "set_aside_revisions", "vectors": "vectors"}  # placeholder -> name after the prefix
 _COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, changes"
 _TEMPLATES = {
     "create_migrations": """CREATE TABLE IF NOT EXISTS {migrations} (
@@ -179,15 +181,8 @@ class PostgresStore(Store, PostgresVectors):
             )
         self.table_prefix = table_prefix
         self.fault_hook = fault_hook
-        names = {
-            "revisions": sql.Identifier(f"{table_prefix}revisions"),
-            "migrations": sql.Identifier(f"{table_prefix}schema_migrations"),
-            "ids": sql.Identifier(f"{table_prefix}message_ids"),
-            "set_aside": sql.Identifier(f"{table_prefix}set_aside_revisions"),
-            "vectors": sql.Identifier(f"{table_prefix}vectors"),
-        }
-        self._names = names
-        self._sql = {key: sql.SQL(template).format(**names) for key, template in _TEMPLATES.items()}
+        self._names = {name: sql.Identifier(table_prefix + table) for name, table in _TABLES.items()}
+        self._sql = {key: sql.SQL(template).format(**self._names) for key, template in _TEMPLATES.items()}
         if isinstance(dsn_or_pool, ConnectionPool):
             self._pool, self._owns_pool = dsn_or_pool, False
         elif isinstance(dsn_or_pool, str):
