@@ -193,27 +193,24 @@ class SemanticChannel:
         refused: list[int] = []
 
         def split(idx: list[int]) -> None:
-            try:
-                vectors = self.embedder.embed_documents([texts[i] for i in idx])
-            except Exception:  # noqa: BLE001 -- the embedder answers (see below): a bad text
-                if len(idx) == 1:
-                    refused.append(idx[0])
-                    return
-                split(idx[: len(idx) // 2])
-                split(idx[len(idx) // 2 :])
+            """``idx`` failed together: a single text is refused, else each half is tried."""
+            if len(idx) == 1:
+                refused.append(idx[0])
                 return
-            done.update(zip(idx, vectors))
+            for half in (idx[: len(idx) // 2], idx[len(idx) // 2 :]):
+                try:
+                    vectors = self.embedder.embed_documents([texts[i] for i in half])
+                except Exception:  # noqa: BLE001 -- the embedder answers (see below): a bad text
+                    split(half)
+                else:
+                    done.update(zip(half, vectors))
 
         try:
             done.update(enumerate(self.embedder.embed_documents(texts)))
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
             if not self._answers():
                 return done, refused, exc  # down: nothing is the texts' fault
-            if len(batch) == 1:
-                refused.append(0)
-            else:
-                split(list(range(len(batch) // 2)))
-                split(list(range(len(batch) // 2, len(batch))))
+            split(list(range(len(batch))))
         return done, refused, None
 
     def _answers(self) -> bool:
