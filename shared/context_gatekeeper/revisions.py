@@ -100,7 +100,7 @@ class Revision:
 
     def detached(self) -> "Revision":
         """This revision with its own copies of every message's metadata and parts."""
-        return replace(self, changes=tuple(map(_detached_change, self.changes)))
+        return replace(self, changes=tuple(map(detached_change, self.changes)))
 
     def stamped(self) -> "Revision":
         """This revision with the versions it produces marked as produced by it (itself
@@ -134,7 +134,7 @@ class Revision:
         return tuple(c.message for c in self.changes if isinstance(c, Put))
 
 
-def _detached_change(change: Applied) -> Applied:
+def detached_change(change: Applied) -> Applied:
     """``change`` with copies of its messages (see :func:`detached`), built through the
     slot descriptors: a store and the transcript copy every change they hand out."""
     kind = type(change)
@@ -189,7 +189,7 @@ _SET_CHANGE_BEFORE, _SET_CHANGE_AFTER = (Change.__dict__[name].__set__ for name 
 if [tuple(f.name for f in fields(k)) for k in (Put, Remove, Change)] != [
     ("message", "after"), ("message", "after"), ("before", "after")
 ]:
-    raise RuntimeError("_detached_change builds changes field by field: update it with the fields")  # pragma: no cover
+    raise RuntimeError("detached_change builds changes field by field: update it with the fields")  # pragma: no cover
 _SET_DIFF_ID, _SET_DIFF_STATUS, _SET_DIFF_BEFORE, _SET_DIFF_AFTER = (
     MessageDiff.__dict__[name].__set__ for name in ("id", "status", "before", "after")
 )

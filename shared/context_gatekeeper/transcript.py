@@ -58,7 +58,7 @@ from .operations import (
     is_noop,
     resolve_request,
 )
-from .revisions import Diff, Proposal, Revision, RevisionKind, diff_states, undo_stacks
+from .revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, undo_stacks
 from .stores.base import Store
 from .transcript_async import AsyncTranscriptMixin
 from .stores.memory import InMemoryStore
@@ -497,7 +497,7 @@ class Transcript(AsyncTranscriptMixin):
         return Proposal(
             session_id=self.session_id,
             base=base,
-            changes=tuple(Revision(0, 0, "edit", tuple(result.changes)).detached().changes),
+            changes=tuple(map(detached_change, result.changes)),
             diff=diff_states(base, state, base + 1, proposed),
             instruction=instruction,
             model=result.model_name,
