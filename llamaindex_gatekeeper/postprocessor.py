@@ -179,24 +179,24 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """The core's full coverage result for ``nodes`` (indices into ``nodes``)."""
-        probe = None
-        if self._vectors is not None and nodes and query_text(query).strip():
-            probe = self._vectors.similarities(nodes, query_text(query), query_embedding(query))
-        return self._covering(nodes, query, probe)
+        text, probe = query_text(query), None
+        if self._vectors is not None and nodes and text.strip():
+            probe = self._vectors.similarities(nodes, text, query_embedding(query))
+        return self._covering(nodes, text, probe)
 
     async def aselect(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """:meth:`select` with the embedding calls awaited (the embedder's async twins)."""
         if self._vectors is None:
             return await asyncio.to_thread(self.select, nodes, query)
-        probe = None
-        if nodes and query_text(query).strip():
-            probe = await self._vectors.asimilarities(nodes, query_text(query), query_embedding(query))
-        return self._covering(nodes, query, probe)
+        text, probe = query_text(query), None
+        if nodes and text.strip():
+            probe = await self._vectors.asimilarities(nodes, text, query_embedding(query))
+        return self._covering(nodes, text, probe)
 
-    def _covering(self, nodes: List[NodeWithScore], query: Any, probe: Any) -> CoverageResult:
+    def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any) -> CoverageResult:
         texts = [_text(n, self.metadata_mode) for n in nodes]
         result = select_covering(
-            query_text(query),
+            query,
             texts,
             token_budget=self.token_budget,
             costs=[self._count(t) for t in texts],
