@@ -62,15 +62,15 @@ class NodeVectors:
         self._failing = False
 
     def _missing(
-        self, nodes: List[NodeWithScore], dimension: int
+        self, nodes: List[NodeWithScore], own: list[list[float] | None], dimension: int
     ) -> tuple[list[Any], list[tuple[int, str, tuple[str, str]]]]:
-        """Each node's vector (``node.embedding`` when it is finite numbers of the query's
-        ``dimension``, else the cache's) and the nodes left to embed.  A cache hit becomes
-        the most recently used entry."""
+        """Each node's vector (its ``own`` embedding when it has the query's ``dimension``,
+        else the cache's) and the nodes left to embed.  A cache hit becomes the most
+        recently used entry."""
         vectors: list[Any] = []
         todo = []
         for i, item in enumerate(nodes):
-            vector = _node_embedding(item.node, dimension)
+            vector = _node_embedding(item.node, own[i], dimension)
             if vector is None:
                 text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
                 key = (self.embedder.name, text_hash(text))
@@ -93,11 +93,12 @@ class NodeVectors:
     def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
         """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
         when the query could not be embedded."""
-        query = _agreeing(query, nodes)
+        own = _own_embeddings(nodes)
+        query = _agreeing(query, own)
         try:
             if query is None:
                 query = self._call(self.embedder.embed_query, text)
-            vectors, todo = self._missing(nodes, len(query))
+            vectors, todo = self._missing(nodes, own, len(query))
             if todo:
                 self._remember(vectors, todo, self._call(self.embedder.embed_documents, [t for _, t, _ in todo]))
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
@@ -106,11 +107,12 @@ class NodeVectors:
 
     async def asimilarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
         """:meth:`similarities` with the embedder's async twins awaited."""
-        query = _agreeing(query, nodes)
+        own = _own_embeddings(nodes)
+        query = _agreeing(query, own)
         try:
             if query is None:
                 query = await self._await(self.embedder.aembed_query(text))
-            vectors, todo = self._missing(nodes, len(query))
+            vectors, todo = self._missing(nodes, own, len(query))
             if todo:
                 found = await self._await(self.embedder.aembed_documents([t for _, t, _ in todo]))
                 self._remember(vectors, todo, found)
@@ -162,12 +164,17 @@ class NodeVectors:
         return None, True
 
 
-def _node_embedding(node: BaseNode, dimension: int) -> list[float] | None:
-    """``node.embedding`` when it is finite numbers of ``dimension``, else None (with a
-    debug log when it was filled): the node is then embedded like one without it."""
+def _own_embeddings(nodes: List[NodeWithScore]) -> list[list[float] | None]:
+    """Each node's ``node.embedding`` as floats when it is filled with finite numbers, else None."""
+    return [_finite(n.node.embedding) if n.node.embedding else None for n in nodes]
+
+
+def _node_embedding(node: BaseNode, vector: list[float] | None, dimension: int) -> list[float] | None:
+    """``vector`` (the node's embedding as finite floats) when it has ``dimension``, else
+    None (with a debug log when the node's embedding was filled): the node is then
+    embedded like one without it."""
     if not node.embedding:
         return None
-    vector = _finite(node.embedding)
     if vector is None or len(vector) != dimension:
         logger.debug(
             "node %s: embedding ignored (%s)", node.node_id,
@@ -177,12 +184,12 @@ def _node_embedding(node: BaseNode, dimension: int) -> list[float] | None:
     return vector
 
 
-def _agreeing(query: list[float] | None, nodes: List[NodeWithScore]) -> list[float] | None:
-    """The query's own embedding, unless the nodes' embeddings mostly have another
+def _agreeing(query: list[float] | None, own: list[list[float] | None]) -> list[float] | None:
+    """The query's own embedding, unless the nodes' ``own`` embeddings mostly have another
     dimension (then it is ignored, with a debug log, and the query is embedded)."""
     if query is None:
         return None
-    dims = Counter(len(v) for v in (_finite(n.node.embedding) for n in nodes if n.node.embedding) if v is not None)
+    dims = Counter(len(v) for v in own if v is not None)
     if dims and dims.most_common(1)[0][0] != len(query) and dims[len(query)] * 2 <= sum(dims.values()):
         logger.debug("QueryBundle.embedding ignored: dimension %d, the nodes' is %d",
                      len(query), dims.most_common(1)[0][0])
