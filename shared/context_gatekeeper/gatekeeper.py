@@ -25,11 +25,11 @@ from typing import Any, Literal
 from .anchors import extract
 from .cues import Cues, strip_cues
 from .errors import BudgetError
-from .gate import anchor_weights, asks_question, closes_topic
+from .gate import anchor_weights
 from .history import TurnHistory, turn_texts as _turn_texts
 from .params import SelectionParams
 from .segments import gate_query
-from .semantic import fuse, keep_semantic, last_answer, topic_continuity
+from .semantic import answer_ending, fuse, keep_semantic, topic_continuity
 from .semantic_methods import SemanticMethods
 from .selection import Evidence, Selection, Turn
 from .selector import (
@@ -316,10 +316,10 @@ class ContextGatekeeper(SemanticMethods):
         fuse(candidates, view, history, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)
-        answer = last_answer(history)  # how it ends: a question to the user, or an offer of more help
+        asks, closes = answer_ending(history)  # a question to the user, or an offer of more help
         decision, weak_switch, features, topic = gate_query(
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
-            replying=view is not None and asks_question(answer), closing=closes_topic(answer))
+            replying=view is not None and asks, closing=closes)
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .gate import is_courtesy, last_question
 from .history import TurnHistory
 from .params import SelectionParams
 from .scoring import recency_prior
@@ -33,6 +34,7 @@ __all__ = [
     "keep_semantic",
     "topic_continuity",
     "last_answer",
+    "answer_ending",
 ]
 
 
@@ -201,3 +203,10 @@ def last_answer(history: TurnHistory) -> str:
     (:func:`gate.asks_question`, :func:`gate.closes_topic`)."""
     return history.turns[history.order[-1]].assistant if len(history) else ""
 
+
+def answer_ending(history: TurnHistory) -> tuple[bool, bool]:
+    """How the latest answer ends: ``(asks the user something, offers more help)``, i.e.
+    :func:`gate.asks_question` and :func:`gate.closes_topic` with its last question read once."""
+    question = last_question(last_answer(history))
+    courtesy = question is not None and is_courtesy(question)
+    return question is not None and not courtesy, courtesy
