@@ -122,21 +122,20 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         self.views = GatedView(lambda: ContextGatekeeper(**options), max_threads=max_threads)
 
     # -- gating ---------------------------------------------------------------------------
+    @staticmethod
+    def _scope(request: ModelRequest) -> dict[str, Any]:
+        """The view's keywords for ``request``: its thread and its system prompt's text."""
+        info = getattr(request.runtime, "execution_info", None)
+        system = request.system_message.text if request.system_message is not None else None
+        return {"thread": getattr(info, "thread_id", None), "system_prompt": system}
+
     def gated(self, request: ModelRequest) -> ModelRequest:
         """The request with its messages narrowed to the gated view."""
-        info = getattr(request.runtime, "execution_info", None)
-        thread = getattr(info, "thread_id", None)
-        system = request.system_message.text if request.system_message is not None else None
-        messages = self.views.view(request.messages, thread=thread, system_prompt=system)
-        return request.override(messages=messages)
+        return request.override(messages=self.views.view(request.messages, **self._scope(request)))
 
     async def agated(self, request: ModelRequest) -> ModelRequest:
         """:meth:`gated` with the embedding calls awaited (the event loop is never blocked)."""
-        info = getattr(request.runtime, "execution_info", None)
-        thread = getattr(info, "thread_id", None)
-        system = request.system_message.text if request.system_message is not None else None
-        messages = await self.views.aview(request.messages, thread=thread, system_prompt=system)
-        return request.override(messages=messages)
+        return request.override(messages=await self.views.aview(request.messages, **self._scope(request)))
 
     # -- the edit route -------------------------------------------------------------------
     def _instruction(self, request: ModelRequest) -> str | None:
