@@ -68,11 +68,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_values = thread_values
 
 
 def _thread(snapshot: Any) -> tuple[list[BaseMessage], list[dict[str, Any]]]:
-    messages, log = _values(snapshot)
+    messages, log = thread_values(snapshot)
     if not messages:
         raise HistoryError("the thread has no messages to edit; check config['configurable']['thread_id']")
     return messages, log
@@ -131,7 +130,7 @@ def _check_fresh(update: Sequence[BaseMessage], changes: Sequence[Applied], befo
     another edit, undo or redo than snapshot ``before`` (the one the plan was computed
     on), or a different version of a message the plan touches (of any message, when the
     update rewrites the whole list).  Messages appended meanwhile are fine."""
-    (old, old_log), (new, new_log) = _values(before), _values(now)
+    (old, old_log), (new, new_log) = thread_values(before), thread_values(now)
     rewrite, touched = update[:1] and update[0].id == REMOVE_ALL_MESSAGES, touched_ids(changes)
     watched = lambda messages: [m for m in messages if rewrite or m.id in touched]  # noqa: E731
     if new_log != old_log or watched(new) != watched(old):
@@ -354,16 +353,16 @@ def thread_history(agent: Any, config: dict[str, Any]) -> list[ThreadEdit]:
     :class:`ThreadEdit` (a core ``Revision``) that :func:`edit_thread`, :func:`undo_thread`
     and :func:`redo_thread` returned, with its ``strategy``, ``skipped`` and ``diff`` (as
     :func:`thread_diff` between it and the revision before)."""
-    return revisions_with_diffs(*_values(agent.get_state(config)))
+    return revisions_with_diffs(*thread_values(agent.get_state(config)))
 
 
 async def athread_history(agent: Any, config: dict[str, Any]) -> list[ThreadEdit]:
     """Async :func:`thread_history`."""
-    return revisions_with_diffs(*_values(await agent.aget_state(config)))
+    return revisions_with_diffs(*thread_values(await agent.aget_state(config)))
 
 
 def _diff(snapshot: Any, a: int, b: int | None) -> Diff:
-    messages, records = _values(snapshot)
+    messages, records = thread_values(snapshot)
     log = read_log(records)
     head = len(log)
     b = head if b is None else b
