@@ -95,8 +95,8 @@ def _editable(state: Sequence[Message], messages: Sequence[BaseMessage]) -> list
     return [c for c, m in zip(state, messages) if not is_edit_record(m)]
 
 
-def _plan(messages: Sequence[BaseMessage], result: EditResult, log: Sequence[dict[str, Any]], instruction: str) -> EditPlan:
-    state = to_core_messages(messages)
+def _plan(state: list[Message], result: EditResult, log: Sequence[dict[str, Any]], instruction: str) -> EditPlan:
+    """The plan for ``result``, computed over ``state`` (the thread's messages, as core messages)."""
     number = len(log) + 1
     after = apply_changes(state, result.changes)
     entry = ThreadEdit(
@@ -111,18 +111,18 @@ def plan_edit(
 ) -> EditPlan:
     """Compute an edit of ``messages`` (edit records excluded) numbered after the log's
     records; nothing is written."""
-    edit_model = resolve_edit_model(model)
-    result = compute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, options=options)
-    return _plan(messages, result, log, instruction)
+    state = to_core_messages(messages)  # converted once: the edit and the plan read the same copies
+    result = compute_edit(_editable(state, messages), instruction, resolve_edit_model(model), options=options)
+    return _plan(state, result, log, instruction)
 
 
 async def aplan_edit(
     messages: Sequence[BaseMessage], log: Sequence[dict[str, Any]], instruction: str, model: Any, options: EditOptions
 ) -> EditPlan:
     """Async :func:`plan_edit`."""
-    edit_model = resolve_edit_model(model)
-    result = await acompute_edit(_editable(to_core_messages(messages), messages), instruction, edit_model, options=options)
-    return _plan(messages, result, log, instruction)
+    state = to_core_messages(messages)
+    result = await acompute_edit(_editable(state, messages), instruction, resolve_edit_model(model), options=options)
+    return _plan(state, result, log, instruction)
 
 
 def _check_fresh(update: Sequence[BaseMessage], changes: Sequence[Applied], before: Any, now: Any, what: str) -> None:
