@@ -67,3 +67,4 @@ def check_tool_pairs(messages: list[BaseMessage]) -> None:
         if isinstance(message, AIMessage):
             open_calls = {c["id"] for c in [*message.tool_calls, *message.invalid_tool_calls]}
     assert not open_calls
+

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from net_support import no_network
 
 from context_gatekeeper import EditError, ModelUnavailableError, Transcript
 from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel, gemini_api_key
@@ -65,12 +66,10 @@ def no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
 
 
-def test_missing_key_fails_fast_naming_the_fixes(no_key: None) -> None:
-    start = time.perf_counter()
-    with pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY") as info:
-        GeminiModel()
+def test_missing_key_fails_fast_naming_the_fixes(no_key: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    with no_network(monkeypatch), pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY") as info:
+        GeminiModel()  # refused before any connection is tried
     assert "model=" in str(info.value)
-    assert time.perf_counter() - start < 1.0
     assert gemini_api_key() is None
 
 
@@ -244,10 +243,9 @@ def test_real_client_sends_system_roles_and_schema(local_gemini) -> None:
 def test_real_client_times_out_quickly(local_gemini) -> None:
     local_gemini.delay = 3.0
     model = GeminiModel(api_key="fake", timeout=0.5, max_retries=0)
-    start = time.perf_counter()
-    with pytest.raises(ModelUnavailableError):
+    with pytest.raises(ModelUnavailableError, match="could not be used") as info:
         model.complete(MESSAGES)
-    assert time.perf_counter() - start < 2.5
+    assert "ReadTimeout" in str(info.value)  # the client's own timeout ended the call, not the slow server
 
 
 def test_real_client_server_error_is_unavailable(local_gemini) -> None:

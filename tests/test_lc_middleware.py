@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.middleware import GatekeeperMiddleware
 from langchain_gatekeeper.threads import EDITS_KEY, edit_thread, aedit_thread, undo_thread, aundo_thread
 from lc_support import check_tool_pairs
+from net_support import no_network
 
 JOB = "The nightly export job runs for at most 45 seconds."
 
@@ -154,7 +154,8 @@ def test_gatekeeper_is_kept_per_thread_and_updated_incrementally() -> None:
     assert middleware.views.gatekeeper("other") is not gk
 
 
-def test_incremental_view_is_fast_on_a_long_thread() -> None:
+def test_incremental_view_indexes_only_new_turns_on_a_long_thread() -> None:
+    # speed is measured in benchmarks/speed.py; here: a grown thread is never indexed again from scratch
     middleware = GatekeeperMiddleware(token_counter=len, message_overhead=0)
     history: list[BaseMessage] = []
     for i in range(300):
@@ -162,13 +163,14 @@ def test_incremental_view_is_fast_on_a_long_thread() -> None:
                     AIMessage(f"answer {i} on topic{i % 17}", id=f"a{i}")]
     query = HumanMessage("more on topic3 please", id="q")
     middleware.views.view([*history, query], thread="long")  # first call indexes everything
-    start = time.perf_counter()
+    gatekeeper, index = middleware.views.gatekeeper("long"), middleware.views.index("long")
+    ids = [t.id for t in gatekeeper.turns]
     for i in range(10):
         history += [HumanMessage(f"next {i} topic3", id=f"n{i}"), AIMessage("ok", id=f"m{i}")]
         view = middleware.views.view([*history, query], thread="long")
-    per_call = (time.perf_counter() - start) / 10
     assert view[-1].id == "q" and view[0].type == "human"
-    assert per_call < 0.05, f"incremental view took {per_call * 1000:.1f} ms"
+    assert index.builds == 1 and len(gatekeeper) == 310
+    assert [t.id for t in gatekeeper.turns][:300] == ids  # the 300 turns kept their ids: not re-added
 
 
 def test_summary_messages_are_pinned() -> None:
@@ -287,10 +289,8 @@ def test_default_model_without_a_key_raises_quickly(monkeypatch: pytest.MonkeyPa
     model = scripted([AIMessage(IRELAND_ANSWER)])
     agent = ireland_agent(None, model)
     agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
-    start = time.perf_counter()
-    with pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY"):
-        edit_thread(agent, CONFIG, "Iceland, not Ireland")
-    assert time.perf_counter() - start < 2
+    with no_network(monkeypatch), pytest.raises(ModelUnavailableError, match="GOOGLE_API_KEY"):
+        edit_thread(agent, CONFIG, "Iceland, not Ireland")  # refused before any connection is tried
     out = agent.invoke({"messages": [HumanMessage("/edit Iceland, not Ireland")]}, CONFIG)
     assert "GOOGLE_API_KEY" in out["messages"][-1].text and "nothing was changed" in out["messages"][-1].text
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,10 +234,8 @@ def test_a_wrong_password_fails_fast_with_the_servers_reason(tmp_path: Path) -> 
 
     parts = conninfo_to_dict(postgres_dsn())
     parts["password"] = "certainly-wrong"
-    started = time.monotonic()
-    with pytest.raises(psycopg.OperationalError, match="password"):
+    with pytest.raises(psycopg.OperationalError, match="password"):  # the server's reason, not a pool timeout
         PostgresStore(make_conninfo(**parts), table_prefix=prefix_for(tmp_path), connect_timeout=2)
-    assert time.monotonic() - started < 15
 
 
 def test_a_commit_holds_its_sessions_lock_and_only_that(tmp_path: Path) -> None:
