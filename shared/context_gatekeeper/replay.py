@@ -15,14 +15,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .errors import InvalidRevisionError, UnknownMessageError
 from .messages import Message
 from .operations import AT_END, Applied, Change, Put, State, invert
 
 if TYPE_CHECKING:
     from .revisions import Revision
 
-__all__ = ["SkipReason", "SKIP_REASONS", "Skipped", "split_applicable", "applicable", "rewind"]
+__all__ = ["SkipReason", "SKIP_REASONS", "Skipped", "split_applicable", "rewind"]
 
 SkipReason = Literal["gone", "changed", "present", "no anchor"]
 SKIP_REASONS: dict[str, str] = {
@@ -99,21 +98,6 @@ def split_applicable(
         else:
             skipped.append(Skipped(change, reason))
     return out, skipped
-
-
-def applicable(changes: Iterable[Applied], state: Sequence[Message]) -> list[Applied]:
-    """The part of ``changes`` that applies to ``state``, in order, as :func:`apply_changes
-    <context_gatekeeper.operations.apply_changes>` would apply it: a put of a message
-    already there, or a removal or change of one that is gone, is skipped (versions
-    and anchors are not checked: :func:`split_applicable` does)."""
-    current, out = State(state), []
-    for change in changes:
-        try:
-            current.apply((change,))
-        except (InvalidRevisionError, UnknownMessageError):
-            continue
-        out.append(change)
-    return out
 
 
 def rewind(state: Sequence[Message], later: Sequence["Revision"]) -> list[Message]:

@@ -18,7 +18,7 @@ from .messages import Message, detached
 from .operations import (
     Applied, Change, Put, Remove, change_from_dict, change_to_dict, is_noop, touched_ids,
 )
-from .replay import Skipped, applicable, rewind, split_applicable  # replaying over a state others move too
+from .replay import Skipped, rewind, split_applicable  # replaying over a state others move too
 
 __all__ = [
     "RevisionKind",
@@ -30,7 +30,6 @@ __all__ = [
     "diff_states",
     "rebase_conflicts",
     "undo_stacks",
-    "applicable",
     "split_applicable",
     "Skipped",
     "rewind",
