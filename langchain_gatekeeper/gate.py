@@ -189,7 +189,7 @@ class _TopicGate:
         if isinstance(hist, GatekeeperChatMessageHistory):
             # matched by position (ids may be absent): the history's incremental index answers
             if same_messages(prior, hist.transcript.messages):
-                gate = hist.gate if self.options is None else self._gate_for(hist)
+                gate = self._gate_for(hist)
                 return from_core_messages(gate.select_messages(query))
         return self.views.gated(prior, query, thread=None if hist is None else id(hist))
 
@@ -199,7 +199,7 @@ class _TopicGate:
             return list(prior)
         if isinstance(hist, GatekeeperChatMessageHistory):
             if same_messages(prior, await hist.transcript.aget_messages()):
-                gate = hist.gate if self.options is None else self._gate_for(hist)
+                gate = self._gate_for(hist)
                 if gate.semantic:
                     return from_core_messages(await gate.aselect_messages(query))
                 return from_core_messages(await asyncio.to_thread(gate.select_messages, query))
@@ -209,6 +209,9 @@ class _TopicGate:
         return {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
 
     def _gate_for(self, hist: GatekeeperChatMessageHistory) -> TranscriptGate:
+        """The index that answers for ``hist``: its own without gate options, else this gate's."""
+        if self.options is None:
+            return hist.gate
         with self._lock:
             gate = self._gates.get(hist)
             if gate is None:
