@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the paper's scenarios
 
 from context_gatekeeper import tiktoken_counter  # noqa: E402
-from context_gatekeeper.edit_checks import DEFAULT_MAX_DELETION_SHARE, deleted_share  # noqa: E402
-from context_gatekeeper.messages import Message  # noqa: E402
-from context_gatekeeper.operations import Change, Remove  # noqa: E402
+from context_gatekeeper.editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share  # noqa: E402
+from context_gatekeeper.transcripts.messages import Message  # noqa: E402
+from context_gatekeeper.transcripts.operations import Change, Remove  # noqa: E402
 from paper_scenarios import SCENARIOS  # noqa: E402
 
 count = tiktoken_counter("cl100k_base")

@@ -35,7 +35,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from context_gatekeeper import Delete, Replace, Transcript, tiktoken_counter  # noqa: E402
-from context_gatekeeper.edit_format import ideal_patch_reply, ideal_rewrite_reply  # noqa: E402
+from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply  # noqa: E402
 from context_gatekeeper.testing import ScriptedModel  # noqa: E402
 from paper_scenarios import SCENARIOS, Scenario  # noqa: E402
 

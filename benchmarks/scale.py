@@ -32,9 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from context_gatekeeper import Replace, SQLiteStore, Transcript
-from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import AT_END, Put
-from context_gatekeeper.revisions import Revision
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import AT_END, Put
+from context_gatekeeper.transcripts.revisions import Revision
 from context_gatekeeper.stores.integrity import index_of_log
 from context_gatekeeper.stores.schema import changes_text, index_rows
 

@@ -898,7 +898,7 @@ def make_subjects(args: argparse.Namespace, count: Callable[[str], int], console
     try:
         from context_gatekeeper import ContextGatekeeper
     except ImportError:  # a checkout whose package does not export it (yet)
-        from context_gatekeeper.gatekeeper import ContextGatekeeper
+        from context_gatekeeper.selection.gatekeeper import ContextGatekeeper
 
     subjects = [Subject("library", lambda: ContextGatekeeper(
         token_budget=args.budget, token_counter=count, message_overhead=0), bounded=False)]

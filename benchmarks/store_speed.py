@@ -74,7 +74,7 @@ def percentile(values: Sequence[float], share: float) -> float:
 
 def timed_edits(transcript: Any, target: str, count: int | None, until: Any = None) -> list[float]:
     """Latencies (s) of ``count`` edits, or of edits until the event ``until`` is set."""
-    from context_gatekeeper.operations import Replace
+    from context_gatekeeper.transcripts.operations import Replace
 
     latencies: list[float] = []
     n = 0

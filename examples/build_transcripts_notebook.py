@@ -45,7 +45,7 @@ except ImportError:
 sys.path.append(str(REPO / "tests"))
 
 from context_gatekeeper import Delete, GeminiModel, Replace, SQLiteStore, Transcript, TranscriptGate
-from context_gatekeeper.edit_format import ideal_patch_reply
+from context_gatekeeper.editing.format import ideal_patch_reply
 from context_gatekeeper.testing import ScriptedModel
 from context_gatekeeper.tokens import resolve_token_counter
 from paper_scenarios import RETROACTIVE_CORRECTION as scenario

@@ -69,7 +69,7 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from _printing import Printer, short  # noqa: E402
 from context_gatekeeper import Message, Replace  # noqa: E402
-from context_gatekeeper.edit_format import ideal_patch_reply  # noqa: E402
+from context_gatekeeper.editing.format import ideal_patch_reply  # noqa: E402
 from context_gatekeeper.testing import ScriptedModel  # noqa: E402
 from context_gatekeeper.tokens import resolve_token_counter  # noqa: E402
 from langchain_gatekeeper import (  # noqa: E402

@@ -85,7 +85,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.schema import NodeWithScore, TextNode  # noqa: E402
 
 from context_gatekeeper import EditError, Message, ModelUnavailableError, Replace  # noqa: E402
-from context_gatekeeper.edit_format import ideal_patch_reply  # noqa: E402
+from context_gatekeeper.editing.format import ideal_patch_reply  # noqa: E402
 from context_gatekeeper.testing import ScriptedModel  # noqa: E402
 from context_gatekeeper.tokens import resolve_token_counter  # noqa: E402
 from _printing import Printer, short  # noqa: E402

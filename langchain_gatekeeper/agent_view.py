@@ -5,11 +5,11 @@ needs: pinned content (leading system messages, summary messages) first, then th
 earlier turns a :class:`~context_gatekeeper.ContextGatekeeper` selects for the
 current query, then the current turn whole (the last human message and everything
 after it: the agent's tool loop is never gated).  Turns group an AI tool call with
-its ToolMessages (grouped as :func:`~context_gatekeeper.transcript_gate.group_turns`
+its ToolMessages (grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns`
 groups), so a pair is never split.
 
 Per thread, the gatekeeper is updated incrementally by the core's
-:class:`~context_gatekeeper.transcript_gate.TurnIndex` (the routine
+:class:`~context_gatekeeper.transcripts.transcript_gate.TurnIndex` (the routine
 :class:`~context_gatekeeper.TranscriptGate` uses too): turns are keyed by the id of
 their first message (agent state) or by their content (plain lists, see
 :func:`~langchain_gatekeeper.gate_messages`), so a new call indexes only new or
@@ -39,7 +39,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from context_gatekeeper import ContextGatekeeper
 from context_gatekeeper.errors import InvalidInputError
-from context_gatekeeper.transcript_gate import TurnIndex
+from context_gatekeeper.transcripts.transcript_gate import TurnIndex
 
 from .convert import text_of
 from .threads import is_edit_record
@@ -85,7 +85,7 @@ def semantic(gatekeeper: ContextGatekeeper) -> bool:
 
 class VectorLRU:
     """Turn vectors by ``(embedder name, text hash)``, shared by the threads of one
-    middleware or gate (the vector cache protocol of :mod:`context_gatekeeper.embedding`).
+    middleware or gate (the vector cache protocol of :mod:`context_gatekeeper.selection.semantic.embedding`).
 
     Bounded: beyond ``max_vectors`` the least recently used go first (float32, so
     20,000 vectors of 1,536 dimensions take about 120 MB).  Thread-safe."""
@@ -210,7 +210,7 @@ class _Turn:
 
 
 def _turns(rest: Sequence[BaseMessage], keyed_by: str) -> list[_Turn]:
-    """``rest`` grouped as :func:`~context_gatekeeper.transcript_gate.group_turns` groups
+    """``rest`` grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns` groups
     (a turn starts at each user message; answers and tool results join it), keyed.
 
     ``"id"``: the id of the turn's first message (its position when it has none), so an
@@ -282,7 +282,7 @@ class GatedView:
         return self._index(thread).gatekeeper
 
     def index(self, thread: Any) -> TurnIndex:
-        """The core :class:`~context_gatekeeper.transcript_gate.TurnIndex` kept for ``thread``."""
+        """The core :class:`~context_gatekeeper.transcripts.transcript_gate.TurnIndex` kept for ``thread``."""
         return self._index(thread).turns
 
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:

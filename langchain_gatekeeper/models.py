@@ -1,7 +1,7 @@
 """LangChain chat models as editing models, and the default: Gemini 2.5 Flash.
 
 :class:`LangChainEditModel` speaks the core's model protocol
-(:mod:`context_gatekeeper.models`) for any ``BaseChatModel``: sync and async
+(:mod:`context_gatekeeper.editing.models`) for any ``BaseChatModel``: sync and async
 calls, and structured output through ``with_structured_output`` when the model
 implements it (with ``include_raw=True``, so the raw message's finish reason is
 seen).  A reply whose ``response_metadata`` says it stopped at the output limit
@@ -22,7 +22,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from context_gatekeeper.errors import GatekeeperError, ModelUnavailableError, StructuredOutputError
-from context_gatekeeper.models import (
+from context_gatekeeper.editing.models import (
     EditModel,
     finish_reason_of,
     is_unavailable_error,
@@ -66,7 +66,7 @@ def _supports_structured_output(model: BaseChatModel) -> bool:
 
 
 class LangChainEditModel(EditModel):
-    """A LangChain chat model as the core's :class:`~context_gatekeeper.models.EditModel`.
+    """A LangChain chat model as the core's :class:`~context_gatekeeper.editing.models.EditModel`.
 
     Structured output goes through ``with_structured_output(schema, include_raw=True)``.
     When that path fails (binding the schema raises, as an unsupported model's
@@ -188,7 +188,7 @@ def given_edit_model(model: Any = None, llm: Any = None) -> EditModel | None:
 def resolve_edit_model(model: Any = None, llm: Any = None) -> EditModel:
     """The model an ``edit`` call should use: ``model=`` or its alias ``llm=``; with neither,
     the default Gemini model (:func:`default_chat_model`).  A thin delegate of
-    :func:`context_gatekeeper.models.resolve_model`: a LangChain chat model becomes a
+    :func:`context_gatekeeper.editing.models.resolve_model`: a LangChain chat model becomes a
     :class:`LangChainEditModel`, anything else the core's :class:`EditModel`.
 
     Raises:

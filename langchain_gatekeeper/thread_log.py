@@ -19,8 +19,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import NotRequired
 
 from context_gatekeeper import Diff, HistoryError, InvalidInputError, Message
-from context_gatekeeper.operations import Applied, Change, Remove, State, apply_changes, change_from_dict, change_to_dict, invert
-from context_gatekeeper.revisions import Revision, Skipped, diff_states
+from context_gatekeeper.transcripts.operations import Applied, Change, Remove, State, apply_changes, change_from_dict, change_to_dict, invert
+from context_gatekeeper.transcripts.revisions import Revision, Skipped, diff_states
 
 from .convert import from_core, from_core_messages, to_core_messages
 
@@ -56,11 +56,11 @@ class GatekeeperState(AgentState[Any]):
 
 @dataclass(frozen=True, slots=True)
 class ThreadEdit(Revision):
-    """A core :class:`~context_gatekeeper.revisions.Revision` of a thread (edit, undo or
+    """A core :class:`~context_gatekeeper.transcripts.revisions.Revision` of a thread (edit, undo or
     redo) plus what a revision cannot carry: ``diff``, the thread before against the
     thread after (``str()`` names messages ``user #1``), the edit's ``strategy``, and
     ``skipped``: the changes an undo or redo left out because another writer moved the
-    thread since (:class:`~context_gatekeeper.revisions.Skipped`, each with its message
+    thread since (:class:`~context_gatekeeper.transcripts.revisions.Skipped`, each with its message
     id and reason)."""
 
     diff: Diff = field(default_factory=lambda: Diff(0, 0, ()), repr=False, compare=False)

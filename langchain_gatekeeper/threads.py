@@ -1,27 +1,27 @@
 """Editing a LangChain 1.x agent's thread: edit, undo, redo, history and diff.
 
 :func:`edit_thread` reads a ``create_agent`` thread (``agent.get_state``), runs the core
-edit (:func:`~context_gatekeeper.editing.compute_edit`) and writes the result back as
+edit (:func:`~context_gatekeeper.editing.compute.compute_edit`) and writes the result back as
 **one** ``agent.update_state`` through ``add_messages``: a kept message is replaced
 under its id, a deleted one is a ``RemoveMessage``; an insertion anywhere but at the
 end rewrites the list (``REMOVE_ALL_MESSAGES`` then the revised list, ids unchanged).
 
 **One undo engine.**  Each edit, undo and redo is a core
-:class:`~context_gatekeeper.revisions.Revision` (a :class:`ThreadEdit`), stored as
+:class:`~context_gatekeeper.transcripts.revisions.Revision` (a :class:`ThreadEdit`), stored as
 ``Revision.to_dict()`` in :data:`EDITS_KEY`, a private state key that
 :class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware` adds to the agent's
 state schema (:mod:`.thread_log`).  Its reducer only appends (each write carries its
 own record, written once), and revisions are numbered from 1 by their place in the
 log, so a record is never lost to a write planned on an older snapshot; a thread
 never edited has no key.  Undo and redo follow the core's rules
-(:func:`~context_gatekeeper.revisions.undo_stacks`, inverses by
-:func:`~context_gatekeeper.operations.invert`): undo reverts the last edit not yet
+(:func:`~context_gatekeeper.transcripts.revisions.undo_stacks`, inverses by
+:func:`~context_gatekeeper.transcripts.operations.invert`): undo reverts the last edit not yet
 undone, redo re-applies the last undo, a new edit empties the redo stack.
 
 **Other writers win.**  A thread also moves by other means (the agent's turns,
 summarisation, a redaction middleware, a user's ``update_state``), so an undo or redo
 applies only the changes that still fit it
-(:func:`~context_gatekeeper.revisions.split_applicable`): messages the agent added
+(:func:`~context_gatekeeper.transcripts.revisions.split_applicable`): messages the agent added
 after an edit stay (DESIGN.md §3); a message changed since keeps its new version; a
 message gone stays gone; a deleted message whose neighbour was summarised away is not
 re-inserted.  What is left out is reported in ``ThreadEdit.skipped``; an edit none of
@@ -48,11 +48,11 @@ from langchain_core.messages import BaseMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from context_gatekeeper import Diff, EditOptions, HistoryError, Message
-from context_gatekeeper.edit_checks import tool_violations
-from context_gatekeeper.editing import EditResult, acompute_edit, compute_edit
-from context_gatekeeper.operations import Applied, apply_changes, invert, touched_ids
-from context_gatekeeper.replay import SKIP_REASONS
-from context_gatekeeper.revisions import Skipped, diff_states, rewind, split_applicable, undo_stacks
+from context_gatekeeper.editing.checks import tool_violations
+from context_gatekeeper.editing.compute import EditResult, acompute_edit, compute_edit
+from context_gatekeeper.transcripts.operations import Applied, apply_changes, invert, touched_ids
+from context_gatekeeper.transcripts.replay import SKIP_REASONS
+from context_gatekeeper.transcripts.revisions import Skipped, diff_states, rewind, split_applicable, undo_stacks
 
 from .convert import to_core_messages
 from .models import given_edit_model, resolve_edit_model
@@ -236,7 +236,7 @@ def _check_pairs(state: Sequence[Message], after: Sequence[Message], kind: str, 
 
 def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[str, Any]]:
     """The undo (or redo) the core's rules pick, restricted to the changes that still fit
-    the thread (:func:`~context_gatekeeper.revisions.split_applicable`)."""
+    the thread (:func:`~context_gatekeeper.transcripts.revisions.split_applicable`)."""
     if not _has_log(agent):
         raise HistoryError(f"{kind}_thread needs the edit log that GatekeeperMiddleware keeps: add it to create_agent")
     messages, records = _thread(snapshot)

@@ -1,13 +1,13 @@
 """LlamaIndex LLMs as editing models, and the default: the core's Gemini model.
 
 :class:`LlamaIndexEditModel` puts any LlamaIndex LLM behind the core's model
-protocol (:mod:`context_gatekeeper.models`) through its ``chat`` / ``achat``.
+protocol (:mod:`context_gatekeeper.editing.models`) through its ``chat`` / ``achat``.
 Replies are text: LlamaIndex's structured prediction wants a Pydantic class, not
 a JSON schema, and falls back to prompting on most LLMs, so the core's own JSON
 extraction, repair and validation (with one retry) is the more reliable path.
 
 :func:`resolve_edit_model` picks the model an ``edit`` call uses: ``model=`` or
-its alias ``llm=``; with neither, :class:`context_gatekeeper.gemini.GeminiModel`
+its alias ``llm=``; with neither, :class:`context_gatekeeper.editing.gemini.GeminiModel`
 (``gemini-2.5-flash`` on google-genai), which needs ``GOOGLE_API_KEY``.  This
 adapter does not depend on llama-index-llms-google-genai (it pins an older
 google-genai than the LangChain extra needs).
@@ -21,8 +21,8 @@ from typing import Any
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel
-from context_gatekeeper.models import EditModel, finish_reason_of, refuse_truncated, resolve_model
+from context_gatekeeper.editing.gemini import DEFAULT_GEMINI_MODEL, GeminiModel
+from context_gatekeeper.editing.models import EditModel, finish_reason_of, refuse_truncated, resolve_model
 
 __all__ = ["DEFAULT_MODEL", "LlamaIndexEditModel", "default_model", "resolve_edit_model"]
 
@@ -33,7 +33,7 @@ _INSTEAD = "or pass model= (or llm=): any LlamaIndex LLM, or a callable fn(messa
 
 class LlamaIndexEditModel(EditModel):
     """A LlamaIndex LLM (any ``BaseLLM``: ``OpenAI``, ``Ollama``, a ``CustomLLM`` ...)
-    as the core's :class:`~context_gatekeeper.models.EditModel`.
+    as the core's :class:`~context_gatekeeper.editing.models.EditModel`.
 
     The core sends ``[{"role": "system" | "user" | "assistant", "content": str}]``;
     they become ``ChatMessage`` objects for ``llm.chat`` (``llm.achat`` when async),
@@ -101,7 +101,7 @@ def resolve_edit_model(model: Any = None, llm: Any = None) -> EditModel:
     :class:`LlamaIndexEditModel`; anything else the core accepts (a callable
     ``fn(messages) -> str``, an object with ``complete`` / ``acomplete``) its
     :class:`EditModel`.  With neither, the core's :class:`GeminiModel`.  A thin delegate
-    of :func:`context_gatekeeper.models.resolve_model`.
+    of :func:`context_gatekeeper.editing.models.resolve_model`.
 
     Raises:
         TypeError: both ``model=`` and ``llm=`` given, and they differ.

@@ -4,12 +4,12 @@ Retrievers return the top k by similarity, and the top k often repeat each other
 (overlapping chunks, the same paragraph in two documents) or drift off the
 question.  :class:`GatekeeperNodePostprocessor` keeps a small subset that covers
 the query's informative terms within a token budget, picked greedily by newly
-covered term weight per token (the core's :func:`context_gatekeeper.coverage.select_covering`),
+covered term weight per token (the core's :func:`context_gatekeeper.selection.coverage.select_covering`),
 and returns it in retrieval order.  No LLM call, and no embedding model unless you
 pass one.
 
 Term weights come from the retrieved nodes themselves, or from a
-:class:`~context_gatekeeper.coverage.CoverageCorpus` built once over the whole
+:class:`~context_gatekeeper.selection.coverage.CoverageCorpus` built once over the whole
 collection (:func:`build_corpus`), which knows which words are common in the domain::
 
     from llamaindex_gatekeeper.postprocessor import GatekeeperNodePostprocessor, build_corpus
@@ -49,7 +49,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from context_gatekeeper import SelectionParams
-from context_gatekeeper.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
+from context_gatekeeper.selection.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
 from context_gatekeeper.tokens import resolve_token_counter
 
 from .node_vectors import NodeVectors, query_embedding
@@ -65,7 +65,7 @@ class NodeExplanation:
         node_id: the node's id.
         kept: whether the postprocessor keeps it.
         reason: ``"covers"``, ``"fallback"``, ``"irrelevant"``, ``"no new coverage"``,
-            ``"over budget"`` or ``"target reached"`` (see :mod:`context_gatekeeper.coverage`).
+            ``"over budget"`` or ``"target reached"`` (see :mod:`context_gatekeeper.selection.coverage`).
         coverage: the core's record: matched and newly covered terms, gain, token cost.
     """
 

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
 from context_gatekeeper import InvalidInputError, InvalidRevisionError, Revision, SelectionParams, Store
-from context_gatekeeper.revisions import STATE_CHANGING, RevisionKind
+from context_gatekeeper.transcripts.revisions import STATE_CHANGING, RevisionKind
 from context_gatekeeper.stores import InMemoryStore
 from context_gatekeeper.stores.integrity import IdEntry, check_revision
 

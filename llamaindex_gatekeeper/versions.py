@@ -3,7 +3,7 @@
 The operations themselves (``edit`` / ``aedit`` with preview and ``commit``,
 ``undo``, ``redo``, ``revert``, ``history``, ``diff`` and ``record``, each with its
 async twin) come from the core's
-:class:`~context_gatekeeper.versioned.VersionedTranscriptMixin`; this module supplies
+:class:`~context_gatekeeper.transcripts.versioned.VersionedTranscriptMixin`; this module supplies
 the LlamaIndex hooks.  The editing model is any LlamaIndex LLM or anything the
 core's model protocol accepts (a callable ``fn(messages) -> str``, an object with
 ``complete`` / ``acomplete``); LlamaIndex LLMs and the default (Gemini, when a key
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import ChatMessage
 
-from context_gatekeeper.models import EditModel
-from context_gatekeeper.versioned import VersionedTranscriptMixin
+from context_gatekeeper.editing.models import EditModel
+from context_gatekeeper.transcripts.versioned import VersionedTranscriptMixin
 
 from .convert import from_core_messages
 
@@ -40,7 +40,7 @@ def resolve_model(model: Any = None, llm: Any = None) -> EditModel:
 
 
 class VersionsMixin(VersionedTranscriptMixin):
-    """The core's version operations (:class:`~context_gatekeeper.versioned.VersionedTranscriptMixin`)
+    """The core's version operations (:class:`~context_gatekeeper.transcripts.versioned.VersionedTranscriptMixin`)
     for the memory; needs ``_transcript`` and ``_default_model`` on the host."""
 
     _transcript: "Transcript"

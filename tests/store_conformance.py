@@ -34,9 +34,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_gatekeeper.errors import InvalidInputError, StaleHeadError
-from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import Change, Put, Remove, invert
-from context_gatekeeper.revisions import Revision
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import Change, Put, Remove, invert
+from context_gatekeeper.transcripts.revisions import Revision
 from context_gatekeeper.stores import FAULT_POINTS, Store, VectorRow, supports_vectors
 
 # -- revision builders ----------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_gatekeeper.anchors import (
+from context_gatekeeper.selection.anchors import (
     AnchorKind,
     TextAnchors,
     anchor_kind,
@@ -18,7 +18,7 @@ from context_gatekeeper.anchors import (
     split_identifier,
     stem,
 )
-from context_gatekeeper.stopwords import (
+from context_gatekeeper.selection.stopwords import (
     CHINESE_SPLIT_CHARS,
     CHINESE_STOP_CHARS,
     CHINESE_STOPWORDS,

@@ -24,9 +24,9 @@ from context_gatekeeper.chat import session_file
 from context_gatekeeper.chat.app import main
 from context_gatekeeper.chat.render import Renderer
 from context_gatekeeper.chat.session_file import FORMAT, SessionFileError, session_document, write_session_file
-from context_gatekeeper.edit_format import ideal_patch_reply
-from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import Replace
+from context_gatekeeper.editing.format import ideal_patch_reply
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import Replace
 from context_gatekeeper.testing import ScriptedModel
 
 SURROGATE = chr(0xD800)

@@ -1,11 +1,11 @@
-"""The core's coverage selector over arbitrary texts (context_gatekeeper.coverage)."""
+"""The core's coverage selector over arbitrary texts (context_gatekeeper.selection.coverage)."""
 
 from __future__ import annotations
 
 import pytest
 
 from context_gatekeeper import BudgetError, SelectionParams
-from context_gatekeeper.coverage import (
+from context_gatekeeper.selection.coverage import (
     COVERS,
     FALLBACK,
     IRRELEVANT,

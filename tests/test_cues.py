@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_gatekeeper.anchors import extract, normalise
-from context_gatekeeper.cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, find_cues, strip_cues
+from context_gatekeeper.selection.anchors import extract, normalise
+from context_gatekeeper.selection.cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, find_cues, strip_cues
 
 
 def cues(text: str) -> Cues:

@@ -16,13 +16,13 @@ from difflib import SequenceMatcher
 import pytest
 
 from context_gatekeeper import EditError, Transcript
-from context_gatekeeper import edit_checks
-from context_gatekeeper.edit_checks import destroyed_runs
-from context_gatekeeper.edit_format import ideal_patch_reply, ideal_rewrite_reply
-from context_gatekeeper.edit_parse import load_json
-from context_gatekeeper.editing import compute_edit
-from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import Delete, Replace
+from context_gatekeeper.editing import checks as edit_checks
+from context_gatekeeper.editing.checks import destroyed_runs
+from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
+from context_gatekeeper.editing.parse import load_json
+from context_gatekeeper.editing.compute import compute_edit
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import Delete, Replace
 from context_gatekeeper.testing import ScriptedModel
 
 

@@ -14,14 +14,14 @@ from langchain_core.messages import AIMessage
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
 
 from context_gatekeeper import EditError, Transcript
-from context_gatekeeper.edit_checks import deleted_share
-from context_gatekeeper.edit_format import ideal_patch_reply, ideal_rewrite_reply
-from context_gatekeeper.editing import compute_edit
+from context_gatekeeper.editing.checks import deleted_share
+from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
+from context_gatekeeper.editing.compute import compute_edit
 from context_gatekeeper.errors import TruncatedReplyError
-from context_gatekeeper.gemini import GeminiModel
-from context_gatekeeper.messages import Message
-from context_gatekeeper.models import ModelReply, as_edit_model
-from context_gatekeeper.operations import Change, Delete, Replace
+from context_gatekeeper.editing.gemini import GeminiModel
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.editing.models import ModelReply, as_edit_model
+from context_gatekeeper.transcripts.operations import Change, Delete, Replace
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper import LangChainEditModel
 from li_scripted_llm import ScriptedLLM

@@ -24,11 +24,11 @@ from context_gatekeeper import (
     Transcript,
     resolve_model,
 )
-from context_gatekeeper.edit_format import ideal_patch_reply, ideal_rewrite_reply
-from context_gatekeeper.editing import compute_edit
-from context_gatekeeper.models import as_edit_model
+from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
+from context_gatekeeper.editing.compute import compute_edit
+from context_gatekeeper.editing.models import as_edit_model
 from context_gatekeeper.testing import ScriptedModel
-from context_gatekeeper.versioned import VersionedTranscriptMixin
+from context_gatekeeper.transcripts.versioned import VersionedTranscriptMixin
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = [Message("q", "user", "What was Ireland's GDP in 2021?"), Message("a", "assistant", "About 504 billion USD.")]

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_gatekeeper.cues import Cues
-from context_gatekeeper.gate import GateFeatures, anchor_weights, decide, gate_features, is_weak_switch
-from context_gatekeeper.params import SelectionParams
+from context_gatekeeper.selection.cues import Cues
+from context_gatekeeper.selection.gate import GateFeatures, anchor_weights, decide, gate_features, is_weak_switch
+from context_gatekeeper.selection.params import SelectionParams
 
 P = SelectionParams()
 OVERRIDE = P.reference_override * P.switch_min_new_weight  # new content a reference cue yields to

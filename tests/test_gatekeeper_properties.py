@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_gatekeeper import ContextGatekeeper
-from context_gatekeeper.segments import segment_all
+from context_gatekeeper.selection.segments import segment_all
 
 VOCAB = [
     "Redis", "锁", "续租", "TTL", "fencing token", "asyncio.gather", "TaskGroup", "事件循环", "协程",

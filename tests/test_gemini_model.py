@@ -1,4 +1,4 @@
-"""The core's Gemini model (context_gatekeeper.gemini), without the network.
+"""The core's Gemini model (context_gatekeeper.editing.gemini), without the network.
 
 A fake client shows what is sent; a local HTTP server on 127.0.0.1 (google-genai
 pointed at it with GOOGLE_GEMINI_BASE_URL) shows the real client is built with a
@@ -21,8 +21,8 @@ import pytest
 from net_support import no_network
 
 from context_gatekeeper import EditError, ModelUnavailableError, Transcript
-from context_gatekeeper.gemini import DEFAULT_GEMINI_MODEL, GeminiModel, gemini_api_key
-from context_gatekeeper.models import as_edit_model
+from context_gatekeeper.editing.gemini import DEFAULT_GEMINI_MODEL, GeminiModel, gemini_api_key
+from context_gatekeeper.editing.models import as_edit_model
 
 MESSAGES = [
     {"role": "system", "content": "You edit transcripts."},

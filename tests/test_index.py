@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_gatekeeper.anchors import TextAnchors, extract
-from context_gatekeeper.index import AnchorIndex, IndexedTurn
+from context_gatekeeper.selection.anchors import TextAnchors, extract
+from context_gatekeeper.selection.index import AnchorIndex, IndexedTurn
 
 
 def ta(*anchors: str) -> TextAnchors:

@@ -12,8 +12,8 @@ import pytest
 
 from context_gatekeeper import Delete, Transcript
 from context_gatekeeper.errors import InvalidInputError, InvalidRevisionError, StaleHeadError
-from context_gatekeeper.operations import AT_END, Change, Put, Remove
-from context_gatekeeper.revisions import Revision
+from context_gatekeeper.transcripts.operations import AT_END, Change, Put, Remove
+from context_gatekeeper.transcripts.revisions import Revision
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from store_conformance import StoreHandles, append, delete, edit, fill, message, run_together, snapshot
@@ -105,7 +105,7 @@ class IntegrityConformance(StoreHandles):
         assert stores[0].head("s") == 0
 
     def test_a_proposal_committed_after_a_purge_and_new_appends_is_refused(self, open_store) -> None:
-        from context_gatekeeper.edit_format import ideal_patch_reply
+        from context_gatekeeper.editing.format import ideal_patch_reply
         from context_gatekeeper.testing import ScriptedModel
 
         mine, theirs = Transcript("s", store=open_store()), Transcript("s", store=open_store())

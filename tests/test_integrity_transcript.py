@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from context_gatekeeper import Delete, InsertAfter, Replace, Transcript
-from context_gatekeeper.edit_format import ideal_patch_reply
+from context_gatekeeper.editing.format import ideal_patch_reply
 from context_gatekeeper.errors import (
     CorruptLogError,
     GatekeeperError,

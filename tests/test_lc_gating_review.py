@@ -24,7 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from context_gatekeeper import SelectionParams
-from context_gatekeeper.embed_runner import wait_idle
+from context_gatekeeper.selection.semantic.runner import wait_idle
 from context_gatekeeper.errors import InvalidInputError
 from context_gatekeeper.stores import InMemoryStore
 from langchain_gatekeeper import (

@@ -10,7 +10,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
 from context_gatekeeper import ModelUnavailableError, Replace, Transcript
-from context_gatekeeper.edit_format import ideal_patch_reply
+from context_gatekeeper.editing.format import ideal_patch_reply
 from langchain_gatekeeper import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
 
 

@@ -9,9 +9,9 @@ from llama_index.core.base.llms.types import MessageRole
 from llama_index.core.llms import MockLLM
 
 from context_gatekeeper import ModelUnavailableError, Replace, Transcript
-from context_gatekeeper.edit_format import ideal_patch_reply
-from context_gatekeeper.gemini import GeminiModel
-from context_gatekeeper.models import EditModel, as_edit_model
+from context_gatekeeper.editing.format import ideal_patch_reply
+from context_gatekeeper.editing.gemini import GeminiModel
+from context_gatekeeper.editing.models import EditModel, as_edit_model
 from li_scripted_llm import ScriptedLLM
 from llamaindex_gatekeeper.models import DEFAULT_MODEL, LlamaIndexEditModel, resolve_edit_model
 
@@ -113,7 +113,7 @@ def test_core_imports_neither_framework_nor_genai() -> None:
     import sys
 
     code = (
-        "import sys, context_gatekeeper, context_gatekeeper.coverage, context_gatekeeper.gemini; "
+        "import sys, context_gatekeeper, context_gatekeeper.selection.coverage, context_gatekeeper.editing.gemini; "
         "bad = [m for m in sys.modules if m.startswith(('llama_index', 'google.genai', 'langchain'))]; "
         "assert not bad, bad"
     )

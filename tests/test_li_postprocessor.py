@@ -11,7 +11,7 @@ from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from context_gatekeeper.coverage import CoverageCorpus
+from context_gatekeeper.selection.coverage import CoverageCorpus
 from li_scripted_llm import ScriptedLLM
 from llamaindex_gatekeeper.postprocessor import GatekeeperNodePostprocessor, NodeExplanation, build_corpus
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from context_gatekeeper.errors import EditError, GatekeeperError, ModelUnavailableError
-from context_gatekeeper.models import EditModel, as_edit_model, model_name
+from context_gatekeeper.editing.models import EditModel, as_edit_model, model_name
 from context_gatekeeper.testing import RecordedCall, ScriptedModel
 
 HELLO = [{"role": "user", "content": "hello"}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from context_gatekeeper import Delete, Replace, Transcript
-from context_gatekeeper.edit_format import ideal_patch_reply
+from context_gatekeeper.editing.format import ideal_patch_reply
 from context_gatekeeper.testing import ScriptedModel
 from paper_scenarios import SCENARIOS, Scenario
 

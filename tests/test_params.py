@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from context_gatekeeper.anchors import AnchorKind, TextAnchors
-from context_gatekeeper.index import AnchorIndex
-from context_gatekeeper.params import SelectionParams
-from context_gatekeeper.scoring import IDF_FORMULAS
-from context_gatekeeper.selector import score_candidates
+from context_gatekeeper.selection.anchors import AnchorKind, TextAnchors
+from context_gatekeeper.selection.index import AnchorIndex
+from context_gatekeeper.selection.params import SelectionParams
+from context_gatekeeper.selection.scoring import IDF_FORMULAS
+from context_gatekeeper.selection.selector import score_candidates
 
 
 def test_report_defaults_that_were_kept():
@@ -25,7 +25,7 @@ def test_every_field_is_documented():
     import ast
     import inspect
 
-    from context_gatekeeper import params
+    from context_gatekeeper.selection import params
 
     tree = ast.parse(inspect.getsource(params.SelectionParams))
     body = tree.body[0].body

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_gatekeeper import ContextGatekeeper, SelectionParams
-from context_gatekeeper.cues import Cues
-from context_gatekeeper.gate import GateFeatures, refer
-from context_gatekeeper.selection import Evidence
+from context_gatekeeper.selection.cues import Cues
+from context_gatekeeper.selection.gate import GateFeatures, refer
+from context_gatekeeper.selection.records import Evidence
 
 REDIS_1 = ("How long should a Redis lock TTL be?", "A few times the p99 of the critical section, renewed by a watchdog.")
 MOKA_1 = ("How much coffee goes into a moka pot?", "Fill the basket level with medium-fine coffee, about 15 g; do not tamp.")
@@ -260,7 +260,7 @@ def test_any_text_is_added_and_explained_or_refused_cleanly(turns, query):
 
 
 def test_cue_words_never_match_in_the_node_postprocessor_either():
-    from context_gatekeeper.coverage import select_covering
+    from context_gatekeeper.selection.coverage import select_covering
 
     result = select_covering("Back to the moka pot", ["Roll the deploy back.", "Moka pot grind: medium-fine."], costs=[5, 5])
     assert result.kept == [1]

@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, SelectionParams
-from context_gatekeeper.cues import Cues
-from context_gatekeeper.gate import GateFeatures, answers_assistant, asks_question, is_courtesy, last_question
+from context_gatekeeper.selection.cues import Cues
+from context_gatekeeper.selection.gate import GateFeatures, answers_assistant, asks_question, is_courtesy, last_question
 
 STOP = set("a an the i my we our you your it is are was be do does did what which how of to in on for and or "
            "with at by its this that so yes no".split())
@@ -250,7 +250,7 @@ def test_without_an_embedder_a_new_angle_after_a_plain_answer_keeps_its_topic() 
 
 
 def test_closes_topic_reads_only_a_closing_courtesy_question() -> None:
-    from context_gatekeeper.gate import closes_topic
+    from context_gatekeeper.selection.gate import closes_topic
 
     assert closes_topic("Renew it with a watchdog. Anything else?")
     assert closes_topic("用看门狗续租就行。还有其他问题吗？")

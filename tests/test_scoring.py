@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_gatekeeper.scoring import (
+from context_gatekeeper.selection.scoring import (
     IDF_FORMULAS,
     bm25_saturation,
     coverage_gain,

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_gatekeeper.anchors import extract
-from context_gatekeeper.cues import find_cues, strip_cues
-from context_gatekeeper.params import SelectionParams
-from context_gatekeeper.segments import (
+from context_gatekeeper.selection.anchors import extract
+from context_gatekeeper.selection.cues import find_cues, strip_cues
+from context_gatekeeper.selection.params import SelectionParams
+from context_gatekeeper.selection.segments import (
     SegmentInput,
     affinity,
     best_other_topic,

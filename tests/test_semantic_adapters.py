@@ -18,7 +18,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.embeddings import MockEmbedding
 
 from context_gatekeeper import SQLiteStore, Transcript, TranscriptGate
-from context_gatekeeper.embed_runner import wait_idle
+from context_gatekeeper.selection.semantic.runner import wait_idle
 from context_gatekeeper.stores import InMemoryStore, StoreVectorCache, supports_vectors
 from langchain_gatekeeper import GatekeeperChatMessageHistory
 from llamaindex_gatekeeper import GatekeeperMemory

@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate
-from context_gatekeeper.embed_runner import BACKOFF_SECONDS, forget_outages, state_of, wait_idle
+from context_gatekeeper.selection.semantic.runner import BACKOFF_SECONDS, forget_outages, state_of, wait_idle
 from context_gatekeeper.stores import SQLiteStore
 from test_semantic import CHAT, HashEmbedder, gatekeeper
 

@@ -190,7 +190,7 @@ def test_select_covering_semantic_rules() -> None:
     import pytest
 
     from context_gatekeeper import SelectionParams
-    from context_gatekeeper.coverage import select_covering
+    from context_gatekeeper.selection.coverage import select_covering
 
     fillers = [f"filler {word}" for word in "car dog sky sea hat cup pen map key box bag toy".split()] * 2
     texts = ["Redis lock TTL.", "Redis lock TTL.", "peach cobbler", "tart", *fillers]

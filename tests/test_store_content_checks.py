@@ -23,9 +23,9 @@ import pytest
 
 from context_gatekeeper import Transcript
 from context_gatekeeper.errors import InvalidInputError, InvalidRevisionError
-from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import AT_END, Change, Put, Remove
-from context_gatekeeper.revisions import Revision
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import AT_END, Change, Put, Remove
+from context_gatekeeper.transcripts.revisions import Revision
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from store_conformance import StoreHandles, append, message

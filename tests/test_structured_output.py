@@ -20,8 +20,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from context_gatekeeper import EditError, Message, Replace, Transcript
-from context_gatekeeper.edit_format import ideal_patch_reply, output_schema
-from context_gatekeeper.editing import MAX_ATTEMPTS, acompute_edit, compute_edit
+from context_gatekeeper.editing.format import ideal_patch_reply, output_schema
+from context_gatekeeper.editing.compute import MAX_ATTEMPTS, acompute_edit, compute_edit
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.models import LangChainEditModel
 

@@ -18,9 +18,9 @@ from context_gatekeeper import (
     Transcript,
     UnknownMessageError,
 )
-from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import Change
-from context_gatekeeper.revisions import Proposal
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import Change
+from context_gatekeeper.transcripts.revisions import Proposal
 from context_gatekeeper.stores import InMemoryStore
 
 

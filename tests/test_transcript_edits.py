@@ -17,7 +17,7 @@ from context_gatekeeper import (
     Transcript,
     TranscriptGate,
 )
-from context_gatekeeper.edit_format import ideal_patch_reply, ideal_rewrite_reply
+from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
 from context_gatekeeper.testing import ScriptedModel
 
 CODE = "Use this:\n\n```python\ndef f(x):\n    return x * 2  # doubled\n```\n\n- one\n- **two**\n"
@@ -224,14 +224,14 @@ def test_a_transcript_closes_only_the_store_it_opened(tmp_path) -> None:
 # -- TurnIndex: the one sync routine (TranscriptGate and the adapters' per-thread views) --------
 def _turn(key: str, user: str, assistant: str = "ok"):
     from context_gatekeeper import Message
-    from context_gatekeeper.transcript_gate import MessageTurn
+    from context_gatekeeper.transcripts.transcript_gate import MessageTurn
 
     return MessageTurn(key, (Message(f"{key}u", "user", user), Message(f"{key}a", "assistant", assistant)))
 
 
 def test_turn_index_indexes_only_what_changed_and_rebuilds_on_reorder():
     from context_gatekeeper import ContextGatekeeper, InvalidInputError
-    from context_gatekeeper.transcript_gate import TurnIndex
+    from context_gatekeeper.transcripts.transcript_gate import TurnIndex
 
     index = TurnIndex(ContextGatekeeper(token_counter=len, message_overhead=0))
     a, b, c = _turn("a", "redis lock ttl"), _turn("b", "espresso grind"), _turn("c", "helm chart")

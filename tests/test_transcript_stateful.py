@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from context_gatekeeper import Delete, InsertAfter, Replace, Transcript
-from context_gatekeeper.edit_format import ideal_patch_reply
+from context_gatekeeper.editing.format import ideal_patch_reply
 from context_gatekeeper.errors import GatekeeperError
-from context_gatekeeper.messages import Message
-from context_gatekeeper.operations import AT_END, Change, Put, Remove
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import AT_END, Change, Put, Remove
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.testing import ScriptedModel
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, Delete, Replace, SQLiteStore, Transcript, TranscriptGate
-from context_gatekeeper.embedding import as_embedder, is_local_name, text_hash
-from context_gatekeeper.selection import Evidence
-from context_gatekeeper.selector import _decisive
+from context_gatekeeper.selection.semantic.embedding import as_embedder, is_local_name, text_hash
+from context_gatekeeper.selection.records import Evidence
+from context_gatekeeper.selection.selector import _decisive
 from context_gatekeeper.stores import InMemoryStore, StoreVectorCache
 
 
@@ -151,7 +151,7 @@ def test_a_model_attribute_gives_a_stable_name_and_nothing_else_a_local_one() ->
 
 
 def test_local_names_differ_between_processes() -> None:
-    code = "from context_gatekeeper.embedding import as_embedder\nf = lambda t: t\nprint(as_embedder(f).name)"
+    code = "from context_gatekeeper.selection.semantic.embedding import as_embedder\nf = lambda t: t\nprint(as_embedder(f).name)"
     names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
              for _ in range(2)}
     assert len(names) == 2 and all(n.startswith("local:") for n in names)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-from .anchors import extract as extract_anchors
+from .selection.anchors import extract as extract_anchors
 from .errors import (
     BudgetError,
     CorruptLogError,
@@ -21,22 +21,23 @@ from .errors import (
     UnknownMessageError,
     UnknownTurnError,
 )
-from .embedding import DictVectorCache, Embedder, EmbeddingError, as_embedder
-from .coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
-from .edit_options import EditOptions, Strategy
-from .gate import Decision, GateFeatures
-from .gemini import GeminiModel
-from .gatekeeper import ContextGatekeeper
-from .messages import Message
-from .models import EditModel, ModelReply, resolve_model
-from .operations import Delete, InsertAfter, Replace
-from .params import SelectionParams
-from .revisions import Diff, MessageDiff, Proposal, Revision
-from .selection import Evidence, Selection, Turn, TurnScore
+from .selection.semantic.embedding import DictVectorCache, Embedder, EmbeddingError, as_embedder
+from .selection.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
+from .editing.options import EditOptions, Strategy
+from .selection.gate import Decision, GateFeatures
+from .editing.gemini import GeminiModel
+from .selection.gatekeeper import ContextGatekeeper
+from .transcripts.messages import Message
+from .editing.models import EditModel, ModelReply, resolve_model
+from .transcripts.operations import Delete, InsertAfter, Replace
+from .selection.params import SelectionParams
+from .transcripts.revisions import Diff, MessageDiff, Proposal, Revision
+from .selection.records import Evidence, Selection, Turn, TurnScore
 from .stores import InMemoryStore, SQLiteStore, Store
 from .tokens import estimate_tokens, resolve_token_counter, tiktoken_counter
-from .transcript import Transcript
-from .transcript_gate import TranscriptGate
+from . import _moved
+from .transcripts.transcript import Transcript
+from .transcripts.transcript_gate import TranscriptGate
 
 __all__ = [
     "__version__",
@@ -110,3 +111,6 @@ def __getattr__(name: str) -> object:
 
         return PostgresStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_moved.install()

@@ -74,7 +74,7 @@ class StructuredOutputError(EditError):
     """A model's structured-output path failed: unsupported, raised, or returned nothing.
 
     An edit does not stop here: it asks the same model again for plain JSON text,
-    within its attempt budget (see :mod:`context_gatekeeper.editing`).
+    within its attempt budget (see :mod:`context_gatekeeper.editing.compute`).
 
     Attributes:
         reached_model: whether the model was called (a failure while binding the

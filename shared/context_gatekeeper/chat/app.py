@@ -85,7 +85,7 @@ def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
         from .offline import OfflineChatModel, OfflineEditor
 
         return OfflineChatModel(), OfflineEditor(), "offline (scripted)"
-    from ..gemini import GeminiModel, gemini_api_key
+    from ..editing.gemini import GeminiModel, gemini_api_key
 
     if gemini_api_key() is None:
         raise ModelUnavailableError(NO_KEY)
@@ -180,7 +180,7 @@ def _option_problem(args: argparse.Namespace) -> str | None:
 def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, renderer: Any) -> Any:
     """The chat session on ``db``, or the exit status after one line saying why it cannot open."""
     from ..stores.sqlite import SQLiteStore
-    from ..transcript import Transcript
+    from ..transcripts.transcript import Transcript
     from .loop import EXIT_STORE, store_failure
     from .session import ChatSession
 

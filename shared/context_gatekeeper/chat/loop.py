@@ -17,7 +17,7 @@ from .commands import dispatch
 from .readers import Reader
 from .render import Renderer
 from .session import ChatSession
-from ..edit_parse import replace_lone_surrogates
+from ..editing.parse import replace_lone_surrogates
 from ..errors import GatekeeperError
 
 __all__ = ["ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "store_failure"]

@@ -4,7 +4,7 @@
   echoes the question and says how many earlier messages it was sent, so the
   effect of gating and of edits is visible without a real model.
 * :class:`OfflineEditor` applies simple substitution instructions by computing
-  the ideal patch (:func:`~context_gatekeeper.edit_format.ideal_patch_reply`), so
+  the ideal patch (:func:`~context_gatekeeper.editing.format.ideal_patch_reply`), so
   an offline edit really changes the history.  It understands::
 
       it was X, not Y        X, not Y        X instead of Y
@@ -28,10 +28,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..edit_format import ideal_patch_reply
+from ..editing.format import ideal_patch_reply
 from ..errors import EditError
-from ..messages import Message
-from ..operations import Replace
+from ..transcripts.messages import Message
+from ..transcripts.operations import Replace
 
 __all__ = ["OfflineChatModel", "OfflineEditor", "parse_substitution", "OFFLINE_NOTICE"]
 

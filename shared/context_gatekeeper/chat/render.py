@@ -18,9 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..messages import Message
-from ..revisions import Diff, Revision
-from ..transcript_gate import MessageTurn
+from ..transcripts.messages import Message
+from ..transcripts.revisions import Diff, Revision
+from ..transcripts.transcript_gate import MessageTurn
 from .session import LastCall
 
 __all__ = ["Renderer", "SafeOutput", "make_console", "CHAT_PROMPT", "EDIT_PROMPT"]

@@ -23,17 +23,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..edit_checks import DEFAULT_MAX_DELETION_SHARE, deleted_share
+from ..editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share
 from ..errors import InvalidInputError, TruncatedReplyError, UnknownTurnError
-from ..messages import Message, new_message_id
-from ..models import as_edit_model
-from ..operations import Put
-from ..revisions import Proposal, Revision
-from ..selection import Selection
+from ..transcripts.messages import Message, new_message_id
+from ..editing.models import as_edit_model
+from ..transcripts.operations import Put
+from ..transcripts.revisions import Proposal, Revision
+from ..selection.records import Selection
 from ..tokens import resolve_token_counter
-from ..transcript import Transcript
-from ..transcript_gate import MessageTurn, TranscriptGate, group_turns
-from ..edit_parse import replace_lone_surrogates
+from ..transcripts.transcript import Transcript
+from ..transcripts.transcript_gate import MessageTurn, TranscriptGate, group_turns
+from ..editing.parse import replace_lone_surrogates
 
 __all__ = ["ChatSession", "LastCall", "EditOutcome", "DEFAULT_SYSTEM_PROMPT"]
 

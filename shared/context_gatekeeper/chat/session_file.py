@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..edit_parse import has_lone_surrogate, replace_lone_surrogates
+from ..editing.parse import has_lone_surrogate, replace_lone_surrogates
 from ..errors import GatekeeperError
-from ..messages import ROLES, Message, new_message_id
+from ..transcripts.messages import ROLES, Message, new_message_id
 
 __all__ = [
     "FORMAT",

@@ -1,8 +1,8 @@
 """The store interface every backend implements (in-memory, SQLite, PostgreSQL).
 
-A store keeps, per session, the ordered log of :class:`~context_gatekeeper.revisions.Revision`
+A store keeps, per session, the ordered log of :class:`~context_gatekeeper.transcripts.revisions.Revision`
 records.  It knows nothing about messages beyond serialising revisions; the
-:class:`~context_gatekeeper.transcript.Transcript` rebuilds state from the log.
+:class:`~context_gatekeeper.transcripts.transcript.Transcript` rebuilds state from the log.
 
 Contract (checked by ``tests/store_conformance.py``, which every backend runs):
 
@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..errors import InvalidInputError, StaleHeadError
-from ..revisions import Revision, rebase_conflicts
+from ..transcripts.revisions import Revision, rebase_conflicts
 from .integrity import IdEntry, Lookup, check_revision
 
 __all__ = ["Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep"]

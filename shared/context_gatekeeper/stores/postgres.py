@@ -43,7 +43,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from ..errors import InvalidInputError
-from ..revisions import Revision
+from ..transcripts.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
 from .integrity import IdEntry
 from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors

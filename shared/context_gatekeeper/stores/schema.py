@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError
-from ..operations import change_to_dict
-from ..revisions import Revision
+from ..transcripts.operations import change_to_dict
+from ..transcripts.revisions import Revision
 from .integrity import IdEntry, index_of_log
 
 __all__ = [

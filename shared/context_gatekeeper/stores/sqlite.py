@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import SchemaVersionError
-from ..revisions import Revision
+from ..transcripts.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
 from .integrity import IdEntry
 from .sqlite_vectors import SQLiteVectors

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..embedding import is_local_name
+from ..selection.semantic.embedding import is_local_name
 from ..errors import InvalidInputError
 from .vectors import VectorRow, checked_rows, supports_vectors
 
@@ -44,7 +44,7 @@ class StoreVectorCache:
     starts afresh, and vectors of the old dimension are no longer returned.
 
     Vectors of an embedder with a process-local name (a lambda, a plain function or an
-    object with no model attribute: :func:`~context_gatekeeper.embedding.is_local_name`)
+    object with no model attribute: :func:`~context_gatekeeper.selection.semantic.embedding.is_local_name`)
     are held in memory only: nothing tells their model apart after a restart.
 
     The store keeps only vectors of the session's current state: a save for a purged

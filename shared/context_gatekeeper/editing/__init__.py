@@ -1,0 +1,24 @@
+"""Editing room: a model turns a natural-language instruction into changes on ids.
+
+:mod:`.models` (the ``EditModel`` protocol and the one model picker,
+``resolve_model``), :mod:`.finish_reasons` (reading a reply's finish reason),
+:mod:`.gemini` (the default Gemini 2.5 Flash model), :mod:`.options`
+(``EditOptions``), :mod:`.format` (the prompt and the reply format),
+:mod:`.parse` (reading cut-off or malformed replies), :mod:`.checks`
+(structure, tool pairs, the deletion guard) and :mod:`.compute`
+(``compute_edit``: ask, check, retry once, return changes).  Editing commits
+nothing: the transcript does.
+
+Imports: the foundation modules and the transcript records (messages,
+operations); never ``Transcript``, stores or selection.  See
+``docs/architecture.md``.
+
+``compute_edit`` and its companions are importable from here as they were from
+the former ``context_gatekeeper.editing`` module.
+"""
+
+from __future__ import annotations
+
+from .compute import MAX_ATTEMPTS, STRATEGIES, EditOptions, EditResult, acompute_edit, compute_edit
+
+__all__ = ["EditResult", "EditOptions", "compute_edit", "acompute_edit", "STRATEGIES", "MAX_ATTEMPTS"]

@@ -1,0 +1,368 @@
+"""The model protocol for natural-language edits (DESIGN.md §5).
+
+Three shapes of model work, and :func:`as_edit_model` normalises each once:
+
+* a plain callable ``fn(messages) -> str``, where ``messages`` is
+  ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``;
+* an object with ``complete(messages)`` and/or ``async acomplete(messages)``
+  (an ``async def`` function works as well);
+* either of these advertising **structured output**: an attribute
+  ``supports_json_schema = True`` means the model accepts a keyword
+  ``json_schema=`` (a JSON Schema dict) and honours it; it may then return the
+  reply text or the already-parsed object (a dict or list).
+
+A reply may also be an object with a ``content`` or ``text`` string (a LangChain
+``AIMessage``, a LlamaIndex response); it is reduced to that string.
+
+**Finish reasons.**  A reply may say why the model stopped: a :class:`ModelReply`
+(``content`` plus ``finish_reason``), a LangChain message's
+``response_metadata["finish_reason"]`` (or ``stop_reason`` / ``done_reason``),
+a raw provider response's ``choices[0].finish_reason`` or
+``candidates[0].finish_reason``.  A reason that says the output limit was hit
+(``length``, ``max_tokens``, Gemini's ``MAX_TOKENS``) raises
+:class:`~context_gatekeeper.errors.TruncatedReplyError` carrying the partial reply:
+a cut-off edit is never applied.  A plain ``fn(messages) -> str`` carries no
+reason and stays valid.
+
+Failures never escape raw: a model that raises a network error or a timeout
+becomes :class:`~context_gatekeeper.errors.ModelUnavailableError`, anything else
+:class:`~context_gatekeeper.errors.EditError`, with the cause chained.  Errors of
+this library raised by the model (an adapter's missing-key error) and
+``AssertionError`` (a failing check inside a test's scripted reply) pass through.
+
+>>> model = as_edit_model(lambda messages: messages[-1]["content"].upper())
+>>> model.complete([{"role": "user", "content": "hi"}])
+'HI'
+>>> model.name
+'<lambda>'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Union
+
+from ..errors import EditError, GatekeeperError, ModelUnavailableError
+from .finish_reasons import ModelReply, finish_reason_of, is_truncation, refuse_truncated
+
+__all__ = [
+    "ChatMessages",
+    "Reply",
+    "ModelReply",
+    "EditModel",
+    "as_edit_model",
+    "resolve_model",
+    "model_name",
+    "is_unavailable_error",
+    "pick_model",
+    "finish_reason_of",
+    "is_truncation",
+    "refuse_truncated",
+]
+
+ChatMessages = list[dict[str, str]]
+"""What a model is sent: ``[{"role": ..., "content": ...}, ...]``."""
+
+Reply = Union[str, dict, list]
+"""What a model returns: text, or a parsed object when it was asked for a JSON schema."""
+
+_UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
+    OSError,  # includes TimeoutError and ConnectionError
+    asyncio.TimeoutError,
+    concurrent.futures.TimeoutError,
+)
+# Client libraries define their own network errors (httpx.ReadTimeout, openai.APIConnectionError,
+# google.api_core.exceptions.ServiceUnavailable ...); a class name with one of these marks one.
+_UNAVAILABLE_NAME_HINTS = ("timeout", "connect", "network", "unavailable", "ratelimit", "resourceexhausted")
+
+
+def pick_model(model: Any = None, llm: Any = None) -> Any:
+    """``model=`` or its alias ``llm=``; ``None`` when neither is given (the helper of
+    :func:`resolve_model`, which callers should prefer).
+
+    >>> pick_model(llm="m")
+    'm'
+
+    Raises:
+        TypeError: both are given and they are different objects.
+    """
+    if model is not None and llm is not None and model is not llm:
+        raise TypeError(
+            f"pass model= or llm= (an alias of model=), not both: got model={model_name(model)!r} "
+            f"and llm={model_name(llm)!r}"
+        )
+    return model if model is not None else llm
+
+
+def model_name(model: Any) -> str:
+    """A readable name for ``model``: its ``name``, ``model``, ``model_name`` or ``__name__``.
+
+    >>> model_name(len)
+    'len'
+    """
+    for attribute in ("name", "model", "model_name", "__name__"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+def is_unavailable_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the model could not be reached (network, timeout, overload)."""
+    if isinstance(exc, _UNAVAILABLE_TYPES):
+        return True
+    names = (cls.__name__.lower() for cls in type(exc).__mro__)
+    return any(hint in name for name in names for hint in _UNAVAILABLE_NAME_HINTS)
+
+
+def _wrap_failure(name: str, exc: Exception) -> GatekeeperError:
+    """The library error for a model call that raised ``exc``."""
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if is_unavailable_error(exc):
+        return ModelUnavailableError(
+            f"model {name!r} could not be reached ({what}); nothing was changed. "
+            "Check the network connection, the API key and the model's timeout, then try again."
+        )
+    return EditError(
+        f"model {name!r} failed ({what}); nothing was changed. "
+        "Check how the model is configured (and that it accepts a list of role/content dicts), "
+        "then try again."
+    )
+
+
+def _checked_text(reply: Any, name: str) -> Reply:
+    """:func:`_text_of`, refusing a reply whose finish reason says it was cut off."""
+    text = _text_of(reply.content if isinstance(reply, ModelReply) else reply, name)
+    return refuse_truncated(text, finish_reason_of(reply), name)
+
+
+def _text_of(reply: Any, name: str) -> Reply:
+    """Reduce what a model returned to a str, or keep a parsed dict/list."""
+    if isinstance(reply, (str, dict, list)):
+        return reply
+    for attribute in ("content", "text"):
+        value = getattr(reply, attribute, None)
+        if isinstance(value, str):
+            return value
+        if attribute == "content" and isinstance(value, list):  # content blocks
+            texts = [b.get("text", "") if isinstance(b, dict) else b for b in value]
+            if all(isinstance(t, str) for t in texts):
+                return "".join(texts)
+    inner = getattr(reply, "message", None)  # LlamaIndex ChatResponse.message.content
+    if inner is not None and isinstance(getattr(inner, "content", None), str):
+        return inner.content
+    raise EditError(
+        f"model {name!r} returned {type(reply).__name__}, not text; a model must return the reply as a str "
+        "(or a parsed dict/list when it was asked for a JSON schema). Nothing was changed."
+    )
+
+
+class EditModel:
+    """A model normalised for edits: one ``complete`` and one ``acomplete`` that behave alike.
+
+    Build it with :func:`as_edit_model`.  ``acomplete`` never blocks the event loop:
+    a model without an async method runs in a worker thread.
+
+    Attributes:
+        name: the model's name, recorded in each edit revision.
+        supports_json_schema: whether ``json_schema=`` is honoured (structured output).
+        wrapped: the object it was built from.
+    """
+
+    __slots__ = ("name", "supports_json_schema", "wrapped", "_sync", "_async")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        sync: Callable[..., Any] | None,
+        async_: Callable[..., Awaitable[Any]] | None,
+        supports_json_schema: bool = False,
+        wrapped: Any = None,
+    ) -> None:
+        if sync is None and async_ is None:
+            raise TypeError("an EditModel needs a sync or an async call")
+        self.name = name
+        self.supports_json_schema = supports_json_schema
+        self.wrapped = wrapped
+        self._sync = sync
+        self._async = async_
+
+    def __repr__(self) -> str:
+        return f"EditModel(name={self.name!r}, supports_json_schema={self.supports_json_schema})"
+
+    def _args(self, messages: ChatMessages, json_schema: Mapping[str, Any] | None) -> tuple[tuple, dict]:
+        """The call's arguments: a copy of the messages, and the schema if the model takes one."""
+        sent = [dict(m) for m in messages]  # the model may mutate its input; ours stays intact
+        if json_schema is not None and self.supports_json_schema:
+            return (sent,), {"json_schema": copy.deepcopy(dict(json_schema))}
+        return (sent,), {}
+
+    def complete(self, messages: ChatMessages, *, json_schema: Mapping[str, Any] | None = None) -> Reply:
+        """Call the model and return its reply (text, or a parsed object for structured output).
+
+        Raises:
+            ModelUnavailableError: a network failure or timeout.
+            TruncatedReplyError: the reply's finish reason says it was cut off (``.partial`` holds it).
+            EditError: any other failure, or a reply that is not text.
+            TypeError: the model is async-only and an event loop is running in this thread.
+        """
+        args, kwargs = self._args(messages, json_schema)
+        if self._sync is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(self.acomplete(messages, json_schema=json_schema))
+            raise TypeError(
+                f"model {self.name!r} only offers an async call; from async code use the async API "
+                "(acompute_edit, Transcript.aedit)"
+            )
+        try:
+            result = self._sync(*args, **kwargs)
+            if inspect.isawaitable(result):  # a sync-looking callable that returned a coroutine
+                result = asyncio.run(_await(result))
+        except (GatekeeperError, AssertionError):
+            raise
+        except Exception as exc:
+            raise _wrap_failure(self.name, exc) from exc
+        return _checked_text(result, self.name)
+
+    async def acomplete(self, messages: ChatMessages, *, json_schema: Mapping[str, Any] | None = None) -> Reply:
+        """Async twin of :meth:`complete`; never blocks the event loop."""
+        args, kwargs = self._args(messages, json_schema)
+        try:
+            if self._async is not None:
+                result = await self._async(*args, **kwargs)
+            else:
+                assert self._sync is not None
+                result = await asyncio.to_thread(self._sync, *args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+        except (GatekeeperError, AssertionError):
+            raise
+        except Exception as exc:
+            raise _wrap_failure(self.name, exc) from exc
+        return _checked_text(result, self.name)
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    """Await anything awaitable (``asyncio.run`` wants a coroutine)."""
+    return await awaitable
+
+
+def as_edit_model(model: Any) -> EditModel:
+    """Normalise anything the model protocol accepts into an :class:`EditModel` (once).
+
+    Accepted: a callable ``fn(messages) -> str`` (sync or ``async def``), or an object
+    with ``complete(messages)`` and/or ``async acomplete(messages)``.  A truthy
+    ``supports_json_schema`` attribute turns on structured output.  An
+    :class:`EditModel` is returned as is.
+
+    Raises:
+        TypeError: ``model`` is None, a class, or offers no way to be called.
+
+    >>> as_edit_model(None)
+    Traceback (most recent call last):
+    ...
+    TypeError: an edit needs a model: pass a callable fn(messages) -> str, ...
+    """
+    if isinstance(model, EditModel):
+        return model
+    usage = "pass a callable fn(messages) -> str, or an object with complete(messages) or acomplete(messages)"
+    if model is None:
+        raise TypeError(f"an edit needs a model: {usage}")
+    if isinstance(model, type):
+        raise TypeError(f"model must be an instance or a function, not the class {model.__name__}; {usage}")
+    sync = getattr(model, "complete", None)
+    async_ = getattr(model, "acomplete", None)
+    sync = sync if callable(sync) else None
+    async_ = async_ if callable(async_) else None
+    if sync is not None and inspect.iscoroutinefunction(sync):
+        async_, sync = async_ or sync, None
+    if async_ is not None and not inspect.iscoroutinefunction(async_):
+        async_ = None  # not really async: the thread fallback is safer
+    if sync is None and callable(model):
+        if inspect.iscoroutinefunction(model) or inspect.iscoroutinefunction(getattr(model, "__call__", None)):
+            async_ = async_ or model
+        else:
+            sync = model
+    if sync is None and async_ is None:
+        hint = ""
+        if hasattr(model, "invoke") or hasattr(model, "chat"):
+            hint = " (wrap a LangChain chat model or LlamaIndex LLM with its adapter)"
+        raise TypeError(f"{type(model).__name__} cannot be used as a model{hint}; {usage}")
+    return EditModel(
+        model_name(model),
+        sync=sync,
+        async_=async_,
+        supports_json_schema=bool(getattr(model, "supports_json_schema", False)),
+        wrapped=model,
+    )
+
+
+# Framework model types, recognised by the names in a model's class MRO (never by
+# importing the framework): (module prefix, class name, adapter module, wrapper class).
+_FRAMEWORK_WRAPPERS = (
+    ("langchain_core.", "BaseChatModel", "langchain_gatekeeper.models", "LangChainEditModel", "langchain"),
+    ("llama_index.core.", "BaseLLM", "llamaindex_gatekeeper.models", "LlamaIndexEditModel", "llamaindex"),
+)
+
+
+def _framework_wrapper(model: Any) -> Callable[[Any], EditModel] | None:
+    """The adapter class that wraps ``model``, when it is a LangChain chat model or a
+    LlamaIndex LLM; the adapter is imported only then."""
+    if isinstance(model, (type, EditModel)):
+        return None
+    for cls in type(model).__mro__:
+        module = getattr(cls, "__module__", "") or ""
+        for prefix, base, adapter, wrapper, extra in _FRAMEWORK_WRAPPERS:
+            if cls.__name__ == base and module.startswith(prefix):
+                try:
+                    return getattr(importlib.import_module(adapter), wrapper)
+                except ImportError as exc:  # pragma: no cover - the adapters ship with the core
+                    raise TypeError(
+                        f"{type(model).__name__} needs the {adapter.split('.')[0]} adapter: "
+                        f"pip install 'context-gatekeeper[{extra}]'"
+                    ) from exc
+    return None
+
+
+def resolve_model(
+    model: Any = None, llm: Any = None, *, default: Callable[[], Any] | None = None
+) -> EditModel:
+    """The editing model for ``model=`` or its alias ``llm=``, as an :class:`EditModel` (once).
+
+    * a LangChain ``BaseChatModel`` becomes ``langchain_gatekeeper.LangChainEditModel``,
+      a LlamaIndex ``BaseLLM`` becomes ``llamaindex_gatekeeper.LlamaIndexEditModel``
+      (both :class:`EditModel` subclasses); they are recognised by their class names,
+      so resolving a plain callable imports neither framework;
+    * an :class:`EditModel` is returned as is; anything else goes through
+      :func:`as_edit_model`;
+    * with neither given, ``default()`` (a zero-argument factory, called only now)
+      supplies the model, which is resolved the same way.
+
+    >>> resolve_model(lambda messages: "{}").name
+    '<lambda>'
+
+    Raises:
+        TypeError: ``model=`` and ``llm=`` both given and different; a model that cannot
+            be called.
+        ModelUnavailableError: neither given and no ``default`` (or ``default()`` raised it).
+    """
+    chosen = pick_model(model, llm)
+    if chosen is None:
+        if default is None:
+            raise ModelUnavailableError(
+                "no editing model: pass model= (a callable fn(messages) -> str, an object with "
+                "complete(messages), a LangChain chat model or a LlamaIndex LLM)"
+            )
+        chosen = default()
+        if chosen is None:
+            raise TypeError("the default model factory returned None; it must return a model")
+    wrapper = _framework_wrapper(chosen)
+    return wrapper(chosen) if wrapper is not None else as_edit_model(chosen)

@@ -1,0 +1,387 @@
+"""Coverage selection over arbitrary texts: keep the few that cover a query.
+
+The chat selector's minimum-coverage step (:func:`selector.greedy_cover`), offered
+on its own for any list of candidate texts: retrieved chunks, search hits, tool
+outputs.  Given a query and candidates with token costs, :func:`select_covering`
+keeps a small subset that covers the query's informative anchors within a token
+budget, picking greedily by newly covered anchor weight per ``cost ** alpha``.
+
+Anchor weights are IDF (:func:`gate.anchor_weights`, the formula named by
+:class:`SelectionParams`), with document frequencies taken from
+
+* the candidates themselves (the default): an anchor most candidates hold is
+  common *here*, so covering it is worth little; or
+* a :class:`CoverageCorpus` the caller builds once from a larger collection (the
+  whole document set an index was built from), which knows which words are
+  common in the domain even when only a handful of chunks were retrieved.
+
+Every candidate gets a :class:`CoverageExplanation`: kept (``"covers"``, or
+``"fallback"``) or dropped (``"irrelevant"``, ``"no new coverage"``, ``"over
+budget"``, ``"target reached"``), with the anchors, gain and cost behind it.
+The result keeps input order.  Pure functions; no framework imports.
+
+With ``similarities`` (each candidate's similarity to the query, from any embedding
+model), meaning joins the words under the same precision rules: similarities are
+calibrated on the candidate set itself (z-scores), a candidate counts as semantic
+evidence only at or above ``params.semantic_floor`` (and only among at least
+``params.semantic_min_turns`` candidates with a similarity), it breaks ties in the
+greedy step, and up to ``params.semantic_max_keep`` candidates that hold *none* of
+the query's terms are kept on their meaning (``"semantic"``) when the budget allows.
+
+>>> texts = ["Redis locks need a TTL.", "Redis locks need a TTL.", "Bake bread at 220 degrees."]
+>>> result = select_covering("How long should a Redis lock TTL be?", texts, costs=[6, 6, 6])
+>>> result.kept
+[0]
+>>> [e.reason for e in result.explanations]
+['covers', 'no new coverage', 'irrelevant']
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .anchors import extract
+from .cues import strip_cues
+from ..errors import BudgetError
+from .gate import anchor_weights
+from .params import SelectionParams
+from .selector import Candidate, greedy_cover
+from .semantic.coverage import SEMANTIC, calibrated, tie_break, with_meaning
+from ..tokens import TokenCounterLike, resolve_token_counter
+
+__all__ = [
+    "CoverageCorpus",
+    "CoverageExplanation",
+    "CoverageResult",
+    "select_covering",
+    "COVERS",
+    "FALLBACK",
+    "SEMANTIC",
+    "IRRELEVANT",
+    "NO_NEW_COVERAGE",
+    "OVER_BUDGET",
+    "TARGET_REACHED",
+]
+
+COVERS = "covers"
+"""Kept: it newly covered query anchors when the greedy step picked it."""
+FALLBACK = "fallback"
+"""Kept without lexical evidence: the query has no informative anchor, or no candidate
+holds one (semantic retrieval in other words), so candidates are kept in order while
+they fit (``fallback=True``)."""
+IRRELEVANT = "irrelevant"
+"""Dropped: it holds none of the query's informative anchors."""
+NO_NEW_COVERAGE = "no new coverage"
+"""Dropped: every query anchor it holds is covered by kept candidates (a duplicate)."""
+OVER_BUDGET = "over budget"
+"""Dropped: it would add coverage but costs more than the budget left."""
+TARGET_REACHED = "target reached"
+"""Dropped: the coverage target was met before it was needed (``target < 1``)."""
+
+
+class CoverageCorpus:
+    """Document frequencies of anchors over a collection, built once and reused.
+
+    Pass one to :func:`select_covering` (``corpus=``) to weigh query anchors by how
+    rare they are in the whole collection instead of among the few candidates.
+    Build it from the texts the candidates come from (for LlamaIndex, the nodes of
+    the index); anchors are extracted exactly as for candidates.
+
+    >>> corpus = CoverageCorpus.from_texts(["redis lock ttl", "redis cluster", "bread"])
+    >>> corpus.n_docs, corpus.df("redis"), corpus.df("bread"), corpus.df("absent")
+    (3, 2, 1, 0)
+    >>> CoverageCorpus.from_dict(corpus.to_dict()).df("redis")
+    2
+    """
+
+    __slots__ = ("doc_freq", "n_docs")
+
+    def __init__(self, doc_freq: Mapping[str, int] | None = None, n_docs: int = 0) -> None:
+        if n_docs < 0:
+            raise ValueError(f"n_docs must be >= 0, got {n_docs!r}")
+        self.doc_freq: dict[str, int] = dict(doc_freq or {})
+        """anchor -> number of documents holding it (each at most ``n_docs``)."""
+        self.n_docs: int = n_docs
+        """Number of documents the frequencies were counted over."""
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> "CoverageCorpus":
+        """Count, for each anchor, the texts that hold it."""
+        corpus = cls()
+        corpus.add_texts(texts)
+        return corpus
+
+    def add_texts(self, texts: Iterable[str]) -> None:
+        """Add documents (for a collection that grows); not thread-safe against readers."""
+        counts: Counter[str] = Counter()
+        added = 0
+        for text in texts:
+            counts.update(extract(text).counts.keys())
+            added += 1
+        for anchor, n in counts.items():
+            self.doc_freq[anchor] = self.doc_freq.get(anchor, 0) + n
+        self.n_docs += added
+
+    def df(self, anchor: str) -> int:
+        """Documents holding ``anchor`` (0 when unseen)."""
+        return self.doc_freq.get(anchor, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy (``from_dict`` reads it back)."""
+        return {"n_docs": self.n_docs, "doc_freq": dict(self.doc_freq)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CoverageCorpus":
+        """The corpus :meth:`to_dict` wrote."""
+        return cls(data["doc_freq"], int(data["n_docs"]))
+
+    def __repr__(self) -> str:
+        return f"CoverageCorpus(n_docs={self.n_docs}, anchors={len(self.doc_freq)})"
+
+
+@dataclass(frozen=True)
+class CoverageExplanation:
+    """Why one candidate was kept or dropped.
+
+    Attributes:
+        index: the candidate's position in the input.
+        kept: whether it is in the result.
+        reason: one of the module's reason constants (``"covers"``, ``"fallback"``,
+            ``"irrelevant"``, ``"no new coverage"``, ``"over budget"``, ``"target reached"``).
+        cost: its token cost.
+        matched: the informative query anchors it holds (query order).
+        covered: for a ``"covers"`` candidate, the anchors it newly covered when picked;
+            for a dropped one, those it would still add (empty unless over budget or
+            target reached).
+        gain: newly covered weight per ``cost ** alpha`` at its pick (kept), or what it
+            would still gain now (dropped); 0 when it adds nothing.
+        pick: 1-based order in which the greedy step picked it; None if not picked.
+        similarity: its similarity to the query (None without similarities).
+        similarity_z: that similarity calibrated on the candidates' (None when too few
+            candidates have one).
+        semantic: whether its similarity is evidence (z at or above the floor).
+        decisive: whether it is kept because of its meaning alone (reason ``"semantic"``).
+    """
+
+    index: int
+    kept: bool
+    reason: str
+    cost: int
+    matched: tuple[str, ...]
+    covered: tuple[str, ...]
+    gain: float
+    pick: int | None = None
+    similarity: float | None = None
+    similarity_z: float | None = None
+    semantic: bool = False
+    decisive: bool = False
+
+    def __str__(self) -> str:
+        text = self._text()
+        if self.similarity is None:
+            return text
+        z = "" if self.similarity_z is None else f", z {self.similarity_z:+.2f}"
+        role = "; decisive" if self.decisive else "; evidence" if self.semantic else ""
+        return f"{text} [similarity {self.similarity:.3f}{z}{role}]"
+
+    def _text(self) -> str:
+        anchors = ", ".join(self.covered or self.matched) or "-"
+        if self.reason == SEMANTIC:
+            return f"kept #{self.index}: similar in meaning, no shared term ({self.cost} tokens)"
+        if self.reason == COVERS:
+            return f"kept #{self.index}: covers {anchors} (gain {self.gain:.3f}, {self.cost} tokens, pick {self.pick})"
+        if self.reason == FALLBACK:
+            return f"kept #{self.index}: fallback, no lexical evidence either way ({self.cost} tokens)"
+        if self.reason == IRRELEVANT:
+            return f"dropped #{self.index}: irrelevant, holds none of the query's informative terms"
+        if self.reason == NO_NEW_COVERAGE:
+            return f"dropped #{self.index}: no new coverage ({anchors} already covered by kept candidates)"
+        if self.reason == OVER_BUDGET:
+            return f"dropped #{self.index}: over budget (would cover {anchors} but costs {self.cost} tokens)"
+        return f"dropped #{self.index}: {self.reason} (would still cover {anchors})"
+
+
+@dataclass(frozen=True)
+class CoverageResult:
+    """What :func:`select_covering` chose, and why.
+
+    Attributes:
+        kept: indices of the kept candidates, in input order.
+        explanations: one per candidate, in input order.
+        weights: informative query anchor -> weight (IDF times kind weight).
+        coverable_weight: weight of the query anchors some candidate holds.
+        covered_weight: weight of those the kept candidates cover.
+        tokens_kept: total cost of the kept candidates.
+        tokens_total: total cost of all candidates.
+        budget: the token budget (None: unlimited).
+        semantic_fallback: set by callers whose embedder failed (the result is lexical).
+    """
+
+    kept: list[int]
+    explanations: list[CoverageExplanation]
+    weights: dict[str, float]
+    coverable_weight: float
+    covered_weight: float
+    tokens_kept: int
+    tokens_total: int
+    budget: int | None
+    semantic_fallback: bool = False
+
+    @property
+    def coverage(self) -> float:
+        """Share of the coverable query weight covered (1.0 when nothing was coverable)."""
+        return self.covered_weight / self.coverable_weight if self.coverable_weight > 0 else 1.0
+
+    def __str__(self) -> str:
+        head = (
+            f"kept {len(self.kept)} of {len(self.explanations)} candidates, "
+            f"{self.tokens_kept} of {self.tokens_total} tokens, coverage {self.coverage:.0%}"
+        )
+        return "\n".join([head, *map(str, self.explanations)])
+
+
+def _costs(texts: Sequence[str], costs: Sequence[int] | None, token_counter: TokenCounterLike) -> list[int]:
+    if costs is not None:
+        if len(costs) != len(texts):
+            raise ValueError(f"got {len(costs)} costs for {len(texts)} texts; pass one cost per text")
+        if any(c < 0 for c in costs):
+            raise ValueError("costs must be >= 0")
+        return [int(c) for c in costs]
+    count = resolve_token_counter(token_counter)
+    return [count(t) for t in texts]
+
+
+def _fallback(costs: list[int], budget: int | None, matched: list[tuple[str, ...]]) -> list[CoverageExplanation]:
+    left = budget if budget is not None else sum(costs)
+    out: list[CoverageExplanation] = []
+    for i, cost in enumerate(costs):
+        fits = cost <= left
+        left -= cost if fits else 0
+        reason = FALLBACK if fits else OVER_BUDGET
+        out.append(CoverageExplanation(i, fits, reason, cost, matched[i], (), 0.0))
+    return out
+
+
+def select_covering(
+    query: str,
+    texts: Sequence[str],
+    *,
+    token_budget: int | None = None,
+    costs: Sequence[int] | None = None,
+    token_counter: TokenCounterLike = None,
+    corpus: CoverageCorpus | None = None,
+    target: float = 1.0,
+    fallback: bool = True,
+    params: SelectionParams | None = None,
+    similarities: Sequence[float | None] | None = None,
+) -> CoverageResult:
+    """Keep the candidates that cover ``query``'s informative anchors, within a budget.
+
+    Args:
+        query: what the candidates should cover (its first ``params.max_query_chars``
+            characters are read).
+        texts: the candidate texts, in their order of preference (ties go to the earlier).
+        token_budget: most tokens the kept candidates may cost together; None: no limit.
+        costs: each text's token cost; counted with ``token_counter`` when omitted.
+        token_counter: any form :func:`tokens.resolve_token_counter` accepts (default:
+            tiktoken ``cl100k_base``, offline).
+        corpus: document frequencies for anchor weights; default: the candidates'.
+        target: share of the coverable query weight to cover before stopping.  1.0 (the
+            default) covers every query anchor some candidate holds, as far as the budget
+            allows; the chat selector's ``params.coverage_target`` (0.85) leaves the tail.
+        fallback: when the query has no informative anchor or no candidate holds one,
+            keep candidates in order while they fit (True, the default: lexical evidence
+            says nothing, and semantic retrieval may have found them in other words);
+            False drops them all as irrelevant.
+        params: IDF formula, kind weights, cost exponent, stopwords (default
+            :class:`SelectionParams`), and the semantic floor, top z, weight, minimum
+            count and most kept on meaning.
+        similarities: each candidate's similarity to the query (``None`` where unknown),
+            or ``None`` for lexical coverage alone.  See the module docstring; when no
+            candidate has lexical evidence but some have semantic evidence, those are kept
+            instead of the ``fallback``.
+
+    Raises:
+        BudgetError: a negative ``token_budget``.
+        ValueError: ``costs`` of the wrong length or negative; ``target`` outside (0, 1].
+    """
+    params = params or SelectionParams()
+    if token_budget is not None and token_budget < 0:
+        raise BudgetError(f"token_budget must be >= 0 (or None for no limit), got {token_budget!r}")
+    if not 0 < target <= 1:
+        raise ValueError(f"target must be in (0, 1], got {target!r}")
+    cost_list = _costs(texts, costs, token_counter)
+    docs = [extract(t).counts for t in texts]
+    query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match
+    if corpus is not None:
+        df, n = corpus.df, corpus.n_docs
+    else:
+        df, n = (lambda a: sum(1 for d in docs if a in d)), len(docs)
+    weights = {a: w for a, w in anchor_weights(query_anchors, df, n, params).items() if w > 0}
+    matched = [tuple(a for a in weights if a in d) for d in docs]
+    coverable = {a for m in matched for a in m}
+    coverable_weight = sum(weights[a] for a in coverable)
+    total = sum(cost_list)
+    zs = calibrated(similarities, len(texts), params)
+    evidence = [z is not None and z >= params.semantic_floor for z in zs]
+    if coverable_weight <= 0 and fallback and not any(evidence):
+        explanations = _fallback(cost_list, token_budget, matched)
+        kept = [e.index for e in explanations if e.kept]
+        return CoverageResult(
+            kept, with_meaning(explanations, similarities, zs, evidence), weights, 0.0, 0.0,
+            sum(cost_list[i] for i in kept), total, token_budget,
+        )
+
+    candidates = [
+        Candidate(turn_id=i, position=i, cost=c, user=sum(weights[a] for a in m), covered=list(m),
+                  semantic=tie_break(zs[i], params) if evidence[i] else 0.0)
+        for i, (c, m) in enumerate(zip(cost_list, matched))
+        if m
+    ]
+    budget = token_budget if token_budget is not None else total
+    chosen, covered_weight = greedy_cover(
+        candidates, weights, target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent
+    )
+
+    picks: dict[int, tuple[int, tuple[str, ...], float]] = {}
+    covered: set[str] = set()
+    for order, candidate in enumerate(chosen, 1):
+        new = tuple(a for a in candidate.covered if a not in covered)
+        gain = sum(weights[a] for a in new) / max(candidate.cost, 1) ** params.cost_exponent
+        picks[candidate.turn_id] = (order, new, gain)
+        covered.update(new)
+    left = budget - sum(c.cost for c in chosen)
+    by_meaning: set[int] = set()
+    for i in sorted((i for i in range(len(texts)) if evidence[i] and not matched[i]), key=lambda i: -zs[i]):
+        if len(by_meaning) < params.semantic_max_keep and cost_list[i] <= left:
+            by_meaning.add(i)
+            left -= cost_list[i]
+
+    explanations = []
+    for i, cost in enumerate(cost_list):
+        if i in picks:
+            order, new, gain = picks[i]
+            explanations.append(CoverageExplanation(i, True, COVERS, cost, matched[i], new, gain, order))
+            continue
+        if i in by_meaning:
+            explanations.append(CoverageExplanation(i, True, SEMANTIC, cost, (), (), 0.0))
+            continue
+        rest = tuple(a for a in matched[i] if a not in covered)
+        gain = sum(weights[a] for a in rest) / max(cost, 1) ** params.cost_exponent
+        if not matched[i]:
+            reason = IRRELEVANT
+        elif not rest:
+            reason = NO_NEW_COVERAGE
+        elif cost > left:
+            reason = OVER_BUDGET
+        else:
+            reason = TARGET_REACHED
+        explanations.append(CoverageExplanation(i, False, reason, cost, matched[i], rest, gain))
+    kept = sorted({*picks, *by_meaning})
+    result = CoverageResult(kept, explanations, weights, coverable_weight, covered_weight,
+                            sum(cost_list[i] for i in kept), total, token_budget)
+    result.explanations[:] = with_meaning(result.explanations, similarities, zs, evidence)
+    return result

@@ -1,0 +1,399 @@
+"""ContextGatekeeper: keep only the earlier turns the current query needs.
+
+The pipeline for one query (DESIGN.md §4):
+
+1. anchors of the query, weighted by IDF over the turns (:mod:`anchors`, :mod:`gate`);
+2. BM25 candidates over the postings of the query's anchors, with a recency prior
+   (:mod:`selector`), fused with semantic similarity when an embedder is given
+   (:mod:`semantic`); 3. the topic gate: continue, switch, or return to an earlier topic;
+4. greedy minimum coverage of the query's anchors under the token budget, then the
+   turns of the chosen topic, and those that resolve an elliptical follow-up.
+
+Turns are indexed incrementally and segmented by a pure function of the turn list
+(:mod:`segments`), so ``add_turn`` costs time proportional to the turn."""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import fields
+from typing import Any, Literal
+
+from .anchors import extract
+from .cues import Cues, strip_cues
+from ..errors import BudgetError
+from .gate import anchor_weights
+from .history import TurnHistory, turn_texts as _turn_texts
+from .params import SelectionParams
+from .segments import gate_query
+from .semantic.fusion import answer_ending, fuse, keep_semantic, topic_continuity
+from .semantic.methods import SemanticMethods
+from .records import Evidence, Selection, Turn
+from .selector import (
+    Kept,
+    keep_coverage,
+    keep_fill,
+    keep_follow_up,
+    keep_neighbours,
+    keep_topic,
+    score_candidates,
+    score_records,
+)
+from ..tokens import TokenCounterLike, resolve_token_counter
+from ..validation import require_budget, require_text
+
+__all__ = ["ContextGatekeeper"]
+
+logger = logging.getLogger(__name__)
+
+OnOverflow = Literal["raise", "keep_pinned"]
+_EXCLUDED = "excluded"
+_PARAM_NAMES = frozenset(f.name for f in fields(SelectionParams))
+
+
+class ContextGatekeeper(SemanticMethods):
+    """Topic-gated context selection over a growing list of turns.
+
+    >>> gk = ContextGatekeeper(token_budget=200, token_counter=len, message_overhead=0)
+    >>> gk.add_turn("How do I size a Redis lock TTL?", "Longer than the longest job, renewed by a watchdog.")
+    1
+    >>> gk.add_turn("By the way, what is a Python TaskGroup?", "An asyncio scope that cancels its siblings on failure.")
+    2
+    >>> [t["turn_id"] for t in gk.select("Does it also cancel on KeyboardInterrupt?")]
+    [2]
+    >>> selection = gk.explain("How often should the watchdog renew the Redis lock?")
+    >>> selection.decision, selection.turn_ids
+    ('return', (1,))
+
+    Args:
+        token_budget: tokens that pinned content plus the selected earlier turns may use.
+        token_counter: ``None`` (tiktoken ``cl100k_base``, offline), an encoding name,
+            a ``callable(str) -> int`` or an object with ``encode()``.
+        message_overhead: tokens added per message (user, assistant, tool, system) for
+            the chat format's framing; 0 counts text only.
+        system_prompt: text that is always kept and counts against the budget.
+        on_overflow: when pinned content alone exceeds the budget, ``"raise"``
+            (:class:`BudgetError`) or ``"keep_pinned"`` (return only the pinned content,
+            set ``Selection.over_budget`` and log one warning).
+        params: every weight and threshold (:class:`SelectionParams`); keyword
+            arguments named like its fields override single values.
+        preset: a named setting instead of ``params``: ``"default"`` (precision first)
+            or ``"recall"`` (long-memory question answering; see
+            :attr:`SelectionParams.PRESETS`).
+        embedder: a LangChain ``Embeddings``, LlamaIndex ``BaseEmbedding`` or callable
+            ``list[str] -> vectors`` for the semantic channel (numpy; :mod:`semantic_channel`).
+        vector_cache: ``get``/``put`` of turn vectors by ``(embedder name, text hash)``.
+        embed_timeout: seconds a selection waits for the query's embedding before going lexical.
+    """
+
+    def __init__(
+        self,
+        *,
+        token_budget: int = 4000,
+        token_counter: TokenCounterLike = None,
+        message_overhead: int = 3,
+        system_prompt: str | None = None,
+        on_overflow: OnOverflow = "raise",
+        params: SelectionParams | None = None,
+        preset: str | None = None,
+        embedder: Any = None,
+        vector_cache: Any = None,
+        embed_timeout: float | None = None,
+        **overrides: Any,
+    ) -> None:
+        unknown = set(overrides) - _PARAM_NAMES
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)}; see SelectionParams for tunables")
+        if on_overflow not in ("raise", "keep_pinned"):
+            raise ValueError(f"on_overflow must be 'raise' or 'keep_pinned', got {on_overflow!r}")
+        if isinstance(message_overhead, bool) or not isinstance(message_overhead, int) or message_overhead < 0:
+            raise ValueError(f"message_overhead must be an int >= 0, got {message_overhead!r}")
+        if preset is not None and params is not None:
+            raise TypeError("pass params= or preset=, not both (SelectionParams.preset(name) builds params)")
+        self.token_budget = require_budget(token_budget)
+        base = SelectionParams.preset(preset) if preset is not None else params or SelectionParams()
+        self.params = base.with_(**overrides) if overrides else base
+        self.on_overflow: OnOverflow = on_overflow
+        self.message_overhead = message_overhead
+        self._count = resolve_token_counter(token_counter)
+        self._lock = threading.RLock()
+        self._warned_overflow = False
+        self._history = TurnHistory(self._turn_cost, self.params)
+        self._semantic = self._semantic_channel(embedder, vector_cache, embed_timeout)  # None: lexical only
+        self._pinned: set[int] = set()
+        self._system_prompt: str | None = None
+        self._summary: str | None = None
+        self._fixed_costs = {"system_prompt": 0, "summary": 0}
+        self.system_prompt = system_prompt
+
+    # -- pinned content -----------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str | None:
+        """Always kept; counts against the budget."""
+        return self._system_prompt
+
+    @system_prompt.setter
+    def system_prompt(self, text: str | None) -> None:
+        self._set_fixed("system_prompt", text)
+
+    @property
+    def summary(self) -> str | None:
+        """A summary of earlier conversation: always kept; counts against the budget."""
+        return self._summary
+
+    @summary.setter
+    def summary(self, text: str | None) -> None:
+        self._set_fixed("summary", text)
+
+    def _set_fixed(self, name: str, text: str | None) -> None:
+        if text is not None:
+            text = require_text(text, name)
+        with self._lock:
+            setattr(self, "_" + name, text)
+            self._fixed_costs[name] = 0 if text is None else self._count(text) + self.message_overhead
+
+    def pin(self, turn_id: int) -> None:
+        """Always keep this turn (it counts against the budget)."""
+        with self._lock:
+            self._history.position(turn_id)
+            self._pinned.add(turn_id)
+
+    def unpin(self, turn_id: int) -> None:
+        """Let this turn be selected like any other again."""
+        with self._lock:
+            self._history.position(turn_id)
+            self._pinned.discard(turn_id)
+
+    @property
+    def pinned(self) -> tuple[int, ...]:
+        """Pinned turn ids in position order."""
+        with self._lock:
+            return tuple(t for t in self._history.order if t in self._pinned)
+
+    # -- the turn list ------------------------------------------------------------------
+    def add_turn(self, user: str, assistant: str = "", *, tool_texts: Iterable[str] = ()) -> int:
+        """Append a turn and return its id (1, 2, 3, ...).
+
+        Either side may be empty (an answer with no text; an assistant greeting that
+        opens the chat), but not both.
+        """
+        texts = _turn_texts(user, assistant, tool_texts)
+        with self._lock:
+            return self._history.insert(len(self._history), *texts)
+
+    def insert_turn(
+        self, after_id: int | None, user: str, assistant: str = "", *, tool_texts: Iterable[str] = ()
+    ) -> int:
+        """Insert a turn after ``after_id`` (``None``: at the start); it gets a new id."""
+        texts = _turn_texts(user, assistant, tool_texts)
+        with self._lock:
+            position = 0 if after_id is None else self._history.position(after_id) + 1
+            return self._history.insert(position, *texts)
+
+    def replace_turn(
+        self,
+        turn_id: int,
+        user: str | None = None,
+        assistant: str | None = None,
+        *,
+        tool_texts: Iterable[str] | None = None,
+    ) -> None:
+        """Replace a turn's texts, keeping its id and position (``None`` keeps a part)."""
+        with self._lock:
+            self._history.position(turn_id)
+            old = self._history.turns[turn_id]
+            texts = _turn_texts(
+                old.user if user is None else user,
+                old.assistant if assistant is None else assistant,
+                old.tool_texts if tool_texts is None else tool_texts,
+            )
+            self._history.replace(turn_id, *texts)
+
+    def remove_turn(self, turn_id: int) -> Turn:
+        """Remove a turn; other ids are never renumbered, and this one is never reused."""
+        with self._lock:
+            turn = self._history.remove(turn_id)
+            self._pinned.discard(turn_id)
+            return turn
+
+    def clear(self) -> None:
+        """Remove every turn (ids are still never reused); the system prompt and summary stay."""
+        with self._lock:
+            self._history.clear()
+            self._pinned.clear()
+
+    def get_turn(self, turn_id: int) -> Turn:
+        """The turn with this id (:class:`UnknownTurnError` if there is none)."""
+        with self._lock:
+            self._history.position(turn_id)
+            return self._history.turns[turn_id]
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """Every turn, in position order."""
+        with self._lock:
+            return tuple(self._history.turns[t] for t in self._history.order)
+
+    def __len__(self) -> int:
+        return len(self._history)
+
+    def __iter__(self) -> Iterator[Turn]:
+        return iter(self.turns)
+
+    def segments(self) -> list[tuple[int, ...]]:
+        """Segments -- contiguous runs of one topic -- as tuples of turn ids, oldest first.
+
+        A chat alternating two topics A, B, A, B has four segments and two topics
+        (see :meth:`topics`)."""
+        with self._lock:
+            return self._history.segments()
+
+    def topics(self) -> dict[int, tuple[int, ...]]:
+        """Topic label -> ids of its turns (every run of it), in order of appearance.
+
+        A topic's label is the position (0-based) of the turn that opened it; labels,
+        like segments, are a pure function of the turn list."""
+        with self._lock:
+            return self._history.topics()
+
+    def turn_cost(self, turn_id: int) -> int:
+        """Tokens this turn costs against the budget."""
+        with self._lock:
+            self._history.position(turn_id)
+            return self._history.costs[turn_id]
+
+    # -- selection ----------------------------------------------------------------------
+    def select(
+        self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
+    ) -> list[dict[str, object]]:
+        """The kept earlier turns as ``[{"user", "assistant", "turn_id"}, ...]`` in position order."""
+        probe = self._probe(query)  # the query's embedding, never under the lock
+        with self._lock:
+            selection = self._select_for(query, token_budget, exclude, probe)
+            return [self._history.turns[t].as_dict() for t in selection.turn_ids]
+
+    def build_prompt(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> str:
+        """Pinned content, the kept turns and the query as one plain-text prompt."""
+        probe = self._probe(query)
+        with self._lock:
+            return self._select_for(query, token_budget, exclude, probe).as_prompt(self._history.turns)
+
+    def explain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Selection:
+        """Select for ``query`` and say why; changes no turn, pin or setting.
+
+        ``token_budget`` overrides the budget for this call only (an adapter that
+        knows the size of the query and the open turn passes what is left); below
+        the pinned content's cost, ``on_overflow`` applies.  ``exclude`` names turns
+        this call must not select (an adapter sends them itself, e.g. the current turn).
+        With an embedder, only the query is embedded (one call, within ``embed_timeout``,
+        never under the lock); turns not yet embedded are scored lexically.
+        """
+        return self._select_for(query, token_budget, exclude, self._probe(query))
+
+    def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any) -> Selection:
+        query = require_text(query, "query")
+        if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)):
+            raise BudgetError(f"token_budget must be an int, got {token_budget!r}")
+        budget_total = self.token_budget if token_budget is None else token_budget
+        cues, content = strip_cues(query[: self.params.max_query_chars])
+        anchors = extract(content, query=True)
+        with self._lock:
+            if self._semantic is not None:
+                self._semantic.take()  # changed turns queued; cached vectors used at once
+            return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude), probe)
+
+    def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int,
+                 exclude: frozenset[int], probe: tuple[Any, bool] | None) -> Selection:
+        p, history = self.params, self._history
+        index, labels = history.index, history.labels
+        # 1-2. weights, candidates (fused with similarity), and the gate
+        weights = anchor_weights(query_anchors, index.df, len(history), p)
+        candidates, topic_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
+        view = None if probe is None else self._semantic.view(probe[0], p.semantic_min_turns)  # type: ignore[union-attr]
+        fuse(candidates, view, history, p)
+        for turn_id in exclude:
+            candidates.pop(turn_id, None)
+        asks, closes = answer_ending(history)  # a question to the user, or an offer of more help
+        decision, weak_switch, features, topic = gate_query(
+            labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
+            replying=view is not None and asks, closing=closes)
+
+        # 3. pinned content first, then the steps that keep turns with evidence
+        fixed = sum(self._fixed_costs.values())
+        pinned = sorted(self._pinned - exclude, key=history.positions.__getitem__)
+        kept = Kept(history, budget_total - fixed - sum(history.costs[t] for t in pinned))
+        for turn_id in pinned:
+            kept.reasons[turn_id], kept.evidence[turn_id] = "pinned", Evidence(pinned=True)
+        kept.reasons.update(dict.fromkeys(exclude, _EXCLUDED))  # blocks every later step
+        pool = heapq.nlargest(
+            p.top_m,
+            (c for c in candidates.values() if c.turn_id not in kept.reasons),
+            key=lambda c: (c.total, c.position),
+        )
+        coverable = {a for c in candidates.values() for a in c.covered}
+        coverable_weight = sum(weights[a] for a in coverable)
+        total_weight = sum(weights.values())
+        over_budget = kept.budget < 0
+        explicit_switch = decision == "switch" and bool(cues.switch) and not weak_switch
+        if over_budget:
+            self._overflow(fixed, pinned, budget_total)
+        elif not (explicit_switch and not p.keep_on_explicit_switch):
+            already = {a for t in pinned for a in index.turns[t].anchors if a in coverable}
+            target = p.coverage_target * coverable_weight
+            keep_coverage(pool, weights, topic, labels, p, kept, target, already)
+            elliptical = bool(cues.reference) or coverable_weight < p.elliptical_threshold * total_weight
+            if total_weight <= 0 or (elliptical and topic is not None and decision == "continue") or weak_switch:
+                keep_follow_up(topic, p, kept)
+            if topic is not None:
+                keep_topic(pool, topic, decision == "return", p, kept)
+            if view is not None:
+                keep_semantic(pool, topic, p, kept)
+            keep_fill(pool, weights, p, kept)
+            keep_neighbours(pool, candidates, p, kept)
+
+        for turn_id in exclude:
+            kept.reasons.pop(turn_id, None)
+        turn_ids = tuple(sorted(kept.reasons, key=history.positions.__getitem__))
+        kept_anchors = {a for t in turn_ids for a in index.turns[t].anchors}
+        covered_weight = sum(weights[a] for a in coverable if a in kept_anchors)
+        active = labels[-1] if labels else None
+        return Selection(
+            query=query,
+            turn_ids=turn_ids,
+            decision=decision,
+            weak_switch=weak_switch,
+            gate=features,
+            active_segment=history.topic_ids(active),
+            matched_segment=history.topic_ids(topic) if decision == "return" else (),
+            scores=score_records(pool, candidates, weights, kept, explicit_switch, topic, p, view),
+            coverage=covered_weight / coverable_weight if coverable_weight else 1.0,
+            tokens_kept=fixed + sum(history.costs[t] for t in turn_ids),
+            tokens_total=fixed + history.total_cost,
+            over_budget=over_budget,
+            system_prompt=self._system_prompt,
+            summary=self._summary,
+            pinned_turn_ids=tuple(pinned),
+            topic=topic,
+            semantic_fallback=probe is not None and probe[1],
+        )
+
+    def _overflow(self, fixed: int, pinned: list[int], budget_total: int) -> None:
+        detail = (
+            f"pinned content needs {fixed + sum(self._history.costs[t] for t in pinned)} tokens "
+            f"(system prompt and summary {fixed}, pinned turns {pinned}) but token_budget is {budget_total}"
+        )
+        if self.on_overflow == "raise":
+            raise BudgetError(f"{detail}; raise token_budget, unpin turns, or pass on_overflow='keep_pinned'")
+        if not self._warned_overflow:
+            self._warned_overflow = True
+            logger.warning("%s; keeping the pinned content only", detail)
+
+    def _turn_cost(self, turn: Turn) -> int:
+        """Tokens of ``user + "\\n" + answer`` plus the per-message overhead."""
+        answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
+        messages = bool(turn.user) + bool(turn.assistant) + len(turn.tool_texts)
+        return self._count(turn.user + "\n" + answer) + self.message_overhead * messages
+

@@ -1,0 +1,230 @@
+"""The turn list with everything selection needs, kept up to date incrementally.
+
+:class:`TurnHistory` owns the turns in position order, their token costs, the
+anchor index and the topic segments.  Every change costs time proportional to
+the turn changed plus the segments recomputed after it; nothing here knows about
+budgets, pins or queries.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .anchors import TextAnchors, extract
+from .cues import strip_cues
+
+from ..errors import InvalidInputError, UnknownTurnError
+from .index import AnchorIndex
+from .params import SelectionParams
+from .segments import SegmentInput, next_label
+from .records import Turn
+from ..validation import require_text
+
+__all__ = ["TurnHistory", "turn_texts"]
+
+
+class _ByPosition(Sequence[SegmentInput]):
+    """The segmentation inputs in position order, without copying them."""
+
+    def __init__(self, order: list[int], inputs: dict[int, SegmentInput]) -> None:
+        self._order, self._inputs = order, inputs
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, position: int) -> SegmentInput:  # type: ignore[override]
+        return self._inputs[self._order[position]]
+
+
+class TurnHistory:
+    """Turns in position order, indexed and segmented.
+
+    Invariants: ``order`` lists every turn id once; ``positions`` inverts it;
+    ``labels[i]`` and ``novelty[i]`` are the topic label and new content of the
+    turn at position ``i``, equal to what :func:`segments.segment_all` computes from
+    scratch; the index holds exactly these turns.
+
+    Args:
+        cost: tokens a turn costs (text and per-message overhead).
+        params: the gate's parameters, used for segmentation.
+    """
+
+    def __init__(self, cost: Callable[[Turn], int], params: SelectionParams) -> None:
+        self._cost = cost
+        self.params = params
+        self.turns: dict[int, Turn] = {}
+        self.order: list[int] = []
+        self.positions: dict[int, int] = {}
+        self.costs: dict[int, int] = {}
+        self.total_cost = 0
+        self.inputs: dict[int, SegmentInput] = {}
+        self.labels: list[int] = []
+        self.novelty: list[float] = []
+        self.index = AnchorIndex()
+        self.by_position = _ByPosition(self.order, self.inputs)
+        self.changed: set[int] | None = None
+        """Ids of turns added, changed or removed since a consumer last emptied it;
+        ``None`` (the default) tracks nothing.  The semantic channel sets a set here."""
+        self._next_id = 1
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    # -- changes ------------------------------------------------------------------------
+    def insert(self, position: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> int:
+        """Add a turn at ``position`` (``len(self)`` appends) under a new id, and return it."""
+        turn = Turn(self._next_id, user, assistant, tool_texts)
+        prepared = self._prepare(turn)  # may raise: nothing has changed yet
+        turn_id = self._next_id
+        self._next_id += 1
+        self._store(turn, prepared)
+        self.order.insert(position, turn_id)
+        self._renumber_from(position)
+        self._resegment_from(position)
+        return turn_id
+
+    def replace(self, turn_id: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> None:
+        """New texts for a turn; its id and position stay."""
+        position = self.position(turn_id)
+        turn = Turn(turn_id, user, assistant, tool_texts)
+        prepared = self._prepare(turn)  # may raise: nothing has changed yet
+        self.index.remove(turn_id)
+        self.total_cost -= self.costs[turn_id]
+        self._store(turn, prepared)
+        self._resegment_from(position)
+
+    def remove(self, turn_id: int) -> Turn:
+        """Take a turn out; later turns move up one position."""
+        position = self.position(turn_id)
+        turn = self.turns.pop(turn_id)
+        self.total_cost -= self.costs[turn_id]
+        if self.changed is not None:
+            self.changed.add(turn_id)
+        del self.order[position], self.positions[turn_id], self.costs[turn_id], self.inputs[turn_id]
+        self.index.remove(turn_id)
+        self._renumber_from(position)
+        self._resegment_from(position)
+        return turn
+
+    def clear(self) -> None:
+        """Remove every turn at once; ids keep counting."""
+        if self.changed is not None:
+            self.changed.update(self.turns)
+        for container in (self.turns, self.positions, self.costs, self.inputs):
+            container.clear()
+        self.total_cost = 0
+        del self.order[:], self.labels[:], self.novelty[:]
+        self.index = AnchorIndex()
+
+    # -- reading ------------------------------------------------------------------------
+    def position(self, turn_id: object) -> int:
+        """The position of ``turn_id``, or :class:`UnknownTurnError`."""
+        valid = isinstance(turn_id, int) and not isinstance(turn_id, bool)
+        position = self.positions.get(turn_id) if valid else None  # type: ignore[arg-type]
+        if position is None:
+            shown = ", ".join(map(str, self.order[:10])) + (", ..." if len(self.order) > 10 else "")
+            raise UnknownTurnError(
+                f"no turn with id {turn_id!r}: ids are the integers add_turn returned; current ids are [{shown}]"
+            )
+        return position
+
+    def segment_start(self, position: int) -> int:
+        """The position where the segment (run of one topic) holding ``position`` starts."""
+        label = self.labels[position]
+        while position > 0 and self.labels[position - 1] == label:
+            position -= 1
+        return position
+
+    def topic_ids(self, label: int | None) -> tuple[int, ...]:
+        """Ids of the turns of topic ``label``, every run of it (empty for ``None``)."""
+        if label is None:
+            return ()
+        return tuple(t for t, lbl in zip(self.order, self.labels) if lbl == label)
+
+    def latest_of_topic(self, label: int | None, count: int) -> list[int]:
+        """Positions of the last ``count`` turns of topic ``label``, newest first."""
+        found: list[int] = []
+        if label is None or count <= 0:
+            return found
+        for position in range(len(self.order) - 1, -1, -1):
+            if self.labels[position] == label:
+                found.append(position)
+                if len(found) == count:
+                    break
+        return found
+
+    def topics(self) -> dict[int, tuple[int, ...]]:
+        """Topic label -> ids of its turns, every run of it, in order of first appearance."""
+        out: dict[int, list[int]] = {}
+        for turn_id, label in zip(self.order, self.labels):
+            out.setdefault(label, []).append(turn_id)
+        return {label: tuple(ids) for label, ids in out.items()}
+
+    def segments(self) -> list[tuple[int, ...]]:
+        """Segments (contiguous runs of one topic) as tuples of turn ids, oldest first."""
+        out: list[list[int]] = []
+        for position, turn_id in enumerate(self.order):
+            if position == 0 or self.labels[position] != self.labels[position - 1]:
+                out.append([])
+            out[-1].append(turn_id)
+        return [tuple(s) for s in out]
+
+    # -- internals ----------------------------------------------------------------------
+    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, SegmentInput]:
+        """Everything a turn needs that can fail (a token counter may raise), computed
+        before anything changes: ``(cost, user anchors, answer anchors, gate input)``;
+        the gate input's ``anchors`` are filled by :meth:`_store`."""
+        answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
+        cost = self._cost(turn)
+        user, answer_anchors = extract(turn.user), extract(answer)
+        cues, content = strip_cues(turn.user[: self.params.max_query_chars])
+        gated = SegmentInput(tuple(extract(content, query=True).counts), cues, frozenset())
+        return cost, user, answer_anchors, gated
+
+    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput]) -> None:
+        """Record, cost and index a prepared turn (its position is the caller's business)."""
+        cost, user, answer_anchors, gated = prepared
+        indexed = self.index.add(turn.id, user, answer_anchors)
+        self.turns[turn.id] = turn
+        if self.changed is not None:
+            self.changed.add(turn.id)
+        self.costs[turn.id] = cost
+        self.total_cost += cost
+        answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
+        self.inputs[turn.id] = SegmentInput(gated.user, gated.cues, indexed.anchors, answered)
+
+    def _renumber_from(self, position: int) -> None:
+        for pos in range(position, len(self.order)):
+            self.positions[self.order[pos]] = pos
+
+    def _resegment_from(self, start: int) -> None:
+        """Recompute segment labels from ``start`` on, with document frequencies of each prefix."""
+        order, turns = self.order, self.index.turns
+        later: Counter[str] = Counter()
+        for turn_id in order[start:]:
+            later.update(turns[turn_id].anchors)
+        full_df = self.index.df
+
+        def prefix_df(anchor: str) -> int:
+            return full_df(anchor) - later[anchor]
+
+        del self.labels[start:], self.novelty[start:]
+        for position in range(start, len(order)):
+            label, new_weight = next_label(self.labels, self.by_position, position, prefix_df, self.params)
+            self.labels.append(label)
+            self.novelty.append(new_weight)
+            later.subtract(turns[order[position]].anchors)
+
+
+def turn_texts(user: Any, assistant: Any, tool_texts: Any) -> tuple[str, str, tuple[str, ...]]:
+    """Validated texts of a turn: strings, and not all of them blank."""
+    user = require_text(user, "user", allow_empty=True)
+    assistant = require_text(assistant, "assistant", allow_empty=True)
+    if isinstance(tool_texts, str):
+        raise TypeError("tool_texts must be an iterable of strings, not a single string")
+    tools = tuple(require_text(t, "tool text", allow_empty=True) for t in tool_texts)
+    if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
+        raise InvalidInputError("a turn needs some text: user, assistant and tool texts are all empty")
+    return user, assistant, tools

@@ -1,0 +1,379 @@
+"""The semantic channel's state: turn vectors, embedding in the background, the query.
+
+:class:`SemanticChannel` keeps one unit vector per turn as a row of a float32 matrix
+(:class:`TurnVectors`).  A turn added or changed is queued; a background job on the
+embedder's documents lane (:mod:`embed_runner`: one daemon thread per underlying
+embedder) looks it up in the vector cache by the hash of its text and embeds the rest
+in batches.  ``select`` and ``explain`` embed only the query -- at most one embedding
+call, bounded by ``embed_timeout`` -- and score turns not yet embedded lexically.
+``embed_pending`` / ``aembed_pending`` embed what is queued now and wait (tests and
+benchmarks call them for deterministic results).
+
+No embedding call runs while the gatekeeper's lock is held, and the async paths never
+wait on that lock, nor do vector-cache (store) I/O, on the event loop thread.  If the
+embedder raises or times out, selection goes on lexically with
+``Selection.semantic_fallback`` set, the embedder is left alone for a while (backoff),
+and one warning is logged per outage per embedder.  A batch that fails is split to find
+a text the embedder refuses alone; such a turn stays lexical-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .runner import EmbedderState, state_of
+from .embedding import DictVectorCache, Embedder, EmbeddingError, Vector, as_embedder, text_hash, turn_text
+from ..history import TurnHistory
+from .fusion import QueryView, numpy
+from .turn_vectors import TurnVectors
+
+__all__ = ["TurnVectors", "SemanticChannel"]
+
+_PROBE_TEXT = "ok"  # embedded to tell a refused text from an embedder that is down
+
+
+class _NotStarted(Exception):
+    """The call waited its turn on the lane past the deadline: no answer, no outage."""
+
+
+class _Changes(set):
+    """``TurnHistory.changed`` for a channel: adding ids queues them for embedding."""
+
+    def __init__(self, kick: Callable[[], None]) -> None:
+        super().__init__()
+        self._kick = kick
+
+    def add(self, turn_id: int) -> None:
+        super().add(turn_id)
+        self._kick()
+
+    def update(self, *ids: Iterable[int]) -> None:
+        super().update(*ids)
+        if self:
+            self._kick()
+
+
+class SemanticChannel:
+    """An embedder, its vector cache and the vectors of one history's turns.
+
+    Args:
+        embedder: anything :func:`embedding.as_embedder` accepts.
+        vector_cache: ``get(key)`` / ``put(key, vector)`` (``put_many`` optional), keyed by
+            ``(embedder name, text_hash(text))``; default: a dict in this process.
+        timeout: seconds a selection waits for the query's vector (``None``: wait); also
+            bounds ``embed_pending``'s wait per batch.
+        batch_size: texts per document call.
+
+    :meth:`bind` attaches the channel to a history and the lock that guards it.
+    """
+
+    def __init__(self, embedder: Any, vector_cache: Any = None, timeout: float | None = None, batch_size: int = 64):
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ValueError(f"embed_timeout must be a number of seconds > 0 or None, got {timeout!r}")
+        if vector_cache is not None and not (callable(getattr(vector_cache, "get", None))
+                                             and callable(getattr(vector_cache, "put", None))):
+            raise TypeError("vector_cache needs get(key) and put(key, vector) methods (see embedding.VectorCache)")
+        numpy()  # fail now, not at the first query, when numpy is missing
+        self.embedder: Embedder = as_embedder(embedder)
+        self.state: EmbedderState = state_of(self.embedder)
+        self.cache = DictVectorCache() if vector_cache is None else vector_cache
+        self.timeout = timeout
+        self.batch_size = batch_size
+        self.vectors = TurnVectors()
+        self.pending: dict[int, tuple[str, str]] = {}
+        self.inflight: dict[int, str] = {}
+        self.refused: dict[int, str] = {}  # turn id -> digest of a text the embedder refuses
+        self._refused_digests: set[str] = set()
+        self.embedded = 0  # turns the embedder embedded for this channel, all told
+        self._history: TurnHistory | None = None
+        self._lock: Any = None
+        self._queued: concurrent.futures.Future | None = None
+        self._last_query: tuple[str, Vector] | None = None
+
+    def bind(self, history: TurnHistory, lock: Any) -> None:
+        """Follow ``history`` (guarded by ``lock``): its added and changed turns are queued."""
+        self._history, self._lock = history, lock
+        history.changed = _Changes(self._kick)
+
+    # -- turns (the caller holds the lock) ------------------------------------------------
+    def take(self, lookup: bool | None = None) -> None:
+        """Move the history's changes into ``pending``; with ``lookup`` (default: when not
+        on an event loop thread) pending turns found in the vector cache get their vector
+        now.  Queues a background pass when turns are left.  The caller holds the lock."""
+        history = self._history
+        changed = history.changed  # type: ignore[union-attr]
+        for turn_id in list(changed):
+            changed.discard(turn_id)
+            turn = history.turns.get(turn_id)  # type: ignore[union-attr]
+            self.pending.pop(turn_id, None)
+            self.refused.pop(turn_id, None)
+            if turn is None:
+                self.inflight.pop(turn_id, None)
+                self.vectors.drop(turn_id)
+                continue
+            text = turn_text(turn)
+            digest = text_hash(text)
+            if self.vectors.hashes.get(turn_id) == digest or self.inflight.get(turn_id) == digest:
+                continue
+            self.inflight.pop(turn_id, None)
+            self.vectors.drop(turn_id)  # its old text's vector would mislead
+            if digest in self._refused_digests:
+                self.refused[turn_id] = digest
+            else:
+                self.pending[turn_id] = (text, digest)
+        if lookup is None:  # store I/O never on an event loop thread; a dict is no I/O
+            lookup = getattr(self.cache, "in_memory", False) is True or not _on_loop()
+        if self.pending and lookup:
+            for turn_id, (_, digest) in list(self.pending.items()):
+                cached = self._cached(digest)
+                if cached is not None:
+                    del self.pending[turn_id]
+                    self._set(turn_id, cached, digest)
+        if self.pending:
+            self._kick()
+
+    def _kick(self) -> None:
+        """Queue one background pass unless one is queued or the embedder is backing off."""
+        if self._queued is None and not self.state.blocked():
+            self._queued = self.state.documents.submit(self._drain, False)
+
+    def _cached(self, digest: str) -> Vector | None:
+        vector = self.cache.get((self.embedder.name, digest))
+        dim = self.vectors.dim
+        return None if vector is None or (dim is not None and len(vector) != dim) else vector
+
+    def _set(self, turn_id: int, vector: Vector, digest: str) -> None:
+        dropped = self.vectors.set(turn_id, vector, digest)
+        if dropped:  # another dimension: the model changed; embed the others again
+            self.state.answered()
+            self._history.changed.update(dropped)  # type: ignore[union-attr]
+
+    # -- the background pass (runs on the embedder's documents lane) ------------------------
+    def _drain(self, explicit: bool) -> tuple[int, BaseException | None]:
+        """Embed pending turns in batches until none is left: ``(turns embedded, the error
+        that stopped it or None)``.  Only ``explicit`` passes call an embedder that is
+        backing off.  Never holds the lock during a call or cache I/O."""
+        count, lock = 0, self._lock
+        with lock:
+            self._queued = None
+        while True:
+            if not explicit and self.state.blocked():
+                return count, None
+            with lock:
+                self.take(lookup=False)
+                chunk = list(self.pending.items())[: self.batch_size]
+            if not chunk:
+                return count, None
+            found = {t: v for t, (_, d) in chunk if (v := self._cached(d)) is not None}
+            with lock:
+                batch = []
+                for turn_id, (text, digest) in chunk:
+                    if self.pending.get(turn_id, (None, None))[1] != digest:
+                        continue  # changed or removed meanwhile
+                    del self.pending[turn_id]
+                    if turn_id in found:
+                        self._set(turn_id, found[turn_id], digest)
+                    else:
+                        self.inflight[turn_id] = digest
+                        batch.append((turn_id, text, digest))
+            if batch:
+                done, refused, error = self._embed(batch)
+                count += self._land(batch, done, refused, error)
+                if error is not None:
+                    return count, error
+
+    def _embed(self, batch: list[tuple[int, str, str]]) -> tuple[dict[int, Vector], list[int], BaseException | None]:
+        """Embed a batch, splitting it on failure: ``(index -> vector, indexes of texts the
+        embedder refuses alone, the error when the embedder looks down)``."""
+        texts = [text for _, text, _ in batch]
+        done: dict[int, Vector] = {}
+        refused: list[int] = []
+
+        def split(idx: list[int]) -> None:
+            """``idx`` failed together: a single text is refused, else each half is tried."""
+            if len(idx) == 1:
+                refused.append(idx[0])
+                return
+            for half in (idx[: len(idx) // 2], idx[len(idx) // 2 :]):
+                try:
+                    vectors = self.embedder.embed_documents([texts[i] for i in half])
+                except Exception:  # noqa: BLE001 -- the embedder answers (see below): a bad text
+                    split(half)
+                else:
+                    done.update(zip(half, vectors))
+
+        try:
+            done.update(enumerate(self.embedder.embed_documents(texts)))
+        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
+            if not self._answers():
+                return done, refused, exc  # down: nothing is the texts' fault
+            split(list(range(len(batch))))
+        return done, refused, None
+
+    def _answers(self) -> bool:
+        try:
+            self.embedder.embed_documents([_PROBE_TEXT])
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    def _land(self, batch: list[tuple[int, str, str]], done: dict[int, Vector], refused: list[int],
+              error: BaseException | None) -> int:
+        """Save a batch's vectors, mark refused texts, put back what is left; the number embedded."""
+        if done:
+            keyed = [((self.embedder.name, batch[i][2]), v) for i, v in done.items()]
+            put_many = getattr(self.cache, "put_many", None)
+            if callable(put_many):
+                put_many(keyed)
+            else:
+                for key, vector in keyed:
+                    self.cache.put(key, vector)
+        if error is not None:
+            self.state.failed(error, self.embedder.name)
+        elif done:
+            self.state.answered()
+        with self._lock:
+            for i, (turn_id, text, digest) in enumerate(batch):
+                if self.inflight.get(turn_id) != digest:
+                    continue  # changed or removed meanwhile: its new text is queued
+                del self.inflight[turn_id]
+                if i in done:
+                    self._set(turn_id, done[i], digest)
+                elif i in refused:
+                    self.refused[turn_id] = digest
+                    self._refused_digests.add(digest)
+                else:
+                    self.pending[turn_id] = (text, digest)
+            self.embedded += len(done)
+        return len(done)
+
+    def _wait_limit(self) -> float | None:
+        if self.timeout is None:
+            return None
+        queued = len(self.pending) + len(self._history.changed or ()) + len(self.inflight)  # type: ignore[union-attr]
+        return self.timeout * (4 + 2 * (queued // self.batch_size + 1))
+
+    def _drain_result(self, before: int, result: tuple[int, BaseException | None]) -> int:
+        if result[1] is not None:
+            raise _as_error(result[1], self.embedder.name)
+        return self.embedded - before
+
+    def _drain_timeout(self, limit: float | None) -> EmbeddingError:
+        exc = TimeoutError(f"embedding the pending turns took longer than {limit:.1f} s")
+        self.state.failed(exc, self.embedder.name)
+        return EmbeddingError(f"embedder {self.embedder.name!r}: {exc}; the turns stay pending")
+
+    def embed_pending(self) -> int:
+        """Embed every queued turn now (even while the embedder is backing off) and wait:
+        the number of turns the embedder embedded meanwhile.  Failures raise
+        :class:`EmbeddingError`.  Call without holding the lock."""
+        before, limit = self.embedded, self._wait_limit()
+        future = self.state.documents.submit(self._drain, True)
+        try:
+            return self._drain_result(before, future.result(limit))
+        except concurrent.futures.TimeoutError:
+            raise self._drain_timeout(limit) from None
+
+    async def aembed_pending(self) -> int:
+        """:meth:`embed_pending`, awaited (the work runs on the documents lane)."""
+        before, limit = self.embedded, self._wait_limit()
+        future = self.state.documents.submit(self._drain, True)
+        wrapped = asyncio.wrap_future(future)
+        done, _ = await asyncio.wait({wrapped}, timeout=limit)
+        if not done:
+            wrapped.cancel()
+            raise self._drain_timeout(limit)
+        return self._drain_result(before, wrapped.result())
+
+    # -- the query (no lock held) -----------------------------------------------------------
+    def _settled(self, text: str) -> tuple[Vector | None, bool] | None:
+        """The answer without calling the embedder: the last query's vector again, or the
+        fallback while the embedder is backing off; ``None`` when it must be asked."""
+        hit = self._last_query
+        if hit is not None and hit[0] == text:
+            return hit[1], False
+        return (None, True) if self.state.blocked() else None
+
+    def probe(self, text: str) -> tuple[Vector | None, bool]:
+        """The query's vector and whether selection falls back: ``(vector, False)``, or
+        ``(None, True)`` when the embedder fails, times out or is backing off.  One call
+        at most, within ``timeout``.  Never raises for the embedder."""
+        settled = self._settled(text)
+        if settled is not None:
+            return settled
+        try:
+            if self.timeout is None:
+                vector = self.embedder.embed_query(text)
+            else:
+                future = self.state.queries.submit(self.embedder.embed_query, text)
+                try:
+                    vector = future.result(self.timeout)
+                except concurrent.futures.TimeoutError:
+                    raise self._late(future) from None
+        except _NotStarted:
+            return None, True
+        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
+            self.state.failed(exc, self.embedder.name)
+            return None, True
+        return self._answered(text, vector)
+
+    async def aprobe(self, text: str) -> tuple[Vector | None, bool]:
+        """:meth:`probe` without blocking the event loop: the embedder's async twin, or its
+        sync method on the query lane (never the asyncio default executor)."""
+        settled = self._settled(text)
+        if settled is not None:
+            return settled
+        try:
+            if self.embedder._aquery is not None:
+                vector = await asyncio.wait_for(self.embedder.aembed_query(text), self.timeout)
+            else:
+                future = self.state.queries.submit(self.embedder.embed_query, text)
+                wrapped = asyncio.wrap_future(future)
+                try:
+                    done, _ = await asyncio.wait({wrapped}, timeout=self.timeout)
+                except asyncio.CancelledError:
+                    future.cancel()
+                    raise
+                if not done:
+                    late = self._late(future)
+                    wrapped.cancel()
+                    raise late
+                vector = wrapped.result()
+        except _NotStarted:
+            return None, True
+        except (Exception, asyncio.TimeoutError) as exc:  # noqa: BLE001
+            if isinstance(exc, asyncio.TimeoutError):
+                exc = TimeoutError(f"no answer within embed_timeout={self.timeout} s")
+            self.state.failed(exc, self.embedder.name)
+            return None, True
+        return self._answered(text, vector)
+
+    def _late(self, future: concurrent.futures.Future) -> Exception:
+        if future.cancel():
+            return _NotStarted()  # it waited behind another query: not the embedder's failure
+        return TimeoutError(f"no answer within embed_timeout={self.timeout} s")
+
+    def _answered(self, text: str, vector: Vector) -> tuple[Vector, bool]:
+        self.state.answered()
+        self._last_query = (text, vector)
+        return vector, False
+
+    def view(self, vector: Vector | None, min_turns: int) -> QueryView | None:
+        return None if vector is None else self.vectors.view(vector, min_turns)
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _as_error(exc: BaseException, name: str) -> EmbeddingError:
+    if isinstance(exc, EmbeddingError):
+        return exc
+    return EmbeddingError(f"embedder {name!r} failed: {type(exc).__name__}: {exc}; the turns stay pending")

@@ -1,0 +1,298 @@
+"""Embedders: one small interface over LangChain, LlamaIndex and plain callables.
+
+:func:`as_embedder` turns whatever the user holds into an :class:`Embedder`:
+
+* a LangChain ``Embeddings`` (``embed_documents`` / ``embed_query`` and their
+  ``aembed_*`` twins);
+* a LlamaIndex ``BaseEmbedding`` (``get_text_embedding_batch`` /
+  ``get_query_embedding`` and their ``aget_*`` twins);
+* a callable ``list[str] -> list[list[float]]``, with an optional async twin as its
+  ``aembed`` attribute (or ``as_embedder(fn, aembed=...)``).
+
+Frameworks are recognised by duck typing: nothing here imports them, or numpy.
+Vectors come back as lists of floats, checked (one per text, one dimension, finite).
+
+A *vector cache* is any object with ``get(key) -> list[float] | None`` and
+``put(key, vector)`` (``put_many(items)`` optional), keyed by
+``(embedder name, text_hash(text))``; :class:`DictVectorCache` is the in-process default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import itertools
+import math
+import threading
+import types
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ...errors import ModelUnavailableError
+from ..records import Turn
+
+__all__ = [
+    "Embedder",
+    "EmbeddingError",
+    "VectorCache",
+    "DictVectorCache",
+    "as_embedder",
+    "text_hash",
+    "turn_text",
+    "is_local_name",
+]
+
+Vector = list[float]
+Key = tuple[str, str]
+
+
+class EmbeddingError(ModelUnavailableError):
+    """An embedder failed, timed out, or returned unusable vectors.  Selection never
+    raises it (it falls back to lexical scoring); explicit ``embed_pending`` does."""
+
+
+def text_hash(text: str) -> str:
+    """sha256 hex digest of the text's UTF-8 bytes: the text part of a vector's key."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def turn_text(turn: Turn) -> str:
+    """The text a turn is embedded as: its non-empty user, assistant and tool texts,
+    joined by newlines."""
+    return "\n".join(part for part in (turn.user, turn.assistant, *turn.tool_texts) if part)
+
+
+@runtime_checkable
+class VectorCache(Protocol):
+    """Where vectors are kept between calls, keyed by ``(embedder name, text hash)``."""
+
+    def get(self, key: Key) -> Vector | None: ...
+
+    def put(self, key: Key, vector: Vector) -> None: ...
+
+
+class DictVectorCache:
+    """The default vector cache: a dict in this process."""
+
+    in_memory = True  # no I/O: selection may read it on an event loop thread (other caches: off the loop)
+
+    def __init__(self) -> None:
+        self._vectors: dict[Key, Vector] = {}
+
+    def get(self, key: Key) -> Vector | None:
+        return self._vectors.get(key)
+
+    def put(self, key: Key, vector: Vector) -> None:
+        self._vectors[key] = vector
+
+    def put_many(self, items: Iterable[tuple[Key, Vector]]) -> None:
+        self._vectors.update(items)
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+
+def check_vectors(vectors: Any, count: int, name: str) -> list[Vector]:
+    """``count`` vectors of one dimension with finite values, as lists of floats, or
+    :class:`EmbeddingError` naming what is wrong."""
+    try:
+        out = [list(map(float, v.tolist() if hasattr(v, "tolist") else v)) for v in vectors]
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"embedder {name!r} returned something other than lists of numbers: {exc}") from exc
+    if len(out) != count:
+        raise EmbeddingError(f"embedder {name!r} returned {len(out)} vectors for {count} texts")
+    dims = {len(v) for v in out}
+    if len(dims) > 1 or 0 in dims:
+        raise EmbeddingError(f"embedder {name!r} returned vectors of dimensions {sorted(dims)}; expected one, > 0")
+    if any(not math.isfinite(x) for v in out for x in v):
+        raise EmbeddingError(f"embedder {name!r} returned a vector with NaN or infinite values")
+    return out
+
+
+class Embedder:
+    """One embedding model behind four methods; build it with :func:`as_embedder`.
+
+    Args:
+        name: identifies the model in vector caches (a different model must have a
+            different name).
+        documents: ``list[str] -> vectors`` for turns.
+        query: ``str -> vector`` for queries.
+        adocuments / aquery: async twins; without them the sync call runs on this
+            embedder's own daemon thread (:mod:`embed_runner`), never the asyncio default
+            executor, so a hung call cannot starve it or keep the process from exiting.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documents: Callable[[list[str]], Any],
+        query: Callable[[str], Any],
+        adocuments: Callable[[list[str]], Awaitable[Any]] | None = None,
+        aquery: Callable[[str], Awaitable[Any]] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"an embedder's name must be a non-empty string, got {name!r}")
+        self.name = name
+        self._documents, self._query = documents, query
+        self._adocuments, self._aquery = adocuments, aquery
+
+    def __repr__(self) -> str:
+        return f"Embedder({self.name!r})"
+
+    def embed_documents(self, texts: Sequence[str]) -> list[Vector]:
+        texts = list(texts)
+        return check_vectors(self._documents(texts), len(texts), self.name) if texts else []
+
+    def embed_query(self, text: str) -> Vector:
+        return check_vectors([self._query(text)], 1, self.name)[0]
+
+    async def aembed_documents(self, texts: Sequence[str]) -> list[Vector]:
+        texts = list(texts)
+        if not texts:
+            return []
+        if self._adocuments is not None:
+            vectors = await self._adocuments(texts)
+        else:
+            vectors = await _on_lane(self, "documents", self._documents, texts)
+        return check_vectors(vectors, len(texts), self.name)
+
+    async def aembed_query(self, text: str) -> Vector:
+        if self._aquery is not None:
+            vector = await self._aquery(text)
+        else:
+            vector = await _on_lane(self, "queries", self._query, text)
+        return check_vectors([vector], 1, self.name)[0]
+
+
+async def _on_lane(embedder: Embedder, lane: str, fn: Callable[[Any], Any], arg: Any) -> Any:
+    """``fn(arg)`` on the embedder's documents or query lane, awaited (cancelling the
+    await drops the call if it has not started yet)."""
+    from .runner import state_of
+
+    future = getattr(state_of(embedder), lane).submit(fn, arg)
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
+
+
+_MODEL_ATTRS = ("model", "model_name", "model_id", "model_path", "repo_id", "name_or_path", "deployment")
+"""Attributes that name the model behind an object: one of them makes a default name stable."""
+_SHAPE_ATTRS = ("size", "embed_dim", "dimensions")
+"""Attributes that, with the class, tell instances apart (``DeterministicFakeEmbedding(size=16)``)."""
+LOCAL_PREFIX = "local:"
+"""How a default name starts when nothing names the model (see :func:`is_local_name`)."""
+_NONCE = uuid.uuid4().hex[:8]  # this process: local names of two processes never match
+_LOCAL_TOKENS: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+_LOCAL_COUNTER = itertools.count(1)
+_LOCAL_LOCK = threading.Lock()
+
+
+def is_local_name(name: str) -> bool:
+    """Whether ``name`` is a process-local default name: the embedder is a lambda, a
+    function or an object with no model attribute, so nothing tells its model apart
+    from another's.  Its vectors are shared only within this process (stores do not
+    persist them); pass ``as_embedder(obj, name="model-id")`` to persist them."""
+    return name.startswith(LOCAL_PREFIX)
+
+
+def _attr(obj: Any, attr: str) -> Any:
+    try:
+        value = getattr(obj, attr, None)
+    except Exception:  # noqa: BLE001 -- a property may raise; it just doesn't name the model
+        return None
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and value not in ("", "unknown"):
+        return value
+    return None
+
+
+def _local_token(anchor: Any, detail: str) -> int:
+    """A number for ``(anchor, detail)``, the same while ``anchor`` lives, never reused."""
+    with _LOCAL_LOCK:
+        try:
+            tokens = _LOCAL_TOKENS.setdefault(anchor, {})
+        except TypeError:  # not weak-referenceable: a fresh number each time (never a collision)
+            return next(_LOCAL_COUNTER)
+        if detail not in tokens:
+            tokens[detail] = next(_LOCAL_COUNTER)
+        return tokens[detail]
+
+
+def _default_name(obj: Any) -> str:
+    """The name of an embedder's model, for vector caches.
+
+    * the object's own ``name`` attribute (a non-empty str), if it has one;
+    * a ``functools.partial`` is named by what it wraps, a bound method by its object
+      (``module.Class.method``); an object (or a method's object) by its class plus its
+      model attributes (``model``, ``model_name``, ``model_id``, ...) and shape attributes
+      (``size``, ``embed_dim``, ``dimensions``): ``module.Class[model=e5-small]``;
+    * when no such attribute names the model (a lambda, a plain function, an object
+      without one), a process-local name (:func:`is_local_name`) tied to that object:
+      two such embedders never share vectors, and their vectors are not persisted.
+    """
+    own = _attr(obj, "name")
+    if isinstance(own, str):
+        return own
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    method = ""
+    owner = getattr(obj, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType) and hasattr(obj, "__func__"):
+        method, obj = f".{getattr(obj, '__name__', '?')}", owner  # a bound method: its object names it
+        own = _attr(obj, "name")
+        if isinstance(own, str):
+            return own + method
+    function = isinstance(obj, (types.FunctionType, types.BuiltinFunctionType))
+    kind = obj if function else type(obj)
+    base = f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', type(obj).__name__)}{method}"
+    named = [f"{a}={v}" for a in _MODEL_ATTRS if (v := _attr(obj, a)) is not None]
+    shape = [f"{a}={v}" for a in _SHAPE_ATTRS if (v := _attr(obj, a)) is not None]
+    if named or shape:
+        return f"{base}[{','.join(named + shape)}]"
+    return f"{LOCAL_PREFIX}{_NONCE}.{_local_token(obj, method)}:{base}"
+
+
+def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awaitable[Any]] | None = None) -> Embedder:
+    """An :class:`Embedder` for a LangChain ``Embeddings``, a LlamaIndex
+    ``BaseEmbedding``, a callable ``list[str] -> list[list[float]]``, or an
+    ``Embedder`` (returned as is unless ``name`` is given).
+
+    ``name`` overrides the name used in vector caches (by default the object's ``name``
+    attribute, else its class and model attributes; see :func:`_default_name`).  Two
+    different models must have different names; an object nothing names (a lambda, a
+    plain function, an object without a ``model``-like attribute) gets a process-local
+    name, so its vectors are never mixed with another's but are not persisted either:
+    give it ``name=`` to have a store keep its vectors across restarts.  ``aembed`` is a callable's async
+    twin (also read from its ``aembed`` attribute).
+    """
+    if isinstance(obj, Embedder):
+        if name is None:
+            return obj
+        return Embedder(name, obj._documents, obj._query, obj._adocuments, obj._aquery)
+    label = name or _default_name(obj)
+    if hasattr(obj, "embed_documents") and hasattr(obj, "embed_query"):  # LangChain Embeddings
+        return Embedder(
+            label, obj.embed_documents, obj.embed_query,
+            getattr(obj, "aembed_documents", None), getattr(obj, "aembed_query", None),
+        )
+    if hasattr(obj, "get_text_embedding_batch") and hasattr(obj, "get_query_embedding"):  # LlamaIndex
+        return Embedder(
+            label, obj.get_text_embedding_batch, obj.get_query_embedding,
+            getattr(obj, "aget_text_embedding_batch", None), getattr(obj, "aget_query_embedding", None),
+        )
+    if callable(obj) and not asyncio.iscoroutinefunction(obj):
+        twin = aembed or getattr(obj, "aembed", None)
+
+        async def aquery(text: str) -> Any:
+            return (await twin([text]))[0]  # type: ignore[misc]
+
+        return Embedder(label, obj, lambda text: obj([text])[0], twin, aquery if twin is not None else None)
+    raise TypeError(
+        f"embedder must be a LangChain Embeddings, a LlamaIndex BaseEmbedding or a callable "
+        f"list[str] -> list[list[float]] (an async function goes in aembed= beside a sync one), "
+        f"got {type(obj).__name__}"
+    )

@@ -1,0 +1,212 @@
+"""The semantic channel's maths: calibration, fusion and topic continuity.
+
+Embedding models compress similarities (with multilingual-e5-small a related pair
+scored 0.749 and an unrelated one 0.741), so no absolute similarity means "related".
+A query's similarities are read against *this history's own* distribution of them:
+each turn's z-score ``(s - mean) / std`` over every embedded turn.  A semantic match
+counts only at or above ``SelectionParams.semantic_floor`` standard deviations.
+
+numpy is imported only when a function here first runs (the ``semantic`` extra);
+``import context_gatekeeper`` never imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..gate import is_courtesy, last_question
+from ..history import TurnHistory
+from ..params import SelectionParams
+from ..scoring import recency_prior
+from ..records import Evidence
+from ..selector import Candidate, Kept
+
+__all__ = [
+    "numpy",
+    "unit_rows",
+    "zscores",
+    "mix_part",
+    "rrf_part",
+    "QueryView",
+    "fuse",
+    "keep_semantic",
+    "topic_continuity",
+    "last_answer",
+    "answer_ending",
+]
+
+
+def numpy() -> Any:
+    """numpy, or an ImportError that says how to install it."""
+    try:
+        import numpy as np
+    except ImportError as exc:  # pragma: no cover - numpy is present wherever tests run
+        raise ImportError(
+            "an embedder needs numpy: pip install 'context-gatekeeper[semantic]'"
+        ) from exc
+    return np
+
+
+def unit_rows(vectors: Sequence[Sequence[float]]) -> Any:
+    """The vectors as a float32 matrix with rows of length 1 (a zero vector stays zero)."""
+    np = numpy()
+    matrix = np.asarray(vectors, dtype=np.float32)
+    if matrix.ndim == 1:
+        matrix = matrix[None, :]
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)
+
+
+def zscores(sims: Any, min_std: float = 1e-6) -> Any:
+    """``(s - mean) / std`` of each similarity over all of them."""
+    std = float(sims.std())
+    return (sims - sims.mean()) / max(std, min_std)
+
+
+def mix_part(z: float, floor: float, top: float, weight: float) -> float:
+    """Calibrated mixing: ``weight * min(1, z / top)`` at or above the floor, else 0
+    (on the scale of the lexical parts, each of which lies in 0..1 before its weight)."""
+    return weight * min(1.0, z / top) if z >= floor and top > 0 else 0.0
+
+
+def rrf_part(rank: int, k: float, weight: float) -> float:
+    """Reciprocal rank: ``weight * (k + 1) / (k + rank)`` for the 1-based rank of a turn
+    among the history's similarities to the query (``weight`` at rank 1)."""
+    return weight * (k + 1.0) / (k + rank)
+
+
+@dataclass
+class QueryView:
+    """A query's similarity to every embedded turn.
+
+    Attributes:
+        ids: turn id of each row.
+        rows: turn id -> row.
+        sims: cosine similarity per row (numpy array).
+        z: the calibrated similarity per row, or ``None`` when too few turns are
+            embedded to calibrate (``semantic_min_turns``).
+    """
+
+    ids: Sequence[int]
+    rows: Mapping[int, int]
+    sims: Any
+    z: Any
+
+    def of(self, turn_id: int) -> tuple[float, float | None] | None:
+        """``(similarity, z-score or None)`` of a turn, ``None`` when it is not embedded."""
+        row = self.rows.get(turn_id)
+        if row is None:
+            return None
+        return float(self.sims[row]), None if self.z is None else float(self.z[row])
+
+    def ranked(self, floor: float, limit: int) -> list[tuple[int, float, float]]:
+        """``(turn id, similarity, z)`` of the best ``limit`` turns at or above ``floor``, best first."""
+        if self.z is None or limit <= 0 or not len(self.ids):
+            return []
+        np = numpy()
+        z = self.z
+        k = min(limit, len(z))
+        top = np.argpartition(-z, k - 1)[:k] if k < len(z) else np.arange(len(z))
+        top = top[np.argsort(-z[top], kind="stable")]
+        return [(self.ids[r], float(self.sims[r]), float(z[r])) for r in top if z[r] >= floor]
+
+
+def fuse(
+    candidates: dict[int, Candidate], view: QueryView | None, history: TurnHistory, params: SelectionParams
+) -> None:
+    """Give candidates their semantic part, in place: every embedded candidate records
+    its similarity; those at or above ``semantic_floor`` gain ``semantic_weight`` by
+    calibrated mixing (``semantic_fusion="mix"``) or reciprocal rank (``"rrf"``); the
+    best ``semantic_top_k`` such turns join the candidates even without a shared word.
+    Without a view (no embedder, or it failed) nothing changes."""
+    if view is None:
+        return
+    p = params
+    ranked = view.ranked(p.semantic_floor, p.semantic_top_k)
+    rank = {turn_id: i for i, (turn_id, _, _) in enumerate(ranked, 1)}
+    last = len(history) - 1
+    for turn_id, _, _ in ranked:
+        if turn_id not in candidates:
+            position = history.positions[turn_id]
+            candidate = candidates[turn_id] = Candidate(turn_id, position, history.costs[turn_id])
+            candidate.recency = p.recency_weight * recency_prior(last - position, p.recency_half_life)
+    for turn_id, candidate in candidates.items():
+        found = view.of(turn_id)
+        if found is None:
+            continue
+        candidate.similarity, candidate.z = found
+        z = candidate.z
+        if z is None or z < p.semantic_floor:
+            continue
+        if p.semantic_fusion == "rrf":
+            candidate.semantic = rrf_part(rank.get(turn_id, len(ranked) + 1), p.semantic_rrf_k, p.semantic_weight)
+        else:
+            candidate.semantic = mix_part(z, p.semantic_floor, p.semantic_top_z, p.semantic_weight)
+
+
+def keep_semantic(pool: Sequence[Candidate], topic: int | None, params: SelectionParams, kept: Kept) -> None:
+    """Keep up to ``semantic_max_keep`` more turns on the strength of their meaning, best
+    first (a turn kept already gains the semantic evidence): a turn of ``topic`` at or above ``semantic_floor``, a turn of another topic
+    at or above ``semantic_off_topic_floor`` (one similar sentence is weaker evidence
+    across topics, as one shared word is)."""
+    labels = kept.history.labels
+    added = 0
+    for candidate in pool:
+        z = candidate.z
+        if z is None:
+            continue
+        on_topic = topic is not None and labels[candidate.position] == topic
+        if z >= (params.semantic_floor if on_topic else params.semantic_off_topic_floor):
+            evidence = Evidence(topic=topic if on_topic else None, semantic=True)
+            if candidate.turn_id in kept.reasons:  # kept already: its record gains the evidence
+                kept.keep(candidate.turn_id, "semantic", evidence)
+            elif added < params.semantic_max_keep:
+                added += kept.keep(candidate.turn_id, "semantic", evidence)
+
+
+def topic_continuity(view: QueryView | None, history: TurnHistory, params: SelectionParams) -> dict[int, float] | None:
+    """Per topic seen in the last ``topic_lookback`` turns, the query's calibrated
+    similarity to it: for the active topic, to its latest turn (the turn a follow-up
+    leans on; on TIAGE and CrossWOZ it separates switches from continuations better
+    than the topic's best turn: AUC 0.73 / 0.71 against 0.66 / 0.57); for another
+    topic, the highest over its latest ``topic_window`` turns.  Turns not embedded are
+    skipped; ``None`` without a view."""
+    if view is None:
+        return None
+    if view.z is None:
+        return {}
+    lookback, window = params.topic_lookback, params.topic_window
+    labels, order = history.labels, history.order
+    seen: dict[int, int] = {}
+    best: dict[int, float] = {}
+    for position in range(len(order) - 1, max(0, len(order) - lookback) - 1, -1):
+        label = labels[position]
+        if seen.get(label, 0) >= window:
+            continue
+        seen[label] = seen.get(label, 0) + 1
+        row = view.rows.get(order[position])
+        if row is None:
+            continue
+        z = float(view.z[row])
+        if position == len(order) - 1:
+            best[label] = z
+            seen[label] = window  # the active topic is measured by its latest turn alone
+        else:
+            best[label] = max(best.get(label, z), z)
+    return best
+
+
+def last_answer(history: TurnHistory) -> str:
+    """The latest turn's answer ("" for an empty history): the gate reads how it ends
+    (:func:`gate.asks_question`, :func:`gate.closes_topic`)."""
+    return history.turns[history.order[-1]].assistant if len(history) else ""
+
+
+def answer_ending(history: TurnHistory) -> tuple[bool, bool]:
+    """How the latest answer ends: ``(asks the user something, offers more help)``, i.e.
+    :func:`gate.asks_question` and :func:`gate.closes_topic` with its last question read once."""
+    question = last_question(last_answer(history))
+    courtesy = question is not None and is_courtesy(question)
+    return question is not None and not courtesy, courtesy

@@ -1,0 +1,199 @@
+"""Messages of a mutable transcript, with their provenance.
+
+A :class:`Message` is immutable; an edit produces a new version under the same id.
+Everything in it is JSON-serialisable (:meth:`Message.to_dict`), so stores keep
+it as text and adapters can round-trip framework-specific content in ``parts``
+and ``metadata``.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from ..validation import require_text
+
+__all__ = ["Role", "Origin", "Message", "new_message_id", "detached", "EDITABLE_ROLES"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+Origin = Literal["original", "edited", "inserted"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+ORIGINS: tuple[str, ...] = ("original", "edited", "inserted")
+EDITABLE_ROLES: frozenset[str] = frozenset({"user", "assistant"})
+"""Only user and assistant text is ever rewritten by an edit."""
+
+
+def new_message_id() -> str:
+    """A fresh, globally unique message id (12 hex digits of a UUID4)."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a transcript.
+
+    Attributes:
+        id: stable and unique within a session; never reused.  Edits keep it.
+        role: "system", "user", "assistant" or "tool".
+        content: the text, which selection reads and edits rewrite.
+        parts: provider-specific content kept opaque and round-tripped (a LangChain
+            content-block list, LlamaIndex blocks); an edit rewrites ``content`` only.
+        metadata: tool calls, tool_call_id, names and the like: carried, never rewritten.
+            Each message built here has a dict of its own (empty by default); a
+            transcript hands out copies, so changing them never changes its history.
+        origin: "original" (as appended), "edited" (text rewritten by a revision) or
+            "inserted" (added by an edit).
+        derived_from: ids of the original messages this version derives from
+            (``(id,)`` for an edited original; ``()`` for originals and insertions).
+        revision: the revision that produced this version.
+    """
+
+    id: str
+    role: Role
+    content: str
+    parts: tuple[Any, ...] | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    origin: Origin = "original"
+    derived_from: tuple[str, ...] = ()
+    revision: int = 0
+
+    def __post_init__(self) -> None:
+        # Cheap exact-type checks first: a transcript builds one Message per stored version.
+        if type(self.id) is not str or not self.id:
+            raise ValueError(f"message id must be a non-empty str, got {self.id!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if type(self.content) is not str:
+            require_text(self.content, "message content", allow_empty=True)
+        if self.origin not in ORIGINS:
+            raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
+        if self.parts is not None and type(self.parts) is not tuple:
+            raise TypeError(f"parts must be None or a tuple (a list in dicts), got {type(self.parts).__name__}")
+        metadata = self.metadata
+        if type(metadata) is not dict and type(metadata) is not MappingProxyType and not isinstance(metadata, Mapping):
+            raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        derived = self.derived_from
+        if type(derived) is not tuple or (derived and not all(type(d) is str for d in derived)):
+            raise TypeError(f"derived_from must be a tuple of message ids, got {derived!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {name: getattr(self, name) for name in _FIELDS}
+        state["metadata"] = dict(self.metadata)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def editable(self) -> bool:
+        """Whether an edit may rewrite this message (user and assistant text only)."""
+        return self.role in EDITABLE_ROLES
+
+    def stamped(self, revision: int) -> "Message":
+        """This version marked as produced by ``revision`` (fast: nothing to validate again)."""
+        if self.revision == revision:
+            return self
+        # Set the slots through their descriptors: a third of the time of a loop of
+        # object.__setattr__, and a revert or its undo stamps every message it puts.
+        copy_ = _new_object(Message)
+        _SET_ID(copy_, self.id)
+        _SET_ROLE(copy_, self.role)
+        _SET_CONTENT(copy_, self.content)
+        _SET_PARTS(copy_, self.parts)
+        _SET_METADATA(copy_, self.metadata)
+        _SET_ORIGIN(copy_, self.origin)
+        _SET_DERIVED_FROM(copy_, self.derived_from)
+        _SET_REVISION(copy_, revision)
+        return copy_
+
+    def revised(self, content: str, revision: int) -> "Message":
+        """This message with new text, as produced by ``revision`` (provenance kept)."""
+        derived = self.derived_from or ((self.id,) if self.origin == "original" else ())
+        origin: Origin = "inserted" if self.origin == "inserted" else "edited"
+        return replace(self, content=content, origin=origin, derived_from=derived, revision=revision)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the stores' format); fields at their defaults are left out."""
+        data: dict[str, Any] = {"id": self.id, "role": self.role, "content": self.content}
+        if self.parts is not None:
+            data["parts"] = list(self.parts)
+        if self.metadata:
+            data["metadata"] = dict(self.metadata)
+        if self.origin != "original":
+            data["origin"] = self.origin
+        if self.derived_from:
+            data["derived_from"] = list(self.derived_from)
+        if self.revision:
+            data["revision"] = self.revision
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Message":
+        """Inverse of :meth:`to_dict` (``parts`` a list or None, ``metadata`` a dict)."""
+        parts, metadata, derived = data.get("parts"), data.get("metadata"), data.get("derived_from")
+        if parts is not None and not isinstance(parts, (list, tuple)):
+            raise TypeError(f"parts must be a list of content blocks or absent, got {type(parts).__name__}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise TypeError(f"metadata must be a dict or absent, got {type(metadata).__name__}")
+        if derived is not None and not isinstance(derived, (list, tuple)):
+            raise TypeError(f"derived_from must be a list of ids or absent, got {type(derived).__name__}")
+        return cls(
+            id=data["id"],
+            role=data["role"],
+            content=data["content"],
+            parts=tuple(parts) if parts is not None else None,
+            metadata=dict(metadata) if metadata else {},
+            origin=data.get("origin", "original"),
+            derived_from=tuple(derived) if derived else (),
+            revision=int(data.get("revision", 0)),
+        )
+
+
+_FIELDS = tuple(f.name for f in fields(Message))
+_new_object = object.__new__
+_SET_ID, _SET_ROLE, _SET_CONTENT, _SET_PARTS, _SET_METADATA, _SET_ORIGIN, _SET_DERIVED_FROM, _SET_REVISION = (
+    Message.__dict__[name].__set__
+    for name in ("id", "role", "content", "parts", "metadata", "origin", "derived_from", "revision")
+)
+if _FIELDS != ("id", "role", "content", "parts", "metadata", "origin", "derived_from", "revision"):
+    raise RuntimeError("Message.stamped copies each field by name: update it with the fields")  # pragma: no cover
+
+
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    """A copy of metadata or parts that shares nothing mutable with ``value`` (cheap when
+    it holds only strings and numbers: no deep copy then)."""
+    if isinstance(value, tuple):
+        return value if all(type(v) in _IMMUTABLE for v in value) else copy.deepcopy(value)
+    if not value:
+        return {}
+    data = dict(value)
+    return data if all(type(v) in _IMMUTABLE for v in data.values()) else copy.deepcopy(data)
+
+
+def detached(message: Message) -> Message:
+    """A copy of ``message`` with its own ``metadata`` dict (empty or not) and its own
+    ``parts``: what a caller does to them never reaches ``message``, so a transcript hands
+    these out and takes these in."""
+    if type(message) is not Message:  # a subclass may have fields of its own
+        parts = None if message.parts is None else _copied(message.parts)
+        return replace(message, metadata=_copied(message.metadata), parts=parts)
+    # Set the slots through their descriptors, as ``stamped`` does: reads copy every message.
+    copy_ = _new_object(Message)
+    _SET_ID(copy_, message.id)
+    _SET_ROLE(copy_, message.role)
+    _SET_CONTENT(copy_, message.content)
+    parts, metadata = message.parts, message.metadata
+    _SET_PARTS(copy_, None if parts is None else _copied(parts))
+    _SET_METADATA(copy_, _copied(metadata) if metadata else {})
+    _SET_ORIGIN(copy_, message.origin)
+    _SET_DERIVED_FROM(copy_, message.derived_from)
+    _SET_REVISION(copy_, message.revision)
+    return copy_

@@ -1,0 +1,563 @@
+"""Transcript: a conversation whose history can be revised, with every revision kept.
+
+*Record* (what was said) and *state* (what is currently true) are separate: the
+state is the result of the revision log; the record is every message ever appended,
+as originally written.  Every change, whatever produced it, is a list of changes on
+message ids (:mod:`operations`), which gives one undo rule that never loses later
+turns (DESIGN.md §3):
+
+* ``undo()`` reverts the most recent state-changing revision (edit, apply, set,
+  clear, revert) not yet undone, by applying its inverse, and keeps every message
+  appended after it; appends are undone only by deleting them explicitly.
+* ``redo()`` re-applies what the last undo reverted, if no state-changing revision
+  came after it; otherwise :class:`HistoryError`.
+* ``revert(n)`` makes the state equal to revision ``n``'s, as a new revision whose
+  ``removed`` lists what it drops.
+
+Both are recorded revisions.  Reads check the store's head first, so a transcript
+never serves text another process has superseded.
+
+Integrity (issue #11):
+
+* the store checks, inside its write transaction, that each revision applies to the
+  head it follows (:mod:`.stores.integrity`); one that does not raises
+  :class:`InvalidRevisionError` and nothing is written;
+* a call that changes nothing (``apply([])``, ``set()`` of the current state, a
+  replace with the same text, an edit with no operations, a retried append) records
+  nothing and returns a revision numbered like the head, with no changes; undo and
+  redo skip such rows written by older versions, and the undo and redo rows that
+  acted on them (:func:`~.revisions.undo_stacks`);
+* a log that fails to load raises :class:`CorruptLogError` naming the session and
+  the first bad revision; ``store.truncate(session_id, error.revision - 1)`` sets
+  aside that revision and the ones after it, and the session opens again;
+* returned messages are independent copies, each with a ``metadata`` dict of its own
+  (empty or not): changing it or ``parts`` is allowed and never changes the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..editing.options import EditOptions, Strategy
+from ..editing.compute import acompute_edit, compute_edit
+from ..errors import HistoryError, InvalidInputError, InvalidRevisionError, ModelUnavailableError
+from .messages import Message, detached, new_message_id
+from .operations import (
+    AT_END,
+    Applied,
+    Put,
+    Request,
+    State,
+    changes_between,
+    invert,
+    is_noop,
+    resolve_request,
+)
+from .revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, undo_stacks
+from ..stores.base import Store
+from .transcript_async import AsyncTranscriptMixin
+from ..stores.memory import InMemoryStore
+from ..stores.replica import BULK, Replica, collector_paused
+from ..validation import require_text
+
+__all__ = ["Transcript"]
+
+
+def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
+    if store is None:
+        return InMemoryStore()
+    if isinstance(store, Store):
+        return store
+    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
+        from ..stores.postgres import PostgresStore  # the ``postgres`` extra, imported only now
+
+        return PostgresStore(store)
+    if isinstance(store, (str, os.PathLike)):
+        from ..stores.sqlite import SQLiteStore
+
+        return SQLiteStore(store)
+    raise TypeError(
+        f"store must be a Store, a SQLite file path, a postgresql:// URL or None, got {type(store).__name__}"
+    )
+
+
+def _as_message(item: Message | Mapping[str, Any]) -> Message:
+    """A message the transcript owns: a copy of ``item``, or one built from its dict."""
+    if isinstance(item, Message):
+        return detached(item)  # the caller's dicts stay theirs
+    if isinstance(item, Mapping):
+        data = dict(item)
+        data.setdefault("id", new_message_id())
+        try:
+            return detached(Message.from_dict(data))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"not a usable message ({type(exc).__name__}: {exc}); give role, content and optionally id, "
+                "parts (a list), metadata (a dict), origin"
+            ) from exc
+    raise TypeError(f"expected a Message or a dict with role and content, got {type(item).__name__}")
+
+
+class Transcript(AsyncTranscriptMixin):
+    """A mutable, versioned conversation transcript.
+
+    >>> from context_gatekeeper.testing import ScriptedModel
+    >>> t = Transcript("demo")
+    >>> _ = t.append(user="What was Ireland's GDP in 2021?", assistant="About 500 billion USD.")
+    >>> [m.content for m in t.messages]
+    ["What was Ireland's GDP in 2021?", 'About 500 billion USD.']
+
+    Args:
+        session_id: which conversation of the store this is.
+        store: an :class:`~context_gatekeeper.stores.Store`, a SQLite file path, a
+            ``postgresql://`` URL, or ``None`` for an in-memory store.  A store opened
+            here from a path or URL is closed by :meth:`close`.
+        model: the default editing model (see :mod:`models`); ``edit(model=...)`` overrides it.
+        strategy: the default edit strategy: ``"patch"`` (the model returns operations on
+            ids; untouched messages stay byte-for-byte identical) or ``"rewrite"`` (it
+            returns the whole revised transcript, as the research prototype did).
+        max_deletion_share: an edit deleting more than this share of the editable tokens
+            is refused unless ``allow_large_deletion=True``.
+        token_counter: counts tokens for the deletion guard (default: tiktoken, offline).
+        options: the edit settings as one :class:`EditOptions` (``edit_options`` holds the
+            result); ``strategy``, ``max_deletion_share`` and ``token_counter`` override
+            its fields when given.  A bad value raises :class:`InvalidInputError`.
+    """
+
+    def __init__(
+        self,
+        session_id: str = "default",
+        *,
+        store: Store | str | os.PathLike[str] | None = None,
+        model: Any = None,
+        strategy: Strategy | None = None,
+        max_deletion_share: float | None = None,
+        token_counter: Any = None,
+        options: EditOptions | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidInputError(f"session_id must be a non-empty str, got {session_id!r}")
+        self.edit_options = EditOptions.of(
+            options, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=token_counter
+        )
+        self.session_id = session_id
+        self.store = _open_store(store)
+        self._owns_store = self.store is not store
+        self.model = model
+        self._lock = threading.RLock()
+        self._replica = Replica(self.store, session_id)
+        self._open_user: str | None = None  # the last user message this object appended without an answer
+        self._replica.refresh()
+
+    @property
+    def strategy(self) -> Strategy:
+        """The default edit strategy (``edit_options.strategy``)."""
+        return self.edit_options.strategy
+
+    @property
+    def max_deletion_share(self) -> float:
+        """The deletion guard's limit (``edit_options.max_deletion_share``)."""
+        return self.edit_options.max_deletion_share
+
+    @property
+    def token_counter(self) -> Any:
+        """The deletion guard's token counter as given (``edit_options.token_counter``)."""
+        return self.edit_options.token_counter
+
+    # -- reading ------------------------------------------------------------------------
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The current state, each message with its provenance."""
+        with self._lock:
+            self._replica.refresh()
+            return tuple(map(detached, self._replica.state.to_list()))
+
+    @property
+    def version(self) -> tuple[int, float]:
+        """``(head, time of the head revision)``: changes whenever the state may have changed,
+        including a purge followed by as many new revisions (cheap; for caches)."""
+        with self._lock:
+            self._replica.refresh()
+            return len(self._replica.log), (self._replica.log[-1].time if self._replica.log else 0.0)
+
+    def close(self) -> None:
+        """Close the store if this transcript opened it (from a path or URL)."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> "Transcript":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def head(self) -> int:
+        """The latest revision number (0 for an empty transcript)."""
+        with self._lock:
+            self._replica.refresh()
+            return len(self._replica.log)
+
+    def history(self) -> list[Revision]:
+        """Every revision, oldest first."""
+        with self._lock:
+            self._replica.refresh()
+            return [r.detached() for r in self._replica.log]
+
+    def record(self) -> list[Message]:
+        """Every message ever appended (or first brought in by ``set``), as originally
+        written, once each, in order; edits never touch it."""
+        with self._lock:
+            self._replica.refresh()
+            first: dict[str, tuple[bool, Message]] = {}
+            for revision in self._replica.log:
+                for message in revision.added:
+                    first.setdefault(message.id, (revision.kind in ("append", "set"), message))
+            return [detached(m) for appended, m in first.values() if appended]
+
+    def snapshot(self, revision: int) -> tuple[Message, ...]:
+        """The state as it was at ``revision`` (0 is the empty transcript)."""
+        with self._lock:
+            self._replica.refresh()
+            return tuple(map(detached, self._replica.state_at(self._check_revision(revision))))
+
+    def diff(self, a: int, b: int | None = None) -> Diff:
+        """How the state at revision ``b`` (default: the head) differs from revision ``a``."""
+        with self._lock:
+            self._replica.refresh()
+            b = len(self._replica.log) if b is None else b
+            a, b = self._check_revision(a), self._check_revision(b)
+            with collector_paused(self._large()):  # it builds an entry per message, all kept
+                copies: dict[int, Message] = {}  # one copy per stored message: unchanged ones are in both states
+
+                def copy(message: Message) -> Message:
+                    found = copies.get(id(message))
+                    if found is None:
+                        found = copies[id(message)] = detached(message)
+                    return found
+
+                before, after = (tuple(map(copy, self._replica.state_at(n))) for n in (a, b))
+                return diff_states(a, before, b, after)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    # -- appending ----------------------------------------------------------------------
+    def append(
+        self,
+        user: str | None = None,
+        assistant: str | None = None,
+        *,
+        messages: Iterable[Message | Mapping[str, Any]] = (),
+        renew_taken_ids: bool = False,
+    ) -> Revision:
+        """Append a turn as one revision: a user message, its answer, or both.
+
+        Appends are turn-atomic and never conflict with other writers: a user message
+        with its answer lands together; a user message alone stays open, and this
+        object's next answer-only append attaches right after it, whatever others
+        appended meanwhile.  ``messages`` appends ready-made messages (or dicts with
+        ``role`` and ``content``) after the user/assistant pair.
+
+        Ids are never reused.  A message whose id the session holds now, with the role
+        and text it was first appended with, is a retried request: it is skipped (an
+        idempotent no-op) and the messages after it still go where it would have gone.
+        Any other taken id (held with other text, of a message since removed, or given
+        twice in this append) is refused (``InvalidInputError``, nothing written), or,
+        with ``renew_taken_ids=True``, given a fresh id.  The store decides inside its write
+        transaction, so concurrent writers retrying one request add it once.  When
+        every message was skipped, nothing is recorded and the returned revision is
+        numbered like the head, with no changes.  An answer whose open question was
+        deleted meanwhile (by any writer, this object included) is refused
+        (:class:`InvalidRevisionError`, naming what to append instead); the question is
+        then forgotten, so this object's later appends go at the end as usual.
+        """
+        new: list[Message] = []
+        if user is not None:
+            new.append(Message(new_message_id(), "user", require_text(user, "user")))
+        if assistant is not None:
+            new.append(Message(new_message_id(), "assistant", require_text(assistant, "assistant", allow_empty=True)))
+        new.extend(_as_message(m) for m in messages)
+        if not new:
+            raise InvalidInputError("append needs user=, assistant= or messages=")
+        with self._lock:
+            self._replica.refresh()
+            anchor: Any = AT_END
+            answers = new[0].role != "user" and self._open_user is not None
+            if answers:
+                anchor = self._open_user
+                if anchor not in self._replica.state:
+                    self._orphaned_answer(anchor)
+            changes: list[Applied] = []
+            for message in new:
+                changes.append(Put(message, anchor))
+                anchor = message.id
+            try:
+                revision = self._commit("append", changes, expected_head=None, renew_taken_ids=renew_taken_ids)
+            except InvalidRevisionError:
+                if answers and self._open_user is not None:
+                    self._replica.refresh()
+                    if self._open_user not in self._replica.state:  # deleted between our read and the write
+                        self._orphaned_answer(self._open_user)
+                raise
+            if revision.changes:
+                stored = revision.added
+                last_user = next((m.id for m in reversed(stored) if m.role == "user"), None)
+                self._open_user = last_user if stored[-1].role == "user" else None
+            return revision
+
+    def _orphaned_answer(self, question: str) -> None:
+        """Refuse an answer whose open question ``question`` is no longer in the state, and
+        forget that question, so this object's appends work again (caller holds the lock)."""
+        self._open_user = None
+        gone = next(
+            (r for r in reversed(self._replica.log) if any(m.id == question for m in r.removed)), None
+        )
+        by = f" by revision {gone.number} ({gone.kind})" if gone is not None else ""
+        raise InvalidRevisionError(
+            f"session {self.session_id!r}: the open question {question!r} this answer follows was deleted "
+            f"meanwhile{by}, so the answer was not appended: an answer never loses its question. "
+            "Append the answer with a question of its own, append(user=..., assistant=...), or append "
+            "the user message first with append(user=...)"
+        )
+
+    # -- editing ------------------------------------------------------------------------
+    def edit(
+        self,
+        instruction: str,
+        *,
+        model: Any = None,
+        strategy: Strategy | None = None,
+        preview: bool = False,
+        allow_large_deletion: bool | None = None,
+        options: EditOptions | None = None,
+    ) -> Revision | Proposal:
+        """Revise the history as ``instruction`` says, through a model.
+
+        Returns the new :class:`Revision`, or with ``preview=True`` a :class:`Proposal`
+        that changes nothing until :meth:`commit`.  A failed edit (unusable model
+        output after one retry, invalid operations, a model that raises or times out)
+        raises :class:`EditError` or :class:`ModelUnavailableError` and changes nothing.
+        ``options`` (default: the transcript's ``edit_options``) sets this edit's
+        settings; ``strategy`` and ``allow_large_deletion`` override its fields when given.
+        Per-call ``options`` can tighten the transcript's deletion guard, never loosen it
+        (the lower ``max_deletion_share`` holds; pass ``allow_large_deletion=True`` for a
+        larger edit), and count with the transcript's token counter unless they name one.
+        """
+        settings = self._edit_settings(options, strategy, allow_large_deletion)
+        proposal = self._propose(instruction, model, settings)
+        return proposal if preview else self.commit(proposal)
+
+    def commit(self, proposal: Proposal) -> Revision:
+        """Apply exactly ``proposal``: at its base head, or rebased over appends that touch
+        none of its messages; otherwise :class:`StaleHeadError` and nothing changes."""
+        if not isinstance(proposal, Proposal):
+            raise TypeError(f"commit takes a Proposal from edit(preview=True), got {type(proposal).__name__}")
+        if proposal.session_id != self.session_id:
+            raise InvalidInputError(
+                f"this proposal belongs to session {proposal.session_id!r}, not {self.session_id!r}"
+            )
+        with self._lock:
+            return self._commit(
+                "edit",
+                proposal.changes,
+                expected_head=proposal.base,
+                instruction=proposal.instruction,
+                model=proposal.model,
+            )
+
+    def apply(self, requests: Sequence[Request]) -> Revision:
+        """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``.
+
+        Requests that change nothing (none at all, a replace with the same text) record
+        nothing: the result is then numbered like the head, with no changes.
+        """
+        with self._lock:
+            self._replica.refresh()
+            scratch = State(self._replica.state.to_list())
+            changes: list[Applied] = []
+            for request in requests:
+                change = resolve_request(request, scratch)
+                if not is_noop(change):
+                    scratch.apply([change])
+                    changes.append(change)
+            return self._commit("apply", changes, expected_head=len(self._replica.log))
+
+    def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
+        """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.
+
+        Messages keep their ids where given; new ones count as originally written.  An
+        id the session used for a message that is no longer in the state is refused:
+        ids are never reused.  Setting the current state again records nothing.
+        """
+        new = [_as_message(m) for m in messages]
+        if len({m.id for m in new}) != len(new):
+            raise InvalidInputError("set() got two messages with the same id")
+        with self._lock:
+            self._replica.refresh()
+            reused = sorted(m.id for m in new if m.id in self._replica.used_ids and m.id not in self._replica.state)
+            if reused:
+                raise InvalidInputError(
+                    f"set() would reuse the id(s) {reused} of deleted messages in session {self.session_id!r}: "
+                    "ids are never reused; give those messages new ids (or none)"
+                )
+            self._open_user = None
+            return self._commit("set", changes_between(self._replica.state.to_list(), new), expected_head=len(self._replica.log))
+
+    def clear(self) -> Revision:
+        """Remove every message from the state, as one revision (the record keeps them);
+        clearing an empty state records nothing."""
+        with self._lock:
+            self._replica.refresh()
+            self._open_user = None
+            return self._commit("clear", changes_between(self._replica.state.to_list(), []), expected_head=len(self._replica.log))
+
+    def purge(self) -> None:
+        """Erase the session entirely, record and history included: the one operation that forgets."""
+        with self._lock:
+            self.store.purge(self.session_id)
+            self._replica.reset()
+            self._open_user = None
+
+    # -- versions -----------------------------------------------------------------------
+    def undo(self) -> Revision:
+        """Revert the most recent state-changing revision not yet undone (see the module docstring)."""
+        with self._lock:
+            self._replica.refresh()
+            done, _ = undo_stacks(self._replica.log)
+            if not done:
+                raise HistoryError("nothing to undo: no edit, apply, set, clear or revert is left to revert")
+            target = self._replica.log[done[-1] - 1]
+            with collector_paused(len(target.changes) > BULK):  # the inverse is built before _commit pauses it
+                return self._commit("undo", invert(target.changes), expected_head=len(self._replica.log), target=target.number)
+
+    def redo(self) -> Revision:
+        """Re-apply what the last undo reverted, if nothing state-changing came after it."""
+        with self._lock:
+            self._replica.refresh()
+            _, undone = undo_stacks(self._replica.log)
+            if not undone:
+                raise HistoryError(
+                    "nothing to redo: redo follows an undo, and a later edit, apply, set, clear or "
+                    "revert discards what was undone"
+                )
+            undo_revision = undone[-1]
+            with collector_paused(len(undo_revision.changes) > BULK):
+                return self._commit(
+                    "redo", invert(undo_revision.changes), expected_head=len(self._replica.log), target=undo_revision.target
+                )
+
+    def revert(self, revision: int) -> Revision:
+        """Make the state equal to revision ``revision``'s, as a new revision.
+
+        The returned revision's ``removed`` lists the messages it drops, including
+        turns appended after ``revision``.
+        """
+        with self._lock:
+            self._replica.refresh()
+            target = self._check_revision(revision)
+            with collector_paused(self._large()):  # the changes are built before _commit pauses it
+                changes = changes_between(self._replica.state.to_list(), self._replica.state_at(target))
+                return self._commit("revert", changes, expected_head=len(self._replica.log), target=target)
+
+    # -- internals ----------------------------------------------------------------------
+    def _edit_settings(self, options: EditOptions | None, strategy: Any, allow_large: Any) -> EditOptions:
+        """This edit's options: ``options`` (else the transcript's) with the given keywords applied.
+
+        Per-call ``options`` never loosen the transcript's deletion guard by accident: the
+        limit is the lower of the two shares, and a per-call record without a token counter
+        counts with the transcript's.  Only ``allow_large_deletion=True`` lets a larger
+        edit through."""
+        own = self.edit_options
+        base = own if options is None else options.with_(
+            max_deletion_share=min(options.max_deletion_share, own.max_deletion_share),
+            token_counter=options.token_counter if options.token_counter is not None else own.token_counter,
+        )
+        return EditOptions.of(base, strategy=strategy, allow_large_deletion=allow_large)
+
+    def _edit_model(self, instruction: str, model: Any) -> Any:
+        require_text(instruction, "instruction")
+        chosen = model if model is not None else self.model
+        if chosen is None:
+            raise ModelUnavailableError(
+                "no editing model: pass model= to edit() or to Transcript(...) (any callable "
+                "fn(messages) -> str works; the LangChain and LlamaIndex adapters default to Gemini)"
+            )
+        return chosen
+
+    def _make_proposal(self, instruction: str, base: int, state: list[Message], result: Any, strategy: str) -> Proposal:
+        scratch = State(state)
+        scratch.apply(result.changes)
+        proposed = scratch.to_list()
+        return Proposal(
+            session_id=self.session_id,
+            base=base,
+            changes=tuple(map(detached_change, result.changes)),
+            diff=diff_states(base, state, base + 1, proposed),
+            instruction=instruction,
+            model=result.model_name,
+            strategy=strategy,
+        )
+
+    def _propose(self, instruction: str, model: Any, options: EditOptions) -> Proposal:
+        chosen = self._edit_model(instruction, model)
+        base, state = self._base_and_state()
+        result = compute_edit(state, instruction, chosen, options=options)  # outside the lock: models are slow
+        return self._make_proposal(instruction, base, state, result, options.strategy)
+
+    async def _apropose(self, instruction: str, model: Any, options: EditOptions) -> Proposal:
+        chosen = self._edit_model(instruction, model)
+        base, state = await asyncio.to_thread(self._base_and_state)
+        result = await acompute_edit(state, instruction, chosen, options=options)
+        return self._make_proposal(instruction, base, state, result, options.strategy)
+
+    def _base_and_state(self) -> tuple[int, list[Message]]:
+        """The head and a copy of the state at it, read together (what an edit starts from)."""
+        with self._lock:
+            self._replica.refresh()
+            return len(self._replica.log), list(map(detached, self._replica.state.to_list()))
+
+    def _commit(
+        self,
+        kind: RevisionKind,
+        changes: Sequence[Applied],
+        *,
+        expected_head: int | None,
+        renew_taken_ids: bool = False,
+        **fields: Any,
+    ) -> Revision:
+        """Store one revision and bring this object up to date (caller holds the lock).
+
+        A revision with no changes (or only changes to identical text) is a no-op: it is
+        not stored, and the result is numbered like the head, with no changes.
+        """
+        head = len(self._replica.log)
+        draft = Revision(number=0, parent=0, kind=kind, changes=tuple(c for c in changes if not is_noop(c)), **fields)
+        if not draft.changes:
+            return replace(draft, number=head, parent=head, base=head)
+        options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
+        with collector_paused(len(draft.changes) > BULK):
+            stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)
+            if stored.changes and stored.parent == len(self._replica.log):
+                self._replica.add(stored)  # nothing landed in between: no need to read it back
+            else:
+                self._replica.refresh()
+            # the caller's copy, made while the collector is still paused: one object per message
+            if not stored.changes or stored.number > len(self._replica.log):
+                return stored.detached()
+            return self._replica.log[stored.number - 1].detached()
+
+    def _large(self) -> bool:
+        """Whether the state or the log is big enough that a whole-state operation (a diff,
+        a revert) should run with the cyclic collector paused (see :func:`collector_paused`)."""
+        return len(self._replica.state) > BULK or len(self._replica.log) > BULK
+
+    def _check_revision(self, revision: Any) -> int:
+        if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._replica.log):
+            raise HistoryError(f"no revision {revision!r}: revisions of session {self.session_id!r} run 0..{len(self._replica.log)}")
+        return revision

@@ -1,0 +1,341 @@
+"""Selection over a transcript's current state: a gatekeeper that follows a transcript.
+
+:class:`TranscriptGate` groups the transcript's messages into turns (a user message
+and every assistant and tool message that answers it) and keeps a
+:class:`~context_gatekeeper.selection.gatekeeper.ContextGatekeeper` in step with them through
+``replace_turn`` / ``remove_turn`` / ``insert_turn``, so after any revision (an
+edit, an undo, a revert) no superseded text can be selected, and only the turns a
+revision touched are re-indexed.
+
+With an ``embedder=``, the gate's gatekeeper keeps its turn vectors in a
+:class:`~context_gatekeeper.stores.StoreVectorCache` over the transcript's own store
+and session (each vector saved with the id of its turn's first message), so a
+reopened transcript or a restarted worker embeds only what it has not seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..selection.semantic.runner import run_locked
+from ..selection.semantic.embedding import text_hash, turn_text
+from ..errors import InvalidInputError
+from ..selection.gatekeeper import ContextGatekeeper
+from .messages import Message
+from ..selection.records import Selection
+from .transcript import Transcript
+
+__all__ = ["MessageTurn", "IndexedTurn", "group_turns", "TurnIndex", "TranscriptGate"]
+
+
+@dataclass(frozen=True)
+class MessageTurn:
+    """Messages that belong together for selection.
+
+    Attributes:
+        key: the id of the turn's first message (stable across edits of its text).
+        messages: the turn's messages in order: the user message (if any), then its answers.
+    """
+
+    key: str
+    messages: tuple[Message, ...]
+
+    @property
+    def texts(self) -> tuple[str, str, tuple[str, ...]]:
+        """(user text, assistant text, tool texts) as the gatekeeper indexes them."""
+        user = "\n".join(m.content for m in self.messages if m.role == "user")
+        assistant = "\n".join(m.content for m in self.messages if m.role == "assistant")
+        tools = tuple(m.content for m in self.messages if m.role == "tool")
+        return user, assistant, tools
+
+    @property
+    def is_open(self) -> bool:
+        """A user message nobody has answered yet."""
+        return all(m.role == "user" for m in self.messages)
+
+
+class IndexedTurn(Protocol):
+    """What :class:`TurnIndex` reads of a turn: a key and the texts it indexes
+    (:class:`MessageTurn` is one; adapters may pass lighter objects)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def texts(self) -> tuple[str, str, tuple[str, ...]]: ...
+
+
+def group_turns(messages: Sequence[Message]) -> tuple[list[Message], list[MessageTurn]]:
+    """Split a state into leading system messages and turns.
+
+    A turn starts at each user message; assistant and tool messages join the turn
+    before them (a tool call is never separated from its result); answers before any
+    user message form a turn of their own.  System messages after the start stay in
+    the turn where they stand.
+    """
+    system: list[Message] = []
+    turns: list[list[Message]] = []
+    for message in messages:
+        if message.role == "system" and not turns:
+            system.append(message)
+        elif message.role == "user" or not turns:
+            turns.append([message])
+        else:
+            turns[-1].append(message)
+    return system, [MessageTurn(t[0].id, tuple(t)) for t in turns]
+
+
+class TurnIndex:
+    """Keeps a :class:`ContextGatekeeper` in step with a list of turns, incrementally.
+
+    The one sync routine behind :class:`TranscriptGate` and the adapters' per-thread
+    indexes.  A turn is a :class:`MessageTurn` or anything with its ``key`` and
+    ``texts`` (:class:`IndexedTurn`).  Turns are identified by :attr:`MessageTurn.key`: a key seen before whose
+    texts changed is re-indexed in place (``replace_turn``), a key no longer present is
+    removed, a new key is inserted where it stands; when keys the gatekeeper already
+    holds now stand in another order, the index is rebuilt.  Not thread-safe on its own:
+    callers hold their lock around :meth:`sync` and the gatekeeper call that follows.
+
+    Attributes:
+        gatekeeper: the gatekeeper driven.
+        ids: turn key -> gatekeeper turn id, for every turn of the last sync.
+    """
+
+    def __init__(self, gatekeeper: ContextGatekeeper) -> None:
+        self.gatekeeper = gatekeeper
+        self.ids: dict[str, int] = {}
+        self._texts: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self._order: list[str] = []
+        self.builds = 0
+        """How many times the index was built from empty (the first sync and each rebuild)."""
+
+    def sync(self, turns: Sequence[IndexedTurn]) -> None:
+        """Bring the gatekeeper in step with ``turns`` (cheap when nothing changed)."""
+        gk = self.gatekeeper
+        keys = [t.key for t in turns]
+        present = set(keys)
+        if len(present) != len(keys):
+            raise InvalidInputError("turn keys must be unique within one sync (give each turn its own key)")
+        if [k for k in self._order if k in present] != [k for k in keys if k in self.ids]:
+            gk.clear()  # a kept turn moved (a set, a revert, a reordered list): rebuild
+            self.ids.clear()
+            self._texts.clear()
+        if not self.ids and turns:
+            self.builds += 1
+        for key in [k for k in self.ids if k not in present]:
+            gk.remove_turn(self.ids.pop(key))
+            del self._texts[key]
+        previous: int | None = None
+        for turn in turns:
+            texts = turn.texts
+            user, assistant, tools = texts
+            if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
+                user = "[no text]"  # a turn of empty messages still holds its place
+            turn_id = self.ids.get(turn.key)
+            if turn_id is None:
+                turn_id = gk.insert_turn(previous, user, assistant, tool_texts=tools)
+                self.ids[turn.key] = turn_id
+            elif self._texts[turn.key] != texts:
+                gk.replace_turn(turn_id, user, assistant, tool_texts=tools)
+            self._texts[turn.key] = texts
+            previous = turn_id
+        self._order = keys
+
+    def keys_by_id(self) -> dict[int, str]:
+        """Gatekeeper turn id -> turn key."""
+        return {turn_id: key for key, turn_id in self.ids.items()}
+
+
+class TranscriptGate:
+    """Topic-gated selection over a transcript's current state.
+
+    >>> t = Transcript("gate-demo")
+    >>> _ = t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    >>> _ = t.append(user="By the way, best espresso grind?", assistant="Fine, like table salt.")
+    >>> gate = TranscriptGate(t, token_counter=len, message_overhead=0)
+    >>> [m.content for m in gate.select_messages("And the Redis lock watchdog?")][:1]
+    ['How long should a Redis lock TTL be?']
+
+    Args:
+        transcript: the transcript to follow.
+        gatekeeper: a configured gatekeeper to drive, or ``None`` to create one from
+            the keywords below and ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
+        embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
+            ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
+            needed).  Turns are embedded once, in batches, and their vectors saved in the
+            transcript's store (when it has the vector capability; otherwise they live
+            in this process and are embedded again after a restart).  ``None`` (the
+            default): lexical selection only, exactly as without the keyword.
+        embed_timeout: seconds one embedding call may take before selection goes on
+            lexically (``Selection.semantic_fallback``); ``None``: wait.
+        vector_cache: where turn vectors are kept instead of the transcript's store
+            (see :class:`~context_gatekeeper.selection.semantic.embedding.VectorCache`).
+    """
+
+    def __init__(
+        self,
+        transcript: Transcript,
+        gatekeeper: ContextGatekeeper | None = None,
+        *,
+        embedder: Any = None,
+        embed_timeout: float | None = None,
+        vector_cache: Any = None,
+        **gatekeeper_options: Any,
+    ) -> None:
+        semantic = embedder is not None or embed_timeout is not None or vector_cache is not None
+        if gatekeeper is not None and (gatekeeper_options or semantic):
+            raise TypeError("pass either a gatekeeper or options to build one (embedder= included), not both")
+        self.transcript = transcript
+        if gatekeeper is None and embedder is not None:
+            if vector_cache is None:
+                from ..stores.vector_cache import StoreVectorCache
+
+                vector_cache = _MessageVectorCache(StoreVectorCache(transcript.store, transcript.session_id), self)
+            gatekeeper_options.update(embedder=embedder, embed_timeout=embed_timeout, vector_cache=vector_cache)
+        elif gatekeeper is None and semantic:
+            gatekeeper_options.update(embed_timeout=embed_timeout, vector_cache=vector_cache)
+        self.gatekeeper = gatekeeper or ContextGatekeeper(**gatekeeper_options)
+        self._lock = threading.RLock()
+        self._index = TurnIndex(self.gatekeeper)
+        self._ids = self._index.ids  # turn key -> gatekeeper turn id (the same dict)
+        self._turns: list[MessageTurn] = []
+        self._system: list[Message] = []
+        self._open: MessageTurn | None = None
+        self._version: tuple[int, float] | None = None
+        self._digests: dict[str, str] = {}
+        self._hashed: dict[str, Any] = {}
+
+    @property
+    def semantic(self) -> bool:
+        """Whether the gatekeeper has an embedder (the semantic channel is on)."""
+        return self.gatekeeper.embedder is not None
+
+    def sync(self) -> None:
+        """Bring the gatekeeper in step with the transcript's current state (cheap when nothing changed)."""
+        with self._lock:
+            version = self.transcript.version
+            if version == self._version:
+                return
+            system, turns = group_turns(self.transcript.messages)
+            self._open = turns.pop() if turns and turns[-1].is_open else None
+            self._index.sync(turns)
+            gk = self.gatekeeper
+            system_text = "\n".join(m.content for m in system) or None
+            if system_text != gk.system_prompt:
+                gk.system_prompt = system_text
+            self._system, self._turns, self._version = system, turns, version
+
+    def explain(self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()) -> Selection:
+        """The gatekeeper's selection for ``query`` over the current state (``token_budget``
+        overrides the budget for this call; ``exclude_keys`` names turns, by key, not to select)."""
+        exclude = self._synced_exclude(exclude_keys)
+        return self.gatekeeper.explain(query, token_budget=token_budget, exclude=exclude)  # not under the lock
+
+    def _synced_exclude(self, exclude_keys: Collection[str]) -> list[int]:
+        self.sync()
+        self.gatekeeper.take_cached()  # saved vectors read here (aexplain: in a worker thread)
+        with self._lock:
+            return [self._ids[k] for k in exclude_keys if k in self._ids]
+
+    def embed_pending(self) -> int:
+        """Bring the gatekeeper in step, then embed the turns not yet embedded and wait
+        (see :meth:`ContextGatekeeper.embed_pending`; a background worker does it anyway)."""
+        self.sync()
+        return self.gatekeeper.embed_pending()
+
+    async def aembed_pending(self) -> int:
+        """:meth:`embed_pending` without blocking the event loop."""
+        await asyncio.to_thread(self.sync)
+        return await self.gatekeeper.aembed_pending()
+
+    def select_messages(
+        self,
+        query: str,
+        *,
+        include_open: bool = True,
+        token_budget: int | None = None,
+        exclude_keys: Collection[str] = (),
+    ) -> list[Message]:
+        """The messages to send with ``query``: leading system messages, the selected
+        turns, and (``include_open``) the open, unanswered turn, in transcript order."""
+        selection = self.explain(query, token_budget=token_budget, exclude_keys=exclude_keys)
+        return self._messages(selection, include_open)
+
+    def _messages(self, selection: Selection, include_open: bool) -> list[Message]:
+        """A selection's messages as of now: a turn removed meanwhile is left out, and a
+        turn's messages are always its current ones."""
+        with self._lock:
+            by_id = {self._ids[t.key]: t for t in self._turns if t.key in self._ids}
+            kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
+            tail = list(self._open.messages) if include_open and self._open else []
+            return self._system + kept + tail
+
+    async def aexplain(
+        self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()
+    ) -> Selection:
+        """:meth:`explain` without blocking the event loop: the transcript is read in a
+        worker thread and the query's embedding is awaited; no lock is waited for on the
+        event loop thread."""
+        exclude = await asyncio.to_thread(self._synced_exclude, exclude_keys)
+        return await self.gatekeeper.aexplain(query, token_budget=token_budget, exclude=exclude)
+
+    async def aselect_messages(
+        self,
+        query: str,
+        *,
+        include_open: bool = True,
+        token_budget: int | None = None,
+        exclude_keys: Collection[str] = (),
+    ) -> list[Message]:
+        """:meth:`select_messages` without blocking the event loop.  A revision that lands
+        while the embedder works is taken into account as far as it can: a turn it
+        removed is not returned, and a turn's messages are always its current ones."""
+        selection = await self.aexplain(query, token_budget=token_budget, exclude_keys=exclude_keys)
+        return await run_locked(self._lock, self._messages, selection, include_open)
+
+    def _message_id(self, digest: str) -> str:
+        """The id of the first message of the turn whose embedded text has ``digest`` (``""``
+        when none has).  Hashes only turns whose text changed since the last lookup."""
+        known = self._digests.get(digest)
+        if known is not None:
+            return known
+        gk, seen = self.gatekeeper, self._hashed
+        try:
+            pairs = list(self._ids.items())
+        except RuntimeError:  # the index changed under us: the id is optional
+            return ""
+        for key, turn_id in pairs:
+            try:
+                turn = gk.get_turn(turn_id)
+            except Exception:  # noqa: BLE001 -- removed meanwhile
+                continue
+            if seen.get(key) is turn:  # a changed turn is a new Turn object
+                continue
+            seen[key] = turn
+            self._digests[text_hash(turn_text(turn))] = key
+        return self._digests.get(digest, "")
+
+
+class _MessageVectorCache:
+    """A vector cache that hands the store the message id of each vector's turn
+    (:meth:`StoreVectorCache.put_many` takes ``(message_id, key, vector)`` items)."""
+
+    def __init__(self, cache: Any, gate: TranscriptGate) -> None:
+        self.cache = cache
+        self._gate = gate
+
+    def __repr__(self) -> str:
+        return f"_MessageVectorCache({self.cache!r})"
+
+    def get(self, key: tuple[str, str]) -> Any:
+        return self.cache.get(key)
+
+    def put(self, key: tuple[str, str], vector: Any) -> None:
+        self.put_many([(key, vector)])
+
+    def put_many(self, items: Iterable[tuple[tuple[str, str], Any]]) -> None:
+        self.cache.put_many([(self._gate._message_id(key[1]), key, vector) for key, vector in items])
