@@ -12,6 +12,7 @@ __all__ = [
     "GatekeeperError",
     "BudgetError",
     "InvalidInputError",
+    "InvalidTypeError",
     "UnknownTurnError",
     "UnknownMessageError",
     "EditError",
@@ -23,6 +24,7 @@ __all__ = [
     "SchemaVersionError",
     "InvalidRevisionError",
     "CorruptLogError",
+    "StoreClosedError",
 ]
 
 
@@ -35,7 +37,13 @@ class BudgetError(GatekeeperError, ValueError):
 
 
 class InvalidInputError(GatekeeperError, ValueError):
-    """Input of the right type but unusable: an empty or whitespace-only message or query."""
+    """Input of the right type but an unusable value: an empty or whitespace-only
+    message or query, a setting out of its range, an unknown option name."""
+
+
+class InvalidTypeError(GatekeeperError, TypeError):
+    """An argument of the wrong type: a class where an instance is needed, a string
+    where a list is, a model or store this library cannot use."""
 
 
 class UnknownTurnError(GatekeeperError, KeyError):
@@ -133,3 +141,7 @@ class CorruptLogError(GatekeeperError, RuntimeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.session_id, self.revision, self.reason))
+
+
+class StoreClosedError(GatekeeperError, RuntimeError):
+    """The store was closed; open a new one (on the same file or database) to go on."""
