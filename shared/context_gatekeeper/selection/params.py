@@ -8,7 +8,7 @@ development data in ``../shared/data`` (``benchmarks/quality.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .anchors import AnchorKind
 from .scoring import IDF_FORMULAS
@@ -257,11 +257,11 @@ class SelectionParams:
         if not 0 < self.coverage_target <= 1:
             raise ValueError("SelectionParams.coverage_target must be in (0, 1]")
 
-    def with_(self, **changes: object) -> "SelectionParams":
+    def with_(self, **changes: Any) -> "SelectionParams":
         """A copy with some fields changed (validated)."""
         return replace(self, **changes)
 
-    PRESETS: ClassVar[dict[str, dict[str, object]]] = {
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "default": {},
         "recall": {
             "off_topic_share": 0.0,
@@ -285,7 +285,7 @@ class SelectionParams:
       budget is filled with further matches (``Evidence.fill``)."""
 
     @classmethod
-    def preset(cls, name: str, **changes: object) -> "SelectionParams":
+    def preset(cls, name: str, **changes: Any) -> "SelectionParams":
         """The named setting (see :attr:`PRESETS`), with optional further changes.
 
         >>> SelectionParams.preset("recall").fill_ratio
@@ -293,4 +293,4 @@ class SelectionParams:
         """
         if name not in cls.PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(cls.PRESETS)}")
-        return cls(**{**cls.PRESETS[name], **changes})  # type: ignore[arg-type]
+        return cls(**{**cls.PRESETS[name], **changes})

@@ -136,20 +136,24 @@ class Revision:
 def detached_change(change: Applied) -> Applied:
     """``change`` with copies of its messages (see :func:`detached`), built through the
     slot descriptors: a store and the transcript copy every change they hand out."""
-    kind = type(change)
-    copy_ = _new_object(kind)
-    if kind is Change:
-        _SET_CHANGE_BEFORE(copy_, detached(change.before))  # type: ignore[union-attr]
-        _SET_CHANGE_AFTER(copy_, detached(change.after))
-    elif kind is Put:
-        _SET_PUT_MESSAGE(copy_, detached(change.message))  # type: ignore[union-attr]
-        _SET_PUT_AFTER(copy_, change.after)
-    elif kind is Remove:
-        _SET_REMOVE_MESSAGE(copy_, detached(change.message))  # type: ignore[union-attr]
-        _SET_REMOVE_AFTER(copy_, change.after)
-    else:  # pragma: no cover - every applied change is one of the three
-        raise TypeError(f"not an applied change: {change!r}")
-    return copy_
+    # ``type(change) is`` narrows ``change`` for the checker, and lets no subclass (with
+    # fields these setters would not copy) through.
+    if type(change) is Change:
+        changed = _new_object(Change)
+        _SET_CHANGE_BEFORE(changed, detached(change.before))
+        _SET_CHANGE_AFTER(changed, detached(change.after))
+        return changed
+    if type(change) is Put:
+        put = _new_object(Put)
+        _SET_PUT_MESSAGE(put, detached(change.message))
+        _SET_PUT_AFTER(put, change.after)
+        return put
+    if type(change) is Remove:
+        removed = _new_object(Remove)
+        _SET_REMOVE_MESSAGE(removed, detached(change.message))
+        _SET_REMOVE_AFTER(removed, change.after)
+        return removed
+    raise TypeError(f"not an applied change: {change!r}")  # pragma: no cover - always one of the three
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,10 +353,12 @@ def undo_stacks(log: Sequence[Revision]) -> tuple[list[int], list[Revision]]:
                 undone.clear()
         elif kind == "undo":
             if revision.target in done and not revision.is_noop:
-                done.remove(revision.target)  # type: ignore[arg-type]
+                done.remove(revision.target)
                 undone.append(revision)
         elif kind == "redo":
-            if undone and undone[-1].target == revision.target and not revision.is_noop:
+            target = revision.target
+            # undone holds undos of numbered revisions only, so a match has a number
+            if undone and target is not None and undone[-1].target == target and not revision.is_noop:
                 undone.pop()
-                done.append(revision.target)  # type: ignore[arg-type]
+                done.append(target)
     return done, undone
