@@ -2,7 +2,7 @@
 
 Part 1: the share of a conversation's tokens each kind of edit destroys (removed
 plus replaced, by a word-level diff counted in tiktoken ``cl100k_base`` tokens),
-for the paper's three scenarios (``tests/paper_scenarios.py``), a one-word fix
+for the paper's three scenarios (``benchmarks/scenarios.py``), a one-word fix
 across two messages, and same-length junk in place of every message.  The default
 limit (``DEFAULT_MAX_DELETION_SHARE``) is printed with them.
 
@@ -16,17 +16,14 @@ one word changed in every tenth sentence.  Run::
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the paper's scenarios
+from context_gatekeeper import tiktoken_counter
+from context_gatekeeper.editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share
+from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.transcripts.operations import Change, Remove
 
-from context_gatekeeper import tiktoken_counter  # noqa: E402
-from context_gatekeeper.editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share  # noqa: E402
-from context_gatekeeper.transcripts.messages import Message  # noqa: E402
-from context_gatekeeper.transcripts.operations import Change, Remove  # noqa: E402
-from paper_scenarios import SCENARIOS  # noqa: E402
+from scenarios import SCENARIOS  # the paper's scenarios: benchmarks/scenarios.py, beside this script
 
 count = tiktoken_counter("cl100k_base")
 ANSWER = "Ireland's GDP in {n} was about 504 billion US dollars, driven by pharmaceuticals and services."

@@ -1,6 +1,6 @@
 """What mutable transcripts cost and save, measured with a scripted model (no API).
 
-Part 1, the paper's three scenarios (``tests/paper_scenarios.py``): messages and
+Part 1, the paper's three scenarios (``benchmarks/scenarios.py``): messages and
 tokens retained when corrections are appended as new messages (condition A) versus
 applied as edits (condition B), and the share of A's tokens that later corrections
 made obsolete.  These count the context that remains, not the tokens the edits
@@ -12,7 +12,8 @@ to one message, the tokens the model reads (its prompt) and writes (its reply) w
 ``patch`` (operations on ids only).  The scripted model returns the ideal reply in
 each format, so the counts measure the formats, not a model's verbosity.
 
-Tokens are tiktoken ``cl100k_base`` counts (offline).  Run::
+Tokens are tiktoken ``cl100k_base`` counts (offline).  With the package installed
+(``pip install -e .``), run::
 
     python benchmarks/edit_cost.py [--turns 10,50,200]
 """
@@ -21,23 +22,15 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-try:
-    import context_gatekeeper  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(REPO / "shared"))
-sys.path.insert(0, str(REPO / "tests"))
+from rich.console import Console
+from rich.table import Table
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from context_gatekeeper import Delete, Replace, Transcript, tiktoken_counter
+from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
+from context_gatekeeper.testing import ScriptedModel
 
-from context_gatekeeper import Delete, Replace, Transcript, tiktoken_counter  # noqa: E402
-from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply  # noqa: E402
-from context_gatekeeper.testing import ScriptedModel  # noqa: E402
-from paper_scenarios import SCENARIOS, Scenario  # noqa: E402
+from scenarios import SCENARIOS, Scenario  # benchmarks/scenarios.py, beside this script
 
 count = tiktoken_counter("cl100k_base")
 
