@@ -122,7 +122,7 @@ class TurnHistory:
     def position(self, turn_id: object) -> int:
         """The position of ``turn_id``, or :class:`UnknownTurnError`."""
         valid = isinstance(turn_id, int) and not isinstance(turn_id, bool)
-        position = self.positions.get(turn_id) if valid else None  # type: ignore[arg-type]
+        position = self.positions.get(turn_id) if isinstance(turn_id, int) and valid else None
         if position is None:
             shown = ", ".join(map(str, self.order[:10])) + (", ..." if len(self.order) > 10 else "")
             raise UnknownTurnError(

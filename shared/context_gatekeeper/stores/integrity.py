@@ -216,7 +216,7 @@ def check_revision(
             kept.append(change)
         else:
             is_change = isinstance(change, Change)
-            message = change.before if is_change else change.message  # type: ignore[union-attr]
+            message = change.before if isinstance(change, Change) else change.message
             message_id = message.id
             found = known.get(message_id)
             if found is None or not found.present:
@@ -225,18 +225,18 @@ def check_revision(
                     f"{revision.kind} cannot {'change' if is_change else 'remove'} it; "
                     "reload the transcript and try again"
                 )
-            if is_change and change.after.id != message_id:  # type: ignore[union-attr]
+            if isinstance(change, Change) and change.after.id != message_id:
                 raise InvalidRevisionError(f"session {session_id!r}: a change must keep the message id {message_id!r}")
             current = found.current
             if current is not None and current != digest(message):
                 raise _refuse_content(session_id, revision, message_id, "changes" if is_change else "removes")
-            if not is_change:
+            if not isinstance(change, Change):
                 known[message_id] = found._replace(present=False)
                 removed_here.add(message_id)
             elif is_noop(change):
                 continue
             else:
-                known[message_id] = entry(True, found.first, digest(change.after))  # type: ignore[union-attr]
+                known[message_id] = entry(True, found.first, digest(change.after))
             kept.append(change)
     return replace(revision, changes=tuple(kept)), {k: v for k, v in known.items() if before.get(k) != v}
 
