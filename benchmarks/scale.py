@@ -1,6 +1,7 @@
 """How transcript operations scale with the number of turns (issue #11 item 15).
 
-This is a script that prints figures, not a test.  Run it from a checkout::
+This is a script that prints figures, not a test.  Run it from a checkout with the
+package installed (``pip install -e .``)::
 
     python benchmarks/scale.py                        # 1,000 / 10,000 / 20,000 turns
     python benchmarks/scale.py --turns 1000 5000      # other sizes

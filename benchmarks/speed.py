@@ -1,6 +1,7 @@
 """Speed and memory of ``ContextGatekeeper`` against the report's recompute-everything baseline.
 
-This is a script that prints figures, not a test.  Run it from a checkout::
+This is a script that prints figures, not a test.  Run it from a checkout with the
+package installed (``pip install -e .``)::
 
     python benchmarks/speed.py                     # sizes 50, 300, 1000, 10000
     python benchmarks/speed.py --quick             # sizes 50, 300 only
@@ -98,8 +99,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-
 # About 400 common Chinese characters; words are 2-3 of them.
 CJK_POOL = (
     "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对"
@@ -148,21 +147,6 @@ CODAS = ["", "", "", "n", "r", "s", "t", "l", "x", "ck", "ng"]
 DEFAULT_SIZES = (50, 300, 1000, 10000)
 QUICK_SIZES = (50, 300)
 N_TOPICS = 800  # ~1,000 switches in 10,000 turns: ~800 openings, ~200 returns
-
-
-# --------------------------------------------------------------------------- imports
-
-
-def ensure_importable() -> None:
-    """Put the checkout's ``shared/`` and ``benchmarks/`` on ``sys.path`` if needed.
-
-    Nothing is added when ``context_gatekeeper`` / ``report_baseline`` are already
-    importable (an installed package, or stand-ins on ``PYTHONPATH``).
-    """
-    if importlib.util.find_spec("context_gatekeeper") is None:
-        sys.path.insert(0, str(REPO / "shared"))
-    if importlib.util.find_spec("report_baseline") is None:
-        sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 # --------------------------------------------------------------------------- workload
@@ -895,10 +879,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def make_subjects(args: argparse.Namespace, count: Callable[[str], int], console: Any) -> list[Subject]:
     """The library and (unless disabled or missing) the baseline."""
-    try:
-        from context_gatekeeper import ContextGatekeeper
-    except ImportError:  # a checkout whose package does not export it (yet)
-        from context_gatekeeper.selection.gatekeeper import ContextGatekeeper
+    from context_gatekeeper import ContextGatekeeper
 
     subjects = [Subject("library", lambda: ContextGatekeeper(
         token_budget=args.budget, token_counter=count, message_overhead=0), bounded=False)]
@@ -916,7 +897,6 @@ def make_subjects(args: argparse.Namespace, count: Callable[[str], int], console
 def main(argv: Sequence[str] | None = None) -> int:
     """Generate the workload, measure every size, print the tables, maybe write JSON."""
     args = parse_args(argv)
-    ensure_importable()
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -983,8 +963,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def figures(args: argparse.Namespace, env: dict, wl: Workload, results: dict) -> dict:
     """Date, command, environment, configuration, workload statistics and figures, JSON-ready."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from plots import command_line, machine_line  # no matplotlib here
+    from plots import command_line, machine_line  # a sibling module; no matplotlib here
 
     config = {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v)
               for k, v in vars(args).items() if k != "argv"}

@@ -1,6 +1,7 @@
 """Size on disk and append rate of the SQLite store: storage grows linearly with the turns.
 
-This is a script that prints figures, not a test.  Run it from a checkout::
+This is a script that prints figures, not a test.  Run it from a checkout with the
+package installed (``pip install -e .``)::
 
     python benchmarks/store_size.py                    # 1,000 / 5,000 / 10,000 turns
     python benchmarks/store_size.py --turns 500 2000   # other sizes
@@ -23,16 +24,13 @@ The text is synthetic and deterministic (``--seed``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
 WORDS = (
     "the a of to and in is it for on with as this that be are you can by or from not use "
     "cache index token latency kernel query budget buffer thread socket schema router vector "
@@ -41,12 +39,6 @@ WORDS = (
     "snapshot backup restore migration rollback release version benchmark module database "
     "transaction write ahead log checkpoint page lock reader writer process file disk"
 ).split()
-
-
-def ensure_importable() -> None:
-    """Put the checkout's ``shared/`` on ``sys.path`` unless ``context_gatekeeper`` is installed."""
-    if importlib.util.find_spec("context_gatekeeper") is None:
-        sys.path.insert(0, str(REPO / "shared"))
 
 
 def sentence(rng: random.Random, words: int) -> str:
@@ -150,7 +142,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     """Measure every size and print the table."""
     args = parse_args(argv)
-    ensure_importable()
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         show([measure(turns, Path(folder), args.seed) for turns in args.turns])
 
