@@ -22,7 +22,7 @@ undone, redo re-applies the last undo, a new edit empties the redo stack.
 summarisation, a redaction middleware, a user's ``update_state``), so an undo or redo
 applies only the changes that still fit it
 (:func:`~context_gatekeeper.transcripts.revisions.split_applicable`): messages the agent added
-after an edit stay (DESIGN.md §3); a message changed since keeps its new version; a
+after an edit stay (``docs/architecture.md#version-rules``); a message changed since keeps its new version; a
 message gone stays gone; a deleted message whose neighbour was summarised away is not
 re-inserted.  What is left out is reported in ``ThreadEdit.skipped``; an edit none of
 whose changes still applies is passed over; an undo or redo that would split a tool

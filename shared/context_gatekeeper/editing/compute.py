@@ -2,7 +2,7 @@
 
 :func:`compute_edit` (and its async twin :func:`acompute_edit`) asks a model to
 apply an instruction to the editable messages of a transcript state, reads and
-checks the answer (DESIGN.md §5), and returns the result as changes computed
+checks the answer (``docs/architecture.md#data-flow-of-an-edit``), and returns the result as changes computed
 against that state.  It changes nothing itself: the transcript commits the
 changes (stamping revision numbers) or shows them as a preview.
 

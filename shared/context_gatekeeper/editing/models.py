@@ -1,4 +1,4 @@
-"""The model protocol for natural-language edits (DESIGN.md §5).
+"""The model protocol for natural-language edits (``docs/architecture.md#how-to-add-a-model``).
 
 Three shapes of model work, and :func:`as_edit_model` normalises each once:
 

@@ -1,6 +1,7 @@
 """Anchor extraction: the small units of text that selection matches on.
 
-An anchor is one of (the report's list, plus the improvements of DESIGN.md §4):
+An anchor is one of (the technical report's list, extended; see
+``docs/architecture.md#data-flow-of-a-select``):
 
 * a CJK character bigram (``"脑裂"``) or single character (``"锁"``), within the
   pieces left after cutting a run at stopwords, particles and pronouns: Chinese

@@ -1,6 +1,8 @@
 """The topic gate: does a query continue the active topic, switch, or return?
 
-Pure functions only.  The features follow the report (§3.3) with one change:
+Pure functions only.  The features follow the technical report's gate (as written in
+``benchmarks/report_baseline.py``; see ``docs/architecture.md#data-flow-of-a-select``)
+with one change:
 the report's new-anchor ratio is ``1 - overlap`` by construction, so here it
 measures what it is named for, the share of the query's weight in anchors the
 history has *never* seen.  What remains (seen, but not in the active topic) is
@@ -117,7 +119,7 @@ def gate_features(
 
 
 def decide(f: GateFeatures, p: SelectionParams) -> Decision:
-    """The gate's rule (report §3.3, extended with explicit cues, returns and new content).
+    """The gate's rule (the technical report's, extended with explicit cues, returns and new content).
 
     1. no content anchors at all ("ok", "why?", "再试一次"): continue; with a return
        cue ("回到刚才的话题", "back to what we discussed"): return (to the previous

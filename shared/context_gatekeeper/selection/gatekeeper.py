@@ -1,6 +1,6 @@
 """ContextGatekeeper: keep only the earlier turns the current query needs.
 
-The pipeline for one query (DESIGN.md §4):
+The pipeline for one query (``docs/architecture.md#data-flow-of-a-select``):
 
 1. anchors of the query, weighted by IDF over the turns (:mod:`anchors`, :mod:`gate`);
 2. BM25 candidates over the postings of the query's anchors, with a recency prior

@@ -2,7 +2,11 @@
 
 Defaults start from the report (thresholds 0.45 / 0.20 / 0.70, weights 1.5 / 0.7 /
 1.0 / 0.2, M = 20, coverage 0.85, cost exponent 0.8) and were then tuned on the
-development data in ``../shared/data`` (``benchmarks/quality.py``).
+development splits of public labelled conversation sets (LoCoMo and TREC CAsT 2020 for
+which turns a query needs, TIAGE and CrossWOZ for topic switches; they are not in the
+repository) and on the hand-labelled mixed-topic set ``benchmarks/data/interleaved.jsonl``.
+``benchmarks/quality.py`` measures a change; see
+``docs/architecture.md#how-to-add-a-selector-feature``.
 """
 
 from __future__ import annotations

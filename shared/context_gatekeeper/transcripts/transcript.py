@@ -4,7 +4,7 @@
 state is the result of the revision log; the record is every message ever appended,
 as originally written.  Every change, whatever produced it, is a list of changes on
 message ids (:mod:`operations`), which gives one undo rule that never loses later
-turns (DESIGN.md §3):
+turns (``docs/architecture.md#version-rules``):
 
 * ``undo()`` reverts the most recent state-changing revision (edit, apply, set,
   clear, revert) not yet undone, by applying its inverse, and keeps every message
