@@ -1,7 +1,7 @@
 """The Context Gatekeeper report's algorithm, implemented as written: a baseline.
 
-This module re-implements §3 of the technical report
-(``../shared/papers/context-gatekeeper-report.md``) as literally as the report
+This module re-implements §3 of the project's technical report (the Context
+Gatekeeper report, kept outside this repository) as literally as the report
 allows, so the benchmarks can show what the library improves on.  It is *not*
 the library: it is deliberately naive, and every :meth:`ReportGatekeeper.explain`
 recomputes every block's anchors and the IDF table from scratch, as the report's
