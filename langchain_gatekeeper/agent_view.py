@@ -37,9 +37,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from context_gatekeeper import ContextGatekeeper
-from context_gatekeeper.errors import InvalidInputError
-from context_gatekeeper.transcripts.transcript_gate import TurnIndex
+from context_gatekeeper import ContextGatekeeper, InvalidInputError
+from context_gatekeeper.integration import TurnIndex
 
 from .convert import text_of
 from .threads import is_edit_record

@@ -25,7 +25,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
 from context_gatekeeper import Message
-from context_gatekeeper.transcripts.messages import new_message_id
+from context_gatekeeper.integration import new_message_id
 
 __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of", "same_messages"]
 

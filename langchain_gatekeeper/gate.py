@@ -58,8 +58,7 @@ from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, 
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from context_gatekeeper import ContextGatekeeper, TranscriptGate, as_embedder
-from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper import ContextGatekeeper, InvalidInputError, TranscriptGate, as_embedder
 
 from .agent_view import GatedView, VectorLRU
 from .convert import from_core_messages, same_messages, text_of

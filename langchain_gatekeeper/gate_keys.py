@@ -15,7 +15,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from context_gatekeeper.errors import GatekeeperError
+from context_gatekeeper import GatekeeperError
 
 __all__ = ["TopicGateKeysError", "infer_keys", "input_key_beside"]
 

@@ -38,12 +38,17 @@ from typing import Any
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from context_gatekeeper import Message, Selection, Store, Strategy, Transcript, TranscriptGate
-from context_gatekeeper.errors import UnknownMessageError
-from context_gatekeeper.transcripts.operations import Request
-from context_gatekeeper.transcripts.revisions import Revision
-from context_gatekeeper.transcripts.versioned import VersionedTranscriptMixin
-from context_gatekeeper.editing.checks import DEFAULT_MAX_DELETION_SHARE
+from context_gatekeeper import (
+    Message,
+    Revision,
+    Selection,
+    Store,
+    Strategy,
+    Transcript,
+    TranscriptGate,
+    UnknownMessageError,
+)
+from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE, Request, VersionedTranscriptMixin
 
 from .convert import from_core_messages, to_core
 from .models import given_edit_model, resolve_edit_model

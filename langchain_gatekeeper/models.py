@@ -21,14 +21,14 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from context_gatekeeper.errors import GatekeeperError, ModelUnavailableError, StructuredOutputError
-from context_gatekeeper.editing.models import (
+from context_gatekeeper import (
     EditModel,
-    finish_reason_of,
-    is_unavailable_error,
-    refuse_truncated,
+    GatekeeperError,
+    ModelUnavailableError,
+    StructuredOutputError,
     resolve_model,
 )
+from context_gatekeeper.integration import finish_reason_of, is_unavailable_error, refuse_truncated
 
 __all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model"]
 

@@ -18,9 +18,19 @@ from langchain_core.messages import BaseMessage, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import NotRequired
 
-from context_gatekeeper import Diff, HistoryError, InvalidInputError, Message
-from context_gatekeeper.transcripts.operations import Applied, Change, Remove, State, apply_changes, change_from_dict, change_to_dict, invert
-from context_gatekeeper.transcripts.revisions import Revision, Skipped, diff_states
+from context_gatekeeper import Diff, HistoryError, InvalidInputError, Message, Revision
+from context_gatekeeper.integration import (
+    Applied,
+    Change,
+    Remove,
+    Skipped,
+    State,
+    apply_changes,
+    change_from_dict,
+    change_to_dict,
+    diff_states,
+    invert,
+)
 
 from .convert import from_core, from_core_messages, to_core_messages
 

@@ -48,11 +48,22 @@ from langchain_core.messages import BaseMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from context_gatekeeper import Diff, EditOptions, HistoryError, Message
-from context_gatekeeper.editing.checks import tool_violations
-from context_gatekeeper.editing.compute import EditResult, acompute_edit, compute_edit
-from context_gatekeeper.transcripts.operations import Applied, apply_changes, invert, touched_ids
-from context_gatekeeper.transcripts.replay import SKIP_REASONS
-from context_gatekeeper.transcripts.revisions import Skipped, diff_states, rewind, split_applicable, undo_stacks
+from context_gatekeeper.integration import (
+    Applied,
+    EditResult,
+    SKIP_REASONS,
+    Skipped,
+    acompute_edit,
+    apply_changes,
+    compute_edit,
+    diff_states,
+    invert,
+    rewind,
+    split_applicable,
+    tool_violations,
+    touched_ids,
+    undo_stacks,
+)
 
 from .convert import to_core_messages
 from .models import given_edit_model, resolve_edit_model

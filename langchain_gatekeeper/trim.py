@@ -46,8 +46,7 @@ from langchain_core.messages.utils import convert_to_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
-from context_gatekeeper import ContextGatekeeper, as_embedder
-from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper import ContextGatekeeper, InvalidInputError, as_embedder
 
 from .agent_view import GatedView, VectorLRU
 from .history import ADAPTER_GATE_DEFAULTS

@@ -40,7 +40,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
 from context_gatekeeper import Message
-from context_gatekeeper.transcripts.messages import new_message_id
+from context_gatekeeper.integration import new_message_id
 
 __all__ = [
     "to_core",

@@ -34,9 +34,16 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.schema import QueryBundle
 
-from context_gatekeeper import BudgetError, InvalidInputError, Selection, Store, Transcript, TranscriptGate
-from context_gatekeeper.tokens import resolve_token_counter
-from context_gatekeeper.editing.checks import DEFAULT_MAX_DELETION_SHARE
+from context_gatekeeper import (
+    BudgetError,
+    InvalidInputError,
+    Selection,
+    Store,
+    Transcript,
+    TranscriptGate,
+    resolve_token_counter,
+)
+from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE
 
 from .convert import from_core_messages, match_ids, to_core
 from .models import given_edit_model

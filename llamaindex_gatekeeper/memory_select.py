@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from context_gatekeeper import Message, Transcript, TranscriptGate
-from context_gatekeeper.transcripts.transcript_gate import MessageTurn, group_turns
+from context_gatekeeper.integration import MessageTurn, group_turns
 
 __all__ = ["SelectingMixin"]
 

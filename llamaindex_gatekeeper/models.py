@@ -21,8 +21,8 @@ from typing import Any
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from context_gatekeeper.editing.gemini import DEFAULT_GEMINI_MODEL, GeminiModel
-from context_gatekeeper.editing.models import EditModel, finish_reason_of, refuse_truncated, resolve_model
+from context_gatekeeper import EditModel, GeminiModel, resolve_model
+from context_gatekeeper.integration import DEFAULT_GEMINI_MODEL, finish_reason_of, refuse_truncated
 
 __all__ = ["DEFAULT_MODEL", "LlamaIndexEditModel", "default_model", "resolve_edit_model"]
 

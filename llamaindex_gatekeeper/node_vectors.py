@@ -16,7 +16,7 @@ from typing import Any, Callable, List
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from context_gatekeeper import as_embedder
-from context_gatekeeper.selection.semantic.embedding import text_hash
+from context_gatekeeper.integration import text_hash
 
 __all__ = ["NodeVectors", "query_embedding"]
 
@@ -51,7 +51,7 @@ class NodeVectors:
     missing nodes.  Failures and timeouts give ``None`` (one warning per run of them)."""
 
     def __init__(self, embedder: Any, timeout: float | None = None, max_vectors: int = 10_000) -> None:
-        from context_gatekeeper.selection.semantic.fusion import numpy
+        from context_gatekeeper.integration import load_numpy as numpy
 
         numpy()  # fail now, not at the first query, when numpy is missing
         self.embedder = as_embedder(embedder)
@@ -146,7 +146,7 @@ class NodeVectors:
             raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
 
     def _ok(self, query: list[float], vectors: list[Any]) -> tuple[Any, bool]:
-        from context_gatekeeper.selection.semantic.fusion import unit_rows
+        from context_gatekeeper.integration import unit_rows
 
         self._failing = False
         q = unit_rows(query)[0]

@@ -48,9 +48,14 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from context_gatekeeper import SelectionParams
-from context_gatekeeper.selection.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
-from context_gatekeeper.tokens import resolve_token_counter
+from context_gatekeeper import (
+    CoverageCorpus,
+    CoverageExplanation,
+    CoverageResult,
+    SelectionParams,
+    resolve_token_counter,
+    select_covering,
+)
 
 from .node_vectors import NodeVectors, query_embedding
 

@@ -35,10 +35,15 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
-from context_gatekeeper import InvalidInputError, InvalidRevisionError, Revision, SelectionParams, Store
-from context_gatekeeper.transcripts.revisions import STATE_CHANGING, RevisionKind
-from context_gatekeeper.stores import InMemoryStore
-from context_gatekeeper.stores.integrity import IdEntry, check_revision
+from context_gatekeeper import (
+    InMemoryStore,
+    InvalidInputError,
+    InvalidRevisionError,
+    Revision,
+    SelectionParams,
+    Store,
+)
+from context_gatekeeper.integration import IdEntry, RevisionKind, STATE_CHANGING, check_revision
 
 if TYPE_CHECKING:
     from context_gatekeeper import Transcript
@@ -215,7 +220,7 @@ def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[
 def _store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] | None:
     """How a pickle names ``store``: a SQLite path, a PostgreSQL conninfo (password-free unless
     ``keep_password``: a deepcopy stays in the process), or None."""
-    from context_gatekeeper.stores.sqlite import SQLiteStore
+    from context_gatekeeper import SQLiteStore
 
     if isinstance(store, SQLiteStore) and store.path != ":memory:":
         return {"sqlite": store.path}
@@ -233,10 +238,10 @@ def _store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] 
 def _open_spec(spec: dict[str, Any]) -> Store:
     """The store a pickle named."""
     if "sqlite" in spec:
-        from context_gatekeeper.stores.sqlite import SQLiteStore
+        from context_gatekeeper import SQLiteStore
 
         return SQLiteStore(spec["sqlite"])
-    from context_gatekeeper.stores.postgres import PostgresStore
+    from context_gatekeeper import PostgresStore
 
     return PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"])
 

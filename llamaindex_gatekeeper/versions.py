@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import ChatMessage
 
-from context_gatekeeper.editing.models import EditModel
-from context_gatekeeper.transcripts.versioned import VersionedTranscriptMixin
+from context_gatekeeper import EditModel
+from context_gatekeeper.integration import VersionedTranscriptMixin
 
 from .convert import from_core_messages
 

@@ -218,7 +218,7 @@ def failing_store(monkeypatch: pytest.MonkeyPatch, message: str) -> None:
         def __init__(self, path: Any, **kwargs: Any) -> None:
             super().__init__(path, fault_hook=hook, **kwargs)
 
-    monkeypatch.setattr(sqlite_module, "SQLiteStore", Failing)
+    monkeypatch.setattr(context_gatekeeper, "SQLiteStore", Failing)  # the chat opens stores through the public API
 
 
 @pytest.mark.parametrize(
@@ -250,7 +250,7 @@ def test_a_locked_database_is_one_line_and_loses_nothing(tmp_path: Path, monkeyp
         def __init__(self, path: Any, **kwargs: Any) -> None:
             super().__init__(path, busy_timeout=0.05, **kwargs)
 
-    monkeypatch.setattr(sqlite_module, "SQLiteStore", Impatient)
+    monkeypatch.setattr(context_gatekeeper, "SQLiteStore", Impatient)
     holder = sqlite3.connect(db, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import BudgetError, GatekeeperError, InvalidInputError, ModelUnavailableError
+from .. import BudgetError, GatekeeperError, InvalidInputError, ModelUnavailableError
 
 __all__ = ["main", "build_parser", "default_db_path", "MISSING_RICH", "NO_KEY"]
 
@@ -85,7 +85,8 @@ def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
         from .offline import OfflineChatModel, OfflineEditor
 
         return OfflineChatModel(), OfflineEditor(), "offline (scripted)"
-    from ..editing.gemini import GeminiModel, gemini_api_key
+    from .. import GeminiModel
+    from ..integration import gemini_api_key
 
     if gemini_api_key() is None:
         raise ModelUnavailableError(NO_KEY)
@@ -179,8 +180,8 @@ def _option_problem(args: argparse.Namespace) -> str | None:
 
 def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, renderer: Any) -> Any:
     """The chat session on ``db``, or the exit status after one line saying why it cannot open."""
-    from ..stores.sqlite import SQLiteStore
-    from ..transcripts.transcript import Transcript
+    from .. import SQLiteStore
+    from .. import Transcript
     from .loop import EXIT_STORE, store_failure
     from .session import ChatSession
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import HistoryError, InvalidInputError
+from .. import HistoryError, InvalidInputError
 from .session_file import read_session_file, session_document, write_session_file
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from .commands import dispatch
 from .readers import Reader
 from .render import Renderer
 from .session import ChatSession
-from ..editing.parse import replace_lone_surrogates
-from ..errors import GatekeeperError
+from ..integration import replace_lone_surrogates
+from .. import GatekeeperError
 
 __all__ = ["ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "store_failure"]
 

@@ -28,10 +28,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..editing.format import ideal_patch_reply
-from ..errors import EditError
-from ..transcripts.messages import Message
-from ..transcripts.operations import Replace
+from ..integration import ideal_patch_reply
+from .. import EditError, Message, Replace
 
 __all__ = ["OfflineChatModel", "OfflineEditor", "parse_substitution", "OFFLINE_NOTICE"]
 

@@ -18,9 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..transcripts.messages import Message
-from ..transcripts.revisions import Diff, Revision
-from ..transcripts.transcript_gate import MessageTurn
+from .. import Diff, Message, Revision
+from ..integration import MessageTurn
 from .session import LastCall
 
 __all__ = ["Renderer", "SafeOutput", "make_console", "CHAT_PROMPT", "EDIT_PROMPT"]

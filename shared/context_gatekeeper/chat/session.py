@@ -23,17 +23,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share
-from ..errors import InvalidInputError, TruncatedReplyError, UnknownTurnError
-from ..transcripts.messages import Message, new_message_id
-from ..editing.models import as_edit_model
-from ..transcripts.operations import Put
-from ..transcripts.revisions import Proposal, Revision
-from ..selection.records import Selection
-from ..tokens import resolve_token_counter
-from ..transcripts.transcript import Transcript
-from ..transcripts.transcript_gate import MessageTurn, TranscriptGate, group_turns
-from ..editing.parse import replace_lone_surrogates
+from ..integration import (
+    DEFAULT_MAX_DELETION_SHARE,
+    MessageTurn,
+    Put,
+    as_edit_model,
+    deleted_share,
+    group_turns,
+    new_message_id,
+    replace_lone_surrogates,
+)
+from .. import (
+    InvalidInputError,
+    Message,
+    Proposal,
+    Revision,
+    Selection,
+    Transcript,
+    TranscriptGate,
+    TruncatedReplyError,
+    UnknownTurnError,
+    resolve_token_counter,
+)
 
 __all__ = ["ChatSession", "LastCall", "EditOutcome", "DEFAULT_SYSTEM_PROMPT"]
 

@@ -54,9 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..editing.parse import has_lone_surrogate, replace_lone_surrogates
-from ..errors import GatekeeperError
-from ..transcripts.messages import ROLES, Message, new_message_id
+from ..integration import ROLES, has_lone_surrogate, new_message_id, replace_lone_surrogates
+from .. import GatekeeperError, Message
 
 __all__ = [
     "FORMAT",

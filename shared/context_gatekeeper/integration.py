@@ -1,0 +1,125 @@
+"""The integration surface: the names adapters and applications build on.
+
+:mod:`context_gatekeeper` exports what application code needs (``Transcript``,
+``ContextGatekeeper``, the stores, the errors, ...).  Code that *integrates* the
+core with something else needs a few more: a framework adapter converts messages
+and keeps agent threads in its own checkpointed state, the terminal chat renders
+diffs and checks session files.  Those names are declared here, and only here:
+the adapters (``langchain_gatekeeper``, ``llamaindex_gatekeeper``) and the
+terminal chat (``context_gatekeeper.chat``) import nothing else from the core's
+rooms (``tests/test_architecture.py`` checks it).  Each name keeps its meaning
+within a minor version, like the top-level names; moving or changing one is a
+deprecation, never a silent break.
+
+Groups (see ``docs/architecture.md`` for how the rooms fit):
+
+* **transcript records**: the change vocabulary (``Put``, ``Remove``, ``Change``,
+  ``Applied``, ``Request``, ``State``), applying and inverting changes
+  (``apply_changes``, ``invert``, ``touched_ids``), serialising them
+  (``change_to_dict`` / ``change_from_dict``), message ids (``new_message_id``,
+  ``ROLES``), and revision logs (``RevisionKind``, ``STATE_CHANGING``,
+  ``diff_states``, ``undo_stacks``, ``split_applicable``, ``rewind``,
+  ``Skipped``, ``SKIP_REASONS``): what an adapter needs to keep its own versioned
+  log (LangGraph threads) with the core's undo rules.
+* **versioned objects**: ``VersionedTranscriptMixin``, the version operations
+  (undo, redo, revert, diff, history, ...) a framework object gets by delegating
+  to a ``Transcript``.
+* **editing**: ``compute_edit`` / ``acompute_edit`` / ``EditResult`` (an edit as
+  changes, committed by the caller), ``DEFAULT_MAX_DELETION_SHARE``,
+  ``deleted_share``, ``tool_violations``, the model plumbing an adapter's model
+  wrapper uses (``as_edit_model``, ``finish_reason_of``, ``refuse_truncated``,
+  ``is_unavailable_error``, ``DEFAULT_GEMINI_MODEL``, ``gemini_api_key``), the
+  reply-text helpers (``has_lone_surrogate``, ``replace_lone_surrogates``) and
+  ``ideal_patch_reply`` (the answer a perfect model would give: offline demos).
+* **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
+  to turns) and ``TurnIndex`` (an incremental index over a list that grows).
+* **stores**: ``IdEntry`` and ``check_revision``, the integrity check every store
+  runs before it writes (for adapters that import a revision log).
+* **semantic channel**: ``text_hash`` (the text half of a vector key),
+  ``unit_rows`` and ``load_numpy`` (numpy, imported on first use).
+"""
+
+from __future__ import annotations
+
+from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
+from .editing.compute import EditResult, acompute_edit, compute_edit
+from .editing.format import ideal_patch_reply
+from .editing.gemini import DEFAULT_GEMINI_MODEL, gemini_api_key
+from .editing.models import as_edit_model, finish_reason_of, is_unavailable_error, refuse_truncated
+from .editing.parse import has_lone_surrogate, replace_lone_surrogates
+from .selection.semantic.embedding import text_hash
+from .selection.semantic.fusion import numpy as load_numpy
+from .selection.semantic.fusion import unit_rows
+from .stores.integrity import IdEntry, check_revision
+from .transcripts.messages import ROLES, new_message_id
+from .transcripts.operations import (
+    Applied,
+    Change,
+    Put,
+    Remove,
+    Request,
+    State,
+    apply_changes,
+    change_from_dict,
+    change_to_dict,
+    invert,
+    touched_ids,
+)
+from .transcripts.replay import SKIP_REASONS
+from .transcripts.revisions import STATE_CHANGING, RevisionKind, Skipped, diff_states, rewind, split_applicable, undo_stacks
+from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
+from .transcripts.versioned import VersionedTranscriptMixin
+
+__all__ = [
+    # transcript records
+    "Applied",
+    "Change",
+    "Put",
+    "Remove",
+    "Request",
+    "State",
+    "apply_changes",
+    "change_from_dict",
+    "change_to_dict",
+    "invert",
+    "touched_ids",
+    "ROLES",
+    "new_message_id",
+    "RevisionKind",
+    "STATE_CHANGING",
+    "Skipped",
+    "SKIP_REASONS",
+    "diff_states",
+    "rewind",
+    "split_applicable",
+    "undo_stacks",
+    # versioned objects
+    "VersionedTranscriptMixin",
+    # editing
+    "EditResult",
+    "compute_edit",
+    "acompute_edit",
+    "DEFAULT_MAX_DELETION_SHARE",
+    "deleted_share",
+    "tool_violations",
+    "as_edit_model",
+    "finish_reason_of",
+    "refuse_truncated",
+    "is_unavailable_error",
+    "DEFAULT_GEMINI_MODEL",
+    "gemini_api_key",
+    "has_lone_surrogate",
+    "replace_lone_surrogates",
+    "ideal_patch_reply",
+    # selection over framework lists
+    "MessageTurn",
+    "group_turns",
+    "TurnIndex",
+    # stores
+    "IdEntry",
+    "check_revision",
+    # semantic channel
+    "text_hash",
+    "unit_rows",
+    "load_numpy",
+]
