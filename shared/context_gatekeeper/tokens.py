@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
     "TokenCounter",
@@ -250,19 +250,22 @@ def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
         return tiktoken_counter(DEFAULT_ENCODING)
     if isinstance(counter, str):
         if counter not in _OFFLINE_SPECS:
-            raise ValueError(
+            raise InvalidInputError(
                 f"unknown token encoding {counter!r}; use one of {sorted(_OFFLINE_SPECS)} "
                 "or pass a callable token_counter"
             )
         return tiktoken_counter(counter)
     if isinstance(counter, type):
-        raise TypeError(f"token_counter must be an instance or a function, not the class {counter.__name__}")
+        raise InvalidTypeError(
+            f"token_counter must be an instance or a function, not the class {counter.__name__}; "
+            f"pass {counter.__name__}() (an instance) or a callable(str) -> int"
+        )
     encode = getattr(counter, "encode_ordinary", None) or getattr(counter, "encode", None)
     if callable(encode):
         return lambda text: len(encode(text))
     if callable(counter):
         return counter if getattr(counter, "_checked_counter", False) else _checked(counter)
-    raise TypeError(
+    raise InvalidTypeError(
         "token_counter must be None, an encoding name, a callable(str) -> int, "
         f"or an object with encode(); got {type(counter).__name__}"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import BudgetError, InvalidInputError
+from .errors import BudgetError, InvalidInputError, InvalidTypeError
 
 __all__ = ["require_text", "require_budget"]
 
@@ -12,7 +12,7 @@ __all__ = ["require_text", "require_budget"]
 def require_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
     """Return ``value`` if it is a string (non-blank unless ``allow_empty``)."""
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+        raise InvalidTypeError(f"{what} must be a str, got {type(value).__name__}; pass the text as a str")
     if not allow_empty and not value.strip():
         raise InvalidInputError(f"{what} is empty or whitespace; pass the text of the message")
     return value
