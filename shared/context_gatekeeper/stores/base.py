@@ -39,7 +39,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from ..errors import InvalidInputError, StaleHeadError
+from ..errors import InvalidInputError, InvalidTypeError, StaleHeadError
 from ..transcripts.revisions import Revision, rebase_conflicts
 from .integrity import IdEntry, Lookup, check_revision
 
@@ -59,7 +59,10 @@ def place_revision(
     Raises :class:`StaleHeadError` when the revision cannot be rebased over them.
     """
     if expected_head is not None and (isinstance(expected_head, bool) or not isinstance(expected_head, int)):
-        raise TypeError(f"expected_head must be None or an int, got {type(expected_head).__name__}")
+        raise InvalidTypeError(
+            f"expected_head must be None or an int, got {type(expected_head).__name__}; pass the head "
+            "revision number you last read (store.head(session_id)), or None to skip the check"
+        )
     if expected_head is not None and expected_head < 0:
         raise InvalidInputError(f"expected_head must be None or a revision number >= 0, got {expected_head}")
     base = head if expected_head is None else expected_head

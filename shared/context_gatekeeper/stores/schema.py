@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError
+from ..errors import CorruptLogError, InvalidInputError, InvalidTypeError, SchemaVersionError
 from ..transcripts.operations import change_to_dict
 from ..transcripts.revisions import Revision
 from .integrity import IdEntry, index_of_log
@@ -42,10 +42,10 @@ class Migration(NamedTuple):
 
 
 def checked_session(session_id: Any) -> str:
-    """``session_id`` if it is a str that UTF-8 can encode, else ``TypeError`` /
+    """``session_id`` if it is a str that UTF-8 can encode, else :class:`InvalidTypeError` /
     :class:`InvalidInputError` (a lone surrogate cannot be stored as text)."""
     if not isinstance(session_id, str):
-        raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+        raise InvalidTypeError(f"session_id must be a str, got {type(session_id).__name__}; pass the session's id")
     try:
         session_id.encode("utf-8")
     except UnicodeEncodeError:

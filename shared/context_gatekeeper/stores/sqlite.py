@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import SchemaVersionError
+from ..errors import SchemaVersionError, StoreClosedError
 from ..transcripts.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
 from .integrity import IdEntry
@@ -166,7 +166,7 @@ class SQLiteStore(Store, SQLiteVectors):
         """The connection, held under the lock for the duration of the block."""
         with self._lock:
             if self._conn is None:
-                raise RuntimeError(f"{self!r} is closed; open a new SQLiteStore on the file")
+                raise StoreClosedError(f"{self!r} is closed; open a new SQLiteStore on the same file to go on")
             yield self._conn
 
     @contextmanager

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..selection.semantic.embedding import is_local_name
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTypeError
 from .vectors import VectorRow, checked_rows, supports_vectors
 
 __all__ = ["StoreVectorCache"]
@@ -56,7 +56,7 @@ class StoreVectorCache:
 
     def __init__(self, store: Any, session_id: str, *, persist: bool = True) -> None:
         if not isinstance(session_id, str):
-            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+            raise InvalidTypeError(f"session_id must be a str, got {type(session_id).__name__}; pass the session's id")
         self.store = store
         self.session_id = session_id
         self.persistent = bool(persist) and supports_vectors(store)
