@@ -30,7 +30,7 @@ from difflib import SequenceMatcher
 
 from .format import EditView
 from .options import DEFAULT_MAX_DELETION_SHARE
-from ..errors import EditError
+from ..errors import EditError, InvalidTypeError
 from ..transcripts.messages import Message, new_message_id
 from ..transcripts.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
 
@@ -96,7 +96,7 @@ def build_changes(
             puts.append(Put(message, last_after.get(position, position)))
             last_after[position] = message.id
         else:  # pragma: no cover - guarded by the parsers
-            raise TypeError(f"not a request: {request!r}")
+            raise InvalidTypeError(f"not a request: {request!r}; pass Replace, Delete or InsertAfter")
     current = apply_changes(state, edits + puts)
     removes: list[Applied] = []
     for message_id in deletes:

@@ -53,7 +53,7 @@ from .checks import build_changes, check_structure, deleted_share
 from .format import EditView, build_prompt, output_schema, retry_prompt
 from .options import STRATEGIES, EditOptions, Strategy
 from .parse import parse_patch, parse_rewrite
-from ..errors import EditError, InvalidInputError, StructuredOutputError, TruncatedReplyError
+from ..errors import EditError, InvalidInputError, InvalidTypeError, StructuredOutputError, TruncatedReplyError
 from ..transcripts.messages import Message
 from .models import ChatMessages, EditModel, Reply, as_edit_model
 from ..transcripts.operations import Applied
@@ -99,11 +99,17 @@ def _check_state(state: Sequence[Message], instruction: Any) -> list[Message]:
     """Validate the state and instruction up front, with errors that say what to pass."""
     require_text(instruction, "edit instruction")
     if isinstance(state, (str, bytes)) or not isinstance(state, Sequence):
-        raise TypeError(f"state must be a sequence of Message, got {type(state).__name__}")
+        raise InvalidTypeError(
+            f"state must be a sequence of Message, got {type(state).__name__}; pass a list of Message "
+            "(Transcript.messages, or Message.from_dict for plain dicts)"
+        )
     messages = list(state)
     for message in messages:
         if not isinstance(message, Message):
-            raise TypeError(f"state must hold Message objects, got {type(message).__name__}")
+            raise InvalidTypeError(
+                f"state must hold Message objects, got {type(message).__name__}; "
+                "build each with Message(...) or Message.from_dict(...)"
+            )
     if len({m.id for m in messages}) != len(messages):
         raise InvalidInputError("state holds two messages with the same id; message ids must be unique")
     return messages

@@ -57,6 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InvalidTypeError
 from .options import STRATEGIES, Strategy
 from ..transcripts.messages import Message, new_message_id
 from ..transcripts.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
@@ -261,7 +262,10 @@ def _as_changes(state: Sequence[Message], changes: Iterable[Applied | Request]) 
             elif isinstance(item, InsertAfter):
                 change = Put(Message(new_message_id(), item.role, item.content, origin="inserted"), item.id)
             else:
-                raise TypeError(f"not a change or request: {item!r}")
+                raise InvalidTypeError(
+                    f"not a change or request: {item!r}; pass Put, Remove or Change (applied changes) "
+                    "or Replace, Delete or InsertAfter (requests)"
+                )
         current = apply_changes(current, [change])
         out.append(change)
     return out

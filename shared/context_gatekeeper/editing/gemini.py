@@ -40,7 +40,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import EditError, ModelUnavailableError
+from ..errors import EditError, InvalidInputError, ModelUnavailableError
 from .models import finish_reason_of, is_unavailable_error, refuse_truncated
 
 __all__ = ["DEFAULT_GEMINI_MODEL", "GeminiModel", "gemini_api_key", "PASS_MODEL"]
@@ -109,7 +109,10 @@ class GeminiModel:
         instead: str = PASS_MODEL,
     ) -> None:
         if timeout <= 0 or max_retries < 0:
-            raise ValueError("GeminiModel needs timeout > 0 and max_retries >= 0")
+            raise InvalidInputError(
+                f"GeminiModel needs timeout > 0 and max_retries >= 0, got timeout={timeout!r}, "
+                f"max_retries={max_retries!r}; pass a timeout in seconds (default 30) and a retry count"
+            )
         self.name = self.model = model
         self.instead = instead
         self.timeout = timeout

@@ -47,7 +47,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Union
 
-from ..errors import EditError, GatekeeperError, ModelUnavailableError
+from ..errors import EditError, GatekeeperError, InvalidTypeError, ModelUnavailableError
 from .finish_reasons import ModelReply, finish_reason_of, is_truncation, refuse_truncated
 
 __all__ = [
@@ -89,10 +89,10 @@ def pick_model(model: Any = None, llm: Any = None) -> Any:
     'm'
 
     Raises:
-        TypeError: both are given and they are different objects.
+        InvalidTypeError: (a ``TypeError``) both are given and they are different objects.
     """
     if model is not None and llm is not None and model is not llm:
-        raise TypeError(
+        raise InvalidTypeError(
             f"pass model= or llm= (an alias of model=), not both: got model={model_name(model)!r} "
             f"and llm={model_name(llm)!r}"
         )
@@ -186,7 +186,10 @@ class EditModel:
         wrapped: Any = None,
     ) -> None:
         if sync is None and async_ is None:
-            raise TypeError("an EditModel needs a sync or an async call")
+            raise InvalidTypeError(
+                f"EditModel {name!r} needs a sync or an async call: pass sync=, async_= or both "
+                "(as_edit_model builds one from any model)"
+            )
         self.name = name
         self.supports_json_schema = supports_json_schema
         self.wrapped = wrapped
@@ -210,7 +213,8 @@ class EditModel:
             ModelUnavailableError: a network failure or timeout.
             TruncatedReplyError: the reply's finish reason says it was cut off (``.partial`` holds it).
             EditError: any other failure, or a reply that is not text.
-            TypeError: the model is async-only and an event loop is running in this thread.
+            InvalidTypeError: (a ``TypeError``) the model is async-only and an event loop is
+                running in this thread.
         """
         args, kwargs = self._args(messages, json_schema)
         if self._sync is None:
@@ -218,7 +222,7 @@ class EditModel:
                 asyncio.get_running_loop()
             except RuntimeError:
                 return asyncio.run(self.acomplete(messages, json_schema=json_schema))
-            raise TypeError(
+            raise InvalidTypeError(
                 f"model {self.name!r} only offers an async call; from async code use the async API "
                 "(acompute_edit, Transcript.aedit)"
             )
@@ -264,20 +268,20 @@ def as_edit_model(model: Any) -> EditModel:
     :class:`EditModel` is returned as is.
 
     Raises:
-        TypeError: ``model`` is None, a class, or offers no way to be called.
+        InvalidTypeError: (a ``TypeError``) ``model`` is None, a class, or offers no way to be called.
 
     >>> as_edit_model(None)
     Traceback (most recent call last):
     ...
-    TypeError: an edit needs a model: pass a callable fn(messages) -> str, ...
+    context_gatekeeper.errors.InvalidTypeError: an edit needs a model: pass a callable fn(messages) -> str, ...
     """
     if isinstance(model, EditModel):
         return model
     usage = "pass a callable fn(messages) -> str, or an object with complete(messages) or acomplete(messages)"
     if model is None:
-        raise TypeError(f"an edit needs a model: {usage}")
+        raise InvalidTypeError(f"an edit needs a model: {usage}")
     if isinstance(model, type):
-        raise TypeError(f"model must be an instance or a function, not the class {model.__name__}; {usage}")
+        raise InvalidTypeError(f"model must be an instance or a function, not the class {model.__name__}; {usage}")
     sync = getattr(model, "complete", None)
     async_ = getattr(model, "acomplete", None)
     sync = sync if callable(sync) else None
@@ -295,7 +299,7 @@ def as_edit_model(model: Any) -> EditModel:
         hint = ""
         if hasattr(model, "invoke") or hasattr(model, "chat"):
             hint = " (wrap a LangChain chat model or LlamaIndex LLM with its adapter)"
-        raise TypeError(f"{type(model).__name__} cannot be used as a model{hint}; {usage}")
+        raise InvalidTypeError(f"{type(model).__name__} cannot be used as a model{hint}; {usage}")
     return EditModel(
         model_name(model),
         sync=sync,
@@ -325,7 +329,7 @@ def _framework_wrapper(model: Any) -> Callable[[Any], EditModel] | None:
                 try:
                     return getattr(importlib.import_module(adapter), wrapper)
                 except ImportError as exc:  # pragma: no cover - the adapters ship with the core
-                    raise TypeError(
+                    raise InvalidTypeError(
                         f"{type(model).__name__} needs the {adapter.split('.')[0]} adapter: "
                         f"pip install 'context-gatekeeper[{extra}]'"
                     ) from exc
@@ -350,8 +354,8 @@ def resolve_model(
     '<lambda>'
 
     Raises:
-        TypeError: ``model=`` and ``llm=`` both given and different; a model that cannot
-            be called.
+        InvalidTypeError: (a ``TypeError``) ``model=`` and ``llm=`` both given and different;
+            a model that cannot be called.
         ModelUnavailableError: neither given and no ``default`` (or ``default()`` raised it).
     """
     chosen = pick_model(model, llm)
@@ -363,6 +367,9 @@ def resolve_model(
             )
         chosen = default()
         if chosen is None:
-            raise TypeError("the default model factory returned None; it must return a model")
+            raise InvalidTypeError(
+                "the default model factory returned None; it must return a model (a callable "
+                "fn(messages) -> str, or an object with complete(messages))"
+            )
     wrapper = _framework_wrapper(chosen)
     return wrapper(chosen) if wrapper is not None else as_edit_model(chosen)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Optional
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTypeError
 from ..tokens import TokenCounter, TokenCounterLike, resolve_token_counter
 
 __all__ = ["Strategy", "STRATEGIES", "DEFAULT_MAX_DELETION_SHARE", "EditOptions"]
@@ -101,7 +101,7 @@ class EditOptions:
         known = {f.name for f in fields(self) if f.init}
         unknown = sorted(set(changes) - known)
         if unknown:
-            raise TypeError(f"EditOptions has no field {unknown[0]!r}; fields: {sorted(known)}")
+            raise InvalidTypeError(f"EditOptions has no field {unknown[0]!r}; use one of {sorted(known)}")
         given = {k: v for k, v in changes.items() if v is not None}
         return replace(self, **given) if given else self
 
@@ -115,5 +115,8 @@ class EditOptions:
         if options is None:
             options = cls()
         elif not isinstance(options, cls):
-            raise TypeError(f"options must be an EditOptions, got {type(options).__name__}")
+            raise InvalidTypeError(
+                f"options must be an EditOptions, got {type(options).__name__}; build one with "
+                "EditOptions(...) or pass its fields as keywords"
+            )
         return options.with_(**changes)
