@@ -88,6 +88,13 @@ def test_the_package_folder_shows_the_rooms_and_nothing_else() -> None:
     )
 
 
+def test_every_room_is_packaged_in_the_wheel() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    packages = {module_name(p) for p in CORE.rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert packages <= listed, f"add {sorted(packages - listed)} to [tool.setuptools] packages in pyproject.toml"
+
+
 def allowed(source: str, target: str) -> bool:
     """May core module ``source`` import core module ``target`` (names without the prefix)?"""
     room = source.split(".")[0] if source else ""
