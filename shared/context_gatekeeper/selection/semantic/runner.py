@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -152,10 +153,10 @@ def state_of(embedder: Any) -> EmbedderState:
     referenced weakly gets one state per ``Embedder``)."""
     target = _target(getattr(embedder, "_documents", embedder))
     try:
-        ref = weakref.ref(target, lambda _r, key=id(target): _forget(key, _r))
+        ref = weakref.ref(target, functools.partial(_forget, id(target)))
     except TypeError:
         target = embedder
-        ref = weakref.ref(target, lambda _r, key=id(target): _forget(key, _r))
+        ref = weakref.ref(target, functools.partial(_forget, id(target)))
     with _states_lock:
         _purge()
         held = _states.get(id(target))
