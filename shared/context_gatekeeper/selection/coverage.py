@@ -45,7 +45,7 @@ from typing import Any
 
 from .anchors import extract
 from .cues import strip_cues
-from ..errors import BudgetError
+from ..errors import BudgetError, InvalidInputError
 from .gate import anchor_weights
 from .params import SelectionParams
 from .selector import Candidate, greedy_cover
@@ -101,7 +101,7 @@ class CoverageCorpus:
 
     def __init__(self, doc_freq: Mapping[str, int] | None = None, n_docs: int = 0) -> None:
         if n_docs < 0:
-            raise ValueError(f"n_docs must be >= 0, got {n_docs!r}")
+            raise InvalidInputError(f"n_docs must be >= 0, got {n_docs!r}; pass the number of documents counted")
         self.doc_freq: dict[str, int] = dict(doc_freq or {})
         """anchor -> number of documents holding it (each at most ``n_docs``)."""
         self.n_docs: int = n_docs
@@ -246,9 +246,9 @@ class CoverageResult:
 def _costs(texts: Sequence[str], costs: Sequence[int] | None, token_counter: TokenCounterLike) -> list[int]:
     if costs is not None:
         if len(costs) != len(texts):
-            raise ValueError(f"got {len(costs)} costs for {len(texts)} texts; pass one cost per text")
+            raise InvalidInputError(f"got {len(costs)} costs for {len(texts)} texts; pass one cost per text")
         if any(c < 0 for c in costs):
-            raise ValueError("costs must be >= 0")
+            raise InvalidInputError(f"costs must be >= 0, got {min(costs)!r}; pass token counts (or None to count them)")
         return [int(c) for c in costs]
     count = resolve_token_counter(token_counter)
     return [count(t) for t in texts]
@@ -312,7 +312,7 @@ def select_covering(
     if token_budget is not None and token_budget < 0:
         raise BudgetError(f"token_budget must be >= 0 (or None for no limit), got {token_budget!r}")
     if not 0 < target <= 1:
-        raise ValueError(f"target must be in (0, 1], got {target!r}")
+        raise InvalidInputError(f"target must be in (0, 1], got {target!r}; pass the share of anchors to cover")
     cost_list = _costs(texts, costs, token_counter)
     docs = [extract(t).counts for t in texts]
     query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from .anchors import extract
 from .cues import Cues, strip_cues
-from ..errors import BudgetError
+from ..errors import BudgetError, InvalidInputError, InvalidTypeError
 from .gate import anchor_weights
 from .history import TurnHistory, turn_texts as _turn_texts
 from .params import SelectionParams
@@ -106,13 +106,20 @@ class ContextGatekeeper(SemanticMethods):
     ) -> None:
         unknown = set(overrides) - _PARAM_NAMES
         if unknown:
-            raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)}; see SelectionParams for tunables")
+            raise InvalidTypeError(
+                f"unexpected keyword argument(s) {sorted(unknown)}; pass fields of SelectionParams (the tunables)"
+            )
         if on_overflow not in ("raise", "keep_pinned"):
-            raise ValueError(f"on_overflow must be 'raise' or 'keep_pinned', got {on_overflow!r}")
+            raise InvalidInputError(f"on_overflow must be 'raise' or 'keep_pinned', got {on_overflow!r}; pass one of them")
         if isinstance(message_overhead, bool) or not isinstance(message_overhead, int) or message_overhead < 0:
-            raise ValueError(f"message_overhead must be an int >= 0, got {message_overhead!r}")
+            raise InvalidInputError(
+                f"message_overhead must be an int >= 0, got {message_overhead!r}; pass the tokens each message "
+                "adds beyond its text (0: none)"
+            )
         if preset is not None and params is not None:
-            raise TypeError("pass params= or preset=, not both (SelectionParams.preset(name) builds params)")
+            raise InvalidTypeError(
+                "pass params= or preset=, not both: SelectionParams.preset(name, **changes) builds params from a preset"
+            )
         self.token_budget = require_budget(token_budget)
         base = SelectionParams.preset(preset) if preset is not None else params or SelectionParams()
         self.params = base.with_(**overrides) if overrides else base

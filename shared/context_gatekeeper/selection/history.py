@@ -15,7 +15,7 @@ from typing import Any
 from .anchors import TextAnchors, extract
 from .cues import strip_cues
 
-from ..errors import InvalidInputError, UnknownTurnError
+from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
 from .index import AnchorIndex
 from .params import SelectionParams
 from .segments import SegmentInput, next_label
@@ -223,7 +223,9 @@ def turn_texts(user: Any, assistant: Any, tool_texts: Any) -> tuple[str, str, tu
     user = require_text(user, "user", allow_empty=True)
     assistant = require_text(assistant, "assistant", allow_empty=True)
     if isinstance(tool_texts, str):
-        raise TypeError("tool_texts must be an iterable of strings, not a single string")
+        raise InvalidTypeError(
+            f"tool_texts must be an iterable of strings, not a single string; pass ({tool_texts[:20]!r},) for one text"
+        )
     tools = tuple(require_text(t, "tool text", allow_empty=True) for t in tool_texts)
     if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
         raise InvalidInputError("a turn needs some text: user, assistant and tool texts are all empty")

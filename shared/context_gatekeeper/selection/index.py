@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InvalidInputError
 from .anchors import TextAnchors
 
 __all__ = ["IndexedTurn", "AnchorIndex"]
@@ -63,7 +64,7 @@ class AnchorIndex:
     def add(self, turn_id: int, user: TextAnchors, assistant: TextAnchors) -> IndexedTurn:
         """Index a turn's user and assistant anchors under ``turn_id`` (not yet indexed)."""
         if turn_id in self.turns:
-            raise ValueError(f"turn {turn_id} is already indexed")
+            raise InvalidInputError(f"turn {turn_id} is already indexed; remove it first, or use a new turn id")
         user_counts, assistant_counts = user.counts, assistant.counts
         turn = IndexedTurn(user.length, assistant.length, frozenset(user_counts) | frozenset(assistant_counts))
         self.turns[turn_id] = turn

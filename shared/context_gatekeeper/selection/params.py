@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
+from ..errors import InvalidInputError
 from .anchors import AnchorKind
 from .scoring import IDF_FORMULAS
 
@@ -243,23 +244,31 @@ class SelectionParams:
 
     def __post_init__(self) -> None:
         if self.idf not in IDF_FORMULAS:
-            raise ValueError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
+            raise InvalidInputError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise ValueError(f"SelectionParams.{f.name} must be >= 0, got {value!r}")
+                raise InvalidInputError(f"SelectionParams.{f.name} must be >= 0, got {value!r}; pass a value >= 0")
         kinds = {AnchorKind.WORD, AnchorKind.CJK_BIGRAM, AnchorKind.CJK_CHAR, AnchorKind.EXACT}
         if set(self.kind_weights) != kinds or any(w < 0 for w in self.kind_weights.values()):
-            raise ValueError(
+            raise InvalidInputError(
                 f"SelectionParams.kind_weights needs a weight >= 0 for each of {sorted(kinds)}, "
                 f"got {self.kind_weights!r}"
             )
         if self.top_m < 1 or self.topic_window < 1 or self.topic_lookback < 1 or self.max_query_chars < 1:
-            raise ValueError("SelectionParams.top_m, topic_window, topic_lookback and max_query_chars must be >= 1")
+            raise InvalidInputError(
+                "SelectionParams.top_m, topic_window, topic_lookback and max_query_chars must be >= 1, got "
+                f"{self.top_m}, {self.topic_window}, {self.topic_lookback}, {self.max_query_chars}; pass 1 or more"
+            )
         if self.semantic_fusion not in ("mix", "rrf"):
-            raise ValueError(f"SelectionParams.semantic_fusion must be 'mix' or 'rrf', got {self.semantic_fusion!r}")
+            raise InvalidInputError(
+                f"SelectionParams.semantic_fusion must be 'mix' or 'rrf', got {self.semantic_fusion!r}; pass one of them"
+            )
         if not 0 < self.coverage_target <= 1:
-            raise ValueError("SelectionParams.coverage_target must be in (0, 1]")
+            raise InvalidInputError(
+                f"SelectionParams.coverage_target must be in (0, 1], got {self.coverage_target!r}; "
+                "pass the share of anchors to cover (1.0: all)"
+            )
 
     def with_(self, **changes: Any) -> "SelectionParams":
         """A copy with some fields changed (validated)."""
@@ -296,5 +305,5 @@ class SelectionParams:
         0.0
         """
         if name not in cls.PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(cls.PRESETS)}")
+            raise InvalidInputError(f"unknown preset {name!r}; choose one of {sorted(cls.PRESETS)}")
         return cls(**{**cls.PRESETS[name], **changes})

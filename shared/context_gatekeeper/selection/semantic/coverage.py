@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ...errors import InvalidInputError
 from ..params import SelectionParams
 from .fusion import mix_part
 
@@ -26,7 +27,9 @@ def calibrated(similarities: Sequence[float | None] | None, count: int, params: 
     if similarities is None:
         return [None] * count
     if len(similarities) != count:
-        raise ValueError(f"got {len(similarities)} similarities for {count} texts; pass one per text (None: unknown)")
+        raise InvalidInputError(
+            f"got {len(similarities)} similarities for {count} texts; pass one per text (None: unknown)"
+        )
     known = [float(s) for s in similarities if s is not None]
     if len(known) < max(2, params.semantic_min_turns):
         return [None] * count

@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ...errors import ModelUnavailableError
+from ...errors import InvalidTypeError, ModelUnavailableError
 from ..records import Turn
 
 __all__ = [
@@ -134,7 +134,10 @@ class Embedder:
         aquery: Callable[[str], Awaitable[Any]] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
-            raise TypeError(f"an embedder's name must be a non-empty string, got {name!r}")
+            raise InvalidTypeError(
+                f"an embedder's name must be a non-empty string, got {name!r}; name it (e.g. the model's name), "
+                "so its cached vectors are told apart"
+            )
         self.name = name
         self._documents, self._query = documents, query
         self._adocuments, self._aquery = adocuments, aquery
@@ -291,7 +294,7 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
             return (await twin([text]))[0]  # type: ignore[misc]
 
         return Embedder(label, obj, lambda text: obj([text])[0], twin, aquery if twin is not None else None)
-    raise TypeError(
+    raise InvalidTypeError(
         f"embedder must be a LangChain Embeddings, a LlamaIndex BaseEmbedding or a callable "
         f"list[str] -> list[list[float]] (an async function goes in aembed= beside a sync one), "
         f"got {type(obj).__name__}"
