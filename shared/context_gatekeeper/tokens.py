@@ -218,10 +218,12 @@ def _checked(counter: Callable[[str], Any]) -> TokenCounter:
 
     def count(text: str) -> int:
         result = counter(text)
-        if isinstance(result, numbers.Integral) and not isinstance(result, bool) and result >= 0:
+        # typeshed's numbers.Real has < but not >=, and a __ceil__ typed as a protocol: compare
+        # with < and convert with int() (exact for every real number, finite here).
+        if isinstance(result, numbers.Integral) and not isinstance(result, bool) and int(result) >= 0:
             return int(result)
-        if isinstance(result, numbers.Real) and not isinstance(result, bool) and math.isfinite(result) and result >= 0:
-            return math.ceil(result)
+        if isinstance(result, numbers.Real) and not isinstance(result, bool) and math.isfinite(result) and not result < 0:
+            return int(math.ceil(result))
         raise InvalidInputError(
             f"token counter {name!r} returned {result!r} for a text of {len(text)} characters; a token counter "
             "must return a number of tokens >= 0 (not negative, NaN or infinite). Fix the counter or pass "
