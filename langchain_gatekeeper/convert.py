@@ -24,7 +24,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
-from context_gatekeeper import Message
+from context_gatekeeper import InvalidTypeError, Message
 from context_gatekeeper.integration import new_message_id
 
 __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of", "same_messages"]
@@ -54,7 +54,10 @@ def text_of(content: Any) -> str:
 def to_core(message: BaseMessage) -> Message:
     """A LangChain message as a core message (the id is kept, or made up and marked so if missing)."""
     if not isinstance(message, BaseMessage):
-        raise TypeError(f"expected a LangChain BaseMessage, got {type(message).__name__}")
+        raise InvalidTypeError(
+            f"expected a LangChain BaseMessage, got {type(message).__name__}; pass HumanMessage, AIMessage, "
+            "SystemMessage or ToolMessage objects"
+        )
     serialised = copy.deepcopy(message_to_dict(message))  # nothing shared with the caller's message
     kind, data = serialised["type"], dict(serialised["data"])
     content = data.pop("content")

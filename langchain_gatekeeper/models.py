@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from context_gatekeeper import (
     EditModel,
     GatekeeperError,
+    InvalidTypeError,
     ModelUnavailableError,
     StructuredOutputError,
     resolve_model,
@@ -85,7 +86,10 @@ class LangChainEditModel(EditModel):
 
     def __init__(self, model: BaseChatModel, *, structured: bool | None = None) -> None:
         if not isinstance(model, BaseChatModel):
-            raise TypeError(f"expected a LangChain BaseChatModel, got {type(model).__name__}")
+            raise InvalidTypeError(
+                f"expected a LangChain BaseChatModel, got {type(model).__name__}; pass a chat model "
+                "(e.g. ChatOpenAI(...)), or pass a plain callable to the core as model="
+            )
         self.model = model
         name = str(getattr(model, "model", None) or getattr(model, "model_name", None) or type(model).__name__)
         super().__init__(

@@ -39,7 +39,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
-from context_gatekeeper import Message
+from context_gatekeeper import InvalidTypeError, Message
 from context_gatekeeper.integration import new_message_id
 
 __all__ = [
@@ -95,7 +95,9 @@ def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
     Nothing of ``message`` is kept by reference: later changes to it never reach the core.
     """
     if not isinstance(message, ChatMessage):
-        raise TypeError(f"expected a LlamaIndex ChatMessage, got {type(message).__name__}")
+        raise InvalidTypeError(
+            f"expected a LlamaIndex ChatMessage, got {type(message).__name__}; pass ChatMessage(role=..., content=...)"
+        )
     data = message.model_dump(mode="json")
     role_name = _role_value(message.role)
     role = _ROLES.get(role_name)

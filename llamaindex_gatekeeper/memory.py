@@ -37,6 +37,7 @@ from llama_index.core.schema import QueryBundle
 from context_gatekeeper import (
     BudgetError,
     InvalidInputError,
+    InvalidTypeError,
     Selection,
     Store,
     Transcript,
@@ -359,7 +360,7 @@ def _text_of(value: Any) -> str | None:
         return value.content or None
     if isinstance(value, str):
         return value
-    raise TypeError(
+    raise InvalidTypeError(
         f"input must be a str, a ChatMessage, a QueryBundle or None, got {type(value).__name__}; "
         "to reserve tokens pass initial_token_count= by keyword"
     )

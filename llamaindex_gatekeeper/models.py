@@ -21,7 +21,7 @@ from typing import Any
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from context_gatekeeper import EditModel, GeminiModel, resolve_model
+from context_gatekeeper import EditModel, GeminiModel, InvalidTypeError, resolve_model
 from context_gatekeeper.integration import DEFAULT_GEMINI_MODEL, finish_reason_of, refuse_truncated
 
 __all__ = ["DEFAULT_MODEL", "LlamaIndexEditModel", "default_model", "resolve_edit_model"]
@@ -43,7 +43,10 @@ class LlamaIndexEditModel(EditModel):
 
     def __init__(self, llm: BaseLLM) -> None:
         if not isinstance(llm, BaseLLM):
-            raise TypeError(f"expected a LlamaIndex LLM (llama_index.core.llms.LLM), got {type(llm).__name__}")
+            raise InvalidTypeError(
+                f"expected a LlamaIndex LLM (llama_index.core.llms.LLM), got {type(llm).__name__}; pass an LLM "
+                "such as OpenAI(...), or pass a plain callable to the core as model="
+            )
         self.llm = llm
         try:
             name = llm.metadata.model_name

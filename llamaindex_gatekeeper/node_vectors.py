@@ -15,7 +15,7 @@ from typing import Any, Callable, List
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from context_gatekeeper import as_embedder
+from context_gatekeeper import EmbeddingError, as_embedder
 from context_gatekeeper.integration import text_hash
 
 __all__ = ["NodeVectors", "query_embedding"]
@@ -135,7 +135,7 @@ class NodeVectors:
         try:
             return future.result(timeout=self.timeout)
         except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
+            raise self._timed_out() from None
 
     async def _await(self, awaitable: Any) -> Any:
         if self.timeout is None:
@@ -143,7 +143,15 @@ class NodeVectors:
         try:
             return await asyncio.wait_for(awaitable, self.timeout)
         except asyncio.TimeoutError:
-            raise TimeoutError(f"no answer within embed_timeout={self.timeout} s") from None
+            raise self._timed_out() from None
+
+    def _timed_out(self) -> EmbeddingError:
+        """The failure of an embedder call past ``embed_timeout`` (logged by :meth:`_fail`,
+        never raised to the caller: the nodes are then selected lexically)."""
+        return EmbeddingError(
+            f"no answer within embed_timeout={self.timeout} s; "
+            "raise embed_timeout, or pass embed_timeout=None to wait"
+        )
 
     def _ok(self, query: list[float], vectors: list[Any]) -> tuple[Any, bool]:
         from context_gatekeeper.integration import unit_rows

@@ -52,6 +52,7 @@ from context_gatekeeper import (
     CoverageCorpus,
     CoverageExplanation,
     CoverageResult,
+    InvalidTypeError,
     SelectionParams,
     resolve_token_counter,
     select_covering,
@@ -111,7 +112,7 @@ def _text(item: Any, metadata_mode: MetadataMode) -> str:
     node = item.node if isinstance(item, NodeWithScore) else item
     if isinstance(node, BaseNode):
         return node.get_content(metadata_mode=metadata_mode)
-    raise TypeError(f"cannot read text from {type(item).__name__}; pass nodes, documents or strings")
+    raise InvalidTypeError(f"cannot read text from {type(item).__name__}; pass nodes, documents or strings")
 
 
 def query_text(query: Union[str, QueryBundle, None]) -> str:
@@ -120,14 +121,16 @@ def query_text(query: Union[str, QueryBundle, None]) -> str:
     ``query_str`` is the caller's bundle); ``""`` for no query.
 
     Raises:
-        TypeError: ``query`` is none of these.
+        InvalidTypeError: (a ``TypeError``) ``query`` is none of these.
     """
     while isinstance(query, QueryBundle):
         query = query.query_str
     if query is None:
         return ""
     if not isinstance(query, str):
-        raise TypeError(f"query must be a str, a QueryBundle or None, got {type(query).__name__}")
+        raise InvalidTypeError(
+            f"query must be a str, a QueryBundle or None, got {type(query).__name__}; pass the query's text"
+        )
     return query
 
 
