@@ -22,7 +22,7 @@ from context_gatekeeper.errors import (
 )
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore
 from context_gatekeeper.testing import ScriptedModel
-from store_conformance import run_together
+from context_gatekeeper.testing.store_builders import run_together
 
 V1_SCHEMA = """
 CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);

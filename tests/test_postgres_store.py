@@ -8,6 +8,7 @@ import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,8 @@ from context_gatekeeper import Transcript
 from context_gatekeeper.errors import InvalidInputError, SchemaVersionError
 from context_gatekeeper.stores import Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
-from store_conformance import StoreConformance, edit, fill, snapshot, turn
+from context_gatekeeper.testing.stores import StoreConformance, edit, fill, snapshot, turn
+from store_raw import raw as stored_bytes
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_tables_afterwards() -> Iterator[None]:
@@ -36,6 +38,9 @@ def open_pg(where: Path | str, **options) -> Store:
 
 
 class TestPostgresStore(StoreConformance):
+    def stored_state(self, store: Store, session: str) -> Any:
+        return stored_bytes(store, session)  # every stored byte: the revision rows and the id index
+
     def make(self, where: Path) -> Store:
         return open_pg(where)
 

@@ -30,7 +30,7 @@ from context_gatekeeper.transcripts.operations import AT_END
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from langchain_gatekeeper import GatekeeperChatMessageHistory
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
-from store_conformance import append, message, snapshot
+from context_gatekeeper.testing.store_builders import append, message, snapshot
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

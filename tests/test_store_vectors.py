@@ -1,6 +1,6 @@
 """Saved vectors: the stores' optional vector capability, the add-only migration that brings
 it to existing SQLite files, and StoreVectorCache, through which a reopened history is not
-embedded again.  (The capability's per-store contract is in store_conformance.py; the
+embedded again.  (The capability's per-store contract is in context_gatekeeper.testing.store_vectors; the
 PostgreSQL twins of these tests are in test_store_vectors_postgres.py.)"""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from context_gatekeeper import ContextGatekeeper
 from context_gatekeeper.errors import InvalidInputError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store, StoreVectorCache, VectorRow, supports_vectors
 from context_gatekeeper.stores import sqlite as sqlite_module
-from store_conformance import fill, snapshot
+from context_gatekeeper.testing.store_builders import fill, snapshot
 
 TOPICS = [
     ("How do I repot a fiddle leaf fig?", "Use a pot 5 cm wider, fresh soil, and water lightly."),

@@ -1,6 +1,6 @@
 """Saved vectors on PostgreSQL: the add-only migration on tables made before vectors, purge,
 and a restarted worker that embeds nothing again (skipped loudly without a server; failed
-under CI=true).  The capability's contract runs in test_postgres_store.py (store_conformance)."""
+under CI=true).  The capability's contract runs in test_postgres_store.py (the shipped conformance suite)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from context_gatekeeper.stores import StoreVectorCache, supports_vectors
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
-from store_conformance import fill, snapshot
+from context_gatekeeper.testing.store_builders import fill, snapshot
 from test_store_vectors import TOPICS, CountingEmbedder, filled_before_vectors, gatekeeper
 
 

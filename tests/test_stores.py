@@ -10,31 +10,40 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import context_gatekeeper
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.sqlite import MIGRATIONS, SchemaVersionError
-from store_conformance import StoreConformance, append, edit, fill, message, put_ids, snapshot, turn
+from context_gatekeeper.testing.stores import Capabilities, StoreConformance, append, edit, fill, message, put_ids, snapshot, turn
+from store_raw import raw
 
 
-class TestInMemoryStore(StoreConformance):
-    persistent = False
+class ByteExact:
+    """A refused commit must leave every stored byte of the session as it was."""
+
+    def stored_state(self, store: Store, session: str) -> Any:
+        return raw(store, session)
+
+
+class TestInMemoryStore(ByteExact, StoreConformance):
+    capabilities = Capabilities(reopens=False)
 
     def make(self, where: Path) -> Store:
         return InMemoryStore()
 
 
-class TestSQLiteStore(StoreConformance):
+class TestSQLiteStore(ByteExact, StoreConformance):
     def make(self, where: Path) -> Store:
         return SQLiteStore(where / "store.db")
 
 
-class TestSQLiteMemoryStore(StoreConformance):
+class TestSQLiteMemoryStore(ByteExact, StoreConformance):
     """``":memory:"`` keeps one connection behind a lock, so it is correct across threads too."""
 
-    persistent = False
+    capabilities = Capabilities(reopens=False)
 
     def make(self, where: Path) -> Store:
         return SQLiteStore(":memory:")
@@ -168,7 +177,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys, time
     from context_gatekeeper.stores import SQLiteStore
-    from store_conformance import append, message
+    from context_gatekeeper.testing.store_builders import append, message
 
     path, mode, arg, tag = sys.argv[1:5]
     print("ready", flush=True)

@@ -1,181 +1,40 @@
-"""The conformance suite every store runs (in-memory, SQLite, PostgreSQL, ...).
+"""The store contract as tests: schema, numbering, concurrency rules, values, purge, faults, threads, async.
 
-Use it by subclassing :class:`StoreConformance` in a ``test_*.py`` module and saying
-how to open the store::
-
-    class TestSQLiteStore(StoreConformance):
-        def make(self, where):                       # where: a fresh tmp_path per test
-            return SQLiteStore(where / "store.db")
-
-Each call of ``make(where)`` must open a *handle on the same storage* (the first
-one starts empty): for a database, a new connection to the same file or schema.
-A store that cannot be reopened (InMemoryStore) sets ``persistent = False``, and
-"reopening" then hands back the first handle.
-
-Revisions are built from real :class:`Message` / :class:`Put` / :class:`Change`
-objects, exactly as a transcript would build them.
-
-Values: anything goes inside messages (content, parts, metadata: NUL characters
-and lone surrogates included, since they travel as JSON text); session ids,
-instructions and model names are any text without NUL (PostgreSQL text cannot
-hold it).
+Part of the store conformance suite; use it through
+:class:`context_gatekeeper.testing.stores.StoreConformance`, which supplies the ``store``
+and ``open_store`` fixtures these tests take.  Revisions are built from real
+:class:`~context_gatekeeper.transcripts.messages.Message` / ``Put`` / ``Change`` objects
+(:mod:`.store_builders`), exactly as a transcript builds them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from array import array
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from ..errors import StaleHeadError
+from ..stores import FAULT_POINTS, Store
+from ..transcripts.messages import Message
+from ..transcripts.operations import Change, Put, Remove, invert
+from ..transcripts.revisions import Revision
+from ._requires import HealthCheck, given, pytest, settings, st
+from .store_builders import (
+    CONTENTS, NASTY_SESSIONS, NESTED, append, delete, edit, fill, message, put_ids, snapshot, turn,
+)
+from .store_modes import needs
 
-from context_gatekeeper.errors import InvalidInputError, StaleHeadError
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Change, Put, Remove, invert
-from context_gatekeeper.transcripts.revisions import Revision
-from context_gatekeeper.stores import FAULT_POINTS, Store, VectorRow, supports_vectors
+__all__ = ["StoreContract"]
 
-# -- revision builders ----------------------------------------------------------------------
-
-
-def message(id: str, role: str = "user", content: str | None = None, **fields) -> Message:
-    """A message with readable default text."""
-    return Message(id=id, role=role, content=f"text of {id}" if content is None else content, **fields)
+OpenStore = Callable[[], Store]
 
 
-def append(*messages: Message, after: str | None = None) -> Revision:
-    """An ``append`` revision putting ``messages`` in order after message ``after``."""
-    changes = []
-    for m in messages:
-        changes.append(Put(m, after))
-        after = m.id
-    return Revision(number=0, parent=0, kind="append", changes=tuple(changes))
-
-
-def turn(n: int, session_tag: str = "") -> Revision:
-    """Turn ``n`` (a user question and its answer) as one append."""
-    return append(message(f"{session_tag}u{n}", "user"), message(f"{session_tag}a{n}", "assistant"))
-
-
-def edit(before: Message, content: str) -> Revision:
-    """An ``edit`` rewriting ``before``'s text."""
-    return Revision(
-        number=0,
-        parent=0,
-        kind="edit",
-        changes=(Change(before, before.revised(content, 0)),),
-        instruction=f"rewrite {before.id}",
-        model="fake-model",
-    )
-
-
-def delete(m: Message, after: str | None) -> Revision:
-    """An ``apply`` revision removing ``m``."""
-    return Revision(number=0, parent=0, kind="apply", changes=(Remove(m, after),))
-
-
-def fill(store: Store, session: str, turns: int) -> list[Revision]:
-    """Append ``turns`` turns to ``session``; the stored revisions."""
-    return [store.commit(session, turn(n), expected_head=None) for n in range(1, turns + 1)]
-
-
-def snapshot(store: Store, session: str) -> tuple[int, list[Revision]]:
-    """The head and the whole log of a session."""
-    return store.head(session), store.revisions(session)
-
-
-def run_together(*calls: Callable[[], object]) -> list[BaseException]:
-    """Run ``calls`` in threads released together; the exceptions they raised."""
-    start, errors = threading.Barrier(len(calls)), []
-
-    def body(call: Callable[[], object]) -> None:
-        try:
-            start.wait()
-            call()
-        except BaseException as exc:  # returned to the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(c,)) for c in calls]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return errors
-
-
-def put_ids(revisions: list[Revision]) -> list[str]:
-    """Ids of the messages the revisions put, in log order."""
-    return [m.id for r in revisions for m in r.added]
-
-
-# Values that must come back exactly.
-NASTY_SESSIONS = [
-    "plain",
-    "'; DROP TABLE revisions; --",
-    'Robert"); DELETE FROM revisions WHERE ("1"="1',
-    "100% _wild_ \\escape\\ %s {} ?",
-    "ünïcødé 会话 🚀👩‍👩‍👧",
-    " spaces and\ttabs\nnewline ",
-    "",
-]
-NESTED = {
-    "tool_calls": [{"id": "call_1", "name": "search", "args": {"q": "it's; DROP", "n": 3, "deep": [1, [2, [3]]]}}],
-    "floats": [0.1, -2.5e-300, 1e300, 12345678901234567890],
-    "flags": {"yes": True, "no": False, "none": None},
-    "ünï 🔑": "välue ✓",
-}
-CONTENTS = {
-    "unicode": "Grüße aus Zürich — 東京で会いましょう — مرحبا — Ελληνικά",
-    "emoji": "🙂🚀👩🏽‍💻🇮🇸 family: 👨‍👩‍👧‍👦",
-    "large": ("All work and no play, 100 KB of it. 多语言🙂\n" * 2_500)[:100_000],
-    "sql": "'); DROP TABLE revisions; -- \"quoted\" ; SELECT * FROM x WHERE a='b';",
-    "empty": "",
-    "control": "tab\there\r\nnul\x00byte\x7f",
-    "markdown": "# Title\n\n- item `code`\n\n```python\nprint('hi')\n```\n",
-}
-
-
-class StoreHandles:
-    """The ``open_store`` and ``store`` fixtures over :meth:`make`; a base for store test suites."""
-
-    persistent: bool = True
-    """False when ``make`` cannot reopen the same storage (then reopening returns the first handle)."""
-
-    def make(self, where: Path) -> Store:
-        """Open a handle on the storage that lives at ``where``."""
-        raise NotImplementedError
-
-    # -- fixtures -----------------------------------------------------------------------
-    @pytest.fixture
-    def open_store(self, tmp_path: Path) -> Iterator[Callable[[], Store]]:
-        """Opens handles on one storage; closes them all at the end of the test."""
-        handles: list[Store] = []
-
-        def open_() -> Store:
-            if handles and not self.persistent:
-                return handles[0]
-            handles.append(self.make(tmp_path))
-            return handles[-1]
-
-        yield open_
-        for handle in handles:
-            handle.close()
-
-    @pytest.fixture
-    def store(self, open_store: Callable[[], Store]) -> Store:
-        """A fresh, empty store."""
-        return open_store()
-
-
-class StoreConformance(StoreHandles):
-    """Every store's contract as tests; subclass and define :meth:`make`."""
+class StoreContract:
+    """The revision-log contract every store keeps (see :mod:`context_gatekeeper.stores.base`)."""
 
     # -- schema -------------------------------------------------------------------------
-    def test_setup_is_idempotent_and_keeps_data(self, store: Store, open_store) -> None:
+    def test_setup_is_idempotent_and_keeps_data(self, store: Store, open_store: OpenStore) -> None:
         store.setup()
         store.setup()
         fill(store, "s", 2)
@@ -221,7 +80,7 @@ class StoreConformance(StoreHandles):
         assert store.revisions("s") == [first, stored]
 
     # -- concurrency rules ----------------------------------------------------------------
-    def test_appends_never_conflict(self, store: Store, open_store) -> None:
+    def test_appends_never_conflict(self, store: Store, open_store: OpenStore) -> None:
         other = open_store()
         fill(store, "s", 1)
         store.commit("s", edit(message("u1"), "changed"), expected_head=1)
@@ -276,7 +135,7 @@ class StoreConformance(StoreHandles):
         assert store.sessions() == ["s"]
 
     @pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
-    def test_an_invalid_expected_head_is_refused(self, store: Store, bad) -> None:
+    def test_an_invalid_expected_head_is_refused(self, store: Store, bad: Any) -> None:
         fill(store, "s", 2)
         before = snapshot(store, "s")
         with pytest.raises(ValueError if bad == -1 else (TypeError, ValueError)):
@@ -285,7 +144,7 @@ class StoreConformance(StoreHandles):
 
     # -- values -------------------------------------------------------------------------
     @pytest.mark.parametrize("session", NASTY_SESSIONS, ids=range(len(NASTY_SESSIONS)))
-    def test_session_ids_round_trip(self, store: Store, open_store, session: str) -> None:
+    def test_session_ids_round_trip(self, store: Store, open_store: OpenStore, session: str) -> None:
         fill(store, "neighbour", 1)
         stored = fill(store, session, 2)
         again = open_store()
@@ -295,14 +154,14 @@ class StoreConformance(StoreHandles):
         assert again.head("neighbour") == 1
 
     @pytest.mark.parametrize("name", sorted(CONTENTS))
-    def test_content_round_trips(self, store: Store, open_store, name: str) -> None:
+    def test_content_round_trips(self, store: Store, open_store: OpenStore, name: str) -> None:
         text = CONTENTS[name]
         stored = store.commit("s", append(message("u1", content=text), message("a1", "assistant", text)), expected_head=None)
         fetched = open_store().revisions("s")
         assert fetched == [stored]
         assert fetched[0].added[0].content == text
 
-    def test_every_field_round_trips(self, store: Store, open_store) -> None:
+    def test_every_field_round_trips(self, store: Store, open_store: OpenStore) -> None:
         tool_call = Message(
             "a1",
             "assistant",
@@ -334,7 +193,7 @@ class StoreConformance(StoreHandles):
         assert fetched[1].changes[0].after.parts == tool_call.parts
         assert fetched[1].time == second.time >= revision.time  # stamped when committed
 
-    def test_lone_surrogates_round_trip(self, store: Store, open_store) -> None:
+    def test_lone_surrogates_round_trip(self, store: Store, open_store: OpenStore) -> None:
         text = "broken \ud800 surrogate \udfff"
         stored = store.commit("s", append(message("u1", content=text)), expected_head=None)
         assert open_store().revisions("s") == [stored]
@@ -351,7 +210,7 @@ class StoreConformance(StoreHandles):
 
         @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
         @given(label, st.text(), st.dictionaries(st.text(), json_values, max_size=3), st.none() | label)
-        def check(session: str, content: str, metadata: dict, instruction: str | None) -> None:
+        def check(session: str, content: str, metadata: dict[str, Any], instruction: str | None) -> None:
             session = f"{next(counter)}:{session}"
             m = Message("m1", "assistant", content, parts=(content, metadata), metadata=metadata)
             revision = Revision(0, 0, "apply", (Put(m, None),), instruction=instruction)
@@ -361,7 +220,7 @@ class StoreConformance(StoreHandles):
         check()
 
     # -- purge and sessions -------------------------------------------------------------
-    def test_purge_erases_one_session_only(self, store: Store, open_store) -> None:
+    def test_purge_erases_one_session_only(self, store: Store, open_store: OpenStore) -> None:
         fill(store, "keep", 2)
         fill(store, "drop", 3)
         kept = snapshot(store, "keep")
@@ -380,9 +239,10 @@ class StoreConformance(StoreHandles):
         assert store.sessions() == sorted(["b", "a", "ü", "B"])
 
     # -- faults -------------------------------------------------------------------------
+    @needs("fault_hooks")
     @pytest.mark.parametrize("point", FAULT_POINTS)
     @pytest.mark.parametrize("kind", ["append", "edit"])
-    def test_a_fault_inside_commit_writes_nothing(self, store: Store, open_store, point: str, kind: str) -> None:
+    def test_a_fault_inside_commit_writes_nothing(self, store: Store, open_store: OpenStore, point: str, kind: str) -> None:
         first, _ = fill(store, "s", 2)
         before = snapshot(store, "s")
 
@@ -401,6 +261,7 @@ class StoreConformance(StoreHandles):
         assert (stored.number, stored.parent) == (3, 2)
         assert store.revisions("s") == before[1] + [stored]
 
+    @needs("fault_hooks")
     def test_the_fault_hook_sees_every_point_in_order(self, store: Store) -> None:
         seen: list[str] = []
         store.fault_hook = seen.append
@@ -409,6 +270,7 @@ class StoreConformance(StoreHandles):
         assert seen == list(FAULT_POINTS) * 2
 
     # -- threads ------------------------------------------------------------------------
+    @needs("threads")
     def test_threads_committing_appends_lose_nothing(self, store: Store) -> None:
         threads, per_thread = 8, 50
         start = threading.Barrier(threads)
@@ -462,6 +324,7 @@ class StoreConformance(StoreHandles):
 
         asyncio.run(main())
 
+    @needs("fault_hooks")
     def test_async_commit_does_not_block_the_event_loop(self, store: Store) -> None:
         inside, release = threading.Event(), threading.Event()
 
@@ -485,136 +348,3 @@ class StoreConformance(StoreHandles):
             store.fault_hook = None
         assert store.revisions("s") == [stored]
 
-    # -- vectors (the optional VectorStore capability) ------------------------------------
-    @pytest.fixture
-    def vectors(self, store: Store) -> Store:
-        """The store, if it has the vector capability (else the test is skipped, saying why)."""
-        if not supports_vectors(store):
-            pytest.skip(f"{type(store).__name__} has no vector capability (optional)")
-        return store
-
-    def test_vectors_round_trip_as_float32_and_survive_reopening(self, vectors, open_store) -> None:
-        fill(vectors, "s", 1)
-        rows = [
-            VectorRow("m1", "h1", "e5", (0.1, -0.25, 3.0e-8)),
-            VectorRow("nul\x00 surrogate \udc80 ünï 🚀", "h2", "e5", (1.0, 2.0, -3.5)),
-            VectorRow("", "content-only", "e5", (0.0, 0.5, 1e30)),
-        ]
-        assert vectors.save_vectors("s", rows) == 3
-        expected = [r._replace(vector=tuple(array("f", r.vector))) for r in rows]
-        assert sorted(vectors.load_vectors("s", "e5")) == sorted(expected)
-        assert sorted(open_store().load_vectors("s", "e5")) == sorted(expected)
-        assert vectors.load_vectors("other", "e5") == []
-        assert vectors.sessions() == ["s"]
-
-    def test_a_session_without_revisions_takes_no_vectors(self, vectors, open_store) -> None:
-        """A save for a session never written, or purged meanwhile (an embedding in flight
-        during ``purge``), is dropped: vectors never come back after a purge."""
-        assert vectors.save_vectors("never", [("m1", "h", "e", [1.0])]) == 0
-        fill(vectors, "gone", 1)
-        assert vectors.save_vectors("gone", [("u1", "h", "e", [1.0])]) == 1
-        vectors.purge("gone")
-        assert vectors.save_vectors("gone", [("u1", "h", "e", [1.0]), ("", "h2", "e", [2.0])]) == 0
-        for handle in (vectors, open_store()):
-            assert handle.load_vectors("never", "e") == handle.load_vectors("gone", "e") == []
-            assert handle.sessions() == []
-        fill(vectors, "gone", 1)  # a session written again takes vectors again
-        assert vectors.save_vectors("gone", [("u1", "h", "e", [1.0])]) == 1
-
-    def test_a_new_text_of_a_message_replaces_its_old_vectors(self, vectors) -> None:
-        """An edit leaves no vector of the old text: saving a message's vector erases that
-        message's vectors of other texts (every embedder), not its other rows."""
-        (first,) = fill(vectors, "s", 1)
-        user = first.changes[0].message
-        vectors.save_vectors("s", [
-            (user.id, "old", "e", [1.0]), (user.id, "old", "f", [1.0, 0.0]), (user.id, "same", "f", [2.0, 0.0]),
-            ("a1", "old", "e", [3.0]), ("", "old", "e", [4.0]),
-        ])
-        vectors.commit("s", edit(user, "the secret is gone"), expected_head=None)
-        assert vectors.save_vectors("s", [(user.id, "same", "e", [5.0])]) == 1
-        assert sorted(vectors.load_vectors("s", "e")) == sorted([
-            VectorRow("a1", "old", "e", (3.0,)), VectorRow("", "old", "e", (4.0,)), VectorRow(user.id, "same", "e", (5.0,)),
-        ])
-        assert vectors.load_vectors("s", "f") == [VectorRow(user.id, "same", "f", (2.0, 0.0))]
-
-    def test_vectors_of_removed_messages_go_at_the_next_save(self, vectors, open_store) -> None:
-        first, _ = fill(vectors, "s", 2)
-        user, answer = (change.message for change in first.changes)
-        vectors.save_vectors("s", [(user.id, "h1", "e", [1.0]), (answer.id, "h2", "e", [2.0]), ("u2", "h3", "e", [3.0])])
-        vectors.commit("s", delete(user, None), expected_head=None)
-        vectors.save_vectors("s", [("a2", "h4", "e", [4.0])])
-        for handle in (vectors, open_store()):
-            assert sorted(r.message_id for r in handle.load_vectors("s", "e")) == ["a1", "a2", "u2"]
-
-    def test_vectors_of_other_embedders_and_dimensions_are_kept_apart(self, vectors) -> None:
-        fill(vectors, "s", 1)
-        vectors.save_vectors("s", [("m1", "h", "small", [1.0, 0.0]), ("m1", "h", "small", [1.0, 0.0, 0.0])])
-        vectors.save_vectors("s", [("m1", "h", "large", [0.0, 1.0, 0.0, 0.0])])
-        assert {r.dimension for r in vectors.load_vectors("s", "small")} == {2, 3}
-        assert vectors.load_vectors("s", "small", dimension=2) == [VectorRow("m1", "h", "small", (1.0, 0.0))]
-        assert vectors.load_vectors("s", "large") == [VectorRow("m1", "h", "large", (0.0, 1.0, 0.0, 0.0))]
-        assert vectors.load_vectors("s", "large", dimension=2) == []
-        assert vectors.load_vectors("s", "none") == []
-
-    def test_saving_a_vector_again_replaces_it(self, vectors) -> None:
-        fill(vectors, "s", 1)
-        vectors.save_vectors("s", [("m1", "h", "e", [1.0, 0.0])])
-        vectors.save_vectors("s", [("m1", "h", "e", [0.0, 1.0]), ("m2", "h", "e", [0.5, 0.5])])
-        assert sorted(vectors.load_vectors("s", "e")) == [
-            VectorRow("m1", "h", "e", (0.0, 1.0)),
-            VectorRow("m2", "h", "e", (0.5, 0.5)),
-        ]
-
-    def test_purge_erases_the_sessions_vectors_only(self, vectors, open_store) -> None:
-        fill(vectors, "drop", 1)
-        fill(vectors, "keep", 1)
-        for session in ("drop", "keep"):
-            vectors.save_vectors(session, [("u1", "h", "e", [1.0]), ("", "h2", "f", [2.0])])
-        vectors.purge("drop")
-        for handle in (vectors, open_store()):
-            assert handle.load_vectors("drop", "e") == handle.load_vectors("drop", "f") == []
-            assert handle.load_vectors("keep", "e") == [VectorRow("u1", "h", "e", (1.0,))]
-
-    def test_delete_vectors_of_one_embedder_or_all(self, vectors) -> None:
-        fill(vectors, "s", 1)
-        fill(vectors, "t", 1)
-        vectors.save_vectors("s", [("a", "h", "e", [1.0]), ("b", "h", "e", [1.0]), ("a", "h", "f", [1.0])])
-        vectors.save_vectors("t", [("a", "h", "e", [1.0])])
-        assert vectors.delete_vectors("s", "e") == 2
-        assert vectors.load_vectors("s", "e") == [] and len(vectors.load_vectors("s", "f")) == 1
-        assert vectors.delete_vectors("s") == 1
-        assert vectors.delete_vectors("s") == 0
-        assert len(vectors.load_vectors("t", "e")) == 1
-
-    @pytest.mark.parametrize(
-        "bad",
-        [
-            ("m", "h", "e", []),
-            ("m", "h", "e", [float("nan")]),
-            ("m", "h", "e", [1e39]),
-            ("m", "h", "e", ["x"]),
-            ("m", "h", "e", "abc"),
-            ("m", "", "e", [1.0]),
-            ("m", "h", "", [1.0]),
-            ("m", "h", "e\x00", [1.0]),
-            (None, "h", "e", [1.0]),
-            ("m", "h", "e"),
-        ],
-    )
-    def test_an_invalid_vector_row_writes_nothing(self, vectors, bad) -> None:
-        fill(vectors, "s", 1)
-        with pytest.raises(InvalidInputError):
-            vectors.save_vectors("s", [("good", "h", "e", [1.0]), bad])
-        assert vectors.load_vectors("s", "e") == []
-
-    def test_vector_async_twins_match(self, vectors) -> None:
-        fill(vectors, "s", 1)
-
-        async def main() -> None:
-            await asyncio.gather(*(vectors.asave_vectors("s", [(f"m{i}", f"h{i}", "e", [float(i)])]) for i in range(5)))
-            loaded = await vectors.aload_vectors("s", "e", dimension=1)
-            assert sorted(loaded) == sorted(vectors.load_vectors("s", "e"))
-            assert len(loaded) == 5
-            assert await vectors.adelete_vectors("s", "e") == 5
-
-        asyncio.run(main())
