@@ -49,8 +49,9 @@ def numpy() -> Any:
     return np
 
 
-def unit_rows(vectors: Sequence[Sequence[float]]) -> Any:
-    """The vectors as a float32 matrix with rows of length 1 (a zero vector stays zero)."""
+def unit_rows(vectors: Sequence[Sequence[float]] | Sequence[float]) -> Any:
+    """The vectors (or one vector: a matrix of one row) as a float32 matrix with rows
+    of length 1 (a zero vector stays zero)."""
     np = numpy()
     matrix = np.asarray(vectors, dtype=np.float32)
     if matrix.ndim == 1:
