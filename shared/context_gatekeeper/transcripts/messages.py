@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ..errors import InvalidInputError, InvalidTypeError
 from ..validation import require_text
 
 __all__ = ["Role", "Origin", "Message", "new_message_id", "detached", "EDITABLE_ROLES"]
@@ -64,21 +65,29 @@ class Message:
     def __post_init__(self) -> None:
         # Cheap exact-type checks first: a transcript builds one Message per stored version.
         if type(self.id) is not str or not self.id:
-            raise ValueError(f"message id must be a non-empty str, got {self.id!r}")
+            raise InvalidInputError(
+                f"message id must be a non-empty str, got {self.id!r}; pass a unique id, or leave it to "
+                "Transcript.append, which assigns one (new_message_id)"
+            )
         if self.role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+            raise InvalidInputError(f"role must be one of {ROLES}, got {self.role!r}; pass one of those roles")
         if type(self.content) is not str:
             require_text(self.content, "message content", allow_empty=True)
         if self.origin not in ORIGINS:
-            raise ValueError(f"origin must be one of {ORIGINS}, got {self.origin!r}")
+            raise InvalidInputError(f"origin must be one of {ORIGINS}, got {self.origin!r}; pass one of those origins")
         if self.parts is not None and type(self.parts) is not tuple:
-            raise TypeError(f"parts must be None or a tuple (a list in dicts), got {type(self.parts).__name__}")
+            raise InvalidTypeError(
+                f"parts must be None or a tuple (a list in dicts), got {type(self.parts).__name__}; "
+                "pass tuple(blocks)"
+            )
         metadata = self.metadata
         if type(metadata) is not dict and type(metadata) is not MappingProxyType and not isinstance(metadata, Mapping):
-            raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+            raise InvalidTypeError(f"metadata must be a mapping, got {type(metadata).__name__}; pass a dict")
         derived = self.derived_from
         if type(derived) is not tuple or (derived and not all(type(d) is str for d in derived)):
-            raise TypeError(f"derived_from must be a tuple of message ids, got {derived!r}")
+            raise InvalidTypeError(
+                f"derived_from must be a tuple of message ids (str), got {derived!r}; pass a tuple of str"
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         state = {name: getattr(self, name) for name in _FIELDS}
@@ -137,11 +146,19 @@ class Message:
         """Inverse of :meth:`to_dict` (``parts`` a list or None, ``metadata`` a dict)."""
         parts, metadata, derived = data.get("parts"), data.get("metadata"), data.get("derived_from")
         if parts is not None and not isinstance(parts, (list, tuple)):
-            raise TypeError(f"parts must be a list of content blocks or absent, got {type(parts).__name__}")
+            raise InvalidTypeError(
+                f"parts must be a list of content blocks or absent, got {type(parts).__name__}; "
+                "pass a list, or leave the key out"
+            )
         if metadata is not None and not isinstance(metadata, Mapping):
-            raise TypeError(f"metadata must be a dict or absent, got {type(metadata).__name__}")
+            raise InvalidTypeError(
+                f"metadata must be a dict or absent, got {type(metadata).__name__}; pass a dict, or leave the key out"
+            )
         if derived is not None and not isinstance(derived, (list, tuple)):
-            raise TypeError(f"derived_from must be a list of ids or absent, got {type(derived).__name__}")
+            raise InvalidTypeError(
+                f"derived_from must be a list of ids or absent, got {type(derived).__name__}; "
+                "pass a list of message ids, or leave the key out"
+            )
         return cls(
             id=data["id"],
             role=data["role"],
@@ -160,8 +177,8 @@ _SET_ID, _SET_ROLE, _SET_CONTENT, _SET_PARTS, _SET_METADATA, _SET_ORIGIN, _SET_D
     Message.__dict__[name].__set__
     for name in ("id", "role", "content", "parts", "metadata", "origin", "derived_from", "revision")
 )
-if _FIELDS != ("id", "role", "content", "parts", "metadata", "origin", "derived_from", "revision"):
-    raise RuntimeError("Message.stamped copies each field by name: update it with the fields")  # pragma: no cover
+# Message.stamped and detached set each field by name: tests/test_field_copies.py checks
+# that they copy every field of Message, so a new field cannot be left out unnoticed.
 
 
 _IMMUTABLE = frozenset({str, int, float, bool, type(None)})

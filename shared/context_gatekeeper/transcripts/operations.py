@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..errors import InvalidRevisionError, UnknownMessageError
+from ..errors import InvalidInputError, InvalidRevisionError, InvalidTypeError, UnknownMessageError
 from .messages import Message, Role, new_message_id
 from ..validation import require_text
 
@@ -214,7 +214,7 @@ class State:
                 elif isinstance(change, Change):
                     self.change(change.before, change.after)
                 else:
-                    raise TypeError(f"not a change: {change!r}")
+                    raise InvalidTypeError(f"not a change: {change!r}; pass Put, Remove or Change")
             except (InvalidRevisionError, UnknownMessageError):
                 if strict:
                     raise
@@ -329,7 +329,10 @@ def resolve_request(request: Request, state: "State | Sequence[Message]") -> App
             find(request.id)
         message = Message(new_message_id(), request.role, require_text(request.content, "content"), origin="inserted")
         return Put(message, request.id)
-    raise TypeError(f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}")
+    raise InvalidTypeError(
+        f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}; build the request "
+        "with one of those classes"
+    )
 
 
 def is_noop(change: Applied) -> bool:
@@ -355,7 +358,9 @@ def _anchor_from_dict(data: dict[str, Any], legacy_end: bool) -> Any:
     if legacy_end and after == LEGACY_AT_END and not data.get("literal"):
         return AT_END  # an append written when AT_END was the string "<end>"
     if after is not None and not isinstance(after, str):
-        raise ValueError(f"a change's 'after' must be a message id or null, got {after!r}")
+        raise InvalidInputError(
+            f"a change's 'after' must be a message id or null, got {after!r}; the stored change is damaged"
+        )
     return after
 
 
@@ -386,4 +391,4 @@ def change_from_dict(data: dict[str, Any], *, legacy_end: bool = False) -> Appli
         return Remove(Message.from_dict(data["message"]), _anchor_from_dict(data, False))
     if op == "change":
         return Change(Message.from_dict(data["before"]), Message.from_dict(data["after"]))
-    raise ValueError(f"unknown change op {op!r}")
+    raise InvalidInputError(f"unknown change op {op!r}; a stored change's op is 'put', 'remove' or 'change'")

@@ -45,7 +45,7 @@ from typing import Any
 
 from ..editing.options import EditOptions, Strategy
 from ..editing.compute import acompute_edit, compute_edit
-from ..errors import HistoryError, InvalidInputError, InvalidRevisionError, ModelUnavailableError
+from ..errors import HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError
 from .messages import Message, detached, new_message_id
 from .operations import (
     AT_END,
@@ -81,8 +81,9 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
         from ..stores.sqlite import SQLiteStore
 
         return SQLiteStore(store)
-    raise TypeError(
-        f"store must be a Store, a SQLite file path, a postgresql:// URL or None, got {type(store).__name__}"
+    raise InvalidTypeError(
+        f"store must be a Store, a SQLite file path, a postgresql:// URL or None, got {type(store).__name__}; "
+        "pass one of those (None keeps the transcript in memory)"
     )
 
 
@@ -100,7 +101,10 @@ def _as_message(item: Message | Mapping[str, Any]) -> Message:
                 f"not a usable message ({type(exc).__name__}: {exc}); give role, content and optionally id, "
                 "parts (a list), metadata (a dict), origin"
             ) from exc
-    raise TypeError(f"expected a Message or a dict with role and content, got {type(item).__name__}")
+    raise InvalidTypeError(
+        f"expected a Message or a dict with role and content, got {type(item).__name__}; "
+        "pass Message(...) or {'role': ..., 'content': ...}"
+    )
 
 
 class Transcript(AsyncTranscriptMixin):
@@ -357,7 +361,10 @@ class Transcript(AsyncTranscriptMixin):
         """Apply exactly ``proposal``: at its base head, or rebased over appends that touch
         none of its messages; otherwise :class:`StaleHeadError` and nothing changes."""
         if not isinstance(proposal, Proposal):
-            raise TypeError(f"commit takes a Proposal from edit(preview=True), got {type(proposal).__name__}")
+            raise InvalidTypeError(
+                f"commit takes a Proposal from edit(preview=True), got {type(proposal).__name__}; "
+                "pass what edit(..., preview=True) returned"
+            )
         if proposal.session_id != self.session_id:
             raise InvalidInputError(
                 f"this proposal belongs to session {proposal.session_id!r}, not {self.session_id!r}"

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ..selection.semantic.runner import run_locked
 from ..selection.semantic.embedding import text_hash, turn_text
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTypeError
 from ..selection.gatekeeper import ContextGatekeeper
 from .messages import Message
 from ..selection.records import Selection
@@ -188,7 +188,10 @@ class TranscriptGate:
     ) -> None:
         semantic = embedder is not None or embed_timeout is not None or vector_cache is not None
         if gatekeeper is not None and (gatekeeper_options or semantic):
-            raise TypeError("pass either a gatekeeper or options to build one (embedder= included), not both")
+            raise InvalidTypeError(
+                "pass either a gatekeeper or options to build one (embedder= included), not both: "
+                "set the options on the ContextGatekeeper you pass, or leave gatekeeper= out"
+            )
         self.transcript = transcript
         if gatekeeper is None and embedder is not None:
             if vector_cache is None:
