@@ -23,6 +23,10 @@ A reply may be:
 
 Running out of replies raises ``AssertionError`` naming the call, which the edit
 functions let through so a test fails where the script ran short.
+
+The store conformance suite, for a store of your own, is :mod:`context_gatekeeper.testing.stores`
+(it needs pytest and hypothesis: ``pip install "context-gatekeeper[testing]"``; this module
+imports neither).
 """
 
 from __future__ import annotations

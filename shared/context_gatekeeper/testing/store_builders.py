@@ -18,17 +18,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..stores.base import Store
-from ..transcripts.messages import Message
+from ..transcripts.messages import Message, Role
 from ..transcripts.operations import Applied, Change, Put, Remove
 from ..transcripts.revisions import Revision
 
 __all__ = [
-    "message", "append", "turn", "edit", "delete", "fill", "snapshot", "run_together", "put_ids",
+    "message", "append", "turn", "edit", "delete", "changed", "fill", "snapshot", "run_together", "put_ids",
     "NASTY_SESSIONS", "NESTED", "CONTENTS",
 ]
 
 
-def message(id: str, role: str = "user", content: str | None = None, **fields: Any) -> Message:
+def message(id: str, role: Role = "user", content: str | None = None, **fields: Any) -> Message:
     """A message with readable default text (``"text of <id>"``)."""
     return Message(id=id, role=role, content=f"text of {id}" if content is None else content, **fields)
 
@@ -62,6 +62,14 @@ def edit(before: Message, content: str) -> Revision:
 def delete(m: Message, after: str | None) -> Revision:
     """An ``apply`` revision removing ``m`` (which follows message ``after``)."""
     return Revision(number=0, parent=0, kind="apply", changes=(Remove(m, after),))
+
+
+def changed(revision: Revision, index: int = 0) -> Message:
+    """The new version of the message that change ``index`` of ``revision`` rewrote (a ``Change``)."""
+    change = revision.changes[index]
+    if not isinstance(change, Change):
+        raise AssertionError(f"change {index} of revision {revision.number} is a {type(change).__name__}, not a Change")
+    return change.after
 
 
 def fill(store: Store, session: str, turns: int) -> list[Revision]:

@@ -9,16 +9,16 @@ Part of the store conformance suite; use it through
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InvalidInputError, InvalidRevisionError, StaleHeadError
 from ..stores.base import Store
 from ..transcripts.messages import Message
 from ..transcripts.operations import AT_END, Change, Delete, Put, Remove
-from ..transcripts.revisions import Revision
+from ..transcripts.revisions import Proposal, Revision
 from ..transcripts.transcript import Transcript
 from ._requires import pytest
-from .store_builders import append, delete, edit, fill, message, run_together, snapshot
+from .store_builders import append, changed, delete, edit, fill, message, run_together, snapshot
 from .store_modes import needs
 
 __all__ = ["IntegrityContract", "ContentContract"]
@@ -29,7 +29,7 @@ S = "s"
 
 def revision(kind: str, *changes: Any) -> Revision:
     """A revision of ``kind`` (any text, even an unknown kind) with ``changes``."""
-    return Revision(number=0, parent=0, kind=kind, changes=tuple(changes))
+    return Revision(number=0, parent=0, kind=cast(Any, kind), changes=tuple(changes))
 
 
 def same(id: str = "same", content: str = "hi") -> Revision:
@@ -130,6 +130,7 @@ class IntegrityContract:
         mine.append(user="What was Ireland's GDP?", assistant="About 500 billion.")
         model = ScriptedModel([ideal_patch_reply(list(mine.messages), [Delete(mine.messages[1].id)])])
         proposal = mine.edit("drop the answer", model=model, preview=True, allow_large_deletion=True)
+        assert isinstance(proposal, Proposal)
         theirs.purge()
         for n in range(3):
             theirs.append(user=f"question {n}", assistant=f"answer {n}")
@@ -195,7 +196,7 @@ class ContentContract:
     def test_a_change_built_on_text_edited_since_is_refused(self, store: Store) -> None:
         user, _ = started(store)
         edited = store.commit(S, revision("edit", Change(user, user.revised("second text", 0))), expected_head=1)
-        now = edited.changes[0].after
+        now = changed(edited)
         self.refused(store, revision("edit", Change(user, user.revised("third text", 0))))  # the first text: stale
         self.refused(store, revision("apply", Remove(user, None)))
         store.commit(S, revision("edit", Change(now, now.revised("third text", 0))), expected_head=2)
@@ -248,7 +249,7 @@ class ContentContract:
         store.commit(S, revision("apply", Remove(answer, user.id)), expected_head=2)
         store.commit(S, append(message("extra")), expected_head=None)
         assert store.truncate(S, 3) == 1
-        now = edited.changes[0].after
+        now = changed(edited)
         self.refused(store, revision("edit", Change(user, user.revised("third", 0))))
         self.refused(store, revision("undo", Put(Message(answer.id, "assistant", "answer"), user.id), Remove(user, None)))
         store.commit(S, revision("undo", Put(answer, user.id)), expected_head=3)

@@ -110,7 +110,7 @@ class AsyncTwinsFacade(Store):
     def __repr__(self) -> str:
         return f"AsyncTwinsFacade({self.inner!r})"
 
-    @property  # type: ignore[override]
+    @property
     def fault_hook(self) -> FaultHook | None:
         """The wrapped store's hook (set through the facade, seen by the store)."""
         return self.inner.fault_hook

@@ -70,7 +70,7 @@ class VectorContract:
         """An edit leaves no vector of the old text: saving a message's vector erases that
         message's vectors of other texts (every embedder), not its other rows."""
         (first,) = fill(vectors, "s", 1)
-        user = first.changes[0].message
+        user = first.added[0]
         vectors.save_vectors("s", [
             (user.id, "old", "e", [1.0]), (user.id, "old", "f", [1.0, 0.0]), (user.id, "same", "f", [2.0, 0.0]),
             ("a1", "old", "e", [3.0]), ("", "old", "e", [4.0]),
@@ -84,7 +84,7 @@ class VectorContract:
 
     def test_vectors_of_removed_messages_go_at_the_next_save(self, vectors: Any, open_store: Any) -> None:
         first, _ = fill(vectors, "s", 2)
-        user, answer = (change.message for change in first.changes)
+        user, answer = first.added
         vectors.save_vectors("s", [(user.id, "h1", "e", [1.0]), (answer.id, "h2", "e", [2.0]), ("u2", "h3", "e", [3.0])])
         vectors.commit("s", delete(user, None), expected_head=None)
         vectors.save_vectors("s", [("a2", "h4", "e", [4.0])])

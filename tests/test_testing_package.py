@@ -1,0 +1,127 @@
+"""The shipped store conformance suite (context_gatekeeper.testing.stores) works for a third party.
+
+* ``context_gatekeeper.testing`` (the ScriptedModel mock) imports neither pytest nor hypothesis;
+  only the suite needs them, and without them it says how to install them;
+* a five-line test module in a directory of its own, with none of this repository's
+  conftest or helpers, runs the whole suite against a store;
+* a capability declared off skips the tests needing it, naming it; a capability declared on
+  that the store lacks fails, never skips.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper.testing.store_modes import Capabilities, needs
+
+BLOCKER = textwrap.dedent(
+    """
+    import sys
+
+    class Blocker:
+        '''Pretends pytest and hypothesis are not installed.'''
+
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("pytest", "_pytest", "hypothesis"):
+                raise ImportError(f"No module named {name!r}")
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    """
+)
+
+
+def run_python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_the_testing_package_imports_neither_pytest_nor_hypothesis(tmp_path: Path) -> None:
+    result = run_python(
+        "import sys\n"
+        "import context_gatekeeper.testing, context_gatekeeper.testing.store_builders, context_gatekeeper.testing.store_modes\n"
+        "from context_gatekeeper.testing import ScriptedModel\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'hypothesis')))\n",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_without_pytest_the_suite_says_how_to_install_it(tmp_path: Path) -> None:
+    result = run_python(
+        BLOCKER
+        + "import context_gatekeeper.testing\n"  # still fine without them
+        + "try:\n"
+        + "    import context_gatekeeper.testing.stores\n"
+        + "except ImportError as error:\n"
+        + "    print('ImportError:', error)\n"
+        + "else:\n"
+        + "    print('imported')\n",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ImportError:"), result.stdout
+    assert 'pip install "context-gatekeeper[testing]"' in result.stdout
+    assert "pytest" in result.stdout
+
+
+THIRD_PARTY = """
+from context_gatekeeper.stores import InMemoryStore
+from context_gatekeeper.testing.stores import Capabilities, StoreConformance
+
+class TestMyStore(StoreConformance):
+    capabilities = Capabilities(reopens=False, truncate=False)
+    def make(self, where):
+        return InMemoryStore()
+"""
+
+NOT_A_VECTOR_STORE = """
+from context_gatekeeper.stores import InMemoryStore
+from context_gatekeeper.testing.stores import AsyncTwinsFacade, StoreConformance
+
+class TestClaimsVectors(StoreConformance):
+    def make(self, where):
+        return AsyncTwinsFacade(InMemoryStore())  # a Store that is not a VectorStore
+"""
+
+
+def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest`` in ``directory``, outside this repository's tests/ and its conftest."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--rootdir", str(directory), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=directory, timeout=600)
+
+
+def test_a_third_party_module_runs_the_whole_suite_on_its_own(tmp_path: Path) -> None:
+    (tmp_path / "test_my_store.py").write_text(THIRD_PARTY)
+    result = run_pytest(tmp_path)
+    summary = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "failed" not in summary and "error" not in summary, summary
+    passed = int(summary.split(" passed")[0].split()[-1])
+    assert passed >= 170, summary  # the suite's ~90 tests, in both modes
+    assert "[sync]" not in result.stdout  # -q: one line per skip reason, not per test
+    # declared off: skipped, naming the capability, in both modes
+    assert "needs the 'truncate' capability, which TestMyStore declares off" in result.stdout
+    assert " 4 skipped" in summary  # its two tests, twice
+
+
+def test_a_capability_declared_but_missing_fails_instead_of_skipping(tmp_path: Path) -> None:
+    (tmp_path / "test_claims.py").write_text(NOT_A_VECTOR_STORE)
+    result = run_pytest(tmp_path, "-k", "vectors_round_trip")
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "2 errors" in result.stdout  # the fixture fails (both modes): an error, not a skip
+    assert "skipped" not in result.stdout.splitlines()[-1]
+    assert "declares the 'vectors' capability" in result.stdout
+
+
+def test_needs_refuses_an_unknown_capability() -> None:
+    with pytest.raises(InvalidInputError, match="unknown capabilities"):
+        needs("teleports")
+    assert set(Capabilities.names()) == {"reopens", "threads", "fault_hooks", "truncate", "vectors"}
+    assert all(getattr(Capabilities(), name) for name in Capabilities.names())  # strictest by default
