@@ -319,7 +319,7 @@ def select_covering(
     if corpus is not None:
         df, n = corpus.df, corpus.n_docs
     else:
-        df, n = (lambda a: sum(1 for d in docs if a in d)), len(docs)
+        df, n = (lambda anchor: sum(1 for d in docs if anchor in d)), len(docs)
     weights = {a: w for a, w in anchor_weights(query_anchors, df, n, params).items() if w > 0}
     matched = [tuple(a for a in weights if a in d) for d in docs]
     coverable = {a for m in matched for a in m}
@@ -355,7 +355,8 @@ def select_covering(
         covered.update(new)
     left = budget - sum(c.cost for c in chosen)
     by_meaning: set[int] = set()
-    for i in sorted((i for i in range(len(texts)) if evidence[i] and not matched[i]), key=lambda i: -zs[i]):
+    meaning_only = (i for i in range(len(texts)) if evidence[i] and not matched[i])
+    for i in sorted(meaning_only, key=lambda i: -(zs[i] or 0.0)):  # evidence[i]: zs[i] is a number
         if len(by_meaning) < params.semantic_max_keep and cost_list[i] <= left:
             by_meaning.add(i)
             left -= cost_list[i]

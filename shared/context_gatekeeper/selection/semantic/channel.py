@@ -105,16 +105,22 @@ class SemanticChannel:
         self._history, self._lock = history, lock
         history.changed = _Changes(self._kick)
 
+    def _bound(self) -> tuple[TurnHistory, set[int]]:
+        """The history :meth:`bind` attached, and its set of changed turn ids (the
+        gatekeeper that makes a channel binds it before any turn reaches it)."""
+        history = self._history
+        assert history is not None and history.changed is not None, "bind() the channel to a history first"
+        return history, history.changed
+
     # -- turns (the caller holds the lock) ------------------------------------------------
     def take(self, lookup: bool | None = None) -> None:
         """Move the history's changes into ``pending``; with ``lookup`` (default: when not
         on an event loop thread) pending turns found in the vector cache get their vector
         now.  Queues a background pass when turns are left.  The caller holds the lock."""
-        history = self._history
-        changed = history.changed  # type: ignore[union-attr]
+        history, changed = self._bound()
         for turn_id in list(changed):
             changed.discard(turn_id)
-            turn = history.turns.get(turn_id)  # type: ignore[union-attr]
+            turn = history.turns.get(turn_id)
             self.pending.pop(turn_id, None)
             self.refused.pop(turn_id, None)
             if turn is None:
@@ -156,7 +162,7 @@ class SemanticChannel:
         dropped = self.vectors.set(turn_id, vector, digest)
         if dropped:  # another dimension: the model changed; embed the others again
             self.state.answered()
-            self._history.changed.update(dropped)  # type: ignore[union-attr]
+            self._bound()[1].update(dropped)
 
     # -- the background pass (runs on the embedder's documents lane) ------------------------
     def _drain(self, explicit: bool) -> tuple[int, BaseException | None]:
@@ -260,7 +266,7 @@ class SemanticChannel:
     def _wait_limit(self) -> float | None:
         if self.timeout is None:
             return None
-        queued = len(self.pending) + len(self._history.changed or ()) + len(self.inflight)  # type: ignore[union-attr]
+        queued = len(self.pending) + len(self._bound()[1]) + len(self.inflight)
         return self.timeout * (4 + 2 * (queued // self.batch_size + 1))
 
     def _drain_result(self, before: int, result: tuple[int, BaseException | None]) -> int:

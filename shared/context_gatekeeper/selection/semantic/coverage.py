@@ -50,7 +50,7 @@ def with_meaning(
     if similarities is None:
         return explanations
     return [
-        replace(e, similarity=None if similarities[e.index] is None else float(similarities[e.index]),  # type: ignore[arg-type]
+        replace(e, similarity=None if similarities[e.index] is None else float(similarities[e.index]),
                 similarity_z=zs[e.index], semantic=evidence[e.index], decisive=e.reason == SEMANTIC)
         for e in explanations
     ]
