@@ -31,37 +31,43 @@ limited to about 2.7 KB) and any characters except NUL work.  Changes are
 stored as JSON *text*, not ``jsonb`` (which cannot hold ``\\u0000``), with the
 SQLite store's fallback for lone surrogates.  Table names are composed with
 :class:`psycopg.sql.Identifier` and every value is a bound parameter.
+
+The operations themselves (SQL and checks) are written once, as generators of SQL
+steps, in :mod:`.postgres_ops`; this module runs them on a
+:class:`psycopg_pool.ConnectionPool`, and :mod:`.postgres_async` runs the same
+generators on a :class:`psycopg_pool.AsyncConnectionPool` for the async twins.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTypeError, StoreClosedError
 from ..transcripts.revisions import Revision
-from .base import FaultHook, Store, checked_keep, prepare_commit
-from .integrity import IdEntry
-from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors
-from .schema import (
-    Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
-)
+from .base import FaultHook, Store, checked_keep
+from .schema import Migration, refuse_newer
 
 try:
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
-    from psycopg_pool import ConnectionPool
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'context-gatekeeper[postgres]'"
     ) from exc
 
+from .postgres_async import PoolOptions, PostgresAsync
+from .postgres_ops import Step, Steps, run_steps
+from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors
+
 __all__ = ["PostgresStore", "MIGRATIONS"]
+
+T = TypeVar("T")
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -98,7 +104,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             # the revisions' columns and the time they were set aside; no keys: a number may recur
             "CREATE TABLE {set_aside} (LIKE {revisions}, set_aside_at double precision NOT NULL)",
         ),
-        lambda conn, store: store._backfill(conn),
+        lambda _conn, store: store._backfill_steps(),
     ),
     Migration(3, "saved vectors", (VECTORS_TABLE,)),
 )
@@ -106,39 +112,9 @@ MIGRATIONS: tuple[Migration, ...] = (
 and ``{migrations}`` stand for the prefixed table names (composed as identifiers)."""
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
-_TABLES = {"revisions": "revisions", "migrations": "schema_migrations", "ids": "message_ids",
-           "set_aside": "set_aside_revisions", "vectors": "vectors"}  # placeholder -> name after the prefix
-_COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, changes"
-_TEMPLATES = {
-    "create_migrations": """CREATE TABLE IF NOT EXISTS {migrations} (
-        version    integer PRIMARY KEY,
-        name       text NOT NULL,
-        applied_at double precision NOT NULL
-    )""",
-    "applied": "SELECT version, name FROM {migrations} ORDER BY version",
-    "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
-    "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
-    "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s AND session_id = %s ORDER BY number DESC LIMIT 1",
-    "load": f"SELECT {_COLUMNS} FROM {{revisions}} WHERE session_key = %s AND session_id = %s AND number > %s ORDER BY number",
-    "insert": f"INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-    "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s",
-    "sessions": "SELECT DISTINCT session_id FROM {revisions}",
-    "lookup": "SELECT message_id, present, digest FROM {ids} WHERE session_key = %s AND message_id = ANY(%s)",
-    "upsert_id": """INSERT INTO {ids} (session_key, message_id, present, digest) VALUES (%s, %s, %s, %s)
-        ON CONFLICT (session_key, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest""",
-    "purge_ids": "DELETE FROM {ids} WHERE session_key = %s",
-    "purge_set_aside": "DELETE FROM {set_aside} WHERE session_key = %s AND session_id = %s",
-    "set_aside": f"""INSERT INTO {{set_aside}} (session_key, session_id, {_COLUMNS}, set_aside_at)
-        SELECT session_key, session_id, {_COLUMNS}, %s FROM {{revisions}}
-        WHERE session_key = %s AND session_id = %s AND number > %s""",
-    "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s",
-    "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
-    **VECTOR_TEMPLATES,
-}
-_LOCK = sql.SQL("SELECT pg_advisory_xact_lock(%s)")
 
 
-class PostgresStore(Store, PostgresVectors):
+class PostgresStore(PostgresAsync, Store, PostgresVectors):
     """Revision logs in PostgreSQL tables named ``<table_prefix>revisions`` and
     ``<table_prefix>schema_migrations`` (saved vectors: ``<table_prefix>vectors``).
 
@@ -149,16 +125,28 @@ class PostgresStore(Store, PostgresVectors):
             in autocommit mode or not).
         table_prefix: prepended to the table names, so several stores (or test
             runs) can share a database: letters, digits and ``_``, at most 40.
-        min_size, max_size: the owned pool's size.
+        min_size, max_size: the size of each pool the store opens.
         fault_hook: called with "begin", "written" and "before_commit" inside each
             commit's transaction (tests use it to fail or kill a writer there).
         setup: apply missing migrations now (default); pass False to defer to an
             explicit ``setup()``.
         connect_timeout: seconds to wait for the first connection of an owned pool.
+        async_pool: an open :class:`psycopg_pool.AsyncConnectionPool` of your own for
+            the async twins (used, never closed; it belongs to the event loop it was
+            opened in, and the store refuses it from another loop).
 
-    Threads share the pool (each call checks out its own connection).  The async
-    twins run the sync methods in worker threads (:class:`Store`'s defaults), so
-    they never block the event loop and the fault hook behaves the same.
+    Threads share the sync pool (each call checks out its own connection).  The async
+    twins (``acommit``, ``ahead``, ...) are native: they run the same operations on
+    psycopg's async connections, so they never block the event loop nor use a thread.
+    From a connection string the store opens their :class:`~psycopg_pool.AsyncConnectionPool`
+    on first async use, one per event loop (a pool cannot outlive or leave its loop:
+    two ``asyncio.run`` calls in a row each get their own; the pool of a loop that has
+    closed is dropped, its idle connections released when it is collected).  Given
+    a sync pool of your own and no ``async_pool``, the store opens no connection of its
+    own and the async twins run the sync methods in worker threads.  The fault hook
+    runs inside the transaction either way; the native twins call it (only when one is
+    set, i.e. in tests) in a worker thread, so a hook may block as it may in sync code.
+
     The database must use the UTF8 encoding.  ``purge`` deletes the session's rows
     in one transaction; the server reclaims their space at its next ``VACUUM``.
     """
@@ -173,22 +161,29 @@ class PostgresStore(Store, PostgresVectors):
         fault_hook: FaultHook | None = None,
         setup: bool = True,
         connect_timeout: float = 10.0,
+        async_pool: AsyncConnectionPool | None = None,
     ) -> None:
         if not isinstance(table_prefix, str) or not _PREFIX.match(table_prefix):
             raise InvalidInputError(
                 f"table_prefix must be letters, digits and '_' (not starting with a digit), at most 40, "
                 f"got {table_prefix!r}"
             )
+        if async_pool is not None and not isinstance(async_pool, AsyncConnectionPool):
+            raise InvalidTypeError(f"async_pool must be a psycopg_pool.AsyncConnectionPool, got {type(async_pool).__name__}")
         self.table_prefix = table_prefix
         self.fault_hook = fault_hook
-        self._names = {name: sql.Identifier(table_prefix + table) for name, table in _TABLES.items()}
-        self._sql = {key: sql.SQL(template).format(**self._names) for key, template in _TEMPLATES.items()}
+        self._compose(table_prefix, VECTOR_TEMPLATES)
+        options = PoolOptions(min_size, max_size, connect_timeout)
         if isinstance(dsn_or_pool, ConnectionPool):
             self._pool, self._owns_pool = dsn_or_pool, False
+            self._init_async(None, options, async_pool)
         elif isinstance(dsn_or_pool, str):
-            self._pool, self._owns_pool = _open_pool(dsn_or_pool, min_size, max_size, connect_timeout), True
+            self._pool, self._owns_pool = _open_pool(dsn_or_pool, options), True
+            self._init_async(dsn_or_pool, options, async_pool)
         else:
-            raise TypeError(f"PostgresStore takes a connection string or a ConnectionPool, got {type(dsn_or_pool).__name__}")
+            raise InvalidTypeError(
+                f"PostgresStore takes a connection string or a ConnectionPool, got {type(dsn_or_pool).__name__}"
+            )
         self._closed = False
         if setup:
             try:
@@ -200,179 +195,114 @@ class PostgresStore(Store, PostgresVectors):
     def __repr__(self) -> str:
         return f"PostgresStore({_redacted(self._pool.conninfo)!r}, table_prefix={self.table_prefix!r})"
 
-    # -- plumbing -----------------------------------------------------------------------
+    def _closed_error(self) -> StoreClosedError:
+        return StoreClosedError(f"{self!r} is closed; open a new PostgresStore on the same database to go on")
+
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection for the block (its transaction, if any, committed at the end)."""
+        """A connection of the sync pool for the block (its transaction, if any, committed at the end)."""
         if self._closed:
-            raise RuntimeError(f"{self!r} is closed; open a new PostgresStore")
+            raise self._closed_error()
         with self._pool.connection() as conn:
             yield conn
 
-    @contextmanager
-    def _write(self, session_key: bytes) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Pipeline | None]]:
-        """One transaction holding the session's advisory lock: committed if the block
-        returns, else rolled back.
+    def _run(self, steps: Steps[T], lock: int | None = None) -> T:
+        """Run an operation on a pooled connection: with ``lock``, in one transaction that
+        first takes that advisory lock (committed if it returns, else rolled back).
 
         In pipeline mode, so ``BEGIN``, the lock and the next query travel together,
         and the last statement together with ``COMMIT``: the lock is held for two
         round trips, not five, which matters when many writers queue for it.
         """
-        with self._connection() as conn, _pipeline(conn) as pipeline, conn.transaction():
-            conn.execute(_LOCK, (self._lock_key("session", session_key),))
-            yield conn, pipeline
+        with self._connection() as conn:
+            if lock is None:
+                return run_steps(conn, None, steps)
+            with _pipeline(conn) as pipeline, conn.transaction():
+                return run_steps(conn, pipeline, self._locked(lock, steps))
 
-    def _key(self, session_id: Any) -> tuple[bytes, str]:
-        """``(session_key, session_id)`` after checking the id can be stored."""
-        encoded = checked_session(session_id).encode("utf-8")  # lone surrogates refused there
-        if b"\x00" in encoded:
-            raise InvalidInputError("a PostgreSQL session id cannot contain NUL characters")
-        return hashlib.sha256(encoded).digest(), session_id
-
-    def _lock_key(self, name: str, key: bytes = b"") -> int:
-        digest = hashlib.sha256(f"{self.table_prefix}\x00{name}\x00".encode() + key).digest()
-        return int.from_bytes(digest[:8], "big", signed=True)
-
-    def _head(self, conn: psycopg.Connection[Any], key: tuple[bytes, str]) -> int:
-        return conn.execute(self._sql["head"], key).fetchone()[0]
-
-    def _load(self, conn: psycopg.Connection[Any], key: tuple[bytes, str], after: int) -> list[Revision]:
-        return [revision_from_row(row, key[1]) for row in conn.execute(self._sql["load"], (*key, after))]
-
-    def _lookup(self, conn: psycopg.Connection[Any], key: tuple[bytes, str], ids: Iterable[str]) -> dict[str, IdEntry]:
-        keys = {id_key(i): i for i in ids}
-        rows = conn.execute(self._sql["lookup"], (key[0], list(keys))).fetchall()
-        return {keys[bytes(k)]: IdEntry(bool(present), digest) for k, present, digest in rows}
-
-    def _index(self, conn: psycopg.Connection[Any], key: tuple[bytes, str]) -> None:
-        """Rebuild a session's id index from its readable revisions."""
-        conn.execute(self._sql["purge_ids"], (key[0],))
-        entries = backfill_index(key[1], conn.execute(self._sql["load"], (*key, 0)).fetchall())
-        with conn.cursor() as cursor:
-            cursor.executemany(self._sql["upsert_id"], index_rows(key[0], entries))
-
-    def _backfill(self, conn: psycopg.Connection[Any]) -> None:
-        """Migration 2: index every stored session (sessions that no longer replay included)."""
-        for key in conn.execute(self._sql["all_sessions"]).fetchall():
-            self._index(conn, (bytes(key[0]), key[1]))
+    def _setup_steps(self) -> Steps[None]:
+        """Create the schema or bring it up to date (under the setup lock)."""
+        encoding = (yield Step("one", self._sql["encoding"]))[0]
+        if encoding.upper() not in ("UTF8", "UTF-8"):
+            raise InvalidInputError(f"PostgresStore needs a UTF8 database; this one is {encoding}")
+        yield Step("none", self._sql["create_migrations"])
+        applied = {row[0] for row in (yield Step("all", self._sql["applied"]))}
+        refuse_newer(applied, MIGRATIONS, "set of tables")
+        for migration in MIGRATIONS:
+            if migration.version not in applied:
+                for statement in migration.statements:
+                    yield Step("none", sql.SQL(statement).format(**self._names))
+                if migration.backfill is not None:
+                    backfill: Any = migration.backfill  # here a function of (connection, store) giving steps
+                    yield from backfill(None, self)
+                yield Step("none", self._sql["record"], (migration.version, migration.name, time.time()))
 
     # -- Store --------------------------------------------------------------------------
     def setup(self) -> None:
         """Create the schema or bring it up to date (idempotent, one transaction)."""
-        with self._connection() as conn, conn.transaction():
-            encoding = conn.execute("SELECT current_setting('server_encoding')").fetchone()[0]
-            if encoding.upper() not in ("UTF8", "UTF-8"):
-                raise InvalidInputError(f"PostgresStore needs a UTF8 database; this one is {encoding}")
-            conn.execute(_LOCK, (self._lock_key("setup"),))
-            conn.execute(self._sql["create_migrations"])
-            applied = {row[0] for row in conn.execute(self._sql["applied"])}
-            refuse_newer(applied, MIGRATIONS, "set of tables")
-            for migration in MIGRATIONS:
-                if migration.version not in applied:
-                    for statement in migration.statements:
-                        conn.execute(sql.SQL(statement).format(**self._names))
-                    if migration.backfill is not None:
-                        migration.backfill(conn, self)
-                    conn.execute(self._sql["record"], (migration.version, migration.name, time.time()))
+        self._run(self._setup_steps(), self._lock_key("setup"))
 
     def applied_migrations(self) -> list[tuple[int, str]]:
         """``(version, name)`` of every migration these tables have had, in order."""
-        with self._connection() as conn:
-            return [(row[0], row[1]) for row in conn.execute(self._sql["applied"])]
+        return self._run(self._applied_steps())
 
     def head(self, session_id: str) -> int:
         """The latest revision number of a session (0 when it has none)."""
-        key = self._key(session_id)
-        with self._connection() as conn:
-            return self._head(conn, key)
+        return self._run(self._head_steps(self._key(session_id)))
 
     def tip(self, session_id: str) -> tuple[int, float]:
         """``(head, time of the head revision)``; ``(0, 0.0)`` for an empty session."""
-        key = self._key(session_id)
-        with self._connection() as conn:
-            row = conn.execute(self._sql["tip"], key).fetchone()
-            return (row[0], row[1]) if row else (0, 0.0)
+        return self._run(self._tip_steps(self._key(session_id)))
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
-        key = self._key(session_id)
-        with self._connection() as conn:
-            return self._load(conn, key, after)
+        return self._run(self._load_steps(self._key(session_id), after))
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
         key = self._key(session_id)
-        with self._write(key[0]) as (conn, pipeline):
-            head = self._head(conn, key)  # waits for the lock
-            self._fault("begin")
-            valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
-            stale = valid and 0 <= expected_head < head  # type: ignore[operator]
-            later = self._load(conn, key, expected_head) if stale else []  # type: ignore[arg-type]
-
-            def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
-                return self._lookup(conn, key, ids)
-
-            stored, rows = prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids)
-            if stored.number == head:
-                return stored  # a no-op: nothing to write
-            conn.execute(self._sql["insert"], _row(key, stored))
-            with conn.cursor() as cursor:
-                cursor.executemany(self._sql["upsert_id"], index_rows(key[0], rows))
-            if self.fault_hook is not None and pipeline is not None:
-                pipeline.sync()  # the row reaches the server before the hook runs
-            self._fault("written")
-            self._fault("before_commit")
-        return stored
+        return self._run(self._commit_steps(key, revision, expected_head, renew_taken_ids), self._session_lock(key))
 
     def truncate(self, session_id: str, keep: int) -> int:
         """Set aside the revisions above ``keep`` (table ``<prefix>set_aside_revisions``)
         and rebuild the session's id index, in one transaction (see :meth:`Store.truncate`)."""
         key, keep = self._key(session_id), checked_keep(keep)
-        with self._write(key[0]) as (conn, _):
-            head = self._head(conn, key)
-            conn.execute(self._sql["set_aside"], (time.time(), *key, keep))
-            conn.execute(self._sql["drop_after"], (*key, keep))
-            self._index(conn, key)
-        return max(head - keep, 0)
+        return self._run(self._truncate_steps(key, keep), self._session_lock(key))
 
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, in one transaction (queued behind its writers)."""
         key = self._key(session_id)
-        with self._write(key[0]) as (conn, _):
-            conn.execute(self._sql["purge"], key)
-            conn.execute(self._sql["purge_ids"], (key[0],))
-            conn.execute(self._sql["purge_set_aside"], key)
-            conn.execute(self._sql["purge_vectors"], (key[0],))
+        self._run(self._purge_steps(key), self._session_lock(key))
 
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision, sorted by code point."""
-        with self._connection() as conn:
-            return sorted(row[0] for row in conn.execute(self._sql["sessions"]))
+        return self._run(self._sessions_steps())
 
     def close(self) -> None:
-        """Close the pool if this store opened it (idempotent); the store may not be used afterwards."""
+        """Close the pools this store opened (idempotent); the store may not be used afterwards
+        (:class:`StoreClosedError`).  Async pools of a running loop are closed on that loop
+        (scheduled); prefer ``await store.aclose()`` from async code."""
         if not self._closed:
             self._closed = True
+            self._release_async_pools(None)
             if self._owns_pool:
                 self._pool.close()
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _open_pool(dsn: str, min_size: int, max_size: int, timeout: float) -> ConnectionPool:
+def _open_pool(dsn: str, options: PoolOptions) -> ConnectionPool:
     """An open pool of autocommit connections (writes open explicit transactions).
 
     One direct connection first, so a wrong DSN or password fails at once with the
     server's own reason instead of a pool timeout.
     """
-    with psycopg.connect(dsn, connect_timeout=max(1, round(timeout))):
+    with psycopg.connect(dsn, connect_timeout=max(1, round(options.timeout))):
         pass
-    pool: ConnectionPool = ConnectionPool(
-        dsn, min_size=min_size, max_size=max_size, kwargs={"autocommit": True}, open=False, name="context-gatekeeper"
-    )
+    pool: ConnectionPool = ConnectionPool(dsn, **options.pool_kwargs())
     try:
-        pool.open(wait=True, timeout=timeout)
+        pool.open(wait=True, timeout=options.timeout)
     except BaseException:
         pool.close()
         raise
@@ -384,16 +314,14 @@ def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[psycopg.P
     return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
 
 
-def _redacted(conninfo: str) -> str:
+def _redacted(conninfo: object) -> str:
     """The connection string without its password."""
+    if not isinstance(conninfo, str):
+        return "<connection string from a callable>"
     try:
         parts = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
         return "<unparsable connection string>"
     if "password" in parts:
         parts["password"] = "***"
-    return make_conninfo(**{k: v for k, v in parts.items() if v is not None})
-
-
-def _row(key: tuple[bytes, str], r: Revision) -> Sequence[Any]:
-    return (*key, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, changes_text(r))
+    return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})

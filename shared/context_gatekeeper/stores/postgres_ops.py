@@ -1,0 +1,282 @@
+"""What :class:`~context_gatekeeper.stores.postgres.PostgresStore` does, written once for
+its sync and its async methods: each operation is a generator of SQL steps (sans-IO).
+
+An operation such as :meth:`PostgresOps._commit_steps` yields :class:`Step` values (a
+statement, its parameters and what to fetch) and receives each step's result; it never
+touches a connection.  Two small drivers run the steps: :func:`run_steps` on a
+:class:`psycopg.Connection` (the sync methods, in :mod:`.postgres`) and
+``arun_steps`` on a :class:`psycopg.AsyncConnection` (the async twins, in
+:mod:`.postgres_async`).  So the head check, the rebase, :func:`~.base.prepare_commit`
+and the advisory lock are the same code in both, inside the same transaction; the
+shells only choose the connection and open the transaction (see docs/architecture.md,
+"concurrency rules").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from psycopg import sql
+
+from ..errors import InvalidInputError
+from ..transcripts.revisions import Revision
+from .base import prepare_commit
+from .integrity import IdEntry
+from .schema import backfill_index, changes_text, checked_session, id_key, index_rows, revision_from_row
+
+__all__ = ["Step", "Steps", "Stepper", "PostgresOps", "run_steps", "TABLES"]
+
+T = TypeVar("T")
+
+TABLES = {"revisions": "revisions", "migrations": "schema_migrations", "ids": "message_ids",
+          "set_aside": "set_aside_revisions", "vectors": "vectors"}
+"""Placeholder in the templates -> table name after the store's prefix."""
+_COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, changes"
+_TEMPLATES = {
+    "create_migrations": """CREATE TABLE IF NOT EXISTS {migrations} (
+        version    integer PRIMARY KEY,
+        name       text NOT NULL,
+        applied_at double precision NOT NULL
+    )""",
+    "applied": "SELECT version, name FROM {migrations} ORDER BY version",
+    "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
+    "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
+    "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s AND session_id = %s ORDER BY number DESC LIMIT 1",
+    "load": f"SELECT {_COLUMNS} FROM {{revisions}} WHERE session_key = %s AND session_id = %s AND number > %s ORDER BY number",
+    "insert": f"INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s",
+    "sessions": "SELECT DISTINCT session_id FROM {revisions}",
+    "lookup": "SELECT message_id, present, digest FROM {ids} WHERE session_key = %s AND message_id = ANY(%s)",
+    "upsert_id": """INSERT INTO {ids} (session_key, message_id, present, digest) VALUES (%s, %s, %s, %s)
+        ON CONFLICT (session_key, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest""",
+    "purge_ids": "DELETE FROM {ids} WHERE session_key = %s",
+    "purge_set_aside": "DELETE FROM {set_aside} WHERE session_key = %s AND session_id = %s",
+    "set_aside": f"""INSERT INTO {{set_aside}} (session_key, session_id, {_COLUMNS}, set_aside_at)
+        SELECT session_key, session_id, {_COLUMNS}, %s FROM {{revisions}}
+        WHERE session_key = %s AND session_id = %s AND number > %s""",
+    "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s",
+    "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
+    "encoding": "SELECT current_setting('server_encoding')",
+    "lock": "SELECT pg_advisory_xact_lock(%s)",
+}
+
+
+class Step(NamedTuple):
+    """One statement for a driver to run: ``fetch`` is ``"one"`` (send back the first
+    row), ``"all"`` (all rows), ``"none"``, ``"many"`` (``executemany`` over ``params``)
+    or ``"sync"`` (flush the pipeline, so what was sent reaches the server; no statement);
+    or ``"hook"``: call ``query(params)``, the store's fault hook (the async driver calls
+    it in a worker thread, so a hook may block as it may in the sync methods)."""
+
+    fetch: str
+    query: Any = None
+    params: Any = None
+
+
+Steps = Generator[Step, Any, T]
+"""An operation: yields steps, receives their results, returns its own."""
+SYNC = Step("sync")
+
+
+class Stepper(Generic[T]):
+    """Drives an operation for a driver: :meth:`next` sends the last step's result and
+    gives the next step, or None once the operation has returned (then ``value``)."""
+
+    def __init__(self, steps: Steps[T]) -> None:
+        self._steps = steps
+        self.value: T
+
+    def next(self, reply: Any) -> Step | None:
+        try:
+            return self._steps.send(reply)
+        except StopIteration as done:
+            self.value = done.value
+            return None
+
+
+def run_steps(conn: Any, pipeline: Any, steps: Steps[T]) -> T:
+    """Run ``steps`` on a sync connection (``pipeline``: its pipeline, or None)."""
+
+    def execute(step: Step) -> Any:
+        if step.fetch == "many":
+            with conn.cursor() as cursor:
+                cursor.executemany(step.query, step.params)
+            return None
+        if step.fetch == "sync":
+            return pipeline.sync() if pipeline is not None else None
+        if step.fetch == "hook":
+            return step.query(step.params)
+        cursor = conn.execute(step.query, step.params)
+        return cursor.fetchone() if step.fetch == "one" else cursor.fetchall() if step.fetch == "all" else None
+
+    stepper = Stepper(steps)
+    step = stepper.next(None)
+    while step is not None:
+        step = stepper.next(execute(step))
+    return stepper.value
+
+
+class _Wanted(Exception):
+    """:func:`prepare_commit` asked for these ids' index rows (see :meth:`PostgresOps._prepared`)."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        super().__init__("index rows wanted")
+        self.ids = list(ids)
+
+
+class PostgresOps:
+    """The PostgreSQL store's operations as step generators, and the plumbing they share.
+
+    Subclasses provide the drivers: ``_run(steps, lock)`` runs an operation on a pooled
+    connection, ``_arun(steps, lock)`` is its async twin; with a ``lock`` (see
+    :meth:`_lock_key`) the operation runs in one transaction that first takes that
+    transaction-scoped advisory lock, in pipeline mode, else outside any transaction.
+    """
+
+    table_prefix: str
+    fault_hook: Callable[[str], None] | None
+    _fault: Callable[[str], None]  # from Store: calls the fault hook, if any
+
+    def _compose(self, table_prefix: str, more: dict[str, str]) -> None:
+        """The statements (these and ``more``), with this store's table names composed as identifiers."""
+        self._names = {name: sql.Identifier(table_prefix + table) for name, table in TABLES.items()}
+        templates = {**_TEMPLATES, **more}
+        self._sql = {key: sql.SQL(template).format(**self._names) for key, template in templates.items()}
+
+    @abstractmethod
+    def _run(self, steps: Steps[T], lock: int | None = None) -> T:
+        """Run an operation on a pooled connection (see the class docstring)."""
+
+    @abstractmethod
+    def _arun(self, steps: Steps[T], lock: int | None = None) -> Awaitable[T]:
+        """The async twin of :meth:`_run`."""
+
+    def _key(self, session_id: Any) -> tuple[bytes, str]:
+        """``(session_key, session_id)`` after checking the id can be stored."""
+        encoded = checked_session(session_id).encode("utf-8")  # lone surrogates refused there
+        if b"\x00" in encoded:
+            raise InvalidInputError("a PostgreSQL session id cannot contain NUL characters")
+        return hashlib.sha256(encoded).digest(), session_id
+
+    def _lock_key(self, name: str, key: bytes = b"") -> int:
+        """The advisory lock of ``name`` (``"setup"``, or ``"session"`` with its key)."""
+        digest = hashlib.sha256(f"{self.table_prefix}\x00{name}\x00".encode() + key).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    def _session_lock(self, key: tuple[bytes, str]) -> int:
+        """The advisory lock a session's writers take."""
+        return self._lock_key("session", key[0])
+
+    def _locked(self, lock: int, steps: Steps[T]) -> Steps[T]:
+        """``steps`` after taking the advisory lock ``lock`` (the transaction's first statement)."""
+        yield Step("none", self._sql["lock"], (lock,))
+        return (yield from steps)
+
+    def _hook_steps(self, *points: str) -> Steps[None]:
+        """Call the fault hook at ``points`` (no step at all when none is set)."""
+        for point in points:
+            if self.fault_hook is not None:
+                yield Step("hook", self._fault, point)
+
+    # -- reads ----------------------------------------------------------------------------
+    def _head_steps(self, key: tuple[bytes, str]) -> Steps[int]:
+        row = yield Step("one", self._sql["head"], key)
+        return int(row[0])
+
+    def _tip_steps(self, key: tuple[bytes, str]) -> Steps[tuple[int, float]]:
+        row = yield Step("one", self._sql["tip"], key)
+        return (row[0], row[1]) if row else (0, 0.0)
+
+    def _load_steps(self, key: tuple[bytes, str], after: int) -> Steps[list[Revision]]:
+        rows = yield Step("all", self._sql["load"], (*key, after))
+        return [revision_from_row(row, key[1]) for row in rows]
+
+    def _sessions_steps(self) -> Steps[list[str]]:
+        rows = yield Step("all", self._sql["sessions"])
+        return sorted(row[0] for row in rows)
+
+    def _applied_steps(self) -> Steps[list[tuple[int, str]]]:
+        rows = yield Step("all", self._sql["applied"])
+        return [(row[0], row[1]) for row in rows]
+
+    def _lookup_steps(self, key: tuple[bytes, str], ids: Iterable[str]) -> Steps[dict[str, IdEntry]]:
+        keys = {id_key(i): i for i in ids}
+        rows = yield Step("all", self._sql["lookup"], (key[0], list(keys)))
+        return {keys[bytes(k)]: IdEntry(bool(present), digest) for k, present, digest in rows}
+
+    # -- writes (run under the session's lock) ----------------------------------------------
+    def _index_steps(self, key: tuple[bytes, str]) -> Steps[None]:
+        """Rebuild a session's id index from its readable revisions."""
+        yield Step("none", self._sql["purge_ids"], (key[0],))
+        rows = yield Step("all", self._sql["load"], (*key, 0))
+        yield Step("many", self._sql["upsert_id"], index_rows(key[0], backfill_index(key[1], rows)))
+
+    def _backfill_steps(self) -> Steps[None]:
+        """Migration 2: index every stored session (sessions that no longer replay included)."""
+        for key in (yield Step("all", self._sql["all_sessions"])):
+            yield from self._index_steps((bytes(key[0]), key[1]))
+
+    def _prepared(
+        self, key: tuple[bytes, str], revision: Revision, head: int, expected_head: int | None,
+        later: Sequence[Revision], renew_taken_ids: bool,
+    ) -> Steps[tuple[Revision, dict[str, IdEntry]]]:
+        """:func:`prepare_commit`, its id-index reads done as a step.
+
+        ``prepare_commit`` reads the index through a callback, inside which a generator
+        cannot pause: the first pass stops at the callback with the ids it wants, a step
+        reads their rows, and the second pass (a pure function again) runs with them.
+        """
+        found: dict[str, IdEntry] | None = None
+
+        def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
+            if found is None:
+                raise _Wanted(ids)
+            return found
+
+        while True:
+            try:
+                return prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids)
+            except _Wanted as wanted:
+                found = yield from self._lookup_steps(key, wanted.ids)
+
+    def _commit_steps(
+        self, key: tuple[bytes, str], revision: Revision, expected_head: int | None, renew_taken_ids: bool
+    ) -> Steps[Revision]:
+        """Store ``revision`` as the next one (see :meth:`~.base.Store.commit`)."""
+        head = yield from self._head_steps(key)  # waits for the lock
+        yield from self._hook_steps("begin")
+        valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
+        stale = valid and 0 <= expected_head < head  # type: ignore[operator]
+        later = (yield from self._load_steps(key, expected_head)) if stale else []  # type: ignore[arg-type]
+        stored, rows = yield from self._prepared(key, revision, head, expected_head, later, renew_taken_ids)
+        if stored.number == head:
+            return stored  # a no-op: nothing to write
+        yield Step("none", self._sql["insert"], _row(key, stored))
+        yield Step("many", self._sql["upsert_id"], index_rows(key[0], rows))
+        if self.fault_hook is not None:
+            yield SYNC  # the row reaches the server before the hook runs
+        yield from self._hook_steps("written", "before_commit")
+        return stored
+
+    def _truncate_steps(self, key: tuple[bytes, str], keep: int) -> Steps[int]:
+        """Set aside the revisions above ``keep`` and rebuild the id index; how many went."""
+        head = yield from self._head_steps(key)
+        yield Step("none", self._sql["set_aside"], (time.time(), *key, keep))
+        yield Step("none", self._sql["drop_after"], (*key, keep))
+        yield from self._index_steps(key)
+        return max(head - keep, 0)
+
+    def _purge_steps(self, key: tuple[bytes, str]) -> Steps[None]:
+        """Erase a session: its revisions, id index, set-aside revisions and vectors."""
+        yield Step("none", self._sql["purge"], key)
+        yield Step("none", self._sql["purge_ids"], (key[0],))
+        yield Step("none", self._sql["purge_set_aside"], key)
+        yield Step("none", self._sql["purge_vectors"], (key[0],))
+
+
+def _row(key: tuple[bytes, str], r: Revision) -> Sequence[Any]:
+    return (*key, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, changes_text(r))
