@@ -2,7 +2,7 @@
 
 Part 1: the share of a conversation's tokens each kind of edit destroys (removed
 plus replaced, by a word-level diff counted in tiktoken ``cl100k_base`` tokens),
-for the paper's three scenarios (``benchmarks/scenarios.py``), a one-word fix
+for the paper's three scenarios (``context_gatekeeper.testing.scenarios``), a one-word fix
 across two messages, and same-length junk in place of every message.  The default
 limit (``DEFAULT_MAX_DELETION_SHARE``) is printed with them.
 
@@ -23,7 +23,7 @@ from context_gatekeeper.editing.checks import DEFAULT_MAX_DELETION_SHARE, delete
 from context_gatekeeper.transcripts.messages import Message
 from context_gatekeeper.transcripts.operations import Change, Remove
 
-from scenarios import SCENARIOS  # the paper's scenarios: benchmarks/scenarios.py, beside this script
+from context_gatekeeper.testing.scenarios import SCENARIOS
 
 count = tiktoken_counter("cl100k_base")
 ANSWER = "Ireland's GDP in {n} was about 504 billion US dollars, driven by pharmaceuticals and services."

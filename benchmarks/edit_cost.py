@@ -1,6 +1,6 @@
 """What mutable transcripts cost and save, measured with a scripted model (no API).
 
-Part 1, the paper's three scenarios (``benchmarks/scenarios.py``): messages and
+Part 1, the paper's three scenarios (``context_gatekeeper.testing.scenarios``): messages and
 tokens retained when corrections are appended as new messages (condition A) versus
 applied as edits (condition B), and the share of A's tokens that later corrections
 made obsolete.  These count the context that remains, not the tokens the edits
@@ -30,7 +30,7 @@ from context_gatekeeper import Delete, Replace, Transcript, tiktoken_counter
 from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
 from context_gatekeeper.testing import ScriptedModel
 
-from scenarios import SCENARIOS, Scenario  # benchmarks/scenarios.py, beside this script
+from context_gatekeeper.testing.scenarios import SCENARIOS, Scenario
 
 count = tiktoken_counter("cl100k_base")
 

@@ -21,34 +21,21 @@ from. `TranscriptGate` then selects, before each model call, the earlier turns t
 
 The story is the Mutable Transcripts paper's *retroactive correction* scenario: a user asks about Ireland's GDP in
 2021, then realises they meant Iceland, and 2022 (the same scenario the tests and `benchmarks/edit_cost.py` use,
-from `tests/paper_scenarios.py`).
+from `context_gatekeeper.testing.scenarios`).
 
 **Models.** By default everything is offline and deterministic: the editing model is a `ScriptedModel` that replies
 with the ideal patch for the intended change (computed with `ideal_patch_reply`), and new answers are canned. If
 `GOOGLE_API_KEY` is set, edits and new answers use the core's `GeminiModel` (Gemini 2.5 Flash, the `gemini` extra)."""),
     code("""import os
-import sys
 import tempfile
 import warnings
 from pathlib import Path
 
-# The notebook runs in its own folder (examples/). In a plain checkout the core lives in <repo>/shared;
-# the paper's scenarios live in <repo>/tests. Both are found from here, never from an absolute path.
-HERE = Path.cwd()
-REPO = next((p for p in (HERE, *HERE.parents) if (p / "tests" / "paper_scenarios.py").is_file()), None)
-if REPO is None:
-    raise RuntimeError("open this notebook from examples/ of a context-gatekeeper checkout")
-try:
-    import context_gatekeeper  # noqa: F401  (installed)
-except ImportError:
-    sys.path.insert(0, str(REPO / "shared"))
-sys.path.append(str(REPO / "tests"))
 
-from context_gatekeeper import Delete, GeminiModel, Replace, SQLiteStore, Transcript, TranscriptGate
-from context_gatekeeper.editing.format import ideal_patch_reply
+from context_gatekeeper import Delete, GeminiModel, Replace, SQLiteStore, Transcript, TranscriptGate, resolve_token_counter
+from context_gatekeeper.integration import ideal_patch_reply
 from context_gatekeeper.testing import ScriptedModel
-from context_gatekeeper.tokens import resolve_token_counter
-from paper_scenarios import RETROACTIVE_CORRECTION as scenario
+from context_gatekeeper.testing.scenarios import RETROACTIVE_CORRECTION as scenario
 
 warnings.simplefilter("ignore", RuntimeWarning)   # the token counter's one-time note, if tiktoken has no offline copy
 count_tokens = resolve_token_counter(None)        # tiktoken cl100k_base, loaded offline

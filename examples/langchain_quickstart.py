@@ -69,9 +69,9 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from _printing import Printer, short  # noqa: E402
 from context_gatekeeper import Message, Replace  # noqa: E402
-from context_gatekeeper.editing.format import ideal_patch_reply  # noqa: E402
+from context_gatekeeper.integration import ideal_patch_reply  # noqa: E402
 from context_gatekeeper.testing import ScriptedModel  # noqa: E402
-from context_gatekeeper.tokens import resolve_token_counter  # noqa: E402
+from context_gatekeeper import resolve_token_counter  # noqa: E402
 from langchain_gatekeeper import (  # noqa: E402
     GatedRunnableWithMessageHistory,
     GatekeeperChatMessageHistory,

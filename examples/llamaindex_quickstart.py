@@ -85,9 +85,9 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.schema import NodeWithScore, TextNode  # noqa: E402
 
 from context_gatekeeper import EditError, Message, ModelUnavailableError, Replace  # noqa: E402
-from context_gatekeeper.editing.format import ideal_patch_reply  # noqa: E402
+from context_gatekeeper.integration import ideal_patch_reply  # noqa: E402
 from context_gatekeeper.testing import ScriptedModel  # noqa: E402
-from context_gatekeeper.tokens import resolve_token_counter  # noqa: E402
+from context_gatekeeper import resolve_token_counter  # noqa: E402
 from _printing import Printer, short  # noqa: E402
 from llamaindex_gatekeeper import GatekeeperMemory, GatekeeperNodePostprocessor, NodeExplanation, build_corpus  # noqa: E402
 

@@ -204,21 +204,4 @@ def test_the_forbidden_names_come_from_tests_dir(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "notes").mkdir()  # not a package: nothing imports it by name
     assert suite_module_names(tmp_path) == {"tests", "conftest", "helper_data", "pkg"}
-    assert "paper_scenarios" in suite_module_names() and "pg_support" in suite_module_names()
-
-
-def test_the_benchmarks_scenarios_match_the_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``benchmarks/scenarios.py`` is the benchmarks' own copy of ``tests/paper_scenarios.py``
-    (so they need not import tests/); the two must not drift apart."""
-    import dataclasses
-    import importlib.util
-
-    from paper_scenarios import SCENARIOS  # tests/paper_scenarios.py
-
-    spec = importlib.util.spec_from_file_location("_benchmark_scenarios", BENCHMARKS / "scenarios.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    ours = [dataclasses.asdict(s) for s in module.SCENARIOS]
-    assert ours and ours == [dataclasses.asdict(s) for s in SCENARIOS]
+    assert {"conftest", "pg_support", "test_stores"} <= suite_module_names()

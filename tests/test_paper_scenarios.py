@@ -7,7 +7,7 @@ import pytest
 from context_gatekeeper import Delete, Replace, Transcript
 from context_gatekeeper.editing.format import ideal_patch_reply
 from context_gatekeeper.testing import ScriptedModel
-from paper_scenarios import SCENARIOS, Scenario
+from context_gatekeeper.testing.scenarios import SCENARIOS, Scenario
 
 
 def run_condition_b(scenario: Scenario) -> tuple[Transcript, ScriptedModel]:

@@ -9,10 +9,13 @@ conditions of the paper's study keep:
   instruction, the replacement text for messages by position (``None`` deletes) —
   what an ideal model would return, scripted in the tests and the benchmark.
 
-Used by ``benchmarks/edit_cost.py`` and ``benchmarks/deletion_guard.py``, which
-import it as a sibling module (a script's directory is first on ``sys.path``).  The
-benchmarks never import ``tests/``; ``tests/paper_scenarios.py`` holds the same
-scenarios for ``tests/test_paper_scenarios.py``.
+One copy serves the tests (``tests/test_paper_scenarios.py``), the benchmarks
+(``benchmarks/edit_cost.py``, ``benchmarks/deletion_guard.py``) and the transcripts
+notebook; it is plain data, handy for checking an editing model of your own:
+
+>>> from context_gatekeeper.testing.scenarios import SCENARIOS
+>>> [s.name for s in SCENARIOS][:1]
+['retroactive correction']
 """
 
 from __future__ import annotations
