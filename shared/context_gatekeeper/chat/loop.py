@@ -18,7 +18,7 @@ from .readers import Reader
 from .render import Renderer
 from .session import ChatSession
 from ..integration import replace_lone_surrogates
-from .. import GatekeeperError
+from .. import GatekeeperError, Revision
 
 __all__ = ["ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "store_failure"]
 
@@ -142,6 +142,7 @@ class ChatLoop:
         if not outcome.changed:
             self.renderer.info("the editor proposed no change; nothing was changed")
             return
+        revision: Revision | None  # EditOutcome.revision is None when it waits to be confirmed
         if outcome.needs_confirmation:
             self.renderer.diff(outcome.proposal.diff)
             question = f"This edit deletes or replaces {outcome.deleted_share:.0%} of the conversation. Apply it? [y/N] "

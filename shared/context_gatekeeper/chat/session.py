@@ -194,6 +194,7 @@ class ChatSession:
         """
         call = self.prepare(text)
         self.last_call = call
+        reply: object  # a Reply, or what a TruncatedReplyError kept of one
         try:
             reply = self.chat_model.complete([dict(m) for m in call.sent])
         except TruncatedReplyError as exc:  # a chat answer cut off is still the answer the user saw

@@ -115,8 +115,9 @@ def _check_state(state: Sequence[Message], instruction: Any) -> list[Message]:
     return messages
 
 
-def _as_text(reply: Reply) -> str:
-    """A reply as text (parsed structured output is dumped back to JSON)."""
+def _as_text(reply: object) -> str:
+    """A reply as text (parsed structured output is dumped back to JSON); ``object``, as
+    it may be what a :class:`TruncatedReplyError` holds as ``partial``."""
     return reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
 
 

@@ -358,11 +358,13 @@ def parse_patch(data: Any, view: EditView) -> list[Request]:
             touched.add(real)
         where = f"operation {n} ({op} {alias})" if alias else f"operation {n} ({op})"
         if op == "delete":
+            assert real is not None  # checked above for every op but insert_after
             requests.append(Delete(real))
             continue
         content = _check_content(item, where, problems)
         role = item.get("role")
         if op == "replace":
+            assert real is not None  # checked above for every op but insert_after
             if role is not None and role != roles[real]:
                 problems.append(f"{where} changes the role from {roles[real]} to {role!r}; roles never change")
             elif content is not None:
