@@ -11,8 +11,10 @@ from context_gatekeeper.errors import (
     EditError,
     GatekeeperError,
     InvalidInputError,
+    InvalidTypeError,
     ModelUnavailableError,
     StaleHeadError,
+    StoreClosedError,
     UnknownMessageError,
     UnknownTurnError,
 )
@@ -20,10 +22,12 @@ from context_gatekeeper.errors import (
 BUILTIN_BASE = {
     BudgetError: ValueError,
     InvalidInputError: ValueError,
+    InvalidTypeError: TypeError,
     EditError: ValueError,
     UnknownTurnError: KeyError,
     UnknownMessageError: KeyError,
     ModelUnavailableError: RuntimeError,
+    StoreClosedError: RuntimeError,
 }
 
 
