@@ -112,6 +112,9 @@ class PostgresAsync(PostgresOps):
             return self._agiven
         if self._adsn is None:
             return None
+        opening = self._apools.get(loop)
+        if opening is not None and opening.done() and not opening.cancelled() and opening.exception() is None:
+            return opening.result()  # the common case: open already
         with self._apools_lock:
             opening = self._apools.get(loop)
             if opening is None:
