@@ -40,6 +40,7 @@ from context_gatekeeper import (
     InvalidTypeError,
     Selection,
     Store,
+    Strategy,
     Transcript,
     TranscriptGate,
     resolve_token_counter,
@@ -115,7 +116,7 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
         store: Store | str | os.PathLike[str] | None = None,
         model: Any = None,
         llm: Any = None,
-        strategy: str = "patch",
+        strategy: Strategy = "patch",
         max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
         embedder: Any = None,
@@ -133,7 +134,9 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
         self._count = count
         self._lock = threading.RLock()
         self._default_model = default_model
-        semantic = {k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None}
+        semantic: dict[str, Any] = {
+            k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None
+        }
         self._options = {
             **ADAPTER_GATE_DEFAULTS, **data, **semantic, "strategy": strategy, "max_deletion_share": max_deletion_share
         }
@@ -151,7 +154,7 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
         return "GatekeeperMemory"
 
     @classmethod
-    def from_defaults(  # type: ignore[override]
+    def from_defaults(
         cls,
         chat_history: list[ChatMessage] | None = None,
         llm: Any = None,
@@ -275,9 +278,10 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
             raise InvalidInputError(f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
         if initial_token_count > self.token_limit:
             error = BudgetError(_EXCEEDS)  # ChatMemoryBuffer's exact text, which callers may match
-            error.add_note(
+            _add_note(
+                error,
                 f"initial_token_count={initial_token_count} is more than token_limit={self.token_limit}: pass a "
-                "larger token_limit to GatekeeperMemory.from_defaults, or a shorter prompt; nothing was read"
+                "larger token_limit to GatekeeperMemory.from_defaults, or a shorter prompt; nothing was read",
             )
             raise error
 
@@ -372,3 +376,13 @@ def _status(status: Any) -> str:
     if value not in ("active", "archived"):
         raise InvalidInputError(f"status must be None, 'active' or 'archived' (MessageStatus), got {status!r}")
     return value
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` (PEP 678); Python 3.10 has no ``add_note``, so there the
+    note goes on the same ``__notes__`` list (which pytest and the ``exceptiongroup``
+    backport show) instead of failing with an ``AttributeError``."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10
+        setattr(error, "__notes__", [*getattr(error, "__notes__", ()), note])
