@@ -4,7 +4,8 @@ A store keeps, per session, the ordered log of :class:`~context_gatekeeper.trans
 records.  It knows nothing about messages beyond serialising revisions; the
 :class:`~context_gatekeeper.transcripts.transcript.Transcript` rebuilds state from the log.
 
-Contract (checked by ``tests/store_conformance.py``, which every backend runs):
+Contract (checked by :mod:`context_gatekeeper.testing.stores`, which every backend runs; see
+``docs/architecture.md#how-to-add-a-store``):
 
 * ``setup()`` is idempotent; schema changes are an add-only list of migrations
   recorded in a table.
