@@ -92,6 +92,20 @@ def test_no_library_module_cites_documents_outside_the_repository() -> None:
     assert not offenders, "cite docs/architecture.md instead:\n" + "\n".join(offenders)
 
 
+REPO_PATH = re.compile(r"\b(?:tests|benchmarks|examples|docs)/[\w./-]+\.(?:py|md|jsonl|ipynb)\b")
+
+
+def test_every_repository_file_a_library_module_cites_exists() -> None:
+    cited = {
+        (str(path.relative_to(ROOT)), found)
+        for path in library_files()
+        for found in REPO_PATH.findall(path.read_text(encoding="utf-8"))
+    }
+    assert cited, "no library module cites a repository file: the check would prove nothing"
+    missing = sorted(f"{where}: {found}" for where, found in cited if not (ROOT / found).is_file())
+    assert not missing, "library docstrings cite files that are not in the repository:\n" + "\n".join(missing)
+
+
 def test_every_cited_architecture_anchor_exists() -> None:
     anchors = heading_anchors(ARCHITECTURE.read_text(encoding="utf-8"))
     sources = [*library_files(), ROOT / "README.md"]
