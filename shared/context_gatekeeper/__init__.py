@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.2.0"
 
 from .selection.anchors import extract as extract_anchors
@@ -40,6 +42,9 @@ from .tokens import estimate_tokens, resolve_token_counter, tiktoken_counter
 from . import _moved
 from .transcripts.transcript import Transcript
 from .transcripts.transcript_gate import TranscriptGate
+
+if TYPE_CHECKING:  # the checker sees the class __getattr__ below imports on first use
+    from .stores.postgres import PostgresStore
 
 __all__ = [
     "__version__",
