@@ -1,4 +1,4 @@
-"""Anchor extraction (DESIGN.md §4): CJK n-grams cut at stopwords, words, identifier parts,
+"""Anchor extraction (docs/architecture.md#data-flow-of-a-select): CJK n-grams cut at stopwords, words, identifier parts,
 exact anchors (identifiers, versions, code spans, quoted phrases)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Concurrent processes and crashes, on SQLite and on PostgreSQL (DESIGN.md §6).
+"""Concurrent processes and crashes, on SQLite and on PostgreSQL (docs/architecture.md#concurrency-rules).
 
 Every test runs once per store, in separate processes started with the ``spawn``
 context (the bodies live in ``concurrency_workers.py``).  The PostgreSQL runs need

@@ -1,4 +1,4 @@
-"""Natural-language edits with scripted models (DESIGN.md §5): formats, repair, retry, guards."""
+"""Natural-language edits with scripted models (docs/architecture.md#data-flow-of-an-edit): formats, repair, retry, guards."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The error hierarchy: one root, each error also the built-in it behaves like (DESIGN.md §3)."""
+"""The error hierarchy: one root, each error also the built-in it behaves like."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The model protocol (DESIGN.md §5) and the scripted fake model users test with."""
+"""The model protocol (docs/architecture.md#how-to-add-a-model) and the scripted fake model users test with."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Offline token counting (DESIGN.md §7): tiktoken encodings without a network call,
+"""Offline token counting (docs/architecture.md#the-foundation): tiktoken encodings without a network call,
 the llama-index-core bundled copy as a source, and the documented estimate as a last resort."""
 
 from __future__ import annotations
