@@ -21,21 +21,27 @@ from pg_support import drop_run_tables, postgres_dsn, prefix_for
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _drop_tables_afterwards() -> Iterator[None]:
+def _server_then_cleanup() -> Iterator[None]:
+    """Every test here needs the server (skipped without one, failed under CI=true); this
+    run's tables are dropped afterwards."""
+    postgres_dsn()
     yield
     drop_run_tables()
-
-
-@pytest.fixture(autouse=True)
-def _server() -> None:
-    """Every test here needs the server: skipped without one (failed under CI=true)."""
-    postgres_dsn()
 
 
 def open_pg(where: Path, **options: Any) -> Any:
     from context_gatekeeper.stores import PostgresStore
 
     return PostgresStore(postgres_dsn(), table_prefix=prefix_for(where), **options)
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """Two handles on one set of tables: one for the async twins, one for the sync methods."""
+    first, second = open_pg(tmp_path), open_pg(tmp_path)
+    yield first, second
+    first.close()
+    second.close()
 
 
 def run(store: Any, body: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
@@ -110,6 +116,7 @@ def test_the_async_twins_use_neither_threads_nor_the_sync_pool(tmp_path: Path, m
 
 def test_concurrent_acommits_lose_nothing_and_number_one_to_n(tmp_path: Path) -> None:
     store = open_pg(tmp_path, max_size=4)  # 40 tasks queue for 4 connections and for the session's lock
+    reader = open_pg(tmp_path)
     writers, turns = 40, 3
 
     async def writer(w: int) -> list[int]:
@@ -119,7 +126,6 @@ def test_concurrent_acommits_lose_nothing_and_number_one_to_n(tmp_path: Path) ->
         return await asyncio.gather(*(writer(w) for w in range(writers)))
 
     numbers = run(store, body)
-    reader = open_pg(tmp_path)
     try:
         log = reader.revisions("shared")
         assert [r.number for r in log] == list(range(1, writers * turns + 1))
@@ -131,8 +137,8 @@ def test_concurrent_acommits_lose_nothing_and_number_one_to_n(tmp_path: Path) ->
         reader.close()
 
 
-def test_a_stale_edit_raises_and_writes_nothing_as_in_sync(tmp_path: Path) -> None:
-    store = open_pg(tmp_path)
+def test_a_stale_edit_raises_and_writes_nothing_as_in_sync(two: tuple[Any, Any]) -> None:
+    store, again = two
     u1 = message("u1")
 
     history: list[tuple[str, Any, int | None]] = [  # a first edit, then two that cannot be rebased
@@ -151,27 +157,20 @@ def test_a_stale_edit_raises_and_writes_nothing_as_in_sync(tmp_path: Path) -> No
                 assert await store.arevisions("async") == before, f"the refused {name} wrote something"
         return outcomes
 
-    try:
-        outcomes = run(store, body)
-        assert outcomes == [1, 2, StaleHeadError, StaleHeadError]
-        again = open_pg(tmp_path)
+    outcomes = run(store, body)
+    assert outcomes == [1, 2, StaleHeadError, StaleHeadError]
+    expected: list[Any] = []
+    for _, revision, head in history:
         try:
-            expected = []
-            for _, revision, head in history:
-                try:
-                    expected.append(again.commit("sync", revision, expected_head=head).number)
-                except StaleHeadError as exc:
-                    expected.append(type(exc))
-            assert outcomes == expected
-            assert shape(again.revisions("async")) == shape(again.revisions("sync"))
-        finally:
-            again.close()
-    finally:
-        store.close()
+            expected.append(again.commit("sync", revision, expected_head=head).number)
+        except StaleHeadError as exc:
+            expected.append(type(exc))
+    assert outcomes == expected
+    assert shape(again.revisions("async")) == shape(again.revisions("sync"))
 
 
-def test_renew_taken_ids_behaves_as_in_sync(tmp_path: Path) -> None:
-    store = open_pg(tmp_path)
+def test_renew_taken_ids_behaves_as_in_sync(two: tuple[Any, Any]) -> None:
+    store, sync = two
     clash = append(message("u1", "user", "other text under a taken id"))
 
     async def body() -> tuple[Any, Any]:
@@ -183,23 +182,16 @@ def test_renew_taken_ids_behaves_as_in_sync(tmp_path: Path) -> None:
         retried = await store.acommit("async", turn(1), expected_head=None)  # the same turn again: dropped
         return renewed, retried
 
-    try:
-        renewed, retried = run(store, body)
-        sync = open_pg(tmp_path)
-        try:
-            sync.commit("sync", turn(1), expected_head=None)
-            with pytest.raises(InvalidInputError, match="renew_taken_ids"):
-                sync.commit("sync", clash, expected_head=None)
-            sync_renewed = sync.commit("sync", clash, expected_head=None, renew_taken_ids=True)
-            sync_retried = sync.commit("sync", turn(1), expected_head=None)
-            assert renewed.added[0].id not in ("u1", sync_renewed.added[0].id)
-            assert shape([renewed, retried]) == shape([sync_renewed, sync_retried])
-            assert (retried.number, retried.changes) == (2, ())
-            assert shape(sync.revisions("async")) == shape(sync.revisions("sync"))
-        finally:
-            sync.close()
-    finally:
-        store.close()
+    renewed, retried = run(store, body)
+    sync.commit("sync", turn(1), expected_head=None)
+    with pytest.raises(InvalidInputError, match="renew_taken_ids"):
+        sync.commit("sync", clash, expected_head=None)
+    sync_renewed = sync.commit("sync", clash, expected_head=None, renew_taken_ids=True)
+    sync_retried = sync.commit("sync", turn(1), expected_head=None)
+    assert renewed.added[0].id not in ("u1", sync_renewed.added[0].id)
+    assert shape([renewed, retried]) == shape([sync_renewed, sync_retried])
+    assert (retried.number, retried.changes) == (2, ())
+    assert shape(sync.revisions("async")) == shape(sync.revisions("sync"))
 
 
 def test_one_store_serves_successive_and_concurrent_event_loops(tmp_path: Path) -> None:
