@@ -36,8 +36,9 @@ TRANSCRIPT_NO_TWIN = {
     "close": "closes the store this transcript opened; quick, and called from sync context managers",
 }
 STORE_NO_TWIN = {
-    "close": "releasing connections is quick; a store whose async twins hold loop-bound resources may add aclose",
-    "applied_migrations": "an operator's inspection of the schema, not a request path",
+    "close": "releasing a connection is quick; only a store whose async twins hold loop-bound "
+    "resources needs aclose (PostgresStore has one: an async pool per event loop)",
+    "applied_migrations": "an operator's inspection of the schema, not a request path (PostgresStore has a twin)",
     "checkpoint": "SQLite maintenance (WAL checkpoint), run by an operator",
 }
 # Async methods whose sync side is a property, not a method.

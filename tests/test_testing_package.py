@@ -120,6 +120,33 @@ def test_a_capability_declared_but_missing_fails_instead_of_skipping(tmp_path: P
     assert "declares the 'vectors' capability" in result.stdout
 
 
+SYNC_ONLY_AND_LEGACY = """
+from context_gatekeeper.stores import InMemoryStore
+from context_gatekeeper.testing.stores import Capabilities, StoreConformance
+
+class TestSyncOnly(StoreConformance):
+    capabilities = Capabilities(reopens=False)
+    modes = ("sync",)
+    def make(self, where):
+        return InMemoryStore()
+
+class TestLegacyFlag(StoreConformance):
+    persistent = False  # the flag capabilities replaced
+    def make(self, where):
+        return InMemoryStore()
+"""
+
+
+def test_modes_can_be_narrowed_and_the_old_persistent_flag_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "test_modes.py").write_text(SYNC_ONLY_AND_LEGACY)
+    result = run_pytest(tmp_path, "-k", "test_revisions_after", "-rA")
+    assert "PASSED test_modes.py::TestSyncOnly::test_revisions_after[sync]" in result.stdout
+    assert "TestSyncOnly runs the modes ('sync',) only" in result.stdout  # the async one, skipped
+    assert "1 passed, 1 skipped" in result.stdout
+    assert "ERROR test_modes.py::TestLegacyFlag::test_revisions_after[sync]" in result.stdout
+    assert "write capabilities = Capabilities(reopens=False)" in result.stdout
+
+
 def test_needs_refuses_an_unknown_capability() -> None:
     with pytest.raises(InvalidInputError, match="unknown capabilities"):
         needs("teleports")
