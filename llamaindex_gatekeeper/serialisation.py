@@ -170,7 +170,7 @@ def _checked_log(session_id: str, entries: object) -> list[Revision]:
                 raise InvalidRevisionError(
                     _refused(position, kind, f"undoes revision {revision.target}, which is not done at that point")
                 )
-            done.remove(placed.target)  # type: ignore[arg-type]
+            done.remove(placed.target)
             undone.append(placed)
         elif kind == "redo":
             if not undone or undone[-1].target != placed.target:
@@ -225,13 +225,16 @@ def _store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] 
     if isinstance(store, SQLiteStore) and store.path != ":memory:":
         return {"sqlite": store.path}
     conninfo = getattr(getattr(store, "_pool", None), "conninfo", None)
-    if type(store).__name__ == "PostgresStore" and isinstance(conninfo, str):
+    if type(store).__name__ == "PostgresStore" and isinstance(conninfo, str):  # psycopg is there: import it
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-        parts = {
-            k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None
-        }
-        return {"postgres": make_conninfo(**parts), "table_prefix": store.table_prefix}  # type: ignore[attr-defined]
+        from context_gatekeeper import PostgresStore
+
+        if isinstance(store, PostgresStore):
+            parts = {
+                k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None
+            }
+            return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix}
     return None
 
 
@@ -246,18 +249,20 @@ def _open_spec(spec: dict[str, Any]) -> Store:
     return PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"])
 
 
-def _unpickle(cls: type, state: dict[str, Any]) -> Any:
+def _unpickle(cls: type[SerialisationMixin], state: dict[str, Any]) -> Any:
     """Rebuild a pickled memory (see the module docstring)."""
     return _rebuild(cls, state["memory"], state.get("store"), {})
 
 
-def _rebuild(cls: type, memory: dict[str, Any], spec: dict[str, Any] | None, trusted: dict[str, Any]) -> Any:
+def _rebuild(
+    cls: type[SerialisationMixin], memory: dict[str, Any], spec: dict[str, Any] | None, trusted: dict[str, Any]
+) -> Any:
     """The memory ``memory`` (:meth:`SerialisationMixin.to_dict` output) describes: attached
     to the store ``spec`` names (a SQLite path is reopened by the new memory, which then
     owns and closes it), or, with no spec, its revisions replayed into a new in-memory store.
     ``trusted`` are constructor options from this process (a model, a token counter)."""
     if spec is None:
-        return cls.from_dict(memory, **trusted)  # type: ignore[attr-defined]
+        return cls.from_dict(memory, **trusted)
     store: Any = spec["sqlite"] if "sqlite" in spec else _open_spec(spec)
     options = {**_data_options(memory), **trusted}
     try:
@@ -277,8 +282,21 @@ class SerialisationMixin:
 
     _options: dict[str, Any]
     _transcript: "Transcript"
+    _opened_store: Any
     session_id: str
     token_limit: int
+
+    if TYPE_CHECKING:  # what the host (GatekeeperMemory) provides, as the checker needs it
+
+        def __init__(self, *, token_limit: int, session_id: str, store: Any = None, **options: Any) -> None: ...
+
+        @classmethod
+        def class_name(cls) -> str: ...
+
+        def history(self) -> list[Revision]: ...
+
+        @property
+        def store(self) -> Store: ...
 
     def to_dict(self, **kwargs: Any) -> dict[str, Any]:
         """State and full revision history as JSON-ready data (no SimpleChatStore involved).
@@ -288,7 +306,7 @@ class SerialisationMixin:
         """
         options = {k: v for k, v in self._options.items() if k in DATA_OPTIONS and isinstance(v, _SCALAR_OPTIONS)}
         return {
-            "class_name": self.class_name(),  # type: ignore[attr-defined]
+            "class_name": self.class_name(),
             "session_id": self.session_id,
             "token_limit": self.token_limit,
             "options": options,
@@ -296,7 +314,7 @@ class SerialisationMixin:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> Any:  # type: ignore[override]
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> Any:
         """Rebuild a memory from :meth:`to_dict` output.
 
         The revisions are written into ``store=`` (default: a new in-memory store).  A
