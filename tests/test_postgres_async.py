@@ -324,3 +324,17 @@ def test_a_callers_sync_pool_alone_keeps_the_async_twins_on_threads(tmp_path: Pa
 
         assert run(store, body) == 1
         assert threads and not pool.closed  # no connection opened behind the caller's back
+
+
+def test_a_wrong_pool_argument_is_refused_with_what_to_pass(tmp_path: Path) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from context_gatekeeper.errors import InvalidTypeError
+
+    from context_gatekeeper.stores import PostgresStore
+
+    pool = AsyncConnectionPool(postgres_dsn(), open=False)  # never opened: nothing to close
+    with pytest.raises(InvalidTypeError, match="async_pool="):
+        PostgresStore(pool, table_prefix=prefix_for(tmp_path))
+    with pytest.raises(InvalidTypeError, match="AsyncConnectionPool"):
+        open_pg(tmp_path, async_pool="postgresql://elsewhere")

@@ -181,8 +181,9 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
             self._pool, self._owns_pool = _open_pool(dsn_or_pool, options), True
             self._init_async(dsn_or_pool, options, async_pool)
         else:
+            hint = "; pass an AsyncConnectionPool as async_pool=" if isinstance(dsn_or_pool, AsyncConnectionPool) else ""
             raise InvalidTypeError(
-                f"PostgresStore takes a connection string or a ConnectionPool, got {type(dsn_or_pool).__name__}"
+                f"PostgresStore takes a connection string or a ConnectionPool, got {type(dsn_or_pool).__name__}{hint}"
             )
         self._closed = False
         if setup:

@@ -11,13 +11,14 @@ each loop (``asyncio.run`` twice, or a test runner's loop per test, each get the
 own) and forgets the pools of loops that have closed (they cannot be awaited any
 more; their idle connections are released when the pool is collected).  A pool given
 as ``async_pool`` is used in the loop that first uses it, and refused from another
-(:class:`InvalidInputError`) instead of hanging.  See docs/architecture.md
-("concurrency rules").
+(:class:`InvalidInputError`) instead of hanging.  See
+``docs/architecture.md#concurrency-rules``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -34,7 +35,7 @@ from .postgres_ops import PostgresOps, Step, Stepper, Steps
 __all__ = ["PostgresAsync", "PoolOptions", "arun_steps"]
 
 T = TypeVar("T")
-_closing: set[asyncio.Future[Any]] = set()  # pool closings scheduled on other loops (kept from collection)
+_closing: set[concurrent.futures.Future[None]] = set()  # pool closings scheduled on other loops (kept from collection)
 
 
 class PoolOptions(NamedTuple):
@@ -153,8 +154,8 @@ class PostgresAsync(PostgresOps):
                 mine = opening
             elif loop.is_running():
                 future = asyncio.run_coroutine_threadsafe(_close_opened(opening), loop)
-                _closing.add(future)  # type: ignore[arg-type]
-                future.add_done_callback(_closing.discard)  # type: ignore[arg-type]
+                _closing.add(future)
+                future.add_done_callback(_closing.discard)
         return mine
 
     # -- the twins ------------------------------------------------------------------------

@@ -8,8 +8,8 @@ touches a connection.  Two small drivers run the steps: :func:`run_steps` on a
 ``arun_steps`` on a :class:`psycopg.AsyncConnection` (the async twins, in
 :mod:`.postgres_async`).  So the head check, the rebase, :func:`~.base.prepare_commit`
 and the advisory lock are the same code in both, inside the same transaction; the
-shells only choose the connection and open the transaction (see docs/architecture.md,
-"concurrency rules").
+shells only choose the connection and open the transaction (see
+``docs/architecture.md#concurrency-rules``).
 """
 
 from __future__ import annotations
