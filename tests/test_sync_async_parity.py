@@ -131,7 +131,7 @@ def test_the_check_catches_a_missing_twin_and_a_different_signature() -> None:
         def compact(self) -> None:
             """A new method added without its twin."""
 
-        async def arevisions(self, session_id: str, after: int = 1) -> list:  # type: ignore[override]
+        async def arevisions(self, session_id: str, after: int = 1) -> list:
             return []
 
     problems = "\n".join(check_twins(Drifted, STORE_NO_TWIN))

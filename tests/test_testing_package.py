@@ -152,3 +152,18 @@ def test_needs_refuses_an_unknown_capability() -> None:
         needs("teleports")
     assert set(Capabilities.names()) == {"reopens", "threads", "fault_hooks", "truncate", "vectors"}
     assert all(getattr(Capabilities(), name) for name in Capabilities.names())  # strictest by default
+
+
+def test_the_async_facade_refuses_to_wait_for_itself_on_its_own_loop() -> None:
+    """A sync call made on the suite's loop thread would deadlock: it fails with a message instead."""
+    from context_gatekeeper.stores import InMemoryStore
+    from context_gatekeeper.testing.store_modes import AsyncTwinsFacade, background_loop
+
+    store = AsyncTwinsFacade(InMemoryStore())
+
+    async def sync_call_on_the_loop() -> int:
+        return store.head("s")
+
+    with pytest.raises(AssertionError, match="call the async twin there instead"):
+        background_loop().run(sync_call_on_the_loop())
+    assert store.head("s") == 0  # from another thread it runs the twin on the loop

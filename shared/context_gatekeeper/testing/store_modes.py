@@ -83,7 +83,10 @@ class BackgroundLoop:
         """Run ``coroutine`` on the loop and wait for its result (from any other thread)."""
         if threading.current_thread() is self.thread:
             coroutine.close()
-            raise RuntimeError("BackgroundLoop.run was called on the loop's own thread; it would wait forever")
+            raise AssertionError(  # a test's own mistake, reported like a failed check
+                "a sync store method was called on the conformance suite's loop thread (from a fault hook or an "
+                "async twin?); it would wait for itself forever: call the async twin there instead"
+            )
         return self.submit(coroutine).result()
 
 
