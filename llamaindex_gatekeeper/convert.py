@@ -72,7 +72,7 @@ def _role_value(role: Any) -> str:
 
 def _tool_calls(blocks: Sequence[Any], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
     """Tool calls as the core's pairing check reads them: ``[{"id", "name", "args"}]``."""
-    calls = [
+    calls: list[dict[str, Any]] = [
         {"id": b.tool_call_id, "name": b.tool_name, "args": b.tool_kwargs}
         for b in blocks
         if isinstance(b, ToolCallBlock) and b.tool_call_id
@@ -83,7 +83,9 @@ def _tool_calls(blocks: Sequence[Any], kwargs: dict[str, Any]) -> list[dict[str,
             continue
         call_id = call.get("id") or call.get("tool_id") or call.get("tool_call_id")
         if isinstance(call_id, str) and call_id and call_id not in seen:
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call.get("function")
+            if not isinstance(function, dict):
+                function = {}
             calls.append({"id": call_id, "name": call.get("name") or function.get("name"), "args": None})
             seen.add(call_id)
     return calls
