@@ -25,36 +25,13 @@ from typing import Any
 
 import pytest
 
-from context_gatekeeper.errors import InvalidInputError, InvalidRevisionError
+from context_gatekeeper.errors import InvalidInputError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
-from context_gatekeeper.testing.store_builders import append, message
-from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.testing.store_builders import changed
+from context_gatekeeper.testing.store_integrity import S, refused, revision, started
 from context_gatekeeper.transcripts.operations import Change
-from context_gatekeeper.transcripts.revisions import Revision
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from store_raw import raw
-
-S = "s"
-
-
-def revision(kind: str, *changes: Any) -> Revision:
-    return Revision(number=0, parent=0, kind=kind, changes=tuple(changes))  # type: ignore[arg-type]
-
-
-def refused(store: Store, bad: Revision, match: str | None = None) -> InvalidRevisionError:
-    """Commit ``bad`` at the head: it must be refused, naming the session, and change no stored byte."""
-    before = raw(store, S)
-    with pytest.raises(InvalidRevisionError, match=match) as caught:
-        store.commit(S, bad, expected_head=store.head(S))
-    assert f"session {S!r}" in str(caught.value) and "nothing was written" in str(caught.value)
-    assert raw(store, S) == before
-    return caught.value
-
-
-def started(store: Store) -> tuple[Message, Message]:
-    """A session holding a user question and its answer; the two messages."""
-    first = store.commit(S, append(message("u1", "user", "stored question"), message("a1", "assistant", "answer")), expected_head=None)
-    return first.added[0], first.added[1]
 
 
 def test_index_rows_of_older_versions_do_not_refuse_changes_to_edited_messages(tmp_path: Path) -> None:
@@ -65,9 +42,9 @@ def test_index_rows_of_older_versions_do_not_refuse_changes_to_edited_messages(t
     edited = store.commit(S, revision("edit", Change(user, user.revised("second", 0))), expected_head=1)
     with store._connection() as conn:  # type: ignore[attr-defined]
         conn.execute("UPDATE message_ids SET digest = substr(digest, 1, 32)")
-    now = edited.changes[0].after
+    now = changed(edited)
     store.commit(S, revision("edit", Change(now, now.revised("third", 0))), expected_head=2)
-    refused(store, revision("edit", Change(now, now.revised("fourth", 0))))  # recorded again: checked
+    refused(store, revision("edit", Change(now, now.revised("fourth", 0))), state=raw)  # recorded again: checked
     store.close()
 
 

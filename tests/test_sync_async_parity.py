@@ -222,28 +222,30 @@ def test_the_same_script_gives_the_same_messages_and_log_sync_and_async() -> Non
     assert sync_out[2] == sync_out[1]  # the retried append wrote nothing
 
 
+STEPS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ask": ("append", {"user": "q"}),
+    "answer": ("append", {"assistant": "a"}),
+    "turn": ("append", {"user": "q", "assistant": "a"}),
+    "retry": ("append", {"messages": [{"id": "k", "role": "user", "content": "x"}]}),
+    "renew": ("append", {"messages": [{"id": "k", "role": "user", "content": "y"}], "renew_taken_ids": True}),
+    "undo": ("undo", {}),
+    "redo": ("redo", {}),
+    "clear": ("clear", {}),
+}
+
+
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.sampled_from(["ask", "answer", "turn", "retry", "renew", "undo", "redo", "clear"]), max_size=12))
+@given(st.lists(st.sampled_from(sorted(STEPS)), max_size=12))
 def test_random_scripts_agree_sync_and_async(steps: list[str]) -> None:
     """Any sequence of appends, retries, renewals, undo, redo and clear ends the same both ways."""
 
     def sync_step(t: Transcript, step: str) -> object:
-        return {
-            "ask": lambda: t.append(user="q"), "answer": lambda: t.append(assistant="a"),
-            "turn": lambda: t.append(user="q", assistant="a"),
-            "retry": lambda: t.append(messages=[{"id": "k", "role": "user", "content": "x"}]),
-            "renew": lambda: t.append(messages=[{"id": "k", "role": "user", "content": "y"}], renew_taken_ids=True),
-            "undo": t.undo, "redo": t.redo, "clear": t.clear,
-        }[step]()
+        name, kwargs = STEPS[step]
+        return getattr(t, name)(**kwargs)
 
     async def async_step(t: Transcript, step: str) -> object:
-        return await {
-            "ask": lambda: t.aappend(user="q"), "answer": lambda: t.aappend(assistant="a"),
-            "turn": lambda: t.aappend(user="q", assistant="a"),
-            "retry": lambda: t.aappend(messages=[{"id": "k", "role": "user", "content": "x"}]),
-            "renew": lambda: t.aappend(messages=[{"id": "k", "role": "user", "content": "y"}], renew_taken_ids=True),
-            "undo": t.aundo, "redo": t.aredo, "clear": t.aclear,
-        }[step]()
+        name, kwargs = STEPS[step]
+        return await getattr(t, "a" + name)(**kwargs)  # the twin, by name
 
     def outcome(call: Callable[[], object]) -> str:
         try:

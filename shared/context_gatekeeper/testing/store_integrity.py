@@ -21,7 +21,7 @@ from ._requires import pytest
 from .store_builders import append, changed, delete, edit, fill, message, run_together, snapshot
 from .store_modes import needs
 
-__all__ = ["IntegrityContract", "ContentContract"]
+__all__ = ["IntegrityContract", "ContentContract", "refused", "revision", "started", "S"]
 
 OpenStore = Callable[[], Store]
 S = "s"
@@ -35,6 +35,19 @@ def revision(kind: str, *changes: Any) -> Revision:
 def same(id: str = "same", content: str = "hi") -> Revision:
     """An append of one user message ``id``."""
     return append(message(id, "user", content))
+
+
+def refused(
+    store: Store, bad: Revision, match: str | None = None, *, state: Callable[[Store, str], Any] = snapshot
+) -> InvalidRevisionError:
+    """Commit ``bad`` at session ``S``'s head: it must be refused, naming the session, and
+    leave ``state(store, S)`` (default: head and log) unchanged."""
+    before = state(store, S)
+    with pytest.raises(InvalidRevisionError, match=match) as caught:
+        store.commit(S, bad, expected_head=store.head(S))
+    assert f"session {S!r}" in str(caught.value) and "nothing was written" in str(caught.value)
+    assert state(store, S) == before
+    return caught.value
 
 
 def started(store: Store) -> tuple[Message, Message]:
@@ -166,12 +179,7 @@ class ContentContract:
 
     def refused(self, store: Store, bad: Revision, match: str | None = None) -> InvalidRevisionError:
         """Commit ``bad`` at the head: it must be refused, naming the session, and change nothing stored."""
-        before = self.stored_state(store, S)
-        with pytest.raises(InvalidRevisionError, match=match) as caught:
-            store.commit(S, bad, expected_head=store.head(S))
-        assert f"session {S!r}" in str(caught.value) and "nothing was written" in str(caught.value)
-        assert self.stored_state(store, S) == before
-        return caught.value
+        return refused(store, bad, match, state=self.stored_state)
 
 
     # -- a change's ``before`` ------------------------------------------------------------
