@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from langchain.agents.middleware.types import AgentState, PrivateStateAttr
-from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.messages import BaseMessage, MessageLikeRepresentation, RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import NotRequired
 
@@ -109,8 +109,13 @@ def state_update(before: Sequence[Message], changes: Sequence[Applied]) -> list[
             update.append(RemoveMessage(id=change.message.id))
         else:
             update.append(from_core(change.after if isinstance(change, Change) else change.message))
+    # add_messages takes lists of any message-like value (typed list[MessageLikeRepresentation])
+    # and returns the merged list of messages (typed as any Messages: the checker can't see that)
+    right: list[MessageLikeRepresentation] = [*update]
     try:
-        targeted_ok = [m.id for m in add_messages(from_core_messages(before), update)] == [m.id for m in after]
+        left: list[MessageLikeRepresentation] = [*from_core_messages(before)]
+        merged = cast("list[BaseMessage]", add_messages(left, right))
+        targeted_ok = [m.id for m in merged] == [m.id for m in after]
     except ValueError:
         targeted_ok = False
     return update if targeted_ok else [RemoveMessage(id=REMOVE_ALL_MESSAGES), *from_core_messages(after)]
