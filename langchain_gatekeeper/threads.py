@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
@@ -245,7 +245,7 @@ def _check_pairs(state: Sequence[Message], after: Sequence[Message], kind: str, 
         )
 
 
-def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[str, Any]]:
+def _plan_step(agent: Any, snapshot: Any, kind: Literal["undo", "redo"]) -> tuple[ThreadEdit, dict[str, Any]]:
     """The undo (or redo) the core's rules pick, restricted to the changes that still fit
     the thread (:func:`~context_gatekeeper.transcripts.revisions.split_applicable`)."""
     if not _has_log(agent):
@@ -274,20 +274,21 @@ def _plan_step(agent: Any, snapshot: Any, kind: str) -> tuple[ThreadEdit, dict[s
         if not undone:
             raise HistoryError("nothing to redo: redo follows undo_thread, and a later edit discards what was undone")
         target = undone[-1].target
+        assert target is not None  # undo_stacks keeps the undos of numbered edits only
         changes, skipped = split_applicable(invert(undone[-1].changes), state, start_gone=start_gone)
         if not changes:
             raise HistoryError(f"nothing to redo: none of what undoing edit {target} restored still applies ({_why(target, skipped)})")
     number = len(log) + 1
     after = apply_changes(state, changes)
-    _check_pairs(state, after, kind, target, skipped)  # type: ignore[arg-type]
+    _check_pairs(state, after, kind, target, skipped)
     entry = ThreadEdit(
-        number, number - 1, kind, tuple(changes), target=target,  # type: ignore[arg-type]
+        number, number - 1, kind, tuple(changes), target=target,
         diff=diff_states(number - 1, state, number, after), skipped=tuple(skipped),
     )
     return entry, {"messages": state_update(state, changes), EDITS_KEY: [entry.record()]}
 
 
-def _step(agent: Any, config: dict[str, Any], kind: str) -> ThreadEdit:
+def _step(agent: Any, config: dict[str, Any], kind: Literal["undo", "redo"]) -> ThreadEdit:
     snapshot = agent.get_state(config)
     entry, values = _plan_step(agent, snapshot, kind)
     _check_fresh(values["messages"], entry.changes, snapshot, agent.get_state(config), kind)
@@ -295,7 +296,7 @@ def _step(agent: Any, config: dict[str, Any], kind: str) -> ThreadEdit:
     return entry
 
 
-async def _astep(agent: Any, config: dict[str, Any], kind: str) -> ThreadEdit:
+async def _astep(agent: Any, config: dict[str, Any], kind: Literal["undo", "redo"]) -> ThreadEdit:
     snapshot = await agent.aget_state(config)
     entry, values = _plan_step(agent, snapshot, kind)
     _check_fresh(values["messages"], entry.changes, snapshot, await agent.aget_state(config), kind)
