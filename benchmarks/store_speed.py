@@ -30,7 +30,8 @@ store's async path alone).  *native*: ``PostgresStore.acommit``, on psycopg's as
 base class's twin (``Store.acommit(store, ...)``, i.e. ``asyncio.to_thread``), as
 ``PostgresStore`` did before.  Both use pools of the same size (``max_size=10``) and
 run in this process, in ``--rounds`` alternating rounds after a warm-up; a commit's
-latency runs from the call until it returns.  What the two trade: the native twins
+latency runs from the call until it returns; *client CPU* is this process's CPU time
+(all its threads) per commit.  What the two trade: the native twins
 hold no thread per call and are not capped by the default executor's workers
 (``min(32, cores + 4)``), but all of psycopg's own work (about a millisecond of CPU
 per commit) runs on the event loop's one thread; the thread-backed twins spread that
@@ -205,6 +206,7 @@ def native_against_threads(spec: Spec, sessions: int, turns: int, rounds: int) -
     so a slow spell of the server weighs on both."""
     modes = {"native async": True, "threads (Store.acommit)": False}
     times: dict[str, float] = dict.fromkeys(modes, 0.0)
+    cpu: dict[str, float] = dict.fromkeys(modes, 0.0)
     latencies: dict[str, list[float]] = {mode: [] for mode in modes}
 
     async def main() -> None:
@@ -214,7 +216,9 @@ def native_against_threads(spec: Spec, sessions: int, turns: int, rounds: int) -
                 await async_sessions(store, f"warm-{native}", sessions, 2, native)
             for r in range(rounds):
                 for mode in list(modes) if r % 2 == 0 else list(modes)[::-1]:
+                    used = time.process_time()
                     elapsed, measured = await async_sessions(store, f"{r}-{modes[mode]}", sessions, turns, modes[mode])
+                    cpu[mode] += time.process_time() - used
                     times[mode] += elapsed
                     latencies[mode] += measured
         finally:
@@ -222,7 +226,8 @@ def native_against_threads(spec: Spec, sessions: int, turns: int, rounds: int) -
 
     asyncio.run(main())
     return {mode: {"commits": len(latencies[mode]), "rate": len(latencies[mode]) / times[mode],
-                   "p50": percentile(latencies[mode], 0.5) * 1e3, "p95": percentile(latencies[mode], 0.95) * 1e3}
+                   "p50": percentile(latencies[mode], 0.5) * 1e3, "p95": percentile(latencies[mode], 0.95) * 1e3,
+                   "cpu": cpu[mode] / len(latencies[mode]) * 1e3}
             for mode in modes}
 
 
@@ -260,10 +265,10 @@ def async_table(figures: dict[str, dict[str, float]], sessions: int) -> Any:
     from rich.table import Table
 
     out = Table(title=f"PostgresStore: {sessions} concurrent async sessions (acommit, one event loop)")
-    for name in ("async twins", "commits", "commits/s", "p50 ms", "p95 ms"):
+    for name in ("async twins", "commits", "commits/s", "p50 ms", "p95 ms", "client CPU ms/commit"):
         out.add_column(name, justify="left" if name == "async twins" else "right")
     for mode, f in figures.items():
-        out.add_row(mode, f"{f['commits']:,.0f}", f"{f['rate']:,.0f}", f"{f['p50']:.2f}", f"{f['p95']:.2f}")
+        out.add_row(mode, f"{f['commits']:,.0f}", f"{f['rate']:,.0f}", f"{f['p50']:.2f}", f"{f['p95']:.2f}", f"{f['cpu']:.2f}")
     return out
 
 
@@ -282,6 +287,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
+    load = os.getloadavg()[0]  # other work on the machine weighs on every figure
     from rich.console import Console
 
     console = Console()
@@ -319,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"native / threads: {native['rate'] / threads['rate']:.2f}x the commits per second, "
             f"p50 latency {native['p50'] / threads['p50']:.2f}x, p95 {native['p95'] / threads['p95']:.2f}x "
             f"({args.sessions} sessions x {args.async_turns} turns, {args.rounds} rounds each; the default thread pool has "
-            f"{min(32, (os.cpu_count() or 1) + 4)} workers)."
+            f"{min(32, (os.cpu_count() or 1) + 4)} workers; load average at the start: {load:.1f}, cores: {os.cpu_count()})."
         )
     console.print(
         f"1 process: {args.turns} appends then {args.edits} edits in a row.  "
