@@ -105,7 +105,7 @@ class _TopicGate:
         self._lock = threading.Lock()
         self.vectors = VectorLRU() if self.embedder is not None else None
         """Turn vectors shared by the indexes of plain lists (``None`` without an embedder)."""
-        shared = {} if self.vectors is None else {"vector_cache": self.vectors}
+        shared: dict[str, Any] = {} if self.vectors is None else {"vector_cache": self.vectors}
         self.views = GatedView(lambda: ContextGatekeeper(**self._options(), **shared), max_threads=256, keyed_by="content")
         """Indexes of plain lists, one per chat history object (or one without), kept across calls."""
 
@@ -310,7 +310,7 @@ def _upstream_deprecation_silenced() -> Iterator[None]:
         yield
 
 
-class _GateThen(RunnableBinding):  # type: ignore[type-arg]
+class _GateThen(RunnableBinding):
     """``topic_gate(...) | runnable`` whose listeners attach the way ``runnable`` attaches its own.
 
     ``RunnableWithMessageHistory`` stores the turn from listeners it attaches with
