@@ -26,8 +26,8 @@ that :func:`~langchain_gatekeeper.threads.undo_thread` reads.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -35,7 +35,7 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
 )
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -129,13 +129,17 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         system = request.system_message.text if request.system_message is not None else None
         return {"thread": getattr(info, "thread_id", None), "system_prompt": system}
 
+    # The view is some of the request's own message objects, in order (typed list[BaseMessage]):
+    # each is an AnyMessage, as ModelRequest.messages needs, which the checker cannot see.
     def gated(self, request: ModelRequest) -> ModelRequest:
         """The request with its messages narrowed to the gated view."""
-        return request.override(messages=self.views.view(request.messages, **self._scope(request)))
+        view = self.views.view(request.messages, **self._scope(request))
+        return request.override(messages=cast("list[AnyMessage]", view))
 
     async def agated(self, request: ModelRequest) -> ModelRequest:
         """:meth:`gated` with the embedding calls awaited (the event loop is never blocked)."""
-        return request.override(messages=await self.views.aview(request.messages, **self._scope(request)))
+        view = await self.views.aview(request.messages, **self._scope(request))
+        return request.override(messages=cast("list[AnyMessage]", view))
 
     # -- the edit route -------------------------------------------------------------------
     def _instruction(self, request: ModelRequest) -> str | None:
@@ -153,7 +157,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     def _thread(self, request: ModelRequest) -> tuple[list[BaseMessage], list[dict[str, Any]], HumanMessage]:
         """The thread's stored messages with the command marked, the edit log's records, the marked command."""
-        state = request.state or {}
+        state: Mapping[str, Any] = request.state or {}
         messages = list(state.get("messages") or request.messages)
         command = messages[-1]
         marked = command.model_copy(
