@@ -338,3 +338,29 @@ def test_a_wrong_pool_argument_is_refused_with_what_to_pass(tmp_path: Path) -> N
         PostgresStore(pool, table_prefix=prefix_for(tmp_path))
     with pytest.raises(InvalidTypeError, match="AsyncConnectionPool"):
         open_pg(tmp_path, async_pool="postgresql://elsewhere")
+
+
+def test_cancelled_acommits_land_whole_or_not_at_all_and_the_pool_keeps_working(tmp_path: Path) -> None:
+    store = open_pg(tmp_path, max_size=3)
+
+    async def body() -> tuple[list[Any], list[Any]]:
+        landed: list[Any] = []
+        for steps in range(0, 40, 2):  # cancel after 0, 2, 4, ... passes of the loop: a different phase each time
+            tasks = [asyncio.create_task(store.acommit("s", turn(steps * 10 + i), expected_head=None)) for i in range(6)]
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            for task in tasks[::2]:
+                task.cancel()
+            for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+                if isinstance(outcome, BaseException):
+                    assert isinstance(outcome, asyncio.CancelledError), outcome
+                else:
+                    landed.append(outcome)
+        after = await asyncio.wait_for(store.acommit("s", turn(999), expected_head=None), 30)
+        return landed + [after], await store.arevisions("s")
+
+    landed, log = run(store, body)
+    assert [r.number for r in log] == list(range(1, len(log) + 1))
+    assert all(len(r.added) == 2 for r in log)  # a turn is stored whole or not at all
+    assert {r.number for r in landed} <= {r.number for r in log}
+    assert landed[-1].number == len(log)
