@@ -130,7 +130,7 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
             commit's transaction (tests use it to fail or kill a writer there).
         setup: apply missing migrations now (default); pass False to defer to an
             explicit ``setup()``.
-        connect_timeout: seconds to wait for the first connection of an owned pool.
+        connect_timeout: seconds to wait for the first connections of each pool the store opens.
         async_pool: an open :class:`psycopg_pool.AsyncConnectionPool` of your own for
             the async twins (used, never closed; it belongs to the event loop it was
             opened in, and the store refuses it from another loop).
