@@ -25,11 +25,11 @@ from typing import Any
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
 from context_gatekeeper import InvalidTypeError, Message
-from context_gatekeeper.integration import new_message_id
+from context_gatekeeper.integration import Role, new_message_id
 
 __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of", "same_messages"]
 
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
 _HOISTED = ("tool_calls", "tool_call_id", "name")
 ID_GENERATED = "id_generated"
@@ -61,9 +61,8 @@ def to_core(message: BaseMessage) -> Message:
     serialised = copy.deepcopy(message_to_dict(message))  # nothing shared with the caller's message
     kind, data = serialised["type"], dict(serialised["data"])
     content = data.pop("content")
-    role = _ROLES.get(kind)
-    if role is None:  # ChatMessage and other custom roles ride as user/assistant text
-        role = "assistant" if data.get("role") in ("assistant", "ai") else "user"
+    # ChatMessage and other custom roles ride as user/assistant text
+    role: Role = _ROLES.get(kind) or ("assistant" if data.get("role") in ("assistant", "ai") else "user")
     metadata: dict[str, Any] = {key: data.pop(key) for key in _HOISTED if data.get(key)}
     data.pop("id", None)
     data.pop("type", None)
@@ -72,7 +71,7 @@ def to_core(message: BaseMessage) -> Message:
         metadata["langchain"][ID_GENERATED] = True
     return Message(
         id=message.id or new_message_id(),
-        role=role,  # type: ignore[arg-type]
+        role=role,
         content=text_of(content),
         parts=tuple(content) if isinstance(content, list) else None,
         metadata=metadata,

@@ -40,7 +40,7 @@ from typing import Any
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
 from context_gatekeeper import InvalidTypeError, Message
-from context_gatekeeper.integration import new_message_id
+from context_gatekeeper.integration import Role, new_message_id
 
 __all__ = [
     "to_core",
@@ -52,7 +52,7 @@ __all__ = [
     "PROVIDER_SPECIFIC",
 ]
 
-_ROLES = {
+_ROLES: dict[str, Role] = {
     "system": "system",
     "developer": "system",
     "user": "user",
@@ -120,7 +120,7 @@ def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
         metadata["tool_calls"] = calls
     if role == "tool" and isinstance(kwargs.get("tool_call_id"), str):
         metadata["tool_call_id"] = kwargs["tool_call_id"]
-    return Message(id=message_id or new_message_id(), role=role, content=content, parts=parts, metadata=metadata)  # type: ignore[arg-type]
+    return Message(id=message_id or new_message_id(), role=role, content=content, parts=parts, metadata=metadata)
 
 
 def _blocks_for(message: Message) -> list[Any]:

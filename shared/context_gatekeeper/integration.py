@@ -17,7 +17,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   ``Applied``, ``Request``, ``State``), applying and inverting changes
   (``apply_changes``, ``invert``, ``touched_ids``), serialising them
   (``change_to_dict`` / ``change_from_dict``), message ids (``new_message_id``,
-  ``ROLES``), and revision logs (``RevisionKind``, ``STATE_CHANGING``,
+  ``ROLES`` and their type ``Role``), and revision logs (``RevisionKind``, ``STATE_CHANGING``,
   ``diff_states``, ``undo_stacks``, ``split_applicable``, ``rewind``,
   ``Skipped``, ``SKIP_REASONS``): what an adapter needs to keep its own versioned
   log (LangGraph threads) with the core's undo rules.
@@ -51,7 +51,7 @@ from .selection.semantic.embedding import text_hash
 from .selection.semantic.fusion import numpy as load_numpy
 from .selection.semantic.fusion import unit_rows
 from .stores.integrity import IdEntry, check_revision
-from .transcripts.messages import ROLES, new_message_id
+from .transcripts.messages import ROLES, Role, new_message_id
 from .transcripts.operations import (
     Applied,
     Change,
@@ -84,6 +84,7 @@ __all__ = [
     "invert",
     "touched_ids",
     "ROLES",
+    "Role",
     "new_message_id",
     "RevisionKind",
     "STATE_CHANGING",
