@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .schema import checked_session, id_key
 from .vectors import (
     VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, refused_save, unpack_vector,
 )
+
+if TYPE_CHECKING:
+    import contextlib
+    import sqlite3
 
 __all__ = ["SQLiteVectors"]
 
@@ -32,6 +36,12 @@ class SQLiteVectors(VectorStore):
     """:class:`.VectorStore` for the SQLite store: each method is one transaction on
     the store's connection (``_write`` / ``_connection``)."""
 
+    if TYPE_CHECKING:  # provided by SQLiteStore
+
+        def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+
+        def _connection(self) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
+
     def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
         """Store vectors for the session in one transaction (see :class:`.VectorStore`)."""
         session_id, checked = checked_session(session_id), checked_rows(rows)
@@ -40,7 +50,7 @@ class SQLiteVectors(VectorStore):
             (session_id, r.embedder, r.dimension, r.text_hash, id_key(r.message_id), pack_vector(r.vector), now)
             for r in checked
         ]
-        with self._write() as conn:  # type: ignore[attr-defined]
+        with self._write() as conn:
             if not conn.execute(_HAS_REVISIONS, (session_id,)).fetchone()[0]:
                 return refused_save(self, session_id, len(values))
             texts = {v[4]: v[3] for v in values if v[4]}  # a message's new text: its other texts go
@@ -57,7 +67,7 @@ class SQLiteVectors(VectorStore):
         """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first."""
         session_id, embedder = checked_session(session_id), checked_embedder(embedder)
         dimension = checked_dimension(dimension)
-        with self._connection() as conn:  # type: ignore[attr-defined]
+        with self._connection() as conn:
             rows = conn.execute(_LOAD_VECTORS, (session_id, embedder, dimension, dimension)).fetchall()
         return [VectorRow(bytes(m).decode("utf-8", "surrogatepass"), h, e, unpack_vector(v)) for m, h, e, v in rows]
 
@@ -65,6 +75,6 @@ class SQLiteVectors(VectorStore):
         """Erase the session's vectors (of one embedder, or all); returns how many."""
         session_id = checked_session(session_id)
         embedder = None if embedder is None else checked_embedder(embedder)
-        with self._write() as conn:  # type: ignore[attr-defined]
+        with self._write() as conn:
             query = "DELETE FROM vectors WHERE session_id = ? AND (? IS NULL OR embedder = ?)"
             return conn.execute(query, (session_id, embedder, embedder)).rowcount

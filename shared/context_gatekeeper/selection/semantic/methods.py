@@ -5,12 +5,15 @@ selection)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .runner import run_locked
 from .embedding import Embedder, Vector
 from ..history import TurnHistory
 from .channel import SemanticChannel
+
+if TYPE_CHECKING:
+    from ..records import Selection
 
 __all__ = ["SemanticMethods"]
 
@@ -22,6 +25,10 @@ class SemanticMethods:
     _semantic: SemanticChannel | None
     _history: TurnHistory
     _lock: Any
+
+    if TYPE_CHECKING:  # provided by ContextGatekeeper
+
+        def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any) -> Selection: ...
 
     def _semantic_channel(self, embedder: Any, vector_cache: Any, timeout: float | None) -> SemanticChannel | None:
         """The channel for ``embedder`` (None without one), following the history: its
@@ -59,7 +66,7 @@ class SemanticMethods:
         under a millisecond per hundred turns) runs inline, or in a worker thread when
         another thread holds the gatekeeper's lock."""
         probe = await self._aprobe(query)
-        return await run_locked(self._lock, self._select_for, query, token_budget, exclude, probe)  # type: ignore[attr-defined]
+        return await run_locked(self._lock, self._select_for, query, token_budget, exclude, probe)
 
     async def aselect(
         self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
@@ -68,7 +75,7 @@ class SemanticMethods:
         probe = await self._aprobe(query)
 
         def select() -> list[dict[str, object]]:
-            selection = self._select_for(query, token_budget, exclude, probe)  # type: ignore[attr-defined]
+            selection = self._select_for(query, token_budget, exclude, probe)
             return [self._history.turns[t].as_dict() for t in selection.turn_ids]
 
         return await run_locked(self._lock, select)
