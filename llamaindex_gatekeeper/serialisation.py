@@ -173,12 +173,12 @@ def _checked_log(session_id: str, entries: object) -> list[Revision]:
             done.remove(placed.target)
             undone.append(placed)
         elif kind == "redo":
-            if not undone or undone[-1].target != placed.target:
+            if not undone or placed.target is None or undone[-1].target != placed.target:
                 raise InvalidRevisionError(
                     _refused(position, kind, f"redoes revision {revision.target}, which is not the last one undone")
                 )
             undone.pop()
-            done.append(placed.target)  # type: ignore[arg-type]
+            done.append(placed.target)
         index.update(rows)
         kept.append(placed)
         stored_as[position] = state_at[position] = placed.number

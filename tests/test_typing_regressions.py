@@ -31,3 +31,14 @@ def test_memory_get_over_its_budget_raises_budget_error_on_python_310(monkeypatc
     assert str(caught.value) == "Initial token count exceeds token limit"  # ChatMemoryBuffer's text
     notes = caught.value.__dict__.get("__notes__", [])
     assert any("initial_token_count=11" in note and "token_limit=10" in note for note in notes), notes
+
+
+def test_the_histories_position_view_is_a_whole_sequence() -> None:
+    # mypy: its __getitem__ overrode Sequence's without the slice overload (an ignore hid
+    # it); a slice failed with TypeError (a list of ids used as one dict key).
+    from context_gatekeeper.selection.history import _ByPosition
+
+    view = _ByPosition([3, 1, 2], {1: "one", 2: "two", 3: "three"})  # strings stand in for the inputs
+    assert view[0] == "three" and view[-1] == "two"
+    assert view[1:] == ["one", "two"]
+    assert list(reversed(view)) == ["two", "one", "three"] and view.index("one") == 1

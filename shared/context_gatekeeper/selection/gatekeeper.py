@@ -319,7 +319,8 @@ class ContextGatekeeper(SemanticMethods):
         # 1-2. weights, candidates (fused with similarity), and the gate
         weights = anchor_weights(query_anchors, index.df, len(history), p)
         candidates, topic_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
-        view = None if probe is None else self._semantic.view(probe[0], p.semantic_min_turns)  # type: ignore[union-attr]
+        semantic = self._semantic  # a probe comes from it: None without it
+        view = None if probe is None or semantic is None else semantic.view(probe[0], p.semantic_min_turns)
         fuse(candidates, view, history, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)

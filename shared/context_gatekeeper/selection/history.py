@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from .anchors import TextAnchors, extract
 from .cues import strip_cues
@@ -34,7 +34,15 @@ class _ByPosition(Sequence[SegmentInput]):
     def __len__(self) -> int:
         return len(self._order)
 
-    def __getitem__(self, position: int) -> SegmentInput:  # type: ignore[override]
+    @overload
+    def __getitem__(self, position: int) -> SegmentInput: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[SegmentInput]: ...
+
+    def __getitem__(self, position: int | slice) -> SegmentInput | list[SegmentInput]:
+        if isinstance(position, slice):  # a Sequence slices too
+            return [self._inputs[turn_id] for turn_id in self._order[position]]
         return self._inputs[self._order[position]]
 
 

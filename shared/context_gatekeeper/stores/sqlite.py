@@ -230,7 +230,7 @@ class SQLiteStore(Store, SQLiteVectors):
             self._fault("begin")
             head = _head(conn, session_id)
             stale = isinstance(expected_head, int) and 0 <= expected_head < head
-            later = _load(conn, session_id, expected_head) if stale else []  # type: ignore[arg-type]
+            later = _load(conn, session_id, expected_head) if isinstance(expected_head, int) and stale else []
 
             def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
                 return _lookup(conn, session_id, ids)

@@ -323,7 +323,9 @@ def resolve_request(request: Request, state: "State | Sequence[Message]") -> App
         return Change(old, old.revised(require_text(request.content, "content"), 0))
     if isinstance(request, Delete):
         message_id = find(request.id)
-        return Remove(current.get(message_id), current.previous_id(message_id))  # type: ignore[arg-type]
+        removed = current.get(message_id)
+        assert removed is not None  # find() checked it is there
+        return Remove(removed, current.previous_id(message_id))
     if isinstance(request, InsertAfter):
         if request.id is not None:
             find(request.id)

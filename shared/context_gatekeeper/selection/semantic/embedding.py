@@ -289,11 +289,14 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
         )
     if callable(obj) and not asyncio.iscoroutinefunction(obj):
         twin = aembed or getattr(obj, "aembed", None)
+        aquery: Callable[[str], Awaitable[Any]] | None = None
+        if twin is not None:
 
-        async def aquery(text: str) -> Any:
-            return (await twin([text]))[0]  # type: ignore[misc]
+            async def aquery_by_twin(text: str) -> Any:
+                return (await twin([text]))[0]
 
-        return Embedder(label, obj, lambda text: obj([text])[0], twin, aquery if twin is not None else None)
+            aquery = aquery_by_twin
+        return Embedder(label, obj, lambda text: obj([text])[0], twin, aquery)
     raise InvalidTypeError(
         f"embedder must be a LangChain Embeddings, a LlamaIndex BaseEmbedding or a callable "
         f"list[str] -> list[list[float]] (an async function goes in aembed= beside a sync one), "
