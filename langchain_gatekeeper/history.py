@@ -265,7 +265,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
 
     # -- editing and versions (the core's VersionedTranscriptMixin) ----------------------
     @property
-    def _versioned_transcript(self) -> Transcript:  # type: ignore[override]
+    def _versioned_transcript(self) -> Transcript:
         return self.transcript
 
     def _edit_model(self, model: Any, llm: Any) -> Any:

@@ -47,7 +47,7 @@ class VersionsMixin(VersionedTranscriptMixin):
     _default_model: Any
 
     @property
-    def _versioned_transcript(self) -> "Transcript":  # type: ignore[override]
+    def _versioned_transcript(self) -> "Transcript":
         return self._transcript
 
     def _edit_model(self, model: Any, llm: Any) -> Any:

@@ -28,13 +28,17 @@ class VersionedTranscriptMixin:
 
     Hooks for the host class:
 
-    * ``_versioned_transcript``: the :class:`Transcript` (an attribute or property);
+    * ``_versioned_transcript``: the :class:`Transcript` (a property, or an attribute the
+      host class declares);
     * ``_edit_model(model, llm)``: the model an edit should use (``model`` or its alias
       ``llm``, else the host's default, else the framework's default model);
     * ``_export_messages(messages)``: core messages as the framework's messages.
     """
 
-    _versioned_transcript: "Transcript"
+    if TYPE_CHECKING:  # read-only here, so a host may provide it as a property
+
+        @property
+        def _versioned_transcript(self) -> Transcript: ...
 
     def _edit_model(self, model: Any, llm: Any) -> Any:  # pragma: no cover - hosts override
         raise NotImplementedError
