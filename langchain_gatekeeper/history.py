@@ -147,7 +147,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
 
     # -- BaseChatMessageHistory ---------------------------------------------------------
     @property
-    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # LangChain declares an attribute, documents a property
         """The full current transcript (every message of the state, not the gated view)."""
         return from_core_messages(self.transcript.messages)
 

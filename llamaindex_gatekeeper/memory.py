@@ -100,6 +100,7 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
 
     token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT, gt=0)
     session_id: str = Field(default="default", min_length=1)
+    # __init__ always sets it; pydantic types Field(default=None) as None
     tokenizer_fn: Callable[[str], Sequence[Any]] = Field(default=None, exclude=True)  # type: ignore[assignment]
 
     _transcript: Transcript = PrivateAttr()

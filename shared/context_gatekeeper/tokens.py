@@ -231,7 +231,7 @@ def _checked(counter: Callable[[str], Any]) -> TokenCounter:
         )
 
     count.__name__ = f"checked_{name}"
-    count._checked_counter = True  # type: ignore[attr-defined]
+    count._checked_counter = True  # type: ignore[attr-defined]  # mypy types no attributes set on a function
     return count
 
 
