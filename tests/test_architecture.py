@@ -205,7 +205,8 @@ def test_every_old_module_path_still_imports_with_a_deprecation_warning() -> Non
         "        warnings.simplefilter('always')\n"
         "        namespace = {}\n"
         "        exec(compile(f'import context_gatekeeper.{old} as module', '<user code>', 'exec'), namespace)\n"
-        "    same = namespace['module'] is importlib.import_module(f'context_gatekeeper.{new}')\n"
+        "    real = importlib.import_module(f'context_gatekeeper.{new}')\n"
+        "    same = namespace['module'] is real and real.__spec__.name == real.__name__\n"
         "    seen[old] = [same] + [[w.category.__name__, str(w.message), w.filename] for w in caught]\n"
         "print(json.dumps(seen))\n"
     )
@@ -214,10 +215,58 @@ def test_every_old_module_path_still_imports_with_a_deprecation_warning() -> Non
     seen = json.loads(out.stdout)
     assert sorted(seen) == sorted(MOVED)
     for old, (same, *caught) in seen.items():
-        assert same, f"context_gatekeeper.{old} is not the module at its new path"
+        assert same, f"context_gatekeeper.{old} is not the module at its new path, or relabelled it"
         assert [c[0] for c in caught] == ["DeprecationWarning"], (old, caught)
         assert f"context_gatekeeper.{MOVED[old]}" in caught[0][1], (old, caught)
         assert caught[0][2] == "<user code>", f"the warning for {old} points at {caught[0][2]}, not the importing line"
+
+
+ALIAS_ROUTES = """
+import importlib, warnings
+from unittest import mock
+def caught(fn):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fn()
+    return [(w.category.__name__, w.filename, w.lineno) for w in seen]
+import context_gatekeeper as cg
+def patched():
+    with mock.patch("context_gatekeeper.gemini.GeminiModel"):  # line 11
+        pass
+print(caught(lambda: importlib.import_module("context_gatekeeper.anchors")))  # line 13
+print(caught(patched))
+print(caught(lambda: cg.gatekeeper))  # line 15
+print(cg.gatekeeper is importlib.import_module("context_gatekeeper.selection.gatekeeper"))
+real = importlib.import_module("context_gatekeeper.transcripts.transcript")
+import context_gatekeeper.transcript
+importlib.reload(real)
+print(real.__spec__.name, real.__package__)
+"""
+
+
+def test_every_route_to_an_old_module_warns_at_the_callers_line_and_keeps_the_real_module() -> None:
+    out = subprocess.run([sys.executable, "-c", ALIAS_ROUTES], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    import_module, patch, attribute, same, spec = out.stdout.strip().splitlines()
+    assert ast.literal_eval(import_module) == [("DeprecationWarning", "<string>", 13)]
+    assert ast.literal_eval(patch) == [("DeprecationWarning", "<string>", 11)]
+    assert ast.literal_eval(attribute) == [("DeprecationWarning", "<string>", 15)]
+    assert same == "True"
+    assert spec == "context_gatekeeper.transcripts.transcript context_gatekeeper.transcripts"
+
+
+def test_a_stale_file_at_an_old_path_never_shadows_the_alias(tmp_path: Path) -> None:
+    (tmp_path / "messages.py").write_text("STALE = True\n")  # as an old build folder would leave it
+    code = (
+        "import warnings, context_gatekeeper\n"
+        f"context_gatekeeper.__path__.append({str(tmp_path)!r})\n"
+        "warnings.simplefilter('ignore')\n"
+        "import context_gatekeeper.messages as m\n"
+        "print(m.__name__, hasattr(m, 'STALE'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["context_gatekeeper.transcripts.messages", "False"]
 
 
 def test_every_moved_module_exists_at_its_new_path() -> None:
@@ -269,3 +318,13 @@ def test_the_former_selection_and_editing_modules_are_rooms_that_keep_their_name
         context_gatekeeper.Evidence,
         context_gatekeeper.TurnScore,
     )
+
+
+def test_the_readme_layout_names_every_room_adapter_module_and_benchmark() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout") : readme.index("\n## ", readme.index("## Layout") + 1)]
+    expected = {f"{room}/" for room in ROOMS} | {"semantic/"} | {f"{m}.py" for m in TOP_LEVEL_MODULES - {"__init__"}}
+    expected |= {p.name for root in ADAPTERS for p in root.glob("*.py") if p.name != "__init__.py"}
+    expected |= {p.name for p in (REPO / "benchmarks").glob("*.py")}
+    missing = sorted(name for name in expected if name not in layout)
+    assert not missing, f"README.md's Layout section does not mention {missing}"

@@ -119,6 +119,9 @@ def __getattr__(name: str) -> object:
         from .stores.postgres import PostgresStore
 
         return PostgresStore
+    module = _moved.moved_attribute(name)  # an 0.1 module name, e.g. context_gatekeeper.gatekeeper
+    if module is not None:
+        return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

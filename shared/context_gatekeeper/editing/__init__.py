@@ -13,12 +13,13 @@ Imports: the foundation modules and the transcript records (messages,
 operations); never ``Transcript``, stores or selection.  See
 ``docs/architecture.md``.
 
-``compute_edit`` and its companions are importable from here as they were from
-the former ``context_gatekeeper.editing`` module.
+``compute_edit`` and its companions (and the ``Strategy`` type) are importable
+from here as they were from the former ``context_gatekeeper.editing`` module.
 """
 
 from __future__ import annotations
 
 from .compute import MAX_ATTEMPTS, STRATEGIES, EditOptions, EditResult, acompute_edit, compute_edit
+from .options import Strategy
 
-__all__ = ["EditResult", "EditOptions", "compute_edit", "acompute_edit", "STRATEGIES", "MAX_ATTEMPTS"]
+__all__ = ["EditResult", "EditOptions", "Strategy", "compute_edit", "acompute_edit", "STRATEGIES", "MAX_ATTEMPTS"]

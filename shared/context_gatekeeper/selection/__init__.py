@@ -15,12 +15,14 @@ embedding channel is the :mod:`.semantic` sub-room.
 Imports: the foundation modules only (``errors``, ``tokens``, ``validation``);
 never transcripts, editing or stores.  See ``docs/architecture.md``.
 
-The record types are importable from here as they were from the former
+The record types (and the gate's ``Decision`` and ``GateFeatures`` they carry)
+are importable from here as they were from the former
 ``context_gatekeeper.selection`` module.
 """
 
 from __future__ import annotations
 
+from .gate import Decision, GateFeatures
 from .records import Evidence, Selection, Turn, TurnScore
 
-__all__ = ["Turn", "Evidence", "TurnScore", "Selection"]
+__all__ = ["Turn", "Evidence", "TurnScore", "Selection", "Decision", "GateFeatures"]

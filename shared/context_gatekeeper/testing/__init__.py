@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..editing.models import ModelReply
+from ..errors import InvalidTypeError
 
 __all__ = ["RecordedCall", "ScriptedModel"]
 
@@ -69,7 +70,7 @@ def _check_reply(reply: Any) -> Any:
     """Fail at enqueue time, not mid-test, on a reply the model could never give."""
     ok = isinstance(reply, (str, dict, list, ModelReply, BaseException)) or callable(reply)
     if not ok:
-        raise TypeError(
+        raise InvalidTypeError(
             "a scripted reply must be a str, a dict or list, a ModelReply, an exception, or a callable(messages); "
             f"got {type(reply).__name__}"
         )
@@ -154,7 +155,7 @@ class ScriptedModel:
         if callable(reply):
             reply = _check_reply(reply(call.messages))
             if callable(reply) and not isinstance(reply, (type, BaseException)):
-                raise TypeError("a scripted reply callable must return a reply, not another callable")
+                raise InvalidTypeError("a scripted reply callable must return a reply, not another callable")
             return self._resolve(reply, call)
         if isinstance(reply, (dict, list)):
             if self.structured and call.json_schema is not None:
