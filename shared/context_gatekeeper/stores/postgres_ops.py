@@ -224,24 +224,30 @@ class PostgresOps:
         self, key: tuple[bytes, str], revision: Revision, head: int, expected_head: int | None,
         later: Sequence[Revision], renew_taken_ids: bool,
     ) -> Steps[tuple[Revision, dict[str, IdEntry]]]:
-        """:func:`prepare_commit`, its id-index reads done as a step.
+        """:func:`prepare_commit`, its id-index reads done as steps.
 
         ``prepare_commit`` reads the index through a callback, inside which a generator
-        cannot pause: the first pass stops at the callback with the ids it wants, a step
-        reads their rows, and the second pass (a pure function again) runs with them.
+        cannot pause: a pass stops at the first lookup that wants ids not read yet, a step
+        reads their rows, and the next pass (a pure function again) runs with every row
+        read so far; so any number of lookups each get their own ids' rows, each id is
+        read once, and a lookup of no new ids costs no query.
         """
-        found: dict[str, IdEntry] | None = None
+        found: dict[str, IdEntry] = {}
+        read: set[str] = set()
 
         def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
-            if found is None:
-                raise _Wanted(ids)
-            return found
+            wanted = list(ids)
+            missing = [i for i in wanted if i not in read]
+            if missing:
+                raise _Wanted(missing)
+            return {i: found[i] for i in wanted if i in found}
 
         while True:
             try:
                 return prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids)
             except _Wanted as wanted:
-                found = yield from self._lookup_steps(key, wanted.ids)
+                found.update((yield from self._lookup_steps(key, wanted.ids)))
+                read.update(wanted.ids)
 
     def _commit_steps(
         self, key: tuple[bytes, str], revision: Revision, expected_head: int | None, renew_taken_ids: bool
