@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any
 
+from ..errors import StoreClosedError
 from .postgres_ops import Step, Steps
 from .schema import id_key
 from .vectors import (
@@ -59,6 +60,8 @@ class PostgresVectors(VectorStore):
     ``purge``, and a save checks, under that lock, that the session still holds revisions."""
 
     # provided by the store (see .postgres_ops.PostgresOps)
+    _closed: bool
+    _closed_error: Callable[[], StoreClosedError]
     _sql: dict[str, Any]
     _key: Callable[[Any], tuple[bytes, str]]
     _session_lock: Callable[[tuple[bytes, str]], int]
@@ -67,7 +70,10 @@ class PostgresVectors(VectorStore):
     _arun: Callable[..., Awaitable[Any]]
 
     def _saving(self, session_id: str, rows: Iterable[Any]) -> tuple[tuple[bytes, str], list[tuple[Any, ...]]]:
-        """The session's key and the table rows to save (all checked before anything is written)."""
+        """The session's key and the table rows to save (all checked before anything is
+        written; a closed store refuses even an empty save, as the SQLite store does)."""
+        if self._closed:
+            raise self._closed_error()
         key, checked = self._key(session_id), checked_rows(rows)
         now = time.time()
         return key, [
