@@ -61,7 +61,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'context-gatekeeper[postgres]'"
     ) from exc
 
-from .postgres_async import PoolOptions, PostgresAsync
+from .postgres_async import PoolOptions, PostgresAsync, close_idle_pools
 from .postgres_ops import Step, Steps, run_steps
 from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors
 
@@ -133,15 +133,15 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
         connect_timeout: seconds to wait for the first connections of each pool the store opens.
         async_pool: an open :class:`psycopg_pool.AsyncConnectionPool` of your own for
             the async twins (used, never closed; it belongs to the event loop it was
-            opened in, and the store refuses it from another loop).
+            opened in, and the store refuses it from any other loop).
 
     Threads share the sync pool (each call checks out its own connection).  The async
     twins (``acommit``, ``ahead``, ...) are native: they run the same operations on
     psycopg's async connections, so they never block the event loop nor use a thread.
     From a connection string the store opens their :class:`~psycopg_pool.AsyncConnectionPool`
     on first async use, one per event loop (a pool cannot outlive or leave its loop:
-    two ``asyncio.run`` calls in a row each get their own; the pool of a loop that has
-    closed is dropped, its idle connections released when it is collected).  Given
+    two ``asyncio.run`` calls in a row each get their own; how each is released, loops
+    left open included, is told in :mod:`.postgres_async`).  Given
     a sync pool of your own and no ``async_pool``, the store opens no connection of its
     own and the async twins run the sync methods in worker threads.  The fault hook
     runs inside the transaction either way; the native twins call it (only when one is
@@ -204,7 +204,7 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
         """A connection of the sync pool for the block (its transaction, if any, committed at the end)."""
         if self._closed:
             raise self._closed_error()
-        with self._pool.connection() as conn:
+        with self._closing_race(), self._pool.connection() as conn:
             yield conn
 
     def _run(self, steps: Steps[T], lock: int | None = None) -> T:
@@ -282,14 +282,18 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
         return self._run(self._sessions_steps())
 
     def close(self) -> None:
-        """Close the pools this store opened (idempotent); the store may not be used afterwards
-        (:class:`StoreClosedError`).  Async pools of a running loop are closed on that loop
-        (scheduled); prefer ``await store.aclose()`` from async code."""
-        if not self._closed:
-            self._closed = True
-            self._release_async_pools(None)
+        """Close the pools this store opened; the store may not be used afterwards
+        (:class:`StoreClosedError`, also for calls in flight that had not got a connection
+        yet).  Idempotent, and each pool is closed on its own: a close or ``aclose`` that
+        was interrupted is finished by the next.  Async pools of a running loop are closed
+        on that loop (scheduled), those of an idle loop by running it in a worker thread;
+        prefer ``await store.aclose()`` from async code."""
+        _mine, idle = self._release_async_pools(None)
+        try:
+            close_idle_pools(idle, wait=True)
+        finally:
             if self._owns_pool:
-                self._pool.close()
+                self._pool.close()  # idempotent
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -8,10 +8,25 @@ same transaction, without a worker thread and without blocking the event loop.
 Event loops: an :class:`~psycopg_pool.AsyncConnectionPool` belongs to the loop it was
 opened in.  A store opened from a connection string opens one on first async use in
 each loop (``asyncio.run`` twice, or a test runner's loop per test, each get their
-own) and forgets the pools of loops that have closed (they cannot be awaited any
-more; their idle connections are released when the pool is collected).  A pool given
-as ``async_pool`` is used in the loop that first uses it, and refused from another
-(:class:`InvalidInputError`) instead of hanging.  See
+own).  How a loop's pool is released:
+
+* ``await store.aclose()`` on that loop closes it there; ``close()`` or ``aclose()``
+  elsewhere closes it on its loop: scheduled there if the loop is running, else, if the
+  loop is idle (neither running nor closed, e.g. a ``new_event_loop()`` driven by
+  ``run_until_complete`` and left open), by running the loop in a short-lived thread
+  until the pool is closed (so do not start that loop from another thread meanwhile);
+* a loop that has closed: its pool is forgotten at the next opening or close (its tasks
+  were cancelled with the loop; its idle connections go when the pool is collected);
+* an idle loop whose thread (the one that asked for the pool) has ended: its pool is
+  closed as above when another loop next opens one.  An idle loop of a live thread may
+  run again, so its pool stays until the store is closed.
+
+Pools are keyed by the loop itself: a weak reference would free nothing, as the pool's
+own tasks hold their loop.  A pool given as ``async_pool`` belongs to the loop its
+tasks run on (or, not open yet, to the first loop that uses it) and is refused from
+another (:class:`InvalidInputError`) instead of hanging.  Closing is idempotent per
+resource: a ``close`` or ``aclose`` that was cancelled or failed partway still closes
+the sync pool, and calls racing it raise :class:`StoreClosedError`.  See
 ``docs/architecture.md#concurrency-rules``.
 """
 
@@ -20,12 +35,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from ..errors import InvalidInputError, StoreClosedError
 from ..transcripts.revisions import Revision
@@ -36,6 +51,21 @@ __all__ = ["PostgresAsync", "PoolOptions", "arun_steps"]
 
 T = TypeVar("T")
 _closing: set[concurrent.futures.Future[None]] = set()  # pool closings scheduled on other loops (kept from collection)
+
+
+class _Opening(NamedTuple):
+    """A loop's pool, being opened or open, and the thread that asked for it (when that
+    thread has ended and the loop is idle, nothing will run the loop again)."""
+
+    task: asyncio.Task[AsyncConnectionPool]
+    thread: threading.Thread
+
+
+class _Released(NamedTuple):
+    """What :meth:`PostgresAsync._release_async_pools` leaves its caller to close."""
+
+    mine: asyncio.Task[AsyncConnectionPool] | None
+    idle: list[tuple[asyncio.AbstractEventLoop, _Opening]]
 
 
 class PoolOptions(NamedTuple):
@@ -93,8 +123,10 @@ class PostgresAsync(PostgresOps):
         per loop, else (neither) the sync methods in worker threads."""
         self._adsn, self._aoptions, self._agiven = dsn, options, given
         self._agiven_loop: asyncio.AbstractEventLoop | None = None
-        self._apools: dict[asyncio.AbstractEventLoop, asyncio.Task[AsyncConnectionPool]] = {}
-        self._apools_lock = threading.Lock()  # loops in several threads may open pools at once
+        self._apools: dict[asyncio.AbstractEventLoop, _Opening] = {}
+        # guards _apools, _agiven_loop and the switch of _closed: loops in several threads
+        # may open pools at once, and close() may run in yet another thread
+        self._apools_lock = threading.Lock()
 
     async def _apool(self) -> AsyncConnectionPool | None:
         """The async pool of the running loop (opened on first use); None: use threads."""
@@ -102,61 +134,95 @@ class PostgresAsync(PostgresOps):
             raise self._closed_error()
         loop = asyncio.get_running_loop()
         if self._agiven is not None:
-            if self._agiven_loop is None:
-                self._agiven_loop = loop
-            elif self._agiven_loop is not loop:
-                raise InvalidInputError(
-                    "the async_pool given to this PostgresStore belongs to the event loop that first used it, "
-                    "not to this one; give each event loop its own store and pool (or pass a connection "
-                    "string, and the store opens a pool per loop)"
-                )
-            return self._agiven
+            return self._given_pool(loop, self._agiven)
         if self._adsn is None:
             return None
         opening = self._apools.get(loop)
-        if opening is not None and opening.done() and not opening.cancelled() and opening.exception() is None:
-            return opening.result()  # the common case: open already
+        if opening is None or not _succeeded(opening.task):
+            opening = self._opening(loop, self._adsn)
+        pool = await asyncio.shield(opening.task)  # a cancelled caller leaves the opening to the others
+        if self._closed:  # closed while it opened: close() took this pool too; close it now anyway
+            await pool.close()
+            raise self._closed_error()
+        return pool
+
+    def _given_pool(self, loop: asyncio.AbstractEventLoop, given: AsyncConnectionPool) -> AsyncConnectionPool:
+        """The caller's ``async_pool``, if ``loop`` is its loop (the loop its tasks run on
+        once it is open, else the first loop that uses it)."""
         with self._apools_lock:
+            if self._closed:
+                raise self._closed_error()
+            if self._agiven_loop is None:
+                self._agiven_loop = _loop_of(given) or loop
+            if self._agiven_loop is not loop:
+                raise InvalidInputError(
+                    "the async_pool given to this PostgresStore belongs to another event loop (the one it "
+                    "was opened in, or that first used it); give each event loop its own store and pool "
+                    "(or pass a connection string, and the store opens a pool per loop)"
+                )
+        return given
+
+    def _opening(self, loop: asyncio.AbstractEventLoop, dsn: str) -> _Opening:
+        """The opening of ``loop``'s pool: the one under way or done, else a new one (also
+        in place of one that failed or was cancelled).  Forgets the pools of loops that
+        have closed, and closes those of loops left idle by a thread that has ended."""
+        with self._apools_lock:
+            if self._closed:
+                raise self._closed_error()
             opening = self._apools.get(loop)
-            if opening is None:
-                for gone in [other for other in self._apools if other.is_closed()]:
-                    del self._apools[gone]
-                opening = self._apools[loop] = loop.create_task(_aopen_pool(self._adsn, self._aoptions))
+            if opening is None or (opening.task.done() and not _succeeded(opening.task)):
+                opening = self._apools[loop] = _Opening(
+                    loop.create_task(_aopen_pool(dsn, self._aoptions)), threading.current_thread()
+                )
+            abandoned = [(other, entry) for other, entry in self._apools.items()
+                         if other.is_closed() or (not other.is_running() and not entry.thread.is_alive())]
+            for other, _entry in abandoned:
+                del self._apools[other]
+        close_idle_pools([(other, entry) for other, entry in abandoned if not other.is_closed()], wait=False)
+        return opening
+
+    @contextmanager
+    def _closing_race(self) -> Iterator[None]:
+        """Around a pool checkout: a pool closed by :meth:`close` under a call still in
+        flight raises :class:`StoreClosedError`, as a call after it does (a pool of the
+        caller's that its owner closed still raises psycopg's ``PoolClosed``)."""
         try:
-            return await asyncio.shield(opening)  # a cancelled caller leaves the opening to the others
-        except BaseException:
-            if opening.done():  # the opening failed: the next call tries again
-                with self._apools_lock:
-                    if self._apools.get(loop) is opening:
-                        del self._apools[loop]
-            raise
+            yield
+        except PoolClosed as exc:
+            if not self._closed:
+                raise
+            raise self._closed_error() from exc
 
     async def _arun(self, steps: Steps[T], lock: int | None = None) -> T:
         """The async twin of ``_run``: the same steps on a connection of the loop's pool."""
         pool = await self._apool()
         if pool is None:
             return await asyncio.to_thread(self._run, steps, lock)
-        async with pool.connection() as conn:
-            if lock is None:
-                return await arun_steps(conn, None, steps)
-            async with _apipeline(conn) as pipeline, conn.transaction():
-                return await arun_steps(conn, pipeline, self._locked(lock, steps))
+        with self._closing_race():
+            async with pool.connection() as conn:
+                if lock is None:
+                    return await arun_steps(conn, None, steps)
+                async with _apipeline(conn) as pipeline, conn.transaction():
+                    return await arun_steps(conn, pipeline, self._locked(lock, steps))
 
-    def _release_async_pools(self, current: asyncio.AbstractEventLoop | None) -> asyncio.Task[AsyncConnectionPool] | None:
-        """Forget every pool the store opened; those of other running loops are closed on
-        their loop (scheduled).  Returns the opening of ``current``'s pool, for the caller
-        to await and close."""
+    def _release_async_pools(self, current: asyncio.AbstractEventLoop | None) -> _Released:
+        """Mark the store closed and take every pool it opened (so each is closed once):
+        those of other running loops are closed on their loop (scheduled), those of loops
+        that have closed are dropped (their tasks were cancelled when the loop ended, their
+        connections go when the pool is collected).  Returns ``current``'s opening and the
+        idle loops' (not running, not closed) for the caller to close."""
         with self._apools_lock:
+            self._closed = True
             pools, self._apools = self._apools, {}
-        mine = None
-        for loop, opening in pools.items():
+        released = _Released(None, [])
+        for loop, entry in pools.items():
             if loop is current:
-                mine = opening
+                released = released._replace(mine=entry.task)
             elif loop.is_running():
-                future = asyncio.run_coroutine_threadsafe(_close_opened(opening), loop)
-                _closing.add(future)
-                future.add_done_callback(_closing.discard)
-        return mine
+                _close_on_its_loop(loop, entry.task)
+            elif not loop.is_closed():
+                released.idle.append((loop, entry))
+        return released
 
     # -- the twins ------------------------------------------------------------------------
     async def asetup(self) -> None:
@@ -203,15 +269,17 @@ class PostgresAsync(PostgresOps):
 
     async def aclose(self) -> None:
         """Async :meth:`close`: closes this loop's pool here, other running loops' pools on
-        their loop, and the sync pool (if the store opened them); idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        mine = self._release_async_pools(asyncio.get_running_loop())
-        if mine is not None:
-            await _close_opened(mine)
-        if self._owns_pool:
-            await asyncio.to_thread(self._pool.close)  # joins the sync pool's worker threads
+        their loop, idle loops' pools on their loop in a worker thread, and the sync pool
+        (if the store opened them).  Idempotent; a cancelled or failed ``aclose`` still
+        closes the sync pool, and a later ``close`` or ``aclose`` closes what is left."""
+        mine, idle = self._release_async_pools(asyncio.get_running_loop())
+        try:
+            if mine is not None:  # shielded: a cancelled aclose leaves the closing to finish
+                await asyncio.shield(asyncio.ensure_future(_close_opened(mine)))
+            await asyncio.to_thread(close_idle_pools, idle, wait=True)
+        finally:
+            if self._owns_pool:
+                await asyncio.to_thread(self._pool.close)  # joins the sync pool's worker threads (idempotent)
 
 
 async def _aopen_pool(dsn: str, options: PoolOptions) -> AsyncConnectionPool:
@@ -229,12 +297,61 @@ async def _aopen_pool(dsn: str, options: PoolOptions) -> AsyncConnectionPool:
 
 
 async def _close_opened(opening: asyncio.Task[AsyncConnectionPool]) -> None:
-    """Close the pool ``opening`` opens (nothing if its opening failed)."""
+    """Close the pool ``opening`` opens (nothing if its opening failed or was cancelled)."""
     try:
         pool = await opening
     except Exception:
         return
+    except asyncio.CancelledError:
+        if opening.cancelled():
+            return
+        raise  # this closing itself was cancelled
     await pool.close()
+
+
+def _close_on_its_loop(loop: asyncio.AbstractEventLoop, opening: asyncio.Task[AsyncConnectionPool]) -> None:
+    """Schedule the closing of ``opening``'s pool on ``loop``, a loop running in another thread."""
+    future = asyncio.run_coroutine_threadsafe(_close_opened(opening), loop)
+    _closing.add(future)
+    future.add_done_callback(_closing.discard)
+
+
+def _close_on_idle_loops(idle: list[tuple[asyncio.AbstractEventLoop, _Opening]]) -> None:
+    """Close the pools of loops that are neither running nor closed by running each loop
+    until its pool is closed; call it in a thread that runs no loop.  A loop that started
+    running (or closed) meanwhile has its pool closed on it (or dropped) instead."""
+    for loop, entry in idle:
+        closing = _close_opened(entry.task)
+        try:
+            loop.run_until_complete(closing)
+        except RuntimeError:  # raised before the loop took the coroutine
+            closing.close()
+            if loop.is_running():
+                _close_on_its_loop(loop, entry.task)
+
+
+def close_idle_pools(idle: list[tuple[asyncio.AbstractEventLoop, _Opening]], *, wait: bool) -> None:
+    """Close the pools of idle loops (see :func:`_close_on_idle_loops`) in a short-lived
+    thread: the calling thread may be running a loop, and one thread cannot run two.
+    ``wait``: return once they are closed."""
+    if idle:
+        closer = threading.Thread(target=_close_on_idle_loops, args=(idle,), name="context-gatekeeper-pool-closer",
+                                  daemon=True)
+        closer.start()
+        if wait:
+            closer.join()
+
+
+def _succeeded(opening: asyncio.Task[AsyncConnectionPool]) -> bool:
+    """Whether ``opening`` has opened its pool (not still under way, failed or cancelled)."""
+    return opening.done() and not opening.cancelled() and opening.exception() is None
+
+
+def _loop_of(pool: AsyncConnectionPool) -> asyncio.AbstractEventLoop | None:
+    """The loop an open pool's tasks run on (None before it is opened).  psycopg_pool keeps
+    no public record of it: its scheduler task tells."""
+    runner = getattr(pool, "_sched_runner", None)
+    return runner.get_loop() if isinstance(runner, asyncio.Task) else None
 
 
 def _apipeline(conn: psycopg.AsyncConnection[Any]) -> AbstractAsyncContextManager[psycopg.AsyncPipeline | None]:
