@@ -166,6 +166,18 @@ class _CloseOnFirstEntry:
         return self.real.__exit__(*exc)
 
 
+def wrap_pool_opening(monkeypatch: pytest.MonkeyPatch, wrapper: Any) -> None:
+    """Route every async pool opening through ``await wrapper(real_open, dsn, options)``."""
+    from context_gatekeeper.stores import postgres_async
+
+    real_open = postgres_async._aopen_pool
+
+    async def opening(dsn: str, options: Any) -> Any:
+        return await wrapper(real_open, dsn, options)
+
+    monkeypatch.setattr(postgres_async, "_aopen_pool", opening)
+
+
 @pytest.mark.usefixtures("_tables")
 def test_close_between_the_closed_check_and_the_lock_registers_no_new_pool(tmp_path: Path) -> None:
     store = open_pg(tmp_path)
@@ -179,19 +191,16 @@ def test_close_between_the_closed_check_and_the_lock_registers_no_new_pool(tmp_p
 def test_close_while_a_pool_opens_closes_that_pool_and_the_call_gets_store_closed_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from context_gatekeeper.stores import postgres_async
-
     store = open_pg(tmp_path)
-    real_open = postgres_async._aopen_pool
     opened: list[Any] = []
 
-    async def open_then_close_the_store(dsn: str, options: Any) -> Any:
+    async def open_then_close_the_store(real_open: Any, dsn: str, options: Any) -> Any:
         pool = await real_open(dsn, options)
         opened.append(pool)
         store.close()  # e.g. from another thread, while the opening was under way
         return pool
 
-    monkeypatch.setattr(postgres_async, "_aopen_pool", open_then_close_the_store)
+    wrap_pool_opening(monkeypatch, open_then_close_the_store)
 
     async def main() -> None:
         with pytest.raises(StoreClosedError):
@@ -281,20 +290,17 @@ def test_a_callers_async_pool_is_bound_to_the_loop_it_was_opened_in_not_the_firs
 def test_an_opening_that_failed_with_no_one_waiting_is_retried_not_reraised(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from context_gatekeeper.stores import postgres_async
-
     store = open_pg(tmp_path)
-    real_open = postgres_async._aopen_pool
     attempts: list[int] = []
 
-    async def flaky_open(dsn: str, options: Any) -> Any:
+    async def flaky_open(real_open: Any, dsn: str, options: Any) -> Any:
         attempts.append(1)
         if len(attempts) == 1:
             await gate.wait()
             raise ConnectionError("the first opening fails")
         return await real_open(dsn, options)
 
-    monkeypatch.setattr(postgres_async, "_aopen_pool", flaky_open)
+    wrap_pool_opening(monkeypatch, flaky_open)
 
     async def main() -> int:
         first = asyncio.create_task(store.ahead("s"))
