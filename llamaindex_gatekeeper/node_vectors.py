@@ -51,9 +51,9 @@ class NodeVectors:
     missing nodes.  Failures and timeouts give ``None`` (one warning per run of them)."""
 
     def __init__(self, embedder: Any, timeout: float | None = None, max_vectors: int = 10_000) -> None:
-        from context_gatekeeper.integration import load_numpy as numpy
+        from context_gatekeeper.integration import load_numpy
 
-        numpy()  # fail now, not at the first query, when numpy is missing
+        load_numpy()  # fail now, not at the first query, when numpy is missing
         self.embedder = as_embedder(embedder)
         self.timeout = timeout
         self.max_vectors = max_vectors
