@@ -108,7 +108,7 @@ def test_a_third_party_module_runs_the_whole_suite_on_its_own(tmp_path: Path) ->
     assert "[sync]" not in result.stdout  # -q: one line per skip reason, not per test
     # declared off: skipped, naming the capability, in both modes
     assert "needs the 'truncate' capability, which TestMyStore declares off" in result.stdout
-    assert " 4 skipped" in summary  # its two tests, twice
+    assert " 6 skipped" in summary  # its three tests, twice
 
 
 def test_a_capability_declared_but_missing_fails_instead_of_skipping(tmp_path: Path) -> None:

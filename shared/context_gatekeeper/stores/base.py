@@ -109,7 +109,13 @@ def checked_keep(keep: object) -> int:
 
 
 class Store(ABC):
-    """Keeps the revision log of each session."""
+    """Keeps the revision log of each session.
+
+    Revisions go in and come out as copies (or values nothing can change): a caller that
+    mutates a message's ``metadata`` or ``parts`` after ``commit`` or a read never changes
+    the log.  A session that ``truncate(session, 0)`` emptied holds nothing and, like a
+    purged one, is not listed by ``sessions()``.
+    """
 
     fault_hook: FaultHook | None = None
 

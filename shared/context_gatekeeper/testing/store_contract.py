@@ -23,11 +23,14 @@ from ._requires import HealthCheck, given, pytest, settings, st
 from .store_builders import (
     CONTENTS, NASTY_SESSIONS, NESTED, append, changed, delete, edit, fill, message, put_ids, snapshot, turn,
 )
-from .store_modes import needs
+from .store_modes import needs, together
 
 __all__ = ["StoreContract"]
 
 OpenStore = Callable[[], Store]
+
+HOOK_DEADLINE_S = 10.0
+"""How long the async test waits for ``acommit`` to reach ``fault_hook('begin')``."""
 
 
 class StoreContract:
@@ -219,6 +222,22 @@ class StoreContract:
 
         check()
 
+    def test_changing_what_the_store_handed_out_changes_nothing_stored(self, store: Store) -> None:
+        def nested() -> dict[str, Any]:
+            return {"calls": [{"name": "f", "args": {"x": [1]}}]}
+
+        sent = Message("u1", "user", "hi", parts=({"type": "text", "text": "hi"},), metadata=nested())
+        returned = store.commit("s", append(sent), expected_head=None)
+        expected = ("hi", ({"type": "text", "text": "hi"},), nested())
+        fetched = store.revisions("s")
+        for handed_out in (sent, returned.added[0], fetched[0].added[0]):  # a caller's copies, mutated
+            cast(Any, handed_out.metadata)["calls"][0]["args"]["x"].append(2)
+            cast(Any, handed_out.metadata)["new"] = True
+            cast(Any, handed_out.parts)[0]["text"] = "changed"
+        (again,) = store.revisions("s")
+        kept = again.added[0]
+        assert (kept.content, kept.parts, kept.metadata) == expected, "the store handed out (or kept) objects a caller can change"
+
     # -- purge and sessions -------------------------------------------------------------
     def test_purge_erases_one_session_only(self, store: Store, open_store: OpenStore) -> None:
         fill(store, "keep", 2)
@@ -306,7 +325,7 @@ class StoreContract:
             await store.asetup()
             await store.asetup()
             tasks = [store.acommit(s, append(message(f"{s}-{n}")), expected_head=None) for n in range(10) for s in "xy"]
-            stored = await asyncio.gather(*tasks)
+            stored = await together(self, *tasks)  # one after the other for Capabilities(threads=False)
             for s in "xy":
                 assert await store.ahead(s) == store.head(s) == 10
                 log = await store.arevisions(s)
@@ -319,7 +338,7 @@ class StoreContract:
             assert (edited.number, edited.base) == (11, 3)
             with pytest.raises(StaleHeadError):
                 await store.acommit("x", edit(message("nope"), "x"), expected_head=99)
-            await asyncio.gather(store.apurge("x"), store.apurge("nobody"))
+            await together(self, store.apurge("x"), store.apurge("nobody"))
             assert (await store.ahead("x"), await store.asessions()) == (0, ["y"])
 
         asyncio.run(main())
@@ -337,7 +356,17 @@ class StoreContract:
         async def main() -> Revision:
             store.fault_hook = hook
             task = asyncio.create_task(store.acommit("s", turn(1), expected_head=None))
+            deadline = asyncio.get_running_loop().time() + HOOK_DEADLINE_S
             while not inside.is_set():
+                if task.done():  # finished (or failed) without ever reaching the hook
+                    task.result()
+                    pytest.fail(
+                        "acommit never called fault_hook('begin'): call it inside the write transaction, "
+                        "or declare Capabilities(fault_hooks=False)"
+                    )
+                if asyncio.get_running_loop().time() > deadline:
+                    release.set()
+                    pytest.fail(f"acommit did not reach fault_hook('begin') within {HOOK_DEADLINE_S:g} s")
                 await asyncio.sleep(0.001)
             release.set()  # reached only because the loop kept running
             return await task

@@ -18,7 +18,7 @@ from ..transcripts.operations import AT_END, Change, Delete, Put, Remove
 from ..transcripts.revisions import Proposal, Revision
 from ..transcripts.transcript import Transcript
 from ._requires import pytest
-from .store_builders import append, changed, delete, edit, fill, message, run_together, snapshot
+from .store_builders import append, changed, delete, edit, fill, message, put_ids, run_together, snapshot, turn
 from .store_modes import needs
 
 __all__ = ["IntegrityContract", "ContentContract", "refused", "revision", "started", "S"]
@@ -158,11 +158,24 @@ class IntegrityContract:
         fill(store, "s", 3)
         assert store.truncate("s", 1) == 2
         assert store.head("s") == 1
-        store.commit("s", append(message("u3")), expected_head=None)  # u3 is free again
+        again = store.commit("s", append(message("u3", content="asked again"), after=AT_END), expected_head=None)  # u3 is free again
+        assert (again.number, again.parent) == (2, 1), "an id set aside by truncate must be free to append again"
+        assert put_ids(store.revisions("s")) == ["u1", "a1", "u3"]
+        assert [m.content for m in Transcript("s", store=store).messages][-1] == "asked again"
         with pytest.raises(InvalidInputError):
             store.commit("s", append(message("u1", content="different")), expected_head=None)
         with pytest.raises(InvalidInputError):
             store.truncate("s", -1)
+
+
+    @needs("truncate")
+    def test_a_session_truncated_to_nothing_is_not_listed(self, store: Store) -> None:
+        fill(store, "gone", 2)
+        fill(store, "kept", 1)
+        assert store.truncate("gone", 0) == 2
+        assert (store.sessions(), store.head("gone"), store.revisions("gone")) == (["kept"], 0, [])
+        assert store.commit("gone", turn(1), expected_head=None).number == 1
+        assert store.sessions() == ["gone", "kept"]
 
 
 class ContentContract:
@@ -263,3 +276,7 @@ class ContentContract:
         store.commit(S, revision("undo", Put(answer, user.id)), expected_head=3)
         store.commit(S, revision("edit", Change(now, now.revised("third", 0))), expected_head=4)
         assert [m.content for m in Transcript(S, store=store).messages] == ["third", "answer"]
+        # the id set aside ("extra") is free again, under other text
+        again = store.commit(S, append(message("extra", content="other text"), after=AT_END), expected_head=None)
+        assert again.number == 6, "an id set aside by truncate must be free to append again"
+        assert [m.content for m in Transcript(S, store=store).messages] == ["third", "answer", "other text"]

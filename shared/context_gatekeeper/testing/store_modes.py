@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
@@ -26,7 +26,9 @@ from ..stores.base import FaultHook, Store
 from ..stores.vectors import VectorRow, VectorStore, supports_vectors
 from ..transcripts.revisions import Revision
 
-__all__ = ["Capabilities", "AsyncTwinsFacade", "background_loop", "facade_for", "lacking", "needs", "unwrapped", "MODES"]
+__all__ = [
+    "Capabilities", "AsyncTwinsFacade", "background_loop", "facade_for", "lacking", "needs", "unwrapped", "together", "MODES",
+]
 
 T = TypeVar("T")
 
@@ -245,3 +247,14 @@ def needs(*capabilities: str) -> Any:
 def lacking(suite: str, capability: str) -> str:
     """The reason a test of ``suite`` is skipped for lack of ``capability``."""
     return f"needs the {capability!r} capability, which {suite} declares off (Capabilities({capability}=False))"
+
+
+async def together(suite: object, *awaitables: Awaitable[T]) -> list[T]:
+    """Await ``awaitables`` at once (:func:`asyncio.gather`) when ``suite`` declares the
+    ``threads`` capability (the default), else one after the other, in order: a store's
+    default async twins run its sync methods in worker threads, so concurrent awaits are
+    concurrent calls, which ``Capabilities(threads=False)`` rules out."""
+    capabilities = getattr(suite, "capabilities", None)
+    if not isinstance(capabilities, Capabilities) or capabilities.threads:
+        return list(await asyncio.gather(*awaitables))
+    return [await awaitable for awaitable in awaitables]

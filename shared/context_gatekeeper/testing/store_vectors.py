@@ -15,7 +15,7 @@ from ..errors import InvalidInputError
 from ..stores import Store, VectorRow, supports_vectors
 from ._requires import pytest
 from .store_builders import delete, edit, fill
-from .store_modes import Capabilities, lacking, unwrapped
+from .store_modes import Capabilities, lacking, together, unwrapped
 
 __all__ = ["VectorContract"]
 
@@ -156,7 +156,7 @@ class VectorContract:
         fill(vectors, "s", 1)
 
         async def main() -> None:
-            await asyncio.gather(*(vectors.asave_vectors("s", [(f"m{i}", f"h{i}", "e", [float(i)])]) for i in range(5)))
+            await together(self, *(vectors.asave_vectors("s", [(f"m{i}", f"h{i}", "e", [float(i)])]) for i in range(5)))
             loaded = await vectors.aload_vectors("s", "e", dimension=1)
             assert sorted(loaded) == sorted(vectors.load_vectors("s", "e"))
             assert len(loaded) == 5

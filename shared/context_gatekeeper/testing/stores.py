@@ -3,13 +3,16 @@
 Every store of this package (in memory, SQLite, PostgreSQL) runs it, and a store of your own
 (Redis, DynamoDB, ...) runs the same suite with a few lines in a ``test_*.py`` module::
 
-    from context_gatekeeper.testing.stores import Capabilities, StoreConformance
+    from context_gatekeeper.testing.stores import Capabilities, StoreConformance, storage_key
 
     class TestRedisStore(StoreConformance):
         capabilities = Capabilities(vectors=False)     # what it lacks; everything else is on
 
         def make(self, where):                         # where: a fresh directory per test
-            return RedisStore(url, prefix=where.name)  # a handle on this test's storage
+            return RedisStore(url, prefix=storage_key(where))  # a handle on this test's storage
+
+        def destroy(self, where):                      # optional: drop the test's storage
+            RedisStore(url, prefix=storage_key(where)).drop_everything()
 
 It needs pytest and hypothesis: ``pip install "context-gatekeeper[testing]"`` (importing
 this module without them raises an ImportError saying so).  The rest of
@@ -17,7 +20,12 @@ this module without them raises an ImportError saying so).  The rest of
 
 **make(where).**  Each call must open a *handle on the same storage* (the first call's
 storage starts empty): for a database, a new connection to the same file or schema.  The
-suite closes every handle it opened at the end of the test.
+suite closes every handle it opened at the end of the test.  Storage kept outside
+``where`` (a database, a key prefix) needs a name no other test and no other run uses:
+:func:`storage_key` gives one per ``where`` (a random name kept in a file inside it, so
+every call for one test agrees), whereas ``where.name`` repeats from one pytest run to the
+next.  **destroy(where)**, when defined, is called once at the end of each test, after
+the handles are closed, to drop that storage (the default does nothing).
 
 **Capabilities.**  ``capabilities`` (a frozen :class:`Capabilities`) says what the store
 can do; the default is the strictest, everything on, so nothing is skipped silently.  A
@@ -38,7 +46,8 @@ store's async twins (``asetup``, ``ahead``, ``atip``, ``arevisions``, ``acommit`
 loop in a background thread, so a store with native async twins (an async connection
 pool bound to its loop) is checked through them; ``aclose``, when the store has one, is
 awaited on that loop before ``close``.  ``modes = ("sync",)`` on the subclass keeps one
-(the other is then skipped, saying so).  Inside a test, :func:`~.store_modes.unwrapped`
+(the other is then skipped, saying so); ``modes`` must be a non-empty tuple of
+those names, anything else fails every test.  Inside a test, :func:`~.store_modes.unwrapped`
 gives the store itself.
 
 **What it checks** (see :mod:`context_gatekeeper.stores.base` and docs/architecture.md):
@@ -54,11 +63,12 @@ when a refused commit must leave it unchanged.  Builders for your own tests (``m
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from ..errors import InvalidTypeError
+from ..errors import InvalidInputError, InvalidTypeError
 from ..stores.base import Store
 from ._requires import pytest
 from .store_builders import append, delete, edit, fill, message, put_ids, run_together, snapshot, turn
@@ -68,10 +78,39 @@ from .store_modes import MODES, AsyncTwinsFacade, Capabilities, facade_for, lack
 from .store_vectors import VectorContract
 
 __all__ = [
-    "StoreConformance", "StoreHandles", "Capabilities", "AsyncTwinsFacade", "MODES", "needs", "unwrapped",
+    "StoreConformance", "StoreHandles", "Capabilities", "storage_key", "AsyncTwinsFacade", "MODES", "needs", "unwrapped",
     "StoreContract", "VectorContract", "IntegrityContract", "ContentContract",
     "message", "append", "turn", "edit", "delete", "fill", "snapshot", "run_together", "put_ids",
 ]
+
+
+STORAGE_KEY_FILE = ".conformance-storage-key"
+"""The file in a test's ``where`` directory that keeps its :func:`storage_key`."""
+
+
+def storage_key(where: Path, prefix: str = "cg-test") -> str:
+    """A name for the storage of the test whose directory is ``where``: ``prefix`` and a
+    random hex string, the same for every call with this ``where`` (kept in a file inside
+    it) and never the same for another test or another run, unlike ``where.name``."""
+    key_file = Path(where) / STORAGE_KEY_FILE
+    if not key_file.exists():
+        key_file.write_text(f"{prefix}-{uuid.uuid4().hex}", encoding="utf-8")
+    return key_file.read_text(encoding="utf-8")
+
+
+def checked_modes(suite: str, modes: object) -> tuple[str, ...]:
+    """``modes`` when it is a non-empty tuple of names from :data:`MODES`; else an error
+    naming ``suite`` (a typo or ``()`` would otherwise skip every test)."""
+    if not isinstance(modes, tuple) or not all(isinstance(mode, str) for mode in modes):
+        hint = f": write modes = ({modes!r},) for one mode" if isinstance(modes, str) else ""
+        raise InvalidTypeError(f"{suite}.modes must be a tuple of mode names such as ('sync',), got {modes!r}{hint}")
+    unknown = [mode for mode in modes if mode not in MODES]
+    if not modes or unknown:
+        raise InvalidInputError(
+            f"{suite}.modes = {modes!r} " + (f"names unknown modes {unknown}" if unknown else "runs nothing")
+            + f"; choose one or more of {MODES}"
+        )
+    return modes
 
 
 class StoreHandles:
@@ -88,6 +127,11 @@ class StoreHandles:
         """Open a handle on the storage that lives at ``where`` (a fresh directory per test)."""
         raise NotImplementedError(f"{type(self).__name__} must define make(self, where) returning a store handle")
 
+    def destroy(self, where: Path) -> None:
+        """Drop the storage of the test whose directory is ``where``; called once at the end
+        of each test, after its handles are closed.  The default does nothing (the
+        directory itself is pytest's ``tmp_path``); define it for storage kept elsewhere."""
+
     # -- fixtures -----------------------------------------------------------------------
     @pytest.fixture(autouse=True)
     def _declared_capabilities(self, request: pytest.FixtureRequest) -> None:
@@ -101,6 +145,7 @@ class StoreHandles:
             raise InvalidTypeError(
                 f"{type(self).__name__}.capabilities must be a Capabilities(...), got {type(self.capabilities).__name__}"
             )
+        checked_modes(type(self).__name__, self.modes)
         for name in getattr(request.function, "needs", ()):
             if not getattr(self.capabilities, name):
                 pytest.skip(lacking(type(self).__name__, name))
@@ -109,7 +154,7 @@ class StoreHandles:
     def mode(self, request: pytest.FixtureRequest) -> str:
         """``"sync"`` or ``"async"``: how the test drives the store."""
         mode: str = request.param
-        if mode not in self.modes:
+        if mode not in checked_modes(type(self).__name__, self.modes):
             pytest.skip(f"{type(self).__name__} runs the modes {self.modes} only (modes = ...)")
         return mode
 
@@ -125,9 +170,14 @@ class StoreHandles:
             handles.append(facade_for(handle) if mode == "async" else handle)
             return handles[-1]
 
-        yield open_
-        for handle in handles:
-            handle.close()
+        try:
+            yield open_
+        finally:
+            try:
+                for handle in handles:
+                    handle.close()
+            finally:
+                self.destroy(tmp_path)
 
     @pytest.fixture
     def store(self, open_store: Callable[[], Store]) -> Store:
