@@ -7,8 +7,11 @@ twins do the same thing.
   function, and a public method without a twin must be listed below with the reason, so a
   new method added without its twin fails here.
 * Behaviour: one script of operations (append, a retried append renewed under a taken id,
-  apply, edit with the scripted model, undo, redo, revert, set, clear) run through the sync
-  methods and through the async twins leaves the same messages and the same revision log.
+  apply, edit with the scripted model, an edit with ``strategy="rewrite"``, a large deletion
+  refused then allowed with ``allow_large_deletion=True``, undo, redo, revert, set,
+  snapshot, ``diff(1)`` and ``diff(1, 3)``, clear, purge) run through the sync methods and
+  through the async twins gives the same result at every step, the same messages read after
+  every step (``messages`` / ``aget_messages``) and the same revision log.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -24,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_gatekeeper import Transcript
-from context_gatekeeper.editing.format import ideal_patch_reply
+from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store, VectorStore
 from context_gatekeeper.testing import ScriptedModel
 from context_gatekeeper.transcripts.messages import Message
@@ -146,52 +149,115 @@ def edit_model(transcript_messages: tuple[Message, ...], text: str) -> ScriptedM
     return ScriptedModel([ideal_patch_reply(list(transcript_messages), [Replace(answer.id, text)])])
 
 
-def run_sync(t: Transcript) -> list[Any]:
-    """The script through the sync methods; what each step returned (revision numbers)."""
+def rewrite_model(transcript_messages: tuple[Message, ...], text: str) -> ScriptedModel:
+    """A scripted model answering in the ``rewrite`` format (the first answer becomes ``text``):
+    an edit run with another strategy cannot read it."""
+    answer = next(m for m in transcript_messages if m.role == "assistant")
+    return ScriptedModel([ideal_rewrite_reply(list(transcript_messages), [Replace(answer.id, text)])])
+
+
+LONG = "Rewritten, at length: " + "Iceland, not Ireland. " * 20
+"""The rewritten answer: long, so that deleting it is a large deletion."""
+
+
+def drop_model(transcript_messages: tuple[Message, ...]) -> ScriptedModel:
+    """A scripted model deleting every message but the first: a large deletion."""
+    return ScriptedModel([ideal_patch_reply(list(transcript_messages), [Delete(m.id) for m in transcript_messages[1:]])])
+
+
+def contents(messages: tuple[Message, ...]) -> list[tuple[str, str]]:
+    """What a reader sees: each message's role and text."""
+    return [(m.role, m.content) for m in messages]
+
+
+Script = tuple[list[Any], list[dict[str, Any]]]
+"""What each step returned, with the messages read after it; and the log before the purge."""
+
+
+def run_sync(t: Transcript) -> Script:
+    """The script through the sync methods; each step's result (revision numbers) and the
+    messages read after it, the log before the final purge."""
     out: list[Any] = []
-    out.append(t.append(user="We went to Ireland.", assistant="Ireland, noted.").number)
-    out.append(t.append(messages=[{"id": "fixed", "role": "user", "content": "first"}]).number)
-    out.append(t.append(messages=[{"id": "fixed", "role": "user", "content": "first"}]).number)  # a retry: no-op
-    out.append(t.append(messages=[{"id": "fixed", "role": "user", "content": "other"}], renew_taken_ids=True).number)
-    out.append(t.append(assistant="An answer to the open question.").number)
-    out.append(t.apply([InsertAfter(None, "system", "Be brief."), Delete("fixed")]).number)
-    out.append(t.edit("fix the country", model=edit_model(t.messages, "It was Iceland.")).number)
+
+    def step(value: Any) -> None:
+        out.append((value, contents(t.messages)))
+
+    def refusal(call: Callable[[], object]) -> str:
+        try:
+            call()
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+        return "accepted"
+
+    step(t.append(user="We went to Ireland.", assistant="Ireland, noted.").number)
+    step(t.append(messages=[{"id": "fixed", "role": "user", "content": "first"}]).number)
+    step(t.append(messages=[{"id": "fixed", "role": "user", "content": "first"}]).number)  # a retry: no-op
+    step(t.append(messages=[{"id": "fixed", "role": "user", "content": "other"}], renew_taken_ids=True).number)
+    step(t.append(assistant="An answer to the open question.").number)
+    step(t.apply([InsertAfter(None, "system", "Be brief."), Delete("fixed")]).number)
+    step(t.edit("fix the country", model=edit_model(t.messages, "It was Iceland.")).number)
     proposal = t.edit("say it better", model=edit_model(t.messages, "Iceland, then."), preview=True)
     assert isinstance(proposal, Proposal)
-    out.append(t.commit(proposal).number)
-    out.append(t.undo().number)
-    out.append(t.redo().number)
-    out.append(t.revert(2).number)
-    out.append(t.set([{"role": "user", "content": "set anew"}, {"role": "assistant", "content": "fine"}]).number)
-    out.append([m.content for m in t.snapshot(3)])
-    out.append(str(t.diff(1)))
-    out.append(t.clear().number)
-    out.append(len(t.record()))
-    return out
+    step(t.commit(proposal).number)
+    step(t.undo().number)
+    step(t.redo().number)
+    step(t.revert(2).number)
+    step(t.edit("rewrite it", model=rewrite_model(t.messages, LONG), strategy="rewrite").number)
+    step(refusal(lambda: t.edit("drop the rest", model=drop_model(t.messages))))
+    step(t.edit("drop the rest", model=drop_model(t.messages), allow_large_deletion=True).number)
+    step(t.set([{"role": "user", "content": "set anew"}, {"role": "assistant", "content": "fine"}]).number)
+    step([m.content for m in t.snapshot(3)])
+    step(str(t.diff(1)))
+    step(str(t.diff(1, 3)))
+    step(t.clear().number)
+    step(len(t.record()))
+    log = [r.to_dict() for r in t.history()]
+    t.purge()
+    step(len(t.history()))
+    return out, log
 
 
-async def run_async(t: Transcript) -> list[Any]:
-    """The same script through the async twins."""
+async def run_async(t: Transcript) -> Script:
+    """The same script through the async twins (messages read with ``aget_messages``)."""
     out: list[Any] = []
-    out.append((await t.aappend(user="We went to Ireland.", assistant="Ireland, noted.")).number)
-    out.append((await t.aappend(messages=[{"id": "fixed", "role": "user", "content": "first"}])).number)
-    out.append((await t.aappend(messages=[{"id": "fixed", "role": "user", "content": "first"}])).number)
-    out.append((await t.aappend(messages=[{"id": "fixed", "role": "user", "content": "other"}], renew_taken_ids=True)).number)
-    out.append((await t.aappend(assistant="An answer to the open question.")).number)
-    out.append((await t.aapply([InsertAfter(None, "system", "Be brief."), Delete("fixed")])).number)
-    out.append((await t.aedit("fix the country", model=edit_model(await t.aget_messages(), "It was Iceland."))).number)
+
+    async def step(value: Any) -> None:
+        out.append((value, contents(await t.aget_messages())))
+
+    async def refusal(call: Awaitable[object]) -> str:
+        try:
+            await call
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+        return "accepted"
+
+    await step((await t.aappend(user="We went to Ireland.", assistant="Ireland, noted.")).number)
+    await step((await t.aappend(messages=[{"id": "fixed", "role": "user", "content": "first"}])).number)
+    await step((await t.aappend(messages=[{"id": "fixed", "role": "user", "content": "first"}])).number)
+    await step((await t.aappend(messages=[{"id": "fixed", "role": "user", "content": "other"}], renew_taken_ids=True)).number)
+    await step((await t.aappend(assistant="An answer to the open question.")).number)
+    await step((await t.aapply([InsertAfter(None, "system", "Be brief."), Delete("fixed")])).number)
+    await step((await t.aedit("fix the country", model=edit_model(await t.aget_messages(), "It was Iceland."))).number)
     proposal = await t.aedit("say it better", model=edit_model(await t.aget_messages(), "Iceland, then."), preview=True)
     assert isinstance(proposal, Proposal)
-    out.append((await t.acommit(proposal)).number)
-    out.append((await t.aundo()).number)
-    out.append((await t.aredo()).number)
-    out.append((await t.arevert(2)).number)
-    out.append((await t.aset([{"role": "user", "content": "set anew"}, {"role": "assistant", "content": "fine"}])).number)
-    out.append([m.content for m in await t.asnapshot(3)])
-    out.append(str(await t.adiff(1)))
-    out.append((await t.aclear()).number)
-    out.append(len(await t.arecord()))
-    return out
+    await step((await t.acommit(proposal)).number)
+    await step((await t.aundo()).number)
+    await step((await t.aredo()).number)
+    await step((await t.arevert(2)).number)
+    rewrite = rewrite_model(await t.aget_messages(), LONG)
+    await step((await t.aedit("rewrite it", model=rewrite, strategy="rewrite")).number)
+    await step(await refusal(t.aedit("drop the rest", model=drop_model(await t.aget_messages()))))
+    await step((await t.aedit("drop the rest", model=drop_model(await t.aget_messages()), allow_large_deletion=True)).number)
+    await step((await t.aset([{"role": "user", "content": "set anew"}, {"role": "assistant", "content": "fine"}])).number)
+    await step([m.content for m in await t.asnapshot(3)])
+    await step(str(await t.adiff(1)))
+    await step(str(await t.adiff(1, 3)))
+    await step((await t.aclear()).number)
+    await step(len(await t.arecord()))
+    log = [r.to_dict() for r in await t.ahistory()]
+    await t.apurge()
+    await step(len(await t.ahistory()))
+    return out, log
 
 
 def canonical(log: list[dict[str, Any]]) -> Any:
@@ -208,18 +274,25 @@ def canonical(log: list[dict[str, Any]]) -> Any:
 
 def test_the_same_script_gives_the_same_messages_and_log_sync_and_async() -> None:
     sync_t, async_t = Transcript("s", store=InMemoryStore()), Transcript("s", store=InMemoryStore())
-    sync_out = run_sync(sync_t)
-    async_out = asyncio.run(run_async(async_t))
-    assert sync_out == async_out
-    assert [(m.role, m.content, m.origin) for m in sync_t.messages] == [(m.role, m.content, m.origin) for m in async_t.messages]
-    sync_log = [r.to_dict() for r in sync_t.history()]
-    async_log = [r.to_dict() for r in asyncio.run(async_t.ahistory())]
+    sync_out, sync_log = run_sync(sync_t)
+    async_out, async_log = asyncio.run(run_async(async_t))
+    for n, (sync_step, async_step) in enumerate(zip(sync_out, async_out, strict=True)):
+        assert sync_step == async_step, f"step {n}: the result or the messages read after it differ"
     assert [r["kind"] for r in sync_log] == [r["kind"] for r in async_log]
     assert canonical(sync_log) == canonical(async_log)
-    # the script did what it says: a renewed id, a retry dropped, an edit, undo, redo, revert
+    # the script did what it says: a renewed id, a retry dropped, edits (patch, rewrite, a
+    # large deletion refused then allowed), undo, redo, revert, diffs that differ, a purge
     kinds = [r["kind"] for r in sync_log]
-    assert kinds == ["append", "append", "append", "append", "apply", "edit", "edit", "undo", "redo", "revert", "set", "clear"]
-    assert sync_out[2] == sync_out[1]  # the retried append wrote nothing
+    assert kinds == [
+        "append", "append", "append", "append", "apply", "edit", "edit", "undo", "redo", "revert",
+        "edit", "edit", "set", "clear",
+    ]
+    results = [value for value, _ in sync_out]
+    assert results[2] == results[1]  # the retried append wrote nothing
+    assert results[11] == 11 and "allow_large_deletion=True" in results[12] and results[13] == 12
+    assert sync_out[13][1] == [("user", "We went to Ireland.")]  # all but the first message deleted
+    assert results[16] != results[17]  # diff(1) and diff(1, 3) differ
+    assert sync_out[-1] == (0, []) and async_t.messages == () and sync_t.store.sessions() == []
 
 
 STEPS: dict[str, tuple[str, dict[str, Any]]] = {
