@@ -36,6 +36,14 @@ def open_pg(where: Path, **options: Any) -> Any:
     return PostgresStore(postgres_dsn(), table_prefix=prefix_for(where), **options)
 
 
+@pytest.fixture
+def store(_tables: None, tmp_path: Path) -> Iterator[Any]:
+    """A PostgresStore on this test's tables, closed afterwards (closing twice is fine)."""
+    opened = open_pg(tmp_path)
+    yield opened
+    opened.close()
+
+
 def wait_until(condition: Callable[[], bool], what: str, limit: float = 20.0) -> None:
     """Wait (polling) for ``condition`` to hold; fail with ``what`` if it never does."""
     deadline = time.monotonic() + limit
@@ -187,11 +195,9 @@ def test_close_between_the_closed_check_and_the_lock_registers_no_new_pool(tmp_p
     assert not store._apools  # no pool opened after close(), none left behind
 
 
-@pytest.mark.usefixtures("_tables")
 def test_close_while_a_pool_opens_closes_that_pool_and_the_call_gets_store_closed_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = open_pg(tmp_path)
     opened: list[Any] = []
 
     async def open_then_close_the_store(real_open: Any, dsn: str, options: Any) -> Any:
@@ -286,11 +292,9 @@ def test_a_callers_async_pool_is_bound_to_the_loop_it_was_opened_in_not_the_firs
         home.close()
 
 
-@pytest.mark.usefixtures("_tables")
 def test_an_opening_that_failed_with_no_one_waiting_is_retried_not_reraised(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = open_pg(tmp_path)
     attempts: list[int] = []
 
     async def flaky_open(real_open: Any, dsn: str, options: Any) -> Any:
@@ -314,12 +318,9 @@ def test_an_opening_that_failed_with_no_one_waiting_is_retried_not_reraised(
             await asyncio.sleep(0)
         return int(await store.ahead("s"))
 
-    try:
-        gate = asyncio.Event()
-        assert asyncio.run(main()) == 0
-        assert len(attempts) == 2
-    finally:
-        store.close()
+    gate = asyncio.Event()
+    assert asyncio.run(main()) == 0
+    assert len(attempts) == 2
 
 
 # -- saving nothing on a closed store --------------------------------------------------------------
