@@ -50,7 +50,7 @@ from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE
 from .convert import from_core_messages, match_ids, to_core
 from .models import given_edit_model
 from .memory_select import SelectingMixin
-from .serialisation import SerialisationMixin
+from .serialisation import SerialisationMixin, add_note
 from .versions import VersionsMixin
 
 __all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "ADAPTER_GATE_DEFAULTS"]
@@ -279,7 +279,7 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
             raise InvalidInputError(f"initial_token_count must be an int >= 0, got {initial_token_count!r}")
         if initial_token_count > self.token_limit:
             error = BudgetError(_EXCEEDS)  # ChatMemoryBuffer's exact text, which callers may match
-            _add_note(
+            add_note(
                 error,
                 f"initial_token_count={initial_token_count} is more than token_limit={self.token_limit}: pass a "
                 "larger token_limit to GatekeeperMemory.from_defaults, or a shorter prompt; nothing was read",
@@ -377,13 +377,3 @@ def _status(status: Any) -> str:
     if value not in ("active", "archived"):
         raise InvalidInputError(f"status must be None, 'active' or 'archived' (MessageStatus), got {status!r}")
     return value
-
-
-def _add_note(error: BaseException, note: str) -> None:
-    """``error.add_note(note)`` (PEP 678); Python 3.10 has no ``add_note``, so there the
-    note goes on the same ``__notes__`` list (which pytest and the ``exceptiongroup``
-    backport show) instead of failing with an ``AttributeError``."""
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-    else:  # Python 3.10
-        setattr(error, "__notes__", [*getattr(error, "__notes__", ()), note])

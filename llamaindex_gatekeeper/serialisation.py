@@ -224,17 +224,16 @@ def _store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] 
 
     if isinstance(store, SQLiteStore) and store.path != ":memory:":
         return {"sqlite": store.path}
+    try:
+        from context_gatekeeper import PostgresStore
+    except ImportError:  # no postgres extra: no store can be a PostgresStore
+        return None
     conninfo = getattr(getattr(store, "_pool", None), "conninfo", None)
-    if type(store).__name__ == "PostgresStore" and isinstance(conninfo, str):  # psycopg is there: import it
+    if isinstance(store, PostgresStore) and isinstance(conninfo, str):  # subclasses too: the same tables
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-        from context_gatekeeper import PostgresStore
-
-        if isinstance(store, PostgresStore):
-            parts = {
-                k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None
-            }
-            return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix}
+        parts = {k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None}
+        return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix}
     return None
 
 
@@ -349,10 +348,11 @@ class SerialisationMixin:
             try:
                 stored = memory.store.commit(memory.session_id, revision, expected_head=revision.number - 1)
             except Exception as error:
-                if written and hasattr(error, "add_note"):  # checked above: only the store failing or a concurrent writer
-                    error.add_note(
+                if written:  # checked above: only the store failing or a concurrent writer
+                    add_note(
+                        error,
                         f"from_dict: revisions 1..{written} of session {memory.session_id!r} were imported before "
-                        f"this; store.purge({memory.session_id!r}) removes them"
+                        f"this; store.purge({memory.session_id!r}) removes them",
                     )
                 raise
             if stored.number != revision.number:
@@ -394,3 +394,13 @@ class SerialisationMixin:
         if memo is not None:
             memo[id(self)] = copied
         return copied
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` (PEP 678); Python 3.10 has no ``add_note``, so there the
+    note goes on the same ``__notes__`` list (which pytest and the ``exceptiongroup``
+    backport show) instead of failing with an ``AttributeError``."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10
+        setattr(error, "__notes__", [*getattr(error, "__notes__", ()), note])

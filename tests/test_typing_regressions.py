@@ -4,6 +4,8 @@ it was before its fix."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import llamaindex_gatekeeper.memory as li_memory
@@ -42,3 +44,68 @@ def test_the_histories_position_view_is_a_whole_sequence() -> None:
     assert view[0] == "three" and view[-1] == "two"
     assert view[1:] == ["one", "two"]
     assert list(reversed(view)) == ["two", "one", "three"] and view.index("one") == 1
+
+
+def test_a_memory_on_a_postgres_store_subclass_copies_attached_to_the_same_session(tmp_path: Path) -> None:
+    # review of the mypy commits: the copy matched PostgresStore by class *name*, so a
+    # subclass was replayed into an InMemoryStore and the copy's writes never reached
+    # the database
+    import copy
+
+    from llama_index.core.llms import ChatMessage
+    from pg_support import drop_tables, postgres_dsn, prefix_for
+
+    from context_gatekeeper import PostgresStore
+
+    class TracedPostgresStore(PostgresStore):
+        pass
+
+    dsn, prefix = postgres_dsn(), prefix_for(tmp_path)
+    store = TracedPostgresStore(dsn, table_prefix=prefix)
+    try:
+        memory = GatekeeperMemory.from_defaults(store=store, session_id="traced")
+        memory.put(ChatMessage(role="user", content="Redis lock TTL?"))
+        twin = copy.deepcopy(memory)
+        try:
+            assert isinstance(twin.store, PostgresStore)
+            twin.put(ChatMessage(role="assistant", content="Longer than the job."))
+            assert store.head("traced") == 2  # the copy wrote to the same session
+        finally:
+            twin.store.close()
+    finally:
+        store.close()
+        drop_tables(dsn, prefix)
+
+
+def test_a_partial_from_dict_import_says_what_was_written_on_python_310() -> None:
+    # review of the mypy commits: from_dict's note was skipped where exceptions have no
+    # add_note (Python 3.10), so nobody learnt that revisions 1..N were already imported
+    from llama_index.core.llms import ChatMessage
+
+    from context_gatekeeper import InMemoryStore
+
+    source = GatekeeperMemory.from_defaults(session_id="s")
+    for text in ("one", "two", "three"):
+        source.put(ChatMessage(role="user", content=text))
+    data = source.to_dict()
+
+    class StoreFull(RuntimeError):
+        def __getattribute__(self, name: str) -> object:
+            if name == "add_note":
+                raise AttributeError("'StoreFull' object has no attribute 'add_note'")
+            return super().__getattribute__(name)
+
+    commits = []
+
+    def fail_on_the_second_commit(point: str) -> None:
+        if point == "begin":
+            commits.append(point)
+            if len(commits) == 2:
+                raise StoreFull("the disk is full")
+
+    target = InMemoryStore()
+    target.fault_hook = fail_on_the_second_commit
+    with pytest.raises(StoreFull) as caught:
+        GatekeeperMemory.from_dict(data, store=target)
+    notes = caught.value.__dict__.get("__notes__", [])
+    assert any("revisions 1..1" in note and "store.purge('s')" in note for note in notes), notes
