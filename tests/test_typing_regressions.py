@@ -13,14 +13,19 @@ from context_gatekeeper import BudgetError
 from llamaindex_gatekeeper import GatekeeperMemory
 
 
-class _BudgetErrorOnPython310(BudgetError):
-    """A BudgetError as Python 3.10 (which the package supports) builds it: exceptions
+def as_on_python_310(error_class: type[BaseException]) -> type[BaseException]:
+    """``error_class`` as Python 3.10 (which the package supports) builds it: exceptions
     there have no ``add_note`` (PEP 678 came in 3.11)."""
 
-    def __getattribute__(self, name: str) -> object:
+    def __getattribute__(self: BaseException, name: str) -> object:
         if name == "add_note":
             raise AttributeError(f"{type(self).__name__!r} object has no attribute 'add_note'")
-        return super().__getattribute__(name)
+        return error_class.__getattribute__(self, name)
+
+    return type(f"{error_class.__name__}OnPython310", (error_class,), {"__getattribute__": __getattribute__})
+
+
+_BudgetErrorOnPython310 = as_on_python_310(BudgetError)
 
 
 def test_memory_get_over_its_budget_raises_budget_error_on_python_310(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,11 +94,7 @@ def test_a_partial_from_dict_import_says_what_was_written_on_python_310() -> Non
         source.put(ChatMessage(role="user", content=text))
     data = source.to_dict()
 
-    class StoreFull(RuntimeError):
-        def __getattribute__(self, name: str) -> object:
-            if name == "add_note":
-                raise AttributeError("'StoreFull' object has no attribute 'add_note'")
-            return super().__getattribute__(name)
+    StoreFull = as_on_python_310(RuntimeError)
 
     commits = []
 
