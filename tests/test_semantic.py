@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, DictVectorCache, EmbeddingError, SelectionParams, as_embedder
-from context_gatekeeper.selection.semantic.runner import forget_outages
+from context_gatekeeper.selection.semantic.runner import forget_outages, state_of, wait_idle
 from context_gatekeeper.selection.semantic.embedding import Embedder, text_hash, turn_text
 from context_gatekeeper.selection.records import Turn
 
@@ -259,8 +259,12 @@ class Broken(HashEmbedder):
 
 @pytest.mark.parametrize("fail_documents", [False, True])
 def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(fail_documents, caplog) -> None:
-    plain, broken = gatekeeper(), gatekeeper(Broken(fail_documents), embed=False)
+    plain = gatekeeper()
     with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        broken = gatekeeper(Broken(fail_documents), embed=False)
+        # the background pass over the turns ends first (its failure, when documents fail
+        # too, is the outage; a success afterwards would end the queries' outage early)
+        assert wait_idle(30)
         for query in ("Where did we go hiking?", "How is the dog?"):
             selection = broken.explain(query)
             assert selection.semantic_fallback
@@ -268,6 +272,30 @@ def test_a_failing_embedder_falls_back_to_lexical_with_one_warning(fail_document
             assert selection.decision == plain.explain(query).decision
     warnings = [r for r in caplog.records if "selecting lexically" in r.getMessage()]
     assert len(warnings) == 1 and "service down" in warnings[0].getMessage()
+
+
+def test_an_outage_is_visible_only_once_its_warning_is_logged(caplog) -> None:
+    """Whoever falls back because of an outage (backing off, or failing in turn and
+    waiting on the state's lock) must find its one warning logged, whichever thread
+    noticed the outage first: when the warning is emitted, no one can see the outage yet."""
+    state = state_of(Broken())
+    seen_while_logging: list[bool] = []
+
+    class Probe(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "selecting lexically" in record.getMessage():
+                seen_while_logging.append(state.blocked())
+
+    probe, log = Probe(), logging.getLogger("context_gatekeeper")
+    log.addHandler(probe)
+    try:
+        with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+            state.failed(ConnectionError("service down"), "broken")
+            state.failed(ConnectionError("still down"), "broken")  # the same outage: no second warning
+    finally:
+        log.removeHandler(probe)
+    assert seen_while_logging == [False]
+    assert state.blocked() and state.warnings == 1
 
 
 def test_explicit_embed_pending_raises_and_keeps_turns_pending() -> None:

@@ -105,19 +105,23 @@ class EmbedderState:
         return self.failing and time.monotonic() < self.retry_at
 
     def failed(self, exc: BaseException, name: str) -> None:
-        """Record a failure or timeout: back off, and warn once per outage."""
+        """Record a failure or timeout: back off, and warn once per outage.
+
+        The outage's warning is logged before the outage is visible: ``failing`` is set
+        only after it, and a concurrent ``failed`` waits on the lock meanwhile, so whoever
+        falls back because of this outage (backing off, or failing in turn) finds its one
+        warning already logged, whichever thread noticed the outage first."""
         with self._lock:
             first = not self.failing
-            self.failing = True
-            self.delay = BACKOFF_SECONDS if first else min(2 * self.delay, MAX_BACKOFF_SECONDS)
-            self.retry_at = time.monotonic() + self.delay
+            delay = BACKOFF_SECONDS if first else min(2 * self.delay, MAX_BACKOFF_SECONDS)
             if first:
                 self.warnings += 1
-        if first:
-            logger.warning(
-                "embedder %r failed (%s: %s); selecting lexically, next try in %.0f s",
-                name, type(exc).__name__, exc, self.delay,
-            )
+                logger.warning(
+                    "embedder %r failed (%s: %s); selecting lexically, next try in %.0f s",
+                    name, type(exc).__name__, exc, delay,
+                )
+            self.delay, self.retry_at = delay, time.monotonic() + delay
+            self.failing = True  # last: blocked() reads it without the lock
 
     def answered(self) -> None:
         """Record a success: the outage (if any) is over."""
