@@ -106,20 +106,24 @@ from context_gatekeeper.tokens import tiktoken_counter  # the installed package 
 from plots import command_line, machine_line  # matplotlib is imported only to draw
 from report_baseline import ReportGatekeeper
 
-DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved")
+DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved", "hard")
 BUDGETS: dict[str, tuple[int, ...]] = {
     "locomo": (1000,),
     "cast2020": (40,),
     "tiage": (1000,),
     "crosswoz": (1000,),
     "interleaved": (300, 2000),
+    "hard": (300, 2000),
 }
 """Token budgets each dataset is measured at (one table per budget)."""
-RETRIEVAL_DATASETS = {"locomo", "cast2020", "interleaved"}
-SWITCH_DATASETS = {"tiage", "crosswoz", "interleaved"}
+RETRIEVAL_DATASETS = {"locomo", "cast2020", "interleaved", "hard"}
+SWITCH_DATASETS = {"tiage", "crosswoz", "interleaved", "hard"}
 OWN_DATA = Path(__file__).resolve().parent / "data"
 """The project's own hand-labelled sets (in the repository, unlike ``../shared/data``)."""
-OWN_DATASETS = {"interleaved": OWN_DATA / "interleaved.jsonl"}
+OWN_DATASETS = {"interleaved": OWN_DATA / "interleaved.jsonl", "hard": OWN_DATA / "hard_cases.jsonl"}
+HALVES = {"A": "tuning", "B": "validation"}
+"""Every dataset is split in two fixed halves (:func:`split_half`): rules and values are
+chosen on half A, and the figures that are reported are half B's."""
 SWITCH_DECISIONS = {"switch", "return"}
 NO_DECISION = {"all turns", "recent turns that fit", "BM25 over turns"}
 """Baselines that never gate: left out of the switch tables."""
@@ -350,6 +354,8 @@ class _Tally:
     precision_cases: int = 0
     polluted: int = 0
     pollutable: int = 0
+    off_topic_kept: int = 0
+    off_topic_cases: int = 0
     distracted: int = 0
     distractable: int = 0
     confusion: dict[str, int] = field(default_factory=lambda: {"tp": 0, "fp": 0, "fn": 0, "tn": 0})
@@ -373,6 +379,9 @@ class _Tally:
             self.precision_cases += 1
         off_topic = {pos + 1 for pos in meta.get("off_topic_turns") or ()}
         distractors = {pos + 1 for pos in meta.get("distractor_turns") or ()}
+        if "off_topic_turns" in meta:  # complete labels: every case counts, switches included
+            self.off_topic_cases += 1
+            self.off_topic_kept += bool(kept & off_topic)
         if off_topic:
             self.pollutable += 1
             self.polluted += bool(kept & off_topic)
@@ -411,6 +420,8 @@ class _Tally:
             "precision_cases": self.precision_cases,
             "pollution": _ratio(self.polluted, self.pollutable),
             "pollution_cases": self.pollutable,
+            "off_topic": _ratio(self.off_topic_kept, self.off_topic_cases),
+            "off_topic_cases": self.off_topic_cases,
             "distractor_pollution": _ratio(self.distracted, self.distractable),
             "distractor_cases": self.distractable,
             "switch": {
@@ -481,7 +492,7 @@ def _add_columns(table, figures: Sequence[str]) -> None:
         table.add_column(column, justify="right")
 
 
-def retrieval_table(dataset: str, budget: int, results: dict[str, dict]):
+def retrieval_table(dataset: str, budget: int, results: dict[str, dict], title: str = ""):
     """A rich table of recall, kept share and precision."""
     from rich.table import Table
 
@@ -495,15 +506,16 @@ def retrieval_table(dataset: str, budget: int, results: dict[str, dict]):
     if pollution:
         caption += (
             f"; pollution over the {first['pollution_cases']} cases with off-topic turns, "
-            f"distractor pollution over the {first['distractor_cases']} with distractors"
+            f"distractor pollution over the {first['distractor_cases']} with distractors, "
+            f"off-topic over all {first['off_topic_cases']} cases"
         )
-    table = Table(title=f"{dataset} — budget {budget} tokens", caption=caption)
-    columns = ("recall", "kept share", "precision") + (("pollution", "distractor poll.") if pollution else ())
+    table = Table(title=f"{dataset} — budget {budget} tokens{title}", caption=caption)
+    columns = ("recall", "kept share", "precision") + (("pollution", "distractor poll.", "off-topic") if pollution else ())
     _add_columns(table, columns + ("ms/case",))
     for name, r in results.items():
         cells = [_fmt(r["recall"]), _fmt(r["kept_share"]), _fmt(r["precision"]) if r["precision_cases"] else "n/a"]
         if pollution:
-            cells += [_fmt(r["pollution"]), _fmt(r["distractor_pollution"])]
+            cells += [_fmt(r["pollution"]), _fmt(r["distractor_pollution"]), _fmt(r["off_topic"])]
         table.add_row(name, *cells, f"{1000 * r['seconds'] / max(r['cases'], 1):.2f}")
     return table
 
@@ -513,11 +525,11 @@ def breakdown_table(title: str, results: dict[str, dict]):
     from rich.table import Table
 
     table = Table(title=title)
-    _add_columns(table, ("cases", "recall", "precision", "pollution", "distractor poll.", "switch F1"))
+    _add_columns(table, ("cases", "recall", "precision", "pollution", "distractor poll.", "off-topic", "switch F1"))
     for group, r in results.items():
         table.add_row(
             group, str(r["cases"]), _fmt(r["recall"]), _fmt(r["precision"]), _fmt(r["pollution"]),
-            _fmt(r["distractor_pollution"]), _fmt(r["switch"]["f1"]),
+            _fmt(r["distractor_pollution"]), _fmt(r["off_topic"]), _fmt(r["switch"]["f1"]),
         )
     return table
 
@@ -533,7 +545,7 @@ def breakdowns(dataset: str, cases: Sequence[dict], budget: int) -> dict[str, di
     return out
 
 
-def switch_table(dataset: str, results: dict[str, dict]):
+def switch_table(dataset: str, results: dict[str, dict], title: str = ""):
     """A rich table of switch F1, precision, recall and positive rate."""
     from rich.table import Table
 
@@ -542,7 +554,7 @@ def switch_table(dataset: str, results: dict[str, dict]):
         f"{first['cases']} labelled cases, {_fmt(first['gold_positive_rate'])} of them switches; "
         "'switch' and 'return' count as switch"
     )
-    table = Table(title=f"{dataset} — topic switch", caption=caption)
+    table = Table(title=f"{dataset} — topic switch{title}", caption=caption)
     _add_columns(table, ("switch F1", "precision", "recall", "positive rate", "ms/case"))
     for name, r in results.items():
         if name in NO_DECISION:
@@ -556,6 +568,72 @@ def switch_table(dataset: str, results: dict[str, dict]):
             _fmt(s["positive_rate"]),
             f"{1000 * r['seconds'] / max(r['cases'], 1):.2f}",
         )
+    return table
+
+
+def half_title(half: str | None) -> str:
+    """The suffix of a table's title naming the half it was measured on."""
+    return f" — {HALVES[half]} half {half}" if half else ""
+
+
+def measure(cases: dict[str, list[dict]], datasets: Sequence[str], console: Any) -> dict[str, dict[str, dict]]:
+    """Every selector of every dataset at each of its budgets: run -> row -> figures."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    results: dict[str, dict[str, dict]] = {}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        for name in datasets:
+            for budget in BUDGETS[name]:
+                run = results[run_name(name, budget)] = {}
+                for row, factory in selector_factories(name, budget).items():
+                    task = progress.add_task(f"{run_name(name, budget)}: {row}", total=len(cases[name]))
+                    run[row] = evaluate(name, cases[name], factory, on_case=lambda t=task: progress.advance(t))
+                    progress.remove_task(task)
+    return results
+
+
+HEADLINES: tuple[tuple[str, str], ...] = (
+    ("recall", "recall"), ("kept share", "kept_share"), ("precision", "precision"),
+    ("off-topic", "off_topic"), ("switch F1", "switch.f1"),
+)
+"""The figures of the tuning / validation summary, by label and key."""
+
+
+def _figure(result: dict, key: str) -> float | None:
+    value: Any = result
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def halves_table(tuning: dict[str, dict[str, dict]], validation: dict[str, dict[str, dict]]):
+    """The library's figures on the tuning half (A) beside the validation half (B), the
+    reported one, with the best baseline's validation figure for reference."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"{LIBRARY}: tuning half A beside validation half B (report B)",
+        caption="rules and values are chosen on A; B is what the README reports",
+    )
+    _add_columns(table, ("figure", "tuning A", "validation B", "baseline B"))
+    for run, rows in validation.items():
+        dataset = run.split("@")[0]
+        for row in (r for r in rows if r.startswith(LIBRARY)):
+            preset = row[len(LIBRARY):].strip()
+            if preset and dataset not in RETRIEVAL_DATASETS:
+                continue  # presets differ in what they keep, not in the decision
+            for label, key in HEADLINES:
+                switch = key.startswith("switch")
+                if (switch and dataset not in SWITCH_DATASETS) or (not switch and dataset not in RETRIEVAL_DATASETS):
+                    continue
+                a, b = _figure(tuning[run][row], key), _figure(rows[row], key)
+                if b is None:
+                    continue
+                reference = "always switch" if switch else "BM25 over turns"
+                base = _figure(rows[reference], key) if reference in rows else None
+                table.add_row(f"{run} {preset}".strip(), label, _fmt(a), _fmt(b),
+                              "—" if base is None else f"{_fmt(base)} ({reference})")
     return table
 
 
@@ -576,7 +654,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--limit", type=int, default=None, help="first N cases of each dataset")
     parser.add_argument(
-        "--half", choices=("A", "B"), default=None, help="one fixed half of each dataset's cases (split_half)"
+        "--half", choices=("A", "B", "both", "all"), default="both",
+        help="A (tuning), B (validation), both side by side (the default), or all cases unsplit (split_half)",
     )
     parser.add_argument(
         "--by-kind", action="store_true", help="also break the interleaved set's figures down by kind and language"
@@ -594,6 +673,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         parser.error("--plot needs matplotlib: pip install matplotlib")
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    if args.half == "all":
+        args.half = None
     unknown = [d for d in args.datasets if d not in DATASETS]
     if unknown:
         parser.error(f"unknown dataset(s) {unknown}; choose from {list(DATASETS)}")
@@ -617,6 +698,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     console = Console()
+    if not console.is_terminal and console.width < 120:
+        console.width = 120  # a file or pipe: keep every column readable
     problems = check_data(args.data, args.datasets)
     if problems:
         for problem in problems:
@@ -628,10 +711,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
 
-    cases = {}
-    for name in args.datasets:
-        loaded = load_cases(dataset_path(args.data, name))
-        cases[name] = (split_half(loaded, args.half) if args.half else loaded)[: args.limit]
+    loaded = {name: load_cases(dataset_path(args.data, name)) for name in args.datasets}
+    halves = ("A", "B") if args.half == "both" else (args.half,)
+    cases_by_half = {
+        half: {name: (split_half(rows, half) if half else rows)[: args.limit] for name, rows in loaded.items()}
+        for half in halves
+    }
 
     if args.embedder is not None:
         from semantic import run_semantic
@@ -640,7 +725,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             return Progress(*columns, console=console, transient=True)
 
-        semantic = run_semantic(args, cases, console, progress_bar)
+        semantic = {half: run_semantic(args, cases_by_half[half], console, progress_bar, title=half_title(half))
+                    for half in halves}
         if args.json is not None:
             payload = {
                 "measured": datetime.date.today().isoformat(),
@@ -649,50 +735,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "limit": args.limit,
                 "half": args.half,
                 "embedder": args.embedder,
-                "datasets": semantic,
+                "datasets": semantic[halves[-1]],
+                "halves": semantic,
             }
             args.json.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return 0
 
-    results: dict[str, dict[str, dict]] = {}
-    plan = {
-        run_name(name, budget): (name, selector_factories(name, budget))
-        for name in args.datasets
-        for budget in BUDGETS[name]
-    }
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        for run, (name, rows) in plan.items():
-            results[run] = {}
-            for row, factory in rows.items():
-                task = progress.add_task(f"{run}: {row}", total=len(cases[name]))
-                results[run][row] = evaluate(
-                    name, cases[name], factory, on_case=lambda t=task: progress.advance(t)
-                )
-                progress.remove_task(task)
-
     budgets = {run_name(n, b): b for n in args.datasets for b in BUDGETS[n]}
-    for run, rows in results.items():
-        dataset = plan[run][0]
-        if dataset in RETRIEVAL_DATASETS:
-            console.print(retrieval_table(dataset, budgets[run], rows))
-        if dataset in SWITCH_DATASETS and budgets[run] == BUDGETS[dataset][0]:
-            console.print(switch_table(dataset, rows))
-
+    by_half: dict[str | None, dict[str, dict[str, dict]]] = {}
     by_kind: dict[str, dict] = {}
-    if args.by_kind:
-        for name in (d for d in args.datasets if d in OWN_DATASETS):
-            for budget in BUDGETS[name]:
-                run = run_name(name, budget)
-                by_kind[run] = breakdowns(name, cases[name], budget)
-                for key, groups in by_kind[run].items():
-                    console.print(breakdown_table(f"{run} — {LIBRARY} by {key}", groups))
+    for half in halves:
+        cases = cases_by_half[half]
+        results = by_half[half] = measure(cases, args.datasets, console)
+        title = half_title(half)
+        for run, rows in results.items():
+            dataset = run.split("@")[0]
+            if dataset in RETRIEVAL_DATASETS:
+                console.print(retrieval_table(dataset, budgets[run], rows, title))
+            if dataset in SWITCH_DATASETS and budgets[run] == BUDGETS[dataset][0]:
+                console.print(switch_table(dataset, rows, title))
+        if args.by_kind and half == halves[-1]:
+            for name in (d for d in args.datasets if d in OWN_DATASETS):
+                for budget in BUDGETS[name]:
+                    run = run_name(name, budget)
+                    by_kind[run] = breakdowns(name, cases[name], budget)
+                    for key, groups in by_kind[run].items():
+                        console.print(breakdown_table(f"{run} — {LIBRARY} by {key}{title}", groups))
+    if len(halves) == 2:
+        console.print(halves_table(by_half["A"], by_half["B"]))
+    results = by_half[halves[-1]]
 
     payload = {
         "measured": datetime.date.today().isoformat(),
@@ -705,6 +776,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "budgets": budgets,
         "datasets": results,
     }
+    if len(halves) == 2:
+        payload["tuning"] = by_half["A"]  # "datasets" holds the validation half (B): the reported figures
     if by_kind:
         payload["by_kind"] = by_kind
     if args.json is not None:

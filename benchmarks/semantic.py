@@ -144,7 +144,9 @@ def hybrid_available() -> str | None:
     return "this version of context-gatekeeper has no embedder= (the hybrid row is left out)"
 
 
-def side_by_side_table(run: str, budget: int, rows: dict[str, dict], calls: dict[str, dict[str, int]]):
+def side_by_side_table(
+    run: str, budget: int, rows: dict[str, dict], calls: dict[str, dict[str, int]], title: str = ""
+):
     """One rich table: a row per selector, every figure the dataset has."""
     from rich.table import Table
 
@@ -155,15 +157,15 @@ def side_by_side_table(run: str, budget: int, rows: dict[str, dict], calls: dict
     precision = first["precision_cases"] > 0
     pollution = first["pollution_cases"] > 0
     switch = first["switch"]["cases"] > 0
-    table = Table(title=f"{run} — budget {budget} tokens — lexical / hybrid / dense-only", caption=(
-        "kept: kept share; poll./distr.: pollution, distractor pollution; sw: switch; "
+    table = Table(title=f"{run} — budget {budget} tokens — lexical / hybrid / dense-only{title}", caption=(
+        "kept: kept share; poll./distr./off: pollution, distractor pollution, off-topic over all cases; sw: switch; "
         "calls: embedding calls received, embedded: texts the model embedded (cache misses)"
     ))
     table.add_column("selector", no_wrap=True)
     columns = (
         (["recall", "kept"] if retrieval else [])
         + (["prec."] if precision else [])
-        + (["poll.", "distr."] if pollution else [])
+        + (["poll.", "distr.", "off"] if pollution else [])
         + (["sw F1", "sw P", "sw R"] if switch else [])
         + ["calls", "embedded", "ms/case"]
     )
@@ -176,7 +178,7 @@ def side_by_side_table(run: str, budget: int, rows: dict[str, dict], calls: dict
         if precision:
             cells.append(_fmt(r["precision"]))
         if pollution:
-            cells += [_fmt(r["pollution"]), _fmt(r["distractor_pollution"])]
+            cells += [_fmt(r["pollution"]), _fmt(r["distractor_pollution"]), _fmt(r.get("off_topic"))]
         if switch:
             s = r["switch"]
             cells += [_fmt(s["f1"]), _fmt(s["precision"]), _fmt(s["recall"])]
@@ -188,9 +190,10 @@ def side_by_side_table(run: str, budget: int, rows: dict[str, dict], calls: dict
 
 
 def run_semantic(
-    args: Any, cases: dict[str, list[dict]], console: Any, progress_factory: Callable[[], Any]
+    args: Any, cases: dict[str, list[dict]], console: Any, progress_factory: Callable[[], Any], title: str = ""
 ) -> dict[str, dict[str, dict]]:
-    """Evaluate lexical / hybrid / dense-only on every dataset and print the tables."""
+    """Evaluate lexical / hybrid / dense-only on every dataset and print the tables
+    (``title`` names the half of the data, e.g. " — validation half B")."""
     from quality import BUDGETS, evaluate, run_name
 
     embedder = make_embedder(args.embedder)
@@ -218,7 +221,7 @@ def run_semantic(
                     if not row.startswith(LEXICAL):
                         calls[row] = {"calls": embedder.calls - before[0], "computed": embedder.computed - before[1]}
                         results[run][row]["embedding"] = calls[row]
-            console.print(side_by_side_table(run, budget, results[run], calls))
+            console.print(side_by_side_table(run, budget, results[run], calls, title))
     console.print(
         f"embedder: {embedder.name} as a LangChain Embeddings ({type(embedder).__mro__[1].__module__}); "
         f"{embedder.calls} calls in all ({embedder.document_calls} embed_documents, {embedder.query_calls} "
