@@ -1,0 +1,388 @@
+"""The web chat's operations on the session layer, with no HTTP: testable on its own.
+
+:class:`WebChat` holds one :class:`~context_gatekeeper.chat.session.ChatSession`
+per conversation of one store and answers every page action with a JSON-ready
+view.  Rules:
+
+* **One writer at a time per conversation in this process**: each session has a
+  lock; the model call of a chat message runs outside it (a slow model never
+  blocks the other tab), and the exchange is appended under it once the whole
+  answer is in (turn-atomic, as in the terminal chat: an error or a closed page
+  mid-answer leaves the transcript as it was).
+* **Never a lost update**: undo, redo, revert and a preview name the revision the
+  page showed (``head``); when the session moved on since (another tab, another
+  process), :class:`~context_gatekeeper.StaleHeadError` says so and nothing
+  changes.  Committing a preview goes through the core's rule (rebased over
+  appends that touch none of its messages, else ``StaleHeadError``).
+* **Edits are previewed**: an instruction produces a proposal kept here (one per
+  session, so a reload shows it again) until Commit or Discard.  A proposal
+  deleting more than ``max_deletion_share`` of the conversation needs an explicit
+  ``confirm_large`` on commit (the deletion guard).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import unicodedata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..session import ChatSession, LastCall
+from .views import CONTEXT_KEY, context_record, context_view, diff_view, history_view, undo_state
+from ... import (
+    GatekeeperError,
+    HistoryError,
+    InvalidInputError,
+    Message,
+    Proposal,
+    StaleHeadError,
+    Store,
+    Transcript,
+    TruncatedReplyError,
+    resolve_token_counter,
+)
+from ...integration import deleted_share, new_message_id, replace_lone_surrogates
+
+__all__ = ["WebChat", "ChatStream", "MAX_SESSION_NAME"]
+
+MAX_SESSION_NAME = 80
+
+
+@dataclass
+class _Preview:
+    token: str
+    proposal: Proposal
+    share: float
+
+
+@dataclass
+class _Entry:
+    session: ChatSession
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    preview: _Preview | None = None
+
+
+def check_session_name(name: object) -> str:
+    """``name`` stripped, or :class:`InvalidInputError` saying what a usable name is."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInputError("a session needs a non-blank name, e.g. 'work'")
+    name = name.strip()
+    if len(name) > MAX_SESSION_NAME or any(unicodedata.category(c) in ("Cc", "Cf") for c in name):
+        raise InvalidInputError(
+            f"session names are at most {MAX_SESSION_NAME} characters without control characters; pick another"
+        )
+    return name
+
+
+class WebChat:
+    """Every conversation of ``store``, through the same session layer as the terminal chat.
+
+    Args:
+        store: where the transcripts live (the caller closes it after :meth:`close`).
+        chat_model: answers chat messages; one with ``stream(messages)`` yielding text
+            chunks is streamed, any other answers in one chunk.
+        editor: rewrites the history for edit instructions.
+        token_budget: tokens of earlier turns sent per call.
+        session_options: more keyword arguments for each ``ChatSession`` (``system_prompt``...).
+    """
+
+    def __init__(
+        self, store: Store, chat_model: Any, editor: Any, *, token_budget: int = 4000, **session_options: Any
+    ) -> None:
+        self.store = store
+        self.chat_model = chat_model
+        self.editor = editor
+        self.token_budget = token_budget
+        self.session_options = session_options
+        self._count = resolve_token_counter(session_options.get("token_counter"))
+        self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+
+    # -- sessions -------------------------------------------------------------------------
+    def sessions(self) -> list[str]:
+        """Names of the stored conversations and of those opened here (a new one is empty)."""
+        with self._lock:
+            return sorted(set(self.store.sessions()) | set(self._entries))
+
+    def _entry(self, name: object) -> _Entry:
+        name = check_session_name(name)
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is None:
+                transcript = Transcript(name, store=self.store)
+                session = ChatSession(
+                    transcript, self.chat_model, self.editor, token_budget=self.token_budget, **self.session_options
+                )
+                entry = self._entries[name] = _Entry(session)
+            return entry
+
+    def create(self, name: str | None = None) -> dict[str, Any]:
+        """Open a new conversation (``name``, or the first free ``chat-N``); its view."""
+        if name is None:
+            taken = set(self.sessions())
+            name = next(f"chat-{n}" for n in range(1, len(taken) + 2) if f"chat-{n}" not in taken)
+        elif check_session_name(name) in self.sessions():
+            raise InvalidInputError(f"a session named {name.strip()!r} exists already: switch to it, or pick another name")
+        return self.view(name)
+
+    def delete(self, name: str, confirm: object) -> list[str]:
+        """Erase conversation ``name`` (history included) when ``confirm`` repeats its name; the sessions left."""
+        name = check_session_name(name)
+        if confirm != name:
+            raise InvalidInputError(
+                f"deleting session {name!r} erases it with its whole history: confirm by sending its name"
+            )
+        entry = self._entry(name)
+        with entry.lock:
+            entry.session.transcript.purge()
+            with self._lock:
+                self._entries.pop(name, None)
+        return self.sessions()
+
+    def close(self) -> None:
+        """Forget the open sessions (the store stays open: its owner closes it)."""
+        with self._lock:
+            self._entries.clear()
+
+    # -- reading --------------------------------------------------------------------------
+    def view(self, name: str) -> dict[str, Any]:
+        """Everything the page shows for conversation ``name``."""
+        entry = self._entry(name)
+        with entry.lock:
+            return self._view(entry)
+
+    def _view(self, entry: _Entry) -> dict[str, Any]:
+        session = entry.session
+        transcript = session.transcript
+        history = transcript.history()
+        messages = transcript.messages
+        turns = session.turns()
+        pinned = set(session.pinned_numbers())
+        numbers = {turn.key: n for n, turn in turns}
+        turn_of = {m.id: n for n, turn in turns for m in turn.messages}
+        can_undo, can_redo = undo_state(history)
+        rows = []
+        for m in messages:
+            number = turn_of.get(m.id)
+            rows.append({
+                "id": m.id,
+                "role": m.role,
+                "content": m.content,
+                "turn": number,
+                "origin": m.origin,
+                "pinned": number in pinned,
+                "context": context_view(m.metadata.get(CONTEXT_KEY), numbers) if m.role == "assistant" else None,
+            })
+        preview = entry.preview
+        return {
+            "session": transcript.session_id,
+            "head": len(history),
+            "messages": rows,
+            "pinned": sorted(pinned),
+            "history": history_view(history),
+            "can_undo": can_undo,
+            "can_redo": can_redo,
+            "preview": None if preview is None else self._preview_view(preview, session),
+            "sessions": self.sessions(),
+        }
+
+    def _preview_view(self, preview: _Preview, session: ChatSession) -> dict[str, Any]:
+        proposal = preview.proposal
+        return {
+            "token": preview.token,
+            "instruction": proposal.instruction,
+            "base": proposal.base,
+            "rows": diff_view(proposal.diff),
+            "deleted_share": round(preview.share, 3),
+            "needs_confirmation": preview.share > session.max_deletion_share,
+        }
+
+    # -- chat -----------------------------------------------------------------------------
+    def start_chat(self, name: str, text: object) -> "ChatStream":
+        """Prepare ``text`` for sending (bad input raises here, before anything streams)."""
+        if not isinstance(text, str):
+            raise InvalidInputError("a chat message is text: send {'text': '...'}")
+        entry = self._entry(name)
+        with entry.lock:
+            call = entry.session.prepare(replace_lone_surrogates(text))
+            record = context_record(call, entry.session.turns())
+        return ChatStream(self, entry, call, record)
+
+    # -- edits ----------------------------------------------------------------------------
+    def preview(self, name: str, instruction: object, head: object = None) -> dict[str, Any]:
+        """Compute the edit ``instruction`` asks for, as a preview (nothing changes); the view."""
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise InvalidInputError("an edit needs an instruction, e.g. 'it was Iceland, not Ireland'")
+        entry = self._entry(name)
+        with entry.lock:
+            self._check_head(entry, head)
+        session = entry.session  # the editing model runs outside the lock, like a chat answer
+        proposal = session.transcript.edit(
+            replace_lone_surrogates(instruction.strip()), model=session.editor, preview=True, allow_large_deletion=True
+        )
+        assert isinstance(proposal, Proposal)
+        if not proposal.changes:
+            raise HistoryError("the editor proposed no change for that instruction; nothing was changed")
+        share = deleted_share(session.transcript.snapshot(proposal.base), proposal.changes, self._count)
+        with entry.lock:
+            entry.preview = _Preview(secrets.token_hex(8), proposal, share)
+            return self._view(entry)
+
+    def commit(self, name: str, token: object, confirm_large: bool = False) -> dict[str, Any]:
+        """Make the previewed edit ``token`` the state; the view."""
+        entry = self._entry(name)
+        with entry.lock:
+            preview = self._pending(entry, token)
+            if preview.share > entry.session.max_deletion_share and not confirm_large:
+                raise InvalidInputError(
+                    f"this edit deletes or replaces {preview.share:.0%} of the conversation, more than the "
+                    f"{entry.session.max_deletion_share:.0%} guard: confirm it to commit, or discard it"
+                )
+            try:
+                entry.session.commit(preview.proposal)
+            except StaleHeadError as exc:
+                entry.preview = None
+                raise StaleHeadError(
+                    f"{exc} The preview was discarded: the view is refreshed, preview the edit again"
+                ) from exc
+            entry.preview = None
+            return self._view(entry)
+
+    def discard(self, name: str, token: object) -> dict[str, Any]:
+        """Drop the previewed edit ``token`` (nothing changes); the view."""
+        entry = self._entry(name)
+        with entry.lock:
+            self._pending(entry, token)
+            entry.preview = None
+            return self._view(entry)
+
+    def _pending(self, entry: _Entry, token: object) -> _Preview:
+        preview = entry.preview
+        if preview is None or not isinstance(token, str) or not secrets.compare_digest(preview.token, token):
+            raise HistoryError("that preview is no longer pending (committed, discarded or replaced): preview again")
+        return preview
+
+    # -- versions -------------------------------------------------------------------------
+    def undo(self, name: str, head: object = None) -> dict[str, Any]:
+        """Undo the latest edit, undo's redo, revert or load; the view."""
+        return self._version(name, head, lambda t: t.undo())
+
+    def redo(self, name: str, head: object = None) -> dict[str, Any]:
+        """Re-apply what the last undo reverted; the view."""
+        return self._version(name, head, lambda t: t.redo())
+
+    def revert(self, name: str, revision: object, head: object = None) -> dict[str, Any]:
+        """Make the state what it was at ``revision``, as a new revision; the view."""
+        if type(revision) is not int:
+            raise InvalidInputError(f"revert needs a revision number, got {revision!r}")
+        number = revision
+        return self._version(name, head, lambda t: t.revert(number))
+
+    def _version(self, name: str, head: object, action: Callable[[Transcript], object]) -> dict[str, Any]:
+        entry = self._entry(name)
+        with entry.lock:
+            self._check_head(entry, head)
+            action(entry.session.transcript)
+            entry.preview = None  # its base is gone; committing it would be refused anyway
+            return self._view(entry)
+
+    def pin(self, name: str, turn: object, pinned: object = True) -> dict[str, Any]:
+        """Pin (or unpin) turn number ``turn``; the view."""
+        if type(turn) is not int:
+            raise InvalidInputError(f"pin needs a turn number, got {turn!r}")
+        entry = self._entry(name)
+        with entry.lock:
+            (entry.session.pin if pinned else entry.session.unpin)(turn)
+            return self._view(entry)
+
+    def _check_head(self, entry: _Entry, head: object) -> None:
+        """StaleHeadError unless the page's ``head`` (None: not checked) is the session's."""
+        if head is None:
+            return
+        if type(head) is not int:
+            raise InvalidInputError(f"head must be the revision number the page shows, got {head!r}")
+        now = entry.session.transcript.head
+        if head != now:
+            raise StaleHeadError(
+                f"session {entry.session.transcript.session_id!r} changed elsewhere (another tab or window): "
+                f"it is at revision {now}, this page showed {head}. Nothing was changed; the view is "
+                "refreshed, look and try again"
+            )
+
+
+class ChatStream:
+    """One chat message on its way: iterate it for the page's events, in order.
+
+    ``{"type": "start", "query", "context"}``, then ``{"type": "chunk", "text"}`` per
+    piece of the answer, then ``{"type": "done", "view"}`` once the exchange is
+    stored, or ``{"type": "error", "message", "view"}`` (nothing stored).
+    """
+
+    def __init__(self, chat: WebChat, entry: _Entry, call: LastCall, record: dict[str, Any]) -> None:
+        self._chat = chat
+        self._entry = entry
+        self.call = call
+        self.record = record
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        entry = self._entry
+        session = entry.session
+        yield {"type": "start", "query": self.call.query, "context": self._context()}
+        parts: list[str] = []
+        try:
+            for chunk in _reply_chunks(session, self.call):
+                parts.append(chunk)
+                yield {"type": "chunk", "text": chunk}
+            answer = replace_lone_surrogates("".join(parts))
+            with entry.lock:
+                session.last_call = self.call
+                session.transcript.append(
+                    user=self.call.query,
+                    messages=[Message(new_message_id(), "assistant", answer, metadata={CONTEXT_KEY: self.record})],
+                )
+        except Exception as exc:  # the model or the store failed: say so, store nothing
+            with entry.lock:
+                view = self._chat._view(entry)
+            yield {"type": "error", "message": error_message(exc, chat=True), "view": view}
+            return
+        with entry.lock:
+            view = self._chat._view(entry)
+        yield {"type": "done", "view": view}
+
+    def _context(self) -> dict[str, Any] | None:
+        with self._entry.lock:
+            current = {turn.key: n for n, turn in self._entry.session.turns()}
+        return context_view(self.record, current)
+
+
+def _reply_chunks(session: ChatSession, call: LastCall) -> Iterator[str]:
+    """The chat model's answer to ``call`` in chunks: streamed when the model has ``stream``."""
+    sent = [dict(m) for m in call.sent]
+    stream = getattr(getattr(session.chat_model, "wrapped", None), "stream", None)
+    if callable(stream):
+        for chunk in stream(sent):
+            yield chunk if isinstance(chunk, str) else str(chunk)
+        return
+    reply: object
+    try:
+        reply = session.chat_model.complete(sent)
+    except TruncatedReplyError as exc:  # a chat answer cut off is still the answer the user sees
+        reply = exc.partial
+    yield reply if isinstance(reply, str) else str(reply)
+
+
+def error_message(exc: BaseException, *, chat: bool = False) -> str:
+    """What the page shows for ``exc``: the library's own message, never a traceback."""
+    import sqlite3
+
+    if isinstance(exc, GatekeeperError):
+        text = str(exc)
+    elif isinstance(exc, sqlite3.Error):
+        text = f"the database failed ({exc or type(exc).__name__}); what was stored before is intact"
+    else:
+        text = f"{type(exc).__name__}: {exc} (nothing was changed)"
+    if chat:
+        text += " Your message was not added to the conversation; send it again."
+    return text

@@ -1,0 +1,380 @@
+// gatekeeper-chat in the browser. No framework, no build step: every text is set with
+// textContent (never innerHTML), so a message is always shown as text and never runs.
+"use strict";
+
+(function () {
+  const TOKEN = document.querySelector('meta[name="gatekeeper-token"]').content;
+  const $ = (id) => document.getElementById(id);
+  const state = {
+    session: new URLSearchParams(location.search).get("session") || "default",
+    view: null,
+    editing: sessionStorage.getItem("gatekeeper-editing") === "1",
+    busy: false,
+  };
+
+  // -- DOM helpers -----------------------------------------------------------------
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else if (key.startsWith("data-") || key.startsWith("aria-") || key === "title" || key === "type" || key === "id")
+        node.setAttribute(key, value === true ? "" : String(value));
+      else node[key] = value;
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(typeof child === "string" ? document.createTextNode(child) : child);
+    }
+    return node;
+  }
+
+  function showError(message) {
+    $("error-text").textContent = message;
+    $("error").hidden = false;
+  }
+  function clearError() {
+    $("error").hidden = true;
+    $("error-text").textContent = "";
+  }
+
+  // -- requests --------------------------------------------------------------------
+  async function call(path, body) {
+    const options = body === undefined ? {} : {
+      method: "POST",
+      headers: {"content-type": "application/json", "x-gatekeeper-token": TOKEN},
+      body: JSON.stringify(body),
+    };
+    let response;
+    try {
+      response = await fetch(path, options);
+    } catch (err) {
+      throw new Error("the server cannot be reached (is gatekeeper-chat --web still running?)");
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (err) {
+      data = {error: "the server answered " + response.status + " without a usable body"};
+    }
+    if (!response.ok) {
+      if (data && data.view) render(data.view); // another tab moved on: show where things are now
+      const error = new Error((data && data.error) || "request failed (" + response.status + ")");
+      error.status = response.status;
+      throw error;
+    }
+    return data;
+  }
+
+  async function act(work) {
+    if (state.busy) return;
+    state.busy = true;
+    document.body.classList.add("busy");
+    clearError();
+    try {
+      await work();
+    } catch (err) {
+      showError(err.message || String(err));
+    } finally {
+      state.busy = false;
+      document.body.classList.remove("busy");
+    }
+  }
+
+  const session = () => state.session;
+  const head = () => (state.view ? state.view.head : null);
+
+  async function load(name) {
+    const view = await call("/api/view?session=" + encodeURIComponent(name));
+    render(view);
+  }
+
+  // -- rendering -------------------------------------------------------------------
+  function render(view) {
+    state.view = view;
+    state.session = view.session;
+    const url = new URL(location.href);
+    if (url.searchParams.get("session") !== view.session) {
+      url.searchParams.set("session", view.session);
+      history.replaceState(null, "", url);
+    }
+    document.title = view.session + " · gatekeeper-chat";
+    $("session-name").textContent = "session: " + view.session + " · revision " + view.head;
+    renderSessions(view);
+    renderMessages(view);
+    renderPreview(view.preview);
+    renderHistory(view);
+    renderMode();
+  }
+
+  function renderSessions(view) {
+    const list = $("session-list");
+    list.replaceChildren(...view.sessions.map((name) => el("li", {},
+      el("button", {
+        type: "button", class: "session", "data-session": name,
+        "aria-current": name === view.session ? "true" : null,
+        text: name,
+        onclick: () => { if (name !== state.session) act(() => load(name)); },
+      }))));
+  }
+
+  function renderMessages(view) {
+    const box = $("messages");
+    const nodes = [];
+    if (!view.messages.length) {
+      nodes.push(el("p", {class: "empty", text: "No messages yet. Ask something; then ask about something else, " +
+        "and see under each answer which earlier turns the gate sent."}));
+    }
+    for (const m of view.messages) nodes.push(messageNode(m));
+    box.replaceChildren(...nodes);
+    box.scrollTop = box.scrollHeight;
+  }
+
+  function messageNode(m) {
+    const who = {user: "you", assistant: "assistant", system: "system", tool: "tool"}[m.role] || m.role;
+    const header = el("div", {class: "meta"},
+      m.turn !== null ? el("span", {class: "turn-no", text: "turn " + m.turn}) : null,
+      el("span", {class: "who", text: who}),
+      m.origin !== "original" ? el("span", {class: "origin", text: m.origin}) : null);
+    if (m.role === "user" && m.turn !== null) {
+      header.append(el("button", {
+        type: "button", class: "pin" + (m.pinned ? " on" : ""), "data-testid": "pin", "data-turn": m.turn,
+        "aria-pressed": m.pinned ? "true" : "false",
+        title: m.pinned ? "Pinned: always sent to the model. Click to unpin." : "Pin: always send this turn to the model",
+        text: m.pinned ? "📌 pinned" : "pin",
+        onclick: () => act(async () => render(await call("/api/pin", {session: session(), turn: m.turn, pinned: !m.pinned}))),
+      }));
+    }
+    const node = el("article", {
+      class: "message " + m.role, "data-testid": "message", "data-role": m.role,
+      "data-turn": m.turn === null ? "" : m.turn, "data-id": m.id,
+      id: m.turn !== null && m.role === "user" ? "turn-" + m.turn : null,
+    }, header, el("div", {class: "content", text: m.content}));
+    if (m.role === "assistant" && m.context) node.append(stripNode(m.context));
+    return node;
+  }
+
+  function stripNode(ctx) {
+    const sent = ctx.earlier.filter((t) => t.kept);
+    const gate = ctx.decision + (ctx.weak_switch ? " (weak)" : "");
+    const summary = el("div", {class: "strip-summary"},
+      el("span", {class: "decision " + ctx.decision, title: "the topic gate's decision for this question", text: "gate: " + gate}),
+      el("span", {text: "sent " + sent.length + " of " + ctx.earlier.length + " earlier turn" + (ctx.earlier.length === 1 ? "" : "s")}),
+      el("span", {class: "saved", text: ctx.tokens_saved + " tokens saved (" + ctx.tokens_kept + " of " + ctx.tokens_total + " sent)"}),
+      ctx.over_budget ? el("span", {class: "warn", text: "pinned turns exceed the budget"}) : null);
+    const chips = ctx.earlier.map((t) => {
+      const label = (t.turn === null ? "deleted turn" : "#" + t.turn) + " " + (t.kept ? "sent" : "left out") + ": " +
+        (t.why ? t.reason + " — " + t.why : t.reason);
+      const title = t.kept ? "Sent to the model" : "Left out of this call";
+      if (t.turn === null) return el("span", {class: "chip " + (t.kept ? "kept" : "dropped") + " gone", title, text: label});
+      return el("button", {
+        type: "button", class: "chip " + (t.kept ? "kept" : "dropped"), "data-turn": t.turn, "data-kept": t.kept ? "true" : "false",
+        title: title + " (click to see the turn)", text: label,
+        onclick: () => scrollToTurn(t.turn),
+      });
+    });
+    return el("div", {class: "strip", "data-testid": "context-strip"}, summary,
+      chips.length ? el("div", {class: "chips"}, ...chips) : el("div", {class: "chips none", text: "no earlier turns"}));
+  }
+
+  function scrollToTurn(turn) {
+    const target = document.getElementById("turn-" + turn);
+    if (!target) return;
+    target.scrollIntoView({block: "center"});
+    target.classList.remove("flash");
+    void target.offsetWidth; // restart the highlight
+    target.classList.add("flash");
+  }
+
+  function segments(parts, cls) {
+    return parts.map(([op, text]) => op === "same" ? document.createTextNode(text)
+      : el(op === "del" ? "del" : "ins", {class: cls, text}));
+  }
+
+  function renderPreview(preview) {
+    const box = $("preview");
+    if (!preview) {
+      box.hidden = true;
+      $("preview-rows").replaceChildren();
+      return;
+    }
+    box.hidden = false;
+    $("preview-title").textContent = "Preview of: " + preview.instruction;
+    const share = Math.round(preview.deleted_share * 100);
+    $("preview-note").textContent = preview.needs_confirmation
+      ? "This edit deletes or replaces " + share + "% of the conversation: Commit applies it anyway, Discard drops it."
+      : preview.rows.length + " message" + (preview.rows.length === 1 ? "" : "s") + " would change. Nothing is changed until you commit.";
+    $("preview-note").classList.toggle("warn", preview.needs_confirmation);
+    $("commit").textContent = preview.needs_confirmation ? "Commit anyway" : "Commit";
+    $("preview-rows").replaceChildren(...preview.rows.map((row) => el("div", {class: "diff-row " + row.status, "data-status": row.status},
+      el("div", {class: "side before"}, el("div", {class: "meta", text: row.role + (row.status === "added" ? " (new)" : "") + " · before"}),
+        el("div", {class: "content"}, ...(row.before ? segments(row.before, "removed") : [el("em", {text: "(not there)"})]))),
+      el("div", {class: "side after"}, el("div", {class: "meta", text: row.role + " · after"}),
+        el("div", {class: "content"}, ...(row.after ? segments(row.after, "added") : [el("em", {text: "(deleted)"})]))))));
+  }
+
+  function renderHistory(view) {
+    $("undo").disabled = !view.can_undo;
+    $("redo").disabled = !view.can_redo;
+    const items = view.history.slice().reverse().map((r) => el("li", {
+      class: "history-item " + r.kind + (r.number === view.head ? " current" : ""),
+      "data-testid": "history-item", "data-kind": r.kind, "data-number": r.number,
+    },
+    el("div", {class: "meta"},
+      el("span", {class: "rev", text: "r" + r.number}),
+      el("span", {class: "kind", text: r.kind}),
+      el("time", {text: new Date(r.time * 1000).toLocaleTimeString()})),
+    el("div", {class: "label", text: r.label}),
+    r.number === view.head ? el("span", {class: "here", text: "current"}) : el("button", {
+      type: "button", class: "revert", "data-testid": "revert", "data-number": r.number,
+      title: "Make the conversation what it was after revision " + r.number + " (a new revision; undo takes it back)",
+      text: "Revert to r" + r.number,
+      onclick: () => act(async () => render(await call("/api/revert", {session: session(), revision: r.number, head: head()}))),
+    })));
+    $("history-list").replaceChildren(...items);
+  }
+
+  function renderMode() {
+    document.body.classList.toggle("editing", state.editing);
+    $("mode-toggle").textContent = state.editing ? "Edit mode" : "Chat mode";
+    $("mode-toggle").setAttribute("aria-pressed", state.editing ? "true" : "false");
+    $("mode-label").textContent = state.editing ? "Edit history" : "Chat";
+    $("message-input").placeholder = state.editing
+      ? "How should the history change? e.g. it was Iceland, not Ireland"
+      : "Type a message (Enter sends, Shift+Enter: new line; /edit … rewrites the history)";
+    $("send").textContent = state.editing ? "Preview" : "Send";
+  }
+
+  function setMode(editing) {
+    state.editing = editing;
+    sessionStorage.setItem("gatekeeper-editing", editing ? "1" : "0");
+    renderMode();
+  }
+
+  // -- actions ---------------------------------------------------------------------
+  async function sendChat(text) {
+    const box = $("messages");
+    const response = await fetch("/api/chat", {
+      method: "POST",
+      headers: {"content-type": "application/json", "x-gatekeeper-token": TOKEN},
+      body: JSON.stringify({session: session(), text}),
+    });
+    if (!response.ok) {
+      let data = {};
+      try { data = await response.json(); } catch (err) { /* no body */ }
+      throw new Error(data.error || "the message could not be sent (" + response.status + ")");
+    }
+    box.querySelector(".empty")?.remove();
+    const user = el("article", {class: "message user pending", "data-testid": "message", "data-role": "user", "data-turn": ""},
+      el("div", {class: "meta"}, el("span", {class: "who", text: "you"})), el("div", {class: "content", text}));
+    const answerText = el("div", {class: "content streaming"});
+    const answer = el("article", {class: "message assistant pending", "data-testid": "message", "data-role": "assistant", "data-turn": ""},
+      el("div", {class: "meta"}, el("span", {class: "who", text: "assistant"})), answerText);
+    box.append(user, answer);
+    box.scrollTop = box.scrollHeight;
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    let finished = false;
+    const handle = (event) => {
+      if (event.type === "start") {
+        if (event.context) answer.append(stripNode(event.context));
+      } else if (event.type === "chunk") {
+        answerText.textContent += event.text;
+        box.scrollTop = box.scrollHeight;
+      } else if (event.type === "done") {
+        finished = true;
+        render(event.view);
+      } else if (event.type === "error") {
+        finished = true;
+        render(event.view);
+        $("message-input").value = text; // keep it for another try
+        throw new Error(event.message);
+      }
+    };
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (value) buffer += decoder.decode(value, {stream: true});
+      let cut;
+      while ((cut = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 1);
+        if (line.trim()) handle(JSON.parse(line));
+      }
+      if (done) break;
+    }
+    if (!finished) {
+      await load(session());
+      $("message-input").value = text;
+      throw new Error("the answer was cut off; your message was not added to the conversation, send it again");
+    }
+  }
+
+  async function preview(instruction) {
+    render(await call("/api/edit/preview", {session: session(), instruction, head: head()}));
+  }
+
+  function submit() {
+    const input = $("message-input");
+    const text = input.value.trim();
+    if (!text || state.busy) return;
+    act(async () => {
+      const command = text.match(/^\/(\w+)\s*([\s\S]*)$/);
+      if (command) {
+        const [, name, rest] = command;
+        input.value = "";
+        if (name === "edit") {
+          if (rest.trim()) { await preview(rest.trim()); } else setMode(!state.editing);
+        } else if (name === "chat") setMode(false);
+        else if (name === "undo") render(await call("/api/undo", {session: session(), head: head()}));
+        else if (name === "redo") render(await call("/api/redo", {session: session(), head: head()}));
+        else { input.value = text; throw new Error("unknown command /" + name + ": the box knows /edit [instruction], /chat, /undo and /redo"); }
+        return;
+      }
+      input.value = "";
+      try {
+        if (state.editing) await preview(text); else await sendChat(text);
+      } catch (err) {
+        if (!input.value) input.value = text;
+        throw err;
+      }
+    });
+  }
+
+  // -- wiring ----------------------------------------------------------------------
+  $("composer").addEventListener("submit", (event) => { event.preventDefault(); submit(); });
+  $("message-input").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); submit(); }
+  });
+  $("mode-toggle").addEventListener("click", () => setMode(!state.editing));
+  $("error-close").addEventListener("click", clearError);
+  $("commit").addEventListener("click", () => act(async () => {
+    const p = state.view.preview;
+    render(await call("/api/edit/commit", {session: session(), token: p.token, confirm_large: p.needs_confirmation}));
+  }));
+  $("discard").addEventListener("click", () => act(async () => {
+    render(await call("/api/edit/discard", {session: session(), token: state.view.preview.token}));
+  }));
+  $("undo").addEventListener("click", () => act(async () => render(await call("/api/undo", {session: session(), head: head()}))));
+  $("redo").addEventListener("click", () => act(async () => render(await call("/api/redo", {session: session(), head: head()}))));
+  $("new-session").addEventListener("click", () => act(async () => render(await call("/api/sessions/new", {}))));
+  $("delete-session").addEventListener("click", () => {
+    $("confirm-delete-text").textContent = "Delete session “" + state.session + "” with its whole history? This cannot be undone.";
+    $("confirm-delete-bar").hidden = false;
+  });
+  $("cancel-delete").addEventListener("click", () => { $("confirm-delete-bar").hidden = true; });
+  $("confirm-delete").addEventListener("click", () => act(async () => {
+    $("confirm-delete-bar").hidden = true;
+    const name = state.session;
+    const left = (await call("/api/sessions/delete", {session: name, confirm: name})).sessions;
+    await load(left.length ? left[0] : "default");
+  }));
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible" && !state.busy && state.view) act(() => load(state.session));
+  });
+
+  renderMode();
+  act(() => load(state.session));
+})();
