@@ -74,8 +74,9 @@ def test_a_chat_exchange_is_shown_and_stored(tmp_path: Path) -> None:
     assert status == 0
     assert "OFFLINE" in out  # says so on screen
     assert "[chat] > hello" in out
-    assert 'assistant: [offline] You said: "hello" I was sent 0 earlier messages.' in out
-    assert contents(tmp_path) == ["hello", '[offline] You said: "hello" I was sent 0 earlier messages.']
+    answer = OfflineChatModel().complete([{"role": "user", "content": "hello"}])
+    assert f"assistant: {answer}" in out
+    assert contents(tmp_path) == ["hello", answer]
     assert "Resume it with: gatekeeper-chat --session s" in out
 
 
@@ -306,7 +307,7 @@ gatekeeper-chat | session 'default' (new conversation) | model: offline (scripte
 Type a message to chat, /edit to switch to EDIT HISTORY mode, /help for commands.
 OFFLINE: answers come from a scripted model, not Gemini (no network, no API key).
 [chat] > What was the GDP of Ireland in 2021?
-assistant: [offline] You asked: "What was the GDP of Ireland in 2021?" I was sent 0 earlier messages.
+assistant: About "GDP of Ireland in 2021": basically, it comes down to GDP and 2021. I can go into more detail if you want.
 [chat] > /edit it was Iceland, not Ireland
 history edited (revision 2); /undo takes it back:
 --- revision 1
@@ -315,8 +316,8 @@ history edited (revision 2); /undo takes it back:
 -What was the GDP of Ireland in 2021?
 +What was the GDP of Iceland in 2021?
 @@ assistant #2: changed @@
--[offline] You asked: "What was the GDP of Ireland in 2021?" I was sent 0 earlier messages.
-+[offline] You asked: "What was the GDP of Iceland in 2021?" I was sent 0 earlier messages.
+-About "GDP of Ireland in 2021": basically, it comes down to GDP and 2021. I can go into more detail if you want.
++About "GDP of Iceland in 2021": basically, it comes down to GDP and 2021. I can go into more detail if you want.
 [chat] > /undo
 undid revision 2 (now revision 3):
 --- revision 2
@@ -325,8 +326,8 @@ undid revision 2 (now revision 3):
 -What was the GDP of Iceland in 2021?
 +What was the GDP of Ireland in 2021?
 @@ assistant #2: changed @@
--[offline] You asked: "What was the GDP of Iceland in 2021?" I was sent 0 earlier messages.
-+[offline] You asked: "What was the GDP of Ireland in 2021?" I was sent 0 earlier messages.
+-About "GDP of Iceland in 2021": basically, it comes down to GDP and 2021. I can go into more detail if you want.
++About "GDP of Ireland in 2021": basically, it comes down to GDP and 2021. I can go into more detail if you want.
 [chat] > /quit
 The conversation is saved. Resume it with: gatekeeper-chat --session default --db chat-demo.sqlite3 --offline
 """

@@ -20,7 +20,7 @@ from .session import ChatSession
 from ..integration import replace_lone_surrogates
 from .. import GatekeeperError, Revision
 
-__all__ = ["ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "store_failure"]
+__all__ = ["ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "store_failure", "is_store_failure"]
 
 EXIT_OK = 0
 EXIT_STORE = 1
@@ -46,6 +46,17 @@ def store_failure(path: object, exc: BaseException) -> str:
     detail = str(exc) or type(exc).__name__
     hint = next((h for key, h in _STORE_HINTS if key in detail.lower()), "check the file, or pass --db with another")
     return f"cannot use the database {path} ({detail}): {hint}"
+
+
+def is_store_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database failed (not the model): one of ``sqlite3``'s own
+    errors, or an error of this library that is also an ``OSError`` (how the stores report
+    a database that is locked, read-only, full or damaged).
+
+    >>> is_store_failure(sqlite3.OperationalError("database is locked")), is_store_failure(ValueError("x"))
+    (True, False)
+    """
+    return isinstance(exc, sqlite3.Error) or (isinstance(exc, GatekeeperError) and isinstance(exc, OSError))
 
 
 class ChatLoop:
@@ -107,13 +118,14 @@ class ChatLoop:
                 self.chat(text)
         except KeyboardInterrupt:
             self.renderer.notice("cancelled: nothing was changed")
-        except sqlite3.Error as exc:  # the store cannot be written: say so once and stop
-            self.renderer.error(store_failure(getattr(self.session.transcript.store, "path", "?"), exc))
-            self.store_failed = self.done = True
-        except GatekeeperError as exc:
-            self.renderer.error(str(exc))
-        except Exception as exc:  # an unexpected failure must not lose the session
-            self.renderer.error(f"{type(exc).__name__}: {exc} (nothing was changed)")
+        except Exception as exc:
+            if is_store_failure(exc):  # the store cannot be written: say so once and stop
+                self.renderer.error(store_failure(getattr(self.session.transcript.store, "path", "?"), exc))
+                self.store_failed = self.done = True
+            elif isinstance(exc, GatekeeperError):
+                self.renderer.error(str(exc))
+            else:  # an unexpected failure must not lose the session
+                self.renderer.error(f"{type(exc).__name__}: {exc} (nothing was changed)")
 
     # -- actions ------------------------------------------------------------------------
     def set_mode(self, editing: bool) -> None:
@@ -126,14 +138,15 @@ class ChatLoop:
         try:
             with self.renderer.working("the model is thinking..."):
                 answer = self.session.ask(text)
-        except sqlite3.Error:
-            raise  # the store, not the model: handle() ends the loop
         except Exception as exc:  # KeyboardInterrupt passes to handle(): "cancelled"
+            if is_store_failure(exc):
+                raise  # the store, not the model: handle() ends the loop
             self.renderer.error(str(exc) or type(exc).__name__)
             self.renderer.info("Your message was not added to the conversation; /retry sends it again.")
             return
         self.unsent = None
         self.renderer.answer(answer)
+        self.renderer.sent_note(self.session.last_call)
 
     def edit(self, instruction: str) -> None:
         """Apply an edit instruction and show its diff (large deletions ask first)."""

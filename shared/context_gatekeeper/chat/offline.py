@@ -1,8 +1,9 @@
 """The scripted models behind ``--offline``: deterministic, no network, no key.
 
-* :class:`OfflineChatModel` answers every message with a short canned reply that
-  echoes the question and says how many earlier messages it was sent, so the
-  effect of gating and of edits is visible without a real model.
+* :class:`OfflineChatModel` answers every message with a short scripted reply
+  about the question's subject, built from the question's own words, so gating
+  behaves as it does with a real model and an edit of the question's words
+  reaches the answer too.
 * :class:`OfflineEditor` applies simple substitution instructions by computing
   the ideal patch (:func:`~context_gatekeeper.editing.format.ideal_patch_reply`), so
   an offline edit really changes the history.  It understands::
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..integration import ideal_patch_reply
-from .. import EditError, Message, Replace
+from .. import EditError, Message, Replace, extract_anchors
 
-__all__ = ["OfflineChatModel", "OfflineEditor", "parse_substitution", "OFFLINE_NOTICE"]
+__all__ = ["OfflineChatModel", "OfflineEditor", "parse_substitution", "subject_phrase", "OFFLINE_NOTICE"]
 
 OFFLINE_NOTICE = "OFFLINE: answers come from a scripted model, not Gemini (no network, no API key)."
 
@@ -112,24 +114,100 @@ def _word_pattern(text: str) -> re.Pattern[str]:
     return re.compile(start + re.escape(text) + end, re.I)
 
 
-class OfflineChatModel:
-    """A chat model for ``--offline``: a short deterministic reply keyed by the question.
+_TOKEN = re.compile(r"[^\W_](?:[\w.+#'-]*[^\W_])?")
+_CONNECTORS = frozenset("of in on for to the a an and with from at by 's".split())
+"""Short words that may sit inside a subject phrase ("GDP of Ireland in 2021")."""
+_MAX_PHRASE_WORDS = 6
 
-    >>> OfflineChatModel().complete([{"role": "user", "content": "What is the GDP of Ireland?"}])
-    '[offline] You asked: "What is the GDP of Ireland?" I was sent 0 earlier messages.'
+# Scripted answers.  Apart from the placeholders, every word in them is one the gate
+# ignores (a stopword: tests/test_chat_offline_model.py checks it), so two answers
+# never share a topic word their questions do not.  {q} is the question's subject
+# phrase (quoted, as people quote what they were asked about), {a} and {z} its first
+# and last content words; {Q} is {q} with a capital first letter.
+_NO_SUBJECT = (
+    "Hello! What would you like to know?",
+    "Sure. What should we look at?",
+    "OK. Tell me more about what you need.",
+)
+_ONE_WORD = (
+    '"{Q}": it all comes down to how it is used here. Want more detail?',
+    'About "{q}": there are a few things to look at. Which one should I explain?',
+    'Here is what I know about "{q}": quite a lot, so tell me what you want to know.',
+)
+_SEVERAL_WORDS = (
+    '"{Q}", roughly: {a}, and then {z}. Let me know which to explain further.',
+    'Good question. When it comes to "{q}", it is all about {z}; {a} is where most of the details are.',
+    'About "{q}": basically, it comes down to {a} and {z}. I can go into more detail if you want.',
+    'On "{q}": {a} is the thing to look at, and {z} is probably what you want to compare it with.',
+)
+
+
+def _is_content(token: str) -> bool:
+    return bool(extract_anchors(token).counts)
+
+
+def subject_phrase(text: str) -> tuple[str, list[str]]:
+    """The subject of ``text``: its longest run of content words (words the gate
+    matches on), joined by short connectors such as "of" and "in", as written; and
+    that run's content words.  ``("", [])`` when ``text`` has no content word.
+
+    >>> subject_phrase("What was the GDP of Ireland in 2021?")
+    ('GDP of Ireland in 2021', ['GDP', 'Ireland', '2021'])
+    >>> subject_phrase("How long should a Redis lock TTL be?")
+    ('Redis lock TTL', ['Redis', 'lock', 'TTL'])
+    >>> subject_phrase("what about its lag?")
+    ('lag', ['lag'])
+    >>> subject_phrase("hi there!")
+    ('', [])
+    """
+    best: list[str] = []
+    run: list[str] = []
+    for token in [*_TOKEN.findall(text), ""]:  # "" ends the last run
+        if token and _is_content(token) and len(run) < _MAX_PHRASE_WORDS:
+            run.append(token)
+            continue
+        if token.casefold() in _CONNECTORS and run:
+            run.append(token)
+            continue
+        while run and not _is_content(run[-1]):
+            run.pop()  # a run ends on a content word
+        if sum(map(_is_content, run)) > sum(map(_is_content, best)):
+            best = run
+        run = [token] if token and _is_content(token) else []
+    return " ".join(best), [t for t in best if _is_content(t)]
+
+
+def _capitalised(text: str) -> str:
+    """``text`` with a capital first letter, unless its first word has capitals already ("iPhone")."""
+    return text[:1].upper() + text[1:] if text.split(" ", 1)[0].islower() else text
+
+
+class OfflineChatModel:
+    """A chat model for ``--offline``: a short deterministic answer about the question's subject.
+
+    The answer quotes the question's subject phrase (:func:`subject_phrase`) and
+    names its words, in one of a few templates picked by a checksum of the question
+    (the same question always gets the same answer).  Like a real answer, it brings
+    an anchor of its own (the quoted phrase) and shares no words with answers on
+    other subjects: the rest of each template is stopwords, which the gate ignores.
+    So turns are kept or dropped offline for the same reasons as with a real model.
+    It does not say how many earlier messages it was sent: the chat shows that after
+    each answer, outside the stored conversation.
+
+    >>> OfflineChatModel().complete([{"role": "user", "content": "What was the GDP of Ireland in 2021?"}])
+    'About "GDP of Ireland in 2021": basically, it comes down to GDP and 2021. I can go into more detail if you want.'
     """
 
     name = "offline"
 
     def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        """The canned reply to the last user message of ``messages``."""
+        """The scripted answer to the last user message of ``messages``."""
         users = [m for m in messages if m.get("role") == "user"]
         question = " ".join(str(users[-1].get("content", "")).split()) if users else ""
-        if len(question) > 120:
-            question = question[:117] + "..."
-        earlier = sum(1 for m in messages[:-1] if m.get("role") in ("user", "assistant"))
-        verb = "You asked" if question.endswith("?") else "You said"
-        plural = "" if earlier == 1 else "s"
-        return f'[offline] {verb}: "{question}" I was sent {earlier} earlier message{plural}.'
+        phrase, words = subject_phrase(question)
+        templates = _NO_SUBJECT if not words else _ONE_WORD if len(words) == 1 else _SEVERAL_WORDS
+        template = templates[zlib.crc32(question.encode("utf-8", "surrogatepass")) % len(templates)]
+        first, last = (words[0], words[-1]) if words else ("", "")
+        return template.format(q=phrase, Q=_capitalised(phrase), a=first, z=last)
 
     __call__ = complete

@@ -124,6 +124,14 @@ class Renderer:
     def answer(self, text: str) -> None:
         self.message(None, role="assistant", text=text)
 
+    def sent_note(self, call: LastCall | None) -> None:
+        """One dim line after an answer: how many earlier turns the model was sent (nothing
+        before the first turn).  Shown, never stored: the answer alone goes into the transcript."""
+        if call is None or not call.turn_count:
+            return
+        kept, total = len(call.selection.turn_ids), call.turn_count
+        self.info(f"(the model was sent {kept} of {total} earlier turn{'' if total == 1 else 's'}; /context shows why)")
+
     def conversation(self, turns: Sequence[tuple[int, MessageTurn]], pinned: Sequence[int], extra: Sequence[Message] = ()) -> None:
         """The current state, turn by turn, numbered as ``/pin`` takes them."""
         if not turns and not extra:
