@@ -4,26 +4,41 @@ Converts types and delegates to the core (``context_gatekeeper``); no selection 
 editing logic lives here.
 """
 
-from .convert import from_core, from_core_messages, to_core, to_core_messages
-from .gate import GatedRunnableWithMessageHistory, TopicGateKeysError, topic_gate
-from .history import GatekeeperChatMessageHistory
-from .middleware import GatekeeperMiddleware
-from .models import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
-from .trim import agate_messages, gate_messages
-from .threads import (
-    GatekeeperState,
-    ThreadEdit,
-    aedit_thread,
-    aredo_thread,
-    athread_diff,
-    athread_history,
-    aundo_thread,
-    edit_thread,
-    redo_thread,
-    thread_diff,
-    thread_history,
-    undo_thread,
-)
+from context_gatekeeper.errors import MissingExtraError
+
+_EXTRA_PACKAGES = frozenset({"langchain_core", "langchain", "langgraph"})
+"""The top-level packages of the ``langchain`` extra the adapter imports."""
+
+try:
+    from .convert import from_core, from_core_messages, to_core, to_core_messages
+    from .gate import GatedRunnableWithMessageHistory, TopicGateKeysError, topic_gate
+    from .history import GatekeeperChatMessageHistory
+    from .middleware import GatekeeperMiddleware
+    from .models import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
+    from .trim import agate_messages, gate_messages
+    from .threads import (
+        GatekeeperState,
+        ThreadEdit,
+        aedit_thread,
+        aredo_thread,
+        athread_diff,
+        athread_history,
+        aundo_thread,
+        edit_thread,
+        redo_thread,
+        thread_diff,
+        thread_history,
+        undo_thread,
+    )
+except ModuleNotFoundError as missing:  # the framework, not this package: say which extra installs it
+    if (missing.name or "").partition(".")[0] not in _EXTRA_PACKAGES:
+        raise
+    raise MissingExtraError(
+        f"langchain_gatekeeper needs LangChain 1.x (langchain-core, langchain and langgraph), and importing "
+        f"it failed: {missing}. Install the extra: pip install \"context-gatekeeper[langchain]\"",
+        extra="langchain",
+        name=missing.name,
+    ) from missing
 
 __all__ = [
     # classic chains

@@ -6,10 +6,25 @@ Converts types and delegates to the core; imports LlamaIndex and the core only (
 
 from __future__ import annotations
 
-from .convert import from_core, from_core_messages, to_core, to_core_messages
-from .memory import GatekeeperMemory
-from .models import DEFAULT_MODEL, LlamaIndexEditModel, resolve_edit_model
-from .postprocessor import GatekeeperNodePostprocessor, NodeExplanation, build_corpus
+from context_gatekeeper.errors import MissingExtraError
+
+_EXTRA_PACKAGES = frozenset({"llama_index"})
+"""The top-level packages of the ``llamaindex`` extra the adapter imports."""
+
+try:
+    from .convert import from_core, from_core_messages, to_core, to_core_messages
+    from .memory import GatekeeperMemory
+    from .models import DEFAULT_MODEL, LlamaIndexEditModel, resolve_edit_model
+    from .postprocessor import GatekeeperNodePostprocessor, NodeExplanation, build_corpus
+except ModuleNotFoundError as missing:  # the framework, not this package: say which extra installs it
+    if (missing.name or "").partition(".")[0] not in _EXTRA_PACKAGES:
+        raise
+    raise MissingExtraError(
+        f"llamaindex_gatekeeper needs llama-index-core 0.14, and importing it failed: {missing}. "
+        f"Install the extra: pip install \"context-gatekeeper[llamaindex]\"",
+        extra="llamaindex",
+        name=missing.name,
+    ) from missing
 
 __all__ = [
     # chat memory

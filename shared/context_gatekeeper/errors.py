@@ -21,6 +21,7 @@ __all__ = [
     "HistoryError",
     "StaleHeadError",
     "ModelUnavailableError",
+    "MissingExtraError",
     "SchemaVersionError",
     "InvalidRevisionError",
     "CorruptLogError",
@@ -145,3 +146,23 @@ class CorruptLogError(GatekeeperError, RuntimeError):
 
 class StoreClosedError(GatekeeperError, RuntimeError):
     """The store was closed; open a new one (on the same file or database) to go on."""
+
+class MissingExtraError(GatekeeperError, ModuleNotFoundError):
+    """An optional dependency is not installed (or too old to import); the message names
+    the extra that installs it: ``pip install "context-gatekeeper[<extra>]"``.
+
+    Attributes:
+        extra: the extra to install.
+        name: the module that could not be imported, as on ``ModuleNotFoundError``.
+    """
+
+    def __init__(self, message: str, *, extra: str, name: str | None = None) -> None:
+        super().__init__(message, name=name)
+        self.extra = extra
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_missing_extra_error, (str(self), self.extra, self.name))
+
+
+def _missing_extra_error(message: str, extra: str, name: str | None) -> "MissingExtraError":
+    return MissingExtraError(message, extra=extra, name=name)

@@ -1,0 +1,117 @@
+"""Importing an adapter without its framework names the extra to install.
+
+Each case runs in a fresh interpreter where the framework is hidden, as if it were not
+installed: a ``sys.meta_path`` finder that raises ``ModuleNotFoundError`` for it (what the
+import system raises for a missing package), or ``sys.modules[name] = None``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HIDE = textwrap.dedent(
+    """
+    import json, sys
+
+    HIDDEN = {hidden!r}
+
+    class NotInstalled:
+        def find_spec(self, name, path=None, target=None):
+            if name in HIDDEN or name.split(".")[0] in HIDDEN:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+            return None
+
+    sys.meta_path.insert(0, NotInstalled())
+    for name in {none!r}:
+        sys.modules[name] = None
+    try:
+        {statement}
+    except BaseException as error:
+        from context_gatekeeper.errors import GatekeeperError
+        cause = error.__cause__
+        print(json.dumps({{
+            "type": type(error).__name__,
+            "gatekeeper": isinstance(error, GatekeeperError),
+            "module_not_found": isinstance(error, ModuleNotFoundError),
+            "message": str(error),
+            "name": getattr(error, "name", None),
+            "extra": getattr(error, "extra", None),
+            "cause": type(cause).__name__ if cause else None,
+            "cause_name": getattr(cause, "name", None),
+        }}))
+    else:
+        print(json.dumps({{"type": None}}))
+    """
+)
+
+
+def import_hiding(statement: str, hidden: tuple[str, ...] = (), none: tuple[str, ...] = ()) -> dict[str, object]:
+    """What ``statement`` raises in a fresh interpreter with ``hidden`` not installed."""
+    code = HIDE.format(hidden=hidden, none=none, statement=statement)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+LANGCHAIN_HINT = 'pip install "context-gatekeeper[langchain]"'
+LLAMAINDEX_HINT = 'pip install "context-gatekeeper[llamaindex]"'
+
+
+@pytest.mark.parametrize(
+    ("statement", "hidden", "none", "extra", "hint", "missing"),
+    [
+        ("import langchain_gatekeeper", ("langchain_core",), (), "langchain", LANGCHAIN_HINT, "langchain_core"),
+        ("import langchain_gatekeeper", ("langgraph",), (), "langchain", LANGCHAIN_HINT, "langgraph"),
+        ("import langchain_gatekeeper", (), ("langchain_core",), "langchain", LANGCHAIN_HINT, None),
+        (
+            "from langchain_gatekeeper.history import GatekeeperChatMessageHistory",
+            ("langchain_core", "langchain", "langgraph"),
+            (),
+            "langchain",
+            LANGCHAIN_HINT,
+            None,
+        ),
+        ("import llamaindex_gatekeeper", ("llama_index",), (), "llamaindex", LLAMAINDEX_HINT, "llama_index"),
+        ("import llamaindex_gatekeeper", (), ("llama_index",), "llamaindex", LLAMAINDEX_HINT, None),
+    ],
+)
+def test_an_adapter_without_its_framework_names_the_extra(
+    statement: str, hidden: tuple[str, ...], none: tuple[str, ...], extra: str, hint: str, missing: str | None
+) -> None:
+    seen = import_hiding(statement, hidden, none)
+    assert seen["type"] == "MissingExtraError", seen
+    assert seen["gatekeeper"] and seen["module_not_found"]  # except ImportError / GatekeeperError both catch it
+    assert seen["extra"] == extra
+    assert hint in str(seen["message"])
+    assert seen["cause"] == "ModuleNotFoundError"  # the original error is chained
+    assert seen["name"] == seen["cause_name"]  # .name is the module that was missing, as on the original
+    assert str(seen["name"]).split(".")[0] in (hidden or none)
+    if missing is not None:
+        assert seen["name"] == missing
+
+
+def test_the_llamaindex_adapter_imports_without_langchain() -> None:
+    assert import_hiding("import llamaindex_gatekeeper", ("langchain_core", "langchain", "langgraph")) == {"type": None}
+
+
+def test_a_missing_module_of_our_own_is_not_relabelled_as_a_missing_extra() -> None:
+    # a broken install of the adapter itself is not fixed by installing LangChain: the
+    # plain ModuleNotFoundError comes through, naming the module
+    seen = import_hiding("import langchain_gatekeeper", ("langchain_gatekeeper.trim",))
+    assert seen["type"] == "ModuleNotFoundError" and not seen["gatekeeper"], seen
+    assert seen["name"] == "langchain_gatekeeper.trim"
+
+
+def test_the_error_pickles_with_its_extra_and_module_name() -> None:
+    import pickle
+
+    from context_gatekeeper.errors import MissingExtraError
+
+    error = MissingExtraError("needs LangChain", extra="langchain", name="langchain_core")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), str(copy), copy.extra, copy.name) == (MissingExtraError, "needs LangChain", "langchain", "langchain_core")
