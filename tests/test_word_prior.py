@@ -191,6 +191,14 @@ def test_the_file_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == [1]
 
 
+def test_a_section_is_built_only_when_a_lookup_needs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(word_prior, "_TABLES", None)
+    assert zipf("usually") is not None and anchor_zipf("usual") is not None
+    assert sorted(word_prior._tables()._built) == ["en", "en_stem"]  # an English-only chat builds no Chinese table
+    assert anchor_zipf("一般") == zipf("一般") is not None
+    assert sorted(word_prior._tables()._built) == ["en", "en_stem", "zh"]
+
+
 def test_a_missing_file_raises_the_librarys_error_and_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(word_prior, "_TABLES", None)
     monkeypatch.setattr(word_prior, "DATA_FILE", "no_such_prior.tsv.gz")
