@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..integration import ideal_patch_reply
@@ -199,6 +200,25 @@ class OfflineChatModel:
     """
 
     name = "offline"
+
+    def __init__(self, *, chunk_delay: float = 0.0) -> None:
+        self.chunk_delay = chunk_delay
+        """Seconds :meth:`stream` waits before each chunk after the first (the web chat
+        uses a little, so an answer visibly streams in; 0 in tests)."""
+
+    def stream(self, messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+        """The :meth:`complete` answer in chunks, word by word, so ``--web --offline``
+        runs the streaming path (joined, the chunks are exactly that answer).
+
+        >>> "".join(OfflineChatModel().stream([{"role": "user", "content": "Why?"}])) == OfflineChatModel().complete(
+        ...     [{"role": "user", "content": "Why?"}])
+        True
+        """
+        answer = self.complete(messages)
+        for i, chunk in enumerate(re.findall(r"\s*\S+\s*", answer) or [answer]):
+            if i and self.chunk_delay > 0:
+                time.sleep(self.chunk_delay)
+            yield chunk
 
     def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
         """The scripted answer to the last user message of ``messages``."""

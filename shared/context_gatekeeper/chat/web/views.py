@@ -12,7 +12,7 @@ Nothing here touches the network or the store beyond reading: the service
 * :func:`word_diff` marks added and removed text for the side-by-side preview.
 
 >>> word_diff("It was Ireland.", "It was Iceland.")
-([['same', 'It was '], ['del', 'Ireland.']], [['same', 'It was '], ['add', 'Iceland.']])
+([['same', 'It was '], ['del', 'Ireland'], ['same', '.']], [['same', 'It was '], ['add', 'Iceland'], ['same', '.']])
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // gatekeeper-chat in the browser. No framework, no build step: every text is set with
-// textContent (never innerHTML), so a message is always shown as text and never runs.
+// textContent (never parsed as HTML), so a message is always shown as text and never runs.
 "use strict";
 
 (function () {

@@ -1,0 +1,441 @@
+"""The web chat's server (context_gatekeeper.chat.web), driven through Starlette's TestClient.
+
+Routes, streaming, edits with preview / commit / discard, undo / redo / revert, two
+pages on one session, the same-origin checks, the asset list (no path escapes it)
+and errors as JSON messages.  A real SQLite file per test; scripted models only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI", "").lower() != "true":  # CI installs the web extra: there it must run
+    pytest.importorskip("starlette", reason="the web chat needs the 'web' extra: pip install 'context-gatekeeper[web]'")
+    pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx")
+
+from starlette.testclient import TestClient
+
+from context_gatekeeper import Delete, ModelUnavailableError, SQLiteStore, Transcript
+from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor
+from context_gatekeeper.chat.web.server import ASSETS, STATIC, allowed_hosts_for, create_app
+from context_gatekeeper.chat.web.service import WebChat
+from context_gatekeeper.chat.web.views import CONTEXT_KEY, word_diff
+from context_gatekeeper.integration import ideal_patch_reply
+
+TOKEN = "test-token"
+BASE = "http://127.0.0.1:8765"
+HEADERS = {"x-gatekeeper-token": TOKEN}
+
+
+class StreamingModel:
+    """A chat model that streams its answer in three chunks (and records what it was sent)."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[dict[str, str]]] = []
+
+    def stream(self, messages: Sequence[Mapping[str, str]]) -> Iterator[str]:
+        self.sent.append([dict(m) for m in messages])
+        question = str(messages[-1]["content"])
+        yield "About "
+        yield question.rstrip("?")
+        yield ": here is the answer."
+
+    def complete(self, messages: Sequence[Mapping[str, str]]) -> str:
+        return "".join(self.stream(messages))
+
+
+class FailingModel:
+    """A chat model whose every call fails."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def complete(self, messages: Sequence[Mapping[str, str]]) -> str:
+        raise self.exc
+
+
+class DeleteAllButFirstTurn:
+    """An editor that deletes every turn but the first (a large deletion)."""
+
+    def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        prompt = str(messages[-1]["content"])
+        found = re.search(r"<conversation>\n?(.*?)\n?</conversation>", prompt, re.S)
+        assert found is not None
+        from context_gatekeeper import Message
+
+        state = [Message(str(m["id"]), m["role"], m["content"]) for m in json.loads(found.group(1))]
+        return ideal_patch_reply(state, [Delete(m.id) for m in state[2:]])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(tmp_path / "chat.sqlite3")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def make_client(store: SQLiteStore, chat_model: Any = None, editor: Any = None, **options: Any) -> tuple[WebChat, TestClient]:
+    chat = WebChat(store, chat_model or StreamingModel(), editor or OfflineEditor(), **options)
+    return chat, TestClient(create_app(chat, token=TOKEN), base_url=BASE)
+
+
+@pytest.fixture
+def client(store: SQLiteStore) -> Iterator[TestClient]:
+    _, c = make_client(store)
+    with c:
+        yield c
+
+
+def post(client: TestClient, path: str, body: dict[str, Any], **headers: str) -> Any:
+    return client.post(path, content=json.dumps(body), headers={**HEADERS, "content-type": "application/json", **headers})
+
+
+def send(client: TestClient, text: str, session: str = "s") -> list[dict[str, Any]]:
+    response = post(client, "/api/chat", {"session": session, "text": text})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    return [json.loads(line) for line in response.text.splitlines()]
+
+
+def view(client: TestClient, session: str = "s") -> dict[str, Any]:
+    response = client.get("/api/view", params={"session": session})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+# -- the page and its assets ---------------------------------------------------------------
+
+
+def test_the_page_carries_its_token_and_a_strict_content_security_policy(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert f'content="{TOKEN}"' in page.text and "{{TOKEN}}" not in page.text
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "default-src 'none'" in csp and "unsafe-inline" not in csp
+    assert page.headers["x-content-type-options"] == "nosniff"
+    for src in re.findall(r'(?:src|href)="([^"]+)"', page.text):
+        assert src.startswith("/static/"), f"every asset is served by the package, not {src}"
+        assert client.get(src).status_code == 200
+    for name, kind in ASSETS.items():
+        response = client.get(f"/static/{name}")
+        assert response.headers["content-type"] == kind
+        assert response.content == (STATIC / name).read_bytes()
+
+
+def test_the_page_never_builds_html_from_text() -> None:
+    script = (STATIC / "app.js").read_text(encoding="utf-8")
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in script, f"app.js uses {sink}: render text with textContent"
+    assert "http://" not in script and "https://" not in script, "no CDN, no remote request"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/../server.py",
+        "/static/%2e%2e/server.py",
+        "/static/..%2fserver.py",
+        "/static/%2e%2e%2f%2e%2e%2fsession.py",
+        "/static/server.py",
+        "/static/index.html/../../server.py",
+        "/static//etc/passwd",
+        "/static/%2fetc%2fpasswd",
+        "/static/app.js%00.py",
+        "/static/",
+        "/../../../../etc/passwd",
+        "/server.py",
+    ],
+)
+def test_nothing_outside_the_assets_is_served(client: TestClient, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404
+    assert "error" in response.json()
+    assert "import" not in response.text and "root:" not in response.text
+
+
+# -- same-origin checks ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"x-gatekeeper-token": ""}, 403),
+        ({"x-gatekeeper-token": "wrong"}, 403),
+        ({"origin": "http://evil.example"}, 403),
+        ({"origin": "http://127.0.0.1:9999"}, 403),
+        ({"sec-fetch-site": "cross-site"}, 403),
+        ({"sec-fetch-site": "same-site"}, 403),
+        ({"content-type": "text/plain"}, 415),
+        ({"host": "evil.example:8765"}, 421),
+    ],
+)
+def test_a_state_changing_request_from_elsewhere_is_refused_and_changes_nothing(
+    client: TestClient, headers: dict[str, str], status: int
+) -> None:
+    send(client, "What was the GDP of Ireland in 2021?")
+    before = view(client)
+    for path, body in [
+        ("/api/chat", {"session": "s", "text": "hello"}),
+        ("/api/undo", {"session": "s"}),
+        ("/api/sessions/delete", {"session": "s", "confirm": "s"}),
+        ("/api/pin", {"session": "s", "turn": 1}),
+    ]:
+        response = post(client, path, body, **headers)
+        assert response.status_code == status, (path, response.text)
+        assert response.json()["error"]
+    assert view(client) == before
+
+
+def test_the_same_origin_page_with_its_token_is_accepted(client: TestClient) -> None:
+    headers = {"origin": BASE, "sec-fetch-site": "same-origin"}
+    assert post(client, "/api/sessions/new", {"name": "work"}, **headers).status_code == 200
+
+
+def test_reading_needs_a_host_name_this_server_answers(client: TestClient) -> None:
+    assert client.get("/", headers={"host": "rebound.example"}).status_code == 421
+    assert client.get("/api/view?session=s", headers={"host": "localhost:8765"}).status_code == 200
+
+
+def test_only_get_and_post_are_allowed(client: TestClient) -> None:
+    for method in ("PUT", "DELETE", "PATCH"):
+        response = client.request(method, "/api/undo", headers=HEADERS)
+        assert response.status_code == 405 and "POST" in response.json()["error"]
+    assert client.get("/api/undo").status_code == 405  # a GET never changes anything
+
+
+def test_allowed_hosts_follow_the_bound_address() -> None:
+    assert allowed_hosts_for("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
+    assert "192.168.1.5" in allowed_hosts_for("192.168.1.5")
+    assert allowed_hosts_for("0.0.0.0") == ("*",)
+
+
+# -- chat ------------------------------------------------------------------------------------
+
+
+def test_an_answer_streams_in_chunks_and_is_stored_whole_with_its_context(client: TestClient, store: SQLiteStore) -> None:
+    events = send(client, "What was the GDP of Ireland in 2021?")
+    assert [e["type"] for e in events] == ["start", "chunk", "chunk", "chunk", "done"]
+    assert "".join(e["text"] for e in events if e["type"] == "chunk") == "About What was the GDP of Ireland in 2021: here is the answer."
+    done = events[-1]["view"]
+    assert [m["role"] for m in done["messages"]] == ["user", "assistant"]
+    assert done["messages"][1]["content"] == "About What was the GDP of Ireland in 2021: here is the answer."
+    assert done["head"] == 1 and done["history"][0]["kind"] == "append"
+    stored = Transcript("s", store=store).messages
+    assert CONTEXT_KEY in stored[1].metadata  # the strip survives a restart
+
+
+def test_the_context_strip_shows_what_was_sent_left_out_and_saved(client: TestClient) -> None:
+    send(client, "What was the GDP of Ireland in 2021?")
+    send(client, "How does Postgres streaming replication work?")
+    events = send(client, "How much replication lag does Postgres streaming replication have?")
+    start = events[0]
+    assert start["type"] == "start" and start["context"] is not None, "the strip arrives with the answer"
+    strip = events[-1]["view"]["messages"][-1]["context"]
+    assert strip == start["context"]
+    by_turn = {e["turn"]: e for e in strip["earlier"]}
+    assert set(by_turn) == {1, 2}
+    assert by_turn[2]["kept"] and by_turn[2]["why"], "a kept turn says why"
+    assert not by_turn[1]["kept"] and by_turn[1]["reason"]
+    assert strip["decision"] in ("continue", "switch", "return")
+    assert strip["tokens_saved"] == strip["tokens_total"] - strip["tokens_kept"] > 0
+
+
+def test_a_pinned_turn_is_sent_and_the_strip_says_so(store: SQLiteStore) -> None:
+    model = StreamingModel()
+    _, client = make_client(store, model)
+    with client:
+        send(client, "What was the GDP of Ireland in 2021?")
+        send(client, "How does Postgres streaming replication work?")
+        pinned = post(client, "/api/pin", {"session": "s", "turn": 1, "pinned": True}).json()
+        assert pinned["pinned"] == [1] and pinned["messages"][0]["pinned"]
+        events = send(client, "How much replication lag does Postgres have?")
+        assert any("Ireland" in m["content"] for m in model.sent[-1])
+        first = next(e for e in events[-1]["view"]["messages"][-1]["context"]["earlier"] if e["turn"] == 1)
+        assert first["kept"] and "pinned" in (first["reason"] + first["why"])
+        assert post(client, "/api/pin", {"session": "s", "turn": 1, "pinned": False}).json()["pinned"] == []
+
+
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (ModelUnavailableError("no network: set GOOGLE_API_KEY or pass --offline"), "no network"),
+        (RuntimeError("boom"), "RuntimeError: boom"),
+    ],
+)
+def test_a_failing_model_shows_a_message_and_stores_nothing(store: SQLiteStore, exc: BaseException, words: str) -> None:
+    _, client = make_client(store, FailingModel(exc))
+    with client:
+        events = send(client, "hello there")
+    assert [e["type"] for e in events] == ["start", "error"]
+    assert words in events[-1]["message"] and "not added" in events[-1]["message"]
+    assert "Traceback" not in json.dumps(events)
+    assert events[-1]["view"]["messages"] == [] and Transcript("s", store=store).head == 0
+
+
+def test_bad_chat_input_is_a_json_error(client: TestClient) -> None:
+    for body in ({"session": "s", "text": "   "}, {"session": "s", "text": 5}, {"session": "", "text": "hi"}):
+        response = post(client, "/api/chat", body)
+        assert response.status_code == 400 and response.json()["error"]
+    response = client.post("/api/chat", content="{not json", headers={**HEADERS, "content-type": "application/json"})
+    assert response.status_code == 400 and "JSON" in response.json()["error"]
+
+
+def test_a_message_is_data_never_markup(client: TestClient) -> None:
+    xss = "<img src=x onerror=alert(1)>"
+    send(client, xss)
+    assert view(client)["messages"][0]["content"] == xss
+
+
+# -- edits and versions ----------------------------------------------------------------------
+
+
+def test_preview_commit_undo_redo_and_revert(client: TestClient) -> None:
+    send(client, "What was the GDP of Ireland in 2021?")
+    send(client, "How does Postgres streaming replication work?")
+    previewed = post(client, "/api/edit/preview", {"session": "s", "instruction": "it was Iceland, not Ireland", "head": 2}).json()
+    preview = previewed["preview"]
+    assert previewed["head"] == 2 and "Ireland" in previewed["messages"][0]["content"], "a preview changes nothing"
+    row = preview["rows"][0]
+    assert row["status"] == "changed" and ["del", "Ireland"] in row["before"] and ["add", "Iceland"] in row["after"]
+    assert not preview["needs_confirmation"]
+    assert view(client)["preview"] == preview, "a reload shows the pending preview"
+
+    committed = post(client, "/api/edit/commit", {"session": "s", "token": preview["token"]}).json()
+    assert committed["head"] == 3 and committed["preview"] is None
+    assert "Iceland" in committed["messages"][0]["content"] and committed["messages"][0]["origin"] == "edited"
+    assert committed["history"][-1]["kind"] == "edit" and committed["history"][-1]["instruction"] == "it was Iceland, not Ireland"
+    assert committed["can_undo"] and not committed["can_redo"]
+
+    undone = post(client, "/api/undo", {"session": "s", "head": 3}).json()
+    assert "Ireland" in undone["messages"][0]["content"] and undone["can_redo"]
+    redone = post(client, "/api/redo", {"session": "s", "head": 4}).json()
+    assert "Iceland" in redone["messages"][0]["content"] and [r["kind"] for r in redone["history"]][-2:] == ["undo", "redo"]
+    reverted = post(client, "/api/revert", {"session": "s", "revision": 1, "head": 5}).json()
+    assert [m["content"] for m in reverted["messages"]][0] == "What was the GDP of Ireland in 2021?"
+    assert len(reverted["messages"]) == 2 and reverted["history"][-1]["kind"] == "revert"
+    restored = post(client, "/api/undo", {"session": "s", "head": 6}).json()["messages"]
+    assert [(m["id"], m["content"]) for m in restored] == [(m["id"], m["content"]) for m in committed["messages"]]
+
+
+def test_discard_drops_the_preview_and_changes_nothing(client: TestClient) -> None:
+    send(client, "What was the GDP of Ireland in 2021?")
+    preview = post(client, "/api/edit/preview", {"session": "s", "instruction": "it was Iceland, not Ireland"}).json()["preview"]
+    after = post(client, "/api/edit/discard", {"session": "s", "token": preview["token"]}).json()
+    assert after["preview"] is None and after["head"] == 1 and "Ireland" in after["messages"][0]["content"]
+    again = post(client, "/api/edit/commit", {"session": "s", "token": preview["token"]})
+    assert again.status_code == 409 and "no longer pending" in again.json()["error"]
+
+
+def test_an_edit_the_editor_refuses_is_a_message_and_changes_nothing(client: TestClient) -> None:
+    send(client, "What was the GDP of Ireland in 2021?")
+    response = post(client, "/api/edit/preview", {"session": "s", "instruction": "make it shorter"})
+    assert response.status_code == 422 and "offline" in response.json()["error"]
+    assert view(client)["head"] == 1
+    response = post(client, "/api/edit/preview", {"session": "s", "instruction": "it was Peru, not Chile"})
+    assert response.status_code == 422 and "does not appear" in response.json()["error"]
+    response = post(client, "/api/undo", {"session": "s", "head": 1})
+    assert response.status_code == 409 and "nothing to undo" in response.json()["error"]
+
+
+def test_the_deletion_guard_needs_a_confirmation(store: SQLiteStore) -> None:
+    _, client = make_client(store, editor=DeleteAllButFirstTurn())
+    with client:
+        for question in ("Hi", "What was the GDP of Ireland in 2021?", "And what was its population in 2021?"):
+            send(client, question)
+        preview = post(client, "/api/edit/preview", {"session": "s", "instruction": "drop the detour"}).json()["preview"]
+        assert preview["needs_confirmation"] and preview["deleted_share"] > 0.6
+        refused = post(client, "/api/edit/commit", {"session": "s", "token": preview["token"]})
+        assert refused.status_code == 400 and "confirm" in refused.json()["error"]
+        assert view(client)["head"] == 3 and len(view(client)["messages"]) == 6
+        done = post(client, "/api/edit/commit", {"session": "s", "token": preview["token"], "confirm_large": True}).json()
+        assert len(done["messages"]) == 2 and done["head"] == 4
+
+
+def test_two_pages_on_one_session_never_lose_an_update(store: SQLiteStore) -> None:
+    _, first = make_client(store)
+    _, second = make_client(store)  # another server process on the same database behaves alike
+    with first, second:
+        send(first, "What was the GDP of Ireland in 2021?")
+        seen = view(second)
+        preview = post(first, "/api/edit/preview", {"session": "s", "instruction": "it was Iceland, not Ireland", "head": 1})
+        assert post(first, "/api/edit/commit", {"session": "s", "token": preview.json()["preview"]["token"]}).status_code == 200
+        stale = post(second, "/api/undo", {"session": "s", "head": seen["head"]})
+        assert stale.status_code == 409 and "another tab" in stale.json()["error"]
+        assert stale.json()["view"]["head"] == 2 and "Iceland" in stale.json()["view"]["messages"][0]["content"]
+        assert view(first)["head"] == 2, "the stale undo changed nothing"
+        # a preview made before another page's undo cannot be committed over it
+        preview = post(first, "/api/edit/preview", {"session": "s", "instruction": "it was Greenland, not Iceland", "head": 2})
+        assert post(second, "/api/undo", {"session": "s", "head": 2}).status_code == 200
+        refused = post(first, "/api/edit/commit", {"session": "s", "token": preview.json()["preview"]["token"]})
+        assert refused.status_code == 409 and refused.json()["view"]["head"] == 3
+        assert "Greenland" not in json.dumps(view(first)["messages"])
+        # appends never conflict: a chat message on the stale page lands after the other's change
+        events = send(second, "And its population?")
+        assert events[-1]["view"]["head"] == 4 and len(events[-1]["view"]["messages"]) == 4
+
+
+# -- sessions --------------------------------------------------------------------------------
+
+
+def test_sessions_new_switch_and_delete_with_confirmation(client: TestClient, store: SQLiteStore) -> None:
+    send(client, "What was the GDP of Ireland in 2021?", session="s")
+    created = post(client, "/api/sessions/new", {}).json()
+    assert created["session"] == "chat-1" and created["messages"] == []
+    assert client.get("/api/sessions").json()["sessions"] == ["chat-1", "s"]
+    named = post(client, "/api/sessions/new", {"name": "work"})
+    assert named.status_code == 200 and post(client, "/api/sessions/new", {"name": "work"}).status_code == 400
+    refused = post(client, "/api/sessions/delete", {"session": "s", "confirm": "yes"})
+    assert refused.status_code == 400 and "confirm" in refused.json()["error"]
+    assert Transcript("s", store=store).head == 1
+    left = post(client, "/api/sessions/delete", {"session": "s", "confirm": "s"}).json()["sessions"]
+    assert "s" not in left and "s" not in store.sessions()
+    for bad in ("", "   ", "x" * 81, "a\nb"):
+        assert post(client, "/api/sessions/new", {"name": bad}).status_code == 400
+
+
+def test_an_unexpected_failure_is_a_json_message_without_a_traceback(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    chat, client = make_client(store)
+
+    def broken(name: str) -> dict[str, Any]:
+        raise RuntimeError("the view broke")
+
+    monkeypatch.setattr(chat, "view", broken)
+    with client:
+        response = client.get("/api/view", params={"session": "s"})
+    assert response.status_code == 500
+    assert response.json() == {"error": "RuntimeError: the view broke (nothing was changed)"}
+
+
+def test_unknown_routes_and_turns_are_json_errors(client: TestClient) -> None:
+    assert client.get("/nope").json()["error"]
+    response = post(client, "/api/pin", {"session": "s", "turn": 7})
+    assert response.status_code == 404 and "no turn 7" in response.json()["error"]
+    assert post(client, "/api/pin", {"session": "s", "turn": "1"}).status_code == 400
+    response = post(client, "/api/revert", {"session": "s", "revision": 99})
+    assert response.status_code == 409 and "no revision 99" in response.json()["error"]
+
+
+def test_the_offline_model_streams_in_chunks(store: SQLiteStore) -> None:
+    _, client = make_client(store, OfflineChatModel())
+    with client:
+        events = send(client, "What was the GDP of Ireland in 2021?")
+    chunks = [e["text"] for e in events if e["type"] == "chunk"]
+    assert len(chunks) > 1, "--offline exercises the streaming path"
+    assert "".join(chunks) == events[-1]["view"]["messages"][1]["content"]
+
+
+def test_word_diff_marks_only_what_changed() -> None:
+    left, right = word_diff("The budget is 500 EUR.", "The budget is 700 EUR.")
+    assert left == [["same", "The budget is "], ["del", "500"], ["same", " EUR."]]
+    assert right == [["same", "The budget is "], ["add", "700"], ["same", " EUR."]]
+    assert word_diff("same", "same") == ([["same", "same"]], [["same", "same"]])
+    assert word_diff("", "new text") == ([], [["add", "new text"]])
