@@ -1,10 +1,93 @@
-"""Test-wide settings: hypothesis without per-example deadlines.
+"""Test-wide settings: hypothesis without per-example deadlines, and a leak check.
 
 Timing is for benchmarks, not tests: on a loaded 2-core CI machine an example that
 usually takes 50 ms can take 500, and that says nothing about correctness.
+
+Every test must leave no thread, event loop or connection pool running: a non-daemon
+thread left behind keeps ``python -m pytest`` from ever exiting after its summary, and a
+loop or pool left running keeps working (and connections open) under later tests.
+:func:`_nothing_left_running` fails the test that leaves one, naming it.
 """
 
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("project", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("project")
+
+JOIN_SECONDS = 5.0
+"""How long a test's leftover threads get to end by themselves (all of them together)."""
+
+_RUN_FOREVER = asyncio.BaseEventLoop.run_forever.__code__
+_POOL_THREAD = re.compile(r"-(scheduler|worker-\d+)$")  # psycopg_pool's threads while a sync pool is open
+
+
+def _loops_running() -> dict[int, asyncio.AbstractEventLoop]:
+    """The event loops running now, by the id of the thread that runs each."""
+    running: dict[int, asyncio.AbstractEventLoop] = {}
+    for ident, frame in sys._current_frames().items():
+        current = frame
+        while current is not None:
+            if current.f_code is _RUN_FOREVER:
+                running[ident] = current.f_locals["self"]
+                break
+            current = current.f_back
+    return running
+
+
+def _kept_on_purpose() -> set[threading.Thread]:
+    """Threads that outlive tests by design: the conformance suite's one process-wide
+    background loop (a daemon thread, started on first use and reused by every test)."""
+    store_modes = sys.modules.get("context_gatekeeper.testing.store_modes")
+    loop = getattr(store_modes, "_loop", None)
+    return {loop.thread} if loop is not None else set()
+
+
+def _left_running(before: set[threading.Thread]) -> dict[threading.Thread, str]:
+    """Threads started since ``before`` that still run and must not: what each is."""
+    kept = _kept_on_purpose()
+    loops = _loops_running()
+    found: dict[threading.Thread, str] = {}
+    for thread in threading.enumerate():
+        if thread in before or thread in kept or not thread.is_alive():
+            continue
+        if thread.ident in loops:
+            found[thread] = "runs an event loop"
+        elif _POOL_THREAD.search(thread.name) and thread.daemon:
+            found[thread] = "belongs to an open psycopg connection pool"
+        elif not thread.daemon:
+            found[thread] = "is a non-daemon thread (the process cannot exit while it runs)"
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_running() -> Iterator[None]:
+    """Fail a test that leaves a non-daemon thread, a running event loop or an open
+    (sync) connection pool behind.  Its threads get :data:`JOIN_SECONDS` to end first;
+    a loop still running then is stopped, so one leak cannot hang the whole run."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + JOIN_SECONDS
+    left = _left_running(before)
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = _left_running(before)
+    if not left:
+        return
+    loops = _loops_running()
+    for thread in left:
+        loop = loops.get(thread.ident or -1)
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+    described = "; ".join(f"{thread.name!r} {why}" for thread, why in left.items())
+    pytest.fail(f"the test left running: {described}; stop and join it (in a finally) before the test ends",
+                pytrace=False)

@@ -261,32 +261,37 @@ def test_the_pool_of_a_loop_whose_thread_ended_is_closed_when_another_loop_opens
 # -- first use -----------------------------------------------------------------------------------
 @pytest.mark.usefixtures("_tables")
 def test_a_callers_async_pool_is_bound_to_the_loop_it_was_opened_in_not_the_first_user(tmp_path: Path) -> None:
+    dsn = postgres_dsn()  # skips (fails under CI=true) before any thread or loop is started
     from psycopg_pool import AsyncConnectionPool
 
     home = asyncio.new_event_loop()
-    runner = threading.Thread(target=home.run_forever)
+    runner = threading.Thread(target=home.run_forever, name="home-loop")
     runner.start()
 
     def at_home(coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, home).result(30)
 
     async def open_pool() -> AsyncConnectionPool:
-        pool = AsyncConnectionPool(postgres_dsn(), min_size=1, max_size=2, open=False)
+        pool = AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False)
         await pool.open(wait=True)
         return pool
 
-    pool = at_home(open_pool())
-    store = open_pg(tmp_path, async_pool=pool)
-    try:
-        async def elsewhere() -> int:  # the store's first async use, from another loop
-            return int(await asyncio.wait_for(store.ahead("s"), 10))
+    try:  # whatever fails from here on, the loop is stopped and its thread joined
+        pool = at_home(open_pool())
+        try:
+            store = open_pg(tmp_path, async_pool=pool)
+            try:
+                async def elsewhere() -> int:  # the store's first async use, from another loop
+                    return int(await asyncio.wait_for(store.ahead("s"), 10))
 
-        with pytest.raises(InvalidInputError, match="event loop"):
-            asyncio.run(elsewhere())
-        assert at_home(store.ahead("s")) == 0  # its own loop is served
+                with pytest.raises(InvalidInputError, match="event loop"):
+                    asyncio.run(elsewhere())
+                assert at_home(store.ahead("s")) == 0  # its own loop is served
+            finally:
+                store.close()
+        finally:
+            at_home(pool.close())
     finally:
-        store.close()
-        at_home(pool.close())
         home.call_soon_threadsafe(home.stop)
         runner.join(30)
         home.close()
