@@ -52,6 +52,7 @@ from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE, Request, 
 
 from .convert import from_core_messages, to_core
 from .models import given_edit_model, resolve_edit_model
+from .pickling import pickled_state, rebuild, unpickle
 
 __all__ = ["GatekeeperChatMessageHistory", "ADAPTER_GATE_DEFAULTS"]
 
@@ -94,6 +95,12 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
     transcript's id for each message of :attr:`messages` (what :meth:`apply`,
     ``diff`` and ``record`` use), and :meth:`apply` also takes positions.
 
+    A history pickles (``pickle``, ``multiprocessing``) and deep-copies as its session: one
+    in a SQLite file or PostgreSQL reattaches to the same session of the same store, one
+    in memory carries its whole revision log (see :mod:`langchain_gatekeeper.pickling`).
+    A pickle leaves out the editing model, a custom token counter and the embedder;
+    ``copy.deepcopy`` keeps them.
+
     LangChain has deprecated ``BaseChatMessageHistory`` and ``RunnableWithMessageHistory``
     (and its ``InMemoryChatMessageHistory``) in favour of agent short-term memory
     (https://docs.langchain.com/oss/python/langchain/short-term-memory); this class
@@ -117,6 +124,15 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
     ) -> None:
         super().__init__()
         default_model = given_edit_model(model, llm)
+        self._opened_store: Store | None = None  # a store a copy opened (pickling.rebuild); close() closes it
+        self._options: dict[str, Any] = {
+            "strategy": strategy,
+            "max_deletion_share": max_deletion_share,
+            "token_counter": token_counter,
+            "embedder": embedder,
+            "embed_timeout": embed_timeout,
+            **gate_options,
+        }
         self.transcript = Transcript(
             session_id,
             store=store,
@@ -260,8 +276,29 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         return self.gate.explain(query)
 
     def close(self) -> None:
-        """Close the store if this history opened it (from a path or URL)."""
+        """Close the store if this history opened it (from a path or URL, or as an
+        unpickled copy)."""
         self.transcript.close()
+        if self._opened_store is not None:
+            self._opened_store.close()
+
+    # -- pickling and copies (see .pickling) ----------------------------------------------
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the session: a SQLite path, a password-free PostgreSQL conninfo, or the
+        whole revision log; never the model, a token counter or the embedder."""
+        return unpickle, (type(self), pickled_state(self, in_process=False))
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> GatekeeperChatMessageHistory:
+        """An independent copy, as ``pickle`` makes one, that keeps the model, the token
+        counter, the embedder and every option (the same objects): a SQLite or PostgreSQL
+        history's copy attaches to the same session; an in-memory one's replays its log
+        into a new in-memory store, so later writes to either leave the other alone."""
+        state = pickled_state(self, in_process=True)
+        state["options"]["model"] = self.transcript.model
+        copied = rebuild(type(self), state)
+        if memo is not None:
+            memo[id(self)] = copied
+        return copied
 
     # -- editing and versions (the core's VersionedTranscriptMixin) ----------------------
     @property

@@ -7,7 +7,10 @@ not start with ``langchain``: langchain-core hides deprecation warnings from suc
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import doctest
+import pickle
 import warnings
 from pathlib import Path
 
@@ -281,3 +284,106 @@ def test_constructing_and_using_the_history_raises_no_warning(tmp_path: Path):
 
 def test_docstring_examples_run():
     assert doctest.testmod(history_module).failed == 0
+
+
+# -- pickle and copy.deepcopy ---------------------------------------------------------------
+def test_an_in_memory_history_pickles_with_its_log_and_unpickles_independent():
+    history = GatekeeperChatMessageHistory("p", token_budget=1234, strategy="rewrite", model=ScriptedModel([]))
+    turns(history, REDIS_1, ESPRESSO)
+    history.clear()
+    history.undo()  # the copy can redo it: the undo stacks travel with the log
+    copy_ = pickle.loads(pickle.dumps(history))
+    assert (copy_.session_id, copy_.gate.gatekeeper.token_budget, copy_.transcript.strategy) == ("p", 1234, "rewrite")
+    assert copy_.messages == history.messages and copy_.message_ids() == history.message_ids()
+    untimed = lambda h: [dataclasses.replace(r, time=0.0) for r in h.history()]  # noqa: E731
+    assert untimed(copy_) == untimed(history) and copy_.record() == history.record()  # times: the replay's
+    assert copy_.transcript.model is None  # a model is never pickled
+    copy_.redo()  # the clear again, in the copy only
+    turns(copy_, REDIS_2)
+    assert texts(history.messages) == [*REDIS_1, *ESPRESSO]
+    assert texts(copy_.messages) == [*REDIS_2]
+
+
+def test_a_sqlite_history_pickles_as_its_path_and_reattaches(tmp_path: Path):
+    path = str(tmp_path / "chat.db")
+    history = GatekeeperChatMessageHistory("s", store=path)
+    turns(history, REDIS_1)
+    data = pickle.dumps(history)
+    assert path.encode() in data and REDIS_1[0].encode() not in data  # the path, not a copy of the log
+    again = pickle.loads(data)
+    try:
+        assert again.messages == history.messages
+        turns(again, ESPRESSO)  # a write through the copy reaches the same session of the same file
+        assert texts(history.messages) == [*REDIS_1, *ESPRESSO]
+        other = SQLiteStore(path)
+        assert other.head("s") == 2
+        other.close()
+    finally:
+        again.close()
+        history.close()
+
+
+def test_a_history_on_a_store_object_reattaches_to_its_file(tmp_path: Path):
+    store = SQLiteStore(tmp_path / "chat.db")
+    history = GatekeeperChatMessageHistory("s", store=store, embedder=lambda texts: [[1.0, 0.0] for _ in texts])
+    turns(history, REDIS_1)
+    again = pickle.loads(pickle.dumps(history))  # the embedder (a lambda) is left out, not a pickling error
+    assert not again.gate.semantic
+    turns(again, ESPRESSO)
+    again.close()  # closes the store the copy opened, not the caller's
+    assert texts(history.messages) == [*REDIS_1, *ESPRESSO]
+    store.close()
+
+
+def test_deepcopy_keeps_the_model_and_attaches_to_the_same_sqlite_session(tmp_path: Path):
+    editor = patch_reply({"op": "replace", "id": "1", "content": "Redis lock TTL, please?"})
+    history = GatekeeperChatMessageHistory("s", store=str(tmp_path / "chat.db"), model=editor, token_budget=777)
+    turns(history, REDIS_1)
+    twin = copy.deepcopy(history)
+    try:
+        assert twin is not history and twin.transcript is not history.transcript
+        assert twin.messages == history.messages and twin.gate.gatekeeper.token_budget == 777
+        assert twin.transcript.model is history.transcript.model  # the same model, not a copy
+        twin.edit("ask politely")  # with the default model it kept (no model= here)
+        turns(twin, ESPRESSO)
+        assert texts(history.messages) == ["Redis lock TTL, please?", REDIS_1[1], *ESPRESSO]
+    finally:
+        twin.close()
+        history.close()
+
+
+def test_deepcopy_of_an_in_memory_history_is_independent():
+    history = GatekeeperChatMessageHistory("m")
+    turns(history, REDIS_1)
+    twin = copy.deepcopy({"h": history})["h"]  # inside a container, as a framework's state copy does it
+    turns(twin, ESPRESSO)
+    assert texts(history.messages) == [*REDIS_1] and texts(twin.messages) == [*REDIS_1, *ESPRESSO]
+
+
+def test_a_postgres_history_pickles_without_its_password(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    from pg_support import drop_tables, postgres_dsn, prefix_for
+
+    dsn = postgres_dsn()
+    from psycopg.conninfo import conninfo_to_dict
+
+    from context_gatekeeper import PostgresStore
+
+    password = conninfo_to_dict(dsn).get("password")
+    assert password, "the test server's DSN carries a password"
+    prefix = prefix_for(tmp_path)
+    store = PostgresStore(dsn, table_prefix=prefix)
+    try:
+        history = GatekeeperChatMessageHistory("pg", store=store)
+        turns(history, REDIS_1)
+        data = pickle.dumps(history)
+        assert password.encode() not in data
+        monkeypatch.setenv("PGPASSWORD", password)  # where the unpickling side keeps it
+        again = pickle.loads(data)
+        try:
+            turns(again, ESPRESSO)
+            assert texts(history.messages) == [*REDIS_1, *ESPRESSO]
+        finally:
+            again.close()
+    finally:
+        store.close()
+        drop_tables(dsn, prefix)

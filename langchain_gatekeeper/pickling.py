@@ -1,0 +1,111 @@
+"""Pickling and ``copy.deepcopy`` of :class:`~langchain_gatekeeper.history.GatekeeperChatMessageHistory`.
+
+A history holds locks, a store connection and an index, none of which pickle.  What
+travels instead is the session, as the LlamaIndex memory does it
+(``llamaindex_gatekeeper.serialisation``):
+
+* a history in a SQLite file pickles as that file's path and reattaches to the same
+  session of the same file (nothing is copied; both see every later write);
+* one in PostgreSQL pickles as its connection string *without the password* (the
+  unpickling side supplies it through ``PGPASSWORD`` or ``~/.pgpass``) and its table
+  prefix, and reattaches the same way;
+* one in any other store (``InMemoryStore``, the default) carries its whole revision
+  log, replayed into a new in-memory store: the copy has the same messages, ``history``,
+  ``record``, ``undo`` and ``redo`` (each revision's ``time`` is that of the replay), and
+  later writes to either leave the other alone.
+
+The editing model, a custom token counter, the embedder and a vector cache are never
+pickled (they may hold API keys or be closures): the unpickled history uses the
+defaults, so pass them again where you need them (``history.transcript.model = ...``,
+or build the history anew on the same store).  Scalar options (strategy, deletion
+limit, token budget, selection tunables) and ``params`` travel.  ``copy.deepcopy``
+stays in the process, so it keeps every option, the model and embedder included (the
+same objects), and a PostgreSQL password.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from context_gatekeeper import InMemoryStore, Revision, SelectionParams, SQLiteStore, Store
+
+if TYPE_CHECKING:
+    from .history import GatekeeperChatMessageHistory
+
+__all__ = ["CODE_OPTIONS", "pickled_state", "rebuild", "store_spec", "unpickle"]
+
+CODE_OPTIONS = frozenset({"model", "token_counter", "embedder", "vector_cache"})
+"""Options a pickle leaves out (objects that may hold keys or code); a deepcopy keeps them."""
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] | None:
+    """How a pickle names ``store``: a SQLite path, a PostgreSQL conninfo (password-free
+    unless ``keep_password``) with its table prefix, or ``None`` (the log travels)."""
+    if isinstance(store, SQLiteStore) and store.path != ":memory:":
+        return {"sqlite": store.path}
+    try:
+        from context_gatekeeper import PostgresStore
+    except ImportError:  # no postgres extra: no store can be a PostgresStore
+        return None
+    conninfo = getattr(getattr(store, "_pool", None), "conninfo", None)
+    if isinstance(store, PostgresStore) and isinstance(conninfo, str):  # subclasses too: the same tables
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        parts = {
+            k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None
+        }
+        return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix}
+    return None
+
+
+def pickled_state(history: GatekeeperChatMessageHistory, *, in_process: bool) -> dict[str, Any]:
+    """What a pickle (``in_process=False``) or a deepcopy (``True``) of ``history`` carries."""
+    transcript = history.transcript
+    spec = store_spec(transcript.store, keep_password=in_process)
+    options = dict(history._options)
+    if not in_process:
+        options = {
+            k: v
+            for k, v in options.items()
+            if k not in CODE_OPTIONS and (isinstance(v, _SCALARS) or isinstance(v, SelectionParams))
+        }
+    return {
+        "session_id": history.session_id,
+        "options": options,
+        "store": spec,
+        # the live session is reattached when the store can be named; otherwise its log travels
+        "revisions": None if spec is not None else [r.to_dict() for r in transcript.history()],
+    }
+
+
+def rebuild(cls: type[GatekeeperChatMessageHistory], state: dict[str, Any]) -> GatekeeperChatMessageHistory:
+    """The history ``state`` (:func:`pickled_state` output) describes."""
+    spec, session_id = state["store"], state["session_id"]
+    store: Any
+    if spec is None:
+        store = InMemoryStore()
+        for revision in state["revisions"]:
+            loaded = Revision.from_dict(revision)
+            store.commit(session_id, loaded, expected_head=loaded.number - 1)
+    elif "sqlite" in spec:
+        store = spec["sqlite"]  # a path: the new history opens it, owns it, and close() closes it
+    else:
+        from context_gatekeeper import PostgresStore
+
+        store = PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"])
+    try:
+        history = cls(session_id, store=store, **state["options"])
+    except BaseException:
+        if isinstance(store, Store) and spec is not None:
+            store.close()
+        raise
+    if isinstance(store, Store) and spec is not None:
+        history._opened_store = store  # opened here: close() closes it
+    return history
+
+
+def unpickle(cls: type[GatekeeperChatMessageHistory], state: dict[str, Any]) -> GatekeeperChatMessageHistory:
+    """Rebuild a pickled history (the callable ``__reduce__`` names)."""
+    return rebuild(cls, state)
