@@ -7,6 +7,7 @@ import importlib
 import io
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -350,3 +351,58 @@ def test_with_a_key_it_chats_and_edits_with_gemini(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")  # building the client makes no request
     chat_model, editor, label = _models(build_parser().parse_args(["--model", "gemini-2.5-flash"]))
     assert isinstance(chat_model, GeminiModel) and editor is chat_model and label == "gemini-2.5-flash"
+
+
+# -- pins are stored with the conversation ----------------------------------------------------
+REPLICATION = "How does Postgres streaming replication work?"
+
+
+def test_pins_survive_a_restart_and_the_pinned_turn_is_sent(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, [GDP, REPLICATION, "/pin 1", "/quit"])
+    assert status == 0 and "pinned turns: 1 (always sent to the model" in out
+    model = RecordingChat()
+    status, out = chat(tmp_path, ["/pin", "what about its lag?", "/context", "/quit"], models=(model, OfflineEditor()))
+    assert status == 0
+    assert "-- turn 1 (pinned)" in out  # the resumed conversation shows the pin
+    assert "[chat] > /pin\npinned turns: 1 (always sent to the model" in out
+    assert "kept turns: 1, 2 of 2" in out and "pinned" in out.split("[chat] > /context", 1)[1]
+    assert [m["content"] for m in model.calls[-1][1:3]] == [GDP, contents(tmp_path)[1]]  # turn 1 was sent
+    status, out = chat(tmp_path, ["/unpin 1", "/quit"])
+    assert "no pinned turns" in out
+    status, out = chat(tmp_path, ["/pin", "/quit"])
+    assert "(pinned)" not in out and "no pinned turns; /pin N pins turn N so it is always sent" in out
+
+
+def test_pins_are_per_session_and_never_in_the_conversation(tmp_path: Path) -> None:
+    chat(tmp_path, [GDP, "/pin 1", "/quit"], session="a")
+    chat(tmp_path, [GDP, "/quit"], session="b")
+    status, out = chat(tmp_path, ["/pin", "/quit"], session="b")
+    assert "no pinned turns" in out and "(pinned)" not in out
+    assert len(contents(tmp_path, "a")) == 2 and head(tmp_path, "a") == 1  # pinning added no revision
+
+
+def test_pin_without_a_number_says_how_to_pin(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, ["/pin", "hi", "/pin", "/pin 1", "/pin 7", "/quit"])
+    assert out.count("no pinned turns; /pin N pins turn N so it is always sent") == 2
+    assert "error: no turn 7; turns are numbered as /show lists them (1)" in out
+    assert "/pin [N]" in chat(tmp_path, ["/help"])[1]
+
+
+def test_a_pin_of_a_turn_an_edit_deleted_does_not_stop_a_resume(tmp_path: Path) -> None:
+    deleting = '{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'
+    models = (OfflineChatModel(), ScriptedModel([deleting]))
+    chat(tmp_path, [GDP, REPLICATION, "/pin 1", "/edit drop the GDP question", "/quit"], models=models)
+    assert contents(tmp_path)[0] == REPLICATION
+    status, out = chat(tmp_path, ["/pin", "/show", "what about its lag?", "/quit"])
+    assert status == 0 and "error:" not in out
+    assert "no pinned turns" in out and "(pinned)" not in out
+    status, out = chat(tmp_path, ["/undo", "/show", "/quit"])  # the turn is back, and so is its pin
+    shown = out.split("[chat] > /show", 1)[1]
+    assert re.search(rf"-- turn \d+ \(pinned\)\nuser: {re.escape(GDP)}\n", shown), shown
+    assert shown.count("(pinned)") == 1
+
+
+def test_a_reserved_session_name_is_one_line_and_status_2(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, ["hi"], session="gatekeeper-chat-pins:s")
+    assert status == 2 and "hold a conversation's pins; pick another name" in out
+    assert not (tmp_path / "chat.db").exists()

@@ -1,6 +1,6 @@
-"""Issue #11, items 3, 12 and 13: the terminal chat never destroys its database, never
-crashes on text it cannot print, and fails with one clear line (no traceback) on bad
-options or a database it cannot use, losing nothing already stored."""
+"""The terminal chat never destroys its database, never crashes on text it cannot print,
+and fails with one clear line (no traceback) on bad options, a database it cannot use or
+pins it cannot read, losing nothing already stored."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ import context_gatekeeper.stores.sqlite as sqlite_module
 from context_gatekeeper import Transcript
 from context_gatekeeper.chat import session_file
 from context_gatekeeper.chat.app import main
+from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor
 from context_gatekeeper.chat.render import Renderer
+from context_gatekeeper.chat.session import ChatSession, chat_sessions, is_pin_record, pin_record_id
 from context_gatekeeper.chat.session_file import FORMAT, SessionFileError, session_document, write_session_file
 from context_gatekeeper.editing.format import ideal_patch_reply
 from context_gatekeeper.transcripts.messages import Message
@@ -286,3 +288,75 @@ def test_undecodable_input_bytes_on_a_strict_stdin_do_not_crash(tmp_path: Path) 
     )
     assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
     assert "[chat] > caf\ufffd au lait" in result.stdout.decode("utf-8")
+
+
+# -- pins: stored beside the conversation, never a reason to lose it -----------------------------
+def test_pins_that_cannot_be_read_are_one_line_and_the_chat_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    run(db, ["first", "/pin 1", "/quit"])
+    record = Transcript(pin_record_id("s"), store=str(db))
+    record.set([Message("pins", "system", "{not json")])
+    record.close()
+    before = stored(db)
+    status, out = run(db, ["/pin", "/pin 1", "/quit"])
+    assert status == 0
+    assert "pins stored for session 's' cannot be read" in one_error_line(out)
+    assert "no pinned turns" in out and "pinned turns: 1" in out
+    assert stored(db) == before
+    status, out = run(db, ["/pin", "/quit"])  # the next /pin wrote a fresh list
+    assert "error:" not in out and "pinned turns: 1" in out
+
+
+def _session(db: Path, **options: Any) -> ChatSession:
+    transcript = Transcript("s", store=str(db))
+    return ChatSession(transcript, OfflineChatModel(), OfflineEditor(), **options)
+
+
+def test_a_pin_that_cannot_be_stored_changes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    session = _session(db)
+    session.ask("How long should a Redis lock TTL be?")
+    session.pin(1)
+
+    def full(point: str) -> None:
+        if point == "written":
+            raise sqlite3.OperationalError("database or disk is full")
+
+    session.transcript.store.fault_hook = full
+    with pytest.raises((sqlite3.Error, OSError)):
+        session.unpin(1)
+    assert session.pinned_numbers() == [1] and len(session.pinned) == 1
+    session.transcript.store.fault_hook = None
+    session.transcript.close()
+    again = _session(db)
+    try:
+        assert again.pinned_numbers() == [1] and again.pins_problem is None
+    finally:
+        again.transcript.close()
+
+
+def test_pin_records_are_not_conversations_and_go_with_a_purge(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    session = _session(db)
+    session.ask("first")
+    session.pin(1)
+    store = session.transcript.store
+    assert is_pin_record(pin_record_id("s")) and sorted(store.sessions()) == ["gatekeeper-chat-pins:s", "s"]
+    assert chat_sessions(store) == ["s"]
+    session.purge()
+    assert store.sessions() == [] and session.pinned == frozenset()
+    session.transcript.close()
+
+
+def test_keep_pins_false_stores_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    session = _session(db, keep_pins=False)
+    session.ask("first")
+    session.pin(1)
+    assert session.pinned_numbers() == [1] and session.transcript.store.sessions() == ["s"]
+    session.transcript.close()
+    again = _session(db)
+    try:
+        assert again.pinned_numbers() == []
+    finally:
+        again.transcript.close()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .. import BudgetError, GatekeeperError, InvalidInputError, ModelUnavailableError
+from .session import PIN_RECORD_PREFIX, is_pin_record
 
 __all__ = ["main", "build_parser", "default_db_path", "MISSING_RICH", "NO_KEY"]
 
@@ -162,6 +163,8 @@ def main(
         _banner(renderer, args, label, db, session.transcript.head)
         if args.offline:
             renderer.notice(OFFLINE_NOTICE)
+        if session.pins_problem:
+            renderer.error(session.pins_problem)
         if session.transcript.head:
             _show_stored(loop, renderer)
         return loop.run()
@@ -175,6 +178,8 @@ def _option_problem(args: argparse.Namespace) -> str | None:
         return f"--budget must be a positive number of tokens (got {args.budget}); the default is 4000"
     if not args.session.strip():
         return "--session needs a non-blank name, e.g. --session work (the default is 'default')"
+    if is_pin_record(args.session):
+        return f"--session names starting with {PIN_RECORD_PREFIX!r} hold a conversation's pins; pick another name"
     return None
 
 

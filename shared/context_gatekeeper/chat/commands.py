@@ -87,19 +87,24 @@ def _context(loop: "ChatLoop", arg: str) -> None:
     loop.renderer.context(loop.session.last_call)
 
 
+def _pins_line(loop: "ChatLoop") -> str:
+    """What is pinned, and how to change it."""
+    pinned = loop.session.pinned_numbers()
+    if not pinned:
+        return "no pinned turns; /pin N pins turn N so it is always sent (/show numbers the turns)"
+    return f"pinned turns: {', '.join(map(str, pinned))} (always sent to the model; /unpin N stops that)"
+
+
 def _pin(loop: "ChatLoop", arg: str) -> None:
-    numbers = _numbers(arg, "/pin N")
-    for number in numbers:
+    for number in _numbers(arg, "/pin N"):
         loop.session.pin(number)
-    pinned = ", ".join(map(str, loop.session.pinned_numbers())) or "none"
-    loop.renderer.ok(f"pinned turns: {pinned} (always sent to the model)")
+    loop.renderer.ok(_pins_line(loop))
 
 
 def _unpin(loop: "ChatLoop", arg: str) -> None:
     for number in _numbers(arg, "/unpin N"):
         loop.session.unpin(number)
-    pinned = ", ".join(map(str, loop.session.pinned_numbers())) or "none"
-    loop.renderer.ok(f"pinned turns: {pinned}")
+    loop.renderer.ok(_pins_line(loop))
 
 
 def _save(loop: "ChatLoop", arg: str) -> None:
@@ -150,7 +155,7 @@ COMMANDS: dict[str, Command] = {
         Command("history", "/history", "the revision list (appends, edits, undos...)", _history),
         Command("show", "/show", "the current conversation, turn by turn", _show),
         Command("context", "/context", "what the model saw on the last call, and why each turn was kept or dropped", _context),
-        Command("pin", "/pin N", "always send turn N to the model", _pin),
+        Command("pin", "/pin [N]", "always send turn N to the model, also after a restart; /pin alone lists the pins", _pin),
         Command("unpin", "/unpin N", "stop pinning turn N", _unpin),
         Command("save", "/save PATH", "write the conversation to a JSON session file", _save),
         Command("load", "/load PATH", "replace the conversation with a session file (validated; undoable)", _load),

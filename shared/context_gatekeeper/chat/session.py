@@ -14,11 +14,19 @@ two models (one answers, one edits).  Rules:
   the caller can ask the user; anything else is committed at once (``/undo``
   takes it back).
 * Pins are kept by the id of the turn's first message, so they follow a turn
-  through edits; they live as long as the process (and in ``/save`` files).
+  through edits.  They are stored with the conversation, in the same store: a
+  companion *pin record* (the session :func:`pin_record_id` names, one system
+  message holding the pinned ids as JSON), written in one store transaction each
+  time they change, and read back when a :class:`ChatSession` opens the session
+  again.  A pin whose turn an edit deleted is kept but ignored (an ``/undo`` that
+  brings the turn back brings its pin back too).  Lists of conversations should
+  leave pin records out (:func:`is_pin_record`, :func:`chat_sessions`), and
+  deleting a conversation should delete its pins too (:meth:`ChatSession.purge`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +42,14 @@ from ..integration import (
     replace_lone_surrogates,
 )
 from .. import (
+    GatekeeperError,
     InvalidInputError,
     Message,
     Proposal,
     Revision,
     Selection,
+    StaleHeadError,
+    Store,
     Transcript,
     TranscriptGate,
     TruncatedReplyError,
@@ -46,9 +57,63 @@ from .. import (
     resolve_token_counter,
 )
 
-__all__ = ["ChatSession", "LastCall", "EditOutcome", "DEFAULT_SYSTEM_PROMPT"]
+__all__ = [
+    "ChatSession",
+    "LastCall",
+    "EditOutcome",
+    "DEFAULT_SYSTEM_PROMPT",
+    "PIN_RECORD_PREFIX",
+    "pin_record_id",
+    "is_pin_record",
+    "chat_sessions",
+]
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful, concise assistant."
+
+PIN_RECORD_PREFIX = "gatekeeper-chat-pins:"
+"""Session ids starting with this hold a conversation's pins, not a conversation."""
+_PIN_MESSAGE_ID = "pins"
+
+
+def pin_record_id(session_id: str) -> str:
+    """The id of the store session that keeps the pins of conversation ``session_id``.
+
+    >>> pin_record_id("work")
+    'gatekeeper-chat-pins:work'
+    """
+    return PIN_RECORD_PREFIX + session_id
+
+
+def is_pin_record(session_id: str) -> bool:
+    """Whether store session ``session_id`` holds pins rather than a conversation.
+
+    >>> is_pin_record("gatekeeper-chat-pins:work"), is_pin_record("work")
+    (True, False)
+    """
+    return session_id.startswith(PIN_RECORD_PREFIX)
+
+
+def chat_sessions(store: Store) -> list[str]:
+    """The conversations of ``store`` (``store.sessions()`` without the pin records)."""
+    return [s for s in store.sessions() if not is_pin_record(s)]
+
+
+def _read_pins(record: Transcript) -> tuple[set[str], str | None]:
+    """The pinned ids a pin record holds, and what is wrong with it (None when it is usable)."""
+    messages = record.messages
+    if not messages:
+        return set(), None
+    try:
+        pinned = json.loads(messages[-1].content)["pinned"]
+    except (ValueError, KeyError, TypeError):
+        pinned = None
+    if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
+        return set(), (
+            f"the pins stored for session {record.session_id[len(PIN_RECORD_PREFIX):]!r} cannot be read "
+            "(not the JSON list of ids the chat writes); the chat starts with no pins, and the next "
+            "/pin or /unpin writes a fresh list"
+        )
+    return set(pinned), None
 
 
 @dataclass(frozen=True)
@@ -101,6 +166,13 @@ class ChatSession:
         system_prompt: sent first on every call (outside the transcript and the budget).
         max_deletion_share: edits deleting more than this share need confirmation.
         token_counter: counts tokens for the gate and the deletion check (default tiktoken).
+        keep_pins: store pins in the transcript's store (the pin record) and read them
+            back on opening; False keeps them in this object only.
+
+    Attributes:
+        pins_problem: why the stored pins could not be read (the session then opens
+            with none), or None; a front end shows it once.
+        last_call: what the chat model was sent on the last :meth:`ask`, or None.
     """
 
     def __init__(
@@ -113,6 +185,7 @@ class ChatSession:
         system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
         max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
+        keep_pins: bool = True,
     ) -> None:
         self.transcript = transcript
         self.chat_model = as_edit_model(chat_model)
@@ -124,7 +197,20 @@ class ChatSession:
         self.gate = TranscriptGate(
             transcript, token_budget=token_budget, token_counter=self._count, on_overflow="keep_pinned"
         )
-        self.pinned: set[str] = set()
+        self._pinned: set[str] = set()
+        self.pins_problem: str | None = None
+        self._pin_record: Transcript | None = None
+        if keep_pins:
+            record_id = pin_record_id(transcript.session_id)
+            try:
+                self._pin_record = Transcript(record_id, store=transcript.store)
+                self._pinned, self.pins_problem = _read_pins(self._pin_record)
+            except GatekeeperError as exc:  # a pin log that cannot load must not stop the chat
+                self._pin_record = None
+                self.pins_problem = (
+                    f"the pins stored for session {transcript.session_id!r} cannot be loaded ({exc}); "
+                    f"this run keeps pins in memory only (store session {record_id!r} holds them)"
+                )
         self.last_call: LastCall | None = None
 
     # -- turns --------------------------------------------------------------------------
@@ -136,21 +222,43 @@ class ChatSession:
             turns.pop()
         return [(t.id, turn) for t, turn in zip(self.gate.gatekeeper.turns, turns)]
 
+    @property
+    def pinned(self) -> frozenset[str]:
+        """Ids of the first messages of the pinned turns (some may belong to turns an
+        edit deleted); change them with :meth:`pin`, :meth:`unpin` or :meth:`load`."""
+        return frozenset(self._pinned)
+
     def pin(self, number: int) -> MessageTurn:
-        """Always keep turn ``number`` in context (:class:`UnknownTurnError` if there is none)."""
+        """Always keep turn ``number`` in context, from now on and when the session is
+        resumed (:class:`UnknownTurnError` if there is no such turn)."""
         turn = self._turn(number)
-        self.pinned.add(turn.key)
+        self._set_pins(self._pinned | {turn.key})
         return turn
 
     def unpin(self, number: int) -> MessageTurn:
-        """Stop pinning turn ``number``."""
+        """Stop pinning turn ``number`` (:class:`UnknownTurnError` if there is no such turn)."""
         turn = self._turn(number)
-        self.pinned.discard(turn.key)
+        self._set_pins(self._pinned - {turn.key})
         return turn
 
     def pinned_numbers(self) -> list[int]:
         """Numbers of the pinned turns that still exist."""
-        return [n for n, turn in self.turns() if turn.key in self.pinned]
+        return [n for n, turn in self.turns() if turn.key in self._pinned]
+
+    def _set_pins(self, pinned: set[str]) -> None:
+        """Store ``pinned`` first, then keep it: a failed write changes nothing."""
+        record = self._pin_record
+        if record is not None and pinned != self._pinned:
+            content = json.dumps({"pinned": sorted(pinned)}, ensure_ascii=False)
+            for attempt in (1, 2):
+                try:
+                    record.set([Message(_PIN_MESSAGE_ID, "system", content)])
+                    break
+                except StaleHeadError:  # another process wrote the record just now: write over it
+                    if attempt == 2:
+                        raise
+            self.pins_problem = None  # a fresh list replaced one that could not be read
+        self._pinned = set(pinned)
 
     def _turn(self, number: int) -> MessageTurn:
         turns = dict(self.turns())
@@ -161,7 +269,7 @@ class ChatSession:
 
     def _apply_pins(self, turns: Iterable[tuple[int, MessageTurn]]) -> None:
         gk = self.gate.gatekeeper
-        wanted = {n for n, turn in turns if turn.key in self.pinned}
+        wanted = {n for n, turn in turns if turn.key in self._pinned}
         for number in set(gk.pinned) - wanted:
             gk.unpin(number)
         for number in wanted - set(gk.pinned):
@@ -226,7 +334,8 @@ class ChatSession:
 
         Ids the current state holds with the same role are kept (so loading what was
         just saved changes nothing); ids this session used before get fresh ones,
-        since ids are never reused.
+        since ids are never reused.  ``pinned`` (ids of first messages) replaces the
+        pins, and is stored like :meth:`pin` stores them.
         """
         current = {m.id: m for m in self.transcript.messages}
         used = {c.message.id for r in self.transcript.history() for c in r.changes if isinstance(c, Put)}
@@ -239,8 +348,16 @@ class ChatSession:
                 message = Message(renamed[message.id], message.role, message.content)
             fixed.append(message)
         revision = self.transcript.set(fixed)
-        self.pinned = {renamed.get(p, p) for p in pinned}
+        self._set_pins({renamed.get(p, p) for p in pinned})
         return revision
+
+    def purge(self) -> None:
+        """Erase the conversation entirely, its history and its pins included."""
+        self.transcript.purge()
+        if self._pin_record is not None:
+            self._pin_record.purge()
+        self._pinned = set()
+        self.last_call = None
 
     def last_change(self) -> Revision | None:
         """The most recent revision that is not an append (what a bare ``/diff`` shows)."""
