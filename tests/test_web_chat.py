@@ -1,0 +1,347 @@
+"""The web chat in a real browser: headless Chromium (Debian's ``chromium``) driven by Playwright.
+
+Each test serves a fresh web chat (a real SQLite file, the scripted offline models)
+on a free loopback port from a thread that it stops and joins, and waits on the
+page's own state (Playwright's auto-waiting ``expect``), never on a timer.  Without
+playwright or chromium the tests skip saying what to install; under ``CI=true``
+they fail instead, so CI never passes without running them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = shutil.which("chromium")
+
+
+def _missing() -> list[str]:
+    problems = []
+    for module, extra in (("playwright.sync_api", "web-test"), ("starlette", "web"), ("uvicorn", "web")):
+        try:
+            __import__(module)
+        except ImportError:
+            problems.append(f"{module.split('.')[0]} is not installed (pip install 'context-gatekeeper[{extra}]')")
+    if CHROMIUM is None:
+        problems.append("no chromium on PATH (apt-get install chromium; never `playwright install`)")
+    return problems
+
+
+if _missing():
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("the browser tests cannot run under CI=true: " + "; ".join(_missing()), pytrace=False)
+    pytest.skip("browser tests need " + "; ".join(_missing()), allow_module_level=True)
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+from context_gatekeeper import ModelUnavailableError, SQLiteStore, Transcript  # noqa: E402
+from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor  # noqa: E402
+from context_gatekeeper.chat.web.server import BackgroundServer, create_app  # noqa: E402
+from context_gatekeeper.chat.web.service import WebChat  # noqa: E402
+
+IRELAND = "What was the GDP of Ireland in 2021?"
+POSTGRES = "How does Postgres streaming replication work?"
+LAG = "How much replication lag does Postgres streaming replication have?"
+WAIT_MS = 30_000  # how long expect() may wait for the page on a loaded machine (a bound, not a pause)
+expect.set_options(timeout=WAIT_MS)
+
+
+class Served:
+    """A web chat served from a thread, with the store it writes."""
+
+    def __init__(self, tmp_path: Path, chat_model: Any = None) -> None:
+        self.store = SQLiteStore(tmp_path / "chat.sqlite3")
+        self.chat = WebChat(self.store, chat_model or OfflineChatModel(), OfflineEditor())
+        self.server = BackgroundServer(create_app(self.chat))
+
+    def url(self, session: str = "demo") -> str:
+        return f"{self.server.url}?session={session}"
+
+    def transcript(self, session: str = "demo") -> Transcript:
+        return Transcript(session, store=self.store)
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def serve(tmp_path: Path, chat_model: Any = None) -> Iterator[Served]:
+    served = Served(tmp_path, chat_model)
+    try:
+        with served.server:
+            yield served
+    finally:
+        served.chat.close()
+        served.store.close()
+
+
+@pytest.fixture
+def web(tmp_path: Path) -> Iterator[Served]:
+    yield from serve(tmp_path)
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def say(page: Page, text: str) -> None:
+    """Type ``text`` in the box and send it; wait until the page is idle again (the page
+    marks itself busy synchronously on send, so waiting for that mark to go is exact)."""
+    page.get_by_test_id("message-input").fill(text)
+    page.get_by_test_id("send").click()
+    expect(page.locator("body.busy")).to_have_count(0)
+    if not text.startswith("/") and page.get_by_test_id("mode-toggle").get_attribute("aria-pressed") == "false":
+        expect(page.locator(".message.pending")).to_have_count(0)
+        expect(page.locator('[data-testid="message"][data-role="user"] .content').last).to_have_text(text)
+
+
+def messages(page: Page) -> list[str]:
+    return page.locator('[data-testid="message"] .content').all_inner_texts()
+
+
+# -- chat ------------------------------------------------------------------------------------
+
+
+def test_three_turns_across_two_topics_show_what_the_gate_sent(web: Served, page: Page) -> None:
+    page.goto(web.url())
+    load_ms = page.evaluate(
+        "() => { const n = performance.getEntriesByType('navigation')[0]; return n.domContentLoadedEventEnd - n.startTime; }"
+    )
+    assert 0 < load_ms <= 300, f"the page took {load_ms:.0f} ms to DOMContentLoaded on loopback"
+    expect(page.get_by_test_id("session-list")).to_contain_text("demo")
+    for text in (IRELAND, POSTGRES, LAG):
+        say(page, text)
+
+    answers = page.locator('[data-testid="message"][data-role="assistant"]')
+    expect(answers).to_have_count(3)
+    strips = page.get_by_test_id("context-strip")
+    expect(strips).to_have_count(3)
+    expect(strips.nth(0)).to_contain_text("no earlier turns")
+    last = strips.nth(2)
+    expect(last).to_contain_text("gate: ")
+    expect(last).to_contain_text("tokens saved")
+    expect(last.locator('.chip[data-turn="2"]')).to_have_attribute("data-kept", "true")
+    expect(last.locator('.chip[data-turn="2"]')).to_contain_text("sent")
+    expect(last.locator('.chip[data-turn="1"]')).to_have_attribute("data-kept", "false")
+    expect(last.locator('.chip[data-turn="1"]')).to_contain_text("left out")
+    user_turns = page.locator('[data-testid="message"][data-role="user"]')
+    assert [user_turns.nth(i).get_attribute("data-turn") for i in range(3)] == ["1", "2", "3"]
+
+    # clicking a turn number scrolls to that turn
+    page.evaluate("() => { document.getElementById('messages').scrollTop = 1e6; }")
+    last.locator('.chip[data-turn="1"]').click()
+    expect(page.locator("#turn-1")).to_be_in_viewport()
+    expect(page.locator("#turn-1")).to_have_class("message user flash")
+
+    # pinning a turn is one click, and the next call sends it
+    page.locator('[data-testid="pin"][data-turn="1"]').click()
+    expect(page.locator('[data-testid="pin"][data-turn="1"]')).to_have_attribute("aria-pressed", "true")
+    say(page, "Is that lag measured in bytes?")
+    newest = page.get_by_test_id("context-strip").nth(3)
+    expect(newest.locator('.chip[data-turn="1"]')).to_have_attribute("data-kept", "true")
+    expect(newest.locator('.chip[data-turn="1"]')).to_contain_text("pinned")
+
+
+class GatedModel:
+    """Streams "first part " then waits for the test to release the rest (no timers)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def stream(self, messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+        yield "first part "
+        if not self.release.wait(60):
+            raise TimeoutError("the test never released the answer")
+        yield "and the rest."
+
+    def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        return "".join(self.stream(messages))
+
+
+def test_an_answer_appears_as_it_streams(tmp_path: Path, page: Page) -> None:
+    model = GatedModel()
+    try:
+        for web in serve(tmp_path, model):
+            page.goto(web.url())
+            page.get_by_test_id("message-input").fill(IRELAND)
+            page.get_by_test_id("send").click()
+            pending = page.locator(".message.assistant.pending .content")
+            expect(pending).to_have_text("first part ")  # shown before the answer is complete
+            expect(page.get_by_test_id("context-strip")).to_have_count(1)  # the strip comes with it
+            assert web.transcript().head == 0, "nothing is stored before the whole answer is in"
+            model.release.set()
+            expect(page.locator('[data-testid="message"][data-role="assistant"]:not(.pending) .content')).to_have_text(
+                "first part and the rest."
+            )
+            expect(page.locator(".message.pending")).to_have_count(0)
+            assert web.transcript().head == 1
+    finally:
+        model.release.set()
+
+
+def test_a_model_error_is_a_message_in_the_page(tmp_path: Path, page: Page) -> None:
+    class Unavailable:
+        def complete(self, messages: Any) -> str:
+            raise ModelUnavailableError("Gemini cannot be reached: check the network, or restart with --offline")
+
+    for web in serve(tmp_path, Unavailable()):
+        page.goto(web.url())
+        page.get_by_test_id("message-input").fill(IRELAND)
+        page.get_by_test_id("send").click()
+        expect(page.get_by_test_id("error")).to_contain_text("Gemini cannot be reached")
+        expect(page.get_by_test_id("error")).not_to_contain_text("Traceback")
+        expect(page.get_by_test_id("message")).to_have_count(0)
+        expect(page.get_by_test_id("message-input")).to_have_value(IRELAND)  # kept for another try
+        assert web.transcript().head == 0
+
+
+def test_a_message_with_markup_is_shown_as_text_and_runs_nothing(web: Served, page: Page) -> None:
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(web.url())
+    xss = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+    say(page, xss)
+    first = page.locator('[data-testid="message"][data-role="user"] .content').first
+    expect(first).to_have_text(xss)
+    assert page.locator("#messages img, #messages script").count() == 0
+    page.reload()  # rendered again from the stored view
+    expect(page.locator('[data-testid="message"][data-role="user"] .content').first).to_have_text(xss)
+    assert page.locator("#messages img, #messages script").count() == 0
+    assert dialogs == []
+
+
+# -- edits -----------------------------------------------------------------------------------
+
+
+def test_edit_preview_commit_undo_redo_and_revert(web: Served, page: Page) -> None:
+    page.goto(web.url())
+    say(page, IRELAND)
+    say(page, POSTGRES)
+    page.get_by_test_id("mode-toggle").click()
+    expect(page.get_by_test_id("mode-toggle")).to_have_attribute("aria-pressed", "true")
+    page.get_by_test_id("message-input").fill("it was Iceland, not Ireland")
+    page.get_by_test_id("send").click()
+
+    diff = page.get_by_test_id("preview-diff")
+    expect(diff).to_be_visible()
+    expect(diff.locator("del.removed").first).to_have_text("Ireland")
+    expect(diff.locator("ins.added").first).to_have_text("Iceland")
+    assert "Ireland" in messages(page)[0], "a preview changes nothing"
+    page.get_by_test_id("commit").click()
+    expect(diff).to_be_hidden()
+    expect(page.locator('[data-testid="message"] .content').first).to_have_text("What was the GDP of Iceland in 2021?")
+    items = page.get_by_test_id("history-item")
+    expect(items).to_have_count(3)
+    expect(items.first).to_contain_text("it was Iceland, not Ireland")  # newest first, with its instruction
+
+    page.get_by_test_id("undo").click()
+    expect(page.locator('[data-testid="message"] .content').first).to_have_text(IRELAND)
+    expect(items.first).to_have_attribute("data-kind", "undo")
+    page.get_by_test_id("redo").click()
+    expect(page.locator('[data-testid="message"] .content').first).to_have_text("What was the GDP of Iceland in 2021?")
+    expect(page.get_by_test_id("redo")).to_be_disabled()
+
+    page.locator('[data-testid="revert"][data-number="1"]').click()
+    expect(page.get_by_test_id("message")).to_have_count(2)
+    expect(page.locator('[data-testid="message"] .content').first).to_have_text(IRELAND)
+    expect(items.first).to_have_attribute("data-kind", "revert")
+    assert [r.kind for r in web.transcript().history()] == ["append", "append", "edit", "undo", "redo", "revert"]
+
+
+def test_slash_edit_in_the_chat_box_previews_and_discard_changes_nothing(web: Served, page: Page) -> None:
+    page.goto(web.url())
+    say(page, IRELAND)
+    say(page, "/edit it was Iceland, not Ireland")
+    expect(page.get_by_test_id("preview-diff")).to_be_visible()
+    page.get_by_test_id("discard").click()
+    expect(page.get_by_test_id("preview-diff")).to_be_hidden()
+    assert web.transcript().head == 1 and "Ireland" in messages(page)[0]
+    say(page, "/edit make it shorter")  # the offline editor refuses: a message, nothing changed
+    expect(page.get_by_test_id("error")).to_contain_text("offline")
+    assert web.transcript().head == 1
+
+
+# -- sessions, tabs, reloads ----------------------------------------------------------------
+
+
+def test_two_tabs_on_one_session_stay_consistent(web: Served, browser: Browser) -> None:
+    context = browser.new_context()
+    try:
+        first, second = context.new_page(), context.new_page()
+        first.goto(web.url())
+        say(first, IRELAND)
+        say(first, "/edit it was Iceland, not Ireland")
+        first.get_by_test_id("commit").click()
+        expect(first.get_by_test_id("history-item")).to_have_count(2)
+        second.goto(web.url())
+        expect(second.get_by_test_id("undo")).to_be_enabled()
+        first.get_by_test_id("undo").click()  # the first tab undoes; the second still shows the edit
+        expect(first.locator('[data-testid="message"] .content').first).to_have_text(IRELAND)
+
+        second.get_by_test_id("undo").click()  # stale: refused, and the second tab now shows the first's undo
+        expect(second.get_by_test_id("error")).to_contain_text("another tab")
+        expect(second.locator('[data-testid="message"] .content').first).to_have_text(IRELAND)
+        assert [r.kind for r in web.transcript().history()] == ["append", "edit", "undo"], "no lost update"
+
+        say(second, POSTGRES)  # appends never conflict; the first tab sees it on its next action
+        say(first, LAG)
+        expect(first.get_by_test_id("message")).to_have_count(6)
+        expect(first.locator('[data-testid="message"][data-role="user"] .content').nth(1)).to_have_text(POSTGRES)
+    finally:
+        context.close()
+
+
+def test_a_reload_restores_the_view(web: Served, page: Page) -> None:
+    page.goto(web.url("trip"))
+    say(page, IRELAND)
+    say(page, POSTGRES)
+    page.get_by_test_id("mode-toggle").click()
+    say(page, "it was Iceland, not Ireland")
+    expect(page.get_by_test_id("preview-diff")).to_be_visible()
+    before = messages(page)
+    page.reload()
+    assert "session=trip" in page.url
+    expect(page.get_by_test_id("message")).to_have_count(4)
+    assert messages(page) == before
+    expect(page.get_by_test_id("context-strip")).to_have_count(2)
+    expect(page.get_by_test_id("preview-diff")).to_be_visible()  # the pending preview too
+    expect(page.get_by_test_id("mode-toggle")).to_have_attribute("aria-pressed", "true")
+    page.get_by_test_id("commit").click()
+    expect(page.locator('[data-testid="message"] .content').first).to_have_text("What was the GDP of Iceland in 2021?")
+
+
+def test_sessions_switch_new_and_delete_with_confirmation(web: Served, page: Page) -> None:
+    page.goto(web.url("alpha"))
+    say(page, IRELAND)
+    page.get_by_test_id("new-session").click()
+    expect(page.locator('#session-list [aria-current="true"]')).to_have_text("chat-1")
+    expect(page.get_by_test_id("message")).to_have_count(0)
+    say(page, POSTGRES)
+    page.locator('#session-list [data-session="alpha"]').click()
+    expect(page.locator('[data-testid="message"] .content').first).to_have_text(IRELAND)
+
+    page.get_by_test_id("delete-session").click()
+    page.get_by_test_id("cancel-delete").click()  # asked first; cancelling keeps it
+    assert "alpha" in web.store.sessions()
+    page.get_by_test_id("delete-session").click()
+    page.get_by_test_id("confirm-delete").click()
+    expect(page.get_by_test_id("session-list")).not_to_contain_text("alpha")
+    expect(page.locator('#session-list [aria-current="true"]')).to_have_text("chat-1")
+    assert "alpha" not in web.store.sessions()
