@@ -439,3 +439,19 @@ def test_word_diff_marks_only_what_changed() -> None:
     assert right == [["same", "The budget is "], ["add", "700"], ["same", " EUR."]]
     assert word_diff("same", "same") == ([["same", "same"]], [["same", "same"]])
     assert word_diff("", "new text") == ([], [["add", "new text"]])
+
+
+def test_pins_outlive_the_server_and_stay_out_of_the_session_list(store: SQLiteStore) -> None:
+    _, client = make_client(store)
+    with client:
+        send(client, "What was the GDP of Ireland in 2021?")
+        send(client, "How does Postgres streaming replication work?")
+        post(client, "/api/pin", {"session": "s", "turn": 1})
+    _, restarted = make_client(store)  # a new server on the same database
+    with restarted:
+        assert view(restarted)["pinned"] == [1]
+        assert restarted.get("/api/sessions").json()["sessions"] == ["s"]
+        refused = post(restarted, "/api/sessions/new", {"name": "gatekeeper-chat-pins:s"})
+        assert refused.status_code == 400 and "reserved" in refused.json()["error"]
+        post(restarted, "/api/sessions/delete", {"session": "s", "confirm": "s"})
+    assert store.sessions() == [], "deleting a conversation deletes its pins too"

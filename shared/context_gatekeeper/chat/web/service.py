@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..session import ChatSession, LastCall
+from ..session import PIN_RECORD_PREFIX, ChatSession, LastCall, chat_sessions, is_pin_record
 from .views import CONTEXT_KEY, context_record, context_view, diff_view, history_view, undo_state
 from ... import (
     GatekeeperError,
@@ -73,6 +73,8 @@ def check_session_name(name: object) -> str:
         raise InvalidInputError(
             f"session names are at most {MAX_SESSION_NAME} characters without control characters; pick another"
         )
+    if is_pin_record(name):
+        raise InvalidInputError(f"session names starting with {PIN_RECORD_PREFIX!r} are reserved for pins; pick another")
     return name
 
 
@@ -104,7 +106,7 @@ class WebChat:
     def sessions(self) -> list[str]:
         """Names of the stored conversations and of those opened here (a new one is empty)."""
         with self._lock:
-            return sorted(set(self.store.sessions()) | set(self._entries))
+            return sorted(set(chat_sessions(self.store)) | set(self._entries))
 
     def _entry(self, name: object) -> _Entry:
         name = check_session_name(name)
@@ -128,7 +130,8 @@ class WebChat:
         return self.view(name)
 
     def delete(self, name: str, confirm: object) -> list[str]:
-        """Erase conversation ``name`` (history included) when ``confirm`` repeats its name; the sessions left."""
+        """Erase conversation ``name`` (history and pins included) when ``confirm`` repeats its name;
+        the sessions left."""
         name = check_session_name(name)
         if confirm != name:
             raise InvalidInputError(
@@ -136,7 +139,7 @@ class WebChat:
             )
         entry = self._entry(name)
         with entry.lock:
-            entry.session.transcript.purge()
+            entry.session.purge()
             with self._lock:
                 self._entries.pop(name, None)
         return self.sessions()
@@ -186,6 +189,7 @@ class WebChat:
             "can_redo": can_redo,
             "preview": None if preview is None else self._preview_view(preview, session),
             "sessions": self.sessions(),
+            "notice": session.pins_problem,
         }
 
     def _preview_view(self, preview: _Preview, session: ChatSession) -> dict[str, Any]:

@@ -107,6 +107,7 @@
     renderPreview(view.preview);
     renderHistory(view);
     renderMode();
+    if (view.notice) showError(view.notice);
   }
 
   function renderSessions(view) {
