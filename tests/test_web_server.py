@@ -455,3 +455,70 @@ def test_pins_outlive_the_server_and_stay_out_of_the_session_list(store: SQLiteS
         assert refused.status_code == 400 and "reserved" in refused.json()["error"]
         post(restarted, "/api/sessions/delete", {"session": "s", "confirm": "s"})
     assert store.sessions() == [], "deleting a conversation deletes its pins too"
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_gatekeeper_chat_web_serves_the_page_on_loopback_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import urllib.request
+
+    db = tmp_path / "web.sqlite3"
+    command = [sys.executable, "-m", "context_gatekeeper.chat", "--web", "--offline", "--db", str(db), "--port", "0",
+               "--session", "demo"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert process.stdout is not None
+        lines = []
+        while not (lines and lines[-1].startswith("open ")):  # printed once the socket listens
+            line = process.stdout.readline()
+            assert line, f"the server ended before listening: {''.join(lines)}"
+            lines.append(line)
+        assert "OFFLINE" in "".join(lines) and "loopback only" in lines[-1]
+        url = lines[-1].split()[1]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/?session=demo")
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        token = re.search(r'name="gatekeeper-token" content="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+        request = urllib.request.Request(
+            url.split("?")[0] + "api/chat", data=json.dumps({"session": "demo", "text": "What was the GDP of Ireland?"}).encode(),
+            headers={"content-type": "application/json", "x-gatekeeper-token": token}, method="POST",
+        )
+        events = [json.loads(line) for line in urllib.request.urlopen(request, timeout=30).read().decode().splitlines()]
+        assert events[-1]["type"] == "done" and sum(e["type"] == "chunk" for e in events) > 1
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert process.returncode in (0, -15), "a clean stop (uvicorn re-raises SIGTERM after shutting down)"
+    reopened = SQLiteStore(db)
+    try:
+        assert Transcript("demo", store=reopened).head == 1
+    finally:
+        reopened.close()
+
+
+def test_gatekeeper_chat_web_says_why_it_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import socket
+
+    from context_gatekeeper.chat.app import main
+
+    out = io.StringIO()
+    assert main(["--web", "--offline", "--db", str(tmp_path / "a.db"), "--port", "70000"], stdout=out) == 2
+    assert "--port must be 0..65535" in out.getvalue()
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    out = io.StringIO()
+    assert main(["--web", "--db", str(tmp_path / "a.db")], stdout=out) == 2
+    assert "--offline" in out.getvalue()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        out = io.StringIO()
+        status = main(["--web", "--offline", "--db", str(tmp_path / "a.db"), "--port", str(taken.getsockname()[1])], stdout=out)
+    assert status == 1 and "cannot listen" in out.getvalue() and "--port" in out.getvalue()
+    assert "Traceback" not in out.getvalue()

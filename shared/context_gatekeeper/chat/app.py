@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="gemini-2.5-flash", help="Gemini model (default: gemini-2.5-flash)")
     parser.add_argument("--system", default=None, help="system prompt sent first on every call")
     parser.add_argument("--plain", action="store_true", help="no colours")
+    web = parser.add_argument_group("web chat (the 'web' extra)")
+    web.add_argument("--web", action="store_true", help="serve the chat as a local web page instead of the terminal")
+    web.add_argument("--host", default="127.0.0.1", help="address --web listens on (default: 127.0.0.1, this computer only)")
+    web.add_argument("--port", type=int, default=8765, help="port --web listens on (default: 8765; 0 picks a free one)")
     return parser
 
 
@@ -125,6 +129,10 @@ def main(
     """
     args = build_parser().parse_args(argv)
     out = stdout or sys.stdout
+    if args.web:
+        from .web.cli import run_web
+
+        return run_web(args, out=out, errors=sys.stderr if stdout is None else out, models=models)
     try:
         importlib.import_module("rich")
     except ImportError:

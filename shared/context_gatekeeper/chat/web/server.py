@@ -42,6 +42,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -339,20 +340,28 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(chat: WebChat, *, host: str, port: int, say: Callable[[str], None] = print) -> int:
-    """Serve ``chat`` at ``http://host:port/`` until Ctrl-C; the exit status (1: cannot listen)."""
+def serve(
+    chat: WebChat, *, host: str, port: int, say: Callable[[str], None] = print, session: str | None = None
+) -> int:
+    """Serve ``chat`` at ``http://host:port/`` until Ctrl-C (or SIGTERM); the exit status (1: cannot listen).
+
+    It says where it listens once the socket accepts connections (``port`` 0 picks a
+    free port, and the line names it); ``session`` is the conversation the address opens.
+    """
     try:
         sock = _listen(host, port)
     except OSError as exc:
         say(f"cannot listen on {host}:{port} ({exc.strerror or exc}): pass --port with a free port, or stop the other server")
         return 1
+    port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
+    query = "" if session in (None, "default") else "?" + urlencode({"session": session})
     if host in LOOPBACK:
-        say(f"gatekeeper-chat web: open http://{shown}:{port}/ (loopback only: this computer; --host changes it)")
+        say(f"open http://{shown}:{port}/{query} (listening on loopback only: this computer; --host changes it)")
     else:
         say(
-            f"gatekeeper-chat web: serving http://{shown}:{port}/ on {host}: reachable from other computers "
-            "on the network, and anyone who can reach it can read and change these conversations"
+            f"open http://{shown}:{port}/{query} (listening on {host}: reachable from other computers "
+            "on the network, and anyone who can reach it can read and change these conversations)"
         )
     say("Ctrl-C stops the server; the conversations are saved as you go.")
     runner = _ReadyServer(create_app(chat, host=host))

@@ -1,0 +1,80 @@
+"""``gatekeeper-chat --web``: the same options as the terminal chat, served as a local page.
+
+    gatekeeper-chat --web [--offline] [--session NAME] [--db PATH] [--budget TOKENS]
+                          [--model NAME] [--system TEXT] [--host ADDRESS] [--port N]
+
+It binds to ``127.0.0.1:8765`` (this computer only) unless ``--host`` says
+otherwise, and says where it listens on start.  Exit status: 0 after Ctrl-C,
+1 when the ``web`` extra is missing, the database cannot be used or the port is
+taken, 2 for unusable options or no model (no Gemini key and no ``--offline``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sqlite3
+from typing import IO, Any
+
+from .. import app
+from ..offline import OFFLINE_NOTICE, OfflineChatModel
+from ... import GatekeeperError, SQLiteStore
+
+__all__ = ["run_web", "MISSING_WEB", "OFFLINE_CHUNK_DELAY"]
+
+MISSING_WEB = "gatekeeper-chat --web needs the 'web' extra: pip install 'context-gatekeeper[web]'"
+OFFLINE_CHUNK_DELAY = 0.03
+"""Seconds between the offline model's words in the web chat, so an answer visibly streams in."""
+
+
+def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: tuple[Any, Any] | None = None) -> int:
+    """Serve the chat for the parsed options ``args`` until Ctrl-C; the exit status."""
+
+    def say(line: str, stream: IO[str] = out) -> None:
+        print(line, file=stream, flush=True)
+
+    for module in ("starlette", "uvicorn"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            say(MISSING_WEB, errors)
+            return 1
+    from .server import serve
+    from .service import WebChat
+
+    problem = app._option_problem(args)
+    if problem is None and not 0 <= args.port <= 65535:
+        problem = f"--port must be 0..65535 (got {args.port}); the default is 8765"
+    if problem:
+        say(problem, errors)
+        return app.EXIT_USAGE
+    try:
+        chat_model, editor, label = (*models, "custom") if models else app._models(args)
+    except GatekeeperError as exc:
+        say(str(exc), errors)
+        return app.EXIT_USAGE
+    if args.offline and models is None:
+        chat_model = OfflineChatModel(chunk_delay=OFFLINE_CHUNK_DELAY)
+    db = args.db if args.db is not None else app.default_db_path()
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        store = SQLiteStore(db)
+    except (sqlite3.Error, OSError, GatekeeperError) as exc:
+        say(f"cannot use the database {db} ({exc}): check the file, or pass --db with another", errors)
+        return 1
+    options: dict[str, Any] = {"system_prompt": args.system} if args.system is not None else {}
+    chat = WebChat(store, chat_model, editor, token_budget=args.budget, **options)
+    try:
+        try:
+            head = chat.view(args.session)["head"]
+        except (sqlite3.Error, GatekeeperError) as exc:
+            say(f"cannot open session {args.session!r} in {db}: {exc}", errors)
+            return 1
+        state = f"resuming at revision {head}" if head else "new conversation"
+        say(f"gatekeeper-chat --web | session {args.session!r} ({state}) | model: {label} | db: {db}")
+        if args.offline:
+            say(OFFLINE_NOTICE)
+        return serve(chat, host=args.host, port=args.port, say=say, session=args.session)
+    finally:
+        chat.close()
+        store.close()
