@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from langchain_core.messages import AIMessage
 
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper import thread_history
 
+from readme_support import readme_block
 from test_lc_middleware import IRELAND_ANSWER, scripted, swap_editor
-
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-
-
-def readme_block(first_line: str) -> str:
-    """The fenced python block of the README that starts with ``first_line``."""
-    for block in re.findall(r"```python\n(.*?)```", README, re.S):
-        if block.startswith(first_line):
-            return block
-    raise AssertionError(f"no README block starts with {first_line!r}")
 
 
 def test_the_agent_snippet_runs_and_its_history_comment_is_true() -> None:
