@@ -26,6 +26,9 @@ __all__ = [
     "InvalidRevisionError",
     "CorruptLogError",
     "StoreClosedError",
+    "StoreError",
+    "StoreUnavailableError",
+    "StoreCapabilityError",
 ]
 
 
@@ -114,7 +117,26 @@ class ModelUnavailableError(GatekeeperError, RuntimeError):
     """No model could be reached: missing API key, network failure or timeout."""
 
 
-class SchemaVersionError(GatekeeperError, RuntimeError):
+class StoreError(GatekeeperError):
+    """Root of the errors a store raises about its storage: corrupt, closed, too new,
+    unavailable, or lacking a capability.  ``except StoreError`` catches them all."""
+
+
+class StoreUnavailableError(StoreError, OSError):
+    """The storage cannot be used right now: locked or busy beyond the timeout, disk full,
+    an I/O error, a file that cannot be opened or is damaged, a server that cannot be
+    reached.  Nothing was written by the operation that raised it.  The message says what
+    happened and what to do; the driver's own error is ``__cause__``.  Code that caught the
+    driver's class (``sqlite3.OperationalError``, ``psycopg.OperationalError``) should catch
+    this one (an ``OSError``)."""
+
+
+class StoreCapabilityError(StoreError, TypeError):
+    """A store lacks a capability the call needs (a keyword its ``commit`` does not take,
+    a method it does not have); the message names the capability and what to do."""
+
+
+class SchemaVersionError(StoreError, RuntimeError):
     """A store was migrated by a newer version of context-gatekeeper; upgrade to open it."""
 
 
@@ -123,7 +145,7 @@ class InvalidRevisionError(GatekeeperError, ValueError):
     removed or changed while absent, an id reused); the store wrote nothing."""
 
 
-class CorruptLogError(GatekeeperError, RuntimeError):
+class CorruptLogError(StoreError, RuntimeError):
     """A stored revision cannot be read or replayed.
 
     Attributes:
@@ -144,8 +166,9 @@ class CorruptLogError(GatekeeperError, RuntimeError):
         return (type(self), (self.session_id, self.revision, self.reason))
 
 
-class StoreClosedError(GatekeeperError, RuntimeError):
+class StoreClosedError(StoreError, RuntimeError):
     """The store was closed; open a new one (on the same file or database) to go on."""
+
 
 class MissingExtraError(GatekeeperError, ModuleNotFoundError):
     """An optional dependency is not installed (or too old to import); the message names

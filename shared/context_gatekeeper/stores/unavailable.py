@@ -1,0 +1,109 @@
+"""SQLite's failures of the storage itself, as :class:`StoreUnavailableError`.
+
+A locked or busy database, a full disk, an I/O error, a file that cannot be opened or is
+damaged: the driver says so with an ``sqlite3.OperationalError`` (or ``DatabaseError``)
+whose text alone does not say what to do.  :func:`sqlite_errors` turns those into
+:class:`StoreUnavailableError` (an ``OSError``), whose message says what happened and
+what to do, with the driver's error as ``__cause__``.  Errors that are not about the
+storage (a missing table before ``setup()``, a constraint) pass through unchanged.
+PostgreSQL's twin is :func:`context_gatekeeper.stores.postgres_ops.postgres_errors`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..errors import StoreUnavailableError
+
+__all__ = ["sqlite_errors", "sqlite_unavailable", "cannot_open"]
+
+# primary result codes (https://www.sqlite.org/rescode.html)
+_BUSY, _LOCKED, _NOMEM, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _PROTOCOL, _NOTADB = 5, 6, 7, 8, 10, 11, 13, 14, 15, 26
+_BY_TEXT = (
+    ("database is locked", _BUSY),
+    ("database table is locked", _LOCKED),
+    ("disk is full", _FULL),
+    ("disk i/o error", _IOERR),
+    ("unable to open database", _CANTOPEN),
+    ("readonly database", _READONLY),
+    ("malformed", _CORRUPT),
+    ("not a database", _NOTADB),
+    ("out of memory", _NOMEM),
+    ("locking protocol", _PROTOCOL),
+)
+
+
+def _code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF
+    text = str(exc).lower()
+    return next((c for needle, c in _BY_TEXT if needle in text), None)
+
+
+def cannot_open(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the file could not be opened, or not as asked (read-only media)."""
+    return _code(exc) in (_CANTOPEN, _READONLY, _IOERR)
+
+
+def sqlite_unavailable(exc: BaseException, path: str, busy_timeout: float | None = None) -> StoreUnavailableError | None:
+    """The :class:`StoreUnavailableError` for ``exc`` raised on the database ``path``
+    (None: ``exc`` is not a failure of the storage)."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    code = _code(exc)
+    where = f"the SQLite database {path!r}"
+    said = f"(SQLite: {exc})"
+    if code in (_BUSY, _LOCKED, _PROTOCOL):
+        waited = f" for {busy_timeout:g} s (busy_timeout)" if busy_timeout is not None else ""
+        text = (
+            f"{where} is locked by another connection or process and stayed locked{waited} {said}; nothing was "
+            "written. Retry once the other writer is done, give SQLiteStore a longer busy_timeout, or find the "
+            "process holding the database open in a transaction"
+        )
+    elif code == _FULL:
+        text = (
+            f"the disk holding {where} is full {said}; nothing was written and what was stored is intact. Free "
+            "space on that disk (or move the database to a larger one), then retry"
+        )
+    elif code == _IOERR:
+        text = (
+            f"an I/O error on {where} {said}; the operation was not done. Check the disk, and that the database's "
+            "-wal and -shm files were not deleted or moved while it was open (if they were, close every program "
+            "using it and open it again); then retry"
+        )
+    elif code == _CANTOPEN:
+        text = (
+            f"cannot open {where} {said}: its folder is missing, not writable, or on a read-only mount. Check the "
+            "path and permissions; to read a database on a read-only mount, open SQLiteStore(path, read_only=True)"
+        )
+    elif code == _READONLY:
+        text = (
+            f"{where} cannot be written {said}: the file, its folder or its mount is read-only, or the store was "
+            "opened with read_only=True; nothing was written. Open a writable copy to change it"
+        )
+    elif code in (_CORRUPT, _NOTADB):
+        text = (
+            f"{where} is damaged or is not an SQLite database {said}. Restore it from a backup; the sqlite3 "
+            "command's .recover may save what is still readable"
+        )
+    elif code == _NOMEM:
+        text = f"SQLite ran out of memory on {where} {said}; nothing was written. Free memory, then retry"
+    else:
+        return None
+    return StoreUnavailableError(text)
+
+
+@contextmanager
+def sqlite_errors(path: str, busy_timeout: float | None = None) -> Iterator[None]:
+    """Raise the storage failures of the block as :class:`StoreUnavailableError` (the
+    driver's error as ``__cause__``); every other exception passes unchanged."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        error = sqlite_unavailable(exc, path, busy_timeout)
+        if error is None:
+            raise
+        raise error from exc
