@@ -160,10 +160,11 @@
   function stripNode(ctx) {
     const sent = ctx.earlier.filter((t) => t.kept);
     const gate = ctx.decision + (ctx.weak_switch ? " (weak)" : "");
+    const first = ctx.earlier.length === 0;
     const summary = el("div", {class: "strip-summary"},
       el("span", {class: "decision " + ctx.decision, title: "the topic gate's decision for this question", text: "gate: " + gate}),
-      el("span", {text: "sent " + sent.length + " of " + ctx.earlier.length + " earlier turn" + (ctx.earlier.length === 1 ? "" : "s")}),
-      el("span", {class: "saved", text: ctx.tokens_saved + " tokens saved (" + ctx.tokens_kept + " of " + ctx.tokens_total + " sent)"}),
+      first ? null : el("span", {text: "sent " + sent.length + " of " + ctx.earlier.length + " earlier turn" + (ctx.earlier.length === 1 ? "" : "s")}),
+      first ? null : el("span", {class: "saved", text: ctx.tokens_saved + " tokens saved (" + ctx.tokens_kept + " of " + ctx.tokens_total + " sent)"}),
       ctx.over_budget ? el("span", {class: "warn", text: "pinned turns exceed the budget"}) : null);
     const chips = ctx.earlier.map((t) => {
       const label = (t.turn === null ? "deleted turn" : "#" + t.turn) + " " + (t.kept ? "sent" : "left out") + ": " +
