@@ -522,3 +522,24 @@ def test_gatekeeper_chat_web_says_why_it_cannot_start(tmp_path: Path, monkeypatc
         status = main(["--web", "--offline", "--db", str(tmp_path / "a.db"), "--port", str(taken.getsockname()[1])], stdout=out)
     assert status == 1 and "cannot listen" in out.getvalue() and "--port" in out.getvalue()
     assert "Traceback" not in out.getvalue()
+
+
+def test_a_database_that_cannot_be_written_is_a_message_and_nothing_is_stored(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from context_gatekeeper import StoreUnavailableError
+
+    _, client = make_client(store)
+    with client:
+        send(client, "What was the GDP of Ireland in 2021?")
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            raise StoreUnavailableError("the database is locked: close the other program and try again")
+
+        monkeypatch.setattr(store, "commit", locked)
+        events = send(client, "And its population?")
+        assert events[-1]["type"] == "error" and "locked" in events[-1]["message"]
+        response = post(client, "/api/pin", {"session": "s", "turn": 1})
+        assert response.status_code == 503 and "locked" in response.json()["error"]
+        monkeypatch.undo()
+        assert view(client)["head"] == 1 and view(client)["pinned"] == []

@@ -59,6 +59,7 @@ from ... import (
     ModelUnavailableError,
     StaleHeadError,
     StoreClosedError,
+    StoreUnavailableError,
     UnknownMessageError,
     UnknownTurnError,
 )
@@ -83,6 +84,7 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (EditError, 422),
     (ModelUnavailableError, 503),
     (StoreClosedError, 503),
+    (StoreUnavailableError, 503),
     (GatekeeperError, 400),
 )
 
