@@ -63,7 +63,7 @@ def test_the_migration_indexes_old_sessions_and_a_poisoned_one_is_recovered(tmp_
         },
     )
     store = SQLiteStore(path)
-    assert [v for v, _ in store.applied_migrations()] == [1, 2, 3]  # 3: saved vectors (issue #13)
+    assert [v for v, _ in store.applied_migrations()] == [1, 2, 3, 4]  # 3: saved vectors, 4: the hash chain
     ok = Transcript("ok", store=store)
     assert [m.id for m in ok.messages] == ["u1", "a1", "u2"]
     with pytest.raises(InvalidInputError):  # the backfilled index knows u1
@@ -151,11 +151,14 @@ def test_no_op_calls_record_nothing_and_never_consume_an_undo() -> None:
 
 
 def test_no_op_rows_written_by_older_versions_are_skipped_by_undo(tmp_path: Path) -> None:
-    path = old_database(tmp_path / "old.db", {"s": [("append", [put("u1")])]})
-    t = Transcript("s", store=SQLiteStore(path))
-    t.apply([Replace("u1", "changed")])
-    with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO revisions VALUES ('s', 3, 2, 'apply', NULL, NULL, 3.0, 2, NULL, '[]')")
+    original = {"id": "u1", "role": "user", "content": "text of u1"}
+    rewritten = {**original, "content": "changed", "origin": "edited", "derived_from": ["u1"], "revision": 2}
+    path = old_database(
+        tmp_path / "old.db",
+        {"s": [("append", [put("u1")]), ("apply", [{"op": "change", "before": original, "after": rewritten}]), ("apply", [])]},
+    )
+    t = Transcript("s", store=SQLiteStore(path))  # the migration chains the three rows, no-op included
+    assert t.head == 3 and t.messages[0].content == "changed"
     t.undo()
     assert t.messages[0].content == "text of u1"
     with pytest.raises(HistoryError):

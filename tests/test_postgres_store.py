@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from context_gatekeeper import Transcript
-from context_gatekeeper.errors import InvalidInputError, SchemaVersionError
+from context_gatekeeper.errors import InvalidInputError, SchemaVersionError, StoreUnavailableError
 from context_gatekeeper.stores import Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from context_gatekeeper.testing.stores import StoreConformance, edit, fill, snapshot, turn
@@ -239,8 +239,10 @@ def test_a_wrong_password_fails_fast_with_the_servers_reason(tmp_path: Path) -> 
 
     parts = conninfo_to_dict(postgres_dsn())
     parts["password"] = "certainly-wrong"
-    with pytest.raises(psycopg.OperationalError, match="password"):  # the server's reason, not a pool timeout
+    with pytest.raises(StoreUnavailableError, match="password") as caught:  # the server's reason, not a pool timeout
         PostgresStore(make_conninfo(**parts), table_prefix=prefix_for(tmp_path), connect_timeout=2)
+    assert isinstance(caught.value, OSError) and isinstance(caught.value.__cause__, psycopg.OperationalError)
+    assert "certainly-wrong" not in str(caught.value) and "credentials" in str(caught.value)
 
 
 def test_a_commit_holds_its_sessions_lock_and_only_that(tmp_path: Path) -> None:

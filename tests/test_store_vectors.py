@@ -261,15 +261,16 @@ def _names(path: Path) -> set[str]:
 def filled_before_vectors(
     monkeypatch: pytest.MonkeyPatch, module: Any, open_store: Callable[[], Store], turns: dict[str, int]
 ) -> dict[str, tuple[int, list[Any]]]:
-    """Fills ``turns`` (session: turns) in a store ``open_store`` opens with only ``module``'s
-    migrations 1 and 2 (today's schema before vectors), closes it; each session's snapshot."""
+    """Fills ``turns`` (session: turns) in a store ``open_store`` opens with all of ``module``'s
+    migrations but 3 (today's schema without the vectors table; the revisions keep their hash
+    chain, which this code writes), closes it; each session's snapshot."""
     with monkeypatch.context() as m:
-        m.setattr(module, "MIGRATIONS", module.MIGRATIONS[:2])
+        m.setattr(module, "MIGRATIONS", tuple(migration for migration in module.MIGRATIONS if migration.version != 3))
         old = open_store()
         for session, count in turns.items():
             fill(old, session, count)
         before = {s: snapshot(old, s) for s in turns}
-        assert [v for v, _ in old.applied_migrations()] == [1, 2]
+        assert [v for v, _ in old.applied_migrations()] == [1, 2, 4]
         old.close()
     return before
 
@@ -282,7 +283,7 @@ def test_a_file_from_before_vectors_gains_the_table_and_keeps_its_data(tmp_path:
     raw.close()
 
     store = SQLiteStore(path)
-    assert store.applied_migrations()[-1] == (3, "saved vectors")
+    assert store.applied_migrations()[2] == (3, "saved vectors")
     assert {s: snapshot(store, s) for s in ("a", "b")} == before
     assert store.commit("a", fill(InMemoryStore(), "x", 4)[-1], expected_head=None).number == 4
     store.save_vectors("a", [("u1", "h", "e", [1.0])])
@@ -291,5 +292,5 @@ def test_a_file_from_before_vectors_gains_the_table_and_keeps_its_data(tmp_path:
     store.close()
     SQLiteStore(path).close()  # idempotent: nothing applied twice
     raw = sqlite3.connect(path)
-    assert [r[0] for r in raw.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3]
+    assert [r[0] for r in raw.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3, 4]
     raw.close()

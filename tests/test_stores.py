@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import context_gatekeeper
+from context_gatekeeper.errors import StoreUnavailableError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.sqlite import MIGRATIONS, SchemaVersionError
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, append, edit, fill, message, put_ids, snapshot, turn
@@ -161,12 +162,13 @@ def test_a_commit_holds_the_write_lock_from_its_first_statement(db: Path) -> Non
         if point == "begin":
             try:
                 theirs.commit("s", turn(2), expected_head=None)
-            except sqlite3.OperationalError as exc:
+            except StoreUnavailableError as exc:
                 blocked.append(exc)
 
     mine.fault_hook = meanwhile
     mine.commit("s", turn(1), expected_head=None)
-    assert len(blocked) == 1 and "locked" in str(blocked[0])
+    assert len(blocked) == 1 and "locked" in str(blocked[0]) and "busy_timeout" in str(blocked[0])
+    assert isinstance(blocked[0], OSError) and isinstance(blocked[0].__cause__, sqlite3.OperationalError)
     assert theirs.commit("s", turn(2), expected_head=None).number == 2
     mine.close()
     theirs.close()

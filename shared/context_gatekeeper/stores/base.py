@@ -35,16 +35,23 @@ Contract (checked by :mod:`context_gatekeeper.testing.stores`, which every backe
 from __future__ import annotations
 
 import asyncio
+import inspect
+import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from ..errors import InvalidInputError, InvalidTypeError, StaleHeadError
-from ..transcripts.revisions import Revision, rebase_conflicts
+from ..errors import InvalidInputError, InvalidRevisionError, InvalidTypeError, StaleHeadError, StoreCapabilityError
+from ..transcripts.revisions import Revision, rebase_conflicts, storable_revision
+from .chain import field_problem
 from .integrity import IdEntry, Lookup, check_revision
 
-__all__ = ["Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep"]
+__all__ = [
+    "Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep", "takes_keyword",
+    "COMMIT_KEYWORDS",
+]
 
 FaultHook = Callable[[str], None]
 FAULT_POINTS = ("begin", "written", "before_commit")
@@ -94,11 +101,61 @@ def prepare_commit(
 ) -> tuple[Revision, dict[str, IdEntry]]:
     """:func:`place_revision`, then :func:`.integrity.check_revision`: the revision to
     store and the id-index rows to write (no changes: write nothing)."""
-    placed = place_revision(session_id, revision, head, expected_head, later)
+    placed = place_revision(session_id, storable_revision(revision), head, expected_head, later)
     checked, rows = check_revision(session_id, placed, lookup, renew_taken_ids=renew_taken_ids)
+    problem = field_problem(checked.number, checked.parent, checked.kind, checked.base, checked.target)
+    if problem is not None:  # what a read would refuse (see .chain) is never written
+        raise InvalidRevisionError(f"session {session_id!r}: {problem}; nothing was written. Give a target that fits")
     if not checked.changes:
         return replace(checked, number=head, parent=head), {}
     return checked.stamped(), rows
+
+
+COMMIT_KEYWORDS: dict[str, str] = {
+    "renew_taken_ids": "an append's message under a taken id gets a fresh id inside the write transaction "
+    "(without it, Transcript renews taken ids itself, from what it has read, before committing)",
+}
+"""Optional keywords of :meth:`Store.commit`, added after the first release, and what each
+gives.  A store whose ``commit`` does not take one still works: the library does the work
+on its side, or refuses with :class:`StoreCapabilityError` naming it (never a TypeError)."""
+
+_KEYWORDS: weakref.WeakKeyDictionary[type, dict[tuple[str, str], bool]] = weakref.WeakKeyDictionary()
+_KEYWORDS_LOCK = threading.Lock()
+
+
+def takes_keyword(store: object, name: str, method: str = "commit") -> bool:
+    """Whether ``store``'s ``method`` accepts the keyword argument ``name`` (or any, through
+    ``**kwargs``): inspected once per class, as LangGraph detects what a checkpointer can
+    do, so a store written before a keyword existed is never called with it."""
+    cls = type(store)
+    with _KEYWORDS_LOCK:
+        known = _KEYWORDS.setdefault(cls, {})
+        found = known.get((method, name))
+    if found is not None:
+        return found
+    function = getattr(cls, method, None)
+    try:
+        parameters = inspect.signature(function).parameters if function is not None else {}
+    except (TypeError, ValueError):  # no signature to read (a builtin): assume the old contract
+        parameters = {}
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    found = (name in parameters and parameters[name].kind in kinds) or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+    with _KEYWORDS_LOCK:
+        known[(method, name)] = found
+    return found
+
+
+def lacking_keyword(store: object, name: str, method: str = "commit") -> StoreCapabilityError:
+    """The error for a call that needs ``method``'s keyword ``name``, which ``store`` lacks."""
+    what = COMMIT_KEYWORDS.get(name, "")
+    return StoreCapabilityError(
+        f"{type(store).__name__}.{method} does not take {name}=, a capability this call needs"
+        + (f" ({what})" if what else "")
+        + f"; nothing was written. Add the keyword to {type(store).__name__}.{method} (see Store.{method}), or call "
+        "it through Transcript, which works around it"
+    )
 
 
 def checked_keep(keep: object) -> int:
@@ -185,8 +242,11 @@ class Store(ABC):
     async def acommit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
-        kwargs = {"renew_taken_ids": True} if renew_taken_ids else {}
-        return await asyncio.to_thread(self.commit, session_id, revision, expected_head=expected_head, **kwargs)
+        if not renew_taken_ids:
+            return await asyncio.to_thread(self.commit, session_id, revision, expected_head=expected_head)
+        if not takes_keyword(self, "renew_taken_ids"):  # a store written before the keyword existed
+            raise lacking_keyword(self, "renew_taken_ids")
+        return await asyncio.to_thread(self.commit, session_id, revision, expected_head=expected_head, renew_taken_ids=True)
 
     async def atruncate(self, session_id: str, keep: int) -> int:
         return await asyncio.to_thread(self.truncate, session_id, keep)

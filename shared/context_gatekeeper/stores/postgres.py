@@ -62,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .postgres_async import PoolOptions, PostgresAsync, close_idle_pools
-from .postgres_ops import Step, Steps, run_steps
+from .postgres_ops import Step, Steps, postgres_errors, run_steps
 from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors
 
 __all__ = ["PostgresStore", "MIGRATIONS"]
@@ -107,6 +107,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         lambda _conn, store: store._backfill_steps(),
     ),
     Migration(3, "saved vectors", (VECTORS_TABLE,)),
+    Migration(
+        4,
+        "revision hash chain",
+        ("ALTER TABLE {revisions} ADD COLUMN digest text",),
+        lambda _conn, store: store._chain_backfill_steps(),
+    ),
 )
 """Add new migrations at the end; never change or remove a released one.  ``{revisions}``, ``{ids}``
 and ``{migrations}`` stand for the prefixed table names (composed as identifiers)."""
@@ -178,7 +184,8 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
             self._pool, self._owns_pool = dsn_or_pool, False
             self._init_async(None, options, async_pool)
         elif isinstance(dsn_or_pool, str):
-            self._pool, self._owns_pool = _open_pool(dsn_or_pool, options), True
+            with postgres_errors(f"PostgresStore({_redacted(dsn_or_pool)!r})"):
+                self._pool, self._owns_pool = _open_pool(dsn_or_pool, options), True
             self._init_async(dsn_or_pool, options, async_pool)
         else:
             hint = "; pass an AsyncConnectionPool as async_pool=" if isinstance(dsn_or_pool, AsyncConnectionPool) else ""
@@ -215,7 +222,7 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
         and the last statement together with ``COMMIT``: the lock is held for two
         round trips, not five, which matters when many writers queue for it.
         """
-        with self._connection() as conn:
+        with postgres_errors(self), self._connection() as conn:
             if lock is None:
                 return run_steps(conn, None, steps)
             with _pipeline(conn) as pipeline, conn.transaction():

@@ -45,7 +45,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed
 from ..errors import InvalidInputError, StoreClosedError
 from ..transcripts.revisions import Revision
 from .base import checked_keep
-from .postgres_ops import PostgresOps, Step, Stepper, Steps
+from .postgres_ops import PostgresOps, Step, Stepper, Steps, postgres_errors
 
 __all__ = ["PostgresAsync", "PoolOptions", "arun_steps"]
 
@@ -195,10 +195,11 @@ class PostgresAsync(PostgresOps):
 
     async def _arun(self, steps: Steps[T], lock: int | None = None) -> T:
         """The async twin of ``_run``: the same steps on a connection of the loop's pool."""
-        pool = await self._apool()
+        with postgres_errors(self):
+            pool = await self._apool()
         if pool is None:
             return await asyncio.to_thread(self._run, steps, lock)
-        with self._closing_race():
+        with postgres_errors(self), self._closing_race():
             async with pool.connection() as conn:
                 if lock is None:
                     return await arun_steps(conn, None, steps)

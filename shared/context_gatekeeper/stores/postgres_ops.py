@@ -17,18 +17,23 @@ from __future__ import annotations
 import hashlib
 import time
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Generic, NamedTuple, TypeVar
 
+import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg_pool import PoolClosed, PoolTimeout
 
-from ..errors import InvalidInputError
+from ..errors import CorruptLogError, InvalidInputError, StoreUnavailableError
 from ..transcripts.revisions import Revision
 from .base import prepare_commit
+from .chain import chained_prefix, genesis, row_digest, verified
 from .integrity import IdEntry
-from .schema import backfill_index, changes_text, checked_session, id_key, index_rows, revision_from_row
+from .schema import backfill_index, changes_text, checked_session, id_key, index_rows
 
-__all__ = ["Step", "Steps", "Stepper", "PostgresOps", "run_steps", "TABLES"]
+__all__ = ["Step", "Steps", "Stepper", "PostgresOps", "run_steps", "TABLES", "postgres_errors", "postgres_unavailable"]
 
 T = TypeVar("T")
 
@@ -47,7 +52,13 @@ _TEMPLATES = {
     "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
     "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s AND session_id = %s ORDER BY number DESC LIMIT 1",
     "load": f"SELECT {_COLUMNS} FROM {{revisions}} WHERE session_key = %s AND session_id = %s AND number > %s ORDER BY number",
-    "insert": f"INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+    "load_chained": f"""SELECT {_COLUMNS}, digest FROM {{revisions}}
+        WHERE session_key = %s AND session_id = %s AND number >= %s ORDER BY number""",
+    "tip_digest": """SELECT number, digest FROM {revisions} WHERE session_key = %s AND session_id = %s
+        ORDER BY number DESC LIMIT 1""",
+    "set_digest": "UPDATE {revisions} SET digest = %s WHERE session_key = %s AND session_id = %s AND number = %s",
+    "insert": f"""INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}, digest)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
     "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s",
     "sessions": "SELECT DISTINCT session_id FROM {revisions}",
     "lookup": "SELECT message_id, present, digest FROM {ids} WHERE session_key = %s AND message_id = ANY(%s)",
@@ -63,6 +74,49 @@ _TEMPLATES = {
     "encoding": "SELECT current_setting('server_encoding')",
     "lock": "SELECT pg_advisory_xact_lock(%s)",
 }
+
+
+def postgres_unavailable(exc: BaseException, where: object) -> StoreUnavailableError | None:
+    """The :class:`StoreUnavailableError` for a failure of the PostgreSQL server or the
+    connection to it (``where`` names the store); None for any other error (a closed pool
+    of the caller's own stays psycopg's ``PoolClosed``)."""
+    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PoolClosed):
+        return None
+    where = where if isinstance(where, str) else repr(where)  # a store: its repr, made only now
+    said = f"(PostgreSQL: {type(exc).__name__}: {str(exc).strip() or 'no message'})"
+    state = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, pg_errors.DiskFull):
+        text = (f"the disk of the PostgreSQL server behind {where} is full {said}; the transaction was rolled back "
+                "and nothing was written. Free space on the server, then retry")
+    elif state.startswith("53"):
+        text = (f"the PostgreSQL server behind {where} is out of resources {said} (memory, connections or disk); "
+                "nothing was written. Retry later, or raise the server's limits")
+    elif isinstance(exc, (pg_errors.LockNotAvailable, pg_errors.QueryCanceled, pg_errors.DeadlockDetected,
+                          pg_errors.SerializationFailure)):
+        text = (f"{where} timed out or lost a race waiting for a lock {said}; the transaction was rolled back and "
+                "nothing was written. Retry; if it keeps happening, look for long transactions holding locks")
+    elif isinstance(exc, PoolTimeout):
+        text = (f"{where} got no connection in time {said}: the server is unreachable, or every pooled connection "
+                "is busy. Check that the server runs and accepts connections, or give the store a larger max_size")
+    else:
+        text = (f"{where} cannot connect to the PostgreSQL server (down, unreachable, or refusing the credentials), "
+                f"or the server ended the connection {said}. A write in flight was rolled back, unless the connection "
+                "broke during COMMIT: read store.head(session) before retrying. Check that the server runs and that "
+                "the connection string (host, port, user, password) is right, then retry")
+    return StoreUnavailableError(text)
+
+
+@contextmanager
+def postgres_errors(where: object) -> Iterator[None]:
+    """Raise the server and connection failures of the block as :class:`StoreUnavailableError`
+    (psycopg's error as ``__cause__``); every other exception passes unchanged."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        error = postgres_unavailable(exc, where)
+        if error is None:
+            raise
+        raise error from exc
 
 
 class Step(NamedTuple):
@@ -192,8 +246,19 @@ class PostgresOps:
         return (row[0], row[1]) if row else (0, 0.0)
 
     def _load_steps(self, key: tuple[bytes, str], after: int) -> Steps[list[Revision]]:
-        rows = yield Step("all", self._sql["load"], (*key, after))
-        return [revision_from_row(row, key[1]) for row in rows]
+        """The revisions above ``after``, their numbering, fields and hash chain checked
+        (:func:`.chain.verified`: :class:`CorruptLogError` naming the first bad one)."""
+        after = max(after, 0)
+        rows = yield Step("all", self._sql["load_chained"], (*key, after))
+        if not after:
+            return verified(key[1], rows, 0, genesis(key[1]))
+        if not rows:
+            return []
+        if rows[0][0] != after:  # the row the catch-up starts from is gone
+            raise CorruptLogError(
+                key[1], after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
+            )
+        return verified(key[1], rows[1:], after, rows[0][9])
 
     def _sessions_steps(self) -> Steps[list[str]]:
         rows = yield Step("all", self._sql["sessions"])
@@ -214,6 +279,15 @@ class PostgresOps:
         yield Step("none", self._sql["purge_ids"], (key[0],))
         rows = yield Step("all", self._sql["load"], (*key, 0))
         yield Step("many", self._sql["upsert_id"], index_rows(key[0], backfill_index(key[1], rows)))
+
+    def _chain_backfill_steps(self) -> Steps[None]:
+        """Migration 4: give the valid prefix of every stored session its hash chain."""
+        for session_key, session_id in (yield Step("all", self._sql["all_sessions"])):
+            key = (bytes(session_key), session_id)
+            rows = yield Step("all", self._sql["load"], (*key, 0))
+            chained = chained_prefix(session_id, rows)
+            if chained:
+                yield Step("many", self._sql["set_digest"], [(digest, *key, number) for number, digest in chained])
 
     def _backfill_steps(self) -> Steps[None]:
         """Migration 2: index every stored session (sessions that no longer replay included)."""
@@ -253,7 +327,8 @@ class PostgresOps:
         self, key: tuple[bytes, str], revision: Revision, expected_head: int | None, renew_taken_ids: bool
     ) -> Steps[Revision]:
         """Store ``revision`` as the next one (see :meth:`~.base.Store.commit`)."""
-        head = yield from self._head_steps(key)  # waits for the lock
+        tip = yield Step("one", self._sql["tip_digest"], key)  # waits for the lock
+        head, previous = (tip[0], tip[1] or "") if tip else (0, genesis(key[1]))
         yield from self._hook_steps("begin")
         valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
         stale = valid and 0 <= expected_head < head  # type: ignore[operator]
@@ -261,7 +336,8 @@ class PostgresOps:
         stored, rows = yield from self._prepared(key, revision, head, expected_head, later, renew_taken_ids)
         if stored.number == head:
             return stored  # a no-op: nothing to write
-        yield Step("none", self._sql["insert"], _row(key, stored))
+        row = _row(key, stored)
+        yield Step("none", self._sql["insert"], (*row, row_digest(previous, row[2:])))
         yield Step("many", self._sql["upsert_id"], index_rows(key[0], rows))
         if self.fault_hook is not None:
             yield SYNC  # the row reaches the server before the hook runs

@@ -17,6 +17,7 @@ from ..transcripts.messages import Message
 from ..transcripts.operations import Put, State
 from ..transcripts.revisions import Revision
 from .base import Store
+from .chain import check_fields
 
 __all__ = ["Replica", "collector_paused", "BULK"]
 
@@ -99,8 +100,15 @@ class Replica:
             self.add(revision)
 
     def add(self, revision: Revision) -> None:
-        """Apply the next revision of the log (:class:`CorruptLogError` if it does not apply;
-        then everything read is forgotten, so no half-loaded log is ever served)."""
+        """Apply the next revision of the log (:class:`CorruptLogError` if it is not numbered
+        next, its kind or target cannot be (:func:`.chain.check_fields`, for every store), or
+        it does not apply; then everything read is forgotten, so no half-loaded log is ever
+        served)."""
+        try:
+            check_fields(self.session_id, revision, len(self.log) + 1)  # numbered without gaps, kind and target fit
+        except CorruptLogError:
+            self.reset()
+            raise
         stamped = revision.stamped()
         try:
             self.state.apply(stamped.changes)

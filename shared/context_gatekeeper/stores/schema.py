@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import CorruptLogError, InvalidInputError, InvalidTypeError, SchemaVersionError
-from ..transcripts.operations import change_to_dict
+from ..transcripts.operations import change_from_dict, change_to_dict
 from ..transcripts.revisions import Revision
 from .integrity import IdEntry, index_of_log
 
@@ -93,7 +93,13 @@ def refuse_newer(applied: Iterable[int], migrations: Sequence[Migration], what: 
 def changes_text(revision: Revision) -> str:
     """The changes as JSON text; ASCII-escaped if they hold text UTF-8 cannot encode
     (lone surrogates), which JSON still round-trips exactly."""
-    text = revision.changes_json()
+    try:
+        text = revision.changes_json()
+    except (TypeError, ValueError, RecursionError) as exc:  # a removed message or a before built by hand
+        raise InvalidInputError(
+            f"this {revision.kind} cannot be stored: a message in it holds metadata or parts JSON cannot keep "
+            f"({type(exc).__name__}: {exc}); nothing was written. Build changes from the messages the store handed out"
+        ) from None
     if text.isascii():  # a scan without a copy; only text beyond ASCII can hold a lone surrogate
         return text
     try:
@@ -107,19 +113,18 @@ def revision_from_row(row: Sequence[Any], session_id: str = "?") -> Revision:
     """A revision from ``(number, parent, kind, instruction, model, created_at, base, target, changes)``;
     :class:`CorruptLogError` naming the session and revision when the row cannot be read."""
     number, parent, kind, instruction, model, created_at, base, target, changes = row
-    try:
-        return Revision.from_dict(
-            {
-                "number": number,
-                "parent": parent,
-                "kind": kind,
-                "changes": json.loads(changes),
-                "instruction": instruction,
-                "model": model,
-                "time": created_at,
-                "base": base,
-                "target": target,
-            }
+    try:  # Revision.from_dict without the dict: every revision of every session opened comes through here
+        legacy_end = kind == "append"
+        return Revision(
+            number,
+            parent,
+            kind,
+            tuple([change_from_dict(c, legacy_end=legacy_end) for c in json.loads(changes)]),
+            instruction,
+            model,
+            created_at,
+            base,
+            target,
         )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CorruptLogError(session_id, number, f"unreadable row: {type(exc).__name__}: {exc}") from exc

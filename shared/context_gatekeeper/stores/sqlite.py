@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from pathlib import Path
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import SchemaVersionError, StoreClosedError
+from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreClosedError, StoreUnavailableError
 from ..transcripts.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
+from .chain import chained_prefix, genesis, row_digest, verified
 from .integrity import IdEntry
 from .sqlite_vectors import SQLiteVectors
 from .schema import (
     Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
 )
+from .unavailable import cannot_open, sqlite_errors
 
 __all__ = ["SQLiteStore", "Migration", "MIGRATIONS", "SchemaVersionError"]
 
@@ -35,6 +38,16 @@ def _backfill(conn: sqlite3.Connection) -> None:
     """Index every stored session's message ids (sessions that no longer replay included)."""
     for (session_id,) in conn.execute("SELECT DISTINCT session_id FROM revisions").fetchall():
         _write_index(conn, session_id, backfill_index(session_id, conn.execute(_SELECT, (session_id, 0))))
+
+
+def _backfill_chain(conn: sqlite3.Connection) -> None:
+    """Give the valid prefix of every stored session its hash chain (see :mod:`.chain`)."""
+    for (session_id,) in conn.execute("SELECT DISTINCT session_id FROM revisions").fetchall():
+        chained = chained_prefix(session_id, conn.execute(_SELECT, (session_id, 0)).fetchall())
+        conn.executemany(
+            "UPDATE revisions SET digest = ? WHERE session_id = ? AND number = ?",
+            [(digest, session_id, number) for number, digest in chained],
+        )
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -89,6 +102,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    Migration(4, "revision hash chain", ("ALTER TABLE revisions ADD COLUMN digest TEXT",), _backfill_chain),
 )
 """Add new migrations at the end; never change or remove a released one."""
 
@@ -101,8 +115,10 @@ _CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
 _COLUMNS = "number, parent, kind, instruction, model, created_at, base, target, changes"
 _HEAD = "SELECT COALESCE(MAX(number), 0) FROM revisions WHERE session_id = ?"
 _TIP = "SELECT number, created_at FROM revisions WHERE session_id = ? ORDER BY number DESC LIMIT 1"
+_TIP_DIGEST = "SELECT number, digest FROM revisions WHERE session_id = ? ORDER BY number DESC LIMIT 1"
 _SELECT = f"SELECT {_COLUMNS} FROM revisions WHERE session_id = ? AND number > ? ORDER BY number"
-_INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_SELECT_CHAINED = f"SELECT {_COLUMNS}, digest FROM revisions WHERE session_id = ? AND number >= ? ORDER BY number"
+_INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_ID = """INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)
     ON CONFLICT (session_id, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest"""
 _LOOKUP_CHUNK = 400
@@ -117,11 +133,22 @@ class SQLiteStore(Store, SQLiteVectors):
             connection) but gone on ``close()`` and invisible to other objects
             and processes.
         busy_timeout: seconds a write waits for another process's write to finish
-            before ``sqlite3.OperationalError`` ("database is locked").
+            before :class:`StoreUnavailableError` ("... is locked ...").
         fault_hook: called with "begin", "written" and "before_commit" inside each
             commit's transaction (tests use it to fail or kill a writer there).
         setup: apply missing migrations now (default); pass False to defer to
             an explicit ``setup()``.
+        read_only: open the file for reading only (a database on a read-only mount,
+            or one another program owns): nothing is created or migrated, and every
+            write raises :class:`StoreUnavailableError`.  A file whose folder cannot
+            be written is read as it is on disk (SQLite's ``immutable`` mode), so no
+            other process may change it meanwhile.
+
+    Storage failures (locked past ``busy_timeout``, disk full, I/O errors, a file that
+    cannot be opened or is damaged) raise :class:`StoreUnavailableError` (an ``OSError``)
+    saying what to do, with SQLite's error as ``__cause__``.  Every read checks the
+    session's hash chain (:mod:`.chain`): a row edited, removed or moved by hand raises
+    :class:`CorruptLogError` naming the first bad revision.
 
     Threads: one connection per object, opened with ``check_same_thread=False``
     and used only under a lock.  A sqlite3 connection must not be used by two
@@ -145,11 +172,20 @@ class SQLiteStore(Store, SQLiteVectors):
         busy_timeout: float = 30.0,
         fault_hook: FaultHook | None = None,
         setup: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self.fault_hook = fault_hook
+        self.read_only = bool(read_only)
+        self.busy_timeout = busy_timeout
+        self._chained = True  # revisions carry the hash chain (migration 4)
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = _connect(self.path, busy_timeout)
+        if self.read_only and self.path == ":memory:":
+            raise InvalidInputError("read_only=True needs a database file; ':memory:' starts empty and could hold nothing")
+        with sqlite_errors(self.path, busy_timeout):
+            self._conn: sqlite3.Connection | None = (
+                _connect_read_only(self.path, busy_timeout) if self.read_only else _connect(self.path, busy_timeout)
+            )
         if setup:
             try:
                 self.setup()
@@ -163,15 +199,22 @@ class SQLiteStore(Store, SQLiteVectors):
     # -- plumbing -----------------------------------------------------------------------
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
-        """The connection, held under the lock for the duration of the block."""
+        """The connection, held under the lock for the duration of the block (storage
+        failures raised as :class:`StoreUnavailableError`)."""
         with self._lock:
             if self._conn is None:
                 raise StoreClosedError(f"{self!r} is closed; open a new SQLiteStore on the same file to go on")
-            yield self._conn
+            with sqlite_errors(self.path, self.busy_timeout):
+                yield self._conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: committed if the block returns, else rolled back."""
+        if self.read_only:
+            raise StoreUnavailableError(
+                f"{self!r} was opened with read_only=True; nothing was written. Open SQLiteStore(path) without "
+                "read_only (on a writable copy, if the file's mount is read-only) to change it"
+            )
         with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -184,7 +227,14 @@ class SQLiteStore(Store, SQLiteVectors):
 
     # -- Store --------------------------------------------------------------------------
     def setup(self) -> None:
-        """Create the schema or bring it up to date (idempotent, one transaction)."""
+        """Create the schema or bring it up to date (idempotent, one transaction).  A
+        read-only store only checks that it can read the file's schema."""
+        if self.read_only:
+            with self._connection() as conn:
+                applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            refuse_newer(applied, MIGRATIONS)
+            self._chained = 4 in applied  # older files are read without the chain (they cannot be migrated here)
+            return
         with self._write() as conn:
             conn.execute(_CREATE_MIGRATIONS_TABLE)
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
@@ -219,7 +269,7 @@ class SQLiteStore(Store, SQLiteVectors):
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
         with self._connection() as conn:
-            return _load(conn, checked_session(session_id), after)
+            return _load(conn, checked_session(session_id), after, self._chained)
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -228,7 +278,8 @@ class SQLiteStore(Store, SQLiteVectors):
         session_id = checked_session(session_id)
         with self._write() as conn:
             self._fault("begin")
-            head = _head(conn, session_id)
+            tip = conn.execute(_TIP_DIGEST, (session_id,)).fetchone()
+            head, previous = (tip[0], tip[1] or "") if tip else (0, genesis(session_id))
             stale = isinstance(expected_head, int) and 0 <= expected_head < head
             later = _load(conn, session_id, expected_head) if isinstance(expected_head, int) and stale else []
 
@@ -238,7 +289,8 @@ class SQLiteStore(Store, SQLiteVectors):
             stored, rows = prepare_commit(session_id, revision, head, expected_head, later, lookup, renew_taken_ids)
             if stored.number == head:
                 return stored  # a no-op: nothing to write
-            conn.execute(_INSERT, _row(session_id, stored))
+            row = _row(session_id, stored)
+            conn.execute(_INSERT, (*row, row_digest(previous, row[1:])))
             conn.executemany(_UPSERT_ID, index_rows(session_id, rows))
             self._fault("written")
             self._fault("before_commit")
@@ -324,8 +376,44 @@ def _head(conn: sqlite3.Connection, session_id: str) -> int:
     return conn.execute(_HEAD, (session_id,)).fetchone()[0]
 
 
-def _load(conn: sqlite3.Connection, session_id: str, after: int) -> list[Revision]:
-    return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
+def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
+    """A read-only connection: ``mode=ro``, else (the folder cannot hold the ``-shm``
+    file SQLite needs to read a WAL database) ``immutable=1``."""
+    uri = Path(path).absolute().as_uri()
+
+    def opened(flags: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(f"{uri}?{flags}", uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    try:
+        return opened("mode=ro")
+    except sqlite3.Error as exc:
+        if not cannot_open(exc):
+            raise
+    return opened("mode=ro&immutable=1")
+
+
+def _load(conn: sqlite3.Connection, session_id: str, after: int, chained: bool = True) -> list[Revision]:
+    """The revisions above ``after``, their numbering, fields and hash chain checked
+    (:func:`.chain.verified`; ``chained`` False: a file from before the chain, read as is)."""
+    if not chained:
+        return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
+    after = max(after, 0)
+    rows = conn.execute(_SELECT_CHAINED, (session_id, after)).fetchall()
+    if not after:
+        return verified(session_id, rows, 0, genesis(session_id))
+    if not rows:
+        return []
+    if rows[0][0] != after:  # the row the catch-up starts from is gone
+        raise CorruptLogError(
+            session_id, after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
+        )
+    return verified(session_id, rows[1:], after, rows[0][9])
 
 
 def _lookup(conn: sqlite3.Connection, session_id: str, ids: Iterable[str]) -> dict[str, IdEntry]:

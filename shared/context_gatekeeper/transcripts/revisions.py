@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..errors import InvalidTypeError
-from .messages import Message, detached
+from .messages import Message, detached, normalized_text, storable
 from .operations import (
     Applied, Change, Put, Remove, change_from_dict, change_to_dict, is_noop, touched_ids,
 )
@@ -34,6 +34,7 @@ __all__ = [
     "split_applicable",
     "Skipped",
     "rewind",
+    "storable_revision",
 ]
 
 RevisionKind = Literal["append", "edit", "apply", "set", "clear", "undo", "redo", "revert"]
@@ -132,6 +133,31 @@ class Revision:
     def added(self) -> tuple[Message, ...]:
         """Messages this revision put into the state."""
         return tuple(c.message for c in self.changes if isinstance(c, Put))
+
+
+def storable_revision(revision: Revision) -> Revision:
+    """``revision`` as a store keeps it: the messages it puts and the new versions it
+    writes made :func:`~.messages.storable` (text normalised, metadata and parts checked),
+    its instruction and model name normalised.  A change's ``before`` and a removed message
+    stay as given: they must match what the store holds.  ``revision`` itself when nothing
+    changes; :class:`InvalidInputError` for metadata or parts that cannot be stored."""
+    out: list[Applied] = []
+    same = True
+    for change in revision.changes:
+        if isinstance(change, Put):
+            message = storable(change.message)
+            if message is not change.message:
+                change, same = Put(message, change.after), False
+        elif isinstance(change, Change):
+            message = storable(change.after)
+            if message is not change.after:
+                change, same = Change(change.before, message), False
+        out.append(change)
+    instruction = None if revision.instruction is None else normalized_text(revision.instruction)
+    model = None if revision.model is None else normalized_text(revision.model)
+    if same and instruction == revision.instruction and model == revision.model:
+        return revision
+    return replace(revision, changes=tuple(out), instruction=instruction, model=model)
 
 
 def detached_change(change: Applied) -> Applied:

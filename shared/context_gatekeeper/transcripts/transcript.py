@@ -45,7 +45,9 @@ from typing import Any
 
 from ..editing.options import EditOptions, Strategy
 from ..editing.compute import acompute_edit, compute_edit
-from ..errors import HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError
+from ..errors import (
+    HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError, StaleHeadError,
+)
 from .messages import Message, detached, new_message_id
 from .operations import (
     AT_END,
@@ -58,14 +60,19 @@ from .operations import (
     is_noop,
     resolve_request,
 )
-from .revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, undo_stacks
-from ..stores.base import Store
+from .revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, storable_revision, undo_stacks
+from ..stores.base import Store, takes_keyword
+from ..stores.integrity import IdEntry, check_revision, digest, entry
 from .transcript_async import AsyncTranscriptMixin
 from ..stores.memory import InMemoryStore
 from ..stores.replica import BULK, Replica, collector_paused
 from ..validation import require_text
 
 __all__ = ["Transcript"]
+
+_RENEW_ATTEMPTS = 5
+"""How often an append renewing its ids on a store without ``renew_taken_ids`` is tried
+again after another writer took one of them meanwhile."""
 
 
 def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
@@ -547,17 +554,66 @@ class Transcript(AsyncTranscriptMixin):
         draft = Revision(number=0, parent=0, kind=kind, changes=tuple(c for c in changes if not is_noop(c)), **fields)
         if not draft.changes:
             return replace(draft, number=head, parent=head, base=head)
+        draft = storable_revision(draft)  # one text per revision, and metadata a store can keep, before any write
+        if renew_taken_ids and not takes_keyword(self.store, "renew_taken_ids"):
+            return self._commit_renewing(draft)
         options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
         with collector_paused(len(draft.changes) > BULK):
             stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)
-            if stored.changes and stored.parent == len(self._replica.log):
-                self._replica.add(stored)  # nothing landed in between: no need to read it back
-            else:
-                self._replica.refresh()
-            # the caller's copy, made while the collector is still paused: one object per message
-            if not stored.changes or stored.number > len(self._replica.log):
-                return stored.detached()
-            return self._replica.log[stored.number - 1].detached()
+            return self._committed(stored)
+
+    def _committed(self, stored: Revision) -> Revision:
+        """Bring this object up to date with ``stored``, what the store returned, and return
+        the caller's copy (callers keep the collector paused for a large one: one object per message)."""
+        if stored.changes and stored.parent == len(self._replica.log):
+            self._replica.add(stored)  # nothing landed in between: no need to read it back
+        else:
+            self._replica.refresh()
+        if not stored.changes or stored.number > len(self._replica.log):
+            return stored.detached()
+        return self._replica.log[stored.number - 1].detached()
+
+    def _commit_renewing(self, draft: Revision) -> Revision:
+        """Commit the append ``draft`` with taken ids renewed, for a store whose ``commit``
+        does not take ``renew_taken_ids`` (written before it existed): the ids are renewed
+        here, against the log as read, and the result committed at that head, so an append
+        that landed meanwhile with one of its ids makes the store refuse it as stale, and it
+        is renewed again against the log read anew."""
+        for _ in range(_RENEW_ATTEMPTS):
+            self._replica.refresh()
+            head = len(self._replica.log)
+            placed = replace(draft, number=head + 1, parent=head)
+            renewed, _rows = check_revision(self.session_id, placed, self._lookup_read, renew_taken_ids=True)
+            if not renewed.changes:  # every message was a retry: nothing to record
+                return replace(draft, changes=(), number=head, parent=head, base=head)
+            try:
+                with collector_paused(len(renewed.changes) > BULK):
+                    stored = self.store.commit(self.session_id, replace(renewed, number=0, parent=0), expected_head=head)
+                    return self._committed(stored)
+            except StaleHeadError:
+                continue  # another writer took one of these ids meanwhile: renew against the new log
+        raise StaleHeadError(
+            f"session {self.session_id!r}: other writers kept taking the ids of this append while it was renewed "
+            f"({_RENEW_ATTEMPTS} tries); nothing was written. Append again"
+        )
+
+    def _lookup_read(self, ids: Iterable[str]) -> dict[str, IdEntry]:
+        """The id-index rows of ``ids`` as this object has read the log (what a store's
+        index would say): for :meth:`_commit_renewing`."""
+        wanted = {i for i in ids if i in self._replica.used_ids}
+        if not wanted:
+            return {}
+        first: dict[str, str] = {}
+        for revision in self._replica.log:
+            for message in revision.added:
+                if message.id in wanted and message.id not in first:
+                    first[message.id] = digest(message)
+        state = self._replica.state
+        found: dict[str, IdEntry] = {}
+        for message_id, first_digest in first.items():
+            held = state.get(message_id)
+            found[message_id] = entry(held is not None, first_digest, digest(held) if held is not None else first_digest)
+        return found
 
     def _large(self) -> bool:
         """Whether the state or the log is big enough that a whole-state operation (a diff,

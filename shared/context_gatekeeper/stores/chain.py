@@ -1,0 +1,147 @@
+"""Tamper evidence for stored revision logs: structural checks and a hash chain.
+
+A person (or a tool) can edit a database by hand: delete, reorder, duplicate or alter
+rows.  Two checks make every such change visible as a :class:`CorruptLogError` naming
+the session and the first revision that is not what was written:
+
+* :func:`check_fields` (every store, run by the transcript's replica on every revision
+  it reads): revisions are numbered ``1, 2, 3, ...`` without gaps, each one's ``parent``
+  is the one before, its ``kind`` is a revision kind, and its ``target`` fits its kind
+  (an undo or redo names an earlier revision, a revert an earlier state, other kinds none;
+  a revision committed through the Store API may name none).
+* :func:`row_digest` (the SQL stores): each row stores the SHA-256 of its own fields
+  (its changes as the stored JSON text, byte for byte) and of its predecessor's digest;
+  the first row chains from a digest of the session id (:func:`genesis`).  Reading a
+  session recomputes the chain (:func:`verified`), so a row changed, removed, moved or
+  copied from elsewhere breaks it at that row.  Removing the *last* rows leaves a valid
+  prefix, which no chain can tell from a shorter log.  The chain has no secret: it shows
+  edits made outside this library (by hand, by a script, by a faulty copy), not those of
+  someone who recomputes it on purpose.
+
+``store.truncate(session_id, error.revision - 1)`` keeps the intact prefix, as for any
+other corrupt log.  A store migrated to the chain backfills the digests of each session's
+valid prefix (:func:`chained_prefix`); rows after the first invalid one get none, so the
+session keeps failing at that revision until truncated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any, get_args
+
+from ..errors import CorruptLogError
+from ..transcripts.revisions import Revision, RevisionKind
+from .schema import revision_from_row
+
+__all__ = ["KINDS", "genesis", "row_digest", "check_fields", "verified", "chained_prefix"]
+
+KINDS = frozenset(get_args(RevisionKind))
+_sha256 = hashlib.sha256
+_TARGETED = frozenset({"undo", "redo"})
+
+
+def genesis(session_id: str) -> str:
+    """The digest the first revision of ``session_id`` chains from."""
+    return hashlib.sha256(b"context-gatekeeper log\x00" + session_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def row_digest(previous: str, row: Sequence[Any]) -> str:
+    """The digest of a stored row ``(number, parent, kind, instruction, model, created_at,
+    base, target, changes)`` following a row whose digest is ``previous``: SHA-256 over the
+    fields as text, separated by U+001F, the changes as the stored JSON text."""
+    number, parent, kind, instruction, model, created_at, base, target, changes = row
+    text = f"{previous}\x1f{number}\x1f{parent}\x1f{kind}\x1f{instruction}\x1f{model}\x1f{created_at}\x1f{base}\x1f{target}\x1f{changes}"
+    return _sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def field_problem(number: int, parent: Any, kind: Any, base: Any, target: Any) -> str | None:
+    """Why a revision's own fields cannot be what this library wrote (None: they can)."""
+    if kind not in KINDS:
+        return f"its kind {kind!r} is not a revision kind ({', '.join(sorted(KINDS))})"
+    if parent != number - 1:
+        return f"its parent is {parent!r}, not {number - 1}"
+    if base is not None and (isinstance(base, bool) or not isinstance(base, int) or not 0 <= base <= parent):
+        return f"its base {base!r} is not a revision before it"
+    if target is None:
+        return None  # revisions committed through the Store API may leave it out
+    if kind in _TARGETED:
+        if isinstance(target, bool) or not isinstance(target, int) or not 1 <= target < number:
+            return f"this {kind} names revision {target!r}, which is not an earlier revision"
+    elif kind == "revert":
+        if isinstance(target, bool) or not isinstance(target, int) or not 0 <= target < number:
+            return f"this revert names revision {target!r}, which is not an earlier state"
+    else:
+        return f"a {kind} names no target, but this one names {target!r}"
+    return None
+
+
+def check_fields(session_id: str, revision: Revision, expected: int) -> None:
+    """:class:`CorruptLogError` unless ``revision`` is numbered ``expected`` and its fields
+    fit (see the module docstring); what the replica checks for every store."""
+    if revision.number != expected:
+        raise CorruptLogError(session_id, expected, _gap(expected, revision.number))
+    problem = field_problem(revision.number, revision.parent, revision.kind, revision.base, revision.target)
+    if problem is not None:
+        raise CorruptLogError(session_id, expected, f"{problem}; the row was not written by context-gatekeeper")
+
+
+def _gap(expected: int, found: Any) -> str:
+    return (
+        f"revision {expected} is missing (the log goes from revision {expected - 1} to {found!r}): "
+        "rows were deleted or renumbered outside context-gatekeeper"
+    )
+
+
+def verified(session_id: str, rows: Iterable[Sequence[Any]], after: int, previous: str | None) -> list[Revision]:
+    """The revisions of ``rows`` (each a stored row followed by its digest), numbered from
+    ``after + 1``, after checking their numbering, fields and hash chain.
+
+    ``previous`` is the digest of revision ``after`` (the genesis when ``after`` is 0;
+    None when that row holds none, so the first row cannot be vouched for).  Raises
+    :class:`CorruptLogError` naming the first revision that fails.
+    """
+    out: list[Revision] = []
+    expected = after + 1
+    sha256 = _sha256
+    for row in rows:
+        number, parent, kind, instruction, model, created_at, base, target, changes, digest = row
+        if number != expected:
+            raise CorruptLogError(session_id, expected, _gap(expected, number))
+        if digest is None or previous is None:
+            raise CorruptLogError(session_id, number, _why(row, "the row carries no digest: it was inserted, or its "
+                                                                "digest removed, outside context-gatekeeper"))
+        # row_digest, inlined: this loop runs once per revision of every session opened
+        text = f"{previous}\x1f{number}\x1f{parent}\x1f{kind}\x1f{instruction}\x1f{model}\x1f{created_at}\x1f{base}\x1f{target}\x1f{changes}"
+        previous = sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        if previous != digest:
+            raise CorruptLogError(session_id, number, _why(row, "its digest does not match its content and the revision "
+                                                                "before it: the row was changed, or rows before it were "
+                                                                "replaced or reordered, outside context-gatekeeper"))
+        out.append(revision_from_row(row[:9], session_id))
+        expected += 1
+    return out
+
+
+def _why(row: Sequence[Any], otherwise: str) -> str:
+    """The reason a row fails: what is wrong with its fields when something is, else ``otherwise``."""
+    problem = field_problem(row[0], row[1], row[2], row[6], row[7])
+    return f"{problem}; the row was not written by context-gatekeeper" if problem is not None else otherwise
+
+
+def chained_prefix(session_id: str, rows: Iterable[Sequence[Any]]) -> list[tuple[int, str]]:
+    """``(number, digest)`` for the valid prefix of a session's rows (numbered from 1 without
+    gaps, fields that fit, readable): what a migration to the chain backfills."""
+    out: list[tuple[int, str]] = []
+    previous = genesis(session_id)
+    for expected, row in enumerate(rows, 1):
+        number = row[0]
+        if number != expected or field_problem(number, row[1], row[2], row[6], row[7]) is not None:
+            break
+        try:
+            revision_from_row(row, session_id)
+        except CorruptLogError:
+            break
+        previous = row_digest(previous, row)
+        out.append((number, previous))
+    return out

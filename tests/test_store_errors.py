@@ -1,0 +1,316 @@
+"""What a store says when its storage fails, or its input cannot be stored.
+
+Storage failures (locked, full, read-only, unreachable) raise ``StoreUnavailableError``
+(a ``StoreError`` and an ``OSError``) with the driver's error as ``__cause__`` and nothing
+written; metadata that JSON cannot keep is refused with ``InvalidInputError`` before any
+write; text is normalised once, at the store's boundary, so a writer and a fresh reader
+hold the same text; a store written before ``commit`` took ``renew_taken_ids`` keeps
+working.  Full and read-only disks are real: a size-limited tmpfs (root and ``mount``
+needed; skipped, saying why, elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_gatekeeper import (
+    GatekeeperError,
+    InvalidInputError,
+    StoreCapabilityError,
+    StoreError,
+    StoreUnavailableError,
+    Transcript,
+)
+from context_gatekeeper.errors import CorruptLogError, SchemaVersionError, StoreClosedError
+from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
+from context_gatekeeper.stores.base import takes_keyword
+from context_gatekeeper.testing.store_builders import append, message
+from context_gatekeeper.transcripts.revisions import Revision
+from pg_support import postgres_dsn, prefix_for
+
+
+# -- the hierarchy ------------------------------------------------------------------------------
+def test_store_errors_share_a_root_and_keep_their_builtins() -> None:
+    for cls in (CorruptLogError, SchemaVersionError, StoreClosedError):
+        assert issubclass(cls, StoreError) and issubclass(cls, RuntimeError)
+    assert issubclass(StoreUnavailableError, StoreError) and issubclass(StoreUnavailableError, OSError)
+    assert issubclass(StoreCapabilityError, StoreError) and issubclass(StoreCapabilityError, TypeError)
+    assert issubclass(StoreError, GatekeeperError)
+
+
+# -- real disks: full, read-only -----------------------------------------------------------------
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[tuple[Path, Any]]:
+    """A 2 MiB tmpfs at a fresh folder; yields it and a function remounting it read-only."""
+    if os.geteuid() != 0:
+        pytest.skip("a size-limited tmpfs needs root (mount); not run here")
+    folder = tmp_path / "mnt"
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mount refused in this sandbox: {done.stderr.strip() or done.returncode}")
+
+    def read_only() -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True, capture_output=True)
+
+    try:
+        yield folder, read_only
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def test_a_full_disk_is_reported_and_loses_no_acknowledged_revision(tmpfs: tuple[Path, Any]) -> None:
+    folder, _ = tmpfs
+    path = folder / "chat.db"
+    store = SQLiteStore(path)
+    t = Transcript("s", store=store)
+    acknowledged = 0
+    with pytest.raises(StoreUnavailableError, match="disk holding .* is full") as caught:
+        for n in range(1000):
+            t.append(user=f"{n} " + uuid.uuid4().hex * 2000, assistant="ok")  # 64 KB each, incompressible
+            acknowledged += 1
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError) and isinstance(caught.value, OSError)
+    assert acknowledged > 0
+    assert store.head("s") == acknowledged  # the failed append wrote nothing
+    store.close()
+    again = SQLiteStore(path, read_only=True)
+    assert Transcript("s", store=again).head == acknowledged
+    again.close()
+
+
+def test_a_database_on_a_read_only_mount_opens_for_reading(tmpfs: tuple[Path, Any]) -> None:
+    folder, read_only = tmpfs
+    path = folder / "chat.db"
+    store = SQLiteStore(path)
+    Transcript("s", store=store).append(user="kept", assistant="for reading")
+    store.close()  # checkpoints the log into the file
+    read_only()
+    with pytest.raises(StoreUnavailableError, match="read_only=True") as caught:
+        SQLiteStore(path)
+    assert isinstance(caught.value.__cause__, sqlite3.Error)
+    reader = SQLiteStore(path, read_only=True)
+    assert [m.content for m in Transcript("s", store=reader).messages] == ["kept", "for reading"]
+    with pytest.raises(StoreUnavailableError, match="read_only=True"):
+        reader.commit("s", append(message("x")), expected_head=None)
+    assert reader.head("s") == 1
+    reader.close()
+
+
+def test_read_only_refuses_writes_on_a_writable_file(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    SQLiteStore(path).close()
+    reader = SQLiteStore(path, read_only=True)
+    before = path.read_bytes()
+    for write in (lambda: reader.commit("s", append(message("x")), expected_head=None), lambda: reader.purge("s"),
+                  lambda: reader.truncate("s", 0)):
+        with pytest.raises(StoreUnavailableError, match="read_only=True"):
+            write()
+    reader.close()
+    assert path.read_bytes() == before
+    with pytest.raises(InvalidInputError, match="memory"):
+        SQLiteStore(":memory:", read_only=True)
+
+
+def test_a_missing_folder_says_what_to_check(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailableError, match="cannot open") as caught:
+        SQLiteStore(tmp_path / "no" / "such" / "folder" / "chat.db")
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+
+
+# -- locked ------------------------------------------------------------------------------------
+def test_a_locked_database_is_reported_after_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path, busy_timeout=0.05)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another program holds the write lock
+    try:
+        with pytest.raises(StoreUnavailableError, match="locked"):
+            SQLiteStore(path, busy_timeout=0.05)  # opening migrates in a write transaction: it waits too
+        with pytest.raises(StoreUnavailableError, match="locked") as caught:
+            Transcript("s", store=store).append(user="waiting", assistant="too long")
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        assert "busy_timeout" in str(caught.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.head("s") == 0
+    Transcript("s", store=store).append(user="now", assistant="fine")
+    store.close()
+
+
+# -- PostgreSQL: a server that cannot be reached ---------------------------------------------------
+def test_an_unreachable_postgres_server_is_reported(tmp_path: Path) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from context_gatekeeper.stores import PostgresStore
+
+    with pytest.raises(StoreUnavailableError, match="cannot connect") as caught:
+        PostgresStore("postgresql://nobody@127.0.0.1:9/none", connect_timeout=1)  # port 9: nothing listens
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+
+
+def test_a_postgres_lock_timeout_is_reported(tmp_path: Path) -> None:
+    postgres_dsn()
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+    from context_gatekeeper.stores import PostgresStore
+
+    store = PostgresStore(postgres_dsn(), table_prefix=prefix_for(tmp_path))
+    Transcript("s", store=store).append(user="hi", assistant="there")
+    pool = ConnectionPool(postgres_dsn(), kwargs={"autocommit": True, "options": "-c lock_timeout=50"}, open=True)
+    impatient = PostgresStore(pool, table_prefix=prefix_for(tmp_path))
+    holder = psycopg.connect(postgres_dsn(), autocommit=True)
+    try:
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(%s)", (store._session_lock(store._key("s")),))
+            with pytest.raises(StoreUnavailableError, match="lock") as caught:
+                impatient.commit("s", append(message("late")), expected_head=None)
+            assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+        assert impatient.head("s") == 1
+    finally:
+        holder.close()
+        impatient.close()
+        pool.close()
+        store.purge("s")
+        store.close()
+
+
+# -- input that cannot be stored ----------------------------------------------------------------
+STORES = {
+    "memory": lambda where: InMemoryStore(),
+    "sqlite": lambda where: SQLiteStore(where / "chat.db"),
+}
+
+
+@pytest.fixture(params=sorted(STORES) + ["postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "postgres":
+        postgres_dsn()
+        from context_gatekeeper.stores import PostgresStore
+
+        opened: Store = PostgresStore(postgres_dsn(), table_prefix=prefix_for(tmp_path))
+    else:
+        opened = STORES[request.param](tmp_path)
+    yield opened
+    for session in opened.sessions():
+        opened.purge(session)
+    opened.close()
+
+
+class Opaque:
+    """Something JSON cannot keep."""
+
+
+@pytest.mark.parametrize("metadata", [{"when": Opaque()}, {"raw": b"bytes"}, {"set": {1, 2}}])
+def test_metadata_that_cannot_be_stored_is_refused_before_anything_is_written(store: Store, metadata: dict) -> None:
+    t = Transcript("s", store=store)
+    t.append(user="first", assistant="kept")
+    with pytest.raises(InvalidInputError, match="cannot be stored"):
+        t.append(messages=[{"role": "user", "content": "x", "metadata": metadata}])
+    with pytest.raises(InvalidInputError, match="cannot be stored"):  # the store itself refuses it too
+        store.commit("s", append(message("direct", metadata=metadata)), expected_head=None)
+    assert store.head("s") == 1 and len(Transcript("s", store=store).messages) == 2
+
+
+def test_a_cycle_in_metadata_is_refused(store: Store) -> None:
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    with pytest.raises(InvalidInputError, match="cannot be stored"):
+        store.commit("s", append(message("m", metadata=cyclic)), expected_head=None)
+    assert store.head("s") == 0
+
+
+# -- one text per revision ---------------------------------------------------------------------
+def test_a_writer_and_a_fresh_reader_hold_the_same_text(store: Store) -> None:
+    a = Transcript("s", store=store)
+    a.append(messages=[{"id": "lc-1", "role": "user", "content": "\ud83d\ude00 hi", "metadata": {"k\ud83d\ude00": "\ud83d\ude00"}}])
+    a.append(user="from api \udc80 bytes", assistant="ok")
+    fresh = Transcript("s", store=store)
+    assert [m.content for m in a.messages] == [m.content for m in fresh.messages] == ["\U0001F600 hi", "from api \\udc80 bytes", "ok"]
+    assert a.messages[0].metadata == fresh.messages[0].metadata == {"k\U0001F600": "\U0001F600"}
+    assert store.revisions("s") == Transcript("s", store=store).history()
+    # a retried append of the same message (as first sent) is still recognised as a retry
+    again = a.append(messages=[{"id": "lc-1", "role": "user", "content": "\ud83d\ude00 hi"}])
+    assert again.changes == () and store.head("s") == 2
+
+
+def test_sessions_stored_with_lone_surrogates_still_open_and_edit(tmp_path: Path) -> None:
+    """Rows written before normalisation hold lone surrogates: they load, and change."""
+    path = tmp_path / "old.db"
+    store = SQLiteStore(path)
+    Transcript("s", store=store).append(user="x", assistant="y")
+    store.close()
+    conn = sqlite3.connect(path)
+    with conn:  # the text as an older version stored it (JSON-escaped lone surrogate)
+        conn.execute("UPDATE revisions SET changes = replace(changes, '\"x\"', '\"old \\udc80 text\"')")
+        conn.execute("ALTER TABLE revisions DROP COLUMN digest")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 4")
+    conn.close()
+    store = SQLiteStore(path)
+    store.truncate("s", 1)  # sets nothing aside: rebuilds the id index from the log, as the migration did
+    t = Transcript("s", store=store)
+    assert t.messages[0].content == "old \udc80 text"
+    from context_gatekeeper.transcripts.operations import Replace
+
+    t.apply([Replace(t.messages[0].id, "new \udc80 text")])
+    assert [m.content for m in Transcript("s", store=store).messages][0] == "new \\udc80 text"
+    t.undo()  # puts the old version back, as every store now keeps text: escaped
+    assert Transcript("s", store=store).messages[0].content == t.messages[0].content == "old \\udc80 text"
+    store.close()
+
+
+# -- a store written before commit took renew_taken_ids -----------------------------------------------
+class OldStore(InMemoryStore):
+    """A third-party store whose commit predates ``renew_taken_ids``."""
+
+    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:  # type: ignore[override]
+        return super().commit(session_id, revision, expected_head=expected_head)
+
+
+def test_the_library_detects_what_commit_takes() -> None:
+    assert takes_keyword(InMemoryStore(), "renew_taken_ids") and not takes_keyword(OldStore(), "renew_taken_ids")
+    assert takes_keyword(SQLiteStore(":memory:"), "renew_taken_ids")
+
+    class Forwarding(InMemoryStore):
+        def commit(self, session_id: str, revision: Revision, **options: Any) -> Revision:  # type: ignore[override]
+            return super().commit(session_id, revision, **options)
+
+    assert takes_keyword(Forwarding(), "renew_taken_ids")
+
+
+def test_renewing_ids_works_on_a_store_without_the_keyword() -> None:
+    store = OldStore()
+    t = Transcript("s", store=store)
+    t.append(messages=[{"id": "lc-1", "role": "user", "content": "hi"}], renew_taken_ids=True)
+    renewed = t.append(
+        messages=[{"id": "lc-1", "role": "user", "content": "other"}, {"id": "lc-2", "role": "assistant", "content": "a"}],
+        renew_taken_ids=True,
+    )
+    new_id = renewed.added[0].id
+    assert new_id != "lc-1" and renewed.changes[1].after == new_id
+    assert [(m.id, m.content) for m in Transcript("s", store=store).messages] == [("lc-1", "hi"), (new_id, "other"), ("lc-2", "a")]
+    retry = t.append(messages=[{"id": "lc-1", "role": "user", "content": "hi"}], renew_taken_ids=True)
+    assert retry.changes == () and store.head("s") == 2
+    other = Transcript("s", store=store)  # another writer took lc-9 since t last read: t renews against it
+    other.append(messages=[{"id": "lc-9", "role": "user", "content": "theirs"}])
+    mine = t.append(messages=[{"id": "lc-9", "role": "user", "content": "mine"}], renew_taken_ids=True)
+    assert mine.added[0].id != "lc-9" and [m.content for m in other.messages][-2:] == ["theirs", "mine"]
+
+
+def test_a_store_without_the_keyword_is_refused_by_name_not_with_a_type_error() -> None:
+    store = OldStore()
+    with pytest.raises(StoreCapabilityError, match="renew_taken_ids") as caught:
+        asyncio.run(store.acommit("s", append(message("x")), expected_head=None, renew_taken_ids=True))
+    assert isinstance(caught.value, TypeError)
+    assert store.head("s") == 0
+    asyncio.run(store.acommit("s", append(message("x")), expected_head=None))  # without it: works
+    assert store.head("s") == 1

@@ -1,0 +1,287 @@
+"""A revision log edited outside the library is detected, named, and recoverable.
+
+Each test builds a session through the library, then changes the database file by hand
+(plain sqlite3, as a person with the ``sqlite3`` shell would), and checks that opening the
+session raises ``CorruptLogError`` naming the session and the first revision that is not
+what was written, that ``store.truncate(session, revision - 1)`` keeps exactly the intact
+prefix, and that the session then opens and takes appends again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from context_gatekeeper import CorruptLogError, StoreUnavailableError, Transcript
+from context_gatekeeper.stores import SQLiteStore
+from context_gatekeeper.stores import sqlite as sqlite_module
+from context_gatekeeper.stores.chain import chained_prefix, genesis, row_digest
+
+TURNS = 300
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A file holding session "s": 300 appends of a question and its answer (600 messages),
+    an edit at revision 301 and its undo at 302, and a second session "other"."""
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path)
+    t = Transcript("s", store=store)
+    for n in range(TURNS):
+        t.append(user=f"question {n}", assistant=f"answer {n}")
+    from context_gatekeeper.transcripts.operations import Replace
+
+    t.apply([Replace(t.messages[0].id, "question 0, edited")])
+    t.undo()
+    Transcript("other", store=store).append(user="elsewhere", assistant="fine")
+    store.close()
+    return path
+
+
+def hand_edit(path: Path, *statements: str) -> None:
+    """Run SQL on the file outside the library."""
+    conn = sqlite3.connect(path)
+    with conn:
+        for statement in statements:
+            conn.execute(statement)
+    conn.close()
+
+
+def refused_at(path: Path, revision: int, says: str = "", *, other: list[str] | None = None) -> CorruptLogError:
+    """Opening "s" fails naming revision ``revision``; truncating before it recovers the prefix."""
+    store = SQLiteStore(path)
+    with pytest.raises(CorruptLogError) as caught:
+        Transcript("s", store=store)
+    error = caught.value
+    assert (error.session_id, error.revision) == ("s", revision), str(error)
+    assert says in str(error) and f"store.truncate('s', {revision - 1})" in str(error)
+    expected_other = ["elsewhere", "fine"] if other is None else other
+    assert [m.content for m in Transcript("other", store=store).messages] == expected_other  # untouched
+    store.truncate("s", revision - 1)
+    t = Transcript("s", store=store)
+    assert t.head == store.head("s") == revision - 1
+    t.append(user="after the recovery", assistant="ok")
+    assert SQLiteStore(path).revisions("s")[-1].number == revision
+    store.close()
+    return error
+
+
+def test_an_untouched_file_opens(db: Path) -> None:
+    store = SQLiteStore(db)
+    t = Transcript("s", store=store)
+    assert (t.head, len(t.messages)) == (TURNS + 2, 2 * TURNS)
+    store.close()
+
+
+def test_a_deleted_row_is_named(db: Path) -> None:
+    hand_edit(db, "DELETE FROM revisions WHERE session_id = 's' AND number = 5")
+    refused_at(db, 5, "missing")
+
+
+def test_a_deleted_last_row_before_a_later_one_is_named(db: Path) -> None:
+    hand_edit(db, f"DELETE FROM revisions WHERE session_id = 's' AND number = {TURNS + 1}")
+    refused_at(db, TURNS + 1, "missing")
+
+
+def test_a_row_of_unknown_kind_is_named(db: Path) -> None:
+    hand_edit(db, "UPDATE revisions SET kind = 'bogus' WHERE session_id = 's' AND number = 7")
+    refused_at(db, 7, "'bogus'")
+
+
+def test_an_inserted_undo_with_an_impossible_target_is_named(db: Path) -> None:
+    head = TURNS + 2
+    hand_edit(
+        db,
+        f"INSERT INTO revisions (session_id, number, parent, kind, created_at, base, target, changes) "
+        f"VALUES ('s', {head + 1}, {head}, 'undo', 1.0, {head}, 999, '[]')",
+    )
+    refused_at(db, head + 1, "999")
+
+
+def test_an_inserted_row_that_looks_right_is_named(db: Path) -> None:
+    """A plausible row (valid kind, no target) without the library's digest."""
+    head = TURNS + 2
+    put = [{"op": "put", "message": {"id": "forged", "role": "user", "content": "forged"}, "after": None}]
+    hand_edit(
+        db,
+        f"INSERT INTO revisions (session_id, number, parent, kind, created_at, base, changes) "
+        f"VALUES ('s', {head + 1}, {head}, 'append', 1.0, {head}, '{json.dumps(put)}')",
+    )
+    refused_at(db, head + 1, "no digest")
+
+
+def test_altered_text_is_named(db: Path) -> None:
+    hand_edit(db, "UPDATE revisions SET changes = replace(changes, 'answer 41', 'answer 14') WHERE session_id = 's' AND number = 42")
+    refused_at(db, 42, "digest does not match")
+
+
+def test_an_altered_time_is_named(db: Path) -> None:
+    hand_edit(db, "UPDATE revisions SET created_at = created_at + 1 WHERE session_id = 's' AND number = 100")
+    refused_at(db, 100, "digest does not match")
+
+
+def test_reordered_rows_are_named(db: Path) -> None:
+    """Revisions 10 and 11 swap places (their numbers and parents follow)."""
+    hand_edit(
+        db,
+        "UPDATE revisions SET number = 100000 WHERE session_id = 's' AND number = 10",
+        "UPDATE revisions SET number = 10 WHERE session_id = 's' AND number = 11",
+        "UPDATE revisions SET number = 11, parent = 10 WHERE session_id = 's' AND number = 100000",
+        "UPDATE revisions SET parent = 9 WHERE session_id = 's' AND number = 10",
+        "UPDATE revisions SET base = parent WHERE session_id = 's' AND number IN (10, 11)",
+    )
+    refused_at(db, 10, "digest does not match")
+
+
+def test_a_duplicated_row_is_named(db: Path) -> None:
+    """Revision 20 copied, digest and all, over revision 21's place."""
+    hand_edit(
+        db,
+        "DELETE FROM revisions WHERE session_id = 's' AND number = 21",
+        "INSERT INTO revisions SELECT session_id, 21, 20, kind, instruction, model, created_at, base, target, changes, digest "
+        "FROM revisions WHERE session_id = 's' AND number = 20",
+    )
+    refused_at(db, 21, "digest does not match")
+
+
+def test_a_row_moved_from_another_session_is_named(db: Path) -> None:
+    hand_edit(
+        db,
+        "DELETE FROM revisions WHERE session_id = 's' AND number = 1",
+        "UPDATE revisions SET session_id = 's' WHERE session_id = 'other' AND number = 1",
+    )
+    refused_at(db, 1, "digest does not match", other=[])
+
+
+def test_a_removed_digest_is_named(db: Path) -> None:
+    hand_edit(db, "UPDATE revisions SET digest = NULL WHERE session_id = 's' AND number = 250")
+    refused_at(db, 250, "no digest")
+
+
+def test_a_catching_up_reader_checks_what_it_reads(db: Path) -> None:
+    """A transcript open before the tampering checks the rows it catches up on."""
+    store = SQLiteStore(db)
+    reader = Transcript("s", store=store)
+    writer = Transcript("s", store=SQLiteStore(db))
+    writer.append(user="one more", assistant="ok")
+    writer.append(user="and another", assistant="ok")
+    hand_edit(db, f"UPDATE revisions SET changes = replace(changes, 'one more', 'one less') WHERE number = {TURNS + 3}")
+    with pytest.raises(CorruptLogError) as caught:
+        reader.messages
+    assert (caught.value.session_id, caught.value.revision) == ("s", TURNS + 3)
+    writer.store.close()
+    store.close()
+
+
+def test_the_migration_chains_the_valid_prefix_of_old_files(db: Path, tmp_path: Path) -> None:
+    """A file from before the chain (migration 4 undone by hand): its intact sessions are
+    chained and open; a session already damaged then stays refused at the damage."""
+    hand_edit(
+        db,
+        "ALTER TABLE revisions DROP COLUMN digest",
+        "DELETE FROM schema_migrations WHERE version = 4",
+        "DELETE FROM revisions WHERE session_id = 's' AND number = 5",  # damaged before the upgrade
+    )
+    store = SQLiteStore(db)  # migrates: backfills the digests
+    assert [v for v, _ in store.applied_migrations()] == [1, 2, 3, 4]
+    assert [m.content for m in Transcript("other", store=store).messages] == ["elsewhere", "fine"]
+    store.close()
+    refused_at(db, 5, "missing")  # the damage is not blessed by the backfill
+
+
+def test_chained_prefix_stops_at_the_first_invalid_row() -> None:
+    rows = [
+        (1, 0, "append", None, None, 1.0, 0, None, "[]"),
+        (2, 1, "bogus", None, None, 2.0, 1, None, "[]"),
+        (3, 2, "append", None, None, 3.0, 2, None, "[]"),
+    ]
+    first = row_digest(genesis("s"), rows[0])
+    assert chained_prefix("s", rows) == [(1, first)]
+    assert chained_prefix("s", [rows[0], rows[2]]) == [(1, first)]  # a gap
+
+
+# -- damage to the files themselves ------------------------------------------------------------
+def test_a_truncated_file_is_reported_as_damaged(db: Path) -> None:
+    size = db.stat().st_size
+    with open(db, "r+b") as handle:
+        handle.truncate(size // 3)
+    with pytest.raises((StoreUnavailableError, CorruptLogError)) as caught:
+        store = SQLiteStore(db)
+        try:
+            Transcript("s", store=store)
+        finally:
+            store.close()
+    if isinstance(caught.value, StoreUnavailableError):
+        assert "damaged" in str(caught.value) and isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_a_file_that_is_not_a_database_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database\n" * 200)
+    with pytest.raises(StoreUnavailableError, match="not an SQLite database") as caught:
+        SQLiteStore(path)
+    assert isinstance(caught.value, OSError) and isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+    assert path.read_bytes() == b"these are my notes, not a database\n" * 200  # nothing written
+
+
+def test_deleted_wal_files_lose_at_most_the_uncheckpointed_tail_and_never_open_wrong(tmp_path: Path) -> None:
+    """The -wal and -shm files removed while a writer holds the database open: a new opening
+    sees either the checkpointed prefix (which verifies) or an error of the library."""
+    path = tmp_path / "wal.db"
+    writer = SQLiteStore(path)
+    t = Transcript("s", store=writer)
+    for n in range(5):
+        t.append(user=f"q{n}", assistant=f"a{n}")
+    writer.checkpoint()
+    for n in range(5, 8):
+        t.append(user=f"q{n}", assistant=f"a{n}")
+    for suffix in ("-wal", "-shm"):
+        if Path(f"{path}{suffix}").exists():
+            os.remove(f"{path}{suffix}")
+    try:
+        reader = SQLiteStore(path)
+        try:
+            opened = Transcript("s", store=reader)
+            assert 5 <= opened.head <= 8
+            assert [m.content for m in opened.messages][:10] == [x for n in range(5) for x in (f"q{n}", f"a{n}")]
+        finally:
+            reader.close()
+    except StoreUnavailableError as exc:
+        assert isinstance(exc.__cause__, sqlite3.Error)
+    finally:
+        try:
+            writer.close()
+        except StoreUnavailableError:
+            pass
+
+
+def test_a_copy_of_the_file_verifies_like_the_original(db: Path, tmp_path: Path) -> None:
+    """The chain depends on the content only: a backup copy opens (no path or row id in it)."""
+    copy = tmp_path / "copy.db"
+    store = SQLiteStore(db)
+    store.checkpoint()
+    store.close()
+    shutil.copy(db, copy)
+    assert Transcript("s", store=SQLiteStore(copy)).head == TURNS + 2
+
+
+def test_migrations_list_the_chain() -> None:
+    assert [m.version for m in sqlite_module.MIGRATIONS][-1] == 4
+
+
+@pytest.mark.parametrize("edit", [
+    lambda conn: conn.execute("UPDATE revisions SET parent = 0 WHERE number = 3"),
+    lambda conn: conn.execute("UPDATE revisions SET base = 99 WHERE number = 3"),
+])
+def test_impossible_fields_are_named(db: Path, edit: Callable[[sqlite3.Connection], object]) -> None:
+    conn = sqlite3.connect(db)
+    with conn:
+        edit(conn)
+    conn.close()
+    refused_at(db, 3)
