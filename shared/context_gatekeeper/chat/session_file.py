@@ -20,8 +20,11 @@ A session file holds the conversation's current state (not its revision log)::
   non-empty string, unique in the file).  Other message keys are ignored.
 * ``pinned`` is optional: ids of the first message of each pinned turn.
 * ``session`` and ``saved_at`` are informational.
-* Text holding a lone surrogate (``"\\ud800"``: valid JSON, not valid Unicode,
-  and no terminal or model can take it) is refused, naming where it is.
+* Text is normalised as every store keeps it (:func:`~context_gatekeeper.transcripts.messages.normalized_text`):
+  ``/save`` writes, and ``/load`` reads, surrogate pairs joined and each lone surrogate
+  (``"\\ud800"`` in JSON: valid JSON, not valid Unicode, which no terminal or model can
+  take) as the six characters ``\\ud800``, so what ``/save`` writes ``/load`` reads,
+  including files written before this rule.
 
 :func:`write_session_file` writes a temporary file in the same folder and renames
 it over the target, so a failed write leaves the target as it was and no
@@ -54,7 +57,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..integration import ROLES, has_lone_surrogate, new_message_id, replace_lone_surrogates
+from ..integration import ROLES, new_message_id
+from ..transcripts.messages import normalized_text
 from .. import GatekeeperError, Message
 
 __all__ = [
@@ -101,8 +105,8 @@ def session_document(session: str, messages: Sequence[Message], *, pinned: Itera
         "version": VERSION,
         "session": session,
         "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "pinned": sorted(pinned),
-        "messages": [{"id": m.id, "role": m.role, "content": m.content} for m in messages],
+        "pinned": sorted(normalized_text(p) for p in pinned),
+        "messages": [{"id": normalized_text(m.id), "role": m.role, "content": normalized_text(m.content)} for m in messages],
     }
 
 
@@ -180,18 +184,14 @@ def _check_message(index: int, item: Any, problems: list[str], seen: set[str]) -
     content = item.get("content")
     if not isinstance(content, str):
         problems.append(f"{where}.content must be a string")
-    elif has_lone_surrogate(content):
-        problems.append(f"{where}.content holds a lone surrogate (an escape like \\ud800 that is not a character)")
     if "id" in item:
         message_id = item["id"]
         if not isinstance(message_id, str) or not message_id:
             problems.append(f"{where}.id must be a non-empty string")
-        elif has_lone_surrogate(message_id):
-            problems.append(f"{where}.id holds a lone surrogate")
-        elif message_id in seen:
+        elif normalized_text(message_id) in seen:
             problems.append(f"{where}.id {message_id!r} is used twice")
         else:
-            seen.add(message_id)
+            seen.add(normalized_text(message_id))
 
 
 def parse_session_document(data: Any) -> SessionFile:
@@ -211,15 +211,17 @@ def parse_session_document(data: Any) -> SessionFile:
     for index, item in enumerate(messages):
         _check_message(index, item, problems, seen)
     pinned = data.get("pinned", [])
-    if not isinstance(pinned, list) or not all(isinstance(p, str) and not has_lone_surrogate(p) for p in pinned):
+    if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
         problems.append("pinned must be a list of message ids")
         pinned = []
     if problems:
         raise SessionFileError("not a valid session file: " + "; ".join(problems))
-    loaded = tuple(Message(m.get("id") or new_message_id(), m["role"], m["content"]) for m in messages)
+    loaded = tuple(
+        Message(normalized_text(m.get("id") or new_message_id()), m["role"], normalized_text(m["content"])) for m in messages
+    )
     session = data.get("session")
-    name = session if isinstance(session, str) and not has_lone_surrogate(session) else ""
-    return SessionFile(loaded, tuple(p for p in pinned if p in seen), name)
+    name = normalized_text(session) if isinstance(session, str) else ""
+    return SessionFile(loaded, tuple(normalized_text(p) for p in pinned if normalized_text(p) in seen), name)
 
 
 def read_session_file(path: str | os.PathLike[str]) -> SessionFile:
