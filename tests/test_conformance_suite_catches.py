@@ -88,12 +88,41 @@ class OneThreadAtATime(InMemoryStore):
         return self._alone(lambda: super(OneThreadAtATime, self).save_vectors(session_id, rows))
 
 
+class BeforeRenew(InMemoryStore):
+    """A store written before commit took renew_taken_ids (not a bug: an older contract)."""
+    def commit(self, session_id, revision, *, expected_head):
+        return super().commit(session_id, revision, expected_head=expected_head)
+
+
 class Suite(StoreConformance):
     capabilities = Capabilities(reopens=False)
     kind = InMemoryStore
 
     def make(self, where):
         return self.kind()
+
+
+class TestClaimsTamperEvidence(Suite):
+    """Declares tamper_evident, but an in-memory log edited behind its back loads silently."""
+    capabilities = Capabilities(reopens=False, tamper_evident=True)
+
+    def tamper(self, store, session, revision, how):
+        log = store._logs[session]
+        if how == "delete":
+            del log[revision - 1]
+        elif how == "kind":
+            log[revision - 1] = log[revision - 1].__class__(**{**{f: getattr(log[revision - 1], f) for f in (
+                "number", "parent", "changes", "instruction", "model", "time", "base", "target")}, "kind": "bogus"})
+        else:
+            from context_gatekeeper.transcripts.operations import Put
+            old = log[revision - 1]
+            change = old.changes[0]
+            altered = Put(change.message.__class__(change.message.id, change.message.role, "ALTERED"), change.after)
+            log[revision - 1] = old.__class__(old.number, old.parent, old.kind, (altered, *old.changes[1:]))
+
+
+class TestBeforeRenew(Suite):
+    kind = BeforeRenew
 
 
 class TestNoHooks(Suite):
@@ -155,10 +184,12 @@ SELECTED = {
     "TestModesEmpty": "test_revisions_after",
     "TestModesString": "test_revisions_after",
     "TestDestroys": "test_revisions_after or test_tip_is",
+    "TestClaimsTamperEvidence": "changed_behind_the_store",
+    "TestBeforeRenew": "optional_keyword or renewing_taken_ids or taken_id_is_renewed",
 }
 """Each buggy store's class, and the tests (a ``-k`` expression) that must catch its bug."""
 
-OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED) test_buggy_stores\.py::(\w+)::(\w+\[\w+\])(?: - (.*))?$")
+OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED) test_buggy_stores\.py::(\w+)::(\w+\[[\w-]+\])(?: - (.*))?$")
 
 
 class Run:
@@ -262,3 +293,21 @@ def test_storage_key_is_stable_per_directory_and_unique_across_directories(tmp_p
     key = storage_key(first)
     assert key == storage_key(first) and key.startswith("cg-test-")
     assert storage_key(second) != key
+
+
+def test_a_store_claiming_tamper_evidence_without_it_fails(run: Run) -> None:
+    outcomes = run.of("TestClaimsTamperEvidence")
+    assert len(outcomes) == 6  # three tamperings, two modes
+    for test, (outcome, reason) in outcomes.items():
+        if "alter" in test:
+            assert outcome == "FAILED" and "DID NOT RAISE" in reason, (test, outcome, reason)
+        else:  # a gap or a bogus kind: the transcript's own checks name them, for any store
+            assert outcome == "PASSED", (test, outcome, reason)
+
+
+def test_a_store_whose_commit_predates_renew_taken_ids_is_told_and_still_works(run: Run) -> None:
+    outcomes = run.of("TestBeforeRenew")  # the skipped tests are reported by reason, not by name
+    assert set(outcomes) == {f"test_appends_renewing_taken_ids_work_with_or_without_the_keyword[{m}]" for m in ("sync", "async")}
+    assert all(outcome == "PASSED" for outcome, _ in outcomes.values()), outcomes
+    assert "BeforeRenew.commit lacks the optional keyword(s) ['renew_taken_ids']: renew_taken_ids:" in run.output
+    assert "BeforeRenew.commit does not take renew_taken_ids (optional" in run.output

@@ -16,7 +16,7 @@ from context_gatekeeper import Transcript
 from context_gatekeeper.errors import InvalidInputError, SchemaVersionError, StoreUnavailableError
 from context_gatekeeper.stores import Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
-from context_gatekeeper.testing.stores import StoreConformance, edit, fill, snapshot, turn
+from context_gatekeeper.testing.stores import Capabilities, StoreConformance, edit, fill, snapshot, turn
 from store_raw import raw as stored_bytes
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,11 +38,26 @@ def open_pg(where: Path | str, **options) -> Store:
 
 
 class TestPostgresStore(StoreConformance):
+    capabilities = Capabilities(tamper_evident=True)
+
     def stored_state(self, store: Store, session: str) -> Any:
         return stored_bytes(store, session)  # every stored byte: the revision rows and the id index
 
     def make(self, where: Path) -> Store:
         return open_pg(where)
+
+    def tamper(self, store: Store, session: str, revision: int, how: str) -> None:
+        """Change a stored row with plain SQL, as a person with psql would."""
+        from psycopg import sql
+
+        change = {
+            "alter": "UPDATE {} SET changes = replace(changes, 'text of', 'TEXT OF')",
+            "delete": "DELETE FROM {}",
+            "kind": "UPDATE {} SET kind = 'bogus'",
+        }[how]
+        query = sql.SQL(change + " WHERE session_id = %s AND number = %s").format(store._names["revisions"])  # type: ignore[attr-defined]
+        with store._connection() as conn:  # type: ignore[attr-defined]
+            conn.execute(query, (session, revision))
 
 
 class TestPostgresStoreOnACallersPool(StoreConformance):

@@ -36,15 +36,30 @@ class TestInMemoryStore(ByteExact, StoreConformance):
         return InMemoryStore()
 
 
-class TestSQLiteStore(ByteExact, StoreConformance):
+class TamperedBySQL:
+    """Changes a stored row with plain SQL, as a person with the sqlite3 shell would."""
+
+    def tamper(self, store: Store, session: str, revision: int, how: str) -> None:
+        change = {
+            "alter": "UPDATE revisions SET changes = replace(changes, 'text of', 'TEXT OF')",
+            "delete": "DELETE FROM revisions",
+            "kind": "UPDATE revisions SET kind = 'bogus'",
+        }[how]
+        with store._connection() as conn:  # type: ignore[attr-defined]
+            conn.execute(change + " WHERE session_id = ? AND number = ?", (session, revision))
+
+
+class TestSQLiteStore(ByteExact, TamperedBySQL, StoreConformance):
+    capabilities = Capabilities(tamper_evident=True)
+
     def make(self, where: Path) -> Store:
         return SQLiteStore(where / "store.db")
 
 
-class TestSQLiteMemoryStore(ByteExact, StoreConformance):
+class TestSQLiteMemoryStore(ByteExact, TamperedBySQL, StoreConformance):
     """``":memory:"`` keeps one connection behind a lock, so it is correct across threads too."""
 
-    capabilities = Capabilities(reopens=False)
+    capabilities = Capabilities(reopens=False, tamper_evident=True)
 
     def make(self, where: Path) -> Store:
         return SQLiteStore(":memory:")

@@ -108,7 +108,8 @@ def test_a_third_party_module_runs_the_whole_suite_on_its_own(tmp_path: Path) ->
     assert "[sync]" not in result.stdout  # -q: one line per skip reason, not per test
     # declared off: skipped, naming the capability, in both modes
     assert "needs the 'truncate' capability, which TestMyStore declares off" in result.stdout
-    assert " 6 skipped" in summary  # its three tests, twice
+    assert " 12 skipped" in summary  # its three tests, and tamper_evident's three (off by default), twice
+    assert "needs the 'tamper_evident' capability" in result.stdout
 
 
 def test_a_capability_declared_but_missing_fails_instead_of_skipping(tmp_path: Path) -> None:
@@ -150,8 +151,9 @@ def test_modes_can_be_narrowed_and_the_old_persistent_flag_is_refused(tmp_path: 
 def test_needs_refuses_an_unknown_capability() -> None:
     with pytest.raises(InvalidInputError, match="unknown capabilities"):
         needs("teleports")
-    assert set(Capabilities.names()) == {"reopens", "threads", "fault_hooks", "truncate", "vectors"}
-    assert all(getattr(Capabilities(), name) for name in Capabilities.names())  # strictest by default
+    assert set(Capabilities.names()) == {"reopens", "threads", "fault_hooks", "truncate", "vectors", "tamper_evident"}
+    later = {"tamper_evident"}  # added after suites existed: off by default, so they keep passing
+    assert all(getattr(Capabilities(), name) for name in set(Capabilities.names()) - later)  # else strictest
 
 
 def test_the_async_facade_refuses_to_wait_for_itself_on_its_own_loop() -> None:

@@ -27,7 +27,7 @@ from ..stores.vectors import VectorRow, VectorStore, supports_vectors
 from ..transcripts.revisions import Revision
 
 __all__ = [
-    "Capabilities", "AsyncTwinsFacade", "background_loop", "facade_for", "lacking", "needs", "unwrapped", "together", "MODES",
+    "Capabilities", "AsyncTwinsFacade", "AsyncTwinsFacadeBeforeRenew", "background_loop", "facade_for", "lacking", "needs", "unwrapped", "together", "MODES",
 ]
 
 T = TypeVar("T")
@@ -55,6 +55,11 @@ class Capabilities:
         vectors: the store is a :class:`~context_gatekeeper.stores.VectorStore` (saves and
             loads embedding vectors).  On while the store is not one fails the vector tests,
             so a missing capability is never skipped silently.
+        tamper_evident: reading a log changed behind the store's back (a row altered,
+            deleted, given a bogus kind) raises ``CorruptLogError`` naming the first bad
+            revision (:mod:`.store_tampering`; the test class then defines ``tamper``).
+            Added after the others, so it is the one capability off by default: a suite
+            written before it keeps passing.
     """
 
     reopens: bool = True
@@ -62,6 +67,7 @@ class Capabilities:
     fault_hooks: bool = True
     truncate: bool = True
     vectors: bool = True
+    tamper_evident: bool = False
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -144,9 +150,8 @@ class AsyncTwinsFacade(Store):
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
-        return self.runner.run(
-            self.inner.acommit(session_id, revision, expected_head=expected_head, renew_taken_ids=renew_taken_ids)
-        )
+        options = {"renew_taken_ids": True} if renew_taken_ids else {}  # only then: the store may predate it
+        return self.runner.run(self.inner.acommit(session_id, revision, expected_head=expected_head, **options))
 
     def truncate(self, session_id: str, keep: int) -> int:
         return self.runner.run(self.inner.atruncate(session_id, keep))
@@ -180,9 +185,8 @@ class AsyncTwinsFacade(Store):
     async def acommit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
-        return await self._on_loop(
-            self.inner.acommit(session_id, revision, expected_head=expected_head, renew_taken_ids=renew_taken_ids)
-        )
+        options = {"renew_taken_ids": True} if renew_taken_ids else {}
+        return await self._on_loop(self.inner.acommit(session_id, revision, expected_head=expected_head, **options))
 
     async def atruncate(self, session_id: str, keep: int) -> int:
         return await self._on_loop(self.inner.atruncate(session_id, keep))
@@ -218,11 +222,30 @@ class AsyncTwinsVectorFacade(AsyncTwinsFacade, VectorStore):
         return await self._on_loop(self.inner.adelete_vectors(session_id, embedder))
 
 
+class AsyncTwinsFacadeBeforeRenew(AsyncTwinsFacade):
+    """:class:`AsyncTwinsFacade` for a store whose ``commit`` predates ``renew_taken_ids``:
+    its ``commit`` does not take it either, so the library sees the store as it is."""
+
+    def commit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:  # type: ignore[override]
+        return self.runner.run(self.inner.acommit(session_id, revision, expected_head=expected_head))
+
+    async def acommit(self, session_id: str, revision: Revision, *, expected_head: int | None) -> Revision:  # type: ignore[override]
+        return await self._on_loop(self.inner.acommit(session_id, revision, expected_head=expected_head))
+
+
+class AsyncTwinsVectorFacadeBeforeRenew(AsyncTwinsFacadeBeforeRenew, AsyncTwinsVectorFacade):
+    """:class:`AsyncTwinsVectorFacade` for a store whose ``commit`` predates ``renew_taken_ids``."""
+
+
 def facade_for(store: Store, loop: BackgroundLoop | None = None) -> AsyncTwinsFacade:
-    """The async mode's facade over ``store`` (with the vector twins when it has them)."""
+    """The async mode's facade over ``store`` (with the vector twins when it has them; with a
+    ``commit`` as old as the store's when that lacks ``renew_taken_ids``)."""
+    from ..stores.base import takes_keyword
+
+    before_renew = not takes_keyword(store, "renew_taken_ids")
     if supports_vectors(store):
-        return AsyncTwinsVectorFacade(store, loop)
-    return AsyncTwinsFacade(store, loop)
+        return AsyncTwinsVectorFacadeBeforeRenew(store, loop) if before_renew else AsyncTwinsVectorFacade(store, loop)
+    return AsyncTwinsFacadeBeforeRenew(store, loop) if before_renew else AsyncTwinsFacade(store, loop)
 
 
 def unwrapped(store: Store) -> Store:

@@ -37,7 +37,14 @@ test needing a capability declared off is skipped with a reason naming it:
 * ``fault_hooks``: ``commit`` calls ``store.fault_hook(point)`` at each of
   :data:`~context_gatekeeper.stores.FAULT_POINTS` inside its write transaction;
 * ``truncate``: the store implements ``truncate`` (the recovery for a corrupt log);
-* ``vectors``: the store is a :class:`~context_gatekeeper.stores.VectorStore`.
+* ``vectors``: the store is a :class:`~context_gatekeeper.stores.VectorStore`;
+* ``tamper_evident`` (off by default, added later): reading a log changed behind the store's
+  back raises ``CorruptLogError`` naming the first bad revision; the class then defines
+  ``tamper(store, session, revision, how)`` (:mod:`.store_tampering`).
+
+**Optional keywords.**  ``commit`` keywords added after the first release (today
+``renew_taken_ids``) are optional: a store without one keeps working, and
+``test_commit_takes_every_optional_keyword`` is skipped with a reason naming what it lacks.
 
 **Modes.**  Every test runs twice, ``[sync]`` and ``[async]``.  In the async mode the
 store is wrapped in :class:`~.store_modes.AsyncTwinsFacade`, whose sync methods run the
@@ -74,12 +81,13 @@ from ._requires import pytest
 from .store_builders import append, delete, edit, fill, message, put_ids, run_together, snapshot, turn
 from .store_contract import StoreContract
 from .store_integrity import ContentContract, IntegrityContract
+from .store_tampering import TamperContract
 from .store_modes import MODES, AsyncTwinsFacade, Capabilities, facade_for, lacking, needs, unwrapped
 from .store_vectors import VectorContract
 
 __all__ = [
     "StoreConformance", "StoreHandles", "Capabilities", "storage_key", "AsyncTwinsFacade", "MODES", "needs", "unwrapped",
-    "StoreContract", "VectorContract", "IntegrityContract", "ContentContract",
+    "StoreContract", "VectorContract", "IntegrityContract", "ContentContract", "TamperContract",
     "message", "append", "turn", "edit", "delete", "fill", "snapshot", "run_together", "put_ids",
 ]
 
@@ -185,6 +193,6 @@ class StoreHandles:
         return open_store()
 
 
-class StoreConformance(StoreHandles, StoreContract, VectorContract, IntegrityContract, ContentContract):
+class StoreConformance(StoreHandles, StoreContract, VectorContract, IntegrityContract, ContentContract, TamperContract):
     """Every store's contract as tests; subclass, define :meth:`make`, declare :attr:`capabilities`."""
 
