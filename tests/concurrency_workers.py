@@ -130,16 +130,23 @@ def editor(spec: Spec, session: str, target: str, ready: Any, stop: Any, out: st
 
 
 # -- LlamaIndex-style writers: put(user), later put(assistant) ------------------------------
-def question_answerer(spec: Spec, session: str, tag: str, rounds: int, ready: Any) -> None:
-    """Append a question, then (as a separate append) its answer, ``rounds`` times."""
+def question_answerer(spec: Spec, session: str, tag: str, rounds: int, ready: Any, asked: Any) -> None:
+    """Append a question, then (as a separate append) its answer, ``rounds`` times; every
+    round both writers' questions land before either answer (``asked``, a barrier of the
+    two), so the other writer's question always comes between a question and its answer."""
     store = open_store(spec)
     transcript = Transcript(session, store=store)
     ready.wait()
-    for j in range(rounds):
-        transcript.append(user=f"{tag} q{j}")
-        time.sleep(0.0005 * (j % 3))  # let the other writer's question land in between
-        transcript.append(assistant=f"{tag} a{j}")
-    store.close()
+    try:
+        for j in range(rounds):
+            transcript.append(user=f"{tag} q{j}")
+            asked.wait(60)
+            transcript.append(assistant=f"{tag} a{j}")
+    except BaseException:
+        asked.abort()  # the other writer stops waiting too
+        raise
+    finally:
+        store.close()
 
 
 # -- killed mid-revision -------------------------------------------------------------------
