@@ -202,3 +202,16 @@ def test_strip_cues_keeps_case_for_identifiers_and_folds_full_width():
     found, content = strip_cues("ＢＹ ＴＨＥ ＷＡＹ, TaskGroup?")
     assert found.switch == ("by the way",)
     assert "TaskGroup" in content
+
+
+@pytest.mark.parametrize("text, cue", [
+    ("先不管这个了，帮我写个请假条", "先不管这个"),
+    ("算了不说这个了，周末去哪玩", "不说这个了"),
+    ("never mind that, what's a good name for a cat?", "never mind that"),
+    ("Forget it, how do I descale a kettle?", "forget it"),
+])
+def test_closing_the_topic_is_a_switch_cue_not_a_reference(text, cue):
+    # "这个" / "that" inside a closing do not point back: the whole phrase sets the topic aside
+    cues, content = strip_cues(text)
+    assert cues.switch == (cue,) and not cues.reference
+    assert cue not in content.lower()

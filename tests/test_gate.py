@@ -1,6 +1,7 @@
 """The topic gate: features (shares of the query's weight) and the decision rule.
 
-Thresholds are read from SelectionParams, so these tests check the rule, not the tuning.
+Thresholds and the switch score's weights are read from SelectionParams (or set by the
+test), so these tests check the rule, not the tuning.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from context_gatekeeper.selection.cues import Cues
-from context_gatekeeper.selection.gate import GateFeatures, anchor_weights, decide, gate_features, is_weak_switch
-from context_gatekeeper.selection.params import SelectionParams
+from context_gatekeeper.selection.gate import (
+    GateFeatures, anchor_weights, decide, gate_features, switch_contributions, switch_inputs,
+)
+from context_gatekeeper.selection.params import SWITCH_FEATURES, SelectionParams
 
 P = SelectionParams()
-OVERRIDE = P.reference_override * P.switch_min_new_weight  # new content a reference cue yields to
-STRONG = P.weak_switch_factor * P.switch_min_new_weight  # new content that makes a switch strong
+STRONG = P.weak_switch_factor * P.switch_min_new_weight  # new content that makes a cued switch hold
+
+
+def model(**weights: float) -> dict[str, float]:
+    """A switch model with every weight 0 but these."""
+    return {**dict.fromkeys(SWITCH_FEATURES, 0.0), **weights}
 
 NO_CUES = Cues()
 REF = Cues(reference=("it",))
@@ -43,7 +50,7 @@ def features(
 
 
 def clear_switch(**changes) -> GateFeatures:
-    """A query that meets every condition of rule 6 (switch) with room to spare."""
+    """A query that shares nothing with the history and brings a lot of new content."""
     values = dict(overlap=0.0, new_anchor_ratio=1.0, elsewhere_ratio=0.0, new_weight=STRONG * 2)
     values.update(changes)
     return features(**values)
@@ -52,7 +59,7 @@ def clear_switch(**changes) -> GateFeatures:
 def test_defaults_keep_the_bands_ordered():
     # The rule assumes continue <= switch threshold (else the band between would be unreachable).
     assert P.continue_threshold <= P.switch_threshold
-    assert P.reference_override >= 1 and P.weak_switch_factor >= 1
+    assert P.weak_switch_factor >= 1
 
 
 # -- rule 1: no anchors ---------------------------------------------------------------------------
@@ -124,37 +131,6 @@ def test_return_cue_beats_a_reference_cue():
     assert decide(f, P) == "return"
 
 
-# -- rule 3: reference cues -------------------------------------------------------------------------
-
-
-def test_reference_cue_forces_continue_over_a_switch():
-    f = clear_switch(new_weight=OVERRIDE - 0.01, cues=REF)
-    assert decide(clear_switch(new_weight=OVERRIDE - 0.01), P) == "switch"  # without the cue
-    assert decide(f, P) == "continue"
-
-
-def test_reference_cue_yields_to_a_lot_of_new_content():
-    assert decide(clear_switch(new_weight=OVERRIDE, cues=REF), P) == "switch"
-
-
-def test_reference_override_is_a_parameter():
-    p = P.with_(reference_override=100.0)
-    assert decide(clear_switch(new_weight=OVERRIDE * 2, cues=REF), p) == "continue"
-
-
-# -- rule 4: continue threshold ---------------------------------------------------------------------
-
-
-def test_overlap_at_the_continue_threshold_continues():
-    f = clear_switch(overlap=P.continue_threshold, new_anchor_ratio=1.0 - P.continue_threshold)
-    assert decide(f, P) == "continue"
-
-
-def test_overlap_just_below_the_threshold_can_switch():
-    f = clear_switch(overlap=P.continue_threshold - 0.01, new_anchor_ratio=0.9)
-    assert decide(f, P) == "switch"
-
-
 # -- rule 5: return without a cue -------------------------------------------------------------------
 
 
@@ -165,23 +141,19 @@ def test_strong_earlier_segment_returns_without_a_cue():
 
 def test_earlier_segment_below_the_return_threshold_does_not_return():
     f = features(overlap=0.0, new_anchor_ratio=0.2, earlier_segment=0, earlier_overlap=P.return_threshold - 0.01)
-    assert decide(f, P) == "continue"
+    assert decide(f, P.with_(switch_model=model(bias=-1.0))) == "continue"
 
 
-def test_weight_seen_outside_the_topic_stands_in_for_an_earlier_segment():
+def test_weight_seen_outside_the_topic_stands_in_for_an_earlier_segment_once_the_score_leaves():
     seen = P.return_threshold * 10 + 0.01
     f = gate_features({"old": seen, "fresh": 10 - seen}, lambda a: int(a == "old"), {}, NO_CUES)
     assert f.earlier_overlap == pytest.approx(P.return_threshold + 0.001)
-    assert decide(f, P) == "return"
-
-
-def test_a_named_earlier_segment_takes_precedence_over_the_elsewhere_share():
-    f = features(overlap=0.0, new_anchor_ratio=0.0, elsewhere_ratio=1.0, earlier_segment=0, earlier_overlap=0.1)
-    assert decide(f, P) == "continue"
+    assert decide(f, P.with_(switch_model=model(bias=1.0))) == "return"
+    assert decide(f, P.with_(switch_model=model(bias=-1.0))) == "continue"  # the estimate alone moves nothing
 
 
 def test_return_needs_a_margin_over_the_active_topic():
-    p = P.with_(continue_threshold=0.6)  # lets a sizeable overlap reach rule 5
+    p = P.with_(switch_model=model(bias=-1.0))
     barely = features(overlap=0.4, earlier_segment=0, earlier_overlap=0.4 + p.return_margin - 0.01)
     clearly = features(overlap=0.4, earlier_segment=0, earlier_overlap=0.4 + p.return_margin + 0.01)
     assert barely.earlier_overlap >= p.return_threshold
@@ -189,40 +161,54 @@ def test_return_needs_a_margin_over_the_active_topic():
     assert decide(clearly, p) == "return"
 
 
-# -- rule 6: switch ---------------------------------------------------------------------------------
+# -- rule 6: the fitted switch score -----------------------------------------------------------------
 
 
-def test_clear_switch():
+def test_switch_inputs_are_the_named_features():
+    f = features(overlap=0.25, new_anchor_ratio=0.5, new_weight=math.e - 1, earlier_overlap=0.1, cues=REF,
+                 query_weight=math.e ** 2 - 1)
+    x = switch_inputs(f)
+    assert tuple(x) == SWITCH_FEATURES
+    assert x["bias"] == 1.0 and x["overlap"] == 0.25 and x["new_share"] == 0.5 and x["elsewhere"] == 0.1
+    assert x["new_content"] == pytest.approx(1.0) and x["content"] == pytest.approx(2.0)
+    assert x["reference"] == 1.0 and x["asks"] == x["closes"] == x["established"] == 0.0
+
+
+def test_the_score_is_the_sum_of_the_contributions_and_decides_its_sign():
+    f = clear_switch()
+    leaves = switch_contributions(f, model(bias=-1.0, new_share=1.5))
+    assert dict(leaves)["new_share"] == 1.5 and sum(v for _, v in leaves) == pytest.approx(0.5)
+    assert decide(features_with(f, leaves), P) == "switch"
+    stays = switch_contributions(f, model(bias=-1.0, new_share=0.5))
+    assert decide(features_with(f, stays), P) == "continue"
+
+
+def test_without_contributions_decide_scores_with_the_params_model():
+    f = clear_switch()
+    assert f.switch_score is None
+    assert decide(f, P.with_(switch_model=model(bias=0.5))) == "switch"
+    assert decide(f, P.with_(switch_model=model(bias=-0.5))) == "continue"
+
+
+def features_with(f: GateFeatures, contributions) -> GateFeatures:
+    from dataclasses import replace
+
+    return replace(f, contributions=tuple(contributions))
+
+
+def test_the_fitted_defaults_read_the_way_the_signals_point():
+    # The fit chooses the sizes; the directions are what the features mean.
+    w = P.switch_model
+    assert w["overlap"] < 0  # words of the active topic hold it
+    assert w["new_content"] > 0  # new content opens a topic
+    assert w["elsewhere"] > 0  # words of another topic leave this one
+    assert w["asks"] < 0 < w["closes"]  # a reply to a question stays; after "Anything else?" it moves on
+
+
+def test_with_the_defaults_a_clear_switch_switches_and_a_short_follow_up_continues():
     assert decide(clear_switch(), P) == "switch"
-
-
-def test_switch_needs_enough_new_weight():
-    # A short follow-up of all-new words ("what does it cost?") must not switch.
-    assert decide(clear_switch(new_weight=P.switch_min_new_weight - 0.01), P) == "continue"
-    assert decide(clear_switch(new_weight=P.switch_min_new_weight), P) == "switch"
-
-
-def test_switch_needs_a_high_new_anchor_ratio():
-    f = clear_switch(new_anchor_ratio=P.new_anchor_threshold - 0.01, elsewhere_ratio=1 - P.new_anchor_threshold + 0.01)
-    assert decide(f, P) == "continue"
-
-
-def test_switch_needs_low_overlap():
-    p = P.with_(continue_threshold=0.5)
-    f = clear_switch(overlap=p.switch_threshold, new_anchor_ratio=1 - p.switch_threshold)
-    assert decide(f, p) == "continue"
-    g = clear_switch(overlap=p.switch_threshold - 0.01, new_anchor_ratio=1 - p.switch_threshold)
-    assert decide(g, p) == "switch"
-
-
-# -- rule 7: the middle band ------------------------------------------------------------------------
-
-
-def test_middle_band_continues():
-    # Low overlap, but too few new anchors to switch and too little seen elsewhere to return.
-    f = features(overlap=0.05, new_anchor_ratio=P.new_anchor_threshold - 0.05, new_weight=STRONG)
-    assert f.elsewhere_ratio < P.return_threshold
-    assert decide(f, P) == "continue"
+    follow_up = features(overlap=0.5, new_anchor_ratio=0.2, new_weight=1.0, query_weight=4.0)
+    assert decide(follow_up, P) == "continue"
 
 
 @given(
@@ -237,34 +223,12 @@ def test_decide_always_answers_one_of_three(overlap, ratio, new_weight, earlier,
     f = features(overlap, ratio, None, new_weight, segment, earlier, cues)
     decision = decide(f, P)
     assert decision in ("continue", "switch", "return")
+    score = sum(v for _, v in switch_contributions(f, P.switch_model))
     if decision == "switch":
-        assert cues.switch or (new_weight >= P.switch_min_new_weight and ratio >= P.new_anchor_threshold)
-    measured_return = segment is not None and earlier >= max(P.return_threshold, overlap + P.return_margin)
-    if overlap >= P.continue_threshold and not (cues.switch or cues.returning or measured_return):
-        assert decision == "continue"
-
-
-# -- weak switches ----------------------------------------------------------------------------------
-
-
-def test_weak_switch():
-    modest = clear_switch(new_weight=STRONG - 0.01)
-    assert decide(modest, P) == "switch"
-    assert is_weak_switch("switch", modest, P)
-
-
-def test_strong_new_content_is_not_weak():
-    assert not is_weak_switch("switch", clear_switch(new_weight=STRONG), P)
-
-
-def test_a_switch_cue_is_never_weak():
-    f = clear_switch(new_weight=P.switch_min_new_weight, cues=SWITCH)
-    assert not is_weak_switch("switch", f, P)
-
-
-@pytest.mark.parametrize("decision", ["continue", "return"])
-def test_only_switches_can_be_weak(decision):
-    assert not is_weak_switch(decision, clear_switch(new_weight=0.0), P)
+        assert cues.switch or score >= 0
+    if not (cues.switch or cues.returning) and score < 0:
+        measured_return = segment is not None and earlier >= max(P.return_threshold, overlap + P.return_margin)
+        assert decision == ("return" if measured_return else "continue")
 
 
 # -- anchor_weights ---------------------------------------------------------------------------------

@@ -50,11 +50,11 @@ def test_ttl_query_returns_to_the_redis_turns_and_keeps_turn_one_not_three(budge
 
 @pytest.mark.parametrize("budget", [2000, 60])
 def test_asyncio_question_keeps_turn_five_only_from_the_new_topic(budget: int) -> None:
-    # Mostly new content (gather, TaskGroup): the gate calls it a switch, a new question,
-    # but the words it shares with turn 5 ("asyncio") tie it to that topic, which is kept.
+    # Mostly new content (gather, TaskGroup), but the words it shares with turn 5
+    # ("asyncio") hold it in that topic, the active one: it continues there.
     gk = build(5, budget)
     selection = gk.explain("asyncio.gather 和 TaskGroup 有什么区别？")
-    assert selection.decision == "switch"
+    assert selection.decision == "continue" and selection.topic == 4
     assert not {1, 2, 3, 4} & set(selection.turn_ids)
     assert selection.tokens_kept <= budget
     if budget == 2000:

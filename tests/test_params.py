@@ -84,3 +84,26 @@ def test_a_zero_kind_weight_switches_that_kind_off():
     index.add(1, TextAnchors.of(["锁"]), TextAnchors.of([]))
     candidates, _ = score_candidates({"锁": 0.0, "redis": 1.0}, index, {1: 0}, [0], {1: 5}, p)
     assert candidates == {}
+
+
+@pytest.mark.parametrize("name", ["reference_override", "new_angle_factor"])
+def test_a_knob_the_fitted_gate_replaced_still_works_but_warns(name):
+    with pytest.warns(DeprecationWarning, match="switch_model"):
+        params = SelectionParams(**{name: 99.0})
+    assert getattr(params, name) == 99.0
+
+
+def test_the_defaults_raise_no_deprecation_warning(recwarn):
+    SelectionParams()
+    SelectionParams.preset("recall")
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+
+
+@pytest.mark.parametrize("model", [{"bias": 1.0}, {**SelectionParams().switch_model, "extra": 1.0},
+                                   {**SelectionParams().switch_model, "bias": float("nan")},
+                                   {**SelectionParams().switch_model, "bias": True}])
+def test_a_switch_model_must_weigh_exactly_the_named_features(model):
+    from context_gatekeeper.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="switch_model needs a finite weight for each of"):
+        SelectionParams(switch_model=model)

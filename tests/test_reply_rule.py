@@ -175,8 +175,14 @@ def test_a_genuine_question_holds_a_short_reply_that_shares_no_word() -> None:
     assert meaning.gate.replying and meaning.decision == "continue"
     assert 6 in meaning.turn_ids  # the turn that asked
     assert gatekeeper(answer).explain(reply).gate.replying is False  # no embedder: the lexical default, unchanged
-    off = gatekeeper(answer, ConceptEmbedder(), reply_continues=False).explain(reply)
-    assert off.decision == "switch" and off.turn_ids == ()  # the rule switched off: all-new words switch
+    # the rule switched off, the lexical gate still reads the question as an input
+    # (switch_model["asks"]) and a six-turn history as settled ("history"); without
+    # those inputs too, all-new words switch
+    silent = {**SelectionParams().switch_model, "asks": 0.0, "history": 0.0}
+    off = gatekeeper(answer, ConceptEmbedder(), reply_continues=False, switch_model=silent,
+                     semantic_topic_margin=1e9).explain(reply)  # nor the meaning's topic preference
+    assert off.decision == "switch" and off.turn_ids == ()
+    assert gatekeeper(answer).explain(reply).gate.asks  # the lexical gate sees the question as well
 
 
 def test_a_genuine_question_does_not_hold_a_clear_switch() -> None:

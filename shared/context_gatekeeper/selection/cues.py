@@ -1,7 +1,8 @@
 """Discourse cues: words that say how a query relates to the conversation.
 
 * reference cues ("它", "这个", "it", "the above"): the query leans on what came just before;
-* switch cues ("换个话题", "by the way", "另外"): the user announces a new topic;
+* switch cues ("换个话题", "by the way", "另外"): the user announces a new topic, or sets
+  the current one aside ("never mind that", "先不管这个了");
 * return cues ("回到", "back to"): the user goes back to an earlier topic.
 
 Matching is on the normalised (NFKC, case-folded) text; English cues match whole
@@ -58,6 +59,12 @@ SWITCH_CUES: tuple[str, ...] = (
     "change the topic", "another topic", "different question", "anyway", "anyways", "random question",
     "side question", "unrelated question", "totally unrelated", "off topic", "off-topic", "separate question",
     "something else", "also unrelated", "quick unrelated question", "on an unrelated note",
+    # closings: the user sets the current topic aside ("never mind that, ...")
+    "never mind", "nevermind", "never mind that", "nevermind that", "never mind this", "never mind about that",
+    "forget that", "forget about that", "forget it", "let's drop that",
+    "drop that", "enough about that", "leave that aside", "set that aside", "let's leave that",
+    "先不管这个", "不管这个了", "不说这个了", "不聊这个了", "先不说这个", "先不聊这个", "这个先放一放", "先放一放",
+    "先放一边", "先搁一边", "先不提这个",
 )
 RETURN_CUES: tuple[str, ...] = (
     "回到", "再回到", "说回", "再说回", "回头说", "之前说的", "之前提到", "前面说的", "前面提到", "回到刚才",

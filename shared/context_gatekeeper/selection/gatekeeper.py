@@ -29,7 +29,7 @@ from .gate import anchor_weights
 from .history import TurnHistory, turn_texts as _turn_texts
 from .params import SelectionParams
 from .segments import gate_query
-from .semantic.fusion import answer_ending, fuse, keep_semantic, topic_continuity
+from .semantic.fusion import answer_ending, drop_unrelated, fuse, keep_semantic, topic_continuity, topic_preference
 from .semantic.methods import SemanticMethods
 from .records import Evidence, Selection, Turn
 from .selector import (
@@ -320,14 +320,21 @@ class ContextGatekeeper(SemanticMethods):
         weights = anchor_weights(query_anchors, index.df, len(history), p)
         candidates, topic_weight = score_candidates(weights, index, history.positions, labels, history.costs, p)
         semantic = self._semantic  # a probe comes from it: None without it
-        view = None if probe is None or semantic is None else semantic.view(probe[0], p.semantic_min_turns)
+        fallback = probe is not None and probe[1]
+        view = None
+        if probe is not None and semantic is not None and probe[0] is not None:
+            if semantic.mismatched(probe[0]):  # warned once; lexical, as on an outage
+                fallback = True
+            else:
+                view = semantic.view(probe[0], p.semantic_min_turns)
         fuse(candidates, view, history, p)
         for turn_id in exclude:
             candidates.pop(turn_id, None)
         asks, closes = answer_ending(history)  # a question to the user, or an offer of more help
-        decision, weak_switch, features, topic = gate_query(
+        decision, features, topic = gate_query(
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
-            replying=view is not None and asks, closing=closes)
+            replying=view is not None and asks, closing=closes, asks=asks,
+            preference=topic_preference(view, history, p))
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())
@@ -345,7 +352,7 @@ class ContextGatekeeper(SemanticMethods):
         coverable_weight = sum(weights[a] for a in coverable)
         total_weight = sum(weights.values())
         over_budget = kept.budget < 0
-        explicit_switch = decision == "switch" and bool(cues.switch) and not weak_switch
+        explicit_switch = decision == "switch" and bool(cues.switch)
         if over_budget:
             self._overflow(fixed, pinned, budget_total)
         elif not (explicit_switch and not p.keep_on_explicit_switch):
@@ -353,14 +360,15 @@ class ContextGatekeeper(SemanticMethods):
             target = p.coverage_target * coverable_weight
             keep_coverage(pool, weights, topic, labels, p, kept, target, already)
             elliptical = bool(cues.reference) or coverable_weight < p.elliptical_threshold * total_weight
-            if total_weight <= 0 or (elliptical and topic is not None and decision == "continue") or weak_switch:
-                keep_follow_up(topic, p, kept)
+            if total_weight <= 0 or (elliptical and topic is not None and decision == "continue"):
+                keep_follow_up(topic, p, kept)  # a switch keeps nothing by reference to the topic it left
             if topic is not None:
                 keep_topic(pool, topic, decision == "return", p, kept)
             if view is not None:
                 keep_semantic(pool, topic, p, kept)
             keep_fill(pool, weights, p, kept)
             keep_neighbours(pool, candidates, p, kept)
+            drop_unrelated(view, history, p, kept)
 
         for turn_id in exclude:
             kept.reasons.pop(turn_id, None)
@@ -372,7 +380,7 @@ class ContextGatekeeper(SemanticMethods):
             query=query,
             turn_ids=turn_ids,
             decision=decision,
-            weak_switch=weak_switch,
+            weak_switch=False,
             gate=features,
             active_segment=history.topic_ids(active),
             matched_segment=history.topic_ids(topic) if decision == "return" else (),
@@ -385,7 +393,7 @@ class ContextGatekeeper(SemanticMethods):
             summary=self._summary,
             pinned_turn_ids=tuple(pinned),
             topic=topic,
-            semantic_fallback=probe is not None and probe[1],
+            semantic_fallback=fallback,
         )
 
     def _overflow(self, fixed: int, pinned: list[int], budget_total: int) -> None:

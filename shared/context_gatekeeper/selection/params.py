@@ -11,14 +11,36 @@ repository) and on the hand-labelled mixed-topic set ``benchmarks/data/interleav
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+import math
+import warnings
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from ..errors import InvalidInputError
 from .anchors import AnchorKind
 from .scoring import IDF_FORMULAS
 
-__all__ = ["SelectionParams"]
+__all__ = ["SelectionParams", "SWITCH_FEATURES", "DEPRECATED_PARAMS"]
+
+SWITCH_FEATURES: tuple[str, ...] = (
+    "bias", "overlap", "new_share", "new_content", "new_content_cjk", "content", "elsewhere", "reference",
+    "asks", "closes", "established", "history",
+)
+"""The inputs of the gate's fitted switch score, in order (:func:`gate.switch_inputs` says
+how each is measured; :attr:`SelectionParams.switch_model` holds their weights)."""
+
+DEPRECATED_PARAMS: dict[str, str] = {
+    "reference_override": "a pronoun reference is an input of the fitted switch score (switch_model['reference'])",
+    "new_angle_factor": "the fitted switch score decides whether new content opens a topic (switch_model)",
+}
+"""Fields that no longer change selection, and what replaced them: passing one warns."""
+
+FITTED_SWITCH_MODEL: dict[str, float] = {
+    "bias": -3.368, "overlap": -7.379, "new_share": -0.672, "new_content": 1.911, "new_content_cjk": 1.333,
+    "content": 0.491, "elsewhere": 6.06, "reference": -0.086, "asks": -2.857, "closes": 1.445, "established": -1.457,
+    "history": -1.065,
+}
+"""The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +66,14 @@ class SelectionParams:
     characters), so a Chinese message carries several times the anchors of an English
     one of the same meaning; CJK anchors weigh less each to put the two on one scale
     (values tuned on CrossWOZ and the mixed-language scenarios)."""
+
+    evidence_max_commonness: float = 0.9
+    """A query word a turn of *another* topic shares (than the one the query continues or
+    returns to) is evidence that the query needs that turn only when it is less common in
+    the language than this (:func:`word_prior.anchor_commonness`: "一般", "不能", "problem"
+    or "usually" are not; IDF over one chat cannot tell a word rare in this chat from one
+    distinctive in the language).  Within the query's topic any shared word counts; every
+    word still counts towards the gate and the candidate score."""
 
     # -- BM25 -------------------------------------------------------------------------
     k1: float = 1.2
@@ -72,7 +102,10 @@ class SelectionParams:
     """A new turn (its answer included) joins the recent topic that holds at least this
     share of its anchor weight, the most of any (see :func:`segments.next_label`).
     Measured on the interleaved development set: a turn's own topic holds a median 0.12
-    of its weight (10th percentile 0.044), another topic a median 0.011 (90th 0.036)."""
+    of its weight (10th percentile 0.044), another topic a median 0.011 (90th 0.036).
+    A join score fitted on the per-turn topic labels of the tuning half put fewer turn
+    pairs together correctly than this threshold (0.885 against 0.908, interleaved A),
+    so the threshold stays."""
     affinity_margin: float = 0.02
     """The active topic wins over another recent topic unless that one's affinity is
     higher by more than this (a conversation more often continues than jumps)."""
@@ -104,8 +137,15 @@ class SelectionParams:
     switch_min_new_weight: float = 3.0
     """New content (IDF units of unseen anchors) a query needs to switch topic."""
     reference_override: float = 5.0
-    """A reference cue forces continue unless new content exceeds this many times
-    ``switch_min_new_weight`` (the report: a reference cue always forces continue)."""
+    """Deprecated, no effect: a pronoun reference is an input of the fitted switch score
+    (``switch_model["reference"]``)."""
+    switch_model: dict[str, float] = field(default_factory=lambda: dict(FITTED_SWITCH_MODEL))
+    """Weights of the gate's switch score, one per input of :data:`SWITCH_FEATURES`: a
+    logistic model whose log-odds ``sum(weight * input)`` says whether a query without an
+    explicit cue leaves the active topic (positive: it does).  The defaults are fitted by
+    ``benchmarks/fit_gate.py`` on the tuning half of the development sets, instead of
+    hand-set thresholds on overlap and new content; ``explain()`` shows each input's
+    contribution (:attr:`GateFeatures.contributions`)."""
 
     cue_hold_overlap: float = 0.3
     """A switch cue whose words are the active topic's -- at least this overlap, and
@@ -145,12 +185,8 @@ class SelectionParams:
     """A switch without a switch cue and with new content below this many times
     ``switch_min_new_weight`` is weak: selection treats it like an elliptical continue."""
     new_angle_factor: float = 2.0
-    """A weak switch reads as a new angle on the active topic (and keeps its follow-up
-    turns) when that topic is established -- two turns or more, no other topic in play
-    in the last ``topic_lookback`` turns -- or, failing that, when its new content stays
-    below this many times ``switch_min_new_weight`` (a word or two: "if you had to pick
-    one for us?").  In an interleaved chat, a message bringing more that shares nothing
-    with any topic is not assumed to continue the last one."""
+    """Deprecated, no effect: the fitted switch score (``switch_model``) decides whether a
+    message's new content opens a topic or is a new angle on the active one."""
     keep_topic_opener: bool = True
     """On an elliptical continue, also keep the turn that opened the active segment."""
     keep_newest_angle: bool = True
@@ -216,6 +252,23 @@ class SelectionParams:
     """Gate: a query returns to an earlier recent topic when its similarity there clears
     ``semantic_floor`` and beats the active topic's by this many standard deviations
     (and its words do not continue the active topic)."""
+    semantic_topic_margin: float = 0.4
+    """Gate: the query goes to the recent topic its meaning prefers (continues it, or
+    returns to it) when that topic leads the runner-up by at least this much, in units of
+    the spread of the recent turns' similarities to one another
+    (:func:`semantic.topic_preference`), unless a cue decides or some topic holds
+    ``off_topic_share`` of its words.  Chosen on the tuning half of the hand-labelled
+    sets with multilingual-e5-small: 0.4 sent 74% of the queries without a cue whose
+    topic the history holds to it, 5% elsewhere, and 1 query in 19 on a new topic."""
+    semantic_topic_floor: float = 0.7
+    """...and only when the query's best similarity to a recent turn lies less than this
+    many spreads below the recent turns' mean similarity to one another (a query on a new
+    topic is far from all of them: on the tuning half, 9 in 10 such queries lay more than
+    0.76 spreads below, 9 in 10 queries whose topic the history holds above -0.49)."""
+    semantic_drop: float = 1.5
+    """With an embedder, a turn kept on words alone whose similarity to the query lies this
+    many spreads below the best kept turn's is let go (:func:`semantic.drop_unrelated`;
+    0 = never)."""
     semantic_gate: bool = True
     """Let semantic continuity inform continue / switch / return (False: scoring only)."""
     reply_continues: bool = True
@@ -243,6 +296,21 @@ class SelectionParams:
     """Anchors to ignore in addition to the built-in stopword lists."""
 
     def __post_init__(self) -> None:
+        for name, replacement in DEPRECATED_PARAMS.items():
+            if getattr(self, name) != _DEFAULTS.get(name, getattr(self, name)):
+                warnings.warn(
+                    f"SelectionParams.{name} no longer changes selection: {replacement}", DeprecationWarning,
+                    stacklevel=3,
+                )
+        for name, names in (("switch_model", SWITCH_FEATURES),):
+            model = getattr(self, name)
+            if not isinstance(model, dict) or set(model) != set(names) or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in model.values()
+            ):
+                raise InvalidInputError(
+                    f"SelectionParams.{name} needs a finite weight for each of {list(names)}, got {model!r}; "
+                    f"start from SelectionParams().{name} and change single weights"
+                )
         if self.idf not in IDF_FORMULAS:
             raise InvalidInputError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
         for f in fields(self):
@@ -282,6 +350,7 @@ class SelectionParams:
             "fill_ratio": 0.0,
             "topic_turns": 0,
             "return_turns": 0,
+            "semantic_drop": 0.0,
         },
     }
     """Named settings (field overrides of the defaults):
@@ -294,8 +363,9 @@ class SelectionParams:
       (LoCoMo-style "when did Maria last visit her sister?"), where the evidence is
       scattered over many topics and missing it costs more than an extra turn: any
       distinctive match counts across topics, an announced switch still retrieves,
-      the budget goes to matches rather than to a topic's latest turns, and leftover
-      budget is filled with further matches (``Evidence.fill``)."""
+      the budget goes to matches rather than to a topic's latest turns, leftover
+      budget is filled with further matches (``Evidence.fill``), and with an embedder a
+      match is not let go for its meaning (``semantic_drop`` 0)."""
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> "SelectionParams":
@@ -307,3 +377,6 @@ class SelectionParams:
         if name not in cls.PRESETS:
             raise InvalidInputError(f"unknown preset {name!r}; choose one of {sorted(cls.PRESETS)}")
         return cls(**{**cls.PRESETS[name], **changes})
+
+
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SelectionParams) if f.default is not MISSING}

@@ -154,7 +154,8 @@ class Selection:
             :meth:`ContextGatekeeper.topics`): the active one on a continue, the one
             returned to on a return, and on a switch the active one when the query's
             words still tie it there (a new question on known ground), else None.
-        semantic_fallback: an embedder is set but failed or timed out for this call,
+        semantic_fallback: an embedder is set but failed or timed out for this call, or
+            gave the query a vector of another dimension than the turns' (warned once),
             so selection was lexical (turns not yet embedded are always scored lexically).
     """
 

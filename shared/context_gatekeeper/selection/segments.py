@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
 from .gate import (
-    Decision, GateFeatures, anchor_weights, answers_assistant, decide, gate_features, is_weak_switch, refer,
-    semantic_decide,
+    Decision, GateFeatures, anchor_weights, answers_assistant, decide, gate_features, refer, semantic_decide,
+    switch_contributions,
 )
 from .params import SelectionParams
 
@@ -119,6 +119,38 @@ def previous_topic(labels: Sequence[int], end: int) -> int | None:
     return next((labels[pos] for pos in range(end - 2, -1, -1) if labels[pos] != active), None)
 
 
+@dataclass(frozen=True)
+class _TurnGate:
+    """The gate's view of one turn during segmentation."""
+
+    weights: dict[str, float]
+    profiles: dict[int, dict[str, float]]
+    features: GateFeatures
+    decision: Decision
+    returns_to: int | None
+    """The topic a return goes to (None: not a return, or nowhere to go)."""
+    announced: bool
+    """A switch the user announced: no recent topic is offered."""
+
+
+def _gate_turn(
+    labels: Sequence[int], turns: Sequence[SegmentInput], position: int, df: Callable[[str], int], params: SelectionParams
+) -> _TurnGate:
+    turn = turns[position]
+    weights = anchor_weights(turn.user, df, position, params)
+    profiles = topic_profiles(labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay)
+    active = labels[position - 1]
+    earlier = best_other_topic(profiles, active, weights)
+    features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
+    features = replace(features, established=len(profiles) == 1 and position >= 2, history_turns=position)
+    features = replace(features, contributions=switch_contributions(features, params.switch_model))
+    decision = decide(features, params)
+    target = None
+    if decision == "return":
+        target = features.earlier_segment if features.earlier_overlap > 0 else previous_topic(labels, position)
+    return _TurnGate(weights, profiles, features, decision, target, decision == "switch" and bool(turn.cues.switch))
+
+
 def next_label(
     labels: Sequence[int],
     turns: Sequence[SegmentInput],
@@ -139,41 +171,32 @@ def next_label(
     ``affinity_margin`` -- unless its user message announces a switch.  An answered
     exchange that no recent topic holds opens a new topic, unless its user message
     points back ("it", "这个").  Otherwise the gate decides on the user message:
-    continue (or a weak switch) keeps the label of the turn before, and a switch opens
-    a new topic labelled ``position`` itself.
+    continue keeps the label of the turn before, and a switch opens a new topic
+    labelled ``position`` itself.
 
     ``df`` must count documents among the turns before ``position`` only.
     """
     if position == 0:
         return 0, 0.0
     turn = turns[position]
-    weights = anchor_weights(turn.user, df, position, params)
-    profiles = topic_profiles(
-        labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay
-    )
-    active = labels[position - 1]
-    earlier = best_other_topic(profiles, active, weights)
-    features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
-    decision = decide(features, params)
-    if decision == "return":
-        target = features.earlier_segment if features.earlier_overlap > 0 else previous_topic(labels, position)
-        if target is not None:
-            return target, features.new_weight
-    announced = decision == "switch" and bool(turn.cues.switch)
-    if not announced:
+    gated = _gate_turn(labels, turns, position, df, params)
+    features, active = gated.features, labels[position - 1]
+    if gated.returns_to is not None:
+        return gated.returns_to, features.new_weight
+    if not gated.announced:
         whole = {a: w for a, w in anchor_weights(turn.anchors, df, position, params).items()
                  if anchor_kind(a) != AnchorKind.EXACT}
-        for anchor in whole.keys() & weights.keys():  # the user's own words count twice
-            whole[anchor] += weights[anchor]
+        for anchor in whole.keys() & gated.weights.keys():  # the user's own words count twice
+            whole[anchor] += gated.weights[anchor]
         total = sum(whole.values())
-        scores = {label: affinity(whole, profile, total) for label, profile in profiles.items()}
+        scores = {label: affinity(whole, profile, total) for label, profile in gated.profiles.items()}
         scores[active] = scores.get(active, 0.0) + params.affinity_margin
         label, score = max(scores.items(), key=lambda item: (item[1], item[0] == active))
         if score >= params.topic_affinity + (params.affinity_margin if label == active else 0.0):
             return label, features.new_weight
         if turn.answered and features.query_weight > 0 and not turn.cues.points_back:
             return position, features.new_weight  # a whole exchange no recent topic holds
-    if decision == "continue" or is_weak_switch(decision, features, params):
+    if gated.decision == "continue":
         return active, features.new_weight
     return position, features.new_weight
 
@@ -203,8 +226,10 @@ def gate_query(
     semantic: Mapping[int, float] | None = None,
     replying: bool = False,
     closing: bool = False,
-) -> tuple[Decision, bool, GateFeatures, int | None]:
-    """The gate at query time: ``(decision, weak switch, features, chosen topic)``.
+    asks: bool = False,
+    preference: tuple[int, float] | None = None,
+) -> tuple[Decision, GateFeatures, int | None]:
+    """The gate at query time: ``(decision, features, chosen topic)``.
 
     ``topic_weight`` is, per topic label, the query weight its turns hold
     (:func:`selector.score_candidates`).  The active topic is the last turn's, measured
@@ -215,13 +240,16 @@ def gate_query(
     decision through :func:`gate.semantic_decide`; ``replying`` (with an embedder) says the
     latest answer ended with a genuine question to the user, and a reply to it continues
     the active topic (:func:`gate.answers_assistant`) unless its words or meaning clearly
-    switch.  ``closing`` (no embedder needed) says the latest answer ended with a courtesy
-    question ("Anything else?"): then a switch sharing no word with the active topic and
-    bringing more than a word or two of new content is a new topic, not a new angle on it.
+    switch.  ``asks`` and ``closing`` say the latest answer ended with a genuine or a
+    courtesy question ("Anything else?"), inputs of the fitted switch score.
+    ``preference`` (with an embedder) is the recent topic the query's meaning prefers and
+    its lead (:func:`semantic.topic_preference`): at ``semantic_topic_margin`` or more, and
+    with no cue and no topic holding ``off_topic_share`` of the query's words, the query
+    goes there -- continues it, or returns to it -- whatever its words' switch score.
     """
     p = params
     if not labels:
-        return "switch", False, gate_features(weights, df, {}, cues, None), None
+        return "switch", gate_features(weights, df, {}, cues, None), None
     active = labels[-1]
     profiles = topic_profiles(labels, turns, len(labels), p.topic_lookback, p.topic_window, p.topic_decay)
     total = sum(weights.values()) or 1.0
@@ -232,6 +260,9 @@ def gate_query(
         others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
     features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
+    features = replace(features, asks=asks, closes=closing, established=len(profiles) == 1 and len(labels) >= 2,
+                       history_turns=len(labels))
+    features = replace(features, contributions=switch_contributions(features, p.switch_model))
     decision = decide(features, p)
     if semantic and active in semantic:
         other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),
@@ -241,19 +272,19 @@ def gate_query(
     if replying:
         features = replace(features, replying=True)
         if answers_assistant(features, p):  # measured with the meaning too: a clear switch still wins
-            return "continue", False, features, active
+            return "continue", features, active
+    if preference is not None and p.semantic_gate and not (cues.switch or cues.returning):
+        label, margin = preference
+        features = replace(features, semantic_topic=label, semantic_margin=margin)
+        words_hold = max(shares.values(), default=0.0) >= p.off_topic_share  # distinctive words still win
+        if margin >= p.semantic_topic_margin and not words_hold:
+            return ("continue" if label == active else "return"), features, label
     if features.semantic_active is not None:
         decision, semantic_topic = semantic_decide(decision, features, p)
         lexical = max(others.items(), key=lambda item: item[1], default=(None, 0.0))
         if semantic_topic is not None and (lexical[0] is None or shares.get(lexical[0], 0.0) < p.topic_match_share):
-            return "return", False, features, semantic_topic
-    weak_switch = is_weak_switch(decision, features, p)
-    in_doubt = len(profiles) > 1 or len(labels) < 2  # other topics in play, or no topic established
-    unrelated = closing and features.overlap == 0  # the assistant offered more help; nothing shared
-    if weak_switch and (in_doubt or unrelated) and features.new_weight >= p.new_angle_factor * p.switch_min_new_weight:
-        # then only a message adding a word or two reads as a new angle on the active topic
-        weak_switch = False
-    decision, topic = refer(decision, weak_switch, features, shares, active, p, previous_topic(labels, len(labels)))
+            return "return", features, semantic_topic
+    decision, topic = refer(decision, features, shares, active, p, previous_topic(labels, len(labels)))
     if decision == "return" and semantic and p.semantic_gate and topic is not None and topic != active:
         # a return on a few shared words (no cue) to a topic the query's meaning does not
         # match: the topic the meaning clearly matches wins (the active one: continue)
@@ -261,5 +292,5 @@ def gate_query(
         label, z = max(semantic.items(), key=lambda item: (item[1], item[0] == active))
         floor = p.semantic_continue_z if label == active else p.semantic_floor
         if weak_words and label != topic and z >= max(floor, semantic.get(topic, float("-inf")) + p.semantic_return_margin):
-            return ("continue" if label == active else "return"), False, features, label
-    return decision, weak_switch and decision == "switch", features, topic
+            return ("continue" if label == active else "return"), features, label
+    return decision, features, topic

@@ -24,6 +24,7 @@ from .history import TurnHistory
 from .params import SelectionParams
 from .scoring import bm25_saturation, coverage_gain, recency_prior
 from .records import Evidence, TurnScore
+from .word_prior import anchor_commonness
 
 __all__ = [
     "Candidate",
@@ -32,6 +33,7 @@ __all__ = [
     "greedy_cover",
     "distinctive",
     "match_share",
+    "share_of",
     "keep_coverage",
     "keep_topic",
     "keep_follow_up",
@@ -53,6 +55,7 @@ class Candidate:
     exact: float = 0.0
     recency: float = 0.0
     covered: list[str] = field(default_factory=list)
+    telling: list[str] = field(default_factory=list)
     semantic: float = 0.0
     similarity: float | None = None
     z: float | None = None
@@ -85,6 +88,7 @@ def score_candidates(
     exact_scale = params.exact_weight / total
     turns = index.turns
     last = len(labels) - 1
+    max_common = params.evidence_max_commonness
     candidates: dict[int, Candidate] = {}
     topic_weight: dict[int, float] = {}
     for anchor, weight in weights.items():
@@ -93,6 +97,7 @@ def score_candidates(
         if not bucket or kind_weight <= 0 or weight / kind_weight < params.min_anchor_idf:
             continue
         is_exact = anchor_kind(anchor) == AnchorKind.EXACT
+        telling = anchor_kind(anchor) != AnchorKind.CJK_CHAR and anchor_commonness(anchor) < max_common
         segments_hit: set[int] = set()
         for turn_id, (tf_user, tf_assistant) in bucket.items():
             candidate = candidates.get(turn_id)
@@ -109,6 +114,8 @@ def score_candidates(
             if is_exact:
                 candidate.exact += weight * exact_scale
             candidate.covered.append(anchor)
+            if telling:
+                candidate.telling.append(anchor)
             segments_hit.add(labels[candidate.position])
         if anchor_kind(anchor) != AnchorKind.CJK_CHAR:  # a lone character does not tie a query to a topic
             for label in segments_hit:
@@ -173,6 +180,12 @@ class Kept:
     reasons: dict[int, str] = field(default_factory=dict)
     evidence: dict[int, Evidence] = field(default_factory=dict)
 
+    def drop(self, turn_id: int) -> None:
+        """Let a kept turn go again (its tokens return to the budget)."""
+        if self.reasons.pop(turn_id, None) is not None:
+            self.evidence.pop(turn_id, None)
+            self.budget += self.history.costs[turn_id]
+
     def keep(self, turn_id: int, reason: str, evidence: Evidence) -> bool:
         """Keep a turn if it fits (a turn kept already gains the new evidence)."""
         if turn_id in self.reasons:
@@ -188,15 +201,23 @@ class Kept:
 
 
 def distinctive(candidate: Candidate) -> tuple[str, ...]:
-    """The query anchors a candidate holds that can stand as evidence: not a lone CJK
-    character (stopwords and cue words never became anchors)."""
+    """The query anchors a candidate holds that can stand as evidence within the topic the
+    query refers to: not a lone CJK character (stopwords and cue words never became anchors)."""
     return tuple(a for a in candidate.covered if anchor_kind(a) != AnchorKind.CJK_CHAR)
 
 
 def match_share(candidate: Candidate, weights: Mapping[str, float]) -> float:
-    """Share of the query's weight in the distinctive anchors a candidate holds."""
+    """Share of the query's weight in the anchors a candidate holds that are evidence across
+    topics: distinctive (:func:`distinctive`) and less common in the language than
+    ``evidence_max_commonness`` ("一般", "不能" or "usually" tie no turn of another topic
+    to the query, however rare they are in this chat)."""
+    return share_of(candidate.telling, weights)
+
+
+def share_of(anchors: Sequence[str], weights: Mapping[str, float]) -> float:
+    """Share of the query's weight in these anchors (each counted once)."""
     total = sum(weights.values())
-    return sum(weights[a] for a in distinctive(candidate)) / total if total > 0 else 0.0
+    return sum(weights[a] for a in set(anchors)) / total if total > 0 else 0.0
 
 
 def keep_coverage(
@@ -211,17 +232,19 @@ def keep_coverage(
 ) -> None:
     """Greedy minimum coverage over the candidates with evidence: those of ``topic``
     (the topic the query continues or returns to) holding any distinctive anchor, and
-    those of other topics holding at least ``off_topic_share`` of the query's weight."""
+    those of other topics holding at least ``off_topic_share`` of the query's weight in
+    words distinctive in the language (:func:`match_share`; at least one such word)."""
     evidence = [
         c
         for c in pool
         if distinctive(c)
-        and (labels[c.position] == topic or match_share(c, weights) >= params.off_topic_share)
+        and (labels[c.position] == topic or (c.telling and match_share(c, weights) >= params.off_topic_share))
     ]
     chosen, _ = greedy_cover(evidence, weights, target, kept.budget, params.cost_exponent, covered=covered)
     for candidate in chosen:
         on_topic = labels[candidate.position] == topic
-        kept.keep(candidate.turn_id, "coverage", Evidence(distinctive(candidate), topic if on_topic else None))
+        shared = distinctive(candidate) if on_topic else tuple(candidate.telling)
+        kept.keep(candidate.turn_id, "coverage", Evidence(shared, topic if on_topic else None))
 
 
 def keep_topic(
@@ -292,7 +315,7 @@ def keep_fill(pool: Sequence[Candidate], weights: Mapping[str, float], params: S
     for candidate in pool:
         if candidate.total < floor:
             break
-        if distinctive(candidate) and match_share(candidate, weights) >= params.fill_min_share:
+        if distinctive(candidate) and share_of(distinctive(candidate), weights) >= params.fill_min_share:
             kept.keep(candidate.turn_id, "fill", Evidence(distinctive(candidate), fill=True))
         elif candidate.z is not None and candidate.z >= params.semantic_floor:
             kept.keep(candidate.turn_id, "fill", Evidence(fill=True, semantic=True))
