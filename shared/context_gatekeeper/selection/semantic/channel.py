@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,6 +31,8 @@ from .embedding import DictVectorCache, Embedder, EmbeddingError, Vector, as_emb
 from ..history import TurnHistory
 from .fusion import QueryView, numpy
 from .turn_vectors import TurnVectors
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["TurnVectors", "SemanticChannel"]
 
@@ -97,6 +100,7 @@ class SemanticChannel:
         self.embedded = 0  # turns the embedder embedded for this channel, all told
         self._history: TurnHistory | None = None
         self._lock: Any = None
+        self._mismatches: set[tuple[int, int]] = set()  # (query, turn) dimensions already warned about
         self._queued: concurrent.futures.Future | None = None
         self._last_query: tuple[str, Vector] | None = None
 
@@ -376,6 +380,23 @@ class SemanticChannel:
 
     def view(self, vector: Vector | None, min_turns: int) -> QueryView | None:
         return None if vector is None else self.vectors.view(vector, min_turns)
+
+    def mismatched(self, vector: Vector) -> bool:
+        """Whether the query's vector has another dimension than the turns' (the embedder
+        answers queries with another model than it embedded the turns with): selection
+        then falls back to lexical, and one warning per pair of dimensions is logged."""
+        dim = self.vectors.dim
+        query_dim = len(vector)
+        if dim is None or query_dim == dim:
+            return False
+        if (query_dim, dim) not in self._mismatches:
+            self._mismatches.add((query_dim, dim))
+            logger.warning(
+                "embedder %r gave the query a %d-dimensional vector but the turns %d-dimensional ones; "
+                "selection is lexical (Selection.semantic_fallback) until they agree: embed queries and "
+                "documents with one model", self.embedder.name, query_dim, dim,
+            )
+        return True
 
 
 def _on_loop() -> bool:

@@ -33,6 +33,9 @@ __all__ = [
     "fuse",
     "keep_semantic",
     "topic_continuity",
+    "topic_preference",
+    "similarity_spread",
+    "drop_unrelated",
     "last_answer",
     "answer_ending",
 ]
@@ -88,12 +91,15 @@ class QueryView:
         sims: cosine similarity per row (numpy array).
         z: the calibrated similarity per row, or ``None`` when too few turns are
             embedded to calibrate (``semantic_min_turns``).
+        vectors: the turns' unit vectors, one row each (numpy array; ``None`` when
+            not given), for the similarities of turns to one another.
     """
 
     ids: Sequence[int]
     rows: Mapping[int, int]
     sims: Any
     z: Any
+    vectors: Any = None
 
     def of(self, turn_id: int) -> tuple[float, float | None] | None:
         """``(similarity, z-score or None)`` of a turn, ``None`` when it is not embedded."""
@@ -165,6 +171,78 @@ def keep_semantic(pool: Sequence[Candidate], topic: int | None, params: Selectio
                 kept.keep(candidate.turn_id, "semantic", evidence)
             elif added < params.semantic_max_keep:
                 added += kept.keep(candidate.turn_id, "semantic", evidence)
+
+
+def topic_preference(view: QueryView | None, history: TurnHistory, params: SelectionParams) -> tuple[int, float] | None:
+    """The recent topic the query's meaning prefers, and by how much: ``(label, margin)``.
+
+    Each topic seen in the last ``topic_lookback`` turns scores the query's highest
+    similarity to one of its turns there; the margin is the best topic's lead over the
+    runner-up, in units of the spread (standard deviation) of those turns' similarities
+    to *one another*.  A query whose best similarity lies more than
+    ``semantic_topic_floor`` spreads below those turns' mean similarity to one another is
+    about nothing they hold (a new topic): no preference.  That yardstick comes from the same model and the same chat, so it
+    holds for an embedder that compresses similarities (multilingual-e5: 0.75 to 0.9) as
+    for one that spreads them; a z-score over the query's own similarities does not (a
+    query on a new topic is about equally far from every turn, so small differences look
+    large).  ``None`` with fewer than two recent topics, three embedded recent turns, or
+    without the turns' vectors."""
+    if view is None or view.vectors is None:
+        return None
+    labels, order = history.labels, history.order
+    recent = [
+        (labels[pos], row)
+        for pos in range(max(0, len(order) - params.topic_lookback), len(order))
+        if (row := view.rows.get(order[pos])) is not None
+    ]
+    best: dict[int, float] = {}
+    for label, row in recent:
+        best[label] = max(best.get(label, -2.0), float(view.sims[row]))
+    yardstick = similarity_spread(view, [row for _, row in recent])
+    if len(best) < 2 or yardstick is None:
+        return None
+    mean, spread = yardstick
+    (label, first), (_, second) = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:2]
+    if (first - mean) / spread < -params.semantic_topic_floor:
+        return None
+    return label, (first - second) / spread
+
+
+def similarity_spread(view: QueryView, rows: Sequence[int]) -> tuple[float, float] | None:
+    """The mean and standard deviation of the similarities of these turns (rows of
+    ``view``) to one another: the yardstick of "how alike" for this model in this chat
+    (``None`` below three turns or without vectors)."""
+    if view.vectors is None or len(rows) < 3:
+        return None
+    np = numpy()
+    pairs = view.vectors[list(rows)] @ view.vectors[list(rows)].T
+    upper = pairs[np.triu_indices(len(rows), 1)]
+    return float(upper.mean()), max(float(upper.std()), 1e-6)
+
+
+def drop_unrelated(view: QueryView | None, history: TurnHistory, params: SelectionParams, kept: Kept) -> None:
+    """Meaning as counter-evidence: a turn kept on words alone whose similarity to the
+    query lies ``semantic_drop`` or more spreads (:func:`similarity_spread` of the recent
+    turns) below the best kept turn's is let go (a shared word across two topics the
+    segmentation could not tell apart: "pool" of connections and of swimming).  Pinned
+    turns and turns kept on meaning stay."""
+    if view is None or params.semantic_drop <= 0 or len(kept.reasons) < 2:
+        return
+    order = history.order
+    recent = [row for pos in range(max(0, len(order) - params.topic_lookback), len(order))
+              if (row := view.rows.get(order[pos])) is not None]
+    yardstick = similarity_spread(view, recent)
+    sims = {t: float(view.sims[view.rows[t]]) for t in kept.reasons if t in view.rows}
+    if yardstick is None or len(sims) < 2:
+        return
+    spread = yardstick[1]
+    best = max(sims.values())
+    for turn_id, sim in sims.items():
+        evidence = kept.evidence.get(turn_id)
+        if evidence is not None and (evidence.pinned or evidence.semantic):
+            continue
+        if (best - sim) / spread >= params.semantic_drop:
+            kept.drop(turn_id)
 
 
 def topic_continuity(view: QueryView | None, history: TurnHistory, params: SelectionParams) -> dict[int, float] | None:

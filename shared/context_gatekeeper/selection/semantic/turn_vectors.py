@@ -76,5 +76,7 @@ class TurnVectors:
         q = unit_rows(query)[0]
         if q.shape[0] != self._matrix.shape[1]:
             return None
-        sims = self._matrix[: len(self.ids)] @ q
-        return QueryView(self.ids, self.rows, sims, zscores(sims) if len(self.ids) >= max(2, min_turns) else None)
+        vectors = self._matrix[: len(self.ids)]
+        sims = vectors @ q
+        z = zscores(sims) if len(self.ids) >= max(2, min_turns) else None
+        return QueryView(self.ids, self.rows, sims, z, vectors)
