@@ -165,11 +165,13 @@ def test_return_needs_a_margin_over_the_active_topic():
 
 
 def test_switch_inputs_are_the_named_features():
-    f = features(overlap=0.25, new_anchor_ratio=0.5, new_weight=math.e - 1, earlier_overlap=0.1, cues=REF,
-                 query_weight=math.e ** 2 - 1)
+    f = features(overlap=0.25, new_anchor_ratio=0.5, new_weight=math.e - 1, earlier_segment=2, earlier_overlap=0.1,
+                 cues=REF, query_weight=math.e ** 2 - 1)
     x = switch_inputs(f)
     assert tuple(x) == SWITCH_FEATURES
     assert x["bias"] == 1.0 and x["overlap"] == 0.25 and x["new_share"] == 0.5 and x["elsewhere"] == 0.1
+    # only a measured other topic counts: the estimate also holds the active topic's faded turns
+    assert switch_inputs(features(earlier_segment=None, earlier_overlap=0.1))["elsewhere"] == 0.0
     assert x["new_content"] == pytest.approx(1.0) and x["content"] == pytest.approx(2.0)
     assert x["reference"] == 1.0 and x["asks"] == x["closes"] == x["established"] == 0.0
 

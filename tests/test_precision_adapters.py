@@ -168,3 +168,47 @@ def test_agent_keeps_interleaved_topics_apart() -> None:
         asyncio.run(agent.ainvoke({"messages": [HumanMessage(question)]}, config))
         received = "\n".join(m.text for m in model.received[-1])
         assert_only_its_topic(question, INTERLEAVED[:k], received)
+
+
+REPLICATION = [
+    ("How does PostgreSQL streaming replication work?",
+     "The primary ships its WAL records to each standby over a replication connection and the standby replays "
+     "them, so it trails the primary by a small replication lag."),
+    ("What about its lag?",
+     "Watch replay_lag in pg_stat_replication on the primary; with asynchronous replication it is usually "
+     "milliseconds, and synchronous replication trades it for commit latency."),
+    ("Is synchronous mode worth it for that setup?",
+     "Only if losing the last transactions on a failover is unacceptable: synchronous_commit makes every commit "
+     "wait for a standby, so a slow standby slows the primary."),
+    ("Can a standby take over if the primary dies?",
+     "Yes: promote it with pg_ctl promote or pg_promote(), then point the clients and the other standbys at it."),
+]
+SOURDOUGH = [
+    ("How do I keep a sourdough starter alive?",
+     "Feed it equal weights of flour and water once a day at room temperature, or once a week from the fridge."),
+    ("Should I use whole wheat flour for it?",
+     "A spoonful of whole wheat or rye in each feeding makes the starter livelier; plain white flour works too."),
+    ("How long until the bread tastes sour?",
+     "A longer, cooler proof makes the loaf more sour: shape it in the evening and bake it from the fridge next morning."),
+    ("And how do I store it over a holiday?",
+     "Feed the starter, let it rise an hour, then keep it in the fridge; it survives two weeks without a feeding."),
+]
+ABAB = [turn for pair in zip(REPLICATION, SOURDOUGH) for turn in pair]
+"""Replication, sourdough, replication, ...: eight turns, pronoun follow-ups in both topics."""
+REPLICATION_WORDS = ("WAL", "standby", "replay_lag", "synchronous_commit", "promote")
+SOURDOUGH_WORDS = ("flour", "starter", "loaf", "rye", "proof")
+
+
+def test_an_agent_alternating_two_topics_with_pronoun_follow_ups_sends_at_most_one_call_the_other_topic() -> None:
+    model = scripted([AIMessage(a) for _, a in ABAB])
+    agent = create_agent(model, [export_job_duration], checkpointer=InMemorySaver(),
+                         middleware=[GatekeeperMiddleware(token_budget=2000)])
+    config: dict[str, Any] = {"configurable": {"thread_id": "abab"}}
+    polluted = []
+    for k, (question, _) in enumerate(ABAB):
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage(question)]}, config))
+        received = "\n".join(m.text for m in model.received[-1]).replace(question, "")
+        other = SOURDOUGH_WORDS if (question, ABAB[k][1]) in REPLICATION else REPLICATION_WORDS
+        if any(w in received for w in other):
+            polluted.append(question)
+    assert len(polluted) <= 1, f"calls sent the other topic: {polluted}"

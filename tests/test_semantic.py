@@ -606,8 +606,6 @@ def test_a_reply_to_the_assistants_question_continues_with_an_embedder_only(answ
     meaning = hybrid.explain(REPLY)
     asked = answer.endswith("?")
     assert not words.gate.replying and words.gate.asks is asked  # no embedder, no rule; the question is an input
-    if not asked:
-        assert words.decision == "switch"  # all new words
     assert meaning.gate.replying is asked
     assert meaning.decision == "continue"
     if not asked:  # no reply rule: the meaning alone ties it to the turn that named the singer
@@ -616,14 +614,14 @@ def test_a_reply_to_the_assistants_question_continues_with_an_embedder_only(answ
         assert meaning.topic == hybrid.explain("ok").topic and 4 in meaning.turn_ids  # the topic the question opened
         announced = hybrid.explain("By the way, " + REPLY)
         assert announced.decision == "switch"  # a cue still rules
-        silent = {**SelectionParams().switch_model, "asks": 0.0}  # the lexical gate's reading of the question too
         off = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder(MUSIC),
-                                params=SelectionParams(reply_continues=False, switch_model=silent,
-                                                       semantic_topic_margin=1e9))
+                                params=SelectionParams(reply_continues=False, semantic_topic_margin=1e9))
         for user, assistant in REPLY_CHAT + [("My oven runs hot", answer)]:
             off.add_turn(user, assistant)
         off.embed_pending()
-        assert off.explain(REPLY).decision == "switch"  # the rule switched off: the words decide again
+        silenced = off.explain(REPLY)
+        assert silenced.gate.replying  # seen, but with the rule off the words decide again
+        assert silenced.decision == words.decision
 
 
 def test_the_recall_fill_stops_at_semantic_fill_ratio_with_an_embedder() -> None:

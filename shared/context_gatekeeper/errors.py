@@ -29,6 +29,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StoreCapabilityError",
+    "ServerStartError",
 ]
 
 
@@ -168,6 +169,11 @@ class CorruptLogError(StoreError, RuntimeError):
 
 class StoreClosedError(StoreError, RuntimeError):
     """The store was closed; open a new one (on the same file or database) to go on."""
+
+
+class ServerStartError(GatekeeperError, RuntimeError):
+    """A local server (the web chat) did not start listening in time; the message says how
+    long it waited.  Nothing is left running."""
 
 
 class MissingExtraError(GatekeeperError, ModuleNotFoundError):

@@ -29,7 +29,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   ``deleted_share``, ``tool_violations``, the model plumbing an adapter's model
   wrapper uses (``as_edit_model``, ``finish_reason_of``, ``refuse_truncated``,
   ``is_unavailable_error``, ``DEFAULT_GEMINI_MODEL``, ``gemini_api_key``), the
-  reply-text helpers (``has_lone_surrogate``, ``replace_lone_surrogates``) and
+  reply-text helper ``replace_lone_surrogates``, ``normalized_text`` (text as every
+  store keeps it: surrogate pairs joined, lone surrogates escaped) and
   ``ideal_patch_reply`` (the answer a perfect model would give: offline demos).
 * **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
   to turns) and ``TurnIndex`` (an incremental index over a list that grows).
@@ -46,12 +47,12 @@ from .editing.compute import EditResult, acompute_edit, compute_edit
 from .editing.format import ideal_patch_reply
 from .editing.gemini import DEFAULT_GEMINI_MODEL, gemini_api_key
 from .editing.models import as_edit_model, finish_reason_of, is_unavailable_error, refuse_truncated
-from .editing.parse import has_lone_surrogate, replace_lone_surrogates
+from .editing.parse import replace_lone_surrogates
 from .selection.semantic.embedding import text_hash
 from .selection.semantic.fusion import numpy as load_numpy
 from .selection.semantic.fusion import unit_rows
 from .stores.integrity import IdEntry, check_revision
-from .transcripts.messages import ROLES, Role, new_message_id
+from .transcripts.messages import ROLES, Role, new_message_id, normalized_text
 from .transcripts.operations import (
     Applied,
     Change,
@@ -109,8 +110,8 @@ __all__ = [
     "is_unavailable_error",
     "DEFAULT_GEMINI_MODEL",
     "gemini_api_key",
-    "has_lone_surrogate",
     "replace_lone_surrogates",
+    "normalized_text",
     "ideal_patch_reply",
     # selection over framework lists
     "MessageTurn",

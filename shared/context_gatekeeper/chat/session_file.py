@@ -57,8 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..integration import ROLES, new_message_id
-from ..transcripts.messages import normalized_text
+from ..integration import ROLES, new_message_id, normalized_text
 from .. import GatekeeperError, Message
 
 __all__ = [

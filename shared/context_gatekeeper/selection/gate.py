@@ -166,7 +166,9 @@ def switch_inputs(f: GateFeatures) -> dict[str, float]:
     * ``new_content``: ``ln(1 + new weight)``, how much new content the query brings;
     * ``new_content_cjk``: the same times the Chinese share (Chinese anchors weigh less each);
     * ``content``: ``ln(1 + query weight)``, how much content the query has at all;
-    * ``elsewhere``: share found in the best other topic;
+    * ``elsewhere``: share found in the best other topic, when one was measured (not the
+      estimate from the history's statistics, which also counts the active topic's faded
+      turns);
     * ``reference``: a pronoun or demonstrative pointing back ("it", "这个"): 1 or 0;
     * ``asks`` / ``closes``: the latest answer ended with a genuine / a courtesy question;
     * ``established``: the active topic is the only recent one, with two turns or more;
@@ -180,7 +182,7 @@ def switch_inputs(f: GateFeatures) -> dict[str, float]:
         "new_content": new_content,
         "new_content_cjk": new_content * f.cjk_share,
         "content": math.log1p(f.query_weight),
-        "elsewhere": f.earlier_overlap,
+        "elsewhere": f.earlier_overlap if f.earlier_segment is not None else 0.0,
         "reference": float(f.cues.points_back),
         "asks": float(f.asks),
         "closes": float(f.closes),

@@ -36,9 +36,9 @@ DEPRECATED_PARAMS: dict[str, str] = {
 """Fields that no longer change selection, and what replaced them: passing one warns."""
 
 FITTED_SWITCH_MODEL: dict[str, float] = {
-    "bias": -3.368, "overlap": -7.379, "new_share": -0.672, "new_content": 1.911, "new_content_cjk": 1.333,
-    "content": 0.491, "elsewhere": 6.06, "reference": -0.086, "asks": -2.857, "closes": 1.445, "established": -1.457,
-    "history": -1.065,
+    "bias": -2.328, "overlap": -8.788, "new_share": -1.932, "new_content": 0.973, "new_content_cjk": 1.336,
+    "content": 1.345, "elsewhere": 5.976, "reference": -0.059, "asks": -2.831, "closes": 1.498, "established": -0.875,
+    "history": -0.975,
 }
 """The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
 

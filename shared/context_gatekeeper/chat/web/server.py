@@ -55,6 +55,7 @@ from starlette.types import ASGIApp, Message as ASGIMessage, Receive, Scope, Sen
 from ... import (
     EditError,
     GatekeeperError,
+    ServerStartError,
     HistoryError,
     ModelUnavailableError,
     StaleHeadError,
@@ -317,7 +318,10 @@ class BackgroundServer:
         self._thread.start()
         if not self._runner.ready.wait(self.start_timeout):
             self.__exit__(None, None, None)
-            raise RuntimeError(f"the web chat did not start within {self.start_timeout} s")
+            raise ServerStartError(
+                f"the web chat did not start listening within {self.start_timeout} s; pass a larger start_timeout "
+                "on a busy machine"
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:
