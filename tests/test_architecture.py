@@ -29,7 +29,7 @@ ADAPTERS = [REPO / "langchain_gatekeeper", REPO / "llamaindex_gatekeeper"]
 
 # What a reader sees in shared/context_gatekeeper/: the rooms and the foundation.
 ROOMS = {"selection", "transcripts", "editing", "stores", "chat", "testing"}
-FOUNDATION = {"errors", "tokens", "validation"}
+FOUNDATION = {"caching", "errors", "tokens", "validation"}
 TOP_LEVEL_MODULES = FOUNDATION | {"__init__", "integration", "_moved"}
 
 # The transcript records: the data model that editing and stores share.

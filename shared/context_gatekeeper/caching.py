@@ -1,0 +1,111 @@
+"""One bounded, thread-safe cache for everything computed once per text.
+
+Token counts, anchors and vectors of a message or node depend only on its text (and the
+counter, analyser or model that made them), so they are computed once and kept by a key
+made of that text: :func:`text_key`.  :class:`BoundedCache` keeps the most recently used
+``maxsize`` entries (least recently used out first), and is safe to share across
+objects and threads; a value is computed outside its lock, so a slow embedder never
+blocks readers of other keys.
+
+>>> cache = BoundedCache(maxsize=2)
+>>> cache.get_or_compute("a", lambda: 1), cache.get_or_compute("a", lambda: 2)
+(1, 1)
+>>> cache.put("b", 2); cache.put("c", 3); "a" in cache
+False
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from typing import Generic, TypeVar
+
+from .errors import InvalidInputError
+
+__all__ = ["BoundedCache", "text_key"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def text_key(text: str) -> str:
+    """A compact key for a text: the hex sha256 of its UTF-8 bytes (lone surrogates kept
+    as their escape, so every string has one)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class BoundedCache(Generic[K, V]):
+    """The ``maxsize`` most recently used entries, least recently used evicted first.
+
+    Args:
+        maxsize: entries kept (at least 1).
+    """
+
+    def __init__(self, maxsize: int = 10_000) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise InvalidInputError(f"maxsize must be an int >= 1, got {maxsize!r}; pass how many entries to keep")
+        self.maxsize = maxsize
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def __repr__(self) -> str:
+        return f"BoundedCache(maxsize={self.maxsize}, entries={len(self)})"
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        """The value for ``key`` (now the most recently used), or ``default``."""
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return self._data[key]
+            self.misses += 1
+            return default
+
+    def put(self, key: K, value: V) -> None:
+        """Keep ``value`` for ``key`` (the most recently used), evicting the least recent."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def put_many(self, items: Iterable[tuple[K, V]]) -> None:
+        """:meth:`put` each ``(key, value)``."""
+        for key, value in items:
+            self.put(key, value)
+
+    def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
+        """The cached value, or ``compute()`` kept and returned.  ``compute`` runs outside
+        the lock: two threads missing the same key may both compute it (the values are
+        equal, as they depend only on the key), but no thread waits on another's work."""
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return self._data[key]
+            self.misses += 1
+        value = compute()
+        self.put(key, value)
+        return value
+
+    def discard(self, key: K) -> None:
+        """Forget ``key`` (nothing happens when it is not cached)."""
+        with self._lock:
+            self._data.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        with self._lock:
+            self._data.clear()

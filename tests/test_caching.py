@@ -1,0 +1,62 @@
+"""The one bounded cache: least recently used out first, thread-safe, compute outside the lock."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from context_gatekeeper.caching import BoundedCache, text_key
+from context_gatekeeper.errors import InvalidInputError
+
+
+def test_the_least_recently_used_entry_goes_first():
+    cache: BoundedCache[str, int] = BoundedCache(maxsize=2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # "a" is now the most recent
+    cache.put("c", 3)
+    assert "b" not in cache and cache.get("a") == 1 and cache.get("c") == 3 and len(cache) == 2
+
+
+def test_get_or_compute_computes_once_per_key_and_counts():
+    cache: BoundedCache[str, int] = BoundedCache()
+    calls = []
+    for _ in range(3):
+        assert cache.get_or_compute("k", lambda: calls.append(1) or 7) == 7
+    assert calls == [1] and (cache.hits, cache.misses) == (2, 1)
+
+
+def test_compute_runs_outside_the_lock():
+    # a compute that reads the cache itself would deadlock if it ran under the lock
+    cache: BoundedCache[str, int] = BoundedCache()
+    cache.put("x", 1)
+    assert cache.get_or_compute("y", lambda: (cache.get("x") or 0) + 1) == 2
+
+
+def test_threads_share_one_cache_without_losing_entries():
+    cache: BoundedCache[int, int] = BoundedCache(maxsize=10_000)
+    barrier = threading.Barrier(4)
+
+    def work(offset: int) -> None:
+        barrier.wait()
+        for i in range(500):
+            cache.get_or_compute(offset * 1000 + i, lambda i=i: i)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(cache) == 2000
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "10"])
+def test_a_bad_size_is_refused(bad):
+    with pytest.raises(InvalidInputError, match="maxsize must be an int >= 1"):
+        BoundedCache(maxsize=bad)
+
+
+def test_text_keys_are_stable_and_take_any_string():
+    assert text_key("abc") == text_key("abc") != text_key("abd")
+    assert len(text_key("lone \udc80 surrogate")) == 64
