@@ -1,0 +1,213 @@
+"""Speed of the LangChain list paths against what users would use instead (issue table rows).
+
+Rows, each measured against its alternative in the same process, on LoCoMo text (the
+longest conversation, 340 turns), CPU time of the calling thread and wall time:
+
+* ``gate_messages`` on a 340-message list growing by one turn per call (medians over the
+  calls after the first) against ``trim_messages`` with a tiktoken counter cached per
+  message text;
+* ``gate_messages``'s first call on 680 messages (a new set of options, so a new index
+  and a new token counter whose counts nothing has cached: what a first call in a fresh
+  process pays), best of a few, against ``trim_messages``'s first call with a fresh cache;
+* ``create_agent`` with :class:`GatekeeperMiddleware`: the first invoke on a thread whose
+  checkpoint already holds 340 messages (a new middleware each time), and the steady
+  state per invoke on that thread, against the same agent without the middleware.
+
+Run ``python benchmarks/speed.py --lists`` (this section with speed.py's own list table), or
+``python benchmarks/speed_lists.py`` for these rows alone.  The machine may be shared:
+figures are medians (steady state) or best of several (first calls).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+BUDGET = 1000
+CALLS = 30
+FIRST_TRIES = 5
+
+
+def _clock() -> tuple[int, int]:
+    return time.thread_time_ns(), time.perf_counter_ns()
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(CPU ms, wall ms) of one call."""
+    cpu0, wall0 = _clock()
+    fn()
+    cpu1, wall1 = _clock()
+    return (cpu1 - cpu0) / 1e6, (wall1 - wall0) / 1e6
+
+
+def _locomo() -> tuple[list[tuple[str, str]], list[str]]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from speed import longest_locomo_conversation
+
+    real = longest_locomo_conversation(DATA)
+    if real is None:
+        raise SystemExit(f"no LoCoMo data in {DATA}")
+    return real[1], real[2]
+
+
+def _cached_tiktoken() -> Callable[[list[Any]], int]:
+    """``trim_messages``'s token counter as a careful user writes it: tiktoken, cached per message text."""
+    from context_gatekeeper.tokens import tiktoken_counter
+
+    count = tiktoken_counter("cl100k_base")
+    cache: dict[str, int] = {}
+
+    def counted(messages: list[Any]) -> int:
+        total = 0
+        for m in messages:
+            text = m.text
+            n = cache.get(text)
+            if n is None:
+                n = cache[text] = count(text)
+            total += n + 3
+        return total
+
+    return counted
+
+
+def _fresh_counter() -> Callable[[str], int]:
+    """A tiktoken counter with an identity of its own (nothing counted with it is cached yet)."""
+    from context_gatekeeper.tokens import tiktoken_counter
+
+    count = tiktoken_counter("cl100k_base")
+    return lambda text: count(text)
+
+
+def _messages(turns: list[tuple[str, str]]) -> list[Any]:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    return [m for user, assistant in turns for m in (HumanMessage(user), AIMessage(assistant))]
+
+
+def _row(name: str, ours: list[tuple[float, float]], theirs: list[tuple[float, float]], pick: str, alt: str) -> dict[str, Any]:
+    agg: Callable[[list[float]], float] = statistics.median if pick == "median" else min
+    o_cpu, o_wall = agg([c for c, _ in ours]), agg([w for _, w in ours])
+    t_cpu, t_wall = agg([c for c, _ in theirs]), agg([w for _, w in theirs])
+    return {"path": name, "alternative": alt, "stat": pick, "ours_cpu_ms": o_cpu, "ours_wall_ms": o_wall,
+            "alt_cpu_ms": t_cpu, "alt_wall_ms": t_wall, "ratio_cpu": o_cpu / t_cpu if t_cpu else float("inf"),
+            "ratio_wall": o_wall / t_wall if t_wall else float("inf")}
+
+
+def gate_messages_rows(turns: list[tuple[str, str]], queries: list[str]) -> list[dict[str, Any]]:
+    """The growing-list row and the 680-message first-call row."""
+    from langchain_core.messages import HumanMessage, SystemMessage, trim_messages
+
+    from langchain_gatekeeper import gate_messages
+
+    system = SystemMessage("You answer questions about this conversation.")
+    history = _messages(turns)
+    start = 340 - 2 * CALLS  # the list holds 340 messages after the last call
+
+    def grown(k: int) -> list[Any]:
+        return [system, *history[:start + 2 * k], HumanMessage(queries[k % len(queries)])]
+
+    lists = [grown(k) for k in range(CALLS + 1)]
+    counter = _fresh_counter()
+    cached = _cached_tiktoken()
+    ours: list[tuple[float, float]] = []
+    theirs: list[tuple[float, float]] = []
+    gc.collect()
+    for k, messages in enumerate(lists):
+        o = _timed(lambda: gate_messages(messages, token_budget=BUDGET, token_counter=counter, thread="speed-lists"))
+        t = _timed(lambda: trim_messages(messages, max_tokens=BUDGET, token_counter=cached, strategy="last",
+                                         include_system=True, start_on="human"))
+        if k:  # the first call of each is the first-call row's business
+            ours.append(o)
+            theirs.append(t)
+    rows = [_row("gate_messages, 340-message list growing by one turn (per call)", ours, theirs, "median",
+                 "trim_messages, tiktoken counter cached per text")]
+    full = [system, *history[:680], HumanMessage(queries[0])]
+    firsts, trims = [], []
+    for i in range(FIRST_TRIES):
+        counter = _fresh_counter()
+        cached = _cached_tiktoken()
+        gc.collect()
+        firsts.append(_timed(lambda: gate_messages(full, token_budget=BUDGET, token_counter=counter, thread=f"first-{i}")))
+        trims.append(_timed(lambda: trim_messages(full, max_tokens=BUDGET, token_counter=cached, strategy="last",
+                                                  include_system=True, start_on="human")))
+    rows.append(_row("gate_messages, first call on 680 messages (fresh counter)", firsts, trims, "best",
+                     "trim_messages first call, fresh cache"))
+    return rows
+
+
+def agent_rows(turns: list[tuple[str, str]], queries: list[str]) -> list[dict[str, Any]]:
+    """First invoke on a 340-message thread, and steady state per invoke, with and without the middleware."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_gatekeeper import GatekeeperMiddleware
+
+    history = _messages(turns)[:340]
+    for i, m in enumerate(history):
+        m.id = f"m{i}"
+
+    def agent(middleware: bool) -> Any:
+        model = GenericFakeChatModel(messages=itertools.repeat(AIMessage("Noted.")))
+        extra = [GatekeeperMiddleware(token_budget=BUDGET, edit_prefix=None, token_counter=_fresh_counter())] if middleware else []
+        return create_agent(model, [], middleware=extra, checkpointer=InMemorySaver())
+
+    def seeded(middleware: bool, thread: str) -> tuple[Any, dict[str, Any]]:
+        a = agent(middleware)
+        config = {"configurable": {"thread_id": thread}}
+        a.update_state(config, {"messages": history})
+        return a, config
+
+    first: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    for i in range(FIRST_TRIES):
+        for middleware in (False, True):
+            a, config = seeded(middleware, f"first-{i}")
+            gc.collect()
+            first[middleware].append(_timed(lambda: a.invoke({"messages": [HumanMessage(queries[i])]}, config)))
+    steady: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    agents = {mw: seeded(mw, "steady") for mw in (False, True)}
+    for mw, (a, config) in agents.items():
+        a.invoke({"messages": [HumanMessage(queries[0])]}, config)
+    gc.collect()
+    for k in range(1, CALLS + 1):
+        for mw, (a, config) in agents.items():
+            steady[mw].append(_timed(lambda: a.invoke({"messages": [HumanMessage(queries[k % len(queries)])]}, config)))
+    return [
+        _row("create_agent + GatekeeperMiddleware, first invoke on a 340-message thread", first[True], first[False],
+             "best", "same agent without the middleware"),
+        _row("create_agent + GatekeeperMiddleware, steady state per invoke", steady[True], steady[False], "median",
+             "same agent without the middleware"),
+    ]
+
+
+def rows() -> list[dict[str, Any]]:
+    """Every row of this section (see the module docstring)."""
+    turns, queries = _locomo()
+    return gate_messages_rows(turns, queries) + agent_rows(turns, queries)
+
+
+def table(results: list[dict[str, Any]]) -> Any:
+    """The rows as a rich table."""
+    from rich.table import Table
+
+    t = Table(title="LangChain lists and the agent (LoCoMo conv-41): ours vs the alternative, CPU / wall ms")
+    for column in ("path", "stat", "ours cpu", "alt cpu", "ratio cpu", "ours wall", "alt wall", "ratio wall", "alternative"):
+        t.add_column(column, justify="left" if column in ("path", "alternative") else "right")
+    for r in results:
+        t.add_row(r["path"], r["stat"], f"{r['ours_cpu_ms']:.2f}", f"{r['alt_cpu_ms']:.2f}", f"{r['ratio_cpu']:.2f}x",
+                  f"{r['ours_wall_ms']:.2f}", f"{r['alt_wall_ms']:.2f}", f"{r['ratio_wall']:.2f}x", r["alternative"])
+    return t
+
+
+if __name__ == "__main__":
+    from rich.console import Console
+
+    Console(width=200).print(table(rows()))
