@@ -32,18 +32,18 @@ import json
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from context_gatekeeper import ContextGatekeeper, InvalidInputError
-from context_gatekeeper.integration import TurnIndex
+from context_gatekeeper import ContextGatekeeper, InvalidInputError, resolve_token_counter
+from context_gatekeeper.integration import BoundedCache, TurnIndex, text_key
 
 from .convert import text_of
 from .threads import is_edit_record
 
-__all__ = ["GatedView", "VectorLRU", "is_summary", "current_turn_start", "semantic"]
+__all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "counted_once", "is_summary", "current_turn_start", "semantic"]
 
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
@@ -87,7 +87,8 @@ class VectorLRU:
     middleware or gate (the vector cache protocol of :mod:`context_gatekeeper.selection.semantic.embedding`).
 
     Bounded: beyond ``max_vectors`` the least recently used go first (float32, so
-    20,000 vectors of 1,536 dimensions take about 120 MB).  Thread-safe."""
+    20,000 vectors of 1,536 dimensions take about 120 MB).  Thread-safe: the entries live
+    in the core's :class:`~context_gatekeeper.integration.BoundedCache`."""
 
     in_memory = True  # no I/O: selection may read it on an event loop thread
 
@@ -95,29 +96,66 @@ class VectorLRU:
         if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
             raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}")
         self.max_vectors = max_vectors
-        self._vectors: OrderedDict[tuple[str, str], array] = OrderedDict()
-        self._lock = threading.Lock()
+        self._vectors: BoundedCache[tuple[str, str], array] = BoundedCache(max_vectors)
 
     def get(self, key: tuple[str, str]) -> Any:
-        with self._lock:
-            vector = self._vectors.get(key)
-            if vector is not None:
-                self._vectors.move_to_end(key)
-            return vector
+        return self._vectors.get(key)
 
     def put(self, key: tuple[str, str], vector: Sequence[float]) -> None:
-        self.put_many([(key, vector)])
+        self._vectors.put(key, array("f", vector))
 
     def put_many(self, items: Any) -> None:
-        with self._lock:
-            for key, vector in items:
-                self._vectors[key] = array("f", vector)
-                self._vectors.move_to_end(key)
-            while len(self._vectors) > self.max_vectors:
-                self._vectors.popitem(last=False)
+        self._vectors.put_many((key, array("f", vector)) for key, vector in items)
 
     def __len__(self) -> int:
         return len(self._vectors)
+
+
+class Same:
+    """An unhashable object as a cache key by identity, kept alive by the key (so its id
+    cannot be reused by another object while the key exists)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.value is self.value
+
+
+def hashable(value: Any) -> bool:
+    """Whether ``value`` can be a dict key."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+TOKEN_COUNTS: BoundedCache[tuple[Hashable, str], int] = BoundedCache(maxsize=100_000)
+"""Token counts of turn texts, by (counter, :func:`~context_gatekeeper.integration.text_key`
+of the text), shared by every gate, middleware and thread of this process."""
+
+
+def counted_once(counter: Any) -> Callable[[str], int]:
+    """``counter`` (any ``token_counter`` the core accepts) resolved, each text counted once:
+    counts are kept in :data:`TOKEN_COUNTS` by the counter (an encoding name or ``None`` by
+    value, any other counter by identity) and the text's hash, so a turn seen before, by any
+    thread, index or gate with the same counter, is not counted again.  A bad counter raises
+    the core's error now; a bad count raises when it happens (and is not kept)."""
+    count = resolve_token_counter(counter)
+    identity: Hashable = counter if counter is None or isinstance(counter, str) or hashable(counter) else Same(counter)
+
+    def cached(text: str) -> int:
+        return TOKEN_COUNTS.get_or_compute((identity, text_key(text)), lambda: count(text))
+
+    cached.__name__ = f"counted_once_{getattr(count, '__name__', 'counter')}"
+    cached._checked_counter = True  # type: ignore[attr-defined]  # resolve_token_counter checked its counts
+    return cached
 
 
 class _IndexLock:

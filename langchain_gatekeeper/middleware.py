@@ -42,7 +42,7 @@ from langgraph.types import Command
 
 from context_gatekeeper import ContextGatekeeper, EditOptions, GatekeeperError, InvalidInputError, as_embedder
 
-from .agent_view import GatedView, VectorLRU, is_summary
+from .agent_view import GatedView, VectorLRU, counted_once, is_summary
 from .models import given_edit_model
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
@@ -116,6 +116,8 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         if embed_timeout is not None:
             options["embed_timeout"] = embed_timeout
         ContextGatekeeper(**options)  # reject bad options now, not at the first model call
+        # each turn text counted once, by any thread or middleware with this counter
+        options["token_counter"] = counted_once(options.get("token_counter"))
         self.edit_prefix = edit_prefix
         self.edit_model = edit_model
         self.edit_options = settings

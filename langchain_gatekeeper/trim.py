@@ -34,8 +34,6 @@ import asyncio
 import copy
 import dataclasses
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -47,15 +45,15 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from context_gatekeeper import ContextGatekeeper, InvalidInputError, as_embedder
+from context_gatekeeper.integration import BoundedCache
 
-from .agent_view import GatedView, VectorLRU
+from .agent_view import GatedView, Same, VectorLRU, counted_once, hashable
 from .history import ADAPTER_GATE_DEFAULTS
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
 _CACHE_SIZE = 32
-_views: OrderedDict[Hashable, GatedView] = OrderedDict()
-_views_lock = threading.Lock()
+_views: BoundedCache[Hashable, GatedView] = BoundedCache(_CACHE_SIZE)
 
 
 def approximate_tokens(text: str) -> int:
@@ -72,22 +70,6 @@ def _counter(token_counter: Any) -> Any:
     return token_counter
 
 
-class _Same:
-    """An unhashable object as a cache key by identity, kept alive by the key (so its id
-    cannot be reused by another object while the key exists)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.value is self.value
-
-
 def _frozen(value: Any) -> Hashable:
     """A cache key for an option's value: plain data (a ``SelectionParams`` built per call,
     dicts, lists) by value, typed (``1`` and ``True`` differ); other unhashable objects by
@@ -100,7 +82,7 @@ def _frozen(value: Any) -> Hashable:
         return (type(value), tuple(_frozen(v) for v in value))
     if isinstance(value, (set, frozenset)):
         return (type(value), frozenset(_frozen(v) for v in value))
-    return (type(value), value) if _hashable(value) else _Same(value)
+    return (type(value), value) if hashable(value) else Same(value)
 
 
 _OBJECTS = frozenset({"embedder", "token_counter", "vector_cache"})
@@ -111,15 +93,7 @@ def _key(name: str, value: Any) -> Hashable:
     """The cache key of one option: live objects as they hash (else by identity), data by value."""
     if name not in _OBJECTS:
         return _frozen(value)
-    return value if _hashable(value) else _Same(value)
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
+    return value if hashable(value) else Same(value)
 
 
 def _by_value(name: str, value: Any) -> bool:
@@ -132,24 +106,19 @@ def _view(options: dict[str, Any]) -> GatedView:
     """The cached content-keyed view for these gatekeeper options (built and checked on first
     use).  Options are keyed by value, so a ``params=`` built per call finds its view."""
     key = tuple(sorted((name, _key(name, value)) for name, value in options.items()))
-    with _views_lock:
-        view = _views.get(key)
-        if view is not None:
-            _views.move_to_end(key)
-            return view
+    return _views.get_or_compute(key, lambda: _new_view(options))
+
+
+def _new_view(options: dict[str, Any]) -> GatedView:
+    """A view for these options, checked (a bad option raises before anything is cached)."""
     # a copy of what was keyed by value: the caller mutating its object later cannot change this view
     options = {name: copy.deepcopy(value) if _by_value(name, value) else value for name, value in options.items()}
-    settings = {**ADAPTER_GATE_DEFAULTS, **options, "token_counter": _counter(options.get("token_counter"))}
+    settings = {**ADAPTER_GATE_DEFAULTS, **options, "token_counter": counted_once(_counter(options.get("token_counter")))}
     if settings.get("embedder") is not None:
         settings["embedder"] = as_embedder(settings["embedder"])  # the key holds the caller's object alive
         settings["vector_cache"] = VectorLRU()
     ContextGatekeeper(**settings)  # reject bad options before anything is cached
-    view = GatedView(lambda: ContextGatekeeper(**settings), max_threads=256, keyed_by="content")
-    with _views_lock:
-        view = _views.setdefault(key, view)
-        while len(_views) > _CACHE_SIZE:
-            _views.popitem(last=False)
-    return view
+    return GatedView(lambda: ContextGatekeeper(**settings), max_threads=256, keyed_by="content")
 
 
 def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
@@ -157,6 +126,8 @@ def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
         return messages.to_messages()
     if isinstance(messages, (str, bytes)):
         raise InvalidInputError("gate_messages takes a list of messages, not a string")
+    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages):
+        return messages  # already messages: nothing to convert (convert_to_messages would return them as they are)
     return convert_to_messages(messages)
 
 

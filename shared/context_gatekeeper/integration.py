@@ -42,6 +42,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
 
 from __future__ import annotations
 
+from .caching import BoundedCache, text_key
 from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
 from .editing.compute import EditResult, acompute_edit, compute_edit
 from .editing.format import ideal_patch_reply
@@ -72,6 +73,9 @@ from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
 from .transcripts.versioned import VersionedTranscriptMixin
 
 __all__ = [
+    # per-text caches
+    "BoundedCache",
+    "text_key",
     # transcript records
     "Applied",
     "Change",
