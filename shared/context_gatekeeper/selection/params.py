@@ -30,6 +30,8 @@ SWITCH_FEATURES: tuple[str, ...] = (
 how each is measured; :attr:`SelectionParams.switch_model` holds their weights)."""
 
 DEPRECATED_PARAMS: dict[str, str] = {
+    "semantic_switch_z": "the meaning no longer switches a query the words continue (see gate.semantic_decide)",
+    "semantic_reference_drop": "the meaning no longer switches a query the words continue (see gate.semantic_decide)",
     "reference_override": "a pronoun reference is an input of the fitted switch score (switch_model['reference'])",
     "new_angle_factor": "the fitted switch score decides whether new content opens a topic (switch_model)",
 }
@@ -240,14 +242,10 @@ class SelectionParams:
     """Gate: a query the words would switch (without a cue) continues when its similarity
     to the active topic's recent turns reaches this z-score."""
     semantic_switch_z: float = 0.5
-    """Gate: a query the words would continue only by default (overlap below
-    ``continue_threshold``, no cue) switches when its similarity to the active topic's
-    recent turns stays below this z-score: chit-chat shifts carry little lexical signal."""
+    """Deprecated, no effect: the meaning no longer switches a query the words continue
+    (:func:`gate.semantic_decide`)."""
     semantic_reference_drop: float = 0.3
-    """Gate: the same for a query with a reference cue ("it", "that one"), which leans on
-    the active topic: it switches only when its similarity there lies this many standard
-    deviations *below* the history's mean (interleaved dev set: 0.3 keeps every pronoun
-    case; 0 loses one, for +0.02 TIAGE switch F1)."""
+    """Deprecated, no effect: as ``semantic_switch_z``."""
     semantic_return_margin: float = 1.0
     """Gate: a query returns to an earlier recent topic when its similarity there clears
     ``semantic_floor`` and beats the active topic's by this many standard deviations

@@ -225,7 +225,9 @@ def drop_unrelated(view: QueryView | None, history: TurnHistory, params: Selecti
     query lies ``semantic_drop`` or more spreads (:func:`similarity_spread` of the recent
     turns) below the best kept turn's is let go (a shared word across two topics the
     segmentation could not tell apart: "pool" of connections and of swimming).  Pinned
-    turns and turns kept on meaning stay."""
+    turns, turns kept on meaning and the turns a reference or follow-up leans on stay (a
+    pronoun question's meaning says little about what it points at: on TREC CAsT, letting
+    those go cost 0.08 recall on the tuning half)."""
     if view is None or params.semantic_drop <= 0 or len(kept.reasons) < 2:
         return
     order = history.order
@@ -239,7 +241,7 @@ def drop_unrelated(view: QueryView | None, history: TurnHistory, params: Selecti
     best = max(sims.values())
     for turn_id, sim in sims.items():
         evidence = kept.evidence.get(turn_id)
-        if evidence is not None and (evidence.pinned or evidence.semantic):
+        if evidence is not None and (evidence.pinned or evidence.semantic or evidence.reference):
             continue
         if (best - sim) / spread >= params.semantic_drop:
             kept.drop(turn_id)
