@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import threading
 from array import array
@@ -224,16 +225,19 @@ class _ThreadIndex:
         self.turns = TurnIndex(gatekeeper)
         self.gatekeeper = gatekeeper
         self.lock = _IndexLock()
+        self.memo: _ListMemo | None = None
+        """What the last call read from its list (see :meth:`GatedView._read`)."""
 
 
 class _Turn:
     """A turn of a message list, as the index reads it: a key, its texts, and where its
     messages stand in the list (lighter than a core MessageTurn: no message copies)."""
 
-    __slots__ = ("key", "positions", "opens_with_user", "parts", "texts")
+    __slots__ = ("key", "digest", "positions", "opens_with_user", "parts", "texts")
 
     def __init__(self, position: int, role: str) -> None:
         self.key = ""
+        self.digest = 0
         self.positions = [position]
         self.opens_with_user = role == "user"
         self.parts: dict[str, list[str]] = {"user": [], "assistant": [], "tool": []}
@@ -246,18 +250,19 @@ class _Turn:
         self.texts = "\n".join(parts["user"]), "\n".join(parts["assistant"]), tuple(parts["tool"])
 
 
-def _turns(rest: Sequence[BaseMessage], keyed_by: str) -> list[_Turn]:
-    """``rest`` grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns` groups
+def _turns(rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dict[int, int] | None = None) -> list[_Turn]:
+    """``rest[start:]`` grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns` groups
     (a turn starts at each user message; answers and tool results join it), keyed.
 
-    ``"id"``: the id of the turn's first message (its position when it has none), so an
+    ``"id"``: the id of the turn's first message (its position in ``rest`` when it has none), so an
     edit of a message re-indexes only its turn.  ``"content"``: the turn's texts (with a
-    count for repeats), so a list that grew by a turn, or lost its oldest ones, costs
-    only what changed whatever its ids.
+    count for repeats, carried in ``seen`` from the turns before ``start``), so a list that
+    grew by a turn, or lost its oldest ones, costs only what changed whatever its ids.
     """
     turns: list[_Turn] = []
     turn: _Turn | None = None
-    for i, message in enumerate(rest):
+    for i in range(start, len(rest)):
+        message = rest[i]
         role = _ROLES.get(message.type, "user")
         if role == "user" or turn is None:
             turn = _Turn(i, role)
@@ -267,16 +272,52 @@ def _turns(rest: Sequence[BaseMessage], keyed_by: str) -> list[_Turn]:
         texts = turn.parts.get(role)
         if texts is not None:
             texts.append(_indexed_text(message))
-    seen: dict[int, int] = {}
+    seen = {} if seen is None else seen
     for turn in turns:
         turn.close()
         if keyed_by == "id":
             turn.key = rest[turn.positions[0]].id or f"#{turn.positions[0]}"
         else:
-            digest = hash(turn.texts)
+            digest = turn.digest = hash(turn.texts)
             n = seen[digest] = seen.get(digest, -1) + 1
             turn.key = f"{digest:x}.{n}"
     return turns
+
+
+Print = tuple[Any, ...]
+
+
+def _print(message: BaseMessage, keyed_by: str, keep: bool = False) -> Print:
+    """Everything of ``message`` that pinning, grouping and indexing read: its class, its id
+    (when turns are keyed by id), its content, its ``lc_source`` mark and its tool calls.
+    ``keep``: a snapshot to keep (content that is not a string, and tool calls, copied, so
+    a later change in place to the message shows as a difference)."""
+    content: Any = message.content
+    calls: Any = message.tool_calls if isinstance(message, AIMessage) else None
+    if keep:
+        content = content if isinstance(content, str) else copy.deepcopy(content)
+        calls = copy.deepcopy(calls) if calls else calls
+    return (type(message), message.id if keyed_by == "id" else None, content,
+            message.additional_kwargs.get("lc_source"), calls)
+
+
+class _ListMemo:
+    """What one call read from its earlier messages, for the next call on the same thread:
+    each message's :func:`_print`, and what :func:`_split` and :func:`_turns` made of them."""
+
+    __slots__ = ("prints", "pinned", "summaries", "rest", "turns", "seen")
+
+    def __init__(self, prints: list[Print], pinned: list[BaseMessage], summaries: list[str], rest: list[BaseMessage],
+                 turns: list[_Turn], seen: dict[int, int]) -> None:
+        self.prints, self.pinned, self.summaries, self.rest = prints, pinned, summaries, rest
+        self.turns, self.seen = turns, seen
+
+    def extends(self, earlier: Sequence[BaseMessage], keyed_by: str) -> bool:
+        """Whether ``earlier`` starts with the messages this memo read, none of them changed."""
+        prints = self.prints
+        if len(earlier) < len(prints):
+            return False
+        return all(_print(message, keyed_by) == kept for message, kept in zip(earlier, prints))
 
 
 class GatedView:
@@ -347,16 +388,15 @@ class GatedView:
         """``earlier`` narrowed for ``query``: pinned messages (leading system messages,
         summaries) first, then the turns the thread's gatekeeper selects, in order, as the
         caller's own message objects.  Edit records are never selected."""
-        pinned, summaries, rest = _split(earlier)
         if not query.strip():
             return list(earlier)
-        turns = _turns(rest, self._keyed_by)
         index = self._index(thread)
         if not index.lock.acquire(blocking=False):
             if semantic(index.gatekeeper) and _in_event_loop():  # maybe held across an await by this
                 index = _ThreadIndex(self._make())  # very loop: waiting could wait on ourselves; one-off
             index.lock.acquire()
         try:
+            pinned, summaries, rest, turns = self._read(index, earlier)
             self._sync(index, turns, pinned, summaries, system_prompt)
             selection = index.gatekeeper.explain(query)
             keys = index.turns.keys_by_id()
@@ -377,18 +417,49 @@ class GatedView:
         index = self._index(thread)
         if not semantic(index.gatekeeper):
             return self.gated(earlier, query, thread=thread, system_prompt=system_prompt)
-        pinned, summaries, rest = _split(earlier)
         if not query.strip():
             return list(earlier)
-        turns = _turns(rest, self._keyed_by)
         await index.lock.acquire_async()
         try:
+            pinned, summaries, rest, turns = self._read(index, earlier)
             self._sync(index, turns, pinned, summaries, system_prompt)
             selection = await index.gatekeeper.aexplain(query)
             keys = index.turns.keys_by_id()
         finally:
             index.lock.release()
         return pinned + _kept(selection.turn_ids, keys, turns, rest)
+
+    def _read(
+        self, index: _ThreadIndex, earlier: Sequence[BaseMessage]
+    ) -> tuple[list[BaseMessage], list[str], list[BaseMessage], list[_Turn]]:
+        """Under the thread's lock: ``earlier``'s pinned messages, summaries' texts, other
+        messages and their turns (:func:`_split`, :func:`_turns`).  When ``earlier`` extends
+        the list the last call on this thread read, unchanged (a conversation that grew),
+        only the new messages are read: the last turn is regrouped when they join it, and
+        the earlier turns are the last call's.  Any other list is read whole."""
+        keyed_by = self._keyed_by
+        memo = index.memo
+        if memo is not None and memo.extends(earlier, keyed_by):
+            read = len(memo.prints)
+            pinned, summaries, rest = list(memo.pinned), list(memo.summaries), list(memo.rest)
+            turns, seen = list(memo.turns), dict(memo.seen)
+            prints = memo.prints + [_print(m, keyed_by, keep=True) for m in earlier[read:]]
+        else:
+            read = 0
+            pinned, summaries, rest, turns, seen = [], [], [], [], {}
+            prints = [_print(m, keyed_by, keep=True) for m in earlier]
+        known = len(rest)
+        _split(earlier[read:], pinned, summaries, rest)
+        if len(rest) > known:
+            start = known
+            if turns and _ROLES.get(rest[known].type, "user") != "user":  # the new messages continue the last turn
+                last = turns.pop()
+                start = last.positions[0]
+                if keyed_by == "content":
+                    seen[last.digest] -= 1
+            turns.extend(_turns(rest, keyed_by, start, seen))
+        index.memo = _ListMemo(prints, pinned, summaries, rest, turns, seen)
+        return list(pinned), list(summaries), rest, turns
 
     @staticmethod
     def _sync(
@@ -405,12 +476,18 @@ class GatedView:
             gk.summary = summary
 
 
-def _split(earlier: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[str], list[BaseMessage]]:
+def _split(
+    earlier: Sequence[BaseMessage],
+    pinned: list[BaseMessage] | None = None,
+    summaries: list[str] | None = None,
+    rest: list[BaseMessage] | None = None,
+) -> tuple[list[BaseMessage], list[str], list[BaseMessage]]:
     """Pinned messages (leading system messages, summaries), the summaries' texts, and
-    the rest (edit records left out)."""
-    pinned: list[BaseMessage] = []
-    summaries: list[str] = []
-    rest: list[BaseMessage] = []
+    the rest (edit records left out), appended to the lists given (those of the messages
+    before ``earlier``) or to new ones."""
+    pinned = [] if pinned is None else pinned
+    summaries = [] if summaries is None else summaries
+    rest = [] if rest is None else rest
     for message in earlier:
         if is_summary(message):
             pinned.append(message)
