@@ -157,6 +157,11 @@ class State:
         """The id of the message before ``message_id`` (None at the start)."""
         return self._prev[message_id]
 
+    @property
+    def last_id(self) -> str | None:
+        """The id of the last message (None when empty)."""
+        return self._tail
+
     def to_list(self) -> list[Message]:
         """The messages in order (cached until the next change; do not mutate)."""
         if self._list is None:

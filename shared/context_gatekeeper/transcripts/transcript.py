@@ -196,6 +196,42 @@ class Transcript(AsyncTranscriptMixin):
             self._replica.refresh()
             return len(self._replica.log), (self._replica.log[-1].time if self._replica.log else 0.0)
 
+    def _appended_since(
+        self, version: tuple[int, float], last_id: str | None
+    ) -> tuple[tuple[int, float], list[Message]] | None:
+        """What a follower that read the state at ``version`` (a :attr:`version` it got), whose
+        last message then was ``last_id``, lacks, when that is only messages added at the end.
+
+        Returns ``(version now, the messages added since, in state order)`` (no messages when
+        nothing changed), or ``None`` when anything else happened since (an edit, a removal,
+        an insertion before the end, a purge): the follower then reads :attr:`messages`.
+        Costs time proportional to the revisions since ``version``, not to the transcript
+        (what :class:`~context_gatekeeper.TranscriptGate` catches up with)."""
+        head, stamp = version
+        with self._lock:
+            self._replica.refresh()
+            log, state = self._replica.log, self._replica.state
+            if head > len(log) or (log[head - 1].time != stamp if head else stamp != 0.0):
+                return None  # a shorter or rewritten log: not the history the follower read
+            added: set[str] = set()
+            for revision in log[head:]:
+                for change in revision.changes:
+                    if not isinstance(change, Put):
+                        return None
+                    added.add(change.message.id)
+            ids: list[str] = []
+            node = state.last_id
+            for _ in range(len(added)):  # the added messages must be the last ones, right after last_id
+                if node is None or node not in added:
+                    return None
+                ids.append(node)
+                node = state.previous_id(node)
+            if node != last_id:
+                return None
+            ids.reverse()
+            now = (len(log), log[-1].time if log else 0.0)
+            return now, [detached(m) for m in map(state.get, ids) if m is not None]
+
     def close(self) -> None:
         """Close the store if this transcript opened it (from a path or URL)."""
         if self._owns_store:

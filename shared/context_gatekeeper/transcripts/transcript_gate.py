@@ -131,19 +131,48 @@ class TurnIndex:
             del self._texts[key]
         previous: int | None = None
         for turn in turns:
-            texts = turn.texts
-            user, assistant, tools = texts
-            if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
-                user = "[no text]"  # a turn of empty messages still holds its place
-            turn_id = self.ids.get(turn.key)
-            if turn_id is None:
-                turn_id = gk.insert_turn(previous, user, assistant, tool_texts=tools)
-                self.ids[turn.key] = turn_id
-            elif self._texts[turn.key] != texts:
-                gk.replace_turn(turn_id, user, assistant, tool_texts=tools)
-            self._texts[turn.key] = texts
-            previous = turn_id
+            previous = self._place(turn, previous)
         self._order = keys
+
+    def extend(self, turns: Sequence[IndexedTurn]) -> bool:
+        """Bring the gatekeeper in step after turns were added at the end, in time
+        proportional to ``turns``: the first may be the last turn of the previous sync
+        (its key, its texts possibly grown), every other one must be new.  Returns False,
+        changing nothing, when ``turns`` are not such an extension (call :meth:`sync`)."""
+        keys = [t.key for t in turns]
+        if len(set(keys)) != len(keys):
+            raise InvalidInputError("turn keys must be unique within one sync (give each turn its own key)")
+        order = self._order
+        if not keys:
+            return True
+        known = [k for k in keys if k in self.ids]
+        if known and (known != keys[:1] or not order or order[-1] != keys[0]):
+            return False
+        previous = self.ids[order[-1]] if order else None
+        for turn in turns:
+            if turn.key not in self.ids:
+                order.append(turn.key)
+            previous = self._place(turn, previous)
+        if not self.builds:
+            self.builds = 1
+        return True
+
+    def _place(self, turn: IndexedTurn, previous: int | None) -> int:
+        """Insert ``turn`` after gatekeeper turn ``previous``, or re-index it in place when
+        its key is held and its texts changed; returns its gatekeeper turn id."""
+        gk = self.gatekeeper
+        texts = turn.texts
+        user, assistant, tools = texts
+        if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
+            user = "[no text]"  # a turn of empty messages still holds its place
+        turn_id = self.ids.get(turn.key)
+        if turn_id is None:
+            turn_id = gk.insert_turn(previous, user, assistant, tool_texts=tools)
+            self.ids[turn.key] = turn_id
+        elif self._texts[turn.key] != texts:
+            gk.replace_turn(turn_id, user, assistant, tool_texts=tools)
+        self._texts[turn.key] = texts
+        return turn_id
 
     def keys_by_id(self) -> dict[int, str]:
         """Gatekeeper turn id -> turn key."""
@@ -201,7 +230,7 @@ class TranscriptGate:
             gatekeeper_options.update(embedder=embedder, embed_timeout=embed_timeout, vector_cache=vector_cache)
         elif gatekeeper is None and semantic:
             gatekeeper_options.update(embed_timeout=embed_timeout, vector_cache=vector_cache)
-        self.gatekeeper = gatekeeper or ContextGatekeeper(**gatekeeper_options)
+        self.gatekeeper = gatekeeper if gatekeeper is not None else ContextGatekeeper(**gatekeeper_options)  # an empty one is falsy
         self._lock = threading.RLock()
         self._index = TurnIndex(self.gatekeeper)
         self._ids = self._index.ids  # turn key -> gatekeeper turn id (the same dict)
@@ -209,6 +238,8 @@ class TranscriptGate:
         self._system: list[Message] = []
         self._open: MessageTurn | None = None
         self._version: tuple[int, float] | None = None
+        self._last_id: str | None = None  # the last message of the state last synced
+        self._by_turn_id: dict[int, MessageTurn] = {}  # gatekeeper turn id -> its turn
         self._digests: dict[str, str] = {}
         self._hashed: dict[str, Any] = {}
 
@@ -220,10 +251,17 @@ class TranscriptGate:
     def sync(self) -> None:
         """Bring the gatekeeper in step with the transcript's current state (cheap when nothing changed)."""
         with self._lock:
+            appended = getattr(self.transcript, "_appended_since", None)  # a Transcript's; stand-ins may lack it
+            if self._version is not None and appended is not None:
+                found = appended(self._version, self._last_id)
+                if found is not None and self._extend(found[1]):
+                    self._version = found[0]
+                    return
             version = self.transcript.version
             if version == self._version:
                 return
-            system, turns = group_turns(self.transcript.messages)
+            messages = self.transcript.messages
+            system, turns = group_turns(messages)
             self._open = turns.pop() if turns and turns[-1].is_open else None
             self._index.sync(turns)
             gk = self.gatekeeper
@@ -231,6 +269,30 @@ class TranscriptGate:
             if system_text != gk.system_prompt:
                 gk.system_prompt = system_text
             self._system, self._turns, self._version = system, turns, version
+            self._last_id = messages[-1].id if messages else None
+            self._by_turn_id = {self._ids[t.key]: t for t in turns}
+
+    def _extend(self, added: Sequence[Message]) -> bool:
+        """Take in messages added at the end of the state synced last (caller holds the lock),
+        in time proportional to them: the last turn (or the open one) is regrouped with them.
+        False, changing nothing, when a full sync is needed instead."""
+        if not added:
+            return True
+        tail = self._open if self._open is not None else (self._turns[-1] if self._turns else None)
+        if tail is None:  # no turn yet (leading system messages only): the full sync is as cheap
+            return False
+        _, regrouped = group_turns([*tail.messages, *added])
+        opened = regrouped.pop() if regrouped[-1].is_open else None
+        if not self._index.extend(regrouped):
+            return False
+        if self._open is None:
+            self._turns[-1:] = regrouped
+        else:
+            self._turns.extend(regrouped)
+        for turn in regrouped:
+            self._by_turn_id[self._ids[turn.key]] = turn
+        self._open, self._last_id = opened, added[-1].id
+        return True
 
     def explain(self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()) -> Selection:
         """The gatekeeper's selection for ``query`` over the current state (``token_budget``
@@ -272,7 +334,7 @@ class TranscriptGate:
         """A selection's messages as of now: a turn removed meanwhile is left out, and a
         turn's messages are always its current ones."""
         with self._lock:
-            by_id = {self._ids[t.key]: t for t in self._turns if t.key in self._ids}
+            by_id = self._by_turn_id
             kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
             tail = list(self._open.messages) if include_open and self._open else []
             return self._system + kept + tail

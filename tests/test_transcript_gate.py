@@ -1,0 +1,186 @@
+"""TranscriptGate following a transcript that another object writes: catching up reads
+only the revisions it has not seen and re-indexes only the turns they touch, and the
+result is always the gate a fresh object would build from the current state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_gatekeeper import ContextGatekeeper, Delete, Message, Replace, SQLiteStore, Transcript, TranscriptGate
+from context_gatekeeper.transcripts.revisions import Revision
+
+TOPICS = [
+    ("How long should a Redis lock TTL be?", "Longer than the longest job, with a watchdog."),
+    ("Which espresso grind suits a moka pot?", "Medium-fine, coarser than for espresso machines."),
+    ("How do I size Kafka partitions?", "By target throughput per consumer."),
+    ("What soil do tomatoes like?", "Loamy, well drained, slightly acidic."),
+]
+
+
+class CountingStore(SQLiteStore):
+    """A real SQLite store that counts the revisions its reads hand out."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.read = 0
+
+    def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        found = super().revisions(session_id, after)
+        self.read += len(found)
+        return found
+
+
+class CountingGatekeeper(ContextGatekeeper):
+    """A real gatekeeper that counts how its turns are changed."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.calls: dict[str, int] = {"insert": 0, "replace": 0, "remove": 0, "clear": 0}
+
+    def insert_turn(self, *args: Any, **kwargs: Any) -> int:
+        self.calls["insert"] += 1
+        return super().insert_turn(*args, **kwargs)
+
+    def replace_turn(self, *args: Any, **kwargs: Any) -> None:
+        self.calls["replace"] += 1
+        super().replace_turn(*args, **kwargs)
+
+    def remove_turn(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["remove"] += 1
+        return super().remove_turn(*args, **kwargs)
+
+    def clear(self) -> None:
+        self.calls["clear"] += 1
+        super().clear()
+
+
+def fill(t: Transcript, turns: int) -> None:
+    for n in range(turns):
+        user, assistant = TOPICS[n % len(TOPICS)]
+        t.append(user=f"{user} (turn {n})", assistant=assistant)
+
+
+def picture(gate: TranscriptGate) -> tuple:
+    """Everything the gate holds, in comparable form: turns, open turn, system text, the
+    gatekeeper's turns in order and a few selections."""
+    gate.sync()
+    gk = gate.gatekeeper
+    queries = [q for q, _ in TOPICS] + ["And the Redis watchdog again?"]
+    return (
+        [(t.key, t.texts) for t in gate._turns],
+        gate._open,
+        gk.system_prompt,
+        [(t.user, t.assistant, t.tool_texts) for t in gk.turns],
+        [[m.id for m in gate.select_messages(q, token_budget=200)] for q in queries],
+    )
+
+
+def fresh_picture(path: Path) -> tuple:
+    store = SQLiteStore(path)
+    try:
+        return picture(TranscriptGate(Transcript("s", store=store), token_budget=2000))
+    finally:
+        store.close()
+
+
+def test_catching_up_one_append_reads_one_revision_and_indexes_one_turn(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    writer_store, reader_store = SQLiteStore(path), CountingStore(path)
+    try:
+        writer = Transcript("s", store=writer_store)
+        fill(writer, 60)
+        reader = Transcript("s", store=reader_store)
+        gate = TranscriptGate(reader, gatekeeper=CountingGatekeeper(token_budget=2000))
+        gate.select_messages("Redis lock TTL")
+        assert reader_store.read == 60 and gate.gatekeeper.calls["insert"] == 60
+        reader_store.read, gate.gatekeeper.calls["insert"] = 0, 0
+
+        writer.append(user="Is a Redis lock watchdog needed?", assistant="Yes, for long jobs.")
+        selected = gate.select_messages("Redis lock watchdog")
+
+        assert reader_store.read == 2  # the new revision, and the one it follows (to tell a rewritten log)
+        assert gate.gatekeeper.calls == {"insert": 1, "replace": 0, "remove": 0, "clear": 0}
+        assert gate._index.builds == 1  # never rebuilt
+        assert "Is a Redis lock watchdog needed?" in [m.content for m in selected]
+        assert picture(gate) == fresh_picture(path)
+    finally:
+        writer_store.close()
+        reader_store.close()
+
+
+def test_nothing_new_reads_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    store = CountingStore(path)
+    try:
+        t = Transcript("s", store=store)
+        fill(t, 5)
+        gate = TranscriptGate(t, gatekeeper=CountingGatekeeper(token_budget=2000))
+        gate.sync()
+        store.read, gate.gatekeeper.calls["insert"] = 0, 0
+        gate.sync()
+        gate.select_messages("espresso grind")
+        assert store.read == 0 and gate.gatekeeper.calls["insert"] == 0
+    finally:
+        store.close()
+
+
+def test_an_answer_joins_the_open_question_as_one_turn(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    store = CountingStore(path)
+    try:
+        t = Transcript("s", store=store)
+        fill(t, 4)
+        gate = TranscriptGate(t, gatekeeper=CountingGatekeeper(token_budget=2000))
+        gate.sync()
+        t.append(user="How do I rotate Kafka logs?")
+        gate.sync()
+        assert gate._open is not None and gate.gatekeeper.calls["insert"] == 4  # an open question is not indexed
+        t.append(assistant="Set retention.ms and segment.ms.")
+        gate.sync()
+        assert gate._open is None and gate.gatekeeper.calls["insert"] == 5
+        assert gate._turns[-1].texts == ("How do I rotate Kafka logs?", "Set retention.ms and segment.ms.", ())
+        t.append(messages=[Message("tool-1", "tool", "retention.ms=604800000")])  # a tool result joins the turn
+        gate.sync()
+        assert gate.gatekeeper.calls["replace"] == 1 and gate.gatekeeper.calls["insert"] == 5
+        assert picture(gate) == fresh_picture(path)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("step", ["replace", "delete", "undo", "system", "purge", "answer_in_the_middle"])
+def test_every_other_change_gives_what_a_fresh_gate_gives(tmp_path: Path, step: str) -> None:
+    path = tmp_path / "log.db"
+    writer_store, reader_store = SQLiteStore(path), SQLiteStore(path)
+    try:
+        writer = Transcript("s", store=writer_store)
+        fill(writer, 8)
+        asker = Transcript("s", store=writer_store)
+        asker.append(user="Which Redis eviction policy for a cache?")  # left open
+        gate = TranscriptGate(Transcript("s", store=reader_store), token_budget=2000)
+        gate.sync()
+        first = writer.messages[0].id
+        if step == "replace":
+            writer.apply([Replace(first, "How long should a Postgres advisory lock be held?")])
+        elif step == "delete":
+            writer.apply([Delete(writer.messages[2].id)])
+        elif step == "undo":
+            writer.apply([Replace(first, "edited")])
+            gate.sync()
+            writer.undo()
+        elif step == "system":
+            writer.append(messages=[Message("sys-1", "system", "Answer briefly.")])
+        elif step == "purge":
+            writer.purge()
+            fill(writer, 9)
+        else:  # another writer appended after the open question, then its answer landed before that
+            writer.append(user="What about tomato watering?", assistant="Deeply, twice a week.")
+            gate.sync()
+            asker.append(assistant="allkeys-lru")
+        writer.append(user="One more about Kafka partitions?", assistant="Keep them a multiple of consumers.")
+        assert picture(gate) == fresh_picture(path)
+    finally:
+        writer_store.close()
+        reader_store.close()
