@@ -370,3 +370,26 @@ def test_unknown_encoding_names_are_rejected(name):
 
 def test_default_encoding_is_cl100k_base():
     assert DEFAULT_ENCODING == "cl100k_base"
+
+
+def test_a_tiktoken_counter_encodes_each_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counts are kept per text and shared by every counter of an encoding, so a message
+    counted on every call, by several objects, is encoded once."""
+    real = load_encoding(DEFAULT_ENCODING)
+    if real is None:
+        pytest.skip("no tiktoken encoding offline: the estimate keeps nothing")
+    encoded: list[str] = []
+
+    class CountingEncoding:
+        def encode_ordinary(self, text: str) -> list[int]:
+            encoded.append(text)
+            return real.encode_ordinary(text)
+
+    monkeypatch.setattr(tokens, "load_encoding", lambda name: CountingEncoding())
+    monkeypatch.setattr(tokens, "_count_caches", {})
+    first, second = tiktoken_counter(DEFAULT_ENCODING), tiktoken_counter(DEFAULT_ENCODING)
+    text = "How long should a Redis lock TTL be?"
+    assert [first(text), second(text), first(text)] == [len(real.encode_ordinary(text))] * 3
+    assert encoded == [text]
+    assert second("another text") == len(real.encode_ordinary("another text"))
+    assert encoded == [text, "another text"]

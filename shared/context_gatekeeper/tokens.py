@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
+from .caching import BoundedCache, text_key
 from .errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
@@ -197,15 +198,36 @@ def _estimate_with_warning(text: str) -> int:
     return estimate_tokens(text)
 
 
+COUNT_CACHE_SIZE = 65_536
+"""Texts whose token counts each encoding keeps (:func:`tiktoken_counter`)."""
+
+_count_caches: dict[str, BoundedCache[str, int]] = {}
+_count_caches_lock = threading.Lock()
+
+
+def _counts_cache(name: str) -> BoundedCache[str, int]:
+    """The token counts of encoding ``name``, by text: one cache per encoding, shared by
+    every counter, object and thread of the process."""
+    with _count_caches_lock:
+        cache = _count_caches.get(name)
+        if cache is None:
+            cache = _count_caches[name] = BoundedCache(maxsize=COUNT_CACHE_SIZE)
+        return cache
+
+
 def tiktoken_counter(name: str = DEFAULT_ENCODING) -> TokenCounter:
-    """A counter for tiktoken encoding ``name``; the estimate if it cannot be loaded offline."""
+    """A counter for tiktoken encoding ``name``; the estimate if it cannot be loaded offline.
+
+    Counts are kept per text (:data:`COUNT_CACHE_SIZE` texts per encoding, shared by every
+    counter of the process), so a message is encoded once however often it is counted."""
     encoding = load_encoding(name)
     if encoding is None:
         return _estimate_with_warning
     encode = encoding.encode_ordinary
+    cache = _counts_cache(name)
 
     def count(text: str) -> int:
-        return len(encode(text))
+        return cache.get_or_compute(text_key(text), lambda: len(encode(text)))
 
     count.__name__ = f"count_{name}"
     count._checked_counter = True  # type: ignore[attr-defined]  # len() is always a valid count

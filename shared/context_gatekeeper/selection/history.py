@@ -12,8 +12,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
+from ..caching import BoundedCache, text_key
 from .anchors import TextAnchors, extract
-from .cues import strip_cues
+from .cues import Cues, strip_cues
 
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
 from .index import AnchorIndex
@@ -23,6 +24,29 @@ from .records import Turn
 from ..validation import require_text
 
 __all__ = ["TurnHistory", "turn_texts"]
+
+
+ANCHOR_CACHE_SIZE = 65_536
+"""Texts whose anchors (and, for user texts, gate inputs) the process keeps: a turn indexed
+again (a reopened transcript, a second gate or worker, a list gated anew) costs no extraction."""
+
+_anchors: BoundedCache[str, TextAnchors] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
+_gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
+
+
+def text_anchors(text: str) -> TextAnchors:
+    """``extract(text)``, computed once per text (shared: never mutate the result)."""
+    return _anchors.get_or_compute(text_key(text), lambda: extract(text))
+
+
+def _gate_input(user: str, max_chars: int) -> tuple[tuple[str, ...], Cues]:
+    """``(query anchors, cues)`` of a user text as the topic gate reads it, once per text."""
+
+    def compute() -> tuple[tuple[str, ...], Cues]:
+        cues, content = strip_cues(user[:max_chars])
+        return tuple(extract(content, query=True).counts), cues
+
+    return _gate_inputs.get_or_compute((max_chars, text_key(user)), compute)
 
 
 class _ByPosition(Sequence[SegmentInput]):
@@ -186,9 +210,9 @@ class TurnHistory:
         the gate input's ``anchors`` are filled by :meth:`_store`."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
         cost = self._cost(turn)
-        user, answer_anchors = extract(turn.user), extract(answer)
-        cues, content = strip_cues(turn.user[: self.params.max_query_chars])
-        gated = SegmentInput(tuple(extract(content, query=True).counts), cues, frozenset())
+        user, answer_anchors = text_anchors(turn.user), text_anchors(answer)
+        query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars)
+        gated = SegmentInput(query_anchors, cues, frozenset())
         return cost, user, answer_anchors, gated
 
     def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput]) -> None:

@@ -1,0 +1,67 @@
+"""TurnHistory's per-text work (docs/architecture.md#the-foundation): a text's anchors and
+gate input are computed once per process, whatever object indexes it again, and indexing
+from the cache gives exactly what indexing afresh gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper.caching import BoundedCache
+from context_gatekeeper.selection import history
+
+TURNS = [
+    ("How long should a Redis lock TTL be?", "Longer than the longest job, with a watchdog."),
+    ("Which espresso grind suits a moka pot?", "Medium-fine, coarser than for espresso machines."),
+    ("And the Redis lock watchdog: how often should it renew?", "Every third of the TTL."),
+]
+
+
+@pytest.fixture
+def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every text the history extracts anchors from (with empty per-text caches)."""
+    seen: list[str] = []
+    real = history.extract
+
+    def counting(text: str, **kwargs: Any) -> Any:
+        seen.append(text)
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(history, "extract", counting)
+    monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=1000))
+    monkeypatch.setattr(history, "_gate_inputs", BoundedCache(maxsize=1000))
+    return seen
+
+
+def build() -> ContextGatekeeper:
+    gk = ContextGatekeeper(token_budget=60, token_counter=len, message_overhead=0)
+    for user, assistant in TURNS:
+        gk.add_turn(user, assistant)
+    return gk
+
+
+def test_a_second_gatekeeper_on_the_same_texts_extracts_nothing(extractions: list[str]) -> None:
+    first = build()
+    assert len(extractions) == 3 * len(TURNS)  # user, answer, and the user text as the gate reads it
+    extractions.clear()
+    second = build()
+    assert extractions == []
+    assert second._history.index.snapshot() == first._history.index.snapshot()
+    assert second._history.labels == first._history.labels
+    query = "Redis watchdog renew"
+    assert second.explain(query).turn_ids == first.explain(query).turn_ids
+
+
+def test_a_changed_text_is_extracted_again(extractions: list[str]) -> None:
+    gk = build()
+    extractions.clear()
+    gk.replace_turn(gk.turns[1].id, "Which grind for a French press?", "Coarse.")
+    assert sorted(extractions) == sorted(["Which grind for a French press?", "Coarse.", "Which grind for a French press?"])
+
+
+def test_a_cache_evicts_beyond_its_bound(monkeypatch: pytest.MonkeyPatch, extractions: list[str]) -> None:
+    monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=2))
+    build()
+    assert len(history._anchors) == 2
