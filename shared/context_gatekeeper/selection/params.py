@@ -257,7 +257,13 @@ class SelectionParams:
     (:func:`semantic.topic_preference`), unless a cue decides or some topic holds
     ``off_topic_share`` of its words.  Chosen on the tuning half of the hand-labelled
     sets with multilingual-e5-small: 0.4 sent 74% of the queries without a cue whose
-    topic the history holds to it, 5% elsewhere, and 1 query in 19 on a new topic."""
+    topic the history holds to it, 5% elsewhere, and 1 query in 19 on a new topic.  The
+    words win when they hold ``semantic_words_share``."""
+    semantic_words_share: float = 0.4
+    """...unless some topic's turns hold at least this share of the query's weight in words:
+    distinctive words still win over the meaning (the same share as ``off_topic_share``'s
+    default, kept apart so the ``"recall"`` preset, which lets any match across topics,
+    does not switch the meaning's preference off)."""
     semantic_topic_floor: float = 0.7
     """...and only when the query's best similarity to a recent turn lies less than this
     many spreads below the recent turns' mean similarity to one another (a query on a new

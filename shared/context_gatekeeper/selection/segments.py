@@ -244,7 +244,7 @@ def gate_query(
     courtesy question ("Anything else?"), inputs of the fitted switch score.
     ``preference`` (with an embedder) is the recent topic the query's meaning prefers and
     its lead (:func:`semantic.topic_preference`): at ``semantic_topic_margin`` or more, and
-    with no cue and no topic holding ``off_topic_share`` of the query's words, the query
+    with no cue and no topic holding ``semantic_words_share`` of the query's words, the query
     goes there -- continues it, or returns to it -- whatever its words' switch score.
     """
     p = params
@@ -276,7 +276,7 @@ def gate_query(
     if preference is not None and p.semantic_gate and not (cues.switch or cues.returning):
         label, margin = preference
         features = replace(features, semantic_topic=label, semantic_margin=margin)
-        words_hold = max(shares.values(), default=0.0) >= p.off_topic_share  # distinctive words still win
+        words_hold = max(shares.values(), default=0.0) >= p.semantic_words_share  # distinctive words still win
         if margin >= p.semantic_topic_margin and not words_hold:
             return ("continue" if label == active else "return"), features, label
     if features.semantic_active is not None:
