@@ -396,8 +396,10 @@ class GatedView:
                 index = _ThreadIndex(self._make())  # very loop: waiting could wait on ourselves; one-off
             index.lock.acquire()
         try:
-            pinned, summaries, rest, turns = self._read(index, earlier)
-            self._sync(index, turns, pinned, summaries, system_prompt)
+            pinned, summaries, rest, turns, tail, memo = self._read(index, earlier)
+            index.memo = None  # until the index is in step with this list
+            self._sync(index, turns, tail, pinned, summaries, system_prompt)
+            index.memo = memo
             selection = index.gatekeeper.explain(query)
             keys = index.turns.keys_by_id()
         finally:
@@ -421,8 +423,10 @@ class GatedView:
             return list(earlier)
         await index.lock.acquire_async()
         try:
-            pinned, summaries, rest, turns = self._read(index, earlier)
-            self._sync(index, turns, pinned, summaries, system_prompt)
+            pinned, summaries, rest, turns, tail, memo = self._read(index, earlier)
+            index.memo = None  # until the index is in step with this list
+            self._sync(index, turns, tail, pinned, summaries, system_prompt)
+            index.memo = memo
             selection = await index.gatekeeper.aexplain(query)
             keys = index.turns.keys_by_id()
         finally:
@@ -431,42 +435,53 @@ class GatedView:
 
     def _read(
         self, index: _ThreadIndex, earlier: Sequence[BaseMessage]
-    ) -> tuple[list[BaseMessage], list[str], list[BaseMessage], list[_Turn]]:
-        """Under the thread's lock: ``earlier``'s pinned messages, summaries' texts, other
-        messages and their turns (:func:`_split`, :func:`_turns`).  When ``earlier`` extends
-        the list the last call on this thread read, unchanged (a conversation that grew),
-        only the new messages are read: the last turn is regrouped when they join it, and
-        the earlier turns are the last call's.  Any other list is read whole."""
+    ) -> tuple[list[BaseMessage], list[str], list[BaseMessage], list[_Turn], list[_Turn] | None, _ListMemo]:
+        """``earlier``'s pinned messages, summaries' texts, other messages and their turns
+        (:func:`_split`, :func:`_turns`), the turns that changed (``None``: all may have),
+        and the memo for the next call.  When ``earlier`` extends the list the last call on
+        this thread read, unchanged (a conversation that grew), only the new messages are
+        read: the last turn is regrouped when they join it, the earlier turns are the last
+        call's, and the changed turns are the regrouped and the new ones.  Any other list is
+        read whole."""
         keyed_by = self._keyed_by
         memo = index.memo
+        tail: list[_Turn] | None
         if memo is not None and memo.extends(earlier, keyed_by):
             read = len(memo.prints)
             pinned, summaries, rest = list(memo.pinned), list(memo.summaries), list(memo.rest)
             turns, seen = list(memo.turns), dict(memo.seen)
             prints = memo.prints + [_print(m, keyed_by, keep=True) for m in earlier[read:]]
+            tail = []
         else:
             read = 0
             pinned, summaries, rest, turns, seen = [], [], [], [], {}
             prints = [_print(m, keyed_by, keep=True) for m in earlier]
+            tail = None
         known = len(rest)
         _split(earlier[read:], pinned, summaries, rest)
         if len(rest) > known:
-            start = known
+            start, last = known, None
             if turns and _ROLES.get(rest[known].type, "user") != "user":  # the new messages continue the last turn
                 last = turns.pop()
                 start = last.positions[0]
                 if keyed_by == "content":
                     seen[last.digest] -= 1
-            turns.extend(_turns(rest, keyed_by, start, seen))
-        index.memo = _ListMemo(prints, pinned, summaries, rest, turns, seen)
-        return list(pinned), list(summaries), rest, turns
+            added = _turns(rest, keyed_by, start, seen)
+            turns.extend(added)
+            if tail is not None:
+                # a regrouped turn keyed by content has a new key: the old one must go, which a full sync does
+                tail = added if last is None or added[0].key == last.key else None
+        return list(pinned), list(summaries), rest, turns, tail, _ListMemo(prints, pinned, summaries, rest, turns, seen)
 
     @staticmethod
     def _sync(
-        index: _ThreadIndex, turns: list[_Turn], pinned: list[BaseMessage], summaries: list[str], system_prompt: str | None
+        index: _ThreadIndex, turns: list[_Turn], tail: list[_Turn] | None, pinned: list[BaseMessage],
+        summaries: list[str], system_prompt: str | None,
     ) -> None:
-        """Under the thread's lock: the index in step with ``turns``, pinned text set."""
-        index.turns.sync(turns)
+        """Under the thread's lock: the index in step with ``turns`` (only ``tail`` applied,
+        when the list only grew since the index's last sync), pinned text set."""
+        if tail is None or not index.turns.extend(tail):
+            index.turns.sync(turns)
         gk = index.gatekeeper
         pinned_text = "\n".join(filter(None, [system_prompt, *(m.text for m in pinned if isinstance(m, SystemMessage))]))
         if (pinned_text or None) != gk.system_prompt:

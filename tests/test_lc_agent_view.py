@@ -1,0 +1,175 @@
+"""GatedView and the LangChain list paths do per call only what the call changed.
+
+Token counts are computed once per text and counter (across calls, threads, gates and
+middlewares); a list that grew is read and indexed by its new messages only; anything
+else (an edit in place, a dropped oldest turn, an answer joining the last turn) gives
+exactly what a fresh view gives.  Counting wrappers around real gatekeepers show the
+work done; nothing is timed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import Counter
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from context_gatekeeper import ContextGatekeeper
+from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
+from langchain_gatekeeper.agent_view import GatedView
+
+TOPICS = [
+    ("redis lock ttl watchdog export job", "Set the Redis lock TTL above the export job and renew it with a watchdog."),
+    ("espresso grind size beans", "Grind the espresso beans fine, like table salt."),
+    ("postgres vacuum autovacuum bloat", "Tune autovacuum so Postgres tables do not bloat."),
+    ("iceland ring road trip", "Drive the Iceland ring road in about ten days."),
+]
+
+
+def conversation(n: int, seed: int = 7) -> list[BaseMessage]:
+    rng = random.Random(seed)
+    out: list[BaseMessage] = []
+    for i in range(n):
+        words, answer = TOPICS[rng.randrange(len(TOPICS))]
+        out += [HumanMessage(f"Question {i} about {words}?"), AIMessage(f"{answer} (answer {i})")]
+    return out
+
+
+class CountingCounter:
+    """A token counter that records every text it counts (words as tokens)."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+
+    def __call__(self, text: str) -> int:
+        self.seen[text] += 1
+        return len(text.split())
+
+
+class CountingGatekeeper(ContextGatekeeper):
+    """A real gatekeeper that counts the index changes made to it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls: Counter[str] = Counter()
+
+    def insert_turn(self, *args: Any, **kwargs: Any) -> int:
+        self.calls["insert"] += 1
+        return super().insert_turn(*args, **kwargs)
+
+    def replace_turn(self, *args: Any, **kwargs: Any) -> None:
+        self.calls["replace"] += 1
+        super().replace_turn(*args, **kwargs)
+
+    def remove_turn(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["remove"] += 1
+        return super().remove_turn(*args, **kwargs)
+
+    def clear(self) -> None:
+        self.calls["clear"] += 1
+        super().clear()
+
+
+def make() -> CountingGatekeeper:
+    return CountingGatekeeper(token_budget=120, token_counter=lambda t: len(t.split()), message_overhead=0,
+                              on_overflow="keep_pinned")
+
+
+def fresh(messages: list[BaseMessage], keyed_by: str) -> list[BaseMessage]:
+    return GatedView(make, keyed_by=keyed_by).view(messages)
+
+
+def test_each_turn_text_is_counted_once_across_calls_and_threads() -> None:
+    counter = CountingCounter()
+    history = conversation(30)
+    for k in range(20, 31):
+        gate_messages([SystemMessage("Be brief."), *history[:2 * k], HumanMessage("And the redis watchdog?")],
+                      token_budget=200, token_counter=counter, thread="a")
+    gate_messages([*history, HumanMessage("espresso grind?")], token_budget=200, token_counter=counter, thread="b")
+    assert counter.seen, "the counter was never called"
+    assert max(counter.seen.values()) == 1, [t for t, n in counter.seen.items() if n > 1][:3]
+    # a middleware with the same counter finds the counts kept by gate_messages
+    before = sum(counter.seen.values())
+    middleware = GatekeeperMiddleware(token_budget=200, token_counter=counter)
+    middleware.views.view([*history, HumanMessage("postgres bloat?")], thread="c")
+    assert sum(counter.seen.values()) == before
+
+
+def test_a_grown_list_indexes_only_the_new_turn_and_is_never_rebuilt() -> None:
+    for keyed_by in ("content", "id"):
+        view = GatedView(make, keyed_by=keyed_by)
+        history = conversation(40)
+        for i, m in enumerate(history):
+            m.id = f"m{i}"
+        view.view([*history[:60], HumanMessage("redis lock?")], thread="t")
+        gk = view.gatekeeper("t")
+        assert isinstance(gk, CountingGatekeeper) and gk.calls["insert"] == 30
+        for k in range(31, 41):
+            gk.calls.clear()
+            got = view.view([*history[:2 * k], HumanMessage("and the watchdog?")], thread="t")
+            assert dict(gk.calls) == {"insert": 1}, (keyed_by, k, gk.calls)
+            assert got == fresh([*history[:2 * k], HumanMessage("and the watchdog?")], keyed_by)
+        assert view.index("t").builds == 1
+
+
+def test_any_other_change_gives_what_a_fresh_view_gives() -> None:
+    """Random growth, in-place edits, dropped turns, answers joining the last turn and tool
+    pairs: every call's view is a fresh view's, and the index holds exactly the list's turns."""
+    rng = random.Random(3)
+    for keyed_by in ("content", "id"):
+        view = GatedView(make, keyed_by=keyed_by)
+        messages: list[BaseMessage] = [SystemMessage("Be brief."), *conversation(12, seed=5)]
+        ids = itertools.count()
+        for m in messages:
+            m.id = f"x{next(ids)}"
+        for step in range(60):
+            action = rng.choice(["grow", "grow", "answer", "edit", "drop", "tool", "unanswered"])
+            words, answer = TOPICS[rng.randrange(len(TOPICS))]
+            if action == "grow":
+                messages += [HumanMessage(f"step {step} {words}?", id=f"x{next(ids)}"), AIMessage(answer, id=f"x{next(ids)}")]
+            elif action == "unanswered":
+                messages.append(HumanMessage(f"step {step} {words}?", id=f"x{next(ids)}"))
+            elif action == "answer":
+                messages.append(AIMessage(f"late answer {step}: {answer}", id=f"x{next(ids)}"))
+            elif action == "edit":
+                target = rng.randrange(1, len(messages))
+                messages[target].content = f"edited {step}: {words}"  # in place, same object
+            elif action == "drop" and len(messages) > 8:
+                del messages[1:3]
+            elif action == "tool":
+                call_id = f"c{step}"
+                messages += [AIMessage("", tool_calls=[{"name": "lookup", "args": {"q": words}, "id": call_id}], id=f"x{next(ids)}"),
+                             ToolMessage(f"tool says {answer}", tool_call_id=call_id, id=f"x{next(ids)}")]
+            query = HumanMessage(f"now about {rng.choice(TOPICS)[0]}?")
+            got = view.view([*messages, query], thread="t")
+            assert got == fresh([*messages, query], keyed_by), (keyed_by, step, action)
+            assert len(view.gatekeeper("t")) == len(view._index("t").memo.turns), (keyed_by, step, action)
+
+
+def test_the_middleware_keeps_its_thread_index_across_invokes() -> None:
+    counter = CountingCounter()
+    middleware = GatekeeperMiddleware(token_budget=200, token_counter=counter)
+    model = GenericFakeChatModel(messages=itertools.repeat(AIMessage("Noted.")))
+    agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+    history = conversation(40)
+    for i, m in enumerate(history):
+        m.id = f"h{i}"
+    agent.update_state(config, {"messages": history})
+    agent.invoke({"messages": [HumanMessage("and the redis watchdog?")]}, config)
+    index = middleware.views.index("t1")
+    gk = middleware.views.gatekeeper("t1")
+    assert len(gk) == 40 and index.builds == 1
+    counted = sum(counter.seen.values())
+    for question in ("espresso grind?", "postgres bloat?", "iceland road?"):
+        before = len(gk)
+        agent.invoke({"messages": [HumanMessage(question)]}, config)
+        assert len(gk) == before + 1  # the previous invoke's turn, nothing re-indexed
+    assert index.builds == 1
+    assert sum(counter.seen.values()) == counted + 3  # one new turn text per invoke
+    assert max(counter.seen.values()) == 1
