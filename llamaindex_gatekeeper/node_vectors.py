@@ -1,7 +1,7 @@
 """Node and query vectors for :class:`~llamaindex_gatekeeper.postprocessor.GatekeeperNodePostprocessor`:
 ``node.embedding`` and ``QueryBundle.embedding`` when they are usable (finite numbers of
-one dimension), else a bounded LRU cache by ``(embedder name, text hash)``, else the
-embedder.  Kept apart so the postprocessor's module stays short."""
+one dimension), else a bounded cache by ``(embedder name, text hash)`` shared by every
+postprocessor (:data:`VECTORS`), else the embedder.  Kept apart so the postprocessor's module stays short."""
 
 from __future__ import annotations
 
@@ -10,15 +10,20 @@ import concurrent.futures
 import logging
 import math
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any, Callable, List
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from context_gatekeeper import EmbeddingError, as_embedder
-from context_gatekeeper.integration import text_hash
+from context_gatekeeper.integration import BoundedCache, text_hash
 
-__all__ = ["NodeVectors", "query_embedding"]
+__all__ = ["NodeVectors", "VECTORS", "query_embedding"]
+
+VECTORS: BoundedCache[tuple[str, str], list[float]] = BoundedCache(maxsize=10_000)
+"""Node vectors by ``(embedder name, text_hash(text))`` (the key every vector cache of the
+core uses), shared across calls, postprocessors and threads (an embedder's name identifies
+its model: :func:`context_gatekeeper.as_embedder`)."""
 
 def query_embedding(query: Any) -> list[float] | None:
     """The first usable embedding found on ``query`` and the bundles it wraps (one with
@@ -47,18 +52,26 @@ logger = logging.getLogger("llamaindex_gatekeeper.postprocessor")  # the postpro
 
 class NodeVectors:
     """Node and query vectors for the postprocessor: ``node.embedding`` when filled, else
-    a bounded cache by ``(embedder name, text hash)``, else one document call for the
-    missing nodes.  Failures and timeouts give ``None`` (one warning per run of them)."""
+    a bounded cache by ``(embedder name, text hash)`` (``cache``; default :data:`VECTORS`,
+    or this object's own of ``max_vectors`` entries), else one document call for the
+    missing nodes.  Failures and timeouts give ``None``
+    (one warning per run of them)."""
 
-    def __init__(self, embedder: Any, timeout: float | None = None, max_vectors: int = 10_000) -> None:
+    def __init__(
+        self,
+        embedder: Any,
+        timeout: float | None = None,
+        max_vectors: int | None = None,
+        cache: BoundedCache[tuple[str, str], list[float]] | None = None,
+    ) -> None:
         from context_gatekeeper.integration import load_numpy
 
         load_numpy()  # fail now, not at the first query, when numpy is missing
         self.embedder = as_embedder(embedder)
         self.timeout = timeout
-        self.max_vectors = max_vectors
-        self._cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
-        self._lock = threading.Lock()
+        if cache is None:
+            cache = VECTORS if max_vectors is None else BoundedCache(maxsize=max_vectors)
+        self._cache = cache
         self._failing = False
 
     def _missing(
@@ -74,21 +87,18 @@ class NodeVectors:
             if vector is None:
                 text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
                 key = (self.embedder.name, text_hash(text))
-                with self._lock:
-                    vector = self._cache.get(key)
-                    if vector is not None:
-                        self._cache.move_to_end(key)
+                vector = self._cache.get(key)
+                if vector is not None and len(vector) != dimension:  # two models under one name
+                    vector = None
                 if vector is None:
                     todo.append((i, text, key))
             vectors.append(vector)
         return vectors, todo
 
     def _remember(self, vectors: list[Any], todo: list[tuple[int, str, tuple[str, str]]], found: list[Any]) -> None:
-        with self._lock:
-            for (i, _, key), vector in zip(todo, found):
-                vectors[i] = self._cache[key] = vector
-            while len(self._cache) > self.max_vectors:
-                self._cache.popitem(last=False)
+        for (i, _, key), vector in zip(todo, found):
+            vectors[i] = vector
+            self._cache.put(key, vector)
 
     def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
         """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``

@@ -46,7 +46,7 @@ from typing import Any, Callable, List, Optional, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from context_gatekeeper import (
     CoverageCorpus,
@@ -54,9 +54,11 @@ from context_gatekeeper import (
     CoverageResult,
     InvalidTypeError,
     SelectionParams,
+    extract_anchors,
     resolve_token_counter,
     select_covering,
 )
+from context_gatekeeper.integration import BoundedCache
 
 from .node_vectors import NodeVectors, query_embedding
 
@@ -134,6 +136,44 @@ def query_text(query: Union[str, QueryBundle, None]) -> str:
     return query
 
 
+_Facts = tuple[str, int, Any]
+"""What a node contributes to a selection, computed once per text: ``(text, tokens, anchor counts)``."""
+
+FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=20_000)
+"""Every postprocessor's per-node facts, shared across calls, objects and threads: keyed by
+the token counter and the node's text (for a plain ``TextNode``, by the parts its text
+is made of, so a node seen before is not even formatted again)."""
+
+ANCHORS: BoundedCache[str, Any] = BoundedCache(maxsize=20_000)
+"""Anchor counts by text, shared by every token counter (anchors do not depend on it)."""
+
+
+def _anchor_counts(text: str) -> Any:
+    """``extract_anchors(text).counts``, once per text (:data:`ANCHORS`); read-only."""
+    return ANCHORS.get_or_compute(text, lambda: extract_anchors(text).counts)
+
+
+def _parts_key(node: BaseNode, mode: MetadataMode) -> tuple[Any, ...] | None:
+    """Everything ``TextNode.get_content(mode)`` reads, as a hashable key (metadata values
+    as the strings the template formats), or None when the node is not a plain
+    ``TextNode`` or a metadata key is not a string: its text is then read and keys the facts."""
+    if type(node) is not TextNode:
+        return None
+    if mode == MetadataMode.NONE:
+        return (mode, node.text)
+    items = []
+    for key, value in node.metadata.items():
+        if type(key) is not str:
+            return None
+        items.append((key, value if type(value) is str else str(value)))
+    excluded = (
+        node.excluded_llm_metadata_keys if mode == MetadataMode.LLM
+        else node.excluded_embed_metadata_keys if mode == MetadataMode.EMBED else ()
+    )
+    return (mode, node.text, tuple(items), tuple(excluded),
+            node.metadata_template, node.metadata_separator, node.text_template)
+
+
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     """Keep the retrieved nodes that cover the query's informative terms, within a token budget.
 
@@ -173,11 +213,18 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     embedder: Optional[Any] = Field(default=None, exclude=True, description="Embedding model (semantic evidence).")
     embed_timeout: Optional[float] = Field(default=None, gt=0, description="Seconds an embedding call may take.")
     _count: Callable[[str], int] = PrivateAttr()
+    _counter_key: Any = PrivateAttr()
     _vectors: Optional["NodeVectors"] = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
         """Normalise the token counter and the embedder once."""
         self._count = resolve_token_counter(self.token_counter)
+        counter = "cl100k_base" if self.token_counter is None else self.token_counter
+        try:  # facts counted by the same (hashable) counter are shared by every postprocessor
+            hash(counter)
+            self._counter_key = counter
+        except TypeError:  # an unhashable tokenizer: this postprocessor's own key
+            self._counter_key = object()
         if self.embedder is not None:
             self._vectors = NodeVectors(self.embedder, self.embed_timeout)
 
@@ -201,13 +248,33 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             probe = await self._vectors.asimilarities(nodes, text, query_embedding(query))
         return self._covering(nodes, text, probe)
 
+    def _facts(self, nodes: List[NodeWithScore]) -> list[_Facts]:
+        """Each node's ``(text, tokens, anchors)``: from :data:`FACTS` when its text was seen
+        before (by any postprocessor with this token counter), else computed once and kept."""
+        mode, counter, get, put = self.metadata_mode, self._counter_key, FACTS.get, FACTS.put
+        out: list[_Facts] = []
+        for item in nodes:
+            node = item.node
+            parts = _parts_key(node, mode)
+            facts = None if parts is None else get((counter, parts))
+            if facts is None:
+                text = _text(node, mode)
+                key = (counter, text if parts is None else parts)
+                facts = get(key) if parts is None else None
+                if facts is None:
+                    facts = (text, self._count(text), _anchor_counts(text))
+                    put(key, facts)
+            out.append(facts)
+        return out
+
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any) -> CoverageResult:
-        texts = [_text(n, self.metadata_mode) for n in nodes]
+        facts = self._facts(nodes)
         result = select_covering(
             query,
-            texts,
+            [f[0] for f in facts],
             token_budget=self.token_budget,
-            costs=[self._count(t) for t in texts],
+            costs=[f[1] for f in facts],
+            anchors=[f[2] for f in facts],
             corpus=self.corpus,
             target=self.coverage_target,
             fallback=self.fallback,

@@ -13,7 +13,9 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from context_gatekeeper.selection.coverage import CoverageCorpus
 from li_scripted_llm import ScriptedLLM
-from llamaindex_gatekeeper.postprocessor import GatekeeperNodePostprocessor, NodeExplanation, build_corpus
+from llamaindex_gatekeeper import postprocessor as postprocessor_module
+from llamaindex_gatekeeper.node_vectors import VECTORS
+from llamaindex_gatekeeper.postprocessor import ANCHORS, FACTS, GatekeeperNodePostprocessor, NodeExplanation, build_corpus
 
 TTL = "A Redis lock needs a TTL longer than the critical section, renewed by a watchdog."
 FENCING = "A fencing token is a counter that grows with every lock grant; storage rejects stale tokens."
@@ -23,6 +25,14 @@ QUERY = "How should I set the Redis lock TTL, and what is a fencing token for?"
 
 def words(text: str) -> int:
     return len(text.split())
+
+
+@pytest.fixture(autouse=True)
+def _cold_caches() -> None:
+    """Each test starts with no node text analysed (the caches are shared by every
+    postprocessor in the process, which is what the caching tests check)."""
+    for cache in (FACTS, ANCHORS, VECTORS):
+        cache.clear()
 
 
 def retrieved(*texts: str) -> list[NodeWithScore]:
@@ -144,3 +154,109 @@ def test_inside_a_context_chat_engine() -> None:
     via_index.chat("Tell me about sourdough bread and a hot oven.")
     sent = "\n".join(m.content or "" for m in llm.chats[-1])
     assert "Sourdough" in sent and "fencing token is a counter" not in sent
+
+
+# -- per-text caches: a node's text is analysed once, across calls, objects and threads ----
+
+
+class CountingCounter:
+    """A token counter (words) that records every text it counts."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+@pytest.fixture
+def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every text whose anchors the postprocessor extracts."""
+    texts: list[str] = []
+    real = postprocessor_module.extract_anchors
+
+    def counting(text: str, *args: object, **kwargs: object) -> object:
+        texts.append(text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(postprocessor_module, "extract_anchors", counting)
+    return texts
+
+
+def test_a_node_text_is_counted_and_analysed_once_across_calls_and_postprocessors(extracted) -> None:
+    count = CountingCounter()
+    first = GatekeeperNodePostprocessor(token_counter=count)
+    kept = first.postprocess_nodes(retrieved(FENCING, TTL, BREAD, TTL), query_str=QUERY)
+    assert [n.node.node_id for n in kept] == ["n0", "n1"]
+    assert len(count.texts) == 4 and len(extracted) == 4  # n1 and n3 differ by their metadata (source)
+    second = GatekeeperNodePostprocessor(token_counter=count, token_budget=1000)
+    for query in (QUERY, "What is a fencing token?", "How hot should the oven be for sourdough?"):
+        second.postprocess_nodes(retrieved(FENCING, TTL, BREAD, TTL), query_str=query)  # new node objects
+        first.explain(retrieved(FENCING, TTL, BREAD, TTL), query)
+    assert len(count.texts) == 4 and len(extracted) == 4
+    other = GatekeeperNodePostprocessor(token_counter=words)  # another counter counts anew; anchors are shared
+    assert [n.node.node_id for n in other.postprocess_nodes(retrieved(FENCING, TTL), query_str=QUERY)] == ["n0", "n1"]
+    assert len(extracted) == 4
+
+
+def test_the_facts_are_shared_across_threads(extracted) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    count = CountingCounter()
+    gate = GatekeeperNodePostprocessor(token_counter=count)
+    expected = [n.node.node_id for n in gate.postprocess_nodes(retrieved(FENCING, TTL, BREAD), query_str=QUERY)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(lambda _: GatekeeperNodePostprocessor(token_counter=count).postprocess_nodes(
+            retrieved(FENCING, TTL, BREAD), query_str=QUERY), range(8)))
+    assert all([n.node.node_id for n in run] == expected for run in runs)
+    assert len(count.texts) == 3 and len(extracted) == 3
+
+
+def test_a_changed_text_or_metadata_is_analysed_anew_never_served_stale() -> None:
+    count = CountingCounter()
+    gate = GatekeeperNodePostprocessor(token_counter=count)
+    nodes = retrieved(TTL, BREAD)
+    gate.postprocess_nodes(nodes, query_str=QUERY)
+    nodes[1].node.text = FENCING  # the same node object, now another text
+    nodes[0].node.metadata["source"] = "renamed.md"
+    nodes[0].node.metadata["page"] = 1
+    kept = gate.postprocess_nodes(nodes, query_str=QUERY)
+    assert [n.node.node_id for n in kept] == ["n0", "n1"]
+    assert count.texts[2:] == [n.node.get_content(metadata_mode="llm") for n in nodes]
+    nodes[0].node.metadata["page"] = True  # equal to 1, formatted otherwise
+    gate.postprocess_nodes(nodes, query_str=QUERY)
+    assert count.texts[-1] == nodes[0].node.get_content(metadata_mode="llm") and "page: True" in count.texts[-1]
+    nodes[0].node.excluded_llm_metadata_keys = ["source", "page"]
+    gate.postprocess_nodes(nodes, query_str=QUERY)
+    assert count.texts[-1] == TTL and len(count.texts) == 6
+
+
+def test_other_node_types_and_unhashable_counters_are_cached_by_their_text(extracted) -> None:
+    class Tokenizer:  # unhashable, with encode
+        __hash__ = None  # type: ignore[assignment]
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def encode(self, text: str) -> list[str]:
+            self.calls += 1
+            return text.split()
+
+    tokenizer = Tokenizer()
+    gate = GatekeeperNodePostprocessor(token_counter=tokenizer)
+    documents = [NodeWithScore(node=Document(text=t, id_=f"d{i}"), score=1.0) for i, t in enumerate((TTL, BREAD))]
+    for query in (QUERY, "sourdough oven"):
+        gate.postprocess_nodes(documents, query_str=query)
+        gate.postprocess_nodes(retrieved(TTL, BREAD), query_str=query)
+    assert tokenizer.calls == 4 and len(extracted) == 4  # two texts as Documents, two as TextNodes with metadata
+
+
+def test_anchors_given_to_select_covering_must_match_the_texts() -> None:
+    from context_gatekeeper import InvalidInputError, extract_anchors, select_covering
+
+    texts = [TTL, BREAD, FENCING]
+    given = select_covering(QUERY, texts, costs=[9, 9, 9], anchors=[extract_anchors(t).counts for t in texts])
+    assert given == select_covering(QUERY, texts, costs=[9, 9, 9])
+    with pytest.raises(InvalidInputError, match="anchor counts for 3 texts"):
+        select_covering(QUERY, texts, costs=[9, 9, 9], anchors=[extract_anchors(TTL).counts])

@@ -16,8 +16,11 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
+import pytest
+
 from li_scripted_llm import ScriptedLLM
-from llamaindex_gatekeeper.postprocessor import GatekeeperNodePostprocessor
+from llamaindex_gatekeeper.node_vectors import VECTORS
+from llamaindex_gatekeeper.postprocessor import ANCHORS, FACTS, GatekeeperNodePostprocessor
 from test_semantic import DESSERTS, HashEmbedder
 
 QUERY = "What dessert should I serve?"
@@ -59,6 +62,14 @@ class HashEmbedding(BaseEmbedding):
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return self._fake.embed_documents(texts)
+
+
+@pytest.fixture(autouse=True)
+def _cold_caches() -> None:
+    """Each test starts with nothing embedded or analysed: the caches are shared by every
+    postprocessor in the process, by embedder name, and the fakes here share a name."""
+    for cache in (FACTS, ANCHORS, VECTORS):
+        cache.clear()
 
 
 def nodes(texts=TEXTS, embed: HashEmbedder | None = None) -> list[NodeWithScore]:
@@ -106,6 +117,30 @@ def test_nodes_without_embeddings_are_embedded_once_then_cached_by_content() -> 
     assert embedded(fake) == len(TEXTS) and len(fake.document_calls) == 1 and len(fake.query_calls) == 1
     gate.postprocess_nodes(nodes()[::-1], query_str="Any dessert ideas?")
     assert embedded(fake) == len(TEXTS) and len(fake.query_calls) == 2  # only the new query
+
+
+def test_postprocessors_with_one_embedder_share_its_vectors_across_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    fake = HashEmbedder({"dessert": DESSERTS})
+    first = GatekeeperNodePostprocessor(embedder=fake)
+    expected = [n.node.node_id for n in first.postprocess_nodes(nodes(), query_str=QUERY)]
+    assert expected == ["n0", "n1"] and embedded(fake) == len(TEXTS)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        runs = list(pool.map(lambda _: GatekeeperNodePostprocessor(embedder=fake, token_budget=500).postprocess_nodes(
+            nodes(), query_str=QUERY), range(6)))
+    assert all([n.node.node_id for n in run] == expected for run in runs)
+    assert embedded(fake) == len(TEXTS)  # every later postprocessor found the vectors
+
+
+def test_a_cached_vector_of_another_dimension_is_embedded_again() -> None:
+    small = HashEmbedder({"dessert": DESSERTS}, dim=64)  # the same name as the next one: two models
+    GatekeeperNodePostprocessor(embedder=small).postprocess_nodes(nodes(), query_str=QUERY)
+    big = HashEmbedder({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=big)
+    kept = gate.postprocess_nodes(nodes(), query_str=QUERY)
+    assert [n.node.node_id for n in kept] == ["n0", "n1"] and embedded(big) == len(TEXTS)
+    assert all(line.similarity is not None for line in gate.explain(nodes(), QUERY))
 
 
 def test_too_few_nodes_are_not_calibrated() -> None:

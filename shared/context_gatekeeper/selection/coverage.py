@@ -243,6 +243,21 @@ class CoverageResult:
         return "\n".join([head, *map(str, self.explanations)])
 
 
+_EXPLANATION_DEFAULTS = {"pick": None, "similarity": None, "similarity_z": None, "semantic": False, "decisive": False}
+
+
+def _explanation(
+    index: int, kept: bool, reason: str, cost: int, matched: tuple[str, ...], covered: tuple[str, ...],
+    gain: float, pick: int | None = None,
+) -> CoverageExplanation:
+    """``CoverageExplanation(...)`` without the frozen dataclass's per-field ``__setattr__``
+    (one per candidate, hundreds per call: the postprocessor's hot path); equal to it."""
+    e = object.__new__(CoverageExplanation)
+    e.__dict__.update(_EXPLANATION_DEFAULTS, index=index, kept=kept, reason=reason, cost=cost, matched=matched,
+                      covered=covered, gain=gain, pick=pick)
+    return e
+
+
 def _costs(texts: Sequence[str], costs: Sequence[int] | None, token_counter: TokenCounterLike) -> list[int]:
     if costs is not None:
         if len(costs) != len(texts):
@@ -261,7 +276,7 @@ def _fallback(costs: list[int], budget: int | None, matched: list[tuple[str, ...
         fits = cost <= left
         left -= cost if fits else 0
         reason = FALLBACK if fits else OVER_BUDGET
-        out.append(CoverageExplanation(i, fits, reason, cost, matched[i], (), 0.0))
+        out.append(_explanation(i, fits, reason, cost, matched[i], (), 0.0))
     return out
 
 
@@ -277,6 +292,7 @@ def select_covering(
     fallback: bool = True,
     params: SelectionParams | None = None,
     similarities: Sequence[float | None] | None = None,
+    anchors: Sequence[Mapping[str, int]] | None = None,
 ) -> CoverageResult:
     """Keep the candidates that cover ``query``'s informative anchors, within a budget.
 
@@ -303,10 +319,14 @@ def select_covering(
             or ``None`` for lexical coverage alone.  See the module docstring; when no
             candidate has lexical evidence but some have semantic evidence, those are kept
             instead of the ``fallback``.
+        anchors: each text's anchor counts as :func:`anchors.extract` gives them
+            (``extract(text).counts``), for callers that keep them per text (the node
+            postprocessor does); extracted from ``texts`` when omitted.
 
     Raises:
         BudgetError: a negative ``token_budget``.
-        ValueError: ``costs`` of the wrong length or negative; ``target`` outside (0, 1].
+        ValueError: ``costs`` or ``anchors`` of the wrong length, negative ``costs``;
+            ``target`` outside (0, 1].
     """
     params = params or SelectionParams()
     if token_budget is not None and token_budget < 0:
@@ -314,14 +334,17 @@ def select_covering(
     if not 0 < target <= 1:
         raise InvalidInputError(f"target must be in (0, 1], got {target!r}; pass the share of anchors to cover")
     cost_list = _costs(texts, costs, token_counter)
-    docs = [extract(t).counts for t in texts]
+    if anchors is not None and len(anchors) != len(texts):
+        raise InvalidInputError(f"got {len(anchors)} anchor counts for {len(texts)} texts; pass one per text")
+    docs = [extract(t).counts for t in texts] if anchors is None else anchors
     query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match
     if corpus is not None:
         df, n = corpus.df, corpus.n_docs
     else:
         df, n = (lambda anchor: sum(1 for d in docs if anchor in d)), len(docs)
     weights = {a: w for a, w in anchor_weights(query_anchors, df, n, params).items() if w > 0}
-    matched = [tuple(a for a in weights if a in d) for d in docs]
+    informative = list(weights)
+    matched = [tuple([a for a in informative if a in d]) for d in docs]
     coverable = {a for m in matched for a in m}
     coverable_weight = sum(weights[a] for a in coverable)
     total = sum(cost_list)
@@ -365,22 +388,23 @@ def select_covering(
     for i, cost in enumerate(cost_list):
         if i in picks:
             order, new, gain = picks[i]
-            explanations.append(CoverageExplanation(i, True, COVERS, cost, matched[i], new, gain, order))
+            explanations.append(_explanation(i, True, COVERS, cost, matched[i], new, gain, order))
             continue
         if i in by_meaning:
-            explanations.append(CoverageExplanation(i, True, SEMANTIC, cost, (), (), 0.0))
+            explanations.append(_explanation(i, True, SEMANTIC, cost, (), (), 0.0))
+            continue
+        if not matched[i]:  # most candidates, the cheap way
+            explanations.append(_explanation(i, False, IRRELEVANT, cost, (), (), 0.0))
             continue
         rest = tuple(a for a in matched[i] if a not in covered)
         gain = sum(weights[a] for a in rest) / max(cost, 1) ** params.cost_exponent
-        if not matched[i]:
-            reason = IRRELEVANT
-        elif not rest:
+        if not rest:
             reason = NO_NEW_COVERAGE
         elif cost > left:
             reason = OVER_BUDGET
         else:
             reason = TARGET_REACHED
-        explanations.append(CoverageExplanation(i, False, reason, cost, matched[i], rest, gain))
+        explanations.append(_explanation(i, False, reason, cost, matched[i], rest, gain))
     kept = sorted({*picks, *by_meaning})
     result = CoverageResult(kept, explanations, weights, coverable_weight, covered_weight,
                             sum(cost_list[i] for i in kept), total, token_budget)
