@@ -861,6 +861,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="sizes to run tracemalloc at: 'max', 'all', or a list (default max)")
     p.add_argument("--lists", action="store_true",
                    help="only the LangChain message-list section (topic_gate, gate_messages vs trim_messages)")
+    p.add_argument("--postprocessor", action="store_true",  # benchmarks/speed_postprocessor.py
+                   help="only GatekeeperNodePostprocessor vs SimilarityPostprocessor, 200 nodes (issue #22)")
     args = p.parse_args(argv)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         p.error("--plot needs matplotlib: pip install matplotlib")
@@ -904,6 +906,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     console = Console() if sys.stdout.isatty() else Console(width=132)  # no truncated headers
     count = tiktoken_counter("cl100k_base")
+    if args.postprocessor:  # the issue's first row, in its own module
+        from speed_postprocessor import postprocessor_rows, print_rows
+
+        print_rows(postprocessor_rows())
+        return 0
     if args.lists:
         with console.status("message lists"):
             lists = measure_lists(args, count)
