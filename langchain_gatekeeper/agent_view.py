@@ -296,7 +296,7 @@ def _print(message: BaseMessage, keyed_by: str, keep: bool = False) -> Print:
     calls: Any = message.tool_calls if isinstance(message, AIMessage) else None
     if keep:
         content = content if isinstance(content, str) else copy.deepcopy(content)
-        calls = copy.deepcopy(calls) if calls else calls
+        calls = copy.deepcopy(calls) if calls else None if calls is None else []  # never the message's own list
     return (type(message), message.id if keyed_by == "id" else None, content,
             message.additional_kwargs.get("lc_source"), calls)
 
@@ -317,7 +317,13 @@ class _ListMemo:
         prints = self.prints
         if len(earlier) < len(prints):
             return False
-        return all(_print(message, keyed_by) == kept for message, kept in zip(earlier, prints))
+        by_id = keyed_by == "id"
+        for message, (cls, message_id, content, mark, calls) in zip(earlier, prints):  # _print's fields, unrolled
+            if (type(message) is not cls or message.content != content or (by_id and message.id != message_id)
+                    or message.additional_kwargs.get("lc_source") != mark
+                    or (calls is not None and message.tool_calls != calls)):
+                return False
+        return True
 
 
 class GatedView:

@@ -173,3 +173,20 @@ def test_the_middleware_keeps_its_thread_index_across_invokes() -> None:
     assert index.builds == 1
     assert sum(counter.seen.values()) == counted + 3  # one new turn text per invoke
     assert max(counter.seen.values()) == 1
+
+
+def test_a_change_in_place_inside_a_message_is_seen() -> None:
+    """Tool-call arguments and list content mutated in place (same objects, same list) are re-read."""
+    for keyed_by in ("content", "id"):
+        view = GatedView(make, keyed_by=keyed_by)
+        call = AIMessage("", tool_calls=[{"name": "lookup", "args": {"q": "espresso grind"}, "id": "c1"}], id="a1")
+        parts = HumanMessage(content=[{"type": "text", "text": "espresso grind size?"}], id="h0")
+        messages: list[BaseMessage] = [parts, AIMessage("Fine.", id="a0"), HumanMessage("lock?", id="h1"), call,
+                                       ToolMessage("42 seconds", tool_call_id="c1", id="t1"), *conversation(6)]
+        query = HumanMessage("and the redis watchdog ttl?")
+        view.view([*messages, query], thread="t")
+        call.tool_calls[0]["args"]["q"] = "redis lock ttl watchdog"
+        parts.content[0]["text"] = "redis watchdog ttl question"
+        assert view.view([*messages, query], thread="t") == fresh([*messages, query], keyed_by), keyed_by
+        texts = {text for turn in view._index("t").memo.turns for text in turn.texts[:2]}
+        assert any("redis lock ttl watchdog" in t for t in texts) and "redis watchdog ttl question" in texts, keyed_by
