@@ -915,6 +915,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with console.status("message lists"):
             lists = measure_lists(args, count)
         console.print(lists_table(lists))
+        from speed_lists import rows as list_rows, table as list_rows_table  # the list and agent rows
+
+        console.print(list_rows_table(list_rows()))
         if args.json:
             Path(args.json).write_text(json.dumps({"message_lists": lists}, indent=2) + "\n")
         return 0
