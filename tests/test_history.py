@@ -65,3 +65,62 @@ def test_a_cache_evicts_beyond_its_bound(monkeypatch: pytest.MonkeyPatch, extrac
     monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=2))
     build()
     assert len(history._anchors) == 2
+
+
+@pytest.fixture
+def labelled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The positions segmentation computes a label for (with an empty label cache)."""
+    seen: list[int] = []
+    real = history.next_label
+
+    def counting(labels: Any, turns: Any, position: int, df: Any, params: Any) -> Any:
+        seen.append(position)
+        return real(labels, turns, position, df, params)
+
+    monkeypatch.setattr(history, "next_label", counting)
+    monkeypatch.setattr(history, "_labels", BoundedCache(maxsize=1000))
+    return seen
+
+
+def labels_from_scratch(gk: ContextGatekeeper, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The labels a gatekeeper with nothing cached gives the same turns."""
+    with monkeypatch.context() as m:
+        m.setattr(history, "_labels", BoundedCache(maxsize=1000))
+        fresh = ContextGatekeeper(token_budget=60, token_counter=len, message_overhead=0, params=gk.params)
+        for turn in gk.turns:
+            fresh.add_turn(turn.user, turn.assistant, tool_texts=turn.tool_texts)
+        return list(fresh._history.labels)
+
+
+def test_the_same_turns_in_the_same_order_are_segmented_once(labelled: list[int]) -> None:
+    first = build()
+    assert labelled == list(range(len(TURNS)))
+    labelled.clear()
+    second = build()
+    assert labelled == []
+    assert second._history.labels == first._history.labels and second._history.novelty == first._history.novelty
+
+
+def test_a_change_segments_again_from_where_the_turns_differ(
+    labelled: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gk = build()
+    gk.add_turn("Back to espresso: how fine for a V60?", "Medium, like sand.")
+    labelled.clear()
+    removed = gk.remove_turn(gk.turns[1].id)
+    assert labelled == [1, 2]  # the turns after the removed one follow other turns now
+    assert gk._history.labels == labels_from_scratch(gk, monkeypatch)
+    labelled.clear()
+    gk.insert_turn(gk.turns[0].id, removed.user, removed.assistant)
+    assert labelled == []  # the same turns as before the removal: every label is known
+    assert gk._history.labels == labels_from_scratch(gk, monkeypatch)
+
+
+def test_other_parameters_are_segmented_anew(labelled: list[int]) -> None:
+    first = build()
+    labelled.clear()
+    other = ContextGatekeeper(token_budget=60, token_counter=len, message_overhead=0,
+                              params=first.params.with_(topic_window=first.params.topic_window + 1))
+    for user, assistant in TURNS:
+        other.add_turn(user, assistant)
+    assert labelled == list(range(len(TURNS)))

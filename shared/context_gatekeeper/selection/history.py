@@ -8,6 +8,7 @@ budgets, pins or queries.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, overload
@@ -32,6 +33,13 @@ again (a reopened transcript, a second gate or worker, a list gated anew) costs 
 
 _anchors: BoundedCache[str, TextAnchors] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
 _gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
+
+
+LABEL_CACHE_SIZE = 131_072
+"""Turns whose topic label (and new content) the process keeps, by the turns up to them
+(:meth:`TurnHistory._resegment_from`)."""
+
+_labels: BoundedCache[str, tuple[int, float]] = BoundedCache(maxsize=LABEL_CACHE_SIZE)
 
 
 def text_anchors(text: str) -> TextAnchors:
@@ -96,6 +104,11 @@ class TurnHistory:
         self.novelty: list[float] = []
         self.index = AnchorIndex()
         self.by_position = _ByPosition(self.order, self.inputs)
+        self.chain: list[str] = []
+        """``chain[i]`` names the turns up to position ``i`` (their texts, in order, and the
+        parameters): segmentation is a function of them, so their label is computed once."""
+        self._turn_keys: dict[int, str] = {}
+        self._params_key: tuple[SelectionParams, str] | None = None
         self.changed: set[int] | None = None
         """Ids of turns added, changed or removed since a consumer last emptied it;
         ``None`` (the default) tracks nothing.  The semantic channel sets a set here."""
@@ -135,6 +148,7 @@ class TurnHistory:
         if self.changed is not None:
             self.changed.add(turn_id)
         del self.order[position], self.positions[turn_id], self.costs[turn_id], self.inputs[turn_id]
+        del self._turn_keys[turn_id]
         self.index.remove(turn_id)
         self._renumber_from(position)
         self._resegment_from(position)
@@ -147,7 +161,8 @@ class TurnHistory:
         for container in (self.turns, self.positions, self.costs, self.inputs):
             container.clear()
         self.total_cost = 0
-        del self.order[:], self.labels[:], self.novelty[:]
+        del self.order[:], self.labels[:], self.novelty[:], self.chain[:]
+        self._turn_keys.clear()
         self.index = AnchorIndex()
 
     # -- reading ------------------------------------------------------------------------
@@ -204,20 +219,20 @@ class TurnHistory:
         return [tuple(s) for s in out]
 
     # -- internals ----------------------------------------------------------------------
-    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, SegmentInput]:
+    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, SegmentInput, str]:
         """Everything a turn needs that can fail (a token counter may raise), computed
-        before anything changes: ``(cost, user anchors, answer anchors, gate input)``;
-        the gate input's ``anchors`` are filled by :meth:`_store`."""
+        before anything changes: ``(cost, user anchors, answer anchors, gate input, key of
+        its texts)``; the gate input's ``anchors`` are filled by :meth:`_store`."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
         cost = self._cost(turn)
         user, answer_anchors = text_anchors(turn.user), text_anchors(answer)
         query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars)
         gated = SegmentInput(query_anchors, cues, frozenset())
-        return cost, user, answer_anchors, gated
+        return cost, user, answer_anchors, gated, text_key(f"{len(turn.user)}:{turn.user}{answer}")
 
-    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput]) -> None:
+    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput, str]) -> None:
         """Record, cost and index a prepared turn (its position is the caller's business)."""
-        cost, user, answer_anchors, gated = prepared
+        cost, user, answer_anchors, gated, self._turn_keys[turn.id] = prepared
         indexed = self.index.add(turn.id, user, answer_anchors)
         self.turns[turn.id] = turn
         if self.changed is not None:
@@ -242,12 +257,27 @@ class TurnHistory:
         def prefix_df(anchor: str) -> int:
             return full_df(anchor) - later[anchor]
 
-        del self.labels[start:], self.novelty[start:]
+        del self.labels[start:], self.novelty[start:], self.chain[start:]
+        chain, keys, sha256 = self.chain, self._turn_keys, hashlib.sha256
+        previous = chain[start - 1] if start else self._params_fingerprint()
         for position in range(start, len(order)):
-            label, new_weight = next_label(self.labels, self.by_position, position, prefix_df, self.params)
-            self.labels.append(label)
-            self.novelty.append(new_weight)
-            later.subtract(turns[order[position]].anchors)
+            turn_id = order[position]
+            # a turn's label depends only on the turns up to it (their texts) and the parameters
+            previous = sha256(f"{previous}{keys[turn_id]}".encode()).hexdigest()
+            chain.append(previous)
+            found = _labels.get(previous)
+            if found is None:
+                found = next_label(self.labels, self.by_position, position, prefix_df, self.params)
+                _labels.put(previous, found)
+            self.labels.append(found[0])
+            self.novelty.append(found[1])
+            later.subtract(turns[turn_id].anchors)
+
+    def _params_fingerprint(self) -> str:
+        """A key of the parameters segmentation reads (computed again when they are replaced)."""
+        if self._params_key is None or self._params_key[0] is not self.params:
+            self._params_key = (self.params, text_key(repr(self.params)))
+        return self._params_key[1]
 
 
 def turn_texts(user: Any, assistant: Any, tool_texts: Any) -> tuple[str, str, tuple[str, ...]]:
