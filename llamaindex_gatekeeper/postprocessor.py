@@ -136,6 +136,8 @@ def query_text(query: Union[str, QueryBundle, None]) -> str:
     return query
 
 
+_DEFAULT_PARAMS = SelectionParams()  # frozen: built once, not per call
+
 _Facts = tuple[str, int, Any]
 """What a node contributes to a selection, computed once per text: ``(text, tokens, anchor counts)``."""
 
@@ -278,7 +280,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             corpus=self.corpus,
             target=self.coverage_target,
             fallback=self.fallback,
-            params=self.params,
+            params=self.params or _DEFAULT_PARAMS,
             similarities=None if probe is None else probe[0],
         )
         return replace(result, semantic_fallback=True) if probe is not None and probe[1] else result

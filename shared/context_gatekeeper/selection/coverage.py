@@ -246,6 +246,9 @@ class CoverageResult:
 _EXPLANATION_DEFAULTS = {"pick": None, "similarity": None, "similarity_z": None, "semantic": False, "decisive": False}
 
 
+_IRRELEVANT = {**_EXPLANATION_DEFAULTS, "kept": False, "reason": IRRELEVANT, "matched": (), "covered": (), "gain": 0.0}
+
+
 def _explanation(
     index: int, kept: bool, reason: str, cost: int, matched: tuple[str, ...], covered: tuple[str, ...],
     gain: float, pick: int | None = None,
@@ -338,13 +341,15 @@ def select_covering(
         raise InvalidInputError(f"got {len(anchors)} anchor counts for {len(texts)} texts; pass one per text")
     docs = [extract(t).counts for t in texts] if anchors is None else anchors
     query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match
+    asked = list(dict.fromkeys(query_anchors))
+    present = [[a for a in asked if a in d] for d in docs]  # one pass over the candidates
     if corpus is not None:
         df, n = corpus.df, corpus.n_docs
     else:
-        df, n = (lambda anchor: sum(1 for d in docs if anchor in d)), len(docs)
-    weights = {a: w for a, w in anchor_weights(query_anchors, df, n, params).items() if w > 0}
-    informative = list(weights)
-    matched = [tuple([a for a in informative if a in d]) for d in docs]
+        held = Counter(a for p in present for a in p)
+        df, n = (lambda anchor: held.get(anchor, 0)), len(docs)
+    weights = {a: w for a, w in anchor_weights(asked, df, n, params).items() if w > 0}
+    matched = [tuple([a for a in p if a in weights]) if p else () for p in present]
     coverable = {a for m in matched for a in m}
     coverable_weight = sum(weights[a] for a in coverable)
     total = sum(cost_list)
@@ -394,7 +399,9 @@ def select_covering(
             explanations.append(_explanation(i, True, SEMANTIC, cost, (), (), 0.0))
             continue
         if not matched[i]:  # most candidates, the cheap way
-            explanations.append(_explanation(i, False, IRRELEVANT, cost, (), (), 0.0))
+            e = object.__new__(CoverageExplanation)
+            e.__dict__.update(_IRRELEVANT, index=i, cost=cost)
+            explanations.append(e)
             continue
         rest = tuple(a for a in matched[i] if a not in covered)
         gain = sum(weights[a] for a in rest) / max(cost, 1) ** params.cost_exponent
