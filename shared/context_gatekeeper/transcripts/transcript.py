@@ -186,7 +186,8 @@ class Transcript(AsyncTranscriptMixin):
         """The current state, each message with its provenance."""
         with self._lock:
             self._replica.refresh()
-            return tuple(map(detached, self._replica.state.to_list()))
+            with collector_paused(self._large()):  # one copy per message, all kept
+                return tuple(map(detached, self._replica.state.to_list()))
 
     @property
     def version(self) -> tuple[int, float]:

@@ -27,6 +27,7 @@ from ..errors import InvalidInputError, InvalidTypeError
 from ..selection.gatekeeper import ContextGatekeeper
 from .messages import Message
 from ..selection.records import Selection
+from ..stores.replica import BULK, collector_paused
 from .transcript import Transcript
 
 __all__ = ["MessageTurn", "IndexedTurn", "group_turns", "TurnIndex", "TranscriptGate"]
@@ -261,9 +262,10 @@ class TranscriptGate:
             if version == self._version:
                 return
             messages = self.transcript.messages
-            system, turns = group_turns(messages)
-            self._open = turns.pop() if turns and turns[-1].is_open else None
-            self._index.sync(turns)
+            with collector_paused(len(messages) > BULK):  # a turn and its index entries per turn, all kept
+                system, turns = group_turns(messages)
+                self._open = turns.pop() if turns and turns[-1].is_open else None
+                self._index.sync(turns)
             gk = self.gatekeeper
             system_text = "\n".join(m.content for m in system) or None
             if system_text != gk.system_prompt:
