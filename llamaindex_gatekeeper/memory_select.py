@@ -14,9 +14,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from context_gatekeeper import Message, Transcript, TranscriptGate
-from context_gatekeeper.integration import MessageTurn, group_turns
+from context_gatekeeper.integration import BoundedCache, MessageTurn, group_turns
 
-__all__ = ["SelectingMixin"]
+__all__ = ["COUNTS", "SelectingMixin"]
+
+COUNTS: BoundedCache[tuple[Callable[[str], int], str], int] = BoundedCache(maxsize=20_000)
+"""Token counts by ``(counter, text)``, shared by every memory using one counter: a message
+is counted once, not on every ``get``."""
+
+
+def _counted(count: Callable[[str], int], text: str) -> int:
+    return COUNTS.get_or_compute((count, text), lambda: count(text))
 
 
 class SelectingMixin:
@@ -103,6 +111,6 @@ class SelectingMixin:
         return list(system) + [m for turn in reversed(kept) for m in turn.messages]
 
     def _cost(self, messages: Sequence[Message]) -> int:
-        overhead = self._gate.gatekeeper.message_overhead
-        return sum(self._count(m.content) + overhead for m in messages)
+        overhead, count = self._gate.gatekeeper.message_overhead, self._count
+        return sum(_counted(count, m.content) + overhead for m in messages)
 

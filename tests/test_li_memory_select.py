@@ -1,0 +1,63 @@
+"""How GatekeeperMemory chooses what ``get`` returns (llamaindex_gatekeeper.memory_select):
+a message's tokens are counted once per text, not on every ``get``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from llama_index.core.base.llms.types import ChatMessage
+
+from llamaindex_gatekeeper import GatekeeperMemory
+from llamaindex_gatekeeper.memory_select import COUNTS
+
+PAIRS = [
+    ("How do I renew a Redis lock?", "Extend its TTL from a watchdog before it expires."),
+    ("What is a fencing token?", "A counter that grows with every grant; storage rejects stale ones."),
+    ("Which espresso grind should I use?", "Fine, like table salt; adjust by the shot time."),
+]
+
+
+class CountingCounter:
+    """Words, recording every text counted."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+@pytest.fixture(autouse=True)
+def _cold_counts() -> None:
+    COUNTS.clear()
+
+
+def memory_with(count: CountingCounter) -> GatekeeperMemory:
+    memory = GatekeeperMemory.from_defaults(token_limit=60, token_counter=count)
+    for question, answer in PAIRS:
+        memory.put(ChatMessage(role="user", content=question))
+        memory.put(ChatMessage(role="assistant", content=answer))
+    return memory
+
+
+@pytest.mark.parametrize("input_text", [None, "How do I renew the Redis lock TTL?"])
+def test_repeated_gets_count_no_message_again(input_text: str | None) -> None:
+    count = CountingCounter()
+    memory = memory_with(count)
+    first = memory.get(input_text)
+    counted = len(count.texts)
+    assert memory.get(input_text) == first and asyncio.run(memory.aget(input_text)) == first
+    assert len(count.texts) == counted  # every text was counted before, by this counter
+    memory.put(ChatMessage(role="user", content="And how long should the TTL be?"))
+    memory.get(input_text)
+    assert "And how long should the TTL be?" in count.texts[counted:]
+    assert len(count.texts[counted:]) == len(set(count.texts[counted:]))  # the new text, once per place
+
+
+def test_counts_are_kept_per_counter() -> None:
+    first, second = CountingCounter(), CountingCounter()
+    memory_with(first).get()
+    memory_with(second).get()  # the same texts, another counter: counted by it, not served the first's counts
+    assert set(second.texts) >= set(first.texts) >= {PAIRS[-1][0], PAIRS[-1][1]}
