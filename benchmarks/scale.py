@@ -8,7 +8,8 @@ package installed (``pip install -e .``)::
 
 For each size it writes a SQLite file holding that many turns (one ``append``
 revision of a user message and its answer each, written in one bulk transaction
-with the store's own row format and id index, so building is quick), then times,
+with the store's own row format, hash chain and id index, so building is quick and
+reads verify the chain as usual), then times,
 on a fresh :class:`~context_gatekeeper.SQLiteStore`, the fastest of ``--repeat`` runs:
 
 * **open**: ``Transcript(...)`` plus reading ``.messages`` (loads and replays the log);
@@ -36,6 +37,7 @@ from context_gatekeeper import Replace, SQLiteStore, Transcript
 from context_gatekeeper.transcripts.messages import Message
 from context_gatekeeper.transcripts.operations import AT_END, Put
 from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.stores.chain import genesis, row_digest
 from context_gatekeeper.stores.integrity import index_of_log
 from context_gatekeeper.stores.schema import changes_text, index_rows
 
@@ -52,11 +54,16 @@ def build(path: Path, turns: int) -> None:
         log.append(Revision(n, n - 1, "append", (Put(user, AT_END), Put(answer, user.id)), time=float(n), base=n - 1).stamped())
     import sqlite3
 
+    rows, previous = [], genesis("bench")
+    for r in log:  # the hash chain the store writes, so reads verify it (tamper verification is on)
+        row = (r.number, r.parent, "append", None, None, r.time, r.base, None, changes_text(r))
+        previous = row_digest(previous, row)
+        rows.append((*row, previous))
     with sqlite3.connect(path) as conn:
         conn.executemany(
-            "INSERT INTO revisions (session_id, number, parent, kind, instruction, model, created_at, base, target, changes)"
-            " VALUES ('bench', ?, ?, 'append', NULL, NULL, ?, ?, NULL, ?)",
-            [(r.number, r.parent, r.time, r.base, changes_text(r)) for r in log],
+            "INSERT INTO revisions (session_id, number, parent, kind, instruction, model, created_at, base, target,"
+            " changes, digest) VALUES ('bench', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
         )
         conn.executemany(
             "INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)",

@@ -863,6 +863,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="only the LangChain message-list section (topic_gate, gate_messages vs trim_messages)")
     p.add_argument("--postprocessor", action="store_true",  # benchmarks/speed_postprocessor.py
                    help="only GatekeeperNodePostprocessor vs SimilarityPostprocessor, 200 nodes (issue #22)")
+    p.add_argument("--scale", action="store_true",  # benchmarks/speed_scale.py
+                   help="only the transcript rows at 1k/20k turns: first select, catching up, add_turn (issue #22)")
     args = p.parse_args(argv)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         p.error("--plot needs matplotlib: pip install matplotlib")
@@ -906,6 +908,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     console = Console() if sys.stdout.isatty() else Console(width=132)  # no truncated headers
     count = tiktoken_counter("cl100k_base")
+    if args.scale:  # the issue's transcript rows, in their own module
+        from speed_scale import print_rows as print_scale_rows, rows as scale_rows
+
+        print_scale_rows(scale_rows())
+        return 0
     if args.postprocessor:  # the issue's first row, in its own module
         from speed_postprocessor import postprocessor_rows, print_rows
 
