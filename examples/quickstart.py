@@ -186,13 +186,7 @@ def replay(gk: ContextGatekeeper) -> list[Selection]:
 
 
 def decision_text(sel: Selection) -> str:
-    """The gate's decision; a weak switch (no switch cue, little new content) is
-    treated like a continue by selection, and a switch whose words still tie it to
-    the active topic is a new question on known ground, so say so."""
-    if sel.weak_switch:
-        return "switch (weak)"
-    if sel.decision == "switch" and sel.topic is not None:
-        return "switch (same topic)"
+    """The gate's decision: continue, switch or return."""
     return sel.decision
 
 

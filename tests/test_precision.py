@@ -266,7 +266,7 @@ def test_cue_words_never_match_in_the_node_postprocessor_either():
     assert result.kept == [1]
 
 
-def test_a_weak_switch_adding_a_word_or_two_is_a_new_angle_even_between_topics():
+def test_a_message_adding_a_word_or_two_is_a_new_angle_even_between_topics():
     gk = chat(
         ("We want to adopt a cat: a kitten or an adult?", "An adult cat of two or three has a known temperament."),
         ("What temperature should red wine be served at?", "Slightly below room temperature, about 16 degrees."),

@@ -180,7 +180,7 @@ class Renderer:
         cues = ", ".join(g.cues.reference + g.cues.switch + g.cues.returning) or "none"
         self.console.print(Text(f"last query: {call.query}", style="bold"))
         self.console.print(
-            f"gate: {s.decision}{' (weak switch: stays on topic)' if s.weak_switch else ''} | "
+            f"gate: {s.decision} | "
             f"overlap {g.overlap:.2f} | new-anchor ratio {g.new_anchor_ratio:.2f} | cues: {escape(cues)}"
         )
         kept = ", ".join(map(str, s.turn_ids)) or "none"

@@ -134,7 +134,8 @@ class Selection:
         query: the query selected for.
         turn_ids: the kept earlier turns (pinned included), in position order.
         decision: the gate's answer: "continue", "switch" or "return".
-        weak_switch: a "switch" with no switch cue and little new content: the query
+        weak_switch: always ``False``: the fitted switch score replaced weak switches (kept
+            so code reading it keeps working). Formerly: a "switch" with no switch cue and little new content: the query
             stays in the active segment and keeps its recent context (a follow-up
             the words alone cannot tell from a new topic).
         gate: the features the gate decided on.

@@ -86,7 +86,6 @@ def context_record(call: LastCall, turns: Sequence[tuple[int, MessageTurn]]) -> 
         earlier.append(entry)
     return {
         "decision": selection.decision,
-        "weak_switch": selection.weak_switch,
         "tokens_kept": selection.tokens_kept,
         "tokens_total": selection.tokens_total,
         "tokens_saved": selection.tokens_saved,

@@ -159,7 +159,7 @@
 
   function stripNode(ctx) {
     const sent = ctx.earlier.filter((t) => t.kept);
-    const gate = ctx.decision + (ctx.weak_switch ? " (weak)" : "");
+    const gate = ctx.decision;
     const first = ctx.earlier.length === 0;
     const summary = el("div", {class: "strip-summary"},
       el("span", {class: "decision " + ctx.decision, title: "the topic gate's decision for this question", text: "gate: " + gate}),
