@@ -144,12 +144,15 @@ of the text), shared by every gate, middleware and thread of this process."""
 
 def counted_once(counter: Any) -> Callable[[str], int]:
     """``counter`` (any ``token_counter`` the core accepts) resolved, each text counted once:
-    counts are kept in :data:`TOKEN_COUNTS` by the counter (an encoding name or ``None`` by
-    value, any other counter by identity) and the text's hash, so a turn seen before, by any
-    thread, index or gate with the same counter, is not counted again.  A bad counter raises
+    counts are kept in :data:`TOKEN_COUNTS` by the counter (its identity) and the text's
+    hash, so a turn seen before, by any thread, index or gate with the same counter, is not
+    counted again.  An encoding name or ``None`` gives the core's tiktoken counter, whose
+    counts the core keeps per text itself.  A bad counter raises
     the core's error now; a bad count raises when it happens (and is not kept)."""
     count = resolve_token_counter(counter)
-    identity: Hashable = counter if counter is None or isinstance(counter, str) or hashable(counter) else Same(counter)
+    if counter is None or isinstance(counter, str):
+        return count  # a tiktoken encoding: the core keeps its counts per text already
+    identity: Hashable = counter if hashable(counter) else Same(counter)
 
     def cached(text: str) -> int:
         return TOKEN_COUNTS.get_or_compute((identity, text_key(text)), lambda: count(text))

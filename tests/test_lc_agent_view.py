@@ -14,12 +14,13 @@ import random
 from collections import Counter
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper import ContextGatekeeper, InvalidInputError
 from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
 from langchain_gatekeeper.agent_view import GatedView
 
@@ -190,3 +191,17 @@ def test_a_change_in_place_inside_a_message_is_seen() -> None:
         assert view.view([*messages, query], thread="t") == fresh([*messages, query], keyed_by), keyed_by
         texts = {text for turn in view._index("t").memo.turns for text in turn.texts[:2]}
         assert any("redis lock ttl watchdog" in t for t in texts) and "redis watchdog ttl question" in texts, keyed_by
+
+
+def test_a_bad_count_is_refused_every_time_and_never_kept() -> None:
+    calls: Counter[str] = Counter()
+
+    def counter(text: str) -> int:
+        calls[text] += 1
+        return -1 if "decaf" in text else len(text.split())
+
+    messages = [*conversation(3, seed=1), HumanMessage("Best decaf grind?"), AIMessage("Fine."), HumanMessage("and the lock?")]
+    for _ in range(2):
+        with pytest.raises(InvalidInputError, match="token counter"):
+            gate_messages(messages, token_budget=200, token_counter=counter, thread="bad")
+    assert calls["Best decaf grind?\nFine."] == 2
