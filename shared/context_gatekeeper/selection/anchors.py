@@ -79,6 +79,7 @@ _START = rf"[^\W\d{_CJK_CLASS}]"  # a letter (any script but CJK) or "_"
 _REST = rf"[^\W{_CJK_CLASS}]*"  # letters, digits, "_"
 _IDENTIFIER = re.compile(rf"{_START}{_REST}(?:(?:\.|::|->){_START}{_REST})*")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_DIGIT = re.compile(r"\d")  # what _VERSION and _NUMBER need to match at all
 _NUMBER = re.compile(rf"(?<!{_START})\d{{2,}}")  # "100-150元", "in 2022"; not "v2"
 _SEPARATORS = re.compile(r"\.|::|->|_")
 _LOWER_UPPER = re.compile(r"[a-z][A-Z]")
@@ -256,21 +257,30 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
     """
     text = unicodedata.normalize("NFKC", text)
     anchors: list[str] = []
-    for match in _QUOTED.finditer(text):
-        phrase = next(g for g in match.groups() if g is not None).strip().casefold()
-        if phrase:
-            anchors.append('"' + phrase + '"')
-    for match in _CODE.finditer(text):
-        code = match.group(1).strip().casefold()
-        if code:
-            anchors.append("`" + code + "`")
-    anchors.extend("#" + v.lower().lstrip("v") for v in _VERSION.findall(text))
-    latin_text = _VERSION.sub(" ", text)
+    # Each scan below runs only when the characters it needs are there (a quote, a
+    # backtick, a digit, a character beyond ASCII): most chat text has few of them.
+    if '"' in text or not text.isascii():
+        for match in _QUOTED.finditer(text):
+            phrase = next(g for g in match.groups() if g is not None).strip().casefold()
+            if phrase:
+                anchors.append('"' + phrase + '"')
+    if "`" in text:
+        for match in _CODE.finditer(text):
+            code = match.group(1).strip().casefold()
+            if code:
+                anchors.append("`" + code + "`")
+    digits = _DIGIT.search(text) is not None
+    latin_text = text
+    if digits:
+        anchors.extend("#" + v.lower().lstrip("v") for v in _VERSION.findall(text))
+        latin_text = _VERSION.sub(" ", text)
     anchors.extend(_latin_anchors(latin_text))
-    for run in _CJK_RUN.findall(text):
-        anchors.extend(_cjk_anchors(run, query))
-        anchors.extend(_glossary_anchors(run))
-    anchors.extend(_NUMBER.findall(_IDENTIFIER.sub(" ", latin_text)))
+    if not text.isascii():
+        for run in _CJK_RUN.findall(text):
+            anchors.extend(_cjk_anchors(run, query))
+            anchors.extend(_glossary_anchors(run))
+    if digits:
+        anchors.extend(_NUMBER.findall(_IDENTIFIER.sub(" ", latin_text)))
     return TextAnchors.of(anchors)
 
 

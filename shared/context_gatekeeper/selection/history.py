@@ -252,10 +252,11 @@ class TurnHistory:
         later: Counter[str] = Counter()
         for turn_id in order[start:]:
             later.update(turns[turn_id].anchors)
-        full_df = self.index.df
+        postings, later_count = self.index.postings, later.get
 
-        def prefix_df(anchor: str) -> int:
-            return full_df(anchor) - later[anchor]
+        def prefix_df(anchor: str) -> int:  # index.df(anchor) - later[anchor], inlined: the gate calls it per anchor
+            bucket = postings.get(anchor)
+            return (len(bucket) if bucket else 0) - later_count(anchor, 0)
 
         del self.labels[start:], self.novelty[start:], self.chain[start:]
         chain, keys, sha256 = self.chain, self._turn_keys, hashlib.sha256

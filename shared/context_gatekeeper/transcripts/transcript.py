@@ -281,15 +281,12 @@ class Transcript(AsyncTranscriptMixin):
             b = len(self._replica.log) if b is None else b
             a, b = self._check_revision(a), self._check_revision(b)
             with collector_paused(self._large()):  # it builds an entry per message, all kept
-                copies: dict[int, Message] = {}  # one copy per stored message: unchanged ones are in both states
-
-                def copy(message: Message) -> Message:
-                    found = copies.get(id(message))
-                    if found is None:
-                        found = copies[id(message)] = detached(message)
-                    return found
-
-                before, after = (tuple(map(copy, self._replica.state_at(n))) for n in (a, b))
+                old, new = self._replica.state_at(a), self._replica.state_at(b)
+                # one copy per stored message: unchanged ones are in both states (and a Message is never falsy)
+                copies = {id(m): detached(m) for m in (old if len(old) <= len(new) else new)}
+                get = copies.get
+                before = tuple([get(id(m)) or detached(m) for m in old])
+                after = tuple([get(id(m)) or detached(m) for m in new])
                 return diff_states(a, before, b, after)
 
     def __len__(self) -> int:
