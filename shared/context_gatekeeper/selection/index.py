@@ -37,12 +37,6 @@ _PAIRS = [[(u, a) for a in range(_SMALL)] for u in range(_SMALL)]
 tuple object per pair instead of one per posting saves a third of the index's memory."""
 
 
-def _pair(tf_user: int, tf_assistant: int) -> tuple[int, int]:
-    if tf_user < _SMALL and tf_assistant < _SMALL:
-        return _PAIRS[tf_user][tf_assistant]
-    return (tf_user, tf_assistant)
-
-
 class AnchorIndex:
     """anchor -> {turn id: (tf in user text, tf in assistant text)}, plus length totals.
 
@@ -66,13 +60,14 @@ class AnchorIndex:
         if turn_id in self.turns:
             raise InvalidInputError(f"turn {turn_id} is already indexed; remove it first, or use a new turn id")
         user_counts, assistant_counts = user.counts, assistant.counts
-        turn = IndexedTurn(user.length, assistant.length, frozenset(user_counts) | frozenset(assistant_counts))
+        turn = IndexedTurn(user.length, assistant.length, frozenset(user_counts).union(assistant_counts))
         self.turns[turn_id] = turn
         self.total_user_len += turn.user_len
         self.total_assistant_len += turn.assistant_len
-        postings = self.postings
-        for anchor in turn.anchors:
-            entry = _pair(user_counts.get(anchor, 0), assistant_counts.get(anchor, 0))
+        postings, pairs, user_tf, assistant_tf = self.postings, _PAIRS, user_counts.get, assistant_counts.get
+        for anchor in turn.anchors:  # this runs once per anchor of every turn indexed
+            tf_user, tf_assistant = user_tf(anchor, 0), assistant_tf(anchor, 0)
+            entry = pairs[tf_user][tf_assistant] if tf_user < _SMALL and tf_assistant < _SMALL else (tf_user, tf_assistant)
             bucket = postings.get(anchor)
             if bucket is None:
                 postings[anchor] = {turn_id: entry}
