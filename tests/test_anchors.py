@@ -355,3 +355,18 @@ def test_extract_is_deterministic_and_query_is_a_subset(text):
 def test_accented_latin_words_stay_whole():
     assert anchors("Müller") == {"müller"}
     assert "café" in anchors("the café menu") or stem("café") in anchors("the café menu")
+
+
+@pytest.mark.parametrize(
+    "text, anchor",
+    [
+        ("“smart quoted” text", '"smart quoted"'),  # a quotation with no ASCII quote in the text
+        ("「括号内容」 ok", '"括号内容"'),
+        ("call `foo.bar()` now", "`foo.bar()`"),
+        ("upgrade to v1.2.3 today", "#1.2.3"),
+        ("ＰＯＲＴ\u3000８０８０", "8080"),  # digits that appear only after NFKC
+        ("rate ٣٣ items", "٣٣"),  # digits beyond ASCII
+    ],
+)
+def test_each_scan_runs_when_the_characters_it_needs_appear(text, anchor):
+    assert anchor in extract(text).counts
