@@ -60,7 +60,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from context_gatekeeper import ContextGatekeeper, InvalidInputError, TranscriptGate, as_embedder
 
-from .agent_view import GatedView, VectorLRU
+from .agent_view import GatedView, VectorLRU, counted_once
 from .convert import from_core_messages, same_messages, text_of
 from .gate_keys import TopicGateKeysError, infer_keys, input_key_beside
 from .history import ADAPTER_GATE_DEFAULTS, GatekeeperChatMessageHistory
@@ -205,7 +205,10 @@ class _TopicGate:
         return await self.views.agated(prior, query, thread=None if hist is None else id(hist))
 
     def _options(self) -> dict[str, Any]:
-        return {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
+        options = {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
+        if options.get("token_counter") is not None:  # each text counted once across this gate's indexes
+            options["token_counter"] = counted_once(options["token_counter"])
+        return options
 
     def _gate_for(self, hist: GatekeeperChatMessageHistory) -> TranscriptGate:
         """The index that answers for ``hist``: its own without gate options, else this gate's."""

@@ -205,3 +205,17 @@ def test_a_bad_count_is_refused_every_time_and_never_kept() -> None:
         with pytest.raises(InvalidInputError, match="token counter"):
             gate_messages(messages, token_budget=200, token_counter=counter, thread="bad")
     assert calls["Best decaf grind?\nFine."] == 2
+
+
+def test_topic_gate_counts_each_text_once_across_calls_and_gates() -> None:
+    from langchain_gatekeeper import topic_gate
+
+    counter = CountingCounter()
+    gate = topic_gate(token_budget=200, token_counter=counter)
+    history = conversation(20)
+    for k in range(15, 21):
+        gate.invoke([*history[:2 * k], HumanMessage("and the redis watchdog?")])
+    assert counter.seen and max(counter.seen.values()) == 1
+    counted = sum(counter.seen.values())
+    topic_gate(token_budget=300, token_counter=counter).invoke([*history, HumanMessage("espresso?")])  # a new index
+    assert sum(counter.seen.values()) == counted
