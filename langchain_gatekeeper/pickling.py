@@ -27,37 +27,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from context_gatekeeper import InMemoryStore, Revision, SelectionParams, SQLiteStore, Store
+from context_gatekeeper import InMemoryStore, Revision, SelectionParams, Store
+from context_gatekeeper.integration import store_from_spec, store_spec
 
 if TYPE_CHECKING:
     from .history import GatekeeperChatMessageHistory
 
-__all__ = ["CODE_OPTIONS", "pickled_state", "rebuild", "store_spec", "unpickle"]
+__all__ = ["CODE_OPTIONS", "pickled_state", "rebuild", "unpickle"]
 
 CODE_OPTIONS = frozenset({"model", "token_counter", "embedder", "vector_cache"})
 """Options a pickle leaves out (objects that may hold keys or code); a deepcopy keeps them."""
 
 _SCALARS = (str, int, float, bool, type(None))
-
-
-def store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] | None:
-    """How a pickle names ``store``: a SQLite path, a PostgreSQL conninfo (password-free
-    unless ``keep_password``) with its table prefix, or ``None`` (the log travels)."""
-    if isinstance(store, SQLiteStore) and store.path != ":memory:":
-        return {"sqlite": store.path}
-    try:
-        from context_gatekeeper import PostgresStore
-    except ImportError:  # no postgres extra: no store can be a PostgresStore
-        return None
-    conninfo = getattr(getattr(store, "_pool", None), "conninfo", None)
-    if isinstance(store, PostgresStore) and isinstance(conninfo, str):  # subclasses too: the same tables
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        parts = {
-            k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None
-        }
-        return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix}
-    return None
 
 
 def pickled_state(history: GatekeeperChatMessageHistory, *, in_process: bool) -> dict[str, Any]:
@@ -89,12 +70,8 @@ def rebuild(cls: type[GatekeeperChatMessageHistory], state: dict[str, Any]) -> G
         for revision in state["revisions"]:
             loaded = Revision.from_dict(revision)
             store.commit(session_id, loaded, expected_head=loaded.number - 1)
-    elif "sqlite" in spec:
-        store = spec["sqlite"]  # a path: the new history opens it, owns it, and close() closes it
-    else:
-        from context_gatekeeper import PostgresStore
-
-        store = PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"])
+    else:  # a SQLite path (the new history opens, owns and closes it) or an opened PostgresStore
+        store = store_from_spec(spec)
     try:
         history = cls(session_id, store=store, **state["options"])
     except BaseException:

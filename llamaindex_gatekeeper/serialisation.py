@@ -43,7 +43,9 @@ from context_gatekeeper import (
     SelectionParams,
     Store,
 )
-from context_gatekeeper.integration import IdEntry, RevisionKind, STATE_CHANGING, check_revision
+from context_gatekeeper.integration import (
+    IdEntry, RevisionKind, STATE_CHANGING, check_revision, store_from_spec, store_spec,
+)
 
 if TYPE_CHECKING:
     from context_gatekeeper import Transcript
@@ -217,37 +219,6 @@ def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[
     )
 
 
-def _store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] | None:
-    """How a pickle names ``store``: a SQLite path, a PostgreSQL conninfo (password-free unless
-    ``keep_password``: a deepcopy stays in the process), or None."""
-    from context_gatekeeper import SQLiteStore
-
-    if isinstance(store, SQLiteStore) and store.path != ":memory:":
-        return {"sqlite": store.path}
-    try:
-        from context_gatekeeper import PostgresStore
-    except ImportError:  # no postgres extra: no store can be a PostgresStore
-        return None
-    conninfo = getattr(getattr(store, "_pool", None), "conninfo", None)
-    if isinstance(store, PostgresStore) and isinstance(conninfo, str):  # subclasses too: the same tables
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        parts = {k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None}
-        return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix}
-    return None
-
-
-def _open_spec(spec: dict[str, Any]) -> Store:
-    """The store a pickle named."""
-    if "sqlite" in spec:
-        from context_gatekeeper import SQLiteStore
-
-        return SQLiteStore(spec["sqlite"])
-    from context_gatekeeper import PostgresStore
-
-    return PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"])
-
-
 def _unpickle(cls: type[SerialisationMixin], state: dict[str, Any]) -> Any:
     """Rebuild a pickled memory (see the module docstring)."""
     return _rebuild(cls, state["memory"], state.get("store"), {})
@@ -262,7 +233,7 @@ def _rebuild(
     ``trusted`` are constructor options from this process (a model, a token counter)."""
     if spec is None:
         return cls.from_dict(memory, **trusted)
-    store: Any = spec["sqlite"] if "sqlite" in spec else _open_spec(spec)
+    store: Any = store_from_spec(spec)
     options = {**_data_options(memory), **trusted}
     try:
         rebuilt = cls(token_limit=memory["token_limit"], session_id=memory["session_id"], store=store, **options)
@@ -365,7 +336,7 @@ class SerialisationMixin:
 
     def __reduce__(self) -> tuple[Any, tuple[type, dict[str, Any]]]:
         """Pickle as the session (see the module docstring): never a model, a token counter or a password."""
-        spec = _store_spec(self._transcript.store)
+        spec = store_spec(self._transcript.store)
         memory = self.to_dict()
         if spec is not None:
             memory["revisions"] = []  # the live session is reattached, not replayed
@@ -382,7 +353,7 @@ class SerialisationMixin:
         original's and later writes to either leave the other alone.  Unlike a
         pickle, the copy keeps the editing model, the token counter and every option.
         """
-        spec = _store_spec(self._transcript.store, keep_password=True)
+        spec = store_spec(self._transcript.store, keep_password=True)
         memory = self.to_dict()
         trusted = {
             **self._options,

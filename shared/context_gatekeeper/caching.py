@@ -27,6 +27,7 @@ from .errors import InvalidInputError
 __all__ = ["BoundedCache", "text_key"]
 
 K = TypeVar("K", bound=Hashable)
+_MISSING = object()
 V = TypeVar("V")
 
 
@@ -65,13 +66,18 @@ class BoundedCache(Generic[K, V]):
 
     def get(self, key: K, default: V | None = None) -> V | None:
         """The value for ``key`` (now the most recently used), or ``default``."""
+        found = self._lookup(key)
+        return default if found is _MISSING else found  # type: ignore[return-value]
+
+    def _lookup(self, key: K) -> V | object:
+        """The value for ``key`` (now the most recently used), or ``_MISSING``; counts it."""
         with self._lock:
             if key in self._data:
                 self._data.move_to_end(key)
                 self.hits += 1
                 return self._data[key]
             self.misses += 1
-            return default
+            return _MISSING
 
     def put(self, key: K, value: V) -> None:
         """Keep ``value`` for ``key`` (the most recently used), evicting the least recent."""
@@ -90,12 +96,9 @@ class BoundedCache(Generic[K, V]):
         """The cached value, or ``compute()`` kept and returned.  ``compute`` runs outside
         the lock: two threads missing the same key may both compute it (the values are
         equal, as they depend only on the key), but no thread waits on another's work."""
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                self.hits += 1
-                return self._data[key]
-            self.misses += 1
+        found = self._lookup(key)
+        if found is not _MISSING:
+            return found  # type: ignore[return-value]
         value = compute()
         self.put(key, value)
         return value

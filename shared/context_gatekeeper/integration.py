@@ -35,7 +35,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
 * **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
   to turns) and ``TurnIndex`` (an incremental index over a list that grows).
 * **stores**: ``IdEntry`` and ``check_revision``, the integrity check every store
-  runs before it writes (for adapters that import a revision log).
+  runs before it writes (for adapters that import a revision log); ``store_spec`` and
+  ``store_from_spec``, how a pickled adapter object names its store and reopens it.
 * **semantic channel**: ``text_hash`` (the text half of a vector key),
   ``unit_rows`` and ``load_numpy`` (numpy, imported on first use).
 """
@@ -53,6 +54,7 @@ from .selection.semantic.embedding import text_hash
 from .selection.semantic.fusion import numpy as load_numpy
 from .selection.semantic.fusion import unit_rows
 from .stores.integrity import IdEntry, check_revision
+from .stores.spec import store_from_spec, store_spec
 from .transcripts.messages import ROLES, Role, new_message_id, normalized_text
 from .transcripts.operations import (
     Applied,
@@ -124,6 +126,8 @@ __all__ = [
     # stores
     "IdEntry",
     "check_revision",
+    "store_spec",
+    "store_from_spec",
     # semantic channel
     "text_hash",
     "unit_rows",
