@@ -155,24 +155,25 @@ def _anchor_counts(text: str) -> Any:
     return ANCHORS.get_or_compute(text, lambda: extract_anchors(text).counts)
 
 
-def _parts_key(node: BaseNode, mode: MetadataMode) -> tuple[Any, ...] | None:
+_EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys field a mode reads
+
+
+def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int) -> tuple[Any, ...] | None:
     """Everything ``TextNode.get_content(mode)`` reads, as a hashable key (metadata values
     as the strings the template formats), or None when the node is not a plain
-    ``TextNode`` or a metadata key is not a string: its text is then read and keys the facts."""
+    ``TextNode`` or a metadata key is not a ``str``: its text is then read and keys the
+    facts.  ``excluded``: ``_EXCLUDED[mode]`` (0: the mode excludes no key)."""
     if type(node) is not TextNode:
         return None
-    if mode == MetadataMode.NONE:
+    if mode is MetadataMode.NONE:
         return (mode, node.text)
-    items = []
-    for key, value in node.metadata.items():
+    metadata = node.metadata
+    for key in metadata:
         if type(key) is not str:
             return None
-        items.append((key, value if type(value) is str else str(value)))
-    excluded = (
-        node.excluded_llm_metadata_keys if mode == MetadataMode.LLM
-        else node.excluded_embed_metadata_keys if mode == MetadataMode.EMBED else ()
-    )
-    return (mode, node.text, tuple(items), tuple(excluded),
+    return (mode, node.text, tuple(metadata), tuple(map(str, metadata.values())),
+            tuple(node.excluded_llm_metadata_keys) if excluded == 1
+            else tuple(node.excluded_embed_metadata_keys) if excluded == 2 else (),
             node.metadata_template, node.metadata_separator, node.text_template)
 
 
@@ -236,28 +237,37 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """The core's full coverage result for ``nodes`` (indices into ``nodes``)."""
-        text, probe = query_text(query), None
-        if self._vectors is not None and nodes and text.strip():
-            probe = self._vectors.similarities(nodes, text, query_embedding(query))
-        return self._covering(nodes, text, probe)
+        return self._select(nodes, query, True)
 
     async def aselect(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """:meth:`select` with the embedding calls awaited (the embedder's async twins)."""
+        return await self._aselect(nodes, query, True)
+
+    def _select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None], explain: bool) -> CoverageResult:
+        text, probe = query_text(query), None
+        if self._vectors is not None and nodes and text.strip():
+            probe = self._vectors.similarities(nodes, text, query_embedding(query))
+        return self._covering(nodes, text, probe, explain)
+
+    async def _aselect(
+        self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None], explain: bool
+    ) -> CoverageResult:
         if self._vectors is None:
-            return await asyncio.to_thread(self.select, nodes, query)
+            return await asyncio.to_thread(self._select, nodes, query, explain)
         text, probe = query_text(query), None
         if nodes and text.strip():
             probe = await self._vectors.asimilarities(nodes, text, query_embedding(query))
-        return self._covering(nodes, text, probe)
+        return self._covering(nodes, text, probe, explain)
 
     def _facts(self, nodes: List[NodeWithScore]) -> list[_Facts]:
         """Each node's ``(text, tokens, anchors)``: from :data:`FACTS` when its text was seen
         before (by any postprocessor with this token counter), else computed once and kept."""
-        mode, counter, get, put = self.metadata_mode, self._counter_key, FACTS.get, FACTS.put
+        mode, counter, get, put = MetadataMode(self.metadata_mode), self._counter_key, FACTS.get, FACTS.put
+        excluded = _EXCLUDED.get(mode, 0)
         out: list[_Facts] = []
         for item in nodes:
             node = item.node
-            parts = _parts_key(node, mode)
+            parts = _parts_key(node, mode, excluded)
             facts = None if parts is None else get((counter, parts))
             if facts is None:
                 text = _text(node, mode)
@@ -269,7 +279,9 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             out.append(facts)
         return out
 
-    def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any) -> CoverageResult:
+    def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
+        """The core's coverage selection over the nodes' facts (``explain=False``: no
+        explanations, for ``postprocess_nodes``, which needs only what is kept)."""
         facts = self._facts(nodes)
         result = select_covering(
             query,
@@ -282,6 +294,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             fallback=self.fallback,
             params=self.params or _DEFAULT_PARAMS,
             similarities=None if probe is None else probe[0],
+            explain=explain,
         )
         return replace(result, semantic_fallback=True) if probe is not None and probe[1] else result
 
@@ -301,7 +314,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         """The covering subset, in retrieval order: the same objects, unmodified."""
         if not nodes:
             return []
-        return [nodes[i] for i in self.select(nodes, query_bundle).kept]
+        return [nodes[i] for i in self._select(nodes, query_bundle, False).kept]
 
     async def _apostprocess_nodes(
         self,
@@ -311,4 +324,4 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         """Async :meth:`_postprocess_nodes` (the embedding calls awaited)."""
         if not nodes:
             return []
-        return [nodes[i] for i in (await self.aselect(nodes, query_bundle)).kept]
+        return [nodes[i] for i in (await self._aselect(nodes, query_bundle, False)).kept]

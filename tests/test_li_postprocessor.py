@@ -230,6 +230,9 @@ def test_a_changed_text_or_metadata_is_analysed_anew_never_served_stale() -> Non
     nodes[0].node.excluded_llm_metadata_keys = ["source", "page"]
     gate.postprocess_nodes(nodes, query_str=QUERY)
     assert count.texts[-1] == TTL and len(count.texts) == 6
+    nodes[0].node.metadata[7] = "seven"  # a key that is not a str: read through get_content
+    gate.postprocess_nodes(nodes, query_str=QUERY)
+    assert count.texts[-1] == nodes[0].node.get_content(metadata_mode="llm") and "7: seven" in count.texts[-1]
 
 
 def test_other_node_types_and_unhashable_counters_are_cached_by_their_text(extracted) -> None:
@@ -252,11 +255,19 @@ def test_other_node_types_and_unhashable_counters_are_cached_by_their_text(extra
     assert tokenizer.calls == 4 and len(extracted) == 4  # two texts as Documents, two as TextNodes with metadata
 
 
-def test_anchors_given_to_select_covering_must_match_the_texts() -> None:
+def test_select_covering_with_given_anchors_or_without_explanations_chooses_the_same() -> None:
+    from dataclasses import replace
+
     from context_gatekeeper import InvalidInputError, extract_anchors, select_covering
 
-    texts = [TTL, BREAD, FENCING]
-    given = select_covering(QUERY, texts, costs=[9, 9, 9], anchors=[extract_anchors(t).counts for t in texts])
-    assert given == select_covering(QUERY, texts, costs=[9, 9, 9])
-    with pytest.raises(InvalidInputError, match="anchor counts for 3 texts"):
-        select_covering(QUERY, texts, costs=[9, 9, 9], anchors=[extract_anchors(TTL).counts])
+    texts = [TTL, BREAD, FENCING, TTL]
+    full = select_covering(QUERY, texts, costs=[9, 9, 9, 9], token_budget=20)
+    given = select_covering(QUERY, texts, costs=[9, 9, 9, 9], token_budget=20,
+                            anchors=[extract_anchors(t).counts for t in texts])
+    assert given == full and full.kept == [0, 2] and len(full.explanations) == 4
+    lean = select_covering(QUERY, texts, costs=[9, 9, 9, 9], token_budget=20, explain=False)
+    assert lean.explanations == [] and lean == replace(full, explanations=[])
+    fallback = select_covering("tell me more", texts, costs=[9, 9, 9, 9], token_budget=20, explain=False)
+    assert fallback.kept == [0, 1] and fallback.explanations == []
+    with pytest.raises(InvalidInputError, match="anchor counts for 4 texts"):
+        select_covering(QUERY, texts, costs=[9, 9, 9, 9], anchors=[extract_anchors(TTL).counts])

@@ -296,6 +296,7 @@ def select_covering(
     params: SelectionParams | None = None,
     similarities: Sequence[float | None] | None = None,
     anchors: Sequence[Mapping[str, int]] | None = None,
+    explain: bool = True,
 ) -> CoverageResult:
     """Keep the candidates that cover ``query``'s informative anchors, within a budget.
 
@@ -325,6 +326,9 @@ def select_covering(
         anchors: each text's anchor counts as :func:`anchors.extract` gives them
             (``extract(text).counts``), for callers that keep them per text (the node
             postprocessor does); extracted from ``texts`` when omitted.
+        explain: False leaves ``explanations`` empty, for callers that need only what is
+            kept (the node postprocessor's ``postprocess_nodes``); the choice and every
+            figure are the same.
 
     Raises:
         BudgetError: a negative ``token_budget``.
@@ -354,12 +358,15 @@ def select_covering(
     coverable_weight = sum(weights[a] for a in coverable)
     total = sum(cost_list)
     zs = calibrated(similarities, len(texts), params)
-    evidence = [z is not None and z >= params.semantic_floor for z in zs]
+    if similarities is None:
+        evidence = [False] * len(zs)
+    else:
+        evidence = [z is not None and z >= params.semantic_floor for z in zs]
     if coverable_weight <= 0 and fallback and not any(evidence):
-        explanations = _fallback(cost_list, token_budget, matched)
-        kept = [e.index for e in explanations if e.kept]
+        fitted = _fallback(cost_list, token_budget, matched)
+        kept = [e.index for e in fitted if e.kept]
         return CoverageResult(
-            kept, with_meaning(explanations, similarities, zs, evidence), weights, 0.0, 0.0,
+            kept, with_meaning(fitted, similarities, zs, evidence) if explain else [], weights, 0.0, 0.0,
             sum(cost_list[i] for i in kept), total, token_budget,
         )
 
@@ -383,14 +390,15 @@ def select_covering(
         covered.update(new)
     left = budget - sum(c.cost for c in chosen)
     by_meaning: set[int] = set()
-    meaning_only = (i for i in range(len(texts)) if evidence[i] and not matched[i])
+    meaning_only = (i for i in range(len(texts)) if evidence[i] and not matched[i]) if any(evidence) else ()
     for i in sorted(meaning_only, key=lambda i: -(zs[i] or 0.0)):  # evidence[i]: zs[i] is a number
         if len(by_meaning) < params.semantic_max_keep and cost_list[i] <= left:
             by_meaning.add(i)
             left -= cost_list[i]
 
-    explanations = []
-    for i, cost in enumerate(cost_list):
+    kept = sorted({*picks, *by_meaning})
+    explanations: list[CoverageExplanation] = []
+    for i, cost in enumerate(cost_list if explain else ()):
         if i in picks:
             order, new, gain = picks[i]
             explanations.append(_explanation(i, True, COVERS, cost, matched[i], new, gain, order))
@@ -412,8 +420,5 @@ def select_covering(
         else:
             reason = TARGET_REACHED
         explanations.append(_explanation(i, False, reason, cost, matched[i], rest, gain))
-    kept = sorted({*picks, *by_meaning})
-    result = CoverageResult(kept, explanations, weights, coverable_weight, covered_weight,
-                            sum(cost_list[i] for i in kept), total, token_budget)
-    result.explanations[:] = with_meaning(result.explanations, similarities, zs, evidence)
-    return result
+    return CoverageResult(kept, with_meaning(explanations, similarities, zs, evidence), weights, coverable_weight,
+                          covered_weight, sum(cost_list[i] for i in kept), total, token_budget)
