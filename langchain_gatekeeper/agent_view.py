@@ -32,7 +32,6 @@ import copy
 import json
 import threading
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -348,20 +347,16 @@ class GatedView:
         if keyed_by not in ("id", "content"):
             raise InvalidInputError(f"keyed_by must be 'id' or 'content', got {keyed_by!r}")
         self._make = make_gatekeeper
-        self._max = max_threads
         self._keyed_by = keyed_by
-        self._threads: OrderedDict[Any, _ThreadIndex] = OrderedDict()
+        self._threads: BoundedCache[Any, _ThreadIndex] = BoundedCache(max_threads)
         self._lock = threading.Lock()
 
     def _index(self, thread: Any) -> _ThreadIndex:
-        with self._lock:
+        with self._lock:  # one index per thread, even when two calls meet a new thread at once
             index = self._threads.get(thread)
             if index is None:
-                index = self._threads[thread] = _ThreadIndex(self._make())
-                while len(self._threads) > self._max:
-                    self._threads.popitem(last=False)
-            else:
-                self._threads.move_to_end(thread)
+                index = _ThreadIndex(self._make())
+                self._threads.put(thread, index)
             return index
 
     def gatekeeper(self, thread: Any) -> ContextGatekeeper:

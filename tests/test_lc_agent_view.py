@@ -219,3 +219,14 @@ def test_topic_gate_counts_each_text_once_across_calls_and_gates() -> None:
     counted = sum(counter.seen.values())
     topic_gate(token_budget=300, token_counter=counter).invoke([*history, HumanMessage("espresso?")])  # a new index
     assert sum(counter.seen.values()) == counted
+
+
+def test_thread_indexes_are_kept_least_recently_used_first_out() -> None:
+    view = GatedView(make, max_threads=2)
+    history = [*conversation(4), HumanMessage("redis?")]
+    view.view(history, thread="a")
+    a, b = view.gatekeeper("a"), view.gatekeeper("b")
+    assert view.gatekeeper("a") is a  # "a" is now the most recent
+    view.gatekeeper("c")  # evicts "b"
+    assert view.gatekeeper("a") is a and len(a) == 4
+    assert view.gatekeeper("b") is not b
