@@ -14,7 +14,11 @@ Per thread, the gatekeeper is updated incrementally by the core's
 their first message (agent state) or by their content (plain lists, see
 :func:`~langchain_gatekeeper.gate_messages`), so a new call indexes only new or
 changed turns (an edit of the thread re-indexes the turns it touched); a
-reordering rebuilds that thread's index.  Threads are kept in a bounded LRU cache.
+reordering rebuilds that thread's index.  A list that extends the one the thread's
+last call saw, unchanged, is not even re-read: only its new messages are grouped,
+and the index takes only the new turns (``TurnIndex.extend``).  Threads are kept in a
+bounded LRU cache; token counts of turn texts are kept per counter and text
+(:func:`counted_once`), shared by every thread, view and middleware of the process.
 
 With an embedder, every thread's gatekeeper keeps its turn vectors in one
 :class:`VectorLRU` of the view (keyed by embedder and a hash of the turn's text), so
