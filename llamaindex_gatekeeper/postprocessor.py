@@ -33,6 +33,11 @@ meaning.  ``explain`` shows each node's similarity and whether it was decisive.
 If the embedder fails or times out, selection is lexical (one warning;
 ``select(...).semantic_fallback``).
 
+A node's text is counted, analysed (and, with an embedder, embedded) once: the results
+are kept in bounded caches shared by every postprocessor of the process and its threads
+(:data:`FACTS`, :data:`ANCHORS`, :data:`~llamaindex_gatekeeper.node_vectors.VECTORS`), so
+a call on nodes seen before costs the selection alone.
+
 The postprocessor never writes node metadata or scores: it returns the very
 ``NodeWithScore`` objects it was given, unmodified.
 """
@@ -141,12 +146,13 @@ _DEFAULT_PARAMS = SelectionParams()  # frozen: built once, not per call
 _Facts = tuple[str, int, Any]
 """What a node contributes to a selection, computed once per text: ``(text, tokens, anchor counts)``."""
 
-FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=20_000)
-"""Every postprocessor's per-node facts, shared across calls, objects and threads: keyed by
-the token counter and the node's text (for a plain ``TextNode``, by the parts its text
-is made of, so a node seen before is not even formatted again)."""
+FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=10_000)
+"""Every postprocessor's per-node facts (the 10,000 most recently used), shared across
+calls, objects and threads: keyed by the token counter and the node's text (for a plain
+``TextNode``, by the parts its text is made of, so a node seen before is not even
+formatted again)."""
 
-ANCHORS: BoundedCache[str, Any] = BoundedCache(maxsize=20_000)
+ANCHORS: BoundedCache[str, Any] = BoundedCache(maxsize=10_000)
 """Anchor counts by text, shared by every token counter (anchors do not depend on it)."""
 
 
