@@ -306,10 +306,9 @@ def selector_factories(dataset: str, budget: int) -> dict[str, Callable[[], Sele
         rows["all turns"] = lambda: AllTurns(budget)
         rows["recent turns that fit"] = lambda: RecentTurns(budget)
         rows["BM25 over turns"] = lambda: BM25Turns(budget)
-        rows["report as written"] = report
-    else:
+    if dataset in SWITCH_DATASETS:
         rows["always switch"] = lambda: AlwaysSwitch(budget)
-        rows["report as written"] = report
+    rows["report as written"] = report
     return rows
 
 
@@ -627,6 +626,8 @@ def halves_table(tuning: dict[str, dict[str, dict]], validation: dict[str, dict[
                 switch = key.startswith("switch")
                 if (switch and dataset not in SWITCH_DATASETS) or (not switch and dataset not in RETRIEVAL_DATASETS):
                     continue
+                if switch and (preset or run != run_name(dataset, BUDGETS[dataset][0])):
+                    continue  # the decision depends on neither the budget nor the preset: once a dataset
                 a, b = _figure(tuning[run][row], key), _figure(rows[row], key)
                 if b is None:
                     continue

@@ -65,9 +65,14 @@ def test_defaults_keep_the_bands_ordered():
 # -- rule 1: no anchors ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cues", [NO_CUES, SWITCH, REF])
+@pytest.mark.parametrize("cues", [NO_CUES, REF])
 def test_query_without_anchors_continues(cues):
     assert decide(features(query_weight=0.0, new_anchor_ratio=0.0, cues=cues), P) == "continue"
+
+
+def test_a_switch_cue_without_content_switches():
+    # "Never mind that.", "By the way...": the topic is set aside; nothing to continue
+    assert decide(features(query_weight=0.0, new_anchor_ratio=0.0, cues=SWITCH), P) == "switch"
 
 
 def test_a_return_cue_without_content_returns():
@@ -291,8 +296,8 @@ def test_exact_anchors_are_excluded():
 
 
 def test_query_of_only_exact_anchors_has_no_weight():
-    f = gate_features({"#3.11": 5.0}, lambda a: 0, {"#3.11": 1.0}, SWITCH, earlier=(1, 0.7))
-    assert f == GateFeatures(0.0, 0.0, 0.0, 0.0, 1, 0.7, SWITCH, 0.0)
+    f = gate_features({"#3.11": 5.0}, lambda a: 0, {"#3.11": 1.0}, NO_CUES, earlier=(1, 0.7))
+    assert f == GateFeatures(0.0, 0.0, 0.0, 0.0, 1, 0.7, NO_CUES, 0.0)
     assert decide(f, P) == "continue"
 
 

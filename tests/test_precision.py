@@ -338,3 +338,40 @@ def test_explain_shows_each_input_of_the_switch_score():
     names = [name for name, _ in gate.contributions]
     assert names == list(gk.params.switch_model)
     assert gate.switch_score == pytest.approx(sum(v for _, v in gate.contributions)) and gate.switch_score > 0
+
+
+def test_a_bare_closing_keeps_nothing_of_the_topic_it_closes():
+    gk = ContextGatekeeper(token_budget=2000)
+    for user, answer in KAFKA:
+        gk.add_turn(user, answer)
+    selection = gk.explain("Never mind that.")
+    assert selection.decision == "switch" and selection.turn_ids == ()
+
+
+def test_a_return_cue_with_nowhere_to_go_back_to_continues():
+    gk = ContextGatekeeper(token_budget=2000)
+    gk.add_turn("How long should a Redis lock TTL be?", "Longer than the longest job, renewed by a watchdog.")
+    gk.add_turn("And if the watchdog dies?", "The lock expires after its TTL.")
+    selection = gk.explain("Going back to the lock: should fencing tokens come from etcd revisions?")
+    assert selection.decision == "continue" and selection.topic == 0 and 1 in selection.turn_ids
+
+
+def test_excluded_and_pinned_turns_set_no_bar_for_what_meaning_lets_go():
+    from test_semantic import HashEmbedder
+
+    def build():
+        gk = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0,
+                               embedder=HashEmbedder({"lock": ("lock", "ttl", "watchdog", "redis")}, dim=4096))
+        gk.add_turn("How long should a Redis lock TTL be?", "Longer than the longest job, renewed by a watchdog.")
+        gk.add_turn("What if the watchdog dies?", "The Redis lock expires after its TTL.")
+        gk.add_turn("Unrelated: best espresso grind?", "Fine, like powdered sugar.")
+        gk.embed_pending()
+        return gk
+
+    query = "How often should the watchdog renew the Redis lock TTL?"
+    plain = build().explain(query)
+    assert {1, 2} <= set(plain.turn_ids)
+    assert {1, 2} <= set(build().explain(query, exclude=[3]).turn_ids)
+    pinned = build()
+    pinned.pin(3)
+    assert {1, 2, 3} <= set(pinned.explain(query).turn_ids)

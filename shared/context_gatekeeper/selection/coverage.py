@@ -346,14 +346,19 @@ def select_covering(
     docs = [extract(t).counts for t in texts] if anchors is None else anchors
     query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match
     asked = list(dict.fromkeys(query_anchors))
-    present = [[a for a in asked if a in d] for d in docs]  # one pass over the candidates
+    holding = {a: [i for i, d in enumerate(docs) if a in d] for a in asked}  # one pass per query anchor
     if corpus is not None:
         df, n = corpus.df, corpus.n_docs
     else:
-        held = Counter(a for p in present for a in p)
-        df, n = (lambda anchor: held.get(anchor, 0)), len(docs)
+        df, n = (lambda anchor: len(holding.get(anchor, ()))), len(docs)
     weights = {a: w for a, w in anchor_weights(asked, df, n, params).items() if w > 0}
-    matched = [tuple([a for a in p if a in weights]) if p else () for p in present]
+    found: dict[int, list[str]] = {}
+    for a in weights:  # each candidate's informative anchors, in the query's order
+        for i in holding[a]:
+            found.setdefault(i, []).append(a)
+    matched: list[tuple[str, ...]] = [()] * len(docs)
+    for i, held in found.items():
+        matched[i] = tuple(held)
     coverable = {a for m in matched for a in m}
     coverable_weight = sum(weights[a] for a in coverable)
     total = sum(cost_list)
@@ -371,10 +376,9 @@ def select_covering(
         )
 
     candidates = [
-        Candidate(turn_id=i, position=i, cost=c, user=sum(weights[a] for a in m), covered=list(m),
-                  semantic=tie_break(zs[i], params) if evidence[i] else 0.0)
-        for i, (c, m) in enumerate(zip(cost_list, matched))
-        if m
+        Candidate(turn_id=i, position=i, cost=cost_list[i], user=sum(weights[a] for a in matched[i]),
+                  covered=list(matched[i]), semantic=tie_break(zs[i], params) if evidence[i] else 0.0)
+        for i in sorted(found)
     ]
     budget = token_budget if token_budget is not None else total
     chosen, covered_weight = greedy_cover(

@@ -60,11 +60,11 @@ SWITCH_CUES: tuple[str, ...] = (
     "side question", "unrelated question", "totally unrelated", "off topic", "off-topic", "separate question",
     "something else", "also unrelated", "quick unrelated question", "on an unrelated note",
     # closings: the user sets the current topic aside ("never mind that, ...")
+    # (only phrases that say so whatever follows: "forget it", "drop that" or "先放一放" also
+    # occur inside technical follow-ups: "can I just forget it during the load?")
     "never mind", "nevermind", "never mind that", "nevermind that", "never mind this", "never mind about that",
-    "forget that", "forget about that", "forget it", "let's drop that",
-    "drop that", "enough about that", "leave that aside", "set that aside", "let's leave that",
-    "先不管这个", "不管这个了", "不说这个了", "不聊这个了", "先不说这个", "先不聊这个", "这个先放一放", "先放一放",
-    "先放一边", "先搁一边", "先不提这个",
+    "forget about that", "let's drop that", "enough about that", "let's leave that",
+    "先不管这个", "不管这个了", "不说这个了", "不聊这个了", "先不说这个", "先不聊这个", "这个先放一放", "先不提这个",
 )
 RETURN_CUES: tuple[str, ...] = (
     "回到", "再回到", "说回", "再说回", "回头说", "之前说的", "之前提到", "前面说的", "前面提到", "回到刚才",

@@ -69,8 +69,9 @@ class GateFeatures:
             runner-up (``None`` where there is no such preference).
         contributions: each input's part of the fitted switch score
             (:data:`SWITCH_FEATURES`, :attr:`SelectionParams.switch_model`); their sum is
-            the log-odds that the query leaves the active topic.  Empty where the gate
-            did not need the score (no content, or an explicit cue decided).
+            the log-odds that the query leaves the active topic.  Always computed (empty
+            only on a ``GateFeatures`` built by hand), also where an explicit cue or a
+            query without content decided without it: :func:`decide` says which.
     """
 
     overlap: float
@@ -203,7 +204,8 @@ def decide(f: GateFeatures, p: SelectionParams) -> Decision:
 
     1. no content anchors at all ("ok", "why?", "再试一次"): continue; with a return
        cue ("回到刚才的话题", "back to what we discussed"): return (to the previous
-       topic: the caller knows which);
+       topic: the caller knows which); with a switch cue alone ("Never mind that.",
+       "By the way..."): switch;
     2. a return cue ("回到", "back to") or a switch cue, with an earlier topic
        matching better than the active one: return;
     3. a switch cue whose words are the active topic's (overlap at least
@@ -222,7 +224,9 @@ def decide(f: GateFeatures, p: SelectionParams) -> Decision:
        history's statistics place the query in an earlier topic, or switch.
     """
     if f.query_weight <= 0:
-        return "return" if f.cues.returning else "continue"
+        if f.cues.returning:
+            return "return"
+        return "switch" if f.cues.switch else "continue"  # "Never mind that." sets the topic aside
     earlier = f.earlier_overlap
     if f.cues.returning or f.cues.switch:
         if earlier > f.overlap and (f.cues.returning or earlier >= p.return_threshold):
@@ -277,10 +281,10 @@ def refer(
     unplaced = f.earlier_segment is None or f.earlier_overlap <= 0
     if decision == "return" and unplaced and (f.query_weight <= 0 or not shares):
         return ("return", previous) if previous is not None else ("continue", active)
-    if f.query_weight <= 0:
-        return "continue", active
     if decision == "switch" and f.cues.switch:
         return "switch", None
+    if f.query_weight <= 0:
+        return "continue", active
     best, best_share = max(shares.items(), key=lambda item: (item[1], item[0] == active), default=(None, 0.0))
     active_share = max(shares.get(active, 0.0), f.overlap)
     if best is not None and best != active and best_share >= p.topic_match_share and best_share > active_share:
@@ -288,7 +292,8 @@ def refer(
     if decision == "switch":
         return "switch", None
     if decision == "return":
-        return "return", previous if unplaced else f.earlier_segment
+        target = previous if unplaced else f.earlier_segment
+        return ("return", target) if target is not None else ("continue", active)  # nowhere to go back to
     return decision, active
 
 

@@ -368,10 +368,11 @@ class ContextGatekeeper(SemanticMethods):
                 keep_semantic(pool, topic, p, kept)
             keep_fill(pool, weights, p, kept)
             keep_neighbours(pool, candidates, p, kept)
-            drop_unrelated(view, history, p, kept)
 
         for turn_id in exclude:
             kept.reasons.pop(turn_id, None)
+        if not over_budget:
+            drop_unrelated(view, history, p, kept)
         turn_ids = tuple(sorted(kept.reasons, key=history.positions.__getitem__))
         kept_anchors = {a for t in turn_ids for a in index.turns[t].anchors}
         covered_weight = sum(weights[a] for a in coverable if a in kept_anchors)

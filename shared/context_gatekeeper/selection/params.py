@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -72,9 +73,9 @@ class SelectionParams:
     evidence_max_commonness: float = 0.9
     """A query word a turn of *another* topic shares (than the one the query continues or
     returns to) is evidence that the query needs that turn only when it is less common in
-    the language than this (:func:`word_prior.anchor_commonness`: "一般", "不能", "problem"
-    or "usually" are not; IDF over one chat cannot tell a word rare in this chat from one
-    distinctive in the language).  Within the query's topic any shared word counts; every
+    the language than this (:func:`word_prior.anchor_commonness`: "一般" 0.90, "不能" 0.93,
+    "want" 0.93 or "good" 0.97 are not; "usually" 0.73 still is; IDF over one chat cannot
+    tell a word rare in this chat from one distinctive in the language).  Within the query's topic any shared word counts; every
     word still counts towards the gate and the candidate score."""
 
     # -- BM25 -------------------------------------------------------------------------
@@ -114,14 +115,17 @@ class SelectionParams:
 
     # -- gate -------------------------------------------------------------------------
     continue_threshold: float = 0.20
-    """Overlap with the active topic at or above which the query continues it (the
-    report's 0.45 assumed no stopwords and an undecayed topic; tuned down on the dev
-    data).  Equal to ``switch_threshold``: below it, a query with mostly new content
-    switches, otherwise the middle band continues."""
+    """Overlap with the active topic at or above which a query with a return cue ("back to
+    ...") continues the active topic rather than returning, and below which its meaning
+    may take it to an earlier topic (:func:`gate.semantic_decide`).  Queries without a
+    cue are decided by the fitted switch score (``switch_model``), not by this."""
     switch_threshold: float = 0.20
-    """Overlap below which (with enough new anchors) the query switches topic."""
+    """With an embedder's reply rule (:func:`gate.answers_assistant`): overlap below which,
+    with mostly new anchors (``new_anchor_threshold``) and a lot of new content, a reply to
+    the assistant's question still switches."""
     new_anchor_threshold: float = 0.70
-    """Share of query weight never seen in the history needed for a switch."""
+    """Share of query weight never seen in the history that, with ``switch_threshold``,
+    makes a reply to the assistant's question switch after all."""
     return_threshold: float = 0.45
     """Overlap with an earlier segment needed for a return."""
     return_margin: float = 0.15
@@ -177,15 +181,17 @@ class SelectionParams:
     anchors it holds weigh at least this share of the query's weight: one shared word
     ("pool", "lock", "training") is not evidence across topics."""
     topic_match_share: float = 0.05
-    """A query the gate would call a switch (without a switch cue) refers to the topic
-    whose turns hold at least this share of its weight: it returns there (or continues,
-    when that is the active topic) instead of starting afresh."""
+    """A topic other than the active one whose turns hold at least this share of the
+    query's weight, and more than the active topic, is the one the query refers to: it
+    returns there (:func:`gate.refer`).  A switch names no topic."""
     keep_on_explicit_switch: bool = False
     """On a switch the user announced ("by the way", "换个话题") to a topic the history
     does not hold, keep strong matches (True) or nothing (False, the default)."""
     weak_switch_factor: float = 5.0
-    """A switch without a switch cue and with new content below this many times
-    ``switch_min_new_weight`` is weak: selection treats it like an elliptical continue."""
+    """A switch cue beside the active topic's own words (overlap at least
+    ``cue_hold_overlap``) holds the topic while the query's new content stays below this
+    many times ``switch_min_new_weight`` ("anyway, how does the watchdog renew the Redis
+    lock?")."""
     new_angle_factor: float = 2.0
     """Deprecated, no effect: the fitted switch score (``switch_model``) decides whether a
     message's new content opens a topic or is a new angle on the active one."""
@@ -254,8 +260,8 @@ class SelectionParams:
     """Gate: the query goes to the recent topic its meaning prefers (continues it, or
     returns to it) when that topic leads the runner-up by at least this much, in units of
     the spread of the recent turns' similarities to one another
-    (:func:`semantic.topic_preference`), unless a cue decides or some topic holds
-    ``off_topic_share`` of its words.  Chosen on the tuning half of the hand-labelled
+    (:func:`semantic.topic_preference`), unless a cue decides, the query has no content,
+    or some topic holds ``semantic_words_share`` of its words.  Chosen on the tuning half of the hand-labelled
     sets with multilingual-e5-small: 0.4 sent 74% of the queries without a cue whose
     topic the history holds to it, 5% elsewhere, and 1 query in 19 on a new topic.  The
     words win when they hold ``semantic_words_share``."""
@@ -306,6 +312,9 @@ class SelectionParams:
                     f"SelectionParams.{name} no longer changes selection: {replacement}", DeprecationWarning,
                     stacklevel=3,
                 )
+        for name in ("kind_weights", "switch_model"):  # a copy: the caller's dict may change later
+            if isinstance(getattr(self, name), Mapping):
+                object.__setattr__(self, name, dict(getattr(self, name)))
         for name, names in (("switch_model", SWITCH_FEATURES),):
             model = getattr(self, name)
             if not isinstance(model, dict) or set(model) != set(names) or not all(
@@ -343,8 +352,18 @@ class SelectionParams:
             )
 
     def with_(self, **changes: Any) -> "SelectionParams":
-        """A copy with some fields changed (validated)."""
-        return replace(self, **changes)
+        """A copy with some fields changed (validated); a deprecated field warns only when
+        it is among the changes."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            copy = replace(self, **changes)
+        for name in DEPRECATED_PARAMS.keys() & changes.keys():
+            if changes[name] != _DEFAULTS.get(name):
+                warnings.warn(
+                    f"SelectionParams.{name} no longer changes selection: {DEPRECATED_PARAMS[name]}",
+                    DeprecationWarning, stacklevel=2,
+                )
+        return copy
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "default": {},

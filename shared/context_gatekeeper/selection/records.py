@@ -153,8 +153,7 @@ class Selection:
         pinned_turn_ids: turns kept because they are pinned.
         topic: the label of the topic the query refers to (see
             :meth:`ContextGatekeeper.topics`): the active one on a continue, the one
-            returned to on a return, and on a switch the active one when the query's
-            words still tie it there (a new question on known ground), else None.
+            returned to on a return, ``None`` on a switch.
         semantic_fallback: an embedder is set but failed or timed out for this call, or
             gave the query a vector of another dimension than the turns' (warned once),
             so selection was lexical (turns not yet embedded are always scored lexically).

@@ -273,7 +273,7 @@ def gate_query(
         features = replace(features, replying=True)
         if answers_assistant(features, p):  # measured with the meaning too: a clear switch still wins
             return "continue", features, active
-    if preference is not None and p.semantic_gate and not (cues.switch or cues.returning):
+    if preference is not None and p.semantic_gate and features.query_weight > 0 and not (cues.switch or cues.returning):
         label, margin = preference
         features = replace(features, semantic_topic=label, semantic_margin=margin)
         words_hold = max(shares.values(), default=0.0) >= p.semantic_words_share  # distinctive words still win

@@ -237,14 +237,18 @@ def drop_unrelated(view: QueryView | None, history: TurnHistory, params: Selecti
     recent = [row for pos in window if (row := view.rows.get(order[pos])) is not None]
     yardstick = similarity_spread(view, recent)
     in_window = {order[pos] for pos in window}
-    sims = {t: float(view.sims[view.rows[t]]) for t in kept.reasons if t in view.rows and t in in_window}
+    sims = {
+        t: float(view.sims[view.rows[t]])
+        for t in kept.reasons
+        if t in view.rows and t in in_window and not kept.evidence.get(t, Evidence()).pinned
+    }
     if yardstick is None or len(sims) < 2:
         return
     spread = yardstick[1]
-    best = max(sims.values())
+    best = max(sims.values())  # of the turns kept for this query: pinned ones set no bar
     for turn_id, sim in sims.items():
         evidence = kept.evidence.get(turn_id)
-        if evidence is not None and (evidence.pinned or evidence.semantic or evidence.reference):
+        if evidence is not None and (evidence.semantic or evidence.reference):
             continue
         if (best - sim) / spread >= params.semantic_drop:
             kept.drop(turn_id)
