@@ -26,7 +26,6 @@ from __future__ import annotations
 import gc
 import itertools
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
