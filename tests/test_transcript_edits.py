@@ -249,3 +249,27 @@ def test_turn_index_indexes_only_what_changed_and_rebuilds_on_reorder():
     with pytest.raises(InvalidInputError, match="unique"):
         index.sync([a, a])
     assert set(index.ids) == {"a", "c"}  # the refused sync changed nothing
+
+
+def test_a_refused_apply_leaves_the_state_as_it_was(tmp_path) -> None:
+    """apply resolves each request on the state the ones before it leave, and a request
+    refused half way (an unknown id) leaves every message where it was."""
+    from context_gatekeeper import InsertAfter, UnknownMessageError
+
+    store = SQLiteStore(tmp_path / "log.db")
+    try:
+        t = chat(store)
+        before = state_of(t)
+        ids = [m.id for m in t.messages]
+        with pytest.raises(UnknownMessageError):
+            t.apply([Replace(ids[1], "changed"), Delete(ids[0]), InsertAfter(ids[3], "user", "new"), Delete("nope")])
+        assert state_of(t) == before
+        with pytest.raises(UnknownMessageError):  # deleted by the request before it
+            t.apply([Delete(ids[2]), Replace(ids[2], "gone")])
+        assert state_of(t) == before
+        t.apply([Delete(ids[0]), Replace(ids[1], "changed"), InsertAfter(None, "user", "first now")])
+        assert [m.content for m in t.messages][:2] == ["first now", "changed"]
+        assert [m.id for m in t.messages][2:] == ids[2:]
+        assert [m.content for m in Transcript("edits", store=store).messages] == [m.content for m in t.messages]
+    finally:
+        store.close()

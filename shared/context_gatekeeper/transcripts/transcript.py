@@ -427,13 +427,24 @@ class Transcript(AsyncTranscriptMixin):
         """
         with self._lock:
             self._replica.refresh()
-            scratch = State(self._replica.state.to_list())
+            # Each request is resolved on the state as the ones before it left it: on the
+            # replica's own state, every change taken back (in reverse, so each lands where it
+            # was) before anything else reads it -- a copy of the state would cost the whole
+            # transcript for an edit of one message.
+            state = self._replica.state
             changes: list[Applied] = []
-            for request in requests:
-                change = resolve_request(request, scratch)
-                if not is_noop(change):
-                    scratch.apply([change])
-                    changes.append(change)
+            try:
+                for request in requests:
+                    change = resolve_request(request, state)
+                    if not is_noop(change):
+                        state.apply([change])
+                        changes.append(change)
+            finally:
+                try:
+                    state.apply(invert(changes))
+                except Exception:  # never expected; the next read then loads the log again
+                    self._replica.reset()
+                    raise
             return self._commit("apply", changes, expected_head=len(self._replica.log))
 
     def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
