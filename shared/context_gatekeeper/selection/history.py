@@ -247,12 +247,10 @@ class TurnHistory:
             self.positions[self.order[pos]] = pos
 
     def _resegment_from(self, start: int) -> None:
-        """Recompute segment labels from ``start`` on, with document frequencies of each prefix."""
-        order, turns = self.order, self.index.turns
-        later: Counter[str] = Counter()
-        for turn_id in order[start:]:
-            later.update(turns[turn_id].anchors)
-        postings, later_count = self.index.postings, later.get
+        """Recompute segment labels from ``start`` on, with document frequencies of each prefix
+        (counted only once a label is not known already)."""
+        order, turns, postings = self.order, self.index.turns, self.index.postings
+        later: Counter[str] | None = None  # anchors of the turns from the current position on
 
         def prefix_df(anchor: str) -> int:  # index.df(anchor) - later[anchor], inlined: the gate calls it per anchor
             bucket = postings.get(anchor)
@@ -268,11 +266,17 @@ class TurnHistory:
             chain.append(previous)
             found = _labels.get(previous)
             if found is None:
+                if later is None:
+                    later = Counter()
+                    for later_id in order[position:]:
+                        later.update(turns[later_id].anchors)
+                    later_count = later.get
                 found = next_label(self.labels, self.by_position, position, prefix_df, self.params)
                 _labels.put(previous, found)
             self.labels.append(found[0])
             self.novelty.append(found[1])
-            later.subtract(turns[turn_id].anchors)
+            if later is not None:
+                later.subtract(turns[turn_id].anchors)
 
     def _params_fingerprint(self) -> str:
         """A key of the parameters segmentation reads (computed again when they are replaced)."""
