@@ -199,7 +199,8 @@ def _estimate_with_warning(text: str) -> int:
 
 
 COUNT_CACHE_SIZE = 65_536
-"""Texts whose token counts each encoding keeps (:func:`tiktoken_counter`)."""
+"""Texts whose token counts each encoding keeps (:func:`tiktoken_counter`): about 0.22 kB
+each, some 15 MB when full."""
 
 _count_caches: dict[str, BoundedCache[str, int]] = {}
 _count_caches_lock = threading.Lock()

@@ -28,17 +28,20 @@ __all__ = ["TurnHistory", "turn_texts"]
 
 
 ANCHOR_CACHE_SIZE = 65_536
-"""Texts whose anchors (and, for user texts, gate inputs) the process keeps: a turn indexed
-again (a reopened transcript, a second gate or worker, a list gated anew) costs no extraction."""
+"""Texts whose anchors the process keeps (a user message and an answer are a text each): a
+turn indexed again (a reopened transcript, a second gate or worker, a list gated anew) costs
+no extraction.  About 0.75 kB a text of chat (LoCoMo): some 50 MB when full."""
+
+GATE_INPUT_CACHE_SIZE = 32_768
+"""User texts whose gate input (query-mode anchors and cues) the process keeps: about 0.7 kB
+each, some 23 MB when full."""
+
+LABEL_CACHE_SIZE = 65_536
+"""Turns whose topic label (and new content) the process keeps, by the turns up to them
+(:meth:`TurnHistory._resegment_from`): about 0.3 kB each, some 20 MB when full."""
 
 _anchors: BoundedCache[str, TextAnchors] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
-_gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
-
-
-LABEL_CACHE_SIZE = 131_072
-"""Turns whose topic label (and new content) the process keeps, by the turns up to them
-(:meth:`TurnHistory._resegment_from`)."""
-
+_gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = BoundedCache(maxsize=GATE_INPUT_CACHE_SIZE)
 _labels: BoundedCache[str, tuple[int, float]] = BoundedCache(maxsize=LABEL_CACHE_SIZE)
 
 
