@@ -734,6 +734,7 @@ def test_a_turn_kept_on_one_shared_word_whose_meaning_is_far_off_is_let_go() -> 
     assert gatekeeper_over(chat, None).topics() == {0: (1, 2, 3)}
     kept = gatekeeper_over(chat, HashEmbedder(pools, dim=4096)).explain(query)
     assert kept.turn_ids == (1,)
+    assert {r.turn_id: r.reason for r in kept.scores if r.turn_id in (2, 3)} == {2: "meaning far off", 3: "meaning far off"}
     words_only = gatekeeper_over(chat, HashEmbedder(pools, dim=4096), semantic_drop=0.0).explain(query)
     assert words_only.turn_ids == (1, 2, 3)  # without the drop the topic's turns on "pool" stay
 

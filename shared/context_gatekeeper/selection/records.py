@@ -96,7 +96,8 @@ class TurnScore:
         reason: why, in words: kept as "pinned", "coverage", "topic", "follow-up",
             "neighbour", "fill" or "semantic"; dropped as "off-topic" (another topic, too weak
             a match), "weak match" (only lone CJK characters in common), "no new
-            coverage", "over budget", "below top-M" or "explicit switch".
+            coverage", "over budget", "below top-M", "explicit switch" or "meaning far off"
+            (kept on words alone, let go for its meaning: ``semantic_drop``).
         evidence: the structured reason (see :class:`Evidence`); non-empty on every
             kept turn.
         topic: the turn's topic label.

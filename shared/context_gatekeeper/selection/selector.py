@@ -173,18 +173,22 @@ class Kept:
         budget: tokens left.
         reasons: turn id -> the reason in words (see :class:`TurnScore`).
         evidence: turn id -> the structured reason; merged when a later step finds more.
+        dropped: turn id -> why a turn kept by an earlier step was let go again.
     """
 
     history: TurnHistory
     budget: int
     reasons: dict[int, str] = field(default_factory=dict)
     evidence: dict[int, Evidence] = field(default_factory=dict)
+    dropped: dict[int, str] = field(default_factory=dict)
 
-    def drop(self, turn_id: int) -> None:
-        """Let a kept turn go again (its tokens return to the budget)."""
+    def drop(self, turn_id: int, why: str) -> None:
+        """Let a kept turn go again (its tokens return to the budget); ``why`` is the
+        reason ``explain`` gives for it."""
         if self.reasons.pop(turn_id, None) is not None:
             self.evidence.pop(turn_id, None)
             self.budget += self.history.costs[turn_id]
+            self.dropped[turn_id] = why
 
     def keep(self, turn_id: int, reason: str, evidence: Evidence) -> bool:
         """Keep a turn if it fits (a turn kept already gains the new evidence)."""
@@ -372,7 +376,9 @@ def score_records(
         label = history.labels[c.position]
         reason = kept.reasons.get(c.turn_id)
         if reason is None:
-            if explicit_switch and not params.keep_on_explicit_switch:
+            if c.turn_id in kept.dropped:
+                reason = kept.dropped[c.turn_id]
+            elif explicit_switch and not params.keep_on_explicit_switch:
                 reason = "explicit switch"
             elif c.turn_id not in in_pool:
                 reason = "below top-M"

@@ -251,7 +251,7 @@ def drop_unrelated(view: QueryView | None, history: TurnHistory, params: Selecti
         if evidence is not None and (evidence.semantic or evidence.reference):
             continue
         if (best - sim) / spread >= params.semantic_drop:
-            kept.drop(turn_id)
+            kept.drop(turn_id, "meaning far off")
 
 
 def topic_continuity(view: QueryView | None, history: TurnHistory, params: SelectionParams) -> dict[int, float] | None:
