@@ -261,3 +261,15 @@ def test_topics_are_prefix_stable_and_labelled_by_their_opening_turn(chosen):
     assert all(n >= 0 for n in novelty)
     for k in range(len(turns)):
         assert segment_all(turns[:k], P) == (labels[:k], novelty[:k])
+
+
+def test_a_reply_to_the_answers_question_keeps_its_topic_once_added_as_it_did_at_query_time():
+    from context_gatekeeper import ContextGatekeeper
+
+    gk = ContextGatekeeper(token_budget=2000)
+    gk.add_turn("I'd like to learn an instrument as an adult.", "Great idea. Which instrument are you drawn to?")
+    reply = "Maybe the cello, my grandmother played one"
+    assert gk.explain(reply).decision == "continue" and gk.explain(reply).gate.asks
+    gk.add_turn(reply)  # unanswered: the topic is read from the user's words and the question before
+    assert gk.topics() == {0: (1, 2)}
+    assert not gk.explain("Which strings are best for a beginner cello?").gate.asks

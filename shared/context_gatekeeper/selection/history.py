@@ -16,6 +16,7 @@ from typing import Any, overload
 from ..caching import BoundedCache, text_key
 from .anchors import TextAnchors, extract
 from .cues import Cues, strip_cues
+from .gate import is_courtesy, last_question
 
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
 from .index import AnchorIndex
@@ -230,7 +231,9 @@ class TurnHistory:
         cost = self._cost(turn)
         user, answer_anchors = text_anchors(turn.user), text_anchors(answer)
         query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars)
-        gated = SegmentInput(query_anchors, cues, frozenset())
+        question = last_question(turn.assistant)
+        courtesy = question is not None and is_courtesy(question)
+        gated = SegmentInput(query_anchors, cues, frozenset(), asks=question is not None and not courtesy, closes=courtesy)
         return cost, user, answer_anchors, gated, text_key(f"{len(turn.user)}:{turn.user}{answer}")
 
     def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput, str]) -> None:
@@ -243,7 +246,7 @@ class TurnHistory:
         self.costs[turn.id] = cost
         self.total_cost += cost
         answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
-        self.inputs[turn.id] = SegmentInput(gated.user, gated.cues, indexed.anchors, answered)
+        self.inputs[turn.id] = SegmentInput(gated.user, gated.cues, indexed.anchors, answered, gated.asks, gated.closes)
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self.order)):

@@ -52,12 +52,17 @@ class SegmentInput:
         anchors: every distinct anchor of the turn (what later turns are gated against).
         answered: the turn has an answer with anchors of its own, so its topic can be
             read from the whole exchange, not only from the user's words.
+        asks, closes: the turn's answer ends with a genuine question to the user, or with a
+            courtesy question ("Anything else?"): inputs of the switch score when the next
+            turn is gated, as at query time (:func:`gate.asks_question`, :func:`gate.closes_topic`).
     """
 
     user: tuple[str, ...]
     cues: Cues
     anchors: frozenset[str]
     answered: bool = False
+    asks: bool = False
+    closes: bool = False
 
 
 def topic_profiles(
@@ -142,7 +147,9 @@ def _gate_turn(
     active = labels[position - 1]
     earlier = best_other_topic(profiles, active, weights)
     features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
-    features = replace(features, established=len(profiles) == 1 and position >= 2, history_turns=position)
+    before = turns[position - 1]  # how the answer just before ends, as the query-time gate reads it
+    features = replace(features, established=len(profiles) == 1 and position >= 2, history_turns=position,
+                       asks=before.asks, closes=before.closes)
     features = replace(features, contributions=switch_contributions(features, params.switch_model))
     decision = decide(features, params)
     target = None
