@@ -39,9 +39,9 @@ DEPRECATED_PARAMS: dict[str, str] = {
 """Fields that no longer change selection, and what replaced them: passing one warns."""
 
 FITTED_SWITCH_MODEL: dict[str, float] = {
-    "bias": -2.328, "overlap": -8.788, "new_share": -1.932, "new_content": 0.973, "new_content_cjk": 1.336,
-    "content": 1.345, "elsewhere": 5.976, "reference": -0.059, "asks": -2.831, "closes": 1.498, "established": -0.875,
-    "history": -0.975,
+    "bias": -2.362, "overlap": -8.758, "new_share": -1.947, "new_content": 1.001, "new_content_cjk": 1.337,
+    "content": 1.342, "elsewhere": 6.028, "reference": -0.048, "asks": -2.828, "closes": 1.5, "established": -0.864,
+    "history": -0.986,
 }
 """The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
 
