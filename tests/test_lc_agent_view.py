@@ -24,6 +24,8 @@ from context_gatekeeper import ContextGatekeeper, InvalidInputError
 from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
 from langchain_gatekeeper.agent_view import GatedView
 
+from gatekeeper_support import CountingGatekeeper
+
 TOPICS = [
     ("redis lock ttl watchdog export job", "Set the Redis lock TTL above the export job and renew it with a watchdog."),
     ("espresso grind size beans", "Grind the espresso beans fine, like table salt."),
@@ -50,30 +52,6 @@ class CountingCounter:
     def __call__(self, text: str) -> int:
         self.seen[text] += 1
         return len(text.split())
-
-
-class CountingGatekeeper(ContextGatekeeper):
-    """A real gatekeeper that counts the index changes made to it."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.calls: Counter[str] = Counter()
-
-    def insert_turn(self, *args: Any, **kwargs: Any) -> int:
-        self.calls["insert"] += 1
-        return super().insert_turn(*args, **kwargs)
-
-    def replace_turn(self, *args: Any, **kwargs: Any) -> None:
-        self.calls["replace"] += 1
-        super().replace_turn(*args, **kwargs)
-
-    def remove_turn(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls["remove"] += 1
-        return super().remove_turn(*args, **kwargs)
-
-    def clear(self) -> None:
-        self.calls["clear"] += 1
-        super().clear()
 
 
 def make() -> CountingGatekeeper:

@@ -12,6 +12,8 @@ import pytest
 from context_gatekeeper import ContextGatekeeper, Delete, Message, Replace, SQLiteStore, Transcript, TranscriptGate
 from context_gatekeeper.transcripts.revisions import Revision
 
+from gatekeeper_support import CountingGatekeeper
+
 TOPICS = [
     ("How long should a Redis lock TTL be?", "Longer than the longest job, with a watchdog."),
     ("Which espresso grind suits a moka pot?", "Medium-fine, coarser than for espresso machines."),
@@ -31,30 +33,6 @@ class CountingStore(SQLiteStore):
         found = super().revisions(session_id, after)
         self.read += len(found)
         return found
-
-
-class CountingGatekeeper(ContextGatekeeper):
-    """A real gatekeeper that counts how its turns are changed."""
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self.calls: dict[str, int] = {"insert": 0, "replace": 0, "remove": 0, "clear": 0}
-
-    def insert_turn(self, *args: Any, **kwargs: Any) -> int:
-        self.calls["insert"] += 1
-        return super().insert_turn(*args, **kwargs)
-
-    def replace_turn(self, *args: Any, **kwargs: Any) -> None:
-        self.calls["replace"] += 1
-        super().replace_turn(*args, **kwargs)
-
-    def remove_turn(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls["remove"] += 1
-        return super().remove_turn(*args, **kwargs)
-
-    def clear(self) -> None:
-        self.calls["clear"] += 1
-        super().clear()
 
 
 def fill(t: Transcript, turns: int) -> None:

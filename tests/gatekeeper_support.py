@@ -1,0 +1,43 @@
+"""A real ContextGatekeeper that counts how its turns are changed (for incremental-indexing tests)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from context_gatekeeper import ContextGatekeeper
+
+
+class Calls(Counter):  # type: ignore[type-arg]
+    """Counts per kind of change; equal to any mapping with the same non-zero counts."""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, dict):
+            return NotImplemented
+        return {k: v for k, v in self.items() if v} == {k: v for k, v in other.items() if v}
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class CountingGatekeeper(ContextGatekeeper):
+    """A real gatekeeper that counts the index changes made to it (``calls``)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.calls = Calls()
+
+    def insert_turn(self, *args: Any, **kwargs: Any) -> int:
+        self.calls["insert"] += 1
+        return super().insert_turn(*args, **kwargs)
+
+    def replace_turn(self, *args: Any, **kwargs: Any) -> None:
+        self.calls["replace"] += 1
+        super().replace_turn(*args, **kwargs)
+
+    def remove_turn(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["remove"] += 1
+        return super().remove_turn(*args, **kwargs)
+
+    def clear(self) -> None:
+        self.calls["clear"] += 1
+        super().clear()
