@@ -31,14 +31,12 @@ try:
         undo_thread,
     )
 except ModuleNotFoundError as missing:  # the framework, not this package: say which extra installs it
-    if (missing.name or "").partition(".")[0] not in _EXTRA_PACKAGES:
+    error = MissingExtraError.of_framework(
+        missing, adapter="langchain_gatekeeper", needs="LangChain 1.x (langchain-core, langchain and langgraph)", extra="langchain", packages=_EXTRA_PACKAGES
+    )
+    if error is None:
         raise
-    raise MissingExtraError(
-        f"langchain_gatekeeper needs LangChain 1.x (langchain-core, langchain and langgraph), and importing "
-        f"it failed: {missing}. Install the extra: pip install \"context-gatekeeper[langchain]\"",
-        extra="langchain",
-        name=missing.name,
-    ) from missing
+    raise error from missing
 
 __all__ = [
     # classic chains

@@ -17,14 +17,12 @@ try:
     from .models import DEFAULT_MODEL, LlamaIndexEditModel, resolve_edit_model
     from .postprocessor import GatekeeperNodePostprocessor, NodeExplanation, build_corpus
 except ModuleNotFoundError as missing:  # the framework, not this package: say which extra installs it
-    if (missing.name or "").partition(".")[0] not in _EXTRA_PACKAGES:
+    error = MissingExtraError.of_framework(
+        missing, adapter="llamaindex_gatekeeper", needs="llama-index-core 0.14", extra="llamaindex", packages=_EXTRA_PACKAGES
+    )
+    if error is None:
         raise
-    raise MissingExtraError(
-        f"llamaindex_gatekeeper needs llama-index-core 0.14, and importing it failed: {missing}. "
-        f"Install the extra: pip install \"context-gatekeeper[llamaindex]\"",
-        extra="llamaindex",
-        name=missing.name,
-    ) from missing
+    raise error from missing
 
 __all__ = [
     # chat memory

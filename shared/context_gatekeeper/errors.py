@@ -189,6 +189,23 @@ class MissingExtraError(GatekeeperError, ModuleNotFoundError):
         super().__init__(message, name=name)
         self.extra = extra
 
+    @classmethod
+    def of_framework(
+        cls, missing: ModuleNotFoundError, *, adapter: str, needs: str, extra: str, packages: frozenset[str]
+    ) -> "MissingExtraError | None":
+        """The error an adapter raises when importing its framework failed with ``missing``
+        (naming the extra that installs it), or ``None`` when the missing module is not one of
+        the framework's top-level ``packages`` (a broken install of the adapter itself, which
+        must come through as it is)."""
+        if (missing.name or "").partition(".")[0] not in packages:
+            return None
+        return cls(
+            f"{adapter} needs {needs}, and importing it failed: {missing}. "
+            f'Install the extra: pip install "context-gatekeeper[{extra}]"',
+            extra=extra,
+            name=missing.name,
+        )
+
     def __reduce__(self) -> tuple[object, ...]:
         return (_missing_extra_error, (str(self), self.extra, self.name))
 
