@@ -20,8 +20,8 @@ import time
 
 from context_gatekeeper import tiktoken_counter
 from context_gatekeeper.editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Change, Remove
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Change, Remove
 
 from context_gatekeeper.testing.scenarios import SCENARIOS
 

@@ -34,9 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from context_gatekeeper import Replace, SQLiteStore, Transcript
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import AT_END, Put
-from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import AT_END, Put
+from context_gatekeeper.records.revisions import Revision
 from context_gatekeeper.stores.chain import genesis, row_digest
 from context_gatekeeper.stores.integrity import index_of_log
 from context_gatekeeper.stores.schema import changes_text, index_rows

@@ -49,9 +49,9 @@ def sentence(rng: random.Random, words: int) -> str:
 
 def turn_revision(rng: random.Random, n: int, after: str | None):
     """Turn ``n`` as one ``append`` revision: a user and an assistant message."""
-    from context_gatekeeper.transcripts.messages import Message
-    from context_gatekeeper.transcripts.operations import Put
-    from context_gatekeeper.transcripts.revisions import Revision
+    from context_gatekeeper.records.messages import Message
+    from context_gatekeeper.records.operations import Put
+    from context_gatekeeper.records.revisions import Revision
 
     user = Message(f"u{n:06d}", "user", sentence(rng, 30))
     answer = Message(f"a{n:06d}", "assistant", sentence(rng, 70))

@@ -59,9 +59,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Put
-from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Put
+from context_gatekeeper.records.revisions import Revision
 
 Spec = tuple[str, ...]
 
@@ -87,7 +87,7 @@ def percentile(values: Sequence[float], share: float) -> float:
 
 def timed_edits(transcript: Any, target: str, count: int | None, until: Any = None) -> list[float]:
     """Latencies (s) of ``count`` edits, or of edits until the event ``until`` is set."""
-    from context_gatekeeper.transcripts.operations import Replace
+    from context_gatekeeper.records.operations import Replace
 
     latencies: list[float] = []
     n = 0

@@ -66,11 +66,11 @@ class GatekeeperState(AgentState[Any]):
 
 @dataclass(frozen=True, slots=True)
 class ThreadEdit(Revision):
-    """A core :class:`~context_gatekeeper.transcripts.revisions.Revision` of a thread (edit, undo or
+    """A core :class:`~context_gatekeeper.records.revisions.Revision` of a thread (edit, undo or
     redo) plus what a revision cannot carry: ``diff``, the thread before against the
     thread after (``str()`` names messages ``user #1``), the edit's ``strategy``, and
     ``skipped``: the changes an undo or redo left out because another writer moved the
-    thread since (:class:`~context_gatekeeper.transcripts.revisions.Skipped`, each with its message
+    thread since (:class:`~context_gatekeeper.records.revisions.Skipped`, each with its message
     id and reason)."""
 
     diff: Diff = field(default_factory=lambda: Diff(0, 0, ()), repr=False, compare=False)

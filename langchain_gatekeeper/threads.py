@@ -7,21 +7,21 @@ under its id, a deleted one is a ``RemoveMessage``; an insertion anywhere but at
 end rewrites the list (``REMOVE_ALL_MESSAGES`` then the revised list, ids unchanged).
 
 **One undo engine.**  Each edit, undo and redo is a core
-:class:`~context_gatekeeper.transcripts.revisions.Revision` (a :class:`ThreadEdit`), stored as
+:class:`~context_gatekeeper.records.revisions.Revision` (a :class:`ThreadEdit`), stored as
 ``Revision.to_dict()`` in :data:`EDITS_KEY`, a private state key that
 :class:`~langchain_gatekeeper.middleware.GatekeeperMiddleware` adds to the agent's
 state schema (:mod:`.thread_log`).  Its reducer only appends (each write carries its
 own record, written once), and revisions are numbered from 1 by their place in the
 log, so a record is never lost to a write planned on an older snapshot; a thread
 never edited has no key.  Undo and redo follow the core's rules
-(:func:`~context_gatekeeper.transcripts.revisions.undo_stacks`, inverses by
-:func:`~context_gatekeeper.transcripts.operations.invert`): undo reverts the last edit not yet
+(:func:`~context_gatekeeper.records.revisions.undo_stacks`, inverses by
+:func:`~context_gatekeeper.records.operations.invert`): undo reverts the last edit not yet
 undone, redo re-applies the last undo, a new edit empties the redo stack.
 
 **Other writers win.**  A thread also moves by other means (the agent's turns,
 summarisation, a redaction middleware, a user's ``update_state``), so an undo or redo
 applies only the changes that still fit it
-(:func:`~context_gatekeeper.transcripts.revisions.split_applicable`): messages the agent added
+(:func:`~context_gatekeeper.records.revisions.split_applicable`): messages the agent added
 after an edit stay (``docs/architecture.md#version-rules``); a message changed since keeps its new version; a
 message gone stays gone; a deleted message whose neighbour was summarised away is not
 re-inserted.  What is left out is reported in ``ThreadEdit.skipped``; an edit none of
@@ -247,7 +247,7 @@ def _check_pairs(state: Sequence[Message], after: Sequence[Message], kind: str, 
 
 def _plan_step(agent: Any, snapshot: Any, kind: Literal["undo", "redo"]) -> tuple[ThreadEdit, dict[str, Any]]:
     """The undo (or redo) the core's rules pick, restricted to the changes that still fit
-    the thread (:func:`~context_gatekeeper.transcripts.revisions.split_applicable`)."""
+    the thread (:func:`~context_gatekeeper.records.revisions.split_applicable`)."""
     if not _has_log(agent):
         raise HistoryError(f"{kind}_thread needs the edit log that GatekeeperMiddleware keeps: add it to create_agent")
     messages, records = _thread(snapshot)

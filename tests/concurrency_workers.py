@@ -17,8 +17,8 @@ from typing import Any
 
 from context_gatekeeper import Transcript
 from context_gatekeeper.errors import StaleHeadError
-from context_gatekeeper.transcripts.operations import Delete, Replace
-from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.records.operations import Delete, Replace
+from context_gatekeeper.records.revisions import Revision
 from context_gatekeeper.stores import SQLiteStore, Store
 
 Spec = Sequence[str]

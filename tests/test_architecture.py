@@ -21,20 +21,15 @@ import pytest
 
 import context_gatekeeper
 import context_gatekeeper.integration as integration
-from context_gatekeeper._moved import MOVED
 
 REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "shared" / "context_gatekeeper"
 ADAPTERS = [REPO / "langchain_gatekeeper", REPO / "llamaindex_gatekeeper"]
 
 # What a reader sees in shared/context_gatekeeper/: the rooms and the foundation.
-ROOMS = {"selection", "transcripts", "editing", "stores", "chat", "testing"}
+ROOMS = {"records", "selection", "transcripts", "editing", "stores", "chat", "testing"}
 FOUNDATION = {"caching", "errors", "tokens", "validation"}
-TOP_LEVEL_MODULES = FOUNDATION | {"__init__", "integration", "_moved"}
-
-# The transcript records: the data model that editing and stores share.
-RECORDS = {"transcripts.messages", "transcripts.operations", "transcripts.revisions", "transcripts.replay"}
-
+TOP_LEVEL_MODULES = FOUNDATION | {"__init__", "integration"}
 
 def module_name(path: Path) -> str:
     """``context_gatekeeper.selection.gate`` for ``.../context_gatekeeper/selection/gate.py``."""
@@ -95,33 +90,57 @@ def test_every_room_is_packaged_in_the_wheel() -> None:
     assert packages <= listed, f"add {sorted(packages - listed)} to [tool.setuptools] packages in pyproject.toml"
 
 
+# The arrows between rooms (``""`` is the public surface: ``__init__`` and ``integration``).
+# A room may import the foundation, itself and the rooms listed here, nothing else.
+ARROWS: dict[str, set[str]] = {
+    "records": set(),
+    "selection": set(),
+    "editing": {"records"},
+    "stores": {"records", "selection"},
+    "transcripts": {"records", "editing", "stores", "selection"},
+    "": {"records", "selection", "editing", "stores", "transcripts"},
+    "testing": {"", "records", "selection", "editing", "stores", "transcripts"},
+    "chat": {""},
+}
+# Where an arrow is allowed for one module only: the narrow bridges.
+BRIDGES = {
+    ("stores", "selection"): {"selection.semantic.embedding"},  # stores keep vectors, nothing else
+    ("transcripts", "selection"): {"transcripts.transcript_gate"},  # the one bridge between the halves
+}
+
+
+def room_of(module: str) -> str:
+    """``selection`` for ``selection.gate``; ``""`` for the surface (``__init__``, ``integration``)."""
+    head = module.split(".")[0] if module else ""
+    return "" if head == "integration" else head
+
+
 def allowed(source: str, target: str) -> bool:
     """May core module ``source`` import core module ``target`` (names without the prefix)?"""
-    room = source.split(".")[0] if source else ""
-    target_room = target.split(".")[0] if target else ""
+    room, target_room = room_of(source), room_of(target)
+    if room in FOUNDATION:
+        return target_room in FOUNDATION
     if target_room in FOUNDATION or target_room == room:
-        if source in FOUNDATION:
-            return target in FOUNDATION
-        if source in RECORDS:
-            return target in RECORDS or target_room in FOUNDATION
         return True
-    if room == "selection":
-        return False  # selection knows nothing of transcripts, editing or stores
-    if room == "editing":
-        return target in {"transcripts.messages", "transcripts.operations"}
-    if room == "stores":
-        return target in RECORDS or target == "selection.semantic.embedding"
-    if room == "transcripts":
-        if source in RECORDS:
-            return False
-        if target_room == "selection":  # the one bridge between the two halves
-            return source == "transcripts.transcript_gate"
-        return target_room in {"editing", "stores"}
-    if room == "chat":
-        return target in {"", "integration"}  # an application of the public surface
-    if room == "testing":
-        return target_room != "chat"
-    return room in {"", "integration", "_moved"} and target_room != "chat"  # the surface re-exports
+    if target_room not in ARROWS.get(room, set()):
+        return False
+    bridge = BRIDGES.get((room, target_room))
+    if bridge is None:
+        return True
+    return (target if room == "stores" else source) in bridge
+
+
+def test_no_two_rooms_import_each_other() -> None:
+    pairs = {
+        (room_of(short(path)), room_of(target))
+        for path in core_modules()
+        for _, target in core_imports(path)
+        if room_of(short(path)) != room_of(target)
+    }
+    both_ways = sorted((a, b) for a, b in pairs if (b, a) in pairs and a < b)
+    assert not both_ways, f"rooms that import each other: {both_ways}; move what both need one room down"
+    declared = {(a, b) for a, targets in ARROWS.items() for b in targets}
+    assert not {(a, b) for a, b in declared if (b, a) in declared}, "ARROWS itself lists a two-way pair"
 
 
 def test_arrows_between_rooms_are_one_way() -> None:
@@ -135,17 +154,19 @@ def test_arrows_between_rooms_are_one_way() -> None:
 
 
 def test_the_checker_itself_refuses_the_wrong_arrows() -> None:
-    assert not allowed("selection.gate", "transcripts.messages")
+    assert not allowed("selection.gate", "records.messages")
     assert not allowed("selection.semantic.channel", "stores.vectors")
     assert not allowed("editing.compute", "transcripts.transcript")
-    assert not allowed("transcripts.messages", "editing.models")
+    assert not allowed("records.messages", "editing.models")
     assert not allowed("transcripts.transcript", "selection.gatekeeper")
     assert not allowed("stores.sqlite", "transcripts.transcript")
-    assert not allowed("chat.session", "transcripts.messages")
+    assert not allowed("chat.session", "records.messages")
     assert not allowed("errors", "selection.gate")
     assert allowed("transcripts.transcript_gate", "selection.gatekeeper")
     assert allowed("stores.vector_cache", "selection.semantic.embedding")
     assert allowed("chat.session", "integration")
+    assert allowed("editing.compute", "records.operations")
+    assert allowed("stores.replica", "records.revisions")
 
 
 def adapter_files() -> list[Path]:
@@ -188,121 +209,6 @@ def test_importing_the_surface_pulls_in_no_framework_or_optional_dependency() ->
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
-
-
-# -- old module paths ------------------------------------------------------------------------
-
-
-def test_every_old_module_path_still_imports_with_a_deprecation_warning() -> None:
-    # a fresh interpreter, where no alias sits in sys.modules yet; each old path is
-    # imported by an ``import`` statement of its own, as user code would
-    code = (
-        "import importlib, json, warnings\n"
-        f"moved = {dict(MOVED)!r}\n"
-        "seen = {}\n"
-        "for old, new in moved.items():\n"
-        "    with warnings.catch_warnings(record=True) as caught:\n"
-        "        warnings.simplefilter('always')\n"
-        "        namespace = {}\n"
-        "        exec(compile(f'import context_gatekeeper.{old} as module', '<user code>', 'exec'), namespace)\n"
-        "    real = importlib.import_module(f'context_gatekeeper.{new}')\n"
-        "    same = namespace['module'] is real and real.__spec__.name == real.__name__\n"
-        "    seen[old] = [same] + [[w.category.__name__, str(w.message), w.filename] for w in caught]\n"
-        "print(json.dumps(seen))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout)
-    assert sorted(seen) == sorted(MOVED)
-    for old, (same, *caught) in seen.items():
-        assert same, f"context_gatekeeper.{old} is not the module at its new path, or relabelled it"
-        assert [c[0] for c in caught] == ["DeprecationWarning"], (old, caught)
-        assert f"context_gatekeeper.{MOVED[old]}" in caught[0][1], (old, caught)
-        assert caught[0][2] == "<user code>", f"the warning for {old} points at {caught[0][2]}, not the importing line"
-
-
-ALIAS_ROUTES = """
-import importlib, warnings
-from unittest import mock
-def caught(fn):
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        fn()
-    return [(w.category.__name__, w.filename, w.lineno) for w in seen]
-import context_gatekeeper as cg
-def patched():
-    with mock.patch("context_gatekeeper.gemini.GeminiModel"):  # line 11
-        pass
-print(caught(lambda: importlib.import_module("context_gatekeeper.anchors")))  # line 13
-print(caught(patched))
-print(caught(lambda: cg.gatekeeper))  # line 15
-print(cg.gatekeeper is importlib.import_module("context_gatekeeper.selection.gatekeeper"))
-real = importlib.import_module("context_gatekeeper.transcripts.transcript")
-import context_gatekeeper.transcript
-importlib.reload(real)
-print(real.__spec__.name, real.__package__)
-"""
-
-
-def test_every_route_to_an_old_module_warns_at_the_callers_line_and_keeps_the_real_module() -> None:
-    out = subprocess.run([sys.executable, "-c", ALIAS_ROUTES], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    import_module, patch, attribute, same, spec = out.stdout.strip().splitlines()
-    assert ast.literal_eval(import_module) == [("DeprecationWarning", "<string>", 13)]
-    assert ast.literal_eval(patch) == [("DeprecationWarning", "<string>", 11)]
-    assert ast.literal_eval(attribute) == [("DeprecationWarning", "<string>", 15)]
-    assert same == "True"
-    assert spec == "context_gatekeeper.transcripts.transcript context_gatekeeper.transcripts"
-
-
-def test_a_stale_file_at_an_old_path_never_shadows_the_alias(tmp_path: Path) -> None:
-    (tmp_path / "messages.py").write_text("STALE = True\n")  # as an old build folder would leave it
-    code = (
-        "import warnings, context_gatekeeper\n"
-        f"context_gatekeeper.__path__.append({str(tmp_path)!r})\n"
-        "warnings.simplefilter('ignore')\n"
-        "import context_gatekeeper.messages as m\n"
-        "print(m.__name__, hasattr(m, 'STALE'))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["context_gatekeeper.transcripts.messages", "False"]
-
-
-def test_every_moved_module_exists_at_its_new_path() -> None:
-    for new in MOVED.values():
-        assert importlib.util.find_spec(f"context_gatekeeper.{new}") is not None, new
-    assert not set(MOVED) & {p.stem for p in CORE.glob("*.py")}, "an alias may not shadow a real module"
-
-
-def test_from_import_of_an_old_module_and_of_its_names_works() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from context_gatekeeper import edit_format  # type: ignore[attr-defined]
-        from context_gatekeeper.gate import Decision  # type: ignore[import-not-found]
-
-    assert edit_format.__name__ == "context_gatekeeper.editing.format"
-    assert Decision is context_gatekeeper.Decision
-
-
-def test_a_pickle_naming_an_old_module_path_still_loads() -> None:
-    message = context_gatekeeper.Message("m1", "user", "hello")
-    data = pickle.dumps(message, protocol=2)
-    old = data.replace(b"context_gatekeeper.transcripts.messages", b"context_gatekeeper.messages")
-    assert old != data
-    with pytest.warns(DeprecationWarning, match="context_gatekeeper.transcripts.messages"):
-        loaded = subprocess_free_loads(old)
-    assert loaded == message
-
-
-def subprocess_free_loads(data: bytes) -> object:
-    """Unpickle with the old alias forgotten, as a new process would see it."""
-    saved = sys.modules.pop("context_gatekeeper.messages", None)
-    try:
-        return pickle.loads(data)
-    finally:
-        if saved is not None:
-            sys.modules["context_gatekeeper.messages"] = saved
 
 
 def test_the_former_selection_and_editing_modules_are_rooms_that_keep_their_names() -> None:

@@ -27,8 +27,8 @@ from context_gatekeeper.chat.render import Renderer
 from context_gatekeeper.chat.session import ChatSession, chat_sessions, is_pin_record, pin_record_id
 from context_gatekeeper.chat.session_file import FORMAT, SessionFileError, session_document, write_session_file
 from context_gatekeeper.editing.format import ideal_patch_reply
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Replace
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Replace
 from context_gatekeeper.testing import ScriptedModel
 
 SURROGATE = chr(0xD800)

@@ -19,8 +19,8 @@ import pytest
 
 import concurrency_workers as workers
 from context_gatekeeper import Transcript
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Replace
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Replace
 from context_gatekeeper.stores import FAULT_POINTS, Store
 from context_gatekeeper.transcripts.transcript_gate import TranscriptGate
 from pg_support import drop_run_tables, postgres_dsn, prefix_for

@@ -114,7 +114,7 @@ class TestClaimsTamperEvidence(Suite):
             log[revision - 1] = log[revision - 1].__class__(**{**{f: getattr(log[revision - 1], f) for f in (
                 "number", "parent", "changes", "instruction", "model", "time", "base", "target")}, "kind": "bogus"})
         else:
-            from context_gatekeeper.transcripts.operations import Put
+            from context_gatekeeper.records.operations import Put
             old = log[revision - 1]
             change = old.changes[0]
             altered = Put(change.message.__class__(change.message.id, change.message.role, "ALTERED"), change.after)

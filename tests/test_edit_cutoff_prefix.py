@@ -21,8 +21,8 @@ from context_gatekeeper.editing.checks import destroyed_runs
 from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
 from context_gatekeeper.editing.parse import load_json
 from context_gatekeeper.editing.compute import compute_edit
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Delete, Replace
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Delete, Replace
 from context_gatekeeper.testing import ScriptedModel
 
 

@@ -19,9 +19,9 @@ from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_r
 from context_gatekeeper.editing.compute import compute_edit
 from context_gatekeeper.errors import TruncatedReplyError
 from context_gatekeeper.editing.gemini import GeminiModel
-from context_gatekeeper.transcripts.messages import Message
+from context_gatekeeper.records.messages import Message
 from context_gatekeeper.editing.models import ModelReply, as_edit_model
-from context_gatekeeper.transcripts.operations import Change, Delete, Replace
+from context_gatekeeper.records.operations import Change, Delete, Replace
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper import LangChainEditModel
 from li_scripted_llm import ScriptedLLM

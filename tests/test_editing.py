@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from context_gatekeeper.editing.format import EditView, _as_changes, ideal_patch_reply, ideal_rewrite_reply, output_schema
 from context_gatekeeper.editing.compute import EditResult, acompute_edit, compute_edit
 from context_gatekeeper.errors import EditError, InvalidInputError, ModelUnavailableError
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Change, Delete, InsertAfter, Put, Remove, Replace, apply_changes, invert
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Change, Delete, InsertAfter, Put, Remove, Replace, apply_changes, invert
 from context_gatekeeper.testing import ScriptedModel
 
 A1 = (

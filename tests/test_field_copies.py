@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from context_gatekeeper.transcripts.messages import Message, detached
-from context_gatekeeper.transcripts.operations import AT_END, Change, Put, Remove
-from context_gatekeeper.transcripts.revisions import MessageDiff, _entry, detached_change
+from context_gatekeeper.records.messages import Message, detached
+from context_gatekeeper.records.operations import AT_END, Change, Put, Remove
+from context_gatekeeper.records.revisions import MessageDiff, _entry, detached_change
 
 
 def _full_message(revision: int = 3) -> Message:

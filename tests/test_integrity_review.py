@@ -13,7 +13,7 @@ import pytest
 
 from context_gatekeeper import Delete, Message, Replace, Transcript
 from context_gatekeeper.errors import HistoryError, InvalidRevisionError
-from context_gatekeeper.transcripts.revisions import Revision, undo_stacks
+from context_gatekeeper.records.revisions import Revision, undo_stacks
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore
 
 # -- 1: no-op rows and their undo/redo rows, as the code of commit 01e140a wrote them ------
@@ -106,7 +106,7 @@ def test_undo_stacks_skips_undo_and_redo_rows_that_acted_on_noops() -> None:
     real = Revision.from_dict(
         {"number": 2, "parent": 1, "kind": "apply", "changes": _REPLACE}
     ).changes
-    from context_gatekeeper.transcripts.operations import invert
+    from context_gatekeeper.records.operations import invert
 
     back = tuple(invert(real))
     log = [

@@ -9,8 +9,8 @@ from __future__ import annotations
 from context_gatekeeper import Transcript
 from context_gatekeeper.stores import InMemoryStore
 from context_gatekeeper.testing.store_builders import append, message
-from context_gatekeeper.transcripts.operations import Put, Remove
-from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.records.operations import Put, Remove
+from context_gatekeeper.records.revisions import Revision
 
 
 def revision(kind: str, *changes) -> Revision:

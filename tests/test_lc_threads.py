@@ -23,8 +23,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 
 from context_gatekeeper import Diff, EditError, EditOptions, HistoryError, InvalidInputError
-from context_gatekeeper.transcripts.operations import Change, Remove, change_to_dict
-from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.records.operations import Change, Remove, change_to_dict
+from context_gatekeeper.records.revisions import Revision
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper import (
     GatekeeperMiddleware,

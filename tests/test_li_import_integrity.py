@@ -20,7 +20,7 @@ import pytest
 from llama_index.core.llms import ChatMessage
 
 from context_gatekeeper import InvalidInputError, InvalidRevisionError, Message, Store
-from context_gatekeeper.transcripts.operations import Change, Remove, change_to_dict
+from context_gatekeeper.records.operations import Change, Remove, change_to_dict
 from context_gatekeeper.stores import InMemoryStore
 from context_gatekeeper.stores.sqlite import SQLiteStore
 from llamaindex_gatekeeper import GatekeeperMemory
@@ -169,7 +169,7 @@ def test_an_undo_of_a_revision_that_was_never_done_is_refused_and_nothing_is_wri
     _, data = exported()
     # revision 8 "undoes" revision 1, an append (undo never reverts appends) with valid changes
     first = data["revisions"][0]["changes"]
-    from context_gatekeeper.transcripts.operations import change_from_dict, invert
+    from context_gatekeeper.records.operations import change_from_dict, invert
 
     undo = [change_to_dict(c) for c in invert([change_from_dict(c, legacy_end=True) for c in first])]
     bad = appended(data, undo, kind="undo", target=1)

@@ -25,8 +25,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from context_gatekeeper import Delete, Transcript
 from context_gatekeeper.errors import InvalidInputError
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import AT_END
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import AT_END
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from langchain_gatekeeper import GatekeeperChatMessageHistory
 from pg_support import drop_run_tables, postgres_dsn, prefix_for

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from context_gatekeeper import Message
 from context_gatekeeper.chat.session_file import read_session_file, session_document, write_session_file
-from context_gatekeeper.transcripts.messages import normalized_text
+from context_gatekeeper.records.messages import normalized_text
 
 
 def test_a_saved_session_holding_surrogates_loads_back(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from context_gatekeeper.errors import InvalidInputError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.testing.store_builders import changed
 from context_gatekeeper.testing.store_integrity import S, refused, revision, started
-from context_gatekeeper.transcripts.operations import Change
+from context_gatekeeper.records.operations import Change
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from store_raw import raw
 

@@ -34,7 +34,7 @@ from context_gatekeeper.errors import CorruptLogError, SchemaVersionError, Store
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.base import takes_keyword
 from context_gatekeeper.testing.store_builders import append, message
-from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.records.revisions import Revision
 from pg_support import postgres_dsn, prefix_for
 
 
@@ -259,7 +259,7 @@ def test_sessions_stored_with_lone_surrogates_still_open_and_edit(tmp_path: Path
     store.truncate("s", 1)  # sets nothing aside: rebuilds the id index from the log, as the migration did
     t = Transcript("s", store=store)
     assert t.messages[0].content == "old \udc80 text"
-    from context_gatekeeper.transcripts.operations import Replace
+    from context_gatekeeper.records.operations import Replace
 
     t.apply([Replace(t.messages[0].id, "new \udc80 text")])
     assert [m.content for m in Transcript("s", store=store).messages][0] == "new \\udc80 text"

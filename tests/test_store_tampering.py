@@ -35,7 +35,7 @@ def db(tmp_path: Path) -> Path:
     t = Transcript("s", store=store)
     for n in range(TURNS):
         t.append(user=f"question {n}", assistant=f"answer {n}")
-    from context_gatekeeper.transcripts.operations import Replace
+    from context_gatekeeper.records.operations import Replace
 
     t.apply([Replace(t.messages[0].id, "question 0, edited")])
     t.undo()

@@ -30,9 +30,9 @@ from context_gatekeeper import Transcript
 from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store, VectorStore
 from context_gatekeeper.testing import ScriptedModel
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Delete, InsertAfter, Replace
-from context_gatekeeper.transcripts.revisions import Proposal
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Delete, InsertAfter, Replace
+from context_gatekeeper.records.revisions import Proposal
 
 # Public sync methods that deliberately have no async twin, and why.
 TRANSCRIPT_NO_TWIN = {

@@ -18,9 +18,9 @@ from context_gatekeeper import (
     Transcript,
     UnknownMessageError,
 )
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import Change
-from context_gatekeeper.transcripts.revisions import Proposal
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import Change
+from context_gatekeeper.records.revisions import Proposal
 from context_gatekeeper.stores import InMemoryStore
 
 

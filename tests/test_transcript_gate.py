@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, Delete, Message, Replace, SQLiteStore, Transcript, TranscriptGate
-from context_gatekeeper.transcripts.revisions import Revision
+from context_gatekeeper.records.revisions import Revision
 
 from gatekeeper_support import CountingGatekeeper
 

@@ -30,8 +30,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from context_gatekeeper import Delete, InsertAfter, Replace, Transcript
 from context_gatekeeper.editing.format import ideal_patch_reply
 from context_gatekeeper.errors import GatekeeperError
-from context_gatekeeper.transcripts.messages import Message
-from context_gatekeeper.transcripts.operations import AT_END, Change, Put, Remove
+from context_gatekeeper.records.messages import Message
+from context_gatekeeper.records.operations import AT_END, Change, Put, Remove
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.testing import ScriptedModel
 

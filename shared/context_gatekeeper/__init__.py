@@ -37,15 +37,14 @@ from .editing.options import EditOptions, Strategy
 from .selection.gate import Decision, GateFeatures
 from .editing.gemini import GeminiModel
 from .selection.gatekeeper import ContextGatekeeper
-from .transcripts.messages import Message
+from .records.messages import Message
 from .editing.models import EditModel, ModelReply, resolve_model
-from .transcripts.operations import Delete, InsertAfter, Replace
+from .records.operations import Delete, InsertAfter, Replace
 from .selection.params import SelectionParams
-from .transcripts.revisions import Diff, MessageDiff, Proposal, Revision
+from .records.revisions import Diff, MessageDiff, Proposal, Revision
 from .selection.records import Evidence, Selection, Turn, TurnScore
 from .stores import InMemoryStore, SQLiteStore, Store
 from .tokens import estimate_tokens, resolve_token_counter, tiktoken_counter
-from . import _moved
 from .transcripts.transcript import Transcript
 from .transcripts.transcript_gate import TranscriptGate
 
@@ -131,10 +130,5 @@ def __getattr__(name: str) -> object:
         from .stores.postgres import PostgresStore
 
         return PostgresStore
-    module = _moved.moved_attribute(name)  # an 0.1 module name, e.g. context_gatekeeper.gatekeeper
-    if module is not None:
-        return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-_moved.install()

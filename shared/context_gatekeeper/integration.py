@@ -55,8 +55,8 @@ from .selection.semantic.fusion import numpy as load_numpy
 from .selection.semantic.fusion import unit_rows
 from .stores.integrity import IdEntry, check_revision
 from .stores.spec import store_from_spec, store_spec
-from .transcripts.messages import ROLES, Role, new_message_id, normalized_text
-from .transcripts.operations import (
+from .records.messages import ROLES, Role, new_message_id, normalized_text
+from .records.operations import (
     Applied,
     Change,
     Put,
@@ -69,8 +69,8 @@ from .transcripts.operations import (
     invert,
     touched_ids,
 )
-from .transcripts.replay import SKIP_REASONS
-from .transcripts.revisions import STATE_CHANGING, RevisionKind, Skipped, diff_states, rewind, split_applicable, undo_stacks
+from .records.replay import SKIP_REASONS
+from .records.revisions import STATE_CHANGING, RevisionKind, Skipped, diff_states, rewind, split_applicable, undo_stacks
 from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
 from .transcripts.versioned import VersionedTranscriptMixin
 

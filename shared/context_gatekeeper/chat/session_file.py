@@ -20,7 +20,7 @@ A session file holds the conversation's current state (not its revision log)::
   non-empty string, unique in the file).  Other message keys are ignored.
 * ``pinned`` is optional: ids of the first message of each pinned turn.
 * ``session`` and ``saved_at`` are informational.
-* Text is normalised as every store keeps it (:func:`~context_gatekeeper.transcripts.messages.normalized_text`):
+* Text is normalised as every store keeps it (:func:`~context_gatekeeper.records.messages.normalized_text`):
   ``/save`` writes, and ``/load`` reads, surrogate pairs joined and each lone surrogate
   (``"\\ud800"`` in JSON: valid JSON, not valid Unicode, which no terminal or model can
   take) as the six characters ``\\ud800``, so what ``/save`` writes ``/load`` reads,

@@ -31,8 +31,8 @@ from difflib import SequenceMatcher
 from .format import EditView
 from .options import DEFAULT_MAX_DELETION_SHARE
 from ..errors import EditError, InvalidTypeError
-from ..transcripts.messages import Message, new_message_id
-from ..transcripts.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
+from ..records.messages import Message, new_message_id
+from ..records.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
 
 __all__ = [
     "build_changes",
@@ -74,7 +74,7 @@ def build_changes(
     """Changes computed against ``state`` for ``requests``, and the state they give.
 
     Order: changes, then insertions, then removals (each removal records the
-    message before it at that point, so :func:`~context_gatekeeper.transcripts.operations.invert`
+    message before it at that point, so :func:`~context_gatekeeper.records.operations.invert`
     restores it in place).  A replace with identical text is no change.  Several
     insertions after the same message keep their order.
     """

@@ -31,7 +31,7 @@ An edit destroying (removing or replacing, by a word-level diff) more than
 ``max_deletion_share`` (default 0.6) of the editable tokens is refused (not
 retried) unless ``allow_large_deletion=True``.
 
->>> from context_gatekeeper.transcripts.messages import Message
+>>> from context_gatekeeper.records.messages import Message
 >>> from context_gatekeeper.testing import ScriptedModel
 >>> state = [Message("q", "user", "GDP of Ireland?"), Message("r", "assistant", "Ireland: ...")]
 >>> model = ScriptedModel(['{"operations": [{"op": "replace", "id": "1", "content": "GDP of Iceland?"},'
@@ -54,9 +54,9 @@ from .format import EditView, build_prompt, output_schema, retry_prompt
 from .options import STRATEGIES, EditOptions, Strategy
 from .parse import parse_patch, parse_rewrite
 from ..errors import EditError, InvalidInputError, InvalidTypeError, StructuredOutputError, TruncatedReplyError
-from ..transcripts.messages import Message
+from ..records.messages import Message
 from .models import ChatMessages, EditModel, Reply, as_edit_model
-from ..transcripts.operations import Applied
+from ..records.operations import Applied
 from ..tokens import TokenCounterLike
 from ..validation import require_text
 

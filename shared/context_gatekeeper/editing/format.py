@@ -42,7 +42,7 @@ id; it refuses JSON that never closes (a cut-off answer), unknown ids, empty tex
 changed roles and a result that breaks user/assistant alternation or a tool pair.
 An unusable answer is retried once with the problem shown to the model.
 
->>> from context_gatekeeper.transcripts.messages import Message
+>>> from context_gatekeeper.records.messages import Message
 >>> view = EditView.of([Message("s", "system", "Be brief."), Message("a", "user", "Hi")])
 >>> print(view.to_json())
 [
@@ -59,8 +59,8 @@ from typing import Any
 
 from ..errors import InvalidTypeError
 from .options import STRATEGIES, Strategy
-from ..transcripts.messages import Message, new_message_id
-from ..transcripts.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
+from ..records.messages import Message, new_message_id
+from ..records.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
 
 __all__ = [
     "STRATEGIES",
@@ -276,7 +276,7 @@ def ideal_rewrite_reply(state: Sequence[Message], changes: Iterable[Applied | Re
 
     ``changes`` may be changes (Put/Remove/Change) or requests (Replace/Delete/InsertAfter).
 
-    >>> from context_gatekeeper.transcripts.messages import Message
+    >>> from context_gatekeeper.records.messages import Message
     >>> state = [Message("a", "user", "Ireland?"), Message("b", "assistant", "Dublin.")]
     >>> print(ideal_rewrite_reply(state, [Replace("a", "Iceland?")]))
     [
@@ -300,7 +300,7 @@ def ideal_patch_reply(state: Sequence[Message], changes: Iterable[Applied | Requ
     It states the net effect: one replace or delete per touched message (in order),
     then each new message after the shown message it follows.
 
-    >>> from context_gatekeeper.transcripts.messages import Message
+    >>> from context_gatekeeper.records.messages import Message
     >>> state = [Message("a", "user", "Ireland?"), Message("b", "assistant", "Dublin.")]
     >>> print(ideal_patch_reply(state, [Delete("b")]))
     {"operations": [

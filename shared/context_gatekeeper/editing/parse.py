@@ -33,7 +33,7 @@ import json_repair
 
 from .format import EditView
 from ..errors import EditError
-from ..transcripts.operations import Delete, InsertAfter, Replace, Request
+from ..records.operations import Delete, InsertAfter, Replace, Request
 
 __all__ = ["load_json", "parse_rewrite", "parse_patch", "has_lone_surrogate", "replace_lone_surrogates"]
 

@@ -1,6 +1,6 @@
 """The store interface every backend implements (in-memory, SQLite, PostgreSQL).
 
-A store keeps, per session, the ordered log of :class:`~context_gatekeeper.transcripts.revisions.Revision`
+A store keeps, per session, the ordered log of :class:`~context_gatekeeper.records.revisions.Revision`
 records.  It knows nothing about messages beyond serialising revisions; the
 :class:`~context_gatekeeper.transcripts.transcript.Transcript` rebuilds state from the log.
 
@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..errors import InvalidInputError, InvalidRevisionError, InvalidTypeError, StaleHeadError, StoreCapabilityError
-from ..transcripts.revisions import Revision, rebase_conflicts, storable_revision
+from ..records.revisions import Revision, rebase_conflicts, storable_revision
 from .chain import field_problem
 from .integrity import IdEntry, Lookup, check_revision
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, get_args
 
 from ..errors import CorruptLogError
-from ..transcripts.revisions import Revision, RevisionKind
+from ..records.revisions import Revision, RevisionKind
 from .schema import revision_from_row
 
 __all__ = ["KINDS", "genesis", "row_digest", "check_fields", "verified", "chained_prefix"]

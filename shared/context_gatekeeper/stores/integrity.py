@@ -10,7 +10,7 @@ rows to write with it.  :func:`index_of_log` rebuilds the index from a log
 
 The rules:
 
-* a revision's kind is one of :data:`~context_gatekeeper.transcripts.revisions.RevisionKind`.
+* a revision's kind is one of :data:`~context_gatekeeper.records.revisions.RevisionKind`.
 * appends put new messages, at the end or after a message the session holds (or
   one put earlier in the same append); an anchor the session never held is refused.
   A message whose id the session *holds now*, with the role and content it was
@@ -42,9 +42,9 @@ from dataclasses import replace
 from typing import Any, NamedTuple, get_args
 
 from ..errors import InvalidInputError, InvalidRevisionError
-from ..transcripts.messages import Message, new_message_id
-from ..transcripts.operations import Applied, Change, Put, State, is_noop
-from ..transcripts.revisions import Revision, RevisionKind
+from ..records.messages import Message, new_message_id
+from ..records.operations import Applied, Change, Put, State, is_noop
+from ..records.revisions import Revision, RevisionKind
 
 __all__ = ["IdEntry", "Lookup", "digest", "entry", "check_revision", "index_of_log", "touched"]
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..transcripts.revisions import Revision
+from ..records.revisions import Revision
 from .base import Store, checked_keep, prepare_commit
 from .integrity import IdEntry, index_of_log
 from .schema import checked_session

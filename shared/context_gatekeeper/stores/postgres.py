@@ -47,7 +47,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
 from ..errors import InvalidInputError, InvalidTypeError, StoreClosedError
-from ..transcripts.revisions import Revision
+from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep
 from .schema import Migration, refuse_newer
 

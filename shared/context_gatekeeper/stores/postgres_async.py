@@ -43,7 +43,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from ..errors import InvalidInputError, StoreClosedError
-from ..transcripts.revisions import Revision
+from ..records.revisions import Revision
 from .base import checked_keep
 from .postgres_ops import PostgresOps, Step, Stepper, Steps, postgres_errors
 

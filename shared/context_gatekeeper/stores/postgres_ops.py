@@ -27,7 +27,7 @@ from psycopg import sql
 from psycopg_pool import PoolClosed, PoolTimeout
 
 from ..errors import CorruptLogError, InvalidInputError, StoreUnavailableError
-from ..transcripts.revisions import Revision
+from ..records.revisions import Revision
 from .base import prepare_commit
 from .chain import chained_prefix, genesis, row_digest, verified
 from .integrity import IdEntry

@@ -2,7 +2,7 @@
 
 :class:`~context_gatekeeper.Transcript` reads through one: every read first checks
 the store's tip (one small query) and applies only the revisions it lacks, on a
-:class:`~context_gatekeeper.transcripts.operations.State`, so catching up costs time linear in
+:class:`~context_gatekeeper.records.operations.State`, so catching up costs time linear in
 what changed.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..errors import CorruptLogError, InvalidRevisionError, UnknownMessageError
-from ..transcripts.messages import Message
-from ..transcripts.operations import Put, State
-from ..transcripts.revisions import Revision
+from ..records.messages import Message
+from ..records.operations import Put, State
+from ..records.revisions import Revision
 from .base import Store
 from .chain import check_fields
 

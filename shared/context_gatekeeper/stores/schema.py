@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import CorruptLogError, InvalidInputError, InvalidTypeError, SchemaVersionError
-from ..transcripts.operations import change_from_dict, change_to_dict
-from ..transcripts.revisions import Revision
+from ..records.operations import change_from_dict, change_to_dict
+from ..records.revisions import Revision
 from .integrity import IdEntry, index_of_log
 
 __all__ = [

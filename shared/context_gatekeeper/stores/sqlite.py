@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreClosedError, StoreUnavailableError
-from ..transcripts.revisions import Revision
+from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
 from .chain import chained_prefix, genesis, row_digest, verified
 from .integrity import IdEntry

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..stores.base import Store
-from ..transcripts.messages import Message, Role
-from ..transcripts.operations import Applied, Change, Put, Remove
-from ..transcripts.revisions import Revision
+from ..records.messages import Message, Role
+from ..records.operations import Applied, Change, Put, Remove
+from ..records.revisions import Revision
 
 __all__ = [
     "message", "append", "turn", "edit", "delete", "changed", "fill", "snapshot", "run_together", "put_ids",

@@ -3,7 +3,7 @@
 Part of the store conformance suite; use it through
 :class:`context_gatekeeper.testing.stores.StoreConformance`, which supplies the ``store``
 and ``open_store`` fixtures these tests take.  Revisions are built from real
-:class:`~context_gatekeeper.transcripts.messages.Message` / ``Put`` / ``Change`` objects
+:class:`~context_gatekeeper.records.messages.Message` / ``Put`` / ``Change`` objects
 (:mod:`.store_builders`), exactly as a transcript builds them.
 """
 
@@ -16,9 +16,9 @@ from typing import Any, cast
 
 from ..errors import StaleHeadError
 from ..stores import FAULT_POINTS, Store
-from ..transcripts.messages import Message
-from ..transcripts.operations import Change, Put, Remove, invert
-from ..transcripts.revisions import Revision
+from ..records.messages import Message
+from ..records.operations import Change, Put, Remove, invert
+from ..records.revisions import Revision
 from ._requires import HealthCheck, given, pytest, settings, st
 from .store_builders import (
     CONTENTS, NASTY_SESSIONS, NESTED, append, changed, delete, edit, fill, message, put_ids, snapshot, turn,

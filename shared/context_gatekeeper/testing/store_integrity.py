@@ -13,9 +13,9 @@ from typing import Any, cast
 
 from ..errors import InvalidInputError, InvalidRevisionError, StaleHeadError
 from ..stores.base import Store, takes_keyword
-from ..transcripts.messages import Message
-from ..transcripts.operations import AT_END, Change, Delete, Put, Remove
-from ..transcripts.revisions import Proposal, Revision
+from ..records.messages import Message
+from ..records.operations import AT_END, Change, Delete, Put, Remove
+from ..records.revisions import Proposal, Revision
 from ..transcripts.transcript import Transcript
 from ._requires import pytest
 from .store_builders import append, changed, delete, edit, fill, message, put_ids, run_together, snapshot, turn

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from ..errors import InvalidInputError
 from ..stores.base import FaultHook, Store
 from ..stores.vectors import VectorRow, VectorStore, supports_vectors
-from ..transcripts.revisions import Revision
+from ..records.revisions import Revision
 
 __all__ = [
     "Capabilities", "AsyncTwinsFacade", "AsyncTwinsFacadeBeforeRenew", "background_loop", "facade_for", "lacking", "needs", "unwrapped", "together", "MODES",

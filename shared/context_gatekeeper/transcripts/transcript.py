@@ -48,8 +48,8 @@ from ..editing.compute import acompute_edit, compute_edit
 from ..errors import (
     HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError, StaleHeadError,
 )
-from .messages import Message, detached, new_message_id
-from .operations import (
+from ..records.messages import Message, detached, new_message_id
+from ..records.operations import (
     AT_END,
     Applied,
     Put,
@@ -60,7 +60,7 @@ from .operations import (
     is_noop,
     resolve_request,
 )
-from .revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, storable_revision, undo_stacks
+from ..records.revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, storable_revision, undo_stacks
 from ..stores.base import Store, takes_keyword
 from ..stores.integrity import IdEntry, check_revision, digest, entry
 from .transcript_async import AsyncTranscriptMixin

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..editing.options import EditOptions, Strategy
-from .messages import Message
-from .operations import Request
-from .revisions import Diff, Proposal, Revision
+from ..records.messages import Message
+from ..records.operations import Request
+from ..records.revisions import Diff, Proposal, Revision
 
 __all__ = ["AsyncTranscriptMixin", "SyncTranscript"]
 

@@ -25,7 +25,7 @@ from ..selection.semantic.runner import run_locked
 from ..selection.semantic.embedding import text_hash, turn_text
 from ..errors import InvalidInputError, InvalidTypeError
 from ..selection.gatekeeper import ContextGatekeeper
-from .messages import Message
+from ..records.messages import Message
 from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
 from .transcript import Transcript

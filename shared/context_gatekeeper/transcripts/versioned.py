@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..editing.options import EditOptions, Strategy
-from .revisions import Diff, Proposal, Revision
+from ..records.revisions import Diff, Proposal, Revision
 
 if TYPE_CHECKING:
-    from .messages import Message
+    from ..records.messages import Message
     from .transcript import Transcript
 
 __all__ = ["VersionedTranscriptMixin"]
