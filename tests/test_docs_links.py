@@ -17,7 +17,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 LIBRARY = (ROOT / "shared" / "context_gatekeeper", ROOT / "langchain_gatekeeper", ROOT / "llamaindex_gatekeeper")
 OUTSIDE = re.compile(r"DESIGN\.md|\.\./shared\b")
 CITED = re.compile(r"docs/architecture\.md#([^\s`'\")\]]+)")
-ROOMS = ("selection", "transcripts", "editing", "stores", "chat", "testing", "integration", "_moved")
+ROOMS = ("records", "selection", "transcripts", "editing", "stores", "chat", "testing", "integration")
 # `context_gatekeeper.x.y`, or a room-relative path in backticks (`selection.gate.decide`)
 MODULE_PATH = re.compile(
     r"\bcontext_gatekeeper(?:\.[A-Za-z_]\w*)+|(?<=`)(?:%s)(?:\.[A-Za-z_]\w*)*(?=[`(])" % "|".join(ROOMS)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 
 import pytest
 
-from context_gatekeeper.errors import EditError, GatekeeperError, ModelUnavailableError
+from context_gatekeeper.errors import EditError, GatekeeperError, InvalidTypeError, ModelUnavailableError
 from context_gatekeeper.editing.models import EditModel, as_edit_model, model_name
 from context_gatekeeper.testing import RecordedCall, ScriptedModel
 
@@ -332,3 +334,61 @@ def test_scripted_model_is_safe_across_threads():
         t.join()
     assert sorted(results, key=int) == [str(i) for i in range(200)]
     assert len(model.calls) == 200
+
+
+# -- framework models: the adapters' declared wrappers -------------------------------------
+def test_a_framework_model_is_wrapped_by_the_adapter_its_entry_point_declares():
+    # a fresh interpreter, where only the core is imported: the core finds the adapter through
+    # the installed entry points, never by importing it by name, and a plain callable loads nothing
+    code = (
+        "import sys\n"
+        "from context_gatekeeper import resolve_model\n"
+        "plain = resolve_model(lambda messages: '{}')\n"
+        "before = sorted(m for m in ('langchain_gatekeeper', 'llamaindex_gatekeeper') if m in sys.modules)\n"
+        "from langchain_core.language_models.fake_chat_models import FakeListChatModel\n"
+        "wrapped = resolve_model(FakeListChatModel(responses=['{}']))\n"
+        "print(before, type(wrapped).__module__, type(wrapped).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "langchain_gatekeeper.models", "LangChainEditModel"]
+
+
+def fake_declaration(name: str, value: str):
+    from importlib.metadata import EntryPoint
+
+    from context_gatekeeper.editing.models import MODEL_WRAPPERS_GROUP
+
+    package, _, class_name = name.partition(":")
+    return ((package + ".", class_name, EntryPoint(name=name, value=value, group=MODEL_WRAPPERS_GROUP)),)
+
+
+def framework_model():
+    """An object whose class looks like a framework's base model class."""
+    base = type("BaseThing", (), {"__module__": "fakeframework.models", "__call__": lambda self, m: "{}"})
+    return type("MyThing", (base,), {"__module__": "user_code"})()
+
+
+def test_a_declared_wrapper_that_does_not_import_names_the_extra(monkeypatch):
+    from context_gatekeeper.editing import models
+
+    declared = fake_declaration("fakeframework:BaseThing", "no_such_adapter_module.models:Wrapper")
+    monkeypatch.setattr(models, "_declared_wrappers", lambda: declared)
+    with pytest.raises(InvalidTypeError, match="no_such_adapter_module.*pip install"):
+        models.resolve_model(framework_model())
+
+
+def test_a_declared_wrapper_that_is_not_an_edit_model_is_refused(monkeypatch):
+    from context_gatekeeper.editing import models
+
+    declared = fake_declaration("fakeframework:BaseThing", "collections:OrderedDict")
+    monkeypatch.setattr(models, "_declared_wrappers", lambda: declared)
+    with pytest.raises(InvalidTypeError, match="not an EditModel subclass"):
+        models.resolve_model(framework_model())
+
+
+def test_a_model_no_adapter_declares_is_used_as_a_callable(monkeypatch):
+    from context_gatekeeper.editing import models
+
+    monkeypatch.setattr(models, "_declared_wrappers", lambda: fake_declaration("otherframework:BaseThing", "x:Y"))
+    assert models.resolve_model(framework_model()).complete([{"role": "user", "content": "hi"}]) == "{}"

@@ -42,7 +42,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
-import importlib
+import functools
+import importlib.metadata
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Union
@@ -57,6 +58,7 @@ __all__ = [
     "EditModel",
     "as_edit_model",
     "resolve_model",
+    "MODEL_WRAPPERS_GROUP",
     "model_name",
     "is_unavailable_error",
     "pick_model",
@@ -309,30 +311,50 @@ def as_edit_model(model: Any) -> EditModel:
     )
 
 
-# Framework model types, recognised by the names in a model's class MRO (never by
-# importing the framework): (module prefix, class name, adapter module, wrapper class).
-_FRAMEWORK_WRAPPERS = (
-    ("langchain_core.", "BaseChatModel", "langchain_gatekeeper.models", "LangChainEditModel", "langchain"),
-    ("llama_index.core.", "BaseLLM", "llamaindex_gatekeeper.models", "LlamaIndexEditModel", "llamaindex"),
-)
+MODEL_WRAPPERS_GROUP = "context_gatekeeper.model_wrappers"
+"""The entry-point group where adapters declare their model wrappers.
+
+An entry point's name says which framework model it wraps, as ``package:ClassName``
+(``langchain_core:BaseChatModel``: a class named ``BaseChatModel`` defined in a module of
+``langchain_core``); its value is the :class:`EditModel` subclass that wraps it
+(``langchain_gatekeeper.models:LangChainEditModel``).  The core never imports an adapter
+by name: it reads these declarations, and loads a wrapper only for a model whose class
+(or a base class) matches, so resolving a plain callable imports no framework.
+"""
+
+
+@functools.cache
+def _declared_wrappers() -> tuple[tuple[str, str, importlib.metadata.EntryPoint], ...]:
+    """(module prefix, class name, entry point) for every installed wrapper declaration."""
+    declared = []
+    for entry in importlib.metadata.entry_points(group=MODEL_WRAPPERS_GROUP):
+        package, _, class_name = entry.name.partition(":")
+        if package and class_name:
+            declared.append((package + ".", class_name, entry))
+    return tuple(declared)
 
 
 def _framework_wrapper(model: Any) -> Callable[[Any], EditModel] | None:
-    """The adapter class that wraps ``model``, when it is a LangChain chat model or a
-    LlamaIndex LLM; the adapter is imported only then."""
-    if isinstance(model, (type, EditModel)):
+    """The adapter class that wraps ``model``, when an installed adapter declares one for
+    its class (see :data:`MODEL_WRAPPERS_GROUP`); the adapter is imported only then."""
+    if isinstance(model, (type, EditModel)) or inspect.isroutine(model):
         return None
-    for cls in type(model).__mro__:
-        module = getattr(cls, "__module__", "") or ""
-        for prefix, base, adapter, wrapper, extra in _FRAMEWORK_WRAPPERS:
-            if cls.__name__ == base and module.startswith(prefix):
-                try:
-                    return getattr(importlib.import_module(adapter), wrapper)
-                except ImportError as exc:  # pragma: no cover - the adapters ship with the core
-                    raise InvalidTypeError(
-                        f"{type(model).__name__} needs the {adapter.split('.')[0]} adapter: "
-                        f"pip install 'context-gatekeeper[{extra}]'"
-                    ) from exc
+    mro = [(getattr(cls, "__module__", "") or "", cls.__name__) for cls in type(model).__mro__]
+    for prefix, class_name, entry in _declared_wrappers():
+        if any(name == class_name and module.startswith(prefix) for module, name in mro):
+            try:
+                wrapper = entry.load()
+            except ImportError as exc:
+                raise InvalidTypeError(
+                    f"{type(model).__name__} needs the adapter {entry.value.split(':')[0]}, which did not "
+                    f"import ({exc}); install the extra for its framework, e.g. "
+                    "pip install 'context-gatekeeper[langchain]' or 'context-gatekeeper[llamaindex]'"
+                ) from exc
+            if not (isinstance(wrapper, type) and issubclass(wrapper, EditModel)):
+                raise InvalidTypeError(
+                    f"the model wrapper {entry.value!r} declared for {entry.name} is not an EditModel subclass"
+                )
+            return wrapper
     return None
 
 
@@ -343,8 +365,9 @@ def resolve_model(
 
     * a LangChain ``BaseChatModel`` becomes ``langchain_gatekeeper.LangChainEditModel``,
       a LlamaIndex ``BaseLLM`` becomes ``llamaindex_gatekeeper.LlamaIndexEditModel``
-      (both :class:`EditModel` subclasses); they are recognised by their class names,
-      so resolving a plain callable imports neither framework;
+      (both :class:`EditModel` subclasses), as the adapters declare in the
+      :data:`MODEL_WRAPPERS_GROUP` entry points; a framework model is recognised by its
+      class names, so resolving a plain callable imports neither framework;
     * an :class:`EditModel` is returned as is; anything else goes through
       :func:`as_edit_model`;
     * with neither given, ``default()`` (a zero-argument factory, called only now)
