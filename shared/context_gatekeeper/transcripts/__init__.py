@@ -1,7 +1,7 @@
 """Transcripts room: the versioned conversation state.
 
 :mod:`.transcript` (``Transcript``: append, edit, apply, undo, redo, revert over a
-store), :mod:`.versioned` (the version operations adapters expose) and
+store, each with its async twin), :mod:`.versioned` (the version operations adapters expose) and
 :mod:`.transcript_gate` (``TranscriptGate``: the one bridge from transcripts to the
 selection room).  The records it keeps live one room below, in
 :mod:`context_gatekeeper.records`.

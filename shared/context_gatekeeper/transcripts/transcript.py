@@ -63,7 +63,6 @@ from ..records.operations import (
 from ..records.revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, storable_revision, undo_stacks
 from ..stores.base import Store, takes_keyword
 from ..stores.integrity import IdEntry, check_revision, digest, entry
-from .transcript_async import AsyncTranscriptMixin
 from ..stores.memory import InMemoryStore
 from ..stores.replica import BULK, Replica, collector_paused
 from ..validation import require_text
@@ -114,8 +113,13 @@ def _as_message(item: Message | Mapping[str, Any]) -> Message:
     )
 
 
-class Transcript(AsyncTranscriptMixin):
+class Transcript:
     """A mutable, versioned conversation transcript.
+
+    Every method that reads or writes the store has an async twin named ``a`` + its name,
+    with the same parameters (``aget_messages`` for :attr:`messages`): the store work runs
+    in a worker thread (``asyncio.to_thread``) and an edit awaits the model's own async
+    call, so none blocks the event loop.
 
     >>> from context_gatekeeper.testing import ScriptedModel
     >>> t = Transcript("demo")
@@ -189,6 +193,10 @@ class Transcript(AsyncTranscriptMixin):
             with collector_paused(self._large()):  # one copy per message, all kept
                 return tuple(map(detached, self._replica.state.to_list()))
 
+    async def aget_messages(self) -> tuple[Message, ...]:
+        """Async :attr:`messages`."""
+        return await asyncio.to_thread(lambda: self.messages)
+
     @property
     def version(self) -> tuple[int, float]:
         """``(head, time of the head revision)``: changes whenever the state may have changed,
@@ -257,6 +265,10 @@ class Transcript(AsyncTranscriptMixin):
             self._replica.refresh()
             return [r.detached() for r in self._replica.log]
 
+    async def ahistory(self) -> list[Revision]:
+        """Async :meth:`history`."""
+        return await asyncio.to_thread(self.history)
+
     def record(self) -> list[Message]:
         """Every message ever appended (or first brought in by ``set``), as originally
         written, once each, in order; edits never touch it."""
@@ -268,11 +280,19 @@ class Transcript(AsyncTranscriptMixin):
                     first.setdefault(message.id, (revision.kind in ("append", "set"), message))
             return [detached(m) for appended, m in first.values() if appended]
 
+    async def arecord(self) -> list[Message]:
+        """Async :meth:`record`."""
+        return await asyncio.to_thread(self.record)
+
     def snapshot(self, revision: int) -> tuple[Message, ...]:
         """The state as it was at ``revision`` (0 is the empty transcript)."""
         with self._lock:
             self._replica.refresh()
             return tuple(map(detached, self._replica.state_at(self._check_revision(revision))))
+
+    async def asnapshot(self, revision: int) -> tuple[Message, ...]:
+        """Async :meth:`snapshot`."""
+        return await asyncio.to_thread(self.snapshot, revision)
 
     def diff(self, a: int, b: int | None = None) -> Diff:
         """How the state at revision ``b`` (default: the head) differs from revision ``a``."""
@@ -288,6 +308,10 @@ class Transcript(AsyncTranscriptMixin):
                 before = tuple([get(id(m)) or detached(m) for m in old])
                 after = tuple([get(id(m)) or detached(m) for m in new])
                 return diff_states(a, before, b, after)
+
+    async def adiff(self, a: int, b: int | None = None) -> Diff:
+        """Async :meth:`diff`."""
+        return await asyncio.to_thread(self.diff, a, b)
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -356,6 +380,19 @@ class Transcript(AsyncTranscriptMixin):
                 self._open_user = last_user if stored[-1].role == "user" else None
             return revision
 
+    async def aappend(
+        self,
+        user: str | None = None,
+        assistant: str | None = None,
+        *,
+        messages: Iterable[Message | Mapping[str, Any]] = (),
+        renew_taken_ids: bool = False,
+    ) -> Revision:
+        """Async :meth:`append`."""
+        return await asyncio.to_thread(
+            self.append, user, assistant, messages=list(messages), renew_taken_ids=renew_taken_ids
+        )
+
     def _orphaned_answer(self, question: str) -> None:
         """Refuse an answer whose open question ``question`` is no longer in the state, and
         forget that question, so this object's appends work again (caller holds the lock)."""
@@ -398,6 +435,21 @@ class Transcript(AsyncTranscriptMixin):
         proposal = self._propose(instruction, model, settings)
         return proposal if preview else self.commit(proposal)
 
+    async def aedit(
+        self,
+        instruction: str,
+        *,
+        model: Any = None,
+        strategy: Strategy | None = None,
+        preview: bool = False,
+        allow_large_deletion: bool | None = None,
+        options: EditOptions | None = None,
+    ) -> Revision | Proposal:
+        """Async :meth:`edit`: the model's async call is awaited, the store runs in a worker thread."""
+        settings = self._edit_settings(options, strategy, allow_large_deletion)
+        proposal = await self._apropose(instruction, model, settings)
+        return proposal if preview else await self.acommit(proposal)
+
     def commit(self, proposal: Proposal) -> Revision:
         """Apply exactly ``proposal``: at its base head, or rebased over appends that touch
         none of its messages; otherwise :class:`StaleHeadError` and nothing changes."""
@@ -418,6 +470,10 @@ class Transcript(AsyncTranscriptMixin):
                 instruction=proposal.instruction,
                 model=proposal.model,
             )
+
+    async def acommit(self, proposal: Proposal) -> Revision:
+        """Async :meth:`commit`."""
+        return await asyncio.to_thread(self.commit, proposal)
 
     def apply(self, requests: Sequence[Request]) -> Revision:
         """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``.
@@ -447,6 +503,10 @@ class Transcript(AsyncTranscriptMixin):
                     raise
             return self._commit("apply", changes, expected_head=len(self._replica.log))
 
+    async def aapply(self, requests: Sequence[Request]) -> Revision:
+        """Async :meth:`apply`."""
+        return await asyncio.to_thread(self.apply, list(requests))
+
     def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.
 
@@ -468,6 +528,10 @@ class Transcript(AsyncTranscriptMixin):
             self._open_user = None
             return self._commit("set", changes_between(self._replica.state.to_list(), new), expected_head=len(self._replica.log))
 
+    async def aset(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
+        """Async :meth:`set`."""
+        return await asyncio.to_thread(self.set, list(messages))
+
     def clear(self) -> Revision:
         """Remove every message from the state, as one revision (the record keeps them);
         clearing an empty state records nothing."""
@@ -476,12 +540,20 @@ class Transcript(AsyncTranscriptMixin):
             self._open_user = None
             return self._commit("clear", changes_between(self._replica.state.to_list(), []), expected_head=len(self._replica.log))
 
+    async def aclear(self) -> Revision:
+        """Async :meth:`clear`."""
+        return await asyncio.to_thread(self.clear)
+
     def purge(self) -> None:
         """Erase the session entirely, record and history included: the one operation that forgets."""
         with self._lock:
             self.store.purge(self.session_id)
             self._replica.reset()
             self._open_user = None
+
+    async def apurge(self) -> None:
+        """Async :meth:`purge`."""
+        await asyncio.to_thread(self.purge)
 
     # -- versions -----------------------------------------------------------------------
     def undo(self) -> Revision:
@@ -494,6 +566,10 @@ class Transcript(AsyncTranscriptMixin):
             target = self._replica.log[done[-1] - 1]
             with collector_paused(len(target.changes) > BULK):  # the inverse is built before _commit pauses it
                 return self._commit("undo", invert(target.changes), expected_head=len(self._replica.log), target=target.number)
+
+    async def aundo(self) -> Revision:
+        """Async :meth:`undo`."""
+        return await asyncio.to_thread(self.undo)
 
     def redo(self) -> Revision:
         """Re-apply what the last undo reverted, if nothing state-changing came after it."""
@@ -511,6 +587,10 @@ class Transcript(AsyncTranscriptMixin):
                     "redo", invert(undo_revision.changes), expected_head=len(self._replica.log), target=undo_revision.target
                 )
 
+    async def aredo(self) -> Revision:
+        """Async :meth:`redo`."""
+        return await asyncio.to_thread(self.redo)
+
     def revert(self, revision: int) -> Revision:
         """Make the state equal to revision ``revision``'s, as a new revision.
 
@@ -523,6 +603,10 @@ class Transcript(AsyncTranscriptMixin):
             with collector_paused(self._large()):  # the changes are built before _commit pauses it
                 changes = changes_between(self._replica.state.to_list(), self._replica.state_at(target))
                 return self._commit("revert", changes, expected_head=len(self._replica.log), target=target)
+
+    async def arevert(self, revision: int) -> Revision:
+        """Async :meth:`revert`."""
+        return await asyncio.to_thread(self.revert, revision)
 
     # -- internals ----------------------------------------------------------------------
     def _edit_settings(self, options: EditOptions | None, strategy: Any, allow_large: Any) -> EditOptions:

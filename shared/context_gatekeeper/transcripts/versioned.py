@@ -3,9 +3,11 @@
 :class:`VersionedTranscriptMixin` gives a framework's history or memory class the
 core's vocabulary — ``edit`` / ``aedit`` (``model=`` or its alias ``llm=``) with
 preview and ``commit``, ``undo``, ``redo``, ``revert``, ``history``, ``diff`` and
-``record``, each with its async twin — by delegating to the transcript.  The host
-class supplies three hooks: the transcript, how to resolve an editing model for its
-framework, and how to convert core messages into its own message type.
+``record``, each with its async twin — by delegating to the transcript: ``x`` calls
+``transcript.x`` and ``ax`` awaits ``transcript.ax``, nothing more (an edit resolves the
+host's editing model first; ``record`` converts the messages).  The host class supplies
+three hooks: the transcript, how to resolve an editing model for its framework, and how
+to convert core messages into its own message type.
 """
 
 from __future__ import annotations
@@ -67,15 +69,8 @@ class VersionedTranscriptMixin:
         transcript's) sets the edit's settings; ``strategy`` and ``allow_large_deletion``
         override its fields when given.
         """
-        chosen = self._edit_model(model, llm)
-        return self._versioned_transcript.edit(
-            instruction,
-            model=chosen,
-            strategy=strategy,
-            preview=preview,
-            allow_large_deletion=allow_large_deletion,
-            options=options,
-        )
+        settings = self._edit_call(model, llm, strategy, preview, allow_large_deletion, options)
+        return self._versioned_transcript.edit(instruction, **settings)
 
     async def aedit(
         self,
@@ -89,15 +84,28 @@ class VersionedTranscriptMixin:
         options: EditOptions | None = None,
     ) -> Revision | Proposal:
         """Async :meth:`edit` (the model is awaited; the store runs in a worker thread)."""
-        chosen = self._edit_model(model, llm)
-        return await self._versioned_transcript.aedit(
-            instruction,
-            model=chosen,
-            strategy=strategy,
-            preview=preview,
-            allow_large_deletion=allow_large_deletion,
-            options=options,
-        )
+        settings = self._edit_call(model, llm, strategy, preview, allow_large_deletion, options)
+        return await self._versioned_transcript.aedit(instruction, **settings)
+
+    def _edit_call(
+        self,
+        model: Any,
+        llm: Any,
+        strategy: Strategy | None,
+        preview: bool,
+        allow_large_deletion: bool | None,
+        options: EditOptions | None,
+    ) -> dict[str, Any]:
+        """The keywords :meth:`Transcript.edit` and :meth:`Transcript.aedit` take, the host's
+        editing model resolved (the one place ``edit`` and ``aedit`` differ from a plain
+        delegation)."""
+        return {
+            "model": self._edit_model(model, llm),
+            "strategy": strategy,
+            "preview": preview,
+            "allow_large_deletion": allow_large_deletion,
+            "options": options,
+        }
 
     def commit(self, proposal: Proposal) -> Revision:
         """Apply a proposal from ``edit(..., preview=True)`` (``StaleHeadError`` if overtaken)."""
