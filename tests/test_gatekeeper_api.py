@@ -122,11 +122,25 @@ def test_keep_pinned_returns_pinned_only_and_warns_once(caplog) -> None:
     assert sum("keeping the pinned content only" in r.getMessage() for r in caplog.records) == 1
 
 
-@pytest.mark.parametrize("budget", [0, -5, 1.5, "100", None, True])
+@pytest.mark.parametrize("budget", [-5, 1.5, "100", True, False])
 def test_invalid_budgets_are_budget_errors(budget) -> None:
-    with pytest.raises(BudgetError) as info:
+    with pytest.raises(BudgetError, match="int >= 0") as info:
         ContextGatekeeper(token_budget=budget, token_counter=words)
     assert isinstance(info.value, ValueError)
+    gk = make(token_budget=100)
+    with pytest.raises(BudgetError, match="int >= 0"):  # a per-call budget follows the same rule
+        gk.explain("anything", token_budget=budget)
+
+
+def test_a_zero_budget_keeps_nothing_but_pinned_content_and_none_means_the_default() -> None:
+    gk = make(token_budget=0)
+    gk.add_turn("Redis lock TTL?", "Longer than the job.")
+    assert gk.explain("Redis lock TTL again?").turn_ids == ()
+    assert make(token_budget=None).token_budget == 4000
+    wide = make(token_budget=100)
+    wide.add_turn("Redis lock TTL?", "Longer than the job.")
+    assert wide.explain("Redis lock TTL again?").turn_ids == (1,)
+    assert wide.explain("Redis lock TTL again?", token_budget=0).turn_ids == ()
 
 
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])

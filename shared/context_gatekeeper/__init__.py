@@ -37,6 +37,7 @@ from .editing.options import EditOptions, Strategy
 from .selection.gate import Decision, GateFeatures
 from .editing.gemini import GeminiModel
 from .selection.gatekeeper import ContextGatekeeper
+from .selection.options import GateOptions
 from .records.messages import Message
 from .editing.models import EditModel, ModelReply, resolve_model
 from .records.operations import Delete, InsertAfter, Replace
@@ -55,6 +56,7 @@ __all__ = [
     "__version__",
     # topic-gated selection
     "ContextGatekeeper",
+    "GateOptions",
     "Decision",
     "GateFeatures",
     "Evidence",

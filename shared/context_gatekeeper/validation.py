@@ -1,4 +1,8 @@
-"""Input checks shared by the public API: clear, named errors for wrong input."""
+"""Input checks shared by the public API: clear, named errors for wrong input.
+
+:func:`require_budget` is the library's one budget rule: every token budget (a
+gatekeeper's, a per-call override, an adapter's, the node postprocessor's, a
+covering selection's) is checked by it and nowhere else."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Any
 
 from .errors import BudgetError, InvalidInputError, InvalidTypeError
 
-__all__ = ["require_text", "require_budget"]
+__all__ = ["require_text", "require_budget", "require_timeout"]
 
 
 def require_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
@@ -18,10 +22,28 @@ def require_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
     return value
 
 
-def require_budget(value: Any) -> int:
-    """Return ``value`` if it is a positive int token budget."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BudgetError(f"token_budget must be a positive int, got {value!r}")
-    if value <= 0:
-        raise BudgetError(f"token_budget must be > 0, got {value}; it is the number of tokens context may use")
+def require_budget(value: Any, what: str = "token_budget") -> int:
+    """Return ``value`` if it is a token budget: an ``int >= 0`` (``bool`` refused).
+
+    ``0`` is a budget (nothing but pinned content fits: an adapter whose current turn
+    fills its limit passes it); a negative number, a float, a string or ``True`` is
+    refused with :class:`~context_gatekeeper.errors.BudgetError` (a ``ValueError``).
+    Where ``None`` is accepted (the default budget, or no limit) the caller checks for
+    it before calling this.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BudgetError(
+            f"{what} must be an int >= 0 (a number of tokens), got {value!r}; pass the number of tokens "
+            "the context may use"
+        )
+    return value
+
+
+def require_timeout(value: Any, what: str = "embed_timeout") -> float | None:
+    """Return ``value`` if it is a number of seconds ``> 0`` or ``None`` (wait)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise InvalidInputError(
+            f"{what} must be a number of seconds > 0 or None, got {value!r}; pass e.g. 2.0, "
+            "or None to wait as long as the embedder takes"
+        )
     return value

@@ -45,12 +45,13 @@ from typing import Any
 
 from .anchors import extract
 from .cues import strip_cues
-from ..errors import BudgetError, InvalidInputError
+from ..errors import InvalidInputError
 from .gate import anchor_weights
 from .params import SelectionParams
 from .selector import Candidate, greedy_cover
 from .semantic.coverage import SEMANTIC, calibrated, tie_break, with_meaning
 from ..tokens import TokenCounterLike, resolve_token_counter
+from ..validation import require_budget
 
 __all__ = [
     "CoverageCorpus",
@@ -331,13 +332,13 @@ def select_covering(
             figure are the same.
 
     Raises:
-        BudgetError: a negative ``token_budget``.
+        BudgetError: a ``token_budget`` that is not an ``int >= 0`` (:func:`~context_gatekeeper.validation.require_budget`).
         ValueError: ``costs`` or ``anchors`` of the wrong length, negative ``costs``;
             ``target`` outside (0, 1].
     """
     params = params or SelectionParams()
-    if token_budget is not None and token_budget < 0:
-        raise BudgetError(f"token_budget must be >= 0 (or None for no limit), got {token_budget!r}")
+    if token_budget is not None:  # None: no limit
+        require_budget(token_budget)
     if not 0 < target <= 1:
         raise InvalidInputError(f"target must be in (0, 1], got {target!r}; pass the share of anchors to cover")
     cost_list = _costs(texts, costs, token_counter)

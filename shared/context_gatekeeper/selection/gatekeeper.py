@@ -19,14 +19,14 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import fields
-from typing import Any, Literal
+from typing import Any
 
 from .anchors import extract
 from .cues import Cues, strip_cues
-from ..errors import BudgetError, InvalidInputError, InvalidTypeError
+from ..errors import BudgetError
 from .gate import anchor_weights
 from .history import TurnHistory, turn_texts as _turn_texts
+from .options import GateOptions, OnOverflow
 from .params import SelectionParams
 from .segments import gate_query
 from .semantic.fusion import answer_ending, drop_unrelated, fuse, keep_semantic, topic_continuity, topic_preference
@@ -42,16 +42,14 @@ from .selector import (
     score_candidates,
     score_records,
 )
-from ..tokens import TokenCounterLike, resolve_token_counter
+from ..tokens import TokenCounterLike
 from ..validation import require_budget, require_text
 
 __all__ = ["ContextGatekeeper"]
 
 logger = logging.getLogger(__name__)
 
-OnOverflow = Literal["raise", "keep_pinned"]
 _EXCLUDED = "excluded"
-_PARAM_NAMES = frozenset(f.name for f in fields(SelectionParams))
 
 
 class ContextGatekeeper(SemanticMethods):
@@ -68,16 +66,22 @@ class ContextGatekeeper(SemanticMethods):
     >>> selection.decision, selection.turn_ids
     ('return', (1,))
 
+    Settings come as keywords or as one checked :class:`GateOptions` (``options=``), not
+    both; either way they are validated once, before anything is built.  The keywords
+    (``None``: the default) are the fields of :class:`GateOptions`:
+
     Args:
-        token_budget: tokens that pinned content plus the selected earlier turns may use.
+        options: every setting below as one :class:`GateOptions` (``self.options``).
+        token_budget: tokens that pinned content plus the selected earlier turns may use
+            (an ``int >= 0``, default 4000).
         token_counter: ``None`` (tiktoken ``cl100k_base``, offline), an encoding name,
             a ``callable(str) -> int`` or an object with ``encode()``.
         message_overhead: tokens added per message (user, assistant, tool, system) for
-            the chat format's framing; 0 counts text only.
+            the chat format's framing; 0 counts text only (default 3).
         system_prompt: text that is always kept and counts against the budget.
         on_overflow: when pinned content alone exceeds the budget, ``"raise"``
             (:class:`BudgetError`) or ``"keep_pinned"`` (return only the pinned content,
-            set ``Selection.over_budget`` and log one warning).
+            set ``Selection.over_budget`` and log one warning); default ``"raise"``.
         params: every weight and threshold (:class:`SelectionParams`); keyword
             arguments named like its fields override single values.
         preset: a named setting instead of ``params``: ``"default"`` (precision first)
@@ -92,11 +96,12 @@ class ContextGatekeeper(SemanticMethods):
     def __init__(
         self,
         *,
-        token_budget: int = 4000,
+        options: GateOptions | None = None,
+        token_budget: int | None = None,
         token_counter: TokenCounterLike = None,
-        message_overhead: int = 3,
+        message_overhead: int | None = None,
         system_prompt: str | None = None,
-        on_overflow: OnOverflow = "raise",
+        on_overflow: OnOverflow | None = None,
         params: SelectionParams | None = None,
         preset: str | None = None,
         embedder: Any = None,
@@ -104,32 +109,22 @@ class ContextGatekeeper(SemanticMethods):
         embed_timeout: float | None = None,
         **overrides: Any,
     ) -> None:
-        unknown = set(overrides) - _PARAM_NAMES
-        if unknown:
-            raise InvalidTypeError(
-                f"unexpected keyword argument(s) {sorted(unknown)}; pass fields of SelectionParams (the tunables)"
-            )
-        if on_overflow not in ("raise", "keep_pinned"):
-            raise InvalidInputError(f"on_overflow must be 'raise' or 'keep_pinned', got {on_overflow!r}; pass one of them")
-        if isinstance(message_overhead, bool) or not isinstance(message_overhead, int) or message_overhead < 0:
-            raise InvalidInputError(
-                f"message_overhead must be an int >= 0, got {message_overhead!r}; pass the tokens each message "
-                "adds beyond its text (0: none)"
-            )
-        if preset is not None and params is not None:
-            raise InvalidTypeError(
-                "pass params= or preset=, not both: SelectionParams.preset(name, **changes) builds params from a preset"
-            )
-        self.token_budget = require_budget(token_budget)
-        base = SelectionParams.preset(preset) if preset is not None else params or SelectionParams()
-        self.params = base.with_(**overrides) if overrides else base
-        self.on_overflow: OnOverflow = on_overflow
-        self.message_overhead = message_overhead
-        self._count = resolve_token_counter(token_counter)
+        options = GateOptions.of(
+            options, token_budget=token_budget, token_counter=token_counter, message_overhead=message_overhead,
+            on_overflow=on_overflow, params=params, preset=preset, embedder=embedder, vector_cache=vector_cache,
+            embed_timeout=embed_timeout, **overrides,
+        )
+        self.options = options
+        """The checked settings this gatekeeper was built with (:class:`GateOptions`)."""
+        self.token_budget = options.token_budget
+        self.params = options.params
+        self.on_overflow: OnOverflow = options.overflow("raise")
+        self.message_overhead = options.message_overhead
+        self._count = options.count
         self._lock = threading.RLock()
         self._warned_overflow = False
         self._history = TurnHistory(self._turn_cost, self.params)
-        self._semantic = self._semantic_channel(embedder, vector_cache, embed_timeout)  # None: lexical only
+        self._semantic = self._semantic_channel(options.resolved_embedder, options.vector_cache, options.embed_timeout)
         self._pinned: set[int] = set()
         self._system_prompt: str | None = None
         self._summary: str | None = None
@@ -302,9 +297,7 @@ class ContextGatekeeper(SemanticMethods):
 
     def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any) -> Selection:
         query = require_text(query, "query")
-        if token_budget is not None and (isinstance(token_budget, bool) or not isinstance(token_budget, int)):
-            raise BudgetError(f"token_budget must be an int, got {token_budget!r}")
-        budget_total = self.token_budget if token_budget is None else token_budget
+        budget_total = self.token_budget if token_budget is None else require_budget(token_budget)
         cues, content = strip_cues(query[: self.params.max_query_chars])
         anchors = extract(content, query=True)
         with self._lock:
