@@ -6,7 +6,15 @@ engine or agent.  ``put`` / ``set`` / ``reset`` write to a core
 ``get(input)`` returns only what the current message needs: leading system
 messages, the earlier turns the topic gate selects (a tool call always with its
 result), and the current turn whole, within ``token_limit``.  Everything else
-(``edit``, ``undo``, ``history``, ...) comes from :class:`~.versions.VersionsMixin`.
+(``edit``, ``undo``, ``history``, ...) is the core's
+:class:`~context_gatekeeper.transcripts.versioned.VersionedTranscriptMixin`, delegating to the
+transcript; ``to_dict`` / ``from_dict``, pickling and ``copy.deepcopy`` call the plain
+functions of :mod:`~.serialisation`.
+
+How ``get`` selects: sync ``get`` reads and selects under the memory's lock; with an
+embedder, ``aget`` reads under the lock in a worker thread and awaits the selection's
+embedding calls with the lock released, then drops from the earlier turns any message of
+the returned current turn (a ``put`` may have answered it meanwhile).
 
 >>> from llama_index.core.llms import ChatMessage
 >>> memory = GatekeeperMemory.from_defaults(token_limit=2000)
@@ -38,6 +46,7 @@ from context_gatekeeper import (
     BudgetError,
     InvalidInputError,
     InvalidTypeError,
+    Message,
     Selection,
     Store,
     Strategy,
@@ -45,15 +54,16 @@ from context_gatekeeper import (
     TranscriptGate,
     resolve_token_counter,
 )
-from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE
+from context_gatekeeper.integration import (
+    DEFAULT_MAX_DELETION_SHARE, BoundedCache, MessageTurn, VersionedTranscriptMixin, group_turns,
+)
 
+from . import serialisation
 from .convert import from_core_messages, match_ids, to_core
-from .models import given_edit_model
-from .memory_select import SelectingMixin
-from .serialisation import SerialisationMixin, add_note
-from .versions import VersionsMixin
+from .models import given_edit_model, resolve_edit_model
+from .serialisation import add_note
 
-__all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "ADAPTER_GATE_DEFAULTS"]
+__all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "ADAPTER_GATE_DEFAULTS", "COUNTS"]
 
 DEFAULT_TOKEN_LIMIT = 3000
 ADAPTER_GATE_DEFAULTS: dict[str, Any] = {"on_overflow": "keep_pinned"}
@@ -63,8 +73,16 @@ _EXCEEDS = "Initial token count exceeds token limit"
 QueryInput = str | ChatMessage | QueryBundle | None
 """What ``get`` / ``aget`` take as ``input``."""
 
+COUNTS: BoundedCache[tuple[Callable[[str], int], str], int] = BoundedCache(maxsize=20_000)
+"""Token counts by ``(counter, text)``, shared by every memory using one counter: a message
+is counted once, not on every ``get``."""
 
-class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMemory):
+
+def _counted(count: Callable[[str], int], text: str) -> int:
+    return COUNTS.get_or_compute((count, text), lambda: count(text))
+
+
+class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     """Chat memory with topic-gated selection and versioned natural-language edits.
 
     Build it with :meth:`from_defaults`.  ``get`` returns fresh copies every call, so
@@ -352,6 +370,121 @@ class GatekeeperMemory(SelectingMixin, VersionsMixin, SerialisationMixin, BaseMe
     async def areset(self, status: Any = None) -> None:
         """Async :meth:`reset`."""
         await asyncio.to_thread(self.reset, status)
+
+    # -- editing and versions (the core's VersionedTranscriptMixin) ----------------------
+    @property
+    def _versioned_transcript(self) -> Transcript:
+        return self._transcript
+
+    def _edit_model(self, model: Any, llm: Any) -> Any:
+        """``model`` or ``llm``, else the memory's default, else Gemini (a LlamaIndex LLM
+        wrapped once; see :func:`~.models.resolve_edit_model`)."""
+        if model is not None or llm is not None:
+            return resolve_edit_model(model, llm)
+        return resolve_edit_model(self._default_model)
+
+    def _export_messages(self, messages: Sequence[Message]) -> list[ChatMessage]:
+        return from_core_messages(messages)
+
+    # -- serialisation (see .serialisation) -----------------------------------------------
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """State and full revision history as JSON-ready data (:func:`.serialisation.to_dict`)."""
+        return serialisation.to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> "GatekeeperMemory":
+        """Rebuild a memory from :meth:`to_dict` output (:func:`.serialisation.from_dict`: the
+        log is checked whole before anything is written; ``kwargs`` are constructor options)."""
+        return serialisation.from_dict(cls, data, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, tuple[type, dict[str, Any]]]:
+        """Pickle as the session (:func:`.serialisation.pickled`): never a model, a token
+        counter or a password."""
+        return serialisation.pickled(self)
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> "GatekeeperMemory":
+        """An independent copy that keeps the model, the token counter and every option
+        (:func:`.serialisation.deep_copy`)."""
+        return serialisation.deep_copy(self, memo)
+
+    # -- selection (what get returns) -----------------------------------------------------
+    def _plan(self, input_text: str | None, reserved: int) -> tuple[Any, ...]:
+        """Under the lock: system messages, turns, the current turn, the query, the tail
+        and the budget left for earlier turns."""
+        system, turns = group_turns(self._transcript.messages)
+        current: MessageTurn | None = None
+        if turns and (turns[-1].is_open or input_text is None):
+            current = turns[-1]
+        query = input_text or (current.texts[0] if current else None)
+        tail = list(current.messages) if current else []
+        budget = max(0, self.token_limit - reserved - self._cost(tail))  # an open turn over the limit leaves none
+        return system, turns, current, query, tail, budget
+
+    def _select(self, input_text: str | None, reserved: int) -> list[Message]:
+        with self._lock:
+            system, turns, current, query, tail, budget = self._plan(input_text, reserved)
+            if query is None or not query.strip():
+                earlier = self._recent(system, turns[:-1] if current else turns, budget)
+            else:
+                earlier = self._gated(query, budget, current, self._cost(tail))
+            return earlier + tail
+
+    async def _aselect(self, input_text: str | None, reserved: int) -> list[Message]:
+        """:meth:`_select` with the embedding awaited (the lock is held only to read)."""
+
+        def plan() -> tuple[Any, ...]:
+            with self._lock:
+                return self._plan(input_text, reserved)
+
+        system, turns, current, query, tail, budget = await asyncio.to_thread(plan)
+        if query is None or not query.strip():
+            return self._recent(system, turns[:-1] if current else turns, budget) + tail
+        earlier = await self._agated(query, budget, current, self._cost(tail))
+        ids = {m.id for m in tail}  # a put that landed meanwhile may have closed the current turn
+        return [m for m in earlier if m.id not in ids] + tail
+
+    def _gated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
+        """Leading system messages and the selected earlier turns, within ``budget``.
+
+        An answered current turn is indexed like any other: the gate may select it (it
+        matches its own question), paying for it from the budget, so its cost is handed
+        back first; the caller returns it once, at the end.
+        """
+        if current is None or current.is_open:
+            return self._gate.select_messages(query, include_open=False, token_budget=budget)
+        ids = {m.id for m in current.messages}
+        selected = self._gate.select_messages(query, include_open=False, token_budget=budget + current_cost)
+        if not ids & {m.id for m in selected}:  # not picked: the others must fit without it
+            selected = self._gate.select_messages(query, include_open=False, token_budget=budget)
+        return [m for m in selected if m.id not in ids]
+
+    async def _agated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
+        """:meth:`_gated` with the embedding awaited."""
+        gate = self._gate
+        if current is None or current.is_open:
+            return await gate.aselect_messages(query, include_open=False, token_budget=budget)
+        ids = {m.id for m in current.messages}
+        selected = await gate.aselect_messages(query, include_open=False, token_budget=budget + current_cost)
+        if not ids & {m.id for m in selected}:
+            selected = await gate.aselect_messages(query, include_open=False, token_budget=budget)
+        return [m for m in selected if m.id not in ids]
+
+    def _recent(self, system: list[Message], turns: list[MessageTurn], budget: int) -> list[Message]:
+        """No text to gate on: the system messages and the latest whole turns that fit."""
+        budget -= self._cost(system)
+        kept: list[MessageTurn] = []
+        for turn in reversed(turns):
+            cost = self._cost(turn.messages)
+            if cost > budget:
+                break
+            kept.append(turn)
+            budget -= cost
+        return list(system) + [m for turn in reversed(kept) for m in turn.messages]
+
+    def _cost(self, messages: Sequence[Message]) -> int:
+        overhead, count = self._gate.gatekeeper.message_overhead, self._count
+        return sum(_counted(count, m.content) + overhead for m in messages)
+
 
 
 def _text_of(value: Any) -> str | None:

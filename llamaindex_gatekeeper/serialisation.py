@@ -1,5 +1,9 @@
 """Serialisation of :class:`~llamaindex_gatekeeper.memory.GatekeeperMemory`: state and history.
 
+Plain functions the memory's ``to_dict`` / ``from_dict`` / ``__reduce__`` /
+``__deepcopy__`` call (:func:`to_dict`, :func:`from_dict`, :func:`pickled`,
+:func:`deep_copy`): the checking of untrusted serialised logs is its own concern.
+
 ``to_dict`` writes the session's full revision log as JSON-ready data (no
 ``SimpleChatStore``, whose serialisation fails under pydantic >= 2.14); ``from_dict``
 replays it into a store.  LlamaIndex's ``to_json`` / ``from_json`` and the workflow
@@ -35,22 +39,15 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
-from context_gatekeeper import (
-    InMemoryStore,
-    InvalidInputError,
-    InvalidRevisionError,
-    Revision,
-    SelectionParams,
-    Store,
-)
+from context_gatekeeper import InMemoryStore, InvalidInputError, InvalidRevisionError, Revision, SelectionParams
 from context_gatekeeper.integration import (
     IdEntry, RevisionKind, STATE_CHANGING, check_revision, store_from_spec, store_spec,
 )
 
 if TYPE_CHECKING:
-    from context_gatekeeper import Transcript
+    from .memory import GatekeeperMemory
 
-__all__ = ["SerialisationMixin", "DATA_OPTIONS"]
+__all__ = ["to_dict", "from_dict", "pickled", "deep_copy", "DATA_OPTIONS", "add_note"]
 
 _SCALAR_OPTIONS = (str, int, float, bool, type(None))
 DATA_OPTIONS = frozenset(
@@ -219,20 +216,20 @@ def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[
     )
 
 
-def _unpickle(cls: type[SerialisationMixin], state: dict[str, Any]) -> Any:
+def _unpickle(cls: type[GatekeeperMemory], state: dict[str, Any]) -> GatekeeperMemory:
     """Rebuild a pickled memory (see the module docstring)."""
     return _rebuild(cls, state["memory"], state.get("store"), {})
 
 
 def _rebuild(
-    cls: type[SerialisationMixin], memory: dict[str, Any], spec: dict[str, Any] | None, trusted: dict[str, Any]
-) -> Any:
-    """The memory ``memory`` (:meth:`SerialisationMixin.to_dict` output) describes: attached
-    to the store ``spec`` names (a SQLite path is reopened by the new memory, which then
-    owns and closes it), or, with no spec, its revisions replayed into a new in-memory store.
+    cls: type[GatekeeperMemory], memory: dict[str, Any], spec: dict[str, Any] | None, trusted: dict[str, Any]
+) -> GatekeeperMemory:
+    """The memory ``memory`` (:func:`to_dict` output) describes: attached to the store
+    ``spec`` names (a SQLite path is reopened by the new memory, which then owns and
+    closes it), or, with no spec, its revisions replayed into a new in-memory store.
     ``trusted`` are constructor options from this process (a model, a token counter)."""
     if spec is None:
-        return cls.from_dict(memory, **trusted)
+        return from_dict(cls, memory, **trusted)
     store: Any = store_from_spec(spec)
     options = {**_data_options(memory), **trusted}
     try:
@@ -246,125 +243,107 @@ def _rebuild(
     return rebuilt
 
 
-class SerialisationMixin:
-    """``to_dict`` / ``from_dict`` and pickling; needs ``_options``, ``_transcript``,
-    ``session_id``, ``token_limit``, ``class_name`` and ``history`` on the host."""
+def to_dict(memory: GatekeeperMemory) -> dict[str, Any]:
+    """``memory``'s state and full revision history as JSON-ready data (no SimpleChatStore involved).
 
-    _options: dict[str, Any]
-    _transcript: "Transcript"
-    _opened_store: Any
-    session_id: str
-    token_limit: int
+    Scalar options are kept; a custom token counter, ``params`` object or editing
+    model is not: pass it again to :func:`from_dict`.
+    """
+    options = {k: v for k, v in memory._options.items() if k in DATA_OPTIONS and isinstance(v, _SCALAR_OPTIONS)}
+    return {
+        "class_name": memory.class_name(),
+        "session_id": memory.session_id,
+        "token_limit": memory.token_limit,
+        "options": options,
+        "revisions": [r.to_dict() for r in memory.transcript.history()],
+    }
 
-    if TYPE_CHECKING:  # what the host (GatekeeperMemory) provides, as the checker needs it
 
-        def __init__(self, *, token_limit: int, session_id: str, store: Any = None, **options: Any) -> None: ...
+def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) -> GatekeeperMemory:
+    """A memory of class ``cls`` rebuilt from :func:`to_dict` output.
 
-        @classmethod
-        def class_name(cls) -> str: ...
+    The revisions are written into ``store=`` (default: a new in-memory store).  A
+    store whose session already holds exactly these revisions (a SQLite file the
+    memory lived in) is attached as it is; one holding other revisions (another
+    number, kind, target or change, the text included) is refused with
+    :class:`InvalidInputError` (a ``ValueError``) naming the first that differs.  Other
+    keyword arguments are constructor options (``model``, ``token_counter``, ``params``,
+    ...).  Revision times are those of the import.
 
-        def history(self) -> list[Revision]: ...
+    The whole log is checked before anything is written (see the module
+    docstring): no-op revisions of older exports are skipped, the rest renumbered.
 
-        @property
-        def store(self) -> Store: ...
-
-    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
-        """State and full revision history as JSON-ready data (no SimpleChatStore involved).
-
-        Scalar options are kept; a custom token counter, ``params`` object or editing
-        model is not: pass it again to :meth:`from_dict`.
-        """
-        options = {k: v for k, v in self._options.items() if k in DATA_OPTIONS and isinstance(v, _SCALAR_OPTIONS)}
-        return {
-            "class_name": self.class_name(),
-            "session_id": self.session_id,
-            "token_limit": self.token_limit,
-            "options": options,
-            "revisions": [r.to_dict() for r in self._transcript.history()],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> Any:
-        """Rebuild a memory from :meth:`to_dict` output.
-
-        The revisions are written into ``store=`` (default: a new in-memory store).  A
-        store whose session already holds exactly these revisions (a SQLite file the
-        memory lived in) is attached as it is; one holding other revisions (another
-        number, kind, target or change, the text included) is refused with
-        :class:`InvalidInputError` (a ``ValueError``) naming the first that differs.  Other keyword arguments are constructor options (``model``,
-        ``token_counter``, ``params``, ...).  Revision times are those of the import.
-
-        The whole log is checked before anything is written (see the module
-        docstring): no-op revisions of older exports are skipped, the rest renumbered.
-
-        Raises:
-            InvalidInputError: ``data["options"]`` names an option outside
-                :data:`DATA_OPTIONS` (a store, a model, a token counter ...) or a value
-                that is not a scalar; or an entry of ``data["revisions"]`` is not a
-                revision, or an append there reuses a message id with other text.
-                Nothing is created.  Also when ``store=`` already holds the session with
-                other revisions (the first that differs is named); nothing is written.
-            InvalidRevisionError: a revision of the log does not apply to those before
-                it (named in the message); nothing is written.
-        """
-        options = {**_data_options(data), **kwargs}
-        revisions = _checked_log(str(data.get("session_id")), data.get("revisions", []))
-        store = options.pop("store", None) or InMemoryStore()
-        memory = cls(token_limit=data["token_limit"], session_id=data["session_id"], store=store, **options)
-        existing = memory.history()
-        if existing:
-            _refuse_other_log(memory.session_id, existing, revisions)
-            return memory
-        for written, revision in enumerate(revisions):
-            try:
-                stored = memory.store.commit(memory.session_id, revision, expected_head=revision.number - 1)
-            except Exception as error:
-                if written:  # checked above: only the store failing or a concurrent writer
-                    add_note(
-                        error,
-                        f"from_dict: revisions 1..{written} of session {memory.session_id!r} were imported before "
-                        f"this; store.purge({memory.session_id!r}) removes them",
-                    )
-                raise
-            if stored.number != revision.number:
-                raise InvalidRevisionError(
-                    f"session {memory.session_id!r}: the store did not write revision {revision.number} of the "
-                    f"import (its head is {stored.number}); revisions 1..{written} were imported. "
-                    f"store.purge({memory.session_id!r}) removes them"
-                )
+    Raises:
+        InvalidInputError: ``data["options"]`` names an option outside
+            :data:`DATA_OPTIONS` (a store, a model, a token counter ...) or a value
+            that is not a scalar; or an entry of ``data["revisions"]`` is not a
+            revision, or an append there reuses a message id with other text.
+            Nothing is created.  Also when ``store=`` already holds the session with
+            other revisions (the first that differs is named); nothing is written.
+        InvalidRevisionError: a revision of the log does not apply to those before
+            it (named in the message); nothing is written.
+    """
+    options = {**_data_options(data), **kwargs}
+    revisions = _checked_log(str(data.get("session_id")), data.get("revisions", []))
+    store = options.pop("store", None) or InMemoryStore()
+    memory = cls(token_limit=data["token_limit"], session_id=data["session_id"], store=store, **options)
+    existing = memory.transcript.history()
+    if existing:
+        _refuse_other_log(memory.session_id, existing, revisions)
         return memory
+    for written, revision in enumerate(revisions):
+        try:
+            stored = memory.store.commit(memory.session_id, revision, expected_head=revision.number - 1)
+        except Exception as error:
+            if written:  # checked above: only the store failing or a concurrent writer
+                add_note(
+                    error,
+                    f"from_dict: revisions 1..{written} of session {memory.session_id!r} were imported before "
+                    f"this; store.purge({memory.session_id!r}) removes them",
+                )
+            raise
+        if stored.number != revision.number:
+            raise InvalidRevisionError(
+                f"session {memory.session_id!r}: the store did not write revision {revision.number} of the "
+                f"import (its head is {stored.number}); revisions 1..{written} were imported. "
+                f"store.purge({memory.session_id!r}) removes them"
+            )
+    return memory
 
-    def __reduce__(self) -> tuple[Any, tuple[type, dict[str, Any]]]:
-        """Pickle as the session (see the module docstring): never a model, a token counter or a password."""
-        spec = store_spec(self._transcript.store)
-        memory = self.to_dict()
-        if spec is not None:
-            memory["revisions"] = []  # the live session is reattached, not replayed
-        return _unpickle, (type(self), {"memory": memory, "store": spec})
 
-    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Any:
-        """An independent copy, as ``pickle`` makes one (``copy.deepcopy``, ``model_copy(deep=True)``).
+def pickled(memory: GatekeeperMemory) -> tuple[Any, tuple[type, dict[str, Any]]]:
+    """``memory.__reduce__()``: the session (see the module docstring), never a model, a
+    token counter or a password."""
+    spec = store_spec(memory.transcript.store)
+    data = to_dict(memory)
+    if spec is not None:
+        data["revisions"] = []  # the live session is reattached, not replayed
+    return _unpickle, (type(memory), {"memory": data, "store": spec})
 
-        A memory in a SQLite file or PostgreSQL attaches the copy to the same session
-        of the same store through a connection of its own (nothing copied, nothing
-        lost: both see every later write; PostgreSQL's password is kept, in memory);
-        one in any other store gets its whole revision log replayed into a new
-        in-memory store, so the copy's ``history``, ``undo`` and ``redo`` work as the
-        original's and later writes to either leave the other alone.  Unlike a
-        pickle, the copy keeps the editing model, the token counter and every option.
-        """
-        spec = store_spec(self._transcript.store, keep_password=True)
-        memory = self.to_dict()
-        trusted = {
-            **self._options,
-            "model": getattr(self, "_default_model", None),
-            "token_counter": getattr(self, "_count", None),
-            "tokenizer_fn": getattr(self, "tokenizer_fn", None),
-        }
-        copied = _rebuild(type(self), memory, spec, trusted)
-        if memo is not None:
-            memo[id(self)] = copied
-        return copied
+
+def deep_copy(memory: GatekeeperMemory, memo: dict[int, Any] | None = None) -> GatekeeperMemory:
+    """An independent copy of ``memory``, as ``pickle`` makes one (``copy.deepcopy``,
+    ``model_copy(deep=True)``).
+
+    A memory in a SQLite file or PostgreSQL attaches the copy to the same session
+    of the same store through a connection of its own (nothing copied, nothing
+    lost: both see every later write; PostgreSQL's password is kept, in memory);
+    one in any other store gets its whole revision log replayed into a new
+    in-memory store, so the copy's ``history``, ``undo`` and ``redo`` work as the
+    original's and later writes to either leave the other alone.  Unlike a
+    pickle, the copy keeps the editing model, the token counter and every option.
+    """
+    spec = store_spec(memory.transcript.store, keep_password=True)
+    trusted = {
+        **memory._options,
+        "model": memory._default_model,
+        "token_counter": memory._count,
+        "tokenizer_fn": memory.tokenizer_fn,
+    }
+    copied = _rebuild(type(memory), to_dict(memory), spec, trusted)
+    if memo is not None:
+        memo[id(memory)] = copied
+    return copied
 
 
 def add_note(error: BaseException, note: str) -> None:

@@ -1,4 +1,4 @@
-"""One edit path (issue #12): EditOptions checked once, one resolve_model, hints said once."""
+"""One edit path: EditOptions checked once, one resolve_model (core and both adapters), hints said once."""
 
 from __future__ import annotations
 
@@ -172,7 +172,6 @@ def test_each_kind_of_model_is_wrapped_exactly_once() -> None:
 
     from langchain_gatekeeper import LangChainEditModel, resolve_edit_model as lc_resolve
     from llamaindex_gatekeeper import LlamaIndexEditModel, resolve_edit_model as li_resolve
-    from llamaindex_gatekeeper.versions import resolve_model as li_versions_resolve
 
     def layers(model: Any) -> int:
         depth = 0
@@ -182,7 +181,7 @@ def test_each_kind_of_model_is_wrapped_exactly_once() -> None:
 
     chat, llm = GenericFakeChatModel(messages=iter([])), MockLLM()
     plain = lambda messages: "{}"  # noqa: E731
-    for resolve in (resolve_model, lc_resolve, li_resolve, li_versions_resolve):
+    for resolve in (resolve_model, lc_resolve, li_resolve):
         assert type(resolve(chat)) is LangChainEditModel and resolve(chat).wrapped is chat
         assert type(resolve(llm=llm)) is LlamaIndexEditModel and resolve(llm=llm).wrapped is llm
         assert type(resolve(plain)) is EditModel and resolve(plain).wrapped is plain

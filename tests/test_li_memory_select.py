@@ -1,4 +1,4 @@
-"""How GatekeeperMemory chooses what ``get`` returns (llamaindex_gatekeeper.memory_select):
+"""How GatekeeperMemory chooses what ``get`` returns (its selection, in llamaindex_gatekeeper.memory):
 a message's tokens are counted once per text, not on every ``get``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from llama_index.core.base.llms.types import ChatMessage
 
 from llamaindex_gatekeeper import GatekeeperMemory
-from llamaindex_gatekeeper.memory_select import COUNTS
+from llamaindex_gatekeeper.memory import COUNTS
 
 PAIRS = [
     ("How do I renew a Redis lock?", "Extend its TTL from a watchdog before it expires."),
