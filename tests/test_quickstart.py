@@ -1,4 +1,4 @@
-"""The quickstart's replay does what its docstring and the README say (issue #10: they had drifted)."""
+"""The quickstart (examples/quickstart.py): its replay keeps, turn by turn, what its docstring and the README say."""
 
 from __future__ import annotations
 
