@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import json
 import threading
 from array import array
@@ -41,13 +42,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from context_gatekeeper import ContextGatekeeper, InvalidInputError, resolve_token_counter
+from context_gatekeeper import ContextGatekeeper, GateOptions, InvalidInputError, resolve_token_counter
 from context_gatekeeper.integration import BoundedCache, TurnIndex, text_key
 
 from .convert import text_of
 from .threads import is_edit_record
 
-__all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "counted_once", "is_summary", "current_turn_start", "semantic"]
+__all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "adapter_options", "counted_once", "is_summary", "current_turn_start", "semantic"]
 
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
@@ -163,6 +164,23 @@ def counted_once(counter: Any) -> Callable[[str], int]:
     cached.__name__ = f"counted_once_{getattr(count, '__name__', 'counter')}"
     cached._checked_counter = True  # type: ignore[attr-defined]  # resolve_token_counter checked its counts
     return cached
+
+
+def adapter_options(options: GateOptions) -> tuple[GateOptions, VectorLRU | None]:
+    """``options`` (already checked) as the adapters' gatekeepers use them, and the vector
+    cache made for them: ``on_overflow`` left ``None`` becomes ``"keep_pinned"`` (the current
+    turn is always sent), each text is counted once (:func:`counted_once`), and with an
+    embedder but no ``vector_cache`` the turn vectors go to a new :class:`VectorLRU` shared
+    by every thread built from the result (returned too; ``None`` otherwise)."""
+    vectors = VectorLRU() if options.embedder is not None and options.vector_cache is None else None
+    changes: dict[str, Any] = {
+        "on_overflow": options.overflow("keep_pinned"), "token_counter": counted_once(options.token_counter),
+    }
+    if options.embedder is not None:  # normalised once: every thread shares one embedder (and its state)
+        changes["embedder"] = options.resolved_embedder
+    if vectors is not None:
+        changes["vector_cache"] = vectors
+    return dataclasses.replace(options, **changes), vectors
 
 
 class _IndexLock:
@@ -336,7 +354,9 @@ class GatedView:
     """Builds gated message lists, keeping one incremental index per thread.
 
     Args:
-        make_gatekeeper: builds a fresh, configured gatekeeper for a new thread.
+        gatekeeper: the checked :class:`~context_gatekeeper.GateOptions` each new thread's
+            gatekeeper is built with (``ContextGatekeeper(options=...)``), or a callable
+            that builds a fresh, configured gatekeeper.
         max_threads: how many threads' indexes to keep (least recently used go first).
         keyed_by: how a turn is recognised from one call to the next: ``"id"`` (its first
             message's id; agent state, where every message has one) or ``"content"``
@@ -344,16 +364,27 @@ class GatedView:
     """
 
     def __init__(
-        self, make_gatekeeper: Callable[[], ContextGatekeeper], *, max_threads: int = 1024, keyed_by: str = "id"
+        self,
+        gatekeeper: GateOptions | Callable[[], ContextGatekeeper],
+        *,
+        max_threads: int = 1024,
+        keyed_by: str = "id",
     ) -> None:
         if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
             raise InvalidInputError(f"max_threads must be an int >= 1, got {max_threads!r}")
         if keyed_by not in ("id", "content"):
             raise InvalidInputError(f"keyed_by must be 'id' or 'content', got {keyed_by!r}")
-        self._make = make_gatekeeper
+        self.options: GateOptions | None = gatekeeper if isinstance(gatekeeper, GateOptions) else None
+        """The options every thread's gatekeeper is built with (``None`` when given a callable)."""
+        self._make: Callable[[], ContextGatekeeper] = (
+            self._built if isinstance(gatekeeper, GateOptions) else gatekeeper
+        )
         self._keyed_by = keyed_by
         self._threads: BoundedCache[Any, _ThreadIndex] = BoundedCache(max_threads)
         self._lock = threading.Lock()
+
+    def _built(self) -> ContextGatekeeper:
+        return ContextGatekeeper(options=self.options)
 
     def _index(self, thread: Any) -> _ThreadIndex:
         with self._lock:  # one index per thread, even when two calls meet a new thread at once

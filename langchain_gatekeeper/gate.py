@@ -58,12 +58,12 @@ from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, 
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from context_gatekeeper import ContextGatekeeper, InvalidInputError, TranscriptGate, as_embedder
+from context_gatekeeper import GateOptions, InvalidInputError, TranscriptGate
 
-from .agent_view import GatedView, VectorLRU, counted_once
+from .agent_view import GatedView, adapter_options
 from .convert import from_core_messages, same_messages, text_of
 from .gate_keys import TopicGateKeysError, infer_keys, input_key_beside
-from .history import ADAPTER_GATE_DEFAULTS, GatekeeperChatMessageHistory
+from .history import GatekeeperChatMessageHistory
 
 __all__ = ["topic_gate", "GatedRunnableWithMessageHistory", "TopicGateKeysError", "infer_keys"]
 
@@ -94,19 +94,22 @@ class _TopicGate:
     answers it with the sync gating, :meth:`ainvoke` (with an embedder) with the
     async one, which awaits the embedding calls."""
 
-    def __init__(self, input_key: str | None, history_key: str | None, options: dict[str, Any] | None) -> None:
+    def __init__(self, input_key: str | None, history_key: str | None, options: GateOptions | None) -> None:
         self.input_key = input_key
         self.history_key = history_key
         self.options = options
-        self.embedder = (options or {}).get("embedder")
+        """The checked gate settings (``None``: a GatekeeperChatMessageHistory gates with its own)."""
+        self.embedder = options.embedder if options is not None else None
         self._gates: weakref.WeakKeyDictionary[GatekeeperChatMessageHistory, TranscriptGate] = weakref.WeakKeyDictionary()
         """This gate's index per history object, while the object lives (keyed by the history,
         not its transcript, which the index holds: the entry goes with the history)."""
         self._lock = threading.Lock()
-        self.vectors = VectorLRU() if self.embedder is not None else None
+        views, self.vectors = adapter_options(options if options is not None else GateOptions())
+        # over a history's transcript: the same settings and embedder, but the vectors go to the
+        # history's store (unless a vector_cache was given)
+        self._history_options = None if options is None else views.with_(vector_cache=options.vector_cache)
         """Turn vectors shared by the indexes of plain lists (``None`` without an embedder)."""
-        shared: dict[str, Any] = {} if self.vectors is None else {"vector_cache": self.vectors}
-        self.views = GatedView(lambda: ContextGatekeeper(**self._options(), **shared), max_threads=256, keyed_by="content")
+        self.views = GatedView(views, max_threads=256, keyed_by="content")
         """Indexes of plain lists, one per chat history object (or one without), kept across calls."""
 
     # -- entry points -------------------------------------------------------------------
@@ -204,20 +207,14 @@ class _TopicGate:
                 return from_core_messages(await asyncio.to_thread(gate.select_messages, query))
         return await self.views.agated(prior, query, thread=None if hist is None else id(hist))
 
-    def _options(self) -> dict[str, Any]:
-        options = {**ADAPTER_GATE_DEFAULTS, **(self.options or {})}
-        if options.get("token_counter") is not None:  # each text counted once across this gate's indexes
-            options["token_counter"] = counted_once(options["token_counter"])
-        return options
-
     def _gate_for(self, hist: GatekeeperChatMessageHistory) -> TranscriptGate:
         """The index that answers for ``hist``: its own without gate options, else this gate's."""
-        if self.options is None:
+        if self._history_options is None:
             return hist.gate
         with self._lock:
             gate = self._gates.get(hist)
             if gate is None:
-                gate = self._gates[hist] = TranscriptGate(hist.transcript, **self._options())
+                gate = self._gates[hist] = TranscriptGate(hist.transcript, options=self._history_options)
             return gate
 
 
@@ -244,6 +241,7 @@ def topic_gate(
     *,
     input_messages_key: str | None = None,
     history_messages_key: str | None = None,
+    options: GateOptions | None = None,
     embedder: Any = None,
     embed_timeout: float | None = None,
     **gate_options: Any,
@@ -272,6 +270,9 @@ def topic_gate(
     Args:
         input_messages_key: the key of the new input in a dict input.
         history_messages_key: the key of the history in a dict input.
+        options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
+            instead of the keywords below (not both); its ``on_overflow`` left ``None``
+            means ``"keep_pinned"``.
         embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
             ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
             needed).  Over a :class:`GatekeeperChatMessageHistory` its vectors are saved in
@@ -282,20 +283,17 @@ def topic_gate(
             uses it when no other option is passed).
         embed_timeout: seconds one embedding call may take before the view is selected
             lexically; ``None``: wait.
-        **gate_options: :class:`~context_gatekeeper.ContextGatekeeper` options
+        **gate_options: other :class:`~context_gatekeeper.GateOptions` fields
             (``token_budget``, ``token_counter``, ``on_overflow`` defaulting to
-            ``"keep_pinned"``, selection parameters).  Without any, a
-            :class:`GatekeeperChatMessageHistory` gates with its own options.
+            ``"keep_pinned"``, ``params``, ``preset``) and selection parameters.  Without
+            any (and without ``options``), a :class:`GatekeeperChatMessageHistory` gates
+            with its own options.
 
-    Invalid options are rejected here, not on the first call.
+    Invalid options are rejected here, once, not on the first call.
     """
-    if embedder is not None:
-        gate_options["embedder"] = as_embedder(embedder)
-    if embed_timeout is not None:
-        gate_options["embed_timeout"] = embed_timeout
-    if gate_options:
-        ContextGatekeeper(**{**ADAPTER_GATE_DEFAULTS, **gate_options})  # validate up front
-    gate = _TopicGate(input_messages_key, history_messages_key, dict(gate_options) if gate_options else None)
+    given = {k: v for k, v in dict(gate_options, embedder=embedder, embed_timeout=embed_timeout).items() if v is not None}
+    checked = GateOptions.of(options, **given) if options is not None or given else None
+    gate = _TopicGate(input_messages_key, history_messages_key, checked)
     return RunnableLambda(gate.invoke, afunc=gate.ainvoke, name="topic_gate")
 
 

@@ -40,9 +40,9 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from context_gatekeeper import ContextGatekeeper, EditOptions, GatekeeperError, InvalidInputError, as_embedder
+from context_gatekeeper import EditOptions, GatekeeperError, GateOptions, InvalidInputError
 
-from .agent_view import GatedView, VectorLRU, counted_once, is_summary
+from .agent_view import GatedView, adapter_options, is_summary
 from .models import given_edit_model
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
@@ -55,9 +55,16 @@ AsyncHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
 class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
     """Send the model only the context the current query needs; route "/edit " to an edit.
 
+    The gate's settings come as keywords or as one checked
+    :class:`~context_gatekeeper.GateOptions` (``options=``), not both; either way they are
+    validated here, once, before anything is built.
+
     Args:
+        options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
+            (its ``on_overflow`` left ``None`` means ``"keep_pinned"`` here).
         token_budget: tokens the system prompt, summaries and selected earlier turns may
-            use (the current turn is not counted: it is always sent whole).
+            use (the current turn is not counted: it is always sent whole); an
+            ``int >= 0``, default 4000.
         on_overflow: "keep_pinned" (default: send the pinned content and the current turn
             only, and log a warning once) or "raise" (:class:`BudgetError`).
         edit_prefix: a user message starting with it, when it is the run's own input,
@@ -80,8 +87,9 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
             ``None`` (default): lexical selection, exactly as without it.
         embed_timeout: seconds one embedding call may take before the view is selected
             lexically (``Selection.semantic_fallback``); ``None``: wait.
-        **gatekeeper_options: any other :class:`ContextGatekeeper` keyword
-            (``token_counter``, ``message_overhead``, ``params``, a SelectionParams field).
+        **gatekeeper_options: any other :class:`~context_gatekeeper.GateOptions` field
+            (``token_counter``, ``message_overhead``, ``params``, ``preset``,
+            ``vector_cache``) or SelectionParams field.
     """
 
     state_schema = GatekeeperState
@@ -89,8 +97,9 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
     def __init__(
         self,
         *,
-        token_budget: int = 4000,
-        on_overflow: str = "keep_pinned",
+        options: GateOptions | None = None,
+        token_budget: int | None = None,
+        on_overflow: str | None = None,
         edit_prefix: str | None = "/edit ",
         model: Any = None,
         llm: Any = None,
@@ -103,25 +112,25 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         **gatekeeper_options: Any,
     ) -> None:
         super().__init__()
+        # every setting checked before anything is built: a refused one raises here
+        gate = GateOptions.of(
+            options, token_budget=token_budget, on_overflow=on_overflow, embedder=embedder,
+            embed_timeout=embed_timeout, **gatekeeper_options,
+        )
         edit_model = given_edit_model(model, llm)
         if edit_prefix is not None and (not isinstance(edit_prefix, str) or not edit_prefix.strip()):
             raise InvalidInputError(f"edit_prefix must be a non-blank string or None, got {edit_prefix!r}")
         settings = EditOptions.of(edit_options, strategy=strategy, allow_large_deletion=allow_large_deletion)
-        options = dict(gatekeeper_options, token_budget=token_budget, on_overflow=on_overflow)
-        self.vectors: VectorLRU | None = None
-        """Turn vectors shared by every thread's index (``None`` without an embedder)."""
-        if embedder is not None:
-            self.vectors = VectorLRU()
-            options.update(embedder=as_embedder(embedder), vector_cache=self.vectors)
-        if embed_timeout is not None:
-            options["embed_timeout"] = embed_timeout
-        ContextGatekeeper(**options)  # reject bad options now, not at the first model call
         # each turn text counted once, by any thread or middleware with this counter
-        options["token_counter"] = counted_once(options.get("token_counter"))
+        gate, self.vectors = adapter_options(gate)
+        """Turn vectors shared by every thread's index (``None`` without an embedder, or with
+        the ``vector_cache`` given in the options)."""
+        self.options = gate
+        """The checked gate settings every thread's gatekeeper is built with."""
         self.edit_prefix = edit_prefix
         self.edit_model = edit_model
         self.edit_options = settings
-        self.views = GatedView(lambda: ContextGatekeeper(**options), max_threads=max_threads)
+        self.views = GatedView(gate, max_threads=max_threads)
 
     # -- gating ---------------------------------------------------------------------------
     @staticmethod

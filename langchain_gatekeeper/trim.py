@@ -44,11 +44,10 @@ from langchain_core.messages.utils import convert_to_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
-from context_gatekeeper import ContextGatekeeper, InvalidInputError, as_embedder
+from context_gatekeeper import GateOptions, InvalidInputError
 from context_gatekeeper.integration import BoundedCache
 
-from .agent_view import GatedView, Same, VectorLRU, counted_once, hashable
-from .history import ADAPTER_GATE_DEFAULTS
+from .agent_view import GatedView, Same, adapter_options, hashable
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
@@ -102,23 +101,22 @@ def _by_value(name: str, value: Any) -> bool:
         (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(value, (Mapping, list, set)))
 
 
-def _view(options: dict[str, Any]) -> GatedView:
+def _view(options: dict[str, Any], given: GateOptions | None = None) -> GatedView:
     """The cached content-keyed view for these gatekeeper options (built and checked on first
-    use).  Options are keyed by value, so a ``params=`` built per call finds its view."""
+    use).  Options are keyed by value, so a ``params=`` built per call finds its view;
+    ``given`` is the caller's own :class:`GateOptions` when ``options`` are its fields."""
     key = tuple(sorted((name, _key(name, value)) for name, value in options.items()))
-    return _views.get_or_compute(key, lambda: _new_view(options))
+    return _views.get_or_compute(key, lambda: _new_view(options, given))
 
 
-def _new_view(options: dict[str, Any]) -> GatedView:
-    """A view for these options, checked (a bad option raises before anything is cached)."""
-    # a copy of what was keyed by value: the caller mutating its object later cannot change this view
-    options = {name: copy.deepcopy(value) if _by_value(name, value) else value for name, value in options.items()}
-    settings = {**ADAPTER_GATE_DEFAULTS, **options, "token_counter": counted_once(_counter(options.get("token_counter")))}
-    if settings.get("embedder") is not None:
-        settings["embedder"] = as_embedder(settings["embedder"])  # the key holds the caller's object alive
-        settings["vector_cache"] = VectorLRU()
-    ContextGatekeeper(**settings)  # reject bad options before anything is cached
-    return GatedView(lambda: ContextGatekeeper(**settings), max_threads=256, keyed_by="content")
+def _new_view(options: dict[str, Any], given: GateOptions | None) -> GatedView:
+    """A view for these options, checked once (a bad option raises before anything is cached)."""
+    if given is None:
+        # a copy of what was keyed by value: the caller mutating its object later cannot change this view
+        options = {name: copy.deepcopy(value) if _by_value(name, value) else value for name, value in options.items()}
+        given = GateOptions.of(**dict(options, token_counter=_counter(options.get("token_counter"))))
+    gate, _ = adapter_options(given)
+    return GatedView(gate, max_threads=256, keyed_by="content")
 
 
 def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
@@ -131,34 +129,39 @@ def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
     return convert_to_messages(messages)
 
 
-def _gate(messages: Any, options: dict[str, Any], thread: Any, config: RunnableConfig | None = None) -> list[BaseMessage]:
+_Settings = tuple[dict[str, Any], "GateOptions | None"]
+"""The options of one call as a dict (the view's cache key) and the caller's GateOptions, if given."""
+
+
+def _gate(messages: Any, settings: _Settings, thread: Any, config: RunnableConfig | None = None) -> list[BaseMessage]:
     if thread is None and config is not None:
         thread = (config.get("configurable") or {}).get("thread_id")
-    return _view(options).view(_as_messages(messages), thread=thread)
+    return _view(*settings).view(_as_messages(messages), thread=thread)
 
 
 async def _agate(
-    messages: Any, options: dict[str, Any], thread: Any, config: RunnableConfig | None = None
+    messages: Any, settings: _Settings, thread: Any, config: RunnableConfig | None = None
 ) -> list[BaseMessage]:
     """:func:`_gate` for async callers: without an embedder in a worker thread (as before),
     with one awaiting the embedding calls."""
-    if options.get("embedder") is None:
-        return await asyncio.to_thread(_gate, messages, options, thread, config)
+    if settings[0].get("embedder") is None:
+        return await asyncio.to_thread(_gate, messages, settings, thread, config)
     if thread is None and config is not None:
         thread = (config.get("configurable") or {}).get("thread_id")
-    return await _view(options).aview(_as_messages(messages), thread=thread)
+    return await _view(*settings).aview(_as_messages(messages), thread=thread)
 
 
 def gate_messages(
     messages: Iterable[Any] | PromptValue | None = None,
     *,
+    options: GateOptions | None = None,
     token_budget: int | None = None,
     max_tokens: int | None = None,
     token_counter: Any = None,
     thread: Hashable | None = None,
     embedder: Any = None,
     embed_timeout: float | None = None,
-    **options: Any,
+    **gate_options: Any,
 ) -> list[BaseMessage] | Runnable[Any, list[BaseMessage]]:
     """The messages the current query needs, within ``token_budget`` tokens.
 
@@ -167,8 +170,12 @@ def gate_messages(
             ``trim_messages`` accepts) or a ``PromptValue``.  ``None`` returns a Runnable
             that gates what it is invoked with (its ``config``'s ``thread_id``, when
             present and no ``thread`` is given, picks the index).
-        token_budget: tokens for everything sent but the current turn (default 4000);
-            ``max_tokens``, ``trim_messages``'s name, is an alias.
+        options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
+            instead of the keywords below (not both); its ``on_overflow`` left ``None``
+            means ``"keep_pinned"``, and its ``token_counter`` must be one the core
+            accepts (pass :func:`approximate_tokens` or ``model.get_num_tokens``).
+        token_budget: tokens for everything sent but the current turn (an ``int >= 0``,
+            default 4000); ``max_tokens``, ``trim_messages``'s name, is an alias.
         token_counter: counts the tokens of one text: ``None`` (tiktoken's
             ``cl100k_base``, offline), ``"approximate"`` (four characters a token), a chat
             model (its ``get_num_tokens``), a tiktoken encoding name, or any callable.
@@ -186,42 +193,48 @@ def gate_messages(
             exactly as without it.
         embed_timeout: seconds one embedding call may take before the list is gated
             lexically; ``None``: wait.
-        **options: :class:`~context_gatekeeper.ContextGatekeeper` options
-            (``message_overhead``, ``params``, ``preset``, selection parameters);
-            ``on_overflow`` defaults to ``"keep_pinned"``.
+        **gate_options: other :class:`~context_gatekeeper.GateOptions` fields
+            (``message_overhead``, ``params``, ``preset``, ``vector_cache``) and selection
+            parameters; ``on_overflow`` defaults to ``"keep_pinned"``.
 
     Returns:
         The caller's own message objects, in order: pinned messages, the selected
         earlier turns, the current turn.  A list without a human message comes back whole.
 
     Raises:
-        BudgetError: an invalid budget.  TypeError: an unknown option.
+        BudgetError: a budget that is not an ``int >= 0``.  TypeError: an unknown option,
+            or ``options=`` with other gate keywords.
     """
-    settings = _settings(options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
+    settings = _settings(options, gate_options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
     if messages is not None:
         return _gate(messages, settings, thread)
-    _view(settings)  # check the options now, not at the first call
+    _view(*settings)  # check the options now, not at the first call
     return RunnableLambda(
-        partial(_gate, options=settings, thread=thread), afunc=partial(_agate, options=settings, thread=thread),
+        partial(_gate, settings=settings, thread=thread), afunc=partial(_agate, settings=settings, thread=thread),
         name="gate_messages",
     )
 
 
 def _settings(
-    options: dict[str, Any], token_counter: Any, token_budget: int | None, max_tokens: int | None, embedder: Any, timeout: Any
-) -> dict[str, Any]:
-    """The gatekeeper options of one call (``max_tokens`` is ``token_budget``'s alias)."""
+    options: GateOptions | None, keywords: dict[str, Any], token_counter: Any, token_budget: int | None,
+    max_tokens: int | None, embedder: Any, timeout: Any,
+) -> _Settings:
+    """The gate options of one call (``max_tokens`` is ``token_budget``'s alias), as the
+    view cache's key and the caller's :class:`GateOptions` (checked when its view is built)."""
     if token_budget is not None and max_tokens is not None and token_budget != max_tokens:
         raise InvalidInputError(f"pass token_budget or its alias max_tokens, not both ({token_budget} != {max_tokens})")
     budget = token_budget if token_budget is not None else max_tokens
-    settings = dict(options, token_counter=token_counter)
+    settings = dict(keywords, token_counter=token_counter)
     if budget is not None:
         settings["token_budget"] = budget
     if embedder is not None:
         settings["embedder"] = embedder
     if timeout is not None:
         settings["embed_timeout"] = timeout
-    return settings
+    if options is None:
+        return settings, None
+    GateOptions.of(options, **settings)  # a GateOptions, and no keyword beside it
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.init}, options
 
 
 async def agate_messages(
@@ -233,11 +246,12 @@ async def agate_messages(
     thread: Hashable | None = None,
     embedder: Any = None,
     embed_timeout: float | None = None,
-    **options: Any,
+    options: GateOptions | None = None,
+    **gate_options: Any,
 ) -> list[BaseMessage]:
     """Async :func:`gate_messages` (same kept index).  Without an embedder the gating
     runs in a worker thread; with one, the embedding calls are awaited."""
     if messages is None:
         raise InvalidInputError("agate_messages needs messages; gate_messages() without them returns a Runnable")
-    settings = _settings(options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
+    settings = _settings(options, gate_options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
     return await _agate(list(messages) if not isinstance(messages, PromptValue) else messages, settings, thread)

@@ -18,7 +18,16 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from context_gatekeeper import BudgetError
+import gc
+import weakref
+
+from langchain_core.runnables import RunnableLambda
+
+from context_gatekeeper import BudgetError, GateOptions, InvalidTypeError
+from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper.stores import InMemoryStore
+from langchain_gatekeeper import TopicGateKeysError
+from test_lc_trim import A, B, YieldingEmbedder, gather
 from langchain_gatekeeper.gate import GatedRunnableWithMessageHistory, topic_gate
 from langchain_gatekeeper.history import GatekeeperChatMessageHistory
 from lc_support import (
@@ -188,7 +197,7 @@ def test_topic_gate_standalone_on_a_list():
 
 def test_gate_options_apply_and_are_checked_up_front():
     with pytest.raises(BudgetError):
-        topic_gate(token_budget=0)
+        topic_gate(token_budget=-1)
     with pytest.raises(TypeError):
         topic_gate(no_such_option=1)
     sessions, rec = Sessions(), Recorder()
@@ -249,3 +258,111 @@ def test_our_classes_raise_no_warning_and_upstream_still_warns_for_its_own():
         gate.invoke({"question": "q", "history": []})
         assert isinstance(chain, RunnableWithMessageHistory)
     upstream(numbered_answers(), sessions)  # the suppression is scoped to our constructor
+
+
+# -- concurrent async gating without a history ----------------------------------------------
+def test_concurrent_topic_gate_ainvoke_without_a_history_never_mixes() -> None:
+    gate = topic_gate(token_budget=60, message_overhead=0, embedder=YieldingEmbedder())
+    mixed = [*A[:-1], *B[:-1]]  # one list with both topics: each query keeps its own
+    lists = [A, B, [*mixed, HumanMessage("redis setup?")], [*mixed, HumanMessage("espresso setup?")]]
+    alone = [texts(asyncio.run(gate.ainvoke(x))) for x in lists]
+    assert len(set(map(tuple, alone))) == 4
+    results = asyncio.run(gather(*(gate.ainvoke(x) for x in lists)))
+    assert [texts(r) for r in results] == alone
+
+
+# -- options keep no history alive ---------------------------------------------------------
+def test_topic_gate_with_options_keeps_no_history_alive() -> None:
+    store = InMemoryStore()
+    made: list[weakref.ref] = []
+
+    def session(session_id: str) -> GatekeeperChatMessageHistory:
+        history = GatekeeperChatMessageHistory(session_id, store=store)  # a new object per call
+        made.extend([weakref.ref(history), weakref.ref(history.transcript)])
+        return history
+
+    chain = GatedRunnableWithMessageHistory(RunnableLambda(lambda _: AIMessage("ok")), session,
+                                            gate_options={"token_budget": 500})
+    for i in [0, 1, 2, 0, 1, 2]:
+        chain.invoke([HumanMessage(f"question {i} about redis")], {"configurable": {"session_id": f"s{i}"}})
+    gc.collect()
+    assert made and all(ref() is None for ref in made)
+    assert len(GatekeeperChatMessageHistory("s0", store=store).messages) == 4  # two turns stored, answers too
+
+
+def test_topic_gate_with_options_gates_a_kept_history_from_its_own_index() -> None:
+    history = GatekeeperChatMessageHistory("kept", store=InMemoryStore())
+    history.add_messages(A[:-1] + B[:-1])
+    gate = topic_gate(token_budget=60, message_overhead=0)
+    config = {"configurable": {"message_history": history}}
+    first = gate.invoke([*history.messages, HumanMessage("redis setup?")], config)
+    again = gate.invoke([*history.messages, HumanMessage("redis setup?")], config)
+    assert texts(first) == texts(again) and "espresso answer 0" not in texts(first)
+    transcript = weakref.ref(history.transcript)
+    del history, config
+    gc.collect()
+    assert transcript() is None
+
+
+# -- which key is the query --------------------------------------------------------------------
+def roman_chat() -> list[BaseMessage]:
+    msgs: list[BaseMessage] = [HumanMessage("How long should a Redis lock TTL be?"), AIMessage("Longer than the job."),
+                               HumanMessage("Best espresso grind for a moka pot?"), AIMessage("Medium-fine.")]
+    for i in range(6):
+        msgs += [HumanMessage(f"Tell me about Roman emperor number {i}"), AIMessage(f"Emperor {i} ruled long ago.")]
+    return msgs
+
+
+def test_a_list_ending_with_a_human_message_beside_a_lone_string_is_ambiguous() -> None:
+    msgs = [*roman_chat(), HumanMessage("And how should the Redis lock watchdog renew the TTL?")]
+    value = {"messages": msgs, "language": "French"}
+    with pytest.raises(TopicGateKeysError) as caught:
+        topic_gate(token_budget=120, message_overhead=0).invoke(value)
+    message = str(caught.value)
+    assert "input_messages_key='messages'" in message and "'language'" in message
+    explicit = topic_gate(input_messages_key="messages", token_budget=120, message_overhead=0).invoke(value)
+    assert "Longer than the job." in texts(explicit["messages"]) and explicit["language"] == "French"
+    # a history ending with an answer beside a string, or beside a message: history and input
+    history = roman_chat()
+    for query in ("How long should the Redis lock TTL be?", HumanMessage("How long should the Redis lock TTL be?")):
+        got = topic_gate(token_budget=120, message_overhead=0).invoke({"history": history, "question": query})
+        assert "Longer than the job." in texts(got["history"]) and len(got["history"]) < len(history)
+
+
+def test_history_key_alone_infers_the_input_key_or_refuses() -> None:
+    history = roman_chat()
+    value = {"history": history, "question": "Which espresso grind for a moka pot?"}
+    inferred = topic_gate(history_messages_key="history", token_budget=120, message_overhead=0).invoke(value)
+    both = topic_gate(history_messages_key="history", input_messages_key="question", token_budget=120,
+                      message_overhead=0).invoke(value)
+    assert texts(inferred["history"]) == texts(both["history"]) and len(both["history"]) < len(history)
+    upstream = {**value, "input": "How long should a Redis lock TTL be?", "language": "en"}  # "input" wins
+    got = topic_gate(history_messages_key="history", token_budget=120, message_overhead=0).invoke(upstream)
+    assert "Longer than the job." in texts(got["history"])
+    with pytest.raises(TopicGateKeysError, match="'language'.*'question'|'question'.*'language'"):
+        topic_gate(history_messages_key="history").invoke({**value, "language": "en"})
+    with pytest.raises(TopicGateKeysError, match="input_messages_key"):
+        topic_gate(history_messages_key="history").invoke({"history": history, "k": 3})
+    with pytest.raises(InvalidInputError, match="'query'"):
+        topic_gate(history_messages_key="history", input_messages_key="query").invoke(value)
+
+
+# -- options: keywords or one GateOptions ---------------------------------------------------
+def test_topic_gate_takes_one_gate_options_or_its_keywords():
+    history = [*A[:-1], *B[:-1]]
+    new = HumanMessage("redis setup?")
+    by_record = topic_gate(options=GateOptions(token_budget=60, message_overhead=0)).invoke([*history, new])
+    by_keywords = topic_gate(token_budget=60, message_overhead=0).invoke([*history, new])
+    assert texts(by_record) == texts(by_keywords) and len(by_record) < len(history) + 1
+    with pytest.raises(InvalidTypeError, match="not both"):
+        topic_gate(options=GateOptions(), token_budget=100)
+    with pytest.raises(InvalidTypeError, match="must be a GateOptions"):
+        topic_gate(options={"token_budget": 100})
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    tiny = dict_chain(sessions, gate_options={"options": GateOptions(token_budget=1)})  # None: keep_pinned
+    tiny.invoke({"question": REDIS_QUERY}, config(rec))
+    assert texts(rec.last) == ["Be brief.", REDIS_QUERY]
+    strict = topic_gate(options=GateOptions(token_budget=1, on_overflow="raise"))  # a policy given is kept
+    with pytest.raises(BudgetError, match="keep_pinned"):
+        strict.invoke([SystemMessage("Be brief and exact."), *history, new])

@@ -385,3 +385,46 @@ def test_undo_info_lives_in_the_checkpoint_not_in_the_middleware() -> None:
     assert "Iceland" in second.get_state(CONFIG).values["messages"][0].text
     undo_thread(second, CONFIG)
     assert second.get_state(CONFIG).values["messages"][0].text == IRELAND
+
+
+# -- concurrent agents over one shared index ------------------------------------------------
+def test_concurrent_agents_without_a_checkpointer_never_mix() -> None:
+    from test_lc_trim import A, B, YieldingEmbedder, gather
+
+    def texts(messages: list[BaseMessage]) -> list[str]:
+        return [m.text for m in messages]
+
+    def with_ids(messages: list[BaseMessage], tag: str) -> list[BaseMessage]:
+        return [m.model_copy(update={"id": f"{tag}{i}"}) for i, m in enumerate(messages)]
+
+    middleware = GatekeeperMiddleware(token_budget=70, message_overhead=0, embedder=YieldingEmbedder())
+    model = scripted([AIMessage(f"answer {i}") for i in range(10)])
+    agent = create_agent(model, [], middleware=[middleware])  # no checkpointer: thread None
+    a = with_ids([*A[:-1], *B[:-1], HumanMessage("redis setup?")], "a")
+    b = with_ids([*B[:-1], *A[:-1], HumanMessage("espresso setup?")], "b")
+    for x in (a, b):
+        asyncio.run(agent.ainvoke({"messages": x}))
+    alone = {tuple(texts(r)) for r in model.received}
+    assert len(alone) == 2
+    model.received.clear()
+    asyncio.run(gather(*(agent.ainvoke({"messages": x}) for x in (a, b, a, b))))
+    assert {tuple(texts(r)) for r in model.received} == alone and len(model.received) == 4
+
+
+# -- options: keywords or one GateOptions ---------------------------------------------------
+def test_middleware_takes_one_gate_options_checked_once_before_anything_is_built() -> None:
+    from context_gatekeeper import BudgetError, GateOptions, InvalidTypeError
+
+    options = GateOptions.of(token_budget=70, message_overhead=0, top_m=5)
+    middleware = GatekeeperMiddleware(options=options)
+    assert middleware.options.token_budget == 70 and middleware.options.params.top_m == 5
+    assert middleware.options.on_overflow == "keep_pinned"  # None means the adapters' default
+    assert GatekeeperMiddleware(options=options.with_(on_overflow="raise")).options.on_overflow == "raise"
+    by_keywords = GatekeeperMiddleware(token_budget=70, message_overhead=0, top_m=5).options
+    assert by_keywords.with_(token_counter=None) == middleware.options.with_(token_counter=None)
+    with pytest.raises(InvalidTypeError, match="not both"):
+        GatekeeperMiddleware(options=options, token_budget=100)
+    with pytest.raises(BudgetError, match="int >= 0"):
+        GatekeeperMiddleware(token_budget=-1, model=object())  # the budget first: no model resolved
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        GatekeeperMiddleware(no_such_option=1)

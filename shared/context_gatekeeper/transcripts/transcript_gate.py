@@ -25,6 +25,7 @@ from ..selection.semantic.runner import run_locked
 from ..selection.semantic.embedding import text_hash, turn_text
 from ..errors import InvalidInputError, InvalidTypeError
 from ..selection.gatekeeper import ContextGatekeeper
+from ..selection.options import GateOptions
 from ..records.messages import Message
 from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
@@ -194,6 +195,8 @@ class TranscriptGate:
         transcript: the transcript to follow.
         gatekeeper: a configured gatekeeper to drive, or ``None`` to create one from
             the keywords below and ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
+        options: the new gatekeeper's settings as one checked :class:`GateOptions` instead
+            of keywords (not both); its embedder's vectors go to the store as with ``embedder=``.
         embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
             ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
             needed).  Turns are embedded once, in batches, and their vectors saved in the
@@ -211,18 +214,28 @@ class TranscriptGate:
         transcript: Transcript,
         gatekeeper: ContextGatekeeper | None = None,
         *,
+        options: GateOptions | None = None,
         embedder: Any = None,
         embed_timeout: float | None = None,
         vector_cache: Any = None,
         **gatekeeper_options: Any,
     ) -> None:
         semantic = embedder is not None or embed_timeout is not None or vector_cache is not None
-        if gatekeeper is not None and (gatekeeper_options or semantic):
+        if gatekeeper is not None and (gatekeeper_options or semantic or options is not None):
             raise InvalidTypeError(
                 "pass either a gatekeeper or options to build one (embedder= included), not both: "
                 "set the options on the ContextGatekeeper you pass, or leave gatekeeper= out"
             )
         self.transcript = transcript
+        if options is not None:  # checked already (GateOptions.of refuses keywords beside it)
+            options = GateOptions.of(options, embedder=embedder, embed_timeout=embed_timeout,
+                                     vector_cache=vector_cache, **gatekeeper_options)
+            if options.embedder is not None and options.vector_cache is None:  # vectors to the store, as with embedder=
+                from ..stores.vector_cache import StoreVectorCache
+
+                store_cache = StoreVectorCache(transcript.store, transcript.session_id)
+                options = options.with_(vector_cache=_MessageVectorCache(store_cache, self))
+            gatekeeper = ContextGatekeeper(options=options)
         if gatekeeper is None and embedder is not None:
             if vector_cache is None:
                 from ..stores.vector_cache import StoreVectorCache

@@ -1,0 +1,180 @@
+"""gate_messages and agate_messages: topic gating of plain message lists, shaped like
+trim_messages: their options (keywords or one GateOptions), the views they keep across
+calls (keyed by the options' values, the caller's own embedder object), and concurrent
+async calls over one shared index, which never mix conversations, deadlock a sync call
+meanwhile, or break on a cancelled waiter.
+
+The embedder is the deterministic hashing fake, with async twins that yield to the event
+loop (no sleeps, no timing)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from context_gatekeeper import BudgetError, GateOptions, InvalidTypeError, SelectionParams
+from context_gatekeeper.selection.semantic.runner import wait_idle
+from langchain_gatekeeper import agate_messages, gate_messages
+from langchain_gatekeeper.trim import approximate_tokens
+from test_semantic import HashEmbedder
+
+
+class YieldingEmbedder(HashEmbedder):
+    """Async twins that give the event loop to other tasks several times per call (where a
+    real embedder awaits the network); ``hold`` (an asyncio.Event) keeps query calls
+    waiting until it is set, ``entered`` is set once one is waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold: asyncio.Event | None = None
+        self.entered: asyncio.Event | None = None
+
+    async def _yield(self) -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def aembed_documents(self, texts):
+        await self._yield()
+        return self.embed_documents(texts)
+
+    async def aembed_query(self, text):
+        await self._yield()
+        if self.hold is not None:
+            self.entered.set()
+            await self.hold.wait()
+        return self.embed_query(text)
+
+
+def conversation(topic: str, n: int = 6) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for i in range(n):
+        out += [HumanMessage(f"{topic} question {i} about {topic} setup"), AIMessage(f"{topic} answer {i}")]
+    return out + [HumanMessage(f"More about {topic} setup?")]
+
+
+A, B = conversation("redis"), conversation("espresso")
+
+
+def texts(messages: list[BaseMessage]) -> list[str]:
+    return [m.text for m in messages]
+
+
+async def gather(*awaitables):
+    return await asyncio.gather(*awaitables)
+
+
+# -- concurrent async gating over a shared index -------------------------------------------
+def test_concurrent_agate_messages_over_different_lists_never_mix() -> None:
+    emb = YieldingEmbedder()
+    options = {"token_budget": 4000, "embedder": emb}
+    alone = {id(x): texts(asyncio.run(agate_messages(x, **options))) for x in (A, B)}
+    assert alone[id(A)] != alone[id(B)] and len(alone[id(A)]) == len(A)
+    results = asyncio.run(gather(*(agate_messages(x, **options) for x in (A, B, A, B))))
+    assert [texts(r) for r in results] == [alone[id(x)] for x in (A, B, A, B)]
+
+
+def test_a_sync_call_meanwhile_neither_deadlocks_nor_mixes() -> None:
+    emb = YieldingEmbedder()
+    options = {"token_budget": 4000, "embedder": emb}
+    alone = {id(x): texts(gate_messages(x, **options)) for x in (A, B)}
+
+    async def scenario():
+        emb.hold, emb.entered = asyncio.Event(), asyncio.Event()
+        holder = asyncio.create_task(agate_messages(A, **options))
+        await emb.entered.wait()  # the holder waits inside the embedder, index held
+        in_loop = gate_messages(B, **options)  # the loop's own thread: must not wait on the holder
+        worker = asyncio.create_task(asyncio.to_thread(gate_messages, B, **options))  # waits its turn
+        waiter = asyncio.create_task(agate_messages(B, **options))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        waiter.cancel()  # a cancelled waiter leaves the lock as it was
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        emb.hold.set()
+        done = await asyncio.gather(holder, worker)
+        emb.hold = None
+        return in_loop, *done, await agate_messages(B, **options)
+
+    in_loop, held, worker, after = asyncio.run(scenario())
+    assert texts(held) == alone[id(A)]
+    assert texts(in_loop) == texts(worker) == texts(after) == alone[id(B)]
+
+
+# -- views kept across calls ---------------------------------------------------------------
+def test_gate_messages_with_params_built_per_call_reuses_its_index() -> None:
+    emb = YieldingEmbedder()
+    messages = [*A[:-1], *B[:-1], HumanMessage("redis setup?")]
+    turns = (len(messages) - 1) // 2
+    for _ in range(3):
+        gate_messages(messages, token_budget=60, embedder=emb, params=SelectionParams())
+        assert wait_idle(30)  # turns are embedded in the background
+    assert sum(map(len, emb.document_calls)) == turns  # one view, one vector cache: embedded once
+    asyncio.run(agate_messages(messages, token_budget=60, embedder=emb, params=SelectionParams()))
+    assert wait_idle(30)  # turns are embedded in the background
+    assert sum(map(len, emb.document_calls)) == turns
+    mine = SelectionParams()
+    gate_messages(messages, token_budget=60, embedder=emb, params=mine)
+    assert wait_idle(30)  # turns are embedded in the background
+    mine.kind_weights["word"] = 0.5  # other values (its dict mutated): another view, its own vectors
+    gate_messages(messages, token_budget=60, embedder=emb, params=mine)
+    assert wait_idle(30)  # turns are embedded in the background
+    assert sum(map(len, emb.document_calls)) == 2 * turns
+    gate_messages(messages, token_budget=60, embedder=emb, params=replace(SelectionParams(), k1=2.0))
+    assert wait_idle(30)  # turns are embedded in the background
+    assert sum(map(len, emb.document_calls)) == 3 * turns
+    gate_messages(messages, token_budget=60, embedder=emb, params=SelectionParams())  # the first view again
+    assert wait_idle(30)  # turns are embedded in the background
+    assert sum(map(len, emb.document_calls)) == 3 * turns
+
+
+@dataclass(eq=False)
+class DataEmbedder:
+    """An embedder that happens to be a dataclass: a live object, never copied or keyed by value."""
+
+    calls: list = field(default_factory=list)
+
+    def embed_documents(self, texts):
+        self.calls.append(list(texts))
+        return [[float(len(t)), 1.0] for t in texts]
+
+    def embed_query(self, text):
+        self.calls.append([text])
+        return [float(len(text)), 1.0]
+
+
+def test_gate_messages_uses_the_callers_own_embedder_object() -> None:
+    emb = DataEmbedder()
+    gate_messages([*A[:-1], HumanMessage("redis setup?")], token_budget=60, embedder=emb)
+    wait_idle(5)  # the turns are embedded by a background pass, which may land before or after the query
+    assert ["redis setup?"] in emb.calls  # the caller's own object embedded the query
+
+
+
+
+# -- options: keywords or one GateOptions ---------------------------------------------------
+def test_gate_messages_takes_one_gate_options_or_its_keywords() -> None:
+    messages = [*A[:-1], *B[:-1], HumanMessage("redis setup?")]
+    options = GateOptions(token_budget=60, token_counter=approximate_tokens, message_overhead=0)
+    by_record = gate_messages(messages, options=options)
+    by_keywords = gate_messages(messages, token_budget=60, token_counter="approximate", message_overhead=0)
+    assert texts(by_record) == texts(by_keywords) and len(by_record) < len(messages)
+    assert texts(gate_messages(options=options).invoke(messages)) == texts(by_record)  # the Runnable form
+    assert texts(asyncio.run(agate_messages(messages, options=options))) == texts(by_record)
+    with pytest.raises(InvalidTypeError, match="not both"):
+        gate_messages(messages, options=options, token_budget=100)
+    with pytest.raises(InvalidTypeError, match="not both"):
+        gate_messages(options=options, top_m=3)
+
+
+def test_gate_messages_budget_follows_the_one_rule() -> None:
+    messages = [*A[:-1], HumanMessage("redis setup?")]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(BudgetError, match="int >= 0"):
+            gate_messages(messages, token_budget=bad)
+        with pytest.raises(BudgetError, match="int >= 0"):
+            gate_messages(token_budget=bad)  # checked when the Runnable is built
+    # 0, as trim_messages(max_tokens=0): nothing but the current turn
+    assert texts(gate_messages(messages, max_tokens=0)) == ["redis setup?"]
