@@ -49,7 +49,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, Optional, Union
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
@@ -63,7 +63,7 @@ from context_gatekeeper import (
     resolve_token_counter,
     select_covering,
 )
-from context_gatekeeper.integration import BoundedCache
+from context_gatekeeper.integration import BoundedCache, require_budget
 
 from .node_vectors import NodeVectors, query_embedding
 
@@ -187,8 +187,9 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     """Keep the retrieved nodes that cover the query's informative terms, within a token budget.
 
     Attributes:
-        token_budget: most tokens the kept nodes may cost together (None: no limit;
-            coverage alone then decides).
+        token_budget: most tokens the kept nodes may cost together, an ``int >= 0`` (the
+            library's one budget rule; 0 keeps nothing), or None: no limit (coverage alone
+            then decides).
         corpus: document frequencies for term weights (:func:`build_corpus`); default:
             the retrieved nodes'.
         token_counter: counts a node's tokens: a ``callable(str) -> int``, a tokenizer
@@ -212,7 +213,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             selected lexically; ``None``: wait.
     """
 
-    token_budget: Optional[int] = Field(default=None, ge=0, description="Most tokens the kept nodes may cost.")
+    token_budget: Optional[int] = Field(default=None, description="Most tokens the kept nodes may cost.")
     corpus: Optional[CoverageCorpus] = Field(default=None, exclude=True, description="Document frequencies.")
     token_counter: Optional[Any] = Field(default=None, exclude=True, description="Token counter.")
     coverage_target: float = Field(default=1.0, gt=0.0, le=1.0, description="Share of query weight to cover.")
@@ -224,6 +225,12 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     _count: Callable[[str], int] = PrivateAttr()
     _counter_key: Any = PrivateAttr()
     _vectors: Optional["NodeVectors"] = PrivateAttr(default=None)
+
+    @field_validator("token_budget", mode="before")
+    @classmethod
+    def _one_budget_rule(cls, value: Any) -> Any:
+        """The library's one budget rule (an ``int >= 0``, bool refused); ``None``: no limit."""
+        return None if value is None else require_budget(value)
 
     def model_post_init(self, __context: Any) -> None:
         """Normalise the token counter and the embedder once."""

@@ -271,3 +271,12 @@ def test_select_covering_with_given_anchors_or_without_explanations_chooses_the_
     assert fallback.kept == [0, 1] and fallback.explanations == []
     with pytest.raises(InvalidInputError, match="anchor counts for 4 texts"):
         select_covering(QUERY, texts, costs=[9, 9, 9, 9], anchors=[extract_anchors(TTL).counts])
+
+
+def test_the_budget_follows_the_librarys_one_rule() -> None:
+    nodes = retrieved(TTL, FENCING)
+    for bad in (-1, 1.5, "10", True):
+        with pytest.raises(ValueError, match="int >= 0"):
+            GatekeeperNodePostprocessor(token_budget=bad)
+    assert GatekeeperNodePostprocessor(token_budget=None).token_budget is None  # no limit
+    assert GatekeeperNodePostprocessor(token_budget=0).postprocess_nodes(nodes, query_str=QUERY) == []

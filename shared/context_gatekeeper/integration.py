@@ -44,6 +44,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
 from __future__ import annotations
 
 from .caching import BoundedCache, text_key
+from .validation import require_budget
 from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
 from .editing.compute import EditResult, acompute_edit, compute_edit
 from .editing.format import ideal_patch_reply
@@ -78,6 +79,8 @@ __all__ = [
     # per-text caches
     "BoundedCache",
     "text_key",
+    # input checks (the one budget rule, for adapters whose budget may be None)
+    "require_budget",
     # transcript records
     "Applied",
     "Change",
