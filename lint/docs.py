@@ -29,7 +29,8 @@ import unicodedata
 import warnings
 from pathlib import Path
 
-from lint import REPO
+REPO = Path(__file__).resolve().parents[1]
+"""The repository root the check reads by default."""
 
 README_MAX_LINES = 300
 """The README's length limit: what a user reads in about ten minutes."""
@@ -184,7 +185,9 @@ def _module_paths(root: Path) -> list[str]:
         try:
             ok = resolves(dotted)
         except ImportError as exc:
-            problems.append(f"{where}: {dotted} cannot be checked: {exc} (install the dev extra)")
+            missing = (getattr(exc, "name", None) or "").split(".")[0]
+            hint = "install the dev extra" if missing and not missing.endswith("gatekeeper") else "fix the import"
+            problems.append(f"{where}: {dotted} cannot be checked, importing it fails: {exc} ({hint})")
             continue
         if not ok:
             problems.append(f"{where}: names {dotted}, which does not import; fix the name or the page")
