@@ -351,7 +351,7 @@ def test_gate_messages_checks_its_options() -> None:
     with pytest.raises(InvalidInputError, match="not both"):
         gate_messages([HumanMessage("q")], token_budget=10, max_tokens=20)
     with pytest.raises(ValueError):
-        gate_messages(token_budget=0)
+        gate_messages(token_budget=-1)  # 0 is a budget, as trim_messages(max_tokens=0)
     with pytest.raises(TypeError):
         gate_messages(no_such_option=1)
     with pytest.raises(InvalidInputError, match="not a string"):
