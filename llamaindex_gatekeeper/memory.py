@@ -322,6 +322,13 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         with self._lock:
             return self._gate.explain(query)
 
+    async def aexplain(self, query: str) -> Selection:
+        """Async :meth:`explain`: with an embedder the query's embedding is awaited, else the
+        store is read in a worker thread."""
+        if self._gate.semantic:
+            return await self._gate.aexplain(query)
+        return await asyncio.to_thread(self.explain, query)
+
     def close(self) -> None:
         """Close the store if this memory opened it (from a path or URL, or as a pickle's or
         deepcopy's connection to the original's PostgreSQL store)."""

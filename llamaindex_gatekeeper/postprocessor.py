@@ -319,6 +319,13 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
         ]
 
+    async def aexplain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
+        """Async :meth:`explain` (the embedding calls awaited, as in :meth:`aselect`)."""
+        result = await self.aselect(nodes, query)
+        return [
+            NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
+        ]
+
     def _postprocess_nodes(
         self,
         nodes: List[NodeWithScore],

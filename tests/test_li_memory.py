@@ -368,6 +368,7 @@ def test_async_twins():
         await memory.aedit("Iceland", model=patch({"op": "replace", "id": "1", "content": "We went to Iceland."}))
         assert contents(await memory.aget_all())[0] == "We went to Iceland."
         assert contents(await memory.aget(input="Iceland trip?"))[0] == "We went to Iceland."
+        assert await memory.aexplain("Iceland trip?") == memory.explain("Iceland trip?")
         await memory.aundo()
         await memory.aredo()
         assert len(await memory.ahistory()) == 5 and "Iceland" in str(await memory.adiff(2))

@@ -87,6 +87,7 @@ def test_explain_says_why_each_node_was_kept_or_dropped() -> None:
     ]
     assert "redis" in explanations[0].coverage.covered and explanations[0].coverage.gain > 0
     assert str(explanations[2]).startswith("n2: dropped #2: irrelevant")
+    assert asyncio.run(GatekeeperNodePostprocessor().aexplain(nodes, QUERY)) == explanations  # the async twin
 
 
 def test_no_lexical_match_keeps_nodes_by_default() -> None:

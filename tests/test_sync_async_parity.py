@@ -1,11 +1,18 @@
-"""Every sync method with an async twin (``x`` / ``ax``) takes the same parameters, and the
-twins do the same thing.
+"""Sync/async parity: every public sync method ``x`` has an async twin ``ax`` with the same
+parameters, and every ``ax`` has its ``x``, on every public class that has twins; and the
+twins of :class:`Transcript` do what the sync methods do.
 
-* Signatures: for :class:`Transcript`, :class:`Store` and each concrete store (in memory,
-  SQLite, PostgreSQL through the lazy import), every public method ``x`` whose twin ``ax``
-  exists has the same parameters (names, kinds, defaults), every twin is a coroutine
-  function, and a public method without a twin must be listed below with the reason, so a
-  new method added without its twin fails here.
+* Surfaces (the one place this is checked): :class:`Transcript`, :class:`TranscriptGate`,
+  :class:`ContextGatekeeper`, :class:`Store` and each concrete store (in memory, SQLite,
+  PostgreSQL through the lazy import, whose twins are native), the LangChain history,
+  middleware and gated view, and the LlamaIndex memory and node postprocessor.  For each,
+  every public method ``x`` (inherited ones included) has a coroutine function ``ax`` with
+  the same parameters (names, kinds, defaults), and every public coroutine function ``ax``
+  has its ``x`` (a method, or a property listed in :data:`PROPERTY_TWINS`).  A method
+  without a twin must be listed in :data:`NO_TWIN` with the reason, so a method added
+  without its twin fails here.  The frameworks' own methods that a class inherits
+  untouched (pydantic's ``model_dump``, LangChain's ``add_user_message`` ...) are the
+  frameworks' surface, not ours, and are left out, unless one of a pair is ours.
 * Behaviour: one script of operations (append, a retried append renewed under a taken id,
   apply, edit with the scripted model, an edit with ``strategy="rewrite"``, a large deletion
   refused then allowed with ``allow_large_deletion=True``, undo, redo, revert, set,
@@ -26,7 +33,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_gatekeeper import Transcript
+from context_gatekeeper import ContextGatekeeper, Transcript, TranscriptGate
 from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store, VectorStore
 from context_gatekeeper.testing import ScriptedModel
@@ -34,18 +41,60 @@ from context_gatekeeper.records.messages import Message
 from context_gatekeeper.records.operations import Delete, InsertAfter, Replace
 from context_gatekeeper.records.revisions import Proposal
 
-# Public sync methods that deliberately have no async twin, and why.
-TRANSCRIPT_NO_TWIN = {
-    "close": "closes the store this transcript opened; quick, and called from sync context managers",
+FRAMEWORKS = frozenset({"pydantic", "pydantic_core", "llama_index", "langchain", "langchain_core", "langgraph"})
+"""The frameworks' top-level packages: methods defined there are their surface, not ours."""
+
+CLOSE = "closes what this object opened; quick, and called from sync context managers and finalisers"
+STORE_CLOSE = (
+    "releasing a connection is quick; only a store whose async twins hold loop-bound resources "
+    "needs aclose (PostgresStore has one: an async pool per event loop)"
+)
+IN_MEMORY = "in-memory work on the gatekeeper's own index: never waits on a store, a model or an embedder"
+CONSTRUCTION = "builds or describes the object (a constructor or a LlamaIndex/pydantic serialiser hook), no I/O to await"
+
+NO_TWIN: dict[str, dict[str, str]] = {
+    "Transcript": {"close": CLOSE},
+    "TranscriptGate": {
+        "sync": "catches the index up with the transcript; the async twins (aexplain, aselect_messages, "
+        "aembed_pending) catch up themselves in a worker thread, so async callers never call it",
+    },
+    "ContextGatekeeper": {
+        name: IN_MEMORY
+        for name in (
+            "add_turn", "build_prompt", "clear", "get_turn", "insert_turn", "pin", "remove_turn",
+            "replace_turn", "segments", "take_cached", "topics", "turn_cost", "unpin",
+        )
+    },
+    # PostgresStore has every twin (aclose, aapplied_migrations: its async pools are loop-bound);
+    # VectorStore is the vector half of a store, with no close of its own.
+    "Store": {"close": STORE_CLOSE},
+    "VectorStore": {},
+    "InMemoryStore": {"close": STORE_CLOSE},
+    "SQLiteStore": {
+        "close": STORE_CLOSE,
+        "applied_migrations": "an operator's inspection of the schema, not a request path",
+        "checkpoint": "SQLite maintenance (WAL checkpoint), run by an operator",
+    },
+    "PostgresStore": {},
+    "GatekeeperChatMessageHistory": {"close": CLOSE},
+    "GatekeeperMiddleware": {},
+    "GatedView": {
+        "gatekeeper": "returns the thread's in-memory gatekeeper, for inspection: nothing to wait for",
+        "index": "returns the thread's in-memory turn index, for inspection: nothing to wait for",
+    },
+    "GatekeeperMemory": {
+        "close": CLOSE,
+        "class_name": CONSTRUCTION,
+        "from_defaults": CONSTRUCTION,
+        "from_dict": CONSTRUCTION + " (from_dict writes an imported log: a one-off import, not a request path)",
+        "to_dict": CONSTRUCTION,
+    },
+    "GatekeeperNodePostprocessor": {"class_name": CONSTRUCTION, "model_post_init": CONSTRUCTION},
 }
-STORE_NO_TWIN = {
-    "close": "releasing a connection is quick; only a store whose async twins hold loop-bound "
-    "resources needs aclose (PostgresStore has one: an async pool per event loop)",
-    "applied_migrations": "an operator's inspection of the schema, not a request path (PostgresStore has a twin)",
-    "checkpoint": "SQLite maintenance (WAL checkpoint), run by an operator",
-}
-# Async methods whose sync side is a property, not a method.
+"""Public sync methods that deliberately have no async twin, by class, and why."""
+
 PROPERTY_TWINS = {"aget_messages": "messages"}
+"""Async methods whose sync side is a property, not a method."""
 
 
 def postgres_store() -> type:
@@ -55,13 +104,43 @@ def postgres_store() -> type:
     return stores.PostgresStore  # the lazy export (psycopg imported on first use)
 
 
-STORE_CLASSES: dict[str, Callable[[], type]] = {
+def langchain(name: str) -> Callable[[], type]:
+    def load() -> type:
+        pytest.importorskip("langchain_core")
+        import langchain_gatekeeper
+        from langchain_gatekeeper import agent_view
+
+        return getattr(langchain_gatekeeper, name, None) or getattr(agent_view, name)
+
+    return load
+
+
+def llamaindex(name: str) -> Callable[[], type]:
+    def load() -> type:
+        pytest.importorskip("llama_index.core")
+        import llamaindex_gatekeeper
+
+        return getattr(llamaindex_gatekeeper, name)
+
+    return load
+
+
+SURFACES: dict[str, Callable[[], type]] = {
+    "Transcript": lambda: Transcript,
+    "TranscriptGate": lambda: TranscriptGate,
+    "ContextGatekeeper": lambda: ContextGatekeeper,
     "Store": lambda: Store,
     "VectorStore": lambda: VectorStore,
     "InMemoryStore": lambda: InMemoryStore,
     "SQLiteStore": lambda: SQLiteStore,
     "PostgresStore": postgres_store,
+    "GatekeeperChatMessageHistory": langchain("GatekeeperChatMessageHistory"),
+    "GatekeeperMiddleware": langchain("GatekeeperMiddleware"),
+    "GatedView": langchain("GatedView"),
+    "GatekeeperMemory": llamaindex("GatekeeperMemory"),
+    "GatekeeperNodePostprocessor": llamaindex("GatekeeperNodePostprocessor"),
 }
+"""Every public class with async twins, by name."""
 
 
 def public_methods(cls: type) -> dict[str, Any]:
@@ -78,8 +157,9 @@ def public_methods(cls: type) -> dict[str, Any]:
     return found
 
 
-def is_twin(name: str, methods: dict[str, Any]) -> bool:
-    return name.startswith("a") and name[1:] in methods
+def ours(function: Any) -> bool:
+    """Whether ``function`` is defined by this project (or a test), not inherited from a framework."""
+    return (getattr(function, "__module__", None) or "").split(".")[0] not in FRAMEWORKS
 
 
 def shape(function: Any) -> list[tuple[str, Any, Any]]:
@@ -93,42 +173,41 @@ def check_twins(cls: type, no_twin: dict[str, str]) -> list[str]:
     problems = []
     for name, function in sorted(methods.items()):
         if inspect.iscoroutinefunction(function):
-            sync = name[1:] if is_twin(name, methods) else PROPERTY_TWINS.get(name)
-            if sync is None:
+            sync = methods.get(name[1:]) if name.startswith("a") else None
+            if sync is None and PROPERTY_TWINS.get(name) is None and ours(function):
                 problems.append(f"{cls.__name__}.{name} is async but {name[1:]!r} is no sync method of the class")
             continue
         twin = methods.get("a" + name)
-        if twin is None:
-            if name not in no_twin:
+        if twin is None or not inspect.iscoroutinefunction(twin):
+            if twin is not None and (ours(function) or ours(twin)):
+                problems.append(f"{cls.__name__}.a{name} is not a coroutine function")
+            elif twin is None and name not in no_twin and ours(function):
                 problems.append(
                     f"{cls.__name__}.{name} has no async twin a{name}: add one, or list it with the reason in this test"
                 )
             continue
-        if not inspect.iscoroutinefunction(twin):
-            problems.append(f"{cls.__name__}.a{name} is not a coroutine function")
-        if shape(function) != shape(twin):
+        if (ours(function) or ours(twin)) and shape(function) != shape(twin):
             problems.append(f"{cls.__name__}.{name}{inspect.signature(function)} != a{name}{inspect.signature(twin)}")
     for name in no_twin:
-        if name in methods and "a" + name in methods and shape(methods[name]) != shape(methods["a" + name]):
-            problems.append(f"{cls.__name__}.{name} and a{name} differ")
+        if name not in methods:
+            problems.append(f"{cls.__name__}.{name} is listed without a twin but is no method of the class: unlist it")
+        elif "a" + name in methods:
+            problems.append(f"{cls.__name__}.{name} is listed without a twin but a{name} exists: unlist it")
     return problems
 
 
-def test_transcript_twins_take_the_same_parameters() -> None:
-    assert check_twins(Transcript, TRANSCRIPT_NO_TWIN) == []
-    methods = public_methods(Transcript)
-    assert {"aappend", "aedit", "acommit", "aapply", "aset", "aclear", "apurge", "aundo", "aredo", "arevert"} <= set(methods)
-    assert "renew_taken_ids" in inspect.signature(Transcript.aappend).parameters
+@pytest.mark.parametrize("name", sorted(SURFACES))
+def test_every_sync_method_has_its_async_twin_with_the_same_parameters(name: str) -> None:
+    assert check_twins(SURFACES[name](), NO_TWIN[name]) == []
 
 
-@pytest.mark.parametrize("name", sorted(STORE_CLASSES))
-def test_store_twins_take_the_same_parameters(name: str) -> None:
-    cls = STORE_CLASSES[name]()
-    assert check_twins(cls, STORE_NO_TWIN) == []
+def test_every_surface_has_an_exception_list() -> None:
+    assert set(NO_TWIN) == set(SURFACES)
 
 
-def test_the_check_catches_a_missing_twin_and_a_different_signature() -> None:
-    """The checker itself: a method without a twin, and twins that differ, are reported."""
+def test_the_check_catches_a_missing_twin_a_different_signature_and_a_stale_exception() -> None:
+    """The checker itself: a method without a twin, twins that differ, an async method
+    without its sync side, and an exception that no longer applies are reported."""
 
     class Drifted(InMemoryStore):
         def compact(self) -> None:
@@ -137,9 +216,32 @@ def test_the_check_catches_a_missing_twin_and_a_different_signature() -> None:
         async def arevisions(self, session_id: str, after: int = 1) -> list:
             return []
 
-    problems = "\n".join(check_twins(Drifted, STORE_NO_TWIN))
+        async def avacuum(self) -> None:
+            """An async method added without its sync side."""
+
+        def checkpoint(self) -> None:
+            """Listed below as having no twin ..."""
+
+        async def acheckpoint(self) -> None:
+            """... but given one since."""
+
+    problems = "\n".join(check_twins(Drifted, {**NO_TWIN["InMemoryStore"], "checkpoint": "maintenance"}))
     assert "Drifted.compact has no async twin acompact" in problems
     assert "Drifted.revisions" in problems and "after: 'int' = 1" in problems
+    assert "Drifted.avacuum is async but 'vacuum' is no sync method" in problems
+    assert "Drifted.checkpoint is listed without a twin but acheckpoint exists" in problems
+    assert "Drifted.applied_migrations is listed without a twin but is no method of the class" in check_twins(
+        Drifted, {"applied_migrations": "not a method here"}
+    )[-1]
+
+
+def test_the_core_twins_are_there() -> None:
+    """The twins the documentation names exist (a class emptied of twins would pass the check)."""
+    methods = public_methods(Transcript)
+    assert {"aappend", "aedit", "acommit", "aapply", "aset", "aclear", "apurge", "aundo", "aredo", "arevert",
+            "ahistory", "arecord", "asnapshot", "adiff", "aget_messages"} <= set(methods)
+    assert "renew_taken_ids" in inspect.signature(Transcript.aappend).parameters
+    assert {"aexplain", "aselect_messages", "aembed_pending"} <= set(public_methods(TranscriptGate))
 
 
 # -- behaviour: one script, sync and async ---------------------------------------------------
