@@ -24,7 +24,7 @@ from ..errors import InvalidInputError, InvalidTypeError
 from ..tokens import TokenCounter, TokenCounterLike, resolve_token_counter
 from ..validation import require_budget, require_timeout
 from .params import SelectionParams
-from .semantic.embedding import Embedder, as_embedder
+from .semantic.embedding import Embedder, as_embedder, require_vector_cache
 from .semantic.fusion import numpy
 
 __all__ = ["GateOptions", "OnOverflow", "ON_OVERFLOW", "DEFAULT_TOKEN_BUDGET"]
@@ -121,12 +121,7 @@ class GateOptions:
                 "SelectionParams(...) or SelectionParams.preset(name, **changes)"
             )
         require_timeout(self.embed_timeout)
-        cache = self.vector_cache
-        if cache is not None and not (callable(getattr(cache, "get", None)) and callable(getattr(cache, "put", None))):
-            raise InvalidTypeError(
-                f"vector_cache needs get(key) and put(key, vector) methods, got {type(cache).__name__}; "
-                "pass a VectorCache (see embedding.VectorCache) or None"
-            )
+        require_vector_cache(self.vector_cache)
         if self.token_counter is not None:  # None: the default counter, resolved when first needed
             object.__setattr__(self, "_count", resolve_token_counter(self.token_counter))
         if self.embedder is not None:

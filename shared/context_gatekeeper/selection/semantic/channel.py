@@ -25,9 +25,18 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ...errors import InvalidInputError, InvalidTypeError
 from .runner import EmbedderState, state_of
-from .embedding import DictVectorCache, Embedder, EmbeddingError, Vector, as_embedder, text_hash, turn_text
+from ...validation import require_timeout
+from .embedding import (
+    DictVectorCache,
+    Embedder,
+    EmbeddingError,
+    Vector,
+    as_embedder,
+    require_vector_cache,
+    text_hash,
+    turn_text,
+)
 from ..history import TurnHistory
 from .fusion import QueryView, numpy
 from .turn_vectors import TurnVectors
@@ -75,17 +84,8 @@ class SemanticChannel:
     """
 
     def __init__(self, embedder: Any, vector_cache: Any = None, timeout: float | None = None, batch_size: int = 64):
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise InvalidInputError(
-                f"embed_timeout must be a number of seconds > 0 or None, got {timeout!r}; pass e.g. 2.0, "
-                "or None to wait as long as the embedder takes"
-            )
-        if vector_cache is not None and not (callable(getattr(vector_cache, "get", None))
-                                             and callable(getattr(vector_cache, "put", None))):
-            raise InvalidTypeError(
-                f"vector_cache needs get(key) and put(key, vector) methods, got {type(vector_cache).__name__}; "
-                "pass a VectorCache (see embedding.VectorCache) or None"
-            )
+        require_timeout(timeout)
+        require_vector_cache(vector_cache)
         numpy()  # fail now, not at the first query, when numpy is missing
         self.embedder: Embedder = as_embedder(embedder)
         self.state: EmbedderState = state_of(self.embedder)

@@ -35,6 +35,7 @@ from ...errors import InvalidTypeError, ModelUnavailableError
 from ..records import Turn
 
 __all__ = [
+    "require_vector_cache",
     "Embedder",
     "EmbeddingError",
     "VectorCache",
@@ -72,6 +73,16 @@ class VectorCache(Protocol):
     def get(self, key: Key) -> Vector | None: ...
 
     def put(self, key: Key, vector: Vector) -> None: ...
+
+
+def require_vector_cache(cache: Any) -> Any:
+    """Return ``cache`` if it is ``None`` or has ``get(key)`` and ``put(key, vector)`` methods."""
+    if cache is not None and not (callable(getattr(cache, "get", None)) and callable(getattr(cache, "put", None))):
+        raise InvalidTypeError(
+            f"vector_cache needs get(key) and put(key, vector) methods, got {type(cache).__name__}; "
+            "pass a VectorCache (see embedding.VectorCache) or None"
+        )
+    return cache
 
 
 class DictVectorCache:
