@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +26,6 @@ from context_gatekeeper.editing.models import as_edit_model
 from context_gatekeeper.testing import ScriptedModel
 from context_gatekeeper.transcripts.versioned import VersionedTranscriptMixin
 
-ROOT = Path(__file__).resolve().parents[1]
 STATE = [Message("q", "user", "What was Ireland's GDP in 2021?"), Message("a", "assistant", "About 504 billion USD.")]
 ICELAND = [Replace("q", "What was Iceland's GDP in 2021?")]
 
@@ -243,28 +238,6 @@ def test_a_framework_default_is_resolved_like_a_given_model() -> None:
 
     chat = GenericFakeChatModel(messages=iter([]))
     assert type(resolve_model(default=lambda: chat)) is LangChainEditModel
-
-
-def test_resolving_a_plain_callable_imports_no_framework() -> None:
-    code = textwrap.dedent(
-        """
-        import sys
-        from context_gatekeeper import Transcript, resolve_model
-        model = resolve_model(lambda messages: '{"operations": []}')
-        t = Transcript("s", model=model)
-        t.append(user="hi", assistant="hello")
-        t.edit("nothing")
-        heavy = [m for m in sys.modules if m.split(".")[0] in (
-            "langchain_core", "langchain", "langchain_gatekeeper", "llamaindex_gatekeeper", "google")
-            or m.startswith("llama_index.")]  # (the bare llama_index namespace: tokens.py finds its cache)
-        print(sorted(heavy))
-        """
-    )
-    env_path = f"{ROOT / 'shared'}:{ROOT}"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": env_path}, check=True
-    )
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 # -- ModelUnavailableError says each hint once ---------------------------------------------

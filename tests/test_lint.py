@@ -8,7 +8,6 @@ broken, and must name the file, line and rule.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import textwrap

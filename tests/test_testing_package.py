@@ -41,18 +41,6 @@ def run_python(code: str, cwd: Path | None = None) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
-def test_the_testing_package_imports_neither_pytest_nor_hypothesis(tmp_path: Path) -> None:
-    result = run_python(
-        "import sys\n"
-        "import context_gatekeeper.testing, context_gatekeeper.testing.store_builders, context_gatekeeper.testing.store_modes\n"
-        "from context_gatekeeper.testing import ScriptedModel\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'hypothesis')))\n",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
-
-
 def test_without_pytest_the_suite_says_how_to_install_it(tmp_path: Path) -> None:
     result = run_python(
         BLOCKER
