@@ -193,7 +193,7 @@ def write_sessions(spec: Spec, sessions: list[str]) -> None:
     store.close()
 
 
-# -- retried requests (issue #11 item 1) -------------------------------------------------
+# -- retried requests -------------------------------------------------
 def retrier(spec: Spec, session: str, rounds: int, ready: Any) -> None:
     """Each round, send the request "r<n>" (a message with a fixed id) with id renewal on,
     as a framework retrying a request does; every process sends every round."""

@@ -26,7 +26,7 @@ from context_gatekeeper.transcripts.transcript_gate import TranscriptGate
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 
 CTX = multiprocessing.get_context("spawn")
-APPENDERS, TURNS = 8, 200  # the issue's numbers
+APPENDERS, TURNS = 8, 200  # 8 writers x 200 turns: the contention the store must survive
 JOIN_TIMEOUT = 120
 
 
@@ -229,7 +229,7 @@ def test_hostile_session_ids_round_trip_between_processes(spec, parent: Store) -
 
 
 def test_processes_retrying_the_same_requests_add_each_once(spec, parent: Store) -> None:
-    """Issue #11 item 1: retries raced into the log used to poison the session for good."""
+    """Retries raced into the log used to poison the session for good."""
     rounds, ready = 20, CTX.Event()
     procs = [CTX.Process(target=workers.retrier, args=(spec, "retry", rounds, ready), name=f"r{i}") for i in range(4)]
     for proc in procs:

@@ -1,4 +1,4 @@
-"""Issue #11, "no silent loss from cut-off replies": review fixes.
+"""Cut-off edit replies lose nothing silently, and the deletion guard stays fast.
 
 1. A complete JSON span *before* a cut-off answer (a plan, a draft, an example
    like ``[]``) must not be taken for the answer: the reply is refused as cut off
@@ -47,7 +47,7 @@ def ten_state() -> list[Message]:
 
 
 # -- item 1: a complete span before a cut-off answer ------------------------------------------
-def test_the_review_reproduction_a_partial_list_before_a_cut_off_rewrite_commits_nothing():
+def test_a_partial_list_before_a_cut_off_rewrite_commits_nothing():
     t = irish_transcript()
     full = [{"id": str(i + 1), "role": m.role, "content": m.content.replace("Ireland", "Iceland")}
             for i, m in enumerate(t.messages)]

@@ -1,4 +1,4 @@
-"""Issue #11, items 2 and 4: a cut-off reply never deletes the end of a conversation, and
+"""Edit integrity: a cut-off reply never deletes the end of a conversation, and
 the deletion guard measures what an edit destroys, not only what it removes."""
 
 from __future__ import annotations

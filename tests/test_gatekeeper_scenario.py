@@ -1,4 +1,4 @@
-"""The Context Gatekeeper report's scenario, with its exact texts (issue #2)."""
+"""The Context Gatekeeper report's scenario, with its exact texts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue #11 item 1: the store-side integrity checks (a revision that does not apply is
+"""The store-side integrity checks (a revision that does not apply is
 refused inside the committing transaction; retried appends are idempotent, renewed under the
 store's lock; no-op revisions are not written; ``truncate`` recovers) are part of the shipped
 conformance suite (:mod:`context_gatekeeper.testing.store_integrity`), which every store runs

@@ -1,4 +1,4 @@
-"""LangChain's own contracts, kept by the adapter (issue #12): written here, after what
+"""LangChain's own contracts, kept by the adapter: written here, after what
 langchain-core's unit tests for chat histories and RunnableWithMessageHistory check.
 
 * a chat history gives messages back as they were added (equality, ids absent or kept),

@@ -340,7 +340,7 @@ def test_an_edit_lands_over_messages_appended_while_the_model_worked() -> None:
     assert texts(agent) == [ICELAND, ICELAND_ANSWER, "A later question."]
 
 
-# -- other writers win (review of issue #12: defects 1, 2 and 3) ------------------------------------
+# -- other writers win ------------------------------------
 def redact(agent: Any, index: int, old: str, new: str, config: dict[str, Any] = CONFIG) -> str:
     """Another writer (a user's update_state, a redaction middleware) rewrites message ``index`` under its id."""
     message = agent.get_state(config).values["messages"][index]

@@ -1,5 +1,5 @@
-"""Issue #11 ("no revision that does not apply"): ``GatekeeperMemory.from_dict`` imports
-a serialised revision log whole or not at all.
+"""``GatekeeperMemory.from_dict`` imports a serialised revision log whole or not at all:
+no revision that does not apply is ever written.
 
 The log is checked in memory, with the stores' own check, before anything is written:
 a revision that does not apply (or an entry that is not a revision) is refused with

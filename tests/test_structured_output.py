@@ -1,4 +1,4 @@
-"""Edits through structured output, and the fall-back to JSON text (issue #12, item 4).
+"""Edits through structured output, and the fall-back to JSON text.
 
 LangChain's default ``BaseChatModel.with_structured_output`` binds the answer's JSON
 schema as a tool named by its ``title``; a schema without one fails before any call.

@@ -1,4 +1,4 @@
-"""Vector persistence and naming hygiene (review of issue #13, defects 3, 4, 11, 12, 13).
+"""Vector persistence and naming hygiene.
 
 * purge is final: an embedding in flight during ``purge`` cannot write the purged texts'
   vectors back (a store refuses vectors for a session holding no revisions);
@@ -61,7 +61,7 @@ def raw_rows(path: Path) -> list[tuple[str, str]]:
         raw.close()
 
 
-# -- defect 3: vectors never come back after purge -----------------------------------------
+# -- vectors never come back after purge -----------------------------------------
 class Blocking:
     """Document calls wait until released: an embedding in flight."""
 
@@ -80,7 +80,7 @@ class Blocking:
 
 
 def test_an_embedding_in_flight_during_purge_writes_nothing_back(tmp_path: Path) -> None:
-    """r9_purge_resurrect.py: the batch finishes after ``purge``; its vectors are dropped."""
+    """The batch finishes after ``purge``; its vectors are dropped."""
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
     transcript = Transcript("alice", store=store)
@@ -124,7 +124,7 @@ def test_a_cache_of_a_purged_session_saves_nothing(kind: str, tmp_path: Path) ->
     assert StoreVectorCache(store, "bob").get(("e", "h1")) is None  # a restarted worker sees none
 
 
-# -- defect 4: different models never share cached vectors ---------------------------------
+# -- different models never share cached vectors ---------------------------------
 def test_default_names_tell_models_apart() -> None:
     a, b = Model(1), Model(2)
     pairs = [
@@ -158,7 +158,7 @@ def test_local_names_differ_between_processes() -> None:
 
 
 def test_a_switched_model_re_embeds_after_reopening(tmp_path: Path) -> None:
-    """r2_name_collision.py: model B, reopened on model A's saved vectors, embeds every turn."""
+    """Model B, reopened on model A's saved vectors, embeds every turn."""
     path = tmp_path / "s.db"
     a, b = Model(1), Model(2)
     for model in (a, b):
@@ -189,7 +189,7 @@ def test_a_named_model_persists_and_is_not_embedded_again(tmp_path: Path) -> Non
     assert len(raw_rows(path)) == 4
 
 
-# -- defect 12: no vector of an edited or deleted text stays --------------------------------
+# -- no vector of an edited or deleted text stays --------------------------------
 class Words:
     model = "words-fake"
 
@@ -236,7 +236,7 @@ def test_a_deleted_turns_vector_goes_at_the_next_save(tmp_path: Path) -> None:
     transcript.close()
 
 
-# -- defect 11: semantic_decisive only when meaning kept the turn ---------------------------
+# -- semantic_decisive only when meaning kept the turn ---------------------------
 def test_decisive_only_for_the_semantic_reason() -> None:
     meaning = Evidence(semantic=True)
     assert _decisive("semantic", meaning) and _decisive("fill", Evidence(fill=True, semantic=True))
@@ -265,7 +265,7 @@ class Honey:
 
 
 def test_a_turn_a_lexical_rule_kept_is_not_semantically_decisive() -> None:
-    """r6_decisive.py: the honey turn's meaning matches, but a lexical rule keeps it."""
+    """The honey turn's meaning matches, but a lexical rule keeps it."""
     turns = [(f"Banana bread question {i} about flour and butter", f"Answer {i} about baking banana bread.")
              for i in range(8)]
     turns += [("What's a good recipe for banana bread?", "Mash three ripe bananas, mix with flour and eggs."),
@@ -284,7 +284,7 @@ def test_a_turn_a_lexical_rule_kept_is_not_semantically_decisive() -> None:
                                             and _decisive(record.reason, record.evidence))
 
 
-# -- defect 13: the postprocessor's vectors -------------------------------------------------
+# -- the postprocessor's vectors -------------------------------------------------
 li_schema = pytest.importorskip("llama_index.core.schema")
 NodeWithScore, QueryBundle, TextNode = li_schema.NodeWithScore, li_schema.QueryBundle, li_schema.TextNode
 
@@ -347,7 +347,7 @@ def test_unusable_retriever_vectors_are_ignored_with_a_debug_log(caplog) -> None
 
 
 def test_a_nan_node_embedding_does_not_switch_meaning_off() -> None:
-    """r18_postproc_nan.py: one NaN node embedding changes nothing else."""
+    """One NaN node embedding changes nothing else."""
     from llamaindex_gatekeeper import GatekeeperNodePostprocessor
 
     texts = ["peach cobbler recipe with cinnamon", "tyre pressure for winter", "violin practice plan",

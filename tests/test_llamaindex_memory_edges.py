@@ -1,6 +1,10 @@
-"""Defects the type checker found (issue #14: the package claims ``Typing :: Typed``
-and CI runs mypy over the core and both adapters).  Each test fails on the code as
-it was before its fix."""
+"""GatekeeperMemory at its edges: over its budget and after a partial ``from_dict`` import
+on Python 3.10 (exceptions without ``add_note``) it still raises the right error with its
+note; a deep copy on a ``PostgresStore`` subclass writes to the same session.  Also the
+history's position view, a whole ``Sequence`` (slices included).
+
+The type checker found each of these (the package claims ``Typing :: Typed``); each test
+fails on the code as it was before its fix."""
 
 from __future__ import annotations
 
@@ -52,7 +56,7 @@ def test_the_histories_position_view_is_a_whole_sequence() -> None:
 
 
 def test_a_memory_on_a_postgres_store_subclass_copies_attached_to_the_same_session(tmp_path: Path) -> None:
-    # review of the mypy commits: the copy matched PostgresStore by class *name*, so a
+    # the copy matched PostgresStore by class *name*, so a
     # subclass was replayed into an InMemoryStore and the copy's writes never reached
     # the database
     import copy
@@ -83,7 +87,7 @@ def test_a_memory_on_a_postgres_store_subclass_copies_attached_to_the_same_sessi
 
 
 def test_a_partial_from_dict_import_says_what_was_written_on_python_310() -> None:
-    # review of the mypy commits: from_dict's note was skipped where exceptions have no
+    # from_dict's note was skipped where exceptions have no
     # add_note (Python 3.10), so nobody learnt that revisions 1..N were already imported
     from llama_index.core.llms import ChatMessage
 
