@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -128,3 +130,23 @@ def test_pickling_and_copying_rebuild_the_record() -> None:
     options = GateOptions(token_budget=123, token_counter="cl100k_base", preset="recall")
     for copied in (pickle.loads(pickle.dumps(options)), copy.deepcopy(options)):
         assert copied == options and copied.count("hello world") == options.count("hello world")
+
+
+def test_building_options_reads_the_word_prior_so_no_later_select_does_file_io() -> None:
+    # a fresh interpreter: nothing has read the packaged word-frequency file yet; after the
+    # options are built, a select (as an async agent would run it, inside its event loop)
+    # must not read it again
+    code = (
+        "from context_gatekeeper import ContextGatekeeper, GateOptions\n"
+        "from context_gatekeeper.selection import word_prior\n"
+        "options = GateOptions(token_budget=500)\n"
+        "def no_io():\n"
+        "    raise AssertionError('the word prior was read during a select')\n"
+        "word_prior._load = no_io\n"
+        "gk = ContextGatekeeper(options=options)\n"
+        "gk.add_turn('How do I rotate the TLS certificate?', 'Renew it with certbot and reload nginx.')\n"
+        "print(gk.explain('And the certificate expiry alert?').turn_ids)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(1,)"

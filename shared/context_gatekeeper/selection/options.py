@@ -23,6 +23,7 @@ from typing import Any, Literal, Optional
 from ..errors import InvalidInputError, InvalidTypeError
 from ..tokens import TokenCounter, TokenCounterLike, resolve_token_counter
 from ..validation import require_budget, require_timeout
+from . import word_prior
 from .params import SelectionParams
 from .semantic.embedding import Embedder, as_embedder, require_vector_cache
 from .semantic.fusion import numpy
@@ -122,6 +123,7 @@ class GateOptions:
             )
         require_timeout(self.embed_timeout)
         require_vector_cache(self.vector_cache)
+        word_prior.preload()  # file I/O now, when the gate is set up, never inside a later (async) select
         if self.token_counter is not None:  # None: the default counter, resolved when first needed
             object.__setattr__(self, "_count", resolve_token_counter(self.token_counter))
         if self.embedder is not None:

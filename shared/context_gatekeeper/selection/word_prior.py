@@ -54,6 +54,7 @@ from itertools import repeat
 from ..errors import GatekeeperError, InvalidTypeError
 
 __all__ = [
+    "preload",
     "RARE_ZIPF",
     "COMMON_ZIPF",
     "WordPriorError",
@@ -168,6 +169,12 @@ def _load() -> _Tables:
             f"cannot read the word-prior file {resource} ({exc}); reinstall context-gatekeeper"
         ) from exc
     return _parse(text, str(resource))
+
+
+def preload() -> None:
+    """Read the file now (once per process), so no later selection reads it: a gate built
+    before an event loop runs never blocks the loop with this file's I/O."""
+    _tables()
 
 
 def _tables() -> _Tables:
