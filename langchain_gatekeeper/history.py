@@ -39,6 +39,7 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from context_gatekeeper import (
+    GateOptions,
     Message,
     Revision,
     Selection,
@@ -54,10 +55,7 @@ from .convert import from_core_messages, to_core
 from .models import given_edit_model, resolve_edit_model
 from .pickling import pickled_state, rebuild, unpickle
 
-__all__ = ["GatekeeperChatMessageHistory", "ADAPTER_GATE_DEFAULTS"]
-
-ADAPTER_GATE_DEFAULTS: dict[str, Any] = {"on_overflow": "keep_pinned"}
-"""Gatekeeper options the adapters default to (a chain never dies because pinned content overflows)."""
+__all__ = ["GatekeeperChatMessageHistory"]
 
 
 
@@ -84,9 +82,12 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
             query).  ``None`` (default): lexical selection, exactly as without it.
         embed_timeout: seconds one embedding call may take before :meth:`select` goes
             on lexically (``explain(...).semantic_fallback`` is set); ``None``: wait.
-        **gate_options: :class:`~context_gatekeeper.ContextGatekeeper` options for
-            :meth:`select` (``token_budget``, ``message_overhead``, ``params``, any
-            selection parameter); ``on_overflow`` defaults to ``"keep_pinned"``.
+        options: the gate's settings for :meth:`select` as one
+            :class:`~context_gatekeeper.GateOptions` (checked once), instead of the keywords
+            below; ``on_overflow`` left ``None`` is ``"keep_pinned"``.
+        **gate_options: :class:`~context_gatekeeper.GateOptions` fields for
+            :meth:`select` (``token_budget``, ``message_overhead``, ``params``, ``preset``,
+            any selection parameter); ``on_overflow`` defaults to ``"keep_pinned"``.
 
     Reuse one object per session where you can (for example a dict in your
     ``get_session_history``): the selection index is kept in step incrementally.
@@ -120,8 +121,13 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         token_counter: Any = None,
         embedder: Any = None,
         embed_timeout: float | None = None,
+        options: GateOptions | None = None,
         **gate_options: Any,
     ) -> None:
+        # every setting is checked before anything is opened or stored
+        counter = {"token_counter": token_counter} if options is None else {}  # with options=, the record's counter
+        gate = GateOptions.of(options, embedder=embedder, embed_timeout=embed_timeout, **counter, **gate_options)
+        gate = gate.with_(on_overflow=gate.overflow("keep_pinned"))
         super().__init__()
         default_model = given_edit_model(model, llm)
         self._opened_store: Store | None = None  # a store a copy opened (pickling.rebuild); close() closes it
@@ -131,6 +137,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
             "token_counter": token_counter,
             "embedder": embedder,
             "embed_timeout": embed_timeout,
+            **({"options": options} if options is not None else {}),
             **gate_options,
         }
         self.transcript = Transcript(
@@ -139,14 +146,9 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
             model=default_model,
             strategy=strategy,
             max_deletion_share=max_deletion_share,
-            token_counter=token_counter,
+            token_counter=token_counter if token_counter is not None else gate.token_counter,
         )
-        options = {**ADAPTER_GATE_DEFAULTS, **gate_options}
-        if token_counter is not None:
-            options.setdefault("token_counter", token_counter)
-        if embedder is not None or embed_timeout is not None:
-            options.update(embedder=embedder, embed_timeout=embed_timeout)
-        self.gate = TranscriptGate(self.transcript, **options)
+        self.gate = TranscriptGate(self.transcript, options=gate)
 
     def __repr__(self) -> str:
         return f"GatekeeperChatMessageHistory(session_id={self.session_id!r}, head={self.transcript.head})"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from context_gatekeeper import InMemoryStore, Revision, SelectionParams, Store
+from context_gatekeeper import GateOptions, InMemoryStore, Revision, SelectionParams, Store
 from context_gatekeeper.integration import store_from_spec, store_spec
 
 if TYPE_CHECKING:
@@ -52,6 +52,8 @@ def pickled_state(history: GatekeeperChatMessageHistory, *, in_process: bool) ->
             for k, v in options.items()
             if k not in CODE_OPTIONS and (isinstance(v, _SCALARS) or isinstance(v, SelectionParams))
         }
+        if isinstance(history._options.get("options"), GateOptions):  # the record, less what is code
+            options["options"] = history._options["options"].with_(embedder=None, token_counter=None, vector_cache=None)
     return {
         "session_id": history.session_id,
         "options": options,

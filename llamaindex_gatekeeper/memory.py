@@ -38,12 +38,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.schema import QueryBundle
 
 from context_gatekeeper import (
     BudgetError,
+    GateOptions,
     InvalidInputError,
     InvalidTypeError,
     Message,
@@ -55,7 +56,7 @@ from context_gatekeeper import (
     resolve_token_counter,
 )
 from context_gatekeeper.integration import (
-    DEFAULT_MAX_DELETION_SHARE, BoundedCache, MessageTurn, VersionedTranscriptMixin, group_turns,
+    DEFAULT_MAX_DELETION_SHARE, BoundedCache, MessageTurn, VersionedTranscriptMixin, group_turns, require_budget,
 )
 
 from . import serialisation
@@ -63,11 +64,9 @@ from .convert import from_core_messages, match_ids, to_core
 from .models import given_edit_model, resolve_edit_model
 from .serialisation import add_note
 
-__all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "ADAPTER_GATE_DEFAULTS", "COUNTS"]
+__all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "COUNTS"]
 
 DEFAULT_TOKEN_LIMIT = 3000
-ADAPTER_GATE_DEFAULTS: dict[str, Any] = {"on_overflow": "keep_pinned"}
-"""Gatekeeper options the adapters default to (an agent run never dies because pinned content overflows)."""
 _CONTEXT_WINDOW_RATIO = 0.75  # as ChatMemoryBuffer.from_defaults(llm=...)
 _EXCEEDS = "Initial token count exceeds token limit"
 QueryInput = str | ChatMessage | QueryBundle | None
@@ -116,7 +115,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             messages with it.  It counts exactly as the memory's budget does.
     """
 
-    token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT, gt=0)
+    token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT)
     session_id: str = Field(default="default", min_length=1)
     # __init__ always sets it; pydantic types Field(default=None) as None
     tokenizer_fn: Callable[[str], Sequence[Any]] = Field(default=None, exclude=True)  # type: ignore[assignment]
@@ -140,10 +139,30 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         token_counter: Any = None,
         embedder: Any = None,
         embed_timeout: float | None = None,
+        options: GateOptions | None = None,
         **data: Any,
     ) -> None:
         fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
         tokenizer_fn = fields.pop("tokenizer_fn", None)
+        semantic: dict[str, Any] = {
+            k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None
+        }
+        if "token_budget" in data:
+            raise InvalidTypeError(
+                "GatekeeperMemory's budget is token_limit= (everything get() returns, the current turn "
+                "included); pass token_limit, not token_budget"
+            )
+        gate = GateOptions.of(options, **data, **semantic)  # checked once; options= beside keywords is refused
+        if options is not None:
+            limit = fields.get("token_limit")
+            if limit is not None and limit != options.token_budget:
+                raise InvalidTypeError(
+                    f"token_limit={limit!r} and options.token_budget={options.token_budget!r} disagree; "
+                    "pass one of them (options.with_(token_budget=...) changes a copy)"
+                )
+            fields["token_limit"] = options.token_budget
+            if token_counter is None and tokenizer_fn is None:
+                token_counter = options.token_counter
         super().__init__(**fields)
         default_model = given_edit_model(model, llm)
         if token_counter is None and tokenizer_fn is not None:
@@ -153,19 +172,21 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         self._count = count
         self._lock = threading.RLock()
         self._default_model = default_model
-        semantic: dict[str, Any] = {
-            k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None
-        }
         self._options = {
-            **ADAPTER_GATE_DEFAULTS, **data, **semantic, "strategy": strategy, "max_deletion_share": max_deletion_share
+            **({"options": options} if options is not None else {"on_overflow": gate.overflow("keep_pinned"), **data}),
+            **semantic, "strategy": strategy, "max_deletion_share": max_deletion_share,
         }
+        gate = gate.with_(token_budget=self.token_limit, token_counter=count, on_overflow=gate.overflow("keep_pinned"))
         self._transcript = Transcript(
             self.session_id, store=store, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=count
         )
-        self._gate = TranscriptGate(
-            self._transcript, token_budget=self.token_limit, token_counter=count, **{**ADAPTER_GATE_DEFAULTS, **data},
-            **semantic,
-        )
+        self._gate = TranscriptGate(self._transcript, options=gate)
+
+    @field_validator("token_limit", mode="before")
+    @classmethod
+    def _one_budget_rule(cls, value: Any) -> Any:
+        """The library's one budget rule (an ``int >= 0``, bool refused)."""
+        return require_budget(value)
 
     @classmethod
     def class_name(cls) -> str:
@@ -186,7 +207,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         token_counter: Any = None,
         embedder: Any = None,
         embed_timeout: float | None = None,
-        **options: Any,
+        options: GateOptions | None = None,
+        **keywords: Any,
     ) -> "GatekeeperMemory":
         """A memory with sensible defaults.
 
@@ -220,10 +242,16 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
                 pickled (like the editing model); ``copy.deepcopy`` keeps it.
             embed_timeout: seconds one embedding call may take before ``get`` selects
                 lexically (``explain(...).semantic_fallback`` is set); ``None``: wait.
-            **options: ``strategy``, ``max_deletion_share``, and any
-                :class:`~context_gatekeeper.ContextGatekeeper` option (``message_overhead``,
-                ``params``, selection parameters); ``on_overflow`` defaults to ``"keep_pinned"``.
+            options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
+                (checked once; its ``token_budget`` is the ``token_limit``), instead of the
+                keywords; ``on_overflow`` left ``None`` is ``"keep_pinned"``.
+            **keywords: ``strategy``, ``max_deletion_share``, and any
+                :class:`~context_gatekeeper.GateOptions` field (``message_overhead``,
+                ``params``, ``preset``, selection parameters); ``on_overflow`` defaults to
+                ``"keep_pinned"``.
         """
+        if token_limit is None and options is not None:
+            token_limit = options.token_budget
         if token_limit is None:
             window = getattr(getattr(llm, "metadata", None), "context_window", None)
             token_limit = int(window * _CONTEXT_WINDOW_RATIO) if isinstance(window, int) else DEFAULT_TOKEN_LIMIT
@@ -237,7 +265,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             token_counter=token_counter,
             embedder=embedder,
             embed_timeout=embed_timeout,
-            **options,
+            options=options,
+            **keywords,
         )
         if chat_history:
             memory.set(chat_history)

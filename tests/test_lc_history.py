@@ -387,3 +387,24 @@ def test_a_postgres_history_pickles_without_its_password(monkeypatch: pytest.Mon
     finally:
         store.close()
         drop_tables(dsn, prefix)
+
+
+def test_the_gate_settings_can_come_as_one_options_record(tmp_path) -> None:
+    import copy
+    import pickle
+
+    from context_gatekeeper import GateOptions, InvalidTypeError
+
+    options = GateOptions(token_budget=300, message_overhead=0, preset="recall", token_counter=len)
+    history = GatekeeperChatMessageHistory("opts", store=str(tmp_path / "h.sqlite3"), options=options)
+    gate = history.gate.gatekeeper.options
+    assert (gate.token_budget, gate.message_overhead, gate.on_overflow) == (300, 0, "keep_pinned")
+    assert gate.params == options.params
+    for copied in (copy.deepcopy(history), pickle.loads(pickle.dumps(history))):
+        kept = copied.gate.gatekeeper.options
+        assert (kept.token_budget, kept.params) == (300, options.params)
+        copied.close()
+    with pytest.raises(InvalidTypeError):  # a record beside keywords: which one wins would be a guess
+        GatekeeperChatMessageHistory("opts", store=str(tmp_path / "other.sqlite3"), options=options, top_m=3)
+    assert not (tmp_path / "other.sqlite3").exists()  # refused before the store was opened
+    history.close()

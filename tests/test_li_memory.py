@@ -6,6 +6,7 @@ Real LlamaIndex message and block classes; a core ScriptedModel edits; no networ
 from __future__ import annotations
 
 import asyncio
+import copy
 import doctest
 import importlib
 import json
@@ -217,8 +218,31 @@ def test_direct_construction_works_like_from_defaults():
     memory = GatekeeperMemory(token_limit=100, session_id="direct")
     turns(memory, REDIS_1)
     assert contents(memory.get(input=REDIS_QUERY)) == list(REDIS_1)
-    with pytest.raises(ValueError):
-        GatekeeperMemory(token_limit=0)
+    for bad in (-1, True, 1.5, "100"):  # the library's one budget rule: an int >= 0
+        with pytest.raises(ValueError):
+            GatekeeperMemory(token_limit=bad)
+    assert GatekeeperMemory(token_limit=0).token_limit == 0
+
+
+def test_the_gate_settings_can_come_as_one_options_record():
+    from context_gatekeeper import GateOptions, InvalidTypeError
+
+    options = GateOptions(token_budget=100, message_overhead=0, preset="recall")
+    memory = GatekeeperMemory.from_defaults(options=options, session_id="opts")
+    assert memory.token_limit == 100
+    gate = memory.gate.gatekeeper.options
+    assert (gate.token_budget, gate.message_overhead, gate.on_overflow) == (100, 0, "keep_pinned")
+    assert gate.params == options.params
+    turns(memory, REDIS_1)
+    assert contents(memory.get(input=REDIS_QUERY)) == list(REDIS_1)
+    copied = copy.deepcopy(memory)
+    assert copied.gate.gatekeeper.options.params == options.params
+    with pytest.raises(InvalidTypeError):  # a record beside keywords: which one wins would be a guess
+        GatekeeperMemory.from_defaults(options=options, message_overhead=3)
+    with pytest.raises(InvalidTypeError, match="disagree"):
+        GatekeeperMemory(options=options, token_limit=200)
+    with pytest.raises(InvalidTypeError, match="token_limit"):
+        GatekeeperMemory(token_budget=200)
 
 
 def test_over_budget_pinned_content_keeps_the_system_message_and_the_open_turn():
