@@ -67,8 +67,10 @@ class Served:
         return Transcript(session, store=self.store)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """One Chromium for the module (starting it is most of a test's time); every test gets a
+    context of its own (``page``, or ``browser.new_context()``), so no state is shared."""
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
