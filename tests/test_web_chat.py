@@ -105,7 +105,10 @@ def page(browser: Browser) -> Iterator[Page]:
 
 def say(page: Page, text: str) -> None:
     """Type ``text`` in the box and send it; wait until the page is idle again (the page
-    marks itself busy synchronously on send, so waiting for that mark to go is exact)."""
+    marks itself busy synchronously on send, so waiting for that mark to go is exact).
+    It first waits for the page to be idle: a send while the page is still loading its
+    session (also marked busy) is ignored, as it is for a person."""
+    expect(page.locator("body.busy")).to_have_count(0)
     page.get_by_test_id("message-input").fill(text)
     page.get_by_test_id("send").click()
     expect(page.locator("body.busy")).to_have_count(0)
