@@ -1,15 +1,19 @@
 """The shipped store conformance suite (context_gatekeeper.testing.stores) works for a third party.
 
-* ``context_gatekeeper.testing`` (the ScriptedModel mock) imports neither pytest nor hypothesis;
-  only the suite needs them, and without them it says how to install them;
+* ``context_gatekeeper.testing`` (the ScriptedModel mock) imports neither pytest nor hypothesis
+  (test_import_purity.py); only the suite needs them, and without them it says how to install them;
 * a five-line test module in a directory of its own, with none of this repository's
   conftest or helpers, runs the whole suite against a store;
 * a capability declared off skips the tests needing it, naming it; a capability declared on
   that the store lacks fails, never skips.
+
+The third-party modules share one ``pytest`` run (a directory of their own, ``-rA``: one
+line per test outcome), each test below reading its module's lines.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -85,30 +89,6 @@ def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, cwd=directory, timeout=600)
 
 
-def test_a_third_party_module_runs_the_whole_suite_on_its_own(tmp_path: Path) -> None:
-    (tmp_path / "test_my_store.py").write_text(THIRD_PARTY)
-    result = run_pytest(tmp_path)
-    summary = result.stdout.strip().splitlines()[-1]
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "failed" not in summary and "error" not in summary, summary
-    passed = int(summary.split(" passed")[0].split()[-1])
-    assert passed >= 170, summary  # the suite's ~90 tests, in both modes
-    assert "[sync]" not in result.stdout  # -q: one line per skip reason, not per test
-    # declared off: skipped, naming the capability, in both modes
-    assert "needs the 'truncate' capability, which TestMyStore declares off" in result.stdout
-    assert " 12 skipped" in summary  # its three tests, and tamper_evident's three (off by default), twice
-    assert "needs the 'tamper_evident' capability" in result.stdout
-
-
-def test_a_capability_declared_but_missing_fails_instead_of_skipping(tmp_path: Path) -> None:
-    (tmp_path / "test_claims.py").write_text(NOT_A_VECTOR_STORE)
-    result = run_pytest(tmp_path, "-k", "vectors_round_trip")
-    assert result.returncode == 1, result.stdout[-3000:]
-    assert "2 errors" in result.stdout  # the fixture fails (both modes): an error, not a skip
-    assert "skipped" not in result.stdout.splitlines()[-1]
-    assert "declares the 'vectors' capability" in result.stdout
-
-
 SYNC_ONLY_AND_LEGACY = """
 from context_gatekeeper.stores import InMemoryStore
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance
@@ -125,15 +105,58 @@ class TestLegacyFlag(StoreConformance):
         return InMemoryStore()
 """
 
+MODULES = {"test_my_store.py": THIRD_PARTY, "test_claims.py": NOT_A_VECTOR_STORE, "test_modes.py": SYNC_ONLY_AND_LEGACY}
+SELECTION = ("TestMyStore or (TestClaimsVectors and vectors_round_trip)"
+             " or ((TestSyncOnly or TestLegacyFlag) and test_revisions_after)")
+"""The whole suite for TestMyStore; one test (both modes) for each of the others."""
 
-def test_modes_can_be_narrowed_and_the_old_persistent_flag_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "test_modes.py").write_text(SYNC_ONLY_AND_LEGACY)
-    result = run_pytest(tmp_path, "-k", "test_revisions_after", "-rA")
-    assert "PASSED test_modes.py::TestSyncOnly::test_revisions_after[sync]" in result.stdout
-    assert "TestSyncOnly runs the modes ('sync',) only" in result.stdout  # the async one, skipped
-    assert "1 passed, 1 skipped" in result.stdout
-    assert "ERROR test_modes.py::TestLegacyFlag::test_revisions_after[sync]" in result.stdout
-    assert "write capabilities = Capabilities(reopens=False)" in result.stdout
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    directory = tmp_path_factory.mktemp("third_party")
+    for name, text in MODULES.items():
+        (directory / name).write_text(text)
+    return run_pytest(directory, "-rA", "-k", SELECTION)
+
+
+def outcomes(run: subprocess.CompletedProcess[str], outcome: str, module: str) -> list[str]:
+    """The summary lines of ``module``'s tests with ``outcome`` (PASSED, FAILED, ERROR)."""
+    return [line for line in run.stdout.splitlines() if line.startswith(f"{outcome} {module}::")]
+
+
+def skipped(run: subprocess.CompletedProcess[str], says: str) -> int:
+    """How many tests were skipped with a reason containing ``says``."""
+    return sum(int(m.group(1)) for m in re.finditer(r"^SKIPPED \[(\d+)\] (.*)$", run.stdout, re.M) if says in m.group(2))
+
+
+def test_a_third_party_module_runs_the_whole_suite_on_its_own(suite_run: subprocess.CompletedProcess[str]) -> None:
+    out, summary = suite_run.stdout, suite_run.stdout.strip().splitlines()[-1]
+    assert not outcomes(suite_run, "FAILED", "test_my_store.py") + outcomes(suite_run, "ERROR", "test_my_store.py"), (
+        out[-3000:] + suite_run.stderr[-3000:])
+    assert " failed" not in summary, summary  # the other modules' expected outcomes are errors, never failures
+    assert len(outcomes(suite_run, "PASSED", "test_my_store.py")) >= 170, summary  # ~90 tests, in both modes
+    skip_lines = [line for line in out.splitlines() if line.startswith("SKIPPED")]
+    assert skip_lines and not [line for line in skip_lines if "[sync]" in line]  # one line per skip reason, not per test
+    # declared off: skipped, naming the capability, in both modes
+    assert "needs the 'truncate' capability, which TestMyStore declares off" in out
+    assert skipped(suite_run, "which TestMyStore declares off") == 12  # its three tests, and tamper_evident's three, twice
+    assert "needs the 'tamper_evident' capability" in out
+
+
+def test_a_capability_declared_but_missing_fails_instead_of_skipping(suite_run: subprocess.CompletedProcess[str]) -> None:
+    out = suite_run.stdout
+    assert len(outcomes(suite_run, "ERROR", "test_claims.py")) == 2, out[-3000:]  # the fixture fails (both modes)
+    assert not outcomes(suite_run, "PASSED", "test_claims.py") and skipped(suite_run, "TestClaimsVectors") == 0
+    assert "declares the 'vectors' capability" in out
+
+
+def test_modes_can_be_narrowed_and_the_old_persistent_flag_is_refused(suite_run: subprocess.CompletedProcess[str]) -> None:
+    out = suite_run.stdout
+    assert outcomes(suite_run, "PASSED", "test_modes.py") == ["PASSED test_modes.py::TestSyncOnly::test_revisions_after[sync]"]
+    assert "TestSyncOnly runs the modes ('sync',) only" in out  # the async one, skipped
+    assert skipped(suite_run, "TestSyncOnly") == 1
+    assert "ERROR test_modes.py::TestLegacyFlag::test_revisions_after[sync]" in out
+    assert "write capabilities = Capabilities(reopens=False)" in out
 
 
 def test_needs_refuses_an_unknown_capability() -> None:
