@@ -216,7 +216,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     (directory / "test_buggy_stores.py").write_text(BUGGY_STORES)
     selection = " or ".join(f"({suite} and ({tests}))" for suite, tests in SELECTED.items())
     command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "--rootdir", str(directory),
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-rA", "--rootdir", str(directory),
         "-k", selection, "test_buggy_stores.py",
     ]
     wide = {**os.environ, "COLUMNS": "1000"}  # the summary's reasons uncut

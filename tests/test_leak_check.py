@@ -43,7 +43,7 @@ def test_a_leaked_thread_or_running_loop_fails_its_test_and_the_run_still_ends(t
     (tmp_path / "conftest.py").write_text(conftest + "\nJOIN_SECONDS = 0.2\n")
     (tmp_path / "test_leaky.py").write_text(LEAKY_TESTS)
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "--rootdir", str(tmp_path), str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     out = run.stdout + run.stderr

@@ -85,7 +85,7 @@ class TestClaimsVectors(StoreConformance):
 
 def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -m pytest`` in ``directory``, outside this repository's tests/ and its conftest."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--rootdir", str(directory), *args]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-rs", "--rootdir", str(directory), *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=directory, timeout=600)
 
 
