@@ -27,6 +27,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from functools import lru_cache
 
 from .glossary import TERMS
@@ -79,8 +80,10 @@ _START = rf"[^\W\d{_CJK_CLASS}]"  # a letter (any script but CJK) or "_"
 _REST = rf"[^\W{_CJK_CLASS}]*"  # letters, digits, "_"
 _IDENTIFIER = re.compile(rf"{_START}{_REST}(?:(?:\.|::|->){_START}{_REST})*")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
-_DIGIT = re.compile(r"\d")  # what _VERSION and _NUMBER need to match at all
-_NUMBER = re.compile(rf"(?<!{_START})\d{{2,}}")  # "100-150元", "in 2022"; not "v2"
+_DIGIT = re.compile(r"\d")  # what _VERSION and the numbers of _TOKEN_OR_NUMBER need to match at all
+_TOKEN_OR_NUMBER = re.compile(rf"({_IDENTIFIER.pattern})|(\d{{2,}})")
+"""An identifier-like token, or a number of two digits or more outside one ("100-150元",
+"in 2022"; not the "2" of "v2" nor the "12" of "sha12")."""
 _SEPARATORS = re.compile(r"\.|::|->|_")
 _LOWER_UPPER = re.compile(r"[a-z][A-Z]")
 _LETTER_DIGIT = re.compile(r"[A-Za-z]\d|\d[A-Za-z]")
@@ -170,11 +173,24 @@ def _token_anchors(token: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _latin_anchors(text: str) -> list[str]:
-    out: list[str] = []
-    for token in _IDENTIFIER.findall(text):
-        out.extend(_token_anchors(token))
-    return out
+def _latin_anchors(tokens: Iterable[str]) -> Iterable[str]:
+    """Anchors of identifier-like tokens, in order (each token's are cached)."""
+    return chain.from_iterable(map(_token_anchors, tokens))
+
+
+def _tokens_and_numbers(text: str) -> tuple[list[str], list[str]]:
+    """Identifier-like tokens and free-standing numbers (two digits or more, not inside an
+    identifier) of ``text``, each in order: one scan instead of finding the tokens, blanking
+    them out and finding the numbers in what is left (every letter starts a token, so a
+    number the scan reaches is never part of one)."""
+    tokens: list[str] = []
+    numbers: list[str] = []
+    for token, number in _TOKEN_OR_NUMBER.findall(text):
+        if token:
+            tokens.append(token)
+        else:
+            numbers.append(number)
+    return tokens, numbers
 
 
 _MAX_STOPWORD = max(len(w) for w in CHINESE_STOPWORDS)
@@ -269,18 +285,19 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
             code = match.group(1).strip().casefold()
             if code:
                 anchors.append("`" + code + "`")
-    digits = _DIGIT.search(text) is not None
-    latin_text = text
-    if digits:
-        anchors.extend("#" + v.lower().lstrip("v") for v in _VERSION.findall(text))
-        latin_text = _VERSION.sub(" ", text)
-    anchors.extend(_latin_anchors(latin_text))
+    numbers: list[str] = []
+    if _DIGIT.search(text) is not None:
+        versions = _VERSION.findall(text)
+        anchors.extend("#" + v.lower().lstrip("v") for v in versions)
+        tokens, numbers = _tokens_and_numbers(_VERSION.sub(" ", text) if versions else text)
+        anchors.extend(_latin_anchors(tokens))
+    else:
+        anchors.extend(_latin_anchors(_IDENTIFIER.findall(text)))
     if not text.isascii():
         for run in _CJK_RUN.findall(text):
             anchors.extend(_cjk_anchors(run, query))
             anchors.extend(_glossary_anchors(run))
-    if digits:
-        anchors.extend(_NUMBER.findall(_IDENTIFIER.sub(" ", latin_text)))
+    anchors.extend(numbers)
     return TextAnchors.of(anchors)
 
 

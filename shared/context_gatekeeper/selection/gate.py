@@ -298,7 +298,7 @@ def refer(
 
 
 _CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.S)
-_TRAILING = re.compile(r"[^\w?？]+$")  # closing quotes, brackets, emoji, "!" after the question mark
+_KEPT_AT_END = re.compile(r"[\w?？]")  # what ends a question: closing quotes, brackets, emoji, "!" after it go
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+|(?<=[。！？；\n])")
 
 # Courtesy questions: the assistant offers more help or checks it was understood; the
@@ -339,7 +339,11 @@ def last_question(answer: str) -> str | None:
     >>> last_question("great! do you like taylor swift? i met her once.") is None
     True
     """
-    text = _TRAILING.sub("", _CODE_BLOCK.sub(" ", answer).strip())
+    text = (_CODE_BLOCK.sub(" ", answer) if "```" in answer else answer).strip()
+    end = len(text)
+    while end and _KEPT_AT_END.match(text, end - 1) is None:  # drop what follows the last word or "?"
+        end -= 1
+    text = text[:end]
     if not text.endswith(("?", "？")):
         return None
     return [s for s in _SENTENCE_END.split(text) if s.strip()][-1].strip()
