@@ -180,7 +180,8 @@ def test_a_genuine_question_holds_a_short_reply_that_shares_no_word() -> None:
     # those inputs too, all-new words switch
     silent = {**SelectionParams().switch_model, "asks": 0.0, "history": 0.0}
     off = gatekeeper(answer, ConceptEmbedder(), reply_continues=False, switch_model=silent,
-                     semantic_topic_margin=1e9).explain(reply)  # nor the meaning's topic preference
+                     semantic_preference_model={**SelectionParams().semantic_preference_model, "bias": -1e3},
+                     ).explain(reply)  # nor the meaning's topic preference
     assert off.decision == "switch" and off.turn_ids == ()
     assert gatekeeper(answer).explain(reply).gate.asks  # the lexical gate sees the question as well
 

@@ -15,6 +15,7 @@ from context_gatekeeper import ContextGatekeeper, DictVectorCache, EmbeddingErro
 from context_gatekeeper.selection.semantic.runner import forget_outages, state_of, wait_idle
 from context_gatekeeper.selection.semantic.embedding import Embedder, text_hash, turn_text
 from context_gatekeeper.selection.records import Turn
+from context_gatekeeper.selection.params import PREFERENCE_FEATURES
 
 STOP = set("a an the i my we our you your he his she her it is are was were be been has have had do did does "
            "what which who how where when why any and or of to in on for from about with at by then soon".split())
@@ -609,13 +610,17 @@ def test_a_reply_to_the_assistants_question_continues_with_an_embedder_only(answ
         announced = hybrid.explain("By the way, " + REPLY)
         assert announced.decision == "switch"  # a cue still rules
         off = ContextGatekeeper(token_budget=2000, token_counter=len, message_overhead=0, embedder=HashEmbedder(MUSIC),
-                                params=SelectionParams(reply_continues=False, semantic_topic_margin=1e9))
+                                params=SelectionParams(reply_continues=False, semantic_preference_model=SILENT_PREFERENCE))
         for user, assistant in REPLY_CHAT + [("My oven runs hot", answer)]:
             off.add_turn(user, assistant)
         off.embed_pending()
         silenced = off.explain(REPLY)
         assert silenced.gate.replying  # seen, but with the rule off the words decide again
         assert silenced.decision == words.decision
+
+
+SILENT_PREFERENCE = {**SelectionParams().semantic_preference_model, "bias": -1e3}
+"""The meaning's topic preference switched off (its fitted score never reaches 0)."""
 
 
 def test_the_recall_fill_stops_at_semantic_fill_ratio_with_an_embedder() -> None:
@@ -625,7 +630,8 @@ def test_the_recall_fill_stops_at_semantic_fill_ratio_with_an_embedder() -> None
 
     def fill(embedder, ratio):
         gk = ContextGatekeeper(token_budget=100_000, token_counter=len, message_overhead=0, embedder=embedder,
-                               params=SelectionParams.preset("recall", semantic_fill_ratio=ratio))
+                               params=SelectionParams.preset("recall", semantic_fill_ratio=ratio,
+                                                             semantic_preference_model=SILENT_PREFERENCE))
         for i in range(40):  # each day announced as a topic of its own: what is kept beyond them is the fill
             gk.add_turn(f"By the way, day {i}: {text(i)}", f"Note {i} kept.")
         gk.embed_pending()
@@ -700,10 +706,29 @@ def test_meaning_returns_to_the_topic_a_paraphrase_names_without_a_shared_word()
     assert 1 not in lexical.explain(query).turn_ids  # the words share nothing with turn 1
     hybrid = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096))
     selection = hybrid.explain(query)
-    assert selection.gate.semantic_topic == 0 and selection.gate.semantic_margin >= hybrid.params.semantic_topic_margin
+    gate = selection.gate
+    assert gate.semantic_topic == 0 and gate.semantic_margin is not None and gate.semantic_margin >= 0
+    # explain() shows each input's part of the fitted score, and they sum to it
+    assert [name for name, _ in gate.semantic_contributions] == list(PREFERENCE_FEATURES)
+    assert sum(v for _, v in gate.semantic_contributions) == pytest.approx(gate.semantic_margin)
+    assert dict(gate.semantic_contributions)["lead_earlier"] > 0  # the meaning's lead is what sends it back
     assert selection.decision == "return" and selection.turn_ids == (1,)
-    strict = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096), semantic_topic_margin=1e9)
-    assert 1 not in strict.explain(query).turn_ids  # the margin is what lets the meaning decide
+    strict = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096), semantic_preference_model=SILENT_PREFERENCE)
+    assert 1 not in strict.explain(query).turn_ids  # the fitted score is what lets the meaning decide
+    with pytest.warns(DeprecationWarning, match="semantic_preference_model"):
+        old_knob = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096), semantic_topic_margin=1e9)
+    assert old_knob.explain(query).turn_ids == (1,)  # the replaced margin changes nothing
+
+
+def test_meaning_finds_the_turn_a_pronoun_two_turns_back_points_at() -> None:
+    # two turns, two topics: too few to calibrate z-scores, enough for the preference
+    chat = [BEACH_THEN_TAXES[0], BEACH_THEN_TAXES[1]]
+    query = "How often should I put it on again at the coast?"
+    lexical = gatekeeper_over(chat, None).explain(query)
+    assert 1 not in lexical.turn_ids
+    selection = gatekeeper_over(chat, HashEmbedder(SUN, dim=4096)).explain(query)
+    assert selection.gate.cues.points_back and selection.gate.semantic_topic == 0
+    assert selection.decision == "return" and selection.turn_ids == (1,)
 
 
 def test_meaning_does_not_send_a_new_topic_anywhere() -> None:
@@ -711,8 +736,9 @@ def test_meaning_does_not_send_a_new_topic_anywhere() -> None:
     hybrid = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096))
     selection = hybrid.explain("How do I repot a monstera without hurting the roots?")
     assert selection.decision == "switch" and selection.turn_ids == ()
-    lenient = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096), semantic_topic_floor=1e9)
-    assert lenient.explain("How do I repot a monstera without hurting the roots?").gate.semantic_topic is not None
+    eager = {**SelectionParams().semantic_preference_model, "bias": 1e3}
+    lenient = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096), semantic_preference_model=eager)
+    assert lenient.explain("How do I repot a monstera without hurting the roots?").decision != "switch"
 
 
 def test_a_turn_kept_on_one_shared_word_whose_meaning_is_far_off_is_let_go() -> None:
@@ -740,3 +766,15 @@ def gatekeeper_over(turns, embedder, **params) -> ContextGatekeeper:
     if embedder is not None:
         gk.embed_pending()
     return gk
+
+
+def test_the_preference_model_needs_a_finite_weight_per_feature_and_the_replaced_knobs_warn() -> None:
+    from context_gatekeeper.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="semantic_preference_model"):
+        SelectionParams(semantic_preference_model={"bias": 1.0})
+    with pytest.raises(InvalidInputError, match="semantic_preference_model"):
+        SelectionParams(semantic_preference_model={**SelectionParams().semantic_preference_model, "lead_earlier": float("nan")})
+    for knob in ("semantic_topic_margin", "semantic_words_share", "semantic_topic_floor"):
+        with pytest.warns(DeprecationWarning, match="semantic_preference_model"):
+            SelectionParams(**{knob: 0.9})

@@ -65,8 +65,11 @@ class GateFeatures:
         history_turns: how many turns the history holds (in a short one, every word
             looks rare).
         semantic_topic: with an embedder, the recent topic the query's meaning prefers
-            (:func:`semantic.topic_preference`), and ``semantic_margin`` its lead over the
-            runner-up (``None`` where there is no such preference).
+            (:func:`semantic.topic_preference`), and ``semantic_margin`` the fitted
+            log-odds that the query is about it (at 0 or more the gate goes there;
+            ``None`` where there is no such preference).
+        semantic_contributions: each input's part of ``semantic_margin``
+            (:data:`params.PREFERENCE_FEATURES`, :attr:`SelectionParams.semantic_preference_model`).
         contributions: each input's part of the fitted switch score
             (:data:`SWITCH_FEATURES`, :attr:`SelectionParams.switch_model`); their sum is
             the log-odds that the query leaves the active topic.  Always computed (empty
@@ -94,6 +97,7 @@ class GateFeatures:
     semantic_topic: int | None = None
     semantic_margin: float | None = None
     contributions: tuple[tuple[str, float], ...] = ()
+    semantic_contributions: tuple[tuple[str, float], ...] = ()
 
     @property
     def switch_score(self) -> float | None:

@@ -327,7 +327,7 @@ class ContextGatekeeper(SemanticMethods):
         decision, features, topic = gate_query(
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
             replying=view is not None and asks, closing=closes, asks=asks,
-            preference=topic_preference(view, history, p))
+            preference=topic_preference(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)))
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())

@@ -21,7 +21,7 @@ from ..errors import InvalidInputError
 from .anchors import AnchorKind
 from .scoring import IDF_FORMULAS
 
-__all__ = ["SelectionParams", "SWITCH_FEATURES", "DEPRECATED_PARAMS"]
+__all__ = ["SelectionParams", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "DEPRECATED_PARAMS"]
 
 SWITCH_FEATURES: tuple[str, ...] = (
     "bias", "overlap", "new_share", "new_content", "new_content_cjk", "content", "elsewhere", "reference",
@@ -30,11 +30,27 @@ SWITCH_FEATURES: tuple[str, ...] = (
 """The inputs of the gate's fitted switch score, in order (:func:`gate.switch_inputs` says
 how each is measured; :attr:`SelectionParams.switch_model` holds their weights)."""
 
+PREFERENCE_FEATURES: tuple[str, ...] = (
+    "bias", "active", "lead_earlier", "lead_active", "level_earlier", "level_active", "reference_earlier",
+    "reference_active", "words_topic", "words_elsewhere",
+)
+"""The inputs of the fitted score that sends a query to the recent topic its meaning
+prefers (with an embedder), in order (:func:`semantic.fusion.preference_inputs` says how
+each is measured; :attr:`SelectionParams.semantic_preference_model` holds their weights)."""
+
+_PREFERENCE_REPLACED = (
+    "the fitted preference score decides whether the query goes to the recent topic its meaning prefers "
+    "(semantic_preference_model, fitted by benchmarks/fit_semantic.py)"
+)
+
 DEPRECATED_PARAMS: dict[str, str] = {
     "semantic_switch_z": "the meaning no longer switches a query the words continue (see gate.semantic_decide)",
     "semantic_reference_drop": "the meaning no longer switches a query the words continue (see gate.semantic_decide)",
     "reference_override": "a pronoun reference is an input of the fitted switch score (switch_model['reference'])",
     "new_angle_factor": "the fitted switch score decides whether new content opens a topic (switch_model)",
+    "semantic_topic_margin": _PREFERENCE_REPLACED,
+    "semantic_words_share": _PREFERENCE_REPLACED,
+    "semantic_topic_floor": _PREFERENCE_REPLACED,
 }
 """Fields that no longer change selection, and what replaced them: passing one warns."""
 
@@ -44,6 +60,13 @@ FITTED_SWITCH_MODEL: dict[str, float] = {
     "history": -0.986,
 }
 """The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
+
+FITTED_PREFERENCE_MODEL: dict[str, float] = {
+    "bias": -0.053, "active": -2.338, "lead_earlier": 2.668, "lead_active": 12.235, "level_earlier": 0.883,
+    "level_active": -3.578, "reference_earlier": 1.253, "reference_active": 0.552, "words_topic": 2.006,
+    "words_elsewhere": 1.309,
+}
+"""The preference score's weights as fitted by ``benchmarks/fit_semantic.py`` on the tuning half."""
 
 
 @dataclass(frozen=True)
@@ -256,25 +279,26 @@ class SelectionParams:
     """Gate: a query returns to an earlier recent topic when its similarity there clears
     ``semantic_floor`` and beats the active topic's by this many standard deviations
     (and its words do not continue the active topic)."""
+    semantic_preference_model: dict[str, float] = field(default_factory=lambda: dict(FITTED_PREFERENCE_MODEL))
+    """Gate (with an embedder): weights of the score that sends a query to the recent topic
+    its meaning prefers (continues it, or returns to it), one per input of
+    :data:`PREFERENCE_FEATURES` -- the meaning's lead over the runner-up topic and its level,
+    both measured against how alike the recent turns are to one another, whether that topic
+    is the active one, the words' shares and a pronoun reference
+    (:func:`semantic.fusion.preference_inputs`).  A logistic model: at log-odds 0 or more the
+    gate goes there, unless a cue decides or the query has no content.  The defaults are
+    fitted by ``benchmarks/fit_semantic.py`` on the tuning half (A) of the hand-labelled sets,
+    CAsT and LoCoMo with multilingual-e5-small; ``explain()`` shows each input's part
+    (:attr:`GateFeatures.semantic_contributions`)."""
     semantic_topic_margin: float = 0.4
-    """Gate: the query goes to the recent topic its meaning prefers (continues it, or
-    returns to it) when that topic leads the runner-up by at least this much, in units of
-    the spread of the recent turns' similarities to one another
-    (:func:`semantic.topic_preference`), unless a cue decides, the query has no content,
-    or some topic holds ``semantic_words_share`` of its words.  Chosen on the tuning half of the hand-labelled
-    sets with multilingual-e5-small: 0.4 sent 74% of the queries without a cue whose
-    topic the history holds to it, 5% elsewhere, and 1 query in 19 on a new topic.  The
-    words win when they hold ``semantic_words_share``."""
+    """Deprecated, no effect: the fitted preference score (``semantic_preference_model``)
+    decides whether the query goes to the topic its meaning prefers."""
     semantic_words_share: float = 0.4
-    """...unless some topic's turns hold at least this share of the query's weight in words:
-    distinctive words still win over the meaning (the same share as ``off_topic_share``'s
-    default, kept apart so the ``"recall"`` preset, which lets any match across topics,
-    does not switch the meaning's preference off)."""
+    """Deprecated, no effect: the words' shares are inputs of the fitted preference score
+    (``semantic_preference_model["words_topic"]``, ``["words_elsewhere"]``)."""
     semantic_topic_floor: float = 0.7
-    """...and only when the query's best similarity to a recent turn lies less than this
-    many spreads below the recent turns' mean similarity to one another (a query on a new
-    topic is far from all of them: on the tuning half, 9 in 10 such queries lay more than
-    0.76 spreads below, 9 in 10 queries whose topic the history holds above -0.49)."""
+    """Deprecated, no effect: how far the query lies from every recent turn is an input of
+    the fitted preference score (``semantic_preference_model["level"]``)."""
     semantic_drop: float = 1.5
     """With an embedder, a turn kept on words alone whose similarity to the query lies this
     many spreads below the best kept turn's is let go (:func:`semantic.drop_unrelated`;
@@ -312,10 +336,10 @@ class SelectionParams:
                     f"SelectionParams.{name} no longer changes selection: {replacement}", DeprecationWarning,
                     stacklevel=3,
                 )
-        for name in ("kind_weights", "switch_model"):  # a copy: the caller's dict may change later
+        for name in ("kind_weights", "switch_model", "semantic_preference_model"):  # a copy: the caller's dict may change later
             if isinstance(getattr(self, name), Mapping):
                 object.__setattr__(self, name, dict(getattr(self, name)))
-        for name, names in (("switch_model", SWITCH_FEATURES),):
+        for name, names in (("switch_model", SWITCH_FEATURES), ("semantic_preference_model", PREFERENCE_FEATURES)):
             model = getattr(self, name)
             if not isinstance(model, dict) or set(model) != set(names) or not all(
                 isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in model.values()

@@ -234,7 +234,7 @@ def gate_query(
     replying: bool = False,
     closing: bool = False,
     asks: bool = False,
-    preference: tuple[int, float] | None = None,
+    preference: tuple[int, float, tuple[tuple[str, float], ...]] | None = None,
 ) -> tuple[Decision, GateFeatures, int | None]:
     """The gate at query time: ``(decision, features, chosen topic)``.
 
@@ -249,10 +249,10 @@ def gate_query(
     the active topic (:func:`gate.answers_assistant`) unless its words or meaning clearly
     switch.  ``asks`` and ``closing`` say the latest answer ended with a genuine or a
     courtesy question ("Anything else?"), inputs of the fitted switch score.
-    ``preference`` (with an embedder) is the recent topic the query's meaning prefers and
-    its lead (:func:`semantic.topic_preference`): at ``semantic_topic_margin`` or more, and
-    with no cue and no topic holding ``semantic_words_share`` of the query's words, the query
-    goes there -- continues it, or returns to it -- whatever its words' switch score.
+    ``preference`` (with an embedder) is the recent topic the query's meaning prefers, the
+    fitted log-odds that the query is about it and each input's part
+    (:func:`semantic.topic_preference`): at 0 or more, and with no cue, the query goes
+    there -- continues it, or returns to it -- whatever its words' switch score.
     """
     p = params
     if not labels:
@@ -281,10 +281,9 @@ def gate_query(
         if answers_assistant(features, p):  # measured with the meaning too: a clear switch still wins
             return "continue", features, active
     if preference is not None and p.semantic_gate and features.query_weight > 0 and not (cues.switch or cues.returning):
-        label, margin = preference
-        features = replace(features, semantic_topic=label, semantic_margin=margin)
-        words_hold = max(shares.values(), default=0.0) >= p.semantic_words_share  # distinctive words still win
-        if margin >= p.semantic_topic_margin and not words_hold:
+        label, score, parts = preference  # the words' shares are inputs of the fitted score
+        features = replace(features, semantic_topic=label, semantic_margin=score, semantic_contributions=parts)
+        if score >= 0:
             return ("continue" if label == active else "return"), features, label
     if features.semantic_active is not None:
         decision, semantic_topic = semantic_decide(decision, features, p)

