@@ -42,6 +42,7 @@ __all__ = [
     "extract",
     "anchor_kind",
     "trie_pattern",
+    "has_cjk",
 ]
 
 
@@ -299,6 +300,12 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
             anchors.extend(_glossary_anchors(run))
     anchors.extend(numbers)
     return TextAnchors.of(anchors)
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds a CJK character (the only text where :func:`extract`'s
+    ``query`` mode changes anything)."""
+    return _CJK_RUN.search(text) is not None
 
 
 @lru_cache(maxsize=262144)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 from ..caching import BoundedCache, text_key
-from .anchors import TextAnchors, extract
+from .anchors import TextAnchors, extract, has_cjk
 from .cues import Cues, strip_cues
 from .gate import is_courtesy, last_question
 
@@ -46,19 +46,32 @@ _gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = Boun
 _labels: BoundedCache[str, tuple[int, float]] = BoundedCache(maxsize=LABEL_CACHE_SIZE)
 
 
-def text_anchors(text: str) -> TextAnchors:
-    """``extract(text)``, computed once per text (shared: never mutate the result)."""
-    return _anchors.get_or_compute(text_key(text), lambda: extract(text))
+def text_anchors(text: str, key: str | None = None) -> TextAnchors:
+    """``extract(text)``, computed once per text (shared: never mutate the result);
+    ``key`` is ``text_key(text)`` where the caller has it already."""
+    return _anchors.get_or_compute(text_key(text) if key is None else key, lambda: extract(text))
 
 
-def _gate_input(user: str, max_chars: int) -> tuple[tuple[str, ...], Cues]:
-    """``(query anchors, cues)`` of a user text as the topic gate reads it, once per text."""
+def _gate_input(user: str, max_chars: int, key: str, anchors: TextAnchors) -> tuple[tuple[str, ...], Cues]:
+    """``(query anchors, cues)`` of a user text as the topic gate reads it, once per text
+    (``key`` is ``text_key(user)``, ``anchors`` its document anchors)."""
 
     def compute() -> tuple[tuple[str, ...], Cues]:
         cues, content = strip_cues(user[:max_chars])
+        if not cues and len(user) <= max_chars and not has_cjk(content):
+            # nothing blanked, nothing cut, and query mode differs only on Chinese: the same anchors
+            return tuple(anchors.counts), cues
         return tuple(extract(content, query=True).counts), cues
 
-    return _gate_inputs.get_or_compute((max_chars, text_key(user)), compute)
+    return _gate_inputs.get_or_compute((max_chars, key), compute)
+
+
+def _closing_question(answer: str) -> tuple[bool, bool]:
+    """``(asks, closes)``: the answer ends with a genuine question to the user, or with a
+    courtesy question (:func:`gate.asks_question`, :func:`gate.closes_topic`)."""
+    question = last_question(answer)
+    courtesy = question is not None and is_courtesy(question)
+    return question is not None and not courtesy, courtesy
 
 
 class _ByPosition(Sequence[SegmentInput]):
@@ -229,12 +242,12 @@ class TurnHistory:
         its texts)``; the gate input's ``anchors`` are filled by :meth:`_store`."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
         cost = self._cost(turn)
-        user, answer_anchors = text_anchors(turn.user), text_anchors(answer)
-        query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars)
-        question = last_question(turn.assistant)
-        courtesy = question is not None and is_courtesy(question)
-        gated = SegmentInput(query_anchors, cues, frozenset(), asks=question is not None and not courtesy, closes=courtesy)
-        return cost, user, answer_anchors, gated, text_key(f"{len(turn.user)}:{turn.user}{answer}")
+        user_key, answer_key = text_key(turn.user), text_key(answer)
+        user, answer_anchors = text_anchors(turn.user, user_key), text_anchors(answer, answer_key)
+        query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars, user_key, user)
+        asks, closes = _closing_question(turn.assistant) if turn.assistant else (False, False)
+        gated = SegmentInput(query_anchors, cues, frozenset(), asks=asks, closes=closes)
+        return cost, user, answer_anchors, gated, text_key(user_key + answer_key)
 
     def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput, str]) -> None:
         """Record, cost and index a prepared turn (its position is the caller's business)."""
