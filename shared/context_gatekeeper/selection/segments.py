@@ -138,19 +138,37 @@ class _TurnGate:
     """A switch the user announced: no recent topic is offered."""
 
 
+def _with(features: GateFeatures, **changes: object) -> GateFeatures:
+    """``dataclasses.replace(features, **changes)``, without its per-field checks (it runs
+    twice for every turn segmented)."""
+    return GateFeatures(**{**vars(features), **changes})
+
+
+def _user_weights(
+    turn: SegmentInput, whole: Mapping[str, float], df: Callable[[str], int], position: int, params: SelectionParams
+) -> dict[str, float]:
+    """``anchor_weights(turn.user, df, position, params)``, reading the weights of the turn's
+    anchors (``whole``, the same formula at the same position) instead of computing them again."""
+    missing = [a for a in turn.user if a not in whole]
+    computed = anchor_weights(missing, df, position, params) if missing else {}
+    extra = params.extra_stopwords
+    return {a: whole[a] if a in whole else computed[a] for a in dict.fromkeys(turn.user) if a not in extra}
+
+
 def _gate_turn(
-    labels: Sequence[int], turns: Sequence[SegmentInput], position: int, df: Callable[[str], int], params: SelectionParams
+    labels: Sequence[int], turns: Sequence[SegmentInput], position: int, df: Callable[[str], int],
+    params: SelectionParams, whole: Mapping[str, float],
 ) -> _TurnGate:
     turn = turns[position]
-    weights = anchor_weights(turn.user, df, position, params)
+    weights = _user_weights(turn, whole, df, position, params)
     profiles = topic_profiles(labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay)
     active = labels[position - 1]
     earlier = best_other_topic(profiles, active, weights)
     features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
     before = turns[position - 1]  # how the answer just before ends, as the query-time gate reads it
-    features = replace(features, established=len(profiles) == 1 and position >= 2, history_turns=position,
-                       asks=before.asks, closes=before.closes)
-    features = replace(features, contributions=switch_contributions(features, params.switch_model))
+    features = _with(features, established=len(profiles) == 1 and position >= 2, history_turns=position,
+                     asks=before.asks, closes=before.closes)
+    features = _with(features, contributions=switch_contributions(features, params.switch_model))
     decision = decide(features, params)
     target = None
     if decision == "return":
@@ -186,13 +204,13 @@ def next_label(
     if position == 0:
         return 0, 0.0
     turn = turns[position]
-    gated = _gate_turn(labels, turns, position, df, params)
+    every = anchor_weights(turn.anchors, df, position, params)  # the user's words' weights among them
+    gated = _gate_turn(labels, turns, position, df, params, every)
     features, active = gated.features, labels[position - 1]
     if gated.returns_to is not None:
         return gated.returns_to, features.new_weight
     if not gated.announced:
-        whole = {a: w for a, w in anchor_weights(turn.anchors, df, position, params).items()
-                 if anchor_kind(a) != AnchorKind.EXACT}
+        whole = {a: w for a, w in every.items() if anchor_kind(a) != AnchorKind.EXACT}
         for anchor in whole.keys() & gated.weights.keys():  # the user's own words count twice
             whole[anchor] += gated.weights[anchor]
         total = sum(whole.values())
