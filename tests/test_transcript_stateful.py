@@ -1,5 +1,4 @@
-"""A hypothesis state machine against every store (issue #11, "test it like the trusted
-systems do").
+"""Transcripts over every store, as a hypothesis state machine.
 
 Random sequences of appends (duplicate ids, retried requests, taken ids, one id twice in an
 append, ids of deleted messages), edits through
