@@ -153,12 +153,34 @@ calls, objects and threads: keyed by the token counter and the node's text (for 
 formatted again)."""
 
 ANCHORS: BoundedCache[str, Any] = BoundedCache(maxsize=10_000)
-"""Anchor counts by text, shared by every token counter (anchors do not depend on it)."""
+"""Anchor counts by text, shared by every token counter (anchors do not depend on it):
+a node's body and its metadata header are kept apart (see :func:`_node_anchors`)."""
 
 
 def _anchor_counts(text: str) -> Any:
     """``extract_anchors(text).counts``, once per text (:data:`ANCHORS`); read-only."""
     return ANCHORS.get_or_compute(text, lambda: extract_anchors(text).counts)
+
+
+def _node_anchors(node: BaseNode, mode: MetadataMode, text: str) -> Any:
+    """The anchor counts of ``text``, the node's ``get_content(mode)``; read-only.
+
+    A ``TextNode`` with metadata reads ``header + "\\n\\n" + body`` (the default text
+    template, stripped; trailing white space holds no anchor).  No anchor spans a line break (each pattern of
+    :func:`~context_gatekeeper.selection.anchors.extract` stops at one, and NFKC keeps one
+    as it is), so such a text's anchors are its header's plus its body's: each is kept
+    apart in :data:`ANCHORS`, and a node whose metadata alone is new costs the analysis
+    of its header (a metadata value with digits, such as a file name, no longer sends the
+    whole body through the number scans).  ``tests/test_li_postprocessor.py`` checks the
+    sum against the whole text's extraction on texts built to break it."""
+    if type(node) is TextNode and mode is not MetadataMode.NONE and text is not node.text:
+        header = node.get_metadata_str(mode=mode).strip()
+        body = node.text
+        if header and text == f"{header}\n\n{body}".strip():  # what get_content builds
+            counts = _anchor_counts(body).copy()
+            counts.update(_anchor_counts(header))
+            return counts
+    return _anchor_counts(text)
 
 
 _EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys field a mode reads
@@ -168,19 +190,21 @@ def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int) -> tuple[Any, 
     """Everything ``TextNode.get_content(mode)`` reads, as a hashable key (metadata values
     as the strings the template formats), or None when the node is not a plain
     ``TextNode`` or a metadata key is not a ``str``: its text is then read and keys the
-    facts.  ``excluded``: ``_EXCLUDED[mode]`` (0: the mode excludes no key)."""
+    facts.  ``excluded``: ``_EXCLUDED[mode]`` (0: the mode excludes no key).  Without
+    metadata (or in mode ``NONE``) the text is the node's own, whatever the templates."""
     if type(node) is not TextNode:
         return None
-    if mode is MetadataMode.NONE:
-        return (mode, node.text)
-    metadata = node.metadata
+    fields = node.__dict__  # pydantic keeps a model's fields there: one lookup each
+    metadata = fields["metadata"]
+    if mode is MetadataMode.NONE or not metadata:
+        return (MetadataMode.NONE, fields["text"])
     for key in metadata:
         if type(key) is not str:
             return None
-    return (mode, node.text, tuple(metadata), tuple(map(str, metadata.values())),
-            tuple(node.excluded_llm_metadata_keys) if excluded == 1
-            else tuple(node.excluded_embed_metadata_keys) if excluded == 2 else (),
-            node.metadata_template, node.metadata_separator, node.text_template)
+    return (mode, fields["text"], tuple(metadata), tuple(map(str, metadata.values())),
+            tuple(fields["excluded_llm_metadata_keys"]) if excluded == 1
+            else tuple(fields["excluded_embed_metadata_keys"]) if excluded == 2 else (),
+            fields["metadata_template"], fields["metadata_separator"], fields["text_template"])
 
 
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):
@@ -274,23 +298,25 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def _facts(self, nodes: List[NodeWithScore]) -> list[_Facts]:
         """Each node's ``(text, tokens, anchors)``: from :data:`FACTS` when its text was seen
-        before (by any postprocessor with this token counter), else computed once and kept."""
-        mode, counter, get, put = MetadataMode(self.metadata_mode), self._counter_key, FACTS.get, FACTS.put
+        before (by any postprocessor with this token counter; one lookup for the whole
+        list), else computed once and kept."""
+        mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
-        out: list[_Facts] = []
-        for item in nodes:
-            node = item.node
-            parts = _parts_key(node, mode, excluded)
-            facts = None if parts is None else get((counter, parts))
+        items = [item.node for item in nodes]
+        keys: list[Any] = [(counter, _parts_key(node, mode, excluded)) for node in items]
+        texts: dict[int, str] = {}
+        for i, key in enumerate(keys):
+            if key[1] is None:  # not a plain TextNode: keyed by its text
+                texts[i] = text = _text(items[i], mode)
+                keys[i] = (counter, text)
+        out = FACTS.get_many(keys)
+        for i, facts in enumerate(out):
             if facts is None:
-                text = _text(node, mode)
-                key = (counter, text if parts is None else parts)
-                facts = get(key) if parts is None else None
-                if facts is None:
-                    facts = (text, self._count(text), _anchor_counts(text))
-                    put(key, facts)
-            out.append(facts)
-        return out
+                node = items[i]
+                text = texts[i] if i in texts else _text(node, mode)
+                facts = out[i] = (text, self._count(text), _node_anchors(node, mode, text))
+                FACTS.put(keys[i], facts)
+        return out  # type: ignore[return-value]  # every None was filled
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no

@@ -19,6 +19,14 @@ def test_the_least_recently_used_entry_goes_first():
     assert "b" not in cache and cache.get("a") == 1 and cache.get("c") == 3 and len(cache) == 2
 
 
+def test_get_many_looks_up_a_list_at_once_and_refreshes_what_it_finds():
+    cache: BoundedCache[str, int] = BoundedCache(maxsize=3)
+    cache.put_many([("a", 1), ("b", 2), ("c", 3)])
+    assert cache.get_many(["a", "x", "b"]) == [1, None, 2] and (cache.hits, cache.misses) == (2, 1)
+    cache.put("d", 4)  # "c" is now the least recently used: "a" and "b" were just read
+    assert "c" not in cache and cache.get_many(["a", "b", "d"]) == [1, 2, 4]
+
+
 def test_get_or_compute_computes_once_per_key_and_counts():
     cache: BoundedCache[str, int] = BoundedCache()
     calls = []

@@ -185,20 +185,27 @@ def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return texts
 
 
+HEADERS = [f"source: doc{i}.md" for i in range(4)]
+"""The metadata headers of :func:`retrieved`'s nodes, analysed apart from their bodies."""
+ANALYSED = [FENCING, TTL, BREAD, *HEADERS]
+"""What analysing ``retrieved(FENCING, TTL, BREAD, TTL)`` extracts anchors from."""
+
+
 def test_a_node_text_is_counted_and_analysed_once_across_calls_and_postprocessors(extracted) -> None:
     count = CountingCounter()
     first = GatekeeperNodePostprocessor(token_counter=count)
     kept = first.postprocess_nodes(retrieved(FENCING, TTL, BREAD, TTL), query_str=QUERY)
     assert [n.node.node_id for n in kept] == ["n0", "n1"]
-    assert len(count.texts) == 4 and len(extracted) == 4  # n1 and n3 differ by their metadata (source)
+    assert len(count.texts) == 4  # n1 and n3 differ by their metadata (source)
+    assert sorted(extracted) == sorted(ANALYSED)  # each body once (n1 and n3 share theirs), each header once
     second = GatekeeperNodePostprocessor(token_counter=count, token_budget=1000)
     for query in (QUERY, "What is a fencing token?", "How hot should the oven be for sourdough?"):
         second.postprocess_nodes(retrieved(FENCING, TTL, BREAD, TTL), query_str=query)  # new node objects
         first.explain(retrieved(FENCING, TTL, BREAD, TTL), query)
-    assert len(count.texts) == 4 and len(extracted) == 4
+    assert len(count.texts) == 4 and sorted(extracted) == sorted(ANALYSED)
     other = GatekeeperNodePostprocessor(token_counter=words)  # another counter counts anew; anchors are shared
     assert [n.node.node_id for n in other.postprocess_nodes(retrieved(FENCING, TTL), query_str=QUERY)] == ["n0", "n1"]
-    assert len(extracted) == 4
+    assert sorted(extracted) == sorted(ANALYSED)
 
 
 def test_the_facts_are_shared_across_threads(extracted) -> None:
@@ -211,7 +218,7 @@ def test_the_facts_are_shared_across_threads(extracted) -> None:
         runs = list(pool.map(lambda _: GatekeeperNodePostprocessor(token_counter=count).postprocess_nodes(
             retrieved(FENCING, TTL, BREAD), query_str=QUERY), range(8)))
     assert all([n.node.node_id for n in run] == expected for run in runs)
-    assert len(count.texts) == 3 and len(extracted) == 3
+    assert len(count.texts) == 3 and sorted(extracted) == sorted([FENCING, TTL, BREAD, *HEADERS[:3]])
 
 
 def test_a_changed_text_or_metadata_is_analysed_anew_never_served_stale() -> None:
@@ -253,7 +260,44 @@ def test_other_node_types_and_unhashable_counters_are_cached_by_their_text(extra
     for query in (QUERY, "sourdough oven"):
         gate.postprocess_nodes(documents, query_str=query)
         gate.postprocess_nodes(retrieved(TTL, BREAD), query_str=query)
-    assert tokenizer.calls == 4 and len(extracted) == 4  # two texts as Documents, two as TextNodes with metadata
+    assert tokenizer.calls == 4  # two texts as Documents, two as TextNodes with metadata
+    assert sorted(extracted) == sorted([TTL, BREAD, *HEADERS[:2]])  # a TextNode's body is the Document's text
+
+
+def test_a_nodes_anchors_are_its_whole_texts_though_header_and_body_are_analysed_apart() -> None:
+    """The header and the body of a node with metadata are analysed apart and added: equal
+    to extracting the text ``get_content`` gives, on texts built to make a match span the
+    line break between them (numbers, versions, identifiers, quotes, code, CJK, combining
+    marks, white space) and on templates that do not end the header with one."""
+    import random
+
+    from context_gatekeeper import extract_anchors
+
+    pool = ['"', "`", "“", "”", "「", "」", "1", "22", "v3", ".", "_", "->", "::", "a", "Foo", "é", "\u0301",
+            "锁", "索引", "加了", " ", "\t", "\u00a0", "\u3000", "\n", "ﬁ", "①", "Ａ", "x9", "-", "TTL"]
+    rng = random.Random(22)
+
+    def piece(n: int) -> str:
+        return "".join(rng.choice(pool) for _ in range(rng.randrange(n)))
+
+    nodes = []
+    for i in range(400):
+        node = TextNode(text=piece(12) if i % 4 else rng.choice([TTL, FENCING, BREAD]) + piece(4), id_=f"r{i}",
+                        metadata={"file": piece(8) or "x", "page": rng.choice([1, 2.5, True, "v1.2", "22"])})
+        if i % 5 == 0:
+            node.text_template = rng.choice(["{metadata_str}{content}", "{metadata_str} {content}",
+                                             "{metadata_str}.{content}", "{content}\n\n{metadata_str}"])
+        if i % 7 == 0:
+            node.excluded_llm_metadata_keys = ["file"]
+        nodes.append(NodeWithScore(node=node, score=1.0))
+    gate = GatekeeperNodePostprocessor(token_counter=words)
+    for mode in ("llm", "embed", "all", "none"):
+        gate.metadata_mode = mode
+        gate.postprocess_nodes(nodes, query_str=QUERY)
+        analysed = {text: anchors for text, _, anchors in FACTS._data.values()}
+        for item in nodes:
+            text = item.node.get_content(metadata_mode=mode)
+            assert analysed[text] == extract_anchors(text).counts, text
 
 
 def test_select_covering_with_given_anchors_or_without_explanations_chooses_the_same() -> None:

@@ -79,6 +79,24 @@ class BoundedCache(Generic[K, V]):
             self.misses += 1
             return _MISSING
 
+    def get_many(self, keys: Iterable[K]) -> list[V | None]:
+        """:meth:`get` for each key (``None`` where missing), under one acquisition of the
+        lock: a caller that looks up a whole list (a retriever's nodes) pays one."""
+        out: list[V | None] = []
+        found = 0
+        with self._lock:
+            data, touch = self._data, self._data.move_to_end
+            for key in keys:
+                if key in data:
+                    touch(key)
+                    out.append(data[key])
+                    found += 1
+                else:
+                    out.append(None)
+            self.hits += found
+            self.misses += len(out) - found
+        return out
+
     def put(self, key: K, value: V) -> None:
         """Keep ``value`` for ``key`` (the most recently used), evicting the least recent."""
         with self._lock:
