@@ -370,3 +370,44 @@ def test_accented_latin_words_stay_whole():
 )
 def test_each_scan_runs_when_the_characters_it_needs_appear(text, anchor):
     assert anchor in extract(text).counts
+
+
+@pytest.mark.parametrize(
+    "text, numbers",
+    [
+        ("12ab then 34", ["12", "34"]),  # a number right before an identifier, one after a space
+        ("x.12 and 年12月 and 100-150元", ["12", "12", "100", "150"]),
+        ("v2 and 7 stay out; 2022 stays", ["2022"]),
+        ("release 3.11 of 2024", ["2024"]),  # the version is an exact anchor, not numbers
+    ],
+)
+def test_free_standing_numbers_only_and_in_order(text, numbers):
+    found = [a for a in extract(text).counts if a.isdigit()]
+    assert found == list(dict.fromkeys(numbers))
+    assert all(extract(text).counts[n] == numbers.count(n) for n in numbers)
+
+
+def test_anchor_order_is_phrases_versions_words_chinese_numbers():
+    # Counter order is first occurrence per scan; what reads the anchors in order (the gate's
+    # weights, their sums) depends on it, so it must not move when the scans are reorganised.
+    assert list(extract('In 2022 "moka pot" 锁 v1.2 grind-size 42').counts) == [
+        '"moka pot"', "#1.2", "moka", "pot", "grind", "siz", "锁", "2022", "42"]
+
+
+@given(st.text(alphabet="ab1 2_.:->`\"v3.1x9锁脑裂１２٣Ü?？!)」\n", max_size=40))
+def test_one_scan_finds_what_blanking_identifiers_out_would(text):
+    """Numbers are found in the same scan as identifier tokens; this is the two-pass
+    definition they must equal (identifiers blanked out, then runs of two digits or more
+    not after a letter)."""
+    import re
+    import unicodedata
+
+    from context_gatekeeper.selection import anchors as module
+
+    normalised = unicodedata.normalize("NFKC", text)
+    latin = module._VERSION.sub(" ", normalised)
+    start = r"[^\W\d\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+    expected = re.findall(rf"(?<!{start})\d{{2,}}", module._IDENTIFIER.sub(" ", latin))
+    tokens, numbers = module._tokens_and_numbers(latin)
+    assert numbers == expected
+    assert tokens == module._IDENTIFIER.findall(latin)
