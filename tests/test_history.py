@@ -44,7 +44,9 @@ def build() -> ContextGatekeeper:
 
 def test_a_second_gatekeeper_on_the_same_texts_extracts_nothing(extractions: list[str]) -> None:
     first = build()
-    assert len(extractions) == 3 * len(TURNS)  # user, answer, and the user text as the gate reads it
+    # user, answer, and the user text as the gate reads it where that differs: only the
+    # third user text holds a cue ("it"); the others' gate input is their own anchors
+    assert len(extractions) == 2 * len(TURNS) + 1
     extractions.clear()
     second = build()
     assert extractions == []
@@ -58,7 +60,27 @@ def test_a_changed_text_is_extracted_again(extractions: list[str]) -> None:
     gk = build()
     extractions.clear()
     gk.replace_turn(gk.turns[1].id, "Which grind for a French press?", "Coarse.")
-    assert sorted(extractions) == sorted(["Which grind for a French press?", "Coarse.", "Which grind for a French press?"])
+    assert sorted(extractions) == sorted(["Which grind for a French press?", "Coarse."])
+    gk.replace_turn(gk.turns[1].id, "Is it fine for a French press?", "Coarse.")
+    assert extractions[2:] == ["Is it fine for a French press?", "Is   fine for a French press?"]  # the cue blanked
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        "How long should a Redis lock TTL be?",  # no cue: the document anchors serve
+        "Is it thread-safe, and what about asyncio.gather?",  # cues blanked out
+        "Redis 锁续租为什么会脑裂？",  # Chinese: query mode keeps fewer single characters
+        "“quoted” Ｆｕｌｌ-width ＴＴＬ 2024 v1.2",  # NFKC, a version and a number
+        "lock " * 300 + "watchdog",  # beyond max_query_chars: cut
+    ],
+)
+def test_the_gate_input_is_the_query_mode_anchors_of_the_text_without_cues(user: str) -> None:
+    max_chars = ContextGatekeeper().params.max_query_chars
+    history._gate_inputs.clear()
+    anchors, cues = history._gate_input(user, max_chars, "key", history.extract(user))
+    cues_found, content = history.strip_cues(user[:max_chars])
+    assert (anchors, cues) == (tuple(history.extract(content, query=True).counts), cues_found)
 
 
 def test_a_cache_evicts_beyond_its_bound(monkeypatch: pytest.MonkeyPatch, extractions: list[str]) -> None:
