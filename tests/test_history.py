@@ -72,7 +72,7 @@ def test_a_changed_text_is_extracted_again(extractions: list[str]) -> None:
         "Is it thread-safe, and what about asyncio.gather?",  # cues blanked out
         "Redis 锁续租为什么会脑裂？",  # Chinese: query mode keeps fewer single characters
         "“quoted” Ｆｕｌｌ-width ＴＴＬ 2024 v1.2",  # NFKC, a version and a number
-        "lock " * 300 + "watchdog",  # beyond max_query_chars: cut
+        "lock " * 900 + "watchdog",  # beyond max_query_chars (4000): cut
     ],
 )
 def test_the_gate_input_is_the_query_mode_anchors_of_the_text_without_cues(user: str) -> None:
