@@ -63,7 +63,7 @@ from context_gatekeeper import (
     resolve_token_counter,
     select_covering,
 )
-from context_gatekeeper.integration import BoundedCache, require_budget
+from context_gatekeeper.integration import BoundedCache, kept_covering, require_budget
 
 from .node_vectors import NodeVectors, query_embedding
 
@@ -143,8 +143,10 @@ def query_text(query: Union[str, QueryBundle, None]) -> str:
 
 _DEFAULT_PARAMS = SelectionParams()  # frozen: built once, not per call
 
-_Facts = tuple[str, int, Any]
-"""What a node contributes to a selection, computed once per text: ``(text, tokens, anchor counts)``."""
+_Facts = tuple[str, Optional[int], Any]
+"""What a node contributes to a selection, computed once per text: ``(text, tokens, anchor
+counts)``; ``tokens`` is None until a selection needs it (``postprocess_nodes`` without an
+embedder counts only the nodes that hold a query term: see :func:`kept_covering`)."""
 
 FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=10_000)
 """Every postprocessor's per-node facts (the 10,000 most recently used), shared across
@@ -296,10 +298,11 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             probe = await self._vectors.asimilarities(nodes, text, query_embedding(query))
         return self._covering(nodes, text, probe, explain)
 
-    def _facts(self, nodes: List[NodeWithScore]) -> list[_Facts]:
-        """Each node's ``(text, tokens, anchors)``: from :data:`FACTS` when its text was seen
-        before (by any postprocessor with this token counter; one lookup for the whole
-        list), else computed once and kept."""
+    def _facts(self, nodes: List[NodeWithScore], count: bool = True) -> tuple[list[_Facts], list[Any]]:
+        """Each node's ``(text, tokens, anchors)`` and its key in :data:`FACTS`: from there when
+        its text was seen before (by any postprocessor with this token counter; one lookup
+        for the whole list), else computed once and kept.  ``count=False`` leaves a node's
+        tokens None until :meth:`_cost` asks for them."""
         mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
         items = [item.node for item in nodes]
@@ -309,24 +312,35 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             if key[1] is None:  # not a plain TextNode: keyed by its text
                 texts[i] = text = _text(items[i], mode)
                 keys[i] = (counter, text)
-        out = FACTS.get_many(keys)
+        out: list[Any] = FACTS.get_many(keys)
         for i, facts in enumerate(out):
             if facts is None:
                 node = items[i]
                 text = texts[i] if i in texts else _text(node, mode)
-                facts = out[i] = (text, self._count(text), _node_anchors(node, mode, text))
-                FACTS.put(keys[i], facts)
-        return out  # type: ignore[return-value]  # every None was filled
+                out[i] = (text, self._count(text) if count else None, _node_anchors(node, mode, text))
+                FACTS.put(keys[i], out[i])
+            elif count and facts[1] is None:
+                self._cost(out, keys, i)
+        return out, keys
+
+    def _cost(self, facts: list[_Facts], keys: list[Any], i: int) -> int:
+        """Node ``i``'s tokens, counted now if no selection needed them before (and kept)."""
+        text, tokens, anchors = facts[i]
+        if tokens is None:
+            tokens = self._count(text)
+            facts[i] = (text, tokens, anchors)
+            FACTS.put(keys[i], facts[i])
+        return tokens
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no
-        explanations, for ``postprocess_nodes``, which needs only what is kept)."""
-        facts = self._facts(nodes)
+        explanations)."""
+        facts, _ = self._facts(nodes)
         result = select_covering(
             query,
             [f[0] for f in facts],
             token_budget=self.token_budget,
-            costs=[f[1] for f in facts],
+            costs=[f[1] for f in facts],  # type: ignore[misc]  # _facts counted every node
             anchors=[f[2] for f in facts],
             corpus=self.corpus,
             target=self.coverage_target,
@@ -336,6 +350,23 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             explain=explain,
         )
         return replace(result, semantic_fallback=True) if probe is not None and probe[1] else result
+
+    def _kept(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> list[int]:
+        """What :meth:`select` keeps, for ``postprocess_nodes``: without an embedder, by
+        :func:`kept_covering`, which counts the tokens of the nodes holding a query term only."""
+        if self._vectors is not None:
+            return self._select(nodes, query, False).kept
+        facts, keys = self._facts(nodes, count=False)
+        return kept_covering(
+            query_text(query),
+            [f[2] for f in facts],
+            lambda i: self._cost(facts, keys, i),
+            token_budget=self.token_budget,
+            corpus=self.corpus,
+            target=self.coverage_target,
+            fallback=self.fallback,
+            params=self.params or _DEFAULT_PARAMS,
+        )
 
     def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
         """Why each node would be kept or dropped for ``query``, in input order (with an
@@ -360,7 +391,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         """The covering subset, in retrieval order: the same objects, unmodified."""
         if not nodes:
             return []
-        return [nodes[i] for i in self._select(nodes, query_bundle, False).kept]
+        return [nodes[i] for i in self._kept(nodes, query_bundle)]
 
     async def _apostprocess_nodes(
         self,
@@ -370,4 +401,6 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         """Async :meth:`_postprocess_nodes` (the embedding calls awaited)."""
         if not nodes:
             return []
+        if self._vectors is None:
+            return [nodes[i] for i in await asyncio.to_thread(self._kept, nodes, query_bundle)]
         return [nodes[i] for i in (await self._aselect(nodes, query_bundle, False)).kept]

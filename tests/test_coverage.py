@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from context_gatekeeper import BudgetError, SelectionParams
+from context_gatekeeper import BudgetError, SelectionParams, extract_anchors
 from context_gatekeeper.selection.coverage import (
     COVERS,
     FALLBACK,
@@ -13,6 +16,7 @@ from context_gatekeeper.selection.coverage import (
     OVER_BUDGET,
     TARGET_REACHED,
     CoverageCorpus,
+    kept_covering,
     select_covering,
 )
 
@@ -126,3 +130,49 @@ def test_invalid_arguments_are_rejected_up_front() -> None:
 def test_empty_candidates() -> None:
     result = select_covering(QUERY, [], costs=[])
     assert result.kept == [] and result.explanations == [] and "kept 0 of 0" in str(result)
+
+
+def test_kept_covering_keeps_what_select_covering_keeps_asking_only_the_costs_it_needs() -> None:
+    """On the hand-labelled mixed-topic cases (each message a candidate), with and without
+    a budget, a corpus, a lower target and no fallback: the same indices, and a cost asked
+    at most once, only for a candidate holding a query term unless the fallback keeps
+    candidates in order within a budget."""
+    lines = (Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "interleaved.jsonl").read_text("utf-8")
+    cases = [json.loads(line) for line in lines.splitlines() if line.strip()]
+    corpus = CoverageCorpus.from_texts(m for case in cases[:50] for t in case["turns"] for m in t.values())
+    fallbacks = 0
+    for k, case in enumerate(cases):
+        texts = [m for t in case["turns"] for m in (t["user"], t["assistant"])]
+        anchors = [extract_anchors(t).counts for t in texts]
+        costs = [len(t.split()) for t in texts]
+        query = case["query"] if k % 9 else "and then?"  # no informative term: the fallback
+        for options in ({}, {"token_budget": 60}, {"token_budget": 0}, {"corpus": corpus, "token_budget": 90},
+                        {"target": 0.5}, {"fallback": False, "token_budget": 40}):
+            expected = select_covering(query, texts, costs=costs, anchors=anchors, **options)
+            asked: list[int] = []
+            kept = kept_covering(query, anchors, lambda i: asked.append(i) or costs[i], **options)
+            assert kept == expected.kept, (k, options)
+            assert len(asked) == len(set(asked))
+            if expected.coverable_weight > 0 or options.get("token_budget") is None or options.get("fallback") is False:
+                assert set(asked) <= {e.index for e in expected.explanations if e.matched}, (k, options)
+            else:
+                fallbacks += 1
+                assert sorted(asked) == list(range(len(texts)))
+    assert fallbacks > 50  # the fallback path was taken
+
+
+def test_kept_covering_refuses_what_select_covering_refuses() -> None:
+    anchors = [extract_anchors(TTL).counts]
+    with pytest.raises(BudgetError):
+        kept_covering(QUERY, anchors, lambda i: 1, token_budget=-1)
+    with pytest.raises(ValueError, match="target"):
+        kept_covering(QUERY, anchors, lambda i: 1, target=1.5)
+    assert kept_covering(QUERY, [], lambda i: 1) == []
+
+
+def test_the_coverable_weight_is_summed_in_query_order() -> None:
+    """The same figure in every process (a set's order changes with the string hash seed)."""
+    query = "Redis lock TTL, fencing token grant, sourdough proof overnight, critical section number"
+    result = select_covering(query, [TTL, FENCING, BREAD], costs=[9, 9, 9])
+    held = [a for a in result.weights if any(a in e.matched for e in result.explanations)]
+    assert result.coverable_weight == sum(result.weights[a] for a in held) and len(held) > 8

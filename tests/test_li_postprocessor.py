@@ -194,9 +194,11 @@ ANALYSED = [FENCING, TTL, BREAD, *HEADERS]
 def test_a_node_text_is_counted_and_analysed_once_across_calls_and_postprocessors(extracted) -> None:
     count = CountingCounter()
     first = GatekeeperNodePostprocessor(token_counter=count)
-    kept = first.postprocess_nodes(retrieved(FENCING, TTL, BREAD, TTL), query_str=QUERY)
+    nodes = retrieved(FENCING, TTL, BREAD, TTL)
+    kept = first.postprocess_nodes(nodes, query_str=QUERY)
     assert [n.node.node_id for n in kept] == ["n0", "n1"]
-    assert len(count.texts) == 4  # n1 and n3 differ by their metadata (source)
+    # only the nodes holding a query term are counted (n1 and n3 differ by their metadata, the source)
+    assert count.texts == [nodes[i].node.get_content(metadata_mode="llm") for i in (0, 1, 3)]
     assert sorted(extracted) == sorted(ANALYSED)  # each body once (n1 and n3 share theirs), each header once
     second = GatekeeperNodePostprocessor(token_counter=count, token_budget=1000)
     for query in (QUERY, "What is a fencing token?", "How hot should the oven be for sourdough?"):
@@ -218,28 +220,28 @@ def test_the_facts_are_shared_across_threads(extracted) -> None:
         runs = list(pool.map(lambda _: GatekeeperNodePostprocessor(token_counter=count).postprocess_nodes(
             retrieved(FENCING, TTL, BREAD), query_str=QUERY), range(8)))
     assert all([n.node.node_id for n in run] == expected for run in runs)
-    assert len(count.texts) == 3 and sorted(extracted) == sorted([FENCING, TTL, BREAD, *HEADERS[:3]])
+    counted = sorted(n.node.get_content(metadata_mode="llm") for n in retrieved(FENCING, TTL))  # BREAD: no query term
+    assert sorted(count.texts) == counted and sorted(extracted) == sorted([FENCING, TTL, BREAD, *HEADERS[:3]])
 
 
 def test_a_changed_text_or_metadata_is_analysed_anew_never_served_stale() -> None:
     count = CountingCounter()
-    gate = GatekeeperNodePostprocessor(token_counter=count)
+    gate = GatekeeperNodePostprocessor(token_counter=count)  # explain counts every node
     nodes = retrieved(TTL, BREAD)
-    gate.postprocess_nodes(nodes, query_str=QUERY)
+    gate.explain(nodes, QUERY)
     nodes[1].node.text = FENCING  # the same node object, now another text
     nodes[0].node.metadata["source"] = "renamed.md"
     nodes[0].node.metadata["page"] = 1
-    kept = gate.postprocess_nodes(nodes, query_str=QUERY)
-    assert [n.node.node_id for n in kept] == ["n0", "n1"]
+    assert [e.node_id for e in gate.explain(nodes, QUERY) if e.kept] == ["n0", "n1"]
     assert count.texts[2:] == [n.node.get_content(metadata_mode="llm") for n in nodes]
     nodes[0].node.metadata["page"] = True  # equal to 1, formatted otherwise
-    gate.postprocess_nodes(nodes, query_str=QUERY)
+    gate.explain(nodes, QUERY)
     assert count.texts[-1] == nodes[0].node.get_content(metadata_mode="llm") and "page: True" in count.texts[-1]
     nodes[0].node.excluded_llm_metadata_keys = ["source", "page"]
-    gate.postprocess_nodes(nodes, query_str=QUERY)
+    gate.explain(nodes, QUERY)
     assert count.texts[-1] == TTL and len(count.texts) == 6
     nodes[0].node.metadata[7] = "seven"  # a key that is not a str: read through get_content
-    gate.postprocess_nodes(nodes, query_str=QUERY)
+    gate.explain(nodes, QUERY)
     assert count.texts[-1] == nodes[0].node.get_content(metadata_mode="llm") and "7: seven" in count.texts[-1]
 
 

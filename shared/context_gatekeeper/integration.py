@@ -33,7 +33,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   store keeps it: surrogate pairs joined, lone surrogates escaped) and
   ``ideal_patch_reply`` (the answer a perfect model would give: offline demos).
 * **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
-  to turns) and ``TurnIndex`` (an incremental index over a list that grows).
+  to turns), ``TurnIndex`` (an incremental index over a list that grows) and
+  ``kept_covering`` (what ``select_covering`` keeps, counting only the costs it needs).
 * **stores**: ``IdEntry`` and ``check_revision``, the integrity check every store
   runs before it writes (for adapters that import a revision log); ``store_spec`` and
   ``store_from_spec``, how a pickled adapter object names its store and reopens it.
@@ -73,6 +74,7 @@ from .records.operations import (
 from .records.replay import SKIP_REASONS
 from .records.revisions import STATE_CHANGING, RevisionKind, Skipped, diff_states, rewind, split_applicable, undo_stacks
 from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
+from .selection.coverage import kept_covering
 from .transcripts.versioned import VersionedTranscriptMixin
 
 __all__ = [
@@ -126,6 +128,7 @@ __all__ = [
     "MessageTurn",
     "group_turns",
     "TurnIndex",
+    "kept_covering",
     # stores
     "IdEntry",
     "check_revision",

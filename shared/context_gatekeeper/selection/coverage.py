@@ -39,7 +39,7 @@ the query's terms are kept on their meaning (``"semantic"``) when the budget all
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,7 @@ __all__ = [
     "CoverageExplanation",
     "CoverageResult",
     "select_covering",
+    "kept_covering",
     "COVERS",
     "FALLBACK",
     "SEMANTIC",
@@ -284,6 +285,85 @@ def _fallback(costs: list[int], budget: int | None, matched: list[tuple[str, ...
     return out
 
 
+def _query_terms(
+    query: str, docs: Sequence[Mapping[str, int]], corpus: CoverageCorpus | None, params: SelectionParams
+) -> tuple[dict[str, float], dict[int, list[str]], float]:
+    """``(weights, found, coverable weight)``: each informative query anchor's weight, each
+    candidate holding one -> the ones it holds (query order), and the weight of those
+    some candidate holds (summed in query order, so every process gets the same figure)."""
+    query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match
+    asked = list(dict.fromkeys(query_anchors))
+    holding = {a: [i for i, d in enumerate(docs) if a in d] for a in asked}  # one pass per query anchor
+    if corpus is not None:
+        df, n = corpus.df, corpus.n_docs
+    else:
+        df, n = (lambda anchor: len(holding.get(anchor, ()))), len(docs)
+    weights = {a: w for a, w in anchor_weights(asked, df, n, params).items() if w > 0}
+    found: dict[int, list[str]] = {}
+    for a in weights:  # each candidate's informative anchors, in the query's order
+        for i in holding[a]:
+            found.setdefault(i, []).append(a)
+    return weights, found, sum(w for a, w in weights.items() if holding[a])
+
+
+def _candidates(
+    found: dict[int, list[str]], weights: Mapping[str, float], cost: Callable[[int], int],
+    zs: Sequence[float | None], evidence: Sequence[bool], params: SelectionParams,
+) -> list[Candidate]:
+    """The greedy step's candidates, in input order: those holding an informative query anchor."""
+    return [
+        Candidate(turn_id=i, position=i, cost=cost(i), user=sum(weights[a] for a in found[i]),
+                  covered=list(found[i]), semantic=tie_break(zs[i], params) if evidence[i] else 0.0)
+        for i in sorted(found)
+    ]
+
+
+def kept_covering(
+    query: str,
+    anchors: Sequence[Mapping[str, int]],
+    cost: Callable[[int], int],
+    *,
+    token_budget: int | None = None,
+    corpus: CoverageCorpus | None = None,
+    target: float = 1.0,
+    fallback: bool = True,
+    params: SelectionParams | None = None,
+) -> list[int]:
+    """``select_covering(...).kept`` (lexical), asking each candidate's cost only when the
+    choice needs it.
+
+    For callers whose costs are dear to count (a node postprocessor meeting new texts):
+    ``cost(i)`` is called for the candidates that hold an informative query anchor, and
+    for every candidate only when the ``fallback`` keeps candidates in order within a
+    budget.  The arguments mean what they mean for :func:`select_covering`, with each
+    text given by its anchor counts (``anchors``); ``cost(i)`` must give an ``int >= 0``.
+
+    >>> texts = ["Redis locks need a TTL.", "Redis locks need a TTL.", "Bake bread at 220 degrees."]
+    >>> asked = []
+    >>> kept_covering("How long should a Redis lock TTL be?", [extract(t).counts for t in texts],
+    ...               lambda i: asked.append(i) or 6, token_budget=100), asked
+    ([0], [0, 1])
+    """
+    params = params or SelectionParams()
+    if token_budget is not None:
+        require_budget(token_budget)
+    if not 0 < target <= 1:
+        raise InvalidInputError(f"target must be in (0, 1], got {target!r}; pass the share of anchors to cover")
+    weights, found, coverable_weight = _query_terms(query, anchors, corpus, params)
+    if coverable_weight <= 0:  # no lexical evidence: found is empty
+        if not fallback:
+            return []
+        if token_budget is None:  # every candidate fits
+            return list(range(len(anchors)))
+        costs = [cost(i) for i in range(len(anchors))]
+        return [e.index for e in _fallback(costs, token_budget, [()] * len(costs)) if e.kept]
+    candidates = _candidates(found, weights, cost, [None] * len(anchors), [False] * len(anchors), params)
+    # with no budget, the candidates' own total bounds the greedy step as every cost's would
+    budget = token_budget if token_budget is not None else sum(c.cost for c in candidates)
+    chosen, _ = greedy_cover(candidates, weights, target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent)
+    return sorted(c.turn_id for c in chosen)
+
+
 def select_covering(
     query: str,
     texts: Sequence[str],
@@ -345,23 +425,10 @@ def select_covering(
     if anchors is not None and len(anchors) != len(texts):
         raise InvalidInputError(f"got {len(anchors)} anchor counts for {len(texts)} texts; pass one per text")
     docs = [extract(t).counts for t in texts] if anchors is None else anchors
-    query_anchors = extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts  # cues never match
-    asked = list(dict.fromkeys(query_anchors))
-    holding = {a: [i for i, d in enumerate(docs) if a in d] for a in asked}  # one pass per query anchor
-    if corpus is not None:
-        df, n = corpus.df, corpus.n_docs
-    else:
-        df, n = (lambda anchor: len(holding.get(anchor, ()))), len(docs)
-    weights = {a: w for a, w in anchor_weights(asked, df, n, params).items() if w > 0}
-    found: dict[int, list[str]] = {}
-    for a in weights:  # each candidate's informative anchors, in the query's order
-        for i in holding[a]:
-            found.setdefault(i, []).append(a)
+    weights, found, coverable_weight = _query_terms(query, docs, corpus, params)
     matched: list[tuple[str, ...]] = [()] * len(docs)
     for i, held in found.items():
         matched[i] = tuple(held)
-    coverable = {a for m in matched for a in m}
-    coverable_weight = sum(weights[a] for a in coverable)
     total = sum(cost_list)
     zs = calibrated(similarities, len(texts), params)
     if similarities is None:
@@ -376,11 +443,7 @@ def select_covering(
             sum(cost_list[i] for i in kept), total, token_budget,
         )
 
-    candidates = [
-        Candidate(turn_id=i, position=i, cost=cost_list[i], user=sum(weights[a] for a in matched[i]),
-                  covered=list(matched[i]), semantic=tie_break(zs[i], params) if evidence[i] else 0.0)
-        for i in sorted(found)
-    ]
+    candidates = _candidates(found, weights, cost_list.__getitem__, zs, evidence, params)
     budget = token_budget if token_budget is not None else total
     chosen, covered_weight = greedy_cover(
         candidates, weights, target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent
