@@ -142,6 +142,7 @@ def query_text(query: Union[str, QueryBundle, None]) -> str:
 
 
 _DEFAULT_PARAMS = SelectionParams()  # frozen: built once, not per call
+_NONE = MetadataMode.NONE  # an enum member read through its class costs a lookup each time
 
 _Facts = tuple[str, Optional[int], Any]
 """What a node contributes to a selection, computed once per text: ``(text, tokens, anchor
@@ -175,7 +176,7 @@ def _node_anchors(node: BaseNode, mode: MetadataMode, text: str) -> Any:
     of its header (a metadata value with digits, such as a file name, no longer sends the
     whole body through the number scans).  ``tests/test_li_postprocessor.py`` checks the
     sum against the whole text's extraction on texts built to break it."""
-    if type(node) is TextNode and mode is not MetadataMode.NONE and text is not node.text:
+    if type(node) is TextNode and mode is not _NONE and text is not node.text:
         header = node.get_metadata_str(mode=mode).strip()
         body = node.text
         if header and text == f"{header}\n\n{body}".strip():  # what get_content builds
@@ -198,12 +199,17 @@ def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int) -> tuple[Any, 
         return None
     fields = node.__dict__  # pydantic keeps a model's fields there: one lookup each
     metadata = fields["metadata"]
-    if mode is MetadataMode.NONE or not metadata:
-        return (MetadataMode.NONE, fields["text"])
+    if mode is _NONE or not metadata:
+        return (_NONE, fields["text"])
     for key in metadata:
         if type(key) is not str:
             return None
-    return (mode, fields["text"], tuple(metadata), tuple(map(str, metadata.values())),
+    values = tuple(metadata.values())
+    for value in values:
+        if type(value) is not str:  # a str formats as itself; 1 and True are equal keys, not equal text
+            values = tuple(map(str, values))
+            break
+    return (mode, fields["text"], tuple(metadata), values,
             tuple(fields["excluded_llm_metadata_keys"]) if excluded == 1
             else tuple(fields["excluded_embed_metadata_keys"]) if excluded == 2 else (),
             fields["metadata_template"], fields["metadata_separator"], fields["text_template"])
