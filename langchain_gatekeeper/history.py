@@ -125,8 +125,10 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         **gate_options: Any,
     ) -> None:
         # every setting is checked before anything is opened or stored
-        counter = {"token_counter": token_counter} if options is None else {}  # with options=, the record's counter
-        gate = GateOptions.of(options, embedder=embedder, embed_timeout=embed_timeout, **counter, **gate_options)
+        # token_counter= is a record field too: beside options= it is refused, like any other field
+        gate = GateOptions.of(
+            options, token_counter=token_counter, embedder=embedder, embed_timeout=embed_timeout, **gate_options
+        )
         gate = gate.with_(on_overflow=gate.overflow("keep_pinned"))
         super().__init__()
         default_model = given_edit_model(model, llm)
@@ -146,7 +148,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
             model=default_model,
             strategy=strategy,
             max_deletion_share=max_deletion_share,
-            token_counter=token_counter if token_counter is not None else gate.token_counter,
+            token_counter=gate.token_counter,
         )
         self.gate = TranscriptGate(self.transcript, options=gate)
 

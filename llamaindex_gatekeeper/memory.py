@@ -160,9 +160,15 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
                     f"token_limit={limit!r} and options.token_budget={options.token_budget!r} disagree; "
                     "pass one of them (options.with_(token_budget=...) changes a copy)"
                 )
+            if token_counter is not None or tokenizer_fn is not None:
+                raise InvalidTypeError(
+                    "pass the token counter in options= (options.with_(token_counter=...)) or as token_counter= / "
+                    "tokenizer_fn= without options=, not both: the budget and the edits must count alike"
+                )
             fields["token_limit"] = options.token_budget
-            if token_counter is None and tokenizer_fn is None:
-                token_counter = options.token_counter
+            token_counter = options.token_counter
+        if "token_limit" in fields:  # the library's one budget rule, with its own error
+            require_budget(fields["token_limit"], "token_limit")
         super().__init__(**fields)
         default_model = given_edit_model(model, llm)
         if token_counter is None and tokenizer_fn is not None:
@@ -172,9 +178,14 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         self._count = count
         self._lock = threading.RLock()
         self._default_model = default_model
+        # how a copy or an export rebuilds this memory: the settings as keywords (a record's fields included)
+        settings = data if options is None else {
+            "message_overhead": gate.message_overhead, "params": gate.params,
+            **{k: v for k in ("embedder", "embed_timeout", "vector_cache") if (v := getattr(gate, k)) is not None},
+        }
         self._options = {
-            **({"options": options} if options is not None else {"on_overflow": gate.overflow("keep_pinned"), **data}),
-            **semantic, "strategy": strategy, "max_deletion_share": max_deletion_share,
+            "on_overflow": gate.overflow("keep_pinned"), **settings, **semantic,
+            "strategy": strategy, "max_deletion_share": max_deletion_share,
         }
         gate = gate.with_(token_budget=self.token_limit, token_counter=count, on_overflow=gate.overflow("keep_pinned"))
         self._transcript = Transcript(
@@ -185,8 +196,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     @field_validator("token_limit", mode="before")
     @classmethod
     def _one_budget_rule(cls, value: Any) -> Any:
-        """The library's one budget rule (an ``int >= 0``, bool refused)."""
-        return require_budget(value)
+        """The library's one budget rule (an ``int >= 0``, bool refused), for assignments too."""
+        return require_budget(value, "token_limit")
 
     @classmethod
     def class_name(cls) -> str:

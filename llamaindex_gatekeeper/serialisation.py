@@ -51,7 +51,7 @@ __all__ = ["to_dict", "from_dict", "pickled", "deep_copy", "DATA_OPTIONS", "add_
 
 _SCALAR_OPTIONS = (str, int, float, bool, type(None))
 DATA_OPTIONS = frozenset(
-    {"strategy", "max_deletion_share", "message_overhead", "system_prompt", "on_overflow"}
+    {"strategy", "max_deletion_share", "message_overhead", "on_overflow"}
     | {f.name for f in dataclasses.fields(SelectionParams)}
 )
 """The options ``from_dict`` accepts from serialised data (scalar values only)."""
@@ -246,10 +246,18 @@ def _rebuild(
 def to_dict(memory: GatekeeperMemory) -> dict[str, Any]:
     """``memory``'s state and full revision history as JSON-ready data (no SimpleChatStore involved).
 
-    Scalar options are kept; a custom token counter, ``params`` object or editing
-    model is not: pass it again to :func:`from_dict`.
+    Scalar options are kept, and so are the scalar values a ``params`` object (or an
+    ``options=`` record) changes from the defaults; a custom token counter, an embedder
+    or an editing model is not: pass it again to :func:`from_dict`.
     """
     options = {k: v for k, v in memory._options.items() if k in DATA_OPTIONS and isinstance(v, _SCALAR_OPTIONS)}
+    params = memory._options.get("params")
+    if isinstance(params, SelectionParams):  # a params object travels as the scalar values it changes
+        default = SelectionParams()
+        for field in dataclasses.fields(SelectionParams):
+            value = getattr(params, field.name)
+            if isinstance(value, _SCALAR_OPTIONS) and value != getattr(default, field.name):
+                options.setdefault(field.name, value)
     return {
         "class_name": memory.class_name(),
         "session_id": memory.session_id,

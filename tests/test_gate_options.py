@@ -150,3 +150,11 @@ def test_building_options_reads_the_word_prior_so_no_later_select_does_file_io()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "(1,)"
+
+
+def test_a_misspelt_keyword_is_refused_even_when_none() -> None:
+    with pytest.raises(InvalidTypeError, match="token_budgett"):
+        GateOptions.of(token_budgett=None)
+    with pytest.raises(InvalidTypeError, match="bogus"):
+        GateOptions.of(GateOptions(), bogus=None)
+    assert GateOptions.of(token_budget=None, top_m=None) == GateOptions()  # None: not given

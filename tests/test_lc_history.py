@@ -407,4 +407,7 @@ def test_the_gate_settings_can_come_as_one_options_record(tmp_path) -> None:
     with pytest.raises(InvalidTypeError):  # a record beside keywords: which one wins would be a guess
         GatekeeperChatMessageHistory("opts", store=str(tmp_path / "other.sqlite3"), options=options, top_m=3)
     assert not (tmp_path / "other.sqlite3").exists()  # refused before the store was opened
+    with pytest.raises(InvalidTypeError):  # one counter for the budget and the edits: the record's
+        GatekeeperChatMessageHistory("opts", store=str(tmp_path / "other.sqlite3"), options=options, token_counter=len)
+    assert not (tmp_path / "other.sqlite3").exists()
     history.close()

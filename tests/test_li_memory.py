@@ -10,6 +10,7 @@ import copy
 import doctest
 import importlib
 import json
+import pickle
 import threading
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms import MockLLM
 from llama_index.core.memory.types import BaseMemory
 
-from context_gatekeeper import HistoryError, InMemoryStore, Proposal, SQLiteStore
+from context_gatekeeper import BudgetError, HistoryError, InMemoryStore, Proposal, SQLiteStore
 from context_gatekeeper.testing import ScriptedModel
 from li_support import ESPRESSO, REDIS_1, REDIS_2, REDIS_QUERY, patch
 from llamaindex_gatekeeper import GatekeeperMemory, from_core, to_core
@@ -215,8 +216,8 @@ def test_direct_construction_works_like_from_defaults():
     memory = GatekeeperMemory(token_limit=100, session_id="direct")
     turns(memory, REDIS_1)
     assert contents(memory.get(input=REDIS_QUERY)) == list(REDIS_1)
-    for bad in (-1, True, 1.5, "100"):  # the library's one budget rule: an int >= 0
-        with pytest.raises(ValueError):
+    for bad in (-1, True, 1.5, "100"):  # the library's one budget rule: an int >= 0, and its own error
+        with pytest.raises(BudgetError, match="token_limit"):
             GatekeeperMemory(token_limit=bad)
     assert GatekeeperMemory(token_limit=0).token_limit == 0
 
@@ -232,10 +233,15 @@ def test_the_gate_settings_can_come_as_one_options_record():
     assert gate.params == options.params
     turns(memory, REDIS_1)
     assert contents(memory.get(input=REDIS_QUERY)) == list(REDIS_1)
-    copied = copy.deepcopy(memory)
-    assert copied.gate.gatekeeper.options.params == options.params
+    for copied in (copy.deepcopy(memory), pickle.loads(pickle.dumps(memory)),
+                   GatekeeperMemory.from_dict(memory.to_dict())):
+        kept = copied.gate.gatekeeper.options
+        assert (kept.token_budget, kept.message_overhead, kept.on_overflow) == (100, 0, "keep_pinned")
+        assert kept.params == options.params  # the preset's values travel, as scalars in to_dict
     with pytest.raises(InvalidTypeError):  # a record beside keywords: which one wins would be a guess
         GatekeeperMemory.from_defaults(options=options, message_overhead=3)
+    with pytest.raises(InvalidTypeError, match="token counter"):  # one counter for the budget and the edits
+        GatekeeperMemory.from_defaults(options=options, token_counter=len)
     with pytest.raises(InvalidTypeError, match="disagree"):
         GatekeeperMemory(options=options, token_limit=200)
     with pytest.raises(InvalidTypeError, match="token_limit"):

@@ -192,6 +192,13 @@ class GateOptions:
         >>> GateOptions.of(token_budget=300, top_m=5).params.top_m
         5
         """
+        own = {f.name for f in fields(cls) if f.init} | {"preset"}
+        unknown = sorted(set(keywords) - own - _PARAM_NAMES)
+        if unknown:  # refused even when None: a misspelt keyword must not pass silently
+            raise InvalidTypeError(
+                f"unexpected keyword argument(s) {unknown}; pass fields of GateOptions ({sorted(own)}) "
+                "or of SelectionParams (the tunables)"
+            )
         given = {k: v for k, v in keywords.items() if v is not None}
         if options is not None:
             if not isinstance(options, cls):
@@ -205,7 +212,6 @@ class GateOptions:
                     "options.with_(...) makes a changed copy"
                 )
             return options
-        own = {f.name for f in fields(cls) if f.init} | {"preset"}
         built = cls(**{k: v for k, v in given.items() if k in own})
         rest = {k: v for k, v in given.items() if k not in own}
         return built.with_(**rest) if rest else built
