@@ -177,6 +177,39 @@ def check_arrows(root: Path) -> list[str]:
     return problems
 
 
+FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "llama_index")
+"""Packages the core never imports: the frameworks the adapters wrap."""
+
+
+def imported_by_name(path: Path) -> Iterator[tuple[int, str]]:
+    """Modules ``path`` loads through ``importlib.import_module("...")`` or ``__import__("...")``
+    with a literal name."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in {"import_module", "__import__"} and isinstance(node.args[0].value, str):
+                yield node.lineno, node.args[0].value
+
+
+def check_core_imports_no_adapter(root: Path) -> list[str]:
+    """The core imports neither an adapter nor a framework, not even lazily or by name:
+    adapters declare what the core needs (their model wrappers, as entry points)."""
+    core = root / "shared" / "context_gatekeeper"
+    problems = []
+    for path in python_files(core):
+        package = module_name(path, core).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path, core)
+        targets = list(imports_of(path, package)) + list(imported_by_name(path))
+        for line, target in targets:
+            top = target.split(".")[0]
+            if top in ADAPTER_NAMES or top in FRAMEWORKS:
+                problems.append(
+                    f"{path.relative_to(root)}:{line} imports {target}: the core never imports an adapter or a "
+                    "framework; let the adapter declare what the core needs (see docs/architecture.md#adapters)"
+                )
+    return problems
+
+
 def surface_users(root: Path) -> list[Path]:
     """The adapters' modules and the chat's: code that may use only the declared surface."""
     core = root / "shared" / "context_gatekeeper"
@@ -258,5 +291,5 @@ def check_integration(root: Path) -> list[str]:
 
 def check(root: Path = REPO) -> list[str]:
     """Every architecture problem in the repository at ``root``, one a line."""
-    return (check_layout(root) + check_packaging(root) + check_arrows(root) + check_surface(root)
-            + check_integration(root))
+    return (check_layout(root) + check_packaging(root) + check_arrows(root) + check_core_imports_no_adapter(root)
+            + check_surface(root) + check_integration(root))

@@ -20,12 +20,13 @@ from lint_support import REPO, lint_module
 architecture = lint_module("architecture")
 errors = lint_module("errors")
 benchmarks = lint_module("benchmarks")
+docs = lint_module("docs")
 
 
 def test_python_m_lint_passes_on_the_repository() -> None:
     run = subprocess.run([sys.executable, "-m", "lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    for name in ("architecture", "benchmarks", "errors"):
+    for name in ("architecture", "benchmarks", "docs", "errors"):
         assert f"== lint {name}: clean" in run.stdout
 
 
@@ -90,6 +91,14 @@ PLANTED = {
     "the chat reaching into a room": (CORE / "chat" / "planted.py",
                                       "from context_gatekeeper.selection import gate\n",
                                       "chat/planted.py:1 imports context_gatekeeper.selection"),
+    "the core importing an adapter": (CORE / "editing" / "planted.py",
+                                      "def wrap():\n    from langchain_gatekeeper.models import LangChainEditModel\n",
+                                      "editing/planted.py:2 imports langchain_gatekeeper.models"),
+    "the core loading an adapter by name": (CORE / "editing" / "planted.py",
+                                            "import importlib\nM = importlib.import_module('llamaindex_gatekeeper.models')\n",
+                                            "editing/planted.py:2 imports llamaindex_gatekeeper.models"),
+    "the core importing a framework": (CORE / "selection" / "planted.py", "import langchain_core.messages\n",
+                                       "selection/planted.py:1 imports langchain_core.messages"),
 }
 
 
@@ -280,3 +289,45 @@ def test_the_benchmarks_check_reads_tests_dir_and_names_file_and_line(tmp_path: 
     assert problem.startswith("benchmarks/speed.py: line 2: imports 'helper_data', which is the test suite's")
     (tmp_path / "benchmarks" / "quality.py").unlink()  # a moved folder would make the check pass vacuously
     assert "not where lint/benchmarks.py looks" in benchmarks.check(tmp_path)[0]
+
+
+# -- docs --------------------------------------------------------------------------------------
+@pytest.fixture
+def docs_tree(tmp_path: Path) -> Path:
+    """The README, the changelog and the docs pages, with one library module citing a page."""
+    import shutil
+
+    for name in ("README.md", "CHANGELOG.md", "LICENSE"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "docs", tmp_path / "docs", ignore=shutil.ignore_patterns("img"))
+    (tmp_path / "docs" / "img").mkdir()
+    for image in (REPO / "docs" / "img").iterdir():  # links need the files, not their bytes
+        (tmp_path / "docs" / "img" / image.name).write_bytes(b"")
+    module = tmp_path / "shared" / "context_gatekeeper" / "planted.py"
+    module.parent.mkdir(parents=True)
+    module.write_text('"""See docs/architecture.md#layout and docs/guide/selection.md."""\n')
+    assert docs.check(tmp_path) == []
+    return tmp_path
+
+
+DOCS_PLANTED = {
+    "a module path that does not import": ("docs/guide/selection.md", "\nSee `context_gatekeeper.no_such_module`.\n",
+                                            "context_gatekeeper.no_such_module, which does not import"),
+    "a library module citing a missing page anchor": (
+        "shared/context_gatekeeper/planted.py", "# docs/architecture.md#no-such-heading\n", "no heading of"),
+    "a library module citing a missing file": (
+        "shared/context_gatekeeper/planted.py", "# benchmarks/no_such_script.py\n", "not in the repository"),
+    "release notes in the README": ("README.md", "\nFaster than before this release.\n", "release notes"),
+    "a commit hash in the user guide": ("docs/guide/chat.md", "\nFixed in 1a2b3c4d.\n", "a commit hash"),
+    "a README link to nothing": ("README.md", "\nSee [the FAQ](docs/faq.md).\n", "links to docs/faq.md"),
+    "a README over 300 lines": ("README.md", "\n" * 300, "lines (at most 300)"),
+}
+
+
+@pytest.mark.parametrize("case", DOCS_PLANTED, ids=list(DOCS_PLANTED))
+def test_the_docs_check_catches(docs_tree: Path, case: str) -> None:
+    where, text, says = DOCS_PLANTED[case]
+    with (docs_tree / where).open("a", encoding="utf-8") as f:
+        f.write(text)
+    problems = docs.check(docs_tree)
+    assert any(says in problem for problem in problems), problems
