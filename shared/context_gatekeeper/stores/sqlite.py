@@ -25,11 +25,13 @@ from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
 from .chain import chained_prefix, genesis, row_digest, verified
 from .integrity import IdEntry
-from .sqlite_vectors import SQLiteVectors
 from .schema import (
     Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
 )
 from .unavailable import cannot_open, sqlite_errors
+from .vectors import (
+    VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, refused_save, unpack_vector,
+)
 
 __all__ = ["SQLiteStore", "Migration", "MIGRATIONS", "SchemaVersionError"]
 
@@ -122,9 +124,21 @@ _INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}, digest) VALUES (?, ?,
 _UPSERT_ID = """INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)
     ON CONFLICT (session_id, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest"""
 _LOOKUP_CHUNK = 400
+_SAVE_VECTOR = """INSERT INTO vectors (session_id, embedder, dimension, text_hash, message_id, vector, created_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, embedder, dimension, text_hash, message_id)
+    DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at"""
+_LOAD_VECTORS = """SELECT message_id, text_hash, embedder, vector FROM vectors
+    WHERE session_id = ? AND embedder = ? AND (? IS NULL OR dimension = ?) ORDER BY created_at"""
+_HAS_REVISIONS = "SELECT EXISTS (SELECT 1 FROM revisions WHERE session_id = ?)"
+_DROP_OTHER_TEXTS = """WITH new (message_id, text_hash) AS (VALUES {pairs})
+    DELETE FROM vectors WHERE session_id = ? AND EXISTS (SELECT 1 FROM new
+    WHERE new.message_id = vectors.message_id AND new.text_hash <> vectors.text_hash)"""
+_VECTOR_CHUNK = 400  # (message id, text hash) pairs a statement; one pass over the session's rows each
+_PRUNE_REMOVED = """DELETE FROM vectors WHERE session_id = ? AND message_id IN
+    (SELECT message_id FROM message_ids WHERE session_id = ? AND present = 0)"""
 
 
-class SQLiteStore(Store, SQLiteVectors):
+class SQLiteStore(Store, VectorStore):
     """Revision logs (and saved vectors, table ``vectors``) in an SQLite file (WAL mode).
 
     Args:
@@ -335,6 +349,44 @@ class SQLiteStore(Store, SQLiteVectors):
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    # -- saved vectors (VectorStore; table ``vectors``, migration 3) --------------------
+    def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
+        """Store vectors for the session in one transaction (see :class:`.VectorStore`)."""
+        session_id, checked = checked_session(session_id), checked_rows(rows)
+        now = time.time()
+        values = [
+            (session_id, r.embedder, r.dimension, r.text_hash, id_key(r.message_id), pack_vector(r.vector), now)
+            for r in checked
+        ]
+        with self._write() as conn:
+            if not conn.execute(_HAS_REVISIONS, (session_id,)).fetchone()[0]:
+                return refused_save(self, session_id, len(values))
+            texts = {v[4]: v[3] for v in values if v[4]}  # a message's new text: its other texts go
+            pairs = list(texts.items())
+            for start in range(0, len(pairs), _VECTOR_CHUNK):
+                chunk = pairs[start : start + _VECTOR_CHUNK]
+                marks = ", ".join(["(?, ?)"] * len(chunk))
+                conn.execute(_DROP_OTHER_TEXTS.format(pairs=marks), [*(x for p in chunk for x in p), session_id])
+            conn.executemany(_SAVE_VECTOR, values)
+            conn.execute(_PRUNE_REMOVED, (session_id, session_id))
+        return len(values)
+
+    def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
+        """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first."""
+        session_id, embedder = checked_session(session_id), checked_embedder(embedder)
+        dimension = checked_dimension(dimension)
+        with self._connection() as conn:
+            rows = conn.execute(_LOAD_VECTORS, (session_id, embedder, dimension, dimension)).fetchall()
+        return [VectorRow(bytes(m).decode("utf-8", "surrogatepass"), h, e, unpack_vector(v)) for m, h, e, v in rows]
+
+    def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
+        """Erase the session's vectors (of one embedder, or all); returns how many."""
+        session_id = checked_session(session_id)
+        embedder = None if embedder is None else checked_embedder(embedder)
+        with self._write() as conn:
+            query = "DELETE FROM vectors WHERE session_id = ? AND (? IS NULL OR embedder = ?)"
+            return conn.execute(query, (session_id, embedder, embedder)).rowcount
 
 
 # -- helpers ------------------------------------------------------------------------------
