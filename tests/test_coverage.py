@@ -176,3 +176,31 @@ def test_the_coverable_weight_is_summed_in_query_order() -> None:
     result = select_covering(query, [TTL, FENCING, BREAD], costs=[9, 9, 9])
     held = [a for a in result.weights if any(a in e.matched for e in result.explanations)]
     assert result.coverable_weight == sum(result.weights[a] for a in held) and len(held) > 8
+
+
+def test_the_lazy_greedy_step_picks_what_the_chat_selectors_greedy_cover_picks() -> None:
+    """select_covering's greedy step brings only the top candidate's gain up to date; on
+    random candidate sets full of ties (equal weights, costs and scores), with budgets,
+    targets and semantic tie-breaks, it picks the same candidates in the same order as
+    selector.greedy_cover, with the same covered weight."""
+    import random
+
+    from context_gatekeeper.selection.coverage import _greedy
+    from context_gatekeeper.selection.selector import Candidate, greedy_cover
+
+    rng = random.Random(7)
+    for case in range(3000):
+        terms = [f"t{k}" for k in range(rng.randrange(1, 9))]
+        weights = {t: rng.choice([0.5, 1.0, 1.0, 2.25, rng.random() * 3]) for t in terms}
+        found = {i: rng.sample(terms, rng.randrange(1, len(terms) + 1)) for i in range(rng.randrange(1, 25))
+                 if rng.random() < 0.8}
+        costs = {i: rng.choice([0, 1, 5, 5, 8, rng.randrange(40)]) for i in found}
+        semantic = {i: rng.choice([0.0, 0.0, 0.1, 0.3]) for i in found}
+        alpha = rng.choice([0.0, 0.5, 1.0])
+        budget = rng.choice([10**6, 0, 5, 12, 30])
+        target = sum(weights.values()) * rng.choice([1.0, 0.6, 0.3]) * (1 - 1e-9)
+        candidates = [Candidate(turn_id=i, position=i, cost=costs[i], user=sum(weights[a] for a in found[i]),
+                                covered=list(found[i]), semantic=semantic[i]) for i in sorted(found)]
+        expected, expected_weight = greedy_cover(candidates, weights, target, budget, alpha)
+        chosen, weight = _greedy(found, weights, costs.__getitem__, semantic.__getitem__, target, budget, alpha)
+        assert [i for i, _, _ in chosen] == [c.turn_id for c in expected] and weight == expected_weight, case

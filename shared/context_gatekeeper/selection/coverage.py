@@ -1,8 +1,8 @@
 """Coverage selection over arbitrary texts: keep the few that cover a query.
 
-The chat selector's minimum-coverage step (:func:`selector.greedy_cover`), offered
-on its own for any list of candidate texts: retrieved chunks, search hits, tool
-outputs.  Given a query and candidates with token costs, :func:`select_covering`
+The chat selector's minimum-coverage step (:func:`selector.greedy_cover`, here
+evaluated lazily: the same picks), offered on its own for any list of candidate texts:
+retrieved chunks, search hits, tool outputs.  Given a query and candidates with token costs, :func:`select_covering`
 keeps a small subset that covers the query's informative anchors within a token
 budget, picking greedily by newly covered anchor weight per ``cost ** alpha``.
 
@@ -39,6 +39,7 @@ the query's terms are kept on their meaning (``"semantic"``) when the budget all
 from __future__ import annotations
 
 from collections import Counter
+from heapq import heapify, heappop, heappush
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +49,7 @@ from .cues import strip_cues
 from ..errors import InvalidInputError
 from .gate import anchor_weights
 from .params import SelectionParams
-from .selector import Candidate, greedy_cover
+from .scoring import coverage_gain
 from .semantic.coverage import SEMANTIC, calibrated, tie_break, with_meaning
 from ..tokens import TokenCounterLike, resolve_token_counter
 from ..validation import require_budget
@@ -306,16 +307,52 @@ def _query_terms(
     return weights, found, sum(w for a, w in weights.items() if holding[a])
 
 
-def _candidates(
+def _greedy(
     found: dict[int, list[str]], weights: Mapping[str, float], cost: Callable[[int], int],
-    zs: Sequence[float | None], evidence: Sequence[bool], params: SelectionParams,
-) -> list[Candidate]:
-    """The greedy step's candidates, in input order: those holding an informative query anchor."""
-    return [
-        Candidate(turn_id=i, position=i, cost=cost(i), user=sum(weights[a] for a in found[i]),
-                  covered=list(found[i]), semantic=tie_break(zs[i], params) if evidence[i] else 0.0)
-        for i in sorted(found)
-    ]
+    semantic: Callable[[int], float], target: float, budget: int, alpha: float,
+) -> tuple[list[tuple[int, int, list[str]]], float]:
+    """The chat selector's greedy step (:func:`selector.greedy_cover`) over the candidates
+    in ``found`` (each holding an informative query anchor), with the same picks in the
+    same order and the same covered weight, evaluated lazily.
+
+    ``greedy_cover`` recomputes every candidate's gain at each pick; a gain can only fall
+    as anchors get covered, so here candidates wait in a heap by their last gain (then
+    score, then input order: ``greedy_cover``'s ties) and only the one on top is brought
+    up to date: once its gain is current it beats every other candidate's current gain.
+    A candidate's score is ``greedy_cover``'s ``Candidate.total`` (its query weight plus
+    its semantic tie-break), computed the same way.  Returns ``([(index, cost, anchors) in
+    pick order], covered weight)``; ``tests/test_coverage.py`` checks it against
+    ``greedy_cover``."""
+    heap: list[tuple[float, float, int, int]] = []
+    held: dict[int, tuple[int, list[str]]] = {}
+    for i in sorted(found):
+        anchors, c = found[i], cost(i)
+        new = sum(weights[a] for a in anchors)
+        total = new + 0.0 + 0.0 + 0.0 + semantic(i)  # Candidate.total: user, assistant, exact, recency, semantic
+        held[i] = (c, anchors)
+        heap.append((-coverage_gain(new, c, alpha), -total, i, 0))
+    heapify(heap)
+    covered: set[str] = set()
+    covered_weight = 0.0
+    chosen: list[tuple[int, int, list[str]]] = []
+    while heap and covered_weight < target:
+        neg_gain, neg_total, i, stamp = heappop(heap)
+        c, anchors = held[i]
+        if c > budget:  # the budget only shrinks: it never fits again
+            continue
+        if stamp != len(chosen):  # picks since its gain was computed: bring it up to date
+            new = sum(weights[a] for a in anchors if a not in covered)
+            gain = coverage_gain(new, c, alpha)
+            if new > 0 and (gain, -neg_total) > (0.0, 0.0):  # else it never adds coverage again
+                heappush(heap, (-gain, neg_total, i, len(chosen)))
+            continue
+        chosen.append((i, c, anchors))
+        budget -= c
+        for a in anchors:
+            if a not in covered:
+                covered.add(a)
+                covered_weight += weights[a]
+    return chosen, covered_weight
 
 
 def kept_covering(
@@ -357,11 +394,12 @@ def kept_covering(
             return list(range(len(anchors)))
         costs = [cost(i) for i in range(len(anchors))]
         return [e.index for e in _fallback(costs, token_budget, [()] * len(costs)) if e.kept]
-    candidates = _candidates(found, weights, cost, [None] * len(anchors), [False] * len(anchors), params)
+    asked = {i: cost(i) for i in sorted(found)}
     # with no budget, the candidates' own total bounds the greedy step as every cost's would
-    budget = token_budget if token_budget is not None else sum(c.cost for c in candidates)
-    chosen, _ = greedy_cover(candidates, weights, target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent)
-    return sorted(c.turn_id for c in chosen)
+    budget = token_budget if token_budget is not None else sum(asked.values())
+    chosen, _ = _greedy(found, weights, asked.__getitem__, lambda i: 0.0,
+                        target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent)
+    return sorted(i for i, _, _ in chosen)
 
 
 def select_covering(
@@ -443,20 +481,20 @@ def select_covering(
             sum(cost_list[i] for i in kept), total, token_budget,
         )
 
-    candidates = _candidates(found, weights, cost_list.__getitem__, zs, evidence, params)
     budget = token_budget if token_budget is not None else total
-    chosen, covered_weight = greedy_cover(
-        candidates, weights, target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent
+    chosen, covered_weight = _greedy(
+        found, weights, cost_list.__getitem__, lambda i: tie_break(zs[i], params) if evidence[i] else 0.0,
+        target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent,
     )
 
     picks: dict[int, tuple[int, tuple[str, ...], float]] = {}
     covered: set[str] = set()
-    for order, candidate in enumerate(chosen, 1):
-        new = tuple(a for a in candidate.covered if a not in covered)
-        gain = sum(weights[a] for a in new) / max(candidate.cost, 1) ** params.cost_exponent
-        picks[candidate.turn_id] = (order, new, gain)
+    for order, (index, spent, held) in enumerate(chosen, 1):
+        new = tuple(a for a in held if a not in covered)
+        gain = sum(weights[a] for a in new) / max(spent, 1) ** params.cost_exponent
+        picks[index] = (order, new, gain)
         covered.update(new)
-    left = budget - sum(c.cost for c in chosen)
+    left = budget - sum(spent for _, spent, _ in chosen)
     by_meaning: set[int] = set()
     meaning_only = (i for i in range(len(texts)) if evidence[i] and not matched[i]) if any(evidence) else ()
     for i in sorted(meaning_only, key=lambda i: -(zs[i] or 0.0)):  # evidence[i]: zs[i] is a number
