@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import re
 import sys
 import threading
@@ -757,6 +758,51 @@ def test_a_turn_kept_on_one_shared_word_whose_meaning_is_far_off_is_let_go() -> 
     assert {r.turn_id: r.reason for r in kept.scores if r.turn_id in (2, 3)} == {2: "meaning far off", 3: "meaning far off"}
     words_only = gatekeeper_over(chat, HashEmbedder(pools, dim=4096), semantic_drop=0.0).explain(query)
     assert words_only.turn_ids == (1, 2, 3)  # without the drop the topic's turns on "pool" stay
+
+
+TRAM_THEN_BEACH_AND_TAXES = [
+    ("How much is a ticket for the Lisbon tram 28?", "A single ride on tram 28 costs three euros on board."),
+    ("Where does the Lisbon tram 28 start?", "Tram 28 starts at Martim Moniz square."),
+    ("By the way, which sunscreen should I pack for a beach trip?", "Pack a broad-spectrum SPF 50 sunscreen."),
+    ("By the way, how do I file quarterly estimated taxes?", "Use form 1040-ES."),
+] + [
+    [("How often should I reapply sunscreen at the beach?", "Reapply SPF every two hours and after swimming."),
+     ("Can I deduct my home office from taxes?", "Yes, if the room is used only for work.")][i % 2]
+    for i in range(10)
+]
+"""Two turns on an old topic (the tram), then twelve alternating between two recent ones."""
+
+
+def test_words_that_point_past_the_recent_turns_hold_the_query_back_from_the_meanings_topic() -> None:
+    # the meaning prefers the recent beach topic; the words "Lisbon tram 28" live only in
+    # turns older than topic_lookback (12), where the preference cannot send a query
+    query = "Does the Lisbon tram 28 stop near the beach?"
+    only = {name: 0.0 for name in PREFERENCE_FEATURES}
+    eager = gatekeeper_over(TRAM_THEN_BEACH_AND_TAXES, HashEmbedder(SUN, dim=4096),
+                            semantic_preference_model={**only, "bias": 1.0})
+    assert eager.topics()[0] == (1, 2) and len(TRAM_THEN_BEACH_AND_TAXES) > eager.params.topic_lookback
+    beach = next(label for label, turns in eager.topics().items() if 3 in turns)
+    went = eager.explain(query)  # a score of bias alone: the meaning's topic, whatever the words
+    assert went.gate.semantic_margin == pytest.approx(1.0) and went.gate.semantic_topic == beach
+    assert went.topic == beach and 1 not in went.turn_ids
+    held = gatekeeper_over(TRAM_THEN_BEACH_AND_TAXES, HashEmbedder(SUN, dim=4096),
+                           semantic_preference_model={**only, "bias": 1.0, "words_older": -10.0})
+    selection = held.explain(query)
+    share = dict(selection.gate.semantic_contributions)["words_older"] / -10.0
+    assert 0.1 < share <= 1.0  # the old topic's share of the query's words, shown in explain()
+    assert selection.gate.semantic_margin < 0 and selection.decision == "return" and selection.turn_ids == (1, 2)
+    assert selection.topic == 0  # the words' gate goes back to the tram
+    # the shipped weights: distinctive words pointing back weigh against the meaning, and so
+    # does a chat longer than the lookback (its recent topics are a small part of it)
+    fitted = gatekeeper_over(TRAM_THEN_BEACH_AND_TAXES, HashEmbedder(SUN, dim=4096))
+    model = fitted.params.semantic_preference_model
+    assert model["words_older"] < 0 and model["history"] < 0
+    parts = dict(fitted.explain(query).gate.semantic_contributions)
+    assert parts["words_older"] == pytest.approx(model["words_older"] * share)
+    assert parts["history"] == pytest.approx(model["history"] * math.log(14 / 12))
+    short = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096))
+    assert dict(short.explain("Any tips to avoid getting burned by UV rays on the coast?").gate.semantic_contributions)[
+        "history"] == 0.0  # no longer than the lookback: no part
 
 
 def gatekeeper_over(turns, embedder, **params) -> ContextGatekeeper:

@@ -32,7 +32,7 @@ how each is measured; :attr:`SelectionParams.switch_model` holds their weights).
 
 PREFERENCE_FEATURES: tuple[str, ...] = (
     "bias", "active", "lead_earlier", "lead_active", "level_earlier", "level_active", "reference_earlier",
-    "reference_active", "words_topic", "words_elsewhere",
+    "reference_active", "words_topic", "words_recent", "words_older", "history",
 )
 """The inputs of the fitted score that sends a query to the recent topic its meaning
 prefers (with an embedder), in order (:func:`semantic.fusion.preference_inputs` says how
@@ -62,9 +62,9 @@ FITTED_SWITCH_MODEL: dict[str, float] = {
 """The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
 
 FITTED_PREFERENCE_MODEL: dict[str, float] = {
-    "bias": -0.053, "active": -2.338, "lead_earlier": 2.668, "lead_active": 12.235, "level_earlier": 0.883,
-    "level_active": -3.578, "reference_earlier": 1.253, "reference_active": 0.552, "words_topic": 2.006,
-    "words_elsewhere": 1.309,
+    "bias": -0.02, "active": -3.606, "lead_earlier": 0.602, "lead_active": 12.187, "level_earlier": 3.19,
+    "level_active": -0.339, "reference_earlier": 1.375, "reference_active": 2.306, "words_topic": 0.565,
+    "words_recent": -5.937, "words_older": -1.589, "history": -1.053,
 }
 """The preference score's weights as fitted by ``benchmarks/fit_semantic.py`` on the tuning half."""
 
@@ -284,7 +284,8 @@ class SelectionParams:
     its meaning prefers (continues it, or returns to it), one per input of
     :data:`PREFERENCE_FEATURES` -- the meaning's lead over the runner-up topic and its level,
     both measured against how alike the recent turns are to one another, whether that topic
-    is the active one, the words' shares and a pronoun reference
+    is the active one, a pronoun reference, the words' shares (of that topic, of another
+    recent one, of an older one: distinctive words still win) and the chat's length
     (:func:`semantic.fusion.preference_inputs`).  A logistic model: at log-odds 0 or more the
     gate goes there, unless a cue decides or the query has no content.  The defaults are
     fitted by ``benchmarks/fit_semantic.py`` on the tuning half (A) of the hand-labelled sets,
@@ -295,10 +296,10 @@ class SelectionParams:
     decides whether the query goes to the topic its meaning prefers."""
     semantic_words_share: float = 0.4
     """Deprecated, no effect: the words' shares are inputs of the fitted preference score
-    (``semantic_preference_model["words_topic"]``, ``["words_elsewhere"]``)."""
+    (``semantic_preference_model["words_topic"]``, ``["words_recent"]``, ``["words_older"]``)."""
     semantic_topic_floor: float = 0.7
     """Deprecated, no effect: how far the query lies from every recent turn is an input of
-    the fitted preference score (``semantic_preference_model["level"]``)."""
+    the fitted preference score (``semantic_preference_model["level_earlier"]``, ``["level_active"]``)."""
     semantic_drop: float = 1.5
     """With an embedder, a turn kept on words alone whose similarity to the query lies this
     many spreads below the best kept turn's is let go (:func:`semantic.drop_unrelated`;

@@ -12,6 +12,7 @@ numpy is imported only when a function here first runs (the ``semantic`` extra);
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -205,8 +206,15 @@ def preference_inputs(
       demonstrative (1 or 0; it leans on the latest turn, but a far one is the meaning's
       find), likewise;
     * ``words_topic``: share of the query's anchor weight the preferred topic's turns hold;
-    * ``words_elsewhere``: the highest such share of any other topic (distinctive words
-      still win over the meaning).
+    * ``words_recent``: the highest such share of another topic among the recent turns
+      (where the preferred topic is an earlier one: the active topic's words, which hold
+      the query where it is);
+    * ``words_older``: the highest such share of a topic with no recent turn (distinctive
+      words still win over the meaning: the preference can only send a query to a recent
+      topic, and words that point further back are the words' find);
+    * ``history``: ``ln(turns / topic_lookback)``, 0 for a chat no longer than the
+      lookback: in a long chat the recent topics are a small part of what a query may be
+      about (LoCoMo's questions about months of one pair's talk).
 
     ``None`` without a view or the turns' vectors, with fewer than two recent topics
     embedded, or where the meaning prefers none (a tie, or turns the model cannot tell
@@ -235,6 +243,7 @@ def preference_inputs(
     total = query_weight if query_weight > 0 else 1.0
     shares = {topic: weight / total for topic, weight in (topic_weight or {}).items()}
     lead, level, reference = (first - second) / scale, (first - mean) / scale, float(points_back)
+    turns = len(labels)
     active = float(label == labels[-1])
     return label, {
         "bias": 1.0,
@@ -246,7 +255,9 @@ def preference_inputs(
         "reference_earlier": (1.0 - active) * reference,
         "reference_active": active * reference,
         "words_topic": shares.get(label, 0.0),
-        "words_elsewhere": max((share for topic, share in shares.items() if topic != label), default=0.0),
+        "words_recent": max((share for topic, share in shares.items() if topic != label and topic in best), default=0.0),
+        "words_older": max((share for topic, share in shares.items() if topic not in best), default=0.0),
+        "history": math.log(turns / params.topic_lookback) if turns > params.topic_lookback else 0.0,
     }
 
 
