@@ -144,10 +144,11 @@ def query_text(query: Union[str, QueryBundle, None]) -> str:
 _DEFAULT_PARAMS = SelectionParams()  # frozen: built once, not per call
 _NONE = MetadataMode.NONE  # an enum member read through its class costs a lookup each time
 
-_Facts = tuple[str, Optional[int], Any]
+_Facts = tuple[Optional[str], Optional[int], Any]
 """What a node contributes to a selection, computed once per text: ``(text, tokens, anchor
-counts)``; ``tokens`` is None until a selection needs it (``postprocess_nodes`` without an
-embedder counts only the nodes that hold a query term: see :func:`kept_covering`)."""
+counts)``; ``text`` and ``tokens`` are None until a selection needs them
+(``postprocess_nodes`` without an embedder counts only the nodes that hold a query term:
+see :func:`kept_covering`)."""
 
 FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=10_000)
 """Every postprocessor's per-node facts (the 10,000 most recently used), shared across
@@ -157,33 +158,54 @@ formatted again)."""
 
 ANCHORS: BoundedCache[str, Any] = BoundedCache(maxsize=10_000)
 """Anchor counts by text, shared by every token counter (anchors do not depend on it):
-a node's body and its metadata header are kept apart (see :func:`_node_anchors`)."""
+a node's body and its metadata header are kept apart (see :func:`_analysed`)."""
 
 
-def _anchor_counts(text: str) -> Any:
-    """``extract_anchors(text).counts``, once per text (:data:`ANCHORS`); read-only."""
-    return ANCHORS.get_or_compute(text, lambda: extract_anchors(text).counts)
+_SPLIT_TEMPLATE = "{metadata_str}\n\n{content}"
+"""LlamaIndex's default text template: a ``TextNode`` with it and metadata reads
+``(header + "\\n\\n" + body).strip()``, analysed as its two parts (:func:`_analysed`)."""
 
 
-def _node_anchors(node: BaseNode, mode: MetadataMode, text: str) -> Any:
-    """The anchor counts of ``text``, the node's ``get_content(mode)``; read-only.
+def _analysed(nodes: list[tuple[BaseNode, str | None]], mode: MetadataMode) -> list[tuple[str | None, Any]]:
+    """Each node's ``(text or None, anchor counts)``, given its text (``get_content(mode)``)
+    or None for a plain ``TextNode`` whose text is not yet formatted; read-only counts.
 
-    A ``TextNode`` with metadata reads ``header + "\\n\\n" + body`` (the default text
-    template, stripped; trailing white space holds no anchor).  No anchor spans a line break (each pattern of
+    A ``TextNode`` with metadata and :data:`_SPLIT_TEMPLATE` reads ``(header + "\\n\\n" +
+    body).strip()``.  No anchor spans a line break (each pattern of
     :func:`~context_gatekeeper.selection.anchors.extract` stops at one, and NFKC keeps one
-    as it is), so such a text's anchors are its header's plus its body's: each is kept
-    apart in :data:`ANCHORS`, and a node whose metadata alone is new costs the analysis
-    of its header (a metadata value with digits, such as a file name, no longer sends the
-    whole body through the number scans).  ``tests/test_li_postprocessor.py`` checks the
-    sum against the whole text's extraction on texts built to break it."""
-    if type(node) is TextNode and mode is not _NONE and text is not node.text:
-        header = node.get_metadata_str(mode=mode).strip()
-        body = node.text
-        if header and text == f"{header}\n\n{body}".strip():  # what get_content builds
-            counts = _anchor_counts(body).copy()
-            counts.update(_anchor_counts(header))
-            return counts
-    return _anchor_counts(text)
+    as it is) and trailing white space holds none, so its anchors are its header's plus
+    its body's: each is kept apart in :data:`ANCHORS` (a body is analysed once whatever its
+    metadata; a digit in a file name no longer sends the whole body through the number
+    scans), and its text is formatted only when its tokens are counted (None here).
+    ``tests/test_li_postprocessor.py`` checks the sum against the whole text's extraction
+    on texts and templates built to break it.  The texts missing from :data:`ANCHORS`
+    are looked up, and kept, together."""
+    parts: list[tuple[str | None, str, str]] = []  # (text, body, header)
+    for node, text in nodes:
+        if text is None:
+            fields = node.__dict__
+            if mode is not _NONE and fields["text_template"] == _SPLIT_TEMPLATE:
+                header = node.get_metadata_str(mode=mode).strip()
+                if header:
+                    parts.append((None, fields["text"], header))
+                    continue
+            text = _text(node, mode)
+        parts.append((text, text, ""))
+    wanted = list(dict.fromkeys(t for _, body, header in parts for t in ((body, header) if header else (body,))))
+    found: dict[str, Any] = dict(zip(wanted, ANCHORS.get_many(wanted)))
+    new = [(t, extract_anchors(t).counts) for t, counts in found.items() if counts is None]
+    if new:
+        found.update(new)
+        ANCHORS.put_many(new)
+    out: list[tuple[str | None, Any]] = []
+    for text, body, header in parts:
+        counts = found[body]
+        if header:
+            counts = dict(counts)
+            for anchor, n in found[header].items():
+                counts[anchor] = counts.get(anchor, 0) + n
+        out.append((text, counts))
+    return out
 
 
 _EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys field a mode reads
@@ -304,11 +326,11 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             probe = await self._vectors.asimilarities(nodes, text, query_embedding(query))
         return self._covering(nodes, text, probe, explain)
 
-    def _facts(self, nodes: List[NodeWithScore], count: bool = True) -> tuple[list[_Facts], list[Any]]:
-        """Each node's ``(text, tokens, anchors)`` and its key in :data:`FACTS`: from there when
-        its text was seen before (by any postprocessor with this token counter; one lookup
-        for the whole list), else computed once and kept.  ``count=False`` leaves a node's
-        tokens None until :meth:`_cost` asks for them."""
+    def _facts(self, nodes: List[NodeWithScore], count: bool = True) -> tuple[list[_Facts], Callable[[int], int]]:
+        """Each node's ``(text, tokens, anchors)`` (from :data:`FACTS` when its text was seen
+        before by any postprocessor with this token counter, else computed once and kept;
+        one lookup for the whole list) and ``cost(i)``, node ``i``'s tokens.  ``count=False``
+        leaves a node's text and tokens None until ``cost`` asks for them."""
         mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
         items = [item.node for item in nodes]
@@ -316,27 +338,33 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         texts: dict[int, str] = {}
         for i, key in enumerate(keys):
             if key[1] is None:  # not a plain TextNode: keyed by its text
-                texts[i] = text = _text(items[i], mode)
-                keys[i] = (counter, text)
+                texts[i] = _text(items[i], mode)
+                keys[i] = (counter, texts[i])
+            elif key[1][0] is _NONE:  # its text is its own
+                texts[i] = key[1][1]
         out: list[Any] = FACTS.get_many(keys)
-        for i, facts in enumerate(out):
-            if facts is None:
-                node = items[i]
-                text = texts[i] if i in texts else _text(node, mode)
-                out[i] = (text, self._count(text) if count else None, _node_anchors(node, mode, text))
-                FACTS.put(keys[i], out[i])
-            elif count and facts[1] is None:
-                self._cost(out, keys, i)
-        return out, keys
+        missing = [i for i, facts in enumerate(out) if facts is None]
+        if missing:
+            fresh = _analysed([(items[i], texts.get(i)) for i in missing], mode)
+            for i, (text, anchors) in zip(missing, fresh):
+                out[i] = (text, None, anchors)
+            if not count:
+                FACTS.put_many([(keys[i], out[i]) for i in missing])
 
-    def _cost(self, facts: list[_Facts], keys: list[Any], i: int) -> int:
-        """Node ``i``'s tokens, counted now if no selection needed them before (and kept)."""
-        text, tokens, anchors = facts[i]
-        if tokens is None:
-            tokens = self._count(text)
-            facts[i] = (text, tokens, anchors)
-            FACTS.put(keys[i], facts[i])
-        return tokens
+        def cost(i: int) -> int:
+            known, tokens, anchors = out[i]
+            if tokens is None:
+                text = _text(items[i], mode) if known is None else known
+                tokens = self._count(text)
+                out[i] = (text, tokens, anchors)
+                FACTS.put(keys[i], out[i])
+            return tokens
+
+        if count:
+            for i, facts in enumerate(out):
+                if facts[1] is None:
+                    cost(i)
+        return out, cost
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no
@@ -344,9 +372,9 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         facts, _ = self._facts(nodes)
         result = select_covering(
             query,
-            [f[0] for f in facts],
+            [f[0] for f in facts],  # type: ignore[misc]  # _facts formatted and counted every node
             token_budget=self.token_budget,
-            costs=[f[1] for f in facts],  # type: ignore[misc]  # _facts counted every node
+            costs=[f[1] for f in facts],  # type: ignore[misc]
             anchors=[f[2] for f in facts],
             corpus=self.corpus,
             target=self.coverage_target,
@@ -362,11 +390,11 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         :func:`kept_covering`, which counts the tokens of the nodes holding a query term only."""
         if self._vectors is not None:
             return self._select(nodes, query, False).kept
-        facts, keys = self._facts(nodes, count=False)
+        facts, cost = self._facts(nodes, count=False)
         return kept_covering(
             query_text(query),
             [f[2] for f in facts],
-            lambda i: self._cost(facts, keys, i),
+            cost,
             token_budget=self.token_budget,
             corpus=self.corpus,
             target=self.coverage_target,

@@ -295,7 +295,8 @@ def test_a_nodes_anchors_are_its_whole_texts_though_header_and_body_are_analysed
     gate = GatekeeperNodePostprocessor(token_counter=words)
     for mode in ("llm", "embed", "all", "none"):
         gate.metadata_mode = mode
-        gate.postprocess_nodes(nodes, query_str=QUERY)
+        gate.postprocess_nodes(nodes, query_str=QUERY)  # analyses every node, formats few
+        gate.explain(nodes, QUERY)  # formats and counts the others, keeping their anchors
         analysed = {text: anchors for text, _, anchors in FACTS._data.values()}
         for item in nodes:
             text = item.node.get_content(metadata_mode=mode)

@@ -106,9 +106,14 @@ class BoundedCache(Generic[K, V]):
                 self._data.popitem(last=False)
 
     def put_many(self, items: Iterable[tuple[K, V]]) -> None:
-        """:meth:`put` each ``(key, value)``."""
-        for key, value in items:
-            self.put(key, value)
+        """:meth:`put` each ``(key, value)``, under one acquisition of the lock."""
+        with self._lock:
+            data = self._data
+            for key, value in items:
+                data[key] = value
+                data.move_to_end(key)
+            while len(data) > self.maxsize:
+                data.popitem(last=False)
 
     def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
         """The cached value, or ``compute()`` kept and returned.  ``compute`` runs outside
