@@ -15,6 +15,8 @@ The selectors per dataset, side by side:
 Figures: recall, kept share, precision, pollution, switch F1 (as in :mod:`quality`),
 and the embedding calls each embedding selector made (``calls``: requests received
 by the embedder; ``computed``: texts the model really embedded, i.e. disk-cache misses).
+With ``--by-kind``, the hybrid row's figures on the project's own sets also per case kind
+and language (stored under the row's ``by_kind`` in ``--json``).
 """
 
 from __future__ import annotations
@@ -189,12 +191,26 @@ def side_by_side_table(
     return table
 
 
+def hybrid_breakdowns(dataset: str, cases: list[dict], factory: Callable[[], Any]) -> dict[str, dict[str, dict]]:
+    """The hybrid row's figures per ``meta.kind`` and per ``meta.lang`` of the project's own
+    sets (``--by-kind``), as :func:`quality.breakdowns` gives the lexical library's."""
+    from quality import evaluate
+
+    out: dict[str, dict[str, dict]] = {}
+    for key in ("kind", "lang"):
+        groups: dict[str, list[dict]] = {}
+        for case in cases:
+            groups.setdefault(str((case.get("meta") or {}).get(key)), []).append(case)
+        out[key] = {group: evaluate(dataset, groups[group], factory) for group in sorted(groups)}
+    return out
+
+
 def run_semantic(
     args: Any, cases: dict[str, list[dict]], console: Any, progress_factory: Callable[[], Any], title: str = ""
 ) -> dict[str, dict[str, dict]]:
     """Evaluate lexical / hybrid / dense-only on every dataset and print the tables
     (``title`` names the half of the data, e.g. " — validation half B")."""
-    from quality import BUDGETS, evaluate, run_name
+    from quality import BUDGETS, OWN_DATASETS, breakdown_table, evaluate, run_name
 
     embedder = make_embedder(args.embedder)
     if not console.is_terminal and console.width < 120:
@@ -222,6 +238,10 @@ def run_semantic(
                         calls[row] = {"calls": embedder.calls - before[0], "computed": embedder.computed - before[1]}
                         results[run][row]["embedding"] = calls[row]
             console.print(side_by_side_table(run, budget, results[run], calls, title))
+            if getattr(args, "by_kind", False) and HYBRID in rows and name in OWN_DATASETS:
+                results[run][HYBRID]["by_kind"] = groups = hybrid_breakdowns(name, cases[name], rows[HYBRID])
+                for key, figures in groups.items():
+                    console.print(breakdown_table(f"{run} — {HYBRID} by {key}{title}", figures))
     console.print(
         f"embedder: {embedder.name} as a LangChain Embeddings ({type(embedder).__mro__[1].__module__}); "
         f"{embedder.calls} calls in all ({embedder.document_calls} embed_documents, {embedder.query_calls} "
