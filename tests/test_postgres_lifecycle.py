@@ -176,14 +176,14 @@ class _CloseOnFirstEntry:
 
 def wrap_pool_opening(monkeypatch: pytest.MonkeyPatch, wrapper: Any) -> None:
     """Route every async pool opening through ``await wrapper(real_open, dsn, options)``."""
-    from context_gatekeeper.stores import postgres_async
+    from context_gatekeeper.stores import postgres
 
-    real_open = postgres_async._aopen_pool
+    real_open = postgres._aopen_pool
 
     async def opening(dsn: str, options: Any) -> Any:
         return await wrapper(real_open, dsn, options)
 
-    monkeypatch.setattr(postgres_async, "_aopen_pool", opening)
+    monkeypatch.setattr(postgres, "_aopen_pool", opening)
 
 
 @pytest.mark.usefixtures("_tables")
@@ -359,10 +359,9 @@ def test_prepared_reads_each_missing_id_set_once_and_answers_every_lookup_with_i
         return revision, {}
 
     monkeypatch.setattr(postgres_ops, "prepare_commit", fake_prepare_commit)
-    ops = postgres_ops.PostgresOps()
-    ops._compose("t_", {})
+    _names, statements = postgres_ops.compose("t_")
     rows = {"a": (id_key("a"), True, "digest-a"), "c": (id_key("c"), False, "digest-c")}  # "b" is not indexed
-    steps = ops._prepared((b"k", "s"), "the revision", 0, None, [], False)
+    steps = postgres_ops.prepared_steps(statements, (b"k", "s"), "the revision", 0, None, [], False)
     asked: list[set[bytes]] = []
     try:
         step = next(steps)

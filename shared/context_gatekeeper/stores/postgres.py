@@ -33,41 +33,97 @@ SQLite store's fallback for lone surrogates.  Table names are composed with
 :class:`psycopg.sql.Identifier` and every value is a bound parameter.
 
 The operations themselves (SQL and checks) are written once, as generators of SQL
-steps, in :mod:`.postgres_ops`; this module runs them on a
-:class:`psycopg_pool.ConnectionPool`, and :mod:`.postgres_async` runs the same
-generators on a :class:`psycopg_pool.AsyncConnectionPool` for the async twins.
+steps, in :mod:`.postgres_ops`; the store runs them on a
+:class:`psycopg_pool.ConnectionPool` for its sync methods and on a
+:class:`psycopg_pool.AsyncConnectionPool` for its native async twins (``acommit``,
+``ahead``, ...), so a commit makes the same head check, rebase,
+:func:`~.base.prepare_commit` and advisory-lock wait inside the same transaction,
+without a worker thread and without blocking the event loop.
+
+Event loops: an :class:`~psycopg_pool.AsyncConnectionPool` belongs to the loop it was
+opened in.  A store opened from a connection string opens one on first async use in
+each loop (``asyncio.run`` twice, or a test runner's loop per test, each get their
+own).  How a loop's pool is released:
+
+* ``await store.aclose()`` on that loop closes it there; ``close()`` or ``aclose()``
+  elsewhere closes it on its loop: scheduled there if the loop is running, else, if the
+  loop is idle (neither running nor closed, e.g. a ``new_event_loop()`` driven by
+  ``run_until_complete`` and left open), by running the loop in a short-lived thread
+  until the pool is closed (so do not start that loop from another thread meanwhile);
+* a loop that has closed: its pool is forgotten at the next opening or close (its tasks
+  were cancelled with the loop; its idle connections go when the pool is collected);
+* an idle loop whose thread (the one that asked for the pool) has ended: its pool is
+  closed as above when another loop next opens one.  An idle loop of a live thread may
+  run again, so its pool stays until the store is closed.
+
+Pools are keyed by the loop itself: a weak reference would free nothing, as the pool's
+own tasks hold their loop.  A pool given as ``async_pool`` belongs to the loop its
+tasks run on (or, not open yet, to the first loop that uses it) and is refused from
+another (:class:`InvalidInputError`) instead of hanging.  Closing is idempotent per
+resource: a ``close`` or ``aclose`` that was cancelled or failed partway still closes
+the sync pool, and calls racing it raise :class:`StoreClosedError`.  See
+``docs/architecture.md#concurrency-rules``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import re
+import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager, nullcontext
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import InvalidInputError, InvalidTypeError, StoreClosedError
 from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep
-from .schema import Migration, refuse_newer
+from .schema import Migration, id_key, refuse_newer
+from .vectors import VectorRow, VectorStore, checked_rows, pack_vector
 
 try:
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'context-gatekeeper[postgres]'"
     ) from exc
 
-from .postgres_async import PoolOptions, PostgresAsync, close_idle_pools
-from .postgres_ops import Step, Steps, postgres_errors, run_steps
-from .postgres_vectors import VECTOR_TEMPLATES, VECTORS_TABLE, PostgresVectors
+from . import postgres_ops as ops
+from .postgres_ops import VECTORS_TABLE, Key, Step, Steps, arun_steps, postgres_errors, run_steps
 
 __all__ = ["PostgresStore", "MIGRATIONS"]
 
 T = TypeVar("T")
+_closing: set[concurrent.futures.Future[None]] = set()  # pool closings scheduled on other loops (kept from collection)
+
+
+class PoolOptions(NamedTuple):
+    """The sizing and timeout of every pool a store opens, sync or async."""
+
+    min_size: int
+    max_size: int
+    timeout: float
+
+    def pool_kwargs(self) -> dict[str, Any]:
+        """Keywords for a psycopg pool: autocommit connections (writes open explicit
+        transactions), opened by the caller."""
+        return {"min_size": self.min_size, "max_size": self.max_size, "kwargs": {"autocommit": True},
+                "open": False, "name": "context-gatekeeper"}
+
+
+def _index_backfill(_conn: None, q: ops.Statements) -> Any:
+    """Migration 2's backfill, as steps: :func:`.postgres_ops.backfill_steps`."""
+    return ops.backfill_steps(q)
+
+
+def _chain_backfill(_conn: None, q: ops.Statements) -> Any:
+    """Migration 4's backfill, as steps: :func:`.postgres_ops.chain_backfill_steps`."""
+    return ops.chain_backfill_steps(q)
+
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -104,23 +160,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             # the revisions' columns and the time they were set aside; no keys: a number may recur
             "CREATE TABLE {set_aside} (LIKE {revisions}, set_aside_at double precision NOT NULL)",
         ),
-        lambda _conn, store: store._backfill_steps(),
+        _index_backfill,
     ),
     Migration(3, "saved vectors", (VECTORS_TABLE,)),
     Migration(
         4,
         "revision hash chain",
         ("ALTER TABLE {revisions} ADD COLUMN digest text",),
-        lambda _conn, store: store._chain_backfill_steps(),
+        _chain_backfill,
     ),
 )
 """Add new migrations at the end; never change or remove a released one.  ``{revisions}``, ``{ids}``
-and ``{migrations}`` stand for the prefixed table names (composed as identifiers)."""
+and ``{migrations}`` stand for the prefixed table names (composed as identifiers); a backfill
+is a function of ``(None, statements)`` giving the steps to run (see :mod:`.postgres_ops`)."""
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
 
 
-class PostgresStore(PostgresAsync, Store, PostgresVectors):
+class PostgresStore(Store, VectorStore):
     """Revision logs in PostgreSQL tables named ``<table_prefix>revisions`` and
     ``<table_prefix>schema_migrations`` (saved vectors: ``<table_prefix>vectors``).
 
@@ -147,7 +204,7 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
     From a connection string the store opens their :class:`~psycopg_pool.AsyncConnectionPool`
     on first async use, one per event loop (a pool cannot outlive or leave its loop:
     two ``asyncio.run`` calls in a row each get their own; how each is released, loops
-    left open included, is told in :mod:`.postgres_async`).  Given
+    left open included, is told in :mod:`.postgres`).  Given
     a sync pool of your own and no ``async_pool``, the store opens no connection of its
     own and the async twins run the sync methods in worker threads.  The fault hook
     runs inside the transaction either way; the native twins call it (only when one is
@@ -178,7 +235,7 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
             raise InvalidTypeError(f"async_pool must be a psycopg_pool.AsyncConnectionPool, got {type(async_pool).__name__}")
         self.table_prefix = table_prefix
         self.fault_hook = fault_hook
-        self._compose(table_prefix, VECTOR_TEMPLATES)
+        self._names, self._sql = ops.compose(table_prefix)
         options = PoolOptions(min_size, max_size, connect_timeout)
         if isinstance(dsn_or_pool, ConnectionPool):
             self._pool, self._owns_pool = dsn_or_pool, False
@@ -203,6 +260,23 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
     def __repr__(self) -> str:
         return f"PostgresStore({_redacted(self._pool.conninfo)!r}, table_prefix={self.table_prefix!r})"
 
+    # -- plumbing -----------------------------------------------------------------------
+    def _key(self, session_id: Any) -> Key:
+        """``(session_key, session_id)`` after checking the id can be stored."""
+        return ops.session_key(session_id)
+
+    def _lock_key(self, name: str, key: bytes = b"") -> int:
+        """The advisory lock of ``name`` (``"setup"``, or ``"session"`` with its key)."""
+        return ops.lock_key(self.table_prefix, name, key)
+
+    def _session_lock(self, key: Key) -> int:
+        """The advisory lock a session's writers take."""
+        return self._lock_key("session", key[0])
+
+    def _hook(self) -> ops.FaultHook | None:
+        """What the operations call at their fault points: None when no hook is set."""
+        return self._fault if self.fault_hook is not None else None
+
     def _closed_error(self) -> StoreClosedError:
         return StoreClosedError(f"{self!r} is closed; open a new PostgresStore on the same database to go on")
 
@@ -226,7 +300,115 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
             if lock is None:
                 return run_steps(conn, None, steps)
             with _pipeline(conn) as pipeline, conn.transaction():
-                return run_steps(conn, pipeline, self._locked(lock, steps))
+                return run_steps(conn, pipeline, ops.locked(self._sql, lock, steps))
+
+    # -- async plumbing: a pool per event loop (see the module docstring) ---------------
+    def _init_async(self, dsn: str | None, options: PoolOptions, given: AsyncConnectionPool | None) -> None:
+        """Where the async twins get connections: ``given``, else pools opened from ``dsn``
+        per loop, else (neither) the sync methods in worker threads."""
+        self._adsn, self._aoptions, self._agiven = dsn, options, given
+        self._agiven_loop: asyncio.AbstractEventLoop | None = None
+        self._apools: dict[asyncio.AbstractEventLoop, _Opening] = {}
+        # guards _apools, _agiven_loop and the switch of _closed: loops in several threads
+        # may open pools at once, and close() may run in yet another thread
+        self._apools_lock = threading.Lock()
+
+    async def _apool(self) -> AsyncConnectionPool | None:
+        """The async pool of the running loop (opened on first use); None: use threads."""
+        if self._closed:
+            raise self._closed_error()
+        loop = asyncio.get_running_loop()
+        if self._agiven is not None:
+            return self._given_pool(loop, self._agiven)
+        if self._adsn is None:
+            return None
+        opening = self._apools.get(loop)
+        if opening is None or not _succeeded(opening.task):
+            opening = self._opening(loop, self._adsn)
+        pool = await asyncio.shield(opening.task)  # a cancelled caller leaves the opening to the others
+        if self._closed:  # closed while it opened: close() took this pool too; close it now anyway
+            await pool.close()
+            raise self._closed_error()
+        return pool
+
+    def _given_pool(self, loop: asyncio.AbstractEventLoop, given: AsyncConnectionPool) -> AsyncConnectionPool:
+        """The caller's ``async_pool``, if ``loop`` is its loop (the loop its tasks run on
+        once it is open, else the first loop that uses it)."""
+        with self._apools_lock:
+            if self._closed:
+                raise self._closed_error()
+            if self._agiven_loop is None:
+                self._agiven_loop = _loop_of(given) or loop
+            if self._agiven_loop is not loop:
+                raise InvalidInputError(
+                    "the async_pool given to this PostgresStore belongs to another event loop (the one it "
+                    "was opened in, or that first used it); give each event loop its own store and pool "
+                    "(or pass a connection string, and the store opens a pool per loop)"
+                )
+        return given
+
+    def _opening(self, loop: asyncio.AbstractEventLoop, dsn: str) -> _Opening:
+        """The opening of ``loop``'s pool: the one under way or done, else a new one (also
+        in place of one that failed or was cancelled).  Forgets the pools of loops that
+        have closed, and closes those of loops left idle by a thread that has ended."""
+        with self._apools_lock:
+            if self._closed:
+                raise self._closed_error()
+            opening = self._apools.get(loop)
+            if opening is None or (opening.task.done() and not _succeeded(opening.task)):
+                opening = self._apools[loop] = _Opening(
+                    loop.create_task(_aopen_pool(dsn, self._aoptions)), threading.current_thread()
+                )
+            abandoned = [(other, entry) for other, entry in self._apools.items()
+                         if other.is_closed() or (not other.is_running() and not entry.thread.is_alive())]
+            for other, _entry in abandoned:
+                del self._apools[other]
+        _close_idle_pools([(other, entry) for other, entry in abandoned if not other.is_closed()], wait=False)
+        return opening
+
+    @contextmanager
+    def _closing_race(self) -> Iterator[None]:
+        """Around a pool checkout: a pool closed by :meth:`close` under a call still in
+        flight raises :class:`StoreClosedError`, as a call after it does (a pool of the
+        caller's that its owner closed still raises psycopg's ``PoolClosed``)."""
+        try:
+            yield
+        except PoolClosed as exc:
+            if not self._closed:
+                raise
+            raise self._closed_error() from exc
+
+    async def _arun(self, steps: Steps[T], lock: int | None = None) -> T:
+        """The async twin of :meth:`_run`: the same steps on a connection of the loop's pool."""
+        with postgres_errors(self):
+            pool = await self._apool()
+        if pool is None:
+            return await asyncio.to_thread(self._run, steps, lock)
+        with postgres_errors(self), self._closing_race():
+            async with pool.connection() as conn:
+                if lock is None:
+                    return await arun_steps(conn, None, steps)
+                async with _apipeline(conn) as pipeline, conn.transaction():
+                    return await arun_steps(conn, pipeline, ops.locked(self._sql, lock, steps))
+
+    def _release_async_pools(self, current: asyncio.AbstractEventLoop | None) -> _Released:
+        """Mark the store closed and take every pool it opened (so each is closed once):
+        those of other running loops are closed on their loop (scheduled), those of loops
+        that have closed are dropped (their tasks were cancelled when the loop ended, their
+        connections go when the pool is collected).  Returns ``current``'s opening and the
+        idle loops' (not running, not closed) for the caller to close."""
+        with self._apools_lock:
+            self._closed = True
+            pools, self._apools = self._apools, {}
+        released = _Released(None, [])
+        for loop, entry in pools.items():
+            if loop is current:
+                released = released._replace(mine=entry.task)
+            elif loop.is_running():
+                _close_on_its_loop(loop, entry.task)
+            elif not loop.is_closed():
+                released.idle.append((loop, entry))
+        return released
 
     def _setup_steps(self) -> Steps[None]:
         """Create the schema or bring it up to date (under the setup lock)."""
@@ -241,8 +423,8 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
                 for statement in migration.statements:
                     yield Step("none", sql.SQL(statement).format(**self._names))
                 if migration.backfill is not None:
-                    backfill: Any = migration.backfill  # here a function of (connection, store) giving steps
-                    yield from backfill(None, self)
+                    backfill: Any = migration.backfill  # here a function of (None, statements) giving steps
+                    yield from backfill(None, self._sql)
                 yield Step("none", self._sql["record"], (migration.version, migration.name, time.time()))
 
     # -- Store --------------------------------------------------------------------------
@@ -252,41 +434,132 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
 
     def applied_migrations(self) -> list[tuple[int, str]]:
         """``(version, name)`` of every migration these tables have had, in order."""
-        return self._run(self._applied_steps())
+        return self._run(ops.applied_steps(self._sql))
 
     def head(self, session_id: str) -> int:
         """The latest revision number of a session (0 when it has none)."""
-        return self._run(self._head_steps(self._key(session_id)))
+        return self._run(ops.head_steps(self._sql, self._key(session_id)))
 
     def tip(self, session_id: str) -> tuple[int, float]:
         """``(head, time of the head revision)``; ``(0, 0.0)`` for an empty session."""
-        return self._run(self._tip_steps(self._key(session_id)))
+        return self._run(ops.tip_steps(self._sql, self._key(session_id)))
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
-        return self._run(self._load_steps(self._key(session_id), after))
+        return self._run(ops.load_steps(self._sql, self._key(session_id), after))
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
         key = self._key(session_id)
-        return self._run(self._commit_steps(key, revision, expected_head, renew_taken_ids), self._session_lock(key))
+        steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook())
+        return self._run(steps, self._session_lock(key))
 
     def truncate(self, session_id: str, keep: int) -> int:
         """Set aside the revisions above ``keep`` (table ``<prefix>set_aside_revisions``)
         and rebuild the session's id index, in one transaction (see :meth:`Store.truncate`)."""
         key, keep = self._key(session_id), checked_keep(keep)
-        return self._run(self._truncate_steps(key, keep), self._session_lock(key))
+        return self._run(ops.truncate_steps(self._sql, key, keep), self._session_lock(key))
 
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, in one transaction (queued behind its writers)."""
         key = self._key(session_id)
-        self._run(self._purge_steps(key), self._session_lock(key))
+        self._run(ops.purge_steps(self._sql, key), self._session_lock(key))
 
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision, sorted by code point."""
-        return self._run(self._sessions_steps())
+        return self._run(ops.sessions_steps(self._sql))
+
+    # -- saved vectors (VectorStore; table ``<prefix>vectors``, migration 3) ------------
+    # Writes take the session's advisory lock, so they queue behind (and never outlive) a
+    # concurrent ``purge``, and a save checks, under that lock, that the session still holds revisions.
+    def _saving(self, session_id: str, rows: Iterable[Any]) -> tuple[Key, list[tuple[Any, ...]]]:
+        """The session's key and the table rows to save (all checked before anything is
+        written; a closed store refuses even an empty save, as the SQLite store does)."""
+        if self._closed:
+            raise self._closed_error()
+        key, checked = self._key(session_id), checked_rows(rows)
+        now = time.time()
+        return key, [
+            (key[0], r.embedder, r.dimension, r.text_hash, id_key(r.message_id), pack_vector(r.vector), now)
+            for r in checked
+        ]
+
+    def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
+        """Store vectors for the session in one transaction (see :class:`.VectorStore`)."""
+        key, values = self._saving(session_id, rows)
+        if not values:
+            return 0
+        return self._run(ops.save_vectors_steps(self._sql, self, key, values), self._session_lock(key))
+
+    def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
+        """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first."""
+        return self._run(ops.load_vectors_steps(self._sql, session_id, embedder, dimension))
+
+    def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
+        """Erase the session's vectors (of one embedder, or all); returns how many."""
+        key = self._key(session_id)
+        return self._run(ops.delete_vectors_steps(self._sql, key, embedder), self._session_lock(key))
+
+    async def asave_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
+        """Async :meth:`save_vectors` (native, no thread)."""
+        key, values = self._saving(session_id, rows)
+        if not values:
+            return 0
+        return await self._arun(ops.save_vectors_steps(self._sql, self, key, values), self._session_lock(key))
+
+    async def aload_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
+        """Async :meth:`load_vectors` (native, no thread)."""
+        return await self._arun(ops.load_vectors_steps(self._sql, session_id, embedder, dimension))
+
+    async def adelete_vectors(self, session_id: str, embedder: str | None = None) -> int:
+        """Async :meth:`delete_vectors` (native, no thread)."""
+        key = self._key(session_id)
+        return await self._arun(ops.delete_vectors_steps(self._sql, key, embedder), self._session_lock(key))
+
+    # -- async twins (native: the same steps on the loop's pool) ------------------------
+    async def asetup(self) -> None:
+        """Async :meth:`setup`."""
+        await self._arun(self._setup_steps(), self._lock_key("setup"))
+
+    async def ahead(self, session_id: str) -> int:
+        """Async :meth:`head`."""
+        return await self._arun(ops.head_steps(self._sql, self._key(session_id)))
+
+    async def atip(self, session_id: str) -> tuple[int, float]:
+        """Async :meth:`tip`."""
+        return await self._arun(ops.tip_steps(self._sql, self._key(session_id)))
+
+    async def arevisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        """Async :meth:`revisions`."""
+        return await self._arun(ops.load_steps(self._sql, self._key(session_id), after))
+
+    async def acommit(
+        self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
+    ) -> Revision:
+        """Async :meth:`commit`: the same checks in the same transaction."""
+        key = self._key(session_id)
+        steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook())
+        return await self._arun(steps, self._session_lock(key))
+
+    async def atruncate(self, session_id: str, keep: int) -> int:
+        """Async :meth:`truncate`."""
+        key, keep = self._key(session_id), checked_keep(keep)
+        return await self._arun(ops.truncate_steps(self._sql, key, keep), self._session_lock(key))
+
+    async def apurge(self, session_id: str) -> None:
+        """Async :meth:`purge`."""
+        key = self._key(session_id)
+        await self._arun(ops.purge_steps(self._sql, key), self._session_lock(key))
+
+    async def asessions(self) -> list[str]:
+        """Async :meth:`sessions`."""
+        return await self._arun(ops.sessions_steps(self._sql))
+
+    async def aapplied_migrations(self) -> list[tuple[int, str]]:
+        """Async :meth:`applied_migrations`."""
+        return await self._arun(ops.applied_steps(self._sql))
 
     def close(self) -> None:
         """Close the pools this store opened; the store may not be used afterwards
@@ -297,10 +570,24 @@ class PostgresStore(PostgresAsync, Store, PostgresVectors):
         prefer ``await store.aclose()`` from async code."""
         _mine, idle = self._release_async_pools(None)
         try:
-            close_idle_pools(idle, wait=True)
+            _close_idle_pools(idle, wait=True)
         finally:
             if self._owns_pool:
                 self._pool.close()  # idempotent
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`: closes this loop's pool here, other running loops' pools on
+        their loop, idle loops' pools on their loop in a worker thread, and the sync pool
+        (if the store opened them).  Idempotent; a cancelled or failed ``aclose`` still
+        closes the sync pool, and a later ``close`` or ``aclose`` closes what is left."""
+        mine, idle = self._release_async_pools(asyncio.get_running_loop())
+        try:
+            if mine is not None:  # shielded: a cancelled aclose leaves the closing to finish
+                await asyncio.shield(asyncio.ensure_future(_close_opened(mine)))
+            await asyncio.to_thread(_close_idle_pools, idle, wait=True)
+        finally:
+            if self._owns_pool:
+                await asyncio.to_thread(self._pool.close)  # joins the sync pool's worker threads (idempotent)
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -337,3 +624,95 @@ def _redacted(conninfo: object) -> str:
     if "password" in parts:
         parts["password"] = "***"
     return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
+
+
+class _Opening(NamedTuple):
+    """A loop's pool, being opened or open, and the thread that asked for it (when that
+    thread has ended and the loop is idle, nothing will run the loop again)."""
+
+    task: asyncio.Task[AsyncConnectionPool]
+    thread: threading.Thread
+
+
+class _Released(NamedTuple):
+    """What :meth:`PostgresStore._release_async_pools` leaves its caller to close."""
+
+    mine: asyncio.Task[AsyncConnectionPool] | None
+    idle: list[tuple[asyncio.AbstractEventLoop, _Opening]]
+
+
+async def _aopen_pool(dsn: str, options: PoolOptions) -> AsyncConnectionPool:
+    """An open async pool (see :func:`_open_pool`): one direct connection
+    first, so a wrong DSN or password fails with the server's own reason."""
+    first = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, round(options.timeout)))
+    await first.close()
+    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, **options.pool_kwargs())
+    try:
+        await pool.open(wait=True, timeout=options.timeout)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
+
+
+async def _close_opened(opening: asyncio.Task[AsyncConnectionPool]) -> None:
+    """Close the pool ``opening`` opens (nothing if its opening failed or was cancelled)."""
+    try:
+        pool = await opening
+    except Exception:
+        return
+    except asyncio.CancelledError:
+        if opening.cancelled():
+            return
+        raise  # this closing itself was cancelled
+    await pool.close()
+
+
+def _close_on_its_loop(loop: asyncio.AbstractEventLoop, opening: asyncio.Task[AsyncConnectionPool]) -> None:
+    """Schedule the closing of ``opening``'s pool on ``loop``, a loop running in another thread."""
+    future = asyncio.run_coroutine_threadsafe(_close_opened(opening), loop)
+    _closing.add(future)
+    future.add_done_callback(_closing.discard)
+
+
+def _close_on_idle_loops(idle: list[tuple[asyncio.AbstractEventLoop, _Opening]]) -> None:
+    """Close the pools of loops that are neither running nor closed by running each loop
+    until its pool is closed; call it in a thread that runs no loop.  A loop that started
+    running (or closed) meanwhile has its pool closed on it (or dropped) instead."""
+    for loop, entry in idle:
+        closing = _close_opened(entry.task)
+        try:
+            loop.run_until_complete(closing)
+        except RuntimeError:  # raised before the loop took the coroutine
+            closing.close()
+            if loop.is_running():
+                _close_on_its_loop(loop, entry.task)
+
+
+def _close_idle_pools(idle: list[tuple[asyncio.AbstractEventLoop, _Opening]], *, wait: bool) -> None:
+    """Close the pools of idle loops (see :func:`_close_on_idle_loops`) in a short-lived
+    thread: the calling thread may be running a loop, and one thread cannot run two.
+    ``wait``: return once they are closed."""
+    if idle:
+        closer = threading.Thread(target=_close_on_idle_loops, args=(idle,), name="context-gatekeeper-pool-closer",
+                                  daemon=True)
+        closer.start()
+        if wait:
+            closer.join()
+
+
+def _succeeded(opening: asyncio.Task[AsyncConnectionPool]) -> bool:
+    """Whether ``opening`` has opened its pool (not still under way, failed or cancelled)."""
+    return opening.done() and not opening.cancelled() and opening.exception() is None
+
+
+def _loop_of(pool: AsyncConnectionPool) -> asyncio.AbstractEventLoop | None:
+    """The loop an open pool's tasks run on (None before it is opened).  psycopg_pool keeps
+    no public record of it: its scheduler task tells."""
+    runner = getattr(pool, "_sched_runner", None)
+    return runner.get_loop() if isinstance(runner, asyncio.Task) else None
+
+
+def _apipeline(conn: psycopg.AsyncConnection[Any]) -> AbstractAsyncContextManager[psycopg.AsyncPipeline | None]:
+    """Pipeline mode where libpq supports it (14+), else plain statements (same results)."""
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()

@@ -1,23 +1,24 @@
 """What :class:`~context_gatekeeper.stores.postgres.PostgresStore` does, written once for
 its sync and its async methods: each operation is a generator of SQL steps (sans-IO).
 
-An operation such as :meth:`PostgresOps._commit_steps` yields :class:`Step` values (a
-statement, its parameters and what to fetch) and receives each step's result; it never
-touches a connection.  Two small drivers run the steps: :func:`run_steps` on a
-:class:`psycopg.Connection` (the sync methods, in :mod:`.postgres`) and
-``arun_steps`` on a :class:`psycopg.AsyncConnection` (the async twins, in
-:mod:`.postgres_async`).  So the head check, the rebase, :func:`~.base.prepare_commit`
+An operation such as :func:`commit_steps` yields :class:`Step` values (a statement, its
+parameters and what to fetch) and receives each step's result; it never touches a
+connection.  Operations are plain functions of what they need: the store's composed
+statements (:func:`compose`), the session's key (:func:`session_key`) and the values.
+Two small drivers run the steps: :func:`run_steps` on a :class:`psycopg.Connection`
+(the store's sync methods) and :func:`arun_steps` on a :class:`psycopg.AsyncConnection`
+(its native async twins).  So the head check, the rebase, :func:`~.base.prepare_commit`
 and the advisory lock are the same code in both, inside the same transaction; the
-shells only choose the connection and open the transaction (see
+store only chooses the connection and opens the transaction (see
 ``docs/architecture.md#concurrency-rules``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
-from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -32,8 +33,12 @@ from .base import prepare_commit
 from .chain import chained_prefix, genesis, row_digest, verified
 from .integrity import IdEntry
 from .schema import backfill_index, changes_text, checked_session, id_key, index_rows
+from .vectors import VectorRow, checked_dimension, checked_embedder, refused_save, unpack_vector
 
-__all__ = ["Step", "Steps", "Stepper", "PostgresOps", "run_steps", "TABLES", "postgres_errors", "postgres_unavailable"]
+__all__ = [
+    "Step", "Steps", "Stepper", "Key", "run_steps", "arun_steps", "TABLES", "VECTORS_TABLE", "compose",
+    "session_key", "lock_key", "postgres_errors", "postgres_unavailable",
+]
 
 T = TypeVar("T")
 
@@ -73,7 +78,64 @@ _TEMPLATES = {
     "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
     "encoding": "SELECT current_setting('server_encoding')",
     "lock": "SELECT pg_advisory_xact_lock(%s)",
+    # saved vectors (table {vectors}, migration 3)
+    "save_vector": """INSERT INTO {vectors} (session_key, embedder, dimension, text_hash, message_id, vector, created_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s)
+        ON CONFLICT (session_key, embedder, dimension, text_hash, message_id)
+        DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at""",
+    "load_vectors": """SELECT message_id, text_hash, embedder, vector FROM {vectors}
+        WHERE session_key = %s AND embedder = %s AND (%s::integer IS NULL OR dimension = %s::integer)
+        ORDER BY created_at""",
+    # a count, not cursor.rowcount: the store writes in pipeline mode, where rowcount is not known yet
+    "delete_vectors": """WITH gone AS (DELETE FROM {vectors}
+        WHERE session_key = %s AND (%s::text IS NULL OR embedder = %s::text) RETURNING 1)
+        SELECT count(*) FROM gone""",
+    "purge_vectors": "DELETE FROM {vectors} WHERE session_key = %s",
+    "drop_other_texts": """DELETE FROM {vectors} v USING unnest(%s::bytea[], %s::text[]) AS n (message_id, text_hash)
+        WHERE v.session_key = %s AND v.message_id = n.message_id AND v.text_hash <> n.text_hash""",
+    "prune_removed": """DELETE FROM {vectors} WHERE session_key = %s AND message_id IN
+        (SELECT message_id FROM {ids} WHERE session_key = %s AND NOT present)""",
 }
+
+VECTORS_TABLE = """CREATE TABLE {vectors} (
+    session_key bytea            NOT NULL,
+    embedder    text             NOT NULL,
+    dimension   integer          NOT NULL CHECK (dimension >= 1),
+    text_hash   text             NOT NULL,
+    message_id  bytea            NOT NULL,
+    vector      bytea            NOT NULL,
+    created_at  double precision NOT NULL,
+    PRIMARY KEY (session_key, embedder, dimension, text_hash, message_id)
+)"""
+"""Migration 3 of the PostgreSQL store (``{vectors}`` is the prefixed table name)."""
+
+Key = tuple[bytes, str]
+"""A session as the tables know it: ``(session_key, session_id)``, the key being the id's SHA-256."""
+Statements = dict[str, Any]
+"""The store's statements by template name, its table names composed in (see :func:`compose`)."""
+FaultHook = Callable[[str], None]
+
+
+def compose(table_prefix: str) -> tuple[dict[str, sql.Identifier], Statements]:
+    """The table names after ``table_prefix`` (as identifiers, by placeholder) and every
+    statement with them composed in."""
+    names = {name: sql.Identifier(table_prefix + table) for name, table in TABLES.items()}
+    return names, {key: sql.SQL(template).format(**names) for key, template in _TEMPLATES.items()}
+
+
+def session_key(session_id: Any) -> Key:
+    """``(session_key, session_id)`` after checking the id can be stored."""
+    encoded = checked_session(session_id).encode("utf-8")  # lone surrogates refused there
+    if b"\x00" in encoded:
+        raise InvalidInputError("a PostgreSQL session id cannot contain NUL characters")
+    return hashlib.sha256(encoded).digest(), session_id
+
+
+def lock_key(table_prefix: str, name: str, key: bytes = b"") -> int:
+    """The advisory lock of ``name`` (``"setup"``, or ``"session"`` with its key) for the
+    tables of ``table_prefix``."""
+    digest = hashlib.sha256(f"{table_prefix}\x00{name}\x00".encode() + key).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def postgres_unavailable(exc: BaseException, where: object) -> StoreUnavailableError | None:
@@ -174,191 +236,225 @@ def run_steps(conn: Any, pipeline: Any, steps: Steps[T]) -> T:
     return stepper.value
 
 
+async def arun_steps(conn: Any, pipeline: Any, steps: Steps[T]) -> T:
+    """Run ``steps`` on an async connection (``pipeline``: its pipeline, or None); the
+    twin of :func:`run_steps`."""
+
+    async def execute(step: Step) -> Any:
+        if step.fetch == "many":
+            async with conn.cursor() as cursor:
+                await cursor.executemany(step.query, step.params)
+            return None
+        if step.fetch == "sync":
+            return None if pipeline is None else await pipeline.sync()
+        if step.fetch == "hook":  # a test's fault hook may block: never on the loop
+            return await asyncio.to_thread(step.query, step.params)
+        cursor = await conn.execute(step.query, step.params)
+        if step.fetch == "one":
+            return await cursor.fetchone()
+        return await cursor.fetchall() if step.fetch == "all" else None
+
+    stepper = Stepper(steps)
+    step = stepper.next(None)
+    while step is not None:
+        step = stepper.next(await execute(step))
+    return stepper.value
+
+
 class _Wanted(Exception):
-    """:func:`prepare_commit` asked for these ids' index rows (see :meth:`PostgresOps._prepared`)."""
+    """:func:`prepare_commit` asked for these ids' index rows (see :func:`prepared_steps`)."""
 
     def __init__(self, ids: Iterable[str]) -> None:
         super().__init__("index rows wanted")
         self.ids = list(ids)
 
 
-class PostgresOps:
-    """The PostgreSQL store's operations as step generators, and the plumbing they share.
+# -- plumbing -------------------------------------------------------------------------------
+def locked(q: Statements, lock: int, steps: Steps[T]) -> Steps[T]:
+    """``steps`` after taking the advisory lock ``lock`` (the transaction's first statement)."""
+    yield Step("none", q["lock"], (lock,))
+    return (yield from steps)
 
-    Subclasses provide the drivers: ``_run(steps, lock)`` runs an operation on a pooled
-    connection, ``_arun(steps, lock)`` is its async twin; with a ``lock`` (see
-    :meth:`_lock_key`) the operation runs in one transaction that first takes that
-    transaction-scoped advisory lock, in pipeline mode, else outside any transaction.
+
+def hook_steps(hook: FaultHook | None, *points: str) -> Steps[None]:
+    """Call the fault hook at ``points`` (no step at all when there is none)."""
+    for point in points:
+        if hook is not None:
+            yield Step("hook", hook, point)
+
+
+# -- reads ------------------------------------------------------------------------------------
+def head_steps(q: Statements, key: Key) -> Steps[int]:
+    """The session's latest revision number (0 when it has none)."""
+    row = yield Step("one", q["head"], key)
+    return int(row[0])
+
+
+def tip_steps(q: Statements, key: Key) -> Steps[tuple[int, float]]:
+    """``(head, time of the head revision)``; ``(0, 0.0)`` for an empty session."""
+    row = yield Step("one", q["tip"], key)
+    return (row[0], row[1]) if row else (0, 0.0)
+
+
+def load_steps(q: Statements, key: Key, after: int) -> Steps[list[Revision]]:
+    """The revisions above ``after``, their numbering, fields and hash chain checked
+    (:func:`.chain.verified`: :class:`CorruptLogError` naming the first bad one)."""
+    after = max(after, 0)
+    rows = yield Step("all", q["load_chained"], (*key, after))
+    if not after:
+        return verified(key[1], rows, 0, genesis(key[1]))
+    if not rows:
+        return []
+    if rows[0][0] != after:  # the row the catch-up starts from is gone
+        raise CorruptLogError(
+            key[1], after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
+        )
+    return verified(key[1], rows[1:], after, rows[0][9])
+
+
+def sessions_steps(q: Statements) -> Steps[list[str]]:
+    """Ids of the sessions that have at least one revision, sorted by code point."""
+    rows = yield Step("all", q["sessions"])
+    return sorted(row[0] for row in rows)
+
+
+def applied_steps(q: Statements) -> Steps[list[tuple[int, str]]]:
+    """``(version, name)`` of every migration the tables have had, in order."""
+    rows = yield Step("all", q["applied"])
+    return [(row[0], row[1]) for row in rows]
+
+
+def lookup_steps(q: Statements, key: Key, ids: Iterable[str]) -> Steps[dict[str, IdEntry]]:
+    """The id-index rows of ``ids`` (absent ids were never used)."""
+    keys = {id_key(i): i for i in ids}
+    rows = yield Step("all", q["lookup"], (key[0], list(keys)))
+    return {keys[bytes(k)]: IdEntry(bool(present), digest) for k, present, digest in rows}
+
+
+# -- writes (run under the session's lock) ----------------------------------------------------
+def index_steps(q: Statements, key: Key) -> Steps[None]:
+    """Rebuild a session's id index from its readable revisions."""
+    yield Step("none", q["purge_ids"], (key[0],))
+    rows = yield Step("all", q["load"], (*key, 0))
+    yield Step("many", q["upsert_id"], index_rows(key[0], backfill_index(key[1], rows)))
+
+
+def chain_backfill_steps(q: Statements) -> Steps[None]:
+    """Migration 4: give the valid prefix of every stored session its hash chain."""
+    for stored_key, session_id in (yield Step("all", q["all_sessions"])):
+        key = (bytes(stored_key), session_id)
+        rows = yield Step("all", q["load"], (*key, 0))
+        chained = chained_prefix(session_id, rows)
+        if chained:
+            yield Step("many", q["set_digest"], [(digest, *key, number) for number, digest in chained])
+
+
+def backfill_steps(q: Statements) -> Steps[None]:
+    """Migration 2: index every stored session (sessions that no longer replay included)."""
+    for key in (yield Step("all", q["all_sessions"])):
+        yield from index_steps(q, (bytes(key[0]), key[1]))
+
+
+def prepared_steps(
+    q: Statements, key: Key, revision: Revision, head: int, expected_head: int | None,
+    later: Sequence[Revision], renew_taken_ids: bool,
+) -> Steps[tuple[Revision, dict[str, IdEntry]]]:
+    """:func:`prepare_commit`, its id-index reads done as steps.
+
+    ``prepare_commit`` reads the index through a callback, inside which a generator
+    cannot pause: a pass stops at the first lookup that wants ids not read yet, a step
+    reads their rows, and the next pass (a pure function again) runs with every row
+    read so far; so any number of lookups each get their own ids' rows, each id is
+    read once, and a lookup of no new ids costs no query.
     """
+    found: dict[str, IdEntry] = {}
+    read: set[str] = set()
 
-    table_prefix: str
-    fault_hook: Callable[[str], None] | None
-    _fault: Callable[[str], None]  # from Store: calls the fault hook, if any
+    def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
+        wanted = list(ids)
+        missing = [i for i in wanted if i not in read]
+        if missing:
+            raise _Wanted(missing)
+        return {i: found[i] for i in wanted if i in found}
 
-    def _compose(self, table_prefix: str, more: dict[str, str]) -> None:
-        """The statements (these and ``more``), with this store's table names composed as identifiers."""
-        self._names = {name: sql.Identifier(table_prefix + table) for name, table in TABLES.items()}
-        templates = {**_TEMPLATES, **more}
-        self._sql = {key: sql.SQL(template).format(**self._names) for key, template in templates.items()}
-
-    @abstractmethod
-    def _run(self, steps: Steps[T], lock: int | None = None) -> T:
-        """Run an operation on a pooled connection (see the class docstring)."""
-
-    @abstractmethod
-    def _arun(self, steps: Steps[T], lock: int | None = None) -> Awaitable[T]:
-        """The async twin of :meth:`_run`."""
-
-    def _key(self, session_id: Any) -> tuple[bytes, str]:
-        """``(session_key, session_id)`` after checking the id can be stored."""
-        encoded = checked_session(session_id).encode("utf-8")  # lone surrogates refused there
-        if b"\x00" in encoded:
-            raise InvalidInputError("a PostgreSQL session id cannot contain NUL characters")
-        return hashlib.sha256(encoded).digest(), session_id
-
-    def _lock_key(self, name: str, key: bytes = b"") -> int:
-        """The advisory lock of ``name`` (``"setup"``, or ``"session"`` with its key)."""
-        digest = hashlib.sha256(f"{self.table_prefix}\x00{name}\x00".encode() + key).digest()
-        return int.from_bytes(digest[:8], "big", signed=True)
-
-    def _session_lock(self, key: tuple[bytes, str]) -> int:
-        """The advisory lock a session's writers take."""
-        return self._lock_key("session", key[0])
-
-    def _locked(self, lock: int, steps: Steps[T]) -> Steps[T]:
-        """``steps`` after taking the advisory lock ``lock`` (the transaction's first statement)."""
-        yield Step("none", self._sql["lock"], (lock,))
-        return (yield from steps)
-
-    def _hook_steps(self, *points: str) -> Steps[None]:
-        """Call the fault hook at ``points`` (no step at all when none is set)."""
-        for point in points:
-            if self.fault_hook is not None:
-                yield Step("hook", self._fault, point)
-
-    # -- reads ----------------------------------------------------------------------------
-    def _head_steps(self, key: tuple[bytes, str]) -> Steps[int]:
-        row = yield Step("one", self._sql["head"], key)
-        return int(row[0])
-
-    def _tip_steps(self, key: tuple[bytes, str]) -> Steps[tuple[int, float]]:
-        row = yield Step("one", self._sql["tip"], key)
-        return (row[0], row[1]) if row else (0, 0.0)
-
-    def _load_steps(self, key: tuple[bytes, str], after: int) -> Steps[list[Revision]]:
-        """The revisions above ``after``, their numbering, fields and hash chain checked
-        (:func:`.chain.verified`: :class:`CorruptLogError` naming the first bad one)."""
-        after = max(after, 0)
-        rows = yield Step("all", self._sql["load_chained"], (*key, after))
-        if not after:
-            return verified(key[1], rows, 0, genesis(key[1]))
-        if not rows:
-            return []
-        if rows[0][0] != after:  # the row the catch-up starts from is gone
-            raise CorruptLogError(
-                key[1], after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
-            )
-        return verified(key[1], rows[1:], after, rows[0][9])
-
-    def _sessions_steps(self) -> Steps[list[str]]:
-        rows = yield Step("all", self._sql["sessions"])
-        return sorted(row[0] for row in rows)
-
-    def _applied_steps(self) -> Steps[list[tuple[int, str]]]:
-        rows = yield Step("all", self._sql["applied"])
-        return [(row[0], row[1]) for row in rows]
-
-    def _lookup_steps(self, key: tuple[bytes, str], ids: Iterable[str]) -> Steps[dict[str, IdEntry]]:
-        keys = {id_key(i): i for i in ids}
-        rows = yield Step("all", self._sql["lookup"], (key[0], list(keys)))
-        return {keys[bytes(k)]: IdEntry(bool(present), digest) for k, present, digest in rows}
-
-    # -- writes (run under the session's lock) ----------------------------------------------
-    def _index_steps(self, key: tuple[bytes, str]) -> Steps[None]:
-        """Rebuild a session's id index from its readable revisions."""
-        yield Step("none", self._sql["purge_ids"], (key[0],))
-        rows = yield Step("all", self._sql["load"], (*key, 0))
-        yield Step("many", self._sql["upsert_id"], index_rows(key[0], backfill_index(key[1], rows)))
-
-    def _chain_backfill_steps(self) -> Steps[None]:
-        """Migration 4: give the valid prefix of every stored session its hash chain."""
-        for session_key, session_id in (yield Step("all", self._sql["all_sessions"])):
-            key = (bytes(session_key), session_id)
-            rows = yield Step("all", self._sql["load"], (*key, 0))
-            chained = chained_prefix(session_id, rows)
-            if chained:
-                yield Step("many", self._sql["set_digest"], [(digest, *key, number) for number, digest in chained])
-
-    def _backfill_steps(self) -> Steps[None]:
-        """Migration 2: index every stored session (sessions that no longer replay included)."""
-        for key in (yield Step("all", self._sql["all_sessions"])):
-            yield from self._index_steps((bytes(key[0]), key[1]))
-
-    def _prepared(
-        self, key: tuple[bytes, str], revision: Revision, head: int, expected_head: int | None,
-        later: Sequence[Revision], renew_taken_ids: bool,
-    ) -> Steps[tuple[Revision, dict[str, IdEntry]]]:
-        """:func:`prepare_commit`, its id-index reads done as steps.
-
-        ``prepare_commit`` reads the index through a callback, inside which a generator
-        cannot pause: a pass stops at the first lookup that wants ids not read yet, a step
-        reads their rows, and the next pass (a pure function again) runs with every row
-        read so far; so any number of lookups each get their own ids' rows, each id is
-        read once, and a lookup of no new ids costs no query.
-        """
-        found: dict[str, IdEntry] = {}
-        read: set[str] = set()
-
-        def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
-            wanted = list(ids)
-            missing = [i for i in wanted if i not in read]
-            if missing:
-                raise _Wanted(missing)
-            return {i: found[i] for i in wanted if i in found}
-
-        while True:
-            try:
-                return prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids)
-            except _Wanted as wanted:
-                found.update((yield from self._lookup_steps(key, wanted.ids)))
-                read.update(wanted.ids)
-
-    def _commit_steps(
-        self, key: tuple[bytes, str], revision: Revision, expected_head: int | None, renew_taken_ids: bool
-    ) -> Steps[Revision]:
-        """Store ``revision`` as the next one (see :meth:`~.base.Store.commit`)."""
-        tip = yield Step("one", self._sql["tip_digest"], key)  # waits for the lock
-        head, previous = (tip[0], tip[1] or "") if tip else (0, genesis(key[1]))
-        yield from self._hook_steps("begin")
-        valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
-        stale = valid and 0 <= expected_head < head  # type: ignore[operator]
-        later = (yield from self._load_steps(key, expected_head)) if stale else []  # type: ignore[arg-type]
-        stored, rows = yield from self._prepared(key, revision, head, expected_head, later, renew_taken_ids)
-        if stored.number == head:
-            return stored  # a no-op: nothing to write
-        row = _row(key, stored)
-        yield Step("none", self._sql["insert"], (*row, row_digest(previous, row[2:])))
-        yield Step("many", self._sql["upsert_id"], index_rows(key[0], rows))
-        if self.fault_hook is not None:
-            yield SYNC  # the row reaches the server before the hook runs
-        yield from self._hook_steps("written", "before_commit")
-        return stored
-
-    def _truncate_steps(self, key: tuple[bytes, str], keep: int) -> Steps[int]:
-        """Set aside the revisions above ``keep`` and rebuild the id index; how many went."""
-        head = yield from self._head_steps(key)
-        yield Step("none", self._sql["set_aside"], (time.time(), *key, keep))
-        yield Step("none", self._sql["drop_after"], (*key, keep))
-        yield from self._index_steps(key)
-        return max(head - keep, 0)
-
-    def _purge_steps(self, key: tuple[bytes, str]) -> Steps[None]:
-        """Erase a session: its revisions, id index, set-aside revisions and vectors."""
-        yield Step("none", self._sql["purge"], key)
-        yield Step("none", self._sql["purge_ids"], (key[0],))
-        yield Step("none", self._sql["purge_set_aside"], key)
-        yield Step("none", self._sql["purge_vectors"], (key[0],))
+    while True:
+        try:
+            return prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids)
+        except _Wanted as wanted:
+            found.update((yield from lookup_steps(q, key, wanted.ids)))
+            read.update(wanted.ids)
 
 
-def _row(key: tuple[bytes, str], r: Revision) -> Sequence[Any]:
+def commit_steps(
+    q: Statements, key: Key, revision: Revision, expected_head: int | None, renew_taken_ids: bool,
+    hook: FaultHook | None,
+) -> Steps[Revision]:
+    """Store ``revision`` as the next one (see :meth:`~.base.Store.commit`); ``hook``:
+    the store's fault hook, called at "begin", "written" and "before_commit"."""
+    tip = yield Step("one", q["tip_digest"], key)  # waits for the lock
+    head, previous = (tip[0], tip[1] or "") if tip else (0, genesis(key[1]))
+    yield from hook_steps(hook, "begin")
+    valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
+    stale = valid and 0 <= expected_head < head  # type: ignore[operator]
+    later = (yield from load_steps(q, key, expected_head)) if stale else []  # type: ignore[arg-type]
+    stored, rows = yield from prepared_steps(q, key, revision, head, expected_head, later, renew_taken_ids)
+    if stored.number == head:
+        return stored  # a no-op: nothing to write
+    row = _row(key, stored)
+    yield Step("none", q["insert"], (*row, row_digest(previous, row[2:])))
+    yield Step("many", q["upsert_id"], index_rows(key[0], rows))
+    if hook is not None:
+        yield SYNC  # the row reaches the server before the hook runs
+    yield from hook_steps(hook, "written", "before_commit")
+    return stored
+
+
+def truncate_steps(q: Statements, key: Key, keep: int) -> Steps[int]:
+    """Set aside the revisions above ``keep`` and rebuild the id index; how many went."""
+    head = yield from head_steps(q, key)
+    yield Step("none", q["set_aside"], (time.time(), *key, keep))
+    yield Step("none", q["drop_after"], (*key, keep))
+    yield from index_steps(q, key)
+    return max(head - keep, 0)
+
+
+def purge_steps(q: Statements, key: Key) -> Steps[None]:
+    """Erase a session: its revisions, id index, set-aside revisions and vectors."""
+    yield Step("none", q["purge"], key)
+    yield Step("none", q["purge_ids"], (key[0],))
+    yield Step("none", q["purge_set_aside"], key)
+    yield Step("none", q["purge_vectors"], (key[0],))
+
+
+# -- saved vectors (table {vectors}) ---------------------------------------------------------
+def save_vectors_steps(q: Statements, store: object, key: Key, values: list[tuple[Any, ...]]) -> Steps[int]:
+    """Store ``values`` (table rows) if the session holds revisions; how many were stored
+    (``store`` names the store in the debug log of a refused save)."""
+    if not (yield from head_steps(q, key)):
+        return refused_save(store, key[1], len(values))
+    texts = {v[4]: v[3] for v in values if v[4]}  # a message's new text: its other texts go
+    if texts:
+        yield Step("none", q["drop_other_texts"], (list(texts), list(texts.values()), key[0]))
+    yield Step("many", q["save_vector"], values)
+    yield Step("none", q["prune_removed"], (key[0], key[0]))
+    return len(values)
+
+
+def load_vectors_steps(q: Statements, session_id: str, embedder: str, dimension: int | None) -> Steps[list[VectorRow]]:
+    """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first
+    (the arguments are checked once the driver runs it, as before it reads)."""
+    key, embedder = session_key(session_id), checked_embedder(embedder)
+    dimension = checked_dimension(dimension)
+    rows = yield Step("all", q["load_vectors"], (key[0], embedder, dimension, dimension))
+    return [VectorRow(bytes(m).decode("utf-8", "surrogatepass"), h, e, unpack_vector(v)) for m, h, e, v in rows]
+
+
+def delete_vectors_steps(q: Statements, key: Key, embedder: str | None) -> Steps[int]:
+    """Erase the session's vectors (of one embedder, or all); how many."""
+    embedder = None if embedder is None else checked_embedder(embedder)
+    row = yield Step("one", q["delete_vectors"], (key[0], embedder, embedder))
+    return int(row[0])
+
+
+def _row(key: Key, r: Revision) -> Sequence[Any]:
     return (*key, r.number, r.parent, r.kind, r.instruction, r.model, r.time, r.base, r.target, changes_text(r))
