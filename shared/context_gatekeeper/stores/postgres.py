@@ -204,7 +204,7 @@ class PostgresStore(Store, VectorStore):
     From a connection string the store opens their :class:`~psycopg_pool.AsyncConnectionPool`
     on first async use, one per event loop (a pool cannot outlive or leave its loop:
     two ``asyncio.run`` calls in a row each get their own; how each is released, loops
-    left open included, is told in :mod:`.postgres`).  Given
+    left open included, is told in the module docstring).  Given
     a sync pool of your own and no ``async_pool``, the store opens no connection of its
     own and the async twins run the sync methods in worker threads.  The fault hook
     runs inside the transaction either way; the native twins call it (only when one is
