@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
@@ -63,7 +63,7 @@ from context_gatekeeper import (
     resolve_token_counter,
     select_covering,
 )
-from context_gatekeeper.integration import BoundedCache, kept_covering, require_budget
+from context_gatekeeper.integration import BoundedCache, kept_covering, may_match, require_budget
 
 from .node_vectors import NodeVectors, query_embedding
 
@@ -163,48 +163,67 @@ a node's body and its metadata header are kept apart (see :func:`_analysed`)."""
 
 _SPLIT_TEMPLATE = "{metadata_str}\n\n{content}"
 """LlamaIndex's default text template: a ``TextNode`` with it and metadata reads
-``(header + "\\n\\n" + body).strip()``, analysed as its two parts (:func:`_analysed`)."""
+``(header + "\\n\\n" + body).strip()``, analysed as its two parts (:func:`_pending`)."""
 
 
-def _analysed(nodes: list[tuple[BaseNode, str | None]], mode: MetadataMode) -> list[tuple[str | None, Any]]:
-    """Each node's ``(text or None, anchor counts)``, given its text (``get_content(mode)``)
-    or None for a plain ``TextNode`` whose text is not yet formatted; read-only counts.
+class _Pending(NamedTuple):
+    """A node's text whose anchors are not extracted yet (no query it met could match
+    it): its body and its header (``""``: none), analysed apart (:func:`_pending`), and
+    the two on two lines, for :func:`may_match` (no anchor spans a line break)."""
+
+    body: str
+    header: str
+    probe: str
+
+
+_NOTHING: dict[str, int] = {}
+"""What a pending node holds for a query it cannot match (never written to)."""
+
+
+def _pending(nodes: list[tuple[BaseNode, str | None]], mode: MetadataMode) -> list[tuple[str | None, _Pending]]:
+    """Each node's ``(text or None, parts to analyse)``, given its text (``get_content(mode)``)
+    or None for a plain ``TextNode`` whose text is not yet formatted.
 
     A ``TextNode`` with metadata and :data:`_SPLIT_TEMPLATE` reads ``(header + "\\n\\n" +
     body).strip()``.  No anchor spans a line break (each pattern of
     :func:`~context_gatekeeper.selection.anchors.extract` stops at one, and NFKC keeps one
     as it is) and trailing white space holds none, so its anchors are its header's plus
-    its body's: each is kept apart in :data:`ANCHORS` (a body is analysed once whatever its
-    metadata; a digit in a file name no longer sends the whole body through the number
-    scans), and its text is formatted only when its tokens are counted (None here).
-    ``tests/test_li_postprocessor.py`` checks the sum against the whole text's extraction
-    on texts and templates built to break it.  The texts missing from :data:`ANCHORS`
-    are looked up, and kept, together."""
-    parts: list[tuple[str | None, str, str]] = []  # (text, body, header)
+    its body's (:func:`_analysed`): each is kept apart in :data:`ANCHORS` (a body is
+    analysed once whatever its metadata; a digit in a file name no longer sends the whole
+    body through the number scans), and its text is formatted only when its tokens are
+    counted (None here).  ``tests/test_li_postprocessor.py`` checks the sum against the
+    whole text's extraction on texts and templates built to break it."""
+    out: list[tuple[str | None, _Pending]] = []
     for node, text in nodes:
         if text is None:
             fields = node.__dict__
             if mode is not _NONE and fields["text_template"] == _SPLIT_TEMPLATE:
                 header = node.get_metadata_str(mode=mode).strip()
                 if header:
-                    parts.append((None, fields["text"], header))
+                    out.append((None, _Pending(fields["text"], header, f"{header}\n{fields['text']}")))
                     continue
             text = _text(node, mode)
-        parts.append((text, text, ""))
-    wanted = list(dict.fromkeys(t for _, body, header in parts for t in ((body, header) if header else (body,))))
+        out.append((text, _Pending(text, "", text)))
+    return out
+
+
+def _analysed(parts: list[_Pending]) -> list[Any]:
+    """Each pending text's anchor counts (read-only): its body's plus its header's, from
+    :data:`ANCHORS` (looked up, and the missing ones kept, together)."""
+    wanted = list(dict.fromkeys(t for body, header, _ in parts for t in ((body, header) if header else (body,))))
     found: dict[str, Any] = dict(zip(wanted, ANCHORS.get_many(wanted)))
     new = [(t, extract_anchors(t).counts) for t, counts in found.items() if counts is None]
     if new:
         found.update(new)
         ANCHORS.put_many(new)
-    out: list[tuple[str | None, Any]] = []
-    for text, body, header in parts:
+    out: list[Any] = []
+    for body, header, _ in parts:
         counts = found[body]
         if header:
             counts = dict(counts)
             for anchor, n in found[header].items():
                 counts[anchor] = counts.get(anchor, 0) + n
-        out.append((text, counts))
+        out.append(counts)
     return out
 
 
@@ -326,11 +345,18 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             probe = await self._vectors.asimilarities(nodes, text, query_embedding(query))
         return self._covering(nodes, text, probe, explain)
 
-    def _facts(self, nodes: List[NodeWithScore], count: bool = True) -> tuple[list[_Facts], Callable[[int], int]]:
-        """Each node's ``(text, tokens, anchors)`` (from :data:`FACTS` when its text was seen
-        before by any postprocessor with this token counter, else computed once and kept;
-        one lookup for the whole list) and ``cost(i)``, node ``i``'s tokens.  ``count=False``
-        leaves a node's text and tokens None until ``cost`` asks for them."""
+    def _facts(
+        self, nodes: List[NodeWithScore], test: Callable[[str], bool] | None = None, count: bool = True
+    ) -> tuple[list[_Facts], list[Any], Callable[[int], int]]:
+        """Each node's ``(text, tokens, anchors)`` as :data:`FACTS` keeps it (looked up for
+        the whole list at once; a node seen before by any postprocessor with this token
+        counter is found there, a new one is added), the anchor counts this call reads, and
+        ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked for).
+
+        ``test``: :func:`may_match` for the query; a node's anchors are extracted only when
+        it may match (the others hold nothing this query asks for, and stay pending);
+        None: every node's.  ``count=False`` leaves a node's text and tokens None until
+        ``cost`` asks for them."""
         mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
         items = [item.node for item in nodes]
@@ -342,40 +368,51 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
                 keys[i] = (counter, texts[i])
             elif key[1][0] is _NONE:  # its text is its own
                 texts[i] = key[1][1]
-        out: list[Any] = FACTS.get_many(keys)
-        missing = [i for i, facts in enumerate(out) if facts is None]
-        if missing:
-            fresh = _analysed([(items[i], texts.get(i)) for i in missing], mode)
-            for i, (text, anchors) in zip(missing, fresh):
-                out[i] = (text, None, anchors)
-            if not count:
-                FACTS.put_many([(keys[i], out[i]) for i in missing])
+        stored: list[Any] = FACTS.get_many(keys)
+        missing = [i for i, facts in enumerate(stored) if facts is None]
+        for i, (text, parts) in zip(missing, _pending([(items[i], texts.get(i)) for i in missing], mode)):
+            stored[i] = (text, None, parts)
+        anchors: list[Any] = []
+        todo: list[int] = []
+        for i, facts in enumerate(stored):
+            held = facts[2]
+            if type(held) is _Pending:
+                if test is None or test(held.probe):
+                    todo.append(i)
+                else:
+                    held = _NOTHING
+            anchors.append(held)
+        for i, counts in zip(todo, _analysed([stored[i][2] for i in todo])):
+            anchors[i] = counts
+            stored[i] = (stored[i][0], stored[i][1], counts)
+        if missing or todo:
+            FACTS.put_many([(keys[i], stored[i]) for i in sorted({*missing, *todo})])
 
         def cost(i: int) -> int:
-            known, tokens, anchors = out[i]
+            known, tokens, held = stored[i]
             if tokens is None:
                 text = _text(items[i], mode) if known is None else known
                 tokens = self._count(text)
-                out[i] = (text, tokens, anchors)
-                FACTS.put(keys[i], out[i])
+                stored[i] = (text, tokens, held)
+                FACTS.put(keys[i], stored[i])
             return tokens
 
         if count:
-            for i, facts in enumerate(out):
+            for i, facts in enumerate(stored):
                 if facts[1] is None:
                     cost(i)
-        return out, cost
+        return stored, anchors, cost
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no
         explanations)."""
-        facts, _ = self._facts(nodes)
+        facts, anchors, _ = self._facts(nodes)
         result = select_covering(
             query,
             [f[0] for f in facts],  # type: ignore[misc]  # _facts formatted and counted every node
             token_budget=self.token_budget,
             costs=[f[1] for f in facts],  # type: ignore[misc]
-            anchors=[f[2] for f in facts],
+            anchors=anchors,
             corpus=self.corpus,
             target=self.coverage_target,
             fallback=self.fallback,
@@ -386,20 +423,22 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         return replace(result, semantic_fallback=True) if probe is not None and probe[1] else result
 
     def _kept(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> list[int]:
-        """What :meth:`select` keeps, for ``postprocess_nodes``: without an embedder, by
-        :func:`kept_covering`, which counts the tokens of the nodes holding a query term only."""
+        """What :meth:`select` keeps, for ``postprocess_nodes``.  Without an embedder, by
+        :func:`kept_covering`: a new node's anchors are extracted only when it may hold a
+        query term (:func:`may_match`), and its tokens counted only when it does."""
         if self._vectors is not None:
             return self._select(nodes, query, False).kept
-        facts, cost = self._facts(nodes, count=False)
+        text, params = query_text(query), self.params or _DEFAULT_PARAMS
+        _, anchors, cost = self._facts(nodes, may_match(text, params), count=False)
         return kept_covering(
-            query_text(query),
-            [f[2] for f in facts],
+            text,
+            anchors,
             cost,
             token_budget=self.token_budget,
             corpus=self.corpus,
             target=self.coverage_target,
             fallback=self.fallback,
-            params=self.params or _DEFAULT_PARAMS,
+            params=params,
         )
 
     def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:

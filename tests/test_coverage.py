@@ -17,6 +17,7 @@ from context_gatekeeper.selection.coverage import (
     TARGET_REACHED,
     CoverageCorpus,
     kept_covering,
+    may_match,
     select_covering,
 )
 
@@ -204,3 +205,47 @@ def test_the_lazy_greedy_step_picks_what_the_chat_selectors_greedy_cover_picks()
         expected, expected_weight = greedy_cover(candidates, weights, target, budget, alpha)
         chosen, weight = _greedy(found, weights, costs.__getitem__, semantic.__getitem__, target, budget, alpha)
         assert [i for i, _, _ in chosen] == [c.turn_id for c in expected] and weight == expected_weight, case
+
+
+def _hand_labelled_texts() -> list[str]:
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    return [m for name in ("interleaved.jsonl", "hard_cases.jsonl")
+            for line in (data / name).read_text("utf-8").splitlines() if line.strip()
+            for turn in json.loads(line)["turns"] for m in (turn["user"], turn["assistant"])]
+
+
+def test_may_match_never_turns_away_a_text_that_holds_a_query_anchor() -> None:
+    """Every anchor of every ASCII text (the hand-labelled sets' messages, and random
+    texts of words, identifiers, versions, numbers, quotes and code) passes the test
+    built from a query holding just that anchor's text; a text beyond ASCII always passes."""
+    import random
+
+    from context_gatekeeper.selection.coverage import _core
+
+    rng = random.Random(3)
+    words = ["studies", "Study", "running", "runs", "moved", "embedding", "classes", "HTTPServer", "max_retries",
+             "asyncio.gather", "v3.11", "2024", "a1b2", "x->y", "Foo::Bar", '"fencing token"', "`ttl`", "it's",
+             "flies", "lied", "buses", "e.g.", "U.S.", "naïve", "ok", "by", "Cooking", "hopping", "agreed"]
+    texts = _hand_labelled_texts() + [" ".join(rng.choice(words) for _ in range(rng.randrange(1, 12)))
+                                      for _ in range(3000)]
+    checked = 0
+    for text in texts:
+        if not text.isascii():
+            assert may_match("anything at all")(text)
+            continue
+        lowered = text.lower()
+        for anchor in extract_anchors(text).counts:
+            assert _core(anchor) in lowered, (anchor, text)
+            checked += 1
+    assert checked > 20_000
+    assert not may_match("Redis lock TTL")("Bake bread at 220 degrees.") and not may_match("the of and")("Redis")
+
+
+def test_texts_may_match_turns_away_are_irrelevant_to_select_covering() -> None:
+    for case, line in enumerate((Path(__file__).resolve().parents[1] / "benchmarks" / "data" /
+                                 "interleaved.jsonl").read_text("utf-8").splitlines()):
+        data = json.loads(line)
+        texts = [m for t in data["turns"] for m in (t["user"], t["assistant"])]
+        test = may_match(data["query"])
+        result = select_covering(data["query"], texts, costs=[1] * len(texts))
+        assert all(test(texts[e.index]) for e in result.explanations if e.matched), case

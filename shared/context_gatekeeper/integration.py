@@ -34,7 +34,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   ``ideal_patch_reply`` (the answer a perfect model would give: offline demos).
 * **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
   to turns), ``TurnIndex`` (an incremental index over a list that grows) and
-  ``kept_covering`` (what ``select_covering`` keeps, counting only the costs it needs).
+  ``kept_covering`` (what ``select_covering`` keeps, counting only the costs it needs)
+  with ``may_match`` (which texts may hold a query's anchors, before extracting them).
 * **stores**: ``IdEntry`` and ``check_revision``, the integrity check every store
   runs before it writes (for adapters that import a revision log); ``store_spec`` and
   ``store_from_spec``, how a pickled adapter object names its store and reopens it.
@@ -74,7 +75,7 @@ from .records.operations import (
 from .records.replay import SKIP_REASONS
 from .records.revisions import STATE_CHANGING, RevisionKind, Skipped, diff_states, rewind, split_applicable, undo_stacks
 from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
-from .selection.coverage import kept_covering
+from .selection.coverage import kept_covering, may_match
 from .transcripts.versioned import VersionedTranscriptMixin
 
 __all__ = [
@@ -129,6 +130,7 @@ __all__ = [
     "group_turns",
     "TurnIndex",
     "kept_covering",
+    "may_match",
     # stores
     "IdEntry",
     "check_revision",
