@@ -33,10 +33,13 @@ meaning.  ``explain`` shows each node's similarity and whether it was decisive.
 If the embedder fails or times out, selection is lexical (one warning;
 ``select(...).semantic_fallback``).
 
-A node's text is counted, analysed (and, with an embedder, embedded) once: the results
-are kept in bounded caches shared by every postprocessor of the process and its threads
-(:data:`FACTS`, :data:`ANCHORS`, :data:`~llamaindex_gatekeeper.node_vectors.VECTORS`), so
-a call on nodes seen before costs the selection alone.
+A node's text is counted, analysed (and, with an embedder, embedded) at most once: the
+results are kept in bounded caches shared by every postprocessor of the process and its
+threads (:data:`FACTS`, :data:`ANCHORS`, :data:`~llamaindex_gatekeeper.node_vectors.VECTORS`),
+so a call on nodes seen before costs the selection alone.  ``postprocess_nodes`` without
+an embedder does no more than its choice needs: it extracts the anchors of a new node only
+when the node may hold a query term (a quick substring test), and counts the tokens of
+the nodes that do hold one; ``select`` and ``explain`` analyse and count every node.
 
 The postprocessor never writes node metadata or scores: it returns the very
 ``NodeWithScore`` objects it was given, unmodified.
