@@ -365,26 +365,20 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         items = [item.node for item in nodes]
         keys: list[Any] = [(counter, _parts_key(node, mode, excluded)) for node in items]
         texts: dict[int, str] = {}
-        for i, key in enumerate(keys):
-            if key[1] is None:  # not a plain TextNode: keyed by its text
-                texts[i] = _text(items[i], mode)
-                keys[i] = (counter, texts[i])
-            elif key[1][0] is _NONE:  # its text is its own
-                texts[i] = key[1][1]
+        for i in [i for i, key in enumerate(keys) if key[1] is None]:  # not a plain TextNode: keyed by its text
+            texts[i] = _text(items[i], mode)
+            keys[i] = (counter, texts[i])
         stored: list[Any] = FACTS.get_many(keys)
         missing = [i for i, facts in enumerate(stored) if facts is None]
         for i, (text, parts) in zip(missing, _pending([(items[i], texts.get(i)) for i in missing], mode)):
             stored[i] = (text, None, parts)
-        anchors: list[Any] = []
+        anchors: list[Any] = [facts[2] for facts in stored]
         todo: list[int] = []
-        for i, facts in enumerate(stored):
-            held = facts[2]
-            if type(held) is _Pending:
-                if test is None or test(held.probe):
-                    todo.append(i)
-                else:
-                    held = _NOTHING
-            anchors.append(held)
+        for i in [i for i, held in enumerate(anchors) if type(held) is _Pending]:
+            if test is None or test(anchors[i].probe):
+                todo.append(i)
+            else:
+                anchors[i] = _NOTHING
         for i, counts in zip(todo, _analysed([stored[i][2] for i in todo])):
             anchors[i] = counts
             stored[i] = (stored[i][0], stored[i][1], counts)
