@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from operator import itemgetter
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, NamedTuple, Optional, Union
 
@@ -233,6 +234,10 @@ def _analysed(parts: list[_Pending]) -> list[Any]:
 _EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys field a mode reads
 
 
+_TEXT_PARTS = itemgetter("text", "metadata_template", "metadata_separator", "text_template")
+"""A ``TextNode``'s text and templates, read from its fields at once."""
+
+
 def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int) -> tuple[Any, ...] | None:
     """Everything ``TextNode.get_content(mode)`` reads, as a hashable key (metadata values
     as the strings the template formats), or None when the node is not a plain
@@ -241,22 +246,22 @@ def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int) -> tuple[Any, 
     metadata (or in mode ``NONE``) the text is the node's own, whatever the templates."""
     if type(node) is not TextNode:
         return None
-    fields = node.__dict__  # pydantic keeps a model's fields there: one lookup each
+    fields = node.__dict__  # pydantic keeps a model's fields there
     metadata = fields["metadata"]
     if mode is _NONE or not metadata:
         return (_NONE, fields["text"])
-    for key in metadata:
-        if type(key) is not str:
+    names = tuple(metadata)
+    for name in names:
+        if type(name) is not str:
             return None
     values = tuple(metadata.values())
     for value in values:
         if type(value) is not str:  # a str formats as itself; 1 and True are equal keys, not equal text
             values = tuple(map(str, values))
             break
-    return (mode, fields["text"], tuple(metadata), values,
-            tuple(fields["excluded_llm_metadata_keys"]) if excluded == 1
-            else tuple(fields["excluded_embed_metadata_keys"]) if excluded == 2 else (),
-            fields["metadata_template"], fields["metadata_separator"], fields["text_template"])
+    skipped = fields["excluded_llm_metadata_keys"] if excluded == 1 else \
+        fields["excluded_embed_metadata_keys"] if excluded == 2 else ()
+    return (mode, _TEXT_PARTS(fields), names, values, tuple(skipped) if skipped else ())
 
 
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):

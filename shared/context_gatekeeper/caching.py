@@ -85,14 +85,15 @@ class BoundedCache(Generic[K, V]):
         out: list[V | None] = []
         found = 0
         with self._lock:
-            data, touch = self._data, self._data.move_to_end
+            get, touch = self._data.get, self._data.move_to_end
             for key in keys:
-                if key in data:
-                    touch(key)
-                    out.append(data[key])
-                    found += 1
-                else:
+                value = get(key, _MISSING)
+                if value is _MISSING:
                     out.append(None)
+                else:
+                    touch(key)
+                    out.append(value)  # type: ignore[arg-type]  # not _MISSING: a V
+                    found += 1
             self.hits += found
             self.misses += len(out) - found
         return out
