@@ -1,4 +1,11 @@
-"""Test-wide settings: hypothesis without per-example deadlines, and a leak check.
+"""Test-wide settings: compiled bytecode kept, hypothesis without per-example deadlines, and a
+leak check.
+
+Where ``PYTHONDONTWRITEBYTECODE`` is set (as on CI machines and in many containers), every
+interpreter the suite starts (two workers and about a hundred subprocess tests) would compile
+the library and the tests from source again. The suite then keeps bytecode in a cache folder
+outside the source tree instead (``PYTHONPYCACHEPREFIX``, under ``~/.cache``), so nothing is
+written beside the sources, as that setting intends, and each module is compiled once.
 
 Timing is for benchmarks, not tests: on a loaded 2-core CI machine an example that
 usually takes 50 ms can take 500, and that says nothing about correctness.
@@ -11,9 +18,24 @@ loop or pool left running keeps working (and connections open) under later tests
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
+if sys.dont_write_bytecode and not sys.pycache_prefix:  # before anything else is imported
+    import tempfile
+
+    try:
+        _cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:  # no home folder
+        _cache_home = Path(tempfile.gettempdir())
+    _cache = _cache_home / "context-gatekeeper" / "pycache"
+    sys.pycache_prefix, sys.dont_write_bytecode = str(_cache), False
+    os.environ["PYTHONPYCACHEPREFIX"] = str(_cache)  # the workers and every subprocess test
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 import asyncio
 import re
-import sys
 import threading
 import time
 from collections.abc import Iterator
