@@ -1,4 +1,5 @@
-"""A real ContextGatekeeper that counts how its turns are changed (for incremental-indexing tests)."""
+"""Counting doubles for incremental-indexing tests: a real ContextGatekeeper that counts how its turns
+are changed, and a token counter that records what it counts."""
 
 from __future__ import annotations
 
@@ -41,3 +42,17 @@ class CountingGatekeeper(ContextGatekeeper):
     def clear(self) -> None:
         self.calls["clear"] += 1
         super().clear()
+
+
+class CountingCounter:
+    """A token counter (words as tokens) that records every text it counts: ``texts`` in
+    order, ``seen`` per text."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.seen: Counter[str] = Counter()
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        self.seen[text] += 1
+        return len(text.split())

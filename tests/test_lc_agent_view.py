@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import random
 from collections import Counter
-from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -20,11 +19,11 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from context_gatekeeper import ContextGatekeeper, InvalidInputError
+from context_gatekeeper import InvalidInputError
 from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
 from langchain_gatekeeper.agent_view import GatedView
 
-from gatekeeper_support import CountingGatekeeper
+from gatekeeper_support import CountingCounter, CountingGatekeeper
 
 TOPICS = [
     ("redis lock ttl watchdog export job", "Set the Redis lock TTL above the export job and renew it with a watchdog."),
@@ -41,17 +40,6 @@ def conversation(n: int, seed: int = 7) -> list[BaseMessage]:
         words, answer = TOPICS[rng.randrange(len(TOPICS))]
         out += [HumanMessage(f"Question {i} about {words}?"), AIMessage(f"{answer} (answer {i})")]
     return out
-
-
-class CountingCounter:
-    """A token counter that records every text it counts (words as tokens)."""
-
-    def __init__(self) -> None:
-        self.seen: Counter[str] = Counter()
-
-    def __call__(self, text: str) -> int:
-        self.seen[text] += 1
-        return len(text.split())
 
 
 def make() -> CountingGatekeeper:

@@ -10,23 +10,13 @@ from llama_index.core.base.llms.types import ChatMessage
 
 from llamaindex_gatekeeper import GatekeeperMemory
 from llamaindex_gatekeeper.memory import COUNTS
+from gatekeeper_support import CountingCounter
 
 PAIRS = [
     ("How do I renew a Redis lock?", "Extend its TTL from a watchdog before it expires."),
     ("What is a fencing token?", "A counter that grows with every grant; storage rejects stale ones."),
     ("Which espresso grind should I use?", "Fine, like table salt; adjust by the shot time."),
 ]
-
-
-class CountingCounter:
-    """Words, recording every text counted."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from li_scripted_llm import ScriptedLLM
 from llamaindex_gatekeeper import postprocessor as postprocessor_module
 from llamaindex_gatekeeper.node_vectors import VECTORS
 from llamaindex_gatekeeper.postprocessor import ANCHORS, FACTS, GatekeeperNodePostprocessor, NodeExplanation, build_corpus
+from gatekeeper_support import CountingCounter
 
 TTL = "A Redis lock needs a TTL longer than the critical section, renewed by a watchdog."
 FENCING = "A fencing token is a counter that grows with every lock grant; storage rejects stale tokens."
@@ -158,17 +159,6 @@ def test_inside_a_context_chat_engine() -> None:
 
 
 # -- per-text caches: a node's text is analysed once, across calls, objects and threads ----
-
-
-class CountingCounter:
-    """A token counter (words) that records every text it counts."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 @pytest.fixture
