@@ -4,8 +4,10 @@ leak check.
 Where ``PYTHONDONTWRITEBYTECODE`` is set (as on CI machines and in many containers), every
 interpreter the suite starts (two workers and about a hundred subprocess tests) would compile
 the library and the tests from source again. The suite then keeps bytecode in a cache folder
-outside the source tree instead (``PYTHONPYCACHEPREFIX``, under ``~/.cache``), so nothing is
-written beside the sources, as that setting intends, and each module is compiled once.
+outside the source tree instead (``PYTHONPYCACHEPREFIX``, ``~/.cache/context-gatekeeper/pycache``,
+an absolute path), so nothing is written beside the sources, as that setting intends, and each
+module is compiled once. The folder mirrors each checkout's absolute path (about 60 MB for one
+clone with its virtual environments) and is never pruned: delete it to reclaim the space.
 
 Timing is for benchmarks, not tests: on a loaded 2-core CI machine an example that
 usually takes 50 ms can take 500, and that says nothing about correctness.
@@ -25,11 +27,12 @@ from pathlib import Path
 if sys.dont_write_bytecode and not sys.pycache_prefix:  # before anything else is imported
     import tempfile
 
-    try:
-        _cache_home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    _xdg = os.environ.get("XDG_CACHE_HOME", "")
+    try:  # a relative XDG_CACHE_HOME is ignored, as the XDG spec says (it would land in the tree)
+        _cache_home = Path(_xdg) if os.path.isabs(_xdg) else Path.home() / ".cache"
     except RuntimeError:  # no home folder
         _cache_home = Path(tempfile.gettempdir())
-    _cache = _cache_home / "context-gatekeeper" / "pycache"
+    _cache = _cache_home.resolve() / "context-gatekeeper" / "pycache"
     sys.pycache_prefix, sys.dont_write_bytecode = str(_cache), False
     os.environ["PYTHONPYCACHEPREFIX"] = str(_cache)  # the workers and every subprocess test
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)

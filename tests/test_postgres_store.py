@@ -289,6 +289,45 @@ def test_a_commit_holds_its_sessions_lock_and_only_that(tmp_path: Path) -> None:
     theirs.close()
 
 
+def test_a_fault_hook_set_while_a_commit_waits_for_the_lock_sees_that_commit(tmp_path: Path) -> None:
+    # the hook is read at each fault point inside the transaction, as the other stores read it
+    import time
+
+    import psycopg
+
+    holder, waiter = open_pg(tmp_path), open_pg(tmp_path)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(point: str) -> None:
+        if point == "begin":
+            holding.set()
+            release.wait(10)
+
+    holder.fault_hook = hold
+    first = threading.Thread(target=holder.commit, args=("s", turn(1)), kwargs={"expected_head": None})
+    first.start()
+    try:
+        assert holding.wait(10)  # the holder has the session's lock
+        second = threading.Thread(target=waiter.commit, args=("s", turn(2, "y")), kwargs={"expected_head": None})
+        second.start()
+        with psycopg.connect(postgres_dsn(), autocommit=True) as conn:  # wait until the waiter waits for the lock
+            query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+            deadline = time.monotonic() + 10
+            while not conn.execute(query).fetchone()[0]:
+                assert time.monotonic() < deadline, "the second commit never waited for the session's lock"
+                time.sleep(0.01)
+        seen: list[str] = []
+        waiter.fault_hook = seen.append
+    finally:
+        release.set()
+        first.join(10)
+    second.join(10)
+    assert seen == ["begin", "written", "before_commit"]
+    assert [r.number for r in waiter.revisions("s")] == [1, 2]
+    holder.close()
+    waiter.close()
+
+
 def test_async_twins_share_a_small_pool_without_blocking(tmp_path: Path) -> None:
     store = open_pg(tmp_path, max_size=2)
 

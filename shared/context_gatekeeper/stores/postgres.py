@@ -453,7 +453,7 @@ class PostgresStore(Store, VectorStore):
     ) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
         key = self._key(session_id)
-        steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook())
+        steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook)
         return self._run(steps, self._session_lock(key))
 
     def truncate(self, session_id: str, keep: int) -> int:
@@ -540,7 +540,7 @@ class PostgresStore(Store, VectorStore):
     ) -> Revision:
         """Async :meth:`commit`: the same checks in the same transaction."""
         key = self._key(session_id)
-        steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook())
+        steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook)
         return await self._arun(steps, self._session_lock(key))
 
     async def atruncate(self, session_id: str, keep: int) -> int:

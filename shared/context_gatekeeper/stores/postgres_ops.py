@@ -276,11 +276,14 @@ def locked(q: Statements, lock: int, steps: Steps[T]) -> Steps[T]:
     return (yield from steps)
 
 
-def hook_steps(hook: FaultHook | None, *points: str) -> Steps[None]:
-    """Call the fault hook at ``points`` (no step at all when there is none)."""
+def hook_steps(hook: Callable[[], FaultHook | None], *points: str) -> Steps[None]:
+    """Call the fault hook at ``points`` (no step at all when there is none); ``hook()`` is
+    read at each point, inside the transaction, so a hook set or cleared meanwhile (while
+    this commit waited for the session's lock) counts from the next point on."""
     for point in points:
-        if hook is not None:
-            yield Step("hook", hook, point)
+        current = hook()
+        if current is not None:
+            yield Step("hook", current, point)
 
 
 # -- reads ------------------------------------------------------------------------------------
@@ -387,10 +390,11 @@ def prepared_steps(
 
 def commit_steps(
     q: Statements, key: Key, revision: Revision, expected_head: int | None, renew_taken_ids: bool,
-    hook: FaultHook | None,
+    hook: Callable[[], FaultHook | None],
 ) -> Steps[Revision]:
-    """Store ``revision`` as the next one (see :meth:`~.base.Store.commit`); ``hook``:
-    the store's fault hook, called at "begin", "written" and "before_commit"."""
+    """Store ``revision`` as the next one (see :meth:`~.base.Store.commit`); ``hook()``:
+    the store's fault hook as it is now (or ``None``), called at "begin", "written" and
+    "before_commit"."""
     tip = yield Step("one", q["tip_digest"], key)  # waits for the lock
     head, previous = (tip[0], tip[1] or "") if tip else (0, genesis(key[1]))
     yield from hook_steps(hook, "begin")
@@ -403,7 +407,7 @@ def commit_steps(
     row = _row(key, stored)
     yield Step("none", q["insert"], (*row, row_digest(previous, row[2:])))
     yield Step("many", q["upsert_id"], index_rows(key[0], rows))
-    if hook is not None:
+    if hook() is not None:
         yield SYNC  # the row reaches the server before the hook runs
     yield from hook_steps(hook, "written", "before_commit")
     return stored
