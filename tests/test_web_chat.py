@@ -103,12 +103,17 @@ def page(browser: Browser) -> Iterator[Page]:
         context.close()
 
 
+def idle(page: Page) -> None:
+    """Wait until the page is idle: a send while it is still loading its session (marked
+    busy) is ignored, as it is for a person."""
+    expect(page.locator("body.busy")).to_have_count(0)
+
+
 def say(page: Page, text: str) -> None:
     """Type ``text`` in the box and send it; wait until the page is idle again (the page
     marks itself busy synchronously on send, so waiting for that mark to go is exact).
-    It first waits for the page to be idle: a send while the page is still loading its
-    session (also marked busy) is ignored, as it is for a person."""
-    expect(page.locator("body.busy")).to_have_count(0)
+    It first waits for the page to be idle (see :func:`idle`)."""
+    idle(page)
     page.get_by_test_id("message-input").fill(text)
     page.get_by_test_id("send").click()
     expect(page.locator("body.busy")).to_have_count(0)
@@ -187,6 +192,7 @@ def test_an_answer_appears_as_it_streams(tmp_path: Path, page: Page) -> None:
     try:
         for web in serve(tmp_path, model):
             page.goto(web.url())
+            idle(page)
             page.get_by_test_id("message-input").fill(IRELAND)
             page.get_by_test_id("send").click()
             pending = page.locator(".message.assistant.pending .content")
@@ -210,6 +216,7 @@ def test_a_model_error_is_a_message_in_the_page(tmp_path: Path, page: Page) -> N
 
     for web in serve(tmp_path, Unavailable()):
         page.goto(web.url())
+        idle(page)
         page.get_by_test_id("message-input").fill(IRELAND)
         page.get_by_test_id("send").click()
         expect(page.get_by_test_id("error")).to_contain_text("Gemini cannot be reached")
