@@ -222,20 +222,16 @@ def preference_inputs(
     if view is None or view.vectors is None:
         return None
     labels, order = history.labels, history.order
-    recent = [
-        (labels[pos], row)
-        for pos in range(max(0, len(order) - params.topic_lookback), len(order))
-        if (row := view.rows.get(order[pos])) is not None
-    ]
+    recent = [(labels[pos], row) for pos in recent_window(history, params) if (row := view.rows.get(order[pos])) is not None]
     best: dict[int, float] = {}
     for label, row in recent:
         best[label] = max(best.get(label, -2.0), float(view.sims[row]))
     if len(best) < 2:
         return None
-    np = numpy()
-    rows = [row for _, row in recent]
-    pairs = view.vectors[rows] @ view.vectors[rows].T
-    mean = float(pairs[np.triu_indices(len(rows), 1)].mean())
+    spread = similarity_spread(view, [row for _, row in recent], least=2)
+    if spread is None:
+        return None
+    mean = spread[0]
     (label, first), (_, second) = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:2]
     if 1.0 - mean < 1e-6 or first <= second:
         return None  # turns the model cannot tell apart, or a tie: the meaning prefers nothing
@@ -286,11 +282,16 @@ def topic_preference(
     return label, sum(value for _, value in parts), parts
 
 
-def similarity_spread(view: QueryView, rows: Sequence[int]) -> tuple[float, float] | None:
+def recent_window(history: TurnHistory, params: SelectionParams) -> range:
+    """The positions of the last ``topic_lookback`` turns: where meaning's yardstick is taken."""
+    return range(max(0, len(history.order) - params.topic_lookback), len(history.order))
+
+
+def similarity_spread(view: QueryView, rows: Sequence[int], least: int = 3) -> tuple[float, float] | None:
     """The mean and standard deviation of the similarities of these turns (rows of
     ``view``) to one another: the yardstick of "how alike" for this model in this chat
-    (``None`` below three turns or without vectors)."""
-    if view.vectors is None or len(rows) < 3:
+    (``None`` below ``least`` turns or without vectors)."""
+    if view.vectors is None or len(rows) < max(least, 2):
         return None
     np = numpy()
     pairs = view.vectors[list(rows)] @ view.vectors[list(rows)].T
@@ -311,7 +312,7 @@ def drop_unrelated(view: QueryView | None, history: TurnHistory, params: Selecti
     if view is None or params.semantic_drop <= 0 or len(kept.reasons) < 2:
         return
     order = history.order
-    window = range(max(0, len(order) - params.topic_lookback), len(order))
+    window = recent_window(history, params)
     recent = [row for pos in window if (row := view.rows.get(order[pos])) is not None]
     yardstick = similarity_spread(view, recent)
     in_window = {order[pos] for pos in window}
