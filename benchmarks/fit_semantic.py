@@ -71,8 +71,8 @@ FIT_DATASETS = ("interleaved", "hard", "cast2020", "locomo")
 
 
 class _Recorder:
-    """Stands in for :func:`fusion.topic_preference` in the gatekeeper module and keeps
-    the inputs it measured for the last query (the library's own measurement)."""
+    """Stands in for :func:`fusion.preference_inputs` in the gatekeeper module and keeps
+    what it measured for the last query (the library's own measurement) and the history."""
 
     def __init__(self) -> None:
         self.last: tuple[int, dict[str, float]] | None = None
@@ -80,7 +80,7 @@ class _Recorder:
     def __call__(self, view: Any, history: Any, params: Any, *args: Any) -> Any:
         self.last = fusion.preference_inputs(view, history, params, *args)
         self.history = history
-        return fusion.topic_preference(view, history, params, *args)
+        return self.last
 
 
 def recent_positions(labels: Sequence[int], label: int, lookback: int) -> list[int]:
@@ -108,8 +108,8 @@ def preference_label(case: dict, labels: Sequence[int], label: int, lookback: in
 def collect(cases: Sequence[dict], embedder: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The preference inputs, labels and case ids of every case that reaches the preference."""
     recorder = _Recorder()
-    original = gatekeeper_module.topic_preference
-    gatekeeper_module.topic_preference = recorder  # type: ignore[assignment]
+    original = gatekeeper_module.preference_inputs
+    gatekeeper_module.preference_inputs = recorder  # type: ignore[assignment]
     try:
         conversations = _ConversationCache(library_factory(1000, embedder=embedder))
         rows, labels, ids = [], [], []
@@ -128,7 +128,7 @@ def collect(cases: Sequence[dict], embedder: Any) -> tuple[np.ndarray, np.ndarra
             labels.append(y)
             ids.append(case["case_id"])
     finally:
-        gatekeeper_module.topic_preference = original  # type: ignore[assignment]
+        gatekeeper_module.preference_inputs = original  # type: ignore[assignment]
     return np.array(rows, dtype=float).reshape(-1, len(PREFERENCE_FEATURES)), np.array(labels), ids
 
 

@@ -29,7 +29,9 @@ from .history import TurnHistory, turn_texts as _turn_texts
 from .options import GateOptions, OnOverflow
 from .params import SelectionParams
 from .segments import gate_query
-from .semantic.fusion import answer_ending, drop_unrelated, fuse, keep_semantic, topic_continuity, topic_preference
+from .semantic.fusion import (
+    answer_ending, drop_unrelated, fuse, keep_semantic, preference_inputs, topic_continuity, topic_preference,
+)
 from .semantic.methods import SemanticMethods
 from .records import Evidence, Selection, Turn
 from .selector import (
@@ -327,7 +329,8 @@ class ContextGatekeeper(SemanticMethods):
         decision, features, topic = gate_query(
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
             replying=view is not None and asks, closing=closes, asks=asks,
-            preference=topic_preference(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)))
+            preference=topic_preference(
+                preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)), p))
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())

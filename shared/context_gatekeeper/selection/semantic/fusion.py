@@ -258,22 +258,17 @@ def preference_inputs(
 
 
 def topic_preference(
-    view: QueryView | None,
-    history: TurnHistory,
-    params: SelectionParams,
-    topic_weight: Mapping[int, float] | None = None,
-    query_weight: float = 0.0,
-    points_back: bool = False,
+    found: tuple[int, Mapping[str, float]] | None, params: SelectionParams
 ) -> tuple[int, float, tuple[tuple[str, float], ...]] | None:
     """The recent topic the query's meaning prefers, the fitted log-odds that the query is
-    about it, and each input's part of that score: ``(label, score, contributions)``.
+    about it, and each input's part of that score: ``(label, score, contributions)``, for
+    what :func:`preference_inputs` measured (``found``; ``None`` gives ``None``).
 
-    The score is ``sum(weight * input)`` over :func:`preference_inputs` with the weights
+    The score is ``sum(weight * input)`` with the weights
     :attr:`SelectionParams.semantic_preference_model` (fitted by
     ``benchmarks/fit_semantic.py`` on the tuning half); at 0 or more the gate takes the
     query there, continuing or returning (:func:`segments.gate_query`), unless a cue
-    decides or the query has no content.  ``None`` where :func:`preference_inputs` is."""
-    found = preference_inputs(view, history, params, topic_weight, query_weight, points_back)
+    decides or the query has no content."""
     if found is None:
         return None
     label, inputs = found
