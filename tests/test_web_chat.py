@@ -197,6 +197,7 @@ def test_an_answer_appears_as_it_streams(tmp_path: Path, page: Page) -> None:
             page.get_by_test_id("send").click()
             pending = page.locator(".message.assistant.pending .content")
             expect(pending).to_have_text("first part ")  # shown before the answer is complete
+            expect(page.get_by_test_id("send")).to_be_disabled()  # busy: a second send waits, never dropped
             expect(page.get_by_test_id("context-strip")).to_have_count(1)  # the strip comes with it
             assert web.transcript().head == 0, "nothing is stored before the whole answer is in"
             model.release.set()
@@ -204,6 +205,7 @@ def test_an_answer_appears_as_it_streams(tmp_path: Path, page: Page) -> None:
                 "first part and the rest."
             )
             expect(page.locator(".message.pending")).to_have_count(0)
+            expect(page.get_by_test_id("send")).to_be_enabled()
             assert web.transcript().head == 1
     finally:
         model.release.set()

@@ -72,6 +72,7 @@
     if (state.busy) return;
     state.busy = true;
     document.body.classList.add("busy");
+    $("send").disabled = true;  // a send while busy would be ignored: say so instead of dropping it
     clearError();
     try {
       await work();
@@ -80,6 +81,7 @@
     } finally {
       state.busy = false;
       document.body.classList.remove("busy");
+      $("send").disabled = false;
     }
   }
 
