@@ -196,7 +196,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     @field_validator("token_limit", mode="before")
     @classmethod
     def _one_budget_rule(cls, value: Any) -> Any:
-        """The library's one budget rule (an ``int >= 0``, bool refused), for assignments too."""
+        """The library's one budget rule (an ``int >= 0``, bool refused) where pydantic builds the
+        memory itself (``model_validate``); ``__init__`` checks first, raising ``BudgetError``."""
         return require_budget(value, "token_limit")
 
     @classmethod
