@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from lint import REPO
+from lint import REPO, imported_by_name
 
 # What a reader sees in shared/context_gatekeeper/: the rooms and the foundation.
 ROOMS = {"records", "selection", "transcripts", "editing", "stores", "chat", "testing"}
@@ -181,15 +181,11 @@ FRAMEWORKS = ("langchain", "langchain_core", "langgraph", "llama_index")
 """Packages the core never imports: the frameworks the adapters wrap."""
 
 
-def imported_by_name(path: Path) -> Iterator[tuple[int, str]]:
-    """Modules ``path`` loads through ``importlib.import_module("...")`` or ``__import__("...")``
-    with a literal name."""
+def loaded_by_name(path: Path) -> Iterator[tuple[int, str]]:
+    """Modules ``path`` loads by a literal name (:func:`lint.imported_by_name`), with their lines."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name in {"import_module", "__import__"} and isinstance(node.args[0].value, str):
-                yield node.lineno, node.args[0].value
+        if isinstance(node, ast.Call) and (module := imported_by_name(node)) is not None:
+            yield node.lineno, module
 
 
 def check_core_imports_no_adapter(root: Path) -> list[str]:
@@ -199,7 +195,7 @@ def check_core_imports_no_adapter(root: Path) -> list[str]:
     problems = []
     for path in python_files(core):
         package = module_name(path, core).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path, core)
-        targets = list(imports_of(path, package)) + list(imported_by_name(path))
+        targets = list(imports_of(path, package)) + list(loaded_by_name(path))
         for line, target in targets:
             top = target.split(".")[0]
             if top in ADAPTER_NAMES or top in FRAMEWORKS:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from lint import REPO
+from lint import REPO, imported_by_name
 
 EXPECTED = ("speed.py", "quality.py", "edit_cost.py")
 """Benchmarks the check must find: a moved folder would make it pass vacuously."""
@@ -89,10 +89,9 @@ class _Checker(ast.NodeVisitor):
         if (isinstance(func, ast.Attribute) and func.attr == "addsitedir"
                 and isinstance(func.value, ast.Name) and func.value.id in self.site_names):
             self._flag(node, "site.addsitedir(...) adds to sys.path")
-        dynamic = (isinstance(func, ast.Name) and func.id == "__import__") or (
-            isinstance(func, ast.Attribute) and func.attr == "import_module")
-        if dynamic and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            self._check_module(node, node.args[0].value)
+        module = imported_by_name(node)
+        if module is not None:
+            self._check_module(node, module)
         self.generic_visit(node)
 
     def _check_targets(self, node: ast.AST, targets: list[ast.expr], verb: str) -> None:
