@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from context_gatekeeper import ContextGatekeeper, DictVectorCache, EmbeddingError, SelectionParams, as_embedder
-from context_gatekeeper.selection.semantic.runner import forget_outages, state_of, wait_idle
+from context_gatekeeper.selection.semantic.runner import BACKOFF_SECONDS, forget_outages, state_of, wait_idle
 from context_gatekeeper.selection.semantic.embedding import Embedder, text_hash, turn_text
 from context_gatekeeper.selection.records import Turn
 from context_gatekeeper.selection.params import PREFERENCE_FEATURES
@@ -292,6 +292,19 @@ def test_an_outage_is_visible_only_once_its_warning_is_logged(caplog) -> None:
         log.removeHandler(probe)
     assert seen_while_logging == [False]
     assert state.blocked() and state.warnings == 1
+
+
+def test_the_backoff_doubles_once_per_try_not_once_per_racing_call() -> None:
+    """The query lane and the documents lane may both fail on one try; that is one
+    failed try, so the backoff doubles once, when a try after the backoff fails."""
+    state = state_of(Broken())
+    state.failed(ConnectionError("down"), "broken")
+    state.failed(ConnectionError("down, seen by the other lane"), "broken")
+    assert state.delay == BACKOFF_SECONDS
+    state.retry_at = 0.0  # the backoff is over
+    state.failed(ConnectionError("down on the next try"), "broken")
+    state.failed(ConnectionError("and on the other lane"), "broken")
+    assert state.delay == 2 * BACKOFF_SECONDS and state.warnings == 1
 
 
 def test_explicit_embed_pending_raises_and_keeps_turns_pending() -> None:

@@ -110,8 +110,12 @@ class EmbedderState:
         The outage's warning is logged before the outage is visible: ``failing`` is set
         only after it, and a concurrent ``failed`` waits on the lock meanwhile, so whoever
         falls back because of this outage (backing off, or failing in turn) finds its one
-        warning already logged, whichever thread noticed the outage first."""
+        warning already logged, whichever thread noticed the outage first.  A failure
+        reported while the embedder is already backing off (a call on the other lane that
+        raced the one that failed first) changes nothing: the backoff doubles once per try."""
         with self._lock:
+            if self.failing and time.monotonic() < self.retry_at:
+                return  # a call that raced this one already recorded this failure: one doubling per try
             first = not self.failing
             delay = BACKOFF_SECONDS if first else min(2 * self.delay, MAX_BACKOFF_SECONDS)
             if first:
