@@ -61,10 +61,6 @@ LAST_USER = "How does the watchdog extend the lock?"
 LAST_ANSWER = "It renews the key's expiry periodically while the job runs."
 
 
-WORDS_DECIDE = {**SelectionParams().semantic_switch_model, "meaning": 0.0}
-"""The meaning-and-words switch score without its meaning input."""
-
-
 def gatekeeper(last_answer: str, embedder: object | None = None, **params: object) -> ContextGatekeeper:
     gk = ContextGatekeeper(token_budget=4000, token_counter=len, message_overhead=0, embedder=embedder,
                            params=SelectionParams(**params))  # type: ignore[arg-type]
@@ -164,10 +160,7 @@ def test_the_thresholds_are_parameters() -> None:
 @pytest.mark.parametrize("courtesy", ["Would you like an example?", "Anything else?", "Does that help?"])
 def test_a_courtesy_question_does_not_hold_an_unrelated_query(courtesy: str) -> None:
     lexical = gatekeeper(LAST_ANSWER + " " + courtesy)
-    # the meaning-and-words switch score weighs the words alone here: the fake's query
-    # matches no turn, and one hash collision (0.06 against 0.0) makes the latest turn's
-    # z-score 1.4, which a real model's spread of similarities does not
-    hybrid = gatekeeper(LAST_ANSWER + " " + courtesy, ConceptEmbedder(), semantic_switch_model=WORDS_DECIDE)
+    hybrid = gatekeeper(LAST_ANSWER + " " + courtesy, ConceptEmbedder())
     query = "What's the best grind size for espresso?"
     words, meaning = lexical.explain(query), hybrid.explain(query)
     assert words.decision == "switch" and words.turn_ids == ()
@@ -187,7 +180,6 @@ def test_a_genuine_question_holds_a_short_reply_that_shares_no_word() -> None:
     # those inputs too, all-new words switch
     silent = {**SelectionParams().switch_model, "asks": 0.0, "history": 0.0}
     off = gatekeeper(answer, ConceptEmbedder(), reply_continues=False, switch_model=silent,
-                     semantic_switch_model=WORDS_DECIDE,
                      semantic_preference_model={**SelectionParams().semantic_preference_model, "bias": -1e3},
                      ).explain(reply)  # nor the meaning's topic preference
     assert off.decision == "switch" and off.turn_ids == ()

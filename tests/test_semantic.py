@@ -496,16 +496,10 @@ def test_semantic_decide_rules() -> None:
     def features(active, earlier=None, segment=None, overlap=0.1, cues=plain):
         return GateFeatures(overlap, 0.5, 0.4, 4.0, None, 0.0, cues, 8.0, active, earlier, segment)
 
-    # the fitted meaning-and-words score decides a words-switch and a words-continue alike
-    from context_gatekeeper.selection.gate import switch_contributions
-    model = p.semantic_switch_model
-    for active in (1.6, 1.0, 0.2, -3.0):
-        words = sum(v for _, v in switch_contributions(features(active), p.switch_model))
-        expected = "switch" if model["bias"] + model["words"] * words + model["meaning"] * active >= 0 else "continue"
-        assert semantic_decide("switch", features(active), p) == (expected, None)
-        assert semantic_decide("continue", features(active), p) == (expected, None)
-    assert semantic_decide("switch", features(3.0), p) == ("continue", None)  # the meaning holds the topic
-    assert semantic_decide("continue", features(-6.0), p) == ("switch", None)  # the meaning leaves it
+    assert semantic_decide("switch", features(1.6), p) == ("continue", None)
+    assert semantic_decide("switch", features(1.0), p) == ("switch", None)
+    assert semantic_decide("continue", features(0.2), p) == ("continue", None)  # meaning never cuts what words hold
+    assert semantic_decide("continue", features(-3.0, overlap=0.0), p) == ("continue", None)
     assert semantic_decide("continue", features(0.0, 2.5, 3), p) == ("return", 3)
     assert semantic_decide("continue", features(2.0, 2.5, 3), p) == ("continue", None)  # not clearly better
     reference = Cues(("it",), (), ())
@@ -753,13 +747,9 @@ def test_meaning_finds_the_turn_a_pronoun_two_turns_back_points_at() -> None:
 
 def test_meaning_does_not_send_a_new_topic_anywhere() -> None:
     # (4,096 dimensions: the fake's hash collisions stay out of the way)
-    # (the meaning-and-words switch score is left to the words here: with four turns the
-    # fake's z-score of the latest turn is chance, and this test is about the preference)
-    words_decide = {**SelectionParams().semantic_switch_model, "meaning": 0.0}
-    hybrid = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096), semantic_switch_model=words_decide)
+    hybrid = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096))
     selection = hybrid.explain("How do I repot a monstera without hurting the roots?")
     assert selection.decision == "switch" and selection.turn_ids == ()
-    assert selection.gate.semantic_margin is not None and selection.gate.semantic_margin < 0
     eager = {**SelectionParams().semantic_preference_model, "bias": 1e3}
     lenient = gatekeeper_over(BEACH_THEN_TAXES, HashEmbedder(SUN, dim=4096), semantic_preference_model=eager)
     assert lenient.explain("How do I repot a monstera without hurting the roots?").decision != "switch"
@@ -776,14 +766,10 @@ def test_a_turn_kept_on_one_shared_word_whose_meaning_is_far_off_is_let_go() -> 
     ]
     query = "What pool size suits a Postgres server with 8 cores?"
     assert gatekeeper_over(chat, None).topics() == {0: (1, 2, 3)}
-    # (the gate's words decide, as they would without the meaning-and-words switch score:
-    # this test is about letting kept turns go)
-    words_decide = {**SelectionParams().semantic_switch_model, "meaning": 0.0}
-    kept = gatekeeper_over(chat, HashEmbedder(pools, dim=4096), semantic_switch_model=words_decide).explain(query)
+    kept = gatekeeper_over(chat, HashEmbedder(pools, dim=4096)).explain(query)
     assert kept.turn_ids == (1,)
     assert {r.turn_id: r.reason for r in kept.scores if r.turn_id in (2, 3)} == {2: "meaning far off", 3: "meaning far off"}
-    words_only = gatekeeper_over(chat, HashEmbedder(pools, dim=4096), semantic_drop=0.0,
-                                 semantic_switch_model=words_decide).explain(query)
+    words_only = gatekeeper_over(chat, HashEmbedder(pools, dim=4096), semantic_drop=0.0).explain(query)
     assert words_only.turn_ids == (1, 2, 3)  # without the drop the topic's turns on "pool" stay
 
 
@@ -851,41 +837,3 @@ def test_the_preference_model_needs_a_finite_weight_per_feature_and_the_replaced
     for knob in ("semantic_topic_margin", "semantic_words_share", "semantic_topic_floor"):
         with pytest.warns(DeprecationWarning, match="semantic_preference_model"):
             SelectionParams(**{knob: 0.9})
-
-
-def test_meaning_switch_score_weighs_words_and_meaning() -> None:
-    from context_gatekeeper.selection.cues import Cues
-    from context_gatekeeper.selection.gate import GateFeatures, meaning_switch_contributions, meaning_switch_inputs
-
-    p = SelectionParams(semantic_switch_model={"bias": 0.5, "words": 2.0, "meaning": -1.0})
-    f = GateFeatures(0.1, 0.5, 0.4, 4.0, None, 0.0, Cues((), (), ()), 8.0, 1.5,
-                     contributions=(("bias", -1.0), ("overlap", 0.25)))
-    assert meaning_switch_inputs(f, p) == {"bias": 1.0, "words": -0.75, "meaning": 1.5}
-    assert dict(meaning_switch_contributions(f, p)) == {"bias": 0.5, "words": -1.5, "meaning": -1.5}
-
-
-def test_semantic_switch_model_is_validated() -> None:
-    from context_gatekeeper.errors import InvalidInputError
-
-    with pytest.raises(InvalidInputError, match="semantic_switch_model"):
-        SelectionParams(semantic_switch_model={"bias": 1.0})
-    assert set(SelectionParams().semantic_switch_model) == {"bias", "words", "meaning"}
-
-
-def test_the_meaning_takes_a_query_off_a_run_its_words_hold_on_one_shared_word() -> None:
-    # the word "pool" holds the query in the swimming run; its meaning is far from that run
-    pools = {"db": ("connections", "connection", "postgres", "database", "db", "cores", "server"),
-             "swim": ("swimming", "lanes", "laps", "chlorine", "goggles", "water", "filter", "lane")}
-    chat = [
-        ("How big should the connection pool be for Postgres?", "Start near twice the cores of the database server."),
-        ("Our swimming pool has cloudy water", "Shock it with chlorine and run the filter overnight."),
-        ("What about the pool lanes for laps?", "Book a lane early; goggles help with the chlorine."),
-    ]
-    query = "What pool size suits a Postgres server with 8 cores?"
-    hybrid = gatekeeper_over(chat, HashEmbedder(pools, dim=4096), semantic_drop=0.0)
-    selection = hybrid.explain(query)
-    assert selection.gate.semantic_active is not None and selection.gate.semantic_active < 0
-    assert selection.decision == "switch" and 3 not in selection.turn_ids and 1 in selection.turn_ids
-    words_decide = {**SelectionParams().semantic_switch_model, "meaning": 0.0}
-    held = gatekeeper_over(chat, HashEmbedder(pools, dim=4096), semantic_drop=0.0, semantic_switch_model=words_decide)
-    assert held.explain(query).decision == "continue"  # the words alone hold it

@@ -21,7 +21,7 @@ from ..errors import InvalidInputError
 from .anchors import AnchorKind
 from .scoring import IDF_FORMULAS
 
-__all__ = ["SelectionParams", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "MEANING_SWITCH_FEATURES", "DEPRECATED_PARAMS"]
+__all__ = ["SelectionParams", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "DEPRECATED_PARAMS"]
 
 SWITCH_FEATURES: tuple[str, ...] = (
     "bias", "overlap", "new_share", "new_content", "new_content_cjk", "content", "elsewhere", "reference",
@@ -37,11 +37,6 @@ PREFERENCE_FEATURES: tuple[str, ...] = (
 """The inputs of the fitted score that sends a query to the recent topic its meaning
 prefers (with an embedder), in order (:func:`semantic.fusion.preference_inputs` says how
 each is measured; :attr:`SelectionParams.semantic_preference_model` holds their weights)."""
-
-MEANING_SWITCH_FEATURES: tuple[str, ...] = ("bias", "words", "meaning")
-"""The inputs of the fitted score that decides, with an embedder, whether a query the
-gate's words would switch or continue leaves the active topic (:func:`gate.meaning_switch_inputs`
-says how each is measured; :attr:`SelectionParams.semantic_switch_model` holds their weights)."""
 
 _PREFERENCE_REPLACED = (
     "the fitted preference score decides whether the query goes to the recent topic its meaning prefers "
@@ -67,15 +62,11 @@ FITTED_SWITCH_MODEL: dict[str, float] = {
 """The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
 
 FITTED_PREFERENCE_MODEL: dict[str, float] = {
-    "bias": 0.058, "active": -3.247, "lead_earlier": 0.535, "lead_active": 11.273, "level_earlier": 3.302,
-    "level_active": -0.224, "reference_earlier": 1.556, "reference_active": 2.127, "words_topic": 0.713,
-    "words_recent": -5.811, "words_older": -1.787, "history": -0.975,
+    "bias": -0.126, "active": -3.519, "lead_earlier": 0.408, "lead_active": 12.117, "level_earlier": 3.414,
+    "level_active": -0.356, "reference_earlier": 1.598, "reference_active": 2.327, "words_topic": 0.652,
+    "words_recent": -5.942, "words_older": -1.591, "history": -1.047,
 }
 """The preference score's weights as fitted by ``benchmarks/fit_semantic.py`` on the tuning half."""
-
-FITTED_MEANING_SWITCH_MODEL: dict[str, float] = {"bias": 0.148, "words": 1.529, "meaning": -2.07}
-"""The meaning-and-words switch score's weights as fitted by ``benchmarks/fit_semantic_switch.py``
-on the tuning half."""
 
 
 @dataclass(frozen=True)
@@ -291,17 +282,8 @@ class SelectionParams:
     turns no z-score exceeds sqrt(n - 1), so the floors themselves hold short chats back;
     3 measured best on the interleaved set, whose median chat has 4 turns)."""
     semantic_continue_z: float = 1.5
-    """Gate: a return the words place on a few shared words (no cue) continues instead when
-    the query's similarity to the active topic reaches this z-score (and beats the other
-    topic's by ``semantic_return_margin``).  Whether a query the words would switch or
-    continue leaves the active topic is the fitted ``semantic_switch_model``'s to say."""
-    semantic_switch_model: dict[str, float] = field(default_factory=lambda: dict(FITTED_MEANING_SWITCH_MODEL))
-    """Gate (with an embedder): weights of the score that decides whether a query without a
-    cue, that the words would switch or continue, leaves the active topic, one per input of
-    :data:`MEANING_SWITCH_FEATURES`: the words' switch score (``switch_model``) and the
-    query's calibrated similarity to the active topic's latest turn (``semantic_active``).
-    Fitted by ``benchmarks/fit_semantic_switch.py`` on the tuning half (TIAGE held out); it
-    replaces the rule that continued a words-switch at ``semantic_continue_z``."""
+    """Gate: a query the words would switch (without a cue) continues when its similarity
+    to the active topic's recent turns reaches this z-score."""
     semantic_switch_z: float = 0.5
     """Deprecated, no effect: the meaning no longer switches a query the words continue
     (:func:`gate.semantic_decide`)."""
@@ -369,11 +351,10 @@ class SelectionParams:
                     f"SelectionParams.{name} no longer changes selection: {replacement}", DeprecationWarning,
                     stacklevel=3,
                 )
-        for name in ("kind_weights", "switch_model", "semantic_preference_model", "semantic_switch_model"):  # a copy: the caller's dict may change later
+        for name in ("kind_weights", "switch_model", "semantic_preference_model"):  # a copy: the caller's dict may change later
             if isinstance(getattr(self, name), Mapping):
                 object.__setattr__(self, name, dict(getattr(self, name)))
-        for name, names in (("switch_model", SWITCH_FEATURES), ("semantic_preference_model", PREFERENCE_FEATURES),
-                            ("semantic_switch_model", MEANING_SWITCH_FEATURES)):
+        for name, names in (("switch_model", SWITCH_FEATURES), ("semantic_preference_model", PREFERENCE_FEATURES)):
             model = getattr(self, name)
             if not isinstance(model, dict) or set(model) != set(names) or not all(
                 isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in model.values()
