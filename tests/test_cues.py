@@ -82,22 +82,6 @@ def test_chinese_switch_and_return_cues():
     assert cues("刚才的锁").reference == ("刚才",)
 
 
-@pytest.mark.parametrize(
-    "text, cue",
-    [("那前者一般要提前多久准备？", "前者"), ("后者贵不贵", "后者"), ("她哭得很厉害怎么办", "她"), ("他们后来还见过吗？", "他们")],
-)
-def test_chinese_former_latter_and_personal_pronouns_point_back(text, cue):
-    # the Chinese of "the former", "the latter", "she", "they", which the English list holds
-    found = cues(text)
-    assert found.reference == (cue,) and found.points_back
-
-
-def test_other_is_not_they():
-    # "其他" / "其它" mean "other": no pronoun inside them
-    assert cues("其他们的方案呢").reference == ()
-    assert cues("其它的呢").reference == ()
-
-
 def test_longest_chinese_cue_wins():
     # "顺便问一下", "顺便问" and "顺便" overlap: the longest one is reported, once.
     assert cues("我想顺便问一下").switch == ("顺便问一下",)

@@ -46,7 +46,6 @@ REFERENCE_CUES: tuple[str, ...] = (
     "he", "him", "his", "she", "her", "the above", "above", "the same", "there", "such",
     "a new one", "the one", "which one", "this one", "that one", "what about", "how about", "and what about",
     "same one", "the former", "the latter", "那它", "它呢", "这点", "那点", "这一步", "那一步",
-    "前者", "后者", "她", "她们", "他们",  # the Chinese of "the former", "the latter", "she", "they"
 )
 INTRODUCING_CUES: frozenset[str] = frozenset({"what about", "how about", "and what about"})
 """Reference cues that introduce new content rather than point back at old: they hold
@@ -94,8 +93,8 @@ class Cues:
         return any(cue not in INTRODUCING_CUES for cue in self.reference)
 
 
-_CJK_NOT_AFTER = {"它": "其", "他": "其"}
-"""Chinese cues that are part of a longer word after this character ("其它", "其他们" = "other")."""
+_CJK_NOT_AFTER = {"它": "其"}
+"""Chinese cues that are part of a longer word after this character ("其它" = "other")."""
 
 
 _KINDS: dict[str, tuple[str, ...]] = {}

@@ -453,7 +453,8 @@ def semantic_decide(decision: Decision, f: GateFeatures, p: SelectionParams) -> 
     switch score and ``semantic_active`` in place of rule 2 (either way, pronoun questions
     left to the words) was tried too: better on the tuning half (interleaved recall 0.888 ->
     0.894, CAsT 0.909 -> 0.939, TIAGE 0.33 -> 0.36), worse on the validation half
-    (interleaved off-topic 0.087 -> 0.092 against the lexical 0.077, CAsT 0.927 -> 0.909):
+    (interleaved off-topic 0.087 -> 0.092 against the lexical 0.077, CAsT 0.927 -> 0.909;
+    measured beside a refitted preference, see ``benchmarks/fit_semantic.py``):
     ``semantic_active`` is a z-score over the history's turns, chance for a query that
     matches none of them.
     """

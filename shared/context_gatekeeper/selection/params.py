@@ -55,16 +55,16 @@ DEPRECATED_PARAMS: dict[str, str] = {
 """Fields that no longer change selection, and what replaced them: passing one warns."""
 
 FITTED_SWITCH_MODEL: dict[str, float] = {
-    "bias": -2.43, "overlap": -8.785, "new_share": -1.965, "new_content": 0.985, "new_content_cjk": 1.352,
-    "content": 1.369, "elsewhere": 6.035, "reference": 0.045, "asks": -2.832, "closes": 1.523, "established": -0.859,
-    "history": -0.989,
+    "bias": -2.362, "overlap": -8.758, "new_share": -1.947, "new_content": 1.001, "new_content_cjk": 1.337,
+    "content": 1.342, "elsewhere": 6.028, "reference": -0.048, "asks": -2.828, "closes": 1.5, "established": -0.864,
+    "history": -0.986,
 }
 """The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
 
 FITTED_PREFERENCE_MODEL: dict[str, float] = {
-    "bias": -0.126, "active": -3.519, "lead_earlier": 0.408, "lead_active": 12.117, "level_earlier": 3.414,
-    "level_active": -0.356, "reference_earlier": 1.598, "reference_active": 2.327, "words_topic": 0.652,
-    "words_recent": -5.942, "words_older": -1.591, "history": -1.047,
+    "bias": -0.02, "active": -3.606, "lead_earlier": 0.602, "lead_active": 12.187, "level_earlier": 3.19,
+    "level_active": -0.339, "reference_earlier": 1.375, "reference_active": 2.306, "words_topic": 0.565,
+    "words_recent": -5.937, "words_older": -1.589, "history": -1.053,
 }
 """The preference score's weights as fitted by ``benchmarks/fit_semantic.py`` on the tuning half."""
 
