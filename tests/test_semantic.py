@@ -791,8 +791,8 @@ def test_words_that_point_past_the_recent_turns_hold_the_query_back_from_the_mea
     # turns older than topic_lookback (12), where the preference cannot send a query
     query = "Does the Lisbon tram 28 stop near the beach?"
     only = {name: 0.0 for name in PREFERENCE_FEATURES}
-    eager = gatekeeper_over(TRAM_THEN_BEACH_AND_TAXES, HashEmbedder(SUN, dim=4096),
-                            semantic_preference_model={**only, "bias": 1.0})
+    eager = gatekeeper_over(TRAM_THEN_BEACH_AND_TAXES, HashEmbedder(SUN, dim=4096),  # no fill: the routing alone
+                            semantic_preference_model={**only, "bias": 1.0}, fill_ratio=1.0)
     assert eager.topics()[0] == (1, 2) and len(TRAM_THEN_BEACH_AND_TAXES) > eager.params.topic_lookback
     beach = next(label for label, turns in eager.topics().items() if 3 in turns)
     went = eager.explain(query)  # a score of bias alone: the meaning's topic, whatever the words

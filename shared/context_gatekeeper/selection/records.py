@@ -44,8 +44,11 @@ class Evidence:
         reference: kept to resolve a reference or an ellipsis in the query ("Why?",
             "它呢？", "is it thread-safe?"): the latest turns of the active topic.
         pinned: pinned content (``ContextGatekeeper.pin``).
-        fill: kept by the fill step of the ``"recall"`` setting (a weaker match that
-            fitted the leftover budget); never set by the default setting.
+        fill: kept by the fill step after coverage (:func:`selector.keep_fill`): a strong
+            match (at least ``SelectionParams.fill_ratio`` of the best score, with enough
+            distinctive words) that minimum coverage called redundant, or with an embedder
+            one similar at or above ``semantic_floor``.  The default setting fills strong
+            matches only (``fill_ratio`` 0.3); the ``"recall"`` preset also weaker ones.
         semantic: its meaning matches the query (similarity at or above the calibrated
             floor of ``SelectionParams.semantic_floor``; only with an embedder).
     """

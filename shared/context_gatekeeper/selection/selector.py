@@ -303,13 +303,15 @@ def keep_follow_up(topic: int | None, params: SelectionParams, kept: Kept) -> No
 
 
 def keep_fill(pool: Sequence[Candidate], weights: Mapping[str, float], params: SelectionParams, kept: Kept) -> None:
-    """The ``"recall"`` setting's fill: further matching candidates from any topic, best
-    first, scoring at least ``fill_ratio`` of the best score and holding at least
-    ``fill_min_share`` of the query's weight in distinctive anchors, or (with an
-    embedder) similar at or above ``semantic_floor``.  Off by default
-    (``fill_ratio=1.0``): leftover budget is not evidence.  With calibrated similarities
-    the fill stops at ``semantic_fill_ratio`` of the best score, if that is higher: the
-    fused score finds the evidence early, and its tail is mostly noise."""
+    """The fill after coverage: further matching candidates from any topic, best first,
+    scoring at least ``fill_ratio`` of the best score and holding at least
+    ``fill_min_share`` of the query's weight in distinctive anchors and ``fill_min_words``
+    words distinctive in the language, or (with an embedder) similar at or above
+    ``semantic_floor``.  The default keeps only strong matches (``fill_ratio`` 0.3,
+    ``fill_min_share`` 0.2, ``fill_min_words`` 2): leftover budget is not evidence; the
+    ``"recall"`` preset (``fill_ratio`` 0) also keeps weaker ones.  With calibrated
+    similarities the fill stops at ``semantic_fill_ratio`` of the best score, if that is
+    higher: the fused score finds the evidence early, and its tail is mostly noise."""
     if not pool or params.fill_ratio >= 1.0:
         return
     ratio = params.fill_ratio
@@ -319,7 +321,11 @@ def keep_fill(pool: Sequence[Candidate], weights: Mapping[str, float], params: S
     for candidate in pool:
         if candidate.total < floor:
             break
-        if distinctive(candidate) and share_of(distinctive(candidate), weights) >= params.fill_min_share:
+        if (
+            distinctive(candidate)
+            and len(set(candidate.telling)) >= params.fill_min_words
+            and share_of(distinctive(candidate), weights) >= params.fill_min_share
+        ):
             kept.keep(candidate.turn_id, "fill", Evidence(distinctive(candidate), fill=True))
         elif candidate.z is not None and candidate.z >= params.semantic_floor:
             kept.keep(candidate.turn_id, "fill", Evidence(fill=True, semantic=True))
