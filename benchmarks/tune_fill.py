@@ -16,20 +16,17 @@ reject the pick with ``python benchmarks/quality.py --half both``.
 
 Usage (from the repository root)::
 
-    PYTHONPATH=shared:. python benchmarks/tune_fill.py [--data DIR]
+    python benchmarks/tune_fill.py [--data DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from quality import DEFAULT_DATA_DIR, dataset_path, evaluate, library_factory, load_cases, split_half  # noqa: E402
+from quality import DEFAULT_DATA_DIR, dataset_path, evaluate, library_factory, load_cases, split_half
 
 GRID = {
     "off_topic_share": (0.4, 0.3),

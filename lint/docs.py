@@ -282,8 +282,11 @@ def _selection_numbers(root: Path) -> list[str]:
     problems = [f"docs/guide/selection.md 'How it works' does not quote SelectionParams.{field} as {phrase!r}"
                 for phrase, field in quoted.items() if phrase not in section]
     recall = SelectionParams.preset("recall")
-    if not (p.fill_ratio == 1.0 and "leftover budget stays unused" in section):
+    if "leftover budget stays unused" in section and p.fill_ratio < 1.0:
         problems.append("docs/guide/selection.md says leftover budget stays unused, but the default fill_ratio fills it")
+    fill = f"at least `fill_ratio` {p.fill_ratio:g} of the best score"
+    if p.fill_ratio < 1.0 and fill not in section:
+        problems.append(f"docs/guide/selection.md 'How it works' does not quote SelectionParams.fill_ratio as {fill!r}")
     if not (recall.fill_ratio < 1.0 and recall.off_topic_share == 0.0):
         problems.append("the 'recall' preset no longer fills leftover budget across topics, as the docs say")
     return problems
