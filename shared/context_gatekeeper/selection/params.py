@@ -200,9 +200,11 @@ class SelectionParams:
     """On a return, the most recent turns of the topic returned to kept whatever their
     words (the context the user comes back to)."""
     off_topic_share: float = 0.4
-    """A turn outside the topic the gate chose is kept only when the query's distinctive
-    anchors it holds weigh at least this share of the query's weight: one shared word
-    ("pool", "lock", "training") is not evidence across topics."""
+    """In minimum coverage, a turn outside the topic the gate chose is kept only when the
+    query's distinctive anchors it holds weigh at least this share of the query's weight:
+    one shared word ("pool", "lock", "training") is not evidence across topics.  The fill
+    after coverage has its own bar for a turn of any topic (``fill_ratio``,
+    ``fill_min_share`` and at least ``fill_min_words`` words distinctive in the language)."""
     topic_match_share: float = 0.05
     """A topic other than the active one whose turns hold at least this share of the
     query's weight, and more than the active topic, is the one the query refers to: it
