@@ -85,6 +85,10 @@ _DIGIT = re.compile(r"\d")  # what _VERSION and the numbers of _TOKEN_OR_NUMBER 
 _TOKEN_OR_NUMBER = re.compile(rf"({_IDENTIFIER.pattern})|(\d{{2,}})")
 """An identifier-like token, or a number of two digits or more outside one ("100-150元",
 "in 2022"; not the "2" of "v2" nor the "12" of "sha12")."""
+_ASCII_IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:(?:\.|::|->)[A-Za-z_]\w*)*", re.ASCII)
+_ASCII_TOKEN_OR_NUMBER = re.compile(rf"({_ASCII_IDENTIFIER.pattern})|(\d{{2,}})", re.ASCII)
+"""The two patterns above for ASCII text, where they match exactly the same (a letter is
+``[A-Za-z]``, ``\\w`` is ``[A-Za-z0-9_]``), with plain ASCII classes: faster to scan."""
 _SEPARATORS = re.compile(r"\.|::|->|_")
 _LOWER_UPPER = re.compile(r"[a-z][A-Z]")
 _LETTER_DIGIT = re.compile(r"[A-Za-z]\d|\d[A-Za-z]")
@@ -179,14 +183,14 @@ def _latin_anchors(tokens: Iterable[str]) -> Iterable[str]:
     return chain.from_iterable(map(_token_anchors, tokens))
 
 
-def _tokens_and_numbers(text: str) -> tuple[list[str], list[str]]:
+def _tokens_and_numbers(text: str, pattern: re.Pattern[str] = _TOKEN_OR_NUMBER) -> tuple[list[str], list[str]]:
     """Identifier-like tokens and free-standing numbers (two digits or more, not inside an
     identifier) of ``text``, each in order: one scan instead of finding the tokens, blanking
     them out and finding the numbers in what is left (every letter starts a token, so a
     number the scan reaches is never part of one)."""
     tokens: list[str] = []
     numbers: list[str] = []
-    for token, number in _TOKEN_OR_NUMBER.findall(text):
+    for token, number in pattern.findall(text):
         if token:
             tokens.append(token)
         else:
@@ -287,19 +291,21 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
             if code:
                 anchors.append("`" + code + "`")
     numbers: list[str] = []
+    ascii = text.isascii()
     if _DIGIT.search(text) is not None:
         versions = _VERSION.findall(text)
         anchors.extend("#" + v.lower().lstrip("v") for v in versions)
-        tokens, numbers = _tokens_and_numbers(_VERSION.sub(" ", text) if versions else text)
+        scanned = _VERSION.sub(" ", text) if versions else text
+        tokens, numbers = _tokens_and_numbers(scanned, _ASCII_TOKEN_OR_NUMBER if ascii else _TOKEN_OR_NUMBER)
         anchors.extend(_latin_anchors(tokens))
     else:
-        anchors.extend(_latin_anchors(_IDENTIFIER.findall(text)))
-    if not text.isascii():
+        anchors.extend(_latin_anchors((_ASCII_IDENTIFIER if ascii else _IDENTIFIER).findall(text)))
+    if not ascii:
         for run in _CJK_RUN.findall(text):
             anchors.extend(_cjk_anchors(run, query))
             anchors.extend(_glossary_anchors(run))
     anchors.extend(numbers)
-    return TextAnchors.of(anchors)
+    return TextAnchors(Counter(anchors), len(anchors))  # TextAnchors.of, the length without a second pass
 
 
 def has_cjk(text: str) -> bool:
