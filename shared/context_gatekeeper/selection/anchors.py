@@ -82,6 +82,8 @@ _REST = rf"[^\W{_CJK_CLASS}]*"  # letters, digits, "_"
 _IDENTIFIER = re.compile(rf"{_START}{_REST}(?:(?:\.|::|->){_START}{_REST})*")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _DIGIT = re.compile(r"\d")  # what _VERSION and the numbers of _TOKEN_OR_NUMBER need to match at all
+_DOTTED = re.compile(r"\d\.\d")  # what _VERSION needs to match at all
+_NUMBER = re.compile(r"\d\d")  # what the numbers of _TOKEN_OR_NUMBER need to match at all
 _TOKEN_OR_NUMBER = re.compile(rf"({_IDENTIFIER.pattern})|(\d{{2,}})")
 """An identifier-like token, or a number of two digits or more outside one ("100-150元",
 "in 2022"; not the "2" of "v2" nor the "12" of "sha12")."""
@@ -292,14 +294,21 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
                 anchors.append("`" + code + "`")
     numbers: list[str] = []
     ascii = text.isascii()
-    if _DIGIT.search(text) is not None:
-        versions = _VERSION.findall(text)
-        anchors.extend("#" + v.lower().lstrip("v") for v in versions)
-        scanned = _VERSION.sub(" ", text) if versions else text
-        tokens, numbers = _tokens_and_numbers(scanned, _ASCII_TOKEN_OR_NUMBER if ascii else _TOKEN_OR_NUMBER)
-        anchors.extend(_latin_anchors(tokens))
-    else:
+    digit = _DIGIT.search(text)
+    if digit is None:
         anchors.extend(_latin_anchors((_ASCII_IDENTIFIER if ascii else _IDENTIFIER).findall(text)))
+    else:
+        first = digit.start()  # the scans below need a digit: none starts before this one
+        scanned = text
+        if _DOTTED.search(text, first) is not None:
+            versions = _VERSION.findall(text)
+            anchors.extend("#" + v.lower().lstrip("v") for v in versions)
+            scanned = _VERSION.sub(" ", text) if versions else text
+        if _NUMBER.search(text, first) is not None:
+            tokens, numbers = _tokens_and_numbers(scanned, _ASCII_TOKEN_OR_NUMBER if ascii else _TOKEN_OR_NUMBER)
+            anchors.extend(_latin_anchors(tokens))
+        else:  # no two digits in a row: no number, and the plain scan finds the same tokens
+            anchors.extend(_latin_anchors((_ASCII_IDENTIFIER if ascii else _IDENTIFIER).findall(scanned)))
     if not ascii:
         for run in _CJK_RUN.findall(text):
             anchors.extend(_cjk_anchors(run, query))
