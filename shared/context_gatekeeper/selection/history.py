@@ -278,6 +278,7 @@ class TurnHistory:
         del self.labels[start:], self.novelty[start:], self.chain[start:]
         chain, keys, sha256 = self.chain, self._turn_keys, hashlib.sha256
         previous = chain[start - 1] if start else self._params_fingerprint()
+        last = len(order) - 1
         for position in range(start, len(order)):
             turn_id = order[position]
             # a turn's label depends only on the turns up to it (their texts) and the parameters
@@ -294,7 +295,7 @@ class TurnHistory:
                 _labels.put(previous, found)
             self.labels.append(found[0])
             self.novelty.append(found[1])
-            if later is not None:
+            if later is not None and position < last:  # (after the last turn nothing reads it)
                 later.subtract(turns[turn_id].anchors)
 
     def _params_fingerprint(self) -> str:
