@@ -38,7 +38,7 @@ import json
 import threading
 from array import array
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -439,11 +439,12 @@ class GatedView:
             index.memo = None  # until the index is in step with this list
             self._sync(index, turns, tail, pinned, summaries, system_prompt)
             index.memo = memo
-            selection = index.gatekeeper.explain(query)
+            # select: the turns explain keeps, without building its per-turn report
+            turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query)]
             keys = index.turns.keys_by_id()
         finally:
             index.lock.release()
-        return pinned + _kept(selection.turn_ids, keys, turns, rest)
+        return pinned + _kept(turn_ids, keys, turns, rest)
 
     async def agated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
