@@ -75,25 +75,20 @@ def topic_profiles(
     A topic's strength fades with its own turns, not with the turns of other topics in
     between: in A, B, A the first A turn is the second-latest turn of topic A.
     """
-    # each topic's turns, newest first (topics in the order met walking back)
-    members: dict[int, list[int]] = {}
+    profiles: dict[int, dict[str, float]] = {}
+    turns_seen: dict[int, int] = {}
     for pos in range(end - 1, max(0, end - lookback) - 1, -1):
-        found = members.get(labels[pos])
-        if found is None:
-            members[labels[pos]] = [pos]
-        elif len(found) < size:
-            found.append(pos)
-    return {label: _profile([turns[pos].anchors for pos in found], decay) for label, found in members.items()}
-
-
-def _profile(newest_first: Sequence[frozenset[str]], decay: float) -> dict[str, float]:
-    """One topic's profile: each anchor at ``decay ** back`` for the newest of the anchor
-    sets holding it (``back`` counts from 0, newest first).  Written oldest first, so a
-    newer set overwrites (the profile is only looked up, never iterated in order)."""
-    profile: dict[str, float] = {}
-    for back in range(len(newest_first) - 1, -1, -1):
-        profile.update(dict.fromkeys(newest_first[back], decay**back))
-    return profile
+        label = labels[pos]
+        back = turns_seen.get(label, 0)
+        if back >= size:
+            continue
+        turns_seen[label] = back + 1
+        strength = decay**back
+        profile = profiles.setdefault(label, {})
+        for anchor in turns[pos].anchors:
+            if anchor not in profile:
+                profile[anchor] = strength
+    return profiles
 
 
 def best_other_topic(
@@ -144,9 +139,13 @@ class _TurnGate:
 
 
 def _with(features: GateFeatures, **changes: object) -> GateFeatures:
-    """``dataclasses.replace(features, **changes)``, without its per-field checks (it runs
-    twice for every turn segmented)."""
-    return GateFeatures(**{**vars(features), **changes})
+    """``dataclasses.replace(features, **changes)``, without its per-field checks nor the
+    frozen ``__init__``'s one ``object.__setattr__`` per field (it runs twice for every turn
+    segmented): the copy's fields are written at once (``GateFeatures`` has no
+    ``__post_init__``, so that is all its ``__init__`` does)."""
+    copied = object.__new__(GateFeatures)
+    copied.__dict__.update(vars(features), **changes)
+    return copied
 
 
 def _user_weights(

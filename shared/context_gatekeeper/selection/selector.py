@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(slots=True)  # a query makes one per matching turn: slots make them lighter to build and score
 class Candidate:
     """A turn that holds at least one query anchor, with its score parts (weighted)."""
 
