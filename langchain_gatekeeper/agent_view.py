@@ -442,9 +442,10 @@ class GatedView:
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
             # select: the turns explain keeps, without building its per-turn report
             turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query)]
+            kept = _kept(turn_ids, by_id, rest)  # under the lock: the next call grows these maps in place
         finally:
             index.lock.release()
-        return pinned + _kept(turn_ids, by_id, rest)
+        return pinned + kept
 
     async def agated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
@@ -467,9 +468,10 @@ class GatedView:
             index.memo = None  # until the index is in step with this list
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
             selection = await index.gatekeeper.aexplain(query)
+            kept = _kept(selection.turn_ids, by_id, rest)  # under the lock: the next call grows these maps in place
         finally:
             index.lock.release()
-        return pinned + _kept(selection.turn_ids, by_id, rest)
+        return pinned + kept
 
     def _read(
         self, index: _ThreadIndex, earlier: Sequence[BaseMessage]
@@ -485,10 +487,12 @@ class GatedView:
         memo = index.memo
         tail: list[_Turn] | None
         if memo is not None and memo.extends(earlier, keyed_by):
+            # the last call's memo grows in place: it is no longer the thread's until this call's is in step
+            index.memo = None
             read = len(memo.prints)
-            pinned, summaries, rest = list(memo.pinned), list(memo.summaries), list(memo.rest)
-            turns, seen = list(memo.turns), dict(memo.seen)
-            prints = memo.prints + [_print(m, keyed_by, keep=True) for m in earlier[read:]]
+            pinned, summaries, rest, turns, seen = memo.pinned, memo.summaries, memo.rest, memo.turns, memo.seen
+            prints = memo.prints
+            prints.extend(_print(m, keyed_by, keep=True) for m in earlier[read:])
             by_id = memo.by_id
             tail = []
         else:
@@ -511,7 +515,7 @@ class GatedView:
             if tail is not None:
                 # a regrouped turn keyed by content has a new key: the old one must go, which a full sync does
                 tail = added if last is None or added[0].key == last.key else None
-        memo = _ListMemo(prints, pinned, summaries, rest, turns, seen, None if by_id is None else dict(by_id))
+        memo = _ListMemo(prints, pinned, summaries, rest, turns, seen, by_id)
         return list(pinned), list(summaries), rest, turns, tail, memo
 
     def _synced(

@@ -343,11 +343,11 @@ class ContextGatekeeper(SemanticMethods):
         for turn_id in pinned:
             kept.reasons[turn_id], kept.evidence[turn_id] = "pinned", Evidence(pinned=True)
         kept.reasons.update(dict.fromkeys(exclude, _EXCLUDED))  # blocks every later step
-        pool = heapq.nlargest(
-            p.top_m,
-            (c for c in candidates.values() if c.turn_id not in kept.reasons),
-            key=lambda c: (c.total, c.position),
-        )
+        # the top_m by (total, position), best first: positions are distinct, so the keys are
+        # too and the tuples never compare their candidates (no key function called per candidate)
+        reasons = kept.reasons
+        pool = [c for _, _, c in heapq.nlargest(
+            p.top_m, [(c.total, c.position, c) for c in candidates.values() if c.turn_id not in reasons])]
         coverable = {a for c in candidates.values() for a in c.covered}
         coverable_weight = sum(weights[a] for a in coverable)
         total_weight = sum(weights.values())
