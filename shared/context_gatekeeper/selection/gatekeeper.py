@@ -334,7 +334,8 @@ class ContextGatekeeper(SemanticMethods):
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
             replying=view is not None and asks, closing=closes, asks=asks,
             preference=topic_preference(
-                preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)), p))
+                preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)), p),
+            profiles_at=history.profiles_before if history.params is p else None)
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())
