@@ -302,9 +302,9 @@ def gate_query(
         others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
     features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
-    features = replace(features, asks=asks, closes=closing, established=len(profiles) == 1 and len(labels) >= 2,
-                       history_turns=len(labels))
-    features = replace(features, contributions=switch_contributions(features, p.switch_model))
+    features = _with(features, asks=asks, closes=closing, established=len(profiles) == 1 and len(labels) >= 2,
+                     history_turns=len(labels))
+    features = _with(features, contributions=switch_contributions(features, p.switch_model))
     decision = decide(features, p)
     if semantic and active in semantic:
         other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),
