@@ -38,7 +38,7 @@ import json
 import threading
 from array import array
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -329,12 +329,14 @@ class _ListMemo:
     """What one call read from its earlier messages, for the next call on the same thread:
     each message's :func:`_print`, and what :func:`_split` and :func:`_turns` made of them."""
 
-    __slots__ = ("prints", "pinned", "summaries", "rest", "turns", "seen")
+    __slots__ = ("prints", "pinned", "summaries", "rest", "turns", "seen", "by_id")
 
     def __init__(self, prints: list[Print], pinned: list[BaseMessage], summaries: list[str], rest: list[BaseMessage],
-                 turns: list[_Turn], seen: dict[int, int]) -> None:
+                 turns: list[_Turn], seen: dict[int, int], by_id: dict[int, _Turn] | None = None) -> None:
         self.prints, self.pinned, self.summaries, self.rest = prints, pinned, summaries, rest
         self.turns, self.seen = turns, seen
+        self.by_id = by_id
+        """Gatekeeper turn id -> turn, once the index is in step with ``turns`` (see :meth:`GatedView._synced`)."""
 
     def extends(self, earlier: Sequence[BaseMessage], keyed_by: str) -> bool:
         """Whether ``earlier`` starts with the messages this memo read, none of them changed."""
@@ -437,13 +439,13 @@ class GatedView:
         try:
             pinned, summaries, rest, turns, tail, memo = self._read(index, earlier)
             index.memo = None  # until the index is in step with this list
-            self._sync(index, turns, tail, pinned, summaries, system_prompt)
-            index.memo = memo
-            selection = index.gatekeeper.explain(query)
-            keys = index.turns.keys_by_id()
+            by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
+            # select: the turns explain keeps, without building its per-turn report
+            turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query)]
+            kept = _kept(turn_ids, by_id, rest)  # under the lock: the next call grows these maps in place
         finally:
             index.lock.release()
-        return pinned + _kept(selection.turn_ids, keys, turns, rest)
+        return pinned + kept
 
     async def agated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
@@ -464,13 +466,12 @@ class GatedView:
         try:
             pinned, summaries, rest, turns, tail, memo = self._read(index, earlier)
             index.memo = None  # until the index is in step with this list
-            self._sync(index, turns, tail, pinned, summaries, system_prompt)
-            index.memo = memo
+            by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
             selection = await index.gatekeeper.aexplain(query)
-            keys = index.turns.keys_by_id()
+            kept = _kept(selection.turn_ids, by_id, rest)  # under the lock: the next call grows these maps in place
         finally:
             index.lock.release()
-        return pinned + _kept(selection.turn_ids, keys, turns, rest)
+        return pinned + kept
 
     def _read(
         self, index: _ThreadIndex, earlier: Sequence[BaseMessage]
@@ -486,15 +487,19 @@ class GatedView:
         memo = index.memo
         tail: list[_Turn] | None
         if memo is not None and memo.extends(earlier, keyed_by):
+            # the last call's memo grows in place: it is no longer the thread's until this call's is in step
+            index.memo = None
             read = len(memo.prints)
-            pinned, summaries, rest = list(memo.pinned), list(memo.summaries), list(memo.rest)
-            turns, seen = list(memo.turns), dict(memo.seen)
-            prints = memo.prints + [_print(m, keyed_by, keep=True) for m in earlier[read:]]
+            pinned, summaries, rest, turns, seen = memo.pinned, memo.summaries, memo.rest, memo.turns, memo.seen
+            prints = memo.prints
+            prints.extend(_print(m, keyed_by, keep=True) for m in earlier[read:])
+            by_id = memo.by_id
             tail = []
         else:
             read = 0
             pinned, summaries, rest, turns, seen = [], [], [], [], {}
             prints = [_print(m, keyed_by, keep=True) for m in earlier]
+            by_id = None
             tail = None
         known = len(rest)
         _split(earlier[read:], pinned, summaries, rest)
@@ -510,16 +515,37 @@ class GatedView:
             if tail is not None:
                 # a regrouped turn keyed by content has a new key: the old one must go, which a full sync does
                 tail = added if last is None or added[0].key == last.key else None
-        return list(pinned), list(summaries), rest, turns, tail, _ListMemo(prints, pinned, summaries, rest, turns, seen)
+        memo = _ListMemo(prints, pinned, summaries, rest, turns, seen, by_id)
+        return list(pinned), list(summaries), rest, turns, tail, memo
+
+    def _synced(
+        self, index: _ThreadIndex, memo: _ListMemo, turns: list[_Turn], tail: list[_Turn] | None,
+        pinned: list[BaseMessage], summaries: list[str], system_prompt: str | None,
+    ) -> dict[int, _Turn]:
+        """Under the thread's lock: :meth:`_sync`, then ``memo`` kept for the next call, with
+        its turns by gatekeeper turn id (the last call's map and the new turns when the index
+        only took ``tail``, else built from every turn), which is returned."""
+        extended = self._sync(index, turns, tail, pinned, summaries, system_prompt)
+        ids = index.turns.ids
+        by_id = memo.by_id
+        if extended and by_id is not None:
+            for turn in cast(list[_Turn], tail):  # a regrouped last turn keeps its key, so its id
+                by_id[ids[turn.key]] = turn
+        else:
+            by_id = memo.by_id = {ids[turn.key]: turn for turn in turns}
+        index.memo = memo
+        return by_id
 
     @staticmethod
     def _sync(
         index: _ThreadIndex, turns: list[_Turn], tail: list[_Turn] | None, pinned: list[BaseMessage],
         summaries: list[str], system_prompt: str | None,
-    ) -> None:
+    ) -> bool:
         """Under the thread's lock: the index in step with ``turns`` (only ``tail`` applied,
-        when the list only grew since the index's last sync), pinned text set."""
-        if tail is None or not index.turns.extend(tail):
+        when the list only grew since the index's last sync), pinned text set.  Returns whether
+        only ``tail`` was applied."""
+        extended = tail is not None and index.turns.extend(tail)
+        if not extended:
             index.turns.sync(turns)
         gk = index.gatekeeper
         pinned_text = "\n".join(filter(None, [system_prompt, *(m.text for m in pinned if isinstance(m, SystemMessage))]))
@@ -528,6 +554,7 @@ class GatedView:
         summary = "\n".join(summaries) or None
         if summary != gk.summary:
             gk.summary = summary
+        return extended
 
 
 def _split(
@@ -553,12 +580,12 @@ def _split(
     return pinned, summaries, rest
 
 
-def _kept(turn_ids: Sequence[int], keys: dict[int, str], turns: list[_Turn], rest: list[BaseMessage]) -> list[BaseMessage]:
-    """The messages of the selected turns, in order, starting on a user message."""
-    by_key = {t.key: t for t in turns}
+def _kept(turn_ids: Sequence[int], by_id: dict[int, _Turn], rest: list[BaseMessage]) -> list[BaseMessage]:
+    """The messages of the selected turns (``by_id``: gatekeeper turn id -> turn), in order,
+    starting on a user message."""
     kept: list[BaseMessage] = []
     for turn_id in turn_ids:
-        turn = by_key.get(keys.get(turn_id, ""))
+        turn = by_id.get(turn_id)
         if turn is None:
             continue  # defensive: every selected turn is one of ``turns``
         if not kept and not turn.opens_with_user:

@@ -124,8 +124,8 @@ def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
         return messages.to_messages()
     if isinstance(messages, (str, bytes)):
         raise InvalidInputError("gate_messages takes a list of messages, not a string")
-    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages):
-        return messages  # already messages: nothing to convert (convert_to_messages would return them as they are)
+    if isinstance(messages, list) and all(issubclass(kind, BaseMessage) for kind in set(map(type, messages))):
+        return messages  # already messages (checked per class): convert_to_messages would return them as they are
     return convert_to_messages(messages)
 
 

@@ -411,3 +411,26 @@ def test_one_scan_finds_what_blanking_identifiers_out_would(text):
     tokens, numbers = module._tokens_and_numbers(latin)
     assert numbers == expected
     assert tokens == module._IDENTIFIER.findall(latin)
+
+
+@given(st.text(alphabet=[chr(i) for i in range(128)], max_size=40))
+def test_ascii_patterns_scan_ascii_text_as_the_unicode_ones_do(text):
+    """``extract`` scans ASCII text with plain ASCII classes (faster); on ASCII text they must
+    find exactly what the Unicode patterns find: tokens, numbers and their order."""
+    from context_gatekeeper.selection import anchors as module
+
+    assert module._ASCII_IDENTIFIER.findall(text) == module._IDENTIFIER.findall(text)
+    assert module._tokens_and_numbers(text, module._ASCII_TOKEN_OR_NUMBER) == module._tokens_and_numbers(text)
+
+
+@given(st.text(alphabet="ab1 2_.:->`\"v3.1x9锁１２٣Ü?-", max_size=40))
+def test_scans_skipped_without_their_digits_would_find_nothing(text):
+    """``extract`` runs the version scan only where a digit, a dot and a digit meet, and the
+    token-or-number scan only where two digits meet (else the plain identifier scan): the
+    skipped scans must find no version, and no number and the same tokens, there."""
+    from context_gatekeeper.selection import anchors as module
+
+    if module._DOTTED.search(text) is None:
+        assert module._VERSION.findall(text) == []
+    if module._NUMBER.search(text) is None:
+        assert module._tokens_and_numbers(text) == (module._IDENTIFIER.findall(text), [])

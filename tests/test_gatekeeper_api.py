@@ -263,3 +263,24 @@ def test_excluded_turns_are_not_selected_and_leave_their_budget_to_others() -> N
     selection = gk.explain("Redis lock renewal?", exclude=[2], token_budget=gk.turn_cost(1))
     assert selection.turn_ids == (1,)
     assert 2 not in {s.turn_id for s in selection.scores}
+
+
+def test_select_and_build_prompt_keep_the_turns_explain_keeps_without_its_report() -> None:
+    """``select`` and ``build_prompt`` skip building explain's per-turn records, and nothing
+    else: the same turns, in the same order, for queries that continue, switch and return."""
+    gk = make(token_budget=60)
+    chat = [
+        ("How long should a Redis lock TTL be?", "Longer than the longest job holding the lock."),
+        ("What grind size for a moka pot?", "Fine, a little coarser than espresso."),
+        ("Does the Redis lock need a watchdog?", "Yes: renew the TTL while the job runs."),
+        ("How hot should the moka pot water be?", "Just off the boil, preheated."),
+        ("And the fencing token for the Redis lock?", "Increase it per acquisition and check it in storage."),
+    ]
+    for user, assistant in chat:
+        gk.add_turn(user, assistant)
+    for query in ("What about the Redis lock TTL again?", "moka pot grind?", "By the way, what is a B-tree?", "it"):
+        selection = gk.explain(query)
+        assert bool(selection.scores) == bool(selection.turn_ids)  # explain reports the kept turns
+        assert [t["turn_id"] for t in gk.select(query)] == list(selection.turn_ids)
+        assert gk.build_prompt(query) == selection.as_prompt({t.id: t for t in gk.turns})
+        assert gk._select_for(query, None, (), None, records=False).scores == ()

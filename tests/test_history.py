@@ -95,9 +95,9 @@ def labelled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     real = history.next_label
 
-    def counting(labels: Any, turns: Any, position: int, df: Any, params: Any) -> Any:
+    def counting(labels: Any, turns: Any, position: int, df: Any, params: Any, *more: Any) -> Any:
         seen.append(position)
-        return real(labels, turns, position, df, params)
+        return real(labels, turns, position, df, params, *more)
 
     monkeypatch.setattr(history, "next_label", counting)
     monkeypatch.setattr(history, "_labels", BoundedCache(maxsize=1000))
@@ -146,3 +146,40 @@ def test_other_parameters_are_segmented_anew(labelled: list[int]) -> None:
     for user, assistant in TURNS:
         other.add_turn(user, assistant)
     assert labelled == list(range(len(TURNS)))
+
+
+def test_kept_topic_profiles_are_what_a_fresh_computation_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiles the query gate reads and the next appended turn is segmented with are
+    kept once; after appends, inserts, replaces, removes and new parameters, every position's
+    profiles are still what topic_profiles computes from the labels and turns at that time."""
+    from dataclasses import replace as with_changes
+
+    from context_gatekeeper.selection.segments import topic_profiles
+
+    monkeypatch.setattr(history, "_labels", BoundedCache(maxsize=1000))  # segmentation runs, not the label cache
+    computed: list[int] = []
+    real = history.topic_profiles
+    monkeypatch.setattr(history, "topic_profiles", lambda *a: computed.append(a[2]) or real(*a))
+    gk = ContextGatekeeper(token_budget=200)
+    h = gk._history
+
+    def check() -> None:
+        p = h.params
+        for end in range(len(h), -1, -1):  # the kept end first
+            assert h.profiles_before(end) == topic_profiles(
+                h.labels, h.by_position, end, p.topic_lookback, p.topic_window, p.topic_decay), end
+
+    words = ["redis lock ttl", "espresso grind", "postgres vacuum", "redis watchdog", "espresso beans"]
+    ids = [gk.add_turn(f"question about {w} {i}?", f"answer on {w}") for i, w in enumerate(words * 3)]
+    gk.explain("and the redis lock?")
+    computed.clear()
+    gk.add_turn("more on the redis lock ttl?", "renew it")  # segmented with the profiles the query gate kept
+    assert len(h) not in computed and len(h) - 1 not in computed, computed
+    check()
+    gk.insert_turn(ids[3], "a word on espresso?", "fine grind")
+    gk.replace_turn(ids[6], "postgres autovacuum now?", "tune it")
+    gk.remove_turn(ids[1])
+    check()
+    h.profiles_before(len(h))  # kept for the latest position
+    h.params = with_changes(h.params, topic_window=1, topic_decay=0.25)  # other parameters: the kept profiles are not theirs
+    check()

@@ -196,3 +196,51 @@ def test_thread_indexes_are_kept_least_recently_used_first_out() -> None:
     view.gatekeeper("c")  # evicts "b"
     assert view.gatekeeper("a") is a and len(a) == 4
     assert view.gatekeeper("b") is not b
+
+
+def test_the_memo_maps_every_turn_by_its_index_id_as_the_list_grows() -> None:
+    """The list memo grows in place with the list; its turns by gatekeeper turn id always
+    match the index exactly, answers joining the last turn included."""
+    for keyed_by in ("content", "id"):
+        view = GatedView(make, keyed_by=keyed_by)
+        history = conversation(30, seed=11)
+        for i, m in enumerate(history):
+            m.id = f"g{i}"
+        messages: list[BaseMessage] = list(history[:20])
+        for step in range(20):
+            if step % 3 == 2:
+                messages.append(AIMessage(f"and more on step {step}", id=f"late{step}"))  # joins the last turn
+            else:
+                messages += history[20 + step:21 + step] or [HumanMessage(f"extra {step} espresso?", id=f"e{step}")]
+            query = HumanMessage(f"now the {TOPICS[step % len(TOPICS)][0]}?")
+            assert view.view([*messages, query], thread="t") == fresh([*messages, query], keyed_by), (keyed_by, step)
+            memo = view._index("t").memo
+            ids = view.index("t").ids
+            assert memo.by_id == {ids[turn.key]: turn for turn in memo.turns}, (keyed_by, step)
+
+
+def test_a_call_that_fails_on_a_grown_list_leaves_the_next_call_right() -> None:
+    """A count that raises halfway through a grown list's call: the memo the call was growing
+    is dropped, so the next call (a list without that turn) is a fresh view's."""
+    def counter(text: str) -> int:
+        if "BOOM" in text:
+            raise ValueError("no count for this text")
+        return len(text.split())
+
+    def build() -> CountingGatekeeper:
+        return CountingGatekeeper(token_budget=120, token_counter=counter, message_overhead=0, on_overflow="keep_pinned")
+
+    for keyed_by in ("content", "id"):
+        view = GatedView(build, keyed_by=keyed_by)
+        history = conversation(20, seed=2)
+        for i, m in enumerate(history):
+            m.id = f"f{i}"
+        query = HumanMessage("and the redis watchdog?")
+        view.view([*history[:30], query], thread="t")
+        bad = [*history[:30], HumanMessage("BOOM espresso?", id="boom"), AIMessage("fine", id="boom-a")]
+        with pytest.raises(Exception):
+            view.view([*bad, query], thread="t")
+        good = [*history[:34], query]
+        assert view.view(good, thread="t") == GatedView(build, keyed_by=keyed_by).view(good), keyed_by
+        memo = view._index("t").memo
+        assert memo.by_id == {view.index("t").ids[turn.key]: turn for turn in memo.turns}, keyed_by

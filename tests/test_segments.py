@@ -273,3 +273,24 @@ def test_a_reply_to_the_answers_question_keeps_its_topic_once_added_as_it_did_at
     gk.add_turn(reply)  # unanswered: the topic is read from the user's words and the question before
     assert gk.topics() == {0: (1, 2)}
     assert not gk.explain("Which strings are best for a beginner cello?").gate.asks
+
+
+def test_with_copies_features_as_dataclasses_replace_does() -> None:
+    """Segmentation copies its gate features by writing their fields at once, skipping the
+    frozen ``__init__``: only right while ``GateFeatures`` has no ``__post_init__`` (a check
+    added there would be skipped), and the copy must equal ``dataclasses.replace``'s."""
+    import dataclasses
+
+    from context_gatekeeper.selection.cues import Cues
+    from context_gatekeeper.selection.gate import GateFeatures
+    from context_gatekeeper.selection.segments import _with
+
+    assert not hasattr(GateFeatures, "__post_init__")
+    features = GateFeatures(0.25, 0.5, 0.25, 1.5, 3, 0.4, Cues(reference=("it",)), 2.0)
+    changes = {"established": True, "history_turns": 7, "asks": True, "contributions": (("bias", -1.0),)}
+    copied = _with(features, **changes)
+    expected = dataclasses.replace(features, **changes)
+    assert copied == expected and repr(copied) == repr(expected) and hash(copied) == hash(expected)
+    assert type(copied) is GateFeatures and copied is not features and features.history_turns == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copied.overlap = 1.0  # type: ignore[misc]

@@ -72,12 +72,14 @@ class BoundedCache(Generic[K, V]):
     def _lookup(self, key: K) -> V | object:
         """The value for ``key`` (now the most recently used), or ``_MISSING``; counts it."""
         with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                self.hits += 1
-                return self._data[key]
-            self.misses += 1
-            return _MISSING
+            data = self._data
+            found = data.get(key, _MISSING)  # one lookup to find it, one to touch it
+            if found is _MISSING:
+                self.misses += 1
+                return _MISSING
+            data.move_to_end(key)
+            self.hits += 1
+            return found
 
     def get_many(self, keys: Iterable[K]) -> list[V | None]:
         """:meth:`get` for each key (``None`` where missing), under one acquisition of the

@@ -276,14 +276,14 @@ class ContextGatekeeper(SemanticMethods):
         """The kept earlier turns as ``[{"user", "assistant", "turn_id"}, ...]`` in position order."""
         probe = self._probe(query)  # the query's embedding, never under the lock
         with self._lock:
-            selection = self._select_for(query, token_budget, exclude, probe)
+            selection = self._select_for(query, token_budget, exclude, probe, records=False)
             return [self._history.turns[t].as_dict() for t in selection.turn_ids]
 
     def build_prompt(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> str:
         """Pinned content, the kept turns and the query as one plain-text prompt."""
         probe = self._probe(query)
         with self._lock:
-            return self._select_for(query, token_budget, exclude, probe).as_prompt(self._history.turns)
+            return self._select_for(query, token_budget, exclude, probe, records=False).as_prompt(self._history.turns)
 
     def explain(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> Selection:
         """Select for ``query`` and say why; changes no turn, pin or setting.
@@ -297,7 +297,11 @@ class ContextGatekeeper(SemanticMethods):
         """
         return self._select_for(query, token_budget, exclude, self._probe(query))
 
-    def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any) -> Selection:
+    def _select_for(
+        self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any, records: bool = True
+    ) -> Selection:
+        """The selection for ``query``; ``records=False`` leaves its ``scores`` empty (callers
+        that read only the kept turns skip building what ``explain`` shows: same turns)."""
         query = require_text(query, "query")
         budget_total = self.token_budget if token_budget is None else require_budget(token_budget)
         cues, content = strip_cues(query[: self.params.max_query_chars])
@@ -305,10 +309,10 @@ class ContextGatekeeper(SemanticMethods):
         with self._lock:
             if self._semantic is not None:
                 self._semantic.take()  # changed turns queued; cached vectors used at once
-            return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude), probe)
+            return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude), probe, records)
 
     def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int,
-                 exclude: frozenset[int], probe: tuple[Any, bool] | None) -> Selection:
+                 exclude: frozenset[int], probe: tuple[Any, bool] | None, records: bool = True) -> Selection:
         p, history = self.params, self._history
         index, labels = history.index, history.labels
         # 1-2. weights, candidates (fused with similarity), and the gate
@@ -330,7 +334,8 @@ class ContextGatekeeper(SemanticMethods):
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
             replying=view is not None and asks, closing=closes, asks=asks,
             preference=topic_preference(
-                preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)), p))
+                preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)), p),
+            profiles_at=history.profiles_before if history.params is p else None)
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())
@@ -339,11 +344,11 @@ class ContextGatekeeper(SemanticMethods):
         for turn_id in pinned:
             kept.reasons[turn_id], kept.evidence[turn_id] = "pinned", Evidence(pinned=True)
         kept.reasons.update(dict.fromkeys(exclude, _EXCLUDED))  # blocks every later step
-        pool = heapq.nlargest(
-            p.top_m,
-            (c for c in candidates.values() if c.turn_id not in kept.reasons),
-            key=lambda c: (c.total, c.position),
-        )
+        # the top_m by (total, position), best first: positions are distinct, so the keys are
+        # too and the tuples never compare their candidates (no key function called per candidate)
+        reasons = kept.reasons
+        pool = [c for _, _, c in heapq.nlargest(
+            p.top_m, [(c.total, c.position, c) for c in candidates.values() if c.turn_id not in reasons])]
         coverable = {a for c in candidates.values() for a in c.covered}
         coverable_weight = sum(weights[a] for a in coverable)
         total_weight = sum(weights.values())
@@ -381,7 +386,7 @@ class ContextGatekeeper(SemanticMethods):
             gate=features,
             active_segment=history.topic_ids(active),
             matched_segment=history.topic_ids(topic) if decision == "return" else (),
-            scores=score_records(pool, candidates, weights, kept, explicit_switch, topic, p, view),
+            scores=score_records(pool, candidates, weights, kept, explicit_switch, topic, p, view) if records else (),
             coverage=covered_weight / coverable_weight if coverable_weight else 1.0,
             tokens_kept=fixed + sum(history.costs[t] for t in turn_ids),
             tokens_total=fixed + history.total_cost,

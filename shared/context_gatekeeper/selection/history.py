@@ -21,7 +21,7 @@ from .gate import is_courtesy, last_question
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
 from .index import AnchorIndex
 from .params import SelectionParams
-from .segments import SegmentInput, next_label
+from .segments import SegmentInput, next_label, topic_profiles
 from .records import Turn
 from ..validation import require_text
 
@@ -130,6 +130,8 @@ class TurnHistory:
         """Ids of turns added, changed or removed since a consumer last emptied it;
         ``None`` (the default) tracks nothing.  The semantic channel sets a set here."""
         self._next_id = 1
+        self._profiles: tuple[tuple[str, int, int, float], dict[int, dict[str, float]]] | None = None
+        """The last :meth:`profiles_before` result and its key."""
 
     def __len__(self) -> int:
         return len(self.order)
@@ -278,6 +280,7 @@ class TurnHistory:
         del self.labels[start:], self.novelty[start:], self.chain[start:]
         chain, keys, sha256 = self.chain, self._turn_keys, hashlib.sha256
         previous = chain[start - 1] if start else self._params_fingerprint()
+        last = len(order) - 1
         for position in range(start, len(order)):
             turn_id = order[position]
             # a turn's label depends only on the turns up to it (their texts) and the parameters
@@ -290,12 +293,28 @@ class TurnHistory:
                     for later_id in order[position:]:
                         later.update(turns[later_id].anchors)
                     later_count = later.get
-                found = next_label(self.labels, self.by_position, position, prefix_df, self.params)
+                found = next_label(self.labels, self.by_position, position, prefix_df, self.params, self.profiles_before)
                 _labels.put(previous, found)
             self.labels.append(found[0])
             self.novelty.append(found[1])
-            if later is not None:
+            if later is not None and position < last:  # (after the last turn nothing reads it)
                 later.subtract(turns[turn_id].anchors)
+
+    def profiles_before(self, end: int) -> dict[int, dict[str, float]]:
+        """:func:`segments.topic_profiles` before position ``end`` (labels up to ``end`` set),
+        kept for the next call with the same ``end`` and turns before it: the query gate's
+        profiles after an append are the ones the next appended turn is segmented with.
+        Keyed by ``chain[end - 1]`` (which names the turns up to it, their texts and the
+        parameters, and so their labels) and the profile parameters.  Shared: read only."""
+        p = self.params
+        key = (self.chain[end - 1], p.topic_lookback, p.topic_window, p.topic_decay) if end > 0 else None
+        kept = self._profiles
+        if key is not None and kept is not None and kept[0] == key:
+            return kept[1]
+        profiles = topic_profiles(self.labels, self.by_position, end, p.topic_lookback, p.topic_window, p.topic_decay)
+        if key is not None:
+            self._profiles = (key, profiles)
+        return profiles
 
     def _params_fingerprint(self) -> str:
         """A key of the parameters segmentation reads (computed again when they are replaced)."""

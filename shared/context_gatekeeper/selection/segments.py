@@ -91,6 +91,13 @@ def topic_profiles(
     return profiles
 
 
+ProfilesAt = Callable[[int], "dict[int, dict[str, float]]"]
+"""``end -> topic_profiles(labels, turns, end, ...)`` with the parameters' lookback, window and
+decay: a caller that keeps the profiles it computed (:meth:`TurnHistory.profiles_before`)
+passes this, so the profiles the query gate reads after an append are not computed again
+when the next turn is segmented.  The result is shared: read it, never change it."""
+
+
 def best_other_topic(
     profiles: Mapping[int, Mapping[str, float]], active: int | None, weights: Mapping[str, float]
 ) -> tuple[int | None, float] | None:
@@ -139,9 +146,13 @@ class _TurnGate:
 
 
 def _with(features: GateFeatures, **changes: object) -> GateFeatures:
-    """``dataclasses.replace(features, **changes)``, without its per-field checks (it runs
-    twice for every turn segmented)."""
-    return GateFeatures(**{**vars(features), **changes})
+    """``dataclasses.replace(features, **changes)``, without its per-field checks nor the
+    frozen ``__init__``'s one ``object.__setattr__`` per field (it runs twice for every turn
+    segmented): the copy's fields are written at once (``GateFeatures`` has no
+    ``__post_init__``, so that is all its ``__init__`` does)."""
+    copied = object.__new__(GateFeatures)
+    copied.__dict__.update(vars(features), **changes)
+    return copied
 
 
 def _user_weights(
@@ -157,11 +168,12 @@ def _user_weights(
 
 def _gate_turn(
     labels: Sequence[int], turns: Sequence[SegmentInput], position: int, df: Callable[[str], int],
-    params: SelectionParams, whole: Mapping[str, float],
+    params: SelectionParams, whole: Mapping[str, float], profiles_at: ProfilesAt | None = None,
 ) -> _TurnGate:
     turn = turns[position]
     weights = _user_weights(turn, whole, df, position, params)
-    profiles = topic_profiles(labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay)
+    profiles = (profiles_at(position) if profiles_at is not None else
+                topic_profiles(labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay))
     active = labels[position - 1]
     earlier = best_other_topic(profiles, active, weights)
     features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
@@ -182,6 +194,7 @@ def next_label(
     position: int,
     df: Callable[[str], int],
     params: SelectionParams,
+    profiles_at: ProfilesAt | None = None,
 ) -> tuple[int, float]:
     """Topic label of the turn at ``position``, given the labels before it, and the new
     content its user message brought (the gate's ``new_weight``).
@@ -199,13 +212,14 @@ def next_label(
     continue keeps the label of the turn before, and a switch opens a new topic
     labelled ``position`` itself.
 
-    ``df`` must count documents among the turns before ``position`` only.
+    ``df`` must count documents among the turns before ``position`` only; ``profiles_at``,
+    when given, gives the topic profiles before a position (:data:`ProfilesAt`).
     """
     if position == 0:
         return 0, 0.0
     turn = turns[position]
     every = anchor_weights(turn.anchors, df, position, params)  # the user's words' weights among them
-    gated = _gate_turn(labels, turns, position, df, params, every)
+    gated = _gate_turn(labels, turns, position, df, params, every, profiles_at)
     features, active = gated.features, labels[position - 1]
     if gated.returns_to is not None:
         return gated.returns_to, features.new_weight
@@ -253,6 +267,7 @@ def gate_query(
     closing: bool = False,
     asks: bool = False,
     preference: tuple[int, float, tuple[tuple[str, float], ...]] | None = None,
+    profiles_at: ProfilesAt | None = None,
 ) -> tuple[Decision, GateFeatures, int | None]:
     """The gate at query time: ``(decision, features, chosen topic)``.
 
@@ -271,12 +286,14 @@ def gate_query(
     fitted log-odds that the query is about it and each input's part
     (:func:`semantic.topic_preference`): at 0 or more, and with no cue, the query goes
     there -- continues it, or returns to it -- whatever its words' switch score.
+    ``profiles_at`` gives the topic profiles before a position (:data:`ProfilesAt`).
     """
     p = params
     if not labels:
         return "switch", gate_features(weights, df, {}, cues, None), None
     active = labels[-1]
-    profiles = topic_profiles(labels, turns, len(labels), p.topic_lookback, p.topic_window, p.topic_decay)
+    profiles = (profiles_at(len(labels)) if profiles_at is not None else
+                topic_profiles(labels, turns, len(labels), p.topic_lookback, p.topic_window, p.topic_decay))
     total = sum(weights.values()) or 1.0
     shares = {label: w / total for label, w in topic_weight.items()}
     others = {label: share for label, share in shares.items() if label != active}
@@ -285,9 +302,9 @@ def gate_query(
         others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
     features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
-    features = replace(features, asks=asks, closes=closing, established=len(profiles) == 1 and len(labels) >= 2,
-                       history_turns=len(labels))
-    features = replace(features, contributions=switch_contributions(features, p.switch_model))
+    features = _with(features, asks=asks, closes=closing, established=len(profiles) == 1 and len(labels) >= 2,
+                     history_turns=len(labels))
+    features = _with(features, contributions=switch_contributions(features, p.switch_model))
     decision = decide(features, p)
     if semantic and active in semantic:
         other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),

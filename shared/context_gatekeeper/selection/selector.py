@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(slots=True)  # a query makes one per matching turn: slots make them lighter to build and score
 class Candidate:
     """A turn that holds at least one query anchor, with its score parts (weighted)."""
 
@@ -93,31 +93,33 @@ def score_candidates(
     topic_weight: dict[int, float] = {}
     for anchor, weight in weights.items():
         bucket = index.postings.get(anchor)
-        kind_weight = params.kind_weights[anchor_kind(anchor)]
+        kind = anchor_kind(anchor)
+        kind_weight = params.kind_weights[kind]
         if not bucket or kind_weight <= 0 or weight / kind_weight < params.min_anchor_idf:
             continue
-        is_exact = anchor_kind(anchor) == AnchorKind.EXACT
-        telling = anchor_kind(anchor) != AnchorKind.CJK_CHAR and anchor_commonness(anchor) < max_common
+        is_exact = kind == AnchorKind.EXACT
+        telling = kind != AnchorKind.CJK_CHAR and anchor_commonness(anchor) < max_common
+        user_part, assistant_part = weight * user_scale, weight * assistant_scale  # the products' first factors
         segments_hit: set[int] = set()
         for turn_id, (tf_user, tf_assistant) in bucket.items():
             candidate = candidates.get(turn_id)
             if candidate is None:
                 position = positions[turn_id]
                 candidate = candidates[turn_id] = Candidate(turn_id, position, costs[turn_id])
-            turn = turns[turn_id]
-            if tf_user:
-                candidate.user += weight * user_scale * bm25_saturation(tf_user, turn.user_len, avg_user, k1, b)
-            if tf_assistant:
-                candidate.assistant += (
-                    weight * assistant_scale * bm25_saturation(tf_assistant, turn.assistant_len, avg_assistant, k1, b)
-                )
+            if tf_user or tf_assistant:
+                turn = turns[turn_id]
+                if tf_user:
+                    candidate.user += user_part * bm25_saturation(tf_user, turn.user_len, avg_user, k1, b)
+                if tf_assistant:
+                    candidate.assistant += assistant_part * bm25_saturation(
+                        tf_assistant, turn.assistant_len, avg_assistant, k1, b)
             if is_exact:
                 candidate.exact += weight * exact_scale
             candidate.covered.append(anchor)
             if telling:
                 candidate.telling.append(anchor)
             segments_hit.add(labels[candidate.position])
-        if anchor_kind(anchor) != AnchorKind.CJK_CHAR:  # a lone character does not tie a query to a topic
+        if kind != AnchorKind.CJK_CHAR:  # a lone character does not tie a query to a topic
             for label in segments_hit:
                 topic_weight[label] = topic_weight.get(label, 0.0) + weight
     for candidate in candidates.values():
