@@ -255,6 +255,9 @@ def test_concurrent_callers_embed_each_turn_once_and_fallback_is_per_call() -> N
 
 
 # -- one warning per outage, shared by every history of one embedder -----------------
+TURN_TEXT = "How long should a Redis lock TTL be?\nLonger than the job."
+
+
 def test_one_warning_per_outage_for_every_history_built_per_request(tmp_path, caplog) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_gatekeeper import GatekeeperChatMessageHistory
@@ -274,10 +277,11 @@ def test_one_warning_per_outage_for_every_history_built_per_request(tmp_path, ca
         assert history.explain("redis question 0?").semantic_fallback
         history.close()
         assert wait_idle(30)
-        # the first request finds the outage: its query, and maybe (the two lanes race) the
-        # turn's batch and the probe that tells a bad text from a service that is down
+        # the first request finds the outage: its query, and maybe (the lanes race, and each
+        # history queues its own pass over the turn) the turn's batch and the probe that tells a
+        # bad text from a service that is down; how many of those run first is thread timing
         first_request = len(calls)
-        assert 1 <= first_request <= 3
+        assert first_request >= 1 and all(c in (["redis question 0?"], [TURN_TEXT], ["ok"]) for c in calls)
         for i in range(1, 5):
             history = GatekeeperChatMessageHistory("s", store=path, embedder=down)
             assert history.explain(f"redis question {i}?").semantic_fallback
