@@ -70,11 +70,12 @@ def _loops_running() -> dict[int, asyncio.AbstractEventLoop]:
 
 
 def _kept_on_purpose() -> set[threading.Thread]:
-    """Threads that outlive tests by design: the conformance suite's one process-wide
-    background loop (a daemon thread, started on first use and reused by every test)."""
+    """Threads that outlive tests by design: the conformance suite's two process-wide
+    loops (daemon threads, started on first use and reused by every test): the async
+    mode's background loop and the loop its async test bodies run on (``run_async``)."""
     store_modes = sys.modules.get("context_gatekeeper.testing.store_modes")
-    loop = getattr(store_modes, "_loop", None)
-    return {loop.thread} if loop is not None else set()
+    loops = (getattr(store_modes, "_loop", None), getattr(store_modes, "_tests_loop", None))
+    return {loop.thread for loop in loops if loop is not None}
 
 
 def _left_running(before: set[threading.Thread]) -> dict[threading.Thread, str]:

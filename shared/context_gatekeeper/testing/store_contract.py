@@ -23,7 +23,7 @@ from ._requires import HealthCheck, given, pytest, settings, st
 from .store_builders import (
     CONTENTS, NASTY_SESSIONS, NESTED, append, changed, delete, edit, fill, message, put_ids, snapshot, turn,
 )
-from .store_modes import needs, together
+from .store_modes import needs, run_async, together
 
 __all__ = ["StoreContract"]
 
@@ -65,7 +65,7 @@ class StoreContract:
         assert store.tip("s") == (0, 0.0)
         stored = fill(store, "s", 2)
         assert store.tip("s") == (2, stored[-1].time)
-        assert asyncio.run(store.atip("s")) == store.tip("s")
+        assert run_async(store.atip("s")) == store.tip("s")
 
     def test_revisions_after(self, store: Store) -> None:
         stored = fill(store, "s", 3)
@@ -341,7 +341,7 @@ class StoreContract:
             await together(self, store.apurge("x"), store.apurge("nobody"))
             assert (await store.ahead("x"), await store.asessions()) == (0, ["y"])
 
-        asyncio.run(main())
+        run_async(main())
 
     @needs("fault_hooks")
     def test_async_commit_does_not_block_the_event_loop(self, store: Store) -> None:
@@ -372,7 +372,7 @@ class StoreContract:
             return await task
 
         try:
-            stored = asyncio.run(main())
+            stored = run_async(main())
         finally:
             store.fault_hook = None
         assert store.revisions("s") == [stored]

@@ -27,7 +27,7 @@ from ..stores.vectors import VectorRow, VectorStore, supports_vectors
 from ..records.revisions import Revision
 
 __all__ = [
-    "Capabilities", "AsyncTwinsFacade", "AsyncTwinsFacadeBeforeRenew", "background_loop", "facade_for", "lacking", "needs", "unwrapped", "together", "MODES",
+    "Capabilities", "AsyncTwinsFacade", "AsyncTwinsFacadeBeforeRenew", "background_loop", "facade_for", "lacking", "needs", "run_async", "unwrapped", "together", "MODES",
 ]
 
 T = TypeVar("T")
@@ -78,9 +78,9 @@ class Capabilities:
 class BackgroundLoop:
     """An event loop running forever in a daemon thread; :meth:`run` waits for a coroutine on it."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "store-conformance-loop") -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="store-conformance-loop", daemon=True)
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
@@ -109,6 +109,25 @@ def background_loop() -> BackgroundLoop:
         if _loop is None:
             _loop = BackgroundLoop()
         return _loop
+
+
+_tests_loop: BackgroundLoop | None = None
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run an async test body and wait for its result, on a second process-wide loop (started
+    on first use), where ``asyncio.run`` would make a loop and end it.  A loop that ends
+    cancels the tasks still on it, and a store's per-loop resources are such tasks (an
+    async connection pool's workers): psycopg_pool can lose that cancellation and the run
+    then never ends.  On a loop that keeps running, the store's ``close()`` closes them
+    properly.  A second loop, not :func:`background_loop`: a test body calls sync methods
+    too, and the async mode's facade runs those on the background loop."""
+    global _tests_loop
+    with _loop_lock:
+        if _tests_loop is None:
+            _tests_loop = BackgroundLoop("store-conformance-tests-loop")
+        runner = _tests_loop
+    return runner.run(coroutine)
 
 
 class AsyncTwinsFacade(Store):

@@ -7,7 +7,6 @@ capability declares ``Capabilities(vectors=False)`` and these tests are skipped,
 
 from __future__ import annotations
 
-import asyncio
 from array import array
 from typing import Any
 
@@ -15,7 +14,7 @@ from ..errors import InvalidInputError
 from ..stores import Store, VectorRow, supports_vectors
 from ._requires import pytest
 from .store_builders import delete, edit, fill
-from .store_modes import Capabilities, lacking, together, unwrapped
+from .store_modes import Capabilities, lacking, run_async, together, unwrapped
 
 __all__ = ["VectorContract"]
 
@@ -162,4 +161,4 @@ class VectorContract:
             assert len(loaded) == 5
             assert await vectors.adelete_vectors("s", "e") == 5
 
-        asyncio.run(main())
+        run_async(main())
