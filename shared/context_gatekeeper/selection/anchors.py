@@ -69,8 +69,8 @@ class TextAnchors:
 
     @classmethod
     def of(cls, anchors: Iterable[str]) -> "TextAnchors":
-        counts = Counter(anchors)
-        return cls(counts, sum(counts.values()))
+        items = anchors if isinstance(anchors, list) else list(anchors)  # its length without a second pass
+        return cls(Counter(items), len(items))
 
 
 _CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -293,10 +293,13 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
             if code:
                 anchors.append("`" + code + "`")
     numbers: list[str] = []
-    ascii = text.isascii()
+    is_ascii = text.isascii()
+    identifier, token_or_number = (
+        (_ASCII_IDENTIFIER, _ASCII_TOKEN_OR_NUMBER) if is_ascii else (_IDENTIFIER, _TOKEN_OR_NUMBER)
+    )
     digit = _DIGIT.search(text)
     if digit is None:
-        anchors.extend(_latin_anchors((_ASCII_IDENTIFIER if ascii else _IDENTIFIER).findall(text)))
+        anchors.extend(_latin_anchors(identifier.findall(text)))
     else:
         first = digit.start()  # the scans below need a digit: none starts before this one
         scanned = text
@@ -305,16 +308,16 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
             anchors.extend("#" + v.lower().lstrip("v") for v in versions)
             scanned = _VERSION.sub(" ", text) if versions else text
         if _NUMBER.search(text, first) is not None:
-            tokens, numbers = _tokens_and_numbers(scanned, _ASCII_TOKEN_OR_NUMBER if ascii else _TOKEN_OR_NUMBER)
+            tokens, numbers = _tokens_and_numbers(scanned, token_or_number)
             anchors.extend(_latin_anchors(tokens))
         else:  # no two digits in a row: no number, and the plain scan finds the same tokens
-            anchors.extend(_latin_anchors((_ASCII_IDENTIFIER if ascii else _IDENTIFIER).findall(scanned)))
-    if not ascii:
+            anchors.extend(_latin_anchors(identifier.findall(scanned)))
+    if not is_ascii:
         for run in _CJK_RUN.findall(text):
             anchors.extend(_cjk_anchors(run, query))
             anchors.extend(_glossary_anchors(run))
     anchors.extend(numbers)
-    return TextAnchors(Counter(anchors), len(anchors))  # TextAnchors.of, the length without a second pass
+    return TextAnchors.of(anchors)
 
 
 def has_cjk(text: str) -> bool:
