@@ -278,7 +278,20 @@ def refer(
        topics, ``off_topic_share``).  (Naming the active topic when it held
        ``topic_match_share`` of the query, "a new question on known ground", kept a
        turn of another topic in 0.13 of the interleaved set's tuning cases against
-       0.085 without; recall 0.818 against 0.783.)
+       0.085 without; recall 0.818 against 0.783.)  A switch whose query points back
+       ("Is that also expected for takeaway?" about tipping, after a question on a
+       stripped screw) keeps nothing either: the words place the pronoun nowhere.
+       Sending it to the previous topic was measured on the tuning half and withdrawn
+       before half B was read: the hand-labelled far-pronoun follow-ups rose from 0.47 to
+       0.84 recall, but the switch score takes pronoun follow-ups of the *active* topic
+       away too ("这个有人说也不安全，真的吗" after two turns on distributed locks, score
+       0.04), and those then kept the previous topic's turns: off-topic share 0.100 ->
+       0.125 on the interleaved set (recall 0.792 -> 0.822), 0.089 -> 0.129 on the hard
+       set (closings the cues miss, "Let's leave the query as it is. Can you draft...",
+       went back too).  Continuing the active topic instead (in :func:`decide`) kept the
+       wrong topic more (interleaved off-topic 0.190).  Which topic a bare pronoun means
+       is not in the words; with an embedder the meaning decides
+       (:func:`semantic.topic_preference`).
     5. otherwise the gate's own decision: the active topic on continue, the earlier
        topic on return.
     """

@@ -1,0 +1,118 @@
+"""Why a needed turn is lost, and why an off-topic one is kept: the hand-labelled sets, by cause.
+
+For every case of the interleaved and hard sets on one half (A, the tuning half, by
+default), the library's ``explain()`` is run as ``quality.py`` runs it, and
+
+* each needed turn it does not keep is put down to the **gate** -- the query was sent to no
+  topic (``switch``), or to a topic other than the needed turn's (``wrong topic``) -- or to
+  the **selector** within the right topic (the needed turn's topic is the one the gate
+  chose: ``under-keep``; ``split`` when the needed turns lie in several of the
+  segmentation's topics, one of them chosen), with the reason ``explain()`` gives for it;
+* each kept turn of another topic (the labels' ``off_topic_turns``) is put down to the step
+  that kept it (``coverage``, ``topic``, ``follow-up``, ``fill``, ``neighbour``, ...).
+
+Usage (from the repository root)::
+
+    python benchmarks/why_missed.py [--half A] [--datasets interleaved,hard] [--budget 300]
+                                    [--kinds far_pronoun,pronoun] [--cases]
+
+``--cases`` also prints each case with a miss or an off-topic turn: the turns with their
+gold topic and the segmentation's label, the query, the gate's decision and inputs.  Read
+half B only to accept or reject a change, never to choose one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from quality import cached_counter, load_cases, split_half
+from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper.selection.records import Selection
+
+DATA = Path(__file__).resolve().parent / "data"
+FILES = {"interleaved": DATA / "interleaved.jsonl", "hard": DATA / "hard_cases.jsonl"}
+"""The hand-labelled sets: every turn's topic is labelled (``meta.topics``)."""
+
+
+def causes(case: dict, budget: int) -> tuple[list[str], list[str], Selection, list[int]]:
+    """``(miss causes, off-topic causes, selection, segmentation labels)`` for one case."""
+    gk = ContextGatekeeper(token_budget=budget, token_counter=cached_counter(), message_overhead=0)
+    for turn in case["turns"]:
+        gk.add_turn(turn["user"], turn["assistant"])
+    selection = gk.explain(case["query"])
+    labels = list(gk._history.labels)
+    kept = set(selection.turn_ids)
+    records = {r.turn_id: r for r in selection.scores}
+    needed = {p + 1 for p in case["relevant_turns"]}
+    off = {p + 1 for p in (case.get("meta") or {}).get("off_topic_turns") or ()}
+    topic = selection.topic
+    needed_topics = {labels[t - 1] for t in needed}
+    missed = []
+    for turn_id in sorted(needed - kept):
+        record = records.get(turn_id)
+        reason = record.reason if record is not None else "not a candidate"
+        if topic is None:
+            where = f"gate: {selection.decision}"
+        elif topic not in needed_topics:
+            where = f"gate: wrong topic ({selection.decision})"
+        elif labels[turn_id - 1] == topic:
+            where = "selector: under-keep"
+        else:
+            where = "segmentation: split"
+        missed.append(f"{where} / {reason}")
+    polluted = [f"{selection.decision} / {records[t].reason if t in records else '?'}" for t in sorted(kept & off)]
+    return missed, polluted, selection, labels
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--half", choices=("A", "B"), default="A")
+    parser.add_argument("--datasets", default="interleaved,hard")
+    parser.add_argument("--budget", type=int, default=300)
+    parser.add_argument("--kinds", default="", help="only these kinds (meta.kind), comma-separated")
+    parser.add_argument("--cases", action="store_true", help="print each case with a miss or an off-topic turn")
+    args = parser.parse_args(argv)
+    kinds: set[str] = set(filter(None, args.kinds.split(",")))
+    missed_by: Counter[tuple[str, str, str]] = Counter()
+    polluted_by: Counter[tuple[str, str, str]] = Counter()
+    for name in args.datasets.split(","):
+        for case in split_half(load_cases(FILES[name]), args.half):
+            kind = case["meta"]["kind"]
+            if kinds and kind not in kinds:
+                continue
+            missed, polluted, selection, labels = causes(case, args.budget)
+            missed_by.update((name, kind, m) for m in missed)
+            polluted_by.update((name, kind, p) for p in polluted)
+            if args.cases and (missed or polluted):
+                print_case(case, selection, labels, missed, polluted)
+    print(f"needed turns not kept (half {args.half}, budget {args.budget}):")
+    for (name, kind, cause), n in sorted(missed_by.items()):
+        print(f"  {name:12s} {kind:18s} {cause:60s} {n}")
+    print("off-topic turns kept, by decision / the step that kept them:")
+    for (name, kind, cause), n in sorted(polluted_by.items()):
+        print(f"  {name:12s} {kind:18s} {cause:60s} {n}")
+    return 0
+
+
+def print_case(case: dict, selection: Selection, labels: list[int], missed: list[str], polluted: list[str]) -> None:
+    """One case: its turns (N needed, K kept, O off-topic; gold topic, segmentation label), the query, the gate."""
+    meta = case["meta"]
+    needed = {p + 1 for p in case["relevant_turns"]}
+    off = {p + 1 for p in meta.get("off_topic_turns") or ()}
+    kept = set(selection.turn_ids)
+    print("=" * 100)
+    print(case["case_id"], meta["kind"], meta.get("lang"), "| missed:", missed, "| off-topic:", polluted)
+    for i, turn in enumerate(case["turns"], 1):
+        marks = ("N" if i in needed else " ") + ("K" if i in kept else " ") + ("O" if i in off else " ")
+        print(f"  {i:2d} {marks} {meta['topics'][i - 1][:18]:18s} [{labels[i - 1]}] {turn['user'][:90]}")
+    gate = selection.gate
+    print(f"  query ({meta['query_topic']}): {case['query']}")
+    print(f"  gate: {selection.decision} -> topic {selection.topic}; switch score {gate.switch_score or 0:.2f}, "
+          f"overlap {gate.overlap:.2f}, elsewhere {gate.earlier_overlap:.2f} (topic {gate.earlier_segment}), "
+          f"cues {gate.cues}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
