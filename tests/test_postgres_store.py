@@ -341,9 +341,14 @@ def test_async_twins_share_a_small_pool_without_blocking(tmp_path: Path) -> None
                 await asyncio.sleep(0.001)
 
         clock = asyncio.create_task(ticker())
-        stored = await asyncio.gather(*(store.acommit("s", turn(n), expected_head=None) for n in range(20)))
-        heads = await asyncio.gather(*(store.ahead("s") for _ in range(10)))
-        clock.cancel()
+        try:
+            stored = await asyncio.gather(*(store.acommit("s", turn(n), expected_head=None) for n in range(20)))
+            heads = await asyncio.gather(*(store.ahead("s") for _ in range(10)))
+        finally:
+            clock.cancel()
+            # closed on this loop: a loop that ends cancels a growing pool's tasks, and
+            # psycopg_pool can lose that cancellation (see the stores guide)
+            await store.aclose()
         assert ticks > 1 and set(heads) == {20}
         return sorted(r.number for r in stored)
 
