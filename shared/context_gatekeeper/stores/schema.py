@@ -22,6 +22,7 @@ __all__ = [
     "refuse_newer",
     "changes_text",
     "revision_from_row",
+    "revision_from_fields",
     "id_key",
     "readable_prefix",
     "index_rows",
@@ -131,7 +132,23 @@ def _decoded(text: Any) -> Any:
 def revision_from_row(row: Sequence[Any], session_id: str = "?") -> Revision:
     """A revision from ``(number, parent, kind, instruction, model, created_at, base, target, changes)``;
     :class:`CorruptLogError` naming the session and revision when the row cannot be read."""
-    number, parent, kind, instruction, model, created_at, base, target, changes = row
+    return revision_from_fields(session_id, *row)
+
+
+def revision_from_fields(
+    session_id: str,
+    number: Any,
+    parent: Any,
+    kind: Any,
+    instruction: Any,
+    model: Any,
+    created_at: Any,
+    base: Any,
+    target: Any,
+    changes: Any,
+) -> Revision:
+    """:func:`revision_from_row` of a row's fields given one by one (what :func:`.chain.verified`
+    has unpacked already, so no row is sliced per revision)."""
     try:  # Revision.from_dict without the dict: every revision of every session opened comes through here
         legacy_end = kind == "append"
         return revision_of(
