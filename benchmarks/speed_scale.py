@@ -97,7 +97,7 @@ def build(path: Path, turns: int, texts: Sequence[tuple[str, str]], session: str
         row = (r.number, r.parent, "append", None, None, r.time, r.base, None, changes_text(r))
         previous = row_digest(previous, row)
         rows.append((session, *row, previous))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed: its write-ahead log is folded into the file
         conn.executemany(
             "INSERT INTO revisions (session_id, number, parent, kind, instruction, model, created_at, base, target,"
             " changes, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -135,6 +135,9 @@ def measure_session(
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         shutil.copyfile(kept, path)
+        with closing(SQLiteStore(path)) as copied:
+            if copied.head("bench") != turns:  # a copy missing rows would time a shorter session
+                raise RuntimeError(f"{kept} holds {copied.head('bench')} revisions, not {turns}; delete it and run again")
     else:
         path = kept
         build(path, turns, texts)
