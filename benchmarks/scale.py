@@ -32,6 +32,7 @@ import gc
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 from context_gatekeeper import Replace, SQLiteStore, Transcript
@@ -60,7 +61,7 @@ def build(path: Path, turns: int) -> None:
         row = (r.number, r.parent, "append", None, None, r.time, r.base, None, changes_text(r))
         previous = row_digest(previous, row)
         rows.append((*row, previous))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed: its write-ahead log is folded into the file
         conn.executemany(
             "INSERT INTO revisions (session_id, number, parent, kind, instruction, model, created_at, base, target,"
             " changes, digest) VALUES ('bench', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
