@@ -10,7 +10,8 @@ For each size it writes a SQLite file holding that many turns (one ``append``
 revision of a user message and its answer each, written in one bulk transaction
 with the store's own row format, hash chain and id index, so building is quick and
 reads verify the chain as usual), then times,
-on a fresh :class:`~context_gatekeeper.SQLiteStore`, the fastest of ``--repeat`` runs:
+on a fresh :class:`~context_gatekeeper.SQLiteStore`, the fastest of ``--repeat`` runs, in CPU
+time and in wall time:
 
 * **open**: ``Transcript(...)`` plus reading ``.messages`` (loads and replays the log);
 * **append**: one more turn;
@@ -31,6 +32,7 @@ import gc
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 from context_gatekeeper import Replace, SQLiteStore, Transcript
@@ -59,7 +61,7 @@ def build(path: Path, turns: int) -> None:
         row = (r.number, r.parent, "append", None, None, r.time, r.base, None, changes_text(r))
         previous = row_digest(previous, row)
         rows.append((*row, previous))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed: its write-ahead log is folded into the file
         conn.executemany(
             "INSERT INTO revisions (session_id, number, parent, kind, instruction, model, created_at, base, target,"
             " changes, digest) VALUES ('bench', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -71,18 +73,20 @@ def build(path: Path, turns: int) -> None:
         )
 
 
-def best(action: Callable[[], object], repeat: int) -> float:
-    """The fastest of ``repeat`` runs (the usual benchmark estimate: noise only adds time)."""
-    times = []
+def best(action: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """``(CPU s, wall s)``, each the fastest of ``repeat`` runs (the usual benchmark estimate:
+    noise only adds time; CPU time leaves out waiting for the disk and other processes)."""
+    cpu, wall = [], []
     for _ in range(repeat):
         gc.collect()  # garbage left by the previous step is not this step's cost
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         action()
-        times.append(time.perf_counter() - start)
-    return min(times)
+        cpu.append(time.process_time() - start_cpu)
+        wall.append(time.perf_counter() - start)
+    return min(cpu), min(wall)
 
 
-def measure(turns: int, where: Path, repeat: int) -> dict[str, float]:
+def measure(turns: int, where: Path, repeat: int) -> dict[str, tuple[float, float]]:
     path = where / f"scale-{turns}.db"
     build(path, turns)
     store = SQLiteStore(path)
@@ -95,7 +99,8 @@ def measure(turns: int, where: Path, repeat: int) -> dict[str, float]:
     for _ in range(repeat):  # each round reverts to revision 10 and undoes it, back to the full state
         reverts.append(best(lambda: t.revert(10), 1))
         undos.append(best(t.undo, 1))
-    figures["revert"], figures["undo"] = min(reverts), min(undos)
+    figures["revert"] = (min(r[0] for r in reverts), min(r[1] for r in reverts))
+    figures["undo"] = (min(u[0] for u in undos), min(u[1] for u in undos))
     figures["diff"] = best(lambda: t.diff(1, t.head), repeat)
     assert len(t.messages) == 2 * turns + 2 * repeat
     store.close()
@@ -110,13 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     sizes = sorted(args.turns)
     with tempfile.TemporaryDirectory() as tmp:
         results = {n: measure(n, Path(tmp), args.repeat) for n in sizes}
-    print(f"{'turns':>10} " + " ".join(f"{op + ' s':>10}" for op in OPERATIONS))
-    for n in sizes:
-        print(f"{n:>10,} " + " ".join(f"{results[n][op]:>10.4f}" for op in OPERATIONS))
-    if len(sizes) > 1:
-        big, small = results[sizes[-1]], results[sizes[0]]
-        label = f"{sizes[-1] // sizes[0]}x turns"
-        print(f"{label:>10} " + " ".join(f"{big[op] / max(small[op], 1e-9):>9.1f}x" for op in OPERATIONS))
+    for clock, which in (("CPU", 0), ("wall", 1)):
+        print(f"{clock + ' time':<10} " + " ".join(f"{op + ' s':>10}" for op in OPERATIONS))
+        for n in sizes:
+            print(f"{n:>10,} " + " ".join(f"{results[n][op][which]:>10.4f}" for op in OPERATIONS))
+        if len(sizes) > 1:
+            big, small = results[sizes[-1]], results[sizes[0]]
+            label = f"{sizes[-1] // sizes[0]}x turns"
+            print(f"{label:>10} " + " ".join(f"{big[op][which] / max(small[op][which], 1e-9):>9.1f}x" for op in OPERATIONS))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Run alone or through ``python benchmarks/speed.py --scale``::
 
     python benchmarks/speed_scale.py                 # 1k and 20k turns, add_turn at 50k
     python benchmarks/speed_scale.py --turns 1000 5000 --add-turns 5000
+    python benchmarks/speed_scale.py --turns 20000 --add-turns 0 --keep /tmp/scale  # build once, reuse
 
 Each session is a SQLite file written in bulk with the store's own row format, hash
 chain and id index (tamper verification on, as by default), its turns LoCoMo text
@@ -28,6 +29,7 @@ import argparse
 import gc
 import json
 import lzma
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -95,7 +97,7 @@ def build(path: Path, turns: int, texts: Sequence[tuple[str, str]], session: str
         row = (r.number, r.parent, "append", None, None, r.time, r.base, None, changes_text(r))
         previous = row_digest(previous, row)
         rows.append((session, *row, previous))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed: its write-ahead log is folded into the file
         conn.executemany(
             "INSERT INTO revisions (session_id, number, parent, kind, instruction, model, created_at, base, target,"
             " changes, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -119,10 +121,26 @@ def best(runs: Sequence[tuple[float, float]]) -> dict[str, float]:
     return {"cpu_ms": min(r[0] for r in runs) * 1e3, "wall_ms": min(r[1] for r in runs) * 1e3}
 
 
-def measure_session(turns: int, where: Path, texts: Sequence[tuple[str, str]], repeat: int) -> dict[str, Any]:
-    """First select and catch-up figures on a ``turns``-turn session."""
-    path = where / f"speed-scale-{turns}.db"
-    build(path, turns, texts)
+def measure_session(
+    turns: int, where: Path, texts: Sequence[tuple[str, str]], repeat: int, reuse: bool = False
+) -> dict[str, Any]:
+    """First select and catch-up figures on a ``turns``-turn session (``reuse``: a session
+    file built by an earlier run in ``where`` is copied instead of built again; the run
+    measures on the copy, so the appends it makes never reach the kept file)."""
+    kept = where / f"speed-scale-{turns}.db"
+    if reuse:
+        if not kept.is_file():
+            build(kept, turns, texts)
+        path = where / f"speed-scale-{turns}.run.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(kept, path)
+        with closing(SQLiteStore(path)) as copied:
+            if copied.head("bench") != turns:  # a copy missing rows would time a shorter session
+                raise RuntimeError(f"{kept} holds {copied.head('bench')} revisions, not {turns}; delete it and run again")
+    else:
+        path = kept
+        build(path, turns, texts)
     query = texts[len(texts) // 2][0]
     first = []
     for _ in range(repeat):
@@ -161,12 +179,19 @@ def measure_add_turn(turns: int, texts: Sequence[tuple[str, str]]) -> dict[str, 
     return {"cpu_ms": (time.process_time() - cpu) * 1e3 / turns, "wall_ms": (time.perf_counter() - wall) * 1e3 / turns}
 
 
-def rows(sizes: Sequence[int] = (1_000, 20_000), add_turns: int = 50_000, repeat: int = 5) -> list[dict[str, Any]]:
+def rows(
+    sizes: Sequence[int] = (1_000, 20_000), add_turns: int = 50_000, repeat: int = 5, keep: Path | None = None
+) -> list[dict[str, Any]]:
     """The scale rows of issue #22: ``{"path", "turns", "cpu_ms", "wall_ms", "ratio"}`` each;
-    ``ratio`` is the figure at the largest size over the smallest (``None`` for one size)."""
+    ``ratio`` is the figure at the largest size over the smallest (``None`` for one size).
+    ``keep``: a folder where the session files are built once and reused by later runs."""
     texts = real_turns()
-    with tempfile.TemporaryDirectory() as tmp:
-        results = {n: measure_session(n, Path(tmp), texts, repeat) for n in sorted(sizes)}
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        results = {n: measure_session(n, keep, texts, repeat, reuse=True) for n in sorted(sizes)}
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = {n: measure_session(n, Path(tmp), texts, repeat) for n in sorted(sizes)}
     out: list[dict[str, Any]] = []
     labels = {
         "first_select_cold": "TranscriptGate first select, first in the process",
@@ -199,8 +224,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, nargs="+", default=[1_000, 20_000])
     parser.add_argument("--add-turns", type=int, default=50_000, help="turns for the add_turn row (0: skip it)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per figure; the fastest is shown")
+    parser.add_argument(
+        "--keep", type=Path, default=None, metavar="DIR",
+        help="build each session file once in DIR and reuse it in later runs (each run measures on a copy)",
+    )
     args = parser.parse_args(argv)
-    print_rows(rows(args.turns, args.add_turns, args.repeat))
+    print_rows(rows(args.turns, args.add_turns, args.repeat, args.keep))
 
 
 if __name__ == "__main__":

@@ -77,3 +77,68 @@ def test_entry_sets_every_field_of_message_diff() -> None:
     built = _entry("m1", "changed", before, after)
     assert _field_values(built) == _field_values(MessageDiff("m1", "changed", before, after))
     assert [f.name for f in dataclasses.fields(MessageDiff)] == list(_field_values(built))
+
+
+def test_from_dict_sets_every_field_of_message() -> None:
+    message = _full_message()
+    built = Message.from_dict(message.to_dict())
+    assert type(built) is Message
+    assert _field_values(built) == _field_values(message)
+    assert built == message
+
+
+def test_from_dict_checks_fields_as_init_does() -> None:
+    from context_gatekeeper.errors import InvalidInputError, InvalidTypeError
+
+    with pytest.raises(InvalidInputError, match="role must be one of"):
+        Message.from_dict({"id": "m1", "role": "robot", "content": "hi"})
+    with pytest.raises(InvalidInputError, match="message id must be a non-empty str"):
+        Message.from_dict({"id": "", "role": "user", "content": "hi"})
+    with pytest.raises(InvalidInputError, match="origin must be one of"):
+        Message.from_dict({"id": "m1", "role": "user", "content": "hi", "origin": "forged"})
+    with pytest.raises(InvalidTypeError, match="derived_from must be a tuple of message ids"):
+        Message.from_dict({"id": "m1", "role": "user", "content": "hi", "derived_from": [1]})
+    with pytest.raises((InvalidInputError, InvalidTypeError)):
+        Message.from_dict({"id": "m1", "role": "user", "content": 5})
+
+
+def test_from_dict_of_a_subclass_builds_the_subclass() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Tagged(Message):
+        tag: str = "t"
+
+    built = Tagged.from_dict({"id": "m1", "role": "user", "content": "hi"})
+    assert type(built) is Tagged and built.tag == "t" and built.content == "hi"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        Put(_full_message(), "m0"),
+        Put(_full_message(), None),
+        Put(_full_message(), AT_END),
+        Remove(_full_message(), "m0"),
+        Change(_full_message(2), dataclasses.replace(_full_message(3), content="Reykjavík")),
+    ],
+    ids=["put", "put-at-start", "put-at-end", "remove", "change"],
+)
+def test_change_from_dict_sets_every_field(change: Put | Remove | Change) -> None:
+    from context_gatekeeper.records.operations import change_from_dict, change_to_dict
+
+    built = change_from_dict(change_to_dict(change))
+    assert type(built) is type(change)
+    assert _field_values(built) == _field_values(change)
+    assert built == change
+
+
+def test_revision_of_sets_every_field_of_revision() -> None:
+    from context_gatekeeper.records.revisions import Revision, revision_of
+
+    values = dict(
+        number=4, parent=3, kind="revert", changes=(Put(_full_message(), "m0"),), instruction="go back",
+        model="m", time=12.5, base=2, target=1,
+    )
+    assert set(values) == {f.name for f in dataclasses.fields(Revision)}, "give every field a value here"
+    built = revision_of(**values)  # type: ignore[arg-type]
+    assert _field_values(built) == values
+    assert built == Revision(**values)  # type: ignore[arg-type]

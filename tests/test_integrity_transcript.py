@@ -487,3 +487,25 @@ def test_asnapshot_matches_snapshot() -> None:
         assert str(async_error.value) == str(sync_error.value)
 
     asyncio.run(both())
+
+
+def test_a_reopened_or_caught_up_transcript_refuses_a_deleted_id_too(tmp_path: Path) -> None:
+    """The ids a session used are gathered from its log when first needed (a first read
+    skips them): a transcript that loaded the log, and one that then read more of it,
+    know every id as one that wrote them does."""
+    store = SQLiteStore(tmp_path / "ids.db")
+    writer = Transcript("s", store=store)
+    writer.append(messages=[{"id": "x", "role": "user", "content": "one"}])
+    writer.apply([Delete("x")])
+    reader = Transcript("s", store=SQLiteStore(tmp_path / "ids.db"))  # loaded from the store
+    with pytest.raises(InvalidInputError, match="reuse"):
+        reader.set([{"id": "x", "role": "user", "content": "again"}])
+    writer.append(messages=[{"id": "y", "role": "user", "content": "two"}])
+    writer.apply([Delete("y")])
+    with pytest.raises(InvalidInputError, match="reuse"):  # read after the ids were gathered
+        reader.set([{"id": "y", "role": "user", "content": "again"}])
+    fresh = Transcript("s", store=SQLiteStore(tmp_path / "ids.db"))
+    fresh.append(messages=[{"id": "z", "role": "user", "content": "three"}])  # caught up before the ids are read
+    with pytest.raises(InvalidInputError, match="reuse"):
+        fresh.set([{"id": "x", "role": "user", "content": "again"}])
+    assert fresh.set([{"id": "w", "role": "user", "content": "new"}]).changes

@@ -285,3 +285,18 @@ def test_impossible_fields_are_named(db: Path, edit: Callable[[sqlite3.Connectio
         edit(conn)
     conn.close()
     refused_at(db, 3)
+
+
+def test_a_refused_read_leaves_no_statement_open(db: Path) -> None:
+    """A session read checks each row as it comes from SQLite; a row refused half way must
+    not leave the read statement open on the store's connection (it would hold a read lock,
+    and the store's own checkpoint would fail as locked), even while the error is kept."""
+    hand_edit(db, "UPDATE revisions SET created_at = 1.5 WHERE session_id = 's' AND number = 20")
+    store = SQLiteStore(db)
+    with pytest.raises(CorruptLogError) as caught:
+        store.revisions("s")
+    assert caught.value.revision == 20  # the error, and the frames it holds, are still alive here
+    store.checkpoint()  # "database table is locked" while a statement is open
+    store.truncate("s", 19)
+    assert store.head("s") == 19
+    store.close()

@@ -292,3 +292,26 @@ def test_a_writer_killed_inside_a_commit_leaves_the_previous_revision_intact(db:
     raw = sqlite3.connect(db)
     assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     raw.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['[{"op":"put"}]', ' [1] ', '[1] [2]', '[1', '', '\ufeff[1]', '{"a": "\\ud800"}', b'[1, 2]', 7, None, '"x"'],
+    ids=["stored", "spaces", "two-values", "cut", "empty", "bom", "escape", "bytes", "int", "none", "string"],
+)
+def test_stored_json_reads_as_json_loads_does(text: Any) -> None:
+    """The stores' reader of changes JSON (the decoder's scanner, for speed) gives what
+    json.loads gives, errors (type and message) included."""
+    import json
+
+    from context_gatekeeper.stores.schema import _decoded
+
+    try:
+        expected: Any = ("ok", json.loads(text))
+    except Exception as exc:  # noqa: BLE001 - whatever json.loads raises, _decoded must raise too
+        expected = ("error", type(exc), str(exc))
+    try:
+        got: Any = ("ok", _decoded(text))
+    except Exception as exc:  # noqa: BLE001
+        got = ("error", type(exc), str(exc))
+    assert got == expected

@@ -304,3 +304,20 @@ def test_renew_taken_ids_gives_re_sent_messages_fresh_ids(gdp: Transcript) -> No
                          Message("z1", "assistant", "b")], renew_taken_ids=True)
     ids = [m.id for m in gdp.messages]
     assert len(set(ids)) == len(ids) == 7 and ids.count(taken.id) == 1 and "z1" in ids
+
+
+def test_the_internal_snapshot_is_the_version_and_state_read_together() -> None:
+    """``Transcript._snapshot`` (for followers inside the library, such as a gate that
+    copies only the messages it hands out): the version and the state of one read, the
+    state as ``messages`` gives it, the transcript's own messages rather than copies."""
+    writer = Transcript("snap")
+    writer.append(user="What was Ireland's GDP in 2021?", assistant="About 500 billion USD.")
+    reader = Transcript("snap", store=writer.store)
+    writer.append(user="And in 2022?", assistant="About 530 billion USD.")  # read by the snapshot's refresh
+    version, state = reader._snapshot()
+    assert version == reader.version == writer.version == (2, writer.version[1])
+    assert state == reader.messages and isinstance(state, tuple)
+    again = reader._snapshot()[1]
+    assert all(a is b for a, b in zip(state, again))  # not copied: the reader's own messages
+    assert all(a is not b for a, b in zip(state, reader.messages))  # messages still hands out copies
+    assert Transcript("empty")._snapshot() == ((0, 0.0), ())

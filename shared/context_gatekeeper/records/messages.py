@@ -161,16 +161,31 @@ class Message:
                 f"derived_from must be a list of ids or absent, got {type(derived).__name__}; "
                 "pass a list of message ids, or leave the key out"
             )
-        return cls(
-            id=data["id"],
-            role=data["role"],
-            content=data["content"],
-            parts=tuple(parts) if parts is not None else None,
-            metadata=dict(metadata) if metadata else {},
-            origin=data.get("origin", "original"),
-            derived_from=tuple(derived) if derived else (),
-            revision=int(data.get("revision", 0)),
-        )
+        if cls is not Message:  # a subclass may have fields (and checks) of its own
+            return cls(
+                id=data["id"],
+                role=data["role"],
+                content=data["content"],
+                parts=tuple(parts) if parts is not None else None,
+                metadata=dict(metadata) if metadata else {},
+                origin=data.get("origin", "original"),
+                derived_from=tuple(derived) if derived else (),
+                revision=int(data.get("revision", 0)),
+            )
+        # The same fields, set through the slot descriptors (as ``stamped`` does) and then
+        # checked by ``__post_init__`` as ``__init__`` would: every message of every stored
+        # session opened comes through here, and the frozen ``__init__`` costs twice as much.
+        message = _new_object(Message)
+        _SET_ID(message, data["id"])
+        _SET_ROLE(message, data["role"])
+        _SET_CONTENT(message, data["content"])
+        _SET_PARTS(message, tuple(parts) if parts is not None else None)
+        _SET_METADATA(message, dict(metadata) if metadata else {})
+        _SET_ORIGIN(message, data.get("origin", "original"))
+        _SET_DERIVED_FROM(message, tuple(derived) if derived else ())
+        _SET_REVISION(message, int(data.get("revision", 0)))
+        message.__post_init__()
+        return message
 
 
 _FIELDS = tuple(f.name for f in fields(Message))
@@ -179,7 +194,7 @@ _SET_ID, _SET_ROLE, _SET_CONTENT, _SET_PARTS, _SET_METADATA, _SET_ORIGIN, _SET_D
     Message.__dict__[name].__set__
     for name in ("id", "role", "content", "parts", "metadata", "origin", "derived_from", "revision")
 )
-# Message.stamped and detached set each field by name: tests/test_field_copies.py checks
+# Message.stamped, from_dict and detached set each field by name: tests/test_field_copies.py checks
 # that they copy every field of Message, so a new field cannot be left out unnoticed.
 
 

@@ -97,6 +97,13 @@ class Change:
 
 Applied = Union[Put, Remove, Change]
 
+_new_object = object.__new__
+_SET_PUT_MESSAGE, _SET_PUT_AFTER = (Put.__dict__[name].__set__ for name in ("message", "after"))
+_SET_REMOVE_MESSAGE, _SET_REMOVE_AFTER = (Remove.__dict__[name].__set__ for name in ("message", "after"))
+_SET_CHANGE_BEFORE, _SET_CHANGE_AFTER = (Change.__dict__[name].__set__ for name in ("before", "after"))
+# change_from_dict and revisions.detached_change set each field by name: tests/test_field_copies.py
+# checks that they set every field of Put, Remove and Change.
+
 
 class _AtEnd:
     """The type of :data:`AT_END`: not a str, so no message id can ever equal it."""
@@ -174,18 +181,19 @@ class State:
 
     def put(self, message: Message, after: Any) -> None:
         """Insert ``message`` after ``after`` (None: the start; AT_END or a missing id: the end)."""
-        if message.id in self._by_id:
-            raise InvalidRevisionError(f"message {message.id!r} is already in the transcript")
-        if after is not None and (after is AT_END or after not in self._by_id):
+        by_id, next_, message_id = self._by_id, self._next, message.id  # once each: a replay puts every message
+        if message_id in by_id:
+            raise InvalidRevisionError(f"message {message_id!r} is already in the transcript")
+        if after is not None and (after is AT_END or after not in by_id):
             after = self._tail
-        following = self._next[after]
-        self._by_id[message.id] = message
-        self._next[message.id], self._prev[message.id] = following, after
-        self._next[after] = message.id
+        following = next_[after]
+        by_id[message_id] = message
+        next_[message_id], self._prev[message_id] = following, after
+        next_[after] = message_id
         if following is None:
-            self._tail = message.id
+            self._tail = message_id
         else:
-            self._prev[following] = message.id
+            self._prev[following] = message_id
         self._list = None
 
     def remove(self, message_id: str) -> None:
@@ -391,11 +399,22 @@ def change_from_dict(data: dict[str, Any], *, legacy_end: bool = False) -> Appli
     :data:`AT_END` became a non-str marker used ``"after": "<end>"`` for the end
     (anywhere else that string was a message id, and stays one).
     """
+    # Each change is built through its slot descriptors, not the frozen ``__init__`` (which
+    # checks nothing): every change of every stored session opened comes through here.
     op = data["op"]
     if op == "put":
-        return Put(Message.from_dict(data["message"]), _anchor_from_dict(data, legacy_end))
+        put = _new_object(Put)
+        _SET_PUT_MESSAGE(put, Message.from_dict(data["message"]))
+        _SET_PUT_AFTER(put, _anchor_from_dict(data, legacy_end))
+        return put
     if op == "remove":
-        return Remove(Message.from_dict(data["message"]), _anchor_from_dict(data, False))
+        removed = _new_object(Remove)
+        _SET_REMOVE_MESSAGE(removed, Message.from_dict(data["message"]))
+        _SET_REMOVE_AFTER(removed, _anchor_from_dict(data, False))
+        return removed
     if op == "change":
-        return Change(Message.from_dict(data["before"]), Message.from_dict(data["after"]))
+        changed = _new_object(Change)
+        _SET_CHANGE_BEFORE(changed, Message.from_dict(data["before"]))
+        _SET_CHANGE_AFTER(changed, Message.from_dict(data["after"]))
+        return changed
     raise InvalidInputError(f"unknown change op {op!r}; a stored change's op is 'put', 'remove' or 'change'")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from ..errors import InvalidTypeError
 from .messages import Message, detached, normalized_text, storable
 from .operations import (
+    _SET_CHANGE_AFTER, _SET_CHANGE_BEFORE, _SET_PUT_AFTER, _SET_PUT_MESSAGE, _SET_REMOVE_AFTER, _SET_REMOVE_MESSAGE,
     Applied, Change, Put, Remove, change_from_dict, change_to_dict, is_noop, touched_ids,
 )
 from .replay import Skipped, rewind, split_applicable  # replaying over a state others move too
@@ -35,6 +36,7 @@ __all__ = [
     "Skipped",
     "rewind",
     "storable_revision",
+    "revision_of",
 ]
 
 RevisionKind = Literal["append", "edit", "apply", "set", "clear", "undo", "redo", "revert"]
@@ -135,6 +137,33 @@ class Revision:
         return tuple(c.message for c in self.changes if isinstance(c, Put))
 
 
+def revision_of(
+    number: int,
+    parent: int,
+    kind: RevisionKind,
+    changes: tuple[Applied, ...],
+    instruction: str | None,
+    model: str | None,
+    time: float,
+    base: int | None,
+    target: int | None,
+) -> Revision:
+    """``Revision(number, parent, kind, changes, instruction, model, time, base, target)``,
+    its slots set through their descriptors rather than the frozen ``__init__`` (which
+    checks nothing): the stores build one per stored revision of every session opened."""
+    revision = _new_object(Revision)
+    _SET_NUMBER(revision, number)
+    _SET_PARENT(revision, parent)
+    _SET_KIND(revision, kind)
+    _SET_CHANGES(revision, changes)
+    _SET_INSTRUCTION(revision, instruction)
+    _SET_MODEL(revision, model)
+    _SET_TIME(revision, time)
+    _SET_BASE(revision, base)
+    _SET_TARGET(revision, target)
+    return revision
+
+
 def storable_revision(revision: Revision) -> Revision:
     """``revision`` as a store keeps it: the messages it puts and the new versions it
     writes made :func:`~.messages.storable` (text normalised, metadata and parts checked),
@@ -215,14 +244,15 @@ def _entry(message_id: str, status: str, before: Message | None, after: Message 
 
 
 _new_object = object.__new__
-_SET_PUT_MESSAGE, _SET_PUT_AFTER = (Put.__dict__[name].__set__ for name in ("message", "after"))
-_SET_REMOVE_MESSAGE, _SET_REMOVE_AFTER = (Remove.__dict__[name].__set__ for name in ("message", "after"))
-_SET_CHANGE_BEFORE, _SET_CHANGE_AFTER = (Change.__dict__[name].__set__ for name in ("before", "after"))
+_SET_NUMBER, _SET_PARENT, _SET_KIND, _SET_CHANGES, _SET_INSTRUCTION, _SET_MODEL, _SET_TIME, _SET_BASE, _SET_TARGET = (
+    Revision.__dict__[name].__set__
+    for name in ("number", "parent", "kind", "changes", "instruction", "model", "time", "base", "target")
+)
 _SET_DIFF_ID, _SET_DIFF_STATUS, _SET_DIFF_BEFORE, _SET_DIFF_AFTER = (
     MessageDiff.__dict__[name].__set__ for name in ("id", "status", "before", "after")
 )
-# detached_change and _entry set each field by name: tests/test_field_copies.py checks
-# that they copy every field of Put, Remove, Change and MessageDiff.
+# revision_of, detached_change and _entry set each field by name: tests/test_field_copies.py
+# checks that they copy every field of Revision, Put, Remove, Change and MessageDiff.
 
 
 def _hunk(entry: "MessageDiff", label: str) -> list[str]:

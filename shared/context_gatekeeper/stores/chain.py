@@ -32,7 +32,7 @@ from typing import Any, get_args
 
 from ..errors import CorruptLogError
 from ..records.revisions import Revision, RevisionKind
-from .schema import revision_from_row
+from .schema import revision_from_fields, revision_from_row
 
 __all__ = ["KINDS", "genesis", "row_digest", "check_fields", "verified", "chained_prefix"]
 
@@ -118,7 +118,7 @@ def verified(session_id: str, rows: Iterable[Sequence[Any]], after: int, previou
             raise CorruptLogError(session_id, number, _why(row, "its digest does not match its content and the revision "
                                                                 "before it: the row was changed, or rows before it were "
                                                                 "replaced or reordered, outside context-gatekeeper"))
-        out.append(revision_from_row(row[:9], session_id))
+        out.append(revision_from_fields(session_id, number, parent, kind, instruction, model, created_at, base, target, changes))
         expected += 1
     return out
 

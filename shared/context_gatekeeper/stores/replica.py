@@ -51,7 +51,8 @@ class Replica:
     Attributes:
         log: the revisions, oldest first (stamped: each produced version carries its number).
         state: the state they produce.
-        used_ids: every message id the session has held (ids are never reused).
+        used_ids: every message id the session has held (ids are never reused); gathered
+            from the log when first read (only ``set`` and renewing ids need it), then kept.
     """
 
     def __init__(self, store: Store, session_id: str) -> None:
@@ -62,7 +63,13 @@ class Replica:
         """Forget everything read (the next :meth:`refresh` reads the log again)."""
         self.log: list[Revision] = []
         self.state = State()
-        self.used_ids: set[str] = set()
+        self._used_ids: set[str] | None = set()  # None: not gathered yet (see used_ids)
+
+    @property
+    def used_ids(self) -> set[str]:
+        if self._used_ids is None:
+            self._used_ids = {c.message.id for r in self.log for c in r.changes if isinstance(c, Put)}
+        return self._used_ids
 
     @property
     def head(self) -> int:
@@ -96,6 +103,8 @@ class Replica:
             fetched = self.store.revisions(self.session_id) if head else []
         else:
             return
+        if not self.log:
+            self._used_ids = None  # gathered when first needed: a first read of a long log skips it
         for revision in fetched:
             self.add(revision)
 
@@ -115,7 +124,8 @@ class Replica:
         except (InvalidRevisionError, UnknownMessageError) as exc:
             self.reset()
             raise CorruptLogError(self.session_id, revision.number, str(exc)) from exc
-        self.used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
+        if self._used_ids is not None:
+            self._used_ids.update(c.message.id for c in stamped.changes if isinstance(c, Put))
         self.log.append(stamped)
 
     def state_at(self, revision: int) -> list[Message]:

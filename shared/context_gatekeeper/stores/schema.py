@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from ..errors import CorruptLogError, InvalidInputError, InvalidTypeError, SchemaVersionError
 from ..records.operations import change_from_dict, change_to_dict
-from ..records.revisions import Revision
+from ..records.revisions import Revision, revision_of
 from .integrity import IdEntry, index_of_log
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "refuse_newer",
     "changes_text",
     "revision_from_row",
+    "revision_from_fields",
     "id_key",
     "readable_prefix",
     "index_rows",
@@ -109,17 +110,52 @@ def changes_text(revision: Revision) -> str:
     return text
 
 
+# What json.loads runs under its wrappers (typeshed leaves the attribute out)
+_scan: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")
+
+
+def _decoded(text: Any) -> Any:
+    """``json.loads(text)``: the value of a stored JSON text, read by the decoder's scanner
+    directly when ``text`` is a str that holds exactly one value from its first character
+    (what the stores write); anything else (whitespace around it, a second value, an error,
+    not a str) goes through ``json.loads``, so its errors are JSON's own."""
+    if type(text) is str:
+        try:
+            value, end = _scan(text, 0)
+        except (StopIteration, ValueError):
+            return json.loads(text)  # raises the error json.loads gives
+        if end == len(text):
+            return value
+    return json.loads(text)
+
+
 def revision_from_row(row: Sequence[Any], session_id: str = "?") -> Revision:
     """A revision from ``(number, parent, kind, instruction, model, created_at, base, target, changes)``;
     :class:`CorruptLogError` naming the session and revision when the row cannot be read."""
-    number, parent, kind, instruction, model, created_at, base, target, changes = row
+    return revision_from_fields(session_id, *row)
+
+
+def revision_from_fields(
+    session_id: str,
+    number: Any,
+    parent: Any,
+    kind: Any,
+    instruction: Any,
+    model: Any,
+    created_at: Any,
+    base: Any,
+    target: Any,
+    changes: Any,
+) -> Revision:
+    """:func:`revision_from_row` of a row's fields given one by one (what :func:`.chain.verified`
+    has unpacked already, so no row is sliced per revision)."""
     try:  # Revision.from_dict without the dict: every revision of every session opened comes through here
         legacy_end = kind == "append"
-        return Revision(
+        return revision_of(
             number,
             parent,
             kind,
-            tuple([change_from_dict(c, legacy_end=legacy_end) for c in json.loads(changes)]),
+            tuple([change_from_dict(c, legacy_end=legacy_end) for c in _decoded(changes)]),
             instruction,
             model,
             created_at,

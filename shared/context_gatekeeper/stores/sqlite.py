@@ -456,9 +456,13 @@ def _load(conn: sqlite3.Connection, session_id: str, after: int, chained: bool =
     if not chained:
         return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
     after = max(after, 0)
+    if not after:  # each row checked as it comes: no list of every row is built and thrown away
+        cursor = conn.execute(_SELECT_CHAINED, (session_id, 0))
+        try:
+            return verified(session_id, cursor, 0, genesis(session_id))
+        finally:
+            cursor.close()  # a log refused half way leaves no statement open (a truncate follows)
     rows = conn.execute(_SELECT_CHAINED, (session_id, after)).fetchall()
-    if not after:
-        return verified(session_id, rows, 0, genesis(session_id))
     if not rows:
         return []
     if rows[0][0] != after:  # the row the catch-up starts from is gone

@@ -193,6 +193,16 @@ class Transcript:
             with collector_paused(self._large()):  # one copy per message, all kept
                 return tuple(map(detached, self._replica.state.to_list()))
 
+    def _snapshot(self) -> tuple[tuple[int, float], tuple[Message, ...]]:
+        """``(version, state)`` read together, the state's messages as the transcript holds
+        them, not copied: for a follower inside the library (:class:`TranscriptGate`) that
+        keeps every message but hands out few, and copies (:func:`detached`) only those.
+        Nothing may change the messages' ``metadata`` or ``parts``: they are the history's."""
+        with self._lock:
+            self._replica.refresh()
+            log = self._replica.log
+            return (len(log), log[-1].time if log else 0.0), tuple(self._replica.state.to_list())
+
     async def aget_messages(self) -> tuple[Message, ...]:
         """Async :attr:`messages`."""
         return await asyncio.to_thread(lambda: self.messages)
