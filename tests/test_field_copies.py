@@ -142,3 +142,13 @@ def test_revision_of_sets_every_field_of_revision() -> None:
     built = revision_of(**values)  # type: ignore[arg-type]
     assert _field_values(built) == values
     assert built == Revision(**values)  # type: ignore[arg-type]
+
+
+def test_the_records_built_without_init_have_no_post_init_to_skip() -> None:
+    """``revision_of`` and ``change_from_dict`` build these through their slots, skipping
+    ``__init__``: a ``__post_init__`` added to one of them would be skipped on every load."""
+    from context_gatekeeper.records.operations import Change, Put, Remove
+    from context_gatekeeper.records.revisions import Revision
+
+    for record in (Revision, Put, Remove, Change):
+        assert not hasattr(record, "__post_init__"), f"{record.__name__}: build it through __init__ in the loaders"

@@ -162,5 +162,6 @@ def revision_from_fields(
             base,
             target,
         )
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
+        # OverflowError: a revision of 1e400; RecursionError: JSON nested past the recursion limit
         raise CorruptLogError(session_id, number, f"unreadable row: {type(exc).__name__}: {exc}") from exc
