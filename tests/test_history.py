@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper import ContextGatekeeper, InvalidInputError, InvalidTypeError
 from context_gatekeeper.caching import BoundedCache
 from context_gatekeeper.selection import history
 
@@ -183,3 +183,67 @@ def test_kept_topic_profiles_are_what_a_fresh_computation_gives(monkeypatch: pyt
     h.profiles_before(len(h))  # kept for the latest position
     h.params = with_changes(h.params, topic_window=1, topic_decay=0.25)  # other parameters: the kept profiles are not theirs
     check()
+
+
+WORDS = ["redis", "lock", "ttl", "espresso", "grind", "moka", "postgres", "vacuum", "it", "by the way", "back to", "这个", "索引"]
+
+
+def _turns(min_size: int = 0) -> Any:
+    """Turns of a few chat words, cues and Chinese terms (some empty on one side)."""
+    from hypothesis import strategies as st
+
+    text = st.builds(" ".join, st.lists(st.sampled_from(WORDS), max_size=5))
+    return st.lists(st.tuples(text, text).filter(lambda t: (t[0] + t[1]).strip()), min_size=min_size, max_size=8)
+
+
+def _state(gk: ContextGatekeeper) -> tuple[Any, ...]:
+    h = gk._history
+    return (list(h.order), dict(h.positions), dict(h.turns), dict(h.costs), h.total_cost, dict(h.inputs), list(h.labels),
+            list(h.novelty), list(h.chain), h.index.snapshot(), dict(h.index.turns), h._next_id, set(h.changed or ()))
+
+
+def test_turns_inserted_at_once_give_the_state_inserting_them_one_by_one_gives() -> None:
+    """insert_turns is insert_turn turn after turn: the same ids, texts, costs, index, labels,
+    novelty and chain, wherever the turns go (appended, at the start, in the middle)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(_turns(), _turns(min_size=1), st.integers(0, 8))
+    def check(before: list[tuple[str, str]], added: list[tuple[str, str]], at: int) -> None:
+        at = min(at, len(before))
+        states = []
+        for at_once in (False, True):
+            with pytest.MonkeyPatch.context() as m:  # nothing cached: both segment every turn themselves
+                m.setattr(history, "_labels", BoundedCache(maxsize=1000))
+                gk = ContextGatekeeper(token_budget=60, token_counter=len, message_overhead=0)
+                gk._history.changed = set()
+                ids = [gk.add_turn(u, a) for u, a in before]
+                after = ids[at - 1] if at else None
+                if at_once:
+                    new = gk.insert_turns(after, added)
+                else:
+                    new = []
+                    for u, a in added:
+                        new.append(gk.insert_turn(after if not new else new[-1], u, a))
+                states.append((new, _state(gk)))
+        assert states[0] == states[1]
+
+    check()
+
+
+def test_insert_turns_inserts_none_when_one_fails() -> None:
+    def counter(text: str) -> int:
+        return -1 if "decaf" in text else len(text)
+
+    gk = ContextGatekeeper(token_budget=60, token_counter=counter, message_overhead=0)
+    first = gk.add_turn("redis lock?", "a ttl")
+    before = _state(gk)
+    with pytest.raises(InvalidInputError, match="token counter"):
+        gk.insert_turns(first, [("espresso grind?", "fine"), ("decaf beans?", "swiss water"), ("moka?", "medium")])
+    assert _state(gk) == before
+    with pytest.raises(InvalidTypeError):
+        gk.insert_turns(None, ["just a string"])  # type: ignore[list-item]
+    assert _state(gk) == before
+    assert gk.insert_turns(None, [("moka?", "medium", ["tool says hot"])]) == [first + 1]
+    assert [t.id for t in gk.turns] == [first + 1, first] and gk.turns[0].tool_texts == ("tool says hot",)

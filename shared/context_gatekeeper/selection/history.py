@@ -139,15 +139,26 @@ class TurnHistory:
     # -- changes ------------------------------------------------------------------------
     def insert(self, position: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> int:
         """Add a turn at ``position`` (``len(self)`` appends) under a new id, and return it."""
-        turn = Turn(self._next_id, user, assistant, tool_texts)
-        prepared = self._prepare(turn)  # may raise: nothing has changed yet
-        turn_id = self._next_id
-        self._next_id += 1
-        self._store(turn, prepared)
-        self.order.insert(position, turn_id)
+        return self.insert_many(position, [(user, assistant, tool_texts)])[0]
+
+    def insert_many(self, position: int, texts: Sequence[tuple[str, str, tuple[str, ...]]]) -> list[int]:
+        """Add turns at ``position``, in order, under new ids, and return them: the state
+        :meth:`insert` gives inserting them one by one (labels are a function of the turn
+        list), with the later turns segmented once instead of after each insert.  Every
+        turn is prepared before anything changes, so a failing one inserts none."""
+        if not texts:
+            return []
+        first = self._next_id
+        turns = [Turn(first + k, user, assistant, tools) for k, (user, assistant, tools) in enumerate(texts)]
+        prepared = [self._prepare(turn) for turn in turns]  # may raise: nothing has changed yet
+        self._next_id += len(turns)
+        for turn, ready in zip(turns, prepared):
+            self._store(turn, ready)
+        ids = [turn.id for turn in turns]
+        self.order[position:position] = ids
         self._renumber_from(position)
         self._resegment_from(position)
-        return turn_id
+        return ids
 
     def replace(self, turn_id: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> None:
         """New texts for a turn; its id and position stay."""
