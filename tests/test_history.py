@@ -208,6 +208,8 @@ def test_turns_inserted_at_once_give_the_state_inserting_them_one_by_one_gives()
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
+    from context_gatekeeper.selection.segments import segment_all
+
     @settings(max_examples=60, deadline=None)
     @given(_turns(), _turns(min_size=1), st.integers(0, 8))
     def check(before: list[tuple[str, str]], added: list[tuple[str, str]], at: int) -> None:
@@ -227,6 +229,8 @@ def test_turns_inserted_at_once_give_the_state_inserting_them_one_by_one_gives()
                     for u, a in added:
                         new.append(gk.insert_turn(after if not new else new[-1], u, a))
                 states.append((new, _state(gk)))
+                h = gk._history  # and both are the reference segmentation from scratch
+                assert (h.labels, h.novelty) == segment_all([h.inputs[t] for t in h.order], h.params)
         assert states[0] == states[1]
 
     check()

@@ -282,9 +282,10 @@ class TurnHistory:
         """Recompute segment labels from ``start`` on, with document frequencies of each prefix
         (counted only once a label is not known already)."""
         order, turns, postings = self.order, self.index.turns, self.index.postings
-        later: Counter[str] | None = None  # anchors of the turns from the current position on
+        counts: Counter[str] | None = None  # anchors of the turns before the current position, or from it on
+        prefix = False
 
-        def prefix_df(anchor: str) -> int:  # index.df(anchor) - later[anchor], inlined: the gate calls it per anchor
+        def prefix_df(anchor: str) -> int:  # index.df(anchor) - counts[anchor] from the position on, inlined
             bucket = postings.get(anchor)
             return (len(bucket) if bucket else 0) - later_count(anchor, 0)
 
@@ -299,17 +300,25 @@ class TurnHistory:
             chain.append(previous)
             found = _labels.get(previous)
             if found is None:
-                if later is None:
-                    later = Counter()
-                    for later_id in order[position:]:
-                        later.update(turns[later_id].anchors)
-                    later_count = later.get
-                found = next_label(self.labels, self.by_position, position, prefix_df, self.params, self.profiles_before)
+                if counts is None:
+                    # the prefix's document frequencies: counted directly when fewer turns come
+                    # before the position than from it (a list indexed from its start: the lookup
+                    # is then the counter's own), else the index's minus the turns from it on
+                    prefix = position <= len(order) - position
+                    counts = Counter()
+                    for other in order[:position] if prefix else order[position:]:
+                        counts.update(turns[other].anchors)
+                    later_count = counts.get
+                    df = counts.__getitem__ if prefix else prefix_df
+                found = next_label(self.labels, self.by_position, position, df, self.params, self.profiles_before)
                 _labels.put(previous, found)
             self.labels.append(found[0])
             self.novelty.append(found[1])
-            if later is not None and position < last:  # (after the last turn nothing reads it)
-                later.subtract(turns[turn_id].anchors)
+            if counts is not None and position < last:  # (after the last turn nothing reads it)
+                if prefix:
+                    counts.update(turns[turn_id].anchors)
+                else:
+                    counts.subtract(turns[turn_id].anchors)
 
     def profiles_before(self, end: int) -> dict[int, dict[str, float]]:
         """:func:`segments.topic_profiles` before position ``end`` (labels up to ``end`` set),

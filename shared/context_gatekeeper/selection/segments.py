@@ -83,11 +83,14 @@ def topic_profiles(
         if back >= size:
             continue
         turns_seen[label] = back + 1
-        strength = decay**back
-        profile = profiles.setdefault(label, {})
-        for anchor in turns[pos].anchors:
-            if anchor not in profile:
-                profile[anchor] = strength
+        profile = profiles.get(label)
+        if profile is None:  # the topic's latest turn: every anchor at its strength
+            profiles[label] = dict.fromkeys(turns[pos].anchors, decay**back)
+        else:  # an older turn adds the anchors the topic's later turns lack
+            strength = decay**back
+            for anchor in turns[pos].anchors:
+                if anchor not in profile:
+                    profile[anchor] = strength
     return profiles
 
 
