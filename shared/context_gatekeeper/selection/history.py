@@ -66,6 +66,10 @@ def _gate_input(user: str, max_chars: int, key: str, anchors: TextAnchors) -> tu
     return _gate_inputs.get_or_compute((max_chars, key), compute)
 
 
+_GateParts = tuple[tuple[str, ...], Cues, bool, bool]
+"""A prepared turn's ``(user, cues, asks, closes)``: its :class:`SegmentInput` but the anchors."""
+
+
 def _closing_question(answer: str) -> tuple[bool, bool]:
     """``(asks, closes)``: the answer ends with a genuine question to the user, or with a
     courtesy question (:func:`gate.asks_question`, :func:`gate.closes_topic`)."""
@@ -249,22 +253,22 @@ class TurnHistory:
         return [tuple(s) for s in out]
 
     # -- internals ----------------------------------------------------------------------
-    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, SegmentInput, str]:
+    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, _GateParts, str]:
         """Everything a turn needs that can fail (a token counter may raise), computed
-        before anything changes: ``(cost, user anchors, answer anchors, gate input, key of
-        its texts)``; the gate input's ``anchors`` are filled by :meth:`_store`."""
+        before anything changes: ``(cost, user anchors, answer anchors, gate parts, key of
+        its texts)``, the gate parts being :class:`SegmentInput`'s but the turn's anchors,
+        which :meth:`_store` adds."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
         cost = self._cost(turn)
         user_key, answer_key = text_key(turn.user), text_key(answer)
         user, answer_anchors = text_anchors(turn.user, user_key), text_anchors(answer, answer_key)
         query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars, user_key, user)
         asks, closes = _closing_question(turn.assistant) if turn.assistant else (False, False)
-        gated = SegmentInput(query_anchors, cues, frozenset(), asks=asks, closes=closes)
-        return cost, user, answer_anchors, gated, text_key(user_key + answer_key)
+        return cost, user, answer_anchors, (query_anchors, cues, asks, closes), text_key(user_key + answer_key)
 
-    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput, str]) -> None:
+    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, _GateParts, str]) -> None:
         """Record, cost and index a prepared turn (its position is the caller's business)."""
-        cost, user, answer_anchors, gated, self._turn_keys[turn.id] = prepared
+        cost, user, answer_anchors, (query_anchors, cues, asks, closes), self._turn_keys[turn.id] = prepared
         indexed = self.index.add(turn.id, user, answer_anchors)
         self.turns[turn.id] = turn
         if self.changed is not None:
@@ -272,7 +276,7 @@ class TurnHistory:
         self.costs[turn.id] = cost
         self.total_cost += cost
         answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
-        self.inputs[turn.id] = SegmentInput(gated.user, gated.cues, indexed.anchors, answered, gated.asks, gated.closes)
+        self.inputs[turn.id] = SegmentInput(query_anchors, cues, indexed.anchors, answered, asks, closes)
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self.order)):

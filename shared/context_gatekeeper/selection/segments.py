@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
@@ -134,8 +135,7 @@ def previous_topic(labels: Sequence[int], end: int) -> int | None:
     return next((labels[pos] for pos in range(end - 2, -1, -1) if labels[pos] != active), None)
 
 
-@dataclass(frozen=True)
-class _TurnGate:
+class _TurnGate(NamedTuple):
     """The gate's view of one turn during segmentation."""
 
     weights: dict[str, float]
