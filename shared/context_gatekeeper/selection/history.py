@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from ..caching import BoundedCache, text_key
 from .anchors import TextAnchors, extract, has_cjk
@@ -94,9 +94,10 @@ class _ByPosition(Sequence[SegmentInput]):
     def __getitem__(self, position: slice) -> list[SegmentInput]: ...
 
     def __getitem__(self, position: int | slice) -> SegmentInput | list[SegmentInput]:
-        if isinstance(position, slice):  # a Sequence slices too
-            return [self._inputs[turn_id] for turn_id in self._order[position]]
-        return self._inputs[self._order[position]]
+        try:  # (segmentation reads positions, many per turn: no type test on that path)
+            return self._inputs[self._order[position]]  # type: ignore[index]
+        except TypeError:  # a slice (a Sequence slices too): its list of ids is no key
+            return [self._inputs[turn_id] for turn_id in self._order[cast(slice, position)]]
 
 
 class TurnHistory:
@@ -296,13 +297,16 @@ class TurnHistory:
         del self.labels[start:], self.novelty[start:], self.chain[start:]
         chain, keys, sha256 = self.chain, self._turn_keys, hashlib.sha256
         previous = chain[start - 1] if start else self._params_fingerprint()
-        last = len(order) - 1
-        for position in range(start, len(order)):
-            turn_id = order[position]
+        for turn_id in order[start:]:
             # a turn's label depends only on the turns up to it (their texts) and the parameters
             previous = sha256(f"{previous}{keys[turn_id]}".encode()).hexdigest()
             chain.append(previous)
-            found = _labels.get(previous)
+        known = _labels.get_many(chain[start:])  # the labels known already, looked up at once
+        computed: list[tuple[str, tuple[int, float]]] = []
+        last = len(order) - 1
+        for position in range(start, len(order)):
+            turn_id = order[position]
+            found = known[position - start]
             if found is None:
                 if counts is None:
                     # the prefix's document frequencies: counted directly when fewer turns come
@@ -315,7 +319,7 @@ class TurnHistory:
                     later_count = counts.get
                     df = counts.__getitem__ if prefix else prefix_df
                 found = next_label(self.labels, self.by_position, position, df, self.params, self.profiles_before)
-                _labels.put(previous, found)
+                computed.append((chain[position], found))
             self.labels.append(found[0])
             self.novelty.append(found[1])
             if counts is not None and position < last:  # (after the last turn nothing reads it)
@@ -323,6 +327,8 @@ class TurnHistory:
                     counts.update(turns[turn_id].anchors)
                 else:
                     counts.subtract(turns[turn_id].anchors)
+        if computed:
+            _labels.put_many(computed)
 
     def profiles_before(self, end: int) -> dict[int, dict[str, float]]:
         """:func:`segments.topic_profiles` before position ``end`` (labels up to ``end`` set),
