@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from context_gatekeeper import ContextGatekeeper, InvalidInputError, InvalidTypeError
 from context_gatekeeper.caching import BoundedCache
@@ -44,9 +46,10 @@ def build() -> ContextGatekeeper:
 
 def test_a_second_gatekeeper_on_the_same_texts_extracts_nothing(extractions: list[str]) -> None:
     first = build()
-    # user, answer, and the user text as the gate reads it where that differs: only the
-    # third user text holds a cue ("it"); the others' gate input is their own anchors
-    assert len(extractions) == 2 * len(TURNS) + 1
+    # user and answer; the user text as the gate reads it only where blanking its cues could
+    # change its anchors: the third holds a cue ("it"), but one with no anchor, so its gate
+    # input is its own anchors, as the others' are
+    assert len(extractions) == 2 * len(TURNS)
     extractions.clear()
     second = build()
     assert extractions == []
@@ -61,8 +64,9 @@ def test_a_changed_text_is_extracted_again(extractions: list[str]) -> None:
     extractions.clear()
     gk.replace_turn(gk.turns[1].id, "Which grind for a French press?", "Coarse.")
     assert sorted(extractions) == sorted(["Which grind for a French press?", "Coarse."])
-    gk.replace_turn(gk.turns[1].id, "Is it fine for a French press?", "Coarse.")
-    assert extractions[2:] == ["Is it fine for a French press?", "Is   fine for a French press?"]  # the cue blanked
+    gk.replace_turn(gk.turns[1].id, "Unrelated question: fine for a French press?", "Coarse.")
+    # the cue blanked ("unrelated" has an anchor: the text without it is extracted too)
+    assert extractions[2:] == ["Unrelated question: fine for a French press?", " : fine for a French press?"]
 
 
 @pytest.mark.parametrize(
@@ -251,3 +255,26 @@ def test_insert_turns_inserts_none_when_one_fails() -> None:
     assert _state(gk) == before
     assert gk.insert_turns(None, [("moka?", "medium", ["tool says hot"])]) == [first + 1]
     assert [t.id for t in gk.turns] == [first + 1, first] and gk.turns[0].tool_texts == ("tool says hot",)
+
+
+_PIECES = ["it", "It", "IT", "iT", "it's", "that", "tHat", "THey", "they", "by the way", "back to", "what about", "redis", "Redis",
+           "lock", "ttlWatch", "HTTPServer", "x.it", "it.x", "a->it", "it::b", "_it", "\"it\"", "`it`", "v1.2", "42",
+           "这个", "锁", " ", ", ", ". ", "? ", "'", "-", "\n"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=10).map("".join), st.sampled_from([4000, 12]))
+def test_the_gate_input_skips_extracting_again_only_where_the_blanked_cues_held_no_anchor(user: str, max_chars: int) -> None:
+    """Where blanking the cues can change nothing the gate reads, the gate input is the text's
+    own anchors (no second extraction); everywhere it is the query-mode anchors of the text
+    without its cues, in order."""
+    from context_gatekeeper.caching import text_key
+    from context_gatekeeper.selection.anchors import extract, has_cjk
+    from context_gatekeeper.selection.cues import strip_cues
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(history, "_gate_inputs", BoundedCache(maxsize=10))
+        got = history._gate_input(user, max_chars, text_key(user), extract(user))
+    cues, content = strip_cues(user[:max_chars])
+    assert got == (tuple(extract(content, query=True).counts), cues)
+    if cues and len(user) <= max_chars and not has_cjk(content) and history._blanks_no_anchor(user, cues):
+        assert got[0] == tuple(extract(user).counts)

@@ -9,12 +9,13 @@ budgets, pins or queries.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, cast, overload
 
 from ..caching import BoundedCache, text_key
-from .anchors import TextAnchors, extract, has_cjk
+from .anchors import TextAnchors, _has_ascii_digit, _token_anchors, extract, has_cjk
 from .cues import Cues, strip_cues
 from .gate import is_courtesy, last_question
 
@@ -52,14 +53,38 @@ def text_anchors(text: str, key: str | None = None) -> TextAnchors:
     return _anchors.get_or_compute(text_key(text) if key is None else key, lambda: extract(text))
 
 
+_JOINED = re.compile(r"\w(?:\.|::|->)[A-Za-z_]", re.ASCII)
+"""Where an identifier may run on through a joiner (``a.b``, ``a::b``, ``a->b``)."""
+_CASE_SPLIT = re.compile(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
+"""Where a word's case may split it (``camelCase``, ``HTTPServer``)."""
+_CUE_WORD = re.compile(r"[A-Za-z_]\w*", re.ASCII)
+"""A word of a listed (ASCII) cue."""
+
+
+def _blanks_no_anchor(text: str, cues: Cues) -> bool:
+    """Whether blanking ``cues`` out of ``text`` (:func:`strip_cues`) leaves its anchors as they
+    are, in order, so the text's own anchors are its gate input.  True only for ASCII text
+    with no quoted phrase, code span or digit (scans a blank could cut), no identifier
+    joined across words (a blank could split it) and no word its case splits (each cue as
+    written then has the anchors of the cue as listed), whose cues' words have no anchor
+    ("it", "that", "they"): the blanks then remove only tokens that bring none."""
+    return (
+        text.isascii() and '"' not in text and "`" not in text and not _has_ascii_digit(text)
+        and _JOINED.search(text) is None and _CASE_SPLIT.search(text) is None
+        and not any(_token_anchors(word) for cue in (*cues.reference, *cues.switch, *cues.returning)
+                    for word in _CUE_WORD.findall(cue))
+    )
+
+
+
 def _gate_input(user: str, max_chars: int, key: str, anchors: TextAnchors) -> tuple[tuple[str, ...], Cues]:
     """``(query anchors, cues)`` of a user text as the topic gate reads it, once per text
     (``key`` is ``text_key(user)``, ``anchors`` its document anchors)."""
 
     def compute() -> tuple[tuple[str, ...], Cues]:
         cues, content = strip_cues(user[:max_chars])
-        if not cues and len(user) <= max_chars and not has_cjk(content):
-            # nothing blanked, nothing cut, and query mode differs only on Chinese: the same anchors
+        if len(user) <= max_chars and not has_cjk(content) and (not cues or _blanks_no_anchor(user, cues)):
+            # nothing cut, no anchor blanked, and query mode differs only on Chinese: the same anchors
             return tuple(anchors.counts), cues
         return tuple(extract(content, query=True).counts), cues
 
