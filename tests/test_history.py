@@ -258,7 +258,7 @@ def test_insert_turns_inserts_none_when_one_fails() -> None:
 
 
 _PIECES = ["it", "It", "IT", "iT", "it's", "that", "tHat", "THey", "they", "by the way", "back to", "what about", "redis", "Redis",
-           "lock", "ttlWatch", "HTTPServer", "x.it", "it.x", "a->it", "it::b", "_it", "\"it\"", "`it`", "v1.2", "42",
+           "lock", "ttlWatch", "HTTPServer", "x.it", "it.x", "a->it", "it::b", "_it", "\"it\"", "`it`", "v1.2", "42", "v", "1.",
            "这个", "锁", " ", ", ", ". ", "? ", "'", "-", "\n"]
 
 

@@ -336,7 +336,7 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
 def has_cjk(text: str) -> bool:
     """Whether ``text`` holds a CJK character (the only text where :func:`extract`'s
     ``query`` mode changes anything)."""
-    return _CJK_RUN.search(text) is not None
+    return not text.isascii() and _CJK_RUN.search(text) is not None  # ASCII text: no scan of each character
 
 
 @lru_cache(maxsize=262144)

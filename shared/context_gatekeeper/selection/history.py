@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast, overload
 
 from ..caching import BoundedCache, text_key
-from .anchors import TextAnchors, _has_ascii_digit, _token_anchors, extract, has_cjk
+from .anchors import TextAnchors, _token_anchors, extract, has_cjk
 from .cues import Cues, strip_cues
 from .gate import is_courtesy, last_question
 
@@ -64,12 +64,14 @@ _CUE_WORD = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 def _blanks_no_anchor(text: str, cues: Cues) -> bool:
     """Whether blanking ``cues`` out of ``text`` (:func:`strip_cues`) leaves its anchors as they
     are, in order, so the text's own anchors are its gate input.  True only for ASCII text
-    with no quoted phrase, code span or digit (scans a blank could cut), no identifier
+    with no quoted phrase or code span (a blank inside one would change it), no identifier
     joined across words (a blank could split it) and no word its case splits (each cue as
     written then has the anchors of the cue as listed), whose cues' words have no anchor
-    ("it", "that", "they"): the blanks then remove only tokens that bring none."""
+    ("it", "that", "they"): the blanks then remove only tokens that bring none.  (Numbers
+    and versions are unaffected: a cue is matched only between characters that are not
+    word characters, so no digit run or version touches a blank.)"""
     return (
-        text.isascii() and '"' not in text and "`" not in text and not _has_ascii_digit(text)
+        text.isascii() and '"' not in text and "`" not in text
         and _JOINED.search(text) is None and _CASE_SPLIT.search(text) is None
         and not any(_token_anchors(word) for cue in (*cues.reference, *cues.switch, *cues.returning)
                     for word in _CUE_WORD.findall(cue))
@@ -83,7 +85,7 @@ def _gate_input(user: str, max_chars: int, key: str, anchors: TextAnchors) -> tu
 
     def compute() -> tuple[tuple[str, ...], Cues]:
         cues, content = strip_cues(user[:max_chars])
-        if len(user) <= max_chars and not has_cjk(content) and (not cues or _blanks_no_anchor(user, cues)):
+        if len(user) <= max_chars and (not cues or _blanks_no_anchor(user, cues)) and not has_cjk(content):
             # nothing cut, no anchor blanked, and query mode differs only on Chinese: the same anchors
             return tuple(anchors.counts), cues
         return tuple(extract(content, query=True).counts), cues
