@@ -31,6 +31,11 @@ class CountingGatekeeper(ContextGatekeeper):
         self.calls["insert"] += 1
         return super().insert_turn(*args, **kwargs)
 
+    def insert_turns(self, after_id: int | None, turns: Any) -> list[int]:
+        turns = list(turns)
+        self.calls["insert"] += len(turns)  # a turn inserted, alone or with others
+        return super().insert_turns(after_id, turns)
+
     def replace_turn(self, *args: Any, **kwargs: Any) -> None:
         self.calls["replace"] += 1
         super().replace_turn(*args, **kwargs)

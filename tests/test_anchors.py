@@ -434,3 +434,25 @@ def test_scans_skipped_without_their_digits_would_find_nothing(text):
         assert module._VERSION.findall(text) == []
     if module._NUMBER.search(text) is None:
         assert module._tokens_and_numbers(text) == (module._IDENTIFIER.findall(text), [])
+
+
+@given(st.text(alphabet="ab_Z1 2.:->`é锁Ü?-\n", max_size=40))
+def test_possessive_identifier_runs_match_what_the_plain_ones_match(text):
+    """The identifier scans give nothing back once a run is read (possessive, on 3.11+): they
+    must match exactly what the same patterns with plain ``*`` match, joiners and all."""
+    import re
+
+    from context_gatekeeper.selection import anchors as module
+
+    for pattern in (module._IDENTIFIER, module._ASCII_IDENTIFIER, module._TOKEN_OR_NUMBER, module._ASCII_TOKEN_OR_NUMBER):
+        plain = re.compile(pattern.pattern.replace("*+", "*"), pattern.flags)
+        assert pattern.findall(text) == plain.findall(text)
+
+
+@given(st.text(alphabet="ab 0123456789٣１.x", max_size=30))
+def test_the_digit_test_for_ascii_text_is_the_digit_scan(text):
+    """``extract`` asks ten substring tests, not the regular expression, whether ASCII text holds a digit."""
+    from context_gatekeeper.selection import anchors as module
+
+    if text.isascii():
+        assert module._has_ascii_digit(text) == (module._DIGIT.search(text) is not None)

@@ -224,3 +224,21 @@ def test_closing_the_topic_is_a_switch_cue_not_a_reference(text, cue):
 ])
 def test_phrases_that_also_occur_inside_follow_ups_are_not_closings(text):
     assert not strip_cues(text)[0].switch
+
+
+_ASCII_WORDS = sorted({w for c in (*REFERENCE_CUES, *SWITCH_CUES, *RETURN_CUES) if c.isascii() for w in c.split()})
+
+
+@given(st.lists(st.one_of(st.sampled_from(_ASCII_WORDS), st.sampled_from(["It", "BY", "tHe", "wAy", "'", "it's", "x_it",
+                                                                            "-", ".", "?", " ", "  ", "\n", "9", "_"])),
+                max_size=12).map(" ".join))
+def test_ascii_text_is_scanned_lowered_as_the_case_insensitive_pattern_scans_it(text):
+    """ASCII text is scanned lower-cased with a case-sensitive pattern (faster): the cues and
+    spans are what the one case-insensitive pattern finds."""
+    from context_gatekeeper.selection import cues as module
+
+    assert all(c == c.lower() for c in module._KINDS if c.isascii())
+    expected = [(m.span(), module._canonical(m.group(0))) for m in module._CUES.finditer(text)]
+    found = [(m.span(), m.group(0)) for m in module._ASCII_CUES.finditer(text.lower())]
+    assert found == expected
+    assert module._scan(text)[1] == [span for span, _ in expected]

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from context_gatekeeper import ContextGatekeeper
+from context_gatekeeper import ContextGatekeeper, InvalidInputError, InvalidTypeError
 from context_gatekeeper.caching import BoundedCache
 from context_gatekeeper.selection import history
 
@@ -44,9 +46,10 @@ def build() -> ContextGatekeeper:
 
 def test_a_second_gatekeeper_on_the_same_texts_extracts_nothing(extractions: list[str]) -> None:
     first = build()
-    # user, answer, and the user text as the gate reads it where that differs: only the
-    # third user text holds a cue ("it"); the others' gate input is their own anchors
-    assert len(extractions) == 2 * len(TURNS) + 1
+    # user and answer; the user text as the gate reads it only where blanking its cues could
+    # change its anchors: the third holds a cue ("it"), but one with no anchor, so its gate
+    # input is its own anchors, as the others' are
+    assert len(extractions) == 2 * len(TURNS)
     extractions.clear()
     second = build()
     assert extractions == []
@@ -61,8 +64,9 @@ def test_a_changed_text_is_extracted_again(extractions: list[str]) -> None:
     extractions.clear()
     gk.replace_turn(gk.turns[1].id, "Which grind for a French press?", "Coarse.")
     assert sorted(extractions) == sorted(["Which grind for a French press?", "Coarse."])
-    gk.replace_turn(gk.turns[1].id, "Is it fine for a French press?", "Coarse.")
-    assert extractions[2:] == ["Is it fine for a French press?", "Is   fine for a French press?"]  # the cue blanked
+    gk.replace_turn(gk.turns[1].id, "Unrelated question: fine for a French press?", "Coarse.")
+    # the cue blanked ("unrelated" has an anchor: the text without it is extracted too)
+    assert extractions[2:] == ["Unrelated question: fine for a French press?", " : fine for a French press?"]
 
 
 @pytest.mark.parametrize(
@@ -183,3 +187,94 @@ def test_kept_topic_profiles_are_what_a_fresh_computation_gives(monkeypatch: pyt
     h.profiles_before(len(h))  # kept for the latest position
     h.params = with_changes(h.params, topic_window=1, topic_decay=0.25)  # other parameters: the kept profiles are not theirs
     check()
+
+
+WORDS = ["redis", "lock", "ttl", "espresso", "grind", "moka", "postgres", "vacuum", "it", "by the way", "back to", "这个", "索引"]
+
+
+def _turns(min_size: int = 0) -> Any:
+    """Turns of a few chat words, cues and Chinese terms (some empty on one side)."""
+    from hypothesis import strategies as st
+
+    text = st.builds(" ".join, st.lists(st.sampled_from(WORDS), max_size=5))
+    return st.lists(st.tuples(text, text).filter(lambda t: (t[0] + t[1]).strip()), min_size=min_size, max_size=8)
+
+
+def _state(gk: ContextGatekeeper) -> tuple[Any, ...]:
+    h = gk._history
+    return (list(h.order), dict(h.positions), dict(h.turns), dict(h.costs), h.total_cost, dict(h.inputs), list(h.labels),
+            list(h.novelty), list(h.chain), h.index.snapshot(), dict(h.index.turns), h._next_id, set(h.changed or ()))
+
+
+def test_turns_inserted_at_once_give_the_state_inserting_them_one_by_one_gives() -> None:
+    """insert_turns is insert_turn turn after turn: the same ids, texts, costs, index, labels,
+    novelty and chain, wherever the turns go (appended, at the start, in the middle)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from context_gatekeeper.selection.segments import segment_all
+
+    @settings(max_examples=60, deadline=None)
+    @given(_turns(), _turns(min_size=1), st.integers(0, 8))
+    def check(before: list[tuple[str, str]], added: list[tuple[str, str]], at: int) -> None:
+        at = min(at, len(before))
+        states = []
+        for at_once in (False, True):
+            with pytest.MonkeyPatch.context() as m:  # nothing cached: both segment every turn themselves
+                m.setattr(history, "_labels", BoundedCache(maxsize=1000))
+                gk = ContextGatekeeper(token_budget=60, token_counter=len, message_overhead=0)
+                gk._history.changed = set()
+                ids = [gk.add_turn(u, a) for u, a in before]
+                after = ids[at - 1] if at else None
+                if at_once:
+                    new = gk.insert_turns(after, added)
+                else:
+                    new = []
+                    for u, a in added:
+                        new.append(gk.insert_turn(after if not new else new[-1], u, a))
+                states.append((new, _state(gk)))
+                h = gk._history  # and both are the reference segmentation from scratch
+                assert (h.labels, h.novelty) == segment_all([h.inputs[t] for t in h.order], h.params)
+        assert states[0] == states[1]
+
+    check()
+
+
+def test_insert_turns_inserts_none_when_one_fails() -> None:
+    def counter(text: str) -> int:
+        return -1 if "decaf" in text else len(text)
+
+    gk = ContextGatekeeper(token_budget=60, token_counter=counter, message_overhead=0)
+    first = gk.add_turn("redis lock?", "a ttl")
+    before = _state(gk)
+    with pytest.raises(InvalidInputError, match="token counter"):
+        gk.insert_turns(first, [("espresso grind?", "fine"), ("decaf beans?", "swiss water"), ("moka?", "medium")])
+    assert _state(gk) == before
+    with pytest.raises(InvalidTypeError):
+        gk.insert_turns(None, ["just a string"])  # type: ignore[list-item]
+    assert _state(gk) == before
+    assert gk.insert_turns(None, [("moka?", "medium", ["tool says hot"])]) == [first + 1]
+    assert [t.id for t in gk.turns] == [first + 1, first] and gk.turns[0].tool_texts == ("tool says hot",)
+
+
+_PIECES = ["it", "It", "IT", "iT", "it's", "that", "tHat", "THey", "they", "by the way", "back to", "what about", "redis", "Redis",
+           "lock", "ttlWatch", "HTTPServer", "x.it", "it.x", "a->it", "it::b", "_it", "\"it\"", "`it`", "v1.2", "42", "v", "1.",
+           "这个", "锁", " ", ", ", ". ", "? ", "'", "-", "\n"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=10).map("".join), st.sampled_from([4000, 12]))
+def test_the_gate_input_skips_extracting_again_only_where_the_blanked_cues_held_no_anchor(user: str, max_chars: int) -> None:
+    """Where blanking the cues can change nothing the gate reads, the gate input is the text's
+    own anchors (no second extraction); everywhere it is the query-mode anchors of the text
+    without its cues, in order."""
+    from context_gatekeeper.caching import text_key
+    from context_gatekeeper.selection.anchors import extract, has_cjk
+    from context_gatekeeper.selection.cues import strip_cues
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(history, "_gate_inputs", BoundedCache(maxsize=10))
+        got = history._gate_input(user, max_chars, text_key(user), extract(user))
+    cues, content = strip_cues(user[:max_chars])
+    assert got == (tuple(extract(content, query=True).counts), cues)
+    if cues and len(user) <= max_chars and not has_cjk(content) and history._blanks_no_anchor(user, cues):
+        assert got[0] == tuple(extract(user).counts)

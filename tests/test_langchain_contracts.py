@@ -232,15 +232,21 @@ def test_the_drop_in_listeners_see_the_ungated_input() -> None:
 # -- topic_gate: the history's own incremental index ----------------------------------------
 @pytest.fixture
 def inserts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many turns each ContextGatekeeper.insert_turn call indexed (one entry a call)."""
+    """The turns ContextGatekeeper indexed by insert_turn or insert_turns (one entry a turn)."""
     calls: list[int] = []
-    original = ContextGatekeeper.insert_turn
+    original, original_many = ContextGatekeeper.insert_turn, ContextGatekeeper.insert_turns
 
     def counting(self: ContextGatekeeper, *args: Any, **kwargs: Any) -> int:
         calls.append(1)
         return original(self, *args, **kwargs)
 
+    def counting_many(self: ContextGatekeeper, after_id: int | None, turns: Any) -> list[int]:
+        turns = list(turns)
+        calls.extend([1] * len(turns))
+        return original_many(self, after_id, turns)
+
     monkeypatch.setattr(ContextGatekeeper, "insert_turn", counting)
+    monkeypatch.setattr(ContextGatekeeper, "insert_turns", counting_many)
     return calls
 
 

@@ -61,7 +61,7 @@ NO_TWIN: dict[str, dict[str, str]] = {
     "ContextGatekeeper": {
         name: IN_MEMORY
         for name in (
-            "add_turn", "build_prompt", "clear", "get_turn", "insert_turn", "pin", "remove_turn",
+            "add_turn", "build_prompt", "clear", "get_turn", "insert_turn", "insert_turns", "pin", "remove_turn",
             "replace_turn", "segments", "take_cached", "topics", "turn_cost", "unpin",
         )
     },

@@ -106,6 +106,10 @@ _CUES = re.compile(
     + "|" + trie_pattern([c for c in _KINDS if not c.isascii()])
 )
 """Every cue in one pattern: English cues as whole words in any case, Chinese as substrings."""
+_ASCII_CUES = re.compile(r"(?<![\w'])(?:" + trie_pattern([c for c in _KINDS if c.isascii()]) + r")(?!\w)")
+""":data:`_CUES` for ASCII text lower-cased (the English cues are lower case; lowering ASCII
+keeps every position, and no Chinese cue can match): the same matches, and a case-sensitive
+trie the engine scans about three times faster."""
 
 
 def _canonical(matched: str) -> str:
@@ -118,7 +122,8 @@ def _scan(text: str) -> tuple[Cues, list[tuple[int, int]]]:
     """The cues of ``text`` (each kind in order of appearance, each cue once) and their spans."""
     found: dict[str, dict[str, None]] = {"reference": {}, "switch": {}, "returning": {}}
     spans: list[tuple[int, int]] = []
-    for match in _CUES.finditer(text):
+    pattern, scanned = (_ASCII_CUES, text.lower()) if text.isascii() else (_CUES, text)
+    for match in pattern.finditer(scanned):
         cue = _canonical(match.group(0))
         before = _CJK_NOT_AFTER.get(cue[0])
         if cue not in _KINDS or (before is not None and match.start() > 0 and text[match.start() - 1] == before):

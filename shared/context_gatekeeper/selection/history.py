@@ -9,12 +9,13 @@ budgets, pins or queries.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from ..caching import BoundedCache, text_key
-from .anchors import TextAnchors, extract, has_cjk
+from .anchors import TextAnchors, _token_anchors, extract, has_cjk
 from .cues import Cues, strip_cues
 from .gate import is_courtesy, last_question
 
@@ -52,18 +53,48 @@ def text_anchors(text: str, key: str | None = None) -> TextAnchors:
     return _anchors.get_or_compute(text_key(text) if key is None else key, lambda: extract(text))
 
 
+_JOINED = re.compile(r"\w(?:\.|::|->)[A-Za-z_]", re.ASCII)
+"""Where an identifier may run on through a joiner (``a.b``, ``a::b``, ``a->b``)."""
+_CASE_SPLIT = re.compile(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
+"""Where a word's case may split it (``camelCase``, ``HTTPServer``)."""
+_CUE_WORD = re.compile(r"[A-Za-z_]\w*", re.ASCII)
+"""A word of a listed (ASCII) cue."""
+
+
+def _blanks_no_anchor(text: str, cues: Cues) -> bool:
+    """Whether blanking ``cues`` out of ``text`` (:func:`strip_cues`) leaves its anchors as they
+    are, in order, so the text's own anchors are its gate input.  True only for ASCII text
+    with no quoted phrase or code span (a blank inside one would change it), no identifier
+    joined across words (a blank could split it) and no word its case splits (each cue as
+    written then has the anchors of the cue as listed), whose cues' words have no anchor
+    ("it", "that", "they"): the blanks then remove only tokens that bring none.  (Numbers
+    and versions are unaffected: a cue is matched only between characters that are not
+    word characters, so no digit run or version touches a blank.)"""
+    return (
+        text.isascii() and '"' not in text and "`" not in text
+        and _JOINED.search(text) is None and _CASE_SPLIT.search(text) is None
+        and not any(_token_anchors(word) for cue in (*cues.reference, *cues.switch, *cues.returning)
+                    for word in _CUE_WORD.findall(cue))
+    )
+
+
+
 def _gate_input(user: str, max_chars: int, key: str, anchors: TextAnchors) -> tuple[tuple[str, ...], Cues]:
     """``(query anchors, cues)`` of a user text as the topic gate reads it, once per text
     (``key`` is ``text_key(user)``, ``anchors`` its document anchors)."""
 
     def compute() -> tuple[tuple[str, ...], Cues]:
         cues, content = strip_cues(user[:max_chars])
-        if not cues and len(user) <= max_chars and not has_cjk(content):
-            # nothing blanked, nothing cut, and query mode differs only on Chinese: the same anchors
+        if len(user) <= max_chars and (not cues or _blanks_no_anchor(user, cues)) and not has_cjk(content):
+            # nothing cut, no anchor blanked, and query mode differs only on Chinese: the same anchors
             return tuple(anchors.counts), cues
         return tuple(extract(content, query=True).counts), cues
 
     return _gate_inputs.get_or_compute((max_chars, key), compute)
+
+
+_GateParts = tuple[tuple[str, ...], Cues, bool, bool]
+"""A prepared turn's ``(user, cues, asks, closes)``: its :class:`SegmentInput` but the anchors."""
 
 
 def _closing_question(answer: str) -> tuple[bool, bool]:
@@ -90,9 +121,10 @@ class _ByPosition(Sequence[SegmentInput]):
     def __getitem__(self, position: slice) -> list[SegmentInput]: ...
 
     def __getitem__(self, position: int | slice) -> SegmentInput | list[SegmentInput]:
-        if isinstance(position, slice):  # a Sequence slices too
-            return [self._inputs[turn_id] for turn_id in self._order[position]]
-        return self._inputs[self._order[position]]
+        try:  # (segmentation reads positions, many per turn: no type test on that path)
+            return self._inputs[self._order[position]]  # type: ignore[index]
+        except TypeError:  # a slice (a Sequence slices too): its list of ids is no key
+            return [self._inputs[turn_id] for turn_id in self._order[cast(slice, position)]]
 
 
 class TurnHistory:
@@ -139,15 +171,26 @@ class TurnHistory:
     # -- changes ------------------------------------------------------------------------
     def insert(self, position: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> int:
         """Add a turn at ``position`` (``len(self)`` appends) under a new id, and return it."""
-        turn = Turn(self._next_id, user, assistant, tool_texts)
-        prepared = self._prepare(turn)  # may raise: nothing has changed yet
-        turn_id = self._next_id
-        self._next_id += 1
-        self._store(turn, prepared)
-        self.order.insert(position, turn_id)
+        return self.insert_many(position, [(user, assistant, tool_texts)])[0]
+
+    def insert_many(self, position: int, texts: Sequence[tuple[str, str, tuple[str, ...]]]) -> list[int]:
+        """Add turns at ``position``, in order, under new ids, and return them: the state
+        :meth:`insert` gives inserting them one by one (labels are a function of the turn
+        list), with the later turns segmented once instead of after each insert.  Every
+        turn is prepared before anything changes, so a failing one inserts none."""
+        if not texts:
+            return []
+        first = self._next_id
+        turns = [Turn(first + k, user, assistant, tools) for k, (user, assistant, tools) in enumerate(texts)]
+        prepared = [self._prepare(turn) for turn in turns]  # may raise: nothing has changed yet
+        self._next_id += len(turns)
+        for turn, ready in zip(turns, prepared):
+            self._store(turn, ready)
+        ids = [turn.id for turn in turns]
+        self.order[position:position] = ids
         self._renumber_from(position)
         self._resegment_from(position)
-        return turn_id
+        return ids
 
     def replace(self, turn_id: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> None:
         """New texts for a turn; its id and position stay."""
@@ -238,22 +281,22 @@ class TurnHistory:
         return [tuple(s) for s in out]
 
     # -- internals ----------------------------------------------------------------------
-    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, SegmentInput, str]:
+    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, _GateParts, str]:
         """Everything a turn needs that can fail (a token counter may raise), computed
-        before anything changes: ``(cost, user anchors, answer anchors, gate input, key of
-        its texts)``; the gate input's ``anchors`` are filled by :meth:`_store`."""
+        before anything changes: ``(cost, user anchors, answer anchors, gate parts, key of
+        its texts)``, the gate parts being :class:`SegmentInput`'s but the turn's anchors,
+        which :meth:`_store` adds."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
         cost = self._cost(turn)
         user_key, answer_key = text_key(turn.user), text_key(answer)
         user, answer_anchors = text_anchors(turn.user, user_key), text_anchors(answer, answer_key)
         query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars, user_key, user)
         asks, closes = _closing_question(turn.assistant) if turn.assistant else (False, False)
-        gated = SegmentInput(query_anchors, cues, frozenset(), asks=asks, closes=closes)
-        return cost, user, answer_anchors, gated, text_key(user_key + answer_key)
+        return cost, user, answer_anchors, (query_anchors, cues, asks, closes), text_key(user_key + answer_key)
 
-    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, SegmentInput, str]) -> None:
+    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, _GateParts, str]) -> None:
         """Record, cost and index a prepared turn (its position is the caller's business)."""
-        cost, user, answer_anchors, gated, self._turn_keys[turn.id] = prepared
+        cost, user, answer_anchors, (query_anchors, cues, asks, closes), self._turn_keys[turn.id] = prepared
         indexed = self.index.add(turn.id, user, answer_anchors)
         self.turns[turn.id] = turn
         if self.changed is not None:
@@ -261,7 +304,7 @@ class TurnHistory:
         self.costs[turn.id] = cost
         self.total_cost += cost
         answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
-        self.inputs[turn.id] = SegmentInput(gated.user, gated.cues, indexed.anchors, answered, gated.asks, gated.closes)
+        self.inputs[turn.id] = SegmentInput(query_anchors, cues, indexed.anchors, answered, asks, closes)
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self.order)):
@@ -271,34 +314,48 @@ class TurnHistory:
         """Recompute segment labels from ``start`` on, with document frequencies of each prefix
         (counted only once a label is not known already)."""
         order, turns, postings = self.order, self.index.turns, self.index.postings
-        later: Counter[str] | None = None  # anchors of the turns from the current position on
+        counts: Counter[str] | None = None  # anchors of the turns before the current position, or from it on
+        prefix = False
 
-        def prefix_df(anchor: str) -> int:  # index.df(anchor) - later[anchor], inlined: the gate calls it per anchor
+        def prefix_df(anchor: str) -> int:  # index.df(anchor) - counts[anchor] from the position on, inlined
             bucket = postings.get(anchor)
             return (len(bucket) if bucket else 0) - later_count(anchor, 0)
 
         del self.labels[start:], self.novelty[start:], self.chain[start:]
         chain, keys, sha256 = self.chain, self._turn_keys, hashlib.sha256
         previous = chain[start - 1] if start else self._params_fingerprint()
-        last = len(order) - 1
-        for position in range(start, len(order)):
-            turn_id = order[position]
+        for turn_id in order[start:]:
             # a turn's label depends only on the turns up to it (their texts) and the parameters
             previous = sha256(f"{previous}{keys[turn_id]}".encode()).hexdigest()
             chain.append(previous)
-            found = _labels.get(previous)
+        known = _labels.get_many(chain[start:])  # the labels known already, looked up at once
+        computed: list[tuple[str, tuple[int, float]]] = []
+        last = len(order) - 1
+        for position in range(start, len(order)):
+            turn_id = order[position]
+            found = known[position - start]
             if found is None:
-                if later is None:
-                    later = Counter()
-                    for later_id in order[position:]:
-                        later.update(turns[later_id].anchors)
-                    later_count = later.get
-                found = next_label(self.labels, self.by_position, position, prefix_df, self.params, self.profiles_before)
-                _labels.put(previous, found)
+                if counts is None:
+                    # the prefix's document frequencies: counted directly when fewer turns come
+                    # before the position than from it (a list indexed from its start: the lookup
+                    # is then the counter's own), else the index's minus the turns from it on
+                    prefix = position <= len(order) - position
+                    counts = Counter()
+                    for other in order[:position] if prefix else order[position:]:
+                        counts.update(turns[other].anchors)
+                    later_count = counts.get
+                    df = counts.__getitem__ if prefix else prefix_df
+                found = next_label(self.labels, self.by_position, position, df, self.params, self.profiles_before)
+                computed.append((chain[position], found))
             self.labels.append(found[0])
             self.novelty.append(found[1])
-            if later is not None and position < last:  # (after the last turn nothing reads it)
-                later.subtract(turns[turn_id].anchors)
+            if counts is not None and position < last:  # (after the last turn nothing reads it)
+                if prefix:
+                    counts.update(turns[turn_id].anchors)
+                else:
+                    counts.subtract(turns[turn_id].anchors)
+        if computed:
+            _labels.put_many(computed)
 
     def profiles_before(self, end: int) -> dict[int, dict[str, float]]:
         """:func:`segments.topic_profiles` before position ``end`` (labels up to ``end`` set),

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
@@ -83,11 +84,14 @@ def topic_profiles(
         if back >= size:
             continue
         turns_seen[label] = back + 1
-        strength = decay**back
-        profile = profiles.setdefault(label, {})
-        for anchor in turns[pos].anchors:
-            if anchor not in profile:
-                profile[anchor] = strength
+        profile = profiles.get(label)
+        if profile is None:  # the topic's latest turn: every anchor at its strength
+            profiles[label] = dict.fromkeys(turns[pos].anchors, decay**back)
+        else:  # an older turn adds the anchors the topic's later turns lack
+            strength = decay**back
+            for anchor in turns[pos].anchors:
+                if anchor not in profile:
+                    profile[anchor] = strength
     return profiles
 
 
@@ -131,8 +135,7 @@ def previous_topic(labels: Sequence[int], end: int) -> int | None:
     return next((labels[pos] for pos in range(end - 2, -1, -1) if labels[pos] != active), None)
 
 
-@dataclass(frozen=True)
-class _TurnGate:
+class _TurnGate(NamedTuple):
     """The gate's view of one turn during segmentation."""
 
     weights: dict[str, float]

@@ -131,9 +131,7 @@ class TurnIndex:
         for key in [k for k in self.ids if k not in present]:
             gk.remove_turn(self.ids.pop(key))
             del self._texts[key]
-        previous: int | None = None
-        for turn in turns:
-            previous = self._place(turn, previous)
+        self._place_all(turns, None)
         self._order = keys
 
     def extend(self, turns: Sequence[IndexedTurn]) -> bool:
@@ -151,34 +149,55 @@ class TurnIndex:
         if known and (known != keys[:1] or not order or order[-1] != keys[0]):
             return False
         previous = self.ids[order[-1]] if order else None
-        for turn in turns:
-            if turn.key not in self.ids:
-                order.append(turn.key)
-            previous = self._place(turn, previous)
+        added = [k for k in keys if k not in self.ids]
+        self._place_all(turns, previous)
+        order.extend(added)
         if not self.builds:
             self.builds = 1
         return True
 
-    def _place(self, turn: IndexedTurn, previous: int | None) -> int:
-        """Insert ``turn`` after gatekeeper turn ``previous``, or re-index it in place when
-        its key is held and its texts changed; returns its gatekeeper turn id."""
-        gk = self.gatekeeper
-        texts = turn.texts
-        user, assistant, tools = texts
-        if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
-            user = "[no text]"  # a turn of empty messages still holds its place
-        turn_id = self.ids.get(turn.key)
-        if turn_id is None:
-            turn_id = gk.insert_turn(previous, user, assistant, tool_texts=tools)
+    def _place_all(self, turns: Sequence[IndexedTurn], previous: int | None) -> None:
+        """Place ``turns`` in order, the first after gatekeeper turn ``previous``: a held key
+        whose texts changed is re-indexed in place, and each run of new keys is inserted
+        at once (:meth:`ContextGatekeeper.insert_turns`)."""
+        run: list[IndexedTurn] = []
+        for turn in turns:
+            turn_id = self.ids.get(turn.key)
+            if turn_id is None:
+                run.append(turn)
+                continue
+            if run:
+                self._insert(run, previous)
+                run = []
+            texts = turn.texts
+            if self._texts[turn.key] != texts:
+                user, assistant, tools = _indexed(texts)
+                self.gatekeeper.replace_turn(turn_id, user, assistant, tool_texts=tools)
+            self._texts[turn.key] = texts
+            previous = turn_id
+        if run:
+            self._insert(run, previous)
+
+    def _insert(self, run: list[IndexedTurn], previous: int | None) -> None:
+        """Insert turns with new keys after gatekeeper turn ``previous``, in order and at once:
+        when one fails (a token counter that raises), none is inserted and its error is raised."""
+        texts = [turn.texts for turn in run]
+        ids = self.gatekeeper.insert_turns(previous, [_indexed(t) for t in texts])
+        for turn, held, turn_id in zip(run, texts, ids):
             self.ids[turn.key] = turn_id
-        elif self._texts[turn.key] != texts:
-            gk.replace_turn(turn_id, user, assistant, tool_texts=tools)
-        self._texts[turn.key] = texts
-        return turn_id
+            self._texts[turn.key] = held
 
     def keys_by_id(self) -> dict[int, str]:
         """Gatekeeper turn id -> turn key."""
         return {turn_id: key for key, turn_id in self.ids.items()}
+
+
+def _indexed(texts: tuple[str, str, tuple[str, ...]]) -> tuple[str, str, tuple[str, ...]]:
+    """A turn's texts as the gatekeeper indexes them: a turn of empty messages still holds its place."""
+    user, assistant, tools = texts
+    if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
+        return "[no text]", assistant, tools
+    return texts
 
 
 class TranscriptGate:
