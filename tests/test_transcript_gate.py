@@ -162,3 +162,22 @@ def test_every_other_change_gives_what_a_fresh_gate_gives(tmp_path: Path, step: 
     finally:
         writer_store.close()
         reader_store.close()
+
+
+def test_what_select_messages_hands_out_is_a_copy_the_transcript_never_sees_changed(tmp_path: Path) -> None:
+    """The gate reads the transcript's own messages (no copy of every message per sync) and
+    copies only those it returns: changing a returned message's metadata or parts reaches
+    neither the transcript nor a later selection."""
+    t = Transcript("s", store=SQLiteStore(tmp_path / "s.db"))
+    t.append(messages=[
+        Message(id="u1", role="user", content="How long should a Redis lock TTL be?", metadata={"tags": ["redis"]}),
+        Message(id="a1", role="assistant", content="Longer than the job."),
+    ])
+    gate = TranscriptGate(t)
+    before = [m.to_dict() for m in t.messages]
+    for message in gate.select_messages("And the Redis lock TTL?", token_budget=200):
+        message.metadata.clear()
+        message.metadata["injected"] = True
+    assert [m.to_dict() for m in t.messages] == before
+    again = gate.select_messages("And the Redis lock TTL?", token_budget=200)
+    assert [m.to_dict() for m in again] == before

@@ -26,7 +26,7 @@ from ..selection.semantic.embedding import text_hash, turn_text
 from ..errors import InvalidInputError, InvalidTypeError
 from ..selection.gatekeeper import ContextGatekeeper
 from ..selection.options import GateOptions
-from ..records.messages import Message
+from ..records.messages import Message, detached
 from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
 from .transcript import Transcript
@@ -290,10 +290,16 @@ class TranscriptGate:
                 if found is not None and self._extend(found[1]):
                     self._version = found[0]
                     return
-            version = self.transcript.version
-            if version == self._version:
-                return
-            messages = self.transcript.messages
+            snapshot = getattr(self.transcript, "_snapshot", None)
+            if snapshot is not None:
+                version, messages = snapshot()
+                if version == self._version:
+                    return
+            else:
+                version = self.transcript.version
+                if version == self._version:
+                    return
+                messages = self.transcript.messages
             with collector_paused(len(messages) > BULK):  # a turn and its index entries per turn, all kept
                 system, turns = group_turns(messages)
                 self._open = turns.pop() if turns and turns[-1].is_open else None
@@ -371,7 +377,7 @@ class TranscriptGate:
             by_id = self._by_turn_id
             kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
             tail = list(self._open.messages) if include_open and self._open else []
-            return self._system + kept + tail
+            return list(map(detached, self._system + kept + tail))
 
     async def aexplain(
         self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()
