@@ -26,7 +26,6 @@ from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
 from .gate import (
     Decision, GateFeatures, anchor_weights, answers_assistant, decide, gate_features, refer, semantic_decide,
-    switch_contributions,
 )
 from .params import SelectionParams
 
@@ -148,16 +147,6 @@ class _TurnGate(NamedTuple):
     """A switch the user announced: no recent topic is offered."""
 
 
-def _with(features: GateFeatures, **changes: object) -> GateFeatures:
-    """``dataclasses.replace(features, **changes)``, without its per-field checks nor the
-    frozen ``__init__``'s one ``object.__setattr__`` per field (it runs twice for every turn
-    segmented): the copy's fields are written at once (``GateFeatures`` has no
-    ``__post_init__``, so that is all its ``__init__`` does)."""
-    copied = object.__new__(GateFeatures)
-    copied.__dict__.update(vars(features), **changes)
-    return copied
-
-
 def _user_weights(
     turn: SegmentInput, whole: Mapping[str, float], df: Callable[[str], int], position: int, params: SelectionParams
 ) -> dict[str, float]:
@@ -179,11 +168,10 @@ def _gate_turn(
                 topic_profiles(labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay))
     active = labels[position - 1]
     earlier = best_other_topic(profiles, active, weights)
-    features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
     before = turns[position - 1]  # how the answer just before ends, as the query-time gate reads it
-    features = _with(features, established=len(profiles) == 1 and position >= 2, history_turns=position,
-                     asks=before.asks, closes=before.closes)
-    features = _with(features, contributions=switch_contributions(features, params.switch_model))
+    features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier, asks=before.asks,
+                             closes=before.closes, established=len(profiles) == 1 and position >= 2,
+                             history_turns=position, switch_model=params.switch_model)
     decision = decide(features, params)
     target = None
     if decision == "return":
@@ -304,10 +292,9 @@ def gate_query(
     if recent is not None and recent[0] is not None:
         others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
-    features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
-    features = _with(features, asks=asks, closes=closing, established=len(profiles) == 1 and len(labels) >= 2,
-                     history_turns=len(labels))
-    features = _with(features, contributions=switch_contributions(features, p.switch_model))
+    features = gate_features(weights, df, profiles.get(active, {}), cues, earlier, asks=asks, closes=closing,
+                             established=len(profiles) == 1 and len(labels) >= 2, history_turns=len(labels),
+                             switch_model=p.switch_model)
     decision = decide(features, p)
     if semantic and active in semantic:
         other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),
