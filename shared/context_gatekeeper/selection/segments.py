@@ -113,7 +113,7 @@ def best_other_topic(
     if not others or total <= 0:
         return None
     label, found = max(
-        ((lbl, sum(w * profiles[lbl].get(a, 0.0) for a, w in usable.items())) for lbl in others),
+        ((lbl, sum([w * profiles[lbl].get(a, 0.0) for a, w in usable.items()])) for lbl in others),
         key=lambda item: (item[1], item[0]),
     )
     return label, found / total
@@ -122,7 +122,7 @@ def best_other_topic(
 def affinity(weights: Mapping[str, float], profile: Mapping[str, float], total: float) -> float:
     """Share of a text's anchor weight (``weights``, summing to ``total``) found in a topic
     ``profile``, each anchor counted at its strength there; 0 for a text without weight."""
-    return sum(w * profile.get(a, 0.0) for a, w in weights.items()) / total if total > 0 else 0.0
+    return sum([w * profile.get(a, 0.0) for a, w in weights.items()]) / total if total > 0 else 0.0
 
 
 def previous_topic(labels: Sequence[int], end: int) -> int | None:
