@@ -397,8 +397,10 @@ def test_switch_contributions_follow_the_inputs_in_order():
 )
 def test_anchor_weights_equal_the_formula_per_anchor(anchors, counts, n, extra, formula):
     """The IDF computed once per document frequency gives each anchor the weight the
-    formula gives it, in the order of the anchors' first appearance, stopwords left out."""
+    formula gives it, in the order of the anchors' first appearance, stopwords left out;
+    the exact anchors segmentation leaves out are those of the weights, in their order."""
     from context_gatekeeper.selection.anchors import anchor_kind
+    from context_gatekeeper.selection.gate import _weights_and_exact
     from context_gatekeeper.selection.scoring import IDF_FORMULAS
 
     params = SelectionParams(extra_stopwords=extra, idf=formula)
@@ -408,3 +410,5 @@ def test_anchor_weights_equal_the_formula_per_anchor(anchors, counts, n, extra, 
                 for a in dict.fromkeys(anchors) if a not in extra}
     got = anchor_weights(anchors, df, n, params)
     assert list(got.items()) == list(expected.items())
+    weights, exact = _weights_and_exact(anchors, df, n, params)  # what segmentation reads
+    assert weights == got and exact == [a for a in got if anchor_kind(a) == "exact"]

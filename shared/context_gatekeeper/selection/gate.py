@@ -104,7 +104,7 @@ class GateFeatures:
     def switch_score(self) -> float | None:
         """The fitted log-odds that the query leaves the active topic (positive: it does),
         or ``None`` where the gate did not need it."""
-        return sum(v for _, v in self.contributions) if self.contributions else None
+        return sum([v for _, v in self.contributions]) if self.contributions else None
 
 
 def _features(values: Mapping[str, Any]) -> GateFeatures:
@@ -129,21 +129,32 @@ def anchor_weights(
     recall everywhere on the tuning half -- LoCoMo @1000 0.650 -> 0.613 at 30% --: the
     prior decides what counts as evidence across topics instead,
     :attr:`SelectionParams.evidence_max_commonness`.)"""
+    return _weights_and_exact(anchors, df, n, params)[0]
+
+
+def _weights_and_exact(
+    anchors: Iterable[str], df: Callable[[str], int], n: int, params: SelectionParams
+) -> tuple[dict[str, float], list[str]]:
+    """:func:`anchor_weights`, and which of its anchors are exact (in its order): segmentation
+    leaves those out of a turn's weights without asking each anchor's kind again."""
     idf = IDF_FORMULAS[params.idf]
     kinds = params.kind_weights
     extra = params.extra_stopwords
     docs = n + params.idf_prior_docs
     by_df: dict[int, float] = {}  # the IDF of each document frequency met: a turn's anchors share few
     weights: dict[str, float] = {}
-    for a in anchors if isinstance(anchors, (set, frozenset)) else dict.fromkeys(anchors):
-        if a in extra:
-            continue
+    exact: list[str] = []
+    distinct = anchors if isinstance(anchors, (set, frozenset)) else dict.fromkeys(anchors)
+    for a in [a for a in distinct if a not in extra] if extra else distinct:
         count = df(a)
         weight = by_df.get(count)
         if weight is None:
             weight = by_df[count] = idf(count, docs)
-        weights[a] = weight * kinds[anchor_kind(a)]
-    return weights
+        kind = anchor_kind(a)
+        if kind == AnchorKind.EXACT:
+            exact.append(a)
+        weights[a] = weight * kinds[kind]
+    return weights, exact
 
 
 def gate_features(
@@ -171,15 +182,23 @@ def gate_features(
     Exact anchors (whole identifiers, versions, phrases) are left out: their parts
     are anchors already, and counting both would let one identifier outweigh the rest.
     """
-    usable: dict[str, float] = {}
-    cjk: list[float] = []  # (each sum below adds the same weights in the same order as one per share would)
+    # one pass; each sum below adds the same weights in the same order as one pass per share would
+    usable: list[float] = []
+    cjk: list[float] = []
+    found: list[float] = []  # each anchor in the topic, at its strength there
+    new: list[float] = []  # never seen in the history
     for a, w in weights.items():
         kind = anchor_kind(a)
-        if kind != AnchorKind.EXACT:
-            usable[a] = w
-            if kind == AnchorKind.CJK_BIGRAM or kind == AnchorKind.CJK_CHAR:
-                cjk.append(w)
-    total = sum(usable.values())
+        if kind == AnchorKind.EXACT:
+            continue
+        usable.append(w)
+        if kind == AnchorKind.CJK_BIGRAM or kind == AnchorKind.CJK_CHAR:
+            cjk.append(w)
+        if a in topic:
+            found.append(w * topic[a])
+        elif df(a) == 0:
+            new.append(w)
+    total = sum(usable)
     context = {"asks": asks, "closes": closes, "established": established, "history_turns": history_turns}
     if total <= 0:
         segment, overlap = earlier or (None, 0.0)
@@ -187,13 +206,6 @@ def gate_features(
                               "earlier_segment": segment, "earlier_overlap": overlap, "cues": cues,
                               "query_weight": 0.0, **context})
     else:
-        found: list[float] = []
-        new: list[float] = []
-        for a, w in usable.items():
-            if a in topic:
-                found.append(w * topic[a])
-            elif df(a) == 0:
-                new.append(w)
         in_topic, unseen = sum(found), sum(new)
         elsewhere = max(0.0, 1.0 - (in_topic + unseen) / total)
         segment, overlap = earlier if earlier is not None else (None, elsewhere)

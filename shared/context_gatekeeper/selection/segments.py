@@ -25,7 +25,8 @@ from typing import NamedTuple
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
 from .gate import (
-    Decision, GateFeatures, anchor_weights, answers_assistant, decide, gate_features, refer, semantic_decide,
+    Decision, GateFeatures, _weights_and_exact, anchor_weights, answers_assistant, decide, gate_features, refer,
+    semantic_decide,
 )
 from .params import SelectionParams
 
@@ -209,13 +210,15 @@ def next_label(
     if position == 0:
         return 0, 0.0
     turn = turns[position]
-    every = anchor_weights(turn.anchors, df, position, params)  # the user's words' weights among them
+    every, exact = _weights_and_exact(turn.anchors, df, position, params)  # the user's words' weights among them
     gated = _gate_turn(labels, turns, position, df, params, every, profiles_at)
     features, active = gated.features, labels[position - 1]
     if gated.returns_to is not None:
         return gated.returns_to, features.new_weight
     if not gated.announced:
-        whole = {a: w for a, w in every.items() if anchor_kind(a) != AnchorKind.EXACT}
+        whole = dict(every)
+        for anchor in exact:  # (deleting keeps the others' order)
+            del whole[anchor]
         for anchor in whole.keys() & gated.weights.keys():  # the user's own words count twice
             whole[anchor] += gated.weights[anchor]
         total = sum(whole.values())
