@@ -296,3 +296,27 @@ def test_features_built_at_once_equal_the_constructors() -> None:
     assert type(built) is GateFeatures and built.closes is False and built.semantic_contributions == ()
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.overlap = 1.0  # type: ignore[misc]
+
+
+_names = st.sampled_from(["lock", "redis", "ttl", "锁", "脑裂", "#3.11", "`ttl`", "the"])
+
+
+@given(
+    user=st.lists(_names, max_size=6),
+    anchors=st.frozensets(_names),
+    counts=st.dictionaries(_names, st.integers(0, 9)),
+    extra=st.frozensets(_names, max_size=2),
+)
+def test_user_weights_read_from_the_turns_weights_equal_the_formula(user, anchors, counts, extra):
+    """A user text's weights taken from its turn's (where the turn holds them all, or only
+    some) are those anchor_weights gives the user's anchors, in order, stopwords left out."""
+    from context_gatekeeper.selection.gate import anchor_weights
+    from context_gatekeeper.selection.cues import Cues
+    from context_gatekeeper.selection.segments import _user_weights
+
+    params = SelectionParams(extra_stopwords=extra)
+    df = lambda a: counts.get(a, 0)  # noqa: E731
+    turn = SegmentInput(tuple(user), Cues(), anchors)
+    whole = anchor_weights(anchors, df, 5, params)
+    expected = anchor_weights(user, df, 5, params)
+    assert list(_user_weights(turn, whole, df, 5, params).items()) == list(expected.items())

@@ -108,10 +108,12 @@ def best_other_topic(
     """The topic other than ``active`` whose profile holds the most of the query's
     weight, and that share; ``None`` when there is no other topic (or no weight).
     Exact anchors are left out, as in :func:`gate.gate_features`."""
+    others = [label for label in profiles if label != active]
+    if not others:
+        return None
     usable = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
     total = sum(usable.values())
-    others = [label for label in profiles if label != active]
-    if not others or total <= 0:
+    if total <= 0:
         return None
     label, found = max(
         ((lbl, sum([w * profiles[lbl].get(a, 0.0) for a, w in usable.items()])) for lbl in others),
@@ -154,7 +156,9 @@ def _user_weights(
     """``anchor_weights(turn.user, df, position, params)``, reading the weights of the turn's
     anchors (``whole``, the same formula at the same position) instead of computing them again."""
     missing = [a for a in turn.user if a not in whole]
-    computed = anchor_weights(missing, df, position, params) if missing else {}
+    if not missing:  # (no stopword among them either: the turn's weights hold none)
+        return {a: whole[a] for a in turn.user}
+    computed = anchor_weights(missing, df, position, params)
     extra = params.extra_stopwords
     return {a: whole[a] if a in whole else computed[a] for a in dict.fromkeys(turn.user) if a not in extra}
 
