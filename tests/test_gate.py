@@ -323,3 +323,92 @@ def test_shares_sum_to_one(weights, topic, seen):
         assert f.new_weight == pytest.approx(f.new_anchor_ratio * f.query_weight)
     else:
         assert all(k.startswith(("#", "`")) for k in weights)
+
+
+# -- the one-pass gate features and weights equal the formulas written one share at a time -------
+
+
+def _reference_gate_features(weights, df, topic, cues, earlier, context, switch_model):
+    """gate_features as it was written before it measured the shares in one pass: one
+    comprehension per share, the frozen constructor, then the context and contributions."""
+    import dataclasses
+
+    from context_gatekeeper.selection.anchors import AnchorKind, anchor_kind
+
+    weights = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
+    total = sum(weights.values())
+    if total <= 0:
+        segment, overlap = earlier or (None, 0.0)
+        f = GateFeatures(0.0, 0.0, 0.0, 0.0, segment, overlap, cues, 0.0)
+    else:
+        in_topic = sum(w * topic[a] for a, w in weights.items() if a in topic)
+        unseen = sum(w for a, w in weights.items() if a not in topic and df(a) == 0)
+        elsewhere = max(0.0, 1.0 - (in_topic + unseen) / total)
+        segment, overlap = earlier if earlier is not None else (None, elsewhere)
+        cjk = sum(w for a, w in weights.items() if anchor_kind(a) in (AnchorKind.CJK_BIGRAM, AnchorKind.CJK_CHAR))
+        f = GateFeatures(in_topic / total, unseen / total, elsewhere, unseen, segment, overlap, cues, total,
+                         cjk_share=cjk / total)
+    f = dataclasses.replace(f, **context)
+    if switch_model is not None:
+        inputs = switch_inputs(f)
+        f = dataclasses.replace(f, contributions=tuple((n, switch_model[n] * v) for n, v in inputs.items()))
+    return f
+
+
+@given(
+    weights=st.dictionaries(anchor_names, st.floats(0.0, 10)),
+    topic=st.dictionaries(anchor_names, st.floats(0, 1)),
+    seen=st.sets(anchor_names),
+    earlier=st.none() | st.tuples(st.none() | st.integers(0, 5), st.floats(0, 1)),
+    cues=st.sampled_from([NO_CUES, REF, SWITCH, RETURN]),
+    context=st.fixed_dictionaries({
+        "asks": st.booleans(), "closes": st.booleans(), "established": st.booleans(),
+        "history_turns": st.integers(0, 10_000),
+    }),
+    with_model=st.booleans(),
+)
+def test_gate_features_equal_the_share_by_share_formulas(weights, topic, seen, earlier, cues, context, with_model):
+    """Bit for bit (repr compares every float's digits): each sum adds the same weights in
+    the same order, and the context and contributions are those set afterwards before."""
+    df = lambda a: int(a in seen)  # noqa: E731
+    switch_model = P.switch_model if with_model else None
+    got = gate_features(weights, df, topic, cues, earlier, switch_model=switch_model, **context)
+    expected = _reference_gate_features(weights, df, topic, cues, earlier, context, switch_model)
+    assert repr(got) == repr(expected) and got == expected
+    assert (got.switch_score is None) == (not with_model)
+
+
+def test_switch_contributions_follow_the_inputs_in_order():
+    f = features(overlap=0.3, new_weight=2.0, earlier_segment=1, earlier_overlap=0.2)
+    weights = {name: float(i) - 4.5 for i, name in enumerate(SWITCH_FEATURES)}
+    inputs = switch_inputs(f)
+    assert list(inputs) == list(SWITCH_FEATURES)
+    assert switch_contributions(f, weights) == tuple((n, weights[n] * v) for n, v in inputs.items())
+    with pytest.raises(KeyError):  # a model missing an input is refused as before
+        switch_contributions(f, {"bias": 1.0})
+
+
+@given(
+    anchors=st.lists(anchor_names) | st.frozensets(anchor_names),
+    counts=st.dictionaries(anchor_names, st.integers(0, 50)),
+    n=st.integers(0, 60),
+    extra=st.frozensets(anchor_names, max_size=2),
+    formula=st.sampled_from(["bm25", "smooth"]),
+)
+def test_anchor_weights_equal_the_formula_per_anchor(anchors, counts, n, extra, formula):
+    """The IDF computed once per document frequency gives each anchor the weight the
+    formula gives it, in the order of the anchors' first appearance, stopwords left out;
+    the exact anchors segmentation leaves out are those of the weights, in their order."""
+    from context_gatekeeper.selection.anchors import anchor_kind
+    from context_gatekeeper.selection.gate import _weights_and_exact
+    from context_gatekeeper.selection.scoring import IDF_FORMULAS
+
+    params = SelectionParams(extra_stopwords=extra, idf=formula)
+    df = lambda a: counts.get(a, 0)  # noqa: E731
+    idf = IDF_FORMULAS[formula]
+    expected = {a: idf(df(a), n + params.idf_prior_docs) * params.kind_weights[anchor_kind(a)]
+                for a in dict.fromkeys(anchors) if a not in extra}
+    got = anchor_weights(anchors, df, n, params)
+    assert list(got.items()) == list(expected.items())
+    weights, exact = _weights_and_exact(anchors, df, n, params)  # what segmentation reads
+    assert weights == got and exact == [a for a in got if anchor_kind(a) == "exact"]

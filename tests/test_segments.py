@@ -275,22 +275,48 @@ def test_a_reply_to_the_answers_question_keeps_its_topic_once_added_as_it_did_at
     assert not gk.explain("Which strings are best for a beginner cello?").gate.asks
 
 
-def test_with_copies_features_as_dataclasses_replace_does() -> None:
-    """Segmentation copies its gate features by writing their fields at once, skipping the
-    frozen ``__init__``: only right while ``GateFeatures`` has no ``__post_init__`` (a check
-    added there would be skipped), and the copy must equal ``dataclasses.replace``'s."""
+def test_features_built_at_once_equal_the_constructors() -> None:
+    """The gate builds its features by writing their fields at once, skipping the frozen
+    ``__init__``: only right while ``GateFeatures`` has no ``__post_init__`` (a check added
+    there would be skipped), and the result must equal the constructor's, unnamed fields at
+    their defaults."""
     import dataclasses
 
     from context_gatekeeper.selection.cues import Cues
-    from context_gatekeeper.selection.gate import GateFeatures
-    from context_gatekeeper.selection.segments import _with
+    from context_gatekeeper.selection.gate import GateFeatures, _features
 
     assert not hasattr(GateFeatures, "__post_init__")
-    features = GateFeatures(0.25, 0.5, 0.25, 1.5, 3, 0.4, Cues(reference=("it",)), 2.0)
-    changes = {"established": True, "history_turns": 7, "asks": True, "contributions": (("bias", -1.0),)}
-    copied = _with(features, **changes)
-    expected = dataclasses.replace(features, **changes)
-    assert copied == expected and repr(copied) == repr(expected) and hash(copied) == hash(expected)
-    assert type(copied) is GateFeatures and copied is not features and features.history_turns == 0
+    values = {"overlap": 0.25, "new_anchor_ratio": 0.5, "elsewhere_ratio": 0.25, "new_weight": 1.5,
+              "earlier_segment": 3, "earlier_overlap": 0.4, "cues": Cues(reference=("it",)), "query_weight": 2.0,
+              "established": True, "history_turns": 7, "asks": True, "contributions": (("bias", -1.0),)}
+    built = _features(values)
+    expected = GateFeatures(**values)  # type: ignore[arg-type]
+    assert built == expected and repr(built) == repr(expected) and hash(built) == hash(expected)
+    assert list(vars(built)) == [f.name for f in dataclasses.fields(GateFeatures)]
+    assert type(built) is GateFeatures and built.closes is False and built.semantic_contributions == ()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        copied.overlap = 1.0  # type: ignore[misc]
+        built.overlap = 1.0  # type: ignore[misc]
+
+
+_names = st.sampled_from(["lock", "redis", "ttl", "锁", "脑裂", "#3.11", "`ttl`", "the"])
+
+
+@given(
+    user=st.lists(_names, max_size=6),
+    anchors=st.frozensets(_names),
+    counts=st.dictionaries(_names, st.integers(0, 9)),
+    extra=st.frozensets(_names, max_size=2),
+)
+def test_user_weights_read_from_the_turns_weights_equal_the_formula(user, anchors, counts, extra):
+    """A user text's weights taken from its turn's (where the turn holds them all, or only
+    some) are those anchor_weights gives the user's anchors, in order, stopwords left out."""
+    from context_gatekeeper.selection.gate import anchor_weights
+    from context_gatekeeper.selection.cues import Cues
+    from context_gatekeeper.selection.segments import _user_weights
+
+    params = SelectionParams(extra_stopwords=extra)
+    df = lambda a: counts.get(a, 0)  # noqa: E731
+    turn = SegmentInput(tuple(user), Cues(), anchors)
+    whole = anchor_weights(anchors, df, 5, params)
+    expected = anchor_weights(user, df, 5, params)
+    assert list(_user_weights(turn, whole, df, 5, params).items()) == list(expected.items())

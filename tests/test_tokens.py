@@ -374,3 +374,19 @@ def test_a_tiktoken_counter_encodes_each_text_once(monkeypatch: pytest.MonkeyPat
     assert encoded == [text]
     assert second("another text") == len(real.encode_ordinary("another text"))
     assert encoded == [text, "another text"]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_ranks_read_in_one_pass_equal_a_line_by_line_parse(name):
+    """The bundled file's fields are decoded in one pass: the same ranks, in the same order,
+    as decoding it line by line with base64 (what tiktoken's own loader does)."""
+    import base64
+
+    path = _bundled_dir() / _cache_key(name)
+    expected = {}
+    for line in path.read_bytes().splitlines():
+        if line:
+            token, rank = line.split()
+            expected[base64.b64decode(token)] = int(rank)
+    ranks = tokens._read_ranks(path, tokens._OFFLINE_SPECS[name]["sha256"])
+    assert ranks is not None and list(ranks.items()) == list(expected.items())

@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from operator import mul
+from typing import Any, Literal
 
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
@@ -103,7 +104,20 @@ class GateFeatures:
     def switch_score(self) -> float | None:
         """The fitted log-odds that the query leaves the active topic (positive: it does),
         or ``None`` where the gate did not need it."""
-        return sum(v for _, v in self.contributions) if self.contributions else None
+        return sum([v for _, v in self.contributions]) if self.contributions else None
+
+
+def _features(values: Mapping[str, Any]) -> GateFeatures:
+    """``GateFeatures(**values)`` without the frozen ``__init__``'s one ``object.__setattr__``
+    per field (21 of them, for every turn segmented and every query): the fields are written
+    at once, the unnamed ones at their defaults.  Right while ``GateFeatures`` has no
+    ``__post_init__`` (a test guards it) and ``values`` names fields only."""
+    features = object.__new__(GateFeatures)
+    features.__dict__.update(_DEFAULTS, **values)
+    return features
+
+
+_DEFAULTS = {f.name: f.default for f in fields(GateFeatures)}  # every field has one but the first eight
 
 
 def anchor_weights(
@@ -115,11 +129,32 @@ def anchor_weights(
     recall everywhere on the tuning half -- LoCoMo @1000 0.650 -> 0.613 at 30% --: the
     prior decides what counts as evidence across topics instead,
     :attr:`SelectionParams.evidence_max_commonness`.)"""
+    return _weights_and_exact(anchors, df, n, params)[0]
+
+
+def _weights_and_exact(
+    anchors: Iterable[str], df: Callable[[str], int], n: int, params: SelectionParams
+) -> tuple[dict[str, float], list[str]]:
+    """:func:`anchor_weights`, and which of its anchors are exact (in its order): segmentation
+    leaves those out of a turn's weights without asking each anchor's kind again."""
     idf = IDF_FORMULAS[params.idf]
     kinds = params.kind_weights
     extra = params.extra_stopwords
     docs = n + params.idf_prior_docs
-    return {a: idf(df(a), docs) * kinds[anchor_kind(a)] for a in dict.fromkeys(anchors) if a not in extra}
+    by_df: dict[int, float] = {}  # the IDF of each document frequency met: a turn's anchors share few
+    weights: dict[str, float] = {}
+    exact: list[str] = []
+    distinct = anchors if isinstance(anchors, (set, frozenset)) else dict.fromkeys(anchors)
+    for a in [a for a in distinct if a not in extra] if extra else distinct:
+        count = df(a)
+        weight = by_df.get(count)
+        if weight is None:
+            weight = by_df[count] = idf(count, docs)
+        kind = anchor_kind(a)
+        if kind == AnchorKind.EXACT:
+            exact.append(a)
+        weights[a] = weight * kinds[kind]
+    return weights, exact
 
 
 def gate_features(
@@ -128,37 +163,78 @@ def gate_features(
     topic: Mapping[str, float],
     cues: Cues,
     earlier: tuple[int | None, float] | None = None,
+    *,
+    asks: bool = False,
+    closes: bool = False,
+    established: bool = False,
+    history_turns: int = 0,
+    switch_model: Mapping[str, float] | None = None,
 ) -> GateFeatures:
     """Measure a query (its anchor ``weights``) against the active ``topic``
     (anchor -> strength in 0..1, see :func:`segments.topic_profiles`).
 
     ``earlier`` is the best-matching other topic and its overlap, when there is one;
     ``None`` estimates the overlap by the weight seen in the history outside the
-    active topic.
+    active topic.  ``asks``, ``closes``, ``established`` and ``history_turns`` are set as
+    given (:class:`GateFeatures`), and with a ``switch_model`` the ``contributions`` of the
+    switch score too (:func:`switch_contributions`).
 
     Exact anchors (whole identifiers, versions, phrases) are left out: their parts
     are anchors already, and counting both would let one identifier outweigh the rest.
     """
-    weights = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
-    total = sum(weights.values())
+    # one pass; each sum below adds the same weights in the same order as one pass per share would
+    usable: list[float] = []
+    cjk: list[float] = []
+    found: list[float] = []  # each anchor in the topic, at its strength there
+    new: list[float] = []  # never seen in the history
+    for a, w in weights.items():
+        kind = anchor_kind(a)
+        if kind == AnchorKind.EXACT:
+            continue
+        usable.append(w)
+        if kind == AnchorKind.CJK_BIGRAM or kind == AnchorKind.CJK_CHAR:
+            cjk.append(w)
+        if a in topic:
+            found.append(w * topic[a])
+        elif df(a) == 0:
+            new.append(w)
+    total = sum(usable)
+    context = {"asks": asks, "closes": closes, "established": established, "history_turns": history_turns}
     if total <= 0:
         segment, overlap = earlier or (None, 0.0)
-        return GateFeatures(0.0, 0.0, 0.0, 0.0, segment, overlap, cues, 0.0)
-    in_topic = sum(w * topic[a] for a, w in weights.items() if a in topic)
-    unseen = sum(w for a, w in weights.items() if a not in topic and df(a) == 0)
-    elsewhere = max(0.0, 1.0 - (in_topic + unseen) / total)
-    segment, overlap = earlier if earlier is not None else (None, elsewhere)
-    cjk = sum(w for a, w in weights.items() if anchor_kind(a) in (AnchorKind.CJK_BIGRAM, AnchorKind.CJK_CHAR))
-    return GateFeatures(
-        overlap=in_topic / total,
-        new_anchor_ratio=unseen / total,
-        elsewhere_ratio=elsewhere,
-        new_weight=unseen,
-        earlier_segment=segment,
-        earlier_overlap=overlap,
-        cues=cues,
-        query_weight=total,
-        cjk_share=cjk / total,
+        features = _features({"overlap": 0.0, "new_anchor_ratio": 0.0, "elsewhere_ratio": 0.0, "new_weight": 0.0,
+                              "earlier_segment": segment, "earlier_overlap": overlap, "cues": cues,
+                              "query_weight": 0.0, **context})
+    else:
+        in_topic, unseen = sum(found), sum(new)
+        elsewhere = max(0.0, 1.0 - (in_topic + unseen) / total)
+        segment, overlap = earlier if earlier is not None else (None, elsewhere)
+        features = _features({
+            "overlap": in_topic / total, "new_anchor_ratio": unseen / total, "elsewhere_ratio": elsewhere,
+            "new_weight": unseen, "earlier_segment": segment, "earlier_overlap": overlap, "cues": cues,
+            "query_weight": total, "cjk_share": sum(cjk) / total, **context,
+        })
+    if switch_model is not None:  # still being built: no one has seen it yet
+        features.__dict__["contributions"] = switch_contributions(features, switch_model)
+    return features
+
+
+def _switch_values(f: GateFeatures) -> tuple[float, ...]:
+    """The values of :func:`switch_inputs`, in the order of :data:`SWITCH_FEATURES`."""
+    new_content = math.log1p(f.new_weight)
+    return (
+        1.0,
+        f.overlap,
+        f.new_anchor_ratio,
+        new_content,
+        new_content * f.cjk_share,
+        math.log1p(f.query_weight),
+        f.earlier_overlap if f.earlier_segment is not None else 0.0,
+        float(f.cues.points_back),
+        float(f.asks),
+        float(f.closes),
+        float(f.established),
+        math.log1p(f.history_turns),
     )
 
 
@@ -179,27 +255,13 @@ def switch_inputs(f: GateFeatures) -> dict[str, float]:
     * ``established``: the active topic is the only recent one, with two turns or more;
     * ``history``: ``ln(1 + turns in the history)``.
     """
-    new_content = math.log1p(f.new_weight)
-    return {
-        "bias": 1.0,
-        "overlap": f.overlap,
-        "new_share": f.new_anchor_ratio,
-        "new_content": new_content,
-        "new_content_cjk": new_content * f.cjk_share,
-        "content": math.log1p(f.query_weight),
-        "elsewhere": f.earlier_overlap if f.earlier_segment is not None else 0.0,
-        "reference": float(f.cues.points_back),
-        "asks": float(f.asks),
-        "closes": float(f.closes),
-        "established": float(f.established),
-        "history": math.log1p(f.history_turns),
-    }
+    return dict(zip(SWITCH_FEATURES, _switch_values(f)))
 
 
 def switch_contributions(f: GateFeatures, model: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
     """Each input's part of the switch score: ``weight * value`` per feature (a logistic
     model: their sum is the log-odds that the query leaves the active topic)."""
-    return tuple((name, model[name] * value) for name, value in switch_inputs(f).items())
+    return tuple(zip(SWITCH_FEATURES, map(mul, map(model.__getitem__, SWITCH_FEATURES), _switch_values(f))))
 
 
 def decide(f: GateFeatures, p: SelectionParams) -> Decision:

@@ -330,6 +330,11 @@ class TurnHistory:
             chain.append(previous)
         known = _labels.get_many(chain[start:])  # the labels known already, looked up at once
         computed: list[tuple[str, tuple[int, float]]] = []
+        inputs = self.inputs
+        listed: list[SegmentInput] = []  # by_position as a list: segmenting reads a dozen positions per turn
+
+        def profiles_at(end: int) -> dict[int, dict[str, float]]:
+            return self.profiles_before(end, listed)
         last = len(order) - 1
         for position in range(start, len(order)):
             turn_id = order[position]
@@ -345,7 +350,9 @@ class TurnHistory:
                         counts.update(turns[other].anchors)
                     later_count = counts.get
                     df = counts.__getitem__ if prefix else prefix_df
-                found = next_label(self.labels, self.by_position, position, df, self.params, self.profiles_before)
+                if not listed:
+                    listed.extend(inputs[other] for other in order)
+                found = next_label(self.labels, listed, position, df, self.params, profiles_at)
                 computed.append((chain[position], found))
             self.labels.append(found[0])
             self.novelty.append(found[1])
@@ -357,18 +364,20 @@ class TurnHistory:
         if computed:
             _labels.put_many(computed)
 
-    def profiles_before(self, end: int) -> dict[int, dict[str, float]]:
+    def profiles_before(self, end: int, turns: Sequence[SegmentInput] | None = None) -> dict[int, dict[str, float]]:
         """:func:`segments.topic_profiles` before position ``end`` (labels up to ``end`` set),
         kept for the next call with the same ``end`` and turns before it: the query gate's
         profiles after an append are the ones the next appended turn is segmented with.
         Keyed by ``chain[end - 1]`` (which names the turns up to it, their texts and the
-        parameters, and so their labels) and the profile parameters.  Shared: read only."""
+        parameters, and so their labels) and the profile parameters.  Shared: read only.
+        ``turns``, when given, is :attr:`by_position` as a list (the same inputs)."""
         p = self.params
         key = (self.chain[end - 1], p.topic_lookback, p.topic_window, p.topic_decay) if end > 0 else None
         kept = self._profiles
         if key is not None and kept is not None and kept[0] == key:
             return kept[1]
-        profiles = topic_profiles(self.labels, self.by_position, end, p.topic_lookback, p.topic_window, p.topic_decay)
+        profiles = topic_profiles(self.labels, self.by_position if turns is None else turns, end, p.topic_lookback,
+                                  p.topic_window, p.topic_decay)
         if key is not None:
             self._profiles = (key, profiles)
         return profiles

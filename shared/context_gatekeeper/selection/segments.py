@@ -25,8 +25,8 @@ from typing import NamedTuple
 from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
 from .gate import (
-    Decision, GateFeatures, anchor_weights, answers_assistant, decide, gate_features, refer, semantic_decide,
-    switch_contributions,
+    Decision, GateFeatures, _weights_and_exact, anchor_weights, answers_assistant, decide, gate_features, refer,
+    semantic_decide,
 )
 from .params import SelectionParams
 
@@ -108,13 +108,15 @@ def best_other_topic(
     """The topic other than ``active`` whose profile holds the most of the query's
     weight, and that share; ``None`` when there is no other topic (or no weight).
     Exact anchors are left out, as in :func:`gate.gate_features`."""
+    others = [label for label in profiles if label != active]
+    if not others:
+        return None
     usable = {a: w for a, w in weights.items() if anchor_kind(a) != AnchorKind.EXACT}
     total = sum(usable.values())
-    others = [label for label in profiles if label != active]
-    if not others or total <= 0:
+    if total <= 0:
         return None
     label, found = max(
-        ((lbl, sum(w * profiles[lbl].get(a, 0.0) for a, w in usable.items())) for lbl in others),
+        ((lbl, sum([w * profiles[lbl].get(a, 0.0) for a, w in usable.items()])) for lbl in others),
         key=lambda item: (item[1], item[0]),
     )
     return label, found / total
@@ -123,7 +125,7 @@ def best_other_topic(
 def affinity(weights: Mapping[str, float], profile: Mapping[str, float], total: float) -> float:
     """Share of a text's anchor weight (``weights``, summing to ``total``) found in a topic
     ``profile``, each anchor counted at its strength there; 0 for a text without weight."""
-    return sum(w * profile.get(a, 0.0) for a, w in weights.items()) / total if total > 0 else 0.0
+    return sum([w * profile.get(a, 0.0) for a, w in weights.items()]) / total if total > 0 else 0.0
 
 
 def previous_topic(labels: Sequence[int], end: int) -> int | None:
@@ -148,23 +150,15 @@ class _TurnGate(NamedTuple):
     """A switch the user announced: no recent topic is offered."""
 
 
-def _with(features: GateFeatures, **changes: object) -> GateFeatures:
-    """``dataclasses.replace(features, **changes)``, without its per-field checks nor the
-    frozen ``__init__``'s one ``object.__setattr__`` per field (it runs twice for every turn
-    segmented): the copy's fields are written at once (``GateFeatures`` has no
-    ``__post_init__``, so that is all its ``__init__`` does)."""
-    copied = object.__new__(GateFeatures)
-    copied.__dict__.update(vars(features), **changes)
-    return copied
-
-
 def _user_weights(
     turn: SegmentInput, whole: Mapping[str, float], df: Callable[[str], int], position: int, params: SelectionParams
 ) -> dict[str, float]:
     """``anchor_weights(turn.user, df, position, params)``, reading the weights of the turn's
     anchors (``whole``, the same formula at the same position) instead of computing them again."""
     missing = [a for a in turn.user if a not in whole]
-    computed = anchor_weights(missing, df, position, params) if missing else {}
+    if not missing:  # (no stopword among them either: the turn's weights hold none)
+        return {a: whole[a] for a in turn.user}
+    computed = anchor_weights(missing, df, position, params)
     extra = params.extra_stopwords
     return {a: whole[a] if a in whole else computed[a] for a in dict.fromkeys(turn.user) if a not in extra}
 
@@ -179,11 +173,10 @@ def _gate_turn(
                 topic_profiles(labels, turns, position, params.topic_lookback, params.topic_window, params.topic_decay))
     active = labels[position - 1]
     earlier = best_other_topic(profiles, active, weights)
-    features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier)
     before = turns[position - 1]  # how the answer just before ends, as the query-time gate reads it
-    features = _with(features, established=len(profiles) == 1 and position >= 2, history_turns=position,
-                     asks=before.asks, closes=before.closes)
-    features = _with(features, contributions=switch_contributions(features, params.switch_model))
+    features = gate_features(weights, df, profiles.get(active, {}), turn.cues, earlier, asks=before.asks,
+                             closes=before.closes, established=len(profiles) == 1 and position >= 2,
+                             history_turns=position, switch_model=params.switch_model)
     decision = decide(features, params)
     target = None
     if decision == "return":
@@ -221,13 +214,15 @@ def next_label(
     if position == 0:
         return 0, 0.0
     turn = turns[position]
-    every = anchor_weights(turn.anchors, df, position, params)  # the user's words' weights among them
+    every, exact = _weights_and_exact(turn.anchors, df, position, params)  # the user's words' weights among them
     gated = _gate_turn(labels, turns, position, df, params, every, profiles_at)
     features, active = gated.features, labels[position - 1]
     if gated.returns_to is not None:
         return gated.returns_to, features.new_weight
     if not gated.announced:
-        whole = {a: w for a, w in every.items() if anchor_kind(a) != AnchorKind.EXACT}
+        whole = dict(every)
+        for anchor in exact:  # (deleting keeps the others' order)
+            del whole[anchor]
         for anchor in whole.keys() & gated.weights.keys():  # the user's own words count twice
             whole[anchor] += gated.weights[anchor]
         total = sum(whole.values())
@@ -304,10 +299,9 @@ def gate_query(
     if recent is not None and recent[0] is not None:
         others[recent[0]] = max(others.get(recent[0], 0.0), recent[1])
     earlier = max(others.items(), key=lambda item: (item[1], item[0]), default=None)
-    features = gate_features(weights, df, profiles.get(active, {}), cues, earlier)
-    features = _with(features, asks=asks, closes=closing, established=len(profiles) == 1 and len(labels) >= 2,
-                     history_turns=len(labels))
-    features = _with(features, contributions=switch_contributions(features, p.switch_model))
+    features = gate_features(weights, df, profiles.get(active, {}), cues, earlier, asks=asks, closes=closing,
+                             established=len(profiles) == 1 and len(labels) >= 2, history_turns=len(labels),
+                             switch_model=p.switch_model)
     decision = decide(features, p)
     if semantic and active in semantic:
         other = max(((lbl, z) for lbl, z in semantic.items() if lbl != active), key=lambda i: (i[1], i[0]),
