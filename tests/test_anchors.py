@@ -456,3 +456,30 @@ def test_the_digit_test_for_ascii_text_is_the_digit_scan(text):
 
     if text.isascii():
         assert module._has_ascii_digit(text) == (module._DIGIT.search(text) is not None)
+
+
+def test_a_plain_words_anchors_take_the_short_path_to_the_same_result() -> None:
+    """_token_anchors answers a plain ASCII word ("lock", "Redis") without splitting it as
+    an identifier: on words of every case shape, and on tokens that are no plain word,
+    the anchors equal those of the general path (parts, exact anchor, stemmed words)."""
+    import random
+
+    from context_gatekeeper.selection import anchors as module
+
+    def general(token: str) -> tuple[str, ...]:
+        parts = module.split_identifier(token)
+        out: list[str] = []
+        if (len(parts) > 1 or module._is_compound(token)) and max(map(len, parts), default=0) > 1:
+            out.append("#" + token.casefold())
+        for part in parts:
+            out.extend(module._word_anchors(part))
+        return tuple(out)
+
+    rng = random.Random(4)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    tokens = ["lock", "Redis", "TTL", "TaskGroup", "I", "a", "Ab", "aB", "the", "The", "studies", "Paintings",
+              "max_retries", "asyncio.gather", "x9", "Müller", "naïve", "ÀB", "eBay", "iOS", "USA", "Was", "being"]
+    tokens += ["".join(rng.choice(letters) for _ in range(rng.randrange(1, 9))) for _ in range(3000)]
+    tokens += [w.capitalize() for w in tokens[:500]] + [w.lower() for w in tokens[:500]]
+    for token in tokens:
+        assert module._token_anchors.__wrapped__(token) == general(token), token

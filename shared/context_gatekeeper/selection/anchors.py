@@ -167,7 +167,7 @@ def _is_compound(identifier: str) -> bool:
     )
 
 
-def _word_anchors(word: str) -> Iterable[str]:
+def _word_anchors(word: str) -> tuple[str, ...]:
     if word in ENGLISH_STOPWORDS or len(word) < 2:
         return ()
     stemmed = stem(word)
@@ -177,6 +177,10 @@ def _word_anchors(word: str) -> Iterable[str]:
 @lru_cache(maxsize=131072)
 def _token_anchors(token: str) -> tuple[str, ...]:
     """Anchors of one identifier-like token (cached: chat repeats its words)."""
+    if token.isalpha() and token.isascii() and token[1:].islower():
+        # the common word ("lock", "Redis"): one part, its lower case, and no exact anchor
+        # (no separator, no case change inside, no digit); what the general path gives it
+        return _word_anchors(token.lower())
     parts = split_identifier(token)
     out: list[str] = []
     if (len(parts) > 1 or _is_compound(token)) and max(map(len, parts), default=0) > 1:
