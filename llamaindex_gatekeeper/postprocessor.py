@@ -171,22 +171,12 @@ _SPLIT_TEMPLATE = "{metadata_str}\n\n{content}"
 
 
 class _Pending(NamedTuple):
-    """A node's text whose anchors are not all extracted yet (no query it met could match
-    the rest): its body and its header (``""``: none), analysed apart (:func:`_pending`)
-    and each tested apart (:meth:`GatekeeperNodePostprocessor._facts`), and the body's
-    anchor counts once read (None: not yet), so that a later query tests the header alone."""
+    """A node's text whose anchors are not extracted yet (no query it met could match
+    it): its body and its header (``""``: none), analysed apart (:func:`_pending`) and
+    each tested apart (:meth:`GatekeeperNodePostprocessor._facts`)."""
 
     body: str
     header: str
-    known: Any = None
-
-
-def _added(counts: Any, more: Any) -> dict[str, int]:
-    """Two texts' anchor counts added (a new dict; neither is changed)."""
-    out = dict(counts)
-    for anchor, n in more.items():
-        out[anchor] = out.get(anchor, 0) + n
-    return out
 
 
 _NOTHING: dict[str, int] = {}
@@ -245,7 +235,15 @@ def _analysed(groups: list[tuple[str, ...]]) -> list[Any]:
     if new:
         found.update(new)
         ANCHORS.put_many(new)
-    return [found[group[0]] if len(group) == 1 else _added(found[group[0]], found[group[1]]) for group in groups]
+    out: list[Any] = []
+    for group in groups:
+        counts = found[group[0]]
+        if len(group) > 1:
+            counts = dict(counts)
+            for anchor, n in found[group[1]].items():
+                counts[anchor] = counts.get(anchor, 0) + n
+        out.append(counts)
+    return out
 
 
 _EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys field a mode reads
@@ -381,7 +379,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         ``test``: :func:`may_match` for the query; a node's body and its header are tested
         apart, and only a part that may match is extracted (the others hold nothing this
         query asks for; a node is kept analysed only when all of it is, else it stays
-        pending, with its body's anchors once read); None: every node's.  ``count=False`` leaves a node's text and tokens None until
+        pending); None: every node's.  ``count=False`` leaves a node's text and tokens None until
         ``cost`` asks for them."""
         mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
@@ -398,30 +396,32 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             stored[i] = (text, None, parts)
         anchors: list[Any] = [facts[2] for facts in stored]
         pending = {i: held for i, held in enumerate(anchors) if type(held) is _Pending}
-        todo: list[tuple[int, bool, bool]] = []  # (node, its body read now, its header read now)
-        groups: list[tuple[str, ...]] = []  # what each node of todo reads: its unread parts that may match
-        for i, (body, header, known) in pending.items():
-            read_body = known is None and (test is None or test(body))
-            read_header = bool(header) and (test is None or test(header))
-            if read_body or read_header:
-                todo.append((i, read_body, read_header))
-                groups.append((body, header) if read_body and read_header else (body,) if read_body else (header,))
-            else:  # nothing more this query can match: the body's anchors where known, else none
-                anchors[i] = _NOTHING if known is None else known
-        changed: list[int] = []  # the nodes whose stored anchors grow: all known, or the body's
-        for (i, read_body, read_header), counts in zip(todo, _analysed(groups)):
-            body, header, known = pending[i]
-            if known is not None:  # the body read before, the header now: all known
-                counts = _added(known, counts)
+        whole: list[int] = []  # every part extracted: the node's anchors, kept
+        todo: list[int] = []  # whole, and the nodes one part of which (of two) may hold a query term
+        groups: list[tuple[str, ...]] = []  # what each node of todo reads: its parts that may match
+        for i, (body, header) in pending.items():
+            if test is None:
+                whole.append(i)
+                todo.append(i)
+                groups.append((body, header) if header else (body,))
+                continue
+            in_body = test(body)
+            in_header = bool(header) and test(header)
+            if in_body and (in_header or not header):
+                whole.append(i)
+                todo.append(i)
+                groups.append((body, header) if header else (body,))
+            elif in_body or in_header:  # the other part holds no query term: not kept as the node's anchors
+                todo.append(i)
+                groups.append((body,) if in_body else (header,))
+            else:
+                anchors[i] = _NOTHING
+        for i, counts in zip(todo, _analysed(groups)):
             anchors[i] = counts
-            if known is not None or (read_body and (read_header or not header)):
-                stored[i] = (stored[i][0], stored[i][1], counts)
-                changed.append(i)
-            elif read_body:  # the header may hold another query's terms: pending, with the body's anchors
-                stored[i] = (stored[i][0], stored[i][1], _Pending(body, header, counts))
-                changed.append(i)
-        if missing or changed:
-            FACTS.put_many([(keys[i], stored[i]) for i in sorted({*missing, *changed})])
+        for i in whole:
+            stored[i] = (stored[i][0], stored[i][1], anchors[i])
+        if missing or whole:
+            FACTS.put_many([(keys[i], stored[i]) for i in sorted({*missing, *whole})])
 
         def cost(i: int) -> int:
             known, tokens, held = stored[i]
