@@ -376,10 +376,10 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         counter is found there, a new one is added), the anchor counts this call reads, and
         ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked for).
 
-        ``test``: :func:`may_match` for the query; a node's body and its header are tested
-        apart, and only a part that may match is extracted (the others hold nothing this
-        query asks for; a node is kept analysed only when all of it is, else it stays
-        pending); None: every node's.  ``count=False`` leaves a node's text and tokens None until
+        ``test``: :func:`may_match` for the query; a node's anchors are extracted when its
+        body may match, its header's alone when only the header may (kept as pending: the
+        body is read when a query may match it), none when neither may (the node holds
+        nothing this query asks for); None: every node's.  ``count=False`` leaves a node's text and tokens None until
         ``cost`` asks for them."""
         mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
@@ -406,7 +406,8 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
                 groups.append((body, header) if header else (body,))
                 continue
             in_body = test(body)
-            in_header = bool(header) and test(header)
+            # a header is read with its body (once: not tested again by every later query)
+            in_header = bool(header) and (in_body or test(header))
             if in_body and (in_header or not header):
                 whole.append(i)
                 todo.append(i)

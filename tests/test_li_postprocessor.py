@@ -189,8 +189,8 @@ def test_a_node_text_is_counted_and_analysed_once_across_calls_and_postprocessor
     assert [n.node.node_id for n in kept] == ["n0", "n1"]
     # only the nodes holding a query term are counted (n1 and n3 differ by their metadata, the source)
     assert count.texts == [nodes[i].node.get_content(metadata_mode="llm") for i in (0, 1, 3)]
-    # each body once (n1 and n3 share theirs); BREAD and the headers cannot hold a query term: left for later
-    assert sorted(extracted) == sorted([FENCING, TTL])
+    # each body once (n1 and n3 share theirs), each header with its body; BREAD cannot hold a query term
+    assert sorted(extracted) == sorted([FENCING, TTL, HEADERS[0], HEADERS[1], HEADERS[3]])
     second = GatekeeperNodePostprocessor(token_counter=count, token_budget=1000)
     for query in (QUERY, "What is a fencing token?", "How hot should the oven be for sourdough?"):
         second.postprocess_nodes(retrieved(FENCING, TTL, BREAD, TTL), query_str=query)  # new node objects
@@ -212,7 +212,7 @@ def test_the_facts_are_shared_across_threads(extracted) -> None:
             retrieved(FENCING, TTL, BREAD), query_str=QUERY), range(8)))
     assert all([n.node.node_id for n in run] == expected for run in runs)
     counted = sorted(n.node.get_content(metadata_mode="llm") for n in retrieved(FENCING, TTL))  # BREAD: no query term
-    assert sorted(count.texts) == counted and sorted(extracted) == sorted([FENCING, TTL])  # headers: no query term
+    assert sorted(count.texts) == counted and sorted(extracted) == sorted([FENCING, TTL, *HEADERS[:2]])
 
 
 def test_a_changed_text_or_metadata_is_analysed_anew_never_served_stale() -> None:
@@ -254,7 +254,7 @@ def test_other_node_types_and_unhashable_counters_are_cached_by_their_text(extra
         gate.postprocess_nodes(documents, query_str=query)
         gate.postprocess_nodes(retrieved(TTL, BREAD), query_str=query)
     assert tokenizer.calls == 4  # two texts as Documents, two as TextNodes with metadata
-    assert sorted(extracted) == sorted([TTL, BREAD])  # a TextNode's body is the Document's text; headers: no term
+    assert sorted(extracted) == sorted([TTL, BREAD, *HEADERS[:2]])  # a TextNode's body is the Document's text
 
 
 def test_a_nodes_anchors_are_its_whole_texts_though_header_and_body_are_analysed_apart() -> None:
@@ -350,17 +350,19 @@ def test_the_budget_follows_the_librarys_one_rule() -> None:
 
 
 def test_a_header_and_a_body_are_tested_apart_and_a_node_half_analysed_stays_pending(extracted) -> None:
-    """postprocess_nodes extracts only the part of a node (its metadata header, its body)
-    that may hold a query term; a node so read is kept as pending (its anchors are not all
-    known), its text is counted as get_content formats it, and it keeps what explain keeps."""
+    """postprocess_nodes reads a node's body and header when its body may hold a query
+    term, and its header alone when only the header may; a node so half read is kept as
+    pending (its anchors are not all known), its text is counted as get_content formats
+    it, and it keeps what explain keeps."""
     count = CountingCounter()
     gate = GatekeeperNodePostprocessor(token_counter=count)
     nodes = [NodeWithScore(node=TextNode(text=BREAD, id_="h0", metadata={"source": "fencing-token-notes.md"}), score=0.9),
              NodeWithScore(node=TextNode(text=TTL, id_="h1", metadata={"source": "kitchen.md"}), score=0.8),
              NodeWithScore(node=TextNode(text=BREAD, id_="h2", metadata={"source": "kitchen.md"}), score=0.7)]
     kept = [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=QUERY)]
-    assert sorted(extracted) == sorted(["source: fencing-token-notes.md", TTL])  # no BREAD, no kitchen.md
+    # h0's header alone (its body cannot match), h1's body and header, nothing of h2
+    assert sorted(extracted) == sorted(["source: fencing-token-notes.md", TTL, "source: kitchen.md"])
     assert count.texts == [n.node.get_content(metadata_mode="llm") for n in nodes[:2]]
-    assert sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values()) == 3
+    assert sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values()) == 2
     assert kept == [e.node_id for e in gate.explain(nodes, QUERY) if e.kept] == ["h0", "h1"]
     assert not any(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values())
