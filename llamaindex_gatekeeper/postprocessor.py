@@ -172,21 +172,36 @@ _SPLIT_TEMPLATE = "{metadata_str}\n\n{content}"
 
 class _Pending(NamedTuple):
     """A node's text whose anchors are not extracted yet (no query it met could match
-    it): its body and its header (``""``: none), analysed apart (:func:`_pending`), and
-    the two on two lines, for :func:`may_match` (no anchor spans a line break)."""
+    it): its body and its header (``""``: none), analysed apart (:func:`_pending`) and
+    each tested apart (:meth:`GatekeeperNodePostprocessor._facts`)."""
 
     body: str
     header: str
-    probe: str
 
 
 _NOTHING: dict[str, int] = {}
 """What a pending node holds for a query it cannot match (never written to)."""
 
 
-def _pending(nodes: list[tuple[BaseNode, str | None]], mode: MetadataMode) -> list[tuple[str | None, _Pending]]:
+def _header(key: tuple[Any, ...]) -> str:
+    """``TextNode.get_metadata_str(mode).strip()`` from a :func:`_parts_key` key with
+    metadata (``(mode, (text, metadata_template, metadata_separator, text_template), names,
+    values, skipped)``): the same join of the same formatted pairs, read from the key
+    instead of the node (no set of usable keys built per node)."""
+    _, (_, template, separator, _), names, values, skipped = key
+    if template == "{key}: {value}":  # LlamaIndex's default, formatted without str.format
+        pairs = [f"{name}: {value}" for name, value in zip(names, values) if name not in skipped]
+    else:
+        pairs = [template.format(key=name, value=value) for name, value in zip(names, values) if name not in skipped]
+    return separator.join(pairs).strip()
+
+
+def _pending(
+    nodes: list[tuple[BaseNode, str | None, tuple[Any, ...] | None]], mode: MetadataMode
+) -> list[tuple[str | None, _Pending]]:
     """Each node's ``(text or None, parts to analyse)``, given its text (``get_content(mode)``)
-    or None for a plain ``TextNode`` whose text is not yet formatted.
+    or None for a plain ``TextNode`` whose text is not yet formatted, and its
+    :func:`_parts_key` (None: not a plain ``TextNode``).
 
     A ``TextNode`` with metadata and :data:`_SPLIT_TEMPLATE` reads ``(header + "\\n\\n" +
     body).strip()``.  No anchor spans a line break (each pattern of
@@ -198,34 +213,34 @@ def _pending(nodes: list[tuple[BaseNode, str | None]], mode: MetadataMode) -> li
     counted (None here).  ``tests/test_li_postprocessor.py`` checks the sum against the
     whole text's extraction on texts and templates built to break it."""
     out: list[tuple[str | None, _Pending]] = []
-    for node, text in nodes:
+    for node, text, key in nodes:
         if text is None:
-            fields = node.__dict__
-            if mode is not _NONE and fields["text_template"] == _SPLIT_TEMPLATE:
-                header = node.get_metadata_str(mode=mode).strip()
+            if key is not None and len(key) == 5 and key[1][3] == _SPLIT_TEMPLATE:
+                header = _header(key)
                 if header:
-                    out.append((None, _Pending(fields["text"], header, f"{header}\n{fields['text']}")))
+                    out.append((None, _Pending(key[1][0], header)))
                     continue
             text = _text(node, mode)
-        out.append((text, _Pending(text, "", text)))
+        out.append((text, _Pending(text, "")))
     return out
 
 
-def _analysed(parts: list[_Pending]) -> list[Any]:
-    """Each pending text's anchor counts (read-only): its body's plus its header's, from
-    :data:`ANCHORS` (looked up, and the missing ones kept, together)."""
-    wanted = list(dict.fromkeys(t for body, header, _ in parts for t in ((body, header) if header else (body,))))
+def _analysed(groups: list[tuple[str, ...]]) -> list[Any]:
+    """The anchor counts (read-only) of each group of texts (a node's body, its header, or
+    both: their counts added), from :data:`ANCHORS` (looked up, and the missing ones kept,
+    together)."""
+    wanted = list(dict.fromkeys(t for group in groups for t in group))
     found: dict[str, Any] = dict(zip(wanted, ANCHORS.get_many(wanted)))
     new = [(t, extract_anchors(t).counts) for t, counts in found.items() if counts is None]
     if new:
         found.update(new)
         ANCHORS.put_many(new)
     out: list[Any] = []
-    for body, header, _ in parts:
-        counts = found[body]
-        if header:
+    for group in groups:
+        counts = found[group[0]]
+        if len(group) > 1:
             counts = dict(counts)
-            for anchor, n in found[header].items():
+            for anchor, n in found[group[1]].items():
                 counts[anchor] = counts.get(anchor, 0) + n
         out.append(counts)
     return out
@@ -361,9 +376,10 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         counter is found there, a new one is added), the anchor counts this call reads, and
         ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked for).
 
-        ``test``: :func:`may_match` for the query; a node's anchors are extracted only when
-        it may match (the others hold nothing this query asks for, and stay pending);
-        None: every node's.  ``count=False`` leaves a node's text and tokens None until
+        ``test``: :func:`may_match` for the query; a node's anchors are extracted when its
+        body may match, its header's alone when only the header may (kept as pending: the
+        body is read when a query may match it), none when neither may (the node holds
+        nothing this query asks for); None: every node's.  ``count=False`` leaves a node's text and tokens None until
         ``cost`` asks for them."""
         mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
@@ -375,25 +391,48 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             keys[i] = (counter, texts[i])
         stored: list[Any] = FACTS.get_many(keys)
         missing = [i for i, facts in enumerate(stored) if facts is None]
-        for i, (text, parts) in zip(missing, _pending([(items[i], texts.get(i)) for i in missing], mode)):
+        new = _pending([(items[i], texts[i], None) if i in texts else (items[i], None, keys[i][1]) for i in missing], mode)
+        for i, (text, parts) in zip(missing, new):
             stored[i] = (text, None, parts)
         anchors: list[Any] = [facts[2] for facts in stored]
-        todo: list[int] = []
-        for i in [i for i, held in enumerate(anchors) if type(held) is _Pending]:
-            if test is None or test(anchors[i].probe):
+        pending = {i: held for i, held in enumerate(anchors) if type(held) is _Pending}
+        whole: list[int] = []  # every part extracted: the node's anchors, kept
+        todo: list[int] = []  # whole, and the nodes one part of which (of two) may hold a query term
+        groups: list[tuple[str, ...]] = []  # what each node of todo reads: its parts that may match
+        for i, (body, header) in pending.items():
+            if test is None:
+                whole.append(i)
                 todo.append(i)
+                groups.append((body, header) if header else (body,))
+                continue
+            in_body = test(body)
+            # a header is read with its body (once: not tested again by every later query)
+            in_header = bool(header) and (in_body or test(header))
+            if in_body and (in_header or not header):
+                whole.append(i)
+                todo.append(i)
+                groups.append((body, header) if header else (body,))
+            elif in_body or in_header:  # the other part holds no query term: not kept as the node's anchors
+                todo.append(i)
+                groups.append((body,) if in_body else (header,))
             else:
                 anchors[i] = _NOTHING
-        for i, counts in zip(todo, _analysed([stored[i][2] for i in todo])):
+        for i, counts in zip(todo, _analysed(groups)):
             anchors[i] = counts
-            stored[i] = (stored[i][0], stored[i][1], counts)
-        if missing or todo:
-            FACTS.put_many([(keys[i], stored[i]) for i in sorted({*missing, *todo})])
+        for i in whole:
+            stored[i] = (stored[i][0], stored[i][1], anchors[i])
+        if missing or whole:
+            FACTS.put_many([(keys[i], stored[i]) for i in sorted({*missing, *whole})])
 
         def cost(i: int) -> int:
             known, tokens, held = stored[i]
             if tokens is None:
-                text = _text(items[i], mode) if known is None else known
+                if known is not None:
+                    text = known
+                elif i in pending and pending[i].header:  # what get_content formats with _SPLIT_TEMPLATE
+                    text = f"{pending[i].header}\n\n{pending[i].body}".strip()
+                else:
+                    text = _text(items[i], mode)
                 tokens = self._count(text)
                 stored[i] = (text, tokens, held)
                 FACTS.put(keys[i], stored[i])

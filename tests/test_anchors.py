@@ -456,3 +456,59 @@ def test_the_digit_test_for_ascii_text_is_the_digit_scan(text):
 
     if text.isascii():
         assert module._has_ascii_digit(text) == (module._DIGIT.search(text) is not None)
+
+
+def test_a_plain_words_anchors_take_the_short_path_to_the_same_result() -> None:
+    """_token_anchors answers a plain ASCII word ("lock", "Redis") without splitting it as
+    an identifier: on words of every case shape, and on tokens that are no plain word,
+    the anchors equal those of the general path (parts, exact anchor, stemmed words)."""
+    import random
+
+    from context_gatekeeper.selection import anchors as module
+
+    def general(token: str) -> tuple[str, ...]:
+        parts = module.split_identifier(token)
+        out: list[str] = []
+        if (len(parts) > 1 or module._is_compound(token)) and max(map(len, parts), default=0) > 1:
+            out.append("#" + token.casefold())
+        for part in parts:
+            out.extend(module._word_anchors(part))
+        return tuple(out)
+
+    rng = random.Random(4)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    tokens = ["lock", "Redis", "TTL", "TaskGroup", "I", "a", "Ab", "aB", "the", "The", "studies", "Paintings",
+              "max_retries", "asyncio.gather", "x9", "Müller", "naïve", "ÀB", "eBay", "iOS", "USA", "Was", "being"]
+    tokens += ["".join(rng.choice(letters) for _ in range(rng.randrange(1, 9))) for _ in range(3000)]
+    tokens += [w.capitalize() for w in tokens[:500]] + [w.lower() for w in tokens[:500]]
+    for token in tokens:
+        assert module._token_anchors.__wrapped__(token) == general(token), token
+
+
+def test_ascii_text_with_no_joined_identifier_is_scanned_by_the_plain_word_patterns_alike() -> None:
+    """extract scans ASCII text where no joiner ('.', '::', '->') is followed by what starts
+    an identifier with the word patterns, which lack the joined parts: on random ASCII
+    text (joiners, digits, versions, underscores, camelCase), wherever _joined says no,
+    both pattern pairs find the same tokens and numbers."""
+    import random
+
+    from context_gatekeeper.selection import anchors as module
+
+    pool = [".", "::", "->", ":", "-", ">", "_", "a", "Foo", "x9", "1", "22", "3.11", "v2.0", " ", "\n", "e.g.",
+            "max_retries", "TaskGroup", "-1", "..", "._", ".A", "asyncio", "lock", '"', "`"]
+    rng = random.Random(7)
+    plain = 0
+    for _ in range(6000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randrange(1, 16)))
+        if module._joined(text):
+            continue
+        plain += 1
+        assert module._ASCII_WORD.findall(text) == module._ASCII_IDENTIFIER.findall(text), text
+        assert module._ASCII_WORD_OR_NUMBER.findall(text) == module._ASCII_TOKEN_OR_NUMBER.findall(text), text
+    assert plain > 1000
+    for text in ("Redis locks: see e.g. docs -> TTL", "a::b and c->d in 3.11", "max_retries=22, v2.0 x.y"):
+        assert module._joined(text)
+    assert not module._joined("A plain line, with 22 numbers - and > signs: 3.11 too")
+    assert extract("call asyncio.gather in 3.11: max_retries 22").counts == Counter(
+        {"#asyncio.gather": 1, "asyncio": 1, "gather": 1, "#3.11": 1, "#max_retries": 1, "max": 1, "retry": 1,
+         "call": 1, "22": 1})

@@ -189,7 +189,7 @@ def test_a_node_text_is_counted_and_analysed_once_across_calls_and_postprocessor
     assert [n.node.node_id for n in kept] == ["n0", "n1"]
     # only the nodes holding a query term are counted (n1 and n3 differ by their metadata, the source)
     assert count.texts == [nodes[i].node.get_content(metadata_mode="llm") for i in (0, 1, 3)]
-    # each body once (n1 and n3 share theirs), each header once; BREAD cannot hold a query term: left for later
+    # each body once (n1 and n3 share theirs), each header with its body; BREAD cannot hold a query term
     assert sorted(extracted) == sorted([FENCING, TTL, HEADERS[0], HEADERS[1], HEADERS[3]])
     second = GatekeeperNodePostprocessor(token_counter=count, token_budget=1000)
     for query in (QUERY, "What is a fencing token?", "How hot should the oven be for sourdough?"):
@@ -347,3 +347,22 @@ def test_the_budget_follows_the_librarys_one_rule() -> None:
             GatekeeperNodePostprocessor(token_budget=bad)
     assert GatekeeperNodePostprocessor(token_budget=None).token_budget is None  # no limit
     assert GatekeeperNodePostprocessor(token_budget=0).postprocess_nodes(nodes, query_str=QUERY) == []
+
+
+def test_a_header_and_a_body_are_tested_apart_and_a_node_half_analysed_stays_pending(extracted) -> None:
+    """postprocess_nodes reads a node's body and header when its body may hold a query
+    term, and its header alone when only the header may; a node so half read is kept as
+    pending (its anchors are not all known), its text is counted as get_content formats
+    it, and it keeps what explain keeps."""
+    count = CountingCounter()
+    gate = GatekeeperNodePostprocessor(token_counter=count)
+    nodes = [NodeWithScore(node=TextNode(text=BREAD, id_="h0", metadata={"source": "fencing-token-notes.md"}), score=0.9),
+             NodeWithScore(node=TextNode(text=TTL, id_="h1", metadata={"source": "kitchen.md"}), score=0.8),
+             NodeWithScore(node=TextNode(text=BREAD, id_="h2", metadata={"source": "kitchen.md"}), score=0.7)]
+    kept = [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=QUERY)]
+    # h0's header alone (its body cannot match), h1's body and header, nothing of h2
+    assert sorted(extracted) == sorted(["source: fencing-token-notes.md", TTL, "source: kitchen.md"])
+    assert count.texts == [n.node.get_content(metadata_mode="llm") for n in nodes[:2]]
+    assert sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values()) == 2
+    assert kept == [e.node_id for e in gate.explain(nodes, QUERY) if e.kept] == ["h0", "h1"]
+    assert not any(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values())
