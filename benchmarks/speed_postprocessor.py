@@ -12,8 +12,9 @@ of 5 rounds (the machine may be shared).
   extracting the anchors of each new node's text and counting its tiktoken tokens
   (``anchors.extract`` and ``encode_ordinary`` on ``get_content``), timed the same way.
   The postprocessor may go below it: it analyses a node's metadata header apart from
-  its body, tests each against the query and extracts only a part that may hold a query
-  term, and counts only the nodes that do (see ``llamaindex_gatekeeper/postprocessor.py``).
+  its body (the two are read together when the body may hold a query term, the header
+  alone when only it may), and counts only the nodes that hold one (see
+  ``llamaindex_gatekeeper/postprocessor.py``).
 
 ``SimilarityPostprocessor(similarity_cutoff=0.5)`` is what users would use instead.  Run
 on its own (``python benchmarks/speed_postprocessor.py``) or through
