@@ -161,29 +161,31 @@ class Message:
                 f"derived_from must be a list of ids or absent, got {type(derived).__name__}; "
                 "pass a list of message ids, or leave the key out"
             )
+        values = (  # the fields in order, each read and converted once
+            data["id"],
+            data["role"],
+            data["content"],
+            tuple(parts) if parts is not None else None,
+            dict(metadata) if metadata else {},
+            data.get("origin", "original"),
+            tuple(derived) if derived else (),
+            int(data.get("revision", 0)),
+        )
         if cls is not Message:  # a subclass may have fields (and checks) of its own
-            return cls(
-                id=data["id"],
-                role=data["role"],
-                content=data["content"],
-                parts=tuple(parts) if parts is not None else None,
-                metadata=dict(metadata) if metadata else {},
-                origin=data.get("origin", "original"),
-                derived_from=tuple(derived) if derived else (),
-                revision=int(data.get("revision", 0)),
-            )
+            return cls(**dict(zip(_FIELDS, values)))
         # The same fields, set through the slot descriptors (as ``stamped`` does) and then
         # checked by ``__post_init__`` as ``__init__`` would: every message of every stored
         # session opened comes through here, and the frozen ``__init__`` costs twice as much.
         message = _new_object(Message)
-        _SET_ID(message, data["id"])
-        _SET_ROLE(message, data["role"])
-        _SET_CONTENT(message, data["content"])
-        _SET_PARTS(message, tuple(parts) if parts is not None else None)
-        _SET_METADATA(message, dict(metadata) if metadata else {})
-        _SET_ORIGIN(message, data.get("origin", "original"))
-        _SET_DERIVED_FROM(message, tuple(derived) if derived else ())
-        _SET_REVISION(message, int(data.get("revision", 0)))
+        id_, role, content, parts_, metadata_, origin, derived_from, revision = values
+        _SET_ID(message, id_)
+        _SET_ROLE(message, role)
+        _SET_CONTENT(message, content)
+        _SET_PARTS(message, parts_)
+        _SET_METADATA(message, metadata_)
+        _SET_ORIGIN(message, origin)
+        _SET_DERIVED_FROM(message, derived_from)
+        _SET_REVISION(message, revision)
         message.__post_init__()
         return message
 
