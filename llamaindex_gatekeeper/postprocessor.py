@@ -39,7 +39,10 @@ threads (:data:`FACTS`, :data:`ANCHORS`, :data:`~llamaindex_gatekeeper.node_vect
 so a call on nodes seen before costs the selection alone.  ``postprocess_nodes`` without
 an embedder does no more than its choice needs: it extracts the anchors of a new node only
 when the node may hold a query term (a quick substring test), and counts the tokens of
-the nodes that do hold one; ``select`` and ``explain`` analyse and count every node.
+the nodes that do hold one (with a tiktoken counter, only of those whose
+:func:`~context_gatekeeper.tokens.word_floor` says they may be the next pick: the greedy
+step ranks by that lower bound first); ``select`` and ``explain`` analyse and count
+every node.
 
 The postprocessor never writes node metadata or scores: it returns the very
 ``NodeWithScore`` objects it was given, unmodified.
@@ -66,6 +69,7 @@ from context_gatekeeper import (
     extract_anchors,
     resolve_token_counter,
     select_covering,
+    token_floor,
 )
 from context_gatekeeper.integration import BoundedCache, kept_covering, may_match, require_budget
 
@@ -151,8 +155,10 @@ _NONE = MetadataMode.NONE  # an enum member read through its class costs a looku
 _Facts = tuple[Optional[str], Optional[int], Any]
 """What a node contributes to a selection, computed once per text: ``(text, tokens, anchor
 counts)``; ``text`` and ``tokens`` are None until a selection needs them
-(``postprocess_nodes`` without an embedder counts only the nodes that hold a query term:
-see :func:`kept_covering`)."""
+(``postprocess_nodes`` without an embedder counts only the nodes that hold a query term
+and may be picked: see :func:`kept_covering`).  ``tokens < 0`` is not a count but
+``-1 - floor``: the node is not counted yet, and costs ``floor`` tokens at least
+(:func:`~context_gatekeeper.tokens.token_floor`)."""
 
 FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=10_000)
 """Every postprocessor's per-node facts (the 10,000 most recently used), shared across
@@ -319,6 +325,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     embedder: Optional[Any] = Field(default=None, exclude=True, description="Embedding model (semantic evidence).")
     embed_timeout: Optional[float] = Field(default=None, gt=0, description="Seconds an embedding call may take.")
     _count: Callable[[str], int] = PrivateAttr()
+    _floor: Optional[Callable[[str], int]] = PrivateAttr(default=None)
     _counter_key: Any = PrivateAttr()
     _vectors: Optional["NodeVectors"] = PrivateAttr(default=None)
 
@@ -331,6 +338,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     def model_post_init(self, __context: Any) -> None:
         """Normalise the token counter and the embedder once."""
         self._count = resolve_token_counter(self.token_counter)
+        self._floor = token_floor(self._count)
         counter = "cl100k_base" if self.token_counter is None else self.token_counter
         try:  # facts counted by the same (hashable) counter are shared by every postprocessor
             hash(counter)
@@ -370,11 +378,14 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def _facts(
         self, nodes: List[NodeWithScore], test: Callable[[str], bool] | None = None, count: bool = True
-    ) -> tuple[list[_Facts], list[Any], Callable[[int], int]]:
+    ) -> tuple[list[_Facts], list[Any], Callable[[int], int], Callable[[int], int]]:
         """Each node's ``(text, tokens, anchors)`` as :data:`FACTS` keeps it (looked up for
         the whole list at once; a node seen before by any postprocessor with this token
-        counter is found there, a new one is added), the anchor counts this call reads, and
-        ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked for).
+        counter is found there, a new one is added), the anchor counts this call reads,
+        ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked for), and
+        ``floor(i)``, a lower bound of them when the counter has one (its tokens when
+        counted, else the counter's :func:`~context_gatekeeper.tokens.token_floor` of its
+        text).
 
         ``test``: :func:`may_match` for the query; a node's anchors are extracted when its
         body may match, its header's alone when only the header may (kept as pending: the
@@ -424,30 +435,42 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         if missing or whole:
             FACTS.put_many([(keys[i], stored[i]) for i in sorted({*missing, *whole})])
 
-        def cost(i: int) -> int:
+        def text_of(i: int) -> str:
             known, tokens, held = stored[i]
-            if tokens is None:
-                if known is not None:
-                    text = known
-                elif i in pending and pending[i].header:  # what get_content formats with _SPLIT_TEMPLATE
-                    text = f"{pending[i].header}\n\n{pending[i].body}".strip()
+            if known is None:
+                if i in pending and pending[i].header:  # what get_content formats with _SPLIT_TEMPLATE
+                    known = f"{pending[i].header}\n\n{pending[i].body}".strip()
                 else:
-                    text = _text(items[i], mode)
-                tokens = self._count(text)
-                stored[i] = (text, tokens, held)
+                    known = _text(items[i], mode)
+                stored[i] = (known, tokens, held)
+            return known
+
+        def cost(i: int) -> int:
+            tokens = stored[i][1]
+            if tokens is None or tokens < 0:
+                tokens = self._count(text_of(i))
+                stored[i] = (stored[i][0], tokens, stored[i][2])
                 FACTS.put(keys[i], stored[i])
             return tokens
 
+        def floor(i: int) -> int:  # only when self._floor is set
+            tokens = stored[i][1]
+            if tokens is None:
+                tokens = -1 - self._floor(text_of(i))  # type: ignore[misc]  # set: floor is passed only then
+                stored[i] = (stored[i][0], tokens, stored[i][2])
+                FACTS.put(keys[i], stored[i])
+            return tokens if tokens >= 0 else -1 - tokens
+
         if count:
             for i, facts in enumerate(stored):
-                if facts[1] is None:
+                if facts[1] is None or facts[1] < 0:
                     cost(i)
-        return stored, anchors, cost
+        return stored, anchors, cost, floor
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no
         explanations)."""
-        facts, anchors, _ = self._facts(nodes)
+        facts, anchors, _, _ = self._facts(nodes)
         result = select_covering(
             query,
             [f[0] for f in facts],  # type: ignore[misc]  # _facts formatted and counted every node
@@ -466,11 +489,12 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     def _kept(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> list[int]:
         """What :meth:`select` keeps, for ``postprocess_nodes``.  Without an embedder, by
         :func:`kept_covering`: a new node's anchors are extracted only when it may hold a
-        query term (:func:`may_match`), and its tokens counted only when it does."""
+        query term (:func:`may_match`), and its tokens counted only when it does (and,
+        given the counter's floor, only when the floor may make it the next pick)."""
         if self._vectors is not None:
             return self._select(nodes, query, False).kept
         text, params = query_text(query), self.params or _DEFAULT_PARAMS
-        _, anchors, cost = self._facts(nodes, may_match(text, params), count=False)
+        _, anchors, cost, floor = self._facts(nodes, may_match(text, params), count=False)
         return kept_covering(
             text,
             anchors,
@@ -480,6 +504,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             target=self.coverage_target,
             fallback=self.fallback,
             params=params,
+            floor=None if self._floor is None else floor,
         )
 
     def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from context_gatekeeper import BudgetError, SelectionParams, extract_anchors
+from context_gatekeeper.tokens import tiktoken_counter, word_floor
 from context_gatekeeper.selection.coverage import (
     COVERS,
     FALLBACK,
@@ -137,15 +138,18 @@ def test_kept_covering_keeps_what_select_covering_keeps_asking_only_the_costs_it
     """On the hand-labelled mixed-topic cases (each message a candidate), with and without
     a budget, a corpus, a lower target and no fallback: the same indices, and a cost asked
     at most once, only for a candidate holding a query term unless the fallback keeps
-    candidates in order within a budget."""
+    candidates in order within a budget; given tiktoken's counts and their word floor,
+    the same indices with fewer counts."""
     lines = (Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "interleaved.jsonl").read_text("utf-8")
     cases = [json.loads(line) for line in lines.splitlines() if line.strip()]
     corpus = CoverageCorpus.from_texts(m for case in cases[:50] for t in case["turns"] for m in t.values())
-    fallbacks = 0
+    fallbacks = skipped = 0
+    count, tokens = tiktoken_counter(), {}
     for k, case in enumerate(cases):
         texts = [m for t in case["turns"] for m in (t["user"], t["assistant"])]
         anchors = [extract_anchors(t).counts for t in texts]
         costs = [len(t.split()) for t in texts]
+        tokens[k] = [count(t) for t in texts]
         query = case["query"] if k % 9 else "and then?"  # no informative term: the fallback
         for options in ({}, {"token_budget": 60}, {"token_budget": 0}, {"corpus": corpus, "token_budget": 90},
                         {"target": 0.5}, {"fallback": False, "token_budget": 40}):
@@ -159,7 +163,16 @@ def test_kept_covering_keeps_what_select_covering_keeps_asking_only_the_costs_it
             else:
                 fallbacks += 1
                 assert sorted(asked) == list(range(len(texts)))
+            # tiktoken's counts, and word_floor as their lower bound: the same kept, fewer counted
+            lazily: list[int] = []
+            kept = kept_covering(query, anchors, lambda i: lazily.append(i) or tokens[k][i], **options,
+                                 floor=lambda i: word_floor(texts[i]))
+            assert kept == select_covering(query, texts, costs=tokens[k], anchors=anchors, **options).kept, (k, options)
+            assert len(lazily) == len(set(lazily))
+            if expected.coverable_weight > 0 and options.get("token_budget") is not None:
+                skipped += len(set(asked) - set(lazily))
     assert fallbacks > 50  # the fallback path was taken
+    assert skipped > 100  # the floor spared counts
 
 
 def test_kept_covering_refuses_what_select_covering_refuses() -> None:
@@ -205,6 +218,13 @@ def test_the_lazy_greedy_step_picks_what_the_chat_selectors_greedy_cover_picks()
         expected, expected_weight = greedy_cover(candidates, weights, target, budget, alpha)
         chosen, weight = _greedy(found, weights, costs.__getitem__, semantic.__getitem__, target, budget, alpha)
         assert [i for i, _, _ in chosen] == [c.turn_id for c in expected] and weight == expected_weight, case
+        # a lower bound of each cost (0, the cost itself, or between): the same picks, each counted once
+        floors = {i: rng.choice([0, c, c // 2, max(c - 1, 0)]) for i, c in costs.items()}
+        asked: list[int] = []
+        chosen, weight = _greedy(found, weights, lambda i: asked.append(i) or costs[i], semantic.__getitem__,
+                                 target, budget, alpha, floors.__getitem__)
+        assert [i for i, _, _ in chosen] == [c.turn_id for c in expected] and weight == expected_weight, case
+        assert len(asked) == len(set(asked)) and {c.turn_id for c in expected} <= set(asked), case
 
 
 def _hand_labelled_texts() -> list[str]:

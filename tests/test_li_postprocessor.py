@@ -201,6 +201,35 @@ def test_a_node_text_is_counted_and_analysed_once_across_calls_and_postprocessor
     assert sorted(extracted) == sorted(ANALYSED)
 
 
+def test_with_tiktoken_a_node_is_counted_only_when_its_word_floor_may_make_it_the_next_pick() -> None:
+    """The default counter has a cheap lower bound (``tokens.word_floor``): on the
+    hand-labelled chats' messages as nodes, ``postprocess_nodes`` keeps what ``select``
+    (which counts every node) keeps, in one call and again on the same nodes, and counts
+    fewer nodes than hold a query term."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "interleaved.jsonl"
+    cases = [json.loads(line) for line in data.read_text("utf-8").splitlines() if line.strip()]
+    counted = holding = 0
+    for case in cases[:80]:
+        texts = [m for t in case["turns"] for m in (t["user"], t["assistant"])]
+        for budget in (40, 120):
+            FACTS.clear()
+            lazy = GatekeeperNodePostprocessor(token_budget=budget)
+            assert lazy._floor is not None
+            count, asked = lazy._count, []
+            lazy._count = lambda text: asked.append(text) or count(text)  # the same counts, seen
+            kept = [n.node.node_id for n in lazy.postprocess_nodes(retrieved(*texts), query_str=case["query"])]
+            again = [n.node.node_id for n in lazy.postprocess_nodes(retrieved(*texts), query_str=case["query"])]
+            result = GatekeeperNodePostprocessor(token_budget=budget).select(retrieved(*texts), case["query"])
+            assert kept == again == [f"n{i}" for i in result.kept], case["query"]
+            if result.coverable_weight > 0:  # else the fallback keeps nodes in order, each counted
+                counted += len(asked)
+                holding += sum(1 for e in result.explanations if e.matched)
+    assert counted < 0.85 * holding, (counted, holding)  # without the floor: every one of them
+
+
 def test_the_facts_are_shared_across_threads(extracted) -> None:
     from concurrent.futures import ThreadPoolExecutor
 

@@ -390,3 +390,30 @@ def test_ranks_read_in_one_pass_equal_a_line_by_line_parse(name):
             expected[base64.b64decode(token)] = int(rank)
     ranks = tokens._read_ranks(path, tokens._OFFLINE_SPECS[name]["sha256"])
     assert ranks is not None and list(ranks.items()) == list(expected.items())
+
+
+# Texts built to break the word floor: every kind of white space (the separators \x1c-\x1f
+# that str.split splits on and tiktoken does not, line breaks after punctuation,
+# Unicode spaces), punctuation runs, digits, CJK, letters with marks.
+_FLOOR_ALPHABET = st.sampled_from(
+    list(" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u2003\u2028\u3000")
+    + list("!?.,;:'\"-_/()[]{}<>@#$%^&*=+`~|\\")
+    + list("aZé0129两词ü\u0301😀")
+)
+
+
+@given(text=st.one_of(st.text(max_size=80), st.text(_FLOOR_ALPHABET, max_size=80)))
+def test_word_floor_never_exceeds_either_encodings_count(reference, text):
+    for encoding in reference.values():
+        assert tokens.word_floor(text) <= len(encoding.encode_ordinary(text)), text
+
+
+def test_word_floor_is_close_on_prose_and_offered_only_for_checked_encodings(reference):
+    for text in SAMPLES:
+        assert tokens.word_floor(text) <= len(reference["cl100k_base"].encode_ordinary(text))
+    prose = SAMPLES[1]
+    assert tokens.word_floor(prose) >= len(reference["cl100k_base"].encode_ordinary(prose)) // 2
+    assert tokens.word_floor("a\x1cb c") == 2  # split would say 3 words: "a\x1cb" may be one piece
+    assert tokens.token_floor(resolve_token_counter(None)) is tokens.word_floor
+    assert tokens.token_floor(resolve_token_counter("o200k_base")) is tokens.word_floor
+    assert tokens.token_floor(resolve_token_counter(lambda text: len(text))) is None

@@ -45,7 +45,7 @@ from .selection.params import SelectionParams
 from .records.revisions import Diff, MessageDiff, Proposal, Revision
 from .selection.records import Evidence, Selection, Turn, TurnScore
 from .stores import InMemoryStore, SQLiteStore, Store
-from .tokens import estimate_tokens, resolve_token_counter, tiktoken_counter
+from .tokens import estimate_tokens, resolve_token_counter, tiktoken_counter, token_floor
 from .transcripts.transcript import Transcript
 from .transcripts.transcript_gate import TranscriptGate
 
@@ -120,6 +120,7 @@ __all__ = [
     "estimate_tokens",
     "resolve_token_counter",
     "tiktoken_counter",
+    "token_floor",
 ]
 
 

@@ -351,6 +351,7 @@ def _query_terms(
 def _greedy(
     found: dict[int, list[str]], weights: Mapping[str, float], cost: Callable[[int], int],
     semantic: Callable[[int], float], target: float, budget: int, alpha: float,
+    floor: Callable[[int], int] | None = None,
 ) -> tuple[list[tuple[int, int, list[str]]], float]:
     """The chat selector's greedy step (:func:`selector.greedy_cover`) over the candidates
     in ``found`` (each holding an informative query anchor), with the same picks in the
@@ -363,15 +364,23 @@ def _greedy(
     A candidate's score is ``greedy_cover``'s ``Candidate.total`` (its query weight plus
     its semantic tie-break), computed the same way.  Returns ``([(index, cost, anchors) in
     pick order], covered weight)``; ``tests/test_coverage.py`` checks it against
-    ``greedy_cover``."""
+    ``greedy_cover``.
+
+    ``floor(i)``, when given (``alpha >= 0``), is a lower bound of ``cost(i)``, cheaper to
+    have: a candidate first waits by the gain its floor would give (no lower than its
+    own), and ``cost(i)`` is asked only when that bound reaches the top of the heap.  The
+    picks are the same; candidates that never come near the top are never counted."""
+    lazy = floor is not None and alpha >= 0  # a gain falls as the cost rises only for alpha >= 0
     heap: list[tuple[float, float, int, int]] = []
-    held: dict[int, tuple[int, list[str]]] = {}
+    held: dict[int, tuple[int | None, list[str]]] = {}
     for i in sorted(found):
-        anchors, c = found[i], cost(i)
+        anchors = found[i]
+        c = None if lazy else cost(i)
         new = sum(weights[a] for a in anchors)
         total = new + 0.0 + 0.0 + 0.0 + semantic(i)  # Candidate.total: user, assistant, exact, recency, semantic
         held[i] = (c, anchors)
-        heap.append((-coverage_gain(new, c, alpha), -total, i, 0))
+        bound = floor(i) if c is None else c  # type: ignore[misc]  # lazy: floor is set
+        heap.append((-coverage_gain(new, bound, alpha), -total, i, 0 if c is not None else -1))
     heapify(heap)
     covered: set[str] = set()
     covered_weight = 0.0
@@ -379,6 +388,9 @@ def _greedy(
     while heap and covered_weight < target:
         neg_gain, neg_total, i, stamp = heappop(heap)
         c, anchors = held[i]
+        if c is None:  # its floor's gain is on top: count it (stamp -1: brought up to date below)
+            c = cost(i)
+            held[i] = (c, anchors)
         if c > budget:  # the budget only shrinks: it never fits again
             continue
         if stamp != len(chosen):  # picks since its gain was computed: bring it up to date
@@ -406,6 +418,7 @@ def kept_covering(
     target: float = 1.0,
     fallback: bool = True,
     params: SelectionParams | None = None,
+    floor: Callable[[int], int] | None = None,
 ) -> list[int]:
     """``select_covering(...).kept`` (lexical), asking each candidate's cost only when the
     choice needs it.
@@ -415,12 +428,19 @@ def kept_covering(
     for every candidate only when the ``fallback`` keeps candidates in order within a
     budget.  The arguments mean what they mean for :func:`select_covering`, with each
     text given by its anchor counts (``anchors``); ``cost(i)`` must give an ``int >= 0``.
+    ``floor(i)``, with a budget: a cheap lower bound of ``cost(i)``
+    (:func:`~context_gatekeeper.tokens.token_floor`); a candidate is then counted only
+    when the bound says it may be the next pick, and the kept ones are the same.
 
     >>> texts = ["Redis locks need a TTL.", "Redis locks need a TTL.", "Bake bread at 220 degrees."]
-    >>> asked = []
-    >>> kept_covering("How long should a Redis lock TTL be?", [extract(t).counts for t in texts],
+    >>> anchors, asked = [extract(t).counts for t in texts], []
+    >>> kept_covering("How long should a Redis lock TTL be?", anchors,
     ...               lambda i: asked.append(i) or 6, token_budget=100), asked
     ([0], [0, 1])
+    >>> asked.clear()
+    >>> kept_covering("How long should a Redis lock TTL be?", anchors,
+    ...               lambda i: asked.append(i) or 6, token_budget=100, floor=lambda i: 6), asked
+    ([0], [0])
     """
     params = params or SelectionParams()
     if token_budget is not None:
@@ -435,11 +455,13 @@ def kept_covering(
             return list(range(len(anchors)))
         costs = [cost(i) for i in range(len(anchors))]
         return [e.index for e in _fallback(costs, token_budget, [()] * len(costs)) if e.kept]
-    asked = {i: cost(i) for i in sorted(found)}
-    # with no budget, the candidates' own total bounds the greedy step as every cost's would
-    budget = token_budget if token_budget is not None else sum(asked.values())
-    chosen, _ = _greedy(found, weights, asked.__getitem__, lambda i: 0.0,
-                        target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent)
+    if token_budget is None:  # the candidates' own total bounds the greedy step as every cost's would
+        asked = {i: cost(i) for i in sorted(found)}
+        budget, cost, floor = sum(asked.values()), asked.__getitem__, None
+    else:
+        budget = token_budget
+    chosen, _ = _greedy(found, weights, cost, lambda i: 0.0,
+                        target * coverable_weight * (1 - 1e-9), budget, params.cost_exponent, floor)
     return sorted(i for i, _, _ in chosen)
 
 
