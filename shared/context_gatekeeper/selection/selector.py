@@ -86,6 +86,9 @@ def score_candidates(
     user_scale = params.user_weight / (total * (k1 + 1.0))
     assistant_scale = params.assistant_weight / (total * (k1 + 1.0))
     exact_scale = params.exact_weight / total
+    # bm25_saturation inlined, term by term the same arithmetic (the same floats):
+    # tf * (k1 + 1) / (tf + k1 * (1 - b + b * (length / avg, or 1 when avg is 0)))
+    k1_plus_1, one_minus_b = k1 + 1.0, 1.0 - b
     turns = index.turns
     last = len(labels) - 1
     max_common = params.evidence_max_commonness
@@ -100,27 +103,26 @@ def score_candidates(
         is_exact = kind == AnchorKind.EXACT
         telling = kind != AnchorKind.CJK_CHAR and anchor_commonness(anchor) < max_common
         user_part, assistant_part = weight * user_scale, weight * assistant_scale  # the products' first factors
-        segments_hit: set[int] = set()
+        exact_part = weight * exact_scale
         for turn_id, (tf_user, tf_assistant) in bucket.items():
             candidate = candidates.get(turn_id)
             if candidate is None:
-                position = positions[turn_id]
-                candidate = candidates[turn_id] = Candidate(turn_id, position, costs[turn_id])
-            if tf_user or tf_assistant:
-                turn = turns[turn_id]
-                if tf_user:
-                    candidate.user += user_part * bm25_saturation(tf_user, turn.user_len, avg_user, k1, b)
-                if tf_assistant:
-                    candidate.assistant += assistant_part * bm25_saturation(
-                        tf_assistant, turn.assistant_len, avg_assistant, k1, b)
+                candidate = candidates[turn_id] = Candidate(turn_id, positions[turn_id], costs[turn_id])
+            if tf_user > 0:
+                length = turns[turn_id].user_len
+                norm = one_minus_b + b * (length / avg_user if avg_user > 0 else 1.0)
+                candidate.user += user_part * (tf_user * k1_plus_1 / (tf_user + k1 * norm))
+            if tf_assistant > 0:
+                length = turns[turn_id].assistant_len
+                norm = one_minus_b + b * (length / avg_assistant if avg_assistant > 0 else 1.0)
+                candidate.assistant += assistant_part * (tf_assistant * k1_plus_1 / (tf_assistant + k1 * norm))
             if is_exact:
-                candidate.exact += weight * exact_scale
+                candidate.exact += exact_part
             candidate.covered.append(anchor)
             if telling:
                 candidate.telling.append(anchor)
-            segments_hit.add(labels[candidate.position])
         if kind != AnchorKind.CJK_CHAR:  # a lone character does not tie a query to a topic
-            for label in segments_hit:
+            for label in {labels[positions[turn_id]] for turn_id in bucket}:
                 topic_weight[label] = topic_weight.get(label, 0.0) + weight
     for candidate in candidates.values():
         candidate.recency = params.recency_weight * recency_prior(last - candidate.position, params.recency_half_life)
