@@ -372,25 +372,27 @@ def _greedy(
     picks are the same; candidates that never come near the top are never counted."""
     lazy = floor is not None and alpha >= 0  # a gain falls as the cost rises only for alpha >= 0
     heap: list[tuple[float, float, int, int]] = []
-    held: dict[int, tuple[int | None, list[str]]] = {}
+    held: dict[int, tuple[int | None, list[str], int]] = {}  # cost (None: not asked yet), anchors, cost waited by
     for i in sorted(found):
         anchors = found[i]
         c = None if lazy else cost(i)
         new = sum(weights[a] for a in anchors)
         total = new + 0.0 + 0.0 + 0.0 + semantic(i)  # Candidate.total: user, assistant, exact, recency, semantic
-        held[i] = (c, anchors)
         bound = floor(i) if c is None else c  # type: ignore[misc]  # lazy: floor is set
-        heap.append((-coverage_gain(new, bound, alpha), -total, i, 0 if c is not None else -1))
+        held[i] = (c, anchors, bound)
+        heap.append((-coverage_gain(new, bound, alpha), -total, i, 0))
     heapify(heap)
     covered: set[str] = set()
     covered_weight = 0.0
     chosen: list[tuple[int, int, list[str]]] = []
     while heap and covered_weight < target:
         neg_gain, neg_total, i, stamp = heappop(heap)
-        c, anchors = held[i]
-        if c is None:  # its floor's gain is on top: count it (stamp -1: brought up to date below)
+        c, anchors, bound = held[i]
+        if c is None:  # its floor's gain is on top: count it
             c = cost(i)
-            held[i] = (c, anchors)
+            held[i] = (c, anchors, c)
+            if c != bound:  # it waited by a higher gain than its own: brought up to date below
+                stamp = -1
         if c > budget:  # the budget only shrinks: it never fits again
             continue
         if stamp != len(chosen):  # picks since its gain was computed: bring it up to date
