@@ -773,6 +773,26 @@ def test_a_turn_kept_on_one_shared_word_whose_meaning_is_far_off_is_let_go() -> 
     assert words_only.turn_ids == (1, 2, 3)  # without the drop the topic's turns on "pool" stay
 
 
+def test_follow_up_turns_far_in_meaning_go_unless_the_query_points_back() -> None:
+    # one segment to the words ("pool"), two topics in meaning; an elliptical follow-up
+    # keeps the segment's opener and latest turns whatever their words
+    pools = {"db": ("connections", "connection", "postgres", "database", "db", "cores", "server", "timeouts", "idle"),
+             "swim": ("swimming", "lanes", "laps", "chlorine", "goggles", "water", "filter", "lane")}
+    chat = [
+        ("How big should the connection pool be for Postgres?", "Start near twice the cores of the database server."),
+        ("Our swimming pool has cloudy water", "Shock it with chlorine and run the filter overnight."),
+        ("What about the pool lanes for laps?", "Book a lane early; goggles help with the chlorine."),
+    ]
+    assert gatekeeper_over(chat, None).explain("pool timeouts?").turn_ids == (1, 2, 3)
+    hybrid = gatekeeper_over(chat, HashEmbedder(pools, dim=4096))
+    elliptical = hybrid.explain("pool timeouts?")  # no pronoun: its meaning is its own
+    assert elliptical.turn_ids == (1,)
+    assert {r.turn_id: r.reason for r in elliptical.scores if r.turn_id in (2, 3)} == {
+        2: "meaning far off", 3: "meaning far off"}
+    pointing = hybrid.explain("Does it need timeouts?")  # a pronoun: what it points at is not in its meaning
+    assert pointing.gate.cues.reference and pointing.turn_ids == (1, 2, 3)
+
+
 TRAM_THEN_BEACH_AND_TAXES = [
     ("How much is a ticket for the Lisbon tram 28?", "A single ride on tram 28 costs three euros on board."),
     ("Where does the Lisbon tram 28 start?", "Tram 28 starts at Martim Moniz square."),

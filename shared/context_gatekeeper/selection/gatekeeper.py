@@ -395,7 +395,7 @@ class ContextGatekeeper(SemanticMethods):
         for turn_id in exclude:
             kept.reasons.pop(turn_id, None)
         if not over_budget:
-            drop_unrelated(view, history, p, kept)
+            drop_unrelated(view, history, p, kept, bool(cues.reference))
         turn_ids = tuple(sorted(kept.reasons, key=history.positions.__getitem__))
         kept_anchors = {a for t in turn_ids for a in index.turns[t].anchors}
         covered_weight = sum(weights[a] for a in coverable if a in kept_anchors)
