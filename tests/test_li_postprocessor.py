@@ -9,6 +9,7 @@ import pytest
 from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
+from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from context_gatekeeper.selection.coverage import CoverageCorpus
@@ -145,14 +146,18 @@ def test_inside_a_context_chat_engine() -> None:
     index = build_index()
     llm = ScriptedLLM(default="Here is what I know.")
     gate = GatekeeperNodePostprocessor(token_budget=500)
+    # an in-process memory: the engines' default one opens an aiosqlite connection (a
+    # thread) that nothing closes
     engine = ContextChatEngine.from_defaults(
-        retriever=index.as_retriever(similarity_top_k=10), llm=llm, node_postprocessors=[gate]
+        retriever=index.as_retriever(similarity_top_k=10), llm=llm, node_postprocessors=[gate],
+        memory=ChatMemoryBuffer.from_defaults(token_limit=3000),
     )
     assert str(engine.chat(QUERY)) == "Here is what I know."
     sent = "\n".join(m.content or "" for m in llm.chats[-1])
     assert "fencing token is a counter" in sent and sent.count("Redis lock needs a TTL") == 1
     assert "Sourdough" not in sent
-    via_index = index.as_chat_engine(chat_mode="context", llm=llm, node_postprocessors=[gate], similarity_top_k=10)
+    via_index = index.as_chat_engine(chat_mode="context", llm=llm, node_postprocessors=[gate], similarity_top_k=10,
+                                     memory=ChatMemoryBuffer.from_defaults(token_limit=3000))
     via_index.chat("Tell me about sourdough bread and a hot oven.")
     sent = "\n".join(m.content or "" for m in llm.chats[-1])
     assert "Sourdough" in sent and "fencing token is a counter" not in sent
