@@ -269,3 +269,31 @@ def test_greedy_cover_properties(problem):
         for c in candidates:
             if c not in chosen and c.cost <= left:
                 assert not set(c.covered) - union
+
+
+@given(
+    turns=st.lists(st.tuples(side, side), min_size=1, max_size=6),
+    weights=st.dictionaries(st.sampled_from(["a", "b", "c", "锁", "脑裂", "#x", "z"]), st.floats(0.06, 5.0), min_size=1),
+    b=st.sampled_from([0.0, 0.5, 0.75, 1.0]),
+)
+def test_score_parts_are_the_bm25_formulas_floats(turns, weights, b):
+    """score_candidates inlines scoring.bm25_saturation: its parts are the pure formula's
+    products summed in query order, to the last bit (selections compare scores exactly)."""
+    from context_gatekeeper.selection.scoring import bm25_saturation
+
+    p = P.with_(b=b)
+    index, positions, labels, costs = build([(i + 1, u, a, 1) for i, (u, a) in enumerate(turns)], labels=[0] * len(turns))
+    candidates, _ = score_candidates(weights, index, positions, labels, costs, p)
+    total, k1 = sum(weights.values()) or 1.0, p.k1
+    user_scale, assistant_scale = p.user_weight / (total * (k1 + 1.0)), p.assistant_weight / (total * (k1 + 1.0))
+    for turn_id, c in candidates.items():
+        user = assistant = 0.0
+        turn = index.turns[turn_id]
+        for anchor in c.covered:
+            tf_user, tf_assistant = index.postings[anchor][turn_id]
+            if tf_user:
+                user += weights[anchor] * user_scale * bm25_saturation(tf_user, turn.user_len, index.avg_user_len, k1, b)
+            if tf_assistant:
+                assistant += weights[anchor] * assistant_scale * bm25_saturation(
+                    tf_assistant, turn.assistant_len, index.avg_assistant_len, k1, b)
+        assert (c.user, c.assistant) == (user, assistant)

@@ -47,6 +47,7 @@ __all__ = [
     "tiktoken_counter",
     "resolve_token_counter",
     "token_floor",
+    "word_floor",
 ]
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from .anchors import AnchorKind, anchor_kind
 from .index import AnchorIndex
 from .history import TurnHistory
 from .params import SelectionParams
-from .scoring import bm25_saturation, coverage_gain, recency_prior
+from .scoring import coverage_gain, recency_prior
 from .records import Evidence, TurnScore
 from .word_prior import anchor_commonness
 
@@ -86,7 +86,7 @@ def score_candidates(
     user_scale = params.user_weight / (total * (k1 + 1.0))
     assistant_scale = params.assistant_weight / (total * (k1 + 1.0))
     exact_scale = params.exact_weight / total
-    # bm25_saturation inlined, term by term the same arithmetic (the same floats):
+    # scoring.bm25_saturation inlined, term by term the same arithmetic (the same floats):
     # tf * (k1 + 1) / (tf + k1 * (1 - b + b * (length / avg, or 1 when avg is 0)))
     k1_plus_1, one_minus_b = k1 + 1.0, 1.0 - b
     turns = index.turns
