@@ -378,14 +378,14 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def _facts(
         self, nodes: List[NodeWithScore], test: Callable[[str], bool] | None = None, count: bool = True
-    ) -> tuple[list[_Facts], list[Any], Callable[[int], int], Callable[[int], int]]:
+    ) -> tuple[list[_Facts], list[Any], Callable[[int], int], Optional[Callable[[int], int]]]:
         """Each node's ``(text, tokens, anchors)`` as :data:`FACTS` keeps it (looked up for
         the whole list at once; a node seen before by any postprocessor with this token
         counter is found there, a new one is added), the anchor counts this call reads,
         ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked for), and
-        ``floor(i)``, a lower bound of them when the counter has one (its tokens when
-        counted, else the counter's :func:`~context_gatekeeper.tokens.token_floor` of its
-        text).
+        ``floor(i)``, a lower bound of them (its tokens when counted, else the counter's
+        :func:`~context_gatekeeper.tokens.token_floor` of its text), or None when the
+        counter has no floor.
 
         ``test``: :func:`may_match` for the query; a node's anchors are extracted when its
         body may match, its header's alone when only the header may (kept as pending: the
@@ -453,10 +453,12 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
                 FACTS.put(keys[i], stored[i])
             return tokens
 
-        def floor(i: int) -> int:  # only when self._floor is set
+        words = self._floor
+
+        def floor(i: int) -> int:
             tokens = stored[i][1]
             if tokens is None:
-                tokens = -1 - self._floor(text_of(i))  # type: ignore[misc]  # set: floor is passed only then
+                tokens = -1 - words(text_of(i))  # type: ignore[misc]  # returned only when words is set
                 stored[i] = (stored[i][0], tokens, stored[i][2])
                 FACTS.put(keys[i], stored[i])
             return tokens if tokens >= 0 else -1 - tokens
@@ -465,7 +467,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             for i, facts in enumerate(stored):
                 if facts[1] is None or facts[1] < 0:
                     cost(i)
-        return stored, anchors, cost, floor
+        return stored, anchors, cost, None if words is None else floor
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no
@@ -504,7 +506,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             target=self.coverage_target,
             fallback=self.fallback,
             params=params,
-            floor=None if self._floor is None else floor,
+            floor=floor,
         )
 
     def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
