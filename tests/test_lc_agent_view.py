@@ -159,6 +159,22 @@ def test_a_change_in_place_inside_a_message_is_seen() -> None:
         assert any("redis lock ttl watchdog" in t for t in texts) and "redis watchdog ttl question" in texts, keyed_by
 
 
+def test_a_summary_mark_set_in_place_is_seen() -> None:
+    """A message of a list already read, marked as a summary in place (its own
+    additional_kwargs dict changed): the next call pins it, as a fresh view does."""
+    for keyed_by in ("content", "id"):
+        view = GatedView(make, keyed_by=keyed_by)
+        messages = conversation(8)
+        for i, m in enumerate(messages):
+            m.id = f"s{i}"
+        query = HumanMessage("and the redis watchdog ttl?")
+        view.view([*messages, query], thread="t")
+        messages[2].additional_kwargs["lc_source"] = "summarization"
+        got = view.view([*messages, query], thread="t")
+        assert got == fresh([*messages, query], keyed_by), keyed_by
+        assert got[0] is messages[2], keyed_by  # pinned first
+
+
 def test_a_bad_count_is_refused_every_time_and_never_kept() -> None:
     calls: Counter[str] = Counter()
 
