@@ -512,3 +512,18 @@ def test_ascii_text_with_no_joined_identifier_is_scanned_by_the_plain_word_patte
     assert extract("call asyncio.gather in 3.11: max_retries 22").counts == Counter(
         {"#asyncio.gather": 1, "asyncio": 1, "gather": 1, "#3.11": 1, "#max_retries": 1, "max": 1, "retry": 1,
          "call": 1, "22": 1})
+
+
+@given(st.text(alphabet="ab_Z1 29.:->`\"v3x\n\t\x1c,'", max_size=60))
+def test_word_runs_find_what_the_ascii_word_scans_find(text):
+    """extract reads ASCII text where no joiner starts an identifier from its runs of
+    [A-Za-z0-9_] (a byte table and a split) instead of the word scans: without a digit the
+    runs are the scan's tokens, and with digits the tokens and numbers of the runs are the
+    token-or-number scan's, in order (a defect in either would change anchors)."""
+    from context_gatekeeper.selection import anchors as module
+
+    if module._joined(text):
+        return
+    if not module._has_ascii_digit(text):
+        assert module._word_runs(text) == module._ASCII_WORD.findall(text)
+    assert module._words_and_numbers(text) == module._tokens_and_numbers(text, module._ASCII_WORD_OR_NUMBER)
