@@ -99,8 +99,10 @@ _ASCII_TOKEN_OR_NUMBER = re.compile(rf"({_ASCII_IDENTIFIER.pattern})|(\d{{2,}})"
 ``[A-Za-z]``, ``\\w`` is ``[A-Za-z0-9_]``), with plain ASCII classes: faster to scan."""
 _ASCII_WORD = re.compile(rf"[A-Za-z_]\w{_ALL}", re.ASCII)
 _ASCII_WORD_OR_NUMBER = re.compile(rf"({_ASCII_WORD.pattern})|(\d{{2,}})", re.ASCII)
-"""The two ASCII patterns without their joined parts, for text where no joiner is followed
-by a letter or "_" (:func:`_joined`): there they match the same, at about a third of the cost."""
+"""The two ASCII patterns without their joined parts: where no joiner is followed by a
+letter or "_" (:func:`_joined`) they match the same as the two above.  :func:`extract` reads
+such text from its word runs instead (:func:`_word_runs`, :func:`_words_and_numbers`, about a
+third of a scan's cost); these patterns are what the tests check the runs against."""
 _DOT_START = re.compile(r"\.[A-Za-z_]")
 _SPACED = bytes(c if chr(c).isascii() and (chr(c).isalnum() or chr(c) == "_") else 32 for c in range(256))
 """A ``bytes.translate`` table turning every byte but ``[A-Za-z0-9_]`` (``\\w`` of the ASCII
