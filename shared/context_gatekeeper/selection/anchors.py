@@ -359,8 +359,8 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
     # ASCII text where no joiner starts an identifier (most chat) is read from its word runs
     # (a version's blank, below, joins nothing: the scanned text has no other joiner)
     runs = is_ascii and not _joined(text)
-    identifier, token_or_number = (_IDENTIFIER, _TOKEN_OR_NUMBER) if not is_ascii else \
-        (_ASCII_IDENTIFIER, _ASCII_TOKEN_OR_NUMBER)
+    ascii_scans = (_ASCII_IDENTIFIER, _ASCII_TOKEN_OR_NUMBER)  # for joined ASCII identifiers
+    identifier, token_or_number = ascii_scans if is_ascii else (_IDENTIFIER, _TOKEN_OR_NUMBER)
     digit = _DIGIT.search(text) if not is_ascii or _has_ascii_digit(text) else None
     if digit is None:
         anchors.extend(_latin_anchors(_word_runs(text) if runs else identifier.findall(text)))
