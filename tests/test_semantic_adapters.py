@@ -18,6 +18,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.embeddings import MockEmbedding
 
 from context_gatekeeper import SQLiteStore, Transcript, TranscriptGate
+from context_gatekeeper.selection.semantic.embedding import text_hash, turn_text
 from context_gatekeeper.selection.semantic.runner import wait_idle
 from context_gatekeeper.stores import InMemoryStore, StoreVectorCache, supports_vectors
 from langchain_gatekeeper import GatekeeperChatMessageHistory
@@ -26,6 +27,7 @@ from test_semantic import CHAT, DESSERTS, HashEmbedder
 from test_store_vectors import LogOnlyStore
 
 QUERY = "What desserts has Maria made?"
+PEACHY = (*DESSERTS, "peach", "peaches")
 
 
 def embedded(fake: HashEmbedder) -> int:
@@ -74,6 +76,40 @@ def test_transcript_gate_saves_vectors_with_message_ids(tmp_path) -> None:
     rows = store.load_vectors("s1", fake.name)
     first_ids = {m.id for m in transcript.messages if m.role == "user"}
     assert len(rows) == len(CHAT) and {r.message_id for r in rows} == first_ids
+    store.close()
+
+
+def test_a_vector_saved_while_a_sync_places_turns_gets_its_message_id(tmp_path) -> None:
+    # The embedding lane saves vectors whenever a pass ends, which may be while a sync is
+    # placing turns: the gatekeeper already holds a turn whose key the gate has not
+    # recorded yet.  The save must wait for the sync, not store the vector with no message id.
+    store = SQLiteStore(tmp_path / "chat.db")
+    transcript = Transcript("s1", store=store)
+    for user, assistant in CHAT[:3]:
+        transcript.append(user=user, assistant=assistant)
+    fake = desserts()
+    gate = TranscriptGate(transcript, token_counter=len, message_overhead=0, embedder=fake)
+    gk = gate.gatekeeper
+    place = gk.insert_turns
+    saver: list[threading.Thread] = []
+
+    def insert_then_save(previous, texts):
+        ids = place(previous, texts)  # in the gatekeeper; the gate records their keys next
+        if not saver:
+            turn = gk.get_turn(ids[0])
+            key = (fake.name, text_hash(turn_text(turn)))
+            saver.append(threading.Thread(target=gk._semantic.cache.put_many, args=([(key, fake.vector("x"))],)))
+            saver[0].start()
+            saver[0].join(0.5)  # a save that does not wait for the sync is done by now
+        return ids
+
+    gk.insert_turns = insert_then_save
+    gate.sync()
+    saver[0].join()
+    gate.embed_pending()
+    user_ids = [m.id for m in transcript.messages if m.role == "user"]
+    rows = store.load_vectors("s1", fake.name)
+    assert {r.message_id for r in rows} == set(user_ids)  # the lane's own saves too: none without an id
     store.close()
 
 
@@ -389,7 +425,10 @@ def test_memory_in_a_real_chat_engine_sync_and_async(tmp_path) -> None:
     from llama_index.core.chat_engine import SimpleChatEngine
     from li_scripted_llm import ScriptedLLM
 
-    fake = desserts()
+    # peaches count as dessert here: the cobbler turn is then nearer by meaning to the second
+    # query than the first engine's turn ("What desserts has Maria made?"), whether or not the
+    # background lane has embedded that turn when the async engine selects
+    fake = HashEmbedder({"dessert": PEACHY})
     memory = GatekeeperMemory.from_defaults(store=tmp_path / "engine.db", embedder=fake, token_counter=len,
                                             token_limit=4000)
     fill_memory(memory)
@@ -402,7 +441,7 @@ def test_memory_in_a_real_chat_engine_sync_and_async(tmp_path) -> None:
     assert embedded(fake) == len(CHAT) and fake.query_calls == [QUERY]
     memory.close()
     # the same file, an async engine, an embedder with async twins: only the new turn and the query
-    twins = AsyncOnly({"dessert": DESSERTS})
+    twins = AsyncOnly({"dessert": PEACHY})
     reopened = GatekeeperMemory.from_defaults(store=tmp_path / "engine.db", embedder=twins, token_counter=len,
                                               token_limit=4000)
     llm = ScriptedLLM()

@@ -404,25 +404,28 @@ class TranscriptGate:
 
     def _message_id(self, digest: str) -> str:
         """The id of the first message of the turn whose embedded text has ``digest`` (``""``
-        when none has).  Hashes only turns whose text changed since the last lookup."""
-        known = self._digests.get(digest)
-        if known is not None:
-            return known
-        gk, seen = self.gatekeeper, self._hashed
-        try:
-            pairs = list(self._ids.items())
-        except RuntimeError:  # the index changed under us: the id is optional
-            return ""
-        for key, turn_id in pairs:
-            try:
-                turn = gk.get_turn(turn_id)
-            except Exception:  # noqa: BLE001 -- removed meanwhile
-                continue
-            if seen.get(key) is turn:  # a changed turn is a new Turn object
-                continue
-            seen[key] = turn
-            self._digests[text_hash(turn_text(turn))] = key
-        return self._digests.get(digest, "")
+        when none has).  Hashes only turns whose text changed since the last lookup.
+
+        Called by the embedding lane when it saves vectors, which may be while a sync is
+        placing turns: the gatekeeper may already hold a turn whose key the index has not
+        recorded yet.  The lookup therefore waits for the sync (it holds the same lock;
+        the lane holds no lock of the gatekeeper when it saves, and the sync takes this
+        lock before the gatekeeper's, so the order is always the same)."""
+        with self._lock:
+            known = self._digests.get(digest)
+            if known is not None:
+                return known
+            gk, seen = self.gatekeeper, self._hashed
+            for key, turn_id in self._ids.items():
+                try:
+                    turn = gk.get_turn(turn_id)
+                except Exception:  # noqa: BLE001 -- removed meanwhile
+                    continue
+                if seen.get(key) is turn:  # a changed turn is a new Turn object
+                    continue
+                seen[key] = turn
+                self._digests[text_hash(turn_text(turn))] = key
+            return self._digests.get(digest, "")
 
 
 class _MessageVectorCache:
