@@ -284,3 +284,22 @@ def test_select_and_build_prompt_keep_the_turns_explain_keeps_without_its_report
         assert [t["turn_id"] for t in gk.select(query)] == list(selection.turn_ids)
         assert gk.build_prompt(query) == selection.as_prompt({t.id: t for t in gk.turns})
         assert gk._select_for(query, None, (), None, records=False).scores == ()
+
+
+def test_a_dropped_gatekeeper_is_freed_at_once_with_its_index() -> None:
+    # its history must not hold the gatekeeper back (a reference cycle would keep a dropped
+    # gatekeeper, and every turn's index entries, until the next cyclic collection)
+    import gc
+    import weakref
+
+    gatekeeper = make(token_budget=100)
+    gatekeeper.add_turn("How do I rotate the API keys?", "Use the rotate command.")
+    gone, history = weakref.ref(gatekeeper), weakref.ref(gatekeeper._history)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del gatekeeper
+        assert gone() is None and history() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import logging
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -134,7 +135,7 @@ class ContextGatekeeper(SemanticMethods):
         self._count = options.count
         self._lock = threading.RLock()
         self._warned_overflow = False
-        self._history = TurnHistory(self._turn_cost, self.params)
+        self._history = TurnHistory(_TurnCost(self), self.params)
         self._semantic = self._semantic_channel(options.resolved_embedder, options.vector_cache, options.embed_timeout)
         self._pinned: set[int] = set()
         self._system_prompt: str | None = None
@@ -437,3 +438,18 @@ class ContextGatekeeper(SemanticMethods):
         messages = bool(turn.user) + bool(turn.assistant) + len(turn.tool_texts)
         return self._count(turn.user + "\n" + answer) + self.message_overhead * messages
 
+
+class _TurnCost:
+    """A gatekeeper's :meth:`ContextGatekeeper._turn_cost` for its history, held weakly:
+    the history must not keep its gatekeeper alive (a reference cycle would leave a
+    dropped gatekeeper, and its index, to the next cyclic garbage collection)."""
+
+    __slots__ = ("_gatekeeper",)
+
+    def __init__(self, gatekeeper: ContextGatekeeper) -> None:
+        self._gatekeeper = weakref.ref(gatekeeper)
+
+    def __call__(self, turn: Turn) -> int:
+        gatekeeper = self._gatekeeper()
+        assert gatekeeper is not None, "a history is only used through its gatekeeper"
+        return gatekeeper._turn_cost(turn)
