@@ -103,15 +103,15 @@ class Replica:
 
     def _catch_up(self, head: int, known: int) -> None:
         if known and head >= known:
-            fetched = self.store.revisions(self.session_id, after=known - 1)
+            fetched = self.store._shared_revisions(self.session_id, after=known - 1)
             if fetched and fetched[0].number == known and fetched[0].time == self.log[-1].time:
                 fetched = fetched[1:]
             else:  # purged and rewritten elsewhere
                 self.reset()
-                fetched = self.store.revisions(self.session_id)
+                fetched = self.store._shared_revisions(self.session_id)
         elif head != known:  # fewer revisions (purged), or a first read
             self.reset()
-            fetched = self.store.revisions(self.session_id) if head else []
+            fetched = self.store._shared_revisions(self.session_id) if head else []
         else:
             return
         if not self.log:
