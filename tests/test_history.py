@@ -34,6 +34,7 @@ def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(history, "extract", counting)
     monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=1000))
     monkeypatch.setattr(history, "_gate_inputs", BoundedCache(maxsize=1000))
+    monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=1000))
     return seen
 
 
@@ -91,6 +92,55 @@ def test_a_cache_evicts_beyond_its_bound(monkeypatch: pytest.MonkeyPatch, extrac
     monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=2))
     build()
     assert len(history._anchors) == 2
+
+
+def test_prepared_turns_are_bounded_by_their_constant() -> None:
+    assert history._prepared.maxsize == history.PREPARED_CACHE_SIZE
+
+
+def test_prepared_turns_hold_at_most_their_bound(monkeypatch: pytest.MonkeyPatch, extractions: list[str]) -> None:
+    monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=2))
+    first = build()
+    assert len(history._prepared) == 2
+    second = build()  # the first turn was evicted: prepared again, to the same result
+    assert second._history.index.snapshot() == first._history.index.snapshot()
+    assert second._history.inputs == first._history.inputs
+
+
+def test_a_prepared_turn_is_what_preparing_afresh_gives(monkeypatch: pytest.MonkeyPatch, extractions: list[str]) -> None:
+    first = build()
+    assert len(history._prepared) == len(TURNS)
+    second = build()  # every turn from the cache: the same objects, the same index and inputs
+    assert all(second._history.inputs[t] is first._history.inputs[t] for t in first._history.order)
+    assert second._history.index.snapshot() == first._history.index.snapshot()
+    monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=1000))
+    monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=1000))
+    monkeypatch.setattr(history, "_gate_inputs", BoundedCache(maxsize=1000))
+    fresh = build()
+    assert fresh._history.inputs == first._history.inputs
+    assert fresh._history.index.snapshot() == first._history.index.snapshot()
+
+
+def test_a_changed_text_is_not_served_a_stale_prepared_turn(extractions: list[str]) -> None:
+    gk = build()
+    turn_id = gk.turns[1].id
+    before = gk._history.inputs[turn_id]
+    gk.replace_turn(turn_id, "Which grind for a French press?", "Coarse, like sea salt.")
+    after = gk._history.inputs[turn_id]
+    assert after is not before and "press" in after.anchors and "moka" not in after.anchors
+    assert gk._history.index.df("moka") == 0 and gk._history.index.df("press") == 1
+    gk.replace_turn(turn_id, "Which espresso grind suits a moka pot?", "Coarse, like sea salt.")  # answer kept
+    assert "moka" in gk._history.inputs[turn_id].anchors and "press" not in gk._history.inputs[turn_id].anchors
+
+
+def test_prepared_turns_are_kept_per_query_length_limit(extractions: list[str]) -> None:
+    user, assistant = TURNS[0]
+    long_user = "Redis " * 50 + "watchdog"
+    short, full = history.prepared_turn(long_user, assistant, (), 10), history.prepared_turn(long_user, assistant, (), 4000)
+    assert short is not full and short.segment.user != full.segment.user
+    assert history.prepared_turn(user, assistant, (), 4000) is history.prepared_turn(user, assistant, (), 4000)
+    assert history.prepared_turn(user, assistant, ("a tool said watchdog",), 4000).postings.turn.anchors > (
+        history.prepared_turn(user, assistant, (), 4000).postings.turn.anchors)
 
 
 @pytest.fixture
