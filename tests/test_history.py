@@ -328,3 +328,20 @@ def test_the_gate_input_skips_extracting_again_only_where_the_blanked_cues_held_
     assert got == (tuple(extract(content, query=True).counts), cues)
     if cues and len(user) <= max_chars and not has_cjk(content) and history._blanks_no_anchor(user, cues):
         assert got[0] == tuple(extract(user).counts)
+
+
+@pytest.mark.parametrize("listing_reads", [1, 10**9])
+def test_resegmenting_reads_the_same_inputs_listed_or_in_place(
+    listing_reads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_resegment_from lists the segmentation inputs only where it computes many labels; read
+    in place (an append to a long history), they give the labels a fresh computation gives."""
+    monkeypatch.setattr(history, "_LISTING_READS", listing_reads)
+    monkeypatch.setattr(history, "_labels", BoundedCache(maxsize=1000))
+    gk = ContextGatekeeper(token_budget=200, token_counter=len, message_overhead=0)
+    words = ["redis lock ttl", "espresso grind", "postgres vacuum", "redis watchdog", "by the way espresso beans"]
+    ids = [gk.add_turn(f"question about {w} {i}?", f"answer on {w}") for i, w in enumerate(words * 4)]
+    gk.insert_turns(ids[5], [("and the redis lock?", "renew it"), ("it again?", "yes")])
+    gk.remove_turn(ids[2])
+    monkeypatch.setattr(history, "_LISTING_READS", 1)
+    assert gk._history.labels == labels_from_scratch(gk, monkeypatch)

@@ -144,6 +144,11 @@ def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_qu
     return _prepared.get_or_compute((max_query_chars, user, assistant, tool_texts), compute)
 
 
+_LISTING_READS = 32
+"""Labels computed by :meth:`TurnHistory._resegment_from` per turn of the history at which the
+segmentation inputs are listed first (cheaper to read) instead of read where they are."""
+
+
 class _ByPosition(Sequence[SegmentInput]):
     """The segmentation inputs in position order, without copying them."""
 
@@ -364,7 +369,11 @@ class TurnHistory:
         known = _labels.get_many(chain[start:])  # the labels known already, looked up at once
         computed: list[tuple[str, tuple[int, float]]] = []
         inputs = self.inputs
-        listed: list[SegmentInput] = []  # by_position as a list: segmenting reads a dozen positions per turn
+        # segmenting reads a dozen positions per turn: where many labels are computed, by_position
+        # is listed once (faster to read); where few are (an append), the listing would cost more
+        # than the reads, so they go through by_position itself
+        listed: Sequence[SegmentInput] = []
+        list_them = known.count(None) * _LISTING_READS >= len(order)
 
         def profiles_at(end: int) -> dict[int, dict[str, float]]:
             return self.profiles_before(end, listed)
@@ -384,7 +393,7 @@ class TurnHistory:
                     later_count = counts.get
                     df = counts.__getitem__ if prefix else prefix_df
                 if not listed:
-                    listed.extend(inputs[other] for other in order)
+                    listed = [inputs[other] for other in order] if list_them else self.by_position
                 found = next_label(self.labels, listed, position, df, self.params, profiles_at)
                 computed.append((chain[position], found))
             self.labels.append(found[0])
