@@ -46,8 +46,9 @@ PREPARED_CACHE_SIZE = 32_768
 """Turns whose prepared inputs (:func:`prepared_turn`: anchors, index entries, segmentation
 input) the process keeps, by the turn's texts: a turn indexed again (a second gate over
 the same transcript, a reopened one) costs no lookup of each text's anchors and no
-building of its entries.  About 1.5 kB a turn of chat beyond the anchors and texts
-(kept anyway while a transcript holds them): some 50 MB when full."""
+building of its entries.  About 2.1 kB a turn of chat beyond its anchors and texts (its
+anchor set, index entries and segmentation input, which a gate holding the turn shares):
+some 70 MB when full."""
 
 _anchors: BoundedCache[str, TextAnchors] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
 _gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = BoundedCache(maxsize=GATE_INPUT_CACHE_SIZE)

@@ -39,13 +39,12 @@ class TurnPostings:
 
     Attributes:
         turn: what the index keeps of the turn.
-        anchors: its distinct anchors, in the order they are indexed.
-        entries: ``(tf in user text, tf in assistant text)`` of each anchor, in that order.
+        entries: ``(tf in user text, tf in assistant text)`` of each of ``turn.anchors``, in
+            the order that frozenset iterates (always the same for one object).
     """
 
-    __slots__ = ("turn", "anchors", "entries")
+    __slots__ = ("turn", "entries")
     turn: IndexedTurn
-    anchors: tuple[str, ...]
     entries: tuple[tuple[int, int], ...]
 
 
@@ -83,13 +82,12 @@ class AnchorIndex:
         user_counts, assistant_counts = user.counts, assistant.counts
         turn = IndexedTurn(user.length, assistant.length, frozenset(user_counts).union(assistant_counts))
         pairs, user_tf, assistant_tf = _PAIRS, user_counts.get, assistant_counts.get
-        anchors = tuple(turn.anchors)
         entries = []
-        for anchor in anchors:
+        for anchor in turn.anchors:
             tf_user, tf_assistant = user_tf(anchor, 0), assistant_tf(anchor, 0)
             entries.append(pairs[tf_user][tf_assistant] if tf_user < _SMALL and tf_assistant < _SMALL
                            else (tf_user, tf_assistant))
-        return TurnPostings(turn, anchors, tuple(entries))
+        return TurnPostings(turn, tuple(entries))
 
     def add_postings(self, turn_id: int, prepared: TurnPostings) -> IndexedTurn:
         """Index a turn's prepared entries (:meth:`postings_of`) under ``turn_id`` (not yet indexed)."""
@@ -101,7 +99,7 @@ class AnchorIndex:
         self.total_assistant_len += turn.assistant_len
         postings = self.postings
         get = postings.get
-        for anchor, entry in zip(prepared.anchors, prepared.entries):  # once per anchor of every turn indexed
+        for anchor, entry in zip(turn.anchors, prepared.entries):  # once per anchor of every turn indexed
             bucket = get(anchor)
             if bucket is None:
                 postings[anchor] = {turn_id: entry}

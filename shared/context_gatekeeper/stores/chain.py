@@ -46,8 +46,9 @@ DECODED_CACHE_SIZE = 32_768
 """Verified revisions the process keeps decoded, by their row's digest
 (:data:`decoded_revisions`): a second transcript on the same session (another object, a
 reopened store, a worker serving the next request) verifies the chain as always but
-decodes only rows it has not seen.  About 1 kB a revision of chat (an append of a
-question and its answer): some 30 MB when full."""
+decodes only rows it has not seen.  About 1.7 kB a revision of chat (an append of a
+question and its answer, its texts included), shared with every transcript that holds the
+revision: some 55 MB when full."""
 
 decoded_revisions: BoundedCache[str, Revision] = BoundedCache(maxsize=DECODED_CACHE_SIZE)
 """Recomputed row digest -> the revision decoded from that row.  The digest covers every
