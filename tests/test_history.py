@@ -34,6 +34,7 @@ def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(history, "extract", counting)
     monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=1000))
     monkeypatch.setattr(history, "_gate_inputs", BoundedCache(maxsize=1000))
+    monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=1000))
     return seen
 
 
@@ -91,6 +92,55 @@ def test_a_cache_evicts_beyond_its_bound(monkeypatch: pytest.MonkeyPatch, extrac
     monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=2))
     build()
     assert len(history._anchors) == 2
+
+
+def test_prepared_turns_are_bounded_by_their_constant() -> None:
+    assert history._prepared.maxsize == history.PREPARED_CACHE_SIZE
+
+
+def test_prepared_turns_hold_at_most_their_bound(monkeypatch: pytest.MonkeyPatch, extractions: list[str]) -> None:
+    monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=2))
+    first = build()
+    assert len(history._prepared) == 2
+    second = build()  # the first turn was evicted: prepared again, to the same result
+    assert second._history.index.snapshot() == first._history.index.snapshot()
+    assert second._history.inputs == first._history.inputs
+
+
+def test_a_prepared_turn_is_what_preparing_afresh_gives(monkeypatch: pytest.MonkeyPatch, extractions: list[str]) -> None:
+    first = build()
+    assert len(history._prepared) == len(TURNS)
+    second = build()  # every turn from the cache: the same objects, the same index and inputs
+    assert all(second._history.inputs[t] is first._history.inputs[t] for t in first._history.order)
+    assert second._history.index.snapshot() == first._history.index.snapshot()
+    monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=1000))
+    monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=1000))
+    monkeypatch.setattr(history, "_gate_inputs", BoundedCache(maxsize=1000))
+    fresh = build()
+    assert fresh._history.inputs == first._history.inputs
+    assert fresh._history.index.snapshot() == first._history.index.snapshot()
+
+
+def test_a_changed_text_is_not_served_a_stale_prepared_turn(extractions: list[str]) -> None:
+    gk = build()
+    turn_id = gk.turns[1].id
+    before = gk._history.inputs[turn_id]
+    gk.replace_turn(turn_id, "Which grind for a French press?", "Coarse, like sea salt.")
+    after = gk._history.inputs[turn_id]
+    assert after is not before and "press" in after.anchors and "moka" not in after.anchors
+    assert gk._history.index.df("moka") == 0 and gk._history.index.df("press") == 1
+    gk.replace_turn(turn_id, "Which espresso grind suits a moka pot?", "Coarse, like sea salt.")  # answer kept
+    assert "moka" in gk._history.inputs[turn_id].anchors and "press" not in gk._history.inputs[turn_id].anchors
+
+
+def test_prepared_turns_are_kept_per_query_length_limit(extractions: list[str]) -> None:
+    user, assistant = TURNS[0]
+    long_user = "Redis " * 50 + "watchdog"
+    short, full = history.prepared_turn(long_user, assistant, (), 10), history.prepared_turn(long_user, assistant, (), 4000)
+    assert short is not full and short.segment.user != full.segment.user
+    assert history.prepared_turn(user, assistant, (), 4000) is history.prepared_turn(user, assistant, (), 4000)
+    assert history.prepared_turn(user, assistant, ("a tool said watchdog",), 4000).postings.turn.anchors > (
+        history.prepared_turn(user, assistant, (), 4000).postings.turn.anchors)
 
 
 @pytest.fixture
@@ -278,3 +328,20 @@ def test_the_gate_input_skips_extracting_again_only_where_the_blanked_cues_held_
     assert got == (tuple(extract(content, query=True).counts), cues)
     if cues and len(user) <= max_chars and not has_cjk(content) and history._blanks_no_anchor(user, cues):
         assert got[0] == tuple(extract(user).counts)
+
+
+@pytest.mark.parametrize("listing_reads", [1, 10**9])
+def test_resegmenting_reads_the_same_inputs_listed_or_in_place(
+    listing_reads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """_resegment_from lists the segmentation inputs only where it computes many labels; read
+    in place (an append to a long history), they give the labels a fresh computation gives."""
+    monkeypatch.setattr(history, "_LISTING_READS", listing_reads)
+    monkeypatch.setattr(history, "_labels", BoundedCache(maxsize=1000))
+    gk = ContextGatekeeper(token_budget=200, token_counter=len, message_overhead=0)
+    words = ["redis lock ttl", "espresso grind", "postgres vacuum", "redis watchdog", "by the way espresso beans"]
+    ids = [gk.add_turn(f"question about {w} {i}?", f"answer on {w}") for i, w in enumerate(words * 4)]
+    gk.insert_turns(ids[5], [("and the redis lock?", "renew it"), ("it again?", "yes")])
+    gk.remove_turn(ids[2])
+    monkeypatch.setattr(history, "_LISTING_READS", 1)
+    assert gk._history.labels == labels_from_scratch(gk, monkeypatch)

@@ -181,3 +181,27 @@ def test_what_select_messages_hands_out_is_a_copy_the_transcript_never_sees_chan
     assert [m.to_dict() for m in t.messages] == before
     again = gate.select_messages("And the Redis lock TTL?", token_budget=200)
     assert [m.to_dict() for m in again] == before
+
+
+def test_message_turn_texts_are_the_joined_texts_of_each_role() -> None:
+    """MessageTurn.texts (a shortcut for a question and its answer) is the join of each role's texts."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from context_gatekeeper.transcripts.transcript_gate import MessageTurn
+
+    roles = st.sampled_from(["user", "assistant", "tool", "system"])
+    texts = st.text(alphabet=" ab\n", max_size=4)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(roles, texts), min_size=1, max_size=4))
+    def check(parts: list[tuple[str, str]]) -> None:
+        messages = tuple(Message(f"m{n}", role, text) for n, (role, text) in enumerate(parts))  # type: ignore[arg-type]
+        expected = (
+            "\n".join(m.content for m in messages if m.role == "user"),
+            "\n".join(m.content for m in messages if m.role == "assistant"),
+            tuple(m.content for m in messages if m.role == "tool"),
+        )
+        assert MessageTurn("m0", messages).texts == expected
+
+    check()

@@ -12,7 +12,7 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, cast, overload
+from typing import Any, NamedTuple, cast, overload
 
 from ..caching import BoundedCache, text_key
 from .anchors import TextAnchors, _token_anchors, extract, has_cjk
@@ -20,7 +20,7 @@ from .cues import Cues, strip_cues
 from .gate import is_courtesy, last_question
 
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
-from .index import AnchorIndex
+from .index import AnchorIndex, TurnPostings
 from .params import SelectionParams
 from .segments import SegmentInput, next_label, topic_profiles
 from .records import Turn
@@ -41,6 +41,14 @@ each, some 23 MB when full."""
 LABEL_CACHE_SIZE = 65_536
 """Turns whose topic label (and new content) the process keeps, by the turns up to them
 (:meth:`TurnHistory._resegment_from`): about 0.3 kB each, some 20 MB when full."""
+
+PREPARED_CACHE_SIZE = 32_768
+"""Turns whose prepared inputs (:func:`prepared_turn`: anchors, index entries, segmentation
+input) the process keeps, by the turn's texts: a turn indexed again (a second gate over
+the same transcript, a reopened one) costs no lookup of each text's anchors and no
+building of its entries.  About 2.1 kB a turn of chat beyond its anchors and texts (its
+anchor set, index entries and segmentation input, which a gate holding the turn shares):
+some 70 MB when full."""
 
 _anchors: BoundedCache[str, TextAnchors] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
 _gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = BoundedCache(maxsize=GATE_INPUT_CACHE_SIZE)
@@ -93,16 +101,53 @@ def _gate_input(user: str, max_chars: int, key: str, anchors: TextAnchors) -> tu
     return _gate_inputs.get_or_compute((max_chars, key), compute)
 
 
-_GateParts = tuple[tuple[str, ...], Cues, bool, bool]
-"""A prepared turn's ``(user, cues, asks, closes)``: its :class:`SegmentInput` but the anchors."""
-
-
 def _closing_question(answer: str) -> tuple[bool, bool]:
     """``(asks, closes)``: the answer ends with a genuine question to the user, or with a
     courtesy question (:func:`gate.asks_question`, :func:`gate.closes_topic`)."""
     question = last_question(answer)
     courtesy = question is not None and is_courtesy(question)
     return question is not None and not courtesy, courtesy
+
+
+class PreparedTurn(NamedTuple):
+    """What indexing and segmenting a turn need of its texts alone (:func:`prepared_turn`):
+    a value every :class:`TurnHistory` holding a turn of these texts may share."""
+
+    user: TextAnchors
+    """The user text's anchors."""
+    postings: TurnPostings
+    """The turn's entries in the anchor index."""
+    segment: SegmentInput
+    """The turn's segmentation input."""
+    key: str
+    """A key of the turn's texts (what :attr:`TurnHistory.chain` is made of)."""
+
+
+_prepared: BoundedCache[tuple[int, str, str, tuple[str, ...]], PreparedTurn] = BoundedCache(maxsize=PREPARED_CACHE_SIZE)
+
+
+def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_query_chars: int) -> PreparedTurn:
+    """A turn's :class:`PreparedTurn`, computed once per texts and ``max_query_chars`` (the one
+    parameter it reads) and kept by them (shared: never mutate it)."""
+
+    def compute() -> PreparedTurn:
+        answer = "\n".join(t for t in (assistant, *tool_texts) if t)
+        user_key, answer_key = text_key(user), text_key(answer)
+        user_anchors, answer_anchors = text_anchors(user, user_key), text_anchors(answer, answer_key)
+        query_anchors, cues = _gate_input(user, max_query_chars, user_key, user_anchors)
+        asks, closes = _closing_question(assistant) if assistant else (False, False)
+        postings = AnchorIndex.postings_of(user_anchors, answer_anchors)
+        anchors = postings.turn.anchors
+        answered = len(anchors) > len(user_anchors.counts)  # the answer brought anchors of its own
+        segment = SegmentInput(query_anchors, cues, anchors, answered, asks, closes)
+        return PreparedTurn(user_anchors, postings, segment, text_key(user_key + answer_key))
+
+    return _prepared.get_or_compute((max_query_chars, user, assistant, tool_texts), compute)
+
+
+_LISTING_READS = 32
+"""Labels computed by :meth:`TurnHistory._resegment_from` per turn of the history at which the
+segmentation inputs are listed first (cheaper to read) instead of read where they are."""
 
 
 class _ByPosition(Sequence[SegmentInput]):
@@ -281,30 +326,24 @@ class TurnHistory:
         return [tuple(s) for s in out]
 
     # -- internals ----------------------------------------------------------------------
-    def _prepare(self, turn: Turn) -> tuple[int, TextAnchors, TextAnchors, _GateParts, str]:
+    def _prepare(self, turn: Turn) -> tuple[int, PreparedTurn]:
         """Everything a turn needs that can fail (a token counter may raise), computed
-        before anything changes: ``(cost, user anchors, answer anchors, gate parts, key of
-        its texts)``, the gate parts being :class:`SegmentInput`'s but the turn's anchors,
-        which :meth:`_store` adds."""
-        answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
+        before anything changes: ``(cost, prepared inputs)`` (:func:`prepared_turn`)."""
         cost = self._cost(turn)
-        user_key, answer_key = text_key(turn.user), text_key(answer)
-        user, answer_anchors = text_anchors(turn.user, user_key), text_anchors(answer, answer_key)
-        query_anchors, cues = _gate_input(turn.user, self.params.max_query_chars, user_key, user)
-        asks, closes = _closing_question(turn.assistant) if turn.assistant else (False, False)
-        return cost, user, answer_anchors, (query_anchors, cues, asks, closes), text_key(user_key + answer_key)
+        return cost, prepared_turn(turn.user, turn.assistant, turn.tool_texts, self.params.max_query_chars)
 
-    def _store(self, turn: Turn, prepared: tuple[int, TextAnchors, TextAnchors, _GateParts, str]) -> None:
+    def _store(self, turn: Turn, prepared: tuple[int, PreparedTurn]) -> None:
         """Record, cost and index a prepared turn (its position is the caller's business)."""
-        cost, user, answer_anchors, (query_anchors, cues, asks, closes), self._turn_keys[turn.id] = prepared
-        indexed = self.index.add(turn.id, user, answer_anchors)
-        self.turns[turn.id] = turn
+        cost, ready = prepared
+        turn_id = turn.id
+        self._turn_keys[turn_id] = ready.key
+        self.index.add_postings(turn_id, ready.postings)
+        self.turns[turn_id] = turn
         if self.changed is not None:
-            self.changed.add(turn.id)
-        self.costs[turn.id] = cost
+            self.changed.add(turn_id)
+        self.costs[turn_id] = cost
         self.total_cost += cost
-        answered = len(indexed.anchors) > len(user.counts)  # the answer brought anchors of its own
-        self.inputs[turn.id] = SegmentInput(query_anchors, cues, indexed.anchors, answered, asks, closes)
+        self.inputs[turn_id] = ready.segment
 
     def _renumber_from(self, position: int) -> None:
         for pos in range(position, len(self.order)):
@@ -331,7 +370,11 @@ class TurnHistory:
         known = _labels.get_many(chain[start:])  # the labels known already, looked up at once
         computed: list[tuple[str, tuple[int, float]]] = []
         inputs = self.inputs
-        listed: list[SegmentInput] = []  # by_position as a list: segmenting reads a dozen positions per turn
+        # segmenting reads a dozen positions per turn: where many labels are computed, by_position
+        # is listed once (faster to read); where few are (an append), the listing would cost more
+        # than the reads, so they go through by_position itself
+        listed: Sequence[SegmentInput] = []
+        list_them = known.count(None) * _LISTING_READS >= len(order)
 
         def profiles_at(end: int) -> dict[int, dict[str, float]]:
             return self.profiles_before(end, listed)
@@ -351,7 +394,7 @@ class TurnHistory:
                     later_count = counts.get
                     df = counts.__getitem__ if prefix else prefix_df
                 if not listed:
-                    listed.extend(inputs[other] for other in order)
+                    listed = [inputs[other] for other in order] if list_them else self.by_position
                 found = next_label(self.labels, listed, position, df, self.params, profiles_at)
                 computed.append((chain[position], found))
             self.labels.append(found[0])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..errors import InvalidInputError
 from .anchors import TextAnchors
 
-__all__ = ["IndexedTurn", "AnchorIndex"]
+__all__ = ["IndexedTurn", "TurnPostings", "AnchorIndex"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,23 @@ class IndexedTurn:
     user_len: int
     assistant_len: int
     anchors: frozenset[str]
+
+
+@dataclass(frozen=True)
+class TurnPostings:
+    """A turn's entries in the index, computed once from its anchors (:meth:`AnchorIndex.postings_of`):
+    a value (nothing in it is changed), so every index holding a turn with these anchors may
+    share it.
+
+    Attributes:
+        turn: what the index keeps of the turn.
+        entries: ``(tf in user text, tf in assistant text)`` of each of ``turn.anchors``, in
+            the order that frozenset iterates (always the same for one object).
+    """
+
+    __slots__ = ("turn", "entries")
+    turn: IndexedTurn
+    entries: tuple[tuple[int, int], ...]
 
 
 _SMALL = 16
@@ -57,18 +74,33 @@ class AnchorIndex:
 
     def add(self, turn_id: int, user: TextAnchors, assistant: TextAnchors) -> IndexedTurn:
         """Index a turn's user and assistant anchors under ``turn_id`` (not yet indexed)."""
-        if turn_id in self.turns:
-            raise InvalidInputError(f"turn {turn_id} is already indexed; remove it first, or use a new turn id")
+        return self.add_postings(turn_id, self.postings_of(user, assistant))
+
+    @staticmethod
+    def postings_of(user: TextAnchors, assistant: TextAnchors) -> TurnPostings:
+        """What :meth:`add_postings` indexes for a turn of these user and assistant anchors."""
         user_counts, assistant_counts = user.counts, assistant.counts
         turn = IndexedTurn(user.length, assistant.length, frozenset(user_counts).union(assistant_counts))
+        pairs, user_tf, assistant_tf = _PAIRS, user_counts.get, assistant_counts.get
+        entries = []
+        for anchor in turn.anchors:
+            tf_user, tf_assistant = user_tf(anchor, 0), assistant_tf(anchor, 0)
+            entries.append(pairs[tf_user][tf_assistant] if tf_user < _SMALL and tf_assistant < _SMALL
+                           else (tf_user, tf_assistant))
+        return TurnPostings(turn, tuple(entries))
+
+    def add_postings(self, turn_id: int, prepared: TurnPostings) -> IndexedTurn:
+        """Index a turn's prepared entries (:meth:`postings_of`) under ``turn_id`` (not yet indexed)."""
+        if turn_id in self.turns:
+            raise InvalidInputError(f"turn {turn_id} is already indexed; remove it first, or use a new turn id")
+        turn = prepared.turn
         self.turns[turn_id] = turn
         self.total_user_len += turn.user_len
         self.total_assistant_len += turn.assistant_len
-        postings, pairs, user_tf, assistant_tf = self.postings, _PAIRS, user_counts.get, assistant_counts.get
-        for anchor in turn.anchors:  # this runs once per anchor of every turn indexed
-            tf_user, tf_assistant = user_tf(anchor, 0), assistant_tf(anchor, 0)
-            entry = pairs[tf_user][tf_assistant] if tf_user < _SMALL and tf_assistant < _SMALL else (tf_user, tf_assistant)
-            bucket = postings.get(anchor)
+        postings = self.postings
+        get = postings.get
+        for anchor, entry in zip(turn.anchors, prepared.entries):  # once per anchor of every turn indexed
+            bucket = get(anchor)
             if bucket is None:
                 postings[anchor] = {turn_id: entry}
             else:

@@ -189,6 +189,14 @@ class Store(ABC):
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
 
+    def _shared_revisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        """:meth:`revisions`, for a reader inside the library that never changes what it gets
+        nor hands it out uncopied (the transcript's replica): a store may return revisions
+        shared with other such readers (the SQL stores: decoded once per row and process,
+        :data:`.chain.decoded_revisions`, the chain verified on every read as always).
+        By default, :meth:`revisions`."""
+        return self.revisions(session_id, after)
+
     def tip(self, session_id: str) -> tuple[int, float]:
         """``(head, time of the head revision)``, ``(0, 0.0)`` for an empty session: what a
         transcript checks before every read.  Stores override it with one small query."""

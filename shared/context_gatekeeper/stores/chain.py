@@ -30,15 +30,33 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any, get_args
 
+from ..caching import BoundedCache
 from ..errors import CorruptLogError
 from ..records.revisions import Revision, RevisionKind
 from .schema import revision_from_fields, revision_from_row
 
-__all__ = ["KINDS", "genesis", "row_digest", "check_fields", "verified", "chained_prefix"]
+__all__ = ["KINDS", "genesis", "row_digest", "check_fields", "verified", "chained_prefix", "DECODED_CACHE_SIZE",
+           "decoded_revisions"]
 
 KINDS = frozenset(get_args(RevisionKind))
 _sha256 = hashlib.sha256
 _TARGETED = frozenset({"undo", "redo"})
+
+DECODED_CACHE_SIZE = 32_768
+"""Verified revisions the process keeps decoded, by their row's digest
+(:data:`decoded_revisions`): a second transcript on the same session (another object, a
+reopened store, a worker serving the next request) verifies the chain as always but
+decodes only rows it has not seen.  About 1.7 kB a revision of chat (an append of a
+question and its answer, its texts included), shared with every transcript that holds the
+revision: some 55 MB when full."""
+
+decoded_revisions: BoundedCache[str, Revision] = BoundedCache(maxsize=DECODED_CACHE_SIZE)
+"""Recomputed row digest -> the revision decoded from that row.  The digest covers every
+field of the row, the changes' JSON text byte for byte, and (through the chain) the
+session and every row before it, so a row is served from here only when it is exactly
+a row decoded before; a row changed by hand no longer verifies, and is refused before
+this is read.  The revisions are shared by every reader: read only (see
+:meth:`.base.Store._shared_revisions`)."""
 
 
 def genesis(session_id: str) -> str:
@@ -93,17 +111,26 @@ def _gap(expected: int, found: Any) -> str:
     )
 
 
-def verified(session_id: str, rows: Iterable[Sequence[Any]], after: int, previous: str | None) -> list[Revision]:
+def verified(
+    session_id: str, rows: Iterable[Sequence[Any]], after: int, previous: str | None, *, shared: bool = False
+) -> list[Revision]:
     """The revisions of ``rows`` (each a stored row followed by its digest), numbered from
     ``after + 1``, after checking their numbering, fields and hash chain.
 
     ``previous`` is the digest of revision ``after`` (the genesis when ``after`` is 0;
     None when that row holds none, so the first row cannot be vouched for).  Raises
-    :class:`CorruptLogError` naming the first revision that fails.
+    :class:`CorruptLogError` naming the first revision that fails.  ``shared``: a row
+    whose digest verifies and was decoded before is not decoded again, but taken from
+    :data:`decoded_revisions` (and rows decoded now are kept there): the revisions are
+    then shared with other readers, and the caller must never change them or hand them
+    out (see :meth:`.base.Store._shared_revisions`); otherwise each is decoded anew,
+    the caller's own.
     """
     out: list[Revision] = []
     expected = after + 1
     sha256 = _sha256
+    decoded: list[tuple[str, Revision]] = []
+    lookup = decoded_revisions.get if shared else _nothing
     for row in rows:
         number, parent, kind, instruction, model, created_at, base, target, changes, digest = row
         if number != expected:
@@ -118,9 +145,22 @@ def verified(session_id: str, rows: Iterable[Sequence[Any]], after: int, previou
             raise CorruptLogError(session_id, number, _why(row, "its digest does not match its content and the revision "
                                                                 "before it: the row was changed, or rows before it were "
                                                                 "replaced or reordered, outside context-gatekeeper"))
-        out.append(revision_from_fields(session_id, number, parent, kind, instruction, model, created_at, base, target, changes))
+        revision = lookup(previous)  # by the digest just recomputed (and equal to the stored one)
+        if revision is None:
+            revision = revision_from_fields(session_id, number, parent, kind, instruction, model, created_at, base,
+                                            target, changes)
+            if shared:
+                decoded.append((previous, revision))
+        out.append(revision)
         expected += 1
+    if decoded:
+        decoded_revisions.put_many(decoded)
     return out
+
+
+def _nothing(digest: str) -> None:
+    """No decoded revision (the lookup of a reader that decodes every row)."""
+    return None
 
 
 def _why(row: Sequence[Any], otherwise: str) -> str:

@@ -285,6 +285,15 @@ class SQLiteStore(Store, VectorStore):
         with self._connection() as conn:
             return _load(conn, checked_session(session_id), after, self._chained)
 
+    def _shared_revisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        """:meth:`revisions`, each row verified and then decoded once per process (see
+        :meth:`Store._shared_revisions`): read only.  A subclass that overrides
+        :meth:`revisions` is read through its override."""
+        if type(self).revisions is not SQLiteStore.revisions:
+            return self.revisions(session_id, after)
+        with self._connection() as conn:
+            return _load(conn, checked_session(session_id), after, self._chained, shared=True)
+
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
@@ -450,16 +459,19 @@ def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
     return opened("mode=ro&immutable=1")
 
 
-def _load(conn: sqlite3.Connection, session_id: str, after: int, chained: bool = True) -> list[Revision]:
+def _load(
+    conn: sqlite3.Connection, session_id: str, after: int, chained: bool = True, *, shared: bool = False
+) -> list[Revision]:
     """The revisions above ``after``, their numbering, fields and hash chain checked
-    (:func:`.chain.verified`; ``chained`` False: a file from before the chain, read as is)."""
+    (:func:`.chain.verified`; ``chained`` False: a file from before the chain, read as is;
+    ``shared``: revisions decoded before are shared, see :meth:`Store._shared_revisions`)."""
     if not chained:
         return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
     after = max(after, 0)
     if not after:  # each row checked as it comes: no list of every row is built and thrown away
         cursor = conn.execute(_SELECT_CHAINED, (session_id, 0))
         try:
-            return verified(session_id, cursor, 0, genesis(session_id))
+            return verified(session_id, cursor, 0, genesis(session_id), shared=shared)
         finally:
             cursor.close()  # a log refused half way leaves no statement open (a truncate follows)
     rows = conn.execute(_SELECT_CHAINED, (session_id, after)).fetchall()
@@ -469,7 +481,7 @@ def _load(conn: sqlite3.Connection, session_id: str, after: int, chained: bool =
         raise CorruptLogError(
             session_id, after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
         )
-    return verified(session_id, rows[1:], after, rows[0][9])
+    return verified(session_id, rows[1:], after, rows[0][9], shared=shared)
 
 
 def _lookup(conn: sqlite3.Connection, session_id: str, ids: Iterable[str]) -> dict[str, IdEntry]:

@@ -49,9 +49,14 @@ class MessageTurn:
     @property
     def texts(self) -> tuple[str, str, tuple[str, ...]]:
         """(user text, assistant text, tool texts) as the gatekeeper indexes them."""
-        user = "\n".join(m.content for m in self.messages if m.role == "user")
-        assistant = "\n".join(m.content for m in self.messages if m.role == "assistant")
-        tools = tuple(m.content for m in self.messages if m.role == "tool")
+        messages = self.messages
+        if len(messages) == 2:  # a question and its answer (most turns): the texts as they are
+            first, second = messages
+            if first.role == "user" and second.role == "assistant":
+                return first.content, second.content, ()
+        user = "\n".join(m.content for m in messages if m.role == "user")
+        assistant = "\n".join(m.content for m in messages if m.role == "assistant")
+        tools = tuple(m.content for m in messages if m.role == "tool")
         return user, assistant, tools
 
     @property
