@@ -15,6 +15,7 @@ from context_gatekeeper.selection.scoring import (
     idf_bm25,
     idf_smooth,
     recency_prior,
+    recency_weights,
 )
 
 # -- IDF ---------------------------------------------------------------------------------------
@@ -127,6 +128,24 @@ def test_zero_half_life_switches_recency_off():
 @given(d=st.integers(0, 200), h=st.floats(1.0, 50))
 def test_recency_falls_with_distance(d, h):
     assert 0 < recency_prior(d + 1, h) < recency_prior(d, h) <= 1.0
+
+
+@given(weight=st.floats(-2.0, 2.0), h=st.floats(0.0, 50), n=st.integers(0, 300))
+def test_recency_weights_table_holds_the_same_floats_as_the_formula(weight, h, n):
+    # the table must equal the product computed per distance, float for float (selection output
+    # must not change), however it was grown: from a small table, then past it
+    for size in (max(n // 3, 1), n, 2 * n + 1):
+        table = recency_weights(weight, h, size)
+        assert len(table) >= size
+        assert all(table[d] == weight * recency_prior(d, h) for d in range(size))
+
+
+def test_recency_weights_table_is_kept_per_setting():
+    first = recency_weights(0.2, 3.0, 10)
+    assert recency_weights(0.2, 3.0, 5) is first  # kept: no power computed per call
+    assert recency_weights(0.3, 3.0, 10)[1] == 0.3 * recency_prior(1, 3.0)  # another setting, its own table
+    grown = recency_weights(0.2, 3.0, len(first) + 1)
+    assert len(grown) > len(first) and grown[: len(first)] == first
 
 
 # -- coverage gain ---------------------------------------------------------------------------------

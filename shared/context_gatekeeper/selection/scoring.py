@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-__all__ = ["IDF_FORMULAS", "idf_bm25", "idf_smooth", "bm25_saturation", "recency_prior", "coverage_gain"]
+__all__ = [
+    "IDF_FORMULAS", "idf_bm25", "idf_smooth", "bm25_saturation", "recency_prior", "recency_weights", "coverage_gain",
+]
 
 
 def idf_bm25(df: int, n: float) -> float:
@@ -40,6 +42,27 @@ def bm25_saturation(tf: int, doc_len: int, avg_len: float, k1: float, b: float) 
 def recency_prior(distance: int, half_life: float) -> float:
     """1.0 for the newest turn (``distance == 0``), halving every ``half_life`` turns."""
     return 0.5 ** (distance / half_life) if half_life > 0 else 0.0
+
+
+_RECENCY: dict[tuple[float, float], list[float]] = {}
+"""``recency_weights``' tables by ``(weight, half_life)``; a few settings per process."""
+_RECENCY_KEYS = 64
+
+
+def recency_weights(weight: float, half_life: float, n: int) -> list[float]:
+    """``weight * recency_prior(d, half_life)`` for every distance ``d`` in ``0..n-1`` (at
+    least): the same floats as computing each, taken from a table kept per setting and
+    grown by doubling, so scoring a query costs a list lookup per candidate, not a power.
+    The caller must not change the list."""
+    key = (weight, half_life)
+    table = _RECENCY.get(key)
+    if table is None or len(table) < n:
+        size = max(n, 2 * len(table) if table else 64)
+        table = [weight * recency_prior(d, half_life) for d in range(size)]
+        if len(_RECENCY) >= _RECENCY_KEYS and key not in _RECENCY:
+            _RECENCY.clear()  # settings are few; a process sweeping many starts over
+        _RECENCY[key] = table  # a new list, never one grown in place: a concurrent reader sees a whole table
+    return table
 
 
 def coverage_gain(new_weight: float, cost: int, alpha: float) -> float:

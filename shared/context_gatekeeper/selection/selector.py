@@ -22,7 +22,7 @@ from .anchors import AnchorKind, anchor_kind
 from .index import AnchorIndex
 from .history import TurnHistory
 from .params import SelectionParams
-from .scoring import coverage_gain, recency_prior
+from .scoring import coverage_gain, recency_weights
 from .records import Evidence, TurnScore
 from .word_prior import anchor_commonness
 
@@ -124,8 +124,9 @@ def score_candidates(
         if kind != AnchorKind.CJK_CHAR:  # a lone character does not tie a query to a topic
             for label in {labels[positions[turn_id]] for turn_id in bucket}:
                 topic_weight[label] = topic_weight.get(label, 0.0) + weight
+    recency = recency_weights(params.recency_weight, params.recency_half_life, last + 1)
     for candidate in candidates.values():
-        candidate.recency = params.recency_weight * recency_prior(last - candidate.position, params.recency_half_life)
+        candidate.recency = recency[last - candidate.position]
     return candidates, topic_weight
 
 
