@@ -14,7 +14,6 @@ Turns are indexed incrementally and segmented by a pure function of the turn lis
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 import weakref
@@ -368,10 +367,13 @@ class ContextGatekeeper(SemanticMethods):
             kept.reasons[turn_id], kept.evidence[turn_id] = "pinned", Evidence(pinned=True)
         kept.reasons.update(dict.fromkeys(exclude, _EXCLUDED))  # blocks every later step
         # the top_m by (total, position), best first: positions are distinct, so the keys are
-        # too and the tuples never compare their candidates (no key function called per candidate)
+        # too and the tuples never compare their candidates (no key function called per candidate).
+        # One sort in C (floats first: its fast tuple compare) picks the same as heapq.nlargest,
+        # whose loop over the candidates runs in Python
         reasons = kept.reasons
-        pool = [c for _, _, c in heapq.nlargest(
-            p.top_m, [(c.total, c.position, c) for c in candidates.values() if c.turn_id not in reasons])]
+        ranked = [(c.total, c.position, c) for c in candidates.values() if c.turn_id not in reasons]
+        ranked.sort(reverse=True)
+        pool = [c for _, _, c in ranked[: p.top_m]]
         coverable = {a for c in candidates.values() for a in c.covered}
         coverable_weight = sum(weights[a] for a in coverable)
         total_weight = sum(weights.values())
