@@ -147,6 +147,21 @@ def test_lone_cjk_characters_are_not_distinctive_evidence():
     assert distinctive(Candidate(1, 0, 1, covered=["redis"])) == ("redis",)
 
 
+def test_distinctive_is_kept_on_the_candidate_and_matches_its_anchors():
+    # score_candidates' candidates, CJK characters and bigrams among their anchors: the kept
+    # answer is the one computed from ``covered`` (a wrong or stale memo fails here)
+    index, positions, labels, costs = build(
+        [(1, ["加", "加密", "redis"], ["用"], 5), (2, ["加"], ["用"], 5), (3, ["redis"], ["加密"], 5)], [0, 0, 0])
+    weights = {"加": 2.0, "用": 2.0, "加密": 3.0, "redis": 3.0}
+    candidates, _ = score_candidates(weights, index, positions, labels, costs, P)
+    expected = {1: {"加密", "redis"}, 2: set(), 3: {"redis", "加密"}}
+    for turn_id, candidate in candidates.items():
+        assert candidate.distinct is None  # computed on first use, once covered is complete
+        first = distinctive(candidate)
+        assert set(first) == expected[turn_id] and list(first) == [a for a in candidate.covered if a in expected[turn_id]]
+        assert distinctive(candidate) is first is candidate.distinct  # kept: not recomputed
+
+
 # -- greedy_cover ------------------------------------------------------------------------------------
 
 COVER_WEIGHTS = {"a": 4.0, "b": 4.0, "c": 1.0}

@@ -59,6 +59,8 @@ class Candidate:
     semantic: float = 0.0
     similarity: float | None = None
     z: float | None = None
+    distinct: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
+    """:func:`distinctive`'s answer, kept by its first call (``covered`` is complete by then)."""
 
     @property
     def total(self) -> float:
@@ -211,8 +213,16 @@ class Kept:
 
 def distinctive(candidate: Candidate) -> tuple[str, ...]:
     """The query anchors a candidate holds that can stand as evidence within the topic the
-    query refers to: not a lone CJK character (stopwords and cue words never became anchors)."""
-    return tuple(a for a in candidate.covered if anchor_kind(a) != AnchorKind.CJK_CHAR)
+    query refers to: not a lone CJK character (stopwords and cue words never became anchors).
+
+    Each ``keep_*`` step asks it of the same candidates: the answer is kept on the candidate
+    by the first call (:attr:`Candidate.distinct`), so call it only once ``covered`` is complete
+    (after :func:`score_candidates`)."""
+    found = candidate.distinct
+    if found is None:
+        cjk = AnchorKind.CJK_CHAR
+        found = candidate.distinct = tuple(a for a in candidate.covered if anchor_kind(a) != cjk)
+    return found
 
 
 def match_share(candidate: Candidate, weights: Mapping[str, float]) -> float:
