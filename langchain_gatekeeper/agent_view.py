@@ -35,6 +35,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import operator
 import threading
 from array import array
 from collections.abc import Callable, Hashable, Sequence
@@ -308,30 +309,86 @@ def _turns(rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dic
     return turns
 
 
-Print = tuple[Any, ...]
+_content = operator.attrgetter("content")
+_id = operator.attrgetter("id")
+_kwargs = operator.attrgetter("additional_kwargs")
+_source = operator.methodcaller("get", "lc_source")
+_tool_calls = operator.attrgetter("tool_calls")
 
 
-def _print(message: BaseMessage, keyed_by: str, keep: bool = False) -> Print:
-    """Everything of ``message`` that pinning, grouping and indexing read: its class, its id
-    (when turns are keyed by id), its content, its ``lc_source`` mark and its tool calls.
-    ``keep``: a snapshot to keep (content that is not a string, and tool calls, copied, so
-    a later change in place to the message shows as a difference)."""
-    content: Any = message.content
-    calls: Any = message.tool_calls if isinstance(message, AIMessage) else None
-    if keep:
-        content = content if isinstance(content, str) else copy.deepcopy(content)
-        calls = copy.deepcopy(calls) if calls else None if calls is None else []  # never the message's own list
-    return (type(message), message.id if keyed_by == "id" else None, content,
-            message.additional_kwargs.get("lc_source"), calls)
+class _Prints:
+    """Everything of each message read that pinning, grouping and indexing read, kept as
+    columns: its class, its id (when turns are keyed by id), its content, its ``lc_source``
+    mark and (AI messages) its tool calls.  A snapshot: content that is not a string, and
+    tool calls, are copied, so a later change in place to a message shows as a difference.
+
+    Columns, so that :meth:`begin` compares a grown list with one ``map`` and one list
+    comparison per field, in C, instead of a loop of attribute reads per message."""
+
+    __slots__ = ("classes", "ids", "contents", "marks", "marked", "calls_at", "calls")
+
+    def __init__(self) -> None:
+        self.classes: list[type] = []
+        self.ids: list[str | None] = []
+        self.contents: list[Any] = []
+        self.marks: list[Any] = []
+        self.marked = 0
+        """How many of :attr:`marks` are not ``None``."""
+        self.calls_at: list[int] = []
+        """Positions of the AI messages (``isinstance``, as :func:`_indexed_text` reads them)."""
+        self.calls: list[Any] = []
+        """Their tool calls, copied (``[]`` for none), in the order of :attr:`calls_at`."""
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    def add(self, messages: Sequence[BaseMessage], keyed_by: str) -> None:
+        """Append the prints of ``messages`` (the ones after those already read)."""
+        start = len(self.classes)
+        self.classes.extend(map(type, messages))
+        self.contents.extend(c if isinstance(c, str) else copy.deepcopy(c) for c in map(_content, messages))
+        if keyed_by == "id":
+            self.ids.extend(map(_id, messages))
+        marks = list(map(_source, map(_kwargs, messages)))
+        self.marks.extend(marks)
+        self.marked += len(marks) - marks.count(None)
+        for position, message in enumerate(messages, start):
+            if isinstance(message, AIMessage):
+                self.calls_at.append(position)
+                calls = message.tool_calls
+                self.calls.append(copy.deepcopy(calls) if calls else [])  # never the message's own list
+
+    def begin(self, earlier: Sequence[BaseMessage], keyed_by: str) -> bool:
+        """Whether ``earlier`` starts with the messages printed here, none of them changed
+        (class by identity, the other fields by ``==``)."""
+        n = len(self.classes)
+        if len(earlier) < n:
+            return False
+        head = list(earlier[:n])
+        return (
+            list(map(type, head)) == self.classes
+            and list(map(_content, head)) == self.contents
+            and (keyed_by != "id" or list(map(_id, head)) == self.ids)
+            and self._same_marks(list(map(_kwargs, head)))
+            and list(map(_tool_calls, map(head.__getitem__, self.calls_at))) == self.calls
+        )
+
+    def _same_marks(self, kwargs: list[dict[str, Any]]) -> bool:
+        """Whether these ``additional_kwargs`` hold the marks printed.  Most messages have none
+        and no mark printed: when no message has any extra kwargs and none was marked, that
+        is the answer without reading each."""
+        if not self.marked and not any(kwargs):
+            return True
+        return list(map(_source, kwargs)) == self.marks
 
 
 class _ListMemo:
     """What one call read from its earlier messages, for the next call on the same thread:
-    each message's :func:`_print`, and what :func:`_split` and :func:`_turns` made of them."""
+    the messages' :class:`_Prints`, and what :func:`_split` and :func:`_turns` made of them."""
 
     __slots__ = ("prints", "pinned", "summaries", "rest", "turns", "seen", "by_id")
 
-    def __init__(self, prints: list[Print], pinned: list[BaseMessage], summaries: list[str], rest: list[BaseMessage],
+    def __init__(self, prints: _Prints, pinned: list[BaseMessage], summaries: list[str], rest: list[BaseMessage],
                  turns: list[_Turn], seen: dict[int, int], by_id: dict[int, _Turn] | None = None) -> None:
         self.prints, self.pinned, self.summaries, self.rest = prints, pinned, summaries, rest
         self.turns, self.seen = turns, seen
@@ -340,16 +397,7 @@ class _ListMemo:
 
     def extends(self, earlier: Sequence[BaseMessage], keyed_by: str) -> bool:
         """Whether ``earlier`` starts with the messages this memo read, none of them changed."""
-        prints = self.prints
-        if len(earlier) < len(prints):
-            return False
-        by_id = keyed_by == "id"
-        for message, (cls, message_id, content, mark, calls) in zip(earlier, prints):  # _print's fields, unrolled
-            if (type(message) is not cls or message.content != content or (by_id and message.id != message_id)
-                    or message.additional_kwargs.get("lc_source") != mark
-                    or (calls is not None and message.tool_calls != calls)):
-                return False
-        return True
+        return self.prints.begin(earlier, keyed_by)
 
 
 class GatedView:
@@ -492,13 +540,14 @@ class GatedView:
             read = len(memo.prints)
             pinned, summaries, rest, turns, seen = memo.pinned, memo.summaries, memo.rest, memo.turns, memo.seen
             prints = memo.prints
-            prints.extend(_print(m, keyed_by, keep=True) for m in earlier[read:])
+            prints.add(earlier[read:], keyed_by)
             by_id = memo.by_id
             tail = []
         else:
             read = 0
             pinned, summaries, rest, turns, seen = [], [], [], [], {}
-            prints = [_print(m, keyed_by, keep=True) for m in earlier]
+            prints = _Prints()
+            prints.add(earlier, keyed_by)
             by_id = None
             tail = None
         known = len(rest)

@@ -21,7 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from context_gatekeeper import InvalidInputError
 from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
-from langchain_gatekeeper.agent_view import GatedView
+from langchain_gatekeeper.agent_view import GatedView, _Prints
 
 from gatekeeper_support import CountingCounter, CountingGatekeeper
 
@@ -157,6 +157,45 @@ def test_a_change_in_place_inside_a_message_is_seen() -> None:
         assert view.view([*messages, query], thread="t") == fresh([*messages, query], keyed_by), keyed_by
         texts = {text for turn in view._index("t").memo.turns for text in turn.texts[:2]}
         assert any("redis lock ttl watchdog" in t for t in texts) and "redis watchdog ttl question" in texts, keyed_by
+
+
+def test_list_prints_see_every_field_change_of_a_message_read() -> None:
+    """_Prints (the memo's columns): a list extending the printed one passes; a change in place
+    to any field of a message printed fails, the lc_source mark both ways (set, and removed:
+    the shortcut that skips reading marks when none is set must not hide it)."""
+    for keyed_by in ("content", "id"):
+        messages: list[BaseMessage] = [
+            SystemMessage("be brief", id="s0"), HumanMessage("redis lock ttl?", id="h0"),
+            AIMessage("", tool_calls=[{"name": "look", "args": {"q": "ttl"}, "id": "c1"}], id="a0"),
+            ToolMessage("30 s", tool_call_id="c1", id="t0"), AIMessage("About 30 seconds.", id="a1"),
+        ]
+        prints = _Prints()
+        prints.add(messages[:3], keyed_by)
+        prints.add(messages[3:], keyed_by)
+        assert len(prints) == 5 and prints.calls_at == [2, 4] and prints.marked == 0
+        assert prints.begin(messages, keyed_by) and prints.begin([*messages, HumanMessage("more")], keyed_by)
+        assert not prints.begin(messages[:4], keyed_by)  # shorter
+        changes = [
+            lambda m: setattr(m[1], "content", "redis lock ttl, again?"),
+            lambda m: m[2].tool_calls[0]["args"].update(q="watchdog"),
+            lambda m: m[4].additional_kwargs.update(lc_source="summarization"),
+            lambda m: m.__setitem__(4, HumanMessage("About 30 seconds.", id="a1")),  # another class
+        ] + ([lambda m: setattr(m[0], "id", "s1")] if keyed_by == "id" else [])
+        for change in changes:
+            copies = [m.model_copy(deep=True) for m in messages]
+            assert prints.begin(copies, keyed_by), keyed_by
+            change(copies)
+            assert not prints.begin(copies, keyed_by), keyed_by
+        copies = [m.model_copy(deep=True) for m in messages]
+        copies[1].additional_kwargs["other"] = 1  # extra kwargs without a mark: still the same list
+        assert prints.begin(copies, keyed_by)
+        marked = _Prints()
+        copies[4].additional_kwargs["lc_source"] = "summarization"
+        marked.add(copies, keyed_by)
+        assert marked.marked == 1 and marked.begin(copies, keyed_by)
+        del copies[4].additional_kwargs["lc_source"]  # the mark removed in place: no kwargs left anywhere else
+        copies[1].additional_kwargs.clear()
+        assert not marked.begin(copies, keyed_by)
 
 
 def test_a_summary_mark_set_in_place_is_seen() -> None:
