@@ -322,8 +322,9 @@ class ContextGatekeeper(SemanticMethods):
     def _select_for(
         self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any, records: bool = True
     ) -> Selection:
-        """The selection for ``query``; ``records=False`` leaves its ``scores`` empty (callers
-        that read only the kept turns skip building what ``explain`` shows: same turns)."""
+        """The selection for ``query``; ``records=False`` leaves its ``scores``, ``active_segment``
+        and ``matched_segment`` empty (callers that read only the kept turns skip building what
+        ``explain`` shows, and two scans of every turn: same turns)."""
         query = require_text(query, "query")
         budget_total = self.token_budget if token_budget is None else require_budget(token_budget)
         cues, content = strip_cues(query[: self.params.max_query_chars])
@@ -369,12 +370,16 @@ class ContextGatekeeper(SemanticMethods):
         # the top_m by (total, position), best first: positions are distinct, so the keys are
         # too and the tuples never compare their candidates (no key function called per candidate).
         # One sort in C (floats first: its fast tuple compare) picks the same as heapq.nlargest,
-        # whose loop over the candidates runs in Python
+        # whose loop over the candidates runs in Python.  The sum is Candidate.total's, inlined
+        # (the same additions in the same order: the same float, without a property call each)
         reasons = kept.reasons
-        ranked = [(c.total, c.position, c) for c in candidates.values() if c.turn_id not in reasons]
+        ranked = [(c.user + c.assistant + c.exact + c.recency + c.semantic, c.position, c)
+                  for c in candidates.values() if c.turn_id not in reasons]
         ranked.sort(reverse=True)
         pool = [c for _, _, c in ranked[: p.top_m]]
-        coverable = {a for c in candidates.values() for a in c.covered}
+        # the anchors some candidate holds, inserted in the same order as a comprehension over
+        # them would (so the set, and the order its weights are summed in, are the same)
+        coverable: set[str] = set().union(*[c.covered for c in candidates.values()])
         coverable_weight = sum(weights[a] for a in coverable)
         total_weight = sum(weights.values())
         over_budget = kept.budget < 0
@@ -400,8 +405,10 @@ class ContextGatekeeper(SemanticMethods):
         if not over_budget:
             drop_unrelated(view, history, p, kept, bool(cues.reference))
         turn_ids = tuple(sorted(kept.reasons, key=history.positions.__getitem__))
-        kept_anchors = {a for t in turn_ids for a in index.turns[t].anchors}
-        covered_weight = sum(weights[a] for a in coverable if a in kept_anchors)
+        # the coverable anchors some kept turn holds (a few anchors, each looked up in the kept
+        # turns' sets, instead of a set of every anchor of every kept turn)
+        kept_sets = [index.turns[t].anchors for t in turn_ids]
+        covered_weight = sum(weights[a] for a in coverable if any(a in held for held in kept_sets))
         active = labels[-1] if labels else None
         return Selection(
             query=query,
@@ -409,8 +416,8 @@ class ContextGatekeeper(SemanticMethods):
             decision=decision,
             weak_switch=False,
             gate=features,
-            active_segment=history.topic_ids(active),
-            matched_segment=history.topic_ids(topic) if decision == "return" else (),
+            active_segment=history.topic_ids(active) if records else (),
+            matched_segment=history.topic_ids(topic) if records and decision == "return" else (),
             scores=score_records(pool, candidates, weights, kept, explicit_switch, topic, p, view) if records else (),
             coverage=covered_weight / coverable_weight if coverable_weight else 1.0,
             tokens_kept=fixed + sum(history.costs[t] for t in turn_ids),
