@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .anchors import extract
+from .anchors import anchors_near, extract
 from .cues import strip_cues
 from ..errors import InvalidInputError
 from .gate import anchor_weights
@@ -61,6 +61,7 @@ __all__ = [
     "select_covering",
     "kept_covering",
     "may_match",
+    "held_anchors",
     "COVERS",
     "FALLBACK",
     "SEMANTIC",
@@ -326,6 +327,39 @@ def may_match(query: str, params: SelectionParams | None = None) -> Callable[[st
         return any(core in lowered for core in cores)
 
     return test
+
+
+_NONE_HELD: frozenset[str] = frozenset()
+_RUN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def held_anchors(query: str, params: SelectionParams | None = None) -> Callable[[str], frozenset[str] | None]:
+    """:func:`may_match`, telling more: ``held(text)`` is a set that holds each of
+    ``query``'s anchors (as :func:`select_covering` reads them) that ``text`` holds, and no
+    other of them (it may hold other anchors of ``text``); empty when :func:`may_match`
+    finds none may be there; None when that cannot be told without extracting ``text``'s
+    anchors (text beyond ASCII, or with a quote, backtick, digit or joiner: see
+    :func:`~context_gatekeeper.selection.anchors.anchors_near`).  A caller that gives
+    :func:`kept_covering` these sets for the texts it has not analysed keeps what it would
+    keep with every text's anchors.
+
+    >>> held = held_anchors("How long should a Redis lock TTL be?")
+    >>> sorted(held("Redis locks need a TTL.")), held("Bake bread at 220 degrees."), held("v1.2 of Redis")
+    (['lock', 'redis', 'ttl'], frozenset(), None)
+    """
+    cores = tuple(dict.fromkeys(_core(a) for a in _asked(query, params or SelectionParams())))
+    in_runs = tuple(c for c in cores if _RUN_CHARS.issuperset(c))  # the others are never a word run's
+
+    def held(text: str) -> frozenset[str] | None:
+        if not text.isascii():
+            return None
+        lowered = text.lower()
+        for core in cores:
+            if core in lowered:
+                return anchors_near(text, [c for c in in_runs if c in lowered])
+        return _NONE_HELD
+
+    return held
 
 
 def _query_terms(
