@@ -410,11 +410,11 @@ def _greedy(
     for i in sorted(found):
         anchors = found[i]
         c = None if lazy else cost(i)
-        new = sum(weights[a] for a in anchors)
+        new = weights[anchors[0]] if len(anchors) == 1 else sum(weights[a] for a in anchors)  # sum([w]) is w
         total = new + 0.0 + 0.0 + 0.0 + semantic(i)  # Candidate.total: user, assistant, exact, recency, semantic
         bound = floor(i) if c is None else c  # type: ignore[misc]  # lazy: floor is set
         held[i] = (c, anchors, bound)
-        heap.append((-coverage_gain(new, bound, alpha), -total, i, 0))
+        heap.append((-(new / (max(bound, 1) ** alpha)), -total, i, 0))  # coverage_gain, inlined: hundreds a call
     heapify(heap)
     covered: set[str] = set()
     covered_weight = 0.0
