@@ -305,3 +305,19 @@ def test_held_anchors_tells_which_query_anchors_a_text_holds() -> None:
             if not test(text):
                 assert found == frozenset()
     assert told > 10_000
+
+
+def test_asked_kept_per_query_is_the_querys_anchors_read_afresh() -> None:
+    """``_asked`` keeps each query's anchors (lru): read again, or with another read
+    length, they are what extracting the cut query (cues stripped) gives."""
+    from context_gatekeeper.selection.anchors import extract as extract_fresh
+    from context_gatekeeper.selection.coverage import _asked
+    from context_gatekeeper.selection.cues import strip_cues
+
+    queries = [json.loads(line)["query"] for line in (Path(__file__).resolve().parents[1] / "benchmarks" / "data" /
+                                                      "interleaved.jsonl").read_text("utf-8").splitlines() if line]
+    for size in (SelectionParams().max_query_chars, 12):
+        params = SelectionParams(max_query_chars=size)
+        for query in queries[:60] * 2:
+            fresh = tuple(dict.fromkeys(extract_fresh(strip_cues(query[:size])[1], query=True).counts))
+            assert _asked(query, params) == fresh, (query, size)

@@ -42,6 +42,7 @@ from collections import Counter
 from heapq import heapify, heappop, heappush
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .anchors import anchors_near, extract
@@ -288,10 +289,18 @@ def _fallback(costs: list[int], budget: int | None, matched: list[tuple[str, ...
     return out
 
 
-def _asked(query: str, params: SelectionParams) -> list[str]:
+def _asked(query: str, params: SelectionParams) -> tuple[str, ...]:
     """The query's anchors, in query order (its first ``params.max_query_chars``
     characters, cues stripped: they never match)."""
-    return list(dict.fromkeys(extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts))
+    return _read_query(query[: params.max_query_chars])
+
+
+@lru_cache(maxsize=1024)
+def _read_query(query: str) -> tuple[str, ...]:
+    """:func:`_asked` of a query already cut to its read length: a pure function of it,
+    kept for the last queries (the node postprocessor reads each query twice, in
+    :func:`held_anchors` and :func:`kept_covering`)."""
+    return tuple(extract(strip_cues(query)[1], query=True).counts)
 
 
 def _core(anchor: str) -> str:
