@@ -37,9 +37,10 @@ A node's text is counted, analysed (and, with an embedder, embedded) at most onc
 results are kept in bounded caches shared by every postprocessor of the process and its
 threads (:data:`FACTS`, :data:`ANCHORS`, :data:`~llamaindex_gatekeeper.node_vectors.VECTORS`),
 so a call on nodes seen before costs the selection alone.  ``postprocess_nodes`` without
-an embedder does no more than its choice needs: it extracts the anchors of a new node only
-when the node may hold a query term (a quick substring test), and counts the tokens of
-the nodes that do hold one (with a tiktoken counter, only of those whose
+an embedder does no more than its choice needs: it reads a new node for the query alone
+(:func:`~context_gatekeeper.integration.held_anchors`: a quick substring test, then, in
+plain text, only the words around a query term's occurrences; a node met again is
+analysed whole), and counts the tokens of the nodes that do hold one (with a tiktoken counter, only of those whose
 :func:`~context_gatekeeper.tokens.word_floor` says they may be the next pick: the greedy
 step ranks by that lower bound first); ``select`` and ``explain`` analyse and count
 every node.
