@@ -37,9 +37,10 @@ A node's text is counted, analysed (and, with an embedder, embedded) at most onc
 results are kept in bounded caches shared by every postprocessor of the process and its
 threads (:data:`FACTS`, :data:`ANCHORS`, :data:`~llamaindex_gatekeeper.node_vectors.VECTORS`),
 so a call on nodes seen before costs the selection alone.  ``postprocess_nodes`` without
-an embedder does no more than its choice needs: it extracts the anchors of a new node only
-when the node may hold a query term (a quick substring test), and counts the tokens of
-the nodes that do hold one (with a tiktoken counter, only of those whose
+an embedder does no more than its choice needs: it reads a new node for the query alone
+(:func:`~context_gatekeeper.integration.held_anchors`: a quick substring test, then, in
+plain text, only the words around a query term's occurrences; a node met again is
+analysed whole), and counts the tokens of the nodes that do hold one (with a tiktoken counter, only of those whose
 :func:`~context_gatekeeper.tokens.word_floor` says they may be the next pick: the greedy
 step ranks by that lower bound first); ``select`` and ``explain`` analyse and count
 every node.
@@ -52,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from operator import itemgetter
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, NamedTuple, Optional, Union
 
@@ -66,12 +66,11 @@ from context_gatekeeper import (
     CoverageResult,
     InvalidTypeError,
     SelectionParams,
-    extract_anchors,
     resolve_token_counter,
     select_covering,
     token_floor,
 )
-from context_gatekeeper.integration import BoundedCache, kept_covering, may_match, require_budget
+from context_gatekeeper.integration import BoundedCache, anchor_set, held_anchors, kept_covering, require_budget
 
 from .node_vectors import NodeVectors, query_embedding
 
@@ -185,17 +184,19 @@ class _Pending(NamedTuple):
     header: str
 
 
-_NOTHING: dict[str, int] = {}
-"""What a pending node holds for a query it cannot match (never written to)."""
+_NONE_HELD: frozenset[str] = frozenset()
+"""What a part of a node that cannot match the query holds of it."""
 
 
 def _header(key: tuple[Any, ...]) -> str:
     """``TextNode.get_metadata_str(mode).strip()`` from a :func:`_parts_key` key with
-    metadata (``(mode, (text, metadata_template, metadata_separator, text_template), names,
-    values, skipped)``): the same join of the same formatted pairs, read from the key
+    metadata (``(counter, mode, text, metadata_template, metadata_separator, text_template,
+    names, values, skipped)``): the same join of the same formatted pairs, read from the key
     instead of the node (no set of usable keys built per node)."""
-    _, (_, template, separator, _), names, values, skipped = key
+    _, _, _, template, separator, _, names, values, skipped = key
     if template == "{key}: {value}":  # LlamaIndex's default, formatted without str.format
+        if len(names) == 1 and not skipped:  # one metadata pair: no list, no join
+            return f"{names[0]}: {values[0]}".strip()
         pairs = [f"{name}: {value}" for name, value in zip(names, values) if name not in skipped]
     else:
         pairs = [template.format(key=name, value=value) for name, value in zip(names, values) if name not in skipped]
@@ -220,57 +221,49 @@ def _pending(
     whole text's extraction on texts and templates built to break it."""
     out: list[tuple[str | None, _Pending]] = []
     for node, text, key in nodes:
+        if text is None and key is not None and len(key) == 2:  # a TextNode read as its own text
+            text = key[1]
         if text is None:
-            if key is not None and len(key) == 5 and key[1][3] == _SPLIT_TEMPLATE:
+            if key is not None and len(key) == 9 and key[5] == _SPLIT_TEMPLATE:
                 header = _header(key)
                 if header:
-                    out.append((None, _Pending(key[1][0], header)))
+                    out.append((None, _Pending(key[2], header)))
                     continue
             text = _text(node, mode)
         out.append((text, _Pending(text, "")))
     return out
 
 
-def _analysed(groups: list[tuple[str, ...]]) -> list[Any]:
-    """The anchor counts (read-only) of each group of texts (a node's body, its header, or
-    both: their counts added), from :data:`ANCHORS` (looked up, and the missing ones kept,
-    together)."""
-    wanted = list(dict.fromkeys(t for group in groups for t in group))
+def _analysed(texts: list[str]) -> dict[str, frozenset[str]]:
+    """Each text's distinct anchors (:func:`~context_gatekeeper.integration.anchor_set`),
+    from :data:`ANCHORS` (looked up, and the missing ones kept, together)."""
+    wanted = list(dict.fromkeys(texts))
     found: dict[str, Any] = dict(zip(wanted, ANCHORS.get_many(wanted)))
-    new = [(t, extract_anchors(t).counts) for t, counts in found.items() if counts is None]
+    new = [(t, anchor_set(t)) for t, held in found.items() if held is None]
     if new:
         found.update(new)
         ANCHORS.put_many(new)
-    out: list[Any] = []
-    for group in groups:
-        counts = found[group[0]]
-        if len(group) > 1:
-            counts = dict(counts)
-            for anchor, n in found[group[1]].items():
-                counts[anchor] = counts.get(anchor, 0) + n
-        out.append(counts)
-    return out
+    return found
 
 
 _EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys field a mode reads
 
 
-_TEXT_PARTS = itemgetter("text", "metadata_template", "metadata_separator", "text_template")
-"""A ``TextNode``'s text and templates, read from its fields at once."""
-
-
-def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int) -> tuple[Any, ...] | None:
-    """Everything ``TextNode.get_content(mode)`` reads, as a hashable key (metadata values
-    as the strings the template formats), or None when the node is not a plain
-    ``TextNode`` or a metadata key is not a ``str``: its text is then read and keys the
-    facts.  ``excluded``: ``_EXCLUDED[mode]`` (0: the mode excludes no key).  Without
-    metadata (or in mode ``NONE``) the text is the node's own, whatever the templates."""
+def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int, counter: Any) -> tuple[Any, ...] | None:
+    """The :data:`FACTS` key of a node for token counter ``counter``: everything
+    ``TextNode.get_content(mode)`` reads, in one flat hashable tuple (``(counter, mode, text,
+    metadata_template, metadata_separator, text_template, names, values, skipped)``,
+    metadata values as the strings the template formats), or None when the node is not a
+    plain ``TextNode`` or a metadata key is not a ``str``: its text is then read, and the
+    key is ``(counter, text)``.  ``excluded``: ``_EXCLUDED[mode]`` (0: the mode excludes no
+    key).  Without metadata (or in mode ``NONE``) the text is the node's own, whatever the
+    templates: ``(counter, text)`` too (the same text, the same facts)."""
     if type(node) is not TextNode:
         return None
     fields = node.__dict__  # pydantic keeps a model's fields there
     metadata = fields["metadata"]
     if mode is _NONE or not metadata:
-        return (_NONE, fields["text"])
+        return (counter, fields["text"])
     names = tuple(metadata)
     for name in names:
         if type(name) is not str:
@@ -282,7 +275,8 @@ def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int) -> tuple[Any, 
             break
     skipped = fields["excluded_llm_metadata_keys"] if excluded == 1 else \
         fields["excluded_embed_metadata_keys"] if excluded == 2 else ()
-    return (mode, _TEXT_PARTS(fields), names, values, tuple(skipped) if skipped else ())
+    return (counter, mode, fields["text"], fields["metadata_template"], fields["metadata_separator"],
+            fields["text_template"], names, values, tuple(skipped) if skipped else ())
 
 
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):
@@ -377,63 +371,79 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         return self._covering(nodes, text, probe, explain)
 
     def _facts(
-        self, nodes: List[NodeWithScore], test: Callable[[str], bool] | None = None, count: bool = True
-    ) -> tuple[list[_Facts], list[Any], Callable[[int], int], Optional[Callable[[int], int]]]:
+        self, nodes: List[NodeWithScore], held: Callable[[str], frozenset[str] | None] | None = None,
+        count: bool = True,
+    ) -> tuple[list[_Facts], list[Any], Callable[[int], int], Optional[Callable[[int], int]], Callable[[], None]]:
         """Each node's ``(text, tokens, anchors)`` as :data:`FACTS` keeps it (looked up for
         the whole list at once; a node seen before by any postprocessor with this token
-        counter is found there, a new one is added), the anchor counts this call reads,
-        ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked for), and
-        ``floor(i)``, a lower bound of them (its tokens when counted, else the counter's
-        :func:`~context_gatekeeper.tokens.token_floor` of its text), or None when the
-        counter has no floor.
+        counter is found there, a new one is added), the anchors this call reads (each
+        node's set), ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked
+        for), and ``floor(i)``, a lower bound of them (its tokens when counted, else the
+        counter's :func:`~context_gatekeeper.tokens.token_floor` of its text), or None when
+        the counter has no floor.
 
-        ``test``: :func:`may_match` for the query; a node's anchors are extracted when its
-        body may match, its header's alone when only the header may (kept as pending: the
-        body is read when a query may match it), none when neither may (the node holds
-        nothing this query asks for); None: every node's.  ``count=False`` leaves a node's text and tokens None until
-        ``cost`` asks for them."""
+        ``held``: :func:`~context_gatekeeper.integration.held_anchors` for the query.  A
+        node met for the first time is then read for this query alone: each part (body,
+        header) gives what ``held`` finds in it, and is analysed (its anchors extracted,
+        kept in :data:`ANCHORS`) only when ``held`` cannot tell; the node stays pending
+        (:class:`_Pending`) unless every part was analysed.  A pending node met again, and
+        every node when ``held`` is None, is analysed whole, and its anchors kept: a node
+        seen before costs a lookup.  ``count=False`` leaves a node's text and tokens None
+        until ``cost`` asks for them; ``flush()`` then keeps in :data:`FACTS` what the call
+        learnt (one batch, one lock: called once the choice is made; with ``count=True``,
+        before returning)."""
         mode, counter = MetadataMode(self.metadata_mode), self._counter_key
         excluded = _EXCLUDED.get(mode, 0)
         items = [item.node for item in nodes]
-        keys: list[Any] = [(counter, _parts_key(node, mode, excluded)) for node in items]
+        keys: list[Any] = [_parts_key(node, mode, excluded, counter) for node in items]
         texts: dict[int, str] = {}
-        for i in [i for i, key in enumerate(keys) if key[1] is None]:  # not a plain TextNode: keyed by its text
+        for i in [i for i, key in enumerate(keys) if key is None]:  # not a plain TextNode: keyed by its text
             texts[i] = _text(items[i], mode)
             keys[i] = (counter, texts[i])
         stored: list[Any] = FACTS.get_many(keys)
         missing = [i for i, facts in enumerate(stored) if facts is None]
-        new = _pending([(items[i], texts[i], None) if i in texts else (items[i], None, keys[i][1]) for i in missing], mode)
-        for i, (text, parts) in zip(missing, new):
-            stored[i] = (text, None, parts)
+        if missing:
+            new = _pending(
+                [(items[i], texts[i], None) if i in texts else (items[i], None, keys[i]) for i in missing], mode
+            )
+            for i, (text, parts) in zip(missing, new):
+                stored[i] = (text, None, parts)
         anchors: list[Any] = [facts[2] for facts in stored]
-        pending = {i: held for i, held in enumerate(anchors) if type(held) is _Pending}
-        whole: list[int] = []  # every part extracted: the node's anchors, kept
-        todo: list[int] = []  # whole, and the nodes one part of which (of two) may hold a query term
-        groups: list[tuple[str, ...]] = []  # what each node of todo reads: its parts that may match
-        for i, (body, header) in pending.items():
-            if test is None:
-                whole.append(i)
-                todo.append(i)
-                groups.append((body, header) if header else (body,))
-                continue
-            in_body = test(body)
-            # a header is read with its body (once: not tested again by every later query)
-            in_header = bool(header) and (in_body or test(header))
-            if in_body and (in_header or not header):
-                whole.append(i)
-                todo.append(i)
-                groups.append((body, header) if header else (body,))
-            elif in_body or in_header:  # the other part holds no query term: not kept as the node's anchors
-                todo.append(i)
-                groups.append((body,) if in_body else (header,))
-            else:
-                anchors[i] = _NOTHING
-        for i, counts in zip(todo, _analysed(groups)):
-            anchors[i] = counts
-        for i in whole:
+        pending = {i: held_ for i, held_ in enumerate(anchors) if type(held_) is _Pending}
+        first = missing if held is not None else []  # read for this query alone
+        wanted: list[str] = []  # the parts to analyse
+        plan: list[tuple[int, Any, Any]] = []  # (node, what held found in its body, in its header; None: analyse)
+        for i in first:
+            body, header = pending[i]
+            in_body = held(body)  # type: ignore[misc]  # first is empty when held is None
+            in_header = held(header) if header else _NONE_HELD  # type: ignore[misc]
+            if in_body is None:
+                wanted.append(body)
+            if in_header is None:
+                wanted.append(header)
+            plan.append((i, in_body, in_header))
+        met = set(first)
+        again = [i for i in pending if i not in met]  # seen before, or every node without held
+        for i in again:
+            wanted.append(pending[i].body)
+            if pending[i].header:
+                wanted.append(pending[i].header)
+        found = _analysed(wanted) if wanted else {}
+        keep: list[int] = []  # nodes whose every part is analysed: their anchors are kept
+        for i, in_body, in_header in plan:
+            body, header = pending[i]
+            if in_body is None and (in_header is None or not header):
+                keep.append(i)
+            in_body = found[body] if in_body is None else in_body
+            in_header = found[header] if in_header is None else in_header
+            anchors[i] = in_body | in_header if in_header else in_body
+        for i in again:
+            body, header = pending[i]
+            anchors[i] = found[body] | found[header] if header else found[body]
+            keep.append(i)
+        for i in keep:
             stored[i] = (stored[i][0], stored[i][1], anchors[i])
-        if missing or whole:
-            FACTS.put_many([(keys[i], stored[i]) for i in sorted({*missing, *whole})])
+        changed = {*missing, *keep}  # kept in FACTS by flush(), at once
 
         def text_of(i: int) -> str:
             known, tokens, held = stored[i]
@@ -450,7 +460,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             if tokens is None or tokens < 0:
                 tokens = self._count(text_of(i))
                 stored[i] = (stored[i][0], tokens, stored[i][2])
-                FACTS.put(keys[i], stored[i])
+                changed.add(i)
             return tokens
 
         words = self._floor
@@ -460,19 +470,26 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             if tokens is None:
                 tokens = -1 - words(text_of(i))  # type: ignore[misc]  # returned only when words is set
                 stored[i] = (stored[i][0], tokens, stored[i][2])
-                FACTS.put(keys[i], stored[i])
+                changed.add(i)
             return tokens if tokens >= 0 else -1 - tokens
+
+        def flush() -> None:
+            """Keep what this call learnt (new nodes, anchors, token counts) in :data:`FACTS`."""
+            if changed:
+                FACTS.put_many([(keys[i], stored[i]) for i in sorted(changed)])
+                changed.clear()
 
         if count:
             for i, facts in enumerate(stored):
                 if facts[1] is None or facts[1] < 0:
                     cost(i)
-        return stored, anchors, cost, None if words is None else floor
+            flush()
+        return stored, anchors, cost, None if words is None else floor, flush
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no
         explanations)."""
-        facts, anchors, _, _ = self._facts(nodes)
+        facts, anchors, _, _, _ = self._facts(nodes)
         result = select_covering(
             query,
             [f[0] for f in facts],  # type: ignore[misc]  # _facts formatted and counted every node
@@ -496,18 +513,21 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         if self._vectors is not None:
             return self._select(nodes, query, False).kept
         text, params = query_text(query), self.params or _DEFAULT_PARAMS
-        _, anchors, cost, floor = self._facts(nodes, may_match(text, params), count=False)
-        return kept_covering(
-            text,
-            anchors,
-            cost,
-            token_budget=self.token_budget,
-            corpus=self.corpus,
-            target=self.coverage_target,
-            fallback=self.fallback,
-            params=params,
-            floor=floor,
-        )
+        _, anchors, cost, floor, flush = self._facts(nodes, held_anchors(text, params), count=False)
+        try:
+            return kept_covering(
+                text,
+                anchors,
+                cost,
+                token_budget=self.token_budget,
+                corpus=self.corpus,
+                target=self.coverage_target,
+                fallback=self.fallback,
+                params=params,
+                floor=floor,
+            )
+        finally:
+            flush()
 
     def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
         """Why each node would be kept or dropped for ``query``, in input order (with an

@@ -527,3 +527,61 @@ def test_word_runs_find_what_the_ascii_word_scans_find(text):
     if not module._has_ascii_digit(text):
         assert module._word_runs(text) == module._ASCII_WORD.findall(text)
     assert module._words_and_numbers(text) == module._tokens_and_numbers(text, module._ASCII_WORD_OR_NUMBER)
+
+
+_PLAIN_WORDS = ["studies", "Study", "running", "runs", "moved", "embedding", "classes", "HTTPServer", "max_retries",
+                "TaskGroup", "it's", "flies", "lied", "buses", "ok", "by", "Cooking", "hopping", "agreed", "_x",
+                "__init__", "a", "Redis", "redis", "locks", "the", "Caroline", "LGBTQ", "ABCdef", "x_Y_z"]
+
+
+@given(st.one_of(st.text(alphabet="ab_Z 2.:->`\"v3x\n\t\x1c,'éÅ锁ﬁ-", max_size=60),
+                 st.text(alphabet="ab_Zx .:->,\n\t", max_size=40),  # plain text, or joined
+                 st.lists(st.sampled_from(_PLAIN_WORDS + [" ", ", ", "\n", "-", "!"]), max_size=20).map("".join)))
+def test_anchor_set_is_the_set_of_extracts_anchors(text):
+    """``anchor_set`` reads plain text from its distinct word runs: the same anchors as
+    ``extract``, on plain and other text alike."""
+    from context_gatekeeper.selection.anchors import anchor_set
+
+    assert anchor_set(text) == frozenset(extract(text).counts)
+
+
+@given(st.lists(st.sampled_from(_PLAIN_WORDS + [" ", ", ", "\n", "-", "!", "?"]), max_size=24).map("".join),
+       st.lists(st.text(alphabet="abcdeilnorstuyz_gkp", min_size=1, max_size=6), max_size=4))
+def test_anchors_near_finds_every_anchor_whose_text_holds_a_part(text, parts):
+    """On plain text, ``anchors_near(text, parts)`` holds every anchor of the text whose
+    core (its text, less a final "y") holds one of ``parts``, and only anchors of the text."""
+    from context_gatekeeper.selection.anchors import anchors_near
+    from context_gatekeeper.selection.coverage import _core
+
+    near = anchors_near(text, parts)
+    assert near is not None
+    every = frozenset(extract(text).counts)
+    assert near <= every
+    assert {a for a in every if any(p in _core(a) for p in parts)} <= near
+
+
+def test_anchors_near_and_anchor_set_on_real_text() -> None:
+    """The hand-labelled sets' messages: ``anchor_set`` is ``extract``'s set on each, and
+    ``anchors_near`` (on the plain ones) finds each anchor from its own core."""
+    import json
+    from pathlib import Path
+
+    from context_gatekeeper.selection.anchors import _plain, anchor_set, anchors_near
+    from context_gatekeeper.selection.coverage import _core
+
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+    texts = [m for name in ("interleaved.jsonl", "hard_cases.jsonl")
+             for line in (data / name).read_text("utf-8").splitlines() if line.strip()
+             for turn in json.loads(line)["turns"] for m in (turn["user"], turn["assistant"])]
+    plain = 0
+    for text in texts:
+        every = frozenset(extract(text).counts)
+        assert anchor_set(text) == every, text
+        if not _plain(text):
+            assert anchors_near(text, ["a"]) is None
+            continue
+        plain += 1
+        for anchor in every:
+            assert anchor in anchors_near(text, [_core(anchor)]), (anchor, text)  # type: ignore[operator]
+    assert plain > 300
+    assert anchors_near("v1.2 of Redis", ["redis"]) is None and anchors_near("Redis", [""]) == frozenset()

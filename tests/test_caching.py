@@ -27,6 +27,34 @@ def test_get_many_looks_up_a_list_at_once_and_refreshes_what_it_finds():
     assert "c" not in cache and cache.get_many(["a", "b", "d"]) == [1, 2, 4]
 
 
+def test_get_many_is_get_for_each_key_in_order_found_or_not():
+    """``get_many`` (whose all-found case touches keys without a Python step per key) leaves
+    the cache exactly as ``get`` key by key would: the same values, order of recency and
+    counts, for values that are falsy, None, or compare oddly (an object equal to all)."""
+    import random
+
+    class EqualToAll:
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = object.__hash__
+
+    rng = random.Random(5)
+    values = [0, None, frozenset(), EqualToAll(), "v", (1, 2)]
+    for _ in range(300):
+        fast: BoundedCache[int, object] = BoundedCache(maxsize=6)
+        slow: BoundedCache[int, object] = BoundedCache(maxsize=6)
+        for _ in range(rng.randrange(9)):
+            item = (rng.randrange(8), rng.choice(values))
+            fast.put(*item)
+            slow.put(*item)
+        keys = [rng.randrange(8) for _ in range(rng.randrange(1, 7))]
+        got, expected = fast.get_many(keys), [slow.get(k) for k in keys]
+        assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected))
+        assert list(fast._data) == list(slow._data) and all(fast._data[k] is slow._data[k] for k in slow._data)
+        assert (fast.hits, fast.misses) == (slow.hits, slow.misses)
+
+
 def test_get_or_compute_computes_once_per_key_and_counts():
     cache: BoundedCache[str, int] = BoundedCache()
     calls = []

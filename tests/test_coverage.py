@@ -269,3 +269,55 @@ def test_texts_may_match_turns_away_are_irrelevant_to_select_covering() -> None:
         test = may_match(data["query"])
         result = select_covering(data["query"], texts, costs=[1] * len(texts))
         assert all(test(texts[e.index]) for e in result.explanations if e.matched), case
+
+
+def test_held_anchors_tells_which_query_anchors_a_text_holds() -> None:
+    """``held_anchors(query)(text)``, when not None, holds exactly the query anchors that
+    ``extract`` finds in the text (it may hold other anchors of the text); it is None only
+    for text ``anchors_near`` cannot read, and empty whenever ``may_match`` turns the text
+    away.  Hand-labelled messages against their own queries and others', and random texts
+    of words, identifiers, versions, numbers, quotes and code."""
+    import random
+
+    from context_gatekeeper.selection.coverage import _asked, held_anchors
+
+    rng = random.Random(7)
+    words = ["studies", "Study", "running", "runs", "moved", "embedding", "classes", "HTTPServer", "max_retries",
+             "asyncio.gather", "v3.11", "2024", "a1b2", "x->y", "Foo::Bar", '"fencing token"', "`ttl`", "it's",
+             "flies", "lied", "buses", "e.g.", "naïve", "ok", "by", "Cooking", "hopping", "agreed", "TaskGroup",
+             "task", "groups", "study", "embed", "fly", "class"]
+    texts = _hand_labelled_texts()[:1500] + [" ".join(rng.choice(words) for _ in range(rng.randrange(1, 12)))
+                                             for _ in range(1500)]
+    queries = [json.loads(line)["query"] for line in (Path(__file__).resolve().parents[1] / "benchmarks" / "data" /
+                                                      "interleaved.jsonl").read_text("utf-8").splitlines() if line]
+    queries += [" ".join(rng.choice(words) for _ in range(4)) for _ in range(40)]
+    params = SelectionParams()
+    told = 0
+    for k, query in enumerate(queries):
+        asked, held, test = set(_asked(query, params)), held_anchors(query), may_match(query)
+        for text in texts[k % 7::7]:
+            found = held(text)
+            if found is None:
+                assert test(text)
+                continue
+            told += 1
+            assert found & asked == asked & set(extract_anchors(text).counts), (query, text)
+            if not test(text):
+                assert found == frozenset()
+    assert told > 10_000
+
+
+def test_asked_kept_per_query_is_the_querys_anchors_read_afresh() -> None:
+    """``_asked`` keeps each query's anchors (lru): read again, or with another read
+    length, they are what extracting the cut query (cues stripped) gives."""
+    from context_gatekeeper.selection.anchors import extract as extract_fresh
+    from context_gatekeeper.selection.coverage import _asked
+    from context_gatekeeper.selection.cues import strip_cues
+
+    queries = [json.loads(line)["query"] for line in (Path(__file__).resolve().parents[1] / "benchmarks" / "data" /
+                                                      "interleaved.jsonl").read_text("utf-8").splitlines() if line]
+    for size in (SelectionParams().max_query_chars, 12):
+        params = SelectionParams(max_query_chars=size)
+        for query in queries[:60] * 2:
+            fresh = tuple(dict.fromkeys(extract_fresh(strip_cues(query[:size])[1], query=True).counts))
+            assert _asked(query, params) == fresh, (query, size)

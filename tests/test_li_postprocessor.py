@@ -168,15 +168,15 @@ def test_inside_a_context_chat_engine() -> None:
 
 @pytest.fixture
 def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every text whose anchors the postprocessor extracts."""
+    """Every text whose anchors the postprocessor extracts (all of them: its anchor set)."""
     texts: list[str] = []
-    real = postprocessor_module.extract_anchors
+    real = postprocessor_module.anchor_set
 
     def counting(text: str, *args: object, **kwargs: object) -> object:
         texts.append(text)
         return real(text, *args, **kwargs)
 
-    monkeypatch.setattr(postprocessor_module, "extract_anchors", counting)
+    monkeypatch.setattr(postprocessor_module, "anchor_set", counting)
     return texts
 
 
@@ -194,8 +194,8 @@ def test_a_node_text_is_counted_and_analysed_once_across_calls_and_postprocessor
     assert [n.node.node_id for n in kept] == ["n0", "n1"]
     # only the nodes holding a query term are counted (n1 and n3 differ by their metadata, the source)
     assert count.texts == [nodes[i].node.get_content(metadata_mode="llm") for i in (0, 1, 3)]
-    # each body once (n1 and n3 share theirs), each header with its body; BREAD cannot hold a query term
-    assert sorted(extracted) == sorted([FENCING, TTL, HEADERS[0], HEADERS[1], HEADERS[3]])
+    # met for the first time, each node is read for this query alone (held_anchors): nothing is extracted
+    assert extracted == []
     second = GatekeeperNodePostprocessor(token_counter=count, token_budget=1000)
     for query in (QUERY, "What is a fencing token?", "How hot should the oven be for sourdough?"):
         second.postprocess_nodes(retrieved(FENCING, TTL, BREAD, TTL), query_str=query)  # new node objects
@@ -246,7 +246,8 @@ def test_the_facts_are_shared_across_threads(extracted) -> None:
             retrieved(FENCING, TTL, BREAD), query_str=QUERY), range(8)))
     assert all([n.node.node_id for n in run] == expected for run in runs)
     counted = sorted(n.node.get_content(metadata_mode="llm") for n in retrieved(FENCING, TTL))  # BREAD: no query term
-    assert sorted(count.texts) == counted and sorted(extracted) == sorted([FENCING, TTL, *HEADERS[:2]])
+    # seen again, every node is analysed whole (two threads may both analyse one text: same anchors)
+    assert sorted(count.texts) == counted and set(extracted) == {FENCING, TTL, BREAD, *HEADERS[:3]}
 
 
 def test_a_changed_text_or_metadata_is_analysed_anew_never_served_stale() -> None:
@@ -325,14 +326,15 @@ def test_a_nodes_anchors_are_its_whole_texts_though_header_and_body_are_analysed
         analysed = {text: anchors for text, _, anchors in FACTS._data.values()}
         for item in nodes:
             text = item.node.get_content(metadata_mode=mode)
-            assert analysed[text] == extract_anchors(text).counts, text
+            assert analysed[text] == frozenset(extract_anchors(text).counts), text
 
 
 def test_postprocess_nodes_keeps_what_explain_keeps_on_new_and_seen_nodes() -> None:
-    """postprocess_nodes analyses only the new nodes that may hold a query term and counts
-    only those that do; explain analyses and counts them all.  On the hand-labelled sets
-    (each message a node), with and without a budget, both keep the same nodes, for
-    nodes new to the process and for nodes seen before (some still unanalysed)."""
+    """postprocess_nodes reads new nodes for the query alone (held_anchors: most are not
+    analysed), analyses the nodes it meets again, and counts only the nodes that hold a
+    query term; explain analyses and counts them all.  On the hand-labelled sets (each
+    message a node), with and without a budget, both keep the same nodes, for nodes new to
+    the process and for nodes seen before (then analysed)."""
     import json
     from pathlib import Path
 
@@ -349,8 +351,10 @@ def test_postprocess_nodes_keeps_what_explain_keeps_on_new_and_seen_nodes() -> N
                    cases[(k * 7 + 1) % len(cases)]["query"]]  # another topic, on nodes seen before
         FACTS.clear()
         ANCHORS.clear()
-        kept = [[n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=query)] for query in queries]
+        kept = [[n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=queries[0])]]
         pending += sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values())  # unanalysed
+        kept.append([n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=queries[1])])  # seen: analysed
+        assert not any(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values())
         for query, ids in zip(queries, kept):
             assert ids == [e.node_id for e in gate.explain(nodes, query) if e.kept], (k, query)
     assert pending > 500
@@ -384,8 +388,8 @@ def test_the_budget_follows_the_librarys_one_rule() -> None:
 
 
 def test_a_header_and_a_body_are_tested_apart_and_a_node_half_analysed_stays_pending(extracted) -> None:
-    """postprocess_nodes reads a node's body and header when its body may hold a query
-    term, and its header alone when only the header may; a node so half read is kept as
+    """postprocess_nodes reads a new node's body and header apart, each for the query alone
+    (extracted only when held_anchors cannot tell); a node not read whole is kept as
     pending (its anchors are not all known), its text is counted as get_content formats
     it, and it keeps what explain keeps."""
     count = CountingCounter()
@@ -394,9 +398,10 @@ def test_a_header_and_a_body_are_tested_apart_and_a_node_half_analysed_stays_pen
              NodeWithScore(node=TextNode(text=TTL, id_="h1", metadata={"source": "kitchen.md"}), score=0.8),
              NodeWithScore(node=TextNode(text=BREAD, id_="h2", metadata={"source": "kitchen.md"}), score=0.7)]
     kept = [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=QUERY)]
-    # h0's header alone (its body cannot match), h1's body and header, nothing of h2
-    assert sorted(extracted) == sorted(["source: fencing-token-notes.md", TTL, "source: kitchen.md"])
+    # h0's header alone (not plain text: extracted; its body cannot match), h1's body read for
+    # the query alone (plain text), nothing of h2: all three pending
+    assert extracted == ["source: fencing-token-notes.md"]
     assert count.texts == [n.node.get_content(metadata_mode="llm") for n in nodes[:2]]
-    assert sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values()) == 2
+    assert sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values()) == 3
     assert kept == [e.node_id for e in gate.explain(nodes, QUERY) if e.kept] == ["h0", "h1"]
     assert not any(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values())

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable
+from itertools import repeat
+from operator import is_
 from typing import Generic, TypeVar
 
 from .errors import InvalidInputError
@@ -83,22 +85,28 @@ class BoundedCache(Generic[K, V]):
 
     def get_many(self, keys: Iterable[K]) -> list[V | None]:
         """:meth:`get` for each key (``None`` where missing), under one acquisition of the
-        lock: a caller that looks up a whole list (a retriever's nodes) pays one."""
-        out: list[V | None] = []
-        found = 0
+        lock: a caller that looks up a whole list (a retriever's nodes) pays one.  The
+        lookups and, when every key is found, the touches run without a Python step per
+        key (``map`` over the dict's own methods; values compared by identity alone, so any
+        value may be kept, a numpy array too)."""
+        keys = keys if isinstance(keys, list) else list(keys)
         with self._lock:
-            get, touch = self._data.get, self._data.move_to_end
-            for key in keys:
-                value = get(key, _MISSING)
+            data = self._data
+            out: list[V | object] = list(map(data.get, keys, repeat(_MISSING, len(keys))))
+            if not any(map(is_, out, repeat(_MISSING))):  # all found (a repeat caller): touch each in order
+                deque(map(data.move_to_end, keys), maxlen=0)
+                self.hits += len(out)
+                return out  # type: ignore[return-value]  # no _MISSING: every value a V
+            found = 0
+            for i, (key, value) in enumerate(zip(keys, out)):
                 if value is _MISSING:
-                    out.append(None)
+                    out[i] = None
                 else:
-                    touch(key)
-                    out.append(value)  # type: ignore[arg-type]  # not _MISSING: a V
+                    data.move_to_end(key)
                     found += 1
             self.hits += found
             self.misses += len(out) - found
-        return out
+        return out  # type: ignore[return-value]  # _MISSING replaced by None
 
     def put(self, key: K, value: V) -> None:
         """Keep ``value`` for ``key`` (the most recently used), evicting the least recent."""

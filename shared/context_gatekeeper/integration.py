@@ -35,7 +35,9 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
 * **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
   to turns), ``TurnIndex`` (an incremental index over a list that grows) and
   ``kept_covering`` (what ``select_covering`` keeps, counting only the costs it needs)
-  with ``may_match`` (which texts may hold a query's anchors, before extracting them).
+  with ``may_match`` (which texts may hold a query's anchors, before extracting them),
+  ``held_anchors`` (which of them a text holds, mostly without extracting it) and
+  ``anchor_set`` (a text's distinct anchors, all that coverage reads).
 * **stores**: ``IdEntry`` and ``check_revision``, the integrity check every store
   runs before it writes (for adapters that import a revision log); ``store_spec`` and
   ``store_from_spec``, how a pickled adapter object names its store and reopens it.
@@ -75,7 +77,8 @@ from .records.operations import (
 from .records.replay import SKIP_REASONS
 from .records.revisions import STATE_CHANGING, RevisionKind, Skipped, diff_states, rewind, split_applicable, undo_stacks
 from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
-from .selection.coverage import kept_covering, may_match
+from .selection.anchors import anchor_set
+from .selection.coverage import held_anchors, kept_covering, may_match
 from .transcripts.versioned import VersionedTranscriptMixin
 
 __all__ = [
@@ -131,6 +134,8 @@ __all__ = [
     "TurnIndex",
     "kept_covering",
     "may_match",
+    "held_anchors",
+    "anchor_set",
     # stores
     "IdEntry",
     "check_revision",

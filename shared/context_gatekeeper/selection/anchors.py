@@ -41,6 +41,8 @@ __all__ = [
     "stem",
     "split_identifier",
     "extract",
+    "anchor_set",
+    "anchors_near",
     "anchor_kind",
     "trie_pattern",
     "has_cjk",
@@ -385,6 +387,60 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
             anchors.extend(_glossary_anchors(run))
     anchors.extend(numbers)
     return TextAnchors.of(anchors)
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` is ASCII with no quote, backtick, digit or joiner (most prose and
+    chat): :func:`extract` reads its anchors from its word runs alone, each run's apart
+    (NFKC leaves ASCII as it is)."""
+    return (text.isascii() and '"' not in text and "`" not in text and not _has_ascii_digit(text)
+            and not _joined(text))
+
+
+def anchor_set(text: str) -> frozenset[str]:
+    """The distinct anchors of ``text``: ``frozenset(extract(text).counts)``, for callers that
+    ask only which anchors a text holds (coverage selection reads no count).
+
+    Plain text (:func:`_plain`) is read the way :func:`extract` reads it, from its word
+    runs, but each distinct run once and no count kept; other text is extracted.
+    ``tests/test_anchors.py`` checks it against :func:`extract` on real and random texts.
+
+    >>> sorted(anchor_set("Redis locks, Redis leases and TaskGroup"))
+    ['#taskgroup', 'group', 'leas', 'lock', 'redis', 'task']
+    """
+    if _plain(text):
+        return frozenset(chain.from_iterable(map(_token_anchors, set(_word_runs(text)))))
+    return frozenset(extract(text).counts)
+
+
+def anchors_near(text: str, parts: Iterable[str]) -> frozenset[str] | None:
+    """For plain ``text`` (:func:`_plain`): the anchors of its word runs whose lower case
+    contains one of ``parts`` (each a non-empty run of ``[a-z0-9_]``); None for other text.
+
+    Every anchor of a word run is made of lower-cased letters, digits and "_" of the run
+    (an exact anchor is "#" and the whole run), so a caller looking for anchors whose
+    lower-cased text (or stem) ``parts`` holds finds each one that ``text`` holds here,
+    without reading the runs that hold none: a run is found from each place a part
+    occurs in the text.  ``tests/test_anchors.py`` checks it against :func:`extract`.
+
+    >>> sorted(anchors_near("Redis locks and TaskGroup leases", ["lock", "group"]))
+    ['#taskgroup', 'group', 'lock', 'task']
+    """
+    if not _plain(text):
+        return None
+    spaced = text.encode("ascii").translate(_SPACED).decode("ascii")  # runs apart, each in its case
+    lowered = spaced.lower()
+    runs: set[str] = set()
+    for part in parts:
+        at = lowered.find(part) if part else -1
+        while at >= 0:
+            start = lowered.rfind(" ", 0, at) + 1
+            end = lowered.find(" ", at + len(part))
+            if end < 0:
+                end = len(lowered)
+            runs.add(spaced[start:end])
+            at = lowered.find(part, end)
+    return frozenset(chain.from_iterable(map(_token_anchors, runs)))
 
 
 def has_cjk(text: str) -> bool:

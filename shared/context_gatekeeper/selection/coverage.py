@@ -42,9 +42,10 @@ from collections import Counter
 from heapq import heapify, heappop, heappush
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from .anchors import extract
+from .anchors import anchors_near, extract
 from .cues import strip_cues
 from ..errors import InvalidInputError
 from .gate import anchor_weights
@@ -61,6 +62,7 @@ __all__ = [
     "select_covering",
     "kept_covering",
     "may_match",
+    "held_anchors",
     "COVERS",
     "FALLBACK",
     "SEMANTIC",
@@ -287,10 +289,18 @@ def _fallback(costs: list[int], budget: int | None, matched: list[tuple[str, ...
     return out
 
 
-def _asked(query: str, params: SelectionParams) -> list[str]:
+def _asked(query: str, params: SelectionParams) -> tuple[str, ...]:
     """The query's anchors, in query order (its first ``params.max_query_chars``
     characters, cues stripped: they never match)."""
-    return list(dict.fromkeys(extract(strip_cues(query[: params.max_query_chars])[1], query=True).counts))
+    return _read_query(query[: params.max_query_chars])
+
+
+@lru_cache(maxsize=1024)
+def _read_query(query: str) -> tuple[str, ...]:
+    """:func:`_asked` of a query already cut to its read length: a pure function of it,
+    kept for the last queries (the node postprocessor reads each query twice, in
+    :func:`held_anchors` and :func:`kept_covering`)."""
+    return tuple(extract(strip_cues(query)[1], query=True).counts)
 
 
 def _core(anchor: str) -> str:
@@ -326,6 +336,39 @@ def may_match(query: str, params: SelectionParams | None = None) -> Callable[[st
         return any(core in lowered for core in cores)
 
     return test
+
+
+_NONE_HELD: frozenset[str] = frozenset()
+_RUN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def held_anchors(query: str, params: SelectionParams | None = None) -> Callable[[str], frozenset[str] | None]:
+    """:func:`may_match`, telling more: ``held(text)`` is a set that holds each of
+    ``query``'s anchors (as :func:`select_covering` reads them) that ``text`` holds, and no
+    other of them (it may hold other anchors of ``text``); empty when :func:`may_match`
+    finds none may be there; None when that cannot be told without extracting ``text``'s
+    anchors (text beyond ASCII, or with a quote, backtick, digit or joiner: see
+    :func:`~context_gatekeeper.selection.anchors.anchors_near`).  A caller that gives
+    :func:`kept_covering` these sets for the texts it has not analysed keeps what it would
+    keep with every text's anchors.
+
+    >>> held = held_anchors("How long should a Redis lock TTL be?")
+    >>> sorted(held("Redis locks need a TTL.")), held("Bake bread at 220 degrees."), held("v1.2 of Redis")
+    (['lock', 'redis', 'ttl'], frozenset(), None)
+    """
+    cores = tuple(dict.fromkeys(_core(a) for a in _asked(query, params or SelectionParams())))
+    in_runs = tuple(c for c in cores if _RUN_CHARS.issuperset(c))  # the others are never a word run's
+
+    def held(text: str) -> frozenset[str] | None:
+        if not text.isascii():
+            return None
+        lowered = text.lower()
+        for core in cores:
+            if core in lowered:
+                return anchors_near(text, [c for c in in_runs if c in lowered])
+        return _NONE_HELD
+
+    return held
 
 
 def _query_terms(
@@ -376,11 +419,11 @@ def _greedy(
     for i in sorted(found):
         anchors = found[i]
         c = None if lazy else cost(i)
-        new = sum(weights[a] for a in anchors)
+        new = weights[anchors[0]] if len(anchors) == 1 else sum(weights[a] for a in anchors)  # sum([w]) is w
         total = new + 0.0 + 0.0 + 0.0 + semantic(i)  # Candidate.total: user, assistant, exact, recency, semantic
         bound = floor(i) if c is None else c  # type: ignore[misc]  # lazy: floor is set
         held[i] = (c, anchors, bound)
-        heap.append((-coverage_gain(new, bound, alpha), -total, i, 0))
+        heap.append((-(new / (max(bound, 1) ** alpha)), -total, i, 0))  # coverage_gain, inlined: hundreds a call
     heapify(heap)
     covered: set[str] = set()
     covered_weight = 0.0
