@@ -423,7 +423,7 @@ def _greedy(
         total = new + 0.0 + 0.0 + 0.0 + semantic(i)  # Candidate.total: user, assistant, exact, recency, semantic
         bound = floor(i) if c is None else c  # type: ignore[misc]  # lazy: floor is set
         held[i] = (c, anchors, bound)
-        heap.append((-(new / (max(bound, 1) ** alpha)), -total, i, 0))  # coverage_gain, inlined: hundreds a call
+        heap.append((-coverage_gain(new, bound, alpha), -total, i, 0))
     heapify(heap)
     covered: set[str] = set()
     covered_weight = 0.0
