@@ -338,7 +338,8 @@ def test_ascii_stand_in_has_the_anchors_of_the_text_it_stands_for() -> None:
              "a1b2", "x->y", "Foo::Bar", "it's", "e.g.", "U.S.", "ok", "TaskGroup", "groups", "1.2", ".5", "a.b"]
     beyond = ["\u2014", "\u2013", "\U0001f4aa", "\U0001f9d8\u200d\u2640\ufe0f", "\u2019", "\u2019s", "\u00e9",
               "na\u00efve", "\u201cquoted\u201d", "\u300cx\u300d", "\ufb01", "e\u0301", "\uff12\uff10", "\uff32edis",
-              "\u2026", "\u00b2", "\u00bd", "\u9501\u7eed\u79df", "\u00a0", "\u2028", "\u0301", '"q"', "`c`", "\u0660\u0661"]
+              "\u2026", "\u00b2", "\u00bd", "\u9501\u7eed\u79df", "\u00a0", "\u2028", "\u0301", '"q"', "`c`", "\u0660\u0661",
+              "\ud800", "?", "\u00ad"]
     texts = [m for m in _hand_labelled_texts() if not m.isascii()]
     for _ in range(3000):
         pieces = [rng.choice(words if rng.random() < 0.6 else beyond) for _ in range(rng.randrange(1, 12))]
