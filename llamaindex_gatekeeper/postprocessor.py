@@ -162,8 +162,8 @@ and may be picked: see :func:`kept_covering`).  ``tokens < 0`` is not a count bu
 FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=10_000)
 """Every postprocessor's per-node facts (the 10,000 most recently used), shared across
 calls, objects and threads: keyed by the token counter and the node's text (for a plain
-``TextNode``, by the parts its text is made of, so a node seen before is not even
-formatted again)."""
+``TextNode``, by the parts its text is made of: its text template, metadata header and
+body, so the text of a node seen before is not formatted again)."""
 
 ANCHORS: BoundedCache[str, Any] = BoundedCache(maxsize=10_000)
 """Anchor counts by text, shared by every token counter (anchors do not depend on it):
@@ -188,29 +188,12 @@ _NONE_HELD: frozenset[str] = frozenset()
 """What a part of a node that cannot match the query holds of it."""
 
 
-def _header(key: tuple[Any, ...]) -> str:
-    """``TextNode.get_metadata_str(mode).strip()`` from a :func:`_parts_key` key with
-    metadata (``(counter, mode, text, metadata_template, metadata_separator, text_template,
-    names, values, skipped)``): the same join of the same formatted pairs, read from the key
-    instead of the node (no set of usable keys built per node)."""
-    _, _, _, template, separator, _, names, values, skipped = key
-    if template == "{key}: {value}":  # LlamaIndex's default, formatted without str.format
-        if len(names) == 1 and not skipped:  # one metadata pair: no list, no join
-            return f"{names[0]}: {values[0]}".strip()
-        pairs = [f"{name}: {value}" for name, value in zip(names, values) if name not in skipped]
-    else:
-        pairs = [template.format(key=name, value=value) for name, value in zip(names, values) if name not in skipped]
-    return separator.join(pairs).strip()
+def _pending(keys: list[tuple[Any, ...]]) -> list[tuple[str | None, _Pending]]:
+    """Each plain ``TextNode``'s ``(text or None, parts to analyse)``, from its
+    :func:`_parts_key` (``(counter, text)``, or ``(counter, text_template, header, body)``).
 
-
-def _pending(
-    nodes: list[tuple[BaseNode, str | None, tuple[Any, ...] | None]], mode: MetadataMode
-) -> list[tuple[str | None, _Pending]]:
-    """Each node's ``(text or None, parts to analyse)``, given its text (``get_content(mode)``)
-    or None for a plain ``TextNode`` whose text is not yet formatted, and its
-    :func:`_parts_key` (None: not a plain ``TextNode``).
-
-    A ``TextNode`` with metadata and :data:`_SPLIT_TEMPLATE` reads ``(header + "\\n\\n" +
+    A ``TextNode`` whose header is not empty reads ``text_template.format(content=body,
+    metadata_str=header).strip()``; with :data:`_SPLIT_TEMPLATE`, ``(header + "\\n\\n" +
     body).strip()``.  No anchor spans a line break (each pattern of
     :func:`~context_gatekeeper.selection.anchors.extract` stops at one, and NFKC keeps one
     as it is) and trailing white space holds none, so its anchors are its header's plus
@@ -220,18 +203,36 @@ def _pending(
     counted (None here).  ``tests/test_li_postprocessor.py`` checks the sum against the
     whole text's extraction on texts and templates built to break it."""
     out: list[tuple[str | None, _Pending]] = []
-    for node, text, key in nodes:
-        if text is None and key is not None and len(key) == 2:  # a TextNode read as its own text
-            text = key[1]
-        if text is None:
-            if key is not None and len(key) == 9 and key[5] == _SPLIT_TEMPLATE:
-                header = _header(key)
-                if header:
-                    out.append((None, _Pending(key[2], header)))
-                    continue
-            text = _text(node, mode)
-        out.append((text, _Pending(text, "")))
+    for key in keys:
+        if len(key) == 2:  # a TextNode read as its own text
+            out.append((key[1], _Pending(key[1], "")))
+        elif key[1] == _SPLIT_TEMPLATE:
+            out.append((None, _Pending(key[3], key[2])))
+        else:
+            text = key[1].format(content=key[3], metadata_str=key[2]).strip()  # TextNode.get_content's
+            out.append((text, _Pending(text, "")))
     return out
+
+
+def _by_lines(held: Callable[[str], frozenset[str] | None], text: str) -> tuple[frozenset[str], list[str]]:
+    """For a text ``held`` (:func:`~context_gatekeeper.integration.held_anchors` of a query)
+    cannot read whole: what it finds of the query's anchors in the lines it can read, and
+    the pieces of ``text`` to analyse, whose anchors complete that: the lines it cannot read
+    (none, when it reads every line; no anchor spans a line break: see :func:`_pending`), or
+    ``[text]`` when it reads none of them.  Analysing a line or two costs a fraction of
+    analysing the whole text."""
+    if "\n" not in text:
+        return _NONE_HELD, [text]
+    lines = text.split("\n")
+    told: frozenset[str] = _NONE_HELD
+    pieces: list[str] = []
+    for line in lines:
+        in_line = held(line)
+        if in_line is None:
+            pieces.append(line)
+        elif in_line:
+            told = told | in_line
+    return (told, pieces) if len(pieces) < len(lines) else (_NONE_HELD, [text])
 
 
 def _analysed(texts: list[str]) -> dict[str, frozenset[str]]:
@@ -247,36 +248,40 @@ def _analysed(texts: list[str]) -> dict[str, frozenset[str]]:
 
 
 _EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys field a mode reads
+_KEY_VALUE = "{key}: {value}"  # LlamaIndex's default metadata template, formatted without str.format
 
 
 def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int, counter: Any) -> tuple[Any, ...] | None:
-    """The :data:`FACTS` key of a node for token counter ``counter``: everything
-    ``TextNode.get_content(mode)`` reads, in one flat hashable tuple (``(counter, mode, text,
-    metadata_template, metadata_separator, text_template, names, values, skipped)``,
-    metadata values as the strings the template formats), or None when the node is not a
-    plain ``TextNode`` or a metadata key is not a ``str``: its text is then read, and the
-    key is ``(counter, text)``.  ``excluded``: ``_EXCLUDED[mode]`` (0: the mode excludes no
-    key).  Without metadata (or in mode ``NONE``) the text is the node's own, whatever the
-    templates: ``(counter, text)`` too (the same text, the same facts)."""
+    """The :data:`FACTS` key of a node for token counter ``counter``: what
+    ``TextNode.get_content(mode)`` is made of, ``(counter, text_template, header, text)``
+    with ``header`` its ``get_metadata_str(mode).strip()`` (the same pairs formatted the
+    same way, metadata values as ``str`` gives them, read from the node's fields), or
+    ``(counter, text)`` when that is the text (mode ``NONE``, no metadata, an empty
+    header), or None when the node is not a plain ``TextNode`` or a metadata key is not a
+    ``str``: its text is then read, and the key is ``(counter, text)``.  ``excluded``:
+    ``_EXCLUDED[mode]`` (0: the mode excludes no key)."""
     if type(node) is not TextNode:
         return None
     fields = node.__dict__  # pydantic keeps a model's fields there
     metadata = fields["metadata"]
     if mode is _NONE or not metadata:
         return (counter, fields["text"])
-    names = tuple(metadata)
-    for name in names:
-        if type(name) is not str:
-            return None
-    values = tuple(metadata.values())
-    for value in values:
-        if type(value) is not str:  # a str formats as itself; 1 and True are equal keys, not equal text
-            values = tuple(map(str, values))
-            break
     skipped = fields["excluded_llm_metadata_keys"] if excluded == 1 else \
         fields["excluded_embed_metadata_keys"] if excluded == 2 else ()
-    return (counter, mode, fields["text"], fields["metadata_template"], fields["metadata_separator"],
-            fields["text_template"], names, values, tuple(skipped) if skipped else ())
+    template = fields["metadata_template"]
+    pairs = []
+    for name, value in metadata.items():
+        if type(name) is not str:
+            return None
+        if skipped and name in skipped:
+            continue
+        if type(value) is not str:  # a str formats as itself; get_metadata_str formats str(value)
+            value = str(value)
+        pairs.append(f"{name}: {value}" if template == _KEY_VALUE else template.format(key=name, value=value))
+    header = (pairs[0] if len(pairs) == 1 else fields["metadata_separator"].join(pairs)).strip()
+    if not header:
+        return (counter, fields["text"])
+    return (counter, fields["text_template"], header, fields["text"])
 
 
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):
@@ -385,8 +390,9 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         ``held``: :func:`~context_gatekeeper.integration.held_anchors` for the query.  A
         node met for the first time is then read for this query alone: each part (body,
         header) gives what ``held`` finds in it, and is analysed (its anchors extracted,
-        kept in :data:`ANCHORS`) only when ``held`` cannot tell; the node stays pending
-        (:class:`_Pending`) unless every part was analysed.  A pending node met again, and
+        kept in :data:`ANCHORS`) only when ``held`` cannot tell, and then only the lines of
+        it ``held`` cannot tell (:func:`_by_lines`); the node stays pending (:class:`_Pending`)
+        unless every part was analysed whole.  A pending node met again, and
         every node when ``held`` is None, is analysed whole, and its anchors kept: a node
         seen before costs a lookup.  ``count=False`` leaves a node's text and tokens None
         until ``cost`` asks for them; ``flush()`` then keeps in :data:`FACTS` what the call
@@ -403,25 +409,36 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         stored: list[Any] = FACTS.get_many(keys)
         missing = [i for i, facts in enumerate(stored) if facts is None]
         if missing:
-            new = _pending(
-                [(items[i], texts[i], None) if i in texts else (items[i], None, keys[i]) for i in missing], mode
-            )
-            for i, (text, parts) in zip(missing, new):
+            for i, (text, parts) in zip(missing, _pending([keys[i] for i in missing])):
                 stored[i] = (text, None, parts)
         anchors: list[Any] = [facts[2] for facts in stored]
         pending = {i: held_ for i, held_ in enumerate(anchors) if type(held_) is _Pending}
         first = missing if held is not None else []  # read for this query alone
         wanted: list[str] = []  # the parts to analyse
-        plan: list[tuple[int, Any, Any]] = []  # (node, what held found in its body, in its header; None: analyse)
+        plan: list[tuple[int, frozenset[str], list[str], bool]] = []  # (node, what held found, pieces to analyse, whole)
         for i in first:
             body, header = pending[i]
-            in_body = held(body)  # type: ignore[misc]  # first is empty when held is None
-            in_header = held(header) if header else _NONE_HELD  # type: ignore[misc]
-            if in_body is None:
-                wanted.append(body)
-            if in_header is None:
-                wanted.append(header)
-            plan.append((i, in_body, in_header))
+            told = held(body)  # type: ignore[misc]  # first is empty when held is None
+            pieces: list[str] = []
+            whole = False  # every part analysed whole
+            if told is None:
+                told, pieces = _by_lines(held, body)  # type: ignore[arg-type]  # held is set: first is not empty
+                whole = pieces == [body]
+            if header:
+                in_header = held(header)  # type: ignore[misc]
+                if in_header is None:
+                    in_header, header_pieces = _by_lines(held, header)  # type: ignore[arg-type]
+                    whole = whole and header_pieces == [header]
+                    pieces += header_pieces
+                else:
+                    whole = False
+                if in_header:
+                    told = told | in_header
+            if pieces:
+                wanted += pieces
+                plan.append((i, told, pieces, whole))
+            else:
+                anchors[i] = told
         met = set(first)
         again = [i for i in pending if i not in met]  # seen before, or every node without held
         for i in again:
@@ -430,13 +447,12 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
                 wanted.append(pending[i].header)
         found = _analysed(wanted) if wanted else {}
         keep: list[int] = []  # nodes whose every part is analysed: their anchors are kept
-        for i, in_body, in_header in plan:
-            body, header = pending[i]
-            if in_body is None and (in_header is None or not header):
+        for i, found_, pieces, whole in plan:
+            if whole:
                 keep.append(i)
-            in_body = found[body] if in_body is None else in_body
-            in_header = found[header] if in_header is None else in_header
-            anchors[i] = in_body | in_header if in_header else in_body
+            for piece in pieces:
+                found_ = found_ | found[piece]
+            anchors[i] = found_
         for i in again:
             body, header = pending[i]
             anchors[i] = found[body] | found[header] if header else found[body]
@@ -447,11 +463,8 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
         def text_of(i: int) -> str:
             known, tokens, held = stored[i]
-            if known is None:
-                if i in pending and pending[i].header:  # what get_content formats with _SPLIT_TEMPLATE
-                    known = f"{pending[i].header}\n\n{pending[i].body}".strip()
-                else:
-                    known = _text(items[i], mode)
+            if known is None:  # a node keyed (counter, _SPLIT_TEMPLATE, header, body): what get_content formats
+                known = f"{keys[i][2]}\n\n{keys[i][3]}".strip()
                 stored[i] = (known, tokens, held)
             return known
 

@@ -321,3 +321,53 @@ def test_asked_kept_per_query_is_the_querys_anchors_read_afresh() -> None:
         for query in queries[:60] * 2:
             fresh = tuple(dict.fromkeys(extract_fresh(strip_cues(query[:size])[1], query=True).counts))
             assert _asked(query, params) == fresh, (query, size)
+
+
+def test_ascii_stand_in_has_the_anchors_of_the_text_it_stands_for() -> None:
+    """``_ascii_stand_in(text)``, when not None, is ASCII and ``extract`` finds the same
+    anchors in it as in ``text`` (random texts mixing words, identifiers, versions and
+    numbers with dashes, emoji, joiners, curly apostrophes, accented letters, full-width
+    and composed forms, CJK, quotes and code); it exists for plain English chat with
+    dashes and emoji, and ``held_anchors`` then reads a text beyond ASCII exactly."""
+    import random
+
+    from context_gatekeeper.selection.coverage import _ascii_stand_in, _asked, held_anchors
+
+    rng = random.Random(11)
+    words = ["studies", "Study", "running", "moved", "HTTPServer", "max_retries", "asyncio.gather", "v3.11", "2024",
+             "a1b2", "x->y", "Foo::Bar", "it's", "e.g.", "U.S.", "ok", "TaskGroup", "groups", "1.2", ".5", "a.b"]
+    beyond = ["\u2014", "\u2013", "\U0001f4aa", "\U0001f9d8\u200d\u2640\ufe0f", "\u2019", "\u2019s", "\u00e9",
+              "na\u00efve", "\u201cquoted\u201d", "\u300cx\u300d", "\ufb01", "e\u0301", "\uff12\uff10", "\uff32edis",
+              "\u2026", "\u00b2", "\u00bd", "\u9501\u7eed\u79df", "\u00a0", "\u2028", "\u0301", '"q"', "`c`", "\u0660\u0661",
+              "\ud800", "?", "\u00ad"]
+    texts = [m for m in _hand_labelled_texts() if not m.isascii()]
+    for _ in range(3000):
+        pieces = [rng.choice(words if rng.random() < 0.6 else beyond) for _ in range(rng.randrange(1, 12))]
+        texts.append("".join(p + rng.choice([" ", "", ".", "-", "\n"]) for p in pieces))
+    stood, plain = 0, 0
+    for text in texts:
+        stand_in = _ascii_stand_in(text)
+        if stand_in is None:
+            continue
+        stood += 1
+        assert stand_in.isascii()
+        assert set(extract_anchors(stand_in).counts) == set(extract_anchors(text).counts), text
+    told = 0
+    for k in range(30):
+        query = " ".join(rng.choice(words + ["gym", "yoga"]) for _ in range(3))
+        asked, held = set(_asked(query, SelectionParams())), held_anchors(query)
+        for text in texts[k % 3::3]:
+            found = held(text)
+            if found is not None and not text.isascii():
+                told += 1
+                assert found & asked == asked & set(extract_anchors(text).counts), (query, text)
+    assert told > 2000
+    for text in ["Great run \u2014 see you at the gym \U0001f4aa", "You\u2019re doing great \U0001f9d8\u200d\u2640\ufe0f"]:
+        assert _ascii_stand_in(text) is not None
+        query = "Who goes to the gym and does yoga?"
+        found = held_anchors(query)(text)
+        assert found is not None
+        asked = set(_asked(query, SelectionParams()))
+        assert found & asked == asked & set(extract_anchors(text).counts)
+        plain += 1
+    assert stood > 300 and plain == 2

@@ -405,3 +405,35 @@ def test_a_header_and_a_body_are_tested_apart_and_a_node_half_analysed_stays_pen
     assert sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values()) == 3
     assert kept == [e.node_id for e in gate.explain(nodes, QUERY) if e.kept] == ["h0", "h1"]
     assert not any(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values())
+
+
+def test_a_body_held_anchors_cannot_tell_is_analysed_by_the_lines_it_cannot_tell(extracted) -> None:
+    """A new node's body that ``held_anchors`` cannot read whole (a digit, a quote, a
+    joiner, a character beyond ASCII without a stand-in) is read line by line: only the
+    lines it cannot tell are analysed, the node stays pending, and postprocess_nodes keeps
+    what explain keeps, on new nodes and on the same nodes met again (then analysed whole)."""
+    import random
+
+    count = CountingCounter()
+    gate = GatekeeperNodePostprocessor(token_counter=count)
+    body = f"{TTL}\nWe renewed it 3 times.\n{BREAD}"
+    nodes = retrieved(body, f"{FENCING}\n\"quoted\" TTL", "v1.2 of Redis\nna\u00efve caf\u00e9 lock")
+    kept = [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=QUERY)]
+    # node 0: the digit's line holds no query term (held_anchors tells without extracting it);
+    # node 1: the quoted line holds "TTL"; node 2: both lines hold a term and neither reads plainly
+    assert extracted == ["\"quoted\" TTL", "v1.2 of Redis\nna\u00efve caf\u00e9 lock"]
+    assert sum(isinstance(f[2], postprocessor_module._Pending) for f in FACTS._data.values()) == 3  # headers: read
+    assert kept == [e.node_id for e in gate.explain(nodes, QUERY) if e.kept]
+
+    rng = random.Random(5)
+    lines = [TTL, FENCING, BREAD, "It took 3 days.", "The v2.1 client and the \"fencing token\".", "Use asyncio.gather",
+             "Caf\u00e9 \u2014 lock \U0001f4aa", "TTL \u2014 renewed", "na\u00efve TTL", "", "  ", "`ttl` 30s"]
+    texts = ["\n".join(rng.choice(lines) for _ in range(rng.randrange(1, 5))) for _ in range(300)]
+    queries = (QUERY, "How many days did the sourdough take?")
+    for k in range(0, 300, 20):
+        FACTS.clear()
+        ANCHORS.clear()
+        nodes = retrieved(*texts[k:k + 20])
+        kept = [[n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=q)] for q in queries]  # new, again
+        for query, ids in zip(queries, kept):
+            assert ids == [e.node_id for e in gate.explain(nodes, query) if e.kept], (k, query)

@@ -38,6 +38,8 @@ the query's terms are kept on their meaning (``"semantic"``) when the budget all
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections import Counter
 from heapq import heapify, heappop, heappush
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -340,6 +342,39 @@ def may_match(query: str, params: SelectionParams | None = None) -> Callable[[st
 
 _NONE_HELD: frozenset[str] = frozenset()
 _RUN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_ASCII_BYTES = bytes(range(128))
+_WORD_CHAR = re.compile(r"\w")
+_QUOTE_MARKS = frozenset("\u201c\u201d\u300c\u300d\u300e\u300f")  # the quotes beyond ASCII that extract reads
+
+
+def _ascii_stand_in(text: str) -> str | None:
+    """For a text beyond ASCII: an ASCII text with the same anchors (each character beyond
+    ASCII a ``?``), or None when there may be none.
+
+    It exists when ``text`` is NFKC-normal (:func:`~context_gatekeeper.selection.anchors.extract`
+    reads it as it is), holds no ``"`` nor backtick (a quoted phrase or code span would hold
+    those characters), and none of its characters beyond ASCII is a word character (a
+    letter, digit or CJK character: ``\\w``) or a quote mark extract reads (``\u201c\u201d\u300c\u300d\u300e\u300f``): dashes,
+    emoji, joiners and curly apostrophes in English chat.  Each pattern of extract then
+    treats such a character as it treats a ``?`` (it is in no word, identifier, joiner,
+    number or version, and is neither ``\\w`` nor ``.`` to a version's look-around), and
+    the text holds no CJK run; so the stand-in, read with the ASCII scans (which match what
+    the others match on ASCII text), gives the same anchors.  The characters beyond ASCII
+    are found without a scan in Python or by the regular expression engine: the UTF-8
+    bytes of ``text`` less its ASCII bytes are theirs.  ``tests/test_coverage.py`` checks
+    it against extract on real and random texts.
+
+    >>> _ascii_stand_in("Great run \u2014 see you \U0001f4aa"), _ascii_stand_in("caf\u00e9"), _ascii_stand_in('say \u201chi\u201d')
+    ('Great run ? see you ?', None, None)
+    """
+    if '"' in text or "`" in text:
+        return None
+    beyond = text.encode("utf-8", "surrogatepass").translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
+    if _WORD_CHAR.search(beyond) is not None or not _QUOTE_MARKS.isdisjoint(beyond):
+        return None
+    if not unicodedata.is_normalized("NFKC", text):
+        return None
+    return text.encode("ascii", "replace").decode("ascii")
 
 
 def held_anchors(query: str, params: SelectionParams | None = None) -> Callable[[str], frozenset[str] | None]:
@@ -347,8 +382,9 @@ def held_anchors(query: str, params: SelectionParams | None = None) -> Callable[
     ``query``'s anchors (as :func:`select_covering` reads them) that ``text`` holds, and no
     other of them (it may hold other anchors of ``text``); empty when :func:`may_match`
     finds none may be there; None when that cannot be told without extracting ``text``'s
-    anchors (text beyond ASCII, or with a quote, backtick, digit or joiner: see
-    :func:`~context_gatekeeper.selection.anchors.anchors_near`).  A caller that gives
+    anchors (text beyond ASCII without an ASCII stand-in (:func:`_ascii_stand_in`), or with a quote, backtick,
+    digit or joiner: see :func:`~context_gatekeeper.selection.anchors.anchors_near`; text
+    beyond ASCII with a stand-in is read as its stand-in).  A caller that gives
     :func:`kept_covering` these sets for the texts it has not analysed keeps what it would
     keep with every text's anchors.
 
@@ -361,7 +397,10 @@ def held_anchors(query: str, params: SelectionParams | None = None) -> Callable[
 
     def held(text: str) -> frozenset[str] | None:
         if not text.isascii():
-            return None
+            stand_in = _ascii_stand_in(text)
+            if stand_in is None:
+                return None
+            text = stand_in
         lowered = text.lower()
         for core in cores:
             if core in lowered:
