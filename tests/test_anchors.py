@@ -585,3 +585,58 @@ def test_anchors_near_and_anchor_set_on_real_text() -> None:
             assert anchor in anchors_near(text, [_core(anchor)]), (anchor, text)  # type: ignore[operator]
     assert plain > 300
     assert anchors_near("v1.2 of Redis", ["redis"]) is None and anchors_near("Redis", [""]) == frozenset()
+
+
+def _reference_extract(text: str, query: bool) -> TextAnchors:
+    """What ``extract`` computes, by its definition and none of its short cuts: every scan run
+    on every text with the Unicode patterns, each token's anchors computed anew."""
+    import unicodedata
+
+    from context_gatekeeper.selection import anchors as module
+
+    text = unicodedata.normalize("NFKC", text)
+    found: list[str] = []
+    for match in module._QUOTED.finditer(text):
+        phrase = next(g for g in match.groups() if g is not None).strip().casefold()
+        if phrase:
+            found.append('"' + phrase + '"')
+    found += ["`" + m.group(1).strip().casefold() + "`" for m in module._CODE.finditer(text) if m.group(1).strip()]
+    found += ["#" + v.lower().lstrip("v") for v in module._VERSION.findall(text)]
+    tokens, numbers = module._tokens_and_numbers(module._VERSION.sub(" ", text))
+    for token in tokens:
+        found += module._token_anchors.__wrapped__(token)
+    for run in module._CJK_RUN.findall(text):
+        found += module._cjk_anchors(run, query) + list(module._glossary_anchors.__wrapped__(run))
+    found += numbers
+    return TextAnchors(Counter(found), len(found))
+
+
+@given(st.one_of(
+    st.text(alphabet="ab_Z1 29.:->`\"v3x\n\t,'éÅ锁脑裂１２٣?-", max_size=60),
+    st.lists(st.sampled_from(_PLAIN_WORDS + ["9abc", "22x", "x22", "v2.0", "3.11", "1", "07", "_9", " ", ", ", ". ",
+                                             "\n", "-", "!", "(s0)", "e.g."]), max_size=24).map("".join)),
+    st.booleans())
+def test_extract_equals_its_definition_without_short_cuts(text, query):
+    """``extract``'s short cuts (word runs read as tokens when none starts with a digit, the
+    bounded token dict, the counting) give what the plain definition gives, anchors and
+    their order of first appearance alike (a run such as "9abc" starts with a digit)."""
+    got, expected = extract(text, query=query), _reference_extract(text, query)
+    assert list(got.counts.items()) == list(expected.counts.items())
+    assert got.length == expected.length
+
+
+def test_the_token_dict_gives_what_token_anchors_give_when_it_fills(monkeypatch) -> None:
+    """``_tokens_anchors`` emptied whenever it would pass its size still answers each token
+    with its anchors, in order, on hostile tokens (stopwords, digits, case, repeats)."""
+    import random
+
+    from context_gatekeeper.selection import anchors as module
+
+    monkeypatch.setattr(module, "TOKEN_CACHE_SIZE", 5)
+    monkeypatch.setattr(module, "_TOKEN_ANCHORS", {})
+    pool = _PLAIN_WORDS + ["9abc", "x22", "the", "It", "İt", "ß", "a" * 300, "lock", "Lock", "LOCK"]
+    rng = random.Random(3)
+    for _ in range(300):
+        tokens = [rng.choice(pool) for _ in range(rng.randrange(0, 12))]
+        assert module._tokens_anchors(tokens) == [a for t in tokens for a in module._token_anchors.__wrapped__(t)]
+        assert len(module._TOKEN_ANCHORS) <= 5

@@ -233,12 +233,13 @@ _ASCII_WORDS = sorted({w for c in (*REFERENCE_CUES, *SWITCH_CUES, *RETURN_CUES) 
                                                                             "-", ".", "?", " ", "  ", "\n", "9", "_"])),
                 max_size=12).map(" ".join))
 def test_ascii_text_is_scanned_lowered_as_the_case_insensitive_pattern_scans_it(text):
-    """ASCII text is scanned lower-cased with a case-sensitive pattern (faster): the cues and
-    spans are what the one case-insensitive pattern finds."""
+    """ASCII text is scanned lower-cased and led by a space with a case-sensitive pattern that
+    matches the character before each cue (faster): the cues and spans are what the one
+    case-insensitive pattern finds."""
     from context_gatekeeper.selection import cues as module
 
     assert all(c == c.lower() for c in module._KINDS if c.isascii())
     expected = [(m.span(), module._canonical(m.group(0))) for m in module._CUES.finditer(text)]
-    found = [(m.span(), m.group(0)) for m in module._ASCII_CUES.finditer(text.lower())]
+    found = [((m.start(1) - 1, m.end(1) - 1), m.group(1)) for m in module._ASCII_CUES.finditer(" " + text.lower())]
     assert found == expected
     assert module._scan(text)[1] == [span for span, _ in expected]

@@ -345,3 +345,19 @@ def test_resegmenting_reads_the_same_inputs_listed_or_in_place(
     gk.remove_turn(ids[2])
     monkeypatch.setattr(history, "_LISTING_READS", 1)
     assert gk._history.labels == labels_from_scratch(gk, monkeypatch)
+
+
+@given(st.text(alphabet="aZbY_1 .:->\n'", max_size=30))
+def test_the_joined_and_case_split_tests_of_blanks_no_anchor_match_their_plain_patterns(text):
+    """``_JOINED`` and ``_CASE_SPLIT`` are written joiner or capital first (so the engine skips
+    to one); they find a match exactly where their plain forms do."""
+    import re
+
+    assert (history._JOINED.search(text) is None) == (re.search(r"\w(?:\.|::|->)[A-Za-z_]", text, re.ASCII) is None)
+    assert (history._CASE_SPLIT.search(text) is None) == (re.search(r"[a-z][A-Z]|[A-Z][A-Z][a-z]", text) is None)
+
+
+def test_the_listed_cues_anchors_are_computed_once_alike() -> None:
+    """``_ANCHORED_CUES`` holds, for each listed cue, whether a word of it has an anchor."""
+    assert history._ANCHORED_CUES["back to"] and not history._ANCHORED_CUES["by the way"]
+    assert all(value == history._cue_has_anchor(cue) for cue, value in history._ANCHORED_CUES.items())

@@ -26,6 +26,7 @@ import re
 import sys
 import unicodedata
 from collections import Counter
+from collections import _count_elements  # type: ignore[attr-defined]  # Counter.update's counting loop (C)
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -73,7 +74,9 @@ class TextAnchors:
     @classmethod
     def of(cls, anchors: Iterable[str]) -> "TextAnchors":
         items = anchors if isinstance(anchors, list) else list(anchors)  # its length without a second pass
-        return cls(Counter(items), len(items))
+        counts: Counter[str] = Counter()
+        _count_elements(counts, items)  # what Counter(items) runs, without its type tests (a third of its cost)
+        return cls(counts, len(items))
 
 
 _CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -212,6 +215,32 @@ def _token_anchors(token: str) -> tuple[str, ...]:
 def _latin_anchors(tokens: Iterable[str]) -> Iterable[str]:
     """Anchors of identifier-like tokens, in order (each token's are cached)."""
     return chain.from_iterable(map(_token_anchors, tokens))
+
+
+TOKEN_CACHE_SIZE = 131_072
+"""Tokens whose anchors :func:`_tokens_anchors` keeps in a plain dict (emptied when full): new
+texts are made of words already seen, and a dict lookup costs about a fifth of a call
+through ``lru_cache``.  About 100 bytes an entry beyond the strings and tuples that
+:func:`_token_anchors`'s cache shares: some 13 MB when full."""
+_TOKEN_ANCHORS: dict[str, tuple[str, ...]] = {}
+
+
+def _tokens_anchors(tokens: list[str]) -> list[str]:
+    """``list(_latin_anchors(tokens))``: each token's anchors read from :data:`_TOKEN_ANCHORS`,
+    the missing ones computed by :func:`_token_anchors` and kept (the dict emptied first when
+    it would grow past :data:`TOKEN_CACHE_SIZE`).  Safe across threads: the second pass reads
+    a local mapping, so another thread emptying the dict meanwhile changes nothing."""
+    known = _TOKEN_ANCHORS
+    try:
+        return list(chain.from_iterable(map(known.__getitem__, tokens)))
+    except KeyError:
+        missing = {token: _token_anchors(token) for token in tokens if token not in known}
+        if len(known) + len(missing) > TOKEN_CACHE_SIZE:
+            known.clear()
+        if len(missing) <= TOKEN_CACHE_SIZE:  # (a text of more new tokens than that keeps none)
+            known.update(missing)
+        found = {token: known.get(token) or _token_anchors(token) for token in tokens}
+        return list(chain.from_iterable(map(found.__getitem__, tokens)))
 
 
 def _tokens_and_numbers(text: str, pattern: re.Pattern[str] = _TOKEN_OR_NUMBER) -> tuple[list[str], list[str]]:
@@ -361,26 +390,35 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
     # ASCII text where no joiner starts an identifier (most chat) is read from its word runs
     # (a version's blank, below, joins nothing: the scanned text has no other joiner)
     runs = is_ascii and not _joined(text)
-    ascii_scans = (_ASCII_IDENTIFIER, _ASCII_TOKEN_OR_NUMBER)  # for joined ASCII identifiers
-    identifier, token_or_number = ascii_scans if is_ascii else (_IDENTIFIER, _TOKEN_OR_NUMBER)
-    digit = _DIGIT.search(text) if not is_ascii or _has_ascii_digit(text) else None
-    if digit is None:
-        anchors.extend(_latin_anchors(_word_runs(text) if runs else identifier.findall(text)))
+    words = _word_runs(text) if runs else []
+    tokens: list[str]
+    if runs and (not words or min(words)[0] > "9"):
+        # no run starts with a digit ("0" < "9" < "A" < "_" < "a"): no number and no version
+        # (a version's digits after its "." start a run), and the runs are the tokens
+        tokens = words
     else:
-        first = digit.start()  # the scans below need a digit: none starts before this one
-        scanned = text
-        if _DOTTED.search(text, first) is not None:
-            versions = _VERSION.findall(text)
-            anchors.extend("#" + v.lower().lstrip("v") for v in versions)
-            scanned = _VERSION.sub(" ", text) if versions else text
-        if runs:
-            tokens, numbers = _words_and_numbers(scanned)
-            anchors.extend(_latin_anchors(tokens))
-        elif _NUMBER.search(text, first) is not None:
-            tokens, numbers = _tokens_and_numbers(scanned, token_or_number)
-            anchors.extend(_latin_anchors(tokens))
-        else:  # no two digits in a row: no number, and the plain scan finds the same tokens
-            anchors.extend(_latin_anchors(identifier.findall(scanned)))
+        ascii_scans = (_ASCII_IDENTIFIER, _ASCII_TOKEN_OR_NUMBER)  # for joined ASCII identifiers
+        identifier, token_or_number = ascii_scans if is_ascii else (_IDENTIFIER, _TOKEN_OR_NUMBER)
+        digit = _DIGIT.search(text) if not is_ascii or _has_ascii_digit(text) else None
+        if digit is None:
+            tokens = words if runs else identifier.findall(text)
+        else:
+            first = digit.start()  # the scans below need a digit: none starts before this one
+            scanned = text
+            if _DOTTED.search(text, first) is not None:
+                versions = _VERSION.findall(text)
+                anchors.extend("#" + v.lower().lstrip("v") for v in versions)
+                scanned = _VERSION.sub(" ", text) if versions else text
+            if runs:
+                tokens, numbers = _words_and_numbers(scanned)
+            elif _NUMBER.search(text, first) is not None:
+                tokens, numbers = _tokens_and_numbers(scanned, token_or_number)
+            else:  # no two digits in a row: no number, and the plain scan finds the same tokens
+                tokens = identifier.findall(scanned)
+    if anchors:
+        anchors.extend(_tokens_anchors(tokens))
+    else:
+        anchors = _tokens_anchors(tokens)  # (most text: no quote, code span or version before)
     if not is_ascii:
         for run in _CJK_RUN.findall(text):
             anchors.extend(_cjk_anchors(run, query))

@@ -106,10 +106,13 @@ _CUES = re.compile(
     + "|" + trie_pattern([c for c in _KINDS if not c.isascii()])
 )
 """Every cue in one pattern: English cues as whole words in any case, Chinese as substrings."""
-_ASCII_CUES = re.compile(r"(?<![\w'])(?:" + trie_pattern([c for c in _KINDS if c.isascii()]) + r")(?!\w)")
-""":data:`_CUES` for ASCII text lower-cased (the English cues are lower case; lowering ASCII
-keeps every position, and no Chinese cue can match): the same matches, and a case-sensitive
-trie the engine scans about three times faster."""
+_ASCII_CUES = re.compile(r"[^\w'](" + trie_pattern([c for c in _KINDS if c.isascii()]) + r")(?!\w)", re.ASCII)
+""":data:`_CUES` for ASCII text lower-cased and led by a space (the English cues are lower case;
+lowering ASCII keeps every position, and no Chinese cue can match): group 1 is a match of
+:data:`_CUES`, one position on.  The case-sensitive trie is scanned about three times faster,
+and the character before a cue, matched rather than looked behind at, lets the engine skip
+to the next character that is no letter, digit, "_" or "'" (about a third faster again);
+``re.ASCII`` reads those classes from a byte table (the same classes on ASCII text)."""
 
 
 def _canonical(matched: str) -> str:
@@ -122,15 +125,22 @@ def _scan(text: str) -> tuple[Cues, list[tuple[int, int]]]:
     """The cues of ``text`` (each kind in order of appearance, each cue once) and their spans."""
     found: dict[str, dict[str, None]] = {"reference": {}, "switch": {}, "returning": {}}
     spans: list[tuple[int, int]] = []
-    pattern, scanned = (_ASCII_CUES, text.lower()) if text.isascii() else (_CUES, text)
-    for match in pattern.finditer(scanned):
-        cue = _canonical(match.group(0))
-        before = _CJK_NOT_AFTER.get(cue[0])
-        if cue not in _KINDS or (before is not None and match.start() > 0 and text[match.start() - 1] == before):
-            continue
-        spans.append(match.span())
-        for kind in _KINDS[cue]:
-            found[kind][cue] = None
+    if text.isascii():  # every match is a listed cue as written (lower case): no canonical form to find
+        for match in _ASCII_CUES.finditer(" " + text.lower()):
+            cue = match.group(1)
+            start, end = match.span(1)
+            spans.append((start - 1, end - 1))  # (the text was led by a space)
+            for kind in _KINDS[cue]:
+                found[kind][cue] = None
+    else:
+        for match in _CUES.finditer(text):
+            cue = _canonical(match.group(0))
+            before = _CJK_NOT_AFTER.get(cue[0])
+            if cue not in _KINDS or (before is not None and match.start() > 0 and text[match.start() - 1] == before):
+                continue
+            spans.append(match.span())
+            for kind in _KINDS[cue]:
+                found[kind][cue] = None
     return Cues(tuple(found["reference"]), tuple(found["switch"]), tuple(found["returning"])), spans
 
 

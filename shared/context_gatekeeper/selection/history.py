@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, cast, overload
 
 from ..caching import BoundedCache, text_key
 from .anchors import TextAnchors, _token_anchors, extract, has_cjk
-from .cues import Cues, strip_cues
+from .cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, strip_cues
 from .gate import is_courtesy, last_question
 
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
@@ -61,12 +61,24 @@ def text_anchors(text: str, key: str | None = None) -> TextAnchors:
     return _anchors.get_or_compute(text_key(text) if key is None else key, lambda: extract(text))
 
 
-_JOINED = re.compile(r"\w(?:\.|::|->)[A-Za-z_]", re.ASCII)
-"""Where an identifier may run on through a joiner (``a.b``, ``a::b``, ``a->b``)."""
-_CASE_SPLIT = re.compile(r"[a-z][A-Z]|[A-Z][A-Z][a-z]")
-"""Where a word's case may split it (``camelCase``, ``HTTPServer``)."""
+_JOINED = re.compile(r"(?:\.(?<=\w\.)|::(?<=\w::)|->(?<=\w->))[A-Za-z_]", re.ASCII)
+"""Where an identifier may run on through a joiner (``a.b``, ``a::b``, ``a->b``): ``\w`` then a
+joiner then a letter or "_", written joiner first so the engine skips to the next ".", ":"
+or "-" instead of trying the pattern at each character."""
+_CASE_SPLIT = re.compile(r"[A-Z](?:(?<=[a-z][A-Z])|(?=[A-Z][a-z]))", re.ASCII)
+"""Where a word's case may split it (``camelCase``, ``HTTPServer``): ``[a-z][A-Z]`` or
+``[A-Z][A-Z][a-z]``, written capital first so the engine skips to the next capital."""
 _CUE_WORD = re.compile(r"[A-Za-z_]\w*", re.ASCII)
 """A word of a listed (ASCII) cue."""
+
+
+def _cue_has_anchor(cue: str) -> bool:
+    """Whether a word of ``cue`` has an anchor ("back" of "back to"; not "it" nor "by the way")."""
+    return any(_token_anchors(word) for word in _CUE_WORD.findall(cue))
+
+
+_ANCHORED_CUES = {cue: _cue_has_anchor(cue) for cue in (*REFERENCE_CUES, *SWITCH_CUES, *RETURN_CUES)}
+""":func:`_cue_has_anchor` of each listed cue, computed once (a few hundred entries)."""
 
 
 def _blanks_no_anchor(text: str, cues: Cues) -> bool:
@@ -81,8 +93,8 @@ def _blanks_no_anchor(text: str, cues: Cues) -> bool:
     return (
         text.isascii() and '"' not in text and "`" not in text
         and _JOINED.search(text) is None and _CASE_SPLIT.search(text) is None
-        and not any(_token_anchors(word) for cue in (*cues.reference, *cues.switch, *cues.returning)
-                    for word in _CUE_WORD.findall(cue))
+        and not any(_ANCHORED_CUES[cue] if cue in _ANCHORED_CUES else _cue_has_anchor(cue)
+                    for cue in (*cues.reference, *cues.switch, *cues.returning))
     )
 
 
