@@ -482,7 +482,7 @@ def test_a_plain_words_anchors_take_the_short_path_to_the_same_result() -> None:
     tokens += ["".join(rng.choice(letters) for _ in range(rng.randrange(1, 9))) for _ in range(3000)]
     tokens += [w.capitalize() for w in tokens[:500]] + [w.lower() for w in tokens[:500]]
     for token in tokens:
-        assert module._token_anchors.__wrapped__(token) == general(token), token
+        assert module._compute_token_anchors(token) == general(token), token
 
 
 def test_ascii_text_with_no_joined_identifier_is_scanned_by_the_plain_word_patterns_alike() -> None:
@@ -604,7 +604,7 @@ def _reference_extract(text: str, query: bool) -> TextAnchors:
     found += ["#" + v.lower().lstrip("v") for v in module._VERSION.findall(text)]
     tokens, numbers = module._tokens_and_numbers(module._VERSION.sub(" ", text))
     for token in tokens:
-        found += module._token_anchors.__wrapped__(token)
+        found += module._compute_token_anchors(token)
     for run in module._CJK_RUN.findall(text):
         found += module._cjk_anchors(run, query) + list(module._glossary_anchors.__wrapped__(run))
     found += numbers
@@ -626,8 +626,8 @@ def test_extract_equals_its_definition_without_short_cuts(text, query):
 
 
 def test_the_token_dict_gives_what_token_anchors_give_when_it_fills(monkeypatch) -> None:
-    """``_tokens_anchors`` emptied whenever it would pass its size still answers each token
-    with its anchors, in order, on hostile tokens (stopwords, digits, case, repeats)."""
+    """``_tokens_anchors`` (and ``_token_anchors``, one token) emptied whenever it would pass its
+    size still answers each token with its anchors, in order, on hostile tokens (stopwords, digits, case, repeats)."""
     import random
 
     from context_gatekeeper.selection import anchors as module
@@ -638,5 +638,7 @@ def test_the_token_dict_gives_what_token_anchors_give_when_it_fills(monkeypatch)
     rng = random.Random(3)
     for _ in range(300):
         tokens = [rng.choice(pool) for _ in range(rng.randrange(0, 12))]
-        assert module._tokens_anchors(tokens) == [a for t in tokens for a in module._token_anchors.__wrapped__(t)]
+        assert module._tokens_anchors(tokens) == [a for t in tokens for a in module._compute_token_anchors(t)]
         assert len(module._TOKEN_ANCHORS) <= 5
+        for token in tokens:
+            assert module._token_anchors(token) == module._compute_token_anchors(token)

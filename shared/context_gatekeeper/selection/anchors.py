@@ -26,7 +26,6 @@ import re
 import sys
 import unicodedata
 from collections import Counter
-from collections import _count_elements  # type: ignore[attr-defined]  # Counter.update's counting loop (C)
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -74,9 +73,7 @@ class TextAnchors:
     @classmethod
     def of(cls, anchors: Iterable[str]) -> "TextAnchors":
         items = anchors if isinstance(anchors, list) else list(anchors)  # its length without a second pass
-        counts: Counter[str] = Counter()
-        _count_elements(counts, items)  # what Counter(items) runs, without its type tests (a third of its cost)
-        return cls(counts, len(items))
+        return cls(Counter(items), len(items))
 
 
 _CJK_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -196,9 +193,8 @@ def _word_anchors(word: str) -> tuple[str, ...]:
     return () if stemmed in ENGLISH_STOPWORDS else (stemmed,)  # "lote" stems to "lot"
 
 
-@lru_cache(maxsize=131072)
-def _token_anchors(token: str) -> tuple[str, ...]:
-    """Anchors of one identifier-like token (cached: chat repeats its words)."""
+def _compute_token_anchors(token: str) -> tuple[str, ...]:
+    """Anchors of one identifier-like token (:func:`_token_anchors` keeps them)."""
     if token.isalpha() and token.isascii() and token[1:].islower():
         # the common word ("lock", "Redis"): one part, its lower case, and no exact anchor
         # (no separator, no case change inside, no digit); what the general path gives it
@@ -212,35 +208,52 @@ def _token_anchors(token: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _latin_anchors(tokens: Iterable[str]) -> Iterable[str]:
-    """Anchors of identifier-like tokens, in order (each token's are cached)."""
-    return chain.from_iterable(map(_token_anchors, tokens))
-
-
 TOKEN_CACHE_SIZE = 131_072
-"""Tokens whose anchors :func:`_tokens_anchors` keeps in a plain dict (emptied when full): new
-texts are made of words already seen, and a dict lookup costs about a fifth of a call
-through ``lru_cache``.  About 100 bytes an entry beyond the strings and tuples that
-:func:`_token_anchors`'s cache shares: some 13 MB when full."""
+"""Tokens whose anchors the process keeps (:func:`_tokens_anchors`), in a plain dict emptied
+when full: new texts are made of words already seen, and a dict lookup costs about a fifth
+of a call through ``lru_cache``.  About 100 bytes an entry beyond the strings and tuples:
+some 13 MB when full."""
 _TOKEN_ANCHORS: dict[str, tuple[str, ...]] = {}
 
 
-def _tokens_anchors(tokens: list[str]) -> list[str]:
-    """``list(_latin_anchors(tokens))``: each token's anchors read from :data:`_TOKEN_ANCHORS`,
-    the missing ones computed by :func:`_token_anchors` and kept (the dict emptied first when
-    it would grow past :data:`TOKEN_CACHE_SIZE`).  Safe across threads: the second pass reads
-    a local mapping, so another thread emptying the dict meanwhile changes nothing."""
+def _tokens_anchors(tokens: Iterable[str]) -> list[str]:
+    """The anchors of ``tokens``, in order: each token's read from :data:`_TOKEN_ANCHORS`, the
+    missing ones computed (:func:`_compute_token_anchors`) and kept (the dict emptied first
+    when it would grow past :data:`TOKEN_CACHE_SIZE`).  Safe across threads: the second pass
+    reads a local mapping, so another thread emptying the dict meanwhile changes nothing."""
     known = _TOKEN_ANCHORS
+    tokens = tokens if isinstance(tokens, list) else list(tokens)
     try:
         return list(chain.from_iterable(map(known.__getitem__, tokens)))
     except KeyError:
-        missing = {token: _token_anchors(token) for token in tokens if token not in known}
+        found: dict[str, tuple[str, ...]] = {}
+        missing: dict[str, tuple[str, ...]] = {}
+        for token in tokens:
+            if token not in found:
+                anchors = known.get(token)  # (a stopword's is (): test for None, not for truth)
+                if anchors is None:
+                    anchors = missing[token] = _compute_token_anchors(token)
+                found[token] = anchors
         if len(known) + len(missing) > TOKEN_CACHE_SIZE:
             known.clear()
         if len(missing) <= TOKEN_CACHE_SIZE:  # (a text of more new tokens than that keeps none)
             known.update(missing)
-        found = {token: known.get(token) or _token_anchors(token) for token in tokens}
         return list(chain.from_iterable(map(found.__getitem__, tokens)))
+
+
+def _tokens_anchor_set(tokens: set[str]) -> frozenset[str]:
+    """The anchors of ``tokens`` as a set (:func:`_tokens_anchors`; read straight from the dict
+    when every token is in it, as most are)."""
+    try:
+        return frozenset(chain.from_iterable(map(_TOKEN_ANCHORS.__getitem__, tokens)))
+    except KeyError:
+        return frozenset(_tokens_anchors(tokens))
+
+
+def _token_anchors(token: str) -> tuple[str, ...]:
+    """Anchors of one identifier-like token, computed once (:data:`_TOKEN_ANCHORS`)."""
+    found = _TOKEN_ANCHORS.get(token)
+    return found if found is not None else tuple(_tokens_anchors([token]))
 
 
 def _tokens_and_numbers(text: str, pattern: re.Pattern[str] = _TOKEN_OR_NUMBER) -> tuple[list[str], list[str]]:
@@ -447,7 +460,7 @@ def anchor_set(text: str) -> frozenset[str]:
     ['#taskgroup', 'group', 'leas', 'lock', 'redis', 'task']
     """
     if _plain(text):
-        return frozenset(chain.from_iterable(map(_token_anchors, set(_word_runs(text)))))
+        return _tokens_anchor_set(set(_word_runs(text)))
     return frozenset(extract(text).counts)
 
 
@@ -478,7 +491,7 @@ def anchors_near(text: str, parts: Iterable[str]) -> frozenset[str] | None:
                 end = len(lowered)
             runs.add(spaced[start:end])
             at = lowered.find(part, end)
-    return frozenset(chain.from_iterable(map(_token_anchors, runs)))
+    return _tokens_anchor_set(runs)
 
 
 def has_cjk(text: str) -> bool:
