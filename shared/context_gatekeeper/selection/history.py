@@ -62,7 +62,7 @@ def text_anchors(text: str, key: str | None = None) -> TextAnchors:
 
 
 _JOINED = re.compile(r"(?:\.(?<=\w\.)|::(?<=\w::)|->(?<=\w->))[A-Za-z_]", re.ASCII)
-"""Where an identifier may run on through a joiner (``a.b``, ``a::b``, ``a->b``): ``\w`` then a
+r"""Where an identifier may run on through a joiner (``a.b``, ``a::b``, ``a->b``): ``\w`` then a
 joiner then a letter or "_", written joiner first so the engine skips to the next ".", ":"
 or "-" instead of trying the pattern at each character."""
 _CASE_SPLIT = re.compile(r"[A-Z](?:(?<=[a-z][A-Z])|(?=[A-Z][a-z]))", re.ASCII)
