@@ -241,15 +241,6 @@ def _tokens_anchors(tokens: Iterable[str]) -> list[str]:
         return list(chain.from_iterable(map(found.__getitem__, tokens)))
 
 
-def _tokens_anchor_set(tokens: set[str]) -> frozenset[str]:
-    """The anchors of ``tokens`` as a set (:func:`_tokens_anchors`; read straight from the dict
-    when every token is in it, as most are)."""
-    try:
-        return frozenset(chain.from_iterable(map(_TOKEN_ANCHORS.__getitem__, tokens)))
-    except KeyError:
-        return frozenset(_tokens_anchors(tokens))
-
-
 def _token_anchors(token: str) -> tuple[str, ...]:
     """Anchors of one identifier-like token, computed once (:data:`_TOKEN_ANCHORS`)."""
     found = _TOKEN_ANCHORS.get(token)
@@ -428,10 +419,7 @@ def extract(text: str, *, query: bool = False) -> TextAnchors:
                 tokens, numbers = _tokens_and_numbers(scanned, token_or_number)
             else:  # no two digits in a row: no number, and the plain scan finds the same tokens
                 tokens = identifier.findall(scanned)
-    if anchors:
-        anchors.extend(_tokens_anchors(tokens))
-    else:
-        anchors = _tokens_anchors(tokens)  # (most text: no quote, code span or version before)
+    anchors.extend(_tokens_anchors(tokens))
     if not is_ascii:
         for run in _CJK_RUN.findall(text):
             anchors.extend(_cjk_anchors(run, query))
@@ -460,7 +448,7 @@ def anchor_set(text: str) -> frozenset[str]:
     ['#taskgroup', 'group', 'leas', 'lock', 'redis', 'task']
     """
     if _plain(text):
-        return _tokens_anchor_set(set(_word_runs(text)))
+        return frozenset(_tokens_anchors(set(_word_runs(text))))
     return frozenset(extract(text).counts)
 
 
@@ -491,7 +479,7 @@ def anchors_near(text: str, parts: Iterable[str]) -> frozenset[str] | None:
                 end = len(lowered)
             runs.add(spaced[start:end])
             at = lowered.find(part, end)
-    return _tokens_anchor_set(runs)
+    return frozenset(_tokens_anchors(runs))
 
 
 def has_cjk(text: str) -> bool:

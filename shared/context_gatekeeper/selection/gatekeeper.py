@@ -370,11 +370,9 @@ class ContextGatekeeper(SemanticMethods):
         # the top_m by (total, position), best first: positions are distinct, so the keys are
         # too and the tuples never compare their candidates (no key function called per candidate).
         # One sort in C (floats first: its fast tuple compare) picks the same as heapq.nlargest,
-        # whose loop over the candidates runs in Python.  The sum is Candidate.total's, inlined
-        # (the same additions in the same order: the same float, without a property call each)
+        # whose loop over the candidates runs in Python
         reasons = kept.reasons
-        ranked = [(c.user + c.assistant + c.exact + c.recency + c.semantic, c.position, c)
-                  for c in candidates.values() if c.turn_id not in reasons]
+        ranked = [(c.total, c.position, c) for c in candidates.values() if c.turn_id not in reasons]
         ranked.sort(reverse=True)
         pool = [c for _, _, c in ranked[: p.top_m]]
         # the anchors some candidate holds, inserted in the same order as a comprehension over
