@@ -209,6 +209,7 @@ def test_strip_cues_keeps_case_for_identifiers_and_folds_full_width():
     ("算了不说这个了，周末去哪玩", "不说这个了"),
     ("never mind that, what's a good name for a cat?", "never mind that"),
     ("Never mind, how do I descale a kettle?", "never mind"),
+    ("Actually scratch that, can you explain what a Docker volume is?", "scratch that"),
 ])
 def test_closing_the_topic_is_a_switch_cue_not_a_reference(text, cue):
     # "这个" / "that" inside a closing do not point back: the whole phrase sets the topic aside

@@ -107,3 +107,14 @@ def test_a_return_after_a_digression_starts_its_own_segment() -> None:
     gk.add_turn("By the way, what grind should I use for the moka pot?", "Medium-fine.")
     gk.add_turn("How should the watchdog renew the export job's Redis lock?", "Every 30 seconds.")
     assert gk.segments() == [(1,), (2,), (3,)]  # the Redis question is not filed under coffee
+
+
+def test_scratch_that_sets_the_topic_aside_unless_the_words_stay_on_it() -> None:
+    gk = ContextGatekeeper(token_budget=1000)
+    gk.add_turn("Leather or fabric sofa with two small kids and a cat?",
+                "Fabric with a washable cover is easier with kids; leather scratches under cat claws.")
+    gk.add_turn("What about microfibre?", "Microfibre resists stains and cat claws, and it wipes clean.")
+    aside = gk.explain("Actually scratch that, we'll decide in the store. Can you explain what a Docker volume is?")
+    assert (aside.decision, aside.turn_ids) == ("switch", ())  # "that" inside the closing points nowhere
+    same = gk.explain("Scratch that: a microfibre sofa, is it fine with the cat's claws?")
+    assert (same.decision, same.turn_ids) == ("continue", (1, 2))  # a correction on the same topic holds it

@@ -63,7 +63,7 @@ SWITCH_CUES: tuple[str, ...] = (
     # (only phrases that say so whatever follows: "forget it", "drop that" or "先放一放" also
     # occur inside technical follow-ups: "can I just forget it during the load?")
     "never mind", "nevermind", "never mind that", "nevermind that", "never mind this", "never mind about that",
-    "forget about that", "let's drop that", "enough about that", "let's leave that",
+    "forget about that", "let's drop that", "enough about that", "let's leave that", "scratch that",
     "先不管这个", "不管这个了", "不说这个了", "不聊这个了", "先不说这个", "先不聊这个", "这个先放一放", "先不提这个",
 )
 RETURN_CUES: tuple[str, ...] = (
