@@ -53,12 +53,14 @@ the topic for a short follow-up, but never outweigh a switch cue."""
 SWITCH_CUES: tuple[str, ...] = (
     "换个话题", "换个问题", "换一个话题", "另外", "顺便", "顺便问", "顺便问下", "顺便问一下", "题外话", "说点别的",
     "聊点别的", "另一个问题", "换个方向", "问个别的", "问点别的", "插个话", "插一句", "跟这个无关", "和这个无关",
+    "换个事儿", "跟这个没关系", "和这个没关系", "跟刚才的无关", "和刚才的无关", "跟刚才无关", "和刚才无关",
     "by the way", "btw", "on another note", "on a different note", "changing the subject",
     "change of topic", "different topic", "another question", "unrelated", "switching gears",
     "new topic", "moving on", "let's talk about", "switching topic", "switching topics",
     "change the topic", "another topic", "different question", "anyway", "anyways", "random question",
     "side question", "unrelated question", "totally unrelated", "off topic", "off-topic", "separate question",
     "something else", "also unrelated", "quick unrelated question", "on an unrelated note",
+    "different thing", "totally different", "something different", "completely different",
     # closings: the user sets the current topic aside ("never mind that, ...")
     # (only phrases that say so whatever follows: "forget it", "drop that" or "先放一放" also
     # occur inside technical follow-ups: "can I just forget it during the load?")
