@@ -90,7 +90,7 @@ def test_chinese_switch_and_return_cues():
     ("Different thing: how should I build up to 1500m?", "different thing"),
 ])
 def test_announced_switches_in_other_words(text, cue):
-    # "这个", "刚才" and "it" inside them do not point back
+    # "这个" and "刚才" inside a switch phrase do not point back
     found = cues(text)
     assert cue in found.switch and not set(found.reference) & {"这个", "刚才"}
 
