@@ -89,12 +89,12 @@ def _blanks_no_anchor(text: str, cues: Cues) -> bool:
     written then has the anchors of the cue as listed), whose cues' words have no anchor
     ("it", "that", "they"): the blanks then remove only tokens that bring none.  (Numbers
     and versions are unaffected: a cue is matched only between characters that are not
-    word characters, so no digit run or version touches a blank.)"""
+    word characters, so no digit run or version touches a blank.)  ``cues`` are
+    :func:`strip_cues`'s: each is a listed cue, looked up in :data:`_ANCHORED_CUES`."""
     return (
         text.isascii() and '"' not in text and "`" not in text
         and _JOINED.search(text) is None and _CASE_SPLIT.search(text) is None
-        and not any(_ANCHORED_CUES[cue] if cue in _ANCHORED_CUES else _cue_has_anchor(cue)
-                    for cue in (*cues.reference, *cues.switch, *cues.returning))
+        and not any(_ANCHORED_CUES[cue] for cue in (*cues.reference, *cues.switch, *cues.returning))
     )
 
 
