@@ -17,7 +17,9 @@ embedding calls made (:mod:`semantic`; needs ``pip install -e ".[bench-semantic]
 vectors are cached on disk outside the repository, see :mod:`embedders`).
 
 ``--half A`` or ``--half B`` keeps one of two fixed halves of each dataset (see
-:func:`split_half`): tune on one, check on the other.
+:func:`split_half`): tune on one, check on the other.  The held-out set
+``benchmarks/data/fresh_cases.jsonl`` (:data:`HELD_OUT_DATASETS`) is never split or tuned on:
+``--datasets fresh --half all`` measures it whole.
 
 ``--plot DIR`` also writes PNG charts of the figures (:mod:`plots`; needs
 matplotlib): recall against kept-token share per retrieval dataset, and switch F1.
@@ -107,6 +109,10 @@ from plots import command_line, machine_line  # matplotlib is imported only to d
 from report_baseline import ReportGatekeeper
 
 DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved", "hard")
+HELD_OUT_DATASETS = ("fresh",)
+"""Sets written after the rules and values were chosen and never tuned on, split or
+diagnosed: measured whole (every case in each half), and only when named
+(``--datasets fresh``), so that the default run, which tunes and validates, never shows them."""
 BUDGETS: dict[str, tuple[int, ...]] = {
     "locomo": (1000,),
     "cast2020": (40,),
@@ -114,13 +120,18 @@ BUDGETS: dict[str, tuple[int, ...]] = {
     "crosswoz": (1000,),
     "interleaved": (300, 2000),
     "hard": (300, 2000),
+    "fresh": (300, 2000),
 }
 """Token budgets each dataset is measured at (one table per budget)."""
-RETRIEVAL_DATASETS = {"locomo", "cast2020", "interleaved", "hard"}
-SWITCH_DATASETS = {"tiage", "crosswoz", "interleaved", "hard"}
+RETRIEVAL_DATASETS = {"locomo", "cast2020", "interleaved", "hard", "fresh"}
+SWITCH_DATASETS = {"tiage", "crosswoz", "interleaved", "hard", "fresh"}
 OWN_DATA = Path(__file__).resolve().parent / "data"
 """The project's own hand-labelled sets (in the repository, unlike ``../shared/data``)."""
-OWN_DATASETS = {"interleaved": OWN_DATA / "interleaved.jsonl", "hard": OWN_DATA / "hard_cases.jsonl"}
+OWN_DATASETS = {
+    "interleaved": OWN_DATA / "interleaved.jsonl",
+    "hard": OWN_DATA / "hard_cases.jsonl",
+    "fresh": OWN_DATA / "fresh_cases.jsonl",
+}
 HALVES = {"A": "tuning", "B": "validation"}
 """Every dataset is split in two fixed halves (:func:`split_half`): rules and values are
 chosen on half A, and the figures that are reported are half B's."""
@@ -651,7 +662,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--datasets",
         default=",".join(DATASETS),
-        help=f"comma-separated subset of {','.join(DATASETS)}",
+        help=f"comma-separated subset of {','.join(DATASETS)}, or the held-out {','.join(HELD_OUT_DATASETS)}",
     )
     parser.add_argument("--limit", type=int, default=None, help="first N cases of each dataset")
     parser.add_argument(
@@ -676,9 +687,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     if args.half == "all":
         args.half = None
-    unknown = [d for d in args.datasets if d not in DATASETS]
+    unknown = [d for d in args.datasets if d not in DATASETS and d not in HELD_OUT_DATASETS]
     if unknown:
-        parser.error(f"unknown dataset(s) {unknown}; choose from {list(DATASETS)}")
+        parser.error(f"unknown dataset(s) {unknown}; choose from {list(DATASETS + HELD_OUT_DATASETS)}")
     return args
 
 
@@ -715,7 +726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     loaded = {name: load_cases(dataset_path(args.data, name)) for name in args.datasets}
     halves = ("A", "B") if args.half == "both" else (args.half,)
     cases_by_half = {
-        half: {name: (split_half(rows, half) if half else rows)[: args.limit] for name, rows in loaded.items()}
+        half: {name: (split_half(rows, half) if half and name not in HELD_OUT_DATASETS else rows)[: args.limit]
+               for name, rows in loaded.items()}
         for half in halves
     }
 
