@@ -74,6 +74,15 @@ def test_chinese_cues_match_inside_a_sentence():
     assert cues("它的价格呢").reference == ("它",)
 
 
+@pytest.mark.parametrize(("text", "cue"), [
+    ("那边冬天冷不冷", "那边"), ("这边能停车吗", "这边"), ("这玩意儿要一直吃吗", "这玩意儿"), ("这玩意好用吗", "这玩意"),
+    ("这东西多少钱", "这东西"), ("那东西还在吗", "那东西"),
+])
+def test_chinese_there_and_this_thing_are_reference_cues_as_in_english(text, cue):
+    # "there" and "this" are English reference cues; these are their Chinese counterparts
+    assert cues(text).reference == (cue,)
+
+
 def test_chinese_switch_and_return_cues():
     assert cues("换个话题，聊聊猫").switch == ("换个话题",)
     found = cues("回到之前的锁")

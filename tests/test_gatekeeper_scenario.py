@@ -109,6 +109,15 @@ def test_a_return_after_a_digression_starts_its_own_segment() -> None:
     assert gk.segments() == [(1,), (2,), (3,)]  # the Redis question is not filed under coffee
 
 
+@pytest.mark.parametrize("thing", ["这玩意儿", "这东西"])
+def test_this_thing_in_chinese_continues_the_last_topic(thing: str) -> None:
+    gk = ContextGatekeeper(token_budget=1000)
+    gk.add_turn("猫咪疫苗要打几针？", "一般打三针猫三联，每针间隔三到四周，之后每年加强一次。")
+    gk.add_turn("健身房教练推荐我吃肌酸，有用吗？", "肌酸对力量训练有帮助，每天三到五克就够，注意多喝水。")
+    follow_up = gk.explain(f"{thing}要一直吃吗，停了会不会掉？")  # no word of the creatine turn but the pronoun
+    assert (follow_up.decision, follow_up.turn_ids) == ("continue", (2,))
+
+
 def test_scratch_that_sets_the_topic_aside_unless_the_words_stay_on_it() -> None:
     gk = ContextGatekeeper(token_budget=1000)
     gk.add_turn("Leather or fabric sofa with two small kids and a cat?",

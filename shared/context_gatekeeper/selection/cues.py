@@ -41,7 +41,7 @@ __all__ = [
 
 REFERENCE_CUES: tuple[str, ...] = (
     "这个", "那个", "这些", "那些", "这种", "那种", "这家", "那家", "这里", "那里", "这样", "上面", "上述",
-    "前面", "刚才", "它", "它们", "其中",
+    "前面", "刚才", "它", "它们", "其中", "那边", "这边", "这玩意", "这玩意儿", "这东西", "那东西",
     "it", "its", "it's", "this", "that", "these", "those", "they", "them", "their", "theirs",
     "he", "him", "his", "she", "her", "the above", "above", "the same", "there", "such",
     "a new one", "the one", "which one", "this one", "that one", "what about", "how about", "and what about",
