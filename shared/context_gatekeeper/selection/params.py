@@ -141,7 +141,9 @@ class SelectionParams:
     measured as a prototype that relabelled the chat before each query: hybrid, half A, hard
     set @300 recall 0.797 -> 0.805 and off-topic 0.066 -> 0.057, mixed-topic 0.883 -> 0.885;
     half B, mixed-topic recall 0.812 -> 0.818, hard set 0.775 -> 0.768 at off-topic 0.120 ->
-    0.111.  Too little for labels that would depend on when each turn's vector arrives."""
+    0.111.  Too little for labels that would depend on when each turn's vector arrives.  (These
+    figures predate the Chinese reference cues of 2026-12-03, which moved the default's half A
+    to 0.798 / 0.100 at 0.04, and the embedder's to 0.888.)"""
     affinity_margin: float = 0.02
     """The active topic wins over another recent topic unless that one's affinity is
     higher by more than this (a conversation more often continues than jumps)."""
