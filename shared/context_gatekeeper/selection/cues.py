@@ -50,10 +50,9 @@ REFERENCE_CUES: tuple[str, ...] = (
 """Pronouns and demonstratives that point back.  "前者" / "后者" (the former / the latter) and
 "她" / "他" are left out on purpose: a reference leans on the latest turn, and in the tuning
 half's chats all four queries with "前者" / "后者" reach past it ("那前者一般要提前多久开始准备？"
-after a detour), so
-as cues they sent queries to the wrong topic (hard set @300, half A, with "前者" / "后者"
-alone: recall 0.398 -> 0.387, off-topic 0.115 -> 0.123; with the personal pronouns too, and
-the embedder's preference refitted, see ``benchmarks/fit_semantic.py``)."""
+after a detour), so as cues they sent queries to the wrong topic (hard set @300, half A, with
+"前者" / "后者" alone: recall 0.398 -> 0.387, off-topic 0.115 -> 0.123; with the personal
+pronouns too, and the embedder's preference refitted, see ``benchmarks/fit_semantic.py``)."""
 INTRODUCING_CUES: frozenset[str] = frozenset({"what about", "how about", "and what about"})
 """Reference cues that introduce new content rather than point back at old: they hold
 the topic for a short follow-up, but never outweigh a switch cue."""
