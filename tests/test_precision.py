@@ -174,6 +174,29 @@ def test_refer_names_the_topic_the_words_point_at():
     assert refer("switch", new, {}, 0, p) == ("switch", None)
 
 
+def test_a_pronoun_the_gate_continues_needs_more_than_a_generic_word_to_go_elsewhere():
+    p = SelectionParams()
+    pointing = GateFeatures(0.0, 0.8, 0.2, 2.0, 1, 0.2, Cues(reference=("它",)), 2.4)
+    assert refer("continue", pointing, {1: 0.18, 0: 0.0}, 0, p) == ("continue", 0)
+    assert refer("continue", pointing, {1: 0.6, 0: 0.0}, 0, p) == ("return", 1)  # the words do point there
+    assert refer("switch", pointing, {1: 0.18, 0: 0.0}, 0, p) == ("return", 1)  # a far pronoun's one word
+    plain = GateFeatures(0.0, 0.8, 0.2, 2.0, 1, 0.2, Cues(), 2.4)
+    assert refer("continue", plain, {1: 0.18, 0: 0.0}, 0, p) == ("return", 1)
+    assert refer("continue", pointing, {1: 0.18, 0: 0.0}, 0, p.with_(reference_match_share=0.05)) == ("return", 1)
+
+
+def test_a_pronoun_about_the_last_topic_is_not_taken_back_by_one_shared_word():
+    gk = chat(
+        ("React 后台表格每次输入都整表重新渲染，性能很差怎么优化？", "用 React.memo 包住每一行，把输入框的状态放在组件内部，表格就不会跟着重新渲染。"),
+        ("手机电池健康掉到百分之八十了，要换吗？", "百分之八十算是老化了，换一块大概六百块，续航能恢复到新机水平。"),
+        ("去官方店换要排队多久？", "官方店一般当天就能换好，提前在网上预约的话一个小时左右。"),
+    )
+    battery = gk.explain("它会影响性能吗？")  # 性能 is the React turn's word; 它 is the battery
+    assert battery.decision == "continue" and 1 not in battery.turn_ids and battery.turn_ids
+    table = gk.explain("它能不能让表格在每次输入时不再整表重新渲染？")  # the React turn's own words
+    assert (table.decision, table.turn_ids) == ("return", (1,))
+
+
 SENTENCES = [REDIS_1, MOKA_1, REDIS_2, MOKA_2, *ASYNCIO, ("ok", ""), ("为什么？", "因为锁会过期。")]
 QUERIES = ["Why?", "How long is the Redis TTL?", "By the way, what about cats?", "moka pot grind", "它的性能怎么样？", "回到 Redis", "ok"]
 

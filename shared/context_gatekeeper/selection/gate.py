@@ -334,7 +334,9 @@ def refer(
        the previous topic; no content otherwise ("Why?", "再试一次"): the active topic;
     2. an announced switch (``decision == "switch"`` with a switch cue): no topic;
     3. a topic other than the active one holding at least ``topic_match_share`` of the
-       query and more than the active topic does: a return there, whatever the cues;
+       query and more than the active topic does: a return there, whatever the cues
+       (``reference_match_share`` where the query points back and the gate continued:
+       a pronoun leans on the latest turn);
     4. a switch: no topic.  A switch keeps nothing by reference to the topic it left:
        a turn of it comes back only on distinctive words of its own (coverage across
        topics, ``off_topic_share``).  (Naming the active topic when it held
@@ -366,7 +368,8 @@ def refer(
         return "continue", active
     best, best_share = max(shares.items(), key=lambda item: (item[1], item[0] == active), default=(None, 0.0))
     active_share = max(shares.get(active, 0.0), f.overlap)
-    if best is not None and best != active and best_share >= p.topic_match_share and best_share > active_share:
+    needed = p.reference_match_share if decision == "continue" and f.cues.points_back else p.topic_match_share
+    if best is not None and best != active and best_share >= needed and best_share > active_share:
         return "return", best
     if decision == "switch":
         return "switch", None
