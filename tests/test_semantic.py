@@ -847,6 +847,38 @@ def gatekeeper_over(turns, embedder, **params) -> ContextGatekeeper:
     return gk
 
 
+PENALTY = {"penalty": ("penalty", "interest", "underpaid", "shortfall", "irs", "taxes", "estimated", "delay",
+                       "delaying", "costlier", "pricier", "overdue")}
+TAXES_THEN_CAT = [
+    ("The IRS says I underpaid my estimated taxes. How bad is the penalty?",
+     "It works like interest on the shortfall, charged per day until you pay."),
+    ("Separate thing: my cat throws up right after eating his dry food.",
+     "He probably eats too fast: try a slow-feeder bowl for the dry food."),
+]
+
+
+def test_the_words_verdict_holds_a_pronoun_question_the_meaning_leans_elsewhere() -> None:
+    # the fake's meaning leans to the tax turn (its concept words), the words hold the cat turn
+    query = "Is delaying it costlier, overdue and pricier with dry food?"
+    selection = gatekeeper_over(TAXES_THEN_CAT, HashEmbedder(PENALTY, dim=4096)).explain(query)
+    gate = selection.gate
+    assert gate.semantic_topic == 0 and gate.switch_score is not None and gate.switch_score < 0
+    model = SelectionParams().semantic_preference_model
+    parts = dict(gate.semantic_contributions)
+    assert parts["switch_earlier"] == pytest.approx(model["switch_earlier"] * gate.switch_score) and parts["switch_active"] == 0
+    assert gate.semantic_margin < 0 and (selection.decision, selection.turn_ids) == ("continue", (2,))
+    deaf = {**model, "switch_earlier": 0.0, "switch_active": 0.0}  # the meaning alone, as before the input
+    alone = gatekeeper_over(TAXES_THEN_CAT, HashEmbedder(PENALTY, dim=4096), semantic_preference_model=deaf).explain(query)
+    assert alone.decision == "return" and 1 in alone.turn_ids
+
+
+def test_a_preference_model_fitted_before_the_words_verdict_weighs_it_zero() -> None:
+    old = {k: v for k, v in SelectionParams().semantic_preference_model.items() if not k.startswith("switch_")}
+    assert SelectionParams(semantic_preference_model=old).semantic_preference_model == {
+        **old, "switch_earlier": 0.0, "switch_active": 0.0}
+    assert "switch_earlier" not in old  # the caller's dict is not changed
+
+
 def test_the_preference_model_needs_a_finite_weight_per_feature_and_the_replaced_knobs_warn() -> None:
     from context_gatekeeper.errors import InvalidInputError
 

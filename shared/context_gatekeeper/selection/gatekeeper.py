@@ -31,6 +31,7 @@ from .params import SelectionParams
 from .segments import gate_query
 from .semantic.fusion import (
     answer_ending, drop_unrelated, fuse, keep_semantic, preference_inputs, topic_continuity, topic_preference,
+    with_switch_score,
 )
 from .semantic.methods import SemanticMethods
 from .records import Evidence, Selection, Turn
@@ -353,11 +354,12 @@ class ContextGatekeeper(SemanticMethods):
         for turn_id in exclude:
             candidates.pop(turn_id, None)
         asks, closes = answer_ending(history)  # a question to the user, or an offer of more help
+        found = preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back))
         decision, features, topic = gate_query(
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
             replying=view is not None and asks, closing=closes, asks=asks,
-            preference=topic_preference(
-                preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back)), p),
+            preference=None if found is None else (
+                lambda switch_score: topic_preference(with_switch_score(found, switch_score), p)),
             profiles_at=history.profiles_before if history.params is p else None)
 
         # 3. pinned content first, then the steps that keep turns with evidence

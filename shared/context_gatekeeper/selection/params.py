@@ -32,11 +32,16 @@ how each is measured; :attr:`SelectionParams.switch_model` holds their weights).
 
 PREFERENCE_FEATURES: tuple[str, ...] = (
     "bias", "active", "lead_earlier", "lead_active", "level_earlier", "level_active", "reference_earlier",
-    "reference_active", "words_topic", "words_recent", "words_older", "history",
+    "reference_active", "words_topic", "words_recent", "words_older", "history", "switch_earlier", "switch_active",
 )
 """The inputs of the fitted score that sends a query to the recent topic its meaning
-prefers (with an embedder), in order (:func:`semantic.fusion.preference_inputs` says how
-each is measured; :attr:`SelectionParams.semantic_preference_model` holds their weights)."""
+prefers (with an embedder), in order (:func:`semantic.fusion.preference_inputs` and
+:func:`semantic.fusion.with_switch_score` say how each is measured;
+:attr:`SelectionParams.semantic_preference_model` holds their weights)."""
+
+_ADDED_PREFERENCE_FEATURES = ("switch_earlier", "switch_active")
+"""Inputs added after the first fitted models: a model without them weighs them 0 (what it
+did before they existed)."""
 
 _PREFERENCE_REPLACED = (
     "the fitted preference score decides whether the query goes to the recent topic its meaning prefers "
@@ -62,9 +67,9 @@ FITTED_SWITCH_MODEL: dict[str, float] = {
 """The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
 
 FITTED_PREFERENCE_MODEL: dict[str, float] = {
-    "bias": -0.02, "active": -3.606, "lead_earlier": 0.602, "lead_active": 12.187, "level_earlier": 3.19,
-    "level_active": -0.339, "reference_earlier": 1.375, "reference_active": 2.306, "words_topic": 0.565,
-    "words_recent": -5.937, "words_older": -1.589, "history": -1.053,
+    "bias": 0.089, "active": -1.21, "lead_earlier": 0.54, "lead_active": 6.89, "level_earlier": 0.462,
+    "level_active": 0.085, "reference_earlier": 0.089, "reference_active": 0.932, "words_topic": -3.384,
+    "words_recent": -2.969, "words_older": -0.598, "history": -1.186, "switch_earlier": 0.642, "switch_active": -0.838,
 }
 """The preference score's weights as fitted by ``benchmarks/fit_semantic.py`` on the tuning half."""
 
@@ -333,8 +338,10 @@ class SelectionParams:
     :data:`PREFERENCE_FEATURES` -- the meaning's lead over the runner-up topic and its level,
     both measured against how alike the recent turns are to one another, whether that topic
     is the active one, a pronoun reference, the words' shares (of that topic, of another
-    recent one, of an older one: distinctive words still win) and the chat's length
-    (:func:`semantic.fusion.preference_inputs`).  A logistic model: at log-odds 0 or more the
+    recent one, of an older one: distinctive words still win), the chat's length
+    (:func:`semantic.fusion.preference_inputs`) and the words' own verdict, the gate's switch
+    score (:func:`semantic.fusion.with_switch_score`; a model without those two inputs weighs
+    them 0).  A logistic model: at log-odds 0 or more the
     gate goes there, unless a cue decides or the query has no content.  The defaults are
     fitted by ``benchmarks/fit_semantic.py`` on the tuning half (A) of the hand-labelled sets,
     CAsT and LoCoMo with multilingual-e5-small; ``explain()`` shows each input's part
@@ -388,6 +395,9 @@ class SelectionParams:
         for name in ("kind_weights", "switch_model", "semantic_preference_model"):  # a copy: the caller's dict may change later
             if isinstance(getattr(self, name), Mapping):
                 object.__setattr__(self, name, dict(getattr(self, name)))
+        if isinstance(self.semantic_preference_model, dict):  # fitted before the words' verdict was an input
+            for added in _ADDED_PREFERENCE_FEATURES:
+                self.semantic_preference_model.setdefault(added, 0.0)
         for name, names in (("switch_model", SWITCH_FEATURES), ("semantic_preference_model", PREFERENCE_FEATURES)):
             model = getattr(self, name)
             if not isinstance(model, dict) or set(model) != set(names) or not all(

@@ -264,7 +264,7 @@ def gate_query(
     replying: bool = False,
     closing: bool = False,
     asks: bool = False,
-    preference: tuple[int, float, tuple[tuple[str, float], ...]] | None = None,
+    preference: Callable[[float], tuple[int, float, tuple[tuple[str, float], ...]] | None] | None = None,
     profiles_at: ProfilesAt | None = None,
 ) -> tuple[Decision, GateFeatures, int | None]:
     """The gate at query time: ``(decision, features, chosen topic)``.
@@ -280,10 +280,10 @@ def gate_query(
     the active topic (:func:`gate.answers_assistant`) unless its words or meaning clearly
     switch.  ``asks`` and ``closing`` say the latest answer ended with a genuine or a
     courtesy question ("Anything else?"), inputs of the fitted switch score.
-    ``preference`` (with an embedder) is the recent topic the query's meaning prefers, the
-    fitted log-odds that the query is about it and each input's part
-    (:func:`semantic.topic_preference`): at 0 or more, and with no cue, the query goes
-    there -- continues it, or returns to it -- whatever its words' switch score.
+    ``preference`` (with an embedder) gives, for the words' switch score (one of its inputs),
+    the recent topic the query's meaning prefers, the fitted log-odds that the query is
+    about it and each input's part (:func:`semantic.topic_preference`): at 0 or more, and
+    with no cue, the query goes there -- continues it, or returns to it.
     ``profiles_at`` gives the topic profiles before a position (:data:`ProfilesAt`).
     """
     p = params
@@ -313,10 +313,12 @@ def gate_query(
         if answers_assistant(features, p):  # measured with the meaning too: a clear switch still wins
             return "continue", features, active
     if preference is not None and p.semantic_gate and features.query_weight > 0 and not (cues.switch or cues.returning):
-        label, score, parts = preference  # the words' shares are inputs of the fitted score
-        features = replace(features, semantic_topic=label, semantic_margin=score, semantic_contributions=parts)
-        if score >= 0:
-            return ("continue" if label == active else "return"), features, label
+        preferred = preference(features.switch_score or 0.0)  # the words' verdict and shares are inputs too
+        if preferred is not None:
+            label, score, parts = preferred
+            features = replace(features, semantic_topic=label, semantic_margin=score, semantic_contributions=parts)
+            if score >= 0:
+                return ("continue" if label == active else "return"), features, label
     if features.semantic_active is not None:
         decision, semantic_topic = semantic_decide(decision, features, p)
         lexical = max(others.items(), key=lambda item: item[1], default=(None, 0.0))
