@@ -64,7 +64,9 @@ FITTED_SWITCH_MODEL: dict[str, float] = {
     "content": 1.342, "elsewhere": 6.028, "reference": -0.048, "asks": -2.828, "closes": 1.5, "established": -0.864,
     "history": -0.986,
 }
-"""The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half."""
+"""The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half (before
+the Chinese reference cues of 2026-12-03, so a refit today gives slightly different ones; that
+script's docstring says what refitting changed)."""
 
 FITTED_PREFERENCE_MODEL: dict[str, float] = {
     "bias": 0.089, "active": -1.21, "lead_earlier": 0.54, "lead_active": 6.89, "level_earlier": 0.462,
