@@ -230,7 +230,7 @@ def switch_chart(payload: dict, datasets: Sequence[str], meta: dict, path: Path)
 
     order = [LIBRARY, "report as written", "always switch"]
     names = [n for n in order if any(n in payload["datasets"][d] for d in datasets)]
-    names += [n for d in datasets for n in payload["datasets"][d] if n not in names]
+    names += [n for n in dict.fromkeys(n for d in datasets for n in payload["datasets"][d]) if n not in names]
     fig, ax = _new_figure(plt)
     width = 0.8 / len(names)
     for i, name in enumerate(names):
@@ -258,7 +258,7 @@ def switch_chart(payload: dict, datasets: Sequence[str], meta: dict, path: Path)
               for n in payload["datasets"][d])
     ax.set_ylim(0, min(1.0, top + 0.2))
     ax.set_ylabel("topic-switch F1 (P precision, R recall)")
-    ax.legend(loc="upper left", frameon=False, ncols=len(names), fontsize=9)
+    ax.legend(loc="upper left", frameon=False, ncols=2, fontsize=9)
     budgets = {payload["budgets"].get(d) for d in datasets}
     budget = next(iter(budgets)) if len(budgets) == 1 else "/".join(map(str, sorted(budgets)))
     _titles(fig, f"Topic-switch F1 (budget {budget:,} tokens): does the query start a new topic?",
