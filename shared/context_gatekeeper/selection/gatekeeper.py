@@ -354,12 +354,16 @@ class ContextGatekeeper(SemanticMethods):
         for turn_id in exclude:
             candidates.pop(turn_id, None)
         asks, closes = answer_ending(history)  # a question to the user, or an offer of more help
-        found = preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back))
+
+        def preference(switch_score: float) -> tuple[int, float, tuple[tuple[str, float], ...]] | None:
+            """The meaning's topic preference, measured only where the gate consults it."""
+            found = preference_inputs(view, history, p, topic_weight, sum(weights.values()), bool(cues.points_back))
+            return None if found is None else topic_preference(with_switch_score(found, switch_score), p)
+
         decision, features, topic = gate_query(
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
             replying=view is not None and asks, closing=closes, asks=asks,
-            preference=None if found is None else (
-                lambda switch_score: topic_preference(with_switch_score(found, switch_score), p)),
+            preference=preference if view is not None else None,
             profiles_at=history.profiles_before if history.params is p else None)
 
         # 3. pinned content first, then the steps that keep turns with evidence

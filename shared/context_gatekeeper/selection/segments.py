@@ -282,8 +282,9 @@ def gate_query(
     courtesy question ("Anything else?"), inputs of the fitted switch score.
     ``preference`` (with an embedder) gives, for the words' switch score (one of its inputs),
     the recent topic the query's meaning prefers, the fitted log-odds that the query is
-    about it and each input's part (:func:`semantic.topic_preference`): at 0 or more, and
-    with no cue, the query goes there -- continues it, or returns to it.
+    about it and each input's part (:func:`semantic.topic_preference`), or ``None`` where
+    the meaning prefers none; it is called only for a query with content and no switch or
+    return cue.  At 0 or more the query goes there -- continues it, or returns to it.
     ``profiles_at`` gives the topic profiles before a position (:data:`ProfilesAt`).
     """
     p = params
