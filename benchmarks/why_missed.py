@@ -37,7 +37,7 @@ from context_gatekeeper import ContextGatekeeper
 from context_gatekeeper.selection.records import Selection
 
 DATA = Path(__file__).resolve().parent / "data"
-FILES = {"interleaved": DATA / "interleaved.jsonl", "hard": DATA / "hard_cases.jsonl"}
+FILES = {"interleaved": DATA / "interleaved.jsonl", "hard": DATA / "hard_cases.jsonl", "service": DATA / "service_cases.jsonl"}
 """The hand-labelled sets: every turn's topic is labelled (``meta.topics``)."""
 
 
