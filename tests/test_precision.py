@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from context_gatekeeper import ContextGatekeeper, SelectionParams
 from context_gatekeeper.selection.cues import Cues
-from context_gatekeeper.selection.gate import GateFeatures, refer
+from context_gatekeeper.selection.gate import GateFeatures, acknowledges, refer
 from context_gatekeeper.selection.records import Evidence
 
 REDIS_1 = ("How long should a Redis lock TTL be?", "A few times the p99 of the critical section, renewed by a watchdog.")
@@ -139,6 +139,42 @@ def test_a_content_free_follow_up_keeps_the_active_topics_latest_turn(follow_up)
 def test_a_content_free_follow_up_in_chinese_keeps_its_topic():
     gk = chat(REDIS_1, *ASYNCIO)
     assert gk.explain("为什么？").turn_ids == (2, 3)
+
+
+HOTEL = [
+    ("I need a hotel in Edinburgh for 3 nights from June 12.", "Motel One Royal has rooms at £120 a night. Shall I book it?"),
+    ("Yes, book it for 2 adults.", "Booked: Motel One Royal, 12-15 June, 2 adults. Reference HX4471."),
+    ("Can we check in before noon?", "Early check-in from 10:00 costs £15; I can add it to the booking."),
+]
+
+
+@pytest.mark.parametrize("note", ["ok thanks", "Great, thanks so much!", "yes", "好的，谢谢", "嗯嗯，那就这样"])
+def test_an_acknowledgement_keeps_the_exchange_it_answers_and_nothing_else_of_the_topic(note):
+    gk = chat(*HOTEL)
+    selection = gk.explain(note)
+    assert selection.decision == "continue"
+    assert selection.turn_ids == (3,)  # not the opener, not the topic's other turns
+    (score,) = [s for s in selection.scores if s.kept]
+    assert score.reason == "follow-up" and score.evidence.reference
+
+
+@pytest.mark.parametrize("follow_up", ["Why?", "Tell me more", "ok, and the price?", "thanks?"])
+def test_a_follow_up_that_asks_for_more_still_keeps_the_topics_opener(follow_up):
+    assert 1 in chat(*HOTEL).explain(follow_up).turn_ids
+
+
+def test_an_acknowledgement_can_be_kept_as_any_follow_up():
+    params = SelectionParams(acknowledgement_keeps_last=False)
+    assert set(chat(*HOTEL, params=params).explain("ok thanks").turn_ids) > {3}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("OK, thank you very much.", True), ("yeah do it", True), ("先不用了，谢谢", True), ("哦哦明白了", True),
+    ("ok?", False), ("and thank you?", False), ("ok installing now", False), ("okapi", False), ("...", False),
+    ("", False), ("好的，那发票呢", False), ("Tell me more", False),
+])
+def test_acknowledges_reads_only_messages_that_ask_for_nothing(text, expected):
+    assert acknowledges(text) is expected
 
 
 # -- explain says the truth -----------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from .scoring import IDF_FORMULAS
 __all__ = [
     "Decision", "GateFeatures", "SWITCH_FEATURES", "anchor_weights", "gate_features", "switch_inputs",
     "switch_contributions", "decide", "refer",
-    "semantic_decide", "last_question", "is_courtesy", "asks_question", "closes_topic", "answers_assistant",
+    "semantic_decide", "last_question", "is_courtesy", "acknowledges", "asks_question", "closes_topic",
+    "answers_assistant",
 ]
 
 Decision = Literal["continue", "switch", "return"]
@@ -407,6 +408,40 @@ _COURTESY_ZH = re.compile(
     r"|(?:清楚|明白|懂)了?吗|有(?:没有)?帮助|有用吗|能帮到|解答了"
     r"|是否需要|需要(?:更多|进一步|详细|具体|举|例子|示例|代码|补充)|(?:了解|知道|看)更多"
 )
+
+
+# Acknowledgements: a user message made only of these (and punctuation) takes note of the
+# last answer, thanks for it or accepts its offer; it asks for nothing more.  Matched on the
+# whole message, lower-cased.  A documented, deliberately small list.
+_ACKNOWLEDGEMENT_EN = (
+    r"ok(?:ay)?|k|yes|yeah|yep|yup|sure|fine|good|great|cool|nice|perfect|awesome|excellent|brilliant|lovely"
+    r"|wonderful|alright|all\s+right|right|thanks|thank\s+you|thank\s+u|thx|ty|cheers|much|so|very|a\s+lot"
+    r"|got\s+it|sounds\s+good|that\s+works|works\s+for\s+me|will\s+do|noted|understood|i\s+see|makes\s+sense"
+    r"|no\s+problem|that'?s\s+all|that'?s\s+it|bye|goodbye|oh|ah|please|do\s+it|go\s+ahead"
+)
+_ACKNOWLEDGEMENT_ZH = (
+    r"好的?|好吧|好嘞|好滴|那好|行吧?|可以|嗯+|哦+|噢+|喔+|对的?|是的|明白了?|知道了|了解了?|收到|谢谢你?|谢了|多谢|感谢"
+    r"|辛苦了|那就好|那就这样|没问题|先?不用了|啦|呀|呢|哈+"
+)
+_WORD = re.compile(r"\w")
+_ACKNOWLEDGEMENT = re.compile(
+    rf"(?:(?:{_ACKNOWLEDGEMENT_EN})(?![\w'])|{_ACKNOWLEDGEMENT_ZH}|[\s,.!~，。！、…])+"
+)
+
+
+def acknowledges(message: str) -> bool:
+    """Whether a user message only acknowledges the last answer, thanks for it or accepts
+    its offer ("ok thanks", "Great, thanks so much", "yes", "好的谢谢", "嗯嗯，那就这样"): it
+    needs the exchange it answers, not the rest of the topic.  A question is never one
+    ("ok?", "and thank you?").
+
+    >>> acknowledges("Great, thanks so much!"), acknowledges("好的，谢谢啦")
+    (True, True)
+    >>> acknowledges("ok, and the price?"), acknowledges("thanks?"), acknowledges("好的，那发票呢")
+    (False, False, False)
+    """
+    text = message.strip().lower()
+    return _WORD.search(text) is not None and _ACKNOWLEDGEMENT.fullmatch(text) is not None
 
 
 def last_question(answer: str) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any
 from .anchors import extract
 from .cues import Cues, strip_cues
 from ..errors import BudgetError, InvalidTypeError
-from .gate import anchor_weights
+from .gate import acknowledges, anchor_weights
 from .history import TurnHistory, turn_texts as _turn_texts
 from .options import GateOptions, OnOverflow
 from .params import SelectionParams
@@ -390,6 +390,9 @@ class ContextGatekeeper(SemanticMethods):
         explicit_switch = decision == "switch" and bool(cues.switch)
         if over_budget:
             self._overflow(fixed, pinned, budget_total)
+        elif p.acknowledgement_keeps_last and acknowledges(query):
+            if decision == "continue":  # "ok thanks", "好的": the exchange it answers, nothing else
+                keep_follow_up(topic, p, kept, latest_only=True)
         elif not (explicit_switch and not p.keep_on_explicit_switch):
             already = {a for t in pinned for a in index.turns[t].anchors if a in coverable}
             target = p.coverage_target * coverable_weight

@@ -290,11 +290,12 @@ def keep_topic(
         kept.keep(history.order[position], "topic", Evidence(topic=topic))
 
 
-def keep_follow_up(topic: int | None, params: SelectionParams, kept: Kept) -> None:
+def keep_follow_up(topic: int | None, params: SelectionParams, kept: Kept, *, latest_only: bool = False) -> None:
     """For a reference or an elliptical follow-up ("Why?", "which one should I pick?",
     "它呢？"): the latest ``follow_up_turns`` turns of the active topic (every run of
     it), the turn that opened the topic, and the newest angle of its current run (the
-    turn that brought the most new content).
+    turn that brought the most new content); ``latest_only`` (an acknowledgement: "ok
+    thanks", "好的"): the latest turns alone.
 
     Such a query leans on the turn before it and on the turn that introduced the
     topic; neither need share its words.
@@ -304,7 +305,7 @@ def keep_follow_up(topic: int | None, params: SelectionParams, kept: Kept) -> No
     if not latest or topic is None:
         return
     wanted = list(latest[: params.follow_up_turns])
-    if params.keep_topic_opener:
+    if params.keep_topic_opener and not latest_only:
         wanted.append(topic)  # a topic's label is the position of the turn that opened it
         if params.keep_newest_angle:
             last = latest[0]
