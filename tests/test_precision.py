@@ -163,15 +163,35 @@ def test_a_follow_up_that_asks_for_more_still_keeps_the_topics_opener(follow_up)
     assert 1 in chat(*HOTEL).explain(follow_up).turn_ids
 
 
-def test_an_acknowledgement_can_be_kept_as_any_follow_up():
+def test_with_the_acknowledgement_rule_off_an_acknowledgement_also_keeps_the_topics_opener():
     params = SelectionParams(acknowledgement_keeps_last=False)
     assert set(chat(*HOTEL, params=params).explain("ok thanks").turn_ids) > {3}
+
+
+@pytest.mark.parametrize("note", ["perfect, thanks", "brilliant cheers"])
+def test_an_acknowledgement_whose_word_an_earlier_topic_holds_still_answers_the_latest_exchange(note):
+    weather = ("What's the weather in Tokyo on Saturday?", "Light rain, 14°C. Perfect for a museum day, brilliant cheers.")
+    gk = chat(weather, *HOTEL)
+    selection = gk.explain(note)
+    assert selection.decision == "continue"
+    assert selection.turn_ids == (4,)
+
+
+@pytest.mark.parametrize("text", ["嗯" * 70 + "x", "哈" * 70 + "？", "嗯嗯，" * 25 + "?", "ok " * 25 + "x"])
+def test_acknowledges_reads_long_runs_of_its_words_in_linear_time(text):
+    # each alternative is one fixed word: a run of 70 "嗯" split every possible way would never end
+    assert acknowledges(text) is False
+
+
+def test_a_long_message_is_never_an_acknowledgement():
+    assert not acknowledges("ok " * 100_000) and not acknowledges("好的" * 50)
 
 
 @pytest.mark.parametrize("text, expected", [
     ("OK, thank you very much.", True), ("yeah do it", True), ("先不用了，谢谢", True), ("哦哦明白了", True),
     ("ok?", False), ("and thank you?", False), ("ok installing now", False), ("okapi", False), ("...", False),
-    ("", False), ("好的，那发票呢", False), ("Tell me more", False),
+    ("", False), ("好的，那发票呢", False), ("Tell me more", False), ("so", False), ("哈哈", False),
+    ("yes, the second one", False), ("好的 170", False), ("no thanks", True), ("是的", True),
 ])
 def test_acknowledges_reads_only_messages_that_ask_for_nothing(text, expected):
     assert acknowledges(text) is expected

@@ -410,38 +410,51 @@ _COURTESY_ZH = re.compile(
 )
 
 
-# Acknowledgements: a user message made only of these (and punctuation) takes note of the
-# last answer, thanks for it or accepts its offer; it asks for nothing more.  Matched on the
-# whole message, lower-cased.  A documented, deliberately small list.
-_ACKNOWLEDGEMENT_EN = (
-    r"ok(?:ay)?|k|yes|yeah|yep|yup|sure|fine|good|great|cool|nice|perfect|awesome|excellent|brilliant|lovely"
-    r"|wonderful|alright|all\s+right|right|thanks|thank\s+you|thank\s+u|thx|ty|cheers|much|so|very|a\s+lot"
+# Acknowledgements: a user message made only of these words (at least one of them a head word,
+# not a filler such as "so" or "呢") and punctuation takes note of the last answer, thanks for it
+# or accepts its offer; it asks for nothing more.  Matched on the whole message, lower-cased.  A
+# documented, deliberately small list.  Every alternative matches one fixed word (no repetition
+# inside the repeated group), so a long run of "嗯" or "哈" is read in linear time.
+_ACK_HEADS_EN = (
+    r"ok|okay|k|yes|yeah|yep|yup|sure|fine|good|great|cool|nice|perfect|awesome|excellent|brilliant|lovely"
+    r"|wonderful|alright|all\s+right|right|thanks|thank\s+you|thank\s+u|thx|ty|cheers"
     r"|got\s+it|sounds\s+good|that\s+works|works\s+for\s+me|will\s+do|noted|understood|i\s+see|makes\s+sense"
-    r"|no\s+problem|that'?s\s+all|that'?s\s+it|bye|goodbye|oh|ah|please|do\s+it|go\s+ahead"
+    r"|no\s+problem|no\s+thanks|no\s+need|that'?s\s+all|that'?s\s+it|bye|goodbye|do\s+it|go\s+ahead"
 )
-_ACKNOWLEDGEMENT_ZH = (
-    r"好的?|好吧|好嘞|好滴|那好|行吧?|可以|嗯+|哦+|噢+|喔+|对的?|是的|明白了?|知道了|了解了?|收到|谢谢你?|谢了|多谢|感谢"
-    r"|辛苦了|那就好|那就这样|没问题|先?不用了|啦|呀|呢|哈+"
+_ACK_FILLERS_EN = r"so|much|very|a\s+lot|please|oh|ah"
+_ACK_HEADS_ZH = (
+    r"好的|好吧|好嘞|好滴|那好|好|行吧|行|可以的|可以吧|可以|对的|对|是的|是|明白了|明白|知道了|了解了|了解|收到"
+    r"|谢谢你|谢谢|谢了|多谢|感谢|辛苦了|那就好|那就这样|没问题|先不用了|不用了"
 )
+_ACK_FILLERS_ZH = r"嗯|哦|噢|喔|哈|啦|呀|呢"
+_ACK_LONGEST = 80
+"""Characters beyond which a message is never read as an acknowledgement (they are short)."""
 _WORD = re.compile(r"\w")
 _ACKNOWLEDGEMENT = re.compile(
-    rf"(?:(?:{_ACKNOWLEDGEMENT_EN})(?![\w'])|{_ACKNOWLEDGEMENT_ZH}|[\s,.!~，。！、…])+"
+    rf"(?:(?:{_ACK_HEADS_EN}|{_ACK_FILLERS_EN})(?![\w'])|{_ACK_HEADS_ZH}|{_ACK_FILLERS_ZH}|[\s,.!~，。！、…])+"
 )
+_ACK_HEAD = re.compile(rf"(?<![\w'])(?:{_ACK_HEADS_EN})(?![\w'])|{_ACK_HEADS_ZH}")
 
 
 def acknowledges(message: str) -> bool:
     """Whether a user message only acknowledges the last answer, thanks for it or accepts
     its offer ("ok thanks", "Great, thanks so much", "yes", "好的谢谢", "嗯嗯，那就这样"): it
-    needs the exchange it answers, not the rest of the topic.  A question is never one
-    ("ok?", "and thank you?").
+    needs the exchange it answers, not the rest of the topic, and never opens a topic.  A
+    question is never one ("ok?", "and thank you?"), nor a message of fillers alone ("so",
+    "哈哈"), nor one longer than a few words.
 
     >>> acknowledges("Great, thanks so much!"), acknowledges("好的，谢谢啦")
     (True, True)
-    >>> acknowledges("ok, and the price?"), acknowledges("thanks?"), acknowledges("好的，那发票呢")
-    (False, False, False)
+    >>> acknowledges("ok, and the price?"), acknowledges("thanks?"), acknowledges("好的，那发票呢"), acknowledges("so")
+    (False, False, False, False)
     """
+    if len(message) > 2 * _ACK_LONGEST:  # (no need to lower a long text to know)
+        return False
     text = message.strip().lower()
-    return _WORD.search(text) is not None and _ACKNOWLEDGEMENT.fullmatch(text) is not None
+    return (
+        len(text) <= _ACK_LONGEST and _WORD.search(text) is not None
+        and _ACKNOWLEDGEMENT.fullmatch(text) is not None and _ACK_HEAD.search(text) is not None
+    )
 
 
 def last_question(answer: str) -> str | None:

@@ -365,6 +365,9 @@ class ContextGatekeeper(SemanticMethods):
             replying=view is not None and asks, closing=closes, asks=asks,
             preference=preference if view is not None else None,
             profiles_at=history.profiles_before if history.params is p else None)
+        noted = bool(labels) and p.acknowledgement_keeps_last and acknowledges(query)
+        if noted:  # "ok thanks", "好的": it answers the latest exchange, whatever its words match
+            decision, topic = "continue", labels[-1]
 
         # 3. pinned content first, then the steps that keep turns with evidence
         fixed = sum(self._fixed_costs.values())
@@ -390,9 +393,8 @@ class ContextGatekeeper(SemanticMethods):
         explicit_switch = decision == "switch" and bool(cues.switch)
         if over_budget:
             self._overflow(fixed, pinned, budget_total)
-        elif p.acknowledgement_keeps_last and acknowledges(query):
-            if decision == "continue":  # "ok thanks", "好的": the exchange it answers, nothing else
-                keep_follow_up(topic, p, kept, latest_only=True)
+        elif noted:  # the exchange it answers, nothing else
+            keep_follow_up(topic, p, kept, latest_only=True)
         elif not (explicit_switch and not p.keep_on_explicit_switch):
             already = {a for t in pinned for a in index.turns[t].anchors if a in coverable}
             target = p.coverage_target * coverable_weight
