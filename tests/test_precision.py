@@ -163,6 +163,18 @@ def test_a_follow_up_that_asks_for_more_still_keeps_the_topics_opener(follow_up)
     assert 1 in chat(*HOTEL).explain(follow_up).turn_ids
 
 
+@pytest.mark.parametrize("confirmation", ["yes", "ok", "好的"])
+def test_a_yes_to_a_question_is_a_reply_that_keeps_what_the_action_needs(confirmation):
+    # "Shall I book it?" -- "yes": the dates and guests of the booking it confirms lie in the opening turn
+    gk = chat(
+        ("I need a hotel in Edinburgh for 3 nights from June 12, 2 adults.", "Motel One Royal has rooms at £120 a night."),
+        ("Is Motel One Royal close to Waverley station?", "Motel One Royal is a 3-minute walk from Waverley. Shall I book it?"),
+    )
+    selection = gk.explain(confirmation)
+    assert selection.decision == "continue"
+    assert selection.turn_ids == (1, 2)
+
+
 def test_with_the_acknowledgement_rule_off_an_acknowledgement_also_keeps_the_topics_opener():
     params = SelectionParams(acknowledgement_keeps_last=False)
     assert set(chat(*HOTEL, params=params).explain("ok thanks").turn_ids) > {3}

@@ -365,8 +365,11 @@ class ContextGatekeeper(SemanticMethods):
             replying=view is not None and asks, closing=closes, asks=asks,
             preference=preference if view is not None else None,
             profiles_at=history.profiles_before if history.params is p else None)
-        noted = bool(labels) and p.acknowledgement_keeps_last and acknowledges(query)
-        if noted:  # "ok thanks", "好的": it answers the latest exchange, whatever its words match
+        # "ok thanks", "好的" after an answer that asks nothing: it takes note of the latest exchange,
+        # whatever its words match ("yes" to "Shall I book it for 12-15 June?" is a reply instead: the
+        # action it confirms may need the topic's earlier turns)
+        noted = bool(labels) and not asks and p.acknowledgement_keeps_last and acknowledges(query)
+        if noted:
             decision, topic = "continue", labels[-1]
 
         # 3. pinned content first, then the steps that keep turns with evidence
