@@ -429,7 +429,6 @@ _ACK_HEADS_ZH = (
 _ACK_FILLERS_ZH = r"嗯|哦|噢|喔|哈|啦|呀|呢"
 _ACK_LONGEST = 80
 """Characters beyond which a message is never read as an acknowledgement (they are short)."""
-_WORD = re.compile(r"\w")
 _ACKNOWLEDGEMENT = re.compile(
     rf"(?:(?:{_ACK_HEADS_EN}|{_ACK_FILLERS_EN})(?![\w'])|{_ACK_HEADS_ZH}|{_ACK_FILLERS_ZH}|[\s,.!~，。！、…])+"
 )
@@ -448,13 +447,11 @@ def acknowledges(message: str) -> bool:
     >>> acknowledges("ok, and the price?"), acknowledges("thanks?"), acknowledges("好的，那发票呢"), acknowledges("so")
     (False, False, False, False)
     """
-    if len(message) > 2 * _ACK_LONGEST:  # (no need to lower a long text to know)
+    text = message.strip()
+    if len(text) > _ACK_LONGEST:
         return False
-    text = message.strip().lower()
-    return (
-        len(text) <= _ACK_LONGEST and _WORD.search(text) is not None
-        and _ACKNOWLEDGEMENT.fullmatch(text) is not None and _ACK_HEAD.search(text) is not None
-    )
+    text = text.lower()  # (a head word is a word: punctuation alone is none)
+    return _ACKNOWLEDGEMENT.fullmatch(text) is not None and _ACK_HEAD.search(text) is not None
 
 
 def last_question(answer: str) -> str | None:
