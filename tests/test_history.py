@@ -239,7 +239,8 @@ def test_kept_topic_profiles_are_what_a_fresh_computation_gives(monkeypatch: pyt
     check()
 
 
-WORDS = ["redis", "lock", "ttl", "espresso", "grind", "moka", "postgres", "vacuum", "it", "by the way", "back to", "这个", "索引"]
+WORDS = ["redis", "lock", "ttl", "espresso", "grind", "moka", "postgres", "vacuum", "it", "by the way", "back to", "这个", "索引",
+         "ok thanks", "好的", "shall I book it?"]  # acknowledgements, and an answer that asks
 
 
 def _turns(min_size: int = 0) -> Any:

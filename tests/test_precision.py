@@ -189,6 +189,22 @@ def test_an_acknowledgement_whose_word_an_earlier_topic_holds_still_answers_the_
     assert selection.turn_ids == (4,)
 
 
+@pytest.mark.parametrize("note", ["perfect, thanks", "brilliant cheers"])
+def test_an_acknowledgement_in_the_history_stays_with_the_exchange_it_answered(note):
+    # segmentation reads it as the query gate does: not as a return to the weather turn's "perfect"
+    weather = ("What's the weather in Tokyo on Saturday?", "Light rain, 14°C. Perfect for a museum day, brilliant cheers.")
+    gk = chat(weather, *HOTEL, (note, "You are welcome."))
+    assert gk.topics() == {0: (1,), 1: (2, 3, 4, 5)}
+    assert 1 not in gk.explain("Is there a late checkout option?").turn_ids
+
+
+def test_with_the_acknowledgement_rule_off_the_history_files_an_acknowledgement_by_its_words():
+    weather = ("What's the weather in Tokyo on Saturday?", "Light rain, 14°C. Perfect for a museum day, brilliant cheers.")
+    gk = chat(weather, *HOTEL, ("perfect, thanks", "You are welcome."),
+              params=SelectionParams(acknowledgement_keeps_last=False))
+    assert gk.topics() == {0: (1, 5), 1: (2, 3, 4)}
+
+
 @pytest.mark.parametrize("text", ["嗯" * 70 + "x", "哈" * 70 + "？", "嗯嗯，" * 25 + "?", "ok " * 25 + "x"])
 def test_acknowledges_reads_long_runs_of_its_words_in_linear_time(text):
     # each alternative is one fixed word: a run of 70 "嗯" split every possible way would never end

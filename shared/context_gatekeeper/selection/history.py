@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, cast, overload
 from ..caching import BoundedCache, text_key
 from .anchors import TextAnchors, _token_anchors, extract, has_cjk
 from .cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, strip_cues
-from .gate import is_courtesy, last_question
+from .gate import acknowledges, is_courtesy, last_question
 
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
 from .index import AnchorIndex, TurnPostings
@@ -151,7 +151,7 @@ def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_qu
         postings = AnchorIndex.postings_of(user_anchors, answer_anchors)
         anchors = postings.turn.anchors
         answered = len(anchors) > len(user_anchors.counts)  # the answer brought anchors of its own
-        segment = SegmentInput(query_anchors, cues, anchors, answered, asks, closes)
+        segment = SegmentInput(query_anchors, cues, anchors, answered, asks, closes, acknowledges(user))
         return PreparedTurn(user_anchors, postings, segment, text_key(user_key + answer_key))
 
     return _prepared.get_or_compute((max_query_chars, user, assistant, tool_texts), compute)

@@ -56,6 +56,8 @@ class SegmentInput:
         asks, closes: the turn's answer ends with a genuine question to the user, or with a
             courtesy question ("Anything else?"): inputs of the switch score when the next
             turn is gated, as at query time (:func:`gate.asks_question`, :func:`gate.closes_topic`).
+        acknowledges: the user message only acknowledges the answer before it ("ok thanks",
+            "好的谢谢"; :func:`gate.acknowledges`).
     """
 
     user: tuple[str, ...]
@@ -64,6 +66,7 @@ class SegmentInput:
     answered: bool = False
     asks: bool = False
     closes: bool = False
+    acknowledges: bool = False
 
 
 def topic_profiles(
@@ -195,6 +198,9 @@ def next_label(
     """Topic label of the turn at ``position``, given the labels before it, and the new
     content its user message brought (the gate's ``new_weight``).
 
+    A message that only acknowledges an answer that asks nothing ("ok thanks";
+    :attr:`SelectionParams.acknowledgement_keeps_last`) continues the topic of the turn
+    before it and brings nothing new, as the query-time gate reads it.
     A return (by cue or by words) takes the label of the topic it returns to: the
     recent topic its words match, else the previous topic.  Otherwise the whole turn,
     its answer included, is measured against each recent topic (its *affinity*; the
@@ -214,6 +220,8 @@ def next_label(
     if position == 0:
         return 0, 0.0
     turn = turns[position]
+    if turn.acknowledges and params.acknowledgement_keeps_last and not turns[position - 1].asks:
+        return labels[position - 1], 0.0  # it takes note of the exchange before it, as at query time
     every, exact = _weights_and_exact(turn.anchors, df, position, params)  # the user's words' weights among them
     gated = _gate_turn(labels, turns, position, df, params, every, profiles_at)
     features, active = gated.features, labels[position - 1]
