@@ -9,7 +9,10 @@ default), the library's ``explain()`` is run as ``quality.py`` runs it, and
   chose: ``under-keep``; ``split`` when the needed turns lie in several of the
   segmentation's topics, one of them chosen), with the reason ``explain()`` gives for it;
 * each kept turn of another topic (the labels' ``off_topic_turns``) is put down to the step
-  that kept it (``coverage``, ``topic``, ``follow-up``, ``fill``, ``neighbour``, ...).
+  that kept it (``coverage``, ``topic``, ``follow-up``, ``fill``, ``neighbour``, ...);
+* the segmentation of each chat's longest history is set against its labelled topics: the
+  share of adjacent turns where both say "same topic" or both say "new topic", and the F1 of
+  the segmentation's topic changes (:func:`boundary_agreement`).
 
 Usage (from the repository root)::
 
@@ -74,6 +77,18 @@ def causes(case: dict, budget: int, embedder: Any = None) -> tuple[list[str], li
     return missed, polluted, selection, labels
 
 
+def boundary_agreement(labels: list[int], topics: list[str]) -> tuple[int, int, int, int, int]:
+    """``(pairs, agreeing pairs, true changes, false changes, missed changes)`` over the adjacent
+    turns of one chat: a pair agrees when the segmentation's labels and the gold topics both
+    stay or both change."""
+    pairs, agree, tp, fp, fn = max(0, min(len(labels), len(topics)) - 1), 0, 0, 0, 0
+    for i in range(1, pairs + 1):
+        gold, found = topics[i] != topics[i - 1], labels[i] != labels[i - 1]
+        agree += gold == found
+        tp, fp, fn = tp + (gold and found), fp + (found and not gold), fn + (gold and not found)
+    return pairs, agree, tp, fp, fn
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=("A", "B"), default="A")
@@ -95,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds: set[str] = set(filter(None, args.kinds.split(",")))
     missed_by: Counter[tuple[str, str, str]] = Counter()
     polluted_by: Counter[tuple[str, str, str]] = Counter()
+    longest: dict[tuple[str, str], tuple[int, list[int], list[str]]] = {}  # each chat's longest history
     for name in args.datasets.split(","):
         for case in split_half(load_cases(FILES[name]), args.half):
             kind = case["meta"]["kind"]
@@ -103,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             missed, polluted, selection, labels = causes(case, args.budget, embedder)
             missed_by.update((name, kind, m) for m in missed)
             polluted_by.update((name, kind, p) for p in polluted)
+            key, size = (name, case["conv_id"]), len(case["turns"])
+            if size >= longest.get(key, (0, [], []))[0]:
+                longest[key] = size, labels, case["meta"]["topics"]
             if args.cases and (missed or polluted):
                 print_case(case, selection, labels, missed, polluted)
     print(f"needed turns not kept (half {args.half}, budget {args.budget}):")
@@ -111,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     print("off-topic turns kept, by decision / the step that kept them:")
     for (name, kind, cause), n in sorted(polluted_by.items()):
         print(f"  {name:12s} {kind:18s} {cause:60s} {n}")
+    print("segmentation against the labelled topics (each chat's longest history, adjacent turns):")
+    for name in args.datasets.split(","):
+        found = [boundary_agreement(labels, topics) for (n, _), (_, labels, topics) in longest.items() if n == name]
+        pairs, agree, tp, fp, fn = (sum(column) for column in zip(*found)) if found else (0, 0, 0, 0, 0)
+        f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
+        print(f"  {name:12s} agree {agree} of {pairs} ({agree / max(pairs, 1):.3f}); topic changes F1 {f1:.3f} "
+              f"({tp} found, {fp} false, {fn} missed)")
     return 0
 
 
