@@ -362,3 +362,26 @@ def test_the_listed_cues_anchors_are_computed_once_alike() -> None:
     """``_ANCHORED_CUES`` holds, for each listed cue, whether a word of it has an anchor."""
     assert history._ANCHORED_CUES["back to"] and not history._ANCHORED_CUES["by the way"]
     assert all(value == history._cue_has_anchor(cue) for cue, value in history._ANCHORED_CUES.items())
+
+
+def test_a_turn_whose_question_sits_in_a_tool_text_is_not_labelled_from_the_same_turn_without_tools() -> None:
+    """The answer's ending (does it ask?) is read from the assistant text alone, so the label
+    cache, shared by every history in the process, must not take one of these turns for the
+    other: whichever is segmented first, each history's labels are its own from scratch."""
+    from context_gatekeeper.selection.segments import segment_all
+
+    weather = ("What's the weather in Tokyo on Saturday?", "Light rain, 14°C. Perfect for a museum day.")
+    hotel = ("I need a hotel in Edinburgh for 3 nights.", "Motel One Royal has rooms at £120 a night.")
+    asked = {"assistant": "Rooms free. Shall I book it?", "tool_texts": ()}
+    in_a_tool = {"assistant": "", "tool_texts": ("Rooms free. Shall I book it?",)}
+    for order in ((asked, in_a_tool), (in_a_tool, asked)):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(history, "_labels", BoundedCache(maxsize=1000))
+            for turn in order:
+                gk = ContextGatekeeper(token_budget=2000)
+                gk.add_turn(*weather)
+                gk.add_turn(*hotel)
+                gk.add_turn("Any availability on the 12th?", turn["assistant"], tool_texts=turn["tool_texts"])
+                gk.add_turn("perfect, thanks", "You are welcome.")
+                h = gk._history
+                assert (h.labels, h.novelty) == segment_all([h.inputs[t] for t in h.order], h.params)

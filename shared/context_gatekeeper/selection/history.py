@@ -132,7 +132,8 @@ class PreparedTurn(NamedTuple):
     segment: SegmentInput
     """The turn's segmentation input."""
     key: str
-    """A key of the turn's texts (what :attr:`TurnHistory.chain` is made of)."""
+    """A key of the turn's texts, telling the assistant text from tool texts (what
+    :attr:`TurnHistory.chain` is made of)."""
 
 
 _prepared: BoundedCache[tuple[int, str, str, tuple[str, ...]], PreparedTurn] = BoundedCache(maxsize=PREPARED_CACHE_SIZE)
@@ -152,7 +153,11 @@ def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_qu
         anchors = postings.turn.anchors
         answered = len(anchors) > len(user_anchors.counts)  # the answer brought anchors of its own
         segment = SegmentInput(query_anchors, cues, anchors, answered, asks, closes, acknowledges(user))
-        return PreparedTurn(user_anchors, postings, segment, text_key(user_key + answer_key))
+        # the answer's ending (asks, closes) is read from the assistant text alone: with tool
+        # texts its own key joins the turn's, so the same words split differently between the
+        # assistant and a tool are another turn to the label cache
+        named = user_key + answer_key + (text_key(assistant) if tool_texts else "")
+        return PreparedTurn(user_anchors, postings, segment, text_key(named))
 
     return _prepared.get_or_compute((max_query_chars, user, assistant, tool_texts), compute)
 
