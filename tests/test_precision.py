@@ -195,7 +195,19 @@ def test_an_acknowledgement_in_the_history_stays_with_the_exchange_it_answered(n
     weather = ("What's the weather in Tokyo on Saturday?", "Light rain, 14°C. Perfect for a museum day, brilliant cheers.")
     gk = chat(weather, *HOTEL, (note, "You are welcome."))
     assert gk.topics() == {0: (1,), 1: (2, 3, 4, 5)}
+    assert gk._history.novelty[4] == 0.0  # it brings nothing new: never a topic's newest angle
     assert 1 not in gk.explain("Is there a late checkout option?").turn_ids
+
+
+def test_after_a_question_an_acknowledgement_in_the_history_is_segmented_as_any_reply():
+    # as at query time: "perfect, thanks" to "Shall I book it?" is a reply, gated by its words
+    weather = ("What's the weather in Tokyo on Saturday?", "Light rain, 14°C. Perfect for a museum day, brilliant cheers.")
+    asked = ("Is Motel One Royal close to Waverley?", "A 3-minute walk. Shall I book it?")
+    turns = (weather, *HOTEL, asked, ("perfect, thanks", "Booked."))
+    on = chat(*turns)
+    off = chat(*turns, params=SelectionParams(acknowledgement_keeps_last=False))
+    assert on.topics() == off.topics()
+    assert on._history.novelty == off._history.novelty
 
 
 def test_with_the_acknowledgement_rule_off_the_history_files_an_acknowledgement_by_its_words():
