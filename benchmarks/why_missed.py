@@ -130,12 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     print("off-topic turns kept, by decision / the step that kept them:")
     for (name, kind, cause), n in sorted(polluted_by.items()):
         print(f"  {name:12s} {kind:18s} {cause:60s} {n}")
-    print("segmentation against the labelled topics (each chat's longest history, adjacent turns):")
+    print("segmentation against the labelled topics (each chat's longest history among the cases read, "
+          "adjacent turns):")
     for name in args.datasets.split(","):
         found = [boundary_agreement(labels, topics) for (n, _), (_, labels, topics) in longest.items() if n == name]
         pairs, agree, tp, fp, fn = (sum(column) for column in zip(*found)) if found else (0, 0, 0, 0, 0)
-        f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
-        print(f"  {name:12s} agree {agree} of {pairs} ({agree / max(pairs, 1):.3f}); topic changes F1 {f1:.3f} "
+        f1 = f"{2 * tp / (2 * tp + fp + fn):.3f}" if tp + fp + fn else "-"  # (no change on either side)
+        print(f"  {name:12s} agree {agree} of {pairs} ({agree / max(pairs, 1):.3f}); topic changes F1 {f1} "
               f"({tp} found, {fp} false, {fn} missed)")
     return 0
 
