@@ -26,8 +26,8 @@ from .scoring import IDF_FORMULAS
 __all__ = [
     "Decision", "GateFeatures", "SWITCH_FEATURES", "anchor_weights", "gate_features", "switch_inputs",
     "switch_contributions", "decide", "refer",
-    "semantic_decide", "last_question", "is_courtesy", "acknowledges", "asks_question", "closes_topic",
-    "answers_assistant",
+    "semantic_decide", "last_question", "is_courtesy", "acknowledges", "takes_note", "asks_question",
+    "closes_topic", "answers_assistant",
 ]
 
 Decision = Literal["continue", "switch", "return"]
@@ -452,6 +452,16 @@ def acknowledges(message: str) -> bool:
         return False
     text = text.lower()  # (a head word is a word: punctuation alone is none)
     return _ACKNOWLEDGEMENT.fullmatch(text) is not None and _ACK_HEAD.search(text) is not None
+
+
+def takes_note(acknowledgement: bool, answer_asks: bool, params: SelectionParams) -> bool:
+    """Whether a user message takes note of the exchange before it, and so belongs to its
+    topic and needs nothing else of it: it only acknowledges (``acknowledgement``, what
+    :func:`acknowledges` says of it) an answer that asks nothing (``answer_asks``: after
+    "Shall I book it?" a "yes" is a reply), under
+    :attr:`SelectionParams.acknowledgement_keeps_last`.  The query gate and segmentation
+    both ask this, so a message reads the same as a query and later in the history."""
+    return acknowledgement and not answer_asks and params.acknowledgement_keeps_last
 
 
 def last_question(answer: str) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any
 from .anchors import extract
 from .cues import Cues, strip_cues
 from ..errors import BudgetError, InvalidTypeError
-from .gate import acknowledges, anchor_weights
+from .gate import acknowledges, anchor_weights, takes_note
 from .history import TurnHistory, turn_texts as _turn_texts
 from .options import GateOptions, OnOverflow
 from .params import SelectionParams
@@ -368,7 +368,7 @@ class ContextGatekeeper(SemanticMethods):
         # "ok thanks", "好的" after an answer that asks nothing: it takes note of the latest exchange,
         # whatever its words match ("yes" to "Shall I book it for 12-15 June?" is a reply instead: the
         # action it confirms may need the topic's earlier turns)
-        noted = bool(labels) and not asks and p.acknowledgement_keeps_last and acknowledges(query)
+        noted = bool(labels) and takes_note(acknowledges(query), asks, p)
         if noted:
             decision, topic = "continue", labels[-1]
 

@@ -230,8 +230,8 @@ class SelectionParams:
     history's acknowledgements so too: precision / off-topic 0.432 / 0.306 -> 0.438 /
     0.298, topic boundaries agreeing with the labelled ones at 0.827 of adjacent turns
     instead of 0.809; on the validation half off-topic 0.345 -> 0.331 and recall 0.800 ->
-    0.795.  No other retrieval set holds such
-    messages; CrossWOZ and TIAGE do, and their switch F1 did not move.)"""
+    0.795.  No other retrieval set holds such messages; CrossWOZ and TIAGE do, and their
+    switch F1 did not move.)"""
     topic_turns: int = 1
     """On a continue, the most recent turns of the active topic kept whatever their
     words (the conversation's immediate context)."""

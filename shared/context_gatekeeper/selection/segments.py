@@ -26,7 +26,7 @@ from .anchors import AnchorKind, anchor_kind
 from .cues import Cues
 from .gate import (
     Decision, GateFeatures, _weights_and_exact, anchor_weights, answers_assistant, decide, gate_features, refer,
-    semantic_decide,
+    semantic_decide, takes_note,
 )
 from .params import SelectionParams
 
@@ -220,8 +220,8 @@ def next_label(
     if position == 0:
         return 0, 0.0
     turn = turns[position]
-    if turn.acknowledges and params.acknowledgement_keeps_last and not turns[position - 1].asks:
-        return labels[position - 1], 0.0  # it takes note of the exchange before it, as at query time
+    if takes_note(turn.acknowledges, turns[position - 1].asks, params):
+        return labels[position - 1], 0.0  # as the query gate reads it
     every, exact = _weights_and_exact(turn.anchors, df, position, params)  # the user's words' weights among them
     gated = _gate_turn(labels, turns, position, df, params, every, profiles_at)
     features, active = gated.features, labels[position - 1]
