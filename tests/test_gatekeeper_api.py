@@ -192,6 +192,54 @@ def test_params_override_keywords_and_object() -> None:
     assert gk.params.top_m == 7 and gk.params.recency_weight == 0.0
 
 
+def test_assigning_params_segments_the_turns_again_as_a_gatekeeper_built_with_them() -> None:
+    turns = [("How do I renew a Redis lock TTL?", "With a watchdog thread that extends the expiry."),
+             ("What grind for espresso in a V60?", "Medium fine, like table salt."),
+             ("And how long should the lock TTL be?", "Longer than the longest job."),
+             ("Which espresso beans roast?", "A light roast.")]
+    other = SelectionParams(topic_affinity=0.9, topic_lookback=1, max_query_chars=12)
+    live = make(token_budget=2000)
+    for turn in turns[:2]:
+        live.add_turn(*turn)
+    before = live.segments()
+    live.params = other
+    for turn in turns[2:]:
+        live.add_turn(*turn)
+    built = make(token_budget=2000, params=other)
+    for turn in turns:
+        built.add_turn(*turn)
+    assert live.params is other and before == [(1,), (2,)]
+    assert live.segments() == built.segments() == [(1,), (2,), (3,), (4,)]  # a chain by default: [(1, 3), (2, 4)]
+    query = "how long is the redis lock ttl?"
+    assert (live.explain(query).turn_ids, live.explain(query).topic) == (built.explain(query).turn_ids, built.explain(query).topic)
+
+
+def test_params_must_be_selection_params_and_a_refused_assignment_changes_nothing() -> None:
+    gk = make()
+    gk.add_turn("How do I renew a Redis lock TTL?", "With a watchdog.")
+    params = gk.params
+    with pytest.raises(GatekeeperError, match="SelectionParams"):
+        gk.params = {"top_m": 3}  # type: ignore[assignment]
+    assert gk.params is params
+
+
+def test_a_token_counter_failing_on_a_new_system_prompt_leaves_the_old_prompt_and_its_cost() -> None:
+    def counter(text: str) -> int:
+        if "BOOM" in text:
+            raise RuntimeError("tokenizer failed")
+        return words(text)
+
+    gk = make(token_budget=100, token_counter=counter, system_prompt="be brief")
+    gk.add_turn("How do I renew a Redis lock TTL?", "With a watchdog.")
+    kept = gk.explain("redis lock ttl?").tokens_kept
+    with pytest.raises(RuntimeError, match="tokenizer failed"):
+        gk.system_prompt = "BOOM " + "word " * 500
+    with pytest.raises(RuntimeError, match="tokenizer failed"):
+        gk.summary = "BOOM"
+    assert (gk.system_prompt, gk.summary) == ("be brief", None)
+    assert gk.explain("redis lock ttl?").tokens_kept == kept
+
+
 def test_turn_cost_counts_text_tools_and_per_message_overhead() -> None:
     gk = make(message_overhead=3)
     turn_id = gk.add_turn("one two", "three", tool_texts=["four five six"])

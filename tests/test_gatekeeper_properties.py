@@ -81,6 +81,48 @@ def test_incremental_updates_equal_a_rebuild_from_scratch(ops, query) -> None:
     mine, theirs = gk.explain(query), fresh.explain(query)
     assert [mapping[t] for t in mine.turn_ids] == list(theirs.turn_ids)
     assert (mine.decision, mine.tokens_kept, mine.tokens_total) == (theirs.decision, theirs.tokens_kept, theirs.tokens_total)
+    assert (mine.topic is None) == (theirs.topic is None)
+    if mine.topic is not None:  # a topic's label is the position of the turn that opened it
+        assert mine.topic == theirs.topic
+
+
+TIED = [
+    ("What grind for espresso in a V60?", "Medium fine, like table salt."),
+    ("Which espresso beans roast?", "A light roast."),
+    ("By the way, how do I measure kafka consumer lag?", "Run the groups tool with describe."),
+    ("Which partition lags the most there?", "Partition 7 of the groups tool output."),
+    ("By the way, a hotel in Edinburgh for 3 nights?", "Motel One Royal, 120 a night."),
+    ("Is the Edinburgh hotel near the castle?", "Ten minutes on foot."),
+    ("By the way, how do I renew a Redis lock TTL?", "With a watchdog thread."),
+    ("How long should the Redis lock TTL be?", "Longer than the longest job."),
+    ("By the way, what is a Python TaskGroup?", "An asyncio scope."),
+    ("Does the TaskGroup cancel its siblings?", "Yes, on the first failure."),
+    ("By the way, what should I watch on our streaming cluster?", "Watch the kafka consumer lag closely."),
+    ("Should the streaming cluster page someone?", "Yes, page the on-call at night."),
+    ("By the way, any tips for sourdough starter?", "Feed it daily."),
+]
+"""Two earlier topics (positions 2 and 10) holding the query's words in equal shares."""
+
+
+def test_the_same_turns_select_the_same_whatever_order_they_were_built_in() -> None:
+    appended = new(2000)
+    for turn in TIED:
+        appended.add_turn(*turn)
+    inserted = new(2000)  # the middle turn first, the others inserted around it
+    middle = inserted.add_turn(*TIED[10])
+    inserted.insert_turns(None, TIED[:10])
+    inserted.insert_turns(middle, TIED[11:])
+    resaved = new(2000)  # appended, then one turn saved again with its own texts
+    ids = [resaved.add_turn(*turn) for turn in TIED]
+    resaved.replace_turn(ids[2], *TIED[2])
+    seen = set()
+    for gk in (appended, inserted, resaved):
+        assert [(t.user, t.assistant) for t in gk.turns] == TIED
+        position = {t.id: i for i, t in enumerate(gk.turns)}
+        selection = gk.explain("back to kafka consumer lag")
+        seen.add((selection.decision, selection.topic, tuple(position[t] for t in selection.turn_ids)))
+    assert len(seen) == 1, seen
+    assert next(iter(seen))[:2] == ("return", 2)  # a tie goes to the older topic
 
 
 @SETTINGS

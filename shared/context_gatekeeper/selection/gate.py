@@ -367,7 +367,10 @@ def refer(
         return "switch", None
     if f.query_weight <= 0:
         return "continue", active
-    best, best_share = max(shares.items(), key=lambda item: (item[1], item[0] == active), default=(None, 0.0))
+    # ties: the active topic, then the oldest topic (the lower label: the one an appended chat's index meets
+    # first, which is what was measured); never the order the shares were summed in, which follows how the
+    # turns entered the index and so differs between two builds of the same turns
+    best, best_share = max(shares.items(), key=lambda item: (item[1], item[0] == active, -item[0]), default=(None, 0.0))
     active_share = max(shares.get(active, 0.0), f.overlap)
     needed = p.reference_match_share if decision == "continue" and f.cues.points_back else p.topic_match_share
     if best is not None and best != active and best_share >= needed and best_share > active_share:

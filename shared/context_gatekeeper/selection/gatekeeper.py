@@ -129,19 +129,35 @@ class ContextGatekeeper(SemanticMethods):
         self.options = options
         """The checked settings this gatekeeper was built with (:class:`GateOptions`)."""
         self.token_budget = options.token_budget
-        self.params = options.params
         self.on_overflow: OnOverflow = options.overflow("raise")
         self.message_overhead = options.message_overhead
         self._count = options.count
         self._lock = threading.RLock()
         self._warned_overflow = False
-        self._history = TurnHistory(_TurnCost(self), self.params)
+        self._history = TurnHistory(_TurnCost(self), options.params)
         self._semantic = self._semantic_channel(options.resolved_embedder, options.vector_cache, options.embed_timeout)
         self._pinned: set[int] = set()
         self._system_prompt: str | None = None
         self._summary: str | None = None
         self._fixed_costs = {"system_prompt": 0, "summary": 0}
         self.system_prompt = system_prompt
+
+    @property
+    def params(self) -> SelectionParams:
+        """Every weight and threshold selection uses (:class:`SelectionParams`).  Assigning new
+        parameters segments the turns again with them (the topic labels depend on them), as a
+        gatekeeper built with them would have; ``explain`` uses them from the next call."""
+        return self._history.params
+
+    @params.setter
+    def params(self, params: SelectionParams) -> None:
+        if not isinstance(params, SelectionParams):
+            raise InvalidTypeError(
+                f"params must be a SelectionParams, not {type(params).__name__}; "
+                "build one with SelectionParams(...), SelectionParams.preset(name) or gatekeeper.params.with_(...)"
+            )
+        with self._lock:
+            self._history.use_params(params)
 
     # -- pinned content -----------------------------------------------------------------
     @property
@@ -165,9 +181,11 @@ class ContextGatekeeper(SemanticMethods):
     def _set_fixed(self, name: str, text: str | None) -> None:
         if text is not None:
             text = require_text(text, name)
+        # counted before anything changes: a token counter that raises leaves the old text and its cost
+        cost = 0 if text is None else self._count(text) + self.message_overhead
         with self._lock:
             setattr(self, "_" + name, text)
-            self._fixed_costs[name] = 0 if text is None else self._count(text) + self.message_overhead
+            self._fixed_costs[name] = cost
 
     def pin(self, turn_id: int) -> None:
         """Always keep this turn (it counts against the budget)."""
@@ -364,7 +382,7 @@ class ContextGatekeeper(SemanticMethods):
             labels, history.by_position, index.df, weights, topic_weight, cues, p, topic_continuity(view, history, p),
             replying=view is not None and asks, closing=closes, asks=asks,
             preference=preference if view is not None else None,
-            profiles_at=history.profiles_before if history.params is p else None)
+            profiles_at=history.profiles_before)
         # "ok thanks", "好的" after an answer that asks nothing: it takes note of the latest exchange,
         # whatever its words match ("yes" to "Shall I book it for 12-15 June?" is a reply instead: the
         # action it confirms may need the topic's earlier turns)

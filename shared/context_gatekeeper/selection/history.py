@@ -278,6 +278,20 @@ class TurnHistory:
         self._resegment_from(position)
         return turn
 
+    def use_params(self, params: SelectionParams) -> None:
+        """Segment with ``params`` from now on: every turn's segmentation input prepared again
+        (it reads ``max_query_chars``), then every label computed again (the label cache serves
+        what was computed before under these parameters).  Prepared before anything changes."""
+        prepared = {
+            turn_id: prepared_turn(turn.user, turn.assistant, turn.tool_texts, params.max_query_chars)
+            for turn_id, turn in self.turns.items()
+        }
+        self.params = params
+        for turn_id, ready in prepared.items():
+            self.inputs[turn_id] = ready.segment
+        self._profiles = None
+        self._resegment_from(0)
+
     def clear(self) -> None:
         """Remove every turn at once; ids keep counting."""
         if self.changed is not None:
