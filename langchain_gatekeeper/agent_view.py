@@ -39,7 +39,7 @@ import operator
 import threading
 from array import array
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -386,11 +386,15 @@ class _ListMemo:
     """What one call read from its earlier messages, for the next call on the same thread:
     the messages' :class:`_Prints`, and what :func:`_split` and :func:`_turns` made of them."""
 
-    __slots__ = ("prints", "pinned", "summaries", "rest", "turns", "seen", "by_id")
+    __slots__ = ("prints", "pinned", "summaries", "rest", "at", "turns", "seen", "by_id")
 
     def __init__(self, prints: _Prints, pinned: list[BaseMessage], summaries: list[str], rest: list[BaseMessage],
-                 turns: list[_Turn], seen: dict[int, int], by_id: dict[int, _Turn] | None = None) -> None:
+                 at: _Positions, turns: list[_Turn], seen: dict[int, int], by_id: dict[int, _Turn] | None = None) -> None:
         self.prints, self.pinned, self.summaries, self.rest = prints, pinned, summaries, rest
+        self.at = at
+        """Where each of ``pinned`` and ``rest`` sits in the list read: what a call returns are the
+        caller's own objects at those positions, never these (an earlier call's objects, equal
+        in what the index reads but not necessarily in their other fields or identity)."""
         self.turns, self.seen = turns, seen
         self.by_id = by_id
         """Gatekeeper turn id -> turn, once the index is in step with ``turns`` (see :meth:`GatedView._synced`)."""
@@ -485,15 +489,14 @@ class GatedView:
                 index = _ThreadIndex(self._make())  # very loop: waiting could wait on ourselves; one-off
             index.lock.acquire()
         try:
-            pinned, summaries, rest, turns, tail, memo = self._read(index, earlier)
+            pinned, summaries, turns, tail, memo = self._read(index, earlier)
             index.memo = None  # until the index is in step with this list
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
             # select: the turns explain keeps, without building its per-turn report
             turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query)]
-            kept = _kept(turn_ids, by_id, rest)  # under the lock: the next call grows these maps in place
+            return _returned(earlier, memo.at, turn_ids, by_id)  # under the lock: the next call grows these maps
         finally:
             index.lock.release()
-        return pinned + kept
 
     async def agated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
@@ -512,19 +515,18 @@ class GatedView:
             return list(earlier)
         await index.lock.acquire_async()
         try:
-            pinned, summaries, rest, turns, tail, memo = self._read(index, earlier)
+            pinned, summaries, turns, tail, memo = self._read(index, earlier)
             index.memo = None  # until the index is in step with this list
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
             selection = await index.gatekeeper.aexplain(query)
-            kept = _kept(selection.turn_ids, by_id, rest)  # under the lock: the next call grows these maps in place
+            return _returned(earlier, memo.at, selection.turn_ids, by_id)  # under the lock: see gated
         finally:
             index.lock.release()
-        return pinned + kept
 
     def _read(
         self, index: _ThreadIndex, earlier: Sequence[BaseMessage]
-    ) -> tuple[list[BaseMessage], list[str], list[BaseMessage], list[_Turn], list[_Turn] | None, _ListMemo]:
-        """``earlier``'s pinned messages, summaries' texts, other messages and their turns
+    ) -> tuple[list[BaseMessage], list[str], list[_Turn], list[_Turn] | None, _ListMemo]:
+        """``earlier``'s pinned messages, summaries' texts, and the turns of its other messages
         (:func:`_split`, :func:`_turns`), the turns that changed (``None``: all may have),
         and the memo for the next call.  When ``earlier`` extends the list the last call on
         this thread read, unchanged (a conversation that grew), only the new messages are
@@ -539,6 +541,7 @@ class GatedView:
             index.memo = None
             read = len(memo.prints)
             pinned, summaries, rest, turns, seen = memo.pinned, memo.summaries, memo.rest, memo.turns, memo.seen
+            at = memo.at
             prints = memo.prints
             prints.add(earlier[read:], keyed_by)
             by_id = memo.by_id
@@ -546,12 +549,13 @@ class GatedView:
         else:
             read = 0
             pinned, summaries, rest, turns, seen = [], [], [], [], {}
+            at = _Positions([], [])
             prints = _Prints()
             prints.add(earlier, keyed_by)
             by_id = None
             tail = None
         known = len(rest)
-        _split(earlier[read:], pinned, summaries, rest)
+        _split(earlier[read:], pinned, summaries, rest, at, read)
         if len(rest) > known:
             start, last = known, None
             if turns and _ROLES.get(rest[known].type, "user") != "user":  # the new messages continue the last turn
@@ -564,8 +568,8 @@ class GatedView:
             if tail is not None:
                 # a regrouped turn keyed by content has a new key: the old one must go, which a full sync does
                 tail = added if last is None or added[0].key == last.key else None
-        memo = _ListMemo(prints, pinned, summaries, rest, turns, seen, by_id)
-        return list(pinned), list(summaries), rest, turns, tail, memo
+        memo = _ListMemo(prints, pinned, summaries, rest, at, turns, seen, by_id)
+        return list(pinned), list(summaries), turns, tail, memo
 
     def _synced(
         self, index: _ThreadIndex, memo: _ListMemo, turns: list[_Turn], tail: list[_Turn] | None,
@@ -606,38 +610,58 @@ class GatedView:
         return extended
 
 
+class _Positions(NamedTuple):
+    """Where the pinned messages and the other messages (:func:`_split`) sit in the list read."""
+
+    pinned: list[int]
+    rest: list[int]
+
+
 def _split(
     earlier: Sequence[BaseMessage],
     pinned: list[BaseMessage] | None = None,
     summaries: list[str] | None = None,
     rest: list[BaseMessage] | None = None,
+    at: _Positions | None = None,
+    offset: int = 0,
 ) -> tuple[list[BaseMessage], list[str], list[BaseMessage]]:
     """Pinned messages (leading system messages, summaries), the summaries' texts, and
     the rest (edit records left out), appended to the lists given (those of the messages
-    before ``earlier``) or to new ones."""
+    before ``earlier``) or to new ones; with ``at``, each one's position (``offset`` plus
+    its index in ``earlier``) appended there too."""
     pinned = [] if pinned is None else pinned
     summaries = [] if summaries is None else summaries
     rest = [] if rest is None else rest
-    for message in earlier:
+    for i, message in enumerate(earlier, offset):
         if is_summary(message):
             pinned.append(message)
             summaries.append(message.text)
+            where = None if at is None else at.pinned
         elif isinstance(message, SystemMessage) and not rest:
             pinned.append(message)
+            where = None if at is None else at.pinned
         elif not is_edit_record(message):
             rest.append(message)
+            where = None if at is None else at.rest
+        else:
+            continue
+        if where is not None:
+            where.append(i)
     return pinned, summaries, rest
 
 
-def _kept(turn_ids: Sequence[int], by_id: dict[int, _Turn], rest: list[BaseMessage]) -> list[BaseMessage]:
-    """The messages of the selected turns (``by_id``: gatekeeper turn id -> turn), in order,
-    starting on a user message."""
-    kept: list[BaseMessage] = []
+def _returned(
+    earlier: Sequence[BaseMessage], at: _Positions, turn_ids: Sequence[int], by_id: dict[int, _Turn]
+) -> list[BaseMessage]:
+    """The caller's own messages for a selection: the pinned ones, then those of the selected
+    turns (``by_id``: gatekeeper turn id -> turn), in order, starting on a user message."""
+    kept: list[BaseMessage] = [earlier[i] for i in at.pinned]
+    pinned = len(kept)
     for turn_id in turn_ids:
         turn = by_id.get(turn_id)
         if turn is None:
             continue  # defensive: every selected turn is one of ``turns``
-        if not kept and not turn.opens_with_user:
+        if len(kept) == pinned and not turn.opens_with_user:
             continue  # the view starts on a user message
-        kept.extend(rest[i] for i in turn.positions)
+        kept.extend(earlier[at.rest[i]] for i in turn.positions)
     return kept

@@ -299,3 +299,26 @@ def test_a_call_that_fails_on_a_grown_list_leaves_the_next_call_right() -> None:
         assert view.view(good, thread="t") == GatedView(build, keyed_by=keyed_by).view(good), keyed_by
         memo = view._index("t").memo
         assert memo.by_id == {view.index("t").ids[turn.key]: turn for turn in memo.turns}, keyed_by
+
+
+def _chat(user: str, tag: str) -> list[BaseMessage]:
+    return [SystemMessage("You are a helpful assistant.", id=f"{tag}-sys"),
+            HumanMessage("How long should a Redis lock TTL be?", name=user, id=f"{tag}-1"),
+            AIMessage("Longer than the longest job.", id=f"{tag}-2"),
+            HumanMessage("Best espresso grind?", name=user, id=f"{tag}-3"),
+            AIMessage("Fine, like table salt.", id=f"{tag}-4"),
+            HumanMessage("And the Redis lock watchdog?", name=user, id=f"{tag}-5")]
+
+
+def test_a_call_returns_the_callers_own_messages_never_those_an_earlier_call_read() -> None:
+    # the same texts under another user's names and ids, on the shared default thread: the index
+    # is reused (the texts are equal), the messages returned are this caller's
+    gate_messages(_chat("alice", "A"), token_budget=1000)
+    bob = _chat("bob", "B")
+    out = gate_messages(bob, token_budget=1000)
+    assert [m.id for m in out] == ["B-sys", "B-1", "B-2", "B-5"]
+    assert all(any(m is mine for mine in bob) for m in out)
+    grown = [*bob[:-1], AIMessage("Renew it before it expires.", id="B-6", name="x"), HumanMessage("Anything else?", id="B-7")]
+    grown[4] = grown[4].model_copy(update={"response_metadata": {"model": "other"}})  # a field the index never reads
+    out = gate_messages(grown, token_budget=1000)
+    assert all(any(m is mine for mine in grown) for m in out)
