@@ -325,6 +325,25 @@ def test_a_tiktoken_encoding_object_is_accepted(reference):
     assert count("Hello, world!") == 4
     assert count("<|endoftext|>") == len(encoding.encode_ordinary("<|endoftext|>"))
 
+@pytest.mark.parametrize("blank", [" ", "\t", "\u00a0"])
+def test_a_million_character_run_of_whitespace_is_counted_not_a_crash(reference, blank):
+    # tiktoken's pattern overflows its stack on such a run (a PanicException, no Exception)
+    encoding = reference["cl100k_base"]
+    text = "Summarise this page:" + blank * 1_100_000 + "END"
+    for count in (tiktoken_counter(DEFAULT_ENCODING), resolve_token_counter(encoding)):
+        whole_short = len(encoding.encode_ordinary("Summarise this page:" + blank * 20_000 + "END"))
+        assert count(text) >= whole_short  # the long run costs at least what a shorter one does
+
+
+def test_text_with_a_long_whitespace_run_counts_within_a_token_of_the_whole_per_cut(reference):
+    encode = reference["cl100k_base"].encode_ordinary
+    text = "a" + " " * (3 * tokens.WHITESPACE_PIECE + 7) + "b"
+    exact = len(encode(text))
+    assert exact <= tokens.encoded_length(encode, text) <= exact + 4
+    prose = "hello world, " * 2_000  # longer than a piece, no long run: encoded whole
+    assert tokens.encoded_length(encode, prose) == len(encode(prose))
+
+
 
 @pytest.mark.parametrize("bad", [42, 3.5, b"cl100k_base", ["cl100k_base"], object(), True])
 def test_other_types_are_rejected_with_a_clear_error(bad):

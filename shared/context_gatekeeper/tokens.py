@@ -240,6 +240,30 @@ def _estimate_with_warning(text: str) -> int:
     return estimate_tokens(text)
 
 
+WHITESPACE_PIECE = 10_000
+"""The longest run of whitespace encoded in one piece (:func:`encoded_length`)."""
+_LONG_WHITESPACE = re.compile(r"\s{%d,}" % WHITESPACE_PIECE)
+
+
+def encoded_length(encode: Callable[[str], Any], text: str) -> int:
+    """``len(encode(text))``, with runs of whitespace longer than :data:`WHITESPACE_PIECE`
+    characters encoded in pieces of at most that length: tiktoken's pattern overflows its
+    stack (a ``PanicException``, which ``except Exception`` does not catch) on a run of about
+    a million spaces, tabs or no-break spaces, as a scraped page or a tool's output may
+    hold.  Where a run is cut, the count may be a token or so above the whole text's; every
+    other text is encoded whole, so its count is exact."""
+    if len(text) <= WHITESPACE_PIECE or _LONG_WHITESPACE.search(text) is None:
+        return len(encode(text))
+    total, start = 0, 0
+    for run in _LONG_WHITESPACE.finditer(text):
+        if run.start() > start:
+            total += len(encode(text[start : run.start()]))
+        total += sum(len(encode(text[i : min(i + WHITESPACE_PIECE, run.end())]))
+                     for i in range(run.start(), run.end(), WHITESPACE_PIECE))
+        start = run.end()
+    return total + (len(encode(text[start:])) if start < len(text) else 0)
+
+
 COUNT_CACHE_SIZE = 65_536
 """Texts whose token counts each encoding keeps (:func:`tiktoken_counter`): about 0.22 kB
 each, some 15 MB when full."""
@@ -270,7 +294,7 @@ def tiktoken_counter(name: str = DEFAULT_ENCODING) -> TokenCounter:
     cache = _counts_cache(name)
 
     def count(text: str) -> int:
-        return cache.get_or_compute(text_key(text), lambda: len(encode(text)))
+        return cache.get_or_compute(text_key(text), lambda: encoded_length(encode, text))
 
     count.__name__ = f"count_{name}"
     count._checked_counter = True  # type: ignore[attr-defined]  # len() is always a valid count
@@ -331,7 +355,7 @@ def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
         )
     encode = getattr(counter, "encode_ordinary", None) or getattr(counter, "encode", None)
     if callable(encode):
-        return lambda text: len(encode(text))
+        return lambda text: encoded_length(encode, text)
     if callable(counter):
         return counter if getattr(counter, "_checked_counter", False) else _checked(counter)
     raise InvalidTypeError(
