@@ -39,8 +39,11 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from context_gatekeeper import (
+    Delete,
     GateOptions,
+    InsertAfter,
     Message,
+    Replace,
     Revision,
     Selection,
     Store,
@@ -49,13 +52,17 @@ from context_gatekeeper import (
     TranscriptGate,
     UnknownMessageError,
 )
-from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE, Request, VersionedTranscriptMixin
+from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE, Request, VersionedTranscriptMixin, require_items
 
 from .convert import from_core_messages, to_core
 from .models import given_edit_model, resolve_edit_model
 from .pickling import pickled_state, rebuild, unpickle
 
 __all__ = ["GatekeeperChatMessageHistory"]
+
+_MESSAGES = "pass a list of messages, e.g. [HumanMessage(...)]"
+_REQUESTS = "pass a list of Replace, Delete or InsertAfter requests"
+_REQUEST_TYPES = (Replace, Delete, InsertAfter)
 
 
 
@@ -205,6 +212,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
             UnknownMessageError: a position or id that is not in the current state
                 (nothing is changed).
         """
+        requests = require_items(requests, "requests", _REQUEST_TYPES, _REQUESTS)
         ids = self.message_ids()
         resolved = []
         for request in requests:
@@ -221,7 +229,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
 
     async def aapply(self, requests: Sequence[Request]) -> Revision:
         """Async :meth:`apply`."""
-        return await asyncio.to_thread(self.apply, list(requests))
+        return await asyncio.to_thread(self.apply, require_items(requests, "requests", _REQUEST_TYPES, _REQUESTS))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append ``messages`` as one revision (a user message and its answer land together).
@@ -237,13 +245,13 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
           or reverted, or an id held with other text: the message is stored under a fresh
           id, which :attr:`messages` and :meth:`message_ids` show.
         """
-        batch = list(messages)
+        batch = require_items(messages, "messages", BaseMessage, _MESSAGES)
         if batch:
             self.transcript.append(messages=[to_core(m) for m in batch], renew_taken_ids=True)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async :meth:`add_messages`."""
-        await asyncio.to_thread(self.add_messages, list(messages))
+        await asyncio.to_thread(self.add_messages, require_items(messages, "messages", BaseMessage, _MESSAGES))
 
     def clear(self) -> None:
         """Empty the current state as one recorded revision; ``record()`` keeps every message

@@ -40,14 +40,14 @@ Edit records (the ``/edit`` command and its confirmation, ``additional_kwargs
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from context_gatekeeper import Diff, EditOptions, HistoryError, Message
+from context_gatekeeper import Diff, EditOptions, HistoryError, InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import (
     Applied,
     EditResult,
@@ -159,6 +159,33 @@ def _write(agent: Any, plan: EditPlan, before: Any, now: Any) -> dict[str, Any]:
     return values
 
 
+def _check_thread(agent: Any, config: Any, method: str) -> None:
+    """The library's error for an agent without ``method`` or a config that names no thread."""
+    if not callable(getattr(agent, method, None)):
+        raise InvalidTypeError(
+            f"agent must be a compiled agent or graph with a checkpointer, got {type(agent).__name__}; "
+            "pass what create_agent(..., checkpointer=...) returns"
+        )
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
+        raise InvalidInputError(
+            f"config must name the thread, got {config!r:.80}; pass {{'configurable': {{'thread_id': ...}}}} "
+            "as for agent.invoke"
+        )
+
+
+def _state(agent: Any, config: Any) -> Any:
+    """``agent.get_state(config)``, the two checked first (:func:`_check_thread`)."""
+    _check_thread(agent, config, "get_state")
+    return agent.get_state(config)
+
+
+async def _astate(agent: Any, config: Any) -> Any:
+    """``await agent.aget_state(config)``, the two checked first (:func:`_check_thread`)."""
+    _check_thread(agent, config, "aget_state")
+    return await agent.aget_state(config)
+
+
 def _options(model: Any, llm: Any, options: EditOptions | None, **keywords: Any) -> tuple[Any, EditOptions]:
     """The model and the edit's settings, checked before anything is read."""
     return given_edit_model(model, llm), EditOptions.of(options, **keywords)
@@ -194,7 +221,7 @@ def edit_thread(
             this edit touches) landed while the model worked. InvalidInputError: a bad option.
     """
     chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
-    messages, log = _thread(snapshot := agent.get_state(config))
+    messages, log = _thread(snapshot := _state(agent, config))
     plan = plan_edit(messages, log, instruction, chosen, settings)
     if plan.entry.changed:
         agent.update_state(config, _write(agent, plan, snapshot, agent.get_state(config)))
@@ -208,7 +235,7 @@ async def aedit_thread(
 ) -> ThreadEdit:
     """Async :func:`edit_thread` (``aget_state`` / ``aupdate_state``, the model's async call)."""
     chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
-    messages, log = _thread(snapshot := await agent.aget_state(config))
+    messages, log = _thread(snapshot := await _astate(agent, config))
     plan = await aplan_edit(messages, log, instruction, chosen, settings)
     if plan.entry.changed:
         await agent.aupdate_state(config, _write(agent, plan, snapshot, await agent.aget_state(config)))
@@ -289,7 +316,7 @@ def _plan_step(agent: Any, snapshot: Any, kind: Literal["undo", "redo"]) -> tupl
 
 
 def _step(agent: Any, config: dict[str, Any], kind: Literal["undo", "redo"]) -> ThreadEdit:
-    snapshot = agent.get_state(config)
+    snapshot = _state(agent, config)
     entry, values = _plan_step(agent, snapshot, kind)
     _check_fresh(values["messages"], entry.changes, snapshot, agent.get_state(config), kind)
     agent.update_state(config, values)
@@ -297,7 +324,7 @@ def _step(agent: Any, config: dict[str, Any], kind: Literal["undo", "redo"]) -> 
 
 
 async def _astep(agent: Any, config: dict[str, Any], kind: Literal["undo", "redo"]) -> ThreadEdit:
-    snapshot = await agent.aget_state(config)
+    snapshot = await _astate(agent, config)
     entry, values = _plan_step(agent, snapshot, kind)
     _check_fresh(values["messages"], entry.changes, snapshot, await agent.aget_state(config), kind)
     await agent.aupdate_state(config, values)
@@ -365,12 +392,12 @@ def thread_history(agent: Any, config: dict[str, Any]) -> list[ThreadEdit]:
     :class:`ThreadEdit` (a core ``Revision``) that :func:`edit_thread`, :func:`undo_thread`
     and :func:`redo_thread` returned, with its ``strategy``, ``skipped`` and ``diff`` (as
     :func:`thread_diff` between it and the revision before)."""
-    return revisions_with_diffs(*thread_values(agent.get_state(config)))
+    return revisions_with_diffs(*thread_values(_state(agent, config)))
 
 
 async def athread_history(agent: Any, config: dict[str, Any]) -> list[ThreadEdit]:
     """Async :func:`thread_history`."""
-    return revisions_with_diffs(*thread_values(await agent.aget_state(config)))
+    return revisions_with_diffs(*thread_values(await _astate(agent, config)))
 
 
 def _diff(snapshot: Any, a: int, b: int | None) -> Diff:
@@ -396,9 +423,9 @@ def thread_diff(agent: Any, config: dict[str, Any], a: int, b: int | None = None
     Raises:
         HistoryError: ``a`` or ``b`` is not a revision of this thread.
     """
-    return _diff(agent.get_state(config), a, b)
+    return _diff(_state(agent, config), a, b)
 
 
 async def athread_diff(agent: Any, config: dict[str, Any], a: int, b: int | None = None) -> Diff:
     """Async :func:`thread_diff`."""
-    return _diff(await agent.aget_state(config), a, b)
+    return _diff(await _astate(agent, config), a, b)

@@ -44,7 +44,7 @@ from langchain_core.messages.utils import convert_to_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
-from context_gatekeeper import GateOptions, InvalidInputError
+from context_gatekeeper import GateOptions, InvalidInputError, InvalidTypeError
 from context_gatekeeper.integration import BoundedCache
 
 from .agent_view import GatedView, Same, adapter_options, hashable
@@ -120,13 +120,26 @@ def _new_view(options: dict[str, Any], given: GateOptions | None) -> GatedView:
 
 
 def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
+    """``messages`` as a list of messages (``convert_to_messages`` forms: messages, role/content
+    dicts, ``(role, text)`` tuples, strings), or the library's error for anything else."""
     if isinstance(messages, PromptValue):
         return messages.to_messages()
     if isinstance(messages, (str, bytes)):
         raise InvalidInputError("gate_messages takes a list of messages, not a string")
+    if isinstance(messages, (BaseMessage, Mapping)) or not isinstance(messages, Iterable):
+        raise InvalidTypeError(
+            f"gate_messages takes a list of messages, got {type(messages).__name__}; pass [message] for one message"
+        )
     if isinstance(messages, list) and all(issubclass(kind, BaseMessage) for kind in set(map(type, messages))):
         return messages  # already messages (checked per class): convert_to_messages would return them as they are
-    return convert_to_messages(messages)
+    items = list(messages)
+    try:
+        return convert_to_messages(items)
+    except (NotImplementedError, ValueError, TypeError, KeyError) as error:
+        raise InvalidInputError(
+            f"gate_messages could not read a message of the list: {error}; each item must be a message, "
+            "a {'role': ..., 'content': ...} dict, a (role, text) tuple or a string"
+        ) from error
 
 
 _Settings = tuple[dict[str, Any], "GateOptions | None"]
@@ -254,4 +267,4 @@ async def agate_messages(
     if messages is None:
         raise InvalidInputError("agate_messages needs messages; gate_messages() without them returns a Runnable")
     settings = _settings(options, gate_options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
-    return await _agate(list(messages) if not isinstance(messages, PromptValue) else messages, settings, thread)
+    return await _agate(_as_messages(messages), settings, thread)  # read (and checked) before the await

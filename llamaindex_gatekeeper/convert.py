@@ -39,7 +39,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
 
-from context_gatekeeper import InvalidTypeError, Message
+from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import Role, new_message_id
 
 __all__ = [
@@ -100,7 +100,14 @@ def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
         raise InvalidTypeError(
             f"expected a LlamaIndex ChatMessage, got {type(message).__name__}; pass ChatMessage(role=..., content=...)"
         )
-    data = message.model_dump(mode="json")
+    try:
+        data = message.model_dump(mode="json")
+    except (ValueError, TypeError) as error:  # pydantic's PydanticSerializationError is a ValueError
+        raise InvalidInputError(
+            f"a {_role_value(message.role)} message cannot be stored: its additional_kwargs or blocks hold a value "
+            f"JSON cannot keep ({type(error).__name__}: {error}); nothing was written. Keep only str, int, float, "
+            "bool, None, lists and dicts with str keys there"
+        ) from None
     role_name = _role_value(message.role)
     role = _ROLES.get(role_name)
     if role is None:  # an unknown custom role rides as user text

@@ -57,6 +57,7 @@ from context_gatekeeper import (
 )
 from context_gatekeeper.integration import (
     DEFAULT_MAX_DELETION_SHARE, BoundedCache, MessageTurn, VersionedTranscriptMixin, group_turns, require_budget,
+    require_items,
 )
 
 from . import serialisation
@@ -69,6 +70,7 @@ __all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "COUNTS"]
 DEFAULT_TOKEN_LIMIT = 3000
 _CONTEXT_WINDOW_RATIO = 0.75  # as ChatMemoryBuffer.from_defaults(llm=...)
 _EXCEEDS = "Initial token count exceeds token limit"
+_CHAT_MESSAGES = "pass a list of ChatMessage(role=..., content=...)"
 QueryInput = str | ChatMessage | QueryBundle | None
 """What ``get`` / ``aget`` take as ``input``."""
 
@@ -385,7 +387,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
 
     def put_messages(self, messages: list[ChatMessage]) -> None:
         """Append ``messages`` as one revision (a tool call lands with its results)."""
-        batch = [to_core(m) for m in messages]
+        batch = [to_core(m) for m in require_items(messages, "messages", ChatMessage, _CHAT_MESSAGES)]
         if batch:
             with self._lock:
                 self._transcript.append(messages=batch)
@@ -396,9 +398,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         Messages that match the current state keep their ids (see
         :func:`~.convert.match_ids`); a ``set`` that changes nothing records nothing.
         """
+        messages = require_items(messages, "messages", ChatMessage, _CHAT_MESSAGES)
         with self._lock:
             current = list(self._transcript.messages)
-            new = match_ids(current, list(messages))
+            new = match_ids(current, messages)
             if new != current:
                 self._transcript.set(new)
 
@@ -459,6 +462,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     def _plan(self, input_text: str | None, reserved: int) -> tuple[Any, ...]:
         """Under the lock: system messages, turns, the current turn, the query, the tail
         and the budget left for earlier turns."""
+        if input_text is not None and not input_text.strip():
+            input_text = None  # a blank input is no input: the last turn is the query, as for get()
         system, turns = group_turns(self._transcript.messages)
         current: MessageTurn | None = None
         if turns and (turns[-1].is_open or input_text is None):

@@ -56,7 +56,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, NamedTuple, Optional, Union
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
@@ -64,13 +64,16 @@ from context_gatekeeper import (
     CoverageCorpus,
     CoverageExplanation,
     CoverageResult,
+    InvalidInputError,
     InvalidTypeError,
     SelectionParams,
     resolve_token_counter,
     select_covering,
     token_floor,
 )
-from context_gatekeeper.integration import BoundedCache, anchor_set, held_anchors, kept_covering, require_budget
+from context_gatekeeper.integration import (
+    BoundedCache, anchor_set, held_anchors, kept_covering, require_budget, require_items,
+)
 
 from .node_vectors import NodeVectors, query_embedding
 
@@ -284,6 +287,12 @@ def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int, counter: Any) 
     return (counter, fields["text_template"], header, fields["text"])
 
 
+def _scored(nodes: Any) -> List[NodeWithScore]:
+    """``nodes`` as a list of ``NodeWithScore`` (what retrievers return), or the library's error."""
+    return require_items(nodes, "nodes", NodeWithScore, "pass the retriever's NodeWithScore list "
+                         "(wrap a bare node as NodeWithScore(node=node, score=None))")
+
+
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     """Keep the retrieved nodes that cover the query's informative terms, within a token budget.
 
@@ -328,6 +337,18 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     _counter_key: Any = PrivateAttr()
     _vectors: Optional["NodeVectors"] = PrivateAttr(default=None)
 
+    def __init__(self, **data: Any) -> None:
+        # the library's own errors, not pydantic's ValidationError wrapped around them
+        if data.get("token_budget") is not None:
+            require_budget(data["token_budget"])
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
+            raise InvalidInputError(
+                f"GatekeeperNodePostprocessor: {problems}; see help(GatekeeperNodePostprocessor) for each option"
+            ) from None
+
     @field_validator("token_budget", mode="before")
     @classmethod
     def _one_budget_rule(cls, value: Any) -> Any:
@@ -353,11 +374,11 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     def select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """The core's full coverage result for ``nodes`` (indices into ``nodes``)."""
-        return self._select(nodes, query, True)
+        return self._select(_scored(nodes), query, True)
 
     async def aselect(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> CoverageResult:
         """:meth:`select` with the embedding calls awaited (the embedder's async twins)."""
-        return await self._aselect(nodes, query, True)
+        return await self._aselect(_scored(nodes), query, True)
 
     def _select(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None], explain: bool) -> CoverageResult:
         text, probe = query_text(query), None
@@ -545,6 +566,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     def explain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
         """Why each node would be kept or dropped for ``query``, in input order (with an
         embedder, each line shows the node's similarity and whether it was decisive)."""
+        nodes = _scored(nodes)
         result = self.select(nodes, query)
         return [
             NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
@@ -552,6 +574,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
 
     async def aexplain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
         """Async :meth:`explain` (the embedding calls awaited, as in :meth:`aselect`)."""
+        nodes = _scored(nodes)
         result = await self.aselect(nodes, query)
         return [
             NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
@@ -563,6 +586,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         query_bundle: Optional[QueryBundle] = None,
     ) -> List[NodeWithScore]:
         """The covering subset, in retrieval order: the same objects, unmodified."""
+        nodes = _scored(nodes)
         if not nodes:
             return []
         return [nodes[i] for i in self._kept(nodes, query_bundle)]
@@ -573,6 +597,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         query_bundle: Optional[QueryBundle] = None,
     ) -> List[NodeWithScore]:
         """Async :meth:`_postprocess_nodes` (the embedding calls awaited)."""
+        nodes = _scored(nodes)
         if not nodes:
             return []
         if self._vectors is None:

@@ -411,3 +411,18 @@ def test_the_gate_settings_can_come_as_one_options_record(tmp_path) -> None:
         GatekeeperChatMessageHistory("opts", store=str(tmp_path / "other.sqlite3"), options=options, token_counter=len)
     assert not (tmp_path / "other.sqlite3").exists()
     history.close()
+
+
+@pytest.mark.parametrize("bad", [None, 5, "hello", HumanMessage("alone"), {"role": "user"}, [None]])
+def test_add_messages_and_apply_refuse_what_is_not_a_list_alike_sync_and_async_and_change_nothing(bad) -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    history = GatekeeperChatMessageHistory("refusals")
+    history.add_messages([HumanMessage("How long should a Redis lock TTL be?")])
+    before = (history.messages, history.transcript.head)
+    for call in (lambda: history.add_messages(bad), lambda: asyncio.run(history.aadd_messages(bad)),
+                 lambda: history.apply(bad), lambda: asyncio.run(history.aapply(bad)),
+                 lambda: history.transcript.apply(bad)):
+        with pytest.raises(InvalidTypeError, match=r"must be a list|\[0\] is a"):
+            call()
+    assert (history.messages, history.transcript.head) == before

@@ -537,3 +537,20 @@ def test_the_log_key_appends_each_record_once() -> None:
     history = thread_history(agent, CONFIG)
     assert [r.number for r in history] == list(range(1, len(history) + 1)) and history[0].kind == "edit"
     assert len(agent.get_state(CONFIG).values[EDITS_KEY]) == len(history)
+
+
+@pytest.mark.parametrize("config", [{}, None, {"configurable": {}}, {"configurable": {"thread_id": None}}, "threads"])
+def test_a_config_that_names_no_thread_is_refused_before_anything_is_read(config) -> None:
+    from context_gatekeeper import GatekeeperError
+
+    agent = agent_with([AIMessage(IRELAND_ANSWER)])
+    calls = [lambda: edit_thread(agent, config, "it was Iceland", ScriptedModel([])),
+             lambda: undo_thread(agent, config), lambda: redo_thread(agent, config),
+             lambda: thread_history(agent, config), lambda: thread_diff(agent, config, 0),
+             lambda: asyncio.run(aedit_thread(agent, config, "it was Iceland", ScriptedModel([]))),
+             lambda: asyncio.run(aundo_thread(agent, config)), lambda: asyncio.run(athread_history(agent, config))]
+    for call_it in calls:
+        with pytest.raises(InvalidInputError, match="thread_id"):
+            call_it()
+    with pytest.raises(GatekeeperError, match="compiled agent"):
+        thread_history(object(), CONFIG)

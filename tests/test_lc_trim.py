@@ -178,3 +178,24 @@ def test_gate_messages_budget_follows_the_one_rule() -> None:
             gate_messages(token_budget=bad)  # checked when the Runnable is built
     # 0, as trim_messages(max_tokens=0): nothing but the current turn
     assert texts(gate_messages(messages, max_tokens=0)) == ["redis setup?"]
+
+
+@pytest.mark.parametrize("bad", ["hello", b"hi", 5, HumanMessage("alone"), {"role": "user", "content": "x"}, [None], [object()]])
+def test_gate_messages_and_its_async_twin_refuse_what_is_not_a_list_of_messages_alike(bad) -> None:
+    from context_gatekeeper import GatekeeperError
+
+    with pytest.raises(GatekeeperError) as sync_error:
+        gate_messages(bad, token_budget=100)
+    with pytest.raises(GatekeeperError) as async_error:
+        asyncio.run(agate_messages(bad, token_budget=100))
+    assert (type(sync_error.value), str(sync_error.value)) == (type(async_error.value), str(async_error.value))
+    assert "list of messages" in str(sync_error.value) or "each item must be" in str(sync_error.value)
+
+
+def test_gate_messages_reads_a_generator_and_the_forms_convert_to_messages_takes() -> None:
+    forms = [("human", "How long should a Redis lock TTL be?"), {"role": "assistant", "content": "Above the job."},
+             "And the Redis lock watchdog?"]
+    assert [m.text for m in gate_messages(iter(forms), token_budget=100)] == [
+        "How long should a Redis lock TTL be?", "Above the job.", "And the Redis lock watchdog?"]
+    assert [m.text for m in asyncio.run(agate_messages(iter(forms), token_budget=100))] == [
+        "How long should a Redis lock TTL be?", "Above the job.", "And the Redis lock watchdog?"]

@@ -494,3 +494,39 @@ def test_get_without_input_does_not_spend_the_budget_twice_on_the_current_turn()
     assert [m.content for m in memory.get()] == [
         "Redis lock TTL sizing?", "Longer than the job.", "Redis lock renewal?", "Watchdog.",
     ]
+
+
+@pytest.mark.parametrize("bad", [None, 5, "hello", ChatMessage(role="user", content="alone"), [None]])
+def test_put_messages_and_set_refuse_what_is_not_a_list_of_chat_messages_and_change_nothing(bad) -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    memory = GatekeeperMemory.from_defaults(session_id="refusals")
+    memory.put(ChatMessage(role="user", content="How long should a Redis lock TTL be?"))
+    before = [(m.role, m.content) for m in memory.get_all()], memory.transcript.head
+    for method in (memory.put_messages, memory.set):
+        with pytest.raises(InvalidTypeError, match="ChatMessage"):
+            method(bad)
+    assert ([(m.role, m.content) for m in memory.get_all()], memory.transcript.head) == before
+
+
+def test_a_message_json_cannot_keep_is_refused_with_the_librarys_error_and_nothing_written() -> None:
+    from context_gatekeeper import InvalidInputError
+
+    memory = GatekeeperMemory.from_defaults(session_id="unserialisable")
+    with pytest.raises(InvalidInputError, match="nothing was written"):
+        memory.put(ChatMessage(role="user", content="hi", additional_kwargs={"handle": object()}))
+    assert memory.get_all() == [] and memory.transcript.head == 0
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n"])
+def test_a_blank_input_is_no_input(blank) -> None:
+    memory = GatekeeperMemory.from_defaults(session_id="blank-input", token_limit=2000)
+    memory.put_messages([
+        ChatMessage(role="user", content="How long should a Redis lock TTL be?"),
+        ChatMessage(role="assistant", content="Longer than the longest job."),
+        ChatMessage(role="user", content="Best espresso grind?"),
+        ChatMessage(role="assistant", content="Fine, like table salt."),
+        ChatMessage(role="user", content="And the Redis lock watchdog?"),
+    ])
+    assert [m.content for m in memory.get(input=blank)] == [m.content for m in memory.get()]
+    assert [m.content for m in asyncio.run(memory.aget(input=blank))] == [m.content for m in memory.get()]

@@ -437,3 +437,32 @@ def test_a_body_held_anchors_cannot_tell_is_analysed_by_the_lines_it_cannot_tell
         kept = [[n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=q)] for q in queries]  # new, again
         for query, ids in zip(queries, kept):
             assert ids == [e.node_id for e in gate.explain(nodes, query) if e.kept], (k, query)
+
+
+@pytest.mark.parametrize("options", [{"token_budget": -1}, {"token_budget": True}, {"coverage_target": 2.0},
+                                     {"embed_timeout": 0}])
+def test_bad_options_raise_the_librarys_own_errors(options) -> None:
+    from context_gatekeeper import GatekeeperError
+
+    with pytest.raises(GatekeeperError):
+        GatekeeperNodePostprocessor(**options)
+
+
+@pytest.mark.parametrize("bad", [None, [TextNode(text="a bare node")], NodeWithScore(node=TextNode(text="alone"))])
+def test_nodes_that_are_not_a_list_of_scored_nodes_are_refused_alike_sync_and_async(bad) -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    gate = GatekeeperNodePostprocessor(token_budget=100)
+    for call in (lambda: gate.postprocess_nodes(bad, query_str="redis lock"),
+                 lambda: asyncio.run(gate.apostprocess_nodes(bad, query_str="redis lock")),
+                 lambda: gate.explain(bad, "redis lock")):
+        with pytest.raises(InvalidTypeError, match="NodeWithScore"):
+            call()
+
+
+def test_explain_reads_a_generator_of_nodes_once() -> None:
+    gate = GatekeeperNodePostprocessor(token_budget=100)
+    nodes = [NodeWithScore(node=TextNode(text="renew the redis lock ttl"), score=1.0),
+             NodeWithScore(node=TextNode(text="espresso grind"), score=0.5)]
+    lines = gate.explain(iter(nodes), "redis lock")
+    assert [(line.node_id, line.kept) for line in lines] == [(nodes[0].node.node_id, True), (nodes[1].node.node_id, False)]

@@ -48,7 +48,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
 from __future__ import annotations
 
 from .caching import BoundedCache, text_key
-from .validation import require_budget
+from .validation import require_budget, require_items
 from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
 from .editing.compute import EditResult, acompute_edit, compute_edit
 from .editing.format import ideal_patch_reply
@@ -85,8 +85,9 @@ __all__ = [
     # per-text caches
     "BoundedCache",
     "text_key",
-    # input checks (the one budget rule, for adapters whose budget may be None)
+    # input checks (the one budget rule, for adapters whose budget may be None; lists of items)
     "require_budget",
+    "require_items",
     # transcript records
     "Applied",
     "Change",

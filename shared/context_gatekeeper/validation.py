@@ -6,11 +6,12 @@ covering selection's) is checked by it and nowhere else."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import BudgetError, InvalidInputError, InvalidTypeError
 
-__all__ = ["require_text", "require_budget", "require_timeout"]
+__all__ = ["require_text", "require_budget", "require_timeout", "require_items"]
 
 
 def require_text(value: Any, what: str, *, allow_empty: bool = False) -> str:
@@ -47,3 +48,25 @@ def require_timeout(value: Any, what: str = "embed_timeout") -> float | None:
             "or None to wait as long as the embedder takes"
         )
     return value
+
+
+def require_items(value: Any, what: str, kind: type | tuple[type, ...], hint: str) -> list[Any]:
+    """``value`` as a list, if it is an iterable (not a string, a mapping or one ``kind``
+    itself) whose items are all ``kind``; else :class:`~context_gatekeeper.errors.InvalidTypeError`
+    naming ``what`` and saying how to pass it (``hint``).  Checked before anything is
+    changed, so a refused call changes nothing."""
+    single = isinstance(value, kind)
+    if single or value is None or isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        given = type(value).__name__
+        raise InvalidTypeError(f"{what} must be a list, got {'one ' if single else ''}{given}; {hint}")
+    items = list(value)
+    for position, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise InvalidTypeError(
+                f"{what}[{position}] is a {type(item).__name__}, not a {_names(kind)}; {hint}"
+            )
+    return items
+
+
+def _names(kind: type | tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
