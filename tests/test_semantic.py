@@ -889,3 +889,36 @@ def test_the_preference_model_needs_a_finite_weight_per_feature_and_the_replaced
     for knob in ("semantic_topic_margin", "semantic_words_share", "semantic_topic_floor"):
         with pytest.warns(DeprecationWarning, match="semantic_preference_model"):
             SelectionParams(**{knob: 0.9})
+
+
+def test_partials_of_one_function_for_different_models_never_share_a_name() -> None:
+    import functools
+
+    from context_gatekeeper import as_embedder
+
+    def embed(texts, model="a"):
+        return [[1.0, float(len(t))] for t in texts]
+
+    class Client:
+        model = "e5"
+
+        def embed(self, texts, model="x"):
+            return [[1.0, 2.0] for _ in texts]
+
+    a, b = functools.partial(embed, model="a"), functools.partial(embed, model="b")
+    assert as_embedder(a).name != as_embedder(b).name
+    assert as_embedder(a).name == as_embedder(a).name  # the same partial, the same name
+    client = Client()
+    named = as_embedder(functools.partial(client.embed, model="m1")).name
+    assert named == f"{__name__}.{Client.__qualname__}.embed[model=e5][model=m1]"  # stable: vectors may persist
+    assert named != as_embedder(functools.partial(client.embed, model="m2")).name
+    assert as_embedder(functools.partial(client.embed, "positional")).name.startswith("local:")
+
+
+@pytest.mark.parametrize("scale", [1e39, 1e200, 1e-50])
+def test_vectors_beyond_float32s_range_keep_their_direction(scale) -> None:
+    from context_gatekeeper.selection.semantic.fusion import unit_rows
+
+    rows = unit_rows([[3.0 * scale, 4.0 * scale], [scale, 0.0]])
+    assert [value for row in rows.tolist() for value in row] == pytest.approx([0.6, 0.8, 1.0, 0.0])
+    assert unit_rows([[0.0, 0.0]]).tolist() == [[0.0, 0.0]]  # a zero vector stays zero

@@ -321,3 +321,120 @@ def test_a_new_dimension_embeds_the_dropped_turns_again() -> None:
     gk.embed_pending()
     assert len(gk._semantic.vectors) == 7 and gk._semantic.vectors.dim == 3 and not gk._semantic.pending
     assert not gk.explain("turn 2?").semantic_fallback
+
+
+# -- framework base classes whose async methods only wrap the sync ones ----------------
+def test_a_langchain_embeddings_without_its_own_async_methods_runs_on_the_lanes_not_asyncios_pool() -> None:
+    from langchain_core.embeddings import Embeddings
+
+    class SyncOnly(Embeddings):  # LangChain's aembed_* run these on asyncio's default thread pool
+        def __init__(self) -> None:
+            self.release = threading.Event()
+
+        def embed_documents(self, texts):
+            return [HashEmbedder().vector(t) for t in texts]
+
+        def embed_query(self, text):
+            self.release.wait()
+            return HashEmbedder().vector(text)
+
+    class Native(SyncOnly):
+        async def aembed_query(self, text):
+            return HashEmbedder().vector(text)
+
+    from context_gatekeeper import as_embedder
+
+    assert (as_embedder(SyncOnly())._aquery, as_embedder(SyncOnly())._adocuments) == (None, None)
+    assert as_embedder(Native())._aquery is not None
+    hung = SyncOnly()
+    gk = ContextGatekeeper(embedder=hung, embed_timeout=0.05)
+    gk.add_turn("redis lock ttl", "longer than the job")
+    before = {t.name for t in threading.enumerate()}
+    try:
+        assert asyncio.run(gk.aexplain("redis lock?")).semantic_fallback
+        new = {t.name for t in threading.enumerate()} - before
+        assert not [name for name in new if name.startswith("asyncio")], new  # the call waits on a lane
+    finally:
+        hung.release.set()
+
+
+def test_a_llamaindex_embedding_without_an_async_batch_is_batched_on_a_lane() -> None:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.embeddings import MockEmbedding
+
+    from context_gatekeeper import as_embedder
+
+    class SyncOnly(BaseEmbedding):  # the base's async batch would call the sync one on the event loop
+        def _get_query_embedding(self, query):
+            return [1.0, 0.0]
+
+        def _get_text_embedding(self, text):
+            return [1.0, 0.0]
+
+        async def _aget_query_embedding(self, query):
+            return [1.0, 0.0]
+
+    assert as_embedder(SyncOnly(model_name="sync-only"))._adocuments is None
+    assert as_embedder(MockEmbedding(embed_dim=4))._adocuments is not None  # it has its own
+
+
+# -- outages that look like something else ----------------------------------------------
+def test_a_query_queued_behind_a_hung_one_counts_as_a_failure_and_the_backoff_doubles(monkeypatch) -> None:
+    import time
+
+    from context_gatekeeper.selection.semantic import runner
+
+    monkeypatch.setattr(runner, "BACKOFF_SECONDS", 0.01)
+    hung = Hung()
+    gk = ContextGatekeeper(embedder=hung, embed_timeout=0.1)
+    gk.add_turn("redis lock ttl", "longer than the job")
+    state = state_of(gk.embedder)
+    try:
+        assert gk.explain("redis lock?").semantic_fallback  # times out: backoff 0.01 s
+        assert state.delay == 0.01
+        time.sleep(0.05)  # the backoff is over; the first call still hangs on the query lane
+        assert gk.explain("redis lock again?").semantic_fallback  # queued behind it: a failure too
+        assert state.delay == 0.02 and len(hung.query_calls) == 1
+    finally:
+        hung.release.set()
+
+
+def test_an_embedder_that_stops_answering_while_a_batch_is_split_refuses_no_text() -> None:
+    class FailsThenDown(HashEmbedder):
+        def embed_documents(self, texts):
+            self.document_calls.append(list(texts))
+            if len(self.document_calls) == 2:  # the check after the failed batch: it still answers
+                return [self.vector(t) for t in texts]
+            raise RuntimeError("429 Too Many Requests")
+
+    gk = ContextGatekeeper(embedder=FailsThenDown())
+    for i in range(6):
+        gk.add_turn(f"question {i} about redis locks", f"answer {i}")
+    from context_gatekeeper import GatekeeperError
+
+    with pytest.raises(GatekeeperError, match="429"):
+        gk.embed_pending()
+    assert not gk._semantic.refused and len(gk._semantic.pending) == 6  # all still to embed, none given up
+
+
+def test_an_embedder_whose_dimension_keeps_changing_stops_the_pass_instead_of_embedding_forever() -> None:
+    class TwoModels(HashEmbedder):
+        def embed_documents(self, texts):
+            self.document_calls.append(list(texts))
+            size = 8 if len(self.document_calls) % 2 else 4
+            return [self.vector(t)[:size] for t in texts]
+
+    flipping = TwoModels(name="two-models")
+    gk = ContextGatekeeper(embedder=flipping)
+    for i in range(3):
+        gk.add_turn(f"question {i}", f"answer {i}")
+    gk.embed_pending()
+    gk.add_turn("one more question", "one more answer")
+    from context_gatekeeper import GatekeeperError
+
+    with pytest.raises(GatekeeperError, match="changing dimensions"):
+        gk.embed_pending()
+    calls = len(flipping.document_calls)
+    assert calls < 10 and state_of(gk.embedder).blocked()
+    wait_idle(5)
+    assert len(flipping.document_calls) == calls  # no pass keeps going in the background

@@ -103,6 +103,7 @@ class SemanticChannel:
         self._mismatches: set[tuple[int, int]] = set()  # (query, turn) dimensions already warned about
         self._queued: concurrent.futures.Future | None = None
         self._last_query: tuple[str, Vector] | None = None
+        self._dimension_changes = 0  # in the running pass (:meth:`_drain`)
 
     def bind(self, history: TurnHistory, lock: Any) -> None:
         """Follow ``history`` (guarded by ``lock``): its added and changed turns are queued."""
@@ -165,6 +166,7 @@ class SemanticChannel:
     def _set(self, turn_id: int, vector: Vector, digest: str) -> None:
         dropped = self.vectors.set(turn_id, vector, digest)
         if dropped:  # another dimension: the model changed; embed the others again
+            self._dimension_changes += 1
             self.state.answered()
             self._bound()[1].update(dropped)
 
@@ -176,7 +178,15 @@ class SemanticChannel:
         count, lock = 0, self._lock
         with lock:
             self._queued = None
+            self._dimension_changes = 0
         while True:
+            if self._dimension_changes > 1:  # the model changed, then changed again: one endpoint, two models
+                changing = EmbeddingError(
+                    f"embedder {self.embedder.name!r} answers with vectors of changing dimensions "
+                    f"(now {self.vectors.dim}); embed every text with one model"
+                )
+                self.state.failed(changing, self.embedder.name)
+                return count, changing
             if not explicit and self.state.blocked():
                 return count, None
             with lock:
@@ -209,16 +219,19 @@ class SemanticChannel:
         done: dict[int, Vector] = {}
         refused: list[int] = []
 
-        def split(idx: list[int]) -> None:
-            """``idx`` failed together: a single text is refused, else each half is tried."""
+        def split(idx: list[int], failure: BaseException) -> None:
+            """``idx`` failed together: a single text is refused if the embedder still answers
+            (else it is down, or limiting the rate: :class:`_Down`), else each half is tried."""
             if len(idx) == 1:
+                if not self._answers():
+                    raise _Down(failure)
                 refused.append(idx[0])
                 return
             for half in (idx[: len(idx) // 2], idx[len(idx) // 2 :]):
                 try:
                     vectors = self.embedder.embed_documents([texts[i] for i in half])
-                except Exception:  # noqa: BLE001 -- the embedder answers (see below): a bad text
-                    split(half)
+                except Exception as exc:  # noqa: BLE001 -- the embedder answers (see below): a bad text
+                    split(half, exc)
                 else:
                     done.update(zip(half, vectors))
 
@@ -227,7 +240,10 @@ class SemanticChannel:
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
             if not self._answers():
                 return done, refused, exc  # down: nothing is the texts' fault
-            split(list(range(len(batch))))
+            try:
+                split(list(range(len(batch))), exc)
+            except _Down as down:  # it stopped answering meanwhile: no text is known to be refused
+                return done, [], down.failure
         return done, refused, None
 
     def _answers(self) -> bool:
@@ -369,8 +385,16 @@ class SemanticChannel:
         return self._answered(text, vector)
 
     def _late(self, future: concurrent.futures.Future) -> Exception:
+        """Why a query call gave no answer in time: it never started (another query ran in
+        front of it) or it ran too long (a failure).  A call in front that has itself run
+        past the timeout is the failure (a hung call would otherwise stop the backoff from
+        ever starting again, and every query wait the whole timeout behind it)."""
         if future.cancel():
-            return _NotStarted()  # it waited behind another query: not the embedder's failure
+            ahead = self.state.queries.running_for()
+            if ahead is not None and self.timeout is not None and ahead >= self.timeout:
+                return TimeoutError(f"the query call before this one has run {ahead:.1f} s, "
+                                    f"beyond embed_timeout={self.timeout} s")
+            return _NotStarted()  # it waited behind another query still in time: not a failure
         return TimeoutError(f"no answer within embed_timeout={self.timeout} s")
 
     def _answered(self, text: str, vector: Vector) -> tuple[Vector, bool]:
@@ -397,6 +421,14 @@ class SemanticChannel:
                 "documents with one model", self.embedder.name, query_dim, dim,
             )
         return True
+
+
+class _Down(Exception):
+    """The embedder stopped answering while a failed batch was being split (:meth:`_embed`)."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
 
 
 def _on_loop() -> bool:

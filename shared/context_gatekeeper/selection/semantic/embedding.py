@@ -240,7 +240,9 @@ def _default_name(obj: Any) -> str:
     """The name of an embedder's model, for vector caches.
 
     * the object's own ``name`` attribute (a non-empty str), if it has one;
-    * a ``functools.partial`` is named by what it wraps, a bound method by its object
+    * a ``functools.partial`` is named by what it wraps plus its keyword arguments when they
+      are plain values (``module.embed[model=b]``), by a process-local name when it binds
+      positional arguments or objects; a bound method by its object
       (``module.Class.method``); an object (or a method's object) by its class plus its
       model attributes (``model``, ``model_name``, ``model_id``, ...) and shape attributes
       (``size``, ``embed_dim``, ``dimensions``): ``module.Class[model=e5-small]``;
@@ -251,8 +253,18 @@ def _default_name(obj: Any) -> str:
     own = _attr(obj, "name")
     if isinstance(own, str):
         return own
+    outer = obj
+    bound: list[str] = []  # a partial's arguments choose its model as much as what it wraps does
     while isinstance(obj, functools.partial):
+        if obj.args or any(not isinstance(v, (str, int, float, bool, type(None))) for v in obj.keywords.values()):
+            return f"{LOCAL_PREFIX}{_NONCE}.{_local_token(outer, '')}:{_default_name(obj.func)}"
+        bound = [f"{k}={v}" for k, v in sorted(obj.keywords.items())] + bound
         obj = obj.func
+    if bound:
+        inner = _default_name(obj)
+        if is_local_name(inner):  # the wrapped function names nothing: the partial is its own model
+            return f"{LOCAL_PREFIX}{_NONCE}.{_local_token(outer, '')}:{inner.split(':', 2)[-1]}[{','.join(bound)}]"
+        return f"{inner}[{','.join(bound)}]"
     method = ""
     owner = getattr(obj, "__self__", None)
     if owner is not None and not isinstance(owner, types.ModuleType) and hasattr(obj, "__func__"):
@@ -268,6 +280,19 @@ def _default_name(obj: Any) -> str:
     if named or shape:
         return f"{base}[{','.join(named + shape)}]"
     return f"{LOCAL_PREFIX}{_NONCE}.{_local_token(obj, method)}:{base}"
+
+
+_LANGCHAIN_BASE = ("langchain_core.embeddings.embeddings", "Embeddings")
+_LLAMAINDEX_BASE = ("llama_index.core.base.embeddings.base", "BaseEmbedding")
+
+
+def _inherited(obj: Any, method: str, base: tuple[str, str]) -> bool:
+    """Whether ``obj``'s ``method`` is the one the framework's base class ``base`` (module,
+    name) defines, not an override (read from the class, without importing the framework)."""
+    for klass in type(obj).__mro__:
+        if method in vars(klass):
+            return (klass.__module__, klass.__qualname__) == base
+    return False
 
 
 def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awaitable[Any]] | None = None) -> Embedder:
@@ -289,14 +314,21 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
         return Embedder(name, obj._documents, obj._query, obj._adocuments, obj._aquery)
     label = name or _default_name(obj)
     if hasattr(obj, "embed_documents") and hasattr(obj, "embed_query"):  # LangChain Embeddings
+        # the base class's async methods only run the sync ones on asyncio's default thread pool,
+        # where a hung call would hold a thread for good: such an embedder is sync-only here
         return Embedder(
             label, obj.embed_documents, obj.embed_query,
-            getattr(obj, "aembed_documents", None), getattr(obj, "aembed_query", None),
+            None if _inherited(obj, "aembed_documents", _LANGCHAIN_BASE) else getattr(obj, "aembed_documents", None),
+            None if _inherited(obj, "aembed_query", _LANGCHAIN_BASE) else getattr(obj, "aembed_query", None),
         )
     if hasattr(obj, "get_text_embedding_batch") and hasattr(obj, "get_query_embedding"):  # LlamaIndex
+        # the base class's async batch calls the sync embedding on the event loop itself unless a
+        # subclass gives an async one: without it the batch is sync-only here (run on a thread)
+        sync_batch = all(_inherited(obj, method, _LLAMAINDEX_BASE) for method in ("_aget_text_embedding", "_aget_text_embeddings"))
         return Embedder(
             label, obj.get_text_embedding_batch, obj.get_query_embedding,
-            getattr(obj, "aget_text_embedding_batch", None), getattr(obj, "aget_query_embedding", None),
+            None if sync_batch else getattr(obj, "aget_text_embedding_batch", None),
+            getattr(obj, "aget_query_embedding", None),
         )
     if callable(obj) and not asyncio.iscoroutinefunction(obj):
         twin = aembed or getattr(obj, "aembed", None)

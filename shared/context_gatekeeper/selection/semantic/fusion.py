@@ -57,13 +57,17 @@ def numpy() -> Any:
 
 def unit_rows(vectors: Sequence[Sequence[float]] | Sequence[float]) -> Any:
     """The vectors (or one vector: a matrix of one row) as a float32 matrix with rows
-    of length 1 (a zero vector stays zero)."""
+    of length 1 (a zero vector stays zero).  Scaled in float64 by each row's largest
+    value first, so that values beyond float32's range (1e39) or squares beyond
+    float64's (1e200), and tiny ones (1e-50), still give the row's direction."""
     np = numpy()
-    matrix = np.asarray(vectors, dtype=np.float32)
+    matrix = np.asarray(vectors, dtype=np.float64)
     if matrix.ndim == 1:
         matrix = matrix[None, :]
+    largest = np.abs(matrix).max(axis=1, keepdims=True)
+    matrix = matrix / np.where(largest > 0, largest, 1.0)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms > 0, norms, 1.0)
+    return (matrix / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
 def zscores(sims: Any, min_std: float = 1e-6) -> Any:

@@ -50,6 +50,7 @@ class Lane:
         self._jobs: collections.deque = collections.deque()
         self._thread: threading.Thread | None = None
         self._running = False
+        self._started = 0.0  # when the running call began (time.monotonic)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
         """Queue ``fn(*args)``; its future (``cancel()`` works until it starts)."""
@@ -69,6 +70,11 @@ class Lane:
         with self._cond:
             return bool(self._jobs) or self._running
 
+    def running_for(self) -> float | None:
+        """Seconds the call running here has run, or ``None`` when none runs."""
+        with self._cond:
+            return time.monotonic() - self._started if self._running else None
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -79,7 +85,7 @@ class Lane:
                         self._thread = None
                         return
                 future, fn, args = self._jobs.popleft()
-                self._running = True
+                self._running, self._started = True, time.monotonic()
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(fn(*args))
