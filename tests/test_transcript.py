@@ -321,3 +321,22 @@ def test_the_internal_snapshot_is_the_version_and_state_read_together() -> None:
     assert all(a is b for a, b in zip(state, again))  # not copied: the reader's own messages
     assert all(a is not b for a, b in zip(state, reader.messages))  # messages still hands out copies
     assert Transcript("empty")._snapshot() == ((0, 0.0), ())
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+def test_a_proposal_from_before_the_session_was_purged_and_written_anew_is_refused(where, tmp_path) -> None:
+    from context_gatekeeper import StaleHeadError
+    from context_gatekeeper.testing import ScriptedModel
+
+    store = InMemoryStore() if where == "memory" else str(tmp_path / "s.db")
+    mine = Transcript("chat", store=store)
+    mine.append(user="Plan my trip to Iceland", assistant="Sure: Reykjavik, then the Golden Circle.")
+    insert = {"operations": [{"op": "insert_after", "id": "2", "role": "user",  # the prompt numbers messages
+                              "content": "My passport number is X1234567."}]}
+    proposal = mine.edit("add my passport number", model=ScriptedModel([insert]), preview=True)
+    theirs = Transcript("chat", store=mine.store)  # another worker: the user starts over
+    theirs.purge()
+    theirs.append(user="Hi, I'm Bob", assistant="Hello Bob!")
+    with pytest.raises(StaleHeadError, match="compute the edit again"):
+        mine.commit(proposal)
+    assert contents(Transcript("chat", store=mine.store)) == contents(mine) == ["Hi, I'm Bob", "Hello Bob!"]

@@ -356,6 +356,9 @@ class Proposal:
         instruction: the instruction it answers.
         model: the model that produced it.
         strategy: "rewrite" or "patch".
+        base_time: the time of revision ``base`` (``None``: not checked): ``commit`` refuses
+            the proposal when revision ``base`` is another revision by then (the session
+            was purged and written again), whatever its number says.
     """
 
     session_id: str
@@ -365,6 +368,7 @@ class Proposal:
     instruction: str
     model: str | None
     strategy: str
+    base_time: float | None = None
 
 
 def rebase_conflicts(later: Iterable[Revision], changes: Sequence[Applied]) -> list[int]:

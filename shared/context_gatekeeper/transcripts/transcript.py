@@ -479,6 +479,14 @@ class Transcript:
                 f"this proposal belongs to session {proposal.session_id!r}, not {self.session_id!r}"
             )
         with self._lock:
+            self._replica.refresh()
+            log = self._replica.log
+            base, base_time = proposal.base, proposal.base_time
+            if base_time is not None and (base > len(log) or (base > 0 and log[base - 1].time != base_time)):
+                raise StaleHeadError(
+                    f"session {self.session_id!r} was purged or written anew since this proposal was computed "
+                    f"(revision {base} is another revision now); nothing changed: compute the edit again"
+                )
             return self._commit(
                 "edit",
                 proposal.changes,
@@ -650,18 +658,22 @@ class Transcript:
             )
         return chosen
 
-    def _make_proposal(self, instruction: str, base: int, state: list[Message], result: Any, strategy: str) -> Proposal:
+    def _make_proposal(
+        self, instruction: str, base: tuple[int, float | None], state: list[Message], result: Any, strategy: str
+    ) -> Proposal:
         scratch = State(state)
         scratch.apply(result.changes)
         proposed = scratch.to_list()
+        head, head_time = base
         return Proposal(
             session_id=self.session_id,
-            base=base,
+            base=head,
             changes=tuple(map(detached_change, result.changes)),
-            diff=diff_states(base, state, base + 1, proposed),
+            diff=diff_states(head, state, head + 1, proposed),
             instruction=instruction,
             model=result.model_name,
             strategy=strategy,
+            base_time=head_time,
         )
 
     def _propose(self, instruction: str, model: Any, options: EditOptions) -> Proposal:
@@ -676,11 +688,13 @@ class Transcript:
         result = await acompute_edit(state, instruction, chosen, options=options)
         return self._make_proposal(instruction, base, state, result, options.strategy)
 
-    def _base_and_state(self) -> tuple[int, list[Message]]:
-        """The head and a copy of the state at it, read together (what an edit starts from)."""
+    def _base_and_state(self) -> tuple[tuple[int, float | None], list[Message]]:
+        """The head (its number and time) and a copy of the state at it, read together (what an
+        edit starts from)."""
         with self._lock:
             self._replica.refresh()
-            return len(self._replica.log), list(map(detached, self._replica.state.to_list()))
+            log = self._replica.log
+            return (len(log), log[-1].time if log else None), list(map(detached, self._replica.state.to_list()))
 
     def _commit(
         self,
