@@ -9,14 +9,13 @@ import asyncio
 import concurrent.futures
 import logging
 import math
-import threading
 from collections import Counter
 from typing import Any, Callable, List
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from context_gatekeeper import EmbeddingError, as_embedder
-from context_gatekeeper.integration import BoundedCache, text_hash
+from context_gatekeeper.integration import BoundedCache, state_of, text_hash
 
 __all__ = ["NodeVectors", "VECTORS", "query_embedding"]
 
@@ -54,8 +53,11 @@ class NodeVectors:
     """Node and query vectors for the postprocessor: ``node.embedding`` when filled, else
     a bounded cache by ``(embedder name, text hash)`` (``cache``; default :data:`VECTORS`,
     or this object's own of ``max_vectors`` entries), else one document call for the
-    missing nodes.  Failures and timeouts give ``None``
-    (one warning per run of them)."""
+    missing nodes.  Failures and timeouts give ``None``.  Calls run on the embedder's own
+    lanes and share its outage state with every gatekeeper using it
+    (:mod:`context_gatekeeper.selection.semantic.runner`): a hung call holds one thread,
+    not one per call; after a failure the embedder is left alone for the backoff, and one
+    warning is logged per outage."""
 
     def __init__(
         self,
@@ -72,7 +74,7 @@ class NodeVectors:
         if cache is None:
             cache = VECTORS if max_vectors is None else BoundedCache(maxsize=max_vectors)
         self._cache = cache
-        self._failing = False
+        self._state = state_of(self.embedder)
 
     def _missing(
         self, nodes: List[NodeWithScore], own: list[list[float] | None], dimension: int
@@ -107,10 +109,11 @@ class NodeVectors:
         query = _agreeing(query, own)
         try:
             if query is None:
-                query = self._call(self.embedder.embed_query, text)
+                query = self._call(self.embedder.embed_query, text, self._state.queries)
             vectors, todo = self._missing(nodes, own, len(query))
             if todo:
-                self._remember(vectors, todo, self._call(self.embedder.embed_documents, [t for _, t, _ in todo]))
+                texts = [t for _, t, _ in todo]
+                self._remember(vectors, todo, self._call(self.embedder.embed_documents, texts, self._state.documents))
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
             return self._fail(exc)
         return self._ok(query, vectors)
@@ -121,39 +124,42 @@ class NodeVectors:
         query = _agreeing(query, own)
         try:
             if query is None:
-                query = await self._await(self.embedder.aembed_query(text))
+                query = await self._await(self.embedder.aembed_query, text)
             vectors, todo = self._missing(nodes, own, len(query))
             if todo:
-                found = await self._await(self.embedder.aembed_documents([t for _, t, _ in todo]))
+                found = await self._await(self.embedder.aembed_documents, [t for _, t, _ in todo])
                 self._remember(vectors, todo, found)
         except Exception as exc:  # noqa: BLE001
             return self._fail(exc)
         return self._ok(query, vectors)
 
-    def _call(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+    def _call(self, fn: Callable[[Any], Any], arg: Any, lane: Any) -> Any:
+        """``fn(arg)``: at once without a timeout, else on ``lane`` (one of the embedder's)
+        within it; :class:`_BackingOff` while the embedder is left alone after a failure."""
+        if self._state.blocked():
+            raise _BackingOff()
         if self.timeout is None:
-            return fn(arg)
-        future: concurrent.futures.Future = concurrent.futures.Future()
-
-        def run() -> None:
+            result = fn(arg)
+        else:
+            future = lane.submit(fn, arg)
             try:
-                future.set_result(fn(arg))
-            except BaseException as exc:  # noqa: BLE001 -- handed to the waiting caller
-                future.set_exception(exc)
+                result = future.result(timeout=self.timeout)
+            except concurrent.futures.TimeoutError:
+                future.cancel()  # still queued behind a hung call: it never runs
+                raise self._timed_out() from None
+        self._state.answered()
+        return result
 
-        threading.Thread(target=run, name="gatekeeper-embed-nodes", daemon=True).start()
+    async def _await(self, fn: Callable[[Any], Any], arg: Any) -> Any:
+        """``await fn(arg)`` (an async twin: a sync-only embedder's runs on its lanes), within the timeout."""
+        if self._state.blocked():
+            raise _BackingOff()
         try:
-            return future.result(timeout=self.timeout)
-        except concurrent.futures.TimeoutError:
-            raise self._timed_out() from None
-
-    async def _await(self, awaitable: Any) -> Any:
-        if self.timeout is None:
-            return await awaitable
-        try:
-            return await asyncio.wait_for(awaitable, self.timeout)
+            result = await (fn(arg) if self.timeout is None else asyncio.wait_for(fn(arg), self.timeout))
         except asyncio.TimeoutError:
             raise self._timed_out() from None
+        self._state.answered()
+        return result
 
     def _timed_out(self) -> EmbeddingError:
         """The failure of an embedder call past ``embed_timeout`` (logged by :meth:`_fail`,
@@ -166,7 +172,6 @@ class NodeVectors:
     def _ok(self, query: list[float], vectors: list[Any]) -> tuple[Any, bool]:
         from context_gatekeeper.integration import unit_rows
 
-        self._failing = False
         q = unit_rows(query)[0]
         sims: list[float | None] = []
         for vector in vectors:
@@ -175,11 +180,15 @@ class NodeVectors:
         return sims, False
 
     def _fail(self, exc: BaseException) -> tuple[Any, bool]:
-        if not self._failing:
-            self._failing = True
-            logger.warning("embedder %r failed (%s: %s); selecting nodes lexically until it answers again",
-                           self.embedder.name, type(exc).__name__, exc)
+        """Lexical for this call; a failure (not a call skipped while backing off) starts or
+        extends the embedder's outage, which warns once (:meth:`EmbedderState.failed`)."""
+        if not isinstance(exc, _BackingOff):
+            self._state.failed(exc, self.embedder.name)
         return None, True
+
+
+class _BackingOff(Exception):
+    """The embedder is being left alone after a failure: this call selects lexically."""
 
 
 def _own_embeddings(nodes: List[NodeWithScore]) -> list[list[float] | None]:

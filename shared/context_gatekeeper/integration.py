@@ -58,6 +58,7 @@ from .editing.parse import replace_lone_surrogates
 from .selection.semantic.embedding import text_hash
 from .selection.semantic.fusion import numpy as load_numpy
 from .selection.semantic.fusion import unit_rows
+from .selection.semantic.runner import state_of
 from .stores.integrity import IdEntry, check_revision
 from .stores.spec import store_from_spec, store_spec
 from .records.messages import ROLES, Role, new_message_id, normalized_text
@@ -146,4 +147,5 @@ __all__ = [
     "text_hash",
     "unit_rows",
     "load_numpy",
+    "state_of",
 ]
