@@ -438,3 +438,50 @@ def test_an_embedder_whose_dimension_keeps_changing_stops_the_pass_instead_of_em
     assert calls < 10 and state_of(gk.embedder).blocked()
     wait_idle(5)
     assert len(flipping.document_calls) == calls  # no pass keeps going in the background
+
+
+def test_a_dropped_gatekeeper_with_an_embedder_is_freed_at_once_with_its_channel() -> None:
+    # no reference cycle between the history and its channel, nor inside a batch's failure handling
+    import gc
+    import weakref
+
+    class RefusesLongTexts(HashEmbedder):
+        def embed_documents(self, texts):
+            if any(len(t) > 40 for t in texts):
+                raise ValueError("input too long")
+            return super().embed_documents(texts)
+
+    gk = ContextGatekeeper(embedder=RefusesLongTexts())
+    gk.add_turn("redis lock ttl", "longer than the job")
+    gk.add_turn("paste the log", "x " * 40)  # split out of its batch and refused alone
+    gk.embed_pending()
+    assert gk._semantic.refused
+    refs = [weakref.ref(gk), weakref.ref(gk._history), weakref.ref(gk._semantic)]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del gk
+        assert [ref() for ref in refs] == [None, None, None]
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_the_lanes_of_an_embedder_that_is_gone_end_without_waiting_out_the_idle_time() -> None:
+    import gc
+
+    from context_gatekeeper.selection.semantic import runner
+
+    gk = ContextGatekeeper(embedder=lambda texts: [[1.0, float(len(t))] for t in texts])
+    gk.add_turn("redis lock ttl", "longer than the job")
+    gk.embed_pending()
+    gk.explain("redis lock?")
+    name = gk.embedder.name
+    lanes = [t for t in threading.enumerate() if name in t.name]
+    assert lanes
+    del gk
+    gc.collect()
+    runner._all_states()  # what the next embedder's state_of does: the dead states are purged
+    for thread in lanes:
+        thread.join(5)  # well under the 30 s a lane waits for work
+    assert not [t for t in lanes if t.is_alive()]

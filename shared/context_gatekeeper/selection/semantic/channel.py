@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -53,20 +54,28 @@ class _NotStarted(Exception):
 
 
 class _Changes(set):
-    """``TurnHistory.changed`` for a channel: adding ids queues them for embedding."""
+    """``TurnHistory.changed`` for a channel: adding ids queues them for embedding.  The
+    channel's ``_kick`` is held weakly: the channel holds the history, so a strong
+    reference back would leave a dropped gatekeeper's history and channel to the next
+    cyclic garbage collection."""
 
     def __init__(self, kick: Callable[[], None]) -> None:
         super().__init__()
-        self._kick = kick
+        self._kick = weakref.WeakMethod(kick)
+
+    def _queue(self) -> None:
+        kick = self._kick()
+        if kick is not None:
+            kick()
 
     def add(self, turn_id: int) -> None:
         super().add(turn_id)
-        self._kick()
+        self._queue()
 
     def update(self, *ids: Iterable[int]) -> None:
         super().update(*ids)
         if self:
-            self._kick()
+            self._queue()
 
 
 class SemanticChannel:
@@ -218,33 +227,36 @@ class SemanticChannel:
         texts = [text for _, text, _ in batch]
         done: dict[int, Vector] = {}
         refused: list[int] = []
-
-        def split(idx: list[int], failure: BaseException) -> None:
-            """``idx`` failed together: a single text is refused if the embedder still answers
-            (else it is down, or limiting the rate: :class:`_Down`), else each half is tried."""
-            if len(idx) == 1:
-                if not self._answers():
-                    raise _Down(failure)
-                refused.append(idx[0])
-                return
-            for half in (idx[: len(idx) // 2], idx[len(idx) // 2 :]):
-                try:
-                    vectors = self.embedder.embed_documents([texts[i] for i in half])
-                except Exception as exc:  # noqa: BLE001 -- the embedder answers (see below): a bad text
-                    split(half, exc)
-                else:
-                    done.update(zip(half, vectors))
-
         try:
             done.update(enumerate(self.embedder.embed_documents(texts)))
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
             if not self._answers():
                 return done, refused, exc  # down: nothing is the texts' fault
             try:
-                split(list(range(len(batch))), exc)
+                self._split(texts, list(range(len(batch))), exc, done, refused)
             except _Down as down:  # it stopped answering meanwhile: no text is known to be refused
                 return done, [], down.failure
         return done, refused, None
+
+    def _split(self, texts: list[str], idx: list[int], failure: BaseException, done: dict[int, Vector],
+               refused: list[int]) -> None:
+        """``texts[i]`` for ``i`` in ``idx`` failed together: a single text is refused if the
+        embedder still answers (else it is down, or limiting the rate: :class:`_Down`), else
+        each half is tried; what is embedded goes to ``done``.  (A method, not a closure: a
+        closure calling itself is a reference cycle, which would hold the channel until the
+        next cyclic garbage collection.)"""
+        if len(idx) == 1:
+            if not self._answers():
+                raise _Down(failure)
+            refused.append(idx[0])
+            return
+        for half in (idx[: len(idx) // 2], idx[len(idx) // 2 :]):
+            try:
+                vectors = self.embedder.embed_documents([texts[i] for i in half])
+            except Exception as exc:  # noqa: BLE001 -- the embedder answers (see _embed): a bad text
+                self._split(texts, half, exc, done, refused)
+            else:
+                done.update(zip(half, vectors))
 
     def _answers(self) -> bool:
         try:

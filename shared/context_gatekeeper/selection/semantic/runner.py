@@ -51,6 +51,7 @@ class Lane:
         self._thread: threading.Thread | None = None
         self._running = False
         self._started = 0.0  # when the running call began (time.monotonic)
+        self._closed = False  # its embedder is gone: the thread ends once idle, without waiting
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
         """Queue ``fn(*args)``; its future (``cancel()`` works until it starts)."""
@@ -70,6 +71,12 @@ class Lane:
         with self._cond:
             return bool(self._jobs) or self._running
 
+    def close(self) -> None:
+        """End the thread as soon as no call is left (its embedder is gone: no call can come)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
     def running_for(self) -> float | None:
         """Seconds the call running here has run, or ``None`` when none runs."""
         with self._cond:
@@ -79,11 +86,11 @@ class Lane:
         while True:
             with self._cond:
                 self._running = False
-                if not self._jobs:
+                if not self._jobs and not self._closed:
                     self._cond.wait(IDLE_SECONDS)
-                    if not self._jobs:
-                        self._thread = None
-                        return
+                if not self._jobs:
+                    self._thread = None
+                    return
                 future, fn, args = self._jobs.popleft()
                 self._running, self._started = True, time.monotonic()
             if future.set_running_or_notify_cancel():
@@ -193,6 +200,8 @@ def _purge() -> None:
         held = _states.get(key)
         if held is not None and held[0] is ref:
             del _states[key]
+            held[1].documents.close()  # no call can come for an embedder that is gone
+            held[1].queries.close()
 
 
 def _all_states() -> list[EmbedderState]:
