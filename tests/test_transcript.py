@@ -137,6 +137,24 @@ def test_diff_is_a_record_and_a_readable_unified_diff(gdp: Transcript) -> None:
     assert [d.status for d in appended.messages] == ["added", "added"]
 
 
+def test_diff_shows_a_reordering_and_a_change_of_metadata_alone() -> None:
+    t = Transcript("order")
+    t.append(user="q1", assistant="a1")
+    t.append(user="q2", assistant="a2")
+    m = t.messages
+    t.set([m[2], m[3], m[0], m[1]])  # the second exchange first
+    moved = t.diff(2, 3)
+    assert moved and {d.status for d in moved.messages} == {"moved"} and moved.moved == moved.messages
+    assert {d.id for d in moved.messages} in ({m[0].id, m[1].id}, {m[2].id, m[3].id})  # one exchange moved
+    assert ": moved @@" in str(moved)
+    m = t.messages
+    t.set([Message(m[0].id, m[0].role, m[0].content, metadata={"pinned": True}), *m[1:]])
+    pinned = t.diff(3, 4)
+    assert [(d.id, d.status) for d in pinned.messages] == [(m[0].id, "changed")]
+    assert "content parts or metadata changed" in str(pinned)
+    assert not t.diff(4, 4)
+
+
 def test_snapshot_and_history(gdp: Transcript) -> None:
     gdp.apply([Delete(gdp.messages[3].id)])
     assert len(gdp.snapshot(2)) == 4 and len(gdp.snapshot(3)) == 3 and gdp.snapshot(0) == ()

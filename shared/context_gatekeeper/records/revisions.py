@@ -18,7 +18,7 @@ from ..errors import InvalidTypeError
 from .messages import Message, detached, normalized_text, storable
 from .operations import (
     _SET_CHANGE_AFTER, _SET_CHANGE_BEFORE, _SET_PUT_AFTER, _SET_PUT_MESSAGE, _SET_REMOVE_AFTER, _SET_REMOVE_MESSAGE,
-    Applied, Change, Put, Remove, change_from_dict, change_to_dict, is_noop, touched_ids,
+    Applied, Change, Put, Remove, _stable_positions, change_from_dict, change_to_dict, is_noop, touched_ids,
 )
 from .replay import Skipped, rewind, split_applicable  # replaying over a state others move too
 
@@ -220,13 +220,14 @@ class MessageDiff:
 
     Attributes:
         id: the message id.
-        status: "added", "removed" or "changed".
+        status: "added", "removed", "changed" (its role, text, content parts or metadata) or
+            "moved" (the same message, in another order among the messages both states hold).
         before: the message in the first state (None when added).
         after: the message in the second state (None when removed).
     """
 
     id: str
-    status: Literal["added", "removed", "changed"]
+    status: Literal["added", "removed", "changed", "moved"]
     before: Message | None
     after: Message | None
 
@@ -262,7 +263,21 @@ def _hunk(entry: "MessageDiff", label: str) -> list[str]:
     lines = [f"@@ {label}: {entry.status} @@"]
     body = list(difflib.unified_diff(before, after, lineterm="", n=2))[2:]
     lines.extend(line for line in body if not line.startswith("@@"))
+    if entry.status == "changed" and not body and entry.before is not None and entry.after is not None:
+        lines.append(" (the same text; its content parts or metadata changed)")
     return lines
+
+
+def _moved(before: Sequence[Message], after: Sequence[Message], old: dict[str, Message]) -> set[str]:
+    """Ids of the messages both states hold that are out of order: outside a longest run
+    of them kept in their old order (none when the order did not change, the usual case)."""
+    index = {m.id: i for i, m in enumerate(before)}
+    kept = [m.id for m in after if m.id in old]
+    positions = [index[message_id] for message_id in kept]
+    if all(x < y for x, y in zip(positions, positions[1:])):
+        return set()
+    stable = _stable_positions(positions)
+    return {message_id for i, message_id in enumerate(kept) if i not in stable}
 
 
 def _positions(wanted: set[str], state: Sequence[Message]) -> dict[str, int]:
@@ -277,7 +292,7 @@ class Diff:
     Attributes:
         a: the first revision number.
         b: the second revision number.
-        messages: one entry per added, removed or changed message, in the order of
+        messages: one entry per added, removed, changed or moved message, in the order of
             the second state (removed ones where they stood in the first).
         before: the state at ``a``.
         after: the state at ``b``.
@@ -310,6 +325,10 @@ class Diff:
     def changed(self) -> tuple[MessageDiff, ...]:
         return tuple(m for m in self.messages if m.status == "changed")
 
+    @property
+    def moved(self) -> tuple[MessageDiff, ...]:
+        return tuple(m for m in self.messages if m.status == "moved")
+
     def __str__(self) -> str:
         if not self.messages:
             return f"no changes between revision {self.a} and revision {self.b}"
@@ -326,18 +345,24 @@ class Diff:
 
 
 def diff_states(a: int, before: Sequence[Message], b: int, after: Sequence[Message]) -> Diff:
-    """Compare two states message by message, by id."""
+    """Compare two states message by message, by id: added, removed, changed (role, text,
+    content parts or metadata), or moved (the fewest messages whose moving explains the
+    new order of those both states hold)."""
     old = {m.id: m for m in before}
     kept: set[str] = set()  # ids of ``before`` that ``after`` holds: no index of ``after`` is needed
     entries: list[MessageDiff] = []
+    moved = _moved(before, after, old)
     for message in after:
         previous = old.get(message.id)
         if previous is None:
             entries.append(_entry(message.id, "added", None, message))
             continue
         kept.add(message.id)
-        if previous.content != message.content or previous.role != message.role:
+        if (previous.content != message.content or previous.role != message.role
+                or previous.parts != message.parts or previous.metadata != message.metadata):
             entries.append(_entry(message.id, "changed", previous, message))
+        elif message.id in moved:
+            entries.append(_entry(message.id, "moved", previous, message))
     if len(kept) < len(old):
         entries.extend(_entry(m.id, "removed", m, None) for m in before if m.id not in kept)
     return Diff(a, b, tuple(entries), tuple(before), tuple(after))
