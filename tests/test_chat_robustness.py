@@ -358,3 +358,34 @@ def test_keep_pins_false_stores_nothing(tmp_path: Path) -> None:
         assert again.pinned_numbers() == []
     finally:
         again.transcript.close()
+
+
+# -- control characters from a model or a stored message never reach the terminal ----------------
+ESC = "\x1b"
+
+
+def test_escape_sequences_in_answers_edits_and_input_are_shown_not_acted_on(tmp_path: Path) -> None:
+    answer = f"Dublin.{ESC}]0;owned{ESC}\\{ESC}[2J{ESC}[31mfake prompt> "
+    edit = {"operations": [{"op": "replace", "id": "2", "content": f"Reykjavik.{ESC}[8mhidden{ESC}[0m"}]}
+    chat, editor = ScriptedModel([answer]), ScriptedModel([json.dumps(edit)])
+    status, out = run(tmp_path / "esc.sqlite3", [f"Capital of {ESC}[31mIreland?", "/edit Iceland", "y", "/show",
+                                                  "/history", "/context", "/quit"], models=(chat, editor))
+    assert status == 0 and ESC not in out and "\u009b" not in out
+    assert "Dublin.\u241b]0;owned" in out and "Reykjavik.\u241b[8mhidden" in out  # shown, one picture for each
+    _, resumed = run(tmp_path / "esc.sqlite3", ["/quit"], models=(ScriptedModel([]), ScriptedModel([])))
+    assert ESC not in resumed and "\u241b[31mIreland" in resumed  # the stored conversation, shown again
+
+
+def test_visible_keeps_newlines_tabs_and_every_printable_character() -> None:
+    from context_gatekeeper.chat.render import visible
+
+    text = "line one\n\ttab 中文 é 😀 \u200b"
+    assert visible(text) == text
+    assert visible(f"a{ESC}[2Jb\x07\x9b\u202e") == "a\u241b[2Jb\u2407\ufffd\ufffd"
+
+
+def test_the_offline_editor_writes_backslashes_as_typed_and_a_tab_may_follow_a_command(tmp_path: Path) -> None:
+    status, out = run(tmp_path / "bs.sqlite3", ["What was the GDP of Ireland in 2021?",
+                                               "/edit\treplace Ireland with C:\\new\\1", "y", "/quit"])
+    assert status == 0 and "unknown command" not in out and "error" not in out.lower()
+    assert "What was the GDP of C:\\new\\1 in 2021?" in stored(tmp_path / "bs.sqlite3")

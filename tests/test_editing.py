@@ -191,6 +191,32 @@ def test_wrapped_and_broken_json_is_found_and_repaired(reply):
     assert [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
 
 
+MISSING_COMMA = GOOD.replace('"replace", "id"', '"replace" "id"')
+
+
+@pytest.mark.parametrize("reply", [
+    "Here is the edit you asked for:\n\n" + MISSING_COMMA + "\n\nDone.",  # prose around broken JSON
+    "Sure! " + GOOD[:-2] + ",]} and that is all",  # a trailing comma inside prose
+], ids=["prose-missing-comma", "prose-trailing-comma"])
+def test_broken_json_inside_prose_is_still_repaired(reply):
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
+    assert [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
+
+
+def test_prose_full_of_brackets_is_refused_without_repairing_it_span_by_span(monkeypatch):
+    # json_repair takes time that grows with the square of such text, once per candidate: an
+    # answer of a few kilobytes held an edit for minutes
+    import json_repair
+
+    calls: list[int] = []
+    real = json_repair.loads
+    monkeypatch.setattr(json_repair, "loads", lambda text, *a, **k: (calls.append(len(text)), real(text, *a, **k))[1])
+    reply = "I cannot do that. " + "[a] {b} " * 400
+    with pytest.raises(EditError, match="no usable JSON"):
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([reply, reply]))
+    assert calls == []
+
+
 def test_code_fences_inside_message_text_do_not_confuse_extraction():
     new = "Use:\n```python\nprint('Iceland')\n```\nand `x`."
     reply = "```json\n" + patch({"op": "replace", "id": "2", "content": new}) + "\n```"
@@ -488,3 +514,16 @@ def test_an_answer_cut_off_mid_way_is_retried_not_repaired(strategy):
     if rewrite_cut:  # cut between messages: repairing would silently delete message 4
         with pytest.raises(EditError, match="incomplete"):
             compute_edit(state, "Iceland", ScriptedModel([rewrite_cut, rewrite_cut]), strategy=strategy)
+
+
+def test_a_one_word_correction_in_chinese_counts_that_word_not_the_clause_around_it():
+    from context_gatekeeper.editing.checks import destroyed_runs
+
+    assert destroyed_runs("2021年爱尔兰的国内生产总值是多少？", "2021年冰岛的国内生产总值是多少？") == ["爱尔兰"]
+    state = [Message("q", "user", "2021年爱尔兰的国内生产总值是多少？"),
+             Message("r", "assistant", "2021年爱尔兰的国内生产总值约为5000亿美元，人均收入很高，经济增长主要来自跨国公司。")]
+    reply = patch({"op": "replace", "id": "1", "content": "2021年冰岛的国内生产总值是多少？"},
+                  {"op": "replace", "id": "2", "content": state[1].content.replace("爱尔兰", "冰岛")})
+    result = compute_edit(state, "是冰岛，不是爱尔兰", ScriptedModel([reply]))  # applied, as in English
+    assert all("冰岛" in c.after.content and "爱尔兰" not in c.after.content for c in result.changes)
+    assert len(result.changes) == 2

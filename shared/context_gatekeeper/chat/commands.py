@@ -169,7 +169,8 @@ _ALIASES = {"exit": "quit", "q": "quit", "h": "help", "?": "help"}
 
 def dispatch(loop: "ChatLoop", line: str) -> None:
     """Run the slash command in ``line`` (which starts with ``/``)."""
-    name, _, arg = line[1:].strip().partition(" ")
+    parts = line[1:].split(None, 1)  # any whitespace after the name: "/edit<TAB>..."
+    name, arg = (parts + ["", ""])[:2]
     command = COMMANDS.get(_ALIASES.get(name.lower(), name.lower()))
     if command is None:
         raise InvalidInputError(f"unknown command /{name}; /help lists the commands")

@@ -100,7 +100,8 @@ class OfflineEditor:
         old, new = parsed
         state = [Message(str(m["id"]), m["role"], m["content"]) for m in json.loads(conversation)]
         pattern = _word_pattern(old)
-        requests = [Replace(m.id, pattern.sub(new, m.content)) for m in state if pattern.search(m.content)]
+        # the new words as they are (a str replacement would read backslashes as escapes and groups)
+        requests = [Replace(m.id, pattern.sub(lambda _: new, m.content)) for m in state if pattern.search(m.content)]
         if not requests:
             raise EditError(f"{old!r} does not appear in the conversation, so nothing was changed")
         return ideal_patch_reply(state, requests)

@@ -22,7 +22,7 @@ from .. import Diff, Message, Revision
 from ..integration import MessageTurn
 from .session import LastCall
 
-__all__ = ["Renderer", "SafeOutput", "make_console", "CHAT_PROMPT", "EDIT_PROMPT"]
+__all__ = ["Renderer", "SafeOutput", "make_console", "visible", "CHAT_PROMPT", "EDIT_PROMPT"]
 
 CHAT_PROMPT = "[chat] > "
 EDIT_PROMPT = "[EDIT HISTORY] > "
@@ -62,6 +62,23 @@ def make_console(*, plain: bool = False, file: IO[str] | None = None, width: int
     return Console(file=output, no_color=plain, highlight=False, emoji=False, width=width, soft_wrap=True)
 
 
+_VISIBLE = {
+    **{code: 0x2400 + code for code in range(0x20) if chr(code) not in "\n\t"},  # C0 controls: their pictures (ESC -> U+241B)
+    0x7F: 0x2421,  # DEL
+    **{code: 0xFFFD for code in range(0x80, 0xA0)},  # C1 controls (CSI, OSC, ...)
+    **{code: 0xFFFD for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},  # bidi overrides and isolates
+}
+"""Characters a terminal would act on instead of showing, each to one visible character."""
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character a terminal would act on (an escape sequence
+    from a model's answer or a stored message could retitle the window, clear the screen or
+    hide text in a diff) shown as one visible character instead (U+241B for ESC); newlines
+    and tabs stay.  One character for one, so styled spans of a ``Text`` stay in place."""
+    return text.translate(_VISIBLE)
+
+
 def _short(text: str, limit: int = 70) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
@@ -72,6 +89,18 @@ class Renderer:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+
+    def _print(self, *objects: Any) -> None:
+        """``console.print``, every text first made :func:`visible` (a table's cells are
+        made visible where the table is built)."""
+        shown = []
+        for item in objects:
+            if isinstance(item, Text):
+                item.plain = visible(item.plain)  # one character for one: its styles stay in place
+            elif isinstance(item, str):
+                item = visible(item)
+            shown.append(item)
+        self.console.print(*shown)
 
     # -- prompt and status --------------------------------------------------------------
     def prompt(self, editing: bool) -> Text:
@@ -90,20 +119,20 @@ class Renderer:
             yield
 
     def info(self, text: str) -> None:
-        self.console.print(Text(text, style="dim"))
+        self._print(Text(text, style="dim"))
 
     def notice(self, text: str) -> None:
-        self.console.print(Text(text, style="bold yellow"))
+        self._print(Text(text, style="bold yellow"))
 
     def ok(self, text: str) -> None:
-        self.console.print(Text(text, style="green"))
+        self._print(Text(text, style="green"))
 
     def error(self, text: str) -> None:
-        self.console.print(Text.assemble(("error: ", "bold red"), text))
+        self._print(Text.assemble(("error: ", "bold red"), text))
 
     def echo(self, prompt: Text, line: str) -> None:
         """Show an input line that did not come from a terminal (piped or scripted)."""
-        self.console.print(Text.assemble(prompt, line))
+        self._print(Text.assemble(prompt, line))
 
     def mode(self, editing: bool) -> None:
         if editing:
@@ -119,7 +148,7 @@ class Renderer:
         if message is not None and message.origin != "original":
             provenance = f"({message.origin} r{message.revision}) "
         body = text if text is not None else (message.content if message else "")
-        self.console.print(Text.assemble((f"{role}: ", _ROLE_STYLE.get(role, "bold")), (provenance, "italic yellow"), body))
+        self._print(Text.assemble((f"{role}: ", _ROLE_STYLE.get(role, "bold")), (provenance, "italic yellow"), body))
 
     def answer(self, text: str) -> None:
         self.message(None, role="assistant", text=text)
@@ -139,7 +168,7 @@ class Renderer:
             return
         for number, turn in turns:
             mark = " (pinned)" if number in pinned else ""
-            self.console.print(Text(f"-- turn {number}{mark}", style="dim"))
+            self._print(Text(f"-- turn {number}{mark}", style="dim"))
             for message in turn.messages:
                 self.message(message)
         for message in extra:
@@ -150,7 +179,7 @@ class Renderer:
         """A unified diff of two states, coloured line by line (messages named by position)."""
         for line in diff_lines(diff):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-            self.console.print(Text(line, style=style))
+            self._print(Text(line, style=style))
 
     def history(self, revisions: Sequence[Revision], head: int) -> None:
         """The revision list: number, kind, time, what it did."""
@@ -166,9 +195,9 @@ class Renderer:
                 revision.kind,
                 _dt.datetime.fromtimestamp(revision.time).strftime("%H:%M:%S"),
                 _counts(revision),
-                escape(_details(revision)),
+                escape(visible(_details(revision))),
             )
-        self.console.print(table)
+        self._print(table)
 
     # -- /context -----------------------------------------------------------------------
     def context(self, call: LastCall | None) -> None:
@@ -178,13 +207,13 @@ class Renderer:
             return
         s, g = call.selection, call.selection.gate
         cues = ", ".join(g.cues.reference + g.cues.switch + g.cues.returning) or "none"
-        self.console.print(Text(f"last query: {call.query}", style="bold"))
-        self.console.print(
+        self._print(Text(f"last query: {call.query}", style="bold"))
+        self._print(
             f"gate: {s.decision} | "
-            f"overlap {g.overlap:.2f} | new-anchor ratio {g.new_anchor_ratio:.2f} | cues: {escape(cues)}"
+            f"overlap {g.overlap:.2f} | new-anchor ratio {g.new_anchor_ratio:.2f} | cues: {escape(visible(cues))}"
         )
         kept = ", ".join(map(str, s.turn_ids)) or "none"
-        self.console.print(
+        self._print(
             f"kept turns: {kept} of {call.turn_count} | tokens {s.tokens_kept}/{s.tokens_total} "
             f"(saved {s.tokens_saved}) | coverage {s.coverage:.0%}"
             + (" | OVER BUDGET (pinned content only)" if s.over_budget else "")
@@ -199,16 +228,16 @@ class Renderer:
                     str(t.turn_id), "yes" if t.kept else "no", t.reason, f"{t.total:.2f}", f"{t.user:.2f}",
                     f"{t.assistant:.2f}", f"{t.exact:.2f}", f"{t.recency:.2f}", str(t.cost),
                 )
-            self.console.print(table)
+            self._print(table)
             self.info("score = user + asst + exact + recent (already weighted); reason: why kept or dropped")
         scored = {t.turn_id for t in s.scores}
         unscored = call.turn_count - len(scored)
         if unscored > 0:
             self.info(f"{unscored} other turn(s) shared no anchor with the query: dropped")
-        self.console.print(Text(f"sent to the model ({len(call.sent)} messages):", style="bold"))
+        self._print(Text(f"sent to the model ({len(call.sent)} messages):", style="bold"))
         for m in call.sent:
             role = m["role"]
-            self.console.print(Text.assemble((f"  {role}: ", _ROLE_STYLE.get(role, "")), _short(m["content"])))
+            self._print(Text.assemble((f"  {role}: ", _ROLE_STYLE.get(role, "")), _short(m["content"])))
 
     def help(self, rows: Sequence[tuple[str, str]]) -> None:
         table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
@@ -216,7 +245,7 @@ class Renderer:
         table.add_column("what it does")
         for usage, text in rows:
             table.add_row(Text(usage), Text(text))
-        self.console.print(table)
+        self._print(table)
 
 
 def diff_lines(diff: Diff) -> list[str]:

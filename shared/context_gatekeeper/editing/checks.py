@@ -44,7 +44,11 @@ __all__ = [
     "DEFAULT_MAX_DELETION_SHARE",
 ]
 
-_WORD = re.compile(r"\w+|[^\w\s]")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_WORD = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
+"""A word: a run of word characters, except that each Chinese, Japanese or Korean character
+is a word of its own (those scripts write no spaces: "爱尔兰" -> "冰岛" replaces three
+characters, not the clause around them), or one other non-space character."""
 _EXACT_DIFF_LIMIT = 1_000_000  # words before x words after: above it, split at anchors first
 _HEURISTIC_DIFF_LIMIT = 10_000_000  # an anchorless stretch above it counts as destroyed (an overstatement)
 _ANCHOR_WORDS = 4  # the length of the word sequences used as anchors

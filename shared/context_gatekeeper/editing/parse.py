@@ -41,6 +41,13 @@ _FENCE = re.compile(r"^\s*```[\w-]*[ \t]*\n(.*)\n[ \t]*```\s*$", re.DOTALL)
 _NEW_IDS = {"", "new", "null", "none"}
 _OPS = {"replace": "replace", "delete": "delete", "insert_after": "insert_after", "insert": "insert_after"}
 _MAX_SPANS = 50
+_REPAIR_LIMIT = 20_000
+"""The longest candidate given to ``json_repair``: it takes time that grows with the square of
+a text full of brackets that are not JSON (prose with "[...]" or "{...}": 5 s for 800
+characters tried from every span), so longer text is only parsed strictly."""
+_REPAIR_TAILS = 3
+"""How many "from a span's start to the end" candidates are repaired (each is nearly the whole
+answer again): the first few; all of them are parsed strictly."""
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ANSWER_START = re.compile(r"""\[\s*(?:[\[{"']|$)|\{\s*(?:["']|$)""")
 _CUT_OFF = (
@@ -143,20 +150,26 @@ def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
         position = end
 
 
-def _candidates(text: str) -> dict[str, bool]:
-    """Texts that may hold the answer's JSON, most likely first, each with whether it is cut off."""
+def _candidates(text: str) -> tuple[dict[str, bool], set[str]]:
+    """Texts that may hold the answer's JSON, most likely first, each with whether it is cut
+    off; and the ones worth repairing (:data:`_REPAIR_LIMIT`, :data:`_REPAIR_TAILS`)."""
     spans = list(_top_level_spans(text))
     truncated = any(cut_off for _, _, cut_off in spans)
     out = {text: truncated}
     fence = _FENCE.match(text)
     if fence:
         out.setdefault(fence.group(1), truncated)
+    tails: list[str] = []
     for start, end, cut_off in spans:
         if end is not None:
             out.setdefault(text[start:end], False)
         tail = re.sub(r"\n?[ \t]*```\s*$", "", text[start:])  # from the span's start to the end
+        if tail not in out:
+            tails.append(tail)
         out[tail] = out.get(tail, False) or cut_off
-    return out
+    skipped = set(tails[_REPAIR_TAILS:])
+    # worth repairing: what starts like JSON (prose full of "[a]" and "{b}" never does), not too long
+    return out, {c for c in out if len(c) <= _REPAIR_LIMIT and c not in skipped and _ANSWER_START.match(c.lstrip())}
 
 
 def has_lone_surrogate(text: str) -> bool:
@@ -197,10 +210,12 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
     stripped = text.strip()
     if _cut_off_answer(stripped):
         raise EditError(_CUT_OFF)
-    candidates = _candidates(stripped)
+    candidates, repairable = _candidates(stripped)
     fallback: list[Any] = []
     for repair in (False, True):
         for candidate, cut_off in sorted(candidates.items(), key=lambda item: item[1]):  # whole spans first
+            if repair and candidate not in repairable:
+                continue
             try:
                 value = json_repair.loads(candidate) if repair else json.loads(candidate)
             except Exception:  # json_repair is lenient; never let its own bugs escape
