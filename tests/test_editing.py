@@ -527,3 +527,12 @@ def test_a_one_word_correction_in_chinese_counts_that_word_not_the_clause_around
     result = compute_edit(state, "是冰岛，不是爱尔兰", ScriptedModel([reply]))  # applied, as in English
     assert all("冰岛" in c.after.content and "爱尔兰" not in c.after.content for c in result.changes)
     assert len(result.changes) == 2
+
+
+@pytest.mark.parametrize("reply", [
+    patch({"op": "insert_after", "id": True, "role": "user", "content": "Was it Iceland?"}),  # true is no id
+    patch({"op": "replace", "id": "1", "content": "\u200b\ufeff "}),  # shows nothing
+], ids=["bool-id", "invisible-content"])
+def test_an_answer_naming_no_message_or_showing_no_text_is_refused(reply):
+    with pytest.raises(EditError):
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([reply, reply]))

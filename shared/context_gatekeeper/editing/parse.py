@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -253,8 +254,9 @@ def _patch_shape(value: Any) -> bool:
 
 
 def _alias(value: Any) -> str | None:
-    """An id as the model wrote it: ints become strings, placeholders for "new" become None."""
-    if value is None or isinstance(value, bool):
+    """An id as the model wrote it: ints become strings, placeholders for "new" become None
+    (``true`` or ``false`` are no placeholder: they name no message, and are refused as such)."""
+    if value is None:
         return None
     text = str(value).strip()
     return None if text.lower() in _NEW_IDS else text
@@ -267,13 +269,23 @@ def _fail(problems: list[str]) -> None:
         raise EditError("; ".join(shown))
 
 
+def _blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: whitespace and invisible format characters (zero-width
+    space U+200B, word joiner U+2060, byte-order mark U+FEFF, ...) only.
+
+    >>> _blank(" \u200b\ufeff "), _blank("\u200bok")
+    (True, False)
+    """
+    return not text.strip() or all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+
+
 def _check_content(item: dict[str, Any], where: str, problems: list[str]) -> str | None:
     """The item's non-blank text content, or None with the problem recorded."""
     content = item.get("content")
     if not isinstance(content, str):
         problems.append(f"{where} has no text content (\"content\" must be a string)")
         return None
-    if not content.strip():
+    if _blank(content):
         problems.append(f"{where} has empty content; delete the message instead of emptying it")
         return None
     if has_lone_surrogate(content):
