@@ -461,6 +461,7 @@ def test_a_dropped_gatekeeper_with_an_embedder_is_freed_at_once_with_its_channel
     gk.add_turn("paste the log", "x " * 40)  # split out of its batch and refused alone
     gk.embed_pending()
     assert gk._semantic.refused
+    gk.embed_pending()  # again: the passes queued meanwhile have run (a queued pass holds its channel)
     refs = [weakref.ref(gk), weakref.ref(gk._history), weakref.ref(gk._semantic)]
     enabled = gc.isenabled()
     gc.disable()
@@ -484,6 +485,7 @@ def test_the_lanes_of_an_embedder_that_is_gone_end_without_waiting_out_the_idle_
     name = gk.embedder.name
     lanes = [t for t in threading.enumerate() if name in t.name]
     assert lanes
+    gk.embed_pending()  # nothing queued behind: the lanes are idle
     del gk
     gc.collect()
     runner._all_states()  # what the next embedder's state_of does: the dead states are purged
