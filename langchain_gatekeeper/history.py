@@ -65,7 +65,6 @@ _REQUESTS = "pass a list of Replace, Delete or InsertAfter requests"
 _REQUEST_TYPES = (Replace, Delete, InsertAfter)
 
 
-
 class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHistory):
     """Chat history with topic-gated selection and versioned natural-language edits.
 
