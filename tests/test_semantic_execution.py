@@ -381,22 +381,17 @@ def test_a_llamaindex_embedding_without_an_async_batch_is_batched_on_a_lane() ->
 
 
 # -- outages that look like something else ----------------------------------------------
-def test_a_query_queued_behind_a_hung_one_counts_as_a_failure_and_the_backoff_doubles(monkeypatch) -> None:
-    import time
-
-    from context_gatekeeper.selection.semantic import runner
-
-    monkeypatch.setattr(runner, "BACKOFF_SECONDS", 0.01)
+def test_a_query_queued_behind_a_hung_one_counts_as_a_failure_and_the_backoff_doubles() -> None:
     hung = Hung()
     gk = ContextGatekeeper(embedder=hung, embed_timeout=0.1)
     gk.add_turn("redis lock ttl", "longer than the job")
     state = state_of(gk.embedder)
     try:
-        assert gk.explain("redis lock?").semantic_fallback  # times out: backoff 0.01 s
-        assert state.delay == 0.01
-        time.sleep(0.05)  # the backoff is over; the first call still hangs on the query lane
+        assert gk.explain("redis lock?").semantic_fallback  # no answer in time: the backoff starts
+        assert state.delay == BACKOFF_SECONDS
+        state.retry_at = 0.0  # the backoff is over (no waiting); the first call still hangs on the query lane
         assert gk.explain("redis lock again?").semantic_fallback  # queued behind it: a failure too
-        assert state.delay == 0.02 and len(hung.query_calls) == 1
+        assert state.delay == 2 * BACKOFF_SECONDS and len(hung.query_calls) == 1
     finally:
         hung.release.set()
 

@@ -355,6 +355,8 @@ def test_a_proposal_from_before_the_session_was_purged_and_written_anew_is_refus
     theirs = Transcript("chat", store=mine.store)  # another worker: the user starts over
     theirs.purge()
     theirs.append(user="Hi, I'm Bob", assistant="Hello Bob!")
+    before = [(r.number, r.kind, r.time) for r in Transcript("chat", store=mine.store).history()]
     with pytest.raises(StaleHeadError, match="compute the edit again"):
         mine.commit(proposal)
+    assert [(r.number, r.kind, r.time) for r in Transcript("chat", store=mine.store).history()] == before  # nothing written
     assert contents(Transcript("chat", store=mine.store)) == contents(mine) == ["Hi, I'm Bob", "Hello Bob!"]
