@@ -619,35 +619,26 @@ class _Positions(NamedTuple):
 
 def _split(
     earlier: Sequence[BaseMessage],
-    pinned: list[BaseMessage] | None = None,
-    summaries: list[str] | None = None,
-    rest: list[BaseMessage] | None = None,
-    at: _Positions | None = None,
-    offset: int = 0,
-) -> tuple[list[BaseMessage], list[str], list[BaseMessage]]:
-    """Pinned messages (leading system messages, summaries), the summaries' texts, and
-    the rest (edit records left out), appended to the lists given (those of the messages
-    before ``earlier``) or to new ones; with ``at``, each one's position (``offset`` plus
-    its index in ``earlier``) appended there too."""
-    pinned = [] if pinned is None else pinned
-    summaries = [] if summaries is None else summaries
-    rest = [] if rest is None else rest
+    pinned: list[BaseMessage],
+    summaries: list[str],
+    rest: list[BaseMessage],
+    at: _Positions,
+    offset: int,
+) -> None:
+    """Append to ``pinned`` (leading system messages, summaries), ``summaries`` (their texts)
+    and ``rest`` (the others, edit records left out) the messages of ``earlier``, which
+    follow those already split, and to ``at`` where each sits (``offset`` plus its index)."""
     for i, message in enumerate(earlier, offset):
         if is_summary(message):
             pinned.append(message)
             summaries.append(message.text)
-            where = None if at is None else at.pinned
+            at.pinned.append(i)
         elif isinstance(message, SystemMessage) and not rest:
             pinned.append(message)
-            where = None if at is None else at.pinned
+            at.pinned.append(i)
         elif not is_edit_record(message):
             rest.append(message)
-            where = None if at is None else at.rest
-        else:
-            continue
-        if where is not None:
-            where.append(i)
-    return pinned, summaries, rest
+            at.rest.append(i)
 
 
 def _returned(

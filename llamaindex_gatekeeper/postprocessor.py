@@ -567,7 +567,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         """Why each node would be kept or dropped for ``query``, in input order (with an
         embedder, each line shows the node's similarity and whether it was decisive)."""
         nodes = _scored(nodes)
-        result = self.select(nodes, query)
+        result = self._select(nodes, query, True)
         return [
             NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
         ]
@@ -575,7 +575,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     async def aexplain(self, nodes: List[NodeWithScore], query: Union[str, QueryBundle, None]) -> List[NodeExplanation]:
         """Async :meth:`explain` (the embedding calls awaited, as in :meth:`aselect`)."""
         nodes = _scored(nodes)
-        result = await self.aselect(nodes, query)
+        result = await self._aselect(nodes, query, True)
         return [
             NodeExplanation(node.node.node_id, e.kept, e.reason, e) for node, e in zip(nodes, result.explanations)
         ]

@@ -268,11 +268,11 @@ def _hunk(entry: "MessageDiff", label: str) -> list[str]:
     return lines
 
 
-def _moved(before: Sequence[Message], after: Sequence[Message], old: dict[str, Message]) -> set[str]:
+def _moved(before: Sequence[Message], after: Sequence[Message]) -> set[str]:
     """Ids of the messages both states hold that are out of order: outside a longest run
     of them kept in their old order (none when the order did not change, the usual case)."""
     index = {m.id: i for i, m in enumerate(before)}
-    kept = [m.id for m in after if m.id in old]
+    kept = [m.id for m in after if m.id in index]
     positions = [index[message_id] for message_id in kept]
     if all(x < y for x, y in zip(positions, positions[1:])):
         return set()
@@ -351,7 +351,7 @@ def diff_states(a: int, before: Sequence[Message], b: int, after: Sequence[Messa
     old = {m.id: m for m in before}
     kept: set[str] = set()  # ids of ``before`` that ``after`` holds: no index of ``after`` is needed
     entries: list[MessageDiff] = []
-    moved = _moved(before, after, old)
+    moved = _moved(before, after)
     for message in after:
         previous = old.get(message.id)
         if previous is None:
