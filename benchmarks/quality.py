@@ -168,13 +168,24 @@ def load_cases(path: str | Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def conversation_of(case: dict) -> str:
+    """The conversation a case comes from: its ``conv_id``, less the role view where a
+    dataset gives one dialogue twice (TIAGE's ``dev-7-A`` and ``dev-7-B``, ``meta.view``)."""
+    conv_id = str(case["conv_id"])
+    view = (case.get("meta") or {}).get("view")
+    return conv_id.removesuffix(f"-{view}") if isinstance(view, str) and view else conv_id
+
+
 def split_half(cases: Sequence[dict], half: str) -> list[dict]:
     """The cases of half ``"A"`` or ``"B"``: by the parity of the md5 of the conversation
-    id, so no conversation lies in both (by the case id where a dataset has fewer than
-    10 conversations, as LoCoMo's few long ones)."""
-    key = "conv_id" if len({c["conv_id"] for c in cases}) >= 10 else "case_id"
+    (:func:`conversation_of`), so no conversation lies in both -- by the case id where a
+    dataset has fewer than 10 conversations: LoCoMo's three long ones are split by question,
+    so both halves ask about the same three conversations (the README says so)."""
+    by_case = len({conversation_of(c) for c in cases}) < 10
     parity = {"A": 0, "B": 1}[half]
-    return [c for c in cases if int(hashlib.md5(str(c[key]).encode()).hexdigest(), 16) % 2 == parity]
+    return [c for c in cases
+            if int(hashlib.md5((str(c["case_id"]) if by_case else conversation_of(c)).encode()).hexdigest(), 16) % 2
+            == parity]
 
 
 @lru_cache(maxsize=1)

@@ -14,9 +14,15 @@ sets' off-topic share and precision as they were (0.4, no fill), the one with th
 LoCoMo recall (to two decimals; then the fewest tokens) at no more than 5% kept.  Half B is never read here; accept or
 reject the pick with ``python benchmarks/quality.py --half both``.
 
+LoCoMo has only three conversations, so :func:`quality.split_half` splits it by question and
+both halves ask about the same three.  ``--leave-out-locomo`` checks what that costs: for each
+conversation it makes the pick without any of that conversation's questions (half A of the
+other two, and of the hand-labelled sets), then sets the pick beside the shipped defaults on the
+left-out conversation's half-B questions.
+
 Usage (from the repository root)::
 
-    python benchmarks/tune_fill.py [--data DIR]
+    python benchmarks/tune_fill.py [--data DIR] [--leave-out-locomo]
 """
 
 from __future__ import annotations
@@ -71,28 +77,54 @@ def admissible(figures: dict[str, dict], base: dict[str, dict]) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
-    args = parser.parse_args(argv)
-    cases = {name: split_half(load_cases(dataset_path(args.data, name)), "A") for name, _ in RUNS}
+def pick(cases: dict[str, list[dict]], verbose: bool = True) -> dict[str, float]:
+    """The grid's pick on ``cases`` (run name -> its tuning cases), each setting printed when ``verbose``."""
     base = measure(cases, {"off_topic_share": 0.4, "fill_ratio": 1.0})
     rows = []
     for params in settings():
         figures = measure(cases, params)
         rows.append((params, figures))
         lo, il, hd = figures["locomo@1000"], figures["interleaved@300"], figures["hard@300"]
-        print(
-            f"{params}  locomo R {lo['recall']:.3f} kept {lo['kept_share']:.3f} | interleaved R {il['recall']:.3f} "
-            f"P {il['precision']:.3f} off {il['off_topic']:.3f} | hard R {hd['recall']:.3f} P {hd['precision']:.3f} "
-            f"off {hd['off_topic']:.3f}{'' if admissible(figures, base) else '  (not admissible)'}",
-            flush=True,
-        )
+        if verbose:
+            print(
+                f"{params}  locomo R {lo['recall']:.3f} kept {lo['kept_share']:.3f} | interleaved R {il['recall']:.3f} "
+                f"P {il['precision']:.3f} off {il['off_topic']:.3f} | hard R {hd['recall']:.3f} P {hd['precision']:.3f} "
+                f"off {hd['off_topic']:.3f}{'' if admissible(figures, base) else '  (not admissible)'}",
+                flush=True,
+            )
     best = max(
         (row for row in rows if admissible(row[1], base)),
         key=lambda row: (round(row[1]["locomo@1000"]["recall"], 2), -row[1]["locomo@1000"]["kept_share"]),
     )
-    print("pick (half A):", best[0])
+    return best[0]
+
+
+def leave_out_locomo(data: Path) -> None:
+    """For each LoCoMo conversation: the pick made without its questions, beside the shipped
+    defaults, on its half-B questions (recall @ kept share)."""
+    tuning = {name: split_half(load_cases(dataset_path(data, name)), "A") for name, _ in RUNS}
+    validation = split_half(load_cases(dataset_path(data, "locomo")), "B")
+    for conv in sorted({c["conv_id"] for c in tuning["locomo"]}):
+        chosen = pick({**tuning, "locomo": [c for c in tuning["locomo"] if c["conv_id"] != conv]}, verbose=False)
+        left_out = [c for c in validation if c["conv_id"] == conv]
+        figures = {label: evaluate("locomo", left_out, library_factory(1000, **params))
+                   for label, params in (("shipped defaults", {}), ("pick without it", chosen))}
+        print(f"{conv} ({len(left_out)} half-B questions): pick without it {chosen}")
+        for label, r in figures.items():
+            print(f"    {label:17s} recall {r['recall']:.3f} @ {100 * r['kept_share']:.1f}% kept", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--leave-out-locomo", action="store_true",
+                        help="for each LoCoMo conversation, the pick made without it, measured on it")
+    args = parser.parse_args(argv)
+    if args.leave_out_locomo:
+        leave_out_locomo(args.data)
+        return 0
+    cases = {name: split_half(load_cases(dataset_path(args.data, name)), "A") for name, _ in RUNS}
+    print("pick (half A):", pick(cases))
     return 0
 
 

@@ -389,6 +389,42 @@ def test_view_hides_empty_assistant_tool_call_messages():
     assert [m.id for m in EditView.of(state).shown] == ["u", "b"]
 
 
+def tool_turn_state() -> list[Message]:
+    """A greeting, a question answered through a tool (an empty call message and its result), another question."""
+    return [
+        Message("u0", "user", "Hello"), Message("a0", "assistant", "Hi! How can I help?"),
+        Message("u1", "user", "What was Ireland's GDP?"),
+        Message("c1", "assistant", "", metadata={"tool_calls": [{"id": "k1", "name": "lookup", "args": {}}]}),
+        Message("t1", "tool", "Ireland GDP 2021: 500bn", metadata={"tool_call_id": "k1"}),
+        Message("a1", "assistant", "Ireland's GDP was 500bn."),
+        Message("u2", "user", "Espresso grind for a moka pot?"), Message("a2", "assistant", "Use a medium grind."),
+    ]
+
+
+@pytest.mark.parametrize("first", [False, True])
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_deleting_a_question_and_its_answer_deletes_the_tool_exchange_between_them(strategy, first):
+    state = tool_turn_state()[2:] if first else tool_turn_state()  # the tool turn opening the chat, or after a greeting
+    view = EditView.of(state)
+    gdp = [view.alias_of["u1"], view.alias_of["a1"]]  # all the model is shown of that turn
+    kept = [m for m in state if m.id not in ("u1", "c1", "t1", "a1")]
+    reply = (patch(*({"op": "delete", "id": alias} for alias in gdp)) if strategy == "patch"
+             else rewrite(*((view.alias_of[m.id], m.role, m.content) for m in kept)))
+    model = ScriptedModel([reply])
+    result = compute_edit(state, "drop the GDP question", model, strategy=strategy, allow_large_deletion=True)
+    after = apply_changes(state, list(result.changes))
+    assert [m.id for m in after] == [m.id for m in kept] and result.attempts == 1
+    assert apply_changes(after, invert(list(result.changes))) == state  # undo puts the whole exchange back in place
+
+
+def test_a_tool_exchange_stays_when_its_answer_stays():
+    state = tool_turn_state()
+    view = EditView.of(state)
+    model = ScriptedModel([patch({"op": "replace", "id": view.alias_of["a1"], "content": "Ireland's GDP: 500bn."})])
+    result = compute_edit(state, "shorter", model)
+    assert [m.id for m in apply_changes(state, list(result.changes))] == [m.id for m in state]
+
+
 # -- input checks --------------------------------------------------------------------------
 @pytest.mark.parametrize("instruction", ["", "   \n"])
 def test_blank_instruction_is_invalid(instruction):

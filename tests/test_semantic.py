@@ -674,6 +674,9 @@ def test_the_benchmarks_halves_split_by_conversation() -> None:
     assert not {c["conv_id"] for c in a} & {c["conv_id"] for c in b}  # no conversation in both
     few = [{"conv_id": "c0", "case_id": f"q{i}"} for i in range(40)]  # one long conversation: by case
     assert split_half(few, "A") and split_half(few, "B")
+    views = [{"conv_id": f"d{i // 2}-{'AB'[i % 2]}", "case_id": f"{i}", "meta": {"view": "AB"[i % 2]}} for i in range(80)]
+    a, b = split_half(views, "A"), split_half(views, "B")  # a dialogue given in two role views (TIAGE)
+    assert a and b and not {c["conv_id"][:-2] for c in a} & {c["conv_id"][:-2] for c in b}
 
 
 class TwoModelEmbedder:

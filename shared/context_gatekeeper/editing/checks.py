@@ -103,11 +103,31 @@ def build_changes(
             raise InvalidTypeError(f"not a request: {request!r}; pass Replace, Delete or InsertAfter")
     current = apply_changes(state, edits + puts)
     removes: list[Applied] = []
-    for message_id in deletes:
+    for message_id in deletes + _hidden_parts(state, view, deletes):
         index = next(i for i, m in enumerate(current) if m.id == message_id)
         removes.append(Remove(current[index], current[index - 1].id if index else None))
         current.pop(index)
     return edits + puts + removes, current
+
+
+def _hidden_parts(state: Sequence[Message], view: EditView, deletes: Sequence[str]) -> list[str]:
+    """The messages the model was not shown (an assistant message that only calls a tool, the
+    tool's result) of each turn whose shown messages are all deleted: deleting a question and
+    its answer deletes the whole exchange, which the model could not name.  A turn runs from a
+    user message to the next (what comes before the first user message is one too)."""
+    gone = set(deletes)
+    out: list[str] = []
+    turn: list[Message] = []
+    for message in [*state, None]:
+        if message is None or (message.role == "user" and turn):
+            shown = [m for m in turn if m.id in view.alias_of]
+            if shown and all(m.id in gone for m in shown):
+                out += [m.id for m in turn
+                        if m.id not in view.alias_of and m.role in ("assistant", "tool") and m.id not in gone]
+            turn = []
+        if message is not None:
+            turn.append(message)
+    return out
 
 
 def alternation_violations(state: Sequence[Message]) -> list[tuple[Message, Message | None]]:
