@@ -299,6 +299,11 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         whole revision log; never the model, a token counter or the embedder."""
         return unpickle, (type(self), pickled_state(self, in_process=False))
 
+    def __copy__(self) -> GatekeeperChatMessageHistory:
+        """:meth:`__deepcopy__`: a copy shares no transcript with its original (a shallow copy
+        would share the revision state without its lock), and keeps the model and options."""
+        return self.__deepcopy__()
+
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> GatekeeperChatMessageHistory:
         """An independent copy, as ``pickle`` makes one, that keeps the model, the token
         counter, the embedder and every option (the same objects): a SQLite or PostgreSQL

@@ -72,7 +72,7 @@ def rebuild(cls: type[GatekeeperChatMessageHistory], state: dict[str, Any]) -> G
         for revision in state["revisions"]:
             loaded = Revision.from_dict(revision)
             store.commit(session_id, loaded, expected_head=loaded.number - 1)
-    else:  # a SQLite path (the new history opens, owns and closes it) or an opened PostgresStore
+    else:  # a SQLite or PostgreSQL store, opened here: the new history closes it
         store = store_from_spec(spec)
     try:
         history = cls(session_id, store=store, **state["options"])

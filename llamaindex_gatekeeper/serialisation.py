@@ -230,16 +230,14 @@ def _rebuild(
     ``trusted`` are constructor options from this process (a model, a token counter)."""
     if spec is None:
         return from_dict(cls, memory, **trusted)
-    store: Any = store_from_spec(spec)
+    store = store_from_spec(spec)
     options = {**_data_options(memory), **trusted}
     try:
         rebuilt = cls(token_limit=memory["token_limit"], session_id=memory["session_id"], store=store, **options)
     except BaseException:
-        if not isinstance(store, str):
-            store.close()
+        store.close()
         raise
-    if not isinstance(store, str):
-        rebuilt._opened_store = store  # close() closes it
+    rebuilt._opened_store = store  # close() closes it
     return rebuilt
 
 

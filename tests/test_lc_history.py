@@ -18,7 +18,9 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 import langchain_gatekeeper.history as history_module
-from context_gatekeeper import EditError, InMemoryStore, ModelUnavailableError, Proposal, SQLiteStore
+from context_gatekeeper import (
+    EditError, InMemoryStore, ModelUnavailableError, Proposal, SQLiteStore, StoreUnavailableError,
+)
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.history import GatekeeperChatMessageHistory
 from lc_support import ESPRESSO, ESPRESSO_QUERY, REDIS_1, REDIS_2, REDIS_QUERY, answers, patch_reply
@@ -320,6 +322,59 @@ def test_a_sqlite_history_pickles_as_its_path_and_reattaches(tmp_path: Path):
         other.close()
     finally:
         again.close()
+        history.close()
+
+
+def test_copies_of_a_history_on_a_relative_path_reopen_the_same_file_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    history = GatekeeperChatMessageHistory("s", store="chat.db")  # as the README writes it
+    turns(history, REDIS_1)
+    data = pickle.dumps(history)
+    monkeypatch.chdir(tmp_path / "elsewhere")  # a worker process, a notebook that moved on
+    for again in (pickle.loads(data), copy.deepcopy(history)):
+        try:
+            assert texts(again.messages) == [*REDIS_1]
+        finally:
+            again.close()
+    history.close()
+    assert not list((tmp_path / "elsewhere").iterdir())  # no new, empty chat.db there
+
+
+def test_copies_of_a_read_only_history_stay_read_only(tmp_path: Path):
+    path = tmp_path / "chat.db"
+    writer = GatekeeperChatMessageHistory("s", store=str(path))
+    turns(writer, REDIS_1)
+    writer.close()
+    store = SQLiteStore(path, read_only=True, busy_timeout=2.5)
+    history = GatekeeperChatMessageHistory("s", store=store)
+    for again in (pickle.loads(pickle.dumps(history)), copy.deepcopy(history)):
+        try:
+            assert again.transcript.store.read_only and again.transcript.store.busy_timeout == 2.5
+            with pytest.raises(StoreUnavailableError):
+                turns(again, ESPRESSO)
+        finally:
+            again.close()
+    store.close()
+    reader = SQLiteStore(path)
+    assert reader.head("s") == 1  # nothing was written through a copy
+    reader.close()
+
+
+def test_a_shallow_copy_keeps_the_model_as_a_deep_copy_does(tmp_path: Path):
+    editor = patch_reply({"op": "replace", "id": "1", "content": "Redis lock TTL, please?"})
+    history = GatekeeperChatMessageHistory("s", store=str(tmp_path / "chat.db"), model=editor)
+    turns(history, REDIS_1)
+    twin = copy.copy(history)
+    try:
+        assert twin.transcript.model is history.transcript.model  # the same model, not a copy
+        twin.edit("ask politely")
+        assert texts(history.messages)[0] == "Redis lock TTL, please?"
+    finally:
+        twin.close()
         history.close()
 
 

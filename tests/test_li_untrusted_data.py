@@ -78,6 +78,37 @@ def test_a_sqlite_memory_pickles_as_its_path_and_reattaches(tmp_path: Path) -> N
     assert len(memory.get_all()) == 4  # one live session
 
 
+def test_copies_of_a_memory_on_a_relative_path_reopen_the_same_file_read_only_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import copy
+
+    from context_gatekeeper import SQLiteStore, StoreUnavailableError
+
+    (tmp_path / "here").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    memory = GatekeeperMemory.from_defaults(store="chats.db", session_id="s")  # as the README writes it
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    data = pickle.dumps(memory)
+    memory.close()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = pickle.loads(data)
+    assert len(again.get_all()) == 2
+    again.close()
+    assert not list((tmp_path / "elsewhere").iterdir())  # no new, empty chats.db there
+    store = SQLiteStore("../here/chats.db", read_only=True)
+    reader = GatekeeperMemory.from_defaults(store=store, session_id="s")
+    for twin in (pickle.loads(pickle.dumps(reader)), copy.deepcopy(reader)):
+        with pytest.raises(StoreUnavailableError):
+            exchange(twin, "And the watchdog?", "Renews the lock.")
+        twin.close()
+    store.close()
+    check = SQLiteStore(tmp_path / "here" / "chats.db")
+    assert check.head("s") == 1  # nothing was written through a copy
+    check.close()
+
+
 def test_a_postgres_memory_pickles_without_its_password(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     dsn = postgres_dsn()
     from psycopg.conninfo import conninfo_to_dict

@@ -18,9 +18,10 @@ __all__ = ["store_spec", "store_from_spec"]
 
 
 def store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] | None:
-    """``{"sqlite": path}``, ``{"postgres": conninfo, "table_prefix": prefix}`` or ``None``."""
+    """``{"sqlite": absolute path, "read_only": ..., "busy_timeout": ...}``,
+    ``{"postgres": conninfo, "table_prefix": prefix}`` or ``None``."""
     if isinstance(store, SQLiteStore) and store.path != ":memory:":
-        return {"sqlite": store.path}
+        return {"sqlite": store.absolute_path, "read_only": store.read_only, "busy_timeout": store.busy_timeout}
     try:
         from .postgres import PostgresStore
     except ImportError:  # no postgres extra: no store can be a PostgresStore
@@ -36,11 +37,12 @@ def store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] |
     return None
 
 
-def store_from_spec(spec: dict[str, Any]) -> str | Store:
-    """What to hand the new owner for a :func:`store_spec` name: a SQLite path (the owner
-    opens it, owns it and closes it) or an opened ``PostgresStore`` (the caller closes it)."""
+def store_from_spec(spec: dict[str, Any]) -> Store:
+    """The store a :func:`store_spec` name names, opened (the caller closes it): a SQLite
+    file with its read-only flag and busy timeout, or a ``PostgresStore``."""
     if "sqlite" in spec:
-        return str(spec["sqlite"])
+        return SQLiteStore(str(spec["sqlite"]), read_only=bool(spec.get("read_only", False)),
+                           busy_timeout=float(spec.get("busy_timeout", 30.0)))
     from .postgres import PostgresStore
 
     return PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"])

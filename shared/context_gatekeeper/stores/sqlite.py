@@ -189,6 +189,9 @@ class SQLiteStore(Store, VectorStore):
         read_only: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        self.absolute_path = self.path if self.path == ":memory:" else os.path.abspath(self.path)
+        """The file as this process opened it, whatever the working directory is later (what a
+        pickled or copied adapter object reopens)."""
         self.fault_hook = fault_hook
         self.read_only = bool(read_only)
         self.busy_timeout = busy_timeout
