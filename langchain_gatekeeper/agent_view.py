@@ -46,7 +46,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from context_gatekeeper import ContextGatekeeper, GateOptions, InvalidInputError, resolve_token_counter
 from context_gatekeeper.integration import BoundedCache, TurnIndex, text_key
 
-from .convert import text_of
+from .convert import role_of, text_of
 from .threads import is_edit_record
 
 __all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "adapter_options", "counted_once", "is_summary", "current_turn_start", "semantic"]
@@ -288,7 +288,7 @@ def _turns(rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dic
     turn: _Turn | None = None
     for i in range(start, len(rest)):
         message = rest[i]
-        role = _ROLES.get(message.type, "user")
+        role = _ROLES.get(message.type) or role_of(message) or "user"
         if role == "user" or turn is None:
             turn = _Turn(i, role)
             turns.append(turn)

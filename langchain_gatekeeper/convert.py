@@ -6,7 +6,8 @@ selection reads and edits rewrite), a content-block list in ``parts``, and in
 ``name``) plus everything else LangChain serialises under ``"langchain"``.  Types,
 ids, names, tool calls, additional_kwargs and response metadata survive a round
 trip; an assistant message whose text an edit rewrote loses only provider-specific
-keys that would no longer match its text (thought signatures, reasoning traces).
+keys and blocks that would no longer match its text (thought signatures, reasoning and
+thinking blocks).
 
 A message without an id gets one in the core (every core message has one: edits,
 ``diff`` and ``apply`` address messages by it), marked as made up
@@ -22,12 +23,15 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import (
+    AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict, messages_from_dict,
+)
 
 from context_gatekeeper import InvalidTypeError, Message
 from context_gatekeeper.integration import Role, new_message_id
 
-__all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of", "same_messages"]
+__all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of",
+           "same_messages", "role_of"]
 
 _ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
@@ -35,7 +39,22 @@ _HOISTED = ("tool_calls", "tool_call_id", "name")
 ID_GENERATED = "id_generated"
 """Key in ``metadata["langchain"]`` marking a core id that :func:`to_core` made up."""
 PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
-"""additional_kwargs keys dropped from an assistant message whose text was rewritten."""
+"""additional_kwargs keys and content-block types dropped from an assistant message whose text was rewritten."""
+
+
+_CLASS_ROLES: tuple[tuple[type[BaseMessage], Role], ...] = (
+    (HumanMessage, "user"), (AIMessage, "assistant"), (SystemMessage, "system"), (ToolMessage, "tool"),
+)
+
+
+def role_of(message: BaseMessage) -> Role | None:
+    """The core role of a LangChain message, by its type or else its class: a streamed
+    ``AIMessageChunk`` (what ``.stream()`` hands a history) answers like an ``AIMessage``.
+    ``None`` for other kinds (``ChatMessage``, ``FunctionMessage``)."""
+    role = _ROLES.get(message.type)
+    if role is None:
+        role = next((r for cls, r in _CLASS_ROLES if isinstance(message, cls)), None)
+    return role
 
 
 def text_of(content: Any) -> str:
@@ -62,7 +81,7 @@ def to_core(message: BaseMessage) -> Message:
     kind, data = serialised["type"], dict(serialised["data"])
     content = data.pop("content")
     # ChatMessage and other custom roles ride as user/assistant text
-    role: Role = _ROLES.get(kind) or ("assistant" if data.get("role") in ("assistant", "ai") else "user")
+    role: Role = role_of(message) or ("assistant" if data.get("role") in ("assistant", "ai") else "user")
     metadata: dict[str, Any] = {key: data.pop(key) for key in _HOISTED if data.get(key)}
     data.pop("id", None)
     data.pop("type", None)
@@ -79,14 +98,27 @@ def to_core(message: BaseMessage) -> Message:
 
 
 def _content_for(message: Message) -> Any:
-    """The LangChain content: the block list with its text replaced when it was edited."""
+    """The LangChain content: the block list with its text replaced when it was edited.
+
+    The edited text takes the place of the first text block (the other text blocks go, the
+    rest keep their order); an assistant message also loses its reasoning blocks
+    (``thinking``, ``redacted_thinking``, ``reasoning``): they argue for the text it no
+    longer says, and a provider would be sent the superseded fact on every later call."""
     if message.parts is None:
         return message.content
     blocks = copy.deepcopy(list(message.parts))
     if message.origin == "original" or text_of(blocks) == message.content:
         return blocks
-    others = [b for b in blocks if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))]
-    return [{"type": "text", "text": message.content}, *others]
+    text = {"type": "text", "text": message.content}
+    out: list[Any] = []
+    for block in blocks:
+        if isinstance(block, str) or (isinstance(block, dict) and block.get("type") == "text"):
+            if text not in out:
+                out.append(text)
+        elif not (message.role == "assistant" and isinstance(block, dict)
+                  and PROVIDER_SPECIFIC.search(str(block.get("type", "")))):
+            out.append(block)
+    return out if text in out else [text, *out]
 
 
 def from_core(message: Message) -> BaseMessage:
@@ -101,6 +133,9 @@ def from_core(message: Message) -> BaseMessage:
     rewritten = message.origin == "edited" and kind == "ai"
     if rewritten and data.get("additional_kwargs"):
         data["additional_kwargs"] = {k: v for k, v in data["additional_kwargs"].items() if not PROVIDER_SPECIFIC.search(k)}
+    if kind == "tool" and not isinstance(data.get("tool_call_id"), str):
+        # a tool message the core inserted (Transcript.apply): readable, with no call to name
+        data["tool_call_id"] = ""
     message_id = None if stored.get(ID_GENERATED) else message.id
     data.update(content=_content_for(message), id=message_id, type=kind)
     return messages_from_dict([{"type": kind, "data": data}])[0]
@@ -122,7 +157,7 @@ def same_messages(messages: Sequence[BaseMessage], core: Sequence[Message]) -> b
     if len(messages) != len(core):
         return False
     for message, stored in zip(messages, core):
-        role = _ROLES.get(message.type)
+        role = role_of(message)
         if role is not None and role != stored.role:
             return False
         if (message.id is not None and message.id != stored.id) or text_of(message.content) != stored.content:

@@ -42,6 +42,7 @@ from context_gatekeeper import (
     Delete,
     GateOptions,
     InsertAfter,
+    InvalidInputError,
     Message,
     Replace,
     Revision,
@@ -210,8 +211,16 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         Raises:
             UnknownMessageError: a position or id that is not in the current state
                 (nothing is changed).
+            InvalidInputError: an ``InsertAfter`` of a tool message (nothing is changed).
         """
         requests = require_items(requests, "requests", _REQUEST_TYPES, _REQUESTS)
+        for request in requests:
+            if isinstance(request, InsertAfter) and request.role == "tool":
+                raise InvalidInputError(
+                    "InsertAfter cannot add a tool message: LangChain needs the tool call it answers (a "
+                    "ToolMessage's tool_call_id), which a request cannot carry; add it with add_messages("
+                    "[ToolMessage(..., tool_call_id=...)]), or insert a user or assistant message. Nothing was changed"
+                )
         ids = self.message_ids()
         resolved = []
         for request in requests:

@@ -52,6 +52,24 @@ Handler = Callable[[ModelRequest], ModelResponse]
 AsyncHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
 
 
+def edit_instruction(text: str, prefix: str | None) -> str | None:
+    """The instruction of an edit command (``""`` for a bare command), or ``None`` when
+    ``text`` is not one.  The prefix is matched ignoring case, and its trailing space may
+    be any whitespace or the end of the text: ``"/edit"``, ``"/Edit ..."`` and
+    ``"/edit\n..."`` are commands (a chat box strips trailing spaces; a phone capitalises),
+    ``"/editor"`` is not."""
+    if prefix is None:
+        return None
+    text, word = text.lstrip(), prefix.strip()
+    head = text[:len(word)]
+    if head.casefold() != word.casefold():
+        return None
+    rest = text[len(word):]
+    if prefix[-1:].isspace() and rest and not rest[0].isspace():
+        return None  # "/editor": another word
+    return rest.strip()
+
+
 class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
     """Send the model only the context the current query needs; route "/edit " to an edit.
 
@@ -68,7 +86,8 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         on_overflow: "keep_pinned" (default: send the pinned content and the current turn
             only, and log a warning once) or "raise" (:class:`BudgetError`).
         edit_prefix: a user message starting with it, when it is the run's own input,
-            is an edit instruction; ``None`` turns the route off.
+            is an edit instruction (case ignored; a trailing space also matches any
+            whitespace or the end of the message); ``None`` turns the route off.
         model: the editing model for the route (any chat model, or a core model);
             ``None`` means Gemini 2.5 Flash, resolved at the first edit.
         llm: alias of ``model``.
@@ -163,8 +182,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
             return None
         if last.id is None or last.id != (request.state or {}).get(TURN_KEY):
             return None
-        text = last.text.lstrip()
-        return text[len(self.edit_prefix):].strip() if text.startswith(self.edit_prefix) else None
+        return edit_instruction(last.text, self.edit_prefix)
 
     def _thread(self, request: ModelRequest) -> tuple[list[BaseMessage], list[dict[str, Any]], HumanMessage]:
         """The thread's stored messages with the command marked, the edit log's records, the marked command."""
@@ -212,7 +230,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         last = messages[-1] if messages else None
         if self.edit_prefix is None or not isinstance(last, HumanMessage) or is_summary(last):
             return None
-        return {TURN_KEY: last.id} if last.text.lstrip().startswith(self.edit_prefix) else None
+        return {TURN_KEY: last.id} if edit_instruction(last.text, self.edit_prefix) is not None else None
 
     async def abefore_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`before_agent`."""

@@ -166,6 +166,11 @@ def _check_thread(agent: Any, config: Any, method: str) -> None:
             f"agent must be a compiled agent or graph with a checkpointer, got {type(agent).__name__}; "
             "pass what create_agent(..., checkpointer=...) returns"
         )
+    if getattr(agent, "checkpointer", True) in (None, False):  # LangGraph's get_state would say only "No checkpointer set"
+        raise InvalidTypeError(
+            f"agent {type(agent).__name__} has no checkpointer, so it keeps no threads to read or edit; "
+            "build it with create_agent(..., checkpointer=InMemorySaver()) or another checkpointer"
+        )
     configurable = config.get("configurable") if isinstance(config, Mapping) else None
     if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
         raise InvalidInputError(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage, AIMessageChunk, ChatMessage, HumanMessage, HumanMessageChunk, SystemMessage, SystemMessageChunk,
+    ToolMessage, ToolMessageChunk,
+)
 
 from langchain_gatekeeper import from_core, from_core_messages, to_core, to_core_messages
 
@@ -66,6 +69,29 @@ def test_a_rewritten_block_list_keeps_its_non_text_blocks() -> None:
     back = from_core(human.revised("And in this one?", 2))
     assert back.content == [{"type": "text", "text": "And in this one?"}, CONVERSATION[1].content[1]]
     assert back.name == "ann"
+
+
+def test_a_rewritten_answer_drops_its_reasoning_blocks_and_keeps_the_others_in_place() -> None:
+    image = {"type": "image", "url": "http://x/chart.png"}
+    thinking = {"type": "thinking", "thinking": "The user asks about Ireland.", "signature": "EqQB"}
+    answer = AIMessage([thinking, {"type": "text", "text": "Ireland's GDP was 500bn."}, image,
+                        {"type": "text", "text": " Source: CSO."}], id="a")
+    core = to_core(answer)
+    assert from_core(core).content == answer.content  # unedited: exactly as it was
+    back = from_core(core.revised("Iceland's GDP was 25bn.", 2))
+    assert back.content == [{"type": "text", "text": "Iceland's GDP was 25bn."}, image]
+    question = to_core(HumanMessage([thinking, {"type": "text", "text": "Ireland?"}]))  # a user's blocks are theirs
+    assert from_core(question.revised("Iceland?", 2)).content == [thinking, {"type": "text", "text": "Iceland?"}]
+
+
+@pytest.mark.parametrize("chunk", [AIMessageChunk("It is 30 s.", id="a"), HumanMessageChunk("TTL?", id="h"),
+                                   SystemMessageChunk("Be brief.", id="s"),
+                                   ToolMessageChunk("30", tool_call_id="c1", id="t")])
+def test_streamed_chunks_keep_their_role_and_type(chunk) -> None:
+    core = to_core(chunk)
+    assert core.role == {"AIMessageChunk": "assistant", "HumanMessageChunk": "user", "SystemMessageChunk": "system",
+                         "ToolMessageChunk": "tool"}[type(chunk).__name__]
+    assert from_core(core) == chunk
 
 
 def test_not_a_message_is_a_type_error() -> None:

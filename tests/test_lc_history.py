@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 import langchain_gatekeeper.history as history_module
 from context_gatekeeper import (
@@ -245,6 +245,35 @@ def test_edit_without_model_or_key_raises_model_unavailable_naming_the_key(monke
 
 
 # -- async -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("answer", [AIMessage, AIMessageChunk])
+def test_streamed_answers_are_answers_to_selection(answer) -> None:
+    # .stream() through a RunnableWithMessageHistory hands the history AIMessageChunks
+    history = GatekeeperChatMessageHistory("s", token_budget=4000)
+    history.add_messages([HumanMessage("How long should a Redis lock TTL be?"), answer("Longer than the longest job.")])
+    history.add_messages([HumanMessage("By the way, what espresso grind suits a moka pot?"),
+                          answer("Medium-fine, a little coarser than espresso.")])
+    history.add_messages([HumanMessage("How should the Redis lock renewal watchdog work?"),
+                          answer("Extend the lock TTL from a watchdog thread.")])
+    assert [m.role for m in history.transcript.messages] == ["user", "assistant"] * 3
+    kept = texts(history.select("Which espresso beans for a moka pot?"))
+    assert "Extend the lock TTL from a watchdog thread." not in kept and type(history.messages[1]) is answer
+
+
+def test_apply_refuses_to_insert_a_tool_message_and_a_core_inserted_one_stays_readable() -> None:
+    from context_gatekeeper import InsertAfter, InvalidInputError
+
+    history = GatekeeperChatMessageHistory("s")
+    turns(history, REDIS_1)
+    head = history.transcript.head
+    with pytest.raises(InvalidInputError, match="tool_call_id"):
+        history.apply([InsertAfter(1, "tool", "lookup result")])
+    assert history.transcript.head == head and texts(history.messages) == [*REDIS_1]
+    history.transcript.apply([InsertAfter(history.message_ids()[1], "tool", "lookup result")])  # the core allows it
+    last = history.messages[-1]
+    assert isinstance(last, ToolMessage) and last.text == "lookup result"
+    assert texts(history.select("Redis lock TTL?"))  # selection reads it too
+
+
 def test_async_twins():
     async def scenario() -> GatekeeperChatMessageHistory:
         history = GatekeeperChatMessageHistory("async")

@@ -221,6 +221,29 @@ def test_edit_route_edits_the_thread_and_answers_with_the_diff_without_the_main_
     assert stored[-1].text == "Iceland's population is about 380,000."
 
 
+@pytest.mark.parametrize("command, edits", [
+    ("/edit\nit was Iceland, not Ireland", True), ("/edit\tit was Iceland", True), ("/Edit it was Iceland", True),
+    ("  /EDIT it was Iceland", True), ("/edit", False), ("/edit   ", False),
+])
+def test_edit_commands_are_read_as_people_type_them(command: str, edits: bool) -> None:
+    main = scripted([AIMessage(IRELAND_ANSWER), AIMessage("never sent")])
+    editor = ScriptedModel([swap_editor("Ireland", "Iceland")])
+    agent = ireland_agent(editor, main)
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    reply = agent.invoke({"messages": [HumanMessage(command)]}, CONFIG)["messages"][-1].text
+    assert len(main.received) == 1  # never the main model: a bare command gets the usage hint
+    assert len(editor.calls) == int(edits)
+    assert ("Edited the conversation" in reply) if edits else reply.startswith("Say what to change after '/edit'")
+
+
+def test_a_word_that_starts_like_the_edit_prefix_is_a_message() -> None:
+    main = scripted([AIMessage(IRELAND_ANSWER), AIMessage("An editor is a program.")])
+    agent = ireland_agent(ScriptedModel([]), main)
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    assert agent.invoke({"messages": [HumanMessage("/editor what is it?")]}, CONFIG)["messages"][-1].text == (
+        "An editor is a program.")
+
+
 def test_edit_route_with_a_malformed_edit_answers_and_changes_nothing() -> None:
     main = scripted([AIMessage(IRELAND_ANSWER)])
     editor = ScriptedModel(["not json at all", '{"operations": [{"op": "replace", "id": "99", "content": "x"}]}'])

@@ -554,3 +554,14 @@ def test_a_config_that_names_no_thread_is_refused_before_anything_is_read(config
             call_it()
     with pytest.raises(GatekeeperError, match="compiled agent"):
         thread_history(object(), CONFIG)
+
+
+def test_an_agent_without_a_checkpointer_is_refused_with_the_library_error() -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    agent = create_agent(scripted([AIMessage(IRELAND_ANSWER)]), [], middleware=[GatekeeperMiddleware()])
+    calls = [lambda: edit_thread(agent, CONFIG, "it was Iceland", ScriptedModel([])), lambda: undo_thread(agent, CONFIG),
+             lambda: thread_history(agent, CONFIG), lambda: asyncio.run(aundo_thread(agent, CONFIG))]
+    for call_it in calls:
+        with pytest.raises(InvalidTypeError, match="checkpointer=InMemorySaver"):
+            call_it()
