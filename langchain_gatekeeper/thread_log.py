@@ -30,6 +30,7 @@ from context_gatekeeper.integration import (
     change_to_dict,
     diff_states,
     invert,
+    replay,
 )
 
 from .convert import from_core, from_core_messages, to_core_messages
@@ -167,14 +168,16 @@ def thread_values(snapshot: Any) -> tuple[list[BaseMessage], list[dict[str, Any]
 
 
 def revisions_with_diffs(messages: Sequence[BaseMessage], records: Sequence[dict[str, Any]]) -> list[ThreadEdit]:
-    """:func:`read_log` with each revision's ``diff``: the thread as the revision before
-    it left it against the thread as it left it (later revisions reverted from the
-    current messages, as :func:`~langchain_gatekeeper.threads.thread_diff` does)."""
+    """:func:`read_log` with each revision's ``diff``: what it changed, its own changes
+    applied to the thread as it found it (later revisions reverted from the current
+    messages, as :func:`~langchain_gatekeeper.threads.thread_diff` does): a message
+    another writer changed since shows the revision's version, not the writer's."""
     log = read_log(records)
     current = State(to_core_messages(messages))
     states = [list(current.to_list())]
     for revision in reversed(log):
         current.apply(invert(revision.changes), strict=False)
         states.append(list(current.to_list()))
-    states.reverse()  # states[n]: the thread as revision n left it
-    return [replace(r, diff=diff_states(r.number - 1, states[r.number - 1], r.number, states[r.number])) for r in log]
+    states.reverse()  # states[n]: the thread as revision n found the one after it
+    return [replace(r, diff=diff_states(r.number - 1, states[r.number - 1], r.number, replay(states[r.number - 1], [r])))
+            for r in log]

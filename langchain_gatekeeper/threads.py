@@ -58,6 +58,7 @@ from context_gatekeeper.integration import (
     compute_edit,
     diff_states,
     invert,
+    replay,
     rewind,
     split_applicable,
     tool_violations,
@@ -409,21 +410,29 @@ def _diff(snapshot: Any, a: int, b: int | None) -> Diff:
     messages, records = thread_values(snapshot)
     log = read_log(records)
     head = len(log)
+    now = b is None
     b = head if b is None else b
     for n in (a, b):
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= head:
             raise HistoryError(f"no revision {n!r}: this thread's revisions run 0..{head} (0: before its first edit)")
     state = to_core_messages(messages)
-    return diff_states(a, rewind(state, log[a:]), b, rewind(state, log[b:]))
+    if now:
+        return diff_states(a, rewind(state, log[a:]), b, state)
+    first = min(a, b)  # the thread as the earlier revision left it, then what the revisions up to the other did
+    base = rewind(state, log[first:])
+    return diff_states(a, replay(base, log[first:a]), b, replay(base, log[first:b]))
 
 
 def thread_diff(agent: Any, config: dict[str, Any], a: int, b: int | None = None) -> Diff:
-    """How the thread as revision ``b`` left it (default: now) differs from the thread as
-    revision ``a`` left it (0: before the first edit).
+    """How the thread as revision ``b`` left it (default: the thread now) differs from the
+    thread as revision ``a`` left it (0: before the first edit).
 
-    Both are the current messages with the later revisions reverted, so messages the
-    agent added meanwhile are in both: the diff shows what the edits changed.  ``str()``
-    names messages by role and position (``user #1``).
+    The earlier of the two is the current messages with the later revisions reverted, so
+    messages the agent added meanwhile are in both; the other is that state with the
+    revisions between them applied: the diff shows what the edits changed, and a message
+    another writer changed since shows the edit's version (with ``b`` left out, the
+    current messages: what is there now).  ``str()`` names messages by role and position
+    (``user #1``).
 
     Raises:
         HistoryError: ``a`` or ``b`` is not a revision of this thread.

@@ -565,3 +565,13 @@ def test_an_agent_without_a_checkpointer_is_refused_with_the_library_error() -> 
     for call_it in calls:
         with pytest.raises(InvalidTypeError, match="checkpointer=InMemorySaver"):
             call_it()
+
+
+def test_an_edits_diff_shows_what_it_wrote_after_another_writer_changed_that_message() -> None:
+    agent = ireland_thread()
+    entry = to_iceland(agent)
+    question = agent.get_state(CONFIG).values["messages"][0]
+    agent.update_state(CONFIG, {"messages": [HumanMessage("What was the GDP of Iceland in 2022?", id=question.id)]})
+    for diff in (thread_history(agent, CONFIG)[0].diff, thread_diff(agent, CONFIG, 0, 1)):
+        assert str(diff) == str(entry.diff)  # the edit's own version, not the later writer's
+    assert "+What was the GDP of Iceland in 2022?" in str(thread_diff(agent, CONFIG, 0))  # b left out: the thread now

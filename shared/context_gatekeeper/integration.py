@@ -18,7 +18,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   (``apply_changes``, ``invert``, ``touched_ids``), serialising them
   (``change_to_dict`` / ``change_from_dict``), message ids (``new_message_id``,
   ``ROLES`` and their type ``Role``), and revision logs (``RevisionKind``, ``STATE_CHANGING``,
-  ``diff_states``, ``undo_stacks``, ``split_applicable``, ``rewind``,
+  ``diff_states``, ``undo_stacks``, ``split_applicable``, ``rewind``, ``replay``,
   ``Skipped``, ``SKIP_REASONS``): what an adapter needs to keep its own versioned
   log (LangGraph threads) with the core's undo rules.
 * **versioned objects**: ``VersionedTranscriptMixin``, the version operations
@@ -76,7 +76,9 @@ from .records.operations import (
     touched_ids,
 )
 from .records.replay import SKIP_REASONS
-from .records.revisions import STATE_CHANGING, RevisionKind, Skipped, diff_states, rewind, split_applicable, undo_stacks
+from .records.revisions import (
+    STATE_CHANGING, RevisionKind, Skipped, diff_states, replay, rewind, split_applicable, undo_stacks,
+)
 from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
 from .selection.anchors import anchor_set
 from .selection.coverage import held_anchors, kept_covering, may_match
@@ -110,6 +112,7 @@ __all__ = [
     "SKIP_REASONS",
     "diff_states",
     "rewind",
+    "replay",
     "split_applicable",
     "undo_stacks",
     # versioned objects

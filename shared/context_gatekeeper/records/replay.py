@@ -21,7 +21,7 @@ from .operations import AT_END, Applied, Change, Put, State, invert
 if TYPE_CHECKING:
     from .revisions import Revision
 
-__all__ = ["SkipReason", "SKIP_REASONS", "Skipped", "split_applicable", "rewind"]
+__all__ = ["SkipReason", "SKIP_REASONS", "Skipped", "split_applicable", "rewind", "replay"]
 
 SkipReason = Literal["gone", "changed", "present", "no anchor"]
 SKIP_REASONS: dict[str, str] = {
@@ -107,4 +107,14 @@ def rewind(state: Sequence[Message], later: Sequence["Revision"]) -> list[Messag
     current = State(state)
     for revision in reversed(later):
         current.apply(invert(revision.changes), strict=False)
+    return list(current.to_list())
+
+
+def replay(state: Sequence[Message], revisions: Sequence["Revision"]) -> list[Message]:
+    """``state`` with the revisions' changes applied, oldest first, as far as they apply:
+    what those revisions did to it, without what other writers did after them (the
+    counterpart of :func:`rewind`, for showing what a revision changed)."""
+    current = State(state)
+    for revision in revisions:
+        current.apply(revision.changes, strict=False)
     return list(current.to_list())

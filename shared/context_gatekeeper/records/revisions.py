@@ -20,7 +20,7 @@ from .operations import (
     _SET_CHANGE_AFTER, _SET_CHANGE_BEFORE, _SET_PUT_AFTER, _SET_PUT_MESSAGE, _SET_REMOVE_AFTER, _SET_REMOVE_MESSAGE,
     Applied, Change, Put, Remove, _stable_positions, change_from_dict, change_to_dict, is_noop, touched_ids,
 )
-from .replay import Skipped, rewind, split_applicable  # replaying over a state others move too
+from .replay import Skipped, replay, rewind, split_applicable  # replaying over a state others move too
 
 __all__ = [
     "RevisionKind",
@@ -35,6 +35,7 @@ __all__ = [
     "split_applicable",
     "Skipped",
     "rewind",
+    "replay",
     "storable_revision",
     "revision_of",
 ]
