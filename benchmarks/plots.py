@@ -126,6 +126,13 @@ def _finish(fig: Any, meta: dict, path: Path) -> Path:
     return path
 
 
+def half_label(half: str | None) -> str:
+    """Which cases a quality payload's ``datasets`` hold, for the chart's subtitle
+    (``--half both`` reports the validation half)."""
+    return {"A": "tuning half A", "B": "validation half B", "both": "validation half B",
+            "all": "all cases, unsplit"}.get(half or "", "cases of an unnamed split")
+
+
 def _percent(share: float) -> str:
     """0.044 -> '4.4%', 0.565 -> '56%', 1.0 -> '100%'."""
     pct = 100 * share
@@ -216,10 +223,12 @@ def recall_chart(dataset: str, budget: int, rows: dict[str, dict], meta: dict, p
     ax.set_xlabel("share of history tokens kept" + (" (log scale)" if log_x else ""))
     ax.set_ylabel("recall of the turns the query needs")
     title = DATASET_TITLES.get(dataset, dataset)
-    subtitle = (f"{first['cases']:,} cases; recall over the {first['recall_cases']:,} with labelled "
-                "relevant turns")
+    subtitle = (f"{meta.get('half', '')}: {first['cases']:,} cases; recall over the {first['recall_cases']:,} "
+                "with labelled relevant turns")
     if show_precision:
         subtitle += f"; precision over the {first['precision_cases']:,} with complete labels"
+    if dataset == "locomo":  # three conversations: split_half splits them by question
+        subtitle += " (halves split by question: both ask about the same three conversations)"
     _titles(fig, f"{title}: recall vs tokens kept, budget {budget:,} tokens per query", subtitle)
     return _finish(fig, meta, path)
 
@@ -262,8 +271,8 @@ def switch_chart(payload: dict, datasets: Sequence[str], meta: dict, path: Path)
     budgets = {payload["budgets"].get(d) for d in datasets}
     budget = next(iter(budgets)) if len(budgets) == 1 else "/".join(map(str, sorted(budgets)))
     _titles(fig, f"Topic-switch F1 (budget {budget:,} tokens): does the query start a new topic?",
-            "'switch' and 'return' count as predicted switches; 'always switch' predicts one every "
-            "time; the budget has no effect")
+            f"{meta.get('half', '')}; 'switch' and 'return' count as switches; 'always switch' predicts "
+            "one every time")
     return _finish(fig, meta, path)
 
 
@@ -272,7 +281,7 @@ def quality_charts(payload: dict, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"measured": payload.get("measured"), "command": payload.get("command"),
-            "machine": payload.get("machine")}
+            "machine": payload.get("machine"), "half": half_label(payload.get("half"))}
     written = []
     for d, rows in payload["datasets"].items():
         if d in DATASET_TITLES and any(r.get("recall") is not None for r in rows.values()):
