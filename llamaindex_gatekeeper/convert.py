@@ -131,26 +131,60 @@ def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
 
 
 def _blocks_for(message: Message) -> list[Any]:
-    """The block dicts: the stored ones, with their text replaced when an edit changed it."""
+    """The block dicts: the stored ones, with their text replaced when an edit changed it.
+
+    The text blocks were joined by newlines into ``content``.  When the edited text has
+    as many lines as they had together, it is cut back into them, each block keeping
+    its place (an image between two paragraphs stays there).  Otherwise (the edit
+    added or removed lines) the whole text goes into the first text block, the other
+    text blocks are dropped and every non-text block keeps its order after it.  A
+    rewritten assistant message also loses its thinking blocks (see the module
+    docstring).
+    """
     if message.parts is None:
         return [{"block_type": "text", "text": message.content}]
     blocks = copy.deepcopy(list(message.parts))
     texts = [b for b in blocks if isinstance(b, dict) and b.get("block_type") == "text"]
     if message.origin == "original" or "\n".join(str(b.get("text", "")) for b in texts) == message.content:
         return blocks
-    rewritten = message.origin == "edited" and message.role == "assistant"
+    if message.origin == "edited" and message.role == "assistant":
+        blocks = [b for b in blocks if not (isinstance(b, dict) and b.get("block_type") == "thinking")]
+    pieces = _split_like(message.content, [str(b.get("text", "")) for b in texts])
+    if pieces is not None:
+        for block, piece in zip(texts, pieces):
+            block["text"] = piece
+        return blocks
+    return _merged_text(blocks, message.content)
+
+
+def _split_like(text: str, originals: list[str]) -> list[str] | None:
+    """``text`` cut into one piece per original text, each with as many lines as that
+    original had; ``None`` when the line counts no longer add up."""
+    lines = text.split("\n")
+    sizes = [original.count("\n") + 1 for original in originals]
+    if not originals or sum(sizes) != len(lines):
+        return None
+    pieces, start = [], 0
+    for size in sizes:
+        pieces.append("\n".join(lines[start : start + size]))
+        start += size
+    return pieces
+
+
+def _merged_text(blocks: list[Any], text: str) -> list[Any]:
+    """``blocks`` with ``text`` in the first text block and the other text blocks dropped
+    (a message without one gets ``text`` as a new first block)."""
     out: list[Any] = []
     placed = False
     for block in blocks:
-        kind = block.get("block_type") if isinstance(block, dict) else None
-        if kind == "text":
+        if isinstance(block, dict) and block.get("block_type") == "text":
             if not placed:
-                out.append({"block_type": "text", "text": message.content})
+                out.append({"block_type": "text", "text": text})
                 placed = True
-        elif not (rewritten and kind == "thinking"):
+        else:
             out.append(block)
-    if not placed and message.content:
-        out.insert(0, {"block_type": "text", "text": message.content})
+    if not placed and text:
+        out.insert(0, {"block_type": "text", "text": text})
     return out
 
 

@@ -13,8 +13,10 @@ functions of :mod:`~.serialisation`.
 
 How ``get`` selects: sync ``get`` reads and selects under the memory's lock; with an
 embedder, ``aget`` reads under the lock in a worker thread and awaits the selection's
-embedding calls with the lock released, then drops from the earlier turns any message of
-the returned current turn (a ``put`` may have answered it meanwhile).
+embedding calls with the lock released.  Both cut the current turn, as read, out of the
+selected earlier turns by its key (its first message), with whatever follows it: an answer
+``put`` meanwhile (or written by another process before the gate read the store) never
+comes back ahead of its question.
 
 >>> from llama_index.core.llms import ChatMessage
 >>> memory = GatekeeperMemory.from_defaults(token_limit=2000)
@@ -35,10 +37,11 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError, field_validator
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.schema import QueryBundle
 
@@ -63,7 +66,7 @@ from context_gatekeeper.integration import (
 from . import serialisation
 from .convert import from_core_messages, match_ids, to_core
 from .models import given_edit_model, resolve_edit_model
-from .serialisation import add_note
+from .serialisation import add_note, require_session_id
 
 __all__ = ["GatekeeperMemory", "DEFAULT_TOKEN_LIMIT", "COUNTS"]
 
@@ -112,7 +115,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         token_limit: tokens that ``get`` may return in all: pinned content (leading
             system messages), the selected earlier turns and the current turn, less the
             ``initial_token_count`` an engine passes.
-        session_id: which conversation of the store this is.
+        session_id: which conversation of the store this is; it cannot be reassigned (build
+            another memory for another session).
         tokenizer_fn: ``text -> sequence of tokens``; chat engines count their prefix
             messages with it.  It counts exactly as the memory's budget does.
     """
@@ -144,7 +148,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         options: GateOptions | None = None,
         **data: Any,
     ) -> None:
+        data.pop("class_name", None)  # model_dump() output, as LlamaIndex's from_dict drops it
         fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
+        if "session_id" in fields:
+            require_session_id(fields["session_id"])
         tokenizer_fn = fields.pop("tokenizer_fn", None)
         semantic: dict[str, Any] = {
             k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None
@@ -171,7 +178,11 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             token_counter = options.token_counter
         if "token_limit" in fields:  # the library's one budget rule, with its own error
             require_budget(fields["token_limit"], "token_limit")
-        super().__init__(**fields)
+        try:
+            super().__init__(**fields)
+        except ValidationError as error:  # the library's error, not pydantic's
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
+            raise InvalidInputError(f"GatekeeperMemory: {problems}; see help(GatekeeperMemory.from_defaults)") from None
         default_model = given_edit_model(model, llm)
         if token_counter is None and tokenizer_fn is not None:
             token_counter = lambda text: len(tokenizer_fn(text))  # noqa: E731
@@ -180,13 +191,12 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         self._count = count
         self._lock = threading.RLock()
         self._default_model = default_model
-        # how a copy or an export rebuilds this memory: the settings as keywords (a record's fields included)
-        settings = data if options is None else {
-            "message_overhead": gate.message_overhead, "params": gate.params,
-            **{k: v for k in ("embedder", "embed_timeout", "vector_cache") if (v := getattr(gate, k)) is not None},
-        }
+        # how a copy or an export rebuilds this memory: the resolved settings (a preset= or
+        # tunable keyword as the params it gave), whichever way they were passed
         self._options = {
-            "on_overflow": gate.overflow("keep_pinned"), **settings, **semantic,
+            "on_overflow": gate.overflow("keep_pinned"), "message_overhead": gate.message_overhead,
+            "params": gate.params,
+            **{k: v for k in ("embedder", "embed_timeout", "vector_cache") if (v := getattr(gate, k)) is not None},
             "strategy": strategy, "max_deletion_share": max_deletion_share,
         }
         gate = gate.with_(token_budget=self.token_limit, token_counter=count, on_overflow=gate.overflow("keep_pinned"))
@@ -201,6 +211,28 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """The library's one budget rule (an ``int >= 0``, bool refused) where pydantic builds the
         memory itself (``model_validate``); ``__init__`` checks first, raising ``BudgetError``."""
         return require_budget(value, "token_limit")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``session_id`` is refused (see :func:`_refuse_session_change`); ``token_limit``
+        is checked by the library's budget rule (``BudgetError``)."""
+        if name == "session_id" and value != self.session_id:
+            _refuse_session_change(self.session_id, value)
+        if name == "token_limit":
+            value = require_budget(value, "token_limit")
+        super().__setattr__(name, value)
+
+    def model_copy(self, *, update: Any = None, deep: bool = False) -> "GatekeeperMemory":
+        """pydantic's copy (``deep=True``: as :meth:`__deepcopy__`); ``update`` may change
+        ``token_limit`` (checked), never ``session_id``: build a memory for the other session."""
+        changes = dict(update or {})
+        if changes.get("session_id", self.session_id) != self.session_id:  # before a copy opens a connection
+            _refuse_session_change(self.session_id, changes["session_id"])
+        if "token_limit" in changes:
+            require_budget(changes["token_limit"], "token_limit")
+        copied = super().model_copy(deep=deep)
+        for name, value in changes.items():
+            setattr(copied, name, value)
+        return copied
 
     @classmethod
     def class_name(cls) -> str:
@@ -244,7 +276,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             model: default editing model (any LlamaIndex LLM or the core's model protocol);
                 with neither ``model=`` nor ``llm=``, ``edit`` uses Gemini (``GOOGLE_API_KEY``).
             store: ``None`` (in memory), a SQLite file path, or any core ``Store``.
-            session_id: the conversation's key in the store.
+            session_id: the conversation's key in the store (a non-empty str).
             tokenizer_fn / token_counter: how to count tokens (default: tiktoken
                 ``cl100k_base``, offline).
             embedder: turns on the semantic channel for ``get``: a LlamaIndex
@@ -363,13 +395,13 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     def explain(self, query: str) -> Selection:
         """The core :class:`~context_gatekeeper.Selection` for ``query`` over the earlier turns."""
         with self._lock:
-            return self._gate.explain(query)
+            return self._gate.explain(query, token_budget=self.token_limit)
 
     async def aexplain(self, query: str) -> Selection:
         """Async :meth:`explain`: with an embedder the query's embedding is awaited, else the
         store is read in a worker thread."""
         if self._gate.semantic:
-            return await self._gate.aexplain(query)
+            return await self._gate.aexplain(query, token_budget=self.token_limit)
         return await asyncio.to_thread(self.explain, query)
 
     def close(self) -> None:
@@ -445,8 +477,19 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     @classmethod
     def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> "GatekeeperMemory":
         """Rebuild a memory from :meth:`to_dict` output (:func:`.serialisation.from_dict`: the
-        log is checked whole before anything is written; ``kwargs`` are constructor options)."""
+        log is checked whole before anything is written; ``kwargs`` are constructor options
+        and win over the data's).  The data's store is never opened: pass ``store=``, or
+        see :meth:`trusted_stores`; without either a memory that lived in SQLite or
+        PostgreSQL comes back in memory, with a ``StoreDetachedWarning``."""
         return serialisation.from_dict(cls, data, **kwargs)
+
+    @staticmethod
+    def trusted_stores(*stores: Store | str | os.PathLike[str]) -> AbstractContextManager[None]:
+        """A ``with`` block in which :meth:`from_dict` reattaches a memory whose data names one
+        of ``stores`` (SQLite paths or open stores), for restores you do not call yourself:
+        ``with GatekeeperMemory.trusted_stores("chats.db"): ctx = Context.from_dict(agent, data)``
+        (:func:`.serialisation.trusted_stores`)."""
+        return serialisation.trusted_stores(*stores)
 
     def __reduce__(self) -> tuple[Any, tuple[type, dict[str, Any]]]:
         """Pickle as the session (:func:`.serialisation.pickled`): never a model, a token
@@ -492,35 +535,34 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         system, turns, current, query, tail, budget = await asyncio.to_thread(plan)
         if query is None or not query.strip():
             return self._recent(system, turns[:-1] if current else turns, budget) + tail
-        earlier = await self._agated(query, budget, current, self._cost(tail))
-        ids = {m.id for m in tail}  # a put that landed meanwhile may have closed the current turn
-        return [m for m in earlier if m.id not in ids] + tail
+        return await self._agated(query, budget, current, self._cost(tail)) + tail
 
     def _gated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
         """Leading system messages and the selected earlier turns, within ``budget``.
 
+        The current turn is cut off by its key (see :func:`_before`), not by the ids of
+        its messages as read: an answer ``put`` meanwhile (or from another process
+        before the gate read the store) is never returned ahead of its question.
         An answered current turn is indexed like any other: the gate may select it (it
         matches its own question), paying for it from the budget, so its cost is handed
         back first; the caller returns it once, at the end.
         """
         if current is None or current.is_open:
-            return self._gate.select_messages(query, include_open=False, token_budget=budget)
-        ids = {m.id for m in current.messages}
+            return _before(self._gate.select_messages(query, include_open=False, token_budget=budget), current)
         selected = self._gate.select_messages(query, include_open=False, token_budget=budget + current_cost)
-        if not ids & {m.id for m in selected}:  # not picked: the others must fit without it
+        if _cut(selected, current) is None:  # not picked: the others must fit without it
             selected = self._gate.select_messages(query, include_open=False, token_budget=budget)
-        return [m for m in selected if m.id not in ids]
+        return _before(selected, current)
 
     async def _agated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
         """:meth:`_gated` with the embedding awaited."""
         gate = self._gate
         if current is None or current.is_open:
-            return await gate.aselect_messages(query, include_open=False, token_budget=budget)
-        ids = {m.id for m in current.messages}
+            return _before(await gate.aselect_messages(query, include_open=False, token_budget=budget), current)
         selected = await gate.aselect_messages(query, include_open=False, token_budget=budget + current_cost)
-        if not ids & {m.id for m in selected}:
+        if _cut(selected, current) is None:
             selected = await gate.aselect_messages(query, include_open=False, token_budget=budget)
-        return [m for m in selected if m.id not in ids]
+        return _before(selected, current)
 
     def _recent(self, system: list[Message], turns: list[MessageTurn], budget: int) -> list[Message]:
         """No text to gate on: the system messages and the latest whole turns that fit."""
@@ -538,6 +580,32 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         overhead, count = self._gate.gatekeeper.message_overhead, self._count
         return sum(_counted(count, m.content) + overhead for m in messages)
 
+
+def _cut(selected: Sequence[Message], current: MessageTurn | None) -> int | None:
+    """Where the current turn starts in ``selected`` (the position of its first message,
+    the turn's key); ``None`` when it was not selected."""
+    if current is not None:
+        for position, message in enumerate(selected):
+            if message.id == current.key:
+                return position
+    return None
+
+
+def _before(selected: list[Message], current: MessageTurn | None) -> list[Message]:
+    """``selected`` without the current turn and anything after it: the current turn is
+    returned once, whole, at the end, and whatever was written after it was read (an
+    answer to it included) cannot come before it."""
+    cut = _cut(selected, current)
+    return selected if cut is None else selected[:cut]
+
+
+def _refuse_session_change(current: str, wanted: Any) -> None:
+    """``InvalidTypeError``: a memory's session cannot be changed in place."""
+    raise InvalidTypeError(
+        f"session_id of a GatekeeperMemory cannot be changed ({current!r} to {wanted!r}): it names the session "
+        "its transcript is stored under, and a new label would not move it. For another conversation build "
+        f"another memory: GatekeeperMemory.from_defaults(store=memory.store, session_id={wanted!r}, ...)"
+    )
 
 
 def _text_of(value: Any) -> str | None:

@@ -19,12 +19,45 @@ anything is written.  No-op revisions, which older versions recorded and exporte
 renumbered, undo/redo/revert targets with them, as the stores no longer write them.
 
 Serialised data is treated as untrusted: ``from_dict`` takes only the options in
-:data:`DATA_OPTIONS` from it (scalars: the editing strategy, the deletion limit and
-the selection tunables), never a store, a model or a token counter, which would let
-the data choose where the memory writes or what code counts its tokens.  The caller
-passes those to ``from_dict``.
+:data:`DATA_OPTIONS` from it (scalars of the right type: the editing strategy, the
+deletion limit and the selection tunables), never a store, a model or a token counter,
+which would let the data choose where the memory writes or what code counts its
+tokens.  The caller passes those to ``from_dict``, and its keywords win over the data:
+``session_id=`` and ``token_limit=`` replace the data's, ``options=`` (a
+``GateOptions``) replaces the data's gate settings and tunables, ``params=`` /
+``preset=`` its tunables.  What cannot travel as JSON: the non-scalar tunables
+(``kind_weights``, ``switch_model``, ``semantic_preference_model``,
+``extra_stopwords``), an embedder, a vector cache, a token counter and the editing
+model; pass them to ``from_dict`` again (``params=`` for the tunables).
 
-Pickling (``pickle``, ``multiprocessing``) and ``copy.deepcopy`` keep the session: a memory in a SQLite
+**The store.**  ``to_dict`` records where the memory lived (``data["store"]``: a SQLite
+file's absolute path, or a PostgreSQL connection string without its password and the
+table prefix; nothing for an in-memory store), but ``from_dict`` never opens a store
+the data names: with no ``store=`` it replays the log into a new in-memory store and
+warns (:class:`StoreDetachedWarning`) that later writes will not reach the named one.
+To reattach, pass ``store=``, or, where a framework calls ``from_dict`` for you (a
+workflow ``Context`` decoding its state), name the stores you trust while it runs with
+:func:`trusted_stores` (also ``GatekeeperMemory.trusted_stores``):
+
+>>> import tempfile, warnings
+>>> from llamaindex_gatekeeper import GatekeeperMemory
+>>> path = tempfile.mkdtemp() + "/chats.db"
+>>> memory = GatekeeperMemory.from_defaults(store=path, session_id="s1")
+>>> data = memory.to_dict()
+>>> memory.close()
+>>> with GatekeeperMemory.trusted_stores(path):
+...     again = GatekeeperMemory.from_dict(data)
+>>> again.store.path == path
+True
+>>> again.close()
+>>> with warnings.catch_warnings(record=True) as caught:
+...     warnings.simplefilter("always")
+...     detached = GatekeeperMemory.from_dict(data)
+>>> [w.category.__name__ for w in caught]
+['StoreDetachedWarning']
+
+Pickling (``pickle``, ``multiprocessing``) and ``copy.deepcopy`` keep the session and the
+selection parameters whole (a pickle is trusted: unpickling runs code anyway): a memory in a SQLite
 file pickles as that file's path and reattaches to the live session; one in
 PostgreSQL as its connection string *without the password* (the unpickling side
 supplies it through ``PGPASSWORD`` or ``~/.pgpass``); any other store as its full
@@ -36,25 +69,59 @@ memory uses the defaults; ``copy.deepcopy``, which stays in the process, keeps t
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, get_args
 
-from context_gatekeeper import InMemoryStore, InvalidInputError, InvalidRevisionError, Revision, SelectionParams
+from context_gatekeeper import (
+    InMemoryStore, InvalidInputError, InvalidRevisionError, InvalidTypeError, Revision, SelectionParams, Store,
+)
 from context_gatekeeper.integration import (
-    IdEntry, RevisionKind, STATE_CHANGING, check_revision, store_from_spec, store_spec,
+    IdEntry, RevisionKind, STATE_CHANGING, check_revision, require_budget, store_from_spec, store_spec,
 )
 
 if TYPE_CHECKING:
     from .memory import GatekeeperMemory
 
-__all__ = ["to_dict", "from_dict", "pickled", "deep_copy", "DATA_OPTIONS", "add_note"]
+__all__ = [
+    "to_dict", "from_dict", "pickled", "deep_copy", "trusted_stores", "StoreDetachedWarning", "DATA_OPTIONS",
+    "require_session_id", "add_note",
+]
 
 _SCALAR_OPTIONS = (str, int, float, bool, type(None))
-DATA_OPTIONS = frozenset(
-    {"strategy", "max_deletion_share", "message_overhead", "on_overflow"}
-    | {f.name for f in dataclasses.fields(SelectionParams)}
-)
-"""The options ``from_dict`` accepts from serialised data (scalar values only)."""
+_TYPES_BY_NAME: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "strategy": (str,),
+    "max_deletion_share": (int, float),
+    "message_overhead": (int,),
+    "on_overflow": (str, type(None)),
+    **{
+        f.name: _TYPES_BY_NAME[str(f.type)]
+        for f in dataclasses.fields(SelectionParams)
+        if str(f.type) in _TYPES_BY_NAME
+    },
+}
+DATA_OPTIONS = frozenset(_OPTION_TYPES)
+"""The options ``from_dict`` accepts from serialised data (scalar values of the option's type only)."""
+
+_TUNABLES = frozenset(f.name for f in dataclasses.fields(SelectionParams))
+_GATE_SETTINGS = frozenset({"message_overhead", "on_overflow"}) | _TUNABLES  # what an options= record sets
+_TRUSTED: list[Store | str | os.PathLike[str]] = []  # process-wide: see trusted_stores
+_TRUSTED_LOCK = threading.Lock()
+
+
+class StoreDetachedWarning(UserWarning):
+    """``from_dict`` restored a memory whose data names a SQLite file or PostgreSQL
+    database into a new in-memory store (the data may not choose a store): later writes
+    do not reach the named one.  Pass ``store=``, or use :func:`trusted_stores`."""
+
+
+def _fits(value: object, kinds: tuple[type, ...]) -> bool:
+    """Whether ``value`` is one of ``kinds`` (a bool only where a bool is expected)."""
+    return bool in kinds if isinstance(value, bool) else isinstance(value, kinds)
 
 
 def _data_options(data: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +136,155 @@ def _data_options(data: dict[str, Any]) -> dict[str, Any]:
             "token counter there would let the data choose where the memory writes or what runs); "
             "nothing was created. Pass them to from_dict(data, store=..., model=..., token_counter=...)"
         )
+    mistyped = [
+        f"{k}={v!r} ({' or '.join(t.__name__ for t in _OPTION_TYPES[k])} expected)"
+        for k, v in options.items()
+        if not _fits(v, _OPTION_TYPES[k])
+    ]
+    if mistyped:
+        raise InvalidInputError(
+            f"serialised memory: option(s) of the wrong type: {', '.join(mistyped)}; nothing was created. "
+            "Export the memory again with to_dict(), or pass the option to from_dict(data, ...) yourself"
+        )
     return dict(options)
+
+
+def _under_caller(data_options: dict[str, Any], caller: dict[str, Any]) -> dict[str, Any]:
+    """The data's options with the caller's keywords over them: ``options=`` replaces the
+    data's gate settings and tunables, ``params=`` / ``preset=`` its tunables, any other
+    keyword the option of its name."""
+    if caller.get("options") is not None:
+        covered = _GATE_SETTINGS
+    elif caller.get("params") is not None or caller.get("preset") is not None:
+        covered = _TUNABLES
+    else:
+        covered = frozenset()
+    return {**{k: v for k, v in data_options.items() if k not in covered}, **caller}
+
+
+def require_session_id(value: Any) -> str:
+    """The session id rule, the core's: a non-empty ``str``."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"session_id must be a str, got {type(value).__name__}; pass the conversation's key")
+    if not value:
+        raise InvalidInputError("session_id must not be empty; pass the conversation's key, for example 'user-42'")
+    return value
+
+
+def _required(data: Any, caller: dict[str, Any]) -> tuple[str, int]:
+    """The session id and token limit ``from_dict`` builds with: the caller's, else the
+    data's (``options=``'s budget standing for ``token_limit``), each checked."""
+    if not isinstance(data, dict):
+        raise InvalidTypeError(
+            f"serialised memory must be a dict (to_dict() output), got {type(data).__name__}; nothing was created"
+        )
+    if caller.get("token_limit") is None and caller.get("options") is not None:
+        caller["token_limit"] = caller["options"].token_budget
+    found: dict[str, Any] = {}
+    for key in ("session_id", "token_limit"):
+        value = caller.pop(key, None)
+        if value is None:
+            value = data.get(key)
+        if value is None:
+            raise InvalidInputError(
+                f"serialised memory has no {key!r}; nothing was created. Pass to_dict() output, or "
+                f"from_dict(data, {key}=...)"
+            )
+        found[key] = value
+    return require_session_id(found["session_id"]), require_budget(found["token_limit"], "token_limit")
+
+
+def _named_store(data: dict[str, Any]) -> dict[str, Any] | None:
+    """``data["store"]``: where the exported memory lived (never opened from the data)."""
+    named = data.get("store")
+    if named is None:
+        return None
+    if isinstance(named, dict) and (
+        isinstance(named.get("sqlite"), str)
+        or (isinstance(named.get("postgres"), str) and isinstance(named.get("table_prefix"), str))
+    ):
+        return named
+    raise InvalidInputError(
+        "serialised memory: 'store' must be null, {'sqlite': path, ...} or {'postgres': conninfo, "
+        f"'table_prefix': prefix}} as to_dict() writes it, got {named!r}; nothing was created. "
+        "Export the memory again with to_dict()"
+    )
+
+
+def _described(named: dict[str, Any]) -> str:
+    if "sqlite" in named:
+        return f"the SQLite file {named['sqlite']!r}"
+    return f"the PostgreSQL database {named['postgres']!r} (table prefix {named['table_prefix']!r})"
+
+
+def _names(entry: Store | str | os.PathLike[str], named: dict[str, Any]) -> bool:
+    """Whether the trusted ``entry`` (a SQLite path or a store) is the store ``named``."""
+    if isinstance(entry, (str, os.PathLike)):
+        return "sqlite" in named and os.path.abspath(os.fspath(entry)) == named["sqlite"]
+    spec = store_spec(entry)
+    if spec is None:
+        return False
+    key = "sqlite" if "sqlite" in spec else "postgres"
+    return (spec.get(key), spec.get("table_prefix")) == (named.get(key), named.get("table_prefix"))
+
+
+def _trusted_store(named: dict[str, Any]) -> Store | str | None:
+    """The store of :func:`trusted_stores` that ``named`` names (a path as a str, for the
+    memory to open and own), else ``None``."""
+    with _TRUSTED_LOCK:
+        trusted = list(_TRUSTED)
+    for entry in trusted:
+        if _names(entry, named):
+            return entry if isinstance(entry, Store) else os.fspath(entry)
+    return None
+
+
+def _detached(named: dict[str, Any]) -> None:
+    warnings.warn(
+        f"GatekeeperMemory.from_dict: this memory lived in {_described(named)}, but no store= was passed, so it "
+        "was restored into a new in-memory store: later turns will not reach that store. Pass "
+        "from_dict(data, store=...), or wrap the call that restores it (Context.from_dict(...)) in "
+        "`with GatekeeperMemory.trusted_stores(<that path or store>):`",
+        StoreDetachedWarning,
+        stacklevel=4,
+    )
+
+
+@contextmanager
+def trusted_stores(*stores: Store | str | os.PathLike[str]) -> Iterator[None]:
+    """While the block runs, ``from_dict`` (in any thread or task of the process)
+    reattaches a memory whose data names one of ``stores`` (a SQLite file's path, or an
+    open store: a ``SQLiteStore`` or ``PostgresStore``, used as it is and left open), as
+    ``from_dict(data, store=...)`` would; data naming any other store is still restored
+    in memory, with :class:`StoreDetachedWarning`.  It is for restores that a framework
+    runs for you.  A workflow ``Context`` decodes its state when the run starts, not in
+    ``Context.from_dict``, so keep the block open around the run (or for the
+    application's lifetime, in its startup code)::
+
+        with GatekeeperMemory.trusted_stores("chats.db"):
+            ctx = Context.from_dict(agent, data)
+            await agent.run(user_msg=question, ctx=ctx)
+
+    A path is opened by the restored memory (``memory.close()`` closes it).  The data
+    still chooses nothing: it can only name a store listed here.
+
+    Raises:
+        InvalidTypeError: an entry is neither a path nor a store; nothing is trusted.
+    """
+    for entry in stores:
+        if not isinstance(entry, (Store, str, os.PathLike)):
+            raise InvalidTypeError(
+                f"trusted_stores takes SQLite paths and open stores, got {type(entry).__name__}; "
+                "pass GatekeeperMemory.trusted_stores('chats.db') or an open SQLiteStore / PostgresStore"
+            )
+    with _TRUSTED_LOCK:
+        _TRUSTED.extend(stores)
+    try:
+        yield
+    finally:
+        with _TRUSTED_LOCK:
+            for entry in stores:
+                _TRUSTED.remove(entry)  # one occurrence each: a nested block naming it too keeps its own
 
 
 _KINDS = frozenset(get_args(RevisionKind))
@@ -218,7 +433,8 @@ def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[
 
 def _unpickle(cls: type[GatekeeperMemory], state: dict[str, Any]) -> GatekeeperMemory:
     """Rebuild a pickled memory (see the module docstring)."""
-    return _rebuild(cls, state["memory"], state.get("store"), {})
+    trusted = {"params": state["params"]} if state.get("params") is not None else {}  # older pickles have none
+    return _rebuild(cls, state["memory"], state.get("store"), trusted)
 
 
 def _rebuild(
@@ -231,7 +447,7 @@ def _rebuild(
     if spec is None:
         return from_dict(cls, memory, **trusted)
     store = store_from_spec(spec)
-    options = {**_data_options(memory), **trusted}
+    options = _under_caller(_data_options(memory), trusted)
     try:
         rebuilt = cls(token_limit=memory["token_limit"], session_id=memory["session_id"], store=store, **options)
     except BaseException:
@@ -244,9 +460,12 @@ def _rebuild(
 def to_dict(memory: GatekeeperMemory) -> dict[str, Any]:
     """``memory``'s state and full revision history as JSON-ready data (no SimpleChatStore involved).
 
-    Scalar options are kept, and so are the scalar values a ``params`` object (or an
-    ``options=`` record) changes from the defaults; a custom token counter, an embedder
-    or an editing model is not: pass it again to :func:`from_dict`.
+    Scalar options are kept, and so are the scalar values the selection parameters
+    (however given: ``params=``, ``preset=``, tunable keywords, an ``options=`` record)
+    change from the defaults; non-scalar tunables, a custom token counter, an embedder or
+    an editing model are not: pass them again to :func:`from_dict`.  ``"store"`` names
+    the SQLite file or PostgreSQL database (no password) the memory lives in, for
+    :func:`from_dict` to warn about or :func:`trusted_stores` to reattach.
     """
     options = {k: v for k, v in memory._options.items() if k in DATA_OPTIONS and isinstance(v, _SCALAR_OPTIONS)}
     params = memory._options.get("params")
@@ -256,47 +475,76 @@ def to_dict(memory: GatekeeperMemory) -> dict[str, Any]:
             value = getattr(params, field.name)
             if isinstance(value, _SCALAR_OPTIONS) and value != getattr(default, field.name):
                 options.setdefault(field.name, value)
-    return {
+    data = {
         "class_name": memory.class_name(),
-        "session_id": memory.session_id,
+        "session_id": memory.transcript.session_id,
         "token_limit": memory.token_limit,
         "options": options,
         "revisions": [r.to_dict() for r in memory.transcript.history()],
     }
+    named = store_spec(memory.transcript.store)  # never the password
+    if named is not None:
+        data["store"] = named
+    return data
 
 
 def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) -> GatekeeperMemory:
     """A memory of class ``cls`` rebuilt from :func:`to_dict` output.
 
-    The revisions are written into ``store=`` (default: a new in-memory store).  A
-    store whose session already holds exactly these revisions (a SQLite file the
-    memory lived in) is attached as it is; one holding other revisions (another
-    number, kind, target or change, the text included) is refused with
+    The revisions are written into ``store=`` (default: a store of
+    :func:`trusted_stores` that the data names, else a new in-memory store, with
+    :class:`StoreDetachedWarning` when the data names a SQLite file or PostgreSQL
+    database).  A store whose session already holds exactly these revisions (a SQLite
+    file the memory lived in) is attached as it is; one holding other revisions
+    (another number, kind, target or change, the text included) is refused with
     :class:`InvalidInputError` (a ``ValueError``) naming the first that differs.  Other
     keyword arguments are constructor options (``model``, ``token_counter``, ``params``,
-    ...).  Revision times are those of the import.
+    ``options``, ``session_id``, ``token_limit`` ...), and win over the data's (see the
+    module docstring).  Revision times are those of the import.
 
     The whole log is checked before anything is written (see the module
     docstring): no-op revisions of older exports are skipped, the rest renumbered.
 
     Raises:
-        InvalidInputError: ``data["options"]`` names an option outside
+        InvalidTypeError: ``data`` is not a dict, or its ``session_id`` not a str.
+        InvalidInputError: ``data`` lacks ``session_id`` or ``token_limit`` (and the
+            caller passed none); ``data["options"]`` names an option outside
             :data:`DATA_OPTIONS` (a store, a model, a token counter ...) or a value
-            that is not a scalar; or an entry of ``data["revisions"]`` is not a
+            that is not a scalar of the option's type; ``data["store"]`` is not what
+            :func:`to_dict` writes; or an entry of ``data["revisions"]`` is not a
             revision, or an append there reuses a message id with other text.
             Nothing is created.  Also when ``store=`` already holds the session with
-            other revisions (the first that differs is named); nothing is written.
+            other revisions (the first that differs is named); nothing is written and
+            a store opened from a path is closed.
+        BudgetError: ``token_limit`` is not an ``int >= 0``.
         InvalidRevisionError: a revision of the log does not apply to those before
             it (named in the message); nothing is written.
     """
-    options = {**_data_options(data), **kwargs}
-    revisions = _checked_log(str(data.get("session_id")), data.get("revisions", []))
-    store = options.pop("store", None) or InMemoryStore()
-    memory = cls(token_limit=data["token_limit"], session_id=data["session_id"], store=store, **options)
-    existing = memory.transcript.history()
-    if existing:
-        _refuse_other_log(memory.session_id, existing, revisions)
-        return memory
+    caller = dict(kwargs)
+    session_id, token_limit = _required(data, caller)
+    options = _under_caller(_data_options(data), caller)
+    named = _named_store(data)
+    revisions = _checked_log(session_id, data.get("revisions", []))
+    store = options.pop("store", None)
+    if store is None and named is not None:
+        store = _trusted_store(named)
+        if store is None:
+            _detached(named)
+    memory = cls(token_limit=token_limit, session_id=session_id, store=store or InMemoryStore(), **options)
+    try:
+        existing = memory.transcript.history()
+        if existing:
+            _refuse_other_log(memory.session_id, existing, revisions)
+        else:
+            _import(memory, revisions)
+    except BaseException:
+        memory.close()  # a store it opened from a path; a store passed in stays open
+        raise
+    return memory
+
+
+def _import(memory: GatekeeperMemory, revisions: list[Revision]) -> None:
+    """Commit the checked ``revisions`` into the memory's empty session, in order."""
     for written, revision in enumerate(revisions):
         try:
             stored = memory.store.commit(memory.session_id, revision, expected_head=revision.number - 1)
@@ -314,7 +562,6 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
                 f"import (its head is {stored.number}); revisions 1..{written} were imported. "
                 f"store.purge({memory.session_id!r}) removes them"
             )
-    return memory
 
 
 def pickled(memory: GatekeeperMemory) -> tuple[Any, tuple[type, dict[str, Any]]]:
@@ -324,7 +571,8 @@ def pickled(memory: GatekeeperMemory) -> tuple[Any, tuple[type, dict[str, Any]]]
     data = to_dict(memory)
     if spec is not None:
         data["revisions"] = []  # the live session is reattached, not replayed
-    return _unpickle, (type(memory), {"memory": data, "store": spec})
+    state = {"memory": data, "store": spec, "params": memory._options.get("params")}  # the params whole
+    return _unpickle, (type(memory), state)
 
 
 def deep_copy(memory: GatekeeperMemory, memo: dict[int, Any] | None = None) -> GatekeeperMemory:

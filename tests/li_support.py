@@ -181,22 +181,26 @@ def lookup(topic: str) -> str:
     return "Watchdog notes: renew every TTL/3 seconds."
 
 
-def memory_through_restored_context(serializer: Any) -> GatekeeperMemory:
-    """A FunctionAgent answers REDIS_1 with a fresh memory, its Context goes through
-    ``serializer`` and back, ESPRESSO is asked on the restored Context; returns the
-    memory the restored Context holds."""
+def memory_through_restored_context(
+    serializer: Any, memory: GatekeeperMemory | None = None, trusted: tuple[Any, ...] = ()
+) -> GatekeeperMemory:
+    """A FunctionAgent answers REDIS_1 with ``memory`` (default: a fresh in-memory one), its
+    Context goes through ``serializer`` and back (inside ``GatekeeperMemory.trusted_stores(
+    *trusted)``), ESPRESSO is asked on the restored Context; returns the memory the
+    restored Context holds."""
     from workflows import Context
 
     recorder = CallRecorder([REDIS_1[1], ESPRESSO[1]])
     agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
-    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+    memory = memory if memory is not None else GatekeeperMemory.from_defaults(token_limit=2000)
 
     async def scenario() -> GatekeeperMemory:
         ctx = Context(agent)
         await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
-        data = ctx.to_dict(serializer=serializer)
-        restored = Context.from_dict(agent, data, serializer=serializer)
-        await agent.run(user_msg=ESPRESSO[0], ctx=restored)
+        data = json.loads(json.dumps(ctx.to_dict(serializer=serializer)))  # as stored between requests
+        with GatekeeperMemory.trusted_stores(*trusted):  # the state is decoded when the run starts
+            restored = Context.from_dict(agent, data, serializer=serializer)
+            await agent.run(user_msg=ESPRESSO[0], ctx=restored)
         return await restored.store.get("memory")
 
     return asyncio.run(scenario())

@@ -10,6 +10,7 @@ undo restores it.  Scripted LLMs record every prompt; MockEmbedding indexes; no 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ from li_support import (
     small_index,
     tool_call,
 )
-from llamaindex_gatekeeper import GatekeeperMemory
+from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning
 
 EDITED = "Twice the longest job holding the lock."
 ORIGINAL = REDIS_1[1]
@@ -234,3 +235,27 @@ def test_a_serialised_agent_context_carries_the_memory() -> None:
     assert isinstance(restored_memory, GatekeeperMemory)
     assert [m.content for m in restored_memory.get_all()] == [*REDIS_1, *ESPRESSO]
     assert [r.kind for r in restored_memory.history()] == ["append"] * 4
+
+
+def test_a_serialised_agent_context_reattaches_its_sqlite_memory_only_to_a_trusted_store(tmp_path: Path) -> None:
+    from workflows.context.serializers import JsonSerializer
+
+    from context_gatekeeper import InMemoryStore, SQLiteStore
+
+    path = str(tmp_path / "chats.db")
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, store=path, session_id="s1")
+    restored = memory_through_restored_context(JsonSerializer(), memory, trusted=(path,))
+    assert isinstance(restored.store, SQLiteStore) and restored.store.absolute_path == path
+    on_disk = GatekeeperMemory.from_defaults(store=path, session_id="s1")
+    assert [m.content for m in on_disk.get_all()] == [*REDIS_1, *ESPRESSO]  # the later turns reached the file
+    for opened in (memory, restored, on_disk):
+        opened.close()
+
+    other = str(tmp_path / "other.db")
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, store=other, session_id="s1")
+    with pytest.warns(StoreDetachedWarning, match="other.db"):  # trusting another file does not reattach this one
+        detached = memory_through_restored_context(JsonSerializer(), memory, trusted=(path,))
+    assert isinstance(detached.store, InMemoryStore)
+    assert [m.content for m in detached.get_all()] == [*REDIS_1, *ESPRESSO]  # the conversation goes on, in memory
+    assert [m.content for m in memory.get_all()] == list(REDIS_1)  # and says so: the file has only the first turn
+    memory.close()

@@ -28,7 +28,7 @@ from llama_index.core.memory.types import BaseMemory
 from context_gatekeeper import BudgetError, HistoryError, InMemoryStore, Proposal, SQLiteStore
 from context_gatekeeper.testing import ScriptedModel
 from li_support import ESPRESSO, REDIS_1, REDIS_2, REDIS_QUERY, patch
-from llamaindex_gatekeeper import GatekeeperMemory, from_core, to_core
+from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning, from_core, to_core
 from llamaindex_gatekeeper.convert import match_ids
 
 
@@ -96,8 +96,10 @@ def test_blocks_round_trip_through_sqlite_and_serialisation(tmp_path: Path):
     GatekeeperMemory.from_defaults(store=str(path), session_id="s").put_messages(rich_conversation())
     reopened = GatekeeperMemory.from_defaults(store=SQLiteStore(path), session_id="s")
     assert reopened.get_all() == rich_conversation()
-    restored = GatekeeperMemory.from_dict(json.loads(json.dumps(reopened.to_dict())))
+    with pytest.warns(StoreDetachedWarning):  # no store= passed: restored in memory
+        restored = GatekeeperMemory.from_dict(json.loads(json.dumps(reopened.to_dict())))
     assert restored.get_all() == rich_conversation()
+    reopened.close()
 
 
 def test_core_messages_hold_text_and_tool_pairing_fields():
@@ -137,6 +139,27 @@ def test_an_edit_rewrites_text_and_keeps_other_blocks():
     assert answer.additional_kwargs == {"keep": 1}
     memory.undo()
     assert memory.get_all()[1].blocks[0] == ThinkingBlock(content="Ireland...")
+
+
+def test_an_edit_writes_each_text_block_back_in_its_place_between_images():
+    before, after = ImageBlock(url="https://example.com/before.png"), ImageBlock(url="https://example.com/after.png")
+    blocks = [TextBlock(text="Before the repair:"), before, TextBlock(text="After the repair:\nsee the corner"), after,
+              TextBlock(text="Is the crack in the left wall fixed?")]
+    memory = GatekeeperMemory.from_defaults()
+    memory.put_messages([ChatMessage(role="user", blocks=blocks), assistant("Yes, the left wall looks fixed.")])
+    text = memory.get_all()[0].content
+    memory.edit("the right wall", model=patch({"op": "replace", "id": "1", "content": text.replace("left", "right")}))
+    edited = memory.get_all()[0]
+    assert [getattr(b, "text", getattr(b, "url", None)) for b in edited.blocks] == [
+        "Before the repair:", before.url, "After the repair:\nsee the corner", after.url,
+        "Is the crack in the right wall fixed?",
+    ]
+    # lines added or removed: the text cannot be cut back, so it goes first and the images keep their order
+    memory.edit("shorten", model=patch({"op": "replace", "id": "1", "content": "Is the right wall fixed?"}),
+                allow_large_deletion=True)
+    assert [getattr(b, "text", getattr(b, "url", None)) for b in memory.get_all()[0].blocks] == [
+        "Is the right wall fixed?", before.url, after.url,
+    ]
 
 
 def test_match_ids_keeps_ids_of_unchanged_and_changed_in_place_messages():
@@ -274,6 +297,61 @@ def test_put_does_not_keep_a_reference_to_the_callers_message():
     memory.put(message)
     message.blocks[0].text = "changed later"
     assert contents(memory.get_all()) == ["Trip to Ireland?"]
+
+
+@pytest.mark.parametrize("call", ["get", "aget"])
+def test_an_answer_written_while_get_selects_never_comes_before_its_question(call, monkeypatch) -> None:
+    from llama_index.core.embeddings import MockEmbedding
+
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, embedder=MockEmbedding(embed_dim=8))
+    turns(memory, REDIS_1)
+    question = "And how does the Redis lock watchdog renew the TTL?"
+    memory.put(user(question))
+    gate = memory.gate
+    synced = gate._synced_exclude
+
+    def answer_lands_now(*args, **kwargs):  # after get read the state, before the gate reads the store
+        monkeypatch.setattr(gate, "_synced_exclude", synced)
+        memory.put(assistant("It renews the Redis lock TTL every third of it."))
+        return synced(*args, **kwargs)
+
+    monkeypatch.setattr(gate, "_synced_exclude", answer_lands_now)
+    got = memory.get() if call == "get" else asyncio.run(memory.aget())
+    assert contents(got) == [*REDIS_1, question]  # the turn as read, once, at the end
+
+
+@pytest.mark.parametrize("how", ["assign", "model_copy", "deep model_copy"])
+def test_session_id_cannot_be_changed_in_place(tmp_path: Path, how: str) -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    memory = GatekeeperMemory.from_defaults(store=str(tmp_path / "chat.db"), session_id="alice")
+    turns(memory, REDIS_1)
+    with pytest.raises(InvalidTypeError, match="cannot be changed .*session_id='bob'"):
+        if how == "assign":
+            memory.session_id = "bob"
+        else:
+            memory.model_copy(update={"session_id": "bob"}, deep=how.startswith("deep"))
+    memory.session_id = "alice"  # the same id changes nothing
+    assert memory.session_id == memory.to_dict()["session_id"] == "alice"
+    twin = pickle.loads(pickle.dumps(memory))
+    assert twin.get_all() == memory.get_all()
+    twin.close()
+    memory.close()
+
+
+def test_token_limit_can_be_changed_to_a_valid_budget_and_explain_follows_it() -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000)
+    turns(memory, REDIS_1)
+    assert memory.explain(REDIS_QUERY).turn_ids == (1,)
+    for bad in (-1, "big", True):
+        with pytest.raises(BudgetError):
+            memory.token_limit = bad
+        with pytest.raises(BudgetError):
+            memory.model_copy(update={"token_limit": bad})
+    smaller = memory.model_copy(update={"token_limit": 5})
+    assert (smaller.token_limit, memory.token_limit) == (5, 2000)
+    memory.token_limit = 5
+    assert memory.explain(REDIS_QUERY).turn_ids == () and memory.get(REDIS_QUERY) == []
 
 
 # -- writing ------------------------------------------------------------------------------

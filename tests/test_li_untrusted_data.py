@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import warnings
 from pathlib import Path
 
 import pytest
 from llama_index.core.llms import ChatMessage
 
-from context_gatekeeper import InvalidInputError
-from llamaindex_gatekeeper import GatekeeperMemory
+from context_gatekeeper import (
+    BudgetError, GateOptions, InMemoryStore, InvalidInputError, InvalidTypeError, SelectionParams,
+)
+from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning
 from pg_support import drop_tables, postgres_dsn, prefix_for
 
 
@@ -130,6 +134,182 @@ def test_a_postgres_memory_pickles_without_its_password(monkeypatch: pytest.Monk
             assert contents(again) == contents(memory)
         finally:
             again.store.close()
+    finally:
+        store.close()
+        drop_tables(dsn, prefix)
+
+
+# -- the store the data names --------------------------------------------------------------
+def test_to_dict_names_the_sqlite_file_and_from_dict_warns_instead_of_detaching_silently(tmp_path: Path) -> None:
+    path = str(tmp_path / "chat.db")
+    memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    assert data["store"]["sqlite"] == path
+    with pytest.warns(StoreDetachedWarning, match=r"chat\.db.*store=") as caught:
+        restored = GatekeeperMemory.from_dict(data)
+    assert len(caught) == 1
+    assert isinstance(restored.store, InMemoryStore) and contents(restored) == contents(memory)
+    exchange(restored, "And the watchdog?", "Renews the lock.")
+    assert len(memory.get_all()) == 2  # the file was not written: the warning said so
+    in_memory = GatekeeperMemory.from_defaults(session_id="s")
+    assert "store" not in in_memory.to_dict()
+    memory.close()
+
+
+def test_trusted_stores_reattach_only_the_stores_they_name(tmp_path: Path) -> None:
+    path = str(tmp_path / "chat.db")
+    memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no StoreDetachedWarning
+        with GatekeeperMemory.trusted_stores(tmp_path / "chat.db"):
+            by_path = GatekeeperMemory.from_dict(data)
+        with GatekeeperMemory.trusted_stores(memory.store):
+            by_store = GatekeeperMemory.from_dict(data)
+    assert by_store.store is memory.store
+    exchange(by_path, "And the watchdog?", "Renews the lock.")
+    assert len(memory.get_all()) == 4  # one live session
+    by_path.close()
+    with GatekeeperMemory.trusted_stores(str(tmp_path / "other.db")), pytest.warns(StoreDetachedWarning):
+        assert isinstance(GatekeeperMemory.from_dict(data).store, InMemoryStore)
+    with pytest.warns(StoreDetachedWarning):  # the block is over
+        GatekeeperMemory.from_dict(data)
+    with pytest.raises(InvalidTypeError, match="trusted_stores takes"):
+        with GatekeeperMemory.trusted_stores(42):  # type: ignore[arg-type]
+            pass
+    memory.close()
+
+
+@pytest.mark.parametrize("named", ["/tmp/x.db", {"sqlite": 5}, {"postgres": "host=h"}, ["sqlite"]])
+def test_a_store_record_that_to_dict_did_not_write_is_refused(tmp_path: Path, named: object) -> None:
+    memory = GatekeeperMemory.from_defaults(session_id="s")
+    data = {**memory.to_dict(), "store": named}
+    with pytest.raises(InvalidInputError, match="'store' must be null"):
+        GatekeeperMemory.from_dict(data)
+
+
+# -- the caller's keywords, the data's options -----------------------------------------------
+def test_the_callers_options_params_session_id_and_token_limit_win_over_the_data() -> None:
+    from llama_index.core.embeddings import MockEmbedding
+
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, session_id="s", fill_ratio=0.0, message_overhead=1)
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    options = GateOptions(token_budget=900, embedder=MockEmbedding(embed_dim=8), message_overhead=2)
+    restored = GatekeeperMemory.from_dict(data, options=options)
+    assert restored.token_limit == 900 and restored.gate.semantic
+    assert restored.gate.gatekeeper.message_overhead == 2 and restored.gate.gatekeeper.params.fill_ratio == 0.3
+    mine = GatekeeperMemory.from_dict(data, params=SelectionParams(fill_ratio=0.5))
+    assert mine.gate.gatekeeper.params.fill_ratio == 0.5 and mine.gate.gatekeeper.message_overhead == 1
+    renamed = GatekeeperMemory.from_dict(data, session_id="copy", token_limit=300)
+    assert (renamed.session_id, renamed.token_limit) == ("copy", 300) and contents(renamed) == contents(memory)
+    assert GatekeeperMemory.from_dict(data, top_m=4).gate.gatekeeper.params.top_m == 4
+
+
+def test_a_preset_and_params_travel_through_json_pickle_and_deepcopy() -> None:
+    import copy
+
+    weights = {**SelectionParams().kind_weights, "word": 2.5}
+    for memory in (
+        GatekeeperMemory.from_defaults(preset="recall"),
+        GatekeeperMemory.from_defaults(params=SelectionParams.preset("recall", kind_weights=weights)),
+    ):
+        wanted = memory.gate.gatekeeper.params
+        assert wanted.fill_ratio == 0.0
+        for twin in (
+            GatekeeperMemory.from_dict(json.loads(json.dumps(memory.to_dict()))),
+            GatekeeperMemory.from_json(memory.to_json()),
+            pickle.loads(pickle.dumps(memory)),
+            copy.deepcopy(memory),
+        ):
+            assert twin.gate.gatekeeper.params.fill_ratio == 0.0  # every scalar of the preset
+            assert twin.to_dict()["options"] == memory.to_dict()["options"]
+    # a pickle and a deepcopy keep what JSON cannot: the non-scalar tunables (passed to from_dict instead)
+    assert pickle.loads(pickle.dumps(memory)).gate.gatekeeper.params == wanted
+    assert GatekeeperMemory.from_dict(memory.to_dict()).gate.gatekeeper.params.kind_weights != weights
+    assert GatekeeperMemory.from_dict(memory.to_dict(), params=wanted).gate.gatekeeper.params == wanted
+
+
+# -- untrusted data, the library's errors ----------------------------------------------------
+def _good() -> dict[str, object]:
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, session_id="s1")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    return json.loads(json.dumps(memory.to_dict()))
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda d: [], InvalidTypeError, "must be a dict"),
+        (lambda d: {}, InvalidInputError, "has no 'session_id'"),
+        (lambda d: {k: v for k, v in d.items() if k != "token_limit"}, InvalidInputError, "has no 'token_limit'"),
+        (lambda d: {**d, "session_id": ""}, InvalidInputError, "session_id must not be empty"),
+        (lambda d: {**d, "session_id": 5}, InvalidTypeError, "session_id must be a str"),
+        (lambda d: {**d, "token_limit": "big"}, BudgetError, "token_limit"),
+        (lambda d: {**d, "options": {"top_m": "x"}}, InvalidInputError, r"top_m='x' \(int expected\)"),
+        (lambda d: {**d, "options": {"fill_ratio": True}}, InvalidInputError, "fill_ratio=True"),
+        (lambda d: {**d, "options": {"kind_weights": 1.0}}, InvalidInputError, r"\['kind_weights'\] cannot come"),
+    ],
+)
+def test_untrusted_data_is_refused_with_the_librarys_errors(change, error, match) -> None:
+    with pytest.raises(error, match=match):
+        GatekeeperMemory.from_dict(change(_good()))
+
+
+def test_from_json_and_model_validate_give_the_librarys_errors_or_a_memory() -> None:
+    with pytest.raises(InvalidInputError, match="has no 'session_id'"):
+        GatekeeperMemory.from_json("{}")
+    memory = GatekeeperMemory.from_defaults(token_limit=1234, session_id="s1")
+    again = GatekeeperMemory.model_validate(memory.model_dump())  # class_name is LlamaIndex's, not an option
+    assert (again.session_id, again.token_limit) == ("s1", 1234)
+    with pytest.raises(InvalidInputError, match="session_id must not be empty"):
+        GatekeeperMemory.from_defaults(session_id="")
+
+
+def test_a_refused_from_dict_closes_the_store_it_opened(tmp_path: Path) -> None:
+    fd_dir = Path("/proc/self/fd")
+    if not fd_dir.is_dir():
+        pytest.skip("counts open files through /proc (Linux)")
+    path = tmp_path / "chat.db"
+    first = GatekeeperMemory.from_defaults(store=str(path), session_id="s1")
+    exchange(first, "Redis lock TTL?", "Longer than the job.")
+    first.close()
+    other = GatekeeperMemory.from_defaults(session_id="s1")
+    exchange(other, "Best espresso grind?", "Fine.")
+
+    def open_on_file() -> int:
+        return sum(1 for fd in fd_dir.iterdir() if os.path.realpath(fd) == str(path.resolve()))
+
+    for _ in range(3):
+        with pytest.raises(InvalidInputError, match="already has other revisions"):
+            GatekeeperMemory.from_dict(other.to_dict(), store=str(path))
+        assert open_on_file() == 0
+
+
+def test_a_postgres_memory_names_its_database_without_the_password_and_reattaches_only_when_trusted(
+    tmp_path: Path,
+) -> None:
+    dsn = postgres_dsn()
+    from psycopg.conninfo import conninfo_to_dict
+
+    from context_gatekeeper.stores.postgres import PostgresStore
+
+    password = conninfo_to_dict(dsn)["password"]
+    prefix = prefix_for(tmp_path)
+    store = PostgresStore(dsn, table_prefix=prefix)
+    try:
+        memory = GatekeeperMemory.from_defaults(store=store, session_id="pg")
+        exchange(memory, "Redis lock TTL?", "Longer than the job.")
+        data = json.loads(json.dumps(memory.to_dict()))
+        assert data["store"]["table_prefix"] == prefix and password not in json.dumps(data)
+        with pytest.warns(StoreDetachedWarning, match="PostgreSQL"):
+            assert isinstance(GatekeeperMemory.from_dict(data).store, InMemoryStore)
+        with GatekeeperMemory.trusted_stores(store):
+            again = GatekeeperMemory.from_dict(data)
+        exchange(again, "And the watchdog?", "Renews the lock.")
+        assert len(memory.get_all()) == 4 and again.store is store
     finally:
         store.close()
         drop_tables(dsn, prefix)
