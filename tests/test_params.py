@@ -59,6 +59,12 @@ def test_with_returns_a_changed_copy():
         {"topic_window": 0},
         {"coverage_target": 0.0},
         {"coverage_target": 1.5},
+        {"top_m": "3"},
+        {"top_m": 3.0},
+        {"k1": float("nan")},
+        {"k1": "1.2"},
+        {"keep_topic_opener": 1},
+        {"reply_continues": None},
     ],
 )
 def test_invalid_values_are_rejected_up_front(changes):
@@ -66,6 +72,10 @@ def test_invalid_values_are_rejected_up_front(changes):
         SelectionParams(**changes)
     with pytest.raises(ValueError):
         SelectionParams().with_(**changes)
+
+
+def test_a_threshold_may_be_infinite_and_an_int_stands_for_a_float():
+    assert SelectionParams(switch_min_new_weight=float("inf"), k1=2).k1 == 2
 
 
 def test_unknown_idf_names_the_choices():

@@ -434,6 +434,10 @@ class SelectionParams:
                     f"SelectionParams.{name} needs a finite weight for each of {list(names)}, got {model!r}; "
                     f"start from SelectionParams().{name} and change single weights"
                 )
+        for f in fields(self):  # a string "3" or a NaN would fail far from here, or silently never match
+            problem = _scalar_problem(str(f.type), getattr(self, f.name))
+            if problem is not None:
+                raise InvalidInputError(f"SelectionParams.{f.name} must be {problem}, got {getattr(self, f.name)!r}")
         if self.idf not in IDF_FORMULAS:
             raise InvalidInputError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
         for f in fields(self):
@@ -515,3 +519,19 @@ class SelectionParams:
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SelectionParams) if f.default is not MISSING}
+
+
+def _scalar_problem(declared: str, value: Any) -> str | None:
+    """What a field declared ``float``, ``int``, ``bool`` or ``str`` needs that ``value`` is not
+    (``None``: it is fine, or the field is of another kind).  A float may be infinite (a
+    threshold never reached), never NaN."""
+    if declared == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+        return None if ok else "a number (not NaN)"
+    if declared == "int":
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an int"
+    if declared == "bool":
+        return None if isinstance(value, bool) else "True or False"
+    if declared == "str":
+        return None if isinstance(value, str) else "a string"
+    return None
