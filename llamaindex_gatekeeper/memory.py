@@ -63,7 +63,7 @@ from context_gatekeeper.integration import (
     require_items,
 )
 
-from . import serialisation
+from . import serialisation, stored
 from .convert import from_core_messages, match_ids, to_core
 from .models import given_edit_model, resolve_edit_model
 from .serialisation import add_note, require_session_id
@@ -488,8 +488,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """A ``with`` block in which :meth:`from_dict` reattaches a memory whose data names one
         of ``stores`` (SQLite paths or open stores), for restores you do not call yourself:
         ``with GatekeeperMemory.trusted_stores("chats.db"): ctx = Context.from_dict(agent, data)``
-        (:func:`.serialisation.trusted_stores`)."""
-        return serialisation.trusted_stores(*stores)
+        (:func:`.stored.trusted_stores`)."""
+        return stored.trusted_stores(*stores)
 
     def __reduce__(self) -> tuple[Any, tuple[type, dict[str, Any]]]:
         """Pickle as the session (:func:`.serialisation.pickled`): never a model, a token

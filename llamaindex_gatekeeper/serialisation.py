@@ -69,11 +69,7 @@ memory uses the defaults; ``copy.deepcopy``, which stays in the process, keeps t
 from __future__ import annotations
 
 import dataclasses
-import os
-import threading
-import warnings
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
 from context_gatekeeper import (
@@ -82,6 +78,8 @@ from context_gatekeeper import (
 from context_gatekeeper.integration import (
     IdEntry, RevisionKind, STATE_CHANGING, check_revision, require_budget, store_from_spec, store_spec,
 )
+
+from .stored import StoreDetachedWarning, detached, named_store, trusted_store, trusted_stores
 
 if TYPE_CHECKING:
     from .memory import GatekeeperMemory
@@ -109,16 +107,6 @@ DATA_OPTIONS = frozenset(_OPTION_TYPES)
 
 _TUNABLES = frozenset(f.name for f in dataclasses.fields(SelectionParams))
 _GATE_SETTINGS = frozenset({"message_overhead", "on_overflow"}) | _TUNABLES  # what an options= record sets
-_TRUSTED: list[Store | str | os.PathLike[str]] = []  # process-wide: see trusted_stores
-_TRUSTED_LOCK = threading.Lock()
-
-
-class StoreDetachedWarning(UserWarning):
-    """``from_dict`` restored a memory whose data names a SQLite file or PostgreSQL
-    database into a new in-memory store (the data may not choose a store): later writes
-    do not reach the named one.  Pass ``store=``, or use :func:`trusted_stores`."""
-
-
 def _fits(value: object, kinds: tuple[type, ...]) -> bool:
     """Whether ``value`` is one of ``kinds`` (a bool only where a bool is expected)."""
     return bool in kinds if isinstance(value, bool) else isinstance(value, kinds)
@@ -192,99 +180,6 @@ def _required(data: Any, caller: dict[str, Any]) -> tuple[str, int]:
             )
         found[key] = value
     return require_session_id(found["session_id"]), require_budget(found["token_limit"], "token_limit")
-
-
-def _named_store(data: dict[str, Any]) -> dict[str, Any] | None:
-    """``data["store"]``: where the exported memory lived (never opened from the data)."""
-    named = data.get("store")
-    if named is None:
-        return None
-    if isinstance(named, dict) and (
-        isinstance(named.get("sqlite"), str)
-        or (isinstance(named.get("postgres"), str) and isinstance(named.get("table_prefix"), str))
-    ):
-        return named
-    raise InvalidInputError(
-        "serialised memory: 'store' must be null, {'sqlite': path, ...} or {'postgres': conninfo, "
-        f"'table_prefix': prefix}} as to_dict() writes it, got {named!r}; nothing was created. "
-        "Export the memory again with to_dict()"
-    )
-
-
-def _described(named: dict[str, Any]) -> str:
-    if "sqlite" in named:
-        return f"the SQLite file {named['sqlite']!r}"
-    return f"the PostgreSQL database {named['postgres']!r} (table prefix {named['table_prefix']!r})"
-
-
-def _names(entry: Store | str | os.PathLike[str], named: dict[str, Any]) -> bool:
-    """Whether the trusted ``entry`` (a SQLite path or a store) is the store ``named``."""
-    if isinstance(entry, (str, os.PathLike)):
-        return "sqlite" in named and os.path.abspath(os.fspath(entry)) == named["sqlite"]
-    spec = store_spec(entry)
-    if spec is None:
-        return False
-    key = "sqlite" if "sqlite" in spec else "postgres"
-    return (spec.get(key), spec.get("table_prefix")) == (named.get(key), named.get("table_prefix"))
-
-
-def _trusted_store(named: dict[str, Any]) -> Store | str | None:
-    """The store of :func:`trusted_stores` that ``named`` names (a path as a str, for the
-    memory to open and own), else ``None``."""
-    with _TRUSTED_LOCK:
-        trusted = list(_TRUSTED)
-    for entry in trusted:
-        if _names(entry, named):
-            return entry if isinstance(entry, Store) else os.fspath(entry)
-    return None
-
-
-def _detached(named: dict[str, Any]) -> None:
-    warnings.warn(
-        f"GatekeeperMemory.from_dict: this memory lived in {_described(named)}, but no store= was passed, so it "
-        "was restored into a new in-memory store: later turns will not reach that store. Pass "
-        "from_dict(data, store=...), or wrap the call that restores it (Context.from_dict(...)) in "
-        "`with GatekeeperMemory.trusted_stores(<that path or store>):`",
-        StoreDetachedWarning,
-        stacklevel=4,
-    )
-
-
-@contextmanager
-def trusted_stores(*stores: Store | str | os.PathLike[str]) -> Iterator[None]:
-    """While the block runs, ``from_dict`` (in any thread or task of the process)
-    reattaches a memory whose data names one of ``stores`` (a SQLite file's path, or an
-    open store: a ``SQLiteStore`` or ``PostgresStore``, used as it is and left open), as
-    ``from_dict(data, store=...)`` would; data naming any other store is still restored
-    in memory, with :class:`StoreDetachedWarning`.  It is for restores that a framework
-    runs for you.  A workflow ``Context`` decodes its state when the run starts, not in
-    ``Context.from_dict``, so keep the block open around the run (or for the
-    application's lifetime, in its startup code)::
-
-        with GatekeeperMemory.trusted_stores("chats.db"):
-            ctx = Context.from_dict(agent, data)
-            await agent.run(user_msg=question, ctx=ctx)
-
-    A path is opened by the restored memory (``memory.close()`` closes it).  The data
-    still chooses nothing: it can only name a store listed here.
-
-    Raises:
-        InvalidTypeError: an entry is neither a path nor a store; nothing is trusted.
-    """
-    for entry in stores:
-        if not isinstance(entry, (Store, str, os.PathLike)):
-            raise InvalidTypeError(
-                f"trusted_stores takes SQLite paths and open stores, got {type(entry).__name__}; "
-                "pass GatekeeperMemory.trusted_stores('chats.db') or an open SQLiteStore / PostgresStore"
-            )
-    with _TRUSTED_LOCK:
-        _TRUSTED.extend(stores)
-    try:
-        yield
-    finally:
-        with _TRUSTED_LOCK:
-            for entry in stores:
-                _TRUSTED.remove(entry)  # one occurrence each: a nested block naming it too keeps its own
 
 
 _KINDS = frozenset(get_args(RevisionKind))
@@ -523,13 +418,13 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
     caller = dict(kwargs)
     session_id, token_limit = _required(data, caller)
     options = _under_caller(_data_options(data), caller)
-    named = _named_store(data)
+    named = named_store(data)
     revisions = _checked_log(session_id, data.get("revisions", []))
     store = options.pop("store", None)
     if store is None and named is not None:
-        store = _trusted_store(named)
+        store = trusted_store(named)
         if store is None:
-            _detached(named)
+            detached(named)
     memory = cls(token_limit=token_limit, session_id=session_id, store=store or InMemoryStore(), **options)
     try:
         existing = memory.transcript.history()
