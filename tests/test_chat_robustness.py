@@ -333,6 +333,51 @@ def test_a_pin_that_cannot_be_stored_changes_nothing(tmp_path: Path) -> None:
         again.transcript.close()
 
 
+def test_pins_another_process_changed_are_read_and_kept(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    first = _session(db)
+    for question in ("How long should a Redis lock TTL be?", "What was the GDP of Ireland in 2021?", "Who wrote Hamlet?"):
+        first.ask(question)
+    second = _session(db)  # another chat on the same file, opened before any pin
+    try:
+        first.pin(1)
+        assert second.pinned_numbers() == [1], "a pin stored by another process is seen"
+        second.pin(2)
+        assert first.pinned_numbers() == [1, 2] and second.pinned_numbers() == [1, 2], "no pin written over"
+        first.unpin(1)
+        assert second.pinned_numbers() == [2]
+    finally:
+        first.transcript.close()
+        second.transcript.close()
+
+
+def test_a_pin_written_between_the_read_and_the_write_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "chat.db"
+    first = _session(db)
+    for question in ("How long should a Redis lock TTL be?", "What was the GDP of Ireland in 2021?"):
+        first.ask(question)
+    second = _session(db)
+    record = first._pin_record
+    assert record is not None
+    read = record.snapshot
+    raced: list[int] = []
+
+    def snapshot_then_another_process_writes(revision: int) -> Any:
+        state = read(revision)
+        if not raced:  # right after the first read, the other chat pins turn 2
+            raced.append(revision)
+            second.pin(2)
+        return state
+
+    monkeypatch.setattr(record, "snapshot", snapshot_then_another_process_writes)
+    try:
+        first.pin(1)
+        assert raced and first.pinned_numbers() == [1, 2] and second.pinned_numbers() == [1, 2]
+    finally:
+        first.transcript.close()
+        second.transcript.close()
+
+
 def test_pin_records_are_not_conversations_and_go_with_a_purge(tmp_path: Path) -> None:
     db = tmp_path / "chat.db"
     session = _session(db)

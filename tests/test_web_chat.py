@@ -364,3 +364,24 @@ def test_sessions_switch_new_and_delete_with_confirmation(web: Served, page: Pag
     expect(page.get_by_test_id("session-list")).not_to_contain_text("alpha")
     expect(page.locator('#session-list [aria-current="true"]')).to_have_text("chat-1")
     assert "alpha" not in web.store.sessions()
+
+
+def test_delete_erases_only_the_session_its_confirmation_names(web: Served, page: Page) -> None:
+    web.transcript("doomed").append(user="Delete me", assistant="ok")
+    web.transcript("precious").append(user="Precious work, keep this", assistant="ok")
+    page.goto(web.url("doomed"))
+    idle(page)
+    page.get_by_test_id("delete-session").click()
+    expect(page.locator("#confirm-delete-text")).to_contain_text("doomed")
+    page.locator('#session-list [data-session="precious"]').click()  # another session while the bar is open
+    expect(page.locator('#session-list [aria-current="true"]')).to_have_text("precious")
+    expect(page.get_by_test_id("confirm-delete")).to_be_hidden()  # it named "doomed": it closes
+    page.get_by_test_id("delete-session").click()
+    expect(page.locator("#confirm-delete-text")).to_contain_text("precious")
+    page.locator('#session-list [data-session="doomed"]').click()
+    expect(page.locator('#session-list [aria-current="true"]')).to_have_text("doomed")
+    expect(page.get_by_test_id("confirm-delete")).to_be_hidden()
+    page.get_by_test_id("delete-session").click()
+    page.get_by_test_id("confirm-delete").click()
+    expect(page.get_by_test_id("session-list")).not_to_contain_text("doomed")
+    assert web.store.sessions() == ["precious"] and web.transcript("precious").head == 1

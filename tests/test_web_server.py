@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ if os.environ.get("CI", "").lower() != "true":  # CI installs the web extra: the
 
 from starlette.testclient import TestClient
 
-from context_gatekeeper import Delete, ModelUnavailableError, SQLiteStore, Transcript
+from context_gatekeeper import Delete, HistoryError, Message, ModelUnavailableError, SQLiteStore, Transcript
+from context_gatekeeper.chat.session import pin_record_id
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor
 from context_gatekeeper.chat.web.server import ASSETS, STATIC, allowed_hosts_for, create_app
 from context_gatekeeper.chat.web.service import WebChat
@@ -107,9 +110,15 @@ def send(client: TestClient, text: str, session: str = "s") -> list[dict[str, An
 
 
 def view(client: TestClient, session: str = "s") -> dict[str, Any]:
-    response = client.get("/api/view", params={"session": session})
+    response = client.get("/api/view", params={"session": session}, headers=HEADERS)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def sessions(client: TestClient) -> list[str]:
+    response = client.get("/api/sessions", headers=HEADERS)
+    assert response.status_code == 200, response.text
+    return list(response.json()["sessions"])
 
 
 # -- the page and its assets ---------------------------------------------------------------
@@ -202,20 +211,53 @@ def test_the_same_origin_page_with_its_token_is_accepted(client: TestClient) -> 
 
 def test_reading_needs_a_host_name_this_server_answers(client: TestClient) -> None:
     assert client.get("/", headers={"host": "rebound.example"}).status_code == 421
-    assert client.get("/api/view?session=s", headers={"host": "localhost:8765"}).status_code == 200
+    assert client.get("/api/view?session=s", headers={**HEADERS, "host": "localhost:8765"}).status_code == 200
 
 
 def test_only_get_and_post_are_allowed(client: TestClient) -> None:
     for method in ("PUT", "DELETE", "PATCH"):
         response = client.request(method, "/api/undo", headers=HEADERS)
         assert response.status_code == 405 and "POST" in response.json()["error"]
-    assert client.get("/api/undo").status_code == 405  # a GET never changes anything
+    assert client.get("/api/undo", headers=HEADERS).status_code == 405  # a GET never changes anything
 
 
 def test_allowed_hosts_follow_the_bound_address() -> None:
     assert allowed_hosts_for("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
     assert "192.168.1.5" in allowed_hosts_for("192.168.1.5")
-    assert allowed_hosts_for("0.0.0.0") == ("*",)
+    wildcard = allowed_hosts_for("0.0.0.0", ["Chat.Example"])
+    assert "*" not in wildcard and "chat.example" in wildcard and socket.gethostname().lower() in wildcard
+
+
+@pytest.mark.parametrize("bound", ["0.0.0.0", "::"])
+def test_a_wildcard_server_answers_its_own_names_and_addresses_never_a_rebound_domain(store: SQLiteStore, bound: str) -> None:
+    chat = WebChat(store, StreamingModel(), OfflineEditor())
+    app = create_app(chat, host=bound, token=TOKEN, allowed_hosts=["chat.example"])
+    for base in ("http://evil.example:8765", "http://localhost.evil.example:8765"):  # a DNS-rebinding page
+        with TestClient(app, base_url=base) as rebound:
+            assert rebound.get("/").status_code == 421 and TOKEN not in rebound.get("/").text
+            refused = post(rebound, "/api/sessions/new", {"name": "x"}, origin=base)
+            assert refused.status_code == 421 and "--allowed-host" in refused.json()["error"]
+    for n, base in enumerate(("http://192.168.1.5:8765", "http://[fe80::1]:8765", "http://localhost:8765",
+                              "http://CHAT.example:8765", f"http://{socket.gethostname()}:8765")):
+        with TestClient(app, base_url=base) as own:
+            assert own.get("/").status_code == 200, base
+            assert post(own, "/api/sessions/new", {"name": f"x{n}"}, origin=base).status_code == 200, base
+    assert store.sessions() == [], "refused requests stored nothing"
+
+
+def test_the_api_answers_only_the_page_even_to_read(client: TestClient, store: SQLiteStore) -> None:
+    send(client, "What was the GDP of Ireland in 2021?", session="work")
+    cross_site = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "no-cors", "sec-fetch-dest": "image"}
+    for path in ("/api/view?session=VISIT%20evil.example", "/api/sessions"):
+        for headers in ({}, {"x-gatekeeper-token": "wrong"}, {**HEADERS, **cross_site}, {**HEADERS, "sec-fetch-site": "same-site"}):
+            response = client.get(path, headers=headers)
+            assert response.status_code == 403 and response.json()["error"], (path, headers)
+    assert client.get("/", headers={"sec-fetch-site": "cross-site"}).status_code == 200  # a link to the page still works
+    view(client, "VISIT evil.example")  # the page itself may look at any name: that registers nothing
+    assert sessions(client) == ["work"] and store.sessions() == ["work"]
+    assert post(client, "/api/sessions/new", {"name": "later"}).status_code == 200
+    assert sessions(client) == ["later", "work"], "a conversation made with New is listed while still empty"
+    assert view(client, "other")["sessions"] == ["later", "other", "work"], "the one shown is listed in its own view"
 
 
 # -- chat ------------------------------------------------------------------------------------
@@ -390,7 +432,7 @@ def test_sessions_new_switch_and_delete_with_confirmation(client: TestClient, st
     send(client, "What was the GDP of Ireland in 2021?", session="s")
     created = post(client, "/api/sessions/new", {}).json()
     assert created["session"] == "chat-1" and created["messages"] == []
-    assert client.get("/api/sessions").json()["sessions"] == ["chat-1", "s"]
+    assert sessions(client) == ["chat-1", "s"]
     named = post(client, "/api/sessions/new", {"name": "work"})
     assert named.status_code == 200 and post(client, "/api/sessions/new", {"name": "work"}).status_code == 400
     refused = post(client, "/api/sessions/delete", {"session": "s", "confirm": "yes"})
@@ -410,7 +452,7 @@ def test_an_unexpected_failure_is_a_json_message_without_a_traceback(store: SQLi
 
     monkeypatch.setattr(chat, "view", broken)
     with client:
-        response = client.get("/api/view", params={"session": "s"})
+        response = client.get("/api/view", params={"session": "s"}, headers=HEADERS)
     assert response.status_code == 500
     assert response.json() == {"error": "RuntimeError: the view broke (nothing was changed)"}
 
@@ -450,7 +492,7 @@ def test_pins_outlive_the_server_and_stay_out_of_the_session_list(store: SQLiteS
     _, restarted = make_client(store)  # a new server on the same database
     with restarted:
         assert view(restarted)["pinned"] == [1]
-        assert restarted.get("/api/sessions").json()["sessions"] == ["s"]
+        assert sessions(restarted) == ["s"]
         refused = post(restarted, "/api/sessions/new", {"name": "gatekeeper-chat-pins:s"})
         assert refused.status_code == 400 and "reserved" in refused.json()["error"]
         post(restarted, "/api/sessions/delete", {"session": "s", "confirm": "s"})
@@ -543,3 +585,218 @@ def test_a_database_that_cannot_be_written_is_a_message_and_nothing_is_stored(
         assert response.status_code == 503 and "locked" in response.json()["error"]
         monkeypatch.undo()
         assert view(client)["head"] == 1 and view(client)["pinned"] == []
+
+
+# -- concurrent changes: deletions, other processes, other tabs ---------------------------
+
+
+class HeldModel:
+    """A chat model (``stream``) or editor (``complete``) that holds its answer until the test
+    releases it; ``started`` is set once it was called (no timers: the test waits on events)."""
+
+    def __init__(self, editor: Any = None) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+        self.editor = editor
+
+    def _hold(self) -> None:
+        self.started.set()
+        if not self.release.wait(60):
+            raise TimeoutError("the test never released the model")
+
+    def stream(self, messages: Sequence[Mapping[str, str]]) -> Iterator[str]:
+        try:
+            yield "first part "
+            self._hold()
+            yield "and the rest."
+        finally:
+            self.finished.set()
+
+    def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        try:
+            self._hold()
+            return str(self.editor.complete(messages)) if self.editor else "the answer"
+        finally:
+            self.finished.set()
+
+
+def test_a_conversation_deleted_while_an_answer_streams_stays_deleted(store: SQLiteStore) -> None:
+    model = HeldModel()
+    chat = WebChat(store, model, OfflineEditor())
+    Transcript("secret", store=store).append(user="What was the GDP of Ireland in 2021?", assistant="About 500 bn.")
+    Transcript(pin_record_id("secret"), store=store).set([Message("pins", "system", '{"pinned": []}')])
+    try:
+        events = iter(chat.start_chat("secret", "Who wrote Hamlet?"))
+        assert next(events)["type"] == "start" and next(events) == {"type": "chunk", "text": "first part "}
+        assert chat.delete("secret", "secret") == []
+        model.release.set()
+        rest = list(events)
+    finally:
+        model.release.set()
+        chat.close()
+    assert model.finished.wait(60)
+    assert [e["type"] for e in rest] == ["chunk", "error"] and "was deleted" in rest[-1]["message"]
+    assert rest[-1]["view"]["messages"] == [] and rest[-1]["view"]["head"] == 0
+    assert store.sessions() == [], "neither the answer nor the pins came back"
+
+
+def test_a_preview_computed_while_its_conversation_is_deleted_is_refused(store: SQLiteStore) -> None:
+    editor = HeldModel(OfflineEditor())
+    chat = WebChat(store, StreamingModel(), editor)
+    Transcript("s", store=store).append(user="What was the GDP of Ireland in 2021?", assistant="About 500 bn.")
+    outcome: list[BaseException | dict[str, Any]] = []
+
+    def preview() -> None:
+        try:
+            outcome.append(chat.preview("s", "it was Iceland, not Ireland"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=preview)
+    worker.start()
+    try:
+        assert editor.started.wait(60)
+        chat.delete("s", "s")
+    finally:
+        editor.release.set()
+        worker.join()
+        chat.close()
+    assert isinstance(outcome[0], HistoryError) and "was deleted" in str(outcome[0])
+    assert store.sessions() == [] and chat.view("s")["preview"] is None
+
+
+def test_pins_another_process_changed_are_shown_and_kept(store: SQLiteStore) -> None:
+    from context_gatekeeper.chat.session import ChatSession
+
+    _, client = make_client(store)
+    with client:
+        send(client, "What was the GDP of Ireland in 2021?")
+        send(client, "How tall is Mount Everest?")
+        assert view(client)["pinned"] == []
+        other = SQLiteStore(store.path)  # the terminal chat, another connection to the same file
+        try:
+            ChatSession(Transcript("s", store=other), StreamingModel(), OfflineEditor()).pin(1)
+        finally:
+            other.close()
+        assert view(client)["pinned"] == [1], "the page shows the other process's pin"
+        assert post(client, "/api/pin", {"session": "s", "turn": 2}).json()["pinned"] == [1, 2]
+    _, restarted = make_client(store)
+    with restarted:
+        assert view(restarted)["pinned"] == [1, 2], "pinning in the page kept the other pin"
+
+
+def test_a_preview_another_tab_discarded_is_refused_with_the_current_view(store: SQLiteStore) -> None:
+    _, first = make_client(store)
+    with first:
+        send(first, "What was the GDP of Ireland in 2021?")
+        token = post(first, "/api/edit/preview", {"session": "s", "instruction": "it was Iceland, not Ireland"}).json()["preview"]["token"]
+        second_view = view(first)  # the other tab shows the same pending preview, and discards it
+        assert post(first, "/api/edit/discard", {"session": "s", "token": second_view["preview"]["token"]}).status_code == 200
+        for path in ("/api/edit/commit", "/api/edit/discard"):
+            refused = post(first, path, {"session": "s", "token": token})
+            assert refused.status_code == 409 and "no longer pending" in refused.json()["error"]
+            assert refused.json()["view"]["preview"] is None, "the page refreshes to what is pending now"
+        assert view(first)["head"] == 1
+
+
+def test_a_pin_problem_is_a_notice_once(store: SQLiteStore) -> None:
+    Transcript(pin_record_id("s"), store=store).set([Message("pins", "system", "not json")])
+    _, client = make_client(store)
+    with client:
+        first = send(client, "What was the GDP of Ireland in 2021?")[-1]["view"]["notice"]
+        assert first and "cannot be read" in first
+        assert send(client, "How tall is Mount Everest?")[-1]["view"]["notice"] is None
+        assert view(client)["notice"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ('{"session": "s", "head": ' + "[" * 100_000 + "]" * 100_000 + "}", 400),
+        ('{"session": "s", "text": "' + "x" * (5 * 1024 * 1024) + '"}', 413),
+    ],
+    ids=["nested too deeply", "too large"],
+)
+def test_an_unreadable_body_is_a_json_error(client: TestClient, body: str, status: int) -> None:
+    send(client, "What was the GDP of Ireland in 2021?")
+    for path in ("/api/undo", "/api/chat"):
+        response = client.post(path, content=body, headers={**HEADERS, "content-type": "application/json"})
+        assert response.status_code == status and response.json()["error"], response.text
+    assert view(client)["head"] == 1
+
+
+# -- names the terminal chat or the library wrote --------------------------------------------
+
+LONG_NAME = "tenant-acme/user-42/conversation-" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize("name", ["Project X ", LONG_NAME, " lead"])
+def test_a_stored_conversation_opens_and_deletes_by_its_exact_name(client: TestClient, store: SQLiteStore, name: str) -> None:
+    Transcript(name, store=store).append(user="important notes", assistant="ok")
+    if len(name) <= 80:  # the same name stripped is another conversation, left alone
+        Transcript(name.strip(), store=store).append(user="another conversation", assistant="ok")
+    assert name in sessions(client)
+    shown = view(client, name)
+    assert shown["session"] == name and shown["messages"][0]["content"] == "important notes"
+    assert send(client, "and more", session=name)[-1]["view"]["head"] == 2
+    assert name not in post(client, "/api/sessions/delete", {"session": name, "confirm": name}).json()["sessions"]
+    assert name not in store.sessions() and (len(name) > 80 or name.strip() in store.sessions())
+
+
+def test_a_new_conversation_still_needs_a_usable_name(client: TestClient) -> None:
+    for bad in (LONG_NAME, "a\u202eb"):
+        assert post(client, "/api/sessions/new", {"name": bad}).status_code == 400
+        assert client.get("/api/view", params={"session": bad}, headers=HEADERS).status_code == 400
+
+
+# -- stopping --------------------------------------------------------------------------------
+
+
+def test_stopping_the_server_does_not_wait_for_a_model_that_never_answers(store: SQLiteStore) -> None:
+    import urllib.request
+
+    from context_gatekeeper.chat.web.server import BackgroundServer
+
+    model = HeldModel()
+    chat = WebChat(store, model, OfflineEditor())
+    replies: list[str] = []
+    try:
+        with BackgroundServer(create_app(chat, token=TOKEN)) as server:
+            request = urllib.request.Request(
+                server.url + "api/chat", data=json.dumps({"session": "s", "text": "Who wrote Hamlet?"}).encode(),
+                headers={**HEADERS, "content-type": "application/json"}, method="POST",
+            )
+            client = threading.Thread(target=lambda: replies.append(urllib.request.urlopen(request, timeout=60).read().decode()))
+            client.start()
+            assert model.started.wait(60)
+        # __exit__ returned while the model still holds its answer (it waits for release up to 60 s)
+        assert not model.release.is_set() and not model.finished.is_set()
+        client.join()
+    finally:
+        model.release.set()
+        chat.close()
+    assert model.finished.wait(60)
+    events = [json.loads(line) for line in replies[0].splitlines()]
+    assert events[-1]["type"] == "error" and "stopping" in events[-1]["message"] and "not added" in events[-1]["message"]
+    assert store.sessions() == [], "an answer abandoned on stopping is not stored"
+
+
+def test_gatekeeper_chat_web_opens_a_stored_conversation_by_its_exact_long_name(tmp_path: Path) -> None:
+    import io
+
+    from context_gatekeeper.chat.app import main
+
+    db = tmp_path / "a.db"
+    stored = SQLiteStore(db)
+    try:
+        Transcript(LONG_NAME, store=stored).append(user="hello", assistant="hi")
+    finally:
+        stored.close()
+    with socket.socket() as taken:  # it stops after opening the session: the port is taken
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        out = io.StringIO()
+        status = main(["--web", "--offline", "--db", str(db), "--session", LONG_NAME, "--port", str(taken.getsockname()[1])],
+                      stdout=out)
+    assert status == 1 and "resuming at revision 1" in out.getvalue() and "cannot listen" in out.getvalue()

@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument("--web", action="store_true", help="serve the chat as a local web page instead of the terminal")
     web.add_argument("--host", default="127.0.0.1", help="address --web listens on (default: 127.0.0.1, this computer only)")
     web.add_argument("--port", type=int, default=8765, help="port --web listens on (default: 8765; 0 picks a free one)")
+    web.add_argument(
+        "--allowed-host", action="append", default=[], metavar="NAME",
+        help="with --host 0.0.0.0: another name the page may be opened by (repeatable; IP addresses, "
+        "localhost and this computer's name always work)",
+    )
     return parser
 
 

@@ -17,8 +17,9 @@ two models (one answers, one edits).  Rules:
   through edits.  They are stored with the conversation, in the same store: a
   companion *pin record* (the session :func:`pin_record_id` names, one system
   message holding the pinned ids as JSON), written in one store transaction each
-  time they change, and read back when a :class:`ChatSession` opens the session
-  again.  A pin whose turn an edit deleted is kept but ignored (an ``/undo`` that
+  time they change, and read back whenever they are used, so pins another process
+  (another chat on the same database) changed are seen, and a pin or unpin is a
+  read-modify-write that keeps them (never a write over a stale copy).  A pin whose turn an edit deleted is kept but ignored (an ``/undo`` that
   brings the turn back brings its pin back too).  Lists of conversations should
   leave pin records out (:func:`is_pin_record`, :func:`chat_sessions`), and
   deleting a conversation should delete its pins too (:meth:`ChatSession.purge`).
@@ -27,7 +28,7 @@ two models (one answers, one edits).  Rules:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,8 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful, concise assistant."
 PIN_RECORD_PREFIX = "gatekeeper-chat-pins:"
 """Session ids starting with this hold a conversation's pins, not a conversation."""
 _PIN_MESSAGE_ID = "pins"
+_PIN_WRITE_TRIES = 8
+"""How often a pin change is done again over pins another process wrote at the same moment."""
 
 
 def pin_record_id(session_id: str) -> str:
@@ -98,9 +101,11 @@ def chat_sessions(store: Store) -> list[str]:
     return [s for s in store.sessions() if not is_pin_record(s)]
 
 
-def _read_pins(record: Transcript) -> tuple[set[str], str | None]:
-    """The pinned ids a pin record holds, and what is wrong with it (None when it is usable)."""
-    messages = record.messages
+def _read_pins(record: Transcript, messages: Sequence[Message] | None = None) -> tuple[set[str], str | None]:
+    """The pinned ids pin record ``record`` holds (or ``messages``, one of its states), and
+    what is wrong with them (None when they are usable)."""
+    if messages is None:
+        messages = record.messages
     if not messages:
         return set(), None
     try:
@@ -114,6 +119,11 @@ def _read_pins(record: Transcript) -> tuple[set[str], str | None]:
             "/pin or /unpin writes a fresh list"
         )
     return set(pinned), None
+
+
+def _pins_message(pinned: set[str]) -> Message:
+    """The one message of a pin record holding ``pinned``."""
+    return Message(_PIN_MESSAGE_ID, "system", json.dumps({"pinned": sorted(pinned)}, ensure_ascii=False))
 
 
 @dataclass(frozen=True)
@@ -224,41 +234,67 @@ class ChatSession:
 
     @property
     def pinned(self) -> frozenset[str]:
-        """Ids of the first messages of the pinned turns (some may belong to turns an
-        edit deleted); change them with :meth:`pin`, :meth:`unpin` or :meth:`load`."""
-        return frozenset(self._pinned)
+        """Ids of the first messages of the pinned turns, as stored now (some may belong to
+        turns an edit deleted); change them with :meth:`pin`, :meth:`unpin` or :meth:`load`."""
+        return frozenset(self._current_pins())
 
     def pin(self, number: int) -> MessageTurn:
         """Always keep turn ``number`` in context, from now on and when the session is
         resumed (:class:`UnknownTurnError` if there is no such turn)."""
         turn = self._turn(number)
-        self._set_pins(self._pinned | {turn.key})
+        self._change_pins(lambda pinned: pinned | {turn.key})
         return turn
 
     def unpin(self, number: int) -> MessageTurn:
         """Stop pinning turn ``number`` (:class:`UnknownTurnError` if there is no such turn)."""
         turn = self._turn(number)
-        self._set_pins(self._pinned - {turn.key})
+        self._change_pins(lambda pinned: pinned - {turn.key})
         return turn
 
     def pinned_numbers(self) -> list[int]:
         """Numbers of the pinned turns that still exist."""
-        return [n for n, turn in self.turns() if turn.key in self._pinned]
+        pinned = self._current_pins()
+        return [n for n, turn in self.turns() if turn.key in pinned]
 
-    def _set_pins(self, pinned: set[str]) -> None:
-        """Store ``pinned`` first, then keep it: a failed write changes nothing."""
+    def _current_pins(self) -> set[str]:
+        """The pins as stored now (another process may have changed them since), kept here
+        too; ``pins_problem`` says whether they could be read."""
+        if self._pin_record is not None:
+            self._pinned, self.pins_problem = _read_pins(self._pin_record)
+        return self._pinned
+
+    def _change_pins(self, change: Callable[[set[str]], set[str]]) -> None:
+        """Apply ``change`` to the stored pins, read-modify-write: a pin another process stored
+        meanwhile is kept, and a failed write changes nothing.
+
+        The record is read at a head, changed and written whole; when the write did not
+        land right on that head (another process wrote in between, and this write covered
+        it), the change is done again on what that process wrote.
+        """
         record = self._pin_record
-        if record is not None and pinned != self._pinned:
-            content = json.dumps({"pinned": sorted(pinned)}, ensure_ascii=False)
-            for attempt in (1, 2):
-                try:
-                    record.set([Message(_PIN_MESSAGE_ID, "system", content)])
-                    break
-                except StaleHeadError:  # another process wrote the record just now: write over it
-                    if attempt == 2:
-                        raise
-            self.pins_problem = None  # a fresh list replaced one that could not be read
-        self._pinned = set(pinned)
+        if record is None:  # pins kept in this object only
+            self._pinned = change(set(self._pinned))
+            return
+        seen = source = record.head  # seen: the head the write must land on; source: the state to change
+        for attempt in range(_PIN_WRITE_TRIES):
+            current, problem = _read_pins(record, record.snapshot(source))
+            wanted = change(set(current))
+            if attempt == 0 and wanted == current and problem is None:
+                self._pinned, self.pins_problem = current, None
+                return
+            try:
+                written = record.set([_pins_message(wanted)])
+            except StaleHeadError:  # another process wrote between the read and the write: nothing written
+                seen = source = record.head
+                continue
+            if not written.changes or written.number == seen + 1:
+                self._pinned, self.pins_problem = wanted, None  # a fresh list replaced one that could not be read
+                return
+            seen, source = written.number, written.number - 1  # change again what the other process wrote
+        raise StaleHeadError(
+            f"the pins of session {self.transcript.session_id!r} kept changing in another process "
+            f"({_PIN_WRITE_TRIES} tries); nothing more was changed here: pin or unpin again"
+        )
 
     def _turn(self, number: int) -> MessageTurn:
         turns = dict(self.turns())
@@ -267,9 +303,9 @@ class ChatSession:
             raise UnknownTurnError(f"no turn {number}; turns are numbered as /show lists them ({shown})")
         return turns[number]
 
-    def _apply_pins(self, turns: Iterable[tuple[int, MessageTurn]]) -> None:
+    def _apply_pins(self, turns: Iterable[tuple[int, MessageTurn]], pinned: set[str]) -> None:
         gk = self.gate.gatekeeper
-        wanted = {n for n, turn in turns if turn.key in self._pinned}
+        wanted = {n for n, turn in turns if turn.key in pinned}
         for number in set(gk.pinned) - wanted:
             gk.unpin(number)
         for number in wanted - set(gk.pinned):
@@ -282,7 +318,7 @@ class ChatSession:
         if not text:
             raise InvalidInputError("an empty message: type something to send")
         turns = self.turns()
-        self._apply_pins(turns)
+        self._apply_pins(turns, self._current_pins())
         selection = self.gate.explain(text, token_budget=self.token_budget)
         by_number = dict(turns)
         system, _ = group_turns(self.transcript.messages)
@@ -348,7 +384,8 @@ class ChatSession:
                 message = Message(renamed[message.id], message.role, message.content)
             fixed.append(message)
         revision = self.transcript.set(fixed)
-        self._set_pins({renamed.get(p, p) for p in pinned})
+        wanted = {renamed.get(p, p) for p in pinned}
+        self._change_pins(lambda _: wanted)
         return revision
 
     def purge(self) -> None:

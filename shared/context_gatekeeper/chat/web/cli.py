@@ -2,6 +2,7 @@
 
     gatekeeper-chat --web [--offline] [--session NAME] [--db PATH] [--budget TOKENS]
                           [--model NAME] [--system TEXT] [--host ADDRESS] [--port N]
+                          [--allowed-host NAME ...]
 
 It binds to ``127.0.0.1:8765`` (this computer only) unless ``--host`` says
 otherwise, and says where it listens on start.  Exit status: 0 after Ctrl-C,
@@ -74,7 +75,10 @@ def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: 
         say(f"gatekeeper-chat --web | session {args.session!r} ({state}) | model: {label} | db: {db}")
         if args.offline:
             say(OFFLINE_NOTICE)
-        return serve(chat, host=args.host, port=args.port, say=say, session=args.session)
+        return serve(
+            chat, host=args.host, port=args.port, say=say, session=args.session,
+            allowed_hosts=args.allowed_host,
+        )
     finally:
         chat.close()
         store.close()

@@ -21,12 +21,17 @@ never a traceback):
 
 Safe by construction:
 
-* only GET and HEAD read and only POST changes anything; a POST needs the page's
-  token in ``X-Gatekeeper-Token`` (a random value per server, in the page's
-  ``<meta>``), a JSON body, and, when the browser sends them, a same-origin
-  ``Origin`` and ``Sec-Fetch-Site``: another site cannot make the page act;
-* the ``Host`` header must name the address served (loopback names when bound to
-  loopback), so a DNS-rebinding page cannot read it either;
+* only GET and HEAD read and only POST changes anything; every ``/api/`` request
+  (reads too) needs the page's token in ``X-Gatekeeper-Token`` (a random value per
+  server, in the page's ``<meta>``) and, when the browser sends it, a same-origin
+  ``Sec-Fetch-Site``; a POST also needs a JSON body (at most :data:`MAX_BODY`
+  bytes) and a same-origin ``Origin``: another site can neither make the page act
+  nor make it look anything up (an ``<img>`` pointing at the API is refused);
+* the ``Host`` header must name the address served (:func:`allowed_hosts_for`:
+  loopback names when bound to loopback; for a wildcard address such as
+  ``0.0.0.0``, loopback names, this computer's name, IP addresses and the names
+  given with ``--allowed-host``), so a DNS-rebinding page, whose requests carry
+  its own domain name, cannot read or change anything;
 * the only files served are the three assets, read once at start-up;
 * a Content-Security-Policy allows scripts, styles and requests from the page's
   own origin only (no inline script, no CDN), and the page renders every text
@@ -35,6 +40,7 @@ Safe by construction:
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import secrets
 import socket
@@ -66,13 +72,23 @@ from ... import (
 )
 from .service import WebChat, error_message
 
-__all__ = ["create_app", "serve", "BackgroundServer", "allowed_hosts_for", "STATIC", "ASSETS", "TOKEN_HEADER"]
+__all__ = [
+    "create_app", "serve", "BackgroundServer", "allowed_hosts_for", "STATIC", "ASSETS", "TOKEN_HEADER", "MAX_BODY",
+    "STOP_TIMEOUT",
+]
 
 STATIC = Path(__file__).resolve().parent / "static"
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 """The files ``/static/`` serves, by name; every other name is a 404."""
 TOKEN_HEADER = "x-gatekeeper-token"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARDS = ("0.0.0.0", "::", "")
+ANY_IP = "any IP address"
+"""In :func:`allowed_hosts_for`'s answer: a ``Host`` that is an IP address is answered."""
+MAX_BODY = 4 * 1024 * 1024
+"""The largest request body taken, in bytes (a chat message or an instruction is far smaller)."""
+STOP_TIMEOUT: int = 5
+"""Seconds a stopping server waits for requests still under way before it cancels them."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -90,12 +106,34 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 
-def allowed_hosts_for(host: str) -> tuple[str, ...]:
-    """The ``Host`` names a server bound to ``host`` answers: loopback names, plus ``host``;
-    ``("*",)`` (any) for a wildcard address such as ``0.0.0.0``."""
-    if host in ("0.0.0.0", "::", ""):
-        return ("*",)
-    return tuple(dict.fromkeys((*LOOPBACK, host)))
+def allowed_hosts_for(host: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ``Host`` names a server bound to ``host`` answers: loopback names, ``host`` and
+    the ``extra`` names (``--allowed-host``).
+
+    For a wildcard address (``0.0.0.0``, ``::``) it answers every address of this computer,
+    which it cannot list: so this computer's name (short and full) and :data:`ANY_IP` (a
+    ``Host`` that is an IP address, which only a page loaded from that address sends; a
+    DNS-rebinding page sends its own domain name), never any name (``*``).
+    """
+    names = [*LOOPBACK, *extra, *((socket.gethostname(), socket.getfqdn()) if host in WILDCARDS else (host,))]
+    answered = [_host_name(n) for n in names if n]
+    return tuple(dict.fromkeys([*answered, ANY_IP] if host in WILDCARDS else answered))
+
+
+def _host_name(host: str) -> str:
+    """The name in a ``Host`` header, without its port and brackets, in lower case."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") and host.count(":") == 1 else host
+    if name.startswith("[") and "]" in name:
+        name = name[1:name.index("]")]
+    return name.lower()
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _error(message: str, status: int, **extra: Any) -> JSONResponse:
@@ -109,13 +147,17 @@ def _status_of(exc: BaseException) -> int:
 Handler = Callable[[Request, dict[str, Any]], Awaitable[Response]]
 
 
-def create_app(chat: WebChat, *, host: str = "127.0.0.1", token: str | None = None) -> ASGIApp:
-    """The ASGI app serving ``chat``.
+def create_app(
+    chat: WebChat, *, host: str = "127.0.0.1", token: str | None = None, allowed_hosts: Sequence[str] = ()
+) -> ASGIApp:
+    """The ASGI app serving ``chat``; its ``stop()`` ends the requests waiting for a model
+    (the servers here call it first when they stop).
 
     Args:
         chat: the conversations.
         host: the address served; decides the ``Host`` names answered (:func:`allowed_hosts_for`).
-        token: the value POSTs must carry in ``X-Gatekeeper-Token`` (default: a random one).
+        token: the value API requests must carry in ``X-Gatekeeper-Token`` (default: a random one).
+        allowed_hosts: more ``Host`` names to answer (a name this computer is reached by).
     """
     token = token or secrets.token_urlsafe(24)
     page = (STATIC / "index.html").read_text(encoding="utf-8").replace("{{TOKEN}}", token).encode("utf-8")
@@ -126,20 +168,17 @@ def create_app(chat: WebChat, *, host: str = "127.0.0.1", token: str | None = No
 
         async def endpoint(request: Request) -> Response:
             if request.method == "POST":
-                try:
-                    body = json.loads(await request.body() or b"{}")
-                except ValueError:
-                    return _error("the request body must be a JSON object", 400)
-                if not isinstance(body, dict):
-                    return _error("the request body must be a JSON object", 400)
+                body = await _json_body(request)
+                if isinstance(body, Response):
+                    return body
             else:
                 body = dict(request.query_params)
             try:
                 result = await run_in_threadpool(handler, body)
             except Exception as exc:
                 extra: dict[str, Any] = {}
-                if isinstance(exc, StaleHeadError) and isinstance(body.get("session"), str):
-                    try:  # the page refreshes from it: the other tab's change is shown at once
+                if isinstance(exc, GatekeeperError) and isinstance(body.get("session"), str):
+                    try:  # the page refreshes from it: another tab's change (a discarded preview...) shows at once
                         extra["view"] = await run_in_threadpool(chat.view, body["session"])
                     except Exception:
                         pass
@@ -214,16 +253,38 @@ def create_app(chat: WebChat, *, host: str = "127.0.0.1", token: str | None = No
         ),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
-    return _Guard(app, token=token, hosts=allowed_hosts_for(host))
+    return _Guard(app, token=token, hosts=allowed_hosts_for(host, allowed_hosts), stop=chat.stop)
+
+
+async def _json_body(request: Request) -> dict[str, Any] | Response:
+    """The request's JSON object, or the error response saying what is wrong with it."""
+    size = 0
+    chunks = []
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return _error(f"the request body is over {MAX_BODY // (1024 * 1024)} MiB: send less at a time", 413)
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks) or b"{}")
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to read
+        return _error("the request body must be a JSON object", 400)
+    if not isinstance(body, dict):
+        return _error("the request body must be a JSON object", 400)
+    return body
 
 
 class _Guard:
-    """ASGI middleware: the Host check, the POST checks and the security headers (module docstring)."""
+    """ASGI middleware: the Host check, the API checks and the security headers (module docstring).
 
-    def __init__(self, app: ASGIApp, *, token: str, hosts: Sequence[str]) -> None:
+    ``stop()`` ends the requests waiting for a model (the server is stopping).
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str, hosts: Sequence[str], stop: Callable[[], None]) -> None:
         self.app = app
         self.token = token
         self.hosts = hosts
+        self.stop = stop
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -250,41 +311,55 @@ class _Guard:
 
     def _problem(self, scope: Scope, headers: dict[str, str]) -> tuple[str, int] | None:
         host = headers.get("host", "")
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        name = name.strip("[]")
-        if "*" not in self.hosts and name not in self.hosts:
-            return f"this server answers only for {', '.join(self.hosts)}, not {host!r}", 421
+        name = _host_name(host)
+        if name not in self.hosts and not (ANY_IP in self.hosts and _is_ip(name)):
+            return (
+                f"this server answers only for {', '.join(self.hosts)}, not {host!r}: open it by one of "
+                "those (a name it is reached by can be added with --allowed-host)", 421,
+            )
         method = scope["method"]
-        if method in ("GET", "HEAD"):
-            return None
-        if method != "POST":
+        if method not in ("GET", "HEAD", "POST"):
             return f"{method} is not allowed: the page changes things with POST only", 405
-        origin = headers.get("origin")
-        if origin is not None and origin != f"{scope.get('scheme', 'http')}://{host}":
-            return f"refused a request from another origin ({origin}): only the page itself may change things", 403
-        if headers.get("sec-fetch-site", "same-origin") not in ("same-origin",):
-            return "refused a cross-site request: only the page itself may change things", 403
+        if not scope.get("path", "").startswith("/api/"):
+            return None  # the page and its assets: anyone who may reach the server may load them
+        if headers.get("sec-fetch-site", "same-origin") != "same-origin":
+            return "refused a cross-site request: only the page itself may use the API", 403
         if not secrets.compare_digest(headers.get(TOKEN_HEADER, "").encode(), self.token.encode()):
             return "missing or wrong page token: reload the page, then try again", 403
+        if method != "POST":
+            return None
+        origin = headers.get("origin")
+        if origin is not None and origin.lower() != f"{scope.get('scheme', 'http')}://{host}".lower():
+            return f"refused a request from another origin ({origin}): only the page itself may change things", 403
         if not headers.get("content-type", "").startswith("application/json"):
             return "requests that change things send JSON (content-type: application/json)", 415
         return None
 
 
 class _ReadyServer:
-    """A uvicorn server that sets ``ready`` once it listens."""
+    """A uvicorn server that sets ``ready`` once it listens, and on stopping first calls the
+    app's ``stop()`` (when it has one: :func:`create_app`'s does) so that requests waiting
+    for a model end at once; requests still running after ``stop_timeout`` seconds are
+    cancelled."""
 
-    def __init__(self, app: Any, **options: Any) -> None:
+    def __init__(self, app: Any, *, stop_timeout: int = STOP_TIMEOUT) -> None:
         import uvicorn
 
         ready = self.ready = threading.Event()
+        stop = getattr(app, "stop", None)
 
         class Server(uvicorn.Server):
             async def startup(self, sockets: list[socket.socket] | None = None) -> None:
                 await super().startup(sockets)
                 ready.set()
 
-        self.server = Server(uvicorn.Config(app, log_level="warning", lifespan="off", **options))
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                if callable(stop):
+                    stop()
+                await super().shutdown(sockets)
+
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=stop_timeout)
+        self.server = Server(config)
 
 
 class BackgroundServer:
@@ -292,14 +367,21 @@ class BackgroundServer:
 
     >>> # with BackgroundServer(create_app(chat)) as server: page.goto(server.url)
 
-    ``__enter__`` returns once the server listens; ``__exit__`` stops it and joins the thread.
+    ``__enter__`` returns once the server listens; ``__exit__`` stops it and joins the thread:
+    requests waiting for a model end at once (the app's ``stop()``), others get
+    ``stop_timeout`` seconds before they are cancelled, and a server thread still
+    running then is made to exit at once.
     """
 
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 30.0) -> None:
+    def __init__(
+        self, app: Any, *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 30.0,
+        stop_timeout: int = STOP_TIMEOUT,
+    ) -> None:
         self.app = app
         self.host = host
         self.port = port
         self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
 
@@ -311,7 +393,7 @@ class BackgroundServer:
     def __enter__(self) -> "BackgroundServer":
         self._socket = _listen(self.host, self.port)
         self.port = self._socket.getsockname()[1]
-        self._runner = _ReadyServer(self.app)
+        self._runner = _ReadyServer(self.app, stop_timeout=self.stop_timeout)
         self._thread = threading.Thread(
             target=self._runner.server.run, kwargs={"sockets": [self._socket]}, name="gatekeeper-web", daemon=True
         )
@@ -327,7 +409,10 @@ class BackgroundServer:
     def __exit__(self, *exc: object) -> None:
         self._runner.server.should_exit = True
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(self.stop_timeout + 5)
+            if self._thread.is_alive():  # a request that ignores cancellation: stop without it
+                self._runner.server.force_exit = True
+                self._thread.join()
         if self._socket is not None:
             self._socket.close()
 
@@ -347,12 +432,16 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def serve(
-    chat: WebChat, *, host: str, port: int, say: Callable[[str], None] = print, session: str | None = None
+    chat: WebChat, *, host: str, port: int, say: Callable[[str], None] = print, session: str | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> int:
     """Serve ``chat`` at ``http://host:port/`` until Ctrl-C (or SIGTERM); the exit status (1: cannot listen).
 
     It says where it listens once the socket accepts connections (``port`` 0 picks a
-    free port, and the line names it); ``session`` is the conversation the address opens.
+    free port, and the line names it); ``session`` is the conversation the address opens;
+    ``allowed_hosts``: more ``Host`` names answered (:func:`allowed_hosts_for`).  On Ctrl-C
+    an answer still coming in is abandoned, unstored (its model call is left to finish in
+    the background), and the server stops within :data:`STOP_TIMEOUT` seconds.
     """
     try:
         sock = _listen(host, port)
@@ -362,15 +451,17 @@ def serve(
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     query = "" if session in (None, "default") else "?" + urlencode({"session": session})
+    hosts = allowed_hosts_for(host, allowed_hosts)
     if host in LOOPBACK:
         say(f"open http://{shown}:{port}/{query} (listening on loopback only: this computer; --host changes it)")
     else:
         say(
-            f"open http://{shown}:{port}/{query} (listening on {host}: reachable from other computers "
-            "on the network, and anyone who can reach it can read and change these conversations)"
+            f"open http://{shown}:{port}/{query} (listening on {host or 'every address'}: reachable from other "
+            "computers on the network, with no login: anyone who can reach it can read, change and delete "
+            f"these conversations; it answers to {', '.join(hosts)}; --allowed-host adds a name)"
         )
     say("Ctrl-C stops the server; the conversations are saved as you go.")
-    runner = _ReadyServer(create_app(chat, host=host))
+    runner = _ReadyServer(create_app(chat, host=host, allowed_hosts=allowed_hosts))
     try:
         runner.server.run(sockets=[sock])
     except KeyboardInterrupt:

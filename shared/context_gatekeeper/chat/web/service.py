@@ -18,6 +18,15 @@ view.  Rules:
   session, so a reload shows it again) until Commit or Discard.  A proposal
   deleting more than ``max_deletion_share`` of the conversation needs an explicit
   ``confirm_large`` on commit (the deletion guard).
+* **Names**: a conversation in the store is opened and deleted by its exact id,
+  whatever wrote it (the terminal chat, the library); the name rules
+  (:func:`check_session_name`) apply to names that are new.  The list holds the
+  stored conversations and those made with New; looking at a name registers
+  nothing.
+* **A deleted conversation stays deleted**: an answer or a preview that was under
+  way when it was deleted is refused (nothing is stored), never written back.
+* **Stopping**: model calls run where a stopping server can walk away from them
+  (:mod:`.stopping`); requests waiting for one end at once, storing nothing.
 """
 
 from __future__ import annotations
@@ -26,10 +35,12 @@ import secrets
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..session import PIN_RECORD_PREFIX, ChatSession, LastCall, chat_sessions, is_pin_record
+from .stopping import Stopper
 from .views import CONTEXT_KEY, context_record, context_view, diff_view, history_view, undo_state
 from ... import (
     GatekeeperError,
@@ -59,13 +70,28 @@ class _Preview:
 
 @dataclass
 class _Entry:
+    """One open conversation: its session, its lock, its pending preview; ``deleted`` once
+    :meth:`WebChat.delete` erased it (whoever still holds it must not write); ``noticed``:
+    the pin problem already shown."""
+
     session: ChatSession
     lock: threading.RLock = field(default_factory=threading.RLock)
     preview: _Preview | None = None
+    deleted: bool = False
+    noticed: str | None = None
+
+    def check_alive(self) -> None:
+        """:class:`HistoryError` once the conversation was deleted (call with the lock held)."""
+        if self.deleted:
+            raise HistoryError(
+                f"session {self.session.transcript.session_id!r} was deleted (in this or another tab) while "
+                "this was under way; nothing was stored"
+            )
 
 
 def check_session_name(name: object) -> str:
-    """``name`` stripped, or :class:`InvalidInputError` saying what a usable name is."""
+    """``name`` stripped, as a new conversation's name, or :class:`InvalidInputError` saying
+    what a usable name is."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInputError("a session needs a non-blank name, e.g. 'work'")
     name = name.strip()
@@ -100,16 +126,32 @@ class WebChat:
         self.session_options = session_options
         self._count = resolve_token_counter(session_options.get("token_counter"))
         self._entries: dict[str, _Entry] = {}
+        self._created: set[str] = set()
         self._lock = threading.Lock()
+        self._stopper = Stopper()
 
     # -- sessions -------------------------------------------------------------------------
     def sessions(self) -> list[str]:
-        """Names of the stored conversations and of those opened here (a new one is empty)."""
+        """Names of the stored conversations and of those made with :meth:`create` (still empty)."""
+        stored = chat_sessions(self.store)
         with self._lock:
-            return sorted(set(chat_sessions(self.store)) | set(self._entries))
+            return sorted(set(stored) | self._created)
 
-    def _entry(self, name: object) -> _Entry:
-        name = check_session_name(name)
+    def _known_name(self, name: object) -> tuple[str, bool]:
+        """``(name, True)`` when this chat or the store has conversation ``name`` (exactly
+        that id, whatever its characters); else ``(name as a new conversation's name, False)``
+        (:func:`check_session_name`)."""
+        if isinstance(name, str) and name:
+            with self._lock:
+                known = name in self._entries or name in self._created
+            if known or name in chat_sessions(self.store):
+                return name, True
+        return check_session_name(name), False
+
+    def _entry(self, name: object, *, keep: bool = True) -> _Entry:
+        """The entry of conversation ``name``, kept for the next request; with ``keep=False``
+        one for a name nobody has used yet is not kept (looking at a name registers nothing)."""
+        name, known = self._known_name(name)
         with self._lock:
             entry = self._entries.get(name)
             if entry is None:
@@ -117,43 +159,67 @@ class WebChat:
                 session = ChatSession(
                     transcript, self.chat_model, self.editor, token_budget=self.token_budget, **self.session_options
                 )
-                entry = self._entries[name] = _Entry(session)
+                entry = _Entry(session)
+                if keep or known:
+                    self._entries[name] = entry
             return entry
 
-    def create(self, name: str | None = None) -> dict[str, Any]:
+    @contextmanager
+    def _locked(self, name: object, *, keep: bool = True) -> Iterator[_Entry]:
+        """The entry of ``name`` (:meth:`_entry`) with its lock held; one a concurrent
+        :meth:`delete` retired is replaced by a fresh one (the operation then acts on the
+        conversation as it is now)."""
+        while True:
+            entry = self._entry(name, keep=keep)
+            with entry.lock:
+                if not entry.deleted:
+                    yield entry
+                    return
+
+    def create(self, name: object = None) -> dict[str, Any]:
         """Open a new conversation (``name``, or the first free ``chat-N``); its view."""
+        taken = set(self.sessions())
         if name is None:
-            taken = set(self.sessions())
             name = next(f"chat-{n}" for n in range(1, len(taken) + 2) if f"chat-{n}" not in taken)
-        elif check_session_name(name) in self.sessions():
-            raise InvalidInputError(f"a session named {name.strip()!r} exists already: switch to it, or pick another name")
+        name = check_session_name(name)
+        if name in taken:
+            raise InvalidInputError(f"a session named {name!r} exists already: switch to it, or pick another name")
+        with self._lock:
+            self._created.add(name)
         return self.view(name)
 
-    def delete(self, name: str, confirm: object) -> list[str]:
+    def delete(self, name: object, confirm: object) -> list[str]:
         """Erase conversation ``name`` (history and pins included) when ``confirm`` repeats its name;
-        the sessions left."""
-        name = check_session_name(name)
-        if confirm != name:
-            raise InvalidInputError(
-                f"deleting session {name!r} erases it with its whole history: confirm by sending its name"
-            )
-        entry = self._entry(name)
-        with entry.lock:
+        the sessions left.  An answer or preview still under way for it is refused when it ends."""
+        with self._locked(name) as entry:
+            name = entry.session.transcript.session_id
+            if confirm != name:
+                raise InvalidInputError(
+                    f"deleting session {name!r} erases it with its whole history: confirm by sending its name"
+                )
             entry.session.purge()
+            entry.deleted = True
+            entry.preview = None
             with self._lock:
                 self._entries.pop(name, None)
+                self._created.discard(name)
         return self.sessions()
 
+    def stop(self) -> None:
+        """The server is stopping: every request waiting for a model ends now, storing nothing
+        (the model call itself runs on in the background and its result is dropped)."""
+        self._stopper.stop()
+
     def close(self) -> None:
-        """Forget the open sessions (the store stays open: its owner closes it)."""
+        """Stop (:meth:`stop`) and forget the open sessions (the store stays open: its owner closes it)."""
+        self.stop()
         with self._lock:
             self._entries.clear()
 
     # -- reading --------------------------------------------------------------------------
-    def view(self, name: str) -> dict[str, Any]:
+    def view(self, name: object) -> dict[str, Any]:
         """Everything the page shows for conversation ``name``."""
-        entry = self._entry(name)
-        with entry.lock:
+        with self._locked(name, keep=False) as entry:
             return self._view(entry)
 
     def _view(self, entry: _Entry) -> dict[str, Any]:
@@ -179,6 +245,11 @@ class WebChat:
                 "context": context_view(m.metadata.get(CONTEXT_KEY), numbers) if m.role == "assistant" else None,
             })
         preview = entry.preview
+        notice = session.pins_problem
+        if notice == entry.noticed:
+            notice = None  # shown once per problem, not after every action
+        else:
+            entry.noticed = notice
         return {
             "session": transcript.session_id,
             "head": len(history),
@@ -188,8 +259,8 @@ class WebChat:
             "can_undo": can_undo,
             "can_redo": can_redo,
             "preview": None if preview is None else self._preview_view(preview, session),
-            "sessions": self.sessions(),
-            "notice": session.pins_problem,
+            "sessions": sorted({*self.sessions(), transcript.session_id}),  # this one too, even while new
+            "notice": notice,
         }
 
     def _preview_view(self, preview: _Preview, session: ChatSession) -> dict[str, Any]:
@@ -208,8 +279,7 @@ class WebChat:
         """Prepare ``text`` for sending (bad input raises here, before anything streams)."""
         if not isinstance(text, str):
             raise InvalidInputError("a chat message is text: send {'text': '...'}")
-        entry = self._entry(name)
-        with entry.lock:
+        with self._locked(name) as entry:
             call = entry.session.prepare(replace_lone_surrogates(text))
             record = context_record(call, entry.session.turns())
         return ChatStream(self, entry, call, record)
@@ -219,25 +289,25 @@ class WebChat:
         """Compute the edit ``instruction`` asks for, as a preview (nothing changes); the view."""
         if not isinstance(instruction, str) or not instruction.strip():
             raise InvalidInputError("an edit needs an instruction, e.g. 'it was Iceland, not Ireland'")
-        entry = self._entry(name)
-        with entry.lock:
+        with self._locked(name) as entry:
             self._check_head(entry, head)
         session = entry.session  # the editing model runs outside the lock, like a chat answer
-        proposal = session.transcript.edit(
-            replace_lone_surrogates(instruction.strip()), model=session.editor, preview=True, allow_large_deletion=True
+        text = replace_lone_surrogates(instruction.strip())
+        proposal = self._stopper.call(
+            lambda: session.transcript.edit(text, model=session.editor, preview=True, allow_large_deletion=True)
         )
         assert isinstance(proposal, Proposal)
-        if not proposal.changes:
-            raise HistoryError("the editor proposed no change for that instruction; nothing was changed")
-        share = deleted_share(session.transcript.snapshot(proposal.base), proposal.changes, self._count)
         with entry.lock:
+            entry.check_alive()
+            if not proposal.changes:
+                raise HistoryError("the editor proposed no change for that instruction; nothing was changed")
+            share = deleted_share(session.transcript.snapshot(proposal.base), proposal.changes, self._count)
             entry.preview = _Preview(secrets.token_hex(8), proposal, share)
             return self._view(entry)
 
     def commit(self, name: str, token: object, confirm_large: bool = False) -> dict[str, Any]:
         """Make the previewed edit ``token`` the state; the view."""
-        entry = self._entry(name)
-        with entry.lock:
+        with self._locked(name) as entry:
             preview = self._pending(entry, token)
             if preview.share > entry.session.max_deletion_share and not confirm_large:
                 raise InvalidInputError(
@@ -256,8 +326,7 @@ class WebChat:
 
     def discard(self, name: str, token: object) -> dict[str, Any]:
         """Drop the previewed edit ``token`` (nothing changes); the view."""
-        entry = self._entry(name)
-        with entry.lock:
+        with self._locked(name) as entry:
             self._pending(entry, token)
             entry.preview = None
             return self._view(entry)
@@ -285,8 +354,7 @@ class WebChat:
         return self._version(name, head, lambda t: t.revert(number))
 
     def _version(self, name: str, head: object, action: Callable[[Transcript], object]) -> dict[str, Any]:
-        entry = self._entry(name)
-        with entry.lock:
+        with self._locked(name) as entry:
             self._check_head(entry, head)
             action(entry.session.transcript)
             entry.preview = None  # its base is gone; committing it would be refused anyway
@@ -296,8 +364,7 @@ class WebChat:
         """Pin (or unpin) turn number ``turn``; the view."""
         if type(turn) is not int:
             raise InvalidInputError(f"pin needs a turn number, got {turn!r}")
-        entry = self._entry(name)
-        with entry.lock:
+        with self._locked(name) as entry:
             (entry.session.pin if pinned else entry.session.unpin)(turn)
             return self._view(entry)
 
@@ -333,27 +400,31 @@ class ChatStream:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         entry = self._entry
         session = entry.session
+        stopper = self._chat._stopper
         yield {"type": "start", "query": self.call.query, "context": self._context()}
         parts: list[str] = []
         try:
-            for chunk in _reply_chunks(session, self.call):
+            for chunk in stopper.items(lambda: _reply_chunks(session, self.call)):
                 parts.append(chunk)
                 yield {"type": "chunk", "text": chunk}
             answer = replace_lone_surrogates("".join(parts))
             with entry.lock:
+                entry.check_alive()  # deleted meanwhile: it stays deleted
+                stopper.check()
                 session.last_call = self.call
                 session.transcript.append(
                     user=self.call.query,
                     messages=[Message(new_message_id(), "assistant", answer, metadata={CONTEXT_KEY: self.record})],
                 )
-        except Exception as exc:  # the model or the store failed: say so, store nothing
-            with entry.lock:
-                view = self._chat._view(entry)
-            yield {"type": "error", "message": error_message(exc, chat=True), "view": view}
+        except Exception as exc:  # the model or the store failed, or the session went: say so, store nothing
+            yield {"type": "error", "message": error_message(exc, chat=True), "view": self._view_now()}
             return
-        with entry.lock:
-            view = self._chat._view(entry)
-        yield {"type": "done", "view": view}
+        yield {"type": "done", "view": self._view_now()}
+
+    def _view_now(self) -> dict[str, Any]:
+        """The conversation's view now (a deleted one's is empty, as the store has it)."""
+        with self._entry.lock:
+            return self._chat._view(self._entry)
 
     def _context(self) -> dict[str, Any] | None:
         with self._entry.lock:

@@ -10,6 +10,7 @@
     view: null,
     editing: sessionStorage.getItem("gatekeeper-editing") === "1",
     busy: false,
+    deleting: null, // the session the open "Delete…" bar names (Delete erases that one, never another)
   };
 
   // -- DOM helpers -----------------------------------------------------------------
@@ -42,7 +43,8 @@
 
   // -- requests --------------------------------------------------------------------
   async function call(path, body) {
-    const options = body === undefined ? {} : {
+    // every API request carries the page's token: the server answers no other page, not even to read
+    const options = body === undefined ? {headers: {"x-gatekeeper-token": TOKEN}} : {
       method: "POST",
       headers: {"content-type": "application/json", "x-gatekeeper-token": TOKEN},
       body: JSON.stringify(body),
@@ -104,6 +106,7 @@
     }
     document.title = view.session + " · gatekeeper-chat";
     $("session-name").textContent = "session: " + view.session + " · revision " + view.head;
+    if (state.deleting !== view.session) closeDeleteBar(); // it named another session
     renderSessions(view);
     renderMessages(view);
     renderPreview(view.preview);
@@ -364,14 +367,20 @@
   $("undo").addEventListener("click", () => act(async () => render(await call("/api/undo", {session: session(), head: head()}))));
   $("redo").addEventListener("click", () => act(async () => render(await call("/api/redo", {session: session(), head: head()}))));
   $("new-session").addEventListener("click", () => act(async () => render(await call("/api/sessions/new", {}))));
+  function closeDeleteBar() {
+    state.deleting = null;
+    $("confirm-delete-bar").hidden = true;
+  }
   $("delete-session").addEventListener("click", () => {
-    $("confirm-delete-text").textContent = "Delete session “" + state.session + "” with its whole history? This cannot be undone.";
+    state.deleting = state.session;
+    $("confirm-delete-text").textContent = "Delete session “" + state.deleting + "” with its whole history? This cannot be undone.";
     $("confirm-delete-bar").hidden = false;
   });
-  $("cancel-delete").addEventListener("click", () => { $("confirm-delete-bar").hidden = true; });
+  $("cancel-delete").addEventListener("click", closeDeleteBar);
   $("confirm-delete").addEventListener("click", () => act(async () => {
-    $("confirm-delete-bar").hidden = true;
-    const name = state.session;
+    const name = state.deleting; // the session the bar named, whatever is shown now
+    closeDeleteBar();
+    if (name === null) return;
     const left = (await call("/api/sessions/delete", {session: name, confirm: name})).sessions;
     await load(left.length ? left[0] : "default");
   }));
