@@ -426,10 +426,12 @@ def test_a_tool_exchange_stays_when_its_answer_stays():
 
 
 # -- input checks --------------------------------------------------------------------------
-@pytest.mark.parametrize("instruction", ["", "   \n"])
+@pytest.mark.parametrize("instruction", ["", "   \n", "it was Iceland\x00"])
 def test_blank_instruction_is_invalid(instruction):
+    model = ScriptedModel()
     with pytest.raises(InvalidInputError, match="edit instruction"):
-        compute_edit(gdp_state(), instruction, ScriptedModel())
+        compute_edit(gdp_state(), instruction, model)
+    assert not model.calls  # refused before the model is asked
 
 
 def test_bad_arguments_are_rejected_before_calling_the_model():

@@ -302,6 +302,28 @@ def test_a_callers_async_pool_is_used_in_its_loop_never_closed_and_refused_elsew
     assert holder["pool"].closed  # closed by its own context manager, not by the store
 
 
+def test_a_callers_async_pool_of_dict_rows_serves_the_native_twins(tmp_path: Path) -> None:
+    # LangGraph's AsyncPostgresSaver needs row_factory=dict_row on the pool it shares
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    async def body() -> list[int]:
+        kwargs = {"autocommit": True, "row_factory": dict_row}
+        async with AsyncConnectionPool(postgres_dsn(), min_size=1, max_size=2, kwargs=kwargs, open=False) as pool:
+            store = open_pg(tmp_path, async_pool=pool, setup=False)
+            try:
+                await store.asetup()
+                await store.acommit("s", turn(1), expected_head=None)
+                await store.acommit("s", turn(2), expected_head=None)
+                assert await store.ahead("s") == 2 and await store.atip("s") == store.tip("s")
+                assert await store.atruncate("s", 1) == 1 and await store.asessions() == ["s"]
+                return [r.number for r in await store.arevisions("s")]
+            finally:
+                await store.aclose()
+
+    assert asyncio.run(body()) == [1]
+
+
 def test_a_callers_sync_pool_alone_keeps_the_async_twins_on_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from psycopg_pool import ConnectionPool
 

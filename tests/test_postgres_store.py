@@ -83,7 +83,55 @@ class TestPostgresStoreOnACallersPool(StoreConformance):
         return PostgresStore(pool, table_prefix=prefix_for(where))
 
 
+class TestPostgresStoreOnAnUnusualPool(StoreConformance):
+    """A caller's pool set up as other libraries and servers set theirs: dict rows (LangGraph's
+    ``PostgresSaver`` needs them), SERIALIZABLE as the default isolation, and floats sent as
+    text rounded to 15 digits (``extra_float_digits=0``, the default before PostgreSQL 12)."""
+
+    pools: list = []
+
+    @pytest.fixture(autouse=True)
+    def _close_pools(self) -> Iterator[None]:
+        yield
+        while self.pools:
+            self.pools.pop().close()
+
+    def make(self, where: Path) -> Store:
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        from context_gatekeeper.stores import PostgresStore
+
+        kwargs = {"autocommit": True, "row_factory": dict_row, "options": UNUSUAL_SETTINGS}
+        pool = ConnectionPool(postgres_dsn(), min_size=1, max_size=8, kwargs=kwargs, open=True)
+        self.pools.append(pool)
+        return PostgresStore(pool, table_prefix=prefix_for(where))
+
+
+UNUSUAL_SETTINGS = "-c default_transaction_isolation=serializable -c extra_float_digits=0"
+"""Server settings a store must not depend on (as libpq ``options``)."""
+
+
 # -- PostgreSQL only -------------------------------------------------------------------------
+def with_settings(settings: str) -> str:
+    """The test server's DSN with ``settings`` (``-c name=value ...``) for every connection."""
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(postgres_dsn(), options=settings)
+
+
+def wait_for_a_lock_waiter() -> None:
+    """Return once some connection waits for an advisory lock (polling, up to 10 s)."""
+    import time
+
+    import psycopg
+
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+        deadline = time.monotonic() + 10
+        while not conn.execute(query).fetchone()[0]:
+            assert time.monotonic() < deadline, "no commit ever waited for the session's lock"
+            time.sleep(0.01)
 
 
 def everything(store: Store) -> dict[str, tuple[int, list]]:
@@ -291,10 +339,6 @@ def test_a_commit_holds_its_sessions_lock_and_only_that(tmp_path: Path) -> None:
 
 def test_a_fault_hook_set_while_a_commit_waits_for_the_lock_sees_that_commit(tmp_path: Path) -> None:
     # the hook is read at each fault point inside the transaction, as the other stores read it
-    import time
-
-    import psycopg
-
     holder, waiter = open_pg(tmp_path), open_pg(tmp_path)
     holding, release = threading.Event(), threading.Event()
 
@@ -310,12 +354,7 @@ def test_a_fault_hook_set_while_a_commit_waits_for_the_lock_sees_that_commit(tmp
         assert holding.wait(10)  # the holder has the session's lock
         second = threading.Thread(target=waiter.commit, args=("s", turn(2, "y")), kwargs={"expected_head": None})
         second.start()
-        with psycopg.connect(postgres_dsn(), autocommit=True) as conn:  # wait until the waiter waits for the lock
-            query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
-            deadline = time.monotonic() + 10
-            while not conn.execute(query).fetchone()[0]:
-                assert time.monotonic() < deadline, "the second commit never waited for the session's lock"
-                time.sleep(0.01)
+        wait_for_a_lock_waiter()
         seen: list[str] = []
         waiter.fault_hook = seen.append
     finally:
@@ -380,3 +419,162 @@ def test_transcripts_and_adapters_open_a_postgresql_url() -> None:
     finally:
         t.purge()
         t.store.close()
+
+
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+def test_a_writer_that_waited_for_the_lock_reads_the_head_it_waited_for(tmp_path: Path, isolation: str) -> None:
+    # under a stricter default isolation the snapshot would predate the writer it waited for
+    from context_gatekeeper.stores import PostgresStore
+
+    holder = open_pg(tmp_path)
+    waiter = PostgresStore(with_settings("-c default_transaction_isolation=" + isolation.replace(" ", "\\ ")),
+                           table_prefix=prefix_for(tmp_path))
+    holder.commit("s", turn(1), expected_head=None)
+    holding, release = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def hold(point: str) -> None:
+        if point == "written":
+            holding.set()
+            release.wait(10)
+
+    def wait_then_commit() -> None:
+        try:
+            outcome["number"] = waiter.commit("s", turn(3, "w"), expected_head=None).number
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    holder.fault_hook = hold
+    first = threading.Thread(target=holder.commit, args=("s", turn(2)), kwargs={"expected_head": None})
+    first.start()
+    second = threading.Thread(target=wait_then_commit)
+    try:
+        assert holding.wait(10)  # revision 2 is written, not committed, and its writer holds the lock
+        second.start()
+        wait_for_a_lock_waiter()
+    finally:
+        release.set()
+        first.join(10)
+        if second.ident is not None:
+            second.join(10)
+    assert outcome == {"number": 3}
+    assert [r.number for r in waiter.revisions("s")] == [1, 2, 3]
+    holder.close()
+    waiter.close()
+
+
+def test_times_come_back_exactly_whatever_the_servers_float_format(tmp_path: Path) -> None:
+    from context_gatekeeper.stores import PostgresStore
+
+    writer = open_pg(tmp_path)
+    fill(writer, "s", 2)
+    rounding = PostgresStore(with_settings("-c extra_float_digits=0"), table_prefix=prefix_for(tmp_path))
+
+    async def async_reads() -> tuple[list[Any], tuple[int, float]]:
+        try:
+            return await rounding.arevisions("s"), await rounding.atip("s")
+        finally:
+            await rounding.aclose()
+
+    assert rounding.revisions("s") == writer.revisions("s")  # the hash chain verifies
+    assert rounding.tip("s") == writer.tip("s")
+    rounding.commit("s", turn(3), expected_head=None)
+    assert writer.revisions("s") == rounding.revisions("s") and writer.head("s") == 3
+    assert asyncio.run(async_reads()) == (writer.revisions("s"), writer.tip("s"))
+    rounding.close()
+    writer.close()
+
+
+def test_a_shared_dict_row_pool_serves_every_operation(tmp_path: Path) -> None:
+    # LangGraph's PostgresSaver needs row_factory=dict_row on the pool it shares
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    from context_gatekeeper.stores import PostgresStore
+
+    writer = open_pg(tmp_path)
+    fill(writer, "s", 2)
+    with ConnectionPool(postgres_dsn(), min_size=1, max_size=2, kwargs={"autocommit": True, "row_factory": dict_row}) as pool:
+        store = PostgresStore(pool, table_prefix=prefix_for(tmp_path))  # setup() too
+        assert store.head("s") == 2 and store.revisions("s") == writer.revisions("s")
+        assert store.commit("s", turn(3), expected_head=None).number == 3
+        assert store.truncate("s", 2) == 1 and store.sessions() == ["s"]
+        assert store.applied_migrations() == writer.applied_migrations()
+        store.close()
+    writer.close()
+
+
+@pytest.mark.parametrize("field", ["instruction", "model"])
+def test_a_nul_in_an_instruction_or_model_name_is_refused_before_anything_is_written(
+    tmp_path: Path, field: str
+) -> None:
+    from dataclasses import replace
+
+    store = open_pg(tmp_path)
+    [first] = fill(store, "s", 1)
+    before = stored_bytes(store, "s")
+    revision = replace(edit(first.added[0], "better"), **{field: "fix\x00this"})
+    with pytest.raises(InvalidInputError, match="NUL"):
+        store.commit("s", revision, expected_head=1)
+    twin = open_pg(tmp_path)
+
+    async def async_commit() -> None:
+        try:
+            await twin.acommit("s", revision, expected_head=1)
+        finally:
+            await twin.aclose()
+
+    with pytest.raises(InvalidInputError, match="NUL"):
+        asyncio.run(async_commit())
+    assert stored_bytes(store, "s") == before
+    store.close()
+
+
+def test_transcripts_open_a_libpq_key_value_string_never_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    parts = conninfo_to_dict(postgres_dsn())
+    monkeypatch.chdir(tmp_path)
+    session = f"kv-test-{prefix_for('kv')}"
+    t = Transcript(session, store=make_conninfo(**parts))
+    try:
+        t.append(user="hello", assistant="hi")
+        assert type(t.store).__name__ == "PostgresStore" and t.store.table_prefix == "cg_"
+    finally:
+        t.purge()
+        t.close()
+    with pytest.raises(InvalidInputError, match="connection string") as caught:  # not libpq's: refused, no file
+        Transcript(session, store="colour=blue password=hunter22 host=nowhere")
+    assert "hunter22" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pooled_connections_the_server_ended_are_replaced_not_failed(tmp_path: Path) -> None:
+    # a server restart, a failover or an idle timeout ends every idle pooled connection
+    import psycopg
+
+    store = open_pg(tmp_path, min_size=1, max_size=1)
+    fill(store, "s", 1)
+
+    def end_backend(pid: int) -> None:
+        with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+            assert admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()[0]  # waits until gone
+
+    with store._connection() as conn:  # type: ignore[attr-defined]
+        pid = conn.info.backend_pid
+    end_backend(pid)
+    assert store.head("s") == 1
+
+    async def async_twins() -> int:
+        try:
+            assert await store.ahead("s") == 1
+            pool = await store._apool()  # type: ignore[attr-defined]
+            async with pool.connection() as conn:
+                pid = conn.info.backend_pid
+            end_backend(pid)
+            return await store.ahead("s")
+        finally:
+            await store.aclose()
+
+    assert asyncio.run(async_twins()) == 1
+    store.close()

@@ -167,7 +167,7 @@ def test_a_postgres_lock_timeout_is_reported(tmp_path: Path) -> None:
     store = PostgresStore(postgres_dsn(), table_prefix=prefix_for(tmp_path))
     Transcript("s", store=store).append(user="hi", assistant="there")
     pool = ConnectionPool(postgres_dsn(), kwargs={"autocommit": True, "options": "-c lock_timeout=50"}, open=True)
-    impatient = PostgresStore(pool, table_prefix=prefix_for(tmp_path))
+    impatient = PostgresStore(pool, table_prefix=prefix_for(tmp_path), lock_timeout=None)  # None: the server's
     holder = psycopg.connect(postgres_dsn(), autocommit=True)
     try:
         with holder.transaction():
@@ -182,6 +182,136 @@ def test_a_postgres_lock_timeout_is_reported(tmp_path: Path) -> None:
         pool.close()
         store.purge("s")
         store.close()
+
+
+def open_pg(tmp_path: Path, dsn: str | None = None, **options: Any) -> Any:
+    """A PostgresStore on this test's tables (skipped without a server)."""
+    postgres_dsn()
+    from context_gatekeeper.stores import PostgresStore
+
+    return PostgresStore(dsn or postgres_dsn(), table_prefix=prefix_for(tmp_path), **options)
+
+
+def with_settings(settings: str) -> str:
+    """The test server's DSN with ``settings`` (``-c name=value ...``) for every connection."""
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(postgres_dsn(), options=settings)
+
+
+def test_a_postgres_writer_stuck_behind_a_stalled_one_gives_up_after_lock_timeout(tmp_path: Path) -> None:
+    import psycopg
+
+    store = open_pg(tmp_path, lock_timeout=0.1)
+    store.commit("s", append(message("first")), expected_head=None)
+    stalled = psycopg.connect(postgres_dsn(), autocommit=True)  # a writer paused inside its commit
+
+    async def async_commit() -> None:
+        try:
+            await store.acommit("s", append(message("late")), expected_head=None)
+        finally:
+            await store.aclose()
+
+    try:
+        with stalled.transaction():
+            stalled.execute("SELECT pg_advisory_xact_lock(%s)", (store._session_lock(store._key("s")),))
+            for commit in (lambda: store.commit("s", append(message("late")), expected_head=None),
+                           lambda: asyncio.run(async_commit())):
+                with pytest.raises(StoreUnavailableError, match="lock_timeout") as caught:
+                    commit()
+                assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
+    finally:
+        stalled.close()
+        store.close()
+    reader = open_pg(tmp_path)
+    assert reader.head("s") == 1  # nothing was written
+    reader.close()
+
+
+@pytest.mark.parametrize("value, error", [(0, InvalidInputError), (-1, InvalidInputError),
+                                          (float("inf"), InvalidInputError), ("30", TypeError), (True, TypeError)])
+def test_a_postgres_lock_timeout_must_be_positive_seconds(tmp_path: Path, value: Any, error: type) -> None:
+    with pytest.raises(error, match="lock_timeout"):
+        open_pg(tmp_path, lock_timeout=value)
+
+
+def test_a_read_only_postgres_connection_is_reported(tmp_path: Path) -> None:
+    import psycopg
+
+    writer = open_pg(tmp_path)
+    writer.commit("s", append(message("first")), expected_head=None)
+    standby = with_settings("-c default_transaction_read_only=on")  # what a hot standby answers
+    with pytest.raises(StoreUnavailableError, match="read-only") as caught:
+        open_pg(tmp_path, standby)  # setup() writes
+    assert isinstance(caught.value.__cause__, psycopg.errors.ReadOnlySqlTransaction)
+    reader = open_pg(tmp_path, standby, setup=False)
+    assert reader.head("s") == 1  # reads work
+    with pytest.raises(StoreUnavailableError, match="primary"):
+        reader.commit("s", append(message("second")), expected_head=None)
+    assert writer.head("s") == 1
+    reader.close()
+    writer.close()
+
+
+def test_a_postgres_role_without_privileges_is_reported(tmp_path: Path) -> None:
+    import psycopg
+    from psycopg import sql
+
+    writer = open_pg(tmp_path)
+    writer.commit("s", append(message("first")), expected_head=None)
+    role = f"cg_unprivileged_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        if not admin.execute("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+            pytest.skip("the test server's role cannot create a role to test with")
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+        try:
+            if admin.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0] is False:
+                admin.execute(sql.SQL("GRANT {} TO current_user").format(sql.Identifier(role)))
+            limited = open_pg(tmp_path, with_settings(f"-c role={role}"), setup=False)
+            try:
+                with pytest.raises(StoreUnavailableError, match="privilege") as caught:
+                    limited.commit("s", append(message("second")), expected_head=None)
+                assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
+                with pytest.raises(StoreUnavailableError, match="GRANT|Grant"):
+                    limited.head("s")
+            finally:
+                limited.close()
+        finally:
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    assert writer.head("s") == 1
+    writer.close()
+
+
+def test_a_postgres_row_refused_by_a_constraint_added_outside_the_library_is_reported(tmp_path: Path) -> None:
+    import psycopg
+    from psycopg import sql
+
+    store = open_pg(tmp_path)
+    store.commit("s", append(message("first")), expected_head=None)
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT only_one CHECK (number < 2)")
+                      .format(store._names["revisions"]))
+    with pytest.raises(StoreUnavailableError, match="nothing was written") as caught:
+        store.commit("s", append(message("second")), expected_head=None)
+    assert isinstance(caught.value.__cause__, psycopg.IntegrityError)
+    assert store.head("s") == 1
+    store.close()
+
+
+@pytest.mark.parametrize("dsn", [
+    "postgresql://app:S3cretPassw0rd@[db.internal:5432/chat",
+    "postgresql://app:S3cretPassw0rd@db.internal/chat?sslmode",
+    "host=db.internal password=S3cretPassw0rd dbname",
+    "garbage string",
+])
+def test_a_malformed_postgres_connection_string_is_refused_without_its_password(dsn: str) -> None:
+    pytest.importorskip("psycopg")
+    from context_gatekeeper.stores import PostgresStore
+
+    with pytest.raises(InvalidInputError, match="connection string") as caught:
+        PostgresStore(dsn)
+    assert "S3cretPassw0rd" not in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__  # psycopg's message quotes it
 
 
 # -- input that cannot be stored ----------------------------------------------------------------

@@ -98,6 +98,8 @@ class EditResult:
 def _check_state(state: Sequence[Message], instruction: Any) -> list[Message]:
     """Validate the state and instruction up front, with errors that say what to pass."""
     require_text(instruction, "edit instruction")
+    if "\x00" in instruction:  # PostgreSQL cannot store it: refused before a model is paid for, on every store alike
+        raise InvalidInputError("the edit instruction contains a NUL character (\\x00); remove it and say what to change")
     if isinstance(state, (str, bytes)) or not isinstance(state, Sequence):
         raise InvalidTypeError(
             f"state must be a sequence of Message, got {type(state).__name__}; pass a list of Message "

@@ -9,6 +9,9 @@ Same contract as the SQLite store (see :class:`~context_gatekeeper.stores.Store`
   lock for its session (``pg_advisory_xact_lock``), then reads the head, runs
   :func:`~context_gatekeeper.stores.place_revision` and inserts the row: writers of
   one session queue, writers of different sessions do not, readers never wait;
+  the transaction is READ COMMITTED whatever the server's default isolation (so the
+  head it reads is the one the writer it waited for left), and waits at most
+  ``lock_timeout`` seconds for the lock (:class:`StoreUnavailableError` after that);
 * a failure, or a writer dying at any point, rolls the transaction back (the
   server releases the lock when the connection goes), leaving the previous
   revision intact;
@@ -25,9 +28,18 @@ and there is no second table to keep in step with ``purge``.  The lock key is
 makes two sessions' writers take turns.  The primary key ``(session_key,
 number)`` stays as a backstop: two rows with one number can never both commit.
 
+Nothing depends on how the connections are set up: every statement runs on a cursor of
+the store's own that returns tuples in binary format, so a caller's pool may make dict
+rows (LangGraph's ``PostgresSaver`` needs them), and times come back exactly whatever
+``extra_float_digits`` says (the hash chain hashes them as read back).  A pool the store
+opens checks each connection as it hands it out, so connections the server ended while
+idle (a restart, a failover) are replaced, not failed.
+
 Session ids are stored as text next to ``session_key`` (their SHA-256), which
 is what the primary key indexes, so ids of any length (B-tree entries are
-limited to about 2.7 KB) and any characters except NUL work.  Changes are
+limited to about 2.7 KB) and any characters except NUL work; an instruction or
+model name holding NUL is refused (:class:`InvalidInputError`, nothing written), as
+``text`` cannot hold it.  Changes are
 stored as JSON *text*, not ``jsonb`` (which cannot hold ``\\u0000``), with the
 SQLite store's fallback for lone surrogates.  Table names are composed with
 :class:`psycopg.sql.Identifier` and every value is a bound parameter.
@@ -69,10 +81,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, TypeVar
 
@@ -108,11 +121,13 @@ class PoolOptions(NamedTuple):
     max_size: int
     timeout: float
 
-    def pool_kwargs(self) -> dict[str, Any]:
+    def pool_kwargs(self, check: Callable[..., Any]) -> dict[str, Any]:
         """Keywords for a psycopg pool: autocommit connections (writes open explicit
-        transactions), opened by the caller."""
+        transactions), each checked with ``check`` (the pool class's ``check_connection``)
+        as it is handed out, so connections the server ended while idle (a restart, a
+        failover, an idle timeout) are replaced instead of failing a call; opened by the caller."""
         return {"min_size": self.min_size, "max_size": self.max_size, "kwargs": {"autocommit": True},
-                "open": False, "name": "context-gatekeeper"}
+                "open": False, "name": "context-gatekeeper", "check": check}
 
 
 def _index_backfill(_conn: None, q: ops.Statements) -> Any:
@@ -185,7 +200,8 @@ class PostgresStore(Store, VectorStore):
         dsn_or_pool: a libpq connection string or ``postgresql://`` URL (the store
             opens and owns a :class:`psycopg_pool.ConnectionPool`), or a pool of
             your own (the store uses it and never closes it; its connections may be
-            in autocommit mode or not).
+            in autocommit mode or not, and make any kind of row; give it
+            ``check=ConnectionPool.check_connection`` to survive server restarts).
         table_prefix: prepended to the table names, so several stores (or test
             runs) can share a database: letters, digits and ``_``, at most 40.
         min_size, max_size: the size of each pool the store opens.
@@ -194,6 +210,10 @@ class PostgresStore(Store, VectorStore):
         setup: apply missing migrations now (default); pass False to defer to an
             explicit ``setup()``.
         connect_timeout: seconds to wait for the first connections of each pool the store opens.
+        lock_timeout: seconds a write waits for its session's lock (held by another writer
+            of the session) before giving up with :class:`StoreUnavailableError`, writing
+            nothing; like ``SQLiteStore``'s ``busy_timeout``.  None: wait as long as the
+            server's own ``lock_timeout`` says (by default, forever).
         async_pool: an open :class:`psycopg_pool.AsyncConnectionPool` of your own for
             the async twins (used, never closed; it belongs to the event loop it was
             opened in, and the store refuses it from any other loop).
@@ -225,6 +245,7 @@ class PostgresStore(Store, VectorStore):
         setup: bool = True,
         connect_timeout: float = 10.0,
         async_pool: AsyncConnectionPool | None = None,
+        lock_timeout: float | None = 30.0,
     ) -> None:
         if not isinstance(table_prefix, str) or not _PREFIX.match(table_prefix):
             raise InvalidInputError(
@@ -235,12 +256,14 @@ class PostgresStore(Store, VectorStore):
             raise InvalidTypeError(f"async_pool must be a psycopg_pool.AsyncConnectionPool, got {type(async_pool).__name__}")
         self.table_prefix = table_prefix
         self.fault_hook = fault_hook
+        self.lock_timeout = _checked_lock_timeout(lock_timeout)
         self._names, self._sql = ops.compose(table_prefix)
         options = PoolOptions(min_size, max_size, connect_timeout)
         if isinstance(dsn_or_pool, ConnectionPool):
             self._pool, self._owns_pool = dsn_or_pool, False
             self._init_async(None, options, async_pool)
         elif isinstance(dsn_or_pool, str):
+            _check_conninfo(dsn_or_pool)
             with postgres_errors(f"PostgresStore({_redacted(dsn_or_pool)!r})"):
                 self._pool, self._owns_pool = _open_pool(dsn_or_pool, options), True
             self._init_async(dsn_or_pool, options, async_pool)
@@ -300,7 +323,7 @@ class PostgresStore(Store, VectorStore):
             if lock is None:
                 return run_steps(conn, None, steps)
             with _pipeline(conn) as pipeline, conn.transaction():
-                return run_steps(conn, pipeline, ops.locked(self._sql, lock, steps))
+                return run_steps(conn, pipeline, ops.locked(self._sql, lock, steps, self.lock_timeout))
 
     # -- async plumbing: a pool per event loop (see the module docstring) ---------------
     def _init_async(self, dsn: str | None, options: PoolOptions, given: AsyncConnectionPool | None) -> None:
@@ -389,7 +412,7 @@ class PostgresStore(Store, VectorStore):
                 if lock is None:
                     return await arun_steps(conn, None, steps)
                 async with _apipeline(conn) as pipeline, conn.transaction():
-                    return await arun_steps(conn, pipeline, ops.locked(self._sql, lock, steps))
+                    return await arun_steps(conn, pipeline, ops.locked(self._sql, lock, steps, self.lock_timeout))
 
     def _release_async_pools(self, current: asyncio.AbstractEventLoop | None) -> _Released:
         """Mark the store closed and take every pool it opened (so each is closed once):
@@ -453,6 +476,7 @@ class PostgresStore(Store, VectorStore):
     ) -> Revision:
         """Store ``revision`` as the next one in one transaction (see :class:`Store`)."""
         key = self._key(session_id)
+        ops.checked_text_fields(revision)
         steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook)
         return self._run(steps, self._session_lock(key))
 
@@ -540,6 +564,7 @@ class PostgresStore(Store, VectorStore):
     ) -> Revision:
         """Async :meth:`commit`: the same checks in the same transaction."""
         key = self._key(session_id)
+        ops.checked_text_fields(revision)
         steps = ops.commit_steps(self._sql, key, revision, expected_head, renew_taken_ids, self._hook)
         return await self._arun(steps, self._session_lock(key))
 
@@ -599,13 +624,54 @@ def _open_pool(dsn: str, options: PoolOptions) -> ConnectionPool:
     """
     with psycopg.connect(dsn, connect_timeout=max(1, round(options.timeout))):
         pass
-    pool: ConnectionPool = ConnectionPool(dsn, **options.pool_kwargs())
+    pool: ConnectionPool = ConnectionPool(dsn, **options.pool_kwargs(ConnectionPool.check_connection))
     try:
         pool.open(wait=True, timeout=options.timeout)
     except BaseException:
         pool.close()
         raise
     return pool
+
+
+def _checked_lock_timeout(value: object) -> float | None:
+    """``lock_timeout`` when it is None or a positive number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"lock_timeout must be a number of seconds or None, got {type(value).__name__}")
+    if not (value > 0 and math.isfinite(value)):
+        raise InvalidInputError(
+            f"lock_timeout must be a positive number of seconds, got {value!r}; pass None to wait as long as "
+            "the server's lock_timeout says"
+        )
+    return float(value)
+
+
+def _check_conninfo(dsn: str) -> None:
+    """:class:`InvalidInputError` unless libpq can parse ``dsn``; its message never holds
+    the password (libpq's own quotes the whole string)."""
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        reason = _without_passwords(str(exc).strip(), dsn)
+        raise InvalidInputError(
+            f"PostgresStore cannot read its connection string ({reason}); pass a URL such as "
+            "postgresql://user:password@host:5432/dbname (percent-encode '@', ':', '/' and '[' in the user and "
+            "password) or libpq key=value pairs such as 'host=... dbname=... user=...'"
+        ) from None
+
+
+_URL_PASSWORD = re.compile(r"://[^/?#@]*?:(.*)@", re.DOTALL)
+_KV_PASSWORD = re.compile(r"password\s*=\s*(\S)", re.IGNORECASE)
+
+
+def _without_passwords(text: str, dsn: str) -> str:
+    """``text``, libpq's reason for refusing ``dsn``, with what it quotes of ``dsn`` hidden
+    if ``dsn`` may hold a password (``dsn`` could not be parsed, so no password can be cut
+    out of it reliably); libpq puts every fragment it quotes in double quotes."""
+    if _URL_PASSWORD.search(dsn) or _KV_PASSWORD.search(dsn):
+        return re.sub(r'"([^"]*)"', lambda m: m.group(0) if len(m.group(1)) < 2 else '"***"', text)  # "=" stays
+    return text
 
 
 def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[psycopg.Pipeline | None]:
@@ -646,7 +712,7 @@ async def _aopen_pool(dsn: str, options: PoolOptions) -> AsyncConnectionPool:
     first, so a wrong DSN or password fails with the server's own reason."""
     first = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, round(options.timeout)))
     await first.close()
-    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, **options.pool_kwargs())
+    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, **options.pool_kwargs(AsyncConnectionPool.check_connection))
     try:
         await pool.open(wait=True, timeout=options.timeout)
     except BaseException:

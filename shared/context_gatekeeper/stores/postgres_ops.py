@@ -25,6 +25,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.rows import tuple_row
 from psycopg_pool import PoolClosed, PoolTimeout
 
 from ..errors import CorruptLogError, InvalidInputError, StoreUnavailableError
@@ -37,7 +38,7 @@ from .vectors import VectorRow, checked_dimension, checked_embedder, refused_sav
 
 __all__ = [
     "Step", "Steps", "Stepper", "Key", "run_steps", "arun_steps", "TABLES", "VECTORS_TABLE", "compose",
-    "session_key", "lock_key", "postgres_errors", "postgres_unavailable",
+    "session_key", "lock_key", "postgres_errors", "postgres_unavailable", "checked_text_fields",
 ]
 
 T = TypeVar("T")
@@ -77,6 +78,9 @@ _TEMPLATES = {
     "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s",
     "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
     "encoding": "SELECT current_setting('server_encoding')",
+    # a locked transaction's first statements: no snapshot before the lock (see :func:`locked`)
+    "read_committed": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
     "lock": "SELECT pg_advisory_xact_lock(%s)",
     # saved vectors (table {vectors}, migration 3)
     "save_vector": """INSERT INTO {vectors} (session_key, embedder, dimension, text_hash, message_id, vector, created_at)
@@ -139,46 +143,87 @@ def lock_key(table_prefix: str, name: str, key: bytes = b"") -> int:
 
 
 def postgres_unavailable(exc: BaseException, where: object) -> StoreUnavailableError | None:
-    """The :class:`StoreUnavailableError` for a failure of the PostgreSQL server or the
-    connection to it (``where`` names the store); None for any other error (a closed pool
-    of the caller's own stays psycopg's ``PoolClosed``)."""
-    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PoolClosed):
+    """The :class:`StoreUnavailableError` for a failure of the PostgreSQL server, of the
+    connection to it, or of what the connection may do (a read-only connection, a role
+    lacking privileges, rows written by something else); ``where`` names the store.
+    None for any other error (a closed pool of the caller's own stays psycopg's
+    ``PoolClosed``)."""
+    if not isinstance(exc, psycopg.Error) or isinstance(exc, PoolClosed):
         return None
     where = where if isinstance(where, str) else repr(where)  # a store: its repr, made only now
     said = f"(PostgreSQL: {type(exc).__name__}: {str(exc).strip() or 'no message'})"
+    text = _refusal(exc, where, said) if not isinstance(exc, psycopg.OperationalError) else _failure(exc, where, said)
+    return None if text is None else StoreUnavailableError(text)
+
+
+def _refusal(exc: psycopg.Error, where: str, said: str) -> str | None:
+    """What to say when the server refused a statement of the store's (None: not a refusal
+    of this kind, the error passes unchanged)."""
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return (f"the connection of {where} is read-only {said}: a hot standby (read replica), or "
+                "default_transaction_read_only set for the server, database or role; nothing was written. "
+                "Connect the store to the primary server, or turn default_transaction_read_only off for its role")
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return (f"the PostgreSQL role of {where} lacks a privilege the store needs {said}; nothing was written. "
+                "Grant it CREATE on the schema (to create and migrate the tables) and SELECT, INSERT, UPDATE and "
+                "DELETE on the store's tables, or connect as their owner")
+    if isinstance(exc, psycopg.IntegrityError):
+        return (f"a row {where} wrote conflicts with the rows stored {said}: something other than "
+                "context-gatekeeper writes these tables, or wrote them without the session's lock; the "
+                "transaction was rolled back and nothing was written. Retry; if it keeps happening, find what "
+                "else writes to them")
+    return None
+
+
+def _failure(exc: psycopg.OperationalError, where: str, said: str) -> str:
+    """What to say about a failure of the server or of the connection to it."""
     state = getattr(exc, "sqlstate", None) or ""
     if isinstance(exc, pg_errors.DiskFull):
-        text = (f"the disk of the PostgreSQL server behind {where} is full {said}; the transaction was rolled back "
+        return (f"the disk of the PostgreSQL server behind {where} is full {said}; the transaction was rolled back "
                 "and nothing was written. Free space on the server, then retry")
-    elif state.startswith("53"):
-        text = (f"the PostgreSQL server behind {where} is out of resources {said} (memory, connections or disk); "
+    if state.startswith("53"):
+        return (f"the PostgreSQL server behind {where} is out of resources {said} (memory, connections or disk); "
                 "nothing was written. Retry later, or raise the server's limits")
-    elif isinstance(exc, (pg_errors.LockNotAvailable, pg_errors.QueryCanceled, pg_errors.DeadlockDetected,
-                          pg_errors.SerializationFailure)):
-        text = (f"{where} timed out or lost a race waiting for a lock {said}; the transaction was rolled back and "
-                "nothing was written. Retry; if it keeps happening, look for long transactions holding locks")
-    elif isinstance(exc, PoolTimeout):
-        text = (f"{where} got no connection in time {said}: the server is unreachable, or every pooled connection "
+    if isinstance(exc, (pg_errors.LockNotAvailable, pg_errors.QueryCanceled, pg_errors.DeadlockDetected,
+                        pg_errors.SerializationFailure)):
+        return (f"{where} timed out or lost a race waiting for a lock {said}; the transaction was rolled back and "
+                "nothing was written. Retry; if it keeps happening, look for long transactions holding locks "
+                "(or give the store a longer lock_timeout)")
+    if isinstance(exc, PoolTimeout):
+        return (f"{where} got no connection in time {said}: the server is unreachable, or every pooled connection "
                 "is busy. Check that the server runs and accepts connections, or give the store a larger max_size")
-    else:
-        text = (f"{where} cannot connect to the PostgreSQL server (down, unreachable, or refusing the credentials), "
-                f"or the server ended the connection {said}. A write in flight was rolled back, unless the connection "
-                "broke during COMMIT: read store.head(session) before retrying. Check that the server runs and that "
-                "the connection string (host, port, user, password) is right, then retry")
-    return StoreUnavailableError(text)
+    return (f"{where} cannot connect to the PostgreSQL server (down, unreachable, or refusing the credentials), "
+            f"or the server ended the connection {said}. A write in flight was rolled back, unless the connection "
+            "broke during COMMIT: read store.head(session) before retrying. Check that the server runs and that "
+            "the connection string (host, port, user, password) is right, then retry")
 
 
 @contextmanager
 def postgres_errors(where: object) -> Iterator[None]:
-    """Raise the server and connection failures of the block as :class:`StoreUnavailableError`
-    (psycopg's error as ``__cause__``); every other exception passes unchanged."""
+    """Raise the server and connection failures of the block, and the server's refusals
+    that are about the connection rather than the call (read-only, privileges, rows
+    written by others), as :class:`StoreUnavailableError` (psycopg's error as
+    ``__cause__``); every other exception passes unchanged."""
     try:
         yield
-    except psycopg.OperationalError as exc:
+    except psycopg.Error as exc:
         error = postgres_unavailable(exc, where)
         if error is None:
             raise
         raise error from exc
+
+
+def checked_text_fields(revision: object) -> None:
+    """:class:`InvalidInputError` unless the revision's instruction and model name fit a
+    PostgreSQL ``text`` column (which cannot hold NUL); checked before anything is sent
+    (anything but a revision is left to :func:`~.base.prepare_commit` to refuse)."""
+    fields = (("instruction", getattr(revision, "instruction", None)), ("model name", getattr(revision, "model", None)))
+    for name, value in fields:
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidInputError(
+                f"the revision's {name} contains a NUL character (\\x00), which PostgreSQL cannot store; "
+                "nothing was written. Remove the NUL characters and try again (SQLiteStore stores them)"
+            )
 
 
 class Step(NamedTuple):
@@ -215,18 +260,24 @@ class Stepper(Generic[T]):
 
 
 def run_steps(conn: Any, pipeline: Any, steps: Steps[T]) -> T:
-    """Run ``steps`` on a sync connection (``pipeline``: its pipeline, or None)."""
+    """Run ``steps`` on a sync connection (``pipeline``: its pipeline, or None).
+
+    Every statement runs on a cursor of its own that returns tuples in binary format,
+    whatever the connection's settings: a caller's pool may make dict rows (as
+    LangGraph's ``PostgresSaver`` needs), and ``double precision`` read as text depends
+    on the session's ``extra_float_digits``, whereas the hash chain needs every time
+    back exactly as it was written."""
 
     def execute(step: Step) -> Any:
         if step.fetch == "many":
-            with conn.cursor() as cursor:
+            with conn.cursor(row_factory=tuple_row) as cursor:
                 cursor.executemany(step.query, step.params)
             return None
         if step.fetch == "sync":
             return pipeline.sync() if pipeline is not None else None
         if step.fetch == "hook":
             return step.query(step.params)
-        cursor = conn.execute(step.query, step.params)
+        cursor = conn.cursor(row_factory=tuple_row, binary=True).execute(step.query, step.params)
         return cursor.fetchone() if step.fetch == "one" else cursor.fetchall() if step.fetch == "all" else None
 
     stepper = Stepper(steps)
@@ -242,14 +293,14 @@ async def arun_steps(conn: Any, pipeline: Any, steps: Steps[T]) -> T:
 
     async def execute(step: Step) -> Any:
         if step.fetch == "many":
-            async with conn.cursor() as cursor:
+            async with conn.cursor(row_factory=tuple_row) as cursor:
                 await cursor.executemany(step.query, step.params)
             return None
         if step.fetch == "sync":
             return None if pipeline is None else await pipeline.sync()
         if step.fetch == "hook":  # a test's fault hook may block: never on the loop
             return await asyncio.to_thread(step.query, step.params)
-        cursor = await conn.execute(step.query, step.params)
+        cursor = await conn.cursor(row_factory=tuple_row, binary=True).execute(step.query, step.params)
         if step.fetch == "one":
             return await cursor.fetchone()
         return await cursor.fetchall() if step.fetch == "all" else None
@@ -270,8 +321,17 @@ class _Wanted(Exception):
 
 
 # -- plumbing -------------------------------------------------------------------------------
-def locked(q: Statements, lock: int, steps: Steps[T]) -> Steps[T]:
-    """``steps`` after taking the advisory lock ``lock`` (the transaction's first statement)."""
+def locked(q: Statements, lock: int, steps: Steps[T], lock_timeout: float | None = None) -> Steps[T]:
+    """``steps`` after taking the advisory lock ``lock``, waiting at most ``lock_timeout``
+    seconds for it (None: as long as the server's ``lock_timeout`` says).
+
+    The transaction is made READ COMMITTED first, whatever the server's, database's or
+    role's default isolation: under REPEATABLE READ or SERIALIZABLE the snapshot would be
+    taken by the lock's own ``SELECT``, before the lock is granted, and a writer that
+    waited would then read the head as it was before the writer it waited for."""
+    yield Step("none", q["read_committed"])
+    if lock_timeout is not None:
+        yield Step("none", q["lock_timeout"], (f"{max(1, round(lock_timeout * 1000))}ms",))
     yield Step("none", q["lock"], (lock,))
     return (yield from steps)
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -80,12 +81,36 @@ _RENEW_ATTEMPTS = 5
 again after another writer took one of them meanwhile."""
 
 
+_LIBPQ_KEYWORDS = frozenset(
+    "host hostaddr port dbname user password passfile require_auth channel_binding connect_timeout client_encoding "
+    "options application_name fallback_application_name keepalives keepalives_idle keepalives_interval "
+    "keepalives_count tcp_user_timeout replication gssencmode sslmode sslnegotiation sslcompression sslcert sslkey "
+    "sslpassword sslcertmode sslrootcert sslcrl sslcrldir sslsni requirepeer ssl_min_protocol_version "
+    "ssl_max_protocol_version min_protocol_version max_protocol_version krbsrvname gsslib gssdelegation service "
+    "target_session_attrs load_balance_hosts".split()
+)
+"""libpq's connection keywords (``PQconndefaults``): a string starting ``keyword=`` is a
+connection string, not a file name."""
+_FIRST_KEY = re.compile(r"\s*([A-Za-z_]+)\s*=")
+_PASSWORD_PAIR = re.compile(r"(?:\A|\s)password\s*=", re.IGNORECASE)
+
+
+def _is_postgres(store: str) -> bool:
+    """Whether ``store`` names a PostgreSQL database: a ``postgresql://`` (or ``postgres://``)
+    URL, or libpq ``key=value`` pairs (the first a libpq keyword, or any a password: such a
+    string never becomes a SQLite file named with the password)."""
+    if store.startswith(("postgresql://", "postgres://")):
+        return True
+    first = _FIRST_KEY.match(store)
+    return (first is not None and first.group(1).lower() in _LIBPQ_KEYWORDS) or bool(_PASSWORD_PAIR.search(store))
+
+
 def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
     if store is None:
         return InMemoryStore()
     if isinstance(store, Store):
         return store
-    if isinstance(store, str) and store.startswith(("postgresql://", "postgres://")):
+    if isinstance(store, str) and _is_postgres(store):
         from ..stores.postgres import PostgresStore  # the ``postgres`` extra, imported only now
 
         return PostgresStore(store)
@@ -94,7 +119,8 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
 
         return SQLiteStore(store)
     raise InvalidTypeError(
-        f"store must be a Store, a SQLite file path, a postgresql:// URL or None, got {type(store).__name__}; "
+        f"store must be a Store, a SQLite file path, a postgresql:// URL (or libpq key=value string) or None, "
+        f"got {type(store).__name__}; "
         "pass one of those (None keeps the transcript in memory)"
     )
 
@@ -136,7 +162,8 @@ class Transcript:
     Args:
         session_id: which conversation of the store this is.
         store: an :class:`~context_gatekeeper.stores.Store`, a SQLite file path, a
-            ``postgresql://`` URL, or ``None`` for an in-memory store.  A store opened
+            ``postgresql://`` URL or libpq ``key=value`` connection string (``"host=... dbname=..."``),
+            or ``None`` for an in-memory store.  A store opened
             here from a path or URL is closed by :meth:`close`.
         model: the default editing model (see :mod:`models`); ``edit(model=...)`` overrides it.
         strategy: the default edit strategy: ``"patch"`` (the model returns operations on
