@@ -708,18 +708,9 @@ def measure_lists(args: argparse.Namespace, count: Callable[[str], int]) -> dict
         grown = LIST_TURNS - LIST_CALLS + k + 1
         return [system, *(m for turn in turns[:grown] for m in turn), HumanMessage(queries[k])]
 
-    cache: dict[str, int] = {}
+    from speed_lists import cached_per_text  # a sibling: the script's directory is on sys.path
 
-    def counted(messages: list[Any]) -> int:
-        # as a careful user writes trim_messages' counter (and as speed_lists.py does): a dict per text
-        total = 0
-        for m in messages:
-            text = m.text
-            n = cache.get(text)
-            if n is None:
-                n = cache[text] = count(text)
-            total += n + 3
-        return total
+    counted = cached_per_text(count)  # as a careful user writes trim_messages' counter: a dict per text
 
     gate = topic_gate(token_budget=LIST_BUDGET, token_counter=count)
     subjects: dict[str, Callable[[list[Any]], Any]] = {

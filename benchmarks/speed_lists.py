@@ -59,11 +59,13 @@ def _locomo() -> tuple[list[tuple[str, str]], list[str]]:
     return real[1], real[2]
 
 
-def _cached_tiktoken() -> Callable[[list[Any]], int]:
-    """``trim_messages``'s token counter as a careful user writes it: tiktoken, cached per message text."""
-    from context_gatekeeper.tokens import tiktoken_counter
+def cached_per_text(count: Callable[[str], int] | None = None) -> Callable[[list[Any]], int]:
+    """``trim_messages``'s token counter as a careful user writes it: ``count`` (default tiktoken's
+    ``cl100k_base``) cached in a dict per message text, 3 tokens of framing a message."""
+    if count is None:
+        from context_gatekeeper.tokens import tiktoken_counter
 
-    count = tiktoken_counter("cl100k_base")
+        count = tiktoken_counter("cl100k_base")
     cache: dict[str, int] = {}
 
     def counted(messages: list[Any]) -> int:
@@ -117,7 +119,7 @@ def gate_messages_rows(turns: list[tuple[str, str]], queries: list[str]) -> list
 
     lists = [grown(k) for k in range(CALLS + 1)]
     counter = _fresh_counter()
-    cached = _cached_tiktoken()
+    cached = cached_per_text()
     ours: list[tuple[float, float]] = []
     theirs: list[tuple[float, float]] = []
     gc.collect()
@@ -136,7 +138,7 @@ def gate_messages_rows(turns: list[tuple[str, str]], queries: list[str]) -> list
             # cold: texts this process has never seen (each try marks them), so no per-text cache helps
             full = [system, *(_messages(_marked(turns, f"first-{i}")) if cold else history)[:680], HumanMessage(queries[i])]
             counter = _fresh_counter()
-            cached = _cached_tiktoken()
+            cached = cached_per_text()
             gc.collect()
             firsts.append(_timed(lambda: gate_messages(full, token_budget=BUDGET, token_counter=counter,
                                                        thread=f"first-{cold}-{i}")))
