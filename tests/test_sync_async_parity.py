@@ -88,6 +88,7 @@ NO_TWIN: dict[str, dict[str, str]] = {
         "from_defaults": CONSTRUCTION,
         "from_dict": CONSTRUCTION + " (from_dict writes an imported log: a one-off import, not a request path)",
         "to_dict": CONSTRUCTION,
+        "model_copy": CONSTRUCTION + " (pydantic's copy, overridden only to refuse a new session_id)",
         "trusted_stores": "a context manager that only lists stores (no I/O): used alike around sync and async restores",
     },
     "GatekeeperNodePostprocessor": {"class_name": CONSTRUCTION, "model_post_init": CONSTRUCTION},
