@@ -455,7 +455,7 @@ def test_a_postgres_history_pickles_without_its_password(monkeypatch: pytest.Mon
     password = conninfo_to_dict(dsn).get("password")
     assert password, "the test server's DSN carries a password"
     prefix = prefix_for(tmp_path)
-    store = PostgresStore(dsn, table_prefix=prefix)
+    store = PostgresStore(dsn, table_prefix=prefix, lock_timeout=None)
     try:
         history = GatekeeperChatMessageHistory("pg", store=store)
         turns(history, REDIS_1)
@@ -464,6 +464,7 @@ def test_a_postgres_history_pickles_without_its_password(monkeypatch: pytest.Mon
         monkeypatch.setenv("PGPASSWORD", password)  # where the unpickling side keeps it
         again = pickle.loads(data)
         try:
+            assert again.transcript.store.lock_timeout is None  # the store's settings travel with it
             turns(again, ESPRESSO)
             assert texts(history.messages) == [*REDIS_1, *ESPRESSO]
         finally:

@@ -303,12 +303,14 @@ def test_a_callers_async_pool_is_used_in_its_loop_never_closed_and_refused_elsew
 
 
 def test_a_callers_async_pool_of_dict_rows_serves_the_native_twins(tmp_path: Path) -> None:
-    # LangGraph's AsyncPostgresSaver needs row_factory=dict_row on the pool it shares
+    # LangGraph's AsyncPostgresSaver needs row_factory=dict_row on the pool it shares; behind
+    # PgBouncer pools bind client-side (AsyncClientCursor), which cannot return binary results
+    from psycopg import AsyncClientCursor
     from psycopg.rows import dict_row
     from psycopg_pool import AsyncConnectionPool
 
     async def body() -> list[int]:
-        kwargs = {"autocommit": True, "row_factory": dict_row}
+        kwargs = {"autocommit": True, "row_factory": dict_row, "cursor_factory": AsyncClientCursor}
         async with AsyncConnectionPool(postgres_dsn(), min_size=1, max_size=2, kwargs=kwargs, open=False) as pool:
             store = open_pg(tmp_path, async_pool=pool, setup=False)
             try:

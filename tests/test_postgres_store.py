@@ -85,7 +85,8 @@ class TestPostgresStoreOnACallersPool(StoreConformance):
 
 class TestPostgresStoreOnAnUnusualPool(StoreConformance):
     """A caller's pool set up as other libraries and servers set theirs: dict rows (LangGraph's
-    ``PostgresSaver`` needs them), SERIALIZABLE as the default isolation, and floats sent as
+    ``PostgresSaver`` needs them), client-side-binding cursors (used behind PgBouncer; they
+    cannot return binary results), SERIALIZABLE as the default isolation, and floats sent as
     text rounded to 15 digits (``extra_float_digits=0``, the default before PostgreSQL 12)."""
 
     pools: list = []
@@ -97,12 +98,14 @@ class TestPostgresStoreOnAnUnusualPool(StoreConformance):
             self.pools.pop().close()
 
     def make(self, where: Path) -> Store:
+        from psycopg import ClientCursor
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
 
         from context_gatekeeper.stores import PostgresStore
 
-        kwargs = {"autocommit": True, "row_factory": dict_row, "options": UNUSUAL_SETTINGS}
+        kwargs = {"autocommit": True, "row_factory": dict_row, "cursor_factory": ClientCursor,
+                  "options": UNUSUAL_SETTINGS}
         pool = ConnectionPool(postgres_dsn(), min_size=1, max_size=8, kwargs=kwargs, open=True)
         self.pools.append(pool)
         return PostgresStore(pool, table_prefix=prefix_for(where))
@@ -546,7 +549,17 @@ def test_transcripts_open_a_libpq_key_value_string_never_a_file(tmp_path: Path, 
     with pytest.raises(InvalidInputError, match="connection string") as caught:  # not libpq's: refused, no file
         Transcript(session, store="colour=blue password=hunter22 host=nowhere")
     assert "hunter22" not in str(caught.value)
+    with pytest.raises(InvalidInputError, match=r"drop the '\+driver'") as caught:  # SQLAlchemy's form, as PGVector's docs write it
+        Transcript(session, store="postgresql+psycopg://app:hunter22@nowhere/chat")
+    assert "hunter22" not in str(caught.value)
+    t = Transcript(session, store="\n" + postgres_dsn())  # read from a file, with its newline
+    assert type(t.store).__name__ == "PostgresStore"
+    t.close()
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "user=alice").mkdir()  # a folder that happens to look like a keyword: a path into it is a path
+    t = Transcript(session, store="user=alice/chat.db")
+    assert type(t.store).__name__ == "SQLiteStore" and (tmp_path / "user=alice" / "chat.db").exists()
+    t.close()
 
 
 def test_pooled_connections_the_server_ended_are_replaced_not_failed(tmp_path: Path) -> None:

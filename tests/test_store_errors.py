@@ -228,8 +228,45 @@ def test_a_postgres_writer_stuck_behind_a_stalled_one_gives_up_after_lock_timeou
     reader.close()
 
 
+def test_a_postgres_setup_waits_out_another_workers_migration_beyond_lock_timeout(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    import psycopg
+
+    from context_gatekeeper.stores import PostgresStore
+
+    first = open_pg(tmp_path, lock_timeout=0.05)
+    key = first._lock_key("setup")
+    outcome: dict[str, Any] = {}
+
+    def open_another() -> None:
+        try:
+            outcome["store"] = PostgresStore(postgres_dsn(), table_prefix=prefix_for(tmp_path), lock_timeout=0.05)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    with psycopg.connect(postgres_dsn(), autocommit=True) as migrating:  # another worker, migrating
+        migrating.execute("SELECT pg_advisory_lock(%s)", (key,))
+        opener = threading.Thread(target=open_another)
+        opener.start()
+        waited = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' "
+                  "AND now() - state_change > interval '500 milliseconds'")  # ten times lock_timeout, by the server's clock
+        deadline = time.monotonic() + 30
+        while not migrating.execute(waited).fetchone()[0]:
+            assert "error" not in outcome, f"setup gave up: {outcome.get('error')!r}"
+            assert time.monotonic() < deadline, "setup never waited for the migration's lock"
+            time.sleep(0.01)
+        migrating.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        opener.join(30)
+    assert "store" in outcome, outcome
+    outcome["store"].close()
+    first.close()
+
+
 @pytest.mark.parametrize("value, error", [(0, InvalidInputError), (-1, InvalidInputError),
-                                          (float("inf"), InvalidInputError), ("30", TypeError), (True, TypeError)])
+                                          (float("inf"), InvalidInputError), (30 * 86400, InvalidInputError),
+                                          ("30", TypeError), (True, TypeError)])
 def test_a_postgres_lock_timeout_must_be_positive_seconds(tmp_path: Path, value: Any, error: type) -> None:
     with pytest.raises(error, match="lock_timeout"):
         open_pg(tmp_path, lock_timeout=value)
@@ -302,6 +339,8 @@ def test_a_postgres_row_refused_by_a_constraint_added_outside_the_library_is_rep
     "postgresql://app:S3cretPassw0rd@[db.internal:5432/chat",
     "postgresql://app:S3cretPassw0rd@db.internal/chat?sslmode",
     "host=db.internal password=S3cretPassw0rd dbname",
+    'postgresql://app:S3cret"Passw0rd%zz@db/chat',  # a quote inside the password, then a bad escape
+    "host=db.internal sslpassword=S3cretPassw0rd dbname",
     "garbage string",
 ])
 def test_a_malformed_postgres_connection_string_is_refused_without_its_password(dsn: str) -> None:
@@ -310,7 +349,7 @@ def test_a_malformed_postgres_connection_string_is_refused_without_its_password(
 
     with pytest.raises(InvalidInputError, match="connection string") as caught:
         PostgresStore(dsn)
-    assert "S3cretPassw0rd" not in str(caught.value)
+    assert "S3cret" not in str(caught.value) and "Passw0rd" not in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__  # psycopg's message quotes it
 
 
@@ -444,3 +483,26 @@ def test_a_store_without_the_keyword_is_refused_by_name_not_with_a_type_error() 
     assert store.head("s") == 0
     asyncio.run(store.acommit("s", append(message("x")), expected_head=None))  # without it: works
     assert store.head("s") == 1
+
+
+def test_every_postgres_secret_is_hidden_in_repr_errors_and_what_a_pickle_names(tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    from psycopg.conninfo import make_conninfo
+
+    from context_gatekeeper.integration import store_spec
+    from context_gatekeeper.stores import PostgresStore
+    from context_gatekeeper.stores.postgres import is_secret_key
+
+    assert all(map(is_secret_key, ("password", "sslpassword", "oauth_client_secret", "scram_client_key")))
+    assert not any(map(is_secret_key, ("sslkey", "host", "user", "passfile")))
+    store = PostgresStore(make_conninfo(postgres_dsn(), sslpassword="KEY-PASSPHRASE"), table_prefix=prefix_for(tmp_path),
+                          setup=False)
+    try:
+        for text in (repr(store), str(store_spec(store))):
+            assert "PASSPHRASE" not in text
+        assert "PASSPHRASE" in store_spec(store, keep_password=True)["postgres"]  # a copy in this process keeps it
+    finally:
+        store.close()
+    with pytest.raises(StoreUnavailableError) as caught:
+        PostgresStore("host=127.0.0.1 port=1 dbname=x user=u password=PW sslpassword=KEY-PASSPHRASE", connect_timeout=2)
+    assert "PASSPHRASE" not in str(caught.value) and "PW" not in str(caught.value).replace("PostgreSQL", "")

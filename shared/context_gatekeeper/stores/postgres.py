@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import math
+import functools
 import re
 import threading
 import time
@@ -311,9 +311,11 @@ class PostgresStore(Store, VectorStore):
         with self._closing_race(), self._pool.connection() as conn:
             yield conn
 
-    def _run(self, steps: Steps[T], lock: int | None = None) -> T:
+    def _run(self, steps: Steps[T], lock: int | None = None, *, unbounded: bool = False) -> T:
         """Run an operation on a pooled connection: with ``lock``, in one transaction that
-        first takes that advisory lock (committed if it returns, else rolled back).
+        first takes that advisory lock (committed if it returns, else rolled back), waiting
+        for it at most :attr:`lock_timeout` seconds (``unbounded``: as long as the server
+        says; setup waits out another worker's migration, however long).
 
         In pipeline mode, so ``BEGIN``, the lock and the next query travel together,
         and the last statement together with ``COMMIT``: the lock is held for two
@@ -323,7 +325,8 @@ class PostgresStore(Store, VectorStore):
             if lock is None:
                 return run_steps(conn, None, steps)
             with _pipeline(conn) as pipeline, conn.transaction():
-                return run_steps(conn, pipeline, ops.locked(self._sql, lock, steps, self.lock_timeout))
+                wait = None if unbounded else self.lock_timeout
+                return run_steps(conn, pipeline, ops.locked(self._sql, lock, steps, wait))
 
     # -- async plumbing: a pool per event loop (see the module docstring) ---------------
     def _init_async(self, dsn: str | None, options: PoolOptions, given: AsyncConnectionPool | None) -> None:
@@ -401,18 +404,19 @@ class PostgresStore(Store, VectorStore):
                 raise
             raise self._closed_error() from exc
 
-    async def _arun(self, steps: Steps[T], lock: int | None = None) -> T:
+    async def _arun(self, steps: Steps[T], lock: int | None = None, *, unbounded: bool = False) -> T:
         """The async twin of :meth:`_run`: the same steps on a connection of the loop's pool."""
         with postgres_errors(self):
             pool = await self._apool()
         if pool is None:
-            return await asyncio.to_thread(self._run, steps, lock)
+            return await asyncio.to_thread(functools.partial(self._run, steps, lock, unbounded=unbounded))
         with postgres_errors(self), self._closing_race():
             async with pool.connection() as conn:
                 if lock is None:
                     return await arun_steps(conn, None, steps)
                 async with _apipeline(conn) as pipeline, conn.transaction():
-                    return await arun_steps(conn, pipeline, ops.locked(self._sql, lock, steps, self.lock_timeout))
+                    wait = None if unbounded else self.lock_timeout
+                    return await arun_steps(conn, pipeline, ops.locked(self._sql, lock, steps, wait))
 
     def _release_async_pools(self, current: asyncio.AbstractEventLoop | None) -> _Released:
         """Mark the store closed and take every pool it opened (so each is closed once):
@@ -453,7 +457,7 @@ class PostgresStore(Store, VectorStore):
     # -- Store --------------------------------------------------------------------------
     def setup(self) -> None:
         """Create the schema or bring it up to date (idempotent, one transaction)."""
-        self._run(self._setup_steps(), self._lock_key("setup"))
+        self._run(self._setup_steps(), self._lock_key("setup"), unbounded=True)
 
     def applied_migrations(self) -> list[tuple[int, str]]:
         """``(version, name)`` of every migration these tables have had, in order."""
@@ -545,7 +549,7 @@ class PostgresStore(Store, VectorStore):
     # -- async twins (native: the same steps on the loop's pool) ------------------------
     async def asetup(self) -> None:
         """Async :meth:`setup`."""
-        await self._arun(self._setup_steps(), self._lock_key("setup"))
+        await self._arun(self._setup_steps(), self._lock_key("setup"), unbounded=True)
 
     async def ahead(self, session_id: str) -> int:
         """Async :meth:`head`."""
@@ -633,16 +637,20 @@ def _open_pool(dsn: str, options: PoolOptions) -> ConnectionPool:
     return pool
 
 
+_MAX_LOCK_TIMEOUT = 2_147_483.647
+"""The longest ``lock_timeout`` PostgreSQL takes, in seconds (2**31 - 1 milliseconds)."""
+
+
 def _checked_lock_timeout(value: object) -> float | None:
     """``lock_timeout`` when it is None or a positive number of seconds."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(f"lock_timeout must be a number of seconds or None, got {type(value).__name__}")
-    if not (value > 0 and math.isfinite(value)):
+    if not (0 < value <= _MAX_LOCK_TIMEOUT):  # PostgreSQL keeps it as an int of milliseconds
         raise InvalidInputError(
-            f"lock_timeout must be a positive number of seconds, got {value!r}; pass None to wait as long as "
-            "the server's lock_timeout says"
+            f"lock_timeout must be a positive number of seconds up to {_MAX_LOCK_TIMEOUT} (about 24 days), got "
+            f"{value!r}; pass None to wait as long as the server's lock_timeout says"
         )
     return float(value)
 
@@ -661,16 +669,28 @@ def _check_conninfo(dsn: str) -> None:
         ) from None
 
 
+_SECRET_KEY = re.compile(r"password|secret|\Ascram_\w*_key\Z", re.IGNORECASE)
+"""libpq connection keywords whose values are secrets: ``password``, ``sslpassword`` (the
+client key's passphrase), ``oauth_client_secret``, ``scram_client_key``, ``scram_server_key``."""
+
+
+def is_secret_key(keyword: str) -> bool:
+    """Whether a libpq connection keyword holds a secret (:data:`_SECRET_KEY`): hidden in
+    ``repr``, in error messages and in what a pickle names."""
+    return _SECRET_KEY.search(keyword) is not None
+
+
 _URL_PASSWORD = re.compile(r"://[^/?#@]*?:(.*)@", re.DOTALL)
-_KV_PASSWORD = re.compile(r"password\s*=\s*(\S)", re.IGNORECASE)
+_KV_SECRET = re.compile(r"(?:password|secret|scram_\w*_key)\s*=", re.IGNORECASE)
 
 
 def _without_passwords(text: str, dsn: str) -> str:
-    """``text``, libpq's reason for refusing ``dsn``, with what it quotes of ``dsn`` hidden
-    if ``dsn`` may hold a password (``dsn`` could not be parsed, so no password can be cut
-    out of it reliably); libpq puts every fragment it quotes in double quotes."""
-    if _URL_PASSWORD.search(dsn) or _KV_PASSWORD.search(dsn):
-        return re.sub(r'"([^"]*)"', lambda m: m.group(0) if len(m.group(1)) < 2 else '"***"', text)  # "=" stays
+    """``text``, libpq's reason for refusing ``dsn``, with everything it quotes of ``dsn``
+    hidden if ``dsn`` may hold a secret (``dsn`` could not be parsed, so no secret can be
+    cut out of it reliably); libpq puts what it quotes in double quotes, and a secret may
+    hold one too, so all from the first quote to the last goes."""
+    if _URL_PASSWORD.search(dsn) or _KV_SECRET.search(dsn):
+        return re.sub(r'"[^\n]*"', '"***"', text)
     return text
 
 
@@ -680,16 +700,14 @@ def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[psycopg.P
 
 
 def _redacted(conninfo: object) -> str:
-    """The connection string without its password."""
+    """The connection string with its secrets (:func:`is_secret_key`) shown as ``***``."""
     if not isinstance(conninfo, str):
         return "<connection string from a callable>"
     try:
         parts = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
         return "<unparsable connection string>"
-    if "password" in parts:
-        parts["password"] = "***"
-    return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
+    return make_conninfo("", **{k: ("***" if is_secret_key(k) else v) for k, v in parts.items() if v is not None})
 
 
 class _Opening(NamedTuple):

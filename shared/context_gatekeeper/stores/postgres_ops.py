@@ -262,22 +262,23 @@ class Stepper(Generic[T]):
 def run_steps(conn: Any, pipeline: Any, steps: Steps[T]) -> T:
     """Run ``steps`` on a sync connection (``pipeline``: its pipeline, or None).
 
-    Every statement runs on a cursor of its own that returns tuples in binary format,
-    whatever the connection's settings: a caller's pool may make dict rows (as
-    LangGraph's ``PostgresSaver`` needs), and ``double precision`` read as text depends
+    Every statement runs on a server-binding cursor of its own that returns tuples in
+    binary format, whatever the connection's settings: a caller's pool may make dict rows
+    (as LangGraph's ``PostgresSaver`` needs) or client-side-binding cursors (behind
+    PgBouncer), which cannot return binary results, and ``double precision`` read as text depends
     on the session's ``extra_float_digits``, whereas the hash chain needs every time
     back exactly as it was written."""
 
     def execute(step: Step) -> Any:
         if step.fetch == "many":
-            with conn.cursor(row_factory=tuple_row) as cursor:
+            with psycopg.Cursor(conn, row_factory=tuple_row) as cursor:
                 cursor.executemany(step.query, step.params)
             return None
         if step.fetch == "sync":
             return pipeline.sync() if pipeline is not None else None
         if step.fetch == "hook":
             return step.query(step.params)
-        cursor = conn.cursor(row_factory=tuple_row, binary=True).execute(step.query, step.params)
+        cursor = psycopg.Cursor(conn, row_factory=tuple_row).execute(step.query, step.params, binary=True)
         return cursor.fetchone() if step.fetch == "one" else cursor.fetchall() if step.fetch == "all" else None
 
     stepper = Stepper(steps)
@@ -293,14 +294,14 @@ async def arun_steps(conn: Any, pipeline: Any, steps: Steps[T]) -> T:
 
     async def execute(step: Step) -> Any:
         if step.fetch == "many":
-            async with conn.cursor(row_factory=tuple_row) as cursor:
+            async with psycopg.AsyncCursor(conn, row_factory=tuple_row) as cursor:
                 await cursor.executemany(step.query, step.params)
             return None
         if step.fetch == "sync":
             return None if pipeline is None else await pipeline.sync()
         if step.fetch == "hook":  # a test's fault hook may block: never on the loop
             return await asyncio.to_thread(step.query, step.params)
-        cursor = await conn.cursor(row_factory=tuple_row, binary=True).execute(step.query, step.params)
+        cursor = await psycopg.AsyncCursor(conn, row_factory=tuple_row).execute(step.query, step.params, binary=True)
         if step.fetch == "one":
             return await cursor.fetchone()
         return await cursor.fetchall() if step.fetch == "all" else None

@@ -19,7 +19,9 @@ __all__ = ["store_spec", "store_from_spec"]
 
 def store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] | None:
     """``{"sqlite": absolute path, "read_only": ..., "busy_timeout": ...}``,
-    ``{"postgres": conninfo, "table_prefix": prefix}`` or ``None``."""
+    ``{"postgres": conninfo, "table_prefix": prefix, "lock_timeout": ...}`` or ``None``; a
+    conninfo keeps its secrets (passwords, passphrases, client secrets) only with
+    ``keep_password`` (a copy that stays in this process)."""
     if isinstance(store, SQLiteStore) and store.path != ":memory:":
         return {"sqlite": store.absolute_path, "read_only": store.read_only, "busy_timeout": store.busy_timeout}
     try:
@@ -30,10 +32,14 @@ def store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] |
     if isinstance(store, PostgresStore) and isinstance(conninfo, str):  # subclasses too: the same tables
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+        from .postgres import is_secret_key
+
         parts = {
-            k: v for k, v in conninfo_to_dict(conninfo).items() if (keep_password or k != "password") and v is not None
+            k: v for k, v in conninfo_to_dict(conninfo).items()
+            if (keep_password or not is_secret_key(k)) and v is not None
         }
-        return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix}
+        return {"postgres": make_conninfo("", **parts), "table_prefix": store.table_prefix,
+                "lock_timeout": store.lock_timeout}
     return None
 
 
@@ -45,4 +51,4 @@ def store_from_spec(spec: dict[str, Any]) -> Store:
                            busy_timeout=float(spec.get("busy_timeout", 30.0)))
     from .postgres import PostgresStore
 
-    return PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"])
+    return PostgresStore(spec["postgres"], table_prefix=spec["table_prefix"], lock_timeout=spec.get("lock_timeout", 30.0))

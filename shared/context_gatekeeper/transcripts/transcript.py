@@ -85,24 +85,50 @@ _LIBPQ_KEYWORDS = frozenset(
     "host hostaddr port dbname user password passfile require_auth channel_binding connect_timeout client_encoding "
     "options application_name fallback_application_name keepalives keepalives_idle keepalives_interval "
     "keepalives_count tcp_user_timeout replication gssencmode sslmode sslnegotiation sslcompression sslcert sslkey "
-    "sslpassword sslcertmode sslrootcert sslcrl sslcrldir sslsni requirepeer ssl_min_protocol_version "
+    "sslpassword sslcertmode sslrootcert sslcrl sslcrldir sslsni sslkeylogfile requirepeer ssl_min_protocol_version "
     "ssl_max_protocol_version min_protocol_version max_protocol_version krbsrvname gsslib gssdelegation service "
-    "target_session_attrs load_balance_hosts".split()
+    "target_session_attrs load_balance_hosts oauth_issuer oauth_client_id oauth_client_secret oauth_scope "
+    "scram_client_key scram_server_key".split()
 )
-"""libpq's connection keywords (``PQconndefaults``): a string starting ``keyword=`` is a
-connection string, not a file name."""
+"""libpq's connection keywords (``PQconndefaults`` of libpq 18): a string starting
+``keyword=`` is a connection string, not a file name (a newer libpq's own list is read
+too when psycopg is installed)."""
 _FIRST_KEY = re.compile(r"\s*([A-Za-z_]+)\s*=")
-_PASSWORD_PAIR = re.compile(r"(?:\A|\s)password\s*=", re.IGNORECASE)
+_SECRET_PAIR = re.compile(r"(?:\A|\s)(?:\w*password|\w*secret|scram_\w*_key)\s*=", re.IGNORECASE)
+_DRIVER_URL = re.compile(r"\s*postgres(?:ql)?\+\w+://", re.IGNORECASE)
+
+
+def _libpq_keywords() -> frozenset[str]:
+    """:data:`_LIBPQ_KEYWORDS`, with the installed libpq's own where psycopg can say."""
+    try:
+        from psycopg import pq
+
+        return _LIBPQ_KEYWORDS | {d.keyword.decode() for d in pq.Conninfo.get_defaults()}
+    except Exception:  # noqa: BLE001 - no psycopg (the postgres extra) or no libpq: the list above
+        return _LIBPQ_KEYWORDS
 
 
 def _is_postgres(store: str) -> bool:
     """Whether ``store`` names a PostgreSQL database: a ``postgresql://`` (or ``postgres://``)
-    URL, or libpq ``key=value`` pairs (the first a libpq keyword, or any a password: such a
-    string never becomes a SQLite file named with the password)."""
-    if store.startswith(("postgresql://", "postgres://")):
+    URL, or libpq ``key=value`` pairs (the first a libpq keyword, or any a secret: such a
+    string never becomes a SQLite file named with the password) -- unless it is a path into
+    a folder that exists (``user=alice/chat.db`` under a folder named ``user=alice``).
+
+    Raises:
+        InvalidInputError: a SQLAlchemy-style ``postgresql+driver://`` URL."""
+    text = store.lstrip()
+    if _DRIVER_URL.match(text):
+        raise InvalidInputError(
+            "store= takes a libpq URL (postgresql://...), not a SQLAlchemy one with a driver (postgresql+driver://); "
+            "drop the '+driver' part"
+        )
+    if text.startswith(("postgresql://", "postgres://")):
         return True
-    first = _FIRST_KEY.match(store)
-    return (first is not None and first.group(1).lower() in _LIBPQ_KEYWORDS) or bool(_PASSWORD_PAIR.search(store))
+    folder = os.path.dirname(store)
+    if folder and os.path.isdir(folder):
+        return False
+    first = _FIRST_KEY.match(text)
+    return (first is not None and first.group(1).lower() in _libpq_keywords()) or bool(_SECRET_PAIR.search(text))
 
 
 def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
@@ -113,7 +139,7 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
     if isinstance(store, str) and _is_postgres(store):
         from ..stores.postgres import PostgresStore  # the ``postgres`` extra, imported only now
 
-        return PostgresStore(store)
+        return PostgresStore(store.strip())
     if isinstance(store, (str, os.PathLike)):
         from ..stores.sqlite import SQLiteStore
 
