@@ -417,6 +417,20 @@ def test_deleting_a_question_and_its_answer_deletes_the_tool_exchange_between_th
     assert apply_changes(after, invert(list(result.changes))) == state  # undo puts the whole exchange back in place
 
 
+def test_an_exchange_rewritten_as_new_messages_keeps_its_tool_messages_or_is_refused():
+    state = tool_turn_state()
+    view = EditView.of(state)
+    items = []
+    for m in state:
+        if m.id in ("u1", "a1"):  # the exchange given back as new messages (id null), not deleted
+            items.append({"id": None, "role": m.role, "content": m.content.replace("GDP", "GDP growth")})
+        elif m.id in view.alias_of:
+            items.append({"id": view.alias_of[m.id], "role": m.role, "content": m.content})
+    model = ScriptedModel([json.dumps(items)] * 2)
+    with pytest.raises(EditError, match="two assistant messages in a row"):  # never silently without its tool call
+        compute_edit(state, "it was GDP growth", model, strategy="rewrite", allow_large_deletion=True)
+
+
 def test_a_tool_exchange_stays_when_its_answer_stays():
     state = tool_turn_state()
     view = EditView.of(state)

@@ -103,27 +103,36 @@ def build_changes(
             raise InvalidTypeError(f"not a request: {request!r}; pass Replace, Delete or InsertAfter")
     current = apply_changes(state, edits + puts)
     removes: list[Applied] = []
-    for message_id in deletes + _hidden_parts(state, view, deletes):
+    for message_id in deletes + _hidden_parts(state, view, deletes, set(last_after)):
         index = next(i for i, m in enumerate(current) if m.id == message_id)
         removes.append(Remove(current[index], current[index - 1].id if index else None))
         current.pop(index)
     return edits + puts + removes, current
 
 
-def _hidden_parts(state: Sequence[Message], view: EditView, deletes: Sequence[str]) -> list[str]:
+def _hidden_parts(
+    state: Sequence[Message], view: EditView, deletes: Sequence[str], inserted_after: set[str | None]
+) -> list[str]:
     """The messages the model was not shown (an assistant message that only calls a tool, the
-    tool's result) of each turn whose shown messages are all deleted: deleting a question and
-    its answer deletes the whole exchange, which the model could not name.  A turn runs from a
-    user message to the next (what comes before the first user message is one too)."""
+    tool's result) of each turn whose shown messages are all deleted and none put in their
+    place: deleting a question and its answer deletes the whole exchange, which the model
+    could not name.  A turn that gets a new message inside it or at its start
+    (``inserted_after`` holds where new messages go: a message id, ``None`` for the start)
+    was rewritten, not dropped: its tool messages stay, and the structure checks judge the
+    result.  A turn runs from a user message to the next (what comes before the first user
+    message is one too)."""
     gone = set(deletes)
     out: list[str] = []
     turn: list[Message] = []
+    before: str | None = None  # the id of the message before the turn (None: it starts the state)
     for message in [*state, None]:
         if message is None or (message.role == "user" and turn):
             shown = [m for m in turn if m.id in view.alias_of]
-            if shown and all(m.id in gone for m in shown):
+            replaced = before in inserted_after or any(m.id in inserted_after for m in turn)
+            if shown and not replaced and all(m.id in gone for m in shown):
                 out += [m.id for m in turn
                         if m.id not in view.alias_of and m.role in ("assistant", "tool") and m.id not in gone]
+            before = turn[-1].id if turn else before
             turn = []
         if message is not None:
             turn.append(message)
