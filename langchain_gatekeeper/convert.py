@@ -130,7 +130,7 @@ def from_core(message: Message) -> BaseMessage:
     for key in _HOISTED:
         if key in message.metadata:
             data[key] = copy.deepcopy(message.metadata[key])
-    rewritten = message.origin == "edited" and kind == "ai"
+    rewritten = message.origin == "edited" and message.role == "assistant"  # AIMessageChunk too
     if rewritten and data.get("additional_kwargs"):
         data["additional_kwargs"] = {k: v for k, v in data["additional_kwargs"].items() if not PROVIDER_SPECIFIC.search(k)}
     if kind == "tool" and not isinstance(data.get("tool_call_id"), str):

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from context_gatekeeper import Diff, EditOptions, HistoryError, InvalidInputError, InvalidTypeError, Message
@@ -167,16 +168,18 @@ def _check_thread(agent: Any, config: Any, method: str) -> None:
             f"agent must be a compiled agent or graph with a checkpointer, got {type(agent).__name__}; "
             "pass what create_agent(..., checkpointer=...) returns"
         )
-    if getattr(agent, "checkpointer", True) in (None, False):  # LangGraph's get_state would say only "No checkpointer set"
-        raise InvalidTypeError(
-            f"agent {type(agent).__name__} has no checkpointer, so it keeps no threads to read or edit; "
-            "build it with create_agent(..., checkpointer=InMemorySaver()) or another checkpointer"
-        )
     configurable = config.get("configurable") if isinstance(config, Mapping) else None
     if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
         raise InvalidInputError(
             f"config must name the thread, got {config!r:.80}; pass {{'configurable': {{'thread_id': ...}}}} "
             "as for agent.invoke"
+        )
+    # LangGraph's get_state would say only "No checkpointer set"; a parent graph or the LangGraph
+    # server may lend one through the config, which LangGraph reads first
+    if getattr(agent, "checkpointer", True) in (None, False) and configurable.get(CONFIG_KEY_CHECKPOINTER) is None:
+        raise InvalidTypeError(
+            f"agent {type(agent).__name__} has no checkpointer, so it keeps no threads to read or edit; "
+            "build it with create_agent(..., checkpointer=InMemorySaver()) or another checkpointer"
         )
 
 

@@ -71,6 +71,15 @@ def test_a_rewritten_block_list_keeps_its_non_text_blocks() -> None:
     assert back.name == "ann"
 
 
+@pytest.mark.parametrize("kind", [AIMessage, AIMessageChunk])
+def test_a_rewritten_streamed_or_whole_answer_drops_its_reasoning_keys(kind) -> None:
+    answer = kind("Reykjavik is in Ireland.", id="a", additional_kwargs={
+        "reasoning_content": "Reykjavik is the capital of Ireland.", "__gemini_function_call_thought_signatures__": {"x": "s"},
+        "refusal": None})
+    back = from_core(to_core(answer).revised("Reykjavik is in Iceland.", 2))
+    assert type(back) is kind and back.additional_kwargs == {"refusal": None}
+
+
 def test_a_rewritten_answer_drops_its_reasoning_blocks_and_keeps_the_others_in_place() -> None:
     image = {"type": "image", "url": "http://x/chart.png"}
     thinking = {"type": "thinking", "thinking": "The user asks about Ireland.", "signature": "EqQB"}

@@ -575,3 +575,13 @@ def test_an_edits_diff_shows_what_it_wrote_after_another_writer_changed_that_mes
     for diff in (thread_history(agent, CONFIG)[0].diff, thread_diff(agent, CONFIG, 0, 1)):
         assert str(diff) == str(entry.diff)  # the edit's own version, not the later writer's
     assert "+What was the GDP of Iceland in 2022?" in str(thread_diff(agent, CONFIG, 0))  # b left out: the thread now
+
+
+def test_a_checkpointer_lent_through_the_config_is_used_as_langgraph_uses_it() -> None:
+    from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+
+    saver = InMemorySaver()
+    agent = create_agent(scripted([AIMessage(IRELAND_ANSWER)]), [], middleware=[GatekeeperMiddleware()])
+    config = {"configurable": {"thread_id": "t", CONFIG_KEY_CHECKPOINTER: saver}}  # as a parent graph lends one
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, config)
+    assert thread_history(agent, config) == [] and not thread_diff(agent, config, 0).changed
