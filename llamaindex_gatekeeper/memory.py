@@ -222,14 +222,15 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         super().__setattr__(name, value)
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> "GatekeeperMemory":
-        """pydantic's copy (``deep=True``: as :meth:`__deepcopy__`); ``update`` may change
-        ``token_limit`` (checked), never ``session_id``: build a memory for the other session."""
+        """A copy as :meth:`__deepcopy__` makes one, ``deep`` or not: a shallow copy would share
+        this memory's transcript and store, and closing it would close them.  ``update`` may
+        change ``token_limit`` (checked), never ``session_id``: build a memory for the other session."""
         changes = dict(update or {})
         if changes.get("session_id", self.session_id) != self.session_id:  # before a copy opens a connection
             _refuse_session_change(self.session_id, changes["session_id"])
         if "token_limit" in changes:
             require_budget(changes["token_limit"], "token_limit")
-        copied = super().model_copy(deep=deep)
+        copied = self.__deepcopy__()
         for name, value in changes.items():
             setattr(copied, name, value)
         return copied
@@ -495,6 +496,11 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """Pickle as the session (:func:`.serialisation.pickled`): never a model, a token
         counter or a password."""
         return serialisation.pickled(self)
+
+    def __copy__(self) -> "GatekeeperMemory":
+        """:meth:`__deepcopy__`: a shallow copy would share the transcript and the store, and
+        closing either object would close both."""
+        return self.__deepcopy__()
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> "GatekeeperMemory":
         """An independent copy that keeps the model, the token counter and every option

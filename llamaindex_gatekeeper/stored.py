@@ -9,8 +9,8 @@ in :func:`trusted_stores` (for restores a framework runs, as a workflow ``Contex
 
 from __future__ import annotations
 
+import contextvars
 import os
-import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,8 +21,11 @@ from context_gatekeeper.integration import store_spec
 
 __all__ = ["StoreDetachedWarning", "trusted_stores", "named_store", "trusted_store", "detached"]
 
-_TRUSTED: list[Store | str | os.PathLike[str]] = []  # process-wide: see trusted_stores
-_TRUSTED_LOCK = threading.Lock()
+_TRUSTED: contextvars.ContextVar[tuple[Store | str | os.PathLike[str], ...]] = contextvars.ContextVar(
+    "gatekeeper_trusted_stores", default=()
+)
+"""The stores :func:`trusted_stores` names, in the context of its block: the code it runs and
+the asyncio tasks and ``asyncio.to_thread`` calls started inside it, never another request."""
 
 
 class StoreDetachedWarning(UserWarning):
@@ -68,8 +71,7 @@ def _names(entry: Store | str | os.PathLike[str], named: dict[str, Any]) -> bool
 def trusted_store(named: dict[str, Any]) -> Store | str | None:
     """The store of :func:`trusted_stores` that ``named`` names (a path as a str, for the
     memory to open and own), else ``None``."""
-    with _TRUSTED_LOCK:
-        trusted = list(_TRUSTED)
+    trusted = _TRUSTED.get()
     for entry in trusted:
         if _names(entry, named):
             return entry if isinstance(entry, Store) else os.fspath(entry)
@@ -89,14 +91,14 @@ def detached(named: dict[str, Any]) -> None:
 
 @contextmanager
 def trusted_stores(*stores: Store | str | os.PathLike[str]) -> Iterator[None]:
-    """While the block runs, ``from_dict`` (in any thread or task of the process)
-    reattaches a memory whose data names one of ``stores`` (a SQLite file's path, or an
-    open store: a ``SQLiteStore`` or ``PostgresStore``, used as it is and left open), as
-    ``from_dict(data, store=...)`` would; data naming any other store is still restored
-    in memory, with :class:`StoreDetachedWarning`.  It is for restores that a framework
-    runs for you.  A workflow ``Context`` decodes its state when the run starts, not in
-    ``Context.from_dict``, so keep the block open around the run (or for the
-    application's lifetime, in its startup code)::
+    """While the block runs, ``from_dict`` called in its context (the block's own code, and
+    the asyncio tasks and ``asyncio.to_thread`` calls started inside it; never another
+    request's thread or task) reattaches a memory whose data names one of ``stores`` (a
+    SQLite file's path, or an open store: a ``SQLiteStore`` or ``PostgresStore``, used as it
+    is and left open), as ``from_dict(data, store=...)`` would; data naming any other store
+    is still restored in memory, with :class:`StoreDetachedWarning`.  It is for restores
+    that a framework runs for you.  A workflow ``Context`` decodes its state when the run
+    starts, not in ``Context.from_dict``, so keep the block open around the run::
 
         with GatekeeperMemory.trusted_stores("chats.db"):
             ctx = Context.from_dict(agent, data)
@@ -114,11 +116,8 @@ def trusted_stores(*stores: Store | str | os.PathLike[str]) -> Iterator[None]:
                 f"trusted_stores takes SQLite paths and open stores, got {type(entry).__name__}; "
                 "pass GatekeeperMemory.trusted_stores('chats.db') or an open SQLiteStore / PostgresStore"
             )
-    with _TRUSTED_LOCK:
-        _TRUSTED.extend(stores)
+    token = _TRUSTED.set((*_TRUSTED.get(), *stores))
     try:
         yield
     finally:
-        with _TRUSTED_LOCK:
-            for entry in stores:
-                _TRUSTED.remove(entry)  # one occurrence each: a nested block naming it too keeps its own
+        _TRUSTED.reset(token)

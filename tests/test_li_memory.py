@@ -350,6 +350,7 @@ def test_token_limit_can_be_changed_to_a_valid_budget_and_explain_follows_it() -
             memory.model_copy(update={"token_limit": bad})
     smaller = memory.model_copy(update={"token_limit": 5})
     assert (smaller.token_limit, memory.token_limit) == (5, 2000)
+    assert smaller.explain(REDIS_QUERY).turn_ids == () and memory.explain(REDIS_QUERY).turn_ids == (1,)
     memory.token_limit = 5
     assert memory.explain(REDIS_QUERY).turn_ids == () and memory.get(REDIS_QUERY) == []
 
@@ -608,3 +609,15 @@ def test_a_blank_input_is_no_input(blank) -> None:
     ])
     assert [m.content for m in memory.get(input=blank)] == [m.content for m in memory.get()]
     assert [m.content for m in asyncio.run(memory.aget(input=blank))] == [m.content for m in memory.get()]
+
+
+@pytest.mark.parametrize("make_copy", [copy.copy, lambda m: m.model_copy(), lambda m: m.model_copy(update={"token_limit": 9})])
+def test_a_shallow_copy_owns_its_store_so_closing_it_leaves_the_original_working(tmp_path, make_copy) -> None:
+    memory = GatekeeperMemory.from_defaults(store=str(tmp_path / "chats.db"), session_id="s")
+    turns(memory, REDIS_1)
+    twin = make_copy(memory)
+    assert twin.store is not memory.store
+    twin.close()
+    turns(memory, ESPRESSO)  # the original's store is still open
+    assert len(memory.get_all()) == 4
+    memory.close()

@@ -12,7 +12,7 @@ import pytest
 from llama_index.core.llms import ChatMessage
 
 from context_gatekeeper import (
-    BudgetError, GateOptions, InMemoryStore, InvalidInputError, InvalidTypeError, SelectionParams,
+    BudgetError, GateOptions, InMemoryStore, InvalidInputError, InvalidTypeError, SelectionParams, SQLiteStore,
 )
 from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning
 from pg_support import drop_tables, postgres_dsn, prefix_for
@@ -313,3 +313,45 @@ def test_a_postgres_memory_names_its_database_without_the_password_and_reattache
     finally:
         store.close()
         drop_tables(dsn, prefix)
+
+
+def test_trust_holds_in_the_blocks_context_only_never_in_another_request(tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    path = str(tmp_path / "tenant-a.db")
+    GatekeeperMemory.from_defaults(store=path, session_id="alice").close()
+    forged = {"session_id": "planted", "token_limit": 2000, "options": {}, "revisions": [], "store": {"sqlite": path}}
+    inside, done = threading.Event(), threading.Event()
+
+    def tenant_a() -> None:
+        with GatekeeperMemory.trusted_stores(path):
+            inside.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=tenant_a)
+    holder.start()
+    try:
+        assert inside.wait(30)
+        with pytest.warns(StoreDetachedWarning):  # another thread trusted it, this one did not
+            other = GatekeeperMemory.from_dict(forged)
+        assert isinstance(other.store, InMemoryStore)
+        other.close()
+    finally:
+        done.set()
+        holder.join()
+
+    async def in_a_task_and_a_worker_thread() -> list[object]:
+        with GatekeeperMemory.trusted_stores(path):  # what the block starts inherits the trust
+            memories = [await asyncio.create_task(asyncio.to_thread(GatekeeperMemory.from_dict, forged))]
+            memories.append(await asyncio.create_task(_restore(forged)))
+        stores = [m.store for m in memories]
+        for m in memories:
+            m.close()
+        return stores
+
+    assert all(isinstance(s, SQLiteStore) for s in asyncio.run(in_a_task_and_a_worker_thread()))
+
+
+async def _restore(data: dict) -> GatekeeperMemory:
+    return GatekeeperMemory.from_dict(data)
