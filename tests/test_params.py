@@ -74,6 +74,15 @@ def test_invalid_values_are_rejected_up_front(changes):
         SelectionParams().with_(**changes)
 
 
+def test_numpy_numbers_from_a_tuning_loop_are_taken_as_plain_values():
+    np = pytest.importorskip("numpy")
+    p = SelectionParams(top_m=np.int64(3), k1=np.float32(1.5), keep_topic_opener=np.bool_(False))
+    assert (p.top_m, p.k1, p.keep_topic_opener) == (3, 1.5, False)
+    assert (type(p.top_m), type(p.k1), type(p.keep_topic_opener)) == (int, float, bool)
+    with pytest.raises(ValueError, match="top_m must be an int"):
+        SelectionParams(top_m=np.float64(3.0))
+
+
 def test_a_threshold_may_be_infinite_and_an_int_stands_for_a_float():
     assert SelectionParams(switch_min_new_weight=float("inf"), k1=2).k1 == 2
 

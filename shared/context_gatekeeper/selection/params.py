@@ -12,6 +12,7 @@ repository) and on the hand-labelled mixed-topic set ``benchmarks/data/interleav
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -435,9 +436,12 @@ class SelectionParams:
                     f"start from SelectionParams().{name} and change single weights"
                 )
         for f in fields(self):  # a string "3" or a NaN would fail far from here, or silently never match
-            problem = _scalar_problem(str(f.type), getattr(self, f.name))
+            value = getattr(self, f.name)
+            plain, problem = _plain_scalar(str(f.type), value)
             if problem is not None:
-                raise InvalidInputError(f"SelectionParams.{f.name} must be {problem}, got {getattr(self, f.name)!r}")
+                raise InvalidInputError(f"SelectionParams.{f.name} must be {problem}, got {value!r}")
+            if plain is not value:  # a NumPy number (a tuning loop's np.arange): kept as the plain value
+                object.__setattr__(self, f.name, plain)
         if self.idf not in IDF_FORMULAS:
             raise InvalidInputError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
         for f in fields(self):
@@ -521,17 +525,23 @@ class SelectionParams:
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SelectionParams) if f.default is not MISSING}
 
 
-def _scalar_problem(declared: str, value: Any) -> str | None:
-    """What a field declared ``float``, ``int``, ``bool`` or ``str`` needs that ``value`` is not
-    (``None``: it is fine, or the field is of another kind).  A float may be infinite (a
-    threshold never reached), never NaN."""
+def _plain_scalar(declared: str, value: Any) -> tuple[Any, str | None]:
+    """``(value as a plain Python scalar, None)`` for a field declared ``float``, ``int``,
+    ``bool`` or ``str`` (NumPy's numbers and booleans become ``float``, ``int``, ``bool``), or
+    ``(value, what it needs)`` when it is not one; fields of other kinds pass as they are.
+    A float may be infinite (a threshold never reached), never NaN."""
+    kind = type(value)
+    is_bool = isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"))
     if declared == "float":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
-        return None if ok else "a number (not NaN)"
+        if isinstance(value, numbers.Real) and not is_bool and not math.isnan(value):
+            return (value if kind in (int, float) else float(value)), None  # an int stays one (k1=2)
+        return value, "a number (not NaN)"
     if declared == "int":
-        return None if isinstance(value, int) and not isinstance(value, bool) else "an int"
+        if isinstance(value, numbers.Integral) and not is_bool:
+            return int(value), None  # the same object for an int (int of an int is itself)
+        return value, "an int"
     if declared == "bool":
-        return None if isinstance(value, bool) else "True or False"
+        return (bool(value), None) if is_bool else (value, "True or False")
     if declared == "str":
-        return None if isinstance(value, str) else "a string"
-    return None
+        return (value, None) if isinstance(value, str) else (value, "a string")
+    return value, None
