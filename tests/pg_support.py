@@ -42,11 +42,23 @@ def postgres_dsn() -> str:
     return dsn
 
 
+PREFIX_FILE = ".pg-table-prefix"
+"""The file inside a storage directory that keeps its prefix, for the processes a test starts."""
+
+
 def prefix_for(where: Path | str) -> str:
-    """One table prefix per storage location (a test's ``tmp_path``), unique to this run."""
+    """One table prefix per storage location (a test's ``tmp_path``), unique to this run.
+    For a directory, kept in a file inside it: a child process the test starts (the
+    conformance suite's ``processes`` check runs ``make(where)`` in one) opens the same tables."""
     key = str(where)
     if key not in _prefixes:
-        _prefixes[key] = f"{RUN_PREFIX}{len(_prefixes)}_"
+        kept = Path(where) / PREFIX_FILE
+        if kept.is_file():
+            _prefixes[key] = kept.read_text(encoding="utf-8")
+        else:
+            _prefixes[key] = f"{RUN_PREFIX}{len(_prefixes)}_"
+            if Path(where).is_dir():
+                kept.write_text(_prefixes[key], encoding="utf-8")
     return _prefixes[key]
 
 

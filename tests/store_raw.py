@@ -1,5 +1,6 @@
 """Every stored byte of a session, per store of this package: what a refused commit must
-leave unchanged (the conformance suite's ``stored_state``, made byte-exact for our stores)."""
+leave unchanged and a purge must leave nothing of (the conformance suite's ``stored_state``,
+made byte-exact for our stores)."""
 
 from __future__ import annotations
 
@@ -10,27 +11,33 @@ from context_gatekeeper.testing.stores import unwrapped
 
 
 def raw(store: Store, session: str) -> Any:
-    """Every stored byte of a session: its revision rows and its id-index rows, as stored."""
+    """Every stored byte of a session: its revision rows, its id-index rows, the revisions
+    ``truncate`` set aside and its saved vectors, as stored."""
     store = unwrapped(store)
     if isinstance(store, InMemoryStore):
         return (
             [r.to_dict() for r in store._logs.get(session, [])],  # type: ignore[attr-defined]
             dict(store._index.get(session, {})),  # type: ignore[attr-defined]
+            [r.to_dict() for r in store._set_aside.get(session, [])],  # type: ignore[attr-defined]
+            sorted(map(repr, store._vectors.get(session, {}).values())),  # type: ignore[attr-defined]
         )
     if isinstance(store, SQLiteStore):
         with store._connection() as conn:  # type: ignore[attr-defined]
-            revisions = conn.execute("SELECT * FROM revisions WHERE session_id = ? ORDER BY number", (session,)).fetchall()
-            ids = conn.execute("SELECT * FROM message_ids WHERE session_id = ? ORDER BY message_id", (session,)).fetchall()
-        return revisions, ids
+            return tuple(
+                conn.execute(f"SELECT * FROM {table} WHERE session_id = ? ORDER BY {order}", (session,)).fetchall()
+                for table, order in (("revisions", "number"), ("message_ids", "message_id"),
+                                     ("set_aside_revisions", "number, set_aside_at"),
+                                     ("vectors", "embedder, dimension, text_hash, message_id"))
+            )
     from psycopg import sql
 
     names = store._names  # type: ignore[attr-defined]
     key = store._key(session)[0]  # type: ignore[attr-defined]
     with store._connection() as conn:  # type: ignore[attr-defined]
-        revisions = conn.execute(
-            sql.SQL("SELECT * FROM {} WHERE session_key = %s ORDER BY number").format(names["revisions"]), (key,)
-        ).fetchall()
-        ids = conn.execute(
-            sql.SQL("SELECT * FROM {} WHERE session_key = %s ORDER BY message_id").format(names["ids"]), (key,)
-        ).fetchall()
-    return revisions, ids
+        return tuple(
+            conn.execute(
+                sql.SQL("SELECT * FROM {} WHERE session_key = %s ORDER BY " + order).format(names[table]), (key,)
+            ).fetchall()
+            for table, order in (("revisions", "number"), ("ids", "message_id"), ("set_aside", "number, set_aside_at"),
+                                 ("vectors", "embedder, dimension, text_hash, message_id"))
+        )

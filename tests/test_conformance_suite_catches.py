@@ -22,10 +22,12 @@ from context_gatekeeper.errors import InvalidInputError, InvalidTypeError
 from context_gatekeeper.testing.stores import checked_modes, storage_key
 
 BUGGY_STORES = '''
-import threading, time
+import copy, os, pickle, threading, time
 from pathlib import Path
-from context_gatekeeper.stores import InMemoryStore
-from context_gatekeeper.testing.stores import Capabilities, StoreConformance
+from context_gatekeeper.stores import InMemoryStore, Store, prepare_commit
+from context_gatekeeper.stores.base import checked_keep
+from context_gatekeeper.stores.integrity import index_of_log
+from context_gatekeeper.testing.stores import Capabilities, StoreConformance, unwrapped
 
 HERE = Path(__file__).parent
 
@@ -92,6 +94,245 @@ class BeforeRenew(InMemoryStore):
     """A store written before commit took renew_taken_ids (not a bug: an older contract)."""
     def commit(self, session_id, revision, *, expected_head):
         return super().commit(session_id, revision, expected_head=expected_head)
+
+
+class ChecksSomeLater(InMemoryStore):
+    """Checks an edit against some of the revisions since expected_head only (see below)."""
+    def commit(self, session_id, revision, *, expected_head, renew_taken_ids=False):
+        with self._lock:
+            log, index = self._logs.get(session_id, []), self._index.get(session_id, {})
+            head = log[-1].number if log else 0
+            since = log[expected_head:] if isinstance(expected_head, int) and 0 <= expected_head < head else []
+            stored, rows = prepare_commit(session_id, revision, head, expected_head, self.checked(since),
+                                          lambda ids: {i: index[i] for i in ids if i in index}, renew_taken_ids)
+            if stored.number != head:
+                self._logs.setdefault(session_id, []).append(stored.detached())
+                self._index.setdefault(session_id, {}).update(rows)
+            return stored.detached()
+
+
+class ChecksOnlyTheHead(ChecksSomeLater):
+    """... only the head revision (WHERE number = head)."""
+    def checked(self, since):
+        return since[-1:]
+
+
+class ChecksOnlyTheFirst(ChecksSomeLater):
+    """... only the first revision after expected_head (LIMIT 1)."""
+    def checked(self, since):
+        return since[:1]
+
+
+class Folded(dict):
+    """A dict comparing its keys folded by ``fold``, as a backend's collation or column does."""
+    def __init__(self, fold):
+        super().__init__()
+        self.fold = fold
+    def get(self, key, default=None):
+        return super().get(self.fold(key), default)
+    def setdefault(self, key, default=None):
+        return super().setdefault(self.fold(key), default)
+    def pop(self, key, *default):
+        return super().pop(self.fold(key), *default)
+    def __getitem__(self, key):
+        return super().__getitem__(self.fold(key))
+    def __setitem__(self, key, value):
+        super().__setitem__(self.fold(key), value)
+    def __contains__(self, key):
+        return super().__contains__(self.fold(key))
+
+
+class FoldsSessionIds(InMemoryStore):
+    def __init__(self):
+        super().__init__()
+        self._logs, self._index, self._set_aside, self._vectors = (Folded(self.fold) for _ in range(4))
+
+
+class PadSpace(FoldsSessionIds):
+    """Trailing spaces do not count in session ids (a PAD SPACE collation, a CHAR column)."""
+    fold = staticmethod(lambda s: s.rstrip(" "))
+
+
+class CaseInsensitive(FoldsSessionIds):
+    """Session ids compared without case (a case-insensitive collation)."""
+    fold = staticmethod(str.lower)
+
+
+class Cuts255(FoldsSessionIds):
+    """Session ids cut to 255 characters (a VARCHAR(255) column in a non-strict SQL mode)."""
+    fold = staticmethod(lambda s: s[:255])
+
+
+class PrefixScan(InMemoryStore):
+    """revisions(s) scans the keys starting 'rev:<s>:', which session '<s>:<anything>' has too."""
+    def revisions(self, session_id, after=0):
+        with self._lock:
+            found = [r for name, log in self._logs.items() for r in log if f"{name}:".startswith(f"{session_id}:")]
+        return [r.detached() for r in sorted(found, key=lambda r: r.number) if r.number > after]
+
+
+class BlockingTwins(InMemoryStore):
+    """Async twins written as 'async def' around the sync calls: they block the event loop."""
+    async def ahead(self, session_id):
+        return self.head(session_id)
+    async def arevisions(self, session_id, after=0):
+        return self.revisions(session_id, after)
+
+
+class PurgeKeepsSetAside(InMemoryStore):
+    """purge() leaves the revisions truncate set aside: a purged session's text survives."""
+    def purge(self, session_id):
+        with self._lock:
+            aside = self._set_aside.pop(session_id, None)
+        super().purge(session_id)
+        with self._lock:
+            if aside:
+                self._set_aside[session_id] = aside
+
+
+class FileStore(Store):
+    """Revision logs in a pickle file, which every handle on the path reads and rewrites
+    under one lock per path (correct within one process)."""
+    locks = {}
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._lock = self.locks.setdefault(str(path), threading.RLock())
+
+    def _load(self):
+        try:
+            return pickle.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {"logs": {}, "index": {}, "aside": {}}
+
+    def _save(self, state):
+        temporary = self.path.with_name(f"{self.path.name}.{threading.get_ident()}")
+        temporary.write_bytes(pickle.dumps(state))
+        os.replace(temporary, self.path)
+
+    def setup(self):
+        pass
+
+    def head(self, session_id):
+        return self.tip(session_id)[0]
+
+    def tip(self, session_id):
+        with self._lock:
+            log = self._load()["logs"].get(session_id)
+            return (log[-1].number, log[-1].time) if log else (0, 0.0)
+
+    def revisions(self, session_id, after=0):
+        with self._lock:
+            return self._load()["logs"].get(session_id, [])[max(after, 0):]
+
+    def commit(self, session_id, revision, *, expected_head, renew_taken_ids=False):
+        with self._lock:
+            self._fault("begin")
+            state = self._load()
+            log, index = state["logs"].get(session_id, []), state["index"].get(session_id, {})
+            head = log[-1].number if log else 0
+            since = log[expected_head:] if isinstance(expected_head, int) and 0 <= expected_head < head else []
+            stored, rows = prepare_commit(session_id, revision, head, expected_head, since,
+                                          lambda ids: {i: index[i] for i in ids if i in index}, renew_taken_ids)
+            if stored.number == head:
+                return stored.detached()
+            state["logs"].setdefault(session_id, []).append(stored.detached())
+            state["index"].setdefault(session_id, {}).update(rows)
+            self._fault("written")
+            self._fault("before_commit")
+            self._save(state)
+            return stored.detached()
+
+    def truncate(self, session_id, keep):
+        keep = checked_keep(keep)
+        with self._lock:
+            state = self._load()
+            log = state["logs"].get(session_id, [])
+            dropped = log[keep:]
+            if dropped:
+                state["aside"].setdefault(session_id, []).extend(dropped)
+                del log[keep:]
+                state["index"][session_id] = index_of_log(log)
+                if not log:
+                    del state["logs"][session_id]
+                self._save(state)
+            return len(dropped)
+
+    def purge(self, session_id):
+        with self._lock:
+            state = self._load()
+            for part in state.values():
+                part.pop(session_id, None)
+            self._save(state)
+
+    def sessions(self):
+        with self._lock:
+            return sorted(self._load()["logs"])
+
+
+class LocksPerHandle(FileStore):
+    """A lock per handle, not per storage: two handles' commits read the same file and the
+    last to write it drops the other's revision.  (The first commit of each handle waits
+    for another handle's at the point both have read the file: they overlap every run.)"""
+    meet = threading.Barrier(2)
+
+    def __init__(self, path):
+        super().__init__(path)
+        self._lock, self._met = threading.RLock(), False
+
+    def _fault(self, point):
+        if point == "written" and not self._met:
+            self._met = True
+            try:
+                self.meet.wait(timeout=30)
+            except threading.BrokenBarrierError:
+                pass
+        super()._fault(point)
+
+
+class CachedTip(FileStore):
+    """Keeps head and tip per handle, updated by its own commits only."""
+    def __init__(self, path):
+        super().__init__(path)
+        self._tips = {}
+
+    def tip(self, session_id):
+        if session_id not in self._tips:
+            self._tips[session_id] = super().tip(session_id)
+        return self._tips[session_id]
+
+    def commit(self, session_id, revision, **options):
+        stored = super().commit(session_id, revision, **options)
+        self._tips[session_id] = (stored.number, stored.time)
+        return stored
+
+
+class CachedRevisions(FileStore):
+    """Keeps the revisions it read by (session, number): revisions never change, do they?"""
+    def __init__(self, path):
+        super().__init__(path)
+        self._seen = {}
+
+    def revisions(self, session_id, after=0):
+        return [self._seen.setdefault((session_id, r.number), r) for r in super().revisions(session_id, after)]
+
+
+PENDING = {}
+
+
+class WriteBehind(FileStore):
+    """Keeps what it writes in this process until close(): a worker that dies loses it."""
+    def _load(self):
+        pending = PENDING.get(str(self.path))
+        return copy.deepcopy(pending) if pending is not None else super()._load()
+
+    def _save(self, state):
+        PENDING[str(self.path)] = copy.deepcopy(state)
+
+    def close(self):
+        with self._lock:
+            if str(self.path) in PENDING:
+                super()._save(PENDING.pop(str(self.path)))
 
 
 class Suite(StoreConformance):
@@ -172,6 +413,77 @@ class TestDestroys(Suite):
         closed = all(store.closed for store in self.handles[str(where)])
         with open(HERE / "destroyed.txt", "a") as log:
             log.write(f"{where} closed={closed}\\n")
+
+
+class TestChecksOnlyTheHead(Suite):
+    kind = ChecksOnlyTheHead
+
+
+class TestChecksOnlyTheFirst(Suite):
+    kind = ChecksOnlyTheFirst
+
+
+class TestPadSpace(Suite):
+    kind = PadSpace
+
+
+class TestCaseInsensitive(Suite):
+    kind = CaseInsensitive
+
+
+class TestCuts255(Suite):
+    kind = Cuts255
+
+
+class TestPrefixScan(Suite):
+    kind = PrefixScan
+
+
+class TestBlockingTwins(Suite):
+    kind = BlockingTwins
+
+
+class TestPurgeKeepsSetAside(Suite):
+    kind = PurgeKeepsSetAside
+
+    def stored_state(self, store, session):
+        return store.head(session), store.revisions(session), unwrapped(store)._set_aside.get(session, [])
+
+
+class TestVectorsDeclaredOff(Suite):
+    capabilities = Capabilities(reopens=False, vectors=False)  # yet InMemoryStore is a VectorStore
+
+
+class TestTruncateDeclaredOff(Suite):
+    capabilities = Capabilities(reopens=False, truncate=False)  # yet InMemoryStore has truncate
+
+
+class Files(StoreConformance):
+    capabilities = Capabilities(vectors=False)
+    kind = FileStore
+
+    def make(self, where):
+        return self.kind(where / "log.pickle")
+
+
+class TestFileStore(Files):
+    """The correct file store: passes what catches the file stores below."""
+
+
+class TestLocksPerHandle(Files):
+    kind = LocksPerHandle
+
+
+class TestCachedTip(Files):
+    kind = CachedTip
+
+
+class TestCachedRevisions(Files):
+    kind = CachedRevisions
+
+
+class TestWriteBehind(Files):
+    kind = WriteBehind
 '''
 
 SELECTED = {
@@ -186,6 +498,21 @@ SELECTED = {
     "TestDestroys": "test_revisions_after or test_tip_is",
     "TestClaimsTamperEvidence": "changed_behind_the_store",
     "TestBeforeRenew": "optional_keyword or renewing_taken_ids or taken_id_is_renewed",
+    "TestChecksOnlyTheHead": "checked_against_every_later_revision",
+    "TestChecksOnlyTheFirst": "checked_against_every_later_revision",
+    "TestPadSpace": "could_confuse",
+    "TestCaseInsensitive": "could_confuse",
+    "TestCuts255": "could_confuse",
+    "TestPrefixScan": "could_confuse",
+    "TestBlockingTwins": "lets_the_event_loop_run",
+    "TestPurgeKeepsSetAside": "leaves_nothing_stored",
+    "TestVectorsDeclaredOff": "test_revisions_after",
+    "TestTruncateDeclaredOff": "test_revisions_after",
+    "TestFileStore": "handles_committing_at_once or another_handle_wrote or survives_its_exit",
+    "TestLocksPerHandle": "handles_committing_at_once",
+    "TestCachedTip": "another_handle_wrote",
+    "TestCachedRevisions": "another_handle_wrote",
+    "TestWriteBehind": "survives_its_exit",
 }
 """Each buggy store's class, and the tests (a ``-k`` expression) that must catch its bug."""
 
@@ -311,3 +638,68 @@ def test_a_store_whose_commit_predates_renew_taken_ids_is_told_and_still_works(r
     assert all(outcome == "PASSED" for outcome, _ in outcomes.values()), outcomes
     assert "BeforeRenew.commit lacks the optional keyword(s) ['renew_taken_ids']: renew_taken_ids:" in run.output
     assert "BeforeRenew.commit does not take renew_taken_ids (optional" in run.output
+
+
+def failed(outcomes: dict[str, tuple[str, str]]) -> set[str]:
+    """The tests (``name[params]``) that failed."""
+    return {test for test, (outcome, _) in outcomes.items() if outcome == "FAILED"}
+
+
+@pytest.mark.parametrize(("suite", "missed"), [("TestChecksOnlyTheHead", "first"), ("TestChecksOnlyTheFirst", "last")])
+def test_a_store_checking_an_edit_against_one_later_revision_fails(run: Run, suite: str, missed: str) -> None:
+    """The conflicting revision is caught wherever it falls among those since expected_head."""
+    outcomes = run.of(suite)
+    assert len(outcomes) == 8, outcomes  # two positions, two kinds of conflict, two modes
+    assert failed(outcomes) == {test for test in outcomes if f"-{missed}-" in test}, outcomes
+
+
+@pytest.mark.parametrize("suite", ["TestPadSpace", "TestCaseInsensitive", "TestCuts255", "TestPrefixScan"])
+def test_a_store_confusing_two_session_ids_fails(run: Run, suite: str) -> None:
+    outcomes = run.of(suite)
+    assert len(outcomes) == 2 and failed(outcomes) == set(outcomes), outcomes
+
+
+def test_a_store_whose_async_twins_block_the_event_loop_fails_naming_them(run: Run) -> None:
+    outcomes = run.of("TestBlockingTwins")  # runs once, in the sync mode
+    assert set(outcomes) == {"test_every_async_twin_lets_the_event_loop_run[sync]"}
+    ((outcome, reason),) = outcomes.values()
+    assert outcome == "FAILED" and "['ahead', 'arevisions'] returned without ever yielding" in reason, (outcome, reason)
+
+
+def test_a_purge_leaving_set_aside_revisions_fails_when_stored_state_shows_them(run: Run) -> None:
+    outcomes = run.of("TestPurgeKeepsSetAside")
+    assert len(outcomes) == 2 and failed(outcomes) == set(outcomes), outcomes
+    assert all("purge left some of the session stored" in reason for _, reason in outcomes.values()), outcomes
+
+
+@pytest.mark.parametrize(("suite", "says"), [
+    ("TestVectorsDeclaredOff", "declares Capabilities(vectors=False), but InMemoryStore is a VectorStore"),
+    ("TestTruncateDeclaredOff", "declares Capabilities(truncate=False), but InMemoryStore overrides Store.truncate"),
+])
+def test_a_capability_declared_off_that_the_store_has_errors_instead_of_skipping(run: Run, suite: str, says: str) -> None:
+    outcomes = run.of(suite)
+    assert len(outcomes) == 2, outcomes
+    for outcome, reason in outcomes.values():
+        assert outcome == "ERROR" and "InvalidInputError" in reason and says in reason, (outcome, reason)
+
+
+def test_a_correct_file_store_passes_what_catches_the_broken_ones(run: Run) -> None:
+    outcomes = run.of("TestFileStore")
+    assert set(outcomes) == {
+        *(f"test_{name}[{mode}]" for mode in ("sync", "async") for name in (
+            "handles_committing_at_once_lose_nothing", "a_handle_reads_what_another_handle_wrote_purged_and_truncated")),
+        "test_what_a_process_committed_survives_its_exit_without_close[sync]",
+    }, outcomes
+    assert {outcome for outcome, _ in outcomes.values()} == {"PASSED"}, outcomes
+
+
+@pytest.mark.parametrize(("suite", "says"), [
+    ("TestLocksPerHandle", "handles committing at once lost or reused numbers"),
+    ("TestCachedTip", "a handle served a stale head or tip"),
+    ("TestCachedRevisions", "a handle served revisions another handle replaced or set aside"),
+    ("TestWriteBehind", "commits of a process that exited without close() were lost"),
+])
+def test_a_store_whose_handles_or_processes_disagree_fails(run: Run, suite: str, says: str) -> None:
+    outcomes = run.of(suite)
+    assert outcomes and failed(outcomes) == set(outcomes), outcomes
+    assert all(says in reason for _, reason in outcomes.values()), outcomes

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper.errors import InvalidInputError, InvalidTypeError
 from context_gatekeeper.testing.store_modes import Capabilities, needs
 
 BLOCKER = textwrap.dedent(
@@ -64,13 +64,16 @@ def test_without_pytest_the_suite_says_how_to_install_it(tmp_path: Path) -> None
 
 
 THIRD_PARTY = """
-from context_gatekeeper.stores import InMemoryStore
+from context_gatekeeper.stores import InMemoryStore, Store
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance
+
+class WithoutTruncate(InMemoryStore):
+    truncate = Store.truncate  # Store's, which says it is not supported
 
 class TestMyStore(StoreConformance):
     capabilities = Capabilities(reopens=False, truncate=False)
     def make(self, where):
-        return InMemoryStore()
+        return WithoutTruncate()
 """
 
 NOT_A_VECTOR_STORE = """
@@ -139,7 +142,9 @@ def test_a_third_party_module_runs_the_whole_suite_on_its_own(suite_run: subproc
     assert skip_lines and not [line for line in skip_lines if "[sync]" in line]  # one line per skip reason, not per test
     # declared off: skipped, naming the capability, in both modes
     assert "needs the 'truncate' capability, which TestMyStore declares off" in out
-    assert skipped(suite_run, "which TestMyStore declares off") == 12  # its three tests, and tamper_evident's three, twice
+    # truncate's three tests, tamper_evident's three, and two needing reopens (several handles, a child process), twice
+    assert skipped(suite_run, "which TestMyStore declares off") == 16
+    assert "needs the 'reopens' capability, which TestMyStore declares off" in out
     assert "needs the 'tamper_evident' capability" in out
 
 
@@ -162,7 +167,7 @@ def test_modes_can_be_narrowed_and_the_old_persistent_flag_is_refused(suite_run:
 def test_needs_refuses_an_unknown_capability() -> None:
     with pytest.raises(InvalidInputError, match="unknown capabilities"):
         needs("teleports")
-    assert set(Capabilities.names()) == {"reopens", "threads", "fault_hooks", "truncate", "vectors", "tamper_evident"}
+    assert set(Capabilities.names()) == {"reopens", "threads", "fault_hooks", "truncate", "vectors", "tamper_evident", "processes"}
     later = {"tamper_evident"}  # added after suites existed: off by default, so they keep passing
     assert all(getattr(Capabilities(), name) for name in set(Capabilities.names()) - later)  # else strictest
 
@@ -180,3 +185,31 @@ def test_the_async_facade_refuses_to_wait_for_itself_on_its_own_loop() -> None:
     with pytest.raises(AssertionError, match="call the async twin there instead"):
         background_loop().run(sync_call_on_the_loop())
     assert store.head("s") == 0  # from another thread it runs the twin on the loop
+
+
+def test_a_single_reply_is_a_script_of_one() -> None:
+    from context_gatekeeper.editing.models import ModelReply
+    from context_gatekeeper.testing import ScriptedModel
+
+    assert ScriptedModel(ModelReply("[", "length"))([]) == ModelReply("[", "length")  # a tuple, yet one reply
+    assert ScriptedModel(lambda messages: f"{len(messages)} sent")([{"role": "user", "content": "hi"}]) == "1 sent"
+    for error in (TimeoutError, TimeoutError("slow")):
+        model = ScriptedModel(error)
+        assert model.remaining == 1
+        with pytest.raises(TimeoutError):
+            model([])
+    with pytest.raises(InvalidTypeError, match="a scripted reply must be"):
+        ScriptedModel(42)
+
+
+def test_a_reply_callable_changing_what_it_was_sent_changes_nothing_recorded() -> None:
+    from context_gatekeeper.testing import ScriptedModel
+
+    def tidy(messages: list[dict]) -> str:
+        messages[0]["content"] = "REDACTED"
+        messages.append({"role": "user", "content": "added"})
+        return "ok"
+
+    model = ScriptedModel([tidy])
+    assert model([{"role": "user", "content": "what was really sent"}]) == "ok"
+    assert model.calls[0].messages == [{"role": "user", "content": "what was really sent"}]

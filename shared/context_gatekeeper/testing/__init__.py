@@ -19,7 +19,9 @@ A reply may be:
   its finish reason: ``ModelReply(text, "length")`` simulates an output limit);
 * an exception instance or class, raised (``TimeoutError()`` simulates a timeout);
 * a callable ``reply(messages)`` returning any of the above, to answer from what
-  the model was sent.
+  the model was sent (a copy: changing it changes nothing recorded in ``calls``).
+
+``ScriptedModel(reply)`` with one reply that is not a list is a script of one.
 
 Running out of replies raises ``AssertionError`` naming the call, which the edit
 functions let through so a test fails where the script ran short.
@@ -77,11 +79,22 @@ def _check_reply(reply: Any) -> Any:
     return reply
 
 
+def _is_one_reply(replies: Any) -> bool:
+    """Whether ``replies`` is a single reply rather than an iterable of them (a list is
+    the script itself; a ``ModelReply``, though a tuple, is one reply; anything else not
+    iterable is taken as one, so that a bad one is refused by :func:`_check_reply`)."""
+    if isinstance(replies, (str, dict, ModelReply, BaseException)):
+        return True
+    return not isinstance(replies, Iterable)  # an exception class, a callable, or what _check_reply refuses
+
+
 class ScriptedModel:
     """A fake model that returns scripted replies in order and records every call.
 
     Args:
-        replies: the first replies (more can be added with :meth:`enqueue`).
+        replies: the first replies, as a list (more can be added with :meth:`enqueue`);
+            a single reply (a str, dict, ModelReply, exception or callable) is a
+            script of one.
         name: the model name recorded in revisions.
         structured: advertise structured output (``supports_json_schema``), so
             dict/list replies are returned as parsed objects.
@@ -95,7 +108,7 @@ class ScriptedModel:
     """
 
     def __init__(self, replies: Iterable[Any] | None = None, *, name: str = "scripted", structured: bool = False):
-        if isinstance(replies, (str, dict, BaseException)):
+        if replies is not None and _is_one_reply(replies):
             replies = [replies]
         self.name = name
         self.structured = structured
@@ -153,7 +166,7 @@ class ScriptedModel:
         if isinstance(reply, BaseException):
             raise reply
         if callable(reply):
-            reply = _check_reply(reply(call.messages))
+            reply = _check_reply(reply(copy.deepcopy(call.messages)))  # what it changes is not what was recorded
             if callable(reply) and not isinstance(reply, (type, BaseException)):
                 raise InvalidTypeError("a scripted reply callable must return a reply, not another callable")
             return self._resolve(reply, call)

@@ -24,7 +24,7 @@ from ..records.revisions import Revision
 
 __all__ = [
     "message", "append", "turn", "edit", "delete", "changed", "fill", "snapshot", "run_together", "put_ids",
-    "NASTY_SESSIONS", "NESTED", "CONTENTS",
+    "NASTY_SESSIONS", "CONFUSABLE_SESSIONS", "NESTED", "CONTENTS",
 ]
 
 
@@ -116,6 +116,20 @@ NASTY_SESSIONS = [
     "",
 ]
 """Session ids that must come back exactly."""
+
+_SHARED_280 = "https://chat.example.com/workspace/acme/" + "x" * 240
+CONFUSABLE_SESSIONS = [
+    "a",
+    "a ",  # equal to "a" where trailing spaces do not count (PAD SPACE collations, CHAR columns)
+    "a:b",  # "a" a prefix of it (a key-prefix scan over "<session>:<number>" keys)
+    "a/b",  # the same with a path-like separator
+    "A",  # equal to "a" under a case-insensitive collation
+    "\u00e9",  # é composed ...
+    "e\u0301",  # ... and decomposed: equal under Unicode normalization
+    _SHARED_280 + "/user/alice/" + "1" * 20,  # 312 characters, the first 280 shared
+    _SHARED_280 + "/user/bob/" + "2" * 22,  # (a VARCHAR(255) column cuts both to one id)
+]
+"""Session ids a backend could take for one another: each must keep its own log."""
 
 NESTED = {
     "tool_calls": [{"id": "call_1", "name": "search", "args": {"q": "it's; DROP", "n": 3, "deep": [1, [2, [3]]]}}],

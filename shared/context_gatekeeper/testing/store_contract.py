@@ -12,18 +12,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 from ..errors import StaleHeadError
 from ..stores import FAULT_POINTS, Store
 from ..records.messages import Message
-from ..records.operations import Change, Put, Remove, invert
+from ..records.operations import AT_END, Change, Put, Remove, invert
 from ..records.revisions import Revision
 from ._requires import HealthCheck, given, pytest, settings, st
 from .store_builders import (
-    CONTENTS, NASTY_SESSIONS, NESTED, append, changed, delete, edit, fill, message, put_ids, snapshot, turn,
+    CONFUSABLE_SESSIONS, CONTENTS, NASTY_SESSIONS, NESTED, append, changed, delete, edit, fill, message, put_ids,
+    run_together, snapshot, turn,
 )
-from .store_modes import needs, run_async, together
+from .store_modes import Capabilities, needs, run_async, together, unwrapped
+from .store_processes import commit_in_a_child
+from ..stores.vectors import VectorRow, supports_vectors
 
 __all__ = ["StoreContract"]
 
@@ -33,8 +37,47 @@ HOOK_DEADLINE_S = 10.0
 """How long the async test waits for ``acommit`` to reach ``fault_hook('begin')``."""
 
 
+def once(suite: Any, mode: str) -> None:
+    """Skip the run of a test in any mode but the first the suite runs: for a test that
+    checks the store itself (its twins, another process), the same in every mode."""
+    if mode != suite.modes[0]:
+        pytest.skip(f"runs once per store, in the {suite.modes[0]!r} mode (it checks the store itself in every mode)")
+
+
+def follows(handle: Store, session: str, log: list[Revision]) -> None:
+    """``handle``'s head, tip, revisions and sessions are those of ``log``."""
+    tip = (log[-1].number, log[-1].time) if log else (0, 0.0)
+    assert (handle.head(session), handle.tip(session)) == (len(log), tip), "a handle served a stale head or tip"
+    assert handle.revisions(session) == log, "a handle served revisions another handle replaced or set aside"
+    assert handle.revisions(session, after=1) == log[1:]
+    assert handle.sessions() == ([session] if log else [])
+
+
+def async_twins(target: Any, capabilities: Capabilities) -> dict[str, Callable[[], Any]]:
+    """Every async twin of ``target`` the suite can check, as calls on session ``s`` (two turns)."""
+    twins: dict[str, Callable[[], Any]] = {
+        "asetup": lambda: target.asetup(),
+        "ahead": lambda: target.ahead("s"),
+        "atip": lambda: target.atip("s"),
+        "arevisions": lambda: target.arevisions("s"),
+        "asessions": lambda: target.asessions(),
+        "acommit": lambda: target.acommit("s", turn(3), expected_head=None),
+    }
+    if capabilities.vectors and supports_vectors(target):
+        twins["asave_vectors"] = lambda: target.asave_vectors("s", [VectorRow("u1", "h", "e", (1.0,))])
+        twins["aload_vectors"] = lambda: target.aload_vectors("s", "e")
+        twins["adelete_vectors"] = lambda: target.adelete_vectors("s")
+    if capabilities.truncate:
+        twins["atruncate"] = lambda: target.atruncate("s", 2)
+    twins["apurge"] = lambda: target.apurge("s")
+    return twins
+
+
 class StoreContract:
     """The revision-log contract every store keeps (see :mod:`context_gatekeeper.stores.base`)."""
+
+    capabilities: Capabilities
+    modes: tuple[str, ...]
 
     # -- schema -------------------------------------------------------------------------
     def test_setup_is_idempotent_and_keeps_data(self, store: Store, open_store: OpenStore) -> None:
@@ -93,6 +136,29 @@ class StoreContract:
             assert (stored.number, stored.parent, stored.base) == (n + 1, n, n)
         assert [r.number for r in store.revisions("s")] == [1, 2, 3, 4, 5, 6]
 
+    @needs("reopens", "threads")
+    def test_handles_committing_at_once_lose_nothing(self, open_store: OpenStore) -> None:
+        """Handles on one storage (workers, processes) appending at the same time: every
+        commit is in the log once, numbered 1..N, each handle's appends in its order."""
+        handles, per_handle = [open_store() for _ in range(4)], 20
+
+        def writer(k: int) -> Callable[[], None]:
+            def commit_all() -> None:
+                for j in range(per_handle):
+                    handles[k].commit("s", append(message(f"h{k}-{j}")), expected_head=None)
+            return commit_all
+
+        assert run_together(*(writer(k) for k in range(len(handles)))) == []
+        total = len(handles) * per_handle
+        for reader in (*handles, open_store()):
+            log = reader.revisions("s")
+            assert [r.number for r in log] == list(range(1, total + 1)), "handles committing at once lost or reused numbers"
+            ids = put_ids(log)
+            assert sorted(ids) == sorted(f"h{k}-{j}" for k in range(len(handles)) for j in range(per_handle))
+            for k in range(len(handles)):
+                assert [i for i in ids if i.startswith(f"h{k}-")] == [f"h{k}-{j}" for j in range(per_handle)]
+            assert reader.head("s") == total
+
     def test_an_edit_is_rebased_over_appends_that_do_not_touch_it(self, store: Store) -> None:
         first, _ = fill(store, "s", 2)
         proposal = edit(first.added[1], "a corrected answer")  # computed at head 2
@@ -121,6 +187,24 @@ class StoreContract:
         proposal = edit(user, "mine")  # computed at head 1
         touching = append(message("a9", "assistant"), after=user.id)  # an answer put right after it
         store.commit("s", touching, expected_head=None)
+        before = snapshot(store, "s")
+        with pytest.raises(StaleHeadError):
+            store.commit("s", proposal, expected_head=1)
+        assert snapshot(store, "s") == before
+
+    @pytest.mark.parametrize("conflict", ["non-append", "answer"])
+    @pytest.mark.parametrize("position", ["first", "last"])
+    def test_a_stale_edit_is_checked_against_every_later_revision(self, store: Store, conflict: str, position: str) -> None:
+        """The conflicting revision first or last among three since ``expected_head``: a
+        store checking only the head, or only the revision right after, lets it through."""
+        (first,) = fill(store, "s", 1)
+        user, answer = first.added
+        proposal = edit(user, "mine")  # computed at head 1
+        conflicting = edit(answer, "theirs") if conflict == "non-append" else append(message("x9", "assistant"), after=user.id)
+        harmless = [append(message(f"n{k}"), after=AT_END) for k in range(2)]
+        later = [conflicting, *harmless] if position == "first" else [*harmless, conflicting]
+        for revision in later:
+            store.commit("s", revision, expected_head=store.head("s"))
         before = snapshot(store, "s")
         with pytest.raises(StaleHeadError):
             store.commit("s", proposal, expected_head=1)
@@ -155,6 +239,24 @@ class StoreContract:
         assert again.head(session) == 2
         assert sorted(again.sessions()) == sorted({"neighbour", session})
         assert again.head("neighbour") == 1
+
+    def test_sessions_a_backend_could_confuse_keep_their_own_logs(self, store: Store, open_store: OpenStore) -> None:
+        """Ids equal once trailing spaces are ignored, prefixes of one another, equal but for
+        case or Unicode normalization, or equal in their first 280 characters: each its own log."""
+        logs: dict[str, list[Revision]] = {}
+        for i, session in enumerate(CONFUSABLE_SESSIONS):
+            assert store.head(session) == 0 and store.revisions(session) == [], (
+                f"session {session!r} shows revisions before its first commit (another session's?)")
+            logs[session] = [
+                store.commit(session, append(message(f"{i}-{n}", content=f"{n} of {session!r}")), expected_head=None)
+                for n in range(i % 2 + 1)
+            ]
+        for handle in (store, open_store()):
+            for session, log in logs.items():
+                assert (handle.head(session), handle.revisions(session)) == (len(log), log), f"session {session!r}"
+            assert handle.sessions() == sorted(CONFUSABLE_SESSIONS)
+        store.purge(CONFUSABLE_SESSIONS[0])
+        assert store.sessions() == sorted(CONFUSABLE_SESSIONS[1:])
 
     @pytest.mark.parametrize("name", sorted(CONTENTS))
     def test_content_round_trips(self, store: Store, open_store: OpenStore, name: str) -> None:
@@ -252,6 +354,21 @@ class StoreContract:
         store.purge("never existed")
         assert store.commit("drop", turn(1), expected_head=None).number == 1
 
+    def test_a_handle_reads_what_another_handle_wrote_purged_and_truncated(self, store: Store, open_store: OpenStore) -> None:
+        """A long-lived handle (a worker) follows another one's appends, purge and new
+        text under the same numbers, and truncate: nothing read before is served again."""
+        other = open_store()
+        assert (store.tip("s"), store.revisions("s"), store.sessions()) == ((0, 0.0), [], [])
+        written = fill(other, "s", 2)
+        follows(store, "s", written)
+        other.purge("s")
+        follows(store, "s", [])
+        again = [other.commit("s", append(message(f"new{n}", content=f"new text {n}")), expected_head=None) for n in range(3)]
+        follows(store, "s", again)
+        if self.capabilities.truncate:
+            assert other.truncate("s", 1) == 2
+            follows(store, "s", again[:1])
+
     def test_sessions_lists_sessions_with_revisions_sorted(self, store: Store) -> None:
         for session in ("b", "a", "ü", "B"):
             fill(store, session, 1)
@@ -319,6 +436,25 @@ class StoreContract:
             mine = [i for i in ids if i.startswith(f"t{t}-")]
             assert mine == [f"t{t}-{j}" for j in range(per_thread)]
 
+    # -- processes ----------------------------------------------------------------------
+    @needs("reopens", "processes")
+    def test_what_a_process_committed_survives_its_exit_without_close(
+        self, store: Store, open_store: OpenStore, tmp_path: Path, mode: str
+    ) -> None:
+        """A worker commits and dies (``os._exit``: no close, no atexit): its commits are
+        in the storage, for handles opened before and after."""
+        once(self, mode)
+        fill(store, "s", 1)
+        child = commit_in_a_child(type(self), tmp_path, "s", [2, 3], ["commit", "acommit"])
+        assert child.committed, child.failure(type(self).__name__)
+        for handle in (store, open_store()):
+            log = handle.revisions("s")
+            assert [r.number for r in log] == [1, 2, 3], (
+                "commits of a process that exited without close() were lost (or make(where) opened other storage "
+                "there: name storage kept outside where with storage_key(where), which every process reads alike)")
+            assert put_ids(log) == ["u1", "a1", "u2", "a2", "u3", "a3"]
+        assert store.commit("s", turn(4), expected_head=3).number == 4
+
     # -- async --------------------------------------------------------------------------
     def test_async_twins_match_the_sync_methods(self, store: Store) -> None:
         async def main() -> None:
@@ -377,3 +513,28 @@ class StoreContract:
             store.fault_hook = None
         assert store.revisions("s") == [stored]
 
+    def test_every_async_twin_lets_the_event_loop_run(self, store: Store, mode: str) -> None:
+        """Each async twin awaits its I/O: it is still in flight after the loop ran other
+        tasks once.  One that finishes without ever yielding did its work on the loop
+        thread, so it blocks every other task while it waits for the storage."""
+        once(self, mode)
+        target: Any = unwrapped(store)
+        fill(target, "s", 2)
+        twins = async_twins(target, self.capabilities)
+
+        async def main() -> list[str]:
+            blocking = []
+            for name, call in twins.items():
+                task = asyncio.ensure_future(call())
+                await asyncio.sleep(0)  # one pass of the loop: the twin's first step ran
+                if task.done():
+                    blocking.append(name)
+                await task
+            return blocking
+
+        blocking = run_async(main())
+        assert blocking == [], (
+            f"{type(target).__name__}'s {blocking} returned without ever yielding to the event loop: they run the "
+            "storage's calls on the loop thread, blocking every other task; await an async driver, or run the "
+            "sync method in a thread (asyncio.to_thread, as Store's default twins do)"
+        )

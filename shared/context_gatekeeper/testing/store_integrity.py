@@ -19,7 +19,8 @@ from ..records.revisions import Proposal, Revision
 from ..transcripts.transcript import Transcript
 from ._requires import pytest
 from .store_builders import append, changed, delete, edit, fill, message, put_ids, run_together, snapshot, turn
-from .store_modes import needs, unwrapped
+from .store_modes import Capabilities, needs, unwrapped
+from ..stores.vectors import supports_vectors
 
 __all__ = ["IntegrityContract", "ContentContract", "refused", "revision", "started", "S"]
 
@@ -188,6 +189,8 @@ class ContentContract:
     removal carrying other text, a revision of an unknown kind, and an append after a message
     the session never held."""
 
+    capabilities: Capabilities
+
     def stored_state(self, store: Store, session: str) -> Any:
         """What must not change when a commit is refused: by default the session's head and
         log; a store's own tests may override it with every stored byte of the session."""
@@ -196,6 +199,23 @@ class ContentContract:
     def refused(self, store: Store, bad: Revision, match: str | None = None) -> InvalidRevisionError:
         """Commit ``bad`` at the head: it must be refused, naming the session, and change nothing stored."""
         return refused(store, bad, match, state=self.stored_state)
+
+    # -- purge ------------------------------------------------------------------------------
+    def test_purge_leaves_nothing_stored_of_the_session(self, store: Store) -> None:
+        """After ``purge``, :meth:`stored_state` sees the session as one that never existed:
+        revisions, id index, vectors and the revisions ``truncate`` set aside all gone."""
+        never = self.stored_state(store, "never existed")
+        user, answer = started(store)
+        store.commit(S, revision("edit", Change(user, user.revised("my secret", 0))), expected_head=1)
+        store.commit(S, append(message("extra", content="more secrets")), expected_head=None)
+        if self.capabilities.vectors and supports_vectors(store):
+            cast(Any, store).save_vectors(S, [(answer.id, "h", "e", [1.0])])
+        if self.capabilities.truncate:
+            assert store.truncate(S, 1) == 2  # set aside, kept apart: purge erases them too
+        store.purge(S)
+        assert self.stored_state(store, S) == never, "purge left some of the session stored"
+        again = store.commit(S, append(message(user.id, content="another text")), expected_head=None)
+        assert again.number == 1 and again.added[0].content == "another text"  # its ids are free again
 
 
     # -- a change's ``before`` ------------------------------------------------------------

@@ -52,14 +52,24 @@ class Capabilities:
             :data:`~context_gatekeeper.stores.FAULT_POINTS`, in order, inside its write
             transaction (a raise there must write nothing).
         truncate: the store implements :meth:`~context_gatekeeper.stores.Store.truncate`.
+            Off while the store's class overrides it fails every test: ``CorruptLogError``
+            tells users to call it, so a ``truncate`` the store has must be checked.
         vectors: the store is a :class:`~context_gatekeeper.stores.VectorStore` (saves and
             loads embedding vectors).  On while the store is not one fails the vector tests,
-            so a missing capability is never skipped silently.
+            so a missing capability is never skipped silently; off while it is one fails
+            every test (the library saves and purges the vectors of a VectorStore).
         tamper_evident: reading a log changed behind the store's back (a row altered,
             deleted, given a bogus kind) raises ``CorruptLogError`` naming the first bad
             revision (:mod:`.store_tampering`; the test class then defines ``tamper``).
             Added after the others, so it is the one capability off by default: a suite
             written before it keeps passing.
+        processes: a handle opened by ``make(where)`` in another process reaches the same
+            storage, and what that process committed is there once it exits, even without
+            closing its handle (``os._exit``): a store that buffers writes until ``close``
+            loses them when a worker dies.  The suite runs ``make`` in a child Python
+            process that imports the test class's module; declare it off for a store
+            living in this process only (an in-memory store is skipped anyway, since it
+            does not reopen).
     """
 
     reopens: bool = True
@@ -68,6 +78,7 @@ class Capabilities:
     truncate: bool = True
     vectors: bool = True
     tamper_evident: bool = False
+    processes: bool = True
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -32,15 +32,25 @@ can do; the default is the strictest, everything on, so nothing is skipped silen
 test needing a capability declared off is skipped with a reason naming it:
 
 * ``reopens``: ``make`` opens further handles on the same storage.  Off (an in-memory
-  store), "reopening" hands back the first handle and the tests still run on it;
+  store), "reopening" hands back the first handle and the tests still run on it (those
+  needing several handles, or another process, are skipped);
 * ``threads``: one store object is safe to call from several threads at once;
 * ``fault_hooks``: ``commit`` calls ``store.fault_hook(point)`` at each of
   :data:`~context_gatekeeper.stores.FAULT_POINTS` inside its write transaction;
 * ``truncate``: the store implements ``truncate`` (the recovery for a corrupt log);
 * ``vectors``: the store is a :class:`~context_gatekeeper.stores.VectorStore`;
+* ``processes``: ``make(where)`` called in another process opens the same storage, and what
+  that process committed survives it exiting without ``close`` (:func:`os._exit`, as a
+  killed worker).  The suite runs ``make`` in a child Python process that imports the test
+  class's module (so ``make`` may use only what that import sets up); storage named from
+  ``where`` by :func:`storage_key` qualifies;
 * ``tamper_evident`` (off by default, added later): reading a log changed behind the store's
   back raises ``CorruptLogError`` naming the first bad revision; the class then defines
   ``tamper(store, session, revision, how)`` (:mod:`.store_tampering`).
+
+A capability declared off that the store has is an error in every test, not a skip: the
+library uses it all the same (``vectors=False`` for a VectorStore; ``truncate=False`` for a
+store whose class overrides ``Store.truncate``).
 
 **Optional keywords.**  ``commit`` keywords added after the first release (today
 ``renew_taken_ids``) are optional: a store without one keeps working, and
@@ -55,16 +65,22 @@ pool bound to its loop) is checked through them; ``aclose``, when the store has 
 awaited on that loop before ``close``.  ``modes = ("sync",)`` on the subclass keeps one
 (the other is then skipped, saying so); ``modes`` must be a non-empty tuple of
 those names, anything else fails every test.  Inside a test, :func:`~.store_modes.unwrapped`
-gives the store itself.
+gives the store itself.  The two tests that check the store itself whatever the mode (its
+async twins each let the event loop run; a child process's commits) run once, in the first
+of ``modes``.
 
 **What it checks** (see :mod:`context_gatekeeper.stores.base` and docs/architecture.md):
-numbering and the concurrency rules (:mod:`.store_contract`), values that must come back
-exactly, purge, faults, threads and the async twins; what a store refuses inside its
-committing transaction (:mod:`.store_integrity`: revisions that do not apply, other text
+numbering and the concurrency rules (:mod:`.store_contract`: an edit checked against every
+revision since its ``expected_head``), values that must come back exactly (session ids a
+backend could confuse included), purge, faults, threads, several handles committing at once
+and reading what the others wrote, purged or truncated, a process exiting without ``close``,
+and the async twins (each must let the event loop run while it waits); what a store refuses
+inside its committing transaction (:mod:`.store_integrity`: revisions that do not apply, other text
 under a taken id, content that is not what it holds); the vector capability
 (:mod:`.store_vectors`).  Override :meth:`ContentContract.stored_state
 <.store_integrity.ContentContract.stored_state>` to compare every stored byte of a session
-when a refused commit must leave it unchanged.  Builders for your own tests (``message``,
+when a refused commit must leave it unchanged, and a purged session must look like one that
+never existed (revisions ``truncate`` set aside included).  Builders for your own tests (``message``,
 ``append``, ``turn``, ``edit``, ``fill``, ``snapshot``, ...) are in :mod:`.store_builders`.
 """
 
@@ -77,6 +93,7 @@ from typing import ClassVar
 
 from ..errors import InvalidInputError, InvalidTypeError
 from ..stores.base import Store
+from ..stores.vectors import supports_vectors
 from ._requires import pytest
 from .store_builders import append, delete, edit, fill, message, put_ids, run_together, snapshot, turn
 from .store_contract import StoreContract
@@ -119,6 +136,23 @@ def checked_modes(suite: str, modes: object) -> tuple[str, ...]:
             + f"; choose one or more of {MODES}"
         )
     return modes
+
+
+def checked_off(suite: str, capabilities: Capabilities, store: Store) -> None:
+    """Refuse a capability declared off that ``store`` has: the library uses what a store
+    has (it saves and purges a VectorStore's vectors; ``CorruptLogError`` tells users to
+    call ``truncate``), so skipping its tests would leave it unchecked."""
+    kind = type(store).__name__
+    if not capabilities.vectors and supports_vectors(store):
+        raise InvalidInputError(
+            f"{suite} declares Capabilities(vectors=False), but {kind} is a VectorStore, whose vectors the library "
+            "saves, loads and purges: drop vectors=False so the vector tests run"
+        )
+    if not capabilities.truncate and getattr(type(store), "truncate", Store.truncate) is not Store.truncate:
+        raise InvalidInputError(
+            f"{suite} declares Capabilities(truncate=False), but {kind} overrides Store.truncate, which users call "
+            "to recover a corrupt log: drop truncate=False so the truncate tests run (or leave truncate to Store)"
+        )
 
 
 class StoreHandles:
@@ -176,6 +210,8 @@ class StoreHandles:
                 return handles[0]
             handle = self.make(tmp_path)
             handles.append(facade_for(handle) if mode == "async" else handle)
+            if len(handles) == 1:  # appended first, so that it is closed even when refused
+                checked_off(type(self).__name__, self.capabilities, handle)
             return handles[-1]
 
         try:
