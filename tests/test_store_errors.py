@@ -491,7 +491,7 @@ def test_every_postgres_secret_is_hidden_in_repr_errors_and_what_a_pickle_names(
 
     from context_gatekeeper.integration import store_spec
     from context_gatekeeper.stores import PostgresStore
-    from context_gatekeeper.stores.postgres import is_secret_key
+    from context_gatekeeper.stores.postgres_conninfo import is_secret_key
 
     assert all(map(is_secret_key, ("password", "sslpassword", "oauth_client_secret", "scram_client_key")))
     assert not any(map(is_secret_key, ("sslkey", "host", "user", "passfile")))

@@ -98,7 +98,6 @@ from .vectors import VectorRow, VectorStore, checked_rows, pack_vector
 try:
     import psycopg
     from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -106,9 +105,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from . import postgres_ops as ops
+from .postgres_conninfo import check_conninfo, is_secret_key, redacted
 from .postgres_ops import VECTORS_TABLE, Key, Step, Steps, arun_steps, postgres_errors, run_steps
 
-__all__ = ["PostgresStore", "MIGRATIONS"]
+__all__ = ["PostgresStore", "MIGRATIONS", "is_secret_key"]
 
 T = TypeVar("T")
 _closing: set[concurrent.futures.Future[None]] = set()  # pool closings scheduled on other loops (kept from collection)
@@ -263,8 +263,8 @@ class PostgresStore(Store, VectorStore):
             self._pool, self._owns_pool = dsn_or_pool, False
             self._init_async(None, options, async_pool)
         elif isinstance(dsn_or_pool, str):
-            _check_conninfo(dsn_or_pool)
-            with postgres_errors(f"PostgresStore({_redacted(dsn_or_pool)!r})"):
+            check_conninfo(dsn_or_pool)
+            with postgres_errors(f"PostgresStore({redacted(dsn_or_pool)!r})"):
                 self._pool, self._owns_pool = _open_pool(dsn_or_pool, options), True
             self._init_async(dsn_or_pool, options, async_pool)
         else:
@@ -281,7 +281,7 @@ class PostgresStore(Store, VectorStore):
                 raise
 
     def __repr__(self) -> str:
-        return f"PostgresStore({_redacted(self._pool.conninfo)!r}, table_prefix={self.table_prefix!r})"
+        return f"PostgresStore({redacted(self._pool.conninfo)!r}, table_prefix={self.table_prefix!r})"
 
     # -- plumbing -----------------------------------------------------------------------
     def _key(self, session_id: Any) -> Key:
@@ -655,59 +655,9 @@ def _checked_lock_timeout(value: object) -> float | None:
     return float(value)
 
 
-def _check_conninfo(dsn: str) -> None:
-    """:class:`InvalidInputError` unless libpq can parse ``dsn``; its message never holds
-    the password (libpq's own quotes the whole string)."""
-    try:
-        conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        reason = _without_passwords(str(exc).strip(), dsn)
-        raise InvalidInputError(
-            f"PostgresStore cannot read its connection string ({reason}); pass a URL such as "
-            "postgresql://user:password@host:5432/dbname (percent-encode '@', ':', '/' and '[' in the user and "
-            "password) or libpq key=value pairs such as 'host=... dbname=... user=...'"
-        ) from None
-
-
-_SECRET_KEY = re.compile(r"password|secret|\Ascram_\w*_key\Z", re.IGNORECASE)
-"""libpq connection keywords whose values are secrets: ``password``, ``sslpassword`` (the
-client key's passphrase), ``oauth_client_secret``, ``scram_client_key``, ``scram_server_key``."""
-
-
-def is_secret_key(keyword: str) -> bool:
-    """Whether a libpq connection keyword holds a secret (:data:`_SECRET_KEY`): hidden in
-    ``repr``, in error messages and in what a pickle names."""
-    return _SECRET_KEY.search(keyword) is not None
-
-
-_URL_PASSWORD = re.compile(r"://[^/?#@]*?:(.*)@", re.DOTALL)
-_KV_SECRET = re.compile(r"(?:password|secret|scram_\w*_key)\s*=", re.IGNORECASE)
-
-
-def _without_passwords(text: str, dsn: str) -> str:
-    """``text``, libpq's reason for refusing ``dsn``, with everything it quotes of ``dsn``
-    hidden if ``dsn`` may hold a secret (``dsn`` could not be parsed, so no secret can be
-    cut out of it reliably); libpq puts what it quotes in double quotes, and a secret may
-    hold one too, so all from the first quote to the last goes."""
-    if _URL_PASSWORD.search(dsn) or _KV_SECRET.search(dsn):
-        return re.sub(r'"[^\n]*"', '"***"', text)
-    return text
-
-
 def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[psycopg.Pipeline | None]:
     """Pipeline mode where libpq supports it (14+), else plain statements (same results)."""
     return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
-
-
-def _redacted(conninfo: object) -> str:
-    """The connection string with its secrets (:func:`is_secret_key`) shown as ``***``."""
-    if not isinstance(conninfo, str):
-        return "<connection string from a callable>"
-    try:
-        parts = conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        return "<unparsable connection string>"
-    return make_conninfo("", **{k: ("***" if is_secret_key(k) else v) for k, v in parts.items() if v is not None})
 
 
 class _Opening(NamedTuple):

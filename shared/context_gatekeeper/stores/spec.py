@@ -32,7 +32,7 @@ def store_spec(store: Store, *, keep_password: bool = False) -> dict[str, Any] |
     if isinstance(store, PostgresStore) and isinstance(conninfo, str):  # subclasses too: the same tables
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-        from .postgres import is_secret_key
+        from .postgres_conninfo import is_secret_key
 
         parts = {
             k: v for k, v in conninfo_to_dict(conninfo).items()
