@@ -30,7 +30,7 @@ try:
         thread_history,
         undo_thread,
     )
-except ModuleNotFoundError as missing:  # the framework, not this package: say which extra installs it
+except ImportError as missing:  # the framework (missing, or too old), not this package: say which extra installs it
     error = MissingExtraError.of_framework(
         missing, adapter="langchain_gatekeeper", needs="LangChain 1.x (langchain-core, langchain and langgraph)", extra="langchain", packages=_EXTRA_PACKAGES
     )

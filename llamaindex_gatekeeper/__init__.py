@@ -17,7 +17,7 @@ try:
     from .models import DEFAULT_MODEL, LlamaIndexEditModel, resolve_edit_model
     from .postprocessor import GatekeeperNodePostprocessor, NodeExplanation, build_corpus
     from .stored import StoreDetachedWarning
-except ModuleNotFoundError as missing:  # the framework, not this package: say which extra installs it
+except ImportError as missing:  # the framework (missing, or too old), not this package: say which extra installs it
     error = MissingExtraError.of_framework(
         missing, adapter="llamaindex_gatekeeper", needs="llama-index-core 0.14", extra="llamaindex", packages=_EXTRA_PACKAGES
     )

@@ -95,6 +95,29 @@ def test_an_adapter_without_its_framework_names_the_extra(
         assert seen["name"] == missing
 
 
+@pytest.mark.parametrize(("statement", "extra"), [
+    ("import langchain.agents.middleware.types as t; del t.ExtendedModelResponse; import langchain_gatekeeper",
+     "langchain"),
+    ("import llama_index.core.base.llms.types as t; del t.ToolCallBlock; import llamaindex_gatekeeper", "llamaindex"),
+])
+def test_a_framework_too_old_for_the_adapter_names_the_extra_and_says_upgrade(statement: str, extra: str) -> None:
+    seen = import_hiding(statement)  # a name the adapter imports is missing: an older release
+    assert seen["type"] == "MissingExtraError" and seen["gatekeeper"] and seen["extra"] == extra, seen
+    assert "too old" in str(seen["message"]) and seen["cause"] == "ImportError"
+
+
+@pytest.mark.parametrize(("statement", "hidden", "extra"), [
+    ("from context_gatekeeper import PostgresStore", ("psycopg", "psycopg_pool"), "postgres"),
+    ("from context_gatekeeper import ContextGatekeeper; "
+     "ContextGatekeeper(embedder=lambda texts: [[1.0] for _ in texts]).add_turn('a', 'b')", ("numpy",), "semantic"),
+    ("import context_gatekeeper.testing.stores", ("hypothesis",), "testing"),
+])
+def test_a_core_feature_without_its_extra_names_the_extra(statement: str, hidden: tuple[str, ...], extra: str) -> None:
+    seen = import_hiding(statement, hidden)
+    assert seen["type"] == "MissingExtraError" and seen["gatekeeper"] and seen["extra"] == extra, seen
+    assert f"context-gatekeeper[{extra}]" in str(seen["message"])
+
+
 def test_the_llamaindex_adapter_imports_without_langchain() -> None:
     assert import_hiding("import llamaindex_gatekeeper", ("langchain_core", "langchain", "langgraph")) == {"type": None}
 

@@ -191,16 +191,19 @@ class MissingExtraError(GatekeeperError, ModuleNotFoundError):
 
     @classmethod
     def of_framework(
-        cls, missing: ModuleNotFoundError, *, adapter: str, needs: str, extra: str, packages: frozenset[str]
+        cls, missing: ImportError, *, adapter: str, needs: str, extra: str, packages: frozenset[str]
     ) -> "MissingExtraError | None":
         """The error an adapter raises when importing its framework failed with ``missing``
-        (naming the extra that installs it), or ``None`` when the missing module is not one of
-        the framework's top-level ``packages`` (a broken install of the adapter itself, which
-        must come through as it is)."""
+        (naming the extra that installs it: a module not found is not installed, a name not
+        found in a framework module is a version too old), or ``None`` when the module is not
+        one of the framework's top-level ``packages`` (a broken install of the adapter itself,
+        which must come through as it is)."""
         if (missing.name or "").partition(".")[0] not in packages:
             return None
+        what = ("" if isinstance(missing, ModuleNotFoundError) else
+                "the installed version is too old for this adapter; upgrade it. ")
         return cls(
-            f"{adapter} needs {needs}, and importing it failed: {missing}. "
+            f"{adapter} needs {needs}, and importing it failed: {missing}. {what}"
             f'Install the extra: pip install "context-gatekeeper[{extra}]"',
             extra=extra,
             name=missing.name,

@@ -89,7 +89,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, TypeVar
 
-from ..errors import InvalidInputError, InvalidTypeError, StoreClosedError
+from ..errors import InvalidInputError, InvalidTypeError, MissingExtraError, StoreClosedError
 from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep
 from .schema import Migration, id_key, refuse_newer
@@ -100,8 +100,9 @@ try:
     from psycopg import sql
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'context-gatekeeper[postgres]'"
+    raise MissingExtraError(
+        f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): pip install 'context-gatekeeper[postgres]'",
+        extra="postgres", name=exc.name,
     ) from exc
 
 from . import postgres_ops as ops

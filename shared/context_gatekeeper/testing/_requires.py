@@ -11,9 +11,12 @@ try:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 except ImportError as missing:  # pragma: no cover - exercised in a subprocess by tests/test_testing_package.py
-    raise ImportError(
+    from ..errors import MissingExtraError
+
+    raise MissingExtraError(
         f"context_gatekeeper.testing.stores (the store conformance suite) needs pytest and hypothesis, "
-        f"which are not installed ({missing}). Install them with: pip install \"context-gatekeeper[testing]\""
+        f"which are not installed ({missing}). Install them with: pip install \"context-gatekeeper[testing]\"",
+        extra="testing", name=missing.name,
     ) from missing
 
 __all__ = ["pytest", "HealthCheck", "given", "settings", "st"]

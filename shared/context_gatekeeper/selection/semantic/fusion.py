@@ -22,6 +22,7 @@ from ..history import TurnHistory
 from ..params import SelectionParams
 from ..scoring import recency_prior
 from ..records import Evidence
+from ...errors import MissingExtraError
 from ..selector import Candidate, Kept
 
 __all__ = [
@@ -45,12 +46,12 @@ __all__ = [
 
 
 def numpy() -> Any:
-    """numpy, or an ImportError that says how to install it."""
+    """numpy, or a :class:`~context_gatekeeper.errors.MissingExtraError` that says how to install it."""
     try:
         import numpy as np
     except ImportError as exc:  # pragma: no cover - numpy is present wherever tests run
-        raise ImportError(
-            "an embedder needs numpy: pip install 'context-gatekeeper[semantic]'"
+        raise MissingExtraError(
+            "an embedder needs numpy: pip install 'context-gatekeeper[semantic]'", extra="semantic", name=exc.name
         ) from exc
     return np
 
