@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ ENV = "CG_TEST_POSTGRES_DSN"
 RUN_PREFIX = f"t{secrets.token_hex(4)}_"
 """Unique to this test run (processes spawned by it get their prefixes from the parent)."""
 _prefixes: dict[str, str] = {}
+_prefixes_lock = threading.Lock()
 
 
 def postgres_dsn() -> str:
@@ -51,15 +53,18 @@ def prefix_for(where: Path | str) -> str:
     For a directory, kept in a file inside it: a child process the test starts (the
     conformance suite's ``processes`` check runs ``make(where)`` in one) opens the same tables."""
     key = str(where)
-    if key not in _prefixes:
-        kept = Path(where) / PREFIX_FILE
-        if kept.is_file():
-            _prefixes[key] = kept.read_text(encoding="utf-8")
-        else:
-            _prefixes[key] = f"{RUN_PREFIX}{len(_prefixes)}_"
-            if Path(where).is_dir():
-                kept.write_text(_prefixes[key], encoding="utf-8")
-    return _prefixes[key]
+    with _prefixes_lock:  # threads of one test ask at once (setup from many threads)
+        if key not in _prefixes:
+            kept = Path(where) / PREFIX_FILE
+            if kept.is_file():
+                _prefixes[key] = kept.read_text(encoding="utf-8")
+            else:
+                _prefixes[key] = f"{RUN_PREFIX}{len(_prefixes)}_"
+                if Path(where).is_dir():  # whole or not at all: a child process never reads half of it
+                    partial = kept.with_name(f"{PREFIX_FILE}.{os.getpid()}")
+                    partial.write_text(_prefixes[key], encoding="utf-8")
+                    os.replace(partial, kept)
+        return _prefixes[key]
 
 
 def drop_tables(dsn: str, prefix: str) -> None:

@@ -186,10 +186,12 @@ def test_setup_from_many_threads_at_once_on_new_tables(tmp_path: Path) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == []
-    assert stores[0].applied_migrations() == stores[-1].applied_migrations() != []
-    for store in stores:
-        store.close()
+    try:
+        assert errors == []
+        assert stores[0].applied_migrations() == stores[-1].applied_migrations() != []
+    finally:
+        for store in stores:
+            store.close()
 
 
 def test_reopening_restores_state_and_history_exactly(tmp_path: Path) -> None:
