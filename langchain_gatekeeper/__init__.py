@@ -32,7 +32,9 @@ try:
     )
 except ImportError as missing:  # the framework (missing, or too old), not this package: say which extra installs it
     error = MissingExtraError.of_framework(
-        missing, adapter="langchain_gatekeeper", needs="LangChain 1.x (langchain-core, langchain and langgraph)", extra="langchain", packages=_EXTRA_PACKAGES
+        missing, adapter="langchain_gatekeeper", needs="LangChain >= 1.2.13 (langchain-core, langchain and langgraph)",
+        extra="langchain", packages=_EXTRA_PACKAGES,
+        floors={"langchain": "1.2.13", "langchain-core": "1.0", "langgraph": "1.0"},  # pyproject.toml's langchain extra
     )
     if error is None:
         raise

@@ -19,7 +19,8 @@ try:
     from .stored import StoreDetachedWarning
 except ImportError as missing:  # the framework (missing, or too old), not this package: say which extra installs it
     error = MissingExtraError.of_framework(
-        missing, adapter="llamaindex_gatekeeper", needs="llama-index-core 0.14", extra="llamaindex", packages=_EXTRA_PACKAGES
+        missing, adapter="llamaindex_gatekeeper", needs="llama-index-core >= 0.14.5, < 0.15", extra="llamaindex",
+        packages=_EXTRA_PACKAGES, floors={"llama-index-core": "0.14.5"},  # pyproject.toml's llamaindex extra
     )
     if error is None:
         raise

@@ -101,9 +101,22 @@ def test_an_adapter_without_its_framework_names_the_extra(
     ("import llama_index.core.base.llms.types as t; del t.ToolCallBlock; import llamaindex_gatekeeper", "llamaindex"),
 ])
 def test_a_framework_too_old_for_the_adapter_names_the_extra_and_says_upgrade(statement: str, extra: str) -> None:
-    seen = import_hiding(statement)  # a name the adapter imports is missing: an older release
+    seen = import_hiding(statement)  # a name the adapter imports is missing, though the versions are new enough
     assert seen["type"] == "MissingExtraError" and seen["gatekeeper"] and seen["extra"] == extra, seen
-    assert "too old" in str(seen["message"]) and seen["cause"] == "ImportError"
+    assert "do not fit together" in str(seen["message"]) and seen["cause"] == "ImportError"
+
+
+def test_a_framework_below_the_adapters_floor_is_named_with_the_floor() -> None:
+    from unittest import mock
+
+    from context_gatekeeper.errors import MissingExtraError
+
+    failed = ImportError("cannot import name 'ToolCallBlock'", name="llama_index.core.base.llms.types")
+    with mock.patch("importlib.metadata.version", lambda dist: {"llama-index-core": "0.14.4"}[dist]):
+        error = MissingExtraError.of_framework(failed, adapter="llamaindex_gatekeeper", needs="llama-index-core",
+                                               extra="llamaindex", packages=frozenset({"llama_index"}),
+                                               floors={"llama-index-core": "0.14.5"})
+    assert error is not None and "llama-index-core 0.14.4 is installed and the adapter needs >= 0.14.5" in str(error)
 
 
 @pytest.mark.parametrize(("statement", "hidden", "extra"), [

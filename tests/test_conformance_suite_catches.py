@@ -459,7 +459,7 @@ class TestTruncateDeclaredOff(Suite):
 
 
 class Files(StoreConformance):
-    capabilities = Capabilities(vectors=False)
+    capabilities = Capabilities(vectors=False, processes=True)
     kind = FileStore
 
     def make(self, where):

@@ -38,7 +38,7 @@ def open_pg(where: Path | str, **options) -> Store:
 
 
 class TestPostgresStore(StoreConformance):
-    capabilities = Capabilities(tamper_evident=True)
+    capabilities = Capabilities(tamper_evident=True, processes=True)
 
     def stored_state(self, store: Store, session: str) -> Any:
         return stored_bytes(store, session)  # every stored byte: the revision rows and the id index

@@ -50,7 +50,7 @@ class TamperedBySQL:
 
 
 class TestSQLiteStore(ByteExact, TamperedBySQL, StoreConformance):
-    capabilities = Capabilities(tamper_evident=True)
+    capabilities = Capabilities(tamper_evident=True, processes=True)
 
     def make(self, where: Path) -> Store:
         return SQLiteStore(where / "store.db")

@@ -168,7 +168,7 @@ def test_needs_refuses_an_unknown_capability() -> None:
     with pytest.raises(InvalidInputError, match="unknown capabilities"):
         needs("teleports")
     assert set(Capabilities.names()) == {"reopens", "threads", "fault_hooks", "truncate", "vectors", "tamper_evident", "processes"}
-    later = {"tamper_evident"}  # added after suites existed: off by default, so they keep passing
+    later = {"tamper_evident", "processes"}  # added after suites existed: off by default, so they keep passing
     assert all(getattr(Capabilities(), name) for name in set(Capabilities.names()) - later)  # else strictest
 
 
@@ -213,3 +213,34 @@ def test_a_reply_callable_changing_what_it_was_sent_changes_nothing_recorded() -
     model = ScriptedModel([tidy])
     assert model([{"role": "user", "content": "what was really sent"}]) == "ok"
     assert model.calls[0].messages == [{"role": "user", "content": "what was really sent"}]
+
+
+PROCESS_SUITES = {
+    "suites/__init__.py": "",
+    "suites/helpers.py": """
+from context_gatekeeper.stores import SQLiteStore
+from context_gatekeeper.testing.stores import Capabilities, StoreConformance
+
+
+def suite_for(busy_timeout):  # one class per configuration, made by a function
+    class Suite(StoreConformance):
+        capabilities = Capabilities(processes=True)
+        def make(self, where):
+            return SQLiteStore(where / "chat.db", busy_timeout=busy_timeout)
+    return Suite
+""",
+    "suites/test_made.py": """
+from .helpers import suite_for  # a relative import: the package's folder is not on sys.path
+
+TestFast = suite_for(1.0)
+""",
+}
+
+
+@pytest.mark.parametrize("mode", ["prepend", "importlib"])
+def test_the_process_check_finds_a_class_a_function_made_in_a_package_module(tmp_path: Path, mode: str) -> None:
+    for name, text in PROCESS_SUITES.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    run = run_pytest(tmp_path, f"--import-mode={mode}", "-k", "survives_its_exit", "suites")
+    assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]

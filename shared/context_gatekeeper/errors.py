@@ -8,6 +8,8 @@ do about it.
 
 from __future__ import annotations
 
+import itertools
+
 __all__ = [
     "GatekeeperError",
     "BudgetError",
@@ -191,17 +193,19 @@ class MissingExtraError(GatekeeperError, ModuleNotFoundError):
 
     @classmethod
     def of_framework(
-        cls, missing: ImportError, *, adapter: str, needs: str, extra: str, packages: frozenset[str]
+        cls, missing: ImportError, *, adapter: str, needs: str, extra: str, packages: frozenset[str],
+        floors: dict[str, str] | None = None,
     ) -> "MissingExtraError | None":
         """The error an adapter raises when importing its framework failed with ``missing``
-        (naming the extra that installs it: a module not found is not installed, a name not
-        found in a framework module is a version too old), or ``None`` when the module is not
-        one of the framework's top-level ``packages`` (a broken install of the adapter itself,
-        which must come through as it is)."""
+        (naming the extra that installs it), or ``None`` when the module is not one of the
+        framework's top-level ``packages`` (a broken install of the adapter itself, which must
+        come through as it is).  A module not found is not installed; a name not found in a
+        framework module is, where an installed distribution is below its ``floors`` entry
+        (distribution -> lowest version the adapter supports), a version too old, and
+        otherwise versions that do not fit together: the message says which."""
         if (missing.name or "").partition(".")[0] not in packages:
             return None
-        what = ("" if isinstance(missing, ModuleNotFoundError) else
-                "the installed version is too old for this adapter; upgrade it. ")
+        what = "" if isinstance(missing, ModuleNotFoundError) else _version_advice(floors or {})
         return cls(
             f"{adapter} needs {needs}, and importing it failed: {missing}. {what}"
             f'Install the extra: pip install "context-gatekeeper[{extra}]"',
@@ -211,6 +215,38 @@ class MissingExtraError(GatekeeperError, ModuleNotFoundError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_missing_extra_error, (str(self), self.extra, self.name))
+
+
+def _version_advice(floors: dict[str, str]) -> str:
+    """What to do about a framework name that cannot be imported: upgrade what is below its
+    floor, else say the installed versions do not fit together."""
+    from importlib import metadata
+
+    installed: dict[str, str] = {}
+    for dist in floors:
+        try:
+            installed[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    old = [f"{dist} {have} is installed and the adapter needs >= {floors[dist]}"
+           for dist, have in installed.items() if _release(have) < _release(floors[dist])]
+    if old:
+        return f"{'; '.join(old)}: upgrade it. "
+    shown = ", ".join(f"{dist} {have}" for dist, have in installed.items())
+    return f"The installed versions ({shown}) do not fit together or are not supported yet; upgrade them together. "
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version ("1.2.13rc1" -> (1, 2, 13)), for comparing releases."""
+    numbers = []
+    for part in version.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        numbers.append(int(digits))
+        if len(digits) < len(part):
+            break
+    return tuple(numbers)
 
 
 def _missing_extra_error(message: str, extra: str, name: str | None) -> "MissingExtraError":

@@ -536,5 +536,6 @@ class StoreContract:
         assert blocking == [], (
             f"{type(target).__name__}'s {blocking} returned without ever yielding to the event loop: they run the "
             "storage's calls on the loop thread, blocking every other task; await an async driver, or run the "
-            "sync method in a thread (asyncio.to_thread, as Store's default twins do)"
+            "sync method in a thread (asyncio.to_thread, as Store's default twins do). A store with nothing to "
+            "wait on (its data in this process) can yield with `await asyncio.sleep(0)` before its work"
         )

@@ -61,15 +61,16 @@ class Capabilities:
         tamper_evident: reading a log changed behind the store's back (a row altered,
             deleted, given a bogus kind) raises ``CorruptLogError`` naming the first bad
             revision (:mod:`.store_tampering`; the test class then defines ``tamper``).
-            Added after the others, so it is the one capability off by default: a suite
-            written before it keeps passing.
+            Added after the others, so it is off by default: a suite written before it
+            keeps passing.
         processes: a handle opened by ``make(where)`` in another process reaches the same
             storage, and what that process committed is there once it exits, even without
             closing its handle (``os._exit``): a store that buffers writes until ``close``
             loses them when a worker dies.  The suite runs ``make`` in a child Python
-            process that imports the test class's module; declare it off for a store
-            living in this process only (an in-memory store is skipped anyway, since it
-            does not reopen).
+            process that imports the test class's module and finds the class by the name
+            the module binds it to, without running any fixture: ``make`` may use only
+            what importing the module sets up, and ``where``.  Added after the others, so
+            it is off by default: declare it on for a store that several processes share.
     """
 
     reopens: bool = True
@@ -78,7 +79,7 @@ class Capabilities:
     truncate: bool = True
     vectors: bool = True
     tamper_evident: bool = False
-    processes: bool = True
+    processes: bool = False
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
