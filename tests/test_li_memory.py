@@ -154,11 +154,25 @@ def test_an_edit_writes_each_text_block_back_in_its_place_between_images():
         "Before the repair:", before.url, "After the repair:\nsee the corner", after.url,
         "Is the crack in the right wall fixed?",
     ]
-    # lines added or removed: the text cannot be cut back, so it goes first and the images keep their order
+    # a line dropped before the first image and one added after the second paragraph: each stays on its side
+    memory.edit("no intro, one more line", model=patch({"op": "replace", "id": "1", "content": (
+        "After the repair:\nsee the corner\nand the ceiling\nIs the crack in the right wall fixed?")}),
+        allow_large_deletion=True)
+    assert [getattr(b, "text", getattr(b, "url", None)) for b in memory.get_all()[0].blocks] == [
+        before.url, "After the repair:\nsee the corner\nand the ceiling", after.url,
+        "Is the crack in the right wall fixed?",
+    ]
+    # shortened to the question alone: it stays where the question was, after both images
     memory.edit("shorten", model=patch({"op": "replace", "id": "1", "content": "Is the right wall fixed?"}),
                 allow_large_deletion=True)
     assert [getattr(b, "text", getattr(b, "url", None)) for b in memory.get_all()[0].blocks] == [
-        "Is the right wall fixed?", before.url, after.url,
+        before.url, after.url, "Is the right wall fixed?",
+    ]
+    # rewritten beyond recognition: the lines are spread over the old ones in order, the images keep theirs
+    memory.edit("rewrite", model=patch({"op": "replace", "id": "1", "content": "Totally new.\nNothing alike."}),
+                allow_large_deletion=True)
+    assert [getattr(b, "text", getattr(b, "url", None)) for b in memory.get_all()[0].blocks] == [
+        "Totally new.", before.url, "Nothing alike.", after.url,
     ]
 
 
