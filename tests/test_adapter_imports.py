@@ -151,3 +151,27 @@ def test_the_error_pickles_with_its_extra_and_module_name() -> None:
     error = MissingExtraError("needs LangChain", extra="langchain", name="langchain_core")
     copy = pickle.loads(pickle.dumps(error))
     assert (type(copy), str(copy), copy.extra, copy.name) == (MissingExtraError, "needs LangChain", "langchain", "langchain_core")
+
+
+@pytest.mark.parametrize(("installed", "floor", "below"), [
+    ("0.14.4", "0.14.5", True), ("0.14.25", "0.14.5", False), ("0.14.5rc1", "0.14.5", True),
+    ("1.2.13.dev3", "1.2.13", True), ("1.0.0a5", "1.0", True), ("1", "1.0", False), ("1!0.1", "1.0", False),
+    ("1.2.13+cpu", "1.2.13", False), ("1.2.13.post1", "1.2.13", False),
+])
+def test_versions_compare_as_pep_440_orders_them(installed: str, floor: str, below: bool) -> None:
+    from context_gatekeeper.errors import _release
+
+    assert (_release(installed) < _release(floor)) is below
+
+
+def test_unreadable_framework_metadata_still_gives_the_librarys_error() -> None:
+    from unittest import mock
+
+    from context_gatekeeper.errors import MissingExtraError
+
+    failed = ImportError("cannot import name 'ExtendedModelResponse'", name="langchain.agents.middleware.types")
+    with mock.patch("importlib.metadata.version", lambda dist: None):  # a dist-info left without METADATA
+        error = MissingExtraError.of_framework(failed, adapter="langchain_gatekeeper", needs="LangChain",
+                                               extra="langchain", packages=frozenset({"langchain"}),
+                                               floors={"langchain": "1.2.13"})
+    assert error is not None and "do not fit together" in str(error) and "()" not in str(error)

@@ -63,6 +63,8 @@ class TestPostgresStore(StoreConformance):
 class TestPostgresStoreOnACallersPool(StoreConformance):
     """The caller's pool, with psycopg's default (non-autocommit) connections; never closed by the store."""
 
+    capabilities = Capabilities(processes=True)
+
     pools: list = []
 
     @pytest.fixture(autouse=True)
@@ -88,6 +90,8 @@ class TestPostgresStoreOnAnUnusualPool(StoreConformance):
     ``PostgresSaver`` needs them), client-side-binding cursors (used behind PgBouncer; they
     cannot return binary results), SERIALIZABLE as the default isolation, and floats sent as
     text rounded to 15 digits (``extra_float_digits=0``, the default before PostgreSQL 12)."""
+
+    capabilities = Capabilities(processes=True)
 
     pools: list = []
 

@@ -13,6 +13,7 @@ line per test outcome), each test below reading its module's lines.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -86,10 +87,12 @@ class TestClaimsVectors(StoreConformance):
 """
 
 
-def run_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest`` in ``directory``, outside this repository's tests/ and its conftest."""
+def run_pytest(directory: Path, *args: str, safe_path: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest`` in ``directory``, outside this repository's tests/ and its conftest
+    (``safe_path``: without the working folder on ``sys.path``, as the ``pytest`` command runs)."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-rs", "--rootdir", str(directory), *args]
-    return subprocess.run(command, capture_output=True, text=True, cwd=directory, timeout=600)
+    env = {**os.environ, "PYTHONSAFEPATH": "1"} if safe_path else None
+    return subprocess.run(command, capture_output=True, text=True, cwd=directory, timeout=600, env=env)
 
 
 SYNC_ONLY_AND_LEGACY = """
@@ -234,6 +237,14 @@ from .helpers import suite_for  # a relative import: the package's folder is not
 
 TestFast = suite_for(1.0)
 """,
+    "suites/conf/__init__.py": """
+from ..helpers import suite_for
+
+TestFromInit = suite_for(2.0)  # bound in a package's __init__, collected through the module below
+""",
+    "suites/conf/test_init.py": """
+from . import TestFromInit
+""",
 }
 
 
@@ -242,5 +253,7 @@ def test_the_process_check_finds_a_class_a_function_made_in_a_package_module(tmp
     for name, text in PROCESS_SUITES.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(text)
-    run = run_pytest(tmp_path, f"--import-mode={mode}", "-k", "survives_its_exit", "suites")
+    # PYTHONSAFEPATH: the folder holding the package is not on sys.path (as with the pytest command),
+    # so under importlib mode only the child's own search can find it
+    run = run_pytest(tmp_path, f"--import-mode={mode}", "-k", "survives_its_exit", "suites", safe_path=True)
     assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]

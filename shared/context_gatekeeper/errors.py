@@ -219,34 +219,63 @@ class MissingExtraError(GatekeeperError, ModuleNotFoundError):
 
 def _version_advice(floors: dict[str, str]) -> str:
     """What to do about a framework name that cannot be imported: upgrade what is below its
-    floor, else say the installed versions do not fit together."""
-    from importlib import metadata
-
-    installed: dict[str, str] = {}
-    for dist in floors:
-        try:
-            installed[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    old = [f"{dist} {have} is installed and the adapter needs >= {floors[dist]}"
-           for dist, have in installed.items() if _release(have) < _release(floors[dist])]
+    floor, else say the installed versions do not fit together.  Never raises: a broken
+    install (a ``dist-info`` without metadata) is exactly when this runs."""
+    try:
+        installed = _installed(floors)
+        old = [f"{dist} {have} is installed and the adapter needs >= {floors[dist]}"
+               for dist, have in installed.items() if _release(have) < _release(floors[dist])]
+    except Exception:  # noqa: BLE001 - advice only: the error itself must come through
+        installed, old = {}, []
     if old:
         return f"{'; '.join(old)}: upgrade it. "
-    shown = ", ".join(f"{dist} {have}" for dist, have in installed.items())
-    return f"The installed versions ({shown}) do not fit together or are not supported yet; upgrade them together. "
+    shown = f" ({', '.join(f'{dist} {have}' for dist, have in installed.items())})" if installed else ""
+    return f"The installed versions{shown} do not fit together or are not supported yet; upgrade them together. "
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """The leading numbers of a version ("1.2.13rc1" -> (1, 2, 13)), for comparing releases."""
-    numbers = []
-    for part in version.split("."):
+def _installed(floors: dict[str, str]) -> dict[str, str]:
+    """The installed version of each distribution in ``floors`` that has readable metadata."""
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    for dist in floors:
+        try:
+            version = metadata.version(dist)
+        except Exception:  # noqa: BLE001 - not installed, or its metadata unreadable
+            continue
+        if isinstance(version, str) and version:
+            out[dist] = version
+    return out
+
+
+_PRE_RELEASE = ("a", "b", "c", "rc", "alpha", "beta", "pre", "preview", "dev")
+
+
+def _release(version: str) -> tuple[int, tuple[int, ...], int]:
+    """``(epoch, release, final)`` of a PEP 440 version, for comparing it with a floor:
+    the release numbers padded to six places ("1" = "1.0"), and ``final`` 0 for an
+    alpha, beta, candidate or dev build of that release (below it), 1 otherwise; a local
+    label or post release ("1.2.13+cpu", ".post1") counts as the release."""
+    text = version.strip().lower().lstrip("v")
+    epoch = 0
+    if "!" in text:
+        head, text = text.split("!", 1)
+        epoch = int(head) if head.isdigit() else 0
+    text = text.split("+", 1)[0]
+    numbers: list[int] = []
+    rest = ""
+    for i, part in enumerate(text.split(".")):
         digits = "".join(itertools.takewhile(str.isdigit, part))
         if not digits:
+            rest = ".".join(text.split(".")[i:])
             break
         numbers.append(int(digits))
         if len(digits) < len(part):
+            rest = part[len(digits):] + "." + ".".join(text.split(".")[i + 1:])
             break
-    return tuple(numbers)
+    label = rest.lstrip("-_.")
+    final = 0 if any(label.startswith(p) for p in _PRE_RELEASE) else 1
+    return epoch, tuple(numbers + [0] * (6 - len(numbers)))[:6], final
 
 
 def _missing_extra_error(message: str, extra: str, name: str | None) -> "MissingExtraError":

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 __all__ = ["CHILD_TIMEOUT_S", "ChildRun", "commit_in_a_child"]
@@ -33,27 +34,32 @@ import asyncio, importlib, importlib.util, json, os, sys
 from pathlib import Path
 
 job = json.loads(sys.argv[1])
-# the parent's path, and the folder the test module's dotted name starts from (pytest's
-# --import-mode=importlib imports "pkg.test_x" without putting that folder on sys.path)
-sys.path[:] = [*job["roots"], *job["path"]]
+# the parent's path first (an installed package wins over a checkout, as there), then the
+# folder each test module's dotted name starts from (pytest's --import-mode=importlib
+# imports "pkg.test_x" without putting that folder on sys.path)
+sys.path[:] = [*job["path"], *(root for b in job["bindings"] for root in b["roots"])]
 
 
-def suite_class():
+def load(binding):
     try:
-        module = importlib.import_module(job["module"])
+        module = importlib.import_module(binding["module"])
     except ImportError:  # imported by pytest under a name no import finds (--import-mode=importlib)
-        spec = importlib.util.spec_from_file_location(job["module"], job["file"])
+        spec = importlib.util.spec_from_file_location(binding["module"], binding["file"])
         module = importlib.util.module_from_spec(spec)
-        sys.modules[job["module"]] = module  # as an import would: dataclasses and pickle look it up there
+        sys.modules[binding["module"]] = module  # as an import would: dataclasses and pickle look it up there
         spec.loader.exec_module(module)
-    return getattr(module, job["name"])
+    return getattr(module, binding["name"])
 
 
-try:
-    suite = suite_class()
-except BaseException:
-    import traceback
-    traceback.print_exc()
+suite = None
+for binding in job["bindings"]:  # the test modules first, then the class's own
+    try:
+        suite = load(binding)
+        break
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+if suite is None:
     print(job["unloadable"], flush=True)
     os._exit(3)
 
@@ -105,15 +111,9 @@ def commit_in_a_child(suite: type, where: Path, session: str, turns: list[int], 
     """Commit ``turn(n)`` for each of ``turns`` to ``session`` from a child process, through
     the matching twin of ``twins`` (``"commit"`` or ``"acommit"``), on a handle that
     ``suite().make(where)`` opens there; the child exits without closing it."""
-    module, name = _binding(suite)
-    module_name = getattr(module, "__name__", suite.__module__)
-    file = getattr(module, "__file__", None)
     job = {
         "path": sys.path,
-        "roots": [str(Path(file).resolve().parents[module_name.count(".")])] if file and "." in module_name else [],
-        "module": module_name,
-        "file": file,
-        "name": name,
+        "bindings": [_described(module, name) for module, name in _bindings(suite)],
         "unloadable": UNLOADABLE,
         "where": str(where),
         "session": session,
@@ -131,20 +131,45 @@ def commit_in_a_child(suite: type, where: Path, session: str, turns: list[int], 
     return ChildRun(done.returncode, done.stdout, done.stderr)
 
 
-def _binding(suite: type) -> tuple[Any, str]:
-    """The module that binds ``suite`` at its top level and the name it binds it to: the
-    class's own module, else the first loaded module that does (a class a helper function
-    made lives in the helper's module, bound in the test module); else its own module and
-    qualified name, which the child reports it cannot load."""
-    own = sys.modules.get(suite.__module__)
-    for module in [own, *list(sys.modules.values())]:
+def _bindings(suite: type) -> list[tuple[ModuleType, str]]:
+    """Where the child may find ``suite``: each loaded module that binds it at its top level,
+    and the name it binds it to -- test modules (``test_*``, ``*_test``, ``conftest``) first,
+    then the class's own module (a class a helper function made lives in the helper's
+    module, bound in the test module), then the rest -- else its own module and qualified
+    name, which the child reports it cannot load.  Only plain modules are read, through
+    their ``__dict__``: a lazily loaded one is neither run nor asked anything."""
+    found: list[tuple[int, ModuleType, str]] = []
+    for module in list(sys.modules.values()):
+        if type(module) is not ModuleType:  # a lazy module runs its body when read
+            continue
         try:
-            bound = next((key for key, value in vars(module).items() if value is suite), None)
-        except TypeError:  # a module-like object without __dict__
+            names = object.__getattribute__(module, "__dict__")
+            bound = next((key for key, value in list(names.items()) if value is suite), None)
+        except Exception:  # noqa: BLE001 - a module that cannot be read is not where the class is
             continue
         if bound is not None:
-            return module, bound
-    return own, suite.__qualname__
+            leaf = module.__name__.rpartition(".")[2]
+            rank = 0 if leaf.startswith("test_") or leaf.endswith("_test") or leaf == "conftest" else (
+                1 if module.__name__ == suite.__module__ else 2)
+            found.append((rank, module, bound))
+    found.sort(key=lambda item: item[0])
+    if found:
+        return [(module, name) for _, module, name in found]
+    own = sys.modules.get(suite.__module__)
+    return [(own, suite.__qualname__)] if isinstance(own, ModuleType) else []
+
+
+def _described(module: ModuleType, name: str) -> dict[str, Any]:
+    """What the child needs to import ``module`` and take ``name`` from it: the module's name
+    and file, and the folder its dotted name starts from (for a package's ``__init__.py``,
+    the folder above the package)."""
+    module_name = module.__name__
+    file = getattr(module, "__file__", None)
+    roots = []
+    if file and "." in module_name:
+        depth = module_name.count(".") + (Path(file).name == "__init__.py")
+        roots.append(str(Path(file).resolve().parents[depth]))
+    return {"module": module_name, "file": file, "name": name, "roots": roots}
 
 
 def _text(output: str | bytes | None) -> str:

@@ -28,8 +28,10 @@ next.  **destroy(where)**, when defined, is called once at the end of each test,
 the handles are closed, to drop that storage (the default does nothing).
 
 **Capabilities.**  ``capabilities`` (a frozen :class:`Capabilities`) says what the store
-can do; the default is the strictest, everything on, so nothing is skipped silently.  A
-test needing a capability declared off is skipped with a reason naming it:
+can do; the default turns on every capability the suite had from the start, so nothing
+is skipped silently, and the two added later (``processes``, ``tamper_evident``) off, so a
+suite written before them keeps passing.  A test needing a capability declared off is
+skipped with a reason naming it:
 
 * ``reopens``: ``make`` opens further handles on the same storage.  Off (an in-memory
   store), "reopening" hands back the first handle and the tests still run on it (those
@@ -39,11 +41,12 @@ test needing a capability declared off is skipped with a reason naming it:
   :data:`~context_gatekeeper.stores.FAULT_POINTS` inside its write transaction;
 * ``truncate``: the store implements ``truncate`` (the recovery for a corrupt log);
 * ``vectors``: the store is a :class:`~context_gatekeeper.stores.VectorStore`;
-* ``processes``: ``make(where)`` called in another process opens the same storage, and what
-  that process committed survives it exiting without ``close`` (:func:`os._exit`, as a
-  killed worker).  The suite runs ``make`` in a child Python process that imports the test
-  class's module (so ``make`` may use only what that import sets up); storage named from
-  ``where`` by :func:`storage_key` qualifies;
+* ``processes`` (off by default, added later): ``make(where)`` called in another process
+  opens the same storage, and what that process committed survives it exiting without
+  ``close`` (:func:`os._exit`, as a killed worker).  The suite runs ``make`` in a child
+  Python process that imports the test class's module and takes the class by the name the
+  module binds it to, without running fixtures (so ``make`` may use only what that import
+  sets up, and ``where``); storage named from ``where`` by :func:`storage_key` qualifies;
 * ``tamper_evident`` (off by default, added later): reading a log changed behind the store's
   back raises ``CorruptLogError`` naming the first bad revision; the class then defines
   ``tamper(store, session, revision, how)`` (:mod:`.store_tampering`).
