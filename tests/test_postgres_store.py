@@ -64,8 +64,12 @@ class TestPostgresStoreOnACallersPool(StoreConformance):
     """The caller's pool, with psycopg's default (non-autocommit) connections; never closed by the store."""
 
     capabilities = Capabilities(processes=True)
-
     pools: list = []
+
+    @staticmethod
+    def pool_kwargs() -> dict[str, Any]:
+        """The caller's connection settings (psycopg's defaults here)."""
+        return {}
 
     @pytest.fixture(autouse=True)
     def _close_pools(self) -> Iterator[None]:
@@ -80,39 +84,26 @@ class TestPostgresStoreOnACallersPool(StoreConformance):
 
         from context_gatekeeper.stores import PostgresStore
 
-        pool = ConnectionPool(postgres_dsn(), min_size=1, max_size=8, open=True)
+        pool = ConnectionPool(postgres_dsn(), min_size=1, max_size=8, kwargs=self.pool_kwargs(), open=True)
         self.pools.append(pool)
         return PostgresStore(pool, table_prefix=prefix_for(where))
 
 
-class TestPostgresStoreOnAnUnusualPool(StoreConformance):
+class TestPostgresStoreOnAnUnusualPool(TestPostgresStoreOnACallersPool):
     """A caller's pool set up as other libraries and servers set theirs: dict rows (LangGraph's
     ``PostgresSaver`` needs them), client-side-binding cursors (used behind PgBouncer; they
     cannot return binary results), SERIALIZABLE as the default isolation, and floats sent as
     text rounded to 15 digits (``extra_float_digits=0``, the default before PostgreSQL 12)."""
 
-    capabilities = Capabilities(processes=True)
-
     pools: list = []
 
-    @pytest.fixture(autouse=True)
-    def _close_pools(self) -> Iterator[None]:
-        yield
-        while self.pools:
-            self.pools.pop().close()
-
-    def make(self, where: Path) -> Store:
+    @staticmethod
+    def pool_kwargs() -> dict[str, Any]:
         from psycopg import ClientCursor
         from psycopg.rows import dict_row
-        from psycopg_pool import ConnectionPool
 
-        from context_gatekeeper.stores import PostgresStore
-
-        kwargs = {"autocommit": True, "row_factory": dict_row, "cursor_factory": ClientCursor,
-                  "options": UNUSUAL_SETTINGS}
-        pool = ConnectionPool(postgres_dsn(), min_size=1, max_size=8, kwargs=kwargs, open=True)
-        self.pools.append(pool)
-        return PostgresStore(pool, table_prefix=prefix_for(where))
+        return {"autocommit": True, "row_factory": dict_row, "cursor_factory": ClientCursor,
+                "options": UNUSUAL_SETTINGS}
 
 
 UNUSUAL_SETTINGS = "-c default_transaction_isolation=serializable -c extra_float_digits=0"
