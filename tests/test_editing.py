@@ -568,6 +568,19 @@ def test_an_answer_cut_off_mid_way_is_retried_not_repaired(strategy):
             compute_edit(state, "Iceland", ScriptedModel([rewrite_cut, rewrite_cut]), strategy=strategy)
 
 
+def test_an_edit_whose_last_answer_was_cut_off_raises_truncated_reply_with_its_finish_reason():
+    from context_gatekeeper import ModelReply
+    from context_gatekeeper.errors import TruncatedReplyError
+
+    model = ScriptedModel([ModelReply('{"operations": [', "length"), ModelReply('{"operations": [{"op"', "length")])
+    with pytest.raises(TruncatedReplyError, match="output limit") as caught:  # an EditError too
+        compute_edit(gdp_state(), "Iceland", model)
+    assert caught.value.finish_reason == "length" and caught.value.partial == '{"operations": [{"op"'
+    with pytest.raises(EditError) as caught:  # cut off first, then unusable: the last failure's kind
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([ModelReply('{"operations": [', "length"), "no json"]))
+    assert not isinstance(caught.value, TruncatedReplyError)
+
+
 def test_a_one_word_correction_in_chinese_counts_that_word_not_the_clause_around_it():
     from context_gatekeeper.editing.checks import destroyed_runs
 

@@ -151,6 +151,7 @@ def _session(
     schema = output_schema(options.strategy)
     parse = parse_rewrite if options.strategy == "rewrite" else parse_patch
     messages, raw, problems, attempt = prompt, [], [], 0
+    last: EditError | None = None  # why the latest attempt failed
     while attempt < MAX_ATTEMPTS:
         reply = yield messages, schema if structured else None
         failure = _structured_failure(reply) if structured else None
@@ -161,6 +162,7 @@ def _session(
                 attempt += 1
                 raw.append("")
                 problems.append(f"structured output failed ({failure})")
+                last = failure
                 messages = prompt  # no text answer to show: ask afresh
             continue
         attempt += 1
@@ -172,6 +174,7 @@ def _session(
             check_structure(state, after, view)
         except EditError as exc:
             problems.append(str(exc))
+            last = exc
             logger.info("edit attempt %d by %s was unusable: %s", attempt, name, exc)
             messages = retry_prompt(prompt, raw[-1], str(exc), options.strategy)
             continue
@@ -184,10 +187,14 @@ def _session(
             )
         return EditResult(tuple(changes), name, attempt, tuple(raw), options.strategy)
     first = f" (first attempt: {problems[0]})" if problems[0] != problems[-1] else ""
-    raise EditError(
-        f"model {name!r} gave no usable edit after {MAX_ATTEMPTS} attempts: {problems[-1]}{first}. "
-        "Nothing was changed; rephrase the instruction more precisely or use a stronger model."
-    )
+    said = f"model {name!r} gave no usable edit after {MAX_ATTEMPTS} attempts: {problems[-1]}{first}. Nothing was changed; "
+    # the last attempt's own kind of failure, so `except TruncatedReplyError` can act on it
+    if isinstance(last, TruncatedReplyError):
+        raise TruncatedReplyError(
+            said + "raise the model's output limit (max tokens), or use strategy='patch', whose answer grows with the "
+            "change, not the transcript.", partial=last.partial, finish_reason=last.finish_reason,
+        )
+    raise EditError(said + "rephrase the instruction more precisely or use a stronger model.")
 
 
 def _start(
