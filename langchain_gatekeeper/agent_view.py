@@ -51,7 +51,10 @@ from .threads import is_edit_record
 
 __all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "adapter_options", "counted_once", "is_summary", "current_turn_start", "semantic"]
 
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+def _role(message: BaseMessage) -> str:
+    """A message's core role (:func:`.convert.role_of`: a streamed chunk too); ``"user"`` for other kinds."""
+    return role_of(message) or "user"
 
 
 def is_summary(message: BaseMessage) -> bool:
@@ -288,7 +291,7 @@ def _turns(rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dic
     turn: _Turn | None = None
     for i in range(start, len(rest)):
         message = rest[i]
-        role = _ROLES.get(message.type) or role_of(message) or "user"
+        role = _role(message)
         if role == "user" or turn is None:
             turn = _Turn(i, role)
             turns.append(turn)
@@ -558,7 +561,7 @@ class GatedView:
         _split(earlier[read:], pinned, summaries, rest, at, read)
         if len(rest) > known:
             start, last = known, None
-            if turns and _ROLES.get(rest[known].type, "user") != "user":  # the new messages continue the last turn
+            if turns and _role(rest[known]) != "user":  # the new messages continue the last turn
                 last = turns.pop()
                 start = last.positions[0]
                 if keyed_by == "content":

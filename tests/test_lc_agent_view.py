@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from context_gatekeeper import InvalidInputError
@@ -85,8 +85,8 @@ def test_a_grown_list_indexes_only_the_new_turn_and_is_never_rebuilt() -> None:
 
 
 def test_any_other_change_gives_what_a_fresh_view_gives() -> None:
-    """Random growth, in-place edits, dropped turns, answers joining the last turn and tool
-    pairs: every call's view is a fresh view's, and the index holds exactly the list's turns."""
+    """Random growth, in-place edits, dropped turns, answers (streamed chunks too) joining the
+    last turn and tool pairs: every call's view is a fresh view's, and the index holds exactly the list's turns."""
     rng = random.Random(3)
     for keyed_by in ("content", "id"):
         view = GatedView(make, keyed_by=keyed_by)
@@ -95,7 +95,7 @@ def test_any_other_change_gives_what_a_fresh_view_gives() -> None:
         for m in messages:
             m.id = f"x{next(ids)}"
         for step in range(60):
-            action = rng.choice(["grow", "grow", "answer", "edit", "drop", "tool", "unanswered"])
+            action = rng.choice(["grow", "grow", "answer", "streamed", "edit", "drop", "tool", "unanswered"])
             words, answer = TOPICS[rng.randrange(len(TOPICS))]
             if action == "grow":
                 messages += [HumanMessage(f"step {step} {words}?", id=f"x{next(ids)}"), AIMessage(answer, id=f"x{next(ids)}")]
@@ -103,6 +103,8 @@ def test_any_other_change_gives_what_a_fresh_view_gives() -> None:
                 messages.append(HumanMessage(f"step {step} {words}?", id=f"x{next(ids)}"))
             elif action == "answer":
                 messages.append(AIMessage(f"late answer {step}: {answer}", id=f"x{next(ids)}"))
+            elif action == "streamed":  # what .stream() leaves in a list: an answer all the same
+                messages.append(AIMessageChunk(f"streamed answer {step}: {answer}", id=f"x{next(ids)}"))
             elif action == "edit":
                 target = rng.randrange(1, len(messages))
                 messages[target].content = f"edited {step}: {words}"  # in place, same object
