@@ -149,7 +149,7 @@ Handler = Callable[[Request, dict[str, Any]], Awaitable[Response]]
 
 def create_app(
     chat: WebChat, *, host: str = "127.0.0.1", token: str | None = None, allowed_hosts: Sequence[str] = ()
-) -> ASGIApp:
+) -> _Guard:
     """The ASGI app serving ``chat``; its ``stop()`` ends the requests waiting for a model
     (the servers here call it first when they stop).
 
@@ -451,7 +451,8 @@ def serve(
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     query = "" if session in (None, "default") else "?" + urlencode({"session": session})
-    hosts = allowed_hosts_for(host, allowed_hosts)
+    app = create_app(chat, host=host, allowed_hosts=allowed_hosts)
+    hosts = app.hosts  # worked out once: a wildcard bind looks the machine's names up
     if host in LOOPBACK:
         say(f"open http://{shown}:{port}/{query} (listening on loopback only: this computer; --host changes it)")
     else:
@@ -461,7 +462,7 @@ def serve(
             f"these conversations; it answers to {', '.join(hosts)}; --allowed-host adds a name)"
         )
     say("Ctrl-C stops the server; the conversations are saved as you go.")
-    runner = _ReadyServer(create_app(chat, host=host, allowed_hosts=allowed_hosts))
+    runner = _ReadyServer(app)
     try:
         runner.server.run(sockets=[sock])
     except KeyboardInterrupt:
