@@ -280,9 +280,10 @@ class TurnHistory:
 
     def use_params(self, params: SelectionParams) -> None:
         """Segment with ``params`` from now on: every turn's segmentation input prepared again
-        (it reads ``max_query_chars``), then every label computed again (the label cache serves
-        what was computed before under these parameters).  Prepared before anything changes."""
-        prepared = {
+        when ``max_query_chars`` changed (the one parameter it reads), then every label computed
+        again (the label cache serves what was computed before under these parameters).
+        Prepared before anything changes."""
+        prepared = {} if params.max_query_chars == self.params.max_query_chars else {
             turn_id: prepared_turn(turn.user, turn.assistant, turn.tool_texts, params.max_query_chars)
             for turn_id, turn in self.turns.items()
         }

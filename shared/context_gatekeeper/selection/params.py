@@ -435,19 +435,17 @@ class SelectionParams:
                     f"SelectionParams.{name} needs a finite weight for each of {list(names)}, got {model!r}; "
                     f"start from SelectionParams().{name} and change single weights"
                 )
-        for f in fields(self):  # a string "3" or a NaN would fail far from here, or silently never match
-            value = getattr(self, f.name)
-            plain, problem = _plain_scalar(str(f.type), value)
+        for name, declared in _DECLARED.items():  # a string "3" or a NaN would fail far from here, or never match
+            value = getattr(self, name)
+            plain, problem = _plain_scalar(declared, value)
             if problem is not None:
-                raise InvalidInputError(f"SelectionParams.{f.name} must be {problem}, got {value!r}")
+                raise InvalidInputError(f"SelectionParams.{name} must be {problem}, got {value!r}")
             if plain is not value:  # a NumPy number (a tuning loop's np.arange): kept as the plain value
-                object.__setattr__(self, f.name, plain)
+                object.__setattr__(self, name, plain)
+            if isinstance(plain, (int, float)) and not isinstance(plain, bool) and plain < 0:
+                raise InvalidInputError(f"SelectionParams.{name} must be >= 0, got {value!r}; pass a value >= 0")
         if self.idf not in IDF_FORMULAS:
             raise InvalidInputError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise InvalidInputError(f"SelectionParams.{f.name} must be >= 0, got {value!r}; pass a value >= 0")
         kinds = {AnchorKind.WORD, AnchorKind.CJK_BIGRAM, AnchorKind.CJK_CHAR, AnchorKind.EXACT}
         if set(self.kind_weights) != kinds or any(w < 0 for w in self.kind_weights.values()):
             raise InvalidInputError(
@@ -523,6 +521,9 @@ class SelectionParams:
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SelectionParams) if f.default is not MISSING}
+_DECLARED: dict[str, str] = {f.name: str(f.type) for f in fields(SelectionParams)}
+"""Each field's declared type, as written (``"float"``, ``"int"``, ...), read once: every
+``SelectionParams`` checks its values against it."""
 
 
 def _plain_scalar(declared: str, value: Any) -> tuple[Any, str | None]:
