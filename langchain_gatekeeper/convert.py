@@ -111,14 +111,16 @@ def _content_for(message: Message) -> Any:
         return blocks
     text = {"type": "text", "text": message.content}
     out: list[Any] = []
+    placed = False
     for block in blocks:
         if isinstance(block, str) or (isinstance(block, dict) and block.get("type") == "text"):
-            if text not in out:
+            if not placed:
                 out.append(text)
+                placed = True
         elif not (message.role == "assistant" and isinstance(block, dict)
                   and PROVIDER_SPECIFIC.search(str(block.get("type", "")))):
             out.append(block)
-    return out if text in out else [text, *out]
+    return out if placed else [text, *out]
 
 
 def from_core(message: Message) -> BaseMessage:

@@ -39,12 +39,10 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from context_gatekeeper import (
-    Delete,
     GateOptions,
     InsertAfter,
     InvalidInputError,
     Message,
-    Replace,
     Revision,
     Selection,
     Store,
@@ -53,7 +51,9 @@ from context_gatekeeper import (
     TranscriptGate,
     UnknownMessageError,
 )
-from context_gatekeeper.integration import DEFAULT_MAX_DELETION_SHARE, Request, VersionedTranscriptMixin, require_items
+from context_gatekeeper.integration import (
+    DEFAULT_MAX_DELETION_SHARE, Request, VersionedTranscriptMixin, require_items, require_requests,
+)
 
 from .convert import from_core_messages, to_core
 from .models import given_edit_model, resolve_edit_model
@@ -62,8 +62,6 @@ from .pickling import pickled_state, rebuild, unpickle
 __all__ = ["GatekeeperChatMessageHistory"]
 
 _MESSAGES = "pass a list of messages, e.g. [HumanMessage(...)]"
-_REQUESTS = "pass a list of Replace, Delete or InsertAfter requests"
-_REQUEST_TYPES = (Replace, Delete, InsertAfter)
 
 
 class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHistory):
@@ -213,7 +211,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
                 (nothing is changed).
             InvalidInputError: an ``InsertAfter`` of a tool message (nothing is changed).
         """
-        requests = require_items(requests, "requests", _REQUEST_TYPES, _REQUESTS)
+        requests = require_requests(requests)
         for request in requests:
             if isinstance(request, InsertAfter) and request.role == "tool":
                 raise InvalidInputError(
@@ -237,7 +235,7 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
 
     async def aapply(self, requests: Sequence[Request]) -> Revision:
         """Async :meth:`apply`."""
-        return await asyncio.to_thread(self.apply, require_items(requests, "requests", _REQUEST_TYPES, _REQUESTS))
+        return await asyncio.to_thread(self.apply, require_requests(requests))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append ``messages`` as one revision (a user message and its answer land together).

@@ -49,6 +49,7 @@ __all__ = [
     "from_core_messages",
     "match_ids",
     "fingerprint",
+    "validation_problems",
     "PROVIDER_SPECIFIC",
 ]
 
@@ -148,8 +149,8 @@ def _blocks_for(message: Message) -> list[Any]:
         return blocks
     if message.origin == "edited" and message.role == "assistant":
         blocks = [b for b in blocks if not (isinstance(b, dict) and b.get("block_type") == "thinking")]
-    if not texts:
-        return _merged_text(blocks, message.content)
+    if not texts:  # an edit gave text to a message of no text block: it goes first
+        return [{"block_type": "text", "text": message.content}, *blocks] if message.content else blocks
     pieces = _aligned(message.content, [str(b.get("text", "")) for b in texts])
     emptied = set()
     for block, piece in zip(texts, pieces):
@@ -214,21 +215,10 @@ def _replaced(old: list[str], owners: list[int], new: list[str], before: int) ->
     return out
 
 
-def _merged_text(blocks: list[Any], text: str) -> list[Any]:
-    """``blocks`` with ``text`` in the first text block and the other text blocks dropped
-    (a message without one gets ``text`` as a new first block)."""
-    out: list[Any] = []
-    placed = False
-    for block in blocks:
-        if isinstance(block, dict) and block.get("block_type") == "text":
-            if not placed:
-                out.append({"block_type": "text", "text": text})
-                placed = True
-        else:
-            out.append(block)
-    if not placed and text:
-        out.insert(0, {"block_type": "text", "text": text})
-    return out
+def validation_problems(error: Any) -> str:
+    """A pydantic ``ValidationError``'s problems in one line ("field: message; ..."), for the
+    library's own error that replaces it."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
 
 
 def from_core(message: Message) -> ChatMessage:

@@ -64,7 +64,7 @@ from context_gatekeeper.integration import (
 )
 
 from . import serialisation, stored
-from .convert import from_core_messages, match_ids, to_core
+from .convert import from_core_messages, match_ids, to_core, validation_problems
 from .models import given_edit_model, resolve_edit_model
 from .serialisation import add_note, require_session_id
 
@@ -181,7 +181,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         try:
             super().__init__(**fields)
         except ValidationError as error:  # the library's error, not pydantic's
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
+            problems = validation_problems(error)
             raise InvalidInputError(f"GatekeeperMemory: {problems}; see help(GatekeeperMemory.from_defaults)") from None
         default_model = given_edit_model(model, llm)
         if token_counter is None and tokenizer_fn is not None:
@@ -556,9 +556,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         if current is None or current.is_open:
             return _before(self._gate.select_messages(query, include_open=False, token_budget=budget), current)
         selected = self._gate.select_messages(query, include_open=False, token_budget=budget + current_cost)
-        if _cut(selected, current) is None:  # not picked: the others must fit without it
-            selected = self._gate.select_messages(query, include_open=False, token_budget=budget)
-        return _before(selected, current)
+        cut = _cut(selected, current)
+        if cut is None:  # not picked: the others must fit without it
+            return _before(self._gate.select_messages(query, include_open=False, token_budget=budget), current)
+        return selected[:cut]
 
     async def _agated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
         """:meth:`_gated` with the embedding awaited."""
@@ -566,9 +567,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         if current is None or current.is_open:
             return _before(await gate.aselect_messages(query, include_open=False, token_budget=budget), current)
         selected = await gate.aselect_messages(query, include_open=False, token_budget=budget + current_cost)
-        if _cut(selected, current) is None:
-            selected = await gate.aselect_messages(query, include_open=False, token_budget=budget)
-        return _before(selected, current)
+        cut = _cut(selected, current)
+        if cut is None:
+            return _before(await gate.aselect_messages(query, include_open=False, token_budget=budget), current)
+        return selected[:cut]
 
     def _recent(self, system: list[Message], turns: list[MessageTurn], budget: int) -> list[Message]:
         """No text to gate on: the system messages and the latest whole turns that fit."""

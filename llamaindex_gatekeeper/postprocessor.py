@@ -75,6 +75,7 @@ from context_gatekeeper.integration import (
     BoundedCache, anchor_set, held_anchors, kept_covering, require_budget, require_items,
 )
 
+from .convert import validation_problems
 from .node_vectors import NodeVectors, query_embedding
 
 __all__ = ["GatekeeperNodePostprocessor", "NodeExplanation", "build_corpus", "query_text"]
@@ -344,7 +345,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         try:
             super().__init__(**data)
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
+            problems = validation_problems(error)
             raise InvalidInputError(
                 f"GatekeeperNodePostprocessor: {problems}; see help(GatekeeperNodePostprocessor) for each option"
             ) from None

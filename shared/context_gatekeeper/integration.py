@@ -73,6 +73,7 @@ from .records.operations import (
     change_from_dict,
     change_to_dict,
     invert,
+    require_requests,
     touched_ids,
 )
 from .records.replay import SKIP_REASONS
@@ -91,6 +92,7 @@ __all__ = [
     # input checks (the one budget rule, for adapters whose budget may be None; lists of items)
     "require_budget",
     "require_items",
+    "require_requests",
     # transcript records
     "Applied",
     "Change",

@@ -18,13 +18,14 @@ from typing import Any, Union
 
 from ..errors import InvalidInputError, InvalidRevisionError, InvalidTypeError, UnknownMessageError
 from .messages import Message, Role, new_message_id
-from ..validation import require_text
+from ..validation import require_items, require_text
 
 __all__ = [
     "Replace",
     "Delete",
     "InsertAfter",
     "Request",
+    "require_requests",
     "Put",
     "Remove",
     "Change",
@@ -68,6 +69,13 @@ class InsertAfter:
 
 
 Request = Union[Replace, Delete, InsertAfter]
+
+
+def require_requests(requests: Any) -> list[Request]:
+    """``requests`` as a list of :data:`Request` (``Replace``, ``Delete``, ``InsertAfter``), or
+    the library's error saying what to pass (a lone request, a string or ``None`` included)."""
+    return require_items(requests, "requests", (Replace, Delete, InsertAfter),
+                         "pass a list of Replace, Delete or InsertAfter requests")
 
 
 # -- changes -------------------------------------------------------------------------------

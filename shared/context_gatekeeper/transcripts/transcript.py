@@ -53,15 +53,13 @@ from ..records.messages import Message, detached, new_message_id
 from ..records.operations import (
     AT_END,
     Applied,
-    Delete,
-    InsertAfter,
     Put,
-    Replace,
     Request,
     State,
     changes_between,
     invert,
     is_noop,
+    require_requests,
     resolve_request,
 )
 from ..records.revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, storable_revision, undo_stacks
@@ -69,12 +67,10 @@ from ..stores.base import Store, takes_keyword
 from ..stores.integrity import IdEntry, check_revision, digest, entry
 from ..stores.memory import InMemoryStore
 from ..stores.replica import BULK, Replica, collector_paused
-from ..validation import require_items, require_text
+from ..validation import require_text
 
 __all__ = ["Transcript"]
 
-_REQUEST_TYPES = (Replace, Delete, InsertAfter)
-_REQUESTS_HINT = "pass a list of Replace, Delete or InsertAfter requests"
 
 _RENEW_ATTEMPTS = 5
 """How often an append renewing its ids on a store without ``renew_taken_ids`` is tried
@@ -558,7 +554,7 @@ class Transcript:
         Requests that change nothing (none at all, a replace with the same text) record
         nothing: the result is then numbered like the head, with no changes.
         """
-        requests = require_items(requests, "requests", _REQUEST_TYPES, _REQUESTS_HINT)
+        requests = require_requests(requests)
         with self._lock:
             self._replica.refresh()
             # Each request is resolved on the state as the ones before it left it: on the
@@ -583,7 +579,7 @@ class Transcript:
 
     async def aapply(self, requests: Sequence[Request]) -> Revision:
         """Async :meth:`apply`."""
-        return await asyncio.to_thread(self.apply, require_items(requests, "requests", _REQUEST_TYPES, _REQUESTS_HINT))
+        return await asyncio.to_thread(self.apply, require_requests(requests))
 
     def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.
