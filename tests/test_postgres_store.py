@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from context_gatekeeper import Transcript
-from context_gatekeeper.errors import InvalidInputError, SchemaVersionError, StoreUnavailableError
+from context_gatekeeper.errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreUnavailableError
 from context_gatekeeper.stores import Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, edit, fill, snapshot, turn
@@ -163,6 +163,81 @@ def test_migrations_are_recorded_once_in_a_table(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(SchemaVersionError, match="upgrade"):
         open_pg(tmp_path)
+
+
+def _run(store: Store, statement: str, *params: Any) -> list[Any]:
+    """``statement`` on the store's revisions table (``{}``), as a person with psql would."""
+    from psycopg import sql
+
+    query = sql.SQL(statement).format(store._names["revisions"])  # type: ignore[attr-defined]
+    with store._connection() as conn:  # type: ignore[attr-defined]
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _edited(store: Store, instruction: str, model: str) -> None:
+    """Session "s" gains an edit of its first message recorded with ``instruction`` and ``model``."""
+    import json
+    from dataclasses import replace
+
+    from context_gatekeeper.testing import ScriptedModel
+
+    t = Transcript("s", store=store)
+    editor = ScriptedModel([json.dumps({"operations": [{"op": "replace", "id": "1", "content": "first, edited"}]})])
+    t.commit(replace(t.edit("shorten it", model=editor, preview=True), instruction=instruction, model=model))
+
+
+def _refused_at(where: Path, revision: int, **options: Any) -> None:
+    """Opening session "s" on a new store fails naming ``revision``."""
+    store = open_pg(where, **options)
+    try:
+        with pytest.raises(CorruptLogError) as caught:
+            Transcript("s", store=store)
+        assert (caught.value.session_id, caught.value.revision) == ("s", revision)
+    finally:
+        store.close()
+
+
+def test_a_missing_instruction_written_in_by_hand_is_named(tmp_path: Path) -> None:
+    """NULL and the text 'None' were one text to the first hash chain."""
+    from context_gatekeeper.records.operations import Replace
+
+    store = open_pg(tmp_path)
+    Transcript("s", store=store).append(user="question", assistant="answer")
+    t = Transcript("s", store=store)
+    t.apply([Replace(t.messages[0].id, "question, edited")])  # an edit without an instruction
+    _run(store, "UPDATE {} SET instruction = 'None' WHERE session_id = 's' AND number = 2")
+    _refused_at(tmp_path, 2)
+    store.close()
+
+
+def test_migration_5_rewrites_the_rows_the_first_chain_wrote_ambiguously(tmp_path: Path) -> None:
+    from context_gatekeeper.stores.chain import genesis, row_digest
+
+    store = open_pg(tmp_path)
+    Transcript("s", store=store).append(user="question", assistant="answer")
+    _edited(store, "None", "a\x1fb")
+    Transcript("s", store=store).append(user="later", assistant="still here")
+    Transcript("other", store=store).append(user="elsewhere", assistant="fine")
+    # the tables as the first chain left them: its digests, migration 5 not recorded
+    previous = genesis("s")
+    for row in _run(store, "SELECT number, parent, kind, instruction, model, created_at, base, target, changes "
+                           "FROM {} WHERE session_id = 's' ORDER BY number"):
+        previous = row_digest(previous, row, legacy=True)
+        _run(store, "UPDATE {} SET digest = %s WHERE session_id = 's' AND number = %s", previous, row[0])
+    from psycopg import sql
+
+    with store._connection() as conn:  # type: ignore[attr-defined]
+        conn.execute(sql.SQL("DELETE FROM {} WHERE version = 5").format(store._names["migrations"]))  # type: ignore[attr-defined]
+    store.close()
+    _refused_at(tmp_path, 2, setup=False)  # read with the new text, unmigrated: refused at the edit
+    store = open_pg(tmp_path)  # migration 5
+    assert store.applied_migrations()[-1] == (5, "unambiguous hash chain fields")
+    assert Transcript("s", store=store).head == 3 and store.revisions("s")[1].instruction == "None"
+    assert [m.content for m in Transcript("other", store=store).messages] == ["elsewhere", "fine"]
+    _run(store, "UPDATE {} SET instruction = NULL WHERE session_id = 's' AND number = 2")
+    _refused_at(tmp_path, 2)  # the rewritten row is checked with the new text
+    store.close()
 
 
 def test_setup_from_many_threads_at_once_on_new_tables(tmp_path: Path) -> None:

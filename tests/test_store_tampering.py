@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ import pytest
 from context_gatekeeper import CorruptLogError, StoreUnavailableError, Transcript
 from context_gatekeeper.stores import SQLiteStore
 from context_gatekeeper.stores import sqlite as sqlite_module
-from context_gatekeeper.stores.chain import chained_prefix, genesis, row_digest
+from context_gatekeeper.testing import ScriptedModel
+from context_gatekeeper.stores.chain import chain_text, chained_prefix, genesis, row_digest
 
 TURNS = 300
 
@@ -189,10 +191,101 @@ def test_the_migration_chains_the_valid_prefix_of_old_files(db: Path, tmp_path: 
         "DELETE FROM revisions WHERE session_id = 's' AND number = 5",  # damaged before the upgrade
     )
     store = SQLiteStore(db)  # migrates: backfills the digests
-    assert [v for v, _ in store.applied_migrations()] == [1, 2, 3, 4]
+    assert [v for v, _ in store.applied_migrations()] == [1, 2, 3, 4, 5]
     assert [m.content for m in Transcript("other", store=store).messages] == ["elsewhere", "fine"]
     store.close()
     refused_at(db, 5, "missing")  # the damage is not blessed by the backfill
+
+
+# -- the text fields: no hand edit gives the same text ---------------------------------------
+@pytest.mark.parametrize("edit", [
+    "UPDATE revisions SET instruction = 'None' WHERE session_id = 's' AND number = 301",  # was NULL
+    "UPDATE revisions SET model = 'None' WHERE session_id = 's' AND number = 301",
+    "UPDATE revisions SET instruction = CAST('None' AS BLOB) WHERE session_id = 's' AND number = 301",
+])
+def test_a_missing_instruction_or_model_written_in_by_hand_is_named(db: Path, edit: str) -> None:
+    """NULL and the text 'None' were one text to the first chain."""
+    hand_edit(db, edit)
+    refused_at(db, TURNS + 1)
+
+
+def _edited(store: SQLiteStore, instruction: str, model: str) -> None:
+    """Session "s" gains an edit of its first message recorded with ``instruction`` and ``model``
+    (a scripted model's proposal, committed with those fields)."""
+    t = Transcript("s", store=store)
+    editor = ScriptedModel([json.dumps({"operations": [{"op": "replace", "id": "1", "content": "first, edited"}]})])
+    proposal = t.edit("shorten it", model=editor, preview=True)
+    t.commit(replace(proposal, instruction=instruction, model=model))
+
+
+def test_text_moved_between_the_instruction_and_the_model_is_named(tmp_path: Path) -> None:
+    """A U+001F in a field was the separator to the first chain: moving text across it between
+    the instruction and the model name kept the digest."""
+    path = tmp_path / "moved.db"
+    store = SQLiteStore(path)
+    Transcript("s", store=store).append(user="question", assistant="answer")
+    _edited(store, "shorter\x1fplease", "m")
+    Transcript("other", store=store).append(user="elsewhere", assistant="fine")
+    store.close()
+    hand_edit(path, "UPDATE revisions SET instruction = 'shorter', model = 'please' || char(31) || 'm' "
+                    "WHERE session_id = 's' AND number = 2")
+    refused_at(path, 2)
+
+
+def _first_chain(path: Path) -> None:
+    """``path`` as the first chain left it: every digest recomputed as migration 4 wrote them,
+    migration 5 not applied."""
+    conn = sqlite3.connect(path)
+    with conn:
+        for (session,) in conn.execute("SELECT DISTINCT session_id FROM revisions").fetchall():
+            previous = genesis(session)
+            rows = conn.execute(f"SELECT {sqlite_module._COLUMNS} FROM revisions WHERE session_id = ? ORDER BY number",
+                                (session,)).fetchall()
+            for row in rows:
+                previous = row_digest(previous, row, legacy=True)
+                conn.execute("UPDATE revisions SET digest = ? WHERE session_id = ? AND number = ?",
+                             (previous, session, row[0]))
+        conn.execute("DELETE FROM schema_migrations WHERE version = 5")
+    conn.close()
+
+
+def _with_ambiguous_fields(path: Path) -> None:
+    """Session "s" of ``path`` gains an edit whose instruction is the text 'None' and whose
+    model name holds a U+001F (what the first chain wrote ambiguously), then a later append."""
+    store = SQLiteStore(path)
+    _edited(store, "None", "a\x1fb")
+    Transcript("s", store=store).append(user="later", assistant="still here")
+    store.close()
+
+
+def test_the_migration_rewrites_the_ambiguous_rows_of_a_file_with_the_first_chain(db: Path) -> None:
+    _with_ambiguous_fields(db)
+    _first_chain(db)
+    read_only = SQLiteStore(db, read_only=True)  # not migrated: read with the first chain
+    assert Transcript("s", store=read_only).head == TURNS + 4
+    read_only.close()
+    store = SQLiteStore(db)  # migration 5
+    assert [v for v, _ in store.applied_migrations()][-1] == 5
+    t = Transcript("s", store=store)
+    edit = store.revisions("s")[TURNS + 2]
+    assert t.head == TURNS + 4 and (edit.instruction, edit.model) == ("None", "a\x1fb")
+    store.close()
+    hand_edit(db, f"UPDATE revisions SET instruction = NULL WHERE session_id = 's' AND number = {TURNS + 3}")
+    refused_at(db, TURNS + 3)  # the rewritten row is checked with the new text
+
+
+def test_the_migration_blesses_no_row_the_first_chain_refuses(db: Path) -> None:
+    _with_ambiguous_fields(db)
+    _first_chain(db)
+    hand_edit(db, "UPDATE revisions SET created_at = 1.5 WHERE session_id = 's' AND number = 20")  # damaged before
+    refused_at(db, 20)
+
+
+def test_chain_text_is_one_to_one_and_never_holds_the_separator() -> None:
+    values = [None, "None", "none", "", "\x1e", "\x1estr:\"None\"", "a\x1fb", "a", b"a", b"None", "\u00e9", "\x1f"]
+    texts = [chain_text(v) for v in values]
+    assert len(set(texts)) == len(values) and not any("\x1f" in t for t in texts)
+    assert chain_text("edit the tone") == "edit the tone" and chain_text(None) == "None"  # as the first chain
 
 
 def test_chained_prefix_stops_at_the_first_invalid_row() -> None:
@@ -201,7 +294,7 @@ def test_chained_prefix_stops_at_the_first_invalid_row() -> None:
         (2, 1, "bogus", None, None, 2.0, 1, None, "[]"),
         (3, 2, "append", None, None, 3.0, 2, None, "[]"),
     ]
-    first = row_digest(genesis("s"), rows[0])
+    first = row_digest(genesis("s"), rows[0], legacy=True)
     assert chained_prefix("s", rows) == [(1, first)]
     assert chained_prefix("s", [rows[0], rows[2]]) == [(1, first)]  # a gap
 
@@ -272,7 +365,7 @@ def test_a_copy_of_the_file_verifies_like_the_original(db: Path, tmp_path: Path)
 
 
 def test_migrations_list_the_chain() -> None:
-    assert [m.version for m in sqlite_module.MIGRATIONS][-1] == 4
+    assert [m.version for m in sqlite_module.MIGRATIONS][-2:] == [4, 5]
 
 
 @pytest.mark.parametrize("edit", [

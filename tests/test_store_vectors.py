@@ -270,7 +270,7 @@ def filled_before_vectors(
         for session, count in turns.items():
             fill(old, session, count)
         before = {s: snapshot(old, s) for s in turns}
-        assert [v for v, _ in old.applied_migrations()] == [1, 2, 4]
+        assert [v for v, _ in old.applied_migrations()] == [1, 2, 4, 5]
         old.close()
     return before
 
@@ -292,5 +292,5 @@ def test_a_file_from_before_vectors_gains_the_table_and_keeps_its_data(tmp_path:
     store.close()
     SQLiteStore(path).close()  # idempotent: nothing applied twice
     raw = sqlite3.connect(path)
-    assert [r[0] for r in raw.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3, 4]
+    assert [r[0] for r in raw.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3, 4, 5]
     raw.close()

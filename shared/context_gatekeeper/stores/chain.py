@@ -11,7 +11,8 @@ the session and the first revision that is not what was written:
   a revision committed through the Store API may name none).
 * :func:`row_digest` (the SQL stores): each row stores the SHA-256 of its own fields
   (its changes as the stored JSON text, byte for byte) and of its predecessor's digest;
-  the first row chains from a digest of the session id (:func:`genesis`).  Reading a
+  the first row chains from a digest of the session id (:func:`genesis`); the fields are
+  written so that no two rows give the same text (:func:`chain_text`).  Reading a
   session recomputes the chain (:func:`verified`), so a row changed, removed, moved or
   copied from elsewhere breaks it at that row.  Removing the *last* rows leaves a valid
   prefix, which no chain can tell from a shorter log.  The chain has no secret: it shows
@@ -22,11 +23,20 @@ the session and the first revision that is not what was written:
 other corrupt log.  A store migrated to the chain backfills the digests of each session's
 valid prefix (:func:`chained_prefix`); rows after the first invalid one get none, so the
 session keeps failing at that revision until truncated.
+
+The first chain (migration 4) wrote a missing instruction or model name as the text
+``None`` and separated fields by U+001F without escaping it, so a hand edit from NULL to
+``'None'``, or characters moved across the U+001F between the instruction and the model
+name, left the digest as it was.  Migration 5 recomputes, with :func:`chain_text`, the
+digests of the rows whose text that changes (after checking the old chain up to them,
+:func:`rechained`); every other row's digest is the same under both.  A read-only file
+that has not had migration 5 is read with the first chain (``legacy=True``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, get_args
 
@@ -35,8 +45,8 @@ from ..errors import CorruptLogError
 from ..records.revisions import Revision, RevisionKind
 from .schema import revision_from_fields, revision_from_row
 
-__all__ = ["KINDS", "genesis", "row_digest", "check_fields", "verified", "chained_prefix", "DECODED_CACHE_SIZE",
-           "decoded_revisions"]
+__all__ = ["KINDS", "genesis", "chain_text", "row_digest", "check_fields", "verified", "chained_prefix", "rechained",
+           "DECODED_CACHE_SIZE", "decoded_revisions"]
 
 KINDS = frozenset(get_args(RevisionKind))
 _sha256 = hashlib.sha256
@@ -64,12 +74,48 @@ def genesis(session_id: str) -> str:
     return hashlib.sha256(b"context-gatekeeper log\x00" + session_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def row_digest(previous: str, row: Sequence[Any]) -> str:
+_UNIT = "\x1f"
+"""The separator between a row's fields in the text a digest is taken of."""
+_ESCAPE = "\x1e"
+"""What an escaped text field starts with (:func:`chain_text`)."""
+
+
+def chain_text(value: Any) -> str:
+    """A nullable text field of a row (its instruction, its model name) as the chain writes it:
+    NULL as ``None``; a string as itself, unless it could be read as another value (the text
+    ``None``, one holding U+001F, one starting with U+001E) or is not a string (a BLOB put in
+    by hand): then U+001E, its type and its JSON (or hex) form.  No two values give the same
+    text, no text holds U+001F, and every value but those few gives what the first chain gave.
+
+    >>> chain_text(None), chain_text("tighten the tone"), chain_text("None")
+    ('None', 'tighten the tone', '\\x1estr:"None"')
+    """
+    if value is None:
+        return "None"
+    if type(value) is str and value != "None" and _UNIT not in value and not value.startswith(_ESCAPE):
+        return value
+    if isinstance(value, str):
+        return f"{_ESCAPE}str:{json.dumps(value)}"  # control characters written as \u escapes
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"{_ESCAPE}bytes:{bytes(value).hex()}"
+    return f"{_ESCAPE}{type(value).__name__}:{value!r}"
+
+
+def _legacy_text(value: Any) -> str:
+    """A text field as the first chain wrote it (what an f-string gives)."""
+    return f"{value}"
+
+
+def row_digest(previous: str, row: Sequence[Any], *, legacy: bool = False) -> str:
     """The digest of a stored row ``(number, parent, kind, instruction, model, created_at,
     base, target, changes)`` following a row whose digest is ``previous``: SHA-256 over the
-    fields as text, separated by U+001F, the changes as the stored JSON text."""
+    fields as text, separated by U+001F, the instruction and model name by :func:`chain_text`,
+    the changes as the stored JSON text.  ``legacy``: as the first chain wrote it (see the
+    module docstring)."""
     number, parent, kind, instruction, model, created_at, base, target, changes = row
-    text = f"{previous}\x1f{number}\x1f{parent}\x1f{kind}\x1f{instruction}\x1f{model}\x1f{created_at}\x1f{base}\x1f{target}\x1f{changes}"
+    text_of = _legacy_text if legacy else chain_text
+    text = (f"{previous}\x1f{number}\x1f{parent}\x1f{kind}\x1f{text_of(instruction)}\x1f{text_of(model)}"
+            f"\x1f{created_at}\x1f{base}\x1f{target}\x1f{changes}")
     return _sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -112,7 +158,8 @@ def _gap(expected: int, found: Any) -> str:
 
 
 def verified(
-    session_id: str, rows: Iterable[Sequence[Any]], after: int, previous: str | None, *, shared: bool = False
+    session_id: str, rows: Iterable[Sequence[Any]], after: int, previous: str | None, *, shared: bool = False,
+    legacy: bool = False,
 ) -> list[Revision]:
     """The revisions of ``rows`` (each a stored row followed by its digest), numbered from
     ``after + 1``, after checking their numbering, fields and hash chain.
@@ -124,9 +171,11 @@ def verified(
     :data:`decoded_revisions` (and rows decoded now are kept there): the revisions are
     then shared with other readers, and the caller must never change them or hand them
     out (see :meth:`.base.Store._shared_revisions`); otherwise each is decoded anew,
-    the caller's own.
+    the caller's own.  ``legacy``: the rows carry the first chain's digests (a read-only
+    file that has not had migration 5).
     """
     out: list[Revision] = []
+    text_of = _legacy_text if legacy else chain_text
     expected = after + 1
     sha256 = _sha256
     decoded: list[tuple[str, Revision]] = []
@@ -139,7 +188,11 @@ def verified(
             raise CorruptLogError(session_id, number, _why(row, "the row carries no digest: it was inserted, or its "
                                                                 "digest removed, outside context-gatekeeper"))
         # row_digest, inlined: this loop runs once per revision of every session opened
-        text = f"{previous}\x1f{number}\x1f{parent}\x1f{kind}\x1f{instruction}\x1f{model}\x1f{created_at}\x1f{base}\x1f{target}\x1f{changes}"
+        # (most rows, appends, have neither an instruction nor a model name: no call for them)
+        text = (f"{previous}\x1f{number}\x1f{parent}\x1f{kind}"
+                f"\x1f{'None' if instruction is None else text_of(instruction)}"
+                f"\x1f{'None' if model is None else text_of(model)}"
+                f"\x1f{created_at}\x1f{base}\x1f{target}\x1f{changes}")
         previous = sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         if previous != digest:
             raise CorruptLogError(session_id, number, _why(row, "its digest does not match its content and the revision "
@@ -182,6 +235,24 @@ def chained_prefix(session_id: str, rows: Iterable[Sequence[Any]]) -> list[tuple
             revision_from_row(row, session_id)
         except CorruptLogError:
             break
-        previous = row_digest(previous, row)
+        previous = row_digest(previous, row, legacy=True)  # migration 4 wrote the first chain
         out.append((number, previous))
+    return out
+
+
+def rechained(session_id: str, rows: Iterable[Sequence[Any]]) -> list[tuple[int, str]]:
+    """Migration 5: ``(number, digest)`` for each row of a session (stored rows followed by
+    their digests, in order) whose digest changes when the chain is written with
+    :func:`chain_text`, within the prefix whose first chain verifies.  A row after the first
+    that does not verify keeps its digest, so the session keeps failing there."""
+    out: list[tuple[int, str]] = []
+    old = new = genesis(session_id)
+    for expected, row in enumerate(rows, 1):
+        fields, stored = row[:9], row[9]
+        old = row_digest(old, fields, legacy=True)
+        if fields[0] != expected or stored != old:
+            break
+        new = row_digest(new, fields)
+        if new != stored:
+            out.append((expected, new))
     return out

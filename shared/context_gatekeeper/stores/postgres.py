@@ -141,6 +141,11 @@ def _chain_backfill(_conn: None, q: ops.Statements) -> Any:
     return ops.chain_backfill_steps(q)
 
 
+def _unambiguous_chain(_conn: None, q: ops.Statements) -> Any:
+    """Migration 5's backfill, as steps: :func:`.postgres_ops.unambiguous_chain_steps`."""
+    return ops.unambiguous_chain_steps(q)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -185,6 +190,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("ALTER TABLE {revisions} ADD COLUMN digest text",),
         _chain_backfill,
     ),
+    Migration(5, "unambiguous hash chain fields", (), _unambiguous_chain),
 )
 """Add new migrations at the end; never change or remove a released one.  ``{revisions}``, ``{ids}``
 and ``{migrations}`` stand for the prefixed table names (composed as identifiers); a backfill

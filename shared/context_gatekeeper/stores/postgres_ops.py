@@ -31,7 +31,7 @@ from psycopg_pool import PoolClosed, PoolTimeout
 from ..errors import CorruptLogError, InvalidInputError, StoreUnavailableError
 from ..records.revisions import Revision
 from .base import prepare_commit
-from .chain import chained_prefix, genesis, row_digest, verified
+from .chain import chained_prefix, genesis, rechained, row_digest, verified
 from .integrity import IdEntry
 from .schema import backfill_index, changes_text, checked_session, id_key, index_rows
 from .vectors import VectorRow, checked_dimension, checked_embedder, refused_save, unpack_vector
@@ -77,6 +77,10 @@ _TEMPLATES = {
         WHERE session_key = %s AND session_id = %s AND number > %s""",
     "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s",
     "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
+    # sessions with a row whose instruction or model name chain.chain_text escapes (migration 5)
+    "ambiguous_sessions": """SELECT DISTINCT session_key, session_id FROM {revisions} WHERE digest IS NOT NULL AND (
+        instruction = 'None' OR strpos(instruction, chr(31)) > 0 OR left(instruction, 1) = chr(30)
+        OR model = 'None' OR strpos(model, chr(31)) > 0 OR left(model, 1) = chr(30))""",
     "encoding": "SELECT current_setting('server_encoding')",
     # a locked transaction's first statements: no snapshot before the lock (see :func:`locked`)
     "read_committed": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
@@ -411,6 +415,17 @@ def chain_backfill_steps(q: Statements) -> Steps[None]:
         chained = chained_prefix(session_id, rows)
         if chained:
             yield Step("many", q["set_digest"], [(digest, *key, number) for number, digest in chained])
+
+
+def unambiguous_chain_steps(q: Statements) -> Steps[None]:
+    """Migration 5: the digests of rows whose text fields the first chain wrote ambiguously,
+    recomputed after checking the first chain up to them (:func:`.chain.rechained`)."""
+    for stored_key, session_id in (yield Step("all", q["ambiguous_sessions"])):
+        key = (bytes(stored_key), session_id)
+        rows = yield Step("all", q["load_chained"], (*key, 0))
+        changed = rechained(session_id, rows)
+        if changed:
+            yield Step("many", q["set_digest"], [(digest, *key, number) for number, digest in changed])
 
 
 def backfill_steps(q: Statements) -> Steps[None]:

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreClosedError, StoreUnavailableError
 from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
-from .chain import chained_prefix, genesis, row_digest, verified
+from .chain import chained_prefix, genesis, rechained, row_digest, verified
 from .integrity import IdEntry
 from .schema import (
     Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
@@ -49,6 +49,26 @@ def _backfill_chain(conn: sqlite3.Connection) -> None:
         conn.executemany(
             "UPDATE revisions SET digest = ? WHERE session_id = ? AND number = ?",
             [(digest, session_id, number) for number, digest in chained],
+        )
+
+
+_AMBIGUOUS_SESSIONS = """SELECT DISTINCT session_id FROM revisions WHERE digest IS NOT NULL AND (
+    (instruction IS NOT NULL AND (typeof(instruction) <> 'text' OR instruction = 'None'
+        OR instr(instruction, char(31)) > 0 OR substr(instruction, 1, 1) = char(30)))
+    OR (model IS NOT NULL AND (typeof(model) <> 'text' OR model = 'None'
+        OR instr(model, char(31)) > 0 OR substr(model, 1, 1) = char(30))))"""
+"""Sessions with a row whose instruction or model name :func:`.chain.chain_text` escapes: the
+only rows whose digest migration 5 changes (a superset: :func:`.chain.rechained` decides)."""
+
+
+def _backfill_unambiguous_chain(conn: sqlite3.Connection) -> None:
+    """Migration 5: the digests of rows whose text fields the first chain wrote ambiguously,
+    recomputed after checking the first chain up to them (see :mod:`.chain`)."""
+    for (session_id,) in conn.execute(_AMBIGUOUS_SESSIONS).fetchall():
+        changed = rechained(session_id, conn.execute(_SELECT_CHAINED, (session_id, 0)).fetchall())
+        conn.executemany(
+            "UPDATE revisions SET digest = ? WHERE session_id = ? AND number = ?",
+            [(digest, session_id, number) for number, digest in changed],
         )
 
 
@@ -105,6 +125,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(4, "revision hash chain", ("ALTER TABLE revisions ADD COLUMN digest TEXT",), _backfill_chain),
+    Migration(5, "unambiguous hash chain fields", (), _backfill_unambiguous_chain),
 )
 """Add new migrations at the end; never change or remove a released one."""
 
@@ -196,6 +217,7 @@ class SQLiteStore(Store, VectorStore):
         self.read_only = bool(read_only)
         self.busy_timeout = busy_timeout
         self._chained = True  # revisions carry the hash chain (migration 4)
+        self._legacy_chain = False  # ... as the first chain wrote it (migration 5 not applied: read-only files)
         self._lock = threading.RLock()
         if self.read_only and self.path == ":memory:":
             raise InvalidInputError("read_only=True needs a database file; ':memory:' starts empty and could hold nothing")
@@ -251,6 +273,7 @@ class SQLiteStore(Store, VectorStore):
                 applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
             self._chained = 4 in applied  # older files are read without the chain (they cannot be migrated here)
+            self._legacy_chain = 5 not in applied
             return
         with self._write() as conn:
             conn.execute(_CREATE_MIGRATIONS_TABLE)
@@ -286,7 +309,7 @@ class SQLiteStore(Store, VectorStore):
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
         with self._connection() as conn:
-            return _load(conn, checked_session(session_id), after, self._chained)
+            return _load(conn, checked_session(session_id), after, self._chained, legacy=self._legacy_chain)
 
     def _shared_revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """:meth:`revisions`, each row verified and then decoded once per process (see
@@ -295,7 +318,8 @@ class SQLiteStore(Store, VectorStore):
         if type(self).revisions is not SQLiteStore.revisions:
             return self.revisions(session_id, after)
         with self._connection() as conn:
-            return _load(conn, checked_session(session_id), after, self._chained, shared=True)
+            return _load(conn, checked_session(session_id), after, self._chained, shared=True,
+                         legacy=self._legacy_chain)
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -463,10 +487,12 @@ def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
 
 
 def _load(
-    conn: sqlite3.Connection, session_id: str, after: int, chained: bool = True, *, shared: bool = False
+    conn: sqlite3.Connection, session_id: str, after: int, chained: bool = True, *, shared: bool = False,
+    legacy: bool = False,
 ) -> list[Revision]:
     """The revisions above ``after``, their numbering, fields and hash chain checked
     (:func:`.chain.verified`; ``chained`` False: a file from before the chain, read as is;
+    ``legacy``: a file from before migration 5, whose digests are the first chain's;
     ``shared``: revisions decoded before are shared, see :meth:`Store._shared_revisions`)."""
     if not chained:
         return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
@@ -474,7 +500,7 @@ def _load(
     if not after:  # each row checked as it comes: no list of every row is built and thrown away
         cursor = conn.execute(_SELECT_CHAINED, (session_id, 0))
         try:
-            return verified(session_id, cursor, 0, genesis(session_id), shared=shared)
+            return verified(session_id, cursor, 0, genesis(session_id), shared=shared, legacy=legacy)
         finally:
             cursor.close()  # a log refused half way leaves no statement open (a truncate follows)
     rows = conn.execute(_SELECT_CHAINED, (session_id, after)).fetchall()
@@ -484,7 +510,7 @@ def _load(
         raise CorruptLogError(
             session_id, after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
         )
-    return verified(session_id, rows[1:], after, rows[0][9], shared=shared)
+    return verified(session_id, rows[1:], after, rows[0][9], shared=shared, legacy=legacy)
 
 
 def _lookup(conn: sqlite3.Connection, session_id: str, ids: Iterable[str]) -> dict[str, IdEntry]:
