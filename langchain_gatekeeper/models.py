@@ -25,6 +25,7 @@ from context_gatekeeper import (
     EditModel,
     GatekeeperError,
     InvalidTypeError,
+    MissingExtraError,
     ModelUnavailableError,
     StructuredOutputError,
     resolve_model,
@@ -53,8 +54,8 @@ def default_chat_model(*, timeout: float = 30.0, max_retries: int = 1) -> BaseCh
         from langchain_google_genai import ChatGoogleGenerativeAI
     except ImportError as exc:  # pragma: no cover - the langchain extra installs it
         raise ModelUnavailableError(
-            "the default editing model needs langchain-google-genai: pip install 'context-gatekeeper[langchain]', "
-            "or pass model="
+            "the default editing model needs langchain-google-genai: "
+            f"{MissingExtraError.install_command('langchain')}, or pass model="
         ) from exc
     return ChatGoogleGenerativeAI(model=DEFAULT_MODEL, google_api_key=key, timeout=timeout, max_retries=max_retries)
 

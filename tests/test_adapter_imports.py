@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+from context_gatekeeper.errors import MissingExtraError
+
 HIDE = textwrap.dedent(
     """
     import json, sys
@@ -58,8 +60,8 @@ def import_hiding(statement: str, hidden: tuple[str, ...] = (), none: tuple[str,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-LANGCHAIN_HINT = 'pip install "context-gatekeeper[langchain]"'
-LLAMAINDEX_HINT = 'pip install "context-gatekeeper[llamaindex]"'
+LANGCHAIN_HINT = MissingExtraError.install_command("langchain")  # the child is the same installation
+LLAMAINDEX_HINT = MissingExtraError.install_command("llamaindex")
 
 
 @pytest.mark.parametrize(
@@ -128,7 +130,7 @@ def test_a_framework_below_the_adapters_floor_is_named_with_the_floor() -> None:
 def test_a_core_feature_without_its_extra_names_the_extra(statement: str, hidden: tuple[str, ...], extra: str) -> None:
     seen = import_hiding(statement, hidden)
     assert seen["type"] == "MissingExtraError" and seen["gatekeeper"] and seen["extra"] == extra, seen
-    assert f"context-gatekeeper[{extra}]" in str(seen["message"])
+    assert MissingExtraError.install_command(extra) in str(seen["message"])
 
 
 def test_the_llamaindex_adapter_imports_without_langchain() -> None:
@@ -175,3 +177,43 @@ def test_unreadable_framework_metadata_still_gives_the_librarys_error() -> None:
                                                extra="langchain", packages=frozenset({"langchain"}),
                                                floors={"langchain": "1.2.13"})
     assert error is not None and "do not fit together" in str(error) and "()" not in str(error)
+
+
+# -- the install command an error gives ---------------------------------------------------------
+class _Dist:
+    """A distribution record with (or without) a PEP 610 ``direct_url.json``."""
+
+    def __init__(self, direct_url: str | None) -> None:
+        self.direct_url = direct_url
+
+    def read_text(self, name: str) -> str | None:
+        return self.direct_url if name == "direct_url.json" else None
+
+
+@pytest.mark.parametrize(("records", "command"), [
+    # pip install -e ".[dev]" in a checkout (a build's egg-info without the record may come first)
+    ([None, '{"url": "file:///home/me/context-gatekeeper", "dir_info": {"editable": true}}'],
+     "pip install -e '/home/me/context-gatekeeper[postgres]'"),
+    (['{"url": "file:///srv/my%20copy", "dir_info": {}}'], "pip install '/srv/my copy[postgres]'"),
+    # from an index, a wheel file or a VCS URL: by name
+    ([None], 'pip install "context-gatekeeper[postgres]"'),
+    (['{"url": "file:///tmp/dist/context_gatekeeper-0.2.0-py3-none-any.whl", "archive_info": {}}'],
+     'pip install "context-gatekeeper[postgres]"'),
+    (["not json"], 'pip install "context-gatekeeper[postgres]"'),
+    ([], 'pip install "context-gatekeeper[postgres]"'),
+])
+def test_the_install_command_names_the_folder_the_library_was_installed_from(
+    monkeypatch: pytest.MonkeyPatch, records: list[str | None], command: str
+) -> None:
+    """The package is installed from a checkout (the README's command): a hint by name would
+    send pip to an index, where no such package is published."""
+    from importlib import metadata
+
+    from context_gatekeeper import errors
+
+    monkeypatch.setattr(metadata, "distributions", lambda **_: [_Dist(r) for r in records])
+    errors._installed_from.cache_clear()
+    try:
+        assert MissingExtraError.install_command("postgres") == command
+    finally:
+        errors._installed_from.cache_clear()

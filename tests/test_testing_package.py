@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from context_gatekeeper.errors import InvalidInputError, InvalidTypeError
+from context_gatekeeper.errors import InvalidInputError, InvalidTypeError, MissingExtraError
 from context_gatekeeper.testing.store_modes import Capabilities, needs
 
 BLOCKER = textwrap.dedent(
@@ -60,7 +60,7 @@ def test_without_pytest_the_suite_says_how_to_install_it(tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ImportError:"), result.stdout
-    assert 'pip install "context-gatekeeper[testing]"' in result.stdout
+    assert MissingExtraError.install_command("testing") in result.stdout
     assert "pytest" in result.stdout
 
 

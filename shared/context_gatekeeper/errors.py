@@ -8,7 +8,10 @@ do about it.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
+import shlex
 
 __all__ = [
     "GatekeeperError",
@@ -180,7 +183,7 @@ class ServerStartError(GatekeeperError, RuntimeError):
 
 class MissingExtraError(GatekeeperError, ModuleNotFoundError):
     """An optional dependency is not installed (or too old to import); the message names
-    the extra that installs it: ``pip install "context-gatekeeper[<extra>]"``.
+    the extra that installs it, as :meth:`install_command` writes it.
 
     Attributes:
         extra: the extra to install.
@@ -208,13 +211,47 @@ class MissingExtraError(GatekeeperError, ModuleNotFoundError):
         what = "" if isinstance(missing, ModuleNotFoundError) else _version_advice(floors or {})
         return cls(
             f"{adapter} needs {needs}, and importing it failed: {missing}. {what}"
-            f'Install the extra: pip install "context-gatekeeper[{extra}]"',
+            f"Install the extra: {cls.install_command(extra)}",
             extra=extra,
             name=missing.name,
         )
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_missing_extra_error, (str(self), self.extra, self.name))
+
+    @staticmethod
+    def install_command(extra: str) -> str:
+        """The command that installs ``extra`` for this installation of the library: from
+        the folder it was installed from when it was (``pip install -e ".[dev]"`` in a
+        checkout, as the README says: pip would look the name up on an index otherwise,
+        where the package is not published), else by its name."""
+        source = _installed_from()
+        if source is None:
+            return f'pip install "context-gatekeeper[{extra}]"'
+        folder, editable = source
+        return f"pip install {'-e ' if editable else ''}{shlex.quote(f'{folder}[{extra}]')}"
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_from() -> tuple[str, bool] | None:
+    """``(folder, editable)`` when this distribution was installed from a local folder (its
+    ``direct_url.json``, PEP 610), else ``None``.  Never raises: it only words advice."""
+    try:
+        from importlib import metadata
+        from urllib.parse import unquote, urlparse
+
+        # (a checkout may also hold a build's egg-info without it: the installed record is read)
+        texts = (d.read_text("direct_url.json") for d in metadata.distributions(name="context-gatekeeper"))
+        text = next((t for t in texts if t), None)
+        if text is None:
+            return None
+        info = json.loads(text)
+        url = urlparse(info["url"])
+        if url.scheme != "file" or "dir_info" not in info:
+            return None
+        return unquote(url.path), bool(info["dir_info"].get("editable"))
+    except Exception:  # noqa: BLE001 - not installed as a distribution, or odd metadata
+        return None
 
 
 def _version_advice(floors: dict[str, str]) -> str:

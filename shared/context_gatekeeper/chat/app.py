@@ -30,12 +30,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from .. import BudgetError, GatekeeperError, InvalidInputError, ModelUnavailableError
+from .. import BudgetError, GatekeeperError, InvalidInputError, MissingExtraError, ModelUnavailableError
 from .session import PIN_RECORD_PREFIX, is_pin_record
 
-__all__ = ["main", "build_parser", "default_db_path", "MISSING_RICH", "NO_KEY"]
+__all__ = ["main", "build_parser", "default_db_path", "missing_rich", "NO_KEY"]
 
-MISSING_RICH = "gatekeeper-chat needs the 'rich' package: pip install 'context-gatekeeper[chat]'"
+def missing_rich() -> str:
+    """What the chat says without the chat extra: the command that installs it."""
+    return f"gatekeeper-chat needs the 'rich' package: {MissingExtraError.install_command('chat')}"
+
+
 NO_KEY = (
     "No Gemini API key: set GOOGLE_API_KEY (or GEMINI_API_KEY) to chat with Gemini, "
     "or pass --offline to try the chat with a scripted model (no network, no key)."
@@ -141,7 +145,7 @@ def main(
     try:
         importlib.import_module("rich")
     except ImportError:
-        print(MISSING_RICH, file=sys.stderr if stdout is None else out)
+        print(missing_rich(), file=sys.stderr if stdout is None else out)
         return 1
     from .loop import ChatLoop
     from .offline import OFFLINE_NOTICE

@@ -40,7 +40,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import EditError, InvalidInputError, ModelUnavailableError
+from ..errors import EditError, InvalidInputError, MissingExtraError, ModelUnavailableError
 from .models import finish_reason_of, is_unavailable_error, refuse_truncated
 
 __all__ = ["DEFAULT_GEMINI_MODEL", "GeminiModel", "gemini_api_key", "PASS_MODEL"]
@@ -129,7 +129,7 @@ class GeminiModel:
             genai = importlib.import_module("google.genai")  # deferred: the `gemini` extra is optional
         except ImportError as exc:
             raise ModelUnavailableError(
-                f"GeminiModel needs google-genai: pip install 'context-gatekeeper[gemini]', {self.instead}"
+                f"GeminiModel needs google-genai: {MissingExtraError.install_command('gemini')}, {self.instead}"
             ) from exc
         http_options = {
             "timeout": max(1, int(self.timeout * 1000)),  # google-genai counts milliseconds

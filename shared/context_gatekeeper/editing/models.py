@@ -48,7 +48,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Union
 
-from ..errors import EditError, GatekeeperError, InvalidTypeError, ModelUnavailableError
+from ..errors import EditError, GatekeeperError, InvalidTypeError, MissingExtraError, ModelUnavailableError
 from .finish_reasons import ModelReply, finish_reason_of, is_truncation, refuse_truncated
 
 __all__ = [
@@ -347,8 +347,8 @@ def _framework_wrapper(model: Any) -> Callable[[Any], EditModel] | None:
             except ImportError as exc:
                 raise InvalidTypeError(
                     f"{type(model).__name__} needs the adapter {entry.value.split(':')[0]}, which did not "
-                    f"import ({exc}); install the extra for its framework, e.g. "
-                    "pip install 'context-gatekeeper[langchain]' or 'context-gatekeeper[llamaindex]'"
+                    f"import ({exc}); install the extra for its framework: "
+                    f"{MissingExtraError.install_command('langchain')} or {MissingExtraError.install_command('llamaindex')}"
                 ) from exc
             if not (isinstance(wrapper, type) and issubclass(wrapper, EditModel)):
                 raise InvalidTypeError(

@@ -101,7 +101,7 @@ try:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError(
-        f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): pip install 'context-gatekeeper[postgres]'",
+        f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): {MissingExtraError.install_command('postgres')}",
         extra="postgres", name=exc.name,
     ) from exc
 

@@ -15,7 +15,7 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess b
 
     raise MissingExtraError(
         f"context_gatekeeper.testing.stores (the store conformance suite) needs pytest and hypothesis, "
-        f"which are not installed ({missing}). Install them with: pip install \"context-gatekeeper[testing]\"",
+        f"which are not installed ({missing}). Install them with: {MissingExtraError.install_command('testing')}",
         extra="testing", name=missing.name,
     ) from missing
 

@@ -19,11 +19,15 @@ from typing import IO, Any
 
 from .. import app
 from ..offline import OFFLINE_NOTICE, OfflineChatModel
-from ... import GatekeeperError, SQLiteStore
+from ... import GatekeeperError, MissingExtraError, SQLiteStore
 
-__all__ = ["run_web", "MISSING_WEB", "OFFLINE_CHUNK_DELAY"]
+__all__ = ["run_web", "missing_web", "OFFLINE_CHUNK_DELAY"]
 
-MISSING_WEB = "gatekeeper-chat --web needs the 'web' extra: pip install 'context-gatekeeper[web]'"
+def missing_web() -> str:
+    """What ``--web`` says without the web extra: the command that installs it."""
+    return f"gatekeeper-chat --web needs the 'web' extra: {MissingExtraError.install_command('web')}"
+
+
 OFFLINE_CHUNK_DELAY = 0.03
 """Seconds between the offline model's words in the web chat, so an answer visibly streams in."""
 
@@ -38,7 +42,7 @@ def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: 
         try:
             importlib.import_module(module)
         except ImportError:
-            say(MISSING_WEB, errors)
+            say(missing_web(), errors)
             return 1
     from .server import serve
     from .service import WebChat

@@ -51,7 +51,8 @@ def numpy() -> Any:
         import numpy as np
     except ImportError as exc:  # pragma: no cover - numpy is present wherever tests run
         raise MissingExtraError(
-            "an embedder needs numpy: pip install 'context-gatekeeper[semantic]'", extra="semantic", name=exc.name
+            f"an embedder needs numpy: {MissingExtraError.install_command('semantic')}", extra="semantic",
+            name=exc.name,
         ) from exc
     return np
 

