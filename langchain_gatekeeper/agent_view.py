@@ -23,9 +23,15 @@ bounded LRU cache; token counts of turn texts are kept per counter and text
 With an embedder, every thread's gatekeeper keeps its turn vectors in one
 :class:`VectorLRU` of the view (keyed by embedder and a hash of the turn's text), so
 a rebuilt index, a new thread showing turns seen before, or a thread evicted and
-seen again re-embeds nothing it has seen.  :meth:`GatedView.aview` awaits the
-embedding calls (the embedder's async twins) instead of blocking the event loop, holding
-the thread's index meanwhile (a concurrent call on the same index waits its turn).
+seen again re-embeds nothing it has seen.  A call embeds only the query (one call):
+turns are embedded in the background (see
+:meth:`~context_gatekeeper.ContextGatekeeper.aembed_pending`), and a turn not yet embedded
+is scored lexically.  :meth:`GatedView.aview` awaits the query's embedding (the embedder's
+async twin) instead of blocking the event loop, holding the thread's index meanwhile (a
+concurrent call on the same index waits its turn).
+
+A human message with no text (an image alone, a blank message) is gated as a query of no
+content words (:data:`NO_TEXT_QUERY`): the gate continues the active topic, within the budget.
 """
 
 from __future__ import annotations
@@ -41,20 +47,43 @@ from array import array
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, FunctionMessage, HumanMessage
 
-from context_gatekeeper import ContextGatekeeper, GateOptions, InvalidInputError, resolve_token_counter
+from context_gatekeeper import (
+    ContextGatekeeper, GateOptions, InvalidInputError, InvalidTypeError, resolve_token_counter,
+)
 from context_gatekeeper.integration import BoundedCache, TurnIndex, text_key
 
 from .convert import role_of, text_of
 from .threads import is_edit_record
 
-__all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "adapter_options", "counted_once", "is_summary", "current_turn_start", "semantic"]
+__all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "NO_TEXT_QUERY", "adapter_options", "counted_once", "is_summary",
+           "current_turn_start", "semantic"]
+
+NO_TEXT_QUERY = "?"
+"""The query a human message with no text (an image alone, whitespace) is gated with: no
+content word and no cue, so the gate reads it as it reads "ok?" (it continues the active
+topic) and the budget holds.  The core takes a query as text, and a blank one is refused;
+this one carries nothing of its own."""
+
+_CHAT_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant", "system": "system",
+               "tool": "tool", "function": "tool"}
+"""A ``ChatMessage``'s ``role`` as a core role (others read as ``"user"``)."""
 
 
 def _role(message: BaseMessage) -> str:
-    """A message's core role (:func:`.convert.role_of`: a streamed chunk too); ``"user"`` for other kinds."""
-    return role_of(message) or "user"
+    """A message's core role as grouping reads it: :func:`.convert.role_of` (a streamed chunk
+    too); a ``FunctionMessage`` is a tool result; a ``ChatMessage`` has the role it names
+    (``user``/``human``, ``assistant``/``ai``, ``system``, ``tool``/``function``); any other
+    kind is ``"user"``."""
+    role = role_of(message)
+    if role is not None:
+        return role
+    if isinstance(message, FunctionMessage):
+        return "tool"
+    if isinstance(message, ChatMessage):
+        return _CHAT_ROLES.get(str(message.role).lower(), "user")
+    return "user"
 
 
 def is_summary(message: BaseMessage) -> bool:
@@ -71,9 +100,9 @@ def current_turn_start(messages: Sequence[BaseMessage]) -> int | None:
     return None
 
 
-def _query_turn(messages: Sequence[BaseMessage]) -> int | None:
-    """:func:`current_turn_start`, or None when that human message's text is blank (no query)."""
-    return None if (start := current_turn_start(messages)) is None or not messages[start].text.strip() else start
+def _query(text: str) -> str:
+    """The query for a human message's text: the text, or :data:`NO_TEXT_QUERY` when it is blank."""
+    return text if text.strip() else NO_TEXT_QUERY
 
 
 def _indexed_text(message: BaseMessage) -> str:
@@ -81,9 +110,14 @@ def _indexed_text(message: BaseMessage) -> str:
     content = message.content
     text = content if isinstance(content, str) else text_of(content)  # BaseMessage.text, without its str subclass
     if isinstance(message, AIMessage) and message.tool_calls:
-        calls = " ".join(f"{c['name']} {json.dumps(c.get('args', {}), ensure_ascii=False)}" for c in message.tool_calls)
+        calls = " ".join(f"{c['name']} {_arguments(c.get('args', {}))}" for c in message.tool_calls)
         text = f"{text}\n{calls}" if text else calls
     return text
+
+
+def _arguments(args: Any) -> str:
+    """A tool call's arguments as JSON; a value JSON cannot hold (a date, a ``Decimal``) as its ``str``."""
+    return json.dumps(args, ensure_ascii=False, default=str)
 
 
 def semantic(gatekeeper: ContextGatekeeper) -> bool:
@@ -261,31 +295,47 @@ class _Turn:
     """A turn of a message list, as the index reads it: a key, its texts, and where its
     messages stand in the list (lighter than a core MessageTurn: no message copies)."""
 
-    __slots__ = ("key", "digest", "positions", "opens_with_user", "parts", "texts")
+    __slots__ = ("key", "base", "positions", "opens_with_user", "parts", "texts")
+
+    _PART = {"user": "user", "assistant": "assistant", "tool": "tool", "system": "tool"}
+    """Which of :attr:`parts` a message of each role goes to: a system message inside a turn is
+    sent with it, so it is counted against the budget as a tool result is (see :meth:`close`)."""
 
     def __init__(self, position: int, role: str) -> None:
         self.key = ""
-        self.digest = 0
+        self.base: Hashable | None = None
+        """What :attr:`key` counts repeats of (the texts' hash, or the first message's id); ``None``: none."""
         self.positions = [position]
         self.opens_with_user = role == "user"
         self.parts: dict[str, list[str]] = {"user": [], "assistant": [], "tool": []}
         self.texts: tuple[str, str, tuple[str, ...]] = ("", "", ())
 
+    def add(self, role: str, text: str) -> None:
+        """Add the text of a message of ``role`` (a core role) to its part."""
+        self.parts[self._PART[role]].append(text)
+
     def close(self) -> None:
         """Fix :attr:`texts`: (user text, assistant text, tool texts), as MessageTurn.texts
-        reads them (system messages inside a turn are carried, not indexed)."""
+        reads them, except that a system message inside the turn is read as a tool text: it
+        is sent with the turn, so its tokens (and one ``message_overhead``) count in the
+        turn's cost.  The core costs a turn by its texts alone, so its words are indexed too,
+        as a tool result's are."""
         parts = self.parts
         self.texts = "\n".join(parts["user"]), "\n".join(parts["assistant"]), tuple(parts["tool"])
 
 
-def _turns(rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dict[int, int] | None = None) -> list[_Turn]:
+def _turns(
+    rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dict[Hashable, int] | None = None
+) -> list[_Turn]:
     """``rest[start:]`` grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns` groups
     (a turn starts at each user message; answers and tool results join it), keyed.
 
     ``"id"``: the id of the turn's first message (its position in ``rest`` when it has none), so an
-    edit of a message re-indexes only its turn.  ``"content"``: the turn's texts (with a
-    count for repeats, carried in ``seen`` from the turns before ``start``), so a list that
-    grew by a turn, or lost its oldest ones, costs only what changed whatever its ids.
+    edit of a message re-indexes only its turn.  ``"content"``: the turn's texts, so a list that
+    grew by a turn, or lost its oldest ones, costs only what changed whatever its ids.  Either
+    key carries a count of its repeats (in ``seen``, from the turns before ``start``), so two
+    turns opened by messages of one id, or of the same texts, are two turns, read alike
+    whether the list grew into them or was read whole.
     """
     turns: list[_Turn] = []
     turn: _Turn | None = None
@@ -297,16 +347,20 @@ def _turns(rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dic
             turns.append(turn)
         else:
             turn.positions.append(i)
-        texts = turn.parts.get(role)
-        if texts is not None:
-            texts.append(_indexed_text(message))
+        turn.add(role, _indexed_text(message))
     seen = {} if seen is None else seen
     for turn in turns:
         turn.close()
         if keyed_by == "id":
-            turn.key = rest[turn.positions[0]].id or f"#{turn.positions[0]}"
+            message_id = rest[turn.positions[0]].id
+            if not message_id:
+                turn.key = f"#{turn.positions[0]}"  # positions are unique; a counted key starts with a digit
+                continue
+            turn.base = message_id
+            n = seen[message_id] = seen.get(message_id, -1) + 1
+            turn.key = f"{n}:{message_id}"
         else:
-            digest = turn.digest = hash(turn.texts)
+            digest = turn.base = hash(turn.texts)
             n = seen[digest] = seen.get(digest, -1) + 1
             turn.key = f"{digest:x}.{n}"
     return turns
@@ -322,13 +376,14 @@ _tool_calls = operator.attrgetter("tool_calls")
 class _Prints:
     """Everything of each message read that pinning, grouping and indexing read, kept as
     columns: its class, its id (when turns are keyed by id), its content, its ``lc_source``
-    mark and (AI messages) its tool calls.  A snapshot: content that is not a string, and
-    tool calls, are copied, so a later change in place to a message shows as a difference.
+    mark, (AI messages) its tool calls and (``ChatMessage``) its role.  A snapshot: content
+    that is not a string, and tool calls, are copied, so a later change in place to a
+    message shows as a difference.
 
     Columns, so that :meth:`begin` compares a grown list with one ``map`` and one list
     comparison per field, in C, instead of a loop of attribute reads per message."""
 
-    __slots__ = ("classes", "ids", "contents", "marks", "marked", "calls_at", "calls")
+    __slots__ = ("classes", "ids", "contents", "marks", "marked", "calls_at", "calls", "roles_at", "roles")
 
     def __init__(self) -> None:
         self.classes: list[type] = []
@@ -341,6 +396,10 @@ class _Prints:
         """Positions of the AI messages (``isinstance``, as :func:`_indexed_text` reads them)."""
         self.calls: list[Any] = []
         """Their tool calls, copied (``[]`` for none), in the order of :attr:`calls_at`."""
+        self.roles_at: list[int] = []
+        """Positions of the ``ChatMessage``s (their ``role`` decides their part in a turn)."""
+        self.roles: list[str] = []
+        """Their roles, in the order of :attr:`roles_at`."""
 
     def __len__(self) -> int:
         return len(self.classes)
@@ -360,6 +419,9 @@ class _Prints:
                 self.calls_at.append(position)
                 calls = message.tool_calls
                 self.calls.append(copy.deepcopy(calls) if calls else [])  # never the message's own list
+            elif isinstance(message, ChatMessage):
+                self.roles_at.append(position)
+                self.roles.append(message.role)
 
     def begin(self, earlier: Sequence[BaseMessage], keyed_by: str) -> bool:
         """Whether ``earlier`` starts with the messages printed here, none of them changed
@@ -374,6 +436,7 @@ class _Prints:
             and (keyed_by != "id" or list(map(_id, head)) == self.ids)
             and self._same_marks(list(map(_kwargs, head)))
             and list(map(_tool_calls, map(head.__getitem__, self.calls_at))) == self.calls
+            and [head[i].role for i in self.roles_at] == self.roles  # type: ignore[attr-defined]  # ChatMessages
         )
 
     def _same_marks(self, kwargs: list[dict[str, Any]]) -> bool:
@@ -392,7 +455,8 @@ class _ListMemo:
     __slots__ = ("prints", "pinned", "summaries", "rest", "at", "turns", "seen", "by_id")
 
     def __init__(self, prints: _Prints, pinned: list[BaseMessage], summaries: list[str], rest: list[BaseMessage],
-                 at: _Positions, turns: list[_Turn], seen: dict[int, int], by_id: dict[int, _Turn] | None = None) -> None:
+                 at: _Positions, turns: list[_Turn], seen: dict[Hashable, int],
+                 by_id: dict[int, _Turn] | None = None) -> None:
         self.prints, self.pinned, self.summaries, self.rest = prints, pinned, summaries, rest
         self.at = at
         """Where each of ``pinned`` and ``rest`` sits in the list read: what a call returns are the
@@ -444,6 +508,11 @@ class GatedView:
         return ContextGatekeeper(options=self.options)
 
     def _index(self, thread: Any) -> _ThreadIndex:
+        if not hashable(thread):
+            raise InvalidTypeError(
+                f"thread must be hashable (it keys the thread's index), got {type(thread).__name__}; "
+                "pass a string id, e.g. the conversation's thread_id"
+            )
         with self._lock:  # one index per thread, even when two calls meet a new thread at once
             index = self._threads.get(thread)
             if index is None:
@@ -462,8 +531,10 @@ class GatedView:
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
         the current turn (the last human message and everything after it) is kept whole and
-        its human message is the query; earlier messages go through :meth:`gated`."""
-        start = _query_turn(messages)
+        its human message is the query (one with no text, e.g. an image alone, is gated as
+        :data:`NO_TEXT_QUERY`); earlier messages go through :meth:`gated`.  A list without a
+        human message comes back whole."""
+        start = current_turn_start(messages)
         if start is None:
             return list(messages)
         return self.gated(messages[:start], messages[start].text, thread=thread, system_prompt=system_prompt) + list(messages[start:])
@@ -471,8 +542,8 @@ class GatedView:
     async def aview(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
     ) -> list[BaseMessage]:
-        """:meth:`view` with the embedding calls awaited (see :meth:`agated`)."""
-        start = _query_turn(messages)
+        """:meth:`view` with the query's embedding awaited (see :meth:`agated`)."""
+        start = current_turn_start(messages)
         if start is None:
             return list(messages)
         earlier = await self.agated(messages[:start], messages[start].text, thread=thread, system_prompt=system_prompt)
@@ -483,9 +554,9 @@ class GatedView:
     ) -> list[BaseMessage]:
         """``earlier`` narrowed for ``query``: pinned messages (leading system messages,
         summaries) first, then the turns the thread's gatekeeper selects, in order, as the
-        caller's own message objects.  Edit records are never selected."""
-        if not query.strip():
-            return list(earlier)
+        caller's own message objects.  Edit records are never selected.  A blank ``query``
+        (a message with no text) is :data:`NO_TEXT_QUERY`: the active topic, within the budget."""
+        query = _query(query)
         index = self._index(thread)
         if not index.lock.acquire(blocking=False):
             if semantic(index.gatekeeper) and _in_event_loop():  # maybe held across an await by this
@@ -506,16 +577,17 @@ class GatedView:
     ) -> list[BaseMessage]:
         """:meth:`gated` without blocking the event loop on the embedder: the thread's
         lock is awaited, then held while the index is brought in step and the selection
-        awaits the embedding calls (turns not yet embedded, in batches, and the query),
-        so a concurrent call with another list (``thread=None`` shares one index) waits
-        instead of re-syncing the index under this one.  Calls on other threads run
-        concurrently.  Without an embedder it is :meth:`gated` (CPU-bound, well under a
-        millisecond per hundred turns)."""
+        awaits the query's embedding (one call), so a concurrent call with another list
+        (``thread=None`` shares one index) waits instead of re-syncing the index under
+        this one.  Turns are not awaited: new and changed ones are embedded in the
+        background (:meth:`~context_gatekeeper.ContextGatekeeper.aembed_pending` waits for
+        them) and scored lexically until then.  Calls on other threads run concurrently.
+        Without an embedder it is :meth:`gated` (CPU-bound, well under a millisecond per
+        hundred turns)."""
         index = self._index(thread)
         if not semantic(index.gatekeeper):
             return self.gated(earlier, query, thread=thread, system_prompt=system_prompt)
-        if not query.strip():
-            return list(earlier)
+        query = _query(query)
         await index.lock.acquire_async()
         try:
             pinned, summaries, turns, tail, memo = self._read(index, earlier)
@@ -564,8 +636,8 @@ class GatedView:
             if turns and _role(rest[known]) != "user":  # the new messages continue the last turn
                 last = turns.pop()
                 start = last.positions[0]
-                if keyed_by == "content":
-                    seen[last.digest] -= 1
+                if last.base is not None:  # regrouped, it is counted again
+                    seen[last.base] -= 1
             added = _turns(rest, keyed_by, start, seen)
             turns.extend(added)
             if tail is not None:
@@ -604,13 +676,19 @@ class GatedView:
         if not extended:
             index.turns.sync(turns)
         gk = index.gatekeeper
-        pinned_text = "\n".join(filter(None, [system_prompt, *(m.text for m in pinned if isinstance(m, SystemMessage))]))
-        if (pinned_text or None) != gk.system_prompt:
-            gk.system_prompt = pinned_text or None
-        summary = "\n".join(summaries) or None
+        pinned_text = _joined([system_prompt, *(m.text for m in pinned if not is_summary(m))])
+        if pinned_text != gk.system_prompt:
+            gk.system_prompt = pinned_text
+        summary = _joined(summaries)
         if summary != gk.summary:
             gk.summary = summary
         return extended
+
+
+def _joined(texts: Sequence[str | None]) -> str | None:
+    """``texts`` joined by newlines, blank ones (``None``, empty, whitespace) left out; ``None``
+    when all are (the core refuses a blank system prompt or summary)."""
+    return "\n".join(text for text in texts if text and text.strip()) or None
 
 
 class _Positions(NamedTuple):
@@ -636,7 +714,7 @@ def _split(
             pinned.append(message)
             summaries.append(message.text)
             at.pinned.append(i)
-        elif isinstance(message, SystemMessage) and not rest:
+        elif not rest and _role(message) == "system":  # a SystemMessage, or a ChatMessage of role system
             pinned.append(message)
             at.pinned.append(i)
         elif not is_edit_record(message):

@@ -40,7 +40,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import BaseMessage
-from langchain_core.messages.utils import convert_to_messages
+from langchain_core.messages.utils import convert_to_messages, count_tokens_approximately
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
@@ -61,8 +61,14 @@ def approximate_tokens(text: str) -> int:
 
 
 def _counter(token_counter: Any) -> Any:
-    """The core's token counter for ``token_counter`` (one text in, a count out)."""
-    if isinstance(token_counter, str) and token_counter == "approximate":
+    """The core's token counter for ``token_counter`` (one text in, a count out).
+
+    ``"approximate"`` and LangChain's ``count_tokens_approximately`` (a ``trim_messages``
+    counter: it takes a list of messages, and would count each character of a text as a
+    message) are :func:`approximate_tokens`; a chat model is its ``get_num_tokens``; any
+    other value is the core's to read (a callable is called with one text)."""
+    trim_style = token_counter is count_tokens_approximately
+    if trim_style or (isinstance(token_counter, str) and token_counter == "approximate"):
         return approximate_tokens
     if isinstance(token_counter, BaseLanguageModel):
         return token_counter.get_num_tokens
@@ -115,6 +121,8 @@ def _new_view(options: dict[str, Any], given: GateOptions | None) -> GatedView:
         # a copy of what was keyed by value: the caller mutating its object later cannot change this view
         options = {name: copy.deepcopy(value) if _by_value(name, value) else value for name, value in options.items()}
         given = GateOptions.of(**dict(options, token_counter=_counter(options.get("token_counter"))))
+    elif given.token_counter is count_tokens_approximately:  # a trim_messages counter, in the caller's options
+        given = given.with_(token_counter=approximate_tokens)
     gate, _ = adapter_options(given)
     return GatedView(gate, max_threads=256, keyed_by="content")
 
@@ -146,6 +154,15 @@ _Settings = tuple[dict[str, Any], "GateOptions | None"]
 """The options of one call as a dict (the view's cache key) and the caller's GateOptions, if given."""
 
 
+def _check_thread(thread: Any) -> None:
+    """Refuse a ``thread`` that cannot key an index (a list, a dict), before anything is read."""
+    if not hashable(thread):
+        raise InvalidTypeError(
+            f"thread must be hashable (it keys the kept index), got {type(thread).__name__}; "
+            "pass a string id for the conversation"
+        )
+
+
 def _gate(messages: Any, settings: _Settings, thread: Any, config: RunnableConfig | None = None) -> list[BaseMessage]:
     if thread is None and config is not None:
         thread = (config.get("configurable") or {}).get("thread_id")
@@ -156,7 +173,7 @@ async def _agate(
     messages: Any, settings: _Settings, thread: Any, config: RunnableConfig | None = None
 ) -> list[BaseMessage]:
     """:func:`_gate` for async callers: without an embedder in a worker thread (as before),
-    with one awaiting the embedding calls."""
+    with one awaiting the query's embedding (turns are embedded in the background)."""
     if settings[0].get("embedder") is None:
         return await asyncio.to_thread(_gate, messages, settings, thread, config)
     if thread is None and config is not None:
@@ -186,17 +203,23 @@ def gate_messages(
         options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
             instead of the keywords below (not both); its ``on_overflow`` left ``None``
             means ``"keep_pinned"``, and its ``token_counter`` must be one the core
-            accepts (pass :func:`approximate_tokens` or ``model.get_num_tokens``).
+            accepts (pass :func:`approximate_tokens` or ``model.get_num_tokens``;
+            ``count_tokens_approximately`` is read as :func:`approximate_tokens`).
         token_budget: tokens for everything sent but the current turn (an ``int >= 0``,
             default 4000); ``max_tokens``, ``trim_messages``'s name, is an alias.
-        token_counter: counts the tokens of one text: ``None`` (tiktoken's
-            ``cl100k_base``, offline), ``"approximate"`` (four characters a token), a chat
-            model (its ``get_num_tokens``), a tiktoken encoding name, or any callable.
-        thread: which kept index to use for this conversation (``None``: one per set of
-            options).  Any list is gated correctly with any index; separate threads only
-            keep separate conversations from re-indexing each other (and, with an
-            embedder, concurrent async calls from waiting on each other: a selection
-            holds its index while it awaits the embedder).
+        token_counter: counts the tokens of ONE text (a ``str``), unlike ``trim_messages``'s,
+            which counts a list of messages: ``None`` (tiktoken's ``cl100k_base``,
+            offline), ``"approximate"`` (four characters a token; LangChain's
+            ``count_tokens_approximately`` is read as it), a chat model (its
+            ``get_num_tokens``), a tiktoken encoding name, or any callable ``str -> int``
+            (called with one text: ``len`` counts characters, and a ``trim_messages``-style
+            counter taking messages gives wrong counts).
+        thread: which kept index to use for this conversation, a hashable id such as a
+            string (``None``: one per set of options).  Any list is gated correctly with
+            any index; separate threads only keep separate conversations from
+            re-indexing each other (and, with an embedder, concurrent async calls from
+            waiting on each other: a selection holds its index while it awaits the
+            embedder).
         embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
             ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
             needed).  Each turn is embedded once (vectors kept in memory by content hash,
@@ -213,11 +236,17 @@ def gate_messages(
     Returns:
         The caller's own message objects, in order: pinned messages, the selected
         earlier turns, the current turn.  A list without a human message comes back whole.
+        A last human message with no text (an image alone, whitespace) is gated as a query
+        of no content words (:data:`~langchain_gatekeeper.agent_view.NO_TEXT_QUERY`, as
+        "ok?" is): the gate continues the active topic, within ``token_budget``.  A system
+        message inside an earlier turn is sent with its turn and counted in its cost.
 
     Raises:
         BudgetError: a budget that is not an ``int >= 0``.  TypeError: an unknown option,
-            or ``options=`` with other gate keywords.
+            or ``options=`` with other gate keywords.  InvalidTypeError: a ``thread`` that
+            is not hashable (pass a string id).
     """
+    _check_thread(thread)
     settings = _settings(options, gate_options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
     if messages is not None:
         return _gate(messages, settings, thread)
@@ -263,8 +292,10 @@ async def agate_messages(
     **gate_options: Any,
 ) -> list[BaseMessage]:
     """Async :func:`gate_messages` (same kept index).  Without an embedder the gating
-    runs in a worker thread; with one, the embedding calls are awaited."""
+    runs in a worker thread; with one, the query's embedding is awaited (turns are
+    embedded in the background and scored lexically until then)."""
     if messages is None:
         raise InvalidInputError("agate_messages needs messages; gate_messages() without them returns a Runnable")
+    _check_thread(thread)
     settings = _settings(options, gate_options, token_counter, token_budget, max_tokens, embedder, embed_timeout)
     return await _agate(_as_messages(messages), settings, thread)  # read (and checked) before the await

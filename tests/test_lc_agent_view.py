@@ -9,6 +9,9 @@ work done; nothing is timed.
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import decimal
 import itertools
 import random
 from collections import Counter
@@ -16,14 +19,18 @@ from collections import Counter
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage, AIMessageChunk, BaseMessage, ChatMessage, FunctionMessage, HumanMessage, SystemMessage, ToolMessage,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 
-from context_gatekeeper import InvalidInputError
+from context_gatekeeper import InvalidInputError, InvalidTypeError
+from context_gatekeeper.selection.semantic.runner import wait_idle
 from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
 from langchain_gatekeeper.agent_view import GatedView, _Prints
 
 from gatekeeper_support import CountingCounter, CountingGatekeeper
+from test_semantic import HashEmbedder
 
 TOPICS = [
     ("redis lock ttl watchdog export job", "Set the Redis lock TTL above the export job and renew it with a watchdog."),
@@ -324,3 +331,138 @@ def test_a_call_returns_the_callers_own_messages_never_those_an_earlier_call_rea
     grown[4] = grown[4].model_copy(update={"response_metadata": {"model": "other"}})  # a field the index never reads
     out = gate_messages(grown, token_budget=1000)
     assert all(any(m is mine for mine in grown) for m in out)
+
+
+# -- what a call reads of its messages ------------------------------------------------------
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def two_topics() -> list[BaseMessage]:
+    """Espresso turns, then the active topic: the redis lock."""
+    out: list[BaseMessage] = []
+    for i in range(6):
+        out += [HumanMessage(f"How do I tune espresso grind size {i}?"), AIMessage(f"Grind the espresso beans finer {i}.")]
+    for i in range(3):
+        out += [HumanMessage(f"How long should the redis lock ttl be {i}?"), AIMessage(f"Keep the redis lock ttl above the job {i}.")]
+    return out
+
+
+IMAGE = HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}])
+
+
+def test_a_query_with_no_text_continues_the_active_topic_within_the_budget() -> None:
+    """An image alone, or a blank message, as the last human message: gated as a query of no
+    content words ("ok?" is one), by view, aview and gated alike, the budget held."""
+    history = two_topics()
+    for embedder in (None, HashEmbedder()):
+        middleware = GatekeeperMiddleware(token_budget=60, token_counter=words, message_overhead=0, embedder=embedder)
+        views = middleware.views
+        wanted = views.view([*history, HumanMessage("ok?")], thread="ok")[:-1]
+        assert 0 < len(wanted) < len(history) and all("redis" in m.text for m in wanted)
+        for query in (IMAGE, HumanMessage("   ")):
+            assert views.view([*history, query], thread="t") == [*wanted, query]
+            assert asyncio.run(views.aview([*history, query], thread="a")) == [*wanted, query]
+            assert views.gated(history, query.text, thread="g") == wanted
+            assert asyncio.run(views.agated(history, "", thread="g")) == wanted
+        assert sum(words(m.text) for m in wanted) <= 60
+        assert wait_idle(30)  # turns are embedded in the background
+
+
+def test_a_blank_system_prompt_or_summary_is_left_out() -> None:
+    """A system message or system prompt of whitespace alone (a template that rendered empty),
+    or blank summaries: left out of the pinned text, never an error."""
+    body = [HumanMessage("redis ttl?"), AIMessage("30 s"), HumanMessage("redis watchdog?")]
+    summary = {"lc_source": "summarization"}
+    view = GatedView(make)
+    for pinned, prompt in [([SystemMessage("\n")], None), ([], "  "), ([SystemMessage(" "), SystemMessage("")], "\t"),
+                           ([HumanMessage(" ", additional_kwargs=summary), HumanMessage("\n", additional_kwargs=summary)], None)]:
+        assert view.view([*pinned, *body], thread="t", system_prompt=prompt) == [*pinned, *body]
+        assert view.gatekeeper("t").system_prompt is None and view.gatekeeper("t").summary is None
+    view.view([SystemMessage(" "), SystemMessage("Be brief."), *body], thread="t", system_prompt="\n")
+    assert view.gatekeeper("t").system_prompt == "Be brief."
+
+
+def test_a_system_message_inside_an_earlier_turn_counts_against_the_budget() -> None:
+    """It is sent with its turn, so its tokens are the turn's: a turn it makes too big is not sent."""
+    for keyed_by in ("content", "id"):
+        reminder = SystemMessage("reminder " * 500, id="s")
+        chat = [HumanMessage("How long should a Redis lock TTL be?", id="h"), reminder,
+                AIMessage("Longer than the longest job.", id="a"), HumanMessage("And the Redis lock watchdog?", id="q")]
+        view = GatedView(lambda: CountingGatekeeper(token_budget=50, token_counter=words, message_overhead=0,
+                                                    on_overflow="keep_pinned"), keyed_by=keyed_by)
+        assert view.view(chat, thread="t") == chat[-1:]  # 515 tokens: over the budget
+        small = SystemMessage("Mind the lock.", id="s")
+        chat[1] = small
+        assert view.view(chat, thread="t") == chat, keyed_by  # sent with its turn, counted in it
+        assert view.gatekeeper("t").turn_cost(view.gatekeeper("t").turns[0].id) == 16, keyed_by
+
+
+def test_function_and_chat_messages_take_the_role_they_play() -> None:
+    """A FunctionMessage is its call's result (never a turn of its own); a ChatMessage has the
+    role it names (user or human, assistant or ai, system, tool or function); other roles are users."""
+    call = AIMessage("", additional_kwargs={"function_call": {"name": "lookup", "arguments": "{}"}})
+    chat = [
+        ChatMessage(role="system", content="Be brief."),
+        HumanMessage("Tell me about espresso grind size"), call, FunctionMessage(name="lookup", content="redis lock watchdog"),
+        AIMessage("The watchdog renews the redis lock."), ChatMessage(role="Assistant", content="more on the redis watchdog"),
+        ChatMessage(role="human", content="espresso beans?"), ChatMessage(role="ai", content="Arabica."),
+        ChatMessage(role="tool", content="tool says arabica"), ChatMessage(role="function", content="fn says arabica"),
+        ChatMessage(role="system", content="Stay on topic."),
+        ChatMessage(role="critic", content="that was short"), AIMessage("Sorry."),
+        HumanMessage("And the redis lock watchdog ttl?"),
+    ]
+    view = GatedView(make)
+    out = view.view(chat, thread="t")
+    gk = view.gatekeeper("t")
+    assert gk.system_prompt == "Be brief."
+    assert [(t.user, t.assistant, t.tool_texts) for t in gk.turns] == [
+        ("Tell me about espresso grind size", "\nThe watchdog renews the redis lock.\nmore on the redis watchdog",
+         ("redis lock watchdog",)),
+        ("espresso beans?", "Arabica.", ("tool says arabica", "fn says arabica", "Stay on topic.")),
+        ("that was short", "Sorry.", ()),
+    ]
+    assert out[:6] == chat[:6]  # the call and its result, kept together
+    # a ChatMessage's role changed in place is read again, as a fresh view reads it
+    chat[5].role = "user"
+    assert view.view(chat, thread="t") == GatedView(make).view(chat)
+    assert len(view.gatekeeper("t")) == 4
+
+
+def test_repeated_first_message_ids_are_distinct_turns_grown_or_fresh() -> None:
+    """Two turns opened by messages of one id are two turns, whether the thread grew into the
+    second or reads the list whole."""
+    first = [HumanMessage("redis lock ttl?", id="m1"), AIMessage("30 s", id="a1")]
+    second = [HumanMessage("espresso grind?", id="m1"), AIMessage("fine", id="a2")]
+    third = [HumanMessage("redis lock watchdog ttl?", id="m1"), AIMessage("renew it", id="a3")]
+    query = HumanMessage("redis lock watchdog?", id="q")
+    view = GatedView(make)
+    view.view([*first, query], thread="grown")
+    gk = view.gatekeeper("grown")
+    for messages in ([*first, *second, query], [*first, *second, AIMessage("or finer", id="a4"), *third, query]):
+        gk.calls.clear()
+        grown = view.view(messages, thread="grown")
+        assert grown == GatedView(make).view(messages)
+        assert set(gk.calls) <= {"insert", "replace"}  # only what grew: the second turn regrouped keeps its key
+        assert [t.user for t in view.gatekeeper("grown").turns] == [m.text for m in messages if isinstance(m, HumanMessage)][:-1]
+    assert [m.text for m in grown] == ["redis lock ttl?", "30 s", "redis lock watchdog ttl?", "renew it", "redis lock watchdog?"]
+
+
+def test_tool_call_arguments_json_cannot_hold_are_read_as_their_text() -> None:
+    call = AIMessage("", tool_calls=[{"name": "book", "id": "c1",
+                                      "args": {"when": datetime.date(2025, 1, 2), "price": decimal.Decimal("9.5")}}])
+    chat = [HumanMessage("book the meeting"), call, ToolMessage("booked", tool_call_id="c1"), AIMessage("Done."),
+            HumanMessage("and cancel it?")]
+    view = GatedView(make)
+    assert view.view(chat, thread="t") == chat
+    assert '"when": "2025-01-02", "price": "9.5"' in view.gatekeeper("t").turns[0].assistant
+
+
+def test_an_unhashable_thread_is_refused_with_the_librarys_error() -> None:
+    view = GatedView(make)
+    chat = [*conversation(2), HumanMessage("redis?")]
+    with pytest.raises(InvalidTypeError, match="string id"):
+        view.view(chat, thread=["t"])
+    with pytest.raises(InvalidTypeError, match="string id"):
+        asyncio.run(view.aview(chat, thread={"id": "t"}))
+    assert len(view._threads) == 0  # nothing kept

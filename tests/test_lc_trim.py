@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages.utils import count_tokens_approximately
 
 from context_gatekeeper import BudgetError, GateOptions, InvalidTypeError, SelectionParams
 from context_gatekeeper.selection.semantic.runner import wait_idle
@@ -199,3 +200,44 @@ def test_gate_messages_reads_a_generator_and_the_forms_convert_to_messages_takes
         "How long should a Redis lock TTL be?", "Above the job.", "And the Redis lock watchdog?"]
     assert [m.text for m in asyncio.run(agate_messages(iter(forms), token_budget=100))] == [
         "How long should a Redis lock TTL be?", "Above the job.", "And the Redis lock watchdog?"]
+
+
+def test_count_tokens_approximately_counts_as_the_approximate_counter() -> None:
+    """trim_messages's counter takes a list of messages: given one text it would count each
+    character as a message.  gate_messages reads it as "approximate", by keyword or in options."""
+    messages = [*A[:-1], *B[:-1], HumanMessage("redis setup?")]
+    approximate = texts(gate_messages(messages, max_tokens=60, token_counter="approximate"))
+    assert 2 < len(approximate) < len(messages)
+    assert texts(gate_messages(messages, max_tokens=60, token_counter=count_tokens_approximately)) == approximate
+    options = GateOptions(token_budget=60, token_counter=count_tokens_approximately)
+    assert texts(gate_messages(messages, options=options)) == approximate
+    assert texts(asyncio.run(agate_messages(messages, options=options))) == approximate
+
+
+def test_a_last_human_message_with_no_text_is_gated_within_the_budget() -> None:
+    """An image alone (or whitespace) as the query: the active topic within the budget, as for
+    "ok?", by gate_messages, agate_messages and the Runnable alike, never the whole list."""
+    messages = [*B[:-1], *A[:-1]]
+    image = HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}])
+    options = {"token_budget": 40, "token_counter": lambda t: len(t.split()), "message_overhead": 0}
+    wanted = gate_messages([*messages, HumanMessage("ok?")], **options)[:-1]
+    assert 0 < len(wanted) < len(messages) and sum(len(m.text.split()) for m in wanted) <= 40
+    for query in (image, HumanMessage(" \n")):
+        assert gate_messages([*messages, query], **options) == [*wanted, query]
+        assert asyncio.run(agate_messages([*messages, query], **options)) == [*wanted, query]
+        assert gate_messages(**options).invoke([*messages, query]) == [*wanted, query]
+
+
+def test_an_unhashable_thread_is_refused_with_the_librarys_error() -> None:
+    """Sync, async and the Runnable (its thread=, or its config's thread_id) alike."""
+    with pytest.raises(InvalidTypeError, match="string id"):
+        gate_messages(A, thread=["a"])
+    with pytest.raises(InvalidTypeError, match="string id"):
+        asyncio.run(agate_messages(A, thread=["a"]))
+    with pytest.raises(InvalidTypeError, match="string id"):
+        gate_messages(thread={"a": 1})
+    runnable = gate_messages(token_budget=100)
+    for call in (lambda: runnable.invoke(A, {"configurable": {"thread_id": ["a"]}}),
+                 lambda: asyncio.run(runnable.ainvoke(A, {"configurable": {"thread_id": ["a"]}}))):
+        with pytest.raises(InvalidTypeError, match="string id"):
+            call()
