@@ -41,13 +41,15 @@ import contextlib
 import copy
 import dataclasses
 import json
+import math
 import operator
 import threading
 from array import array
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, FunctionMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
+from langchain_core.messages.utils import count_tokens_approximately
 
 from context_gatekeeper import (
     ContextGatekeeper, GateOptions, InvalidInputError, InvalidTypeError, resolve_token_counter,
@@ -66,24 +68,11 @@ content word and no cue, so the gate reads it as it reads "ok?" (it continues th
 topic) and the budget holds.  The core takes a query as text, and a blank one is refused;
 this one carries nothing of its own."""
 
-_CHAT_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant", "system": "system",
-               "tool": "tool", "function": "tool"}
-"""A ``ChatMessage``'s ``role`` as a core role (others read as ``"user"``)."""
-
-
 def _role(message: BaseMessage) -> str:
-    """A message's core role as grouping reads it: :func:`.convert.role_of` (a streamed chunk
-    too); a ``FunctionMessage`` is a tool result; a ``ChatMessage`` has the role it names
-    (``user``/``human``, ``assistant``/``ai``, ``system``, ``tool``/``function``); any other
-    kind is ``"user"``."""
-    role = role_of(message)
-    if role is not None:
-        return role
-    if isinstance(message, FunctionMessage):
-        return "tool"
-    if isinstance(message, ChatMessage):
-        return _CHAT_ROLES.get(str(message.role).lower(), "user")
-    return "user"
+    """A message's core role as grouping reads it: :func:`.convert.role_of` (a streamed chunk,
+    a ``FunctionMessage``, a ``ChatMessage`` by its role too); ``"user"`` for other kinds, as
+    :func:`.convert.to_core` stores them."""
+    return role_of(message) or "user"
 
 
 def is_summary(message: BaseMessage) -> bool:
@@ -184,6 +173,11 @@ TOKEN_COUNTS: BoundedCache[tuple[Hashable, str], int] = BoundedCache(maxsize=100
 of the text), shared by every gate, middleware and thread of this process."""
 
 
+def approximate_tokens(text: str) -> int:
+    """About four characters a token (``token_counter="approximate"``, as ``trim_messages``'s)."""
+    return math.ceil(len(text) / 4)
+
+
 def counted_once(counter: Any) -> Callable[[str], int]:
     """``counter`` (any ``token_counter`` the core accepts) resolved, each text counted once:
     counts are kept in :data:`TOKEN_COUNTS` by the counter (its identity) and the text's
@@ -209,10 +203,15 @@ def adapter_options(options: GateOptions) -> tuple[GateOptions, VectorLRU | None
     cache made for them: ``on_overflow`` left ``None`` becomes ``"keep_pinned"`` (the current
     turn is always sent), each text is counted once (:func:`counted_once`), and with an
     embedder but no ``vector_cache`` the turn vectors go to a new :class:`VectorLRU` shared
-    by every thread built from the result (returned too; ``None`` otherwise)."""
+    by every thread built from the result (returned too; ``None`` otherwise).  LangChain's
+    ``count_tokens_approximately`` is :func:`approximate_tokens` (the
+    middleware and ``topic_gate`` take it as ``gate_messages`` does)."""
     vectors = VectorLRU() if options.embedder is not None and options.vector_cache is None else None
+    counter = options.token_counter
+    if counter is count_tokens_approximately:  # a trim_messages counter (a list of messages in):
+        counter = approximate_tokens  # given one text, it would count each character as a message
     changes: dict[str, Any] = {
-        "on_overflow": options.overflow("keep_pinned"), "token_counter": counted_once(options.token_counter),
+        "on_overflow": options.overflow("keep_pinned"), "token_counter": counted_once(counter),
     }
     if options.embedder is not None:  # normalised once: every thread shares one embedder (and its state)
         changes["embedder"] = options.resolved_embedder

@@ -24,7 +24,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.messages import (
-    AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict, messages_from_dict,
+    AIMessage, BaseMessage, ChatMessage, FunctionMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict,
+    messages_from_dict,
 )
 
 from context_gatekeeper import InvalidTypeError, Message
@@ -33,7 +34,7 @@ from context_gatekeeper.integration import Role, new_message_id
 __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of",
            "same_messages", "role_of"]
 
-_ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 _TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
 _HOISTED = ("tool_calls", "tool_call_id", "name")
 ID_GENERATED = "id_generated"
@@ -44,15 +45,23 @@ PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNOR
 
 _CLASS_ROLES: tuple[tuple[type[BaseMessage], Role], ...] = (
     (HumanMessage, "user"), (AIMessage, "assistant"), (SystemMessage, "system"), (ToolMessage, "tool"),
+    (FunctionMessage, "tool"),
 )
+_CHAT_ROLES: dict[str, Role] = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
+                                "system": "system", "tool": "tool", "function": "tool"}
+"""A ``ChatMessage``'s ``role`` as a core role."""
 
 
 def role_of(message: BaseMessage) -> Role | None:
     """The core role of a LangChain message, by its type or else its class: a streamed
-    ``AIMessageChunk`` (what ``.stream()`` hands a history) answers like an ``AIMessage``.
-    ``None`` for other kinds (``ChatMessage``, ``FunctionMessage``)."""
+    ``AIMessageChunk`` (what ``.stream()`` hands a history) answers like an ``AIMessage``, a
+    ``FunctionMessage`` is a tool result, a ``ChatMessage`` has the role it names (``user`` /
+    ``human``, ``assistant`` / ``ai``, ``system``, ``tool`` / ``function``).  ``None`` for
+    other kinds and roles."""
     role = _ROLES.get(message.type)
     if role is None:
+        if isinstance(message, ChatMessage):
+            return _CHAT_ROLES.get(str(message.role).lower())
         role = next((r for cls, r in _CLASS_ROLES if isinstance(message, cls)), None)
     return role
 
@@ -80,8 +89,7 @@ def to_core(message: BaseMessage) -> Message:
     serialised = copy.deepcopy(message_to_dict(message))  # nothing shared with the caller's message
     kind, data = serialised["type"], dict(serialised["data"])
     content = data.pop("content")
-    # ChatMessage and other custom roles ride as user/assistant text
-    role: Role = role_of(message) or ("assistant" if data.get("role") in ("assistant", "ai") else "user")
+    role: Role = role_of(message) or "user"  # other kinds and roles ride as user text
     metadata: dict[str, Any] = {key: data.pop(key) for key in _HOISTED if data.get(key)}
     data.pop("id", None)
     data.pop("type", None)

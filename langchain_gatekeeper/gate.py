@@ -60,7 +60,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from context_gatekeeper import GateOptions, InvalidInputError, TranscriptGate
 
-from .agent_view import GatedView, adapter_options
+from .agent_view import NO_TEXT_QUERY, GatedView, adapter_options
 from .convert import from_core_messages, same_messages, text_of
 from .gate_keys import TopicGateKeysError, infer_keys, input_key_beside
 from .history import GatekeeperChatMessageHistory
@@ -185,9 +185,11 @@ class _TopicGate:
         return (yield prior, _query(new), hist) + new
 
     def _gated(self, prior: list[BaseMessage], query: str, hist: BaseChatMessageHistory | None) -> list[BaseMessage]:
-        """The gated view of ``prior`` for ``query`` (``prior`` itself when nothing to gate)."""
-        if not prior or not query.strip():
+        """The gated view of ``prior`` for ``query`` (``prior`` itself when it is empty); a
+        blank ``query`` (a message with no text) is :data:`~.agent_view.NO_TEXT_QUERY`."""
+        if not prior:
             return list(prior)
+        query = query if query.strip() else NO_TEXT_QUERY
         if isinstance(hist, GatekeeperChatMessageHistory):
             # matched by position (ids may be absent): the history's incremental index answers
             if same_messages(prior, hist.transcript.messages):
@@ -197,8 +199,9 @@ class _TopicGate:
 
     async def _agated(self, prior: list[BaseMessage], query: str, hist: BaseChatMessageHistory | None) -> list[BaseMessage]:
         """:meth:`_gated` with the store read in a worker thread and the embedding awaited."""
-        if not prior or not query.strip():
+        if not prior:
             return list(prior)
+        query = query if query.strip() else NO_TEXT_QUERY
         if isinstance(hist, GatekeeperChatMessageHistory):
             if same_messages(prior, await hist.transcript.aget_messages()):
                 gate = self._gate_for(hist)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import math
 from collections.abc import Hashable, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -47,17 +46,12 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from context_gatekeeper import GateOptions, InvalidInputError, InvalidTypeError
 from context_gatekeeper.integration import BoundedCache
 
-from .agent_view import GatedView, Same, adapter_options, hashable
+from .agent_view import GatedView, Same, adapter_options, approximate_tokens, hashable
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
 _CACHE_SIZE = 32
 _views: BoundedCache[Hashable, GatedView] = BoundedCache(_CACHE_SIZE)
-
-
-def approximate_tokens(text: str) -> int:
-    """About four characters a token (``token_counter="approximate"``, as ``trim_messages``'s)."""
-    return math.ceil(len(text) / 4)
 
 
 def _counter(token_counter: Any) -> Any:

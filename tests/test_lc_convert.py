@@ -112,3 +112,25 @@ def test_not_a_message_is_a_type_error() -> None:
 def test_any_text_round_trips(text: str, kind, message_id: str) -> None:
     message = kind(content=text, id=message_id)
     assert from_core(to_core(message)) == message
+
+
+def test_function_and_chat_messages_are_stored_with_the_role_they_play() -> None:
+    """A legacy function result is a tool result and a ChatMessage has the role it names, as
+    the list gating groups them: stored as user messages they opened turns of their own."""
+    from langchain_core.messages import ChatMessage, FunctionMessage
+
+    cases = [
+        (FunctionMessage("42", name="lookup"), "tool"),
+        (ChatMessage("hi", role="assistant"), "assistant"),
+        (ChatMessage("hi", role="AI"), "assistant"),
+        (ChatMessage("rules", role="system"), "system"),
+        (ChatMessage("hello", role="Human"), "user"),
+        (ChatMessage("result", role="function"), "tool"),
+        (ChatMessage("note", role="narrator"), "user"),
+    ]
+    for message, role in cases:
+        stored = to_core(message)
+        assert stored.role == role, message
+        back = from_core(stored)
+        assert type(back) is type(message) and back.content == message.content
+        assert getattr(back, "role", None) == getattr(message, "role", None)

@@ -366,3 +366,36 @@ def test_topic_gate_takes_one_gate_options_or_its_keywords():
     strict = topic_gate(options=GateOptions(token_budget=1, on_overflow="raise"))  # a policy given is kept
     with pytest.raises(BudgetError, match="keep_pinned"):
         strict.invoke([SystemMessage("Be brief and exact."), *history, new])
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("history", [lambda sid: GatekeeperChatMessageHistory(sid), lambda sid: ListHistory()],
+                         ids=["gatekeeper history", "any history"])
+def test_a_message_with_no_text_is_gated_within_the_budget(use_async: bool, history: Any) -> None:
+    """An image alone is the current message: the gate continues the active topic (as for "ok?")
+    instead of sending the whole history."""
+    sessions, rec = Sessions(lambda sid: seeded(history(sid))), Recorder()
+    chain = GatedRunnableWithMessageHistory(numbered_answers(), sessions)
+    image = HumanMessage([{"type": "image", "source_type": "url", "url": "https://example.com/lock.png"}])
+    result = (chain.ainvoke if use_async else chain.invoke)([image], config(rec))
+    if use_async:
+        asyncio.run(result)
+    sent = rec.last
+    assert isinstance(sent[-1], HumanMessage) and not sent[-1].text.strip() and len(sent) < len(FULL) + 1
+    assert not set(ESPRESSO) & set(texts(sent))  # the topic left behind is not sent
+
+
+def test_count_tokens_approximately_is_read_as_the_approximate_counter() -> None:
+    """trim_messages's counter takes a list of messages: given one text it counts each character
+    as a message (about five tokens a character), which would leave no turn within the budget."""
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    from langchain_gatekeeper.trim import approximate_tokens
+
+    history = [HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]), HumanMessage(ESPRESSO[0]), AIMessage(ESPRESSO[1])]
+    new = HumanMessage(REDIS_QUERY)
+    budget = 200
+    approximate = topic_gate(token_budget=budget, token_counter=approximate_tokens).invoke([*history, new])
+    assert texts(approximate) == [*REDIS_1, REDIS_QUERY]
+    assert texts(topic_gate(token_budget=budget, token_counter=count_tokens_approximately).invoke([*history, new])) \
+        == texts(approximate)

@@ -184,7 +184,8 @@ def test_what_select_messages_hands_out_is_a_copy_the_transcript_never_sees_chan
 
 
 def test_message_turn_texts_are_the_joined_texts_of_each_role() -> None:
-    """MessageTurn.texts (a shortcut for a question and its answer) is the join of each role's texts."""
+    """MessageTurn.texts (a shortcut for a question and its answer) is the join of each role's texts
+    (a system message inside the turn read as a tool text: it is sent with the turn)."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -200,8 +201,28 @@ def test_message_turn_texts_are_the_joined_texts_of_each_role() -> None:
         expected = (
             "\n".join(m.content for m in messages if m.role == "user"),
             "\n".join(m.content for m in messages if m.role == "assistant"),
-            tuple(m.content for m in messages if m.role == "tool"),
+            tuple(m.content for m in messages if m.role in ("tool", "system")),
         )
         assert MessageTurn("m0", messages).texts == expected
 
     check()
+
+
+def test_a_system_message_inside_a_turn_counts_against_the_budget() -> None:
+    """A system message after the start stays in its turn and is sent with it, so its tokens
+    are the turn's: what the gate hands out stays within token_budget."""
+    reminder = "Remember: " + "always answer in three short sentences and cite the runbook. " * 20
+    costs = []
+    for with_reminder in (False, True):
+        t = Transcript("s")
+        t.append(user="How long should the Redis lock TTL be?", assistant="A few times the p99 of the work.")
+        if with_reminder:
+            t.append(messages=[{"role": "system", "content": reminder}])
+        t.append(user="And the Redis lock renewal?", assistant="Renew it from a watchdog at a third of the TTL.")
+        gate = TranscriptGate(t, token_budget=60)
+        selection = gate.explain("What Redis lock TTL and renewal should I use?")
+        assert selection.tokens_kept <= 60 or selection.over_budget
+        gate.sync()
+        first = gate.gatekeeper.turns[0].id
+        costs.append(gate.gatekeeper.turn_cost(first))
+    assert costs[1] - costs[0] > len(reminder) // 8  # the reminder's tokens are in its turn's cost

@@ -48,7 +48,9 @@ class MessageTurn:
 
     @property
     def texts(self) -> tuple[str, str, tuple[str, ...]]:
-        """(user text, assistant text, tool texts) as the gatekeeper indexes them."""
+        """(user text, assistant text, tool texts) as the gatekeeper indexes them.  A system
+        message inside the turn is sent with it, so it is read as a tool text: its tokens count
+        in the turn's cost (the gatekeeper costs a turn by its texts)."""
         messages = self.messages
         if len(messages) == 2:  # a question and its answer (most turns): the texts as they are
             first, second = messages
@@ -56,7 +58,7 @@ class MessageTurn:
                 return first.content, second.content, ()
         user = "\n".join(m.content for m in messages if m.role == "user")
         assistant = "\n".join(m.content for m in messages if m.role == "assistant")
-        tools = tuple(m.content for m in messages if m.role == "tool")
+        tools = tuple(m.content for m in messages if m.role == "tool" or m.role == "system")
         return user, assistant, tools
 
     @property
