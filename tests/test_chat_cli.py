@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("rich")
 
 import context_gatekeeper
-from context_gatekeeper import MissingExtraError, ModelUnavailableError, Transcript
+from context_gatekeeper import Message, MissingExtraError, ModelUnavailableError, Transcript
 from context_gatekeeper.chat.app import main, missing_rich
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor, parse_substitution
 from context_gatekeeper.chat.session_file import FORMAT
@@ -126,6 +126,23 @@ def test_undo_and_redo(tmp_path: Path) -> None:
     assert "redid revision 2" in out and "undid revision 2" in out
     assert "error: nothing to undo" in out  # the third undo
     assert contents(tmp_path)[0] == GDP
+
+
+def test_history_counts_moved_messages_as_moved(tmp_path: Path) -> None:
+    """``/history`` counts as ``diff`` does: a reordered message is moved, not removed and added."""
+    transcript = Transcript("s", store=str(tmp_path / "chat.db"))
+    transcript.append(user="q1", assistant="a1")
+    transcript.append(user="q2", assistant="a2")
+    q1, a1, q2, a2 = transcript.messages
+    transcript.set([q2, a2, q1, a1])  # revision 3: the second exchange first
+    transcript.revert(2)  # revision 4: the first order again
+    transcript.set([q2, a2, Message(q1.id, "user", "q1, reworded"), {"role": "user", "content": "q3"}])  # 5
+    transcript.close()
+    status, out = chat(tmp_path, ["/history"])
+    rows = {line.split()[0]: line for line in out.splitlines() if re.match(r"\s*[3-5] ", line)}
+    assert status == 0 and set(rows) == {"3", "4", "5"}
+    change = {number: row.split("│")[3].strip() for number, row in rows.items()}
+    assert change == {"3": "2 moved", "4": "2 moved", "5": "+1 -1 ~1"}  # 5: a1 dropped, q3 new, q1 moved and reworded
 
 
 def test_undo_with_nothing_to_undo_is_an_error_not_a_crash(tmp_path: Path) -> None:

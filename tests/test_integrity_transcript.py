@@ -463,6 +463,43 @@ def test_returned_messages_with_empty_metadata_are_mutable_copies() -> None:
     assert [m.to_dict() for m in Transcript("m", store=t.store).messages] == expected
 
 
+def test_the_writer_holds_metadata_and_parts_as_every_other_reader_reads_them(tmp_path: Path) -> None:
+    """What JSON changes (a tuple becomes a list, an int key a str one) is changed for the
+    writing object too: two objects on one session serve the same messages, and setting the
+    state another object reads records nothing."""
+    path = str(tmp_path / "s.db")
+    writer = Transcript("s", store=path)
+    tuple_metadata = {1: "one", "span": (0, 2), "nested": [{"at": (1, 2)}]}
+    appended = writer.append(messages=[
+        {"role": "user", "content": "hi", "metadata": tuple_metadata, "parts": [{"type": "text", "span": (0, 2)}]},
+        {"role": "assistant", "content": "plain", "metadata": {"n": 1}},
+    ])
+    as_json = {"1": "one", "span": [0, 2], "nested": [{"at": [1, 2]}]}
+    reader = Transcript("s", store=path)
+    for messages in (writer.messages, appended.added, reader.messages, writer.snapshot(1)):
+        assert dict(messages[0].metadata) == as_json and messages[0].parts == ({"type": "text", "span": [0, 2]},)
+    assert writer.messages == reader.messages
+    head = writer.head
+    writer.set(reader.messages)
+    writer.set([Message(m.id, m.role, m.content, parts=m.parts, metadata=tuple_metadata if i == 0 else m.metadata)
+                for i, m in enumerate(writer.messages)])  # what the state holds, in Python's own shapes
+    assert writer.head == head  # neither is a change
+    q = writer.messages[0]
+    writer.set([Message(q.id, q.role, q.content, metadata={"span": (5, 6)}), *writer.messages[1:]])
+    assert dict(writer.messages[0].metadata) == {"span": [5, 6]} == dict(reader.messages[0].metadata)
+    writer.close()
+    reader.close()
+
+
+def test_storable_returns_a_plain_json_message_itself() -> None:
+    from context_gatekeeper.records.messages import storable
+
+    plain = Message("p", "user", "hi", parts=({"type": "text", "text": "hi"},), metadata={"a": [1, {"b": None}]})
+    assert storable(plain) is plain
+    shaped = storable(Message("t", "user", "hi", parts=(("a", 1),), metadata={2: (3,)}))
+    assert shaped.parts == (["a", 1],) and shaped.metadata == {"2": [3]}
+
+
 def test_messages_given_to_a_transcript_stay_the_callers() -> None:
     mine = Message("x1", "user", "hi")
     t = Transcript("g")

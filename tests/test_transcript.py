@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from context_gatekeeper import (
     HistoryError,
     InsertAfter,
     InvalidInputError,
+    InvalidTypeError,
     Replace,
     SQLiteStore,
     StaleHeadError,
@@ -123,6 +125,27 @@ def test_revert_goes_back_and_says_what_it_drops(gdp: Transcript) -> None:
         gdp.revert(99)
 
 
+def test_a_revision_that_moves_messages_lists_them_as_moved_not_removed_or_added() -> None:
+    t = Transcript("order")
+    t.append(user="q1", assistant="a1")
+    t.append(user="q2", assistant="a2")
+    m = t.messages
+    swap = t.set([m[2], m[3], m[0], m[1]])  # the same messages, the second exchange first
+    back = t.revert(2)  # revision 2's order again: nothing is dropped
+    assert contents(t) == ["q1", "a1", "q2", "a2"]
+    for revision, diff in ((swap, t.diff(2, 3)), (back, t.diff(3, 4))):
+        assert revision.removed == () and revision.added == ()
+        assert {x.id for x in revision.moved} == {d.id for d in diff.moved} and len(revision.moved) == 2
+    undo = t.undo()  # the inverse of a move is a move
+    assert undo.removed == undo.added == () and len(undo.moved) == 2
+    q2, a2, q1, a1 = t.messages
+    assert contents(t) == ["q2", "a2", "q1", "a1"]
+    mixed = t.set([q1, q2, {"role": "user", "content": "q3"}])  # one moved, two dropped, one new
+    assert [x.content for x in mixed.added] == ["q3"]
+    assert sorted(x.content for x in mixed.removed) == ["a1", "a2"]
+    assert [x.content for x in mixed.moved] in (["q1"], ["q2"])
+
+
 def test_diff_is_a_record_and_a_readable_unified_diff(gdp: Transcript) -> None:
     a = gdp.messages[1]
     revision = gdp.apply([Replace(a.id, "About 28 billion USD.")])
@@ -176,6 +199,38 @@ def test_set_and_clear_are_revisions_and_the_record_survives(gdp: Transcript) ->
     assert contents(gdp) == ["What were its largest categories?", "A brand new answer."]
 
 
+def test_set_computes_provenance_and_ignores_the_callers(gdp: Transcript) -> None:
+    """A kept message set() rewrites is 'edited' as apply(Replace) makes it; one it keeps as
+    it is keeps its provenance; a new one is 'original'.  Provenance given with the messages
+    (origin, derived_from, revision) is never taken."""
+    q, a, q2, a2 = gdp.messages
+    bogus = {"origin": "edited", "derived_from": ("never-existed",), "revision": 99}
+    revision = gdp.set([
+        replace(q, **bogus),  # kept as it is: the held version, whatever it claims
+        replace(a, content="Iceland: about 25 billion USD.", origin="inserted", derived_from=()),
+        replace(q2, metadata={"pinned": True}),  # metadata alone changed
+        Message("new1", "assistant", "A new answer.", **bogus),
+        {"role": "user", "content": "Also new.", "origin": "inserted", "derived_from": ["nope"]},
+    ])
+    now = gdp.messages
+    assert now[0] == q  # provenance and revision kept
+    assert (now[1].origin, now[1].derived_from, now[1].revision) == ("edited", (a.id,), revision.number)
+    assert (now[2].origin, now[2].derived_from, dict(now[2].metadata)) == ("edited", (q2.id,), {"pinned": True})
+    assert [(m.origin, m.derived_from, m.revision) for m in now[3:]] == [("original", (), revision.number)] * 2
+    assert [m.content for m in gdp.record()][1] == "About 504 billion USD."  # the record keeps what was said
+    assert [m.id for m in gdp.record()][-2:] == [now[3].id, now[4].id]  # new messages join the record
+    again = gdp.set([*gdp.messages[:1], replace(gdp.messages[1], content="Iceland: 25 billion.")])
+    assert gdp.messages[1].derived_from == (a.id,) and again.kind == "set"  # still derived from the original
+    inserted = gdp.apply([InsertAfter(None, "user", "Inserted.")]).added[0]
+    gdp.set([replace(inserted, content="Inserted, then set."), *gdp.messages[1:]])
+    assert (gdp.messages[0].origin, gdp.messages[0].derived_from) == ("inserted", ())  # an insertion stays one
+    head = gdp.head
+    gdp.set(gdp.messages)  # the current state again: nothing recorded
+    assert gdp.head == head
+    gdp.undo()
+    assert gdp.messages[0].content == "Inserted." and gdp.messages[0].origin == "inserted"
+
+
 def test_purge_forgets_everything() -> None:
     store = InMemoryStore()
     t = Transcript("private", store=store)
@@ -203,6 +258,35 @@ def test_errors_are_clear_and_change_nothing(gdp: Transcript) -> None:
     assert gdp.head == head
     with pytest.raises(InvalidInputError):
         Transcript("")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: Transcript(5),
+        lambda t: Transcript(None),
+        lambda t: t.revert("1"),
+        lambda t: t.revert(True),
+        lambda t: t.snapshot(1.0),
+        lambda t: t.diff(None),
+        lambda t: t.diff(0, "2"),
+    ],
+    ids=["session-int", "session-none", "revert-str", "revert-bool", "snapshot-float", "diff-none", "diff-str"],
+)
+def test_wrong_argument_types_are_type_errors_that_say_what_to_pass(gdp: Transcript, call) -> None:
+    head, state = gdp.head, gdp.messages
+    with pytest.raises(InvalidTypeError, match="pass") as caught:
+        call(gdp)
+    assert isinstance(caught.value, TypeError) and not isinstance(caught.value, ValueError)
+    assert (gdp.head, gdp.messages) == (head, state)
+
+
+def test_right_types_with_bad_values_stay_value_errors(gdp: Transcript) -> None:
+    with pytest.raises(InvalidInputError, match="non-empty"):
+        Transcript("")
+    for call in (lambda: gdp.revert(-1), lambda: gdp.snapshot(99), lambda: gdp.diff(0, 3)):
+        with pytest.raises(HistoryError, match=r"run 0\.\.2"):
+            call()
 
 
 def test_open_user_message_is_completed_in_place_despite_other_writers() -> None:

@@ -10,6 +10,9 @@ import pytest
 from context_gatekeeper import (
     Delete,
     EditError,
+    InMemoryStore,
+    InsertAfter,
+    InvalidInputError,
     ModelUnavailableError,
     Proposal,
     Replace,
@@ -251,10 +254,42 @@ def test_turn_index_indexes_only_what_changed_and_rebuilds_on_reorder():
     assert set(index.ids) == {"a", "c"}  # the refused sync changed nothing
 
 
+@pytest.mark.parametrize("second", ["delete", "replace"])
+def test_apply_refuses_a_message_an_earlier_request_deleted(second: str) -> None:
+    t = chat(InMemoryStore())
+    ids = [m.id for m in t.messages]
+    head, before = t.head, state_of(t)
+    request = Delete(ids[1]) if second == "delete" else Replace(ids[1], "again")
+    with pytest.raises(InvalidInputError, match=rf"request 3 \({type(request).__name__}\) names message '{ids[1]}'") as caught:
+        t.apply([Delete(ids[1]), Replace(ids[0], "changed"), request])
+    assert "request 1 (Delete) of this list deleted it" in str(caught.value)
+    assert "one request per message" in str(caught.value)
+    assert ids[1] in [m.id for m in t.messages]  # the message the error names is still there
+    assert (t.head, state_of(t)) == (head, before)
+
+
+def test_apply_takes_one_request_per_message() -> None:
+    t = chat(InMemoryStore())
+    ids = [m.id for m in t.messages]
+    head, before = t.head, state_of(t)
+    refused = {
+        "replaced twice": [Replace(ids[0], "one"), Replace(ids[0], "two")],
+        "replaced, then deleted": [Replace(ids[0], "one"), Delete(ids[0])],
+        "inserted after a deleted one": [Delete(ids[0]), InsertAfter(ids[0], "user", "new")],
+    }
+    for name, requests in refused.items():
+        with pytest.raises(InvalidInputError, match="request 2 .* but request 1 ") as caught:
+            t.apply(requests)
+        assert ("replaced it" if name.startswith("replaced") else "deleted it") in str(caught.value), name
+        assert (t.head, state_of(t)) == (head, before), name
+    t.apply([Replace(ids[0], "one"), InsertAfter(ids[0], "user", "after the replaced one")])  # an anchor is fine
+    assert [m.content for m in t.messages][:2] == ["one", "after the replaced one"]
+
+
 def test_a_refused_apply_leaves_the_state_as_it_was(tmp_path) -> None:
     """apply resolves each request on the state the ones before it leave, and a request
     refused half way (an unknown id) leaves every message where it was."""
-    from context_gatekeeper import InsertAfter, UnknownMessageError
+    from context_gatekeeper import UnknownMessageError
 
     store = SQLiteStore(tmp_path / "log.db")
     try:
@@ -264,7 +299,7 @@ def test_a_refused_apply_leaves_the_state_as_it_was(tmp_path) -> None:
         with pytest.raises(UnknownMessageError):
             t.apply([Replace(ids[1], "changed"), Delete(ids[0]), InsertAfter(ids[3], "user", "new"), Delete("nope")])
         assert state_of(t) == before
-        with pytest.raises(UnknownMessageError):  # deleted by the request before it
+        with pytest.raises(InvalidInputError, match=r"request 2 \(Replace\).*request 1 \(Delete\) of this list deleted it"):
             t.apply([Delete(ids[2]), Replace(ids[2], "gone")])
         assert state_of(t) == before
         t.apply([Delete(ids[0]), Replace(ids[1], "changed"), InsertAfter(None, "user", "first now")])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +45,29 @@ def naive_replay(log: list) -> list[Message]:
     """The state a log produces, by the definition (lists and linear scans, no index)."""
     state: list[Message] = []
     for revision in log:
-        for change in revision.changes:
-            if isinstance(change, Put):
-                assert all(m.id != change.message.id for m in state), f"put twice: {change.message.id}"
-                ids = [m.id for m in state]
-                if change.after is None:
-                    at = 0
-                elif change.after is AT_END or change.after not in ids:
-                    at = len(state)
-                else:
-                    at = ids.index(change.after) + 1
-                state.insert(at, change.message)
-            elif isinstance(change, Remove):
-                state = [m for m in state if m.id != change.message.id]
+        state = replayed(state, revision)
+    return state
+
+
+def replayed(state: list[Message], revision: Any) -> list[Message]:
+    """``state`` with ``revision``'s changes applied, by the definition."""
+    state = list(state)
+    for change in revision.changes:
+        if isinstance(change, Put):
+            assert all(m.id != change.message.id for m in state), f"put twice: {change.message.id}"
+            ids = [m.id for m in state]
+            if change.after is None:
+                at = 0
+            elif change.after is AT_END or change.after not in ids:
+                at = len(state)
             else:
-                assert isinstance(change, Change)
-                state = [change.after if m.id == change.before.id else m for m in state]
+                at = ids.index(change.after) + 1
+            state.insert(at, change.message)
+        elif isinstance(change, Remove):
+            state = [m for m in state if m.id != change.message.id]
+        else:
+            assert isinstance(change, Change)
+            state = [change.after if m.id == change.before.id else m for m in state]
     return state
 
 
@@ -161,15 +169,33 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
             assert self.stores[0].head(self.session) == head
 
         @precondition(has_messages)
-        @rule(who=WHO, keep=st.lists(st.integers(0, 50), max_size=4), text=WORDS, reuse=st.booleans())
-        def set_state(self, who: int, keep: list[int], text: str, reuse: bool) -> None:
+        @rule(who=WHO, keep=st.lists(st.integers(0, 50), max_size=4), text=WORDS, reuse=st.booleans(),
+              reword=st.booleans())
+        def set_state(self, who: int, keep: list[int], text: str, reuse: bool, reword: bool) -> None:
+            """A new state: kept messages in any order (the first one reworded, maybe), and a new
+            one; every message claims provenance of its own, which set() must not take."""
             messages = self.views[who].messages
             kept = list({messages[i % len(messages)].id: messages[i % len(messages)] for i in keep}.values()) if messages else []
-            new = [*kept, {"role": "user", "content": text, **({"id": "dup"} if reuse else {})}]
-            self.note(self.attempt(lambda: self.views[who].set(new)))
-            for message in self.views[who].messages:  # set() brings new messages into the record
-                if message.id not in self.appended and message.origin == "original":
+            before = {m.id: m for m in messages}
+            claimed = {"origin": "edited", "derived_from": ("claimed",), "revision": 77}
+            if reword and kept:
+                kept[0] = replace(kept[0], content=kept[0].content + " (set)", **claimed)
+            new = [*kept, {"role": "user", "content": text, "metadata": {"span": (0, 1), 1: "x"}, **claimed,
+                           **({"id": "dup"} if reuse else {})}]
+            revision = self.attempt(lambda: self.views[who].set(new))
+            self.note(revision)
+            if revision is None:
+                return
+            for message in self.views[who].messages:
+                held = before.get(message.id)
+                if held is None:  # set() brings new messages into the record, as originally written
+                    assert (message.origin, message.derived_from) == ("original", ()), message
                     self.appended.setdefault(message.id, (message.role, message.content))
+                elif message.content == held.content:
+                    assert (message.origin, message.derived_from) == (held.origin, held.derived_from), message
+                else:
+                    expected = held.revised(message.content, message.revision)
+                    assert (message.origin, message.derived_from) == (expected.origin, expected.derived_from), message
 
         @precondition(has_messages)
         @rule(who=WHO, index=st.integers(0, 50), delete=st.booleans())
@@ -229,6 +255,19 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
                     if isinstance(change, (Put, Remove)):
                         assert change.after is None or change.after is AT_END or isinstance(change.after, str)
             assert all(isinstance(m.id, str) for m in fresh.messages)
+
+        @invariant()
+        def each_revision_says_what_it_added_removed_and_moved(self) -> None:
+            """``added``: the messages new to the state; ``removed``: those gone from it; ``moved``:
+            messages it holds before and after (taken out and put back elsewhere)."""
+            state: list[Message] = []
+            for revision in self.stores[0].revisions(self.session):
+                before = {m.id for m in state}
+                state = replayed(state, revision)
+                after = {m.id for m in state}
+                assert {m.id for m in revision.added} == after - before, revision.number
+                assert {m.id for m in revision.removed} == before - after, revision.number
+                assert {m.id for m in revision.moved} <= before & after, revision.number
 
         @invariant()
         def the_record_holds_every_appended_message_once(self) -> None:

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import Diff, Message, Revision
-from ..integration import MessageTurn
+from ..integration import Change, MessageTurn, Remove
 from .session import LastCall
 
 __all__ = ["Renderer", "SafeOutput", "make_console", "visible", "CHAT_PROMPT", "EDIT_PROMPT"]
@@ -253,10 +253,21 @@ def diff_lines(diff: Diff) -> list[str]:
     return str(diff).splitlines()
 
 
+def _says(message: Message) -> tuple[Any, ...]:
+    """What a message says (a moved message that says the same is only moved)."""
+    return message.role, message.content, message.parts, message.metadata
+
+
 def _counts(revision: Revision) -> str:
-    added, removed = len(revision.added), len(revision.removed)
-    changed = len(revision.changes) - added - removed
-    parts = [f"+{added}" if added else "", f"-{removed}" if removed else "", f"~{changed}" if changed else ""]
+    """What ``revision`` did, as ``/history`` shows it: ``+added -removed ~changed``, then
+    ``N moved`` for messages it only moved, as ``diff`` counts them (a message moved and
+    rewritten counts as changed)."""
+    added, removed, moves = len(revision.added), len(revision.removed), revision.moved
+    taken = {c.message.id: c.message for c in revision.changes if isinstance(c, Remove)} if moves else {}
+    moved = sum(1 for m in moves if _says(m) == _says(taken[m.id]))
+    changed = sum(isinstance(c, Change) for c in revision.changes) + len(moves) - moved
+    parts = [f"+{added}" if added else "", f"-{removed}" if removed else "", f"~{changed}" if changed else "",
+             f"{moved} moved" if moved else ""]
     return " ".join(p for p in parts if p) or "none"
 
 

@@ -12,7 +12,7 @@ import copy
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal
@@ -281,10 +281,36 @@ def _normalized_value(value: Any) -> Any:
     return value
 
 
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _json_exact(values: Iterable[Any]) -> bool:
+    """Whether each of ``values`` is what ``json.loads(json.dumps(value))`` gives back: made
+    only of dicts with str keys, lists, str, int, float, bool and None (no tuple, no int or
+    other non-str key, no subclass).  Walked without recursion: as deep as JSON itself goes."""
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is dict:
+            for key, inner in value.items():
+                if type(key) is not str:
+                    return False
+                stack.append(inner)
+        elif kind is list:
+            stack.extend(value)
+        elif kind not in _JSON_SCALARS:
+            return False
+    return True
+
+
 def storable(message: Message) -> Message:
-    """``message`` as a store keeps it: its text normalised (:func:`normalized_text`, in
-    ``parts`` and ``metadata`` too), after checking that ``parts`` and ``metadata`` hold only
-    JSON values.  Returns ``message`` itself when nothing changes.
+    """``message`` as a store keeps it, and as every reader gets it back: ``parts`` and
+    ``metadata`` as their JSON round trip (a tuple in them a list, an int key a str one), its
+    text normalised (:func:`normalized_text`, in ``parts`` and ``metadata`` too).  So the
+    object that writes a message holds exactly what any other reader of the session reads.
+    Returns ``message`` itself when nothing changes (the usual case: plain JSON values,
+    checked without parsing anything).
 
     Raises:
         InvalidInputError: ``parts`` or ``metadata`` hold something JSON cannot store (an
@@ -301,6 +327,9 @@ def storable(message: Message) -> Message:
                 f"({type(exc).__name__}: {exc}); nothing was written. Keep only str, int, float, bool, None, lists "
                 "and dicts with str keys there (convert objects with their own to_dict/model_dump first)"
             ) from None
+        if type(metadata) is not dict or not _json_exact((*(parts or ()), metadata)):
+            loaded_parts, metadata = json.loads(text)  # what the store keeps, and every reader gets
+            parts = None if loaded_parts is None else tuple(loaded_parts)
         if not text.isascii():
             try:
                 text.encode("utf-8")

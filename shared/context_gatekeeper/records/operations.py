@@ -37,6 +37,7 @@ __all__ = [
     "touched_ids",
     "changes_between",
     "resolve_request",
+    "require_named_once",
     "is_noop",
     "change_to_dict",
     "change_from_dict",
@@ -356,6 +357,41 @@ def resolve_request(request: Request, state: "State | Sequence[Message]") -> App
         f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}; build the request "
         "with one of those classes"
     )
+
+
+_DONE = {Replace: "replaced", Delete: "deleted"}
+
+
+def require_named_once(request: Request, position: int, named: dict[str, tuple[int, Request]]) -> None:
+    """Refuse ``request``, the ``position``-th of a list (from 1), when an earlier request of
+    the list replaced or deleted the message it names (``named``: id -> (position, request),
+    filled in here): one request per message, every id naming a message of the state as the
+    list found it.  An insertion after a replaced message is fine; after a deleted one not.
+
+    Raises:
+        InvalidInputError: naming which request, which earlier one, and what to do instead.
+    """
+    target = getattr(request, "id", None)
+    if type(target) is not str:
+        return  # InsertAfter(None, ...), or a request resolve_request refuses itself
+    earlier = named.get(target)
+    if earlier is not None:
+        first_position, first = earlier
+        what = f"request {first_position} ({type(first).__name__}) of this list {_DONE[type(first)]} it"
+        if isinstance(request, InsertAfter):
+            if isinstance(first, Delete):
+                raise InvalidInputError(
+                    f"request {position} (InsertAfter) inserts after message {target!r}, but {what}; nothing was "
+                    "changed. Insert after the message before it (InsertAfter(None, ...) for the start), or keep it"
+                )
+        else:
+            raise InvalidInputError(
+                f"request {position} ({type(request).__name__}) names message {target!r}, but {what}; nothing was "
+                "changed. Give one request per message (one Replace with the final text, or one Delete): ids "
+                "name the messages as they are before the list is applied"
+            )
+    if isinstance(request, (Replace, Delete)):
+        named.setdefault(target, (position, request))
 
 
 def is_noop(change: Applied) -> bool:

@@ -129,13 +129,28 @@ class Revision:
 
     @property
     def removed(self) -> tuple[Message, ...]:
-        """Messages this revision took out of the state."""
-        return tuple(c.message for c in self.changes if isinstance(c, Remove))
+        """Messages this revision took out of the state, and did not put back: a message it
+        only moved (removed, then put back elsewhere) is in :attr:`moved` instead."""
+        removed = [c.message for c in self.changes if isinstance(c, Remove)]
+        put = {c.message.id for c in self.changes if isinstance(c, Put)} if removed else ()
+        return tuple(m for m in removed if m.id not in put)
 
     @property
     def added(self) -> tuple[Message, ...]:
-        """Messages this revision put into the state."""
-        return tuple(c.message for c in self.changes if isinstance(c, Put))
+        """Messages this revision put into the state that were not in it: a message it only
+        moved (removed, then put back elsewhere) is in :attr:`moved` instead."""
+        put = [c.message for c in self.changes if isinstance(c, Put)]
+        taken = {c.message.id for c in self.changes if isinstance(c, Remove)} if put else ()
+        return tuple(m for m in put if m.id not in taken)
+
+    @property
+    def moved(self) -> tuple[Message, ...]:
+        """Messages this revision moved: took out and put back elsewhere in the state (the
+        versions it put back), as ``set`` of a new order, or an undo or revert of one, does."""
+        taken = {c.message.id for c in self.changes if isinstance(c, Remove)}
+        if not taken:
+            return ()
+        return tuple(c.message for c in self.changes if isinstance(c, Put) and c.message.id in taken)
 
 
 def revision_of(

@@ -49,7 +49,7 @@ from ..editing.compute import acompute_edit, compute_edit
 from ..errors import (
     HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError, StaleHeadError,
 )
-from ..records.messages import Message, detached, new_message_id
+from ..records.messages import Message, detached, new_message_id, storable
 from ..records.operations import (
     AT_END,
     Applied,
@@ -59,6 +59,7 @@ from ..records.operations import (
     changes_between,
     invert,
     is_noop,
+    require_named_once,
     require_requests,
     resolve_request,
 )
@@ -167,6 +168,28 @@ def _as_message(item: Message | Mapping[str, Any]) -> Message:
     )
 
 
+def _same_content(held: Message, given: Message) -> bool:
+    """Whether ``given`` says what ``held`` says: the same role, text, parts and metadata."""
+    return (held.role, held.content, held.parts, held.metadata) == (given.role, given.content, given.parts, given.metadata)
+
+
+def _set_version(held: Message | None, given: Message) -> Message:
+    """The version :meth:`Transcript.set` stores for ``given``, whose id the state holds as
+    ``held`` (``None``: a new id), with provenance computed here, never taken from ``given``:
+    a new message as originally written; ``held`` itself when ``given`` says the same (as a
+    store keeps it, :func:`storable`); else ``held`` revised as an edit revises it."""
+    if held is None:
+        if given.origin == "original" and not given.derived_from and not given.revision:
+            return given
+        return replace(given, origin="original", derived_from=(), revision=0)
+    if _same_content(held, given):
+        return held
+    given = storable(given)  # compared as stored: a tuple for a list, surrogates joined
+    if _same_content(held, given):
+        return held
+    return replace(held.revised(given.content, 0), role=given.role, parts=given.parts, metadata=given.metadata)
+
+
 class Transcript:
     """A mutable, versioned conversation transcript.
 
@@ -210,8 +233,13 @@ class Transcript:
         token_counter: Any = None,
         options: EditOptions | None = None,
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidInputError(f"session_id must be a non-empty str, got {session_id!r}")
+        if not isinstance(session_id, str):
+            raise InvalidTypeError(
+                f"session_id must be a str naming the conversation, got {type(session_id).__name__} {session_id!r}; "
+                "pass a non-empty str, e.g. Transcript('user-42'), or leave it out for 'default'"
+            )
+        if not session_id:
+            raise InvalidInputError("session_id must be a non-empty str, got ''; pass a name such as 'user-42'")
         self.edit_options = EditOptions.of(
             options, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=token_counter
         )
@@ -552,7 +580,11 @@ class Transcript:
         """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``.
 
         Requests that change nothing (none at all, a replace with the same text) record
-        nothing: the result is then numbered like the head, with no changes.
+        nothing: the result is then numbered like the head, with no changes.  One request
+        per message: a ``Replace`` or ``Delete`` of a message an earlier request of the list
+        replaced or deleted, or an ``InsertAfter`` a message it deleted, is refused
+        (:class:`InvalidInputError` naming both requests); so is an id not in the state
+        (:class:`UnknownMessageError`).  A refused list changes nothing.
         """
         requests = require_requests(requests)
         with self._lock:
@@ -563,8 +595,10 @@ class Transcript:
             # transcript for an edit of one message.
             state = self._replica.state
             changes: list[Applied] = []
+            named: dict[str, tuple[int, Request]] = {}
             try:
-                for request in requests:
+                for position, request in enumerate(requests, 1):
+                    require_named_once(request, position, named)
                     change = resolve_request(request, state)
                     if not is_noop(change):
                         state.apply([change])
@@ -584,8 +618,18 @@ class Transcript:
     def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.
 
-        Messages keep their ids where given; new ones count as originally written.  An
-        id the session used for a message that is no longer in the state is refused:
+        Messages keep their ids where given.  The transcript computes each message's
+        provenance; the ``origin``, ``derived_from`` and ``revision`` of the messages given
+        are ignored:
+
+        * a new id counts as originally written (``origin="original"``, no ``derived_from``);
+        * an id the state holds, with the role, text, parts and metadata it holds, keeps the
+          version held (its provenance included), wherever it goes in the order;
+        * an id the state holds, with anything of those changed, gets what an edit gives
+          (:meth:`Message.revised`: ``origin="edited"`` and ``derived_from`` the message it
+          derives from, or still ``"inserted"`` for a message an edit inserted).
+
+        An id the session used for a message that is no longer in the state is refused:
         ids are never reused.  Setting the current state again records nothing.
         """
         new = [_as_message(m) for m in messages]
@@ -593,14 +637,16 @@ class Transcript:
             raise InvalidInputError("set() got two messages with the same id")
         with self._lock:
             self._replica.refresh()
-            reused = sorted(m.id for m in new if m.id in self._replica.used_ids and m.id not in self._replica.state)
+            state = self._replica.state
+            reused = sorted(m.id for m in new if m.id in self._replica.used_ids and m.id not in state)
             if reused:
                 raise InvalidInputError(
                     f"set() would reuse the id(s) {reused} of deleted messages in session {self.session_id!r}: "
                     "ids are never reused; give those messages new ids (or none)"
                 )
+            wanted = [_set_version(state.get(m.id), m) for m in new]
             self._open_user = None
-            return self._commit("set", changes_between(self._replica.state.to_list(), new), expected_head=len(self._replica.log))
+            return self._commit("set", changes_between(state.to_list(), wanted), expected_head=len(self._replica.log))
 
     async def aset(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Async :meth:`set`."""
@@ -669,7 +715,9 @@ class Transcript:
         """Make the state equal to revision ``revision``'s, as a new revision.
 
         The returned revision's ``removed`` lists the messages it drops, including
-        turns appended after ``revision``.
+        turns appended after ``revision``; messages it only puts back in that revision's
+        order are in its ``moved``.  ``revision`` is an int, 0..head
+        (:class:`InvalidTypeError` for another type, :class:`HistoryError` out of range).
         """
         with self._lock:
             self._replica.refresh()
@@ -830,6 +878,17 @@ class Transcript:
         return len(self._replica.state) > BULK or len(self._replica.log) > BULK
 
     def _check_revision(self, revision: Any) -> int:
-        if isinstance(revision, bool) or not isinstance(revision, int) or not 0 <= revision <= len(self._replica.log):
-            raise HistoryError(f"no revision {revision!r}: revisions of session {self.session_id!r} run 0..{len(self._replica.log)}")
+        """``revision`` when it numbers a revision of this session (0..head, caller holds the lock).
+
+        Raises:
+            InvalidTypeError: not an int (a str, a float, ``None``, a bool).
+            HistoryError: an int outside 0..head."""
+        head = len(self._replica.log)
+        if isinstance(revision, bool) or not isinstance(revision, int):
+            raise InvalidTypeError(
+                f"a revision number must be an int, got {type(revision).__name__} {revision!r}; pass a revision's "
+                f"number (0..{head} in session {self.session_id!r}: Revision.number, or transcript.head)"
+            )
+        if not 0 <= revision <= head:
+            raise HistoryError(f"no revision {revision!r}: revisions of session {self.session_id!r} run 0..{head}")
         return revision
