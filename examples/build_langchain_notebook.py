@@ -1,6 +1,9 @@
 """Build and execute examples/langchain_quickstart.ipynb (needs nbformat, nbclient, ipykernel, matplotlib):
 
-    python examples/build_langchain_notebook.py
+    python examples/build_langchain_notebook.py            # offline, as CI runs it
+    python examples/build_langchain_notebook.py --online   # with GOOGLE_API_KEY: a look, not a commit
+
+CI compares the saved outputs with an offline run (examples/run_all.py).
 """
 
 from _notebook import build, code, md

@@ -1,9 +1,12 @@
 """Build and execute examples/mutable_transcripts.ipynb (needs nbformat, nbclient, ipykernel, matplotlib):
 
-    python examples/build_transcripts_notebook.py
+    python examples/build_transcripts_notebook.py            # offline, as CI runs it
+    python examples/build_transcripts_notebook.py --online   # with GOOGLE_API_KEY: a look, not a commit
 
-The notebook runs in its own folder (examples/) and finds the core from there, so the
-saved notebook holds no path of this machine.
+The notebook runs in its own folder (examples/) and finds the core from there (installed, or
+<repo>/shared in a plain checkout), so the saved notebook holds no path of this machine.  It is
+executed offline (no API key) unless --online is given: CI compares the saved outputs with an
+offline run (examples/run_all.py).
 """
 
 from _notebook import build, code, md
@@ -27,10 +30,19 @@ from `context_gatekeeper.testing.scenarios`).
 with the ideal patch for the intended change (computed with `ideal_patch_reply`), and new answers are canned. If
 `GOOGLE_API_KEY` is set, edits and new answers use the core's `GeminiModel` (Gemini 2.5 Flash, the `gemini` extra)."""),
     code("""import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
 
+try:
+    import context_gatekeeper  # noqa: F401  (installed: pip install -e .)
+except ImportError:  # a plain checkout: the core lives in <repo>/shared, found from this folder (examples/)
+    found = [p / "shared" for p in (Path.cwd(), *Path.cwd().parents) if (p / "shared" / "context_gatekeeper").is_dir()]
+    if not found:
+        raise ImportError("open this notebook from examples/ of a context-gatekeeper checkout, "
+                          "or pip install context-gatekeeper") from None
+    sys.path.insert(0, str(found[0]))
 
 from context_gatekeeper import Delete, GeminiModel, Replace, SQLiteStore, Transcript, TranscriptGate, resolve_token_counter
 from context_gatekeeper.integration import ideal_patch_reply
@@ -133,12 +145,13 @@ print(d)"""),
 Each message of the state carries its provenance: `origin` ("original", "edited" or "inserted"), `derived_from`
 (the original messages it comes from) and the `revision` that produced this version. `record()` returns every
 message ever appended, exactly as first written: edits never touch it."""),
-    code("""print(f"{'':>3} {'origin':<8} {'derived_from':<16} rev  content")
-for m in t.messages:
-    print(f"{labels[m.id]:>3} {m.origin:<8} {','.join(m.derived_from) or '-':<16} {m.revision:>3}  {short(m.content, 60)}")
+    code("""print(f"{'':>3} {'origin':<8} {'derived_from':<12} rev  content")
+for m in t.messages:   # derived_from holds message ids; shown by their labels
+    derived = ",".join(labels[i] for i in m.derived_from) or "-"
+    print(f"{labels[m.id]:>3} {m.origin:<8} {derived:<12} {m.revision:>3}  {short(m.content, 60)}")
 print("\\nrecord():")
 for m in t.record():
-    print(f"{labels[m.id]:>3} {m.origin:<8} {'-':<16} {m.revision:>3}  {short(m.content, 60)}")"""),
+    print(f"{labels[m.id]:>3} {m.origin:<8} {'-':<12} {m.revision:>3}  {short(m.content, 60)}")"""),
     md("""Everything is in the SQLite file: another `Transcript` on the same file (another process, a restart) sees the
 same state and the same history. Every read checks the store's head, so no reader serves superseded text."""),
     code("""reopened = Transcript("gdp", store=SQLiteStore(db))
@@ -295,7 +308,8 @@ print("gate decisions at topic changes:",
        if conversation[i - 1][0] != conversation[i - 2][0]])"""),
     md("""## Next
 
-* `t.apply([Replace(id, "..."), Delete(id), InsertAfter(id, "user", "...")])` edits without a model;
+* `t.apply([Replace(q_id, "..."), Delete(a_id), InsertAfter(other_id, "user", "...")])` edits without a model
+  (one request per message: ids name the messages as they are before the list is applied);
   `t.set(messages)`, `t.clear()` and `t.purge()` (which forgets everything, record included) complete the set.
 * Every method that can wait on a model or a store has an async twin (`aedit`, `acommit`, `aundo`, ...).
 * The LangChain and LlamaIndex notebooks (`langchain_quickstart.ipynb`, `llamaindex_quickstart.ipynb`) put the same

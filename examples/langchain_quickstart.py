@@ -25,6 +25,8 @@ adapter's default (Gemini) for the edits::
     python examples/langchain_quickstart.py --plain      # plain text (CI logs, pipes)
     python examples/langchain_quickstart.py --offline    # scripted models even with a key
 
+If Gemini cannot be used (no network, a bad key, quota), it says so in one panel and exits 1.
+
 It runs from a checkout without installing anything but the dependencies (LangChain 1.x,
 langgraph, rich); the notebook ``examples/langchain_quickstart.ipynb`` tells the same story.
 """
@@ -76,10 +78,10 @@ from langchain_gatekeeper import (  # noqa: E402
     GatedRunnableWithMessageHistory,
     GatekeeperChatMessageHistory,
     GatekeeperMiddleware,
+    is_edit_record,
     to_core_messages,
     undo_thread,
 )
-from langchain_gatekeeper.threads import is_edit_record  # noqa: E402
 
 GEMINI = "gemini-2.5-flash"
 TOKEN_BUDGET = 1000
@@ -499,10 +501,29 @@ def main(argv: list[str] | None = None) -> int:
             plain = True
     ui, online = Printer(plain), use_gemini(args.offline)
     banner(ui, online)
+    try:
+        run_parts(ui, online)
+    except Exception as exc:  # Gemini's failures have no common type: httpx, google.genai, the adapter's
+        if not online:
+            raise  # offline, a failure is a bug of this example or the library: show all of it
+        gemini_failed(ui, exc)
+        return 1
+    return 0
+
+
+def run_parts(ui: Printer, online: bool) -> None:
+    """The three parts: the chain, the edit of its history, the agent."""
     chain, history, recorder = part_chain(ui, chain_model(online))
     part_edit(ui, chain, history, recorder, online)
     part_agent(ui, agent_model(online), online)
-    return 0
+
+
+def gemini_failed(ui: Printer, exc: Exception) -> None:
+    """One panel instead of a traceback when Gemini cannot be used (no network, a bad key, quota)."""
+    lines = str(exc).strip().splitlines()
+    ui.panel("Gemini could not be used (the run stopped here)",
+             f"{type(exc).__name__}: {short(lines[0] if lines else '', 300)}\n"
+             "Check the network and GOOGLE_API_KEY, or run with --offline for the scripted models.", style="red")
 
 
 if __name__ == "__main__":

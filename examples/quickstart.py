@@ -309,8 +309,8 @@ def evidence_text(evidence: Any) -> str:
     parts = []
     if evidence.covered:
         parts.append("words " + ", ".join(evidence.covered[:5]) + (", …" if len(evidence.covered) > 5 else ""))
-    if evidence.topic is not None:
-        parts.append(f"topic {evidence.topic}")
+    if evidence.topic is not None:  # a topic's label is the 0-based position of the turn that opened it
+        parts.append(f"topic from turn {evidence.topic + 1}")  # here turn ids are 1-based positions
     parts += [name for name in ("reference", "pinned", "fill") if getattr(evidence, name)]
     return "; ".join(parts) or "-"
 

@@ -9,8 +9,11 @@ environment of every script and kernel, so each example takes its scripted-model
 * **Notebooks** (``examples/*.ipynb``) are executed with nbclient in memory (the files are not
   rewritten) in a fresh ``python3`` kernel whose working directory is ``examples/``, as
   Jupyter itself would run them; a notebook finds the packages from its own folder and never
-  from an absolute path.  Each must run top to bottom without an error and show at least one
-  plot (a PNG output).  To refresh a saved notebook, run its builder,
+  from an absolute path.  Each must run top to bottom without an error, show at least one
+  plot (a PNG output), and print what its saved outputs show: each code cell's text (what it
+  prints and the text of its results; message ids, random per run, masked) must equal the
+  saved text, so a change of the library that changes a number fails here until the notebook
+  is rebuilt.  To refresh a saved notebook, run its builder (offline, as here),
   ``python examples/build_*_notebook.py``.
 * **Scripts** run with the arguments in ``SCRIPTS`` (plain text, offline); a script in
   ``examples/`` that is neither listed there nor a notebook builder is an error, so a new
@@ -23,12 +26,14 @@ failed, after running everything, with the failing cell or the script's output.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
@@ -40,6 +45,8 @@ SCRIPTS: dict[str, list[str]] = {
 NOT_EXAMPLES = {"run_all.py"}  # and build_*_notebook.py (they rewrite the saved notebooks) and _*.py helpers
 CELL_TIMEOUT = 120  # seconds per notebook cell
 SCRIPT_TIMEOUT = 300  # seconds per script
+RANDOM_IDS = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b[0-9a-f]{12}\b")
+"""Message ids (the core's 12 hex digits, LangChain's UUIDs): new on every run, so masked when compared."""
 
 
 def offline_env() -> dict[str, str]:
@@ -65,6 +72,47 @@ def run_script(path: Path, args: list[str], env: dict[str, str]) -> str | None:
     return None
 
 
+def cell_texts(nb: Any) -> list[str]:
+    """Each code cell's text output, message ids masked: what it printed (stdout) and the text of its
+    results and displays.  Images and stderr (warnings a dependency's version may add) are left out."""
+    texts = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        parts = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stdout":
+                parts.append(output.get("text", ""))
+            elif output.get("output_type") in ("execute_result", "display_data"):
+                parts.append(output.get("data", {}).get("text/plain", "") + "\n")
+        texts.append(RANDOM_IDS.sub("<id>", "".join(parts)))
+    return texts
+
+
+def stale_outputs(saved: list[str], nb: Any, builder: str) -> str | None:
+    """None when the executed notebook ``nb`` prints what its ``saved`` outputs showed, else the
+    first differences, each under its code cell's number (``In [n]``) and first line."""
+    executed = cell_texts(nb)
+    sources = [cell.source.strip().splitlines() or [""] for cell in nb.cells if cell.cell_type == "code"]
+    differing = [i for i, (a, b) in enumerate(zip(saved, executed)) if a != b]
+    if not differing:
+        return None
+    lines = [f"the saved outputs of {len(differing)} code cell(s) differ from what the code prints now; "
+             f"rebuild the notebook: python examples/{builder}"]
+    for i in differing[:3]:
+        diff = difflib.unified_diff(saved[i].splitlines(), executed[i].splitlines(), "saved", "now", lineterm="", n=0)
+        lines += [f"In [{i + 1}]: {sources[i][0]}", *[line for line in diff if not line.startswith("@@")][:12]]
+    return "\n".join(lines)
+
+
+def builder_of(path: Path) -> str:
+    """The builder script that writes the notebook at ``path``."""
+    for builder in sorted(HERE.glob("build_*_notebook.py")):
+        if f'"{path.name}"' in builder.read_text(encoding="utf-8"):
+            return builder.name
+    return "build_*_notebook.py"
+
+
 def run_notebook(path: Path, env: dict[str, str]) -> str | None:
     """Execute one notebook in a fresh kernel in its own folder; None when it succeeded."""
     import nbformat
@@ -72,6 +120,7 @@ def run_notebook(path: Path, env: dict[str, str]) -> str | None:
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
+    saved = cell_texts(nb)
     client = NotebookClient(
         nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
@@ -88,7 +137,7 @@ def run_notebook(path: Path, env: dict[str, str]) -> str | None:
     )
     if not plots:
         return "ran, but showed no plot (every notebook plots prompt tokens per turn)"
-    return None
+    return stale_outputs(saved, nb, builder_of(path))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ try:
         athread_history,
         aundo_thread,
         edit_thread,
+        is_edit_record,
         redo_thread,
         thread_diff,
         thread_history,
@@ -63,6 +64,7 @@ __all__ = [
     "athread_history",
     "thread_diff",
     "athread_diff",
+    "is_edit_record",
     # models and conversion
     "DEFAULT_MODEL",
     "LangChainEditModel",

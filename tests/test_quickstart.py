@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -52,6 +53,14 @@ def test_the_quickstart_runs_and_prints_segments_and_topics(capsys):
     assert "Segments (turn ids): 1,2,3,4 | 5,6,7 | 8,9,10,11 | 12,13 | 14 | 15,16 | 17,18" in out
     assert "Topics (every run of each): 1,2,3,4,14 | 5,6,7 | 8,9,10,11,15,16 | 12,13 | 17,18" in out
     assert "Turn 14 in detail" in out and "evidence" in out
+
+
+def test_the_detail_names_a_topic_by_the_turn_that_opened_it(capsys):
+    # evidence.topic is a 0-based position label; the table shows 1-based turn ids, so it must too
+    assert quickstart.main(["--plain", "--detail", "15"]) == 0
+    rows = re.findall(r"^\s+(\d+)\s.*\btopic from turn (\d+)", capsys.readouterr().out, re.M)
+    assert rows, "the Kafka turns kept for the return name their topic"
+    assert all(int(turn) in KAFKA and opener == str(min(KAFKA)) for turn, opener in rows), rows
 
 
 @pytest.mark.parametrize(("turn", "earlier"), [(13, 12), (18, 17)])

