@@ -55,6 +55,35 @@ def test_get_many_is_get_for_each_key_in_order_found_or_not():
         assert (fast.hits, fast.misses) == (slow.hits, slow.misses)
 
 
+def test_a_weighed_cache_keeps_at_most_its_weight_least_recent_out_first():
+    cache: BoundedCache[str, str] = BoundedCache(maxsize=10, weigh=lambda key, text: len(text), max_weight=6)
+    cache.put_many([("a", "xx"), ("b", "yy"), ("c", "zz")])
+    assert cache.get("a") == "xx" and cache.weight == 6  # "b" is now the least recently used
+    cache.put("d", "w")
+    assert "b" not in cache and list(cache._data) == ["c", "a", "d"] and cache.weight == 5
+    cache.put("a", "x")  # a key put again weighs its new value only
+    assert cache.weight == 4
+    cache.discard("c")
+    assert cache.weight == 2 and len(cache) == 2
+    cache.clear()
+    assert cache.weight == 0 and len(cache) == 0
+
+
+def test_an_entry_heavier_than_the_whole_cache_is_computed_but_not_kept():
+    cache: BoundedCache[str, str] = BoundedCache(maxsize=10, weigh=lambda key, text: len(text), max_weight=4)
+    cache.put("small", "ab")
+    assert cache.get_or_compute("big", lambda: "abcdef") == "abcdef"
+    assert "big" not in cache and cache.get("small") == "ab" and cache.weight == 2
+    cache.put("small", "abcdef")  # replaced by a value too heavy to keep: the old one goes too
+    assert "small" not in cache and cache.weight == 0
+
+
+@pytest.mark.parametrize("arguments", [{"weigh": len}, {"max_weight": 5}, {"weigh": len, "max_weight": 0}])
+def test_a_weight_bound_needs_both_a_weigh_function_and_a_positive_weight(arguments):
+    with pytest.raises(InvalidInputError):
+        BoundedCache(maxsize=3, **arguments)
+
+
 def test_get_or_compute_computes_once_per_key_and_counts():
     cache: BoundedCache[str, int] = BoundedCache()
     calls = []

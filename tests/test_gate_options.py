@@ -158,3 +158,10 @@ def test_a_misspelt_keyword_is_refused_even_when_none() -> None:
     with pytest.raises(InvalidTypeError, match="bogus"):
         GateOptions.of(GateOptions(), bogus=None)
     assert GateOptions.of(token_budget=None, top_m=None) == GateOptions()  # None: not given
+
+
+def test_equal_records_hash_alike() -> None:
+    """The records are immutable (SelectionParams' weights too), so they serve as dict keys."""
+    assert hash(GateOptions()) == hash(GateOptions()) and hash(SelectionParams()) == hash(SelectionParams())
+    kept = {GateOptions(token_budget=300): "small", GateOptions(preset="recall"): "recall"}
+    assert kept[GateOptions(token_budget=300)] == "small" and kept[GateOptions(preset="recall")] == "recall"

@@ -353,3 +353,95 @@ def test_a_dropped_gatekeeper_is_freed_at_once_with_its_index() -> None:
     finally:
         if enabled:
             gc.enable()
+
+
+def state(gk: ContextGatekeeper) -> tuple:
+    """What a gatekeeper holds that a call could change: turns, costs, labels, pins, budget."""
+    history = gk._history
+    return (gk.turns, dict(history.costs), history.total_cost, list(history.labels), gk.pinned, gk.token_budget,
+            gk.message_overhead, dict(gk._fixed_costs))
+
+
+@pytest.mark.parametrize("call, hint", [
+    (lambda gk: gk.select("redis", exclude=None), "exclude must be an iterable of turn ids"),
+    (lambda gk: gk.explain("redis", exclude=3), "exclude must be an iterable of turn ids"),
+    (lambda gk: gk.build_prompt("redis", exclude=["1"]), "exclude must be an iterable of turn ids"),
+    (lambda gk: gk.explain("redis", exclude=[[1]]), "exclude must be an iterable of turn ids"),
+    (lambda gk: __import__("asyncio").run(gk.aselect("redis", exclude=None)), "exclude must be an iterable"),
+    (lambda gk: __import__("asyncio").run(gk.abuild_prompt("redis", exclude=5)), "exclude must be an iterable"),
+    (lambda gk: gk.add_turn("u", "a", tool_texts=None), "tool_texts must be an iterable of strings"),
+    (lambda gk: gk.insert_turn(None, "u", tool_texts=5), "tool_texts must be an iterable of strings"),
+    (lambda gk: gk.replace_turn(1, "u", tool_texts=7), "tool_texts must be an iterable of strings"),
+    (lambda gk: gk.insert_turns(None, None), "turns must be an iterable of"),
+    (lambda gk: gk.insert_turns(None, 3), "turns must be an iterable of"),
+])
+def test_wrong_types_are_the_librarys_type_error_and_change_nothing(call, hint) -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    gk = make()
+    gk.add_turn("redis lock", "ttl")
+    before = state(gk)
+    with pytest.raises(InvalidTypeError, match=hint):
+        call(gk)
+    assert state(gk) == before
+
+
+def test_an_encode_that_returns_no_tokens_is_the_librarys_type_error() -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    class Mistaken:  # a tokenizer wrapped so that encode() returns nothing
+        def encode(self, text):
+            return None
+
+    gk = ContextGatekeeper(token_counter=Mistaken())
+    with pytest.raises(InvalidTypeError, match=r"Mistaken.encode\(\) returned NoneType"):
+        gk.add_turn("redis lock", "ttl")
+    assert len(gk) == 0
+
+
+@pytest.mark.parametrize("budget", [None, "2000", -10, 2.5, True])
+def test_an_assigned_budget_is_checked_as_the_constructors(budget) -> None:
+    gk = make(token_budget=100)
+    gk.add_turn("redis lock ttl", "renew with a watchdog")
+    with pytest.raises(BudgetError, match="int >= 0"):
+        gk.token_budget = budget
+    assert gk.token_budget == 100
+    gk.token_budget = 0
+    assert gk.explain("redis lock").turn_ids == () and gk.token_budget == 0
+
+
+def test_an_assigned_message_overhead_costs_everything_again_as_a_fresh_build() -> None:
+    gk = make(token_budget=2000, message_overhead=3, system_prompt="be brief")
+    gk.summary = "we talked about locks"
+    for turn in [("redis lock ttl", "renew with a watchdog"), ("espresso grind", "fine")]:
+        gk.add_turn(*turn)
+    gk.add_turn("run it", "done", tool_texts=["log line one", "log line two"])
+    for bad in (-100, 1.5, "3", None, True):
+        before = state(gk)
+        with pytest.raises(InvalidInputError, match="message_overhead must be an int >= 0"):
+            gk.message_overhead = bad
+        assert state(gk) == before
+    gk.message_overhead = 7
+    fresh = make(token_budget=2000, message_overhead=7, system_prompt="be brief")
+    fresh.summary = "we talked about locks"
+    for turn in gk.turns:
+        fresh.add_turn(turn.user, turn.assistant, tool_texts=turn.tool_texts)
+    assert state(gk) == state(fresh)
+    assert gk.explain("redis lock ttl").tokens_kept == fresh.explain("redis lock ttl").tokens_kept
+
+
+def test_a_counter_failing_while_costing_again_leaves_the_old_costs() -> None:
+    fail = []
+
+    def counter(text: str) -> int:
+        if fail:
+            raise RuntimeError("tokenizer failed")
+        return words(text)
+
+    gk = make(token_budget=100, token_counter=counter, message_overhead=2, system_prompt="be brief")
+    gk.add_turn("redis lock ttl", "renew with a watchdog")
+    before = state(gk)
+    fail.append(True)
+    with pytest.raises(RuntimeError, match="tokenizer failed"):
+        gk.message_overhead = 5
+    assert state(gk) == before

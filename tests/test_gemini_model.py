@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import re
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from net_support import no_network
 
-from context_gatekeeper import EditError, ModelUnavailableError, Transcript
+from context_gatekeeper import EditError, MissingExtraError, ModelUnavailableError, Transcript
 from context_gatekeeper.editing.gemini import DEFAULT_GEMINI_MODEL, GeminiModel, gemini_api_key
 from context_gatekeeper.editing.models import as_edit_model
 
@@ -83,7 +84,7 @@ def test_key_comes_from_either_variable(no_key: None, monkeypatch: pytest.Monkey
 
 def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "google.genai", None)  # import fails as if not installed
-    with pytest.raises(ModelUnavailableError, match=r"context-gatekeeper\[gemini\]"):
+    with pytest.raises(ModelUnavailableError, match=re.escape(MissingExtraError.install_command("gemini"))):
         GeminiModel(api_key="fake")
 
 

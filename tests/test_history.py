@@ -98,6 +98,39 @@ def test_prepared_turns_are_bounded_by_their_constant() -> None:
     assert history._prepared.maxsize == history.PREPARED_CACHE_SIZE
 
 
+def test_the_process_wide_caches_are_bounded_by_the_size_of_what_they_hold() -> None:
+    """A turn's prepared inputs weigh the characters of its texts, a text's anchors about their
+    bytes: a few turns with long tool outputs cannot hold more memory than the bounds say."""
+    assert history._prepared.max_weight == history.PREPARED_CACHE_CHARS
+    assert history._anchors.max_weight == history.ANCHOR_CACHE_BYTES
+    log = "\n".join(f"12:{i % 60:02d} INFO request {i} served by worker{i % 7}" for i in range(2000))
+    key = (4000, "run the job", "done", (log,))
+    assert history._characters(key, history.prepared_turn(*key[1:], 4000)) == len("run the job") + 4 + len(log)
+    anchors = history.extract(log)
+    assert history._anchor_bytes("k", anchors) == sum(map(len, anchors.counts)) + 64 * len(anchors.counts)
+
+
+def test_a_turn_too_heavy_for_the_caches_is_prepared_alike_and_not_kept(
+    monkeypatch: pytest.MonkeyPatch, extractions: list[str]
+) -> None:
+    monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=1000, weigh=history._characters, max_weight=500))
+    monkeypatch.setattr(history, "_anchors", BoundedCache(maxsize=1000, weigh=history._anchor_bytes, max_weight=2000))
+    log = " ".join(f"worker{i} served request{i}" for i in range(100))  # about 2,700 characters
+    heavy = ContextGatekeeper(token_budget=4000, token_counter=len, message_overhead=0)
+    heavy.add_turn("Why did the nightly job fail?", "The logs say:", tool_texts=(log,))
+    heavy.add_turn(*TURNS[0])
+    assert len(history._prepared) == 1 and history._prepared.weight <= 500  # the light turn alone
+    assert history._anchors.weight <= 2000 and history.text_key(log) not in history._anchors
+    with monkeypatch.context() as m:  # unbounded caches: the same state and selection
+        m.setattr(history, "_prepared", BoundedCache(maxsize=1000))
+        m.setattr(history, "_anchors", BoundedCache(maxsize=1000))
+        fresh = ContextGatekeeper(token_budget=4000, token_counter=len, message_overhead=0)
+        fresh.add_turn("Why did the nightly job fail?", "The logs say:", tool_texts=(log,))
+        fresh.add_turn(*TURNS[0])
+    assert heavy._history.index.snapshot() == fresh._history.index.snapshot()
+    assert heavy.explain("which worker served request42?").turn_ids == fresh.explain("which worker served request42?").turn_ids
+
+
 def test_prepared_turns_hold_at_most_their_bound(monkeypatch: pytest.MonkeyPatch, extractions: list[str]) -> None:
     monkeypatch.setattr(history, "_prepared", BoundedCache(maxsize=2))
     first = build()

@@ -119,7 +119,7 @@ def test_gate_messages_with_params_built_per_call_reuses_its_index() -> None:
     mine = SelectionParams()
     gate_messages(messages, token_budget=60, embedder=emb, params=mine)
     assert wait_idle(30)  # turns are embedded in the background
-    mine.kind_weights["word"] = 0.5  # other values (its dict mutated): another view, its own vectors
+    mine = mine.with_(kind_weights={**mine.kind_weights, "word": 0.5})  # other values: another view, its own vectors
     gate_messages(messages, token_budget=60, embedder=emb, params=mine)
     assert wait_idle(30)  # turns are embedded in the background
     assert sum(map(len, emb.document_calls)) == 2 * turns

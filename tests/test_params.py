@@ -126,3 +126,94 @@ def test_a_switch_model_must_weigh_exactly_the_named_features(model):
 
     with pytest.raises(InvalidInputError, match="switch_model needs a finite weight for each of"):
         SelectionParams(switch_model=model)
+
+
+def test_the_dict_fields_refuse_changes_in_place_and_travel_as_dicts():
+    """The weights are read-only: a change in place would leave a gatekeeper's topics and the
+    process-wide label cache computed with weights the record no longer shows."""
+    import copy
+    import json
+    import pickle
+
+    from context_gatekeeper.errors import InvalidTypeError
+
+    p = SelectionParams()
+    for name in ("kind_weights", "switch_model", "semantic_preference_model"):
+        weights = getattr(p, name)
+        before = dict(weights)
+        key = next(iter(weights))
+        for change in (lambda: weights.__setitem__(key, 0.0), lambda: weights.__delitem__(key), weights.clear,
+                       lambda: weights.pop(key), weights.popitem, lambda: weights.setdefault("x", 1.0),
+                       lambda: weights.update({key: 0.0})):
+            with pytest.raises(InvalidTypeError, match=r"with_\("):
+                change()
+        with pytest.raises(InvalidTypeError):
+            weights |= {key: 0.0}
+        assert dict(getattr(p, name)) == before
+        changed = {**weights, key: 0.5}  # a changed copy is a plain dict, and builds a changed record
+        assert p.with_(**{name: changed}) != p and getattr(p.with_(**{name: changed}), name) == changed
+    mine = dict(SelectionParams().kind_weights)
+    q = SelectionParams(kind_weights=mine)
+    mine["word"] = 0.0  # the caller's dict is copied
+    assert q.kind_weights["word"] == 1.0
+    for copied in (pickle.loads(pickle.dumps(p)), copy.deepcopy(p), copy.copy(p), dataclasses.replace(p)):
+        assert copied == p and hash(copied) == hash(p) and type(copied.switch_model) is type(p.switch_model)
+    assert json.loads(json.dumps(dataclasses.asdict(p)["kind_weights"])) == dict(p.kind_weights)
+    assert repr(p.kind_weights) == repr(dict(p.kind_weights))  # the record's repr (its cache key) as before
+    assert len({SelectionParams(), SelectionParams(), SelectionParams.preset("recall")}) == 2
+
+
+def test_labels_are_cached_by_the_values_of_the_parameters(monkeypatch):
+    """The label cache's key is a key of the record's values (kept on the record, which cannot
+    change): equal records share labels, a changed copy assigned to a gatekeeper labels its
+    turns as a fresh gatekeeper, with nothing cached, does, and leaves the default's alone."""
+    from context_gatekeeper import ContextGatekeeper
+    from context_gatekeeper.caching import BoundedCache, text_key
+    from context_gatekeeper.selection import history
+
+    assert SelectionParams()._fingerprint == SelectionParams()._fingerprint == text_key(repr(SelectionParams()))
+    zero = SelectionParams().with_(kind_weights={**SelectionParams().kind_weights, "word": 0.0})
+    assert zero._fingerprint != SelectionParams()._fingerprint
+    turns = [("How do I size a Redis lock TTL?", "Longer than the longest job."),
+             ("What is a Python TaskGroup?", "An asyncio scope that cancels its siblings on failure."),
+             ("And the watchdog for the Redis lock?", "It renews the TTL."),
+             ("Best espresso grind?", "Fine, like table salt."),
+             ("And for a moka pot espresso?", "Medium-fine.")]
+    changed = ContextGatekeeper(token_counter=len)
+    changed.insert_turns(None, turns)
+    changed.params = zero
+    default = ContextGatekeeper(token_counter=len)
+    default.insert_turns(None, turns)
+    monkeypatch.setattr(history, "_labels", BoundedCache(maxsize=100))  # nothing cached from here on
+    fresh = {}
+    for params, gk in ((SelectionParams(), default), (zero, changed)):
+        fresh[params] = ContextGatekeeper(token_counter=len, params=params)
+        fresh[params].insert_turns(None, turns)
+        assert gk._history.labels == fresh[params]._history.labels
+    assert fresh[zero]._history.labels != fresh[SelectionParams()]._history.labels  # the weights matter here
+
+
+def test_extra_stopwords_are_a_set_of_words():
+    from context_gatekeeper.errors import InvalidInputError
+
+    assert SelectionParams(extra_stopwords=["acme", "acme"]).extra_stopwords == frozenset({"acme"})
+    assert SelectionParams(extra_stopwords={"acme"}).extra_stopwords == frozenset({"acme"})
+    for bad in ("international", b"acme", {"acme": 1}, 5, ["acme", 3]):
+        with pytest.raises(InvalidInputError, match="extra_stopwords"):
+            SelectionParams(extra_stopwords=bad)
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), -0.5, "1", True, None])
+def test_kind_weights_are_finite_numbers_at_or_above_zero(weight):
+    from context_gatekeeper.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="kind_weights needs a finite weight >= 0"):
+        SelectionParams(kind_weights={**SelectionParams().kind_weights, "word": weight})
+    with pytest.raises(InvalidInputError, match="kind_weights"):
+        SelectionParams(kind_weights=[("word", 1.0)])
+
+
+def test_numpy_weights_are_taken_as_plain_floats():
+    np = pytest.importorskip("numpy")
+    p = SelectionParams(kind_weights={**SelectionParams().kind_weights, "word": np.float32(0.5)})
+    assert p.kind_weights["word"] == 0.5 and type(p.kind_weights["word"]) is float

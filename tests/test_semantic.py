@@ -316,6 +316,37 @@ def test_explicit_embed_pending_raises_and_keeps_turns_pending() -> None:
     assert len(gk._semantic.pending) == len(CHAT) and not gk._semantic.refused
 
 
+def test_a_turn_holding_a_lone_surrogate_is_embedded_like_any_other() -> None:
+    """A lone surrogate (half an emoji from a cut log) has a vector key like any text: the
+    turn is embedded, and selection never raises for it."""
+    assert text_hash("caf\u00e9") == hashlib.sha256("caf\u00e9".encode()).hexdigest()  # keys kept in stores hold
+    assert text_hash("half \ud83d emoji") != text_hash("half \udc80 emoji")
+    gk = gatekeeper(HashEmbedder())
+    broken = gk.add_turn("pasted log: \ud83d broken emoji half", "the hiking trail log")
+    assert gk.explain("hiking?").turn_ids is not None and gk.select("hiking?") is not None
+    gk.embed_pending()
+    assert broken in gk._semantic.vectors.rows and not gk._semantic.pending and not gk._semantic.inflight
+
+
+def test_a_vector_cache_that_fails_to_save_loses_no_turn() -> None:
+    class Failing(DictVectorCache):
+        broken = True
+
+        def put_many(self, items):
+            if self.broken:
+                raise OSError("disk full")
+            super().put_many(items)
+
+    cache = Failing()
+    gk = gatekeeper(HashEmbedder(), vector_cache=cache, embed=False)
+    with pytest.raises(EmbeddingError, match="disk full"):
+        gk.embed_pending()
+    assert not gk._semantic.inflight and len(gk._semantic.vectors) < len(CHAT)  # back in the queue
+    cache.broken = False
+    gk.embed_pending()
+    assert len(gk._semantic.vectors) == len(CHAT) and len(cache) == len(CHAT)
+
+
 def test_malformed_vectors_are_an_embedding_error() -> None:
     gk = gatekeeper(lambda texts: [[1.0, 2.0]] * (len(texts) - 1), embed=False)
     with pytest.raises(EmbeddingError, match="vectors for"):
@@ -480,10 +511,68 @@ def test_turn_vectors_grow_replace_and_remove() -> None:
     view = vectors.view([0.0, 1.0], 3)
     assert len(vectors) == 99 and vectors.hashes[50] == "new" and 1 not in view.rows
     assert view.of(50)[0] == pytest.approx(1.0) and view.of(1) is None
-    assert view.ranked(0.0, 1)[0][0] == 50
+    assert view.ranked(0.0, 1, {t: t for t in view.ids})[0][0] == 50
     assert all(view.ids[row] == turn_id for turn_id, row in view.rows.items())
     vectors.set(7, [1.0, 0.0, 0.0], "other model")  # another dimension: the old vectors go
     assert len(vectors) == 1 and vectors.view([1.0, 0.0], 1) is None
+
+
+def test_similarities_and_z_scores_do_not_depend_on_the_order_turns_were_embedded() -> None:
+    """The same vectors stored in another order give every turn bit for bit the same
+    similarity and z-score, and equal z-scores rank in position order."""
+    pytest.importorskip("numpy")
+    import random
+
+    from context_gatekeeper.selection.semantic.channel import TurnVectors
+
+    rng = random.Random(7)
+    for trial in range(40):
+        dim, count = rng.choice([16, 100, 384]), rng.randrange(3, 90)
+        vectors = {t: [rng.uniform(-1, 1) for _ in range(dim)] for t in range(1, count + 1)}
+        vectors[count] = vectors[1]  # a repeated message: equal similarities, a z-score that may sit on a floor
+        query = [rng.uniform(-1, 1) for _ in range(dim)]
+        views = []
+        for order in (sorted(vectors), rng.sample(sorted(vectors), count)):
+            stored = TurnVectors()
+            for turn_id in order:
+                stored.set(turn_id, vectors[turn_id], str(turn_id))
+            views.append(stored.view(query, 3))
+        first, second = views
+        assert all(first.of(t) == second.of(t) for t in vectors), trial
+        positions = {t: t for t in vectors}
+        assert first.ranked(-10.0, 5, positions) == second.ranked(-10.0, 5, positions)
+        tied = [t for t, _, _ in first.ranked(-10.0, count, positions) if t in (1, count)]
+        assert tied == [1, count]
+
+
+def test_the_same_turns_embedded_in_another_order_are_selected_alike() -> None:
+    import random
+
+    A = ("Tell me about grinding espresso", "Fine grind, 18 g in, 36 g out.")
+    B = ("How do I size a Redis lock TTL?", "Longer than the longest job.")
+    rng = random.Random(0)
+    known: dict[str, list[float]] = {}
+
+    def embed(texts):
+        return [known.setdefault(t, [rng.uniform(-1, 1) for _ in range(16)]) for t in texts]
+
+    for trial in range(60):
+        first = ContextGatekeeper(token_counter=len, embedder=embed)  # rows A, B, B, B, B
+        first.add_turn(*A)
+        first.embed_pending()
+        for _ in range(4):
+            first.add_turn(*B)
+        first.embed_pending()
+        second = ContextGatekeeper(token_counter=len, embedder=embed)  # rows B, B, B, B, A
+        for _ in range(4):
+            second.add_turn(*B)
+        second.embed_pending()
+        second.insert_turn(None, *A)
+        second.embed_pending()
+        query = f"query {trial}"
+        one, two = first.explain(query), second.explain(query)
+        positions = [[[t.id for t in gk.turns].index(i) for i in s.turn_ids] for gk, s in ((first, one), (second, two))]
+        assert positions[0] == positions[1] and one.decision == two.decision, trial
 
 
 def test_semantic_decide_rules() -> None:

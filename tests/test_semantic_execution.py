@@ -155,6 +155,39 @@ def test_no_embedding_call_runs_under_the_lock_and_async_never_waits_for_it() ->
         worker.join(30)
 
 
+def test_abuild_prompt_builds_build_prompts_text_while_the_loop_runs_on() -> None:
+    """The prompt's query embedding is awaited: the event loop runs other work meanwhile."""
+    hold, entered = threading.Event(), threading.Event()
+
+    class SlowQuery(HashEmbedder):
+        def embed_query(self, text):
+            if text.startswith("slow"):
+                entered.set()
+                hold.wait()
+            return super().embed_query(text)
+
+    gk = gatekeeper(SlowQuery())
+    assert asyncio.run(gk.abuild_prompt("Where did we go hiking?")) == gk.build_prompt("Where did we go hiking?")
+    released_by_loop = []
+
+    async def main() -> str:
+        task = asyncio.create_task(gk.abuild_prompt("slow: where did we go hiking?"))
+        while not entered.is_set():  # the loop runs this while the task waits on the embedder
+            await asyncio.sleep(0.01)
+        released_by_loop.append(not hold.is_set())  # set here, not by the safety timer
+        hold.set()
+        return await task
+
+    safety = threading.Timer(60, hold.set)  # only if abuild_prompt blocks the loop (the fault this guards against)
+    safety.start()
+    try:
+        prompt = asyncio.run(main())
+    finally:
+        hold.set()
+        safety.cancel()
+    assert released_by_loop == [True] and prompt == gk.build_prompt("slow: where did we go hiking?")
+
+
 # -- one embedding call per select -------------------------------------------------------------
 def test_a_select_after_a_bulk_load_makes_one_embedding_call() -> None:
     class HungDocuments(Hung):

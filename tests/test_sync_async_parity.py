@@ -59,11 +59,15 @@ NO_TWIN: dict[str, dict[str, str]] = {
         "aembed_pending) catch up themselves in a worker thread, so async callers never call it",
     },
     "ContextGatekeeper": {
-        name: IN_MEMORY
-        for name in (
-            "add_turn", "build_prompt", "clear", "get_turn", "insert_turn", "insert_turns", "pin", "remove_turn",
-            "replace_turn", "segments", "take_cached", "topics", "turn_cost", "unpin",
-        )
+        **{
+            name: IN_MEMORY
+            for name in (
+                "add_turn", "clear", "get_turn", "insert_turn", "insert_turns", "pin", "remove_turn",
+                "replace_turn", "segments", "topics", "turn_cost", "unpin",
+            )
+        },
+        "take_cached": "reads the vector cache, which may be a store (I/O): an async caller runs it in a worker "
+        "thread (TranscriptGate's twins do), and the async selections leave cached vectors to the background pass",
     },
     # PostgresStore has every twin (aclose, aapplied_migrations: its async pools are loop-bound);
     # VectorStore is the vector half of a store, with no close of its own.
@@ -244,6 +248,7 @@ def test_the_core_twins_are_there() -> None:
             "ahistory", "arecord", "asnapshot", "adiff", "aget_messages"} <= set(methods)
     assert "renew_taken_ids" in inspect.signature(Transcript.aappend).parameters
     assert {"aexplain", "aselect_messages", "aembed_pending"} <= set(public_methods(TranscriptGate))
+    assert {"aselect", "aexplain", "abuild_prompt", "aembed_pending"} <= set(public_methods(ContextGatekeeper))
 
 
 # -- behaviour: one script, sync and async ---------------------------------------------------

@@ -191,9 +191,10 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
                 if held is None:  # set() brings new messages into the record, as originally written
                     assert (message.origin, message.derived_from) == ("original", ()), message
                     self.appended.setdefault(message.id, (message.role, message.content))
-                elif message.content == held.content:
+                elif (message.role, message.content, message.parts, message.metadata) == \
+                        (held.role, held.content, held.parts, held.metadata):  # says what it said
                     assert (message.origin, message.derived_from) == (held.origin, held.derived_from), message
-                else:
+                else:  # its text or metadata changed: revised as an edit revises it
                     expected = held.revised(message.content, message.revision)
                     assert (message.origin, message.derived_from) == (expected.origin, expected.derived_from), message
 

@@ -31,7 +31,7 @@ import re
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
@@ -326,6 +326,22 @@ def _checked(counter: Callable[[str], Any]) -> TokenCounter:
     return count
 
 
+def _encoding_counter(encode: Callable[[str], Any], owner: str) -> TokenCounter:
+    """``len(encode(text))`` (:func:`encoded_length`) for an object's ``encode``, refusing a
+    result that has no length (``None``, a number) with :class:`InvalidTypeError`."""
+
+    def tokens(text: str) -> Any:
+        encoded = encode(text)
+        if not isinstance(encoded, Sized):
+            raise InvalidTypeError(
+                f"token counter {owner}.encode() returned {type(encoded).__name__} for a text of {len(text)} "
+                "characters; encode() must return the tokens (a list), or pass a callable(str) -> int as token_counter"
+            )
+        return encoded
+
+    return lambda text: encoded_length(tokens, text)
+
+
 def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
     """Normalise the accepted forms of a token counter into ``Callable[[str], int]``.
 
@@ -355,7 +371,7 @@ def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
         )
     encode = getattr(counter, "encode_ordinary", None) or getattr(counter, "encode", None)
     if callable(encode):
-        return lambda text: encoded_length(encode, text)
+        return _encoding_counter(encode, type(counter).__name__)
     if callable(counter):
         return counter if getattr(counter, "_checked_counter", False) else _checked(counter)
     raise InvalidTypeError(

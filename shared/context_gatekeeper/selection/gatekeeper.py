@@ -25,8 +25,8 @@ from .anchors import extract
 from .cues import Cues, strip_cues
 from ..errors import BudgetError, InvalidTypeError
 from .gate import acknowledges, anchor_weights, takes_note
-from .history import TurnHistory, turn_texts as _turn_texts
-from .options import GateOptions, OnOverflow
+from .history import TurnHistory, excluded_ids, require_turn_list, turn_texts as _turn_texts
+from .options import GateOptions, OnOverflow, require_overhead
 from .params import SelectionParams
 from .segments import gate_query
 from .semantic.fusion import (
@@ -128,9 +128,9 @@ class ContextGatekeeper(SemanticMethods):
         )
         self.options = options
         """The checked settings this gatekeeper was built with (:class:`GateOptions`)."""
-        self.token_budget = options.token_budget
+        self._token_budget = options.token_budget
         self.on_overflow: OnOverflow = options.overflow("raise")
-        self.message_overhead = options.message_overhead
+        self._message_overhead = options.message_overhead
         self._count = options.count
         self._lock = threading.RLock()
         self._warned_overflow = False
@@ -141,6 +141,34 @@ class ContextGatekeeper(SemanticMethods):
         self._summary: str | None = None
         self._fixed_costs = {"system_prompt": 0, "summary": 0}
         self.system_prompt = system_prompt
+
+    @property
+    def token_budget(self) -> int:
+        """Tokens that pinned content plus the selected earlier turns may use (an ``int >= 0``);
+        assigning one is checked as the constructor checks it (:class:`BudgetError`)."""
+        return self._token_budget
+
+    @token_budget.setter
+    def token_budget(self, budget: int) -> None:
+        self._token_budget = require_budget(budget)
+
+    @property
+    def message_overhead(self) -> int:
+        """Tokens added per message for the chat format's framing (an ``int >= 0``).  Assigning
+        one costs every turn, the system prompt and the summary again with it, as a gatekeeper
+        built with it would; a refused value or a failing token counter changes nothing."""
+        return self._message_overhead
+
+    @message_overhead.setter
+    def message_overhead(self, overhead: int) -> None:
+        overhead = require_overhead(overhead)
+        with self._lock:
+            history = self._history
+            costs = {turn_id: self._turn_cost(turn, overhead) for turn_id, turn in history.turns.items()}
+            fixed = {name: self._fixed_cost(getattr(self, "_" + name), overhead) for name in self._fixed_costs}
+            history.recost(costs)  # counted before anything changes: a counter that raises leaves the old costs
+            self._fixed_costs = fixed
+            self._message_overhead = overhead
 
     @property
     def params(self) -> SelectionParams:
@@ -182,7 +210,7 @@ class ContextGatekeeper(SemanticMethods):
         if text is not None:
             text = require_text(text, name)
         # counted before anything changes: a token counter that raises leaves the old text and its cost
-        cost = 0 if text is None else self._count(text) + self.message_overhead
+        cost = self._fixed_cost(text, self._message_overhead)
         with self._lock:
             setattr(self, "_" + name, text)
             self._fixed_costs[name] = cost
@@ -233,7 +261,7 @@ class ContextGatekeeper(SemanticMethods):
         the one :meth:`insert_turn` gives called turn by turn, in less time (the turns after
         them are segmented once, not after each insert).  All or nothing: a turn with bad
         texts, or whose token count fails, raises before any is inserted."""
-        texts = [_turn_texts(*_turn_parts(turn)) for turn in turns]
+        texts = [_turn_texts(*_turn_parts(turn)) for turn in require_turn_list(turns)]
         with self._lock:
             position = 0 if after_id is None else self._history.position(after_id) + 1
             return self._history.insert_many(position, texts)
@@ -315,6 +343,7 @@ class ContextGatekeeper(SemanticMethods):
         self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
     ) -> list[dict[str, object]]:
         """The kept earlier turns as ``[{"user", "assistant", "turn_id"}, ...]`` in position order."""
+        exclude = excluded_ids(exclude)  # checked before the embedder is asked
         probe = self._probe(query)  # the query's embedding, never under the lock
         with self._lock:
             selection = self._select_for(query, token_budget, exclude, probe, records=False)
@@ -322,6 +351,7 @@ class ContextGatekeeper(SemanticMethods):
 
     def build_prompt(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> str:
         """Pinned content, the kept turns and the query as one plain-text prompt."""
+        exclude = excluded_ids(exclude)
         probe = self._probe(query)
         with self._lock:
             return self._select_for(query, token_budget, exclude, probe, records=False).as_prompt(self._history.turns)
@@ -332,10 +362,12 @@ class ContextGatekeeper(SemanticMethods):
         ``token_budget`` overrides the budget for this call only (an adapter that
         knows the size of the query and the open turn passes what is left); below
         the pinned content's cost, ``on_overflow`` applies.  ``exclude`` names turns
-        this call must not select (an adapter sends them itself, e.g. the current turn).
+        this call must not select (an adapter sends them itself, e.g. the current turn): an
+        iterable of turn ids.
         With an embedder, only the query is embedded (one call, within ``embed_timeout``,
         never under the lock); turns not yet embedded are scored lexically.
         """
+        exclude = excluded_ids(exclude)
         return self._select_for(query, token_budget, exclude, self._probe(query))
 
     def _select_for(
@@ -345,13 +377,13 @@ class ContextGatekeeper(SemanticMethods):
         and ``matched_segment`` empty (callers that read only the kept turns skip building what
         ``explain`` shows, and two scans of every turn: same turns)."""
         query = require_text(query, "query")
-        budget_total = self.token_budget if token_budget is None else require_budget(token_budget)
+        budget_total = self._token_budget if token_budget is None else require_budget(token_budget)
         cues, content = strip_cues(query[: self.params.max_query_chars])
         anchors = extract(content, query=True)
         with self._lock:
             if self._semantic is not None:
                 self._semantic.take()  # changed turns queued; cached vectors used at once
-            return self._explain(query, anchors.counts, cues, budget_total, frozenset(exclude), probe, records)
+            return self._explain(query, anchors.counts, cues, budget_total, excluded_ids(exclude), probe, records)
 
     def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int,
                  exclude: frozenset[int], probe: tuple[Any, bool] | None, records: bool = True) -> Selection:
@@ -471,11 +503,17 @@ class ContextGatekeeper(SemanticMethods):
             self._warned_overflow = True
             logger.warning("%s; keeping the pinned content only", detail)
 
-    def _turn_cost(self, turn: Turn) -> int:
-        """Tokens of ``user + "\\n" + answer`` plus the per-message overhead."""
+    def _fixed_cost(self, text: str | None, overhead: int) -> int:
+        """Tokens of a system prompt or summary (0 for none) with ``overhead`` for its message."""
+        return 0 if text is None else self._count(text) + overhead
+
+    def _turn_cost(self, turn: Turn, overhead: int | None = None) -> int:
+        """Tokens of ``user + "\\n" + answer`` plus the per-message overhead (``overhead``, or
+        the gatekeeper's)."""
         answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
         messages = bool(turn.user) + bool(turn.assistant) + len(turn.tool_texts)
-        return self._count(turn.user + "\n" + answer) + self.message_overhead * messages
+        overhead = self._message_overhead if overhead is None else overhead
+        return self._count(turn.user + "\n" + answer) + overhead * messages
 
 
 class _TurnCost:

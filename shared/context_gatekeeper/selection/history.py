@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, cast, overload
 
 from ..caching import BoundedCache, text_key
@@ -26,31 +26,59 @@ from .segments import SegmentInput, next_label, topic_profiles
 from .records import Turn
 from ..validation import require_text
 
-__all__ = ["TurnHistory", "turn_texts"]
+__all__ = ["TurnHistory", "turn_texts", "excluded_ids", "require_turn_list"]
 
 
 ANCHOR_CACHE_SIZE = 65_536
 """Texts whose anchors the process keeps (a user message and an answer are a text each): a
 turn indexed again (a reopened transcript, a second gate or worker, a list gated anew) costs
-no extraction.  About 0.75 kB a text of chat (LoCoMo): some 50 MB when full."""
+no extraction.  About 0.63 kB a text of chat (LoCoMo)."""
+
+ANCHOR_CACHE_BYTES = 64_000_000
+"""... and anchors of about this many bytes in all (:func:`_anchor_bytes`: a long log or a
+pasted file holds thousands of anchors, which must not stay in memory for as long as 65,536
+chat messages' would).  Measured (tracemalloc): about 0.9 of the estimate for chat
+(LoCoMo), 0.4 for a log whose words repeat, 1.1 for a text of all distinct words: some 45 MB
+when full of chat, 70 MB at most."""
 
 GATE_INPUT_CACHE_SIZE = 32_768
 """User texts whose gate input (query-mode anchors and cues) the process keeps: about 0.7 kB
-each, some 23 MB when full."""
+each, some 23 MB when full (a gate input reads only a message's first ``max_query_chars``
+characters, so a long message's is no bigger)."""
 
 LABEL_CACHE_SIZE = 65_536
 """Turns whose topic label (and new content) the process keeps, by the turns up to them
-(:meth:`TurnHistory._resegment_from`): about 0.3 kB each, some 20 MB when full."""
+(:meth:`TurnHistory._resegment_from`): about 0.3 kB each, some 18 MB when full."""
 
 PREPARED_CACHE_SIZE = 32_768
 """Turns whose prepared inputs (:func:`prepared_turn`: anchors, index entries, segmentation
 input) the process keeps, by the turn's texts: a turn indexed again (a second gate over
 the same transcript, a reopened one) costs no lookup of each text's anchors and no
-building of its entries.  About 2.1 kB a turn of chat beyond its anchors and texts (its
-anchor set, index entries and segmentation input, which a gate holding the turn shares):
-some 70 MB when full."""
+building of its entries.  About 2.1 kB a turn of chat, its texts included."""
 
-_anchors: BoundedCache[str, TextAnchors] = BoundedCache(maxsize=ANCHOR_CACHE_SIZE)
+PREPARED_CACHE_CHARS = 8_000_000
+"""... and turns of at most this many characters in all (user, assistant and tool texts):
+the cache holds each turn's texts (its key) and its index entries, so turns with long tool
+outputs must not stay in memory for as long as 32,768 chat turns would.  Measured
+(tracemalloc, the anchors' strings left to :data:`ANCHOR_CACHE_BYTES`): about 7.3 bytes a
+character of chat (LoCoMo, whose turns average 300 characters: this bound is reached first,
+at some 26,000 turns), 3.4 of a log whose words repeat, 5.2 of a text of all distinct words:
+some 60 MB when full, at most."""
+
+
+_ANCHOR_ENTRY_BYTES = 64
+"""An anchor's entry in a text's counts (its slot, count and string header), estimated."""
+
+
+def _anchor_bytes(key: object, anchors: TextAnchors) -> int:
+    """The weight of a text's anchors in their cache, about their bytes: the characters of
+    its distinct anchors plus :data:`_ANCHOR_ENTRY_BYTES` each."""
+    counts = anchors.counts
+    return sum(map(len, counts)) + _ANCHOR_ENTRY_BYTES * len(counts)
+
+
+_anchors: BoundedCache[str, TextAnchors] = BoundedCache(
+    maxsize=ANCHOR_CACHE_SIZE, weigh=_anchor_bytes, max_weight=ANCHOR_CACHE_BYTES)
 _gate_inputs: BoundedCache[tuple[int, str], tuple[tuple[str, ...], Cues]] = BoundedCache(maxsize=GATE_INPUT_CACHE_SIZE)
 _labels: BoundedCache[str, tuple[int, float]] = BoundedCache(maxsize=LABEL_CACHE_SIZE)
 
@@ -136,7 +164,17 @@ class PreparedTurn(NamedTuple):
     :attr:`TurnHistory.chain` is made of)."""
 
 
-_prepared: BoundedCache[tuple[int, str, str, tuple[str, ...]], PreparedTurn] = BoundedCache(maxsize=PREPARED_CACHE_SIZE)
+_PreparedKey = tuple[int, str, str, tuple[str, ...]]
+"""``(max_query_chars, user, assistant, tool_texts)``: what a :class:`PreparedTurn` is made from."""
+
+
+def _characters(key: _PreparedKey, prepared: PreparedTurn) -> int:
+    """The weight of a prepared turn in its cache: the characters of its texts."""
+    return len(key[1]) + len(key[2]) + sum(map(len, key[3]))
+
+
+_prepared: BoundedCache[_PreparedKey, PreparedTurn] = BoundedCache(
+    maxsize=PREPARED_CACHE_SIZE, weigh=_characters, max_weight=PREPARED_CACHE_CHARS)
 
 
 def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_query_chars: int) -> PreparedTurn:
@@ -219,7 +257,6 @@ class TurnHistory:
         """``chain[i]`` names the turns up to position ``i`` (their texts, in order, and the
         parameters): segmentation is a function of them, so their label is computed once."""
         self._turn_keys: dict[int, str] = {}
-        self._params_key: tuple[SelectionParams, str] | None = None
         self.changed: set[int] | None = None
         """Ids of turns added, changed or removed since a consumer last emptied it;
         ``None`` (the default) tracks nothing.  The semantic channel sets a set here."""
@@ -277,6 +314,13 @@ class TurnHistory:
         self._renumber_from(position)
         self._resegment_from(position)
         return turn
+
+    def recost(self, costs: dict[int, int]) -> None:
+        """New token costs for every turn (``costs``: turn id -> tokens, each turn's), as the
+        cost function now gives them (a changed per-message overhead)."""
+        assert costs.keys() == self.turns.keys(), "a cost for each turn"
+        self.costs.update(costs)
+        self.total_cost = sum(costs.values())
 
     def use_params(self, params: SelectionParams) -> None:
         """Segment with ``params`` from now on: every turn's segmentation input prepared again
@@ -458,10 +502,9 @@ class TurnHistory:
         return profiles
 
     def _params_fingerprint(self) -> str:
-        """A key of the parameters segmentation reads (computed again when they are replaced)."""
-        if self._params_key is None or self._params_key[0] is not self.params:
-            self._params_key = (self.params, text_key(repr(self.params)))
-        return self._params_key[1]
+        """A key of the parameters segmentation reads: their record's fingerprint, a key of
+        its values (kept on the record, which cannot change: its dicts are read-only)."""
+        return self.params._fingerprint
 
 
 def turn_texts(user: Any, assistant: Any, tool_texts: Any) -> tuple[str, str, tuple[str, ...]]:
@@ -472,7 +515,49 @@ def turn_texts(user: Any, assistant: Any, tool_texts: Any) -> tuple[str, str, tu
         raise InvalidTypeError(
             f"tool_texts must be an iterable of strings, not a single string; pass ({tool_texts[:20]!r},) for one text"
         )
+    if type(tool_texts) is not tuple and not _is_collection(tool_texts):  # (the default () checked at once)
+        raise InvalidTypeError(
+            f"tool_texts must be an iterable of strings, got {type(tool_texts).__name__}; pass () for none, "
+            "(text,) for one"
+        )
     tools = tuple(require_text(t, "tool text", allow_empty=True) for t in tool_texts)
     if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
         raise InvalidInputError("a turn needs some text: user, assistant and tool texts are all empty")
     return user, assistant, tools
+
+
+def _is_collection(value: Any) -> bool:
+    """Whether ``value`` is an iterable of items (not ``None``, a string, bytes or a mapping)."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
+
+
+def require_turn_list(turns: Any) -> Iterable[Any]:
+    """``turns`` if it is an iterable of turns (:meth:`ContextGatekeeper.insert_turns`),
+    else :class:`InvalidTypeError` saying what to pass."""
+    if not _is_collection(turns):
+        raise InvalidTypeError(
+            f"turns must be an iterable of (user, assistant) or (user, assistant, tool_texts) tuples, got "
+            f"{type(turns).__name__}; pass [] for none"
+        )
+    return cast(Iterable[Any], turns)
+
+
+_NO_IDS: frozenset[int] = frozenset()
+
+
+def excluded_ids(exclude: Any) -> frozenset[int]:
+    """``exclude`` (turn ids a selection must not keep) as a frozenset, or
+    :class:`InvalidTypeError` when it is not an iterable of ints (a turn id is one)."""
+    if type(exclude) is tuple and not exclude:  # the default: no work on the hot path
+        return _NO_IDS
+    if _is_collection(exclude):
+        try:
+            ids = frozenset(exclude)
+        except TypeError:  # an unhashable item
+            ids = None
+        if ids is not None and all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            return ids
+    raise InvalidTypeError(
+        f"exclude must be an iterable of turn ids (ints), got {type(exclude).__name__} {exclude!r:.60}; "
+        "pass e.g. [3, 4], or () for none"
+    )

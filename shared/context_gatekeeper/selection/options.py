@@ -28,7 +28,7 @@ from .params import SelectionParams
 from .semantic.embedding import Embedder, as_embedder, require_vector_cache
 from .semantic.fusion import numpy
 
-__all__ = ["GateOptions", "OnOverflow", "ON_OVERFLOW", "DEFAULT_TOKEN_BUDGET"]
+__all__ = ["GateOptions", "OnOverflow", "ON_OVERFLOW", "DEFAULT_TOKEN_BUDGET", "require_overhead"]
 
 OnOverflow = Literal["raise", "keep_pinned"]
 """What a selection does when pinned content alone exceeds the budget."""
@@ -40,11 +40,23 @@ DEFAULT_TOKEN_BUDGET = 4000
 _PARAM_NAMES = frozenset(f.name for f in fields(SelectionParams))
 
 
+def require_overhead(overhead: Any) -> int:
+    """``overhead`` if it is a per-message token overhead: an ``int >= 0`` (``bool`` refused),
+    else :class:`~context_gatekeeper.errors.InvalidInputError`."""
+    if isinstance(overhead, bool) or not isinstance(overhead, int) or overhead < 0:
+        raise InvalidInputError(
+            f"message_overhead must be an int >= 0, got {overhead!r}; pass the tokens each message "
+            "adds beyond its text (0: none)"
+        )
+    return overhead
+
+
 @dataclass(frozen=True)
 class GateOptions:
     """How a gate selects: budget, token counting, overflow policy, tunables, embedder.
 
-    Build it with keywords (each is checked here, once); pass it as ``options=`` to
+    Immutable, and hashable when its token counter, embedder and vector cache are (the
+    defaults are).  Build it with keywords (each is checked here, once); pass it as ``options=`` to
     :class:`~context_gatekeeper.ContextGatekeeper`, ``GatekeeperMiddleware``,
     ``topic_gate`` or ``gate_messages`` instead of their keywords.  :meth:`of` builds
     one from those keywords, as the constructors do.
@@ -100,12 +112,7 @@ class GateOptions:
 
     def __post_init__(self, preset: Optional[str]) -> None:
         require_budget(self.token_budget)
-        overhead = self.message_overhead
-        if isinstance(overhead, bool) or not isinstance(overhead, int) or overhead < 0:
-            raise InvalidInputError(
-                f"message_overhead must be an int >= 0, got {overhead!r}; pass the tokens each message "
-                "adds beyond its text (0: none)"
-            )
+        require_overhead(self.message_overhead)
         if self.on_overflow is not None and self.on_overflow not in ON_OVERFLOW:
             raise InvalidInputError(
                 f"on_overflow must be 'raise' or 'keep_pinned' (or None for the default), got {self.on_overflow!r}"

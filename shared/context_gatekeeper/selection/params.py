@@ -1,5 +1,10 @@
 """Every weight and threshold of selection, as one documented, immutable record.
 
+Immutable throughout: its dict fields (``kind_weights``, ``switch_model``,
+``semantic_preference_model``) are :class:`ReadOnlyDict` copies of what was passed, so a
+record compared, hashed or used as a key (the label cache's) never changes under its user;
+``params.with_(...)`` (or ``dataclasses.replace``) makes a changed copy.
+
 Defaults start from the report (thresholds 0.45 / 0.20 / 0.70, weights 1.5 / 0.7 /
 1.0 / 0.2, M = 20, coverage 0.85, cost exponent 0.8) and were then tuned on the
 development splits of public labelled conversation sets (LoCoMo and TREC CAsT 2020 for
@@ -14,15 +19,48 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, ClassVar
+from functools import cached_property
+from typing import Any, ClassVar, NoReturn
 
-from ..errors import InvalidInputError
+from ..caching import text_key
+from ..errors import InvalidInputError, InvalidTypeError
 from .anchors import AnchorKind
 from .scoring import IDF_FORMULAS
 
-__all__ = ["SelectionParams", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "DEPRECATED_PARAMS"]
+__all__ = ["SelectionParams", "ReadOnlyDict", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "DEPRECATED_PARAMS"]
+
+
+class ReadOnlyDict(dict):  # str -> float in SelectionParams
+    """A dict that refuses every change (a field of the immutable :class:`SelectionParams`):
+    read it as any dict; ``dict(d)`` or ``d.copy()`` is a plain, changeable copy.  Hashable,
+    picklable, JSON-encodable as a dict.
+
+    >>> weights = SelectionParams().kind_weights
+    >>> weights["word"] = 0.0
+    Traceback (most recent call last):
+    ...
+    context_gatekeeper.errors.InvalidTypeError: SelectionParams' weights cannot be changed in place; ...
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise InvalidTypeError(
+            "SelectionParams' weights cannot be changed in place; make a changed copy: "
+            "params.with_(kind_weights={**params.kind_weights, 'word': 0.5}) (or dataclasses.replace), "
+            "then assign it (gatekeeper.params = ...) or build a new gatekeeper with it"
+        )
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]  # a read-only dict is hashable
+        return hash(frozenset(self.items()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied as its items (the default would set them one by one)."""
+        return (type(self), (dict(self),))
 
 SWITCH_FEATURES: tuple[str, ...] = (
     "bias", "overlap", "new_share", "new_content", "new_content_cjk", "content", "elsewhere", "reference",
@@ -420,21 +458,7 @@ class SelectionParams:
                     f"SelectionParams.{name} no longer changes selection: {replacement}", DeprecationWarning,
                     stacklevel=3,
                 )
-        for name in ("kind_weights", "switch_model", "semantic_preference_model"):  # a copy: the caller's dict may change later
-            if isinstance(getattr(self, name), Mapping):
-                object.__setattr__(self, name, dict(getattr(self, name)))
-        if isinstance(self.semantic_preference_model, dict):  # fitted before the words' verdict was an input
-            for added in _ADDED_PREFERENCE_FEATURES:
-                self.semantic_preference_model.setdefault(added, 0.0)
-        for name, names in (("switch_model", SWITCH_FEATURES), ("semantic_preference_model", PREFERENCE_FEATURES)):
-            model = getattr(self, name)
-            if not isinstance(model, dict) or set(model) != set(names) or not all(
-                isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in model.values()
-            ):
-                raise InvalidInputError(
-                    f"SelectionParams.{name} needs a finite weight for each of {list(names)}, got {model!r}; "
-                    f"start from SelectionParams().{name} and change single weights"
-                )
+        self._freeze_dicts()
         for name, declared in _DECLARED.items():  # a string "3" or a NaN would fail far from here, or never match
             value = getattr(self, name)
             plain, problem = _plain_scalar(declared, value)
@@ -446,12 +470,6 @@ class SelectionParams:
                 raise InvalidInputError(f"SelectionParams.{name} must be >= 0, got {value!r}; pass a value >= 0")
         if self.idf not in IDF_FORMULAS:
             raise InvalidInputError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
-        kinds = {AnchorKind.WORD, AnchorKind.CJK_BIGRAM, AnchorKind.CJK_CHAR, AnchorKind.EXACT}
-        if set(self.kind_weights) != kinds or any(w < 0 for w in self.kind_weights.values()):
-            raise InvalidInputError(
-                f"SelectionParams.kind_weights needs a weight >= 0 for each of {sorted(kinds)}, "
-                f"got {self.kind_weights!r}"
-            )
         if self.top_m < 1 or self.topic_window < 1 or self.topic_lookback < 1 or self.max_query_chars < 1:
             raise InvalidInputError(
                 "SelectionParams.top_m, topic_window, topic_lookback and max_query_chars must be >= 1, got "
@@ -466,6 +484,37 @@ class SelectionParams:
                 f"SelectionParams.coverage_target must be in (0, 1], got {self.coverage_target!r}; "
                 "pass the share of anchors to cover (1.0: all)"
             )
+
+    def _freeze_dicts(self) -> None:
+        """Check the dict fields and the stopwords, and keep read-only copies of them (the
+        caller's dicts and sets may change later; a record's never do)."""
+        for name, names, negative in (
+            ("kind_weights", _KINDS, False),
+            ("switch_model", SWITCH_FEATURES, True),
+            ("semantic_preference_model", PREFERENCE_FEATURES, True),
+        ):
+            given = getattr(self, name)
+            model = dict(given) if isinstance(given, Mapping) else given
+            if name == "semantic_preference_model" and isinstance(model, dict):
+                for added in _ADDED_PREFERENCE_FEATURES:  # fitted before the words' verdict was an input
+                    model.setdefault(added, 0.0)
+            if not isinstance(model, dict) or set(model) != set(names) or not all(
+                _is_weight(w, negative) for w in model.values()
+            ):
+                sign = "finite weight" if negative else "finite weight >= 0"
+                raise InvalidInputError(
+                    f"SelectionParams.{name} needs a {sign} for each of {list(names)}, got {given!r:.300}; "
+                    f"start from SelectionParams().{name} and change single weights"
+                )
+            plain = {k: w if type(w) in (int, float) else float(w) for k, w in model.items()}  # NumPy numbers too
+            object.__setattr__(self, name, ReadOnlyDict(plain))
+        object.__setattr__(self, "extra_stopwords", _stopwords(self.extra_stopwords))
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        """A key of every value (:class:`~context_gatekeeper.selection.history.TurnHistory`'s
+        labels are cached by it), computed once per record: the record never changes."""
+        return text_key(repr(self))
 
     def with_(self, **changes: Any) -> "SelectionParams":
         """A copy with some fields changed (validated); a deprecated field warns only when
@@ -518,6 +567,33 @@ class SelectionParams:
         if name not in cls.PRESETS:
             raise InvalidInputError(f"unknown preset {name!r}; choose one of {sorted(cls.PRESETS)}")
         return cls(**{**cls.PRESETS[name], **changes})
+
+
+_KINDS: tuple[str, ...] = (AnchorKind.WORD, AnchorKind.CJK_BIGRAM, AnchorKind.CJK_CHAR, AnchorKind.EXACT)
+"""The anchor kinds :attr:`SelectionParams.kind_weights` weighs."""
+
+
+def _is_weight(value: Any, negative: bool) -> bool:
+    """Whether ``value`` is a finite real number (not a bool), and ``>= 0`` unless ``negative``."""
+    kind = type(value)
+    if kind is not float and kind is not int and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+        return False  # (a plain float or int, by far the most common, skips the abstract class's check)
+    return math.isfinite(value) and (negative or not value < 0)
+
+
+def _stopwords(words: Any) -> frozenset[str]:
+    """``extra_stopwords`` as a frozenset of strings: a set, list or tuple of them (one
+    string alone is refused: ``"lock" in "blocked"`` would be a substring test)."""
+    if isinstance(words, (str, bytes, Mapping)) or not isinstance(words, Iterable):
+        raise InvalidInputError(
+            f"SelectionParams.extra_stopwords must be a set of words, got {type(words).__name__} {words!r:.60}; "
+            "pass e.g. frozenset({'acme'}), one word too (not 'acme' alone)"
+        )
+    found = frozenset(words) if isinstance(words, frozenset) else frozenset(list(words))
+    wrong = [w for w in found if not isinstance(w, str)]
+    if wrong:
+        raise InvalidInputError(f"SelectionParams.extra_stopwords must hold strings, got {wrong[0]!r:.60}; pass words")
+    return found
 
 
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SelectionParams) if f.default is not MISSING}

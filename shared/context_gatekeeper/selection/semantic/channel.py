@@ -133,16 +133,16 @@ class SemanticChannel:
         now.  Queues a background pass when turns are left.  The caller holds the lock."""
         history, changed = self._bound()
         for turn_id in list(changed):
-            changed.discard(turn_id)
             turn = history.turns.get(turn_id)
+            text = "" if turn is None else turn_text(turn)
+            digest = "" if turn is None else text_hash(text)  # before the id leaves the changes: nothing lost
+            changed.discard(turn_id)
             self.pending.pop(turn_id, None)
             self.refused.pop(turn_id, None)
             if turn is None:
                 self.inflight.pop(turn_id, None)
                 self.vectors.drop(turn_id)
                 continue
-            text = turn_text(turn)
-            digest = text_hash(text)
             if self.vectors.hashes.get(turn_id) == digest or self.inflight.get(turn_id) == digest:
                 continue
             self.inflight.pop(turn_id, None)
@@ -216,10 +216,24 @@ class SemanticChannel:
                         self.inflight[turn_id] = digest
                         batch.append((turn_id, text, digest))
             if batch:
-                done, refused, error = self._embed(batch)
-                count += self._land(batch, done, refused, error)
+                try:
+                    done, refused, error = self._embed(batch)
+                    count += self._land(batch, done, refused, error)
+                except Exception as exc:  # noqa: BLE001 -- a vector cache (a store) may raise anything
+                    self._requeue(batch)
+                    self.state.failed(exc, self.embedder.name)
+                    return count, exc
                 if error is not None:
                     return count, error
+
+    def _requeue(self, batch: list[tuple[int, str, str]]) -> None:
+        """Put a batch that failed unexpectedly (its vectors could not be kept) back in the
+        queue: each turn still in flight with the same text is pending again."""
+        with self._lock:
+            for turn_id, text, digest in batch:
+                if self.inflight.get(turn_id) == digest:
+                    del self.inflight[turn_id]
+                    self.pending[turn_id] = (text, digest)
 
     def _embed(self, batch: list[tuple[int, str, str]]) -> tuple[dict[int, Vector], list[int], BaseException | None]:
         """Embed a batch, splitting it on failure: ``(index -> vector, indexes of texts the

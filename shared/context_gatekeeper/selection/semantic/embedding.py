@@ -56,8 +56,10 @@ class EmbeddingError(ModelUnavailableError):
 
 
 def text_hash(text: str) -> str:
-    """sha256 hex digest of the text's UTF-8 bytes: the text part of a vector's key."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """sha256 hex digest of the text's UTF-8 bytes: the text part of a vector's key (lone
+    surrogates kept as their escape, as :func:`~context_gatekeeper.caching.text_key` does, so
+    every string has one; any other text's digest is its plain UTF-8 one)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def turn_text(turn: Turn) -> str:

@@ -73,9 +73,14 @@ def unit_rows(vectors: Sequence[Sequence[float]] | Sequence[float]) -> Any:
 
 
 def zscores(sims: Any, min_std: float = 1e-6) -> Any:
-    """``(s - mean) / std`` of each similarity over all of them."""
-    std = float(sims.std())
-    return (sims - sims.mean()) / max(std, min_std)
+    """``(s - mean) / std`` of each similarity over all of them, in float64, the mean and
+    spread summed over the similarities sorted: the same z-scores whatever order the rows
+    are in (the order turns were embedded in), so a z-score on a floor (a repeated message)
+    falls the same side of it every time."""
+    np = numpy()
+    wide = np.asarray(sims, dtype=np.float64)
+    ordered = np.sort(wide)
+    return (wide - ordered.mean()) / max(float(ordered.std()), min_std)
 
 
 def mix_part(z: float, floor: float, top: float, weight: float) -> float:
@@ -117,16 +122,21 @@ class QueryView:
             return None
         return float(self.sims[row]), None if self.z is None else float(self.z[row])
 
-    def ranked(self, floor: float, limit: int) -> list[tuple[int, float, float]]:
-        """``(turn id, similarity, z)`` of the best ``limit`` turns at or above ``floor``, best first."""
+    def ranked(self, floor: float, limit: int, positions: Mapping[int, int]) -> list[tuple[int, float, float]]:
+        """``(turn id, similarity, z)`` of the best ``limit`` turns at or above ``floor``, best
+        first, equal z-scores (a repeated message) in position order (``positions``: turn id
+        -> position), never in the order the rows were stored."""
         if self.z is None or limit <= 0 or not len(self.ids):
             return []
         np = numpy()
         z = self.z
-        k = min(limit, len(z))
-        top = np.argpartition(-z, k - 1)[:k] if k < len(z) else np.arange(len(z))
-        top = top[np.argsort(-z[top], kind="stable")]
-        return [(self.ids[r], float(self.sims[r]), float(z[r])) for r in top if z[r] >= floor]
+        above = np.flatnonzero(z >= floor)
+        if len(above) > limit:  # the best ``limit``, and every turn tied with the last of them
+            least = np.partition(z[above], len(above) - limit)[len(above) - limit]
+            above = above[z[above] >= least]
+        ids = self.ids
+        top = sorted(above.tolist(), key=lambda r: (-z[r], positions[ids[r]]))[:limit]
+        return [(ids[r], float(self.sims[r]), float(z[r])) for r in top]
 
 
 def fuse(
@@ -140,7 +150,7 @@ def fuse(
     if view is None:
         return
     p = params
-    ranked = view.ranked(p.semantic_floor, p.semantic_top_k)
+    ranked = view.ranked(p.semantic_floor, p.semantic_top_k, history.positions)
     rank = {turn_id: i for i, (turn_id, _, _) in enumerate(ranked, 1)}
     last = len(history) - 1
     for turn_id, _, _ in ranked:

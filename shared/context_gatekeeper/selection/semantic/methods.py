@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .runner import run_locked
 from .embedding import Embedder, Vector
-from ..history import TurnHistory
+from ..history import TurnHistory, excluded_ids
 from .channel import SemanticChannel
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ class SemanticMethods:
 
     if TYPE_CHECKING:  # provided by ContextGatekeeper
 
-        def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any) -> Selection: ...
+        def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any,
+                        records: bool = True) -> Selection: ...
 
     def _semantic_channel(self, embedder: Any, vector_cache: Any, timeout: float | None) -> SemanticChannel | None:
         """The channel for ``embedder`` (None without one), following the history: its
@@ -65,6 +66,7 @@ class SemanticMethods:
         """:meth:`explain` with the query's embedding awaited; the scoring (CPU-bound, well
         under a millisecond per hundred turns) runs inline, or in a worker thread when
         another thread holds the gatekeeper's lock."""
+        exclude = excluded_ids(exclude)  # checked before the embedder is asked
         probe = await self._aprobe(query)
         return await run_locked(self._lock, self._select_for, query, token_budget, exclude, probe)
 
@@ -72,13 +74,26 @@ class SemanticMethods:
         self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()
     ) -> list[dict[str, object]]:
         """:meth:`select` with the query's embedding awaited."""
+        exclude = excluded_ids(exclude)
         probe = await self._aprobe(query)
 
         def select() -> list[dict[str, object]]:
-            selection = self._select_for(query, token_budget, exclude, probe)
+            selection = self._select_for(query, token_budget, exclude, probe, records=False)
             return [self._history.turns[t].as_dict() for t in selection.turn_ids]
 
         return await run_locked(self._lock, select)
+
+    async def abuild_prompt(self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()) -> str:
+        """:meth:`build_prompt` with the query's embedding awaited (never blocking the event
+        loop on the embedder)."""
+        exclude = excluded_ids(exclude)
+        probe = await self._aprobe(query)
+
+        def build() -> str:
+            selection = self._select_for(query, token_budget, exclude, probe, records=False)
+            return selection.as_prompt(self._history.turns)
+
+        return await run_locked(self._lock, build)
 
     def take_cached(self) -> None:
         """Queue the turns changed since the last selection and give those found in the

@@ -1,4 +1,7 @@
-"""One unit vector per turn, as the rows of a float32 matrix (the semantic channel's store)."""
+"""One unit vector per turn, as the rows of a float32 matrix (the semantic channel's store).
+
+Rows are in the order turns were embedded; a query's similarities and z-scores do not
+depend on it (:meth:`TurnVectors.view`, :func:`fusion.zscores`)."""
 
 from __future__ import annotations
 
@@ -77,6 +80,9 @@ class TurnVectors:
         if q.shape[0] != self._matrix.shape[1]:
             return None
         vectors = self._matrix[: len(self.ids)]
-        sims = vectors @ q
+        # each row's dot product computed alike wherever the row is (a matrix-vector product
+        # sums a row differently by where it falls in the BLAS kernel's blocks, so the same
+        # turns embedded in another order would get similarities a last bit apart)
+        sims = numpy().einsum("ij,j->i", vectors, q)
         z = zscores(sims) if len(self.ids) >= max(2, min_turns) else None
         return QueryView(self.ids, self.rows, sims, z, vectors)
