@@ -49,6 +49,7 @@ __all__ = [
     "from_core_messages",
     "match_ids",
     "fingerprint",
+    "call_text",
     "validation_problems",
     "PROVIDER_SPECIFIC",
 ]
@@ -90,6 +91,44 @@ def _tool_calls(blocks: Sequence[Any], kwargs: dict[str, Any]) -> list[dict[str,
             calls.append({"id": call_id, "name": call.get("name") or function.get("name"), "args": None})
             seen.add(call_id)
     return calls
+
+
+def call_text(message: Message) -> str:
+    """The tool calls an assistant message sends beside its text, as text to count: each call's
+    name and arguments (JSON), from its ``ToolCallBlock`` s and ``additional_kwargs["tool_calls"]``
+    (a call found in both, by id, once); ``""`` when it makes none."""
+    if message.role != "assistant":
+        return ""
+    pieces: list[str] = []
+    seen: set[Any] = set()
+    for block in message.parts or ():
+        if isinstance(block, dict) and block.get("block_type") == "tool_call":
+            seen.add(block.get("tool_call_id"))
+            pieces.append(f"{block.get('tool_name') or ''} {_arguments_text(block.get('tool_kwargs'))}")
+    kwargs = message.metadata.get("additional_kwargs")
+    listed = kwargs.get("tool_calls") if isinstance(kwargs, dict) else None
+    for call in listed if isinstance(listed, list) else ():
+        if not isinstance(call, dict):
+            continue
+        call_id = call.get("id") or call.get("tool_id") or call.get("tool_call_id")
+        if call_id and call_id in seen:
+            continue
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        name = call.get("name") or function.get("name") or ""
+        arguments = function.get("arguments", call.get("input", call.get("args")))
+        pieces.append(f"{name} {_arguments_text(arguments)}")
+    return "\n".join(pieces)
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as sent: a str as it is, anything else as JSON (``""``: none)."""
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False, default=str)
 
 
 def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:

@@ -38,7 +38,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError, field_validator
@@ -64,7 +64,7 @@ from context_gatekeeper.integration import (
 )
 
 from . import serialisation, stored
-from .convert import from_core_messages, match_ids, to_core, validation_problems
+from .convert import call_text, from_core_messages, match_ids, to_core, validation_problems
 from .models import given_edit_model, resolve_edit_model
 from .serialisation import add_note, require_session_id
 
@@ -74,6 +74,9 @@ DEFAULT_TOKEN_LIMIT = 3000
 _CONTEXT_WINDOW_RATIO = 0.75  # as ChatMemoryBuffer.from_defaults(llm=...)
 _EXCEEDS = "Initial token count exceeds token limit"
 _CHAT_MESSAGES = "pass a list of ChatMessage(role=..., content=...)"
+_COPY_UPDATES = ("token_limit", "session_id")
+"""The fields ``model_copy(update=...)`` may name (``tokenizer_fn`` is not one: the budget
+counts with the counter the memory was built with)."""
 QueryInput = str | ChatMessage | QueryBundle | None
 """What ``get`` / ``aget`` take as ``input``."""
 
@@ -103,7 +106,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     Where it differs from ``ChatMemoryBuffer`` on purpose: ``get`` gates (an earlier
     turn unrelated to the message is left out, even when it would fit); the budget
     counts ``message_overhead`` tokens per message (3 by default, the chat format's
-    cost; ``ChatMemoryBuffer`` counts none: pass ``message_overhead=0`` to count alike);
+    cost; ``ChatMemoryBuffer`` counts none: pass ``message_overhead=0`` to count alike)
+    and the name and arguments of each tool call;
     and it has none of ``Memory``'s memory blocks or flushing.  Pickling and
     ``copy.deepcopy`` keep the session (see :mod:`~.serialisation`).
 
@@ -224,8 +228,16 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     def model_copy(self, *, update: Any = None, deep: bool = False) -> "GatekeeperMemory":
         """A copy as :meth:`__deepcopy__` makes one, ``deep`` or not: a shallow copy would share
         this memory's transcript and store, and closing it would close them.  ``update`` may
-        change ``token_limit`` (checked), never ``session_id``: build a memory for the other session."""
+        change ``token_limit`` (checked), never ``session_id``: build a memory for the other session.
+        Any other name raises ``InvalidTypeError``, before anything is copied."""
         changes = dict(update or {})
+        unknown = sorted(str(name) for name in changes if name not in _COPY_UPDATES)
+        if unknown:
+            raise InvalidTypeError(
+                f"model_copy(update=...) got {unknown}; a GatekeeperMemory copy may change only "
+                f"{list(_COPY_UPDATES)} (session_id only to the same value): pass other settings to "
+                "GatekeeperMemory.from_defaults to build a memory with them"
+            )
         if changes.get("session_id", self.session_id) != self.session_id:  # before a copy opens a connection
             _refuse_session_change(self.session_id, changes["session_id"])
         if "token_limit" in changes:
@@ -343,11 +355,19 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
 
         The query is ``input`` when given (a str, a ``ChatMessage``, or a ``QueryBundle``
         as ``ContextChatEngine.chat(QueryBundle(...))`` passes it: its ``query_str``),
-        else the open (unanswered) last user message.  The current turn (the open one,
-        or with neither ``input`` nor an open turn the last turn) is never gated and
-        always returned whole.  ``initial_token_count`` (tokens the caller adds, such as
-        a system prompt) is taken off ``token_limit``; other keyword arguments engines
-        pass are accepted and ignored.  Returns fresh copies.
+        else the open turn's text.  The open turn is every unanswered user message at the
+        end (a pasted text or an image, then the question, are one turn).  The current
+        turn (the open one, or with neither ``input`` nor an open turn the last turn) is
+        never gated and always returned whole.  ``initial_token_count`` (tokens the caller
+        adds, such as a system prompt) is taken off ``token_limit``; other keyword
+        arguments engines pass are accepted and ignored.  Returns fresh copies.
+
+        The budget counts what is returned message by message: each message's text, the
+        name and arguments of its tool calls, and ``message_overhead``.  The gate prices a
+        turn by its texts (its assistant messages as one), so when what it selected costs
+        more as returned, the oldest selected turns are left out, whole, until it fits
+        (when the system messages and the current turn alone exceed it, they are returned
+        all the same, with no earlier turn).
 
         Raises:
             TypeError: ``input`` is none of the above (``get(5)`` passes 5 as the query;
@@ -362,7 +382,12 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     async def aget(self, input: QueryInput = None, initial_token_count: int = 0, **kwargs: Any) -> list[ChatMessage]:
         """Async :meth:`get` (same arguments, same errors).  The store is read in a worker
         thread; with an embedder the embedding calls are awaited (the embedder's async
-        twins), so the event loop is never blocked."""
+        twins), so the event loop is never blocked.
+
+        With an embedder, turns are embedded in the background and scored by their words
+        until their vectors arrive, so a ``get`` / ``aget`` soon after a change may select
+        otherwise than a later one; ``await memory.gate.aembed_pending()`` (sync:
+        ``memory.gate.embed_pending()``) first gives reproducible results."""
         if not self._gate.semantic:
             return await asyncio.to_thread(self.get, input, initial_token_count, **kwargs)
         self._check_initial(initial_token_count)
@@ -508,65 +533,73 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         return serialisation.deep_copy(self, memo)
 
     # -- selection (what get returns) -----------------------------------------------------
-    def _plan(self, input_text: str | None, reserved: int) -> tuple[Any, ...]:
-        """Under the lock: system messages, turns, the current turn, the query, the tail
-        and the budget left for earlier turns."""
+    def _plan(self, input_text: str | None, reserved: int) -> _Plan:
+        """Under the lock: what ``get`` selects from (see :class:`_Plan`)."""
         if input_text is not None and not input_text.strip():
             input_text = None  # a blank input is no input: the last turn is the query, as for get()
         system, turns = group_turns(self._transcript.messages)
-        current: MessageTurn | None = None
-        if turns and (turns[-1].is_open or input_text is None):
-            current = turns[-1]
+        current, earlier, exclude = _current_turn(turns, input_text is None)
         query = input_text or (current.texts[0] if current else None)
         tail = list(current.messages) if current else []
-        budget = max(0, self.token_limit - reserved - self._cost(tail))  # an open turn over the limit leaves none
-        return system, turns, current, query, tail, budget
+        room = max(0, self.token_limit - reserved - self._cost(tail))  # an open turn over the limit leaves none
+        return _Plan(system, earlier, current, exclude, query, tail, room)
 
     def _select(self, input_text: str | None, reserved: int) -> list[Message]:
         with self._lock:
-            system, turns, current, query, tail, budget = self._plan(input_text, reserved)
-            if query is None or not query.strip():
-                earlier = self._recent(system, turns[:-1] if current else turns, budget)
+            plan = self._plan(input_text, reserved)
+            if plan.query is None or not plan.query.strip():
+                earlier = self._recent(plan.system, plan.earlier, plan.room)
             else:
-                earlier = self._gated(query, budget, current, self._cost(tail))
-            return earlier + tail
+                earlier = self._gated(plan.query, plan.room, plan.current, plan.exclude)
+            return self._fit(earlier, plan.room) + plan.tail
 
     async def _aselect(self, input_text: str | None, reserved: int) -> list[Message]:
         """:meth:`_select` with the embedding awaited (the lock is held only to read)."""
 
-        def plan() -> tuple[Any, ...]:
+        def plan() -> _Plan:
             with self._lock:
                 return self._plan(input_text, reserved)
 
-        system, turns, current, query, tail, budget = await asyncio.to_thread(plan)
-        if query is None or not query.strip():
-            return self._recent(system, turns[:-1] if current else turns, budget) + tail
-        return await self._agated(query, budget, current, self._cost(tail)) + tail
+        read = await asyncio.to_thread(plan)
+        if read.query is None or not read.query.strip():
+            earlier = self._recent(read.system, read.earlier, read.room)
+        else:
+            earlier = await self._agated(read.query, read.room, read.current, read.exclude)
+        return self._fit(earlier, read.room) + read.tail
 
-    def _gated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
-        """Leading system messages and the selected earlier turns, within ``budget``.
+    def _gated(self, query: str, budget: int, current: MessageTurn | None, exclude: tuple[str, ...]) -> list[Message]:
+        """Leading system messages and the selected earlier turns, within ``budget`` as the
+        gate prices turns (:meth:`_fit` then checks it message by message).
 
         The current turn is cut off by its key (see :func:`_before`), not by the ids of
         its messages as read: an answer ``put`` meanwhile (or from another process
-        before the gate read the store) is never returned ahead of its question.
-        An answered current turn is indexed like any other: the gate may select it (it
-        matches its own question), paying for it from the budget, so its cost is handed
-        back first; the caller returns it once, at the end.
+        before the gate read the store) is never returned ahead of its question.  The
+        turns an open current turn is made of (``exclude``: a run of unanswered user
+        messages) are never candidates.  An answered current turn is indexed like any
+        other: the gate may select it (it matches its own question), paying for it from
+        the budget, so its cost is handed back first; the caller returns it once, at the end.
         """
+        gate = self._gate
         if current is None or current.is_open:
-            return _before(self._gate.select_messages(query, include_open=False, token_budget=budget), current)
-        selected = self._gate.select_messages(query, include_open=False, token_budget=budget + current_cost)
+            return _before(gate.select_messages(query, include_open=False, token_budget=budget, exclude_keys=exclude),
+                           current)
+        selected = gate.select_messages(query, include_open=False, token_budget=budget + self._cost(current.messages))
         cut = _cut(selected, current)
         if cut is None:  # not picked: the others must fit without it
-            return _before(self._gate.select_messages(query, include_open=False, token_budget=budget), current)
+            return _before(gate.select_messages(query, include_open=False, token_budget=budget), current)
         return selected[:cut]
 
-    async def _agated(self, query: str, budget: int, current: MessageTurn | None, current_cost: int) -> list[Message]:
+    async def _agated(
+        self, query: str, budget: int, current: MessageTurn | None, exclude: tuple[str, ...]
+    ) -> list[Message]:
         """:meth:`_gated` with the embedding awaited."""
         gate = self._gate
         if current is None or current.is_open:
-            return _before(await gate.aselect_messages(query, include_open=False, token_budget=budget), current)
-        selected = await gate.aselect_messages(query, include_open=False, token_budget=budget + current_cost)
+            selected = await gate.aselect_messages(query, include_open=False, token_budget=budget, exclude_keys=exclude)
+            return _before(selected, current)
+        selected = await gate.aselect_messages(
+            query, include_open=False, token_budget=budget + self._cost(current.messages)
+        )
         cut = _cut(selected, current)
         if cut is None:
             return _before(await gate.aselect_messages(query, include_open=False, token_budget=budget), current)
@@ -584,9 +617,80 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             budget -= cost
         return list(system) + [m for turn in reversed(kept) for m in turn.messages]
 
+    def _fit(self, earlier: list[Message], room: int) -> list[Message]:
+        """``earlier`` (leading system messages, then whole earlier turns) within ``room`` tokens
+        as :meth:`_cost` counts them, message by message.
+
+        The gate prices a turn by its texts (a turn's assistant messages as one text with one
+        ``message_overhead``, the system messages as one prompt, tool-call arguments not at
+        all), so what it selected may cost more as ``get`` returns it.  Then the oldest
+        selected turns are left out, whole (a tool call never without its result), until the
+        rest fits; the system messages always stay (pinned content)."""
+        if self._cost(earlier) <= room:
+            return earlier
+        system, turns = group_turns(earlier)
+        costs = [self._cost(turn.messages) for turn in turns]
+        spare, first = room - self._cost(system), 0
+        total = sum(costs)
+        while first < len(turns) and total > spare:
+            total -= costs[first]
+            first += 1
+        return system + [m for turn in turns[first:] for m in turn.messages]
+
     def _cost(self, messages: Sequence[Message]) -> int:
+        """What ``messages`` cost as ``get`` returns them: each message's text and the name and
+        arguments of each tool call it makes (:func:`~.convert.call_text`), plus
+        ``message_overhead`` per message."""
         overhead, count = self._gate.gatekeeper.message_overhead, self._count
-        return sum(_counted(count, m.content) + overhead for m in messages)
+        total = 0
+        for message in messages:
+            total += _counted(count, message.content) + overhead
+            calls = call_text(message)
+            if calls:
+                total += _counted(count, calls)
+        return total
+
+
+class _Plan(NamedTuple):
+    """What ``get`` selects from, read under the memory's lock.
+
+    Attributes:
+        system: the leading system messages.
+        earlier: the turns before the current one.
+        current: the current turn (returned whole), or None.
+        exclude: the keys of the turns an open current turn is made of (the gate must not pick them).
+        query: the text to gate on (the input, else the current turn's user text), or None.
+        tail: the current turn's messages ([] without one).
+        room: tokens left for the system messages and the earlier turns.
+    """
+
+    system: list[Message]
+    earlier: list[MessageTurn]
+    current: MessageTurn | None
+    exclude: tuple[str, ...]
+    query: str | None
+    tail: list[Message]
+    room: int
+
+
+def _current_turn(
+    turns: list[MessageTurn], no_input: bool
+) -> tuple[MessageTurn | None, list[MessageTurn], tuple[str, ...]]:
+    """The current turn, the turns before it, and the keys of the turns it is made of.
+
+    The trailing run of unanswered user messages (several in a row: a pasted text or an
+    image, then the question) is one open turn, keyed by its first message; without one, and
+    without an input, the last turn is current; else there is none."""
+    start = len(turns)
+    while start > 0 and turns[start - 1].is_open:
+        start -= 1
+    if start < len(turns):
+        run = turns[start:]
+        merged = run[0] if len(run) == 1 else MessageTurn(run[0].key, tuple(m for t in run for m in t.messages))
+        return merged, turns[:start], tuple(turn.key for turn in run)
+    if turns and no_input:
+        return turns[-1], turns[:-1], ()
+    return None, turns, ()
 
 
 def _cut(selected: Sequence[Message], current: MessageTurn | None) -> int | None:

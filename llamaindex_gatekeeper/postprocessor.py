@@ -52,7 +52,7 @@ The postprocessor never writes node metadata or scores: it returns the very
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, NamedTuple, Optional, Union
 
@@ -118,9 +118,23 @@ def build_corpus(source: Any, *, metadata_mode: MetadataMode = MetadataMode.NONE
     ``source`` is an index (its docstore's nodes), a docstore, or an iterable of
     nodes, ``NodeWithScore`` objects, documents or strings.  Build it once, when the
     index is built, and pass it as ``corpus=``.
+
+    Raises:
+        InvalidInputError: ``source`` is an index or a docstore whose docstore holds no
+            node.  A vector store that keeps the text itself (Chroma, Qdrant, pgvector, ...)
+            leaves the index's docstore empty: pass the nodes or texts you indexed instead,
+            ``build_corpus(nodes)``.
     """
     docstore = getattr(source, "docstore", source)
-    items: Iterable[Any] = docstore.docs.values() if hasattr(docstore, "docs") else source
+    if not hasattr(docstore, "docs"):
+        return CoverageCorpus.from_texts(_text(item, metadata_mode) for item in source)
+    items = list(docstore.docs.values())
+    if not items:
+        raise InvalidInputError(
+            "build_corpus: the docstore holds no nodes (a vector store that keeps the text itself, such as "
+            "Chroma, Qdrant or pgvector, leaves the index's docstore empty), so the corpus would weigh no "
+            "term; pass the nodes or texts you indexed instead: build_corpus(nodes)"
+        )
     return CoverageCorpus.from_texts(_text(item, metadata_mode) for item in items)
 
 
@@ -294,8 +308,43 @@ def _scored(nodes: Any) -> List[NodeWithScore]:
                          "(wrap a bare node as NodeWithScore(node=node, score=None))")
 
 
+class _State(NamedTuple):
+    """What a postprocessor resolves from its ``token_counter``, ``embedder`` and ``embed_timeout``."""
+
+    tokens: Callable[[str], int]
+    floor: Optional[Callable[[str], int]]
+    counter_key: Any
+    vectors: Optional[NodeVectors]
+
+
+_RESOLVED = ("token_counter", "embedder", "embed_timeout")
+"""The fields :func:`_resolved` reads: assigning one resolves them anew."""
+
+
+def _resolved(token_counter: Any, embedder: Any, embed_timeout: Optional[float]) -> _State:
+    """The counter (``resolve_token_counter``), its word floor, the :data:`FACTS` key of its
+    counts (the counter itself when hashable: facts counted by the same counter are shared by
+    every postprocessor; else a key of this postprocessor's own) and the embedder's
+    :class:`NodeVectors` (None without one).  Raises the library's error for a bad counter or
+    embedder."""
+    count = resolve_token_counter(token_counter)
+    counter = "cl100k_base" if token_counter is None else token_counter
+    try:
+        hash(counter)
+        key = counter
+    except TypeError:  # an unhashable tokenizer
+        key = object()
+    vectors = NodeVectors(embedder, embed_timeout) if embedder is not None else None
+    return _State(count, token_floor(count), key, vectors)
+
+
 class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     """Keep the retrieved nodes that cover the query's informative terms, within a token budget.
+
+    Fields may be reassigned, or changed by ``model_copy(update=...)``: each value is checked
+    as the constructor checks it (a refused one raises the library's error and changes
+    nothing), and a new ``token_counter``, ``embedder`` or ``embed_timeout`` is used from
+    the next call on.
 
     Attributes:
         token_budget: most tokens the kept nodes may cost together, an ``int >= 0`` (the
@@ -357,17 +406,56 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         return None if value is None else require_budget(value)
 
     def model_post_init(self, __context: Any) -> None:
-        """Normalise the token counter and the embedder once."""
-        self._count = resolve_token_counter(self.token_counter)
-        self._floor = token_floor(self._count)
-        counter = "cl100k_base" if self.token_counter is None else self.token_counter
-        try:  # facts counted by the same (hashable) counter are shared by every postprocessor
-            hash(counter)
-            self._counter_key = counter
-        except TypeError:  # an unhashable tokenizer: this postprocessor's own key
-            self._counter_key = object()
-        if self.embedder is not None:
-            self._vectors = NodeVectors(self.embedder, self.embed_timeout)
+        """Normalise the token counter and the embedder once (again when one is assigned)."""
+        self._install(_resolved(self.token_counter, self.embedder, self.embed_timeout))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A field assignment is checked as the constructor checks it, and changes nothing when
+        refused: ``token_budget`` by the library's budget rule (``BudgetError``), every field by
+        its type (``InvalidInputError``), ``token_counter`` / ``embedder`` / ``embed_timeout``
+        by resolving them anew (their own errors), which the next call then uses."""
+        fields = type(self).model_fields
+        if name not in fields:
+            super().__setattr__(name, value)
+            return
+        if name == "token_budget" and value is not None:
+            require_budget(value)
+        state = None
+        if name in _RESOLVED:
+            settings = {key: getattr(self, key) for key in _RESOLVED}
+            settings[name] = value
+            state = _resolved(**settings)
+        try:
+            type(self).__pydantic_validator__.validate_assignment(self, name, value)
+        except ValidationError as error:
+            raise InvalidInputError(
+                f"GatekeeperNodePostprocessor: {validation_problems(error)}; nothing was changed; "
+                "see help(GatekeeperNodePostprocessor) for each option"
+            ) from None
+        if state is not None:
+            self._install(state)
+
+    def model_copy(
+        self, *, update: Optional[Mapping[str, Any]] = None, deep: bool = False
+    ) -> "GatekeeperNodePostprocessor":
+        """A copy; ``update`` is assigned field by field, so it is checked (and a new token
+        counter or embedder taken into account) as an assignment is.  An unknown name raises
+        ``InvalidTypeError``, before anything is copied."""
+        changes = dict(update or {})
+        unknown = sorted(str(name) for name in changes if name not in type(self).model_fields)
+        if unknown:
+            raise InvalidTypeError(
+                f"model_copy(update=...) got {unknown}; pass fields of GatekeeperNodePostprocessor "
+                f"({sorted(type(self).model_fields)})"
+            )
+        copied = super().model_copy(deep=deep)
+        for name, value in changes.items():
+            setattr(copied, name, value)
+        return copied
+
+    def _install(self, state: _State) -> None:
+        """Take the resolved counter and embedder state (see :func:`_resolved`)."""
+        self._count, self._floor, self._counter_key, self._vectors = state
 
     @classmethod
     def class_name(cls) -> str:

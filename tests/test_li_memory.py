@@ -29,7 +29,7 @@ from context_gatekeeper import BudgetError, HistoryError, InMemoryStore, Proposa
 from context_gatekeeper.testing import ScriptedModel
 from li_support import ESPRESSO, REDIS_1, REDIS_2, REDIS_QUERY, patch
 from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning, from_core, to_core
-from llamaindex_gatekeeper.convert import match_ids
+from llamaindex_gatekeeper.convert import from_core_messages, match_ids
 
 
 
@@ -635,3 +635,147 @@ def test_a_shallow_copy_owns_its_store_so_closing_it_leaves_the_original_working
     turns(memory, ESPRESSO)  # the original's store is still open
     assert len(memory.get_all()) == 4
     memory.close()
+
+
+# -- get: the budget, message by message ----------------------------------------------
+def sent_cost(messages: list[ChatMessage], overhead: int = 3) -> int:
+    """What ``messages`` cost as a provider receives them, counted by :func:`words`: each
+    message's text, the name and arguments of each tool call it makes, and ``overhead``."""
+    total = 0
+    for m in messages:
+        total += words(m.content or "") + overhead
+        for block in m.blocks:
+            if isinstance(block, ToolCallBlock):
+                total += words(block.tool_name) + words(json.dumps(block.tool_kwargs))
+    return total
+
+
+def agent_turn(n: int) -> list[ChatMessage]:
+    """A question, a tool call with long arguments, its result and the answer."""
+    script = "redis-cli --scan --pattern 'lock:*' | xargs -n1 redis-cli ttl " * 3
+    return [
+        user(f"what redis lock ttl is set on redis-{n}?"),
+        ChatMessage(role="assistant", blocks=[
+            ToolCallBlock(tool_call_id=f"c{n}", tool_name="shell", tool_kwargs={"host": f"redis-{n}", "script": script}),
+        ]),
+        ChatMessage(role="tool", content="30", additional_kwargs={"tool_call_id": f"c{n}", "name": "shell"}),
+        assistant(f"the redis lock ttl on redis-{n} is 30 seconds"),
+    ]
+
+
+def paired(messages: list[ChatMessage]) -> bool:
+    """Every tool call has its result among ``messages`` and every result its call."""
+    calls = {b.tool_call_id for m in messages for b in m.blocks if isinstance(b, ToolCallBlock)}
+    results = {m.additional_kwargs.get("tool_call_id") for m in messages if m.role.value == "tool"}
+    return calls == results
+
+
+@pytest.mark.parametrize("limit", [40, 80, 100, 118, 160, 250])
+def test_get_stays_within_token_limit_for_agent_turns_counting_tool_call_arguments(limit: int) -> None:
+    """The gate prices a turn by its texts (its assistant messages as one, tool-call arguments
+    not at all); get() returns each message apart, and what it returns stays within token_limit
+    as its messages cost, whole turns left out (oldest first), never a call without its result."""
+    history = [m for n in range(4) for m in agent_turn(n)] + [user("and the redis lock ttl on redis-9?")]
+    memory = GatekeeperMemory.from_defaults(token_limit=limit, token_counter=words, chat_history=history)
+    for got in (memory.get(), asyncio.run(memory.aget()), memory.get("redis lock ttl on redis-2?")):
+        assert sent_cost(got) <= limit
+        assert paired(got) and got[-1].content == "and the redis lock ttl on redis-9?"
+    if limit >= 160:  # room for an earlier turn: the budget is used, not emptied
+        assert len(memory.get()) > 1
+
+
+@pytest.mark.parametrize("limit", range(40, 60, 2))
+def test_several_system_messages_each_count_their_overhead(limit: int) -> None:
+    """The gate prices the leading system messages as one prompt; get() returns them apart, each
+    costing message_overhead, and stays within token_limit all the same."""
+    history = [ChatMessage(role="system", content=s) for s in ("be brief", "cite sources", "use metric units",
+                                                               "answer in english")]
+    history += [user("redis lock ttl?"), assistant("redis lock ttl 30s"), user("redis lock watchdog?"),
+                assistant("redis lock watchdog renews"), user("redis lock ttl and watchdog together?")]
+    memory = GatekeeperMemory.from_defaults(token_limit=limit, token_counter=words, chat_history=history)
+    got = memory.get()
+    assert sent_cost(got) <= limit and [m.role.value for m in got[:4]] == ["system"] * 4
+
+
+def test_get_stays_within_token_limit_whenever_the_pinned_content_fits() -> None:
+    """Property: whenever the leading system messages and the current turn fit, get() and aget()
+    return no more than token_limit - initial_token_count, counted message by message (tool-call
+    arguments included), and never a tool call without its result."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from context_gatekeeper.integration import group_turns
+
+    text = st.lists(st.sampled_from(["redis", "lock", "ttl", "watchdog", "espresso", "grind", "the"]),
+                    min_size=1, max_size=6).map(" ".join)
+    step = st.one_of(
+        st.tuples(st.sampled_from(["user", "assistant", "system", "user", "assistant"]), text),
+        st.tuples(st.just("call"), text),
+    )
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(step, max_size=12), st.one_of(st.none(), text), st.integers(0, 120), st.integers(0, 10))
+    def check(steps: list[tuple[str, str]], query: str | None, limit: int, initial: int) -> None:
+        initial = min(initial, limit)
+        history: list[ChatMessage] = []
+        for n, (role, said) in enumerate(steps):
+            if role == "call":  # an agent step: a call and its result, in one message pair
+                history.append(ChatMessage(role="assistant", blocks=[
+                    ToolCallBlock(tool_call_id=f"c{n}", tool_name="search", tool_kwargs={"q": said})]))
+                history.append(ChatMessage(role="tool", content=said, additional_kwargs={"tool_call_id": f"c{n}"}))
+            else:
+                history.append(ChatMessage(role=role, content=said))
+        memory = GatekeeperMemory.from_defaults(token_limit=limit, token_counter=words, chat_history=history)
+        system, all_turns = group_turns(memory.transcript.messages)
+        run = 0
+        while run < len(all_turns) and all_turns[len(all_turns) - 1 - run].is_open:
+            run += 1
+        current = all_turns[len(all_turns) - run:] if run else all_turns[-1:] if query is None else []
+        floor = sent_cost(from_core_messages(system)) + sent_cost(from_core_messages(
+            [m for turn in current for m in turn.messages]))
+        for got in (memory.get(query, initial_token_count=initial),
+                    asyncio.run(memory.aget(query, initial_token_count=initial))):
+            assert paired(got) or not paired(history)
+            if floor <= limit - initial:
+                assert sent_cost(got) <= limit - initial
+
+    check()
+
+
+# -- get: the current turn ---------------------------------------------------------------
+def test_a_run_of_unanswered_user_messages_is_the_current_turn_returned_whole() -> None:
+    """Several user messages nobody answered yet (a pasted config, then the question; an image,
+    then the question) are the current turn: returned whole, never gated away."""
+    pasted = user("maxmemory 2gb\nmaxmemory-policy noeviction\nappendfsync always")
+    question = user("Why are my writes so slow with this config?")
+    image = ChatMessage(role="user", blocks=[ImageBlock(url="https://example.com/graph.png")])
+    for first in (pasted, image):
+        memory = GatekeeperMemory.from_defaults(token_limit=3000, chat_history=[*map(user, REDIS_1[:1]),
+                                                                                 assistant(REDIS_1[1])])
+        memory.put(first)
+        memory.put(question)
+        expected = [first.content, question.content]
+        assert contents(memory.get())[-2:] == expected
+        assert contents(memory.get(input=question.content))[-2:] == expected
+        assert contents(asyncio.run(memory.aget()))[-2:] == expected
+        assert contents(asyncio.run(memory.aget(input=question.content)))[-2:] == expected
+        assert len(memory.get(input="Redis lock TTL?")) == 4  # the earlier turn is gated in as before
+
+
+@pytest.mark.parametrize("blank", [[" "], ["", ""], ["\n"], ["", "Answer briefly."]])
+def test_blank_system_messages_never_make_get_raise(blank: list[str]) -> None:
+    memory = GatekeeperMemory.from_defaults(token_limit=500)
+    memory.set([ChatMessage(role="system", content=s) for s in blank] + [user(REDIS_1[0]), assistant(REDIS_1[1]),
+                                                                         user("And the Redis watchdog?")])
+    for got in (memory.get(), memory.get("Redis watchdog"), asyncio.run(memory.aget("Redis watchdog"))):
+        assert contents(got) == [*blank, *REDIS_1, "And the Redis watchdog?"]
+
+
+def test_model_copy_refuses_an_unknown_field_naming_the_ones_it_takes() -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    memory = GatekeeperMemory.from_defaults(token_limit=100)
+    turns(memory, REDIS_1)
+    with pytest.raises(InvalidTypeError, match=r"\['foo'\].*'token_limit', 'session_id'"):
+        memory.model_copy(update={"foo": 1, "token_limit": 50})
+    assert memory.token_limit == 100 and len(memory.get_all()) == 2

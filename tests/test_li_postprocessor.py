@@ -466,3 +466,77 @@ def test_explain_reads_a_generator_of_nodes_once() -> None:
              NodeWithScore(node=TextNode(text="espresso grind"), score=0.5)]
     lines = gate.explain(iter(nodes), "redis lock")
     assert [(line.node_id, line.kept) for line in lines] == [(nodes[0].node.node_id, True), (nodes[1].node.node_id, False)]
+
+
+def test_an_assigned_field_is_checked_and_a_refused_one_changes_nothing() -> None:
+    """Assignment checks a field as the constructor does, with the library's errors, and a
+    refused assignment leaves the postprocessor as it was."""
+    from context_gatekeeper import BudgetError, InvalidInputError, InvalidTypeError
+
+    gate = GatekeeperNodePostprocessor(token_budget=100, token_counter=words)
+    nodes = retrieved(TTL, FENCING, BREAD)
+    before = [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=QUERY)]
+    refusals = [("token_budget", -1, BudgetError), ("token_budget", True, BudgetError),
+                ("metadata_mode", "bogus", InvalidInputError), ("coverage_target", 0, InvalidInputError),
+                ("embed_timeout", 0, InvalidInputError), ("token_counter", 42, InvalidTypeError),
+                ("embedder", 5, InvalidTypeError)]
+    for name, bad, error in refusals:
+        with pytest.raises(error):
+            setattr(gate, name, bad)
+        with pytest.raises(error):
+            gate.model_copy(update={name: bad})
+    assert (gate.token_budget, gate.metadata_mode, gate.coverage_target, gate.token_counter, gate.embedder) == (
+        100, "llm", 1.0, words, None)
+    assert [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=QUERY)] == before
+    gate.metadata_mode = "none"  # a valid value is taken, as the constructor takes it
+    assert gate.metadata_mode == "none"
+    with pytest.raises(InvalidTypeError, match=r"\['foo'\].*token_budget"):
+        gate.model_copy(update={"foo": 1})
+
+
+@pytest.mark.parametrize("how", ["assign", "model_copy"])
+def test_an_assigned_token_counter_or_embedder_is_the_one_used(how: str) -> None:
+    """token_counter, embedder and embed_timeout are resolved anew when assigned (or given to
+    model_copy's update): the next call counts and embeds with the new ones."""
+
+    def changed(gate: GatekeeperNodePostprocessor, **update: object) -> GatekeeperNodePostprocessor:
+        if how == "model_copy":
+            return gate.model_copy(update=update)
+        for name, value in update.items():
+            setattr(gate, name, value)
+        return gate
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [[float("redis" in t.lower()), float("bread" in t.lower()), 1.0] for t in texts]
+
+    nodes = retrieved(TTL, FENCING, BREAD)
+    gate = GatekeeperNodePostprocessor(token_budget=60, token_counter=words)
+    assert [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str=QUERY)] == ["n0", "n1"]
+    costly = changed(gate, token_counter=lambda text: 1000)  # every node over the budget now
+    assert costly.postprocess_nodes(nodes, query_str=QUERY) == []
+    assert all(line.similarity is None for line in costly.explain(nodes, QUERY))
+    semantic = changed(costly, token_counter=words, embedder=embed, embed_timeout=5.0)
+    assert all(line.similarity is not None for line in semantic.explain(nodes, QUERY))
+    assert [n.node.node_id for n in semantic.postprocess_nodes(nodes, query_str=QUERY)] == ["n0", "n1"]
+    lexical = changed(semantic, embedder=None)
+    assert all(line.similarity is None for line in lexical.explain(nodes, QUERY))
+
+
+def test_build_corpus_refuses_an_index_whose_docstore_holds_no_nodes() -> None:
+    """A vector store that keeps the text itself leaves the index's docstore empty: build_corpus
+    says to pass the nodes or texts instead of returning a corpus that weighs nothing."""
+    from llama_index.core import StorageContext
+    from llama_index.core.vector_stores import SimpleVectorStore
+
+    from context_gatekeeper import InvalidInputError
+
+    class TextStoringStore(SimpleVectorStore):
+        stores_text: bool = True  # as Chroma, Qdrant, pgvector, ... report
+
+    documents = [Document(text=t) for t in (TTL, BREAD, FENCING)]
+    context = StorageContext.from_defaults(vector_store=TextStoringStore())
+    index = VectorStoreIndex.from_documents(documents, storage_context=context, embed_model=MockEmbedding(embed_dim=4))
+    for source in (index, index.docstore):
+        with pytest.raises(InvalidInputError, match=r"pass the nodes or texts.*build_corpus\(nodes\)"):
+            build_corpus(source)
+    assert build_corpus([TTL, BREAD, FENCING]).n_docs == 3

@@ -95,7 +95,10 @@ NO_TWIN: dict[str, dict[str, str]] = {
         "model_copy": CONSTRUCTION + " (pydantic's copy, overridden only to refuse a new session_id)",
         "trusted_stores": "a context manager that only lists stores (no I/O): used alike around sync and async restores",
     },
-    "GatekeeperNodePostprocessor": {"class_name": CONSTRUCTION, "model_post_init": CONSTRUCTION},
+    "GatekeeperNodePostprocessor": {
+        "class_name": CONSTRUCTION, "model_post_init": CONSTRUCTION,
+        "model_copy": CONSTRUCTION + " (pydantic's copy; update= is assigned field by field, checked as an assignment is)",
+    },
 }
 """Public sync methods that deliberately have no async twin, by class, and why."""
 

@@ -226,3 +226,19 @@ def test_a_system_message_inside_a_turn_counts_against_the_budget() -> None:
         first = gate.gatekeeper.turns[0].id
         costs.append(gate.gatekeeper.turn_cost(first))
     assert costs[1] - costs[0] > len(reminder) // 8  # the reminder's tokens are in its turn's cost
+
+
+@pytest.mark.parametrize("blank", [[" "], ["", ""], ["\n"], ["", "Answer briefly."]])
+def test_blank_system_messages_are_left_out_of_the_system_prompt(blank: list[str]) -> None:
+    """A leading system message with no text (empty, white space, an image alone) adds nothing
+    to the gatekeeper's system prompt, which refuses blank text: selection never raises for it."""
+    t = Transcript("s")
+    t.append(messages=[{"role": "system", "content": text} for text in blank])
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    t.append(user="And the Redis watchdog?")
+    gate = TranscriptGate(t, token_budget=500)
+    selected = gate.select_messages("Redis watchdog")
+    assert [m.content for m in selected][-3:] == [
+        "How long should a Redis lock TTL be?", "Longer than the longest job.", "And the Redis watchdog?",
+    ]
+    assert gate.gatekeeper.system_prompt == ("Answer briefly." if "Answer briefly." in blank else None)

@@ -207,6 +207,13 @@ def _indexed(texts: tuple[str, str, tuple[str, ...]]) -> tuple[str, str, tuple[s
     return texts
 
 
+def _system_text(system: Sequence[Message]) -> str | None:
+    """The gatekeeper's system prompt: the leading system messages' texts, joined; a blank one
+    (empty, whitespace, an image alone) is left out, as the LangChain view leaves it out, and
+    ``None`` when none has text (the gatekeeper refuses a blank prompt)."""
+    return "\n".join(m.content for m in system if m.content.strip()) or None
+
+
 class TranscriptGate:
     """Topic-gated selection over a transcript's current state.
 
@@ -312,7 +319,7 @@ class TranscriptGate:
                 self._open = turns.pop() if turns and turns[-1].is_open else None
                 self._index.sync(turns)
             gk = self.gatekeeper
-            system_text = "\n".join(m.content for m in system) or None
+            system_text = _system_text(system)
             if system_text != gk.system_prompt:
                 gk.system_prompt = system_text
             self._system, self._turns, self._version = system, turns, version
