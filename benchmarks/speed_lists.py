@@ -173,7 +173,8 @@ def agent_rows(turns: list[tuple[str, str]], queries: list[str]) -> list[dict[st
     history = thread_messages(turns)
 
     def agent(middleware: bool) -> Any:
-        model = GenericFakeChatModel(messages=itertools.repeat(AIMessage("Noted.")))
+        # a new answer each call (one AIMessage object repeated has one id: the checkpoint would keep only the last)
+        model = GenericFakeChatModel(messages=(AIMessage("Noted.") for _ in itertools.count()))
         extra = [GatekeeperMiddleware(token_budget=BUDGET, edit_prefix=None, token_counter=_fresh_counter())] if middleware else []
         return create_agent(model, [], middleware=extra, checkpointer=InMemorySaver())
 

@@ -80,13 +80,24 @@ def is_summary(message: BaseMessage) -> bool:
     return message.additional_kwargs.get("lc_source") == "summarization"
 
 
+def _asks(message: BaseMessage) -> bool:
+    """Whether ``message`` is a human message of the conversation (not a summary)."""
+    return isinstance(message, HumanMessage) and not is_summary(message)
+
+
 def current_turn_start(messages: Sequence[BaseMessage]) -> int | None:
-    """Index of the last human message that is not a summary (None when there is none)."""
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, HumanMessage) and not is_summary(message):
-            return i
-    return None
+    """Where the current turn starts (None when no human message): the last human message
+    that is not a summary, and the human messages right before it, unanswered (a pasted
+    text or an image, then the question: one turn, as the LlamaIndex memory reads it)."""
+    start = next((i for i in range(len(messages) - 1, -1, -1) if _asks(messages[i])), None)
+    while start and _asks(messages[start - 1]):
+        start -= 1
+    return start
+
+
+def _current_query(messages: Sequence[BaseMessage], start: int) -> str:
+    """The query of the current turn starting at ``start``: the text of its human messages."""
+    return "\n".join(m.text for m in messages[start:] if _asks(m) and m.text.strip())
 
 
 def _query(text: str) -> str:
@@ -529,14 +540,16 @@ class GatedView:
 
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
-        the current turn (the last human message and everything after it) is kept whole and
-        its human message is the query (one with no text, e.g. an image alone, is gated as
+        the current turn (the last human message, the unanswered human messages right before
+        it, and everything after it: :func:`current_turn_start`) is kept whole and its human
+        messages' text is the query (none, e.g. an image alone, is gated as
         :data:`NO_TEXT_QUERY`); earlier messages go through :meth:`gated`.  A list without a
         human message comes back whole."""
         start = current_turn_start(messages)
         if start is None:
             return list(messages)
-        return self.gated(messages[:start], messages[start].text, thread=thread, system_prompt=system_prompt) + list(messages[start:])
+        query = _current_query(messages, start)
+        return self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt) + list(messages[start:])
 
     async def aview(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
@@ -545,7 +558,8 @@ class GatedView:
         start = current_turn_start(messages)
         if start is None:
             return list(messages)
-        earlier = await self.agated(messages[:start], messages[start].text, thread=thread, system_prompt=system_prompt)
+        query = _current_query(messages, start)
+        earlier = await self.agated(messages[:start], query, thread=thread, system_prompt=system_prompt)
         return earlier + list(messages[start:])
 
     def gated(

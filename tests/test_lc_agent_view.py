@@ -27,7 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from context_gatekeeper import InvalidInputError, InvalidTypeError
 from context_gatekeeper.selection.semantic.runner import wait_idle
 from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
-from langchain_gatekeeper.agent_view import GatedView, _Prints
+from langchain_gatekeeper.agent_view import GatedView, _Prints, current_turn_start
 
 from gatekeeper_support import CountingCounter, CountingGatekeeper
 from test_semantic import HashEmbedder
@@ -130,7 +130,8 @@ def test_any_other_change_gives_what_a_fresh_view_gives() -> None:
 def test_the_middleware_keeps_its_thread_index_across_invokes() -> None:
     counter = CountingCounter()
     middleware = GatekeeperMiddleware(token_budget=200, token_counter=counter)
-    model = GenericFakeChatModel(messages=itertools.repeat(AIMessage("Noted.")))
+    # a new answer each call: one AIMessage object repeated has one id, so the checkpoint would keep only the last
+    model = GenericFakeChatModel(messages=(AIMessage("Noted.") for _ in itertools.count()))
     agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t1"}}
     history = conversation(40)
@@ -367,6 +368,24 @@ def test_a_query_with_no_text_continues_the_active_topic_within_the_budget() -> 
             assert asyncio.run(views.agated(history, "", thread="g")) == wanted
         assert sum(words(m.text) for m in wanted) <= 60
         assert wait_idle(30)  # turns are embedded in the background
+
+
+def test_unanswered_human_messages_before_the_last_are_the_current_turn() -> None:
+    """A pasted text (or an image), then the question, both unanswered: one current turn, sent
+    whole, its texts the query (the paste shares no word with the question, so gating it as an
+    earlier turn dropped it)."""
+    history = two_topics()
+    paste = HumanMessage("maxmemory 2gb\nappendfsync always")
+    question = HumanMessage("Why is the redis lock so slow with this config?")
+    view = GatedView(make)
+    for messages in ([*history, paste, question], [*history, IMAGE, paste, question]):
+        start = len(history)
+        gated = view.view(messages, thread="t")
+        assert gated[-(len(messages) - start):] == messages[start:]  # the whole run, the caller's own objects
+        assert asyncio.run(view.aview(messages, thread="a")) == gated
+        assert gated[:-(len(messages) - start)] == view.gated(history, f"{paste.text}\n{question.text}", thread="g")
+    assert current_turn_start([*history, paste, question]) == len(history)
+    assert current_turn_start([*history, paste, AIMessage("noted"), question]) == len(history) + 2
 
 
 def test_a_blank_system_prompt_or_summary_is_left_out() -> None:
