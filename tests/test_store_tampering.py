@@ -274,6 +274,19 @@ def test_the_migration_rewrites_the_ambiguous_rows_of_a_file_with_the_first_chai
     refused_at(db, TURNS + 3)  # the rewritten row is checked with the new text
 
 
+def test_a_read_only_store_opened_before_another_process_migrates_reads_on(db: Path) -> None:
+    """A viewer opened on the old file keeps reading after a writer ran migration 5 (the rows
+    it rewrote carry the new chain's digests)."""
+    _with_ambiguous_fields(db)
+    _first_chain(db)
+    viewer = SQLiteStore(db, read_only=True)
+    assert Transcript("s", store=viewer).head == TURNS + 4
+    SQLiteStore(db).close()  # another process migrates
+    assert Transcript("s", store=viewer).head == TURNS + 4
+    assert [r.instruction for r in viewer.revisions("s")][TURNS + 2] == "None"
+    viewer.close()
+
+
 def test_the_migration_blesses_no_row_the_first_chain_refuses(db: Path) -> None:
     _with_ambiguous_fields(db)
     _first_chain(db)

@@ -150,6 +150,7 @@ _SAVE_VECTOR = """INSERT INTO vectors (session_id, embedder, dimension, text_has
     DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at"""
 _LOAD_VECTORS = """SELECT message_id, text_hash, embedder, vector FROM vectors
     WHERE session_id = ? AND embedder = ? AND (? IS NULL OR dimension = ?) ORDER BY created_at"""
+_HAS_MIGRATION = "SELECT 1 FROM schema_migrations WHERE version = ?"
 _HAS_REVISIONS = "SELECT EXISTS (SELECT 1 FROM revisions WHERE session_id = ?)"
 _DROP_OTHER_TEXTS = """WITH new (message_id, text_hash) AS (VALUES {pairs})
     DELETE FROM vectors WHERE session_id = ? AND EXISTS (SELECT 1 FROM new
@@ -217,7 +218,6 @@ class SQLiteStore(Store, VectorStore):
         self.read_only = bool(read_only)
         self.busy_timeout = busy_timeout
         self._chained = True  # revisions carry the hash chain (migration 4)
-        self._legacy_chain = False  # ... as the first chain wrote it (migration 5 not applied: read-only files)
         self._lock = threading.RLock()
         if self.read_only and self.path == ":memory:":
             raise InvalidInputError("read_only=True needs a database file; ':memory:' starts empty and could hold nothing")
@@ -273,7 +273,6 @@ class SQLiteStore(Store, VectorStore):
                 applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
             self._chained = 4 in applied  # older files are read without the chain (they cannot be migrated here)
-            self._legacy_chain = 5 not in applied
             return
         with self._write() as conn:
             conn.execute(_CREATE_MIGRATIONS_TABLE)
@@ -309,7 +308,7 @@ class SQLiteStore(Store, VectorStore):
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
         with self._connection() as conn:
-            return _load(conn, checked_session(session_id), after, self._chained, legacy=self._legacy_chain)
+            return _load(conn, checked_session(session_id), after, self._chained)
 
     def _shared_revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """:meth:`revisions`, each row verified and then decoded once per process (see
@@ -318,8 +317,7 @@ class SQLiteStore(Store, VectorStore):
         if type(self).revisions is not SQLiteStore.revisions:
             return self.revisions(session_id, after)
         with self._connection() as conn:
-            return _load(conn, checked_session(session_id), after, self._chained, shared=True,
-                         legacy=self._legacy_chain)
+            return _load(conn, checked_session(session_id), after, self._chained, shared=True)
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -487,15 +485,30 @@ def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
 
 
 def _load(
-    conn: sqlite3.Connection, session_id: str, after: int, chained: bool = True, *, shared: bool = False,
-    legacy: bool = False,
+    conn: sqlite3.Connection, session_id: str, after: int, chained: bool = True, *, shared: bool = False
 ) -> list[Revision]:
     """The revisions above ``after``, their numbering, fields and hash chain checked
     (:func:`.chain.verified`; ``chained`` False: a file from before the chain, read as is;
-    ``legacy``: a file from before migration 5, whose digests are the first chain's;
-    ``shared``: revisions decoded before are shared, see :meth:`Store._shared_revisions`)."""
+    ``shared``: revisions decoded before are shared, see :meth:`Store._shared_revisions`).
+
+    A file that has not had migration 5 (read only, or set up by an older version) may hold
+    rows whose digests are the first chain's: a row that fails the chain is checked again
+    with the first chain when, read now, the file has not had that migration (another
+    process may have run it since this store opened)."""
     if not chained:
         return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
+    try:
+        return _verified_rows(conn, session_id, after, shared=shared)
+    except CorruptLogError:
+        if conn.execute(_HAS_MIGRATION, (5,)).fetchone() is not None:
+            raise
+        return _verified_rows(conn, session_id, after, shared=shared, legacy=True)
+
+
+def _verified_rows(
+    conn: sqlite3.Connection, session_id: str, after: int, *, shared: bool, legacy: bool = False
+) -> list[Revision]:
+    """:func:`_load` of a chained file, checked with the chain (``legacy``: the first chain's)."""
     after = max(after, 0)
     if not after:  # each row checked as it comes: no list of every row is built and thrown away
         cursor = conn.execute(_SELECT_CHAINED, (session_id, 0))
