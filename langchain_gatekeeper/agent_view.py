@@ -60,7 +60,7 @@ from .convert import role_of, text_of
 from .threads import is_edit_record
 
 __all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "NO_TEXT_QUERY", "adapter_options", "counted_once", "is_summary",
-           "current_turn_start", "semantic"]
+           "current_turn_start", "current_query", "one_text_counter", "semantic"]
 
 NO_TEXT_QUERY = "?"
 """The query a human message with no text (an image alone, whitespace) is gated with: no
@@ -81,8 +81,9 @@ def is_summary(message: BaseMessage) -> bool:
 
 
 def _asks(message: BaseMessage) -> bool:
-    """Whether ``message`` is a human message of the conversation (not a summary)."""
-    return isinstance(message, HumanMessage) and not is_summary(message)
+    """Whether ``message`` is a user's message of the conversation (a ``HumanMessage`` or a
+    ``ChatMessage`` of role user, not a summary)."""
+    return role_of(message) == "user" and not is_summary(message)
 
 
 def current_turn_start(messages: Sequence[BaseMessage]) -> int | None:
@@ -95,7 +96,7 @@ def current_turn_start(messages: Sequence[BaseMessage]) -> int | None:
     return start
 
 
-def _current_query(messages: Sequence[BaseMessage], start: int) -> str:
+def current_query(messages: Sequence[BaseMessage], start: int) -> str:
     """The query of the current turn starting at ``start``: the text of its human messages."""
     return "\n".join(m.text for m in messages[start:] if _asks(m) and m.text.strip())
 
@@ -189,6 +190,13 @@ def approximate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+def one_text_counter(counter: Any) -> Any:
+    """``counter`` as the core calls it, with one text: LangChain's ``count_tokens_approximately``
+    (a ``trim_messages`` counter, which takes a list of messages and would count each
+    character of a text as a message) is :func:`approximate_tokens`; others as given."""
+    return approximate_tokens if counter is count_tokens_approximately else counter
+
+
 def counted_once(counter: Any) -> Callable[[str], int]:
     """``counter`` (any ``token_counter`` the core accepts) resolved, each text counted once:
     counts are kept in :data:`TOKEN_COUNTS` by the counter (its identity) and the text's
@@ -218,11 +226,8 @@ def adapter_options(options: GateOptions) -> tuple[GateOptions, VectorLRU | None
     ``count_tokens_approximately`` is :func:`approximate_tokens` (the
     middleware and ``topic_gate`` take it as ``gate_messages`` does)."""
     vectors = VectorLRU() if options.embedder is not None and options.vector_cache is None else None
-    counter = options.token_counter
-    if counter is count_tokens_approximately:  # a trim_messages counter (a list of messages in):
-        counter = approximate_tokens  # given one text, it would count each character as a message
     changes: dict[str, Any] = {
-        "on_overflow": options.overflow("keep_pinned"), "token_counter": counted_once(counter),
+        "on_overflow": options.overflow("keep_pinned"), "token_counter": counted_once(one_text_counter(options.token_counter)),
     }
     if options.embedder is not None:  # normalised once: every thread shares one embedder (and its state)
         changes["embedder"] = options.resolved_embedder
@@ -548,7 +553,7 @@ class GatedView:
         start = current_turn_start(messages)
         if start is None:
             return list(messages)
-        query = _current_query(messages, start)
+        query = current_query(messages, start)
         return self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt) + list(messages[start:])
 
     async def aview(
@@ -558,7 +563,7 @@ class GatedView:
         start = current_turn_start(messages)
         if start is None:
             return list(messages)
-        query = _current_query(messages, start)
+        query = current_query(messages, start)
         earlier = await self.agated(messages[:start], query, thread=thread, system_prompt=system_prompt)
         return earlier + list(messages[start:])
 

@@ -60,8 +60,8 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from context_gatekeeper import GateOptions, InvalidInputError, TranscriptGate
 
-from .agent_view import NO_TEXT_QUERY, GatedView, adapter_options
-from .convert import from_core_messages, same_messages, text_of
+from .agent_view import NO_TEXT_QUERY, GatedView, adapter_options, current_query, current_turn_start
+from .convert import from_core_messages, role_of, same_messages, text_of
 from .gate_keys import TopicGateKeysError, infer_keys, input_key_beside
 from .history import GatekeeperChatMessageHistory
 
@@ -80,10 +80,11 @@ def _input_messages(value: Any) -> list[BaseMessage]:
 
 
 def _query(new: Sequence[BaseMessage]) -> str:
-    """The text of the last human message among ``new`` (else of the last message)."""
-    humans = [m for m in new if isinstance(m, HumanMessage)]
-    chosen = humans[-1] if humans else (new[-1] if new else None)
-    return text_of(chosen.content) if chosen is not None else ""
+    """The query of the new messages: the text of their human messages (a pasted text, then
+    the question: one turn), else of the last message."""
+    if not any(role_of(m) == "user" for m in new):
+        return text_of(new[-1].content) if new else ""
+    return current_query(new, 0)
 
 
 class _TopicGate:
@@ -179,8 +180,8 @@ class _TopicGate:
         if isinstance(hist, GatekeeperChatMessageHistory) and stored is None:
             stored = len(hist.transcript.messages)
         if stored is None or stored > len(messages):
-            humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
-            stored = humans[-1] if humans else max(len(messages) - 1, 0)
+            start = current_turn_start(messages)  # the unanswered human messages at the end
+            stored = start if start is not None else max(len(messages) - 1, 0)
         prior, new = messages[:stored], messages[stored:]
         return (yield prior, _query(new), hist) + new
 

@@ -55,6 +55,7 @@ from context_gatekeeper.integration import (
     DEFAULT_MAX_DELETION_SHARE, Request, VersionedTranscriptMixin, require_items, require_requests,
 )
 
+from .agent_view import one_text_counter
 from .convert import from_core_messages, to_core
 from .models import given_edit_model, resolve_edit_model
 from .pickling import pickled_state, rebuild, unpickle
@@ -134,7 +135,8 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         gate = GateOptions.of(
             options, token_counter=token_counter, embedder=embedder, embed_timeout=embed_timeout, **gate_options
         )
-        gate = gate.with_(on_overflow=gate.overflow("keep_pinned"))
+        # count_tokens_approximately (a trim_messages counter) counts one text as the adapters read it
+        gate = gate.with_(on_overflow=gate.overflow("keep_pinned"), token_counter=one_text_counter(gate.token_counter))
         super().__init__()
         default_model = given_edit_model(model, llm)
         self._opened_store: Store | None = None  # a store a copy opened (pickling.rebuild); close() closes it

@@ -39,14 +39,14 @@ from typing import Any
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import BaseMessage
-from langchain_core.messages.utils import convert_to_messages, count_tokens_approximately
+from langchain_core.messages.utils import convert_to_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
 from context_gatekeeper import GateOptions, InvalidInputError, InvalidTypeError
 from context_gatekeeper.integration import BoundedCache
 
-from .agent_view import GatedView, Same, adapter_options, approximate_tokens, hashable
+from .agent_view import GatedView, Same, adapter_options, approximate_tokens, hashable, one_text_counter
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
@@ -61,12 +61,11 @@ def _counter(token_counter: Any) -> Any:
     counter: it takes a list of messages, and would count each character of a text as a
     message) are :func:`approximate_tokens`; a chat model is its ``get_num_tokens``; any
     other value is the core's to read (a callable is called with one text)."""
-    trim_style = token_counter is count_tokens_approximately
-    if trim_style or (isinstance(token_counter, str) and token_counter == "approximate"):
+    if isinstance(token_counter, str) and token_counter == "approximate":
         return approximate_tokens
     if isinstance(token_counter, BaseLanguageModel):
         return token_counter.get_num_tokens
-    return token_counter
+    return one_text_counter(token_counter)
 
 
 def _frozen(value: Any) -> Hashable:
@@ -115,9 +114,7 @@ def _new_view(options: dict[str, Any], given: GateOptions | None) -> GatedView:
         # a copy of what was keyed by value: the caller mutating its object later cannot change this view
         options = {name: copy.deepcopy(value) if _by_value(name, value) else value for name, value in options.items()}
         given = GateOptions.of(**dict(options, token_counter=_counter(options.get("token_counter"))))
-    elif given.token_counter is count_tokens_approximately:  # a trim_messages counter, in the caller's options
-        given = given.with_(token_counter=approximate_tokens)
-    gate, _ = adapter_options(given)
+    gate, _ = adapter_options(given)  # count_tokens_approximately in the caller's options is read there
     return GatedView(gate, max_threads=256, keyed_by="content")
 
 

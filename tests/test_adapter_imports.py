@@ -195,10 +195,13 @@ class _Dist:
     ([None, '{"url": "file:///home/me/context-gatekeeper", "dir_info": {"editable": true}}'],
      "pip install -e '/home/me/context-gatekeeper[postgres]'"),
     (['{"url": "file:///srv/my%20copy", "dir_info": {}}'], "pip install '/srv/my copy[postgres]'"),
-    # from an index, a wheel file or a VCS URL: by name
-    ([None], 'pip install "context-gatekeeper[postgres]"'),
+    # a wheel file, an archive URL, a repository: a direct reference to it
     (['{"url": "file:///tmp/dist/context_gatekeeper-0.2.0-py3-none-any.whl", "archive_info": {}}'],
-     'pip install "context-gatekeeper[postgres]"'),
+     "pip install 'context-gatekeeper[postgres] @ file:///tmp/dist/context_gatekeeper-0.2.0-py3-none-any.whl'"),
+    (['{"url": "https://github.com/o/context-gatekeeper", "vcs_info": {"vcs": "git", "commit_id": "abc123"}}'],
+     "pip install 'context-gatekeeper[postgres] @ git+https://github.com/o/context-gatekeeper@abc123'"),
+    # from an index (no record), or a record that cannot be read: by name
+    ([None], 'pip install "context-gatekeeper[postgres]"'),
     (["not json"], 'pip install "context-gatekeeper[postgres]"'),
     ([], 'pip install "context-gatekeeper[postgres]"'),
 ])

@@ -485,3 +485,20 @@ def test_an_unhashable_thread_is_refused_with_the_librarys_error() -> None:
     with pytest.raises(InvalidTypeError, match="string id"):
         asyncio.run(view.aview(chat, thread={"id": "t"}))
     assert len(view._threads) == 0  # nothing kept
+
+
+def test_a_chat_message_of_role_user_is_the_current_turn() -> None:
+    """The last message a ChatMessage of role user: it is the query (the view gated on the
+    human message before it), and a list of ChatMessages alone is gated within the budget."""
+    from langchain_core.messages import ChatMessage
+
+    history = two_topics()
+    question = ChatMessage("How long should the redis lock ttl be now?", role="user")
+    view = GatedView(make)
+    assert current_turn_start([*history, question]) == len(history)
+    gated = view.view([*history, question], thread="t")
+    assert gated[-1] is question and all("redis" in m.text for m in gated[:-1])
+    chat = [ChatMessage(m.text, role="user" if isinstance(m, HumanMessage) else "assistant") for m in history]
+    middleware = GatekeeperMiddleware(token_budget=40, token_counter=words, message_overhead=0)
+    kept = middleware.views.view([*chat, question], thread="c")
+    assert kept[-1] is question and sum(words(m.text) for m in kept[:-1]) <= 40

@@ -399,3 +399,31 @@ def test_count_tokens_approximately_is_read_as_the_approximate_counter() -> None
     assert texts(approximate) == [*REDIS_1, REDIS_QUERY]
     assert texts(topic_gate(token_budget=budget, token_counter=count_tokens_approximately).invoke([*history, new])) \
         == texts(approximate)
+
+
+def test_topic_gate_on_a_list_keeps_the_unanswered_human_messages_before_the_question() -> None:
+    """A pasted text, then the question (a HumanMessage or a ChatMessage of role user), both
+    unanswered: the current turn, sent whole, its texts the query (as gate_messages reads it)."""
+    from langchain_core.messages import ChatMessage
+
+    history = [HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]), HumanMessage(ESPRESSO[0]), AIMessage(ESPRESSO[1])]
+    paste = HumanMessage("maxmemory 2gb\nappendfsync always")
+    for question in (HumanMessage(REDIS_QUERY), ChatMessage(REDIS_QUERY, role="user")):
+        gated = topic_gate().invoke([*history, paste, question])
+        assert gated[-2:] == [paste, question] and texts(gated[:-2]) == list(REDIS_1)
+        assert asyncio.run(topic_gate().ainvoke([*history, paste, question])) == gated
+
+
+def test_a_history_reads_count_tokens_approximately_as_the_approximate_counter() -> None:
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    from langchain_gatekeeper.trim import approximate_tokens
+
+    turn = (REDIS_1[0], REDIS_1[1])
+    costs = []
+    for counter in (approximate_tokens, count_tokens_approximately):
+        history = GatekeeperChatMessageHistory("s", token_counter=counter)
+        history.add_messages([HumanMessage(turn[0]), AIMessage(turn[1])])
+        history.gate.sync()
+        costs.append(history.gate.gatekeeper.turn_cost(history.gate.gatekeeper.turns[0].id))
+    assert costs[0] == costs[1]

@@ -221,21 +221,26 @@ class MissingExtraError(GatekeeperError, ModuleNotFoundError):
 
     @staticmethod
     def install_command(extra: str) -> str:
-        """The command that installs ``extra`` for this installation of the library: from
-        the folder it was installed from when it was (``pip install -e ".[dev]"`` in a
-        checkout, as the README says: pip would look the name up on an index otherwise,
-        where the package is not published), else by its name."""
+        """The command that installs ``extra`` for this installation of the library, from
+        where it was installed (PEP 610's ``direct_url.json``): the folder of a checkout
+        (``pip install -e ".[dev]"``, as the README says), else the wheel, archive or
+        repository URL it came from; by its name only when it came from an index (pip
+        would look the name up on one otherwise, where the package may not be published)."""
         source = _installed_from()
         if source is None:
             return f'pip install "context-gatekeeper[{extra}]"'
-        folder, editable = source
-        return f"pip install {'-e ' if editable else ''}{shlex.quote(f'{folder}[{extra}]')}"
+        where, kind = source
+        if kind == "url":  # a wheel, an archive or a repository: a direct reference to it
+            return f"pip install {shlex.quote(f'context-gatekeeper[{extra}] @ {where}')}"
+        return f"pip install {'-e ' if kind == 'editable' else ''}{shlex.quote(f'{where}[{extra}]')}"
 
 
 @functools.lru_cache(maxsize=1)
-def _installed_from() -> tuple[str, bool] | None:
-    """``(folder, editable)`` when this distribution was installed from a local folder (its
-    ``direct_url.json``, PEP 610), else ``None``.  Never raises: it only words advice."""
+def _installed_from() -> tuple[str, str] | None:
+    """Where this distribution was installed from (its ``direct_url.json``, PEP 610):
+    ``(folder, "editable" or "folder")`` for a local folder, ``(url, "url")`` for a wheel,
+    an archive or a repository (``git+https://...@commit``), ``None`` for an index or when
+    unknown.  Never raises: it only words advice."""
     try:
         from importlib import metadata
         from urllib.parse import unquote, urlparse
@@ -247,9 +252,17 @@ def _installed_from() -> tuple[str, bool] | None:
             return None
         info = json.loads(text)
         url = urlparse(info["url"])
-        if url.scheme != "file" or "dir_info" not in info:
-            return None
-        return unquote(url.path), bool(info["dir_info"].get("editable"))
+        if "dir_info" in info:
+            if url.scheme != "file":
+                return None
+            return unquote(url.path), "editable" if info["dir_info"].get("editable") else "folder"
+        if "vcs_info" in info:
+            vcs = info["vcs_info"]
+            commit = f"@{vcs['commit_id']}" if vcs.get("commit_id") else ""
+            return f"{vcs['vcs']}+{info['url']}{commit}", "url"
+        if "archive_info" in info:
+            return info["url"], "url"
+        return None
     except Exception:  # noqa: BLE001 - not installed as a distribution, or odd metadata
         return None
 
