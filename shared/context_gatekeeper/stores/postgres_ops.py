@@ -420,23 +420,26 @@ def index_steps(q: Statements, key: Key) -> Steps[None]:
 
 def chain_backfill_steps(q: Statements) -> Steps[None]:
     """Migration 4: give the valid prefix of every stored session its hash chain."""
-    for stored_key, session_id in (yield Step("all", q["all_sessions"])):
-        key = (bytes(stored_key), session_id)
-        rows = yield Step("all", q["load"], (*key, 0))
-        chained = chained_prefix(session_id, rows)
-        if chained:
-            yield Step("many", q["set_digest"], [(digest, *key, number) for number, digest in chained])
+    return _digest_steps(q, "all_sessions", "load", chained_prefix)
 
 
 def unambiguous_chain_steps(q: Statements) -> Steps[None]:
     """Migration 5: the digests of rows whose text fields the first chain wrote ambiguously,
     recomputed after checking the first chain up to them (:func:`.chain.rechained`)."""
-    for stored_key, session_id in (yield Step("all", q["ambiguous_sessions"])):
+    return _digest_steps(q, "ambiguous_sessions", "load_chained", rechained)
+
+
+def _digest_steps(
+    q: Statements, sessions: str, load: str, digests: Callable[[str, Any], list[tuple[int, str]]]
+) -> Steps[None]:
+    """For each session ``q[sessions]`` lists, its rows (``q[load]``) and the ``(number, digest)``
+    pairs ``digests`` gives for them, written."""
+    for stored_key, session_id in (yield Step("all", q[sessions])):
         key = (bytes(stored_key), session_id)
-        rows = yield Step("all", q["load_chained"], (*key, 0))
-        changed = rechained(session_id, rows)
-        if changed:
-            yield Step("many", q["set_digest"], [(digest, *key, number) for number, digest in changed])
+        rows = yield Step("all", q[load], (*key, 0))
+        written = digests(session_id, rows)
+        if written:
+            yield Step("many", q["set_digest"], [(digest, *key, number) for number, digest in written])
 
 
 def backfill_steps(q: Statements) -> Steps[None]:
