@@ -86,14 +86,28 @@ def _asks(message: BaseMessage) -> bool:
     return role_of(message) == "user" and not is_summary(message)
 
 
-def current_turn_start(messages: Sequence[BaseMessage]) -> int | None:
+def current_turn_start(
+    messages: Sequence[BaseMessage], cost: Callable[[BaseMessage], int] | None = None, room: int = 0
+) -> int | None:
     """Where the current turn starts (None when no human message): the last human message
     that is not a summary, and the human messages right before it, unanswered (a pasted
-    text or an image, then the question: one turn, as the LlamaIndex memory reads it)."""
+    text or an image, then the question: one turn, as the LlamaIndex memory reads it), while
+    together they ``cost`` at most ``room`` (without ``cost``: all of them).  Older ones are
+    earlier turns, gated as any other: a long run of unanswered messages is not sent whole."""
     start = next((i for i in range(len(messages) - 1, -1, -1) if _asks(messages[i])), None)
+    spent = 0
     while start and _asks(messages[start - 1]):
+        if cost is not None:
+            spent += cost(messages[start - 1])
+            if spent > room:
+                break
         start -= 1
     return start
+
+
+def _one(message: BaseMessage) -> int:
+    """A cost of 1 for any message (with a room of 0: the last human message alone)."""
+    return 1
 
 
 def current_query(messages: Sequence[BaseMessage], start: int) -> str:
@@ -543,6 +557,22 @@ class GatedView:
         """The core :class:`~context_gatekeeper.transcripts.transcript_gate.TurnIndex` kept for ``thread``."""
         return self._index(thread).turns
 
+    def turn_start(self, messages: Sequence[BaseMessage], thread: Any = None) -> int | None:
+        """:func:`current_turn_start` of ``messages`` with the unanswered human messages before
+        the last counted as the thread's gatekeeper counts a message (its counter and
+        ``message_overhead``) within its ``token_budget``."""
+        start = current_turn_start(messages)
+        if start is None or start == current_turn_start(messages, _one, 0):
+            return start  # no unanswered human message before the last: nothing to count
+        gatekeeper = self._index(thread).gatekeeper
+        count = resolve_token_counter(gatekeeper.options.token_counter)
+        overhead = gatekeeper.message_overhead
+
+        def cost(message: BaseMessage) -> int:
+            return count(_indexed_text(message)) + overhead
+
+        return current_turn_start(messages, cost, gatekeeper.token_budget)
+
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
         the current turn (the last human message, the unanswered human messages right before
@@ -550,7 +580,7 @@ class GatedView:
         messages' text is the query (none, e.g. an image alone, is gated as
         :data:`NO_TEXT_QUERY`); earlier messages go through :meth:`gated`.  A list without a
         human message comes back whole."""
-        start = current_turn_start(messages)
+        start = self.turn_start(messages, thread)
         if start is None:
             return list(messages)
         query = current_query(messages, start)
@@ -560,7 +590,7 @@ class GatedView:
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
     ) -> list[BaseMessage]:
         """:meth:`view` with the query's embedding awaited (see :meth:`agated`)."""
-        start = current_turn_start(messages)
+        start = self.turn_start(messages, thread)
         if start is None:
             return list(messages)
         query = current_query(messages, start)

@@ -60,7 +60,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from context_gatekeeper import GateOptions, InvalidInputError, TranscriptGate
 
-from .agent_view import NO_TEXT_QUERY, GatedView, adapter_options, current_query, current_turn_start
+from .agent_view import NO_TEXT_QUERY, GatedView, adapter_options, current_query
 from .convert import from_core_messages, role_of, same_messages, text_of
 from .gate_keys import TopicGateKeysError, infer_keys, input_key_beside
 from .history import GatekeeperChatMessageHistory
@@ -180,7 +180,7 @@ class _TopicGate:
         if isinstance(hist, GatekeeperChatMessageHistory) and stored is None:
             stored = len(hist.transcript.messages)
         if stored is None or stored > len(messages):
-            start = current_turn_start(messages)  # the unanswered human messages at the end
+            start = self.views.turn_start(messages)  # the unanswered human messages at the end
             stored = start if start is not None else max(len(messages) - 1, 0)
         prior, new = messages[:stored], messages[stored:]
         return (yield prior, _query(new), hist) + new

@@ -538,7 +538,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         if input_text is not None and not input_text.strip():
             input_text = None  # a blank input is no input: the last turn is the query, as for get()
         system, turns = group_turns(self._transcript.messages)
-        current, earlier, exclude = _current_turn(turns, input_text is None)
+        # the unanswered user messages before the last join it while they fit beside the system messages
+        limit = self.token_limit - reserved - self._cost(system)
+        current, earlier, exclude = _current_turn(turns, input_text is None, self._cost, limit)
         query = input_text or (current.texts[0] if current else None)
         tail = list(current.messages) if current else []
         room = max(0, self.token_limit - reserved - self._cost(tail))  # an open turn over the limit leaves none
@@ -674,15 +676,20 @@ class _Plan(NamedTuple):
 
 
 def _current_turn(
-    turns: list[MessageTurn], no_input: bool
+    turns: list[MessageTurn], no_input: bool, cost: Callable[[Sequence[Message]], int], limit: int
 ) -> tuple[MessageTurn | None, list[MessageTurn], tuple[str, ...]]:
     """The current turn, the turns before it, and the keys of the turns it is made of.
 
     The trailing run of unanswered user messages (several in a row: a pasted text or an
-    image, then the question) is one open turn, keyed by its first message; without one, and
-    without an input, the last turn is current; else there is none."""
-    start = len(turns)
+    image, then the question) is one open turn, keyed by its first message: the last one,
+    and the ones before it while together they cost at most ``limit`` (older ones are earlier
+    turns, gated as any other: a long run of unanswered messages is not sent whole).
+    Without one, and without an input, the last turn is current; else there is none."""
+    start, spent = len(turns), 0
     while start > 0 and turns[start - 1].is_open:
+        spent += cost(turns[start - 1].messages)
+        if start < len(turns) and spent > limit:
+            break
         start -= 1
     if start < len(turns):
         run = turns[start:]

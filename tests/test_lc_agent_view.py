@@ -502,3 +502,18 @@ def test_a_chat_message_of_role_user_is_the_current_turn() -> None:
     middleware = GatekeeperMiddleware(token_budget=40, token_counter=words, message_overhead=0)
     kept = middleware.views.view([*chat, question], thread="c")
     assert kept[-1] is question and sum(words(m.text) for m in kept[:-1]) <= 40
+
+
+def test_a_long_run_of_unanswered_human_messages_is_not_sent_whole() -> None:
+    """Unanswered human messages before the last join the current turn only while they fit the
+    budget; older ones are earlier turns, gated (a thread of retried questions is not sent whole)."""
+    history = two_topics()
+    run = [HumanMessage(f"Is the redis lock ttl still wrong, attempt {i}?") for i in range(30)]
+    middleware = GatekeeperMiddleware(token_budget=40, token_counter=words, message_overhead=0)
+    views = middleware.views
+    gated = views.view([*history, *run], thread="t")
+    start = views.turn_start([*history, *run], thread="t")
+    assert start is not None and len(history) < start < len(history) + len(run) - 1
+    assert sum(words(m.text) for m in run[start - len(history):-1]) <= 40  # the part of the run kept whole fits
+    assert gated[-(len(history) + len(run) - start):] == [*history, *run][start:]
+    assert sum(words(m.text) for m in gated[:-(len(history) + len(run) - start)]) <= 40

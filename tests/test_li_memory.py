@@ -762,6 +762,17 @@ def test_a_run_of_unanswered_user_messages_is_the_current_turn_returned_whole() 
         assert len(memory.get(input="Redis lock TTL?")) == 4  # the earlier turn is gated in as before
 
 
+def test_a_long_run_of_unanswered_user_messages_stays_within_token_limit() -> None:
+    """User messages nobody answered join the current turn only while they fit: a memory of
+    retried questions (or one that logs user messages alone) is not returned whole."""
+    memory = GatekeeperMemory.from_defaults(token_limit=60)
+    for i in range(40):
+        memory.put(user(f"Is the redis lock ttl still wrong, attempt {i}?"))
+    for got in (memory.get(), memory.get(input="redis lock ttl"), asyncio.run(memory.aget())):
+        assert 1 <= len(got) < 40 and got[-1].content == "Is the redis lock ttl still wrong, attempt 39?"
+        assert memory._cost([to_core(m) for m in got]) <= 60
+
+
 @pytest.mark.parametrize("blank", [[" "], ["", ""], ["\n"], ["", "Answer briefly."]])
 def test_blank_system_messages_never_make_get_raise(blank: list[str]) -> None:
     memory = GatekeeperMemory.from_defaults(token_limit=500)

@@ -85,6 +85,8 @@ NO_TWIN: dict[str, dict[str, str]] = {
     "GatedView": {
         "gatekeeper": "returns the thread's in-memory gatekeeper, for inspection: nothing to wait for",
         "index": "returns the thread's in-memory turn index, for inspection: nothing to wait for",
+        "turn_start": "counts a few messages' tokens in memory (the thread's counter) to find the current turn: "
+                      "nothing to wait for",
     },
     "GatekeeperMemory": {
         "close": CLOSE,
