@@ -218,9 +218,16 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
 
     def __setattr__(self, name: str, value: Any) -> None:
         """``session_id`` is refused (see :func:`_refuse_session_change`); ``token_limit``
-        is checked by the library's budget rule (``BudgetError``)."""
+        is checked by the library's budget rule (``BudgetError``); a new ``tokenizer_fn`` is
+        refused (the budget and the edits count with the counter the memory was built with,
+        and an engine counting its prefix with another would not match them)."""
         if name == "session_id" and value != self.session_id:
             _refuse_session_change(self.session_id, value)
+        if name == "tokenizer_fn" and self.__dict__.get("tokenizer_fn") not in (None, value):  # set once, by __init__
+            raise InvalidTypeError(
+                "a GatekeeperMemory counts with the tokenizer it was built with; build a new one with "
+                "GatekeeperMemory.from_defaults(tokenizer_fn=...) (or token_counter=) to count otherwise"
+            )
         if name == "token_limit":
             value = require_budget(value, "token_limit")
         super().__setattr__(name, value)

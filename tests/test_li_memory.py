@@ -790,3 +790,16 @@ def test_model_copy_refuses_an_unknown_field_naming_the_ones_it_takes() -> None:
     with pytest.raises(InvalidTypeError, match=r"\['foo'\].*'token_limit', 'session_id'"):
         memory.model_copy(update={"foo": 1, "token_limit": 50})
     assert memory.token_limit == 100 and len(memory.get_all()) == 2
+
+
+def test_a_new_tokenizer_fn_is_refused_and_changes_nothing() -> None:
+    """The budget counts with the counter the memory was built with: a tokenizer assigned later
+    would make engines count their prefix otherwise than the budget does."""
+    from context_gatekeeper import InvalidTypeError
+
+    memory = GatekeeperMemory.from_defaults(token_limit=100)
+    before = memory.tokenizer_fn
+    with pytest.raises(InvalidTypeError, match="from_defaults"):
+        memory.tokenizer_fn = lambda text: text.split()
+    assert memory.tokenizer_fn is before
+    memory.tokenizer_fn = before  # the same one: nothing changes
