@@ -287,6 +287,69 @@ def test_a_read_only_store_opened_before_another_process_migrates_reads_on(db: P
     viewer.close()
 
 
+@pytest.mark.parametrize("when", ["before the check", "after the check"])
+def test_a_viewer_reading_while_another_process_migrates_sees_no_damage(
+    db: Path, when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The migration commits between the viewer's reads (its rows, whether the file has had
+    migration 5, its rows again): the viewer reads the session, never a false CorruptLogError."""
+    _with_ambiguous_fields(db)
+    _first_chain(db)
+    viewer = SQLiteStore(db, read_only=True)
+    real = sqlite_module._verified_rows
+
+    def migrated_meanwhile(conn, session_id, after, *, shared, legacy=False):  # type: ignore[no-untyped-def]
+        if legacy and when == "after the check":
+            SQLiteStore(db).close()  # the upgrade commits before the first chain's read
+        try:
+            return real(conn, session_id, after, shared=shared, legacy=legacy)
+        except CorruptLogError:
+            if not legacy and when == "before the check":
+                SQLiteStore(db).close()  # the upgrade commits before the viewer asks which chain
+            raise
+
+    monkeypatch.setattr(sqlite_module, "_verified_rows", migrated_meanwhile)
+    assert Transcript("s", store=viewer).head == TURNS + 4
+    viewer.close()
+
+
+@pytest.mark.parametrize("migrated", ["before the check", "after the check", "never"])
+def test_postgres_reads_see_no_damage_when_migration_5_commits_between_their_statements(
+    db: Path, migrated: str
+) -> None:
+    """PostgreSQL runs each statement of a read in its own snapshot (READ COMMITTED): the rows,
+    which migrations the tables have had, the rows again.  Driven by hand here with the rows
+    as the first chain left them, then as migration 5 rewrote them."""
+    pytest.importorskip("psycopg", reason="the PostgreSQL store's read steps need the postgres extra")
+    from context_gatekeeper.stores import postgres_ops
+
+    _with_ambiguous_fields(db)
+    rewritten = _rows(db)
+    _first_chain(db)
+    old = _rows(db)
+    before, after = [(1,), (2,), (3,), (4,)], [(1,), (2,), (3,), (4,), (5,)]
+    answers = {
+        "before the check": [old, after, rewritten],  # rows (old), applied (5 now), rows again (new)
+        "after the check": [old, before, rewritten, after, rewritten],  # old, no 5, rows (new by now), 5, new
+        "never": [old, before, old],  # the first chain's rows, read with the first chain
+    }[migrated]
+    steps = postgres_ops.load_steps({"load_chained": "load_chained", "applied": "applied"}, (b"k", "s"), 0)
+    next(steps)
+    with pytest.raises(StopIteration) as done:
+        for answer in answers:
+            steps.send(answer)
+    assert [r.number for r in done.value.value] == list(range(1, TURNS + 5))
+
+
+def _rows(path: Path) -> list[tuple[object, ...]]:
+    """Session "s"'s stored rows with their digests, as a load reads them."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sqlite_module._SELECT_CHAINED, ("s", 0)).fetchall()
+    finally:
+        conn.close()
+
+
 def test_the_migration_blesses_no_row_the_first_chain_refuses(db: Path) -> None:
     _with_ambiguous_fields(db)
     _first_chain(db)

@@ -368,27 +368,38 @@ def load_steps(q: Statements, key: Key, after: int) -> Steps[list[Revision]]:
     """The revisions above ``after``, their numbering, fields and hash chain checked
     (:func:`.chain.verified`: :class:`CorruptLogError` naming the first bad one).  Tables
     that have not had migration 5 (``setup=False`` while another job upgrades) may hold
-    rows whose digests are the first chain's: a row that fails the chain is checked again
-    with the first chain when, read now, the tables have not had that migration."""
+    rows whose digests are the first chain's: when a row fails, the rows are read again with
+    the chain the tables use now (the migration may commit at any moment, also between two of
+    these reads), and the error stands only when a read with that chain fails."""
+    legacy, reads = False, 0
+    while True:
+        try:
+            return (yield from _verified_steps(q, key, after, legacy))
+        except CorruptLogError:
+            reads += 1
+            now = 5 not in {row[0] for row in (yield Step("all", q["applied"]))}  # the first chain's digests
+            if (reads > 1 and now == legacy) or reads == CHAIN_READS:
+                raise  # read with the chain the tables use, and a row still fails: the damage is real
+            legacy = now
+
+
+CHAIN_READS = 3
+"""Reads of a session whose row fails the chain before the error stands (see :func:`load_steps`)."""
+
+
+def _verified_steps(q: Statements, key: Key, after: int, legacy: bool) -> Steps[list[Revision]]:
+    """One read of :func:`load_steps`, checked with the chain (``legacy``: the first chain's)."""
     after = max(after, 0)
     rows = yield Step("all", q["load_chained"], (*key, after))
     if not after:
-        start, previous = 0, genesis(key[1])
-    elif not rows:
+        return verified(key[1], rows, 0, genesis(key[1]), legacy=legacy)
+    if not rows:
         return []
-    elif rows[0][0] != after:  # the row the catch-up starts from is gone
+    if rows[0][0] != after:  # the row the catch-up starts from is gone
         raise CorruptLogError(
             key[1], after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
         )
-    else:
-        start, previous, rows = after, rows[0][9], rows[1:]
-    try:
-        return verified(key[1], rows, start, previous)
-    except CorruptLogError:
-        applied = {row[0] for row in (yield Step("all", q["applied"]))}
-        if 5 in applied:
-            raise
-    return verified(key[1], rows, start, previous, legacy=True)
+    return verified(key[1], rows[1:], after, rows[0][9], legacy=legacy)
 
 
 def sessions_steps(q: Statements) -> Steps[list[str]]:

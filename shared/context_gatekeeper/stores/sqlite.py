@@ -151,6 +151,8 @@ _SAVE_VECTOR = """INSERT INTO vectors (session_id, embedder, dimension, text_has
 _LOAD_VECTORS = """SELECT message_id, text_hash, embedder, vector FROM vectors
     WHERE session_id = ? AND embedder = ? AND (? IS NULL OR dimension = ?) ORDER BY created_at"""
 _HAS_MIGRATION = "SELECT 1 FROM schema_migrations WHERE version = ?"
+_CHAIN_READS = 3
+"""Reads of a session whose row fails the chain before the error stands (see :func:`_load`)."""
 _HAS_REVISIONS = "SELECT EXISTS (SELECT 1 FROM revisions WHERE session_id = ?)"
 _DROP_OTHER_TEXTS = """WITH new (message_id, text_hash) AS (VALUES {pairs})
     DELETE FROM vectors WHERE session_id = ? AND EXISTS (SELECT 1 FROM new
@@ -492,17 +494,21 @@ def _load(
     ``shared``: revisions decoded before are shared, see :meth:`Store._shared_revisions`).
 
     A file that has not had migration 5 (read only, or set up by an older version) may hold
-    rows whose digests are the first chain's: a row that fails the chain is checked again
-    with the first chain when, read now, the file has not had that migration (another
-    process may have run it since this store opened)."""
+    rows whose digests are the first chain's: when a row fails, the rows are read again with
+    the chain the file uses now (another process may run the migration at any moment, also
+    between two of these reads), and the error stands only when a read with that chain fails."""
     if not chained:
         return [revision_from_row(row, session_id) for row in conn.execute(_SELECT, (session_id, after))]
-    try:
-        return _verified_rows(conn, session_id, after, shared=shared)
-    except CorruptLogError:
-        if conn.execute(_HAS_MIGRATION, (5,)).fetchone() is not None:
-            raise
-        return _verified_rows(conn, session_id, after, shared=shared, legacy=True)
+    legacy, reads = False, 0
+    while True:
+        try:
+            return _verified_rows(conn, session_id, after, shared=shared, legacy=legacy)
+        except CorruptLogError:
+            reads += 1
+            now = conn.execute(_HAS_MIGRATION, (5,)).fetchone() is None  # the first chain's digests
+            if (reads > 1 and now == legacy) or reads == _CHAIN_READS:
+                raise  # read with the chain the file uses, and a row still fails: the damage is real
+            legacy = now
 
 
 def _verified_rows(
