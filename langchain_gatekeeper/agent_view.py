@@ -105,6 +105,11 @@ def current_turn_start(
     return start
 
 
+def _left(gatekeeper: ContextGatekeeper, reserved: int) -> int | None:
+    """The budget left to earlier turns when ``reserved`` tokens are spent (``None``: all of it)."""
+    return max(0, gatekeeper.token_budget - reserved) if reserved else None
+
+
 def _one(message: BaseMessage) -> int:
     """A cost of 1 for any message (with a room of 0: the last human message alone)."""
     return 1
@@ -561,9 +566,15 @@ class GatedView:
         """:func:`current_turn_start` of ``messages`` with the unanswered human messages before
         the last counted as the thread's gatekeeper counts a message (its counter and
         ``message_overhead``) within its ``token_budget``."""
+        return self._current(messages, thread)[0]
+
+    def _current(self, messages: Sequence[BaseMessage], thread: Any) -> tuple[int | None, int]:
+        """``(where the current turn starts, the tokens of its human messages before the last)``:
+        those take their share of the budget, so the earlier turns get what remains."""
         start = current_turn_start(messages)
-        if start is None or start == current_turn_start(messages, _one, 0):
-            return start  # no unanswered human message before the last: nothing to count
+        last = current_turn_start(messages, _one, 0)
+        if start is None or start == last:
+            return start, 0  # no unanswered human message before the last: nothing to count
         gatekeeper = self._index(thread).gatekeeper
         count = resolve_token_counter(gatekeeper.options.token_counter)
         overhead = gatekeeper.message_overhead
@@ -571,7 +582,8 @@ class GatedView:
         def cost(message: BaseMessage) -> int:
             return count(_indexed_text(message)) + overhead
 
-        return current_turn_start(messages, cost, gatekeeper.token_budget)
+        start = current_turn_start(messages, cost, gatekeeper.token_budget)
+        return start, sum(map(cost, messages[cast(int, start):cast(int, last)]))
 
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
@@ -580,30 +592,35 @@ class GatedView:
         messages' text is the query (none, e.g. an image alone, is gated as
         :data:`NO_TEXT_QUERY`); earlier messages go through :meth:`gated`.  A list without a
         human message comes back whole."""
-        start = self.turn_start(messages, thread)
+        start, reserved = self._current(messages, thread)
         if start is None:
             return list(messages)
         query = current_query(messages, start)
-        return self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt) + list(messages[start:])
+        earlier = self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt, reserved=reserved)
+        return earlier + list(messages[start:])
 
     async def aview(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
     ) -> list[BaseMessage]:
         """:meth:`view` with the query's embedding awaited (see :meth:`agated`)."""
-        start = self.turn_start(messages, thread)
+        start, reserved = self._current(messages, thread)
         if start is None:
             return list(messages)
         query = current_query(messages, start)
-        earlier = await self.agated(messages[:start], query, thread=thread, system_prompt=system_prompt)
+        earlier = await self.agated(messages[:start], query, thread=thread, system_prompt=system_prompt,
+                                    reserved=reserved)
         return earlier + list(messages[start:])
 
     def gated(
-        self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
+        self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None,
+        reserved: int = 0,
     ) -> list[BaseMessage]:
         """``earlier`` narrowed for ``query``: pinned messages (leading system messages,
         summaries) first, then the turns the thread's gatekeeper selects, in order, as the
         caller's own message objects.  Edit records are never selected.  A blank ``query``
-        (a message with no text) is :data:`NO_TEXT_QUERY`: the active topic, within the budget."""
+        (a message with no text) is :data:`NO_TEXT_QUERY`: the active topic, within the budget.
+        ``reserved``: tokens of the budget already spent (the current turn's earlier human
+        messages, :meth:`view`)."""
         query = _query(query)
         index = self._index(thread)
         if not index.lock.acquire(blocking=False):
@@ -615,13 +632,15 @@ class GatedView:
             index.memo = None  # until the index is in step with this list
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
             # select: the turns explain keeps, without building its per-turn report
-            turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query)]
+            budget = _left(index.gatekeeper, reserved)
+            turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query, token_budget=budget)]
             return _returned(earlier, memo.at, turn_ids, by_id)  # under the lock: the next call grows these maps
         finally:
             index.lock.release()
 
     async def agated(
-        self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None
+        self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None,
+        reserved: int = 0,
     ) -> list[BaseMessage]:
         """:meth:`gated` without blocking the event loop on the embedder: the thread's
         lock is awaited, then held while the index is brought in step and the selection
@@ -634,14 +653,14 @@ class GatedView:
         hundred turns)."""
         index = self._index(thread)
         if not semantic(index.gatekeeper):
-            return self.gated(earlier, query, thread=thread, system_prompt=system_prompt)
+            return self.gated(earlier, query, thread=thread, system_prompt=system_prompt, reserved=reserved)
         query = _query(query)
         await index.lock.acquire_async()
         try:
             pinned, summaries, turns, tail, memo = self._read(index, earlier)
             index.memo = None  # until the index is in step with this list
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
-            selection = await index.gatekeeper.aexplain(query)
+            selection = await index.gatekeeper.aexplain(query, token_budget=_left(index.gatekeeper, reserved))
             return _returned(earlier, memo.at, selection.turn_ids, by_id)  # under the lock: see gated
         finally:
             index.lock.release()

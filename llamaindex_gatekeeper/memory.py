@@ -362,8 +362,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
 
         The query is ``input`` when given (a str, a ``ChatMessage``, or a ``QueryBundle``
         as ``ContextChatEngine.chat(QueryBundle(...))`` passes it: its ``query_str``),
-        else the open turn's text.  The open turn is every unanswered user message at the
-        end (a pasted text or an image, then the question, are one turn).  The current
+        else the open turn's text.  The open turn is the last unanswered user message and
+        those right before it while together they fit ``token_limit`` (a pasted text or an
+        image, then the question, are one turn; older ones are gated as earlier turns).  The current
         turn (the open one, or with neither ``input`` nor an open turn the last turn) is
         never gated and always returned whole.  ``initial_token_count`` (tokens the caller
         adds, such as a system prompt) is taken off ``token_limit``; other keyword

@@ -200,6 +200,11 @@ class _Dist:
      "pip install 'context-gatekeeper[postgres] @ file:///tmp/dist/context_gatekeeper-0.2.0-py3-none-any.whl'"),
     (['{"url": "https://github.com/o/context-gatekeeper", "vcs_info": {"vcs": "git", "commit_id": "abc123"}}'],
      "pip install 'context-gatekeeper[postgres] @ git+https://github.com/o/context-gatekeeper@abc123'"),
+    # a package in a subfolder; a local repository (pip wants file://localhost/...)
+    (['{"url": "file:///src/mono", "subdirectory": "python/cg", "vcs_info": {"vcs": "git", "commit_id": "6fb"}}'],
+     "pip install 'context-gatekeeper[postgres] @ git+file://localhost/src/mono@6fb#subdirectory=python/cg'"),
+    (['{"url": "https://example.com/mono.tar.gz", "subdirectory": "cg", "archive_info": {}}'],
+     "pip install 'context-gatekeeper[postgres] @ https://example.com/mono.tar.gz#subdirectory=cg'"),
     # from an index (no record), or a record that cannot be read: by name
     ([None], 'pip install "context-gatekeeper[postgres]"'),
     (["not json"], 'pip install "context-gatekeeper[postgres]"'),

@@ -256,12 +256,17 @@ def _installed_from() -> tuple[str, str] | None:
             if url.scheme != "file":
                 return None
             return unquote(url.path), "editable" if info["dir_info"].get("editable") else "folder"
+        # a package in a subfolder of the repository or archive: pip must be told where
+        subdirectory = f"#subdirectory={info['subdirectory']}" if info.get("subdirectory") else ""
         if "vcs_info" in info:
             vcs = info["vcs_info"]
             commit = f"@{vcs['commit_id']}" if vcs.get("commit_id") else ""
-            return f"{vcs['vcs']}+{info['url']}{commit}", "url"
+            where = info["url"]
+            if url.scheme == "file" and not url.netloc:  # pip takes a local repository as file://localhost/...
+                where = f"file://localhost{url.path}"
+            return f"{vcs['vcs']}+{where}{commit}{subdirectory}", "url"
         if "archive_info" in info:
-            return info["url"], "url"
+            return f"{info['url']}{subdirectory}", "url"
         return None
     except Exception:  # noqa: BLE001 - not installed as a distribution, or odd metadata
         return None
