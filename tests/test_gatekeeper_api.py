@@ -331,7 +331,7 @@ def test_select_and_build_prompt_keep_the_turns_explain_keeps_without_its_report
         assert bool(selection.scores) == bool(selection.turn_ids)  # explain reports the kept turns
         assert [t["turn_id"] for t in gk.select(query)] == list(selection.turn_ids)
         assert gk.build_prompt(query) == selection.as_prompt({t.id: t for t in gk.turns})
-        light = gk._select_for(query, None, (), None, records=False)
+        light = gk._select_for(query, None, frozenset(), None, records=False)
         assert light.scores == () and light.active_segment == () and light.matched_segment == ()
         assert (light.turn_ids, light.decision, light.coverage) == (selection.turn_ids, selection.decision, selection.coverage)
 

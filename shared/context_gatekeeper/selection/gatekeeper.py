@@ -371,9 +371,10 @@ class ContextGatekeeper(SemanticMethods):
         return self._select_for(query, token_budget, exclude, self._probe(query))
 
     def _select_for(
-        self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any, records: bool = True
+        self, query: str, token_budget: int | None, exclude: frozenset[int], probe: Any, records: bool = True
     ) -> Selection:
-        """The selection for ``query``; ``records=False`` leaves its ``scores``, ``active_segment``
+        """The selection for ``query`` (``exclude`` as :func:`~.history.excluded_ids` checked it,
+        before the embedder was asked); ``records=False`` leaves its ``scores``, ``active_segment``
         and ``matched_segment`` empty (callers that read only the kept turns skip building what
         ``explain`` shows, and two scans of every turn: same turns)."""
         query = require_text(query, "query")
@@ -383,7 +384,7 @@ class ContextGatekeeper(SemanticMethods):
         with self._lock:
             if self._semantic is not None:
                 self._semantic.take()  # changed turns queued; cached vectors used at once
-            return self._explain(query, anchors.counts, cues, budget_total, excluded_ids(exclude), probe, records)
+            return self._explain(query, anchors.counts, cues, budget_total, exclude, probe, records)
 
     def _explain(self, query: str, query_anchors: Counter[str], cues: Cues, budget_total: int,
                  exclude: frozenset[int], probe: tuple[Any, bool] | None, records: bool = True) -> Selection:

@@ -548,7 +548,7 @@ _NO_IDS: frozenset[int] = frozenset()
 def excluded_ids(exclude: Any) -> frozenset[int]:
     """``exclude`` (turn ids a selection must not keep) as a frozenset, or
     :class:`InvalidTypeError` when it is not an iterable of ints (a turn id is one)."""
-    if exclude is _NO_IDS or (type(exclude) is tuple and not exclude):  # the default (or it, checked): no work
+    if type(exclude) is tuple and not exclude:  # the default: no work on the hot path
         return _NO_IDS
     if _is_collection(exclude):
         try:

@@ -28,7 +28,7 @@ class SemanticMethods:
 
     if TYPE_CHECKING:  # provided by ContextGatekeeper
 
-        def _select_for(self, query: str, token_budget: int | None, exclude: Iterable[int], probe: Any,
+        def _select_for(self, query: str, token_budget: int | None, exclude: frozenset[int], probe: Any,
                         records: bool = True) -> Selection: ...
 
     def _semantic_channel(self, embedder: Any, vector_cache: Any, timeout: float | None) -> SemanticChannel | None:
