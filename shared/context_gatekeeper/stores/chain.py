@@ -45,7 +45,7 @@ from ..errors import CorruptLogError
 from ..records.revisions import Revision, RevisionKind
 from .schema import revision_from_fields, revision_from_row
 
-__all__ = ["KINDS", "genesis", "chain_text", "row_digest", "check_fields", "verified", "chained_prefix", "rechained",
+__all__ = ["KINDS", "CHAIN_READS", "next_read", "genesis", "chain_text", "row_digest", "check_fields", "verified", "chained_prefix", "rechained",
            "DECODED_CACHE_SIZE", "decoded_revisions"]
 
 KINDS = frozenset(get_args(RevisionKind))
@@ -104,6 +104,23 @@ def chain_text(value: Any) -> str:
 def _legacy_text(value: Any) -> str:
     """A text field as the first chain wrote it (what an f-string gives)."""
     return f"{value}"
+
+
+CHAIN_READS = 3
+"""Reads of a session whose row fails the chain before the error stands (:func:`next_read`)."""
+
+
+def next_read(reads: int, legacy: bool, unmigrated: bool) -> bool | None:
+    """The chain the next read of a session uses (``True``: the first chain's), after its
+    ``reads``-th read, with the chain ``legacy`` says, met a row that fails; ``None``: the
+    failure stands.  ``unmigrated``: the file or tables have not had migration 5, as read now.
+
+    A store that may hold rows of either chain (a file or tables another process may be
+    migrating, also between two statements of a read) reads again with the chain they use
+    now; a row that still fails with that chain is damaged (at most :data:`CHAIN_READS` reads)."""
+    if (reads > 1 and unmigrated == legacy) or reads >= CHAIN_READS:
+        return None
+    return unmigrated
 
 
 def row_digest(previous: str, row: Sequence[Any], *, legacy: bool = False) -> str:

@@ -31,7 +31,7 @@ from psycopg_pool import PoolClosed, PoolTimeout
 from ..errors import CorruptLogError, InvalidInputError, StoreUnavailableError
 from ..records.revisions import Revision
 from .base import prepare_commit
-from .chain import chained_prefix, genesis, rechained, row_digest, verified
+from .chain import chained_prefix, genesis, next_read, rechained, row_digest, verified
 from .integrity import IdEntry
 from .schema import backfill_index, changes_text, checked_session, id_key, index_rows
 from .vectors import VectorRow, checked_dimension, checked_embedder, refused_save, unpack_vector
@@ -377,14 +377,11 @@ def load_steps(q: Statements, key: Key, after: int) -> Steps[list[Revision]]:
             return (yield from _verified_steps(q, key, after, legacy))
         except CorruptLogError:
             reads += 1
-            now = 5 not in {row[0] for row in (yield Step("all", q["applied"]))}  # the first chain's digests
-            if (reads > 1 and now == legacy) or reads == CHAIN_READS:
+            unmigrated = 5 not in {row[0] for row in (yield Step("all", q["applied"]))}
+            chain = next_read(reads, legacy, unmigrated)
+            if chain is None:
                 raise  # read with the chain the tables use, and a row still fails: the damage is real
-            legacy = now
-
-
-CHAIN_READS = 3
-"""Reads of a session whose row fails the chain before the error stands (see :func:`load_steps`)."""
+            legacy = chain
 
 
 def _verified_steps(q: Statements, key: Key, after: int, legacy: bool) -> Steps[list[Revision]]:

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreClosedError, StoreUnavailableError
 from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep, prepare_commit
-from .chain import chained_prefix, genesis, rechained, row_digest, verified
+from .chain import chained_prefix, genesis, next_read, rechained, row_digest, verified
 from .integrity import IdEntry
 from .schema import (
     Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
@@ -151,8 +151,6 @@ _SAVE_VECTOR = """INSERT INTO vectors (session_id, embedder, dimension, text_has
 _LOAD_VECTORS = """SELECT message_id, text_hash, embedder, vector FROM vectors
     WHERE session_id = ? AND embedder = ? AND (? IS NULL OR dimension = ?) ORDER BY created_at"""
 _HAS_MIGRATION = "SELECT 1 FROM schema_migrations WHERE version = ?"
-_CHAIN_READS = 3
-"""Reads of a session whose row fails the chain before the error stands (see :func:`_load`)."""
 _HAS_REVISIONS = "SELECT EXISTS (SELECT 1 FROM revisions WHERE session_id = ?)"
 _DROP_OTHER_TEXTS = """WITH new (message_id, text_hash) AS (VALUES {pairs})
     DELETE FROM vectors WHERE session_id = ? AND EXISTS (SELECT 1 FROM new
@@ -505,10 +503,10 @@ def _load(
             return _verified_rows(conn, session_id, after, shared=shared, legacy=legacy)
         except CorruptLogError:
             reads += 1
-            now = conn.execute(_HAS_MIGRATION, (5,)).fetchone() is None  # the first chain's digests
-            if (reads > 1 and now == legacy) or reads == _CHAIN_READS:
+            chain = next_read(reads, legacy, conn.execute(_HAS_MIGRATION, (5,)).fetchone() is None)
+            if chain is None:
                 raise  # read with the chain the file uses, and a row still fails: the damage is real
-            legacy = now
+            legacy = chain
 
 
 def _verified_rows(
