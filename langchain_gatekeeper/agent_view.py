@@ -94,25 +94,34 @@ def current_turn_start(
     text or an image, then the question: one turn, as the LlamaIndex memory reads it), while
     together they ``cost`` at most ``room`` (without ``cost``: all of them).  Older ones are
     earlier turns, gated as any other: a long run of unanswered messages is not sent whole."""
-    start = next((i for i in range(len(messages) - 1, -1, -1) if _asks(messages[i])), None)
-    spent = 0
+    last = _last_ask(messages)
+    return None if last is None else _run_start(messages, last, cost, room)[0]
+
+
+def _last_ask(messages: Sequence[BaseMessage]) -> int | None:
+    """Index of the last user's message (:func:`_asks`), or None."""
+    return next((i for i in range(len(messages) - 1, -1, -1) if _asks(messages[i])), None)
+
+
+def _run_start(
+    messages: Sequence[BaseMessage], last: int, cost: Callable[[BaseMessage], int] | None, room: int
+) -> tuple[int, int]:
+    """``(start, spent)``: the unanswered human messages right before ``last`` join it while
+    together they ``cost`` at most ``room`` (without ``cost``: all of them, ``spent`` 0)."""
+    start, spent = last, 0
     while start and _asks(messages[start - 1]):
         if cost is not None:
-            spent += cost(messages[start - 1])
-            if spent > room:
+            added = cost(messages[start - 1])
+            if spent + added > room:
                 break
+            spent += added
         start -= 1
-    return start
+    return start, spent
 
 
 def _left(gatekeeper: ContextGatekeeper, reserved: int) -> int | None:
     """The budget left to earlier turns when ``reserved`` tokens are spent (``None``: all of it)."""
     return max(0, gatekeeper.token_budget - reserved) if reserved else None
-
-
-def _one(message: BaseMessage) -> int:
-    """A cost of 1 for any message (with a room of 0: the last human message alone)."""
-    return 1
 
 
 def current_query(messages: Sequence[BaseMessage], start: int) -> str:
@@ -571,10 +580,9 @@ class GatedView:
     def _current(self, messages: Sequence[BaseMessage], thread: Any) -> tuple[int | None, int]:
         """``(where the current turn starts, the tokens of its human messages before the last)``:
         those take their share of the budget, so the earlier turns get what remains."""
-        start = current_turn_start(messages)
-        last = current_turn_start(messages, _one, 0)
-        if start is None or start == last:
-            return start, 0  # no unanswered human message before the last: nothing to count
+        last = _last_ask(messages)
+        if not last or not _asks(messages[last - 1]):
+            return last, 0  # no unanswered human message before the last: nothing to count
         gatekeeper = self._index(thread).gatekeeper
         count = resolve_token_counter(gatekeeper.options.token_counter)
         overhead = gatekeeper.message_overhead
@@ -582,8 +590,7 @@ class GatedView:
         def cost(message: BaseMessage) -> int:
             return count(_indexed_text(message)) + overhead
 
-        start = current_turn_start(messages, cost, gatekeeper.token_budget)
-        return start, sum(map(cost, messages[cast(int, start):cast(int, last)]))
+        return _run_start(messages, last, cost, gatekeeper.token_budget)
 
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):

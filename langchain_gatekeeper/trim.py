@@ -46,7 +46,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from context_gatekeeper import GateOptions, InvalidInputError, InvalidTypeError
 from context_gatekeeper.integration import BoundedCache
 
-from .agent_view import GatedView, Same, adapter_options, approximate_tokens, hashable, one_text_counter
+from .agent_view import GatedView, Same, adapter_options, approximate_tokens, hashable
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
@@ -57,15 +57,15 @@ _views: BoundedCache[Hashable, GatedView] = BoundedCache(_CACHE_SIZE)
 def _counter(token_counter: Any) -> Any:
     """The core's token counter for ``token_counter`` (one text in, a count out).
 
-    ``"approximate"`` and LangChain's ``count_tokens_approximately`` (a ``trim_messages``
-    counter: it takes a list of messages, and would count each character of a text as a
-    message) are :func:`approximate_tokens`; a chat model is its ``get_num_tokens``; any
-    other value is the core's to read (a callable is called with one text)."""
+    ``"approximate"`` is :func:`approximate_tokens`; a chat model is its ``get_num_tokens``;
+    any other value is the core's to read (a callable is called with one text; LangChain's
+    ``count_tokens_approximately`` is read as :func:`approximate_tokens` where every adapter
+    path reads its counter, :func:`.agent_view.adapter_options`)."""
     if isinstance(token_counter, str) and token_counter == "approximate":
         return approximate_tokens
     if isinstance(token_counter, BaseLanguageModel):
         return token_counter.get_num_tokens
-    return one_text_counter(token_counter)
+    return token_counter
 
 
 def _frozen(value: Any) -> Hashable:
