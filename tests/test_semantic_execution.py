@@ -185,6 +185,7 @@ def test_abuild_prompt_builds_build_prompts_text_while_the_loop_runs_on() -> Non
     finally:
         hold.set()
         safety.cancel()
+        safety.join()  # no thread left running
     assert released_by_loop == [True] and prompt == gk.build_prompt("slow: where did we go hiking?")
 
 
