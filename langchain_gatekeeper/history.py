@@ -274,7 +274,9 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
     # -- gated view ---------------------------------------------------------------------
     def select(self, query: str) -> list[BaseMessage]:
         """The messages to send with ``query``: leading system messages, the earlier turns
-        the topic gate selects, and the open (unanswered) turn, in transcript order.
+        the topic gate selects, and the open (unanswered) turn, in transcript order; human
+        messages sent unanswered right before the last (a paste, then the question) are part
+        of the open turn while they fit the budget (their tokens come out of it first).
         Selecting changes nothing."""
         return from_core_messages(self.gate.select_messages(query))
 

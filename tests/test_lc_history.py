@@ -158,6 +158,18 @@ def test_select_keeps_the_open_turn():
     assert texts(history.select("Redis lock TTL?"))[-1] == "Redis lock TTL?"
 
 
+def test_select_keeps_a_paste_sent_before_the_question_with_it():
+    """Unanswered human messages right before the question (a paste, then the question) are
+    the open turn with it, as on the list path and in the LlamaIndex memory."""
+    history = GatekeeperChatMessageHistory("paste")
+    turns(history, REDIS_1, ESPRESSO)
+    paste = "Traceback (most recent call last): File app.py line 12 KeyError: 'user_id'"
+    question = "Which logging library would you recommend instead?"
+    history.add_messages([HumanMessage(paste), HumanMessage(question)])
+    assert texts(history.select(question)) == [paste, question]
+    assert texts(asyncio.run(history.aselect(question))) == [paste, question]
+
+
 # -- edits and versions ----------------------------------------------------------------------
 def test_edit_revises_text_and_undo_brings_it_back_keeping_later_turns():
     history = GatekeeperChatMessageHistory("edit")

@@ -322,14 +322,14 @@ def test_an_answer_written_while_get_selects_never_comes_before_its_question(cal
     question = "And how does the Redis lock watchdog renew the TTL?"
     memory.put(user(question))
     gate = memory.gate
-    synced = gate._synced_exclude
+    synced = gate._plan
 
     def answer_lands_now(*args, **kwargs):  # after get read the state, before the gate reads the store
-        monkeypatch.setattr(gate, "_synced_exclude", synced)
+        monkeypatch.setattr(gate, "_plan", synced)
         memory.put(assistant("It renews the Redis lock TTL every third of it."))
         return synced(*args, **kwargs)
 
-    monkeypatch.setattr(gate, "_synced_exclude", answer_lands_now)
+    monkeypatch.setattr(gate, "_plan", answer_lands_now)
     got = memory.get() if call == "get" else asyncio.run(memory.aget())
     assert contents(got) == [*REDIS_1, question]  # the turn as read, once, at the end
 

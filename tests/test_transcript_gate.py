@@ -242,3 +242,67 @@ def test_blank_system_messages_are_left_out_of_the_system_prompt(blank: list[str
         "How long should a Redis lock TTL be?", "Longer than the longest job.", "And the Redis watchdog?",
     ]
     assert gate.gatekeeper.system_prompt == ("Answer briefly." if "Answer briefly." in blank else None)
+
+
+PASTE = "Traceback (most recent call last): File app.py line 12 KeyError: 'user_id'"
+QUESTION = "Which logging library would you recommend instead?"
+
+
+def pasted_then_asked(budget: int, pastes: int = 1) -> TranscriptGate:
+    """Two answered turns of other topics, then unanswered user messages: ``pastes`` pasted
+    tracebacks, then the question about them (sharing no word with them)."""
+    t = Transcript("s")
+    fill(t, 2)
+    for n in range(pastes):
+        t.append(user=f"{PASTE} (paste {n})")
+    t.append(user=QUESTION)
+    return TranscriptGate(t, token_budget=budget)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_unanswered_messages_before_the_question_join_the_open_turn(asynchronous: bool) -> None:
+    """A paste, then the question: both are the open turn, sent whole at the end (the paste
+    shares no word with the question, so as an earlier turn the gate leaves it out)."""
+    import asyncio
+
+    gate = pasted_then_asked(budget=500)
+    query = QUESTION
+    if asynchronous:
+        selected = asyncio.run(gate.aselect_messages(query))
+        selection = asyncio.run(gate.aexplain(query))
+    else:
+        selected, selection = gate.select_messages(query), gate.explain(query)
+    assert [m.content for m in selected] == [f"{PASTE} (paste 0)", query]
+    run, spent = gate.open_run()
+    assert [turn.messages[0].content for turn in run] == [f"{PASTE} (paste 0)"]
+    paste_id = gate.gatekeeper.turns[-1].id
+    assert spent == gate.gatekeeper.turn_cost(paste_id) and paste_id not in selection.turn_ids
+    assert selection.tokens_kept <= 500 - spent
+    # without the open turn, the paste is an earlier turn like any other (the LlamaIndex memory's own path)
+    assert f"{PASTE} (paste 0)" not in [m.content for m in gate.select_messages(query, include_open=False)]
+
+
+def test_a_long_run_of_unanswered_messages_joins_only_while_it_fits() -> None:
+    gate = pasted_then_asked(budget=60, pastes=6)
+    run, spent = gate.open_run()
+    cost = gate.gatekeeper.turn_cost(gate.gatekeeper.turns[-1].id)
+    assert 0 < len(run) == 60 // cost < 6 and spent <= 60  # the newest pastes, while they fit
+    selected = [m.content for m in gate.select_messages(QUESTION)]
+    assert selected[-len(run) - 1:] == [*(f"{PASTE} (paste {n})" for n in range(6 - len(run), 6)), QUESTION]
+    assert gate.open_run(token_budget=cost - 1) == ((), 0)
+
+
+def test_the_open_run_and_the_earlier_turns_share_the_budget() -> None:
+    """The paste's tokens come out of the budget first: an earlier turn the question needs is
+    kept when it fits beside the paste, not when it fits only the budget."""
+    query = "Which logging library would you recommend instead for the Redis lock TTL?"
+    probe = pasted_then_asked(budget=500)
+    _, spent = probe.open_run()
+    first = probe.gatekeeper.turns[0].id
+    needed = probe.gatekeeper.turn_cost(first)
+    assert first in probe.explain(query).turn_ids
+    for budget, kept in ((needed + spent, True), (needed + spent - 1, False)):
+        gate = pasted_then_asked(budget=budget)
+        contents = [m.content for m in gate.select_messages(query)]
+        assert contents[-2:] == [f"{PASTE} (paste 0)", QUESTION]
+        assert (TOPICS[0][0] + " (turn 0)" in contents) is kept

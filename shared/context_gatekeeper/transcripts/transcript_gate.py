@@ -348,17 +348,61 @@ class TranscriptGate:
         self._open, self._last_id = opened, added[-1].id
         return True
 
-    def explain(self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()) -> Selection:
+    def explain(
+        self,
+        query: str,
+        *,
+        token_budget: int | None = None,
+        exclude_keys: Collection[str] = (),
+        include_open: bool = True,
+    ) -> Selection:
         """The gatekeeper's selection for ``query`` over the current state (``token_budget``
-        overrides the budget for this call; ``exclude_keys`` names turns, by key, not to select)."""
-        exclude = self._synced_exclude(exclude_keys)
-        return self.gatekeeper.explain(query, token_budget=token_budget, exclude=exclude)  # not under the lock
+        overrides the budget for this call; ``exclude_keys`` names turns, by key, not to select).
 
-    def _synced_exclude(self, exclude_keys: Collection[str]) -> list[int]:
+        With ``include_open`` (the default), the unanswered user messages right before the
+        open one (a pasted text, then the question) belong to the open turn while together
+        they cost at most the budget (:meth:`open_run`): they are not candidates, and the
+        earlier turns get the budget they leave."""
+        exclude, budget, _ = self._plan(token_budget, exclude_keys, include_open)
+        return self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)  # not under the lock
+
+    def open_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
+        """``(turns, tokens)``: the unanswered user messages right before the open turn, as the
+        turns they are indexed as, oldest first, that join it while together they cost at most
+        ``token_budget`` (default the gatekeeper's), and what they cost.  Older ones stay earlier
+        turns, gated as any other (a long run of unanswered messages is not sent whole).  Empty
+        when the last message is answered or no unanswered message comes before it."""
+        self.sync()
+        with self._lock:
+            return self._open_run(self.gatekeeper.token_budget if token_budget is None else token_budget)
+
+    def _open_run(self, budget: int) -> tuple[tuple[MessageTurn, ...], int]:
+        if self._open is None:
+            return (), 0
+        turns, start, spent = self._turns, len(self._turns), 0
+        while start and turns[start - 1].is_open:
+            added = self.gatekeeper.turn_cost(self._ids[turns[start - 1].key])
+            if spent + added > budget:
+                break
+            spent += added
+            start -= 1
+        return tuple(turns[start:]), spent
+
+    def _plan(
+        self, token_budget: int | None, exclude_keys: Collection[str], include_open: bool
+    ) -> tuple[list[int], int | None, tuple[str, ...]]:
+        """Sync, then ``(turn ids not to select, the budget for the selection, keys of the open
+        run)``: :meth:`open_run` (with ``include_open``) is left out and paid for first."""
         self.sync()
         self.gatekeeper.take_cached()  # saved vectors read here (aexplain: in a worker thread)
         with self._lock:
-            return [self._ids[k] for k in exclude_keys if k in self._ids]
+            run: tuple[MessageTurn, ...] = ()
+            if include_open:
+                run, spent = self._open_run(self.gatekeeper.token_budget if token_budget is None else token_budget)
+                if spent:
+                    token_budget = (self.gatekeeper.token_budget if token_budget is None else token_budget) - spent
+            keys = [*exclude_keys, *(turn.key for turn in run)]
+            return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(turn.key for turn in run)
 
     def embed_pending(self) -> int:
         """Bring the gatekeeper in step, then embed the turns not yet embedded and wait
@@ -380,27 +424,38 @@ class TranscriptGate:
         exclude_keys: Collection[str] = (),
     ) -> list[Message]:
         """The messages to send with ``query``: leading system messages, the selected
-        turns, and (``include_open``) the open, unanswered turn, in transcript order."""
-        selection = self.explain(query, token_budget=token_budget, exclude_keys=exclude_keys)
-        return self._messages(selection, include_open)
+        turns, and (``include_open``) the open, unanswered turn, in transcript order (with
+        the unanswered user messages right before it that fit: see :meth:`explain`)."""
+        exclude, budget, run = self._plan(token_budget, exclude_keys, include_open)
+        selection = self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)
+        return self._messages(selection, include_open, run)
 
-    def _messages(self, selection: Selection, include_open: bool) -> list[Message]:
+    def _messages(self, selection: Selection, include_open: bool, run: tuple[str, ...] = ()) -> list[Message]:
         """A selection's messages as of now: a turn removed meanwhile is left out, and a
-        turn's messages are always its current ones."""
+        turn's messages are always its current ones; the open run's turns (``run``, by key)
+        come right before the open turn."""
         with self._lock:
-            by_id = self._by_turn_id
+            by_id, ids = self._by_turn_id, self._ids
             kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
-            tail = list(self._open.messages) if include_open and self._open else []
+            tail: list[Message] = []
+            if include_open and self._open:
+                tail = [m for key in run if ids.get(key) in by_id for m in by_id[ids[key]].messages]
+                tail += self._open.messages
             return list(map(detached, self._system + kept + tail))
 
     async def aexplain(
-        self, query: str, *, token_budget: int | None = None, exclude_keys: Collection[str] = ()
+        self,
+        query: str,
+        *,
+        token_budget: int | None = None,
+        exclude_keys: Collection[str] = (),
+        include_open: bool = True,
     ) -> Selection:
         """:meth:`explain` without blocking the event loop: the transcript is read in a
         worker thread and the query's embedding is awaited; no lock is waited for on the
         event loop thread."""
-        exclude = await asyncio.to_thread(self._synced_exclude, exclude_keys)
-        return await self.gatekeeper.aexplain(query, token_budget=token_budget, exclude=exclude)
+        exclude, budget, _ = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        return await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
 
     async def aselect_messages(
         self,
@@ -413,8 +468,9 @@ class TranscriptGate:
         """:meth:`select_messages` without blocking the event loop.  A revision that lands
         while the embedder works is taken into account as far as it can: a turn it
         removed is not returned, and a turn's messages are always its current ones."""
-        selection = await self.aexplain(query, token_budget=token_budget, exclude_keys=exclude_keys)
-        return await run_locked(self._lock, self._messages, selection, include_open)
+        exclude, budget, run = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        selection = await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
+        return await run_locked(self._lock, self._messages, selection, include_open, run)
 
     def _message_id(self, digest: str) -> str:
         """The id of the first message of the turn whose embedded text has ``digest`` (``""``
