@@ -54,7 +54,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 from context_gatekeeper import (
     ContextGatekeeper, GateOptions, InvalidInputError, InvalidTypeError, resolve_token_counter,
 )
-from context_gatekeeper.integration import BoundedCache, TurnIndex, text_key
+from context_gatekeeper.integration import BoundedCache, TurnIndex, indexed_texts, text_key
 
 from .convert import role_of, text_of
 from .threads import is_edit_record
@@ -359,12 +359,12 @@ class _Turn:
 
     def close(self) -> None:
         """Fix :attr:`texts`: (user text, assistant text, tool texts), as MessageTurn.texts
-        reads them, except that a system message inside the turn is read as a tool text: it
-        is sent with the turn, so its tokens (and one ``message_overhead``) count in the
-        turn's cost.  The core costs a turn by its texts alone, so its words are indexed too,
-        as a tool result's are."""
+        reads them (:func:`~context_gatekeeper.transcripts.transcript_gate.indexed_texts`: each
+        message one text, so each costs its ``message_overhead``); a system message inside
+        the turn is sent with it, so its tokens count in the turn's cost and its words are
+        indexed, as a tool result's are."""
         parts = self.parts
-        self.texts = "\n".join(parts["user"]), "\n".join(parts["assistant"]), tuple(parts["tool"])
+        self.texts = indexed_texts(parts["user"], parts["assistant"], parts["tool"])
 
 
 def _turns(

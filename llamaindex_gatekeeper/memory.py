@@ -631,9 +631,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """``earlier`` (leading system messages, then whole earlier turns) within ``room`` tokens
         as :meth:`_cost` counts them, message by message.
 
-        The gate prices a turn by its texts (a turn's assistant messages as one text with one
-        ``message_overhead``, the system messages as one prompt, tool-call arguments not at
-        all), so what it selected may cost more as ``get`` returns it.  Then the oldest
+        The gate prices a turn by its texts (one text and one ``message_overhead`` a message,
+        the system messages as one prompt, tool-call arguments not at all), so what it
+        selected may cost more as ``get`` returns it.  Then the oldest
         selected turns are left out, whole (a tool call never without its result), until the
         rest fits; the system messages always stay (pinned content)."""
         if self._cost(earlier) <= room:

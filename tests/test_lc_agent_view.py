@@ -417,6 +417,35 @@ def test_a_system_message_inside_an_earlier_turn_counts_against_the_budget() -> 
         assert view.gatekeeper("t").turn_cost(view.gatekeeper("t").turns[0].id) == 16, keyed_by
 
 
+def test_an_agent_turn_is_priced_one_message_at_a_time() -> None:
+    """A turn of several answers (tool calls, their results, the final answer) costs each
+    message its overhead: what the view hands out stays within the budget counted message by
+    message (priced as one answer, 30 agent turns went over a budget of 1,000 by 56 tokens)."""
+    import json
+
+    from context_gatekeeper.tokens import tiktoken_counter
+
+    count = tiktoken_counter("cl100k_base")
+    chat: list = []
+    for i in range(30):
+        chat.append(HumanMessage(f"What is the Redis lock TTL for job {i}?", id=f"h{i}"))
+        for k in range(3):
+            chat.append(AIMessage("", tool_calls=[{"name": "lookup", "args": {"job": i, "k": k}, "id": f"c{i}.{k}"}],
+                                  id=f"a{i}.{k}"))
+            chat.append(ToolMessage(f"ttl {i * 10 + k}", tool_call_id=f"c{i}.{k}", id=f"t{i}.{k}"))
+        chat.append(AIMessage(f"The Redis lock TTL for job {i} is {i * 10} seconds.", id=f"f{i}"))
+    chat.append(HumanMessage("And the Redis lock TTL for job 7 again?", id="q"))
+
+    def text(m):
+        calls = " ".join(f"{c['name']} {json.dumps(c['args'])}" for c in getattr(m, "tool_calls", None) or [])
+        return "\n".join(t for t in (m.text, calls) if t)
+
+    for budget in (300, 1000):
+        earlier = gate_messages(chat, token_budget=budget, token_counter=count)[:-1]
+        assert len(earlier) > 20
+        assert sum(count(text(m)) + 3 for m in earlier) <= budget
+
+
 def test_function_and_chat_messages_take_the_role_they_play() -> None:
     """A FunctionMessage is its call's result (never a turn of its own); a ChatMessage has the
     role it names (user or human, assistant or ai, system, tool or function); other roles are users."""
@@ -436,8 +465,8 @@ def test_function_and_chat_messages_take_the_role_they_play() -> None:
     gk = view.gatekeeper("t")
     assert gk.system_prompt == "Be brief."
     assert [(t.user, t.assistant, t.tool_texts) for t in gk.turns] == [
-        ("Tell me about espresso grind size", "\nThe watchdog renews the redis lock.\nmore on the redis watchdog",
-         ("redis lock watchdog",)),
+        ("Tell me about espresso grind size", "more on the redis watchdog",
+         ("", "The watchdog renews the redis lock.", "redis lock watchdog")),  # one text a message: each priced
         ("espresso beans?", "Arabica.", ("tool says arabica", "fn says arabica", "Stay on topic.")),
         ("that was short", "Sorry.", ()),
     ]
@@ -474,7 +503,7 @@ def test_tool_call_arguments_json_cannot_hold_are_read_as_their_text() -> None:
             HumanMessage("and cancel it?")]
     view = GatedView(make)
     assert view.view(chat, thread="t") == chat
-    assert '"when": "2025-01-02", "price": "9.5"' in view.gatekeeper("t").turns[0].assistant
+    assert '"when": "2025-01-02", "price": "9.5"' in view.gatekeeper("t").turns[0].tool_texts[0]
 
 
 def test_an_unhashable_thread_is_refused_with_the_librarys_error() -> None:

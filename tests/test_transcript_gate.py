@@ -183,9 +183,10 @@ def test_what_select_messages_hands_out_is_a_copy_the_transcript_never_sees_chan
     assert [m.to_dict() for m in again] == before
 
 
-def test_message_turn_texts_are_the_joined_texts_of_each_role() -> None:
-    """MessageTurn.texts (a shortcut for a question and its answer) is the join of each role's texts
-    (a system message inside the turn read as a tool text: it is sent with the turn)."""
+def test_message_turn_texts_are_one_text_a_message() -> None:
+    """MessageTurn.texts (a shortcut for a question and its answer): the user texts joined, the
+    last answer as the assistant text, earlier answers and tool and system messages (sent with
+    the turn) as tool texts."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -198,10 +199,11 @@ def test_message_turn_texts_are_the_joined_texts_of_each_role() -> None:
     @given(st.lists(st.tuples(roles, texts), min_size=1, max_size=4))
     def check(parts: list[tuple[str, str]]) -> None:
         messages = tuple(Message(f"m{n}", role, text) for n, (role, text) in enumerate(parts))  # type: ignore[arg-type]
+        answers = [m.content for m in messages if m.role == "assistant"]
         expected = (
             "\n".join(m.content for m in messages if m.role == "user"),
-            "\n".join(m.content for m in messages if m.role == "assistant"),
-            tuple(m.content for m in messages if m.role in ("tool", "system")),
+            answers[-1] if answers else "",
+            (*answers[:-1], *(m.content for m in messages if m.role in ("tool", "system"))),
         )
         assert MessageTurn("m0", messages).texts == expected
 
@@ -273,7 +275,7 @@ def test_unanswered_messages_before_the_question_join_the_open_turn(asynchronous
     else:
         selected, selection = gate.select_messages(query), gate.explain(query)
     assert [m.content for m in selected] == [f"{PASTE} (paste 0)", query]
-    run, spent = gate.open_run()
+    run, spent = asyncio.run(gate.aopen_run()) if asynchronous else gate.open_run()
     assert [turn.messages[0].content for turn in run] == [f"{PASTE} (paste 0)"]
     paste_id = gate.gatekeeper.turns[-1].id
     assert spent == gate.gatekeeper.turn_cost(paste_id) and paste_id not in selection.turn_ids
@@ -306,3 +308,25 @@ def test_the_open_run_and_the_earlier_turns_share_the_budget() -> None:
         contents = [m.content for m in gate.select_messages(query)]
         assert contents[-2:] == [f"{PASTE} (paste 0)", QUESTION]
         assert (TOPICS[0][0] + " (turn 0)" in contents) is kept
+
+
+def test_an_agent_turn_costs_each_of_its_messages_its_overhead() -> None:
+    """A question, two tool calls with their results and the final answer: six messages sent,
+    six overheads counted (the answers priced as one text counted one)."""
+    t = Transcript("s")
+    t.append(messages=[
+        Message("u", "user", "Which Redis lock TTL do the jobs use?"),
+        Message("a1", "assistant", "lookup job 1"), Message("t1", "tool", "ttl 30"),
+        Message("a2", "assistant", "lookup job 2"), Message("t2", "tool", "ttl 45"),
+        Message("a3", "assistant", "Job 1 uses 30 seconds and job 2 uses 45."),
+    ])
+    t.append(user="And the watchdog?")
+    costs = []
+    for overhead in (0, 3):
+        gate = TranscriptGate(t, token_budget=500, message_overhead=overhead)
+        gate.sync()
+        turn = gate.gatekeeper.turns[0]
+        assert turn.assistant == "Job 1 uses 30 seconds and job 2 uses 45."  # the final answer
+        assert turn.tool_texts == ("lookup job 1", "lookup job 2", "ttl 30", "ttl 45")
+        costs.append(gate.gatekeeper.turn_cost(turn.id))
+    assert costs[1] - costs[0] == 6 * 3

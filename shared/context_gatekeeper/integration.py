@@ -33,7 +33,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   store keeps it: surrogate pairs joined, lone surrogates escaped) and
   ``ideal_patch_reply`` (the answer a perfect model would give: offline demos).
 * **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
-  to turns), ``TurnIndex`` (an incremental index over a list that grows) and
+  to turns), ``indexed_texts`` (a turn's texts as the gatekeeper indexes and prices
+  them: one text a message), ``TurnIndex`` (an incremental index over a list that grows) and
   ``kept_covering`` (what ``select_covering`` keeps, counting only the costs it needs)
   with ``may_match`` (which texts may hold a query's anchors, before extracting them),
   ``held_anchors`` (which of them a text holds, mostly without extracting it) and
@@ -80,7 +81,7 @@ from .records.replay import SKIP_REASONS
 from .records.revisions import (
     STATE_CHANGING, RevisionKind, Skipped, diff_states, replay, rewind, split_applicable, undo_stacks,
 )
-from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns
+from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns, indexed_texts
 from .selection.anchors import anchor_set
 from .selection.coverage import held_anchors, kept_covering, may_match
 from .transcripts.versioned import VersionedTranscriptMixin
@@ -138,6 +139,7 @@ __all__ = [
     # selection over framework lists
     "MessageTurn",
     "group_turns",
+    "indexed_texts",
     "TurnIndex",
     "kept_covering",
     "may_match",

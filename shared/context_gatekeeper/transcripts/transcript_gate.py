@@ -31,7 +31,7 @@ from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
 from .transcript import Transcript
 
-__all__ = ["MessageTurn", "IndexedTurn", "group_turns", "TurnIndex", "TranscriptGate"]
+__all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "group_turns", "TurnIndex", "TranscriptGate"]
 
 
 @dataclass(frozen=True)
@@ -48,23 +48,38 @@ class MessageTurn:
 
     @property
     def texts(self) -> tuple[str, str, tuple[str, ...]]:
-        """(user text, assistant text, tool texts) as the gatekeeper indexes them.  A system
-        message inside the turn is sent with it, so it is read as a tool text: its tokens count
-        in the turn's cost (the gatekeeper costs a turn by its texts)."""
+        """(user text, assistant text, tool texts) as the gatekeeper indexes them
+        (:func:`indexed_texts` of the turn's messages by role)."""
         messages = self.messages
         if len(messages) == 2:  # a question and its answer (most turns): the texts as they are
             first, second = messages
             if first.role == "user" and second.role == "assistant":
                 return first.content, second.content, ()
-        user = "\n".join(m.content for m in messages if m.role == "user")
-        assistant = "\n".join(m.content for m in messages if m.role == "assistant")
-        tools = tuple(m.content for m in messages if m.role == "tool" or m.role == "system")
-        return user, assistant, tools
+        return indexed_texts(
+            [m.content for m in messages if m.role == "user"],
+            [m.content for m in messages if m.role == "assistant"],
+            [m.content for m in messages if m.role == "tool" or m.role == "system"],
+        )
 
     @property
     def is_open(self) -> bool:
         """A user message nobody has answered yet."""
         return all(m.role == "user" for m in self.messages)
+
+
+def indexed_texts(
+    users: Sequence[str], answers: Sequence[str], others: Sequence[str]
+) -> tuple[str, str, tuple[str, ...]]:
+    """A turn's ``(user text, assistant text, tool texts)`` as the gatekeeper indexes them, from
+    the texts of its user messages, its assistant messages and its other messages (tool
+    results; a system message inside the turn, which is sent with it), each in order.
+
+    The user messages are joined; the last assistant message is the answer (the gate reads
+    whether it ends with a question); the earlier assistant messages (an agent's tool calls)
+    and the other messages are tool texts.  The gatekeeper costs a turn by its texts with one
+    ``message_overhead`` each, so each message sent is one text: an agent turn of several
+    answers is not priced as one message (it went over the budget by the overhead of each)."""
+    return "\n".join(users), answers[-1] if answers else "", (*answers[:-1], *others)
 
 
 class IndexedTurn(Protocol):
@@ -375,6 +390,10 @@ class TranscriptGate:
         self.sync()
         with self._lock:
             return self._open_run(self.gatekeeper.token_budget if token_budget is None else token_budget)
+
+    async def aopen_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
+        """:meth:`open_run` with the transcript read in a worker thread."""
+        return await asyncio.to_thread(self.open_run, token_budget)
 
     def _open_run(self, budget: int) -> tuple[tuple[MessageTurn, ...], int]:
         if self._open is None:
