@@ -103,9 +103,10 @@ FITTED_SWITCH_MODEL: dict[str, float] = {
     "content": 1.342, "elsewhere": 6.028, "reference": -0.048, "asks": -2.828, "closes": 1.5, "established": -0.864,
     "history": -0.986,
 }
-"""The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half (before
-the Chinese reference cues of 2026-12-03, so a refit today gives slightly different ones; that
-script's docstring says what refitting changed)."""
+"""The switch score's weights as fitted by ``benchmarks/fit_gate.py`` on the tuning half on
+2026-12-02 (commit 712315e) and frozen: the labelled sets have grown since, and a refit today
+gives other weights, which trade precision for recall (the hard set's off-topic 0.112 -> 0.187
+on half B); that script prints both and its docstring gives the figures."""
 
 FITTED_PREFERENCE_MODEL: dict[str, float] = {
     "bias": 0.089, "active": -1.21, "lead_earlier": 0.54, "lead_active": 6.89, "level_earlier": 0.462,
@@ -229,9 +230,9 @@ class SelectionParams:
     switch_model: dict[str, float] = field(default_factory=lambda: dict(FITTED_SWITCH_MODEL))
     """Weights of the gate's switch score, one per input of :data:`SWITCH_FEATURES`: a
     logistic model whose log-odds ``sum(weight * input)`` says whether a query without an
-    explicit cue leaves the active topic (positive: it does).  The defaults are fitted by
-    ``benchmarks/fit_gate.py`` on the tuning half of the development sets, instead of
-    hand-set thresholds on overlap and new content; ``explain()`` shows each input's
+    explicit cue leaves the active topic (positive: it does).  The defaults were fitted by
+    ``benchmarks/fit_gate.py`` on the tuning half of the development sets (and frozen: see
+    :data:`FITTED_SWITCH_MODEL`), instead of hand-set thresholds on overlap and new content; ``explain()`` shows each input's
     contribution (:attr:`GateFeatures.contributions`)."""
 
     cue_hold_overlap: float = 0.3
