@@ -4,11 +4,14 @@ Each test builds a session through the library, then changes the database file b
 (plain sqlite3, as a person with the ``sqlite3`` shell would), and checks that opening the
 session raises ``CorruptLogError`` naming the session and the first revision that is not
 what was written, that ``store.truncate(session, revision - 1)`` keeps exactly the intact
-prefix, and that the session then opens and takes appends again.
+prefix, and that the session then opens and takes appends again.  The index of message ids
+beside the log is not chained; a hand edit of it must never make the library write a
+revision that breaks the session.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from context_gatekeeper import CorruptLogError, StoreUnavailableError, Transcript
+from context_gatekeeper import CorruptLogError, InvalidInputError, StoreUnavailableError, Transcript
 from context_gatekeeper.stores import SQLiteStore
 from context_gatekeeper.stores import sqlite as sqlite_module
 from context_gatekeeper.testing import ScriptedModel
@@ -469,3 +472,39 @@ def test_a_refused_read_leaves_no_statement_open(db: Path) -> None:
     store.truncate("s", 19)
     assert store.head("s") == 19
     store.close()
+
+
+@pytest.mark.parametrize("call", ["append", "aappend"])
+def test_appends_after_a_hand_edited_id_index_never_store_a_message_twice(call: str, tmp_path: Path) -> None:
+    """The index of message ids is not chained, so a hand edit of it goes unnoticed on open.
+    A retried append (a client re-sending messages with their ids) still does nothing, and
+    a taken id is still refused or renewed: the transcript checks an append's ids against
+    the log it has read before anything is written, so the store never writes a second copy
+    of a message the session holds (a revision no reader could load)."""
+    path = tmp_path / "chat.db"
+    hello = {"id": "u1", "role": "user", "content": "hello"}
+    with Transcript("s", store=path) as t:
+        t.append(messages=[hello, {"id": "a1", "role": "assistant", "content": "hi"}])
+        t.append(user="second", assistant="reply")
+    hand_edit(path, "DELETE FROM message_ids WHERE session_id = 's'")  # e.g. a cleanup script that took it for a cache
+    store = SQLiteStore(path)
+    try:
+        t = Transcript("s", store=store)
+        written = store.revisions("s")
+
+        def append(**kwargs: object):
+            return t.append(**kwargs) if call == "append" else asyncio.run(t.aappend(**kwargs))
+
+        retried = append(messages=[dict(hello)])
+        assert (retried.number, retried.changes) == (2, ())
+        with pytest.raises(InvalidInputError, match="'a1' is already used in session 's' with other content"):
+            append(messages=[{"id": "a1", "role": "assistant", "content": "other text"}])
+        assert store.revisions("s") == written  # nothing written
+        renewed = append(messages=[dict(hello), {"id": "a1", "role": "assistant", "content": "other text"}],
+                         renew_taken_ids=True)
+        (fresh,) = renewed.added
+        assert (renewed.number, fresh.content) == (3, "other text") and fresh.id not in {"u1", "a1"}
+        with Transcript("s", store=path) as reopened:
+            assert reopened.messages == t.messages and [m.id for m in t.messages][:2] == ["u1", "a1"]
+    finally:
+        store.close()

@@ -4,6 +4,7 @@ untouched messages stay byte-identical, selection follows the current state."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -17,6 +18,7 @@ from context_gatekeeper import (
     Proposal,
     Replace,
     SQLiteStore,
+    StaleHeadError,
     Transcript,
     TranscriptGate,
 )
@@ -306,5 +308,95 @@ def test_a_refused_apply_leaves_the_state_as_it_was(tmp_path) -> None:
         assert [m.content for m in t.messages][:2] == ["first now", "changed"]
         assert [m.id for m in t.messages][2:] == ids[2:]
         assert [m.content for m in Transcript("edits", store=store).messages] == [m.content for m in t.messages]
+    finally:
+        store.close()
+
+
+BUDGET = "From now on the budget is 500 EUR."
+LATER_TURN = {"user": "What about Galway?", "assistant": "Galway is 2h from Dublin."}
+
+
+def insert_after(alias: str, *messages: tuple[str, str]) -> str:
+    """A patch reply inserting ``(role, content)`` messages after the shown message ``alias``."""
+    operations = [{"op": "insert_after", "id": alias, "role": role, "content": content} for role, content in messages]
+    return json.dumps({"operations": operations})
+
+
+def trip(store: SQLiteStore) -> Transcript:
+    t = Transcript("trip", store=store)
+    t.append(user="Trip to Ireland?", assistant="Dublin, 900 EUR.")
+    return t
+
+
+@pytest.mark.parametrize("how", ["commit", "edit", "aedit"])
+def test_an_edit_that_the_turns_appended_meanwhile_would_break_is_stale(how: str, tmp_path) -> None:
+    """An insertion at the end of the state the model saw lands before a turn appended
+    meanwhile (by another writer, while the model worked, or before a preview's commit):
+    two user messages in a row, which the edit's own check never saw.  It is refused as
+    stale and writes nothing; computed again, the edit commits."""
+    store = SQLiteStore(tmp_path / "log.db")
+    try:
+        t, other = trip(store), Transcript("trip", store=store)
+        seen: list[tuple] = []
+
+        def reply(messages: object) -> str:
+            if how != "commit":
+                other.append(**LATER_TURN)  # the chat goes on while the model works
+                seen.append(state_of(other))
+            return insert_after("2", ("user", BUDGET))
+
+        model = ScriptedModel(reply)
+        with pytest.raises(StaleHeadError, match=r"revision\(s\) \[2\] appended turns after revision 1") as caught:
+            if how == "commit":
+                proposal = t.edit("from now on the budget is 500 EUR", model=model, preview=True)
+                other.append(**LATER_TURN)
+                seen.append(state_of(t))
+                t.commit(proposal)
+            elif how == "edit":
+                t.edit("from now on the budget is 500 EUR", model=model)
+            else:
+                asyncio.run(t.aedit("from now on the budget is 500 EUR", model=model))
+        assert f"'{BUDGET}') and user message" in str(caught.value) and "two user messages in a row" in str(caught.value)
+        assert "Compute the edit again" in str(caught.value)
+        assert state_of(t) == seen[0] and store.head("trip") == 2  # nothing written
+        again = t.edit("from now on the budget is 500 EUR", model=ScriptedModel(insert_after("4", ("user", BUDGET))))
+        assert (again.number, again.base) == (3, 2)
+        assert [m.content for m in t.messages] == ["Trip to Ireland?", "Dublin, 900 EUR.", *LATER_TURN.values(), BUDGET]
+    finally:
+        store.close()
+
+
+def test_an_edit_that_stays_sound_over_the_turns_appended_meanwhile_is_rebased(tmp_path) -> None:
+    store = SQLiteStore(tmp_path / "log.db")
+    try:
+        t, other = trip(store), Transcript("trip", store=store)
+        pair = insert_after("2", ("user", "Do I need a visa?"), ("assistant", "Not from the EU."))
+        proposal = t.edit("add the visa question", model=ScriptedModel(pair), preview=True)
+        other.append(**LATER_TURN)
+        revision = t.commit(proposal)
+        assert (revision.kind, revision.base, revision.parent) == ("edit", 1, 2)
+        assert [m.content for m in t.messages] == [
+            "Trip to Ireland?", "Dublin, 900 EUR.", "Do I need a visa?", "Not from the EU.", *LATER_TURN.values()
+        ]
+    finally:
+        store.close()
+
+
+def test_an_edit_that_would_separate_a_tool_call_appended_meanwhile_from_its_call_is_stale(tmp_path) -> None:
+    store = SQLiteStore(tmp_path / "log.db")
+    try:
+        call = {"id": "c1", "name": "weather", "args": {"city": "Cork"}}
+        t = Transcript("tools", store=store)
+        t.append(messages=[{"role": "user", "content": "Weather in Cork?"},
+                           {"role": "assistant", "content": "Checking.", "metadata": {"tool_calls": [call]}}])
+        proposal = t.edit("use Celsius", model=ScriptedModel(insert_after("2", ("user", "Celsius, please."))), preview=True)
+        Transcript("tools", store=store).append(messages=[
+            {"role": "tool", "content": "14 C, sunny", "metadata": {"tool_call_id": "c1"}},
+            {"role": "assistant", "content": "14 C and sunny."},
+        ])
+        before = state_of(t)
+        with pytest.raises(StaleHeadError, match="tool call 'c1' of message .* would be separated from its result"):
+            asyncio.run(t.acommit(proposal))
+        assert state_of(t) == before
     finally:
         store.close()

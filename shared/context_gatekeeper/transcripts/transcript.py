@@ -21,7 +21,12 @@ Integrity (issue #11):
 
 * the store checks, inside its write transaction, that each revision applies to the
   head it follows (:mod:`.stores.integrity`); one that does not raises
-  :class:`InvalidRevisionError` and nothing is written;
+  :class:`InvalidRevisionError` and nothing is written.  An append is checked the same
+  way against the log this object has just read, before it goes to the store, so a
+  store's id index edited by hand (it is not chained) never makes a retried message
+  land twice;
+* an edit rebased over turns appended since its base must still alternate and keep tool
+  calls with their results (:mod:`.rebase`), else :class:`StaleHeadError`;
 * a call that changes nothing (``apply([])``, ``set()`` of the current state, a
   replace with the same text, an edit with no operations, a retried append) records
   nothing and returns a revision numbered like the head, with no changes; undo and
@@ -63,12 +68,15 @@ from ..records.operations import (
     require_requests,
     resolve_request,
 )
-from ..records.revisions import Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, storable_revision, undo_stacks
+from ..records.revisions import (
+    Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, rebase_conflicts, storable_revision, undo_stacks,
+)
 from ..stores.base import Store, takes_keyword
 from ..stores.integrity import IdEntry, check_revision, digest, entry
 from ..stores.memory import InMemoryStore
 from ..stores.replica import BULK, Replica, collector_paused
 from ..validation import require_text
+from .rebase import rebase_problem
 
 __all__ = ["Transcript"]
 
@@ -431,8 +439,9 @@ class Transcript:
         idempotent no-op) and the messages after it still go where it would have gone.
         Any other taken id (held with other text, of a message since removed, or given
         twice in this append) is refused (``InvalidInputError``, nothing written), or,
-        with ``renew_taken_ids=True``, given a fresh id.  The store decides inside its write
-        transaction, so concurrent writers retrying one request add it once.  When
+        with ``renew_taken_ids=True``, given a fresh id.  This object decides first, against
+        the log it has just read, and the store again inside its write transaction, so
+        concurrent writers retrying one request add it once.  When
         every message was skipped, nothing is recorded and the returned revision is
         numbered like the head, with no changes.  An answer whose open question was
         deleted meanwhile (by any writer, this object included) is refused
@@ -517,9 +526,11 @@ class Transcript:
         Returns the new :class:`Revision`, or with ``preview=True`` a :class:`Proposal`
         that changes nothing until :meth:`commit`.  A failed edit (unusable model
         output after one retry, invalid operations, a model that raises or times out)
-        raises :class:`EditError` or :class:`ModelUnavailableError` and changes nothing.
-        ``options`` (default: the transcript's ``edit_options``) sets this edit's
-        settings; ``strategy`` and ``allow_large_deletion`` override its fields when given.
+        raises :class:`EditError` or :class:`ModelUnavailableError` and changes nothing; so
+        does an edit that turns appended while the model worked would break (see
+        :meth:`commit`), with :class:`StaleHeadError`.  ``options`` (default: the
+        transcript's ``edit_options``) sets this edit's settings; ``strategy`` and
+        ``allow_large_deletion`` override its fields when given.
         Per-call ``options`` can tighten the transcript's deletion guard, never loosen it
         (the lower ``max_deletion_share`` holds; pass ``allow_large_deletion=True`` for a
         larger edit), and count with the transcript's token counter unless they name one.
@@ -545,7 +556,9 @@ class Transcript:
 
     def commit(self, proposal: Proposal) -> Revision:
         """Apply exactly ``proposal``: at its base head, or rebased over appends that touch
-        none of its messages; otherwise :class:`StaleHeadError` and nothing changes."""
+        none of its messages and leave the result alternating, with tool calls next to their
+        results (an insertion at the end of the old state would land before the new turns);
+        otherwise :class:`StaleHeadError` and nothing changes: compute the edit again."""
         if not isinstance(proposal, Proposal):
             raise InvalidTypeError(
                 f"commit takes a Proposal from edit(preview=True), got {type(proposal).__name__}; "
@@ -564,6 +577,7 @@ class Transcript:
                     f"session {self.session_id!r} was purged or written anew since this proposal was computed "
                     f"(revision {base} is another revision now); nothing changed: compute the edit again"
                 )
+            self._refuse_broken_rebase(proposal)
             return self._commit(
                 "edit",
                 proposal.changes,
@@ -575,6 +589,30 @@ class Transcript:
     async def acommit(self, proposal: Proposal) -> Revision:
         """Async :meth:`commit`."""
         return await asyncio.to_thread(self.commit, proposal)
+
+    def _refuse_broken_rebase(self, proposal: Proposal) -> None:
+        """Refuse ``proposal`` when the turns appended since its base would break the
+        conversation's structure once it is rebased over them (caller holds the lock and
+        has just refreshed): an insertion at the end of the old state lands before the new
+        turns, which its own check never saw (see :mod:`.rebase`).
+
+        Raises:
+            StaleHeadError: the rebased result adds an alternation or tool-pairing
+                violation; nothing is written."""
+        log, base = self._replica.log, proposal.base
+        if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base < len(log):
+            return  # at the head, or no head at all: the store's own checks answer
+        later = log[base:]
+        if rebase_conflicts(later, proposal.changes):
+            return  # the store refuses it, naming the revisions in the way
+        problem = rebase_problem(self._replica.state.to_list(), proposal.changes)
+        if problem is not None:
+            numbers = [revision.number for revision in later]
+            raise StaleHeadError(
+                f"session {self.session_id!r}: revision(s) {numbers} appended turns after revision "
+                f"{base}, which this edit was computed on; applied after them, {problem}; nothing was "
+                "written. Compute the edit again (edit() sees the new turns)"
+            )
 
     def apply(self, requests: Sequence[Request]) -> Revision:
         """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``.
@@ -812,6 +850,10 @@ class Transcript:
         if not draft.changes:
             return replace(draft, number=head, parent=head, base=head)
         draft = storable_revision(draft)  # one text per revision, and metadata a store can keep, before any write
+        if kind == "append":
+            draft = self._append_as_read(draft, renew_taken_ids)
+            if not draft.changes:  # every message was a retry of one the state holds: nothing to record
+                return replace(draft, number=head, parent=head, base=head)
         if renew_taken_ids and not takes_keyword(self.store, "renew_taken_ids"):
             return self._commit_renewing(draft)
         options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
@@ -829,6 +871,23 @@ class Transcript:
         if not stored.changes or stored.number > len(self._replica.log):
             return stored.detached()
         return self._replica.log[stored.number - 1].detached()
+
+    def _append_as_read(self, draft: Revision, renew_taken_ids: bool) -> Revision:
+        """The append ``draft`` checked against the log as this object has just read it,
+        before anything is written (caller holds the lock): a retried message the state
+        holds is dropped, and any other taken id is refused or renewed, as the store would
+        (:func:`~context_gatekeeper.stores.integrity.check_revision`).  The store checks what
+        is left again, inside its write transaction, against its id index (for writers that
+        came between).  That index is not covered by the hash chain: when it was edited by
+        hand, a retry it no longer knows would otherwise be stored as a second copy of a
+        message the session holds, a revision no reader can load.
+
+        Raises:
+            InvalidInputError: a taken id, without ``renew_taken_ids``; nothing is written.
+            InvalidRevisionError: a message put after one the session never held, or after
+                a deleted one; nothing is written."""
+        checked, _rows = check_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids)
+        return checked
 
     def _commit_renewing(self, draft: Revision) -> Revision:
         """Commit the append ``draft`` with taken ids renewed, for a store whose ``commit``
@@ -856,7 +915,8 @@ class Transcript:
 
     def _lookup_read(self, ids: Iterable[str]) -> dict[str, IdEntry]:
         """The id-index rows of ``ids`` as this object has read the log (what a store's
-        index would say): for :meth:`_commit_renewing`."""
+        index would say): for :meth:`_append_as_read` and :meth:`_commit_renewing`.  Costs a
+        set lookup per id; only an id the session used reads the log, up to its first put."""
         wanted = {i for i in ids if i in self._replica.used_ids}
         if not wanted:
             return {}
@@ -865,6 +925,8 @@ class Transcript:
             for message in revision.added:
                 if message.id in wanted and message.id not in first:
                     first[message.id] = digest(message)
+            if len(first) == len(wanted):
+                break
         state = self._replica.state
         found: dict[str, IdEntry] = {}
         for message_id, first_digest in first.items():
