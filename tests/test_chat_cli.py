@@ -285,7 +285,7 @@ def test_offline_editor_instructions(instruction: str, expected: tuple[str, str]
     assert parse_substitution(instruction) == expected
 
 
-@pytest.mark.parametrize("name", ["offline", "session_file", "app", "commands", "loop", "render", "readers", "session"])
+@pytest.mark.parametrize("name", ["offline", "session_file", "app", "commands", "loop", "render", "readers", "session", "pins"])
 def test_chat_docstring_examples_run(name: str) -> None:
     module = importlib.import_module(f"context_gatekeeper.chat.{name}")
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
@@ -417,3 +417,107 @@ def test_a_reserved_session_name_is_one_line_and_status_2(tmp_path: Path) -> Non
     status, out = chat(tmp_path, ["hi"], session="gatekeeper-chat-pins:s")
     assert status == 2 and "hold a conversation's pins; pick another name" in out
     assert not (tmp_path / "chat.db").exists()
+
+
+# -- /save and /load keep everything a message carries; /undo of a load takes its pins back ---
+TOOL_TURN = [
+    Message("u1", "user", "Weather in Reykjavik?"),
+    Message("a1", "assistant", "", metadata={"tool_calls": [{"id": "call_1", "name": "weather", "args": {"city": "Reykjavik"}}]}),
+    Message("t1", "tool", "4 C, windy", parts=({"type": "text", "text": "4 C, windy"},),
+            metadata={"tool_call_id": "call_1", "name": "weather"}),
+    Message("a2", "assistant", "It is 4 C and windy."),
+]
+
+
+def stored_messages(tmp_path: Path, session: str = "s") -> list[tuple[str, str, Any, dict[str, Any]]]:
+    transcript = Transcript(session, store=str(tmp_path / "chat.db"))
+    try:
+        return [(m.id, m.role, m.parts, dict(m.metadata)) for m in transcript.messages]
+    finally:
+        transcript.store.close()
+
+
+def test_save_then_load_keeps_tool_calls_parts_and_metadata_and_changes_nothing(tmp_path: Path) -> None:
+    transcript = Transcript("s", store=str(tmp_path / "chat.db"))
+    try:
+        transcript.append(messages=TOOL_TURN)
+    finally:
+        transcript.store.close()
+    before = stored_messages(tmp_path)
+    saved = tmp_path / "saved.json"
+    status, out = chat(tmp_path, [f"/save {saved}", f"/load {saved}", "/quit"])
+    assert status == 0 and "error:" not in out
+    assert f"the conversation already is what {saved} holds (4 messages and its pins): nothing changed" in out
+    assert stored_messages(tmp_path) == before and head(tmp_path) == 1, "no revision, no message rewritten"
+    assert json.loads(saved.read_text(encoding="utf-8"))["messages"][1]["metadata"]["tool_calls"][0]["id"] == "call_1"
+
+    chat(tmp_path, [f"/load {saved}", "/quit"], session="other")  # a fresh conversation gets them from the file
+    assert stored_messages(tmp_path, "other") == before
+
+    old_format = tmp_path / "old.json"  # written before /save kept parts and metadata
+    document = json.loads(saved.read_text(encoding="utf-8"))
+    for item in document["messages"]:
+        item.pop("metadata", None)
+        item.pop("parts", None)
+    old_format.write_text(json.dumps(document), encoding="utf-8")
+    status, out = chat(tmp_path, [f"/load {old_format}", "/quit"])
+    assert "nothing changed" in out
+    assert stored_messages(tmp_path) == before and head(tmp_path) == 1
+
+
+def test_undo_of_a_load_puts_its_pins_back_and_redo_replaces_them_again(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": FORMAT, "version": 1, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}), encoding="utf-8")
+    status, out = chat(tmp_path, [GDP, REPLICATION, "/pin 1", f"/load {other}", "/pin", "/undo", "/quit"])
+    assert "loaded 2 messages as revision 3 (/undo takes it back, pins included)" in out
+    assert "[chat] > /pin\nno pinned turns" in out, "the load replaced the pins"
+    status, out = chat(tmp_path, ["/show", "/pin", "/redo", "/pin", "/undo", "/quit"])
+    shown = out.split("[chat] > /show", 1)[1]
+    assert re.search(rf"-- turn \d+ \(pinned\)\nuser: {re.escape(GDP)}\n", shown), "the undo put the pin back"
+    after_redo = out.split("[chat] > /redo", 1)[1]
+    assert "[chat] > /pin\nno pinned turns" in after_redo, "the redo replaced the pins again"
+    status, out = chat(tmp_path, ["/pin", "/quit"])
+    assert "pinned turns: " in out and "no pinned turns" not in out
+
+
+def test_a_pin_made_after_a_load_stays_when_the_load_is_undone(tmp_path: Path) -> None:
+    saved = tmp_path / "saved.json"
+    chat(tmp_path, [GDP, f"/save {saved}"], session="a")
+    status, out = chat(tmp_path, [GDP, "/pin 1", f"/load {saved}", REPLICATION, "/pin 3", "/undo", "/pin", "/quit"])
+    assert "[chat] > /pin 3\npinned turns: 3 (always sent" in out, "the load replaced pin 1; turn 3 came after it"
+    after_undo = out.split("[chat] > /undo", 1)[1]
+    assert re.search(r"\[chat\] > /pin\npinned turns: \d+, 3 \(always sent", after_undo), after_undo
+
+
+def test_pin_and_unpin_of_several_turns_are_all_or_nothing(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, [GDP, "/pin 1 7", "/quit"])
+    assert "error: no turn 7; turns are numbered as /show lists them (1)" in out
+    status, out = chat(tmp_path, [REPLICATION, "/pin", "/pin 1 2", "/unpin 2 9", "/pin", "/quit"])
+    assert "[chat] > /pin\nno pinned turns" in out, "the refused /pin 1 7 pinned nothing"
+    assert "pinned turns: 1, 2 (always sent" in out.split("[chat] > /unpin 2 9", 1)[1]
+
+
+def test_end_of_input_at_the_large_deletion_question_applies_nothing_and_leaves(tmp_path: Path) -> None:
+    deleting = '{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'
+    status, out = chat(tmp_path, [GDP, "/edit drop everything"], models=(OfflineChatModel(), ScriptedModel([deleting])))
+    assert status == 0
+    assert "@@ user #1: removed @@" in out and "not applied; nothing was changed" in out
+    assert "EOFError" not in out and "error:" not in out
+    assert "The conversation is saved. Resume it with:" in out
+    assert contents(tmp_path) != [] and head(tmp_path) == 1
+
+
+def test_a_new_session_name_follows_the_web_chats_rules_a_stored_one_opens(tmp_path: Path) -> None:
+    for name in ("x" * 81, "tab\there", "bidi\u202eswap"):
+        status, out = chat(tmp_path, ["hi"], session=name)
+        assert status == 2 and "--session: session names are at most 80 characters" in out
+    assert not (tmp_path / "chat.db").exists() or "x" * 81 not in Transcript("x", store=str(tmp_path / "chat.db")).store.sessions()
+    long_name = "y" * 81
+    transcript = Transcript(long_name, store=str(tmp_path / "chat.db"))
+    try:
+        transcript.append(user="stored by the library", assistant="ok")
+    finally:
+        transcript.store.close()
+    status, out = chat(tmp_path, ["/quit"], session=long_name)
+    assert status == 0 and "resuming at revision 1" in out

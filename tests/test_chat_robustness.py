@@ -405,6 +405,55 @@ def test_keep_pins_false_stores_nothing(tmp_path: Path) -> None:
         again.transcript.close()
 
 
+@pytest.mark.parametrize("keep_pins", [True, False], ids=["stored", "in-memory"])
+def test_undoing_a_load_takes_its_pin_change_back_and_redo_makes_it_again(tmp_path: Path, keep_pins: bool) -> None:
+    db = tmp_path / "chat.db"
+    session = _session(db, keep_pins=keep_pins)
+    other = _session(db) if keep_pins else session  # another chat on the same file undoes it
+    try:
+        session.ask("How long should a Redis lock TTL be?")
+        session.pin(1)
+        pinned = set(session.pinned)
+        loaded = session.load([Message("n1", "user", "hi"), Message("n2", "assistant", "hello")], pinned=["n1"])
+        assert loaded.changes and session.pinned == {"n1"}
+        other.undo()
+        assert session.pinned == pinned and other.pinned == pinned, "the load's pins were taken back"
+        other.redo()
+        assert session.pinned == {"n1"} and other.pinned == {"n1"}
+        session.undo()
+        assert session.pinned == pinned
+    finally:
+        session.transcript.close()
+        if other is not session:
+            other.transcript.close()
+
+
+def test_a_load_that_changes_nothing_records_no_revision_and_remembers_nothing(tmp_path: Path) -> None:
+    session = _session(tmp_path / "chat.db")
+    try:
+        session.ask("How long should a Redis lock TTL be?")
+        again = session.load(session.transcript.messages, pinned=[session.turns()[0][1].key])
+        assert not again.changes and session.transcript.head == 1 and session.pinned_numbers() == [1]
+        with pytest.raises(context_gatekeeper.HistoryError):  # nothing to undo: the pins stay
+            session.undo()
+        assert session.pinned_numbers() == [1]
+    finally:
+        session.transcript.close()
+
+
+def test_a_session_file_with_unusable_parts_or_metadata_is_refused_whole() -> None:
+    document = {"format": FORMAT, "version": 1, "messages": [
+        {"role": "user", "content": "hi", "parts": "not a list"},
+        {"role": "assistant", "content": "hello", "metadata": ["not", "an", "object"]},
+        {"role": "user", "content": "ok", "parts": None, "metadata": None},
+    ]}
+    with pytest.raises(SessionFileError) as refused:
+        session_file.parse_session_document(document)
+    assert "messages[0].parts must be a list of content blocks" in str(refused.value)
+    assert "messages[1].metadata must be an object" in str(refused.value)
+    assert "messages[2]" not in str(refused.value)
+
+
 # -- control characters from a model or a stored message never reach the terminal ----------------
 ESC = "\x1b"
 

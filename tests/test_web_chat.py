@@ -162,8 +162,12 @@ def test_three_turns_across_two_topics_show_what_the_gate_sent(web: Served, page
     expect(page.locator("#turn-1")).to_be_in_viewport()
     expect(page.locator("#turn-1")).to_have_class("message user flash")
 
-    # pinning a turn is one click, and the next call sends it
-    page.locator('[data-testid="pin"][data-turn="1"]').click()
+    # pinning a turn is one click, and the next call sends it; the page names the turn by the id of
+    # its first message (a restarted server may number the turns anew), with its number as a fallback
+    with page.expect_request("**/api/pin") as pin_request:
+        page.locator('[data-testid="pin"][data-turn="1"]').click()
+    first_id = page.locator('[data-testid="message"][data-role="user"]').first.get_attribute("data-id")
+    assert pin_request.value.post_data_json == {"session": "demo", "key": first_id, "turn": 1, "pinned": True}
     expect(page.locator('[data-testid="pin"][data-turn="1"]')).to_have_attribute("aria-pressed", "true")
     say(page, "Is that lag measured in bytes?")
     newest = page.get_by_test_id("context-strip").nth(3)
@@ -385,3 +389,69 @@ def test_delete_erases_only_the_session_its_confirmation_names(web: Served, page
     page.get_by_test_id("confirm-delete").click()
     expect(page.get_by_test_id("session-list")).not_to_contain_text("doomed")
     assert web.store.sessions() == ["precious"] and web.transcript("precious").head == 1
+
+
+SERVER_THAT_DIES = """
+import sys, threading
+from context_gatekeeper import SQLiteStore
+from context_gatekeeper.chat.offline import OfflineEditor
+from context_gatekeeper.chat.web.server import serve
+from context_gatekeeper.chat.web.service import WebChat
+
+class Stuck:  # streams the start of an answer, then waits until the process is killed
+    def stream(self, messages):
+        yield "first part "
+        threading.Event().wait()
+    def complete(self, messages):
+        return "".join(self.stream(messages))
+
+store = SQLiteStore(sys.argv[1])
+serve(WebChat(store, Stuck(), OfflineEditor()), host="127.0.0.1", port=0, say=lambda line: print(line, flush=True))
+"""
+
+
+def test_a_server_that_dies_mid_answer_leaves_no_unstored_message_on_the_page(tmp_path: Path, page: Page) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "chat.sqlite3"
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_THAT_DIES, encoding="utf-8")
+    server = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert server.stdout is not None
+        lines: list[str] = []
+        while not (lines and lines[-1].startswith("open ")):  # printed once the socket listens
+            line = server.stdout.readline()
+            assert line, f"the server ended before listening: {''.join(lines)}"
+            lines.append(line)
+        page.goto(lines[-1].split()[1] + "?session=demo")
+        idle(page)
+        page.get_by_test_id("message-input").fill(IRELAND)
+        page.get_by_test_id("send").click()
+        expect(page.locator(".message.assistant.pending .content")).to_have_text("first part ")
+        server.kill()  # the server dies (kill -9) while the answer streams
+        server.wait()
+        expect(page.get_by_test_id("error")).to_contain_text(
+            "the connection to the server broke before the answer was complete"
+        )
+        expect(page.get_by_test_id("error")).to_contain_text("your message was not added to the conversation, send it again")
+        expect(page.locator(".message.pending")).to_have_count(0)
+        expect(page.get_by_test_id("message")).to_have_count(0)
+        expect(page.get_by_test_id("message-input")).to_have_value(IRELAND)  # kept for another try
+        expect(page.get_by_test_id("send")).to_be_enabled()
+        page.get_by_test_id("send").click()  # sending again while the server is gone says so, and keeps the text
+        expect(page.get_by_test_id("error")).to_contain_text("the server cannot be reached")
+        expect(page.get_by_test_id("error")).to_contain_text("your message was not added to the conversation")
+        expect(page.get_by_test_id("message-input")).to_have_value(IRELAND)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+    store = SQLiteStore(db)
+    try:
+        assert store.sessions() == [], "nothing was stored"
+    finally:
+        store.close()

@@ -800,3 +800,85 @@ def test_gatekeeper_chat_web_opens_a_stored_conversation_by_its_exact_long_name(
         status = main(["--web", "--offline", "--db", str(db), "--session", LONG_NAME, "--port", str(taken.getsockname()[1])],
                       stdout=out)
     assert status == 1 and "resuming at revision 1" in out.getvalue() and "cannot listen" in out.getvalue()
+
+
+def test_a_refused_new_name_registers_nothing_and_every_view_still_answers(store: SQLiteStore) -> None:
+    _, client = make_client(store)
+    with client:
+        send(client, "hello there")
+        for bad in ("\ud800bad", "x" * 81, "tab\there"):
+            refused = post(client, "/api/sessions/new", {"name": bad})
+            assert refused.status_code == 400 and "pick another" in refused.json()["error"]
+        assert sessions(client) == ["s"], "a refused name is not listed"
+        assert view(client)["sessions"] == ["s"]
+        assert send(client, "hi again")[-1]["type"] == "done"
+
+
+def test_an_answer_json_cannot_write_as_utf_8_is_still_json(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    chat, client = make_client(store)
+    monkeypatch.setattr(chat, "sessions", lambda: ["s", "\udcff written by another program"])
+    with client:
+        response = client.get("/api/sessions", headers=HEADERS)
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    assert response.json()["sessions"] == ["s", "\udcff written by another program"]
+
+
+class DeleteFirstTurn:
+    """An editor that deletes the first turn."""
+
+    def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        found = re.search(r"<conversation>\n?(.*?)\n?</conversation>", str(messages[-1]["content"]), re.S)
+        assert found is not None
+        state = [Message(str(m["id"]), m["role"], m["content"]) for m in json.loads(found.group(1))]
+        return ideal_patch_reply(state, [Delete(m.id) for m in state[:2]])
+
+
+def test_a_pin_names_the_turn_the_page_shows_across_a_server_restart(store: SQLiteStore) -> None:
+    _, client = make_client(store, editor=DeleteFirstTurn())
+    with client:
+        for question in ("What was the GDP of Ireland in 2021?", "How do Redis locks expire?", "Best espresso grind size?"):
+            send(client, question)
+        token = post(client, "/api/edit/preview", {"session": "s", "instruction": "drop the first turn", "head": 3}).json()
+        shown = post(client, "/api/edit/commit", {"session": "s", "token": token["preview"]["token"], "confirm_large": True}).json()
+    redis = next(m for m in shown["messages"] if m["content"] == "How do Redis locks expire?")
+    assert redis["turn"] == 2, "the page shows the turns as numbered before the restart"
+    _, restarted = make_client(store)  # the server restarts; the open page still shows those numbers
+    with restarted:
+        pinned = post(restarted, "/api/pin", {"session": "s", "key": redis["id"], "turn": redis["turn"], "pinned": True})
+        assert pinned.status_code == 200, pinned.text
+        assert [m["content"] for m in pinned.json()["messages"] if m["pinned"] and m["role"] == "user"] == [redis["content"]]
+        unpinned = post(restarted, "/api/pin", {"session": "s", "key": redis["id"], "turn": 99, "pinned": False})
+        assert unpinned.json()["pinned"] == []
+        gone = post(restarted, "/api/pin", {"session": "s", "key": "no-such-message", "turn": 1})
+        assert gone.status_code == 404 and "no turn starts with message" in gone.json()["error"]
+        assert gone.json()["view"]["pinned"] == [], "a refused pin changes nothing and refreshes the page"
+
+
+def test_undo_in_the_page_of_a_load_made_in_the_terminal_puts_the_pins_back(store: SQLiteStore) -> None:
+    from context_gatekeeper.chat.session import ChatSession
+
+    _, client = make_client(store)
+    with client:
+        send(client, "What was the GDP of Ireland in 2021?")
+        post(client, "/api/pin", {"session": "s", "turn": 1})
+        terminal = ChatSession(Transcript("s", store=store), OfflineChatModel(), OfflineEditor())
+        terminal.load([Message("n1", "user", "hi"), Message("n2", "assistant", "hello")])
+        assert view(client)["pinned"] == []
+        undone = post(client, "/api/undo", {"session": "s", "head": 2}).json()
+        assert [m["content"] for m in undone["messages"] if m["pinned"] and m["role"] == "user"] == ["What was the GDP of Ireland in 2021?"]
+        redone = post(client, "/api/redo", {"session": "s", "head": 3}).json()
+        assert redone["pinned"] == [] and terminal.pinned == frozenset()
+
+
+@pytest.mark.parametrize("name", ["x" * 81, "tab\there"])
+def test_gatekeeper_chat_web_refuses_a_new_name_as_the_terminal_does_with_status_2(tmp_path: Path, name: str) -> None:
+    import io
+
+    from context_gatekeeper.chat.app import main
+
+    for front_end in (["--web"], ["--plain"]):
+        out = io.StringIO()
+        status = main([*front_end, "--offline", "--db", str(tmp_path / "a.db"), "--session", name, "--port", "0"],
+                      stdout=out, stdin=["/quit"])
+        assert status == 2, out.getvalue()
+        assert "--session: session names are at most 80 characters" in out.getvalue() and "Traceback" not in out.getvalue()

@@ -7,7 +7,10 @@
   (:class:`~context_gatekeeper.GeminiModel`, which also edits the history).
 * ``--offline`` uses the scripted models of :mod:`.offline` and says so on screen.
 * Neither: it exits with status 2 and says to set the key or pass ``--offline``.
-* Unusable options (``--budget 0``, ``--session ''``): one line, status 2.  A
+* Unusable options (``--budget 0``, ``--session ''``, a new ``--session`` name
+  longer than 80 characters or holding control characters: the web chat's rules,
+  :func:`~.session.check_session_name`; a stored conversation opens whatever its
+  name): one line, status 2.  A
   database that cannot be opened or written (not a database, locked, read-only,
   a full disk) or a session log that cannot load: one line, status 1, no
   traceback, and nothing already stored is changed.
@@ -205,12 +208,17 @@ def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, rend
     from .. import SQLiteStore
     from .. import Transcript
     from .loop import EXIT_STORE, store_failure
-    from .session import ChatSession
+    from .session import ChatSession, chat_sessions, check_session_name
 
     store, status = None, EXIT_STORE
     try:
         db.parent.mkdir(parents=True, exist_ok=True)
         store = SQLiteStore(db)
+        if args.session not in chat_sessions(store):  # a new conversation: the name rules of both front ends
+            try:
+                check_session_name(args.session)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"--session: {exc}") from None
         transcript = Transcript(args.session, store=store)
         return ChatSession(
             transcript, chat_model, editor, token_budget=args.budget,

@@ -42,13 +42,13 @@ def _chat(loop: "ChatLoop", arg: str) -> None:
 
 
 def _undo(loop: "ChatLoop", arg: str) -> None:
-    revision = loop.session.transcript.undo()
+    revision = loop.session.undo()
     loop.renderer.ok(f"undid revision {revision.target} (now revision {revision.number}):")
     loop.renderer.diff(loop.session.transcript.diff(revision.number - 1, revision.number))
 
 
 def _redo(loop: "ChatLoop", arg: str) -> None:
-    revision = loop.session.transcript.redo()
+    revision = loop.session.redo()
     loop.renderer.ok(f"redid revision {revision.target} (now revision {revision.number}):")
     loop.renderer.diff(loop.session.transcript.diff(revision.number - 1, revision.number))
 
@@ -96,14 +96,12 @@ def _pins_line(loop: "ChatLoop") -> str:
 
 
 def _pin(loop: "ChatLoop", arg: str) -> None:
-    for number in _numbers(arg, "/pin N"):
-        loop.session.pin(number)
+    loop.session.pin_turns(_numbers(arg, "/pin N"))  # all or none: one unknown number pins nothing
     loop.renderer.ok(_pins_line(loop))
 
 
 def _unpin(loop: "ChatLoop", arg: str) -> None:
-    for number in _numbers(arg, "/unpin N"):
-        loop.session.unpin(number)
+    loop.session.pin_turns(_numbers(arg, "/unpin N"), pinned=False)
     loop.renderer.ok(_pins_line(loop))
 
 
@@ -125,8 +123,15 @@ def _load(loop: "ChatLoop", arg: str) -> None:
     if not arg:
         raise InvalidInputError("usage: /load PATH")
     loaded = read_session_file(arg)  # validated in full before anything changes
+    pins_before = loop.session.pinned
     revision = loop.session.load(loaded.messages, loaded.pinned)
-    loop.renderer.ok(f"loaded {len(loaded.messages)} messages as revision {revision.number} (/undo takes it back)")
+    count = len(loaded.messages)
+    if revision.changes:
+        loop.renderer.ok(f"loaded {count} messages as revision {revision.number} (/undo takes it back, pins included)")
+    elif loop.session.pinned != pins_before:
+        loop.renderer.ok(f"the conversation already holds the {count} messages of {arg}; only the pins changed, to the file's")
+    else:
+        loop.renderer.ok(f"the conversation already is what {arg} holds ({count} messages and its pins): nothing changed")
     loop.show_conversation()
 
 
@@ -155,10 +160,10 @@ COMMANDS: dict[str, Command] = {
         Command("history", "/history", "the revision list (appends, edits, undos...)", _history),
         Command("show", "/show", "the current conversation, turn by turn", _show),
         Command("context", "/context", "what the model saw on the last call, and why each turn was kept or dropped", _context),
-        Command("pin", "/pin [N]", "always send turn N to the model, also after a restart; /pin alone lists the pins", _pin),
-        Command("unpin", "/unpin N", "stop pinning turn N", _unpin),
+        Command("pin", "/pin [N]", "always send turn N (or turns: /pin 1 3) to the model, also after a restart; /pin alone lists the pins", _pin),
+        Command("unpin", "/unpin N", "stop pinning turn N (or turns: /unpin 1 3)", _unpin),
         Command("save", "/save PATH", "write the conversation to a JSON session file", _save),
-        Command("load", "/load PATH", "replace the conversation with a session file (validated; undoable)", _load),
+        Command("load", "/load PATH", "replace the conversation and its pins with a session file (validated; /undo takes both back)", _load),
         Command("retry", "/retry", "resend the last message whose model call failed", _retry),
         Command("help", "/help", "this list", _help),
         Command("quit", "/quit", "leave (the conversation is already saved)", _quit),

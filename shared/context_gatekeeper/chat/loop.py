@@ -158,8 +158,7 @@ class ChatLoop:
         revision: Revision | None  # EditOutcome.revision is None when it waits to be confirmed
         if outcome.needs_confirmation:
             self.renderer.diff(outcome.proposal.diff)
-            question = f"This edit deletes or replaces {outcome.deleted_share:.0%} of the conversation. Apply it? [y/N] "
-            if self.reader(self.renderer.prompt(True).append(question)).strip().lower() not in ("y", "yes"):
+            if not self._confirmed(outcome.deleted_share):
                 self.renderer.info("not applied; nothing was changed")
                 return
             revision = self.session.commit(outcome.proposal)
@@ -168,6 +167,17 @@ class ChatLoop:
         assert revision is not None
         self.renderer.ok(f"history edited (revision {revision.number}); /undo takes it back:")
         self.renderer.diff(self.session.transcript.diff(revision.number - 1, revision.number))
+
+    def _confirmed(self, share: float) -> bool:
+        """Whether the user answers yes to applying an edit deleting ``share`` of the text;
+        end of input there is a no, and ends the loop as it does at the prompt."""
+        question = f"This edit deletes or replaces {share:.0%} of the conversation. Apply it? [y/N] "
+        try:
+            answer = self.reader(self.renderer.prompt(True).append(question))
+        except EOFError:
+            self.done = True
+            return False
+        return answer.strip().lower() in ("y", "yes")
 
     def show_conversation(self) -> None:
         """Print the current state, numbered by turn."""

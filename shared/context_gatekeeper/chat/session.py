@@ -19,17 +19,20 @@ two models (one answers, one edits).  Rules:
   message holding the pinned ids as JSON), written in one store transaction each
   time they change, and read back whenever they are used, so pins another process
   (another chat on the same database) changed are seen, and a pin or unpin is a
-  read-modify-write that keeps them (never a write over a stale copy).  A pin whose turn an edit deleted is kept but ignored (an ``/undo`` that
-  brings the turn back brings its pin back too).  Lists of conversations should
-  leave pin records out (:func:`is_pin_record`, :func:`chat_sessions`), and
-  deleting a conversation should delete its pins too (:meth:`ChatSession.purge`).
+  read-modify-write that keeps them (never a write over a stale copy).  A pin whose
+  turn an edit deleted is kept but ignored (an ``/undo`` that brings the turn back
+  brings its pin back too).  A :meth:`~ChatSession.load` replaces the pins; the pin
+  record remembers what it replaced, so undoing the load (and redoing it) takes the
+  pins back too.  Lists of conversations should leave pin records out
+  (:func:`is_pin_record`, :func:`chat_sessions`), and deleting a conversation should
+  delete its pins too (:meth:`ChatSession.purge`).  :mod:`.pins` holds the record's
+  format and the rules for new conversations' names.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..integration import (
@@ -50,12 +53,23 @@ from .. import (
     Revision,
     Selection,
     StaleHeadError,
-    Store,
     Transcript,
     TranscriptGate,
     TruncatedReplyError,
     UnknownTurnError,
     resolve_token_counter,
+)
+from .pins import (  # the pin record and name rules, kept importable from here too
+    MAX_SESSION_NAME,
+    PIN_RECORD_PREFIX,
+    LoadedPins,
+    chat_sessions,
+    check_session_name,
+    is_pin_record,
+    pin_record_id,
+    pins_message,
+    read_loads,
+    read_pins,
 )
 
 __all__ = [
@@ -67,63 +81,24 @@ __all__ = [
     "pin_record_id",
     "is_pin_record",
     "chat_sessions",
+    "check_session_name",
+    "MAX_SESSION_NAME",
 ]
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful, concise assistant."
 
-PIN_RECORD_PREFIX = "gatekeeper-chat-pins:"
-"""Session ids starting with this hold a conversation's pins, not a conversation."""
-_PIN_MESSAGE_ID = "pins"
 _PIN_WRITE_TRIES = 8
 """How often a pin change is done again over pins another process wrote at the same moment."""
 
 
-def pin_record_id(session_id: str) -> str:
-    """The id of the store session that keeps the pins of conversation ``session_id``.
-
-    >>> pin_record_id("work")
-    'gatekeeper-chat-pins:work'
-    """
-    return PIN_RECORD_PREFIX + session_id
-
-
-def is_pin_record(session_id: str) -> bool:
-    """Whether store session ``session_id`` holds pins rather than a conversation.
-
-    >>> is_pin_record("gatekeeper-chat-pins:work"), is_pin_record("work")
-    (True, False)
-    """
-    return session_id.startswith(PIN_RECORD_PREFIX)
-
-
-def chat_sessions(store: Store) -> list[str]:
-    """The conversations of ``store`` (``store.sessions()`` without the pin records)."""
-    return [s for s in store.sessions() if not is_pin_record(s)]
-
-
-def _read_pins(record: Transcript, messages: Sequence[Message] | None = None) -> tuple[set[str], str | None]:
-    """The pinned ids pin record ``record`` holds (or ``messages``, one of its states), and
-    what is wrong with them (None when they are usable)."""
-    if messages is None:
-        messages = record.messages
-    if not messages:
-        return set(), None
-    try:
-        pinned = json.loads(messages[-1].content)["pinned"]
-    except (ValueError, KeyError, TypeError):
-        pinned = None
-    if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
-        return set(), (
-            f"the pins stored for session {record.session_id[len(PIN_RECORD_PREFIX):]!r} cannot be read "
-            "(not the JSON list of ids the chat writes); the chat starts with no pins, and the next "
-            "/pin or /unpin writes a fresh list"
-        )
-    return set(pinned), None
-
-
-def _pins_message(pinned: set[str]) -> Message:
-    """The one message of a pin record holding ``pinned``."""
-    return Message(_PIN_MESSAGE_ID, "system", json.dumps({"pinned": sorted(pinned)}, ensure_ascii=False))
+def _kept_extras(message: Message, held: Message) -> Message:
+    """``message`` with the parts and metadata of ``held`` (the version the conversation holds
+    for its id) where it has none of its own (a session file written before ``/save`` kept them)."""
+    parts = message.parts if message.parts is not None else held.parts
+    metadata = message.metadata or held.metadata
+    if parts is message.parts and metadata is message.metadata:
+        return message
+    return replace(message, parts=parts, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -208,13 +183,14 @@ class ChatSession:
             transcript, token_budget=token_budget, token_counter=self._count, on_overflow="keep_pinned"
         )
         self._pinned: set[str] = set()
+        self._loads: LoadedPins = {}  # what loads did to the pins, when they are kept in this object only
         self.pins_problem: str | None = None
         self._pin_record: Transcript | None = None
         if keep_pins:
             record_id = pin_record_id(transcript.session_id)
             try:
                 self._pin_record = Transcript(record_id, store=transcript.store)
-                self._pinned, self.pins_problem = _read_pins(self._pin_record)
+                self._pinned, self.pins_problem = read_pins(self._pin_record)
             except GatekeeperError as exc:  # a pin log that cannot load must not stop the chat
                 self._pin_record = None
                 self.pins_problem = (
@@ -241,15 +217,34 @@ class ChatSession:
     def pin(self, number: int) -> MessageTurn:
         """Always keep turn ``number`` in context, from now on and when the session is
         resumed (:class:`UnknownTurnError` if there is no such turn)."""
-        turn = self._turn(number)
-        self._change_pins(lambda pinned: pinned | {turn.key})
-        return turn
+        return self.pin_turns([number])[0]
 
     def unpin(self, number: int) -> MessageTurn:
         """Stop pinning turn ``number`` (:class:`UnknownTurnError` if there is no such turn)."""
-        turn = self._turn(number)
-        self._change_pins(lambda pinned: pinned - {turn.key})
-        return turn
+        return self.pin_turns([number], pinned=False)[0]
+
+    def pin_turns(self, numbers: Iterable[int], *, pinned: bool = True) -> list[MessageTurn]:
+        """Pin (or unpin) every turn of ``numbers`` in one stored change; the turns.
+
+        Every number is checked first: one that names no turn raises
+        :class:`UnknownTurnError` and no pin changes.
+        """
+        turns = [self._turn(n) for n in numbers]
+        keys = {turn.key for turn in turns}
+        self._change_pins(lambda now: now | keys if pinned else now - keys)
+        return turns
+
+    def number_of(self, key: object) -> int:
+        """The number the turn whose first message has id ``key`` has now (a page names the
+        turn it shows by that id, which no restart or renumbering changes);
+        :class:`UnknownTurnError` when no answered turn has it."""
+        number = next((n for n, turn in self.turns() if turn.key == key), None)
+        if number is None:
+            raise UnknownTurnError(
+                f"no turn starts with message {key!r} any more (deleted or changed elsewhere); "
+                "look at the conversation as it is now and try again"
+            )
+        return number
 
     def pinned_numbers(self) -> list[int]:
         """Numbers of the pinned turns that still exist."""
@@ -260,12 +255,13 @@ class ChatSession:
         """The pins as stored now (another process may have changed them since), kept here
         too; ``pins_problem`` says whether they could be read."""
         if self._pin_record is not None:
-            self._pinned, self.pins_problem = _read_pins(self._pin_record)
+            self._pinned, self.pins_problem = read_pins(self._pin_record)
         return self._pinned
 
-    def _change_pins(self, change: Callable[[set[str]], set[str]]) -> None:
+    def _change_pins(self, change: Callable[[set[str]], set[str]], *, load: int | None = None) -> None:
         """Apply ``change`` to the stored pins, read-modify-write: a pin another process stored
-        meanwhile is kept, and a failed write changes nothing.
+        meanwhile is kept, and a failed write changes nothing.  ``load``: the revision of the
+        load that makes this change (remembered, so undoing the load takes it back).
 
         The record is read at a head, changed and written whole; when the write did not
         land right on that head (another process wrote in between, and this write covered
@@ -273,17 +269,24 @@ class ChatSession:
         """
         record = self._pin_record
         if record is None:  # pins kept in this object only
-            self._pinned = change(set(self._pinned))
+            wanted = change(set(self._pinned))
+            if load is not None and wanted != self._pinned:
+                self._loads[str(load)] = (frozenset(self._pinned), frozenset(wanted))
+            self._pinned = wanted
             return
         seen = source = record.head  # seen: the head the write must land on; source: the state to change
         for attempt in range(_PIN_WRITE_TRIES):
-            current, problem = _read_pins(record, record.snapshot(source))
+            state = record.snapshot(source)
+            current, problem = read_pins(record, state)
             wanted = change(set(current))
             if attempt == 0 and wanted == current and problem is None:
                 self._pinned, self.pins_problem = current, None
                 return
+            loads = read_loads(state)
+            if load is not None:
+                loads[str(load)] = (frozenset(current), frozenset(wanted))
             try:
-                written = record.set([_pins_message(wanted)])
+                written = record.set([pins_message(wanted, loads)])
             except StaleHeadError:  # another process wrote between the read and the write: nothing written
                 seen = source = record.head
                 continue
@@ -366,12 +369,15 @@ class ChatSession:
         return self.transcript.commit(proposal)
 
     def load(self, messages: Iterable[Message], pinned: Iterable[str] = ()) -> Revision:
-        """Make ``messages`` the current state as one revision (``/undo`` takes it back).
+        """Make ``messages`` the current state as one revision (:meth:`undo` takes it back).
 
-        Ids the current state holds with the same role are kept (so loading what was
-        just saved changes nothing); ids this session used before get fresh ones,
-        since ids are never reused.  ``pinned`` (ids of first messages) replaces the
-        pins, and is stored like :meth:`pin` stores them.
+        Ids the current state holds with the same role are kept, with the parts and
+        metadata held for them when a message brings none (a file written before
+        ``/save`` kept them), so loading what was just saved changes nothing (the
+        revision returned then has no changes, and none is recorded); ids this session
+        used before get fresh ones, since ids are never reused.  ``pinned`` (ids of
+        first messages) replaces the pins, and is stored like :meth:`pin` stores them;
+        undoing the load puts back the pins it replaced.
         """
         current = {m.id: m for m in self.transcript.messages}
         used = {c.message.id for r in self.transcript.history() for c in r.changes if isinstance(c, Put)}
@@ -379,14 +385,39 @@ class ChatSession:
         fixed: list[Message] = []
         for message in messages:
             same = current.get(message.id)
-            if (same is None or same.role != message.role) and (message.id in used or message.id in renamed):
+            if same is not None and same.role == message.role:
+                message = _kept_extras(message, same)
+            elif message.id in used or message.id in renamed:
                 renamed[message.id] = new_message_id()
-                message = Message(renamed[message.id], message.role, message.content)
+                message = replace(message, id=renamed[message.id])
             fixed.append(message)
         revision = self.transcript.set(fixed)
         wanted = {renamed.get(p, p) for p in pinned}
-        self._change_pins(lambda _: wanted)
+        self._change_pins(lambda _: wanted, load=revision.number if revision.changes else None)
         return revision
+
+    def undo(self) -> Revision:
+        """Undo the latest edit, load, revert or redo (chat turns stay); undoing a load also
+        puts back the pins it replaced, keeping pins changed since."""
+        revision = self.transcript.undo()
+        self._replay_load_pins(revision.target, undo=True)
+        return revision
+
+    def redo(self) -> Revision:
+        """Re-apply what the last :meth:`undo` reverted (a load's pins included)."""
+        revision = self.transcript.redo()
+        self._replay_load_pins(revision.target, undo=False)
+        return revision
+
+    def _replay_load_pins(self, target: int | None, *, undo: bool) -> None:
+        """When revision ``target`` was a load: take back (``undo``) or make again the change
+        it made to the pins, leaving every other pin as it is now."""
+        loads = self._loads if self._pin_record is None else read_loads(self._pin_record.messages)
+        change = loads.get(str(target))
+        if change is None:
+            return
+        before, after = change if undo else (change[1], change[0])
+        self._change_pins(lambda now: (now - (after - before)) | (before - after))
 
     def purge(self) -> None:
         """Erase the conversation entirely, its history and its pins included."""
@@ -394,6 +425,7 @@ class ChatSession:
         if self._pin_record is not None:
             self._pin_record.purge()
         self._pinned = set()
+        self._loads = {}
         self.last_call = None
 
     def last_change(self) -> Revision | None:

@@ -10,14 +10,22 @@ A session file holds the conversation's current state (not its revision log)::
       "pinned": ["3f2a9c0d1e2b"],
       "messages": [
         {"id": "3f2a9c0d1e2b", "role": "user", "content": "What was Iceland's GDP?"},
-        {"id": "9b8c7d6e5f4a", "role": "assistant", "content": "About 28 billion USD."}
+        {"id": "9b8c7d6e5f4a", "role": "assistant", "content": "About 28 billion USD.",
+         "metadata": {"gatekeeper_context": {"decision": "switch", "earlier": []}}}
       ]
     }
 
 * ``format`` and ``version`` are required and must be exactly these values.
 * ``messages`` is required: a list of objects with ``role`` (``system``, ``user``,
   ``assistant`` or ``tool``) and ``content`` (a string); ``id`` is optional (a
-  non-empty string, unique in the file).  Other message keys are ignored.
+  non-empty string, unique in the file); ``parts`` (a list: provider content blocks)
+  and ``metadata`` (an object: tool calls, ``tool_call_id``, the web chat's context
+  record) are optional and written only when a message has them, so a tool call
+  keeps its result and an answer its context strip.  Other message keys are ignored.
+* ``/load`` keeps a message whose id and role the conversation holds as it is held
+  when its text is the same (loading what ``/save`` just wrote changes nothing), and
+  takes the held parts and metadata for a message the file gives none (files
+  written before ``parts`` and ``metadata`` were saved).
 * ``pinned`` is optional: ids of the first message of each pinned turn.
 * ``session`` and ``saved_at`` are informational.
 * Text is normalised as every store keeps it (:func:`~context_gatekeeper.records.messages.normalized_text`):
@@ -105,8 +113,20 @@ def session_document(session: str, messages: Sequence[Message], *, pinned: Itera
         "session": session,
         "saved_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "pinned": sorted(normalized_text(p) for p in pinned),
-        "messages": [{"id": normalized_text(m.id), "role": m.role, "content": normalized_text(m.content)} for m in messages],
+        "messages": [_message_document(m) for m in messages],
     }
+
+
+def _message_document(message: Message) -> dict[str, Any]:
+    """One message as the file holds it (``parts`` and ``metadata`` only when it has them)."""
+    data: dict[str, Any] = {
+        "id": normalized_text(message.id), "role": message.role, "content": normalized_text(message.content)
+    }
+    if message.parts is not None:
+        data["parts"] = list(message.parts)
+    if message.metadata:
+        data["metadata"] = dict(message.metadata)
+    return data
 
 
 def _database_files(database: str | os.PathLike[str]) -> set[Path]:
@@ -183,6 +203,10 @@ def _check_message(index: int, item: Any, problems: list[str], seen: set[str]) -
     content = item.get("content")
     if not isinstance(content, str):
         problems.append(f"{where}.content must be a string")
+    if item.get("parts") is not None and not isinstance(item["parts"], list):
+        problems.append(f"{where}.parts must be a list of content blocks (or absent)")
+    if item.get("metadata") is not None and not isinstance(item["metadata"], dict):
+        problems.append(f"{where}.metadata must be an object (or absent)")
     if "id" in item:
         message_id = item["id"]
         if not isinstance(message_id, str) or not message_id:
@@ -215,12 +239,22 @@ def parse_session_document(data: Any) -> SessionFile:
         pinned = []
     if problems:
         raise SessionFileError("not a valid session file: " + "; ".join(problems))
-    loaded = tuple(
-        Message(normalized_text(m.get("id") or new_message_id()), m["role"], normalized_text(m["content"])) for m in messages
-    )
+    loaded = tuple(_message(m) for m in messages)
     session = data.get("session")
     name = normalized_text(session) if isinstance(session, str) else ""
     return SessionFile(loaded, tuple(normalized_text(p) for p in pinned if normalized_text(p) in seen), name)
+
+
+def _message(item: dict[str, Any]) -> Message:
+    """The message of a checked ``messages`` item (:func:`_check_message`)."""
+    parts = item.get("parts")
+    return Message(
+        normalized_text(item.get("id") or new_message_id()),
+        item["role"],
+        normalized_text(item["content"]),
+        parts=None if parts is None else tuple(parts),
+        metadata=dict(item.get("metadata") or {}),
+    )
 
 
 def read_session_file(path: str | os.PathLike[str]) -> SessionFile:

@@ -7,7 +7,8 @@
 It binds to ``127.0.0.1:8765`` (this computer only) unless ``--host`` says
 otherwise, and says where it listens on start.  Exit status: 0 after Ctrl-C,
 1 when the ``web`` extra is missing, the database cannot be used or the port is
-taken, 2 for unusable options or no model (no Gemini key and no ``--offline``).
+taken, 2 for unusable options (a new ``--session`` name the name rules refuse, as in
+the terminal chat) or no model (no Gemini key and no ``--offline``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import IO, Any
 
 from .. import app
 from ..offline import OFFLINE_NOTICE, OfflineChatModel
-from ... import GatekeeperError, MissingExtraError, SQLiteStore
+from ... import GatekeeperError, InvalidInputError, MissingExtraError, SQLiteStore
 
 __all__ = ["run_web", "missing_web", "OFFLINE_CHUNK_DELAY"]
 
@@ -72,6 +73,9 @@ def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: 
     try:
         try:
             head = chat.view(args.session)["head"]
+        except InvalidInputError as exc:  # a new name the rules refuse: an unusable option
+            say(f"--session: {exc}", errors)
+            return app.EXIT_USAGE
         except (sqlite3.Error, GatekeeperError) as exc:
             say(f"cannot open session {args.session!r} in {db}: {exc}", errors)
             return 1

@@ -16,7 +16,8 @@ never a traceback):
 ``POST /api/edit/discard``             ``{session, token}``
 ``POST /api/undo`` / ``/api/redo``     ``{session, head}``
 ``POST /api/revert``                   ``{session, revision, head}``
-``POST /api/pin``                      ``{session, turn, pinned}``
+``POST /api/pin``                      ``{session, key, turn?, pinned}`` (``key``: the id of the
+                                       turn's first message; ``turn``, its number, without it)
 =====================================  =================================================
 
 Safe by construction:
@@ -136,8 +137,23 @@ def _is_ip(name: str) -> bool:
     return True
 
 
+class _JSONResponse(JSONResponse):
+    """JSON as Starlette writes it, and text it cannot encode as UTF-8 (a lone surrogate in
+    a name some other program stored) written as its ``\\uXXXX`` escape, never a failure."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def _json(content: Any) -> JSONResponse:
+    return _JSONResponse(content, headers={"cache-control": "no-store"})
+
+
 def _error(message: str, status: int, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status, headers={"cache-control": "no-store"})
+    return _JSONResponse({"error": message, **extra}, status_code=status, headers={"cache-control": "no-store"})
 
 
 def _status_of(exc: BaseException) -> int:
@@ -175,6 +191,7 @@ def create_app(
                 body = dict(request.query_params)
             try:
                 result = await run_in_threadpool(handler, body)
+                return result if isinstance(result, Response) else _json(result)
             except Exception as exc:
                 extra: dict[str, Any] = {}
                 if isinstance(exc, GatekeeperError) and isinstance(body.get("session"), str):
@@ -183,9 +200,6 @@ def create_app(
                     except Exception:
                         pass
                 return _error(error_message(exc), _status_of(exc), **extra)
-            if isinstance(result, Response):
-                return result
-            return JSONResponse(result, headers={"cache-control": "no-store"})
 
         return endpoint
 
@@ -248,7 +262,7 @@ def create_app(
         ),
         Route(
             "/api/pin",
-            api(lambda b: chat.pin(b.get("session", ""), b.get("turn"), b.get("pinned", True) is not False)),
+            api(lambda b: chat.pin(b.get("session", ""), b.get("turn"), b.get("pinned", True) is not False, b.get("key"))),
             methods=["POST"],
         ),
     ]

@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import secrets
 import threading
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from ..session import PIN_RECORD_PREFIX, ChatSession, LastCall, chat_sessions, is_pin_record
+from ..session import MAX_SESSION_NAME, ChatSession, LastCall, chat_sessions, check_session_name
 from .stopping import Stopper
 from .views import CONTEXT_KEY, context_record, context_view, diff_view, history_view, undo_state
 from ... import (
@@ -56,9 +55,7 @@ from ... import (
 )
 from ...integration import deleted_share, new_message_id, replace_lone_surrogates
 
-__all__ = ["WebChat", "ChatStream", "MAX_SESSION_NAME"]
-
-MAX_SESSION_NAME = 80
+__all__ = ["WebChat", "ChatStream", "MAX_SESSION_NAME", "check_session_name"]
 
 
 @dataclass
@@ -87,21 +84,6 @@ class _Entry:
                 f"session {self.session.transcript.session_id!r} was deleted (in this or another tab) while "
                 "this was under way; nothing was stored"
             )
-
-
-def check_session_name(name: object) -> str:
-    """``name`` stripped, as a new conversation's name, or :class:`InvalidInputError` saying
-    what a usable name is."""
-    if not isinstance(name, str) or not name.strip():
-        raise InvalidInputError("a session needs a non-blank name, e.g. 'work'")
-    name = name.strip()
-    if len(name) > MAX_SESSION_NAME or any(unicodedata.category(c) in ("Cc", "Cf") for c in name):
-        raise InvalidInputError(
-            f"session names are at most {MAX_SESSION_NAME} characters without control characters; pick another"
-        )
-    if is_pin_record(name):
-        raise InvalidInputError(f"session names starting with {PIN_RECORD_PREFIX!r} are reserved for pins; pick another")
-    return name
 
 
 class WebChat:
@@ -184,9 +166,10 @@ class WebChat:
         name = check_session_name(name)
         if name in taken:
             raise InvalidInputError(f"a session named {name!r} exists already: switch to it, or pick another name")
+        view = self.view(name)  # registered only once it can be shown: a refused name leaves no trace
         with self._lock:
             self._created.add(name)
-        return self.view(name)
+        return view
 
     def delete(self, name: object, confirm: object) -> list[str]:
         """Erase conversation ``name`` (history and pins included) when ``confirm`` repeats its name;
@@ -339,33 +322,42 @@ class WebChat:
 
     # -- versions -------------------------------------------------------------------------
     def undo(self, name: str, head: object = None) -> dict[str, Any]:
-        """Undo the latest edit, undo's redo, revert or load; the view."""
-        return self._version(name, head, lambda t: t.undo())
+        """Undo the latest edit, undo's redo, revert or load (a load's pins too); the view."""
+        return self._version(name, head, lambda s: s.undo())
 
     def redo(self, name: str, head: object = None) -> dict[str, Any]:
         """Re-apply what the last undo reverted; the view."""
-        return self._version(name, head, lambda t: t.redo())
+        return self._version(name, head, lambda s: s.redo())
 
     def revert(self, name: str, revision: object, head: object = None) -> dict[str, Any]:
         """Make the state what it was at ``revision``, as a new revision; the view."""
         if type(revision) is not int:
             raise InvalidInputError(f"revert needs a revision number, got {revision!r}")
         number = revision
-        return self._version(name, head, lambda t: t.revert(number))
+        return self._version(name, head, lambda s: s.transcript.revert(number))
 
-    def _version(self, name: str, head: object, action: Callable[[Transcript], object]) -> dict[str, Any]:
+    def _version(self, name: str, head: object, action: Callable[[ChatSession], object]) -> dict[str, Any]:
         with self._locked(name) as entry:
             self._check_head(entry, head)
-            action(entry.session.transcript)
+            action(entry.session)
             entry.preview = None  # its base is gone; committing it would be refused anyway
             return self._view(entry)
 
-    def pin(self, name: str, turn: object, pinned: object = True) -> dict[str, Any]:
-        """Pin (or unpin) turn number ``turn``; the view."""
-        if type(turn) is not int:
+    def pin(self, name: str, turn: object, pinned: object = True, key: object = None) -> dict[str, Any]:
+        """Pin (or unpin) a turn; the view.
+
+        ``key`` (the id of the turn's first message, which the page shows as the user
+        message's ``id``) names the turn whatever its number is now: a page open across a
+        server restart pins the turn it shows.  Without it, ``turn`` (its number) names it.
+        """
+        if key is not None and (not isinstance(key, str) or not key):
+            raise InvalidInputError(f"pin's key must be the id of the turn's first message, got {key!r}")
+        if key is None and type(turn) is not int:
             raise InvalidInputError(f"pin needs a turn number, got {turn!r}")
         with self._locked(name) as entry:
-            (entry.session.pin if pinned else entry.session.unpin)(turn)
+            session = entry.session
+            number = session.number_of(key) if key is not None else cast(int, turn)  # an int: checked above
+            session.pin_turns([number], pinned=bool(pinned))
             return self._view(entry)
 
     def _check_head(self, entry: _Entry, head: object) -> None:

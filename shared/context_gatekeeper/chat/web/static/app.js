@@ -150,7 +150,9 @@
         "aria-pressed": m.pinned ? "true" : "false",
         title: m.pinned ? "Pinned: always sent to the model. Click to unpin." : "Pin: always send this turn to the model",
         text: m.pinned ? "📌 pinned" : "pin",
-        onclick: () => act(async () => render(await call("/api/pin", {session: session(), turn: m.turn, pinned: !m.pinned}))),
+        // key: the id of the turn's first message, which names the turn shown even when the server
+        // restarted and numbers the turns anew; the number is only a fallback for older servers
+        onclick: () => act(async () => render(await call("/api/pin", {session: session(), key: m.id, turn: m.turn, pinned: !m.pinned}))),
       }));
     }
     const node = el("article", {
@@ -263,11 +265,17 @@
   // -- actions ---------------------------------------------------------------------
   async function sendChat(text) {
     const box = $("messages");
-    const response = await fetch("/api/chat", {
-      method: "POST",
-      headers: {"content-type": "application/json", "x-gatekeeper-token": TOKEN},
-      body: JSON.stringify({session: session(), text}),
-    });
+    let response;
+    try {
+      response = await fetch("/api/chat", {
+        method: "POST",
+        headers: {"content-type": "application/json", "x-gatekeeper-token": TOKEN},
+        body: JSON.stringify({session: session(), text}),
+      });
+    } catch (err) {
+      throw new Error("the server cannot be reached (is gatekeeper-chat --web still running?); " +
+        "your message was not added to the conversation, send it again");
+    }
     if (!response.ok) {
       let data = {};
       try { data = await response.json(); } catch (err) { /* no body */ }
@@ -301,22 +309,37 @@
         throw new Error(event.message);
       }
     };
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (value) buffer += decoder.decode(value, {stream: true});
-      let cut;
-      while ((cut = buffer.indexOf("\n")) >= 0) {
-        const line = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 1);
-        if (line.trim()) handle(JSON.parse(line));
+    let broken = false; // the connection failed mid-answer (server stopped, network gone)
+    try {
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (value) buffer += decoder.decode(value, {stream: true});
+        let cut;
+        while ((cut = buffer.indexOf("\n")) >= 0) {
+          const line = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 1);
+          if (line.trim()) handle(JSON.parse(line));
+        }
+        if (done) break;
       }
-      if (done) break;
+    } catch (err) {
+      if (finished) throw err; // the server's own error event, already shown with its view
+      broken = true;
     }
-    if (!finished) {
-      await load(session());
-      $("message-input").value = text;
-      throw new Error("the answer was cut off; your message was not added to the conversation, send it again");
-    }
+    if (!finished) await unsent(text, [user, answer], broken);
+  }
+
+  // An answer that never finished: take its pending message and partial answer off the page,
+  // show the conversation as the server has it (when it answers), keep the text, and say so.
+  async function unsent(text, pending, broken) {
+    for (const node of pending) node.remove();
+    let reachable = true;
+    try { await load(session()); } catch (err) { reachable = false; }
+    $("message-input").value = text;
+    const what = broken ? "the connection to the server broke before the answer was complete"
+      : "the answer was cut off";
+    throw new Error(what + (reachable ? "" : " (is gatekeeper-chat --web still running?)") +
+      "; your message was not added to the conversation, send it again");
   }
 
   async function preview(instruction) {
