@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from context_gatekeeper.errors import InvalidInputError, StaleHeadError, StoreClosedError
+from context_gatekeeper.errors import InvalidInputError, SchemaVersionError, StaleHeadError, StoreClosedError
 from context_gatekeeper.stores import FAULT_POINTS
 from context_gatekeeper.testing.store_builders import append, edit, message, put_ids, turn
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
@@ -348,6 +348,35 @@ def test_a_callers_sync_pool_alone_keeps_the_async_twins_on_threads(tmp_path: Pa
 
         assert run(store, body) == 1
         assert threads and not pool.closed  # no connection opened behind the caller's back
+
+
+def test_tables_behind_the_schema_give_the_same_error_as_in_sync(tmp_path: Path) -> None:
+    """The native twins raise what the sync methods raise on tables not yet migrated (``setup=False``)."""
+    from test_postgres_store import as_schema_3
+
+    store = as_schema_3(tmp_path)
+
+    async def body() -> list[str]:
+        errors = []
+        for call in (lambda: store.arevisions("s"), lambda: store.acommit("s", turn(2), expected_head=None)):
+            with pytest.raises(SchemaVersionError, match=r"schema version 3 .*setup\(\)") as caught:
+                await call()
+            errors.append(str(caught.value))
+        return errors
+
+    errors = run(store, body)
+    never = open_pg(tmp_path / "never set up", setup=False)
+    with pytest.raises(SchemaVersionError, match="never set up"):
+        asyncio.run(_then_closed(never, never.ahead("s")))
+    assert errors[0] == errors[1]
+
+
+async def _then_closed(store: Any, call: Coroutine[Any, Any, Any]) -> Any:
+    """Await ``call``, then close ``store`` on this loop, whatever happened."""
+    try:
+        return await call
+    finally:
+        await store.aclose()
 
 
 def test_a_wrong_pool_argument_is_refused_with_what_to_pass(tmp_path: Path) -> None:

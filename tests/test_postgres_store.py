@@ -149,8 +149,9 @@ def test_migrations_are_recorded_once_in_a_table(tmp_path: Path) -> None:
     from context_gatekeeper.stores.postgres import MIGRATIONS
 
     store = open_pg(tmp_path, setup=False)
-    with pytest.raises(psycopg.errors.UndefinedTable):
+    with pytest.raises(SchemaVersionError, match=r"never set up.*setup\(\).*table_prefix") as caught:
         store.head("s")  # nothing created yet
+    assert isinstance(caught.value.__cause__, psycopg.errors.UndefinedTable)
     store.setup()
     assert store.applied_migrations() == [(m.version, m.name) for m in MIGRATIONS]
     table = sql.Identifier(f"{prefix_for(tmp_path)}schema_migrations")
@@ -163,6 +164,40 @@ def test_migrations_are_recorded_once_in_a_table(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(SchemaVersionError, match="upgrade"):
         open_pg(tmp_path)
+
+
+def as_schema_3(where: Path) -> Store:
+    """Tables as schema 3 left them (before the hash chain: no digests, migrations 4 and 5 not
+    recorded), session "s" holding one revision; a store on them opened with ``setup=False``."""
+    from psycopg import sql
+
+    store = open_pg(where)
+    store.commit("s", turn(1), expected_head=None)
+    names = store._names  # type: ignore[attr-defined]
+    with raw() as conn:
+        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN digest").format(names["revisions"]))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE version > 3").format(names["migrations"]))
+    store.close()
+    return open_pg(where, setup=False)
+
+
+def test_tables_before_the_hash_chain_opened_without_setup_say_to_run_setup(tmp_path: Path) -> None:
+    """``setup=False`` leaves migrating to another job; meanwhile tables at a schema older than a
+    call needs give the library's error (reads and writes alike), and a refused write writes nothing."""
+    import psycopg
+
+    store = as_schema_3(tmp_path)
+    try:
+        rows = stored_bytes(store, "s")
+        for call in (lambda: store.revisions("s"), lambda: store.commit("s", turn(2), expected_head=None)):
+            with pytest.raises(SchemaVersionError, match=r"schema version 3 \(migration\(s\) \[4, 5\] not applied.*setup\(\)") as caught:
+                call()
+            assert isinstance(caught.value.__cause__, psycopg.errors.UndefinedColumn)
+        assert stored_bytes(store, "s") == rows
+        store.setup()
+        assert store.commit("s", turn(2), expected_head=None).number == 2 and len(store.revisions("s")) == 2
+    finally:
+        store.close()
 
 
 def _run(store: Store, statement: str, *params: Any) -> list[Any]:
@@ -211,24 +246,29 @@ def test_a_missing_instruction_written_in_by_hand_is_named(tmp_path: Path) -> No
     store.close()
 
 
-def test_migration_5_rewrites_the_rows_the_first_chain_wrote_ambiguously(tmp_path: Path) -> None:
+def _as_the_first_chain_left_it(store: Store) -> None:
+    """Session "s" gets the first chain's digests and the tables lose migration 5's record:
+    what the release before migration 5 left."""
+    from psycopg import sql
+
     from context_gatekeeper.stores.chain import genesis, row_digest
 
-    store = open_pg(tmp_path)
-    Transcript("s", store=store).append(user="question", assistant="answer")
-    _edited(store, "None", "a\x1fb")
-    Transcript("s", store=store).append(user="later", assistant="still here")
-    Transcript("other", store=store).append(user="elsewhere", assistant="fine")
-    # the tables as the first chain left them: its digests, migration 5 not recorded
     previous = genesis("s")
     for row in _run(store, "SELECT number, parent, kind, instruction, model, created_at, base, target, changes "
                            "FROM {} WHERE session_id = 's' ORDER BY number"):
         previous = row_digest(previous, row, legacy=True)
         _run(store, "UPDATE {} SET digest = %s WHERE session_id = 's' AND number = %s", previous, row[0])
-    from psycopg import sql
-
     with store._connection() as conn:  # type: ignore[attr-defined]
         conn.execute(sql.SQL("DELETE FROM {} WHERE version = 5").format(store._names["migrations"]))  # type: ignore[attr-defined]
+
+
+def test_migration_5_rewrites_the_rows_the_first_chain_wrote_ambiguously(tmp_path: Path) -> None:
+    store = open_pg(tmp_path)
+    Transcript("s", store=store).append(user="question", assistant="answer")
+    _edited(store, "None", "a\x1fb")
+    Transcript("s", store=store).append(user="later", assistant="still here")
+    Transcript("other", store=store).append(user="elsewhere", assistant="fine")
+    _as_the_first_chain_left_it(store)
     store.close()
     deferred = open_pg(tmp_path, setup=False)  # another job upgrades: the tables are read with the old chain
     assert Transcript("s", store=deferred).head == 3
@@ -240,6 +280,46 @@ def test_migration_5_rewrites_the_rows_the_first_chain_wrote_ambiguously(tmp_pat
     _run(store, "UPDATE {} SET instruction = NULL WHERE session_id = 's' AND number = 2")
     _refused_at(tmp_path, 2)  # the rewritten row is checked with the new text
     store.close()
+
+
+def test_migration_5_holds_the_lock_of_each_session_it_rewrites_until_it_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that does not migrate (``setup=False``, or the previous release in a rolling
+    upgrade) and commits to a session while migration 5 rewrites its digests waits for the
+    migration: chaining from the digest being replaced would break a session nobody touched."""
+    from context_gatekeeper.stores import postgres
+    from context_gatekeeper.stores.postgres_ops import Step
+
+    store = open_pg(tmp_path)
+    Transcript("s", store=store).append(user="question", assistant="answer")
+    _edited(store, "None", "gpt")
+    _as_the_first_chain_left_it(store)
+    store.close()
+    worker = open_pg(tmp_path, setup=False, lock_timeout=0.2)
+    during: list[int] = []
+
+    def commit_meanwhile(_: object) -> None:  # in the migration's transaction, after its rewrite
+        with pytest.raises(StoreUnavailableError, match="lock"):
+            worker.commit("s", turn(9, "while migrating"), expected_head=None)
+        during.append(worker.commit("untouched", turn(1), expected_head=None).number)  # not held up
+
+    def backfill_then_commit(table_prefix: str, q: Any) -> Any:
+        yield from migration_5.backfill(table_prefix, q)
+        yield Step("hook", commit_meanwhile, None)
+
+    migration_5 = postgres.MIGRATIONS[4]
+    monkeypatch.setattr(postgres, "MIGRATIONS", (*postgres.MIGRATIONS[:4], migration_5._replace(backfill=backfill_then_commit)))
+    upgraded = None
+    try:
+        upgraded = open_pg(tmp_path)  # the upgrade job: migration 5
+        assert during == [1] and upgraded.applied_migrations()[-1][0] == 5
+        assert worker.commit("s", turn(9, "after the migration"), expected_head=None).number == 3
+        assert Transcript("s", store=upgraded).head == 3  # the whole log verifies
+    finally:
+        worker.close()
+        if upgraded is not None:
+            upgraded.close()
 
 
 def test_setup_from_many_threads_at_once_on_new_tables(tmp_path: Path) -> None:

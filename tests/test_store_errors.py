@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sqlite3
 import subprocess
 import uuid
@@ -33,7 +34,7 @@ from context_gatekeeper import (
 from context_gatekeeper.errors import CorruptLogError, SchemaVersionError, StoreClosedError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.base import takes_keyword
-from context_gatekeeper.testing.store_builders import append, message
+from context_gatekeeper.testing.store_builders import append, fill, message, turn
 from context_gatekeeper.records.revisions import Revision
 from pg_support import postgres_dsn, prefix_for
 
@@ -118,6 +119,68 @@ def test_read_only_refuses_writes_on_a_writable_file(tmp_path: Path) -> None:
     assert path.read_bytes() == before
     with pytest.raises(InvalidInputError, match="memory"):
         SQLiteStore(":memory:", read_only=True)
+
+
+def _copy_of_a_live_database(into: Path, *, in_the_log: int = 2) -> Path:
+    """A database of 5 revisions, the last ``in_the_log`` of them only in its -wal file, copied
+    (the file and its -wal, no -shm) into the folder ``into`` while its writer, beside that
+    folder, has it open: as a backup or an image layer takes a live folder."""
+    source = into.parent / f"{into.name}.live.db"
+    writer = SQLiteStore(source)
+    fill(writer, "s", 5 - in_the_log)
+    writer.checkpoint()  # the -wal is empty now
+    for n in range(6 - in_the_log, 6):
+        writer.commit("s", turn(n), expected_head=None)
+    copy = into / "chat.db"
+    shutil.copy(source, copy)
+    shutil.copy(f"{source}-wal", f"{copy}-wal")
+    writer.close()
+    return copy
+
+
+def test_read_only_refuses_a_write_ahead_log_it_cannot_read(tmp_path: Path) -> None:
+    """Where SQLite cannot make the -shm file it needs to read a -wal (a read-only mount; here a
+    -shm link to nowhere, which fails alike for root), the file alone would be read without the
+    -wal's revisions: refused, saying to copy both to a writable folder; an empty -wal is read."""
+    folder = tmp_path / "snapshot"
+    folder.mkdir()
+    shm = folder / "chat.db-shm"
+    shm.symlink_to(tmp_path / "no such folder" / "shm")
+    copy = _copy_of_a_live_database(folder)
+    with pytest.raises(StoreUnavailableError, match=r"write-ahead log .* writable folder") as caught:
+        SQLiteStore(copy, read_only=True)
+    assert isinstance(caught.value.__cause__, sqlite3.Error)
+    shm.unlink()  # a folder SQLite can make the -shm in: the copy reads whole
+    reader = SQLiteStore(copy, read_only=True)
+    assert reader.head("s") == 5
+    reader.close()
+    checkpointed = tmp_path / "checkpointed"
+    checkpointed.mkdir()
+    (checkpointed / "chat.db-shm").symlink_to(tmp_path / "no such folder" / "shm")
+    reader = SQLiteStore(_copy_of_a_live_database(checkpointed, in_the_log=0), read_only=True)
+    assert reader.head("s") == 5  # nothing in the log: the file alone is the whole database
+    reader.close()
+
+
+def test_a_copy_of_a_live_database_on_a_read_only_mount_is_refused_not_read_short(tmpfs: tuple[Path, Any]) -> None:
+    folder, read_only = tmpfs
+    copy = _copy_of_a_live_database(folder)
+    read_only()
+    with pytest.raises(StoreUnavailableError, match=r"write-ahead log .* writable folder"):
+        SQLiteStore(copy, read_only=True)
+
+
+def test_read_only_on_a_file_without_the_stores_tables_says_so(tmp_path: Path) -> None:
+    empty, other = tmp_path / "empty.db", tmp_path / "other_app.db"
+    empty.touch()  # what a crash during a first open leaves
+    with sqlite3.connect(other) as conn:  # another program's database
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    for path in (empty, other):
+        before = path.read_bytes()
+        with pytest.raises(SchemaVersionError, match="holds no context-gatekeeper tables.*without read_only"):
+            SQLiteStore(path, read_only=True)
+        assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["empty.db", "other_app.db"]
 
 
 def test_a_missing_folder_says_what_to_check(tmp_path: Path) -> None:

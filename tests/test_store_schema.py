@@ -43,3 +43,18 @@ def test_an_unreadable_row_is_a_corrupt_log_error_naming_session_and_revision(ov
 def test_a_readable_row_reads() -> None:
     revision = revision_from_fields("s", **_fields())  # type: ignore[arg-type]
     assert (revision.number, revision.kind, revision.changes) == (1, "append", ())
+
+
+def test_schema_behind_names_what_is_missing_and_leaves_other_failures_alone() -> None:
+    from context_gatekeeper.errors import SchemaVersionError
+    from context_gatekeeper.stores.schema import Migration, schema_behind
+
+    migrations = [Migration(n, f"m{n}", ()) for n in (1, 2, 3)]
+    assert schema_behind({1, 2, 3}, migrations, "db", "call setup()") is None  # up to date: another failure
+    for nothing in (None, set()):
+        error = schema_behind(nothing, migrations, "db", "call setup()", "the path")
+        assert isinstance(error, SchemaVersionError)
+        assert str(error).startswith("db holds no context-gatekeeper tables") and str(error).endswith("check the path")
+    error = schema_behind({1}, migrations, "db", "call setup()")
+    assert isinstance(error, SchemaVersionError) and "schema version 1 (migration(s) [2, 3] not applied yet)" in str(error)
+    assert "Call setup() to bring the schema up to date" in str(error)

@@ -96,7 +96,7 @@ def test_reopening_a_file_restores_state_and_history_exactly(db: Path) -> None:
 
 def test_migrations_are_recorded_once(db: Path) -> None:
     store = SQLiteStore(db, setup=False)
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(SchemaVersionError, match=r"never set up.*setup\(\)"):
         store.head("s")  # nothing created yet
     store.setup()
     expected = [(m.version, m.name) for m in MIGRATIONS]
@@ -108,6 +108,28 @@ def test_migrations_are_recorded_once(db: Path) -> None:
     SQLiteStore(db).close()
     assert raw.execute("SELECT * FROM schema_migrations").fetchall() == rows
     raw.close()
+
+
+def test_a_file_before_the_hash_chain_opened_without_setup_says_to_run_setup(db: Path) -> None:
+    """``setup=False`` leaves migrating to another job; meanwhile a file at a schema older than
+    a call needs is the library's error (reads and writes alike), and a refused write writes nothing."""
+    first = SQLiteStore(db)
+    fill(first, "s", 1)
+    first.close()
+    with sqlite3.connect(db) as conn:  # the file as schema 3 left it: no digests, migrations 4 and 5 not recorded
+        conn.execute("ALTER TABLE revisions DROP COLUMN digest")
+        conn.execute("DELETE FROM schema_migrations WHERE version > 3")
+    conn.close()
+    store = SQLiteStore(db, setup=False)
+    rows = raw(store, "s")
+    for call in (lambda: store.revisions("s"), lambda: store.commit("s", turn(2), expected_head=None)):
+        with pytest.raises(SchemaVersionError, match=r"schema version 3 \(migration\(s\) \[4, 5\] not applied.*setup\(\)") as caught:
+            call()
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    assert raw(store, "s") == rows
+    store.setup()
+    assert store.commit("s", turn(2), expected_head=None).number == 2 and len(store.revisions("s")) == 2
+    store.close()
 
 
 def test_a_file_from_a_newer_version_is_refused(db: Path) -> None:

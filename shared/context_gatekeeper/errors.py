@@ -143,7 +143,9 @@ class StoreCapabilityError(StoreError, TypeError):
 
 
 class SchemaVersionError(StoreError, RuntimeError):
-    """A store was migrated by a newer version of context-gatekeeper; upgrade to open it."""
+    """A store's schema does not match this version: migrated by a newer one (upgrade
+    context-gatekeeper), or not set up or migrated yet where this store may not do it
+    (``setup=False``, ``read_only``: run ``setup()``); the message says which."""
 
 
 class InvalidRevisionError(GatekeeperError, ValueError):

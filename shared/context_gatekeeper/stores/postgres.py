@@ -89,14 +89,15 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, TypeVar
 
-from ..errors import InvalidInputError, InvalidTypeError, MissingExtraError, StoreClosedError
+from ..errors import InvalidInputError, InvalidTypeError, MissingExtraError, SchemaVersionError, StoreClosedError
 from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_keep
-from .schema import Migration, id_key, refuse_newer
+from .schema import Migration, id_key, refuse_newer, schema_behind
 from .vectors import VectorRow, VectorStore, checked_rows, pack_vector
 
 try:
     import psycopg
+    from psycopg import errors as pg_errors
     from psycopg import sql
     from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -112,6 +113,8 @@ from .postgres_ops import VECTORS_TABLE, Key, Step, Steps, arun_steps, postgres_
 __all__ = ["PostgresStore", "MIGRATIONS", "is_secret_key"]
 
 T = TypeVar("T")
+_MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)
+"""What a statement raises on tables whose schema is behind (see :meth:`PostgresStore._run`)."""
 _closing: set[concurrent.futures.Future[None]] = set()  # pool closings scheduled on other loops (kept from collection)
 
 
@@ -131,19 +134,20 @@ class PoolOptions(NamedTuple):
                 "open": False, "name": "context-gatekeeper", "check": check}
 
 
-def _index_backfill(_conn: None, q: ops.Statements) -> Any:
+def _index_backfill(_table_prefix: str, q: ops.Statements) -> Any:
     """Migration 2's backfill, as steps: :func:`.postgres_ops.backfill_steps`."""
     return ops.backfill_steps(q)
 
 
-def _chain_backfill(_conn: None, q: ops.Statements) -> Any:
+def _chain_backfill(_table_prefix: str, q: ops.Statements) -> Any:
     """Migration 4's backfill, as steps: :func:`.postgres_ops.chain_backfill_steps`."""
     return ops.chain_backfill_steps(q)
 
 
-def _unambiguous_chain(_conn: None, q: ops.Statements) -> Any:
-    """Migration 5's backfill, as steps: :func:`.postgres_ops.unambiguous_chain_steps`."""
-    return ops.unambiguous_chain_steps(q)
+def _unambiguous_chain(table_prefix: str, q: ops.Statements) -> Any:
+    """Migration 5's backfill, as steps: :func:`.postgres_ops.unambiguous_chain_steps` (each
+    session under its writers' lock)."""
+    return ops.unambiguous_chain_steps(q, table_prefix)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -194,7 +198,7 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 """Add new migrations at the end; never change or remove a released one.  ``{revisions}``, ``{ids}``
 and ``{migrations}`` stand for the prefixed table names (composed as identifiers); a backfill
-is a function of ``(None, statements)`` giving the steps to run (see :mod:`.postgres_ops`)."""
+is a function of ``(table_prefix, statements)`` giving the steps to run (see :mod:`.postgres_ops`)."""
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
 
@@ -307,6 +311,13 @@ class PostgresStore(Store, VectorStore):
         """What the operations call at their fault points: None when no hook is set."""
         return self._fault if self.fault_hook is not None else None
 
+    def _schema_error(self, recorded: set[int] | None) -> SchemaVersionError | None:
+        """What to raise when a statement met a missing table or column and the tables have
+        had the migrations ``recorded`` (None: none at all); None: the schema is up to date."""
+        return schema_behind(recorded, MIGRATIONS, f"the database of {self!r}",
+                             "call store.setup(), or open one PostgresStore on it with setup=True (the default),",
+                             "the connection string and table_prefix")
+
     def _closed_error(self) -> StoreClosedError:
         return StoreClosedError(f"{self!r} is closed; open a new PostgresStore on the same database to go on")
 
@@ -327,7 +338,20 @@ class PostgresStore(Store, VectorStore):
         In pipeline mode, so ``BEGIN``, the lock and the next query travel together,
         and the last statement together with ``COMMIT``: the lock is held for two
         round trips, not five, which matters when many writers queue for it.
+
+        A statement that fails on a missing table or column, in tables whose schema is not
+        up to date (opened with ``setup=False``), raises :class:`SchemaVersionError`.
         """
+        try:
+            return self._run_once(steps, lock, unbounded)
+        except _MISSING as exc:
+            error = self._schema_error(self._run_once(ops.recorded_steps(self._sql, self.table_prefix)))
+            if error is None:
+                raise
+            raise error from exc
+
+    def _run_once(self, steps: Steps[T], lock: int | None = None, unbounded: bool = False) -> T:
+        """:meth:`_run`, a failure on a missing table or column left as psycopg raised it."""
         with postgres_errors(self), self._connection() as conn:
             if lock is None:
                 return run_steps(conn, None, steps)
@@ -417,6 +441,18 @@ class PostgresStore(Store, VectorStore):
             pool = await self._apool()
         if pool is None:
             return await asyncio.to_thread(functools.partial(self._run, steps, lock, unbounded=unbounded))
+        try:
+            return await self._arun_once(pool, steps, lock, unbounded)
+        except _MISSING as exc:
+            error = self._schema_error(await self._arun_once(pool, ops.recorded_steps(self._sql, self.table_prefix)))
+            if error is None:
+                raise
+            raise error from exc
+
+    async def _arun_once(
+        self, pool: AsyncConnectionPool, steps: Steps[T], lock: int | None = None, unbounded: bool = False
+    ) -> T:
+        """:meth:`_arun` on ``pool``, a failure on a missing table or column left as psycopg raised it."""
         with postgres_errors(self), self._closing_race():
             async with pool.connection() as conn:
                 if lock is None:
@@ -457,8 +493,8 @@ class PostgresStore(Store, VectorStore):
                 for statement in migration.statements:
                     yield Step("none", sql.SQL(statement).format(**self._names))
                 if migration.backfill is not None:
-                    backfill: Any = migration.backfill  # here a function of (None, statements) giving steps
-                    yield from backfill(None, self._sql)
+                    backfill: Any = migration.backfill  # here a function of (table prefix, statements) giving steps
+                    yield from backfill(self.table_prefix, self._sql)
                 yield Step("none", self._sql["record"], (migration.version, migration.name, time.time()))
 
     # -- Store --------------------------------------------------------------------------

@@ -54,6 +54,7 @@ _TEMPLATES = {
         applied_at double precision NOT NULL
     )""",
     "applied": "SELECT version, name FROM {migrations} ORDER BY version",
+    "has_table": "SELECT to_regclass(%s) IS NOT NULL",
     "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
     "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
     "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s AND session_id = %s ORDER BY number DESC LIMIT 1",
@@ -411,6 +412,16 @@ def applied_steps(q: Statements) -> Steps[list[tuple[int, str]]]:
     return [(row[0], row[1]) for row in rows]
 
 
+def recorded_steps(q: Statements, table_prefix: str) -> Steps[set[int] | None]:
+    """The versions of the migrations the tables have had; None when they have no migrations
+    table (never set up, or the wrong ``table_prefix``)."""
+    table = table_prefix + TABLES["migrations"]
+    exists = yield Step("one", q["has_table"], ('"' + table.replace('"', '""') + '"',))  # found as the statements find it
+    if not exists[0]:
+        return None
+    return {row[0] for row in (yield Step("all", q["applied"]))}
+
+
 def lookup_steps(q: Statements, key: Key, ids: Iterable[str]) -> Steps[dict[str, IdEntry]]:
     """The id-index rows of ``ids`` (absent ids were never used)."""
     keys = {id_key(i): i for i in ids}
@@ -427,23 +438,39 @@ def index_steps(q: Statements, key: Key) -> Steps[None]:
 
 
 def chain_backfill_steps(q: Statements) -> Steps[None]:
-    """Migration 4: give the valid prefix of every stored session its hash chain."""
+    """Migration 4: give the valid prefix of every stored session its hash chain.
+
+    No session lock is needed: the migration's ``ALTER TABLE`` holds the revisions table
+    exclusively (reads included) until the migration commits, so no writer reads a digest
+    in between."""
     return _digest_steps(q, "all_sessions", "load", chained_prefix)
 
 
-def unambiguous_chain_steps(q: Statements) -> Steps[None]:
+def unambiguous_chain_steps(q: Statements, table_prefix: str) -> Steps[None]:
     """Migration 5: the digests of rows whose text fields the first chain wrote ambiguously,
-    recomputed after checking the first chain up to them (:func:`.chain.rechained`)."""
-    return _digest_steps(q, "ambiguous_sessions", "load_chained", rechained)
+    recomputed after checking the first chain up to them (:func:`.chain.rechained`).
+
+    Each session is read and rewritten under its writers' advisory lock, held until the
+    migration commits: a writer of that session that does not migrate (a store opened with
+    ``setup=False``, or a worker of the previous release during a rolling upgrade) waits, then
+    chains its revision from the rewritten digest, not from the one the migration replaces.
+    The sessions listed are rare (an instruction or model name that is the text ``None``, holds
+    U+001F or starts with U+001E), so the locks held at once stay few."""
+    return _digest_steps(q, "ambiguous_sessions", "load_chained", rechained,
+                         lambda key: lock_key(table_prefix, "session", key))
 
 
 def _digest_steps(
-    q: Statements, sessions: str, load: str, digests: Callable[[str, Any], list[tuple[int, str]]]
+    q: Statements, sessions: str, load: str, digests: Callable[[str, Any], list[tuple[int, str]]],
+    lock: Callable[[bytes], int] | None = None,
 ) -> Steps[None]:
     """For each session ``q[sessions]`` lists, its rows (``q[load]``) and the ``(number, digest)``
-    pairs ``digests`` gives for them, written."""
+    pairs ``digests`` gives for them, written; ``lock``: the advisory lock taken (until the
+    transaction ends) before each session's rows are read, by its key."""
     for stored_key, session_id in (yield Step("all", q[sessions])):
         key = (bytes(stored_key), session_id)
+        if lock is not None:
+            yield Step("none", q["lock"], (lock(key[0]),))
         rows = yield Step("all", q[load], (*key, 0))
         written = digests(session_id, rows)
         if written:

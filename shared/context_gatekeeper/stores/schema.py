@@ -8,7 +8,7 @@ that text and rows back into revisions, and holds the add-only migration record.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import CorruptLogError, InvalidInputError, InvalidTypeError, SchemaVersionError
@@ -20,6 +20,7 @@ __all__ = [
     "Migration",
     "checked_session",
     "refuse_newer",
+    "schema_behind",
     "changes_text",
     "revision_from_row",
     "revision_from_fields",
@@ -33,8 +34,9 @@ __all__ = [
 class Migration(NamedTuple):
     """One schema change: applied once, in ``version`` order, never edited after release.
 
-    ``backfill``, if any, runs after the statements in the same transaction, with the
-    connection (and, for PostgreSQL, the store): it fills new tables from existing rows."""
+    ``backfill``, if any, runs after the statements in the same transaction: it fills new
+    tables from existing rows (SQLite: a function of the connection; PostgreSQL: of the table
+    prefix and the store's statements, giving the SQL steps to run)."""
 
     version: int
     name: str
@@ -89,6 +91,33 @@ def refuse_newer(applied: Iterable[int], migrations: Sequence[Migration], what: 
             f"this {what} has schema migration(s) {unknown}, which this version of context-gatekeeper "
             "does not know; upgrade context-gatekeeper to open it"
         )
+
+
+def schema_behind(
+    applied: Collection[int] | None, migrations: Sequence[Migration], where: str, migrate: str,
+    check: str = "the path",
+) -> SchemaVersionError | None:
+    """The error for a call that failed on a missing table or column because the schema is
+    not up to date: ``applied`` holds the migrations recorded (None: there is no record at
+    all), ``where`` names the database, ``migrate`` says how to bring it up to date ("call
+    store.setup() ..."), ``check`` what to check when it holds no tables at all.  None when
+    every migration is applied (the failure is something else: leave it as it is).
+
+    >>> str(schema_behind({1, 2, 3}, [Migration(n, "m", ()) for n in (1, 2, 3, 4)], "db.sqlite", "call setup()"))
+    'db.sqlite is at schema version 3 (migration(s) [4] not applied yet), which this call needs; nothing was written. Call setup() to bring the schema up to date, then retry'
+    """
+    if not applied:
+        return SchemaVersionError(
+            f"{where} holds no context-gatekeeper tables: it was never set up, or it is not this library's "
+            f"database; nothing was written. {migrate[:1].upper()}{migrate[1:]} to create them, or check {check}"
+        )
+    missing = sorted({m.version for m in migrations} - set(applied))
+    if not missing:
+        return None
+    return SchemaVersionError(
+        f"{where} is at schema version {max(applied)} (migration(s) {missing} not applied yet), which this call "
+        f"needs; nothing was written. {migrate[:1].upper()}{migrate[1:]} to bring the schema up to date, then retry"
+    )
 
 
 def changes_text(revision: Revision) -> str:

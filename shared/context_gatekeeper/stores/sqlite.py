@@ -27,6 +27,7 @@ from .chain import chained_prefix, genesis, next_read, rechained, row_digest, ve
 from .integrity import IdEntry
 from .schema import (
     Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
+    schema_behind,
 )
 from .unavailable import cannot_open, sqlite_errors
 from .vectors import (
@@ -178,7 +179,10 @@ class SQLiteStore(Store, VectorStore):
             or one another program owns): nothing is created or migrated, and every
             write raises :class:`StoreUnavailableError`.  A file whose folder cannot
             be written is read as it is on disk (SQLite's ``immutable`` mode), so no
-            other process may change it meanwhile.
+            other process may change it meanwhile; if a non-empty ``-wal`` file lies
+            beside it (a copy of a live database), which that mode cannot read, opening
+            raises :class:`StoreUnavailableError` instead of missing its revisions.  A file
+            without the store's tables raises :class:`SchemaVersionError`.
 
     Storage failures (locked past ``busy_timeout``, disk full, I/O errors, a file that
     cannot be opened or is damaged) raise :class:`StoreUnavailableError` (an ``OSError``)
@@ -243,8 +247,27 @@ class SQLiteStore(Store, VectorStore):
         with self._lock:
             if self._conn is None:
                 raise StoreClosedError(f"{self!r} is closed; open a new SQLiteStore on the same file to go on")
-            with sqlite_errors(self.path, self.busy_timeout):
+            with sqlite_errors(self.path, self.busy_timeout), self._schema_checked(self._conn):
                 yield self._conn
+
+    @contextmanager
+    def _schema_checked(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """Raise a statement's failure on a missing table or column as :class:`SchemaVersionError`
+        when the file's schema is not up to date (``setup=False`` or ``read_only`` on an older
+        file, or on one that holds no context-gatekeeper tables at all)."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if not str(exc).startswith(("no such table", "no such column")):
+                raise
+            migrate = (
+                "open it once with SQLiteStore(path), without read_only (on a writable copy, if its mount is read-only),"
+                if self.read_only else "call store.setup() (or open SQLiteStore(path) with setup=True, the default)"
+            )
+            error = schema_behind(_recorded_migrations(conn), MIGRATIONS, f"the SQLite database {self.path!r}", migrate)
+            if error is None:
+                raise
+            raise error from exc
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -458,13 +481,23 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
         delay = min(delay * 2, 0.05)
 
 
+def _recorded_migrations(conn: sqlite3.Connection) -> set[int] | None:
+    """The versions of the migrations the file has had; None when it has no migrations table."""
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    if conn.execute(query).fetchone() is None:
+        return None
+    return {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+
+
 def _head(conn: sqlite3.Connection, session_id: str) -> int:
     return conn.execute(_HEAD, (session_id,)).fetchone()[0]
 
 
 def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
     """A read-only connection: ``mode=ro``, else (the folder cannot hold the ``-shm``
-    file SQLite needs to read a WAL database) ``immutable=1``."""
+    file SQLite needs to read a WAL database) ``immutable=1``, which reads the main file
+    alone: refused (:class:`StoreUnavailableError`) when a ``-wal`` file beside it holds
+    frames, as those are committed revisions it would silently miss."""
     uri = Path(path).absolute().as_uri()
 
     def opened(flags: str) -> sqlite3.Connection:
@@ -481,7 +514,26 @@ def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         if not cannot_open(exc):
             raise
+        _refuse_unreadable_wal(path, exc)
     return opened("mode=ro&immutable=1")
+
+
+def _refuse_unreadable_wal(path: str, cause: sqlite3.Error) -> None:
+    """:class:`StoreUnavailableError` if ``path`` has a non-empty ``-wal`` file: SQLite could
+    not open the database to read its log (``cause``), and reading the main file alone
+    would give an older state (or none) without a word."""
+    try:
+        size = os.stat(f"{path}-wal").st_size
+    except FileNotFoundError:
+        return
+    if size:
+        raise StoreUnavailableError(
+            f"the SQLite database {path!r} has a write-ahead log ({path + '-wal'!r}, {size} bytes) that may hold "
+            "its latest revisions, and SQLite cannot read it here: the folder cannot hold the -shm file it needs "
+            f"(a read-only mount?) (SQLite: {cause}). Reading the main file alone would miss them, so nothing was "
+            "read. Copy the database together with its -wal file to a writable folder and open it there, or "
+            "checkpoint it where it is written (SQLiteStore(path).checkpoint()) before copying it"
+        ) from cause
 
 
 def _load(
