@@ -7,9 +7,14 @@ implements it (with ``include_raw=True``, so the raw message's finish reason is
 seen).  A reply whose ``response_metadata`` says it stopped at the output limit
 (``finish_reason`` ``length`` / ``MAX_TOKENS``, ``stop_reason`` ``max_tokens``)
 raises :class:`~context_gatekeeper.errors.TruncatedReplyError`: an edit retries it
-instead of applying what was cut off.  :func:`default_chat_model` builds ``ChatGoogleGenerativeAI`` with a
-short timeout and one retry (its defaults take ~34 s to fail offline) and turns a
-missing key into :class:`~context_gatekeeper.ModelUnavailableError`.
+instead of applying what was cut off.  One the provider stopped for its content policy
+(``content_filter``, ``SAFETY``, ``refusal``) raises the core's ``FilteredReplyError`` and
+the edit stops.  A rejected key or a server failure (langchain-core's
+``ModelAuthenticationError`` / ``ModelAPIError``, the provider's 401 / 403 / 5xx or 400
+"API key not valid") is :class:`~context_gatekeeper.ModelUnavailableError` after one
+request, as on the core's own Gemini model.  :func:`default_chat_model` builds
+``ChatGoogleGenerativeAI`` with a short timeout and one retry (its defaults take ~34 s to
+fail offline) and turns a missing key into :class:`~context_gatekeeper.ModelUnavailableError`.
 """
 
 from __future__ import annotations
@@ -144,7 +149,12 @@ class LangChainEditModel(EditModel):
 
     @staticmethod
     def _call_failed(exc: Exception) -> None:
-        """Re-raise ``exc`` as a structured failure unless it says the model is unreachable."""
+        """Re-raise ``exc`` as a structured failure (the edit asks again for JSON text),
+        unless asking again cannot help because the model cannot be used now: a rejected
+        key, a server failure, the network (:func:`is_unavailable_error`, which reads
+        langchain-core's ``ModelAuthenticationError`` / ``ModelAPIError`` and the provider
+        error they wrap); those are re-raised, and the edit ends with
+        :class:`~context_gatekeeper.ModelUnavailableError` after one request."""
         if isinstance(exc, GatekeeperError) or is_unavailable_error(exc):
             raise exc
         raise StructuredOutputError(f"{type(exc).__name__}: {exc}") from exc

@@ -66,7 +66,9 @@ class LlamaIndexEditModel(EditModel):
         ]
 
     def _reply(self, response: Any) -> str:
-        """The reply text; refused when the raw response says it stopped at the output limit."""
+        """The reply text; refused when the raw response says it stopped at the output limit
+        (:class:`~context_gatekeeper.errors.TruncatedReplyError`) or for the provider's content
+        policy (``FilteredReplyError``)."""
         return str(refuse_truncated(response.message.content or "", finish_reason_of(response), self.name))
 
     def _call(self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None) -> str:
@@ -75,6 +77,7 @@ class LlamaIndexEditModel(EditModel):
         Raises:
             TruncatedReplyError: the raw response's finish reason says it was cut off
                 (``choices[0].finish_reason == "length"`` and the like).
+            FilteredReplyError: it says the provider stopped it (``content_filter`` ...).
         """
         return self._reply(self.llm.chat(self.messages(messages)))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -134,3 +135,33 @@ def test_the_offline_demo_does_not_send_an_unrelated_turn(tmp_path: Path) -> Non
     finally:
         transcript.close()
     assert stored == [answer(q) for q in (IRELAND, REPLICATION, LAG)]  # what was shown about context is not stored
+
+
+# -- the offline editor reads the edit prompt whatever the messages say --------------------------
+TAGGED = [("user", "Explain the </conversation> and <instruction> tags in Ireland"),
+          ("assistant", "In Ireland they mark <conversation>data</conversation>; see </instruction>.")]
+
+
+def test_an_offline_edit_of_messages_holding_the_prompts_tags_applies(tmp_path: Path) -> None:
+    transcript = Transcript("tags", store=str(tmp_path / "tags.sqlite3"))
+    try:
+        transcript.append(user=TAGGED[0][1], assistant=TAGGED[1][1])
+        transcript.edit("it was Iceland, not Ireland", model=offline.OfflineEditor())
+        assert [(m.role, m.content) for m in transcript.messages] == [
+            (role, text.replace("Ireland", "Iceland")) for role, text in TAGGED]
+    finally:
+        transcript.close()
+
+
+def test_the_offline_editor_reads_the_conversation_as_json_not_up_to_a_closing_tag() -> None:
+    from context_gatekeeper.editing.format import EditView, build_prompt
+    from context_gatekeeper.records.messages import Message
+
+    view = EditView.of([Message(f"m{i}", role, text) for i, (role, text) in enumerate(TAGGED)])
+    new = "Iceland </instruction> <conversation>"  # the instruction holds the tags too
+    prompt = build_prompt("patch", view, f"replace Ireland with {new}")
+    raw = [prompt[0], {**prompt[1], "content": prompt[1]["content"].replace("\\u003c", "<")}]  # messages unescaped
+    for messages in (prompt, raw):
+        operations = json.loads(offline.OfflineEditor().complete(messages))["operations"]
+        assert [(op["id"], op["content"]) for op in operations] == [
+            (str(i), text.replace("Ireland", new)) for i, (_, text) in enumerate(TAGGED, 1)]

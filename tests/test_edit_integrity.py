@@ -18,6 +18,7 @@ from context_gatekeeper.editing.checks import deleted_share
 from context_gatekeeper.editing.format import ideal_patch_reply, ideal_rewrite_reply
 from context_gatekeeper.editing.compute import compute_edit
 from context_gatekeeper.errors import TruncatedReplyError
+from context_gatekeeper.editing.finish_reasons import FilteredReplyError
 from context_gatekeeper.editing.gemini import GeminiModel
 from context_gatekeeper.records.messages import Message
 from context_gatekeeper.editing.models import ModelReply, as_edit_model
@@ -167,6 +168,63 @@ def test_llamaindex_raw_finish_reason_length_is_retried():
     llm.reasons = ["length", "stop"]
     t.edit("Iceland", model=LlamaIndexEditModel(llm))
     assert len(llm.chats) == 2 and t.messages[0].content.startswith("Question 0 about Iceland")
+
+
+# -- a reply the provider stopped for its content policy is never applied, nor asked again -----
+class CountingFake(GenericFakeChatModel):
+    """A scripted LangChain chat model that counts its calls."""
+
+    calls: int = 0
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return super()._generate(*args, **kwargs)
+
+
+@pytest.mark.parametrize("reason", ["content_filter", "SAFETY", "refusal"])
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_langchain_reply_stopped_for_content_policy_is_refused_after_one_call(reason, use_async):
+    t = ten_messages()
+    good = ideal_patch_reply(t.messages, fix_first(t))
+    before = [(m.id, m.content) for m in t.messages], t.head
+    chat = CountingFake(messages=iter([AIMessage(good, response_metadata={"finish_reason": reason})] * 2))
+    model = LangChainEditModel(chat)
+    with pytest.raises(FilteredReplyError, match="safety or content policy") as info:
+        if use_async:
+            asyncio.run(t.aedit("Iceland", model=model))
+        else:
+            t.edit("Iceland", model=model)
+    assert info.value.finish_reason == reason and chat.calls == 1
+    assert ([(m.id, m.content) for m in t.messages], t.head) == before
+
+
+def test_a_structured_reply_stopped_for_safety_does_not_fall_back_to_text():
+    t = ten_messages()
+    good = json.loads(ideal_patch_reply(t.messages, fix_first(t)))
+    chat = StructuredRawFake(messages=iter([]))
+    chat.answers = [{"raw": AIMessage("", response_metadata={"finish_reason": "SAFETY"}), "parsed": good,
+                     "parsing_error": None}]
+    chat.include_raw = []
+    with pytest.raises(FilteredReplyError):
+        t.edit("Iceland", model=LangChainEditModel(chat, structured=True))
+    assert chat.include_raw == [True] and chat.answers == [] and t.head == 5
+
+
+def test_a_llamaindex_reply_stopped_by_the_content_filter_is_refused():
+    t = ten_messages()
+    good = ideal_patch_reply(t.messages, fix_first(t))
+    llm = RawLLM(replies=[good, good])
+    llm.reasons = ["content_filter", "stop"]
+    with pytest.raises(FilteredReplyError, match="content_filter"):
+        t.edit("Iceland", model=LlamaIndexEditModel(llm))
+    assert len(llm.chats) == 1 and t.messages[0].content.startswith("Question 0 about Ireland")
+
+
+def test_a_model_reply_with_a_refusal_is_refused():
+    model = ScriptedModel([ModelReply('{"operations": []}', "refusal")])
+    with pytest.raises(FilteredReplyError):
+        compute_edit(ten_messages().messages, "Iceland", model)
+    assert len(model.calls) == 1
 
 
 # -- item 4: the deletion guard measures removed plus replaced tokens ------------------------

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_gatekeeper.editing.format import EditView, _as_changes, ideal_patch_reply, ideal_rewrite_reply, output_schema
+from context_gatekeeper.editing.format import (
+    MAX_ECHO, EditView, _as_changes, ideal_patch_reply, ideal_rewrite_reply, output_schema,
+)
 from context_gatekeeper.editing.compute import EditResult, acompute_edit, compute_edit
 from context_gatekeeper.errors import EditError, InvalidInputError, ModelUnavailableError
 from context_gatekeeper.records.messages import Message
@@ -356,7 +358,7 @@ def test_text_models_get_no_schema():
 # -- model failures ------------------------------------------------------------------------
 def test_model_timeout_is_unavailable_and_not_retried():
     model = ScriptedModel([TimeoutError("deadline exceeded")])
-    with pytest.raises(ModelUnavailableError, match="could not be reached") as info:
+    with pytest.raises(ModelUnavailableError, match="could not be used") as info:
         compute_edit(gdp_state(), "Iceland", model)
     assert isinstance(info.value.__cause__, TimeoutError) and len(model.calls) == 1
 
@@ -601,3 +603,105 @@ def test_a_one_word_correction_in_chinese_counts_that_word_not_the_clause_around
 def test_an_answer_naming_no_message_or_showing_no_text_is_refused(reply):
     with pytest.raises(EditError):
         compute_edit(gdp_state(), "Iceland", ScriptedModel([reply, reply]))
+
+
+# -- repair never cuts a text; an example beside the answer is not the answer -----------------
+INCH_STATE = [
+    Message("u1", "user", 'For my trip to Ireland: the 27" monitor, or the 32" one?'),
+    Message("a1", "assistant", 'For Ireland take the 27" one: it fits in a suitcase, the 32" does not.'),
+]
+
+
+@pytest.mark.parametrize("text", [
+    'For my trip to Iceland: the 27" monitor, or the 32" one?',  # json_repair kept 'For my trip to Iceland: the 27'
+    'Tagline: "Iceland, 2022"',  # json_repair made '2022' a key and dropped 'Iceland'
+])
+def test_a_repair_that_would_cut_a_text_at_an_unescaped_quote_is_retried_not_committed(text):
+    unescaped = '{"operations": [{"op": "replace", "id": "1", "content": "' + text + '"}]}'
+    model = ScriptedModel([unescaped, patch({"op": "replace", "id": "1", "content": text})])
+    result = compute_edit(INCH_STATE, "Iceland, not Ireland", model)
+    assert result.attempts == 2 and [c.after.content for c in result.changes] == [text]
+    assert 'double quote inside a text as \\"' in model.calls[1][-1]["content"]
+
+
+def test_a_complete_answer_with_one_unescaped_quote_is_not_called_cut_off():
+    reply = '{"operations": [{"op": "replace", "id": "2", "content": "Get the 27" monitor in Iceland."}]}'
+    model = _fails_twice(reply, "double quote", state=INCH_STATE)
+    assert "output limit" not in model.calls[1][-1]["content"]
+
+
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_an_empty_list_in_the_prose_before_the_answer_is_not_the_answer(strategy):
+    real = (patch({"op": "replace", "id": "1", "content": "What was Iceland's GDP in 2021?"}) if strategy == "patch"
+            else ideal_rewrite_reply(gdp_state(), [Replace("u1", "What was Iceland's GDP in 2021?")]))
+    reply = f"Here it is (an empty list [] would mean no change, or {{}} nothing):\n```json\n{real}\n```"
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]), strategy=strategy)
+    assert result.attempts == 1 and [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
+
+
+def test_an_empty_answer_alone_still_means_no_change():
+    result = compute_edit(gdp_state(), "nothing", ScriptedModel(['No change is needed [none]: {"operations": []}']))
+    assert result.attempts == 1 and result.changes == ()
+
+
+def test_an_example_beside_the_answer_is_refused_and_asked_again_not_applied():
+    example = '[{"op": "delete", "id": "3"}, {"op": "delete", "id": "4"}]'
+    real = patch({"op": "replace", "id": "1", "content": "What was Iceland's GDP in 2021?"})
+    model = ScriptedModel([f"I must not delete anything, so no {example} here. The operations:\n{real}", real])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    assert result.attempts == 2 and [c.before.id for c in result.changes] == ["u1"]
+    assert "2 different JSON values" in model.calls[1][-1]["content"]
+
+
+def test_the_same_answer_twice_is_one_answer():
+    reply = f"```json\n{GOOD}\n```\nThat is: {GOOD}"
+    assert compute_edit(gdp_state(), "Iceland", ScriptedModel([reply])).attempts == 1
+
+
+def test_a_huge_unusable_answer_is_not_sent_back_whole():
+    junk = "x" * 2_000_000
+    model = ScriptedModel([junk, GOOD])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    shown = model.calls[1][2]["content"]
+    assert result.raw_outputs[0] == junk  # kept whole for the caller
+    assert len(shown) < MAX_ECHO + 100 and shown.endswith("...(truncated: 1996000 more characters)")
+
+
+def test_arrays_nested_too_deep_for_the_parser_are_an_edit_error():
+    nested = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(EditError, match="no usable JSON"):
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([nested, nested]))
+
+
+def test_message_text_cannot_close_the_conversation_block_of_the_prompt():
+    state = [Message("u1", "user", "Explain the </conversation> and <instruction> tags in Ireland"),
+             Message("a1", "assistant", "They delimit <b>data</b>.")]
+    model = ScriptedModel(['{"operations": []}'])
+    compute_edit(state, "Iceland", model)
+    prompt = model.calls[0][1]["content"]
+    assert prompt.count("</conversation>") == 1 and prompt.count("<instruction>") == 1
+    block = prompt[prompt.index("<conversation>\n") + len("<conversation>\n"): prompt.index("\n</conversation>")]
+    assert [m["content"] for m in json.loads(block)] == [m.content for m in state]
+
+
+# -- structure: violations are compared by message ids, not counted ------------------------------
+def test_removing_an_old_alternation_violation_does_not_pay_for_a_new_one():
+    state = [Message("u1", "user", "Plan a trip to Ireland."), Message("a1", "assistant", "Day 1: Dublin."),
+             Message("u2", "user", "What about Cork?"), Message("a2", "assistant", "Cork is a good day 3."),
+             Message("u3", "user", "hello? (left unanswered)"),
+             Message("u4", "user", "Budget is 500 EUR."), Message("a4", "assistant", "Fine, hostels then.")]
+    # deleting u3 removes the old violation (u3, u4); deleting a2 makes a new one (u2, u4)
+    _fails_twice(patch({"op": "delete", "id": "4"}, {"op": "delete", "id": "5"}), "two user messages in a row",
+                 state=state, max_deletion_share=1)
+
+
+def test_removing_an_old_unanswered_tool_call_does_not_pay_for_an_orphaned_result():
+    state = [Message("u0", "user", "Stock price of ACME?"),
+             Message("a0", "assistant", "", metadata={"tool_calls": [{"id": "c0", "name": "quote", "args": {}}]}),
+             Message("u1", "user", "Weather in Paris?"),
+             Message("a1", "assistant", "Let me check.", metadata={"tool_calls": [{"id": "c1", "name": "weather"}]}),
+             Message("t1", "tool", "sunny, 24C", metadata={"tool_call_id": "c1"}),
+             Message("a2", "assistant", "It is sunny and 24C in Paris.")]
+    # deleting u0 takes its unanswered call a0 along; deleting a1 leaves t1 without its call
+    _fails_twice(patch({"op": "delete", "id": "1"}, {"op": "delete", "id": "3"}), "the result of tool call 'c1'",
+                 state=state, max_deletion_share=1)

@@ -22,7 +22,9 @@ import pytest
 from net_support import no_network
 
 from context_gatekeeper import EditError, MissingExtraError, ModelUnavailableError, Transcript
+from context_gatekeeper.editing.finish_reasons import FilteredReplyError
 from context_gatekeeper.editing.gemini import DEFAULT_GEMINI_MODEL, GeminiModel, gemini_api_key
+from context_gatekeeper.errors import TruncatedReplyError
 from context_gatekeeper.editing.models import as_edit_model
 
 MESSAGES = [
@@ -172,6 +174,46 @@ def test_api_errors_by_status() -> None:
 def test_an_empty_reply_is_an_edit_error() -> None:
     with pytest.raises(EditError, match="no text"):
         GeminiModel(client=FakeClient(None)).complete(MESSAGES)
+
+
+def _finished(text: str | None, reason: str) -> GeminiModel:
+    """A GeminiModel whose every reply is ``text`` with google-genai's finish reason ``reason``."""
+    finish = pytest.importorskip("google.genai.types").FinishReason[reason]
+    response = SimpleNamespace(text=text, candidates=[SimpleNamespace(finish_reason=finish)], prompt_feedback=None)
+    calls: list[dict[str, Any]] = []
+    client = SimpleNamespace(models=SimpleNamespace(generate_content=lambda **kw: calls.append(kw) or response))
+    model = GeminiModel(client=client)
+    model.calls = calls  # type: ignore[attr-defined]
+    return model
+
+
+def test_max_tokens_with_no_text_is_a_truncation_and_the_edit_asks_again() -> None:
+    # gemini-2.5 may spend the whole output budget on thinking and return no text at all
+    t = Transcript("thinking")
+    t.append(user="Trip to Ireland?", assistant="Dublin first.")
+    model = _finished(None, "MAX_TOKENS")
+    with pytest.raises(TruncatedReplyError, match="output limit") as info:
+        t.edit("Iceland, not Ireland", model=model)
+    assert info.value.finish_reason == "MAX_TOKENS" and len(model.calls) == 2  # type: ignore[attr-defined]
+    assert t.head == 1
+
+
+def test_a_reply_without_text_names_its_finish_reason() -> None:
+    with pytest.raises(EditError, match=r"finish reason: OTHER;") as info:
+        _finished(None, "OTHER").complete(MESSAGES)
+    assert "namespace" not in str(info.value) and "FinishReason" not in str(info.value)
+
+
+@pytest.mark.parametrize("reason", ["SAFETY", "RECITATION", "PROHIBITED_CONTENT"])
+@pytest.mark.parametrize("text", ['{"operations": []}', None])
+def test_a_reply_stopped_for_safety_ends_the_edit_after_one_request(reason: str, text: str | None) -> None:
+    t = Transcript("safety")
+    t.append(user="Trip to Ireland?", assistant="Dublin first.")
+    model = _finished(text, reason)
+    with pytest.raises(FilteredReplyError, match="safety or content policy") as info:
+        t.edit("Iceland, not Ireland", model=model)
+    assert info.value.finish_reason == reason and len(model.calls) == 1  # type: ignore[attr-defined]
+    assert t.head == 1
 
 
 def test_edits_go_through_the_core_protocol() -> None:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from context_gatekeeper import ModelUnavailableError, Replace, Transcript
+from context_gatekeeper import EditError, ModelUnavailableError, Replace, Transcript
+from context_gatekeeper.integration import is_unavailable_error
 from context_gatekeeper.editing.format import ideal_patch_reply
 from langchain_gatekeeper import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
 
@@ -81,3 +86,77 @@ def test_structured_output_is_used_when_the_model_has_it() -> None:
 def test_not_a_chat_model_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         LangChainEditModel(object())  # type: ignore[arg-type]
+
+
+# -- the default model's failures, through the real client against a local server ----------------
+class _Failing(BaseHTTPRequestHandler):
+    """Answers every request with one HTTP error, as the Gemini API does; counts them."""
+
+    requests = 0
+    status = 500
+    message = ""
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        type(self).requests += 1
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        data = json.dumps({"error": {"code": self.status, "message": self.message, "status": "ERROR"}}).encode()
+        self.send_response(self.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def failing_gemini(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_Failing]]:
+    handler = type("Handler", (_Failing,), {"requests": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("GOOGLE_API_KEY", "not-a-real-key")
+    yield handler
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize(("status", "message"), [
+    (400, "API key not valid. Please pass a valid API key."),
+    (401, "Request had invalid authentication credentials."),
+    (403, "The caller does not have permission"),
+    (503, "The model is overloaded. Please try again later."),
+])
+def test_a_rejected_key_or_a_server_failure_of_the_default_model_is_unavailable_after_one_request(
+    failing_gemini: type[_Failing], status: int, message: str
+) -> None:
+    failing_gemini.status, failing_gemini.message = status, message
+    t = Transcript("lc-down")
+    t.append(user="Trip to Ireland?", assistant="Dublin first.")
+    before = [(m.id, m.content) for m in t.messages], t.head
+    model = LangChainEditModel(default_chat_model(timeout=5, max_retries=0))
+    assert model.supports_json_schema  # the structured call fails; no text call follows it
+    with pytest.raises(ModelUnavailableError, match="could not be used"):
+        t.edit("Iceland, not Ireland", model=model)
+    assert failing_gemini.requests == 1
+    assert ([(m.id, m.content) for m in t.messages], t.head) == before
+
+
+def test_a_rejected_request_of_the_default_model_stays_an_edit_error(failing_gemini: type[_Failing]) -> None:
+    failing_gemini.status, failing_gemini.message = 400, "Invalid JSON payload received."
+    t = Transcript("lc-bad-request")
+    t.append(user="Trip to Ireland?", assistant="Dublin first.")
+    with pytest.raises(EditError, match="failed"):
+        t.edit("Iceland, not Ireland", model=LangChainEditModel(default_chat_model(timeout=5, max_retries=0)))
+
+
+def test_langchain_core_model_errors_for_a_key_a_permission_or_a_server_are_unavailable() -> None:
+    errors = pytest.importorskip("langchain_core.exceptions")
+    for name in ("ModelAuthenticationError", "ModelPermissionDeniedError", "ModelAPIError"):
+        if hasattr(errors, name):  # langchain-core 1.x added them over its minor versions
+            assert is_unavailable_error(getattr(errors, name)("x")), name
+    if hasattr(errors, "ModelInvalidRequestError"):
+        assert not is_unavailable_error(errors.ModelInvalidRequestError("bad schema"))

@@ -10,7 +10,9 @@ import threading
 import pytest
 
 from context_gatekeeper.errors import EditError, GatekeeperError, InvalidTypeError, ModelUnavailableError
+from context_gatekeeper.editing.compute import compute_edit
 from context_gatekeeper.editing.models import EditModel, as_edit_model, model_name
+from context_gatekeeper.records.messages import Message
 from context_gatekeeper.testing import RecordedCall, ScriptedModel
 
 HELLO = [{"role": "user", "content": "hello"}]
@@ -217,10 +219,60 @@ class APIConnectionError(Exception):
 )
 def test_network_failures_become_model_unavailable(exc):
     model = as_edit_model(ScriptedModel([exc], name="flaky"))
-    with pytest.raises(ModelUnavailableError, match="'flaky' could not be reached") as info:
+    with pytest.raises(ModelUnavailableError, match="'flaky' could not be used") as info:
         model.complete(HELLO)
     assert info.value.__cause__ is exc
     assert "try again" in str(info.value)
+
+
+class ProviderError(Exception):
+    """An SDK's HTTP error: a status code, and the provider's message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class StatusCodeError(Exception):
+    """An SDK's HTTP error that names its status ``status_code`` (openai, anthropic)."""
+
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+
+
+def _wrapped(cause: Exception) -> Exception:
+    """A framework's own error raised from the provider's (as langchain-google-genai does)."""
+    try:
+        try:
+            raise cause
+        except Exception as exc:
+            raise RuntimeError("Error calling model 'm' (INVALID_ARGUMENT)") from exc
+    except RuntimeError as framework_error:
+        return framework_error
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [ProviderError(401, "Request had invalid authentication credentials."), ProviderError(403, "denied"),
+     ProviderError(429, "quota"), ProviderError(503, "overloaded"), StatusCodeError(500),
+     ProviderError(400, "API key not valid. Please pass a valid API key."),
+     _wrapped(ProviderError(400, "API key not valid. Please pass a valid API key.")),
+     _wrapped(ProviderError(503, "overloaded"))],
+    ids=["401", "403", "429", "503", "status_code-500", "400-api-key", "wrapped-400-api-key", "wrapped-503"],
+)
+def test_a_rejected_key_or_a_server_failure_is_unavailable_and_asked_once(exc):
+    model = ScriptedModel([exc])
+    with pytest.raises(ModelUnavailableError, match="could not be used") as info:
+        compute_edit([Message("u", "user", "Ireland?"), Message("a", "assistant", "Dublin.")], "Iceland", model)
+    assert info.value.__cause__ is exc and len(model.calls) == 1
+
+
+@pytest.mark.parametrize("exc", [ProviderError(400, "bad schema"), ProviderError(404, "no such model"),
+                                 _wrapped(ProviderError(400, "bad schema"))])
+def test_a_rejected_request_is_an_edit_error(exc):
+    with pytest.raises(EditError, match="failed"):
+        as_edit_model(ScriptedModel([exc])).complete(HELLO)
 
 
 @pytest.mark.parametrize("exc", [ValueError("bad"), KeyError("k"), RuntimeError("boom"), TypeError("sig")])

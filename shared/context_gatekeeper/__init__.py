@@ -27,6 +27,7 @@ from .errors import (
     StoreUnavailableError,
     StructuredOutputError,
     TruncatedReplyError,
+    FilteredReplyError,
     UnknownMessageError,
     UnknownTurnError,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "StoreUnavailableError",
     "StoreCapabilityError",
     "TruncatedReplyError",
+    "FilteredReplyError",
     "StructuredOutputError",
     "UnknownMessageError",
     "UnknownTurnError",

@@ -22,6 +22,7 @@ __all__ = [
     "UnknownMessageError",
     "EditError",
     "TruncatedReplyError",
+    "FilteredReplyError",
     "StructuredOutputError",
     "HistoryError",
     "StaleHeadError",
@@ -85,6 +86,20 @@ class TruncatedReplyError(EditError):
     def __init__(self, message: str, *, partial: object = "", finish_reason: str | None = None) -> None:
         super().__init__(message)
         self.partial = partial
+        self.finish_reason = finish_reason
+
+
+class FilteredReplyError(EditError):
+    """The provider stopped the model's answer for its safety or content policy.
+
+    Not retried: the same request meets the same policy.  Nothing was changed.
+
+    Attributes:
+        finish_reason: the finish reason the model reported (``content_filter``, ``SAFETY`` ...).
+    """
+
+    def __init__(self, message: str, *, finish_reason: str | None = None) -> None:
+        super().__init__(message)
         self.finish_reason = finish_reason
 
 

@@ -65,9 +65,29 @@ def parse_substitution(instruction: str) -> tuple[str, str] | None:
     return None
 
 
-def _between(text: str, tag: str) -> str | None:
-    match = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.S)
-    return match.group(1) if match else None
+_INSTRUCTION_START = "<instruction>\n"
+_CONVERSATION_START = "\n</instruction>\n\n<conversation>\n"
+
+
+def _read_prompt(prompt: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """The instruction and the conversation's messages in the core's edit prompt, else None.
+
+    The conversation is read as JSON from just after its opening tag (the core writes
+    ``<`` in message text as ``\\u003c``, and the decoder stops where the array ends),
+    so no text in a message or in the instruction can cut either one short.
+    """
+    start = prompt.find(_INSTRUCTION_START)
+    middle = prompt.rfind(_CONVERSATION_START)
+    if start < 0 or middle < start:
+        return None
+    instruction = prompt[start + len(_INSTRUCTION_START) : middle]
+    try:
+        messages, _ = json.JSONDecoder().raw_decode(prompt, middle + len(_CONVERSATION_START))
+    except ValueError:
+        return None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return None
+    return instruction, messages
 
 
 class OfflineEditor:
@@ -86,10 +106,10 @@ class OfflineEditor:
         prompt = str(messages[-1].get("content", "")) if messages else ""
         if len(messages) > 2:  # a retry: our first answer was unusable, so give up cleanly
             raise EditError("the offline editor could not produce a usable edit; nothing was changed")
-        instruction = _between(prompt, "instruction")
-        conversation = _between(prompt, "conversation")
-        if instruction is None or conversation is None:
+        read = _read_prompt(prompt)
+        if read is None:
             raise EditError("the offline editor only answers the core's edit prompt; nothing was changed")
+        instruction, conversation = read
         parsed = parse_substitution(instruction)
         if parsed is None:
             raise EditError(
@@ -98,7 +118,7 @@ class OfflineEditor:
                 "(set GOOGLE_API_KEY and drop --offline for free-form edits)."
             )
         old, new = parsed
-        state = [Message(str(m["id"]), m["role"], m["content"]) for m in json.loads(conversation)]
+        state = [Message(str(m["id"]), m["role"], m["content"]) for m in conversation]
         pattern = _word_pattern(old)
         # the new words as they are (a str replacement would read backslashes as escapes and groups)
         requests = [Replace(m.id, pattern.sub(lambda _: new, m.content)) for m in state if pattern.search(m.content)]

@@ -1,10 +1,12 @@
 """Editing room: a model turns a natural-language instruction into changes on ids.
 
 :mod:`.models` (the ``EditModel`` protocol and the one model picker,
-``resolve_model``), :mod:`.finish_reasons` (reading a reply's finish reason),
+``resolve_model``), :mod:`.failures` (which model errors mean "unavailable"),
+:mod:`.finish_reasons` (reading a reply's finish reason),
 :mod:`.gemini` (the default Gemini 2.5 Flash model), :mod:`.options`
 (``EditOptions``), :mod:`.format` (the prompt and the reply format),
-:mod:`.parse` (reading cut-off or malformed replies), :mod:`.checks`
+:mod:`.extract` (finding the JSON in a reply: fences, prose, checked repair,
+cut-off answers), :mod:`.parse` (the reply as requests on ids), :mod:`.checks`
 (structure, tool pairs, the deletion guard) and :mod:`.compute`
 (``compute_edit``: ask, check, retry once, return changes).  Editing commits
 nothing: the transcript does.

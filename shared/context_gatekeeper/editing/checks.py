@@ -1,8 +1,9 @@
 """Turning an edit's requests into changes, and the checks every edit must pass.
 
-Structure is checked by *counting violations* in the full state before and after
-the edit; an edit may not add any (agent transcripts legitimately hold some, so
-only new ones count).  The violations:
+Structure is checked by *comparing violations* in the full state before and after
+the edit, each named by the ids of its messages; an edit may not add any (agent
+transcripts legitimately hold some, so only new ones count, and removing one old
+violation does not pay for a new one).  The violations:
 
 * **alternation**: two user messages, or two assistant messages, in a row.  System
   messages in between are ignored; a tool message separates (an assistant message
@@ -193,22 +194,31 @@ def tool_violations(state: Sequence[Message]) -> list[tuple[str, str, str]]:
     return out
 
 
+def _pair_key(pair: tuple[Message, Message | None]) -> tuple[str, str | None]:
+    """An alternation violation by message ids (what stays the same across an edit)."""
+    first, second = pair
+    return first.id, second.id if second is not None else None
+
+
 def check_structure(before: Sequence[Message], after: Sequence[Message], view: EditView) -> None:
-    """Raise :class:`EditError` if ``after`` has more violations than ``before``."""
-    old_pairs = alternation_violations(before)
-    new_pairs = alternation_violations(after)
-    if len(new_pairs) > len(old_pairs):
-        known = {(a.id, b.id if b else None) for a, b in old_pairs}
-        first, second = next(p for p in new_pairs if (p[0].id, p[1].id if p[1] else None) not in known)
+    """Raise :class:`EditError` if ``after`` has a violation that ``before`` does not have.
+
+    Violations are compared by the ids of the messages involved, not counted: an
+    edit that removes one existing violation and creates another is refused.
+    """
+    known_pairs = {_pair_key(p) for p in alternation_violations(before)}
+    new_pairs = [p for p in alternation_violations(after) if _pair_key(p) not in known_pairs]
+    if new_pairs:
+        first, second = new_pairs[0]
         if second is None:
             where = f"the conversation would start with an assistant message ({view.describe(first)})"
         else:
             where = f"{view.describe(first)} and {view.describe(second)} would be two {first.role} messages in a row"
         raise EditError(f"{where}; keep user and assistant messages alternating (delete a question with its answer)")
-    old_tools = tool_violations(before)
-    new_tools = tool_violations(after)
-    if len(new_tools) > len(old_tools):
-        kind, message_id, call_id = next(t for t in new_tools if t not in set(old_tools))
+    known_tools = set(tool_violations(before))
+    new_tools = [t for t in tool_violations(after) if t not in known_tools]
+    if new_tools:
+        kind, message_id, call_id = new_tools[0]
         message = next(m for m in after if m.id == message_id)
         if kind == "orphan":
             raise EditError(

@@ -24,9 +24,13 @@ Settings travel as one :class:`~context_gatekeeper.editing.options.EditOptions`
 :mod:`context_gatekeeper.editing.format`.
 
 An unusable answer (no JSON, unknown ids, empty text, a changed role, a broken
-alternation or tool pair, JSON that never closes, a finish reason saying the
-model hit its output limit) is retried once, showing the model its answer and the
-problem; a second failure raises :class:`~context_gatekeeper.errors.EditError`.
+alternation or tool pair, JSON that never closes or that could only be repaired by
+losing text, two different answers in one reply, a finish reason saying the model
+hit its output limit) is retried once, showing the model its answer (the first
+few thousand characters) and the problem; a second failure raises
+:class:`~context_gatekeeper.errors.EditError`.  A finish reason saying the
+provider stopped the answer for its content policy is not retried: it raises
+:class:`~context_gatekeeper.editing.finish_reasons.FilteredReplyError` at once.
 An edit destroying (removing or replacing, by a word-level diff) more than
 ``max_deletion_share`` (default 0.6) of the editable tokens is refused (not
 retried) unless ``allow_large_deletion=True``.
@@ -50,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from .checks import build_changes, check_structure, deleted_share
+from .finish_reasons import FilteredReplyError
 from .format import EditView, build_prompt, output_schema, retry_prompt
 from .options import STRATEGIES, EditOptions, Strategy
 from .parse import parse_patch, parse_rewrite
@@ -212,13 +217,15 @@ def _start(
 def _failed(exc: EditError, ask: _Ask) -> _Answer:
     """What the dialogue receives for a call that raised ``exc``; raises it when it is final.
 
-    A cut-off reply goes to the dialogue (it retries); any other failure of a call
-    that asked for structured output becomes a :class:`StructuredOutputError` (the
-    dialogue falls back to text); a failure of a text call is final.
+    A cut-off reply goes to the dialogue (it retries); a reply the provider stopped
+    for its content policy is final (asking again meets the same policy); any other
+    failure of a call that asked for structured output becomes a
+    :class:`StructuredOutputError` (the dialogue falls back to text); a failure of a
+    text call is final.
     """
     if isinstance(exc, TruncatedReplyError):
         return exc
-    if ask[1] is None:
+    if ask[1] is None or isinstance(exc, FilteredReplyError):
         raise exc
     if isinstance(exc, StructuredOutputError):
         return exc
@@ -257,8 +264,10 @@ def compute_edit(
             same error :class:`EditOptions` and ``Transcript(...)`` raise).
         TypeError: a state that is not Messages, a model that cannot be called.
         EditError: the model's answer was unusable twice, the edit deletes too much,
-            or the model failed.
-        ModelUnavailableError: the model could not be reached (network, timeout).
+            or the model failed (:class:`FilteredReplyError`: the provider stopped the
+            answer for its content policy).
+        ModelUnavailableError: the model could not be used (network, timeout, server
+            failure, rejected key).
     """
     edit_model, session, ask = _start(
         state,

@@ -1,22 +1,44 @@
-"""Why a model stopped: finish reasons, and refusing a reply cut off at the output limit.
+"""Why a model stopped: finish reasons, and refusing a reply that did not finish normally.
 
 Part of the model protocol (:mod:`context_gatekeeper.editing.models`): a reply may carry
 its finish reason (a :class:`ModelReply`, a LangChain message's
-``response_metadata``, a raw provider response); :func:`refuse_truncated` turns a
-truncation reason into :class:`~context_gatekeeper.errors.TruncatedReplyError`.
+``response_metadata``, a raw provider response).  :func:`refuse_truncated` turns
+
+* a truncation reason (``length``, ``max_tokens``, Gemini's ``MAX_TOKENS``) into
+  :class:`~context_gatekeeper.errors.TruncatedReplyError`: the edit asks again;
+* a content-policy reason (OpenAI's ``content_filter``, Gemini's ``SAFETY`` /
+  ``RECITATION`` / ``PROHIBITED_CONTENT``, Anthropic's ``refusal``, Bedrock's
+  ``guardrail_intervened``) into :class:`FilteredReplyError`: the provider withheld or
+  cut the answer, so even JSON that parses is not the edit the model meant; the edit
+  stops at once (asking again gets the same policy), and nothing is changed.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from ..errors import TruncatedReplyError
+from ..errors import FilteredReplyError, TruncatedReplyError
 
-__all__ = ["ModelReply", "finish_reason_of", "is_truncation", "refuse_truncated"]
+__all__ = [
+    "ModelReply",
+    "FilteredReplyError",
+    "finish_reason_of",
+    "reason_text",
+    "is_truncation",
+    "is_policy_stop",
+    "refuse_truncated",
+]
 
 _TRUNCATION_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "model_length", "token_limit"})
+_POLICY_REASONS = frozenset({
+    "content_filter", "content_filtered",  # OpenAI, Azure; Bedrock
+    "safety", "recitation", "blocklist", "prohibited_content", "spii", "image_safety",  # Gemini
+    "refusal",  # Anthropic
+    "guardrail_intervened",  # Bedrock
+})
 _REASON_KEYS = ("finish_reason", "stop_reason", "done_reason")
 
 
@@ -41,10 +63,22 @@ class ModelReply:
         return is_truncation(self.finish_reason)
 
 
-def _reason_text(reason: Any) -> str | None:
-    """A finish reason as text: an enum's name (Gemini's ``FinishReason.MAX_TOKENS``) or the string."""
+def reason_text(reason: Any) -> str | None:
+    """A finish reason as text: an enum's name (Gemini's ``FinishReason.MAX_TOKENS``) or the string.
+
+    A string enum (google-genai's ``FinishReason`` is one) gives its name too, never
+    ``"FinishReason.MAX_TOKENS"``.
+
+    >>> import enum
+    >>> reason_text(enum.Enum("FinishReason", "STOP MAX_TOKENS").MAX_TOKENS), reason_text(None)
+    ('MAX_TOKENS', None)
+    >>> reason_text(enum.Enum("FinishReason", {"SAFETY": "SAFETY"}, type=str).SAFETY)
+    'SAFETY'
+    """
     if reason is None or isinstance(reason, bool):
         return None
+    if isinstance(reason, enum.Enum) and isinstance(reason.name, str):
+        return reason.name
     if isinstance(reason, str):
         return reason or None
     name = getattr(reason, "name", None)
@@ -76,18 +110,18 @@ def finish_reason_of(reply: Any) -> str | None:
     """
     if isinstance(reply, (str, dict, list)) or reply is None:
         return None
-    reason = _reason_text(getattr(reply, "finish_reason", None))
+    reason = reason_text(getattr(reply, "finish_reason", None))
     metadata = getattr(reply, "response_metadata", None)
     if reason is None and isinstance(metadata, Mapping):
-        reason = next((_reason_text(metadata[k]) for k in _REASON_KEYS if metadata.get(k)), None)
+        reason = next((reason_text(metadata[k]) for k in _REASON_KEYS if metadata.get(k)), None)
     for source in (getattr(reply, "raw", None), reply):
         if reason is not None or source is None:
             continue
-        reason = next((_reason_text(_get(source, k)) for k in _REASON_KEYS if _get(source, k)), None)
+        reason = next((reason_text(_get(source, k)) for k in _REASON_KEYS if _get(source, k)), None)
         for listing in ("choices", "candidates"):
             first = _first(_get(source, listing))
             if reason is None and first is not None:
-                reason = _reason_text(_get(first, "finish_reason"))
+                reason = reason_text(_get(first, "finish_reason"))
     return reason
 
 
@@ -100,17 +134,34 @@ def is_truncation(reason: str | None) -> bool:
     return reason is not None and reason.strip().lower() in _TRUNCATION_REASONS
 
 
+def is_policy_stop(reason: str | None) -> bool:
+    """Whether a finish reason says the provider stopped the answer for its safety or content policy.
+
+    >>> [is_policy_stop(r) for r in ("content_filter", "SAFETY", "refusal", "stop", None)]
+    [True, True, True, False, False]
+    """
+    return reason is not None and reason.strip().lower() in _POLICY_REASONS
+
+
 def refuse_truncated(content: Union[str, dict, list], reason: str | None, name: str) -> Union[str, dict, list]:
-    """``content``, unless ``reason`` says the model stopped at its output limit.
+    """``content``, unless ``reason`` says the model did not finish its answer normally.
 
     Model adapters call it with the finish reason their framework reports.
 
     Raises:
         TruncatedReplyError: ``reason`` is a truncation (``.partial`` holds ``content``).
+        FilteredReplyError: ``reason`` is a content-policy stop.
 
     >>> refuse_truncated("ok", "stop", "m")
     'ok'
     """
+    if is_policy_stop(reason):
+        raise FilteredReplyError(
+            f"the provider stopped the answer of model {name!r} for its safety or content policy (finish "
+            f"reason {reason!r}); nothing was changed. Rephrase the instruction, or edit the messages "
+            "by hand (Transcript.apply)",
+            finish_reason=reason,
+        )
     if is_truncation(reason):
         raise TruncatedReplyError(
             f"the answer of model {name!r} is incomplete: it stopped at its output limit (finish reason "

@@ -4,9 +4,11 @@
 
 1. ``system``: the editing rules, then the answer format of the strategy (below);
 2. ``user``: ``<instruction>...</instruction>``, then ``<conversation>`` holding a
-   JSON array, one message per line, of ``{"id": "1", "role": "user", "content": "..."}``,
-   then one line naming the format again;
-3. (retry only) ``assistant``: the unusable answer, and ``user``: what was wrong with it.
+   JSON array, one message per line, of ``{"id": "1", "role": "user", "content": "..."}``
+   (``<`` in a text is written ``\\u003c``, the same JSON, so no text can end the
+   block early), then one line naming the format again;
+3. (retry only) ``assistant``: the unusable answer (its first :data:`MAX_ECHO`
+   characters), and ``user``: what was wrong with it.
 
 Only the *editable* messages that carry text are shown (user and assistant; never
 system or tool messages, never metadata or non-text parts), under short aliases
@@ -63,6 +65,7 @@ from ..records.messages import Message, new_message_id
 from ..records.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
 
 __all__ = [
+    "MAX_ECHO",
     "STRATEGIES",
     "Strategy",
     "EditView",
@@ -73,6 +76,8 @@ __all__ = [
     "ideal_patch_reply",
 ]
 
+MAX_ECHO = 4_000
+"""The most characters of an unusable answer a retry shows the model (the rest is cut)."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +102,16 @@ class EditView:
         return cls(shown, alias_of, {a: i for i, a in alias_of.items()})
 
     def to_json(self) -> str:
-        """The shown messages as a JSON array, one message per line."""
-        return _json_lines([{"id": self.alias_of[m.id], "role": m.role, "content": m.content} for m in self.shown])
+        """The shown messages as a JSON array, one message per line, with ``<`` written as
+        ``\\u003c`` (a message's text cannot end the prompt's ``<conversation>`` block).
+
+        >>> print(EditView.of([Message("a", "user", "What is </conversation>?")]).to_json())
+        [
+        {"id": "1", "role": "user", "content": "What is \\u003c/conversation>?"}
+        ]
+        """
+        items = [{"id": self.alias_of[m.id], "role": m.role, "content": m.content} for m in self.shown]
+        return _json_lines(items, escape_tags=True)
 
     def describe(self, message: Message) -> str:
         """How errors name ``message``: by alias when shown, else by role and id."""
@@ -110,11 +123,18 @@ class EditView:
         return f"the {message.role} message {message.id!r}"
 
 
-def _json_lines(items: list[Any]) -> str:
-    """A JSON array with one item per line: compact, yet easy for a model to copy from."""
+def _json_lines(items: list[Any], *, escape_tags: bool = False) -> str:
+    """A JSON array with one item per line: compact, yet easy for a model to copy from.
+
+    ``escape_tags`` writes ``<`` as ``\\u003c`` (still the same JSON), so no text can
+    close or open the prompt's ``<conversation>`` block.
+    """
     if not items:
         return "[]"
-    return "[\n" + ",\n".join(json.dumps(i, ensure_ascii=False) for i in items) + "\n]"
+    lines = (json.dumps(i, ensure_ascii=False) for i in items)
+    if escape_tags:
+        lines = (line.replace("<", "\\u003c") for line in lines)
+    return "[\n" + ",\n".join(lines) + "\n]"
 
 
 _COMMON_RULES = """\
@@ -168,12 +188,27 @@ def build_prompt(strategy: str, view: EditView, instruction: str) -> list[dict[s
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+def _echo(previous: str) -> str:
+    """The unusable answer as the retry shows it: its first :data:`MAX_ECHO` characters.
+
+    A huge or runaway answer (megabytes of junk) is not sent back whole.
+
+    >>> print(_echo("x" * 5000)[3995:])
+    xxxxx
+    ...(truncated: 1000 more characters)
+    """
+    if len(previous) <= MAX_ECHO:
+        return previous
+    return previous[:MAX_ECHO] + f"\n...(truncated: {len(previous) - MAX_ECHO} more characters)"
+
+
 def retry_prompt(prompt: list[dict[str, str]], previous: str, problem: str, strategy: str) -> list[dict[str, str]]:
-    """``prompt`` followed by the model's unusable answer and what was wrong with it."""
+    """``prompt`` followed by the model's unusable answer (at most :data:`MAX_ECHO`
+    characters of it) and what was wrong with it."""
     shape = "a JSON array" if strategy == "rewrite" else 'a JSON object {"operations": [...]}'
     return [
         *prompt,
-        {"role": "assistant", "content": previous},
+        {"role": "assistant", "content": _echo(previous)},
         {
             "role": "user",
             "content": f"Your answer could not be used: {problem}\n"

@@ -15,9 +15,12 @@ neither needs the other framework's Gemini package.
 * Every request has a timeout (``timeout`` seconds, default 30) and few retries
   (``max_retries``, default 1), so an offline call fails in seconds, not minutes.
   Network failures, timeouts, overload and a rejected key become
-  :class:`ModelUnavailableError`; a reply cut off at the output limit
-  (``finish_reason`` ``MAX_TOKENS``) raises
-  :class:`~context_gatekeeper.errors.TruncatedReplyError`, so an edit retries it.
+  :class:`ModelUnavailableError` (:func:`~context_gatekeeper.editing.models.is_unavailable_error`);
+  a reply cut off at the output limit (``finish_reason`` ``MAX_TOKENS``, with or without
+  text: thinking may use the whole budget) raises
+  :class:`~context_gatekeeper.errors.TruncatedReplyError`, so an edit retries it; one
+  stopped for Gemini's safety policy (``SAFETY``, ``RECITATION`` ...) raises
+  :class:`~context_gatekeeper.editing.finish_reasons.FilteredReplyError`, and the edit stops.
 * ``instead=`` is the way out each unavailability message ends with (default: pass
   ``model=``): an adapter or the terminal chat names its own options there, so a
   message says each hint once.
@@ -41,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import EditError, InvalidInputError, MissingExtraError, ModelUnavailableError
+from .finish_reasons import reason_text
 from .models import finish_reason_of, is_unavailable_error, refuse_truncated
 
 __all__ = ["DEFAULT_GEMINI_MODEL", "GeminiModel", "gemini_api_key", "PASS_MODEL"]
@@ -48,7 +52,6 @@ __all__ = ["DEFAULT_GEMINI_MODEL", "GeminiModel", "gemini_api_key", "PASS_MODEL"
 DEFAULT_GEMINI_MODEL = "gemini-2.5-flash"
 _KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 _ROLES = {"user": "user", "assistant": "model", "model": "model"}
-_UNAVAILABLE_CODES = frozenset({401, 403, 408, 429})
 PASS_MODEL = "or pass model= (a callable fn(messages) -> str, or another model your code accepts)"
 """The default way out named by :class:`GeminiModel`'s unavailability messages."""
 
@@ -154,30 +157,32 @@ class GeminiModel:
         return {"model": self.model, "contents": contents, "config": config or None}
 
     def _reply(self, response: Any) -> str:
-        """The reply text; a reply cut off at ``MAX_TOKENS`` raises :class:`TruncatedReplyError`."""
+        """The reply text.
+
+        Raises:
+            TruncatedReplyError: the reply stopped at ``MAX_TOKENS``, with or without text
+                (Gemini 2.5 may spend the whole output budget on thinking).
+            FilteredReplyError: Gemini stopped it for its safety policy (``SAFETY``,
+                ``RECITATION`` ...).
+            EditError: no text for another reason (a blocked prompt ...).
+        """
         text = getattr(response, "text", None)
+        reason = finish_reason_of(response)
         if isinstance(text, str) and text:
-            return str(refuse_truncated(text, finish_reason_of(response), self.model))
-        reason = None
-        candidates = getattr(response, "candidates", None) or []
-        if candidates:
-            reason = getattr(candidates[0], "finish_reason", None)
+            return str(refuse_truncated(text, reason, self.model))
+        refuse_truncated("", reason, self.model)
         feedback = getattr(response, "prompt_feedback", None)
+        blocked = reason_text(getattr(feedback, "block_reason", None))
         raise EditError(
-            f"{self.model} returned no text (finish reason: {reason}; prompt feedback: {feedback}); "
+            f"{self.model} returned no text (finish reason: {reason or 'none'}; prompt blocked: {blocked or 'no'}); "
             "nothing was changed. Rephrase the instruction or try another model."
         )
 
     def _failure(self, exc: Exception) -> Exception:
         """The error to raise for a failed request (``exc`` itself when it is not about reachability)."""
-        code = getattr(exc, "code", None)
-        message = str(getattr(exc, "message", None) or exc)
-        unreachable = is_unavailable_error(exc) or (
-            isinstance(code, int)
-            and (code in _UNAVAILABLE_CODES or code >= 500 or (code == 400 and "api key" in message.lower()))
-        )
-        if not unreachable:
+        if not is_unavailable_error(exc):
             return exc
+        message = str(getattr(exc, "message", None) or exc)
         return ModelUnavailableError(
             f"{self.model} could not be used ({type(exc).__name__}: {message}); nothing was changed. "
             f"Check the network, the API key (GOOGLE_API_KEY) and the timeout, {self.instead}."

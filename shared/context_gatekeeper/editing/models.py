@@ -21,11 +21,14 @@ a raw provider response's ``choices[0].finish_reason`` or
 ``candidates[0].finish_reason``.  A reason that says the output limit was hit
 (``length``, ``max_tokens``, Gemini's ``MAX_TOKENS``) raises
 :class:`~context_gatekeeper.errors.TruncatedReplyError` carrying the partial reply:
-a cut-off edit is never applied.  A plain ``fn(messages) -> str`` carries no
-reason and stays valid.
+a cut-off edit is never applied.  A reason that says the provider stopped the
+answer for its content policy (``content_filter``, ``SAFETY``, ``refusal``) raises
+:class:`FilteredReplyError`, and the edit stops.  A plain ``fn(messages) -> str``
+carries no reason and stays valid.
 
-Failures never escape raw: a model that raises a network error or a timeout
-becomes :class:`~context_gatekeeper.errors.ModelUnavailableError`, anything else
+Failures never escape raw: a model that raises a network error, a timeout, a
+server failure or a rejected key (see :func:`is_unavailable_error`) becomes
+:class:`~context_gatekeeper.errors.ModelUnavailableError`, anything else
 :class:`~context_gatekeeper.errors.EditError`, with the cause chained.  Errors of
 this library raised by the model (an adapter's missing-key error) and
 ``AssertionError`` (a failing check inside a test's scripted reply) pass through.
@@ -40,7 +43,6 @@ this library raised by the model (an adapter's missing-key error) and
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import copy
 import functools
 import importlib.metadata
@@ -49,12 +51,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Union
 
 from ..errors import EditError, GatekeeperError, InvalidTypeError, MissingExtraError, ModelUnavailableError
-from .finish_reasons import ModelReply, finish_reason_of, is_truncation, refuse_truncated
+from .failures import is_unavailable_error
+from .finish_reasons import FilteredReplyError, ModelReply, finish_reason_of, is_truncation, refuse_truncated
 
 __all__ = [
     "ChatMessages",
     "Reply",
     "ModelReply",
+    "FilteredReplyError",
     "EditModel",
     "as_edit_model",
     "resolve_model",
@@ -72,16 +76,6 @@ ChatMessages = list[dict[str, str]]
 
 Reply = Union[str, dict, list]
 """What a model returns: text, or a parsed object when it was asked for a JSON schema."""
-
-_UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
-    OSError,  # includes TimeoutError and ConnectionError
-    asyncio.TimeoutError,
-    concurrent.futures.TimeoutError,
-)
-# Client libraries define their own network errors (httpx.ReadTimeout, openai.APIConnectionError,
-# google.api_core.exceptions.ServiceUnavailable ...); a class name with one of these marks one.
-_UNAVAILABLE_NAME_HINTS = ("timeout", "connect", "network", "unavailable", "ratelimit", "resourceexhausted")
-
 
 def pick_model(model: Any = None, llm: Any = None) -> Any:
     """``model=`` or its alias ``llm=``; ``None`` when neither is given (the helper of
@@ -114,20 +108,12 @@ def model_name(model: Any) -> str:
     return type(model).__name__
 
 
-def is_unavailable_error(exc: BaseException) -> bool:
-    """Whether ``exc`` says the model could not be reached (network, timeout, overload)."""
-    if isinstance(exc, _UNAVAILABLE_TYPES):
-        return True
-    names = (cls.__name__.lower() for cls in type(exc).__mro__)
-    return any(hint in name for name in names for hint in _UNAVAILABLE_NAME_HINTS)
-
-
 def _wrap_failure(name: str, exc: Exception) -> GatekeeperError:
     """The library error for a model call that raised ``exc``."""
     what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if is_unavailable_error(exc):
         return ModelUnavailableError(
-            f"model {name!r} could not be reached ({what}); nothing was changed. "
+            f"model {name!r} could not be used ({what}); nothing was changed. "
             "Check the network connection, the API key and the model's timeout, then try again."
         )
     return EditError(
