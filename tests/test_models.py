@@ -138,6 +138,59 @@ def test_framework_objects_get_an_adapter_hint():
         as_edit_model(ChatModelLike())
 
 
+PATCH = '{"operations": [{"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in 2021?"}]}'
+
+
+def _recording_llm():
+    """A LlamaIndex LLM whose complete() records its prompt (a string, as LlamaIndex calls it)."""
+    from typing import Any
+
+    from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
+    from llama_index.core.llms.callbacks import llm_completion_callback
+
+    class Recording(CustomLLM):
+        prompts: list = []
+
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata()
+
+        @llm_completion_callback()
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            self.prompts.append(prompt)
+            return CompletionResponse(text=PATCH)
+
+        def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    return Recording()
+
+
+@pytest.mark.parametrize("framework", ["langchain", "llamaindex"])
+def test_a_framework_model_passed_to_the_core_edit_is_wrapped_by_its_adapter(framework):
+    """The README's core edit takes a LangChain chat model or a LlamaIndex LLM as they are: a chat
+    model was refused, and an LLM's complete(prompt: str) was handed the list of messages."""
+    from context_gatekeeper import Transcript
+
+    if framework == "langchain":
+        from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+        from langchain_gatekeeper import LangChainEditModel as Wrapper
+
+        model = FakeListChatModel(responses=[PATCH, PATCH])
+    else:
+        from llamaindex_gatekeeper import LlamaIndexEditModel as Wrapper
+
+        model = _recording_llm()
+    assert isinstance(as_edit_model(model), Wrapper)
+    t = Transcript("s")
+    t.append(user="What was Ireland's GDP in 2021?", assistant="About 500 billion dollars.")
+    t.edit("It was Iceland, not Ireland", model=model)
+    assert [m.content for m in t.messages] == ["What was Iceland's GDP in 2021?", "About 500 billion dollars."]
+    if framework == "llamaindex":
+        assert all(isinstance(prompt, str) for prompt in model.prompts)
+
+
 def test_model_input_is_a_copy():
     def mutating(messages):
         messages[0]["content"] = "mutated"

@@ -250,10 +250,11 @@ async def _await(awaitable: Awaitable[Any]) -> Any:
 def as_edit_model(model: Any) -> EditModel:
     """Normalise anything the model protocol accepts into an :class:`EditModel` (once).
 
-    Accepted: a callable ``fn(messages) -> str`` (sync or ``async def``), or an object
-    with ``complete(messages)`` and/or ``async acomplete(messages)``.  A truthy
-    ``supports_json_schema`` attribute turns on structured output.  An
-    :class:`EditModel` is returned as is.
+    Accepted: a callable ``fn(messages) -> str`` (sync or ``async def``), an object
+    with ``complete(messages)`` and/or ``async acomplete(messages)``, or a framework model
+    an installed adapter declares a wrapper for (a LangChain chat model, a LlamaIndex LLM:
+    see :data:`MODEL_WRAPPERS_GROUP`), wrapped by it.  A truthy ``supports_json_schema``
+    attribute turns on structured output.  An :class:`EditModel` is returned as is.
 
     Raises:
         InvalidTypeError: (a ``TypeError``) ``model`` is None, a class, or offers no way to be called.
@@ -270,6 +271,9 @@ def as_edit_model(model: Any) -> EditModel:
         raise InvalidTypeError(f"an edit needs a model: {usage}")
     if isinstance(model, type):
         raise InvalidTypeError(f"model must be an instance or a function, not the class {model.__name__}; {usage}")
+    wrapper = _framework_wrapper(model)  # before complete(): a LlamaIndex LLM's takes a prompt string
+    if wrapper is not None:
+        return wrapper(model)
     sync = getattr(model, "complete", None)
     async_ = getattr(model, "acomplete", None)
     sync = sync if callable(sync) else None
@@ -380,5 +384,4 @@ def resolve_model(
                 "the default model factory returned None; it must return a model (a callable "
                 "fn(messages) -> str, or an object with complete(messages))"
             )
-    wrapper = _framework_wrapper(chosen)
-    return wrapper(chosen) if wrapper is not None else as_edit_model(chosen)
+    return as_edit_model(chosen)
