@@ -9,8 +9,11 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import subprocess
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,8 @@ pytest.importorskip("rich")
 
 import context_gatekeeper
 from context_gatekeeper import Message, MissingExtraError, ModelUnavailableError, Transcript
-from context_gatekeeper.chat.app import main, missing_rich
+from context_gatekeeper import tokens
+from context_gatekeeper.chat.app import CHAT_INSTEAD, main, missing_rich
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor, parse_substitution
 from context_gatekeeper.chat.session_file import FORMAT
 from context_gatekeeper.testing import ScriptedModel
@@ -362,6 +366,20 @@ def test_with_a_key_it_chats_and_edits_with_gemini(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")  # building the client makes no request
     chat_model, editor, label = _models(build_parser().parse_args(["--model", "gemini-2.5-flash"]))
     assert isinstance(chat_model, GeminiModel) and editor is chat_model and label == "gemini-2.5-flash"
+    assert chat_model.instead == CHAT_INSTEAD  # once the chat runs, a failed message can be /retry'd
+
+
+def test_a_model_that_cannot_be_built_at_start_says_how_to_start_not_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key but no google-genai: there is no chat yet, so no failed message to /retry."""
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")
+    monkeypatch.setitem(sys.modules, "google.genai", None)  # as if the gemini extra were not installed
+    status, out = chat(tmp_path, ["hello"], offline=False)
+    assert status == 2
+    assert "GeminiModel needs google-genai: pip install" in out and "pass --offline" in out
+    assert "/retry" not in out and "restart" not in out
+    assert not (tmp_path / "chat.db").exists()
 
 
 # -- pins are stored with the conversation ----------------------------------------------------
@@ -521,3 +539,80 @@ def test_a_new_session_name_follows_the_web_chats_rules_a_stored_one_opens(tmp_p
         transcript.store.close()
     status, out = chat(tmp_path, ["/quit"], session=long_name)
     assert status == 0 and "resuming at revision 1" in out
+
+
+# -- privacy of the database, token estimates -------------------------------------------------
+
+
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    """The usual umask, 022: a file created without care is readable by every local user."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.usefixtures("usual_umask")
+def test_the_default_database_its_folder_and_its_wal_files_are_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    folder = tmp_path / "data" / "context-gatekeeper"
+    modes: dict[str, int] = {}
+    lines = iter(["hello", "/quit"])
+
+    def reader(prompt: Any) -> str:
+        line = next(lines)
+        if line == "/quit":  # an exchange is stored and the database is open: -wal and -shm exist
+            modes.update({path.name: _mode(path) for path in folder.iterdir()})
+        return line
+
+    assert main(["--offline", "--plain"], reader=reader, stdout=io.StringIO()) == 0
+    assert modes == {"chat.sqlite3": 0o600, "chat.sqlite3-wal": 0o600, "chat.sqlite3-shm": 0o600}
+    assert _mode(folder) == 0o700 and _mode(folder / "chat.sqlite3") == 0o600
+    assert _mode(tmp_path / "data") == 0o755  # a folder above it: the usual permissions, as mkdir -p gives
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.usefixtures("usual_umask")
+def test_a_given_database_and_folder_that_exist_keep_their_permissions(tmp_path: Path) -> None:
+    folder = tmp_path / "shared-folder"
+    folder.mkdir(mode=0o755)
+    db = folder / "chat.db"  # what chat(folder, ...) passes as --db
+    Transcript("s", store=str(db)).store.close()
+    os.chmod(db, 0o640)
+    status, out = chat(folder, ["hello", "/quit"])
+    assert status == 0, out
+    assert _mode(db) == 0o640 and _mode(folder) == 0o755
+    assert contents(folder, "s") == ["hello", OfflineChatModel().complete([{"role": "user", "content": "hello"}])]
+
+
+@pytest.fixture
+def no_tiktoken_encoding(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No tiktoken encoding can be loaded offline (only the chat extra installed, no cache)."""
+    tokens.load_encoding.cache_clear()
+    monkeypatch.setattr(tokens, "_tiktoken_cache_dirs", lambda: [])
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: None)
+    monkeypatch.setattr(tokens, "_warned_estimate", False)
+    yield
+    tokens.load_encoding.cache_clear()
+
+
+@pytest.mark.usefixtures("no_tiktoken_encoding")
+def test_estimated_token_counts_are_a_notice_at_start_not_a_warning_in_the_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status = main(["--offline", "--db", "chat-demo.sqlite3", "--plain"], stdin=io.StringIO(README_DEMO_INPUT), stdout=out)
+    assert status == 0
+    assert [str(w.message) for w in caught] == []
+    lines = out.getvalue().splitlines(keepends=True)
+    notice = lines.pop(3)  # after the banner and the OFFLINE line
+    assert notice.startswith("ESTIMATED TOKENS: ") and "cl100k_base.tiktoken" in notice and "TIKTOKEN_CACHE_DIR" in notice
+    assert "".join(lines) == README_DEMO_OUTPUT  # the conversation as the README shows it

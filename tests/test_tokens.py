@@ -8,6 +8,7 @@ import importlib.util
 import logging
 import shutil
 import socket
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -58,19 +59,27 @@ def _bundled_dir() -> Path:
 
 @pytest.fixture(autouse=True)
 def no_network(monkeypatch):
-    """Any attempt to open a connection fails the test loudly."""
+    """Any attempt to look up a host, open a connection or download an encoding through
+    tiktoken fails the test loudly."""
+    import tiktoken.load
 
     def refuse(*args, **kwargs):
         raise AssertionError("token counting tried to use the network")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(tiktoken.load, "read_file", refuse)  # what tiktoken downloads through
 
 
 @pytest.fixture
 def fresh_loader(monkeypatch):
-    """Clear load_encoding's cache and the once-only warning flag around a test."""
+    """Clear load_encoding's cache, tiktoken's own (as in a new process) and the once-only
+    warning flag around a test."""
+    import tiktoken.registry
+
     load_encoding.cache_clear()
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     monkeypatch.setattr(tokens, "_warned_estimate", False)
     yield
     load_encoding.cache_clear()
@@ -172,7 +181,75 @@ def test_tiktoken_own_cache_is_used_first(monkeypatch, tmp_path, reference):
     assert tokens._tiktoken_cache_dirs() == [cache]
     encoding = load_encoding("cl100k_base")
     assert encoding is not None
-    assert encoding.encode_ordinary("Hello, world!") == reference["cl100k_base"].encode_ordinary("Hello, world!")
+    for text in SAMPLES:
+        assert encoding.encode_ordinary(text) == reference["cl100k_base"].encode_ordinary(text), text
+
+
+@pytest.mark.usefixtures("fresh_loader")
+@pytest.mark.parametrize("variable", ["TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"])
+def test_a_cache_folder_set_to_empty_means_no_cache_folder_and_no_download(monkeypatch, tmp_path, variable, reference):
+    """tiktoken reads an empty TIKTOKEN_CACHE_DIR as "cache off" and downloads; the default
+    folder's file is not used, and the encoding comes from the bundled copy or not at all."""
+    default = tmp_path / "data-gym-cache"
+    default.mkdir()
+    shutil.copy(_bundled_dir() / _cache_key("cl100k_base"), default / _cache_key("cl100k_base"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    monkeypatch.setenv(variable, "")
+    encoding = load_encoding("cl100k_base")  # the bundled copy
+    assert encoding is not None
+    assert [encoding.encode_ordinary(t) for t in SAMPLES] == [reference["cl100k_base"].encode_ordinary(t) for t in SAMPLES]
+    load_encoding.cache_clear()
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: None)
+    assert load_encoding("cl100k_base") is None  # no bundled copy: the estimate, not a download
+    assert tokens._tiktoken_cache_dirs() == []
+
+
+@pytest.mark.usefixtures("fresh_loader")
+def test_a_stale_cached_file_is_skipped_kept_and_never_downloaded_again(monkeypatch, tmp_path, reference, caplog):
+    """A truncated file in tiktoken's cache: tiktoken would delete it and download; here it is
+    passed over (left as it is) for the bundled copy, which counts exactly as tiktoken does."""
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    stale = cache / _cache_key("cl100k_base")
+    stale.write_bytes((_bundled_dir() / _cache_key("cl100k_base")).read_bytes()[:1000])
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    with caplog.at_level(logging.WARNING, logger=tokens.__name__):
+        count = resolve_token_counter(None)
+        assert [count(t) for t in SAMPLES] == [len(reference["cl100k_base"].encode_ordinary(t)) for t in SAMPLES]
+    assert "hash does not match" in caplog.text and stale.stat().st_size == 1000
+    load_encoding.cache_clear()
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: None)
+    assert load_encoding("cl100k_base") is None
+
+
+@pytest.mark.usefixtures("fresh_loader")
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_the_published_file_under_its_published_name_is_found(monkeypatch, tmp_path, name, reference):
+    """What the estimate warning advises: the downloaded <name>.tiktoken in TIKTOKEN_CACHE_DIR."""
+    folder = tmp_path / "encodings"
+    folder.mkdir()
+    shutil.copy(_bundled_dir() / _cache_key(name), folder / f"{name}.tiktoken")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: None)
+    encoding = load_encoding(name)
+    assert encoding is not None
+    for text in SAMPLES:
+        assert encoding.encode_ordinary(text) == reference[name].encode_ordinary(text), text
+
+
+@pytest.mark.usefixtures("fresh_loader")
+def test_a_file_under_the_published_name_that_is_not_the_published_one_is_refused(monkeypatch, tmp_path, caplog):
+    folder = tmp_path / "encodings"
+    folder.mkdir()
+    (folder / "cl100k_base.tiktoken").write_bytes(b"SGVsbG8= 0\nd29ybGQ= 1\n")
+    (folder / _cache_key("cl100k_base")).mkdir()  # not a file: passed over too
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(folder))
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: None)
+    with caplog.at_level(logging.WARNING, logger=tokens.__name__):
+        assert load_encoding("cl100k_base") is None
+    assert "hash does not match" in caplog.text and "cannot be read" in caplog.text
 
 
 def test_tiktoken_cache_dirs_follow_tiktoken_environment(monkeypatch, tmp_path):
@@ -258,6 +335,24 @@ def test_estimate_fallback_warns_exactly_once():
     assert len(runtime) == 1
     message = str(runtime[0].message)
     assert "estimate" in message and "token_counter" in message  # says what to do
+    assert "cl100k_base.tiktoken" in message and "TIKTOKEN_CACHE_DIR" in message  # names the file it looks for
+
+
+@pytest.mark.usefixtures("no_encoding_anywhere")
+def test_an_application_that_shows_the_estimate_notice_itself_gets_no_warning_later():
+    notice = tokens.take_estimate_notice()
+    assert notice is not None and "estimates" in notice and "cl100k_base.tiktoken" in notice
+    assert "token_counter" not in notice  # advice for the user of an application, not its programmer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resolve_token_counter(None)("Hello, world!") == 6
+    assert not caught
+
+
+@pytest.mark.usefixtures("empty_tiktoken_cache", "fresh_loader")
+def test_there_is_no_estimate_notice_when_the_encoding_loads():
+    assert tokens.estimate_notice() is None and tokens.take_estimate_notice() is None
+    assert tokens._warned_estimate is False  # nothing was taken over
 
 
 @pytest.mark.usefixtures("no_encoding_anywhere")

@@ -882,3 +882,85 @@ def test_gatekeeper_chat_web_refuses_a_new_name_as_the_terminal_does_with_status
                       stdout=out, stdin=["/quit"])
         assert status == 2, out.getvalue()
         assert "--session: session names are at most 80 characters" in out.getvalue() and "Traceback" not in out.getvalue()
+
+
+# -- the command line: what it creates and says at start ---------------------------------------
+
+
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    """The usual umask, 022: a file created without care is readable by every local user."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def _start_on_a_taken_port(*options: str) -> tuple[int, str]:
+    """``gatekeeper-chat --web`` with ``options`` on a port already taken: it opens the database
+    and the session, says what it says at start, then that it cannot listen; (status, output)."""
+    import io
+
+    from context_gatekeeper.chat.app import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        out = io.StringIO()
+        status = main(["--web", *options, "--port", str(taken.getsockname()[1])], stdout=out)
+    return status, out.getvalue()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.usefixtures("usual_umask")
+def test_gatekeeper_chat_web_creates_its_default_database_private_to_the_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stat
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    status, out = _start_on_a_taken_port("--offline")
+    assert status == 1 and "cannot listen" in out
+    folder = tmp_path / "data" / "context-gatekeeper"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "chat.sqlite3").stat().st_mode) == 0o600
+
+
+def test_gatekeeper_chat_web_says_at_start_that_token_counts_are_estimates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import warnings
+
+    from context_gatekeeper import tokens
+
+    tokens.load_encoding.cache_clear()
+    monkeypatch.setattr(tokens, "_tiktoken_cache_dirs", lambda: [])
+    monkeypatch.setattr(tokens, "_llama_index_cache_dir", lambda: None)
+    monkeypatch.setattr(tokens, "_warned_estimate", False)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            status, out = _start_on_a_taken_port("--offline", "--db", str(tmp_path / "a.db"))
+            tokens.resolve_token_counter(None)("counted later, in the chat")
+    finally:
+        tokens.load_encoding.cache_clear()
+    assert status == 1 and [str(w.message) for w in caught] == []
+    lines = out.splitlines()
+    assert lines[1].startswith("OFFLINE") and lines[2].startswith("ESTIMATED TOKENS: ")
+    assert "cl100k_base.tiktoken" in lines[2] and "TIKTOKEN_CACHE_DIR" in lines[2]
+
+
+def test_gatekeeper_chat_web_without_the_gemini_extra_says_how_to_start_not_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    from context_gatekeeper.chat.app import main
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")
+    monkeypatch.setitem(sys.modules, "google.genai", None)  # as if only the web extra were installed
+    out = io.StringIO()
+    assert main(["--web", "--db", str(tmp_path / "a.db"), "--port", "0"], stdout=out) == 2
+    message = out.getvalue()
+    assert "GeminiModel needs google-genai: pip install" in message and "pass --offline" in message
+    assert "/retry" not in message and not (tmp_path / "a.db").exists()

@@ -29,7 +29,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   ``deleted_share``, ``tool_violations``, the model plumbing an adapter's model
   wrapper uses (``as_edit_model``, ``finish_reason_of``, ``refuse_truncated``,
   ``is_unavailable_error``, ``DEFAULT_GEMINI_MODEL``, ``gemini_api_key``), the
-  reply-text helper ``replace_lone_surrogates``, ``normalized_text`` (text as every
+  reply-text helper ``replace_lone_surrogates``, ``take_estimate_notice`` (an application
+  that shows the token-estimate notice itself), ``normalized_text`` (text as every
   store keeps it: surrogate pairs joined, lone surrogates escaped) and
   ``ideal_patch_reply`` (the answer a perfect model would give: offline demos).
 * **selection over framework lists**: ``group_turns`` / ``MessageTurn`` (messages
@@ -49,6 +50,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
 from __future__ import annotations
 
 from .caching import BoundedCache, text_key
+from .tokens import take_estimate_notice
 from .validation import require_budget, require_items
 from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
 from .editing.compute import EditResult, acompute_edit, compute_edit
@@ -135,6 +137,7 @@ __all__ = [
     "gemini_api_key",
     "replace_lone_surrogates",
     "normalized_text",
+    "take_estimate_notice",
     "ideal_patch_reply",
     # selection over framework lists
     "MessageTurn",

@@ -1,13 +1,19 @@
 """Token counting that works offline.
 
 The default counter is tiktoken's ``cl100k_base``.  tiktoken downloads its
-encodings on first use; this module never does.  It looks, in order, for:
+encodings on first use; this module never does: it never calls ``tiktoken.get_encoding``,
+and builds the ``tiktoken.Encoding`` itself from the first of these files that holds
+the published encoding (its SHA-256 checked; a file that fails the check is skipped,
+never deleted):
 
-1. an encoding tiktoken already has in its own cache (``TIKTOKEN_CACHE_DIR`` or
-   the default ``data-gym-cache``), loaded through tiktoken as usual;
+1. in tiktoken's cache folder (``TIKTOKEN_CACHE_DIR``, else ``DATA_GYM_CACHE_DIR``,
+   else ``data-gym-cache`` in the temporary folder; set to ``""``, as tiktoken reads
+   it, there is no cache folder), the file tiktoken caches (named by the SHA-1 of the
+   encoding's URL) or the published file under its published name (``cl100k_base.tiktoken``);
 2. the copy that llama-index-core ships in ``llama_index/core/_static/tiktoken_cache``
-   (found without importing llama-index), checked against its published hash;
-3. otherwise :func:`estimate_tokens`, a documented estimate, with one warning.
+   (found without importing llama-index);
+3. otherwise :func:`estimate_tokens`, a documented estimate, with one warning
+   (:func:`take_estimate_notice` lets an application say it itself instead).
 
 A caller may pass any counter instead: a ``Callable[[str], int]``, an object with
 ``encode(text)`` (a tiktoken ``Encoding`` or a Hugging Face tokenizer), or the name
@@ -31,7 +37,7 @@ import re
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sized
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
@@ -44,6 +50,8 @@ __all__ = [
     "DEFAULT_ENCODING",
     "estimate_tokens",
     "load_encoding",
+    "estimate_notice",
+    "take_estimate_notice",
     "tiktoken_counter",
     "resolve_token_counter",
     "token_floor",
@@ -154,10 +162,11 @@ def token_floor(counter: Callable[[str], int]) -> Callable[[str], int] | None:
 
 
 def _tiktoken_cache_dirs() -> list[Path]:
-    """Where tiktoken itself would look for a cached encoding."""
+    """Where tiktoken itself would look for a cached encoding: none when the variable it
+    reads is set to ``""`` (tiktoken's way to switch its cache off)."""
     for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
-        if os.environ.get(var):
-            return [Path(os.environ[var])]
+        if var in os.environ:
+            return [Path(os.environ[var])] if os.environ[var] else []
     return [Path(tempfile.gettempdir()) / "data-gym-cache"]
 
 
@@ -178,13 +187,19 @@ def _llama_index_cache_dir() -> Path | None:
 
 def _read_ranks(path: Path, sha256: str) -> dict[bytes, int] | None:
     """The token ranks of a ``.tiktoken`` file (a base64 token and its rank per line), or
-    ``None`` when the file is not the published one.
+    ``None`` when there is no such file, it cannot be read, or it is not the published one.
 
     Only the published file is parsed, and each of its lines holds exactly those two fields,
     so its whitespace-separated fields alternate token, rank: they are decoded in one pass
     (``binascii.a2b_base64`` is what ``base64.b64decode`` calls on bytes), without a Python
     step per line (about 40% less time than splitting each line: 90 -> 53 ms for cl100k_base)."""
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a folder, no permission ...: look further
+        logger.warning("ignoring %s: it cannot be read (%s)", path, exc)
+        return None
     if hashlib.sha256(data).hexdigest() != sha256:
         logger.warning("ignoring %s: its hash does not match the published encoding", path)
         return None
@@ -192,11 +207,26 @@ def _read_ranks(path: Path, sha256: str) -> dict[bytes, int] | None:
     return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
 
 
+def _encoding_files(name: str) -> Iterator[Path]:
+    """The files that may hold encoding ``name``, in the order they are tried (the module
+    docstring); the llama-index copy is looked for only when the others are not usable."""
+    cache_key = hashlib.sha1(_PUBLIC_URL.format(name=name).encode()).hexdigest()
+    for folder in _tiktoken_cache_dirs():
+        yield folder / cache_key
+        yield folder / f"{name}.tiktoken"
+    bundled = _llama_index_cache_dir()
+    if bundled is not None:
+        yield bundled / cache_key
+
+
 @lru_cache(maxsize=None)
 def load_encoding(name: str = DEFAULT_ENCODING) -> Any | None:
     """Load a tiktoken encoding with no network call, or return ``None``.
 
-    Only encodings found in a local cache are loaded (see the module docstring).
+    Only encodings found in a local file holding the published encoding are loaded (see
+    the module docstring); the encoding is built here, never by ``tiktoken.get_encoding``
+    (which downloads when its cache is off or its cached file is stale), and encodes
+    exactly as tiktoken's own.
     """
     try:
         import tiktoken  # deferred: keeps `import context_gatekeeper` cheap
@@ -205,39 +235,78 @@ def load_encoding(name: str = DEFAULT_ENCODING) -> Any | None:
     spec = _OFFLINE_SPECS.get(name)
     if spec is None:  # not one we know the published hash and pattern of
         return None
-    cache_key = hashlib.sha1(_PUBLIC_URL.format(name=name).encode()).hexdigest()
-    dirs = _tiktoken_cache_dirs()
-    if any((d / cache_key).is_file() for d in dirs):
-        return tiktoken.get_encoding(name)  # cached: tiktoken will not download
-    bundled = _llama_index_cache_dir()
-    if bundled is None or not (bundled / cache_key).is_file():
-        return None
-    ranks = _read_ranks(bundled / cache_key, spec["sha256"])
-    if ranks is None:
-        return None
-    return tiktoken.Encoding(
-        name=name,
-        pat_str=spec["pat_str"],
-        mergeable_ranks=ranks,
-        special_tokens=spec["special_tokens"],
+    for path in _encoding_files(name):
+        ranks = _read_ranks(path, spec["sha256"])
+        if ranks is not None:
+            return tiktoken.Encoding(
+                name=name,
+                pat_str=spec["pat_str"],
+                mergeable_ranks=ranks,
+                special_tokens=spec["special_tokens"],
+            )
+    return None
+
+
+def _exact_count_advice(name: str) -> str:
+    """How to make counts of encoding ``name`` exact, offline."""
+    return (
+        f"install llama-index-core (it ships the encoding), or download {name}.tiktoken "
+        f"({_PUBLIC_URL.format(name=name)}) into a folder and set TIKTOKEN_CACHE_DIR to that folder"
     )
 
 
-def _estimate_with_warning(text: str) -> int:
+def estimate_notice(name: str = DEFAULT_ENCODING) -> str | None:
+    """Why token counts of encoding ``name`` are estimates, and how to make them exact; None
+    when the encoding loads offline (counts are exact)."""
+    if load_encoding(name) is not None:
+        return None
+    return (
+        f"no tiktoken encoding {name} could be loaded offline, so token counts are estimates (a CJK "
+        f"character = 1 token, other text ~4 characters a token). To count exactly, {_exact_count_advice(name)}"
+    )
+
+
+def take_estimate_notice(name: str = DEFAULT_ENCODING) -> str | None:
+    """:func:`estimate_notice`, for an application that shows it to its user itself (the chat
+    prints it at start): the library's one ``RuntimeWarning`` about estimates is then not
+    given later in this process.  None when the encoding loads (nothing to say)."""
     global _warned_estimate
-    if not _warned_estimate:
+    notice = estimate_notice(name)
+    if notice is not None:
         with _warn_lock:
-            if not _warned_estimate:
-                _warned_estimate = True
-                warnings.warn(
-                    "context_gatekeeper: no tiktoken encoding could be loaded offline; token "
-                    "counts are estimates (CJK character = 1 token, other text ~4 characters a "
-                    "token). Install llama-index-core, set TIKTOKEN_CACHE_DIR to a folder holding "
-                    "the encoding, or pass token_counter=.",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-    return estimate_tokens(text)
+            _warned_estimate = True
+    return notice
+
+
+def _warn_estimate_once(name: str) -> None:
+    """The one ``RuntimeWarning`` of the process saying counts are estimates (none after
+    :func:`take_estimate_notice`)."""
+    global _warned_estimate
+    if _warned_estimate:
+        return
+    with _warn_lock:
+        if _warned_estimate:
+            return
+        _warned_estimate = True
+    warnings.warn(
+        f"context_gatekeeper: no tiktoken encoding could be loaded offline; token counts are estimates "
+        f"(CJK character = 1 token, other text ~4 characters a token). To count exactly, "
+        f"{_exact_count_advice(name)}; or pass token_counter=.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+def _estimating_counter(name: str) -> TokenCounter:
+    """:func:`estimate_tokens`, warning once on first use that encoding ``name`` is missing."""
+
+    def estimate(text: str) -> int:
+        _warn_estimate_once(name)
+        return estimate_tokens(text)
+
+    estimate.__name__ = f"estimate_{name}"
+    estimate._checked_counter = True  # type: ignore[attr-defined]  # an estimate is always a count >= 0
+    return estimate
 
 
 WHITESPACE_PIECE = 10_000
@@ -289,7 +358,7 @@ def tiktoken_counter(name: str = DEFAULT_ENCODING) -> TokenCounter:
     counter of the process), so a message is encoded once however often it is counted."""
     encoding = load_encoding(name)
     if encoding is None:
-        return _estimate_with_warning
+        return _estimating_counter(name)
     encode = encoding.encode_ordinary
     cache = _counts_cache(name)
 

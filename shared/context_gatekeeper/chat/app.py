@@ -17,8 +17,11 @@
 
 The transcript is a SQLite file (default: ``chat.sqlite3`` in the user's data
 directory, see :func:`default_db_path`); ``--session NAME`` picks or resumes a
-conversation in it.  Input comes from the terminal, or line by line from stdin
-when stdin is not a terminal (``printf 'hi\\n/quit\\n' | gatekeeper-chat --offline``).
+conversation in it.  A file or folder the chat creates is private to the user
+(:func:`prepare_database`).  When no tiktoken encoding is found offline, a notice at
+start says token counts are estimates (:func:`token_notice`), not a warning mid-chat.
+Input comes from the terminal, or line by line from stdin when stdin is not a
+terminal (``printf 'hi\\n/quit\\n' | gatekeeper-chat --offline``).
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from .. import BudgetError, GatekeeperError, InvalidInputError, MissingExtraError, ModelUnavailableError
+from ..integration import take_estimate_notice
 from .session import PIN_RECORD_PREFIX, is_pin_record
 
-__all__ = ["main", "build_parser", "default_db_path", "missing_rich", "NO_KEY"]
+__all__ = ["main", "build_parser", "default_db_path", "prepare_database", "token_notice", "missing_rich", "NO_KEY"]
 
 def missing_rich() -> str:
     """What the chat says without the chat extra: the command that installs it."""
@@ -52,7 +56,12 @@ CHAT_INSTEAD = (
     "(a scripted model, no network) or another --model"
 )
 """How the chat's model-unavailable messages end: its own commands and options, not ``model=``."""
+START_INSTEAD = "or pass --offline to try the chat with a scripted model (no network, no key)"
+"""How a model-unavailable message ends when the model cannot be built at start: there is
+no chat yet to ``/retry`` in."""
 EXIT_USAGE = 2
+PRIVATE_FOLDER = 0o700
+PRIVATE_FILE = 0o600
 
 
 def default_db_path() -> Path:
@@ -68,6 +77,38 @@ def default_db_path() -> Path:
     else:
         base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "context-gatekeeper" / "chat.sqlite3"
+
+
+def prepare_database(db: Path) -> None:
+    """Create the folder of ``db`` and the empty database file when they do not exist,
+    readable by this user only: the folder ``0700``, the file ``0600`` (SQLite gives its
+    ``-wal`` and ``-shm`` files the database file's permissions).  A chat transcript is
+    private; the process umask (usually ``022``) would let every local user read it.
+
+    An existing folder or file is left as it is (a user's own ``--db`` keeps its
+    permissions); folders above a missing one get the usual permissions, as ``mkdir -p``
+    gives.  The permissions are given as the file is created (``os.open``), not after, so
+    no other user can open it in between, and the process umask is not changed.
+
+    Raises:
+        OSError: the folder or file cannot be created (the chat says so in one line).
+    """
+    if str(db) == ":memory:":  # SQLite's in-memory database: no file
+        return
+    db.parent.mkdir(mode=PRIVATE_FOLDER, parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    except FileExistsError:
+        return
+    os.close(descriptor)
+
+
+def token_notice() -> str | None:
+    """The line the chat shows at start when token counts are estimates (no tiktoken
+    encoding found offline), or None when they are exact.  The library's own
+    ``RuntimeWarning`` about it is then not printed later, in the middle of a conversation."""
+    notice = take_estimate_notice()  # the chat counts with the default encoding
+    return None if notice is None else f"ESTIMATED TOKENS: {notice}."
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +148,8 @@ def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
     if gemini_api_key() is None:
         raise ModelUnavailableError(NO_KEY)
-    model = GeminiModel(args.model, instead=CHAT_INSTEAD)
+    model = GeminiModel(args.model, instead=START_INSTEAD)  # a failure here ends the start
+    model.instead = CHAT_INSTEAD  # a failure from now on is in the chat: /retry is there
     return model, model, args.model
 
 
@@ -168,6 +210,7 @@ def main(
         return EXIT_USAGE
     db_given = args.db is not None
     db = args.db if db_given else default_db_path()
+    estimates = token_notice()  # before any count: no warning in the middle of the chat
     opened = _open(db, args, chat_model, editor, renderer)
     if isinstance(opened, int):
         return opened
@@ -183,6 +226,8 @@ def main(
         _banner(renderer, args, label, db, session.transcript.head)
         if args.offline:
             renderer.notice(OFFLINE_NOTICE)
+        if estimates:
+            renderer.notice(estimates)
         if session.pins_problem:
             renderer.error(session.pins_problem)
         if session.transcript.head:
@@ -212,7 +257,7 @@ def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, rend
 
     store, status = None, EXIT_STORE
     try:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        prepare_database(db)
         store = SQLiteStore(db)
         if args.session not in chat_sessions(store):  # a new conversation: the name rules of both front ends
             try:

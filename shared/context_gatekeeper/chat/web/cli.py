@@ -8,7 +8,10 @@ It binds to ``127.0.0.1:8765`` (this computer only) unless ``--host`` says
 otherwise, and says where it listens on start.  Exit status: 0 after Ctrl-C,
 1 when the ``web`` extra is missing, the database cannot be used or the port is
 taken, 2 for unusable options (a new ``--session`` name the name rules refuse, as in
-the terminal chat) or no model (no Gemini key and no ``--offline``).
+the terminal chat) or no model (no Gemini key and no ``--offline``).  As in the
+terminal chat, a database folder or file it creates is private to the user
+(:func:`~..app.prepare_database`), and a notice at start says when token counts are
+estimates (:func:`~..app.token_notice`).
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: 
     if args.offline and models is None:
         chat_model = OfflineChatModel(chunk_delay=OFFLINE_CHUNK_DELAY)
     db = args.db if args.db is not None else app.default_db_path()
+    estimates = app.token_notice()  # before any count: no warning in the middle of the chat
     try:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        app.prepare_database(db)  # a new folder and file private to the user
         store = SQLiteStore(db)
     except (sqlite3.Error, OSError, GatekeeperError) as exc:
         say(f"cannot use the database {db} ({exc}): check the file, or pass --db with another", errors)
@@ -83,6 +87,8 @@ def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: 
         say(f"gatekeeper-chat --web | session {args.session!r} ({state}) | model: {label} | db: {db}")
         if args.offline:
             say(OFFLINE_NOTICE)
+        if estimates:
+            say(estimates)
         return serve(
             chat, host=args.host, port=args.port, say=say, session=args.session,
             allowed_hosts=args.allowed_host,
