@@ -6,10 +6,11 @@ postprocessor (:data:`VECTORS`), else the embedder.  Kept apart so the postproce
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import math
+from array import array
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Callable, List
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
@@ -19,10 +20,11 @@ from context_gatekeeper.integration import BoundedCache, state_of, text_hash
 
 __all__ = ["NodeVectors", "VECTORS", "query_embedding"]
 
-VECTORS: BoundedCache[tuple[str, str], list[float]] = BoundedCache(maxsize=10_000)
+VECTORS: BoundedCache[tuple[str, str], array] = BoundedCache(maxsize=10_000)
 """Node vectors by ``(embedder name, text_hash(text))`` (the key every vector cache of the
 core uses), shared across calls, postprocessors and threads (an embedder's name identifies
-its model: :func:`context_gatekeeper.as_embedder`)."""
+its model: :func:`context_gatekeeper.as_embedder`).  Kept as float32 arrays: 10,000
+vectors of 1,536 dimensions take about 60 MB."""
 
 def query_embedding(query: Any) -> list[float] | None:
     """The first usable embedding found on ``query`` and the bundles it wraps (one with
@@ -57,14 +59,17 @@ class NodeVectors:
     lanes and share its outage state with every gatekeeper using it
     (:mod:`context_gatekeeper.selection.semantic.runner`): a hung call holds one thread,
     not one per call; after a failure the embedder is left alone for the backoff, and one
-    warning is logged per outage."""
+    warning is logged per outage.  ``timeout`` counts from a call's start on its lane: a
+    call that waited its turn behind other requests' calls that long is dropped (lexical
+    for this request, no outage: :meth:`~context_gatekeeper.selection.semantic.runner.EmbedderState.call`).
+    ``timeout`` is checked by the postprocessor (the core's rule)."""
 
     def __init__(
         self,
         embedder: Any,
         timeout: float | None = None,
         max_vectors: int | None = None,
-        cache: BoundedCache[tuple[str, str], list[float]] | None = None,
+        cache: BoundedCache[tuple[str, str], array] | None = None,
     ) -> None:
         from context_gatekeeper.integration import load_numpy
 
@@ -85,7 +90,7 @@ class NodeVectors:
         vectors: list[Any] = []
         todo = []
         for i, item in enumerate(nodes):
-            vector = _node_embedding(item.node, own[i], dimension)
+            vector: Sequence[float] | None = _node_embedding(item.node, own[i], dimension)
             if vector is None:
                 text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
                 key = (self.embedder.name, text_hash(text))
@@ -98,9 +103,13 @@ class NodeVectors:
         return vectors, todo
 
     def _remember(self, vectors: list[Any], todo: list[tuple[int, str, tuple[str, str]]], found: list[Any]) -> None:
+        """Keep the embedded nodes' vectors in the cache as float32 (4 bytes a value), and use
+        them as kept: a node scores alike whether its vector was just made or found again."""
+        kept = []
         for (i, _, key), vector in zip(todo, found):
-            vectors[i] = vector
-            self._cache.put(key, vector)
+            vectors[i] = held = array("f", vector)
+            kept.append((key, held))
+        self._cache.put_many(kept)
 
     def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
         """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
@@ -122,12 +131,15 @@ class NodeVectors:
         """:meth:`similarities` with the embedder's async twins awaited."""
         own = _own_embeddings(nodes)
         query = _agreeing(query, own)
+        embedder = self.embedder
         try:
             if query is None:
-                query = await self._await(self.embedder.aembed_query, text)
+                query = await self._await(embedder.aembed_query, embedder._aquery is not None,
+                                          embedder.embed_query, text, self._state.queries)
             vectors, todo = self._missing(nodes, own, len(query))
             if todo:
-                found = await self._await(self.embedder.aembed_documents, [t for _, t, _ in todo])
+                found = await self._await(embedder.aembed_documents, embedder._adocuments is not None,
+                                          embedder.embed_documents, [t for _, t, _ in todo], self._state.documents)
                 self._remember(vectors, todo, found)
         except Exception as exc:  # noqa: BLE001
             return self._fail(exc)
@@ -135,29 +147,31 @@ class NodeVectors:
 
     def _call(self, fn: Callable[[Any], Any], arg: Any, lane: Any) -> Any:
         """``fn(arg)``: at once without a timeout, else on ``lane`` (one of the embedder's)
-        within it; :class:`_BackingOff` while the embedder is left alone after a failure."""
+        within it, counted from the call's start
+        (:meth:`~context_gatekeeper.selection.semantic.runner.EmbedderState.call`);
+        :class:`_BackingOff` while the embedder is left alone after a failure."""
         if self._state.blocked():
             raise _BackingOff()
-        if self.timeout is None:
-            result = fn(arg)
-        else:
-            future = lane.submit(fn, arg)
-            try:
-                result = future.result(timeout=self.timeout)
-            except concurrent.futures.TimeoutError:
-                future.cancel()  # still queued behind a hung call: it never runs
-                raise self._timed_out() from None
+        result = fn(arg) if self.timeout is None else self._state.call(lane, fn, arg, self.timeout)
         self._state.answered()
         return result
 
-    async def _await(self, fn: Callable[[Any], Any], arg: Any) -> Any:
-        """``await fn(arg)`` (an async twin: a sync-only embedder's runs on its lanes), within the timeout."""
+    async def _await(self, twin: Callable[[Any], Any], native: bool, sync: Callable[[Any], Any], arg: Any,
+                     lane: Any) -> Any:
+        """``await twin(arg)`` within the timeout: the embedder's own async method when it
+        has one (``native``), else its ``sync`` method on ``lane``, the timeout counted from
+        the call's start as :meth:`_call` counts it."""
         if self._state.blocked():
             raise _BackingOff()
-        try:
-            result = await (fn(arg) if self.timeout is None else asyncio.wait_for(fn(arg), self.timeout))
-        except asyncio.TimeoutError:
-            raise self._timed_out() from None
+        if self.timeout is None:
+            result = await twin(arg)
+        elif not native:
+            result = await self._state.acall(lane, sync, arg, self.timeout)
+        else:
+            try:
+                result = await asyncio.wait_for(twin(arg), self.timeout)
+            except asyncio.TimeoutError:
+                raise self._timed_out() from None
         self._state.answered()
         return result
 
@@ -180,10 +194,11 @@ class NodeVectors:
         return sims, False
 
     def _fail(self, exc: BaseException) -> tuple[Any, bool]:
-        """Lexical for this call; a failure (not a call skipped while backing off) starts or
-        extends the embedder's outage, which warns once (:meth:`EmbedderState.failed`)."""
+        """Lexical for this call; a failure (not a call skipped while backing off, nor one
+        that waited its turn on the lane too long) starts or extends the embedder's outage,
+        which warns once (:meth:`EmbedderState.failed`)."""
         if not isinstance(exc, _BackingOff):
-            self._state.failed(exc, self.embedder.name)
+            self._state.failed(exc, self.embedder.name)  # which ignores a call that never ran
         return None, True
 
 

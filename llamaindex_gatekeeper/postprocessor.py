@@ -72,7 +72,7 @@ from context_gatekeeper import (
     token_floor,
 )
 from context_gatekeeper.integration import (
-    BoundedCache, anchor_set, held_anchors, kept_covering, require_budget, require_items,
+    BoundedCache, anchor_set, held_anchors, kept_covering, require_budget, require_items, require_timeout,
 )
 
 from .convert import validation_problems
@@ -369,8 +369,10 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             index's own ``embed_model``: the vectors the retriever filled in
             (``node.embedding``, ``QueryBundle.embedding``) are compared with the ones it
             makes, and only their dimensions can be checked.
-        embed_timeout: seconds one embedding call may take before the nodes are
-            selected lexically; ``None``: wait.
+        embed_timeout: seconds one embedding call may take, from its start, before the
+            nodes are selected lexically (a call that waited its turn behind other
+            requests' calls that long is dropped: lexical for this call, no outage);
+            ``None``: wait.  The core's rule: a finite number ``> 0``, ``bool`` refused.
     """
 
     token_budget: Optional[int] = Field(default=None, description="Most tokens the kept nodes may cost.")
@@ -381,7 +383,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     metadata_mode: MetadataMode = Field(default=MetadataMode.LLM, description="Which node text to read.")
     params: Optional[SelectionParams] = Field(default=None, exclude=True, description="Selection parameters.")
     embedder: Optional[Any] = Field(default=None, exclude=True, description="Embedding model (semantic evidence).")
-    embed_timeout: Optional[float] = Field(default=None, gt=0, description="Seconds an embedding call may take.")
+    embed_timeout: Optional[float] = Field(default=None, description="Seconds an embedding call may take.")
     _count: Callable[[str], int] = PrivateAttr()
     _floor: Optional[Callable[[str], int]] = PrivateAttr(default=None)
     _counter_key: Any = PrivateAttr()
@@ -391,6 +393,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         # the library's own errors, not pydantic's ValidationError wrapped around them
         if data.get("token_budget") is not None:
             require_budget(data["token_budget"])
+        require_timeout(data.get("embed_timeout"))
         try:
             super().__init__(**data)
         except ValidationError as error:
@@ -405,13 +408,20 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         """The library's one budget rule (an ``int >= 0``, bool refused); ``None``: no limit."""
         return None if value is None else require_budget(value)
 
+    @field_validator("embed_timeout", mode="before")
+    @classmethod
+    def _one_timeout_rule(cls, value: Any) -> Any:
+        """The core's timeout rule (seconds ``> 0``, finite, bool refused); ``None``: wait."""
+        return require_timeout(value)
+
     def model_post_init(self, __context: Any) -> None:
         """Normalise the token counter and the embedder once (again when one is assigned)."""
         self._install(_resolved(self.token_counter, self.embedder, self.embed_timeout))
 
     def __setattr__(self, name: str, value: Any) -> None:
         """A field assignment is checked as the constructor checks it, and changes nothing when
-        refused: ``token_budget`` by the library's budget rule (``BudgetError``), every field by
+        refused: ``token_budget`` by the library's budget rule (``BudgetError``), ``embed_timeout``
+        by its timeout rule (``InvalidInputError``), every field by
         its type (``InvalidInputError``), ``token_counter`` / ``embedder`` / ``embed_timeout``
         by resolving them anew (their own errors), which the next call then uses."""
         fields = type(self).model_fields
@@ -420,6 +430,8 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
             return
         if name == "token_budget" and value is not None:
             require_budget(value)
+        if name == "embed_timeout":
+            require_timeout(value)
         state = None
         if name in _RESOLVED:
             settings = {key: getattr(self, key) for key in _RESOLVED}

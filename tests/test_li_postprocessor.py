@@ -440,12 +440,30 @@ def test_a_body_held_anchors_cannot_tell_is_analysed_by_the_lines_it_cannot_tell
 
 
 @pytest.mark.parametrize("options", [{"token_budget": -1}, {"token_budget": True}, {"coverage_target": 2.0},
-                                     {"embed_timeout": 0}])
+                                     {"embed_timeout": 0}, {"embed_timeout": True}, {"embed_timeout": float("inf")},
+                                     {"embed_timeout": float("nan")}])
 def test_bad_options_raise_the_librarys_own_errors(options) -> None:
     from context_gatekeeper import GatekeeperError
 
     with pytest.raises(GatekeeperError):
         GatekeeperNodePostprocessor(**options)
+
+
+@pytest.mark.parametrize("bad", [True, False, 0, -1, float("inf"), float("nan"), "2"])
+def test_embed_timeout_follows_the_cores_rule_when_built_or_assigned(bad) -> None:
+    """The core's timeout rule, with its message, however the value arrives; a refused
+    assignment changes nothing."""
+    from context_gatekeeper import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="embed_timeout must be a finite number of seconds"):
+        GatekeeperNodePostprocessor(embedder=MockEmbedding(embed_dim=4), embed_timeout=bad)
+    gate = GatekeeperNodePostprocessor(embedder=MockEmbedding(embed_dim=4), embed_timeout=1.0)
+    vectors = gate._vectors
+    with pytest.raises(InvalidInputError, match="embed_timeout must be a finite number of seconds"):
+        gate.embed_timeout = bad
+    with pytest.raises(InvalidInputError, match="embed_timeout must be a finite number of seconds"):
+        gate.model_copy(update={"embed_timeout": bad})
+    assert gate.embed_timeout == 1.0 and gate._vectors is vectors and vectors.timeout == 1.0
 
 
 @pytest.mark.parametrize("bad", [None, [TextNode(text="a bare node")], NodeWithScore(node=TextNode(text="alone"))])

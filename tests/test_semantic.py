@@ -216,8 +216,8 @@ def test_a_shared_vector_cache_embeds_nothing_twice() -> None:
     assert gk.embed_pending() == 0
     gk.select("hiking?")
     assert again.document_calls == [] and len(again.query_calls) == 1
-    assert len(cache) == len(CHAT) and all(key[0] == "hash" for key in cache._vectors)
-    assert (("hash", text_hash(turn_text(Turn(1, *CHAT[0])))) in cache._vectors)
+    assert len(cache) == len(CHAT)
+    assert all(cache.get(("hash", text_hash(turn_text(Turn(1, *turn))))) is not None for turn in CHAT)
 
 
 def test_batches_are_bounded() -> None:
@@ -351,6 +351,11 @@ def test_malformed_vectors_are_an_embedding_error() -> None:
     gk = gatekeeper(lambda texts: [[1.0, 2.0]] * (len(texts) - 1), embed=False)
     with pytest.raises(EmbeddingError, match="vectors for"):
         gk.embed_pending()
+    huge = as_embedder(lambda texts: [[10**400, 1] for _ in texts], name="huge-ints")  # too big for a float
+    with pytest.raises(EmbeddingError, match="lists of numbers"):
+        huge.embed_documents(["a"])
+    with pytest.raises(EmbeddingError, match="lists of numbers"):
+        huge.embed_query("a")
     gk2 = gatekeeper(lambda texts: [[float("nan")]] * len(texts), embed=False)
     with pytest.raises(EmbeddingError, match="NaN"):
         gk2.embed_pending()
@@ -377,6 +382,24 @@ def test_a_query_embedding_past_the_timeout_falls_back() -> None:
 def test_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="embed_timeout"):
         ContextGatekeeper(embedder=HashEmbedder(), embed_timeout=0)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), True, threading.TIMEOUT_MAX * 2, 10**400])
+def test_a_timeout_no_wait_can_take_is_refused_with_the_librarys_error(bad) -> None:
+    from context_gatekeeper import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="finite number of seconds.*None to wait"):
+        ContextGatekeeper(embedder=HashEmbedder(), embed_timeout=bad)
+
+
+def test_the_longest_timeout_a_wait_takes_embeds_and_selects() -> None:
+    """embed_pending's wait is a multiple of embed_timeout: it never overflows what a wait takes."""
+    gk = gatekeeper(HashEmbedder(), embed=False, embed_timeout=threading.TIMEOUT_MAX)
+    gk.embed_pending()
+    assert len(gk._semantic.vectors) == len(CHAT)
+    assert asyncio.run(gk.aembed_pending()) == 0
+    assert not gk.explain("hiking?").semantic_fallback
+    assert not asyncio.run(gk.aexplain("hiking again?")).semantic_fallback
 
 
 # -- embedders from the frameworks, callables, async ---------------------------------------
@@ -443,6 +466,56 @@ def test_async_twins_fall_back_too(caplog) -> None:
     assert selection.semantic_fallback
     assert ContextGatekeeper().embed_pending() == 0
     assert asyncio.run(ContextGatekeeper().aembed_pending()) == 0
+
+
+class Local:
+    """A local model named by its path (``model_name``), as sentence-transformers models are."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+
+    def embed_documents(self, texts):
+        return [[1.0, float(len(t))] for t in texts]
+
+    def embed_query(self, text):
+        return [1.0, float(len(text))]
+
+
+def test_a_default_name_longer_than_a_store_keeps_is_cut_with_a_hash_of_the_whole() -> None:
+    from context_gatekeeper.selection.semantic.embedding import NAME_LIMIT
+    from context_gatekeeper.stores.vectors import storable_embedder
+
+    root = "/mnt/models/huggingface/hub/models--sentence-transformers--paraphrase-multilingual-mpnet-base-v2/"
+    long_a, long_b = Local(root + "snapshots/" + "a" * 120), Local(root + "snapshots/" + "b" * 120)
+    name_a = as_embedder(long_a).name
+    assert len(name_a) <= NAME_LIMIT and storable_embedder(name_a)
+    assert name_a.startswith(f"{__name__}.Local[model_name=/mnt/models/")
+    assert name_a == as_embedder(Local(long_a.model_name)).name  # stable: the same model, the same name
+    assert name_a != as_embedder(long_b).name  # the cut parts differ: so do the names
+    assert as_embedder(Local("e5-small")).name == f"{__name__}.Local[model_name=e5-small]"  # short ones unchanged
+
+
+def test_the_default_vector_cache_is_bounded_and_keeps_float32() -> None:
+    from context_gatekeeper import InvalidInputError
+
+    cache = DictVectorCache(max_vectors=2)
+    cache.put(("e", "a"), [0.1, 1.0])
+    cache.put_many([(("e", "b"), [0.2, 1.0]), (("e", "c"), [0.3, 1.0])])
+    assert len(cache) == 2 and cache.get(("e", "a")) is None  # the least recently used went first
+    assert cache.get(("e", "b")) == [as_float32(0.2), 1.0] != [0.2, 1.0]  # float32, as stores keep them
+    cache.clear()
+    assert len(cache) == 0
+    for bad in (0, True, 1.5):
+        with pytest.raises(InvalidInputError, match="max_vectors"):
+            DictVectorCache(max_vectors=bad)
+    gk = gatekeeper(HashEmbedder())
+    assert gk._semantic.cache.max_vectors == 20_000
+
+
+def as_float32(value: float) -> float:
+    from array import array
+
+    return array("f", [value])[0]
 
 
 def test_embedder_name_defaults() -> None:

@@ -6,12 +6,14 @@ sets at the end; no timing is asserted beyond generous bounds."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -335,7 +337,7 @@ def test_one_warning_per_outage_for_every_history_built_per_request(tmp_path, ca
 def as_state_key(fn):
     from context_gatekeeper import as_embedder
 
-    return as_embedder(fn, name="any")
+    return as_embedder(fn)  # the name it gets in a history: the state is the object's under that name
 
 
 # -- another dimension ---------------------------------------------------------------
@@ -521,3 +523,156 @@ def test_the_lanes_of_an_embedder_that_is_gone_end_without_waiting_out_the_idle_
     for thread in lanes:
         thread.join(5)  # well under the 30 s a lane waits for work
     assert not [t for t in lanes if t.is_alive()]
+
+
+# -- many callers on one lane: waiting one's turn is no outage ---------------------------
+class Gated(HashEmbedder):
+    """Query calls for a text :meth:`hold` names wait until the test releases them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: dict[str, threading.Event] = {}
+        self.entered: dict[str, threading.Event] = {}
+
+    def hold(self, text: str) -> threading.Event:
+        self.held[text], self.entered[text] = threading.Event(), threading.Event()
+        return self.held[text]
+
+    def embed_query(self, text):
+        if text in self.held:
+            self.entered[text].set()
+            self.held[text].wait(30)
+        return super().embed_query(text)
+
+
+def until(condition, limit: float = 30.0) -> bool:
+    """Poll ``condition`` until it holds (``False`` after ``limit`` seconds)."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.005)
+    return True
+
+
+def pause_until(moment: float) -> None:
+    """Let the clock reach ``moment`` (``time.monotonic``): timeouts are wall-clock by nature."""
+    threading.Event().wait(max(0.0, moment - time.monotonic()))
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_query_that_waited_its_turn_then_ran_in_time_is_answered_not_an_outage(how: str) -> None:
+    """Many chats share one sync-only embedder: a query queued behind another chat's call
+    starts late, yet runs well within embed_timeout; it is answered, and no outage starts."""
+    timeout = 1.0
+    fake = Gated()
+    release = fake.hold("late query")
+    gk = gatekeeper(fake, embed_timeout=timeout)
+    state = state_of(gk.embedder)
+    ahead = threading.Event()
+    state.queries.submit(ahead.wait, 30)  # another chat's query call, running
+    result = {}
+
+    def select() -> None:
+        result["selection"] = gk.explain("late query") if how == "sync" else asyncio.run(gk.aexplain("late query"))
+
+    worker = threading.Thread(target=select)
+    worker.start()
+    try:
+        assert until(lambda: state.queries.queued == 1)  # it waits its turn
+        queued = time.monotonic()
+        pause_until(queued + timeout / 2)
+        ahead.set()  # the call ahead ends in time: this query starts half its timeout late
+        assert fake.entered["late query"].wait(30)
+        pause_until(queued + timeout + 0.05)  # a timeout counted from the queueing has run out
+        release.set()  # ... but the call has run about half its timeout: in time
+        worker.join(30)
+    finally:
+        ahead.set()
+        release.set()
+        worker.join(30)
+    assert not result["selection"].semantic_fallback and not state.failing
+
+
+def test_two_models_behind_one_object_have_their_own_outage_state() -> None:
+    def embed(texts, model):
+        if model == "retired":
+            raise RuntimeError("404 model not found")
+        return [[1.0, float(len(t))] for t in texts]
+
+    class Service:  # one client object, one method per model
+        def retired(self, texts):
+            return embed(texts, "retired")
+
+        def current(self, texts):
+            return embed(texts, "current")
+
+    service = Service()
+    pairs = [(functools.partial(embed, model="retired"), functools.partial(embed, model="current")),
+             (service.retired, service.current)]
+    for down, up in pairs:
+        retired, current = gatekeeper(down, embed=False), gatekeeper(up)
+        assert retired.explain("hiking?").semantic_fallback and state_of(retired.embedder).blocked()
+        assert not state_of(current.embedder).blocked()  # one model's outage says nothing of the other
+        assert not current.explain("hiking?").semantic_fallback
+        forget_outages()
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_embed_pending_after_a_bulk_load_waits_while_batches_keep_landing(how: str) -> None:
+    """Each batch takes three times the query timeout (healthy: a batch is many texts);
+    however many batches there are, embed_pending waits for them all, and no outage starts."""
+
+    class Batches(HashEmbedder):
+        def embed_documents(self, texts):
+            threading.Event().wait(0.06)
+            return super().embed_documents(texts)
+
+    gk = ContextGatekeeper(embedder=Batches(), embed_timeout=0.02)
+    gk._semantic.batch_size = 32
+    for i in range(480):
+        gk.add_turn(f"question {i} about topic {i % 50}", f"answer {i}")
+    gk.embed_pending() if how == "sync" else asyncio.run(gk.aembed_pending())
+    assert len(gk._semantic.vectors) == 480 and not gk._semantic.state.failing
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_embed_pending_that_sees_no_answer_gives_up_without_starting_an_outage(how: str) -> None:
+    """Only a query decides that the embedder is down: a caller's wait for the turns that
+    runs out says nothing of it (the pass goes on, the query lane answers)."""
+    from context_gatekeeper import GatekeeperError
+
+    class StuckDocuments(Hung):
+        def embed_query(self, text):
+            return self.vector(text)
+
+    stuck = StuckDocuments()
+    gk = ContextGatekeeper(embedder=stuck, embed_timeout=0.01)
+    gk._semantic.batch_size = 1
+    gk.add_turn("redis lock ttl", "longer than the job")
+    try:
+        with pytest.raises(GatekeeperError, match="answered no call"):
+            gk.embed_pending() if how == "sync" else asyncio.run(gk.aembed_pending())
+        assert not gk._semantic.state.blocked()
+        assert not gk.explain("redis lock?").semantic_fallback
+    finally:
+        stuck.release.set()
+    gk.embed_pending()
+    assert len(gk._semantic.vectors) == 1
+
+
+def test_a_text_that_failed_once_by_chance_is_tried_again_not_refused() -> None:
+    """A 503 that meets a text alone once does not make it a text the embedder refuses."""
+
+    class FailsOnce(HashEmbedder):
+        def embed_documents(self, texts):
+            self.document_calls.append(list(texts))
+            if len(self.document_calls) == 1:
+                raise ConnectionError("503 Service Unavailable")
+            return [self.vector(t) for t in texts]
+
+    flaky = FailsOnce()
+    gk = ContextGatekeeper(embedder=flaky)
+    gk.add_turn("redis lock ttl", "longer than the job")
+    gk.embed_pending()
+    assert not gk._semantic.refused and len(gk._semantic.vectors) == 1

@@ -279,3 +279,46 @@ def test_a_hung_embedder_holds_one_lane_thread_and_later_calls_back_off_without_
         assert len(new) <= 2 and all(name.startswith("gatekeeper-embed") for name in new), new
     finally:
         hung.release.set()
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_call_that_waited_its_turn_too_long_is_lexical_but_no_outage(how: str) -> None:
+    """Requests share one sync-only embedder's query lane: a call still queued when its
+    timeout runs out (the calls ahead each ran in time) is dropped unrun; that request is
+    lexical, but the embedder is not taken for down, and the next request embeds."""
+    import threading
+    import time
+
+    from context_gatekeeper.selection.semantic.runner import forget_outages, state_of
+    from test_semantic_execution import pause_until, until
+
+    forget_outages()
+    timeout = 1.0
+    fake = HashEmbedder({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake, embed_timeout=timeout)
+    state = state_of(gate._vectors.embedder)
+    first, second = threading.Event(), threading.Event()
+    state.queries.submit(first.wait, 30)  # two other requests' calls: one running, one queued
+    state.queries.submit(second.wait, 30)
+    result = {}
+
+    def select() -> None:
+        result["r"] = gate.select(nodes(), QUERY) if how == "sync" else asyncio.run(gate.aselect(nodes(), QUERY))
+
+    worker = threading.Thread(target=select)
+    worker.start()
+    try:
+        assert until(lambda: state.queries.queued == 2)
+        queued = time.monotonic()
+        pause_until(queued + timeout / 2)
+        first.set()  # the second call starts: at this request's deadline it has run half the timeout
+        worker.join(30)
+    finally:
+        first.set()
+        second.set()
+        worker.join(30)
+    assert result["r"].semantic_fallback and fake.query_calls == []  # dropped unrun: lexical this time
+    assert not state.failing
+    again = gate.select(nodes(), QUERY)
+    assert not again.semantic_fallback and fake.query_calls == [QUERY]
+    forget_outages()

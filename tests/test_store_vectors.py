@@ -125,6 +125,54 @@ def test_invalid_items_are_refused_and_change_nothing(store, items) -> None:
         cache.get("e:h")  # type: ignore[arg-type]
 
 
+def test_a_name_the_store_refuses_is_kept_in_memory_with_one_warning(store) -> None:
+    fill(store, "s", 1)
+    cache = StoreVectorCache(store, "s")
+    long = "m" * 250  # over the 200 characters a store keeps
+    with pytest.warns(RuntimeWarning, match="250 characters.*memory only"):
+        cache.put_many([((long, "h1"), [1.0, 0.0]), ("u1", (long, "h2"), [0.0, 1.0])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per name
+        cache.put((long, "h3"), [1.0, 1.0], message_id="u1")
+        assert cache.get((long, "h1")) == [1.0, 0.0] and cache.get((long, "h3")) == [1.0, 1.0]
+    assert cache.saves == 0 and len(cache) == 3
+    cache.put(("e", "h4"), [0.5, 0.5])  # another name still goes to the store
+    assert store.load_vectors("s", "e") == [VectorRow("", "h4", "e", (0.5, 0.5))]
+    with pytest.raises(InvalidInputError):
+        cache.put(("", "h5"), [1.0])  # a name is still needed
+
+
+def test_an_embedder_named_by_a_long_path_embeds_and_saves_its_vectors(tmp_path: Path) -> None:
+    """A local model named by its long path gets a default name a store keeps: its turns are
+    embedded, and saved."""
+    from context_gatekeeper import Transcript, TranscriptGate
+    from test_semantic import Local
+
+    transcript = Transcript("s", store=SQLiteStore(tmp_path / "v.db"))
+    for i in range(3):
+        transcript.append(user=f"question {i}", assistant=f"answer {i}")
+    gate = TranscriptGate(transcript, embedder=Local("/mnt/models/snapshots/" + "x" * 300))
+    gate.embed_pending()
+    name = gate.gatekeeper.embedder.name
+    assert len(gate.gatekeeper._semantic.vectors) == 3 and not gate.gatekeeper._semantic.state.failing
+    assert len(transcript.store.load_vectors("s", name)) == 3
+    transcript.close()
+
+
+def test_the_cache_holds_at_most_max_vectors_in_memory_and_the_store_keeps_them_all(store) -> None:
+    fill(store, "s", 1)
+    cache = StoreVectorCache(store, "s", max_vectors=2)
+    cache.put_many([(("e", "a"), [1.0, 0.0]), (("e", "b"), [0.0, 1.0])])
+    assert cache.get(("e", "a")) == [1.0, 0.0]  # now the most recently used
+    cache.put(("e", "c"), [1.0, 1.0])
+    assert len(cache) == 2 and cache.get(("e", "b")) is None and cache.get(("e", "a")) == [1.0, 0.0]
+    assert len(store.load_vectors("s", "e")) == 3
+    assert StoreVectorCache(store, "s", max_vectors=2).load("e") == 2  # the newest two of the three
+    for bad in (0, True, "2"):
+        with pytest.raises(InvalidInputError, match="max_vectors"):
+            StoreVectorCache(store, "s", max_vectors=bad)
+
+
 def test_purge_erases_the_vectors_a_cache_saved(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "v.db")
     fill(store, "s", 2)

@@ -236,6 +236,37 @@ def test_a_deleted_turns_vector_goes_at_the_next_save(tmp_path: Path) -> None:
     transcript.close()
 
 
+def test_an_undone_edit_leaves_the_restored_texts_vector_in_the_store(tmp_path: Path) -> None:
+    """After an edit and its undo, the store holds the vector of the text the message holds
+    again (found in memory, not embedded again, yet saved), and none of the undone text."""
+    path = tmp_path / "s.db"
+    transcript, gate, original = saved_secret(path, "the lock ttl is 30 s")
+    transcript.apply([Replace(transcript.messages[0].id, "the lock ttl is 60 s")])
+    embed_all(gate)
+    edited = text_hash("the lock ttl is 60 s\nnoted")
+    assert {h for _, h in raw_rows(path)} == {edited, text_hash("what about the weather\nsunny")}
+    transcript.undo()
+    embed_all(gate)
+    assert {h for _, h in raw_rows(path)} == {original, text_hash("what about the weather\nsunny")}
+    transcript.close()
+    reopened = Transcript("s", store=SQLiteStore(path))
+    words = CountedWords()
+    embed_all(TranscriptGate(reopened, embedder=as_embedder(words, name=as_embedder(Words()).name)))
+    assert words.calls == []  # a restarted worker finds every current text's vector
+    reopened.close()
+
+
+class CountedWords(Words):
+    """:class:`Words` recording its document calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return super().embed_documents(texts)
+
+
 # -- semantic_decisive only when meaning kept the turn ---------------------------
 def test_decisive_only_for_the_semantic_reason() -> None:
     meaning = Evidence(semantic=True)
@@ -321,6 +352,27 @@ def test_the_node_vector_cache_is_an_lru() -> None:
     model.documents.clear()
     vectors.similarities(_nodes(["alpha", "beta", "gamma"]), "q", [1.0, 0.0])
     assert model.documents == ["beta"]
+
+
+def test_the_node_vector_cache_keeps_float32_and_a_hit_scores_as_the_first_call() -> None:
+    """10,000 vectors of 1,536 dimensions as lists of Python floats take about 0.5 GB; as
+    float32 arrays, 60 MB."""
+    from array import array
+
+    from llamaindex_gatekeeper.node_vectors import NodeVectors
+
+    class Wide(Counting):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            self.documents.extend(texts)
+            return [[0.1 * (i + 1), 1 / 3, 2 / 7] for i, _ in enumerate(texts)]
+
+    model = Wide()
+    vectors = NodeVectors(model, max_vectors=8)
+    first, _ = vectors.similarities(_nodes(["alpha", "beta"]), "q", [1.0, 0.5, 0.25])
+    held = [vectors._cache.get((vectors.embedder.name, text_hash(t))) for t in ("alpha", "beta")]
+    assert all(isinstance(v, array) and v.typecode == "f" for v in held)
+    again, _ = vectors.similarities(_nodes(["alpha", "beta"]), "q", [1.0, 0.5, 0.25])
+    assert model.documents == ["alpha", "beta"] and again == first  # hits, scored exactly alike
 
 
 def test_unusable_retriever_vectors_are_ignored_with_a_debug_log(caplog) -> None:

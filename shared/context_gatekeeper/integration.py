@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from .caching import BoundedCache, text_key
 from .tokens import take_estimate_notice
-from .validation import require_budget, require_items
+from .validation import require_budget, require_items, require_timeout
 from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
 from .editing.compute import EditResult, acompute_edit, compute_edit
 from .editing.format import ideal_patch_reply
@@ -92,9 +92,10 @@ __all__ = [
     # per-text caches
     "BoundedCache",
     "text_key",
-    # input checks (the one budget rule, for adapters whose budget may be None; lists of items)
+    # input checks (the one budget rule, for adapters whose budget may be None; lists of items; timeouts)
     "require_budget",
     "require_items",
+    "require_timeout",
     "require_requests",
     # transcript records
     "Applied",

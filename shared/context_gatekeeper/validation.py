@@ -6,6 +6,7 @@ covering selection's) is checked by it and nowhere else."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -41,11 +42,14 @@ def require_budget(value: Any, what: str = "token_budget") -> int:
 
 
 def require_timeout(value: Any, what: str = "embed_timeout") -> float | None:
-    """Return ``value`` if it is a number of seconds ``> 0`` or ``None`` (wait)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+    """Return ``value`` if it is a number of seconds ``> 0`` that a wait can take (finite,
+    at most ``threading.TIMEOUT_MAX``, about 292 years) or ``None`` (wait); ``bool``, NaN
+    and infinity are refused with :class:`~context_gatekeeper.errors.InvalidInputError`."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0 < value <= threading.TIMEOUT_MAX):
         raise InvalidInputError(
-            f"{what} must be a number of seconds > 0 or None, got {value!r}; pass e.g. 2.0, "
-            "or None to wait as long as the embedder takes"
+            f"{what} must be a finite number of seconds > 0 (at most {threading.TIMEOUT_MAX:.0f}) or None, "
+            f"got {value!r}; pass e.g. 2.0, or None to wait as long as the embedder takes"
         )
     return value
 

@@ -7,22 +7,25 @@ the vector capability (:class:`~context_gatekeeper.stores.vectors.VectorStore`),
 a reopened transcript or a restarted worker reads its vectors instead of embedding
 its history again.  Over a store without the capability it is a plain in-memory cache.
 
-Saved vectors are a cache: when the store fails to read or write them, the cache
-warns once and carries on in memory (the cost is re-embedding later), so a chat
-never breaks on them.  Invalid input (a malformed key or vector) is still refused
-with :class:`~context_gatekeeper.errors.InvalidInputError`, before anything changes.
+Saved vectors are a cache: when the store fails to read or write them, or refuses the
+embedder's name (longer than a store keeps), the cache warns once and carries on in
+memory (the cost is re-embedding later), so a chat never breaks on them.  Invalid
+input (a malformed key or vector) is still refused with
+:class:`~context_gatekeeper.errors.InvalidInputError`, before anything changes.
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..selection.semantic.embedding import is_local_name
 from ..errors import InvalidInputError, InvalidTypeError
-from .vectors import VectorRow, checked_rows, supports_vectors
+from .vectors import VectorRow, checked_rows, storable_embedder, supports_vectors
 
 __all__ = ["StoreVectorCache"]
 
@@ -36,6 +39,9 @@ class StoreVectorCache:
         store: any :class:`~context_gatekeeper.stores.Store`; with the vector
             capability the vectors persist, otherwise they live in this object only.
         session_id: the session whose vectors these are (``purge`` erases them).
+        max_vectors: the most vectors held in memory per embedder (float32; the least
+            recently used go first, and are read from the store again when it is
+            reloaded; over a store without the capability, they are embedded again).
 
     The first ``get`` for an embedder loads all of that embedder's saved vectors in
     one query; later lookups are dictionary reads.  One embedder name maps to one
@@ -45,7 +51,9 @@ class StoreVectorCache:
 
     Vectors of an embedder with a process-local name (a lambda, a plain function or an
     object with no model attribute: :func:`~context_gatekeeper.selection.semantic.embedding.is_local_name`)
-    are held in memory only: nothing tells their model apart after a restart.
+    are held in memory only: nothing tells their model apart after a restart.  So are
+    those of a name the store refuses (over 200 characters: give the embedder a shorter
+    ``name=``), with one warning.
 
     The store keeps only vectors of the session's current state: a save for a purged
     session is dropped, and a message's vector of an edited or removed text goes at the
@@ -54,16 +62,20 @@ class StoreVectorCache:
     Thread-safe.  ``loads`` and ``saves`` count the store round trips (tests use them).
     """
 
-    def __init__(self, store: Any, session_id: str, *, persist: bool = True) -> None:
+    def __init__(self, store: Any, session_id: str, *, persist: bool = True, max_vectors: int = 20_000) -> None:
         if not isinstance(session_id, str):
             raise InvalidTypeError(f"session_id must be a str, got {type(session_id).__name__}; pass the session's id")
+        if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
+            raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}; pass how many vectors to keep")
         self.store = store
         self.session_id = session_id
         self.persistent = bool(persist) and supports_vectors(store)
-        self._vectors: dict[str, dict[str, list[float]]] = {}
+        self.max_vectors = max_vectors
+        self._vectors: dict[str, OrderedDict[str, array]] = {}  # per embedder, least recently used first
         self._dimension: dict[str, int] = {}
         self._lock = threading.RLock()
         self._warned = False
+        self._unsaved_names: set[str] = set()  # names the store refuses, warned about
         self.loads = 0
         self.saves = 0
 
@@ -75,7 +87,12 @@ class StoreVectorCache:
         """The vector saved under ``(embedder_name, text_hash)``, or None."""
         name, text_hash = _checked_key(key)
         with self._lock:
-            return self._loaded(name).get(text_hash)
+            held = self._loaded(name)
+            vector = held.get(text_hash)
+            if vector is None:
+                return None
+            held.move_to_end(text_hash)
+            return vector.tolist()
 
     def put(self, key: Key, vector: Sequence[float], *, message_id: str = "") -> None:
         """Save one vector (``message_id``: the message its text belongs to, if known)."""
@@ -86,14 +103,14 @@ class StoreVectorCache:
 
         Each item is ``(key, vector)`` or ``(message_id, key, vector)``; the message id
         lets a store relate the vector to its message (``""``: none)."""
-        rows = checked_rows(_row(item) for item in items)
+        rows = checked_rows((_row(item) for item in items), any_name=True)
         if not rows:
             return
         with self._lock:
             for row in rows:
                 self._remember(row)
-            rows = [row for row in rows if not is_local_name(row.embedder)]
-            if self.persistent and rows:
+            rows = [row for row in rows if self._saved(row.embedder)]
+            if rows:
                 try:
                     self.store.save_vectors(self.session_id, rows)
                     self.saves += 1
@@ -118,12 +135,30 @@ class StoreVectorCache:
             return sum(len(v) for v in self._vectors.values())
 
     # -- internals ------------------------------------------------------------------------
-    def _loaded(self, name: str) -> dict[str, list[float]]:
+    def _saved(self, name: str) -> bool:
+        """Whether vectors of ``name`` go to the store: it has the capability, the name is
+        not process-local, and the store accepts it (else a warning, once per name)."""
+        if not self.persistent or is_local_name(name):
+            return False
+        if storable_embedder(name):
+            return True
+        if name not in self._unsaved_names:
+            self._unsaved_names.add(name)
+            warnings.warn(
+                f"embedder name {name[:60]!r}... ({len(name)} characters) is not one a store keeps (at most 200 "
+                "characters, no NUL): its vectors are kept in memory only and embedded again after a restart; "
+                "give the embedder a short name, e.g. as_embedder(model, name='model-id')",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return False
+
+    def _loaded(self, name: str) -> OrderedDict[str, array]:
         held = self._vectors.get(name)
         if held is not None:
             return held
-        held = self._vectors[name] = {}
-        if self.persistent and not is_local_name(name):
+        held = self._vectors[name] = OrderedDict()
+        if self._saved(name):
             try:
                 rows = self.store.load_vectors(self.session_id, name)
                 self.loads += 1
@@ -134,7 +169,7 @@ class StoreVectorCache:
                 self._dimension[name] = rows[-1].dimension  # the newest decides
                 for row in rows:
                     if row.dimension == self._dimension[name]:
-                        held[row.text_hash] = list(row.vector)
+                        self._hold(held, row)
         return held
 
     def _remember(self, row: VectorRow) -> None:
@@ -142,7 +177,14 @@ class StoreVectorCache:
         if self._dimension.get(row.embedder, row.dimension) != row.dimension:
             held.clear()  # the model behind this name changed: its old vectors no longer compare
         self._dimension[row.embedder] = row.dimension
-        held[row.text_hash] = list(row.vector)
+        self._hold(held, row)
+
+    def _hold(self, held: OrderedDict[str, array], row: VectorRow) -> None:
+        """Keep a row's vector (float32) as the most recently used, within ``max_vectors``."""
+        held[row.text_hash] = array("f", row.vector)
+        held.move_to_end(row.text_hash)
+        while len(held) > self.max_vectors:
+            held.popitem(last=False)
 
     def _warn(self, what: str, exc: Exception) -> None:
         if not self._warned:

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import InvalidInputError
+from ..selection.semantic.embedding import NAME_LIMIT
 
 __all__ = [
     "VectorStore",
@@ -49,6 +50,7 @@ __all__ = [
     "unpack_vector",
     "checked_rows",
     "checked_embedder",
+    "storable_embedder",
     "MAX_DIMENSION",
 ]
 
@@ -56,7 +58,7 @@ _log = logging.getLogger("context_gatekeeper.stores")
 
 MAX_DIMENSION = 65_536
 """The largest vector a store accepts."""
-_MAX_NAME = 200
+_MAX_NAME = NAME_LIMIT  # the longest embedder name kept (a default name is cut to fit)
 _MAX_HASH = 128
 
 
@@ -101,6 +103,15 @@ def checked_embedder(name: Any) -> str:
     return name
 
 
+def storable_embedder(name: Any) -> bool:
+    """Whether a store keeps vectors under ``name`` (:func:`checked_embedder` accepts it)."""
+    try:
+        checked_embedder(name)
+    except InvalidInputError:
+        return False
+    return True
+
+
 def _encodable(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
@@ -123,11 +134,13 @@ def _checked_vector(vector: Any) -> tuple[float, ...]:
     return tuple(array("f", floats))  # what every store gives back: float32 precision
 
 
-def checked_rows(rows: Iterable[Any]) -> list[VectorRow]:
+def checked_rows(rows: Iterable[Any], *, any_name: bool = False) -> list[VectorRow]:
     """``rows`` as :class:`VectorRow` after checking every field (all or nothing:
     :class:`InvalidInputError` on the first bad row, before anything is written).
 
-    Each row is a :class:`VectorRow` or a ``(message_id, text_hash, embedder, vector)`` tuple."""
+    Each row is a :class:`VectorRow` or a ``(message_id, text_hash, embedder, vector)`` tuple.
+    With ``any_name`` an embedder name need only be a non-empty str (rows kept in memory,
+    where a name a store refuses (:func:`storable_embedder`) still tells models apart)."""
     out = []
     for row in rows:
         try:
@@ -140,8 +153,15 @@ def checked_rows(rows: Iterable[Any]) -> list[VectorRow]:
             raise InvalidInputError(f"a vector row's message_id must be a str ('' for none), got {message_id!r:.80}")
         if not isinstance(text_hash, str) or not text_hash or len(text_hash) > _MAX_HASH or not text_hash.isascii():
             raise InvalidInputError(f"a text hash must be a non-empty ASCII str (a hex digest), got {text_hash!r:.80}")
-        out.append(VectorRow(message_id, text_hash, checked_embedder(embedder), _checked_vector(vector)))
+        name = _any_name(embedder) if any_name else checked_embedder(embedder)
+        out.append(VectorRow(message_id, text_hash, name, _checked_vector(vector)))
     return out
+
+
+def _any_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"an embedder name must be a non-empty str, got {name!r:.80}; name the embedder")
+    return name
 
 
 class VectorStore(ABC):

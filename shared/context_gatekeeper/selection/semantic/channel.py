@@ -5,8 +5,10 @@
 embedder's documents lane (:mod:`embed_runner`: one daemon thread per underlying
 embedder) looks it up in the vector cache by the hash of its text and embeds the rest
 in batches.  ``select`` and ``explain`` embed only the query -- at most one embedding
-call, bounded by ``embed_timeout`` -- and score turns not yet embedded lexically.
-``embed_pending`` / ``aembed_pending`` embed what is queued now and wait (tests and
+call, bounded by ``embed_timeout`` counted from the call's start on the query lane (a
+query still waiting its turn there when that time is up falls back without an outage)
+-- and score turns not yet embedded lexically.  ``embed_pending`` / ``aembed_pending``
+embed what is queued now and wait while the embedder keeps answering (tests and
 benchmarks call them for deterministic results).
 
 No embedding call runs while the gatekeeper's lock is held, and the async paths never
@@ -14,7 +16,9 @@ wait on that lock, nor do vector-cache (store) I/O, on the event loop thread.  I
 embedder raises or times out, selection goes on lexically with
 ``Selection.semantic_fallback`` set, the embedder is left alone for a while (backoff),
 and one warning is logged per outage per embedder.  A batch that fails is split to find
-a text the embedder refuses alone; such a turn stays lexical-only.
+a text the embedder refuses alone (twice: one failure may be a passing error); such a
+turn stays lexical-only.  Turn vectors are used at float32 precision, as every vector
+cache and store keeps them.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import weakref
+from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .runner import EmbedderState, state_of
+from .runner import EmbedderState, NotStarted, acall_within, call_within, state_of
 from ...validation import require_timeout
 from .embedding import (
     DictVectorCache,
@@ -47,10 +53,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["TurnVectors", "SemanticChannel"]
 
 _PROBE_TEXT = "ok"  # embedded to tell a refused text from an embedder that is down
-
-
-class _NotStarted(Exception):
-    """The call waited its turn on the lane past the deadline: no answer, no outage."""
 
 
 class _Changes(set):
@@ -113,6 +115,8 @@ class SemanticChannel:
         self._queued: concurrent.futures.Future | None = None
         self._last_query: tuple[str, Vector] | None = None
         self._dimension_changes = 0  # in the running pass (:meth:`_drain`)
+        self._rewritten: set[int] = set()  # turns whose text changed, until they have a vector again
+        self._resave: list[tuple[tuple[str, str], Vector]] = []  # cache hits of those, to save again
 
     def bind(self, history: TurnHistory, lock: Any) -> None:
         """Follow ``history`` (guarded by ``lock``): its added and changed turns are queued."""
@@ -137,14 +141,18 @@ class SemanticChannel:
             text = "" if turn is None else turn_text(turn)
             digest = "" if turn is None else text_hash(text)  # before the id leaves the changes: nothing lost
             changed.discard(turn_id)
+            known = self._known(turn_id)
             self.pending.pop(turn_id, None)
             self.refused.pop(turn_id, None)
             if turn is None:
                 self.inflight.pop(turn_id, None)
                 self.vectors.drop(turn_id)
+                self._rewritten.discard(turn_id)
                 continue
             if self.vectors.hashes.get(turn_id) == digest or self.inflight.get(turn_id) == digest:
                 continue
+            if known:
+                self._rewritten.add(turn_id)
             self.inflight.pop(turn_id, None)
             self.vectors.drop(turn_id)  # its old text's vector would mislead
             if digest in self._refused_digests:
@@ -158,9 +166,23 @@ class SemanticChannel:
                 cached = self._cached(digest)
                 if cached is not None:
                     del self.pending[turn_id]
-                    self._set(turn_id, cached, digest)
-        if self.pending:
+                    self._set_cached(turn_id, cached, digest)
+        if self.pending or self._resave:
             self._kick()
+
+    def _known(self, turn_id: int) -> bool:
+        """Whether the channel has met this turn before (with a vector, queued, in flight
+        or refused): a text it gets now is a change of the turn's text."""
+        return any(turn_id in held for held in (self.vectors.hashes, self.pending, self.inflight, self.refused))
+
+    def _set_cached(self, turn_id: int, vector: Vector, digest: str) -> None:
+        """:meth:`_set` a vector found in the cache; a changed turn's vector (an undo brings
+        an old text back) is also saved again by the next pass, so that a store keeping
+        one vector per message holds the one of the message's current text."""
+        self._set(turn_id, vector, digest)
+        if turn_id in self._rewritten:
+            self._rewritten.discard(turn_id)
+            self._resave.append(((self.embedder.name, digest), vector))
 
     def _kick(self) -> None:
         """Queue one background pass unless one is queued or the embedder is backing off."""
@@ -201,6 +223,8 @@ class SemanticChannel:
             with lock:
                 self.take(lookup=False)
                 chunk = list(self.pending.items())[: self.batch_size]
+                resave, self._resave = self._resave, []
+            self._save_again(resave)
             if not chunk:
                 return count, None
             found = {t: v for t, (_, d) in chunk if (v := self._cached(d)) is not None}
@@ -211,7 +235,7 @@ class SemanticChannel:
                         continue  # changed or removed meanwhile
                     del self.pending[turn_id]
                     if turn_id in found:
-                        self._set(turn_id, found[turn_id], digest)
+                        self._set_cached(turn_id, found[turn_id], digest)
                     else:
                         self.inflight[turn_id] = digest
                         batch.append((turn_id, text, digest))
@@ -242,7 +266,7 @@ class SemanticChannel:
         done: dict[int, Vector] = {}
         refused: list[int] = []
         try:
-            done.update(enumerate(self.embedder.embed_documents(texts)))
+            done.update(enumerate(self._documents(texts)))
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
             if not self._answers():
                 return done, refused, exc  # down: nothing is the texts' fault
@@ -254,19 +278,24 @@ class SemanticChannel:
 
     def _split(self, texts: list[str], idx: list[int], failure: BaseException, done: dict[int, Vector],
                refused: list[int]) -> None:
-        """``texts[i]`` for ``i`` in ``idx`` failed together: a single text is refused if the
-        embedder still answers (else it is down, or limiting the rate: :class:`_Down`), else
-        each half is tried; what is embedded goes to ``done``.  (A method, not a closure: a
-        closure calling itself is a reference cycle, which would hold the channel until the
-        next cyclic garbage collection.)"""
+        """``texts[i]`` for ``i`` in ``idx`` failed together: a single text is tried once
+        more alone if the embedder still answers (else it is down, or limiting the rate:
+        :class:`_Down`), and refused when that fails too (one failure may be a passing
+        error, such as a 503, that met this text by chance); more texts are split in
+        halves and each tried; what is embedded goes to ``done``.  (A method, not a
+        closure: a closure calling itself is a reference cycle, which would hold the
+        channel until the next cyclic garbage collection.)"""
         if len(idx) == 1:
             if not self._answers():
                 raise _Down(failure)
-            refused.append(idx[0])
+            try:
+                done[idx[0]] = self._documents([texts[idx[0]]])[0]
+            except Exception:  # noqa: BLE001 -- twice, alone, while the embedder answers: this text
+                refused.append(idx[0])
             return
         for half in (idx[: len(idx) // 2], idx[len(idx) // 2 :]):
             try:
-                vectors = self.embedder.embed_documents([texts[i] for i in half])
+                vectors = self._documents([texts[i] for i in half])
             except Exception as exc:  # noqa: BLE001 -- the embedder answers (see _embed): a bad text
                 self._split(texts, half, exc, done, refused)
             else:
@@ -274,22 +303,26 @@ class SemanticChannel:
 
     def _answers(self) -> bool:
         try:
-            self.embedder.embed_documents([_PROBE_TEXT])
+            self._documents([_PROBE_TEXT])
         except Exception:  # noqa: BLE001
             return False
         return True
 
+    def _documents(self, texts: list[str]) -> list[Vector]:
+        """One documents call; answered or failed, it is progress (see :meth:`embed_pending`)."""
+        try:
+            return self.embedder.embed_documents(texts)
+        finally:
+            self.state.progress += 1  # only the documents lane's one thread counts
+
     def _land(self, batch: list[tuple[int, str, str]], done: dict[int, Vector], refused: list[int],
               error: BaseException | None) -> int:
-        """Save a batch's vectors, mark refused texts, put back what is left; the number embedded."""
+        """Save a batch's vectors, mark refused texts, put back what is left; the number embedded.
+        Vectors are used at float32 precision, as caches and stores keep them: a turn selects
+        alike whether its vector was just made or found in a cache."""
+        done = {i: _float32(v) for i, v in done.items()}
         if done:
-            keyed = [((self.embedder.name, batch[i][2]), v) for i, v in done.items()]
-            put_many = getattr(self.cache, "put_many", None)
-            if callable(put_many):
-                put_many(keyed)
-            else:
-                for key, vector in keyed:
-                    self.cache.put(key, vector)
+            self._put([((self.embedder.name, batch[i][2]), v) for i, v in done.items()])
         if error is not None:
             self.state.failed(error, self.embedder.name)
         elif done:
@@ -301,6 +334,7 @@ class SemanticChannel:
                 del self.inflight[turn_id]
                 if i in done:
                     self._set(turn_id, done[i], digest)
+                    self._rewritten.discard(turn_id)  # saved with the batch
                 elif i in refused:
                     self.refused[turn_id] = digest
                     self._refused_digests.add(digest)
@@ -309,43 +343,84 @@ class SemanticChannel:
             self.embedded += len(done)
         return len(done)
 
-    def _wait_limit(self) -> float | None:
+    def _put(self, keyed: list[tuple[tuple[str, str], Vector]]) -> None:
+        """Keep vectors in the cache (one ``put_many`` when it has one)."""
+        put_many = getattr(self.cache, "put_many", None)
+        if callable(put_many):
+            put_many(keyed)
+        else:
+            for key, vector in keyed:
+                self.cache.put(key, vector)
+
+    def _save_again(self, keyed: list[tuple[tuple[str, str], Vector]]) -> None:
+        """Save again the vectors of changed turns found in the cache (:meth:`_set_cached`).
+        Only tidies what a store keeps: a cache that fails here is logged, never an outage."""
+        if not keyed:
+            return
+        try:
+            self._put(keyed)
+        except Exception as exc:  # noqa: BLE001 -- a vector cache (a store) may raise anything
+            logger.warning("vector cache %r could not save %d vector(s) again (%s: %s)",
+                           self.cache, len(keyed), type(exc).__name__, exc)
+
+    def _stall_limit(self) -> float | None:
+        """How long :meth:`embed_pending` waits without the embedder answering a single
+        documents call before it gives up (``None``: for good): a batch holds up to
+        ``batch_size`` texts and each may take as long as a query (``timeout``), plus
+        the slack of four queries."""
         if self.timeout is None:
             return None
-        queued = len(self.pending) + len(self._bound()[1]) + len(self.inflight)
-        return self.timeout * (4 + 2 * (queued // self.batch_size + 1))
+        return min(self.timeout * (4 + self.batch_size), threading.TIMEOUT_MAX)
 
     def _drain_result(self, before: int, result: tuple[int, BaseException | None]) -> int:
         if result[1] is not None:
             raise _as_error(result[1], self.embedder.name)
         return self.embedded - before
 
-    def _drain_timeout(self, limit: float | None) -> EmbeddingError:
-        exc = TimeoutError(f"embedding the pending turns took longer than {limit:.1f} s")
-        self.state.failed(exc, self.embedder.name)
-        return EmbeddingError(f"embedder {self.embedder.name!r}: {exc}; the turns stay pending")
+    def _stalled(self, limit: float) -> EmbeddingError:
+        """The error of a wait that saw no documents call answered for ``limit`` seconds.
+        Not an outage: the pass goes on in the background, and queries decide whether
+        the embedder is down."""
+        return EmbeddingError(
+            f"embedder {self.embedder.name!r} answered no call for {limit:.1f} s while the pending turns were "
+            "embedded; they stay pending (the background pass goes on): call embed_pending again to wait "
+            "longer, or raise embed_timeout"
+        )
 
     def embed_pending(self) -> int:
         """Embed every queued turn now (even while the embedder is backing off) and wait:
         the number of turns the embedder embedded meanwhile.  Failures raise
-        :class:`EmbeddingError`.  Call without holding the lock."""
-        before, limit = self.embedded, self._wait_limit()
+        :class:`EmbeddingError`.  With ``timeout`` the wait goes on as long as the
+        embedder keeps answering (however many batches a bulk load needs), and ends
+        with :class:`EmbeddingError` only once no call was answered for
+        :meth:`_stall_limit` seconds.  Call without holding the lock."""
+        before, limit = self.embedded, self._stall_limit()
         future = self.state.documents.submit(self._drain, True)
-        try:
-            return self._drain_result(before, future.result(limit))
-        except concurrent.futures.TimeoutError:
-            raise self._drain_timeout(limit) from None
+        seen = self.state.progress
+        while True:
+            try:
+                return self._drain_result(before, future.result(limit))
+            except concurrent.futures.TimeoutError:
+                assert limit is not None
+                if self.state.progress == seen:
+                    raise self._stalled(limit) from None
+                seen = self.state.progress
 
     async def aembed_pending(self) -> int:
         """:meth:`embed_pending`, awaited (the work runs on the documents lane)."""
-        before, limit = self.embedded, self._wait_limit()
+        before, limit = self.embedded, self._stall_limit()
         future = self.state.documents.submit(self._drain, True)
         wrapped = asyncio.wrap_future(future)
-        done, _ = await asyncio.wait({wrapped}, timeout=limit)
-        if not done:
-            wrapped.cancel()
-            raise self._drain_timeout(limit)
-        return self._drain_result(before, wrapped.result())
+        seen = self.state.progress
+        while True:
+            done, _ = await asyncio.wait({wrapped}, timeout=limit)
+            if done:
+                return self._drain_result(before, wrapped.result())
+            assert limit is not None
+            if self.state.progress == seen:
+                wrapped.cancel()
+                raise self._stalled(limit)
+            seen = self.state.progress
 
     # -- the query (no lock held) -----------------------------------------------------------
     def _settled(self, text: str) -> tuple[Vector | None, bool] | None:
@@ -359,7 +434,9 @@ class SemanticChannel:
     def probe(self, text: str) -> tuple[Vector | None, bool]:
         """The query's vector and whether selection falls back: ``(vector, False)``, or
         ``(None, True)`` when the embedder fails, times out or is backing off.  One call
-        at most, within ``timeout``.  Never raises for the embedder."""
+        at most, within ``timeout`` of its start on the query lane (a call that waited
+        its turn there past ``timeout`` falls back without counting as an outage:
+        :func:`~.runner.call_within`).  Never raises for the embedder."""
         settled = self._settled(text)
         if settled is not None:
             return settled
@@ -367,12 +444,8 @@ class SemanticChannel:
             if self.timeout is None:
                 vector = self.embedder.embed_query(text)
             else:
-                future = self.state.queries.submit(self.embedder.embed_query, text)
-                try:
-                    vector = future.result(self.timeout)
-                except concurrent.futures.TimeoutError:
-                    raise self._late(future) from None
-        except _NotStarted:
+                vector = call_within(self.state.queries, self.embedder.embed_query, text, self.timeout)
+        except NotStarted:
             return None, True
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
             self.state.failed(exc, self.embedder.name)
@@ -389,19 +462,8 @@ class SemanticChannel:
             if self.embedder._aquery is not None:
                 vector = await asyncio.wait_for(self.embedder.aembed_query(text), self.timeout)
             else:
-                future = self.state.queries.submit(self.embedder.embed_query, text)
-                wrapped = asyncio.wrap_future(future)
-                try:
-                    done, _ = await asyncio.wait({wrapped}, timeout=self.timeout)
-                except asyncio.CancelledError:
-                    future.cancel()
-                    raise
-                if not done:
-                    late = self._late(future)
-                    wrapped.cancel()
-                    raise late
-                vector = wrapped.result()
-        except _NotStarted:
+                vector = await acall_within(self.state.queries, self.embedder.embed_query, text, self.timeout)
+        except NotStarted:
             return None, True
         except (Exception, asyncio.TimeoutError) as exc:  # noqa: BLE001
             if isinstance(exc, asyncio.TimeoutError):
@@ -409,19 +471,6 @@ class SemanticChannel:
             self.state.failed(exc, self.embedder.name)
             return None, True
         return self._answered(text, vector)
-
-    def _late(self, future: concurrent.futures.Future) -> Exception:
-        """Why a query call gave no answer in time: it never started (another query ran in
-        front of it) or it ran too long (a failure).  A call in front that has itself run
-        past the timeout is the failure (a hung call would otherwise stop the backoff from
-        ever starting again, and every query wait the whole timeout behind it)."""
-        if future.cancel():
-            ahead = self.state.queries.running_for()
-            if ahead is not None and self.timeout is not None and ahead >= self.timeout:
-                return TimeoutError(f"the query call before this one has run {ahead:.1f} s, "
-                                    f"beyond embed_timeout={self.timeout} s")
-            return _NotStarted()  # it waited behind another query still in time: not a failure
-        return TimeoutError(f"no answer within embed_timeout={self.timeout} s")
 
     def _answered(self, text: str, vector: Vector) -> tuple[Vector, bool]:
         self.state.answered()
@@ -455,6 +504,11 @@ class _Down(Exception):
     def __init__(self, failure: BaseException) -> None:
         super().__init__(str(failure))
         self.failure = failure
+
+
+def _float32(vector: Vector) -> Vector:
+    """``vector`` rounded to float32 precision (what a cache or a store gives back)."""
+    return array("f", vector).tolist()
 
 
 def _on_loop() -> bool:

@@ -14,7 +14,8 @@ Vectors come back as lists of floats, checked (one per text, one dimension, fini
 
 A *vector cache* is any object with ``get(key) -> list[float] | None`` and
 ``put(key, vector)`` (``put_many(items)`` optional), keyed by
-``(embedder name, text_hash(text))``; :class:`DictVectorCache` is the in-process default.
+``(embedder name, text_hash(text))``; :class:`DictVectorCache` is the in-process default
+(bounded, float32).
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ import threading
 import types
 import uuid
 import weakref
+from array import array
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ...errors import InvalidTypeError, ModelUnavailableError
+from ...caching import BoundedCache
+from ...errors import InvalidInputError, InvalidTypeError, ModelUnavailableError
 from ..records import Turn
 
 __all__ = [
@@ -88,21 +91,36 @@ def require_vector_cache(cache: Any) -> Any:
 
 
 class DictVectorCache:
-    """The default vector cache: a dict in this process."""
+    """The default vector cache, in this process: the ``max_vectors`` most recently used
+    vectors (least recently used out first), each kept as float32 (4 bytes a value, as
+    stores keep them: 20,000 vectors of 1,536 dimensions take about 120 MB).
+
+    A gatekeeper's vectors of its current turns live in its own matrix; this cache keeps
+    vectors by text, so that a text seen again (an undo, a turn replaced back, a history
+    set anew) is not embedded again.  ``clear()`` releases them all."""
 
     in_memory = True  # no I/O: selection may read it on an event loop thread (other caches: off the loop)
 
-    def __init__(self) -> None:
-        self._vectors: dict[Key, Vector] = {}
+    def __init__(self, max_vectors: int = 20_000) -> None:
+        if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
+            raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}; pass how many vectors to keep")
+        self.max_vectors = max_vectors
+        self._vectors: BoundedCache[Key, array] = BoundedCache(max_vectors)
 
     def get(self, key: Key) -> Vector | None:
-        return self._vectors.get(key)
+        """The vector kept for ``key`` (float32 precision), or None."""
+        held = self._vectors.get(key)
+        return None if held is None else held.tolist()
 
-    def put(self, key: Key, vector: Vector) -> None:
-        self._vectors[key] = vector
+    def put(self, key: Key, vector: Sequence[float]) -> None:
+        self._vectors.put(key, array("f", vector))
 
-    def put_many(self, items: Iterable[tuple[Key, Vector]]) -> None:
-        self._vectors.update(items)
+    def put_many(self, items: Iterable[tuple[Key, Sequence[float]]]) -> None:
+        self._vectors.put_many((key, array("f", vector)) for key, vector in items)
+
+    def clear(self) -> None:
+        """Forget every vector."""
+        self._vectors.clear()
 
     def __len__(self) -> int:
         return len(self._vectors)
@@ -113,7 +131,7 @@ def check_vectors(vectors: Any, count: int, name: str) -> list[Vector]:
     :class:`EmbeddingError` naming what is wrong."""
     try:
         out = [list(map(float, v.tolist() if hasattr(v, "tolist") else v)) for v in vectors]
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int too big for a float
         raise EmbeddingError(f"embedder {name!r} returned something other than lists of numbers: {exc}") from exc
     if len(out) != count:
         raise EmbeddingError(f"embedder {name!r} returned {len(out)} vectors for {count} texts")
@@ -194,6 +212,22 @@ async def _on_lane(embedder: Embedder, lane: str, fn: Callable[[Any], Any], arg:
     except asyncio.CancelledError:
         future.cancel()
         raise
+
+
+NAME_LIMIT = 200
+"""The longest embedder name a store keeps (:func:`~context_gatekeeper.stores.vectors.checked_embedder`):
+a longer default name is cut to it (:func:`_fitting`)."""
+_NAME_DIGEST = 16  # hex characters of sha256 that keep a cut name apart from every other
+
+
+def _fitting(name: str) -> str:
+    """``name`` if it is at most :data:`NAME_LIMIT` characters, else its start and a short
+    sha256 of the whole (a stable name, apart from any other: a local model's long path
+    still names one model, and a store can keep its vectors)."""
+    if len(name) <= NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_NAME_DIGEST]
+    return f"{name[: NAME_LIMIT - _NAME_DIGEST - 1]}#{digest}"
 
 
 _MODEL_ATTRS = ("model", "model_name", "model_id", "model_path", "repo_id", "name_or_path", "deployment")
@@ -303,7 +337,8 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
     ``Embedder`` (returned as is unless ``name`` is given).
 
     ``name`` overrides the name used in vector caches (by default the object's ``name``
-    attribute, else its class and model attributes; see :func:`_default_name`).  Two
+    attribute, else its class and model attributes, cut to :data:`NAME_LIMIT` characters
+    with a hash of the whole when longer; see :func:`_default_name`).  Two
     different models must have different names; an object nothing names (a lambda, a
     plain function, an object without a ``model``-like attribute) gets a process-local
     name, so its vectors are never mixed with another's but are not persisted either:
@@ -314,7 +349,7 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
         if name is None:
             return obj
         return Embedder(name, obj._documents, obj._query, obj._adocuments, obj._aquery)
-    label = name or _default_name(obj)
+    label = name or _fitting(_default_name(obj))
     if hasattr(obj, "embed_documents") and hasattr(obj, "embed_query"):  # LangChain Embeddings
         # the base class's async methods only run the sync ones on asyncio's default thread pool,
         # where a hung call would hold a thread for good: such an embedder is sync-only here

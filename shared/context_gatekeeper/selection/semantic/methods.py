@@ -51,7 +51,11 @@ class SemanticMethods:
         and wait.  A background worker does this anyway; tests and benchmarks call it for
         deterministic results, an app after a bulk load.  Returns the number of turns the
         embedder embedded while this call waited; :class:`EmbeddingError` if it fails
-        (it is tried even while backing off after a failure).  Without an embedder, 0."""
+        (it is tried even while backing off after a failure).  With ``embed_timeout`` it
+        waits as long as the embedder keeps answering batches, and raises
+        :class:`EmbeddingError` (the turns stay queued, no outage is recorded) only once
+        no batch was answered for ``(4 + 64) * embed_timeout`` seconds.  Without an
+        embedder, 0."""
         if self._semantic is None:
             return 0
         return self._semantic.embed_pending()

@@ -2,7 +2,9 @@
 
 Each underlying embedder object (a LangChain ``Embeddings``, a LlamaIndex model, a
 function; ``functools.partial`` and bound methods count as their target) gets one
-:class:`EmbedderState`, shared by every gatekeeper, history and channel that uses it:
+:class:`EmbedderState` per model name it is used under (two partials of one function
+that name two models are two embedders: one's outage never silences the other), shared
+by every gatekeeper, history and channel that uses it:
 
 * two *lanes* -- serial executors on one daemon thread each, one for batches of turns,
   one for queries.  A sync-only embedder's calls run there, one at a time per lane, so
@@ -12,6 +14,12 @@ function; ``functools.partial`` and bound methods count as their target) gets on
 * the outage state: after a failure or a timeout, the embedder is not called again for
   :data:`BACKOFF_SECONDS` (doubling up to :data:`MAX_BACKOFF_SECONDS` while it keeps
   failing), and one warning is logged per outage, not per caller.
+
+:func:`call_within` / :func:`acall_within` (also :meth:`EmbedderState.call` /
+:meth:`EmbedderState.acall`) run one call on a lane within a timeout that counts from
+when the call *starts*: a call queued behind others (many chats sharing one sync-only
+embedder) waits its turn at most the timeout and then gives up as :class:`NotStarted`
+-- no answer for this caller, but no sign of an outage either (``failed`` ignores it).
 
 Nothing here imports numpy or a framework.
 """
@@ -29,7 +37,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EmbedderState", "Lane", "state_of", "run_locked", "forget_outages", "wait_idle", "BACKOFF_SECONDS", "MAX_BACKOFF_SECONDS", "IDLE_SECONDS"]
+from .embedding import EmbeddingError
+
+__all__ = [
+    "EmbedderState", "Lane", "LaneFuture", "NotStarted", "call_within", "acall_within", "state_of", "run_locked",
+    "forget_outages", "wait_idle", "BACKOFF_SECONDS", "MAX_BACKOFF_SECONDS", "IDLE_SECONDS",
+]
 
 logger = logging.getLogger("context_gatekeeper.selection.gatekeeper")
 
@@ -39,6 +52,18 @@ MAX_BACKOFF_SECONDS = 600.0
 """The backoff doubles while the embedder keeps failing, up to this."""
 IDLE_SECONDS = 30.0
 """A lane's thread ends after this long without work."""
+
+
+class LaneFuture(concurrent.futures.Future):
+    """A lane call's future; ``started`` is when the call began to run (``time.monotonic``),
+    ``None`` while it waits its turn."""
+
+    started: float | None = None
+
+
+class NotStarted(Exception):
+    """A call that waited its turn on a lane past its timeout and was dropped unrun: the
+    caller has no answer, but nothing is known to be wrong with the embedder (no outage)."""
 
 
 class Lane:
@@ -53,9 +78,9 @@ class Lane:
         self._started = 0.0  # when the running call began (time.monotonic)
         self._closed = False  # its embedder is gone: the thread ends once idle, without waiting
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> LaneFuture:
         """Queue ``fn(*args)``; its future (``cancel()`` works until it starts)."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        future = LaneFuture()
         with self._cond:
             self._jobs.append((future, fn, args))
             if self._thread is None:
@@ -70,6 +95,12 @@ class Lane:
         """Whether a call runs or waits here now."""
         with self._cond:
             return bool(self._jobs) or self._running
+
+    @property
+    def queued(self) -> int:
+        """How many calls wait their turn here now (not counting the one running)."""
+        with self._cond:
+            return len(self._jobs)
 
     def close(self) -> None:
         """End the thread as soon as no call is left (its embedder is gone: no call can come)."""
@@ -93,6 +124,7 @@ class Lane:
                     return
                 future, fn, args = self._jobs.popleft()
                 self._running, self._started = True, time.monotonic()
+                future.started = self._started
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(fn(*args))
@@ -112,10 +144,21 @@ class EmbedderState:
         self.retry_at = 0.0
         self.delay = 0.0
         self.warnings = 0
+        self.progress = 0
+        """Document calls answered or failed so far (counted on the documents lane): a
+        caller waiting for a pass of turns waits while it grows."""
 
     def blocked(self) -> bool:
         """Whether the embedder is being left alone after a failure (backoff)."""
         return self.failing and time.monotonic() < self.retry_at
+
+    def call(self, lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float | None) -> Any:
+        """``fn(arg)`` on ``lane`` (:attr:`documents` or :attr:`queries`): :func:`call_within`."""
+        return call_within(lane, fn, arg, timeout)
+
+    async def acall(self, lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float | None) -> Any:
+        """:meth:`call` awaited: :func:`acall_within`."""
+        return await acall_within(lane, fn, arg, timeout)
 
     def failed(self, exc: BaseException, name: str) -> None:
         """Record a failure or timeout: back off, and warn once per outage.
@@ -125,7 +168,10 @@ class EmbedderState:
         falls back because of this outage (backing off, or failing in turn) finds its one
         warning already logged, whichever thread noticed the outage first.  A failure
         reported while the embedder is already backing off (a call on the other lane that
-        raced the one that failed first) changes nothing: the backoff doubles once per try."""
+        raced the one that failed first) changes nothing: the backoff doubles once per try.
+        A call that never ran (:class:`NotStarted`) is no failure: nothing is recorded."""
+        if isinstance(exc, NotStarted):
+            return
         with self._lock:
             if self.failing and time.monotonic() < self.retry_at:
                 return  # a call that raced this one already recorded this failure: one doubling per try
@@ -152,7 +198,8 @@ class EmbedderState:
             self.failing, self.delay, self.retry_at = False, 0.0, 0.0
 
 
-_states: dict[int, tuple[Any, EmbedderState]] = {}
+_StateKey = tuple[int, str]  # (id of the object behind the embedder, the embedder's name)
+_states: dict[_StateKey, tuple[Any, EmbedderState]] = {}
 _states_lock = threading.Lock()
 _dead: collections.deque = collections.deque()  # (key, ref) of objects gone; removed under the lock
 
@@ -169,26 +216,32 @@ def _target(fn: Any) -> Any:
 
 
 def state_of(embedder: Any) -> EmbedderState:
-    """The shared state of the object behind an :class:`~embedding.Embedder` (keyed by
-    identity, held weakly: it goes when the object goes; an object that can't be
-    referenced weakly gets one state per ``Embedder``)."""
+    """The shared state of the object behind an :class:`~embedding.Embedder` under the
+    embedder's name (keyed by the object's identity and the name, held weakly: it goes
+    when the object goes; an object that can't be referenced weakly gets one state per
+    ``Embedder``).  The name is part of the key because one object may serve several
+    models: ``functools.partial(embed, model="a")`` and ``(..., model="b")`` wrap one
+    function but are named apart, and an outage of one says nothing of the other."""
     target = _target(getattr(embedder, "_documents", embedder))
+    label = getattr(embedder, "name", None) or type(target).__name__
     try:
-        ref = weakref.ref(target, functools.partial(_forget, id(target)))
+        key = (id(target), label)
+        ref = weakref.ref(target, functools.partial(_forget, key))
     except TypeError:
         target = embedder
-        ref = weakref.ref(target, functools.partial(_forget, id(target)))
+        key = (id(target), label)
+        ref = weakref.ref(target, functools.partial(_forget, key))
     with _states_lock:
         _purge()
-        held = _states.get(id(target))
+        held = _states.get(key)
         if held is not None and held[0]() is target:
             return held[1]
-        state = EmbedderState(getattr(embedder, "name", type(target).__name__))
-        _states[id(target)] = (ref, state)
+        state = EmbedderState(label)
+        _states[key] = (ref, state)
         return state
 
 
-def _forget(key: int, ref: Any) -> None:
+def _forget(key: _StateKey, ref: Any) -> None:
     # a weakref callback runs inside garbage collection, maybe while this thread holds
     # _states_lock: only note it (deque.append is atomic); _purge removes it later
     _dead.append((key, ref))
@@ -208,6 +261,67 @@ def _all_states() -> list[EmbedderState]:
     with _states_lock:
         _purge()
         return [state for _, state in tuple(_states.values())]
+
+
+def call_within(lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float | None) -> Any:
+    """``fn(arg)`` run on ``lane``, waited for: its answer, or what it raised.
+
+    ``timeout`` (``None``: wait) counts from when the call starts on the lane: a call
+    queued behind others waits its turn at most ``timeout`` and is then dropped unrun
+    (:class:`NotStarted`), and a call that started runs at most ``timeout`` before
+    :class:`~.embedding.EmbeddingError`.  So a healthy embedder shared by many callers
+    is never taken for a slow one, while a hung one still is -- a queued call whose
+    lane has run the call ahead of it for ``timeout`` already gets that error too.
+    The caller waits at most twice ``timeout``."""
+    future = lane.submit(fn, arg)
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        pass
+    assert timeout is not None
+    try:
+        return future.result(_time_left(lane, future, timeout))
+    except concurrent.futures.TimeoutError:
+        raise _no_answer(timeout) from None
+
+
+async def acall_within(lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float | None) -> Any:
+    """:func:`call_within` awaited: the event loop runs on while the call runs on its lane.
+    Cancelling the await drops the call if it has not started."""
+    future = lane.submit(fn, arg)
+    wrapped = asyncio.wrap_future(future)
+    try:
+        done, _ = await asyncio.wait({wrapped}, timeout=timeout)
+        if not done:
+            assert timeout is not None
+            done, _ = await asyncio.wait({wrapped}, timeout=_time_left(lane, future, timeout))
+            if not done:
+                raise _no_answer(timeout)
+        return wrapped.result()
+    except BaseException:
+        wrapped.cancel()  # unstarted: dropped; running: it runs on, its answer unwanted (never unretrieved)
+        raise
+
+
+def _time_left(lane: Lane, future: LaneFuture, timeout: float) -> float:
+    """Seconds left to a call still unanswered ``timeout`` seconds after it was queued:
+    the rest of its own ``timeout`` when it has started; else it is dropped unrun and
+    :class:`NotStarted` raised -- or :class:`~.embedding.EmbeddingError` when the call
+    ahead of it has run ``timeout`` already (a hung embedder: the queue would otherwise
+    hide it for good)."""
+    if future.cancel():
+        ahead = lane.running_for()
+        if ahead is not None and ahead >= timeout:
+            raise EmbeddingError(f"the call before this one has run {ahead:.1f} s, beyond embed_timeout={timeout} s; "
+                                 "raise embed_timeout, or pass embed_timeout=None to wait")
+        raise NotStarted(f"waited {timeout} s for its turn behind other calls to the embedder")
+    started = future.started
+    return 0.0 if started is None else max(0.0, started + timeout - time.monotonic())
+
+
+def _no_answer(timeout: float) -> EmbeddingError:
+    return EmbeddingError(f"no answer within embed_timeout={timeout} s of the call's start; "
+                          "raise embed_timeout, or pass embed_timeout=None to wait")
 
 
 async def run_locked(lock: Any, fn: Callable[..., Any], *args: Any) -> Any:
