@@ -23,11 +23,13 @@ import json
 import os
 from typing import Any
 
+from langchain_core import exceptions as lc_exceptions
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from context_gatekeeper import (
     EditModel,
+    FilteredReplyError,
     GatekeeperError,
     InvalidTypeError,
     MissingExtraError,
@@ -38,6 +40,12 @@ from context_gatekeeper import (
 from context_gatekeeper.integration import finish_reason_of, is_unavailable_error, refuse_truncated
 
 __all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model"]
+
+_REFUSAL: tuple[type[BaseException], ...] = tuple(
+    cls for cls in (getattr(lc_exceptions, "ModelRefusalError", None),) if isinstance(cls, type)
+)
+"""langchain-core's ``ModelRefusalError`` (structured output a provider declined to give), where
+the installed version has it."""
 
 DEFAULT_MODEL = "gemini-2.5-flash"
 _KEYS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
@@ -157,6 +165,11 @@ class LangChainEditModel(EditModel):
         :class:`~context_gatekeeper.ModelUnavailableError` after one request."""
         if isinstance(exc, GatekeeperError) or is_unavailable_error(exc):
             raise exc
+        if isinstance(exc, _REFUSAL):  # the provider declined: asking again for text meets the same policy
+            raise FilteredReplyError(
+                f"the model declined to answer ({exc}); nothing was changed. Rephrase the instruction or "
+                "use another model", finish_reason="refusal",
+            ) from exc
         raise StructuredOutputError(f"{type(exc).__name__}: {exc}") from exc
 
     def _call(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:

@@ -210,6 +210,30 @@ def test_a_structured_reply_stopped_for_safety_does_not_fall_back_to_text():
     assert chat.include_raw == [True] and chat.answers == [] and t.head == 5
 
 
+def test_a_structured_call_the_provider_declined_is_refused_without_asking_for_text():
+    """langchain-core's ModelRefusalError (a declined structured answer) is the provider's policy:
+    FilteredReplyError after one call, not a structured failure retried as JSON text."""
+    from langchain_core.exceptions import ModelRefusalError
+
+    t = ten_messages()
+
+    class Declining(StructuredRawFake):
+        def with_structured_output(self, schema: Any, **kwargs: Any):  # type: ignore[override]
+            from langchain_core.runnables import RunnableLambda
+
+            def decline(_messages: Any) -> Any:
+                self.include_raw.append(kwargs.get("include_raw"))
+                raise ModelRefusalError("I can't help with that.")
+
+            return RunnableLambda(decline)
+
+    chat = Declining(messages=iter([AIMessage(ideal_patch_reply(t.messages, fix_first(t)))]))
+    chat.include_raw = []
+    with pytest.raises(FilteredReplyError, match="declined") as info:
+        t.edit("Iceland", model=LangChainEditModel(chat, structured=True))
+    assert info.value.finish_reason == "refusal" and chat.include_raw == [True] and t.head == 5
+
+
 def test_a_llamaindex_reply_stopped_by_the_content_filter_is_refused():
     t = ten_messages()
     good = ideal_patch_reply(t.messages, fix_first(t))
