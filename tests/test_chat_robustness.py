@@ -483,3 +483,34 @@ def test_the_offline_editor_writes_backslashes_as_typed_and_a_tab_may_follow_a_c
                                                "/edit\treplace Ireland with C:\\new\\1", "y", "/quit"])
     assert status == 0 and "unknown command" not in out and "error" not in out.lower()
     assert "What was the GDP of C:\\new\\1 in 2021?" in stored(tmp_path / "bs.sqlite3")
+
+
+def test_an_answer_the_provider_stopped_for_its_policy_is_the_answer_the_user_saw() -> None:
+    """A chat reply with a content-policy finish reason is shown and stored as it came (as a cut-off
+    one is): it is never applied as an edit, and a chat has nothing to refuse."""
+    from context_gatekeeper.editing.models import ModelReply
+
+    def chat_model(messages: Any) -> Any:
+        return ModelReply("I can't help with that part, but here is", finish_reason="content_filter")
+
+    session = ChatSession(Transcript("filtered"), chat_model=chat_model, editor=lambda m: "{}", token_counter=len,
+                          keep_pins=False)
+    assert session.ask("How do I pick a lock?") == "I can't help with that part, but here is"
+    assert [m.content for m in session.transcript.messages] == [
+        "How do I pick a lock?", "I can't help with that part, but here is"]
+
+
+def test_unanswered_messages_the_state_holds_stay_candidates_of_the_call() -> None:
+    """A loaded file or a shared database may end with unanswered user messages: the chat sends
+    what the selection names for its new message, and those stay candidates (an open run of the
+    stored state is not the chat's question)."""
+    t = Transcript("unanswered")
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    t.append(user="Here is my Redis lock code: lock = redis.lock('jobs', timeout=30)")
+    t.append(user="And the Redis lock renewal?")
+    session = ChatSession(t, chat_model=lambda m: "ok", editor=lambda m: "{}", token_counter=len, keep_pins=False,
+                          system_prompt=None)
+    call = session.prepare("What Redis lock timeout should my code use?")
+    assert [m["content"] for m in call.sent][-2:] == [
+        "Here is my Redis lock code: lock = redis.lock('jobs', timeout=30)",
+        "What Redis lock timeout should my code use?"]

@@ -330,3 +330,23 @@ def test_an_agent_turn_costs_each_of_its_messages_its_overhead() -> None:
         assert turn.tool_texts == ("lookup job 1", "lookup job 2", "ttl 30", "ttl 45")
         costs.append(gate.gatekeeper.turn_cost(turn.id))
     assert costs[1] - costs[0] == 6 * 3
+
+
+def test_the_open_run_leaves_the_pinned_content_its_budget() -> None:
+    """The system prompt (and summary, pinned turns) is paid first: a paste that fits the budget
+    only without it stays an earlier turn, and selection neither raises nor goes over."""
+    t = Transcript("s")
+    t.append(messages=[Message("sys", "system", "S" * 50)])
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    t.append(user="P" * 170)
+    t.append(user="Why does this stack trace mention Redis?")
+    gate = TranscriptGate(t, token_counter=len, message_overhead=0, token_budget=200)
+    gate.sync()
+    assert gate.gatekeeper.pinned_cost() == 50 and gate.open_run() == ((), 0)  # 171 > 200 - 50
+    selection = gate.explain("Why does this stack trace mention Redis?")
+    assert not selection.over_budget and selection.tokens_kept <= 200
+    roomy = TranscriptGate(t, token_counter=len, message_overhead=0, token_budget=230)
+    run, spent = roomy.open_run()
+    assert spent == 171 and len(run) == 1  # 171 fits 230 - 50
+    assert [m.content for m in roomy.select_messages("Why does this stack trace mention Redis?")] == [
+        "S" * 50, "P" * 170, "Why does this stack trace mention Redis?"]

@@ -95,11 +95,14 @@ class FilteredReplyError(EditError):
     Not retried: the same request meets the same policy.  Nothing was changed.
 
     Attributes:
+        partial: what the model returned with that finish reason (text, or a parsed object):
+            never applied as an edit; a chat may show it as the answer it was.
         finish_reason: the finish reason the model reported (``content_filter``, ``SAFETY`` ...).
     """
 
-    def __init__(self, message: str, *, finish_reason: str | None = None) -> None:
+    def __init__(self, message: str, *, partial: object = "", finish_reason: str | None = None) -> None:
         super().__init__(message)
+        self.partial = partial
         self.finish_reason = finish_reason
 
 

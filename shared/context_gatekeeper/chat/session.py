@@ -46,6 +46,7 @@ from ..integration import (
     replace_lone_surrogates,
 )
 from .. import (
+    FilteredReplyError,
     GatekeeperError,
     InvalidInputError,
     Message,
@@ -322,7 +323,9 @@ class ChatSession:
             raise InvalidInputError("an empty message: type something to send")
         turns = self.turns()
         self._apply_pins(turns, self._current_pins())
-        selection = self.gate.explain(text, token_budget=self.token_budget)
+        # the stored state's own unanswered messages (a loaded file, a shared database) stay
+        # candidates: only what the selection names is sent, and the question is `text`
+        selection = self.gate.explain(text, token_budget=self.token_budget, include_open=False)
         by_number = dict(turns)
         system, _ = group_turns(self.transcript.messages)
         kept: list[Message] = list(system)
@@ -341,10 +344,11 @@ class ChatSession:
         """
         call = self.prepare(text)
         self.last_call = call
-        reply: object  # a Reply, or what a TruncatedReplyError kept of one
+        reply: object  # a Reply, or what a TruncatedReplyError or FilteredReplyError kept of one
         try:
             reply = self.chat_model.complete([dict(m) for m in call.sent])
-        except TruncatedReplyError as exc:  # a chat answer cut off is still the answer the user saw
+        except (TruncatedReplyError, FilteredReplyError) as exc:
+            # a chat answer cut off, or stopped by the provider's policy, is still the answer the user saw
             reply = exc.partial
         answer = replace_lone_surrogates(reply if isinstance(reply, str) else str(reply))
         self.transcript.append(user=call.query, assistant=answer)

@@ -150,7 +150,7 @@ def refuse_truncated(content: Union[str, dict, list], reason: str | None, name: 
 
     Raises:
         TruncatedReplyError: ``reason`` is a truncation (``.partial`` holds ``content``).
-        FilteredReplyError: ``reason`` is a content-policy stop.
+        FilteredReplyError: ``reason`` is a content-policy stop (``.partial`` holds ``content``).
 
     >>> refuse_truncated("ok", "stop", "m")
     'ok'
@@ -158,8 +158,8 @@ def refuse_truncated(content: Union[str, dict, list], reason: str | None, name: 
     if is_policy_stop(reason):
         raise FilteredReplyError(
             f"the provider stopped the answer of model {name!r} for its safety or content policy (finish "
-            f"reason {reason!r}); nothing was changed. Rephrase the instruction, or edit the messages "
-            "by hand (Transcript.apply)",
+            f"reason {reason!r}); nothing was changed. Rephrase the request, or use another model",
+            partial=content,
             finish_reason=reason,
         )
     if is_truncation(reason):

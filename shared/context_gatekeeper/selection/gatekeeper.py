@@ -332,6 +332,12 @@ class ContextGatekeeper(SemanticMethods):
         with self._lock:
             return self._history.topics()
 
+    def pinned_cost(self) -> int:
+        """Tokens the pinned content costs against the budget: the system prompt, the summary
+        and the pinned turns (what every selection pays first)."""
+        with self._lock:
+            return sum(self._fixed_costs.values()) + sum(self._history.costs[t] for t in self._pinned)
+
     def turn_cost(self, turn_id: int) -> int:
         """Tokens this turn costs against the budget."""
         with self._lock:

@@ -384,7 +384,7 @@ class TranscriptGate:
     def open_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
         """``(turns, tokens)``: the unanswered user messages right before the open turn, as the
         turns they are indexed as, oldest first, that join it while together they cost at most
-        ``token_budget`` (default the gatekeeper's), and what they cost.  Older ones stay earlier
+        ``token_budget`` (default the gatekeeper's) less the pinned content, and what they cost.  Older ones stay earlier
         turns, gated as any other (a long run of unanswered messages is not sent whole).  Empty
         when the last message is answered or no unanswered message comes before it."""
         self.sync()
@@ -396,8 +396,11 @@ class TranscriptGate:
         return await asyncio.to_thread(self.open_run, token_budget)
 
     def _open_run(self, budget: int) -> tuple[tuple[MessageTurn, ...], int]:
+        """:meth:`open_run` within ``budget`` less the pinned content (the system prompt, the
+        summary, pinned turns: every selection pays for them first); caller holds the lock."""
         if self._open is None:
             return (), 0
+        budget -= self.gatekeeper.pinned_cost()
         turns, start, spent = self._turns, len(self._turns), 0
         while start and turns[start - 1].is_open:
             added = self.gatekeeper.turn_cost(self._ids[turns[start - 1].key])
