@@ -350,3 +350,14 @@ def test_the_open_run_leaves_the_pinned_content_its_budget() -> None:
     assert spent == 171 and len(run) == 1  # 171 fits 230 - 50
     assert [m.content for m in roomy.select_messages("Why does this stack trace mention Redis?")] == [
         "S" * 50, "P" * 170, "Why does this stack trace mention Redis?"]
+
+
+@pytest.mark.parametrize("budget", [-1, "500", 1.5, True])
+def test_a_budget_that_is_not_a_number_of_tokens_is_refused_before_anything_is_read(budget: Any) -> None:
+    from context_gatekeeper import BudgetError
+
+    gate = pasted_then_asked(budget=500)
+    for call in (lambda: gate.open_run(budget), lambda: gate.explain(QUESTION, token_budget=budget),
+                 lambda: gate.select_messages(QUESTION, token_budget=budget)):
+        with pytest.raises(BudgetError, match="token_budget must be an int"):
+            call()

@@ -29,6 +29,7 @@ from ..selection.options import GateOptions
 from ..records.messages import Message, detached
 from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
+from ..validation import require_budget
 from .transcript import Transcript
 
 __all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "group_turns", "TurnIndex", "TranscriptGate"]
@@ -384,12 +385,14 @@ class TranscriptGate:
     def open_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
         """``(turns, tokens)``: the unanswered user messages right before the open turn, as the
         turns they are indexed as, oldest first, that join it while together they cost at most
-        ``token_budget`` (default the gatekeeper's) less the pinned content, and what they cost.  Older ones stay earlier
-        turns, gated as any other (a long run of unanswered messages is not sent whole).  Empty
-        when the last message is answered or no unanswered message comes before it."""
+        ``token_budget`` (default the gatekeeper's) less the pinned content, and what they
+        cost.  Older ones stay earlier turns, gated as any other (a long run of unanswered
+        messages is not sent whole).  Empty when the last message is answered or no unanswered
+        message comes before it."""
+        budget = None if token_budget is None else require_budget(token_budget)
         self.sync()
         with self._lock:
-            return self._open_run(self.gatekeeper.token_budget if token_budget is None else token_budget)
+            return self._open_run(self.gatekeeper.token_budget if budget is None else budget)
 
     async def aopen_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
         """:meth:`open_run` with the transcript read in a worker thread."""
@@ -415,6 +418,8 @@ class TranscriptGate:
     ) -> tuple[list[int], int | None, tuple[str, ...]]:
         """Sync, then ``(turn ids not to select, the budget for the selection, keys of the open
         run)``: :meth:`open_run` (with ``include_open``) is left out and paid for first."""
+        if token_budget is not None:
+            require_budget(token_budget)
         self.sync()
         self.gatekeeper.take_cached()  # saved vectors read here (aexplain: in a worker thread)
         with self._lock:
