@@ -41,7 +41,8 @@ workflow ``Context`` decoding its state), name the stores you trust while it run
 
 >>> import tempfile, warnings
 >>> from llamaindex_gatekeeper import GatekeeperMemory
->>> path = tempfile.mkdtemp() + "/chats.db"
+>>> folder = tempfile.TemporaryDirectory()
+>>> path = folder.name + "/chats.db"
 >>> memory = GatekeeperMemory.from_defaults(store=path, session_id="s1")
 >>> data = memory.to_dict()
 >>> memory.close()
@@ -55,6 +56,8 @@ True
 ...     detached = GatekeeperMemory.from_dict(data)
 >>> [w.category.__name__ for w in caught]
 ['StoreDetachedWarning']
+>>> detached.close()
+>>> folder.cleanup()
 
 Pickling (``pickle``, ``multiprocessing``) and ``copy.deepcopy`` keep the session and the
 selection parameters whole (a pickle is trusted: unpickling runs code anyway): a memory in a SQLite

@@ -13,7 +13,6 @@ import socket
 import re
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
@@ -232,14 +231,18 @@ def test_edits_go_through_the_core_protocol() -> None:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """Answers like the Gemini API; with ``hold`` set, answers only once ``release`` is set."""
+
     bodies: list[dict[str, Any]] = []
-    delay = 0.0
+    hold = False
+    release = threading.Event()
     status = 200
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         length = int(self.headers.get("content-length", 0))
         type(self).bodies.append({"path": self.path, "body": json.loads(self.rfile.read(length) or b"{}")})
-        time.sleep(type(self).delay)
+        if type(self).hold:
+            type(self).release.wait()  # the fixture's teardown sets it: no reply before the client gave up
         reply = {"candidates": [{"content": {"role": "model", "parts": [{"text": '{"operations": []}'}]}}]}
         if type(self).status != 200:
             reply = {"error": {"code": type(self).status, "message": "down", "status": "UNAVAILABLE"}}
@@ -257,17 +260,28 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+class _JoinedServer(ThreadingHTTPServer):
+    """A threading server whose request threads ``server_close`` joins (none outlives a test)."""
+
+    daemon_threads = False
+    block_on_close = True
+
+
 @pytest.fixture
 def local_gemini(monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("google.genai")
-    handler = type("Handler", (_Handler,), {"bodies": [], "delay": 0.0, "status": 200})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    handler = type("Handler", (_Handler,), {"bodies": [], "hold": False, "release": threading.Event(), "status": 200})
+    server = _JoinedServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
-    yield handler
-    server.shutdown()
-    server.server_close()
+    try:
+        yield handler
+    finally:
+        handler.release.set()
+        server.shutdown()
+        server.server_close()  # joins the request threads
+        thread.join()
 
 
 def test_real_client_sends_system_roles_and_schema(local_gemini) -> None:
@@ -284,7 +298,7 @@ def test_real_client_sends_system_roles_and_schema(local_gemini) -> None:
 
 
 def test_real_client_times_out_quickly(local_gemini) -> None:
-    local_gemini.delay = 3.0
+    local_gemini.hold = True  # no answer until the test is over
     model = GeminiModel(api_key="fake", timeout=0.5, max_retries=0)
     with pytest.raises(ModelUnavailableError, match="could not be used") as info:
         model.complete(MESSAGES)

@@ -11,6 +11,7 @@ import doctest
 import importlib
 import json
 import pickle
+import tempfile
 import threading
 from pathlib import Path
 
@@ -554,9 +555,13 @@ def test_shared_store_sessions_are_separate():
 
 # -- packaging ------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["convert", "memory", "serialisation"])
-def test_docstring_examples_run(name: str):
+def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the examples' temporary files go
     module = importlib.import_module(f"llamaindex_gatekeeper.{name}")
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+    assert not list(temp.iterdir()), "an example left temporary files behind: clean them up in the example"
 
 
 def test_a_llamaindex_llm_edits_through_the_models_resolver():

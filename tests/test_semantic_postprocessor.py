@@ -205,7 +205,12 @@ def test_inside_a_real_query_engine_and_chat_engine() -> None:
     assert all(n.node.embedding is None for n in response.source_nodes) and embedded(model.fake) - built == len(TEXTS)
     engine.query(QUERY)
     assert embedded(model.fake) - built == len(TEXTS)  # ... and then read from the content-hash cache
-    chat = index.as_chat_engine(chat_mode="context", llm=llm, node_postprocessors=[gate], similarity_top_k=10)
+    from llama_index.core.memory import ChatMemoryBuffer
+
+    # (LlamaIndex's default chat Memory opens an aiosqlite thread and connection it never closes)
+    memory = ChatMemoryBuffer.from_defaults(llm=llm)
+    chat = index.as_chat_engine(chat_mode="context", llm=llm, node_postprocessors=[gate], similarity_top_k=10,
+                                memory=memory)
     asyncio.run(chat.achat(QUERY))
     sent = "\n".join(m.content or "" for m in llm.chats[-1])
     assert "peach cobbler" in sent and "Tire pressure" not in sent
