@@ -444,3 +444,26 @@ def test_a_proposal_from_before_the_session_was_purged_and_written_anew_is_refus
         mine.commit(proposal)
     assert [(r.number, r.kind, r.time) for r in Transcript("chat", store=mine.store).history()] == before  # nothing written
     assert contents(Transcript("chat", store=mine.store)) == contents(mine) == ["Hi, I'm Bob", "Hello Bob!"]
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_undo_then_redo_puts_an_inserted_message_back_where_it_stood(store: str, tmp_path: Path) -> None:
+    """A note inserted after an open question, then the answer (which joins its question, before
+    the note): undo and redo give back that state, the answer still next to its question (the
+    redo put the note back right after the question, where it was first put)."""
+    from context_gatekeeper import InsertAfter, SQLiteStore
+
+    t = Transcript("s", store=SQLiteStore(tmp_path / "t.db") if store == "sqlite" else None)
+    t.append(user="Where did we go?")
+    question = t.messages[-1].id
+    t.apply([InsertAfter(question, "user", "(note inserted after the question)")])
+    t.append(assistant="Iceland, in 2022.")
+    before = [m.content for m in t.messages]
+    assert before == ["Where did we go?", "Iceland, in 2022.", "(note inserted after the question)"]
+    t.undo()
+    assert [m.content for m in t.messages] == before[:2]
+    t.redo()
+    assert [m.content for m in t.messages] == before
+    t.undo()  # the redone revision, undone again
+    t.redo()
+    assert [m.content for m in t.messages] == before

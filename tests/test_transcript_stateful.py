@@ -163,24 +163,17 @@ class Reference:
         self.check_swap(now, self.before[target], self.after[target], f"redo of revision {target}")
 
     def check_swap(self, now: list[Shown], gone: list[Shown], wanted: list[Shown], what: str) -> None:
-        """``now`` is the current state with ``gone`` (held as a whole now) turned into
-        ``wanted``, and every other message kept, in its order.
-
-        ``wanted`` is checked in its order whenever the state holds ``gone`` in its order.
-        It may not: a redo puts an inserted message back right after the message it was
-        inserted after, even when an answer attached to that question in between, so an
-        earlier undo and redo can leave ``gone`` reordered; then the same messages must
-        come back, in some order."""
+        """``now`` is the current state with ``gone`` (held as a whole now, in its order) turned
+        into ``wanted``, in its order, and every other message kept, in its order."""
         current = self.state
         held = only(current, ids_of(gone))
         assert by_id(held) == by_id(gone), f"{what}: the state does not hold the revision's messages as they were"
         others = only(current, ids_of(gone), keep=False)
         assert only(now, ids_of(wanted), keep=False) == others, f"{what}: later messages lost or moved: {shown_ids(now)}"
+        assert held == gone, f"{what}: the state holds {shown_ids(held)}, not {shown_ids(gone)} in order"
         result = only(now, ids_of(wanted))
-        if held == gone:
-            assert result == wanted, f"{what}: {shown_ids(now)} does not hold {shown_ids(wanted)} in order"
-        else:
-            assert by_id(result) == by_id(wanted), f"{what}: {shown_ids(now)} does not hold {shown_ids(wanted)}"
+        assert result == wanted, f"{what}: {shown_ids(now)} does not hold {shown_ids(wanted)} in order"
+
 
 def shown_ids(state: list[Shown]) -> list[str]:
     return [m["id"] for m in state]

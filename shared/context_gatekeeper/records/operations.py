@@ -33,6 +33,7 @@ __all__ = [
     "AT_END",
     "State",
     "apply_changes",
+    "anchored",
     "invert",
     "touched_ids",
     "changes_between",
@@ -269,6 +270,28 @@ def invert(changes: Sequence[Applied]) -> list[Applied]:
             out.append(Put(change.message, change.after))
         else:
             out.append(Change(change.after, change.before))
+    return out
+
+
+def anchored(changes: Sequence[Applied], state: State) -> list[Applied]:
+    """``changes`` with each :class:`Remove`'s ``after`` the message before it in ``state`` as the
+    changes reach it, so that their inverse (a redo of an undo) puts every message back where it
+    stood, not where it was first put (messages put after it since, an answer joining its
+    question, would otherwise end up on the other side of it).
+
+    Worked out by applying the changes to ``state`` and taking them back in reverse: ``state``
+    ends as it began, also when a change does not apply (its error is raised).  Costs the
+    changes, not the state.
+    """
+    out: list[Applied] = []
+    try:
+        for change in changes:
+            if isinstance(change, Remove) and change.message.id in state:
+                change = Remove(change.message, state.previous_id(change.message.id))
+            state.apply([change])
+            out.append(change)
+    finally:
+        state.apply(invert(out))
     return out
 
 

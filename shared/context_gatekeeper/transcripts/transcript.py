@@ -61,6 +61,7 @@ from ..records.operations import (
     Put,
     Request,
     State,
+    anchored,
     changes_between,
     invert,
     is_noop,
@@ -723,7 +724,8 @@ class Transcript:
                 raise HistoryError("nothing to undo: no edit, apply, set, clear or revert is left to revert")
             target = self._replica.log[done[-1] - 1]
             with collector_paused(len(target.changes) > BULK):  # the inverse is built before _commit pauses it
-                return self._commit("undo", invert(target.changes), expected_head=len(self._replica.log), target=target.number)
+                inverse = anchored(invert(target.changes), self._replica.state)  # a redo puts them back where they stand now
+                return self._commit("undo", inverse, expected_head=len(self._replica.log), target=target.number)
 
     async def aundo(self) -> Revision:
         """Async :meth:`undo`."""
@@ -742,7 +744,8 @@ class Transcript:
             undo_revision = undone[-1]
             with collector_paused(len(undo_revision.changes) > BULK):
                 return self._commit(
-                    "redo", invert(undo_revision.changes), expected_head=len(self._replica.log), target=undo_revision.target
+                    "redo", anchored(invert(undo_revision.changes), self._replica.state),
+                    expected_head=len(self._replica.log), target=undo_revision.target,
                 )
 
     async def aredo(self) -> Revision:
