@@ -577,9 +577,13 @@ class GatedView:
         ``message_overhead``) within its ``token_budget``."""
         return self._current(messages, thread)[0]
 
-    def _current(self, messages: Sequence[BaseMessage], thread: Any) -> tuple[int | None, int]:
+    def _current(
+        self, messages: Sequence[BaseMessage], thread: Any, system_prompt: str | None = None
+    ) -> tuple[int | None, int]:
         """``(where the current turn starts, the tokens of its human messages before the last)``:
-        those take their share of the budget, so the earlier turns get what remains."""
+        those take their share of the budget, so the earlier turns get what remains.  They
+        join the current turn within the budget less the pinned content (the system prompt,
+        leading system messages, summaries), which every selection pays for first."""
         last = _last_ask(messages)
         if not last or not _asks(messages[last - 1]):
             return last, 0  # no unanswered human message before the last: nothing to count
@@ -590,7 +594,14 @@ class GatedView:
         def cost(message: BaseMessage) -> int:
             return count(_indexed_text(message)) + overhead
 
-        return _run_start(messages, last, cost, gatekeeper.token_budget)
+        pinned, leading = 0, True
+        for message in messages[:last]:
+            leading = leading and _role(message) == "system"
+            if leading or is_summary(message):
+                pinned += cost(message)
+        if system_prompt is not None and system_prompt.strip():
+            pinned += count(system_prompt) + overhead
+        return _run_start(messages, last, cost, max(0, gatekeeper.token_budget - pinned))
 
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
@@ -599,7 +610,7 @@ class GatedView:
         messages' text is the query (none, e.g. an image alone, is gated as
         :data:`NO_TEXT_QUERY`); earlier messages go through :meth:`gated`.  A list without a
         human message comes back whole."""
-        start, reserved = self._current(messages, thread)
+        start, reserved = self._current(messages, thread, system_prompt)
         if start is None:
             return list(messages)
         query = current_query(messages, start)
@@ -610,7 +621,7 @@ class GatedView:
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
     ) -> list[BaseMessage]:
         """:meth:`view` with the query's embedding awaited (see :meth:`agated`)."""
-        start, reserved = self._current(messages, thread)
+        start, reserved = self._current(messages, thread, system_prompt)
         if start is None:
             return list(messages)
         query = current_query(messages, start)

@@ -146,11 +146,13 @@ class LangChainEditModel(EditModel):
         if not (isinstance(reply, dict) and {"raw", "parsed"} <= reply.keys()):
             return self._text_reply(reply)
         raw, parsed = reply["raw"], reply["parsed"]
+        error = reply.get("parsing_error")
+        if isinstance(error, _REFUSAL):  # (include_raw=True hands a refusal back instead of raising it)
+            self._call_failed(error)
         if parsed is None:  # unparsable: let the core repair and check the raw answer
             parsed = _raw_text(raw)
         checked = refuse_truncated(parsed, finish_reason_of(raw), self.name)
         if isinstance(checked, str) and not checked.strip():
-            error = reply.get("parsing_error")
             why = f" ({type(error).__name__}: {error})" if error is not None else ""
             raise StructuredOutputError(f"the structured answer held no object and no text{why}")
         return checked
@@ -167,7 +169,7 @@ class LangChainEditModel(EditModel):
             raise exc
         if isinstance(exc, _REFUSAL):  # the provider declined: asking again for text meets the same policy
             raise FilteredReplyError(
-                f"the model declined to answer ({exc}); nothing was changed. Rephrase the instruction or "
+                f"the model declined to answer ({exc}); nothing was changed. Rephrase the request, or "
                 "use another model", finish_reason="refusal",
             ) from exc
         raise StructuredOutputError(f"{type(exc).__name__}: {exc}") from exc

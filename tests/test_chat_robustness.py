@@ -514,3 +514,38 @@ def test_unanswered_messages_the_state_holds_stay_candidates_of_the_call() -> No
     assert [m["content"] for m in call.sent][-2:] == [
         "Here is my Redis lock code: lock = redis.lock('jobs', timeout=30)",
         "What Redis lock timeout should my code use?"]
+
+
+@pytest.mark.parametrize("reason", ["SAFETY", "length"])
+def test_an_answer_stopped_with_no_text_is_an_error_and_stores_nothing(reason: str) -> None:
+    """Blocked outright (Gemini's SAFETY block has no text) or cut off before any text: nothing to
+    show or store, so the error reaches the user and the message may be sent again."""
+    from context_gatekeeper import EditError
+    from context_gatekeeper.editing.models import ModelReply
+
+    session = ChatSession(Transcript("blocked"), chat_model=lambda m: ModelReply("", finish_reason=reason),
+                          editor=lambda m: "{}", token_counter=len, keep_pins=False)
+    with pytest.raises(EditError):
+        session.ask("How do I pick a lock?")
+    assert session.transcript.messages == ()
+
+
+def test_the_web_chat_takes_an_answer_stopped_for_policy_as_the_terminal_chat_does() -> None:
+    from context_gatekeeper.chat.web.service import WebChat, error_message
+    from context_gatekeeper.editing.models import ModelReply
+    from context_gatekeeper.errors import FilteredReplyError
+    from context_gatekeeper.stores import InMemoryStore
+
+    store = InMemoryStore()
+    web = WebChat(store, lambda m: ModelReply("I can't help with that part, but here is", finish_reason="content_filter"),
+                  lambda m: "{}", token_counter=len)
+    try:
+        web.create("w")
+        events = list(web.start_chat("w", "How do I pick a lock?"))
+        assert [e["type"] for e in events][-1] == "done"
+        assert [m.content for m in Transcript("w", store=store).messages] == [
+            "How do I pick a lock?", "I can't help with that part, but here is"]
+    finally:
+        web.close()
+    shown = error_message(FilteredReplyError("the provider stopped the answer; use another model"), chat=True)
+    assert "use another model. Your message was not added" in shown

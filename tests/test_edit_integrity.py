@@ -211,27 +211,33 @@ def test_a_structured_reply_stopped_for_safety_does_not_fall_back_to_text():
 
 
 def test_a_structured_call_the_provider_declined_is_refused_without_asking_for_text():
-    """langchain-core's ModelRefusalError (a declined structured answer) is the provider's policy:
-    FilteredReplyError after one call, not a structured failure retried as JSON text."""
-    from langchain_core.exceptions import ModelRefusalError
+    """A provider's refusal of structured output (an OpenAI-style refusal block): langchain-core's
+    own with_structured_output(include_raw=True) hands it back as a ModelRefusalError in
+    ``parsing_error``; the edit ends with FilteredReplyError after one call, not a structured
+    failure retried as JSON text."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    calls: list[int] = []
+
+    class Refusing(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "refusing"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # what the base with_structured_output binds
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            calls.append(len(messages))
+            message = AIMessage(content="", additional_kwargs={"refusal": "I can't help with that."},
+                                response_metadata={"finish_reason": "stop", "model_provider": "openai"})
+            return ChatResult(generations=[ChatGeneration(message=message)])
 
     t = ten_messages()
-
-    class Declining(StructuredRawFake):
-        def with_structured_output(self, schema: Any, **kwargs: Any):  # type: ignore[override]
-            from langchain_core.runnables import RunnableLambda
-
-            def decline(_messages: Any) -> Any:
-                self.include_raw.append(kwargs.get("include_raw"))
-                raise ModelRefusalError("I can't help with that.")
-
-            return RunnableLambda(decline)
-
-    chat = Declining(messages=iter([AIMessage(ideal_patch_reply(t.messages, fix_first(t)))]))
-    chat.include_raw = []
     with pytest.raises(FilteredReplyError, match="declined") as info:
-        t.edit("Iceland", model=LangChainEditModel(chat, structured=True))
-    assert info.value.finish_reason == "refusal" and chat.include_raw == [True] and t.head == 5
+        t.edit("Iceland", model=LangChainEditModel(Refusing(), structured=True))
+    assert info.value.finish_reason == "refusal" and len(calls) == 1 and t.head == 5
 
 
 def test_a_llamaindex_reply_stopped_by_the_content_filter_is_refused():

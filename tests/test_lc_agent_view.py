@@ -547,3 +547,25 @@ def test_a_long_run_of_unanswered_human_messages_is_not_sent_whole() -> None:
     assert gated[-(len(history) + len(run) - start):] == [*history, *run][start:]
     # the earlier turns get what the run's messages before the last leave of the budget
     assert sum(words(m.text) for m in gated[:-1]) <= 40
+
+
+@pytest.mark.parametrize("how", ["system message", "system_prompt"])
+def test_unanswered_messages_join_the_current_turn_within_the_budget_less_the_pinned_content(how: str) -> None:
+    """A system prompt is paid for first: a paste that fits the budget only without it stays an
+    earlier turn, gated as any other; nothing goes over the budget or raises."""
+    paste, question = HumanMessage("P" * 170), HumanMessage("Why does this stack trace mention Redis?")
+    body = [HumanMessage("How long should a Redis lock TTL be?"), AIMessage("Longer than the longest job."),
+            paste, question]
+    system = "S" * 50
+    view = GatedView(lambda: CountingGatekeeper(token_budget=200, token_counter=len, message_overhead=0,
+                                                on_overflow="raise"))
+    if how == "system message":
+        out = view.view([SystemMessage(system), *body], thread="t")
+        sent = sum(len(m.text) for m in out[1:-1]) + len(system)
+    else:
+        out = view.view(body, thread="t", system_prompt=system)
+        sent = sum(len(m.text) for m in out[:-1]) + len(system)
+    assert out[-1] is question and paste not in out and sent <= 200
+    roomy = GatedView(lambda: CountingGatekeeper(token_budget=240, token_counter=len, message_overhead=0,
+                                                 on_overflow="raise"))
+    assert roomy.view(body, thread="t", system_prompt=system)[-2:] == [paste, question]

@@ -676,3 +676,45 @@ def test_a_text_that_failed_once_by_chance_is_tried_again_not_refused() -> None:
     gk.add_turn("redis lock ttl", "longer than the job")
     gk.embed_pending()
     assert not gk._semantic.refused and len(gk._semantic.vectors) == 1
+
+
+def test_a_call_queued_behind_a_long_pass_is_timed_by_the_passs_current_call(monkeypatch) -> None:
+    """A background pass makes many healthy calls in one lane job: a query queued behind it
+    and dropped is NotStarted (no outage) unless the pass's *current* call has run past the
+    timeout (a hung embedder): the lane times each call a job says it starts."""
+    from types import SimpleNamespace
+
+    from context_gatekeeper.selection.semantic import runner
+    from context_gatekeeper.selection.semantic.embedding import EmbeddingError
+
+    clock = [0.0]
+    monkeypatch.setattr(runner, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    lane = runner.Lane("test-lane")
+    started, next_call, second_started, finish = (threading.Event() for _ in range(4))
+
+    def long_pass() -> None:
+        started.set()
+        next_call.wait(5)
+        lane.call_started()  # the pass's next batch
+        second_started.set()
+        finish.wait(5)
+
+    job = lane.submit(long_pass)
+    try:
+        assert started.wait(5)
+        clock[0] = 10.0  # the first call has run 10 s: hung
+        with pytest.raises(EmbeddingError, match="has run 10.0 s"):
+            runner._time_left(lane, lane.submit(lambda: None), timeout=5.0)
+        next_call.set()
+        assert second_started.wait(5)
+        clock[0] = 12.0  # the pass has run 12 s, its current call 2 s: healthy
+        with pytest.raises(runner.NotStarted):
+            runner._time_left(lane, lane.submit(lambda: None), timeout=5.0)
+    finally:
+        next_call.set()
+        finish.set()
+        job.result(5)
+        thread = lane._thread
+        lane.close()  # no call can come: its thread ends now, not after the idle wait
+        if thread is not None:
+            thread.join(5)

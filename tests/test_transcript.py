@@ -467,3 +467,30 @@ def test_undo_then_redo_puts_an_inserted_message_back_where_it_stood(store: str,
     t.undo()  # the redone revision, undone again
     t.redo()
     assert [m.content for m in t.messages] == before
+
+
+def test_an_undo_the_store_refuses_leaves_this_objects_state_as_the_stores() -> None:
+    """undo works out its anchors on the state it holds and takes them back: exactly, even for a
+    message a redo stamped anew, so a refused commit leaves what a fresh reader sees."""
+    from context_gatekeeper import Replace
+
+    store = InMemoryStore()
+    t = Transcript("s", store=store)
+    t.append(user="We went to Ireland in 2021.", assistant="Nice, Ireland!")
+    t.append(user="What next?", assistant="Iceland?")
+    t.apply([Replace(t.messages[0].id, "We went to Iceland in 2022.")])
+    t.undo()
+    t.redo()  # the message is stamped by the redo now
+    other = Transcript("s", store=store)
+    commit = store.commit
+
+    def another_writer_first(*args, **kwargs):
+        store.commit = commit
+        other.apply([Replace(other.messages[3].id, "Iceland!")])
+        return commit(*args, **kwargs)
+
+    store.commit = another_writer_first
+    with pytest.raises(StaleHeadError):
+        t.undo()
+    fresh = Transcript("s", store=store)
+    assert [(m.content, m.revision) for m in t.messages] == [(m.content, m.revision) for m in fresh.messages]

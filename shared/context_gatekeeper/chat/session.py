@@ -46,6 +46,7 @@ from ..integration import (
     replace_lone_surrogates,
 )
 from .. import (
+    EditModel,
     FilteredReplyError,
     GatekeeperError,
     InvalidInputError,
@@ -76,6 +77,7 @@ from .pins import (  # the pin record and name rules, kept importable from here 
 __all__ = [
     "ChatSession",
     "LastCall",
+    "chat_reply",
     "EditOutcome",
     "DEFAULT_SYSTEM_PROMPT",
     "PIN_RECORD_PREFIX",
@@ -100,6 +102,20 @@ def _kept_extras(message: Message, held: Message) -> Message:
     if parts is message.parts and metadata is message.metadata:
         return message
     return replace(message, parts=parts, metadata=metadata)
+
+
+def chat_reply(model: EditModel, sent: list[dict[str, str]]) -> object:
+    """The chat model's answer to ``sent``.  An answer cut off at the output limit, or stopped
+    by the provider's policy, is still the answer the user saw when it holds text; with no
+    text at all there is nothing to show or store, and the error is raised (the message is
+    not added: the user may send it again)."""
+    try:
+        return model.complete(sent)
+    except (TruncatedReplyError, FilteredReplyError) as exc:
+        partial = exc.partial
+        if not (partial.strip() if isinstance(partial, str) else partial):
+            raise
+        return partial
 
 
 @dataclass(frozen=True)
@@ -344,12 +360,7 @@ class ChatSession:
         """
         call = self.prepare(text)
         self.last_call = call
-        reply: object  # a Reply, or what a TruncatedReplyError or FilteredReplyError kept of one
-        try:
-            reply = self.chat_model.complete([dict(m) for m in call.sent])
-        except (TruncatedReplyError, FilteredReplyError) as exc:
-            # a chat answer cut off, or stopped by the provider's policy, is still the answer the user saw
-            reply = exc.partial
+        reply = chat_reply(self.chat_model, [dict(m) for m in call.sent])
         answer = replace_lone_surrogates(reply if isinstance(reply, str) else str(reply))
         self.transcript.append(user=call.query, assistant=answer)
         return answer

@@ -279,15 +279,21 @@ def anchored(changes: Sequence[Applied], state: State) -> list[Applied]:
     stood, not where it was first put (messages put after it since, an answer joining its
     question, would otherwise end up on the other side of it).
 
-    Worked out by applying the changes to ``state`` and taking them back in reverse: ``state``
-    ends as it began, also when a change does not apply (its error is raised).  Costs the
-    changes, not the state.
+    Each removed or changed message is the version ``state`` holds (so the revision records what
+    it really replaced).  Worked out by applying the changes to ``state`` and taking them back
+    in reverse: ``state`` ends exactly as it began, also when a change does not apply (its error
+    is raised) or the commit that follows is refused.  Costs the changes, not the state.
     """
     out: list[Applied] = []
     try:
         for change in changes:
             if isinstance(change, Remove) and change.message.id in state:
-                change = Remove(change.message, state.previous_id(change.message.id))
+                # the version the state holds (a redo stamps a message anew): taking it back is exact
+                held = state.get(change.message.id)
+                change = Remove(held if held is not None else change.message, state.previous_id(change.message.id))
+            elif isinstance(change, Change) and change.before.id in state:
+                held = state.get(change.before.id)
+                change = Change(held if held is not None else change.before, change.after)
             state.apply([change])
             out.append(change)
     finally:

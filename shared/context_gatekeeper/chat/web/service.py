@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..session import MAX_SESSION_NAME, ChatSession, LastCall, chat_sessions, check_session_name
+from ..session import MAX_SESSION_NAME, ChatSession, LastCall, chat_reply, chat_sessions, check_session_name
 from .stopping import Stopper
 from .views import CONTEXT_KEY, context_record, context_view, diff_view, history_view, undo_state
 from ... import (
@@ -50,7 +50,6 @@ from ... import (
     StaleHeadError,
     Store,
     Transcript,
-    TruncatedReplyError,
     resolve_token_counter,
 )
 from ...integration import deleted_share, new_message_id, replace_lone_surrogates
@@ -432,11 +431,7 @@ def _reply_chunks(session: ChatSession, call: LastCall) -> Iterator[str]:
         for chunk in stream(sent):
             yield chunk if isinstance(chunk, str) else str(chunk)
         return
-    reply: object
-    try:
-        reply = session.chat_model.complete(sent)
-    except TruncatedReplyError as exc:  # a chat answer cut off is still the answer the user sees
-        reply = exc.partial
+    reply = chat_reply(session.chat_model, sent)
     yield reply if isinstance(reply, str) else str(reply)
 
 
@@ -451,5 +446,6 @@ def error_message(exc: BaseException, *, chat: bool = False) -> str:
     else:
         text = f"{type(exc).__name__}: {exc} (nothing was changed)"
     if chat:
-        text += " Your message was not added to the conversation; send it again."
+        text = text.rstrip()
+        text += ("" if text.endswith((".", "!", "?")) else ".") + " Your message was not added to the conversation; send it again."
     return text

@@ -309,7 +309,9 @@ class SemanticChannel:
         return True
 
     def _documents(self, texts: list[str]) -> list[Vector]:
-        """One documents call; answered or failed, it is progress (see :meth:`embed_pending`)."""
+        """One documents call; answered or failed, it is progress (see :meth:`embed_pending`).
+        Runs on the documents lane, which times each call of a pass, not the pass."""
+        self.state.documents.call_started()
         try:
             return self.embedder.embed_documents(texts)
         finally:

@@ -108,8 +108,17 @@ class Lane:
             self._closed = True
             self._cond.notify()
 
+    def call_started(self) -> None:
+        """Say, from a job running here, that it starts another embedder call: a job that makes
+        many (a background pass, batch after batch) is timed by its current call, so a call
+        queued behind it does not take a long healthy pass for a hung embedder."""
+        with self._cond:
+            if self._running:
+                self._started = time.monotonic()
+
     def running_for(self) -> float | None:
-        """Seconds the call running here has run, or ``None`` when none runs."""
+        """Seconds the embedder call running here has run (since the job began, or since it
+        last said :meth:`call_started`), or ``None`` when none runs."""
         with self._cond:
             return time.monotonic() - self._started if self._running else None
 
