@@ -41,8 +41,8 @@ from context_gatekeeper.integration import finish_reason_of, is_unavailable_erro
 
 __all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model"]
 
-_REFUSAL: tuple[type[BaseException], ...] = tuple(
-    cls for cls in (getattr(lc_exceptions, "ModelRefusalError", None),) if isinstance(cls, type)
+_REFUSAL: tuple[type[Exception], ...] = tuple(
+    cls for cls in (getattr(lc_exceptions, "ModelRefusalError", None),) if isinstance(cls, type) and issubclass(cls, Exception)
 )
 """langchain-core's ``ModelRefusalError`` (structured output a provider declined to give), where
 the installed version has it."""
