@@ -39,6 +39,7 @@ __all__ = [
     "build_changes",
     "alternation_violations",
     "tool_violations",
+    "added_violations",
     "check_structure",
     "destroyed_runs",
     "deleted_share",
@@ -200,14 +201,25 @@ def _pair_key(pair: tuple[Message, Message | None]) -> tuple[str, str | None]:
     return first.id, second.id if second is not None else None
 
 
-def check_structure(before: Sequence[Message], after: Sequence[Message], view: EditView) -> None:
-    """Raise :class:`EditError` if ``after`` has a violation that ``before`` does not have.
-
-    Violations are compared by the ids of the messages involved, not counted: an
-    edit that removes one existing violation and creates another is refused.
-    """
+def added_violations(
+    before: Sequence[Message], after: Sequence[Message]
+) -> tuple[list[tuple[Message, Message | None]], list[tuple[str, str, str]]]:
+    """The alternation violations (:func:`alternation_violations`) and tool-pair problems
+    (:func:`tool_violations`) ``after`` has and ``before`` has not, each compared by the ids
+    of the messages involved, not counted: removing one existing violation does not pay for
+    a new one."""
     known_pairs = {_pair_key(p) for p in alternation_violations(before)}
-    new_pairs = [p for p in alternation_violations(after) if _pair_key(p) not in known_pairs]
+    known_tools = set(tool_violations(before))
+    return (
+        [p for p in alternation_violations(after) if _pair_key(p) not in known_pairs],
+        [t for t in tool_violations(after) if t not in known_tools],
+    )
+
+
+def check_structure(before: Sequence[Message], after: Sequence[Message], view: EditView) -> None:
+    """Raise :class:`EditError` if ``after`` has a violation that ``before`` does not have
+    (:func:`added_violations`)."""
+    new_pairs, new_tools = added_violations(before, after)
     if new_pairs:
         first, second = new_pairs[0]
         if second is None:
@@ -215,8 +227,6 @@ def check_structure(before: Sequence[Message], after: Sequence[Message], view: E
         else:
             where = f"{view.describe(first)} and {view.describe(second)} would be two {first.role} messages in a row"
         raise EditError(f"{where}; keep user and assistant messages alternating (delete a question with its answer)")
-    known_tools = set(tool_violations(before))
-    new_tools = [t for t in tool_violations(after) if t not in known_tools]
     if new_tools:
         kind, message_id, call_id = new_tools[0]
         message = next(m for m in after if m.id == message_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..editing.checks import alternation_violations, tool_violations
+from ..editing.checks import added_violations
 from ..errors import InvalidRevisionError, UnknownMessageError
 from ..records.messages import Message
 from ..records.operations import Applied, apply_changes
@@ -24,39 +24,11 @@ __all__ = ["rebase_problem"]
 
 _EXCERPT = 60  # characters of a message's text quoted in a refusal
 
-ViolationKey = tuple[str, str, str | None]
-
-
 def _name(message: Message) -> str:
     """A message as a refusal names it: role, id and the start of its text."""
     text = " ".join(message.content.split())
     quoted = text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
     return f"{message.role} message {message.id!r} ({quoted!r})"
-
-
-def _alternation(state: Sequence[Message]) -> dict[ViolationKey, str]:
-    """Each pair of same-role neighbours of ``state`` (and an assistant-first start), keyed by ids."""
-    found: dict[ViolationKey, str] = {}
-    for first, second in alternation_violations(state):
-        if second is None:
-            found[("start", first.id, None)] = f"the conversation would start with {_name(first)}"
-        else:
-            found[("alternation", first.id, second.id)] = (
-                f"{_name(first)} and {_name(second)} would be two {first.role} messages in a row"
-            )
-    return found
-
-
-def _tool_pairs(state: Sequence[Message]) -> dict[ViolationKey, str]:
-    """Each unanswered tool call and orphaned tool result of ``state``, keyed by ids."""
-    found: dict[ViolationKey, str] = {}
-    for kind, message_id, call_id in tool_violations(state):
-        if kind == "orphan":
-            why = f"the result of tool call {call_id!r} (message {message_id!r}) would not follow the call"
-        else:
-            why = f"tool call {call_id!r} of message {message_id!r} would be separated from its result"
-        found[(kind, message_id, call_id)] = why
-    return found
 
 
 def rebase_problem(current: Sequence[Message], changes: Sequence[Applied]) -> str | None:
@@ -66,16 +38,23 @@ def rebase_problem(current: Sequence[Message], changes: Sequence[Applied]) -> st
     ``current`` is the state the edit is rebased onto: the state it was computed on plus
     the turns appended since.  Violations ``current`` already holds (agent transcripts
     hold some) do not count; only new ones, compared by the ids they involve, as the
-    edit's own check compares them.  Changes that do not apply to ``current`` give
-    ``None``: the store's own check refuses them, naming why.
+    edit's own check compares them (:func:`~context_gatekeeper.editing.checks.added_violations`).
+    Changes that do not apply to ``current`` give ``None``: the store's own check refuses
+    them, naming why.
     """
     try:
         result = apply_changes(current, changes)
     except (InvalidRevisionError, UnknownMessageError):
         return None
-    for violations in (_alternation, _tool_pairs):
-        before = violations(current)
-        new = [why for key, why in violations(result).items() if key not in before]
-        if new:
-            return new[0]
+    pairs, tools = added_violations(current, result)
+    if pairs:
+        first, second = pairs[0]
+        if second is None:
+            return f"the conversation would start with {_name(first)}"
+        return f"{_name(first)} and {_name(second)} would be two {first.role} messages in a row"
+    if tools:
+        kind, message_id, call_id = tools[0]
+        if kind == "orphan":
+            return f"the result of tool call {call_id!r} (message {message_id!r}) would not follow the call"
+        return f"tool call {call_id!r} of message {message_id!r} would be separated from its result"
     return None
