@@ -564,7 +564,7 @@ def pause_until(moment: float) -> None:
 def test_a_query_that_waited_its_turn_then_ran_in_time_is_answered_not_an_outage(how: str) -> None:
     """Many chats share one sync-only embedder: a query queued behind another chat's call
     starts late, yet runs well within embed_timeout; it is answered, and no outage starts."""
-    timeout = 1.0
+    timeout = 2.0  # wall-clock by nature: the margins (half of it) outlast a loaded machine's stalls
     fake = Gated()
     release = fake.hold("late query")
     gk = gatekeeper(fake, embed_timeout=timeout)
