@@ -16,7 +16,7 @@ from typing import Any, Callable, List
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from context_gatekeeper import EmbeddingError, as_embedder
-from context_gatekeeper.integration import BoundedCache, state_of, text_hash
+from context_gatekeeper.integration import BoundedCache, acall_within, call_within, state_of, text_hash
 
 __all__ = ["NodeVectors", "VECTORS", "query_embedding"]
 
@@ -61,7 +61,7 @@ class NodeVectors:
     not one per call; after a failure the embedder is left alone for the backoff, and one
     warning is logged per outage.  ``timeout`` counts from a call's start on its lane: a
     call that waited its turn behind other requests' calls that long is dropped (lexical
-    for this request, no outage: :meth:`~context_gatekeeper.selection.semantic.runner.EmbedderState.call`).
+    for this request, no outage: :func:`~context_gatekeeper.selection.semantic.runner.call_within`).
     ``timeout`` is checked by the postprocessor (the core's rule)."""
 
     def __init__(
@@ -148,11 +148,11 @@ class NodeVectors:
     def _call(self, fn: Callable[[Any], Any], arg: Any, lane: Any) -> Any:
         """``fn(arg)``: at once without a timeout, else on ``lane`` (one of the embedder's)
         within it, counted from the call's start
-        (:meth:`~context_gatekeeper.selection.semantic.runner.EmbedderState.call`);
+        (:func:`~context_gatekeeper.selection.semantic.runner.call_within`);
         :class:`_BackingOff` while the embedder is left alone after a failure."""
         if self._state.blocked():
             raise _BackingOff()
-        result = fn(arg) if self.timeout is None else self._state.call(lane, fn, arg, self.timeout)
+        result = fn(arg) if self.timeout is None else call_within(lane, fn, arg, self.timeout)
         self._state.answered()
         return result
 
@@ -166,7 +166,7 @@ class NodeVectors:
         if self.timeout is None:
             result = await twin(arg)
         elif not native:
-            result = await self._state.acall(lane, sync, arg, self.timeout)
+            result = await acall_within(lane, sync, arg, self.timeout)
         else:
             try:
                 result = await asyncio.wait_for(twin(arg), self.timeout)

@@ -28,7 +28,7 @@ from typing import Generic, TypeVar
 
 from .errors import InvalidInputError
 
-__all__ = ["BoundedCache", "text_key"]
+__all__ = ["BoundedCache", "text_key", "require_count"]
 
 K = TypeVar("K", bound=Hashable)
 _MISSING = object()
@@ -41,7 +41,7 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _require_count(value: object, what: str, hint: str) -> int:
+def require_count(value: object, what: str, hint: str) -> int:
     """``value`` if it is an ``int >= 1`` (``bool`` refused), else :class:`InvalidInputError`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInputError(f"{what} must be an int >= 1, got {value!r}; {hint}")
@@ -68,10 +68,10 @@ class BoundedCache(Generic[K, V]):
 
     def __init__(self, maxsize: int = 10_000, *, weigh: Callable[[K, V], int] | None = None,
                  max_weight: int | None = None) -> None:
-        self.maxsize = _require_count(maxsize, "maxsize", "pass how many entries to keep")
+        self.maxsize = require_count(maxsize, "maxsize", "pass how many entries to keep")
         if (weigh is None) != (max_weight is None):
             raise InvalidInputError("pass weigh and max_weight together (or neither: a bound on entries alone)")
-        self.max_weight = None if max_weight is None else _require_count(max_weight, "max_weight", "pass the most weight to keep")
+        self.max_weight = None if max_weight is None else require_count(max_weight, "max_weight", "pass the most weight to keep")
         self._weigh = weigh
         self._weights: dict[K, int] = {}
         self.weight = 0

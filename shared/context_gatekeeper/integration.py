@@ -44,7 +44,9 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   runs before it writes (for adapters that import a revision log); ``store_spec`` and
   ``store_from_spec``, how a pickled adapter object names its store and reopens it.
 * **semantic channel**: ``text_hash`` (the text half of a vector key),
-  ``unit_rows`` and ``load_numpy`` (numpy, imported on first use).
+  ``unit_rows`` and ``load_numpy`` (numpy, imported on first use), ``state_of`` (an
+  embedder's lanes and outage state) and ``call_within`` / ``acall_within`` (one call on a
+  lane, its timeout counted from the call's start).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from .editing.parse import replace_lone_surrogates
 from .selection.semantic.embedding import text_hash
 from .selection.semantic.fusion import numpy as load_numpy
 from .selection.semantic.fusion import unit_rows
-from .selection.semantic.runner import state_of
+from .selection.semantic.runner import acall_within, call_within, state_of
 from .stores.integrity import IdEntry, check_revision
 from .stores.spec import store_from_spec, store_spec
 from .records.messages import ROLES, Role, new_message_id, normalized_text
@@ -159,4 +161,6 @@ __all__ = [
     "unit_rows",
     "load_numpy",
     "state_of",
+    "call_within",
+    "acall_within",
 ]

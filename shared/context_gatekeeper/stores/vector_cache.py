@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..selection.semantic.embedding import is_local_name
+from ..caching import require_count
 from ..errors import InvalidInputError, InvalidTypeError
 from .vectors import VectorRow, checked_rows, storable_embedder, supports_vectors
 
@@ -65,8 +66,7 @@ class StoreVectorCache:
     def __init__(self, store: Any, session_id: str, *, persist: bool = True, max_vectors: int = 20_000) -> None:
         if not isinstance(session_id, str):
             raise InvalidTypeError(f"session_id must be a str, got {type(session_id).__name__}; pass the session's id")
-        if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
-            raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}; pass how many vectors to keep")
+        max_vectors = require_count(max_vectors, "max_vectors", "pass how many vectors to keep")
         self.store = store
         self.session_id = session_id
         self.persistent = bool(persist) and supports_vectors(store)

@@ -853,12 +853,12 @@ class Transcript:
         if not draft.changes:
             return replace(draft, number=head, parent=head, base=head)
         draft = storable_revision(draft)  # one text per revision, and metadata a store can keep, before any write
+        if renew_taken_ids and not takes_keyword(self.store, "renew_taken_ids"):
+            return self._commit_renewing(draft)  # which runs the same check against the log it reads
         if kind == "append":
             draft = self._append_as_read(draft, renew_taken_ids)
             if not draft.changes:  # every message was a retry of one the state holds: nothing to record
                 return replace(draft, number=head, parent=head, base=head)
-        if renew_taken_ids and not takes_keyword(self.store, "renew_taken_ids"):
-            return self._commit_renewing(draft)
         options = {"renew_taken_ids": True} if renew_taken_ids else {}  # stores of our own take it; others need not
         with collector_paused(len(draft.changes) > BULK):
             stored = self.store.commit(self.session_id, draft, expected_head=expected_head, **options)

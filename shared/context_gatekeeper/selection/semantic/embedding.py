@@ -33,7 +33,7 @@ from array import array
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ...caching import BoundedCache
+from ...caching import BoundedCache, require_count
 from ...errors import InvalidInputError, InvalidTypeError, ModelUnavailableError
 from ..records import Turn
 
@@ -102,9 +102,7 @@ class DictVectorCache:
     in_memory = True  # no I/O: selection may read it on an event loop thread (other caches: off the loop)
 
     def __init__(self, max_vectors: int = 20_000) -> None:
-        if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
-            raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}; pass how many vectors to keep")
-        self.max_vectors = max_vectors
+        self.max_vectors = require_count(max_vectors, "max_vectors", "pass how many vectors to keep")
         self._vectors: BoundedCache[Key, array] = BoundedCache(max_vectors)
 
     def get(self, key: Key) -> Vector | None:
@@ -203,15 +201,10 @@ class Embedder:
 
 async def _on_lane(embedder: Embedder, lane: str, fn: Callable[[Any], Any], arg: Any) -> Any:
     """``fn(arg)`` on the embedder's documents or query lane, awaited (cancelling the
-    await drops the call if it has not started yet)."""
-    from .runner import state_of
+    await drops the call if it has not started yet): :func:`~.runner.acall_within`, unbounded."""
+    from .runner import acall_within, state_of
 
-    future = getattr(state_of(embedder), lane).submit(fn, arg)
-    try:
-        return await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        future.cancel()
-        raise
+    return await acall_within(getattr(state_of(embedder), lane), fn, arg, None)
 
 
 NAME_LIMIT = 200

@@ -15,8 +15,7 @@ by every gatekeeper, history and channel that uses it:
   :data:`BACKOFF_SECONDS` (doubling up to :data:`MAX_BACKOFF_SECONDS` while it keeps
   failing), and one warning is logged per outage, not per caller.
 
-:func:`call_within` / :func:`acall_within` (also :meth:`EmbedderState.call` /
-:meth:`EmbedderState.acall`) run one call on a lane within a timeout that counts from
+:func:`call_within` / :func:`acall_within` run one call on a lane within a timeout that counts from
 when the call *starts*: a call queued behind others (many chats sharing one sync-only
 embedder) waits its turn at most the timeout and then gives up as :class:`NotStarted`
 -- no answer for this caller, but no sign of an outage either (``failed`` ignores it).
@@ -160,14 +159,6 @@ class EmbedderState:
     def blocked(self) -> bool:
         """Whether the embedder is being left alone after a failure (backoff)."""
         return self.failing and time.monotonic() < self.retry_at
-
-    def call(self, lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float | None) -> Any:
-        """``fn(arg)`` on ``lane`` (:attr:`documents` or :attr:`queries`): :func:`call_within`."""
-        return call_within(lane, fn, arg, timeout)
-
-    async def acall(self, lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float | None) -> Any:
-        """:meth:`call` awaited: :func:`acall_within`."""
-        return await acall_within(lane, fn, arg, timeout)
 
     def failed(self, exc: BaseException, name: str) -> None:
         """Record a failure or timeout: back off, and warn once per outage.
