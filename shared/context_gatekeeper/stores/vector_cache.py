@@ -19,12 +19,11 @@ from __future__ import annotations
 import threading
 import warnings
 from array import array
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..selection.semantic.embedding import is_local_name
-from ..caching import require_count
+from ..caching import BoundedCache, require_count
 from ..errors import InvalidInputError, InvalidTypeError
 from .vectors import VectorRow, checked_rows, storable_embedder, supports_vectors
 
@@ -71,7 +70,7 @@ class StoreVectorCache:
         self.session_id = session_id
         self.persistent = bool(persist) and supports_vectors(store)
         self.max_vectors = max_vectors
-        self._vectors: dict[str, OrderedDict[str, array]] = {}  # per embedder, least recently used first
+        self._vectors: dict[str, BoundedCache[str, array]] = {}  # per embedder, the most recently used
         self._dimension: dict[str, int] = {}
         self._lock = threading.RLock()
         self._warned = False
@@ -87,12 +86,8 @@ class StoreVectorCache:
         """The vector saved under ``(embedder_name, text_hash)``, or None."""
         name, text_hash = _checked_key(key)
         with self._lock:
-            held = self._loaded(name)
-            vector = held.get(text_hash)
-            if vector is None:
-                return None
-            held.move_to_end(text_hash)
-            return vector.tolist()
+            vector = self._loaded(name).get(text_hash)  # (a use: kept as the most recent)
+            return None if vector is None else vector.tolist()
 
     def put(self, key: Key, vector: Sequence[float], *, message_id: str = "") -> None:
         """Save one vector (``message_id``: the message its text belongs to, if known)."""
@@ -153,11 +148,11 @@ class StoreVectorCache:
             )
         return False
 
-    def _loaded(self, name: str) -> OrderedDict[str, array]:
+    def _loaded(self, name: str) -> BoundedCache[str, array]:
         held = self._vectors.get(name)
         if held is not None:
             return held
-        held = self._vectors[name] = OrderedDict()
+        held = self._vectors[name] = BoundedCache(self.max_vectors)
         if self._saved(name):
             try:
                 rows = self.store.load_vectors(self.session_id, name)
@@ -166,10 +161,8 @@ class StoreVectorCache:
                 self._warn("load", exc)
                 rows = []
             if rows:
-                self._dimension[name] = rows[-1].dimension  # the newest decides
-                for row in rows:
-                    if row.dimension == self._dimension[name]:
-                        self._hold(held, row)
+                self._dimension[name] = dimension = rows[-1].dimension  # the newest decides
+                held.put_many((row.text_hash, array("f", row.vector)) for row in rows if row.dimension == dimension)
         return held
 
     def _remember(self, row: VectorRow) -> None:
@@ -177,14 +170,7 @@ class StoreVectorCache:
         if self._dimension.get(row.embedder, row.dimension) != row.dimension:
             held.clear()  # the model behind this name changed: its old vectors no longer compare
         self._dimension[row.embedder] = row.dimension
-        self._hold(held, row)
-
-    def _hold(self, held: OrderedDict[str, array], row: VectorRow) -> None:
-        """Keep a row's vector (float32) as the most recently used, within ``max_vectors``."""
-        held[row.text_hash] = array("f", row.vector)
-        held.move_to_end(row.text_hash)
-        while len(held) > self.max_vectors:
-            held.popitem(last=False)
+        held.put(row.text_hash, array("f", row.vector))  # float32, the most recently used, within max_vectors
 
     def _warn(self, what: str, exc: Exception) -> None:
         if not self._warned:
