@@ -270,8 +270,17 @@ def test_errors_are_clear_and_change_nothing(gdp: Transcript) -> None:
         lambda t: t.snapshot(1.0),
         lambda t: t.diff(None),
         lambda t: t.diff(0, "2"),
+        lambda t: t.append("q", "a", messages=None),
+        lambda t: t.append(messages={"role": "user", "content": "one dict"}),
+        lambda t: t.append(messages=["text"]),
+        lambda t: t.set(None),
+        lambda t: t.set(Message("m", "user", "one message")),
+        lambda t: asyncio.run(t.aappend(messages=None)),
+        lambda t: asyncio.run(t.aset(None)),
     ],
-    ids=["session-int", "session-none", "revert-str", "revert-bool", "snapshot-float", "diff-none", "diff-str"],
+    ids=["session-int", "session-none", "revert-str", "revert-bool", "snapshot-float", "diff-none", "diff-str",
+         "append-none", "append-one-dict", "append-str-item", "set-none", "set-one-message", "aappend-none",
+         "aset-none"],
 )
 def test_wrong_argument_types_are_type_errors_that_say_what_to_pass(gdp: Transcript, call) -> None:
     head, state = gdp.head, gdp.messages
@@ -494,3 +503,52 @@ def test_an_undo_the_store_refuses_leaves_this_objects_state_as_the_stores() -> 
         t.undo()
     fresh = Transcript("s", store=store)
     assert [(m.content, m.revision) for m in t.messages] == [(m.content, m.revision) for m in fresh.messages]
+
+
+def test_messages_is_a_list_even_for_one_message(gdp: Transcript) -> None:
+    """One dict (or one Message) where a list is expected is named as what it is."""
+    head = gdp.head
+    for call in (lambda: gdp.append(messages={"role": "user", "content": "hi"}),
+                 lambda: gdp.set({"role": "user", "content": "hi"})):
+        with pytest.raises(InvalidTypeError, match=r"messages must be a list, got one dict; .*messages=\[\.\.\.\]"):
+            call()
+    with pytest.raises(InvalidTypeError, match="messages must be a list, got one Message"):
+        gdp.append(messages=Message("m", "user", "hi"))
+    assert gdp.head == head
+
+
+@pytest.mark.parametrize("how", ["append", "set", "aappend", "aset"])
+def test_a_message_dict_with_a_key_a_message_does_not_have_is_refused(how: str, tmp_path) -> None:
+    """A tool result in the OpenAI / LangChain dict shape (``tool_call_id`` beside ``content``)
+    or a typo (``metdata``) would lose what the key carries without a word: refused, naming the
+    key and where such data goes, and nothing is written."""
+    store = SQLiteStore(tmp_path / "t.db")
+    try:
+        t = Transcript("s", store=store)
+        t.append(user="What is 6*7?")
+        head, state, record = t.head, t.messages, t.record()
+        call = [{"role": "assistant", "content": "", "metadata": {"tool_calls": [{"id": "call_1", "name": "calc"}]}}]
+        for bad, key in (({"role": "tool", "content": "42", "tool_call_id": "call_1"}, "'tool_call_id'"),
+                         ({"role": "tool", "content": "42", "metdata": {"tool_call_id": "call_1"}}, "'metdata'")):
+            messages = [*call, bad]
+            if how == "set":
+                messages = [*state, *messages]
+            method = getattr(t, how)
+            with pytest.raises(InvalidInputError, match=f"{key} that a Message does not have.*metadata"):
+                result = method(messages) if how.endswith("set") else method(messages=messages)
+                if how.startswith("a"):
+                    asyncio.run(result)
+            assert (t.head, t.messages, t.record()) == (head, state, record)
+            assert store.head("s") == head
+        # what the error says to do: the tool-call fields in metadata, where the pairing checks read them
+        t.append(messages=[*call, {"role": "tool", "content": "42", "metadata": {"tool_call_id": "call_1"}}])
+        assert t.messages[-1].metadata == {"tool_call_id": "call_1"}
+        # every key Message.to_dict writes is one it takes back
+        again = Transcript("copy")
+        again.set([m.to_dict() for m in t.messages])
+        def said(m: Message) -> tuple:
+            return m.id, m.role, m.content, m.parts, m.metadata
+
+        assert [said(m) for m in again.messages] == [said(m) for m in t.messages]
+    finally:
+        store.close()

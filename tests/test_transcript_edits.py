@@ -256,6 +256,30 @@ def test_turn_index_indexes_only_what_changed_and_rebuilds_on_reorder():
     assert set(index.ids) == {"a", "c"}  # the refused sync changed nothing
 
 
+def test_turn_index_pins_a_turn_again_under_its_new_id_after_a_rebuild():
+    """A rebuild gives every turn a new gatekeeper id; a pinned turn still there is pinned
+    again by its key (also when the first rebuild failed midway), a removed one is not."""
+    from context_gatekeeper import ContextGatekeeper
+    from context_gatekeeper.transcripts.transcript_gate import TurnIndex
+
+    def count(text: str) -> int:
+        if "unpriceable" in text:
+            raise RuntimeError("the token counter failed")
+        return len(text)
+
+    index = TurnIndex(ContextGatekeeper(token_counter=count, message_overhead=0))
+    a, b, c = _turn("a", "redis lock ttl"), _turn("b", "espresso grind"), _turn("c", "helm chart")
+    index.sync([a, b, c])
+    gk = index.gatekeeper
+    gk.pin(index.ids["a"])
+    gk.pin(index.ids["c"])
+    with pytest.raises(RuntimeError, match="token counter"):
+        index.sync([b, a, c, _turn("d", "unpriceable")])  # a rebuild that fails: nothing placed
+    index.sync([b, a])  # reordered, c gone: rebuilt
+    assert index.builds == 3 and [t.user for t in gk.turns] == ["espresso grind", "redis lock ttl"]
+    assert gk.pinned == (index.ids["a"],) and index.ids["a"] not in (1, 2, 3)
+
+
 @pytest.mark.parametrize("second", ["delete", "replace"])
 def test_apply_refuses_a_message_an_earlier_request_deleted(second: str) -> None:
     t = chat(InMemoryStore())

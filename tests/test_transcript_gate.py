@@ -361,3 +361,125 @@ def test_a_budget_that_is_not_a_number_of_tokens_is_refused_before_anything_is_r
                  lambda: gate.select_messages(QUESTION, token_budget=budget)):
         with pytest.raises(BudgetError, match="token_budget must be an int"):
             call()
+
+
+# -- what the gate takes: its transcript, its gatekeeper, the keys not to select --------------
+def redis_transcript() -> Transcript:
+    t = Transcript("s")
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    t.append(user="And the Redis lock watchdog?", assistant="It renews the lock.")
+    return t
+
+
+@pytest.mark.parametrize("method", ["explain", "select_messages", "aexplain", "aselect_messages"])
+@pytest.mark.parametrize("bad", ["key", None, 5, {"key": True}, [5]], ids=["one-key", "none", "int", "dict", "int-item"])
+def test_exclude_keys_is_a_list_of_keys_checked_before_anything_is_read(method: str, bad: Any) -> None:
+    """One key given as a string is not read as its characters (the turn it names would be
+    selected): it is refused, as every other wrong type, with the library's own error, before
+    the gate reads the transcript."""
+    import asyncio
+
+    from context_gatekeeper import InvalidTypeError
+
+    t = redis_transcript()
+    key = t.messages[0].id
+    gate = TranscriptGate(t, token_counter=len, message_overhead=0)
+
+    def call(exclude_keys: Any) -> Any:
+        result = getattr(gate, method)("Redis lock TTL?", exclude_keys=exclude_keys)
+        return asyncio.run(result) if method.startswith("a") else result
+
+    with pytest.raises(InvalidTypeError, match=r"exclude_keys.*\[message\.id\]"):
+        call(key if bad == "key" else bad)
+    assert len(gate.gatekeeper) == 0  # nothing was read: the gate has not synced
+    for keys in ([key], (key,), {key}, iter([key])):
+        kept = call(keys)
+        first = [m.content for m in kept] if isinstance(kept, list) else kept.turn_ids
+        assert "How long should a Redis lock TTL be?" not in first and 1 not in first
+
+
+def test_the_gate_refuses_a_gatekeeper_that_holds_turns_or_a_system_prompt() -> None:
+    """Turns a gatekeeper already holds would take the selection and the budget (and
+    select_messages would drop them); a system prompt would be replaced by the transcript's
+    system messages.  Both are refused, and the gatekeeper is left as it was."""
+    from context_gatekeeper import InvalidInputError, InvalidTypeError
+
+    t = Transcript("s")
+    t.append(user="Espresso grind size?", assistant="Fine, like table salt.")
+    t.append(user="And the Redis lock TTL for our worker?", assistant="30 s, renewed every 10 s.")
+    held = ContextGatekeeper(token_budget=90, token_counter=len, message_overhead=0)
+    held.add_turn("Redis lock TTL watchdog?", "Renew it.")  # 34 tokens: it would be kept, the Redis turn not
+    prompted = ContextGatekeeper(token_budget=90, token_counter=len, system_prompt="Answer briefly.")
+    for gatekeeper, what in ((held, "1 turn"), (prompted, "a system prompt")):
+        with pytest.raises(InvalidInputError, match=f"holds {what}.*ContextGatekeeper\\(options=gatekeeper.options\\)"):
+            TranscriptGate(t, gatekeeper=gatekeeper)
+    assert [(x.id, x.user) for x in held.turns] == [(1, "Redis lock TTL watchdog?")]
+    assert prompted.system_prompt == "Answer briefly."
+    with pytest.raises(InvalidTypeError, match="gatekeeper must be a ContextGatekeeper"):
+        TranscriptGate(t, gatekeeper="gk")  # type: ignore[arg-type]
+    gate = TranscriptGate(t, gatekeeper=ContextGatekeeper(options=held.options))  # the hint: same settings, empty
+    selected = [m.content for m in gate.select_messages("Redis lock TTL watchdog?")]
+    assert "And the Redis lock TTL for our worker?" in selected
+    assert gate.gatekeeper.token_budget == 90 and gate.gatekeeper.system_prompt is None
+
+
+@pytest.mark.parametrize("transcript", [None, "s", [Message("m", "user", "hi")]], ids=["none", "str", "list"])
+def test_the_transcript_must_be_a_transcript(transcript: Any) -> None:
+    from context_gatekeeper import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError, match="transcript must be a Transcript"):
+        TranscriptGate(transcript)
+
+
+def test_a_turn_with_no_text_holds_its_place_and_matches_no_word() -> None:
+    """An image sent alone and an empty answer: the turn is indexed (it keeps its place and
+    topic) with text that gives no anchor, so a query that says "text" does not keep it as
+    a word match, and it is priced as the empty turn it is (the "\\n" every turn is counted
+    with, and the one placeholder character), not as a phrase."""
+    image = {"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}}
+    t = Transcript("s")
+    t.append(user="How do I parse a CSV file in Python?", assistant="Use the csv module: csv.reader(open(path)).")
+    t.append(messages=[{"role": "user", "content": "", "parts": [image]}, {"role": "assistant", "content": ""}])
+    t.append(user="What is the capital of France?", assistant="Paris.")
+    gate = TranscriptGate(t, token_counter=len, message_overhead=0)
+    gate.sync()
+    textless = gate.gatekeeper.turns[1].id
+    assert [turn.id for turn in gate.gatekeeper.turns] == [1, 2, 3]
+    for query in ("How do I extract the text from a PDF?", "Which text did I send?", "no text"):
+        selection = gate.explain(query)
+        assert textless not in selection.turn_ids, query
+        assert not any("text" in row.covered for row in selection.scores), query
+    assert gate.gatekeeper.turn_cost(textless) == len("…\n")
+    tiktoken_gate = TranscriptGate(t, message_overhead=0)  # the default counter: as an empty turn
+    tiktoken_gate.sync()
+    count = tiktoken_gate.gatekeeper.options.count
+    assert tiktoken_gate.gatekeeper.turn_cost(textless) == count("\n")
+    # what is sent for it is its own messages, never the placeholder
+    sent = gate.select_messages("What is in the picture I sent before the France question?", token_budget=10_000)
+    assert "…" not in [m.content for m in sent]
+
+
+@pytest.mark.parametrize("how", ["set", "revert"])
+def test_a_pin_follows_its_turn_when_a_revision_moves_turns(how: str) -> None:
+    """A revision that moves a turn rebuilds the index (every gatekeeper turn id changes);
+    a pin set on the gate's gatekeeper follows its turn's key, and a turn the revision
+    removed is no longer pinned."""
+    style = "Our company style guide: always answer in British English."
+    t = Transcript("s")
+    t.append(user=style, assistant="Understood.")
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    t.append(user="What is a good espresso grind?", assistant="Fine, like table salt.")
+    gate = TranscriptGate(t, token_counter=len, message_overhead=0)
+    gate.sync()
+    gk = gate.gatekeeper
+    gk.pin(gk.turns[0].id)
+    m = list(t.messages)
+    t.set(m[2:4] + m[0:2] + m[4:])  # the style guide's turn moves after the Redis one
+    if how == "revert":
+        gate.sync()  # rebuilt once for the set ...
+        t.revert(3)  # ... and again for the revert that puts it back where it stood
+    selection = gate.explain("espresso grind?")
+    assert [gk.get_turn(turn_id).user for turn_id in selection.pinned_turn_ids] == [style]
+    assert gk.pinned == selection.pinned_turn_ids and gk.pinned[0] not in (1, 2, 3)  # a new id
+    t.set(m[4:] + m[2:4])  # the style guide's turn removed, the others moved
+    assert gate.explain("espresso grind?").pinned_turn_ids == () and gk.pinned == ()

@@ -46,7 +46,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ..editing.options import EditOptions, Strategy
@@ -76,7 +76,7 @@ from ..stores.base import Store, takes_keyword
 from ..stores.integrity import IdEntry, check_revision, digest, entry
 from ..stores.memory import InMemoryStore
 from ..stores.replica import BULK, Replica, collector_paused
-from ..validation import require_text
+from ..validation import require_items, require_text
 from .rebase import rebase_problem
 
 __all__ = ["Transcript"]
@@ -157,11 +157,42 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
     )
 
 
+_MESSAGE_KEYS = tuple(f.name for f in fields(Message))
+"""The keys a message dict may have: :class:`Message`'s fields (:meth:`Message.to_dict` writes them)."""
+_MESSAGES_HINT = (
+    "pass a list of Message(...) objects or dicts such as {'role': 'user', 'content': '...'} "
+    "(messages=[...] for one message too), or () for none"
+)
+
+
+def _require_messages(messages: Any) -> list[Message | Mapping[str, Any]]:
+    """``messages`` as a list, if it is an iterable of messages or message dicts; else
+    :class:`InvalidTypeError` (``None``, one message or one dict, a string) before anything
+    is read or written."""
+    return require_items(messages, "messages", (Message, Mapping), _MESSAGES_HINT)
+
+
+def _refuse_unknown_keys(data: Mapping[str, Any]) -> None:
+    """Refuse a message dict with keys a :class:`Message` does not have (``tool_call_id``,
+    ``tool_calls`` and ``name`` in the OpenAI / LangChain shape, a typo such as ``metdata``):
+    dropping them would lose what they carry (a tool result its call) without a word."""
+    unknown = [key for key in data if key not in _MESSAGE_KEYS]
+    if unknown:
+        raise InvalidInputError(
+            f"a message dict has key(s) {', '.join(sorted(map(repr, unknown)))} that a Message does not have "
+            f"(accepted: {', '.join(_MESSAGE_KEYS)}); nothing was written. Put tool calls, tool_call_id, "
+            "name and any other data in metadata, e.g. {'role': 'tool', 'content': '42', "
+            "'metadata': {'tool_call_id': 'call_1'}}"
+        )
+
+
 def _as_message(item: Message | Mapping[str, Any]) -> Message:
-    """A message the transcript owns: a copy of ``item``, or one built from its dict."""
+    """A message the transcript owns: a copy of ``item``, or one built from its dict (whose
+    keys must all be :class:`Message` fields)."""
     if isinstance(item, Message):
         return detached(item)  # the caller's dicts stay theirs
     if isinstance(item, Mapping):
+        _refuse_unknown_keys(item)
         data = dict(item)
         data.setdefault("id", new_message_id())
         try:
@@ -433,7 +464,12 @@ class Transcript:
         with its answer lands together; a user message alone stays open, and this
         object's next answer-only append attaches right after it, whatever others
         appended meanwhile.  ``messages`` appends ready-made messages (or dicts with
-        ``role`` and ``content``) after the user/assistant pair.
+        ``role`` and ``content``) after the user/assistant pair: a list, also for one
+        message.  A dict may hold only :class:`Message` fields (``id``, ``parts``,
+        ``metadata``, ...): any other key (``tool_call_id``, ``tool_calls`` or ``name`` as
+        OpenAI and LangChain dicts have them; a typo) is refused with
+        :class:`InvalidInputError` and nothing is written; tool-call data goes in
+        ``metadata``.
 
         Ids are never reused.  A message whose id the session holds now, with the role
         and text it was first appended with, is a retried request: it is skipped (an
@@ -454,7 +490,7 @@ class Transcript:
             new.append(Message(new_message_id(), "user", require_text(user, "user")))
         if assistant is not None:
             new.append(Message(new_message_id(), "assistant", require_text(assistant, "assistant", allow_empty=True)))
-        new.extend(_as_message(m) for m in messages)
+        new.extend(_as_message(m) for m in _require_messages(messages))
         if not new:
             raise InvalidInputError("append needs user=, assistant= or messages=")
         with self._lock:
@@ -493,7 +529,7 @@ class Transcript:
     ) -> Revision:
         """Async :meth:`append`."""
         return await asyncio.to_thread(
-            self.append, user, assistant, messages=list(messages), renew_taken_ids=renew_taken_ids
+            self.append, user, assistant, messages=_require_messages(messages), renew_taken_ids=renew_taken_ids
         )
 
     def _orphaned_answer(self, question: str) -> None:
@@ -670,8 +706,10 @@ class Transcript:
 
         An id the session used for a message that is no longer in the state is refused:
         ids are never reused.  Setting the current state again records nothing.
+        ``messages`` is a list of messages or dicts, as :meth:`append` takes them (a dict
+        key that is not a :class:`Message` field is refused); a refused call writes nothing.
         """
-        new = [_as_message(m) for m in messages]
+        new = [_as_message(m) for m in _require_messages(messages)]
         if len({m.id for m in new}) != len(new):
             raise InvalidInputError("set() got two messages with the same id")
         with self._lock:
@@ -689,7 +727,7 @@ class Transcript:
 
     async def aset(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Async :meth:`set`."""
-        return await asyncio.to_thread(self.set, list(messages))
+        return await asyncio.to_thread(self.set, _require_messages(messages))
 
     def clear(self) -> Revision:
         """Remove every message from the state, as one revision (the record keeps them);

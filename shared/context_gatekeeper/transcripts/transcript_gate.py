@@ -29,7 +29,7 @@ from ..selection.options import GateOptions
 from ..records.messages import Message, detached
 from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
-from ..validation import require_budget
+from ..validation import require_budget, require_items
 from .transcript import Transcript
 
 __all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "group_turns", "TurnIndex", "TranscriptGate"]
@@ -122,8 +122,11 @@ class TurnIndex:
     ``texts`` (:class:`IndexedTurn`).  Turns are identified by :attr:`MessageTurn.key`: a key seen before whose
     texts changed is re-indexed in place (``replace_turn``), a key no longer present is
     removed, a new key is inserted where it stands; when keys the gatekeeper already
-    holds now stand in another order, the index is rebuilt.  Not thread-safe on its own:
-    callers hold their lock around :meth:`sync` and the gatekeeper call that follows.
+    holds now stand in another order, the index is rebuilt: every turn gets a new
+    gatekeeper turn id (ids are not stable across a rebuild; keys are), and a pinned turn
+    that is still there is pinned again under its new id (pins follow the turn's key).
+    Not thread-safe on its own: callers hold their lock around :meth:`sync` and the
+    gatekeeper call that follows.
 
     Attributes:
         gatekeeper: the gatekeeper driven.
@@ -135,6 +138,7 @@ class TurnIndex:
         self.ids: dict[str, int] = {}
         self._texts: dict[str, tuple[str, str, tuple[str, ...]]] = {}
         self._order: list[str] = []
+        self._repin: set[str] = set()  # keys of turns pinned before a rebuild, pinned again once placed
         self.builds = 0
         """How many times the index was built from empty (the first sync and each rebuild)."""
 
@@ -146,6 +150,7 @@ class TurnIndex:
         if len(present) != len(keys):
             raise InvalidInputError("turn keys must be unique within one sync (give each turn its own key)")
         if [k for k in self._order if k in present] != [k for k in keys if k in self.ids]:
+            self._repin |= self._pinned_keys()
             gk.clear()  # a kept turn moved (a set, a revert, a reordered list): rebuild
             self.ids.clear()
             self._texts.clear()
@@ -156,6 +161,21 @@ class TurnIndex:
             del self._texts[key]
         self._place_all(turns, None)
         self._order = keys
+        self._pin_again()
+
+    def _pinned_keys(self) -> set[str]:
+        """The keys of the turns pinned on the gatekeeper."""
+        by_id = self.keys_by_id()
+        return {by_id[turn_id] for turn_id in self.gatekeeper.pinned if turn_id in by_id}
+
+    def _pin_again(self) -> None:
+        """Pin the turns that were pinned before a rebuild under their new ids (a turn the
+        rebuild left out stays unpinned, as a removed turn does).  Kept until a sync places
+        the turns, so a rebuild that failed midway loses no pin."""
+        for key in self._repin:
+            if key in self.ids:
+                self.gatekeeper.pin(self.ids[key])
+        self._repin.clear()
 
     def extend(self, turns: Sequence[IndexedTurn]) -> bool:
         """Bring the gatekeeper in step after turns were added at the end, in time
@@ -215,12 +235,54 @@ class TurnIndex:
         return {turn_id: key for key, turn_id in self.ids.items()}
 
 
+NO_TEXT = "\u2026"
+"""What a turn with no text (an image sent alone, an empty tool-call answer) is indexed as,
+in its user text: the gatekeeper refuses a turn whose texts are all blank, and the turn must
+hold its place (its topic, its position).  One character ("…") that gives no anchor and no
+cue, so nothing matches it, and whose text costs what no text costs to within a token
+(tiktoken counts "…\n" as it counts "\n"; a ``len`` counter one character more); the turn is
+charged one ``message_overhead`` for it, as for a user message with text."""
+
+
 def _indexed(texts: tuple[str, str, tuple[str, ...]]) -> tuple[str, str, tuple[str, ...]]:
-    """A turn's texts as the gatekeeper indexes them: a turn of empty messages still holds its place."""
+    """A turn's texts as the gatekeeper indexes them: a turn of empty messages still holds
+    its place, as :data:`NO_TEXT`."""
     user, assistant, tools = texts
     if not (user.strip() or assistant.strip() or any(t.strip() for t in tools)):
-        return "[no text]", assistant, tools
+        return NO_TEXT, assistant, tools
     return texts
+
+
+def _require_transcript(transcript: Any) -> None:
+    """Refuse what is not a :class:`Transcript` (nor an object with its ``version`` and
+    ``messages``) with :class:`InvalidTypeError`, before anything is read."""
+    kind = type(transcript)
+    if not isinstance(transcript, Transcript) and not (hasattr(kind, "version") and hasattr(kind, "messages")):
+        raise InvalidTypeError(
+            f"transcript must be a Transcript, got {kind.__name__}; pass the Transcript to follow, "
+            "e.g. TranscriptGate(Transcript('user-42'))"
+        )
+
+
+def _require_empty(gatekeeper: Any) -> None:
+    """Refuse a gatekeeper that is not a :class:`ContextGatekeeper`, or that holds turns or a
+    system prompt: the gate owns both (they would be mixed with the transcript's, or the
+    prompt replaced by its system messages), and it never clears what the caller put there."""
+    if not isinstance(gatekeeper, ContextGatekeeper):
+        raise InvalidTypeError(
+            f"gatekeeper must be a ContextGatekeeper or None, got {type(gatekeeper).__name__}; "
+            "pass ContextGatekeeper(...) or leave gatekeeper= out"
+        )
+    held = [f"{len(gatekeeper)} turn(s)"] if len(gatekeeper) else []
+    if gatekeeper.system_prompt is not None:
+        held.append("a system prompt")
+    if held:
+        raise InvalidInputError(
+            f"gatekeeper= holds {' and '.join(held)}, but a TranscriptGate owns its gatekeeper's turns (the "
+            "transcript's) and system prompt (the transcript's leading system messages); nothing was changed. "
+            "Pass an empty one with the same settings, ContextGatekeeper(options=gatekeeper.options), and put "
+            "a system prompt in the transcript as its first message ({'role': 'system', 'content': ...})"
+        )
 
 
 def _system_text(system: Sequence[Message]) -> str | None:
@@ -240,10 +302,20 @@ class TranscriptGate:
     >>> [m.content for m in gate.select_messages("And the Redis lock watchdog?")][:1]
     ['How long should a Redis lock TTL be?']
 
+    The gate owns its gatekeeper's turns and system prompt: the turns are the transcript's
+    (keyed by the id of each turn's first message) and the system prompt is the text of the
+    transcript's leading system messages (``None`` when it has none), set again on each sync.
+    Gatekeeper turn ids are not stable: a revision that moves a turn (a ``set`` in another
+    order, a revert) rebuilds the index and every turn gets a new id; a pin set on
+    ``gate.gatekeeper`` follows the turn's key across it.  The summary and the settings
+    stay the caller's.
+
     Args:
         transcript: the transcript to follow.
-        gatekeeper: a configured gatekeeper to drive, or ``None`` to create one from
-            the keywords below and ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
+        gatekeeper: a configured, empty gatekeeper to drive (no turns, no system prompt:
+            :class:`InvalidInputError` otherwise; ``ContextGatekeeper(options=gk.options)`` is
+            an empty one with ``gk``'s settings), or ``None`` to create one from the keywords
+            below and ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
         options: the new gatekeeper's settings as one checked :class:`GateOptions` instead
             of keywords (not both); its embedder's vectors go to the store as with ``embedder=``.
         embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
@@ -269,12 +341,15 @@ class TranscriptGate:
         vector_cache: Any = None,
         **gatekeeper_options: Any,
     ) -> None:
+        _require_transcript(transcript)
         semantic = embedder is not None or embed_timeout is not None or vector_cache is not None
         if gatekeeper is not None and (gatekeeper_options or semantic or options is not None):
             raise InvalidTypeError(
                 "pass either a gatekeeper or options to build one (embedder= included), not both: "
                 "set the options on the ContextGatekeeper you pass, or leave gatekeeper= out"
             )
+        if gatekeeper is not None:
+            _require_empty(gatekeeper)
         self.transcript = transcript
         if options is not None:  # checked already (GateOptions.of refuses keywords beside it)
             options = GateOptions.of(options, embedder=embedder, embed_timeout=embed_timeout,
@@ -373,7 +448,8 @@ class TranscriptGate:
         include_open: bool = True,
     ) -> Selection:
         """The gatekeeper's selection for ``query`` over the current state (``token_budget``
-        overrides the budget for this call; ``exclude_keys`` names turns, by key, not to select).
+        overrides the budget for this call; ``exclude_keys`` is a list of the keys of turns not to
+        select: one key as a string, ``None`` or another type raises :class:`InvalidTypeError`).
 
         With ``include_open`` (the default), the unanswered user messages right before the
         open one (a pasted text, then the question) belong to the open turn while together
@@ -417,7 +493,12 @@ class TranscriptGate:
         self, token_budget: int | None, exclude_keys: Collection[str], include_open: bool
     ) -> tuple[list[int], int | None, tuple[str, ...]]:
         """Sync, then ``(turn ids not to select, the budget for the selection, keys of the open
-        run)``: :meth:`open_run` (with ``include_open``) is left out and paid for first."""
+        run)``: :meth:`open_run` (with ``include_open``) is left out and paid for first.
+        The arguments are checked before anything is read."""
+        excluded = require_items(
+            exclude_keys, "exclude_keys", str,
+            "pass the keys (each the id of a turn's first message) in a list, e.g. [message.id], or () for none",
+        )
         if token_budget is not None:
             require_budget(token_budget)
         self.sync()
@@ -428,7 +509,7 @@ class TranscriptGate:
                 run, spent = self._open_run(self.gatekeeper.token_budget if token_budget is None else token_budget)
                 if spent:
                     token_budget = (self.gatekeeper.token_budget if token_budget is None else token_budget) - spent
-            keys = [*exclude_keys, *(turn.key for turn in run)]
+            keys = [*excluded, *(turn.key for turn in run)]
             return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(turn.key for turn in run)
 
     def embed_pending(self) -> int:
