@@ -74,6 +74,9 @@ def test_each_setting_is_checked_with_the_librarys_error() -> None:
         GateOptions(params=SelectionParams(), preset="recall")
     with pytest.raises(InvalidInputError, match="unknown preset"):
         GateOptions(preset="fast")
+    for build in (GateOptions, GateOptions.of, GateOptions().with_, ContextGatekeeper):
+        with pytest.raises(InvalidTypeError, match=r"a preset is named by a string.*\['default', 'recall'\]"):
+            build(preset=["recall"])  # type: ignore[operator]
     with pytest.raises(TypeError, match="unexpected keyword"):
         GateOptions.of(tokn_budget=5)
     with pytest.raises(InvalidInputError, match="top_m"):

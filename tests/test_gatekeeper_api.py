@@ -445,3 +445,110 @@ def test_a_counter_failing_while_costing_again_leaves_the_old_costs() -> None:
     with pytest.raises(RuntimeError, match="tokenizer failed"):
         gk.message_overhead = 5
     assert state(gk) == before
+
+
+def test_extra_stopwords_written_as_users_write_them_are_ignored() -> None:
+    """"Acme", "caching" and "containers" are stemmed as anchors ("acm", "cach", "container"):
+    the stopwords match them as written, so an old turn sharing only them is not pulled in."""
+    turns = [("Acme caching containers question about billing", "Acme billing answer"),
+             ("How do I bake sourdough bread?", "Use a starter and a long proof."),
+             ("And the oven temperature?", "About 250 C with steam.")]
+    kept = {}
+    for stopwords in (frozenset(), frozenset({"Acme", "caching", "containers"})):
+        gk = make(extra_stopwords=stopwords)
+        gk.insert_turns(None, turns)
+        selection = gk.explain("Acme caching containers for my bakery?")
+        kept[stopwords] = (selection.turn_ids, {score.turn_id: score.covered for score in selection.scores})
+    assert kept[frozenset()] == ((1,), {1: ("acm", "cach", "container")})
+    assert 1 not in kept[frozenset({"Acme", "caching", "containers"})][0]
+    assert not any(kept[frozenset({"Acme", "caching", "containers"})][1].values())
+
+
+def copy_state(gk: ContextGatekeeper) -> tuple:
+    """Everything a user of a gatekeeper can read of it."""
+    return (state(gk), gk.segments(), gk.topics(), gk.system_prompt, gk.summary, gk.on_overflow, gk.params,
+            gk.pinned_cost(), len(gk))
+
+
+def test_a_copy_is_independent_and_selects_exactly_as_the_original() -> None:
+    import copy
+
+    gk = make(token_budget=60, system_prompt="Answer briefly.")
+    gk.insert_turns(None, [("How do I size a Redis lock TTL?", "Longer than the longest job."),
+                           ("What is a Python TaskGroup?", "An asyncio scope that cancels its siblings."),
+                           ("And the watchdog for the Redis lock?", "It renews the TTL."),
+                           ("Best espresso grind?", "Fine, like table salt.")])
+    gk.remove_turn(2)
+    gk.insert_turn(1, "Does the Redis lock need a fencing token?", "Yes, against a paused client.")  # id 5, 2nd
+    gk.add_turn("And for a moka pot?", "Medium-fine.", tool_texts=("grind chart",))
+    gk.remove_turn(gk.add_turn("A turn taken back", "gone"))  # id 7: never issued again, in a copy either
+    gk.pin(3)
+    gk.summary = "Earlier: setting up a cache."
+    gk.token_budget, gk.message_overhead, gk.on_overflow = 80, 1, "keep_pinned"
+    gk.params = gk.params.with_(top_m=5)
+    before = copy_state(gk)
+    queries = ["How often should the watchdog renew the Redis lock?", "Why?", "By the way, what about tea?",
+               "and the espresso grind again?"]
+    pair = copy.deepcopy([gk, gk])
+    assert pair[0] is pair[1]  # one copy, as deepcopy promises for one object met twice
+    for copied in (copy.copy(gk), copy.deepcopy(gk), pair[0]):
+        assert type(copied) is ContextGatekeeper and copied._history is not gk._history
+        assert copied.options is gk.options and copied._count is gk._count  # the counter object is shared
+        assert copy_state(copied) == before
+        assert [t.id for t in copied.turns] == [1, 5, 3, 4, 6] and copied.pinned == (3,)
+        for query in queries:
+            assert copied.explain(query) == gk.explain(query)
+            assert copied.build_prompt(query) == gk.build_prompt(query)
+        assert copied.add_turn("What about the lock's TTL now?", "Still the longest job.") == 8
+        copied.remove_turn(1)
+        copied.unpin(3)
+        copied.system_prompt = None
+        copied.params = copied.params.with_(top_m=2)
+        assert copy_state(gk) == before  # the original never changes with its copy
+    again = copy.deepcopy(gk)
+    gk.pin(5)
+    gk.replace_turn(3, assistant="It renews the TTL every third of it.")
+    assert again.pinned == (3,) and again.get_turn(3).assistant == "It renews the TTL."
+    assert gk.add_turn("next", "one") == again.add_turn("next", "one") == 8
+
+
+def test_a_copy_keeps_the_turns_vectors_and_shares_the_embedder() -> None:
+    import copy
+
+    calls: list[list[str]] = []
+
+    def embed(texts: list[str]) -> list[list[float]]:  # a scripted embedder: letters counted
+        calls.append(list(texts))
+        return [[float(text.lower().count(c)) + 0.1 for c in "aeiorstlnk"] for text in texts]
+
+    gk = make(embedder=embed, system_prompt="Be brief.")
+    gk.insert_turns(None, [("How do I size a Redis lock TTL?", "Longer than the longest job."),
+                           ("What is a Python TaskGroup?", "An asyncio scope that cancels its siblings."),
+                           ("And the watchdog for the Redis lock?", "It renews the TTL."),
+                           ("Best espresso grind?", "Fine, like table salt.")])
+    gk.pin(2)
+    gk.embed_pending()
+    embedded = len(calls)
+    copied = copy.deepcopy(gk)
+    for query in ("How often should the watchdog renew the Redis lock?", "and the grind?"):
+        assert copied.explain(query) == gk.explain(query)
+    assert copied.embedder is gk.embedder and copied.embed_pending() == 0
+    assert len(calls) == embedded + 2 * 2  # each query embedded once per gatekeeper, and no turn again
+
+
+def test_a_gatekeeper_refuses_pickling_and_says_how_to_rebuild_one() -> None:
+    import pickle
+
+    from context_gatekeeper import InvalidTypeError
+
+    for gk in (make(), ContextGatekeeper()):  # a plain function as counter, and the default tiktoken one
+        gk.add_turn("How do I size a Redis lock TTL?", "Longer than the longest job.")
+        gk.pin(1)
+        before = state(gk)
+        with pytest.raises(InvalidTypeError, match="cannot be pickled.*insert_turns.*copy.deepcopy") as refused:
+            pickle.dumps(gk)
+        assert isinstance(refused.value, TypeError) and state(gk) == before
+        rebuilt = ContextGatekeeper(options=gk.options)  # the recipe the message gives
+        rebuilt.insert_turns(None, [(t.user, t.assistant, t.tool_texts) for t in gk.turns])
+        rebuilt.pin(1)
+        assert rebuilt.explain("redis lock ttl?") == gk.explain("redis lock ttl?")

@@ -8,7 +8,7 @@ import pytest
 
 from context_gatekeeper.selection.anchors import AnchorKind, TextAnchors
 from context_gatekeeper.selection.index import AnchorIndex
-from context_gatekeeper.selection.params import SelectionParams
+from context_gatekeeper.selection.params import _NEVER_REACHED, SelectionParams
 from context_gatekeeper.selection.scoring import IDF_FORMULAS
 from context_gatekeeper.selection.selector import score_candidates
 
@@ -217,3 +217,79 @@ def test_numpy_weights_are_taken_as_plain_floats():
     np = pytest.importorskip("numpy")
     p = SelectionParams(kind_weights={**SelectionParams().kind_weights, "word": np.float32(0.5)})
     assert p.kind_weights["word"] == 0.5 and type(p.kind_weights["word"]) is float
+
+
+def test_extra_stopwords_are_read_as_a_query_reads_them():
+    """A stopword is written as users write it: each anchor its text gives (lower-cased and
+    stemmed, a Chinese word's character pairs and glossary term) is what selection ignores."""
+    from context_gatekeeper.selection.anchors import extract
+    from context_gatekeeper.selection.gate import anchor_weights
+
+    p = SelectionParams(extra_stopwords={"Acme", "caching", "containers", "数据库"})
+    assert p.extra_stopwords == frozenset({"Acme", "caching", "containers", "数据库"})  # kept as given
+    assert {"acm", "cach", "container", "数据", "据库", "databas"} <= p.stopword_anchors
+    assert "acme" in p.stopword_anchors  # the word itself too: an anchor written as one still works
+    query = extract("Acme caching containers on Kubernetes, 数据库呢？", query=True).counts
+    assert set(anchor_weights(query, lambda anchor: 0, 3, p)) == {"kubernet"}
+    assert {"acm", "cach", "container", "数据"} <= set(anchor_weights(query, lambda anchor: 0, 3, SelectionParams()))
+
+
+@pytest.mark.parametrize("changes", [
+    {"k1": float("inf")}, {"b": float("inf")}, {"idf_prior_docs": float("inf")}, {"cost_exponent": 1e308},
+    {"topic_decay": 1e308}, {"topic_decay": 1.5}, {"b": 1.01}, {"k1": 101.0}, {"cost_exponent": 4.5},
+    {"user_weight": float("inf")}, {"recency_weight": float("inf")}, {"recency_half_life": float("inf")},
+    {"affinity_margin": float("inf")}, {"semantic_top_z": float("inf")}, {"semantic_rrf_k": float("inf")},
+    {"weak_switch_factor": float("inf")}, {"exact_weight": 10**400},
+])
+def test_a_number_outside_its_fields_range_is_refused_naming_field_value_and_range(changes):
+    """Infinity only where a threshold is never reached; weights, factors, rates and exponents
+    must be finite, and a share, a decay or an exponent in its range: otherwise selection would
+    give NaN scores or overflow far from here."""
+    from context_gatekeeper.errors import GatekeeperError, InvalidInputError
+
+    (name, value), = changes.items()
+    with pytest.raises(InvalidInputError) as refused:
+        SelectionParams(**changes)
+    assert isinstance(refused.value, ValueError) and isinstance(refused.value, GatekeeperError)
+    message = str(refused.value)
+    assert f"SelectionParams.{name} must be" in message and repr(value)[:20] in message
+    assert ("from 0 to" in message) or ("finite number >= 0" in message)
+    with pytest.raises(InvalidInputError, match=name):
+        SelectionParams().with_(**changes)
+
+
+@pytest.mark.parametrize("name", sorted(_NEVER_REACHED))
+def test_a_threshold_set_to_infinity_is_never_reached_and_scores_stay_numbers(name):
+    import math
+
+    from context_gatekeeper import ContextGatekeeper
+
+    gk = ContextGatekeeper(token_budget=500, token_counter=len, message_overhead=0, **{name: math.inf})
+    gk.add_turn("How do I size a Redis lock TTL?", "Longer than the longest job, renewed by a watchdog.")
+    gk.add_turn("What is a Python TaskGroup?", "An asyncio scope that cancels its siblings.")
+    gk.add_turn("Why does the watchdog renew the Redis lock?", "So a slow job keeps it.")
+    selection = gk.explain("How often should the watchdog renew the Redis lock?")
+    assert all(math.isfinite(score.total) for score in selection.scores)
+    assert math.isfinite(selection.gate.overlap) and math.isfinite(selection.coverage)
+
+
+def test_the_ends_of_the_bounded_ranges_select_with_finite_scores():
+    import math
+
+    from context_gatekeeper import ContextGatekeeper
+
+    for changes in ({"k1": 100.0, "b": 1.0, "topic_decay": 1.0, "cost_exponent": 4.0},
+                    {"k1": 0.0, "b": 0.0, "topic_decay": 0.0, "cost_exponent": 0.0}):
+        gk = ContextGatekeeper(token_budget=500, token_counter=len, message_overhead=0, **changes)
+        for i in range(6):
+            gk.add_turn(f"Redis lock TTL question {i} " + "lock " * i, "Renew it with a watchdog. " * (i + 1))
+        selection = gk.explain("How often should the watchdog renew the Redis lock?")
+        assert selection.turn_ids and all(math.isfinite(score.total) for score in selection.scores)
+
+
+def test_a_preset_is_named_by_a_string():
+    from context_gatekeeper.errors import InvalidTypeError
+
+    for bad in (["recall"], ("recall",), 1, None):
+        with pytest.raises(InvalidTypeError, match=r"pass one of \['default', 'recall'\]"):
+            SelectionParams.preset(bad)  # type: ignore[arg-type]

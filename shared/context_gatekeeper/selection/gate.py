@@ -140,7 +140,7 @@ def _weights_and_exact(
     leaves those out of a turn's weights without asking each anchor's kind again."""
     idf = IDF_FORMULAS[params.idf]
     kinds = params.kind_weights
-    extra = params.extra_stopwords
+    extra = params.stopword_anchors
     docs = n + params.idf_prior_docs
     by_df: dict[int, float] = {}  # the IDF of each document frequency met: a turn's anchors share few
     weights: dict[str, float] = {}

@@ -14,12 +14,13 @@ Turns are indexed incrementally and segmented by a pure function of the turn lis
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from .anchors import extract
 from .cues import Cues, strip_cues
@@ -53,6 +54,15 @@ __all__ = ["ContextGatekeeper"]
 logger = logging.getLogger(__name__)
 
 _EXCLUDED = "excluded"
+
+
+_NOT_PICKLED = (
+    "a ContextGatekeeper cannot be pickled: it holds a token counter and, optionally, an embedder (often "
+    "closures or clients holding keys) and a lock. Rebuild one from its turns instead: "
+    "new = ContextGatekeeper(options=gk.options), then new.insert_turns(None, [(t.user, t.assistant, t.tool_texts) "
+    "for t in gk.turns]) (ids start again at 1), and set pins, system_prompt and summary again; "
+    "copy.deepcopy(gk) makes an independent copy in this process, ids included"
+)
 
 
 def _turn_parts(turn: Any) -> tuple[Any, Any, Any]:
@@ -498,6 +508,47 @@ class ContextGatekeeper(SemanticMethods):
             topic=topic,
             semantic_fallback=fallback,
         )
+
+    # -- copying ------------------------------------------------------------------------
+    def __copy__(self) -> ContextGatekeeper:
+        """An independent gatekeeper, as :meth:`__deepcopy__` makes one (a copy sharing this
+        one's turns, index and lock would change with it)."""
+        return self._copied()
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ContextGatekeeper:
+        """An independent gatekeeper that selects as this one does: built from the same
+        :attr:`options` (its token counter, embedder and vector cache objects shared, not
+        copied), with the same budget, overhead, ``on_overflow`` and :attr:`params`; the same
+        turns in the same order under the same ids (the next :meth:`add_turn` returns the id
+        it would return here); the same pins, system prompt and summary; and, with an
+        embedder, the turns' vectors (nothing is embedded again).  A change to either changes
+        nothing in the other.  ``copy.copy`` gives the same."""
+        copied = self._copied()
+        if memo is not None:
+            memo[id(self)] = copied
+        return copied
+
+    def __reduce__(self) -> NoReturn:
+        """Refused (:class:`InvalidTypeError`): a token counter and an embedder do not pickle;
+        the message says how to rebuild a gatekeeper from its turns."""
+        raise InvalidTypeError(_NOT_PICKLED)
+
+    def _copied(self) -> ContextGatekeeper:
+        """:meth:`__deepcopy__`'s gatekeeper, built while this one's lock is held (a snapshot)."""
+        with self._lock:
+            copied = type(self)(options=self.options)
+            with copied._lock:  # its embedding lane may already look at its turns
+                copied._token_budget = self._token_budget
+                copied.on_overflow = self.on_overflow
+                copied._message_overhead = self._message_overhead
+                copied._history.use_params(self._history.params)  # (no turns yet: nothing segmented)
+                if self._semantic is not None and copied._semantic is not None:
+                    copied._semantic.vectors = copy.deepcopy(self._semantic.vectors)  # by turn id and text hash
+                copied._history.restore(self.turns, self._history.next_id)
+                copied._pinned = set(self._pinned)
+                copied._system_prompt, copied._summary = self._system_prompt, self._summary
+                copied._fixed_costs = dict(self._fixed_costs)
+            return copied
 
     def _overflow(self, fixed: int, pinned: list[int], budget_total: int) -> None:
         detail = (

@@ -267,6 +267,11 @@ class TurnHistory:
     def __len__(self) -> int:
         return len(self.order)
 
+    @property
+    def next_id(self) -> int:
+        """The id the next inserted turn gets (ids are never reused)."""
+        return self._next_id
+
     # -- changes ------------------------------------------------------------------------
     def insert(self, position: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> int:
         """Add a turn at ``position`` (``len(self)`` appends) under a new id, and return it."""
@@ -290,6 +295,22 @@ class TurnHistory:
         self._renumber_from(position)
         self._resegment_from(position)
         return ids
+
+    def restore(self, turns: Sequence[Turn], next_id: int) -> None:
+        """Append ``turns`` under their own ids, in order, and number the turns added later
+        from ``next_id`` on: an empty history made the copy of another
+        (:meth:`ContextGatekeeper.__deepcopy__`), its labels the same (a function of the turn
+        list).  Every turn is prepared before anything changes."""
+        if self.order:
+            raise InvalidInputError("restore() fills an empty history; this one holds turns")
+        turns = [Turn(t.id, t.user, t.assistant, t.tool_texts) for t in turns]
+        prepared = [self._prepare(turn) for turn in turns]  # may raise: nothing has changed yet
+        for turn, ready in zip(turns, prepared):
+            self._store(turn, ready)
+        self.order[:] = [turn.id for turn in turns]
+        self._next_id = next_id
+        self._renumber_from(0)
+        self._resegment_from(0)
 
     def replace(self, turn_id: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> None:
         """New texts for a turn; its id and position stay."""

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, NoReturn
 
 from ..caching import text_key
 from ..errors import InvalidInputError, InvalidTypeError
-from .anchors import AnchorKind
+from .anchors import AnchorKind, extract
 from .scoring import IDF_FORMULAS
 
 __all__ = ["SelectionParams", "ReadOnlyDict", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "DEPRECATED_PARAMS"]
@@ -125,7 +125,8 @@ class SelectionParams:
     """Name of the IDF formula in :data:`scoring.IDF_FORMULAS`."""
     idf_prior_docs: float = 10.0
     """Pseudo-turns that hold no anchor, added to the turn count in IDF: keeps weights
-    sensible in a short history, where every seen anchor would otherwise look common."""
+    sensible in a short history, where every seen anchor would otherwise look common
+    (a finite number >= 0)."""
     kind_weights: dict[str, float] = field(
         default_factory=lambda: {
             AnchorKind.WORD: 1.0,
@@ -150,9 +151,11 @@ class SelectionParams:
 
     # -- BM25 -------------------------------------------------------------------------
     k1: float = 1.2
-    """BM25 term-frequency saturation."""
+    """BM25 term-frequency saturation, 0 to 100: 0 counts an anchor's presence only, and the
+    larger the value, the more nearly its repeats count one by one (100 is close to that
+    already; far larger values overflow the scores)."""
     b: float = 0.75
-    """BM25 length normalisation (0 = none, 1 = full)."""
+    """BM25 length normalisation, 0 to 1 (0 = none, 1 = full)."""
 
     # -- candidate score --------------------------------------------------------------
     user_weight: float = 1.5
@@ -164,7 +167,7 @@ class SelectionParams:
     recency_weight: float = 0.2
     """Weight of the recency prior (a weak tie-breaker among matching turns)."""
     recency_half_life: float = 3.0
-    """Turns after which the recency prior halves."""
+    """Turns after which the recency prior halves (0: no recency prior at all)."""
     top_m: int = 20
     """Candidates kept for the coverage step."""
     min_anchor_idf: float = 0.05
@@ -217,7 +220,8 @@ class SelectionParams:
     :func:`segments.topic_profiles`)."""
     topic_decay: float = 0.3
     """Strength of an anchor in a topic's profile, multiplied by this with each of the
-    topic's turns back (1 for the topic's latest turn)."""
+    topic's turns back (1 for the topic's latest turn), 0 to 1: 0 keeps the latest turn's
+    anchors alone, 1 weighs the last ``topic_window`` turns alike."""
     topic_lookback: int = 12
     """Topics seen in the last this many turns are measured one by one when a message is
     gated (so an interleaved chat A, B, A, B finds its way back to A); older topics are
@@ -248,7 +252,9 @@ class SelectionParams:
     coverage_target: float = 0.85
     """Stop adding turns once this share of the coverable query weight is covered."""
     cost_exponent: float = 0.8
-    """Exponent of the turn cost in the greedy gain."""
+    """Exponent of the turn cost in the greedy gain (newly covered weight / cost ** this),
+    0 to 4: 0 ignores what a turn costs, 1 weighs coverage per token, and above 1 a turn's
+    cost counts for more than what it covers (far larger values overflow the gain)."""
     follow_up_turns: int = 1
     """On an elliptical continue ("Why?", "它呢？"), the most recent turns of the active
     topic kept to resolve it."""
@@ -450,7 +456,12 @@ class SelectionParams:
     Indexing for retrieval always reads the whole text."""
 
     extra_stopwords: frozenset[str] = frozenset()
-    """Anchors to ignore in addition to the built-in stopword lists."""
+    """Words to ignore in addition to the built-in stopword lists, written as users write
+    them (``frozenset({"Acme", "containers"})``).  Each is read as a query is, and every
+    anchor it gives is ignored (:attr:`stopword_anchors`): "Acme" ignores "acme", "ACME"
+    and "Acme's" alike, "containers" ignores "container" too, a Chinese word its
+    character pairs (and the English word of a glossary term: "数据库" ignores "database"),
+    a phrase or an identifier each of its words."""
 
     def __post_init__(self) -> None:
         for name, replacement in DEPRECATED_PARAMS.items():
@@ -460,15 +471,7 @@ class SelectionParams:
                     stacklevel=3,
                 )
         self._freeze_dicts()
-        for name, declared in _DECLARED.items():  # a string "3" or a NaN would fail far from here, or never match
-            value = getattr(self, name)
-            plain, problem = _plain_scalar(declared, value)
-            if problem is not None:
-                raise InvalidInputError(f"SelectionParams.{name} must be {problem}, got {value!r}")
-            if plain is not value:  # a NumPy number (a tuning loop's np.arange): kept as the plain value
-                object.__setattr__(self, name, plain)
-            if isinstance(plain, (int, float)) and not isinstance(plain, bool) and plain < 0:
-                raise InvalidInputError(f"SelectionParams.{name} must be >= 0, got {value!r}; pass a value >= 0")
+        self._check_scalars()
         if self.idf not in IDF_FORMULAS:
             raise InvalidInputError(f"unknown idf {self.idf!r}; choose one of {sorted(IDF_FORMULAS)}")
         if self.top_m < 1 or self.topic_window < 1 or self.topic_lookback < 1 or self.max_query_chars < 1:
@@ -485,6 +488,25 @@ class SelectionParams:
                 f"SelectionParams.coverage_target must be in (0, 1], got {self.coverage_target!r}; "
                 "pass the share of anchors to cover (1.0: all)"
             )
+
+    def _check_scalars(self) -> None:
+        """Check each number, bool and string field against its declared type and its range
+        (:func:`_out_of_range`), keeping NumPy numbers as plain ones: a string "3", a NaN or
+        an infinite weight would fail far from here, or never match."""
+        for name, declared in _DECLARED.items():
+            value = getattr(self, name)
+            plain, problem = _plain_scalar(declared, value)
+            if problem is not None:
+                raise InvalidInputError(f"SelectionParams.{name} must be {problem}, got {_shown(value)}")
+            if plain is not value:  # a NumPy number (a tuning loop's np.arange): kept as the plain value
+                object.__setattr__(self, name, plain)
+            if isinstance(plain, (int, float)) and not isinstance(plain, bool):
+                allowed = _out_of_range(name, plain)
+                if allowed is not None:
+                    raise InvalidInputError(
+                        f"SelectionParams.{name} must be {allowed}, got {_shown(value)}; pass a value in that range "
+                        f"(the default is {_DEFAULTS[name]!r})"
+                    )
 
     def _freeze_dicts(self) -> None:
         """Check the dict fields and the stopwords, and keep read-only copies of them (the
@@ -516,6 +538,20 @@ class SelectionParams:
         """A key of every value (:class:`~context_gatekeeper.selection.history.TurnHistory`'s
         labels are cached by it), computed once per record: the record never changes."""
         return text_key(repr(self))
+
+    @cached_property
+    def stopword_anchors(self) -> frozenset[str]:
+        """The anchors :attr:`extra_stopwords` stand for, which selection ignores: each word's
+        anchors as a query reads it (:func:`~context_gatekeeper.selection.anchors.extract`,
+        lower-cased and stemmed: "Acme" -> "acm", "caching" -> "cach"), and the word itself
+        casefolded (an anchor written as such, "acm", still works).  Computed once per record.
+
+        >>> sorted(SelectionParams(extra_stopwords={"Acme", "containers"}).stopword_anchors)
+        ['acm', 'acme', 'container', 'containers']
+        """
+        return frozenset(
+            anchor for word in self.extra_stopwords for anchor in (word.casefold(), *extract(word, query=True).counts)
+        )
 
     def with_(self, **changes: Any) -> "SelectionParams":
         """A copy with some fields changed (validated); a deprecated field warns only when
@@ -565,6 +601,11 @@ class SelectionParams:
         >>> SelectionParams.preset("recall").fill_ratio
         0.0
         """
+        if not isinstance(name, str):
+            raise InvalidTypeError(
+                f"a preset is named by a string, got {type(name).__name__} {name!r:.60}; "
+                f"pass one of {sorted(cls.PRESETS)}"
+            )
         if name not in cls.PRESETS:
             raise InvalidInputError(f"unknown preset {name!r}; choose one of {sorted(cls.PRESETS)}")
         return cls(**{**cls.PRESETS[name], **changes})
@@ -579,7 +620,7 @@ def _is_weight(value: Any, negative: bool) -> bool:
     kind = type(value)
     if kind is not float and kind is not int and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
         return False  # (a plain float or int, by far the most common, skips the abstract class's check)
-    return math.isfinite(value) and (negative or not value < 0)
+    return _finite(value) and (negative or not value < 0)
 
 
 def _stopwords(words: Any) -> frozenset[str]:
@@ -597,6 +638,53 @@ def _stopwords(words: Any) -> frozenset[str]:
     return found
 
 
+def _finite(value: float) -> bool:
+    """Whether ``value`` is neither infinite nor NaN (an int too large for a float is not
+    finite either: no score could use it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+_BOUNDED: dict[str, tuple[float, float]] = {"k1": (0.0, 100.0), "b": (0.0, 1.0), "topic_decay": (0.0, 1.0),
+                                           "cost_exponent": (0.0, 4.0)}
+"""Number fields bounded above too, ``name -> (lowest, highest)`` (their docstrings say why);
+every other number field takes any value ``>= 0``."""
+
+_NEVER_REACHED: frozenset[str] = frozenset({
+    "min_anchor_idf", "topic_affinity", "continue_threshold", "new_anchor_threshold", "return_threshold",
+    "switch_min_new_weight", "cue_hold_overlap", "off_topic_share", "topic_match_share", "reference_match_share",
+    "fill_ratio", "fill_min_share", "semantic_floor", "semantic_off_topic_floor", "semantic_fill_ratio",
+    "semantic_continue_z", "semantic_drop",
+})
+"""The thresholds that may be infinite: bars a measure must reach for something to happen,
+where ``math.inf`` is a bar never reached (that never happens).  Every other number field
+must be finite: weights, factors, rates, margins and exponents are combined with other
+values, where an infinity gives NaN scores or an overflow far from here."""
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut short with "..." past 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _out_of_range(name: str, value: float) -> str | None:
+    """``None`` when ``value`` lies in the range of the number field ``name``, else that
+    range in words (for the error)."""
+    low, high = _BOUNDED.get(name, (0.0, math.inf))
+    whole = _DECLARED[name] == "int"  # an int is never infinite, however large
+    infinite_ok = whole or name in _NEVER_REACHED
+    if low <= value <= high and (infinite_ok or _finite(value)):
+        return None
+    if whole:
+        return "an int >= 0"
+    if high < math.inf:
+        return f"a number from {low:g} to {high:g}"
+    return "a number >= 0 (math.inf: a bar never reached)" if infinite_ok else "a finite number >= 0"
+
+
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SelectionParams) if f.default is not MISSING}
 _DECLARED: dict[str, str] = {f.name: str(f.type) for f in fields(SelectionParams)}
 """Each field's declared type, as written (``"float"``, ``"int"``, ...), read once: every
@@ -607,11 +695,12 @@ def _plain_scalar(declared: str, value: Any) -> tuple[Any, str | None]:
     """``(value as a plain Python scalar, None)`` for a field declared ``float``, ``int``,
     ``bool`` or ``str`` (NumPy's numbers and booleans become ``float``, ``int``, ``bool``), or
     ``(value, what it needs)`` when it is not one; fields of other kinds pass as they are.
-    A float may be infinite (a threshold never reached), never NaN."""
+    Never NaN; whether a number may be infinite, or how large, is each field's range
+    (:func:`_out_of_range`)."""
     kind = type(value)
     is_bool = isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"))
     if declared == "float":
-        if isinstance(value, numbers.Real) and not is_bool and not math.isnan(value):
+        if isinstance(value, numbers.Real) and not is_bool and value == value:  # NaN alone is unequal to itself
             return (value if kind in (int, float) else float(value)), None  # an int stays one (k1=2)
         return value, "a number (not NaN)"
     if declared == "int":

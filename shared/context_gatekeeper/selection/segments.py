@@ -162,7 +162,7 @@ def _user_weights(
     if not missing:  # (no stopword among them either: the turn's weights hold none)
         return {a: whole[a] for a in turn.user}
     computed = anchor_weights(missing, df, position, params)
-    extra = params.extra_stopwords
+    extra = params.stopword_anchors
     return {a: whole[a] if a in whole else computed[a] for a in dict.fromkeys(turn.user) if a not in extra}
 
 
