@@ -310,6 +310,41 @@ def test_the_open_run_and_the_earlier_turns_share_the_budget() -> None:
         assert (TOPICS[0][0] + " (turn 0)" in contents) is kept
 
 
+def test_a_tool_call_is_read_and_priced_with_the_message_that_makes_it() -> None:
+    """An assistant message whose text is empty but whose tool call carries a page of code:
+    the call's name and arguments are what the model is sent, so the turn costs them and its
+    words match (it was priced as an empty message: a history's selection went 3x over its
+    budget)."""
+    from context_gatekeeper.tokens import tiktoken_counter
+    from context_gatekeeper.transcripts.transcript_gate import message_text
+
+    count = tiktoken_counter("cl100k_base")
+    code = "def handler(event):\n    return redis_lock_ttl(event) * 2\n" * 40
+    call = {"id": "c1", "name": "write_file", "args": {"path": "handler.py", "text": code}}
+    t = Transcript("s")
+    t.append(messages=[
+        Message("h1", "user", "Write the lock handler to handler.py"),
+        Message("a1", "assistant", "", metadata={"tool_calls": [call]}),
+        Message("t1", "tool", "written", metadata={"tool_call_id": "c1"}),
+        Message("a2", "assistant", "Done."),
+    ])
+    t.append(user="Which value does redis_lock_ttl get multiplied by?")
+    gate = TranscriptGate(t, token_budget=200, message_overhead=0)
+    gate.sync()
+    turn = gate.gatekeeper.turns[0]
+    called = message_text(t.messages[1])
+    assert called.startswith("write_file ") and "redis_lock_ttl" in called
+    assert called in turn.tool_texts
+    assert gate.gatekeeper.turn_cost(turn.id) >= count(called) > 400
+    sent = gate.select_messages("Which value does redis_lock_ttl get multiplied by?")
+    assert [m.id for m in sent] == [t.messages[-1].id]  # the turn does not fit 200 tokens: not sent
+    roomy = gate.explain("Which value does redis_lock_ttl get multiplied by?", token_budget=2000)
+    assert roomy.turn_ids == (turn.id,)  # and it matches on the words of its arguments
+    assert message_text(Message("x", "assistant", "Let me look.", metadata={"tool_calls": [
+        {"id": "c2", "name": "search", "args": '{"q": "ttl"}'}, {"id": "c3", "name": "now", "args": None}]}
+    )) == 'Let me look.\nsearch {"q": "ttl"} now'  # a provider's JSON string as it is; no arguments, none
+
+
 def test_an_agent_turn_costs_each_of_its_messages_its_overhead() -> None:
     """A question, two tool calls with their results and the final answer: six messages sent,
     six overheads counted (the answers priced as one text counted one)."""

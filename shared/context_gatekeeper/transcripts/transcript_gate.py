@@ -16,6 +16,7 @@ reopened transcript or a restarted worker embeds only what it has not seen.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from ..stores.replica import BULK, collector_paused
 from ..validation import require_budget, require_items
 from .transcript import Transcript
 
-__all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "group_turns", "TurnIndex", "TranscriptGate"]
+__all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "message_text", "group_turns", "TurnIndex", "TranscriptGate"]
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,11 @@ class MessageTurn:
         messages = self.messages
         if len(messages) == 2:  # a question and its answer (most turns): the texts as they are
             first, second = messages
-            if first.role == "user" and second.role == "assistant":
+            if first.role == "user" and second.role == "assistant" and not second.metadata.get("tool_calls"):
                 return first.content, second.content, ()
         return indexed_texts(
             [m.content for m in messages if m.role == "user"],
-            [m.content for m in messages if m.role == "assistant"],
+            [message_text(m) for m in messages if m.role == "assistant"],
             [m.content for m in messages if m.role == "tool" or m.role == "system"],
         )
 
@@ -66,6 +67,36 @@ class MessageTurn:
     def is_open(self) -> bool:
         """A user message nobody has answered yet."""
         return all(m.role == "user" for m in self.messages)
+
+
+def message_text(message: Message) -> str:
+    """What selection reads of a message, and prices: its text, and for an assistant message
+    the tool calls it makes (``metadata["tool_calls"]``, as both adapters store them), each as
+    its name and its arguments, on a line after the text.  The calls are sent to the
+    model with the message, so they cost tokens and carry its words: an agent's
+    ``write_file`` call with a page of code in its arguments and no text was priced as an
+    empty message (a history's selection went over its budget) and matched no word of the
+    code.  The LangChain list path reads a message the same way."""
+    calls = message.metadata.get("tool_calls") if message.role == "assistant" else None
+    if not calls or not isinstance(calls, list):
+        return message.content
+    text = " ".join(_call_text(call) for call in calls)
+    return f"{message.content}\n{text}" if message.content else text
+
+
+def _call_text(call: Any) -> str:
+    """One tool call as ``name arguments``: arguments given as a string (a provider's JSON) as
+    they are, others as JSON (a value JSON cannot hold as its ``str``), none as nothing."""
+    if not isinstance(call, dict):
+        return ""
+    args = call.get("args")
+    if args is None:
+        arguments = ""
+    elif isinstance(args, str):
+        arguments = args
+    else:
+        arguments = json.dumps(args, ensure_ascii=False, default=str)
+    return f"{call.get('name') or ''} {arguments}".strip()
 
 
 def indexed_texts(
