@@ -3,8 +3,11 @@
 :class:`GatedView` turns the messages a model call would receive into the ones it
 needs: pinned content (leading system messages, summary messages) first, then the
 earlier turns a :class:`~context_gatekeeper.ContextGatekeeper` selects for the
-current query, then the current turn whole (the last human message and everything
-after it: the agent's tool loop is never gated).  Turns group an AI tool call with
+current query, then the current turn whole (the user's own last human message and everything
+after it: the agent's tool loop is never gated, and a human message a tool delivers, such as
+an image returned through a ``Command``, is part of it, see :func:`current_turn_start`).  Each
+pinned message is priced as the message it is sent as, so the list sent stays within
+``token_budget`` (the current turn apart).  Turns group an AI tool call with
 its ToolMessages (grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns`
 groups), so a pair is never split.
 
@@ -41,6 +44,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import logging
 import math
 import operator
 import threading
@@ -48,11 +52,13 @@ from array import array
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
+from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from context_gatekeeper import (
-    ContextGatekeeper, GateOptions, InvalidInputError, InvalidTypeError, resolve_token_counter,
+    BudgetError, ContextGatekeeper, GatekeeperError, GateOptions, InvalidInputError, InvalidTypeError,
+    resolve_token_counter,
 )
 from context_gatekeeper.integration import BoundedCache, TurnIndex, indexed_texts, text_key
 
@@ -61,6 +67,8 @@ from .threads import is_edit_record
 
 __all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "NO_TEXT_QUERY", "adapter_options", "counted_once", "is_summary",
            "current_turn_start", "current_query", "one_text_counter", "semantic"]
+
+logger = logging.getLogger(__name__)
 
 NO_TEXT_QUERY = "?"
 """The query a human message with no text (an image alone, whitespace) is gated with: no
@@ -89,18 +97,55 @@ def _asks(message: BaseMessage) -> bool:
 def current_turn_start(
     messages: Sequence[BaseMessage], cost: Callable[[BaseMessage], int] | None = None, room: int = 0
 ) -> int | None:
-    """Where the current turn starts (None when no human message): the last human message
-    that is not a summary, and the human messages right before it, unanswered (a pasted
-    text or an image, then the question: one turn, as the LlamaIndex memory reads it), while
-    together they ``cost`` at most ``room`` (without ``cost``: all of them).  Older ones are
-    earlier turns, gated as any other: a long run of unanswered messages is not sent whole."""
-    last = _last_ask(messages)
-    return None if last is None else _run_start(messages, last, cost, room)[0]
+    """Where the current turn starts (None when no human message): the user's own last
+    message (:func:`_own_ask`: a human message a tool step delivered, such as an image a tool
+    returns through a ``Command``, belongs to the run, not to a turn of its own), and the
+    human messages right before it, unanswered (a pasted text or an image, then the
+    question: one turn, as the LlamaIndex memory reads it), while together they ``cost`` at
+    most ``room`` (without ``cost``: all of them).  Older ones are earlier turns, gated as
+    any other: a long run of unanswered messages is not sent whole."""
+    own = _own_ask(messages)
+    return None if own is None else _run_start(messages, own, cost, room)[0]
 
 
-def _last_ask(messages: Sequence[BaseMessage]) -> int | None:
-    """Index of the last user's message (:func:`_asks`), or None."""
-    return next((i for i in range(len(messages) - 1, -1, -1) if _asks(messages[i])), None)
+def _ask_before(messages: Sequence[BaseMessage], end: int) -> int | None:
+    """Index of the last user's message (:func:`_asks`) before ``end``, or None."""
+    return next((i for i in range(end - 1, -1, -1) if _asks(messages[i])), None)
+
+
+def _tool_step(messages: Sequence[BaseMessage], i: int) -> bool:
+    """Whether ``messages[i]`` is a step of an agent's tool loop: an AI message with tool calls,
+    or a tool result after one (past other results).  A result patched in for a call the model
+    garbled (``invalid_tool_calls``: the run ended there, no tool ran) is not: the human message
+    after it is the user's next question."""
+    while i >= 0 and _role(messages[i]) == "tool":
+        i -= 1
+    step = messages[i] if i >= 0 else None
+    return isinstance(step, AIMessage) and bool(step.tool_calls)
+
+
+def _own_ask(messages: Sequence[BaseMessage]) -> int | None:
+    """Index of the user's own last message, the one the open run answers (None: no user's message).
+
+    The human messages right after a tool step (:func:`_tool_step`), with nothing else between,
+    were delivered by the tool loop (a tool hands the model an image or a file as a
+    ``HumanMessage`` in its ``Command``): they belong to the run, so the search walks back
+    past them to the last user's message that does not follow a tool step.  A run that
+    failed inside its tool loop and is followed by the user's next message reads the same
+    way: the new message joins the failed run's turn, which is unanswered too.  With no
+    user's message before the tool-delivered ones, the earliest of those is the answer."""
+    ask = _ask_before(messages, len(messages))
+    while ask is not None:
+        first = ask
+        while first and _asks(messages[first - 1]):
+            first -= 1
+        if not first or not _tool_step(messages, first - 1):
+            return ask
+        earlier = _ask_before(messages, first)
+        if earlier is None:
+            return first
+        ask = earlier
+    return None
 
 
 def _run_start(
@@ -117,11 +162,6 @@ def _run_start(
             spent += added
         start -= 1
     return start, spent
-
-
-def _left(gatekeeper: ContextGatekeeper, reserved: int) -> int | None:
-    """The budget left to earlier turns when ``reserved`` tokens are spent (``None``: all of it)."""
-    return max(0, gatekeeper.token_budget - reserved) if reserved else None
 
 
 def current_query(messages: Sequence[BaseMessage], start: int) -> str:
@@ -230,8 +270,11 @@ def counted_once(counter: Any) -> Callable[[str], int]:
     counts are kept in :data:`TOKEN_COUNTS` by the counter (its identity) and the text's
     hash, so a turn seen before, by any thread, index or gate with the same counter, is not
     counted again.  An encoding name or ``None`` gives the core's tiktoken counter, whose
-    counts the core keeps per text itself.  A bad counter raises
-    the core's error now; a bad count raises when it happens (and is not kept)."""
+    counts the core keeps per text itself.  A bad counter raises the core's error now, and a
+    caller's counter is tried on a sample text now (:func:`_probe`): one that cannot count a
+    text (a ``trim_messages`` counter, which reads a list of messages) raises
+    :class:`~context_gatekeeper.InvalidInputError` here, not at the first model call.  A bad
+    count later raises when it happens (and is not kept)."""
     count = resolve_token_counter(counter)
     if counter is None or isinstance(counter, str):
         return count  # a tiktoken encoding: the core keeps its counts per text already
@@ -242,7 +285,44 @@ def counted_once(counter: Any) -> Callable[[str], int]:
 
     cached.__name__ = f"counted_once_{getattr(count, '__name__', 'counter')}"
     cached._checked_counter = True  # type: ignore[attr-defined]  # resolve_token_counter checked its counts
+    if not _models_own(counter):
+        _probe(cached, counter)
     return cached
+
+
+PROBE_TEXT = "How long should a Redis lock TTL be?"
+"""The text a caller's token counter is tried on when the options are checked (:func:`counted_once`)."""
+
+COUNTER_FORMS = (
+    "pass LangChain's count_tokens_approximately (read as about four characters a token), None (tiktoken "
+    "cl100k_base), a tiktoken encoding name ('cl100k_base', 'o200k_base'), or a callable(str) -> int such as "
+    "a chat model's get_num_tokens (gate_messages also takes 'approximate' or the chat model itself)"
+)
+"""The token counters every LangChain entry point accepts, for error messages."""
+
+
+def _models_own(counter: Any) -> bool:
+    """Whether ``counter`` is a language model's own ``get_num_tokens`` (one text by its contract;
+    trying it could load a tokenizer or call the provider, so it is not tried on a sample)."""
+    return isinstance(getattr(counter, "__self__", None), BaseLanguageModel)
+
+
+def _probe(count: Callable[[str], int], counter: Any) -> None:
+    """Count :data:`PROBE_TEXT` with ``count`` (``counter`` resolved): a counter that raises on
+    one text is refused with :class:`~context_gatekeeper.InvalidInputError` saying which forms
+    are accepted; the library's own error for a bad count (negative, not a number) passes as
+    it is.  Its count is kept, so probing the same counter again calls nothing."""
+    try:
+        count(PROBE_TEXT)
+    except GatekeeperError:
+        raise
+    except Exception as error:
+        name = getattr(counter, "__name__", type(counter).__name__)
+        raise InvalidInputError(
+            f"token_counter {name!r} failed on a sample text ({type(error).__name__}: {error}); a token_counter "
+            "counts the tokens of ONE text: it is called with a str and returns an int (a trim_messages counter, "
+            f"which takes a list of messages, does not fit): {COUNTER_FORMS}"
+        ) from error
 
 
 def adapter_options(options: GateOptions) -> tuple[GateOptions, VectorLRU | None]:
@@ -332,6 +412,8 @@ class _ThreadIndex:
         self.lock = _IndexLock()
         self.memo: _ListMemo | None = None
         """What the last call read from its list (see :meth:`GatedView._read`)."""
+        self.warned_overflow = False
+        """Whether the pinned content's overflow was logged for this thread (:func:`_overflow`)."""
 
 
 class _Turn:
@@ -573,43 +655,38 @@ class GatedView:
 
     def turn_start(self, messages: Sequence[BaseMessage], thread: Any = None) -> int | None:
         """:func:`current_turn_start` of ``messages`` with the unanswered human messages before
-        the last counted as the thread's gatekeeper counts a message (its counter and
-        ``message_overhead``) within its ``token_budget``."""
+        the user's own last one counted as the thread's gatekeeper counts a message (its
+        counter and ``message_overhead``) within its ``token_budget`` less the pinned content."""
         return self._current(messages, thread)[0]
 
     def _current(
         self, messages: Sequence[BaseMessage], thread: Any, system_prompt: str | None = None
     ) -> tuple[int | None, int]:
-        """``(where the current turn starts, the tokens of its human messages before the last)``:
-        those take their share of the budget, so the earlier turns get what remains.  They
-        join the current turn within the budget less the pinned content (the system prompt,
-        leading system messages, summaries), which every selection pays for first."""
-        last = _last_ask(messages)
-        if not last or not _asks(messages[last - 1]):
-            return last, 0  # no unanswered human message before the last: nothing to count
+        """``(where the current turn starts, the tokens of its human messages before the user's
+        own last one)``: those take their share of the budget, so the earlier turns get what
+        remains.  They join the current turn within the budget less the pinned content (the
+        system prompt and the messages :func:`_split` pins, each priced as its own message:
+        :func:`_pinned_cost`), which every selection pays for first."""
+        own = _own_ask(messages)
+        if not own or not _asks(messages[own - 1]):
+            return own, 0  # no unanswered human message before it: nothing to count
         gatekeeper = self._index(thread).gatekeeper
-        count = resolve_token_counter(gatekeeper.options.token_counter)
-        overhead = gatekeeper.message_overhead
+        count, overhead = gatekeeper.options.count, gatekeeper.message_overhead
 
         def cost(message: BaseMessage) -> int:
             return count(_indexed_text(message)) + overhead
 
-        pinned, leading = 0, True
-        for message in messages[:last]:
-            leading = leading and _role(message) == "system"
-            if leading or is_summary(message):
-                pinned += cost(message)
-        if system_prompt is not None and system_prompt.strip():
-            pinned += count(system_prompt) + overhead
-        return _run_start(messages, last, cost, max(0, gatekeeper.token_budget - pinned))
+        pinned = _pinned_cost(gatekeeper, _pinned_of(messages[:own]), system_prompt)
+        return _run_start(messages, own, cost, max(0, gatekeeper.token_budget - pinned))
 
     def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
-        the current turn (the last human message, the unanswered human messages right before
-        it, and everything after it: :func:`current_turn_start`) is kept whole and its human
-        messages' text is the query (none, e.g. an image alone, is gated as
-        :data:`NO_TEXT_QUERY`); earlier messages go through :meth:`gated`.  A list without a
-        human message comes back whole."""
+        the current turn (the user's own last message, the unanswered human messages right
+        before it, and everything after it, the run's tool loop and any human message a tool
+        delivered included: :func:`current_turn_start`) is kept whole and its human messages'
+        text is the query (none, e.g. an image alone, is gated as :data:`NO_TEXT_QUERY`);
+        earlier messages go through :meth:`gated`.  A list without a human message comes
+        back whole."""
         start, reserved = self._current(messages, thread, system_prompt)
         if start is None:
             return list(messages)
@@ -638,7 +715,9 @@ class GatedView:
         caller's own message objects.  Edit records are never selected.  A blank ``query``
         (a message with no text) is :data:`NO_TEXT_QUERY`: the active topic, within the budget.
         ``reserved``: tokens of the budget already spent (the current turn's earlier human
-        messages, :meth:`view`)."""
+        messages, :meth:`view`).  The pinned messages and the system prompt are each priced
+        as the message they are sent as (:func:`_turns_budget`); when they alone are over
+        the budget, ``on_overflow`` applies (:func:`_overflow`) and no earlier turn is kept."""
         query = _query(query)
         index = self._index(thread)
         if not index.lock.acquire(blocking=False):
@@ -649,9 +728,10 @@ class GatedView:
             pinned, summaries, turns, tail, memo = self._read(index, earlier)
             index.memo = None  # until the index is in step with this list
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
-            # select: the turns explain keeps, without building its per-turn report
-            budget = _left(index.gatekeeper, reserved)
-            turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query, token_budget=budget)]
+            budget = _turns_budget(index, pinned, system_prompt, reserved)
+            turn_ids: list[int] = []
+            if budget is not None:  # select: the turns explain keeps, without building its per-turn report
+                turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query, token_budget=budget)]
             return _returned(earlier, memo.at, turn_ids, by_id)  # under the lock: the next call grows these maps
         finally:
             index.lock.release()
@@ -678,7 +758,10 @@ class GatedView:
             pinned, summaries, turns, tail, memo = self._read(index, earlier)
             index.memo = None  # until the index is in step with this list
             by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
-            selection = await index.gatekeeper.aexplain(query, token_budget=_left(index.gatekeeper, reserved))
+            budget = _turns_budget(index, pinned, system_prompt, reserved)
+            if budget is None:  # the pinned content alone is over the budget: no turn, no embedding call
+                return _returned(earlier, memo.at, (), by_id)
+            selection = await index.gatekeeper.aexplain(query, token_budget=budget)
             return _returned(earlier, memo.at, selection.turn_ids, by_id)  # under the lock: see gated
         finally:
             index.lock.release()
@@ -768,6 +851,69 @@ class GatedView:
         if summary != gk.summary:
             gk.summary = summary
         return extended
+
+
+def _pinned_of(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages of ``messages`` that :func:`_split` pins (the one rule for what is pinned)."""
+    pinned: list[BaseMessage] = []
+    _split(messages, pinned, [], [], _Positions([], []), 0)
+    return pinned
+
+
+def _pinned_cost(gatekeeper: ContextGatekeeper, pinned: Sequence[BaseMessage], system_prompt: str | None) -> int:
+    """Tokens the pinned content costs as it is sent: each pinned message (leading system
+    messages, summaries) and the system prompt (unless blank) is its own message, so each
+    is its text's count plus one ``message_overhead``."""
+    count, overhead = gatekeeper.options.count, gatekeeper.message_overhead
+    texts: list[str] = [message.text for message in pinned]
+    if system_prompt is not None and system_prompt.strip():
+        texts.append(system_prompt)
+    return sum(count(text) + overhead for text in texts)
+
+
+def _turns_budget(
+    index: _ThreadIndex, pinned: Sequence[BaseMessage], system_prompt: str | None, reserved: int
+) -> int | None:
+    """The ``token_budget`` to select earlier turns with, or None when the pinned content
+    alone is over the thread's ``token_budget`` (see :func:`_overflow`).
+
+    The gatekeeper holds the pinned texts joined (one system prompt, one summary) and
+    charges one ``message_overhead`` for each; they are sent as separate messages
+    (:func:`_pinned_cost`).  So the budget given to it is what the earlier turns may use
+    (the budget less the pinned messages as sent and ``reserved``, the current turn's
+    unanswered messages) plus what the gatekeeper itself charges for its pinned texts."""
+    gatekeeper = index.gatekeeper
+    priced = _pinned_cost(gatekeeper, pinned, system_prompt)
+    if priced > gatekeeper.token_budget:
+        _overflow(index, priced, pinned, system_prompt)
+        return None
+    count, overhead = gatekeeper.options.count, gatekeeper.message_overhead
+    charged = sum(count(text) + overhead for text in (gatekeeper.system_prompt, gatekeeper.summary) if text is not None)
+    return max(0, gatekeeper.token_budget - priced - reserved) + charged
+
+
+def _overflow(index: _ThreadIndex, priced: int, pinned: Sequence[BaseMessage], system_prompt: str | None) -> None:
+    """The pinned content alone costs ``priced`` tokens, over the thread's ``token_budget``:
+    :class:`BudgetError` with ``on_overflow="raise"``, else one warning per thread (the
+    pinned content and the current turn are sent, no earlier turn)."""
+    gatekeeper = index.gatekeeper
+    summaries = sum(map(is_summary, pinned))
+    parts = ["the system prompt"] if system_prompt is not None and system_prompt.strip() else []
+    parts += [_counted(len(pinned) - summaries, "system message"), _counted(summaries, "summary message")]
+    detail = (
+        f"pinned content needs {priced} tokens ({', '.join(p for p in parts if p)}, each with its message_overhead of "
+        f"{gatekeeper.message_overhead}) but token_budget is {gatekeeper.token_budget}"
+    )
+    if gatekeeper.on_overflow == "raise":
+        raise BudgetError(f"{detail}; raise token_budget, shorten the pinned messages, or pass on_overflow='keep_pinned'")
+    if not index.warned_overflow:
+        index.warned_overflow = True
+        logger.warning("%s; sending the pinned content and the current turn only", detail)
+
+
+def _counted(n: int, noun: str) -> str:
+    """``"1 summary message"``, ``"2 summary messages"``; ``""`` for none."""
+    return "" if not n else f"{n} {noun}" + ("s" if n > 1 else "")
 
 
 def _joined(texts: Sequence[str | None]) -> str | None:

@@ -81,10 +81,12 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
             (its ``on_overflow`` left ``None`` means ``"keep_pinned"`` here).
         token_budget: tokens the system prompt, summaries and selected earlier turns may
-            use (the current turn is not counted: it is always sent whole); an
-            ``int >= 0``, default 4000.
+            use, each message counted with its ``message_overhead`` (the current turn,
+            from the user's own last message on, tool loop and tool-delivered messages
+            included, is not counted: it is always sent whole); an ``int >= 0``, default 4000.
         on_overflow: "keep_pinned" (default: send the pinned content and the current turn
-            only, and log a warning once) or "raise" (:class:`BudgetError`).
+            only, and log a warning once per thread) or "raise" (:class:`BudgetError`), when
+            the pinned content alone is over ``token_budget``.
         edit_prefix: a user message starting with it, when it is the run's own input,
             is an edit instruction (case ignored; a trailing space also matches any
             whitespace or the end of the message); ``None`` turns the route off.
@@ -108,7 +110,10 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
             lexically (``Selection.semantic_fallback``); ``None``: wait.
         **gatekeeper_options: any other :class:`~context_gatekeeper.GateOptions` field
             (``token_counter``, ``message_overhead``, ``params``, ``preset``,
-            ``vector_cache``) or SelectionParams field.
+            ``vector_cache``) or SelectionParams field.  A ``token_counter`` counts ONE
+            text; it is tried on a sample text here, and one that fails on it (a
+            ``trim_messages`` counter taking messages) raises
+            :class:`~context_gatekeeper.InvalidInputError`.
     """
 
     state_schema = GatekeeperState

@@ -16,8 +16,10 @@ messages.  Where ``trim_messages`` keeps the *last* messages that fit a token bu
 ['Be brief.', 'How long should a Redis lock TTL be?', 'Longer than the longest job.', 'And the Redis lock watchdog?']
 
 The last human message is the query, and it and everything after it (the current
-turn, tool calls included) is kept whole; leading system messages and summaries are
-pinned; an AI tool call and its ToolMessages are kept or dropped together.  Called
+turn, tool calls included; a human message a tool delivered after its result belongs to
+the run, so the current turn starts at the user's own message before it) is kept whole;
+leading system messages and summaries are pinned, each priced as its own message; an AI
+tool call and its ToolMessages are kept or dropped together.  Called
 without messages it returns a Runnable, as ``trim_messages`` does.  The selection
 is the agent middleware's (:class:`~langchain_gatekeeper.agent_view.GatedView`): one
 code path.
@@ -203,8 +205,9 @@ def gate_messages(
             offline), ``"approximate"`` (four characters a token; LangChain's
             ``count_tokens_approximately`` is read as it), a chat model (its
             ``get_num_tokens``), a tiktoken encoding name, or any callable ``str -> int``
-            (called with one text: ``len`` counts characters, and a ``trim_messages``-style
-            counter taking messages gives wrong counts).
+            (called with one text: ``len`` counts characters).  It is tried on a sample
+            text when the options are checked, before the list is read: a
+            ``trim_messages``-style counter that fails on a text is refused.
         thread: which kept index to use for this conversation, a hashable id such as a
             string (``None``: one per set of options).  Any list is gated correctly with
             any index; separate threads only keep separate conversations from
@@ -233,9 +236,12 @@ def gate_messages(
         message inside an earlier turn is sent with its turn and counted in its cost.
 
     Raises:
-        BudgetError: a budget that is not an ``int >= 0``.  TypeError: an unknown option,
-            or ``options=`` with other gate keywords.  InvalidTypeError: a ``thread`` that
-            is not hashable (pass a string id).
+        BudgetError: a budget that is not an ``int >= 0``, or (``on_overflow="raise"``)
+            pinned messages that alone cost more than it, each with its ``message_overhead``.
+            TypeError: an unknown option, or ``options=`` with other gate keywords.
+            InvalidTypeError: a ``thread`` that is not hashable (pass a string id).
+            InvalidInputError: a ``token_counter`` that fails on a sample text (one taking a
+            list of messages).
     """
     _check_thread(thread)
     settings = _settings(options, gate_options, token_counter, token_budget, max_tokens, embedder, embed_timeout)

@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import decimal
 import itertools
+import logging
 import random
 from collections import Counter
 
@@ -24,7 +25,7 @@ from langchain_core.messages import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
-from context_gatekeeper import InvalidInputError, InvalidTypeError
+from context_gatekeeper import BudgetError, InvalidInputError, InvalidTypeError
 from context_gatekeeper.selection.semantic.runner import wait_idle
 from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
 from langchain_gatekeeper.agent_view import GatedView, _Prints, current_turn_start
@@ -569,3 +570,107 @@ def test_unanswered_messages_join_the_current_turn_within_the_budget_less_the_pi
     roomy = GatedView(lambda: CountingGatekeeper(token_budget=240, token_counter=len, message_overhead=0,
                                                  on_overflow="raise"))
     assert roomy.view(body, thread="t", system_prompt=system)[-2:] == [paste, question]
+
+
+# -- the current turn of an agent's run -----------------------------------------------------------
+def tool_loop(call_id: str, delivered: list[BaseMessage]) -> list[BaseMessage]:
+    """A tool call, its result, and what the tool delivered with it through a ``Command``."""
+    return [AIMessage("", tool_calls=[{"name": "screenshot", "args": {"url": "https://acme.test"}, "id": call_id}]),
+            ToolMessage("screenshot attached below", tool_call_id=call_id), *delivered]
+
+
+def test_a_human_message_a_tool_delivers_belongs_to_the_run() -> None:
+    """An image a tool hands the model as a HumanMessage (in its Command, after its result) is
+    not the user's question: the current turn still starts at the user's own message, so the
+    run's question, tool calls and results are sent whole, whatever the budget."""
+    history = two_topics()
+    question = HumanMessage("Why can't customers find the checkout button on the redis status page? " * 4)
+    first, second = tool_loop("c1", [IMAGE]), tool_loop("c2", [IMAGE, HumanMessage("the page's HTML, as text")])
+    messages = [*history, question, *first, *second]
+    assert current_turn_start(messages) == len(history)
+    view = GatedView(lambda: CountingGatekeeper(token_budget=20, token_counter=words, message_overhead=0))
+    for gated in (view.view(messages, thread="t"), asyncio.run(view.aview(messages, thread="a"))):
+        assert gated[-(len(messages) - len(history)):] == messages[len(history):]
+        assert sum(words(m.text) for m in gated[:len(gated) - (len(messages) - len(history))]) <= 20
+    assert gate_messages(messages, token_budget=20)[-(len(messages) - len(history)):] == messages[len(history):]
+    # the user's own unanswered messages before the question still join it only within the budget
+    paste = HumanMessage("redis " * 30)
+    assert current_turn_start([*history, paste, question, *first]) == len(history)
+    assert view.turn_start([*history, paste, question, *first], thread="t") == len(history) + 1
+
+
+def test_after_a_run_the_next_human_message_is_the_users_own() -> None:
+    """A result patched in for a call the model garbled (``invalid_tool_calls``: no tool ran, the
+    run ended) does not make the next question a tool's; a run that failed inside its tool loop
+    (its tools ran, no answer came) is joined by the user's next message: all of it is unanswered."""
+    history = two_topics()
+    question, follow_up = HumanMessage("How long should the redis lock ttl be now?"), HumanMessage("And espresso?")
+    garbled = [AIMessage("", invalid_tool_calls=[{"name": "lookup", "args": "{job: nightly", "id": "bad",
+                                                   "error": "invalid JSON", "type": "invalid_tool_call"}]),
+               ToolMessage("could not be executed", tool_call_id="bad", status="error")]
+    assert current_turn_start([*history, question, *garbled, follow_up]) == len(history) + 3
+    failed = tool_loop("c1", [])
+    assert current_turn_start([*history, question, *failed, follow_up]) == len(history)
+    # ordinary lists read as before: the last human message after an answer, or alone
+    assert current_turn_start([*history, question]) == len(history)
+    assert current_turn_start([*failed, IMAGE]) == 2  # no user's message before: the tool's is the start
+
+
+# -- pinned content ------------------------------------------------------------------------------
+SUMMARY = {"lc_source": "summarization"}
+
+
+def test_each_pinned_message_is_priced_as_the_message_it_is_sent_as() -> None:
+    """Leading system messages, summaries and the system prompt are sent one message each, so
+    each costs its message_overhead: at every budget what is sent before the current turn fits
+    it (or is the pinned content alone, over it, with a warning); with on_overflow="raise" pinned
+    content over the budget raises, naming the budget given."""
+    pinned = [SystemMessage("You are the support bot."), SystemMessage("Answer in English."),
+              HumanMessage("Summary: router firmware.", additional_kwargs=SUMMARY),
+              HumanMessage("Summary: firmware rollback.", additional_kwargs=SUMMARY)]
+    body = [HumanMessage("My router firmware update fails."), AIMessage("Retry the router firmware update over a cable."),
+            HumanMessage("What about the router firmware rollback?")]
+    prompt, overhead = "Be brief.", 20
+
+    def sent(messages: list[BaseMessage]) -> int:
+        return sum(words(m.text) + overhead for m in messages) + words(prompt) + overhead
+
+    need = sent(pinned)
+    for budget in range(need - 80, need + 80, 5):
+        view = GatedView(lambda: CountingGatekeeper(token_budget=budget, token_counter=words, message_overhead=overhead,
+                                                    on_overflow="keep_pinned"))
+        out = view.view([*pinned, *body], thread="t", system_prompt=prompt)
+        assert asyncio.run(view.aview([*pinned, *body], thread="a", system_prompt=prompt)) == out
+        assert out[-1] is body[-1] and out[:len(pinned)] == pinned
+        assert sent(out[:-1]) <= budget or out[:-1] == pinned, budget
+        assert (body[0] in out) == (budget >= sent([*pinned, *body[:2]])), budget
+    strict = GatedView(lambda: CountingGatekeeper(token_budget=need - 1, token_counter=words, message_overhead=overhead,
+                                                  on_overflow="raise"))
+    with pytest.raises(BudgetError, match=f"needs {need} tokens .* token_budget is {need - 1}; .*keep_pinned"):
+        strict.view([*pinned, *body], thread="t", system_prompt=prompt)
+    with pytest.raises(BudgetError, match=f"token_budget is {need - 1}"):
+        asyncio.run(strict.aview([*pinned, *body], thread="t", system_prompt=prompt))
+    assert gate_messages([*pinned, *body], token_budget=need, message_overhead=overhead, token_counter=words,
+                         on_overflow="raise")[-1] is body[-1]  # pinned content that fits does not raise
+
+
+def test_a_system_message_after_a_summary_is_pinned_when_the_run_is_sized(caplog: pytest.LogCaptureFixture) -> None:
+    """What is pinned follows one rule: a system message after a summary is pinned, and paid for
+    before the user's unanswered messages join the current turn, whatever the order; when the
+    pinned content alone is over the budget, the warning names the budget the user gave."""
+    summary = HumanMessage("Summary: we discussed Redis locks.", additional_kwargs=SUMMARY)
+    system = SystemMessage("Company policy: " + "always cite the runbook. " * 20)
+    paste, question = HumanMessage("Log: " + "redis timeout at node seven. " * 6), HumanMessage("Why this redis timeout?")
+    budget = words(summary.text) + words(system.text) + words(paste.text) - 5
+    for order in ([summary, system], [system, summary]):
+        view = GatedView(lambda: CountingGatekeeper(token_budget=budget, token_counter=words, message_overhead=0,
+                                                    on_overflow="raise"))
+        assert view.view([*order, paste, question], thread="t") == [*order, question]
+        assert view.turn_start([*order, paste, question], thread="t") == 3
+    tight = words(summary.text) + words(paste.text) + 5  # room for the paste if the system message were not counted
+    view = GatedView(lambda: CountingGatekeeper(token_budget=tight, token_counter=words, message_overhead=0,
+                                                on_overflow="keep_pinned"))
+    with caplog.at_level(logging.WARNING, logger="langchain_gatekeeper.agent_view"):
+        assert view.view([summary, system, paste, question], thread="t") == [summary, system, question]
+        view.view([summary, system, paste, question], thread="t")
+    assert [r.getMessage().count(f"token_budget is {tight};") for r in caplog.records] == [1]  # once per thread

@@ -16,11 +16,13 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain.tools import ToolRuntime
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 from pydantic import Field
 
-from context_gatekeeper import EditError, HistoryError, ModelUnavailableError
+from context_gatekeeper import EditError, HistoryError, InvalidInputError, ModelUnavailableError
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.middleware import GatekeeperMiddleware
 from langchain_gatekeeper.threads import EDITS_KEY, edit_thread, aedit_thread, undo_thread, aundo_thread
@@ -181,6 +183,42 @@ def test_summary_messages_are_pinned() -> None:
     assert view[0].id == "s" and view[-1].id == "q"
 
 
+@tool
+def screenshot(url: str, runtime: ToolRuntime) -> Command:
+    """Take a screenshot of a page and show it to the model."""
+    image = HumanMessage([{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}])
+    return Command(update={"messages": [ToolMessage("screenshot attached below", tool_call_id=runtime.tool_call_id), image]})
+
+
+CHECKOUT = ("Why can't customers find the checkout button on https://acme.test/checkout? Look at the page and "
+            "tell me what blocks it; it started after Tuesday's release of the cookie banner.")
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_message_a_tool_adds_keeps_the_runs_question_and_tool_calls(use_async: bool) -> None:
+    """A tool that hands the model an image (a HumanMessage in its Command, after its result):
+    the next model call still gets the run's question, its tool call and result, and the image;
+    the earlier off-topic turn is still gated out."""
+    model = scripted([AIMessage(COFFEE_ANSWER), call("screenshot", {"url": "https://acme.test/checkout"}, "shot"),
+                      AIMessage("The cookie banner covers the checkout button.")])
+    agent = create_agent(model, [screenshot], system_prompt="You are a QA assistant.",
+                         middleware=[GatekeeperMiddleware(token_budget=30)], checkpointer=InMemorySaver())
+
+    async def run() -> None:
+        for text in (COFFEE, CHECKOUT):
+            await agent.ainvoke({"messages": [HumanMessage(text)]}, CONFIG)
+
+    if use_async:
+        asyncio.run(run())
+    else:
+        for text in (COFFEE, CHECKOUT):
+            agent.invoke({"messages": [HumanMessage(text)]}, CONFIG)
+    last = model.received[-1]
+    assert [m.type for m in last] == ["system", "human", "ai", "tool", "human"] and last[1].text == CHECKOUT
+    assert last[3].tool_call_id == "shot" and last[4].content[0]["type"] == "image_url"
+    check_tool_pairs(last)
+
+
 # -- the /edit route --------------------------------------------------------------------------
 IRELAND = "What was the GDP of Ireland in 2021?"
 IRELAND_ANSWER = "Ireland's GDP in 2021 was about 500 billion USD."
@@ -325,6 +363,28 @@ def test_options_are_checked_up_front() -> None:
         GatekeeperMiddleware(model=ScriptedModel(), llm=ScriptedModel())
     with pytest.raises(ValueError):
         GatekeeperMiddleware(edit_prefix=" ")
+
+
+def test_a_token_counter_that_cannot_count_one_text_is_refused_at_construction() -> None:
+    """A trim_messages-style counter (a list of messages in) fails on a text: refused when the
+    middleware is built, with the forms to pass, not with an AttributeError at the first model
+    call.  A counter that counts the sample is used as given: its later errors are its own."""
+
+    def trim_style(messages: list[BaseMessage]) -> int:
+        return sum(len(m.content) // 4 + 3 for m in messages)  # type: ignore[attr-defined]
+
+    with pytest.raises(InvalidInputError, match=r"'trim_style' failed on a sample text \(AttributeError.*ONE text.*"
+                                                 r"count_tokens_approximately"):
+        GatekeeperMiddleware(token_counter=trim_style)
+
+    def short_texts_only(text: str) -> int:
+        if len(text) > 200:
+            raise ValueError("text too long for this counter")
+        return len(text.split())
+
+    middleware = GatekeeperMiddleware(token_counter=short_texts_only)
+    with pytest.raises(ValueError, match="too long for this counter"):
+        middleware.views.view([HumanMessage("x " * 150), AIMessage("ok"), HumanMessage("and now?")], thread="t")
 
 
 # -- async --------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from context_gatekeeper import BudgetError, GateOptions, InvalidTypeError, SelectionParams
+from context_gatekeeper import BudgetError, GateOptions, InvalidInputError, InvalidTypeError, SelectionParams
 from context_gatekeeper.selection.semantic.runner import wait_idle
 from langchain_gatekeeper import agate_messages, gate_messages
 from langchain_gatekeeper.trim import approximate_tokens
@@ -212,6 +212,27 @@ def test_count_tokens_approximately_counts_as_the_approximate_counter() -> None:
     options = GateOptions(token_budget=60, token_counter=count_tokens_approximately)
     assert texts(gate_messages(messages, options=options)) == approximate
     assert texts(asyncio.run(agate_messages(messages, options=options))) == approximate
+
+
+def test_a_trim_messages_counter_is_refused_before_the_list_is_read() -> None:
+    """A counter written for trim_messages (a list of messages in) cannot count one text: every
+    entry point refuses it with the library's error naming the forms to pass, before the list
+    is read (a list it cannot read is not the error reported); nothing is kept, so the same
+    call with a counter of one text then works."""
+
+    def trim_style(messages: list[BaseMessage]) -> int:
+        return sum(len(m.content) // 4 + 3 for m in messages)  # type: ignore[attr-defined]
+
+    messages = [*A[:-1], HumanMessage("redis setup?")]
+    refused = r"'trim_style' failed on a sample text \(AttributeError.*ONE text.*count_tokens_approximately.*'approximate'"
+    for call in (lambda: gate_messages(messages, token_counter=trim_style),
+                 lambda: gate_messages(object(), token_counter=trim_style),  # type: ignore[arg-type]
+                 lambda: gate_messages(token_counter=trim_style),
+                 lambda: gate_messages(messages, options=GateOptions(token_counter=trim_style)),
+                 lambda: asyncio.run(agate_messages(messages, token_counter=trim_style))):
+        with pytest.raises(InvalidInputError, match=refused):
+            call()
+    assert gate_messages(messages, token_counter=approximate_tokens)[-1] is messages[-1]
 
 
 def test_a_last_human_message_with_no_text_is_gated_within_the_budget() -> None:
