@@ -8,7 +8,10 @@ A core :class:`~context_gatekeeper.Message` keeps:
   kept opaque and turned back into blocks; ``None`` when the blocks are exactly one
   ``TextBlock`` holding ``content`` (the common case, stored compactly);
 * ``metadata["additional_kwargs"]``: the message's ``additional_kwargs`` as JSON (bytes
-  become base64 text, pydantic objects dicts, as LlamaIndex's own serialiser does);
+  become base64 text, pydantic objects and sets dicts and lists, as LlamaIndex's own
+  serialiser does); a value JSON cannot hold (an arbitrary object; a NaN or infinite float,
+  which that serialiser would turn into ``null``) is refused with ``InvalidInputError``,
+  naming where it is, and nothing is written;
   ``metadata["role"]`` the LlamaIndex role when it is not one of the core's four
   (``developer``, ``function``, ``chatbot``, ``model``); and, for the core's tool-pair
   checks only, ``metadata["tool_calls"]`` (``[{"id", "name", "args"}]`` from
@@ -33,11 +36,13 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
+from llama_index.core.bridge.pydantic import BaseModel
 
 from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import Role, new_message_id
@@ -70,6 +75,12 @@ PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNOR
 
 def _role_value(role: Any) -> str:
     return role.value if isinstance(role, MessageRole) else str(role)
+
+
+def _a_message(role: Any) -> str:
+    """``"a user message"``, ``"an assistant message"``: a message of ``role``, for errors."""
+    name = _role_value(role)
+    return f"{'an' if name[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {name} message"
 
 
 def _tool_calls(blocks: Sequence[Any], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -144,10 +155,11 @@ def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
         data = message.model_dump(mode="json")
     except (ValueError, TypeError) as error:  # pydantic's PydanticSerializationError is a ValueError
         raise InvalidInputError(
-            f"a {_role_value(message.role)} message cannot be stored: its additional_kwargs or blocks hold a value "
+            f"{_a_message(message.role)} cannot be stored: its additional_kwargs or blocks hold a value "
             f"JSON cannot keep ({type(error).__name__}: {error}); nothing was written. Keep only str, int, float, "
             "bool, None, lists and dicts with str keys there"
         ) from None
+    _refuse_non_finite(message)
     role_name = _role_value(message.role)
     role = _ROLES.get(role_name)
     if role is None:  # an unknown custom role rides as user text
@@ -168,6 +180,42 @@ def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
     if role == "tool" and isinstance(kwargs.get("tool_call_id"), str):
         metadata["tool_call_id"] = kwargs["tool_call_id"]
     return Message(id=message_id or new_message_id(), role=role, content=content, parts=parts, metadata=metadata)
+
+
+def _refuse_non_finite(message: ChatMessage) -> None:
+    """``InvalidInputError`` naming the first NaN or infinity in ``message``'s
+    ``additional_kwargs`` or blocks: JSON has no such number, and pydantic's JSON dump would
+    store it as ``null``, silently (see the module docstring)."""
+    found = _non_finite(message.additional_kwargs, "additional_kwargs")
+    for index, block in enumerate(message.blocks):
+        found = found or _non_finite(block, f"blocks[{index}]")
+    if found is not None:
+        path, value = found
+        raise InvalidInputError(
+            f"{_a_message(message.role)} cannot be stored: {path} is {value!r}, and JSON has no NaN or "
+            "infinity (it would come back as None); nothing was written. Store it as a string (str(value)) or "
+            "leave it out"
+        )
+
+
+def _non_finite(value: Any, path: str) -> tuple[str, float] | None:
+    """The path and value of the first NaN or infinite float in ``value`` (dicts, lists,
+    tuples, sets and pydantic models, however nested), or ``None``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, Any]] = ((f"{path}[{key!r}]", item) for key, item in value.items())
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = ((f"{path}[{index}]", item) for index, item in enumerate(value))
+    elif isinstance(value, BaseModel):
+        items = ((f"{path}.{name}", getattr(value, name, None)) for name in type(value).model_fields)
+    else:
+        return None
+    for where, item in items:
+        found = _non_finite(item, where)
+        if found is not None:
+            return found
+    return None
 
 
 def _blocks_for(message: Message) -> list[Any]:

@@ -3,9 +3,10 @@
 :class:`GatekeeperMemory` is a ``BaseMemory``: pass it as ``memory=`` to any chat
 engine or agent.  ``put`` / ``set`` / ``reset`` write to a core
 :class:`~context_gatekeeper.Transcript` (every change a recorded revision);
-``get(input)`` returns only what the current message needs: leading system
-messages, the earlier turns the topic gate selects (a tool call always with its
-result), and the current turn whole, within ``token_limit``.  Everything else
+``get(input)`` returns only what the current message needs: every system message
+(pinned content: the leading ones, then those put later, in order), the earlier turns
+the topic gate selects (a tool call always with its result), and the current turn
+whole, within ``token_limit``.  Everything else
 (``edit``, ``undo``, ``history``, ...) is the core's
 :class:`~context_gatekeeper.transcripts.versioned.VersionedTranscriptMixin`, delegating to the
 transcript; ``to_dict`` / ``from_dict``, pickling and ``copy.deepcopy`` call the plain
@@ -36,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -156,7 +157,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
         if "session_id" in fields:
             require_session_id(fields["session_id"])
-        tokenizer_fn = fields.pop("tokenizer_fn", None)
+        tokenizer_fn = _require_tokenizer(fields.pop("tokenizer_fn", None))
         semantic: dict[str, Any] = {
             k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None
         }
@@ -189,7 +190,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             raise InvalidInputError(f"GatekeeperMemory: {problems}; see help(GatekeeperMemory.from_defaults)") from None
         default_model = given_edit_model(model, llm)
         if token_counter is None and tokenizer_fn is not None:
-            token_counter = lambda text: len(tokenizer_fn(text))  # noqa: E731
+            token_counter = _token_count_of(tokenizer_fn)
         count = resolve_token_counter(token_counter)
         self.tokenizer_fn = tokenizer_fn or (lambda text: range(count(text)))
         self._count = count
@@ -298,7 +299,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             store: ``None`` (in memory), a SQLite file path, or any core ``Store``.
             session_id: the conversation's key in the store (a non-empty str).
             tokenizer_fn / token_counter: how to count tokens (default: tiktoken
-                ``cl100k_base``, offline).
+                ``cl100k_base``, offline).  ``tokenizer_fn`` is a callable text -> sequence
+                of tokens (as ``ChatMemoryBuffer`` takes it), tried once on a short text
+                before the store is opened: anything else, or one that returns a count,
+                raises the library's error (a count is ``token_counter=``).
             embedder: turns on the semantic channel for ``get``: a LlamaIndex
                 ``BaseEmbedding`` (for example the index's ``embed_model``), a LangChain
                 ``Embeddings``, or a callable ``list[str] -> list[list[float]]`` (numpy
@@ -362,11 +366,16 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
 
         The query is ``input`` when given (a str, a ``ChatMessage``, or a ``QueryBundle``
         as ``ContextChatEngine.chat(QueryBundle(...))`` passes it: its ``query_str``),
-        else the open turn's text.  The open turn is the last unanswered user message and
-        those right before it while together they fit ``token_limit`` (a pasted text or an
-        image, then the question, are one turn; older ones are gated as earlier turns).  The current
-        turn (the open one, or with neither ``input`` nor an open turn the last turn) is
-        never gated and always returned whole.  ``initial_token_count`` (tokens the caller
+        else the current turn's text.  The current turn is never gated and always returned
+        whole, at the end: the last turn when it is still being answered (unanswered, or an
+        agent's tool loop: it ends in a tool call or a tool result, as after a multi-agent
+        handoff), with the unanswered user messages right before it while together they fit
+        ``token_limit`` (a pasted text or an image, then the question, are one turn; older ones
+        are gated as earlier turns); else the last turn when there is no ``input`` or the
+        ``input`` is its question; else there is none (an engine's ``get(input=...)`` before
+        it puts the message).  Every system message is pinned content: a system message put
+        mid-conversation (a new instruction) is sent on every call, after the leading ones, in
+        order, and paid for once.  ``initial_token_count`` (tokens the caller
         adds, such as a system prompt) is taken off ``token_limit``; other keyword
         arguments engines pass are accepted and ignored.  Returns fresh copies.
 
@@ -375,7 +384,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         turn by its texts (its assistant messages as one), so when what it selected costs
         more as returned, the oldest selected turns are left out, whole, until it fits
         (when the system messages and the current turn alone exceed it, they are returned
-        all the same, with no earlier turn).
+        all the same, with no earlier turn).  When that leaves out every selected turn and the
+        current turn has no user message, the newest is kept as its question and final answer
+        if those fit without its tool calls.
 
         Raises:
             TypeError: ``input`` is none of the above (``get(5)`` passes 5 as the query;
@@ -545,23 +556,27 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """Under the lock: what ``get`` selects from (see :class:`_Plan`)."""
         if input_text is not None and not input_text.strip():
             input_text = None  # a blank input is no input: the last turn is the query, as for get()
-        system, turns = group_turns(self._transcript.messages)
+        system, turns, inner = _pinned_apart(self._transcript.messages)
         # the unanswered user messages before the last join it while they fit beside the system messages
         limit = self.token_limit - reserved - self._cost(system)
-        current, earlier, exclude = _current_turn(turns, input_text is None, self._cost, limit)
+        current, earlier, exclude = _current_turn(turns, input_text, self._cost, limit)
         query = input_text or (current.texts[0] if current else None)
         tail = list(current.messages) if current else []
         room = max(0, self.token_limit - reserved - self._cost(tail))  # an open turn over the limit leaves none
-        return _Plan(system, earlier, current, exclude, query, tail, room)
+        keys = exclude or ((current.key,) if current else ())
+        outside = self._cost([m for key in keys for m in inner.get(key, ())])
+        inside = self._cost([m for messages in inner.values() for m in messages]) - outside
+        return _Plan(system, earlier, current, exclude, query, tail, room, outside, inside)
 
     def _select(self, input_text: str | None, reserved: int) -> list[Message]:
         with self._lock:
             plan = self._plan(input_text, reserved)
             if plan.query is None or not plan.query.strip():
-                earlier = self._recent(plan.system, plan.earlier, plan.room)
-            else:
-                earlier = self._gated(plan.query, plan.room, plan.current, plan.exclude)
-            return self._fit(earlier, plan.room) + plan.tail
+                return self._assembled(plan, self._recent(plan.earlier, plan.room - self._cost(plan.system)))
+            chosen = self._gated(plan)
+            if plan.inside and not self._fits(plan, chosen):  # system messages whose turns were left out
+                chosen = self._gated(plan, pinned=True)
+            return self._assembled(plan, chosen)
 
     async def _aselect(self, input_text: str | None, reserved: int) -> list[Message]:
         """:meth:`_select` with the embedding awaited (the lock is held only to read)."""
@@ -572,52 +587,55 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
 
         read = await asyncio.to_thread(plan)
         if read.query is None or not read.query.strip():
-            earlier = self._recent(read.system, read.earlier, read.room)
-        else:
-            earlier = await self._agated(read.query, read.room, read.current, read.exclude)
-        return self._fit(earlier, read.room) + read.tail
+            return self._assembled(read, self._recent(read.earlier, read.room - self._cost(read.system)))
+        chosen = await self._agated(read)
+        if read.inside and not self._fits(read, chosen):
+            chosen = await self._agated(read, pinned=True)
+        return self._assembled(read, chosen)
 
-    def _gated(self, query: str, budget: int, current: MessageTurn | None, exclude: tuple[str, ...]) -> list[Message]:
-        """Leading system messages and the selected earlier turns, within ``budget`` as the
-        gate prices turns (:meth:`_fit` then checks it message by message).
+    def _gated(self, plan: _Plan, pinned: bool = False) -> list[Message]:
+        """The earlier turns the gate selects for ``plan.query`` within :meth:`_Plan.gate_budget`
+        as it prices turns (:meth:`_fit` then checks it message by message), with whatever
+        system messages it returns (:meth:`_assembled` puts every system message in its place).
 
         The current turn is cut off by its key (see :func:`_before`), not by the ids of
         its messages as read: an answer ``put`` meanwhile (or from another process
         before the gate read the store) is never returned ahead of its question.  The
-        turns an open current turn is made of (``exclude``: a run of unanswered user
-        messages) are never candidates.  An answered current turn is indexed like any
-        other: the gate may select it (it matches its own question), paying for it from
-        the budget, so its cost is handed back first; the caller returns it once, at the end.
+        turns a current turn still being answered is made of (``exclude``: an open run of
+        unanswered user messages, an agent's tool loop) are never candidates.  An answered
+        current turn is indexed like any other: the gate may select it (it matches its own
+        question), paying for it from the budget, so its cost as the gate prices it (its
+        system messages, ``plan.outside``, included) is handed back first; the caller returns
+        it once, at the end.
         """
-        gate = self._gate
-        if current is None or current.is_open:
+        gate, query, budget = self._gate, plan.query or "", plan.gate_budget(pinned)
+        current, exclude = plan.current, plan.exclude
+        if current is None or exclude:
             return _before(gate.select_messages(query, include_open=False, token_budget=budget, exclude_keys=exclude),
                            current)
-        selected = gate.select_messages(query, include_open=False, token_budget=budget + self._cost(current.messages))
+        handed_back = budget + self._cost(current.messages) + plan.outside
+        selected = gate.select_messages(query, include_open=False, token_budget=handed_back)
         cut = _cut(selected, current)
         if cut is None:  # not picked: the others must fit without it
             return _before(gate.select_messages(query, include_open=False, token_budget=budget), current)
         return selected[:cut]
 
-    async def _agated(
-        self, query: str, budget: int, current: MessageTurn | None, exclude: tuple[str, ...]
-    ) -> list[Message]:
+    async def _agated(self, plan: _Plan, pinned: bool = False) -> list[Message]:
         """:meth:`_gated` with the embedding awaited."""
-        gate = self._gate
-        if current is None or current.is_open:
+        gate, query, budget = self._gate, plan.query or "", plan.gate_budget(pinned)
+        current, exclude = plan.current, plan.exclude
+        if current is None or exclude:
             selected = await gate.aselect_messages(query, include_open=False, token_budget=budget, exclude_keys=exclude)
             return _before(selected, current)
-        selected = await gate.aselect_messages(
-            query, include_open=False, token_budget=budget + self._cost(current.messages)
-        )
+        handed_back = budget + self._cost(current.messages) + plan.outside
+        selected = await gate.aselect_messages(query, include_open=False, token_budget=handed_back)
         cut = _cut(selected, current)
         if cut is None:
             return _before(await gate.aselect_messages(query, include_open=False, token_budget=budget), current)
         return selected[:cut]
 
-    def _recent(self, system: list[Message], turns: list[MessageTurn], budget: int) -> list[Message]:
-        """No text to gate on: the system messages and the latest whole turns that fit."""
-        budget -= self._cost(system)
+    def _recent(self, turns: list[MessageTurn], budget: int) -> list[Message]:
+        """No text to gate on: the latest whole turns that fit ``budget``."""
         kept: list[MessageTurn] = []
         for turn in reversed(turns):
             cost = self._cost(turn.messages)
@@ -625,17 +643,30 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
                 break
             kept.append(turn)
             budget -= cost
-        return list(system) + [m for turn in reversed(kept) for m in turn.messages]
+        return [m for turn in reversed(kept) for m in turn.messages]
 
-    def _fit(self, earlier: list[Message], room: int) -> list[Message]:
-        """``earlier`` (leading system messages, then whole earlier turns) within ``room`` tokens
+    def _fits(self, plan: _Plan, chosen: list[Message]) -> bool:
+        """Whether every system message and the turns of ``chosen`` fit ``plan.room``."""
+        return self._cost(plan.system) + self._cost(_unpinned(chosen)) <= plan.room
+
+    def _assembled(self, plan: _Plan, chosen: list[Message]) -> list[Message]:
+        """What ``get`` returns: every system message (pinned: the leading ones, then those put
+        later, in order), the turns of ``chosen`` that fit (:meth:`_fit`), the current turn."""
+        needs_user = not any(m.role == "user" for m in plan.tail)
+        return self._fit([*plan.system, *_unpinned(chosen)], plan.room, needs_user) + plan.tail
+
+    def _fit(self, earlier: list[Message], room: int, needs_user: bool = False) -> list[Message]:
+        """``earlier`` (system messages, then whole earlier turns) within ``room`` tokens
         as :meth:`_cost` counts them, message by message.
 
         The gate prices a turn by its texts (one text and one ``message_overhead`` a message,
-        the system messages as one prompt, tool-call arguments not at all), so what it
-        selected may cost more as ``get`` returns it.  Then the oldest
-        selected turns are left out, whole (a tool call never without its result), until the
-        rest fits; the system messages always stay (pinned content)."""
+        the leading system messages as one prompt), so what it selected may cost more as
+        ``get`` returns it.  Then the oldest selected turns are left out, whole (a tool call
+        never without its result), until the rest fits; the system messages always stay
+        (pinned content).  When that would leave out every selected turn and the current turn
+        has no user message (``needs_user``: an engine's ``get(input=...)`` before it puts
+        the message), the newest selected turn is kept as its question and final answer, if
+        they fit without its tool calls (:meth:`_gist`)."""
         if self._cost(earlier) <= room:
             return earlier
         system, turns = group_turns(earlier)
@@ -645,7 +676,23 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         while first < len(turns) and total > spare:
             total -= costs[first]
             first += 1
-        return system + [m for turn in turns[first:] for m in turn.messages]
+        kept = [m for turn in turns[first:] for m in turn.messages]
+        if needs_user and not any(m.role == "user" for m in kept):
+            kept = self._gist(turns, spare) or kept
+        return system + kept
+
+    def _gist(self, turns: list[MessageTurn], spare: int) -> list[Message]:
+        """The newest of ``turns`` that asks something, as its user message and its final
+        answer (the last message, an assistant message calling no tool), when the two fit
+        ``spare``; else ``[]`` (a question sent without its answer would be asked again)."""
+        for turn in reversed(turns):
+            first, last = turn.messages[0], turn.messages[-1]
+            if first.role == "user":
+                if last is first or last.role != "assistant" or call_text(last):
+                    return []
+                gist = [first, last]
+                return gist if self._cost(gist) <= spare else []
+        return []
 
     def _cost(self, messages: Sequence[Message]) -> int:
         """What ``messages`` cost as ``get`` returns them: each message's text and the name and
@@ -665,13 +712,17 @@ class _Plan(NamedTuple):
     """What ``get`` selects from, read under the memory's lock.
 
     Attributes:
-        system: the leading system messages.
-        earlier: the turns before the current one.
-        current: the current turn (returned whole), or None.
-        exclude: the keys of the turns an open current turn is made of (the gate must not pick them).
+        system: every system message, pinned: the leading ones, then those inside turns, in order.
+        earlier: the turns before the current one (without their system messages).
+        current: the current turn (returned whole, without its system messages), or None.
+        exclude: the keys of the turns a current turn still being answered is made of (an open
+            run of user messages, an agent's tool loop): the gate must not pick them.
         query: the text to gate on (the input, else the current turn's user text), or None.
         tail: the current turn's messages ([] without one).
         room: tokens left for the system messages and the earlier turns.
+        outside: what the system messages inside the current turn cost (the gate never pays them).
+        inside: what the system messages inside the earlier turns cost (the gate prices each
+            with its turn, not as pinned content).
     """
 
     system: list[Message]
@@ -681,31 +732,87 @@ class _Plan(NamedTuple):
     query: str | None
     tail: list[Message]
     room: int
+    outside: int = 0
+    inside: int = 0
+
+    def gate_budget(self, pinned: bool = False) -> int:
+        """The gate's budget for the earlier turns: ``room`` less the system messages it does
+        not see as pinned.  The gate prices a system message inside an earlier turn with that
+        turn, so by default each is paid for only if its turn is selected (exact when it is);
+        ``pinned``: paid for up front, whether its turn is selected or not (the selection then
+        surely fits, though a selected host pays twice)."""
+        return max(0, self.room - self.outside - (self.inside if pinned else 0))
+
+
+def _pinned_apart(messages: Sequence[Message]) -> tuple[list[Message], list[MessageTurn], dict[str, list[Message]]]:
+    """``messages`` as every system message (pinned content: the leading ones, then each one
+    put after the first turn, in order), the turns without them, and the system messages
+    each turn held, by turn key (the core's :func:`group_turns` keeps a system message put
+    mid-conversation in the turn before it; ``get`` sends it at the front, always)."""
+    system, turns = group_turns(messages)
+    inner = {t.key: [m for m in t.messages if m.role == "system"] for t in turns}
+    inner = {key: held for key, held in inner.items() if held}
+    if not inner:
+        return system, turns, {}
+    turns = [MessageTurn(t.key, tuple(m for m in t.messages if m.role != "system")) if t.key in inner else t
+             for t in turns]
+    return [*system, *(m for held in inner.values() for m in held)], turns, inner
+
+
+def _unpinned(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` without their system messages (sent apart, as pinned content)."""
+    return [m for m in messages if m.role != "system"]
 
 
 def _current_turn(
-    turns: list[MessageTurn], no_input: bool, cost: Callable[[Sequence[Message]], int], limit: int
+    turns: list[MessageTurn], input_text: str | None, cost: Callable[[Sequence[Message]], int], limit: int
 ) -> tuple[MessageTurn | None, list[MessageTurn], tuple[str, ...]]:
-    """The current turn, the turns before it, and the keys of the turns it is made of.
+    """The current turn, the turns before it, and the keys of the turns it is made of when it
+    is still being answered (the gate must not pick them; ``()`` otherwise).
 
-    The trailing run of unanswered user messages (several in a row: a pasted text or an
-    image, then the question) is one open turn, keyed by its first message: the last one,
-    and the ones before it while together they cost at most ``limit`` (older ones are earlier
-    turns, gated as any other: a long run of unanswered messages is not sent whole).
-    Without one, and without an input, the last turn is current; else there is none."""
-    start, spent = len(turns), 0
+    The last turn is current, returned whole and never gated, when it is still being
+    answered: unanswered (a run of user messages) or an agent's tool loop (it ends in a
+    tool result or a tool call: after a multi-agent handoff the next agent is sent the
+    question, the call and its result).  The unanswered user messages right before it (a
+    pasted text or an image, then the question) join it, keyed by the first, while together
+    they cost at most ``limit`` (older ones are earlier turns, gated as any other: a long run
+    of unanswered messages is not sent whole).  An answered last turn is current when there
+    is no input or the input is its question; else there is none."""
+    if not turns:
+        return None, [], ()
+    last = turns[-1]
+    if last.is_open or _in_tool_loop(last):
+        run = turns[_request_start(turns, cost, limit):]
+        merged = run[0] if len(run) == 1 else MessageTurn(run[0].key, tuple(m for t in run for m in t.messages))
+        return merged, turns[: len(turns) - len(run)], tuple(turn.key for turn in run)
+    if input_text is None or _asks(last, input_text):
+        return last, turns[:-1], ()
+    return None, turns, ()
+
+
+def _request_start(turns: list[MessageTurn], cost: Callable[[Sequence[Message]], int], limit: int) -> int:
+    """Where the current request starts: the last turn, and the unanswered user messages right
+    before it while together they cost at most ``limit`` (the last turn counts, always kept)."""
+    start, spent = len(turns) - 1, cost(turns[-1].messages)
     while start > 0 and turns[start - 1].is_open:
         spent += cost(turns[start - 1].messages)
-        if start < len(turns) and spent > limit:
+        if spent > limit:
             break
         start -= 1
-    if start < len(turns):
-        run = turns[start:]
-        merged = run[0] if len(run) == 1 else MessageTurn(run[0].key, tuple(m for t in run for m in t.messages))
-        return merged, turns[:start], tuple(turn.key for turn in run)
-    if turns and no_input:
-        return turns[-1], turns[:-1], ()
-    return None, turns, ()
+    return start
+
+
+def _in_tool_loop(turn: MessageTurn) -> bool:
+    """Whether ``turn`` has no final answer yet: it ends in a tool result or a tool call."""
+    last = turn.messages[-1]
+    return last.role == "tool" or (last.role == "assistant" and bool(call_text(last)))
+
+
+def _asks(turn: MessageTurn, text: str) -> bool:
+    """Whether ``turn`` starts with a user message of ``text`` (an engine's input that is the
+    question the turn holds)."""
+    first = turn.messages[0]
+    return first.role == "user" and first.content.strip() == text.strip()
 
 
 def _cut(selected: Sequence[Message], current: MessageTurn | None) -> int | None:
@@ -724,6 +831,52 @@ def _before(selected: list[Message], current: MessageTurn | None) -> list[Messag
     answer to it included) cannot come before it."""
     cut = _cut(selected, current)
     return selected if cut is None else selected[:cut]
+
+
+_PROBE = "How long should a Redis lock TTL be?"
+"""The text a new ``tokenizer_fn`` is tried on before the memory opens its store."""
+
+
+def _require_tokenizer(tokenizer_fn: Any) -> Callable[[str], Any] | None:
+    """``tokenizer_fn`` checked before the memory opens its store: ``None``, or a callable,
+    wrapped so that a result with no length raises the library's error
+    (:func:`_checked_tokens`) and tried once on a short text, so that one returning a count
+    is refused here and not at the first ``get``; anything else raises ``InvalidTypeError``."""
+    if tokenizer_fn is None or getattr(tokenizer_fn, "_checked_tokenizer", False):
+        return tokenizer_fn
+    if not callable(tokenizer_fn):
+        raise InvalidTypeError(
+            f"tokenizer_fn must be a callable text -> sequence of tokens (such as tiktoken's encode), got "
+            f"{type(tokenizer_fn).__name__}; to give a count per text, pass token_counter= (a callable text -> int)"
+        )
+    checked = _checked_tokens(tokenizer_fn)
+    checked(_PROBE)
+    return checked
+
+
+def _checked_tokens(tokenizer_fn: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``tokenizer_fn``, refusing a result with no length (a count, ``None``) with
+    ``InvalidInputError``: the budget counts ``len(tokenizer_fn(text))``, as chat engines do."""
+    name = getattr(tokenizer_fn, "__name__", type(tokenizer_fn).__name__)
+
+    def tokens(text: str) -> Any:
+        result = tokenizer_fn(text)
+        if not isinstance(result, Sized):
+            raise InvalidInputError(
+                f"tokenizer_fn must return a sequence of tokens; {name!r} returned {type(result).__name__} for a "
+                f"text of {len(text)} characters. To give a count, pass token_counter= (a callable text -> int) "
+                "instead of tokenizer_fn="
+            )
+        return result
+
+    tokens.__name__ = f"checked_{name}"
+    tokens._checked_tokenizer = True  # type: ignore[attr-defined]  # mypy types no attributes set on a function
+    return tokens
+
+
+def _token_count_of(tokenizer_fn: Callable[[str], Any]) -> Callable[[str], int]:
+    """The token counter of a (checked) ``tokenizer_fn``: the length of what it returns."""
+    return lambda text: len(tokenizer_fn(text))
 
 
 def _refuse_session_change(current: str, wanted: Any) -> None:

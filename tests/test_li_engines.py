@@ -259,3 +259,31 @@ def test_a_serialised_agent_context_reattaches_its_sqlite_memory_only_to_a_trust
     assert [m.content for m in detached.get_all()] == [*REDIS_1, *ESPRESSO]  # the conversation goes on, in memory
     assert [m.content for m in memory.get_all()] == list(REDIS_1)  # and says so: the file has only the first turn
     memory.close()
+
+
+@pytest.mark.parametrize("limit", [60, 2000])
+def test_after_a_multi_agent_handoff_the_next_agent_gets_the_question(limit: int) -> None:
+    """AgentWorkflow writes the router's handoff call and its result into memory, then asks
+    get(input=question): that turn is the agent's tool loop, the current turn, sent whole to the
+    next agent (at 60 tokens it is over the limit, and returned all the same, as ChatMemoryBuffer
+    returns it), never gated away."""
+    from llama_index.core.agent.workflow import AgentWorkflow
+
+    question = "Summarise our Redis lock TTL advice for the team wiki."
+    recorder = CallRecorder([tool_call("h1", "handoff", to_agent="writer", reason="the user wants a wiki page written"),
+                             "Here is the wiki page."])
+    llm = function_calling_llm(recorder)
+    router = FunctionAgent(name="router", description="routes", llm=llm, tools=[], can_handoff_to=["writer"],
+                           system_prompt="Route.")
+    writer = FunctionAgent(name="writer", description="writes wiki pages", llm=llm, tools=[], system_prompt="Write.")
+    workflow = AgentWorkflow(agents=[router, writer], root_agent="router")
+    memory = GatekeeperMemory.from_defaults(token_limit=limit)
+
+    async def run() -> None:
+        await workflow.run(user_msg=question, memory=memory)
+
+    asyncio.run(run())
+    sent = recorder.calls[1]  # the writer's call
+    assert [m.role.value for m in sent] == ["system", "user", "assistant", "tool"]
+    assert sent[0].content == "Write." and sent[1].content == question
+    assert sent[2].blocks[0].tool_kwargs["to_agent"] == "writer"

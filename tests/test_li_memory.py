@@ -245,9 +245,11 @@ def test_tokenizer_fn_and_token_counter_count_alike():
     memory = GatekeeperMemory.from_defaults(token_counter=words)
     assert len(memory.tokenizer_fn("three little words")) == 3  # engines count prefixes with it
     custom = GatekeeperMemory.from_defaults(tokenizer_fn=list, message_overhead=0)
-    turns(custom, ("ab", "cd"))
-    custom.get(input="ab?")
-    assert custom.gate.gatekeeper.turn_cost(1) == len("ab\ncd")  # the budget counts with it too
+    by_length = GatekeeperMemory.from_defaults(token_counter=len, message_overhead=0)  # a character a token
+    for made in (custom, by_length):
+        turns(made, ("ab", "cd"))
+        made.get(input="ab?")
+    assert custom.gate.gatekeeper.turn_cost(1) == by_length.gate.gatekeeper.turn_cost(1) >= 4  # the budget too
 
 
 def test_direct_construction_works_like_from_defaults():
@@ -703,9 +705,10 @@ def test_several_system_messages_each_count_their_overhead(limit: int) -> None:
 
 
 def test_get_stays_within_token_limit_whenever_the_pinned_content_fits() -> None:
-    """Property: whenever the leading system messages and the current turn fit, get() and aget()
-    return no more than token_limit - initial_token_count, counted message by message (tool-call
-    arguments included), and never a tool call without its result."""
+    """Property: whenever the system messages (all pinned) and the current turn fit, get() and
+    aget() return no more than token_limit - initial_token_count, counted message by message
+    (tool-call arguments included), never a tool call without its result, every system message,
+    and the current turn whole."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
@@ -731,20 +734,36 @@ def test_get_stays_within_token_limit_whenever_the_pinned_content_fits() -> None
             else:
                 history.append(ChatMessage(role=role, content=said))
         memory = GatekeeperMemory.from_defaults(token_limit=limit, token_counter=words, chat_history=history)
-        system, all_turns = group_turns(memory.transcript.messages)
-        run = 0
-        while run < len(all_turns) and all_turns[len(all_turns) - 1 - run].is_open:
-            run += 1
-        current = all_turns[len(all_turns) - run:] if run else all_turns[-1:] if query is None else []
-        floor = sent_cost(from_core_messages(system)) + sent_cost(from_core_messages(
-            [m for turn in current for m in turn.messages]))
+        system = [m for m in memory.transcript.messages if m.role == "system"]
+        _, all_turns = group_turns([m for m in memory.transcript.messages if m.role != "system"])
+        current = current_turns(all_turns, query)
+        tail = from_core_messages([m for turn in current for m in turn.messages])
+        floor = sent_cost(from_core_messages(system)) + sent_cost(tail)
         for got in (memory.get(query, initial_token_count=initial),
                     asyncio.run(memory.aget(query, initial_token_count=initial))):
             assert paired(got) or not paired(history)
+            assert contents(got[:len(system)]) == [m.content for m in system]  # every one, first, in order
             if floor <= limit - initial:
                 assert sent_cost(got) <= limit - initial
+                assert got[len(got) - len(tail):] == tail
 
     check()
+
+
+def current_turns(turns: list, query: str | None) -> list:
+    """The turns get(query) returns whole at the end (when they fit): the last turn and the
+    unanswered user messages before it when it is unanswered or ends in a tool call or result;
+    else the last turn with no query or a query that is its question; else none."""
+    if not turns:
+        return []
+    last = turns[-1]
+    if last.is_open or last.messages[-1].role == "tool" or last.messages[-1].metadata.get("tool_calls"):
+        start = len(turns) - 1
+        while start and turns[start - 1].is_open:
+            start -= 1
+        return turns[start:]
+    asked = last.messages[0].role == "user" and last.messages[0].content == query
+    return [last] if query is None or asked else []
 
 
 # -- get: the current turn ---------------------------------------------------------------
@@ -808,3 +827,194 @@ def test_a_new_tokenizer_fn_is_refused_and_changes_nothing() -> None:
         memory.tokenizer_fn = lambda text: text.split()
     assert memory.tokenizer_fn is before
     memory.tokenizer_fn = before  # the same one: nothing changes
+
+
+# -- get: an agent's tool loop is the current turn ----------------------------------------
+HANDOFF_QUESTION = "Summarise our Redis lock TTL advice for the team wiki."
+
+
+def handoff_loop(with_result: bool = True) -> list[ChatMessage]:
+    """What AgentWorkflow writes before the next agent's get(input=...): the question, the
+    router's handoff call and (once the tool ran) its result."""
+    call = ChatMessage(role="assistant", blocks=[ToolCallBlock(
+        tool_call_id="h1", tool_name="handoff", tool_kwargs={"to_agent": "writer", "reason": "a wiki page"})])
+    result = ChatMessage(role="tool", content="Agent writer is now handling the request.",
+                         additional_kwargs={"tool_call_id": "h1"})
+    return [user(HANDOFF_QUESTION), call, result] if with_result else [user(HANDOFF_QUESTION), call]
+
+
+def dumped(messages: list[ChatMessage]) -> list[dict]:
+    return [m.model_dump(mode="json") for m in messages]
+
+
+@pytest.mark.parametrize("with_result", [True, False])
+@pytest.mark.parametrize("limit", [10, 2000])
+def test_a_turn_in_an_agents_tool_loop_is_the_current_turn_even_with_an_input(with_result: bool, limit: int) -> None:
+    """A last turn with no final answer (it ends in a tool result or a tool call) is current
+    whatever the input: returned whole at the end, even over token_limit as an open turn is,
+    and never gated (a multi-agent handoff asks get(input=question) of such a state)."""
+    memory = GatekeeperMemory.from_defaults(token_limit=limit, token_counter=words, message_overhead=0)
+    turns(memory, ESPRESSO, REDIS_1)
+    loop = handoff_loop(with_result)
+    memory.put_messages(loop)
+    for query in (HANDOFF_QUESTION, "Which espresso grind for a moka pot?", None):
+        for got in (memory.get(query), asyncio.run(memory.aget(query))):
+            assert dumped(got[len(got) - len(loop):]) == dumped(loop)
+            if limit == 10:  # nothing else fits
+                assert len(got) == len(loop)
+    assert ESPRESSO[0] not in contents(memory.get(HANDOFF_QUESTION))  # the earlier turns are gated as before
+
+
+def test_the_unanswered_user_messages_before_a_tool_loop_join_it() -> None:
+    """A pasted text, then the question an agent works on: one request, sent whole to the next
+    agent as the open turn was to the first."""
+    pasted = user("maxmemory 2gb\nmaxmemory-policy noeviction\nappendfsync always")
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, chat_history=[user(ESPRESSO[0]), assistant(ESPRESSO[1]),
+                                                                            pasted, *handoff_loop()])
+    for got in (memory.get(HANDOFF_QUESTION), asyncio.run(memory.aget(HANDOFF_QUESTION))):
+        assert dumped(got) == dumped([pasted, *handoff_loop()])
+
+
+def test_an_input_that_is_the_last_question_makes_its_answered_turn_current() -> None:
+    """get(input=q) where q is the question of the last, answered turn: that turn is current
+    (returned whole, even over token_limit), not an earlier turn the budget may leave out."""
+    memory = GatekeeperMemory.from_defaults(token_limit=8, token_counter=words, message_overhead=0)
+    turns(memory, ESPRESSO, REDIS_1)  # 16 words each
+    for got in (memory.get(REDIS_1[0]), asyncio.run(memory.aget(REDIS_1[0])), memory.get(f"  {REDIS_1[0]}\n")):
+        assert contents(got) == list(REDIS_1)
+    assert memory.get("Which espresso grind for a moka pot?") == []  # another input: no current turn, nothing fits
+
+
+def test_fit_keeps_the_newest_selected_question_and_answer_when_no_user_message_would_be_left() -> None:
+    """When the selected turns cost more than the room and no current turn carries a user message,
+    the newest selected turn is kept as its question and final answer (its tool calls left out,
+    with their results) if they fit; else no earlier turn (a question without its answer is not sent)."""
+    memory = GatekeeperMemory.from_defaults(token_limit=100, token_counter=words, message_overhead=0)
+    system = [to_core(ChatMessage(role="system", content="Be brief."))]
+    turn = [to_core(m) for m in agent_turn(1)]
+    question, answer = turn[0], turn[-1]
+    gist = words(question.content) + words(answer.content) + 2
+    assert memory._fit(system + turn, gist, needs_user=True) == [*system, question, answer]
+    assert memory._fit(system + turn, gist - 1, needs_user=True) == system
+    assert memory._fit(system + turn, gist, needs_user=False) == system  # the current turn has the user message
+    whole = memory._cost(system + turn)
+    assert memory._fit(system + turn, whole, needs_user=True) == system + turn
+
+
+# -- get: system messages put mid-conversation ----------------------------------------------
+def system_message(text: str) -> ChatMessage:
+    return ChatMessage(role="system", content=text)
+
+
+def test_a_system_message_put_mid_conversation_is_always_sent_after_the_leading_ones() -> None:
+    """A system message put after the first turn (a new instruction) is pinned content, as the
+    leading ones are: sent on every get, at the front after them, in order; never between a
+    question and its answer, and never lost with the turn it was put after."""
+    memory = GatekeeperMemory.from_defaults(token_limit=3000)
+    memory.put(system_message("You are a helpful assistant."))
+    turns(memory, ESPRESSO)
+    memory.put(system_message("From now on, always answer in French."))  # grouped with the espresso turn by the core
+    turns(memory, REDIS_1, REDIS_2)
+    memory.put(user(REDIS_QUERY))
+    memory.put(system_message("Cite your sources."))  # grouped with the open question
+    front = ["You are a helpful assistant.", "From now on, always answer in French.", "Cite your sources."]
+    for query in (None, REDIS_QUERY, "Which espresso grind for a moka pot?"):
+        for got in (memory.get(query), asyncio.run(memory.aget(query))):
+            assert contents(got[:3]) == front
+            assert "system" not in [m.role.value for m in got[3:]] and got[-1].content == REDIS_QUERY
+    assert contents(memory.get()) == [*front, *REDIS_1, *REDIS_2, REDIS_QUERY]  # the espresso turn still gated out
+
+
+def test_a_system_message_put_mid_conversation_is_paid_for_once() -> None:
+    """The turn a system message was put after costs no more for it: at a budget that holds the
+    system message, that turn and the question exactly, all three are sent; a word less, the
+    turn is left out and the system message is still sent."""
+    memory = GatekeeperMemory.from_defaults(token_limit=24, token_counter=words, message_overhead=0)
+    turns(memory, REDIS_1)  # 16 words
+    memory.put(system_message("Answer in French."))  # 3
+    memory.put(user("And the Redis lock watchdog?"))  # 5
+    for got in (memory.get(), asyncio.run(memory.aget()), memory.get("Redis lock watchdog")):
+        assert contents(got) == ["Answer in French.", *REDIS_1, "And the Redis lock watchdog?"]
+    memory.token_limit = 23
+    for got in (memory.get(), asyncio.run(memory.aget())):
+        assert contents(got) == ["Answer in French.", "And the Redis lock watchdog?"]
+
+
+def test_a_system_message_whose_turn_is_left_out_is_paid_for_up_front() -> None:
+    """Put after an off-topic turn the gate leaves out, the system message is still sent and
+    paid for: the turns the gate selects fit beside it, else they are selected again within
+    what it leaves."""
+    memory = GatekeeperMemory.from_defaults(token_limit=24, token_counter=words, message_overhead=0)
+    turns(memory, ESPRESSO)  # 16 words
+    memory.put(system_message("Answer in French."))  # 3, grouped with the espresso turn by the core
+    turns(memory, REDIS_1)  # 16
+    memory.put(user("And the Redis lock watchdog?"))  # 5
+    for got in (memory.get(), asyncio.run(memory.aget())):
+        assert contents(got) == ["Answer in French.", *REDIS_1, "And the Redis lock watchdog?"]
+    memory.token_limit = 23
+    for got in (memory.get(), asyncio.run(memory.aget())):
+        assert contents(got) == ["Answer in French.", "And the Redis lock watchdog?"]
+    two = GatekeeperMemory.from_defaults(token_limit=42, token_counter=words, message_overhead=0)
+    turns(two, ESPRESSO)
+    two.put(system_message("Answer in French."))
+    turns(two, REDIS_1, REDIS_2)  # 16 words each
+    two.put(user(REDIS_QUERY))  # 9: room for the system message and one Redis turn, not two
+    for got in (two.get(), asyncio.run(two.aget())):  # the gate's choice (the TTL turn), not the newest
+        assert contents(got) == ["Answer in French.", *REDIS_1, REDIS_QUERY]
+
+
+# -- refusals: tokenizer_fn and values JSON cannot keep -------------------------------------
+def test_a_tokenizer_fn_that_gives_no_tokens_is_refused_before_the_store_is_opened(tmp_path: Path) -> None:
+    from context_gatekeeper import InvalidInputError, InvalidTypeError
+
+    path = tmp_path / "chats.db"
+    refused = [(5, InvalidTypeError, "callable.*token_counter="),
+               ("cl100k_base", InvalidTypeError, "callable.*token_counter="),
+               (lambda text: len(text.split()), InvalidInputError, "sequence of tokens.*token_counter=")]
+    for bad, error, match in refused:
+        with pytest.raises(error, match=match):
+            GatekeeperMemory.from_defaults(store=str(path), chat_history=[user(REDIS_1[0])], tokenizer_fn=bad)
+        with pytest.raises(error, match=match):
+            GatekeeperMemory(tokenizer_fn=bad)
+    assert not path.exists()
+
+
+def test_a_tokenizer_fn_that_returns_a_count_later_raises_the_librarys_error_and_changes_nothing() -> None:
+    from context_gatekeeper import InvalidInputError
+
+    def tokens_for_short_texts(text: str) -> object:
+        return text.split() if len(text) < 40 else len(text.split())
+
+    memory = GatekeeperMemory.from_defaults(tokenizer_fn=tokens_for_short_texts)
+    turns(memory, ("Redis lock TTL?", "Longer than the longest job that holds the lock, always."))
+    memory.put(user("And the watchdog?"))
+    with pytest.raises(InvalidInputError, match="tokenizer_fn must return a sequence of tokens.*token_counter="):
+        memory.get()
+    with pytest.raises(InvalidInputError, match="sequence of tokens"):  # what engines count their prefix with
+        memory.tokenizer_fn("a prompt of more than forty characters, as engines send")
+    assert len(memory.get_all()) == 3 and memory.transcript.head == 3
+
+
+@pytest.mark.parametrize("message, where", [
+    (ChatMessage(role="assistant", content="hi", additional_kwargs={"logprob": float("-inf")}),
+     r"additional_kwargs\['logprob'\] is -inf"),
+    (ChatMessage(role="assistant", content="hi", additional_kwargs={"scores": [0.5, {"top": float("nan")}]}),
+     r"additional_kwargs\['scores'\]\[1\]\['top'\] is nan"),
+    (ChatMessage(role="assistant",
+                 blocks=[ToolCallBlock(tool_call_id="c1", tool_name="f", tool_kwargs={"x": float("inf")})]),
+     r"blocks\[0\]\.tool_kwargs\['x'\] is inf"),
+])
+def test_nan_and_infinity_are_refused_naming_where_and_nothing_is_written(message: ChatMessage, where: str) -> None:
+    """JSON has no NaN or infinity (pydantic's JSON dump writes null): the message is refused
+    as any value JSON cannot keep is, before anything is written; finite floats are kept."""
+    from context_gatekeeper import InvalidInputError
+
+    memory = GatekeeperMemory.from_defaults(session_id="non-finite")
+    turns(memory, REDIS_1)
+    before = dumped(memory.get_all()), memory.transcript.head
+    for write in (memory.put, lambda m: memory.put_messages([user("q"), m]), lambda m: memory.set([user("q"), m])):
+        with pytest.raises(InvalidInputError, match=where + ".*nothing was written"):
+            write(message)
+    assert (dumped(memory.get_all()), memory.transcript.head) == before
+    memory.put(ChatMessage(role="assistant", content="ok", additional_kwargs={"logprob": -1.5, "top": [0.25]}))
+    assert memory.get_all()[-1].additional_kwargs == {"logprob": -1.5, "top": [0.25]}
