@@ -191,7 +191,7 @@ class _TopicGate:
         if not prior:
             return list(prior)
         query = query if query.strip() else NO_TEXT_QUERY
-        if isinstance(hist, GatekeeperChatMessageHistory):
+        if isinstance(hist, GatekeeperChatMessageHistory) and _answered(prior):
             # matched by position (ids may be absent): the history's incremental index answers
             if same_messages(prior, hist.transcript.messages):
                 gate = self._gate_for(hist)
@@ -203,7 +203,7 @@ class _TopicGate:
         if not prior:
             return list(prior)
         query = query if query.strip() else NO_TEXT_QUERY
-        if isinstance(hist, GatekeeperChatMessageHistory):
+        if isinstance(hist, GatekeeperChatMessageHistory) and _answered(prior):
             if same_messages(prior, await hist.transcript.aget_messages()):
                 gate = self._gate_for(hist)
                 if gate.semantic:
@@ -220,6 +220,14 @@ class _TopicGate:
             if gate is None:
                 gate = self._gates[hist] = TranscriptGate(hist.transcript, options=self._history_options)
             return gate
+
+
+def _answered(prior: Sequence[BaseMessage]) -> bool:
+    """Whether the stored history ends answered.  The history's own index treats a stored
+    unanswered message as the open turn, sent whole whatever its size; in a chain the new
+    input is the open turn, so such a history (a message added by hand, a run that failed)
+    is gated as a list instead, where that message is an earlier turn within the budget."""
+    return not isinstance(prior[-1], HumanMessage)
 
 
 Steps = Generator[tuple[list[BaseMessage], str, "BaseChatMessageHistory | None"], list[BaseMessage], Any]

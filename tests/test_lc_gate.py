@@ -111,6 +111,28 @@ def test_dict_mode_sends_the_gated_view_and_stores_everything_once():
     assert texts(sessions["s"].messages) == [*FULL, REDIS_QUERY, "answer 0", ESPRESSO_QUERY, "answer 1"]
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_stored_unanswered_message_is_an_earlier_turn_within_the_budget(use_async: bool):
+    """A history that ends with an unanswered message (a run that failed after storing it, a
+    message added by hand): the new input is the open turn, so the stored message is gated as
+    an earlier turn and the history sent stays within the budget (the history's own index sent
+    it whole as its open turn: 4,834 tokens for a budget of 300)."""
+    from context_gatekeeper.tokens import resolve_token_counter
+
+    count = resolve_token_counter(None)
+    manual = "Here is our whole espresso machine manual: " + "grind, tamp, pull the shot. " * 600
+    sessions, rec = Sessions(), Recorder()
+    sessions("s").add_messages([HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]), HumanMessage(manual)])
+    chain = dict_chain(sessions, gate_options={"token_budget": 300})
+    ask = chain.ainvoke if use_async else chain.invoke
+    result = ask({"question": REDIS_QUERY}, config(rec))
+    if use_async:
+        asyncio.run(result)
+    history = rec.last[1:-1]  # between the prompt's system message and the question
+    assert texts(history) == list(REDIS_1)
+    assert sum(count(m.text) + 3 for m in history) <= 300
+
+
 def test_dict_mode_async():
     sessions, rec = Sessions(), Recorder()
     seeded(sessions("s"))
