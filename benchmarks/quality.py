@@ -30,8 +30,9 @@ Every case is a conversation (``turns``, oldest first) and the next user message
 ``relevant_turns`` are 0-based positions, so id = position + 1) and a decision
 (``continue``, ``switch`` or ``return``).
 
-A turn's cost is the number of tiktoken ``cl100k_base`` tokens of
-``user + "\\n" + assistant``, with no per-message overhead, for every selector.
+A turn's cost is the number of tiktoken ``cl100k_base`` tokens of its user text plus those of
+its assistant text (each counted as the message it is sent as, as the library counts them),
+with no per-message overhead, for every selector.
 
 Metrics, for a selector at a token budget B:
 
@@ -195,8 +196,10 @@ def cached_counter() -> Callable[[str], int]:
 
 
 def turn_cost(user: str, assistant: str) -> int:
-    """The benchmark's cost of a turn: tokens of ``user + "\\n" + assistant``."""
-    return cached_counter()(user + "\n" + assistant)
+    """The benchmark's cost of a turn: tokens of ``user`` plus tokens of ``assistant`` (the
+    library's own cost of it with ``message_overhead=0``)."""
+    count = cached_counter()
+    return count(user) + (count(assistant) if assistant else 0)
 
 
 # --------------------------------------------------------------------------

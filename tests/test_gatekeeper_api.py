@@ -243,8 +243,19 @@ def test_a_token_counter_failing_on_a_new_system_prompt_leaves_the_old_prompt_an
 def test_turn_cost_counts_text_tools_and_per_message_overhead() -> None:
     gk = make(message_overhead=3)
     turn_id = gk.add_turn("one two", "three", tool_texts=["four five six"])
-    joined = "one two\nthree\nfour five six"
-    assert gk.turn_cost(turn_id) == words(joined) + 3 * 3
+    assert gk.turn_cost(turn_id) == words("one two") + words("three") + words("four five six") + 3 * 3
+
+
+def test_each_text_of_a_turn_is_counted_as_the_message_it_is_sent_as() -> None:
+    """A counter that rounds up per text (about four characters a token): twenty small tool
+    messages cost what each costs, not what their joined text costs (11% less: a selection
+    went over its budget)."""
+    gk = ContextGatekeeper(token_budget=1000, token_counter=lambda text: -(-len(text) // 4), message_overhead=0)
+    tools = [f"ok {n}" for n in range(10, 30)]  # five characters: two tokens each, 1.2 joined
+    turn_id = gk.add_turn("Run the checks", "All passed.", tool_texts=tools)
+    count = gk.options.count
+    each = sum(count(t) for t in ["Run the checks", "All passed.", *tools])
+    assert gk.turn_cost(turn_id) == each > count("\n".join(["Run the checks", "All passed.", *tools]))
 
 
 def test_a_one_megabyte_message_is_indexed_and_selected() -> None:

@@ -566,12 +566,16 @@ class ContextGatekeeper(SemanticMethods):
         return 0 if text is None else self._count(text) + overhead
 
     def _turn_cost(self, turn: Turn, overhead: int | None = None) -> int:
-        """Tokens of ``user + "\\n" + answer`` plus the per-message overhead (``overhead``, or
-        the gatekeeper's)."""
-        answer = "\n".join(t for t in (turn.assistant, *turn.tool_texts) if t)
+        """Tokens of each of the turn's texts, each counted as the message it is sent as, plus
+        the per-message overhead (``overhead``, or the gatekeeper's) for each.  (The texts were
+        counted joined: with a counter that rounds up per text, such as four characters a
+        token, an agent turn of twenty small tool messages was priced 11% under what its
+        messages cost, and a selection went over its budget.)"""
+        count = self._count
+        texts = [t for t in (turn.user, turn.assistant, *turn.tool_texts) if t]
         messages = bool(turn.user) + bool(turn.assistant) + len(turn.tool_texts)
         overhead = self._message_overhead if overhead is None else overhead
-        return self._count(turn.user + "\n" + answer) + overhead * messages
+        return sum(map(count, texts)) + overhead * messages
 
 
 class _TurnCost:

@@ -270,9 +270,8 @@ NO_TEXT = "\u2026"
 """What a turn with no text (an image sent alone, an empty tool-call answer) is indexed as,
 in its user text: the gatekeeper refuses a turn whose texts are all blank, and the turn must
 hold its place (its topic, its position).  One character ("…") that gives no anchor and no
-cue, so nothing matches it, and whose text costs what no text costs to within a token
-(tiktoken counts "…\n" as it counts "\n"; a ``len`` counter one character more); the turn is
-charged one ``message_overhead`` for it, as for a user message with text."""
+cue, so nothing matches it, and costs one token (one character with a ``len`` counter); the
+turn is charged one ``message_overhead`` for it, as for a user message with text."""
 
 
 def _indexed(texts: tuple[str, str, tuple[str, ...]]) -> tuple[str, str, tuple[str, ...]]:
