@@ -345,6 +345,24 @@ def test_a_tool_call_is_read_and_priced_with_the_message_that_makes_it() -> None
     )) == 'Let me look.\nsearch {"q": "ttl"} now'  # a provider's JSON string as it is; no arguments, none
 
 
+def test_the_messages_start_on_a_user_message_after_the_system_messages() -> None:
+    """A chat that opens with the assistant's greeting: a selection that keeps the greeting's
+    turn first leaves it out of the messages (providers refuse a conversation opening with the
+    assistant); a greeting after a kept question stays."""
+    t = Transcript("s")
+    t.append(messages=[Message("sys", "system", "Be brief."),
+                       Message("hi", "assistant", "Hello! I can help with Redis lock questions.")])
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    t.append(user="And the Redis lock watchdog?")
+    gate = TranscriptGate(t, token_budget=1000)
+    selection = gate.explain("And the Redis lock watchdog?")
+    greeting = gate.gatekeeper.turns[0].id
+    assert greeting in selection.turn_ids  # the words match: the gate keeps it
+    sent = gate.select_messages("And the Redis lock watchdog?")
+    assert [m.role for m in sent] == ["system", "user", "assistant", "user"]
+    assert "hi" not in [m.id for m in sent]
+
+
 def test_an_agent_turn_costs_each_of_its_messages_its_overhead() -> None:
     """A question, two tool calls with their results and the final answer: six messages sent,
     six overheads counted (the answers priced as one text counted one)."""

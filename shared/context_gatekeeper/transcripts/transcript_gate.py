@@ -571,10 +571,16 @@ class TranscriptGate:
     def _messages(self, selection: Selection, include_open: bool, run: tuple[str, ...] = ()) -> list[Message]:
         """A selection's messages as of now: a turn removed meanwhile is left out, and a
         turn's messages are always its current ones; the open run's turns (``run``, by key)
-        come right before the open turn."""
+        come right before the open turn.  After the system messages the list starts on a user
+        message: a selected turn of answers alone (a greeting before the first question) is
+        left out when it would come first, as the LangChain list path leaves it out (many
+        providers refuse a conversation that opens with the assistant)."""
         with self._lock:
             by_id, ids = self._by_turn_id, self._ids
-            kept = [m for turn_id in selection.turn_ids if turn_id in by_id for m in by_id[turn_id].messages]
+            turns = [by_id[turn_id] for turn_id in selection.turn_ids if turn_id in by_id]
+            while turns and turns[0].messages[0].role != "user":
+                del turns[0]  # an answer before any question (a greeting): the view starts on a user message
+            kept = [m for turn in turns for m in turn.messages]
             tail: list[Message] = []
             if include_open and self._open:
                 tail = [m for key in run if ids.get(key) in by_id for m in by_id[ids[key]].messages]
