@@ -314,15 +314,23 @@ def _probe(count: Callable[[str], int], counter: Any) -> None:
     it is.  Its count is kept, so probing the same counter again calls nothing."""
     try:
         count(PROBE_TEXT)
-    except GatekeeperError:
-        raise
     except Exception as error:
+        # the core's own refusal of a counter that cannot take a str is reworded with the forms a
+        # LangChain user has at hand; its other errors (a bad count) pass as they are
+        cause = error.__cause__ if isinstance(error, GatekeeperError) else error
+        if not isinstance(cause, Exception) or (cause is not error and not isinstance(cause, (TypeError, AttributeError))):
+            raise
         name = getattr(counter, "__name__", type(counter).__name__)
-        raise InvalidInputError(
-            f"token_counter {name!r} failed on a sample text ({type(error).__name__}: {error}); a token_counter "
-            "counts the tokens of ONE text: it is called with a str and returns an int (a trim_messages counter, "
-            f"which takes a list of messages, does not fit): {COUNTER_FORMS}"
-        ) from error
+        raise InvalidInputError(_probe_failed(name, cause)) from cause
+
+
+def _probe_failed(name: str, error: Exception) -> str:
+    """The message of :func:`_probe`'s refusal of the counter called ``name``."""
+    return (
+        f"token_counter {name!r} failed on a sample text ({type(error).__name__}: {error}); a token_counter "
+        "counts the tokens of ONE text: it is called with a str and returns an int (a trim_messages counter, "
+        f"which takes a list of messages, does not fit): {COUNTER_FORMS}"
+    )
 
 
 def adapter_options(options: GateOptions) -> tuple[GateOptions, VectorLRU | None]:

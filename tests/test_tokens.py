@@ -531,3 +531,27 @@ def test_word_floor_is_close_on_prose_and_offered_only_for_checked_encodings(ref
     assert tokens.token_floor(resolve_token_counter(None)) is tokens.word_floor
     assert tokens.token_floor(resolve_token_counter("o200k_base")) is tokens.word_floor
     assert tokens.token_floor(resolve_token_counter(lambda text: len(text))) is None
+
+
+def test_a_counter_that_cannot_take_a_text_is_the_librarys_error_and_changes_nothing():
+    """A trim_messages-style counter (it reads a list of messages) fails on a str with a raw
+    AttributeError: the core says what a token counter is, and the gatekeeper keeps its turns."""
+    from context_gatekeeper import ContextGatekeeper
+
+    def trim_counter(messages):
+        return sum(len(m.content) for m in messages)
+
+    count = tokens.resolve_token_counter(trim_counter)
+    with pytest.raises(InvalidInputError, match="counts the tokens of ONE text") as raised:
+        count("How long should a Redis lock TTL be?")
+    assert isinstance(raised.value.__cause__, AttributeError)
+    gk = ContextGatekeeper(token_counter=trim_counter)
+    with pytest.raises(InvalidInputError, match="trim_counter"):
+        gk.add_turn("How long should a Redis lock TTL be?", "Longer than the longest job.")
+    assert len(gk) == 0
+
+    def failing(text):
+        raise ConnectionError("the provider's counting endpoint is down")
+
+    with pytest.raises(ConnectionError):  # only a counter that cannot take a str is rewrapped
+        tokens.resolve_token_counter(failing)("hello")

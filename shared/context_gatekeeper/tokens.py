@@ -377,7 +377,15 @@ def _checked(counter: Callable[[str], Any]) -> TokenCounter:
     name = getattr(counter, "__name__", type(counter).__name__)
 
     def count(text: str) -> int:
-        result = counter(text)
+        try:
+            result = counter(text)
+        except (TypeError, AttributeError) as error:  # a counter of message lists (trim_messages'), or of other input
+            raise InvalidInputError(
+                f"token counter {name!r} failed on a text of {len(text)} characters ({type(error).__name__}: {error}); "
+                "a token_counter counts the tokens of ONE text: it is called with a str and returns an int (a "
+                "trim_messages counter, which takes a list of messages, does not fit). Pass such a function, a "
+                "tiktoken encoding name, or None for the default (tiktoken cl100k_base)."
+            ) from error
         # typeshed's numbers.Real has < but not >=, and a __ceil__ typed as a protocol: compare
         # with < and convert with int() (exact for every real number, finite here).
         if isinstance(result, numbers.Integral) and not isinstance(result, bool) and int(result) >= 0:
@@ -416,8 +424,9 @@ def resolve_token_counter(counter: TokenCounterLike = None) -> TokenCounter:
 
     ``None`` gives the default (``cl100k_base``); a string names a tiktoken
     encoding; an object with ``encode`` is used as ``len(obj.encode(text))``;
-    any other callable is wrapped so that a count below 0, NaN or infinite raises
-    :class:`~context_gatekeeper.errors.InvalidInputError` when it happens.
+    any other callable is wrapped so that a count below 0, NaN or infinite, or a counter that
+    cannot take a str (a ``TypeError`` or ``AttributeError`` from it: a counter of message
+    lists), raises :class:`~context_gatekeeper.errors.InvalidInputError` when it happens.
 
     >>> resolve_token_counter(lambda text: -1)("hello")
     Traceback (most recent call last):
