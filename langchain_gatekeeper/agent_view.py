@@ -5,7 +5,8 @@ needs: pinned content (leading system messages, summary messages) first, then th
 earlier turns a :class:`~context_gatekeeper.ContextGatekeeper` selects for the
 current query, then the current turn whole (the user's own last human message and everything
 after it: the agent's tool loop is never gated, and a human message a tool delivers, such as
-an image returned through a ``Command``, is part of it, see :func:`current_turn_start`).  Each
+an image returned through a ``Command``, is part of it where the run's input is known or the
+message has no text, see :func:`_own_ask`).  Each
 pinned message is priced as the message it is sent as, so the list sent stays within
 ``token_budget`` (the current turn apart).  Turns group an AI tool call with
 its ToolMessages (grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns`
@@ -95,16 +96,16 @@ def _asks(message: BaseMessage) -> bool:
 
 
 def current_turn_start(
-    messages: Sequence[BaseMessage], cost: Callable[[BaseMessage], int] | None = None, room: int = 0
+    messages: Sequence[BaseMessage], cost: Callable[[BaseMessage], int] | None = None, room: int = 0,
+    run_input: Callable[[str], bool] | None = None,
 ) -> int | None:
     """Where the current turn starts (None when no human message): the user's own last
-    message (:func:`_own_ask`: a human message a tool step delivered, such as an image a tool
-    returns through a ``Command``, belongs to the run, not to a turn of its own), and the
-    human messages right before it, unanswered (a pasted text or an image, then the
-    question: one turn, as the LlamaIndex memory reads it), while together they ``cost`` at
-    most ``room`` (without ``cost``: all of them).  Older ones are earlier turns, gated as
-    any other: a long run of unanswered messages is not sent whole."""
-    own = _own_ask(messages)
+    message (:func:`_own_ask`; ``run_input`` tells a run's input by its id, as the middleware
+    records it), and the human messages right before it, unanswered (a pasted text or an
+    image, then the question: one turn, as the LlamaIndex memory reads it), while together
+    they ``cost`` at most ``room`` (without ``cost``: all of them).  Older ones are earlier
+    turns, gated as any other: a long run of unanswered messages is not sent whole."""
+    own = _own_ask(messages, run_input)
     return None if own is None else _run_start(messages, own, cost, room)[0]
 
 
@@ -116,28 +117,38 @@ def _ask_before(messages: Sequence[BaseMessage], end: int) -> int | None:
 def _tool_step(messages: Sequence[BaseMessage], i: int) -> bool:
     """Whether ``messages[i]`` is a step of an agent's tool loop: an AI message with tool calls,
     or a tool result after one (past other results).  A result patched in for a call the model
-    garbled (``invalid_tool_calls``: the run ended there, no tool ran) is not: the human message
-    after it is the user's next question."""
+    garbled (``invalid_tool_calls``: the run ended there, no tool ran) is not."""
     while i >= 0 and _role(messages[i]) == "tool":
         i -= 1
     step = messages[i] if i >= 0 else None
     return isinstance(step, AIMessage) and bool(step.tool_calls)
 
 
-def _own_ask(messages: Sequence[BaseMessage]) -> int | None:
+def _own_ask(messages: Sequence[BaseMessage], run_input: Callable[[str], bool] | None = None) -> int | None:
     """Index of the user's own last message, the one the open run answers (None: no user's message).
 
-    The human messages right after a tool step (:func:`_tool_step`), with nothing else between,
-    were delivered by the tool loop (a tool hands the model an image or a file as a
-    ``HumanMessage`` in its ``Command``): they belong to the run, so the search walks back
-    past them to the last user's message that does not follow a tool step.  A run that
-    failed inside its tool loop and is followed by the user's next message reads the same
-    way: the new message joins the failed run's turn, which is unanswered too.  With no
-    user's message before the tool-delivered ones, the earliest of those is the answer."""
-    ask = _ask_before(messages, len(messages))
-    while ask is not None:
+    A tool may hand the model an image or a file as a ``HumanMessage`` in its ``Command``,
+    right after its result: that message belongs to the run, not to a turn of its own (it
+    would take the run's question and tool calls out of the current turn).  Where the run's
+    input is known (``run_input``: the middleware records each run's input message by id
+    when the run starts) it is the answer: the last human message ``run_input`` accepts.
+    Otherwise the shape alone must tell, and it cannot always: a run that ends on a tool
+    result (a ``return_direct`` tool, structured output through a tool) followed by the next
+    question looks like a tool's delivery.  So only human messages *without text* (images,
+    files) right after a tool step are taken for the tool's; the last human message with text
+    is the user's own."""
+    last = _ask_before(messages, len(messages))
+    if last is None:
+        return None
+    if run_input is not None:
+        for i in range(last, -1, -1):
+            message = messages[i]
+            if _asks(message) and message.id is not None and run_input(message.id):
+                return i
+    ask = last
+    while ask is not None and not messages[ask].text.strip():
         first = ask
-        while first and _asks(messages[first - 1]):
+        while first and _asks(messages[first - 1]) and not messages[first - 1].text.strip():
             first -= 1
         if not first or not _tool_step(messages, first - 1):
             return ask
@@ -145,7 +156,7 @@ def _own_ask(messages: Sequence[BaseMessage]) -> int | None:
         if earlier is None:
             return first
         ask = earlier
-    return None
+    return ask
 
 
 def _run_start(
@@ -661,21 +672,24 @@ class GatedView:
         """The core :class:`~context_gatekeeper.transcripts.transcript_gate.TurnIndex` kept for ``thread``."""
         return self._index(thread).turns
 
-    def turn_start(self, messages: Sequence[BaseMessage], thread: Any = None) -> int | None:
+    def turn_start(
+        self, messages: Sequence[BaseMessage], thread: Any = None, run_input: Callable[[str], bool] | None = None
+    ) -> int | None:
         """:func:`current_turn_start` of ``messages`` with the unanswered human messages before
         the user's own last one counted as the thread's gatekeeper counts a message (its
         counter and ``message_overhead``) within its ``token_budget`` less the pinned content."""
-        return self._current(messages, thread)[0]
+        return self._current(messages, thread, run_input=run_input)[0]
 
     def _current(
-        self, messages: Sequence[BaseMessage], thread: Any, system_prompt: str | None = None
+        self, messages: Sequence[BaseMessage], thread: Any, system_prompt: str | None = None,
+        run_input: Callable[[str], bool] | None = None,
     ) -> tuple[int | None, int]:
         """``(where the current turn starts, the tokens of its human messages before the user's
         own last one)``: those take their share of the budget, so the earlier turns get what
         remains.  They join the current turn within the budget less the pinned content (the
         system prompt and the messages :func:`_split` pins, each priced as its own message:
         :func:`_pinned_cost`), which every selection pays for first."""
-        own = _own_ask(messages)
+        own = _own_ask(messages, run_input)
         if not own or not _asks(messages[own - 1]):
             return own, 0  # no unanswered human message before it: nothing to count
         gatekeeper = self._index(thread).gatekeeper
@@ -687,15 +701,18 @@ class GatedView:
         pinned = _pinned_cost(gatekeeper, _pinned_of(messages[:own]), system_prompt)
         return _run_start(messages, own, cost, max(0, gatekeeper.token_budget - pinned))
 
-    def view(self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None) -> list[BaseMessage]:
+    def view(
+        self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None,
+        run_input: Callable[[str], bool] | None = None,
+    ) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
         the current turn (the user's own last message, the unanswered human messages right
         before it, and everything after it, the run's tool loop and any human message a tool
         delivered included: :func:`current_turn_start`) is kept whole and its human messages'
         text is the query (none, e.g. an image alone, is gated as :data:`NO_TEXT_QUERY`);
         earlier messages go through :meth:`gated`.  A list without a human message comes
-        back whole."""
-        start, reserved = self._current(messages, thread, system_prompt)
+        back whole.  ``run_input`` tells the run's input message by its id (:func:`_own_ask`)."""
+        start, reserved = self._current(messages, thread, system_prompt, run_input)
         if start is None:
             return list(messages)
         query = current_query(messages, start)
@@ -703,10 +720,11 @@ class GatedView:
         return earlier + list(messages[start:])
 
     async def aview(
-        self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None
+        self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None,
+        run_input: Callable[[str], bool] | None = None,
     ) -> list[BaseMessage]:
         """:meth:`view` with the query's embedding awaited (see :meth:`agated`)."""
-        start, reserved = self._current(messages, thread, system_prompt)
+        start, reserved = self._current(messages, thread, system_prompt, run_input)
         if start is None:
             return list(messages)
         query = current_query(messages, start)

@@ -41,6 +41,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from context_gatekeeper import EditOptions, GatekeeperError, GateOptions, InvalidInputError
+from context_gatekeeper.integration import BoundedCache
 
 from .agent_view import GatedView, adapter_options, is_summary
 from .models import given_edit_model
@@ -50,6 +51,11 @@ __all__ = ["GatekeeperMiddleware"]
 
 Handler = Callable[[ModelRequest], ModelResponse]
 AsyncHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
+
+
+RUN_INPUTS = 65_536
+"""How many runs' input message ids a middleware keeps (the most recent; a run whose input was
+forgotten, or started in another process, is read by the shape of its messages instead)."""
 
 
 def edit_instruction(text: str, prefix: str | None) -> str | None:
@@ -155,14 +161,20 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         self.edit_model = edit_model
         self.edit_options = settings
         self.views = GatedView(gate, max_threads=max_threads)
+        self._run_inputs: BoundedCache[str, bool] = BoundedCache(maxsize=RUN_INPUTS)
+        """The ids of the messages runs started with (:meth:`before_agent`), most recent kept:
+        the current turn starts at the run's own input, so a human message a tool delivers
+        later in the run never takes its place, and the next run's question after a run that
+        ended on a tool result (``return_direct``, structured output) is never taken for one."""
 
     # -- gating ---------------------------------------------------------------------------
-    @staticmethod
-    def _scope(request: ModelRequest) -> dict[str, Any]:
-        """The view's keywords for ``request``: its thread and its system prompt's text."""
+    def _scope(self, request: ModelRequest) -> dict[str, Any]:
+        """The view's keywords for ``request``: its thread, its system prompt's text, and which
+        message ids started a run."""
         info = getattr(request.runtime, "execution_info", None)
         system = request.system_message.text if request.system_message is not None else None
-        return {"thread": getattr(info, "thread_id", None), "system_prompt": system}
+        return {"thread": getattr(info, "thread_id", None), "system_prompt": system,
+                "run_input": self._run_inputs.__contains__}
 
     # The view is some of the request's own message objects, in order (typed list[BaseMessage]):
     # each is an AnyMessage, as ModelRequest.messages needs, which the checker cannot see.
@@ -228,11 +240,14 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- hooks ----------------------------------------------------------------------------
     def before_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Record the id of the edit command that starts this run, if it does: only that
-        message may be routed to an edit.  Any other run writes nothing (its state is
-        what it would be without this middleware)."""
+        """Note the id of the human message this run starts with (kept in memory, for the
+        gated view's current turn), and record in the state the id of the edit command that
+        starts this run, if it does: only that message may be routed to an edit.  Any other
+        run writes nothing (its state is what it would be without this middleware)."""
         messages = state.get("messages") or []
         last = messages[-1] if messages else None
+        if isinstance(last, HumanMessage) and last.id is not None and not is_summary(last):
+            self._run_inputs.put(last.id, True)  # in this process only: the state is left as it is
         if self.edit_prefix is None or not isinstance(last, HumanMessage) or is_summary(last):
             return None
         return {TURN_KEY: last.id} if edit_instruction(last.text, self.edit_prefix) is not None else None

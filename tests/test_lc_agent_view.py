@@ -582,10 +582,12 @@ def tool_loop(call_id: str, delivered: list[BaseMessage]) -> list[BaseMessage]:
 def test_a_human_message_a_tool_delivers_belongs_to_the_run() -> None:
     """An image a tool hands the model as a HumanMessage (in its Command, after its result) is
     not the user's question: the current turn still starts at the user's own message, so the
-    run's question, tool calls and results are sent whole, whatever the budget."""
+    run's question, tool calls and results are sent whole, whatever the budget.  Read from the
+    list's shape that holds for messages without text; where the run's input is known (the
+    middleware records it) for any message a tool delivers."""
     history = two_topics()
-    question = HumanMessage("Why can't customers find the checkout button on the redis status page? " * 4)
-    first, second = tool_loop("c1", [IMAGE]), tool_loop("c2", [IMAGE, HumanMessage("the page's HTML, as text")])
+    question = HumanMessage("Why can't customers find the checkout button on the redis status page? " * 4, id="q")
+    first, second = tool_loop("c1", [IMAGE]), tool_loop("c2", [IMAGE])
     messages = [*history, question, *first, *second]
     assert current_turn_start(messages) == len(history)
     view = GatedView(lambda: CountingGatekeeper(token_budget=20, token_counter=words, message_overhead=0))
@@ -593,16 +595,37 @@ def test_a_human_message_a_tool_delivers_belongs_to_the_run() -> None:
         assert gated[-(len(messages) - len(history)):] == messages[len(history):]
         assert sum(words(m.text) for m in gated[:len(gated) - (len(messages) - len(history))]) <= 20
     assert gate_messages(messages, token_budget=20)[-(len(messages) - len(history)):] == messages[len(history):]
+    # a delivery with text: by shape it is the last question; with the run's input known it is the tool's
+    as_text = [*history, question, *tool_loop("c3", [HumanMessage("the page's HTML, as text")])]
+    assert current_turn_start(as_text) == len(as_text) - 1
+    assert current_turn_start(as_text, run_input={"q"}.__contains__) == len(history)
+    assert view.view(as_text, thread="t", run_input={"q"}.__contains__)[-4:] == as_text[-4:]
     # the user's own unanswered messages before the question still join it only within the budget
     paste = HumanMessage("redis " * 30)
     assert current_turn_start([*history, paste, question, *first]) == len(history)
     assert view.turn_start([*history, paste, question, *first], thread="t") == len(history) + 1
 
 
+def test_a_run_that_ends_on_a_tool_result_is_an_earlier_turn_for_the_next_question() -> None:
+    """A return_direct tool or structured output through a tool ends a run on its result: the
+    next question (with text) is the user's own, and the runs before are earlier turns, gated
+    within the budget (taking them for the new run's sent every run whole)."""
+    history = two_topics()
+    runs: list[BaseMessage] = []
+    for n, topic in enumerate(["redis lock ttl", "espresso grind", "redis watchdog"]):
+        runs += [HumanMessage(f"Look up the {topic} for me", id=f"r{n}"), *tool_loop(f"d{n}", [])]
+    messages = [*history, *runs, HumanMessage("And the espresso grind for a moka pot?", id="now")]
+    assert current_turn_start(messages) == len(messages) - 1
+    assert current_turn_start(messages, run_input={"r0", "r1", "r2", "now"}.__contains__) == len(messages) - 1
+    view = GatedView(lambda: CountingGatekeeper(token_budget=20, token_counter=words, message_overhead=0))
+    gated = view.view(messages, thread="t")
+    assert gated[-1] is messages[-1] and sum(words(m.text) for m in gated[:-1]) <= 20
+
+
 def test_after_a_run_the_next_human_message_is_the_users_own() -> None:
     """A result patched in for a call the model garbled (``invalid_tool_calls``: no tool ran, the
-    run ended) does not make the next question a tool's; a run that failed inside its tool loop
-    (its tools ran, no answer came) is joined by the user's next message: all of it is unanswered."""
+    run ended), or a run that failed inside its tool loop: the user's next message is the
+    current turn, and the run an earlier turn."""
     history = two_topics()
     question, follow_up = HumanMessage("How long should the redis lock ttl be now?"), HumanMessage("And espresso?")
     garbled = [AIMessage("", invalid_tool_calls=[{"name": "lookup", "args": "{job: nightly", "id": "bad",
@@ -610,7 +633,7 @@ def test_after_a_run_the_next_human_message_is_the_users_own() -> None:
                ToolMessage("could not be executed", tool_call_id="bad", status="error")]
     assert current_turn_start([*history, question, *garbled, follow_up]) == len(history) + 3
     failed = tool_loop("c1", [])
-    assert current_turn_start([*history, question, *failed, follow_up]) == len(history)
+    assert current_turn_start([*history, question, *failed, follow_up]) == len(history) + 3
     # ordinary lists read as before: the last human message after an answer, or alone
     assert current_turn_start([*history, question]) == len(history)
     assert current_turn_start([*failed, IMAGE]) == 2  # no user's message before: the tool's is the start

@@ -219,6 +219,60 @@ def test_a_message_a_tool_adds_keeps_the_runs_question_and_tool_calls(use_async:
     check_tool_pairs(last)
 
 
+@tool
+def page_text(url: str, runtime: ToolRuntime) -> Command:
+    """Fetch a page and show its text to the model."""
+    text = HumanMessage("The page's text: Accept cookies. Checkout. Your basket is empty.")
+    return Command(update={"messages": [ToolMessage("page fetched, text below", tool_call_id=runtime.tool_call_id), text]})
+
+
+@tool(return_direct=True)
+def kb_article(topic: str) -> str:
+    """Look a topic up in the knowledge base and hand the article straight to the user."""
+    return f"Knowledge base article about {topic}: " + f"{topic} details and numbers. " * 40
+
+
+def test_a_text_a_tool_adds_keeps_the_runs_question() -> None:
+    """A tool that hands the model text as a HumanMessage: the run's input is known to the
+    middleware (it notes it when the run starts), so the text is the tool's, not the question."""
+    model = scripted([AIMessage(COFFEE_ANSWER), call("page_text", {"url": "https://acme.test/checkout"}, "page"),
+                      AIMessage("The basket is empty, so the checkout button is hidden.")])
+    agent = create_agent(model, [page_text], middleware=[GatekeeperMiddleware(token_budget=30)],
+                         checkpointer=InMemorySaver())
+    for text in (COFFEE, CHECKOUT):
+        agent.invoke({"messages": [HumanMessage(text)]}, CONFIG)
+    last = model.received[-1]
+    assert [m.type for m in last] == ["human", "ai", "tool", "human"] and last[0].text == CHECKOUT
+    check_tool_pairs(last)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_runs_that_end_on_a_tool_result_are_earlier_turns_for_the_next_run(use_async: bool) -> None:
+    """A return_direct tool ends each run on its result, with no answer after it: the next run's
+    question is its own current turn, and the runs before it are gated within the budget (they
+    were all taken for the current turn and sent whole: 1,805 tokens for a budget of 300)."""
+    topics = ["redis lock ttl", "postgres jsonb gin index", "kubernetes liveness probe", "sourdough hydration"]
+    model = scripted([call("kb_article", {"topic": t}, f"kb{n}") for n, t in enumerate(topics)])
+    agent = create_agent(model, [kb_article], middleware=[GatekeeperMiddleware(token_budget=300)],
+                         checkpointer=InMemorySaver())
+    questions = [f"What does the knowledge base say about {t}?" for t in topics]
+
+    async def run() -> None:
+        for text in questions:
+            await agent.ainvoke({"messages": [HumanMessage(text)]}, CONFIG)
+
+    if use_async:
+        asyncio.run(run())
+    else:
+        for text in questions:
+            agent.invoke({"messages": [HumanMessage(text)]}, CONFIG)
+    assert agent.get_state(CONFIG).values["messages"][-1].type == "tool"  # each run ended on the tool's result
+    last = model.received[-1]
+    assert last[-1].text == questions[-1]
+    assert [m.text for m in last if m.type == "human"] == [questions[-1]]  # no earlier run joined it
+    check_tool_pairs(last)
+
+
 # -- the /edit route --------------------------------------------------------------------------
 IRELAND = "What was the GDP of Ireland in 2021?"
 IRELAND_ANSWER = "Ireland's GDP in 2021 was about 500 billion USD."
