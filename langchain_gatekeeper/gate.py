@@ -191,11 +191,11 @@ class _TopicGate:
         if not prior:
             return list(prior)
         query = query if query.strip() else NO_TEXT_QUERY
-        if isinstance(hist, GatekeeperChatMessageHistory) and _answered(prior):
+        if isinstance(hist, GatekeeperChatMessageHistory):
             # matched by position (ids may be absent): the history's incremental index answers
             if same_messages(prior, hist.transcript.messages):
                 gate = self._gate_for(hist)
-                return from_core_messages(gate.select_messages(query))
+                return from_core_messages(gate.select_messages(query, include_open="fits"))
         return self.views.gated(prior, query, thread=None if hist is None else id(hist))
 
     async def _agated(self, prior: list[BaseMessage], query: str, hist: BaseChatMessageHistory | None) -> list[BaseMessage]:
@@ -203,12 +203,14 @@ class _TopicGate:
         if not prior:
             return list(prior)
         query = query if query.strip() else NO_TEXT_QUERY
-        if isinstance(hist, GatekeeperChatMessageHistory) and _answered(prior):
+        if isinstance(hist, GatekeeperChatMessageHistory):
             if same_messages(prior, await hist.transcript.aget_messages()):
                 gate = self._gate_for(hist)
                 if gate.semantic:
-                    return from_core_messages(await gate.aselect_messages(query))
-                return from_core_messages(await asyncio.to_thread(gate.select_messages, query))
+                    return from_core_messages(await gate.aselect_messages(query, include_open="fits"))
+                return from_core_messages(
+                    await asyncio.to_thread(lambda: gate.select_messages(query, include_open="fits"))
+                )
         return await self.views.agated(prior, query, thread=None if hist is None else id(hist))
 
     def _gate_for(self, hist: GatekeeperChatMessageHistory) -> TranscriptGate:
@@ -220,14 +222,6 @@ class _TopicGate:
             if gate is None:
                 gate = self._gates[hist] = TranscriptGate(hist.transcript, options=self._history_options)
             return gate
-
-
-def _answered(prior: Sequence[BaseMessage]) -> bool:
-    """Whether the stored history ends answered.  The history's own index treats a stored
-    unanswered message as the open turn, sent whole whatever its size; in a chain the new
-    input is the open turn, so such a history (a message added by hand, a run that failed)
-    is gated as a list instead, where that message is an earlier turn within the budget."""
-    return not isinstance(prior[-1], HumanMessage)
 
 
 Steps = Generator[tuple[list[BaseMessage], str, "BaseChatMessageHistory | None"], list[BaseMessage], Any]

@@ -112,25 +112,28 @@ def test_dict_mode_sends_the_gated_view_and_stores_everything_once():
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_a_stored_unanswered_message_is_an_earlier_turn_within_the_budget(use_async: bool):
+def test_a_stored_unanswered_message_is_charged_and_sent_only_if_it_fits(use_async: bool):
     """A history that ends with an unanswered message (a run that failed after storing it, a
-    message added by hand): the new input is the open turn, so the stored message is gated as
-    an earlier turn and the history sent stays within the budget (the history's own index sent
-    it whole as its open turn: 4,834 tokens for a budget of 300)."""
+    message added by hand): the new input is the open turn, so the stored message is charged
+    to the history's own budget and left out when it does not fit (the history's index sent it
+    whole as its open turn: 4,834 tokens for a budget of 300; gating it as a plain list used
+    topic_gate's default budget of 4,000 instead of the history's)."""
     from context_gatekeeper.tokens import resolve_token_counter
 
     count = resolve_token_counter(None)
     manual = "Here is our whole espresso machine manual: " + "grind, tamp, pull the shot. " * 600
-    sessions, rec = Sessions(), Recorder()
-    sessions("s").add_messages([HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]), HumanMessage(manual)])
-    chain = dict_chain(sessions, gate_options={"token_budget": 300})
-    ask = chain.ainvoke if use_async else chain.invoke
-    result = ask({"question": REDIS_QUERY}, config(rec))
-    if use_async:
-        asyncio.run(result)
-    history = rec.last[1:-1]  # between the prompt's system message and the question
-    assert texts(history) == list(REDIS_1)
-    assert sum(count(m.text) + 3 for m in history) <= 300
+    short = "Also: our grinder is a Baratza Encore."
+    for stored, expected in ((manual, list(REDIS_1)), (short, [*REDIS_1, short])):
+        sessions, rec = Sessions(lambda sid: GatekeeperChatMessageHistory(sid, token_budget=300)), Recorder()
+        sessions("s").add_messages([HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1]), HumanMessage(stored)])
+        chain = dict_chain(sessions)  # no gate options: the history's own settings
+        ask = chain.ainvoke if use_async else chain.invoke
+        result = ask({"question": REDIS_QUERY}, config(rec))
+        if use_async:
+            asyncio.run(result)
+        history = rec.last[1:-1]  # between the prompt's system message and the question
+        assert texts(history) == expected
+        assert sum(count(m.text) + 3 for m in history) <= 300
 
 
 def test_dict_mode_async():

@@ -4,12 +4,13 @@ result is always the gate a fresh object would build from the current state."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from context_gatekeeper import ContextGatekeeper, Delete, Message, Replace, SQLiteStore, Transcript, TranscriptGate
+from context_gatekeeper import ContextGatekeeper, InvalidTypeError, Delete, Message, Replace, SQLiteStore, Transcript, TranscriptGate
 from context_gatekeeper.records.revisions import Revision
 
 from gatekeeper_support import CountingGatekeeper
@@ -361,6 +362,34 @@ def test_the_messages_start_on_a_user_message_after_the_system_messages() -> Non
     sent = gate.select_messages("And the Redis lock watchdog?")
     assert [m.role for m in sent] == ["system", "user", "assistant", "user"]
     assert "hi" not in [m.id for m in sent]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_open_turn_that_must_fit_is_charged_and_left_out_when_it_does_not(asynchronous: bool) -> None:
+    """include_open="fits" (a chain whose new input is the open turn): the stored unanswered
+    message and its run are charged to the budget, sent when they fit, and left out when they
+    do not (the run's messages then earlier turns, gated as any other)."""
+    t = Transcript("s")
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    t.append(user="P" * 60)
+    t.append(user="Q" * 30)
+    gate = TranscriptGate(t, token_counter=len, message_overhead=0, token_budget=200)
+    ttl = gate.gatekeeper.cost_of("How long should a Redis lock TTL be?", "Longer than the longest job.")
+
+    def select(**kw: Any) -> list[Message]:
+        if asynchronous:
+            return asyncio.run(gate.aselect_messages("Redis lock TTL?", include_open="fits", **kw))
+        return gate.select_messages("Redis lock TTL?", include_open="fits", **kw)
+
+    assert [m.content for m in select()] == [t.messages[0].content, t.messages[1].content, "P" * 60, "Q" * 30]
+    assert [m.content for m in select(token_budget=ttl + 90)] == [t.messages[0].content, t.messages[1].content,
+                                                                    "P" * 60, "Q" * 30]
+    # the open message and its run are paid first: the earlier turn no longer fits beside them
+    assert [m.content for m in select(token_budget=ttl + 89)] == ["P" * 60, "Q" * 30]
+    assert [m.content for m in select(token_budget=89)] == ["Q" * 30]  # the paste no longer fits: gated out
+    assert [m.content for m in select(token_budget=29)] == []  # nor the open message: left out
+    with pytest.raises(InvalidTypeError, match="include_open"):
+        gate.select_messages("Redis lock TTL?", include_open="yes")  # type: ignore[arg-type]
 
 
 def test_an_agent_turn_costs_each_of_its_messages_its_overhead() -> None:

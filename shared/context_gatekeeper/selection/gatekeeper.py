@@ -354,6 +354,11 @@ class ContextGatekeeper(SemanticMethods):
             self._history.position(turn_id)
             return self._history.costs[turn_id]
 
+    def cost_of(self, user: str, assistant: str = "", tool_texts: Iterable[str] = ()) -> int:
+        """Tokens a turn of these texts would cost against the budget, as :meth:`turn_cost`
+        prices a turn added with them (each text its count, each message its overhead)."""
+        return self._turn_cost(Turn(0, user, assistant, tuple(tool_texts)))
+
     # -- selection ----------------------------------------------------------------------
     def select(
         self, query: str, *, token_budget: int | None = None, exclude: Iterable[int] = ()

@@ -20,7 +20,7 @@ import json
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, Union
 
 from ..selection.semantic.runner import run_locked
 from ..selection.semantic.embedding import text_hash, turn_text
@@ -32,6 +32,12 @@ from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
 from ..validation import require_budget, require_items
 from .transcript import Transcript
+
+IncludeOpen = Union[bool, Literal["fits"]]
+"""What selection does with the open turn (the unanswered user message at the end): ``True``
+sends it and the unanswered messages right before it that fit, never gated; ``False`` leaves
+them out; ``"fits"`` charges them to the budget and sends them only if they fit (a chain whose
+new input is the open turn reads a stored unanswered message so)."""
 
 __all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "message_text", "group_turns", "TurnIndex", "TranscriptGate"]
 
@@ -475,7 +481,7 @@ class TranscriptGate:
         *,
         token_budget: int | None = None,
         exclude_keys: Collection[str] = (),
-        include_open: bool = True,
+        include_open: IncludeOpen = True,
     ) -> Selection:
         """The gatekeeper's selection for ``query`` over the current state (``token_budget``
         overrides the budget for this call; ``exclude_keys`` is a list of the keys of turns not to
@@ -484,8 +490,11 @@ class TranscriptGate:
         With ``include_open`` (the default), the unanswered user messages right before the
         open one (a pasted text, then the question) belong to the open turn while together
         they cost at most the budget (:meth:`open_run`): they are not candidates, and the
-        earlier turns get the budget they leave."""
-        exclude, budget, _ = self._plan(token_budget, exclude_keys, include_open)
+        earlier turns get the budget they leave.  ``include_open="fits"`` charges the open turn
+        too and leaves it out (its run then earlier turns) when it does not fit: for a caller
+        whose own new message is the query, such as a chain over a stored history
+        (:data:`IncludeOpen`)."""
+        exclude, budget, _, _ = self._plan(token_budget, exclude_keys, include_open)
         return self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)  # not under the lock
 
     def open_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
@@ -520,27 +529,43 @@ class TranscriptGate:
         return tuple(turns[start:]), spent
 
     def _plan(
-        self, token_budget: int | None, exclude_keys: Collection[str], include_open: bool
-    ) -> tuple[list[int], int | None, tuple[str, ...]]:
+        self, token_budget: int | None, exclude_keys: Collection[str], include_open: IncludeOpen
+    ) -> tuple[list[int], int | None, tuple[str, ...], bool]:
         """Sync, then ``(turn ids not to select, the budget for the selection, keys of the open
-        run)``: :meth:`open_run` (with ``include_open``) is left out and paid for first.
-        The arguments are checked before anything is read."""
+        run, whether the open turn is sent)``: :meth:`open_run` (with ``include_open``) is left
+        out and paid for first; with ``include_open="fits"`` the open turn is paid for too, and
+        left out with its run when they do not fit.  The arguments are checked before anything
+        is read."""
         excluded = require_items(
             exclude_keys, "exclude_keys", str,
             "pass the keys (each the id of a turn's first message) in a list, e.g. [message.id], or () for none",
         )
+        if include_open not in (True, False, "fits"):
+            raise InvalidTypeError(f"include_open must be True, False or 'fits', got {include_open!r}")
         if token_budget is not None:
             require_budget(token_budget)
         self.sync()
         self.gatekeeper.take_cached()  # saved vectors read here (aexplain: in a worker thread)
         with self._lock:
+            total = self.gatekeeper.token_budget if token_budget is None else token_budget
             run: tuple[MessageTurn, ...] = ()
-            if include_open:
-                run, spent = self._open_run(self.gatekeeper.token_budget if token_budget is None else token_budget)
-                if spent:
-                    token_budget = (self.gatekeeper.token_budget if token_budget is None else token_budget) - spent
+            sent = bool(include_open) and self._open is not None
+            if sent:
+                own = self._open_cost() if include_open == "fits" else 0
+                if own and self.gatekeeper.pinned_cost() + own > total:
+                    sent = False  # the open turn does not fit: it is left out, its run gated as earlier turns
+                else:
+                    run, spent = self._open_run(total - own)
+                    if spent + own:
+                        token_budget = total - spent - own
             keys = [*excluded, *(turn.key for turn in run)]
-            return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(turn.key for turn in run)
+            return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(t.key for t in run), sent
+
+    def _open_cost(self) -> int:
+        """Tokens the open turn costs as the gatekeeper prices a turn (caller holds the lock)."""
+        assert self._open is not None
+        user, assistant, tools = _indexed(self._open.texts)
+        return self.gatekeeper.cost_of(user, assistant, tools)
 
     def embed_pending(self) -> int:
         """Bring the gatekeeper in step, then embed the turns not yet embedded and wait
@@ -557,16 +582,16 @@ class TranscriptGate:
         self,
         query: str,
         *,
-        include_open: bool = True,
+        include_open: IncludeOpen = True,
         token_budget: int | None = None,
         exclude_keys: Collection[str] = (),
     ) -> list[Message]:
         """The messages to send with ``query``: leading system messages, the selected
         turns, and (``include_open``) the open, unanswered turn, in transcript order (with
         the unanswered user messages right before it that fit: see :meth:`explain`)."""
-        exclude, budget, run = self._plan(token_budget, exclude_keys, include_open)
+        exclude, budget, run, sent = self._plan(token_budget, exclude_keys, include_open)
         selection = self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)
-        return self._messages(selection, include_open, run)
+        return self._messages(selection, sent, run)
 
     def _messages(self, selection: Selection, include_open: bool, run: tuple[str, ...] = ()) -> list[Message]:
         """A selection's messages as of now: a turn removed meanwhile is left out, and a
@@ -593,28 +618,28 @@ class TranscriptGate:
         *,
         token_budget: int | None = None,
         exclude_keys: Collection[str] = (),
-        include_open: bool = True,
+        include_open: IncludeOpen = True,
     ) -> Selection:
         """:meth:`explain` without blocking the event loop: the transcript is read in a
         worker thread and the query's embedding is awaited; no lock is waited for on the
         event loop thread."""
-        exclude, budget, _ = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        exclude, budget, _, _ = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
         return await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
 
     async def aselect_messages(
         self,
         query: str,
         *,
-        include_open: bool = True,
+        include_open: IncludeOpen = True,
         token_budget: int | None = None,
         exclude_keys: Collection[str] = (),
     ) -> list[Message]:
         """:meth:`select_messages` without blocking the event loop.  A revision that lands
         while the embedder works is taken into account as far as it can: a turn it
         removed is not returned, and a turn's messages are always its current ones."""
-        exclude, budget, run = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        exclude, budget, run, sent = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
         selection = await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
-        return await run_locked(self._lock, self._messages, selection, include_open, run)
+        return await run_locked(self._lock, self._messages, selection, sent, run)
 
     def _message_id(self, digest: str) -> str:
         """The id of the first message of the turn whose embedded text has ``digest`` (``""``
