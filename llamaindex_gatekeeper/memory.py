@@ -371,9 +371,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         agent's tool loop: it ends in a tool call or a tool result, as after a multi-agent
         handoff), with the unanswered user messages right before it while together they fit
         ``token_limit`` (a pasted text or an image, then the question, are one turn; older ones
-        are gated as earlier turns); else the last turn when there is no ``input`` or the
-        ``input`` is its question; else there is none (an engine's ``get(input=...)`` before
-        it puts the message).  Every system message is pinned content: a system message put
+        are gated as earlier turns); else the last turn when there is no ``input``; else there
+        is none (an engine's ``get(input=...)`` before it puts the message, even one that
+        repeats the last question).  Every system message is pinned content: a system message put
         mid-conversation (a new instruction) is sent on every call, after the leading ones, in
         order, and paid for once.  ``initial_token_count`` (tokens the caller
         adds, such as a system prompt) is taken off ``token_limit``; other keyword
@@ -777,7 +777,10 @@ def _current_turn(
     pasted text or an image, then the question) join it, keyed by the first, while together
     they cost at most ``limit`` (older ones are earlier turns, gated as any other: a long run
     of unanswered messages is not sent whole).  An answered last turn is current when there
-    is no input or the input is its question; else there is none."""
+    is no input; with one (an engine's ``get(input=...)`` before it puts the message) there is
+    none, and the answered turn is an earlier turn, gated within the budget, even when the
+    input repeats its question ("Continue", "Why?": returned whole, a long answer went over
+    ``token_limit``)."""
     if not turns:
         return None, [], ()
     last = turns[-1]
@@ -785,7 +788,7 @@ def _current_turn(
         run = turns[_request_start(turns, cost, limit):]
         merged = run[0] if len(run) == 1 else MessageTurn(run[0].key, tuple(m for t in run for m in t.messages))
         return merged, turns[: len(turns) - len(run)], tuple(turn.key for turn in run)
-    if input_text is None or _asks(last, input_text):
+    if input_text is None:
         return last, turns[:-1], ()
     return None, turns, ()
 
@@ -806,13 +809,6 @@ def _in_tool_loop(turn: MessageTurn) -> bool:
     """Whether ``turn`` has no final answer yet: it ends in a tool result or a tool call."""
     last = turn.messages[-1]
     return last.role == "tool" or (last.role == "assistant" and bool(call_text(last)))
-
-
-def _asks(turn: MessageTurn, text: str) -> bool:
-    """Whether ``turn`` starts with a user message of ``text`` (an engine's input that is the
-    question the turn holds)."""
-    first = turn.messages[0]
-    return first.role == "user" and first.content.strip() == text.strip()
 
 
 def _cut(selected: Sequence[Message], current: MessageTurn | None) -> int | None:

@@ -875,14 +875,17 @@ def test_the_unanswered_user_messages_before_a_tool_loop_join_it() -> None:
         assert dumped(got) == dumped([pasted, *handoff_loop()])
 
 
-def test_an_input_that_is_the_last_question_makes_its_answered_turn_current() -> None:
-    """get(input=q) where q is the question of the last, answered turn: that turn is current
-    (returned whole, even over token_limit), not an earlier turn the budget may leave out."""
+def test_an_input_that_repeats_the_last_question_gets_that_turn_within_the_limit() -> None:
+    """get(input=q) where q repeats the question of the last, answered turn ("Continue" after a
+    long answer): an engine calls get before it puts q, so that turn is an earlier turn, within
+    token_limit (taken for the current turn it was returned whole: 1,610 tokens for 300)."""
     memory = GatekeeperMemory.from_defaults(token_limit=8, token_counter=words, message_overhead=0)
     turns(memory, ESPRESSO, REDIS_1)  # 16 words each
     for got in (memory.get(REDIS_1[0]), asyncio.run(memory.aget(REDIS_1[0])), memory.get(f"  {REDIS_1[0]}\n")):
-        assert contents(got) == list(REDIS_1)
-    assert memory.get("Which espresso grind for a moka pot?") == []  # another input: no current turn, nothing fits
+        assert got == []  # neither turn fits 8 words
+    roomy = GatekeeperMemory.from_defaults(token_limit=20, token_counter=words, message_overhead=0)
+    turns(roomy, ESPRESSO, REDIS_1)
+    assert contents(roomy.get(REDIS_1[0])) == list(REDIS_1)  # the turn it repeats, gated in as any other
 
 
 def test_fit_keeps_the_newest_selected_question_and_answer_when_no_user_message_would_be_left() -> None:
