@@ -344,6 +344,8 @@ def test_a_tool_call_is_read_and_priced_with_the_message_that_makes_it() -> None
     assert message_text(Message("x", "assistant", "Let me look.", metadata={"tool_calls": [
         {"id": "c2", "name": "search", "args": '{"q": "ttl"}'}, {"id": "c3", "name": "now", "args": None}]}
     )) == 'Let me look.\nsearch {"q": "ttl"} now'  # a provider's JSON string as it is; no arguments, none
+    openai = {"id": "c4", "type": "function", "function": {"name": "write_file", "arguments": '{"path": "a.py"}'}}
+    assert message_text(Message("y", "assistant", "", metadata={"tool_calls": [openai]})) == 'write_file {"path": "a.py"}'
 
 
 def test_the_messages_start_on_a_user_message_after_the_system_messages() -> None:

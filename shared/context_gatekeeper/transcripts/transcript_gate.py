@@ -91,10 +91,15 @@ def message_text(message: Message) -> str:
 
 
 def _call_text(call: Any) -> str:
-    """One tool call as ``name arguments``: arguments given as a string (a provider's JSON) as
-    they are, others as JSON (a value JSON cannot hold as its ``str``), none as nothing."""
+    """One tool call as ``name arguments``, in LangChain's shape (``{"name", "args"}``) or
+    OpenAI's (``{"function": {"name", "arguments"}}``): arguments given as a string (a
+    provider's JSON) as they are, others as JSON (a value JSON cannot hold as its ``str``),
+    none as nothing."""
     if not isinstance(call, dict):
         return ""
+    function = call.get("function")
+    if isinstance(function, dict) and "name" not in call:
+        call = {"name": function.get("name"), "args": function.get("arguments")}
     args = call.get("args")
     if args is None:
         arguments = ""
