@@ -348,22 +348,32 @@ def test_a_tool_call_is_read_and_priced_with_the_message_that_makes_it() -> None
     assert message_text(Message("y", "assistant", "", metadata={"tool_calls": [openai]})) == 'write_file {"path": "a.py"}'
 
 
-def test_the_messages_start_on_a_user_message_after_the_system_messages() -> None:
-    """A chat that opens with the assistant's greeting: a selection that keeps the greeting's
-    turn first leaves it out of the messages (providers refuse a conversation opening with the
-    assistant); a greeting after a kept question stays."""
+def test_the_messages_start_on_a_user_message_or_the_chats_own_greeting() -> None:
+    """A chat that opens with the assistant's question ("Which product is failing?"): the
+    greeting is sent when selected, as the chat itself began (the user's answer needs it); a
+    tool call and its result before any question are left out when they would come first (a
+    provider refuses a result whose call it was not sent)."""
     t = Transcript("s")
     t.append(messages=[Message("sys", "system", "Be brief."),
-                       Message("hi", "assistant", "Hello! I can help with Redis lock questions.")])
+                       Message("hi", "assistant", "Hello! Which Redis lock problem can I help with?")])
     t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
     t.append(user="And the Redis lock watchdog?")
     gate = TranscriptGate(t, token_budget=1000)
     selection = gate.explain("And the Redis lock watchdog?")
-    greeting = gate.gatekeeper.turns[0].id
-    assert greeting in selection.turn_ids  # the words match: the gate keeps it
+    assert gate.gatekeeper.turns[0].id in selection.turn_ids  # the greeting: its words match
     sent = gate.select_messages("And the Redis lock watchdog?")
-    assert [m.role for m in sent] == ["system", "user", "assistant", "user"]
-    assert "hi" not in [m.id for m in sent]
+    assert [m.id for m in sent][:2] == ["sys", "hi"] and sent[-1].content == "And the Redis lock watchdog?"
+    tools = Transcript("s")
+    tools.append(messages=[
+        Message("call", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "redis_lock_ttl", "args": {}}]}),
+        Message("result", "tool", "redis lock ttl: 30 s", metadata={"tool_call_id": "c1"})])
+    tools.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    tools.append(user="And the Redis lock ttl watchdog?")
+    tool_gate = TranscriptGate(tools, token_budget=1000)
+    selection = tool_gate.explain("And the Redis lock ttl watchdog?")
+    assert tool_gate.gatekeeper.turns[0].id in selection.turn_ids
+    assert [m.role for m in tool_gate.select_messages("And the Redis lock ttl watchdog?")] == [
+        "user", "assistant", "user"]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

@@ -602,20 +602,28 @@ class TranscriptGate:
         """A selection's messages as of now: a turn removed meanwhile is left out, and a
         turn's messages are always its current ones; the open run's turns (``run``, by key)
         come right before the open turn.  After the system messages the list starts on a user
-        message: a selected turn of answers alone (a greeting before the first question) is
-        left out when it would come first, as the LangChain list path leaves it out (many
-        providers refuse a conversation that opens with the assistant)."""
+        message, or on the assistant's greeting the transcript itself opens with (a question the
+        user's first message answers, "Which product is failing?", must not be lost): a selected
+        turn of tool calls or results before any question is left out when it would come first
+        (a provider refuses a tool result whose call it was not sent)."""
         with self._lock:
             by_id, ids = self._by_turn_id, self._ids
             turns = [by_id[turn_id] for turn_id in selection.turn_ids if turn_id in by_id]
-            while turns and turns[0].messages[0].role != "user":
-                del turns[0]  # an answer before any question (a greeting): the view starts on a user message
+            while turns and turns[0].messages[0].role != "user" and not self._greeting(turns[0]):
+                del turns[0]  # a tool call or result before any question: the view starts on a user message
             kept = [m for turn in turns for m in turn.messages]
             tail: list[Message] = []
             if include_open and self._open:
                 tail = [m for key in run if ids.get(key) in by_id for m in by_id[ids[key]].messages]
                 tail += self._open.messages
             return list(map(detached, self._system + kept + tail))
+
+    def _greeting(self, turn: MessageTurn) -> bool:
+        """Whether ``turn`` is the assistant's greeting the transcript opens with: its first
+        turn, plain assistant messages (no tool call) before any question (caller holds the lock)."""
+        return bool(self._turns) and self._turns[0] is turn and all(
+            m.role == "assistant" and not m.metadata.get("tool_calls") for m in turn.messages
+        )
 
     async def aexplain(
         self,
