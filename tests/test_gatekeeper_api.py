@@ -547,6 +547,23 @@ def test_a_copy_keeps_the_turns_vectors_and_shares_the_embedder() -> None:
     assert len(calls) == embedded + 2 * 2  # each query embedded once per gatekeeper, and no turn again
 
 
+def test_an_empty_copy_has_the_current_settings_and_nothing_else() -> None:
+    """empty_copy: the settings as assigned since the gatekeeper was built (budget, overhead,
+    on_overflow, params), no turns, pins, system prompt or summary; ``options`` stays what it
+    was built with (the recipe ContextGatekeeper(options=gk.options) lost the assigned ones)."""
+    gk = make(token_budget=500, message_overhead=0)
+    gk.add_turn("How do I size a Redis lock TTL?", "Longer than the longest job.")
+    gk.pin(1)
+    gk.system_prompt, gk.summary = "Be brief.", "Redis locks."
+    gk.token_budget, gk.message_overhead, gk.on_overflow = 200, 10, "keep_pinned"
+    gk.params = gk.params.with_(fill_ratio=0.0)
+    empty = gk.empty_copy()
+    assert (empty.token_budget, empty.message_overhead, empty.on_overflow) == (200, 10, "keep_pinned")
+    assert empty.params == gk.params and empty.options is gk.options
+    assert len(empty) == 0 and not empty.pinned and empty.system_prompt is None and empty.summary is None
+    assert gk.options.token_budget == 500  # what it was built with
+
+
 def test_a_gatekeeper_refuses_pickling_and_says_how_to_rebuild_one() -> None:
     import pickle
 
@@ -559,7 +576,7 @@ def test_a_gatekeeper_refuses_pickling_and_says_how_to_rebuild_one() -> None:
         with pytest.raises(InvalidTypeError, match="cannot be pickled.*insert_turns.*copy.deepcopy") as refused:
             pickle.dumps(gk)
         assert isinstance(refused.value, TypeError) and state(gk) == before
-        rebuilt = ContextGatekeeper(options=gk.options)  # the recipe the message gives
+        rebuilt = gk.empty_copy()  # the recipe the message gives
         rebuilt.insert_turns(None, [(t.user, t.assistant, t.tool_texts) for t in gk.turns])
         rebuilt.pin(1)
         assert rebuilt.explain("redis lock ttl?") == gk.explain("redis lock ttl?")

@@ -505,7 +505,7 @@ def test_the_gate_refuses_a_gatekeeper_that_holds_turns_or_a_system_prompt() -> 
     held.add_turn("Redis lock TTL watchdog?", "Renew it.")  # 34 tokens: it would be kept, the Redis turn not
     prompted = ContextGatekeeper(token_budget=90, token_counter=len, system_prompt="Answer briefly.")
     for gatekeeper, what in ((held, "1 turn"), (prompted, "a system prompt")):
-        with pytest.raises(InvalidInputError, match=f"holds {what}.*ContextGatekeeper\\(options=gatekeeper.options\\)"):
+        with pytest.raises(InvalidInputError, match=f"holds {what}.*gatekeeper.empty_copy\\(\\)"):
             TranscriptGate(t, gatekeeper=gatekeeper)
     assert [(x.id, x.user) for x in held.turns] == [(1, "Redis lock TTL watchdog?")]
     assert prompted.system_prompt == "Answer briefly."

@@ -59,7 +59,7 @@ _EXCLUDED = "excluded"
 _NOT_PICKLED = (
     "a ContextGatekeeper cannot be pickled: it holds a token counter and, optionally, an embedder (often "
     "closures or clients holding keys) and a lock. Rebuild one from its turns instead: "
-    "new = ContextGatekeeper(options=gk.options), then new.insert_turns(None, [(t.user, t.assistant, t.tool_texts) "
+    "new = gk.empty_copy() (the same settings, no turns), then new.insert_turns(None, [(t.user, t.assistant, t.tool_texts) "
     "for t in gk.turns]) (ids start again at 1), and set pins, system_prompt and summary again; "
     "copy.deepcopy(gk) makes an independent copy in this process, ids included"
 )
@@ -538,15 +538,24 @@ class ContextGatekeeper(SemanticMethods):
         the message says how to rebuild a gatekeeper from its turns."""
         raise InvalidTypeError(_NOT_PICKLED)
 
+    def empty_copy(self) -> ContextGatekeeper:
+        """A new gatekeeper with no turns, pins, system prompt or summary, and this one's
+        current settings: built from the same :attr:`options` (its token counter, embedder and
+        vector cache objects shared), with the budget, overhead, ``on_overflow`` and
+        :attr:`params` as they are now (assigned since it was built, or not).
+        (``ContextGatekeeper(options=gk.options)`` gives the settings it was *built* with.)"""
+        with self._lock:
+            empty = type(self)(options=self.options)  # the same options: the same resolved embedder
+            empty._token_budget, empty.on_overflow = self._token_budget, self.on_overflow
+            empty._message_overhead = self._message_overhead  # (no turn or prompt to cost again)
+            empty._history.use_params(self._history.params)  # (no turn to segment again)
+            return empty
+
     def _copied(self) -> ContextGatekeeper:
         """:meth:`__deepcopy__`'s gatekeeper, built while this one's lock is held (a snapshot)."""
         with self._lock:
-            copied = type(self)(options=self.options)
+            copied = self.empty_copy()
             with copied._lock:  # its embedding lane may already look at its turns
-                copied._token_budget = self._token_budget
-                copied.on_overflow = self.on_overflow
-                copied._message_overhead = self._message_overhead
-                copied._history.use_params(self._history.params)  # (no turns yet: nothing segmented)
                 if self._semantic is not None and copied._semantic is not None:
                     copied._semantic.vectors = copy.deepcopy(self._semantic.vectors)  # by turn id and text hash
                 copied._history.restore(self.turns, self._history.next_id)

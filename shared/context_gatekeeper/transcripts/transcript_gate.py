@@ -321,7 +321,7 @@ def _require_empty(gatekeeper: Any) -> None:
         raise InvalidInputError(
             f"gatekeeper= holds {' and '.join(held)}, but a TranscriptGate owns its gatekeeper's turns (the "
             "transcript's) and system prompt (the transcript's leading system messages); nothing was changed. "
-            "Pass an empty one with the same settings, ContextGatekeeper(options=gatekeeper.options), and put "
+            "Pass an empty one with the same settings, gatekeeper.empty_copy(), and put "
             "a system prompt in the transcript as its first message ({'role': 'system', 'content': ...})"
         )
 
@@ -354,7 +354,7 @@ class TranscriptGate:
     Args:
         transcript: the transcript to follow.
         gatekeeper: a configured, empty gatekeeper to drive (no turns, no system prompt:
-            :class:`InvalidInputError` otherwise; ``ContextGatekeeper(options=gk.options)`` is
+            :class:`InvalidInputError` otherwise; ``gk.empty_copy()`` is
             an empty one with ``gk``'s settings), or ``None`` to create one from the keywords
             below and ``gatekeeper_options`` (any :class:`ContextGatekeeper` keyword).
         options: the new gatekeeper's settings as one checked :class:`GateOptions` instead
