@@ -130,8 +130,11 @@ def _own_ask(messages: Sequence[BaseMessage], run_input: Callable[[str], bool] |
     A tool may hand the model an image or a file as a ``HumanMessage`` in its ``Command``,
     right after its result: that message belongs to the run, not to a turn of its own (it
     would take the run's question and tool calls out of the current turn).  Where the run's
-    input is known (``run_input``: the middleware records each run's input message by id
-    when the run starts) it is the answer: the last human message ``run_input`` accepts.
+    input is known (``run_input``: the middleware notes each run's input message by id when
+    the run starts, in its own memory) it is the answer: the last human message ``run_input``
+    accepts, unless a final answer (an AI message calling no tool) comes after it, which ended
+    that run (a run resumed by another worker, or started before a restart, was not noted
+    here: an older run's note must not stand for it).
     Otherwise the shape alone must tell, and it cannot always: a run that ends on a tool
     result (a ``return_direct`` tool, structured output through a tool) followed by the next
     question looks like a tool's delivery.  So only human messages *without text* (images,
@@ -143,6 +146,8 @@ def _own_ask(messages: Sequence[BaseMessage], run_input: Callable[[str], bool] |
     if run_input is not None:
         for i in range(last, -1, -1):
             message = messages[i]
+            if isinstance(message, AIMessage) and not message.tool_calls:
+                break  # a final answer ended a run: a run input noted before it is not this run's
             if _asks(message) and message.id is not None and run_input(message.id):
                 return i
     ask = last

@@ -43,7 +43,7 @@ from langgraph.types import Command
 from context_gatekeeper import EditOptions, GatekeeperError, GateOptions, InvalidInputError
 from context_gatekeeper.integration import BoundedCache
 
-from .agent_view import GatedView, adapter_options, is_summary
+from .agent_view import GatedView, _asks, adapter_options, is_summary
 from .models import given_edit_model
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
@@ -246,7 +246,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         run writes nothing (its state is what it would be without this middleware)."""
         messages = state.get("messages") or []
         last = messages[-1] if messages else None
-        if isinstance(last, HumanMessage) and last.id is not None and not is_summary(last):
+        if last is not None and last.id is not None and _asks(last):
             self._run_inputs.put(last.id, True)  # in this process only: the state is left as it is
         if self.edit_prefix is None or not isinstance(last, HumanMessage) or is_summary(last):
             return None

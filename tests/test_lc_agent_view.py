@@ -622,6 +622,23 @@ def test_a_run_that_ends_on_a_tool_result_is_an_earlier_turn_for_the_next_questi
     assert gated[-1] is messages[-1] and sum(words(m.text) for m in gated[:-1]) <= 20
 
 
+def test_an_older_runs_note_never_stands_for_the_current_run() -> None:
+    """The middleware notes run inputs in its own memory: a run resumed by another worker (or
+    after a restart) was not noted, and an older run's note, before a final answer, must not
+    make the older run the current turn (it was sent whole: 495 words for a budget of 60)."""
+    history = two_topics()
+    old_question = HumanMessage("How long should the redis lock ttl be?", id="old")
+    question = HumanMessage("Please refund order 42, it arrived broken.", id="new")
+    messages = [*history, old_question, AIMessage("Longer than the longest job."), question,
+                *tool_loop("c9", [])]
+    assert current_turn_start(messages, run_input={"old"}.__contains__) == len(history) + 2
+    # a user message of another class (ChatMessage with role user) is a run input as well
+    from langchain_core.messages import ChatMessage
+
+    chat_input = ChatMessage(role="user", content="What hydration for sourdough bread?", id="chat")
+    assert current_turn_start([*history, chat_input], run_input={"chat"}.__contains__) == len(history)
+
+
 def test_after_a_run_the_next_human_message_is_the_users_own() -> None:
     """A result patched in for a call the model garbled (``invalid_tool_calls``: no tool ran, the
     run ended), or a run that failed inside its tool loop: the user's next message is the
