@@ -246,6 +246,17 @@ def test_turn_cost_counts_text_tools_and_per_message_overhead() -> None:
     assert gk.turn_cost(turn_id) == words("one two") + words("three") + words("four five six") + 3 * 3
 
 
+def test_cost_of_prices_and_checks_texts_as_add_turn_does() -> None:
+    gk = make(message_overhead=3)
+    added = gk.add_turn("one two", "three", tool_texts=["four five"])
+    assert gk.cost_of("one two", "three", ["four five"]) == gk.turn_cost(added)
+    for bad in ("a single string", [None], 5):
+        with pytest.raises(GatekeeperError):
+            gk.cost_of("one", "two", bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        gk.cost_of("", "")  # add_turn refuses a turn with no text
+
+
 def test_each_text_of_a_turn_is_counted_as_the_message_it_is_sent_as() -> None:
     """A counter that rounds up per text (about four characters a token): twenty small tool
     messages cost what each costs, not what their joined text costs (11% less: a selection

@@ -342,3 +342,23 @@ def test_a_file_from_before_vectors_gains_the_table_and_keeps_its_data(tmp_path:
     raw = sqlite3.connect(path)
     assert [r[0] for r in raw.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3, 4, 5]
     raw.close()
+
+
+def test_a_gatekeeper_saving_to_another_gates_session_is_refused(tmp_path: Path) -> None:
+    """A gate's gatekeeper saves its vectors to that gate's session: handed (or copied) to a gate
+    over another transcript, it would save that transcript's vectors under the first session,
+    where purging the second leaves them. Refused with the way to build the gate instead."""
+    from context_gatekeeper import Transcript, TranscriptGate
+
+    store = SQLiteStore(tmp_path / "s.db")
+    a, b = Transcript("session-a", store=store), Transcript("session-b", store=store)
+    b.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+    gate_a = TranscriptGate(a, embedder=CountingEmbedder(), token_budget=200)
+    for given in (gate_a.gatekeeper.empty_copy(), ContextGatekeeper(options=gate_a.gatekeeper.options)):
+        with pytest.raises(InvalidInputError, match="another TranscriptGate's session"):
+            TranscriptGate(b, gatekeeper=given)
+    gate_b = TranscriptGate(b, options=gate_a.gatekeeper.options.with_(vector_cache=None))  # the advice
+    gate_b.embed_pending()
+    name = gate_b.gatekeeper.embedder.name
+    assert len(store.load_vectors("session-b", name)) == 1 and store.load_vectors("session-a", name) == []
+    store.close()

@@ -356,8 +356,9 @@ class ContextGatekeeper(SemanticMethods):
 
     def cost_of(self, user: str, assistant: str = "", tool_texts: Iterable[str] = ()) -> int:
         """Tokens a turn of these texts would cost against the budget, as :meth:`turn_cost`
-        prices a turn added with them (each text its count, each message its overhead)."""
-        return self._turn_cost(Turn(0, user, assistant, tuple(tool_texts)))
+        prices a turn added with them (each text its count, each message its overhead); the
+        texts are checked as :meth:`add_turn` checks them."""
+        return self._turn_cost(Turn(0, *_turn_texts(user, assistant, tool_texts)))
 
     # -- selection ----------------------------------------------------------------------
     def select(

@@ -326,6 +326,18 @@ def _require_empty(gatekeeper: Any) -> None:
         )
 
 
+def _require_own_vectors(gatekeeper: ContextGatekeeper) -> None:
+    """Refuse a gatekeeper whose turn vectors go to another :class:`TranscriptGate`'s session
+    (built by that gate, or copied from its gatekeeper): this transcript's vectors would be
+    saved under that session, and purging this one would leave them there."""
+    if isinstance(gatekeeper.options.vector_cache, _MessageVectorCache):
+        raise InvalidInputError(
+            "gatekeeper= keeps its turn vectors in another TranscriptGate's session (its vector cache is that "
+            "gate's); nothing was changed. Build this gate from the settings instead, so that it saves to this "
+            "transcript's session: TranscriptGate(transcript, options=gk.options.with_(vector_cache=None))"
+        )
+
+
 def _system_text(system: Sequence[Message]) -> str | None:
     """The gatekeeper's system prompt: the leading system messages' texts, joined; a blank one
     (empty, whitespace, an image alone) is left out, as the LangChain view leaves it out, and
@@ -391,6 +403,7 @@ class TranscriptGate:
             )
         if gatekeeper is not None:
             _require_empty(gatekeeper)
+            _require_own_vectors(gatekeeper)
         self.transcript = transcript
         if options is not None:  # checked already (GateOptions.of refuses keywords beside it)
             options = GateOptions.of(options, embedder=embedder, embed_timeout=embed_timeout,
