@@ -404,6 +404,22 @@ def test_an_open_turn_that_must_fit_is_charged_and_left_out_when_it_does_not(asy
         gate.select_messages("Redis lock TTL?", include_open="yes")  # type: ignore[arg-type]
 
 
+def test_each_leading_system_message_is_charged_its_overhead() -> None:
+    """The leading system messages are one prompt to the gatekeeper but are sent one message
+    each: what select_messages sends stays within the budget (blank ones are sent too)."""
+    for prompts in (["Be brief.", "Answer in English.", "Cite sources.", "No emoji."], [" ", " "]):
+        t = Transcript("s")
+        t.append(messages=[Message(f"s{n}", "system", text) for n, text in enumerate(prompts)])
+        t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
+        t.append(user="And the Redis lock watchdog?")
+        for budget in range(0, 80, 4):
+            gate = TranscriptGate(t, token_counter=lambda text: len(text.split()), message_overhead=10,
+                                  token_budget=budget, on_overflow="keep_pinned")
+            sent = gate.select_messages("And the Redis lock watchdog?")[:-1]  # the open question apart
+            cost = sum(len(m.content.split()) + 10 for m in sent)
+            assert cost <= budget or [m.role for m in sent] == ["system"] * len(prompts), (prompts, budget, cost)
+
+
 def test_an_agent_turn_costs_each_of_its_messages_its_overhead() -> None:
     """A question, two tool calls with their results and the final answer: six messages sent,
     six overheads counted (the answers priced as one text counted one)."""

@@ -536,7 +536,7 @@ class TranscriptGate:
         summary, pinned turns: every selection pays for them first); caller holds the lock."""
         if self._open is None:
             return (), 0
-        budget -= self.gatekeeper.pinned_cost()
+        budget -= self._pinned_cost()
         turns, start, spent = self._turns, len(self._turns), 0
         while start and turns[start - 1].is_open:
             added = self.gatekeeper.turn_cost(self._ids[turns[start - 1].key])
@@ -566,18 +566,33 @@ class TranscriptGate:
         self.gatekeeper.take_cached()  # saved vectors read here (aexplain: in a worker thread)
         with self._lock:
             total = self.gatekeeper.token_budget if token_budget is None else token_budget
+            extra = self._system_overheads()
             run: tuple[MessageTurn, ...] = ()
+            spent = own = 0
             sent = bool(include_open) and self._open is not None
             if sent:
                 own = self._open_cost() if include_open == "fits" else 0
-                if own and self.gatekeeper.pinned_cost() + own > total:
-                    sent = False  # the open turn does not fit: it is left out, its run gated as earlier turns
+                if own and self._pinned_cost() + own > total:
+                    sent, own = False, 0  # the open turn does not fit: it is left out, its run gated as earlier turns
                 else:
                     run, spent = self._open_run(total - own)
-                    if spent + own:
-                        token_budget = total - spent - own
+            if spent + own + extra:
+                token_budget = max(0, total - spent - own - extra)
             keys = [*excluded, *(turn.key for turn in run)]
             return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(t.key for t in run), sent
+
+    def _system_overheads(self) -> int:
+        """The ``message_overhead`` of each leading system message the gatekeeper does not
+        charge (caller holds the lock): it prices their texts as one joined prompt with one
+        overhead (none when all are blank), and each is sent as its own message (four system
+        messages at an overhead of 10 sent 81 tokens for a budget of 60)."""
+        charged = 1 if self.gatekeeper.system_prompt is not None else 0
+        return max(0, len(self._system) - charged) * self.gatekeeper.message_overhead
+
+    def _pinned_cost(self) -> int:
+        """What every selection pays first: the gatekeeper's pinned content and
+        :meth:`_system_overheads` (caller holds the lock)."""
+        return self.gatekeeper.pinned_cost() + self._system_overheads()
 
     def _open_cost(self) -> int:
         """Tokens the open turn costs as the gatekeeper prices a turn (caller holds the lock)."""
