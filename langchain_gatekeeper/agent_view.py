@@ -58,10 +58,10 @@ from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMe
 from langchain_core.messages.utils import count_tokens_approximately
 
 from context_gatekeeper import (
-    BudgetError, ContextGatekeeper, GatekeeperError, GateOptions, InvalidInputError, InvalidTypeError,
+    ContextGatekeeper, GatekeeperError, GateOptions, InvalidInputError, InvalidTypeError,
     resolve_token_counter,
 )
-from context_gatekeeper.integration import BoundedCache, TurnIndex, indexed_texts, text_key
+from context_gatekeeper.integration import BoundedCache, TurnIndex, indexed_texts, report_overflow, text_key
 
 from .convert import role_of, text_of
 from .threads import is_edit_record
@@ -935,11 +935,10 @@ def _overflow(index: _ThreadIndex, priced: int, pinned: Sequence[BaseMessage], s
         f"pinned content needs {priced} tokens ({', '.join(p for p in parts if p)}, each with its message_overhead of "
         f"{gatekeeper.message_overhead}) but token_budget is {gatekeeper.token_budget}"
     )
-    if gatekeeper.on_overflow == "raise":
-        raise BudgetError(f"{detail}; raise token_budget, shorten the pinned messages, or pass on_overflow='keep_pinned'")
-    if not index.warned_overflow:
-        index.warned_overflow = True
-        logger.warning("%s; sending the pinned content and the current turn only", detail)
+    index.warned_overflow = report_overflow(
+        gatekeeper.on_overflow, detail, "raise token_budget, shorten the pinned messages", index.warned_overflow,
+        "sending the pinned content and the current turn only", logger,
+    )
 
 
 def _counted(n: int, noun: str) -> str:

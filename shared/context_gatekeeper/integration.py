@@ -87,6 +87,7 @@ from .records.revisions import (
 )
 from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns, indexed_texts
 from .selection.anchors import anchor_set
+from .selection.options import report_overflow
 from .selection.coverage import held_anchors, kept_covering, may_match
 from .transcripts.versioned import VersionedTranscriptMixin
 
@@ -99,6 +100,7 @@ __all__ = [
     "require_items",
     "require_timeout",
     "require_requests",
+    "report_overflow",
     # transcript records
     "Applied",
     "Change",

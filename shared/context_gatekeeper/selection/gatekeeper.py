@@ -24,10 +24,10 @@ from typing import Any, NoReturn
 
 from .anchors import extract
 from .cues import Cues, strip_cues
-from ..errors import BudgetError, InvalidTypeError
+from ..errors import InvalidTypeError
 from .gate import acknowledges, anchor_weights, takes_note
 from .history import TurnHistory, excluded_ids, require_turn_list, turn_texts as _turn_texts
-from .options import GateOptions, OnOverflow, require_overhead
+from .options import GateOptions, OnOverflow, report_overflow, require_overhead
 from .params import SelectionParams
 from .segments import gate_query
 from .semantic.fusion import (
@@ -570,11 +570,10 @@ class ContextGatekeeper(SemanticMethods):
             f"pinned content needs {fixed + sum(self._history.costs[t] for t in pinned)} tokens "
             f"(system prompt and summary {fixed}, pinned turns {pinned}) but token_budget is {budget_total}"
         )
-        if self.on_overflow == "raise":
-            raise BudgetError(f"{detail}; raise token_budget, unpin turns, or pass on_overflow='keep_pinned'")
-        if not self._warned_overflow:
-            self._warned_overflow = True
-            logger.warning("%s; keeping the pinned content only", detail)
+        self._warned_overflow = report_overflow(
+            self.on_overflow, detail, "raise token_budget, unpin turns", self._warned_overflow,
+            "keeping the pinned content only", logger,
+        )
 
     def _fixed_cost(self, text: str | None, overhead: int) -> int:
         """Tokens of a system prompt or summary (0 for none) with ``overhead`` for its message."""

@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass, field, fields, replace
 from typing import Any, Literal, Optional
 
-from ..errors import InvalidInputError, InvalidTypeError
+import logging
+
+from ..errors import BudgetError, InvalidInputError, InvalidTypeError
 from ..tokens import TokenCounter, TokenCounterLike, resolve_token_counter
 from ..validation import require_budget, require_timeout
 from . import word_prior
@@ -28,9 +30,22 @@ from .params import SelectionParams
 from .semantic.embedding import Embedder, as_embedder, require_vector_cache
 from .semantic.fusion import numpy
 
-__all__ = ["GateOptions", "OnOverflow", "ON_OVERFLOW", "DEFAULT_TOKEN_BUDGET", "require_overhead"]
+__all__ = ["GateOptions", "OnOverflow", "ON_OVERFLOW", "DEFAULT_TOKEN_BUDGET", "require_overhead", "report_overflow"]
 
 OnOverflow = Literal["raise", "keep_pinned"]
+
+
+def report_overflow(
+    on_overflow: str | None, detail: str, advice: str, warned: bool, then: str, log: logging.Logger
+) -> bool:
+    """Pinned content over the budget (``detail`` says by how much): :class:`BudgetError` with
+    ``on_overflow="raise"`` (``advice`` says what to change), else one warning on ``log``
+    unless ``warned`` already, saying what is sent (``then``).  Returns the new ``warned``."""
+    if on_overflow == "raise":
+        raise BudgetError(f"{detail}; {advice}, or pass on_overflow='keep_pinned'")
+    if not warned:
+        log.warning("%s; %s", detail, then)
+    return True
 """What a selection does when pinned content alone exceeds the budget."""
 
 ON_OVERFLOW: tuple[str, ...] = ("raise", "keep_pinned")
