@@ -97,11 +97,11 @@ def _asks(message: BaseMessage) -> bool:
 
 def current_turn_start(
     messages: Sequence[BaseMessage], cost: Callable[[BaseMessage], int] | None = None, room: int = 0,
-    run_input: Callable[[str], bool] | None = None,
+    run_input: str | None = None,
 ) -> int | None:
     """Where the current turn starts (None when no human message): the user's own last
-    message (:func:`_own_ask`; ``run_input`` tells a run's input by its id, as the middleware
-    records it), and the human messages right before it, unanswered (a pasted text or an
+    message (:func:`_own_ask`; ``run_input`` is the id of the message the run started with,
+    as the middleware records it), and the human messages right before it, unanswered (a pasted text or an
     image, then the question: one turn, as the LlamaIndex memory reads it), while together
     they ``cost`` at most ``room`` (without ``cost``: all of them).  Older ones are earlier
     turns, gated as any other: a long run of unanswered messages is not sent whole."""
@@ -124,31 +124,25 @@ def _tool_step(messages: Sequence[BaseMessage], i: int) -> bool:
     return isinstance(step, AIMessage) and bool(step.tool_calls)
 
 
-def _own_ask(messages: Sequence[BaseMessage], run_input: Callable[[str], bool] | None = None) -> int | None:
+def _own_ask(messages: Sequence[BaseMessage], run_input: str | None = None) -> int | None:
     """Index of the user's own last message, the one the open run answers (None: no user's message).
 
-    A tool may hand the model an image or a file as a ``HumanMessage`` in its ``Command``,
-    right after its result: that message belongs to the run, not to a turn of its own (it
-    would take the run's question and tool calls out of the current turn).  Where the run's
-    input is known (``run_input``: the middleware notes each run's input message by id when
-    the run starts, in its own memory) it is the answer: the last human message ``run_input``
-    accepts, unless a final answer (an AI message calling no tool) comes after it, which ended
-    that run (a run resumed by another worker, or started before a restart, was not noted
-    here: an older run's note must not stand for it).
-    Otherwise the shape alone must tell, and it cannot always: a run that ends on a tool
-    result (a ``return_direct`` tool, structured output through a tool) followed by the next
-    question looks like a tool's delivery.  So only human messages *without text* (images,
-    files) right after a tool step are taken for the tool's; the last human message with text
-    is the user's own."""
+    Human messages can join a run after its question: a tool hands the model an image, a file
+    or a text as a ``HumanMessage`` in its ``Command``, or a middleware asks the model again
+    ("cite a source"). They belong to the run, not to a turn of their own (they would take
+    the run's question and tool calls out of the current turn).  Where the run's input is
+    known (``run_input``: the id of the message the run started with, which the middleware
+    keeps in the thread's state) it is the answer.  Otherwise the shape alone must tell, and
+    it cannot always: a run that ends on a tool result (a ``return_direct`` tool, structured
+    output through a tool) followed by the next question looks like a tool's delivery.  So
+    only human messages *without text* (images, files) right after a tool step are taken for
+    the tool's; the last human message with text is the user's own."""
     last = _ask_before(messages, len(messages))
     if last is None:
         return None
     if run_input is not None:
         for i in range(last, -1, -1):
-            message = messages[i]
-            if isinstance(message, AIMessage) and not message.tool_calls:
-                break  # a final answer ended a run: a run input noted before it is not this run's
-            if _asks(message) and message.id is not None and run_input(message.id):
+            if messages[i].id == run_input and _asks(messages[i]):
                 return i
     ask = last
     while ask is not None and not messages[ask].text.strip():
@@ -678,7 +672,7 @@ class GatedView:
         return self._index(thread).turns
 
     def turn_start(
-        self, messages: Sequence[BaseMessage], thread: Any = None, run_input: Callable[[str], bool] | None = None
+        self, messages: Sequence[BaseMessage], thread: Any = None, run_input: str | None = None
     ) -> int | None:
         """:func:`current_turn_start` of ``messages`` with the unanswered human messages before
         the user's own last one counted as the thread's gatekeeper counts a message (its
@@ -687,7 +681,7 @@ class GatedView:
 
     def _current(
         self, messages: Sequence[BaseMessage], thread: Any, system_prompt: str | None = None,
-        run_input: Callable[[str], bool] | None = None,
+        run_input: str | None = None,
     ) -> tuple[int | None, int]:
         """``(where the current turn starts, the tokens of its human messages before the user's
         own last one)``: those take their share of the budget, so the earlier turns get what
@@ -708,7 +702,7 @@ class GatedView:
 
     def view(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None,
-        run_input: Callable[[str], bool] | None = None,
+        run_input: str | None = None,
     ) -> list[BaseMessage]:
         """The gated list for ``messages`` (a model request's messages, system prompt excluded):
         the current turn (the user's own last message, the unanswered human messages right
@@ -716,7 +710,7 @@ class GatedView:
         delivered included: :func:`current_turn_start`) is kept whole and its human messages'
         text is the query (none, e.g. an image alone, is gated as :data:`NO_TEXT_QUERY`);
         earlier messages go through :meth:`gated`.  A list without a human message comes
-        back whole.  ``run_input`` tells the run's input message by its id (:func:`_own_ask`)."""
+        back whole.  ``run_input`` is the id of the message the run started with (:func:`_own_ask`)."""
         start, reserved = self._current(messages, thread, system_prompt, run_input)
         if start is None:
             return list(messages)
@@ -726,7 +720,7 @@ class GatedView:
 
     async def aview(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None,
-        run_input: Callable[[str], bool] | None = None,
+        run_input: str | None = None,
     ) -> list[BaseMessage]:
         """:meth:`view` with the query's embedding awaited (see :meth:`agated`)."""
         start, reserved = self._current(messages, thread, system_prompt, run_input)

@@ -9,8 +9,11 @@ Example::
 
 Each model call gets the gated view of its messages (:mod:`.agent_view`): the system
 prompt, summary messages, the earlier turns the current query needs (tool-call pairs
-intact, starting on a user message) and the current turn whole.  The agent's stored
-state is never touched by gating: only the request sent to the model is narrowed.
+intact, starting on a user message) and the current turn whole: from the message the run
+started with, whose id a ``before_agent`` hook records in the private state key
+:data:`~langchain_gatekeeper.threads.TURN_KEY` (checkpointed with the thread, so any worker
+resuming the run reads it), to the end.  Gating never touches the stored messages: only the
+request sent to the model is narrowed.
 
 A user message starting with ``edit_prefix`` (default ``"/edit "``) that started the
 current run (the invocation's own input, recorded by a ``before_agent`` hook in the
@@ -41,7 +44,6 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from context_gatekeeper import EditOptions, GatekeeperError, GateOptions, InvalidInputError
-from context_gatekeeper.integration import BoundedCache
 
 from .agent_view import GatedView, _asks, adapter_options, is_summary
 from .models import given_edit_model
@@ -51,11 +53,6 @@ __all__ = ["GatekeeperMiddleware"]
 
 Handler = Callable[[ModelRequest], ModelResponse]
 AsyncHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
-
-
-RUN_INPUTS = 65_536
-"""How many runs' input message ids a middleware keeps (the most recent; a run whose input was
-forgotten, or started in another process, is read by the shape of its messages instead)."""
 
 
 def edit_instruction(text: str, prefix: str | None) -> str | None:
@@ -161,20 +158,16 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         self.edit_model = edit_model
         self.edit_options = settings
         self.views = GatedView(gate, max_threads=max_threads)
-        self._run_inputs: BoundedCache[str, bool] = BoundedCache(maxsize=RUN_INPUTS)
-        """The ids of the messages runs started with (:meth:`before_agent`), most recent kept:
-        the current turn starts at the run's own input, so a human message a tool delivers
-        later in the run never takes its place, and the next run's question after a run that
-        ended on a tool result (``return_direct``, structured output) is never taken for one."""
 
     # -- gating ---------------------------------------------------------------------------
-    def _scope(self, request: ModelRequest) -> dict[str, Any]:
-        """The view's keywords for ``request``: its thread, its system prompt's text, and which
-        message ids started a run."""
+    @staticmethod
+    def _scope(request: ModelRequest) -> dict[str, Any]:
+        """The view's keywords for ``request``: its thread, its system prompt's text, and the id
+        of the message its run started with (:meth:`before_agent` records it in the state)."""
         info = getattr(request.runtime, "execution_info", None)
         system = request.system_message.text if request.system_message is not None else None
         return {"thread": getattr(info, "thread_id", None), "system_prompt": system,
-                "run_input": self._run_inputs.__contains__}
+                "run_input": (request.state or {}).get(TURN_KEY)}
 
     # The view is some of the request's own message objects, in order (typed list[BaseMessage]):
     # each is an AnyMessage, as ModelRequest.messages needs, which the checker cannot see.
@@ -240,17 +233,16 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- hooks ----------------------------------------------------------------------------
     def before_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Note the id of the human message this run starts with (kept in memory, for the
-        gated view's current turn), and record in the state the id of the edit command that
-        starts this run, if it does: only that message may be routed to an edit.  Any other
-        run writes nothing (its state is what it would be without this middleware)."""
+        """Record in the state (a private key, checkpointed with the thread) the id of the user
+        message this run starts with, or ``None`` for a run that starts with none (a resume
+        with no new message).  The gated view's current turn starts there, on any worker that
+        resumes the run, so a human message added later in the run (by a tool, or by a
+        middleware that asks the model again) never takes the question's place; and only that
+        message may be routed to an edit."""
         messages = state.get("messages") or []
         last = messages[-1] if messages else None
-        if last is not None and last.id is not None and _asks(last):
-            self._run_inputs.put(last.id, True)  # in this process only: the state is left as it is
-        if self.edit_prefix is None or not isinstance(last, HumanMessage) or is_summary(last):
-            return None
-        return {TURN_KEY: last.id} if edit_instruction(last.text, self.edit_prefix) is not None else None
+        started = last.id if last is not None and _asks(last) else None
+        return None if state.get(TURN_KEY) == started else {TURN_KEY: started}
 
     async def abefore_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`before_agent`."""

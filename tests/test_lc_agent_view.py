@@ -598,8 +598,8 @@ def test_a_human_message_a_tool_delivers_belongs_to_the_run() -> None:
     # a delivery with text: by shape it is the last question; with the run's input known it is the tool's
     as_text = [*history, question, *tool_loop("c3", [HumanMessage("the page's HTML, as text")])]
     assert current_turn_start(as_text) == len(as_text) - 1
-    assert current_turn_start(as_text, run_input={"q"}.__contains__) == len(history)
-    assert view.view(as_text, thread="t", run_input={"q"}.__contains__)[-4:] == as_text[-4:]
+    assert current_turn_start(as_text, run_input="q") == len(history)
+    assert view.view(as_text, thread="t", run_input="q")[-4:] == as_text[-4:]
     # the user's own unanswered messages before the question still join it only within the budget
     paste = HumanMessage("redis " * 30)
     assert current_turn_start([*history, paste, question, *first]) == len(history)
@@ -616,27 +616,27 @@ def test_a_run_that_ends_on_a_tool_result_is_an_earlier_turn_for_the_next_questi
         runs += [HumanMessage(f"Look up the {topic} for me", id=f"r{n}"), *tool_loop(f"d{n}", [])]
     messages = [*history, *runs, HumanMessage("And the espresso grind for a moka pot?", id="now")]
     assert current_turn_start(messages) == len(messages) - 1
-    assert current_turn_start(messages, run_input={"r0", "r1", "r2", "now"}.__contains__) == len(messages) - 1
+    assert current_turn_start(messages, run_input="now") == len(messages) - 1
     view = GatedView(lambda: CountingGatekeeper(token_budget=20, token_counter=words, message_overhead=0))
     gated = view.view(messages, thread="t")
     assert gated[-1] is messages[-1] and sum(words(m.text) for m in gated[:-1]) <= 20
 
 
-def test_an_older_runs_note_never_stands_for_the_current_run() -> None:
-    """The middleware notes run inputs in its own memory: a run resumed by another worker (or
-    after a restart) was not noted, and an older run's note, before a final answer, must not
-    make the older run the current turn (it was sent whole: 495 words for a budget of 60)."""
-    history = two_topics()
-    old_question = HumanMessage("How long should the redis lock ttl be?", id="old")
-    question = HumanMessage("Please refund order 42, it arrived broken.", id="new")
-    messages = [*history, old_question, AIMessage("Longer than the longest job."), question,
-                *tool_loop("c9", [])]
-    assert current_turn_start(messages, run_input={"old"}.__contains__) == len(history) + 2
-    # a user message of another class (ChatMessage with role user) is a run input as well
+def test_the_runs_recorded_input_starts_the_current_turn_and_nothing_older() -> None:
+    """With the run's input known (the id the middleware keeps in the thread's state), the
+    current turn starts there: a human message a middleware adds after the model answered
+    ("cite a source") joins the run; a ChatMessage of role user is a run input as well."""
     from langchain_core.messages import ChatMessage
 
+    history = two_topics()
+    question = HumanMessage("Which postgres isolation level prevents write skew?", id="q")
+    guard = HumanMessage("Your answer has no citation. Cite a source and answer again.")
+    messages = [*history, question, AIMessage("Use repeatable read."), guard]
+    assert current_turn_start(messages, run_input="q") == len(history)
+    assert current_turn_start(messages) == len(messages) - 1  # by shape alone: the last question
+    assert current_turn_start(messages, run_input="gone") == len(messages) - 1  # an id not in the list
     chat_input = ChatMessage(role="user", content="What hydration for sourdough bread?", id="chat")
-    assert current_turn_start([*history, chat_input], run_input={"chat"}.__contains__) == len(history)
+    assert current_turn_start([*history, chat_input], run_input="chat") == len(history)
 
 
 def test_after_a_run_the_next_human_message_is_the_users_own() -> None:

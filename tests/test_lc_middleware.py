@@ -273,6 +273,34 @@ def test_runs_that_end_on_a_tool_result_are_earlier_turns_for_the_next_run(use_a
     check_tool_pairs(last)
 
 
+def test_a_message_a_middleware_adds_in_the_run_keeps_the_runs_question() -> None:
+    """An after_model guard that asks the model again in the same run (a HumanMessage and a
+    jump back): the run's recorded input keeps the question and the first answer in the current
+    turn, whatever the earlier runs (the guard's message alone was taken for the question)."""
+    from langchain.agents.middleware import after_model
+
+    @after_model(can_jump_to=["model"])
+    def guard(state: dict[str, Any], runtime: Any) -> dict[str, Any] | None:
+        last = state["messages"][-1]
+        if isinstance(last, AIMessage) and "source" not in last.text:
+            return {"messages": [HumanMessage("Your answer has no citation. Cite a source and answer again.")],
+                    "jump_to": "model"}
+        return None
+
+    replies = [AIMessage(f"Grind the espresso beans finer {i}. source: barista guide") for i in range(4)]
+    model = scripted([*replies, AIMessage("Use repeatable read."), AIMessage("Serializable; source: the docs")])
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=100), guard],
+                         checkpointer=InMemorySaver())
+    for i in range(4):
+        agent.invoke({"messages": [HumanMessage(f"How do I tune espresso grind size {i}?")]}, CONFIG)
+    question = "Which postgres isolation level prevents write skew for the billing ledger transfers?"
+    agent.invoke({"messages": [HumanMessage(question)]}, CONFIG)
+    last = model.received[-1]
+    assert [m.text for m in last[-3:]] == [question, "Use repeatable read.",
+                                           "Your answer has no citation. Cite a source and answer again."]
+    assert not any("espresso" in m.text for m in last)
+
+
 # -- the /edit route --------------------------------------------------------------------------
 IRELAND = "What was the GDP of Ireland in 2021?"
 IRELAND_ANSWER = "Ireland's GDP in 2021 was about 500 billion USD."

@@ -100,7 +100,8 @@ def test_the_runs_own_edit_command_is_routed_and_its_id_recorded() -> None:
     editor = ScriptedModel([swap_editor("Ireland", "Iceland")])
     agent = agent_with([AIMessage(IRELAND_ANSWER)], editor)
     agent.invoke({"messages": [HumanMessage(IRELAND, id="q1")]}, CONFIG)
-    assert sorted(agent.get_state(CONFIG).values) == ["messages"]  # a plain run writes nothing of ours
+    state = agent.get_state(CONFIG).values
+    assert sorted(state) == ["gatekeeper_turn", "messages"] and state[TURN_KEY] == "q1"  # the run's input, no log
     out = agent.invoke({"messages": [HumanMessage("/edit it was Iceland", id="cmd")]}, CONFIG)
     assert len(editor.calls) == 1 and TURN_KEY not in out and EDITS_KEY not in out  # private
     assert agent.get_state(CONFIG).values[TURN_KEY] == "cmd"
