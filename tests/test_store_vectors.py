@@ -357,8 +357,13 @@ def test_a_gatekeeper_saving_to_another_gates_session_is_refused(tmp_path: Path)
     for given in (gate_a.gatekeeper.empty_copy(), ContextGatekeeper(options=gate_a.gatekeeper.options)):
         with pytest.raises(InvalidInputError, match="another TranscriptGate's session"):
             TranscriptGate(b, gatekeeper=given)
-    gate_b = TranscriptGate(b, options=gate_a.gatekeeper.options.with_(vector_cache=None))  # the advice
-    gate_b.embed_pending()
-    name = gate_b.gatekeeper.embedder.name
-    assert len(store.load_vectors("session-b", name)) == 1 and store.load_vectors("session-a", name) == []
+    gate_a.gatekeeper.token_budget = 120  # assigned since: the advice keeps it
+    for gate_b in (TranscriptGate(b, options=gate_a.gatekeeper.current_options()),  # the advice
+                   TranscriptGate(b, options=gate_a.gatekeeper.options),  # another gate's cache is not taken
+                   TranscriptGate(b, embedder=CountingEmbedder(), vector_cache=gate_a.gatekeeper.options.vector_cache)):
+        gate_b.embed_pending()
+        name = gate_b.gatekeeper.embedder.name
+        assert len(store.load_vectors("session-b", name)) == 1 and store.load_vectors("session-a", name) == []
+        store.delete_vectors("session-b")
+    assert TranscriptGate(b, options=gate_a.gatekeeper.current_options()).gatekeeper.token_budget == 120
     store.close()

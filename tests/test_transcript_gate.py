@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from context_gatekeeper import ContextGatekeeper, InvalidTypeError, Delete, Message, Replace, SQLiteStore, Transcript, TranscriptGate
+from context_gatekeeper import BudgetError, ContextGatekeeper, InvalidTypeError, Delete, Message, Replace, SQLiteStore, Transcript, TranscriptGate
 from context_gatekeeper.records.revisions import Revision
 
 from gatekeeper_support import CountingGatekeeper
@@ -417,7 +417,14 @@ def test_each_leading_system_message_is_charged_its_overhead() -> None:
                                   token_budget=budget, on_overflow="keep_pinned")
             sent = gate.select_messages("And the Redis lock watchdog?")[:-1]  # the open question apart
             cost = sum(len(m.content.split()) + 10 for m in sent)
-            assert cost <= budget or [m.role for m in sent] == ["system"] * len(prompts), (prompts, budget, cost)
+            pinned_only = [m.role for m in sent] == ["system"] * len(prompts)
+            assert cost <= budget or pinned_only, (prompts, budget, cost)
+            assert gate.explain("And the Redis lock watchdog?").over_budget == (cost > budget)
+            strict = TranscriptGate(t, token_counter=lambda text: len(text.split()), message_overhead=10,
+                                    token_budget=budget, on_overflow="raise")
+            if cost > budget:  # the pinned content alone: raised, naming the budget given
+                with pytest.raises(BudgetError, match=f"token_budget is {budget};"):
+                    strict.select_messages("And the Redis lock watchdog?")
 
 
 def test_an_agent_turn_costs_each_of_its_messages_its_overhead() -> None:

@@ -539,6 +539,15 @@ class ContextGatekeeper(SemanticMethods):
         the message says how to rebuild a gatekeeper from its turns."""
         raise InvalidTypeError(_NOT_PICKLED)
 
+    def current_options(self) -> GateOptions:
+        """This gatekeeper's settings as they are now: :attr:`options` (what it was built with)
+        with the budget, overhead, ``on_overflow`` and :attr:`params` assigned since."""
+        with self._lock:
+            return self.options.with_(
+                token_budget=self._token_budget, message_overhead=self._message_overhead,
+                on_overflow=self.on_overflow, params=self._history.params,
+            )
+
     def empty_copy(self) -> ContextGatekeeper:
         """A new gatekeeper with no turns, pins, system prompt or summary, and this one's
         current settings: built from the same :attr:`options` (its token counter, embedder and

@@ -16,7 +16,9 @@ reopened transcript or a restarted worker embeds only what it has not seen.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import logging
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from ..selection.semantic.runner import run_locked
 from ..selection.semantic.embedding import text_hash, turn_text
 from ..errors import InvalidInputError, InvalidTypeError
 from ..selection.gatekeeper import ContextGatekeeper
-from ..selection.options import GateOptions
+from ..selection.options import GateOptions, report_overflow
 from ..records.messages import Message, detached
 from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
@@ -40,6 +42,9 @@ them out; ``"fits"`` charges them to the budget and sends them only if they fit 
 new input is the open turn reads a stored unanswered message so)."""
 
 __all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "message_text", "group_turns", "TurnIndex", "TranscriptGate"]
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -294,6 +299,12 @@ def _indexed(texts: tuple[str, str, tuple[str, ...]]) -> tuple[str, str, tuple[s
     return texts
 
 
+def _flagged(selection: Selection, over: bool) -> Selection:
+    """``selection``, marked ``over_budget`` when the pinned content alone was over the budget
+    with the overheads only the gate sees (:meth:`TranscriptGate._overflow`)."""
+    return dataclasses.replace(selection, over_budget=True) if over and not selection.over_budget else selection
+
+
 def _require_transcript(transcript: Any) -> None:
     """Refuse what is not a :class:`Transcript` (nor an object with its ``version`` and
     ``messages``) with :class:`InvalidTypeError`, before anything is read."""
@@ -333,8 +344,8 @@ def _require_own_vectors(gatekeeper: ContextGatekeeper) -> None:
     if isinstance(gatekeeper.options.vector_cache, _MessageVectorCache):
         raise InvalidInputError(
             "gatekeeper= keeps its turn vectors in another TranscriptGate's session (its vector cache is that "
-            "gate's); nothing was changed. Build this gate from the settings instead, so that it saves to this "
-            "transcript's session: TranscriptGate(transcript, options=gk.options.with_(vector_cache=None))"
+            "gate's); nothing was changed. Build this gate from its settings instead, and it saves to this "
+            "transcript's session: TranscriptGate(transcript, options=gk.current_options())"
         )
 
 
@@ -405,9 +416,13 @@ class TranscriptGate:
             _require_empty(gatekeeper)
             _require_own_vectors(gatekeeper)
         self.transcript = transcript
+        if isinstance(vector_cache, _MessageVectorCache):
+            vector_cache = None  # another gate's: its vectors would go to that gate's session
         if options is not None:  # checked already (GateOptions.of refuses keywords beside it)
             options = GateOptions.of(options, embedder=embedder, embed_timeout=embed_timeout,
                                      vector_cache=vector_cache, **gatekeeper_options)
+            if isinstance(options.vector_cache, _MessageVectorCache):  # another gate's (options=gk.options)
+                options = options.with_(vector_cache=None)
             if options.embedder is not None and options.vector_cache is None:  # vectors to the store, as with embedder=
                 from ..stores.vector_cache import StoreVectorCache
 
@@ -432,6 +447,7 @@ class TranscriptGate:
         self._version: tuple[int, float] | None = None
         self._last_id: str | None = None  # the last message of the state last synced
         self._by_turn_id: dict[int, MessageTurn] = {}  # gatekeeper turn id -> its turn
+        self._warned_overflow = False
         self._digests: dict[str, str] = {}
         self._hashed: dict[str, Any] = {}
 
@@ -512,8 +528,8 @@ class TranscriptGate:
         too and leaves it out (its run then earlier turns) when it does not fit: for a caller
         whose own new message is the query, such as a chain over a stored history
         (:data:`IncludeOpen`)."""
-        exclude, budget, _, _ = self._plan(token_budget, exclude_keys, include_open)
-        return self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)  # not under the lock
+        exclude, budget, _, _, over = self._plan(token_budget, exclude_keys, include_open)
+        return _flagged(self.gatekeeper.explain(query, token_budget=budget, exclude=exclude), over)  # not under the lock
 
     def open_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
         """``(turns, tokens)``: the unanswered user messages right before the open turn, as the
@@ -548,9 +564,9 @@ class TranscriptGate:
 
     def _plan(
         self, token_budget: int | None, exclude_keys: Collection[str], include_open: IncludeOpen
-    ) -> tuple[list[int], int | None, tuple[str, ...], bool]:
+    ) -> tuple[list[int], int | None, tuple[str, ...], bool, bool]:
         """Sync, then ``(turn ids not to select, the budget for the selection, keys of the open
-        run, whether the open turn is sent)``: :meth:`open_run` (with ``include_open``) is left
+        run, whether the open turn is sent, whether the pinned content alone is over the budget)``: :meth:`open_run` (with ``include_open``) is left
         out and paid for first; with ``include_open="fits"`` the open turn is paid for too, and
         left out with its run when they do not fit.  The arguments are checked before anything
         is read."""
@@ -570,6 +586,11 @@ class TranscriptGate:
             run: tuple[MessageTurn, ...] = ()
             spent = own = 0
             sent = bool(include_open) and self._open is not None
+            if extra and self._pinned_cost() > total:  # over the budget only with the overheads the gatekeeper cannot see
+                self._overflow(total)
+                keys = list(excluded)
+                return ([self._ids[k] for k in keys if k in self._ids], self.gatekeeper.pinned_cost(), (),
+                        sent and include_open is True, True)
             if sent:
                 own = self._open_cost() if include_open == "fits" else 0
                 if own and self._pinned_cost() + own > total:
@@ -579,7 +600,7 @@ class TranscriptGate:
             if spent + own + extra:
                 token_budget = max(0, total - spent - own - extra)
             keys = [*excluded, *(turn.key for turn in run)]
-            return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(t.key for t in run), sent
+            return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(t.key for t in run), sent, False
 
     def _system_overheads(self) -> int:
         """The ``message_overhead`` of each leading system message the gatekeeper does not
@@ -593,6 +614,26 @@ class TranscriptGate:
         """What every selection pays first: the gatekeeper's pinned content and
         :meth:`_system_overheads` (caller holds the lock)."""
         return self.gatekeeper.pinned_cost() + self._system_overheads()
+
+    def _overflow(self, budget: int) -> None:
+        """The leading system messages, each charged its overhead, and the rest of the pinned
+        content cost more than ``budget`` (caller holds the lock): :class:`BudgetError` with
+        ``on_overflow="raise"``, else one warning; the selection then keeps the pinned content
+        only (the gatekeeper is given exactly what it charges for it)."""
+        detail = (
+            f"pinned content needs {self._pinned_cost()} tokens ({len(self._system)} leading system message(s), each "
+            f"with its message_overhead of {self.gatekeeper.message_overhead}; summary and pinned turns "
+            f"{self.gatekeeper.pinned_cost() - self._system_texts_cost()}) but token_budget is {budget}"
+        )
+        self._warned_overflow = report_overflow(
+            self.gatekeeper.on_overflow, detail, "raise token_budget, shorten or merge the system messages",
+            self._warned_overflow, "keeping the pinned content only", logger,
+        )
+
+    def _system_texts_cost(self) -> int:
+        """What the gatekeeper charges for the system prompt (caller holds the lock)."""
+        prompt = self.gatekeeper.system_prompt
+        return 0 if prompt is None else self.gatekeeper.options.count(prompt) + self.gatekeeper.message_overhead
 
     def _open_cost(self) -> int:
         """Tokens the open turn costs as the gatekeeper prices a turn (caller holds the lock)."""
@@ -622,7 +663,7 @@ class TranscriptGate:
         """The messages to send with ``query``: leading system messages, the selected
         turns, and (``include_open``) the open, unanswered turn, in transcript order (with
         the unanswered user messages right before it that fit: see :meth:`explain`)."""
-        exclude, budget, run, sent = self._plan(token_budget, exclude_keys, include_open)
+        exclude, budget, run, sent, _ = self._plan(token_budget, exclude_keys, include_open)
         selection = self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)
         return self._messages(selection, sent, run)
 
@@ -664,8 +705,8 @@ class TranscriptGate:
         """:meth:`explain` without blocking the event loop: the transcript is read in a
         worker thread and the query's embedding is awaited; no lock is waited for on the
         event loop thread."""
-        exclude, budget, _, _ = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
-        return await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
+        exclude, budget, _, _, over = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        return _flagged(await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude), over)
 
     async def aselect_messages(
         self,
@@ -678,7 +719,7 @@ class TranscriptGate:
         """:meth:`select_messages` without blocking the event loop.  A revision that lands
         while the embedder works is taken into account as far as it can: a turn it
         removed is not returned, and a turn's messages are always its current ones."""
-        exclude, budget, run, sent = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        exclude, budget, run, sent, _ = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
         selection = await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
         return await run_locked(self._lock, self._messages, selection, sent, run)
 
