@@ -527,7 +527,10 @@ class TranscriptGate:
         earlier turns get the budget they leave.  ``include_open="fits"`` charges the open turn
         too and leaves it out (its run then earlier turns) when it does not fit: for a caller
         whose own new message is the query, such as a chain over a stored history
-        (:data:`IncludeOpen`)."""
+        (:data:`IncludeOpen`).  The selection's ``tokens_kept`` prices the leading system
+        messages as the gatekeeper holds them, one joined prompt with one ``message_overhead``;
+        the budget given to it is already less the overhead of each further system message,
+        which :meth:`select_messages` sends one message each."""
         exclude, budget, _, _, over = self._plan(token_budget, exclude_keys, include_open)
         return _flagged(self.gatekeeper.explain(query, token_budget=budget, exclude=exclude), over)  # not under the lock
 
