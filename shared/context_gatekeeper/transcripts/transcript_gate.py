@@ -569,10 +569,12 @@ class TranscriptGate:
         self, token_budget: int | None, exclude_keys: Collection[str], include_open: IncludeOpen
     ) -> tuple[list[int], int | None, tuple[str, ...], bool, bool]:
         """Sync, then ``(turn ids not to select, the budget for the selection, keys of the open
-        run, whether the open turn is sent, whether the pinned content alone is over the budget)``: :meth:`open_run` (with ``include_open``) is left
-        out and paid for first; with ``include_open="fits"`` the open turn is paid for too, and
-        left out with its run when they do not fit.  The arguments are checked before anything
-        is read."""
+        run, whether the open turn is sent, whether the pinned content alone is over the
+        budget)``: :meth:`open_run` (with ``include_open``) is left out and paid for first; with
+        ``include_open="fits"`` the open turn is paid for too, and left out with its run when
+        they do not fit; the overhead of each leading system message the gatekeeper does not
+        charge is paid for first as well (:meth:`_overflow` when that is over the budget).  The
+        arguments are checked before anything is read."""
         excluded = require_items(
             exclude_keys, "exclude_keys", str,
             "pass the keys (each the id of a turn's first message) in a list, e.g. [message.id], or () for none",
