@@ -44,7 +44,6 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import json
 import logging
 import math
 import operator
@@ -61,7 +60,9 @@ from context_gatekeeper import (
     ContextGatekeeper, GatekeeperError, GateOptions, InvalidInputError, InvalidTypeError,
     resolve_token_counter,
 )
-from context_gatekeeper.integration import BoundedCache, TurnIndex, indexed_texts, report_overflow, text_key
+from context_gatekeeper.integration import (
+    BoundedCache, TurnIndex, arguments_text, indexed_texts, report_overflow, text_key,
+)
 
 from .convert import role_of, text_of
 from .threads import is_edit_record
@@ -189,14 +190,9 @@ def _indexed_text(message: BaseMessage) -> str:
     content = message.content
     text = content if isinstance(content, str) else text_of(content)  # BaseMessage.text, without its str subclass
     if isinstance(message, AIMessage) and message.tool_calls:
-        calls = " ".join(f"{c['name']} {_arguments(c.get('args', {}))}" for c in message.tool_calls)
+        calls = " ".join(f"{c['name']} {arguments_text(c.get('args', {}))}" for c in message.tool_calls)
         text = f"{text}\n{calls}" if text else calls
     return text
-
-
-def _arguments(args: Any) -> str:
-    """A tool call's arguments as JSON; a value JSON cannot hold (a date, a ``Decimal``) as its ``str``."""
-    return json.dumps(args, ensure_ascii=False, default=str)
 
 
 def semantic(gatekeeper: ContextGatekeeper) -> bool:

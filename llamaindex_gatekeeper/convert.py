@@ -45,7 +45,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.bridge.pydantic import BaseModel
 
 from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
-from context_gatekeeper.integration import Role, new_message_id
+from context_gatekeeper.integration import Role, arguments_text, new_message_id
 
 __all__ = [
     "to_core",
@@ -115,7 +115,7 @@ def call_text(message: Message) -> str:
     for block in message.parts or ():
         if isinstance(block, dict) and block.get("block_type") == "tool_call":
             seen.add(block.get("tool_call_id"))
-            pieces.append(f"{block.get('tool_name') or ''} {_arguments_text(block.get('tool_kwargs'))}")
+            pieces.append(f"{block.get('tool_name') or ''} {arguments_text(block.get('tool_kwargs'))}")
     kwargs = message.metadata.get("additional_kwargs")
     listed = kwargs.get("tool_calls") if isinstance(kwargs, dict) else None
     for call in listed if isinstance(listed, list) else ():
@@ -129,17 +129,8 @@ def call_text(message: Message) -> str:
             function = {}
         name = call.get("name") or function.get("name") or ""
         arguments = function.get("arguments", call.get("input", call.get("args")))
-        pieces.append(f"{name} {_arguments_text(arguments)}")
+        pieces.append(f"{name} {arguments_text(arguments)}")
     return "\n".join(pieces)
-
-
-def _arguments_text(arguments: Any) -> str:
-    """A tool call's arguments as sent: a str as it is, anything else as JSON (``""``: none)."""
-    if arguments is None:
-        return ""
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments, ensure_ascii=False, default=str)
 
 
 def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:

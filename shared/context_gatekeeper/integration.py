@@ -85,7 +85,7 @@ from .records.replay import SKIP_REASONS
 from .records.revisions import (
     STATE_CHANGING, RevisionKind, Skipped, diff_states, replay, rewind, split_applicable, undo_stacks,
 )
-from .transcripts.transcript_gate import MessageTurn, TurnIndex, group_turns, indexed_texts
+from .transcripts.transcript_gate import MessageTurn, TurnIndex, arguments_text, group_turns, indexed_texts
 from .selection.anchors import anchor_set
 from .selection.options import report_overflow
 from .selection.coverage import held_anchors, kept_covering, may_match
@@ -148,6 +148,7 @@ __all__ = [
     "MessageTurn",
     "group_turns",
     "indexed_texts",
+    "arguments_text",
     "TurnIndex",
     "kept_covering",
     "may_match",

@@ -41,7 +41,7 @@ sends it and the unanswered messages right before it that fit, never gated; ``Fa
 them out; ``"fits"`` charges them to the budget and sends them only if they fit (a chain whose
 new input is the open turn reads a stored unanswered message so)."""
 
-__all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "message_text", "group_turns", "TurnIndex", "TranscriptGate"]
+__all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "message_text", "arguments_text", "group_turns", "TurnIndex", "TranscriptGate"]
 
 
 logger = logging.getLogger(__name__)
@@ -105,14 +105,18 @@ def _call_text(call: Any) -> str:
     function = call.get("function")
     if isinstance(function, dict) and "name" not in call:
         call = {"name": function.get("name"), "args": function.get("arguments")}
-    args = call.get("args")
-    if args is None:
-        arguments = ""
-    elif isinstance(args, str):
-        arguments = args
-    else:
-        arguments = json.dumps(args, ensure_ascii=False, default=str)
-    return f"{call.get('name') or ''} {arguments}".strip()
+    return f"{call.get('name') or ''} {arguments_text(call.get('args'))}".strip()
+
+
+def arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as they are sent: a string (a provider's JSON) as it is, anything
+    else as JSON (a value JSON cannot hold as its ``str``), none as ``""``.  The one rendering
+    every adapter prices and indexes a tool call by."""
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False, default=str)
 
 
 def indexed_texts(
