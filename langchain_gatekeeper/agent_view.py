@@ -865,10 +865,11 @@ class GatedView:
         if not extended:
             index.turns.sync(turns)
         gk = index.gatekeeper
-        pinned_text = _joined([system_prompt, *(m.text for m in pinned if not is_summary(m))])
-        if pinned_text != gk.system_prompt:
-            gk.system_prompt = pinned_text
-        summary = _joined(summaries)
+        prompt = (system_prompt,) if system_prompt is not None and system_prompt.strip() else ()
+        system = (*prompt, *(m.text for m in pinned if not is_summary(m))) or None  # one text a message sent
+        if system != gk.system_prompt:
+            gk.system_prompt = system
+        summary = tuple(summaries) or None
         if summary != gk.summary:
             gk.summary = summary
         return extended
@@ -898,19 +899,16 @@ def _turns_budget(
     """The ``token_budget`` to select earlier turns with, or None when the pinned content
     alone is over the thread's ``token_budget`` (see :func:`_overflow`).
 
-    The gatekeeper holds the pinned texts joined (one system prompt, one summary) and
-    charges one ``message_overhead`` for each; they are sent as separate messages
-    (:func:`_pinned_cost`).  So the budget given to it is what the earlier turns may use
-    (the budget less the pinned messages as sent and ``reserved``, the current turn's
-    unanswered messages) plus what the gatekeeper itself charges for its pinned texts."""
+    The gatekeeper holds the pinned messages and the system prompt as :meth:`GatedView._sync`
+    set them, one text a message sent, and prices them as :func:`_pinned_cost` does; it pays
+    for them first out of the budget given, which is the thread's less ``reserved`` (the
+    current turn's unanswered messages), never less than the pinned content itself."""
     gatekeeper = index.gatekeeper
-    priced = _pinned_cost(gatekeeper, pinned, system_prompt)
+    priced = gatekeeper.pinned_cost()
     if priced > gatekeeper.token_budget:
         _overflow(index, priced, pinned, system_prompt)
         return None
-    count, overhead = gatekeeper.options.count, gatekeeper.message_overhead
-    charged = sum(count(text) + overhead for text in (gatekeeper.system_prompt, gatekeeper.summary) if text is not None)
-    return max(0, gatekeeper.token_budget - priced - reserved) + charged
+    return max(priced, gatekeeper.token_budget - reserved)
 
 
 def _overflow(index: _ThreadIndex, priced: int, pinned: Sequence[BaseMessage], system_prompt: str | None) -> None:
@@ -934,12 +932,6 @@ def _overflow(index: _ThreadIndex, priced: int, pinned: Sequence[BaseMessage], s
 def _counted(n: int, noun: str) -> str:
     """``"1 summary message"``, ``"2 summary messages"``; ``""`` for none."""
     return "" if not n else f"{n} {noun}" + ("s" if n > 1 else "")
-
-
-def _joined(texts: Sequence[str | None]) -> str | None:
-    """``texts`` joined by newlines, blank ones (``None``, empty, whitespace) left out; ``None``
-    when all are (the core refuses a blank system prompt or summary)."""
-    return "\n".join(text for text in texts if text and text.strip()) or None
 
 
 class _Positions(NamedTuple):

@@ -659,9 +659,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """``earlier`` (system messages, then whole earlier turns) within ``room`` tokens
         as :meth:`_cost` counts them, message by message.
 
-        The gate prices a turn by its texts (one text and one ``message_overhead`` a message,
-        the leading system messages as one prompt), so what it selected may cost more as
-        ``get`` returns it.  Then the oldest selected turns are left out, whole (a tool call
+        The gate prices a turn by the texts it indexes (one text and one ``message_overhead`` a
+        message), which need not be what ``get`` counts (:meth:`_cost`: a ``tokenizer_fn`` of
+        its own, tool calls rendered), so what it selected may cost more as ``get`` returns it.  Then the oldest selected turns are left out, whole (a tool call
         never without its result), until the rest fits; the system messages always stay
         (pinned content).  When that would leave out every selected turn and the current turn
         has no user message (``needs_user``: an engine's ``get(input=...)`` before it puts

@@ -11,6 +11,7 @@ from context_gatekeeper import (
     ContextGatekeeper,
     GatekeeperError,
     InvalidInputError,
+    InvalidTypeError,
     SelectionParams,
     UnknownTurnError,
 )
@@ -91,6 +92,41 @@ def test_pinned_turns_are_always_kept_and_count_against_the_budget() -> None:
     assert selection.tokens_kept == gk.turn_cost(1) + gk.turn_cost(2)
     gk.unpin(1)
     assert gk.explain("wine with salmon").turn_ids == (2,)
+
+
+def test_a_system_prompt_of_several_messages_is_priced_one_message_each() -> None:
+    """Several system messages (an adapter's leading ones) are held as a tuple, each its text's
+    count plus one overhead, as they are sent; a blank one costs its overhead; an empty list is
+    no prompt; the plain-text prompt keeps each non-blank one."""
+    gk = make(token_budget=100, message_overhead=3, system_prompt=["Be brief.", " ", "Cite sources."])
+    assert gk.system_prompt == ("Be brief.", " ", "Cite sources.")
+    assert gk.pinned_cost() == (2 + 3) + (0 + 3) + (2 + 3)
+    gk.summary = ["Earlier: Kafka 3.6.", "Then: retention."]
+    assert gk.summary == ("Earlier: Kafka 3.6.", "Then: retention.") and gk.pinned_cost() == 13 + (3 + 3) + (2 + 3)
+    gk.add_turn("Kafka retention settings?", "Use retention.ms.")
+    selection = gk.explain("Kafka retention.ms default")
+    assert selection.system_prompt == gk.system_prompt and selection.tokens_kept == gk.pinned_cost() + gk.turn_cost(1)
+    prompt = gk.build_prompt("Kafka retention.ms default")
+    assert prompt.startswith("Be brief.\n\nCite sources.\n\nSummary of the earlier conversation:\nEarlier: Kafka 3.6.")
+    gk.message_overhead = 1  # every pinned message costed again
+    assert gk.pinned_cost() == (2 + 0 + 2 + 3 + 2) + 5
+    gk.system_prompt = []
+    assert gk.system_prompt is None and gk.pinned_cost() == 5 + 2
+
+
+@pytest.mark.parametrize("bad, error", [
+    (["Be brief.", 3], InvalidTypeError), ([None], InvalidTypeError), (b"Be brief.", InvalidTypeError),
+    ({"role": "system"}, InvalidTypeError), (7, InvalidTypeError), ("  ", InvalidInputError),
+])
+def test_a_refused_system_prompt_changes_nothing(bad: object, error: type[Exception]) -> None:
+    gk = make(token_budget=100, system_prompt="Be brief.")
+    with pytest.raises(error, match="system_prompt"):
+        gk.system_prompt = bad  # type: ignore[assignment]
+    with pytest.raises(error, match="summary"):
+        gk.summary = bad  # type: ignore[assignment]
+    assert gk.system_prompt == "Be brief." and gk.summary is None and gk.pinned_cost() == 2
+    with pytest.raises(error, match="system_prompt"):
+        make(system_prompt=bad)
 
 
 def test_system_prompt_and_summary_are_pinned_content() -> None:

@@ -389,18 +389,21 @@ def test_unanswered_human_messages_before_the_last_are_the_current_turn() -> Non
     assert current_turn_start([*history, paste, AIMessage("noted"), question]) == len(history) + 2
 
 
-def test_a_blank_system_prompt_or_summary_is_left_out() -> None:
-    """A system message or system prompt of whitespace alone (a template that rendered empty),
-    or blank summaries: left out of the pinned text, never an error."""
+def test_blank_pinned_messages_are_priced_as_sent_and_never_raise() -> None:
+    """A system message or summary of whitespace alone (a template that rendered empty) is sent,
+    so the gatekeeper holds it, one text a message, costing its overhead; a blank system prompt is
+    not sent and not held.  Never an error."""
     body = [HumanMessage("redis ttl?"), AIMessage("30 s"), HumanMessage("redis watchdog?")]
     summary = {"lc_source": "summarization"}
     view = GatedView(make)
     for pinned, prompt in [([SystemMessage("\n")], None), ([], "  "), ([SystemMessage(" "), SystemMessage("")], "\t"),
                            ([HumanMessage(" ", additional_kwargs=summary), HumanMessage("\n", additional_kwargs=summary)], None)]:
         assert view.view([*pinned, *body], thread="t", system_prompt=prompt) == [*pinned, *body]
-        assert view.gatekeeper("t").system_prompt is None and view.gatekeeper("t").summary is None
-    view.view([SystemMessage(" "), SystemMessage("Be brief."), *body], thread="t", system_prompt="\n")
-    assert view.gatekeeper("t").system_prompt == "Be brief."
+        gk = view.gatekeeper("t")
+        assert (gk.system_prompt or ()) + (gk.summary or ()) == tuple(m.text for m in pinned)
+        assert gk.pinned_cost() == sum(gk.options.count(m.text) + gk.message_overhead for m in pinned)
+    view.view([SystemMessage(" "), SystemMessage("Be brief."), *body], thread="t", system_prompt="Use metric units.")
+    assert view.gatekeeper("t").system_prompt == ("Use metric units.", " ", "Be brief.")
 
 
 def test_a_system_message_inside_an_earlier_turn_counts_against_the_budget() -> None:
@@ -464,7 +467,7 @@ def test_function_and_chat_messages_take_the_role_they_play() -> None:
     view = GatedView(make)
     out = view.view(chat, thread="t")
     gk = view.gatekeeper("t")
-    assert gk.system_prompt == "Be brief."
+    assert gk.system_prompt == ("Be brief.",)
     assert [(t.user, t.assistant, t.tool_texts) for t in gk.turns] == [
         ("Tell me about espresso grind size", "more on the redis watchdog",
          ("", "The watchdog renews the redis lock.", "redis lock watchdog")),  # one text a message: each priced

@@ -232,9 +232,10 @@ def test_a_system_message_inside_a_turn_counts_against_the_budget() -> None:
 
 
 @pytest.mark.parametrize("blank", [[" "], ["", ""], ["\n"], ["", "Answer briefly."]])
-def test_blank_system_messages_are_left_out_of_the_system_prompt(blank: list[str]) -> None:
-    """A leading system message with no text (empty, white space, an image alone) adds nothing
-    to the gatekeeper's system prompt, which refuses blank text: selection never raises for it."""
+def test_blank_system_messages_are_priced_as_messages_and_never_raise(blank: list[str]) -> None:
+    """A leading system message with no text (empty, white space, an image alone) is sent, so the
+    gatekeeper holds it as one of the system prompt's messages, costing its overhead; selection
+    never raises for it."""
     t = Transcript("s")
     t.append(messages=[{"role": "system", "content": text} for text in blank])
     t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the longest job.")
@@ -244,7 +245,10 @@ def test_blank_system_messages_are_left_out_of_the_system_prompt(blank: list[str
     assert [m.content for m in selected][-3:] == [
         "How long should a Redis lock TTL be?", "Longer than the longest job.", "And the Redis watchdog?",
     ]
-    assert gate.gatekeeper.system_prompt == ("Answer briefly." if "Answer briefly." in blank else None)
+    assert gate.gatekeeper.system_prompt == tuple(blank)
+    priced = TranscriptGate(t, token_counter=len, message_overhead=3)
+    priced.sync()
+    assert priced.gatekeeper.pinned_cost() == sum(map(len, blank)) + 3 * len(blank)
 
 
 PASTE = "Traceback (most recent call last): File app.py line 12 KeyError: 'user_id'"
@@ -405,8 +409,8 @@ def test_an_open_turn_that_must_fit_is_charged_and_left_out_when_it_does_not(asy
 
 
 def test_each_leading_system_message_is_charged_its_overhead() -> None:
-    """The leading system messages are one prompt to the gatekeeper but are sent one message
-    each: what select_messages sends stays within the budget (blank ones are sent too)."""
+    """The leading system messages are sent one message each, and the gatekeeper prices them so:
+    what select_messages sends stays within the budget (blank ones are sent too)."""
     for prompts in (["Be brief.", "Answer in English.", "Cite sources.", "No emoji."], [" ", " "]):
         t = Transcript("s")
         t.append(messages=[Message(f"s{n}", "system", text) for n, text in enumerate(prompts)])

@@ -19,8 +19,8 @@ import logging
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from typing import Any, NoReturn
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NoReturn, Union
 
 from .anchors import extract
 from .cues import Cues, strip_cues
@@ -47,7 +47,7 @@ from .selector import (
     score_records,
 )
 from ..tokens import TokenCounterLike
-from ..validation import require_budget, require_text
+from ..validation import require_budget, require_items, require_text
 
 __all__ = ["ContextGatekeeper"]
 
@@ -63,6 +63,22 @@ _NOT_PICKLED = (
     "for t in gk.turns]) (ids start again at 1), and set pins, system_prompt and summary again; "
     "copy.deepcopy(gk) makes an independent copy in this process, ids included"
 )
+
+
+PinnedText = Union[str, Sequence[str], None]
+"""A system prompt or summary as :class:`ContextGatekeeper` takes it: one message's text, one
+text per message, or ``None``."""
+
+
+def _pinned_text(text: Any, what: str) -> str | tuple[str, ...] | None:
+    """``text`` as the gatekeeper holds it: a non-blank ``str`` as it is, a sequence of ``str``
+    as a tuple (a blank item is a message with no text; an empty sequence is ``None``)."""
+    if text is None or isinstance(text, str):
+        return None if text is None else require_text(text, what)
+    texts = tuple(require_items(
+        text, what, str, "pass one text, a list of texts (one message each), or None",
+    ))
+    return texts or None
 
 
 def _turn_parts(turn: Any) -> tuple[Any, Any, Any]:
@@ -100,7 +116,9 @@ class ContextGatekeeper(SemanticMethods):
             a ``callable(str) -> int`` or an object with ``encode()``.
         message_overhead: tokens added per message (user, assistant, tool, system) for
             the chat format's framing; 0 counts text only (default 3).
-        system_prompt: text that is always kept and counts against the budget.
+        system_prompt: text that is always kept and counts against the budget: one
+            message (a ``str``), or several (a sequence of ``str``, each its own message,
+            priced as sent; see :attr:`system_prompt`).
         on_overflow: when pinned content alone exceeds the budget, ``"raise"``
             (:class:`BudgetError`) or ``"keep_pinned"`` (return only the pinned content,
             set ``Selection.over_budget`` and log one warning); default ``"raise"``.
@@ -122,7 +140,7 @@ class ContextGatekeeper(SemanticMethods):
         token_budget: int | None = None,
         token_counter: TokenCounterLike = None,
         message_overhead: int | None = None,
-        system_prompt: str | None = None,
+        system_prompt: PinnedText = None,
         on_overflow: OnOverflow | None = None,
         params: SelectionParams | None = None,
         preset: str | None = None,
@@ -147,10 +165,10 @@ class ContextGatekeeper(SemanticMethods):
         self._history = TurnHistory(_TurnCost(self), options.params)
         self._semantic = self._semantic_channel(options.resolved_embedder, options.vector_cache, options.embed_timeout)
         self._pinned: set[int] = set()
-        self._system_prompt: str | None = None
-        self._summary: str | None = None
+        self._system_prompt: str | tuple[str, ...] | None = None
+        self._summary: str | tuple[str, ...] | None = None
         self._fixed_costs = {"system_prompt": 0, "summary": 0}
-        self.system_prompt = system_prompt
+        self._set_fixed("system_prompt", system_prompt)
 
     @property
     def token_budget(self) -> int:
@@ -199,30 +217,34 @@ class ContextGatekeeper(SemanticMethods):
 
     # -- pinned content -----------------------------------------------------------------
     @property
-    def system_prompt(self) -> str | None:
-        """Always kept; counts against the budget."""
+    def system_prompt(self) -> str | tuple[str, ...] | None:
+        """Always kept; counts against the budget.  A ``str`` is one system message; a
+        sequence of ``str`` is one message each (an adapter's leading system messages), read
+        back as a tuple, each priced as the message it is sent as (its text's count plus one
+        ``message_overhead``; a blank one, such as an image alone, costs its overhead).  A
+        ``str`` must not be blank; an empty sequence is ``None``."""
         return self._system_prompt
 
     @system_prompt.setter
-    def system_prompt(self, text: str | None) -> None:
+    def system_prompt(self, text: PinnedText) -> None:
         self._set_fixed("system_prompt", text)
 
     @property
-    def summary(self) -> str | None:
-        """A summary of earlier conversation: always kept; counts against the budget."""
+    def summary(self) -> str | tuple[str, ...] | None:
+        """A summary of earlier conversation: always kept; counts against the budget.  One
+        message or several, as :attr:`system_prompt` takes them."""
         return self._summary
 
     @summary.setter
-    def summary(self, text: str | None) -> None:
+    def summary(self, text: PinnedText) -> None:
         self._set_fixed("summary", text)
 
-    def _set_fixed(self, name: str, text: str | None) -> None:
-        if text is not None:
-            text = require_text(text, name)
+    def _set_fixed(self, name: str, text: PinnedText) -> None:
+        pinned = _pinned_text(text, name)
         # counted before anything changes: a token counter that raises leaves the old text and its cost
-        cost = self._fixed_cost(text, self._message_overhead)
+        cost = self._fixed_cost(pinned, self._message_overhead)
         with self._lock:
-            setattr(self, "_" + name, text)
+            setattr(self, "_" + name, pinned)
             self._fixed_costs[name] = cost
 
     def pin(self, turn_id: int) -> None:
@@ -584,9 +606,13 @@ class ContextGatekeeper(SemanticMethods):
             "keeping the pinned content only", logger,
         )
 
-    def _fixed_cost(self, text: str | None, overhead: int) -> int:
-        """Tokens of a system prompt or summary (0 for none) with ``overhead`` for its message."""
-        return 0 if text is None else self._count(text) + overhead
+    def _fixed_cost(self, text: str | tuple[str, ...] | None, overhead: int) -> int:
+        """Tokens of a system prompt or summary (0 for none): each of its messages' text
+        counted, plus ``overhead`` for each message."""
+        if text is None:
+            return 0
+        texts = (text,) if isinstance(text, str) else text
+        return sum(self._count(t) for t in texts) + overhead * len(texts)
 
     def _turn_cost(self, turn: Turn, overhead: int | None = None) -> int:
         """Tokens of each of the turn's texts, each counted as the message it is sent as, plus

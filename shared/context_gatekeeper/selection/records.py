@@ -152,8 +152,9 @@ class Selection:
         tokens_kept: tokens of the pinned content plus the kept turns.
         tokens_total: tokens of the pinned content plus every earlier turn.
         over_budget: pinned content alone exceeded the budget (``on_overflow="keep_pinned"``).
-        system_prompt: the system prompt that is always kept (or None).
-        summary: the summary that is always kept (or None).
+        system_prompt: the system prompt that is always kept: one text, one text per
+            message (a tuple), or None.
+        summary: the summary that is always kept, as ``system_prompt`` (or None).
         pinned_turn_ids: turns kept because they are pinned.
         topic: the label of the topic the query refers to (see
             :meth:`ContextGatekeeper.topics`): the active one on a continue, the one
@@ -175,8 +176,8 @@ class Selection:
     tokens_kept: int
     tokens_total: int
     over_budget: bool
-    system_prompt: str | None
-    summary: str | None
+    system_prompt: str | tuple[str, ...] | None
+    summary: str | tuple[str, ...] | None
     pinned_turn_ids: tuple[int, ...]
     topic: int | None = None
     semantic_fallback: bool = False
@@ -184,9 +185,10 @@ class Selection:
     def as_prompt(self, turns: Mapping[int, Turn]) -> str:
         """Pinned content, the kept turns (looked up in ``turns`` by id) and the query as
         one plain-text prompt."""
-        parts = [] if self.system_prompt is None else [self.system_prompt]
-        if self.summary is not None:
-            parts.append("Summary of the earlier conversation:\n" + self.summary)
+        parts = [text for text in _texts(self.system_prompt) if text.strip()]
+        summary = "\n\n".join(text for text in _texts(self.summary) if text.strip())
+        if summary:
+            parts.append("Summary of the earlier conversation:\n" + summary)
         for turn_id in self.turn_ids:
             turn = turns[turn_id]
             lines = [f"User: {turn.user}"] + [f"Tool: {t}" for t in turn.tool_texts]
@@ -200,3 +202,8 @@ class Selection:
     def tokens_saved(self) -> int:
         """Tokens of earlier turns left out."""
         return self.tokens_total - self.tokens_kept
+
+
+def _texts(pinned: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The message texts of a system prompt or summary (one text, several, or none)."""
+    return () if pinned is None else (pinned,) if isinstance(pinned, str) else pinned

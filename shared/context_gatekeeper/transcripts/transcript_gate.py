@@ -16,9 +16,7 @@ reopened transcript or a restarted worker embeds only what it has not seen.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import logging
 import threading
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from ..selection.semantic.runner import run_locked
 from ..selection.semantic.embedding import text_hash, turn_text
 from ..errors import InvalidInputError, InvalidTypeError
 from ..selection.gatekeeper import ContextGatekeeper
-from ..selection.options import GateOptions, report_overflow
+from ..selection.options import GateOptions
 from ..records.messages import Message, detached
 from ..selection.records import Selection
 from ..stores.replica import BULK, collector_paused
@@ -42,9 +40,6 @@ them out; ``"fits"`` charges them to the budget and sends them only if they fit 
 new input is the open turn reads a stored unanswered message so)."""
 
 __all__ = ["MessageTurn", "IndexedTurn", "indexed_texts", "message_text", "arguments_text", "group_turns", "TurnIndex", "TranscriptGate"]
-
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -303,12 +298,6 @@ def _indexed(texts: tuple[str, str, tuple[str, ...]]) -> tuple[str, str, tuple[s
     return texts
 
 
-def _flagged(selection: Selection, over: bool) -> Selection:
-    """``selection``, marked ``over_budget`` when the pinned content alone was over the budget
-    with the overheads only the gate sees (:meth:`TranscriptGate._overflow`)."""
-    return dataclasses.replace(selection, over_budget=True) if over and not selection.over_budget else selection
-
-
 def _require_transcript(transcript: Any) -> None:
     """Refuse what is not a :class:`Transcript` (nor an object with its ``version`` and
     ``messages``) with :class:`InvalidTypeError`, before anything is read."""
@@ -353,11 +342,11 @@ def _require_own_vectors(gatekeeper: ContextGatekeeper) -> None:
         )
 
 
-def _system_text(system: Sequence[Message]) -> str | None:
-    """The gatekeeper's system prompt: the leading system messages' texts, joined; a blank one
-    (empty, whitespace, an image alone) is left out, as the LangChain view leaves it out, and
-    ``None`` when none has text (the gatekeeper refuses a blank prompt)."""
-    return "\n".join(m.content for m in system if m.content.strip()) or None
+def _system_texts(system: Sequence[Message]) -> tuple[str, ...] | None:
+    """The gatekeeper's system prompt: the leading system messages' texts, one message each,
+    as :meth:`TranscriptGate.select_messages` sends them (a blank one, such as an image alone,
+    costs its ``message_overhead``); ``None`` without any."""
+    return tuple(m.content for m in system) or None
 
 
 class TranscriptGate:
@@ -451,7 +440,6 @@ class TranscriptGate:
         self._version: tuple[int, float] | None = None
         self._last_id: str | None = None  # the last message of the state last synced
         self._by_turn_id: dict[int, MessageTurn] = {}  # gatekeeper turn id -> its turn
-        self._warned_overflow = False
         self._digests: dict[str, str] = {}
         self._hashed: dict[str, Any] = {}
 
@@ -484,9 +472,9 @@ class TranscriptGate:
                 self._open = turns.pop() if turns and turns[-1].is_open else None
                 self._index.sync(turns)
             gk = self.gatekeeper
-            system_text = _system_text(system)
-            if system_text != gk.system_prompt:
-                gk.system_prompt = system_text
+            system_texts = _system_texts(system)
+            if system_texts != gk.system_prompt:
+                gk.system_prompt = system_texts
             self._system, self._turns, self._version = system, turns, version
             self._last_id = messages[-1].id if messages else None
             self._by_turn_id = {self._ids[t.key]: t for t in turns}
@@ -531,12 +519,12 @@ class TranscriptGate:
         earlier turns get the budget they leave.  ``include_open="fits"`` charges the open turn
         too and leaves it out (its run then earlier turns) when it does not fit: for a caller
         whose own new message is the query, such as a chain over a stored history
-        (:data:`IncludeOpen`).  The selection's ``tokens_kept`` prices the leading system
-        messages as the gatekeeper holds them, one joined prompt with one ``message_overhead``;
-        the budget given to it is already less the overhead of each further system message,
-        which :meth:`select_messages` sends one message each."""
-        exclude, budget, _, _, over = self._plan(token_budget, exclude_keys, include_open)
-        return _flagged(self.gatekeeper.explain(query, token_budget=budget, exclude=exclude), over)  # not under the lock
+        (:data:`IncludeOpen`).  The leading system messages are the gatekeeper's system
+        prompt, each priced as the message :meth:`select_messages` sends (its text's count and
+        one ``message_overhead``); when they and the rest of the pinned content alone exceed
+        the budget, the gatekeeper's ``on_overflow`` applies."""
+        exclude, budget, _, _ = self._plan(token_budget, exclude_keys, include_open)
+        return self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)  # not under the lock
 
     def open_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
         """``(turns, tokens)``: the unanswered user messages right before the open turn, as the
@@ -559,7 +547,7 @@ class TranscriptGate:
         summary, pinned turns: every selection pays for them first); caller holds the lock."""
         if self._open is None:
             return (), 0
-        budget -= self._pinned_cost()
+        budget -= self.gatekeeper.pinned_cost()
         turns, start, spent = self._turns, len(self._turns), 0
         while start and turns[start - 1].is_open:
             added = self.gatekeeper.turn_cost(self._ids[turns[start - 1].key])
@@ -571,14 +559,12 @@ class TranscriptGate:
 
     def _plan(
         self, token_budget: int | None, exclude_keys: Collection[str], include_open: IncludeOpen
-    ) -> tuple[list[int], int | None, tuple[str, ...], bool, bool]:
+    ) -> tuple[list[int], int | None, tuple[str, ...], bool]:
         """Sync, then ``(turn ids not to select, the budget for the selection, keys of the open
-        run, whether the open turn is sent, whether the pinned content alone is over the
-        budget)``: :meth:`open_run` (with ``include_open``) is left out and paid for first; with
-        ``include_open="fits"`` the open turn is paid for too, and left out with its run when
-        they do not fit; the overhead of each leading system message the gatekeeper does not
-        charge is paid for first as well (:meth:`_overflow` when that is over the budget).  The
-        arguments are checked before anything is read."""
+        run, whether the open turn is sent)``: :meth:`open_run` (with ``include_open``) is left
+        out and paid for first; with ``include_open="fits"`` the open turn is paid for too, and
+        left out with its run when they do not fit beside the pinned content.  The arguments
+        are checked before anything is read."""
         excluded = require_items(
             exclude_keys, "exclude_keys", str,
             "pass the keys (each the id of a turn's first message) in a list, e.g. [message.id], or () for none",
@@ -591,58 +577,19 @@ class TranscriptGate:
         self.gatekeeper.take_cached()  # saved vectors read here (aexplain: in a worker thread)
         with self._lock:
             total = self.gatekeeper.token_budget if token_budget is None else token_budget
-            extra = self._system_overheads()
             run: tuple[MessageTurn, ...] = ()
             spent = own = 0
             sent = bool(include_open) and self._open is not None
-            if extra and self._pinned_cost() > total:  # over the budget only with the overheads the gatekeeper cannot see
-                self._overflow(total)
-                keys = list(excluded)
-                return ([self._ids[k] for k in keys if k in self._ids], self.gatekeeper.pinned_cost(), (),
-                        sent and include_open is True, True)
             if sent:
                 own = self._open_cost() if include_open == "fits" else 0
-                if own and self._pinned_cost() + own > total:
+                if own and self.gatekeeper.pinned_cost() + own > total:
                     sent, own = False, 0  # the open turn does not fit: it is left out, its run gated as earlier turns
                 else:
                     run, spent = self._open_run(total - own)
-            if spent + own + extra:
-                token_budget = max(0, total - spent - own - extra)
+            if spent + own:
+                token_budget = max(0, total - spent - own)
             keys = [*excluded, *(turn.key for turn in run)]
-            return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(t.key for t in run), sent, False
-
-    def _system_overheads(self) -> int:
-        """The ``message_overhead`` of each leading system message the gatekeeper does not
-        charge (caller holds the lock): it prices their texts as one joined prompt with one
-        overhead (none when all are blank), and each is sent as its own message (four system
-        messages at an overhead of 10 sent 81 tokens for a budget of 60)."""
-        charged = 1 if self.gatekeeper.system_prompt is not None else 0
-        return max(0, len(self._system) - charged) * self.gatekeeper.message_overhead
-
-    def _pinned_cost(self) -> int:
-        """What every selection pays first: the gatekeeper's pinned content and
-        :meth:`_system_overheads` (caller holds the lock)."""
-        return self.gatekeeper.pinned_cost() + self._system_overheads()
-
-    def _overflow(self, budget: int) -> None:
-        """The leading system messages, each charged its overhead, and the rest of the pinned
-        content cost more than ``budget`` (caller holds the lock): :class:`BudgetError` with
-        ``on_overflow="raise"``, else one warning; the selection then keeps the pinned content
-        only (the gatekeeper is given exactly what it charges for it)."""
-        detail = (
-            f"pinned content needs {self._pinned_cost()} tokens ({len(self._system)} leading system message(s), each "
-            f"with its message_overhead of {self.gatekeeper.message_overhead}; summary and pinned turns "
-            f"{self.gatekeeper.pinned_cost() - self._system_texts_cost()}) but token_budget is {budget}"
-        )
-        self._warned_overflow = report_overflow(
-            self.gatekeeper.on_overflow, detail, "raise token_budget, shorten or merge the system messages",
-            self._warned_overflow, "keeping the pinned content only", logger,
-        )
-
-    def _system_texts_cost(self) -> int:
-        """What the gatekeeper charges for the system prompt (caller holds the lock)."""
-        prompt = self.gatekeeper.system_prompt
-        return 0 if prompt is None else self.gatekeeper.options.count(prompt) + self.gatekeeper.message_overhead
+            return [self._ids[k] for k in keys if k in self._ids], token_budget, tuple(t.key for t in run), sent
 
     def _open_cost(self) -> int:
         """Tokens the open turn costs as the gatekeeper prices a turn (caller holds the lock)."""
@@ -672,7 +619,7 @@ class TranscriptGate:
         """The messages to send with ``query``: leading system messages, the selected
         turns, and (``include_open``) the open, unanswered turn, in transcript order (with
         the unanswered user messages right before it that fit: see :meth:`explain`)."""
-        exclude, budget, run, sent, _ = self._plan(token_budget, exclude_keys, include_open)
+        exclude, budget, run, sent = self._plan(token_budget, exclude_keys, include_open)
         selection = self.gatekeeper.explain(query, token_budget=budget, exclude=exclude)
         return self._messages(selection, sent, run)
 
@@ -714,8 +661,8 @@ class TranscriptGate:
         """:meth:`explain` without blocking the event loop: the transcript is read in a
         worker thread and the query's embedding is awaited; no lock is waited for on the
         event loop thread."""
-        exclude, budget, _, _, over = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
-        return _flagged(await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude), over)
+        exclude, budget, _, _ = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        return await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
 
     async def aselect_messages(
         self,
@@ -728,7 +675,7 @@ class TranscriptGate:
         """:meth:`select_messages` without blocking the event loop.  A revision that lands
         while the embedder works is taken into account as far as it can: a turn it
         removed is not returned, and a turn's messages are always its current ones."""
-        exclude, budget, run, sent, _ = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
+        exclude, budget, run, sent = await asyncio.to_thread(self._plan, token_budget, exclude_keys, include_open)
         selection = await self.gatekeeper.aexplain(query, token_budget=budget, exclude=exclude)
         return await run_locked(self._lock, self._messages, selection, sent, run)
 
