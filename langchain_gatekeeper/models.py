@@ -1,10 +1,14 @@
 """LangChain chat models as editing models, and the default: Gemini 2.5 Flash.
 
 :class:`LangChainEditModel` speaks the core's model protocol
-(:mod:`context_gatekeeper.editing.models`) for any ``BaseChatModel``: sync and async
-calls, and structured output through ``with_structured_output`` when the model
+(:mod:`context_gatekeeper.editing.models`) for any ``BaseChatModel``, and for any other
+LangChain ``Runnable`` (a chat model wrapped by ``.bind()``, ``.with_retry()``,
+``.with_fallbacks()``, ``.with_config()``, or a chain ending in one): sync and async
+calls, and structured output through ``with_structured_output`` when a chat model
 implements it (with ``include_raw=True``, so the raw message's finish reason is
-seen).  A reply whose ``response_metadata`` says it stopped at the output limit
+seen).  A wrapped chat model is called through its wrapper (``invoke`` / ``ainvoke``,
+so the bound arguments, retries and fallbacks apply) and answers in JSON text:
+``with_structured_output`` belongs to the chat model alone and would bypass them.  A reply whose ``response_metadata`` says it stopped at the output limit
 (``finish_reason`` ``length`` / ``MAX_TOKENS``, ``stop_reason`` ``max_tokens``)
 raises :class:`~context_gatekeeper.errors.TruncatedReplyError`: an edit retries it
 instead of applying what was cut off.  One the provider stopped for its content policy
@@ -25,12 +29,14 @@ from typing import Any
 
 from langchain_core import exceptions as lc_exceptions
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from context_gatekeeper import (
     EditModel,
     FilteredReplyError,
     GatekeeperError,
+    InvalidInputError,
     InvalidTypeError,
     MissingExtraError,
     ModelUnavailableError,
@@ -39,7 +45,7 @@ from context_gatekeeper import (
 )
 from context_gatekeeper.integration import finish_reason_of, is_unavailable_error, refuse_truncated
 
-__all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model"]
+__all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model", "underlying_chat_model"]
 
 _REFUSAL: tuple[type[Exception], ...] = tuple(
     cls for cls in (getattr(lc_exceptions, "ModelRefusalError", None),) if isinstance(cls, type) and issubclass(cls, Exception)
@@ -80,6 +86,19 @@ def _supports_structured_output(model: BaseChatModel) -> bool:
     )
 
 
+def underlying_chat_model(runnable: Any) -> BaseChatModel | None:
+    """The chat model a runnable wraps (``.bound`` of ``bind`` / ``with_retry`` /
+    ``with_config``, ``.runnable`` of ``with_fallbacks``, a few levels deep); the model
+    itself for a chat model; None when there is none (a chain, a lambda)."""
+    for _ in range(8):
+        if isinstance(runnable, BaseChatModel):
+            return runnable
+        runnable = getattr(runnable, "bound", None) or getattr(runnable, "runnable", None)
+        if runnable is None:
+            return None
+    return None
+
+
 class LangChainEditModel(EditModel):
     """A LangChain chat model as the core's :class:`~context_gatekeeper.editing.models.EditModel`.
 
@@ -90,29 +109,40 @@ class LangChainEditModel(EditModel):
     edit to ask again for JSON text, within its attempt budget.
 
     Args:
-        model: any ``BaseChatModel``.
+        model: any ``BaseChatModel``, or any other LangChain ``Runnable`` that takes a
+            list of messages (a wrapped chat model, a chain); it answers in JSON text.
         structured: use ``with_structured_output`` for JSON-schema replies; ``None``
             (default) decides by whether the model implements it (or ``bind_tools``).
+            Only a chat model itself has it: ``True`` for another runnable is refused.
+
+    Raises:
+        InvalidTypeError: ``model`` is not a LangChain ``Runnable``.
+        InvalidInputError: ``structured=True`` for a runnable that is not a chat model.
 
     Attributes:
-        model: the chat model (also ``wrapped``).
+        model: the chat model or runnable (also ``wrapped``).
     """
 
-    def __init__(self, model: BaseChatModel, *, structured: bool | None = None) -> None:
-        if not isinstance(model, BaseChatModel):
+    def __init__(self, model: Runnable | BaseChatModel, *, structured: bool | None = None) -> None:
+        if not isinstance(model, Runnable):
             raise InvalidTypeError(
-                f"expected a LangChain BaseChatModel, got {type(model).__name__}; pass a chat model "
-                "(e.g. ChatOpenAI(...)), or pass a plain callable to the core as model="
+                f"expected a LangChain chat model (BaseChatModel) or another Runnable, got {type(model).__name__}; "
+                "pass a chat model (e.g. ChatOpenAI(...), also wrapped by .bind() / .with_retry() / "
+                ".with_fallbacks()), or pass a plain callable fn(messages) -> str to the core as model="
+            )
+        if structured and not isinstance(model, BaseChatModel):
+            raise InvalidInputError(
+                f"structured=True needs a chat model, and {type(model).__name__} wraps one (or none): "
+                "with_structured_output would bypass the wrapper; pass the chat model itself for "
+                "structured output, or leave structured unset to get JSON text through the wrapper"
             )
         self.model = model
-        name = str(getattr(model, "model", None) or getattr(model, "model_name", None) or type(model).__name__)
-        super().__init__(
-            name,
-            sync=self._call,
-            async_=self._acall,
-            supports_json_schema=_supports_structured_output(model) if structured is None else structured,
-            wrapped=model,
-        )
+        chat = underlying_chat_model(model)
+        named = chat if chat is not None else model
+        name = str(getattr(named, "model", None) or getattr(named, "model_name", None) or type(named).__name__)
+        if structured is None:
+            structured = isinstance(model, BaseChatModel) and _supports_structured_output(model)
+        super().__init__(name, sync=self._call, async_=self._acall, supports_json_schema=structured, wrapped=model)
 
     def __repr__(self) -> str:
         return f"LangChainEditModel({self.name!r}, supports_json_schema={self.supports_json_schema})"
@@ -129,6 +159,8 @@ class LangChainEditModel(EditModel):
             StructuredOutputError: the model cannot bind the schema (``reached_model`` False).
         """
         try:
+            if not isinstance(self.model, BaseChatModel):
+                raise NotImplementedError(f"{type(self.model).__name__} is not a chat model")
             return self.model.with_structured_output(json_schema, include_raw=True)
         except Exception as exc:
             raise StructuredOutputError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from types import SimpleNamespace
@@ -158,6 +159,28 @@ def test_the_versioned_mixin_passes_options_through() -> None:
     model = ScriptedModel([ideal_rewrite_reply(host._versioned_transcript.messages, [Replace(q.id, "Iceland?")])])
     proposal = host.edit("Iceland", llm=model, options=EditOptions(strategy="rewrite"), preview=True)
     assert proposal.strategy == "rewrite" and "JSON array" in model.calls[0].text
+
+
+@pytest.mark.parametrize("instruction", ["   ", None, 7])
+@pytest.mark.parametrize("adapter", ["langchain", "llamaindex"])
+def test_adapters_refuse_a_bad_instruction_before_looking_for_a_model(
+    instruction: Any, adapter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)  # the default model would be "no API key"
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    if adapter == "langchain":
+        from langchain_gatekeeper import GatekeeperChatMessageHistory
+
+        host: Any = GatekeeperChatMessageHistory("blank")
+    else:
+        from llamaindex_gatekeeper import GatekeeperMemory
+
+        host = GatekeeperMemory.from_defaults(session_id="blank")
+    expected = InvalidInputError if isinstance(instruction, str) else TypeError
+    for call in (lambda: host.edit(instruction), lambda: asyncio.run(host.aedit(instruction))):
+        with pytest.raises(expected, match="the edit instruction") as info:
+            call()
+        assert "say what to change" in str(info.value) and "API key" not in str(info.value)
 
 
 # -- resolve_model ------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from context_gatekeeper.editing.compute import EditResult, acompute_edit, comput
 from context_gatekeeper.errors import EditError, InvalidInputError, ModelUnavailableError
 from context_gatekeeper.records.messages import Message
 from context_gatekeeper.records.operations import Change, Delete, InsertAfter, Put, Remove, Replace, apply_changes, invert
+from context_gatekeeper.editing.finish_reasons import ModelReply
 from context_gatekeeper.testing import ScriptedModel
 
 A1 = (
@@ -580,6 +581,35 @@ def test_an_edit_whose_last_answer_was_cut_off_raises_truncated_reply_with_its_f
     assert caught.value.finish_reason == "length" and caught.value.partial == '{"operations": [{"op"'
     with pytest.raises(EditError) as caught:  # cut off first, then unusable: the last failure's kind
         compute_edit(gdp_state(), "Iceland", ScriptedModel([ModelReply('{"operations": [', "length"), "no json"]))
+    assert not isinstance(caught.value, TruncatedReplyError)
+
+
+@pytest.mark.parametrize("blank", [ModelReply("", "MAX_TOKENS"), ModelReply(" \n", "length"), "", "  "])
+def test_a_blank_answer_is_not_echoed_the_retry_notes_it_in_the_prompt(blank):
+    # Gemini 2.5 may think away its whole output budget and answer nothing; providers refuse an empty
+    # assistant message (Gemini: 400 "empty text parameter"), so the retry must not send one
+    model = ScriptedModel([blank, GOOD])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    assert result.attempts == 2 and [c.before.id for c in result.changes] == ["u1"]
+    first, retry = model.calls
+    assert [m["role"] for m in retry] == ["system", "user"] and retry[0] == first[0]
+    assert retry[1]["content"].startswith(first[1]["content"])
+    assert "previous answer was empty" in retry[1]["content"]
+    assert all(m["content"].strip() for m in retry)
+
+
+def test_an_answer_whose_json_never_closes_twice_raises_truncated_reply_without_a_finish_reason():
+    from context_gatekeeper.errors import TruncatedReplyError
+
+    cut = '{"operations": [{"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in'
+    with pytest.raises(TruncatedReplyError, match="output limit") as caught:
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([cut, cut + " 20"]))
+    assert caught.value.partial == cut + " 20" and caught.value.finish_reason is None
+    with pytest.raises(TruncatedReplyError):
+        asyncio.run(acompute_edit(gdp_state(), "Iceland", ScriptedModel([cut, cut])))
+    unescaped = '{"operations": [{"op": "replace", "id": "1", "content": "the 27" monitor"}]}'
+    with pytest.raises(EditError) as caught:  # a quote left unescaped is no cut-off
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([unescaped, unescaped]))
     assert not isinstance(caught.value, TruncatedReplyError)
 
 

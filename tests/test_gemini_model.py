@@ -21,6 +21,7 @@ import pytest
 from net_support import no_network
 
 from context_gatekeeper import EditError, MissingExtraError, ModelUnavailableError, Transcript
+from context_gatekeeper.errors import InvalidInputError, InvalidTypeError
 from context_gatekeeper.editing.finish_reasons import FilteredReplyError
 from context_gatekeeper.editing.gemini import DEFAULT_GEMINI_MODEL, GeminiModel, gemini_api_key
 from context_gatekeeper.errors import TruncatedReplyError
@@ -101,7 +102,29 @@ def test_construction_with_a_fake_key_does_not_touch_the_network(monkeypatch: py
     assert model.name == DEFAULT_GEMINI_MODEL and model.supports_json_schema
     assert "fake-key" not in repr(model)
     options = model.client._api_client._http_options
-    assert options.timeout == 5000 and options.retry_options.attempts == 3
+    assert options.timeout == 5000 and options.retry_options.attempts == 1  # retries are the model's own
+
+
+@pytest.mark.parametrize(("kwargs", "error", "said"), [
+    ({"timeout": None}, InvalidTypeError, "timeout must be a number of seconds"),
+    ({"timeout": "30"}, InvalidTypeError, "timeout must be a number of seconds"),
+    ({"timeout": True}, InvalidTypeError, "timeout must be a number of seconds"),
+    ({"timeout": float("inf")}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),
+    ({"timeout": float("nan")}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),
+    ({"timeout": 0}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),
+    ({"timeout": 1e300}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),
+    ({"max_retries": None}, InvalidTypeError, "max_retries must be an int"),
+    ({"max_retries": 1.5}, InvalidTypeError, "max_retries must be an int"),
+    ({"max_retries": -1}, InvalidInputError, "max_retries >= 0"),
+])
+def test_bad_timeout_or_retry_count_is_refused_with_the_accepted_range(kwargs, error, said) -> None:
+    with pytest.raises(error, match=re.escape(said)):
+        GeminiModel(api_key="fake", client=object(), **kwargs)
+
+
+def test_defaults_send_one_request() -> None:
+    model = GeminiModel(client=object())
+    assert model.timeout == 30 and model.max_retries == 0
 
 
 def test_messages_are_converted_and_structured_output_is_requested() -> None:
@@ -170,6 +193,28 @@ def test_api_errors_by_status() -> None:
         model.complete(MESSAGES)
 
 
+def test_retries_are_the_same_sync_and_async_and_never_after_a_rejected_key() -> None:
+    errors = pytest.importorskip("google.genai.errors")
+    overloaded = errors.ServerError(503, {"error": {"message": "overloaded", "status": "UNAVAILABLE"}})
+    bad_key = errors.ClientError(400, {"error": {"message": "API key not valid.", "status": "INVALID_ARGUMENT"}})
+    client = FakeClient(TimeoutError(), overloaded, "ok", bad_key)
+    model = GeminiModel(client=client, max_retries=2)
+    model.RETRY_DELAY = 0  # type: ignore[misc]
+    assert model.complete(MESSAGES) == "ok" and len(client.models.calls) == 3
+    assert asyncio.run(model.acomplete(MESSAGES)) == "ok" and len(client.aio.models.calls) == 3
+    with pytest.raises(ModelUnavailableError, match="API key"):
+        model.complete(MESSAGES)
+    with pytest.raises(ModelUnavailableError, match="API key"):
+        asyncio.run(model.acomplete(MESSAGES))
+    assert len(client.models.calls) == len(client.aio.models.calls) == 4  # a rejected key is not asked again
+
+
+def test_a_silent_timeout_says_how_long_it_waited() -> None:
+    model = GeminiModel(client=FakeClient(asyncio.TimeoutError()), timeout=7)
+    with pytest.raises(ModelUnavailableError, match=r"\(TimeoutError: no answer within 7 s\)"):
+        asyncio.run(model.acomplete(MESSAGES))
+
+
 def test_an_empty_reply_is_an_edit_error() -> None:
     with pytest.raises(EditError, match="no text"):
         GeminiModel(client=FakeClient(None)).complete(MESSAGES)
@@ -198,7 +243,7 @@ def test_max_tokens_with_no_text_is_a_truncation_and_the_edit_asks_again() -> No
 
 
 def test_a_reply_without_text_names_its_finish_reason() -> None:
-    with pytest.raises(EditError, match=r"finish reason: OTHER;") as info:
+    with pytest.raises(EditError, match=r"finish reason: OTHER\)") as info:
         _finished(None, "OTHER").complete(MESSAGES)
     assert "namespace" not in str(info.value) and "FinishReason" not in str(info.value)
 
@@ -230,25 +275,43 @@ def test_edits_go_through_the_core_protocol() -> None:
 # -- the real client against a local server ---------------------------------------------------
 
 
+EMPTY_TEXT = {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "Unable to submit request because "
+              "it has an empty text parameter. Add a value to the parameter and try again."}}
+"""What the Gemini API answers a request holding an empty text part."""
+
+
 class _Handler(BaseHTTPRequestHandler):
-    """Answers like the Gemini API; with ``hold`` set, answers only once ``release`` is set."""
+    """Answers like the Gemini API; with ``hold`` set, answers only once ``release`` is set.
+
+    ``answers`` (popped in order) are replies to give before the default one; a request
+    holding an empty text part is refused with 400, as the real API does.
+    """
 
     bodies: list[dict[str, Any]] = []
     hold = False
     release = threading.Event()
     status = 200
+    answers: list[dict[str, Any]] = []
+
+    def _answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if any(p.get("text") == "" for c in body.get("contents", []) for p in c.get("parts", [])):
+            return 400, EMPTY_TEXT
+        if type(self).answers:
+            return 200, type(self).answers.pop(0)
+        if type(self).status != 200:
+            return type(self).status, {"error": {"code": type(self).status, "message": "down", "status": "UNAVAILABLE"}}
+        return 200, {"candidates": [{"content": {"role": "model", "parts": [{"text": '{"operations": []}'}]}}]}
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         length = int(self.headers.get("content-length", 0))
-        type(self).bodies.append({"path": self.path, "body": json.loads(self.rfile.read(length) or b"{}")})
+        body = json.loads(self.rfile.read(length) or b"{}")
+        type(self).bodies.append({"path": self.path, "body": body})
         if type(self).hold:
             type(self).release.wait()  # the fixture's teardown sets it: no reply before the client gave up
-        reply = {"candidates": [{"content": {"role": "model", "parts": [{"text": '{"operations": []}'}]}}]}
-        if type(self).status != 200:
-            reply = {"error": {"code": type(self).status, "message": "down", "status": "UNAVAILABLE"}}
+        status, reply = self._answer(body)
         data = json.dumps(reply).encode()
         try:
-            self.send_response(type(self).status)
+            self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
@@ -270,7 +333,8 @@ class _JoinedServer(ThreadingHTTPServer):
 @pytest.fixture
 def local_gemini(monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("google.genai")
-    handler = type("Handler", (_Handler,), {"bodies": [], "hold": False, "release": threading.Event(), "status": 200})
+    fresh = {"bodies": [], "hold": False, "release": threading.Event(), "status": 200, "answers": []}
+    handler = type("Handler", (_Handler,), fresh)
     server = _JoinedServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
@@ -309,3 +373,57 @@ def test_real_client_server_error_is_unavailable(local_gemini) -> None:
     local_gemini.status = 503
     with pytest.raises(ModelUnavailableError, match="could not be used"):
         GeminiModel(api_key="fake", timeout=5, max_retries=0).complete(MESSAGES)
+
+
+def test_real_client_sends_one_request_sync_and_async_by_default(local_gemini) -> None:
+    local_gemini.hold = True  # no answer until the test is over
+    model = GeminiModel(api_key="fake", timeout=0.5)
+    with pytest.raises(ModelUnavailableError, match="could not be used"):
+        model.complete(MESSAGES)
+    assert len(local_gemini.bodies) == 1
+    with pytest.raises(ModelUnavailableError, match="could not be used") as info:
+        asyncio.run(model.acomplete(MESSAGES))
+    assert len(local_gemini.bodies) == 2 and "Error: )" not in str(info.value)  # the timeout is described
+
+
+def test_real_client_server_error_is_sent_once_by_default(local_gemini) -> None:
+    local_gemini.status = 500
+    model = GeminiModel(api_key="fake", timeout=5)
+    with pytest.raises(ModelUnavailableError):
+        model.complete(MESSAGES)
+    with pytest.raises(ModelUnavailableError):
+        asyncio.run(model.acomplete(MESSAGES))
+    assert len(local_gemini.bodies) == 2
+
+
+def _gdp_transcript() -> Transcript:
+    transcript = Transcript("gemini-server")
+    transcript.append(user="Ireland GDP?", assistant="500 bn USD.")
+    return transcript
+
+
+def test_a_thinking_only_reply_is_asked_again_without_an_empty_assistant_message(local_gemini) -> None:
+    good = '{"operations": [{"op": "replace", "id": "1", "content": "Iceland GDP?"}]}'
+    local_gemini.answers = [
+        {"candidates": [{"finishReason": "MAX_TOKENS", "index": 0}]},  # thought away the whole budget
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": good}]}, "finishReason": "STOP"}]},
+    ]
+    transcript = _gdp_transcript()
+    transcript.edit("Iceland, not Ireland", model=GeminiModel(api_key="fake", timeout=5))
+    assert [m.content for m in transcript.messages] == ["Iceland GDP?", "500 bn USD."]
+    assert len(local_gemini.bodies) == 2  # the retry was accepted (no empty text part in it)
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_blocked_prompt_is_a_filtered_reply_after_one_request(local_gemini, run: str) -> None:
+    local_gemini.status = 200
+    local_gemini.answers = [{"promptFeedback": {"blockReason": "SAFETY"}}] * 2
+    transcript = _gdp_transcript()
+    model = GeminiModel(api_key="fake", timeout=5)
+    with pytest.raises(FilteredReplyError, match="blocked the prompt") as info:
+        if run == "sync":
+            transcript.edit("Iceland, not Ireland", model=model)
+        else:
+            asyncio.run(transcript.aedit("Iceland, not Ireland", model=model))
+    assert info.value.finish_reason == "SAFETY" and len(local_gemini.bodies) == 1
+    assert transcript.head == 1

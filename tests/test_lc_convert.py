@@ -93,6 +93,36 @@ def test_a_rewritten_answer_drops_its_reasoning_blocks_and_keeps_the_others_in_p
     assert from_core(question.revised("Iceland?", 2)).content == [thinking, {"type": "text", "text": "Iceland?"}]
 
 
+CLIFFS = {"type": "image", "source_type": "url", "url": "https://example.com/cliffs.jpg"}
+PHOTO = HumanMessage([{"type": "text", "text": "Here is my photo from the trip:"}, CLIFFS,
+                      {"type": "text", "text": "Which cliffs in Ireland are these?"}], id="h")
+
+
+def test_text_blocks_around_an_image_read_as_separate_lines() -> None:
+    assert to_core(PHOTO).content == "Here is my photo from the trip:\nWhich cliffs in Ireland are these?"
+
+
+def test_an_edit_of_text_around_an_image_keeps_each_line_in_its_block() -> None:
+    core = to_core(PHOTO)
+    back = from_core(core.revised(core.content.replace("Ireland", "Iceland"), 2))
+    assert back.content == [PHOTO.content[0], CLIFFS, {"type": "text", "text": "Which cliffs in Iceland are these?"}]
+    added = from_core(core.revised("Here is my photo from the trip:\nTaken in June.\nWhich cliffs are these?", 2))
+    assert added.content == [{"type": "text", "text": "Here is my photo from the trip:\nTaken in June."}, CLIFFS,
+                             {"type": "text", "text": "Which cliffs are these?"}]
+    dropped = from_core(core.revised("Which cliffs in Iceland are these?", 2))  # the first block's line went
+    assert dropped.content == [CLIFFS, {"type": "text", "text": "Which cliffs in Iceland are these?"}]
+    plain = to_core(HumanMessage(["Photo:", CLIFFS, "Ireland?"], id="p"))  # string blocks stay strings
+    assert from_core(plain.revised("Photo:\nIceland?", 2)).content == ["Photo:", CLIFFS, "Iceland?"]
+
+
+def test_a_history_written_with_text_blocks_joined_without_newline_still_matches() -> None:
+    from langchain_gatekeeper.convert import same_messages
+
+    legacy = to_core(PHOTO).revised("Here is my photo from the trip:Which cliffs in Ireland are these?", 1)
+    assert same_messages([PHOTO], [legacy]) and same_messages([PHOTO], [to_core(PHOTO)])
+    assert not same_messages([PHOTO], [to_core(PHOTO).revised("Other text", 1)])
+
+
 @pytest.mark.parametrize("chunk", [AIMessageChunk("It is 30 s.", id="a"), HumanMessageChunk("TTL?", id="h"),
                                    SystemMessageChunk("Be brief.", id="s"),
                                    ToolMessageChunk("30", tool_call_id="c1", id="t")])

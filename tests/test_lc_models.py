@@ -83,6 +83,48 @@ def test_structured_output_is_used_when_the_model_has_it() -> None:
     assert model.schemas == [{"type": "object"}]
 
 
+class _Broken(GenericFakeChatModel):
+    """A chat model whose every call fails (a provider that is down)."""
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError("primary model is down")
+
+
+@pytest.mark.parametrize(("wrap", "name"), [
+    (lambda m: m.bind(stop=["\n\n\n"]), "GenericFakeChatModel"),
+    (lambda m: m.with_retry(stop_after_attempt=2), "GenericFakeChatModel"),
+    (lambda m: m.with_config(tags=["edit"]), "GenericFakeChatModel"),
+    (lambda m: _Broken(messages=iter([])).with_fallbacks([m]), "_Broken"),  # the fallback answers: the wrapper is used
+], ids=["bind", "with_retry", "with_config", "with_fallbacks"])
+def test_a_wrapped_chat_model_edits_through_its_wrapper_sync_and_async(wrap: Any, name: str) -> None:
+    from context_gatekeeper.editing.models import as_edit_model
+
+    t = Transcript("lc-wrapped")
+    t.append(user="Ireland's GDP in 2021?", assistant="About 504 billion USD.")
+    target = t.messages[0]
+    reply = ideal_patch_reply(t.messages, [Replace(target.id, "Iceland's GDP in 2022?")])
+    runnable = wrap(fake(reply))
+    for resolved in (resolve_edit_model(runnable), as_edit_model(runnable), LangChainEditModel(runnable)):
+        assert type(resolved) is LangChainEditModel and resolved.wrapped is runnable
+        assert resolved.name == name and not resolved.supports_json_schema  # named by the (first) chat model
+    t.edit("Iceland, 2022", model=runnable)
+    assert t.messages[0].content == "Iceland's GDP in 2022?"
+    reply2 = ideal_patch_reply(t.messages, [Replace(target.id, "Iceland's GDP in 2023?")])
+    asyncio.run(t.aedit("2023", model=wrap(fake(reply2))))
+    assert t.messages[0].content == "Iceland's GDP in 2023?"
+
+
+def test_a_chain_answering_text_is_an_editing_model_and_structured_output_needs_a_chat_model() -> None:
+    from langchain_core.output_parsers import StrOutputParser
+
+    from context_gatekeeper import InvalidInputError
+
+    chain = fake('{"operations": []}') | StrOutputParser()
+    assert LangChainEditModel(chain).complete([{"role": "user", "content": "x"}]) == '{"operations": []}'
+    with pytest.raises(InvalidInputError, match="structured=True needs a chat model"):
+        LangChainEditModel(StructuredFake(messages=iter([])).with_retry(), structured=True)
+
+
 def test_not_a_chat_model_is_a_type_error() -> None:
     with pytest.raises(TypeError):
         LangChainEditModel(object())  # type: ignore[arg-type]

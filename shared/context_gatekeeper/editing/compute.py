@@ -63,9 +63,8 @@ from ..records.messages import Message
 from .models import ChatMessages, EditModel, Reply, as_edit_model
 from ..records.operations import Applied
 from ..tokens import TokenCounterLike
-from ..validation import require_text
 
-__all__ = ["EditResult", "EditOptions", "compute_edit", "acompute_edit", "STRATEGIES", "MAX_ATTEMPTS"]
+__all__ = ["EditResult", "EditOptions", "compute_edit", "acompute_edit", "check_instruction", "STRATEGIES", "MAX_ATTEMPTS"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +99,36 @@ class EditResult:
         return bool(self.changes)
 
 
-def _check_state(state: Sequence[Message], instruction: Any) -> list[Message]:
-    """Validate the state and instruction up front, with errors that say what to pass."""
-    require_text(instruction, "edit instruction")
+_SAY_WHAT = 'say what to change in natural language, e.g. "it was Iceland, not Ireland"'
+
+
+def check_instruction(instruction: Any) -> str:
+    """``instruction`` if it can be an edit instruction: a str with text and no NUL character.
+
+    Callers check it before anything else (an adapter before it resolves its default
+    model, so a blank instruction is not reported as a missing API key).
+
+    Raises:
+        InvalidTypeError: not a str.
+        InvalidInputError: empty or whitespace, or holding a NUL character (``\\x00``).
+
+    >>> check_instruction("  ")
+    Traceback (most recent call last):
+    ...
+    context_gatekeeper.errors.InvalidInputError: the edit instruction is empty or whitespace; say what to change ...
+    """
+    if not isinstance(instruction, str):
+        raise InvalidTypeError(f"the edit instruction must be a str, got {type(instruction).__name__}; {_SAY_WHAT}")
+    if not instruction.strip():
+        raise InvalidInputError(f"the edit instruction is empty or whitespace; {_SAY_WHAT}")
     if "\x00" in instruction:  # PostgreSQL cannot store it: refused before a model is paid for, on every store alike
         raise InvalidInputError("the edit instruction contains a NUL character (\\x00); remove it and say what to change")
+    return instruction
+
+
+def _check_state(state: Sequence[Message], instruction: Any) -> list[Message]:
+    """Validate the state and instruction up front, with errors that say what to pass."""
+    check_instruction(instruction)
     if isinstance(state, (str, bytes)) or not isinstance(state, Sequence):
         raise InvalidTypeError(
             f"state must be a sequence of Message, got {type(state).__name__}; pass a list of Message "

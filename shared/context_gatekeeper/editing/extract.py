@@ -45,7 +45,7 @@ from typing import Any
 
 import json_repair
 
-from ..errors import EditError
+from ..errors import EditError, TruncatedReplyError
 
 __all__ = ["load_json"]
 
@@ -186,6 +186,21 @@ def _cut_off_problem(text: str) -> str:
     if body.endswith(("}", "]")) and _ends_inside_a_string(body):
         return _ODD_QUOTE
     return _CUT_OFF
+
+
+def _cut_off_error(text: str) -> EditError:
+    """The error for an answer whose JSON does not close: :class:`TruncatedReplyError`
+    (``partial`` holds ``text``) when it stops mid-way, so an edit whose last answer was
+    cut off says so even without a finish reason; a plain :class:`EditError` when an
+    unescaped double quote is the likely cause.
+
+    >>> type(_cut_off_error('{"operations": [{"op": "delete"')).__name__
+    'TruncatedReplyError'
+    """
+    problem = _cut_off_problem(text.strip())
+    if problem is _CUT_OFF:
+        return TruncatedReplyError(problem, partial=text)
+    return EditError(problem)
 
 
 def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
@@ -339,12 +354,13 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
     returned, so the caller can say what shape is wrong.
 
     Raises:
-        EditError: no JSON could be found or read without losing text, the answer was
-            cut off, or it holds several different answers.
+        TruncatedReplyError: the answer's JSON stops mid-way (cut off; ``partial`` holds ``text``).
+        EditError: no JSON could be found or read without losing text, a text in it never
+            closes (an unescaped double quote), or it holds several different answers.
     """
     stripped = text.strip()
     if _cut_off_answer(stripped):
-        raise EditError(_cut_off_problem(stripped))
+        raise _cut_off_error(text)
     candidates, repairable = _candidates(stripped)
     accepted: list[Any] = []
     fallback: list[Any] = []
@@ -363,7 +379,7 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
     if accepted:
         return _one(accepted)
     if cut_off_accepted:
-        raise EditError(_cut_off_problem(stripped))
+        raise _cut_off_error(text)
     if fallback:
         return fallback[0]
     if lossy:

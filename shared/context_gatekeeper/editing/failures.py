@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Iterator
 
-__all__ = ["is_unavailable_error"]
+__all__ = ["is_unavailable_error", "http_status"]
 
 _UNAVAILABLE_TYPES: tuple[type[BaseException], ...] = (
     OSError,  # includes TimeoutError and ConnectionError
@@ -34,7 +34,7 @@ _STATUS_ATTRIBUTES = ("status_code", "code", "status")
 _MAX_CAUSES = 8
 
 
-def _http_status(exc: BaseException) -> int | None:
+def http_status(exc: BaseException) -> int | None:
     """The HTTP status an error carries (``status_code``, ``code``, ``status`` or its
     ``response.status_code``), if it is an int."""
     for source in (exc, getattr(exc, "response", None)):
@@ -52,7 +52,7 @@ def _unavailable_itself(exc: BaseException) -> bool:
     names = [cls.__name__.lower() for cls in type(exc).__mro__]
     if any(hint in name for name in names for hint in _UNAVAILABLE_NAME_HINTS) or _UNAVAILABLE_CLASSES & set(names):
         return True
-    status = _http_status(exc)
+    status = http_status(exc)
     if status is None:
         return False
     return status in _UNAVAILABLE_STATUSES or status >= 500 or (status == 400 and "api key" in str(exc).lower())

@@ -204,17 +204,34 @@ def _echo(previous: str) -> str:
 
 def retry_prompt(prompt: list[dict[str, str]], previous: str, problem: str, strategy: str) -> list[dict[str, str]]:
     """``prompt`` followed by the model's unusable answer (at most :data:`MAX_ECHO`
-    characters of it) and what was wrong with it."""
+    characters of it) and what was wrong with it.
+
+    A blank answer (a model that spent its whole output budget thinking) is not echoed:
+    providers refuse an empty assistant message (Gemini: 400 "empty text parameter").
+    The note then joins the prompt's last user message, so the roles still alternate.
+
+    >>> prompt = [{"role": "user", "content": "Edit."}]
+    >>> [m["role"] for m in retry_prompt(prompt, "oops", "no JSON", "patch")]
+    ['user', 'assistant', 'user']
+    >>> retry = retry_prompt(prompt, "", "cut off", "patch")
+    >>> [m["role"] for m in retry], retry[0]["content"].splitlines()[:3]
+    (['user'], ['Edit.', '', 'Your previous answer was empty and could not be used: cut off'])
+    """
     shape = "a JSON array" if strategy == "rewrite" else 'a JSON object {"operations": [...]}'
-    return [
-        *prompt,
-        {"role": "assistant", "content": _echo(previous)},
-        {
-            "role": "user",
-            "content": f"Your answer could not be used: {problem}\n"
-            f"Fix this and answer again with {shape} only, following every rule above.",
-        },
-    ]
+    again = f"Fix this and answer again with {shape} only, following every rule above."
+    if previous.strip():
+        note = f"Your answer could not be used: {problem}\n{again}"
+        return [*prompt, {"role": "assistant", "content": _echo(previous)}, {"role": "user", "content": note}]
+    note = f"Your previous answer was empty and could not be used: {problem}\n{again}"
+    return _with_note(prompt, note)
+
+
+def _with_note(prompt: list[dict[str, str]], note: str) -> list[dict[str, str]]:
+    """``prompt`` with ``note`` added to its last user message (or as one, if it ends otherwise)."""
+    if prompt and prompt[-1].get("role") == "user":
+        last = prompt[-1]
+        return [*prompt[:-1], {**last, "content": f"{last['content']}\n\n{note}"}]
+    return [*prompt, {"role": "user", "content": note}]
 
 
 _ROLE = {"type": "string", "enum": ["user", "assistant"], "description": "who wrote the message"}

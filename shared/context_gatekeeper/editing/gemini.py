@@ -12,15 +12,21 @@ neither needs the other framework's Gemini package.
 * ``google-genai`` is imported only when a model is built (never at
   ``import context_gatekeeper``); without it, :class:`ModelUnavailableError` says
   which extra to install.
-* Every request has a timeout (``timeout`` seconds, default 30) and few retries
-  (``max_retries``, default 1), so an offline call fails in seconds, not minutes.
+* Every request has a timeout (``timeout`` seconds, default 30; a finite number > 0),
+  and a failed call is sent once by default (``max_retries=0``), so an offline call
+  fails in one timeout, not minutes.  With ``max_retries=n`` the model itself sends a
+  call up to n more times, after a timeout, a network failure, 408, 429 or 5xx (never
+  after a rejected key or a bad request), waiting ``RETRY_DELAY`` seconds (doubling)
+  between tries; the sync and async paths retry alike (google-genai's own retries are
+  off: its sync client retries timeouts, its async client does not).
   Network failures, timeouts, overload and a rejected key become
   :class:`ModelUnavailableError` (:func:`~context_gatekeeper.editing.models.is_unavailable_error`);
   a reply cut off at the output limit (``finish_reason`` ``MAX_TOKENS``, with or without
   text: thinking may use the whole budget) raises
   :class:`~context_gatekeeper.errors.TruncatedReplyError`, so an edit retries it; one
   stopped for Gemini's safety policy (``SAFETY``, ``RECITATION`` ...) raises
-  :class:`~context_gatekeeper.editing.finish_reasons.FilteredReplyError`, and the edit stops.
+  :class:`~context_gatekeeper.editing.finish_reasons.FilteredReplyError`, and the edit stops;
+  so does a prompt Gemini blocks (``prompt_feedback.block_reason``: no answer at all).
 * ``instead=`` is the way out each unavailability message ends with (default: pass
   ``model=``): an adapter or the terminal chat names its own options there, so a
   message says each hint once.
@@ -38,12 +44,23 @@ True
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import math
 import os
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from ..errors import EditError, InvalidInputError, MissingExtraError, ModelUnavailableError
+from ..errors import (
+    EditError,
+    FilteredReplyError,
+    InvalidInputError,
+    InvalidTypeError,
+    MissingExtraError,
+    ModelUnavailableError,
+)
+from .failures import http_status
 from .finish_reasons import reason_text
 from .models import finish_reason_of, is_unavailable_error, refuse_truncated
 
@@ -54,6 +71,10 @@ _KEY_VARS = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 _ROLES = {"user": "user", "assistant": "model", "model": "model"}
 PASS_MODEL = "or pass model= (a callable fn(messages) -> str, or another model your code accepts)"
 """The default way out named by :class:`GeminiModel`'s unavailability messages."""
+MAX_TIMEOUT = 86_400.0
+"""The longest ``timeout`` accepted, in seconds (one day)."""
+_NOT_RETRIED_STATUSES = frozenset({400, 401, 403})
+"""Statuses asking again cannot change: a bad request, a rejected key, no permission."""
 
 
 def gemini_api_key(api_key: str | None = None) -> str | None:
@@ -61,6 +82,27 @@ def gemini_api_key(api_key: str | None = None) -> str | None:
     if api_key:
         return api_key
     return next((os.environ[v] for v in _KEY_VARS if os.environ.get(v)), None)
+
+
+def _check_limits(timeout: Any, max_retries: Any) -> None:
+    """Refuse a ``timeout`` that is not a finite number of seconds in (0, :data:`MAX_TIMEOUT`],
+    or a ``max_retries`` that is not an int >= 0, before anything is built."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise InvalidTypeError(
+            f"GeminiModel's timeout must be a number of seconds, got {type(timeout).__name__} ({timeout!r}); "
+            f"pass e.g. timeout=30 (every request has one: at most {MAX_TIMEOUT:g} s)"
+        )
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int):
+        raise InvalidTypeError(
+            f"GeminiModel's max_retries must be an int, got {type(max_retries).__name__} ({max_retries!r}); "
+            "pass 0 (the default: one request) or the number of retries after a failed request"
+        )
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT) or max_retries < 0:
+        raise InvalidInputError(
+            f"GeminiModel needs timeout > 0 (finite, at most {MAX_TIMEOUT:g} seconds) and max_retries >= 0, got "
+            f"timeout={timeout!r}, max_retries={max_retries!r}; pass a timeout in seconds (default 30) "
+            "and a retry count (default 0)"
+        )
 
 
 def _contents(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
@@ -89,17 +131,23 @@ class GeminiModel:
     Args:
         model: the Gemini model name (default ``gemini-2.5-flash``).
         api_key: the API key; default ``GOOGLE_API_KEY``, then ``GEMINI_API_KEY``.
-        timeout: seconds before one request gives up.
-        max_retries: retries after a failed request (408, 429, 5xx, network errors).
+        timeout: seconds before one request gives up: a finite number, 0 < timeout <=
+            :data:`MAX_TIMEOUT` (default 30).
+        max_retries: retries after a failed request (a timeout, a network failure, 408,
+            429, 5xx); default 0: one request.
         client: a ready client to use instead of building one (no key needed then).
         instead: the alternative each unavailability message ends with (default
             :data:`PASS_MODEL`), e.g. ``"or run with --offline"`` for a command-line tool.
 
     Raises:
+        InvalidTypeError: ``timeout`` is not a number, or ``max_retries`` not an int.
+        InvalidInputError: ``timeout`` is not finite and > 0 (at most a day), or ``max_retries`` < 0.
         ModelUnavailableError: no key, or google-genai is not installed.
     """
 
     supports_json_schema = True
+    RETRY_DELAY = 1.0
+    """Seconds before the first retry (doubling for each next one)."""
 
     def __init__(
         self,
@@ -107,15 +155,11 @@ class GeminiModel:
         *,
         api_key: str | None = None,
         timeout: float = 30.0,
-        max_retries: int = 1,
+        max_retries: int = 0,
         client: Any = None,
         instead: str = PASS_MODEL,
     ) -> None:
-        if timeout <= 0 or max_retries < 0:
-            raise InvalidInputError(
-                f"GeminiModel needs timeout > 0 and max_retries >= 0, got timeout={timeout!r}, "
-                f"max_retries={max_retries!r}; pass a timeout in seconds (default 30) and a retry count"
-            )
+        _check_limits(timeout, max_retries)
         self.name = self.model = model
         self.instead = instead
         self.timeout = timeout
@@ -136,7 +180,7 @@ class GeminiModel:
             ) from exc
         http_options = {
             "timeout": max(1, int(self.timeout * 1000)),  # google-genai counts milliseconds
-            "retry_options": {"attempts": self.max_retries + 1},
+            "retry_options": {"attempts": 1},  # retries are this model's own: alike sync and async
         }
         return genai.Client(api_key=key, http_options=http_options)
 
@@ -163,8 +207,8 @@ class GeminiModel:
             TruncatedReplyError: the reply stopped at ``MAX_TOKENS``, with or without text
                 (Gemini 2.5 may spend the whole output budget on thinking).
             FilteredReplyError: Gemini stopped it for its safety policy (``SAFETY``,
-                ``RECITATION`` ...).
-            EditError: no text for another reason (a blocked prompt ...).
+                ``RECITATION`` ...), or blocked the prompt (``prompt_feedback.block_reason``).
+            EditError: no text for another reason.
         """
         text = getattr(response, "text", None)
         reason = finish_reason_of(response)
@@ -173,8 +217,14 @@ class GeminiModel:
         refuse_truncated("", reason, self.model)
         feedback = getattr(response, "prompt_feedback", None)
         blocked = reason_text(getattr(feedback, "block_reason", None))
+        if blocked is not None:
+            raise FilteredReplyError(
+                f"{self.model} blocked the prompt for its safety or content policy (block reason {blocked!r}); "
+                "nothing was changed. Rephrase the request, or use another model",
+                finish_reason=blocked,
+            )
         raise EditError(
-            f"{self.model} returned no text (finish reason: {reason or 'none'}; prompt blocked: {blocked or 'no'}); "
+            f"{self.model} returned no text (finish reason: {reason or 'none'}); "
             "nothing was changed. Rephrase the instruction or try another model."
         )
 
@@ -182,32 +232,64 @@ class GeminiModel:
         """The error to raise for a failed request (``exc`` itself when it is not about reachability)."""
         if not is_unavailable_error(exc):
             return exc
-        message = str(getattr(exc, "message", None) or exc)
+        message = str(getattr(exc, "message", None) or exc) or self._silent(exc)
         return ModelUnavailableError(
             f"{self.model} could not be used ({type(exc).__name__}: {message}); nothing was changed. "
             f"Check the network, the API key (GOOGLE_API_KEY) and the timeout, {self.instead}."
         )
 
+    def _silent(self, exc: Exception) -> str:
+        """What to say of a failure whose error has no message (``asyncio.TimeoutError()``)."""
+        if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+            return f"no answer within {self.timeout:g} s"
+        return "no details given"
+
+    def _retry_delay(self, exc: Exception, attempt: int) -> float | None:
+        """Seconds to wait before sending the call again after ``exc`` on try ``attempt`` (0-based),
+        or None when it is not sent again (no retry left, or one cannot help)."""
+        if attempt >= self.max_retries or not is_unavailable_error(exc):
+            return None
+        if http_status(exc) in _NOT_RETRIED_STATUSES:
+            return None
+        return float(self.RETRY_DELAY * 2**attempt)
+
+    def _raise(self, exc: Exception) -> NoReturn:
+        """Raise ``exc`` as this model reports it (:meth:`_failure`)."""
+        failure = self._failure(exc)
+        if failure is exc:
+            raise exc
+        raise failure from exc
+
     def complete(self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None) -> str:
         """Send ``messages``; the reply text (JSON text when ``json_schema`` is given)."""
-        try:
-            response = self.client.models.generate_content(**self.request(messages, json_schema))
-        except Exception as exc:
-            failure = self._failure(exc)
-            if failure is exc:
-                raise
-            raise failure from exc
-        return self._reply(response)
+        request = self.request(messages, json_schema)
+        attempt = 0
+        while True:
+            try:
+                response = self.client.models.generate_content(**request)
+            except Exception as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None:
+                    self._raise(exc)
+                time.sleep(delay)
+                attempt += 1
+                continue
+            return self._reply(response)
 
     async def acomplete(
         self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None
     ) -> str:
         """Async :meth:`complete` (google-genai's own async client; never blocks the loop)."""
-        try:
-            response = await self.client.aio.models.generate_content(**self.request(messages, json_schema))
-        except Exception as exc:
-            failure = self._failure(exc)
-            if failure is exc:
-                raise
-            raise failure from exc
-        return self._reply(response)
+        request = self.request(messages, json_schema)
+        attempt = 0
+        while True:
+            try:
+                response = await self.client.aio.models.generate_content(**request)
+            except Exception as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None:
+                    self._raise(exc)
+                await asyncio.sleep(delay)
+                attempt += 1
+                continue
+            return self._reply(response)

@@ -252,8 +252,9 @@ def as_edit_model(model: Any) -> EditModel:
 
     Accepted: a callable ``fn(messages) -> str`` (sync or ``async def``), an object
     with ``complete(messages)`` and/or ``async acomplete(messages)``, or a framework model
-    an installed adapter declares a wrapper for (a LangChain chat model, a LlamaIndex LLM:
-    see :data:`MODEL_WRAPPERS_GROUP`), wrapped by it.  A truthy ``supports_json_schema``
+    an installed adapter declares a wrapper for (a LangChain chat model, also behind
+    ``.bind()`` / ``.with_retry()`` / ``.with_fallbacks()`` / ``.with_config()``, a LlamaIndex
+    LLM: see :data:`MODEL_WRAPPERS_GROUP`), wrapped by it.  A truthy ``supports_json_schema``
     attribute turns on structured output.  An :class:`EditModel` is returned as is.
 
     Raises:
@@ -290,7 +291,11 @@ def as_edit_model(model: Any) -> EditModel:
     if sync is None and async_ is None:
         hint = ""
         if hasattr(model, "invoke") or hasattr(model, "chat"):
-            hint = " (wrap a LangChain chat model or LlamaIndex LLM with its adapter)"
+            hint = (
+                " (wrap it with its adapter: a LangChain Runnable with "
+                "langchain_gatekeeper.LangChainEditModel(it), a LlamaIndex LLM with "
+                "llamaindex_gatekeeper.LlamaIndexEditModel(it))"
+            )
         raise InvalidTypeError(f"{type(model).__name__} cannot be used as a model{hint}; {usage}")
     return EditModel(
         model_name(model),
@@ -324,12 +329,32 @@ def _declared_wrappers() -> tuple[tuple[str, str, importlib.metadata.EntryPoint]
     return tuple(declared)
 
 
+_WRAPPING_ATTRIBUTES = ("bound", "runnable")
+"""Where a framework's wrapper keeps the model it wraps: LangChain's ``.bind()`` /
+``.with_retry()`` / ``.with_config()`` (``bound``) and ``.with_fallbacks()`` (``runnable``)."""
+
+
+def _class_names(model: Any) -> list[tuple[str, str]]:
+    """(module, class name) of each class of ``model`` and of the models it wraps (a few deep)."""
+    names: list[tuple[str, str]] = []
+    for _ in range(8):
+        names += [(getattr(cls, "__module__", "") or "", cls.__name__) for cls in type(model).__mro__]
+        if not callable(getattr(model, "invoke", None)):  # only a runnable wraps one this way
+            break
+        inner = next((getattr(model, a) for a in _WRAPPING_ATTRIBUTES if getattr(model, a, None) is not None), None)
+        if inner is None or isinstance(inner, type) or inspect.isroutine(inner):
+            break
+        model = inner
+    return names
+
+
 def _framework_wrapper(model: Any) -> Callable[[Any], EditModel] | None:
     """The adapter class that wraps ``model``, when an installed adapter declares one for
-    its class (see :data:`MODEL_WRAPPERS_GROUP`); the adapter is imported only then."""
+    its class, or for the class of the model it wraps (a LangChain chat model behind
+    ``.with_retry()``; see :data:`MODEL_WRAPPERS_GROUP`); the adapter is imported only then."""
     if isinstance(model, (type, EditModel)) or inspect.isroutine(model):
         return None
-    mro = [(getattr(cls, "__module__", "") or "", cls.__name__) for cls in type(model).__mro__]
+    mro = _class_names(model)
     for prefix, class_name, entry in _declared_wrappers():
         if any(name == class_name and module.startswith(prefix) for module, name in mro):
             try:

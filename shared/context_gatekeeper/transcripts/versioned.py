@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..editing.compute import check_instruction
 from ..editing.options import EditOptions, Strategy
 from ..records.revisions import Diff, Proposal, Revision
 
@@ -67,8 +68,10 @@ class VersionedTranscriptMixin:
         :meth:`commit`.  A failed edit raises ``EditError`` / ``ModelUnavailableError``
         and changes nothing.  ``options`` (an :class:`EditOptions`; default: the
         transcript's) sets the edit's settings; ``strategy`` and ``allow_large_deletion``
-        override its fields when given.
+        override its fields when given.  A blank or non-str ``instruction`` is refused
+        (``InvalidInputError`` / ``InvalidTypeError``) before the model is resolved.
         """
+        check_instruction(instruction)
         settings = self._edit_call(model, llm, strategy, preview, allow_large_deletion, options)
         return self._versioned_transcript.edit(instruction, **settings)
 
@@ -84,6 +87,7 @@ class VersionedTranscriptMixin:
         options: EditOptions | None = None,
     ) -> Revision | Proposal:
         """Async :meth:`edit` (the model is awaited; the store runs in a worker thread)."""
+        check_instruction(instruction)
         settings = self._edit_call(model, llm, strategy, preview, allow_large_deletion, options)
         return await self._versioned_transcript.aedit(instruction, **settings)
 
