@@ -67,7 +67,7 @@ from context_gatekeeper.integration import (
     undo_stacks,
 )
 
-from .convert import to_core_messages
+from .convert import from_core, to_core, to_core_messages
 from .models import given_edit_model, resolve_edit_model
 from .thread_log import (
     EDIT_MARK, EDITS_KEY, TURN_KEY, GatekeeperState, ThreadEdit, append_records, is_edit_record, read_log,
@@ -281,6 +281,13 @@ def _check_pairs(state: Sequence[Message], after: Sequence[Message], kind: str, 
         )
 
 
+def _as_held(message: Message) -> Message:
+    """A version the log recorded as the thread holds it once LangChain has stored it (its
+    defaults filled in, a rewritten answer's provider-specific keys dropped): what
+    :func:`split_applicable` compares the thread's messages with."""
+    return to_core(from_core(message))
+
+
 def _plan_step(agent: Any, snapshot: Any, kind: Literal["undo", "redo"]) -> tuple[ThreadEdit, dict[str, Any]]:
     """The undo (or redo) the core's rules pick, restricted to the changes that still fit
     the thread (:func:`~context_gatekeeper.records.revisions.split_applicable`)."""
@@ -295,7 +302,9 @@ def _plan_step(agent: Any, snapshot: Any, kind: Literal["undo", "redo"]) -> tupl
     if kind == "undo":
         reasons = []
         for number in reversed(done):  # an edit none of whose changes still applies is passed over
-            changes, skipped = split_applicable(invert(log[number - 1].changes), state, start_gone=start_gone)
+            changes, skipped = split_applicable(
+                invert(log[number - 1].changes), state, start_gone=start_gone, as_held=_as_held
+            )
             if changes:
                 target = number
                 break
@@ -311,7 +320,7 @@ def _plan_step(agent: Any, snapshot: Any, kind: Literal["undo", "redo"]) -> tupl
             raise HistoryError("nothing to redo: redo follows undo_thread, and a later edit discards what was undone")
         target = undone[-1].target
         assert target is not None  # undo_stacks keeps the undos of numbered edits only
-        changes, skipped = split_applicable(invert(undone[-1].changes), state, start_gone=start_gone)
+        changes, skipped = split_applicable(invert(undone[-1].changes), state, start_gone=start_gone, as_held=_as_held)
         if not changes:
             raise HistoryError(f"nothing to redo: none of what undoing edit {target} restored still applies ({_why(target, skipped)})")
     number = len(log) + 1
@@ -344,8 +353,8 @@ def undo_thread(agent: Any, config: dict[str, Any]) -> ThreadEdit:
     """Revert the thread's last edit not yet undone, keeping every later message (a new checkpoint).
 
     Only changes that still fit the thread are applied, so no other writer's work is
-    overwritten: a message another writer changed since (its role or text differs from
-    the version the edit recorded) keeps that writer's version, a message already gone
+    overwritten: a message another writer changed since (its role, text, content blocks or
+    kwargs differ from the version the edit recorded) keeps that writer's version, a message already gone
     stays gone, and a deleted message whose neighbour is gone (summarised away) is not
     re-inserted (so an old question never comes back at the end of the thread).  Each
     change left out is in ``skipped`` with its message id and reason; an edit none of

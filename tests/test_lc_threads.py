@@ -376,6 +376,54 @@ def test_redo_keeps_a_change_another_writer_made_since() -> None:
     assert texts(agent) == [ICELAND, IRELAND_ANSWER.replace("500 billion", "[AMOUNT]")]
 
 
+ID_CARD = {"type": "image_url", "image_url": {"url": "data:image/png;base64,SECRET-ID-CARD"}}
+
+
+def test_undo_keeps_a_change_to_content_blocks_or_kwargs_that_left_the_text_as_it_was() -> None:
+    agent = agent_with([AIMessage(IRELAND_ANSWER)])
+    agent.invoke({"messages": [HumanMessage(content=[{"type": "text", "text": IRELAND}, ID_CARD])]}, CONFIG)
+    to_iceland(agent)
+    question = agent.get_state(CONFIG).values["messages"][0]
+    # a redaction step drops the image and marks the message: the text is what the edit wrote
+    agent.update_state(CONFIG, {"messages": [question.model_copy(update={
+        "content": [{"type": "text", "text": ICELAND}], "additional_kwargs": {"redacted": True}})]})
+    undo = undo_thread(agent, CONFIG)
+    after = agent.get_state(CONFIG).values["messages"][0]
+    assert after.content == [{"type": "text", "text": ICELAND}] and after.additional_kwargs == {"redacted": True}
+    assert [(s.id, s.reason) for s in undo.skipped] == [(question.id, "changed")]
+    assert texts(agent) == [ICELAND, IRELAND_ANSWER]  # the answer, untouched by the other writer, is undone
+
+
+def test_redo_keeps_a_change_to_kwargs_that_left_the_text_as_it_was() -> None:
+    agent = ireland_thread()
+    to_iceland(agent)
+    undo_thread(agent, CONFIG)
+    answer = agent.get_state(CONFIG).values["messages"][1]
+    agent.update_state(CONFIG, {"messages": [answer.model_copy(update={"additional_kwargs": {"reviewed": True}})]})
+    redo = redo_thread(agent, CONFIG)
+    assert [(s.id, s.reason) for s in redo.skipped] == [(answer.id, "changed")]
+    assert agent.get_state(CONFIG).values["messages"][1].additional_kwargs == {"reviewed": True}
+    assert texts(agent) == [ICELAND, IRELAND_ANSWER]
+
+
+def test_undo_and_redo_apply_to_versions_langchain_reshaped_as_it_stored_them() -> None:
+    """What LangChain keeps of a message an edit wrote is not that message field for field (an
+    inserted message gains LangChain's defaults, a rewritten answer loses its provider-specific
+    keys): undo and redo still recognise it as the version the edit recorded."""
+    agent = agent_with([AIMessage(IRELAND_ANSWER, additional_kwargs={"thought_signature": "c2ln"})])
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    editor = ScriptedModel([json.dumps([
+        {"id": "1", "role": "user", "content": ICELAND}, {"id": "2", "role": "assistant", "content": ICELAND_ANSWER},
+        {"id": None, "role": "user", "content": "And Norway?"}, {"id": None, "role": "assistant", "content": "About 490."},
+    ])])
+    edit_thread(agent, CONFIG, "Iceland, and ask about Norway", editor, strategy="rewrite")
+    assert "thought_signature" not in agent.get_state(CONFIG).values["messages"][1].additional_kwargs
+    undo = undo_thread(agent, CONFIG)
+    assert undo.skipped == () and texts(agent) == [IRELAND, IRELAND_ANSWER]
+    redo = redo_thread(agent, CONFIG)
+    assert redo.skipped == () and texts(agent) == [ICELAND, ICELAND_ANSWER, "And Norway?", "About 490."]
+
+
 def test_an_edit_whose_every_message_changed_since_is_passed_over() -> None:
     agent = ireland_thread(AIMessage(COFFEE_ANSWER))
     agent.invoke({"messages": [HumanMessage(COFFEE)]}, CONFIG)

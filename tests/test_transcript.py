@@ -308,6 +308,52 @@ def test_open_user_message_is_completed_in_place_despite_other_writers() -> None
     assert contents(Transcript("shared", store=store)) == ["Alice asks", "answer to Alice", "Bob asks", "answer to Bob"]
 
 
+QUESTION, OTHER_TURN = "What is 2+2?", ["unrelated question from another tab", "unrelated answer"]
+
+
+@pytest.fixture
+def asked(tmp_path):
+    """This object's open question, then a turn another object appended after it (one SQLite file)."""
+    path = tmp_path / "c.db"
+    with Transcript("s", store=path) as mine, Transcript("s", store=path) as other:
+        mine.append(user="q1", assistant="a1")
+        mine.append(user=QUESTION)
+        other.append(user=OTHER_TURN[0], assistant=OTHER_TURN[1])
+        yield mine
+
+
+def refused(t: Transcript) -> None:
+    head = t.head
+    with pytest.raises(InvalidInputError, match="cannot be stored"):
+        t.set([*t.messages, {"role": "user", "content": "x", "metadata": {"bad": object()}}])
+    assert t.head == head
+
+
+def edit_of_an_earlier_message(t: Transcript) -> None:
+    t.set([replace(t.messages[0], content="q1, reworded"), *t.messages[1:]])
+
+
+@pytest.mark.parametrize("call", [refused, lambda t: t.set(t.messages), lambda t: asyncio.run(t.aset(t.messages)),
+                                  edit_of_an_earlier_message],
+                         ids=["refused", "no-op", "async no-op", "kept in place"])
+def test_a_set_that_leaves_the_open_question_where_it_is_keeps_it_open(call, asked: Transcript) -> None:
+    call(asked)
+    asked.append(assistant="4")
+    assert contents(asked)[2:] == [QUESTION, "4", *OTHER_TURN]
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: t.set([m for m in t.messages if m.content != QUESTION]),
+    lambda t: t.set([*t.messages[:3], {"role": "assistant", "content": "answered by the set"}, *t.messages[3:]]),
+    lambda t: t.clear(),
+    lambda t: asyncio.run(t.aclear()),
+], ids=["set without it", "set answering it", "clear", "aclear"])
+def test_a_set_or_clear_that_takes_the_open_question_out_or_answers_it_forgets_it(call, asked: Transcript) -> None:
+    call(asked)
+    asked.append(assistant="4")
+    assert contents(asked)[-1] == "4"  # at the end, as any append: no question to answer
+
+
 def test_stale_proposal_is_rejected_and_appends_are_rebased(gdp: Transcript) -> None:
     target = gdp.messages[0]
     other = Transcript("gdp", store=gdp.store)

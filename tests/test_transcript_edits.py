@@ -73,6 +73,33 @@ def test_preview_changes_nothing_and_commit_applies_exactly_the_proposal() -> No
     assert [x.id for x in t.messages] == [m[0].id, m[1].id, m[2].id, m[3].id]
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_committed_proposal_shares_nothing_with_the_transcript(kind: str, asynchronous: bool, tmp_path) -> None:
+    """Annotating a proposal after committing it (a UI marking it applied) changes neither this
+    transcript nor what its next write stores, whatever the store hands back from its commit
+    (a SQLiteStore returns the revision it was given)."""
+    store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "c.db")
+    try:
+        t = Transcript("s", store=store)
+        t.append(messages=[{"role": "user", "content": "GDP of Ireland in 2021?", "metadata": {"lang": "en"},
+                            "parts": [{"type": "text", "text": "GDP of Ireland in 2021?"}]},
+                           {"role": "assistant", "content": "About 500 bn USD.", "metadata": {"model": "gpt"}}])
+        model = ScriptedModel(['{"operations": [{"op": "replace", "id": "1", "content": "GDP of Iceland in 2021?"}]}'])
+        proposal = t.edit("Iceland, not Ireland", model=model, preview=True)
+        asyncio.run(t.acommit(proposal)) if asynchronous else t.commit(proposal)
+        committed = [m.to_dict() for m in t.messages]
+        proposal.changes[0].after.metadata["ui_state"] = "applied"
+        proposal.changes[0].after.parts[0]["text"] = "changed by the caller"
+        assert [m.to_dict() for m in t.messages] == committed
+        assert [m.to_dict() for m in t.snapshot(t.head)] == committed
+        t.apply([Replace(t.messages[0].id, "GDP of Iceland in 2022?")])
+        question = Transcript("s", store=store).messages[0]
+        assert question.metadata == {"lang": "en"} and question.parts == ({"type": "text", "text": "GDP of Ireland in 2021?"},)
+    finally:
+        store.close()
+
+
 def test_patch_leaves_unnamed_messages_byte_identical(tmp_path) -> None:
     t = chat(SQLiteStore(tmp_path / "t.db"))
     before = {x.id: x for x in t.messages}
@@ -310,6 +337,34 @@ def test_apply_takes_one_request_per_message() -> None:
         assert (t.head, state_of(t)) == (head, before), name
     t.apply([Replace(ids[0], "one"), InsertAfter(ids[0], "user", "after the replaced one")])  # an anchor is fine
     assert [m.content for m in t.messages][:2] == ["one", "after the replaced one"]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_apply_keeps_the_order_of_several_insertions_after_one_message_as_an_edit_does(asynchronous: bool, tmp_path) -> None:
+    """Insertions after one message land in the list's order, as the same insertions from a
+    model's edit land (so do insertions at the start); undo takes them out and redo puts them back so."""
+    store = SQLiteStore(tmp_path / "c.db")
+    try:
+        applied, edited = Transcript("applied", store=store), Transcript("edited", store=store)
+        for t in (applied, edited):
+            t.append(user="Plan a trip to Iceland", assistant="Reykjavik, Golden Circle.")
+        answer = applied.messages[1].id
+        added = [("user", "Q: and the budget?"), ("assistant", "A: 900 EUR."), ("user", "Q: and the weather?")]
+        requests = [InsertAfter(answer, role, text) for role, text in added]
+        requests[2:2] = [InsertAfter(None, "system", "You are terse."), InsertAfter(None, "system", "Answer in English.")]
+        asyncio.run(applied.aapply(requests)) if asynchronous else applied.apply(requests)
+        texts = [text for _, text in added]
+        expected = ["You are terse.", "Answer in English.", "Plan a trip to Iceland", "Reykjavik, Golden Circle.", *texts]
+        assert [m.content for m in applied.messages] == expected
+        assert [m.content for m in Transcript("applied", store=store).messages] == expected
+        edited.edit("add the budget and weather questions", model=ScriptedModel([insert_after("2", *added)]))
+        assert [m.content for m in edited.messages] == expected[2:]  # the model's edit: the same order
+        applied.undo()
+        assert [m.content for m in applied.messages] == expected[2:4]
+        applied.redo()
+        assert [m.content for m in applied.messages] == expected
+    finally:
+        store.close()
 
 
 def test_a_refused_apply_leaves_the_state_as_it_was(tmp_path) -> None:

@@ -184,6 +184,30 @@ def test_what_select_messages_hands_out_is_a_copy_the_transcript_never_sees_chan
     assert [m.to_dict() for m in again] == before
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_what_open_run_hands_out_is_a_copy_the_transcript_never_sees_changed(tmp_path: Path, asynchronous: bool) -> None:
+    """The open run's turns hold copies too: a caller annotating them (marking them as sent)
+    changes neither the transcript, its history, a later open run, nor what its next write stores."""
+    t = Transcript("s", store=SQLiteStore(tmp_path / "s.db"))
+    t.append(user="How long should a Redis lock TTL be?", assistant="Longer than the job.")
+    t.append(messages=[Message(id="p1", role="user", content="Pasted log: ...", metadata={"source": "paste"},
+                               parts=({"type": "text", "text": "Pasted log: ..."},))])
+    t.append(user="What does this log say?")
+    gate = TranscriptGate(t, token_counter=len, message_overhead=0, token_budget=10_000)
+    before, history = [m.to_dict() for m in t.messages], [r.to_dict() for r in t.history()]
+    run, _ = asyncio.run(gate.aopen_run()) if asynchronous else gate.open_run()
+    assert [m.id for turn in run for m in turn.messages] == ["p1"]
+    for message in (m for turn in run for m in turn.messages):
+        message.metadata["source"] = "CHANGED BY CALLER"
+        message.parts[0]["text"] = "changed"
+    assert [m.to_dict() for m in t.messages] == before and [r.to_dict() for r in t.history()] == history
+    assert [m.to_dict() for turn in gate.open_run()[0] for m in turn.messages] == [before[2]]
+    t.apply([Replace("p1", "Pasted log (trimmed)")])
+    stored = Transcript("s", store=t.store).messages[2]
+    assert stored.metadata == {"source": "paste"} and stored.parts == ({"type": "text", "text": "Pasted log: ..."},)
+    t.store.close()
+
+
 def test_message_turn_texts_are_one_text_a_message() -> None:
     """MessageTurn.texts (a shortcut for a question and its answer): the user texts joined, the
     last answer as the assistant text, earlier answers and tool and system messages (sent with

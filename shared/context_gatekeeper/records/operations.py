@@ -38,6 +38,7 @@ __all__ = [
     "touched_ids",
     "changes_between",
     "resolve_request",
+    "after_earlier_insertions",
     "require_named_once",
     "is_noop",
     "change_to_dict",
@@ -386,6 +387,19 @@ def resolve_request(request: Request, state: "State | Sequence[Message]") -> App
         f"apply takes Replace, Delete and InsertAfter, got {type(request).__name__}; build the request "
         "with one of those classes"
     )
+
+
+def after_earlier_insertions(put: Put, inserted: dict[str | None, str]) -> Put:
+    """``put``, an insertion a list of requests makes after ``put.after``, placed after the
+    last message an earlier request of the list inserted there, so several insertions after
+    one message (``None``: the start) keep the list's order, as a model's edit keeps them.
+
+    ``inserted`` maps each anchor to the last message inserted after it: start with ``{}``
+    for a list and pass it to every insertion of that list; it is updated here."""
+    anchor = put.after
+    placed = Put(put.message, inserted[anchor]) if anchor in inserted else put
+    inserted[anchor] = put.message.id
+    return placed
 
 
 _DONE = {Replace: "replaced", Delete: "deleted"}

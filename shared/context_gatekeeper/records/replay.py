@@ -11,22 +11,25 @@ version of a message, nor re-inserts a message where its neighbour no longer is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .messages import Message
+from ..errors import InvalidInputError
+from .messages import Message, storable
 from .operations import AT_END, Applied, Change, Put, State, invert
 
 if TYPE_CHECKING:
     from .revisions import Revision
 
-__all__ = ["SkipReason", "SKIP_REASONS", "Skipped", "split_applicable", "rewind", "replay"]
+__all__ = ["SkipReason", "SKIP_REASONS", "Skipped", "AsHeld", "split_applicable", "rewind", "replay"]
 
 SkipReason = Literal["gone", "changed", "present", "no anchor"]
 SKIP_REASONS: dict[str, str] = {
     "gone": "the message is no longer there",
-    "changed": "another writer changed the message since (its role or text differs from the recorded version)",
+    "changed": (
+        "another writer changed the message since (its role, text, parts or metadata differ from the recorded version)"
+    ),
     "present": "a message with its id is already there",
     "no anchor": "the message it followed is gone (e.g. summarised away), so it has no place to go back to",
 }
@@ -40,8 +43,8 @@ class Skipped:
     Attributes:
         change: the change as the revision's inverse would have applied it.
         reason: "gone" (the message it removes or rewrites is no longer there),
-            "changed" (another writer changed that message since: its role or text
-            differs from the version the revision recorded), "present" (the message it
+            "changed" (another writer changed that message since: its role, text, parts
+            or metadata differ from the version the revision recorded), "present" (the message it
             would re-insert is already there) or "no anchor" (the message it would
             re-insert followed one that is gone, e.g. summarised away).
     """
@@ -59,7 +62,11 @@ class Skipped:
         return f"{self.id}: {SKIP_REASONS[self.reason]}"
 
 
-def _skip_reason(change: Applied, current: State, start_gone: bool) -> SkipReason | None:
+AsHeld = Callable[[Message], Message]
+"""How a state holds a version a revision recorded (see :func:`split_applicable`)."""
+
+
+def _skip_reason(change: Applied, current: State, start_gone: bool, as_held: AsHeld | None) -> SkipReason | None:
     """Why ``change`` must not be applied to ``current`` (None: it applies as recorded)."""
     if isinstance(change, Put):
         if change.message.id in current:
@@ -72,26 +79,51 @@ def _skip_reason(change: Applied, current: State, start_gone: bool) -> SkipReaso
     now = current.get(recorded.id)
     if now is None:
         return "gone"
-    return None if (now.role, now.content) == (recorded.role, recorded.content) else "changed"
+    if _same_version(now, recorded) or (as_held is not None and _same_version(now, as_held(recorded))):
+        return None
+    return "changed"
+
+
+def _same_version(now: Message, recorded: Message) -> bool:
+    """Whether ``now`` is the version ``recorded``: the same role, text, parts and metadata,
+    compared as a store keeps them (:func:`~.messages.storable`: a tuple a list, surrogates
+    joined), so a version that only went through a store or a checkpointer still matches.
+    A version that cannot be stored (an object in its metadata) matches only as it is."""
+    if _fields(now) == _fields(recorded):
+        return True
+    try:
+        return _fields(storable(now)) == _fields(storable(recorded))
+    except InvalidInputError:
+        return False
+
+
+def _fields(message: Message) -> tuple[object, ...]:
+    """What a version says (provenance aside): role, text, parts and metadata."""
+    return message.role, message.content, message.parts, message.metadata
 
 
 def split_applicable(
-    changes: Iterable[Applied], state: Sequence[Message], *, start_gone: bool = False
+    changes: Iterable[Applied], state: Sequence[Message], *, start_gone: bool = False, as_held: AsHeld | None = None
 ) -> tuple[list[Applied], list[Skipped]]:
     """The part of ``changes`` that applies to ``state`` as the revision recorded it, in
     order, and the rest with the reason each was left out.
 
-    A change or removal applies only to the version it recorded (same role and text):
-    another writer's later version is never overwritten nor deleted.  A re-insertion
-    applies only where its anchor (the message it followed) still is, so a group of
-    messages never lands at the end, reversed, after its neighbours were summarised
-    away; a message anchored on a skipped one is skipped too.  ``start_gone``: the
-    state's first messages were replaced (a summary now opens it), so a re-insertion at
-    the start has no place either.  Applying the first list to ``state`` never raises.
+    A change or removal applies only to the version it recorded (the same role, text,
+    parts and metadata): another writer's later version is never overwritten nor deleted,
+    also when it changed only a message's parts or metadata (a redaction dropping an image).
+    A re-insertion applies only where its anchor (the message it followed) still is, so a
+    group of messages never lands at the end, reversed, after its neighbours were
+    summarised away; a message anchored on a skipped one is skipped too.  ``start_gone``:
+    the state's first messages were replaced (a summary now opens it), so a re-insertion
+    at the start has no place either.  ``as_held``: how ``state`` holds a version the
+    revision recorded, for an adapter whose framework reshapes what it keeps (fills in
+    defaults, drops keys): a message still counts as the recorded version when it is that
+    version as held (LangChain: the round trip ``to_core(from_core(m))``).  Applying the
+    first list to ``state`` never raises.
     """
     current, out, skipped = State(state), [], []
     for change in changes:
-        reason = _skip_reason(change, current, start_gone)
+        reason = _skip_reason(change, current, start_gone, as_held)
         if reason is None:
             current.apply((change,))
             out.append(change)

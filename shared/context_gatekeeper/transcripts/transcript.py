@@ -59,8 +59,10 @@ from ..records.operations import (
     AT_END,
     Applied,
     Put,
+    Remove,
     Request,
     State,
+    after_earlier_insertions,
     anchored,
     changes_between,
     invert,
@@ -659,7 +661,9 @@ class Transcript:
         per message: a ``Replace`` or ``Delete`` of a message an earlier request of the list
         replaced or deleted, or an ``InsertAfter`` a message it deleted, is refused
         (:class:`InvalidInputError` naming both requests); so is an id not in the state
-        (:class:`UnknownMessageError`).  A refused list changes nothing.
+        (:class:`UnknownMessageError`).  A refused list changes nothing.  Several
+        ``InsertAfter`` of one message (or of ``None``, the start) land in the list's order,
+        as a model's edit puts them.
         """
         requests = require_requests(requests)
         with self._lock:
@@ -671,10 +675,13 @@ class Transcript:
             state = self._replica.state
             changes: list[Applied] = []
             named: dict[str, tuple[int, Request]] = {}
+            inserted: dict[str | None, str] = {}  # anchor -> the last message this list put after it
             try:
                 for position, request in enumerate(requests, 1):
                     require_named_once(request, position, named)
                     change = resolve_request(request, state)
+                    if isinstance(change, Put):
+                        change = after_earlier_insertions(change, inserted)
                     if not is_noop(change):
                         state.apply([change])
                         changes.append(change)
@@ -708,6 +715,10 @@ class Transcript:
         ids are never reused.  Setting the current state again records nothing.
         ``messages`` is a list of messages or dicts, as :meth:`append` takes them (a dict
         key that is not a :class:`Message` field is refused); a refused call writes nothing.
+
+        A question this object appended without an answer stays open (its next answer-only
+        :meth:`append` goes right after it) unless the set takes it out, moves it or puts a
+        message right after it; a refused or no-op set keeps it open.
         """
         new = [_as_message(m) for m in _require_messages(messages)]
         if len({m.id for m in new}) != len(new):
@@ -722,8 +733,10 @@ class Transcript:
                     "ids are never reused; give those messages new ids (or none)"
                 )
             wanted = [_set_version(state.get(m.id), m) for m in new]
-            self._open_user = None
-            return self._commit("set", changes_between(state.to_list(), wanted), expected_head=len(self._replica.log))
+            changes = changes_between(state.to_list(), wanted)
+            revision = self._commit("set", changes, expected_head=len(self._replica.log))
+            self._forget_open_question(revision)
+            return revision
 
     async def aset(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Async :meth:`set`."""
@@ -731,15 +744,33 @@ class Transcript:
 
     def clear(self) -> Revision:
         """Remove every message from the state, as one revision (the record keeps them);
-        clearing an empty state records nothing."""
+        clearing an empty state records nothing.  This object's open question goes with the
+        rest (its next answer-only :meth:`append` goes at the end), unless nothing was cleared."""
         with self._lock:
             self._replica.refresh()
-            self._open_user = None
-            return self._commit("clear", changes_between(self._replica.state.to_list(), []), expected_head=len(self._replica.log))
+            changes = changes_between(self._replica.state.to_list(), [])
+            revision = self._commit("clear", changes, expected_head=len(self._replica.log))
+            self._forget_open_question(revision)
+            return revision
 
     async def aclear(self) -> Revision:
         """Async :meth:`clear`."""
         return await asyncio.to_thread(self.clear)
+
+    def _forget_open_question(self, revision: Revision) -> None:
+        """Forget this object's open question when ``revision``, a set or clear it committed,
+        took it out, moved it or put a message right after it: its next answer-only append
+        then goes at the end (caller holds the lock).  A refused or no-op set or clear, or one
+        that leaves the question where it was, keeps it, so that append still answers it."""
+        question = self._open_user
+        if question is None:
+            return
+        for change in revision.changes:
+            if (isinstance(change, Remove) and change.message.id == question) or (
+                isinstance(change, Put) and change.after == question
+            ):
+                self._open_user = None
+                return
 
     def purge(self) -> None:
         """Erase the session entirely, record and history included: the one operation that forgets."""
@@ -904,9 +935,13 @@ class Transcript:
 
     def _committed(self, stored: Revision) -> Revision:
         """Bring this object up to date with ``stored``, what the store returned, and return
-        the caller's copy (callers keep the collector paused for a large one: one object per message)."""
+        the caller's copy (callers keep the collector paused for a large one: one object per message).
+
+        The replica takes a copy of ``stored``: a store may hand back the revision it was given
+        (whose messages a committed :class:`Proposal` still holds) or one it keeps itself, and
+        neither's metadata or parts may be this object's history."""
         if stored.changes and stored.parent == len(self._replica.log):
-            self._replica.add(stored)  # nothing landed in between: no need to read it back
+            self._replica.add(stored.detached())  # nothing landed in between: no need to read it back
         else:
             self._replica.refresh()
         if not stored.changes or stored.number > len(self._replica.log):

@@ -532,11 +532,13 @@ class TranscriptGate:
         ``token_budget`` (default the gatekeeper's) less the pinned content, and what they
         cost.  Older ones stay earlier turns, gated as any other (a long run of unanswered
         messages is not sent whole).  Empty when the last message is answered or no unanswered
-        message comes before it."""
+        message comes before it.  The turns hold copies of the transcript's messages (as
+        :meth:`select_messages` returns), so changing them never changes its history."""
         budget = None if token_budget is None else require_budget(token_budget)
         self.sync()
         with self._lock:
-            return self._open_run(self.gatekeeper.token_budget if budget is None else budget)
+            turns, spent = self._open_run(self.gatekeeper.token_budget if budget is None else budget)
+        return tuple(MessageTurn(t.key, tuple(map(detached, t.messages))) for t in turns), spent
 
     async def aopen_run(self, token_budget: int | None = None) -> tuple[tuple[MessageTurn, ...], int]:
         """:meth:`open_run` with the transcript read in a worker thread."""
