@@ -22,12 +22,15 @@ from context_gatekeeper.errors import InvalidInputError, InvalidTypeError
 from context_gatekeeper.testing.stores import checked_modes, storage_key
 
 BUGGY_STORES = '''
-import copy, os, pickle, threading, time
+import copy, hashlib, os, pickle, threading, time
+from dataclasses import replace
 from pathlib import Path
+from context_gatekeeper.errors import CorruptLogError
 from context_gatekeeper.stores import InMemoryStore, Store, prepare_commit
 from context_gatekeeper.stores.base import checked_keep
 from context_gatekeeper.stores.integrity import index_of_log
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, unwrapped
+from context_gatekeeper.testing.store_tampering import COPIED_FROM
 
 HERE = Path(__file__).parent
 
@@ -343,23 +346,70 @@ class Suite(StoreConformance):
         return self.kind()
 
 
+def tamper_in_memory(store, session, revision, how, digests=None):
+    """Change revision ``revision`` of an in-memory log as the suite's tamperings say (moving
+    the rows' entries in ``digests``, a dict by (session, number), along with them)."""
+    log, i = store._logs[session], revision - 1
+    digests = {} if digests is None else digests
+    if how == "delete":
+        del log[i]
+    elif how == "kind":
+        log[i] = replace(log[i], kind="bogus")
+    elif how == "alter":
+        change = log[i].changes[0]
+        log[i] = replace(log[i], changes=(replace(change, message=replace(change.message, content="ALTERED")),
+                                          *log[i].changes[1:]))
+    elif how == "copy":
+        log[i] = store._logs[COPIED_FROM][i]
+        digests[(session, revision)] = digests.get((COPIED_FROM, revision))
+    elif how == "swap":
+        mine, theirs = log[i], log[i + 1]
+        log[i] = replace(theirs, number=mine.number, parent=mine.parent)
+        log[i + 1] = replace(mine, number=theirs.number, parent=theirs.parent)
+        ours, next_one = (session, revision), (session, revision + 1)
+        digests[ours], digests[next_one] = digests.get(next_one), digests.get(ours)
+    elif how == "field":
+        log[i] = replace(log[i], instruction="forged", time=log[i].time + 3600)
+
+
+class PerRowDigest(InMemoryStore):
+    """Tamper evidence by one digest per row (its number, kind and changes), chained to nothing:
+    a row copied in from another session with its digest, or a field the digest leaves out, loads."""
+    def __init__(self):
+        super().__init__()
+        self.digests = {}
+
+    @staticmethod
+    def digest(revision):
+        return hashlib.sha256(f"{revision.number}|{revision.kind}|{revision.changes_json()}".encode("utf-8", "surrogatepass")).hexdigest()
+
+    def commit(self, session_id, revision, **options):
+        stored = super().commit(session_id, revision, **options)
+        if stored.changes:
+            self.digests[(session_id, stored.number)] = self.digest(stored)
+        return stored
+
+    def revisions(self, session_id, after=0):
+        out = super().revisions(session_id, after)
+        for revision in out:
+            if self.digests.get((session_id, revision.number)) != self.digest(revision):
+                raise CorruptLogError(session_id, revision.number, "its digest does not match")
+        return out
+
+
 class TestClaimsTamperEvidence(Suite):
     """Declares tamper_evident, but an in-memory log edited behind its back loads silently."""
     capabilities = Capabilities(reopens=False, tamper_evident=True)
 
     def tamper(self, store, session, revision, how):
-        log = store._logs[session]
-        if how == "delete":
-            del log[revision - 1]
-        elif how == "kind":
-            log[revision - 1] = log[revision - 1].__class__(**{**{f: getattr(log[revision - 1], f) for f in (
-                "number", "parent", "changes", "instruction", "model", "time", "base", "target")}, "kind": "bogus"})
-        else:
-            from context_gatekeeper.records.operations import Put
-            old = log[revision - 1]
-            change = old.changes[0]
-            altered = Put(change.message.__class__(change.message.id, change.message.role, "ALTERED"), change.after)
-            log[revision - 1] = old.__class__(old.number, old.parent, old.kind, (altered, *old.changes[1:]))
+        tamper_in_memory(store, session, revision, how)
+
+
+class TestPerRowDigest(TestClaimsTamperEvidence):
+    kind = PerRowDigest
+
+    def tamper(self, store, session, revision, how):
+        tamper_in_memory(store, session, revision, how, store.digests)
 
 
 class TestBeforeRenew(Suite):
@@ -497,6 +547,7 @@ SELECTED = {
     "TestModesString": "test_revisions_after",
     "TestDestroys": "test_revisions_after or test_tip_is",
     "TestClaimsTamperEvidence": "changed_behind_the_store",
+    "TestPerRowDigest": "changed_behind_the_store",
     "TestBeforeRenew": "optional_keyword or renewing_taken_ids or taken_id_is_renewed",
     "TestChecksOnlyTheHead": "checked_against_every_later_revision",
     "TestChecksOnlyTheFirst": "checked_against_every_later_revision",
@@ -622,14 +673,25 @@ def test_storage_key_is_stable_per_directory_and_unique_across_directories(tmp_p
     assert storage_key(second) != key
 
 
-def test_a_store_claiming_tamper_evidence_without_it_fails(run: Run) -> None:
-    outcomes = run.of("TestClaimsTamperEvidence")
-    assert len(outcomes) == 6  # three tamperings, two modes
+@pytest.mark.parametrize(
+    ("suite", "caught"),
+    [
+        # a gap, a bogus kind, turns out of order: the transcript's own checks name them, for any store
+        ("TestClaimsTamperEvidence", {"delete", "kind", "swap"}),
+        # one digest per row: its own number, kind and changes are checked; where it came from and
+        # the fields it leaves out are not
+        ("TestPerRowDigest", {"delete", "kind", "alter", "swap"}),
+    ],
+)
+def test_a_store_claiming_tamper_evidence_without_it_fails(run: Run, suite: str, caught: set[str]) -> None:
+    outcomes = run.of(suite)
+    tamperings = {test.split("-")[-1].rstrip("]") for test in outcomes}
+    assert tamperings == {"alter", "delete", "kind", "copy", "swap", "field"} and len(outcomes) == 12  # two modes
     for test, (outcome, reason) in outcomes.items():
-        if "alter" in test:
-            assert outcome == "FAILED" and "DID NOT RAISE" in reason, (test, outcome, reason)
-        else:  # a gap or a bogus kind: the transcript's own checks name them, for any store
+        if test.split("-")[-1].rstrip("]") in caught:
             assert outcome == "PASSED", (test, outcome, reason)
+        else:
+            assert outcome == "FAILED" and "DID NOT RAISE" in reason, (test, outcome, reason)
 
 
 def test_a_store_whose_commit_predates_renew_taken_ids_is_told_and_still_works(run: Run) -> None:

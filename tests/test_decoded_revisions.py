@@ -99,3 +99,28 @@ def test_a_store_subclass_overriding_revisions_is_read_through_it(tmp_path: Path
     store = Counting(path)
     Transcript("s", store=store)
     assert store.read == 3
+
+
+def _digests(path: Path, session: str) -> list[str]:
+    with closing(sqlite3.connect(path)) as conn:
+        return [d for (d,) in conn.execute("SELECT digest FROM revisions WHERE session_id = ? ORDER BY number", (session,))]
+
+
+def test_purge_drops_the_sessions_decoded_revisions_and_truncate_those_it_sets_aside(tmp_path: Path) -> None:
+    """A purged session's text stays nowhere in the process (the privacy request purge answers),
+    and a truncated one's set-aside revisions are no longer held decoded; other sessions' stay."""
+    path = tmp_path / "chat.db"
+    with closing(SQLiteStore(path)) as store:
+        for session in ("alice", "bob"):
+            t = Transcript(session, store=store)
+            for n in range(4):
+                t.append(user=f"{session}'s card is 4111 {n}", assistant="noted")
+            Transcript(session, store=store).messages  # a second reader: decoded through the shared cache
+        alice, bob = _digests(path, "alice"), _digests(path, "bob")
+        assert all(d in chain.decoded_revisions for d in alice + bob)
+        assert store.truncate("bob", 2) == 2
+        assert [d in chain.decoded_revisions for d in bob] == [True, True, False, False]
+        Transcript("alice", store=store).purge()
+        assert not any(d in chain.decoded_revisions for d in alice)
+        assert all(d in chain.decoded_revisions for d in bob[:2])
+        assert [m.content for m in Transcript("bob", store=store).messages][0] == "bob's card is 4111 0"

@@ -17,7 +17,12 @@ from context_gatekeeper.errors import CorruptLogError, InvalidInputError, Schema
 from context_gatekeeper.stores import Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, edit, fill, snapshot, turn
+from context_gatekeeper.testing.store_tampering import COPIED_FROM
 from store_raw import raw as stored_bytes
+
+ROW_CONTENT = "kind, instruction, model, created_at, base, target, changes, digest"
+"""A revision row but its session and number (what the ``copy`` and ``swap`` tamperings move)."""
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _drop_tables_afterwards() -> Iterator[None]:
@@ -50,14 +55,32 @@ class TestPostgresStore(StoreConformance):
         """Change a stored row with plain SQL, as a person with psql would."""
         from psycopg import sql
 
-        change = {
-            "alter": "UPDATE {} SET changes = replace(changes, 'text of', 'TEXT OF')",
-            "delete": "DELETE FROM {}",
-            "kind": "UPDATE {} SET kind = 'bogus'",
-        }[how]
-        query = sql.SQL(change + " WHERE session_id = %s AND number = %s").format(store._names["revisions"])  # type: ignore[attr-defined]
+        table = store._names["revisions"]  # type: ignore[attr-defined]
+        where = " WHERE session_id = %s AND number = %s"
         with store._connection() as conn:  # type: ignore[attr-defined]
-            conn.execute(query, (session, revision))
+            def content(session_id: str, number: int) -> tuple[Any, ...]:
+                return conn.execute(sql.SQL(f"SELECT {ROW_CONTENT} FROM {{}}" + where).format(table),
+                                    (session_id, number)).fetchone()
+
+            def put(values: tuple[Any, ...], number: int) -> None:
+                marks = ", ".join(["%s"] * len(values))
+                conn.execute(sql.SQL(f"UPDATE {{}} SET ({ROW_CONTENT}) = ({marks})" + where).format(table),
+                             (*values, session, number))
+
+            if how == "copy":
+                put(content(COPIED_FROM, revision), revision)
+            elif how == "swap":
+                mine, next_one = content(session, revision), content(session, revision + 1)
+                put(next_one, revision)
+                put(mine, revision + 1)
+            else:
+                change = {
+                    "alter": "UPDATE {} SET changes = replace(changes, 'text of', 'TEXT OF')",
+                    "delete": "DELETE FROM {}",
+                    "kind": "UPDATE {} SET kind = 'bogus'",
+                    "field": "UPDATE {} SET instruction = 'forged', created_at = created_at + 3600",
+                }[how]
+                conn.execute(sql.SQL(change + where).format(table), (session, revision))
 
 
 class TestPostgresStoreOnACallersPool(StoreConformance):

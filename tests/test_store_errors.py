@@ -342,8 +342,9 @@ def test_a_read_only_postgres_connection_is_reported(tmp_path: Path) -> None:
     writer.commit("s", append(message("first")), expected_head=None)
     standby = with_settings("-c default_transaction_read_only=on")  # what a hot standby answers
     with pytest.raises(StoreUnavailableError, match="read-only") as caught:
-        open_pg(tmp_path, standby)  # setup() writes
+        open_pg(tmp_path / "fresh", standby)  # setup() must create these tables: it writes
     assert isinstance(caught.value.__cause__, psycopg.errors.ReadOnlySqlTransaction)
+    open_pg(tmp_path, standby).close()  # tables that are up to date: setup() only reads
     reader = open_pg(tmp_path, standby, setup=False)
     assert reader.head("s") == 1  # reads work
     with pytest.raises(StoreUnavailableError, match="primary"):
@@ -380,6 +381,43 @@ def test_a_postgres_role_without_privileges_is_reported(tmp_path: Path) -> None:
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
     assert writer.head("s") == 1
     writer.close()
+
+
+def test_a_postgres_role_without_create_opens_tables_that_are_up_to_date(tmp_path: Path) -> None:
+    """A worker role with SELECT, INSERT, UPDATE and DELETE on the tables a migration job
+    created, but no CREATE on their schema, opens them with the default setup=True (a URL
+    cannot say setup=False); on tables still to create it is told about setup=False."""
+    import psycopg
+    from psycopg import sql
+
+    migrated = open_pg(tmp_path)  # the migration job
+    migrated.commit("s", append(message("first")), expected_head=None)
+    role = f"cg_worker_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        if not admin.execute("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
+            pytest.skip("the test server's role cannot create a role to test with")
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+        try:
+            if admin.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0] is False:
+                admin.execute(sql.SQL("GRANT {} TO current_user").format(sql.Identifier(role)))
+            if admin.execute("SELECT has_schema_privilege(%s, current_schema(), 'CREATE')", (role,)).fetchone()[0]:
+                pytest.skip("every role may create tables in the test server's schema (PostgreSQL < 15 defaults)")
+            for table in migrated._names.values():
+                admin.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(table, sql.Identifier(role)))
+            worker = open_pg(tmp_path, with_settings(f"-c role={role}"))  # setup=True, the default
+            try:
+                assert worker.commit("s", append(message("second")), expected_head=None).number == 2
+                assert worker.applied_migrations() == migrated.applied_migrations()
+            finally:
+                worker.close()
+            with pytest.raises(StoreUnavailableError, match="setup=False") as caught:
+                open_pg(tmp_path / "fresh", with_settings(f"-c role={role}"))  # no tables yet: it must create them
+            assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
+        finally:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    assert migrated.head("s") == 2
+    migrated.close()
 
 
 def test_a_postgres_row_refused_by_a_constraint_added_outside_the_library_is_reported(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from context_gatekeeper.errors import StoreUnavailableError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.sqlite import MIGRATIONS, SchemaVersionError
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, append, edit, fill, message, put_ids, snapshot, turn
+from context_gatekeeper.testing.store_tampering import COPIED_FROM
 from store_raw import raw
 
 
@@ -36,17 +38,37 @@ class TestInMemoryStore(ByteExact, StoreConformance):
         return InMemoryStore()
 
 
+ROW_CONTENT = "kind, instruction, model, created_at, base, target, changes, digest"
+"""A revision row but its session and number (what ``copy`` and ``swap`` move)."""
+
+
 class TamperedBySQL:
     """Changes a stored row with plain SQL, as a person with the sqlite3 shell would."""
 
     def tamper(self, store: Store, session: str, revision: int, how: str) -> None:
-        change = {
-            "alter": "UPDATE revisions SET changes = replace(changes, 'text of', 'TEXT OF')",
-            "delete": "DELETE FROM revisions",
-            "kind": "UPDATE revisions SET kind = 'bogus'",
-        }[how]
+        where = " WHERE session_id = ? AND number = ?"
         with store._connection() as conn:  # type: ignore[attr-defined]
-            conn.execute(change + " WHERE session_id = ? AND number = ?", (session, revision))
+            def content(session_id: str, number: int) -> tuple[Any, ...]:
+                return conn.execute(f"SELECT {ROW_CONTENT} FROM revisions" + where, (session_id, number)).fetchone()
+
+            def put(values: tuple[Any, ...], number: int) -> None:
+                conn.execute(f"UPDATE revisions SET ({ROW_CONTENT}) = ({', '.join('?' * len(values))})" + where,
+                             (*values, session, number))
+
+            if how == "copy":
+                put(content(COPIED_FROM, revision), revision)
+            elif how == "swap":
+                mine, next_one = content(session, revision), content(session, revision + 1)
+                put(next_one, revision)
+                put(mine, revision + 1)
+            else:
+                change = {
+                    "alter": "UPDATE revisions SET changes = replace(changes, 'text of', 'TEXT OF')",
+                    "delete": "DELETE FROM revisions",
+                    "kind": "UPDATE revisions SET kind = 'bogus'",
+                    "field": "UPDATE revisions SET instruction = 'forged', created_at = created_at + 3600",
+                }[how]
+                conn.execute(change + where, (session, revision))
 
 
 class TestSQLiteStore(ByteExact, TamperedBySQL, StoreConformance):
@@ -139,6 +161,35 @@ def test_a_file_from_a_newer_version_is_refused(db: Path) -> None:
     raw.close()
     with pytest.raises(SchemaVersionError, match="upgrade"):
         SQLiteStore(db)
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        ["CREATE TABLE schema_migrations (version varchar NOT NULL PRIMARY KEY)",  # Rails
+         "INSERT INTO schema_migrations VALUES ('20240101120000')"],
+        ["CREATE TABLE schema_migrations (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)",  # golang-migrate
+         "INSERT INTO schema_migrations VALUES (3, 0)"],
+        ["CREATE TABLE revisions (id INTEGER PRIMARY KEY, doc TEXT)", "INSERT INTO revisions VALUES (1, 'draft')"],
+    ],
+    ids=["rails-migrations", "golang-migrate-migrations", "app-revisions"],
+)
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_file_holding_another_programs_tables_of_the_same_name_is_refused(
+    db: Path, ddl: list[str], read_only: bool
+) -> None:
+    """Not "upgrade context-gatekeeper", nor a bare sqlite3 error: the file is not the store's."""
+    with closing(sqlite3.connect(db)) as conn, conn:
+        for statement in ddl:
+            conn.execute(statement)
+    tables = "SELECT name, sql FROM sqlite_master ORDER BY name"
+    with closing(sqlite3.connect(db)) as conn:
+        before = conn.execute(tables).fetchall()
+    with pytest.raises(SchemaVersionError, match="another program") as caught:
+        SQLiteStore(db, read_only=read_only)
+    assert "file of its own" in str(caught.value)
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute(tables).fetchall() == before  # nothing created or migrated
 
 
 def test_wal_mode_is_on(db: Path) -> None:

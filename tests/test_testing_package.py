@@ -145,8 +145,9 @@ def test_a_third_party_module_runs_the_whole_suite_on_its_own(suite_run: subproc
     assert skip_lines and not [line for line in skip_lines if "[sync]" in line]  # one line per skip reason, not per test
     # declared off: skipped, naming the capability, in both modes
     assert "needs the 'truncate' capability, which TestMyStore declares off" in out
-    # truncate's three tests, tamper_evident's three, and two needing reopens (several handles, a child process), twice
-    assert skipped(suite_run, "which TestMyStore declares off") == 16
+    # truncate's four tests, tamper_evident's six (one per tampering), and two needing reopens (several handles,
+    # a child process), twice
+    assert skipped(suite_run, "which TestMyStore declares off") == 24
     assert "needs the 'reopens' capability, which TestMyStore declares off" in out
     assert "needs the 'tamper_evident' capability" in out
 

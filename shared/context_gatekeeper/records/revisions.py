@@ -418,9 +418,11 @@ def rebase_conflicts(later: Iterable[Revision], changes: Sequence[Applied]) -> l
     An edit computed at head ``h`` may commit after revisions ``h+1..`` if each is an
     append that touches none of the messages it changes and puts nothing after one of
     them (an answer to a question the edit removes or moves conflicts, so no answer
-    ever loses its question); anything else conflicts.
+    ever loses its question), nor after a message the edit puts something after (an
+    answer to a question the edit inserts a message behind would end up after that
+    message, answering it instead); anything else conflicts.
     """
-    ids = touched_ids(changes)
+    ids = touched_ids(changes) | {c.after for c in changes if isinstance(c, Put) and isinstance(c.after, str)}
     blocking = []
     for revision in later:
         anchors = {c.after for c in revision.changes if isinstance(c, Put) and isinstance(c.after, str)}

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import operator
 import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import SupportsIndex
 
 from ..errors import InvalidInputError, InvalidRevisionError, InvalidTypeError, StaleHeadError, StoreCapabilityError
 from ..records.revisions import Revision, rebase_conflicts, storable_revision
@@ -49,8 +51,8 @@ from .chain import field_problem
 from .integrity import IdEntry, Lookup, check_revision
 
 __all__ = [
-    "Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep", "takes_keyword",
-    "COMMIT_KEYWORDS",
+    "Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep", "checked_after",
+    "checked_seconds", "takes_keyword", "COMMIT_KEYWORDS",
 ]
 
 FaultHook = Callable[[str], None]
@@ -165,13 +167,42 @@ def checked_keep(keep: object) -> int:
     return keep
 
 
+def checked_after(after: object) -> int:
+    """``after`` for :meth:`Store.revisions` as an int: any integer (``operator.index``
+    takes it: a NumPy integer too); below 0 counts as 0 (every revision)."""
+    if isinstance(after, bool) or not isinstance(after, SupportsIndex):
+        raise InvalidTypeError(
+            f"revisions(after=...) takes a revision number (an int), got {type(after).__name__} {after!r}; "
+            "pass 0 for every revision, or the number of the last revision you have read"
+        )
+    return max(operator.index(after), 0)
+
+
+MAX_SECONDS = 2_147_483.647
+"""The longest wait a database driver takes, in seconds (2**31 - 1 milliseconds)."""
+
+
+def checked_seconds(name: str, value: object, *, zero: bool) -> float:
+    """``value`` (an argument ``name`` of a store) as seconds to wait: a finite number of
+    seconds, above 0 (``zero``: or 0), up to :data:`MAX_SECONDS`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    if not (0 <= value <= MAX_SECONDS) or (value == 0 and not zero):  # NaN fails every comparison
+        least = "0 or more" if zero else "more than 0"
+        raise InvalidInputError(
+            f"{name} must be a number of seconds, {least} and at most {MAX_SECONDS} (about 24 days), got {value!r}"
+        )
+    return float(value)
+
+
 class Store(ABC):
     """Keeps the revision log of each session.
 
     Revisions go in and come out as copies (or values nothing can change): a caller that
     mutates a message's ``metadata`` or ``parts`` after ``commit`` or a read never changes
     the log.  A session that ``truncate(session, 0)`` emptied holds nothing and, like a
-    purged one, is not listed by ``sessions()``.
+    purged one, is not listed by ``sessions()``; ``stored_sessions()`` lists it, as its
+    revisions are kept set aside until it is purged.
     """
 
     fault_hook: FaultHook | None = None
@@ -187,7 +218,8 @@ class Store(ABC):
 
     @abstractmethod
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
-        """The revisions numbered above ``after``, in order."""
+        """The revisions numbered above ``after``, in order (``after``: an int, see
+        :func:`checked_after`; anything else raises :class:`InvalidTypeError`)."""
 
     def _shared_revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """:meth:`revisions`, for a reader inside the library that never changes what it gets
@@ -227,6 +259,13 @@ class Store(ABC):
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision."""
 
+    def stored_sessions(self) -> list[str]:
+        """Ids of every session the store keeps anything of, sorted: those :meth:`sessions`
+        lists, and those ``truncate(session, 0)`` emptied, whose revisions are kept set aside.
+        Purging each of them erases everything the store holds (what :meth:`sessions` alone
+        would miss).  By default :meth:`sessions`, for a store that sets nothing aside."""
+        return sorted(self.sessions())
+
     def close(self) -> None:
         """Release connections (the store may not be used afterwards)."""
 
@@ -245,7 +284,7 @@ class Store(ABC):
         return await asyncio.to_thread(self.tip, session_id)
 
     async def arevisions(self, session_id: str, after: int = 0) -> list[Revision]:
-        return await asyncio.to_thread(self.revisions, session_id, after)
+        return await asyncio.to_thread(self.revisions, session_id, checked_after(after))
 
     async def acommit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -264,3 +303,6 @@ class Store(ABC):
 
     async def asessions(self) -> list[str]:
         return await asyncio.to_thread(self.sessions)
+
+    async def astored_sessions(self) -> list[str]:
+        return await asyncio.to_thread(self.stored_sessions)

@@ -46,7 +46,7 @@ from ..records.revisions import Revision, RevisionKind
 from .schema import revision_from_fields, revision_from_row
 
 __all__ = ["KINDS", "CHAIN_READS", "next_read", "genesis", "chain_text", "row_digest", "check_fields", "verified", "chained_prefix", "rechained",
-           "DECODED_CACHE_SIZE", "decoded_revisions"]
+           "DECODED_CACHE_SIZE", "decoded_revisions", "forget_decoded"]
 
 KINDS = frozenset(get_args(RevisionKind))
 _sha256 = hashlib.sha256
@@ -66,7 +66,17 @@ field of the row, the changes' JSON text byte for byte, and (through the chain) 
 session and every row before it, so a row is served from here only when it is exactly
 a row decoded before; a row changed by hand no longer verifies, and is refused before
 this is read.  The revisions are shared by every reader: read only (see
-:meth:`.base.Store._shared_revisions`)."""
+:meth:`.base.Store._shared_revisions`).  A purge drops its session's revisions from here, a
+truncate those it sets aside (:func:`forget_decoded`)."""
+
+
+def forget_decoded(digests: Iterable[str | None]) -> None:
+    """Drop the revisions of the rows whose digests are ``digests`` from :data:`decoded_revisions`
+    (rows a purge erases or a truncate sets aside): this process then holds their text only where
+    a transcript still does.  Other processes' caches keep theirs until evicted."""
+    for digest in digests:
+        if digest is not None:
+            decoded_revisions.discard(digest)
 
 
 def genesis(session_id: str) -> str:

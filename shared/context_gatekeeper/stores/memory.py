@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..records.revisions import Revision
-from .base import Store, checked_keep, prepare_commit
+from .base import Store, checked_after, checked_keep, prepare_commit
 from .integrity import IdEntry, index_of_log
 from .schema import checked_session
 from .vectors import VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, refused_save
@@ -44,8 +44,9 @@ class InMemoryStore(Store, VectorStore):
             return (log[-1].number, log[-1].time) if log else (0, 0.0)
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
+        after = checked_after(after)
         with self._lock:
-            return [r.detached() for r in self._logs.get(session_id, [])[max(after, 0) :]]
+            return [r.detached() for r in self._logs.get(session_id, [])[after:]]
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -77,10 +78,20 @@ class InMemoryStore(Store, VectorStore):
             if dropped:
                 self._set_aside.setdefault(session_id, []).extend(dropped)
                 del log[keep:]
-                self._index[session_id] = index_of_log(log)
+                self._index[session_id] = index = index_of_log(log)
                 if not log:
                     self._logs.pop(session_id, None)
+                self._prune_set_aside(session_id, index, bool(log))
             return len(dropped)
+
+    def _prune_set_aside(self, session_id: str, index: Mapping[str, IdEntry], kept: bool) -> None:
+        """After a truncate (under the lock): drop the vectors of messages the kept log no
+        longer holds, and every vector if it holds no revision (``kept`` False)."""
+        saved = self._vectors.get(session_id, {})
+        for key in [k for k in saved if not kept or (k[3] and not (k[3] in index and index[k[3]].present))]:
+            del saved[key]
+        if not saved:
+            self._vectors.pop(session_id, None)
 
     def purge(self, session_id: str) -> None:
         with self._lock:
@@ -92,6 +103,12 @@ class InMemoryStore(Store, VectorStore):
     def sessions(self) -> list[str]:
         with self._lock:
             return sorted(self._logs)
+
+    def stored_sessions(self) -> list[str]:
+        """Sessions with revisions, set-aside revisions or vectors, sorted (see :meth:`Store.stored_sessions`)."""
+        with self._lock:
+            held = (self._logs, self._set_aside, self._vectors)
+            return sorted({session for part in held for session, rows in part.items() if rows})
 
     # -- vectors (VectorStore) ------------------------------------------------------------
     def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:

@@ -91,7 +91,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from ..errors import InvalidInputError, InvalidTypeError, MissingExtraError, SchemaVersionError, StoreClosedError
 from ..records.revisions import Revision
-from .base import FaultHook, Store, checked_keep
+from .base import FaultHook, Store, checked_after, checked_keep, checked_seconds
 from .schema import Migration, id_key, refuse_newer, schema_behind
 from .vectors import VectorRow, VectorStore, checked_rows, pack_vector
 
@@ -215,12 +215,14 @@ class PostgresStore(Store, VectorStore):
             ``check=ConnectionPool.check_connection`` to survive server restarts).
         table_prefix: prepended to the table names, so several stores (or test
             runs) can share a database: letters, digits and ``_``, at most 40.
-        min_size, max_size: the size of each pool the store opens.
+        min_size, max_size: the size of each pool the store opens (ints, ``0 <= min_size
+            <= max_size``, ``max_size >= 1``).
         fault_hook: called with "begin", "written" and "before_commit" inside each
             commit's transaction (tests use it to fail or kill a writer there).
         setup: apply missing migrations now (default); pass False to defer to an
             explicit ``setup()``.
-        connect_timeout: seconds to wait for the first connections of each pool the store opens.
+        connect_timeout: seconds (more than 0) to wait for the first connections of each
+            pool the store opens.
         lock_timeout: seconds a write waits for its session's lock (held by another writer
             of the session) before giving up with :class:`StoreUnavailableError`, writing
             nothing; like ``SQLiteStore``'s ``busy_timeout``.  None: wait as long as the
@@ -268,8 +270,8 @@ class PostgresStore(Store, VectorStore):
         self.table_prefix = table_prefix
         self.fault_hook = fault_hook
         self.lock_timeout = _checked_lock_timeout(lock_timeout)
+        options = _checked_pool_options(min_size, max_size, connect_timeout)
         self._names, self._sql = ops.compose(table_prefix)
-        options = PoolOptions(min_size, max_size, connect_timeout)
         if isinstance(dsn_or_pool, ConnectionPool):
             self._pool, self._owns_pool = dsn_or_pool, False
             self._init_async(None, options, async_pool)
@@ -481,10 +483,17 @@ class PostgresStore(Store, VectorStore):
         return released
 
     def _setup_steps(self) -> Steps[None]:
-        """Create the schema or bring it up to date (under the setup lock)."""
+        """Create the schema or bring it up to date (under the setup lock).  Tables that
+        have had every migration are only read: a role without CREATE on the schema (a
+        worker using tables another job created and migrated) opens them too."""
         encoding = (yield Step("one", self._sql["encoding"]))[0]
         if encoding.upper() not in ("UTF8", "UTF-8"):
             raise InvalidInputError(f"PostgresStore needs a UTF8 database; this one is {encoding}")
+        recorded = yield from ops.recorded_steps(self._sql, self.table_prefix)
+        if recorded is not None:
+            refuse_newer(recorded, MIGRATIONS, "set of tables")
+            if all(migration.version in recorded for migration in MIGRATIONS):
+                return  # up to date: no DDL, so no CREATE privilege needed
         yield Step("none", self._sql["create_migrations"])
         applied = {row[0] for row in (yield Step("all", self._sql["applied"]))}
         refuse_newer(applied, MIGRATIONS, "set of tables")
@@ -516,7 +525,7 @@ class PostgresStore(Store, VectorStore):
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
-        return self._run(ops.load_steps(self._sql, self._key(session_id), after))
+        return self._run(ops.load_steps(self._sql, self._key(session_id), checked_after(after)))
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -541,6 +550,11 @@ class PostgresStore(Store, VectorStore):
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision, sorted by code point."""
         return self._run(ops.sessions_steps(self._sql))
+
+    def stored_sessions(self) -> list[str]:
+        """Sessions with revisions or set-aside revisions, sorted by code point (see
+        :meth:`Store.stored_sessions`; a session's vectors never outlive its revisions)."""
+        return self._run(ops.stored_sessions_steps(self._sql))
 
     # -- saved vectors (VectorStore; table ``<prefix>vectors``, migration 3) ------------
     # Writes take the session's advisory lock, so they queue behind (and never outlive) a
@@ -604,7 +618,7 @@ class PostgresStore(Store, VectorStore):
 
     async def arevisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """Async :meth:`revisions`."""
-        return await self._arun(ops.load_steps(self._sql, self._key(session_id), after))
+        return await self._arun(ops.load_steps(self._sql, self._key(session_id), checked_after(after)))
 
     async def acommit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -628,6 +642,10 @@ class PostgresStore(Store, VectorStore):
     async def asessions(self) -> list[str]:
         """Async :meth:`sessions`."""
         return await self._arun(ops.sessions_steps(self._sql))
+
+    async def astored_sessions(self) -> list[str]:
+        """Async :meth:`stored_sessions`."""
+        return await self._arun(ops.stored_sessions_steps(self._sql))
 
     async def aapplied_migrations(self) -> list[tuple[int, str]]:
         """Async :meth:`applied_migrations`."""
@@ -696,6 +714,25 @@ def _checked_lock_timeout(value: object) -> float | None:
             f"{value!r}; pass None to wait as long as the server's lock_timeout says"
         )
     return float(value)
+
+
+def _checked_pool_options(min_size: object, max_size: object, connect_timeout: object) -> PoolOptions:
+    """The pool options if ``min_size`` and ``max_size`` are ints with ``0 <= min_size <=
+    max_size`` and ``max_size >= 1``, and ``connect_timeout`` a number of seconds above 0."""
+    least, most = _checked_size("min_size", min_size), _checked_size("max_size", max_size)
+    if not 0 <= least <= most or most < 1:
+        raise InvalidInputError(
+            f"min_size and max_size are the least and most connections of each pool the store opens: "
+            f"0 <= min_size <= max_size and max_size >= 1, got min_size={least}, max_size={most}"
+        )
+    return PoolOptions(least, most, checked_seconds("connect_timeout", connect_timeout, zero=False))
+
+
+def _checked_size(name: str, value: object) -> int:
+    """``value`` if it is an int (a pool size)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name} must be an int (connections in each pool), got {type(value).__name__} {value!r}")
+    return value
 
 
 def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[psycopg.Pipeline | None]:

@@ -31,7 +31,7 @@ from psycopg_pool import PoolClosed, PoolTimeout
 from ..errors import CorruptLogError, InvalidInputError, StoreUnavailableError
 from ..records.revisions import Revision
 from .base import prepare_commit
-from .chain import chained_prefix, genesis, next_read, rechained, row_digest, verified
+from .chain import chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, verified
 from .integrity import IdEntry
 from .schema import backfill_index, changes_text, checked_session, id_key, index_rows
 from .vectors import VectorRow, checked_dimension, checked_embedder, refused_save, unpack_vector
@@ -66,8 +66,10 @@ _TEMPLATES = {
     "set_digest": "UPDATE {revisions} SET digest = %s WHERE session_key = %s AND session_id = %s AND number = %s",
     "insert": f"""INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}, digest)
         VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-    "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s",
+    "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s RETURNING digest",
     "sessions": "SELECT DISTINCT session_id FROM {revisions}",
+    # the vectors table keeps no session id, but a session's vectors never outlive its revisions
+    "stored_sessions": "SELECT session_id FROM {revisions} UNION SELECT session_id FROM {set_aside}",
     "lookup": "SELECT message_id, present, digest FROM {ids} WHERE session_key = %s AND message_id = ANY(%s)",
     "upsert_id": """INSERT INTO {ids} (session_key, message_id, present, digest) VALUES (%s, %s, %s, %s)
         ON CONFLICT (session_key, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest""",
@@ -76,7 +78,9 @@ _TEMPLATES = {
     "set_aside": f"""INSERT INTO {{set_aside}} (session_key, session_id, {_COLUMNS}, set_aside_at)
         SELECT session_key, session_id, {_COLUMNS}, %s FROM {{revisions}}
         WHERE session_key = %s AND session_id = %s AND number > %s""",
-    "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s",
+    # the rows deleted, counted (a damaged log may have gaps: not max(head - keep, 0)), and their
+    # digests, forgotten by the decoded-revision cache
+    "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s RETURNING digest",
     "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
     # sessions with a row whose instruction or model name chain.chain_text escapes (migration 5)
     "ambiguous_sessions": """SELECT DISTINCT session_key, session_id FROM {revisions} WHERE digest IS NOT NULL AND (
@@ -104,6 +108,10 @@ _TEMPLATES = {
         WHERE v.session_key = %s AND v.message_id = n.message_id AND v.text_hash <> n.text_hash""",
     "prune_removed": """DELETE FROM {vectors} WHERE session_key = %s AND message_id IN
         (SELECT message_id FROM {ids} WHERE session_key = %s AND NOT present)""",
+    # after a truncate: vectors of messages the kept log no longer holds; all, if it holds no revision
+    "prune_set_aside": """DELETE FROM {vectors} WHERE session_key = %(key)s AND (
+        NOT EXISTS (SELECT 1 FROM {revisions} WHERE session_key = %(key)s AND session_id = %(id)s)
+        OR (message_id <> ''::bytea AND message_id NOT IN (SELECT message_id FROM {ids} WHERE session_key = %(key)s AND present)))""",
 }
 
 VECTORS_TABLE = """CREATE TABLE {vectors} (
@@ -170,8 +178,10 @@ def _refusal(exc: psycopg.Error, where: str, said: str) -> str | None:
                 "Connect the store to the primary server, or turn default_transaction_read_only off for its role")
     if isinstance(exc, pg_errors.InsufficientPrivilege):
         return (f"the PostgreSQL role of {where} lacks a privilege the store needs {said}; nothing was written. "
-                "Grant it CREATE on the schema (to create and migrate the tables) and SELECT, INSERT, UPDATE and "
-                "DELETE on the store's tables, or connect as their owner")
+                "Grant it SELECT, INSERT, UPDATE and DELETE on the store's tables, and CREATE on the schema if it "
+                "is to create or migrate them (or connect as their owner); a role without CREATE opens tables "
+                "that are already up to date, and PostgresStore(..., setup=False) leaves creating and migrating "
+                "them to another job")
     if isinstance(exc, psycopg.IntegrityError):
         return (f"a row {where} wrote conflicts with the rows stored {said}: something other than "
                 "context-gatekeeper writes these tables, or wrote them without the session's lock; the "
@@ -406,6 +416,12 @@ def sessions_steps(q: Statements) -> Steps[list[str]]:
     return sorted(row[0] for row in rows)
 
 
+def stored_sessions_steps(q: Statements) -> Steps[list[str]]:
+    """Ids of the sessions with revisions or set-aside revisions, sorted by code point."""
+    rows = yield Step("all", q["stored_sessions"])
+    return sorted(row[0] for row in rows)
+
+
 def applied_steps(q: Statements) -> Steps[list[tuple[int, str]]]:
     """``(version, name)`` of every migration the tables have had, in order."""
     rows = yield Step("all", q["applied"])
@@ -539,17 +555,21 @@ def commit_steps(
 
 
 def truncate_steps(q: Statements, key: Key, keep: int) -> Steps[int]:
-    """Set aside the revisions above ``keep`` and rebuild the id index; how many went."""
-    head = yield from head_steps(q, key)
+    """Set aside the revisions above ``keep``, rebuild the id index and drop the vectors of
+    messages no longer held; how many rows went (on a log with gaps, fewer than ``head - keep``)."""
     yield Step("none", q["set_aside"], (time.time(), *key, keep))
-    yield Step("none", q["drop_after"], (*key, keep))
+    gone = yield Step("all", q["drop_after"], (*key, keep))
+    forget_decoded(digest for (digest,) in gone)
     yield from index_steps(q, key)
-    return max(head - keep, 0)
+    yield Step("none", q["prune_set_aside"], {"key": key[0], "id": key[1]})
+    return len(gone)
 
 
 def purge_steps(q: Statements, key: Key) -> Steps[None]:
-    """Erase a session: its revisions, id index, set-aside revisions and vectors."""
-    yield Step("none", q["purge"], key)
+    """Erase a session: its revisions, id index, set-aside revisions and vectors (and this
+    process's decoded copies of its revisions, :func:`.chain.forget_decoded`)."""
+    gone = yield Step("all", q["purge"], key)
+    forget_decoded(digest for (digest,) in gone)
     yield Step("none", q["purge_ids"], (key[0],))
     yield Step("none", q["purge_set_aside"], key)
     yield Step("none", q["purge_vectors"], (key[0],))

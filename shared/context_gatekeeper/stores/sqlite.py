@@ -22,8 +22,8 @@ from typing import Any
 
 from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreClosedError, StoreUnavailableError
 from ..records.revisions import Revision
-from .base import FaultHook, Store, checked_keep, prepare_commit
-from .chain import chained_prefix, genesis, next_read, rechained, row_digest, verified
+from .base import FaultHook, Store, checked_after, checked_keep, checked_seconds, prepare_commit
+from .chain import chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, verified
 from .integrity import IdEntry
 from .schema import (
     Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
@@ -159,6 +159,11 @@ _DROP_OTHER_TEXTS = """WITH new (message_id, text_hash) AS (VALUES {pairs})
 _VECTOR_CHUNK = 400  # (message id, text hash) pairs a statement; one pass over the session's rows each
 _PRUNE_REMOVED = """DELETE FROM vectors WHERE session_id = ? AND message_id IN
     (SELECT message_id FROM message_ids WHERE session_id = ? AND present = 0)"""
+_PRUNE_SET_ASIDE = """DELETE FROM vectors WHERE session_id = ?1 AND (
+    NOT EXISTS (SELECT 1 FROM revisions WHERE session_id = ?1)
+    OR (message_id <> x'' AND message_id NOT IN (SELECT message_id FROM message_ids WHERE session_id = ?1 AND present)))"""
+"""After a truncate: the vectors of messages the kept log no longer holds, and every vector of a
+session left with no revisions (which takes none, see :mod:`.vectors`)."""
 
 
 class SQLiteStore(Store, VectorStore):
@@ -170,7 +175,8 @@ class SQLiteStore(Store, VectorStore):
             connection) but gone on ``close()`` and invisible to other objects
             and processes.
         busy_timeout: seconds a write waits for another process's write to finish
-            before :class:`StoreUnavailableError` ("... is locked ...").
+            before :class:`StoreUnavailableError` ("... is locked ..."): a number >= 0
+            (0: never wait), else :class:`InvalidTypeError` / :class:`InvalidInputError`.
         fault_hook: called with "begin", "written" and "before_commit" inside each
             commit's transaction (tests use it to fail or kill a writer there).
         setup: apply missing migrations now (default); pass False to defer to
@@ -214,6 +220,7 @@ class SQLiteStore(Store, VectorStore):
         setup: bool = True,
         read_only: bool = False,
     ) -> None:
+        busy_timeout = checked_seconds("busy_timeout", busy_timeout, zero=True)
         self.path = os.fspath(path)
         self.absolute_path = self.path if self.path == ":memory:" else os.path.abspath(self.path)
         """The file as this process opened it, whatever the working directory is later (what a
@@ -293,11 +300,13 @@ class SQLiteStore(Store, VectorStore):
         read-only store only checks that it can read the file's schema."""
         if self.read_only:
             with self._connection() as conn:
+                _refuse_foreign_tables(conn, self.path)
                 applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
             self._chained = 4 in applied  # older files are read without the chain (they cannot be migrated here)
             return
         with self._write() as conn:
+            _refuse_foreign_tables(conn, self.path)
             conn.execute(_CREATE_MIGRATIONS_TABLE)
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
@@ -330,8 +339,9 @@ class SQLiteStore(Store, VectorStore):
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
+        session_id, after = checked_session(session_id), checked_after(after)
         with self._connection() as conn:
-            return _load(conn, checked_session(session_id), after, self._chained)
+            return _load(conn, session_id, after, self._chained)
 
     def _shared_revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """:meth:`revisions`, each row verified and then decoded once per process (see
@@ -339,8 +349,9 @@ class SQLiteStore(Store, VectorStore):
         :meth:`revisions` is read through its override."""
         if type(self).revisions is not SQLiteStore.revisions:
             return self.revisions(session_id, after)
+        session_id, after = checked_session(session_id), checked_after(after)
         with self._connection() as conn:
-            return _load(conn, checked_session(session_id), after, self._chained, shared=True)
+            return _load(conn, session_id, after, self._chained, shared=True)
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
@@ -368,8 +379,9 @@ class SQLiteStore(Store, VectorStore):
         return stored
 
     def truncate(self, session_id: str, keep: int) -> int:
-        """Set aside the revisions above ``keep`` (table ``set_aside_revisions``) and
-        rebuild the session's id index, in one transaction (see :meth:`Store.truncate`)."""
+        """Set aside the revisions above ``keep`` (table ``set_aside_revisions``), rebuild the
+        session's id index and drop the vectors of messages no longer held, in one transaction
+        (see :meth:`Store.truncate`)."""
         session_id, keep = checked_session(session_id), checked_keep(keep)
         with self._write() as conn:
             conn.execute(
@@ -377,15 +389,18 @@ class SQLiteStore(Store, VectorStore):
                 f"SELECT session_id, {_COLUMNS}, ? FROM revisions WHERE session_id = ? AND number > ?",
                 (time.time(), session_id, keep),
             )
+            forget_decoded(_digests(conn, session_id, keep))
             dropped = conn.execute("DELETE FROM revisions WHERE session_id = ? AND number > ?", (session_id, keep)).rowcount
             conn.execute("DELETE FROM message_ids WHERE session_id = ?", (session_id,))
             _write_index(conn, session_id, backfill_index(session_id, conn.execute(_SELECT, (session_id, 0))))
+            conn.execute(_PRUNE_SET_ASIDE, (session_id,))
         return dropped
 
     def purge(self, session_id: str) -> None:
         """Erase a session entirely, overwriting its rows and truncating the log."""
         session_id = checked_session(session_id)
         with self._write() as conn:
+            forget_decoded(_digests(conn, session_id))  # no decoded copy of its text stays in this process
             for table in ("revisions", "message_ids", "set_aside_revisions", "vectors"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
         self.checkpoint()
@@ -394,6 +409,13 @@ class SQLiteStore(Store, VectorStore):
         """Ids of the sessions that have at least one revision, sorted."""
         with self._connection() as conn:
             return [row[0] for row in conn.execute("SELECT DISTINCT session_id FROM revisions ORDER BY session_id")]
+
+    def stored_sessions(self) -> list[str]:
+        """Sessions with revisions, set-aside revisions or vectors, sorted (see :meth:`Store.stored_sessions`)."""
+        query = ("SELECT session_id FROM revisions UNION SELECT session_id FROM set_aside_revisions "
+                 "UNION SELECT session_id FROM vectors ORDER BY session_id")
+        with self._connection() as conn:
+            return [row[0] for row in conn.execute(query)]
 
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the main file and truncate it (best effort)."""
@@ -481,12 +503,43 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
         delay = min(delay * 2, 0.05)
 
 
+_OWN_COLUMNS = {
+    "schema_migrations": {"version", "name", "applied_at"},
+    "revisions": {"session_id", "number", "parent", "kind", "instruction", "model", "created_at", "base", "target",
+                  "changes"},
+    "message_ids": {"session_id", "message_id", "present", "digest"},
+    "set_aside_revisions": {"session_id", "number", "kind", "changes", "set_aside_at"},
+    "vectors": {"session_id", "embedder", "dimension", "text_hash", "message_id", "vector", "created_at"},
+}
+"""The store's tables and the columns each has had since it was created."""
+
+
+def _refuse_foreign_tables(conn: sqlite3.Connection, path: str) -> None:
+    """:class:`SchemaVersionError` when a table named as one of the store's lacks its columns:
+    the file holds another program's tables (a Rails or golang-migrate ``schema_migrations``,
+    an application's ``revisions``), which the store must neither read nor migrate."""
+    for table, columns in _OWN_COLUMNS.items():
+        found = {row[1] for row in conn.execute("SELECT * FROM pragma_table_info(?)", (table,))}
+        if found and not columns <= found:
+            raise SchemaVersionError(
+                f"the SQLite database {path!r} holds a table {table!r} that is not context-gatekeeper's (its columns "
+                f"are {sorted(found)}; the store's has {sorted(columns)}): the file belongs to another program. "
+                "Nothing was written. Give the store a file of its own, e.g. SQLiteStore('chat.db') beside it"
+            )
+
+
 def _recorded_migrations(conn: sqlite3.Connection) -> set[int] | None:
     """The versions of the migrations the file has had; None when it has no migrations table."""
     query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
     if conn.execute(query).fetchone() is None:
         return None
     return {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+
+
+def _digests(conn: sqlite3.Connection, session_id: str, after: int = 0) -> list[str | None]:
+    """The digests of the session's rows numbered above ``after`` (for :func:`.chain.forget_decoded`)."""
+    rows = conn.execute("SELECT digest FROM revisions WHERE session_id = ? AND number > ?", (session_id, after))
+    return [digest for (digest,) in rows]
 
 
 def _head(conn: sqlite3.Connection, session_id: str) -> int:
@@ -564,8 +617,8 @@ def _load(
 def _verified_rows(
     conn: sqlite3.Connection, session_id: str, after: int, *, shared: bool, legacy: bool = False
 ) -> list[Revision]:
-    """:func:`_load` of a chained file, checked with the chain (``legacy``: the first chain's)."""
-    after = max(after, 0)
+    """:func:`_load` of a chained file, checked with the chain (``legacy``: the first chain's);
+    ``after`` is an int >= 0 (:func:`.base.checked_after`)."""
     if not after:  # each row checked as it comes: no list of every row is built and thrown away
         cursor = conn.execute(_SELECT_CHAINED, (session_id, 0))
         try:

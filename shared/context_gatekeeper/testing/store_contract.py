@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from ..errors import StaleHeadError
+from ..errors import InvalidTypeError, StaleHeadError
 from ..stores import FAULT_POINTS, Store
 from ..records.messages import Message
 from ..records.operations import AT_END, Change, Put, Remove, invert
@@ -51,6 +51,19 @@ def follows(handle: Store, session: str, log: list[Revision]) -> None:
     assert handle.revisions(session) == log, "a handle served revisions another handle replaced or set aside"
     assert handle.revisions(session, after=1) == log[1:]
     assert handle.sessions() == ([session] if log else [])
+
+
+class IndexOnly:
+    """An integer type that is no ``int`` (as a NumPy integer is): usable through ``operator.index``."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"IndexOnly({self.value})"
 
 
 def async_twins(target: Any, capabilities: Capabilities) -> dict[str, Callable[[], Any]]:
@@ -118,6 +131,23 @@ class StoreContract:
         assert store.revisions("s", after=3) == []
         assert store.revisions("s", after=10) == []
         assert store.revisions("s", after=-1) == stored
+
+    def test_any_integer_is_a_revision_number(self, store: Store) -> None:
+        """``after`` may be any integer type (``operator.index``), a NumPy integer included."""
+        stored = fill(store, "s", 3)
+        assert store.revisions("s", after=cast(int, IndexOnly(1))) == stored[1:]
+        assert run_async(store.arevisions("s", after=cast(int, IndexOnly(2)))) == stored[2:]
+
+    @pytest.mark.parametrize("bad", [1.5, 2.0, "1", None, True], ids=["float", "whole-float", "str", "None", "bool"])
+    def test_a_revision_number_that_is_no_integer_is_refused(self, store: Store, bad: Any) -> None:
+        """Not read as a damaged log (a ``CorruptLogError`` advising ``truncate``), nor an empty one."""
+        fill(store, "s", 3)
+        before = snapshot(store, "s")
+        with pytest.raises(InvalidTypeError, match="after"):
+            store.revisions("s", after=bad)
+        with pytest.raises(InvalidTypeError, match="after"):
+            run_async(store.arevisions("s", after=bad))
+        assert snapshot(store, "s") == before
 
     def test_a_commit_at_the_current_head_has_base_equal_to_parent(self, store: Store) -> None:
         first = store.commit("s", turn(1), expected_head=None)
@@ -191,6 +221,20 @@ class StoreContract:
         with pytest.raises(StaleHeadError):
             store.commit("s", proposal, expected_head=1)
         assert snapshot(store, "s") == before
+
+    def test_a_stale_insert_over_an_answer_to_its_anchor_raises(self, store: Store) -> None:
+        """An insert after an open question, computed before another writer answered it:
+        rebased, the answer would follow the inserted message and answer it instead."""
+        store.commit("s", append(message("u1", content="What is the capital of Iceland?")), expected_head=None)
+        insert = Revision(0, 0, "apply", (Put(message("n1", content="And of Norway?"), "u1"),))  # computed at head 1
+        store.commit("s", append(message("a1", "assistant", "Reykjavik."), after="u1"), expected_head=None)
+        before = snapshot(store, "s")
+        with pytest.raises(StaleHeadError):
+            store.commit("s", insert, expected_head=1)
+        assert snapshot(store, "s") == before
+        later = Revision(0, 0, "apply", (Put(message("n2", content="And of Norway?"), "a1"),))  # after the answer
+        store.commit("s", turn(2), expected_head=None)
+        assert store.commit("s", later, expected_head=2).base == 2  # an append at the end does not block it
 
     @pytest.mark.parametrize("conflict", ["non-append", "answer"])
     @pytest.mark.parametrize("position", ["first", "last"])
@@ -368,6 +412,30 @@ class StoreContract:
         if self.capabilities.truncate:
             assert other.truncate("s", 1) == 2
             follows(store, "s", again[:1])
+
+    @needs("truncate")
+    def test_stored_sessions_lists_what_truncate_set_aside_until_purged(self, store: Store, mode: str) -> None:
+        """``sessions()`` leaves out a session truncated to nothing; ``stored_sessions()``
+        (and its twin) lists it, so purging what it lists erases everything; and truncate
+        keeps no vector of a message it set aside."""
+        once(self, mode)
+        target: Any = unwrapped(store)
+        fill(target, "kept", 1)
+        fill(target, "emptied", 2)
+        vectors = self.capabilities.vectors and supports_vectors(target)
+        if vectors:
+            target.save_vectors("emptied", [VectorRow(i, "h", "e", (1.0,)) for i in ("u1", "a1", "u2", "a2")])
+        assert target.truncate("emptied", 1) == 1
+        if vectors:  # the set-aside turn's vectors go with it
+            assert sorted(row.message_id for row in target.load_vectors("emptied", "e")) == ["a1", "u1"]
+        assert target.truncate("emptied", 0) == 1
+        if vectors:
+            assert target.load_vectors("emptied", "e") == []
+        assert store.sessions() == ["kept"]
+        assert store.stored_sessions() == run_async(target.astored_sessions()) == ["emptied", "kept"]  # as given: the twin in async mode
+        for session in store.stored_sessions():
+            store.purge(session)
+        assert store.stored_sessions() == run_async(target.astored_sessions()) == []
 
     def test_sessions_lists_sessions_with_revisions_sorted(self, store: Store) -> None:
         for session in ("b", "a", "ü", "B"):

@@ -193,6 +193,9 @@ class AsyncTwinsFacade(Store):
     def sessions(self) -> list[str]:
         return self.runner.run(self.inner.asessions())
 
+    def stored_sessions(self) -> list[str]:
+        return self.runner.run(self.inner.astored_sessions())
+
     def close(self) -> None:
         """Close the wrapped store: its ``aclose`` on the loop when it has one, then ``close``."""
         aclose = getattr(self.inner, "aclose", None)
@@ -227,6 +230,9 @@ class AsyncTwinsFacade(Store):
 
     async def asessions(self) -> list[str]:
         return await self._on_loop(self.inner.asessions())
+
+    async def astored_sessions(self) -> list[str]:
+        return await self._on_loop(self.inner.astored_sessions())
 
 
 class AsyncTwinsVectorFacade(AsyncTwinsFacade, VectorStore):

@@ -4,11 +4,26 @@
 before it keep passing): a store that can tell a hand-edited log from the one it wrote (the
 built-in SQL stores keep a hash chain, :mod:`context_gatekeeper.stores.chain`).  Turning it on
 asks the test class for one more method, ``tamper(self, store, session, revision, how)``,
-which changes the stored revision ``revision`` of ``session`` behind the store's back:
-``how`` is ``"alter"`` (change its text), ``"delete"`` (remove its row) or ``"kind"`` (give
-it the kind ``"bogus"``).  The suite checks that reading the session then raises
+which changes the stored revision ``revision`` of ``session`` behind the store's back, as
+someone editing the storage by hand would (keeping whatever per-row digest the store has, where
+it is copied along):
+
+* ``"alter"``: change its text;
+* ``"delete"``: remove its row;
+* ``"kind"``: give it the kind ``"bogus"``;
+* ``"copy"``: replace it with revision ``revision`` of session :data:`COPIED_FROM` (same number,
+  same message ids, other text), everything the store keeps for that row copied along (its
+  digest included): a store checking each row on its own serves the other session's text;
+* ``"swap"``: exchange its content (everything but its session and number, any digest
+  included) with revision ``revision + 1``'s;
+* ``"field"``: change a field besides the changes: its instruction (to any other text) and its
+  time (by any amount).
+
+The suite checks that reading the session then raises
 :class:`~context_gatekeeper.errors.CorruptLogError` naming the session and that revision, and
-that ``truncate(session, revision - 1)`` recovers the prefix.
+that ``truncate(session, revision - 1)`` recovers the prefix, saying how many revisions it set
+aside.  A store passes by chaining each row to the one before it and to its session (the
+built-in SQL stores' hash chain, :mod:`context_gatekeeper.stores.chain`).
 
 **Optional keywords.**  ``commit`` gained keywords after the first release
 (:data:`~context_gatekeeper.stores.base.COMMIT_KEYWORDS`).  A store that lacks one keeps
@@ -26,13 +41,16 @@ from ..errors import CorruptLogError
 from ..stores.base import COMMIT_KEYWORDS, Store, takes_keyword
 from ..transcripts.transcript import Transcript
 from ._requires import pytest
-from .store_builders import fill
+from .store_builders import append, fill, message
 from .store_modes import needs, unwrapped
 
-__all__ = ["TamperContract", "TAMPERINGS"]
+__all__ = ["TamperContract", "TAMPERINGS", "COPIED_FROM"]
 
-TAMPERINGS = ("alter", "delete", "kind")
-"""What ``tamper(store, session, revision, how)`` must be able to do."""
+TAMPERINGS = ("alter", "delete", "kind", "copy", "swap", "field")
+"""What ``tamper(store, session, revision, how)`` must be able to do (see the module docstring)."""
+
+COPIED_FROM = "other"
+"""The session whose revision ``"copy"`` copies (the test fills it first, with other text)."""
 
 OpenStore = Callable[[], Store]
 
@@ -51,14 +69,17 @@ class TamperContract:
     @needs("tamper_evident", "truncate")
     @pytest.mark.parametrize("how", TAMPERINGS)
     def test_a_revision_changed_behind_the_store_is_named(self, store: Store, open_store: OpenStore, how: str) -> None:
+        for n in range(1, 5):  # the same ids as session "s", other text
+            question, answer = message(f"u{n}", content=f"other's question {n}"), message(f"a{n}", "assistant", f"other's answer {n}")
+            store.commit(COPIED_FROM, append(question, answer), expected_head=None)
         fill(store, "s", 6)
-        fill(store, "other", 2)
         self.tamper(unwrapped(store), "s", 3, how)
         with pytest.raises(CorruptLogError) as caught:
             Transcript("s", store=open_store())
         assert (caught.value.session_id, caught.value.revision) == ("s", 3), str(caught.value)
-        assert len(Transcript("other", store=store).messages) == 4  # other sessions unaffected
-        store.truncate("s", 2)
+        assert len(Transcript(COPIED_FROM, store=store).messages) == 8  # other sessions unaffected
+        set_aside = store.truncate("s", 2)
+        assert set_aside == (3 if how == "delete" else 4), "truncate must count the revisions it set aside"
         reopened = Transcript("s", store=open_store())
         assert reopened.head == 2
         reopened.append(user="after the recovery", assistant="ok")
