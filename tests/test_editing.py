@@ -518,8 +518,8 @@ def edit_cases(draw):
             requests.append(Replace(f"a{i}", draw(TEXT)))
         elif action == "delete_pair" and i > 0:
             requests += [Delete(f"u{i}"), Delete(f"a{i}")]
-        elif action == "insert":  # a new exchange after a{i} (the second insert lands first)
-            requests += [InsertAfter(f"a{i}", "assistant", draw(TEXT)), InsertAfter(f"a{i}", "user", draw(TEXT))]
+        elif action == "insert":  # a new exchange after a{i}, in order (insertions after one message keep the list's order)
+            requests += [InsertAfter(f"a{i}", "user", draw(TEXT)), InsertAfter(f"a{i}", "assistant", draw(TEXT))]
     return state, requests
 
 
@@ -735,3 +735,18 @@ def test_removing_an_old_unanswered_tool_call_does_not_pay_for_an_orphaned_resul
     # deleting u0 takes its unanswered call a0 along; deleting a1 leaves t1 without its call
     _fails_twice(patch({"op": "delete", "id": "1"}, {"op": "delete", "id": "3"}), "the result of tool call 'c1'",
                  state=state, max_deletion_share=1)
+
+
+def test_the_ideal_patch_reply_keeps_several_insertions_after_one_message_in_order() -> None:
+    """Two insertions after one message (and two at the start) come out in the list's order, as
+    ``Transcript.apply`` and a model's edit put them (they came out reversed)."""
+    from context_gatekeeper.editing.format import ideal_patch_reply
+    from context_gatekeeper.records.operations import InsertAfter
+
+    state = [Message("u1", "user", "Trip to Iceland?"), Message("a1", "assistant", "Reykjavik.")]
+    reply = json.loads(ideal_patch_reply(state, [
+        InsertAfter("a1", "user", "And the budget?"), InsertAfter("a1", "assistant", "About 900 EUR."),
+        InsertAfter(None, "user", "first"), InsertAfter(None, "assistant", "second"),
+    ]))
+    inserted = [(op["id"], op["content"]) for op in reply["operations"] if op["op"] == "insert_after"]
+    assert inserted == [(None, "first"), (None, "second"), ("2", "And the budget?"), ("2", "About 900 EUR.")]

@@ -62,7 +62,9 @@ from typing import Any
 from ..errors import InvalidTypeError
 from .options import STRATEGIES, Strategy
 from ..records.messages import Message, new_message_id
-from ..records.operations import Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, apply_changes
+from ..records.operations import (
+    Applied, Change, Delete, InsertAfter, Put, Remove, Replace, Request, after_earlier_insertions, apply_changes,
+)
 
 __all__ = [
     "MAX_ECHO",
@@ -298,9 +300,11 @@ def output_schema(strategy: str) -> dict[str, Any]:
 
 # -- ideal replies (for benchmarks: what a perfect model would answer) ---------------------
 def _as_changes(state: Sequence[Message], changes: Iterable[Applied | Request]) -> list[Applied]:
-    """Requests turned into changes against ``state`` (changes pass through)."""
+    """Requests turned into changes against ``state`` (changes pass through); several
+    insertions after one message keep the list's order, as :meth:`Transcript.apply` keeps them."""
     out: list[Applied] = []
     current = list(state)
+    inserted: dict[str | None, str] = {}
     for item in changes:
         if isinstance(item, (Put, Remove, Change)):
             change: Applied = item
@@ -312,7 +316,8 @@ def _as_changes(state: Sequence[Message], changes: Iterable[Applied | Request]) 
                 index = [m.id for m in current].index(item.id)
                 change = Remove(by_id[item.id], current[index - 1].id if index else None)
             elif isinstance(item, InsertAfter):
-                change = Put(Message(new_message_id(), item.role, item.content, origin="inserted"), item.id)
+                put = Put(Message(new_message_id(), item.role, item.content, origin="inserted"), item.id)
+                change = after_earlier_insertions(put, inserted)
             else:
                 raise InvalidTypeError(
                     f"not a change or request: {item!r}; pass Put, Remove or Change (applied changes) "

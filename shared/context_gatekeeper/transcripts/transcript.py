@@ -50,7 +50,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..editing.options import EditOptions, Strategy
-from ..editing.compute import acompute_edit, compute_edit
+from ..editing.compute import acompute_edit, check_instruction, compute_edit
 from ..errors import (
     HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError, StaleHeadError,
 )
@@ -856,7 +856,7 @@ class Transcript:
         return EditOptions.of(base, strategy=strategy, allow_large_deletion=allow_large)
 
     def _edit_model(self, instruction: str, model: Any) -> Any:
-        require_text(instruction, "instruction")
+        check_instruction(instruction)
         chosen = model if model is not None else self.model
         if chosen is None:
             raise ModelUnavailableError(
