@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("rich")
 
 import context_gatekeeper
-from context_gatekeeper import Message, MissingExtraError, ModelUnavailableError, Transcript
+from context_gatekeeper import Message, MissingExtraError, ModelUnavailableError, SQLiteStore, Transcript
 from context_gatekeeper import tokens
 from context_gatekeeper.chat.app import CHAT_INSTEAD, main, missing_rich
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor, parse_substitution
@@ -508,6 +508,21 @@ def test_a_pin_made_after_a_load_stays_when_the_load_is_undone(tmp_path: Path) -
     assert re.search(r"\[chat\] > /pin\npinned turns: \d+, 3 \(always sent", after_undo), after_undo
 
 
+def test_a_load_that_changes_no_message_changes_no_pin_and_says_so(tmp_path: Path) -> None:
+    saved = tmp_path / "saved.json"
+    lines = [GDP, REPLICATION, "/pin 1", f"/save {saved}", "/pin 2", "/unpin 1", f"/load {saved}", "/pin", "/undo",
+             "/pin", "/quit"]
+    status, out = chat(tmp_path, lines)
+    after_load = out.split(f"[chat] > /load {saved}", 1)[1]
+    assert (f"the conversation already holds the 4 messages of {saved}: nothing changed, pins included "
+            "(the file pins turn 1; /pin N and /unpin N change the pins)") in after_load
+    assert "[chat] > /pin\npinned turns: 2 (always sent" in after_load, "no revision, so no pin change /undo cannot take back"
+    assert "[chat] > /undo\nerror: nothing to undo" in after_load
+    assert after_load.count("pinned turns: 2 (always sent") == 2 and head(tmp_path) == 2
+    status, out = chat(tmp_path, ["/pin", "/quit"])
+    assert "pinned turns: 2 (always sent" in out
+
+
 def test_pin_and_unpin_of_several_turns_are_all_or_nothing(tmp_path: Path) -> None:
     status, out = chat(tmp_path, [GDP, "/pin 1 7", "/quit"])
     assert "error: no turn 7; turns are numbered as /show lists them (1)" in out
@@ -539,6 +554,26 @@ def test_a_new_session_name_follows_the_web_chats_rules_a_stored_one_opens(tmp_p
         transcript.store.close()
     status, out = chat(tmp_path, ["/quit"], session=long_name)
     assert status == 0 and "resuming at revision 1" in out
+
+
+def test_a_new_session_name_is_the_one_the_name_rules_give_a_stored_one_its_exact_name(tmp_path: Path) -> None:
+    status, out = chat(tmp_path, ["hi", "/quit"], session=" work ")
+    assert status == 0 and "session 'work' (new conversation)" in out
+    assert "Resume it with: gatekeeper-chat --session work --db" in out
+    store = SQLiteStore(tmp_path / "chat.db")
+    try:
+        assert store.sessions() == ["work"], "stripped, as the web chat names it"
+    finally:
+        store.close()
+    status, out = chat(tmp_path, ["/quit"], session="work")
+    assert "session 'work' (resuming at revision 1)" in out
+    transcript = Transcript(" spaced ", store=str(tmp_path / "chat.db"))  # stored by the library, spaces and all
+    try:
+        transcript.append(user="stored by the library", assistant="ok")
+    finally:
+        transcript.store.close()
+    status, out = chat(tmp_path, ["/quit"], session=" spaced ")
+    assert "session ' spaced ' (resuming at revision 1)" in out and "--session ' spaced '" in out
 
 
 # -- privacy of the database, token estimates -------------------------------------------------

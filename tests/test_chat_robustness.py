@@ -8,6 +8,7 @@ import io
 import json
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,52 @@ def test_save_into_a_folder_is_an_error_and_leaves_nothing_behind(tmp_path: Path
     status, out = run(tmp_path / "chat.db", ["hi", f"/save {folder}", "/quit"])
     assert status == 0 and "cannot write" in out and list(folder.iterdir()) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_save_and_load_refuse_a_named_pipe_at_once_and_change_nothing(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)
+    db = tmp_path / "chat.db"
+    lines = "hello\n/pin 1\n/save pipe.json\n/load pipe.json\n/pin\n/quit\n"
+    # in a process of its own: opening a pipe to read it blocks until a writer comes, so a chat
+    # that did would never end (the timeout is a bound for that failure, not a wait)
+    done = subprocess.run(
+        [sys.executable, "-m", "context_gatekeeper.chat", "--offline", "--plain", "--db", str(db), "--session", "s"],
+        input=lines, capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for command in ("/save", "/load"):
+        assert f"error: pipe.json is a named pipe (FIFO); {command} uses regular files only, and nothing was changed" in done.stdout
+    assert "[chat] > /pin\npinned turns: 1 (always sent" in done.stdout
+    assert stat.S_ISFIFO(pipe.stat().st_mode), "still the pipe it was"
+    assert len(stored(db)) == 2 and [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_save_and_load_refuse_a_device_and_load_reads_no_more_than_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = session_document("s", [Message("a", "user", "hi")])
+    if os.name == "posix":
+        import socket
+
+        with pytest.raises(SessionFileError, match="is a character device; /load uses regular files only"):
+            session_file.read_session_file(os.devnull)
+        monkeypatch.chdir(tmp_path)  # a short name: socket paths have a small limit
+        address = Path("sock")
+        with socket.socket(socket.AF_UNIX) as listening:
+            listening.bind(str(address))
+            with pytest.raises(SessionFileError, match="is a socket; /save uses regular files only"):
+                write_session_file(address, document)
+            assert stat.S_ISSOCK(address.stat().st_mode)
+    with pytest.raises(SessionFileError, match="is a folder; /load uses regular files only"):
+        session_file.read_session_file(tmp_path)
+    saved = write_session_file(tmp_path / "s.json", document)
+    monkeypatch.setattr(session_file, "MAX_BYTES", saved.stat().st_size - 1)
+    with pytest.raises(SessionFileError, match="is larger than"):
+        session_file.read_session_file(saved)
+    monkeypatch.setattr(session_file, "MAX_BYTES", saved.stat().st_size)
+    assert session_file.read_session_file(saved).messages[0].content == "hi"
 
 
 # -- item 12: text that cannot be printed --------------------------------------------------------
@@ -432,8 +479,11 @@ def test_a_load_that_changes_nothing_records_no_revision_and_remembers_nothing(t
     session = _session(tmp_path / "chat.db")
     try:
         session.ask("How long should a Redis lock TTL be?")
-        again = session.load(session.transcript.messages, pinned=[session.turns()[0][1].key])
-        assert not again.changes and session.transcript.head == 1 and session.pinned_numbers() == [1]
+        session.pin(1)
+        for pinned in ([session.turns()[0][1].key], []):  # the same pins, other pins: no message changes
+            again = session.load(session.transcript.messages, pinned=pinned)
+            assert not again.changes and session.transcript.head == 1
+            assert session.pinned_numbers() == [1], "no revision, so no pin change /undo could not take back"
         with pytest.raises(context_gatekeeper.HistoryError):  # nothing to undo: the pins stay
             session.undo()
         assert session.pinned_numbers() == [1]
@@ -468,6 +518,33 @@ def test_escape_sequences_in_answers_edits_and_input_are_shown_not_acted_on(tmp_
     assert "Dublin.\u241b]0;owned" in out and "Reykjavik.\u241b[8mhidden" in out  # shown, one picture for each
     _, resumed = run(tmp_path / "esc.sqlite3", ["/quit"], models=(ScriptedModel([]), ScriptedModel([])))
     assert ESC not in resumed and "\u241b[31mIreland" in resumed  # the stored conversation, shown again
+
+
+def test_carriage_returns_backspaces_and_bells_are_drawn_never_dropped(tmp_path: Path) -> None:
+    overprinting = "\r\b\x0b\x0c\x07"  # rich drops these as it builds a line: each must be drawn first
+    question = "How much\x0b is\x0c the\x07 refund?"
+    answer = "refund 100\r0 EUR, 12\b\b3\x07"
+    edit = {"operations": [{"op": "replace", "id": "2", "content": "refund 1\b00 EUR\x07"}]}
+    chat, editor = ScriptedModel([answer]), ScriptedModel([json.dumps(edit)])
+    lines = [question, "/edit make it 100", "/show", "/context", "/nosuch\b", "/quit"]
+    status, out = run(tmp_path / "cr.sqlite3", lines, models=(chat, editor))
+    assert status == 0 and not set(overprinting) & set(out)
+    drawn = "How much\u240b is\u240c the\u2407 refund?"
+    assert f"[chat] > {drawn}" in out and f"user: {drawn}" in out  # the input, echoed; the conversation
+    assert "assistant: refund 100\u240d0 EUR, 12\u2408\u24083\u2407" in out  # the answer
+    assert "+refund 1\u240800 EUR\u2407" in out  # the diff
+    assert f"last query: {drawn}" in out  # /context
+    assert "/nosuch\u2408" in one_error_line(out)  # an error naming what was typed
+
+
+def test_diff_lines_break_at_newlines_only() -> None:
+    from context_gatekeeper.chat.render import diff_lines
+
+    class Shown:
+        def __str__(self) -> str:
+            return "@@ assistant #2: changed @@\n-a\rb\u2028c\x1cd\n+e\n"
+
+    assert diff_lines(Shown()) == ["@@ assistant #2: changed @@", "-a\rb\u2028c\x1cd", "+e"]  # type: ignore[arg-type]
 
 
 def test_visible_keeps_newlines_tabs_and_every_printable_character() -> None:

@@ -247,6 +247,68 @@ def test_a_message_with_markup_is_shown_as_text_and_runs_nothing(web: Served, pa
     assert dialogs == []
 
 
+class FixedAnswer:
+    """A chat model with one answer, whatever is asked."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def complete(self, messages: Any) -> str:
+        return self.answer
+
+
+def shown_text(page: Page) -> str:
+    """Every text the page shows: the title, the body's text and every tooltip."""
+    return str(page.evaluate(
+        "() => [document.title, document.body.textContent, "
+        "...[...document.querySelectorAll('[title]')].map((n) => n.title)].join('\\n')"
+    ))
+
+
+def test_control_characters_and_bidi_overrides_are_drawn_never_obeyed(tmp_path: Path, page: Page) -> None:
+    from context_gatekeeper.chat.visible import VISIBLE, visible
+
+    answer = "Pay to account 1234 \u202e9876 tnuocca ot ton\u202c. Ire\rland\b is \x1b[2J\x0b\x0c fine\x07 \x9b1m."
+    name = "notes \u202etxt.exe\u202c"
+    instruction = "it was Ice\u202eland, not Ireland"
+    acted_on = {chr(code) for code in VISIBLE}
+
+    def obeys_nothing() -> None:
+        assert not acted_on & set(shown_text(page)), "every character a screen acts on is drawn as a stand-in"
+
+    for web in serve(tmp_path, FixedAnswer(answer)):
+        web.transcript(name).append(user="Hi \u2066there\u2069", assistant="hello")
+        page.goto(web.url())
+        idle(page)
+        page.get_by_test_id("message-input").fill(IRELAND)
+        page.get_by_test_id("send").click()
+        reply = page.locator('[data-testid="message"][data-role="assistant"]:not(.pending) .content')
+        expect(reply).to_have_count(1)
+        assert reply.text_content() == visible(answer) == (
+            "Pay to account 1234 \ufffd9876 tnuocca ot ton\ufffd. Ire\u240dland\u2408 is \u241b[2J\u240b\u240c fine\u2407 \ufffd1m."
+        )
+        obeys_nothing()
+
+        say(page, "/edit " + instruction)
+        diff = page.get_by_test_id("preview-diff")
+        expect(diff.locator("ins.added")).to_have_count(1)  # the question; the answer says "Ire\\rland"
+        assert diff.locator("ins.added").first.text_content() == visible("Ice\u202eland")
+        assert page.locator("#preview-title").text_content() == "Preview of: " + visible(instruction)
+        obeys_nothing()
+        page.get_by_test_id("commit").click()
+        expect(diff).to_be_hidden()
+        assert page.get_by_test_id("history-item").first.locator(".label").text_content() == visible(instruction)
+        obeys_nothing()
+
+        listed = page.locator(".session").filter(has_text="notes")
+        assert listed.text_content() == visible(name)
+        listed.click()  # the exact name still opens the conversation
+        expect(page.locator('[data-testid="message"][data-role="user"] .content')).to_have_text("Hi \ufffdthere\ufffd")
+        assert page.locator("#session-name").text_content() == f"session: {visible(name)} · revision 1"
+        obeys_nothing()
+        assert web.transcript().messages[1].content == answer, "stored as the model wrote it: only the page draws it"
+
+
 # -- edits -----------------------------------------------------------------------------------
 
 
@@ -295,6 +357,20 @@ def test_slash_edit_in_the_chat_box_previews_and_discard_changes_nothing(web: Se
     assert web.transcript().head == 1 and "Ireland" in messages(page)[0]
     say(page, "/edit make it shorter")  # the offline editor refuses: a message, nothing changed
     expect(page.get_by_test_id("error")).to_contain_text("offline")
+    assert web.transcript().head == 1
+
+
+def test_a_command_that_fails_keeps_its_text_in_the_box(web: Served, page: Page) -> None:
+    page.goto(web.url())
+    say(page, IRELAND)
+    box = page.get_by_test_id("message-input")
+    for command, error in (("/edit make it shorter", "offline"), ("/undo", "undo"), ("/redo", "redo")):
+        say(page, command)  # the offline editor refuses; nothing to undo or redo
+        expect(page.get_by_test_id("error")).to_contain_text(error)
+        expect(box).to_have_value(command)  # kept for another try, as in edit mode
+    say(page, "/edit it was Iceland, not Ireland")  # one that works empties the box
+    expect(page.get_by_test_id("preview-diff")).to_be_visible()
+    expect(box).to_have_value("")
     assert web.transcript().head == 1
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -535,12 +536,15 @@ def test_gatekeeper_chat_web_serves_the_page_on_loopback_and_stops_on_sigterm(tm
         process.wait(timeout=60)
         if process.stdout is not None:
             process.stdout.close()
-    assert process.returncode in (0, -15), "a clean stop (uvicorn re-raises SIGTERM after shutting down)"
-    reopened = SQLiteStore(db)
+    assert process.returncode == 0, "SIGTERM stops it as Ctrl-C does, clean-up included"
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    shutil.copy(db, backup / db.name)  # the database file alone: checkpointed, nothing left only in -wal
+    copied = SQLiteStore(backup / db.name)
     try:
-        assert Transcript("demo", store=reopened).head == 1
+        assert Transcript("demo", store=copied).head == 1
     finally:
-        reopened.close()
+        copied.close()
 
 
 def test_gatekeeper_chat_web_says_why_it_cannot_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -908,6 +912,12 @@ def _start_on_a_taken_port(*options: str) -> tuple[int, str]:
         out = io.StringIO()
         status = main(["--web", *options, "--port", str(taken.getsockname()[1])], stdout=out)
     return status, out.getvalue()
+
+
+def test_gatekeeper_chat_web_names_a_new_session_as_the_name_rules_give_it(tmp_path: Path) -> None:
+    status, out = _start_on_a_taken_port("--offline", "--db", str(tmp_path / "a.db"), "--session", " work ")
+    assert status == 1 and "cannot listen" in out
+    assert "session 'work' (new conversation)" in out and "' work '" not in out
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")

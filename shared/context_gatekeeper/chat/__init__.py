@@ -13,7 +13,8 @@ and :func:`app.main` says how to install it when it is missing.
 Modules: :mod:`.app` (command line), :mod:`.loop` (the read-eval loop),
 :mod:`.commands` (slash commands), :mod:`.session` (chat and edit logic, no UI),
 :mod:`.pins` (the pin records and the name rules),
-:mod:`.render` (rich output), :mod:`.readers` (pluggable input),
+:mod:`.render` (rich output), :mod:`.visible` (how both chats draw characters a
+screen would act on), :mod:`.readers` (pluggable input),
 :mod:`.offline` (the scripted models of ``--offline``), :mod:`.session_file`
 (the ``/save`` / ``/load`` JSON format).
 """

@@ -153,8 +153,9 @@ def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
     return model, model, args.model
 
 
-def _resume_hint(args: argparse.Namespace, db_given: bool) -> str:
-    parts = ["gatekeeper-chat", "--session", args.session]
+def _resume_hint(args: argparse.Namespace, db_given: bool, session: str) -> str:
+    """The command that resumes conversation ``session`` (its name as opened: a new name stripped)."""
+    parts = ["gatekeeper-chat", "--session", session]
     if db_given:
         parts += ["--db", str(args.db)]
     if args.offline:
@@ -222,8 +223,9 @@ def main(
                 source.reconfigure(errors="replace")  # undecodable input bytes become U+FFFD, not a crash
             interactive = getattr(source, "isatty", lambda: False)()
             reader = TerminalReader(console) if interactive else LineReader(source, renderer.echo)
-        loop = ChatLoop(session, renderer, reader, resume_hint=_resume_hint(args, db_given))
-        _banner(renderer, args, label, db, session.transcript.head)
+        name = session.transcript.session_id  # a new --session name as the name rules made it
+        loop = ChatLoop(session, renderer, reader, resume_hint=_resume_hint(args, db_given, name))
+        _banner(renderer, name, label, db, session.transcript.head)
         if args.offline:
             renderer.notice(OFFLINE_NOTICE)
         if estimates:
@@ -259,12 +261,13 @@ def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, rend
     try:
         prepare_database(db)
         store = SQLiteStore(db)
-        if args.session not in chat_sessions(store):  # a new conversation: the name rules of both front ends
+        name = args.session  # a stored conversation opens by its exact name
+        if name not in chat_sessions(store):  # a new one: the name rules of both front ends, and the name they give
             try:
-                check_session_name(args.session)
+                name = check_session_name(name)
             except InvalidInputError as exc:
                 raise InvalidInputError(f"--session: {exc}") from None
-        transcript = Transcript(args.session, store=store)
+        transcript = Transcript(name, store=store)
         return ChatSession(
             transcript, chat_model, editor, token_budget=args.budget,
             **({"system_prompt": args.system} if args.system is not None else {}),
@@ -292,9 +295,9 @@ def _show_stored(loop: Any, renderer: Any) -> None:
         )
 
 
-def _banner(renderer: Any, args: argparse.Namespace, label: str, db: Path, head: int) -> None:
+def _banner(renderer: Any, session: str, label: str, db: Path, head: int) -> None:
     state = f"resuming at revision {head}" if head else "new conversation"
-    renderer.info(f"gatekeeper-chat | session {args.session!r} ({state}) | model: {label} | db: {db}")
+    renderer.info(f"gatekeeper-chat | session {session!r} ({state}) | model: {label} | db: {db}")
     renderer.info("Type a message to chat, /edit to switch to EDIT HISTORY mode, /help for commands.")
 
 

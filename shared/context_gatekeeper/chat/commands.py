@@ -123,13 +123,17 @@ def _load(loop: "ChatLoop", arg: str) -> None:
     if not arg:
         raise InvalidInputError("usage: /load PATH")
     loaded = read_session_file(arg)  # validated in full before anything changes
-    pins_before = loop.session.pinned
     revision = loop.session.load(loaded.messages, loaded.pinned)
     count = len(loaded.messages)
+    filed = [n for n, turn in loop.session.turns() if turn.key in set(loaded.pinned)]
     if revision.changes:
         loop.renderer.ok(f"loaded {count} messages as revision {revision.number} (/undo takes it back, pins included)")
-    elif loop.session.pinned != pins_before:
-        loop.renderer.ok(f"the conversation already holds the {count} messages of {arg}; only the pins changed, to the file's")
+    elif filed != loop.session.pinned_numbers():  # a pin change alone would be no revision: /undo could not take it back
+        shown = f"turn{'s' if len(filed) > 1 else ''} {', '.join(map(str, filed))}" if filed else "no turn"
+        loop.renderer.ok(
+            f"the conversation already holds the {count} messages of {arg}: nothing changed, pins included "
+            f"(the file pins {shown}; /pin N and /unpin N change the pins)"
+        )
     else:
         loop.renderer.ok(f"the conversation already is what {arg} holds ({count} messages and its pins): nothing changed")
     loop.show_conversation()

@@ -21,8 +21,9 @@ from rich.text import Text
 from .. import Diff, Message, Revision
 from ..integration import Change, MessageTurn, Remove
 from .session import LastCall
+from .visible import visible
 
-__all__ = ["Renderer", "SafeOutput", "make_console", "visible", "CHAT_PROMPT", "EDIT_PROMPT"]
+__all__ = ["Renderer", "SafeOutput", "make_console", "styled", "visible", "CHAT_PROMPT", "EDIT_PROMPT"]
 
 CHAT_PROMPT = "[chat] > "
 EDIT_PROMPT = "[EDIT HISTORY] > "
@@ -62,21 +63,18 @@ def make_console(*, plain: bool = False, file: IO[str] | None = None, width: int
     return Console(file=output, no_color=plain, highlight=False, emoji=False, width=width, soft_wrap=True)
 
 
-_VISIBLE = {
-    **{code: 0x2400 + code for code in range(0x20) if chr(code) not in "\n\t"},  # C0 controls: their pictures (ESC -> U+241B)
-    0x7F: 0x2421,  # DEL
-    **{code: 0xFFFD for code in range(0x80, 0xA0)},  # C1 controls (CSI, OSC, ...)
-    **{code: 0xFFFD for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},  # bidi overrides and isolates
-}
-"""Characters a terminal would act on instead of showing, each to one visible character."""
+def styled(*parts: str | tuple[str, str] | Text) -> Text:
+    """``Text.assemble(*parts)`` (each a text, a ``(text, style)`` pair or a ``Text``), every
+    text made :func:`visible` first: rich drops CR, BS, VT, FF and BEL as it builds a
+    ``Text``, so they must become their pictures before, not after."""
+    return Text.assemble(*(_visible_part(part) for part in parts))
 
 
-def visible(text: str) -> str:
-    """``text`` with every control character a terminal would act on (an escape sequence
-    from a model's answer or a stored message could retitle the window, clear the screen or
-    hide text in a diff) shown as one visible character instead (U+241B for ESC); newlines
-    and tabs stay.  One character for one, so styled spans of a ``Text`` stay in place."""
-    return text.translate(_VISIBLE)
+def _visible_part(part: str | tuple[str, str] | Text) -> str | tuple[str, str] | Text:
+    """One part of :func:`styled`, its text made :func:`visible` (a ``Text`` is taken as built)."""
+    if isinstance(part, tuple):
+        return visible(part[0]), part[1]
+    return visible(part) if isinstance(part, str) else part
 
 
 def _short(text: str, limit: int = 70) -> str:
@@ -91,8 +89,10 @@ class Renderer:
         self.console = console
 
     def _print(self, *objects: Any) -> None:
-        """``console.print``, every text first made :func:`visible` (a table's cells are
-        made visible where the table is built)."""
+        """``console.print``, every text first made :func:`visible` (a ``Text`` is built by
+        :func:`styled`, a table's cells are made visible where the table is built; making
+        a ``Text`` visible again here catches one built otherwise, though rich has already
+        dropped its CR, BS, VT, FF and BEL)."""
         shown = []
         for item in objects:
             if isinstance(item, Text):
@@ -119,20 +119,20 @@ class Renderer:
             yield
 
     def info(self, text: str) -> None:
-        self._print(Text(text, style="dim"))
+        self._print(styled((text, "dim")))
 
     def notice(self, text: str) -> None:
-        self._print(Text(text, style="bold yellow"))
+        self._print(styled((text, "bold yellow")))
 
     def ok(self, text: str) -> None:
-        self._print(Text(text, style="green"))
+        self._print(styled((text, "green")))
 
     def error(self, text: str) -> None:
-        self._print(Text.assemble(("error: ", "bold red"), text))
+        self._print(styled(("error: ", "bold red"), text))
 
     def echo(self, prompt: Text, line: str) -> None:
         """Show an input line that did not come from a terminal (piped or scripted)."""
-        self._print(Text.assemble(prompt, line))
+        self._print(styled(prompt, line))
 
     def mode(self, editing: bool) -> None:
         if editing:
@@ -148,7 +148,7 @@ class Renderer:
         if message is not None and message.origin != "original":
             provenance = f"({message.origin} r{message.revision}) "
         body = text if text is not None else (message.content if message else "")
-        self._print(Text.assemble((f"{role}: ", _ROLE_STYLE.get(role, "bold")), (provenance, "italic yellow"), body))
+        self._print(styled((f"{role}: ", _ROLE_STYLE.get(role, "bold")), (provenance, "italic yellow"), body))
 
     def answer(self, text: str) -> None:
         self.message(None, role="assistant", text=text)
@@ -168,7 +168,7 @@ class Renderer:
             return
         for number, turn in turns:
             mark = " (pinned)" if number in pinned else ""
-            self._print(Text(f"-- turn {number}{mark}", style="dim"))
+            self._print(styled((f"-- turn {number}{mark}", "dim")))
             for message in turn.messages:
                 self.message(message)
         for message in extra:
@@ -179,7 +179,7 @@ class Renderer:
         """A unified diff of two states, coloured line by line (messages named by position)."""
         for line in diff_lines(diff):
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "cyan" if line.startswith("@@") else ""
-            self._print(Text(line, style=style))
+            self._print(styled((line, style)))
 
     def history(self, revisions: Sequence[Revision], head: int) -> None:
         """The revision list: number, kind, time, what it did."""
@@ -207,7 +207,7 @@ class Renderer:
             return
         s, g = call.selection, call.selection.gate
         cues = ", ".join(g.cues.reference + g.cues.switch + g.cues.returning) or "none"
-        self._print(Text(f"last query: {call.query}", style="bold"))
+        self._print(styled((f"last query: {call.query}", "bold")))
         self._print(
             f"gate: {s.decision} | "
             f"overlap {g.overlap:.2f} | new-anchor ratio {g.new_anchor_ratio:.2f} | cues: {escape(visible(cues))}"
@@ -234,10 +234,10 @@ class Renderer:
         unscored = call.turn_count - len(scored)
         if unscored > 0:
             self.info(f"{unscored} other turn(s) shared no anchor with the query: dropped")
-        self._print(Text(f"sent to the model ({len(call.sent)} messages):", style="bold"))
+        self._print(styled((f"sent to the model ({len(call.sent)} messages):", "bold")))
         for m in call.sent:
             role = m["role"]
-            self._print(Text.assemble((f"  {role}: ", _ROLE_STYLE.get(role, "")), _short(m["content"])))
+            self._print(styled((f"  {role}: ", _ROLE_STYLE.get(role, "")), _short(m["content"])))
 
     def help(self, rows: Sequence[tuple[str, str]]) -> None:
         table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
@@ -249,8 +249,12 @@ class Renderer:
 
 
 def diff_lines(diff: Diff) -> list[str]:
-    """``str(diff)`` line by line: each message named by role and position (``user #1``), not by id."""
-    return str(diff).splitlines()
+    """``str(diff)`` line by line: each message named by role and position (``user #1``), not by id.
+
+    Split at newlines only: a carriage return or a separator character (U+2028, ``\\x1c``)
+    inside a message is drawn as itself (:func:`visible`), never starts a line of its own."""
+    text = str(diff)
+    return text.removesuffix("\n").split("\n") if text else []
 
 
 def _says(message: Message) -> tuple[Any, ...]:

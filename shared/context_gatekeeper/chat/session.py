@@ -23,7 +23,8 @@ two models (one answers, one edits).  Rules:
   turn an edit deleted is kept but ignored (an ``/undo`` that brings the turn back
   brings its pin back too).  A :meth:`~ChatSession.load` replaces the pins; the pin
   record remembers what it replaced, so undoing the load (and redoing it) takes the
-  pins back too.  Lists of conversations should leave pin records out
+  pins back too.  A load that changes no message records nothing and leaves the pins
+  as they are.  Lists of conversations should leave pin records out
   (:func:`is_pin_record`, :func:`chat_sessions`), and deleting a conversation should
   delete its pins too (:meth:`ChatSession.purge`).  :mod:`.pins` holds the record's
   format and the rules for new conversations' names.
@@ -392,7 +393,9 @@ class ChatSession:
         revision returned then has no changes, and none is recorded); ids this session
         used before get fresh ones, since ids are never reused.  ``pinned`` (ids of
         first messages) replaces the pins, and is stored like :meth:`pin` stores them;
-        undoing the load puts back the pins it replaced.
+        undoing the load puts back the pins it replaced.  A load that changes no message
+        records no revision and changes no pin either (``/undo`` could not take a pin
+        change back): the pins stay as they are.
         """
         current = {m.id: m for m in self.transcript.messages}
         used = {c.message.id for r in self.transcript.history() for c in r.changes if isinstance(c, Put)}
@@ -407,8 +410,9 @@ class ChatSession:
                 message = replace(message, id=renamed[message.id])
             fixed.append(message)
         revision = self.transcript.set(fixed)
-        wanted = {renamed.get(p, p) for p in pinned}
-        self._change_pins(lambda _: wanted, load=revision.number if revision.changes else None)
+        if revision.changes:  # no revision, no pin change: nothing /undo could not take back
+            wanted = {renamed.get(p, p) for p in pinned}
+            self._change_pins(lambda _: wanted, load=revision.number)
         return revision
 
     def undo(self) -> Revision:

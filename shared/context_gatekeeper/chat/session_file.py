@@ -37,8 +37,10 @@ A session file holds the conversation's current state (not its revision log)::
 :func:`write_session_file` writes a temporary file in the same folder and renames
 it over the target, so a failed write leaves the target as it was and no
 temporary file behind.  It refuses to write over the chat's own database (or its
-``-wal`` / ``-shm`` / ``-journal`` files, symlinks resolved) and over any SQLite
-database.
+``-wal`` / ``-shm`` / ``-journal`` files, symlinks resolved), over any SQLite
+database, and over anything but a regular file (a named pipe, a device, a socket:
+opening one to look at it could block forever); :func:`read_session_file` reads
+regular files only, and never more than :data:`MAX_BYTES` and one byte.
 
 :func:`read_session_file` checks everything before anything is used, and raises
 :class:`SessionFileError` listing every problem (with its JSON path), so a bad
@@ -59,11 +61,12 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..integration import ROLES, new_message_id, normalized_text
 from .. import GatekeeperError, Message
@@ -82,7 +85,7 @@ __all__ = [
 FORMAT = "context-gatekeeper-chat"
 VERSION = 1
 MAX_BYTES = 50_000_000
-"""Files larger than this are refused before they are read."""
+"""Files larger than this are refused (no more than one byte over it is read)."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -135,8 +138,44 @@ def _database_files(database: str | os.PathLike[str]) -> set[Path]:
     return {base} | {base.with_name(base.name + suffix) for suffix in ("-wal", "-shm", "-journal")}
 
 
+_SPECIAL_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refuse_special(path: Path, mode: int, command: str) -> None:
+    """:class:`SessionFileError` unless ``mode`` is a regular file's: reading a pipe or a
+    device can block forever (or never end), and replacing one breaks what uses it."""
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "not a regular file")
+    raise SessionFileError(
+        f"{path} is {kind}; {command} uses regular files only, and nothing was changed. Give the path of a "
+        f"file, e.g. {command} chat.json"
+    )
+
+
+def _open_regular(path: Path, command: str) -> IO[bytes]:
+    """``path`` opened for reading, when it is a regular file (:func:`_refuse_special`);
+    ``OSError`` when it cannot be opened.  Checked before opening (opening a pipe blocks)
+    and again on what was opened (never blocking: something else may have taken its place)."""
+    _refuse_special(path, path.stat().st_mode, command)
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        _refuse_special(path, os.fstat(descriptor).st_mode, command)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return os.fdopen(descriptor, "rb")
+
+
 def _check_target(target: Path, protected: Iterable[str | os.PathLike[str]]) -> None:
-    """Refuse a target that is (or links to) a protected database, or any SQLite database."""
+    """Refuse a target that is (or links to) a protected database, any SQLite database, or
+    something other than a regular file (a pipe, a device, a socket)."""
     resolved = target.resolve()
     for database in protected:
         if resolved in _database_files(database):
@@ -144,8 +183,10 @@ def _check_target(target: Path, protected: Iterable[str | os.PathLike[str]]) -> 
                 f"{target} is the chat's own database{' (through a link)' if resolved != target.absolute() else ''}; "
                 "/save did not write it (that would destroy every session). Give another path, e.g. /save chat.json"
             )
+    if resolved.is_dir():
+        return  # the write says it cannot write a folder
     try:
-        with open(resolved, "rb") as existing:
+        with _open_regular(target, "/save") as existing:
             header = existing.read(len(_SQLITE_MAGIC))
     except OSError:
         return  # missing (fine) or unreadable (the write says why)
@@ -261,9 +302,11 @@ def read_session_file(path: str | os.PathLike[str]) -> SessionFile:
     """Read and validate a session file; :class:`SessionFileError` says why it cannot be used."""
     source = Path(path).expanduser()
     try:
-        if source.stat().st_size > MAX_BYTES:
+        with _open_regular(source, "/load") as file:
+            data = file.read(MAX_BYTES + 1)  # never more: a file may grow while it is read
+        if len(data) > MAX_BYTES:
             raise SessionFileError(f"{source} is larger than {MAX_BYTES} bytes; not loaded")
-        text = source.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SessionFileError(f"cannot read {source}: {exc}") from exc
     try:

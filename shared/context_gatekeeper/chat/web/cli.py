@@ -5,7 +5,7 @@
                           [--allowed-host NAME ...]
 
 It binds to ``127.0.0.1:8765`` (this computer only) unless ``--host`` says
-otherwise, and says where it listens on start.  Exit status: 0 after Ctrl-C,
+otherwise, and says where it listens on start.  Exit status: 0 after Ctrl-C or SIGTERM,
 1 when the ``web`` extra is missing, the database cannot be used or the port is
 taken, 2 for unusable options (a new ``--session`` name the name rules refuse, as in
 the terminal chat) or no model (no Gemini key and no ``--offline``).  As in the
@@ -37,7 +37,7 @@ OFFLINE_CHUNK_DELAY = 0.03
 
 
 def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: tuple[Any, Any] | None = None) -> int:
-    """Serve the chat for the parsed options ``args`` until Ctrl-C; the exit status."""
+    """Serve the chat for the parsed options ``args`` until Ctrl-C or SIGTERM; the exit status."""
 
     def say(line: str, stream: IO[str] = out) -> None:
         print(line, file=stream, flush=True)
@@ -76,21 +76,22 @@ def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: 
     chat = WebChat(store, chat_model, editor, token_budget=args.budget, **options)
     try:
         try:
-            head = chat.view(args.session)["head"]
+            view = chat.view(args.session)  # a new name as the name rules make it (stripped)
         except InvalidInputError as exc:  # a new name the rules refuse: an unusable option
             say(f"--session: {exc}", errors)
             return app.EXIT_USAGE
         except (sqlite3.Error, GatekeeperError) as exc:
             say(f"cannot open session {args.session!r} in {db}: {exc}", errors)
             return 1
+        name, head = view["session"], view["head"]
         state = f"resuming at revision {head}" if head else "new conversation"
-        say(f"gatekeeper-chat --web | session {args.session!r} ({state}) | model: {label} | db: {db}")
+        say(f"gatekeeper-chat --web | session {name!r} ({state}) | model: {label} | db: {db}")
         if args.offline:
             say(OFFLINE_NOTICE)
         if estimates:
             say(estimates)
         return serve(
-            chat, host=args.host, port=args.port, say=say, session=args.session,
+            chat, host=args.host, port=args.port, say=say, session=name,
             allowed_hosts=args.allowed_host,
         )
     finally:

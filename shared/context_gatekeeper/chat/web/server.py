@@ -36,17 +36,22 @@ Safe by construction:
 * the only files served are the three assets, read once at start-up;
 * a Content-Security-Policy allows scripts, styles and requests from the page's
   own origin only (no inline script, no CDN), and the page renders every text
-  with ``textContent``.
+  with ``textContent``, each control character and bidi override drawn as one
+  visible character (the terminal's table, :mod:`..visible`, in the page's
+  ``<meta name="gatekeeper-visible">``).
 """
 
 from __future__ import annotations
 
+import html
 import ipaddress
 import json
 import secrets
+import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -71,6 +76,7 @@ from ... import (
     UnknownMessageError,
     UnknownTurnError,
 )
+from ..visible import table_json
 from .service import WebChat, error_message
 
 __all__ = [
@@ -176,7 +182,7 @@ def create_app(
         allowed_hosts: more ``Host`` names to answer (a name this computer is reached by).
     """
     token = token or secrets.token_urlsafe(24)
-    page = (STATIC / "index.html").read_text(encoding="utf-8").replace("{{TOKEN}}", token).encode("utf-8")
+    page = _page(token)
     assets = {name: (STATIC / name).read_bytes() for name in ASSETS}
 
     def api(handler: Callable[[dict[str, Any]], Any]) -> Callable[[Request], Awaitable[Response]]:
@@ -268,6 +274,14 @@ def create_app(
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
     return _Guard(app, token=token, hosts=allowed_hosts_for(host, allowed_hosts), stop=chat.stop)
+
+
+def _page(token: str) -> bytes:
+    """``index.html`` with its token and the table of characters shown as visible stand-ins
+    (:mod:`..visible`: the terminal's table, so both chats show the same)."""
+    page = (STATIC / "index.html").read_text(encoding="utf-8")
+    page = page.replace("{{TOKEN}}", token).replace("{{VISIBLE}}", html.escape(table_json()))
+    return page.encode("utf-8")
 
 
 async def _json_body(request: Request) -> dict[str, Any] | Response:
@@ -455,7 +469,9 @@ def serve(
     free port, and the line names it); ``session`` is the conversation the address opens;
     ``allowed_hosts``: more ``Host`` names answered (:func:`allowed_hosts_for`).  On Ctrl-C
     an answer still coming in is abandoned, unstored (its model call is left to finish in
-    the background), and the server stops within :data:`STOP_TIMEOUT` seconds.
+    the background), and the server stops within :data:`STOP_TIMEOUT` seconds.  SIGTERM
+    stops it the same way and also returns 0, so the caller's clean-up (closing the
+    store, which checkpoints the database) runs.
     """
     try:
         sock = _listen(host, port)
@@ -478,10 +494,32 @@ def serve(
     say("Ctrl-C stops the server; the conversations are saved as you go.")
     runner = _ReadyServer(app)
     try:
-        runner.server.run(sockets=[sock])
+        with _sigterm_as_ctrl_c():
+            runner.server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
         sock.close()
     return 0
+
+
+@contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM takes Ctrl-C's path while the server runs (main thread only: elsewhere it
+    cannot be handled).
+
+    uvicorn shuts down on either signal, then raises it again with the handler it found;
+    SIGTERM's default handler would end the process there, before the caller's
+    ``finally`` closes the store (the database left un-checkpointed, exit status 143).
+    With SIGINT's own handler (``signal.default_int_handler``) the second SIGTERM is a
+    :class:`KeyboardInterrupt`, as SIGINT's is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 

@@ -1,5 +1,6 @@
 // gatekeeper-chat in the browser. No framework, no build step: every text is set with
-// textContent (never parsed as HTML), so a message is always shown as text and never runs.
+// textContent (never parsed as HTML), so a message is always shown as text and never runs,
+// and through shown(), so a control character or bidi override is drawn, never obeyed.
 "use strict";
 
 (function () {
@@ -14,26 +15,40 @@
   };
 
   // -- DOM helpers -----------------------------------------------------------------
+  // Text the page did not write (an answer, a stored message, a session name, an error naming
+  // them) may hold control characters, or bidi overrides that reorder what is shown: each is drawn
+  // as one visible character, by the terminal chat's table (the server puts it in the <meta>).
+  const VISIBLE = new Map(JSON.parse(document.querySelector('meta[name="gatekeeper-visible"]').content)
+    .map(([code, standIn]) => [String.fromCharCode(code), String.fromCharCode(standIn)]));
+  const ACTED_ON = new RegExp("[" + [...VISIBLE.keys()]
+    .map((c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0")).join("") + "]", "g");
+  const shown = (text) => String(text).replace(ACTED_ON, (c) => VISIBLE.get(c));
+  function setText(node, text) {
+    node.textContent = shown(text);
+  }
+
+  // Every text and title set here is shown(); attributes that name things (data-*) keep the exact text.
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
       if (value === null || value === undefined || value === false) continue;
       if (key === "class") node.className = value;
-      else if (key === "text") node.textContent = value;
+      else if (key === "text") setText(node, value);
+      else if (key === "title") node.setAttribute(key, shown(value));
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-      else if (key.startsWith("data-") || key.startsWith("aria-") || key === "title" || key === "type" || key === "id")
+      else if (key.startsWith("data-") || key.startsWith("aria-") || key === "type" || key === "id")
         node.setAttribute(key, value === true ? "" : String(value));
       else node[key] = value;
     }
     for (const child of children) {
       if (child === null || child === undefined) continue;
-      node.append(typeof child === "string" ? document.createTextNode(child) : child);
+      node.append(typeof child === "string" ? document.createTextNode(shown(child)) : child);
     }
     return node;
   }
 
   function showError(message) {
-    $("error-text").textContent = message;
+    setText($("error-text"), message);
     $("error").hidden = false;
   }
   function clearError() {
@@ -104,8 +119,8 @@
       url.searchParams.set("session", view.session);
       history.replaceState(null, "", url);
     }
-    document.title = view.session + " · gatekeeper-chat";
-    $("session-name").textContent = "session: " + view.session + " · revision " + view.head;
+    document.title = shown(view.session + " · gatekeeper-chat");
+    setText($("session-name"), "session: " + view.session + " · revision " + view.head);
     if (state.deleting !== view.session) closeDeleteBar(); // it named another session
     renderSessions(view);
     renderMessages(view);
@@ -198,7 +213,7 @@
   }
 
   function segments(parts, cls) {
-    return parts.map(([op, text]) => op === "same" ? document.createTextNode(text)
+    return parts.map(([op, text]) => op === "same" ? document.createTextNode(shown(text))
       : el(op === "del" ? "del" : "ins", {class: cls, text}));
   }
 
@@ -210,7 +225,7 @@
       return;
     }
     box.hidden = false;
-    $("preview-title").textContent = "Preview of: " + preview.instruction;
+    setText($("preview-title"), "Preview of: " + preview.instruction);
     const share = Math.round(preview.deleted_share * 100);
     $("preview-note").textContent = preview.needs_confirmation
       ? "This edit deletes or replaces " + share + "% of the conversation: Commit applies it anyway, Discard drops it."
@@ -297,7 +312,7 @@
       if (event.type === "start") {
         if (event.context) answer.append(stripNode(event.context));
       } else if (event.type === "chunk") {
-        answerText.textContent += event.text;
+        answerText.textContent += shown(event.text);
         box.scrollTop = box.scrollHeight;
       } else if (event.type === "done") {
         finished = true;
@@ -351,26 +366,31 @@
     const text = input.value.trim();
     if (!text || state.busy) return;
     act(async () => {
-      const command = text.match(/^\/(\w+)\s*([\s\S]*)$/);
-      if (command) {
-        const [, name, rest] = command;
-        input.value = "";
-        if (name === "edit") {
-          if (rest.trim()) { await preview(rest.trim()); } else setMode(!state.editing);
-        } else if (name === "chat") setMode(false);
-        else if (name === "undo") render(await call("/api/undo", {session: session(), head: head()}));
-        else if (name === "redo") render(await call("/api/redo", {session: session(), head: head()}));
-        else { input.value = text; throw new Error("unknown command /" + name + ": the box knows /edit [instruction], /chat, /undo and /redo"); }
-        return;
-      }
       input.value = "";
       try {
-        if (state.editing) await preview(text); else await sendChat(text);
+        await perform(text);
       } catch (err) {
-        if (!input.value) input.value = text;
+        if (!input.value) input.value = text; // failed: the text stays for another try
         throw err;
       }
     });
+  }
+
+  // What the box's text does: /edit [instruction], /chat, /undo or /redo; otherwise a message
+  // (chat mode) or an edit instruction (edit mode).
+  async function perform(text) {
+    const command = text.match(/^\/(\w+)\s*([\s\S]*)$/);
+    if (!command) {
+      if (state.editing) await preview(text); else await sendChat(text);
+      return;
+    }
+    const [, name, rest] = command;
+    if (name === "edit") {
+      if (rest.trim()) await preview(rest.trim()); else setMode(!state.editing);
+    } else if (name === "chat") setMode(false);
+    else if (name === "undo") render(await call("/api/undo", {session: session(), head: head()}));
+    else if (name === "redo") render(await call("/api/redo", {session: session(), head: head()}));
+    else throw new Error("unknown command /" + name + ": the box knows /edit [instruction], /chat, /undo and /redo");
   }
 
   // -- wiring ----------------------------------------------------------------------
@@ -396,7 +416,7 @@
   }
   $("delete-session").addEventListener("click", () => {
     state.deleting = state.session;
-    $("confirm-delete-text").textContent = "Delete session “" + state.deleting + "” with its whole history? This cannot be undone.";
+    setText($("confirm-delete-text"), "Delete session “" + state.deleting + "” with its whole history? This cannot be undone.");
     $("confirm-delete-bar").hidden = false;
   });
   $("cancel-delete").addEventListener("click", closeDeleteBar);
