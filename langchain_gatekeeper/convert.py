@@ -19,7 +19,6 @@ A message without an id gets one in the core (every core message has one: edits,
 from __future__ import annotations
 
 import copy
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -30,7 +29,7 @@ from langchain_core.messages import (
 )
 
 from context_gatekeeper import InvalidTypeError, Message
-from context_gatekeeper.integration import Role, new_message_id
+from context_gatekeeper.integration import Role, lines_to_blocks, new_message_id
 
 __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of",
            "same_messages", "role_of"]
@@ -120,7 +119,7 @@ def _content_for(message: Message) -> Any:
     """The LangChain content: the block list with its text replaced when it was edited.
 
     The text blocks were joined by newlines into ``content`` (:func:`text_of`).  The edited
-    text's lines are lined up with the old ones (:func:`_aligned`), and each text block gets
+    text's lines are lined up with the old ones (:func:`~context_gatekeeper.integration.lines_to_blocks`), and each text block gets
     the lines that stand where its own stood, in its place: an image between two paragraphs
     stays between them, and a block whose lines were all deleted goes.  An assistant message
     also loses its reasoning blocks (``thinking``, ``redacted_thinking``, ``reasoning``):
@@ -136,72 +135,13 @@ def _content_for(message: Message) -> Any:
     texts = [i for i, block in enumerate(blocks) if _is_text(block)]
     if not texts:  # an edit gave text to a message of no text block: it goes first
         return [{"type": "text", "text": message.content}, *blocks]
-    pieces = dict(zip(texts, _aligned(message.content, [_block_text(blocks[i]) for i in texts])))
+    pieces = dict(zip(texts, lines_to_blocks(message.content, [_block_text(blocks[i]) for i in texts])))
     out: list[Any] = []
     for index, block in enumerate(blocks):
         if index not in pieces:
             out.append(block)
         elif pieces[index] is not None:
             out.append(pieces[index] if isinstance(block, str) else {**block, "text": pieces[index]})
-    return out
-
-
-_SAME_LINE = 0.5
-"""How alike (``difflib`` ratio) a new line must be to an old one to stand in its place."""
-
-
-def _aligned(text: str, originals: list[str]) -> list[str | None]:
-    """``text`` cut into one piece per original text block (``None`` for a block left with
-    no line): the lines of ``text`` lined up with the originals' lines (``difflib``), each
-    kept or changed line going to the block its old line was in, a line inserted to the
-    block of the line before it (the first block at the start), the lines that replace a
-    run of old lines to those lines' blocks in proportion.  (The LlamaIndex adapter cuts
-    its edited block text the same way.)
-
-    >>> _aligned("Photo:\\nWhich cliffs in Iceland?", ["Photo:", "Which cliffs in Ireland?"])
-    ['Photo:', 'Which cliffs in Iceland?']
-    """
-    old_lines: list[str] = []
-    owner: list[int] = []  # the block of each old line
-    for index, original in enumerate(originals):
-        for line in original.split("\n"):
-            old_lines.append(line)
-            owner.append(index)
-    new_lines = text.split("\n")
-    assigned: list[list[str]] = [[] for _ in originals]
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "delete":
-            continue
-        before = owner[i1 - 1] if i1 > 0 else 0  # where a line inserted here belongs
-        if tag == "equal":
-            targets = [owner[i] for i in range(i1, i2)]
-        elif tag == "insert":
-            targets = [before] * (j2 - j1)
-        else:
-            targets = _replaced(old_lines[i1:i2], owner[i1:i2], new_lines[j1:j2], before)
-        for block, line in zip(targets, new_lines[j1:j2]):
-            assigned[block].append(line)
-    return ["\n".join(lines) if lines else None for lines in assigned]
-
-
-def _replaced(old: list[str], owners: list[int], new: list[str], before: int) -> list[int]:
-    """The block of each of ``new``, lines that replace ``old`` (owned by ``owners``): a line
-    like an old one takes that line's block; the unlike lines before the first such take
-    ``before`` (inserted ahead of the run), the others the block of the like line before them;
-    with no like line at all, the run is spread over the old lines in proportion.  Blocks
-    never go backwards, so the text keeps its order."""
-    best: list[int | None] = []
-    for line in new:
-        ratios = [difflib.SequenceMatcher(None, line, o, autojunk=False).ratio() for o in old]
-        top = max(range(len(old)), key=ratios.__getitem__)
-        best.append(owners[top] if ratios[top] >= _SAME_LINE else None)
-    if all(b is None for b in best):
-        return [owners[min(k * len(old) // len(new), len(old) - 1)] for k in range(len(new))]
-    out, current = [], before
-    for block in best:
-        current = max(current, block) if block is not None else current
-        out.append(current)
     return out
 
 

@@ -45,7 +45,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 from llama_index.core.bridge.pydantic import BaseModel
 
 from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
-from context_gatekeeper.integration import Role, arguments_text, new_message_id
+from context_gatekeeper.integration import Role, arguments_text, lines_to_blocks, new_message_id
 
 __all__ = [
     "to_core",
@@ -213,7 +213,7 @@ def _blocks_for(message: Message) -> list[Any]:
     """The block dicts: the stored ones, with their text replaced when an edit changed it.
 
     The text blocks were joined by newlines into ``content``.  The edited text's lines are
-    lined up with the old ones (:func:`_aligned`), and each block gets the lines that
+    lined up with the old ones (:func:`~context_gatekeeper.integration.lines_to_blocks`), and each block gets the lines that
     stand where its own stood, in its place: an image between two paragraphs stays
     between them, a line added after a paragraph joins its block, and a block whose
     lines were all deleted goes.  A rewritten assistant message also loses its thinking
@@ -229,7 +229,7 @@ def _blocks_for(message: Message) -> list[Any]:
         blocks = [b for b in blocks if not (isinstance(b, dict) and b.get("block_type") == "thinking")]
     if not texts:  # an edit gave text to a message of no text block: it goes first
         return [{"block_type": "text", "text": message.content}, *blocks] if message.content else blocks
-    pieces = _aligned(message.content, [str(b.get("text", "")) for b in texts])
+    pieces = lines_to_blocks(message.content, [str(b.get("text", "")) for b in texts])
     emptied = set()
     for block, piece in zip(texts, pieces):
         if piece is None:
@@ -237,60 +237,6 @@ def _blocks_for(message: Message) -> list[Any]:
         else:
             block["text"] = piece
     return [b for b in blocks if id(b) not in emptied]
-
-
-def _aligned(text: str, originals: list[str]) -> list[str | None]:
-    """``text`` cut into one piece per original text block (``None`` for a block left with
-    no line): the lines of ``text`` lined up with the originals' lines (``difflib``), each
-    kept or changed line going to the block its old line was in, a line inserted to the
-    block of the line before it (the first block at the start), the lines that replace a
-    run of old lines to those lines' blocks in proportion."""
-    old_lines: list[str] = []
-    owner: list[int] = []  # the block of each old line
-    for index, original in enumerate(originals):
-        for line in original.split("\n"):
-            old_lines.append(line)
-            owner.append(index)
-    new_lines = text.split("\n")
-    assigned: list[list[str]] = [[] for _ in originals]
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "delete":
-            continue
-        before = owner[i1 - 1] if i1 > 0 else 0  # where a line inserted here belongs
-        if tag == "equal":
-            blocks = [owner[i] for i in range(i1, i2)]
-        elif tag == "insert":
-            blocks = [before] * (j2 - j1)
-        else:
-            blocks = _replaced(old_lines[i1:i2], owner[i1:i2], new_lines[j1:j2], before)
-        for block, line in zip(blocks, new_lines[j1:j2]):
-            assigned[block].append(line)
-    return ["\n".join(lines) if lines else None for lines in assigned]
-
-
-_SAME_LINE = 0.5
-"""How alike (``difflib`` ratio) a new line must be to an old one to stand in its place."""
-
-
-def _replaced(old: list[str], owners: list[int], new: list[str], before: int) -> list[int]:
-    """The block of each of ``new``, lines that replace ``old`` (owned by ``owners``): a line
-    like an old one takes that line's block; the unlike lines before the first such take
-    ``before`` (inserted ahead of the run), the others the block of the like line before them;
-    with no like line at all, the run is spread over the old lines in proportion.  Blocks
-    never go backwards, so the text keeps its order."""
-    best = []
-    for line in new:
-        ratios = [difflib.SequenceMatcher(None, line, o, autojunk=False).ratio() for o in old]
-        top = max(range(len(old)), key=ratios.__getitem__)
-        best.append(owners[top] if ratios[top] >= _SAME_LINE else None)
-    if all(b is None for b in best):
-        return [owners[min(k * len(old) // len(new), len(old) - 1)] for k in range(len(new))]
-    out, current = [], before
-    for block in best:
-        current = max(current, block) if block is not None else current
-        out.append(current)
-    return out
 
 
 def validation_problems(error: Any) -> str:

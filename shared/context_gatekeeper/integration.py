@@ -20,7 +20,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   ``ROLES`` and their type ``Role``), and revision logs (``RevisionKind``, ``STATE_CHANGING``,
   ``diff_states``, ``undo_stacks``, ``split_applicable``, ``rewind``, ``replay``,
   ``Skipped``, ``SKIP_REASONS``): what an adapter needs to keep its own versioned
-  log (LangGraph threads) with the core's undo rules.
+  log (LangGraph threads) with the core's undo rules; ``lines_to_blocks`` (an edited
+  text cut back into a multimodal message's text blocks, each line where its own stood).
 * **versioned objects**: ``VersionedTranscriptMixin``, the version operations
   (undo, redo, revert, diff, history, ...) a framework object gets by delegating
   to a ``Transcript``.
@@ -81,6 +82,7 @@ from .records.operations import (
     require_requests,
     touched_ids,
 )
+from .records.blocks import lines_to_blocks
 from .records.replay import SKIP_REASONS
 from .records.revisions import (
     STATE_CHANGING, RevisionKind, Skipped, diff_states, replay, rewind, split_applicable, undo_stacks,
@@ -125,6 +127,7 @@ __all__ = [
     "replay",
     "split_applicable",
     "undo_stacks",
+    "lines_to_blocks",
     # versioned objects
     "VersionedTranscriptMixin",
     # editing
