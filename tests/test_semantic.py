@@ -1087,3 +1087,78 @@ def test_vectors_beyond_float32s_range_keep_their_direction(scale) -> None:
     rows = unit_rows([[3.0 * scale, 4.0 * scale], [scale, 0.0]])
     assert [value for row in rows.tolist() for value in row] == pytest.approx([0.6, 0.8, 1.0, 0.0])
     assert unit_rows([[0.0, 0.0]]).tolist() == [[0.0, 0.0]]  # a zero vector stays zero
+
+
+def test_turns_with_values_beyond_float32s_range_keep_their_direction_when_kept_as_float32() -> None:
+    """Turn vectors are kept at float32 precision: values float32 cannot hold (1e39 would
+    become infinite, 1e-50 zero) are scaled first, so the turns still select by meaning."""
+
+    class Extreme(HashEmbedder):
+        def __init__(self, scale: float) -> None:
+            super().__init__({"dessert": DESSERTS})
+            self.scale = scale
+
+        def vector(self, text):
+            return [x * self.scale for x in super().vector(text)]
+
+    query = "What desserts has Maria made?"
+    plain = gatekeeper(Extreme(1.0)).explain(query)
+    for scale in (1e39, 1e-50):
+        gk = gatekeeper(Extreme(scale))
+        matrix = gk._semantic.vectors._matrix[: len(gk._semantic.vectors)]
+        assert len(gk._semantic.vectors) == len(CHAT) and all(math.isfinite(x) for x in matrix.ravel().tolist())
+        assert all(abs(sum(x * x for x in row) - 1.0) < 1e-5 for row in matrix.tolist())  # unit rows, none zero
+        selection = gk.explain(query)
+        assert not selection.semantic_fallback and selection.turn_ids == plain.turn_ids
+        assert [r.similarity for r in selection.scores] == pytest.approx([r.similarity for r in plain.scores])
+
+
+# -- vectors the embedder answers but that cannot be used ---------------------------------
+class NaNForSome(HashEmbedder):
+    """Answers NaN for a text holding no letter (as a wrapper normalising a zero vector does)."""
+
+    def vector(self, text):
+        if not any(c.isalpha() for c in text):
+            return [float("nan")] * self.dim
+        return super().vector(text)
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_query_answered_with_an_unusable_vector_falls_back_alone_without_an_outage(how: str, caplog) -> None:
+    """A NaN or all-zero query vector is not an outage: that query is lexical, the embedder
+    is not backed off (another chat's next query is semantic), and it ends an outage."""
+    fake = NaNForSome({"dessert": DESSERTS})
+    chat_a, chat_b = gatekeeper(fake), gatekeeper(fake)
+    state = state_of(chat_a._semantic.embedder)
+    explain = (lambda gk, q: gk.explain(q)) if how == "sync" else (lambda gk, q: asyncio.run(gk.aexplain(q)))
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        for query in ("👍?", "the what is it"):  # NaN, then all zero (stop words only)
+            assert explain(chat_a, query).semantic_fallback
+            assert not state.failing
+            assert not explain(chat_b, f"What desserts has Maria made? {query}").semantic_fallback
+    assert sum("unusable vector" in r.getMessage() for r in caplog.records) == 1  # once per embedder
+    assert not any("selecting lexically" in r.getMessage() for r in caplog.records)
+    state.failed(ConnectionError("down a moment ago"), fake.name)
+    state.retry_at = 0.0  # the backoff is over: the next query tries
+    assert explain(chat_a, "!!") and not state.failing  # it answered: the outage is over
+
+
+def test_a_turn_whose_vector_is_all_zero_stays_lexical_instead_of_counting_as_unrelated() -> None:
+    """An all-zero vector has no direction: its similarity to every query would be 0, the
+    strongest "unrelated".  It is refused like a NaN one: the turn is scored by its words."""
+
+    class ZeroForSome(HashEmbedder):  # a placeholder for texts it could not embed
+        def vector(self, text):
+            return [0.0] * self.dim if "flamingo" in text else super().vector(text)
+
+    turns = [("the flamingo exporter crashes with OOM", "raise the heap of the flamingo exporter"),
+             ("pasta for dinner", "boil water"),
+             ("flamingo exporter config file path", "it is /etc/flamingo/exporter.yaml"),
+             ("sunscreen for the beach", "spf 50"),
+             ("what time is it in tokyo", "9 pm")]
+    query = "flamingo exporter OOM heap settings"
+    lexical, hybrid = (gatekeeper_over(turns, embedder) for embedder in (None, ZeroForSome()))
+    assert hybrid._semantic.refused.keys() == {1, 3} and len(hybrid._semantic.vectors) == 3
+    selection = hybrid.explain(query)
+    assert selection.turn_ids == lexical.explain(query).turn_ids == (1, 3)
+    assert all(r.similarity is None for r in selection.scores if r.turn_id in (1, 3))

@@ -379,6 +379,7 @@ def test_a_langchain_embeddings_without_its_own_async_methods_runs_on_the_lanes_
 
     class Native(SyncOnly):
         async def aembed_query(self, text):
+            await asyncio.sleep(0)  # truly async: it gives the event loop back
             return HashEmbedder().vector(text)
 
     from context_gatekeeper import as_embedder
@@ -396,24 +397,86 @@ def test_a_langchain_embeddings_without_its_own_async_methods_runs_on_the_lanes_
         hung.release.set()
 
 
-def test_a_llamaindex_embedding_without_an_async_batch_is_batched_on_a_lane() -> None:
+def _llamaindex_embeddings():
+    """LlamaIndex embeddings whose async methods call the sync ones (as HuggingFaceEmbedding
+    and most local models do: every subclass must define ``_aget_query_embedding``), and one
+    whose async methods truly await.  The sync query waits for ``release`` (at most 10 s)."""
     from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    class SyncInside(BaseEmbedding):
+        def _get_query_embedding(self, query):
+            RECORDED.append(threading.current_thread().name)
+            RELEASE.wait(10)
+            return [1.0, 0.0, 0.5]
+
+        def _get_text_embedding(self, text):
+            return [0.0, 1.0, 0.5]
+
+        async def _aget_query_embedding(self, query):  # never awaits: holds the loop for the call
+            return self._get_query_embedding(query)
+
+        async def _aget_text_embedding(self, text):
+            return self._get_text_embedding(text)
+
+    class TrulyAsync(SyncInside):
+        async def _aget_query_embedding(self, query):
+            await asyncio.sleep(0)
+            return [1.0, 0.0, 0.5]
+
+        async def _aget_text_embeddings(self, texts):
+            await asyncio.sleep(0)
+            return [[0.0, 1.0, 0.5] for _ in texts]
+
+    return SyncInside, TrulyAsync
+
+
+RECORDED: list[str] = []
+RELEASE = threading.Event()
+
+
+def test_a_llamaindex_embedding_is_awaited_only_when_its_async_methods_truly_await() -> None:
     from llama_index.core.embeddings import MockEmbedding
 
     from context_gatekeeper import as_embedder
 
-    class SyncOnly(BaseEmbedding):  # the base's async batch would call the sync one on the event loop
-        def _get_query_embedding(self, query):
-            return [1.0, 0.0]
+    sync_inside, truly_async = _llamaindex_embeddings()
+    for model in (sync_inside(model_name="sync-inside"), MockEmbedding(embed_dim=4)):  # MockEmbedding's never await
+        embedder = as_embedder(model)
+        assert (embedder._adocuments, embedder._aquery) == (None, None)
+    embedder = as_embedder(truly_async(model_name="truly-async"))
+    assert embedder._adocuments is not None and embedder._aquery is not None
 
-        def _get_text_embedding(self, text):
-            return [1.0, 0.0]
 
-        async def _aget_query_embedding(self, query):
-            return [1.0, 0.0]
+def test_a_llamaindex_query_whose_async_method_calls_the_sync_one_runs_on_the_lane_within_the_timeout() -> None:
+    """aexplain runs such an embedding's sync query on the query lane: the event loop runs on
+    while it hangs, and embed_timeout gives the lexical fallback instead of waiting for it."""
+    sync_inside, _ = _llamaindex_embeddings()
+    gk = ContextGatekeeper(embedder=sync_inside(model_name="sync-inside-hung"), embed_timeout=0.05)
+    gk.add_turn("redis lock ttl", "longer than the job")
+    gk.embed_pending()
+    RECORDED.clear()
+    RELEASE.clear()
 
-    assert as_embedder(SyncOnly(model_name="sync-only"))._adocuments is None
-    assert as_embedder(MockEmbedding(embed_dim=4))._adocuments is not None  # it has its own
+    async def main() -> tuple[bool, int]:
+        ticks = 0
+
+        async def count() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        counter = asyncio.create_task(count())
+        selection = await gk.aexplain("redis lock?")
+        counter.cancel()
+        return selection.semantic_fallback, ticks
+
+    try:
+        fallback, ticks = asyncio.run(main())
+        assert fallback and ticks > 0  # the loop ran on while the query hung
+        assert len(RECORDED) == 1 and RECORDED[0].startswith("gatekeeper-embed-query")  # the lane, not the loop
+    finally:
+        RELEASE.set()
 
 
 # -- outages that look like something else ----------------------------------------------
@@ -455,7 +518,7 @@ def test_an_embedder_whose_dimension_keeps_changing_stops_the_pass_instead_of_em
         def embed_documents(self, texts):
             self.document_calls.append(list(texts))
             size = 8 if len(self.document_calls) % 2 else 4
-            return [self.vector(t)[:size] for t in texts]
+            return [[1.0, *self.vector(t)[: size - 1]] for t in texts]  # never all zero (refused)
 
     from context_gatekeeper import GatekeeperError
 

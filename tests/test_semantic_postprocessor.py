@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 from llama_index.core import Document, VectorStoreIndex
@@ -327,3 +328,36 @@ def test_a_call_that_waited_its_turn_too_long_is_lexical_but_no_outage(how: str)
     again = gate.select(nodes(), QUERY)
     assert not again.semantic_fallback and fake.query_calls == [QUERY]
     forget_outages()
+
+
+class SyncInsideEmbedding(HashEmbedding):
+    """A LlamaIndex embedding whose async methods call the sync ones (as HuggingFaceEmbedding
+    and most local models do): awaiting them would hold the event loop for the whole call.
+    Records the thread each sync call runs on."""
+
+    _threads: list = PrivateAttr(default_factory=list)
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        self._threads.append(("query", threading.current_thread().name))
+        return super()._get_query_embedding(query)
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        self._threads.append(("nodes", threading.current_thread().name))
+        return super()._get_text_embeddings(texts)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        return self._get_text_embeddings([text])[0]
+
+
+def test_async_runs_an_embedding_whose_async_methods_call_the_sync_ones_on_its_lanes() -> None:
+    """Not on the event loop's thread, where embed_timeout could not interrupt them."""
+    model = SyncInsideEmbedding()
+    gate = GatekeeperNodePostprocessor(embedder=model, embed_timeout=5.0)
+    kept = asyncio.run(gate.apostprocess_nodes(nodes(), query_str=QUERY))
+    assert [n.node.node_id for n in kept] == ["n0", "n1"]
+    assert [kind for kind, _ in model._threads] == ["query", "nodes"]
+    assert model._threads[0][1].startswith("gatekeeper-embed-query")
+    assert model._threads[1][1].startswith("gatekeeper-embed-documents")

@@ -256,6 +256,31 @@ def test_an_undone_edit_leaves_the_restored_texts_vector_in_the_store(tmp_path: 
     reopened.close()
 
 
+@pytest.mark.parametrize("change", ["edit", "delete"])
+def test_a_text_edited_away_or_deleted_while_it_is_embedded_leaves_no_vector(change: str, tmp_path: Path) -> None:
+    """The turn's text changes while the background pass embeds it (the pass is held in
+    the embedder until released): the finished batch must not save the old text's vector,
+    which a store would keep for good, tied to no message."""
+    path = tmp_path / "s.db"
+    transcript = Transcript("s", store=SQLiteStore(path))
+    embedder = Blocking()
+    gate = TranscriptGate(transcript, embedder=embedder)
+    transcript.append(user="my card number is 4111 1111 1111 1111", assistant="noted")
+    gate.sync()  # queues the turn: the background pass starts embedding it and blocks
+    assert embedder.started.wait(10), "the turn's embedding never started"
+    if change == "edit":
+        transcript.apply([Replace(transcript.messages[0].id, "my card number is [redacted]")])
+    else:
+        transcript.apply([Delete(m.id) for m in transcript.messages[:2]])
+    gate.sync()
+    embedder.release.set()
+    gate.embed_pending()
+    hashes = {h for _, h in raw_rows(path)}
+    assert text_hash("my card number is 4111 1111 1111 1111\nnoted") not in hashes
+    assert hashes == ({text_hash("my card number is [redacted]\nnoted")} if change == "edit" else set())
+    transcript.close()
+
+
 class CountedWords(Words):
     """:class:`Words` recording its document calls."""
 

@@ -15,7 +15,8 @@ No embedding call runs while the gatekeeper's lock is held, and the async paths 
 wait on that lock, nor do vector-cache (store) I/O, on the event loop thread.  If the
 embedder raises or times out, selection goes on lexically with
 ``Selection.semantic_fallback`` set, the embedder is left alone for a while (backoff),
-and one warning is logged per outage per embedder.  A batch that fails is split to find
+and one warning is logged per outage per embedder; a query answered with an unusable
+vector (NaN, all zero) falls back alone, with no backoff.  A batch that fails is split to find
 a text the embedder refuses alone (twice: one failure may be a passing error); such a
 turn stays lexical-only.  Turn vectors are used at float32 precision, as every vector
 cache and store keeps them.
@@ -38,6 +39,7 @@ from .embedding import (
     DictVectorCache,
     Embedder,
     EmbeddingError,
+    UnusableVectorError,
     Vector,
     as_embedder,
     require_vector_cache,
@@ -190,9 +192,14 @@ class SemanticChannel:
             self._queued = self.state.documents.submit(self._drain, False)
 
     def _cached(self, digest: str) -> Vector | None:
+        """The cache's vector of the text with ``digest``; ``None`` when it has none, one of
+        another dimension, or an all-zero one (saved before such vectors were refused: the
+        text is embedded again, and refused if the embedder still answers zero)."""
         vector = self.cache.get((self.embedder.name, digest))
         dim = self.vectors.dim
-        return None if vector is None or (dim is not None and len(vector) != dim) else vector
+        if vector is None or (dim is not None and len(vector) != dim) or not any(vector):
+            return None
+        return vector
 
     def _set(self, turn_id: int, vector: Vector, digest: str) -> None:
         dropped = self.vectors.set(turn_id, vector, digest)
@@ -323,8 +330,9 @@ class SemanticChannel:
         Vectors are used at float32 precision, as caches and stores keep them: a turn selects
         alike whether its vector was just made or found in a cache."""
         done = {i: _float32(v) for i, v in done.items()}
-        if done:
-            self._put([((self.embedder.name, batch[i][2]), v) for i, v in done.items()])
+        current = self._still_current(batch, done)
+        if current:
+            self._put([((self.embedder.name, batch[i][2]), done[i]) for i in current])
         if error is not None:
             self.state.failed(error, self.embedder.name)
         elif done:
@@ -344,6 +352,16 @@ class SemanticChannel:
                     self.pending[turn_id] = (text, digest)
             self.embedded += len(done)
         return len(done)
+
+    def _still_current(self, batch: list[tuple[int, str, str]], done: dict[int, Vector]) -> list[int]:
+        """The indexes in ``done`` whose turn is still in flight with the text embedded: only
+        their vectors go to the cache.  A text edited away or deleted while it was being
+        embedded leaves no vector behind (a store would keep it for good, tied to no
+        message).  Decided under the lock, with the history's latest changes taken in; the
+        cache is written after it, without the lock."""
+        with self._lock:
+            self.take(lookup=False)
+            return [i for i in done if self.inflight.get(batch[i][0]) == batch[i][2]]
 
     def _put(self, keyed: list[tuple[tuple[str, str], Vector]]) -> None:
         """Keep vectors in the cache (one ``put_many`` when it has one)."""
@@ -435,10 +453,12 @@ class SemanticChannel:
 
     def probe(self, text: str) -> tuple[Vector | None, bool]:
         """The query's vector and whether selection falls back: ``(vector, False)``, or
-        ``(None, True)`` when the embedder fails, times out or is backing off.  One call
-        at most, within ``timeout`` of its start on the query lane (a call that waited
-        its turn there past ``timeout`` falls back without counting as an outage:
-        :func:`~.runner.call_within`).  Never raises for the embedder."""
+        ``(None, True)`` when the embedder fails, times out, is backing off or answers an
+        unusable vector.  One call at most, within ``timeout`` of its start on the query
+        lane.  Only a raised error or a timeout is an outage (backoff): a call that waited
+        its turn on the lane past ``timeout`` (:func:`~.runner.call_within`) or got an
+        unusable vector (:class:`UnusableVectorError`: NaN, all zero) falls back for this
+        query alone.  Never raises for the embedder."""
         settled = self._settled(text)
         if settled is not None:
             return settled
@@ -448,6 +468,9 @@ class SemanticChannel:
             else:
                 vector = call_within(self.state.queries, self.embedder.embed_query, text, self.timeout)
         except NotStarted:
+            return None, True
+        except UnusableVectorError as exc:
+            self.state.unusable(exc, self.embedder.name)
             return None, True
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
             self.state.failed(exc, self.embedder.name)
@@ -466,6 +489,9 @@ class SemanticChannel:
             else:
                 vector = await acall_within(self.state.queries, self.embedder.embed_query, text, self.timeout)
         except NotStarted:
+            return None, True
+        except UnusableVectorError as exc:
+            self.state.unusable(exc, self.embedder.name)
             return None, True
         except (Exception, asyncio.TimeoutError) as exc:  # noqa: BLE001
             if isinstance(exc, asyncio.TimeoutError):
@@ -508,8 +534,18 @@ class _Down(Exception):
         self.failure = failure
 
 
+_FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+_FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32
+
+
 def _float32(vector: Vector) -> Vector:
-    """``vector`` rounded to float32 precision (what a cache or a store gives back)."""
+    """``vector`` rounded to float32 precision (what a cache or a store gives back).  A
+    vector whose largest value float32 cannot hold (beyond 3.4e38: it would become
+    infinite, or below 1.2e-38: it would fade to zero) is first divided by that value, in
+    float64: its direction, all that selection uses, is kept."""
+    largest = max(abs(x) for x in vector)
+    if largest > _FLOAT32_MAX or 0.0 < largest < _FLOAT32_TINY:
+        vector = [x / largest for x in vector]
     return array("f", vector).tolist()
 
 

