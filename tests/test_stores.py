@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -174,22 +175,23 @@ def test_a_file_from_a_newer_version_is_refused(db: Path) -> None:
     ],
     ids=["rails-migrations", "golang-migrate-migrations", "app-revisions"],
 )
-@pytest.mark.parametrize("read_only", [False, True])
+@pytest.mark.parametrize("options", [{}, {"read_only": True}, {"setup": False}], ids=["setup", "read-only", "no-setup"])
 def test_a_file_holding_another_programs_tables_of_the_same_name_is_refused(
-    db: Path, ddl: list[str], read_only: bool
+    db: Path, ddl: list[str], options: dict[str, bool]
 ) -> None:
-    """Not "upgrade context-gatekeeper", nor a bare sqlite3 error: the file is not the store's."""
+    """Not "upgrade context-gatekeeper", nor a bare sqlite3 error: the file is not the store's,
+    and refusing it changes no byte of it (not even the journal mode in its header)."""
     with closing(sqlite3.connect(db)) as conn, conn:
         for statement in ddl:
             conn.execute(statement)
-    tables = "SELECT name, sql FROM sqlite_master ORDER BY name"
-    with closing(sqlite3.connect(db)) as conn:
-        before = conn.execute(tables).fetchall()
+    before = db.read_bytes()
     with pytest.raises(SchemaVersionError, match="another program") as caught:
-        SQLiteStore(db, read_only=read_only)
+        SQLiteStore(db, **options)
     assert "file of its own" in str(caught.value)
+    assert db.read_bytes() == before  # nothing created or migrated, and still in its own journal mode
+    assert not Path(f"{db}-wal").exists()
     with closing(sqlite3.connect(db)) as conn:
-        assert conn.execute(tables).fetchall() == before  # nothing created or migrated
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
 
 
 def test_wal_mode_is_on(db: Path) -> None:
@@ -239,6 +241,39 @@ def test_purge_leaves_no_trace_in_the_files(db: Path) -> None:
     store.close()
     assert b"XK-SECRET-4242" not in files()
     assert SQLiteStore(db).head("public") == 3
+
+
+@pytest.mark.parametrize(("call", "finish"), [("purge", "a later write"), ("apurge", "checkpoint")])
+def test_purge_while_another_connection_reads_says_the_log_still_holds_the_text_until_it_can_truncate_it(
+    db: Path, call: str, finish: str
+) -> None:
+    """A reader on an older snapshot keeps the write-ahead log from being truncated: purge says
+    so (the erase itself is committed), and the store truncates it once that reader is done."""
+    def files() -> bytes:
+        return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+    store = SQLiteStore(db, busy_timeout=0)  # the reader is not done waiting for: give up at once
+    store.commit("public", turn(1), expected_head=None)
+    store.commit("private", append(message("p1", content="my passport is XK-SECRET-4242")), expected_head=None)
+    with closing(sqlite3.connect(db)) as reader:  # a backup or another worker, mid-read
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM revisions").fetchone()
+        with pytest.warns(RuntimeWarning, match=r"still in the write-ahead log.*store\.checkpoint\(\)"):
+            if call == "purge":
+                store.purge("private")
+            else:
+                asyncio.run(store.apurge("private"))
+        assert store.revisions("private") == [] and store.sessions() == ["public"]
+        assert b"XK-SECRET-4242" in files()  # what the warning says
+        assert store.checkpoint() is False
+        reader.rollback()
+    if finish == "a later write":
+        store.commit("public", turn(2), expected_head=None)
+    else:
+        assert store.checkpoint() is True
+    assert b"XK-SECRET-4242" not in files()
+    assert store.sessions() == ["public"]
+    store.close()
 
 
 def test_a_commit_holds_the_write_lock_from_its_first_statement(db: Path) -> None:

@@ -178,6 +178,26 @@ def test_diff_shows_a_reordering_and_a_change_of_metadata_alone() -> None:
     assert not t.diff(4, 4)
 
 
+def test_diff_lists_a_removed_message_where_it_stood() -> None:
+    """A removal comes where the message stood (before what was added in its place, as in a
+    unified diff), not after every other change."""
+    t = Transcript("trip")
+    t.append(user="Plan a trip to Ireland", assistant="Ireland: Dublin, Galway.")
+    t.append(user="Budget?", assistant="About 900 EUR.")
+    t.append(user="Best month?", assistant="June.")
+    t.append(user="Visa?", assistant="None needed.")
+    m = t.messages
+    revision = t.apply([Delete(m[0].id), Delete(m[1].id), Replace(m[5].id, "July."),
+                        InsertAfter(m[5].id, "user", "And car hire?"), Delete(m[6].id), Delete(m[7].id)])
+    diff = t.diff(revision.parent, revision.number)
+    assert [(d.status, (d.before or d.after).content) for d in diff.messages] == [
+        ("removed", "Plan a trip to Ireland"), ("removed", "Ireland: Dublin, Galway."),  # no kept message before them
+        ("changed", "June."), ("removed", "Visa?"), ("removed", "None needed."), ("added", "And car hire?"),
+    ]
+    hunks = [line for line in str(diff).splitlines() if line.startswith("@@")]
+    assert hunks == ["@@ user #1: removed @@", "@@ assistant #2: removed @@", "@@ assistant #4: changed @@",
+                     "@@ user #7: removed @@", "@@ assistant #8: removed @@", "@@ user #5: added @@"]
+
 def test_snapshot_and_history(gdp: Transcript) -> None:
     gdp.apply([Delete(gdp.messages[3].id)])
     assert len(gdp.snapshot(2)) == 4 and len(gdp.snapshot(3)) == 3 and gdp.snapshot(0) == ()

@@ -309,7 +309,9 @@ class Diff:
         a: the first revision number.
         b: the second revision number.
         messages: one entry per added, removed, changed or moved message, in the order of
-            the second state (removed ones where they stood in the first).
+            the second state; a removed message where it stood in the first: right after
+            the message before it there that the second state still holds (first, when
+            none), so before a message added in its place, as in a unified diff.
         before: the state at ``a``.
         after: the state at ``b``.
 
@@ -363,25 +365,39 @@ class Diff:
 def diff_states(a: int, before: Sequence[Message], b: int, after: Sequence[Message]) -> Diff:
     """Compare two states message by message, by id: added, removed, changed (role, text,
     content parts or metadata), or moved (the fewest messages whose moving explains the
-    new order of those both states hold)."""
+    new order of those both states hold).  Entries follow the second state; a removed
+    message comes where it stood in the first: right after the entry of the message before
+    it there that the second still holds (first, when none), so before a message added in
+    its place, as in a unified diff."""
     old = {m.id: m for m in before}
-    kept: set[str] = set()  # ids of ``before`` that ``after`` holds: no index of ``after`` is needed
-    entries: list[MessageDiff] = []
+    removed_after = _removed_by_previous_kept(before, {m.id for m in after})
+    entries = [_entry(m.id, "removed", m, None) for m in removed_after.get(None, ())]
     moved = _moved(before, after)
     for message in after:
         previous = old.get(message.id)
         if previous is None:
             entries.append(_entry(message.id, "added", None, message))
             continue
-        kept.add(message.id)
         if (previous.content != message.content or previous.role != message.role
                 or previous.parts != message.parts or previous.metadata != message.metadata):
             entries.append(_entry(message.id, "changed", previous, message))
         elif message.id in moved:
             entries.append(_entry(message.id, "moved", previous, message))
-    if len(kept) < len(old):
-        entries.extend(_entry(m.id, "removed", m, None) for m in before if m.id not in kept)
+        entries.extend(_entry(m.id, "removed", m, None) for m in removed_after.get(message.id, ()))
     return Diff(a, b, tuple(entries), tuple(before), tuple(after))
+
+
+def _removed_by_previous_kept(before: Sequence[Message], after_ids: set[str]) -> dict[str | None, list[Message]]:
+    """The messages of ``before`` whose ids are not in ``after_ids``, grouped by the id of the
+    kept message they followed in ``before`` (``None``: no kept message came before them)."""
+    removed: dict[str | None, list[Message]] = {}
+    last_kept: str | None = None
+    for message in before:
+        if message.id in after_ids:
+            last_kept = message.id
+        else:
+            removed.setdefault(last_kept, []).append(message)
+    return removed
 
 
 @dataclass(frozen=True)

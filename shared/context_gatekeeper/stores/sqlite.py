@@ -16,6 +16,7 @@ import sqlite3
 from pathlib import Path
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -207,8 +208,12 @@ class SQLiteStore(Store, VectorStore):
     IMMEDIATE`` for every write and the busy timeout.
 
     ``purge`` also overwrites the erased rows (``secure_delete``) and truncates
-    the write-ahead log when it can, so a purged session's text does not linger
-    in the file.
+    the write-ahead log, so a purged session's text does not linger in the files
+    (see :meth:`purge` for a log another connection keeps from being truncated).
+
+    A file holding another program's tables under the store's names is refused
+    (:class:`SchemaVersionError`) before anything in it is changed (the switch to
+    WAL included, which rewrites the file's header).
     """
 
     def __init__(
@@ -229,6 +234,7 @@ class SQLiteStore(Store, VectorStore):
         self.read_only = bool(read_only)
         self.busy_timeout = busy_timeout
         self._chained = True  # revisions carry the hash chain (migration 4)
+        self._log_holds_purged = False  # a purge could not truncate the write-ahead log yet
         self._lock = threading.RLock()
         if self.read_only and self.path == ":memory:":
             raise InvalidInputError("read_only=True needs a database file; ':memory:' starts empty and could hold nothing")
@@ -293,6 +299,18 @@ class SQLiteStore(Store, VectorStore):
                 if conn.in_transaction:
                     conn.rollback()
                 raise
+            self._finish_erase(conn)
+
+    def _finish_erase(self, conn: sqlite3.Connection) -> None:
+        """Truncate the write-ahead log that an earlier :meth:`purge` could not, if no other
+        connection still reads an older snapshot now (never waiting for one; a failure leaves
+        it for the next write, as the write itself is committed)."""
+        if not self._log_holds_purged:
+            return
+        try:
+            self._log_holds_purged = not _truncate_log(conn, wait=False)
+        except sqlite3.Error:
+            pass  # the write is committed; the truncation is tried again at the next one
 
     # -- Store --------------------------------------------------------------------------
     def setup(self) -> None:
@@ -397,13 +415,25 @@ class SQLiteStore(Store, VectorStore):
         return dropped
 
     def purge(self, session_id: str) -> None:
-        """Erase a session entirely, overwriting its rows and truncating the log."""
+        """Erase a session entirely, overwriting its rows and truncating the write-ahead log.
+
+        The log (the ``-wal`` file) holds the session's text until it is truncated, which
+        waits up to ``busy_timeout`` for other connections (other processes, other store
+        objects, a backup) to finish reading an older snapshot.  If one still does then, the
+        erase is committed (nothing reads the session any more) but its text is still in the
+        ``-wal`` file: a ``RuntimeWarning`` says so, and this store truncates the log at its
+        next write that finds no such reader.  ``store.checkpoint()`` finishes it at once
+        when the readers are done (it returns True once the log is truncated).
+        """
         session_id = checked_session(session_id)
         with self._write() as conn:
             forget_decoded(_digests(conn, session_id))  # no decoded copy of its text stays in this process
             for table in ("revisions", "message_ids", "set_aside_revisions", "vectors"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-        self.checkpoint()
+        if not self.checkpoint():
+            with self._lock:
+                self._log_holds_purged = True
+            warnings.warn(_log_not_erased(self.path, session_id, self.busy_timeout), RuntimeWarning, stacklevel=2)
 
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision, sorted."""
@@ -417,15 +447,24 @@ class SQLiteStore(Store, VectorStore):
         with self._connection() as conn:
             return [row[0] for row in conn.execute(query)]
 
-    def checkpoint(self) -> None:
-        """Copy the write-ahead log into the main file and truncate it (best effort)."""
+    def checkpoint(self) -> bool:
+        """Copy the write-ahead log into the main file and truncate it, waiting up to
+        ``busy_timeout`` for other connections reading an older snapshot (or writing) to
+        finish.  True when done (always, for ``":memory:"``); False when one still was: the
+        log keeps its frames (a purged session's text included); call again once it is done."""
         with self._connection() as conn:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            done = _truncate_log(conn, wait=True)
+            if done:
+                self._log_holds_purged = False
+            return done
 
     def close(self) -> None:
-        """Close the connection (idempotent); the store may not be used afterwards."""
+        """Close the connection (idempotent); the store may not be used afterwards.  A log
+        a purge could not truncate yet is truncated first, if no other connection still
+        reads an older snapshot (the last connection to a file truncates it anyway)."""
         with self._lock:
             if self._conn is not None:
+                self._finish_erase(self._conn)
                 self._conn.close()
                 self._conn = None
 
@@ -473,6 +512,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, secure deletes."""
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
     try:
+        _refuse_foreign_tables(conn, path)  # before WAL mode, which rewrites the file's header
         _enable_wal(conn, busy_timeout)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA secure_delete = ON")
@@ -480,6 +520,32 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _truncate_log(conn: sqlite3.Connection, *, wait: bool) -> bool:
+    """``PRAGMA wal_checkpoint(TRUNCATE)``: whether the write-ahead log was copied into the
+    main file and truncated (not done while another connection reads an older snapshot or
+    writes; ``wait``: wait for it up to the connection's busy timeout, else not at all)."""
+    if wait:
+        return conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    waits = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        return conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(waits)}")
+
+
+def _log_not_erased(path: str, session_id: str, busy_timeout: float) -> str:
+    """The warning of a purge whose text the write-ahead log still holds."""
+    return (
+        f"session {session_id!r} was purged from the SQLite database {path!r}, but its text is still in the "
+        f"write-ahead log {path + '-wal'!r}: another connection (a process, another SQLiteStore, a backup) kept "
+        f"reading an older snapshot, or writing, for {busy_timeout:g} s (busy_timeout), so the log could not be "
+        "truncated. Nothing reads the session any more; this store truncates the log at its next write once that "
+        "reader is done. To finish now, end the other connection's transaction and call store.checkpoint() "
+        "(True when the log is truncated)"
+    )
 
 
 def _enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
