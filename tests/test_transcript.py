@@ -146,6 +146,17 @@ def test_a_revision_that_moves_messages_lists_them_as_moved_not_removed_or_added
     assert [x.content for x in mixed.moved] in (["q1"], ["q2"])
 
 
+def test_a_diff_breaks_lines_at_newlines_only_so_every_line_keeps_its_mark(gdp: Transcript) -> None:
+    """A carriage return, form feed or line separator inside a message is part of its line:
+    every body line of the hunk starts with its mark (the pieces split at them had none)."""
+    a = gdp.messages[1]
+    revision = gdp.apply([Replace(a.id, "About 28 billion USD.\rOr 30.\u2028Maybe\x0c31.\nSource: IMF.")])
+    lines = str(gdp.diff(revision.parent, revision.number)).split("\n")
+    body = lines[lines.index(next(line for line in lines if line.startswith("@@"))) + 1:]
+    assert body and all(line[:1] in ("+", "-", " ") for line in body if line), body
+    assert "+About 28 billion USD.\rOr 30.\u2028Maybe\x0c31." in body and "+Source: IMF." in body
+
+
 def test_diff_is_a_record_and_a_readable_unified_diff(gdp: Transcript) -> None:
     a = gdp.messages[1]
     revision = gdp.apply([Replace(a.id, "About 28 billion USD.")])

@@ -236,6 +236,19 @@ def test_a_deleted_turns_vector_goes_at_the_next_save(tmp_path: Path) -> None:
     transcript.close()
 
 
+def test_the_gates_cache_never_saves_the_vector_of_a_text_no_turn_holds(tmp_path: Path) -> None:
+    """A vector that reaches the gate's cache for a text no current turn holds (edited away or
+    deleted while it was embedded) is not saved: the store would keep it with no message id, and
+    no later save could drop it."""
+    path = tmp_path / "s.db"
+    transcript, gate, _ = saved_secret(path, "my password is hunter2")
+    cache = gate.gatekeeper.options.vector_cache
+    gone = text_hash("my password was hunter1\nnoted")
+    cache.put_many([((Words.model, gone), [1.0, 2.0]), ((Words.model, text_hash("what about the weather\nsunny")), [1.0, 3.0])])
+    assert gone not in {h for _, h in raw_rows(path)}
+    transcript.close()
+
+
 def test_an_undone_edit_leaves_the_restored_texts_vector_in_the_store(tmp_path: Path) -> None:
     """After an edit and its undo, the store holds the vector of the text the message holds
     again (found in memory, not embedded again, yet saved), and none of the undone text."""

@@ -274,14 +274,25 @@ _SET_DIFF_ID, _SET_DIFF_STATUS, _SET_DIFF_BEFORE, _SET_DIFF_AFTER = (
 
 def _hunk(entry: "MessageDiff", label: str) -> list[str]:
     """One message's change as a unified-diff hunk: its header, then its text lines."""
-    before = entry.before.content.splitlines() if entry.before else []
-    after = entry.after.content.splitlines() if entry.after else []
+    before = _lines(entry.before.content) if entry.before else []
+    after = _lines(entry.after.content) if entry.after else []
     lines = [f"@@ {label}: {entry.status} @@"]
     body = list(difflib.unified_diff(before, after, lineterm="", n=2))[2:]
     lines.extend(line for line in body if not line.startswith("@@"))
     if entry.status == "changed" and not body and entry.before is not None and entry.after is not None:
         lines.append(" (the same text; its content parts or metadata changed)")
     return lines
+
+
+def _lines(text: str) -> list[str]:
+    """``text``'s lines for a diff hunk: broken at newlines only (``str.splitlines`` also breaks
+    at CR, form feed, U+2028 and other separators, and the pieces came out of the hunk without
+    their ``+``/``-`` mark); a final newline ends the last line, as ``splitlines`` reads it.
+    (``tests/test_transcript.py`` shows a carriage return and a line separator kept in their line.)"""
+    if not text:
+        return []
+    lines = text.split("\n")
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
 
 
 def _moved(before: Sequence[Message], after: Sequence[Message]) -> set[str]:

@@ -709,7 +709,9 @@ class TranscriptGate:
 
 class _MessageVectorCache:
     """A vector cache that hands the store the message id of each vector's turn
-    (:meth:`StoreVectorCache.put_many` takes ``(message_id, key, vector)`` items)."""
+    (:meth:`StoreVectorCache.put_many` takes ``(message_id, key, vector)`` items), and never
+    saves the vector of a text no current turn holds (edited away or deleted while it was
+    embedded: the store would keep it with no message to drop it with)."""
 
     def __init__(self, cache: Any, gate: TranscriptGate) -> None:
         self.cache = cache
@@ -725,4 +727,7 @@ class _MessageVectorCache:
         self.put_many([(key, vector)])
 
     def put_many(self, items: Iterable[tuple[tuple[str, str], Any]]) -> None:
-        self.cache.put_many([(self._gate._message_id(key[1]), key, vector) for key, vector in items])
+        rows = [(self._gate._message_id(key[1]), key, vector) for key, vector in items]
+        held = [row for row in rows if row[0]]  # "": no current turn holds the text
+        if held:
+            self.cache.put_many(held)
