@@ -16,7 +16,9 @@ from typing import Any, Callable, List
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
 from context_gatekeeper import EmbeddingError, as_embedder
-from context_gatekeeper.integration import BoundedCache, acall_within, call_within, state_of, text_hash
+from context_gatekeeper.integration import (
+    BoundedCache, UnusableVectorError, acall_within, call_within, state_of, text_hash, unit_rows,
+)
 
 __all__ = ["NodeVectors", "VECTORS", "query_embedding"]
 
@@ -40,12 +42,13 @@ def query_embedding(query: Any) -> list[float] | None:
 
 
 def _finite(vector: Any) -> list[float] | None:
-    """``vector`` as a list of floats when it is a non-empty sequence of finite numbers."""
+    """``vector`` as a list of floats when it is a non-empty sequence of finite numbers, not
+    all zero (a zero vector has no direction: it would read as unrelated to everything)."""
     try:
         floats = [float(x) for x in vector]
     except (TypeError, ValueError):
         return None
-    return floats if floats and all(math.isfinite(x) for x in floats) else None
+    return floats if floats and all(math.isfinite(x) for x in floats) and any(floats) else None
 
 
 logger = logging.getLogger("llamaindex_gatekeeper.postprocessor")  # the postprocessor's own logger
@@ -103,11 +106,13 @@ class NodeVectors:
         return vectors, todo
 
     def _remember(self, vectors: list[Any], todo: list[tuple[int, str, tuple[str, str]]], found: list[Any]) -> None:
-        """Keep the embedded nodes' vectors in the cache as float32 (4 bytes a value), and use
-        them as kept: a node scores alike whether its vector was just made or found again."""
+        """Keep the embedded nodes' vectors in the cache as float32 (4 bytes a value), of unit
+        length (only their direction is used, and a value float32 cannot hold, beyond 3.4e38,
+        would become infinite), and use them as kept: a node scores alike whether its vector
+        was just made or found again."""
         kept = []
         for (i, _, key), vector in zip(todo, found):
-            vectors[i] = held = array("f", vector)
+            vectors[i] = held = array("f", unit_rows(vector)[0].tolist())
             kept.append((key, held))
         self._cache.put_many(kept)
 
@@ -197,7 +202,9 @@ class NodeVectors:
         """Lexical for this call; a failure (not a call skipped while backing off, nor one
         that waited its turn on the lane too long) starts or extends the embedder's outage,
         which warns once (:meth:`EmbedderState.failed`)."""
-        if not isinstance(exc, _BackingOff):
+        if isinstance(exc, UnusableVectorError):  # it answered: no outage, this call alone is lexical
+            self._state.unusable(exc, self.embedder.name)
+        elif not isinstance(exc, _BackingOff):
             self._state.failed(exc, self.embedder.name)  # which ignores a call that never ran
         return None, True
 

@@ -361,3 +361,44 @@ def test_async_runs_an_embedding_whose_async_methods_call_the_sync_ones_on_its_l
     assert [kind for kind, _ in model._threads] == ["query", "nodes"]
     assert model._threads[0][1].startswith("gatekeeper-embed-query")
     assert model._threads[1][1].startswith("gatekeeper-embed-documents")
+
+
+def test_a_zero_node_embedding_is_embedded_again_not_read_as_unrelated() -> None:
+    """A node whose own embedding is all zero (a placeholder) has no direction: it is embedded
+    like a node without one, so the dessert node is still kept on its meaning."""
+    fake = HashEmbedder({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+    given = nodes(embed=fake)
+    given[1].node.embedding = [0.0] * len(given[1].node.embedding)
+    assert [n.node.node_id for n in gate.postprocess_nodes(given, query_str=QUERY)] == ["n0", "n1"]
+    assert fake.document_calls == [[TEXTS[1]]]
+
+
+class Huge(HashEmbedder):
+    """Vectors scaled past float32's range (1e39): only their direction matters."""
+
+    def embed_documents(self, texts):
+        return [[x * 1e39 for x in v] for v in super().embed_documents(texts)]
+
+
+def test_node_vectors_beyond_float32s_range_keep_their_direction() -> None:
+    gate = GatekeeperNodePostprocessor(embedder=Huge({"dessert": DESSERTS}))
+    assert [n.node.node_id for n in gate.postprocess_nodes(nodes(), query_str=QUERY)] == ["n0", "n1"]
+    assert all(line.similarity is not None and line.similarity == line.similarity for line in gate.explain(nodes(), QUERY))
+
+
+class OneNaN(HashEmbedder):
+    def embed_documents(self, texts):
+        return [[float("nan")] * len(v) if "Tire" in t else v for t, v in zip(texts, super().embed_documents(texts))]
+
+
+def test_an_unusable_node_vector_is_no_outage() -> None:
+    """An embedder that answers with a NaN vector is not down: the call is lexical, the next
+    calls still ask it (no backoff)."""
+    fake = OneNaN({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+    assert gate.select(nodes(), QUERY).semantic_fallback
+    assert not gate._vectors._state.failing  # type: ignore[union-attr]
+    queries = len(fake.query_calls)
+    gate.select(nodes(TEXTS[:2] + TEXTS[3:]), "Any dessert ideas?")
+    assert len(fake.query_calls) == queries + 1  # asked again: no backoff

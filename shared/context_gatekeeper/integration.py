@@ -45,6 +45,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   runs before it writes (for adapters that import a revision log); ``store_spec`` and
   ``store_from_spec``, how a pickled adapter object names its store and reopens it.
 * **semantic channel**: ``text_hash`` (the text half of a vector key),
+  ``UnusableVectorError`` (an embedder answered with vectors that cannot be used: no outage),
   ``unit_rows`` and ``load_numpy`` (numpy, imported on first use), ``state_of`` (an
   embedder's lanes and outage state) and ``call_within`` / ``acall_within`` (one call on a
   lane, its timeout counted from the call's start).
@@ -61,7 +62,7 @@ from .editing.format import ideal_patch_reply
 from .editing.gemini import DEFAULT_GEMINI_MODEL, gemini_api_key
 from .editing.models import as_edit_model, finish_reason_of, is_unavailable_error, refuse_truncated
 from .editing.parse import replace_lone_surrogates
-from .selection.semantic.embedding import text_hash
+from .selection.semantic.embedding import UnusableVectorError, text_hash
 from .selection.semantic.fusion import numpy as load_numpy
 from .selection.semantic.fusion import unit_rows
 from .selection.semantic.runner import acall_within, call_within, state_of
@@ -165,6 +166,7 @@ __all__ = [
     # semantic channel
     "text_hash",
     "unit_rows",
+    "UnusableVectorError",
     "load_numpy",
     "state_of",
     "call_within",
