@@ -41,3 +41,33 @@ def raw(store: Store, session: str) -> Any:
             for table, order in (("revisions", "number"), ("ids", "message_id"), ("set_aside", "number, set_aside_at"),
                                  ("vectors", "embedder, dimension, text_hash, message_id"))
         )
+
+
+ROW_CONTENT = "kind, instruction, model, created_at, base, target, changes, digest"
+"""The columns of a revision row that hold what it says (all but its session and number)."""
+
+ONE_STATEMENT = {
+    "alter": "UPDATE {table} SET changes = replace(changes, 'text of', 'TEXT OF')",
+    "delete": "DELETE FROM {table}",
+    "kind": "UPDATE {table} SET kind = 'bogus'",
+    "field": "UPDATE {table} SET instruction = 'forged', created_at = created_at + 3600",
+}
+"""The tamperings one SQL statement makes, each followed by ``WHERE session_id = .. AND number = ..``."""
+
+
+def tamper_rows(
+    how: str, session: str, revision: int, copied_from: str,
+    content: Any, put: Any, run: Any,
+) -> None:
+    """One tampering of the conformance suite as a person with a SQL shell makes it, in any
+    dialect: ``content(session, number)`` reads a row's :data:`ROW_CONTENT`, ``put(values,
+    number)`` writes them to ``session``'s row, ``run(statement)`` runs one of
+    :data:`ONE_STATEMENT` (its ``{table}`` filled in by the caller) on ``session``'s row."""
+    if how == "copy":  # another session's row, digest and all, at the same number
+        put(content(copied_from, revision), revision)
+    elif how == "swap":  # two rows' content exchanged
+        mine, next_one = content(session, revision), content(session, revision + 1)
+        put(next_one, revision)
+        put(mine, revision + 1)
+    else:
+        run(ONE_STATEMENT[how])

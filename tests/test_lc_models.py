@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -60,18 +60,23 @@ def test_model_and_llm_are_aliases() -> None:
     assert resolve_edit_model(model=plain).wrapped is plain  # the core's EditModel, wrapped once
 
 
-def test_a_fake_chat_model_edits_a_transcript_sync_and_async() -> None:
+def edits_sync_and_async(model_for: Callable[[str], Any]) -> None:
+    """Edit a transcript's question twice, with ``edit`` then ``aedit``, through the model
+    ``model_for(reply)`` builds around a scripted chat model answering ``reply``."""
     t = Transcript("lc")
     t.append(user="Ireland's GDP in 2021?", assistant="About 504 billion USD.")
     target = t.messages[0]
-    reply = ideal_patch_reply(t.messages, [Replace(target.id, "Iceland's GDP in 2022?")])
-    edit_model = LangChainEditModel(fake(reply))
-    assert not edit_model.supports_json_schema and edit_model.name == "GenericFakeChatModel"
-    t.edit("Iceland, 2022", model=edit_model)
+    t.edit("Iceland, 2022", model=model_for(ideal_patch_reply(t.messages, [Replace(target.id, "Iceland's GDP in 2022?")])))
     assert t.messages[0].content == "Iceland's GDP in 2022?"
     reply2 = ideal_patch_reply(t.messages, [Replace(target.id, "Iceland's GDP in 2023?")])
-    asyncio.run(t.aedit("2023", model=LangChainEditModel(fake(reply2))))
+    asyncio.run(t.aedit("2023", model=model_for(reply2)))
     assert t.messages[0].content == "Iceland's GDP in 2023?"
+
+
+def test_a_fake_chat_model_edits_a_transcript_sync_and_async() -> None:
+    edit_model = LangChainEditModel(fake("{}"))
+    assert not edit_model.supports_json_schema and edit_model.name == "GenericFakeChatModel"
+    edits_sync_and_async(lambda reply: LangChainEditModel(fake(reply)))
 
 
 def test_structured_output_is_used_when_the_model_has_it() -> None:
@@ -99,19 +104,11 @@ class _Broken(GenericFakeChatModel):
 def test_a_wrapped_chat_model_edits_through_its_wrapper_sync_and_async(wrap: Any, name: str) -> None:
     from context_gatekeeper.editing.models import as_edit_model
 
-    t = Transcript("lc-wrapped")
-    t.append(user="Ireland's GDP in 2021?", assistant="About 504 billion USD.")
-    target = t.messages[0]
-    reply = ideal_patch_reply(t.messages, [Replace(target.id, "Iceland's GDP in 2022?")])
-    runnable = wrap(fake(reply))
+    runnable = wrap(fake("{}"))
     for resolved in (resolve_edit_model(runnable), as_edit_model(runnable), LangChainEditModel(runnable)):
         assert type(resolved) is LangChainEditModel and resolved.wrapped is runnable
         assert resolved.name == name and not resolved.supports_json_schema  # named by the (first) chat model
-    t.edit("Iceland, 2022", model=runnable)
-    assert t.messages[0].content == "Iceland's GDP in 2022?"
-    reply2 = ideal_patch_reply(t.messages, [Replace(target.id, "Iceland's GDP in 2023?")])
-    asyncio.run(t.aedit("2023", model=wrap(fake(reply2))))
-    assert t.messages[0].content == "Iceland's GDP in 2023?"
+    edits_sync_and_async(lambda reply: wrap(fake(reply)))  # the runnable itself, resolved by edit()
 
 
 def test_a_chain_answering_text_is_an_editing_model_and_structured_output_needs_a_chat_model() -> None:

@@ -18,9 +18,9 @@ from context_gatekeeper.stores import Store
 from pg_support import drop_run_tables, postgres_dsn, prefix_for
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, edit, fill, snapshot, turn
 from context_gatekeeper.testing.store_tampering import COPIED_FROM
+from store_raw import ROW_CONTENT, tamper_rows
 from store_raw import raw as stored_bytes
 
-ROW_CONTENT = "kind, instruction, model, created_at, base, target, changes, digest"
 """A revision row but its session and number (what the ``copy`` and ``swap`` tamperings move)."""
 
 
@@ -67,20 +67,9 @@ class TestPostgresStore(StoreConformance):
                 conn.execute(sql.SQL(f"UPDATE {{}} SET ({ROW_CONTENT}) = ({marks})" + where).format(table),
                              (*values, session, number))
 
-            if how == "copy":
-                put(content(COPIED_FROM, revision), revision)
-            elif how == "swap":
-                mine, next_one = content(session, revision), content(session, revision + 1)
-                put(next_one, revision)
-                put(mine, revision + 1)
-            else:
-                change = {
-                    "alter": "UPDATE {} SET changes = replace(changes, 'text of', 'TEXT OF')",
-                    "delete": "DELETE FROM {}",
-                    "kind": "UPDATE {} SET kind = 'bogus'",
-                    "field": "UPDATE {} SET instruction = 'forged', created_at = created_at + 3600",
-                }[how]
-                conn.execute(sql.SQL(change + where).format(table), (session, revision))
+            tamper_rows(how, session, revision, COPIED_FROM, content, put,
+                        lambda statement: conn.execute(sql.SQL(statement.format(table="{}") + where).format(table),
+                                                       (session, revision)))
 
 
 class TestPostgresStoreOnACallersPool(StoreConformance):

@@ -12,6 +12,7 @@ needed; skipped, saying why, elsewhere).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -354,13 +355,15 @@ def test_a_read_only_postgres_connection_is_reported(tmp_path: Path) -> None:
     writer.close()
 
 
-def test_a_postgres_role_without_privileges_is_reported(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def throwaway_role(prefix: str) -> Iterator[tuple[Any, str]]:
+    """``(an autocommit admin connection, the name of a new NOLOGIN role)`` the test server's
+    role may switch to (``-c role=...``); the role and what it owns are dropped afterwards.
+    Skips when the server's role cannot create roles."""
     import psycopg
     from psycopg import sql
 
-    writer = open_pg(tmp_path)
-    writer.commit("s", append(message("first")), expected_head=None)
-    role = f"cg_unprivileged_{uuid.uuid4().hex[:8]}"
+    role = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
         if not admin.execute("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
             pytest.skip("the test server's role cannot create a role to test with")
@@ -368,17 +371,28 @@ def test_a_postgres_role_without_privileges_is_reported(tmp_path: Path) -> None:
         try:
             if admin.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0] is False:
                 admin.execute(sql.SQL("GRANT {} TO current_user").format(sql.Identifier(role)))
-            limited = open_pg(tmp_path, with_settings(f"-c role={role}"), setup=False)
-            try:
-                with pytest.raises(StoreUnavailableError, match="privilege") as caught:
-                    limited.commit("s", append(message("second")), expected_head=None)
-                assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
-                with pytest.raises(StoreUnavailableError, match="GRANT|Grant"):
-                    limited.head("s")
-            finally:
-                limited.close()
+            yield admin, role
         finally:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_postgres_role_without_privileges_is_reported(tmp_path: Path) -> None:
+    import psycopg
+    from psycopg import sql
+
+    writer = open_pg(tmp_path)
+    writer.commit("s", append(message("first")), expected_head=None)
+    with throwaway_role("cg_unprivileged") as (admin, role):
+        limited = open_pg(tmp_path, with_settings(f"-c role={role}"), setup=False)
+        try:
+            with pytest.raises(StoreUnavailableError, match="privilege") as caught:
+                limited.commit("s", append(message("second")), expected_head=None)
+            assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
+            with pytest.raises(StoreUnavailableError, match="GRANT|Grant"):
+                limited.head("s")
+        finally:
+            limited.close()
     assert writer.head("s") == 1
     writer.close()
 
@@ -392,30 +406,20 @@ def test_a_postgres_role_without_create_opens_tables_that_are_up_to_date(tmp_pat
 
     migrated = open_pg(tmp_path)  # the migration job
     migrated.commit("s", append(message("first")), expected_head=None)
-    role = f"cg_worker_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
-        if not admin.execute("SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user").fetchone()[0]:
-            pytest.skip("the test server's role cannot create a role to test with")
-        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+    with throwaway_role("cg_worker") as (admin, role):
+        if admin.execute("SELECT has_schema_privilege(%s, current_schema(), 'CREATE')", (role,)).fetchone()[0]:
+            pytest.skip("every role may create tables in the test server's schema (PostgreSQL < 15 defaults)")
+        for table in migrated._names.values():
+            admin.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(table, sql.Identifier(role)))
+        worker = open_pg(tmp_path, with_settings(f"-c role={role}"))  # setup=True, the default
         try:
-            if admin.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0] is False:
-                admin.execute(sql.SQL("GRANT {} TO current_user").format(sql.Identifier(role)))
-            if admin.execute("SELECT has_schema_privilege(%s, current_schema(), 'CREATE')", (role,)).fetchone()[0]:
-                pytest.skip("every role may create tables in the test server's schema (PostgreSQL < 15 defaults)")
-            for table in migrated._names.values():
-                admin.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(table, sql.Identifier(role)))
-            worker = open_pg(tmp_path, with_settings(f"-c role={role}"))  # setup=True, the default
-            try:
-                assert worker.commit("s", append(message("second")), expected_head=None).number == 2
-                assert worker.applied_migrations() == migrated.applied_migrations()
-            finally:
-                worker.close()
-            with pytest.raises(StoreUnavailableError, match="setup=False") as caught:
-                open_pg(tmp_path / "fresh", with_settings(f"-c role={role}"))  # no tables yet: it must create them
-            assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
+            assert worker.commit("s", append(message("second")), expected_head=None).number == 2
+            assert worker.applied_migrations() == migrated.applied_migrations()
         finally:
-            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+            worker.close()
+        with pytest.raises(StoreUnavailableError, match="setup=False") as caught:
+            open_pg(tmp_path / "fresh", with_settings(f"-c role={role}"))  # no tables yet: it must create them
+        assert isinstance(caught.value.__cause__, psycopg.errors.InsufficientPrivilege)
     assert migrated.head("s") == 2
     migrated.close()
 

@@ -22,7 +22,7 @@ from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.sqlite import MIGRATIONS, SchemaVersionError
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, append, edit, fill, message, put_ids, snapshot, turn
 from context_gatekeeper.testing.store_tampering import COPIED_FROM
-from store_raw import raw
+from store_raw import ROW_CONTENT, raw, tamper_rows
 
 
 class ByteExact:
@@ -39,7 +39,6 @@ class TestInMemoryStore(ByteExact, StoreConformance):
         return InMemoryStore()
 
 
-ROW_CONTENT = "kind, instruction, model, created_at, base, target, changes, digest"
 """A revision row but its session and number (what ``copy`` and ``swap`` move)."""
 
 
@@ -56,20 +55,8 @@ class TamperedBySQL:
                 conn.execute(f"UPDATE revisions SET ({ROW_CONTENT}) = ({', '.join('?' * len(values))})" + where,
                              (*values, session, number))
 
-            if how == "copy":
-                put(content(COPIED_FROM, revision), revision)
-            elif how == "swap":
-                mine, next_one = content(session, revision), content(session, revision + 1)
-                put(next_one, revision)
-                put(mine, revision + 1)
-            else:
-                change = {
-                    "alter": "UPDATE revisions SET changes = replace(changes, 'text of', 'TEXT OF')",
-                    "delete": "DELETE FROM revisions",
-                    "kind": "UPDATE revisions SET kind = 'bogus'",
-                    "field": "UPDATE revisions SET instruction = 'forged', created_at = created_at + 3600",
-                }[how]
-                conn.execute(change + where, (session, revision))
+            tamper_rows(how, session, revision, COPIED_FROM, content, put,
+                        lambda statement: conn.execute(statement.format(table="revisions") + where, (session, revision)))
 
 
 class TestSQLiteStore(ByteExact, TamperedBySQL, StoreConformance):
