@@ -117,6 +117,7 @@ def test_a_system_prompt_of_several_messages_is_priced_one_message_each() -> Non
 @pytest.mark.parametrize("bad, error", [
     (["Be brief.", 3], InvalidTypeError), ([None], InvalidTypeError), (b"Be brief.", InvalidTypeError),
     ({"role": "system"}, InvalidTypeError), (7, InvalidTypeError), ("  ", InvalidInputError),
+    ({"Be brief.", "Cite sources."}, InvalidTypeError),  # no order: the messages would move between runs
 ])
 def test_a_refused_system_prompt_changes_nothing(bad: object, error: type[Exception]) -> None:
     gk = make(token_budget=100, system_prompt="Be brief.")

@@ -19,7 +19,7 @@ import logging
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set as AbstractSet
 from typing import Any, NoReturn, Union
 
 from .anchors import extract
@@ -75,6 +75,10 @@ def _pinned_text(text: Any, what: str) -> str | tuple[str, ...] | None:
     as a tuple (a blank item is a message with no text; an empty sequence is ``None``)."""
     if text is None or isinstance(text, str):
         return None if text is None else require_text(text, what)
+    if isinstance(text, (AbstractSet, Mapping)):  # no order: the messages would move between runs
+        raise InvalidTypeError(
+            f"{what} must be one text or a list of texts (in the order they are sent), got {type(text).__name__}"
+        )
     texts = tuple(require_items(
         text, what, str, "pass one text, a list of texts (one message each), or None",
     ))

@@ -167,15 +167,20 @@ def checked_keep(keep: object) -> int:
     return keep
 
 
+MAX_REVISION = 2**63 - 1
+"""No revision number is higher (SQLite's and PostgreSQL's largest integer)."""
+
+
 def checked_after(after: object) -> int:
     """``after`` for :meth:`Store.revisions` as an int: any integer (``operator.index``
-    takes it: a NumPy integer too); below 0 counts as 0 (every revision)."""
+    takes it: a NumPy integer too); below 0 counts as 0 (every revision), above
+    :data:`MAX_REVISION` as it (none: SQLite cannot even bind a larger one)."""
     if isinstance(after, bool) or not isinstance(after, SupportsIndex):
         raise InvalidTypeError(
             f"revisions(after=...) takes a revision number (an int), got {type(after).__name__} {after!r}; "
             "pass 0 for every revision, or the number of the last revision you have read"
         )
-    return max(operator.index(after), 0)
+    return min(max(operator.index(after), 0), MAX_REVISION)
 
 
 MAX_SECONDS = 2_147_483.647

@@ -282,14 +282,18 @@ class SQLiteStore(Store, VectorStore):
                 raise
             raise error from exc
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction: committed if the block returns, else rolled back."""
+    def _refuse_read_only(self) -> None:
+        """A store opened with ``read_only=True`` writes nothing: :class:`StoreUnavailableError`."""
         if self.read_only:
             raise StoreUnavailableError(
                 f"{self!r} was opened with read_only=True; nothing was written. Open SQLiteStore(path) without "
                 "read_only (on a writable copy, if the file's mount is read-only) to change it"
             )
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed if the block returns, else rolled back."""
+        self._refuse_read_only()
         with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -451,7 +455,9 @@ class SQLiteStore(Store, VectorStore):
         """Copy the write-ahead log into the main file and truncate it, waiting up to
         ``busy_timeout`` for other connections reading an older snapshot (or writing) to
         finish.  True when done (always, for ``":memory:"``); False when one still was: the
-        log keeps its frames (a purged session's text included); call again once it is done."""
+        log keeps its frames (a purged session's text included); call again once it is done.
+        A store opened with ``read_only=True`` cannot: :class:`StoreUnavailableError` saying so."""
+        self._refuse_read_only()
         with self._connection() as conn:
             done = _truncate_log(conn, wait=True)
             if done:

@@ -133,10 +133,12 @@ class StoreContract:
         assert store.revisions("s", after=-1) == stored
 
     def test_any_integer_is_a_revision_number(self, store: Store) -> None:
-        """``after`` may be any integer type (``operator.index``), a NumPy integer included."""
+        """``after`` may be any integer type (``operator.index``), a NumPy integer included, and
+        any size (one beyond every revision number reads none, as on every store)."""
         stored = fill(store, "s", 3)
         assert store.revisions("s", after=cast(int, IndexOnly(1))) == stored[1:]
         assert run_async(store.arevisions("s", after=cast(int, IndexOnly(2)))) == stored[2:]
+        assert store.revisions("s", after=2**70) == run_async(store.arevisions("s", after=2**63)) == []
 
     @pytest.mark.parametrize("bad", [1.5, 2.0, "1", None, True], ids=["float", "whole-float", "str", "None", "bool"])
     def test_a_revision_number_that_is_no_integer_is_refused(self, store: Store, bad: Any) -> None:
