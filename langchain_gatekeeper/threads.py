@@ -56,6 +56,7 @@ from context_gatekeeper.integration import (
     Skipped,
     acompute_edit,
     apply_changes,
+    check_instruction,
     compute_edit,
     diff_states,
     invert,
@@ -229,6 +230,7 @@ def edit_thread(
         HistoryError: the thread has no messages, or another edit (or a change to a message
             this edit touches) landed while the model worked. InvalidInputError: a bad option.
     """
+    check_instruction(instruction)  # before the model is looked for: a blank one is no missing API key
     chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
     messages, log = _thread(snapshot := _state(agent, config))
     plan = plan_edit(messages, log, instruction, chosen, settings)
@@ -243,6 +245,7 @@ async def aedit_thread(
     allow_large_deletion: bool | None = None,
 ) -> ThreadEdit:
     """Async :func:`edit_thread` (``aget_state`` / ``aupdate_state``, the model's async call)."""
+    check_instruction(instruction)  # before the model is looked for: a blank one is no missing API key
     chosen, settings = _options(model, llm, options, strategy=strategy, allow_large_deletion=allow_large_deletion)
     messages, log = _thread(snapshot := await _astate(agent, config))
     plan = await aplan_edit(messages, log, instruction, chosen, settings)

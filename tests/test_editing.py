@@ -602,9 +602,10 @@ def test_an_answer_whose_json_never_closes_twice_raises_truncated_reply_without_
     from context_gatekeeper.errors import TruncatedReplyError
 
     cut = '{"operations": [{"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in'
-    with pytest.raises(TruncatedReplyError, match="output limit") as caught:
-        compute_edit(gdp_state(), "Iceland", ScriptedModel([cut, cut + " 20"]))
+    with pytest.raises(TruncatedReplyError, match="its JSON never closed") as caught:
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([cut, cut + " 20"]), strategy="patch")
     assert caught.value.partial == cut + " 20" and caught.value.finish_reason is None
+    assert "strategy='patch'" not in str(caught.value)  # already the patch strategy: advice it can follow
     with pytest.raises(TruncatedReplyError):
         asyncio.run(acompute_edit(gdp_state(), "Iceland", ScriptedModel([cut, cut])))
     unescaped = '{"operations": [{"op": "replace", "id": "1", "content": "the 27" monitor"}]}'

@@ -113,6 +113,7 @@ def test_construction_with_a_fake_key_does_not_touch_the_network(monkeypatch: py
     ({"timeout": float("nan")}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),
     ({"timeout": 0}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),
     ({"timeout": 1e300}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),
+    ({"timeout": 10**400}, InvalidInputError, "timeout > 0 (finite, at most 86400 seconds)"),  # no float holds it
     ({"max_retries": None}, InvalidTypeError, "max_retries must be an int"),
     ({"max_retries": 1.5}, InvalidTypeError, "max_retries must be an int"),
     ({"max_retries": -1}, InvalidInputError, "max_retries >= 0"),

@@ -634,3 +634,22 @@ def test_a_checkpointer_lent_through_the_config_is_used_as_langgraph_uses_it() -
     config = {"configurable": {"thread_id": "t", CONFIG_KEY_CHECKPOINTER: saver}}  # as a parent graph lends one
     agent.invoke({"messages": [HumanMessage(IRELAND)]}, config)
     assert thread_history(agent, config) == [] and not thread_diff(agent, config, 0).changed
+
+
+@pytest.mark.parametrize("instruction", ["   ", None])
+def test_a_blank_thread_edit_instruction_is_refused_before_any_model_is_looked_for(
+    instruction: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key is set and no model given: the instruction's own error, never "set GOOGLE_API_KEY"."""
+    from context_gatekeeper import InvalidInputError, InvalidTypeError
+
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    agent = ireland_thread()
+    before = texts(agent)
+    expected = InvalidInputError if isinstance(instruction, str) else InvalidTypeError
+    with pytest.raises(expected, match="the edit instruction"):
+        edit_thread(agent, CONFIG, instruction)
+    with pytest.raises(expected, match="the edit instruction"):
+        asyncio.run(aedit_thread(agent, CONFIG, instruction))
+    assert texts(agent) == before

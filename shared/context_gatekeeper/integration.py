@@ -26,7 +26,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   (undo, redo, revert, diff, history, ...) a framework object gets by delegating
   to a ``Transcript``.
 * **editing**: ``compute_edit`` / ``acompute_edit`` / ``EditResult`` (an edit as
-  changes, committed by the caller), ``DEFAULT_MAX_DELETION_SHARE``,
+  changes, committed by the caller), ``check_instruction`` (an edit instruction checked
+  before the adapter looks for its model), ``DEFAULT_MAX_DELETION_SHARE``,
   ``deleted_share``, ``tool_violations``, the model plumbing an adapter's model
   wrapper uses (``as_edit_model``, ``finish_reason_of``, ``refuse_truncated``,
   ``is_unavailable_error``, ``DEFAULT_GEMINI_MODEL``, ``gemini_api_key``), the
@@ -57,7 +58,7 @@ from .caching import BoundedCache, text_key
 from .tokens import take_estimate_notice
 from .validation import require_budget, require_items, require_timeout
 from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
-from .editing.compute import EditResult, acompute_edit, compute_edit
+from .editing.compute import EditResult, acompute_edit, check_instruction, compute_edit
 from .editing.format import ideal_patch_reply
 from .editing.gemini import DEFAULT_GEMINI_MODEL, gemini_api_key
 from .editing.models import as_edit_model, finish_reason_of, is_unavailable_error, refuse_truncated
@@ -135,6 +136,7 @@ __all__ = [
     "EditResult",
     "compute_edit",
     "acompute_edit",
+    "check_instruction",
     "DEFAULT_MAX_DELETION_SHARE",
     "deleted_share",
     "tool_violations",

@@ -219,9 +219,12 @@ def _session(
     said = f"model {name!r} gave no usable edit after {MAX_ATTEMPTS} attempts: {problems[-1]}{first}. Nothing was changed; "
     # the last attempt's own kind of failure, so `except TruncatedReplyError` can act on it
     if isinstance(last, TruncatedReplyError):
+        limit = ("raise the model's output limit (max tokens)" if last.finish_reason is not None else
+                 "its JSON never closed: if the model has an output limit (max tokens), raise it")
+        smaller = (", or use strategy='patch', whose answer grows with the change, not the transcript"
+                   if options.strategy == "rewrite" else ", or ask for a smaller change at a time")
         raise TruncatedReplyError(
-            said + "raise the model's output limit (max tokens), or use strategy='patch', whose answer grows with the "
-            "change, not the transcript.", partial=last.partial, finish_reason=last.finish_reason,
+            said + limit + smaller + ".", partial=last.partial, finish_reason=last.finish_reason,
         )
     raise EditError(said + "rephrase the instruction more precisely or use a stronger model.")
 

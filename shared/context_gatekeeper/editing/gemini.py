@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -97,7 +96,7 @@ def _check_limits(timeout: Any, max_retries: Any) -> None:
             f"GeminiModel's max_retries must be an int, got {type(max_retries).__name__} ({max_retries!r}); "
             "pass 0 (the default: one request) or the number of retries after a failed request"
         )
-    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT) or max_retries < 0:
+    if not 0 < timeout <= MAX_TIMEOUT or max_retries < 0:  # NaN fails it; a huge int is compared, never converted
         raise InvalidInputError(
             f"GeminiModel needs timeout > 0 (finite, at most {MAX_TIMEOUT:g} seconds) and max_retries >= 0, got "
             f"timeout={timeout!r}, max_retries={max_retries!r}; pass a timeout in seconds (default 30) "
