@@ -1,7 +1,9 @@
 """Node and query vectors for :class:`~llamaindex_gatekeeper.postprocessor.GatekeeperNodePostprocessor`:
 ``node.embedding`` and ``QueryBundle.embedding`` when they are usable (finite numbers of
 one dimension), else a bounded cache by ``(embedder name, text hash)`` shared by every
-postprocessor (:data:`VECTORS`), else the embedder.  Kept apart so the postprocessor's module stays short."""
+postprocessor (:data:`VECTORS`), else the embedder.  A node whose text the embedder answers,
+alone, with an unusable vector (all zero, NaN, ...) stays lexical; the other nodes keep their
+vectors (the core's rule for turns).  Kept apart so the postprocessor's module stays short."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Union
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
@@ -26,7 +28,14 @@ VECTORS: BoundedCache[tuple[str, str], array] = BoundedCache(maxsize=10_000)
 """Node vectors by ``(embedder name, text_hash(text))`` (the key every vector cache of the
 core uses), shared across calls, postprocessors and threads (an embedder's name identifies
 its model: :func:`context_gatekeeper.as_embedder`).  Kept as float32 arrays: 10,000
-vectors of 1,536 dimensions take about 60 MB."""
+vectors of 1,536 dimensions take about 60 MB.  An empty array (:data:`_REFUSED`) marks a
+text the embedder answered alone with an unusable vector: it is not asked again."""
+
+_REFUSED = array("f")
+"""The cache's entry for a text whose vector, asked alone, was unusable (no vector has length 0)."""
+
+_Found = Union[Sequence[float], UnusableVectorError]
+"""What one document call gave a text: its vector, or the :class:`UnusableVectorError` it got alone."""
 
 def query_embedding(query: Any) -> list[float] | None:
     """The first usable embedding found on ``query`` and the bundles it wraps (one with
@@ -58,7 +67,9 @@ class NodeVectors:
     """Node and query vectors for the postprocessor: ``node.embedding`` when filled, else
     a bounded cache by ``(embedder name, text hash)`` (``cache``; default :data:`VECTORS`,
     or this object's own of ``max_vectors`` entries), else one document call for the
-    missing nodes.  Failures and timeouts give ``None``.  Calls run on the embedder's own
+    missing nodes (each asked alone when that call's answer holds an unusable vector: a
+    text that gets one alone leaves its node lexical, the rest keep theirs).  Failures
+    and timeouts give ``None``.  Calls run on the embedder's own
     lanes and share its outage state with every gatekeeper using it
     (:mod:`context_gatekeeper.selection.semantic.runner`): a hung call holds one thread,
     not one per call; after a failure the embedder is left alone for the backoff, and one
@@ -83,13 +94,14 @@ class NodeVectors:
             cache = VECTORS if max_vectors is None else BoundedCache(maxsize=max_vectors)
         self._cache = cache
         self._state = state_of(self.embedder)
+        self._unusable_nodes = 0  # nodes refused alone so far: the first is a warning
 
     def _missing(
         self, nodes: List[NodeWithScore], own: list[list[float] | None], dimension: int
     ) -> tuple[list[Any], list[tuple[int, str, tuple[str, str]]]]:
         """Each node's vector (its ``own`` embedding when it has the query's ``dimension``,
-        else the cache's) and the nodes left to embed.  A cache hit becomes the most
-        recently used entry."""
+        else the cache's; None for a text the embedder refused alone) and the nodes left to
+        embed.  A cache hit becomes the most recently used entry."""
         vectors: list[Any] = []
         todo = []
         for i, item in enumerate(nodes):
@@ -98,6 +110,9 @@ class NodeVectors:
                 text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
                 key = (self.embedder.name, text_hash(text))
                 vector = self._cache.get(key)
+                if vector is not None and len(vector) == 0:  # refused alone before: lexical
+                    vectors.append(None)
+                    continue
                 if vector is not None and len(vector) != dimension:  # two models under one name
                     vector = None
                 if vector is None:
@@ -105,16 +120,59 @@ class NodeVectors:
             vectors.append(vector)
         return vectors, todo
 
-    def _remember(self, vectors: list[Any], todo: list[tuple[int, str, tuple[str, str]]], found: list[Any]) -> None:
+    def _remember(self, nodes: List[NodeWithScore], vectors: list[Any],
+                  todo: list[tuple[int, str, tuple[str, str]]], found: list[_Found]) -> None:
         """Keep the embedded nodes' vectors in the cache as float32 (4 bytes a value), of unit
         length (only their direction is used, and a value float32 cannot hold, beyond 3.4e38,
         would become infinite), and use them as kept: a node scores alike whether its vector
-        was just made or found again."""
+        was just made or found again.  A text refused alone (an :class:`UnusableVectorError`
+        in ``found``) is kept as :data:`_REFUSED` and its node left lexical (vector None)."""
         kept = []
         for (i, _, key), vector in zip(todo, found):
+            if isinstance(vector, UnusableVectorError):
+                self._refused(nodes[i].node.node_id, vector)
+                kept.append((key, _REFUSED))
+                continue
             vectors[i] = held = array("f", unit_rows(vector)[0].tolist())
             kept.append((key, held))
         self._cache.put_many(kept)
+
+    def _refused(self, node_id: str, exc: UnusableVectorError) -> None:
+        """Log a node whose text got an unusable vector alone: a warning for the first of
+        this postprocessor, debug logs after.  The embedder answered: no outage (any outage
+        is over)."""
+        self._state.answered()
+        first, self._unusable_nodes = self._unusable_nodes == 0, self._unusable_nodes + 1
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "node %s: the embedder answered its text alone with an unusable vector (%s); that node is "
+            "selected by its words only (its text is not embedded again), the others by meaning too, no backoff%s",
+            node_id, exc, " (further ones are logged at debug level)" if first else "",
+        )
+
+    def _embed(self, texts: list[str]) -> list[_Found]:
+        """The texts' vectors, in one documents call.  When the embedder answers that call with
+        an unusable vector (one all zero, NaN, a count or dimension that does not fit), each
+        text is asked alone: a text that gets one alone has the error in its place, the
+        others their vectors.  Any other failure is raised."""
+        lane = self._state.documents
+        try:
+            return list(self._call(self.embedder.embed_documents, texts, lane))
+        except UnusableVectorError as exc:
+            if len(texts) == 1:
+                return [exc]
+        return [self._embed([text])[0] for text in texts]
+
+    async def _aembed(self, texts: list[str]) -> list[_Found]:
+        """:meth:`_embed` with the embedder's async twin awaited."""
+        embedder, lane = self.embedder, self._state.documents
+        try:
+            return list(await self._await(embedder.aembed_documents, embedder._adocuments is not None,
+                                          embedder.embed_documents, texts, lane))
+        except UnusableVectorError as exc:
+            if len(texts) == 1:
+                return [exc]
+        return [(await self._aembed([text]))[0] for text in texts]
 
     def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
         """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
@@ -126,8 +184,7 @@ class NodeVectors:
                 query = self._call(self.embedder.embed_query, text, self._state.queries)
             vectors, todo = self._missing(nodes, own, len(query))
             if todo:
-                texts = [t for _, t, _ in todo]
-                self._remember(vectors, todo, self._call(self.embedder.embed_documents, texts, self._state.documents))
+                self._remember(nodes, vectors, todo, self._embed([t for _, t, _ in todo]))
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
             return self._fail(exc)
         return self._ok(query, vectors)
@@ -143,9 +200,7 @@ class NodeVectors:
                                           embedder.embed_query, text, self._state.queries)
             vectors, todo = self._missing(nodes, own, len(query))
             if todo:
-                found = await self._await(embedder.aembed_documents, embedder._adocuments is not None,
-                                          embedder.embed_documents, [t for _, t, _ in todo], self._state.documents)
-                self._remember(vectors, todo, found)
+                self._remember(nodes, vectors, todo, await self._aembed([t for _, t, _ in todo]))
         except Exception as exc:  # noqa: BLE001
             return self._fail(exc)
         return self._ok(query, vectors)
@@ -202,7 +257,7 @@ class NodeVectors:
         """Lexical for this call; a failure (not a call skipped while backing off, nor one
         that waited its turn on the lane too long) starts or extends the embedder's outage,
         which warns once (:meth:`EmbedderState.failed`)."""
-        if isinstance(exc, UnusableVectorError):  # it answered: no outage, this call alone is lexical
+        if isinstance(exc, UnusableVectorError):  # the query's (a node's is kept apart): no outage, this call lexical
             self._state.unusable(exc, self.embedder.name)
         elif not isinstance(exc, _BackingOff):
             self._state.failed(exc, self.embedder.name)  # which ignores a call that never ran

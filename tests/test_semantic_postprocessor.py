@@ -393,12 +393,46 @@ class OneNaN(HashEmbedder):
 
 
 def test_an_unusable_node_vector_is_no_outage() -> None:
-    """An embedder that answers with a NaN vector is not down: the call is lexical, the next
-    calls still ask it (no backoff)."""
+    """An embedder that answers one node with a NaN vector is not down: that node alone is
+    lexical, the query and the other nodes keep their meaning, and the next calls still ask
+    the embedder (no backoff)."""
     fake = OneNaN({"dessert": DESSERTS})
     gate = GatekeeperNodePostprocessor(embedder=fake)
-    assert gate.select(nodes(), QUERY).semantic_fallback
+    result = gate.select(nodes(), QUERY)
+    assert not result.semantic_fallback and result.kept == [0, 1]
+    assert [line.similarity is None for line in gate.explain(nodes(), QUERY)] == [t == TEXTS[2] for t in TEXTS]
     assert not gate._vectors._state.failing  # type: ignore[union-attr]
     queries = len(fake.query_calls)
     gate.select(nodes(TEXTS[:2] + TEXTS[3:]), "Any dessert ideas?")
     assert len(fake.query_calls) == queries + 1  # asked again: no backoff
+
+
+BLANK = "---"  # no word at all: the hashing fake answers it with an all-zero vector
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_node_embedded_as_all_zeros_stays_lexical_alone(how: str, caplog) -> None:
+    """One node the embedder cannot place (an all-zero vector for a blank chunk) is left to its
+    words; the other nodes are embedded, cached and still kept on their meaning, its text is
+    not asked again, and the log names a node, not the query."""
+    fake = HashEmbedder({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+    given = TEXTS + [BLANK]
+
+    def kept() -> list[str]:
+        if how == "sync":
+            out = gate.postprocess_nodes(nodes(given), query_str=QUERY)
+        else:
+            out = asyncio.run(gate.apostprocess_nodes(nodes(given), query_str=QUERY))
+        return [n.node.node_id for n in out]
+
+    with caplog.at_level(logging.WARNING):
+        assert kept() == ["n0", "n1"]  # the cobbler still kept on its meaning
+    assert fake.document_calls[0] == given and sorted(fake.document_calls[1:]) == sorted([t] for t in given)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("node n10:") and "query" not in warnings[0]
+    calls = len(fake.document_calls)
+    assert kept() == ["n0", "n1"] and len(fake.document_calls) == calls  # the good cached, the blank remembered
+    result = gate.select(nodes(given), QUERY)
+    assert not result.semantic_fallback and not gate._vectors._state.failing  # type: ignore[union-attr]
+    assert [line.similarity is None for line in gate.explain(nodes(given), QUERY)] == [t == BLANK for t in given]
