@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -27,6 +28,7 @@ from context_gatekeeper import tokens
 from context_gatekeeper.chat.app import CHAT_INSTEAD, main, missing_rich
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor, parse_substitution
 from context_gatekeeper.chat.session_file import FORMAT
+from context_gatekeeper.chat.signals import Terminated
 from context_gatekeeper.testing import ScriptedModel
 
 GDP = "What was the GDP of Ireland in 2021?"
@@ -220,6 +222,51 @@ def test_ctrl_c_or_an_error_during_a_model_call_adds_nothing_and_the_loop_goes_o
     assert "error: Gemini could not be reached (timeout)" in out
     assert "not added to the conversation; /retry sends it again" in out
     assert contents(tmp_path)[0] == "second try" and len(contents(tmp_path)) == 2
+
+
+def test_sigterm_ends_the_chat_at_the_prompt_or_during_a_model_call_with_status_143(tmp_path: Path) -> None:
+    """SIGTERM (Terminated, what the chat's handler raises) is not Ctrl-C's "cancel this call":
+    it ends the chat, wherever it comes, with the conversation saved and the pending message unstored."""
+    status, out = chat(tmp_path, ["hello", Terminated(), "never read"])
+    assert status == 143 and "terminated (SIGTERM)" in out and "The conversation is saved" in out
+    assert contents(tmp_path)[0] == "hello" and len(contents(tmp_path)) == 2
+    model = RecordingChat(Terminated())
+    status, out = chat(tmp_path, ["second", "never read"], models=(model, OfflineEditor()))
+    assert status == 143 and "terminated (SIGTERM)" in out and "cancelled" not in out
+    assert len(model.calls) == 1 and "never read" not in out
+    assert len(contents(tmp_path)) == 2  # the answer it waited for is not stored
+
+
+def test_sigterm_as_a_subprocess_closes_and_checkpoints_the_database(tmp_path: Path) -> None:
+    """A real SIGTERM while the chat waits for input: status 143 (not a signal death), and
+    the database file alone (a backup's copy, no -wal) holds the conversation."""
+    db = tmp_path / "c.db"
+    env = {**os.environ, "PYTHONPATH": _python_path(), "PYTHONUNBUFFERED": "1"}
+    env.pop("GOOGLE_API_KEY", None)
+    command = [sys.executable, "-m", "context_gatekeeper.chat", "--offline", "--plain", "--db", str(db), "--session", "s"]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=env)
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(GDP + "\n")
+        process.stdin.flush()  # and left open: the chat waits for the next line
+        lines: list[str] = []
+        while not (lines and lines[-1].startswith("assistant:")):  # printed once the exchange is stored
+            line = process.stdout.readline()
+            assert line, f"the chat ended before answering: {''.join(lines)}"
+            lines.append(line)
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=60)
+    assert process.returncode == 143, out
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    shutil.copy(db, backup / db.name)  # the database file alone: nothing left only in -wal
+    transcript = Transcript("s", store=str(backup / db.name))
+    try:
+        assert [m.content for m in transcript.messages][0] == GDP and transcript.head == 1
+    finally:
+        transcript.store.close()
 
 
 def test_context_shows_what_the_model_saw_and_why(tmp_path: Path) -> None:

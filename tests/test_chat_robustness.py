@@ -553,6 +553,8 @@ def test_visible_keeps_newlines_tabs_and_every_printable_character() -> None:
     text = "line one\n\ttab 中文 é 😀 \u200b"
     assert visible(text) == text
     assert visible(f"a{ESC}[2Jb\x07\x9b\u202e") == "a\u241b[2Jb\u2407\ufffd\ufffd"
+    # the bidi marks (LRM, RLM, ALM) move the text around them as an override does
+    assert visible("pay 100\u200e-\u200f5 \u061cEUR") == "pay 100\ufffd-\ufffd5 \ufffdEUR"
 
 
 def test_the_offline_editor_writes_backslashes_as_typed_and_a_tab_may_follow_a_command(tmp_path: Path) -> None:

@@ -268,7 +268,8 @@ def shown_text(page: Page) -> str:
 def test_control_characters_and_bidi_overrides_are_drawn_never_obeyed(tmp_path: Path, page: Page) -> None:
     from context_gatekeeper.chat.visible import VISIBLE, visible
 
-    answer = "Pay to account 1234 \u202e9876 tnuocca ot ton\u202c. Ire\rland\b is \x1b[2J\x0b\x0c fine\x07 \x9b1m."
+    answer = ("Pay to account 1234 \u202e9876 tnuocca ot ton\u202c. Ire\rland\b is \x1b[2J\x0b\x0c fine\x07 \x9b1m "
+              "\u200f-5\u200e\u061c.")  # the bidi marks too: RLM, LRM, ALM
     name = "notes \u202etxt.exe\u202c"
     instruction = "it was Ice\u202eland, not Ireland"
     acted_on = {chr(code) for code in VISIBLE}
@@ -285,7 +286,8 @@ def test_control_characters_and_bidi_overrides_are_drawn_never_obeyed(tmp_path: 
         reply = page.locator('[data-testid="message"][data-role="assistant"]:not(.pending) .content')
         expect(reply).to_have_count(1)
         assert reply.text_content() == visible(answer) == (
-            "Pay to account 1234 \ufffd9876 tnuocca ot ton\ufffd. Ire\u240dland\u2408 is \u241b[2J\u240b\u240c fine\u2407 \ufffd1m."
+            "Pay to account 1234 \ufffd9876 tnuocca ot ton\ufffd. Ire\u240dland\u2408 is \u241b[2J\u240b\u240c fine\u2407 "
+            "\ufffd1m \ufffd-5\ufffd\ufffd."
         )
         obeys_nothing()
 

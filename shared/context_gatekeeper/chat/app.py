@@ -14,6 +14,9 @@
   database that cannot be opened or written (not a database, locked, read-only,
   a full disk) or a session log that cannot load: one line, status 1, no
   traceback, and nothing already stored is changed.
+* Ctrl-C at the prompt ends it with status 130, SIGTERM (at the prompt or during a
+  model call, whose answer is not stored) with 143: either way the conversation is
+  saved and the database closed and checkpointed (:mod:`.signals`).
 
 The transcript is a SQLite file (default: ``chat.sqlite3`` in the user's data
 directory, see :func:`default_db_path`); ``--session NAME`` picks or resumes a
@@ -39,6 +42,7 @@ from typing import IO, Any
 from .. import BudgetError, GatekeeperError, InvalidInputError, MissingExtraError, ModelUnavailableError
 from ..integration import take_estimate_notice
 from .session import PIN_RECORD_PREFIX, is_pin_record
+from .signals import EXIT_TERMINATED, Terminated, sigterm_as_ctrl_c
 
 __all__ = ["main", "build_parser", "default_db_path", "prepare_database", "token_notice", "missing_rich", "NO_KEY"]
 
@@ -216,27 +220,30 @@ def main(
     if isinstance(opened, int):
         return opened
     session = opened
-    try:
-        if reader is None:
-            source = sys.stdin if stdin is None else stdin
-            if stdin is None and hasattr(source, "reconfigure"):
-                source.reconfigure(errors="replace")  # undecodable input bytes become U+FFFD, not a crash
-            interactive = getattr(source, "isatty", lambda: False)()
-            reader = TerminalReader(console) if interactive else LineReader(source, renderer.echo)
-        name = session.transcript.session_id  # a new --session name as the name rules made it
-        loop = ChatLoop(session, renderer, reader, resume_hint=_resume_hint(args, db_given, name))
-        _banner(renderer, name, label, db, session.transcript.head)
-        if args.offline:
-            renderer.notice(OFFLINE_NOTICE)
-        if estimates:
-            renderer.notice(estimates)
-        if session.pins_problem:
-            renderer.error(session.pins_problem)
-        if session.transcript.head:
-            _show_stored(loop, renderer)
-        return loop.run()
-    finally:
-        session.transcript.store.close()
+    with sigterm_as_ctrl_c():  # SIGTERM ends the chat as Ctrl-C does, and the store is closed (checkpointed)
+        try:
+            if reader is None:
+                source = sys.stdin if stdin is None else stdin
+                if stdin is None and hasattr(source, "reconfigure"):
+                    source.reconfigure(errors="replace")  # undecodable input bytes become U+FFFD, not a crash
+                interactive = getattr(source, "isatty", lambda: False)()
+                reader = TerminalReader(console) if interactive else LineReader(source, renderer.echo)
+            name = session.transcript.session_id  # a new --session name as the name rules made it
+            loop = ChatLoop(session, renderer, reader, resume_hint=_resume_hint(args, db_given, name))
+            _banner(renderer, name, label, db, session.transcript.head)
+            if args.offline:
+                renderer.notice(OFFLINE_NOTICE)
+            if estimates:
+                renderer.notice(estimates)
+            if session.pins_problem:
+                renderer.error(session.pins_problem)
+            if session.transcript.head:
+                _show_stored(loop, renderer)
+            return loop.run()
+        except Terminated:  # SIGTERM before the loop ran (the loop handles its own)
+            return EXIT_TERMINATED
+        finally:
+            session.transcript.store.close()
 
 
 def _option_problem(args: argparse.Namespace) -> str | None:

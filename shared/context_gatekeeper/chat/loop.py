@@ -3,7 +3,9 @@
 Nothing is lost when something fails: the transcript is written to its store
 after each exchange or edit, a model error or Ctrl-C during a model call leaves
 it untouched (the loop shows the error and carries on), and Ctrl-C at the prompt
-or end of input leaves the loop with the conversation saved.  A store that
+or end of input leaves the loop with the conversation saved.  SIGTERM (inside
+:func:`~.signals.sigterm_as_ctrl_c`) leaves it wherever it comes, a model call
+abandoned unstored, with :data:`~.signals.EXIT_TERMINATED`.  A store that
 cannot be written (locked, read-only, a full disk) ends the loop with one line
 saying so and :data:`EXIT_STORE`: the failed write was rolled back, and what was
 stored before is kept.
@@ -17,10 +19,13 @@ from .commands import dispatch
 from .readers import Reader
 from .render import Renderer
 from .session import ChatSession
+from .signals import EXIT_TERMINATED, Terminated
 from ..integration import replace_lone_surrogates
 from .. import GatekeeperError, Revision
 
-__all__ = ["ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "store_failure", "is_store_failure"]
+__all__ = [
+    "ChatLoop", "EXIT_OK", "EXIT_STORE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "store_failure", "is_store_failure",
+]
 
 EXIT_OK = 0
 EXIT_STORE = 1
@@ -86,18 +91,19 @@ class ChatLoop:
         self.store_failed = False
 
     def run(self) -> int:
-        """Read and handle lines until /quit, end of input, Ctrl-C or a store failure; the exit status."""
+        """Read and handle lines until /quit, end of input, Ctrl-C at the prompt, SIGTERM
+        anywhere (:class:`~.signals.Terminated`) or a store failure; the exit status."""
         status = EXIT_OK
         while not self.done:
             try:
-                line = self.reader(self.renderer.prompt(self.editing))
+                self.handle(self.reader(self.renderer.prompt(self.editing)))
             except EOFError:
                 break
-            except KeyboardInterrupt:
-                self.renderer.notice("interrupted")
-                status = EXIT_INTERRUPTED
+            except KeyboardInterrupt as stop:  # handle() lets only Terminated through
+                terminated = isinstance(stop, Terminated)
+                self.renderer.notice("terminated (SIGTERM)" if terminated else "interrupted")
+                status = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
                 break
-            self.handle(line)
         if self.store_failed:
             self.renderer.info(f"Everything before that is saved. Resume it with: {self.resume_hint}")
             return EXIT_STORE
@@ -105,7 +111,8 @@ class ChatLoop:
         return status
 
     def handle(self, line: str) -> None:
-        """One line of input; errors are shown, never raised (a store failure ends the loop)."""
+        """One line of input; errors are shown, never raised (a store failure ends the loop).
+        Ctrl-C cancels what the line started; SIGTERM (:class:`~.signals.Terminated`) is raised."""
         text = replace_lone_surrogates(line).strip()  # undecodable input bytes become U+FFFD
         if not text:
             return
@@ -116,7 +123,9 @@ class ChatLoop:
                 self.edit(text)
             else:
                 self.chat(text)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
+            if isinstance(stop, Terminated):
+                raise  # the process is asked to end: run() stops
             self.renderer.notice("cancelled: nothing was changed")
         except Exception as exc:
             if is_store_failure(exc):  # the store cannot be written: say so once and stop

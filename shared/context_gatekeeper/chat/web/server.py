@@ -47,11 +47,9 @@ import html
 import ipaddress
 import json
 import secrets
-import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -76,6 +74,7 @@ from ... import (
     UnknownMessageError,
     UnknownTurnError,
 )
+from ..signals import sigterm_as_ctrl_c
 from ..visible import table_json
 from .service import WebChat, error_message
 
@@ -494,32 +493,10 @@ def serve(
     say("Ctrl-C stops the server; the conversations are saved as you go.")
     runner = _ReadyServer(app)
     try:
-        with _sigterm_as_ctrl_c():
+        with sigterm_as_ctrl_c():  # uvicorn raises SIGTERM again as it ends: Ctrl-C's path
             runner.server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
         sock.close()
     return 0
-
-
-@contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
-    """SIGTERM takes Ctrl-C's path while the server runs (main thread only: elsewhere it
-    cannot be handled).
-
-    uvicorn shuts down on either signal, then raises it again with the handler it found;
-    SIGTERM's default handler would end the process there, before the caller's
-    ``finally`` closes the store (the database left un-checkpointed, exit status 143).
-    With SIGINT's own handler (``signal.default_int_handler``) the second SIGTERM is a
-    :class:`KeyboardInterrupt`, as SIGINT's is.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
