@@ -13,7 +13,7 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Callable, List, Union
+from typing import Any, Callable, List
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
@@ -28,14 +28,8 @@ VECTORS: BoundedCache[tuple[str, str], array] = BoundedCache(maxsize=10_000)
 """Node vectors by ``(embedder name, text_hash(text))`` (the key every vector cache of the
 core uses), shared across calls, postprocessors and threads (an embedder's name identifies
 its model: :func:`context_gatekeeper.as_embedder`).  Kept as float32 arrays: 10,000
-vectors of 1,536 dimensions take about 60 MB.  An empty array (:data:`_REFUSED`) marks a
-text the embedder answered alone with an unusable vector: it is not asked again."""
-
-_REFUSED = array("f")
-"""The cache's entry for a text whose vector, asked alone, was unusable (no vector has length 0)."""
-
-_Found = Union[Sequence[float], UnusableVectorError]
-"""What one document call gave a text: its vector, or the :class:`UnusableVectorError` it got alone."""
+vectors of 1,536 dimensions take about 60 MB.  Only usable vectors are kept: a text the
+embedder answered with an unusable one is asked again with the next call's missing nodes."""
 
 def query_embedding(query: Any) -> list[float] | None:
     """The first usable embedding found on ``query`` and the bundles it wraps (one with
@@ -100,8 +94,7 @@ class NodeVectors:
         self, nodes: List[NodeWithScore], own: list[list[float] | None], dimension: int
     ) -> tuple[list[Any], list[tuple[int, str, tuple[str, str]]]]:
         """Each node's vector (its ``own`` embedding when it has the query's ``dimension``,
-        else the cache's; None for a text the embedder refused alone) and the nodes left to
-        embed.  A cache hit becomes the most recently used entry."""
+        else the cache's) and the nodes left to embed.  A cache hit becomes the most recently used entry."""
         vectors: list[Any] = []
         todo = []
         for i, item in enumerate(nodes):
@@ -110,9 +103,6 @@ class NodeVectors:
                 text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
                 key = (self.embedder.name, text_hash(text))
                 vector = self._cache.get(key)
-                if vector is not None and len(vector) == 0:  # refused alone before: lexical
-                    vectors.append(None)
-                    continue
                 if vector is not None and len(vector) != dimension:  # two models under one name
                     vector = None
                 if vector is None:
@@ -121,58 +111,55 @@ class NodeVectors:
         return vectors, todo
 
     def _remember(self, nodes: List[NodeWithScore], vectors: list[Any],
-                  todo: list[tuple[int, str, tuple[str, str]]], found: list[_Found]) -> None:
+                  todo: list[tuple[int, str, tuple[str, str]]], found: list[Sequence[float] | None]) -> None:
         """Keep the embedded nodes' vectors in the cache as float32 (4 bytes a value), of unit
         length (only their direction is used, and a value float32 cannot hold, beyond 3.4e38,
         would become infinite), and use them as kept: a node scores alike whether its vector
-        was just made or found again.  A text refused alone (an :class:`UnusableVectorError`
-        in ``found``) is kept as :data:`_REFUSED` and its node left lexical (vector None)."""
+        was just made or found again.  A node whose vector was unusable (``None`` in
+        ``found``) is selected by its words in this call, and its text asked again next time."""
         kept = []
         for (i, _, key), vector in zip(todo, found):
-            if isinstance(vector, UnusableVectorError):
-                self._refused(nodes[i].node.node_id, vector)
-                kept.append((key, _REFUSED))
+            if vector is None:
                 continue
             vectors[i] = held = array("f", unit_rows(vector)[0].tolist())
             kept.append((key, held))
         self._cache.put_many(kept)
 
-    def _refused(self, node_id: str, exc: UnusableVectorError) -> None:
-        """Log a node whose text got an unusable vector alone: a warning for the first of
-        this postprocessor, debug logs after.  The embedder answered: no outage (any outage
-        is over)."""
+    def _usable_rows(self, nodes: List[NodeWithScore], todo: list[tuple[int, str, tuple[str, str]]],
+                     exc: UnusableVectorError) -> list[Sequence[float] | None]:
+        """The documents call's usable vectors when only some were unusable (all zero, NaN):
+        those nodes alone go lexical, for this call, logged (a warning for this postprocessor's
+        first, debug logs after); the embedder answered, so no outage.  A reply that cannot be
+        split by text (a wrong count or dimension) is raised, and the call is lexical."""
+        if exc.rows is None:
+            raise exc
         self._state.answered()
-        first, self._unusable_nodes = self._unusable_nodes == 0, self._unusable_nodes + 1
+        bad = [nodes[i].node.node_id for (i, _, _), row in zip(todo, exc.rows) if row is None]
+        first, self._unusable_nodes = self._unusable_nodes == 0, self._unusable_nodes + len(bad)
         logger.log(
             logging.WARNING if first else logging.DEBUG,
-            "node %s: the embedder answered its text alone with an unusable vector (%s); that node is "
-            "selected by its words only (its text is not embedded again), the others by meaning too, no backoff%s",
-            node_id, exc, " (further ones are logged at debug level)" if first else "",
+            "node(s) %s: the embedder answered with an unusable vector (%s); those nodes are selected by their "
+            "words only in this call, the others by meaning too, no backoff%s",
+            ", ".join(bad), exc, " (further ones are logged at debug level)" if first else "",
         )
+        return list(exc.rows)
 
-    def _embed(self, texts: list[str]) -> list[_Found]:
-        """The texts' vectors, in one documents call.  When the embedder answers that call with
-        an unusable vector (one all zero, NaN, a count or dimension that does not fit), each
-        text is asked alone: a text that gets one alone has the error in its place, the
-        others their vectors.  Any other failure is raised."""
-        lane = self._state.documents
+    def _embed(self, nodes: List[NodeWithScore], todo: list[tuple[int, str, tuple[str, str]]]) -> list[Any]:
+        """The missing nodes' vectors, in one documents call (:meth:`_usable_rows` when some
+        come back unusable)."""
         try:
-            return list(self._call(self.embedder.embed_documents, texts, lane))
+            return list(self._call(self.embedder.embed_documents, [t for _, t, _ in todo], self._state.documents))
         except UnusableVectorError as exc:
-            if len(texts) == 1:
-                return [exc]
-        return [self._embed([text])[0] for text in texts]
+            return self._usable_rows(nodes, todo, exc)
 
-    async def _aembed(self, texts: list[str]) -> list[_Found]:
+    async def _aembed(self, nodes: List[NodeWithScore], todo: list[tuple[int, str, tuple[str, str]]]) -> list[Any]:
         """:meth:`_embed` with the embedder's async twin awaited."""
-        embedder, lane = self.embedder, self._state.documents
+        embedder = self.embedder
         try:
             return list(await self._await(embedder.aembed_documents, embedder._adocuments is not None,
-                                          embedder.embed_documents, texts, lane))
+                                          embedder.embed_documents, [t for _, t, _ in todo], self._state.documents))
         except UnusableVectorError as exc:
-            if len(texts) == 1:
-                return [exc]
-        return [(await self._aembed([text]))[0] for text in texts]
+            return self._usable_rows(nodes, todo, exc)
 
     def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
         """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
@@ -184,7 +171,7 @@ class NodeVectors:
                 query = self._call(self.embedder.embed_query, text, self._state.queries)
             vectors, todo = self._missing(nodes, own, len(query))
             if todo:
-                self._remember(nodes, vectors, todo, self._embed([t for _, t, _ in todo]))
+                self._remember(nodes, vectors, todo, self._embed(nodes, todo))
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
             return self._fail(exc)
         return self._ok(query, vectors)
@@ -200,7 +187,7 @@ class NodeVectors:
                                           embedder.embed_query, text, self._state.queries)
             vectors, todo = self._missing(nodes, own, len(query))
             if todo:
-                self._remember(nodes, vectors, todo, await self._aembed([t for _, t, _ in todo]))
+                self._remember(nodes, vectors, todo, await self._aembed(nodes, todo))
         except Exception as exc:  # noqa: BLE001
             return self._fail(exc)
         return self._ok(query, vectors)

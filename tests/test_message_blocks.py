@@ -28,3 +28,15 @@ def test_the_answer_is_a_new_list_each_time() -> None:
     first = lines_to_blocks("a\nb", ["a", "b"])
     first.append("changed")
     assert lines_to_blocks("a\nb", ["a", "b"]) == ["a", "b"]
+
+
+def test_a_long_single_line_edited_slightly_stays_in_its_block() -> None:
+    """A minified JSON line beside an image, one value changed: compared by the characters the
+    two lines share (``quick_ratio``) past :data:`MAX_PAIR_CHARS`, it stays before the image."""
+    from context_gatekeeper.records.blocks import MAX_PAIR_CHARS
+
+    blob = '{"items": [' + ", ".join(f'{{"id": {n}, "name": "item {n}"}}' for n in range(800)) + "]}"
+    assert len(blob) ** 2 > MAX_PAIR_CHARS
+    edited = blob.replace('"item 7"', '"item seven"')
+    assert lines_to_blocks(f"{edited}\nWhich item failed?\nThe last one.", [blob, "Which item failed?\nThe first one."]) == [
+        edited, "Which item failed?\nThe last one."]

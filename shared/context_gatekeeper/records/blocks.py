@@ -9,17 +9,22 @@ between them.
 from __future__ import annotations
 
 import difflib
-from functools import lru_cache
 
-__all__ = ["lines_to_blocks", "SAME_LINE", "MAX_LINE_PAIRS"]
+__all__ = ["lines_to_blocks", "SAME_LINE", "MAX_LINE_PAIRS", "MAX_PAIR_CHARS"]
 
 SAME_LINE = 0.5
 """How alike (``difflib`` ratio) a new line must be to an old one to stand in its place."""
 
-MAX_LINE_PAIRS = 2_000
-"""The most (new line, old line) pairs a replaced run is compared in: a longer run (a long
-pasted log rewritten whole) is spread over its old lines in proportion, so cutting a
-message costs milliseconds, not the square of its length (400 lines took 21 s)."""
+MAX_LINE_PAIRS = 5_000
+"""The most (new line, old line) pairs a replaced run is compared in (70 x 70 lines, pruned
+by ``difflib``'s cheap bounds: well under a second): a longer run (a long pasted log rewritten
+whole) is spread over its old lines in proportion instead (400 lines compared pair by pair
+took 21 s, on every read)."""
+
+MAX_PAIR_CHARS = 250_000
+"""Two lines whose lengths multiply past this (a minified JSON or base64 line of a few
+thousand characters) are scored by ``quick_ratio`` (their characters in common) instead of
+``ratio``, whose cost grows with that product (56,000 characters took 32 s)."""
 
 
 def lines_to_blocks(text: str, originals: list[str]) -> list[str | None]:
@@ -34,16 +39,11 @@ def lines_to_blocks(text: str, originals: list[str]) -> list[str | None]:
     >>> lines_to_blocks("Which cliffs?", ["Photo:", "Which cliffs?"])
     [None, 'Which cliffs?']
 
-    Adapters call it on every read of an edited message, so the answer is kept for the
-    latest texts (a small cache) and a long replaced run is not compared line by line
-    (:data:`MAX_LINE_PAIRS`).
+    Adapters call it on every read of an edited message, so its cost is bounded: a long
+    replaced run is not compared line by line (:data:`MAX_LINE_PAIRS`), nor two long lines
+    character by character (:data:`MAX_PAIR_CHARS`).  Nothing is kept between calls (no text
+    outlives the messages it came from).
     """
-    return list(_cut(text, tuple(originals)))
-
-
-@lru_cache(maxsize=256)
-def _cut(text: str, originals: tuple[str, ...]) -> tuple[str | None, ...]:
-    """:func:`lines_to_blocks`, kept by its arguments."""
     old_lines: list[str] = []
     owner: list[int] = []  # the block of each old line
     for index, original in enumerate(originals):
@@ -65,7 +65,7 @@ def _cut(text: str, originals: tuple[str, ...]) -> tuple[str | None, ...]:
             targets = _replaced(old_lines[i1:i2], owner[i1:i2], new_lines[j1:j2], before)
         for block, line in zip(targets, new_lines[j1:j2]):
             assigned[block].append(line)
-    return tuple("\n".join(lines) if lines else None for lines in assigned)
+    return ["\n".join(lines) if lines else None for lines in assigned]
 
 
 def _replaced(old: list[str], owners: list[int], new: list[str], before: int) -> list[int]:
@@ -101,7 +101,7 @@ def _most_alike(new: list[str], old: list[str], owners: list[int]) -> list[int |
             matcher.set_seq1(line)
             if matcher.real_quick_ratio() < top[k] or matcher.quick_ratio() < top[k]:
                 continue
-            ratio = matcher.ratio()
+            ratio = matcher.ratio() if len(line) * len(candidate) <= MAX_PAIR_CHARS else matcher.quick_ratio()
             if ratio > top[k] or (found[k] is None and ratio >= top[k]):
                 top[k], found[k] = ratio, owners[index]
     return found

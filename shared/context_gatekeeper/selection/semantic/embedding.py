@@ -65,7 +65,15 @@ class EmbeddingError(ModelUnavailableError):
 class UnusableVectorError(EmbeddingError):
     """An embedder answered, but with vectors that cannot be used (NaN or infinite values,
     an all-zero vector, the wrong count or dimensions).  Not an outage: a query falls back
-    to lexical scoring for that call only; a turn whose text gets one alone stays lexical."""
+    to lexical scoring for that call only; a turn whose text gets one alone stays lexical.
+
+    ``rows``: when the answer had the right count and one dimension and only some vectors
+    are unusable, each text's vector in order, ``None`` for the unusable ones (a caller may
+    keep the others); else ``None``."""
+
+    def __init__(self, message: str, rows: list[list[float] | None] | None = None) -> None:
+        super().__init__(message)
+        self.rows = rows
 
 
 def text_hash(text: str) -> str:
@@ -148,10 +156,14 @@ def check_vectors(vectors: Any, count: int, name: str) -> list[Vector]:
     dims = {len(v) for v in out}
     if len(dims) > 1 or 0 in dims:
         raise UnusableVectorError(f"embedder {name!r} returned vectors of dimensions {sorted(dims)}; expected one, > 0")
-    if any(not math.isfinite(x) for v in out for x in v):
-        raise UnusableVectorError(f"embedder {name!r} returned a vector with NaN or infinite values")
-    if any(not any(v) for v in out):
-        raise UnusableVectorError(f"embedder {name!r} returned an all-zero vector, which has no direction to compare")
+    unusable = [not all(map(math.isfinite, v)) or not any(v) for v in out]
+    if any(unusable):
+        rows: list[list[float] | None] = [None if bad else v for v, bad in zip(out, unusable)]
+        if any(not all(map(math.isfinite, v)) for v in out):
+            raise UnusableVectorError(f"embedder {name!r} returned a vector with NaN or infinite values", rows)
+        raise UnusableVectorError(
+            f"embedder {name!r} returned an all-zero vector, which has no direction to compare", rows
+        )
     return out
 
 
