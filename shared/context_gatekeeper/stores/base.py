@@ -187,15 +187,16 @@ MAX_SECONDS = 2_147_483.647
 """The longest wait a database driver takes, in seconds (2**31 - 1 milliseconds)."""
 
 
-def checked_seconds(name: str, value: object, *, zero: bool) -> float:
+def checked_seconds(name: str, value: object, *, zero: bool, hint: str = "") -> float:
     """``value`` (an argument ``name`` of a store) as seconds to wait: a finite number of
-    seconds, above 0 (``zero``: or 0), up to :data:`MAX_SECONDS`."""
+    seconds, above 0 (``zero``: or 0), up to :data:`MAX_SECONDS`; ``hint`` ends the error."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidTypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+        raise InvalidTypeError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}{hint}")
     if not (0 <= value <= MAX_SECONDS) or (value == 0 and not zero):  # NaN fails every comparison
         least = "0 or more" if zero else "more than 0"
         raise InvalidInputError(
-            f"{name} must be a number of seconds, {least} and at most {MAX_SECONDS} (about 24 days), got {value!r}"
+            f"{name} must be a number of seconds, {least} and at most {MAX_SECONDS} (about 24 days), got "
+            f"{value!r}{hint}"
         )
     return float(value)
 

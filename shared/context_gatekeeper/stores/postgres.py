@@ -698,22 +698,11 @@ def _open_pool(dsn: str, options: PoolOptions) -> ConnectionPool:
     return pool
 
 
-_MAX_LOCK_TIMEOUT = 2_147_483.647
-"""The longest ``lock_timeout`` PostgreSQL takes, in seconds (2**31 - 1 milliseconds)."""
-
-
 def _checked_lock_timeout(value: object) -> float | None:
-    """``lock_timeout`` when it is None or a positive number of seconds."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidTypeError(f"lock_timeout must be a number of seconds or None, got {type(value).__name__}")
-    if not (0 < value <= _MAX_LOCK_TIMEOUT):  # PostgreSQL keeps it as an int of milliseconds
-        raise InvalidInputError(
-            f"lock_timeout must be a positive number of seconds up to {_MAX_LOCK_TIMEOUT} (about 24 days), got "
-            f"{value!r}; pass None to wait as long as the server's lock_timeout says"
-        )
-    return float(value)
+    """``lock_timeout`` when it is None or a positive number of seconds PostgreSQL can keep
+    (an int of milliseconds: :func:`~.base.checked_seconds`)."""
+    hint = "; pass None to wait as long as the server's lock_timeout says"
+    return None if value is None else checked_seconds("lock_timeout", value, zero=False, hint=hint)
 
 
 def _checked_pool_options(min_size: object, max_size: object, connect_timeout: object) -> PoolOptions:
