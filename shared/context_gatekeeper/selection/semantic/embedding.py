@@ -156,14 +156,13 @@ def check_vectors(vectors: Any, count: int, name: str) -> list[Vector]:
     dims = {len(v) for v in out}
     if len(dims) > 1 or 0 in dims:
         raise UnusableVectorError(f"embedder {name!r} returned vectors of dimensions {sorted(dims)}; expected one, > 0")
-    unusable = [not all(map(math.isfinite, v)) or not any(v) for v in out]
-    if any(unusable):
-        rows: list[list[float] | None] = [None if bad else v for v, bad in zip(out, unusable)]
-        if any(not all(map(math.isfinite, v)) for v in out):
-            raise UnusableVectorError(f"embedder {name!r} returned a vector with NaN or infinite values", rows)
-        raise UnusableVectorError(
-            f"embedder {name!r} returned an all-zero vector, which has no direction to compare", rows
-        )
+    nonfinite = [not all(map(math.isfinite, v)) for v in out]
+    zero = [not any(v) for v in out]
+    if any(nonfinite) or any(zero):
+        rows: list[list[float] | None] = [None if a or b else v for v, a, b in zip(out, nonfinite, zero)]
+        what = ("a vector with NaN or infinite values" if any(nonfinite)
+                else "an all-zero vector, which has no direction to compare")
+        raise UnusableVectorError(f"embedder {name!r} returned {what}", rows)
     return out
 
 
