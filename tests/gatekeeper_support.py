@@ -40,9 +40,14 @@ class CountingGatekeeper(ContextGatekeeper):
         self.calls["replace"] += 1
         super().replace_turn(*args, **kwargs)
 
-    def remove_turn(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls["remove"] += 1
-        return super().remove_turn(*args, **kwargs)
+    def replace_turns(self, texts: Any) -> None:
+        self.calls["replace"] += len(texts)  # a turn replaced, alone or with others
+        super().replace_turns(texts)
+
+    def remove_turns(self, turn_ids: Any) -> Any:  # remove_turn goes through it
+        turn_ids = list(turn_ids)
+        self.calls["remove"] += len(turn_ids)  # a turn removed, alone or with others
+        return super().remove_turns(turn_ids)
 
     def clear(self) -> None:
         self.calls["clear"] += 1

@@ -70,6 +70,46 @@ def test_removed_turn_is_never_selected_and_its_id_is_unknown() -> None:
         gk.remove_turn(1)
 
 
+def _held(gk: ContextGatekeeper) -> tuple:
+    return [(t.id, t.user, t.assistant) for t in gk.turns], gk.pinned, list(gk._history.labels)
+
+
+def test_remove_turns_removes_many_at_once_and_drops_their_pins() -> None:
+    gk = make()
+    ids = [gk.add_turn(f"Kafka partition question {k}", f"answer {k}") for k in range(5)]
+    gk.pin(ids[1])
+    gone = gk.remove_turns([ids[3], ids[1]])
+    assert [t.id for t in gone] == [ids[3], ids[1]]  # in the order given
+    assert [t.id for t in gk.turns] == [ids[0], ids[2], ids[4]] and not gk.pinned
+
+
+@pytest.mark.parametrize("ids", [[1, 99], [2, 2], [1, "2"]])
+def test_remove_turns_is_all_or_nothing(ids) -> None:
+    gk = make()
+    for k in range(3):
+        gk.add_turn(f"Redis lock question {k}", f"answer {k}")
+    gk.pin(1)
+    before = _held(gk)
+    with pytest.raises((UnknownTurnError, InvalidInputError)):
+        gk.remove_turns(ids)
+    assert _held(gk) == before
+
+
+def test_replace_turns_is_all_or_nothing() -> None:
+    gk = make()
+    for k in range(3):
+        gk.add_turn(f"Redis lock question {k}", f"answer {k}")
+    before = _held(gk)
+    with pytest.raises(UnknownTurnError):
+        gk.replace_turns({1: ("sourdough starter", "feed it"), 99: ("x", "y")})
+    with pytest.raises(InvalidTypeError, match="mapping of turn id"):
+        gk.replace_turns([(1, ("x", "y"))])  # type: ignore[arg-type]
+    assert _held(gk) == before
+    gk.replace_turns({1: ("sourdough starter", "feed it"), 3: ("rye flour", "denser")})
+    assert [(t.user, t.assistant) for t in gk.turns] == [
+        ("sourdough starter", "feed it"), ("Redis lock question 1", "answer 1"), ("rye flour", "denser")]
+
+
 @pytest.mark.parametrize("bad_id", [0, 99, -1, "1", 1.0, True, None])
 def test_unknown_ids_raise_a_named_key_error(bad_id) -> None:
     gk = make()

@@ -22,6 +22,8 @@ operation = st.one_of(
     st.tuples(st.just("replace"), st.integers(0, 30), turn),
     st.tuples(st.just("remove"), st.integers(0, 30)),
     st.tuples(st.just("pin"), st.integers(0, 30)),
+    st.tuples(st.just("remove_many"), st.lists(st.integers(0, 30), max_size=5)),
+    st.tuples(st.just("replace_many"), st.lists(st.tuples(st.integers(0, 30), turn), max_size=4)),
 )
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -49,6 +51,10 @@ def apply(gk: ContextGatekeeper, ops) -> None:
             gk.remove_turn(ids[op[1] % len(ids)])
         elif ids and kind == "pin":
             gk.pin(ids[op[1] % len(ids)])
+        elif ids and kind == "remove_many":
+            gk.remove_turns(list(dict.fromkeys(ids[k % len(ids)] for k in op[1])))
+        elif ids and kind == "replace_many":
+            gk.replace_turns({ids[k % len(ids)]: texts for k, texts in op[1]})
 
 
 def rebuilt(gk: ContextGatekeeper) -> tuple[ContextGatekeeper, dict[int, int]]:

@@ -628,3 +628,43 @@ def test_a_pin_follows_its_turn_when_a_revision_moves_turns(how: str) -> None:
     assert gk.pinned == selection.pinned_turn_ids and gk.pinned[0] not in (1, 2, 3)  # a new id
     t.set(m[4:] + m[2:4])  # the style guide's turn removed, the others moved
     assert gate.explain("espresso grind?").pinned_turn_ids == () and gk.pinned == ()
+
+
+class _Turn:
+    def __init__(self, key: str, user: str, assistant: str) -> None:
+        self.key, self.texts = key, (user, assistant, ())
+
+
+def _labels_computed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time a turn's segment label is computed (not found cached)."""
+    from context_gatekeeper.selection import history
+
+    computed: list[int] = []
+    real = history.next_label
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        computed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(history, "next_label", counted)
+    return computed
+
+
+@pytest.mark.parametrize("change", ["new keys", "new texts"])
+def test_a_list_replaced_whole_is_segmented_once_a_turn_not_once_a_turn_per_change(
+    monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    from context_gatekeeper.transcripts.transcript_gate import TurnIndex
+
+    n = 40
+    index = TurnIndex(ContextGatekeeper(token_budget=500, token_counter=len))
+    index.sync([_Turn(f"a{k}", f"{TOPICS[k % 4][0]} ({k})", TOPICS[k % 4][1]) for k in range(n)])
+    computed = _labels_computed(monkeypatch)
+    key = "b" if change == "new keys" else "a"
+    replaced = [_Turn(f"{key}{k}", f"Another chat about sourdough, question {k}?", f"Answer {k}.") for k in range(n)]
+    index.sync(replaced)
+    # each new turn's label once (removing and re-placing one by one computed ~n * n / 2)
+    assert len(computed) <= 2 * n
+    fresh = ContextGatekeeper(token_budget=500, token_counter=len)
+    fresh.insert_turns(None, [t.texts for t in replaced])
+    assert list(index.gatekeeper._history.labels) == list(fresh._history.labels)

@@ -321,12 +321,34 @@ class ContextGatekeeper(SemanticMethods):
             )
             self._history.replace(turn_id, *texts)
 
+    def replace_turns(
+        self, texts: Mapping[int, tuple[str, str] | tuple[str, str, Iterable[str]]]
+    ) -> None:
+        """Replace several turns' texts at once (turn id -> ``(user, assistant)`` or
+        ``(user, assistant, tool_texts)``, whole texts), keeping ids and positions: the
+        result :meth:`replace_turn` gives turn by turn, in less time (later turns are
+        segmented once).  All or nothing: an unknown id, bad texts or a failing token count
+        raise before any turn changes."""
+        if not isinstance(texts, Mapping):
+            raise InvalidTypeError(f"replace_turns takes a mapping of turn id -> texts, got {type(texts).__name__}")
+        given = {turn_id: _turn_texts(*_turn_parts(turn)) for turn_id, turn in texts.items()}
+        with self._lock:
+            self._history.replace_many(given)
+
     def remove_turn(self, turn_id: int) -> Turn:
         """Remove a turn; other ids are never renumbered, and this one is never reused."""
+        return self.remove_turns([turn_id])[0]
+
+    def remove_turns(self, turn_ids: Iterable[int]) -> list[Turn]:
+        """Remove several turns at once and return them, in the order given: the result
+        :meth:`remove_turn` gives turn by turn, in less time (later turns are segmented
+        once, so replacing a long history costs what indexing it costs).  All or nothing:
+        an unknown or repeated id raises before any turn is removed."""
+        ids = list(turn_ids)
         with self._lock:
-            turn = self._history.remove(turn_id)
-            self._pinned.discard(turn_id)
-            return turn
+            turns = self._history.remove_many(ids)
+            self._pinned.difference_update(ids)
+            return turns
 
     def clear(self) -> None:
         """Remove every turn (ids are still never reused); the system prompt and summary stay."""

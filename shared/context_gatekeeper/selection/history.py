@@ -314,27 +314,51 @@ class TurnHistory:
 
     def replace(self, turn_id: int, user: str, assistant: str, tool_texts: tuple[str, ...]) -> None:
         """New texts for a turn; its id and position stay."""
-        position = self.position(turn_id)
-        turn = Turn(turn_id, user, assistant, tool_texts)
-        prepared = self._prepare(turn)  # may raise: nothing has changed yet
-        self.index.remove(turn_id)
-        self.total_cost -= self.costs[turn_id]
-        self._store(turn, prepared)
-        self._resegment_from(position)
+        self.replace_many({turn_id: (user, assistant, tool_texts)})
+
+    def replace_many(self, texts: Mapping[int, tuple[str, str, tuple[str, ...]]]) -> None:
+        """New texts for turns (id -> texts); ids and positions stay.  The state :meth:`replace`
+        gives one by one, with the turns after the first segmented once instead of after each
+        replacement.  Every turn is prepared before anything changes (an unknown id or a
+        failing token count changes nothing)."""
+        if not texts:
+            return
+        start = min(self.position(turn_id) for turn_id in texts)
+        turns = [Turn(turn_id, *parts) for turn_id, parts in texts.items()]
+        prepared = [self._prepare(turn) for turn in turns]  # may raise: nothing has changed yet
+        for turn, ready in zip(turns, prepared):
+            self.index.remove(turn.id)
+            self.total_cost -= self.costs[turn.id]
+            self._store(turn, ready)
+        self._resegment_from(start)
 
     def remove(self, turn_id: int) -> Turn:
         """Take a turn out; later turns move up one position."""
-        position = self.position(turn_id)
-        turn = self.turns.pop(turn_id)
-        self.total_cost -= self.costs[turn_id]
+        return self.remove_many([turn_id])[0]
+
+    def remove_many(self, turn_ids: Sequence[int]) -> list[Turn]:
+        """Take turns out (distinct ids) and return them, in the order given; later turns move
+        up.  The state :meth:`remove` gives one by one, with the turns after the first
+        segmented once instead of after each removal (a list replaced whole costs what
+        indexing it costs, not its square).  An unknown id changes nothing."""
+        if not turn_ids:
+            return []
+        start = min(self.position(turn_id) for turn_id in turn_ids)  # may raise: nothing has changed yet
+        gone = set(turn_ids)
+        if len(gone) != len(turn_ids):
+            raise InvalidInputError("each turn id may be removed once; the ids given repeat one")
+        removed = []
+        for turn_id in turn_ids:
+            removed.append(self.turns.pop(turn_id))
+            self.total_cost -= self.costs.pop(turn_id)
+            del self.positions[turn_id], self.inputs[turn_id], self._turn_keys[turn_id]
+            self.index.remove(turn_id)
         if self.changed is not None:
-            self.changed.add(turn_id)
-        del self.order[position], self.positions[turn_id], self.costs[turn_id], self.inputs[turn_id]
-        del self._turn_keys[turn_id]
-        self.index.remove(turn_id)
-        self._renumber_from(position)
-        self._resegment_from(position)
-        return turn
+            self.changed.update(gone)
+        self.order[start:] = [turn_id for turn_id in self.order[start:] if turn_id not in gone]
+        self._renumber_from(start)
+        self._resegment_from(start)
+        return removed
 
     def recost(self, costs: dict[int, int]) -> None:
         """New token costs for every turn (``costs``: turn id -> tokens, each turn's), as the

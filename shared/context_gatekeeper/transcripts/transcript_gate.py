@@ -166,8 +166,9 @@ class TurnIndex:
     The one sync routine behind :class:`TranscriptGate` and the adapters' per-thread
     indexes.  A turn is a :class:`MessageTurn` or anything with its ``key`` and
     ``texts`` (:class:`IndexedTurn`).  Turns are identified by :attr:`MessageTurn.key`: a key seen before whose
-    texts changed is re-indexed in place (``replace_turn``), a key no longer present is
-    removed, a new key is inserted where it stands; when keys the gatekeeper already
+    texts changed is re-indexed in place (``replace_turns``), keys no longer present are
+    removed (``remove_turns``), new keys are inserted where they stand (``insert_turns``),
+    each kind at once, so a list replaced whole costs what indexing it costs; when keys the gatekeeper already
     holds now stand in another order, the index is rebuilt: every turn gets a new
     gatekeeper turn id (ids are not stable across a rebuild; keys are), and a pinned turn
     that is still there is pinned again under its new id (pins follow the turn's key).
@@ -202,9 +203,10 @@ class TurnIndex:
             self._texts.clear()
         if not self.ids and turns:
             self.builds += 1
-        for key in [k for k in self.ids if k not in present]:
-            gk.remove_turn(self.ids.pop(key))
-            del self._texts[key]
+        gone = [k for k in self.ids if k not in present]
+        gk.remove_turns([self.ids[k] for k in gone])  # at once: a list replaced whole is not quadratic
+        for key in gone:
+            del self.ids[key], self._texts[key]
         self._place_all(turns, None)
         self._order = keys
         self._pin_again()
@@ -250,6 +252,7 @@ class TurnIndex:
         whose texts changed is re-indexed in place, and each run of new keys is inserted
         at once (:meth:`ContextGatekeeper.insert_turns`)."""
         run: list[IndexedTurn] = []
+        changed: dict[int, IndexedTurn] = {}  # held turns whose texts changed, by gatekeeper id
         for turn in turns:
             turn_id = self.ids.get(turn.key)
             if turn_id is None:
@@ -258,14 +261,15 @@ class TurnIndex:
             if run:
                 self._insert(run, previous)
                 run = []
-            texts = turn.texts
-            if self._texts[turn.key] != texts:
-                user, assistant, tools = _indexed(texts)
-                self.gatekeeper.replace_turn(turn_id, user, assistant, tool_texts=tools)
-            self._texts[turn.key] = texts
+            if self._texts[turn.key] != turn.texts:
+                changed[turn_id] = turn
             previous = turn_id
         if run:
             self._insert(run, previous)
+        if changed:  # ids and positions stay: re-indexed at once, later turns segmented once
+            self.gatekeeper.replace_turns({turn_id: _indexed(turn.texts) for turn_id, turn in changed.items()})
+            for turn in changed.values():
+                self._texts[turn.key] = turn.texts
 
     def _insert(self, run: list[IndexedTurn], previous: int | None) -> None:
         """Insert turns with new keys after gatekeeper turn ``previous``, in order and at once:
