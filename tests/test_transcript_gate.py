@@ -225,9 +225,10 @@ def test_message_turn_texts_are_one_text_a_message() -> None:
     def check(parts: list[tuple[str, str]]) -> None:
         messages = tuple(Message(f"m{n}", role, text) for n, (role, text) in enumerate(parts))  # type: ignore[arg-type]
         answers = [m.content for m in messages if m.role == "assistant"]
-        expected = (
-            "\n".join(m.content for m in messages if m.role == "user"),
-            answers[-1] if answers else "",
+        users = [m.content for m in messages if m.role == "user"]
+        expected = (  # a message sent with no text is read as the placeholder: priced as a message
+            "\n".join(users) or ("…" if users else ""),
+            (answers[-1] or "…") if answers else "",
             (*answers[:-1], *(m.content for m in messages if m.role in ("tool", "system"))),
         )
         assert MessageTurn("m0", messages).texts == expected
@@ -579,8 +580,8 @@ def test_the_transcript_must_be_a_transcript(transcript: Any) -> None:
 def test_a_turn_with_no_text_holds_its_place_and_matches_no_word() -> None:
     """An image sent alone and an empty answer: the turn is indexed (it keeps its place and
     topic) with text that gives no anchor, so a query that says "text" does not keep it as
-    a word match, and it is priced as the empty turn it is (the "\\n" every turn is counted
-    with, and the one placeholder character), not as a phrase."""
+    a word match, and it is priced as the two empty messages it is (a placeholder character
+    each, and each its message_overhead), not as a phrase."""
     image = {"type": "image_url", "image_url": {"url": "https://example.org/cat.png"}}
     t = Transcript("s")
     t.append(user="How do I parse a CSV file in Python?", assistant="Use the csv module: csv.reader(open(path)).")
@@ -594,11 +595,11 @@ def test_a_turn_with_no_text_holds_its_place_and_matches_no_word() -> None:
         selection = gate.explain(query)
         assert textless not in selection.turn_ids, query
         assert not any("text" in row.covered for row in selection.scores), query
-    assert gate.gatekeeper.turn_cost(textless) == len("…")
+    assert gate.gatekeeper.turn_cost(textless) == 2 * len("…")  # two messages sent, each one placeholder
     tiktoken_gate = TranscriptGate(t, message_overhead=0)  # the default counter: as an empty turn
     tiktoken_gate.sync()
     count = tiktoken_gate.gatekeeper.options.count
-    assert tiktoken_gate.gatekeeper.turn_cost(textless) == count("…") == 1
+    assert tiktoken_gate.gatekeeper.turn_cost(textless) == 2 * count("…") == 2
     # what is sent for it is its own messages, never the placeholder
     sent = gate.select_messages("What is in the picture I sent before the France question?", token_budget=10_000)
     assert "…" not in [m.content for m in sent]
@@ -668,3 +669,19 @@ def test_a_list_replaced_whole_is_segmented_once_a_turn_not_once_a_turn_per_chan
     fresh = ContextGatekeeper(token_budget=500, token_counter=len)
     fresh.insert_turns(None, [t.texts for t in replaced])
     assert list(index.gatekeeper._history.labels) == list(fresh._history.labels)
+
+
+@pytest.mark.parametrize("overhead", [0, 3])
+def test_messages_sent_without_text_are_charged_their_overhead(overhead: int) -> None:
+    """An image sent alone and a blank answer are sent: each costs its message_overhead, so
+    what select_messages hands out stays within token_budget."""
+    image = [{"type": "image_url", "image_url": {"url": "https://example.com/rack.png"}}]
+    t = Transcript("s")
+    for n in range(6):
+        t.append(messages=[{"role": "user", "content": "", "parts": image},
+                           {"role": "assistant", "content": f"redis rack photo {n}: cabling"}])
+    t.append(messages=[{"role": "user", "content": "Which rack is the redis one?"}, {"role": "assistant", "content": ""}])
+    gate = TranscriptGate(t, token_budget=60, token_counter=len, message_overhead=overhead)
+    sent = gate.select_messages("redis rack photo cabling", include_open=False)
+    assert sent
+    assert sum(len(m.content) + overhead for m in sent) <= 60

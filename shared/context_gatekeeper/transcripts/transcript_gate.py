@@ -61,7 +61,8 @@ class MessageTurn:
         messages = self.messages
         if len(messages) == 2:  # a question and its answer (most turns): the texts as they are
             first, second = messages
-            if first.role == "user" and second.role == "assistant" and not second.metadata.get("tool_calls"):
+            if (first.role == "user" and second.role == "assistant" and not second.metadata.get("tool_calls")
+                    and first.content and second.content):
                 return first.content, second.content, ()
         return indexed_texts(
             [m.content for m in messages if m.role == "user"],
@@ -125,8 +126,13 @@ def indexed_texts(
     whether it ends with a question); the earlier assistant messages (an agent's tool calls)
     and the other messages are tool texts.  The gatekeeper costs a turn by its texts with one
     ``message_overhead`` each, so each message sent is one text: an agent turn of several
-    answers is not priced as one message (it went over the budget by the overhead of each)."""
-    return "\n".join(users), answers[-1] if answers else "", (*answers[:-1], *others)
+    answers is not priced as one message (it went over the budget by the overhead of each).
+    A message that is sent but has no text (an image alone, an empty answer) is read as
+    :data:`NO_TEXT`, so it is charged its ``message_overhead`` like any other message (the
+    gatekeeper reads an empty text as no message)."""
+    user = "\n".join(users) or (NO_TEXT if users else "")
+    answer = (answers[-1] or NO_TEXT) if answers else ""
+    return user, answer, (*answers[:-1], *others)
 
 
 class IndexedTurn(Protocol):
