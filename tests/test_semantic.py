@@ -958,6 +958,37 @@ def test_follow_up_turns_far_in_meaning_go_unless_the_query_points_back() -> Non
     assert pointing.gate.cues.reference and pointing.turn_ids == (1, 2, 3)
 
 
+
+def test_a_query_of_no_content_words_keeps_the_latest_turn_whatever_its_meaning() -> None:
+    # "why?" says nothing: its vector is no yardstick for the turns its follow-up leans on
+    vectors = {"opener": [1.0, 0.0, 0.0, 0.0], "middle": [0.7, 0.7, 0.0, 0.0], "latest": [0.0, 0.0, 1.0, 0.0],
+               "why": [1.0, 0.05, 0.0, 0.0]}
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [next(v for k, v in vectors.items() if k in t.lower()) for t in texts]
+
+    chat = [("opener: redis lock ttl sizing", "redis lock ttl longer than the job"),
+            ("middle: redis lock watchdog renewal", "redis lock watchdog renews the ttl"),
+            ("latest: redis lock ttl 30 seconds then", "ok redis lock ttl 30 s, watchdog every 10 s")]
+    lexical = gatekeeper_over(chat, None).explain("why?")
+    hybrid = gatekeeper_over(chat, embed).explain("why?")
+    assert 3 in lexical.turn_ids and hybrid.turn_ids == lexical.turn_ids
+
+
+def test_a_turn_let_go_for_its_meaning_shows_why_in_explain() -> None:
+    # a turn that was never a candidate (kept as a follow-up) and then let go still gets a record
+    pools = {"db": ("connections", "connection", "postgres", "database", "db", "cores", "server", "timeouts", "idle"),
+             "swim": ("swimming", "lanes", "laps", "chlorine", "goggles", "water", "filter", "lane")}
+    chat = [
+        ("How big should the connection pool be for Postgres?", "Start near twice the cores of the database server."),
+        ("Our swimming pool has cloudy water", "Shock it with chlorine and run the filter overnight."),
+        ("What about the pool lanes for laps?", "Book a lane early; goggles help with the chlorine."),
+    ]
+    selection = gatekeeper_over(chat, HashEmbedder(pools, dim=4096)).explain("timeouts?")
+    assert selection.turn_ids == (1,)
+    shown = {r.turn_id: (r.kept, r.reason) for r in selection.scores}
+    assert shown == {1: (True, "follow-up"), 2: (False, "meaning far off"), 3: (False, "meaning far off")}
+
 TRAM_THEN_BEACH_AND_TAXES = [
     ("How much is a ticket for the Lisbon tram 28?", "A single ride on tram 28 costs three euros on board."),
     ("Where does the Lisbon tram 28 start?", "Tram 28 starts at Martim Moniz square."),

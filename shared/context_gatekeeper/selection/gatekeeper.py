@@ -536,7 +536,8 @@ class ContextGatekeeper(SemanticMethods):
         for turn_id in exclude:
             kept.reasons.pop(turn_id, None)
         if not over_budget:
-            drop_unrelated(view, history, p, kept, bool(cues.reference))
+            # a query with no content words ("why?") has no meaning to judge its follow-ups by
+            drop_unrelated(view, history, p, kept, bool(cues.reference) or total_weight <= 0)
         turn_ids = tuple(sorted(kept.reasons, key=history.positions.__getitem__))
         # the coverable anchors some kept turn holds (a few anchors, each looked up in the kept
         # turns' sets, instead of a set of every anchor of every kept turn)

@@ -387,7 +387,7 @@ def score_records(
     in_pool = {c.turn_id for c in pool}
     shown = list(pool) + [
         candidates.get(t) or Candidate(t, history.positions[t], history.costs[t])
-        for t in kept.reasons
+        for t in (*kept.reasons, *(t for t in kept.dropped if t not in kept.reasons))  # a let-go turn shows why
         if t not in in_pool
     ]
     for c in shown if view is not None else ():
