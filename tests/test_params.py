@@ -112,6 +112,57 @@ def test_a_knob_the_fitted_gate_replaced_still_works_but_warns(name):
     assert getattr(params, name) == 99.0
 
 
+_DEPRECATED_CALLS = [  # (the call, the knob it passes), each as a user's script writes it
+    ("SelectionParams(reference_override=3.0)", "reference_override"),
+    ("SelectionParams.preset('recall', semantic_topic_floor=0.1)", "semantic_topic_floor"),
+    ("SelectionParams().with_(semantic_words_share=0.1)", "semantic_words_share"),
+    ("dataclasses.replace(SelectionParams(), semantic_topic_margin=0.9)", "semantic_topic_margin"),
+    ("GateOptions(params=SelectionParams(semantic_reference_drop=0.9))", "semantic_reference_drop"),
+    ("GateOptions.of(token_counter=len, new_angle_factor=3.0)", "new_angle_factor"),
+    ("GateOptions(token_counter=len).with_(reference_override=4.0)", "reference_override"),
+    ("ContextGatekeeper(semantic_switch_z=1.0, token_counter=len)", "semantic_switch_z"),
+    ("ContextGatekeeper(preset='recall', semantic_words_share=0.2, token_counter=len)", "semantic_words_share"),
+]
+
+
+def test_a_deprecated_knob_warns_in_the_callers_script_under_default_filters(tmp_path):
+    """Python's default filters show a DeprecationWarning only when it names code of ``__main__``:
+    each warning names the line of the user's script that passed the knob, however many of
+    the library's calls lie between (``ContextGatekeeper`` -> ``GateOptions.of`` -> ``with_``)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "user_script.py"
+    header = ["import dataclasses", "from context_gatekeeper import ContextGatekeeper, GateOptions, SelectionParams"]
+    script.write_text("\n".join(header + [call for call, _ in _DEPRECATED_CALLS]) + "\n", "utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "PYTHONDEVMODE")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for line, (call, knob) in enumerate(_DEPRECATED_CALLS, start=len(header) + 1):
+        assert f"{script}:{line}: DeprecationWarning: SelectionParams.{knob} no longer changes selection" in done.stderr, (
+            call, done.stderr)
+    assert "context_gatekeeper" not in done.stderr  # no warning named after a frame of the library
+
+
+def test_caller_stacklevel_names_the_first_frame_outside_the_library():
+    import warnings
+
+    from context_gatekeeper import ContextGatekeeper
+    from context_gatekeeper.selection.params import caller_stacklevel
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ContextGatekeeper(semantic_switch_z=1.0, token_counter=len)
+        SelectionParams.preset("recall", semantic_topic_floor=0.1)
+    assert [(w.filename, w.category) for w in caught] == [(__file__, DeprecationWarning)] * 2
+
+    def here() -> int:
+        return caller_stacklevel()
+
+    assert here() == 1  # a function outside the library warns in its own name
+
+
 def test_the_defaults_raise_no_deprecation_warning(recwarn):
     SelectionParams()
     SelectionParams.preset("recall")

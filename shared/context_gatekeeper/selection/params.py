@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -29,7 +30,37 @@ from ..errors import InvalidInputError, InvalidTypeError
 from .anchors import AnchorKind, extract
 from .scoring import IDF_FORMULAS
 
-__all__ = ["SelectionParams", "ReadOnlyDict", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "DEPRECATED_PARAMS"]
+__all__ = [
+    "SelectionParams", "ReadOnlyDict", "SWITCH_FEATURES", "PREFERENCE_FEATURES", "DEPRECATED_PARAMS", "caller_stacklevel",
+]
+
+_PASSED_OVER = frozenset({"context_gatekeeper", "langchain_gatekeeper", "llamaindex_gatekeeper", "dataclasses"})
+"""Modules whose frames :func:`caller_stacklevel` passes over: the core, both adapters (they
+pass settings through), and ``dataclasses`` (its ``replace`` builds a record on behalf of
+whoever calls it)."""
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` made by the function that calls this one
+    that names the first frame outside the library (:data:`_PASSED_OVER`): the user's
+    code that passed the setting, however many of the library's calls lie between.  Python's
+    default filters show a ``DeprecationWarning`` only when it names code of ``__main__``, so
+    a warning named after a frame of the library would never be seen.  (Where every frame is
+    the library's, the outermost one.)"""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).partition(".")[0] in _PASSED_OVER:
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _warn_deprecated(name: str) -> None:
+    """Warn that the field ``name`` of :data:`DEPRECATED_PARAMS` was set, naming the caller."""
+    warnings.warn(
+        f"SelectionParams.{name} no longer changes selection: {DEPRECATED_PARAMS[name]}", DeprecationWarning,
+        stacklevel=caller_stacklevel(),
+    )
 
 
 class ReadOnlyDict(dict):  # str -> float in SelectionParams
@@ -464,12 +495,9 @@ class SelectionParams:
     a phrase or an identifier each of its words."""
 
     def __post_init__(self) -> None:
-        for name, replacement in DEPRECATED_PARAMS.items():
+        for name in DEPRECATED_PARAMS:
             if getattr(self, name) != _DEFAULTS.get(name, getattr(self, name)):
-                warnings.warn(
-                    f"SelectionParams.{name} no longer changes selection: {replacement}", DeprecationWarning,
-                    stacklevel=3,
-                )
+                _warn_deprecated(name)
         self._freeze_dicts()
         self._check_scalars()
         if self.idf not in IDF_FORMULAS:
@@ -561,10 +589,7 @@ class SelectionParams:
             copy = replace(self, **changes)
         for name in DEPRECATED_PARAMS.keys() & changes.keys():
             if changes[name] != _DEFAULTS.get(name):
-                warnings.warn(
-                    f"SelectionParams.{name} no longer changes selection: {DEPRECATED_PARAMS[name]}",
-                    DeprecationWarning, stacklevel=2,
-                )
+                _warn_deprecated(name)
         return copy
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
