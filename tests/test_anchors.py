@@ -332,6 +332,50 @@ def test_normalise_folds_width_and_case():
     assert normalise("Straße") == "strasse"
 
 
+_INVISIBLE = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
+"""Soft hyphen, zero-width space, non-joiner and joiner, word joiner, byte-order mark: text
+pasted from a web page or a PDF holds them inside words."""
+
+
+@pytest.mark.parametrize("char", list(_INVISIBLE))
+@pytest.mark.parametrize("query", [False, True])
+def test_an_invisible_character_inside_a_word_does_not_split_it(char, query):
+    assert extract(f"Kuber{char}netes", query=query) == extract("Kubernetes", query=query)
+    assert extract(f"Our Kuber{char}netes up{char}grade{char}", query=query).counts == Counter(
+        {"kubernet": 1, "upgrad": 1})
+    assert anchors(f"max{char}_retries in asyncio.{char}gather v3.{char}11") == anchors(
+        "max_retries in asyncio.gather v3.11")
+    assert anchors(f"锁{char}续租 ＴＴ{char}Ｌ") == anchors("锁续租 ＴＴＬ")
+    assert normalise(f"BY THE{char} WAY Kuber{char}netes") == "by the way kubernetes"
+
+
+def test_removing_invisible_characters_keeps_emoji_and_right_to_left_text():
+    # a joiner inside an emoji sequence goes (emoji are no anchors); the words beside it stay apart
+    assert anchors("family \U0001f468\u200d\U0001f469\u200d\U0001f467 trip") == {"family", "trip"}
+    # right-to-left words and the bidirectional marks between them are read as before
+    assert anchors("\u0645\u0631\u062d\u0628\u0627 \u200f\u0628\u0627\u0644\u0639\u0627\u0644\u0645 Redis") == {
+        "\u0645\u0631\u062d\u0628\u0627", "\u0628\u0627\u0644\u0639\u0627\u0644\u0645", "redis"}
+    assert anchors("\u05e9\u05dc\u05d5\u05dd\u200e Redis") == {"\u05e9\u05dc\u05d5\u05dd", "redis"}
+    # a non-joiner inside a Persian word leaves the word whole
+    assert anchors("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == {"\u0645\u06cc\u062e\u0648\u0627\u0647\u0645"}
+    # removed before NFKC: a combining accent after a joiner composes with its letter
+    assert anchors("cafe\u200d\u0301") == anchors("caf\u00e9")
+
+
+def test_a_turn_with_an_invisible_character_inside_a_word_is_still_found():
+    """A turn pasted from a web page or PDF ("Kuber\u00adnetes") is kept for a query naming
+    Kubernetes, as the same turn typed plainly is."""
+    from context_gatekeeper import ContextGatekeeper
+
+    for char in ["", *_INVISIBLE]:
+        gk = ContextGatekeeper(token_budget=500, token_counter=len, message_overhead=0)
+        gk.add_turn(f"Our Kuber{char}netes upgrade plan for Friday", "Drain the nodes one at a time.")
+        gk.add_turn("Best pizza dough hydration?", "About 65% for a home oven.")
+        gk.add_turn("And the oven temperature?", "As hot as it goes, 250 C or more.")
+        selection = gk.explain("Which Kubernetes version do we run?")
+        assert selection.turn_ids == (1,), (hex(ord(char)) if char else "none", selection.decision)
+
+
 @given(st.text(max_size=200), st.booleans())
 def test_extract_never_raises_and_is_well_formed(text, query):
     ta = extract(text, query=query)
@@ -594,7 +638,7 @@ def _reference_extract(text: str, query: bool) -> TextAnchors:
 
     from context_gatekeeper.selection import anchors as module
 
-    text = unicodedata.normalize("NFKC", text)
+    text = unicodedata.normalize("NFKC", "".join(c for c in text if c not in _INVISIBLE))
     found: list[str] = []
     for match in module._QUOTED.finditer(text):
         phrase = next(g for g in match.groups() if g is not None).strip().casefold()
@@ -612,7 +656,7 @@ def _reference_extract(text: str, query: bool) -> TextAnchors:
 
 
 @given(st.one_of(
-    st.text(alphabet="ab_Z1 29.:->`\"v3x\n\t,'éÅ锁脑裂１２٣?-", max_size=60),
+    st.text(alphabet="ab_Z1 29.:->`\"v3x\n\t,'éÅ锁脑裂１２٣?-\u00ad\u200b", max_size=60),
     st.lists(st.sampled_from(_PLAIN_WORDS + ["9abc", "22x", "x22", "v2.0", "3.11", "1", "07", "_9", " ", ", ", ". ",
                                              "\n", "-", "!", "(s0)", "e.g."]), max_size=24).map("".join)),
     st.booleans())

@@ -129,6 +129,50 @@ def test_invalid_arguments_are_rejected_up_front() -> None:
         select_covering(QUERY, [TTL], costs=[1], target=0)
 
 
+@pytest.mark.parametrize("bad", [2.9, 3.0, True, False, float("nan"), float("inf"), "3", None, 1 + 0j])
+def test_a_cost_that_is_not_an_int_is_refused_naming_it(bad) -> None:
+    """A float cost was truncated (two texts of 2.9 tokens kept within a budget of 4), a
+    bool taken as 1 or 0, NaN, a string or None failed with a bare builtin error."""
+    from context_gatekeeper.errors import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError, match=r"costs\[1\] must be an int >= 0 \(a number of tokens\), got ") as caught:
+        select_covering(QUERY, [TTL, FENCING], costs=[2, bad], token_budget=4)
+    assert repr(bad)[:20] in str(caught.value) and "costs=None" in str(caught.value)
+
+
+def test_fractional_costs_never_let_the_kept_texts_pass_the_budget() -> None:
+    from context_gatekeeper.errors import InvalidTypeError
+
+    texts = ["Redis lock TTL sizing", "Redis watchdog renewal"]
+    with pytest.raises(InvalidTypeError, match="math.ceil"):
+        select_covering("Redis lock TTL watchdog renewal", texts, costs=[2.9, 2.9], token_budget=4)
+    rounded_up = select_covering("Redis lock TTL watchdog renewal", texts, costs=[3, 3], token_budget=4)
+    assert len(rounded_up.kept) == 1 and rounded_up.tokens_kept == 3
+
+
+def test_a_negative_cost_is_refused_naming_it() -> None:
+    from context_gatekeeper.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"costs\[2\] must be an int >= 0 .* got -1; .*costs=None"):
+        select_covering(QUERY, [TTL, FENCING, BREAD], costs=[1, 0, -1])
+
+
+def test_costs_that_are_not_a_list_are_refused() -> None:
+    from context_gatekeeper.errors import InvalidTypeError
+
+    for bad in (5, "12", (c for c in [1, 2]), {0: 1, 1: 2}):
+        with pytest.raises(InvalidTypeError, match="costs must be a list of ints"):
+            select_covering(QUERY, [TTL, FENCING], costs=bad)  # type: ignore[arg-type]
+
+
+def test_integer_costs_of_any_integral_type_are_taken_as_ints() -> None:
+    numpy = pytest.importorskip("numpy")
+    result = select_covering(QUERY, [FENCING, BREAD, TTL], costs=numpy.array([10, 10, 10]), token_budget=25)
+    assert result.tokens_kept == 20 and type(result.tokens_kept) is int
+    assert all(type(e.cost) is int for e in result.explanations)
+    assert select_covering(QUERY, [FENCING, TTL], costs=(numpy.int32(4), 6)).tokens_total == 10
+
+
 def test_empty_candidates() -> None:
     result = select_covering(QUERY, [], costs=[])
     assert result.kept == [] and result.explanations == [] and "kept 0 of 0" in str(result)
@@ -371,3 +415,15 @@ def test_ascii_stand_in_has_the_anchors_of_the_text_it_stands_for() -> None:
         assert found & asked == asked & set(extract_anchors(text).counts)
         plain += 1
     assert stood > 300 and plain == 2
+
+
+def test_an_invisible_character_inside_a_word_is_read_as_extract_reads_it() -> None:
+    """A soft hyphen or zero-width space inside a word (text pasted from a web page or a PDF)
+    is removed, as extract removes it: the stand-in and ``held_anchors`` find "Kubernetes"."""
+    from context_gatekeeper.selection.coverage import _ascii_stand_in, held_anchors
+
+    for char in "\u00ad\u200b\u200c\u200d\u2060\ufeff":
+        text = f"Our Kuber{char}netes upgrade \u2014 Friday"
+        assert _ascii_stand_in(text) == "Our Kubernetes upgrade ? Friday"
+        assert held_anchors("Which Kubernetes version?")(text) == frozenset({"kubernet"})
+        assert select_covering("Which Kubernetes version?", [text, BREAD], costs=[5, 5], fallback=False).kept == [0]

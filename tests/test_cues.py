@@ -213,6 +213,17 @@ def test_chinese_cue_words_leave_no_anchor_behind(text):
         assert not any(a in cue for a in anchors if len(a) > 1), (cue, anchors)
 
 
+@pytest.mark.parametrize("char", list("\u00ad\u200b\u200c\u200d\u2060\ufeff"))
+def test_invisible_characters_split_neither_a_cue_nor_a_word(char):
+    # soft hyphen, zero-width space / non-joiner / joiner, word joiner, byte-order mark
+    found, content = strip_cues(f"By the way{char}, back{char} to Kuber{char}netes: is i{char}t up?")
+    assert found.switch == ("by the way",)
+    assert found.returning == ("back to",)
+    assert found.reference == ("it",)
+    assert content.split() == [",", "Kubernetes:", "is", "up?"]
+    assert find_cues(normalise(f"{char}换个{char}话题")).switch == ("换个话题",)
+
+
 def test_strip_cues_keeps_case_for_identifiers_and_folds_full_width():
     found, content = strip_cues("ＢＹ ＴＨＥ ＷＡＹ, TaskGroup?")
     assert found.switch == ("by the way",)

@@ -38,18 +38,18 @@ the query's terms are kept on their meaning (``"semantic"``) when the budget all
 
 from __future__ import annotations
 
+import numbers
 import re
-import unicodedata
 from collections import Counter
 from heapq import heapify, heappop, heappush
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .anchors import anchors_near, extract
+from .anchors import anchors_near, extract, visible
 from .cues import strip_cues
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, InvalidTypeError
 from .gate import anchor_weights
 from .params import SelectionParams
 from .scoring import coverage_gain
@@ -270,14 +270,37 @@ def _explanation(
 
 
 def _costs(texts: Sequence[str], costs: Sequence[int] | None, token_counter: TokenCounterLike) -> list[int]:
-    if costs is not None:
-        if len(costs) != len(texts):
-            raise InvalidInputError(f"got {len(costs)} costs for {len(texts)} texts; pass one cost per text")
-        if any(c < 0 for c in costs):
-            raise InvalidInputError(f"costs must be >= 0, got {min(costs)!r}; pass token counts (or None to count them)")
-        return [int(c) for c in costs]
-    count = resolve_token_counter(token_counter)
-    return [count(t) for t in texts]
+    """Each text's cost: ``costs`` checked (one whole number of tokens ``>= 0`` per text, as
+    :func:`~context_gatekeeper.validation.require_budget` asks of a budget: ``bool`` refused,
+    NumPy integers taken as ints; a float is refused, not truncated, so the kept texts never
+    cost more than the budget), or each text counted with ``token_counter``."""
+    if costs is None:
+        count = resolve_token_counter(token_counter)
+        return [count(t) for t in texts]
+    if isinstance(costs, (str, bytes, Mapping)) or not isinstance(costs, Sized) or not isinstance(costs, Iterable):
+        raise InvalidTypeError(
+            f"costs must be a list of ints (one token count per text), got {type(costs).__name__}; "
+            "pass a list, or None to count them"
+        )
+    if len(costs) != len(texts):
+        raise InvalidInputError(f"got {len(costs)} costs for {len(texts)} texts; pass one cost per text")
+    checked: list[int] = []
+    for index, cost in enumerate(costs):
+        if type(cost) is not int:
+            if isinstance(cost, bool) or not isinstance(cost, numbers.Integral):
+                raise InvalidTypeError(
+                    f"costs[{index}] must be an int >= 0 (a number of tokens), got {type(cost).__name__} "
+                    f"{cost!r:.60}; pass whole token counts (round a fraction up: math.ceil), or costs=None "
+                    "to count them"
+                )
+            cost = int(cost)  # a NumPy integer
+        if cost < 0:
+            raise InvalidInputError(
+                f"costs[{index}] must be an int >= 0 (a number of tokens), got {cost!r}; pass the tokens the "
+                "text costs, or costs=None to count them"
+            )
+        checked.append(cost)
+    return checked
 
 
 def _fallback(costs: list[int], budget: int | None, matched: list[tuple[str, ...]]) -> list[CoverageExplanation]:
@@ -351,9 +374,11 @@ def _ascii_stand_in(text: str) -> str | None:
     """For a text beyond ASCII: an ASCII text with the same anchors (each character beyond
     ASCII a ``?``), or None when there may be none.
 
-    It exists when ``text`` is NFKC-normal (:func:`~context_gatekeeper.selection.anchors.extract`
-    reads it as it is), holds no ``"`` nor backtick (a quoted phrase or code span would hold
-    those characters), and none of its characters beyond ASCII is a word character (a
+    It is read from ``text`` as :func:`~context_gatekeeper.selection.anchors.extract` reads it
+    (:func:`~context_gatekeeper.selection.anchors.visible`: NFKC-normalised, invisible characters
+    such as a soft hyphen or zero-width space removed, so "Kuber\u00adnetes" stands in as
+    "Kubernetes"), and exists when that text holds no ``"`` nor backtick (a quoted phrase or
+    code span would hold those characters), and none of its characters beyond ASCII is a word character (a
     letter, digit or CJK character: ``\\w``) or a quote mark extract reads (``\u201c\u201d\u300c\u300d\u300e\u300f``): dashes,
     emoji, joiners and curly apostrophes in English chat.  Each pattern of extract then
     treats such a character as it treats a ``?`` (it is in no word, identifier, joiner,
@@ -367,12 +392,11 @@ def _ascii_stand_in(text: str) -> str | None:
     >>> _ascii_stand_in("Great run \u2014 see you \U0001f4aa"), _ascii_stand_in("caf\u00e9"), _ascii_stand_in('say \u201chi\u201d')
     ('Great run ? see you ?', None, None)
     """
+    text = visible(text)
     if '"' in text or "`" in text:
         return None
     beyond = text.encode("utf-8", "surrogatepass").translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
     if _WORD_CHAR.search(beyond) is not None or not _QUOTE_MARKS.isdisjoint(beyond):
-        return None
-    if not unicodedata.is_normalized("NFKC", text):
         return None
     return text.encode("ascii", "replace").decode("ascii")
 
@@ -571,7 +595,8 @@ def select_covering(
             characters are read).
         texts: the candidate texts, in their order of preference (ties go to the earlier).
         token_budget: most tokens the kept candidates may cost together; None: no limit.
-        costs: each text's token cost; counted with ``token_counter`` when omitted.
+        costs: each text's token cost, an ``int >= 0`` (NumPy integers too); counted with
+            ``token_counter`` when omitted.
         token_counter: any form :func:`tokens.resolve_token_counter` accepts (default:
             tiktoken ``cl100k_base``, offline).
         corpus: document frequencies for anchor weights; default: the candidates'.
@@ -598,8 +623,10 @@ def select_covering(
 
     Raises:
         BudgetError: a ``token_budget`` that is not an ``int >= 0`` (:func:`~context_gatekeeper.validation.require_budget`).
-        ValueError: ``costs`` or ``anchors`` of the wrong length, negative ``costs``;
-            ``target`` outside (0, 1].
+        InvalidInputError: (a ``ValueError``) ``costs`` or ``anchors`` of the wrong length, a
+            negative cost; ``target`` outside (0, 1].
+        InvalidTypeError: (a ``TypeError``) ``costs`` that is not a list, or a cost that is
+            not an int (a float, a bool, NaN, a string, None).
     """
     params = params or SelectionParams()
     if token_budget is not None:  # None: no limit

@@ -5,7 +5,8 @@
   the current one aside ("never mind that", "先不管这个了");
 * return cues ("回到", "back to"): the user goes back to an earlier topic.
 
-Matching is on the normalised (NFKC, case-folded) text; English cues match whole
+Matching is on the normalised text (:func:`anchors.normalise`: NFKC, invisible characters
+such as a zero-width space removed, case-folded); English cues match whole
 words only, Chinese cues match as substrings.
 
 Cues steer the gate; they are never content.  :func:`strip_cues` returns the cues
@@ -24,10 +25,9 @@ so they never outweigh a switch cue.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 
-from .anchors import trie_pattern
+from .anchors import trie_pattern, visible
 
 __all__ = [
     "Cues",
@@ -158,14 +158,15 @@ def find_cues(normalised_text: str) -> Cues:
 
 
 def strip_cues(text: str) -> tuple[Cues, str]:
-    """The cues of ``text`` and its content: the NFKC-normalised text with every cue
+    """The cues of ``text`` and its content: the text as anchors read it (NFKC-normalised,
+    invisible characters removed: :func:`anchors.visible`) with every cue
     blanked out (replaced by a space), case kept for identifier splitting.
 
     >>> cues, content = strip_cues("Back to the moka pot: by the way, is it hot?")
     >>> cues.returning, cues.switch, content.split()
     (('back to',), ('by the way',), ['the', 'moka', 'pot:', ',', 'is', 'hot?'])
     """
-    text = unicodedata.normalize("NFKC", text)
+    text = visible(text)  # NFKC, no invisible character splitting a word or a cue
     cues, spans = _scan(text)
     if not spans:
         return cues, text
