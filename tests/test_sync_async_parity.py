@@ -62,8 +62,8 @@ NO_TWIN: dict[str, dict[str, str]] = {
         **{
             name: IN_MEMORY
             for name in (
-                "add_turn", "clear", "get_turn", "insert_turn", "insert_turns", "pin", "remove_turn",
-                "cost_of", "current_options", "empty_copy", "pinned_cost", "replace_turn", "segments", "topics", "turn_cost", "unpin",
+                "add_turn", "clear", "get_turn", "insert_turn", "insert_turns", "pin", "remove_turn", "remove_turns",
+                "cost_of", "current_options", "empty_copy", "pinned_cost", "replace_turn", "replace_turns", "segments", "topics", "turn_cost", "unpin",
             )
         },
         "take_cached": "reads the vector cache, which may be a store (I/O): an async caller runs it in a worker "
