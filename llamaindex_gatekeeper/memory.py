@@ -35,6 +35,9 @@ comes back ahead of its question.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import difflib
+import inspect
 import os
 import threading
 from collections.abc import Callable, Sequence, Sized
@@ -53,6 +56,7 @@ from context_gatekeeper import (
     InvalidTypeError,
     Message,
     Selection,
+    SelectionParams,
     Store,
     Strategy,
     Transcript,
@@ -123,7 +127,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         session_id: which conversation of the store this is; it cannot be reassigned (build
             another memory for another session).
         tokenizer_fn: ``text -> sequence of tokens``; chat engines count their prefix
-            messages with it.  It counts exactly as the memory's budget does.
+            messages with it.  It counts exactly as the memory's budget does (one of
+            ``tokenizer_fn=`` / ``token_counter=`` sets both; passing both is refused).
     """
 
     token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT)
@@ -154,10 +159,19 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         **data: Any,
     ) -> None:
         data.pop("class_name", None)  # model_dump() output, as LlamaIndex's from_dict drops it
+        _refuse_unknown_keywords(data)  # before GateOptions.of, whose list names what this memory refuses
         fields = {k: data.pop(k) for k in ("token_limit", "session_id", "tokenizer_fn") if k in data}
         if "session_id" in fields:
             require_session_id(fields["session_id"])
-        tokenizer_fn = _require_tokenizer(fields.pop("tokenizer_fn", None))
+        given_tokenizer = fields.pop("tokenizer_fn", None)
+        if given_tokenizer is not None and token_counter is not None and not _paired(given_tokenizer, token_counter):
+            raise InvalidTypeError(
+                "pass tokenizer_fn= or token_counter=, not both: chat engines count their prefix (the system "
+                "prompt) with memory.tokenizer_fn and the budget must count alike. tokenizer_fn= (text -> sequence "
+                "of tokens) also sets the budget's count (the length of what it returns); token_counter= "
+                "(text -> int) also sets tokenizer_fn (that many tokens)"
+            )
+        tokenizer_fn = _require_tokenizer(given_tokenizer)
         semantic: dict[str, Any] = {
             k: v for k, v in (("embedder", embedder), ("embed_timeout", embed_timeout)) if v is not None
         }
@@ -192,7 +206,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         if token_counter is None and tokenizer_fn is not None:
             token_counter = _token_count_of(tokenizer_fn)
         count = resolve_token_counter(token_counter)
-        self.tokenizer_fn = tokenizer_fn or (lambda text: range(count(text)))
+        self.tokenizer_fn = _pair(tokenizer_fn or (lambda text: range(count(text))), count)
         self._count = count
         self._lock = threading.RLock()
         self._default_model = default_model
@@ -298,8 +312,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
                 with neither ``model=`` nor ``llm=``, ``edit`` uses Gemini (``GOOGLE_API_KEY``).
             store: ``None`` (in memory), a SQLite file path, or any core ``Store``.
             session_id: the conversation's key in the store (a non-empty str).
-            tokenizer_fn / token_counter: how to count tokens (default: tiktoken
-                ``cl100k_base``, offline).  ``tokenizer_fn`` is a callable text -> sequence
+            tokenizer_fn / token_counter: how to count tokens, one or the other (default: tiktoken
+                ``cl100k_base``, offline); both together raise ``InvalidTypeError``, as the
+                budget and ``memory.tokenizer_fn`` (which engines count their prefix with) must
+                count alike.  ``tokenizer_fn`` is a callable text -> sequence
                 of tokens (as ``ChatMemoryBuffer`` takes it), tried once on a short text
                 before the store is opened: anything else, or one that returns a count,
                 raises the library's error (a count is ``token_counter=``).
@@ -875,12 +891,98 @@ def _token_count_of(tokenizer_fn: Callable[[str], Any]) -> Callable[[str], int]:
     return lambda text: len(tokenizer_fn(text))
 
 
+def _pair(tokenizer_fn: Callable[[str], Any], count: Callable[[str], int]) -> Callable[[str], Any]:
+    """A memory's own ``tokenizer_fn``: ``tokenizer_fn`` (unwrapped, when it is another memory's)
+    in a new function that knows ``count``, the budget's counter it agrees with: a copy of the
+    memory passes both back (:func:`~.serialisation.deep_copy`), and :func:`_paired` accepts them."""
+    source = getattr(tokenizer_fn, "_tokens_of", tokenizer_fn)
+
+    def tokenizer(text: str) -> Any:
+        return source(text)
+
+    tokenizer.__name__ = getattr(source, "__name__", type(source).__name__)
+    tokenizer._tokens_of = source  # type: ignore[attr-defined]  # mypy types no attributes set on a function
+    tokenizer._counts_with = count  # type: ignore[attr-defined]
+    tokenizer._checked_tokenizer = True  # type: ignore[attr-defined]
+    return tokenizer
+
+
+def _paired(tokenizer_fn: Any, token_counter: Any) -> bool:
+    """Whether ``tokenizer_fn`` and ``token_counter`` are one memory's own pair (its
+    ``tokenizer_fn`` and the counter its budget uses, as a copy passes them): they count alike."""
+    return getattr(tokenizer_fn, "_counts_with", None) is token_counter
+
+
+_CONSTRUCTOR_ONLY = ("strategy", "max_deletion_share")
+"""Keywords ``from_defaults`` passes through ``**keywords`` that are not gate settings."""
+
+_OTHER_MEMORIES = {
+    "chat_store": "ChatMemoryBuffer's; pass store= instead (None: in memory; a SQLite file path; or a core "
+                  "Store such as SQLiteStore(path) or PostgresStore(...): a LlamaIndex chat store keeps no revisions)",
+    "chat_store_key": "ChatMemoryBuffer's; pass session_id= instead (the conversation's key in the store)",
+    "chat_history": "from_defaults'; pass it to GatekeeperMemory.from_defaults(chat_history=...)",
+    **dict.fromkeys(("memory_blocks", "token_flush_size", "chat_history_token_ratio", "insert_method"),
+                    "Memory's; GatekeeperMemory has no memory blocks and never flushes (get selects what fits "
+                    "token_limit): leave it out"),
+    **dict.fromkeys(("async_database_uri", "async_engine", "table_name", "db_schema"),
+                    "Memory's; pass store= instead (a SQLite file path, or a core Store such as PostgresStore(...))"),
+}
+"""What other LlamaIndex memories' keywords are here (``token_budget``, the core's, has its own error)."""
+
+
+def _gate_keywords() -> set[str]:
+    """The gate settings ``__init__`` takes as keywords: the fields of ``GateOptions`` and
+    ``SelectionParams`` (read from them, so a new field is taken at once) and ``preset``."""
+    own = {f.name for f in dataclasses.fields(GateOptions) if f.init}
+    return own | {"preset"} | {f.name for f in dataclasses.fields(SelectionParams)}
+
+
+def _refuse_unknown_keywords(data: dict[str, Any]) -> None:
+    """``InvalidTypeError`` for a keyword ``GatekeeperMemory`` does not take, saying what another
+    memory's keyword is here and listing only the keywords it takes (``token_budget`` has its
+    own error, raised after this)."""
+    accepted = {"token_limit", "session_id", "tokenizer_fn", "token_budget"} | _gate_keywords()
+    unknown = sorted(str(name) for name in data if name not in accepted)
+    if not unknown:
+        return
+    notes = []
+    for name in unknown:
+        if name in _OTHER_MEMORIES:
+            notes.append(f"{name}= is {_OTHER_MEMORIES[name]}")
+        else:
+            close = difflib.get_close_matches(name, sorted(_listed_keywords() | _gate_keywords()), n=1)
+            if close:
+                notes.append(f"{name}= may be {close[0]}= misspelt")
+    listed = ", ".join(sorted(_listed_keywords()))
+    raise InvalidTypeError(
+        f"GatekeeperMemory got unexpected keyword argument(s) {unknown}"
+        + (f": {'; '.join(notes)}" if notes else "")
+        + f". GatekeeperMemory.from_defaults takes {listed}, and any field of context_gatekeeper.SelectionParams "
+        "(the selection tunables, such as top_m); see help(GatekeeperMemory.from_defaults)"
+    )
+
+
+def _listed_keywords() -> set[str]:
+    """The keywords the error of :func:`_refuse_unknown_keywords` lists: ``from_defaults``' own,
+    :data:`_CONSTRUCTOR_ONLY` and the fields of ``GateOptions`` (less its ``token_budget``: here
+    ``token_limit``)."""
+    named = {
+        name for name, parameter in inspect.signature(GatekeeperMemory.from_defaults).parameters.items()
+        if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+    own = {f.name for f in dataclasses.fields(GateOptions) if f.init} | {"preset"}
+    return named | set(_CONSTRUCTOR_ONLY) | (own - {"token_budget"})
+
+
 def _refuse_session_change(current: str, wanted: Any) -> None:
     """``InvalidTypeError``: a memory's session cannot be changed in place."""
     raise InvalidTypeError(
         f"session_id of a GatekeeperMemory cannot be changed ({current!r} to {wanted!r}): it names the session "
         "its transcript is stored under, and a new label would not move it. For another conversation build "
-        f"another memory: GatekeeperMemory.from_defaults(store=memory.store, session_id={wanted!r}, ...)"
+        "another memory on a store you open, share and close yourself: store = SQLiteStore(path) (from "
+        f"context_gatekeeper), then GatekeeperMemory.from_defaults(store=store, session_id={wanted!r}, ...) for "
+        "each session, and store.close() when all are done (a memory built from a path owns its store and "
+        "closes it on close(), which would break every memory sharing it)"
     )
 
 

@@ -52,6 +52,7 @@ The postprocessor never writes node metadata or scores: it returns the very
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, NamedTuple, Optional, Union
@@ -308,6 +309,10 @@ def _scored(nodes: Any) -> List[NodeWithScore]:
                          "(wrap a bare node as NodeWithScore(node=node, score=None))")
 
 
+_STATE = ("_count", "_floor", "_counter_key", "_vectors")
+"""The private attributes :meth:`GatekeeperNodePostprocessor._install` sets from a :class:`_State`."""
+
+
 class _State(NamedTuple):
     """What a postprocessor resolves from its ``token_counter``, ``embedder`` and ``embed_timeout``."""
 
@@ -319,6 +324,10 @@ class _State(NamedTuple):
 
 _RESOLVED = ("token_counter", "embedder", "embed_timeout")
 """The fields :func:`_resolved` reads: assigning one resolves them anew."""
+
+_SHARED = ("token_counter", "embedder")
+"""The fields a deep copy shares with the original, as the memory's copy does: models, not data
+(an embedder holds clients, locks and lanes, and a counter a tokenizer; both select alike shared)."""
 
 
 def _resolved(token_counter: Any, embedder: Any, embed_timeout: Optional[float]) -> _State:
@@ -460,9 +469,31 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
                 f"model_copy(update=...) got {unknown}; pass fields of GatekeeperNodePostprocessor "
                 f"({sorted(type(self).model_fields)})"
             )
-        copied = super().model_copy(deep=deep)
+        copied = super().model_copy(deep=deep)  # deep: __deepcopy__
         for name, value in changes.items():
             setattr(copied, name, value)
+        return copied
+
+    def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "GatekeeperNodePostprocessor":
+        """A copy that selects exactly as this one (``copy.deepcopy``, ``model_copy(deep=True)``).
+
+        The fields are deep-copied, except :data:`_SHARED` (the embedder, which holds clients,
+        locks and lanes, and the token counter), which the copy shares; its private state is
+        resolved anew from them as the constructor resolves it, so it shares the process-wide
+        caches (:data:`FACTS`, :data:`ANCHORS`, :data:`~.node_vectors.VECTORS`) and the
+        embedder's outage state, as every postprocessor does."""
+        memo = {} if memo is None else memo
+        cls = type(self)
+        copied = cls.__new__(cls)
+        memo[id(self)] = copied
+        fields = {name: value if name in _SHARED else copy.deepcopy(value, memo) for name, value in self.__dict__.items()}
+        object.__setattr__(copied, "__dict__", fields)
+        object.__setattr__(copied, "__pydantic_extra__", copy.deepcopy(self.__pydantic_extra__, memo))
+        object.__setattr__(copied, "__pydantic_fields_set__", set(self.__pydantic_fields_set__))
+        rest = {name: value for name, value in (self.__pydantic_private__ or {}).items()
+                if name not in _STATE}  # a subclass's, copied as pydantic copies them
+        object.__setattr__(copied, "__pydantic_private__", copy.deepcopy(rest, memo))
+        copied._install(_resolved(copied.token_counter, copied.embedder, copied.embed_timeout))
         return copied
 
     def _install(self, state: _State) -> None:

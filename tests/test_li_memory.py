@@ -252,6 +252,90 @@ def test_tokenizer_fn_and_token_counter_count_alike():
     assert custom.gate.gatekeeper.turn_cost(1) == by_length.gate.gatekeeper.turn_cost(1) >= 4  # the budget too
 
 
+def test_tokenizer_fn_and_token_counter_together_are_refused_before_the_store_is_opened(tmp_path: Path) -> None:
+    # accepted, they counted apart: the budget by token_counter (characters here), while
+    # SimpleChatEngine counted its system prompt with memory.tokenizer_fn (words): 11 for 73
+    from context_gatekeeper import InvalidTypeError
+
+    path = tmp_path / "chats.db"
+    with pytest.raises(InvalidTypeError, match="tokenizer_fn= or token_counter=, not both"):
+        GatekeeperMemory.from_defaults(store=str(path), token_limit=100, tokenizer_fn=str.split, token_counter=len)
+    with pytest.raises(InvalidTypeError, match="not both"):
+        GatekeeperMemory(tokenizer_fn=str.split, token_counter="cl100k_base")
+    first = GatekeeperMemory.from_defaults(token_counter=len)  # another memory's pair is no way round it
+    with pytest.raises(InvalidTypeError, match="not both"):
+        GatekeeperMemory.from_defaults(tokenizer_fn=first.tokenizer_fn, token_counter=words)
+    assert not path.exists()
+
+
+PROMPT = "You are a terse assistant that answers questions about distributed locks."
+
+
+@pytest.mark.parametrize("built", ["tokenizer_fn", "token_counter", "another memory's tokenizer_fn"])
+@pytest.mark.parametrize("copied", ["none", "copy.deepcopy", "model_copy(deep=True)", "copy of a copy"])
+def test_a_chat_engine_counts_its_system_prompt_as_the_budget_does(built: str, copied: str) -> None:
+    """SimpleChatEngine counts its prefix with ``memory.tokenizer_fn`` and passes it as
+    ``initial_token_count``: a memory (and each copy of it, which passes its own pair back to the
+    constructor) refuses a prompt exactly when the budget's counter says it does not fit."""
+    from llama_index.core.chat_engine import SimpleChatEngine
+
+    def make(limit: int) -> GatekeeperMemory:
+        keywords: dict[str, object] = {
+            "tokenizer_fn": {"tokenizer_fn": str.split},
+            "token_counter": {"token_counter": words},
+            "another memory's tokenizer_fn": {"tokenizer_fn": GatekeeperMemory.from_defaults(
+                tokenizer_fn=str.split).tokenizer_fn},
+        }[built]
+        memory = GatekeeperMemory.from_defaults(token_limit=limit, message_overhead=0, **keywords)
+        if copied == "copy.deepcopy":
+            return copy.deepcopy(memory)
+        if copied == "model_copy(deep=True)":
+            return memory.model_copy(deep=True)
+        if copied == "copy of a copy":
+            return copy.deepcopy(copy.deepcopy(memory))
+        return memory
+
+    size = len(PROMPT.split())
+    fits = make(size + len("Redis lock TTL?".split()))
+    assert len(fits.tokenizer_fn(PROMPT)) == fits._count(PROMPT) == size
+    engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=fits, system_prompt=PROMPT)
+    engine.chat("Redis lock TTL?")
+    assert contents(fits.get_all())[0] == "Redis lock TTL?"
+    short = make(size - 1)
+    with pytest.raises(BudgetError, match="Initial token count exceeds token limit"):
+        SimpleChatEngine.from_defaults(llm=MockLLM(), memory=short, system_prompt=PROMPT).chat("Redis lock TTL?")
+
+
+def test_a_keyword_of_another_llamaindex_memory_is_named_for_what_it_is_here(tmp_path: Path) -> None:
+    # ChatMemoryBuffer's chat_store_key= got GateOptions' list of fields, recommending
+    # token_budget (which the memory then refused) and never naming session_id= or store=
+    from llama_index.core.storage.chat_store import SimpleChatStore
+
+    from context_gatekeeper import InvalidTypeError
+
+    path = tmp_path / "chats.db"
+    cases = {"chat_store_key": ("user-1", "session_id="), "chat_store": (SimpleChatStore(), "store="),
+             "token_flush_size": (100, "no memory blocks"), "async_database_uri": ("sqlite+aiosqlite://", "store=")}
+    for name, (value, advice) in cases.items():
+        for build in (GatekeeperMemory.from_defaults, GatekeeperMemory):
+            with pytest.raises(InvalidTypeError) as refused:
+                build(store=str(path), **{name: value})
+            message = str(refused.value)
+            assert f"['{name}']" in message and f"{name}= is " in message and advice in message, message
+            listed = message.split("takes ", 1)[1]
+            assert "session_id" in listed and "store" in listed and "token_limit" in listed
+            assert "token_budget" not in listed  # a name the memory refuses is never offered
+    with pytest.raises(InvalidTypeError, match="token_limt= may be token_limit= misspelt"):
+        GatekeeperMemory.from_defaults(token_limt=100)
+    with pytest.raises(InvalidTypeError, match="chat_history"):
+        GatekeeperMemory(chat_history=[user("hi")])  # from_defaults' own
+    with pytest.raises(InvalidTypeError, match="token_limit"):  # token_budget keeps its own error
+        GatekeeperMemory.from_defaults(token_budget=500)
+    assert not path.exists()
+    tuned = GatekeeperMemory.from_defaults(top_m=5, preset="recall", message_overhead=0, strategy="rewrite")
+    assert tuned.gate.gatekeeper.options.params.top_m == 5  # every keyword it lists is taken
+
+
 def test_direct_construction_works_like_from_defaults():
     memory = GatekeeperMemory(token_limit=100, session_id="direct")
     turns(memory, REDIS_1)
@@ -353,6 +437,43 @@ def test_session_id_cannot_be_changed_in_place(tmp_path: Path, how: str) -> None
     twin = pickle.loads(pickle.dumps(memory))
     assert twin.get_all() == memory.get_all()
     twin.close()
+    memory.close()
+
+
+def guide_block(containing: str) -> str:
+    """The python code block of docs/guide/llamaindex.md that holds ``containing``."""
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "llamaindex.md").read_text(encoding="utf-8")
+    blocks = [block.split("```", 1)[0] for block in guide.split("```python\n")[1:]]
+    found = [block for block in blocks if containing in block]
+    assert len(found) == 1, f"the guide has {len(found)} python blocks holding {containing!r}"
+    return found[0]
+
+
+def test_the_documented_way_to_open_another_session_survives_closing_the_first_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the guide and the session_id error recommended from_defaults(store=memory.store, ...): a
+    # memory built from a path owns its store, so closing it closed bob's (StoreClosedError)
+    from context_gatekeeper import InvalidTypeError
+
+    monkeypatch.chdir(tmp_path)
+    recipe = guide_block('session_id="bob"')
+    assert "store=memory.store" not in recipe and "store.close()" in recipe
+    checked = "bob.put(user(REDIS_1[0])); bob.put(assistant(REDIS_1[1])); assert len(bob.get_all()) == 2\n"
+    names: dict[str, object] = {"GatekeeperMemory": GatekeeperMemory, "user": user, "assistant": assistant,
+                                "REDIS_1": REDIS_1}
+    exec(recipe.replace("...\n", checked), names)  # runs after alice.close(), before store.close()
+    reopened = SQLiteStore(str(tmp_path / "chats.db"))
+    try:
+        assert reopened.head("bob") == 2 and reopened.head("alice") == 0
+    finally:
+        reopened.close()
+    memory = GatekeeperMemory.from_defaults(store=str(tmp_path / "other.db"), session_id="alice")
+    with pytest.raises(InvalidTypeError) as refused:
+        memory.session_id = "bob"
+    message = str(refused.value)  # what the error recommends is the guide's recipe
+    assert "store=memory.store" not in message and "SQLiteStore(path)" in message
+    assert "store=store, session_id='bob'" in message and "store.close()" in message
     memory.close()
 
 

@@ -7,6 +7,7 @@ tests/test_semantic.py (ranking); MockEmbedding checks the plumbing; real indexe
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
 from typing import Any
@@ -224,6 +225,45 @@ def test_mock_embedding_plumbing_keeps_nothing_on_meaning() -> None:
     lines = gate.explain(retrieved, QUERY)
     assert all(line.similarity is not None and not line.decisive for line in lines)  # one constant vector
     assert [line.reason for line in lines if line.kept] == ["covers"]
+
+
+_COPIES = {"copy.deepcopy": copy.deepcopy, "model_copy(deep=True)": lambda gate: gate.model_copy(deep=True)}
+
+
+@pytest.mark.parametrize("how", sorted(_COPIES))
+@pytest.mark.parametrize("kind", ["MockEmbedding", "BaseEmbedding", "function"])
+def test_a_deep_copy_with_an_embedder_shares_it_and_selects_exactly_as_the_original(kind: str, how: str) -> None:
+    # both copy paths raised: NotImplementedError from the embedder's wrapt proxy (a LlamaIndex
+    # embedding), TypeError "cannot pickle '_thread.lock'" (a plain function's NodeVectors)
+    fake = HashEmbedder({"dessert": DESSERTS})
+    embedder: Any = {"MockEmbedding": lambda: MockEmbedding(embed_dim=8), "BaseEmbedding": HashEmbedding,
+                     "function": lambda: fake.embed_documents}[kind]()
+    gate = GatekeeperNodePostprocessor(token_budget=500, embedder=embedder, embed_timeout=30.0)
+    twin = _COPIES[how](gate)
+    assert type(twin) is GatekeeperNodePostprocessor and twin is not gate
+    assert twin.embedder is gate.embedder  # shared, not copied: a model, with its clients and lanes
+    assert twin._vectors is not None and twin._vectors is not gate._vectors  # its own, rebuilt
+    assert (twin.token_budget, twin.embed_timeout) == (500, 30.0)
+    before = [(line.node_id, line.kept, line.reason, line.similarity) for line in gate.explain(nodes(), QUERY)]
+    calls = embedded(fake)
+    after = [(line.node_id, line.kept, line.reason, line.similarity) for line in twin.explain(nodes(), QUERY)]
+    assert after == before
+    assert all(similarity is not None for *_, similarity in after)  # semantic, not a lexical fallback
+    if kind == "function":  # the process-wide VECTORS cache: the copy embedded the query alone, no node again
+        assert embedded(fake) == calls + 1 and fake.document_calls[-1] == [QUERY]
+    if kind == "BaseEmbedding":
+        assert [n.node.node_id for n in twin.postprocess_nodes(nodes(), query_str=QUERY)] == ["n0", "n1"]
+    twin.token_budget = 1  # the copy's fields are its own
+    assert gate.token_budget == 500
+    assert [(x.node_id, x.kept, x.reason) for x in gate.explain(nodes(), QUERY)] == [b[:3] for b in before]
+
+
+def test_a_deep_copy_keeps_the_token_counter_shared_and_the_fields_copied() -> None:
+    gate = GatekeeperNodePostprocessor(token_counter=len, embedder=HashEmbedder({"dessert": DESSERTS}))
+    twin = copy.deepcopy(gate)
+    assert twin.token_counter is len and twin._counter_key is gate._counter_key  # FACTS shared
+    copied = copy.deepcopy({"gate": gate, "again": gate})
+    assert copied["gate"] is copied["again"] and copied["gate"] is not gate  # the memo: one copy per object
 
 
 # -- the pure coverage part -------------------------------------------------------------------
