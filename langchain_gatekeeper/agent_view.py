@@ -49,11 +49,11 @@ import math
 import operator
 import threading
 from array import array
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
 from langchain_core.language_models import BaseLanguageModel
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from context_gatekeeper import (
@@ -101,7 +101,7 @@ def current_turn_start(
     run_input: str | None = None,
 ) -> int | None:
     """Where the current turn starts (None when no human message): the user's own last
-    message (:func:`_own_ask`; ``run_input`` is the id of the message the run started with,
+    message (:func:`_own_ask`; ``run_input`` is the id of the first message of the run's input,
     as the middleware records it), and the human messages right before it, unanswered (a pasted text or an
     image, then the question: one turn, as the LlamaIndex memory reads it), while together
     they ``cost`` at most ``room`` (without ``cost``: all of them).  Older ones are earlier
@@ -125,6 +125,53 @@ def _tool_step(messages: Sequence[BaseMessage], i: int) -> bool:
     return isinstance(step, AIMessage) and bool(step.tool_calls)
 
 
+def _call_ids(message: BaseMessage) -> frozenset[str]:
+    """The ids of the tool calls an AI message makes (valid and invalid: a result answers either)."""
+    if not isinstance(message, AIMessage) or not (message.tool_calls or message.invalid_tool_calls):
+        return frozenset()
+    return frozenset(c.get("id") or "" for c in (*message.tool_calls, *message.invalid_tool_calls)) - {""}
+
+
+def _result_id(message: BaseMessage) -> str | None:
+    """The id of the call a tool result answers (``None``: not a tool result, or no id)."""
+    call_id = getattr(message, "tool_call_id", None)
+    return call_id if call_id and isinstance(call_id, str) and _role(message) == "tool" else None
+
+
+def _answered_until(messages: Sequence[BaseMessage], i: int, calls: Collection[str]) -> int:
+    """The position of the last result of one of ``calls`` after ``messages[i]`` and before the next
+    AI message (``-1``: none): a human message before it sits inside a tool step (parallel calls
+    whose results a tool's delivery, such as an image in its ``Command``, stands between), so it
+    does not start a turn of its own, and is not the user's question."""
+    until = -1
+    for j in range(i + 1, len(messages)):
+        message = messages[j]
+        role = _role(message)
+        if role == "assistant":
+            break
+        if role == "tool" and _result_id(message) in calls:
+            until = j
+    return until
+
+
+def _inside_step(messages: Sequence[BaseMessage], i: int) -> bool:
+    """Whether ``messages[i]`` stands between a tool call and its result (see :func:`_answered_until`)."""
+    j = i - 1
+    while j >= 0 and _role(messages[j]) != "assistant":
+        j -= 1
+    calls = _call_ids(messages[j]) if j >= 0 else frozenset()
+    return bool(calls) and _answered_until(messages, i, calls) > i
+
+
+def _user_ask_before(messages: Sequence[BaseMessage], end: int) -> int | None:
+    """Index of the last user's message (:func:`_asks`) before ``end`` that is not inside a tool
+    step (:func:`_inside_step`: a tool delivered it between parallel results), or None."""
+    ask = _ask_before(messages, end)
+    while ask is not None and _inside_step(messages, ask):
+        ask = _ask_before(messages, ask)
+    return ask
+
+
 def _own_ask(messages: Sequence[BaseMessage], run_input: str | None = None) -> int | None:
     """Index of the user's own last message, the one the open run answers (None: no user's message).
 
@@ -132,12 +179,16 @@ def _own_ask(messages: Sequence[BaseMessage], run_input: str | None = None) -> i
     or a text as a ``HumanMessage`` in its ``Command``, or a middleware asks the model again
     ("cite a source"). They belong to the run, not to a turn of their own (they would take
     the run's question and tool calls out of the current turn).  Where the run's input is
-    known (``run_input``: the id of the message the run started with, which the middleware
-    keeps in the thread's state) it is the answer.  Otherwise the shape alone must tell, and
-    it cannot always: a run that ends on a tool result (a ``return_direct`` tool, structured
+    known (``run_input``: the id of the first message of the run's input, which the middleware
+    keeps in the thread's state) it is the answer.  Otherwise the shape alone must tell.  A
+    human message between a tool call and its result (parallel calls, one tool's delivery
+    standing before another's result: :func:`_inside_step`) is the tool's, whatever it says
+    (taking it for the question would send a result without its call).  Otherwise the shape
+    cannot always tell: a run that ends on a tool result (a ``return_direct`` tool, structured
     output through a tool) followed by the next question looks like a tool's delivery.  So
     only human messages *without text* (images, files) right after a tool step are taken for
-    the tool's; the last human message with text is the user's own."""
+    the tool's; the last human message with text is the user's own.  ``None`` also when every
+    human message stands inside a tool step (no question of the user's: nothing is gated)."""
     last = _ask_before(messages, len(messages))
     if last is None:
         return None
@@ -145,14 +196,14 @@ def _own_ask(messages: Sequence[BaseMessage], run_input: str | None = None) -> i
         for i in range(last, -1, -1):
             if messages[i].id == run_input and _asks(messages[i]):
                 return i
-    ask = last
+    ask = _user_ask_before(messages, last + 1)
     while ask is not None and not messages[ask].text.strip():
         first = ask
         while first and _asks(messages[first - 1]) and not messages[first - 1].text.strip():
             first -= 1
         if not first or not _tool_step(messages, first - 1):
             return ask
-        earlier = _ask_before(messages, first)
+        earlier = _user_ask_before(messages, first)
         if earlier is None:
             return first
         ask = earlier
@@ -464,34 +515,42 @@ class _Turn:
 
 
 def _turns(
-    rest: Sequence[BaseMessage], keyed_by: str, start: int = 0, seen: dict[Hashable, int] | None = None
+    messages: Sequence[BaseMessage], keyed_by: str, offset: int = 0, seen: dict[Hashable, int] | None = None
 ) -> list[_Turn]:
-    """``rest[start:]`` grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns` groups
-    (a turn starts at each user message; answers and tool results join it), keyed.
+    """``messages`` (the messages from position ``offset`` of the list's non-pinned ones on, the
+    first a turn's first) grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns`
+    groups (a turn starts at each user message, unless it stands between a tool call and its
+    result: :func:`_answered_until`; answers and tool results join it), keyed.
 
-    ``"id"``: the id of the turn's first message (its position in ``rest`` when it has none), so an
+    ``"id"``: the id of the turn's first message (its position when it has none), so an
     edit of a message re-indexes only its turn.  ``"content"``: the turn's texts, so a list that
     grew by a turn, or lost its oldest ones, costs only what changed whatever its ids.  Either
-    key carries a count of its repeats (in ``seen``, from the turns before ``start``), so two
+    key carries a count of its repeats (in ``seen``, from the turns before ``offset``), so two
     turns opened by messages of one id, or of the same texts, are two turns, read alike
     whether the list grew into them or was read whole.
     """
     turns: list[_Turn] = []
     turn: _Turn | None = None
-    for i in range(start, len(rest)):
-        message = rest[i]
+    calls: frozenset[str] = frozenset()  # the calls of the last AI message
+    until, scanned = -1, True  # where the results of ``calls`` end, once a human message asked
+    for i, message in enumerate(messages):
         role = _role(message)
-        if role == "user" or turn is None:
-            turn = _Turn(i, role)
+        if role == "assistant":
+            calls = _call_ids(message)
+            until, scanned = -1, not calls
+        elif role == "user" and not scanned:
+            until, scanned = _answered_until(messages, i, calls), True
+        if (role == "user" and i >= until) or turn is None:
+            turn = _Turn(offset + i, role)
             turns.append(turn)
         else:
-            turn.positions.append(i)
+            turn.positions.append(offset + i)
         turn.add(role, _indexed_text(message))
     seen = {} if seen is None else seen
     for turn in turns:
         turn.close()
         if keyed_by == "id":
-            message_id = rest[turn.positions[0]].id
+            message_id = messages[turn.positions[0] - offset].id
             if not message_id:
                 turn.key = f"#{turn.positions[0]}"  # positions are unique; a counted key starts with a digit
                 continue
@@ -510,19 +569,92 @@ _id = operator.attrgetter("id")
 _kwargs = operator.attrgetter("additional_kwargs")
 _source = operator.methodcaller("get", "lc_source")
 _tool_calls = operator.attrgetter("tool_calls")
+_invalid_calls = operator.attrgetter("invalid_tool_calls")
+_call_id = operator.attrgetter("tool_call_id")
+
+LIGHT_PAYLOAD = 4096
+"""Characters (or bytes) a message's content blocks may hold besides their text for
+:class:`_Prints` to keep a copy of them; a heavier list (an image as base64, a file) is kept
+as what selection reads of it (:class:`_BlockText`), so no image outlives its call."""
+
+
+def _payload(value: Any, limit: int = LIGHT_PAYLOAD) -> int:
+    """The characters of the strings and bytes in ``value`` (a content block, nested), counted
+    until past ``limit``; the ``text`` of a text block is not counted (selection reads it)."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return len(value)
+    if isinstance(value, dict):
+        total = 0
+        for key, item in value.items():
+            if key != "text" or value.get("type") != "text":
+                total += _payload(item, limit - total)
+                if total > limit:
+                    break
+        return total
+    if isinstance(value, (list, tuple)):
+        total = 0
+        for item in value:
+            total += _payload(item, limit - total)
+            if total > limit:
+                break
+        return total
+    return 0
+
+
+def _block_reads(content: list[Any]) -> tuple[Any, ...]:
+    """What selection reads of a content-block list (``BaseMessage.text`` and :func:`.convert.text_of`):
+    each block as its text (a string block, a text block's ``text``) or ``None`` (any other block)."""
+    return tuple(
+        block if isinstance(block, str)
+        else ("text", copy.deepcopy(block.get("text"))) if isinstance(block, dict) and block.get("type") == "text"
+        else None
+        for block in content
+    )
+
+
+class _BlockText:
+    """The print of a heavy content-block list (:data:`LIGHT_PAYLOAD`): what selection reads of it
+    (:func:`_block_reads`), equal to any list that reads the same.  A change to an image or a
+    file changes nothing selection reads, and the blocks are the caller's, never kept here."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self, content: list[Any]) -> None:
+        self.reads = _block_reads(content)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _BlockText):
+            return self.reads == other.reads
+        if isinstance(other, list):  # a message's content, compared with this print (list == print: reflected here)
+            return _block_reads(other) == self.reads
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _content_print(content: Any) -> Any:
+    """What :class:`_Prints` keeps of a message's content: a string as it is (the text the index
+    holds anyway), a light block list copied, a heavy one as what selection reads (:class:`_BlockText`)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and _payload(content) > LIGHT_PAYLOAD:
+        return _BlockText(content)
+    return copy.deepcopy(content)
 
 
 class _Prints:
     """Everything of each message read that pinning, grouping and indexing read, kept as
-    columns: its class, its id (when turns are keyed by id), its content, its ``lc_source``
-    mark, (AI messages) its tool calls and (``ChatMessage``) its role.  A snapshot: content
-    that is not a string, and tool calls, are copied, so a later change in place to a
-    message shows as a difference.
+    columns: its class, its id (when turns are keyed by id), its content (:func:`_content_print`),
+    its ``lc_source`` mark, (AI messages) its tool calls, valid and invalid, (tool results) the
+    id of the call each answers and (``ChatMessage``) its role.  A snapshot: content that is not
+    a string, and tool calls, are copied, so a later change in place to a message shows as a
+    difference; no message, and no image or file its content carries, is kept.
 
     Columns, so that :meth:`begin` compares a grown list with one ``map`` and one list
     comparison per field, in C, instead of a loop of attribute reads per message."""
 
-    __slots__ = ("classes", "ids", "contents", "marks", "marked", "calls_at", "calls", "roles_at", "roles")
+    __slots__ = ("classes", "ids", "contents", "marks", "marked", "calls_at", "calls", "invalid", "results_at",
+                 "results", "roles_at", "roles")
 
     def __init__(self) -> None:
         self.classes: list[type] = []
@@ -535,6 +667,12 @@ class _Prints:
         """Positions of the AI messages (``isinstance``, as :func:`_indexed_text` reads them)."""
         self.calls: list[Any] = []
         """Their tool calls, copied (``[]`` for none), in the order of :attr:`calls_at`."""
+        self.invalid: list[Any] = []
+        """Their invalid tool calls, copied (``[]`` for none): their ids pair results too (:func:`_call_ids`)."""
+        self.results_at: list[int] = []
+        """Positions of the ``ToolMessage``s (the call each answers groups the turns: :func:`_turns`)."""
+        self.results: list[Any] = []
+        """The ``tool_call_id`` of each, in the order of :attr:`results_at`."""
         self.roles_at: list[int] = []
         """Positions of the ``ChatMessage``s (their ``role`` decides their part in a turn)."""
         self.roles: list[str] = []
@@ -547,7 +685,7 @@ class _Prints:
         """Append the prints of ``messages`` (the ones after those already read)."""
         start = len(self.classes)
         self.classes.extend(map(type, messages))
-        self.contents.extend(c if isinstance(c, str) else copy.deepcopy(c) for c in map(_content, messages))
+        self.contents.extend(map(_content_print, map(_content, messages)))
         if keyed_by == "id":
             self.ids.extend(map(_id, messages))
         marks = list(map(_source, map(_kwargs, messages)))
@@ -556,8 +694,12 @@ class _Prints:
         for position, message in enumerate(messages, start):
             if isinstance(message, AIMessage):
                 self.calls_at.append(position)
-                calls = message.tool_calls
+                calls, invalid = message.tool_calls, message.invalid_tool_calls
                 self.calls.append(copy.deepcopy(calls) if calls else [])  # never the message's own list
+                self.invalid.append(copy.deepcopy(invalid) if invalid else [])
+            elif isinstance(message, ToolMessage):
+                self.results_at.append(position)
+                self.results.append(message.tool_call_id)
             elif isinstance(message, ChatMessage):
                 self.roles_at.append(position)
                 self.roles.append(message.role)
@@ -569,12 +711,18 @@ class _Prints:
         if len(earlier) < n:
             return False
         head = list(earlier[:n])
-        return (
+        if not (
             list(map(type, head)) == self.classes
             and list(map(_content, head)) == self.contents
             and (keyed_by != "id" or list(map(_id, head)) == self.ids)
             and self._same_marks(list(map(_kwargs, head)))
-            and list(map(_tool_calls, map(head.__getitem__, self.calls_at))) == self.calls
+        ):
+            return False
+        ais = list(map(head.__getitem__, self.calls_at))
+        return (
+            list(map(_tool_calls, ais)) == self.calls
+            and list(map(_invalid_calls, ais)) == self.invalid
+            and list(map(_call_id, map(head.__getitem__, self.results_at))) == self.results
             and [head[i].role for i in self.roles_at] == self.roles  # type: ignore[attr-defined]  # ChatMessages
         )
 
@@ -589,18 +737,19 @@ class _Prints:
 
 class _ListMemo:
     """What one call read from its earlier messages, for the next call on the same thread:
-    the messages' :class:`_Prints`, and what :func:`_split` and :func:`_turns` made of them."""
+    the messages' :class:`_Prints`, the summaries' texts, where :func:`_split` put each message,
+    and the turns :func:`_turns` made of them.  No message object is kept (a thread's images
+    would stay in memory with its index): a call reads the messages it needs from its own list,
+    at the positions kept here."""
 
-    __slots__ = ("prints", "pinned", "summaries", "rest", "at", "turns", "seen", "by_id")
+    __slots__ = ("prints", "summaries", "at", "turns", "seen", "by_id")
 
-    def __init__(self, prints: _Prints, pinned: list[BaseMessage], summaries: list[str], rest: list[BaseMessage],
-                 at: _Positions, turns: list[_Turn], seen: dict[Hashable, int],
-                 by_id: dict[int, _Turn] | None = None) -> None:
-        self.prints, self.pinned, self.summaries, self.rest = prints, pinned, summaries, rest
+    def __init__(self, prints: _Prints, summaries: list[str], at: _Positions, turns: list[_Turn],
+                 seen: dict[Hashable, int], by_id: dict[int, _Turn] | None = None) -> None:
+        self.prints, self.summaries = prints, summaries
         self.at = at
-        """Where each of ``pinned`` and ``rest`` sits in the list read: what a call returns are the
-        caller's own objects at those positions, never these (an earlier call's objects, equal
-        in what the index reads but not necessarily in their other fields or identity)."""
+        """Where each pinned message and each other message sits in the list read: what a call
+        returns are the caller's own objects at those positions."""
         self.turns, self.seen = turns, seen
         self.by_id = by_id
         """Gatekeeper turn id -> turn, once the index is in step with ``turns`` (see :meth:`GatedView._synced`)."""
@@ -706,7 +855,7 @@ class GatedView:
         delivered included: :func:`current_turn_start`) is kept whole and its human messages'
         text is the query (none, e.g. an image alone, is gated as :data:`NO_TEXT_QUERY`);
         earlier messages go through :meth:`gated`.  A list without a human message comes
-        back whole.  ``run_input`` is the id of the message the run started with (:func:`_own_ask`)."""
+        back whole.  ``run_input`` is the id of the first message of the run's input (:func:`_own_ask`)."""
         start, reserved = self._current(messages, thread, system_prompt, run_input)
         if start is None:
             return list(messages)
@@ -794,46 +943,46 @@ class GatedView:
         (:func:`_split`, :func:`_turns`), the turns that changed (``None``: all may have),
         and the memo for the next call.  When ``earlier`` extends the list the last call on
         this thread read, unchanged (a conversation that grew), only the new messages are
-        read: the last turn is regrouped when they join it, the earlier turns are the last
-        call's, and the changed turns are the regrouped and the new ones.  Any other list is
-        read whole."""
+        read: the last turn is regrouped when they join it (they continue it, or answer a
+        call it made), the earlier turns are the last call's, and the changed turns are the
+        regrouped and the new ones.  Any other list is read whole, and so is a grown one whose
+        new tool results answer a call of an older turn (:func:`_reach`)."""
         keyed_by = self._keyed_by
         memo = index.memo
         tail: list[_Turn] | None
+        reach: bool | None = None
         if memo is not None and memo.extends(earlier, keyed_by):
             # the last call's memo grows in place: it is no longer the thread's until this call's is in step
             index.memo = None
+            reach = _reach(earlier, len(memo.prints), memo.at, memo.turns)
+        if memo is not None and reach is not None:
             read = len(memo.prints)
-            pinned, summaries, rest, turns, seen = memo.pinned, memo.summaries, memo.rest, memo.turns, memo.seen
-            at = memo.at
-            prints = memo.prints
+            summaries, turns, seen, at, prints, by_id = memo.summaries, memo.turns, memo.seen, memo.at, memo.prints, memo.by_id
             prints.add(earlier[read:], keyed_by)
-            by_id = memo.by_id
             tail = []
         else:
-            read = 0
-            pinned, summaries, rest, turns, seen = [], [], [], [], {}
+            read, reach = 0, False
+            summaries, turns, seen, by_id = [], [], {}, None
             at = _Positions([], [])
             prints = _Prints()
             prints.add(earlier, keyed_by)
-            by_id = None
             tail = None
-        known = len(rest)
-        _split(earlier[read:], pinned, summaries, rest, at, read)
-        if len(rest) > known:
+        known = len(at.rest)
+        _split(earlier[read:], summaries, at, read)
+        if len(at.rest) > known:
             start, last = known, None
-            if turns and _role(rest[known]) != "user":  # the new messages continue the last turn
+            if turns and (reach or _role(earlier[at.rest[known]]) != "user"):  # the new messages continue the last turn
                 last = turns.pop()
                 start = last.positions[0]
                 if last.base is not None:  # regrouped, it is counted again
                     seen[last.base] -= 1
-            added = _turns(rest, keyed_by, start, seen)
+            added = _turns([earlier[i] for i in at.rest[start:]], keyed_by, start, seen)
             turns.extend(added)
             if tail is not None:
                 # a regrouped turn keyed by content has a new key: the old one must go, which a full sync does
                 tail = added if last is None or added[0].key == last.key else None
-        memo = _ListMemo(prints, pinned, summaries, rest, at, turns, seen, by_id)
-        return list(pinned), list(summaries), turns, tail, memo
+        memo = _ListMemo(prints, summaries, at, turns, seen, by_id)
+        return [earlier[i] for i in at.pinned], list(summaries), turns, tail, memo
 
     def _synced(
         self, index: _ThreadIndex, memo: _ListMemo, turns: list[_Turn], tail: list[_Turn] | None,
@@ -877,9 +1026,25 @@ class GatedView:
 
 def _pinned_of(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """The messages of ``messages`` that :func:`_split` pins (the one rule for what is pinned)."""
-    pinned: list[BaseMessage] = []
-    _split(messages, pinned, [], [], _Positions([], []), 0)
-    return pinned
+    at = _Positions([], [])
+    _split(messages, [], at, 0)
+    return [messages[i] for i in at.pinned]
+
+
+def _reach(earlier: Sequence[BaseMessage], read: int, at: _Positions, turns: Sequence[_Turn]) -> bool | None:
+    """Whether the messages of ``earlier`` from ``read`` on (those a grown list added) answer a
+    tool call of the last turn read (``turns``: its messages stand in ``earlier`` at ``at``), so
+    that turn is regrouped with them (a delivered message read as a turn of its own joins it);
+    ``None`` when they answer a call of an older turn, or one no message made: the list is read
+    whole (never when a list grows by whole runs, as an agent's does)."""
+    results = {r for r in map(_result_id, earlier[read:]) if r}
+    if not results:
+        return False
+    outside = results.difference(*map(_call_ids, earlier[read:]))
+    if not outside:
+        return False
+    made: set[str] = set().union(*(_call_ids(earlier[at.rest[i]]) for i in turns[-1].positions)) if turns else set()
+    return None if outside - made else True
 
 
 def _pinned_cost(gatekeeper: ContextGatekeeper, pinned: Sequence[BaseMessage], system_prompt: str | None) -> int:
@@ -941,27 +1106,17 @@ class _Positions(NamedTuple):
     rest: list[int]
 
 
-def _split(
-    earlier: Sequence[BaseMessage],
-    pinned: list[BaseMessage],
-    summaries: list[str],
-    rest: list[BaseMessage],
-    at: _Positions,
-    offset: int,
-) -> None:
-    """Append to ``pinned`` (leading system messages, summaries), ``summaries`` (their texts)
-    and ``rest`` (the others, edit records left out) the messages of ``earlier``, which
-    follow those already split, and to ``at`` where each sits (``offset`` plus its index)."""
+def _split(earlier: Sequence[BaseMessage], summaries: list[str], at: _Positions, offset: int) -> None:
+    """Append to ``at`` where each message of ``earlier`` (which follow those already split)
+    sits, ``offset`` plus its index: among the pinned (leading system messages, summaries) or
+    the others (edit records left out), and to ``summaries`` the texts of the summaries."""
     for i, message in enumerate(earlier, offset):
         if is_summary(message):
-            pinned.append(message)
             summaries.append(message.text)
             at.pinned.append(i)
-        elif not rest and _role(message) == "system":  # a SystemMessage, or a ChatMessage of role system
-            pinned.append(message)
+        elif not at.rest and _role(message) == "system":  # a SystemMessage, or a ChatMessage of role system
             at.pinned.append(i)
         elif not is_edit_record(message):
-            rest.append(message)
             at.rest.append(i)
 
 

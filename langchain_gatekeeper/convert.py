@@ -28,7 +28,9 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from context_gatekeeper import InvalidTypeError, Message
+from pydantic import ValidationError
+
+from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import Role, lines_to_blocks, new_message_id
 
 __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of",
@@ -162,7 +164,35 @@ def from_core(message: Message) -> BaseMessage:
         data["tool_call_id"] = ""
     message_id = None if stored.get(ID_GENERATED) else message.id
     data.update(content=_content_for(message), id=message_id, type=kind)
-    return messages_from_dict([{"type": kind, "data": data}])[0]
+    return _rebuilt(kind, data, message.id)
+
+
+def _rebuilt(kind: str, data: dict[str, Any], core_id: str) -> BaseMessage:
+    """The LangChain message of type ``kind`` with the fields ``data``.
+
+    LangChain makes some messages its own validation refuses: an LLM cache hit is an
+    ``AIMessage`` whose ``usage_metadata`` is ``{"total_cost": 0}`` (no token counts).  Stored,
+    such a message reads back as it was made: built without the optional fields refused, which
+    are then set as they were (as ``model_copy`` made them; LangGraph's serializer keeps them
+    so too).  A message still refused (a required field unusable) raises
+    :class:`~context_gatekeeper.InvalidInputError` naming it (core id ``core_id``)."""
+    try:
+        return messages_from_dict([{"type": kind, "data": data}])[0]
+    except ValidationError as error:
+        refused = {str(e["loc"][0]) for e in error.errors() if e.get("loc")}
+        first = error
+    try:  # without the refused fields: a required one is then missing, and refused again
+        message = messages_from_dict([{"type": kind, "data": {k: v for k, v in data.items() if k not in refused}}])[0]
+    except ValidationError:
+        pass
+    else:
+        return message.model_copy(update={k: data[k] for k in refused if k in data})
+    problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in first.errors()[:3])
+    raise InvalidInputError(
+        f"stored message {core_id!r} ({kind}) cannot be rebuilt as a LangChain message ({problem}); "
+        "replace or delete it (by that id: apply([Replace(...)]) or apply([Delete(...)]) on the history), "
+        "or store messages LangChain itself accepts"
+    ) from first
 
 
 def to_core_messages(messages: Iterable[BaseMessage]) -> list[Message]:

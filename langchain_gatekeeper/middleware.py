@@ -9,14 +9,15 @@ Example::
 
 Each model call gets the gated view of its messages (:mod:`.agent_view`): the system
 prompt, summary messages, the earlier turns the current query needs (tool-call pairs
-intact, starting on a user message) and the current turn whole: from the message the run
-started with, whose id a ``before_agent`` hook records in the private state key
+intact, starting on a user message) and the current turn whole: from the first message of
+the run's input (all of it: a question, then the image it is about), whose id a
+``before_agent`` hook records in the private state key
 :data:`~langchain_gatekeeper.threads.TURN_KEY` (checkpointed with the thread, so any worker
 resuming the run reads it), to the end.  Gating never touches the stored messages: only the
 request sent to the model is narrowed.
 
-A user message starting with ``edit_prefix`` (default ``"/edit "``) that started the
-current run (the invocation's own input, recorded by a ``before_agent`` hook in the
+A user message starting with ``edit_prefix`` (default ``"/edit "``) that is the last
+message of the current run's input (the invocation's own input, recorded by a ``before_agent`` hook in the
 private state key :data:`~langchain_gatekeeper.threads.TURN_KEY`) is routed to an
 edit of the thread's earlier messages instead of the main model; a message a tool
 adds through a ``Command`` is never routed, whatever it says: the middleware
@@ -29,7 +30,7 @@ that :func:`~langchain_gatekeeper.threads.undo_thread` reads.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from langchain.agents.middleware.types import (
@@ -71,6 +72,27 @@ def edit_instruction(text: str, prefix: str | None) -> str | None:
     if prefix[-1:].isspace() and rest and not rest[0].isspace():
         return None  # "/editor": another word
     return rest.strip()
+
+
+def _run_input(messages: Sequence[BaseMessage], previous: str | None = None) -> str | None:
+    """The id of the first message of a run's input, read from the thread's messages as the run
+    starts (the input is added at the end): the human messages at the end (a question, then an
+    image or a file it is about; one invoke's input is often several), ``None`` when the last
+    message is none.  ``previous`` is the id the thread's last run recorded: when it is one of
+    those messages, that run left its input unanswered (it failed before the model answered)
+    and this run's input follows it (the old question stays an earlier, unanswered message,
+    gated within the budget); unless it is the last message (a run retried with no new input)."""
+    first = end = len(messages)
+    while first and _asks(messages[first - 1]):
+        first -= 1
+    if first == end:
+        return None
+    if previous is not None:
+        for i in range(end - 2, first - 1, -1):
+            if messages[i].id == previous:
+                first = i + 1
+                break
+    return messages[first].id
 
 
 class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
@@ -163,7 +185,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
     @staticmethod
     def _scope(request: ModelRequest) -> dict[str, Any]:
         """The view's keywords for ``request``: its thread, its system prompt's text, and the id
-        of the message its run started with (:meth:`before_agent` records it in the state)."""
+        of the first message of its run's input (:meth:`before_agent` records it in the state)."""
         info = getattr(request.runtime, "execution_info", None)
         system = request.system_message.text if request.system_message is not None else None
         return {"thread": getattr(info, "thread_id", None), "system_prompt": system,
@@ -183,15 +205,20 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- the edit route -------------------------------------------------------------------
     def _instruction(self, request: ModelRequest) -> str | None:
-        """The edit instruction when the request's last message is an edit command that
-        started this run (a message a tool added is never one)."""
+        """The edit instruction when the request's last message is an edit command of this run's
+        input (:func:`_run_input`: the last of the human messages from the one recorded on; a
+        message a tool added is never one)."""
         if self.edit_prefix is None or not request.messages:
             return None
-        last = request.messages[-1]
-        if not isinstance(last, HumanMessage) or is_summary(last):
+        messages = request.messages
+        last = messages[-1]
+        if not isinstance(last, HumanMessage) or is_summary(last) or last.id is None:
             return None
-        if last.id is None or last.id != (request.state or {}).get(TURN_KEY):
-            return None
+        started, i = (request.state or {}).get(TURN_KEY), len(messages) - 1
+        while messages[i].id != started:  # back over the input's human messages to its first
+            if not i or not _asks(messages[i - 1]):
+                return None
+            i -= 1
         return edit_instruction(last.text, self.edit_prefix)
 
     def _thread(self, request: ModelRequest) -> tuple[list[BaseMessage], list[dict[str, Any]], HumanMessage]:
@@ -233,16 +260,16 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- hooks ----------------------------------------------------------------------------
     def before_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Record in the state (a private key, checkpointed with the thread) the id of the user
-        message this run starts with, or ``None`` for a run that starts with none (a resume
-        with no new message).  The gated view's current turn starts there, on any worker that
-        resumes the run, so a human message added later in the run (by a tool, or by a
-        middleware that asks the model again) never takes the question's place; and only that
-        message may be routed to an edit."""
-        messages = state.get("messages") or []
-        last = messages[-1] if messages else None
-        started = last.id if last is not None and _asks(last) else None
-        return None if state.get(TURN_KEY) == started else {TURN_KEY: started}
+        """Record in the state (a private key, checkpointed with the thread) the id of the first
+        message of this run's input (:func:`_run_input`), or ``None`` for a run that starts with
+        none (a resume with no new message).  The gated view's current turn starts there, on
+        any worker that resumes the run: the whole input (a question, then the image it is
+        about) is sent and never charged to the budget, and a human message added later in the
+        run (by a tool, or by a middleware that asks the model again) never takes the
+        question's place; only the input may be routed to an edit."""
+        recorded = state.get(TURN_KEY)
+        started = _run_input(state.get("messages") or [], recorded if isinstance(recorded, str) else None)
+        return None if recorded == started else {TURN_KEY: started}
 
     async def abefore_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`before_agent`."""

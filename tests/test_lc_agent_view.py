@@ -717,3 +717,164 @@ def test_a_system_message_after_a_summary_is_pinned_when_the_run_is_sized(caplog
         assert view.view([summary, system, paste, question], thread="t") == [summary, system, question]
         view.view([summary, system, paste, question], thread="t")
     assert [r.getMessage().count(f"token_budget is {tight};") for r in caplog.records] == [1]  # once per thread
+
+
+# -- parallel tool calls with a message a tool delivered between their results --------------------
+def delivered_step(n: int, delivered: BaseMessage | None = None) -> list[BaseMessage]:
+    """One agent turn as LangGraph stores parallel calls when the first tool hands the model a
+    message in its Command: call, first result, the delivered message, second result, answer."""
+    shot, cfg = f"shot{n}", f"cfg{n}"
+    return [
+        HumanMessage(f"Why is the checkout button {n} hidden? check the page and the redis zindex config", id=f"u{n}"),
+        AIMessage("", id=f"a{n}", tool_calls=[{"name": "screenshot", "args": {"url": "https://acme.test"}, "id": shot},
+                                             {"name": "read_config", "args": {"name": "redis zindex"}, "id": cfg}]),
+        ToolMessage("screenshot attached below", tool_call_id=shot, id=f"t{n}"),
+        delivered if delivered is not None else HumanMessage([{"type": "image", "url": f"https://x.test/{n}.png"}],
+                                                             id=f"img{n}"),
+        ToolMessage(f"checkout.banner.zindex = 9999 ; redis config {n}", tool_call_id=cfg, id=f"r{n}"),
+        AIMessage(f"The cookie banner (z-index 9999) covers the checkout button {n}.", id=f"ans{n}"),
+    ]
+
+
+def check_steps(messages: list[BaseMessage]) -> None:
+    """Every tool call answered before the next AI message and every result answering a call of
+    the last AI message before it (a delivered message may stand between the results)."""
+    calls: set[str] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            assert not calls, f"calls without results: {calls}"
+            calls = {c["id"] for c in message.tool_calls}
+        elif isinstance(message, ToolMessage):
+            assert message.tool_call_id in calls, f"orphan tool result {message.tool_call_id}"
+            calls.discard(message.tool_call_id)
+    assert not calls, f"calls without results: {calls}"
+
+
+def test_a_message_delivered_between_parallel_results_stays_in_the_calls_turn() -> None:
+    """An earlier turn whose parallel results a delivered message (an image, or a text) stands
+    between is one turn: gated whole by gate_messages and the view at every budget (the
+    message started a turn, so a result could go without its call); ordinary turns group as
+    before, and a call never answered does not hold the next question."""
+    for delivered in (None, HumanMessage("The page's text: Accept cookies. Checkout.", id="text0")):
+        history = [*two_topics(), *delivered_step(0, delivered)]
+        history += [HumanMessage("Best espresso grind for a moka pot?", id="e1"), AIMessage("Medium-fine.", id="e2")]
+        for query in ("ok?", "What was the redis zindex config value?"):
+            messages = [*history, HumanMessage(query, id="now")]
+            for budget in range(0, 200, 8):
+                for keyed_by in ("content", "id"):
+                    view = GatedView(lambda: CountingGatekeeper(token_budget=budget, token_counter=words,
+                                                                message_overhead=0), keyed_by=keyed_by)
+                    out = view.view(messages, thread="t")
+                    check_steps(out)
+                    assert out[-1].id == "now"
+                check_steps(gate_messages(messages, token_budget=budget, token_counter=words, message_overhead=0))
+        roomy = gate_messages([*history, HumanMessage("What was the redis zindex config value?")], token_budget=400,
+                              token_counter=words)
+        assert [m.id for m in roomy if m.id in {"u0", "a0", "t0", "r0", "ans0"}] == ["u0", "a0", "t0", "r0", "ans0"]
+    # a call never answered, then the next question: a turn of its own, as always
+    dangling = [HumanMessage("redis lock ttl?", id="q1"), AIMessage("", id="c", tool_calls=[
+        {"name": "lookup", "args": {"q": "ttl"}, "id": "never"}]), HumanMessage("espresso grind?", id="q2"),
+        AIMessage("Fine.", id="a2"), HumanMessage("espresso beans?", id="q3")]
+    view = GatedView(lambda: CountingGatekeeper(token_budget=100, token_counter=words, message_overhead=0))
+    view.view(dangling, thread="t")
+    assert [turn.positions for turn in view._index("t").memo.turns] == [[0, 1], [2, 3]]
+
+
+def test_a_text_delivered_between_parallel_results_of_the_current_run_is_not_the_question() -> None:
+    """In the current run, a text a tool delivered between two parallel results is the tool's
+    (by shape alone, without the run's input): the current turn starts at the question, so the
+    second result is sent with its call."""
+    history = two_topics()
+    run = delivered_step(1, HumanMessage("The page's text: Accept cookies. Checkout.", id="text1"))[:-1]
+    messages = [*history, *run]
+    assert current_turn_start(messages) == len(history)
+    out = gate_messages(messages, token_budget=10, token_counter=words)
+    assert out[-len(run):] == run
+    check_steps(out)
+    # every human message inside a tool step, none of the user's: nothing is gated
+    assert current_turn_start(run[1:]) is None
+    assert gate_messages(run[1:], token_budget=0) == run[1:]
+
+
+def test_a_list_growing_one_message_at_a_time_through_parallel_steps_reads_as_a_fresh_view() -> None:
+    """A list read mid-step (call, first result, delivered image) and grown by the second result:
+    the image read as a turn of its own joins the call's turn, as a fresh view reads it, and the
+    index holds exactly the list's turns."""
+    for keyed_by in ("content", "id"):
+        view = GatedView(make, keyed_by=keyed_by)
+        messages: list[BaseMessage] = [*conversation(6, seed=2)]
+        for n in range(4):
+            for message in delivered_step(n):
+                messages.append(message)
+                query = f"now about {TOPICS[n][0]}?"
+                got = view.view([*messages, HumanMessage(query)], thread="t")
+                assert got == fresh([*messages, HumanMessage(query)], keyed_by), (keyed_by, n, message.id)
+                # the whole list as earlier turns (the delivered image read as a turn while it is last)
+                got = view.gated(messages, query, thread="g")
+                assert got == GatedView(make, keyed_by=keyed_by).gated(messages, query), (keyed_by, n, message.id)
+                for thread in ("t", "g"):
+                    assert len(view.gatekeeper(thread)) == len(view._index(thread).memo.turns), (keyed_by, n, message.id)
+        memo = view._index("g").memo
+        assert [turn.positions for turn in memo.turns[-4:]] == [list(range(12 + 6 * n, 18 + 6 * n)) for n in range(4)]
+
+
+def test_list_prints_see_a_change_of_what_pairs_results_with_calls() -> None:
+    """Grouping reads which call a result answers and the invalid calls: a change in place to
+    either is a change of the list."""
+    for keyed_by in ("content", "id"):
+        messages: list[BaseMessage] = [
+            HumanMessage("redis lock ttl?", id="h0"),
+            AIMessage("", tool_calls=[{"name": "look", "args": {"q": "ttl"}, "id": "c1"}], id="a0"),
+            ToolMessage("30 s", tool_call_id="c1", id="t0"), AIMessage("About 30 seconds.", id="a1"),
+        ]
+        prints = _Prints()
+        prints.add(messages, keyed_by)
+        for change in (lambda m: setattr(m[2], "tool_call_id", "c2"),
+                       lambda m: m[1].invalid_tool_calls.append({"name": "x", "args": "{", "id": "c9", "error": None,
+                                                                 "type": "invalid_tool_call"})):
+            copies = [m.model_copy(deep=True) for m in messages]
+            assert prints.begin(copies, keyed_by)
+            change(copies)
+            assert not prints.begin(copies, keyed_by)
+
+
+# -- what a thread's index keeps ---------------------------------------------------------------------
+class Photo(HumanMessage):
+    """A HumanMessage subclass (weakly referenced by the test)."""
+
+
+def test_the_view_keeps_no_message_and_no_image_of_a_list_it_gated() -> None:
+    """A thread's memo keeps what it compares and regroups (classes, ids, texts, where each
+    message stood), not the messages: once the caller drops its list, no message and no image
+    of it is left in memory (each thread kept its images: 123 MB for 40 threads of three)."""
+    import gc
+    import sys
+    import weakref
+
+    image = "iVBORw0KGgo" + "A" * 200_000  # a base64 image, one string object
+    baseline = sys.getrefcount(image)
+    for keyed_by in ("content", "id"):
+        view = GatedView(make, keyed_by=keyed_by)
+
+        def gate(messages: list[BaseMessage]) -> list[weakref.ref[BaseMessage]]:
+            view.view(messages, thread="t")
+            return [weakref.ref(m) for m in messages]
+
+        photos = [Photo([{"type": "text", "text": f"redis dashboard photo {i}"},
+                         {"type": "image", "base64": image, "mime_type": "image/png"}], id=f"p{i}") for i in range(3)]
+        refs = gate([*[m for i, p in enumerate(photos) for m in (p, AIMessage(f"Nice photo {i}.", id=f"n{i}"))],
+                     HumanMessage("which redis photo was best?", id="q")])
+        longer = [*photos, AIMessage("All fine.", id="f"), HumanMessage("and the redis ttl?", id="q2")]
+        refs += gate(longer)  # a list that is no extension: read whole
+        del photos, longer
+        gc.collect()
+        assert all(ref() is None for ref in refs), keyed_by
+        assert sys.getrefcount(image) == baseline, keyed_by
+        # the texts beside the images are still read, and a change to one is seen
+        photo = Photo([{"type": "text", "text": "espresso grind photo"}, {"type": "image", "base64": image}], id="x")
+        messages = [photo, AIMessage("Fine grind.", id="y"), *conversation(4), HumanMessage("espresso grind?", id="z")]
+        view.view(messages, thread="u")
+        photo.content[0]["text"] = "redis watchdog photo"
+        assert view.view(messages, thread="u") == fresh(messages, keyed_by)
+        assert "redis watchdog photo" in view._index("u").memo.turns[0].texts[0]
+        del photo, messages

@@ -164,3 +164,32 @@ def test_function_and_chat_messages_are_stored_with_the_role_they_play() -> None
         back = from_core(stored)
         assert type(back) is type(message) and back.content == message.content
         assert getattr(back, "role", None) == getattr(message, "role", None)
+
+
+def cache_hit() -> AIMessage:
+    """What a chat model with an LLM cache returns on a hit: usage_metadata {"total_cost": 0}."""
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    model = FakeListChatModel(responses=["Dublin is the capital of Ireland."] * 2, cache=InMemoryCache())
+    model.invoke("Capital of Ireland?")
+    hit = model.invoke("Capital of Ireland?")
+    assert hit.usage_metadata == {"total_cost": 0}
+    return hit
+
+
+def test_a_cache_hit_that_langchains_own_validation_refuses_reads_back_as_it_was() -> None:
+    """LangChain's messages_from_dict refuses the usage_metadata of a cache hit (no token counts),
+    so reading one back raised pydantic's ValidationError: it reads back equal to what was stored,
+    edited too; a message that cannot be rebuilt at all raises the library's error naming it."""
+    from context_gatekeeper import GatekeeperError, InvalidInputError, Message
+
+    hit = cache_hit()
+    back = from_core(to_core(hit))
+    assert back == hit and back.usage_metadata == {"total_cost": 0}
+    edited = from_core(to_core(hit).revised("Dublin.", revision=1))
+    assert edited.text == "Dublin." and edited.usage_metadata == {"total_cost": 0}
+    broken = Message("m-7", "user", "hi", metadata={"langchain": {"type": "chat", "data": {}}})  # a ChatMessage needs a role
+    with pytest.raises(InvalidInputError, match="'m-7' \\(chat\\) cannot be rebuilt.*role") as error:
+        from_core(broken)
+    assert isinstance(error.value, GatekeeperError)

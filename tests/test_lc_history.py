@@ -523,3 +523,47 @@ def test_add_messages_and_apply_refuse_what_is_not_a_list_alike_sync_and_async_a
         with pytest.raises(InvalidTypeError, match=r"must be a list|\[0\] is a"):
             call()
     assert (history.messages, history.transcript.head) == before
+
+
+def test_a_cached_answer_keeps_a_stored_history_readable(tmp_path: Path) -> None:
+    """An answer from a chat model's LLM cache (usage_metadata {"total_cost": 0}, which LangChain's
+    own validation refuses) stored in a history: messages, select and a reopened SQLite session
+    read it back as it was (each raised pydantic's ValidationError, for good)."""
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    model = FakeListChatModel(responses=["Dublin is the capital of Ireland."] * 3, cache=InMemoryCache())
+    model.invoke("Capital of Ireland?")
+    hit = model.invoke("Capital of Ireland?")
+    assert hit.usage_metadata == {"total_cost": 0}
+    path = tmp_path / "chats.db"
+    history = GatekeeperChatMessageHistory("s", store=path)
+    history.add_messages([HumanMessage("Capital of Ireland?"), hit])
+    assert history.messages == [HumanMessage("Capital of Ireland?"), hit]
+    assert history.select("And Ireland's currency?")[-1] == hit
+    history.store.close()
+    assert GatekeeperChatMessageHistory("s", store=path).messages[-1] == hit
+
+
+def test_select_never_splits_a_tool_step_with_a_user_message_between_its_results() -> None:
+    """Parallel tool calls with an image a tool delivered between their results (as an agent
+    stores them): select keeps or drops the step whole at every budget (the image started a
+    turn, so the second result was selected without its call)."""
+    def step() -> list[BaseMessage]:
+        return [
+            HumanMessage("Why is the checkout button hidden? check the page and its zindex config"),
+            AIMessage("", tool_calls=[{"name": "screenshot", "args": {"url": "https://acme.test/checkout"}, "id": "shot"},
+                                      {"name": "read_config", "args": {"name": "checkout zindex"}, "id": "cfg"}]),
+            ToolMessage("screenshot attached below", tool_call_id="shot"),
+            HumanMessage([{"type": "image", "url": "https://x.test/shot.png"}]),
+            ToolMessage("checkout.banner.zindex = 9999 ; checkout.button.zindex = 10", tool_call_id="cfg"),
+            AIMessage("The cookie banner (z-index 9999) covers the checkout button."),
+        ]
+
+    for budget in range(0, 100, 5):
+        history = GatekeeperChatMessageHistory("s", token_budget=budget, token_counter=lambda t: len(t.split()))
+        history.add_messages([*step(), HumanMessage("Best espresso grind for a moka pot?"), AIMessage("Medium-fine grind.")])
+        out = history.select("What was the banner zindex config value again?")
+        results = [m.tool_call_id for m in out if isinstance(m, ToolMessage)]
+        calls = [c["id"] for m in out if isinstance(m, AIMessage) for c in m.tool_calls]
+        assert results == calls and (not calls or out[:6] == step()), budget

@@ -301,6 +301,151 @@ def test_a_message_a_middleware_adds_in_the_run_keeps_the_runs_question() -> Non
     assert not any("espresso" in m.text for m in last)
 
 
+@tool
+def shot_image(url: str, runtime: ToolRuntime) -> Command:
+    """Screenshot a page and show it to the model (its result, then the image)."""
+    image = HumanMessage([{"type": "image", "url": "https://x.test/shot.png"}])
+    return Command(update={"messages": [ToolMessage("screenshot attached below", tool_call_id=runtime.tool_call_id), image]})
+
+
+@tool
+def read_config(name: str) -> str:
+    """Read a config value."""
+    return "checkout.banner.zindex = 9999 ; checkout.button.zindex = 10"
+
+
+def parallel_step() -> AIMessage:
+    return AIMessage("", tool_calls=[
+        {"name": "shot_image", "args": {"url": "https://acme.test/checkout"}, "id": "shot", "type": "tool_call"},
+        {"name": "read_config", "args": {"name": "checkout zindex"}, "id": "cfg", "type": "tool_call"}])
+
+
+def check_steps(messages: list[BaseMessage]) -> None:
+    """Every tool call answered before the next AI message, and every result answering a call
+    of the last AI message before it (a message a tool delivered may stand between results,
+    as LangGraph stores parallel calls: check_tool_pairs wants them adjacent)."""
+    calls: set[str] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            assert not calls, f"calls without results: {calls}"
+            calls = {c["id"] for c in message.tool_calls}
+        elif isinstance(message, ToolMessage):
+            assert message.tool_call_id in calls, f"orphan tool result {message.tool_call_id}"
+            calls.discard(message.tool_call_id)
+    assert not calls, f"calls without results: {calls}"
+
+
+@pytest.mark.parametrize("budget", [0, 20, 40, 60, 80, 120, 400])
+def test_an_earlier_parallel_step_with_a_delivered_image_between_its_results_is_never_split(budget: int) -> None:
+    """Parallel tool calls where one tool hands the model an image (a HumanMessage in its Command):
+    LangGraph stores call, result, image, other result.  In later runs that step is an earlier
+    turn, kept or dropped whole at every budget: no sent list has a result without its call
+    or a call without its result (the image started a turn, so the second result went with it
+    and its call was left behind)."""
+    model = scripted([parallel_step(), AIMessage("The cookie banner (z-index 9999) covers the checkout button."),
+                      AIMessage("Medium-fine grind."), AIMessage("It is 9999.")])
+    agent = create_agent(model, [shot_image, read_config], middleware=[GatekeeperMiddleware(token_budget=budget)],
+                         checkpointer=InMemorySaver())
+    for text in ("Why is the checkout button hidden? check the page and its zindex config",
+                 "Best espresso grind for a moka pot?", "What was the banner zindex config value again?"):
+        agent.invoke({"messages": [HumanMessage(text)]}, CONFIG)
+    stored = agent.get_state(CONFIG).values["messages"]
+    assert [m.type for m in stored[:6]] == ["human", "ai", "tool", "human", "tool", "ai"]  # the shape LangGraph stores
+    assert len(model.received) == 4
+    for sent in model.received:
+        check_steps(sent)
+    last = model.received[-1]
+    assert last[-1].text == "What was the banner zindex config value again?"
+    assert ("cfg" in {m.tool_call_id for m in last if isinstance(m, ToolMessage)}) == any(
+        m.type == "ai" and m.tool_calls for m in last)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_question_sent_with_an_image_in_one_invoke_is_the_current_turn_whatever_the_budget(use_async: bool) -> None:
+    """One invoke whose input is two messages, the question and then the image it is about: the
+    whole input is the current turn, sent and never charged to the budget (only the image's id
+    was recorded as the run's input, so the question competed for a budget of 30 and was left
+    out: the model got the image alone)."""
+    model = scripted([AIMessage("Medium-fine grind."), AIMessage("Use a 90 second TTL.")])
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=30)], checkpointer=InMemorySaver())
+    question = HumanMessage("Here is the stack trace from our checkout service after the deploy; why does the Redis lock "
+                            "acquisition time out and what TTL should we use for the 45 second export job?", id="q")
+    image = HumanMessage([{"type": "image", "url": "https://x.test/trace.png"}], id="img")
+
+    async def run() -> None:
+        await agent.ainvoke({"messages": [HumanMessage("Best espresso grind for a moka pot?")]}, CONFIG)
+        await agent.ainvoke({"messages": [question, image]}, CONFIG)
+
+    if use_async:
+        asyncio.run(run())
+    else:
+        agent.invoke({"messages": [HumanMessage("Best espresso grind for a moka pot?")]}, CONFIG)
+        agent.invoke({"messages": [question, image]}, CONFIG)
+    assert [m.id for m in model.received[-1][-2:]] == ["q", "img"]
+    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == "q"  # the first message of the run's input
+
+
+def test_a_run_that_failed_before_answering_leaves_its_question_out_of_the_next_runs_input() -> None:
+    """A run whose model call failed leaves its question unanswered at the end of the thread: the
+    next run's input starts after it (the old question is an earlier, unanswered message, joining
+    the current turn only within the budget), and an edit command sent as the last message of a
+    run's input is still routed."""
+
+    class FailsOnce(ToolCallingFake):
+        def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+            if not self.received:
+                self.received.append(list(messages))
+                raise RuntimeError("provider down")
+            return super()._generate(messages, *args, **kwargs)
+
+    model = FailsOnce(messages=iter([AIMessage("Use a 90 second TTL.")]))
+    editor = ScriptedModel([swap_editor("90 second", "120 second")])
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=5, model=editor)],
+                         checkpointer=InMemorySaver())
+    with pytest.raises(RuntimeError, match="provider down"):
+        agent.invoke({"messages": [HumanMessage("Best espresso grind for a moka pot, at home?", id="old")]}, CONFIG)
+    agent.invoke({"messages": [HumanMessage("Redis lock TTL for a 45 second job?", id="new")]}, CONFIG)
+    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == "new"
+    assert [m.id for m in model.received[-1]] == ["new"]  # the old question does not fit a budget of 5
+    agent.invoke({"messages": [HumanMessage("see the log", id="log"), HumanMessage("/edit it is 120", id="cmd")]},
+                 CONFIG)
+    assert len(editor.calls) == 1 and agent.get_state(CONFIG).values["gatekeeper_turn"] == "log"
+    assert "120 second" in texts(agent.get_state(CONFIG).values["messages"])
+
+
+@tool
+def cached_lookup(q: str) -> str:
+    """Look something up."""
+    return "Dublin"
+
+
+def test_a_cached_answer_in_the_thread_is_edited_by_the_route_and_edit_thread() -> None:
+    """An LLM cache hit is an AIMessage with usage_metadata {"total_cost": 0}, which LangChain's
+    own validation refuses: edit_thread and the /edit route convert the thread through the core
+    and back, and raised pydantic's ValidationError for it.  They edit it, and the cached
+    answer reads back as it was stored."""
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    class CachedTools(FakeListChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> "CachedTools":
+            return self
+
+    model = CachedTools(responses=["Dublin is the capital of Ireland."] * 3, cache=InMemoryCache())
+    agent = create_agent(model, [cached_lookup], middleware=[GatekeeperMiddleware(model=swap_editor("Ireland", "Éire"))],
+                         checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage("Capital of Ireland?")]}, {"configurable": {"thread_id": "warm"}})
+    agent.invoke({"messages": [HumanMessage("Capital of Ireland?")]}, CONFIG)  # the same prompt: a cache hit
+    hit = agent.get_state(CONFIG).values["messages"][-1]
+    assert hit.usage_metadata == {"total_cost": 0}
+    entry = edit_thread(agent, CONFIG, "Éire, not Ireland", model=swap_editor("Ireland", "Éire"))
+    assert entry.changed and "Éire" in texts(agent.get_state(CONFIG).values["messages"])
+    undo_thread(agent, CONFIG)
+    out = agent.invoke({"messages": [HumanMessage("/edit Éire, not Ireland")]}, CONFIG)
+    assert out["messages"][-1].text.startswith("Edited the conversation")
+    assert agent.get_state(CONFIG).values["messages"][1].usage_metadata == {"total_cost": 0}
+
+
 # -- the /edit route --------------------------------------------------------------------------
 IRELAND = "What was the GDP of Ireland in 2021?"
 IRELAND_ANSWER = "Ireland's GDP in 2021 was about 500 billion USD."

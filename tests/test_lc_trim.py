@@ -262,3 +262,27 @@ def test_an_unhashable_thread_is_refused_with_the_librarys_error() -> None:
                  lambda: asyncio.run(runnable.ainvoke(A, {"configurable": {"thread_id": ["a"]}}))):
         with pytest.raises(InvalidTypeError, match="string id"):
             call()
+
+
+def test_gate_messages_keeps_a_tool_step_whole_when_a_tool_delivered_a_message_between_its_results() -> None:
+    """An earlier turn of parallel tool calls whose results an image a tool delivered stands
+    between: kept or dropped whole at every budget (the image started a turn: the second result
+    was sent without its call)."""
+    from langchain_core.messages import ToolMessage
+
+    step = [
+        HumanMessage("Show me the photo of the Redis cluster dashboard and the lock TTL config", id="u1"),
+        AIMessage("", id="a1", tool_calls=[{"name": "get_photo", "args": {"q": "dashboard"}, "id": "c1"},
+                                          {"name": "get_config", "args": {"q": "redis lock ttl"}, "id": "c2"}]),
+        ToolMessage("photo attached", tool_call_id="c1", id="t1"),
+        HumanMessage([{"type": "image", "url": "https://x.test/dash.png"}], id="img1"),
+        ToolMessage("redis lock ttl = 30s", tool_call_id="c2", id="t2"),
+        AIMessage("The dashboard shows the Redis lock TTL is 30s.", id="a2"),
+    ]
+    chat = [*step, HumanMessage("Best espresso grind for a moka pot?", id="u2"), AIMessage("Medium-fine.", id="a3")]
+    for query in ("ok?", "What was the redis lock ttl config value?"):
+        for budget in range(0, 120, 4):
+            out = gate_messages([*chat, HumanMessage(query, id="u3")], token_budget=budget, token_counter="approximate")
+            ids = [m.id for m in out]
+            assert ids[:6] == [m.id for m in step] or not set(ids) & {m.id for m in step}, (query, budget, ids)
+            assert ids[-1] == "u3"

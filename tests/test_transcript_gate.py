@@ -685,3 +685,62 @@ def test_messages_sent_without_text_are_charged_their_overhead(overhead: int) ->
     sent = gate.select_messages("redis rack photo cabling", include_open=False)
     assert sent
     assert sum(len(m.content) + overhead for m in sent) <= 60
+
+
+def delivered_step(n: int) -> list[Message]:
+    """Parallel tool calls, as an agent stores them when the first tool hands the model an image
+    (a user message in its Command): call, first result, the image, second result, answer."""
+    return [
+        Message(f"u{n}", "user", f"Why is the checkout button {n} hidden? check the page and the zindex config"),
+        Message(f"a{n}", "assistant", "", metadata={"tool_calls": [
+            {"id": f"shot{n}", "name": "screenshot", "args": {"url": "https://acme.test"}},
+            {"id": f"cfg{n}", "type": "function", "function": {"name": "read_config", "arguments": '{"name": "zindex"}'}},
+        ]}),
+        Message(f"t{n}", "tool", "screenshot attached below", metadata={"tool_call_id": f"shot{n}"}),
+        Message(f"img{n}", "user", "", parts=({"type": "image", "url": f"https://x.test/{n}.png"},)),
+        Message(f"r{n}", "tool", f"checkout.banner.zindex = 9999 (config {n})", metadata={"tool_call_id": f"cfg{n}"}),
+        Message(f"ans{n}", "assistant", f"The cookie banner (z-index 9999) covers the checkout button {n}."),
+    ]
+
+
+def test_a_user_message_between_a_call_and_its_result_stays_in_the_calls_turn(tmp_path: Path) -> None:
+    """group_turns: a user message standing between parallel tool results (a tool's delivery) does
+    not start a turn, so the step is one turn and selection never sends a result without its
+    call; a call never answered does not hold the next question; a state appended one message
+    at a time, read after each, groups as a fresh gate groups it."""
+    from context_gatekeeper.integration import group_turns
+
+    step = delivered_step(0)
+    _, turns = group_turns([*step, Message("q", "user", "Best espresso grind for a moka pot?")])
+    assert [[m.id for m in t.messages] for t in turns] == [[m.id for m in step], ["q"]]
+    dangling = [Message("q1", "user", "redis ttl?"), Message("c", "assistant", "", metadata={"tool_calls": [
+        {"id": "never", "name": "lookup", "args": {}}]}), Message("q2", "user", "espresso?"), Message("e", "assistant", "Fine.")]
+    assert [t.key for t in group_turns(dangling)[1]] == ["q1", "q2"]
+    ordinary = [Message(f"m{i}", "user" if i % 2 == 0 else "assistant", f"text {i}") for i in range(6)]
+    assert [t.key for t in group_turns(ordinary)[1]] == ["m0", "m2", "m4"]
+    # selection over a history of such steps, at every budget: no result without its call
+    t = Transcript("s")
+    for n in range(3):
+        t.append(messages=delivered_step(n))
+        t.append(user=f"Best espresso grind {n} for a moka pot?", assistant="Medium-fine.")
+    for budget in range(0, 200, 10):
+        sent = TranscriptGate(t, token_budget=budget, message_overhead=0).select_messages(
+            "What was the zindex config value again?")
+        kept = {m.id for m in sent}
+        for n in range(3):
+            assert {f"a{n}", f"t{n}", f"img{n}", f"r{n}"} <= kept or not {f"a{n}", f"t{n}", f"img{n}", f"r{n}"} & kept
+    # one message at a time, read after each (a result joins the call's turn read before it)
+    path = tmp_path / "log.db"
+    writer_store, reader_store = SQLiteStore(path), SQLiteStore(path)
+    try:
+        writer = Transcript("s", store=writer_store)
+        fill(writer, 3)
+        gate = TranscriptGate(Transcript("s", store=reader_store), token_budget=2000)
+        for n in range(2):
+            for message in delivered_step(n):
+                writer.append(messages=[message])
+                assert picture(gate) == fresh_picture(path), message.id
+        assert [len(turn.messages) for turn in gate._turns[-2:]] == [6, 6]
+    finally:
+        writer_store.close()
+        reader_store.close()

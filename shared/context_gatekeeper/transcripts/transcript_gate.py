@@ -149,21 +149,70 @@ class IndexedTurn(Protocol):
 def group_turns(messages: Sequence[Message]) -> tuple[list[Message], list[MessageTurn]]:
     """Split a state into leading system messages and turns.
 
-    A turn starts at each user message; assistant and tool messages join the turn
-    before them (a tool call is never separated from its result); answers before any
-    user message form a turn of their own.  System messages after the start stay in
-    the turn where they stand.
+    A turn starts at each user message, unless it stands between a tool call and its result
+    (parallel calls, one tool's delivery, an image it hands the model as a user message,
+    standing before another call's result: :func:`_answered_until`); assistant and tool
+    messages join the turn before them (a tool call is never separated from its result);
+    answers before any user message form a turn of their own.  System messages after the
+    start stay in the turn where they stand.
     """
     system: list[Message] = []
     turns: list[list[Message]] = []
-    for message in messages:
-        if message.role == "system" and not turns:
+    calls: frozenset[str] = frozenset()  # the calls of the last assistant message
+    until, scanned = -1, True  # where the results of ``calls`` end, once a user message asked
+    for i, message in enumerate(messages):
+        role = message.role
+        if role == "assistant":
+            calls = _call_ids(message)
+            until, scanned = -1, not calls
+        elif role == "user" and not scanned:
+            until, scanned = _answered_until(messages, i, calls), True
+        if role == "system" and not turns:
             system.append(message)
-        elif message.role == "user" or not turns:
+        elif (role == "user" and i >= until) or not turns:
             turns.append([message])
         else:
             turns[-1].append(message)
     return system, [MessageTurn(t[0].id, tuple(t)) for t in turns]
+
+
+def _call_ids(message: Message) -> frozenset[str]:
+    """The ids of the tool calls an assistant message makes (``metadata["tool_calls"]``, in
+    LangChain's shape or OpenAI's: each with its ``id``)."""
+    calls = message.metadata.get("tool_calls") if message.role == "assistant" else None
+    if not calls or not isinstance(calls, list):
+        return frozenset()
+    return frozenset(c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"])
+
+
+def _result_id(message: Message) -> str | None:
+    """The id of the call a tool message answers (``metadata["tool_call_id"]``), or None."""
+    call_id = message.metadata.get("tool_call_id") if message.role == "tool" else None
+    return call_id if isinstance(call_id, str) and call_id else None
+
+
+def _answered_until(messages: Sequence[Message], i: int, calls: Collection[str]) -> int:
+    """The position of the last result of one of ``calls`` after ``messages[i]`` and before the
+    next assistant message (``-1``: none).  A user message before it stands inside the tool step
+    (a call made before it is answered after it), so it does not start a turn."""
+    until = -1
+    for j in range(i + 1, len(messages)):
+        message = messages[j]
+        if message.role == "assistant":
+            break
+        if _result_id(message) in calls:
+            until = j
+    return until
+
+
+def _answers_before(tail: Sequence[Message], added: Sequence[Message]) -> bool:
+    """Whether a tool result of ``added`` answers a call that neither ``tail`` (the turn that
+    ``added`` is regrouped with) nor ``added`` makes: a call of an older turn, whose step a
+    regrouping from ``tail`` would split (the state is grouped whole instead)."""
+    results = {r for r in map(_result_id, added) if r}
+    if not results:
+        return False
+    return bool(results.difference(*map(_call_ids, tail), *map(_call_ids, added)))
 
 
 class TurnIndex:
@@ -497,6 +546,8 @@ class TranscriptGate:
             return True
         tail = self._open if self._open is not None else (self._turns[-1] if self._turns else None)
         if tail is None:  # no turn yet (leading system messages only): the full sync is as cheap
+            return False
+        if _answers_before(tail.messages, added):  # a result for a call of an older turn: grouped whole
             return False
         _, regrouped = group_turns([*tail.messages, *added])
         opened = regrouped.pop() if regrouped[-1].is_open else None
