@@ -686,3 +686,16 @@ def test_the_token_dict_gives_what_token_anchors_give_when_it_fills(monkeypatch)
         assert len(module._TOKEN_ANCHORS) <= 5
         for token in tokens:
             assert module._token_anchors(token) == module._compute_token_anchors(token)
+
+
+def test_an_agents_reasoning_scaffold_is_read_as_its_content() -> None:
+    from context_gatekeeper.selection.anchors import without_reasoning_scaffold
+
+    react = ("Thought: The current language of the user is: English. I need to use a tool to help me answer the question.\n"
+             "Action: lookup\nAction Input: {\"topic\": \"redis ttl\"}\nObservation: ttl is 30 s\n"
+             "Thought: I can answer without using any more tools. I'll use the user's language to answer\n"
+             "Answer: Use 30 s and renew it from a watchdog.")
+    assert without_reasoning_scaffold(react) == 'lookup\n{"topic": "redis ttl"}\nttl is 30 s\nUse 30 s and renew it from a watchdog.'
+    assert without_reasoning_scaffold("Thought: done\nFinal Answer: 42") == "42"
+    for plain in ("Answer: a text that starts with no thought", "My thought: Action: is a word here", ""):
+        assert without_reasoning_scaffold(plain) == plain

@@ -287,3 +287,33 @@ def test_after_a_multi_agent_handoff_the_next_agent_gets_the_question(limit: int
     assert [m.role.value for m in sent] == ["system", "user", "assistant", "tool"]
     assert sent[0].content == "Write." and sent[1].content == question
     assert sent[2].blocks[0].tool_kwargs["to_agent"] == "writer"
+
+
+ALTERNATING = [("How long should a Redis lock TTL be?", "Longer than the longest job holding the lock."),
+               ("Best espresso grind for a moka pot?", "Medium fine, a little coarser than espresso."),
+               ("How should the Redis lock renewal watchdog work?", "Extend the lock TTL from a watchdog thread."),
+               ("Which beans for a moka pot?", "A medium roast works well.")]
+
+
+@pytest.mark.parametrize("kind", ["function_agent", "react_agent"])
+def test_a_return_to_an_earlier_topic_leaves_the_other_topic_out_whatever_the_agent(kind: str) -> None:
+    """ReActAgent stores each answer inside the same "Thought: ... Answer:" scaffold: read as
+    words, it tied every topic to every other and the moka-pot turn rode along."""
+    memory = GatekeeperMemory.from_defaults(token_limit=3000)
+    questions = [q for q, _ in ALTERNATING] + ["What Redis lock TTL for a 30 second job?"]
+    answers = [a for _, a in ALTERNATING] + ["ok"]
+    if kind == "react_agent":
+        llm = ScriptedLLM(answers, wrap=react)
+        agent: Any = ReActAgent(tools=[lookup], llm=llm)
+    else:
+        recorder = CallRecorder(answers)
+        agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(recorder))
+
+    async def run() -> None:
+        for question in questions:
+            await agent.run(user_msg=question, memory=memory)
+
+    asyncio.run(run())
+    last = llm.prompts[-1] if kind == "react_agent" else recorder.text(-1)
+    assert "Extend the lock TTL from a watchdog thread." in last  # the topic returned to
+    assert "moka" not in last.replace(questions[-1], "")

@@ -39,6 +39,7 @@ __all__ = [
     "TextAnchors",
     "normalise",
     "visible",
+    "without_reasoning_scaffold",
     "stem",
     "split_identifier",
     "extract",
@@ -153,6 +154,33 @@ def visible(text: str) -> str:
     if text.isascii():
         return text
     return unicodedata.normalize("NFKC", _INVISIBLE.sub("", text))
+
+
+_REASONING_START = re.compile(r"\s*Thought:")
+_REASONING_LINE = re.compile(
+    r"^[ \t]*(?:Thought:[^\n]*(?:\n|$)|(?:Action Input|Action|Observation|Final Answer|Answer(?: \(Starts With\))?):[ \t]*)",
+    re.MULTILINE,
+)
+
+
+def without_reasoning_scaffold(text: str) -> str:
+    """An agent's ReAct reasoning as its content alone: a text that starts with ``Thought:``
+    (LlamaIndex's ``ReActAgent`` stores each answer so, LangChain's ReAct prompts write the
+    same) loses its ``Thought:`` lines and the ``Action:``, ``Action Input:``,
+    ``Observation:`` and ``Answer:`` labels; the tool names, inputs, observations and the
+    answer stay.  Every answer carries the same scaffold ("I can answer without using any
+    more tools. I'll use the user's language to answer"), so read as words it tied every
+    topic to every other and a return kept the other topic's turns.  Any other text is
+    returned as it is.  What is read, not what is priced: the scaffold is sent.
+
+    >>> without_reasoning_scaffold("Thought: I can answer now.\nAnswer: Use a watchdog.")
+    'Use a watchdog.'
+    >>> without_reasoning_scaffold("Answer: this starts with no thought")
+    'Answer: this starts with no thought'
+    """
+    if not _REASONING_START.match(text):
+        return text
+    return _REASONING_LINE.sub("", text)
 
 
 def normalise(text: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, cast, overload
 
 from ..caching import BoundedCache, text_key
-from .anchors import TextAnchors, _token_anchors, extract, has_cjk
+from .anchors import TextAnchors, _token_anchors, extract, has_cjk, without_reasoning_scaffold
 from .cues import RETURN_CUES, REFERENCE_CUES, SWITCH_CUES, Cues, strip_cues
 from .gate import acknowledges, is_courtesy, last_question
 
@@ -182,7 +182,8 @@ def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_qu
     parameter it reads) and kept by them (shared: never mutate it)."""
 
     def compute() -> PreparedTurn:
-        answer = "\n".join(t for t in (assistant, *tool_texts) if t)
+        # an agent's ReAct scaffold is read as its content (the same words in every answer tied all topics)
+        answer = "\n".join(t for t in (without_reasoning_scaffold(assistant), *tool_texts) if t)
         user_key, answer_key = text_key(user), text_key(answer)
         user_anchors, answer_anchors = text_anchors(user, user_key), text_anchors(answer, answer_key)
         query_anchors, cues = _gate_input(user, max_query_chars, user_key, user_anchors)
