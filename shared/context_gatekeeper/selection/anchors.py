@@ -173,7 +173,7 @@ def without_reasoning_scaffold(text: str) -> str:
     topic to every other and a return kept the other topic's turns.  Any other text is
     returned as it is.  What is read, not what is priced: the scaffold is sent.
 
-    >>> without_reasoning_scaffold("Thought: I can answer now.\nAnswer: Use a watchdog.")
+    >>> without_reasoning_scaffold("Thought: I can answer now.\\nAnswer: Use a watchdog.")
     'Use a watchdog.'
     >>> without_reasoning_scaffold("Answer: this starts with no thought")
     'Answer: this starts with no thought'
