@@ -19,7 +19,8 @@ vectors are cached on disk outside the repository, see :mod:`embedders`).
 ``--half A`` or ``--half B`` keeps one of two fixed halves of each dataset (see
 :func:`split_half`): tune on one, check on the other.  The held-out set
 ``benchmarks/data/fresh_cases.jsonl`` and ``fresh2_cases.jsonl`` (:data:`HELD_OUT_DATASETS`) are
-never split or tuned on: ``--datasets fresh --half all`` (or ``fresh2``) measures one whole.
+never split or tuned on (one rejected candidate was measured on them, 2026-12-05, which shipped
+nothing): ``--datasets fresh --half all`` (or ``fresh2``) measures one whole.
 
 ``--plot DIR`` also writes PNG charts of the figures (:mod:`plots`; needs
 matplotlib): recall against kept-token share per retrieval dataset, and switch F1.
@@ -41,11 +42,14 @@ Metrics, for a selector at a token budget B:
 * **kept share**: tokens of the kept turns / tokens of the whole history, each
   summed over all cases (computed from this script's own costs, so it is the same
   yardstick for every selector);
-* **precision** (only where the labels are complete: cases whose
-  ``meta.dependence_annotated`` is true, i.e. annotated CAsT cases, and every
-  case of the interleaved set, which labels ``meta.off_topic_turns``):
-  ``Σ |kept ∩ relevant| / Σ |kept|`` pooled over those cases; a case labelled
-  with no relevant turn makes every kept turn a false positive;
+* **precision** (cases whose ``meta.dependence_annotated`` is true, i.e. annotated
+  CAsT cases, and every case that labels ``meta.off_topic_turns``: the project's own
+  sets, interleaved, hard, service, fresh and fresh2):
+  ``Σ |kept ∩ relevant| / Σ |kept|`` pooled over those cases; every kept turn that is
+  not relevant counts against it, neutral ones included (turns of the query's topic
+  the labels leave out), and a case labelled with no relevant turn makes every kept
+  turn a false positive.  fresh2's labels are minimal (every turn of the query's topic
+  it does not need is neutral), so its precision is a lower bound;
 * **pollution** (cases labelled with ``meta.off_topic_turns``): the share of the
   cases with at least one off-topic turn whose kept set holds at least one of
   them; **distractor pollution**: the same for ``meta.distractor_turns``, the
@@ -59,8 +63,8 @@ Datasets and budgets: LoCoMo at 1000 tokens and CAsT 2020 at 40 tokens (retrieva
 recall, kept share, precision), the interleaved, hard and service sets at 300 and 2000 tokens
 (retrieval with precision and pollution, and switch detection), TIAGE and
 CrossWOZ (switch detection; the budget, 1000, does not matter to the decision).
-``--by-kind`` adds, for the interleaved set, the library's figures per case kind
-and per language group.
+``--by-kind`` adds, for each of the project's own sets measured (interleaved, hard,
+service, fresh, fresh2), the library's figures per case kind and per language group.
 
 Baselines: *all turns*; *recent turns that fit* (newest first while they fit,
 kept in position order); *BM25 over turns* (``rank_bm25.BM25Okapi`` over whole
@@ -111,9 +115,10 @@ from report_baseline import ReportGatekeeper
 
 DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved", "hard", "service")
 HELD_OUT_DATASETS = ("fresh", "fresh2")
-"""Sets written after the rules and values were chosen and never tuned on, split or
-diagnosed: measured whole and only when named (``--datasets fresh --half all``; any other
-``--half`` is refused), so that the default run, which tunes and validates, never shows them."""
+"""Sets written after the rules and values were chosen and never tuned on (one rejected
+candidate was measured on them, 2026-12-05, which shipped nothing), split or diagnosed:
+measured whole and only when named (``--datasets fresh --half all``; any other ``--half``
+is refused), so that the default run, which tunes and validates, never shows them."""
 BUDGETS: dict[str, tuple[int, ...]] = {
     "locomo": (1000,),
     "cast2020": (40,),
@@ -688,7 +693,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="A (tuning), B (validation), both side by side (the default), or all cases unsplit (split_half)",
     )
     parser.add_argument(
-        "--by-kind", action="store_true", help="also break the interleaved set's figures down by kind and language"
+        "--by-kind", action="store_true",
+        help="also break each own set's figures (interleaved, hard, service, fresh, fresh2) down by kind and language",
     )
     parser.add_argument("--json", type=Path, default=None, help="write all figures to this JSON file")
     parser.add_argument(
@@ -806,7 +812,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "data": str(args.data),
         "limit": args.limit,
         "half": args.half,
-        "cost": 'tiktoken cl100k_base tokens of user + "\\n" + assistant, no overhead',
+        "cost": "tiktoken cl100k_base tokens of the user message plus those of the assistant message, "
+                "each counted apart as sent (ContextGatekeeper._turn_cost), no per-message overhead",
         "budgets": budgets,
         "datasets": results,
     }

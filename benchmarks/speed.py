@@ -9,6 +9,10 @@ package installed (``pip install -e .``)::
     python benchmarks/speed.py --plot docs/img     # also draw speed_latency.png (needs matplotlib)
     python benchmarks/speed.py --real-only         # only the real-text row (LoCoMo)
     python benchmarks/speed.py --lists             # only topic_gate/gate_messages vs trim_messages
+    python benchmarks/speed.py --lists --postprocessor --scale  # these sections, each with its defaults
+
+The section flags (``--scale``, ``--postprocessor``, ``--lists``, ``--semantic``) each run their
+section, every one given, and nothing else; ``--json`` then writes their figures.
 
 Workload
 --------
@@ -868,16 +872,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="folder with locomo.dev.jsonl.xz for the real-text row (default ../shared/data)")
     p.add_argument("--no-real", action="store_true", help="skip the real-text row")
     p.add_argument("--semantic", action="store_true",
-                   help="only the select overhead with an embedder (query embedding excluded)")
+                   help="the select overhead with an embedder (query embedding excluded)")
     p.add_argument("--real-only", action="store_true", help="only the real-text row (no synthetic sizes)")
     p.add_argument("--memory-sizes", default="max",
                    help="sizes to run tracemalloc at: 'max', 'all', or a list (default max)")
     p.add_argument("--lists", action="store_true",
-                   help="only the LangChain message-list section (topic_gate, gate_messages vs trim_messages)")
+                   help="the LangChain message-list section (topic_gate, gate_messages vs trim_messages, "
+                        "and speed_lists.py's rows)")
     p.add_argument("--postprocessor", action="store_true",  # benchmarks/speed_postprocessor.py
-                   help="only GatekeeperNodePostprocessor vs SimilarityPostprocessor, 200 nodes (issue #22)")
+                   help="GatekeeperNodePostprocessor vs SimilarityPostprocessor, 200 nodes (issue #22)")
     p.add_argument("--scale", action="store_true",  # benchmarks/speed_scale.py
-                   help="only the transcript rows at 1k/20k turns: first select, catching up, add_turn (issue #22)")
+                   help="the transcript rows at 1k/20k turns: first select, catching up, add_turn "
+                        "(issue #22; speed_scale.py's defaults)")
     args = p.parse_args(argv)
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         p.error("--plot needs matplotlib: pip install matplotlib")
@@ -921,32 +927,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     console = Console() if sys.stdout.isatty() else Console(width=132)  # no truncated headers
     count = tiktoken_counter("cl100k_base")
+    sections: dict[str, Any] = {}  # every section flag given runs, in this order; then main returns
     if args.scale:  # the issue's transcript rows, in their own module
         from speed_scale import print_rows as print_scale_rows, rows as scale_rows
 
-        print_scale_rows(scale_rows())
-        return 0
+        sections["scale"] = scale_rows()
+        print_scale_rows(sections["scale"])
     if args.postprocessor:  # the issue's first row, in its own module
         from speed_postprocessor import postprocessor_rows, print_rows
 
-        print_rows(postprocessor_rows())
-        return 0
+        sections["postprocessor"] = postprocessor_rows()
+        print_rows(sections["postprocessor"])
     if args.lists:
         with console.status("message lists"):
-            lists = measure_lists(args, count)
-        console.print(lists_table(lists))
+            sections["message_lists"] = measure_lists(args, count)
+        console.print(lists_table(sections["message_lists"]))
         from speed_lists import rows as list_rows, table as list_rows_table  # the issue's list and agent rows
 
-        console.print(list_rows_table(list_rows()))
-        if args.json:
-            Path(args.json).write_text(json.dumps({"message_lists": lists}, indent=2) + "\n")
-        return 0
+        sections["lists_and_agent"] = list_rows()
+        console.print(list_rows_table(sections["lists_and_agent"]))
     if args.semantic:
         with console.status("semantic channel"):
-            semantic = measure_semantic(args, generate_workload(args.seed, args.sizes[-1], count), count)
-        console.print(semantic_table(semantic))
+            sections["semantic_overhead"] = measure_semantic(
+                args, generate_workload(args.seed, args.sizes[-1], count), count)
+        console.print(semantic_table(sections["semantic_overhead"]))
+    if sections:
         if args.json:
-            Path(args.json).write_text(json.dumps({"semantic_overhead": semantic}, indent=2) + "\n")
+            Path(args.json).write_text(json.dumps(sections, indent=2, default=str) + "\n")
         return 0
     subjects = make_subjects(args, count, console)
     names = [s.name for s in subjects]

@@ -8,9 +8,12 @@ longest conversation, 340 turns), CPU time of the process and wall time:
   message text;
 * ``gate_messages``'s first call on 680 messages (a new thread and a new token counter,
   so a new index and no kept count), best of a few, against ``trim_messages``'s first
-  call with a fresh cache: once on texts new to the process (each try marks every text,
-  so no per-text cache helps: what a fresh process pays) and once on texts seen before
-  (what per-text caches save a new thread or a new gate);
+  call with a fresh cache (its own per-text dict new, and the token counts the process keeps
+  per text emptied just before it: every text it counts is encoded): once on texts new to
+  the process (each try marks every text, so no per-text cache helps either side: what a
+  fresh process pays) and once on texts seen before (what per-text caches save a new
+  thread or a new gate); and once on a thread that held another 680-message conversation
+  (its index replaced whole: removals and insertions each at once; texts new to the process);
 * ``create_agent`` with :class:`GatekeeperMiddleware`: the first invoke on a thread whose
   checkpoint already holds 340 messages (a new middleware each time; texts new to the
   process, and seen before), and the steady state per invoke on that thread, against
@@ -82,11 +85,36 @@ def cached_per_text(count: Callable[[str], int] | None = None) -> Callable[[list
 
 
 def _fresh_counter() -> Callable[[str], int]:
-    """A tiktoken counter with an identity of its own (nothing counted with it is cached yet)."""
+    """A tiktoken counter that is a new object, so ``gate_messages`` keeps no index or count
+    for it yet.  The counts per text are not new: every tiktoken counter of the process shares
+    one cache per encoding (``tokens._counts_cache``), so a text counted before by any of them
+    is not encoded again (:func:`_forget_counts` empties it)."""
     from context_gatekeeper.tokens import tiktoken_counter
 
     count = tiktoken_counter("cl100k_base")
     return lambda text: count(text)
+
+
+def _forget_counts() -> None:
+    """Empty the token counts the process keeps per text (``tiktoken_counter``'s cache, shared by
+    every counter of the encoding, ``cached_per_text``'s included), as
+    ``speed_postprocessor.py`` does between rounds: the next count of any text encodes it."""
+    from context_gatekeeper.tokens import _counts_cache
+
+    _counts_cache("cl100k_base").clear()
+
+
+def _trim_first(messages: list[Any]) -> tuple[float, float]:
+    """(CPU ms, wall ms) of ``trim_messages``'s first call on ``messages`` with a fresh cache: a new
+    per-text dict, and the process's counts per text emptied (``gate_messages``, timed before it
+    on the same texts, counted them: without this every count would be a hit)."""
+    from langchain_core.messages import trim_messages
+
+    cached = cached_per_text()
+    _forget_counts()
+    gc.collect()
+    return _timed(lambda: trim_messages(messages, max_tokens=BUDGET, token_counter=cached, strategy="last",
+                                        include_system=True, start_on="human"))
 
 
 def _messages(turns: list[tuple[str, str]]) -> list[Any]:
@@ -138,15 +166,26 @@ def gate_messages_rows(turns: list[tuple[str, str]], queries: list[str]) -> list
             # cold: texts this process has never seen (each try marks them), so no per-text cache helps
             full = [system, *(_messages(_marked(turns, f"first-{i}")) if cold else history)[:680], HumanMessage(queries[i])]
             counter = _fresh_counter()
-            cached = cached_per_text()
             gc.collect()
             firsts.append(_timed(lambda: gate_messages(full, token_budget=BUDGET, token_counter=counter,
                                                        thread=f"first-{cold}-{i}")))
-            trims.append(_timed(lambda: trim_messages(full, max_tokens=BUDGET, token_counter=cached, strategy="last",
-                                                      include_system=True, start_on="human")))
+            # cold: trim_messages' texts as new as gate_messages' were; warm: it refills the counts emptied
+            trims.append(_trim_first(full))
         what = "texts new to the process" if cold else "a new thread, texts seen before"
         rows.append(_row(f"gate_messages, first call on 680 messages ({what})", firsts, trims, "best",
                          "trim_messages first call, fresh cache"))
+    # one thread (or none given) reused for another conversation: its index is replaced whole
+    counter = _fresh_counter()
+    gate_messages([system, *_messages(_marked(turns, "replaced-warm"))[:680], HumanMessage(queries[0])],
+                  token_budget=BUDGET, token_counter=counter, thread="replaced")
+    replaced, trims = [], []
+    for i in range(FIRST_TRIES):
+        full = [system, *_messages(_marked(turns, f"replaced-{i}"))[:680], HumanMessage(queries[i])]
+        gc.collect()
+        replaced.append(_timed(lambda: gate_messages(full, token_budget=BUDGET, token_counter=counter, thread="replaced")))
+        trims.append(_trim_first(full))
+    rows.append(_row("gate_messages, 680 new messages replacing another list on the same thread", replaced, trims,
+                     "best", "trim_messages first call, fresh cache"))
     return rows
 
 
