@@ -1035,16 +1035,32 @@ def _reach(earlier: Sequence[BaseMessage], read: int, at: _Positions, turns: Seq
     """Whether the messages of ``earlier`` from ``read`` on (those a grown list added) answer a
     tool call of the last turn read (``turns``: its messages stand in ``earlier`` at ``at``), so
     that turn is regrouped with them (a delivered message read as a turn of its own joins it);
-    ``None`` when they answer a call of an older turn, or one no message made: the list is read
-    whole (never when a list grows by whole runs, as an agent's does)."""
-    results = {r for r in map(_result_id, earlier[read:]) if r}
-    if not results:
-        return False
-    outside = results.difference(*map(_call_ids, earlier[read:]))
-    if not outside:
-        return False
-    made: set[str] = set().union(*(_call_ids(earlier[at.rest[i]]) for i in turns[-1].positions)) if turns else set()
-    return None if outside - made else True
+    ``None`` when one answers a call other than one of the last AI message before it (a call of
+    an older turn, or one no message made): the list is read whole (never when a list grows by
+    whole runs, as an agent's does).  The messages are walked in order, as :func:`_turns` reads
+    them: a call id made again after the result (providers that number calls ``call_0``,
+    ``call_1`` in each step) does not count as answering it."""
+    calls: frozenset[str] = frozenset()
+    for i in reversed(turns[-1].positions if turns else ()):
+        message = earlier[at.rest[i]]
+        if _role(message) == "assistant":
+            calls = _call_ids(message)
+            break
+    reach, made = False, False  # whether a result answers the last turn's calls; whether ``calls`` are new
+    for message in earlier[read:]:
+        if is_summary(message) or is_edit_record(message):
+            continue  # not grouped (:func:`_split`)
+        role = _role(message)
+        if role == "assistant":
+            calls, made = _call_ids(message), True
+        elif role == "tool":
+            result = _result_id(message)
+            if result is None:
+                continue
+            if result not in calls:
+                return None
+            reach = reach or not made
+    return reach
 
 
 def _pinned_cost(gatekeeper: ContextGatekeeper, pinned: Sequence[BaseMessage], system_prompt: str | None) -> int:

@@ -167,27 +167,40 @@ def from_core(message: Message) -> BaseMessage:
     return _rebuilt(kind, data, message.id)
 
 
+_RESTORED = frozenset({"usage_metadata"})
+"""The optional fields :func:`_rebuilt` puts back unchecked when LangChain's own validation
+refuses them: those LangChain itself sets so (an LLM cache hit's ``usage_metadata`` of
+``{"total_cost": 0}``: no token counts), which nothing downstream reads for its shape.  Any
+other refused field (a malformed ``tool_calls``) is an error: put back unchecked, it would be
+sent to a provider, or break the code that reads it."""
+
+
 def _rebuilt(kind: str, data: dict[str, Any], core_id: str) -> BaseMessage:
     """The LangChain message of type ``kind`` with the fields ``data``.
 
     LangChain makes some messages its own validation refuses: an LLM cache hit is an
     ``AIMessage`` whose ``usage_metadata`` is ``{"total_cost": 0}`` (no token counts).  Stored,
-    such a message reads back as it was made: built without the optional fields refused, which
-    are then set as they were (as ``model_copy`` made them; LangGraph's serializer keeps them
-    so too).  A message still refused (a required field unusable) raises
-    :class:`~context_gatekeeper.InvalidInputError` naming it (core id ``core_id``)."""
+    such a message reads back as it was made: built without the refused fields, when each is
+    one of :data:`_RESTORED`, which are then set as they were (as ``model_copy`` made them;
+    LangGraph's serializer keeps them so too).  A message refused otherwise (a required field
+    unusable, a malformed ``tool_calls``, a field LangChain's validators fail on)
+    raises :class:`~context_gatekeeper.InvalidInputError` naming it (core id ``core_id``)."""
+    refused: set[str] = set()
     try:
         return messages_from_dict([{"type": kind, "data": data}])[0]
     except ValidationError as error:
         refused = {str(e["loc"][0]) for e in error.errors() if e.get("loc")}
-        first = error
-    try:  # without the refused fields: a required one is then missing, and refused again
-        message = messages_from_dict([{"type": kind, "data": {k: v for k, v in data.items() if k not in refused}}])[0]
-    except ValidationError:
-        pass
-    else:
-        return message.model_copy(update={k: data[k] for k in refused if k in data})
-    problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in first.errors()[:3])
+        first: Exception = error
+        problem = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:3])
+    except (TypeError, AttributeError) as error:  # a "before" validator of LangChain's failed on a field's shape
+        first, problem = error, f"{type(error).__name__}: {error}"
+    if refused and refused <= _RESTORED:
+        try:  # without the refused fields: a required one is then missing, and refused again
+            message = messages_from_dict([{"type": kind, "data": {k: v for k, v in data.items() if k not in refused}}])[0]
+        except (ValidationError, TypeError, AttributeError):
+            pass
+        else:
+            return message.model_copy(update={k: data[k] for k in refused if k in data})
     raise InvalidInputError(
         f"stored message {core_id!r} ({kind}) cannot be rebuilt as a LangChain message ({problem}); "
         "replace or delete it (by that id: apply([Replace(...)]) or apply([Delete(...)]) on the history), "

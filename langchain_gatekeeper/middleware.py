@@ -10,8 +10,8 @@ Example::
 Each model call gets the gated view of its messages (:mod:`.agent_view`): the system
 prompt, summary messages, the earlier turns the current query needs (tool-call pairs
 intact, starting on a user message) and the current turn whole: from the first message of
-the run's input (all of it: a question, then the image it is about), whose id a
-``before_agent`` hook records in the private state key
+the run's input (all of it: a question, then the image it is about), whose id (with the
+id of the input's last message) a ``before_agent`` hook records in the private state key
 :data:`~langchain_gatekeeper.threads.TURN_KEY` (checkpointed with the thread, so any worker
 resuming the run reads it), to the end.  Gating never touches the stored messages: only the
 request sent to the model is narrowed.
@@ -74,25 +74,50 @@ def edit_instruction(text: str, prefix: str | None) -> str | None:
     return rest.strip()
 
 
-def _run_input(messages: Sequence[BaseMessage], previous: str | None = None) -> str | None:
-    """The id of the first message of a run's input, read from the thread's messages as the run
-    starts (the input is added at the end): the human messages at the end (a question, then an
-    image or a file it is about; one invoke's input is often several), ``None`` when the last
-    message is none.  ``previous`` is the id the thread's last run recorded: when it is one of
-    those messages, that run left its input unanswered (it failed before the model answered)
-    and this run's input follows it (the old question stays an earlier, unanswered message,
-    gated within the budget); unless it is the last message (a run retried with no new input)."""
+def _run_input(messages: Sequence[BaseMessage], previous: tuple[str, str] | None = None) -> tuple[str, str] | None:
+    """The ids of the first and the last message of a run's input, read from the thread's
+    messages as the run starts (the input is added at the end): the human messages at the end
+    (a question, then an image or a file it is about; one invoke's input is often several),
+    ``None`` when the last message is none.  ``previous`` is what the thread's last run
+    recorded (:func:`_recorded`): when its last message is one of those human messages, that
+    run left its input unanswered (it failed before the model answered) and this run's input
+    starts right after it (the old input stays earlier, unanswered messages, gated within the
+    budget), unless it is the last message: a run retried with no new input, whose input is
+    the previous run's again."""
     first = end = len(messages)
     while first and _asks(messages[first - 1]):
         first -= 1
     if first == end:
         return None
     if previous is not None:
-        for i in range(end - 2, first - 1, -1):
-            if messages[i].id == previous:
-                first = i + 1
-                break
-    return messages[first].id
+        at = {messages[i].id: i for i in range(first, end)}
+        ended = at.get(previous[1])
+        if ended is not None and ended < end - 1:
+            first = ended + 1
+        elif ended is not None:  # a retry: the previous input again (its last message alone if its first is gone)
+            first = at.get(previous[0], ended)
+    started, last = messages[first].id, messages[end - 1].id
+    return None if started is None or last is None else (started, last)
+
+
+def _recorded(value: Any) -> tuple[str, str] | None:
+    """The ``(first, last)`` message ids of the run input a :data:`TURN_KEY` value records
+    (:func:`_record`): the id alone of an input of one message (as a thread checkpointed before
+    the last id was recorded holds it too), ``[first, last]`` for several; ``None`` for none."""
+    if isinstance(value, str):
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return None
+
+
+def _record(run_input: tuple[str, str] | None) -> str | list[str] | None:
+    """The :data:`TURN_KEY` value for a run's input (``(first, last)`` ids, :func:`_run_input`):
+    the id alone when it is one message (most runs), ``[first, last]`` when it is several."""
+    if run_input is None:
+        return None
+    started, ended = run_input
+    return started if started == ended else [started, ended]
 
 
 class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
@@ -188,8 +213,9 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         of the first message of its run's input (:meth:`before_agent` records it in the state)."""
         info = getattr(request.runtime, "execution_info", None)
         system = request.system_message.text if request.system_message is not None else None
+        recorded = _recorded((request.state or {}).get(TURN_KEY))
         return {"thread": getattr(info, "thread_id", None), "system_prompt": system,
-                "run_input": (request.state or {}).get(TURN_KEY)}
+                "run_input": None if recorded is None else recorded[0]}
 
     # The view is some of the request's own message objects, in order (typed list[BaseMessage]):
     # each is an AnyMessage, as ModelRequest.messages needs, which the checker cannot see.
@@ -205,20 +231,17 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- the edit route -------------------------------------------------------------------
     def _instruction(self, request: ModelRequest) -> str | None:
-        """The edit instruction when the request's last message is an edit command of this run's
-        input (:func:`_run_input`: the last of the human messages from the one recorded on; a
-        message a tool added is never one)."""
+        """The edit instruction when the request's last message is an edit command that is the
+        last message of this run's input (:func:`_run_input`, as :meth:`before_agent` recorded
+        it; a message a tool added is never one)."""
         if self.edit_prefix is None or not request.messages:
             return None
-        messages = request.messages
-        last = messages[-1]
+        last = request.messages[-1]
         if not isinstance(last, HumanMessage) or is_summary(last) or last.id is None:
             return None
-        started, i = (request.state or {}).get(TURN_KEY), len(messages) - 1
-        while messages[i].id != started:  # back over the input's human messages to its first
-            if not i or not _asks(messages[i - 1]):
-                return None
-            i -= 1
+        recorded = _recorded((request.state or {}).get(TURN_KEY))
+        if recorded is None or last.id != recorded[1]:
+            return None
         return edit_instruction(last.text, self.edit_prefix)
 
     def _thread(self, request: ModelRequest) -> tuple[list[BaseMessage], list[dict[str, Any]], HumanMessage]:
@@ -260,15 +283,17 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
 
     # -- hooks ----------------------------------------------------------------------------
     def before_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Record in the state (a private key, checkpointed with the thread) the id of the first
-        message of this run's input (:func:`_run_input`), or ``None`` for a run that starts with
-        none (a resume with no new message).  The gated view's current turn starts there, on
-        any worker that resumes the run: the whole input (a question, then the image it is
-        about) is sent and never charged to the budget, and a human message added later in the
-        run (by a tool, or by a middleware that asks the model again) never takes the
-        question's place; only the input may be routed to an edit."""
+        """Record in the state (a private key, checkpointed with the thread) the ids of the first
+        and the last message of this run's input (:func:`_run_input`; the id alone when it is
+        one message: :func:`_record`), or ``None`` for a run that starts with none (a resume
+        with no new message).  The gated view's current turn starts at its first, on any
+        worker that resumes the run: the whole input (a question, then the image it is about)
+        is sent and never charged to the budget, and a human message added later in the run
+        (by a tool, or by a middleware that asks the model again) never takes the question's
+        place; only the input's last message may be routed to an edit.  Its last tells the next
+        run where a failed run's input ended (its own input starts after it)."""
         recorded = state.get(TURN_KEY)
-        started = _run_input(state.get("messages") or [], recorded if isinstance(recorded, str) else None)
+        started = _record(_run_input(state.get("messages") or [], _recorded(recorded)))
         return None if recorded == started else {TURN_KEY: started}
 
     async def abefore_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:

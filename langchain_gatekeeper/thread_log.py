@@ -43,7 +43,8 @@ __all__ = [
 EDITS_KEY = "gatekeeper_edits"
 """The private state key holding the thread's edit log (``Revision.to_dict()`` records)."""
 TURN_KEY = "gatekeeper_turn"
-"""The private state key holding the id of the message that started the current run."""
+"""The private state key holding where the current run's input lies: the id of its one message,
+or ``[first id, last id]`` when the input is several messages (a question, then its image)."""
 EDIT_MARK = "gatekeeper_edit"
 """``additional_kwargs["lc_source"]`` of messages that record an edit (never edited or selected)."""
 
@@ -62,7 +63,7 @@ class GatekeeperState(AgentState[Any]):
 
     # "| None": the channel starts empty, so a thread never edited has no key at all
     gatekeeper_edits: NotRequired[Annotated[list[dict[str, Any]] | None, PrivateStateAttr, append_records]]
-    gatekeeper_turn: NotRequired[Annotated[str | None, PrivateStateAttr]]
+    gatekeeper_turn: NotRequired[Annotated[str | list[str] | None, PrivateStateAttr]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import itertools
 import logging
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -836,6 +837,83 @@ def test_list_prints_see_a_change_of_what_pairs_results_with_calls() -> None:
             assert prints.begin(copies, keyed_by)
             change(copies)
             assert not prints.begin(copies, keyed_by)
+
+
+def _lookup(message_id: str, *call_ids: str) -> AIMessage:
+    return AIMessage("", id=message_id, tool_calls=[{"name": "lookup", "args": {"q": "redis ttl"}, "id": c}
+                                                    for c in call_ids])
+
+
+def _groups(view: GatedView, thread: str, messages: list[BaseMessage]) -> list[list[str | None]]:
+    return [[messages[i].id for i in turn.positions] for turn in view._index(thread).memo.turns]
+
+
+def test_a_call_id_made_again_after_a_result_does_not_hide_which_call_it_answers() -> None:
+    """Call ids that repeat across steps (``call_0`` each step, as some providers and local servers
+    number them): a list read while a delivered image was last, grown by the result of the call
+    before it and a new call of the same id.  The result answers the older call, so the grown list
+    groups as a fresh view groups it (the later call_0 hid that: the image and the result became a
+    turn of their own, the result sent without its call)."""
+    for keyed_by in ("content", "id"):
+        messages: list[BaseMessage] = [HumanMessage("redis ttl?", id="u0"), _lookup("a1", "call_0"),
+                                       HumanMessage([{"type": "image", "url": "https://x.test/y.png"}], id="d2")]
+        view = GatedView(make, keyed_by=keyed_by)
+        view.gated(messages, "redis ttl?", thread="t")
+        messages += [ToolMessage("ttl 30s", tool_call_id="call_0", id="t3"), _lookup("a4", "call_0")]
+        got = view.gated(messages, "redis ttl?", thread="t")
+        fresh_view = GatedView(make, keyed_by=keyed_by)
+        assert got == fresh_view.gated(messages, "redis ttl?", thread="t")
+        assert _groups(view, "t", messages) == _groups(fresh_view, "t", messages) == [["u0", "a1", "d2", "t3", "a4"]]
+        assert len(view.gatekeeper("t")) == 1
+
+
+def test_a_list_grown_a_few_messages_at_a_time_reads_as_a_fresh_view_with_repeated_call_ids() -> None:
+    """Property: agent lists whose tool steps number their calls call_0, call_1 ... each step, with
+    delivered human messages (images, texts) between results and some results missing, grown a few
+    messages at a time: after each call the view's turns, its index and what it keeps are a fresh
+    view's."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    vocabulary = ["redis", "ttl", "espresso", "grind", "kafka", "lag"]
+
+    @st.composite
+    def grown(draw: Any) -> tuple[list[BaseMessage], list[int]]:
+        n = itertools.count()
+        messages: list[BaseMessage] = []
+
+        def text() -> str:
+            return " ".join(draw(st.lists(st.sampled_from(vocabulary), min_size=1, max_size=3)))
+
+        for _ in range(draw(st.integers(1, 4))):
+            messages.append(HumanMessage(text(), id=f"u{next(n)}"))
+            for _ in range(draw(st.integers(0, 2))):
+                calls = [f"call_{j}" for j in range(draw(st.integers(1, 3)))]
+                messages.append(_lookup(f"a{next(n)}", *calls))
+                for call in draw(st.lists(st.sampled_from(calls), unique=True)):
+                    if draw(st.booleans()):
+                        delivered = draw(st.sampled_from([[{"type": "image", "url": "u"}], "delivered " + text()]))
+                        messages.append(HumanMessage(delivered, id=f"d{next(n)}"))
+                    messages.append(ToolMessage(text(), tool_call_id=call, id=f"t{next(n)}"))
+            if draw(st.booleans()):
+                messages.append(AIMessage(text(), id=f"f{next(n)}"))
+        cuts = sorted(set(draw(st.lists(st.integers(1, len(messages)), max_size=len(messages)))) | {len(messages)})
+        return messages, cuts
+
+    @settings(max_examples=100, suppress_health_check=list(HealthCheck))
+    @given(grown(), st.sampled_from(["content", "id"]))
+    def check(case: tuple[list[BaseMessage], list[int]], keyed_by: str) -> None:
+        messages, cuts = case
+        view = GatedView(make, keyed_by=keyed_by)
+        for cut in cuts:
+            part = messages[:cut]
+            got = view.gated(part, "redis ttl watchdog?", thread="t")
+            fresh_view = GatedView(make, keyed_by=keyed_by)
+            assert got == fresh_view.gated(part, "redis ttl watchdog?", thread="t")
+            assert _groups(view, "t", part) == _groups(fresh_view, "t", part), [m.id for m in part]
+            assert len(view.gatekeeper("t")) == len(view._index("t").memo.turns)
+
+    check()
 
 
 # -- what a thread's index keeps ---------------------------------------------------------------------

@@ -193,3 +193,23 @@ def test_a_cache_hit_that_langchains_own_validation_refuses_reads_back_as_it_was
     with pytest.raises(InvalidInputError, match="'m-7' \\(chat\\) cannot be rebuilt.*role") as error:
         from_core(broken)
     assert isinstance(error.value, GatekeeperError)
+
+
+@pytest.mark.parametrize("tool_calls", [
+    [{"name": 5, "args": {}, "id": "c1"}],  # refused by validation, with the cache hit's usage_metadata
+    [{"name": "search", "args": "not a dict", "id": "c1"}],
+    ["search"],  # LangChain's own validator fails on it (AttributeError)
+    [{"args": {}}],  # (TypeError)
+], ids=["name", "args", "not-a-dict", "no-id"])
+def test_only_the_fields_a_cache_hit_carries_are_put_back_unchecked(tool_calls: list) -> None:
+    """A stored assistant message whose tool_calls LangChain refuses is not rebuilt with them put
+    back unchecked (any refused field was, so a malformed call reached the provider): the
+    library's InvalidInputError names it, whatever LangChain raised; a cache hit's usage_metadata
+    is still put back."""
+    from context_gatekeeper import InvalidInputError, Message
+
+    stored = to_core(cache_hit())
+    broken = Message(stored.id, "assistant", stored.content, metadata={**stored.metadata, "tool_calls": tool_calls})
+    with pytest.raises(InvalidInputError, match=f"{broken.id!r} \\(ai\\) cannot be rebuilt"):
+        from_core(broken)
+    assert from_core(stored).usage_metadata == {"total_cost": 0}

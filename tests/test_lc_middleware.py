@@ -382,7 +382,7 @@ def test_a_question_sent_with_an_image_in_one_invoke_is_the_current_turn_whateve
         agent.invoke({"messages": [HumanMessage("Best espresso grind for a moka pot?")]}, CONFIG)
         agent.invoke({"messages": [question, image]}, CONFIG)
     assert [m.id for m in model.received[-1][-2:]] == ["q", "img"]
-    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == "q"  # the first message of the run's input
+    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == ["q", "img"]  # the first and last of the run's input
 
 
 def test_a_run_that_failed_before_answering_leaves_its_question_out_of_the_next_runs_input() -> None:
@@ -409,8 +409,94 @@ def test_a_run_that_failed_before_answering_leaves_its_question_out_of_the_next_
     assert [m.id for m in model.received[-1]] == ["new"]  # the old question does not fit a budget of 5
     agent.invoke({"messages": [HumanMessage("see the log", id="log"), HumanMessage("/edit it is 120", id="cmd")]},
                  CONFIG)
-    assert len(editor.calls) == 1 and agent.get_state(CONFIG).values["gatekeeper_turn"] == "log"
+    assert len(editor.calls) == 1 and agent.get_state(CONFIG).values["gatekeeper_turn"] == ["log", "cmd"]
     assert "120 second" in texts(agent.get_state(CONFIG).values["messages"])
+
+
+def test_before_agent_records_where_a_failed_runs_input_ends_and_keeps_it_for_a_retry() -> None:
+    """The record holds the first and the last id of a run's input (the id alone for one message):
+    a run after a failed one whose input was [question, image] starts after the image (the image
+    was recorded as the next input's first: the old image went with the new question), and a run
+    with no new input keeps the previous input (the start of the unanswered messages was taken: both
+    failed questions became the current turn)."""
+    from langchain_gatekeeper.threads import TURN_KEY
+
+    middleware = GatekeeperMiddleware(token_budget=500)
+
+    def record(messages: list[BaseMessage], recorded: Any = None) -> Any:
+        state: dict[str, Any] = {"messages": messages}
+        if recorded is not None:
+            state[TURN_KEY] = recorded
+        update = middleware.before_agent(state, None)  # type: ignore[arg-type]
+        return recorded if update is None else update[TURN_KEY]
+
+    history: list[BaseMessage] = [HumanMessage("hi", id="h0"), AIMessage("hello", id="a0")]
+    q1 = HumanMessage("What is in this photo?", id="q1")
+    img1 = HumanMessage([{"type": "image", "url": "https://x.test/1.png"}], id="img1")
+    q2 = HumanMessage("Forget it: how long should a Redis TTL be?", id="q2")
+    assert record([*history, q1, img1]) == ["q1", "img1"]
+    assert record([*history, q1, img1, q2], ["q1", "img1"]) == "q2"  # (a) not img1
+    assert record([*history, q1, img1, q2], "q2") == "q2"  # (b) a retry: not q1
+    assert record([*history, q1, img1], ["q1", "img1"]) == ["q1", "img1"]  # a retry of a run of two
+    assert record([*history, q1, img1, q2], "q1") == ["img1", "q2"]  # a record of one id (an older checkpoint's)
+    assert record([*history, q1, AIMessage("A cat.", id="a1"), q2], ["q1", "img1"]) == "q2"  # answered
+    assert record([*history, q1, AIMessage("A cat.", id="a1")], "q1") is None  # no new input
+
+
+class FailsFirst(ToolCallingFake):
+    """Raises on its first ``failures`` calls (a provider down), then answers from its script."""
+
+    failures: int = 1
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            self.received.append(list(messages))
+            raise RuntimeError("provider down")
+        return super()._generate(messages, *args, **kwargs)
+
+
+def test_a_failed_run_of_a_question_and_an_image_leaves_the_image_out_of_the_next_runs_turn() -> None:
+    """A run whose input was a question and an image fails before the model answers: the next
+    run's current turn is its own question (the image was taken for the start of its input and
+    sent with the new question whatever the budget)."""
+    model = FailsFirst(messages=iter([AIMessage("Use a 90 second TTL.")]))
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=2)], checkpointer=InMemorySaver())
+    photo = HumanMessage([{"type": "image", "url": "https://x.test/cat.png"}], id="img1")
+    with pytest.raises(RuntimeError, match="provider down"):
+        agent.invoke({"messages": [HumanMessage("What is in this photo?", id="q1"), photo]}, CONFIG)
+    assert [m.id for m in model.received[-1]] == ["q1", "img1"]
+    agent.invoke({"messages": [HumanMessage("Redis lock TTL for a 45 second job?", id="q2")]}, CONFIG)
+    assert [m.id for m in model.received[-1]] == ["q2"]  # neither the old question nor its image fits 2 tokens
+    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == "q2"
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_run_retried_with_no_new_input_keeps_the_failed_runs_input_as_its_turn(use_async: bool) -> None:
+    """Two runs fail before the model answers; a third with no new input retries the last: its
+    current turn is that run's question alone (the start of the unanswered messages was taken:
+    both failed questions were sent as the current turn whatever the budget)."""
+    model = FailsFirst(messages=iter([AIMessage("Use a 90 second TTL.")]), failures=2)
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=5)], checkpointer=InMemorySaver())
+    old = HumanMessage("Best espresso grind for a moka pot, at home?", id="q1")
+    new = HumanMessage("Redis lock TTL for a 45 second job?", id="q2")
+
+    async def run() -> None:
+        for message in (old, new):
+            with pytest.raises(RuntimeError, match="provider down"):
+                await agent.ainvoke({"messages": [message]}, CONFIG)
+        await agent.ainvoke({"messages": []}, CONFIG)
+
+    if use_async:
+        asyncio.run(run())
+    else:
+        for message in (old, new):
+            with pytest.raises(RuntimeError, match="provider down"):
+                agent.invoke({"messages": [message]}, CONFIG)
+        agent.invoke({"messages": []}, CONFIG)
+    assert [m.id for m in model.received[-1]] == ["q2"]  # the retry's view: q1 does not fit 5 tokens
+    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == "q2"
+    assert texts(agent.get_state(CONFIG).values["messages"]).endswith("Use a 90 second TTL.")
 
 
 @tool

@@ -267,8 +267,12 @@ def test_an_unhashable_thread_is_refused_with_the_librarys_error() -> None:
 def test_gate_messages_keeps_a_tool_step_whole_when_a_tool_delivered_a_message_between_its_results() -> None:
     """An earlier turn of parallel tool calls whose results an image a tool delivered stands
     between: kept or dropped whole at every budget (the image started a turn: the second result
-    was sent without its call)."""
+    was sent without its call), and what is sent before the question stays within the budget,
+    each message its tokens and its message_overhead (the image was priced joined with the
+    question: one overhead short)."""
     from langchain_core.messages import ToolMessage
+
+    from langchain_gatekeeper.agent_view import _indexed_text
 
     step = [
         HumanMessage("Show me the photo of the Redis cluster dashboard and the lock TTL config", id="u1"),
@@ -280,9 +284,16 @@ def test_gate_messages_keeps_a_tool_step_whole_when_a_tool_delivered_a_message_b
         AIMessage("The dashboard shows the Redis lock TTL is 30s.", id="a2"),
     ]
     chat = [*step, HumanMessage("Best espresso grind for a moka pot?", id="u2"), AIMessage("Medium-fine.", id="a3")]
+    overhead = 20  # the default is 3: large enough here that one overhead short shows at some budget
+    kept_step = False
     for query in ("ok?", "What was the redis lock ttl config value?"):
-        for budget in range(0, 120, 4):
-            out = gate_messages([*chat, HumanMessage(query, id="u3")], token_budget=budget, token_counter="approximate")
+        for budget in range(0, 240, 2):
+            out = gate_messages([*chat, HumanMessage(query, id="u3")], token_budget=budget, token_counter="approximate",
+                                message_overhead=overhead)
             ids = [m.id for m in out]
             assert ids[:6] == [m.id for m in step] or not set(ids) & {m.id for m in step}, (query, budget, ids)
             assert ids[-1] == "u3"
+            spent = sum(approximate_tokens(_indexed_text(m)) + overhead for m in out[:-1])
+            assert spent <= budget, (query, budget, ids, spent)
+            kept_step |= "img1" in ids
+    assert kept_step

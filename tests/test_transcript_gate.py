@@ -209,9 +209,9 @@ def test_what_open_run_hands_out_is_a_copy_the_transcript_never_sees_changed(tmp
 
 
 def test_message_turn_texts_are_one_text_a_message() -> None:
-    """MessageTurn.texts (a shortcut for a question and its answer): the user texts joined, the
-    last answer as the assistant text, earlier answers and tool and system messages (sent with
-    the turn) as tool texts."""
+    """MessageTurn.texts (a shortcut for a question and its answer): the first user text, the
+    last answer as the assistant text, earlier answers, later user messages (a tool's delivery)
+    and tool and system messages (sent with the turn) as tool texts."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -227,9 +227,9 @@ def test_message_turn_texts_are_one_text_a_message() -> None:
         answers = [m.content for m in messages if m.role == "assistant"]
         users = [m.content for m in messages if m.role == "user"]
         expected = (  # a message sent with no text is read as the placeholder: priced as a message
-            "\n".join(users) or ("…" if users else ""),
+            (users[0] or "…") if users else "",
             (answers[-1] or "…") if answers else "",
-            (*answers[:-1], *(m.content for m in messages if m.role in ("tool", "system"))),
+            (*answers[:-1], *(u or "…" for u in users[1:]), *(m.content for m in messages if m.role in ("tool", "system"))),
         )
         assert MessageTurn("m0", messages).texts == expected
 
@@ -744,3 +744,111 @@ def test_a_user_message_between_a_call_and_its_result_stays_in_the_calls_turn(tm
     finally:
         writer_store.close()
         reader_store.close()
+
+
+@pytest.mark.parametrize("delivered", ["", "the screenshot, as the tool delivers it"])
+def test_a_turn_of_several_user_messages_is_charged_an_overhead_for_each(delivered: str) -> None:
+    """A tool's delivery (a user message between parallel results) stays in the call's turn and is
+    sent with it: it is priced as a message of its own (its text, or the placeholder, and its
+    message_overhead), so what select_messages sends stays within token_budget at every budget
+    (the turn's user messages were joined into one text, priced one overhead short for each)."""
+    from context_gatekeeper.transcripts.transcript_gate import message_text
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    overhead = 20
+    step = delivered_step(0)
+    step[3] = Message("img0", "user", delivered, parts=({"type": "image", "url": "https://x.test/0.png"},))
+    t = Transcript("s")
+    t.append(messages=step)
+    t.append(user="Best espresso grind for a moka pot?", assistant="Medium-fine.")
+    kept_step = False
+    for budget in range(0, 300, 2):
+        gate = TranscriptGate(t, token_budget=budget, token_counter=words, message_overhead=overhead)
+        sent = gate.select_messages("What was the checkout zindex config value?", include_open=False)
+        assert sum(words(message_text(m)) + overhead for m in sent) <= budget, (budget, [m.id for m in sent])
+        kept_step |= "img0" in {m.id for m in sent}
+    assert kept_step
+    texts = TranscriptGate(t, token_counter=words, message_overhead=overhead)
+    texts.sync()
+    assert texts._turns[0].texts[0] == step[0].content  # the question alone is the turn's user text
+    assert (delivered or "…") in texts._turns[0].texts[2]
+
+
+def _lookup(message_id: str, *call_ids: str) -> Message:
+    return Message(message_id, "assistant", "", metadata={"tool_calls": [
+        {"id": c, "name": "lookup", "args": {"q": "redis ttl"}} for c in call_ids]})
+
+
+def _shape(gate: TranscriptGate) -> tuple:
+    gate.sync()
+    gk = gate.gatekeeper
+    return ([[m.id for m in turn.messages] for turn in gate._turns], gate._open and gate._open.key,
+            [(t.user, t.assistant, t.tool_texts) for t in gk.turns])
+
+
+def test_a_call_id_made_again_after_a_result_does_not_hide_which_call_it_answers() -> None:
+    """Call ids that repeat across steps (``call_0`` each step, as some providers and local servers
+    number them): a user message read while it was last, then the result of the call before it and
+    a new call of the same id. The result answers the older call (the message stands inside that
+    step), so the gate regroups as a fresh gate groups (the later call_0 hid it: the result went
+    into a turn of its own, away from its call)."""
+    t = Transcript("s")
+    gate = TranscriptGate(t, token_budget=10_000, message_overhead=0)
+    t.append(messages=[Message("u0", "user", "redis ttl?")])
+    gate.sync()
+    t.append(messages=[_lookup("a1", "call_0")])
+    gate.sync()
+    t.append(messages=[Message("d2", "user", "", parts=({"type": "image", "url": "https://x.test/d.png"},))])
+    gate.sync()
+    t.append(messages=[Message("t3", "tool", "ttl 30s", metadata={"tool_call_id": "call_0"}), _lookup("a4", "call_0")])
+    assert _shape(gate) == _shape(TranscriptGate(t, token_budget=10_000, message_overhead=0))
+    assert [[m.id for m in turn.messages] for turn in gate._turns] == [["u0", "a1", "d2", "t3", "a4"]]
+
+
+def test_a_gate_read_after_each_append_groups_as_a_fresh_gate_with_repeated_call_ids() -> None:
+    """Property: agent transcripts whose tool steps number their calls call_0, call_1 ... each step,
+    with delivered user messages between results, some results missing, appended a few messages
+    at a time: after each append the gate's turns and index are a fresh gate's."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    words = ["redis", "ttl", "espresso", "grind", "kafka", "lag"]
+
+    @st.composite
+    def appended(draw: Any) -> list[list[Message]]:
+        n = iter(range(1000))
+        messages: list[Message] = []
+
+        def text() -> str:
+            return " ".join(draw(st.lists(st.sampled_from(words), min_size=1, max_size=3)))
+
+        for _ in range(draw(st.integers(1, 4))):
+            messages.append(Message(f"u{next(n)}", "user", text()))
+            for _ in range(draw(st.integers(0, 2))):
+                calls = [f"call_{j}" for j in range(draw(st.integers(1, 3)))]
+                messages.append(_lookup(f"a{next(n)}", *calls))
+                for call in draw(st.lists(st.sampled_from(calls), unique=True)):
+                    if draw(st.booleans()):
+                        messages.append(Message(f"d{next(n)}", "user", draw(st.sampled_from(["", "delivered " + text()]))))
+                    messages.append(Message(f"t{next(n)}", "tool", text(), metadata={"tool_call_id": call}))
+            if draw(st.booleans()):
+                messages.append(Message(f"f{next(n)}", "assistant", text()))
+        cuts = sorted(set(draw(st.lists(st.integers(1, len(messages)), max_size=len(messages)))) | {len(messages)})
+        return [messages[a:b] for a, b in zip([0, *cuts], cuts)]
+
+    def words_of(text: str) -> int:
+        return len(text.split())
+
+    @settings(max_examples=150, suppress_health_check=list(HealthCheck))
+    @given(appended())
+    def check(parts: list[list[Message]]) -> None:
+        t = Transcript("s")
+        gate = TranscriptGate(t, token_budget=10_000, token_counter=words_of, message_overhead=0)
+        for part in parts:
+            t.append(messages=part)
+            assert _shape(gate) == _shape(TranscriptGate(t, token_budget=10_000, token_counter=words_of,
+                                                         message_overhead=0)), [m.id for m in t.messages]
+
+    check()

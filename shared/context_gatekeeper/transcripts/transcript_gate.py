@@ -122,17 +122,19 @@ def indexed_texts(
     the texts of its user messages, its assistant messages and its other messages (tool
     results; a system message inside the turn, which is sent with it), each in order.
 
-    The user messages are joined; the last assistant message is the answer (the gate reads
-    whether it ends with a question); the earlier assistant messages (an agent's tool calls)
-    and the other messages are tool texts.  The gatekeeper costs a turn by its texts with one
-    ``message_overhead`` each, so each message sent is one text: an agent turn of several
-    answers is not priced as one message (it went over the budget by the overhead of each).
-    A message that is sent but has no text (an image alone, an empty answer) is read as
-    :data:`NO_TEXT`, so it is charged its ``message_overhead`` like any other message (the
+    The first user message is the user text; the last assistant message is the answer (the
+    gate reads whether it ends with a question); the earlier assistant messages (an agent's
+    tool calls), the later user messages (a tool's delivery, such as an image it hands the
+    model between parallel results) and the other messages are tool texts.  The gatekeeper
+    costs a turn by its texts with one ``message_overhead`` each, so each message sent is one
+    text: a turn of several messages is not priced as one message (an agent turn of several
+    answers, or of several user messages joined, went over the budget by the overhead of
+    each).  A message that is sent but has no text (an image alone, an empty answer) is read
+    as :data:`NO_TEXT`, so it is charged its ``message_overhead`` like any other message (the
     gatekeeper reads an empty text as no message)."""
-    user = "\n".join(users) or (NO_TEXT if users else "")
+    user = (users[0] or NO_TEXT) if users else ""
     answer = (answers[-1] or NO_TEXT) if answers else ""
-    return user, answer, (*answers[:-1], *others)
+    return user, answer, (*answers[:-1], *(text or NO_TEXT for text in users[1:]), *others)
 
 
 class IndexedTurn(Protocol):
@@ -206,13 +208,26 @@ def _answered_until(messages: Sequence[Message], i: int, calls: Collection[str])
 
 
 def _answers_before(tail: Sequence[Message], added: Sequence[Message]) -> bool:
-    """Whether a tool result of ``added`` answers a call that neither ``tail`` (the turn that
-    ``added`` is regrouped with) nor ``added`` makes: a call of an older turn, whose step a
-    regrouping from ``tail`` would split (the state is grouped whole instead)."""
-    results = {r for r in map(_result_id, added) if r}
-    if not results:
-        return False
-    return bool(results.difference(*map(_call_ids, tail), *map(_call_ids, added)))
+    """Whether a tool result of ``added`` answers a call other than one of the last assistant
+    message before it in ``tail`` (the turn that ``added`` is regrouped with) and ``added``: a
+    call of an older turn, whose step a regrouping from ``tail`` would split (a user message of
+    ``tail`` the result follows stands inside that step), so the state is grouped whole instead.
+    The messages are walked in order, as :func:`group_turns` reads them: a call id made again
+    after the result (providers that number calls ``call_0``, ``call_1`` in each step) does not
+    count as answering it."""
+    calls: frozenset[str] = frozenset()
+    for message in reversed(tail):
+        if message.role == "assistant":
+            calls = _call_ids(message)
+            break
+    for message in added:
+        if message.role == "assistant":
+            calls = _call_ids(message)
+            continue
+        result = _result_id(message)
+        if result is not None and result not in calls:
+            return True
+    return False
 
 
 class TurnIndex:
