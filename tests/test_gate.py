@@ -412,3 +412,21 @@ def test_anchor_weights_equal_the_formula_per_anchor(anchors, counts, n, extra, 
     assert list(got.items()) == list(expected.items())
     weights, exact = _weights_and_exact(anchors, df, n, params)  # what segmentation reads
     assert weights == got and exact == [a for a in got if anchor_kind(a) == "exact"]
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\u00ad", "\u200d", "\ufeff"])
+def test_acknowledgements_and_closing_questions_are_read_through_invisible_characters(invisible: str) -> None:
+    """acknowledges, last_question and is_courtesy read the text as anchors and cues do (invisible
+    characters removed, full-width letters folded): "thanks" followed by a zero-width space is an
+    acknowledgement, and a courtesy question with a soft hyphen or a zero-width joiner in it still
+    closes the topic (they read the raw text: a pasted or streamed message read otherwise)."""
+    from context_gatekeeper.selection.gate import acknowledges, asks_question, closes_topic, is_courtesy, last_question
+
+    assert acknowledges(f"thanks{invisible}") and acknowledges(f"ok{invisible} thanks!")
+    assert acknowledges("ｏｋ ｔｈａｎｋｓ")  # full-width
+    assert not acknowledges(f"thanks{invisible}?")
+    assert last_question(f"Renew it. Which client do you use?{invisible}") == "Which client do you use?"
+    assert is_courtesy(f"Any{invisible}thing else?")
+    assert closes_topic(f"Renew it with a watchdog. Any{invisible}thing else?{invisible}")
+    assert asks_question(f"Renew it with a watchdog. Which client do you use?{invisible}")
+    assert not asks_question(f"Renew it with a watchdog. Does that{invisible} help?")

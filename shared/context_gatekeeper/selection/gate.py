@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from operator import mul
 from typing import Any, Literal
 
-from .anchors import AnchorKind, anchor_kind
+from .anchors import _INVISIBLE, AnchorKind, anchor_kind, visible
 from .cues import Cues
 from .params import SWITCH_FEATURES, SelectionParams
 from .scoring import IDF_FORMULAS
@@ -449,8 +449,11 @@ def acknowledges(message: str) -> bool:
     (True, True)
     >>> acknowledges("ok, and the price?"), acknowledges("thanks?"), acknowledges("好的，那发票呢"), acknowledges("so")
     (False, False, False, False)
+
+    The message is read as anchors and cues are (:func:`~.anchors.visible`): an invisible
+    character ("thanks\u200b") or a full-width letter does not hide an acknowledgement.
     """
-    text = message.strip()
+    text = visible(message).strip()
     if len(text) > _ACK_LONGEST:
         return False
     text = text.lower()  # (a head word is a word: punctuation alone is none)
@@ -472,13 +475,18 @@ def last_question(answer: str) -> str | None:
 
     Code blocks are ignored, and so are closing quotes, brackets and emoji after the
     final question mark ("?" or "？"); a question earlier in the answer does not count
-    ("Do you like Taylor Swift? I met her once." asks nothing at its end).
+    ("Do you like Taylor Swift? I met her once." asks nothing at its end).  The invisible
+    characters that anchors and cues never read (:func:`~.anchors.visible`) are removed
+    first: one after the question mark does not hide the question.  The sentence is returned
+    as written otherwise (a full-width "？" stays one).
 
     >>> last_question("It renews the expiry while the job runs. Which Redis client do you use?")
     'Which Redis client do you use?'
     >>> last_question("great! do you like taylor swift? i met her once.") is None
     True
     """
+    if not answer.isascii():
+        answer = _INVISIBLE.sub("", answer)
     text = (_CODE_BLOCK.sub(" ", answer) if "```" in answer else answer).strip()
     end = len(text)
     while end and _KEPT_AT_END.match(text, end - 1) is None:  # drop what follows the last word or "?"
@@ -492,8 +500,9 @@ def last_question(answer: str) -> str | None:
 def is_courtesy(question: str) -> bool:
     """Whether a question only offers more help or checks it was understood ("Would you
     like an example?", "Anything else?", "Does that help?", "Want me to go deeper?",
-    "需要我举个例子吗？", "还有其他问题吗？"): the user's next message need not answer it."""
-    lowered = question.lower().strip()
+    "需要我举个例子吗？", "还有其他问题吗？"): the user's next message need not answer it.  Read as
+    anchors and cues are (:func:`~.anchors.visible`: invisible characters removed)."""
+    lowered = visible(question).lower().strip()
     return bool(_COURTESY_EN.search(lowered) or _COURTESY_ZH.search(lowered))
 
 
