@@ -320,3 +320,37 @@ def test_user_weights_read_from_the_turns_weights_equal_the_formula(user, anchor
     whole = anchor_weights(anchors, df, 5, params)
     expected = anchor_weights(user, df, 5, params)
     assert list(_user_weights(turn, whole, df, 5, params).items()) == list(expected.items())
+
+
+ALTERNATING = [("How long should a Redis lock TTL be?", "Longer than the longest job holding the lock."),
+               ("Best espresso grind for a moka pot?", "Medium fine, a little coarser than espresso."),
+               ("How should the Redis lock renewal watchdog work?", "Extend the lock TTL from a watchdog thread."),
+               ("Which beans for a moka pot?", "A medium roast works well.")]
+
+
+@pytest.mark.parametrize("boilerplate", ["", " I hope this helps! Feel free to ask if anything is unclear.",
+                                         "\n\nLet me know if anything is unclear, I am happy to elaborate."])
+def test_an_assistants_repeated_boilerplate_ties_no_topics_together(boilerplate: str) -> None:
+    from context_gatekeeper import ContextGatekeeper
+
+    gk = ContextGatekeeper(token_budget=3000)
+    for user, answer in ALTERNATING:
+        gk.add_turn(user, answer + boilerplate)
+    assert gk.topics() == {0: (1, 3), 1: (2, 4)}
+    assert gk.explain("What Redis lock TTL for a 30 second job?").turn_ids == (1, 3)
+
+
+def test_voice_anchors_are_the_words_only_a_repeated_sentence_holds() -> None:
+    from context_gatekeeper.selection.history import prepared_turn
+    from context_gatekeeper.selection.segments import voice_anchors
+
+    def segment(answer: str) -> SegmentInput:
+        return prepared_turn("q", answer, (), P.max_query_chars).segment
+
+    before = segment("Use a watchdog. I hope this helps!  Ask about Redis anytime.")
+    now = segment("Moka pots need a medium grind. i hope THIS helps! Ask about Redis anytime.")
+    # "redis" sits in a repeated sentence only; "hope"/"helps" too; "moka" is the answer's own
+    assert voice_anchors(now, before) == frozenset(extract("I hope this helps! Ask about Redis anytime.").counts)
+    again = segment("Redis is fine here. I hope this helps!")
+    assert "redis" not in {a.lower() for a in voice_anchors(again, before)}  # also said in a sentence of its own
+    assert voice_anchors(segment("Nothing repeats."), before) == frozenset()

@@ -22,7 +22,7 @@ from .gate import acknowledges, is_courtesy, last_question
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
 from .index import AnchorIndex, TurnPostings
 from .params import SelectionParams
-from .segments import SegmentInput, next_label, topic_profiles
+from .segments import SegmentInput, answer_sentences, next_label, topic_profiles
 from .records import Turn
 from ..validation import require_text
 
@@ -191,7 +191,8 @@ def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_qu
         postings = AnchorIndex.postings_of(user_anchors, answer_anchors)
         anchors = postings.turn.anchors
         answered = len(anchors) > len(user_anchors.counts)  # the answer brought anchors of its own
-        segment = SegmentInput(query_anchors, cues, anchors, answered, asks, closes, acknowledges(user))
+        segment = SegmentInput(query_anchors, cues, anchors, answered, asks, closes, acknowledges(user),
+                               assistant, frozenset(map(hash, answer_sentences(assistant))) if assistant else frozenset())
         # the answer's ending (asks, closes) is read from the assistant text alone: with tool
         # texts its own key joins the turn's, so the same words split differently between the
         # assistant and a tool are another turn to the label cache
