@@ -68,3 +68,17 @@ def check_tool_pairs(messages: list[BaseMessage]) -> None:
             open_calls = {c["id"] for c in [*message.tool_calls, *message.invalid_tool_calls]}
     assert not open_calls
 
+
+def check_steps(messages: list[BaseMessage]) -> None:
+    """Every tool call answered before the next AI message, and every result answering a call
+    of the last AI message before it (a message a tool delivered may stand between results,
+    as LangGraph stores parallel calls: :func:`check_tool_pairs` wants them adjacent)."""
+    calls: set[str] = set()
+    for message in messages:
+        if isinstance(message, AIMessage):
+            assert not calls, f"calls without results: {calls}"
+            calls = {c["id"] for c in message.tool_calls}
+        elif isinstance(message, ToolMessage):
+            assert message.tool_call_id in calls, f"orphan tool result {message.tool_call_id}"
+            calls.discard(message.tool_call_id)
+    assert not calls, f"calls without results: {calls}"

@@ -32,6 +32,7 @@ from langchain_gatekeeper import GatekeeperMiddleware, gate_messages
 from langchain_gatekeeper.agent_view import GatedView, _Prints, current_turn_start
 
 from gatekeeper_support import CountingCounter, CountingGatekeeper
+from lc_support import check_steps
 from test_semantic import HashEmbedder
 
 TOPICS = [
@@ -735,20 +736,6 @@ def delivered_step(n: int, delivered: BaseMessage | None = None) -> list[BaseMes
         ToolMessage(f"checkout.banner.zindex = 9999 ; redis config {n}", tool_call_id=cfg, id=f"r{n}"),
         AIMessage(f"The cookie banner (z-index 9999) covers the checkout button {n}.", id=f"ans{n}"),
     ]
-
-
-def check_steps(messages: list[BaseMessage]) -> None:
-    """Every tool call answered before the next AI message and every result answering a call of
-    the last AI message before it (a delivered message may stand between the results)."""
-    calls: set[str] = set()
-    for message in messages:
-        if isinstance(message, AIMessage):
-            assert not calls, f"calls without results: {calls}"
-            calls = {c["id"] for c in message.tool_calls}
-        elif isinstance(message, ToolMessage):
-            assert message.tool_call_id in calls, f"orphan tool result {message.tool_call_id}"
-            calls.discard(message.tool_call_id)
-    assert not calls, f"calls without results: {calls}"
 
 
 def test_a_message_delivered_between_parallel_results_stays_in_the_calls_turn() -> None:

@@ -26,7 +26,7 @@ from context_gatekeeper import EditError, HistoryError, InvalidInputError, Model
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.middleware import GatekeeperMiddleware
 from langchain_gatekeeper.threads import EDITS_KEY, edit_thread, aedit_thread, undo_thread, aundo_thread
-from lc_support import check_tool_pairs
+from lc_support import check_steps, check_tool_pairs
 from net_support import no_network
 
 JOB = "The nightly export job runs for at most 45 seconds."
@@ -318,21 +318,6 @@ def parallel_step() -> AIMessage:
     return AIMessage("", tool_calls=[
         {"name": "shot_image", "args": {"url": "https://acme.test/checkout"}, "id": "shot", "type": "tool_call"},
         {"name": "read_config", "args": {"name": "checkout zindex"}, "id": "cfg", "type": "tool_call"}])
-
-
-def check_steps(messages: list[BaseMessage]) -> None:
-    """Every tool call answered before the next AI message, and every result answering a call
-    of the last AI message before it (a message a tool delivered may stand between results,
-    as LangGraph stores parallel calls: check_tool_pairs wants them adjacent)."""
-    calls: set[str] = set()
-    for message in messages:
-        if isinstance(message, AIMessage):
-            assert not calls, f"calls without results: {calls}"
-            calls = {c["id"] for c in message.tool_calls}
-        elif isinstance(message, ToolMessage):
-            assert message.tool_call_id in calls, f"orphan tool result {message.tool_call_id}"
-            calls.discard(message.tool_call_id)
-    assert not calls, f"calls without results: {calls}"
 
 
 @pytest.mark.parametrize("budget", [0, 20, 40, 60, 80, 120, 400])

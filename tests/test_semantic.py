@@ -938,16 +938,20 @@ def test_a_turn_kept_on_one_shared_word_whose_meaning_is_far_off_is_let_go() -> 
     assert words_only.turn_ids == (1, 2, 3)  # without the drop the topic's turns on "pool" stay
 
 
+TWO_POOLS = {"db": ("connections", "connection", "postgres", "database", "db", "cores", "server", "timeouts", "idle"),
+             "swim": ("swimming", "lanes", "laps", "chlorine", "goggles", "water", "filter", "lane")}
+POOL_CHAT = [
+    ("How big should the connection pool be for Postgres?", "Start near twice the cores of the database server."),
+    ("Our swimming pool has cloudy water", "Shock it with chlorine and run the filter overnight."),
+    ("What about the pool lanes for laps?", "Book a lane early; goggles help with the chlorine."),
+]
+"""One segment to the words ("pool"), two topics in meaning."""
+
+
 def test_follow_up_turns_far_in_meaning_go_unless_the_query_points_back() -> None:
     # one segment to the words ("pool"), two topics in meaning; an elliptical follow-up
     # keeps the segment's opener and latest turns whatever their words
-    pools = {"db": ("connections", "connection", "postgres", "database", "db", "cores", "server", "timeouts", "idle"),
-             "swim": ("swimming", "lanes", "laps", "chlorine", "goggles", "water", "filter", "lane")}
-    chat = [
-        ("How big should the connection pool be for Postgres?", "Start near twice the cores of the database server."),
-        ("Our swimming pool has cloudy water", "Shock it with chlorine and run the filter overnight."),
-        ("What about the pool lanes for laps?", "Book a lane early; goggles help with the chlorine."),
-    ]
+    pools, chat = TWO_POOLS, POOL_CHAT
     assert gatekeeper_over(chat, None).explain("pool timeouts?").turn_ids == (1, 2, 3)
     hybrid = gatekeeper_over(chat, HashEmbedder(pools, dim=4096))
     elliptical = hybrid.explain("pool timeouts?")  # no pronoun: its meaning is its own
@@ -977,13 +981,7 @@ def test_a_query_of_no_content_words_keeps_the_latest_turn_whatever_its_meaning(
 
 def test_a_turn_let_go_for_its_meaning_shows_why_in_explain() -> None:
     # a turn that was never a candidate (kept as a follow-up) and then let go still gets a record
-    pools = {"db": ("connections", "connection", "postgres", "database", "db", "cores", "server", "timeouts", "idle"),
-             "swim": ("swimming", "lanes", "laps", "chlorine", "goggles", "water", "filter", "lane")}
-    chat = [
-        ("How big should the connection pool be for Postgres?", "Start near twice the cores of the database server."),
-        ("Our swimming pool has cloudy water", "Shock it with chlorine and run the filter overnight."),
-        ("What about the pool lanes for laps?", "Book a lane early; goggles help with the chlorine."),
-    ]
+    pools, chat = TWO_POOLS, POOL_CHAT
     selection = gatekeeper_over(chat, HashEmbedder(pools, dim=4096)).explain("timeouts?")
     assert selection.turn_ids == (1,)
     shown = {r.turn_id: (r.kept, r.reason) for r in selection.scores}
