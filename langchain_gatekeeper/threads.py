@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
@@ -110,13 +110,14 @@ def _editable(state: Sequence[Message], messages: Sequence[BaseMessage]) -> list
 
 
 def _plan(state: list[Message], result: EditResult, log: Sequence[dict[str, Any]], instruction: str) -> EditPlan:
-    """The plan for ``result``, computed over ``state`` (the thread's messages, as core messages)."""
-    number = len(log) + 1
+    """The plan for ``result``, computed over ``state`` (the thread's messages, as core messages).
+    An edit that changes nothing is numbered like the head, as the core's ``Transcript`` numbers
+    one (``number == parent == head``): it is never written, so ``head + 1`` would name no revision."""
+    head = len(log)
     after = apply_changes(state, result.changes)
-    entry = ThreadEdit(
-        number, number - 1, "edit", tuple(result.changes), instruction, result.model_name,
-        diff=diff_states(number - 1, state, number, after), strategy=result.strategy,
-    )
+    entry = ThreadEdit(head + 1, head, "edit", tuple(result.changes), instruction, result.model_name, strategy=result.strategy)
+    number = head if entry.is_noop else head + 1
+    entry = replace(entry, number=number, diff=diff_states(head, state, number, after))
     return EditPlan(entry, state_update(state, result.changes) if result.changes else [], [entry.record()])
 
 
@@ -223,7 +224,8 @@ def edit_thread(
 
     Returns:
         the :class:`ThreadEdit` (a core ``Revision`` of kind "edit"; ``str()`` is the
-        diff); nothing is written when it changes nothing.
+        diff); nothing is written when it changes nothing, and that edit is numbered like
+        the thread's head (``number == parent``), as the core's ``Transcript.edit`` numbers one.
 
     Raises:
         EditError: unusable model output (nothing changed). ModelUnavailableError: no model.

@@ -39,6 +39,7 @@ import dataclasses
 import difflib
 import inspect
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence, Sized
 from contextlib import AbstractContextManager
@@ -88,6 +89,29 @@ QueryInput = str | ChatMessage | QueryBundle | None
 COUNTS: BoundedCache[tuple[Callable[[str], int], str], int] = BoundedCache(maxsize=20_000)
 """Token counts by ``(counter, text)``, shared by every memory using one counter: a message
 is counted once, not on every ``get``."""
+
+
+_UNSET_BUDGET = next(f.default for f in dataclasses.fields(GateOptions) if f.name == "token_budget")
+
+
+def _options_budget(options: GateOptions | None) -> int | None:
+    """The ``token_budget`` the caller set in ``options``, or ``None`` when it is GateOptions'
+    default (a record built for its other settings): that one is not a budget the caller chose,
+    so ``token_limit=``, ``llm=`` sizing or :data:`DEFAULT_TOKEN_LIMIT` apply instead."""
+    if options is None or options.token_budget == _UNSET_BUDGET:
+        return None
+    return options.token_budget
+
+
+_CONNINFO = re.compile(
+    r"\A\s*(?:postgres(?:ql)?://|(?:host|hostaddr|dbname|user|port|service)\s*=)", re.IGNORECASE
+)
+"""What starts a PostgreSQL URL or libpq ``key=value`` string (never a SQLite path one would name)."""
+
+
+def _looks_like_conninfo(text: str) -> bool:
+    """Whether ``text`` is a PostgreSQL connection string rather than a path (no connection made)."""
+    return _CONNINFO.match(text) is not None
 
 
 def _counted(count: Callable[[str], int], text: str) -> int:
@@ -182,10 +206,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             )
         gate = GateOptions.of(options, **data, **semantic)  # checked once; options= beside keywords is refused
         if options is not None:
-            limit = fields.get("token_limit")
-            if limit is not None and limit != options.token_budget:
+            limit, budget = fields.get("token_limit"), _options_budget(options)
+            if limit is not None and budget is not None and limit != budget:  # both set, and different
                 raise InvalidTypeError(
-                    f"token_limit={limit!r} and options.token_budget={options.token_budget!r} disagree; "
+                    f"token_limit={limit!r} and options.token_budget={budget!r} disagree; "
                     "pass one of them (options.with_(token_budget=...) changes a copy)"
                 )
             if token_counter is not None or tokenizer_fn is not None:
@@ -193,7 +217,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
                     "pass the token counter in options= (options.with_(token_counter=...)) or as token_counter= / "
                     "tokenizer_fn= without options=, not both: the budget and the edits must count alike"
                 )
-            fields["token_limit"] = options.token_budget
+            if limit is None and budget is not None:  # GateOptions' default budget is no choice: 3000 here
+                fields["token_limit"] = budget
             token_counter = options.token_counter
         if "token_limit" in fields:  # the library's one budget rule, with its own error
             require_budget(fields["token_limit"], "token_limit")
@@ -329,15 +354,18 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             embed_timeout: seconds one embedding call may take before ``get`` selects
                 lexically (``explain(...).semantic_fallback`` is set); ``None``: wait.
             options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
-                (checked once; its ``token_budget`` is the ``token_limit``), instead of the
-                keywords; ``on_overflow`` left ``None`` is ``"keep_pinned"``.
+                (checked once), instead of the keywords; ``on_overflow`` left ``None`` is
+                ``"keep_pinned"``.  A ``token_budget`` set in it is the ``token_limit``; left
+                at GateOptions' default (4000) it counts as not set, so ``token_limit=``,
+                ``llm=`` sizing or the default 3000 apply.  A ``token_limit=`` that differs
+                from a budget set in it raises ``InvalidTypeError`` (pass one of them).
             **keywords: ``strategy``, ``max_deletion_share``, and any
                 :class:`~context_gatekeeper.GateOptions` field (``message_overhead``,
                 ``params``, ``preset``, selection parameters); ``on_overflow`` defaults to
                 ``"keep_pinned"``.
         """
-        if token_limit is None and options is not None:
-            token_limit = options.token_budget
+        if token_limit is None:
+            token_limit = _options_budget(options)
         if token_limit is None:
             window = getattr(getattr(llm, "metadata", None), "context_window", None)
             token_limit = int(window * _CONTEXT_WINDOW_RATIO) if isinstance(window, int) else DEFAULT_TOKEN_LIMIT
@@ -549,7 +577,16 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """A ``with`` block in which :meth:`from_dict` reattaches a memory whose data names one
         of ``stores`` (SQLite paths or open stores), for restores you do not call yourself:
         ``with GatekeeperMemory.trusted_stores("chats.db"): ctx = Context.from_dict(agent, data)``
-        (:func:`.stored.trusted_stores`)."""
+        (:func:`.stored.trusted_stores`).  A PostgreSQL connection string is no path and is
+        never connected to here, so it raises ``InvalidInputError``: pass the open
+        ``PostgresStore`` (nothing is trusted then)."""
+        for entry in stores:
+            if isinstance(entry, str) and _looks_like_conninfo(entry):
+                raise InvalidInputError(
+                    "trusted_stores takes SQLite paths and open stores, got what looks like a PostgreSQL "
+                    "connection string; pass the open store instead: "
+                    "GatekeeperMemory.trusted_stores(PostgresStore(dsn)) (it is used as it is and left open)"
+                )
         return stored.trusted_stores(*stores)
 
     def __reduce__(self) -> tuple[Any, tuple[type, dict[str, Any]]]:

@@ -653,3 +653,21 @@ def test_a_blank_thread_edit_instruction_is_refused_before_any_model_is_looked_f
     with pytest.raises(expected, match="the edit instruction"):
         asyncio.run(aedit_thread(agent, CONFIG, instruction))
     assert texts(agent) == before
+
+
+def test_an_edit_that_changes_nothing_is_numbered_like_the_head_as_the_core_numbers_one() -> None:
+    from context_gatekeeper import Transcript
+
+    noop = lambda messages: '{"operations": []}'  # noqa: E731
+    agent = ireland_thread()
+    first = edit_thread(agent, CONFIG, "change nothing", noop)
+    assert (first.number, first.parent, first.changed) == (0, 0, False)  # not 1: nothing was written
+    assert str(thread_diff(agent, CONFIG, first.parent, first.number)) == str(first.diff)  # a revision that exists
+    to_iceland(agent)
+    again = asyncio.run(aedit_thread(agent, CONFIG, "change nothing", noop))
+    assert (again.number, again.parent, again.changed) == (1, 1, False) and len(thread_history(agent, CONFIG)) == 1
+    assert not thread_diff(agent, CONFIG, again.parent, again.number).changed
+    core = Transcript()
+    core.append(user=IRELAND, assistant=IRELAND_ANSWER)
+    same = core.edit("change nothing", model=noop)
+    assert (same.number, same.parent) == (core.head, core.head)  # the core's numbering, which the thread now shares

@@ -372,6 +372,27 @@ def test_the_gate_settings_can_come_as_one_options_record():
         GatekeeperMemory(token_budget=200)
 
 
+def test_an_options_record_without_a_budget_of_its_own_keeps_the_memory_sizing():
+    """GateOptions(preset=...) sets no budget: its default 4000 is not the caller's choice, so
+    llm= sizing, token_limit= and the memory's default 3000 apply; a budget it does set stays
+    the token_limit, and one different from token_limit= is still refused."""
+    from context_gatekeeper import GateOptions, InvalidTypeError
+
+    recall = GateOptions(preset="recall")
+    window = MockLLM().metadata.context_window
+    assert GatekeeperMemory.from_defaults(llm=MockLLM(), options=recall).token_limit == int(window * 0.75)
+    assert GatekeeperMemory.from_defaults(options=recall).token_limit == 3000
+    assert GatekeeperMemory(options=recall).token_limit == 3000
+    memory = GatekeeperMemory.from_defaults(token_limit=1200, options=recall)
+    assert memory.token_limit == 1200 and memory.gate.gatekeeper.options.token_budget == 1200
+    assert memory.gate.gatekeeper.options.params == recall.params
+    assert GatekeeperMemory(token_limit=1200, options=recall).token_limit == 1200
+    assert GatekeeperMemory.from_defaults(llm=MockLLM(), options=recall.with_(token_budget=500)).token_limit == 500
+    assert GatekeeperMemory.from_defaults(token_limit=500, options=recall.with_(token_budget=500)).token_limit == 500
+    with pytest.raises(InvalidTypeError, match="disagree"):
+        GatekeeperMemory.from_defaults(token_limit=1200, options=recall.with_(token_budget=500))
+
+
 def test_over_budget_pinned_content_keeps_the_system_message_and_the_open_turn():
     memory = GatekeeperMemory.from_defaults(token_limit=10, token_counter=words, message_overhead=0)
     memory.put(ChatMessage(role="system", content="You are a very careful assistant who always cites sources."))

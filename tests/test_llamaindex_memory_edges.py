@@ -114,3 +114,43 @@ def test_a_partial_from_dict_import_says_what_was_written_on_python_310() -> Non
         GatekeeperMemory.from_dict(data, store=target)
     notes = caught.value.__dict__.get("__notes__", [])
     assert any("revisions 1..1" in note and "store.purge('s')" in note for note in notes), notes
+
+
+@pytest.mark.parametrize("dsn", [
+    "postgresql://bob:secret@db.example:5432/chats",
+    "postgres://db.example/chats",
+    "host=db.example dbname=chats user=bob password=secret",
+])
+def test_trusted_stores_refuses_a_postgres_url_it_cannot_match_without_connecting(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A URL was taken as a SQLite path that could never match, so the restore silently went
+    into memory with a StoreDetachedWarning; now it is refused, naming what to pass, and nothing connects."""
+    import warnings
+
+    import psycopg
+    from llama_index.core.llms import ChatMessage
+
+    from context_gatekeeper import InvalidInputError
+
+    def no_connection(*args: object, **kwargs: object) -> None:
+        raise AssertionError("trusted_stores connected to a database")
+
+    monkeypatch.setattr(psycopg, "connect", no_connection)
+    with pytest.raises(InvalidInputError, match="PostgresStore") as refused:
+        with GatekeeperMemory.trusted_stores(dsn):
+            pass
+    assert "secret" not in str(refused.value)
+    path = tmp_path / "chats.sqlite3"
+    memory = GatekeeperMemory.from_defaults(store=str(path), session_id="s1")
+    memory.put(ChatMessage(role="user", content="hi"))
+    data = memory.to_dict()
+    memory.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a SQLite path still reattaches, with no warning
+        with GatekeeperMemory.trusted_stores(str(path)):
+            restored = GatekeeperMemory.from_dict(data)
+    try:
+        assert [m.content for m in restored.get_all()] == ["hi"] and type(restored.store).__name__ == "SQLiteStore"
+    finally:
+        restored.close()

@@ -479,3 +479,31 @@ def test_an_edit_that_would_separate_a_tool_call_appended_meanwhile_from_its_cal
         assert state_of(t) == before
     finally:
         store.close()
+
+
+def test_set_keeps_a_moved_messages_provenance_but_stamps_it_with_its_revision_as_documented(tmp_path) -> None:
+    store = SQLiteStore(tmp_path / "moves.sqlite3")
+    try:
+        t = Transcript("moves", store=store)
+        t.append(user="q1", assistant="a1")
+        t.append(user="q2", assistant="a2")
+        t.apply([Replace(t.messages[1].id, "a1, edited")])  # revision 3: a1 edited, derived from the original
+        held = {m.id: m for m in t.messages}
+        m = t.messages
+        moved = t.set([m[2], m[3], m[0], m[1]])  # same messages, new order
+        assert not t.diff(moved.parent, moved.number).changed and len(moved.moved) == 2
+        for now in t.messages:  # origin and derived_from kept wherever it goes
+            was = held[now.id]
+            assert (now.origin, now.derived_from, now.content) == (was.origin, was.derived_from, was.content)
+        stamps = {m.content: m.revision for m in t.messages}
+        assert stamps == {"q2": moved.number, "a2": moved.number, "q1": 1, "a1, edited": 3}  # a move re-stamps
+        undone = t.undo()
+        assert [m.content for m in t.messages] == ["q1", "a1, edited", "q2", "a2"]
+        assert [m.revision for m in t.messages] == [1, 3, undone.number, undone.number]  # moved back: the undo's
+        assert not t.diff(3, undone.number).changed and t.snapshot(3) != t.messages  # == sees the stamp
+        reread = Transcript("moves", store=store).messages  # the stamps are what the store keeps
+        assert [(m.id, m.revision) for m in reread] == [(m.id, m.revision) for m in t.messages]
+    finally:
+        store.close()
+    doc = " ".join((Transcript.set.__doc__ or "").split())
+    assert "stamped with this set's revision" in doc and "wherever it goes in the order" in doc

@@ -706,7 +706,11 @@ class Transcript:
 
         * a new id counts as originally written (``origin="original"``, no ``derived_from``);
         * an id the state holds, with the role, text, parts and metadata it holds, keeps the
-          version held (its provenance included), wherever it goes in the order;
+          version held: its ``origin`` and ``derived_from`` wherever it goes in the order,
+          and its ``revision`` too where it stays in place.  One the set moves is recorded as
+          taken out and put back, so it is stamped with this set's revision (as an undo, redo
+          or revert that moves it back stamps it with theirs): a state compared with ``==``
+          across a move differs in ``revision`` though :meth:`diff` shows no change;
         * an id the state holds, with anything of those changed, gets what an edit gives
           (:meth:`Message.revised`: ``origin="edited"`` and ``derived_from`` the message it
           derives from, or still ``"inserted"`` for a message an edit inserted).
