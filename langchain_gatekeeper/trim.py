@@ -196,8 +196,9 @@ def gate_messages(
         options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
             instead of the keywords below (not both); its ``on_overflow`` left ``None``
             means ``"keep_pinned"``, and its ``token_counter`` must be one the core
-            accepts (pass :func:`approximate_tokens` or ``model.get_num_tokens``;
-            ``count_tokens_approximately`` is read as :func:`approximate_tokens`).
+            accepts (pass LangChain's ``count_tokens_approximately``, read as four
+            characters a token, or ``model.get_num_tokens``; the ``"approximate"``
+            spelling is this function's keyword only).
         token_budget: tokens for everything sent but the current turn (an ``int >= 0``,
             default 4000); ``max_tokens``, ``trim_messages``'s name, is an alias.
         token_counter: counts the tokens of ONE text (a ``str``), unlike ``trim_messages``'s,

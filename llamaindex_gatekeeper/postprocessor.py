@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Callable, List, NamedTuple, Optional, Union
 
@@ -128,6 +128,11 @@ def build_corpus(source: Any, *, metadata_mode: MetadataMode = MetadataMode.NONE
     """
     docstore = getattr(source, "docstore", source)
     if not hasattr(docstore, "docs"):
+        if isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
+            raise InvalidTypeError(
+                f"build_corpus takes an index, a docstore, or a list of nodes, documents or strings; got "
+                f"{type(source).__name__}"
+            )
         return CoverageCorpus.from_texts(_text(item, metadata_mode) for item in source)
     items = list(docstore.docs.values())
     if not items:

@@ -104,12 +104,16 @@ def test_a_failed_save_leaves_the_target_and_no_temporary_file(tmp_path: Path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved.json", "saved.json.tmp"]
 
 
-def test_save_into_a_folder_is_an_error_and_leaves_nothing_behind(tmp_path: Path) -> None:
+def test_save_into_a_folder_is_refused_at_once_and_leaves_nothing_behind(tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
     status, out = run(tmp_path / "chat.db", ["hi", f"/save {folder}", "/quit"])
-    assert status == 0 and "cannot write" in out and list(folder.iterdir()) == []
+    assert status == 0 and list(folder.iterdir()) == []
+    assert f"{folder} is a folder; /save uses regular files only, and nothing was changed" in out
+    assert "Errno" not in out
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    with pytest.raises(SessionFileError, match="is a folder; /save uses regular files only"):
+        write_session_file(folder, session_document("s", [Message("a", "user", "hi")]))
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
@@ -227,8 +231,8 @@ def test_an_edit_reply_with_a_lone_surrogate_is_retried() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--budget", "0"], "--budget must be a positive number"),
-        (["--budget", "-5"], "--budget must be a positive number"),
+        (["--budget", "-5"], "--budget must be a whole number of tokens >= 0 (got -5)"),
+        (["--budget", "-1"], "--budget must be a whole number of tokens >= 0 (got -1)"),
         (["--session", ""], "--session needs a non-blank name"),
         (["--session", "   "], "--session needs a non-blank name"),
     ],
@@ -236,6 +240,22 @@ def test_an_edit_reply_with_a_lone_surrogate_is_retried() -> None:
 def test_unusable_options_are_one_line_and_status_2(tmp_path: Path, args: list[str], says: str) -> None:
     status, out = run(tmp_path / "chat.db", ["hello", "/quit"], *args)
     assert status == 2 and says in one_error_line(out)
+
+
+def test_a_budget_of_0_is_usable_and_sends_no_earlier_turns(tmp_path: Path) -> None:
+    status, out = run(tmp_path / "chat.db", ["hello", "and again", "/quit"], "--budget", "0")
+    assert status == 0 and "error:" not in out and "must be" not in out
+    assert stored(tmp_path / "chat.db")[::2] == ["hello", "and again"]
+
+
+@pytest.mark.parametrize("budget", ["1.5", "lots"])
+def test_a_budget_that_is_not_a_whole_number_says_what_to_pass(
+    tmp_path: Path, budget: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run(tmp_path / "chat.db", ["hello", "/quit"], "--budget", budget)
+    assert exited.value.code == 2
+    assert f"--budget: must be a whole number of tokens >= 0, e.g. --budget 2000 (got {budget!r})" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content", [os.urandom(4096), b"just some text\n" * 100], ids=["random", "text"])

@@ -129,6 +129,34 @@ def test_invalid_arguments_are_rejected_up_front() -> None:
         select_covering(QUERY, [TTL], costs=[1], target=0)
 
 
+def test_a_query_or_texts_of_the_wrong_type_say_what_to_pass() -> None:
+    """The arguments swapped, a string for the list, or a non-text item failed with a bare
+    TypeError (unhashable type: 'list', no attribute 'encode')."""
+    from context_gatekeeper.errors import InvalidTypeError
+
+    with pytest.raises(InvalidTypeError, match=r"query must be a str .* got list; pass the query first"):
+        select_covering(["a"], "b")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match="query must be a str"):
+        kept_covering(None, [], lambda i: 1)  # type: ignore[arg-type]
+    for bad in ("one text", 5, {"a": 1}):
+        with pytest.raises(InvalidTypeError, match="texts must be a list of strings"):
+            select_covering(QUERY, bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError, match=r"texts\[1\] must be a str .* got int"):
+        select_covering(QUERY, [TTL, 2])  # type: ignore[list-item]
+
+
+def test_a_corpus_of_the_wrong_type_says_what_to_pass() -> None:
+    from context_gatekeeper.errors import InvalidTypeError
+
+    for bad in (5, "one text"):
+        with pytest.raises(InvalidTypeError, match="texts must be an iterable of strings"):
+            CoverageCorpus.from_texts(bad)  # type: ignore[arg-type]
+    corpus = CoverageCorpus.from_texts([TTL])
+    with pytest.raises(InvalidTypeError, match=r"texts\[1\] must be a str .* got NoneType"):
+        corpus.add_texts([FENCING, None])  # type: ignore[list-item]
+    assert corpus.n_docs == 1, "nothing added from a refused batch"
+
+
 @pytest.mark.parametrize("bad", [2.9, 3.0, True, False, float("nan"), float("inf"), "3", None, 1 + 0j])
 def test_a_cost_that_is_not_an_int_is_refused_naming_it(bad) -> None:
     """A float cost was truncated (two texts of 2.9 tokens kept within a budget of 4), a

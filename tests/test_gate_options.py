@@ -83,6 +83,13 @@ def test_each_setting_is_checked_with_the_librarys_error() -> None:
         GateOptions.of(top_m=0)
 
 
+def test_the_approximate_spelling_says_what_gate_options_takes_instead() -> None:
+    # "approximate" is gate_messages's keyword spelling; GateOptions names what to pass instead
+    with pytest.raises(InvalidInputError, match="gate_messages") as refused:
+        GateOptions(token_counter="approximate")
+    assert "count_tokens_approximately" in str(refused.value) and "callable" in str(refused.value)
+
+
 def test_a_record_is_frozen_and_keeps_what_it_was_given() -> None:
     params = SelectionParams(top_m=7)
     options = GateOptions(token_budget=300, token_counter=words, params=params, on_overflow="keep_pinned")

@@ -556,5 +556,14 @@ def test_build_corpus_refuses_an_index_whose_docstore_holds_no_nodes() -> None:
     index = VectorStoreIndex.from_documents(documents, storage_context=context, embed_model=MockEmbedding(embed_dim=4))
     for source in (index, index.docstore):
         with pytest.raises(InvalidInputError, match=r"pass the nodes or texts.*build_corpus\(nodes\)"):
-            build_corpus(source)
+            build_corpus(source)  # type: ignore[arg-type]
     assert build_corpus([TTL, BREAD, FENCING]).n_docs == 3
+
+
+@pytest.mark.parametrize("source", [5, None, "one text", b"bytes"])
+def test_build_corpus_refuses_what_is_not_an_index_or_a_list_of_texts(source: object) -> None:
+    from context_gatekeeper import InvalidTypeError
+    from llamaindex_gatekeeper import build_corpus
+
+    with pytest.raises(InvalidTypeError, match="build_corpus takes an index"):
+        build_corpus(source)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@
   (:class:`~context_gatekeeper.GeminiModel`, which also edits the history).
 * ``--offline`` uses the scripted models of :mod:`.offline` and says so on screen.
 * Neither: it exits with status 2 and says to set the key or pass ``--offline``.
-* Unusable options (``--budget 0``, ``--session ''``, a new ``--session`` name
+* Unusable options (``--budget -1``, ``--session ''``, a new ``--session`` name
   longer than 80 characters or holding control characters: the web chat's rules,
   :func:`~.session.check_session_name`; a stored conversation opens whatever its
   name): one line, status 2.  A
@@ -115,6 +115,16 @@ def token_notice() -> str | None:
     return None if notice is None else f"ESTIMATED TOKENS: {notice}."
 
 
+def _budget(text: str) -> int:
+    """``--budget`` as an int (a negative one is refused by :func:`_option_problem`)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of tokens >= 0, e.g. --budget 2000 (got {text!r}); the default is 4000"
+        ) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
     parser = argparse.ArgumentParser(
@@ -125,7 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offline", action="store_true", help="use a scripted model (no network, no API key)")
     parser.add_argument("--session", default="default", help="the conversation to start or resume (default: default)")
     parser.add_argument("--db", type=Path, default=None, help=f"SQLite file for transcripts (default: {default_db_path()})")
-    parser.add_argument("--budget", type=int, default=4000, help="tokens of earlier turns sent per call (default: 4000)")
+    parser.add_argument(
+        "--budget", type=_budget, default=4000,
+        help="tokens of earlier turns sent per call, an int >= 0 (default: 4000; 0: none)",
+    )
     parser.add_argument("--model", default="gemini-2.5-flash", help="Gemini model (default: gemini-2.5-flash)")
     parser.add_argument("--system", default=None, help="system prompt sent first on every call")
     parser.add_argument("--plain", action="store_true", help="no colours")
@@ -248,8 +261,11 @@ def main(
 
 def _option_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with the options, in one line; None when they are usable."""
-    if args.budget < 1:
-        return f"--budget must be a positive number of tokens (got {args.budget}); the default is 4000"
+    if args.budget < 0:
+        return (
+            f"--budget must be a whole number of tokens >= 0 (got {args.budget}); 0 sends no earlier turns, "
+            "the default is 4000"
+        )
     if not args.session.strip():
         return "--session needs a non-blank name, e.g. --session work (the default is 'default')"
     if is_pin_record(args.session):

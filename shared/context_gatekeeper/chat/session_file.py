@@ -175,7 +175,7 @@ def _open_regular(path: Path, command: str) -> IO[bytes]:
 
 def _check_target(target: Path, protected: Iterable[str | os.PathLike[str]]) -> None:
     """Refuse a target that is (or links to) a protected database, any SQLite database, or
-    something other than a regular file (a pipe, a device, a socket)."""
+    something other than a regular file (a folder, a pipe, a device, a socket)."""
     resolved = target.resolve()
     for database in protected:
         if resolved in _database_files(database):
@@ -183,8 +183,8 @@ def _check_target(target: Path, protected: Iterable[str | os.PathLike[str]]) -> 
                 f"{target} is the chat's own database{' (through a link)' if resolved != target.absolute() else ''}; "
                 "/save did not write it (that would destroy every session). Give another path, e.g. /save chat.json"
             )
-    if resolved.is_dir():
-        return  # the write says it cannot write a folder
+    if resolved.is_dir():  # refused here, as a pipe or a device is: no temporary file is made
+        _refuse_special(target, resolved.stat().st_mode, "/save")
     try:
         with _open_regular(target, "/save") as existing:
             header = existing.read(len(_SQLITE_MAGIC))
@@ -208,7 +208,8 @@ def write_session_file(
         protected: database files that must never be overwritten (the chat passes its ``--db``).
 
     Raises:
-        SessionFileError: ``path`` is a protected database or an SQLite file; nothing was written.
+        SessionFileError: ``path`` is a protected database, an SQLite file or not a regular
+            file (a folder, a pipe, a device, a socket); nothing was written.
         OSError: the write failed; ``path`` is unchanged and no temporary file is left.
     """
     target = Path(path).expanduser()

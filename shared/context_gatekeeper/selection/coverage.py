@@ -123,10 +123,25 @@ class CoverageCorpus:
         return corpus
 
     def add_texts(self, texts: Iterable[str]) -> None:
-        """Add documents (for a collection that grows); not thread-safe against readers."""
+        """Add documents (for a collection that grows); not thread-safe against readers.
+
+        Raises:
+            InvalidTypeError: (a ``TypeError``) ``texts`` is not an iterable of strings (a
+                single string, a number, an item that is not a ``str``); nothing is added.
+        """
+        if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+            raise InvalidTypeError(
+                f"texts must be an iterable of strings (the documents to count), got {type(texts).__name__}; "
+                "pass a list of texts, e.g. CoverageCorpus.from_texts([text, ...])"
+            )
         counts: Counter[str] = Counter()
         added = 0
-        for text in texts:
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InvalidTypeError(
+                    f"texts[{index}] must be a str (a document's text), got {type(text).__name__}; "
+                    "pass the documents' texts"
+                )
             counts.update(extract(text).counts.keys())
             added += 1
         for anchor, n in counts.items():
@@ -267,6 +282,30 @@ def _explanation(
     e.__dict__.update(_EXPLANATION_DEFAULTS, index=index, kept=kept, reason=reason, cost=cost, matched=matched,
                       covered=covered, gain=gain, pick=pick)
     return e
+
+
+def _require_query(query: Any, function: str) -> None:
+    """:class:`InvalidTypeError` unless ``query`` is a ``str``."""
+    if not isinstance(query, str):
+        raise InvalidTypeError(
+            f"{function}: query must be a str (what the candidates should cover), got {type(query).__name__}; "
+            f"pass the query first and the candidates second: {function}(query, texts)"
+        )
+
+
+def _require_texts(texts: Any) -> None:
+    """:class:`InvalidTypeError` unless ``texts`` is a list (a sized iterable) of ``str``."""
+    if isinstance(texts, (str, bytes, Mapping)) or not isinstance(texts, Sized) or not isinstance(texts, Iterable):
+        raise InvalidTypeError(
+            f"select_covering: texts must be a list of strings (the candidates), got {type(texts).__name__}; "
+            "pass a list, e.g. select_covering(query, [text, ...])"
+        )
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InvalidTypeError(
+                f"select_covering: texts[{index}] must be a str (a candidate's text), got {type(text).__name__}; "
+                "pass the candidates' texts"
+            )
 
 
 def _costs(texts: Sequence[str], costs: Sequence[int] | None, token_counter: TokenCounterLike) -> list[int]:
@@ -550,6 +589,7 @@ def kept_covering(
     ...               lambda i: asked.append(i) or 6, token_budget=100, floor=lambda i: 6), asked
     ([0], [0])
     """
+    _require_query(query, "kept_covering")
     params = params or SelectionParams()
     if token_budget is not None:
         require_budget(token_budget)
@@ -625,9 +665,12 @@ def select_covering(
         BudgetError: a ``token_budget`` that is not an ``int >= 0`` (:func:`~context_gatekeeper.validation.require_budget`).
         InvalidInputError: (a ``ValueError``) ``costs`` or ``anchors`` of the wrong length, a
             negative cost; ``target`` outside (0, 1].
-        InvalidTypeError: (a ``TypeError``) ``costs`` that is not a list, or a cost that is
+        InvalidTypeError: (a ``TypeError``) a ``query`` that is not a ``str``, ``texts``
+            that is not a list of ``str``, ``costs`` that is not a list, or a cost that is
             not an int (a float, a bool, NaN, a string, None).
     """
+    _require_query(query, "select_covering")
+    _require_texts(texts)
     params = params or SelectionParams()
     if token_budget is not None:  # None: no limit
         require_budget(token_budget)

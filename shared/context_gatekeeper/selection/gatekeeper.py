@@ -132,7 +132,8 @@ class ContextGatekeeper(SemanticMethods):
             or ``"recall"`` (long-memory question answering; see
             :attr:`SelectionParams.PRESETS`).
         embedder: a LangChain ``Embeddings``, LlamaIndex ``BaseEmbedding`` or callable
-            ``list[str] -> vectors`` for the semantic channel (numpy; :mod:`semantic_channel`).
+            ``list[str] -> vectors`` for the semantic channel (numpy;
+            :mod:`~context_gatekeeper.selection.semantic.channel`).
         vector_cache: ``get``/``put`` of turn vectors by ``(embedder name, text hash)``.
         embed_timeout: seconds a selection waits for the query's embedding before going lexical.
     """

@@ -146,6 +146,13 @@ class GateOptions:
         require_timeout(self.embed_timeout)
         require_vector_cache(self.vector_cache)
         word_prior.preload()  # file I/O now, when the gate is set up, never inside a later (async) select
+        if self.token_counter == "approximate":  # gate_messages's keyword spelling, not an encoding
+            raise InvalidInputError(
+                "token_counter 'approximate' is a spelling only langchain_gatekeeper.gate_messages(token_counter=...) "
+                "takes, not a token encoding; here pass a callable(str) -> int (LangChain's "
+                "count_tokens_approximately counts four characters a token), a tiktoken encoding name "
+                "('cl100k_base', 'o200k_base'), or None (cl100k_base)"
+            )
         if self.token_counter is not None:  # None: the default counter, resolved when first needed
             object.__setattr__(self, "_count", resolve_token_counter(self.token_counter))
         if self.embedder is not None:

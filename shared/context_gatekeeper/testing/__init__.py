@@ -27,8 +27,8 @@ Running out of replies raises ``AssertionError`` naming the call, which the edit
 functions let through so a test fails where the script ran short.
 
 The store conformance suite, for a store of your own, is :mod:`context_gatekeeper.testing.stores`
-(it needs pytest and hypothesis: ``pip install "context-gatekeeper[testing]"``; this module
-imports neither).
+(it needs pytest and hypothesis, the ``testing`` extra: the package is not on PyPI yet, so install
+it from a clone of the repository with ``pip install -e ".[testing]"``; this module imports neither).
 """
 
 from __future__ import annotations

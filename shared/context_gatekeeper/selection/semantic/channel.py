@@ -2,7 +2,7 @@
 
 :class:`SemanticChannel` keeps one unit vector per turn as a row of a float32 matrix
 (:class:`TurnVectors`).  A turn added or changed is queued; a background job on the
-embedder's documents lane (:mod:`embed_runner`: one daemon thread per underlying
+embedder's documents lane (:mod:`.runner`: one daemon thread per underlying
 embedder) looks it up in the vector cache by the hash of its text and embeds the rest
 in batches.  ``select`` and ``explain`` embed only the query -- at most one embedding
 call, bounded by ``embed_timeout`` counted from the call's start on the query lane (a

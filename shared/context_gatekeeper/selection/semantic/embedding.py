@@ -175,8 +175,9 @@ class Embedder:
         documents: ``list[str] -> vectors`` for turns.
         query: ``str -> vector`` for queries.
         adocuments / aquery: async twins; without them the sync call runs on this
-            embedder's own daemon thread (:mod:`embed_runner`), never the asyncio default
-            executor, so a hung call cannot starve it or keep the process from exiting.
+            embedder's own daemon thread (:mod:`~context_gatekeeper.selection.semantic.runner`),
+            never the asyncio default executor, so a hung call cannot starve it or keep the
+            process from exiting.
     """
 
     def __init__(
