@@ -38,7 +38,7 @@ __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PR
 
 _ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 _TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
-_HOISTED = ("tool_calls", "tool_call_id", "name")
+_HOISTED = ("tool_calls", "invalid_tool_calls", "tool_call_id", "name")
 ID_GENERATED = "id_generated"
 """Key in ``metadata["langchain"]`` marking a core id that :func:`to_core` made up."""
 PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)

@@ -943,3 +943,23 @@ def test_the_view_keeps_no_message_and_no_image_of_a_list_it_gated() -> None:
         assert view.view(messages, thread="u") == fresh(messages, keyed_by)
         assert "redis watchdog photo" in view._index("u").memo.turns[0].texts[0]
         del photo, messages
+
+
+def test_the_core_and_the_view_group_a_step_with_an_invalid_call_alike() -> None:
+    """A call whose arguments did not parse (``invalid_tool_calls``) is answered by a tool
+    message too: the stored history (the core's grouping) keeps a delivered message inside
+    its step exactly as the agent view does, so neither sends a result without its call."""
+    from context_gatekeeper.transcripts.transcript_gate import group_turns
+    from langchain_gatekeeper.agent_view import _turns
+    from langchain_gatekeeper.convert import from_core_messages, to_core_messages
+
+    ai = AIMessage("", id="a1", tool_calls=[{"name": "t", "args": {}, "id": "c1"}],
+                   invalid_tool_calls=[{"name": "t2", "args": "{bad", "id": "c2", "error": "bad json"}])
+    messages = [HumanMessage("q1", id="q1"), ai, ToolMessage("ok", tool_call_id="c1", id="t1"),
+                HumanMessage([{"type": "image", "url": "https://example.com/u.png"}], id="img"),
+                ToolMessage("error: bad args", tool_call_id="c2", id="t2"), AIMessage("done", id="a2")]
+    view = [[messages[p].id for p in t.positions] for t in _turns(messages, "id")]
+    core = to_core_messages(messages)
+    _, grouped = group_turns(core)
+    assert [[m.id for m in t.messages] for t in grouped] == view == [["q1", "a1", "t1", "img", "t2", "a2"]]
+    assert from_core_messages(core) == messages  # the invalid call reads back where it was

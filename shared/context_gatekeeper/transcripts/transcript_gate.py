@@ -180,11 +180,17 @@ def group_turns(messages: Sequence[Message]) -> tuple[list[Message], list[Messag
 
 def _call_ids(message: Message) -> frozenset[str]:
     """The ids of the tool calls an assistant message makes (``metadata["tool_calls"]``, in
-    LangChain's shape or OpenAI's: each with its ``id``)."""
-    calls = message.metadata.get("tool_calls") if message.role == "assistant" else None
-    if not calls or not isinstance(calls, list):
+    LangChain's shape or OpenAI's: each with its ``id``), invalid ones included
+    (``metadata["invalid_tool_calls"]``: a call whose arguments did not parse is still
+    answered by a tool message, as LangChain's agent view reads it)."""
+    if message.role != "assistant":
         return frozenset()
-    return frozenset(c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"])
+    ids: set[str] = set()
+    for key in ("tool_calls", "invalid_tool_calls"):
+        calls = message.metadata.get(key)
+        if calls and isinstance(calls, list):
+            ids.update(c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"])
+    return frozenset(ids)
 
 
 def _result_id(message: Message) -> str | None:
