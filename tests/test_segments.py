@@ -354,3 +354,31 @@ def test_voice_anchors_are_the_words_only_a_repeated_sentence_holds() -> None:
     again = segment("Redis is fine here. I hope this helps!")
     assert "redis" not in {a.lower() for a in voice_anchors(again, before)}  # also said in a sentence of its own
     assert voice_anchors(segment("Nothing repeats."), before) == frozenset()
+
+
+def test_a_long_passage_repeated_is_content_not_voice() -> None:
+    from context_gatekeeper.selection.history import prepared_turn
+    from context_gatekeeper.selection.segments import VOICE_LONGEST, voice_anchors
+
+    log = "ERROR replica lag exceeded on pg-standby-2 " + "while streaming WAL segment " * 12
+    assert len(log) > VOICE_LONGEST
+    before = prepared_turn("q", log + "\nI hope this helps!", (), P.max_query_chars).segment
+    now = prepared_turn("q", log + "\nI hope this helps!", (), P.max_query_chars).segment
+    voice = voice_anchors(now, before)
+    assert voice and not voice & frozenset(extract(log).counts)  # the log's words stay the topic's
+
+
+def test_voice_is_read_in_the_answers_own_case_and_sentences() -> None:
+    from context_gatekeeper.selection.history import prepared_turn
+    from context_gatekeeper.selection.segments import answer_sentences, voice_anchors
+
+    assert answer_sentences("Use asyncio.gather here. Python 3.11 is fine!\n好的。谢谢！") == [
+        "Use asyncio.gather here.", "Python 3.11 is fine!", "好的。", "谢谢！"]
+
+    def segment(answer: str) -> SegmentInput:
+        return prepared_turn("q", answer, (), P.max_query_chars).segment
+
+    before = segment("Pick a user. I hope this helps the user!")
+    now = segment("Call getUserName now. I hope this helps the user!")
+    # "user" is in the repeated sentence and in the new one (getUserName's parts): the content's
+    assert "user" not in voice_anchors(now, before) and "hop" in voice_anchors(now, before)

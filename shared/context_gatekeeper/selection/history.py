@@ -22,7 +22,7 @@ from .gate import acknowledges, is_courtesy, last_question
 from ..errors import InvalidInputError, InvalidTypeError, UnknownTurnError
 from .index import AnchorIndex, TurnPostings
 from .params import SelectionParams
-from .segments import SegmentInput, answer_sentences, next_label, topic_profiles
+from .segments import SegmentInput, next_label, sentence_hashes, topic_profiles
 from .records import Turn
 from ..validation import require_text
 
@@ -183,7 +183,8 @@ def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_qu
 
     def compute() -> PreparedTurn:
         # an agent's ReAct scaffold is read as its content (the same words in every answer tied all topics)
-        answer = "\n".join(t for t in (without_reasoning_scaffold(assistant), *tool_texts) if t)
+        read = without_reasoning_scaffold(assistant)
+        answer = "\n".join(t for t in (read, *tool_texts) if t)
         user_key, answer_key = text_key(user), text_key(answer)
         user_anchors, answer_anchors = text_anchors(user, user_key), text_anchors(answer, answer_key)
         query_anchors, cues = _gate_input(user, max_query_chars, user_key, user_anchors)
@@ -192,11 +193,11 @@ def prepared_turn(user: str, assistant: str, tool_texts: tuple[str, ...], max_qu
         anchors = postings.turn.anchors
         answered = len(anchors) > len(user_anchors.counts)  # the answer brought anchors of its own
         segment = SegmentInput(query_anchors, cues, anchors, answered, asks, closes, acknowledges(user),
-                               assistant, frozenset(map(hash, answer_sentences(assistant))) if assistant else frozenset())
+                               assistant, sentence_hashes(assistant) if assistant else frozenset())
         # the answer's ending (asks, closes) is read from the assistant text alone: with tool
         # texts its own key joins the turn's, so the same words split differently between the
         # assistant and a tool are another turn to the label cache
-        named = user_key + answer_key + (text_key(assistant) if tool_texts else "")
+        named = user_key + answer_key + (text_key(assistant) if tool_texts or read != assistant else "")
         return PreparedTurn(user_anchors, postings, segment, text_key(named))
 
     return _prepared.get_or_compute((max_query_chars, user, assistant, tool_texts), compute)

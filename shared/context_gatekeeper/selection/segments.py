@@ -78,19 +78,37 @@ class SegmentInput:
     sentences: frozenset[int] = frozenset()
 
 
-_SENTENCE = re.compile(r"[^\s.!?。！？][^.!?。！？\n]*[.!?。！？]*")
+_SENTENCE = re.compile(r"\S.*?(?:[.!?](?=\s|$)|[。！？]|$)", re.MULTILINE)
+"""A sentence: from its first visible character to a full stop, question or exclamation mark
+followed by a space or the line's end (so ``asyncio.gather`` and ``3.11`` stay whole), a
+Chinese one, or the line's end."""
+
+
+VOICE_LONGEST = 300
+"""The longest sentence (characters) that can be an assistant's voice: boilerplate is short,
+and a long passage repeated (a pasted log quoted again) is content."""
 
 
 def answer_sentences(answer: str) -> list[str]:
-    """The sentences of an answer, case-folded, in order (each from its first visible
-    character to its closing punctuation or line end): what :func:`voice_anchors` compares
-    between consecutive answers.  One regex scan (about 1 µs for a 150-character answer)."""
-    return _SENTENCE.findall(answer.casefold())
+    """The sentences of an answer, as written, in order (:data:`_SENTENCE`): what
+    :func:`voice_anchors` compares between consecutive answers, case aside."""
+    return _SENTENCE.findall(answer)
+
+
+def sentence_hashes(answer: str) -> frozenset[int]:
+    """The hashes of an answer's sentences short enough to be its voice (:data:`VOICE_LONGEST`),
+    case-folded."""
+    return frozenset(hash(s.casefold()) for s in answer_sentences(answer) if len(s) <= VOICE_LONGEST)
 
 
 @lru_cache(maxsize=4096)
 def _sentence_anchors(sentence: str) -> frozenset[str]:
+    """The anchors of one short sentence (kept: boilerplate repeats)."""
     return frozenset(extract(sentence).counts)
+
+
+def _anchors_of(sentence: str) -> frozenset[str]:
+    return _sentence_anchors(sentence) if len(sentence) <= VOICE_LONGEST else frozenset(extract(sentence).counts)
 
 
 def voice_anchors(turn: SegmentInput, before: SegmentInput) -> frozenset[str]:
@@ -104,7 +122,8 @@ def voice_anchors(turn: SegmentInput, before: SegmentInput) -> frozenset[str]:
     voice: set[str] = set()
     rest: set[str] = set()
     for sentence in answer_sentences(turn.answer):
-        (voice if hash(sentence) in repeated else rest).update(_sentence_anchors(sentence))
+        voiced = len(sentence) <= VOICE_LONGEST and hash(sentence.casefold()) in repeated
+        (voice if voiced else rest).update(_anchors_of(sentence))
     return frozenset(voice - rest)
 
 
