@@ -344,3 +344,31 @@ def test_a_preset_is_named_by_a_string():
     for bad in (["recall"], ("recall",), 1, None):
         with pytest.raises(InvalidTypeError, match=r"pass one of \['default', 'recall'\]"):
             SelectionParams.preset(bad)  # type: ignore[arg-type]
+
+
+def test_with_leaves_the_process_warning_filters_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of params holding a deprecated knob warns nothing again, without swapping the
+    process's warning filters (``warnings.catch_warnings`` would, and another thread's warnings
+    raised meanwhile were swallowed)."""
+    import warnings
+
+    from context_gatekeeper.selection import params as module
+
+    name = next(iter(module.DEPRECATED_PARAMS))
+    default = module._DEFAULTS.get(name)
+    with pytest.warns(DeprecationWarning):
+        old = SelectionParams(**{name: default + 1 if isinstance(default, (int, float)) else default})
+    filters = warnings.filters
+    seen: list[bool] = []
+    real = module.replace
+
+    def watched(*args, **kwargs):
+        seen.append(warnings.filters is filters)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "replace", watched)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        filters = warnings.filters
+        old.with_(k1=2.0)
+    assert seen == [True] and not [w for w in caught if issubclass(w.category, DeprecationWarning)]

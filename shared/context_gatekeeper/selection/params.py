@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -53,6 +54,13 @@ def caller_stacklevel() -> int:
         frame = frame.f_back
         level += 1
     return level
+
+
+_copying = threading.local()
+"""``copying`` is true in a thread while :meth:`SelectionParams.with_` builds its copy (the
+copy's deprecated fields were set by the caller of an earlier call, who was warned then).  Per
+thread, not ``warnings.catch_warnings``: that swaps the process's warning filters and can
+swallow another thread's warnings."""
 
 
 def _warn_deprecated(name: str) -> None:
@@ -495,7 +503,7 @@ class SelectionParams:
     a phrase or an identifier each of its words."""
 
     def __post_init__(self) -> None:
-        for name in DEPRECATED_PARAMS:
+        for name in DEPRECATED_PARAMS if not getattr(_copying, "on", False) else ():
             if getattr(self, name) != _DEFAULTS.get(name, getattr(self, name)):
                 _warn_deprecated(name)
         self._freeze_dicts()
@@ -584,9 +592,11 @@ class SelectionParams:
     def with_(self, **changes: Any) -> "SelectionParams":
         """A copy with some fields changed (validated); a deprecated field warns only when
         it is among the changes."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+        _copying.on = True
+        try:
             copy = replace(self, **changes)
+        finally:
+            _copying.on = False
         for name in DEPRECATED_PARAMS.keys() & changes.keys():
             if changes[name] != _DEFAULTS.get(name):
                 _warn_deprecated(name)
