@@ -751,3 +751,16 @@ def test_the_ideal_patch_reply_keeps_several_insertions_after_one_message_in_ord
     ]))
     inserted = [(op["id"], op["content"]) for op in reply["operations"] if op["op"] == "insert_after"]
     assert inserted == [(None, "first"), (None, "second"), ("2", "And the budget?"), ("2", "About 900 EUR.")]
+
+
+@pytest.mark.parametrize("reply, problem", [
+    ({"op": "delete", "id": "4", "operations": []}, "not both"),
+    ({"operations": [{"op": "delete", "id": "4", "content": "About six million people."}]}, "delete takes none"),
+])
+def test_an_ambiguous_patch_is_asked_again_never_guessed(reply, problem) -> None:
+    """An operation beside an empty operations list was read as "no change", and a delete
+    carrying new text deleted what the model meant to reword: both are asked again."""
+    model = ScriptedModel([json.dumps(reply), json.dumps(reply)])
+    with pytest.raises(EditError, match=problem):
+        compute_edit(gdp_state(), "fix the population figure", model, strategy="patch")
+    assert len(model.calls) == 2

@@ -167,6 +167,8 @@ def parse_patch(data: Any, view: EditView) -> list[Request]:
     ``InsertAfter(None, ...)`` means before the first shown message.
     """
     data = _coerce(data, _patch_shape)
+    if isinstance(data, dict) and "operations" in data and "op" in data:
+        raise EditError('answer with either {"operations": [...]} or one operation, not both')
     if isinstance(data, dict) and "operations" in data:
         data = data["operations"]
     elif isinstance(data, dict) and "op" in data:
@@ -201,6 +203,9 @@ def parse_patch(data: Any, view: EditView) -> list[Request]:
         where = f"operation {n} ({op} {alias})" if alias else f"operation {n} ({op})"
         if op == "delete":
             assert real is not None  # checked above for every op but insert_after
+            if isinstance(item.get("content"), str) and item["content"].strip():
+                problems.append(f"{where} carries new content; delete takes none: use replace to change the text")
+                continue
             requests.append(Delete(real))
             continue
         content = _check_content(item, where, problems)
