@@ -757,3 +757,30 @@ def test_pooled_connections_the_server_ended_are_replaced_not_failed(tmp_path: P
 
     assert asyncio.run(async_twins()) == 1
     store.close()
+
+
+def test_an_id_index_deleted_by_hand_is_named_when_an_undo_needs_it(tmp_path: Path) -> None:
+    """The index is checked against the log only when it refuses a write: rows deleted by
+    hand are CorruptLogError naming the repair (was a refusal saying to reload, forever)."""
+    from psycopg import sql
+
+    from context_gatekeeper.records.operations import Replace
+
+    store = open_pg(tmp_path)
+    try:
+        t = Transcript("s", store=store)
+        t.append(user="hello", assistant="hi")
+        t.apply([Replace(t.messages[0].id, "HELLO")])
+        with store._connection() as conn:  # type: ignore[attr-defined]
+            conn.execute(sql.SQL("DELETE FROM {}").format(store._names["ids"]))  # type: ignore[attr-defined]
+        for _ in range(2):  # reloading does not help
+            with pytest.raises(CorruptLogError, match=r"store\.truncate\('s', 2\)") as caught:
+                Transcript("s", store=store).undo()
+            assert "message-id index" in str(caught.value)
+        assert store.head("s") == 2  # nothing was written
+        store.truncate("s", 2)
+        t = Transcript("s", store=store)
+        t.undo()
+        assert [m.content for m in t.messages] == ["hello", "hi"]
+    finally:
+        store.close()

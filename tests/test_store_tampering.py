@@ -511,3 +511,116 @@ def test_appends_after_a_hand_edited_id_index_never_store_a_message_twice(call: 
             assert reopened.messages == t.messages and [m.id for m in t.messages][:2] == ["u1", "a1"]
     finally:
         store.close()
+
+
+# -- the id index checked against the log when it refuses a write ------------------------------
+def _small(tmp_path: Path) -> tuple[Path, str]:
+    """A file holding session "s": one question and answer, then the question edited
+    (revision 2); returns the path and the question's id."""
+    from context_gatekeeper.records.operations import Replace
+
+    path = tmp_path / "small.db"
+    store = SQLiteStore(path)
+    t = Transcript("s", store=store)
+    t.append(user="hello", assistant="hi")
+    question = t.messages[0].id
+    t.apply([Replace(question, "HELLO")])
+    store.close()
+    return path, question
+
+
+def _revision_rows(path: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT * FROM revisions ORDER BY session_id, number").fetchall()
+    finally:
+        conn.close()
+
+
+def _refused_as_damage(path: Path, head: int, write: Callable[[Transcript], object]) -> None:
+    """``write`` on a freshly opened "s" raises CorruptLogError naming the repair, every time
+    (reloading does not help), and writes nothing."""
+    rows = _revision_rows(path)
+    for _ in range(2):
+        store = SQLiteStore(path)
+        t = Transcript("s", store=store)
+        with pytest.raises(CorruptLogError) as caught:
+            write(t)
+        store.close()
+        error = caught.value
+        assert (error.session_id, error.revision) == ("s", head + 1), str(error)
+        assert "message-id index" in str(error) and "outside context-gatekeeper" in str(error)
+        assert f"store.truncate('s', {head})" in str(error)
+        assert "reload the transcript" not in str(error).lower().replace("reloading will not help", "")
+        assert _revision_rows(path) == rows  # nothing was written
+
+
+@pytest.mark.parametrize(
+    "edit", ["DELETE FROM message_ids", "UPDATE message_ids SET present = 0"], ids=["deleted", "marked_absent"]
+)
+def test_an_index_changed_by_hand_is_named_when_an_undo_needs_it(tmp_path: Path, edit: str) -> None:
+    path, _ = _small(tmp_path)
+    hand_edit(path, edit)
+    store = SQLiteStore(path)
+    Transcript("s", store=store).append(user="still fine")  # appends at the end do not read the old rows
+    store.close()
+    _refused_as_damage(path, 3, lambda t: t.undo())
+    store = SQLiteStore(path)
+    assert store.truncate("s", 3) == 0  # the named repair: nothing set aside, the index rebuilt
+    t = Transcript("s", store=store)
+    t.undo()
+    assert [m.content for m in t.messages] == ["hello", "hi", "still fine"]
+    store.close()
+    store = SQLiteStore(path)
+    assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi", "still fine"]
+    store.close()
+
+
+def test_an_index_changed_by_hand_is_named_when_an_edit_needs_it(tmp_path: Path) -> None:
+    from context_gatekeeper.records.operations import Replace
+
+    path, question = _small(tmp_path)
+    hand_edit(path, "DELETE FROM message_ids")
+    _refused_as_damage(path, 2, lambda t: t.apply([Replace(question, "bye")]))
+    store = SQLiteStore(path)
+    store.truncate("s", 2)
+    t = Transcript("s", store=store)
+    t.apply([Replace(question, "bye")])
+    store.close()
+    store = SQLiteStore(path)
+    assert [m.content for m in Transcript("s", store=store).messages] == ["bye", "hi"]
+    store.close()
+
+
+def test_a_newest_revision_deleted_by_hand_is_named_when_an_edit_needs_it(tmp_path: Path) -> None:
+    from context_gatekeeper.records.operations import Replace
+
+    path, question = _small(tmp_path)
+    hand_edit(path, "DELETE FROM revisions WHERE number = 2")  # the edit: nothing after it in the chain
+    store = SQLiteStore(path)
+    assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi"]  # opens: unnoticed
+    store.close()
+    _refused_as_damage(path, 1, lambda t: t.apply([Replace(question, "bye")]))
+    store = SQLiteStore(path)
+    assert store.truncate("s", 1) == 0
+    t = Transcript("s", store=store)
+    t.apply([Replace(question, "bye")])
+    store.close()
+    store = SQLiteStore(path)
+    assert [m.content for m in Transcript("s", store=store).messages] == ["bye", "hi"]
+    store.close()
+
+
+def test_a_refusal_with_an_intact_index_stays_a_refusal(tmp_path: Path) -> None:
+    """A write the index rightly refuses (the message is gone) is still InvalidRevisionError."""
+    from context_gatekeeper import InvalidRevisionError
+    from context_gatekeeper.records.operations import Change
+    from context_gatekeeper.records.revisions import Revision
+    from context_gatekeeper.records.messages import Message
+
+    path, question = _small(tmp_path)
+    store = SQLiteStore(path)
+    gone = Message(id="never-there", role="user", content="x")
+    with pytest.raises(InvalidRevisionError, match="is not in the transcript"):
+        store.commit("s", Revision(0, 0, "edit", (Change(gone, replace(gone, content="y")),)), expected_head=2)
+    store.close()

@@ -41,14 +41,14 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import SupportsIndex
 
 from ..errors import InvalidInputError, InvalidRevisionError, InvalidTypeError, StaleHeadError, StoreCapabilityError
 from ..records.revisions import Revision, rebase_conflicts, storable_revision
 from .chain import field_problem
-from .integrity import IdEntry, Lookup, check_revision
+from .integrity import IdEntry, Lookup, check_revision, index_damage
 
 __all__ = [
     "Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep", "checked_after",
@@ -100,11 +100,24 @@ def prepare_commit(
     later: Sequence[Revision],
     lookup: Lookup,
     renew_taken_ids: bool,
+    log: Callable[[], Iterable[Revision]] | None = None,
 ) -> tuple[Revision, dict[str, IdEntry]]:
     """:func:`place_revision`, then :func:`.integrity.check_revision`: the revision to
-    store and the id-index rows to write (no changes: write nothing)."""
+    store and the id-index rows to write (no changes: write nothing).
+
+    ``log`` reads the session's verified revisions 1..``head`` (in the same transaction).
+    When given and the index refuses the revision, the refused ids' index rows are checked
+    against the log (:func:`.integrity.index_damage`): an index changed outside the library
+    raises :class:`CorruptLogError` naming the repair instead of a refusal that reloading
+    never clears.  Only a refused commit reads the log."""
     placed = place_revision(session_id, storable_revision(revision), head, expected_head, later)
-    checked, rows = check_revision(session_id, placed, lookup, renew_taken_ids=renew_taken_ids)
+    try:
+        checked, rows = check_revision(session_id, placed, lookup, renew_taken_ids=renew_taken_ids)
+    except (InvalidRevisionError, InvalidInputError):
+        damage = index_damage(session_id, placed, head, lookup, log()) if log is not None else None
+        if damage is not None:
+            raise damage from None
+        raise
     problem = field_problem(checked.number, checked.parent, checked.kind, checked.base, checked.target)
     if problem is not None:  # what a read would refuse (see .chain) is never written
         raise InvalidRevisionError(f"session {session_id!r}: {problem}; nothing was written. Give a target that fits")

@@ -41,12 +41,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple, get_args
 
-from ..errors import InvalidInputError, InvalidRevisionError
+from ..errors import CorruptLogError, InvalidInputError, InvalidRevisionError
 from ..records.messages import Message, new_message_id
 from ..records.operations import Applied, Change, Put, State, is_noop
 from ..records.revisions import Revision, RevisionKind
 
-__all__ = ["IdEntry", "Lookup", "digest", "entry", "check_revision", "index_of_log", "touched"]
+__all__ = [
+    "IdEntry", "Lookup", "digest", "entry", "check_revision", "index_damage", "index_of_log", "revision_ids", "touched",
+]
 
 _RESTORING = frozenset({"undo", "redo", "revert"})
 _KINDS = frozenset(get_args(RevisionKind))
@@ -94,6 +96,57 @@ def digest(message: Message) -> str:
 def touched(changes: Iterable[Applied]) -> set[str]:
     """Every message id ``changes`` put, remove or change."""
     return {c.before.id if isinstance(c, Change) else c.message.id for c in changes}
+
+
+def revision_ids(revision: Revision) -> set[str]:
+    """The ids whose index rows :func:`check_revision` reads for ``revision``: the messages
+    it puts, removes or changes, and an append's anchors."""
+    ids = touched(revision.changes)
+    if revision.kind == "append":
+        ids |= {c.after for c in revision.changes if isinstance(c, Put) and isinstance(c.after, str)}
+    return ids
+
+
+def _agrees(stored: IdEntry | None, rebuilt: IdEntry | None) -> bool:
+    """Whether a stored index row says what the log does (a row without the current digest,
+    written by an older version, agrees on what it holds)."""
+    if stored is None or rebuilt is None:
+        return stored is rebuilt
+    return (
+        stored.present == rebuilt.present
+        and stored.first == rebuilt.first
+        and stored.current in (None, rebuilt.current)
+    )
+
+
+def index_damage(
+    session_id: str, revision: Revision, head: int, lookup: Lookup, log: Iterable[Revision]
+) -> CorruptLogError | None:
+    """Why a refused ``revision`` was refused by an id index that no longer matches the
+    verified ``log`` (revisions 1..``head``), or None when the index agrees with the log
+    (the refusal stands).  Called only once :func:`check_revision` has refused, so a
+    commit that goes through never replays the log.
+
+    The index is kept beside the log, outside its hash chain: rows deleted or changed by
+    hand, or a newest revision deleted by hand (nothing after it in the chain notices),
+    leave the index saying what the log does not.  ``store.truncate(session_id, head)``
+    sets nothing aside and rebuilds the index from the log."""
+    ids = revision_ids(revision)
+    rebuilt = index_of_log(log)
+    stored = lookup(ids)
+    wrong = sorted(i for i in ids if not _agrees(stored.get(i), rebuilt.get(i)))
+    if not wrong:
+        return None
+    shown = ", ".join(repr(i) for i in wrong[:5]) + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else "")
+    return CorruptLogError(
+        session_id,
+        head + 1,
+        f"this {revision.kind} was refused by the session's message-id index, but the index rows of "
+        f"message(s) {shown} do not match revisions 1..{head}: the message_ids table, or the newest "
+        "revision(s), were changed or deleted outside context-gatekeeper; nothing was written, and reloading "
+        f"will not help. store.truncate({session_id!r}, {head}) rebuilds the index from the log and sets nothing "
+        "aside",
+    )
 
 
 def _dedupe_append(
@@ -191,10 +244,7 @@ def check_revision(
             "expected); nothing was written. Build revisions with Transcript, or give one of those kinds"
         )
     changes = revision.changes
-    ids = touched(changes)
-    if revision.kind == "append":
-        ids |= {c.after for c in changes if isinstance(c, Put) and isinstance(c.after, str)}
-    before = lookup(ids)  # only read
+    before = lookup(revision_ids(revision))  # only read
     known = dict(before)
     if revision.kind == "append":
         checked = _dedupe_append(session_id, changes, known, renew_taken_ids)

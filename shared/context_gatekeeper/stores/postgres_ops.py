@@ -336,6 +336,11 @@ class _Wanted(Exception):
         self.ids = list(ids)
 
 
+class _WantedLog(Exception):
+    """:func:`prepare_commit` refused a revision and asked for the verified log, to tell a
+    damaged id index from a stale change (see :func:`prepared_steps`)."""
+
+
 # -- plumbing -------------------------------------------------------------------------------
 def locked(q: Statements, lock: int, steps: Steps[T], lock_timeout: float | None = None) -> Steps[T]:
     """``steps`` after taking the advisory lock ``lock``, waiting at most ``lock_timeout``
@@ -513,6 +518,7 @@ def prepared_steps(
     """
     found: dict[str, IdEntry] = {}
     read: set[str] = set()
+    loaded: list[Revision] | None = None  # the verified log, read only when a refusal asks for it
 
     def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
         wanted = list(ids)
@@ -521,12 +527,19 @@ def prepared_steps(
             raise _Wanted(missing)
         return {i: found[i] for i in wanted if i in found}
 
+    def log() -> list[Revision]:
+        if loaded is None:
+            raise _WantedLog
+        return loaded
+
     while True:
         try:
-            return prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids)
+            return prepare_commit(key[1], revision, head, expected_head, later, lookup, renew_taken_ids, log)
         except _Wanted as wanted:
             found.update((yield from lookup_steps(q, key, wanted.ids)))
             read.update(wanted.ids)
+        except _WantedLog:
+            loaded = yield from load_steps(q, key, 0)
 
 
 def commit_steps(

@@ -390,7 +390,12 @@ class SQLiteStore(Store, VectorStore):
             def lookup(ids: Iterable[str]) -> dict[str, IdEntry]:
                 return _lookup(conn, session_id, ids)
 
-            stored, rows = prepare_commit(session_id, revision, head, expected_head, later, lookup, renew_taken_ids)
+            def log() -> list[Revision]:  # read only when the index refuses (see prepare_commit)
+                return _load(conn, session_id, 0, self._chained)
+
+            stored, rows = prepare_commit(
+                session_id, revision, head, expected_head, later, lookup, renew_taken_ids, log
+            )
             if stored.number == head:
                 return stored  # a no-op: nothing to write
             row = _row(session_id, stored)
