@@ -351,7 +351,8 @@ def test_prepared_reads_each_missing_id_set_once_and_answers_every_lookup_with_i
     answers: list[dict[str, IdEntry]] = []
 
     def fake_prepare_commit(session_id: str, revision: Any, head: int, expected_head: Any, later: Any,
-                            lookup: Callable[[Any], dict[str, IdEntry]], renew: bool) -> tuple[Any, dict[str, IdEntry]]:
+                            lookup: Callable[[Any], dict[str, IdEntry]], renew: bool,
+                            log: Any = None) -> tuple[Any, dict[str, IdEntry]]:
         answers.clear()
         answers.append(lookup(["a", "b"]))
         answers.append(lookup(iter(["b", "c"])))  # any iterable, read once
