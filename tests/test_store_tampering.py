@@ -576,20 +576,27 @@ def test_an_index_changed_by_hand_is_named_when_an_undo_needs_it(tmp_path: Path,
     store.close()
 
 
+def _edit_after_the_repair(path: Path, head: int, question: str) -> None:
+    """The repair the error names (``truncate`` to the head: nothing set aside, the index
+    rebuilt), then the refused edit goes through and a fresh open reads it."""
+    from context_gatekeeper.records.operations import Replace
+
+    store = SQLiteStore(path)
+    assert store.truncate("s", head) == 0
+    Transcript("s", store=store).apply([Replace(question, "bye")])
+    store.close()
+    store = SQLiteStore(path)
+    assert [m.content for m in Transcript("s", store=store).messages] == ["bye", "hi"]
+    store.close()
+
+
 def test_an_index_changed_by_hand_is_named_when_an_edit_needs_it(tmp_path: Path) -> None:
     from context_gatekeeper.records.operations import Replace
 
     path, question = _small(tmp_path)
     hand_edit(path, "DELETE FROM message_ids")
     _refused_as_damage(path, 2, lambda t: t.apply([Replace(question, "bye")]))
-    store = SQLiteStore(path)
-    store.truncate("s", 2)
-    t = Transcript("s", store=store)
-    t.apply([Replace(question, "bye")])
-    store.close()
-    store = SQLiteStore(path)
-    assert [m.content for m in Transcript("s", store=store).messages] == ["bye", "hi"]
-    store.close()
+    _edit_after_the_repair(path, 2, question)
 
 
 def test_a_newest_revision_deleted_by_hand_is_named_when_an_edit_needs_it(tmp_path: Path) -> None:
@@ -601,14 +608,7 @@ def test_a_newest_revision_deleted_by_hand_is_named_when_an_edit_needs_it(tmp_pa
     assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi"]  # opens: unnoticed
     store.close()
     _refused_as_damage(path, 1, lambda t: t.apply([Replace(question, "bye")]))
-    store = SQLiteStore(path)
-    assert store.truncate("s", 1) == 0
-    t = Transcript("s", store=store)
-    t.apply([Replace(question, "bye")])
-    store.close()
-    store = SQLiteStore(path)
-    assert [m.content for m in Transcript("s", store=store).messages] == ["bye", "hi"]
-    store.close()
+    _edit_after_the_repair(path, 1, question)
 
 
 def test_a_refusal_with_an_intact_index_stays_a_refusal(tmp_path: Path) -> None:
