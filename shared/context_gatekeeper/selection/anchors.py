@@ -39,6 +39,7 @@ __all__ = [
     "TextAnchors",
     "normalise",
     "visible",
+    "without_invisible",
     "without_reasoning_scaffold",
     "stem",
     "split_identifier",
@@ -141,12 +142,18 @@ engine's scan costs about a tenth of a translation through a table, and finding 
 the text itself."""
 
 
+def without_invisible(text: str) -> str:
+    """``text`` with the invisible characters of :data:`_INVISIBLE` removed, nothing else
+    changed (ASCII text holds none and is returned as it is)."""
+    return text if text.isascii() else _INVISIBLE.sub("", text)
+
+
 def visible(text: str) -> str:
     """``text`` NFKC-normalised (full-width → half-width) with the invisible characters of
-    :data:`_INVISIBLE` removed first: what every anchor and cue is read from.  They are
-    removed before normalising (no character normalises to one of them), so the result
-    is NFKC-normal: a combining mark after a removed joiner composes with its letter.
-    ASCII text holds none and is returned as it is.
+    :data:`_INVISIBLE` removed first (:func:`without_invisible`): what every anchor and cue
+    is read from.  They are removed before normalising (no character normalises to one of
+    them), so the result is NFKC-normal: a combining mark after a removed joiner composes
+    with its letter.  ASCII text is returned as it is.
 
     >>> visible("Kuber\u00adnetes\u200b ｖ２"), visible("plain")
     ('Kubernetes v2', 'plain')

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from operator import mul
 from typing import Any, Literal
 
-from .anchors import _INVISIBLE, AnchorKind, anchor_kind, visible
+from .anchors import AnchorKind, anchor_kind, visible, without_invisible
 from .cues import Cues
 from .params import SWITCH_FEATURES, SelectionParams
 from .scoring import IDF_FORMULAS
@@ -485,8 +485,7 @@ def last_question(answer: str) -> str | None:
     >>> last_question("great! do you like taylor swift? i met her once.") is None
     True
     """
-    if not answer.isascii():
-        answer = _INVISIBLE.sub("", answer)
+    answer = without_invisible(answer)
     text = (_CODE_BLOCK.sub(" ", answer) if "```" in answer else answer).strip()
     end = len(text)
     while end and _KEPT_AT_END.match(text, end - 1) is None:  # drop what follows the last word or "?"
