@@ -91,14 +91,12 @@ COUNTS: BoundedCache[tuple[Callable[[str], int], str], int] = BoundedCache(maxsi
 is counted once, not on every ``get``."""
 
 
-_UNSET_BUDGET = next(f.default for f in dataclasses.fields(GateOptions) if f.name == "token_budget")
-
-
 def _options_budget(options: GateOptions | None) -> int | None:
-    """The ``token_budget`` the caller set in ``options``, or ``None`` when it is GateOptions'
-    default (a record built for its other settings): that one is not a budget the caller chose,
-    so ``token_limit=``, ``llm=`` sizing or :data:`DEFAULT_TOKEN_LIMIT` apply instead."""
-    if options is None or options.token_budget == _UNSET_BUDGET:
+    """The ``token_budget`` the caller set in ``options``, or ``None`` when it was left at
+    GateOptions' default (a record built for its other settings): that one is not a budget the
+    caller chose, so ``token_limit=``, ``llm=`` sizing or :data:`DEFAULT_TOKEN_LIMIT` apply
+    instead (:attr:`GateOptions.budget_given`; a budget passed as 4000 is the caller's)."""
+    if options is None or not options.budget_given:
         return None
     return options.token_budget
 
@@ -355,9 +353,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
                 lexically (``explain(...).semantic_fallback`` is set); ``None``: wait.
             options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
                 (checked once), instead of the keywords; ``on_overflow`` left ``None`` is
-                ``"keep_pinned"``.  A ``token_budget`` set in it is the ``token_limit``; left
-                at GateOptions' default (4000) it counts as not set, so ``token_limit=``,
-                ``llm=`` sizing or the default 3000 apply.  A ``token_limit=`` that differs
+                ``"keep_pinned"``.  A ``token_budget`` set in it is the ``token_limit``; one not
+                passed to it (``GateOptions.budget_given`` false) counts as not set, so
+                ``token_limit=``, ``llm=`` sizing or the default 3000 apply.  A ``token_limit=`` that differs
                 from a budget set in it raises ``InvalidTypeError`` (pass one of them).
             **keywords: ``strategy``, ``max_deletion_share``, and any
                 :class:`~context_gatekeeper.GateOptions` field (``message_overhead``,

@@ -175,3 +175,18 @@ def test_equal_records_hash_alike() -> None:
     assert hash(GateOptions()) == hash(GateOptions()) and hash(SelectionParams()) == hash(SelectionParams())
     kept = {GateOptions(token_budget=300): "small", GateOptions(preset="recall"): "recall"}
     assert kept[GateOptions(token_budget=300)] == "small" and kept[GateOptions(preset="recall")] == "recall"
+
+
+def test_a_budget_passed_is_told_from_the_default_even_at_the_same_size() -> None:
+    """``budget_given`` says whether the caller chose the budget (an adapter with a budget of
+    its own takes only a chosen one); the default stays an int equal to, and hashed like, 4000,
+    and its mark survives copies and pickling, while a budget set through ``with_`` or ``of`` counts."""
+    default, chosen = GateOptions(), GateOptions(token_budget=4000)
+    assert not default.budget_given and chosen.budget_given
+    assert default == chosen and hash(default) == hash(chosen) and default.token_budget == 4000
+    assert repr(default.token_budget) == "4000" and isinstance(default.token_budget, int)
+    assert not default.with_(message_overhead=0).budget_given
+    assert default.with_(token_budget=4000).budget_given
+    assert not GateOptions.of(preset="recall").budget_given and GateOptions.of(token_budget=4000).budget_given
+    assert not pickle.loads(pickle.dumps(default)).budget_given and not copy.deepcopy(default).budget_given
+    assert pickle.loads(pickle.dumps(chosen)).budget_given

@@ -391,6 +391,12 @@ def test_an_options_record_without_a_budget_of_its_own_keeps_the_memory_sizing()
     assert GatekeeperMemory.from_defaults(token_limit=500, options=recall.with_(token_budget=500)).token_limit == 500
     with pytest.raises(InvalidTypeError, match="disagree"):
         GatekeeperMemory.from_defaults(token_limit=1200, options=recall.with_(token_budget=500))
+    # a budget passed as the default's number is still the caller's choice
+    chosen = GateOptions(preset="recall", token_budget=4000)
+    assert GatekeeperMemory.from_defaults(llm=MockLLM(), options=chosen).token_limit == 4000
+    assert GatekeeperMemory(options=recall.with_(token_budget=4000)).token_limit == 4000
+    with pytest.raises(InvalidTypeError, match="disagree"):
+        GatekeeperMemory.from_defaults(token_limit=1200, options=chosen)
 
 
 def test_over_budget_pinned_content_keeps_the_system_message_and_the_open_turn():

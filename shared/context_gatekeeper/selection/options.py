@@ -50,7 +50,18 @@ def report_overflow(
 
 ON_OVERFLOW: tuple[str, ...] = ("raise", "keep_pinned")
 
-DEFAULT_TOKEN_BUDGET = 4000
+class _DefaultBudget(int):
+    """GateOptions' default ``token_budget``: an ``int`` like any other (equal to, and hashed
+    like, the same number), whose type tells a budget left at the default from one the caller
+    passed (:attr:`GateOptions.budget_given`), even one of the same size."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+
+DEFAULT_TOKEN_BUDGET: int = _DefaultBudget(4000)
 
 _PARAM_NAMES = frozenset(f.name for f in fields(SelectionParams))
 
@@ -183,6 +194,17 @@ class GateOptions:
         return self.on_overflow if self.on_overflow is not None else default
 
     # -- building -------------------------------------------------------------------------
+    @property
+    def budget_given(self) -> bool:
+        """Whether ``token_budget`` was passed (to the constructor, :meth:`of` or
+        :meth:`with_`), rather than left at its default: an adapter with a budget of its own
+        (a LlamaIndex memory's ``token_limit``) takes only a budget the caller chose.
+
+        >>> GateOptions().budget_given, GateOptions(token_budget=4000).budget_given
+        (False, True)
+        """
+        return type(self.token_budget) is not _DefaultBudget
+
     def with_(self, **changes: Any) -> "GateOptions":
         """A copy with ``changes`` applied, checked like a new record.  A field of
         :class:`SelectionParams` changes ``params``; ``preset=`` replaces it.
