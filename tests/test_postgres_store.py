@@ -7,6 +7,7 @@ import asyncio
 import random
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -782,5 +783,95 @@ def test_an_id_index_deleted_by_hand_is_named_when_an_undo_needs_it(tmp_path: Pa
         t = Transcript("s", store=store)
         t.undo()
         assert [m.content for m in t.messages] == ["hello", "hi"]
+    finally:
+        store.close()
+
+
+def test_a_message_the_index_holds_but_the_log_lacks_is_never_dropped_as_a_retry(tmp_path: Path) -> None:
+    """The newest append deleted by hand (nothing after it in the chain notices), then re-sent
+    with its ids: the index took the messages for a retry and dropped them without a word.  Now
+    CorruptLogError names the repair, from the sync and the native async commit alike, and
+    nothing is written; after the repair the same append stores them."""
+    resent = [{"id": "u2", "role": "user", "content": "second question"},
+              {"id": "a2", "role": "assistant", "content": "second answer"}]
+    store = open_pg(tmp_path)
+    try:
+        t = Transcript("s", store=store)
+        t.append(user="hello", assistant="hi")
+        t.append(messages=[dict(m) for m in resent])
+        lost = store.revisions("s")[1]
+        _run(store, "DELETE FROM {} WHERE session_id = 's' AND number = 2")
+        rows = stored_bytes(store, "s")
+
+        def sync_append() -> object:
+            return Transcript("s", store=store).append(messages=[dict(m) for m in resent])
+
+        async def async_commit() -> object:
+            twin = open_pg(tmp_path)
+            try:
+                return await twin.acommit("s", replace(lost, number=0, parent=0), expected_head=None,
+                                          renew_taken_ids=True)
+            finally:
+                await twin.aclose()
+
+        for call in (sync_append, sync_append, lambda: asyncio.run(async_commit())):  # reloading does not help
+            with pytest.raises(CorruptLogError) as caught:
+                call()
+            assert (caught.value.session_id, caught.value.revision) == ("s", 2)
+            assert "retries" in str(caught.value) and "store.truncate('s', 1)" in str(caught.value)
+            assert stored_bytes(store, "s") == rows  # nothing was written
+        assert store.truncate("s", 1) == 0
+        stored = Transcript("s", store=store).append(messages=[dict(m) for m in resent])
+        assert stored.number == 2 and [m.id for m in stored.added] == ["u2", "a2"]
+        assert [m.content for m in Transcript("s", store=store).messages] == [
+            "hello", "hi", "second question", "second answer"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("lost", ["1", "2", "3", "4", "the table"])
+def test_a_migration_record_deleted_by_hand_is_named_and_nothing_is_written(tmp_path: Path, lost: str) -> None:
+    """Every open ran the migration again and failed with psycopg's DuplicateTable (or
+    DuplicateColumn); now SchemaVersionError says what happened and how to restore the record,
+    from the sync and the async setup, and no table is created or changed."""
+    from psycopg import sql
+
+    from context_gatekeeper.stores.schema import created_objects
+    from context_gatekeeper.stores.postgres import MIGRATIONS
+
+    assert [len(created_objects(m)) for m in MIGRATIONS] == [1, 2, 1, 1, 0]
+    store = open_pg(tmp_path)
+    Transcript("s", store=store).append(user="hello", assistant="hi")
+    table = store._names["migrations"]  # type: ignore[attr-defined]
+    store.close()
+    with raw() as conn:
+        if lost == "the table":
+            conn.execute(sql.SQL("DROP TABLE {}").format(table))
+        else:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE version = %s").format(table), (int(lost),))
+    tables = "SELECT tablename FROM pg_tables WHERE starts_with(tablename, %s) ORDER BY tablename"
+    with raw() as conn:
+        before = conn.execute(tables, (prefix_for(tmp_path),)).fetchall()
+    unopened = open_pg(tmp_path, setup=False)
+
+    async def asetup() -> None:
+        try:
+            await unopened.asetup()
+        finally:
+            await unopened.aclose()
+
+    for call in (lambda: open_pg(tmp_path), lambda: asyncio.run(asetup())):
+        with pytest.raises(SchemaVersionError) as caught:
+            call()
+        text = str(caught.value)
+        assert "but no record of them" in text and "outside context-gatekeeper" in text and "nothing was written" in text
+        assert ("CREATE TABLE" in text) == (lost == "the table") and "INSERT INTO" in text
+    with raw() as conn:
+        assert conn.execute(tables, (prefix_for(tmp_path),)).fetchall() == before
+        conn.execute(text.split("restore the record (", 1)[1].rsplit(") or the database from a backup", 1)[0])
+    store = open_pg(tmp_path)
+    try:
+        assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi"]
+        assert [v for v, _ in store.applied_migrations()] == [m.version for m in MIGRATIONS]
     finally:
         store.close()

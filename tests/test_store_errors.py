@@ -32,7 +32,7 @@ from context_gatekeeper import (
     StoreUnavailableError,
     Transcript,
 )
-from context_gatekeeper.errors import CorruptLogError, SchemaVersionError, StoreClosedError
+from context_gatekeeper.errors import CorruptLogError, InvalidTypeError, SchemaVersionError, StoreClosedError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.base import takes_keyword
 from context_gatekeeper.testing.store_builders import append, fill, message, turn
@@ -493,6 +493,39 @@ def test_metadata_that_cannot_be_stored_is_refused_before_anything_is_written(st
     with pytest.raises(InvalidInputError, match="cannot be stored"):  # the store itself refuses it too
         store.commit("s", append(message("direct", metadata=metadata)), expected_head=None)
     assert store.head("s") == 1 and len(Transcript("s", store=store).messages) == 2
+
+
+@pytest.mark.parametrize("field", ["instruction", "model"])
+@pytest.mark.parametrize("value", [123, b"gemini-2.5-flash", ["shorten"]], ids=["int", "bytes", "list"])
+def test_an_instruction_or_model_name_that_is_not_text_is_refused_before_anything_is_written(
+    store: Store, field: str, value: Any, tmp_path: Path
+) -> None:
+    """Every store took them on: an int failed with a bare AttributeError, and PostgreSQL wrote a
+    bytes model name as text that its own hash chain then refused on every read of the session."""
+    from dataclasses import replace
+
+    from context_gatekeeper.testing.store_builders import edit
+
+    [first] = fill(store, "s", 1)
+    before = store.revisions("s")
+    revision = replace(edit(first.added[0], "better"), **{field: value})
+    with pytest.raises(InvalidTypeError, match=f"{'instruction' if field == 'instruction' else 'model name'} must be a str"):
+        store.commit("s", revision, expected_head=1)
+
+    postgres = type(store).__name__ == "PostgresStore"
+    twin: Any = open_pg(tmp_path) if postgres else store  # PostgreSQL's native acommit, on a store of its own
+
+    async def async_commit() -> None:
+        try:
+            await twin.acommit("s", revision, expected_head=1)
+        finally:
+            if postgres:
+                await twin.aclose()
+
+    with pytest.raises(InvalidTypeError, match="must be a str or None"):
+        asyncio.run(async_commit())
+    assert store.revisions("s") == before and store.head("s") == 1
+    assert [m.content for m in Transcript("s", store=store).messages] == ["text of u1", "text of a1"]
 
 
 def test_a_cycle_in_metadata_is_refused(store: Store) -> None:

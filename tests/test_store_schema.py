@@ -5,6 +5,9 @@ recomputing the digests; these are rows whose digests were recomputed, or read u
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +61,65 @@ def test_schema_behind_names_what_is_missing_and_leaves_other_failures_alone() -
     error = schema_behind({1}, migrations, "db", "call setup()")
     assert isinstance(error, SchemaVersionError) and "schema version 1 (migration(s) [2, 3] not applied yet)" in str(error)
     assert "Call setup() to bring the schema up to date" in str(error)
+
+
+# -- a migration's record deleted by hand ------------------------------------------------------
+def test_created_objects_names_what_every_sqlite_migration_creates() -> None:
+    from context_gatekeeper.stores.schema import created_objects
+    from context_gatekeeper.stores.sqlite import MIGRATIONS
+
+    assert {m.version: created_objects(m) for m in MIGRATIONS} == {
+        1: (("revisions", None),),
+        2: (("message_ids", None), ("set_aside_revisions", None)),
+        3: (("vectors", None),),
+        4: (("revisions", "digest"),),
+        5: (),  # no tables or columns: applying it again rewrites nothing (see .chain.rechained)
+    }
+
+
+def _stored(path: Path) -> tuple[bytes, bytes]:
+    """The database file's bytes and its write-ahead log's (the ``-shm`` index is no content)."""
+    log = Path(f"{path}-wal")
+    return path.read_bytes(), log.read_bytes() if log.exists() else b""
+
+
+@pytest.mark.parametrize("lost", ["1", "2", "3", "4", "the table"])
+def test_a_migration_record_deleted_by_hand_is_named_and_nothing_is_written(tmp_path: Path, lost: str) -> None:
+    """Opening a file whose ``schema_migrations`` lacks the record of a migration whose tables or
+    columns exist ran the migration again and failed with a bare sqlite3.OperationalError ("table
+    revisions already exists") on every open.  Now: SchemaVersionError saying what happened and
+    the statement that restores the record; no byte changes; after running it, the file opens."""
+    from context_gatekeeper import Transcript
+    from context_gatekeeper.errors import SchemaVersionError
+    from context_gatekeeper.stores.sqlite import SQLiteStore
+
+    path = tmp_path / "chat.db"
+    with Transcript("s", store=path) as t:
+        t.append(user="hello", assistant="hi")
+    damage = "DROP TABLE schema_migrations" if lost == "the table" else f"DELETE FROM schema_migrations WHERE version = {lost}"
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(damage)
+    before = _stored(path)
+    def setup_later() -> None:
+        store = SQLiteStore(path, setup=False)
+        try:
+            store.setup()
+        finally:
+            store.close()
+
+    for call in (lambda: SQLiteStore(path), lambda: SQLiteStore(path, read_only=True), setup_later):
+        with pytest.raises(SchemaVersionError) as caught:
+            call()
+        text = str(caught.value)
+        assert "no record of them in schema_migrations" in text and "outside context-gatekeeper" in text, text
+        assert "nothing was written" in text and "INSERT INTO schema_migrations" in text
+        assert ("CREATE TABLE schema_migrations" in text) == (lost == "the table")
+        assert _stored(path) == before
+    repair = text.split("restore the record (", 1)[1].rsplit(") or the database from a backup", 1)[0]
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.executescript(repair)
+    with Transcript("s", store=path) as t:
+        assert [m.content for m in t.messages] == ["hello", "hi"]
+        t.append(user="after the repair")
+    with closing(sqlite3.connect(path)) as conn:
+        assert [row[0] for row in conn.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3, 4, 5]

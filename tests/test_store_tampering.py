@@ -26,6 +26,7 @@ from context_gatekeeper import CorruptLogError, InvalidInputError, StoreUnavaila
 from context_gatekeeper.stores import SQLiteStore
 from context_gatekeeper.stores import sqlite as sqlite_module
 from context_gatekeeper.testing import ScriptedModel
+from context_gatekeeper.testing.store_builders import turn
 from context_gatekeeper.stores.chain import chain_text, chained_prefix, genesis, row_digest
 
 TURNS = 300
@@ -623,4 +624,135 @@ def test_a_refusal_with_an_intact_index_stays_a_refusal(tmp_path: Path) -> None:
     gone = Message(id="never-there", role="user", content="x")
     with pytest.raises(InvalidRevisionError, match="is not in the transcript"):
         store.commit("s", Revision(0, 0, "edit", (Change(gone, replace(gone, content="y")),)), expected_head=2)
+    store.close()
+
+
+# -- an append the id index takes for a retry is confirmed against the log ----------------------
+TURN_TWO = ({"id": "u2", "role": "user", "content": "second question"},
+            {"id": "a2", "role": "assistant", "content": "second answer"})
+
+
+def _with_a_lost_newest_append(tmp_path: Path) -> Path:
+    """A file holding session "s" whose newest revision (the append of ``TURN_TWO``) was deleted
+    by hand: the id index still says the session holds u2 and a2; the log, which opens, does not."""
+    path = tmp_path / "chat.db"
+    with Transcript("s", store=path) as t:
+        t.append(user="hello", assistant="hi")
+        t.append(messages=[dict(m) for m in TURN_TWO])
+    hand_edit(path, "DELETE FROM revisions WHERE session_id = 's' AND number = 2")
+    return path
+
+
+@pytest.mark.parametrize("call", ["append", "aappend", "commit", "commit_renewing"])
+def test_a_message_the_index_holds_but_the_log_lacks_is_never_dropped_as_a_retry(call: str, tmp_path: Path) -> None:
+    """The client re-sends the lost turn with its ids: the index takes the messages for a retry,
+    the log does not hold them, so dropping them would lose them without a word (the append
+    "succeeded" and wrote nothing).  CorruptLogError names the repair, every time; nothing is
+    written; after the repair the same append stores them."""
+    from context_gatekeeper.records.messages import Message
+    from context_gatekeeper.records.operations import AT_END, Put
+    from context_gatekeeper.records.revisions import Revision
+
+    path = _with_a_lost_newest_append(tmp_path)
+    rows = _revision_rows(path)
+
+    def resend(t: Transcript, store: SQLiteStore) -> object:
+        messages = [dict(m) for m in TURN_TWO]
+        if call == "append":
+            return t.append(messages=messages)
+        if call == "aappend":
+            return asyncio.run(t.aappend(messages=messages))
+        puts = (Put(Message(**TURN_TWO[0]), AT_END), Put(Message(**TURN_TWO[1]), AT_END))  # type: ignore[arg-type]
+        return store.commit("s", Revision(0, 0, "append", puts), expected_head=None,
+                            renew_taken_ids=call == "commit_renewing")
+
+    for _ in range(2):  # reloading does not help
+        store = SQLiteStore(path)
+        t = Transcript("s", store=store)
+        assert [m.content for m in t.messages] == ["hello", "hi"]  # opens: the lost append goes unnoticed
+        with pytest.raises(CorruptLogError) as caught:
+            resend(t, store)
+        store.close()
+        error = caught.value
+        assert (error.session_id, error.revision) == ("s", 2), str(error)
+        assert "'a2', 'u2'" in str(error) and "retries" in str(error) and "message-id index" in str(error)
+        assert "store.truncate('s', 1)" in str(error)
+        assert _revision_rows(path) == rows  # nothing was written
+    store = SQLiteStore(path)
+    assert store.truncate("s", 1) == 0  # the named repair: nothing set aside, the index rebuilt
+    stored = Transcript("s", store=store).append(messages=[dict(m) for m in TURN_TWO])
+    assert stored.number == 2 and [m.id for m in stored.added] == ["u2", "a2"]
+    store.close()
+    with Transcript("s", store=path) as reopened:
+        assert [m.content for m in reopened.messages] == ["hello", "hi", "second question", "second answer"]
+
+
+def test_revisions_restored_from_an_older_backup_beside_a_newer_index_lose_no_append(tmp_path: Path) -> None:
+    """The revisions table put back from a backup taken before the newest append, the index
+    left as it is: the same refusal, naming the same repair."""
+    path = tmp_path / "chat.db"
+    with Transcript("s", store=path) as t:
+        t.append(user="hello", assistant="hi")
+    backup = _revision_rows(path)
+    with Transcript("s", store=path) as t:
+        t.append(messages=[dict(m) for m in TURN_TWO])
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DELETE FROM revisions")
+        conn.executemany(f"INSERT INTO revisions VALUES ({', '.join('?' * len(backup[0]))})", backup)
+    conn.close()
+    with Transcript("s", store=path) as t, pytest.raises(CorruptLogError, match=r"store\.truncate\('s', 1\)"):
+        t.append(messages=[dict(m) for m in TURN_TWO])
+    assert _revision_rows(path) == backup
+
+
+def test_a_retry_the_log_holds_is_still_dropped(tmp_path: Path) -> None:
+    """A retry the log holds (a second process appended the same turn first) is dropped as before."""
+    from context_gatekeeper.records.messages import Message
+    from context_gatekeeper.records.operations import AT_END, Put
+    from context_gatekeeper.records.revisions import Revision
+
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path)
+    Transcript("s", store=store).append(user="hello", assistant="hi")
+    puts = (Put(Message(**TURN_TWO[0]), AT_END), Put(Message(**TURN_TWO[1]), AT_END))  # type: ignore[arg-type]
+    assert store.commit("s", Revision(0, 0, "append", puts), expected_head=None).number == 2
+    rows = _revision_rows(path)
+    for renew in (False, True):
+        again = store.commit("s", Revision(0, 0, "append", puts), expected_head=None, renew_taken_ids=renew)
+        assert (again.number, again.changes) == (2, ())
+    assert _revision_rows(path) == rows
+    store.close()
+
+
+# -- a revision number SQLite keeps as text, a blob or a real ----------------------------------
+@pytest.mark.parametrize("number", ["'two'", "x'02'", "2.5"], ids=["text", "blob", "real"])
+def test_a_revision_number_changed_to_a_non_integer_is_named_by_every_read(tmp_path: Path, number: str) -> None:
+    """SQLite's INTEGER column keeps such a value as it is, and sorts it after every integer:
+    ``head`` and ``tip`` returned it (a str or bytes), and transcripts failed with a bare
+    TypeError; now each raises CorruptLogError naming the truncate that recovers."""
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path)
+    Transcript("s", store=store).append(user="hello", assistant="hi")
+    Transcript("s", store=store).append(user="two", assistant="2")
+    reader = Transcript("s", store=store)  # an object that has read the log already
+    assert len(reader.messages) == 4
+    hand_edit(path, f"UPDATE revisions SET number = {number} WHERE session_id = 's' AND number = 2")
+    calls: list[Callable[[], object]] = [
+        lambda: store.head("s"),
+        lambda: store.tip("s"),
+        lambda: asyncio.run(store.ahead("s")),
+        lambda: reader.messages,
+        lambda: Transcript("s", store=store),
+        lambda: reader.append(user="three"),
+        lambda: store.commit("s", turn(3), expected_head=None),
+    ]
+    for call in calls:
+        with pytest.raises(CorruptLogError) as caught:
+            call()
+        assert (caught.value.session_id, caught.value.revision) == ("s", 2), str(caught.value)
+        assert "store.truncate('s', 1)" in str(caught.value)
+    assert store.truncate("s", 1) == 1
+    assert store.head("s") == 1 and store.tip("s")[0] == 1
+    assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi"]
     store.close()

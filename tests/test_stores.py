@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import context_gatekeeper
-from context_gatekeeper.errors import StoreUnavailableError
+from context_gatekeeper.errors import InvalidInputError, InvalidTypeError, StoreUnavailableError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store
 from context_gatekeeper.stores.sqlite import MIGRATIONS, SchemaVersionError
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, append, edit, fill, message, put_ids, snapshot, turn
@@ -151,6 +151,22 @@ def test_a_file_from_a_newer_version_is_refused(db: Path) -> None:
         SQLiteStore(db)
 
 
+def test_a_file_from_a_newer_version_is_refused_before_its_journal_mode_changes(db: Path) -> None:
+    """A file another tool switched back to a rollback journal: the refused open left it in WAL
+    mode (the switch rewrites the header) before refusing; now no byte of it changes."""
+    SQLiteStore(db).close()
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+        with conn:
+            conn.execute("INSERT INTO schema_migrations VALUES (999, 'from the future', 0)")
+    before = db.read_bytes()
+    with pytest.raises(SchemaVersionError, match="upgrade"):
+        SQLiteStore(db)
+    assert db.read_bytes() == before and not Path(f"{db}-wal").exists()
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
 @pytest.mark.parametrize(
     "ddl",
     [
@@ -212,6 +228,24 @@ def test_session_ids_must_be_text(db: Path) -> None:
     with pytest.raises(TypeError, match="session_id"):
         store.head(42)  # type: ignore[arg-type]
     store.close()
+
+
+@pytest.mark.parametrize(("session", "error"), [(42, InvalidTypeError), ("lone \udc80", InvalidInputError)],
+                         ids=["int", "lone-surrogate"])
+def test_the_memory_store_refuses_the_session_ids_the_sql_stores_refuse(session: Any, error: type) -> None:
+    """It took them, and ``sessions()`` then failed sorting an int among strs (a bare TypeError):
+    code tried on the default store must fail there as it would on SQLite or PostgreSQL."""
+    store = InMemoryStore()
+    calls = [
+        lambda: store.commit(session, turn(1), expected_head=None), lambda: store.head(session),
+        lambda: store.tip(session), lambda: store.revisions(session), lambda: store.truncate(session, 0),
+        lambda: store.purge(session), lambda: asyncio.run(store.acommit(session, turn(1), expected_head=None)),
+    ]
+    for call in calls:
+        with pytest.raises(error, match="session"):
+            call()
+    store.commit("user-7", turn(1), expected_head=None)
+    assert store.sessions() == ["user-7"] and store.stored_sessions() == ["user-7"]
 
 
 def test_purge_leaves_no_trace_in_the_files(db: Path) -> None:

@@ -185,7 +185,15 @@ def storable_revision(revision: Revision) -> Revision:
     writes made :func:`~.messages.storable` (text normalised, metadata and parts checked),
     its instruction and model name normalised.  A change's ``before`` and a removed message
     stay as given: they must match what the store holds.  ``revision`` itself when nothing
-    changes; :class:`InvalidInputError` for metadata or parts that cannot be stored."""
+    changes; :class:`InvalidInputError` for metadata or parts that cannot be stored, and
+    :class:`InvalidTypeError` for an instruction or model name that is neither None nor a str
+    (every store calls this before it writes anything)."""
+    for name, value in (("instruction", revision.instruction), ("model name", revision.model)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidTypeError(
+                f"a revision's {name} must be a str or None, got {type(value).__name__} {_short(value)}; nothing "
+                "was written. Pass it as text (decode bytes first), or None when there is none"
+            )
     out: list[Applied] = []
     same = True
     for change in revision.changes:
@@ -203,6 +211,12 @@ def storable_revision(revision: Revision) -> Revision:
     if same and instruction == revision.instruction and model == revision.model:
         return revision
     return replace(revision, changes=tuple(out), instruction=instruction, model=model)
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut to 80 characters (a value of any size may come in)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def detached_change(change: Applied) -> Applied:

@@ -48,7 +48,7 @@ from typing import SupportsIndex
 from ..errors import InvalidInputError, InvalidRevisionError, InvalidTypeError, StaleHeadError, StoreCapabilityError
 from ..records.revisions import Revision, rebase_conflicts, storable_revision
 from .chain import field_problem
-from .integrity import IdEntry, Lookup, check_revision, index_damage
+from .integrity import IdEntry, Lookup, checked_revision, index_damage, retry_damage
 
 __all__ = [
     "Store", "FaultHook", "FAULT_POINTS", "place_revision", "prepare_commit", "checked_keep", "checked_after",
@@ -109,15 +109,22 @@ def prepare_commit(
     When given and the index refuses the revision, the refused ids' index rows are checked
     against the log (:func:`.integrity.index_damage`): an index changed outside the library
     raises :class:`CorruptLogError` naming the repair instead of a refusal that reloading
-    never clears.  Only a refused commit reads the log."""
+    never clears.  Likewise, when the index takes messages of an append for retries, the
+    log must hold them (:func:`.integrity.retry_damage`), else :class:`CorruptLogError`
+    instead of messages dropped without a word.  Only a refused commit, or an append
+    holding a retry, reads the log."""
     placed = place_revision(session_id, storable_revision(revision), head, expected_head, later)
     try:
-        checked, rows = check_revision(session_id, placed, lookup, renew_taken_ids=renew_taken_ids)
+        checked, rows, retried = checked_revision(session_id, placed, lookup, renew_taken_ids=renew_taken_ids)
     except (InvalidRevisionError, InvalidInputError):
         damage = index_damage(session_id, placed, head, lookup, log()) if log is not None else None
         if damage is not None:
             raise damage from None
         raise
+    if retried and log is not None:
+        lost = retry_damage(session_id, head, retried, log())
+        if lost is not None:
+            raise lost
     problem = field_problem(checked.number, checked.parent, checked.kind, checked.base, checked.target)
     if problem is not None:  # what a read would refuse (see .chain) is never written
         raise InvalidRevisionError(f"session {session_id!r}: {problem}; nothing was written. Give a target that fits")

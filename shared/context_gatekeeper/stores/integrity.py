@@ -17,9 +17,11 @@ The rules:
   first appended with, is a *retried append*: it is dropped (idempotent), and the
   message put after it takes its place (the end, or after the message put before
   it in this append; after its stored copy only when it answered a message held
-  before).  Any other taken id (held with other text, used by a message no longer
-  in the state, or given twice in this append) gets a fresh id when
-  ``renew_taken_ids``, else the revision is refused.  A message put after a
+  before).  The stores confirm each retry against the log before dropping it
+  (:func:`retry_damage`: an index that outlived the revision it describes would
+  otherwise lose the message).  Any other taken id (held with other text, used by
+  a message no longer in the state, or given twice in this append) gets a fresh id
+  when ``renew_taken_ids``, else the revision is refused.  A message put after a
   renamed one follows it under its new id.
 * edits, applies, sets and clears may put an id the session used only if this
   revision removed it first (a message moved); ids are never reused.
@@ -47,7 +49,8 @@ from ..records.operations import Applied, Change, Put, State, is_noop
 from ..records.revisions import Revision, RevisionKind
 
 __all__ = [
-    "IdEntry", "Lookup", "digest", "entry", "check_revision", "index_damage", "index_of_log", "revision_ids", "touched",
+    "IdEntry", "Lookup", "Checked", "digest", "entry", "check_revision", "checked_revision", "index_damage",
+    "retry_damage", "index_of_log", "revision_ids", "touched",
 ]
 
 _RESTORING = frozenset({"undo", "redo", "revert"})
@@ -137,22 +140,59 @@ def index_damage(
     wrong = sorted(i for i in ids if not _agrees(stored.get(i), rebuilt.get(i)))
     if not wrong:
         return None
-    shown = ", ".join(repr(i) for i in wrong[:5]) + (f" and {len(wrong) - 5} more" if len(wrong) > 5 else "")
     return CorruptLogError(
         session_id,
         head + 1,
         f"this {revision.kind} was refused by the session's message-id index, but the index rows of "
-        f"message(s) {shown} do not match revisions 1..{head}: the message_ids table, or the newest "
+        f"message(s) {_listed(wrong)} do not match revisions 1..{head}: the message_ids table, or the newest "
         "revision(s), were changed or deleted outside context-gatekeeper; nothing was written, and reloading "
         f"will not help. store.truncate({session_id!r}, {head}) rebuilds the index from the log and sets nothing "
         "aside",
     )
 
 
+def retry_damage(
+    session_id: str, head: int, retried: Mapping[str, str], log: Iterable[Revision]
+) -> CorruptLogError | None:
+    """Why messages of an append that the id index took for retries (``retried``: their ids
+    and :func:`digest`) must not be dropped: the verified ``log`` (revisions
+    1..``head``) does not hold them, with that role and text, in its state; None when it
+    does (each is a retry: dropping it loses nothing).  Called only when an append holds a
+    retry, so other appends never replay the log.
+
+    An index that says the session holds a message the log lacks was left by a newest
+    revision deleted by hand (nothing after it in the chain notices), revisions restored from
+    an older backup beside a newer index, or rows of the index changed by hand: dropping
+    the message would lose it without a word."""
+    rebuilt = index_of_log(log)
+    lost = sorted(
+        i for i, hashed in retried.items()
+        if (found := rebuilt.get(i)) is None or not found.present or found.first != hashed
+    )
+    if not lost:
+        return None
+    return CorruptLogError(
+        session_id,
+        head + 1,
+        f"the session's message-id index took this append's message(s) {_listed(lost)} for retries of messages it "
+        f"holds, but revisions 1..{head} do not hold them: the message_ids table, or the newest "
+        "revision(s), were changed or deleted outside context-gatekeeper (or the revisions restored from an older "
+        "backup); nothing was written (dropping them would have lost them), and reloading will not help. "
+        f"store.truncate({session_id!r}, {head}) rebuilds the index from the log and sets nothing aside; then "
+        "append them again",
+    )
+
+
+def _listed(ids: list[str]) -> str:
+    """Up to five ids, quoted, and how many more."""
+    return ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
 def _dedupe_append(
-    session_id: str, changes: Iterable[Applied], known: dict[str, IdEntry], renew: bool
+    session_id: str, changes: Iterable[Applied], known: dict[str, IdEntry], renew: bool, retried: dict[str, str]
 ) -> list[Applied]:
-    """An append's puts with retried messages dropped and taken ids renewed.
+    """An append's puts with retried messages dropped (their ids and digests added to
+    ``retried``) and taken ids renewed.
 
     A message is a retry only when the session holds its id now, first appended with
     the same role and text.  A skipped retry stands aside for what follows it: a
@@ -192,6 +232,7 @@ def _dedupe_append(
                 # the same message again: a retried request; what follows takes its place
                 held_before = isinstance(after, str) and after not in put_here
                 renamed[message.id] = message.id if held_before else after
+                retried[message.id] = hashed
                 continue
             if not renew:
                 raise InvalidInputError(_taken_id_text(session_id, message.id, taken, repeated))
@@ -226,10 +267,29 @@ def _refuse_content(session_id: str, revision: Revision, message_id: str, what: 
     )
 
 
+class Checked(NamedTuple):
+    """What :func:`checked_revision` found: the revision as it may be stored, the index rows
+    to write with it, and the messages of an append dropped as retries (their ids and
+    :func:`digest`; empty for any other kind)."""
+
+    revision: Revision
+    rows: dict[str, IdEntry]
+    retried: dict[str, str]
+
+
 def check_revision(
     session_id: str, revision: Revision, lookup: Lookup, *, renew_taken_ids: bool = False
 ) -> tuple[Revision, dict[str, IdEntry]]:
-    """``(revision as it may be stored, index rows to write)``, or a named error.
+    """``(revision as it may be stored, index rows to write)``, or a named error
+    (:func:`checked_revision` without the retries it names)."""
+    checked = checked_revision(session_id, revision, lookup, renew_taken_ids=renew_taken_ids)
+    return checked.revision, checked.rows
+
+
+def checked_revision(
+    session_id: str, revision: Revision, lookup: Lookup, *, renew_taken_ids: bool = False
+) -> Checked:
+    """``(revision as it may be stored, index rows to write, retries dropped)``, or a named error.
 
     The returned revision has no changes when the whole revision was a no-op (the
     store then writes nothing).  Raises :class:`InvalidRevisionError` when a change
@@ -247,8 +307,10 @@ def check_revision(
     before = lookup(revision_ids(revision))  # only read
     known = dict(before)
     if revision.kind == "append":
-        checked = _dedupe_append(session_id, changes, known, renew_taken_ids)
-        return replace(revision, changes=tuple(checked)), {k: known[k] for k in touched(checked) if before.get(k) != known[k]}
+        retried: dict[str, str] = {}
+        checked = _dedupe_append(session_id, changes, known, renew_taken_ids, retried)
+        rows = {k: known[k] for k in touched(checked) if before.get(k) != known[k]}
+        return Checked(replace(revision, changes=tuple(checked)), rows, retried)
     removed_here: set[str] = set()
     kept: list[Applied] = []  # the changes without the no-ops (changes to identical text)
     for change in changes:
@@ -288,7 +350,7 @@ def check_revision(
             else:
                 known[message_id] = entry(True, found.first, digest(change.after))
             kept.append(change)
-    return replace(revision, changes=tuple(kept)), {k: v for k, v in known.items() if before.get(k) != v}
+    return Checked(replace(revision, changes=tuple(kept)), {k: v for k, v in known.items() if before.get(k) != v}, {})
 
 
 def index_of_log(revisions: Iterable[Revision]) -> dict[str, IdEntry]:

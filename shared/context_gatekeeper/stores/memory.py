@@ -20,6 +20,8 @@ class InMemoryStore(Store, VectorStore):
 
     Revisions go in and come out as copies (:meth:`Revision.detached`), so mutating a
     message's ``metadata`` or ``parts`` after committing or reading never changes the log.
+    Session ids are checked as the SQL stores check them (a str UTF-8 can encode, else
+    :class:`InvalidTypeError` / :class:`InvalidInputError`), so code that works here works there.
     """
 
     def __init__(self) -> None:
@@ -34,23 +36,26 @@ class InMemoryStore(Store, VectorStore):
         """Nothing to create."""
 
     def head(self, session_id: str) -> int:
+        session_id = checked_session(session_id)
         with self._lock:
             log = self._logs.get(session_id)
             return log[-1].number if log else 0
 
     def tip(self, session_id: str) -> tuple[int, float]:
+        session_id = checked_session(session_id)
         with self._lock:
             log = self._logs.get(session_id)
             return (log[-1].number, log[-1].time) if log else (0, 0.0)
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
-        after = checked_after(after)
+        session_id, after = checked_session(session_id), checked_after(after)
         with self._lock:
             return [r.detached() for r in self._logs.get(session_id, [])[after:]]
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
+        session_id = checked_session(session_id)
         with self._lock:
             self._fault("begin")
             log = self._logs.get(session_id, [])
@@ -71,7 +76,7 @@ class InMemoryStore(Store, VectorStore):
             return stored.detached()
 
     def truncate(self, session_id: str, keep: int) -> int:
-        keep = checked_keep(keep)
+        session_id, keep = checked_session(session_id), checked_keep(keep)
         with self._lock:
             log = self._logs.get(session_id, [])
             dropped = log[keep:]
@@ -94,6 +99,7 @@ class InMemoryStore(Store, VectorStore):
             self._vectors.pop(session_id, None)
 
     def purge(self, session_id: str) -> None:
+        session_id = checked_session(session_id)
         with self._lock:
             self._logs.pop(session_id, None)
             self._index.pop(session_id, None)

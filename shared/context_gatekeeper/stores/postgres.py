@@ -92,7 +92,7 @@ from typing import Any, NamedTuple, TypeVar
 from ..errors import InvalidInputError, InvalidTypeError, MissingExtraError, SchemaVersionError, StoreClosedError
 from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_after, checked_keep, checked_seconds
-from .schema import Migration, id_key, refuse_newer, schema_behind
+from .schema import Migration, id_key, refuse_newer, schema_behind, unrecorded_error
 from .vectors import VectorRow, VectorStore, checked_rows, pack_vector
 
 try:
@@ -494,6 +494,14 @@ class PostgresStore(Store, VectorStore):
             refuse_newer(recorded, MIGRATIONS, "set of tables")
             if all(migration.version in recorded for migration in MIGRATIONS):
                 return  # up to date: no DDL, so no CREATE privilege needed
+        # what a migration creates, there without its record (deleted by hand): refused before any DDL
+        found = yield from ops.unrecorded_steps(self._sql, self.table_prefix, recorded or set(), MIGRATIONS)
+        table = '"' + (self.table_prefix + ops.TABLES["migrations"]).replace('"', '""') + '"'
+        create = None if recorded is not None else (
+            f"CREATE TABLE {table} (version integer PRIMARY KEY, name text NOT NULL, applied_at double precision NOT NULL)")
+        unrecorded = unrecorded_error(f"the database of {self!r}", found, MIGRATIONS, table, create)
+        if unrecorded is not None:
+            raise unrecorded
         yield Step("none", self._sql["create_migrations"])
         applied = {row[0] for row in (yield Step("all", self._sql["applied"]))}
         refuse_newer(applied, MIGRATIONS, "set of tables")

@@ -33,7 +33,7 @@ from ..records.revisions import Revision
 from .base import prepare_commit
 from .chain import chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, verified
 from .integrity import IdEntry
-from .schema import backfill_index, changes_text, checked_session, id_key, index_rows
+from .schema import Migration, backfill_index, changes_text, checked_session, created_objects, id_key, index_rows
 from .vectors import VectorRow, checked_dimension, checked_embedder, refused_save, unpack_vector
 
 __all__ = [
@@ -55,6 +55,8 @@ _TEMPLATES = {
     )""",
     "applied": "SELECT version, name FROM {migrations} ORDER BY version",
     "has_table": "SELECT to_regclass(%s) IS NOT NULL",
+    "has_column": """SELECT EXISTS (SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass(%s) AND attname::text = %s::text AND attnum > 0 AND NOT attisdropped)""",
     "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
     "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
     "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s AND session_id = %s ORDER BY number DESC LIMIT 1",
@@ -441,6 +443,29 @@ def recorded_steps(q: Statements, table_prefix: str) -> Steps[set[int] | None]:
     if not exists[0]:
         return None
     return {row[0] for row in (yield Step("all", q["applied"]))}
+
+
+def unrecorded_steps(
+    q: Statements, table_prefix: str, applied: set[int], migrations: Sequence[Migration]
+) -> Steps[dict[int, list[str]]]:
+    """For each migration missing from ``applied`` (the versions recorded), the tables and
+    columns it creates that exist already (``table`` or ``table.column``; see
+    :func:`.schema.unrecorded_error`); no query when every migration is recorded."""
+    found: dict[int, list[str]] = {}
+    for migration in migrations:
+        if migration.version in applied:
+            continue
+        found[migration.version] = names = []
+        for table, column in created_objects(migration):
+            name = table_prefix + TABLES[table.strip("{}")]
+            quoted = '"' + name.replace('"', '""') + '"'  # found as the statements find it
+            if column is None:
+                exists = yield Step("one", q["has_table"], (quoted,))
+            else:
+                exists = yield Step("one", q["has_column"], (quoted, column))
+            if exists[0]:
+                names.append(name if column is None else f"{name}.{column}")
+    return found
 
 
 def lookup_steps(q: Statements, key: Key, ids: Iterable[str]) -> Steps[dict[str, IdEntry]]:

@@ -8,7 +8,8 @@ that text and rows back into revisions, and holds the add-only migration record.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import CorruptLogError, InvalidInputError, InvalidTypeError, SchemaVersionError
@@ -21,6 +22,8 @@ __all__ = [
     "checked_session",
     "refuse_newer",
     "schema_behind",
+    "created_objects",
+    "unrecorded_error",
     "changes_text",
     "revision_from_row",
     "revision_from_fields",
@@ -117,6 +120,58 @@ def schema_behind(
     return SchemaVersionError(
         f"{where} is at schema version {max(applied)} (migration(s) {missing} not applied yet), which this call "
         f"needs; nothing was written. {migrate[:1].upper()}{migrate[1:]} to bring the schema up to date, then retry"
+    )
+
+
+_CREATES_TABLE = re.compile(r"\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\{?\w+\}?)", re.IGNORECASE)
+_ADDS_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\{?\w+\}?)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
+
+
+def created_objects(migration: Migration) -> tuple[tuple[str, str | None], ...]:
+    """``(table, column)`` for each column a migration's statements add, and ``(table, None)``
+    for each table they create, the table named as in the statements (a PostgreSQL
+    placeholder such as ``{revisions}`` included): what exists once it has been applied.
+
+    >>> created_objects(Migration(4, "m", ("CREATE TABLE t (a INTEGER)", "ALTER TABLE {r} ADD COLUMN d TEXT")))
+    (('t', None), ('{r}', 'd'))
+    """
+    found: list[tuple[str, str | None]] = []
+    for statement in migration.statements:
+        table, column = _CREATES_TABLE.match(statement), _ADDS_COLUMN.match(statement)
+        if table is not None:
+            found.append((table.group(1), None))
+        elif column is not None:
+            found.append((column.group(1), column.group(2)))
+    return tuple(found)
+
+
+def unrecorded_error(
+    where: str, found: Mapping[int, Sequence[str]], migrations: Sequence[Migration], record: str,
+    create: str | None = None,
+) -> SchemaVersionError | None:
+    """The error for a database holding what migrations create without their record:
+    ``found`` maps the version of each migration not recorded to the tables and columns of
+    it that exist (as ``table`` or ``table.column``); ``where`` names the database, ``record``
+    the migrations table, ``create`` the statement that creates it when it is gone.  None
+    when nothing of an unrecorded migration exists (applying them is safe).  Applying one
+    again would fail on its first statement: the record was deleted (or the tables made)
+    outside context-gatekeeper, and restoring it is the repair.
+
+    >>> print(unrecorded_error("db.sqlite", {2: ["ids"]}, [Migration(2, "id index", ())], "migrations"))
+    db.sqlite holds the tables or columns of schema migration(s) [2] (ids) but no record of them in migrations: ...
+    """
+    present = {version: names for version, names in found.items() if names}
+    if not present:
+        return None
+    names = {m.version: m.name for m in migrations}
+    shown = "; ".join(", ".join(present[v]) for v in sorted(present))
+    values = ", ".join(f"({v}, '{names.get(v, '?')}', 0)" for v in sorted(present))
+    return SchemaVersionError(
+        f"{where} holds the tables or columns of schema migration(s) {sorted(present)} ({shown}) but no record "
+        f"of them in {record}: the record was deleted (or the tables were made) outside context-gatekeeper, and "
+        "applying them again would fail; nothing was written. If these are context-gatekeeper's tables, restore "
+        f"the record ({create + '; ' if create else ''}INSERT INTO {record} (version, name, applied_at) VALUES "
+        f"{values}) or the database from a backup, then open it again"
     )
 
 

@@ -27,8 +27,8 @@ from .base import FaultHook, Store, checked_after, checked_keep, checked_seconds
 from .chain import chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, verified
 from .integrity import IdEntry
 from .schema import (
-    Migration, backfill_index, changes_text, checked_session, id_key, index_rows, refuse_newer, revision_from_row,
-    schema_behind,
+    Migration, backfill_index, changes_text, checked_session, created_objects, id_key, index_rows, refuse_newer,
+    revision_from_row, schema_behind, unrecorded_error,
 )
 from .unavailable import cannot_open, sqlite_errors
 from .vectors import (
@@ -193,9 +193,13 @@ class SQLiteStore(Store, VectorStore):
 
     Storage failures (locked past ``busy_timeout``, disk full, I/O errors, a file that
     cannot be opened or is damaged) raise :class:`StoreUnavailableError` (an ``OSError``)
-    saying what to do, with SQLite's error as ``__cause__``.  Every read checks the
-    session's hash chain (:mod:`.chain`): a row edited, removed or moved by hand raises
-    :class:`CorruptLogError` naming the first bad revision.
+    saying what to do, with SQLite's error as ``__cause__``.  Every read of revisions checks
+    the hash chain (:mod:`.chain`) of the rows it returns: a row edited, removed or moved by
+    hand raises :class:`CorruptLogError` naming the first bad revision.  A reader that has
+    read rows before checks only those it has not read yet (an open ``Transcript`` catching
+    up reads ``revisions(session, after=its head)``), so a row changed after an object read
+    it is found when the session is opened anew; ``head`` and ``tip`` read the newest row's
+    number alone (:class:`CorruptLogError` when it is not an integer).
 
     Threads: one connection per object, opened with ``check_same_thread=False``
     and used only under a lock.  A sqlite3 connection must not be used by two
@@ -213,7 +217,9 @@ class SQLiteStore(Store, VectorStore):
 
     A file holding another program's tables under the store's names is refused
     (:class:`SchemaVersionError`) before anything in it is changed (the switch to
-    WAL included, which rewrites the file's header).
+    WAL included, which rewrites the file's header).  So is, when ``setup`` is True, a
+    file migrated by a newer version, and one holding the tables or columns of a migration
+    that ``schema_migrations`` has no record of (a record deleted by hand).
     """
 
     def __init__(
@@ -240,7 +246,8 @@ class SQLiteStore(Store, VectorStore):
             raise InvalidInputError("read_only=True needs a database file; ':memory:' starts empty and could hold nothing")
         with sqlite_errors(self.path, busy_timeout):
             self._conn: sqlite3.Connection | None = (
-                _connect_read_only(self.path, busy_timeout) if self.read_only else _connect(self.path, busy_timeout)
+                _connect_read_only(self.path, busy_timeout) if self.read_only
+                else _connect(self.path, busy_timeout, check_schema=setup)
             )
         if setup:
             try:
@@ -321,14 +328,16 @@ class SQLiteStore(Store, VectorStore):
         """Create the schema or bring it up to date (idempotent, one transaction).  A
         read-only store only checks that it can read the file's schema."""
         if self.read_only:
-            with self._connection() as conn:
+            with self._connection() as conn, _snapshot(conn):
                 _refuse_foreign_tables(conn, self.path)
+                _refuse_unrecorded(conn, self.path, _recorded_migrations(conn))
                 applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
             self._chained = 4 in applied  # older files are read without the chain (they cannot be migrated here)
             return
         with self._write() as conn:
             _refuse_foreign_tables(conn, self.path)
+            _refuse_unrecorded(conn, self.path, _recorded_migrations(conn))  # before anything is created
             conn.execute(_CREATE_MIGRATIONS_TABLE)
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
@@ -350,14 +359,16 @@ class SQLiteStore(Store, VectorStore):
 
     def head(self, session_id: str) -> int:
         """The latest revision number of a session (0 when it has none)."""
+        session_id = checked_session(session_id)
         with self._connection() as conn:
-            return _head(conn, checked_session(session_id))
+            return _number(conn, session_id, _head(conn, session_id), self._chained)
 
     def tip(self, session_id: str) -> tuple[int, float]:
         """``(head, time of the head revision)``; ``(0, 0.0)`` for an empty session."""
+        session_id = checked_session(session_id)
         with self._connection() as conn:
-            row = conn.execute(_TIP, (checked_session(session_id),)).fetchone()
-            return (row[0], row[1]) if row else (0, 0.0)
+            row = conn.execute(_TIP, (session_id,)).fetchone()
+            return (_number(conn, session_id, row[0], self._chained), row[1]) if row else (0, 0.0)
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         """The revisions numbered above ``after``, in order."""
@@ -383,7 +394,8 @@ class SQLiteStore(Store, VectorStore):
         with self._write() as conn:
             self._fault("begin")
             tip = conn.execute(_TIP_DIGEST, (session_id,)).fetchone()
-            head, previous = (tip[0], tip[1] or "") if tip else (0, genesis(session_id))
+            head = _number(conn, session_id, tip[0], self._chained) if tip else 0
+            previous = (tip[1] or "") if tip else genesis(session_id)
             stale = isinstance(expected_head, int) and 0 <= expected_head < head
             later = _load(conn, session_id, expected_head) if isinstance(expected_head, int) and stale else []
 
@@ -519,11 +531,21 @@ class SQLiteStore(Store, VectorStore):
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), WAL, secure deletes."""
+def _connect(path: str, busy_timeout: float, *, check_schema: bool = True) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, secure deletes.
+
+    Before the switch to WAL, which rewrites the file's header, a file holding another
+    program's tables is refused, and (``check_schema``: the store is about to set up) one
+    that ``setup()`` would refuse: migrated by a newer version, or holding what a migration
+    creates without its record.  ``setup()`` checks again inside its transaction."""
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
     try:
         _refuse_foreign_tables(conn, path)  # before WAL mode, which rewrites the file's header
+        if check_schema:
+            with _snapshot(conn):  # the record and the tables as one moment left them (another process may migrate)
+                recorded = _recorded_migrations(conn)
+                refuse_newer(recorded or (), MIGRATIONS)
+                _refuse_unrecorded(conn, path, recorded)
         _enable_wal(conn, busy_timeout)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA secure_delete = ON")
@@ -605,6 +627,45 @@ def _refuse_foreign_tables(conn: sqlite3.Connection, path: str) -> None:
             )
 
 
+@contextmanager
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """A read transaction for the block, so its statements see one state of the file (not a
+    migration another process commits between two of them); rolled back: it writes nothing."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if conn.in_transaction:
+            conn.rollback()
+
+
+def _refuse_unrecorded(conn: sqlite3.Connection, path: str, applied: set[int] | None) -> None:
+    """:class:`SchemaVersionError` when the file holds a table or column that a migration
+    missing from ``applied`` (the versions ``schema_migrations`` records; None: that table is
+    gone) creates: its record was deleted by hand, and applying it again would fail half way
+    (see :func:`.schema.unrecorded_error`).  No query for a file that has had every migration."""
+    found: dict[int, list[str]] = {}
+    for migration in MIGRATIONS:
+        if applied is None or migration.version not in applied:
+            found[migration.version] = [
+                table if column is None else f"{table}.{column}"
+                for table, column in created_objects(migration)
+                if _holds(conn, table, column)
+            ]
+    create = None if applied is not None else (
+        " ".join(_CREATE_MIGRATIONS_TABLE.replace(" IF NOT EXISTS", "").split()).replace("( ", "(").replace(" )", ")"))
+    error = unrecorded_error(f"the SQLite database {path!r}", found, MIGRATIONS, "schema_migrations", create)
+    if error is not None:
+        raise error
+
+
+def _holds(conn: sqlite3.Connection, table: str, column: str | None) -> bool:
+    """Whether the file has the table (``column`` None) or the table's column."""
+    if column is None:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is not None
+    return conn.execute("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", (table, column)).fetchone() is not None
+
+
 def _recorded_migrations(conn: sqlite3.Connection) -> set[int] | None:
     """The versions of the migrations the file has had; None when it has no migrations table."""
     query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
@@ -619,8 +680,25 @@ def _digests(conn: sqlite3.Connection, session_id: str, after: int = 0) -> list[
     return [digest for (digest,) in rows]
 
 
-def _head(conn: sqlite3.Connection, session_id: str) -> int:
+def _head(conn: sqlite3.Connection, session_id: str) -> Any:
+    """The largest revision number of the session as stored (see :func:`_number`)."""
     return conn.execute(_HEAD, (session_id,)).fetchone()[0]
+
+
+def _number(conn: sqlite3.Connection, session_id: str, number: Any, chained: bool) -> int:
+    """``number``, the session's newest revision number as read, if it is an integer; else
+    :class:`CorruptLogError` naming the first revision that fails (and so the ``truncate``
+    that recovers): a number changed by hand to text, a blob or a real, which SQLite's
+    INTEGER column keeps as it is and sorts after every integer."""
+    if type(number) is int:
+        return number
+    _load(conn, session_id, 0, chained)  # raises, naming the first row that fails, on a chained file
+    query = "SELECT number FROM revisions WHERE session_id = ? ORDER BY number"
+    numbers = [n for (n,) in conn.execute(query, (session_id,))]
+    first = next((i for i, n in enumerate(numbers, 1) if type(n) is not int or n != i), len(numbers))
+    raise CorruptLogError(
+        session_id, first, f"a revision number is {number!r}, not an integer: the row was changed outside context-gatekeeper"
+    )
 
 
 def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
