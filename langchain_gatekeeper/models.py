@@ -19,12 +19,18 @@ the edit stops.  A rejected key or a server failure (langchain-core's
 request, as on the core's own Gemini model.  :func:`default_chat_model` builds
 ``ChatGoogleGenerativeAI`` with a short timeout and one retry (its defaults take ~34 s to
 fail offline) and turns a missing key into :class:`~context_gatekeeper.ModelUnavailableError`.
+
+The wrapper also streams (the core's :meth:`~context_gatekeeper.EditModel.stream_text`, which
+the web chat uses): ``model.stream(messages)``, each chunk's text (a chunk's
+``response_metadata`` finish reason is checked as a whole reply's is).  A chat model with
+no streaming of its own answers in one chunk, as LangChain's ``stream`` does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from langchain_core import exceptions as lc_exceptions
@@ -33,12 +39,14 @@ from langchain_core.runnables import Runnable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from context_gatekeeper import (
+    EditError,
     EditModel,
     FilteredReplyError,
     GatekeeperError,
     InvalidInputError,
     InvalidTypeError,
     MissingExtraError,
+    ModelReply,
     ModelUnavailableError,
     StructuredOutputError,
     resolve_model,
@@ -142,7 +150,10 @@ class LangChainEditModel(EditModel):
         name = str(getattr(named, "model", None) or getattr(named, "model_name", None) or type(named).__name__)
         if structured is None:
             structured = isinstance(model, BaseChatModel) and _supports_structured_output(model)
-        super().__init__(name, sync=self._call, async_=self._acall, supports_json_schema=structured, wrapped=model)
+        super().__init__(
+            name, sync=self._call, async_=self._acall, supports_json_schema=structured, wrapped=model,
+            stream=self._stream_pieces,
+        )
 
     def __repr__(self) -> str:
         return f"LangChainEditModel({self.name!r}, supports_json_schema={self.supports_json_schema})"
@@ -217,6 +228,20 @@ class LangChainEditModel(EditModel):
         except Exception as exc:
             self._call_failed(exc)
         return self._structured_reply(reply)
+
+    def _stream_pieces(self, messages: list[dict[str, str]]) -> Iterator[ModelReply]:
+        """``model.stream(messages)`` as text pieces, each with its chunk's finish reason (the
+        core's :meth:`~context_gatekeeper.EditModel.stream_text` reads them)."""
+        for chunk in self.model.stream(self._messages(messages)):
+            if isinstance(chunk, BaseMessage):
+                yield ModelReply(chunk.text, finish_reason_of(chunk))
+            elif isinstance(chunk, str):  # a chain ending in a string parser
+                yield ModelReply(chunk)
+            else:
+                raise EditError(
+                    f"{type(self.model).__name__} streamed {type(chunk).__name__}, not a message or text; "
+                    "stream a chat model (or a chain ending in one, or in StrOutputParser). Nothing was changed."
+                )
 
     async def _acall(self, messages: list[dict[str, str]], json_schema: dict[str, Any] | None = None) -> Any:
         """Async :meth:`_call` (the model's own ``ainvoke``)."""

@@ -5,6 +5,10 @@ protocol (:mod:`context_gatekeeper.editing.models`) through its ``chat`` / ``ach
 Replies are text: LlamaIndex's structured prediction wants a Pydantic class, not
 a JSON schema, and falls back to prompting on most LLMs, so the core's own JSON
 extraction, repair and validation (with one retry) is the more reliable path.
+It also streams (the core's :meth:`~context_gatekeeper.EditModel.stream_text`, which the
+web chat uses) through ``stream_chat``: each response's ``delta``, with the finish reason
+its raw response carries.  An LLM whose ``stream_chat`` is not implemented answers in one
+piece through ``chat``.
 
 :func:`resolve_edit_model` picks the model an ``edit`` call uses: ``model=`` or
 its alias ``llm=``; with neither, :class:`context_gatekeeper.editing.gemini.GeminiModel`
@@ -15,13 +19,14 @@ google-genai than the LangChain extra needs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.base import BaseLLM
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from context_gatekeeper import EditModel, GeminiModel, InvalidTypeError, resolve_model
+from context_gatekeeper import EditModel, GeminiModel, InvalidTypeError, ModelReply, resolve_model
 from context_gatekeeper.integration import DEFAULT_GEMINI_MODEL, finish_reason_of, refuse_truncated
 
 __all__ = ["DEFAULT_MODEL", "LlamaIndexEditModel", "default_model", "resolve_edit_model"]
@@ -52,7 +57,9 @@ class LlamaIndexEditModel(EditModel):
             name = llm.metadata.model_name
         except Exception:  # metadata is a property some LLMs compute; a name is not worth failing for
             name = None
-        super().__init__(str(name or type(llm).__name__), sync=self._call, async_=self._acall, wrapped=llm)
+        super().__init__(
+            str(name or type(llm).__name__), sync=self._call, async_=self._acall, wrapped=llm, stream=self._stream_pieces
+        )
 
     def __repr__(self) -> str:
         return f"LlamaIndexEditModel({self.name!r})"
@@ -80,6 +87,27 @@ class LlamaIndexEditModel(EditModel):
             FilteredReplyError: it says the provider stopped it (``content_filter`` ...).
         """
         return self._reply(self.llm.chat(self.messages(messages)))
+
+    def _stream_pieces(self, messages: Sequence[Mapping[str, Any]]) -> Iterator[ModelReply]:
+        """``llm.stream_chat`` as text pieces (each response's ``delta``, or what its message
+        grew by when it has none), each with its raw response's finish reason; an LLM that
+        does not implement ``stream_chat`` answers in one piece (``chat``)."""
+        sent = self.messages(messages)
+        try:
+            responses = iter(self.llm.stream_chat(sent))
+            first = next(responses, None)  # an LLM without streaming raises at the call or here
+        except NotImplementedError:
+            response = self.llm.chat(sent)
+            yield ModelReply(response.message.content or "", finish_reason_of(response))
+            return
+        content = ""
+        for response in itertools.chain([first] if first is not None else [], responses):
+            now = response.message.content or ""
+            delta = response.delta
+            if delta is None:
+                delta = now[len(content):] if now.startswith(content) else ""
+            content = now
+            yield ModelReply(delta, finish_reason_of(response))
 
     async def _acall(
         self, messages: Sequence[Mapping[str, Any]], json_schema: Mapping[str, Any] | None = None

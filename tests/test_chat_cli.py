@@ -698,3 +698,18 @@ def test_estimated_token_counts_are_a_notice_at_start_not_a_warning_in_the_conve
     notice = lines.pop(3)  # after the banner and the OFFLINE line
     assert notice.startswith("ESTIMATED TOKENS: ") and "cl100k_base.tiktoken" in notice and "TIKTOKEN_CACHE_DIR" in notice
     assert "".join(lines) == README_DEMO_OUTPUT  # the conversation as the README shows it
+
+
+def test_the_terminal_chat_answers_a_langchain_model_in_one_call_never_through_its_stream(tmp_path: Path) -> None:
+    """The web chat streams framework models (their text); the terminal asks them once, as before."""
+    fakes = pytest.importorskip("langchain_core.language_models.fake_chat_models")
+    from langchain_core.messages import AIMessage
+
+    class NoStream(fakes.GenericFakeChatModel):  # type: ignore[misc, name-defined]
+        def _stream(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the terminal chat does not stream")
+
+    model = NoStream(messages=iter([AIMessage("Reykjavik is the capital.")]))
+    status, out = chat(tmp_path, ["What is the capital of Iceland?", "/quit"], models=(model, OfflineEditor()), offline=False)
+    assert status == 0 and "Reykjavik is the capital." in out, out
+    assert contents(tmp_path) == ["What is the capital of Iceland?", "Reykjavik is the capital."]

@@ -495,6 +495,42 @@ def test_undoing_a_load_takes_its_pin_change_back_and_redo_makes_it_again(tmp_pa
             other.transcript.close()
 
 
+@pytest.mark.parametrize("keep_pins", [True, False], ids=["stored", "in-memory"])
+def test_a_revert_to_before_a_load_takes_its_pins_back_and_undoing_the_revert_makes_them_again(
+    tmp_path: Path, keep_pins: bool
+) -> None:
+    db = tmp_path / "chat.db"
+    session = _session(db, keep_pins=keep_pins)
+    other = _session(db) if keep_pins else session  # another chat on the same file sees the same pins
+    try:
+        session.ask("What was the GDP of Ireland in 2021?")
+        session.ask("How long should a Redis lock TTL be?")  # revision 2
+        session.pin(1)
+        pinned = set(session.pinned)
+        session.load([Message("x1", "user", "Tell me about Kafka partitions"), Message("x2", "assistant", "Kafka"),
+                      Message("y1", "user", "And Postgres replication lag?"), Message("y2", "assistant", "Postgres")],
+                     pinned=["y1"])
+        session.pin(session.number_of("x1"))  # a pin made after the load: not the load's, so it stays
+        assert session.pinned == {"y1", "x1"}
+        reverted = session.revert(2)
+        assert reverted.kind == "revert" and session.transcript.messages[0].content == "What was the GDP of Ireland in 2021?"
+        assert session.pinned == pinned | {"x1"} and other.pinned == session.pinned, "the load's pins were taken back"
+        other.undo()
+        assert session.pinned == {"y1", "x1"}, "undoing the revert makes the load's pins again"
+        other.redo()
+        assert session.pinned == pinned | {"x1"}
+        session.undo()  # undo the revert again, then undo the load itself: a revert to a
+        session.undo()  # revision the load made brings its pins back
+        assert session.pinned == pinned | {"x1"}
+        session.revert(3)
+        assert session.pinned == {"y1", "x1"}
+        assert [m.content for m in session.transcript.messages][0] == "Tell me about Kafka partitions"
+    finally:
+        session.transcript.close()
+        if other is not session:
+            other.transcript.close()
+
+
 def test_a_load_that_changes_nothing_records_no_revision_and_remembers_nothing(tmp_path: Path) -> None:
     session = _session(tmp_path / "chat.db")
     try:

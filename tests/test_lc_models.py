@@ -199,3 +199,45 @@ def test_langchain_core_model_errors_for_a_key_a_permission_or_a_server_are_unav
             assert is_unavailable_error(getattr(errors, name)("x")), name
     if hasattr(errors, "ModelInvalidRequestError"):
         assert not is_unavailable_error(errors.ModelInvalidRequestError("bad schema"))
+
+
+# -- streaming (the web chat's answers) ------------------------------------------------------
+QUESTION = [{"role": "user", "content": "What is the capital of Iceland?"}]
+
+
+def test_a_chat_model_streams_its_text_never_its_chunk_objects() -> None:
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    for chat_model in (FakeListChatModel(responses=["Reykjavik is the capital."]), fake("Reykjavik is the capital.")):
+        model = LangChainEditModel(chat_model)
+        assert model.streams
+        pieces = list(model.stream_text(QUESTION))
+        assert len(pieces) > 1 and all(isinstance(p, str) for p in pieces), pieces
+        assert "".join(pieces) == "Reykjavik is the capital."
+
+
+class _CutOff(GenericFakeChatModel):
+    """Streams two chunks; the last one's metadata says the output limit was hit."""
+
+    def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Iterator[Any]:
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        yield ChatGenerationChunk(message=AIMessageChunk(content="Reykjavik is "))
+        yield ChatGenerationChunk(message=AIMessageChunk(content="the", response_metadata={"finish_reason": "length"}))
+
+
+def test_a_streamed_chunk_finish_reason_is_checked_as_a_whole_replys_is() -> None:
+    from context_gatekeeper import TruncatedReplyError
+
+    model = LangChainEditModel(_CutOff(messages=iter([])))
+    with pytest.raises(TruncatedReplyError) as raised:
+        list(model.stream_text(QUESTION))
+    assert raised.value.partial == "Reykjavik is the"
+
+
+def test_a_chain_ending_in_a_string_parser_streams_its_text() -> None:
+    from langchain_core.output_parsers import StrOutputParser
+
+    model = LangChainEditModel(fake("one two three") | StrOutputParser())
+    assert "".join(model.stream_text(QUESTION)) == "one two three"

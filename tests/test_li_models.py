@@ -96,3 +96,45 @@ def test_rejects_what_is_not_an_llm() -> None:
         LlamaIndexEditModel("gpt")  # type: ignore[arg-type]
 
 
+
+
+# -- streaming (the web chat's answers) ------------------------------------------------------
+class _Growing(ScriptedLLM):
+    """Streams responses whose message grows and that carry no delta; the last one's raw
+    response has ``finish`` as its finish reason."""
+
+    finish: str = "stop"
+
+    def stream_chat(self, messages, **kwargs):  # type: ignore[no-untyped-def, override]
+        from llama_index.core.base.llms.types import ChatMessage, ChatResponse
+
+        yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content="Rey"))
+        yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content="Reykjavik"),
+                           raw={"choices": [{"finish_reason": self.finish}]})
+
+
+class _NoStreaming(ScriptedLLM):
+    def stream_chat(self, messages, **kwargs):  # type: ignore[no-untyped-def, override]
+        raise NotImplementedError("this LLM does not stream")
+
+
+def test_an_llm_streams_the_deltas_of_stream_chat() -> None:
+    model = LlamaIndexEditModel(MockLLM(max_tokens=3))
+    assert model.streams
+    pieces = list(model.stream_text(MESSAGES))
+    assert pieces == ["text ", "text ", "text"] and "".join(pieces) == model.complete(MESSAGES)
+
+
+def test_a_response_without_a_delta_streams_what_its_message_grew_by_and_its_finish_reason_is_checked() -> None:
+    from context_gatekeeper import TruncatedReplyError
+
+    assert list(LlamaIndexEditModel(_Growing()).stream_text(MESSAGES)) == ["Rey", "kjavik"]
+    with pytest.raises(TruncatedReplyError) as raised:
+        list(LlamaIndexEditModel(_Growing(finish="length")).stream_text(MESSAGES))
+    assert raised.value.partial == "Reykjavik"
+
+
+def test_an_llm_that_does_not_stream_answers_in_one_piece_through_chat() -> None:
+    llm = _NoStreaming(replies=["the whole answer"])
+    assert list(LlamaIndexEditModel(llm).stream_text(MESSAGES)) == ["the whole answer"]
+    assert len(llm.chats) == 1

@@ -497,3 +497,75 @@ def test_a_model_no_adapter_declares_is_used_as_a_callable(monkeypatch):
 
     monkeypatch.setattr(models, "_declared_wrappers", lambda: fake_declaration("otherframework:BaseThing", "x:Y"))
     assert models.resolve_model(framework_model()).complete([{"role": "user", "content": "hi"}]) == "{}"
+
+
+# -- streaming (the web chat's answers) ----------------------------------------------------
+class _Streaming:
+    """A model offering the protocol's streaming call next to ``complete``."""
+
+    def __init__(self, *pieces: object) -> None:
+        self.pieces = pieces
+
+    def complete(self, messages):
+        return "".join(p if isinstance(p, str) else getattr(p, "content", "") for p in self.pieces)
+
+    def stream_text(self, messages):
+        for piece in self.pieces:
+            if isinstance(piece, Exception):
+                raise piece
+            yield piece
+
+
+def test_a_model_with_stream_text_streams_its_text_pieces():
+    model = as_edit_model(_Streaming("Reyk", "javik", "", " is the capital."))
+    assert model.streams
+    assert list(model.stream_text(HELLO)) == ["Reyk", "javik", " is the capital."], "empty pieces are skipped"
+
+
+class _FrameworkLike:
+    """Has a ``stream`` that yields objects (as LangChain's and LlamaIndex's do): not the protocol."""
+
+    def complete(self, messages):
+        return "the answer"
+
+    def stream(self, messages):
+        yield object()
+
+
+@pytest.mark.parametrize("model", [lambda m: "x", _FrameworkLike()], ids=["function", "stream-not-stream_text"])
+def test_only_stream_text_streams_and_stream_text_of_another_model_says_to_call_complete(model):
+    wrapped = as_edit_model(model)
+    assert not wrapped.streams
+    with pytest.raises(InvalidTypeError, match="does not stream"):
+        wrapped.stream_text(HELLO)
+
+
+def test_a_streamed_piece_that_is_not_text_is_an_edit_error():
+    model = as_edit_model(_Streaming("ok ", {"content": "x"}))
+    with pytest.raises(EditError, match="streamed dict, not text"):
+        list(model.stream_text(HELLO))
+
+
+def test_a_failure_mid_stream_is_mapped_as_complete_maps_it():
+    model = as_edit_model(_Streaming("part ", ConnectionError("network is unreachable")))
+    pieces = model.stream_text(HELLO)
+    assert next(pieces) == "part "
+    with pytest.raises(ModelUnavailableError, match="network is unreachable"):
+        next(pieces)
+    with pytest.raises(EditError, match="ValueError"):
+        list(as_edit_model(_Streaming(ValueError("bad request"))).stream_text(HELLO))
+
+
+@pytest.mark.parametrize("reason, error", [("length", "TruncatedReplyError"), ("SAFETY", "FilteredReplyError")])
+def test_a_finish_reason_on_the_last_piece_is_checked_after_the_text_streamed(reason, error):
+    from context_gatekeeper.editing.models import ModelReply
+
+    model = as_edit_model(_Streaming("cut ", ModelReply("off", finish_reason=reason)))
+    pieces = []
+    with pytest.raises(EditError) as raised:
+        for piece in model.stream_text(HELLO):
+            pieces.append(piece)
+    assert pieces == ["cut ", "off"] and type(raised.value).__name__ == error
+    assert raised.value.partial == "cut off"
+    assert list(as_edit_model(_Streaming("all ", ModelReply("done", finish_reason="stop"))).stream_text(HELLO)) == [
+        "all ", "done"]

@@ -181,14 +181,14 @@ class GatedModel:
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def stream(self, messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+    def stream_text(self, messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
         yield "first part "
         if not self.release.wait(60):
             raise TimeoutError("the test never released the answer")
         yield "and the rest."
 
     def complete(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        return "".join(self.stream(messages))
+        return "".join(self.stream_text(messages))
 
 
 def test_an_answer_appears_as_it_streams(tmp_path: Path, page: Page) -> None:
@@ -477,11 +477,11 @@ from context_gatekeeper.chat.web.server import serve
 from context_gatekeeper.chat.web.service import WebChat
 
 class Stuck:  # streams the start of an answer, then waits until the process is killed
-    def stream(self, messages):
+    def stream_text(self, messages):
         yield "first part "
         threading.Event().wait()
     def complete(self, messages):
-        return "".join(self.stream(messages))
+        return "".join(self.stream_text(messages))
 
 store = SQLiteStore(sys.argv[1])
 serve(WebChat(store, Stuck(), OfflineEditor()), host="127.0.0.1", port=0, say=lambda line: print(line, flush=True))
@@ -533,3 +533,47 @@ def test_a_server_that_dies_mid_answer_leaves_no_unstored_message_on_the_page(tm
         assert store.sessions() == [], "nothing was stored"
     finally:
         store.close()
+
+
+# -- pins of turns that do not start with the user, coming back to the tab ------------------
+
+
+def test_a_turn_pins_from_its_first_message_whatever_its_role(web: Served, page: Page) -> None:
+    """A greeting opens turn 1; turn 2 (an agent's) holds a user message inside its tool call:
+    one pin button per turn, on its first message, and each pins its own turn."""
+    from context_gatekeeper import Message
+
+    web.transcript().set([
+        Message("greet", "assistant", "Hi! I am the weather bot."),
+        Message("u1", "user", "What is the weather in Oslo?"),
+        Message("a1", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "weather", "args": {"city": "Oslo"}}]}),
+        Message("u2", "user", "[image the tool hands over]"),
+        Message("t1", "tool", "12C, rain", metadata={"tool_call_id": "c1"}),
+        Message("a2", "assistant", "It is 12C and raining in Oslo."),
+    ])
+    page.goto(web.url())
+    idle(page)
+    holders = page.locator('[data-testid="message"]:has([data-testid="pin"])')
+    expect(holders).to_have_count(2)
+    assert [holders.nth(i).get_attribute("data-id") for i in range(2)] == ["greet", "u1"]
+    expect(page.locator('[id^="turn-"]')).to_have_count(2)  # one jump target per turn, never a duplicate id
+    for turn in ("1", "2"):
+        page.locator(f'[data-testid="pin"][data-turn="{turn}"]').click()
+        expect(page.locator(f'[data-testid="pin"][data-turn="{turn}"]')).to_have_attribute("aria-pressed", "true")
+    expect(page.get_by_test_id("error")).to_be_hidden()
+    assert web.chat.view("demo")["pinned"] == [1, 2]
+
+
+def test_an_error_shown_stays_when_the_user_comes_back_to_the_tab(web: Served, page: Page) -> None:
+    page.goto(web.url())
+    say(page, IRELAND)
+    say(page, "/edit make it shorter")  # the offline editor refuses: an error in the page
+    error = page.get_by_test_id("error")
+    expect(error).to_contain_text("offline")
+    web.transcript().append(user=POSTGRES, assistant="Another tab's answer.")  # meanwhile, elsewhere
+    page.evaluate("() => document.dispatchEvent(new Event('visibilitychange'))")  # back to this tab
+    expect(page.get_by_test_id("message")).to_have_count(4)  # the page refreshed in the background ...
+    idle(page)
+    expect(error).to_be_visible()  # ... and the refusal is still there to read
+    expect(error).to_contain_text("offline")
+    expect(page.get_by_test_id("message-input")).to_have_value("/edit make it shorter")

@@ -44,7 +44,7 @@ class StreamingModel:
     def __init__(self) -> None:
         self.sent: list[list[dict[str, str]]] = []
 
-    def stream(self, messages: Sequence[Mapping[str, str]]) -> Iterator[str]:
+    def stream_text(self, messages: Sequence[Mapping[str, str]]) -> Iterator[str]:
         self.sent.append([dict(m) for m in messages])
         question = str(messages[-1]["content"])
         yield "About "
@@ -52,7 +52,7 @@ class StreamingModel:
         yield ": here is the answer."
 
     def complete(self, messages: Sequence[Mapping[str, str]]) -> str:
-        return "".join(self.stream(messages))
+        return "".join(self.stream_text(messages))
 
 
 class FailingModel:
@@ -476,6 +476,77 @@ def test_the_offline_model_streams_in_chunks(store: SQLiteStore) -> None:
     assert "".join(chunks) == events[-1]["view"]["messages"][1]["content"]
 
 
+ICELAND = "What is the capital of Iceland?"
+
+
+def langchain_fakes() -> list[Any]:
+    fakes = pytest.importorskip("langchain_core.language_models.fake_chat_models")
+    from langchain_core.messages import AIMessage
+
+    return [
+        fakes.FakeListChatModel(responses=["Reykjavik is the capital."]),
+        fakes.GenericFakeChatModel(messages=iter([AIMessage("Reykjavik is the capital.")])),
+    ]
+
+
+def test_a_langchain_chat_model_streams_its_text_and_the_text_is_stored(store: SQLiteStore) -> None:
+    for n, chat_model in enumerate(langchain_fakes()):
+        _, client = make_client(store, chat_model)
+        with client:
+            events = send(client, ICELAND, session=f"lc-{n}")
+        chunks = [e["text"] for e in events if e["type"] == "chunk"]
+        assert events[-1]["type"] == "done" and len(chunks) > 1, events[-1]
+        assert "".join(chunks) == "Reykjavik is the capital.", "text, never a chunk object's repr"
+        assert [m.content for m in Transcript(f"lc-{n}", store=store).messages] == [ICELAND, "Reykjavik is the capital."]
+
+
+def test_a_llamaindex_llm_streams_its_chat_deltas_and_the_text_is_stored(store: SQLiteStore) -> None:
+    llms = pytest.importorskip("llama_index.core.llms")
+    _, client = make_client(store, llms.MockLLM(max_tokens=3))
+    with client:
+        events = send(client, ICELAND)
+    assert [e["type"] for e in events] == ["start", "chunk", "chunk", "chunk", "done"], events[-1]
+    assert [m.content for m in Transcript("s", store=store).messages] == [ICELAND, "text text text"]
+
+
+class StoppedStream:
+    """Streams ``pieces`` (the last one a ModelReply carrying ``reason``), or fails mid-answer."""
+
+    def __init__(self, *pieces: Any) -> None:
+        self.pieces = pieces
+
+    def stream_text(self, messages: Sequence[Mapping[str, str]]) -> Iterator[Any]:
+        for piece in self.pieces:
+            if isinstance(piece, Exception):
+                raise piece
+            yield piece
+
+    def complete(self, messages: Sequence[Mapping[str, str]]) -> str:
+        raise AssertionError("a streaming model is streamed")
+
+
+def test_a_streamed_answer_goes_through_the_chat_replys_checks_and_error_wrapping(store: SQLiteStore) -> None:
+    from context_gatekeeper.editing.models import ModelReply
+
+    cut_off = StoppedStream("Reykjavik is ", ModelReply("the", finish_reason="length"))
+    nothing = StoppedStream(ModelReply("", finish_reason="SAFETY"))
+    broken = StoppedStream("Reykjavik ", ConnectionError("network is unreachable"))
+    for session, model in (("cut", cut_off), ("blocked", nothing), ("broken", broken)):
+        _, client = make_client(store, model)
+        with client:
+            events = send(client, ICELAND, session=session)
+        if session == "cut":  # a cut-off answer with text is the answer the user saw, as in the terminal
+            assert events[-1]["type"] == "done"
+            assert [m.content for m in Transcript(session, store=store).messages] == [ICELAND, "Reykjavik is the"]
+            continue
+        assert events[-1]["type"] == "error" and Transcript(session, store=store).head == 0
+        message = events[-1]["message"]
+        if session == "blocked":
+            assert "safety or content policy" in message
+        else:  # the model protocol's wrapping: a network failure is ModelUnavailableError's message
+            assert "could not be used (ConnectionError: network is unreachable)" in message, message
+
+
 def test_word_diff_marks_only_what_changed() -> None:
     left, right = word_diff("The budget is 500 EUR.", "The budget is 700 EUR.")
     assert left == [["same", "The budget is "], ["del", "500"], ["same", " EUR."]]
@@ -595,7 +666,7 @@ def test_a_database_that_cannot_be_written_is_a_message_and_nothing_is_stored(
 
 
 class HeldModel:
-    """A chat model (``stream``) or editor (``complete``) that holds its answer until the test
+    """A chat model (``stream_text``) or editor (``complete``) that holds its answer until the test
     releases it; ``started`` is set once it was called (no timers: the test waits on events)."""
 
     def __init__(self, editor: Any = None) -> None:
@@ -609,7 +680,7 @@ class HeldModel:
         if not self.release.wait(60):
             raise TimeoutError("the test never released the model")
 
-    def stream(self, messages: Sequence[Mapping[str, str]]) -> Iterator[str]:
+    def stream_text(self, messages: Sequence[Mapping[str, str]]) -> Iterator[str]:
         try:
             yield "first part "
             self._hold()
@@ -974,3 +1045,137 @@ def test_gatekeeper_chat_web_without_the_gemini_extra_says_how_to_start_not_to_r
     message = out.getvalue()
     assert "GeminiModel needs google-genai: pip install" in message and "pass --offline" in message
     assert "/retry" not in message and not (tmp_path / "a.db").exists()
+
+
+def test_gatekeeper_chat_web_with_gemini_says_to_try_again_from_the_page_never_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model ``gatekeeper-chat --web`` builds ends its unavailability messages with what the page
+    offers (the terminal's /retry is not there), for a chat message and an edit preview alike."""
+    import io
+    from types import SimpleNamespace
+
+    from context_gatekeeper.chat.app import main
+    from context_gatekeeper.chat.web import server
+
+    pytest.importorskip("google.genai")
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")  # building the client makes no request
+    shown: list[str] = []
+
+    def down(**kwargs: Any) -> Any:
+        raise ConnectionError("network is unreachable")
+
+    def serve_once(chat: WebChat, **kwargs: Any) -> int:  # instead of serving: what the page would show
+        chat.chat_model.client = SimpleNamespace(models=SimpleNamespace(generate_content=down))  # no network
+        shown.append(list(chat.start_chat(kwargs["session"], "What was the GDP of Ireland in 2021?"))[-1]["message"])
+        with pytest.raises(ModelUnavailableError) as raised:
+            chat.preview(kwargs["session"], "it was Iceland, not Ireland")
+        shown.append(str(raised.value))
+        return 0
+
+    monkeypatch.setattr(server, "serve", serve_once)
+    out = io.StringIO()
+    assert main(["--web", "--db", str(tmp_path / "chat.db"), "--port", "0"], stdout=out) == 0, out.getvalue()
+    assert len(shown) == 2
+    for message in shown:
+        assert "could not be used (ConnectionError: network is unreachable)" in message, message
+        assert "/retry" not in message and "try again (the text stays in the box)" in message, message
+        assert "gatekeeper-chat --web with --offline" in message, message
+
+
+def test_new_conversations_made_at_the_same_moment_get_different_names(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second New arriving while the first is still being shown (no threads: it runs inside the
+    first's view) gets a name of its own; each is listed once."""
+    chat = WebChat(store, OfflineChatModel(), OfflineEditor())
+    shown = chat.view
+    inner: list[str] = []
+
+    def view_with_a_second_new(name: object) -> dict[str, Any]:
+        if not inner:  # the first view makes the second New (whose own view makes none)
+            inner.append("pending")
+            inner[0] = chat.create()["session"]
+        return shown(name)
+
+    monkeypatch.setattr(chat, "view", view_with_a_second_new)
+    first = chat.create()["session"]
+    assert (first, inner[0]) == ("chat-1", "chat-2")
+    monkeypatch.setattr(chat, "view", shown)
+    assert chat.create()["session"] == "chat-3" and chat.sessions() == ["chat-1", "chat-2", "chat-3"]
+
+
+def test_a_new_conversation_that_cannot_be_shown_leaves_no_trace(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite3
+
+    chat = WebChat(store, OfflineChatModel(), OfflineEditor())
+
+    def broken(name: object) -> dict[str, Any]:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(chat, "_view", lambda entry: broken(entry))
+    with pytest.raises(sqlite3.OperationalError):
+        chat.create()
+    monkeypatch.undo()
+    assert chat.sessions() == [] and chat.create()["session"] == "chat-1", "the name was given up again"
+
+
+def test_revert_in_the_page_to_before_a_load_made_in_the_terminal_takes_its_pins_back(store: SQLiteStore) -> None:
+    from context_gatekeeper.chat.session import ChatSession
+
+    _, client = make_client(store)
+    with client:
+        send(client, "What was the GDP of Ireland in 2021?")
+        send(client, "How long should a Redis lock TTL be?")
+        post(client, "/api/pin", {"session": "s", "turn": 1})
+        terminal = ChatSession(Transcript("s", store=store), OfflineChatModel(), OfflineEditor())
+        terminal.load([Message("x1", "user", "Tell me about Kafka partitions"), Message("x2", "assistant", "Kafka"),
+                       Message("y1", "user", "And Postgres replication lag?"), Message("y2", "assistant", "Postgres")],
+                      pinned=["y1"])
+
+        def pinned_questions(shown: dict[str, Any]) -> list[str]:
+            return [m["content"] for m in shown["messages"] if m["pinned"] and m["role"] == "user"]
+
+        assert pinned_questions(view(client)) == ["And Postgres replication lag?"]
+        reverted = post(client, "/api/revert", {"session": "s", "revision": 2, "head": 3}).json()
+        assert pinned_questions(reverted) == ["What was the GDP of Ireland in 2021?"], "the load's pins went with it"
+        undone = post(client, "/api/undo", {"session": "s", "head": 4}).json()
+        assert pinned_questions(undone) == ["And Postgres replication lag?"], "undoing the revert brings them back"
+
+
+def agent_conversation(store: SQLiteStore, session: str = "agent") -> None:
+    """A stored agent conversation: a greeting opens turn 1; turn 2 holds a tool call and a user
+    message before the tool's result (as agents may write)."""
+    Transcript(session, store=store).set([
+        Message("greet", "assistant", "Hi! I am the weather bot."),
+        Message("u1", "user", "What is the weather in Oslo?"),
+        Message("a1", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "weather", "args": {"city": "Oslo"}}]}),
+        Message("u2", "user", "[image the tool hands over]"),
+        Message("t1", "tool", "12C, rain", metadata={"tool_call_id": "c1"}),
+        Message("a2", "assistant", "It is 12C and raining in Oslo."),
+    ])
+
+
+def test_every_message_carries_its_turns_key_whatever_role_starts_the_turn(store: SQLiteStore) -> None:
+    agent_conversation(store)
+    _, client = make_client(store)
+    with client:
+        rows = view(client, "agent")["messages"]
+        assert [(m["id"], m["turn"], m["turn_key"]) for m in rows] == [
+            ("greet", 1, "greet"), ("u1", 2, "u1"), ("a1", 2, "u1"), ("u2", 2, "u1"), ("t1", 2, "u1"), ("a2", 2, "u1")]
+        for m in rows:  # what the page sends for each message's turn: every key names it
+            pinned = post(client, "/api/pin", {"session": "agent", "key": m["turn_key"], "turn": m["turn"], "pinned": True})
+            assert pinned.status_code == 200 and m["turn"] in pinned.json()["pinned"], pinned.text
+        assert view(client, "agent")["pinned"] == [1, 2]
+
+
+def test_the_guide_says_which_models_stream_and_how_a_new_conversation_gets_a_name() -> None:
+    """docs/guide/chat.md describes the page as it is: Gemini (what the command builds with a key)
+    does not stream, the offline model and the framework wrappers do; New has no name field."""
+    from context_gatekeeper import GeminiModel
+    from context_gatekeeper.integration import as_edit_model
+
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs" / "guide" / "chat.md").read_text(encoding="utf-8").split())
+    assert not as_edit_model(GeminiModel(api_key="k", client=object())).streams
+    assert as_edit_model(OfflineChatModel()).streams
+    assert "Gemini's answer appears whole" in guide and "answers stream in." not in guide
+    assert "<input" not in (STATIC / "index.html").read_text(encoding="utf-8"), "New asks for no name"
+    assert "`--session NAME` or open the page at `?session=NAME`" in guide

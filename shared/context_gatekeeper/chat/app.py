@@ -154,8 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
-    """(chat model, editing model, label) for the options; ModelUnavailableError without a key."""
+def _models(args: argparse.Namespace, *, instead: str = CHAT_INSTEAD) -> tuple[Any, Any, str]:
+    """(chat model, editing model, label) for the options; ModelUnavailableError without a key.
+    ``instead``: how the model's unavailability messages end once the chat runs (the
+    terminal's :data:`CHAT_INSTEAD`; the web chat names what its page offers)."""
     if args.offline:
         from .offline import OfflineChatModel, OfflineEditor
 
@@ -166,7 +168,7 @@ def _models(args: argparse.Namespace) -> tuple[Any, Any, str]:
     if gemini_api_key() is None:
         raise ModelUnavailableError(NO_KEY)
     model = GeminiModel(args.model, instead=START_INSTEAD)  # a failure here ends the start
-    model.instead = CHAT_INSTEAD  # a failure from now on is in the chat: /retry is there
+    model.instead = instead  # a failure from now on is in the chat: the terminal's /retry, the page's box
     return model, model, args.model
 
 

@@ -224,14 +224,15 @@ class OfflineChatModel:
 
     def __init__(self, *, chunk_delay: float = 0.0) -> None:
         self.chunk_delay = chunk_delay
-        """Seconds :meth:`stream` waits before each chunk after the first (the web chat
+        """Seconds :meth:`stream_text` waits before each chunk after the first (the web chat
         uses a little, so an answer visibly streams in; 0 in tests)."""
 
-    def stream(self, messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
-        """The :meth:`complete` answer in chunks, word by word, so ``--web --offline``
-        runs the streaming path (joined, the chunks are exactly that answer).
+    def stream_text(self, messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+        """The :meth:`complete` answer in chunks, word by word (the model protocol's
+        streaming call), so ``--web --offline`` runs the streaming path (joined, the
+        chunks are exactly that answer).
 
-        >>> "".join(OfflineChatModel().stream([{"role": "user", "content": "Why?"}])) == OfflineChatModel().complete(
+        >>> "".join(OfflineChatModel().stream_text([{"role": "user", "content": "Why?"}])) == OfflineChatModel().complete(
         ...     [{"role": "user", "content": "Why?"}])
         True
         """

@@ -12,18 +12,21 @@
        "loads": {"<revision of a load>": {"before": [...], "after": [...]}}}
 
   ``loads`` remembers what each :meth:`~.session.ChatSession.load` did to the pins, so
-  undoing the load (or redoing it) can take that change back (or make it again).
-  Records written before ``loads`` existed read as having none.
+  undoing the load (or redoing it) can take that change back (or make it again); a
+  :meth:`~.session.ChatSession.revert` that took a load's pins back (or made them
+  again) is remembered there too, by its own revision.  Records written before
+  ``loads`` existed read as having none.
 """
 
 from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .. import InvalidInputError, Message, Store, Transcript
+from .. import InvalidInputError, Message, Revision, Store, Transcript
+from ..integration import undo_stacks
 
 __all__ = [
     "PIN_RECORD_PREFIX",
@@ -36,6 +39,8 @@ __all__ = [
     "read_pins",
     "read_loads",
     "pins_message",
+    "pins_after",
+    "pin_changes_in_effect",
 ]
 
 PIN_RECORD_PREFIX = "gatekeeper-chat-pins:"
@@ -47,7 +52,7 @@ _BAD_NAME_CATEGORIES = ("Cc", "Cf", "Cs")
 """Control and format characters, and lone surrogates (undecodable bytes): never in a new name."""
 
 LoadedPins = dict[str, tuple[frozenset[str], frozenset[str]]]
-"""Per load (its revision number, as text): the pins before it and the pins it set."""
+"""Per load, or revert that changed pins (its revision number, as text): the pins before it and the pins it set."""
 
 
 def check_session_name(name: object) -> str:
@@ -137,3 +142,18 @@ def pins_message(pinned: set[str], loads: LoadedPins | None = None) -> Message:
     if loads:
         document["loads"] = {n: {"before": sorted(b), "after": sorted(a)} for n, (b, a) in sorted(loads.items())}
     return Message(_PIN_MESSAGE_ID, "system", json.dumps(document, ensure_ascii=False))
+
+
+def pins_after(pins: set[str], steps: Iterable[tuple[frozenset[str], frozenset[str]]]) -> set[str]:
+    """``pins`` after each ``(before, after)`` step in turn: what the step dropped from
+    ``before`` is dropped, what it added to reach ``after`` is added; other pins stay."""
+    for before, after in steps:
+        pins = (pins - (before - after)) | (after - before)
+    return pins
+
+
+def pin_changes_in_effect(log: Iterable[Revision], loads: LoadedPins) -> list[str]:
+    """The revisions of ``log`` that changed pins (``loads``) and whose change is in effect at
+    its end (not undone, or undone and redone), as the keys of ``loads``, in the order applied."""
+    done, _ = undo_stacks(list(log))
+    return [str(n) for n in done if str(n) in loads]

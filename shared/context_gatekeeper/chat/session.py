@@ -23,16 +23,19 @@ two models (one answers, one edits).  Rules:
   turn an edit deleted is kept but ignored (an ``/undo`` that brings the turn back
   brings its pin back too).  A :meth:`~ChatSession.load` replaces the pins; the pin
   record remembers what it replaced, so undoing the load (and redoing it) takes the
-  pins back too.  A load that changes no message records nothing and leaves the pins
-  as they are.  Lists of conversations should leave pin records out
-  (:func:`is_pin_record`, :func:`chat_sessions`), and deleting a conversation should
-  delete its pins too (:meth:`ChatSession.purge`).  :mod:`.pins` holds the record's
+  pins back too.  A :meth:`~ChatSession.revert` to a revision before a load takes the
+  load's pins back the same way (and one to a revision a load had made, since undone,
+  makes them again); the revert's own pin change is remembered like a load's, so
+  undoing the revert puts the pins back.  A load that changes no message records
+  nothing and leaves the pins as they are.  Lists of conversations should leave pin
+  records out (:func:`is_pin_record`, :func:`chat_sessions`), and deleting a
+  conversation should delete its pins too (:meth:`ChatSession.purge`).  :mod:`.pins` holds the record's
   format and the rules for new conversations' names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,7 +72,9 @@ from .pins import (  # the pin record and name rules, kept importable from here 
     chat_sessions,
     check_session_name,
     is_pin_record,
+    pin_changes_in_effect,
     pin_record_id,
+    pins_after,
     pins_message,
     read_loads,
     read_pins,
@@ -79,6 +84,7 @@ __all__ = [
     "ChatSession",
     "LastCall",
     "chat_reply",
+    "chat_reply_pieces",
     "EditOutcome",
     "DEFAULT_SYSTEM_PROMPT",
     "PIN_RECORD_PREFIX",
@@ -117,6 +123,25 @@ def chat_reply(model: EditModel, sent: list[dict[str, str]]) -> object:
         if not (partial.strip() if isinstance(partial, str) else partial):
             raise
         return partial
+
+
+def chat_reply_pieces(model: EditModel, sent: list[dict[str, str]]) -> Iterator[str]:
+    """The chat model's answer to ``sent`` in text pieces, as they arrive: streamed when the
+    model streams (:attr:`~context_gatekeeper.EditModel.streams`: the offline model, a
+    LangChain chat model, a LlamaIndex LLM), else :func:`chat_reply`'s answer in one piece.
+    Joined, the pieces are the answer :func:`chat_reply` gives: a streamed answer cut off
+    at the output limit or stopped by the provider's policy stands when it holds text, and
+    the error is raised when it holds none (the message is then not added)."""
+    if not model.streams:
+        reply = chat_reply(model, sent)
+        yield reply if isinstance(reply, str) else str(reply)
+        return
+    try:
+        yield from model.stream_text(sent)
+    except (TruncatedReplyError, FilteredReplyError) as exc:
+        partial = exc.partial
+        if not (partial.strip() if isinstance(partial, str) else partial):
+            raise
 
 
 @dataclass(frozen=True)
@@ -428,15 +453,39 @@ class ChatSession:
         self._replay_load_pins(revision.target, undo=False)
         return revision
 
+    def revert(self, revision: int) -> Revision:
+        """Make the conversation what it was at ``revision``, as a new revision (its ``removed``
+        lists the messages dropped, later turns included), and the pins what loads had made
+        them then: the pin changes of loads in effect now but not then are taken back, those
+        of loads in effect then but undone since are made again, and every other pin stays
+        as it is now (as :meth:`undo` does).  :meth:`undo` of the revert puts them back.
+        A revert that changes no message records no revision and changes no pin."""
+        made = self.transcript.revert(revision)
+        if not made.changes:
+            return made
+        log = self.transcript.history()
+        loads = self._remembered_loads()
+        then = pin_changes_in_effect([r for r in log if r.number <= revision], loads)
+        now = pin_changes_in_effect([r for r in log if r.number < made.number], loads)
+        steps = [(after, before) for before, after in reversed([loads[n] for n in now if n not in then])]
+        steps += [loads[n] for n in then if n not in now]
+        if steps:
+            self._change_pins(lambda pins: pins_after(pins, steps), load=made.number)
+        return made
+
+    def _remembered_loads(self) -> LoadedPins:
+        """What each load (and revert) did to the pins, by revision number."""
+        return self._loads if self._pin_record is None else read_loads(self._pin_record.messages)
+
     def _replay_load_pins(self, target: int | None, *, undo: bool) -> None:
-        """When revision ``target`` was a load: take back (``undo``) or make again the change
-        it made to the pins, leaving every other pin as it is now."""
-        loads = self._loads if self._pin_record is None else read_loads(self._pin_record.messages)
-        change = loads.get(str(target))
+        """When revision ``target`` was a load (or a revert that changed pins): take back
+        (``undo``) or make again the change it made to the pins, leaving every other pin as
+        it is now."""
+        change = self._remembered_loads().get(str(target))
         if change is None:
             return
-        before, after = change if undo else (change[1], change[0])
-        self._change_pins(lambda now: (now - (after - before)) | (before - after))
+        step = (change[1], change[0]) if undo else change
+        self._change_pins(lambda now: pins_after(now, [step]))
 
     def purge(self) -> None:
         """Erase the conversation entirely, its history and its pins included."""
@@ -450,3 +499,4 @@ class ChatSession:
     def last_change(self) -> Revision | None:
         """The most recent revision that is not an append (what a bare ``/diff`` shows)."""
         return next((r for r in reversed(self.transcript.history()) if r.kind != "append"), None)
+

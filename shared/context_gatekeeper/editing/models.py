@@ -14,6 +14,15 @@ Three shapes of model work, and :func:`as_edit_model` normalises each once:
 A reply may also be an object with a ``content`` or ``text`` string (a LangChain
 ``AIMessage``, a LlamaIndex response); it is reduced to that string.
 
+**Streaming** (optional, for chat front ends): an object with
+``stream_text(messages)`` yielding the reply's text in pieces (``str``, or a
+:class:`ModelReply` whose ``finish_reason`` the last piece may carry) streams;
+:meth:`EditModel.stream_text` is the one way to read it, with the same error
+wrapping and finish-reason checks as ``complete``.  The adapters' wrappers stream
+a LangChain chat model (``stream(messages)``, each chunk's text) and a LlamaIndex
+LLM (``stream_chat``, each response's delta).  Nothing else streams: a framework
+model's own ``stream`` yields its framework's objects, never text.
+
 **Finish reasons.**  A reply may say why the model stopped: a :class:`ModelReply`
 (``content`` plus ``finish_reason``), a LangChain message's
 ``response_metadata["finish_reason"]`` (or ``stop_reason`` / ``done_reason``),
@@ -47,7 +56,7 @@ import copy
 import functools
 import importlib.metadata
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Union
 
 from ..errors import EditError, GatekeeperError, InvalidTypeError, MissingExtraError, ModelUnavailableError
@@ -56,6 +65,7 @@ from .finish_reasons import FilteredReplyError, ModelReply, finish_reason_of, is
 
 __all__ = [
     "ChatMessages",
+    "TextStream",
     "Reply",
     "ModelReply",
     "FilteredReplyError",
@@ -76,6 +86,9 @@ ChatMessages = list[dict[str, str]]
 
 Reply = Union[str, dict, list]
 """What a model returns: text, or a parsed object when it was asked for a JSON schema."""
+
+TextStream = Callable[[ChatMessages], Iterable[Union[str, ModelReply]]]
+"""A model's streaming call: the reply's text in pieces (a :class:`ModelReply` carries a finish reason)."""
 
 def pick_model(model: Any = None, llm: Any = None) -> Any:
     """``model=`` or its alias ``llm=``; ``None`` when neither is given (the helper of
@@ -160,9 +173,10 @@ class EditModel:
         name: the model's name, recorded in each edit revision.
         supports_json_schema: whether ``json_schema=`` is honoured (structured output).
         wrapped: the object it was built from.
+        streams: whether :meth:`stream_text` works (the model was given a ``stream=`` call).
     """
 
-    __slots__ = ("name", "supports_json_schema", "wrapped", "_sync", "_async")
+    __slots__ = ("name", "supports_json_schema", "wrapped", "_sync", "_async", "_stream")
 
     def __init__(
         self,
@@ -172,6 +186,7 @@ class EditModel:
         async_: Callable[..., Awaitable[Any]] | None,
         supports_json_schema: bool = False,
         wrapped: Any = None,
+        stream: TextStream | None = None,
     ) -> None:
         if sync is None and async_ is None:
             raise InvalidTypeError(
@@ -183,6 +198,12 @@ class EditModel:
         self.wrapped = wrapped
         self._sync = sync
         self._async = async_
+        self._stream = stream
+
+    @property
+    def streams(self) -> bool:
+        """Whether :meth:`stream_text` streams this model's reply (else call :meth:`complete`)."""
+        return self._stream is not None
 
     def __repr__(self) -> str:
         return f"EditModel(name={self.name!r}, supports_json_schema={self.supports_json_schema})"
@@ -241,6 +262,51 @@ class EditModel:
             raise _wrap_failure(self.name, exc) from exc
         return _checked_text(result, self.name)
 
+    def stream_text(self, messages: ChatMessages) -> Iterator[str]:
+        """The reply to ``messages`` as text pieces, as they arrive (joined: the whole reply).
+
+        Failures are reported as :meth:`complete` reports them, mid-stream too; a finish
+        reason that says the reply was cut off or withheld is raised after the last piece
+        (``.partial``: the text streamed), so a caller that shows pieces as they come
+        decides, as for ``complete``, whether that text stands as the answer.
+
+        Raises:
+            InvalidTypeError: (a ``TypeError``) the model does not stream (see :attr:`streams`).
+            ModelUnavailableError: a network failure or timeout.
+            TruncatedReplyError: the last finish reason says the reply was cut off.
+            FilteredReplyError: it says the provider stopped the reply for its content policy.
+            EditError: any other failure, or a piece that is not text.
+        """
+        if self._stream is None:
+            raise InvalidTypeError(
+                f"model {self.name!r} does not stream: check its .streams, and call complete(messages) instead"
+            )
+        return self._pieces(self._stream, [dict(m) for m in messages])
+
+    def _pieces(self, stream: TextStream, sent: ChatMessages) -> Iterator[str]:
+        """:meth:`stream_text`'s pieces (a generator: the model is called at the first ``next``)."""
+        parts: list[str] = []
+        reason: str | None = None
+        try:
+            for piece in stream(sent):
+                text: object = piece
+                if isinstance(piece, ModelReply):
+                    reason = piece.finish_reason or reason
+                    text = piece.content
+                if not isinstance(text, str):
+                    raise EditError(
+                        f"model {self.name!r} streamed {type(text).__name__}, not text; a streaming call must "
+                        "yield the reply's text in str pieces. Nothing was changed."
+                    )
+                if text:
+                    parts.append(text)
+                    yield text
+        except (GatekeeperError, AssertionError):
+            raise
+        except Exception as exc:
+            raise _wrap_failure(self.name, exc) from exc
+        refuse_truncated("".join(parts), reason, self.name)
+
 
 async def _await(awaitable: Awaitable[Any]) -> Any:
     """Await anything awaitable (``asyncio.run`` wants a coroutine)."""
@@ -255,7 +321,8 @@ def as_edit_model(model: Any) -> EditModel:
     an installed adapter declares a wrapper for (a LangChain chat model, also behind
     ``.bind()`` / ``.with_retry()`` / ``.with_fallbacks()`` / ``.with_config()``, a LlamaIndex
     LLM: see :data:`MODEL_WRAPPERS_GROUP`), wrapped by it.  A truthy ``supports_json_schema``
-    attribute turns on structured output.  An :class:`EditModel` is returned as is.
+    attribute turns on structured output, a ``stream_text(messages)`` method streaming
+    (:meth:`EditModel.stream_text`).  An :class:`EditModel` is returned as is.
 
     Raises:
         InvalidTypeError: (a ``TypeError``) ``model`` is None, a class, or offers no way to be called.
@@ -303,7 +370,14 @@ def as_edit_model(model: Any) -> EditModel:
         async_=async_,
         supports_json_schema=bool(getattr(model, "supports_json_schema", False)),
         wrapped=model,
+        stream=_text_stream_of(model),
     )
+
+
+def _text_stream_of(model: Any) -> TextStream | None:
+    """``model.stream_text`` when it offers one (a plain function or object never streams otherwise)."""
+    stream = None if inspect.isroutine(model) else getattr(model, "stream_text", None)
+    return stream if callable(stream) else None
 
 
 MODEL_WRAPPERS_GROUP = "context_gatekeeper.model_wrappers"

@@ -25,7 +25,15 @@ from .. import app
 from ..offline import OFFLINE_NOTICE, OfflineChatModel
 from ... import GatekeeperError, InvalidInputError, MissingExtraError, SQLiteStore
 
-__all__ = ["run_web", "missing_web", "OFFLINE_CHUNK_DELAY"]
+__all__ = ["run_web", "missing_web", "OFFLINE_CHUNK_DELAY", "WEB_INSTEAD"]
+
+WEB_INSTEAD = (
+    "then try again (the text stays in the box), or restart gatekeeper-chat --web with --offline "
+    "(a scripted model, no network) or another --model"
+)
+"""How the web chat's model-unavailable messages end (chat and edit alike): what the page
+and the command offer; the terminal's ``/retry`` is not there."""
+
 
 def missing_web() -> str:
     """What ``--web`` says without the web extra: the command that installs it."""
@@ -58,7 +66,7 @@ def run_web(args: argparse.Namespace, *, out: IO[str], errors: IO[str], models: 
         say(problem, errors)
         return app.EXIT_USAGE
     try:
-        chat_model, editor, label = (*models, "custom") if models else app._models(args)
+        chat_model, editor, label = (*models, "custom") if models else app._models(args, instead=WEB_INSTEAD)
     except GatekeeperError as exc:
         say(str(exc), errors)
         return app.EXIT_USAGE

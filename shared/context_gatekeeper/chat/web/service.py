@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from ..session import MAX_SESSION_NAME, ChatSession, LastCall, chat_reply, chat_sessions, check_session_name
+from ..session import MAX_SESSION_NAME, ChatSession, LastCall, chat_reply_pieces, chat_sessions, check_session_name
 from .stopping import Stopper
 from .views import CONTEXT_KEY, context_record, context_view, diff_view, history_view, undo_state
 from ... import (
@@ -90,8 +90,10 @@ class WebChat:
 
     Args:
         store: where the transcripts live (the caller closes it after :meth:`close`).
-        chat_model: answers chat messages; one with ``stream(messages)`` yielding text
-            chunks is streamed, any other answers in one chunk.
+        chat_model: answers chat messages; one that streams (the model protocol's
+            ``stream_text(messages)``, a LangChain chat model, a LlamaIndex LLM: see
+            :func:`~context_gatekeeper.chat.session.chat_reply_pieces`) is streamed, any
+            other answers in one chunk.
         editor: rewrites the history for edit instructions.
         token_budget: tokens of earlier turns sent per call.
         session_options: more keyword arguments for each ``ChatSession`` (``system_prompt``...).
@@ -158,17 +160,27 @@ class WebChat:
                     return
 
     def create(self, name: object = None) -> dict[str, Any]:
-        """Open a new conversation (``name``, or the first free ``chat-N``); its view."""
-        taken = set(self.sessions())
-        if name is None:
-            name = next(f"chat-{n}" for n in range(1, len(taken) + 2) if f"chat-{n}" not in taken)
-        name = check_session_name(name)
-        if name in taken:
-            raise InvalidInputError(f"a session named {name!r} exists already: switch to it, or pick another name")
-        view = self.view(name)  # registered only once it can be shown: a refused name leaves no trace
+        """Open a new conversation (``name``, or the first free ``chat-N``); its view.
+
+        The name is picked and reserved in one step, so requests at the same moment get
+        different conversations; one that cannot be shown is given up again (no trace).
+        """
+        stored = chat_sessions(self.store)
         with self._lock:
+            taken = set(stored) | self._created
+            if name is None:
+                name = next(f"chat-{n}" for n in range(1, len(taken) + 2) if f"chat-{n}" not in taken)
+            name = check_session_name(name)
+            if name in taken:
+                raise InvalidInputError(f"a session named {name!r} exists already: switch to it, or pick another name")
             self._created.add(name)
-        return view
+        try:
+            return self.view(name)
+        except BaseException:
+            with self._lock:
+                self._created.discard(name)
+                self._entries.pop(name, None)
+            raise
 
     def delete(self, name: object, confirm: object) -> list[str]:
         """Erase conversation ``name`` (history and pins included) when ``confirm`` repeats its name;
@@ -212,16 +224,17 @@ class WebChat:
         turns = session.turns()
         pinned = set(session.pinned_numbers())
         numbers = {turn.key: n for n, turn in turns}
-        turn_of = {m.id: n for n, turn in turns for m in turn.messages}
+        turn_of = {m.id: (n, turn.key) for n, turn in turns for m in turn.messages}
         can_undo, can_redo = undo_state(history)
         rows = []
         for m in messages:
-            number = turn_of.get(m.id)
+            number, key = turn_of.get(m.id, (None, None))
             rows.append({
                 "id": m.id,
                 "role": m.role,
                 "content": m.content,
                 "turn": number,
+                "turn_key": key,  # the id of its turn's first message (whatever its role): pin's key
                 "origin": m.origin,
                 "pinned": number in pinned,
                 "context": context_view(m.metadata.get(CONTEXT_KEY), numbers) if m.role == "assistant" else None,
@@ -329,11 +342,12 @@ class WebChat:
         return self._version(name, head, lambda s: s.redo())
 
     def revert(self, name: str, revision: object, head: object = None) -> dict[str, Any]:
-        """Make the state what it was at ``revision``, as a new revision; the view."""
+        """Make the state what it was at ``revision``, as a new revision, with the pins loads
+        had made then (:meth:`ChatSession.revert`); the view."""
         if type(revision) is not int:
             raise InvalidInputError(f"revert needs a revision number, got {revision!r}")
         number = revision
-        return self._version(name, head, lambda s: s.transcript.revert(number))
+        return self._version(name, head, lambda s: s.revert(number))  # a load's pins follow, as undo's do
 
     def _version(self, name: str, head: object, action: Callable[[ChatSession], object]) -> dict[str, Any]:
         with self._locked(name) as entry:
@@ -345,9 +359,10 @@ class WebChat:
     def pin(self, name: str, turn: object, pinned: object = True, key: object = None) -> dict[str, Any]:
         """Pin (or unpin) a turn; the view.
 
-        ``key`` (the id of the turn's first message, which the page shows as the user
-        message's ``id``) names the turn whatever its number is now: a page open across a
-        server restart pins the turn it shows.  Without it, ``turn`` (its number) names it.
+        ``key`` (the id of the turn's first message, which the page shows as each of the
+        turn's messages' ``turn_key``) names the turn whatever its number is now: a page open
+        across a server restart pins the turn it shows.  Without it, ``turn`` (its number)
+        names it.
         """
         if key is not None and (not isinstance(key, str) or not key):
             raise InvalidInputError(f"pin's key must be the id of the turn's first message, got {key!r}")
@@ -395,7 +410,8 @@ class ChatStream:
         yield {"type": "start", "query": self.call.query, "context": self._context()}
         parts: list[str] = []
         try:
-            for chunk in stopper.items(lambda: _reply_chunks(session, self.call)):
+            sent = [dict(m) for m in self.call.sent]
+            for chunk in stopper.items(lambda: chat_reply_pieces(session.chat_model, sent)):
                 parts.append(chunk)
                 yield {"type": "chunk", "text": chunk}
             answer = replace_lone_surrogates("".join(parts))
@@ -421,18 +437,6 @@ class ChatStream:
         with self._entry.lock:
             current = {turn.key: n for n, turn in self._entry.session.turns()}
         return context_view(self.record, current)
-
-
-def _reply_chunks(session: ChatSession, call: LastCall) -> Iterator[str]:
-    """The chat model's answer to ``call`` in chunks: streamed when the model has ``stream``."""
-    sent = [dict(m) for m in call.sent]
-    stream = getattr(getattr(session.chat_model, "wrapped", None), "stream", None)
-    if callable(stream):
-        for chunk in stream(sent):
-            yield chunk if isinstance(chunk, str) else str(chunk)
-        return
-    reply = chat_reply(session.chat_model, sent)
-    yield reply if isinstance(reply, str) else str(reply)
 
 
 def error_message(exc: BaseException, *, chat: bool = False) -> str:

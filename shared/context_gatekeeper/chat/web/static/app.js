@@ -85,12 +85,13 @@
     return data;
   }
 
-  async function act(work) {
+  // quiet: a refresh the user did not ask for (coming back to the tab) leaves the error shown
+  async function act(work, quiet = false) {
     if (state.busy) return;
     state.busy = true;
     document.body.classList.add("busy");
     $("send").disabled = true;  // a send while busy would be ignored: say so instead of dropping it
-    clearError();
+    if (!quiet) clearError();
     try {
       await work();
     } catch (err) {
@@ -159,7 +160,10 @@
       m.turn !== null ? el("span", {class: "turn-no", text: "turn " + m.turn}) : null,
       el("span", {class: "who", text: who}),
       m.origin !== "original" ? el("span", {class: "origin", text: m.origin}) : null);
-    if (m.role === "user" && m.turn !== null) {
+    // the pin goes on the turn's first message, whatever its role (a turn may open with an
+    // assistant message; a user message inside an agent's tool-call turn does not start one)
+    const first = m.turn !== null && m.id === m.turn_key;
+    if (first) {
       header.append(el("button", {
         type: "button", class: "pin" + (m.pinned ? " on" : ""), "data-testid": "pin", "data-turn": m.turn,
         "aria-pressed": m.pinned ? "true" : "false",
@@ -167,13 +171,13 @@
         text: m.pinned ? "📌 pinned" : "pin",
         // key: the id of the turn's first message, which names the turn shown even when the server
         // restarted and numbers the turns anew; the number is only a fallback for older servers
-        onclick: () => act(async () => render(await call("/api/pin", {session: session(), key: m.id, turn: m.turn, pinned: !m.pinned}))),
+        onclick: () => act(async () => render(await call("/api/pin", {session: session(), key: m.turn_key, turn: m.turn, pinned: !m.pinned}))),
       }));
     }
     const node = el("article", {
       class: "message " + m.role, "data-testid": "message", "data-role": m.role,
-      "data-turn": m.turn === null ? "" : m.turn, "data-id": m.id,
-      id: m.turn !== null && m.role === "user" ? "turn-" + m.turn : null,
+      "data-turn": m.turn === null ? "" : m.turn, "data-id": m.id, "data-turn-key": m.turn_key,
+      id: first ? "turn-" + m.turn : null, // one per turn: where a strip's turn number jumps to
     }, header, el("div", {class: "content", text: m.content}));
     if (m.role === "assistant" && m.context) node.append(stripNode(m.context));
     return node;
@@ -428,7 +432,7 @@
     await load(left.length ? left[0] : "default");
   }));
   document.addEventListener("visibilitychange", () => {
-    if (document.visibilityState === "visible" && !state.busy && state.view) act(() => load(state.session));
+    if (document.visibilityState === "visible" && !state.busy && state.view) act(() => load(state.session), true);
   });
 
   renderMode();
