@@ -3,7 +3,10 @@
 one dimension), else a bounded cache by ``(embedder name, text hash)`` shared by every
 postprocessor (:data:`VECTORS`), else the embedder.  A node whose text the embedder answers,
 alone, with an unusable vector (all zero, NaN, ...) stays lexical; the other nodes keep their
-vectors (the core's rule for turns).  Kept apart so the postprocessor's module stays short."""
+vectors (the core's rule for turns).  The bundle's embedding is compared only with vectors of
+its dimension: when the embedder's have another (the retriever embeds with another model), the
+query is embedded with the embedder instead (logged once).  Kept apart so the postprocessor's
+module stays short."""
 
 from __future__ import annotations
 
@@ -89,21 +92,25 @@ class NodeVectors:
         self._cache = cache
         self._state = state_of(self.embedder)
         self._unusable_nodes = 0  # nodes refused alone so far: the first is a warning
+        self._dimension: int | None = None  # the embedder's documents' (its first query's until one is embedded)
+        self._warned: set[str] = set()  # the dimension disagreements logged (once each)
 
     def _missing(
         self, nodes: List[NodeWithScore], own: list[list[float] | None], dimension: int
     ) -> tuple[list[Any], list[tuple[int, str, tuple[str, str]]]]:
         """Each node's vector (its ``own`` embedding when it has the query's ``dimension``,
-        else the cache's) and the nodes left to embed.  A cache hit becomes the most recently used entry."""
+        else the cache's when it has the embedder's dimension, or any while that is unknown)
+        and the nodes left to embed.  A cache hit becomes the most recently used entry."""
         vectors: list[Any] = []
         todo = []
+        known = self._dimension
         for i, item in enumerate(nodes):
             vector: Sequence[float] | None = _node_embedding(item.node, own[i], dimension)
             if vector is None:
                 text = item.node.get_content(metadata_mode=MetadataMode.EMBED)
                 key = (self.embedder.name, text_hash(text))
                 vector = self._cache.get(key)
-                if vector is not None and len(vector) != dimension:  # two models under one name
+                if vector is not None and known is not None and len(vector) != known:  # two models under one name
                     vector = None
                 if vector is None:
                     todo.append((i, text, key))
@@ -123,6 +130,7 @@ class NodeVectors:
                 continue
             vectors[i] = held = array("f", unit_rows(vector)[0].tolist())
             kept.append((key, held))
+            self._dimension = len(held)
         self._cache.put_many(kept)
 
     def _usable_rows(self, nodes: List[NodeWithScore], todo: list[tuple[int, str, tuple[str, str]]],
@@ -163,15 +171,23 @@ class NodeVectors:
 
     def similarities(self, nodes: List[NodeWithScore], text: str, query: list[float] | None) -> tuple[Any, bool]:
         """``(each node's similarity or None, whether the embedder failed)``; ``(None, True)``
-        when the query could not be embedded."""
+        when the query could not be embedded.  The query bundle's embedding (``query``) is
+        used while it has the dimension of the vectors it is compared with; when the
+        embedder's vectors have another (the retriever's model is not the embedder's), the
+        query is embedded with the embedder instead (:meth:`_settled`)."""
         own = _own_embeddings(nodes)
         query = _agreeing(query, own)
         try:
-            if query is None:
-                query = self._call(self.embedder.embed_query, text, self._state.queries)
-            vectors, todo = self._missing(nodes, own, len(query))
-            if todo:
-                self._remember(nodes, vectors, todo, self._embed(nodes, todo))
+            while True:
+                asked = query is None
+                if query is None:
+                    query = self._asked(self._call(self.embedder.embed_query, text, self._state.queries))
+                vectors, todo = self._missing(nodes, own, len(query))
+                if todo:
+                    self._remember(nodes, vectors, todo, self._embed(nodes, todo))
+                if self._settled(query, vectors, asked):
+                    break
+                query = None
         except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything: select lexically
             return self._fail(exc)
         return self._ok(query, vectors)
@@ -182,15 +198,55 @@ class NodeVectors:
         query = _agreeing(query, own)
         embedder = self.embedder
         try:
-            if query is None:
-                query = await self._await(embedder.aembed_query, embedder._aquery is not None,
-                                          embedder.embed_query, text, self._state.queries)
-            vectors, todo = self._missing(nodes, own, len(query))
-            if todo:
-                self._remember(nodes, vectors, todo, await self._aembed(nodes, todo))
+            while True:
+                asked = query is None
+                if query is None:
+                    query = self._asked(await self._await(embedder.aembed_query, embedder._aquery is not None,
+                                                          embedder.embed_query, text, self._state.queries))
+                vectors, todo = self._missing(nodes, own, len(query))
+                if todo:
+                    self._remember(nodes, vectors, todo, await self._aembed(nodes, todo))
+                if self._settled(query, vectors, asked):
+                    break
+                query = None
         except Exception as exc:  # noqa: BLE001
             return self._fail(exc)
         return self._ok(query, vectors)
+
+    def _asked(self, query: list[float]) -> list[float]:
+        """The embedder's query vector, which gives its dimension while none of its document
+        vectors was seen (so the cache's vectors of another model under its name go unused)."""
+        if self._dimension is None:
+            self._dimension = len(query)
+        return query
+
+    def _settled(self, query: list[float], vectors: list[Any], asked: bool) -> bool:
+        """Whether every node vector compares with ``query``.  Not so for the query bundle's
+        vector (``asked`` False) beside the embedder's of another dimension: the retriever's
+        model is another, so the query is to be embedded with the embedder (logged once;
+        False).  Not so for the embedder's own query vector: it answers queries and documents
+        in two dimensions, so this call is lexical, with no outage (:class:`_Mismatch`, logged once)."""
+        other = next((len(v) for v in vectors if v is not None and len(v) != len(query)), None)
+        if other is None:
+            return True
+        if not asked:
+            self._once(
+                "bundle", logging.WARNING,
+                "QueryBundle.embedding has %d dimensions but the embedder %r gives the nodes %d (the retriever "
+                "embeds with another model): the query is embedded with the embedder too; pass the index's "
+                "embedding model as embedder= to save that call", len(query), self.embedder.name, other,
+            )
+            return False
+        failure = (f"embedder {self.embedder.name!r} embeds queries in {len(query)} dimensions but documents in "
+                   f"{other}; embed queries and documents with one model")
+        self._once("embedder", logging.WARNING, "%s: the nodes are selected by their words (semantic_fallback)",
+                   failure)
+        raise _Mismatch(failure)
+
+    def _once(self, what: str, level: int, message: str, *args: Any) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            logger.log(level, message, *args)
 
     def _call(self, fn: Callable[[Any], Any], arg: Any, lane: Any) -> Any:
         """``fn(arg)``: at once without a timeout, else on ``lane`` (one of the embedder's)
@@ -246,13 +302,18 @@ class NodeVectors:
         which warns once (:meth:`EmbedderState.failed`)."""
         if isinstance(exc, UnusableVectorError):  # the query's (a node's is kept apart): no outage, this call lexical
             self._state.unusable(exc, self.embedder.name)
-        elif not isinstance(exc, _BackingOff):
+        elif not isinstance(exc, (_BackingOff, _Mismatch)):
             self._state.failed(exc, self.embedder.name)  # which ignores a call that never ran
         return None, True
 
 
 class _BackingOff(Exception):
     """The embedder is being left alone after a failure: this call selects lexically."""
+
+
+class _Mismatch(Exception):
+    """The embedder's query and document vectors have two dimensions (logged once): this
+    call selects lexically, with no outage (the embedder answers)."""
 
 
 def _own_embeddings(nodes: List[NodeWithScore]) -> list[list[float] | None]:

@@ -635,6 +635,47 @@ def test_a_copy_keeps_the_turns_vectors_and_shares_the_embedder() -> None:
     assert len(calls) == embedded + 2 * 2  # each query embedded once per gatekeeper, and no turn again
 
 
+def test_a_copy_takes_in_a_removal_and_keeps_no_vector_of_a_turn_it_does_not_hold() -> None:
+    """A turn removed since the last selection, while the embedder backs off (so no background
+    pass takes the removal in): the copy holds neither the turn nor its vector, and selects
+    (the vector of a turn it does not hold raised KeyError in fusion)."""
+    import copy
+
+    from context_gatekeeper.selection.semantic.runner import forget_outages, state_of
+
+    class Letters:  # a scripted embedder: letters counted, with a model name
+        model = "letters-copy-test"
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [self.embed_query(text) for text in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return [float(text.lower().count(c)) + 0.1 for c in "aeiorstlnkpcbh"]
+
+    gk = make(embedder=Letters())
+    for user, assistant in [("I baked a peach cobbler yesterday", "Sounds lovely, fresh peaches?"),
+                            ("My car needs new tires", "Check the tread depth first."),
+                            ("We went hiking in the alps", "The views must have been great."),
+                            ("Work has been stressful lately", "Try to take breaks."),
+                            ("I read a novel about pirates", "Which one?")]:
+        gk.add_turn(user, assistant)
+    gk.embed_pending()
+    state = state_of(gk.embedder)
+    try:
+        state.failed(ConnectionError("503"), gk.embedder.name)  # backing off: nothing takes the removal in
+        gk.remove_turn(1)
+        for copied in (copy.deepcopy(gk), copy.copy(gk)):
+            assert [t.id for t in copied.turns] == [2, 3, 4, 5]
+            assert sorted(copied._semantic.vectors.ids) == [2, 3, 4, 5]
+            forget_outages()  # the service is back: the copy's query is embedded
+            selection = copied.explain("peach cobbler baked fresh peaches")
+            assert not selection.semantic_fallback and 1 not in selection.turn_ids
+            state.failed(ConnectionError("503"), gk.embedder.name)
+        assert sorted(gk._semantic.vectors.ids) == [2, 3, 4, 5]  # the original took it in too
+    finally:
+        forget_outages()
+
+
 def test_an_empty_copy_has_the_current_settings_and_nothing_else() -> None:
     """empty_copy: the settings as assigned since the gatekeeper was built (budget, overhead,
     on_overflow, params), no turns, pins, system prompt or summary; ``options`` stays what it

@@ -328,9 +328,22 @@ def test_a_turn_holding_a_lone_surrogate_is_embedded_like_any_other() -> None:
     assert broken in gk._semantic.vectors.rows and not gk._semantic.pending and not gk._semantic.inflight
 
 
-def test_a_vector_cache_that_fails_to_save_loses_no_turn() -> None:
+def test_a_vector_cache_that_fails_is_no_embedder_outage_and_keeps_the_vectors(caplog) -> None:
+    """A cache that cannot read or save (a Redis down, a full disk) while the embedder answers:
+    no backoff, no fallback, no error from embed_pending; the vectors are kept in memory and
+    selection uses them; one warning names the cache (not the embedder's outage), and once the
+    cache works again vectors are saved in it."""
+
     class Failing(DictVectorCache):
         broken = True
+
+        def __repr__(self) -> str:
+            return "Failing(redis://cache:6379)"
+
+        def get(self, key):
+            if self.broken:
+                raise ConnectionError("connection refused")
+            return super().get(key)
 
         def put_many(self, items):
             if self.broken:
@@ -338,13 +351,23 @@ def test_a_vector_cache_that_fails_to_save_loses_no_turn() -> None:
             super().put_many(items)
 
     cache = Failing()
-    gk = gatekeeper(HashEmbedder(), vector_cache=cache, embed=False)
-    with pytest.raises(EmbeddingError, match="disk full"):
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        gk = gatekeeper(HashEmbedder({"dessert": DESSERTS}, name="hash-cache-down"), vector_cache=cache, embed=False)
         gk.embed_pending()
-    assert not gk._semantic.inflight and len(gk._semantic.vectors) < len(CHAT)  # back in the queue
+        state = state_of(gk.embedder)
+        assert not state.failing and len(gk._semantic.vectors) == len(CHAT) and not gk._semantic.pending
+        selection = gk.explain("What desserts has Maria made?")
+        assert not selection.semantic_fallback and 1 in selection.turn_ids
+        gk.add_turn("We planted tomatoes", "Water them daily.")  # read and saved with the cache still down
+        gk.embed_pending()
+        assert len(gk._semantic.vectors) == len(CHAT) + 1 and not state.failing
+    warnings = [r.getMessage() for r in caplog.records if "Failing(redis://cache:6379)" in r.getMessage()]
+    assert len(warnings) == 1 and "'hash-cache-down' is fine" in warnings[0], warnings
+    assert not any("'hash-cache-down' failed" in r.getMessage() for r in caplog.records)  # no outage
     cache.broken = False
+    gk.add_turn("The bus was late again", "Leave ten minutes earlier.")
     gk.embed_pending()
-    assert len(gk._semantic.vectors) == len(CHAT) and len(cache) == len(CHAT)
+    assert len(cache) == 1  # saved once the cache works
 
 
 def test_malformed_vectors_are_an_embedding_error() -> None:
@@ -588,6 +611,25 @@ def test_turn_vectors_grow_replace_and_remove() -> None:
     assert all(view.ids[row] == turn_id for turn_id, row in view.rows.items())
     vectors.set(7, [1.0, 0.0, 0.0], "other model")  # another dimension: the old vectors go
     assert len(vectors) == 1 and vectors.view([1.0, 0.0], 1) is None
+
+
+def test_a_view_leaves_out_vectors_of_turns_the_history_does_not_hold() -> None:
+    """The safety net behind a copy or a removal not taken in yet: ``present`` (turn id ->
+    position) limits the view to the turns held, so ranking never looks up a missing position."""
+    pytest.importorskip("numpy")
+    from context_gatekeeper.selection.semantic.channel import TurnVectors
+
+    vectors = TurnVectors()
+    for i in range(1, 6):
+        vectors.set(i, [float(i), 1.0, float(i % 2)], f"h{i}")
+    present = {2: 0, 3: 1, 5: 2}  # turns 1 and 4 are gone from the history
+    view = vectors.view([1.0, 1.0, 1.0], 2, present)
+    assert sorted(view.ids) == [2, 3, 5] and view.of(1) is None and view.of(4) is None
+    assert {t for t, _, _ in view.ranked(-10.0, 5, present)} == {2, 3, 5}  # no KeyError
+    assert all(view.ids[row] == turn_id for turn_id, row in view.rows.items())
+    assert view.of(3)[0] == pytest.approx(vectors.view([1.0, 1.0, 1.0], 2).of(3)[0])
+    assert vectors.view([1.0, 1.0, 1.0], 2, {9: 0}) is None  # none held: no view
+    assert vectors.view([1.0, 1.0, 1.0], 2, {t: t for t in range(1, 6)}).ids is vectors.ids  # all held: as is
 
 
 def test_similarities_and_z_scores_do_not_depend_on_the_order_turns_were_embedded() -> None:
@@ -868,6 +910,59 @@ def test_a_query_vector_of_another_dimension_falls_back_to_words_with_one_warnin
     assert len(warnings) == 1 and "4-dimensional" in warnings[0].getMessage()
     assert first.turn_ids == lexical.explain("What desserts has Maria made?").turn_ids
     assert all(r.similarity is None for r in first.scores)
+    gk.embed_pending()  # the check of the mismatch (one turn embedded again) ends within this test
+
+
+def test_a_query_dimension_mismatch_checks_the_documents_once_and_keeps_the_turns(caplog) -> None:
+    """The mismatch is looked into by embedding one turn again: still the turns' dimension, so
+    the embedder answers queries and documents with two models: said once, the turns keep their
+    vectors (nothing embedded again), and later queries ask nothing more of the documents."""
+    calls: list[list[str]] = []
+
+    class Counted(TwoModelEmbedder):
+        name = "two-models-counted"  # its own name: another test's check may still log under the other
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            calls.append(list(texts))
+            return super().embed_documents(texts)
+
+    gk = gatekeeper(Counted())
+    before, vectors = len(calls), dict(gk._semantic.vectors.hashes)
+    with caplog.at_level("WARNING", logger="context_gatekeeper"):
+        assert gk.explain("What desserts has Maria made?").semantic_fallback
+        gk.embed_pending()
+        assert gk.explain("Which tires should I buy?").semantic_fallback
+        gk.embed_pending()
+    assert len(calls) == before + 1 and len(calls[-1]) == 1  # one turn embedded again, once
+    assert gk._semantic.vectors.hashes == vectors and gk._semantic.vectors.dim == 3
+    assert sum("'two-models-counted'" in r.getMessage() and "two models" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+@pytest.mark.parametrize("answer", ["none", "two"])
+def test_a_callable_answering_a_query_with_no_vector_or_two_is_unusable_not_an_outage(how: str, answer: str) -> None:
+    """A callable embedder answering the one query text with ``[]`` (an IndexError before) or
+    with two vectors (the first taken silently before) gave an unusable answer: that query is
+    lexical, with no outage (the next query is semantic), as for a framework embedder."""
+    odd = "What about the cobbler?"
+
+    def vectors(texts: list[str]) -> list[list[float]]:
+        if texts == [odd]:
+            return [] if answer == "none" else [HashEmbedder().vector(odd)] * 2
+        return [HashEmbedder({"dessert": DESSERTS}).vector(t) for t in texts]
+
+    async def avectors(texts: list[str]) -> list[list[float]]:
+        return vectors(texts)
+
+    embedder = as_embedder(vectors, name=f"odd-answers-{how}-{answer}", aembed=avectors if how == "async" else None)
+    with pytest.raises(EmbeddingError, match="1 texts"):
+        embedder.embed_query(odd)
+    gk = gatekeeper(embedder)
+    state = state_of(gk.embedder)
+    explain = (lambda q: gk.explain(q)) if how == "sync" else (lambda q: asyncio.run(gk.aexplain(q)))
+    assert explain(odd).semantic_fallback
+    assert not state.failing and state.unusable_answers == 1
+    assert not explain("What desserts has Maria made?").semantic_fallback
 
 
 SUN = {"sun": ("sunscreen", "spf", "uv", "rays", "burned", "sunburn", "beach", "coast")}

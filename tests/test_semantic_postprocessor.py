@@ -497,3 +497,56 @@ def test_a_node_embedded_as_all_zeros_stays_lexical_alone(how: str, caplog) -> N
     result = gate.select(nodes(given), QUERY)
     assert not result.semantic_fallback and not gate._vectors._state.failing  # type: ignore[union-attr]
     assert [line.similarity is None for line in gate.explain(nodes(given), QUERY)] == [t == BLANK for t in given]
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_bundle_embedding_of_another_model_gives_way_to_the_embedders_query(how: str, caplog) -> None:
+    """The retriever filled ``QueryBundle.embedding`` with its model's vector (8 dimensions), the
+    nodes carry none, and ``embedder=`` is another model (512): the query is embedded with the
+    embedder (logged once), every node gets a similarity, and the nodes' vectors, cached at the
+    embedder's dimension, are not embedded again by later calls."""
+    fake = HashEmbedder({"dessert": DESSERTS})
+    bundle = QueryBundle(QUERY, embedding=HashEmbedder({"dessert": DESSERTS}, dim=8).vector(QUERY))
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+
+    def select() -> Any:
+        return gate.select(nodes(), bundle) if how == "sync" else asyncio.run(gate.aselect(nodes(), bundle))
+
+    with caplog.at_level(logging.DEBUG, logger="llamaindex_gatekeeper"):
+        for _ in range(3):
+            result = select()
+            assert not result.semantic_fallback and result.kept == [0, 1]  # the cobbler kept on its meaning
+            assert all(line.similarity is not None for line in gate.explain(nodes(), bundle))
+    assert embedded(fake) == len(TEXTS)  # once, then found in the cache
+    logged = [r.getMessage() for r in caplog.records if "QueryBundle.embedding has 8 dimensions" in r.getMessage()]
+    assert len(logged) == 1 and "512" in logged[0]
+    state = gate._vectors._state  # type: ignore[union-attr]
+    state.failed(ConnectionError("embedding service down"), fake.name)  # the query cannot be embedded now
+    try:
+        assert select().semantic_fallback  # lexical, and said so
+    finally:
+        state.reset()
+
+
+class TwoModels(HashEmbedder):
+    """Queries in ``dim`` dimensions, documents in 16: one name, two models."""
+
+    def embed_documents(self, texts):
+        self.document_calls.append(list(texts))
+        small = HashEmbedder(dim=16)
+        return [[*small.vector(t)[:-1], 1.0] for t in texts]  # (never all zero)
+
+
+def test_an_embedder_whose_queries_and_documents_disagree_is_lexical_and_says_so(caplog) -> None:
+    """An embedder answering queries in 512 dimensions and documents in 16: no node can be
+    compared, so the call is lexical with ``semantic_fallback`` set, one warning, no backoff,
+    and no node embedded again by later calls."""
+    fake = TwoModels({"dessert": DESSERTS})
+    gate = GatekeeperNodePostprocessor(embedder=fake)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            result = gate.select(nodes(), QUERY)
+            assert result.semantic_fallback and result.kept == [0]
+    assert embedded(fake) == len(TEXTS) and not gate._vectors._state.failing  # type: ignore[union-attr]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "queries in 512 dimensions but documents in 16" in warnings[0]

@@ -294,6 +294,106 @@ def test_a_text_edited_away_or_deleted_while_it_is_embedded_leaves_no_vector(cha
     transcript.close()
 
 
+def message_rows(path: Path, digest: str) -> set[str]:
+    """The message ids the store saved the vector of the text with ``digest`` under."""
+    raw = sqlite3.connect(path)
+    try:
+        return {bytes(m).decode() if isinstance(m, (bytes, memoryview)) else m
+                for (m,) in raw.execute("SELECT message_id FROM vectors WHERE text_hash = ?", (digest,))}
+    finally:
+        raw.close()
+
+
+def test_an_undone_deletion_saves_the_restored_turns_vector_again(tmp_path: Path) -> None:
+    """A deleted turn's vector goes at the next save; undoing the deletion brings the turn back,
+    and its vector (found in memory, not embedded again) is saved for its message again, so a
+    restarted worker embeds nothing."""
+    path = tmp_path / "s.db"
+    transcript, gate, restored = saved_secret(path, "the lock ttl is 30 s")
+    first = transcript.messages[0].id
+    transcript.apply([Delete(m.id) for m in transcript.messages[:2]])
+    transcript.append(user="a new question", assistant="a new answer")
+    embed_all(gate)  # the new turn's save prunes the deleted message's vector
+    assert message_rows(path, restored) == set()
+    transcript.undo()
+    embed_all(gate)
+    assert message_rows(path, restored) == {first}
+    transcript.close()
+    reopened = Transcript("s", store=SQLiteStore(path))
+    words = CountedWords()
+    embed_all(TranscriptGate(reopened, embedder=as_embedder(words, name=as_embedder(Words()).name)))
+    assert words.calls == []  # every current text's vector was found
+    reopened.close()
+
+
+def test_a_vector_goes_to_the_message_that_holds_its_text_now(tmp_path: Path) -> None:
+    """The gate remembers which message held a text; once that message is deleted and another
+    holds the same text, a vector of the text is saved under the new message (it went under the
+    deleted one, and the same save dropped it)."""
+    path = tmp_path / "s.db"
+    transcript, gate, digest = saved_secret(path, "the lock ttl is 30 s")
+    old = transcript.messages[0].id
+    transcript.apply([Delete(m.id) for m in transcript.messages[:2]])
+    transcript.append(user="the lock ttl is 30 s", assistant="noted")  # the same text, new messages
+    gate.sync()
+    new = transcript.messages[-2].id
+    gate.gatekeeper.options.vector_cache.put_many([((gate.gatekeeper.embedder.name, digest), [1.0, 25.0])])
+    assert message_rows(path, digest) == {new} and old != new
+    transcript.close()
+
+
+class Sized:
+    """A named model of ``dim`` dimensions (words hashed), recording the texts of document calls."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim, self.documents = dim, []
+
+    def vector(self, text: str) -> list[float]:
+        v = [0.0] * self.dim
+        v[0] = 0.5
+        for word in text.lower().split():
+            v[sum(map(ord, word)) % self.dim] += 1.0
+        return v
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.documents.extend(texts)
+        return [self.vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.vector(text)
+
+
+def test_a_model_that_changes_dimension_under_its_name_is_embedded_again(tmp_path: Path, caplog) -> None:
+    """Vectors saved by "prod-embedder" at 8 dimensions; the deployment now answers 16 under the
+    same name.  The first selection finds the saved 8-dimensional vectors and falls back; one turn
+    embedded again shows the model changed, so every turn is embedded again, and selection is
+    semantic from then on; a restarted worker reads the new vectors and embeds nothing."""
+    path = tmp_path / "s.db"
+    transcript = Transcript("s1", store=SQLiteStore(path))
+    for i in range(6):
+        transcript.append(user=f"question {i} about topic{i} things", assistant=f"answer {i}")
+    embed_all(TranscriptGate(transcript, embedder=as_embedder(Sized(8), name="prod-embedder")))
+    transcript.close()
+    upgraded = Sized(16)
+    transcript = Transcript("s1", store=SQLiteStore(path))
+    gate = TranscriptGate(transcript, embedder=as_embedder(upgraded, name="prod-embedder"))
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        assert gate.explain("what about topic3 things").semantic_fallback  # the saved vectors: 8 dimensions
+        gate.embed_pending()
+        selection = gate.explain("what about topic3 things")
+    assert not selection.semantic_fallback and gate.gatekeeper._semantic.vectors.dim == 16
+    assert any(r.similarity is not None for r in selection.scores)
+    assert sorted(upgraded.documents) == sorted(f"question {i} about topic{i} things\nanswer {i}" for i in range(6))
+    assert any("model behind this name changed" in r.getMessage() for r in caplog.records)
+    transcript.close()
+    restarted = Sized(16)
+    transcript = Transcript("s1", store=SQLiteStore(path))
+    gate = TranscriptGate(transcript, embedder=as_embedder(restarted, name="prod-embedder"))
+    embed_all(gate)
+    assert not gate.explain("what about topic3 things").semantic_fallback and restarted.documents == []
+    transcript.close()
+
+
 class CountedWords(Words):
     """:class:`Words` recording its document calls."""
 

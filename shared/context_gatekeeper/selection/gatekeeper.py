@@ -617,6 +617,10 @@ class ContextGatekeeper(SemanticMethods):
             copied = self.empty_copy()
             with copied._lock:  # its embedding lane may already look at its turns
                 if self._semantic is not None and copied._semantic is not None:
+                    # the changes since the last selection first (a removed turn's vector goes): the
+                    # copy's history holds only the turns there are now, and no vector may outlive its
+                    # turn (while the embedder backs off, no background pass takes them in)
+                    self._semantic.take(lookup=False)
                     copied._semantic.vectors = copy.deepcopy(self._semantic.vectors)  # by turn id and text hash
                 copied._history.restore(self.turns, self._history.next_id)
                 copied._pinned = set(self._pinned)

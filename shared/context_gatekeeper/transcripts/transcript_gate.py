@@ -520,8 +520,8 @@ class TranscriptGate:
         self._version: tuple[int, float] | None = None
         self._last_id: str | None = None  # the last message of the state last synced
         self._by_turn_id: dict[int, MessageTurn] = {}  # gatekeeper turn id -> its turn
-        self._digests: dict[str, str] = {}
-        self._hashed: dict[str, Any] = {}
+        self._digests: dict[str, str] = {}  # text hash -> the key of a turn that held that text when hashed
+        self._hashed: dict[str, tuple[Any, str]] = {}  # key -> (the Turn hashed, its text hash)
 
     @property
     def semantic(self) -> bool:
@@ -771,10 +771,14 @@ class TranscriptGate:
         placing turns: the gatekeeper may already hold a turn whose key the index has not
         recorded yet.  The lookup therefore waits for the sync (it holds the same lock;
         the lane holds no lock of the gatekeeper when it saves, and the sync takes this
-        lock before the gatekeeper's, so the order is always the same)."""
+        lock before the gatekeeper's, so the order is always the same).
+
+        A key remembered for ``digest`` is returned only while its turn still holds that
+        text: a message edited or deleted since it was hashed would otherwise be given the
+        vector of a text it no longer holds (and the message that holds it now, none)."""
         with self._lock:
             known = self._digests.get(digest)
-            if known is not None:
+            if known is not None and self._holds(known, digest):
                 return known
             gk, seen = self.gatekeeper, self._hashed
             for key, turn_id in self._ids.items():
@@ -782,11 +786,36 @@ class TranscriptGate:
                     turn = gk.get_turn(turn_id)
                 except Exception:  # noqa: BLE001 -- removed meanwhile
                     continue
-                if seen.get(key) is turn:  # a changed turn is a new Turn object
+                held = seen.get(key)
+                if held is not None and held[0] is turn:  # a changed turn is a new Turn object
                     continue
-                seen[key] = turn
-                self._digests[text_hash(turn_text(turn))] = key
-            return self._digests.get(digest, "")
+                hashed = text_hash(turn_text(turn))
+                seen[key] = (turn, hashed)
+                self._digests[hashed] = key
+            for key in [k for k in seen if k not in self._ids]:  # turns gone: their texts are held by no key
+                del seen[key]
+            known = self._digests.get(digest)
+            if known is not None and self._holds(known, digest):
+                return known
+            # another turn holds the same text (the one remembered was edited or removed)
+            found = next((key for key, (_, hashed) in seen.items()
+                          if hashed == digest and self._holds(key, digest)), "")
+            if found:
+                self._digests[digest] = found
+            else:
+                self._digests.pop(digest, None)
+            return found
+
+    def _holds(self, key: str, digest: str) -> bool:
+        """Whether the turn with ``key`` holds the text with ``digest`` now: it is still a turn
+        of the gatekeeper, unchanged since it was hashed with that digest (caller holds the lock)."""
+        held, turn_id = self._hashed.get(key), self._ids.get(key)
+        if held is None or turn_id is None or held[1] != digest:
+            return False
+        try:
+            return self.gatekeeper.get_turn(turn_id) is held[0]
+        except Exception:  # noqa: BLE001 -- removed meanwhile
+            return False
 
 
 class _MessageVectorCache:
@@ -794,6 +823,11 @@ class _MessageVectorCache:
     (:meth:`StoreVectorCache.put_many` takes ``(message_id, key, vector)`` items), and never
     saves the vector of a text no current turn holds (edited away or deleted while it was
     embedded: the store would keep it with no message to drop it with)."""
+
+    saves_by_message = True
+    """The store keeps each vector with its message and drops it with the message: the semantic
+    channel saves a vector again when a turn brings back a removed turn's text (an undone
+    deletion), though it finds the vector in memory."""
 
     def __init__(self, cache: Any, gate: TranscriptGate) -> None:
         self.cache = cache

@@ -4,10 +4,12 @@
 (:class:`TurnVectors`).  A turn added or changed is queued; a background job on the
 embedder's documents lane (:mod:`.runner`: one daemon thread per underlying
 embedder) looks it up in the vector cache by the hash of its text and embeds the rest
-in batches.  ``select`` and ``explain`` embed only the query -- at most one embedding
-call, bounded by ``embed_timeout`` counted from the call's start on the query lane (a
-query still waiting its turn there when that time is up falls back without an outage)
--- and score turns not yet embedded lexically.  ``embed_pending`` / ``aembed_pending``
+in batches (a vector cache that fails to read or save is no embedder outage: the
+vectors stay in memory, with one warning naming the cache).  ``select`` and
+``explain`` embed only the query -- at most one embedding call, bounded by
+``embed_timeout`` counted from the call's start on the query lane (a query still
+waiting its turn there when that time is up falls back without an outage) -- and
+score turns not yet embedded lexically.  ``embed_pending`` / ``aembed_pending``
 embed what is queued now and wait while the embedder keeps answering (tests and
 benchmarks call them for deterministic results).
 
@@ -19,7 +21,10 @@ and one warning is logged per outage per embedder; a query answered with an unus
 vector (NaN, all zero) falls back alone, with no backoff.  A batch that fails is split to find
 a text the embedder refuses alone (twice: one failure may be a passing error); such a
 turn stays lexical-only.  Turn vectors are used at float32 precision, as every vector
-cache and store keeps them.
+cache and store keeps them.  A query vector of another dimension than the turns' is
+looked into by embedding one turn again (:meth:`SemanticChannel._check_model`): the model
+behind the name changed (every turn is embedded again), or the embedder answers queries
+and documents with two models (warned; selection stays lexical).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["TurnVectors", "SemanticChannel"]
 
 _PROBE_TEXT = "ok"  # embedded to tell a refused text from an embedder that is down
+_REMOVED_LIMIT = 20_000  # texts of removed turns remembered (:meth:`SemanticChannel._forget_text`)
 
 
 class _Changes(set):
@@ -119,6 +125,13 @@ class SemanticChannel:
         self._dimension_changes = 0  # in the running pass (:meth:`_drain`)
         self._rewritten: set[int] = set()  # turns whose text changed, until they have a vector again
         self._resave: list[tuple[tuple[str, str], Vector]] = []  # cache hits of those, to save again
+        # a cache that saves each vector with its message (a transcript's store, which drops the
+        # vectors of removed messages): texts of removed turns, saved again when a turn brings one back
+        self._by_message = getattr(self.cache, "saves_by_message", False) is True
+        self._removed: dict[str, None] = {}  # digests, oldest first, at most _REMOVED_LIMIT
+        self._recheck: tuple[int, int] | None = None  # (query, turn) dimensions the next pass looks into
+        self._retired: set[int] = set()  # dimensions of a model replaced under this name: cached ones unused
+        self._cache_failing = False  # a cache failure was warned about (until the cache works again)
 
     def bind(self, history: TurnHistory, lock: Any) -> None:
         """Follow ``history`` (guarded by ``lock``): its added and changed turns are queued."""
@@ -138,15 +151,18 @@ class SemanticChannel:
         on an event loop thread) pending turns found in the vector cache get their vector
         now.  Queues a background pass when turns are left.  The caller holds the lock."""
         history, changed = self._bound()
-        for turn_id in list(changed):
-            turn = history.turns.get(turn_id)
+        turns = history.turns
+        for turn_id in sorted(changed, key=turns.__contains__):  # removals first: a text they held is known
+            turn = turns.get(turn_id)
             text = "" if turn is None else turn_text(turn)
             digest = "" if turn is None else text_hash(text)  # before the id leaves the changes: nothing lost
             changed.discard(turn_id)
             known = self._known(turn_id)
-            self.pending.pop(turn_id, None)
+            queued = self.pending.pop(turn_id, None)
             self.refused.pop(turn_id, None)
-            if turn is None:
+            if turn is None:  # its text (with a vector, or on its way to one) may come back
+                self._forget_text(self.vectors.hashes.get(turn_id) or self.inflight.get(turn_id)
+                                  or (queued[1] if queued else None))
                 self.inflight.pop(turn_id, None)
                 self.vectors.drop(turn_id)
                 self._rewritten.discard(turn_id)
@@ -179,12 +195,27 @@ class SemanticChannel:
 
     def _set_cached(self, turn_id: int, vector: Vector, digest: str) -> None:
         """:meth:`_set` a vector found in the cache; a changed turn's vector (an undo brings
-        an old text back) is also saved again by the next pass, so that a store keeping
-        one vector per message holds the one of the message's current text."""
+        an old text back), or, with a cache that saves by message, the vector of a text a
+        removed turn held (an undone deletion brings the turn back), is also saved again by
+        the next pass, so that a store keeping one vector per message holds the one of the
+        message's current text."""
         self._set(turn_id, vector, digest)
-        if turn_id in self._rewritten:
+        if turn_id in self._rewritten or digest in self._removed:
             self._rewritten.discard(turn_id)
+            self._removed.pop(digest, None)
             self._resave.append(((self.embedder.name, digest), vector))
+
+    def _forget_text(self, digest: str | None) -> None:
+        """Note the text of a removed turn that had a vector (a cache that saves by message
+        drops the vector with the message: :meth:`_set_cached` saves it again if a turn brings
+        the text back).  The newest :data:`_REMOVED_LIMIT` are kept."""
+        if digest is None or not self._by_message:
+            return
+        removed = self._removed
+        removed.pop(digest, None)
+        removed[digest] = None
+        if len(removed) > _REMOVED_LIMIT:
+            del removed[next(iter(removed))]
 
     def _kick(self) -> None:
         """Queue one background pass unless one is queued or the embedder is backing off."""
@@ -195,9 +226,15 @@ class SemanticChannel:
         """The cache's vector of the text with ``digest``; ``None`` when it has none, one of
         another dimension, or an all-zero one (saved before such vectors were refused: the
         text is embedded again, and refused if the embedder still answers zero)."""
-        vector = self.cache.get((self.embedder.name, digest))
+        try:
+            vector = self.cache.get((self.embedder.name, digest))
+        except Exception as exc:  # noqa: BLE001 -- a vector cache (a store) may raise anything: a miss
+            self._cache_failed("read", 1, exc)
+            return None
         dim = self.vectors.dim
         if vector is None or (dim is not None and len(vector) != dim) or not any(vector):
+            return None
+        if len(vector) in self._retired:  # the model behind this name answers another dimension now
             return None
         return vector
 
@@ -205,6 +242,7 @@ class SemanticChannel:
         dropped = self.vectors.set(turn_id, vector, digest)
         if dropped:  # another dimension: the model changed; embed the others again
             self._dimension_changes += 1
+            self._retired.discard(len(vector))
             self.state.answered()
             self._bound()[1].update(dropped)
 
@@ -227,6 +265,9 @@ class SemanticChannel:
                 return count, changing
             if not explicit and self.state.blocked():
                 return count, None
+            failure = self._check_model()
+            if failure is not None:
+                return count, failure
             with lock:
                 self.take(lookup=False)
                 chunk = list(self.pending.items())[: self.batch_size]
@@ -250,7 +291,7 @@ class SemanticChannel:
                 try:
                     done, refused, error = self._embed(batch)
                     count += self._land(batch, done, refused, error)
-                except Exception as exc:  # noqa: BLE001 -- a vector cache (a store) may raise anything
+                except Exception as exc:  # noqa: BLE001 -- unexpected: the embedder's and cache's failures are handled
                     self._requeue(batch)
                     self.state.failed(exc, self.embedder.name)
                     return count, exc
@@ -332,7 +373,7 @@ class SemanticChannel:
         done = {i: _float32(v) for i, v in done.items()}
         current = self._still_current(batch, done)
         if current:
-            self._put([((self.embedder.name, batch[i][2]), done[i]) for i in current])
+            self._save([((self.embedder.name, batch[i][2]), done[i]) for i in current])
         if error is not None:
             self.state.failed(error, self.embedder.name)
         elif done:
@@ -345,6 +386,7 @@ class SemanticChannel:
                 if i in done:
                     self._set(turn_id, done[i], digest)
                     self._rewritten.discard(turn_id)  # saved with the batch
+                    self._removed.pop(digest, None)
                 elif i in refused:
                     self.refused[turn_id] = digest
                     self._refused_digests.add(digest)
@@ -372,16 +414,92 @@ class SemanticChannel:
             for key, vector in keyed:
                 self.cache.put(key, vector)
 
-    def _save_again(self, keyed: list[tuple[tuple[str, str], Vector]]) -> None:
-        """Save again the vectors of changed turns found in the cache (:meth:`_set_cached`).
-        Only tidies what a store keeps: a cache that fails here is logged, never an outage."""
-        if not keyed:
-            return
+    def _save(self, keyed: list[tuple[tuple[str, str], Vector]]) -> None:
+        """Keep vectors in the cache.  A cache that fails is no embedder outage: the vectors
+        stay in this channel's memory (selection uses them), one warning is logged until the
+        cache works again, and a text may be embedded again after a restart."""
         try:
             self._put(keyed)
         except Exception as exc:  # noqa: BLE001 -- a vector cache (a store) may raise anything
-            logger.warning("vector cache %r could not save %d vector(s) again (%s: %s)",
-                           self.cache, len(keyed), type(exc).__name__, exc)
+            self._cache_failed("save", len(keyed), exc)
+        else:
+            self._cache_failing = False
+
+    def _cache_failed(self, what: str, count: int, exc: BaseException) -> None:
+        """Warn, once until the cache works again, that it failed to ``what`` vectors."""
+        if self._cache_failing:
+            return
+        self._cache_failing = True
+        logger.warning(
+            "vector cache %r could not %s %d vector(s) (%s: %s); the embedder %r is fine: its vectors are "
+            "kept in memory and selection goes on with them, but texts may be embedded again after a restart "
+            "(further cache failures are not logged until it works again)",
+            self.cache, what, count, type(exc).__name__, exc, self.embedder.name,
+        )
+
+    def _save_again(self, keyed: list[tuple[tuple[str, str], Vector]]) -> None:
+        """Save again the vectors of changed turns found in the cache (:meth:`_set_cached`).
+        Only tidies what a store keeps: a cache that fails here is logged, never an outage."""
+        if keyed:
+            self._save(keyed)
+
+    # -- a model replaced under the same name (:meth:`mismatched` asks, a pass answers) ------
+    def _check_model(self) -> BaseException | None:
+        """Answer a query/turn dimension mismatch (:meth:`mismatched`): embed one turn's text
+        again.  Its new vector has the turns' old dimension: the embedder embeds queries and
+        documents with two models (warned; selection stays lexical).  Another dimension: the
+        model behind this name changed, so the turns' vectors go, every turn is embedded
+        again, and cached vectors of the old dimension are no longer used.  The error when the
+        embedder fails (the check is tried again by the next pass), else ``None``."""
+        with self._lock:
+            pair, self._recheck = self._recheck, None
+            if pair is None:
+                return None
+            self.take(lookup=False)
+            history = self._bound()[0]
+            sample = next((t for t in reversed(self.vectors.ids) if t in history.turns), None)
+            if sample is None or self.vectors.dim != pair[1]:
+                return None  # no turn vector of that dimension left: the next one embedded decides
+            text, digest = turn_text(history.turns[sample]), self.vectors.hashes[sample]
+        try:
+            vector = _float32(self._documents([text])[0])
+        except UnusableVectorError:  # no answer for this text (no outage): a turn embedded later decides
+            return None
+        except Exception as exc:  # noqa: BLE001 -- an embedder may raise anything
+            with self._lock:
+                if self._recheck is None:
+                    self._recheck = pair
+            self.state.failed(exc, self.embedder.name)
+            return exc
+        self.state.answered()
+        query_dim, old = pair
+        if len(vector) == old:
+            logger.warning(
+                "embedder %r embeds documents in %d dimensions (checked again) but queries in %d: it answers "
+                "them with two models, so selection stays lexical (Selection.semantic_fallback); embed queries "
+                "and documents with one model", self.embedder.name, old, query_dim,
+            )
+            return None
+        logger.warning(
+            "embedder %r now embeds documents in %d dimensions, its turns' vectors have %d: the model behind "
+            "this name changed, so every turn is embedded again and cached %d-dimensional vectors are no "
+            "longer used", self.embedder.name, len(vector), old, old,
+        )
+        with self._lock:
+            self._retired.add(old)
+            history, changed = self._bound()
+            turn = history.turns.get(sample)
+            if turn is not None and text_hash(turn_text(turn)) == digest:
+                self._set(sample, vector, digest)  # the others go, queued again
+                keep = True
+            else:  # changed meanwhile: the old vectors go all the same
+                dropped = list(self.vectors.ids)
+                self.vectors.clear()
+                changed.update(dropped)
+                keep = False
+        if keep:
+            self._save([((self.embedder.name, digest), vector)])
+        return None
 
     def _stall_limit(self) -> float | None:
         """How long :meth:`embed_pending` waits without the embedder answering a single
@@ -506,7 +624,11 @@ class SemanticChannel:
         return vector, False
 
     def view(self, vector: Vector | None, min_turns: int) -> QueryView | None:
-        return None if vector is None else self.vectors.view(vector, min_turns)
+        """The query's similarities to the turns the bound history holds (a vector of a turn
+        it no longer holds is never scored: :meth:`TurnVectors.view`).  The caller holds the lock."""
+        if vector is None:
+            return None
+        return self.vectors.view(vector, min_turns, self._bound()[0].positions)
 
     def mismatched(self, vector: Vector) -> bool:
         """Whether the query's vector has another dimension than the turns' (the embedder
@@ -518,11 +640,15 @@ class SemanticChannel:
             return False
         if (query_dim, dim) not in self._mismatches:
             self._mismatches.add((query_dim, dim))
+            self._recheck = (query_dim, dim)
             logger.warning(
                 "embedder %r gave the query a %d-dimensional vector but the turns %d-dimensional ones; "
-                "selection is lexical (Selection.semantic_fallback) until they agree: embed queries and "
-                "documents with one model", self.embedder.name, query_dim, dim,
+                "selection is lexical (Selection.semantic_fallback) until they agree. One turn is embedded "
+                "again to tell whether the model behind this name changed (then every turn is embedded "
+                "again with it)", self.embedder.name, query_dim, dim,
             )
+        if self._recheck is not None:
+            self._kick()  # (a pass answers it: :meth:`_check_model`; nothing while backing off)
         return True
 
 

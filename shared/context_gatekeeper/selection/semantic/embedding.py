@@ -432,10 +432,12 @@ def as_embedder(obj: Any, *, name: str | None = None, aembed: Callable[..., Awai
         if twin is not None:
 
             async def aquery_by_twin(text: str) -> Any:
-                return (await twin([text]))[0]
+                return check_vectors(await twin([text]), 1, label)[0]
 
             aquery = aquery_by_twin
-        return Embedder(label, obj, lambda text: obj([text])[0], twin, aquery)
+        # one vector for the one text, checked before it is taken out of the answer: a reply of
+        # none (``[]``) or of two is an unusable answer (no outage), not an IndexError
+        return Embedder(label, obj, lambda text: check_vectors(obj([text]), 1, label)[0], twin, aquery)
     raise InvalidTypeError(
         f"embedder must be a LangChain Embeddings, a LlamaIndex BaseEmbedding or a callable "
         f"list[str] -> list[list[float]] (an async function goes in aembed= beside a sync one), "

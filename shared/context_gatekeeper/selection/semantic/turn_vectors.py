@@ -5,6 +5,7 @@ depend on it (:meth:`TurnVectors.view`, :func:`fusion.zscores`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .embedding import Vector
@@ -71,18 +72,29 @@ class TurnVectors:
     def clear(self) -> None:
         self.ids, self.rows, self.hashes, self._matrix = [], {}, {}, None
 
-    def view(self, query: Vector, min_turns: int) -> QueryView | None:
+    def view(self, query: Vector, min_turns: int, present: Mapping[int, Any] | None = None) -> QueryView | None:
         """The query's similarity to every stored turn (``None`` without vectors or on a
-        dimension mismatch); calibrated z-scores from ``min_turns`` turns on."""
+        dimension mismatch); calibrated z-scores from ``min_turns`` turns on.  With ``present``
+        (the history's turn id -> position), only the turns it holds: a vector kept for a turn
+        the history no longer holds (a removal not taken in yet) is left out, never looked up."""
         if self._matrix is None or not self.ids:
             return None
         q = unit_rows(query)[0]
         if q.shape[0] != self._matrix.shape[1]:
             return None
-        vectors = self._matrix[: len(self.ids)]
+        ids: list[int] = self.ids
+        rows: Mapping[int, int] = self.rows
+        vectors = self._matrix[: len(ids)]
+        if present is not None and not self.rows.keys() <= present.keys():  # (a subset test in C)
+            held = [row for row, turn_id in enumerate(ids) if turn_id in present]
+            if not held:
+                return None
+            ids = [ids[row] for row in held]
+            rows = {turn_id: row for row, turn_id in enumerate(ids)}
+            vectors = vectors[held]
         # each row's dot product computed alike wherever the row is (a matrix-vector product
         # sums a row differently by where it falls in the BLAS kernel's blocks, so the same
         # turns embedded in another order would get similarities a last bit apart)
         sims = numpy().einsum("ij,j->i", vectors, q)
-        z = zscores(sims) if len(self.ids) >= max(2, min_turns) else None
-        return QueryView(self.ids, self.rows, sims, z, vectors)
+        z = zscores(sims) if len(ids) >= max(2, min_turns) else None
+        return QueryView(ids, rows, sims, z, vectors)
