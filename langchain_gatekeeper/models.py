@@ -35,7 +35,7 @@ from typing import Any
 
 from langchain_core import exceptions as lc_exceptions
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from context_gatekeeper import (
@@ -105,6 +105,14 @@ def underlying_chat_model(runnable: Any) -> BaseChatModel | None:
         if runnable is None:
             return None
     return None
+
+
+_EDITOR_RUN = RunnableConfig(tags=["nostream"])
+"""The config of every call :class:`LangChainEditModel` makes: a call inside a LangGraph run
+(the middleware's ``/edit`` route) joins the run's callbacks, and LangGraph's
+``stream_mode="messages"`` (and ``astream_events``) would show the editor's answer, the patch
+JSON, as the assistant's reply; runs tagged ``nostream`` (LangGraph's ``TAG_NOSTREAM``) are
+left out of that stream.  Callbacks and tracing still see the call."""
 
 
 class LangChainEditModel(EditModel):
@@ -221,10 +229,10 @@ class LangChainEditModel(EditModel):
         """Call the model; text, or the parsed object under structured output."""
         sent = self._messages(messages)
         if json_schema is None:
-            return self._text_reply(self.model.invoke(sent))
+            return self._text_reply(self.model.invoke(sent, config=_EDITOR_RUN))
         runnable = self.structured_runnable(json_schema)
         try:
-            reply = runnable.invoke(sent)
+            reply = runnable.invoke(sent, config=_EDITOR_RUN)
         except Exception as exc:
             self._call_failed(exc)
         return self._structured_reply(reply)
@@ -247,10 +255,10 @@ class LangChainEditModel(EditModel):
         """Async :meth:`_call` (the model's own ``ainvoke``)."""
         sent = self._messages(messages)
         if json_schema is None:
-            return self._text_reply(await self.model.ainvoke(sent))
+            return self._text_reply(await self.model.ainvoke(sent, config=_EDITOR_RUN))
         runnable = self.structured_runnable(json_schema)
         try:
-            reply = await runnable.ainvoke(sent)
+            reply = await runnable.ainvoke(sent, config=_EDITOR_RUN)
         except Exception as exc:
             self._call_failed(exc)
         return self._structured_reply(reply)

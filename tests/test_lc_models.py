@@ -241,3 +241,31 @@ def test_a_chain_ending_in_a_string_parser_streams_its_text() -> None:
 
     model = LangChainEditModel(fake("one two three") | StrOutputParser())
     assert "".join(model.stream_text(QUESTION)) == "one two three"
+
+
+def test_an_editing_chat_model_inside_an_agent_run_is_left_out_of_its_message_stream() -> None:
+    """The middleware's /edit route calls the editing model inside the agent's run, where it
+    joins the run's callbacks: LangGraph's stream_mode="messages" showed its patch JSON as the
+    assistant's reply.  Its calls are tagged nostream (sync and async), so the stream holds the
+    route's confirmation alone."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_gatekeeper import GatekeeperMiddleware
+
+    editor = GenericFakeChatModel(messages=iter([AIMessage('{"operations": []}') for _ in range(2)]))
+    agent = create_agent(fake("Dublin first, then Galway."), [], middleware=[GatekeeperMiddleware(model=editor)],
+                         checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("Plan a trip to Ireland.")]}, config)
+
+    def edit() -> dict[str, Any]:  # a new message each run (LangGraph gives a message its id in place)
+        return {"messages": [HumanMessage("/edit Iceland, not Ireland")]}
+
+    async def streamed_async() -> list[str]:
+        return [chunk.text async for chunk, _meta in agent.astream(edit(), config, stream_mode="messages")]
+
+    for texts in ([chunk.text for chunk, _meta in agent.stream(edit(), config, stream_mode="messages")],
+                  asyncio.run(streamed_async())):
+        assert texts == ["Nothing to change: the conversation already says that."], texts
