@@ -28,13 +28,18 @@ by aligning them with the current state by content.
 
 An assistant message whose text an edit rewrote loses what no longer matches its
 text: its ``ThinkingBlock`` s and provider-specific ``additional_kwargs`` keys
-(thought signatures, reasoning traces).
+(thought signatures, reasoning traces).  What the caller supplied with a message
+(``put``, or ``set`` replacing a message, which keeps its id) stays: :func:`to_core`
+records a digest of the text those keys arrived with (``metadata["provider_text"]``), and
+:func:`from_core` drops them only from a message whose text no longer has that digest (an
+undo that restores the text restores them too).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import json
 import math
 import re
@@ -71,6 +76,23 @@ _ROLES: dict[str, Role] = {
 }
 PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
 """additional_kwargs keys dropped from an assistant message whose text was rewritten."""
+PROVIDER_TEXT = "provider_text"
+"""The core metadata key holding the digest of the text an assistant message's
+provider-specific keys arrived with (see the module docstring)."""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _rewritten(message: Message) -> bool:
+    """Whether an edit rewrote ``message``'s text since its provider-specific keys came with
+    it: its text no longer has the digest they arrived with (a message stored before the
+    digest was recorded: its provenance says it was edited)."""
+    recorded = message.metadata.get(PROVIDER_TEXT)
+    if isinstance(recorded, str):
+        return recorded != _digest(message.content)
+    return message.origin == "edited"
 
 
 def _role_value(role: Any) -> str:
@@ -170,6 +192,8 @@ def to_core(message: ChatMessage, *, message_id: str | None = None) -> Message:
         metadata["tool_calls"] = calls
     if role == "tool" and isinstance(kwargs.get("tool_call_id"), str):
         metadata["tool_call_id"] = kwargs["tool_call_id"]
+    if role == "assistant" and any(PROVIDER_SPECIFIC.search(str(key)) for key in kwargs):
+        metadata[PROVIDER_TEXT] = _digest(content)  # what they were given with, kept through set()
     return Message(id=message_id or new_message_id(), role=role, content=content, parts=parts, metadata=metadata)
 
 
@@ -249,7 +273,7 @@ def from_core(message: Message) -> ChatMessage:
     """A core message as a new LlamaIndex ``ChatMessage`` (a fresh copy every call)."""
     role = message.metadata.get("role") or message.role
     kwargs = copy.deepcopy(dict(message.metadata.get("additional_kwargs") or {}))
-    if message.origin == "edited" and message.role == "assistant":
+    if message.role == "assistant" and _rewritten(message):
         kwargs = {k: v for k, v in kwargs.items() if not PROVIDER_SPECIFIC.search(k)}
     return ChatMessage(role=role, blocks=_blocks_for(message), additional_kwargs=kwargs)
 

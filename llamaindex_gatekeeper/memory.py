@@ -271,8 +271,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         super().__setattr__(name, value)
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> "GatekeeperMemory":
-        """A copy as :meth:`__deepcopy__` makes one, ``deep`` or not: a shallow copy would share
-        this memory's transcript and store, and closing it would close them.  ``update`` may
+        """A copy as :meth:`__deepcopy__` makes one, ``deep`` or not (on the same session of the
+        same store): a shallow copy would share this memory's transcript, and closing it would
+        close a store this memory opened.  ``update`` may
         change ``token_limit`` (checked), never ``session_id``: build a memory for the other session.
         Any other name raises ``InvalidTypeError``, before anything is copied."""
         changes = dict(update or {})
@@ -566,8 +567,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """Rebuild a memory from :meth:`to_dict` output (:func:`.serialisation.from_dict`: the
         log is checked whole before anything is written; ``kwargs`` are constructor options
         and win over the data's).  The data's store is never opened: pass ``store=``, or
-        see :meth:`trusted_stores`; without either a memory that lived in SQLite or
-        PostgreSQL comes back in memory, with a ``StoreDetachedWarning``."""
+        see :meth:`trusted_stores`.  Data this process exported from a memory whose store is
+        still open (a workflow ``Context`` reused across runs) attaches to that store; other
+        data of a memory that lived in SQLite or PostgreSQL comes back in memory, with a
+        ``StoreDetachedWarning``."""
         return serialisation.from_dict(cls, data, **kwargs)
 
     @staticmethod
@@ -593,13 +596,14 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         return serialisation.pickled(self)
 
     def __copy__(self) -> "GatekeeperMemory":
-        """:meth:`__deepcopy__`: a shallow copy would share the transcript and the store, and
-        closing either object would close both."""
+        """:meth:`__deepcopy__`: a shallow copy would share the transcript, and closing it
+        would close a store this memory opened."""
         return self.__deepcopy__()
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> "GatekeeperMemory":
-        """An independent copy that keeps the model, the token counter and every option
-        (:func:`.serialisation.deep_copy`)."""
+        """A copy on the same session of the same store (the store is a live handle, as
+        LlamaIndex's ``Memory`` shares its own), keeping the model, the token counter and
+        every option (:func:`.serialisation.deep_copy`)."""
         return serialisation.deep_copy(self, memo)
 
     # -- selection (what get returns) -----------------------------------------------------

@@ -33,11 +33,20 @@ model; pass them to ``from_dict`` again (``params=`` for the tunables).
 **The store.**  ``to_dict`` records where the memory lived (``data["store"]``: a SQLite
 file's absolute path, or a PostgreSQL connection string without its password and the
 table prefix; nothing for an in-memory store), but ``from_dict`` never opens a store
-the data names: with no ``store=`` it replays the log into a new in-memory store and
-warns (:class:`StoreDetachedWarning`) that later writes will not reach the named one.
-To reattach, pass ``store=``, or, where a framework calls ``from_dict`` for you (a
-workflow ``Context`` decoding its state), name the stores you trust while it runs with
-:func:`trusted_stores` (also ``GatekeeperMemory.trusted_stores``):
+the data names.  Data this process exported from a memory whose store is still open
+carries a token this process issued (``data["live_token"]``, see :mod:`.stored`):
+``from_dict`` attaches it to that same open store and session as they are now, whatever
+the store, and imports nothing, as a pickle reattaches (a workflow ``Context`` reused
+across runs rebuilds its memory from its JSON at every run; a session purged since
+stays purged).
+Other data (saved and read back after a restart, from another process) with no
+``store=`` is replayed into a new in-memory store, with a warning
+(:class:`StoreDetachedWarning`) when it names a store, that later writes will not reach
+it.  To reattach such data, pass ``store=``, or, where a framework calls ``from_dict``
+for you (a workflow ``Context`` decoding its state), name the stores you trust while it
+runs with :func:`trusted_stores` (also ``GatekeeperMemory.trusted_stores``).  A store
+whose session went on since the export (the data's log is the beginning of the
+store's) is attached as it is; one whose log differs is refused:
 
 >>> import tempfile, warnings
 >>> from llamaindex_gatekeeper import GatekeeperMemory
@@ -45,7 +54,7 @@ workflow ``Context`` decoding its state), name the stores you trust while it run
 >>> path = folder.name + "/chats.db"
 >>> memory = GatekeeperMemory.from_defaults(store=path, session_id="s1")
 >>> data = memory.to_dict()
->>> memory.close()
+>>> memory.close()  # its store closed: the data is no live export any more
 >>> with GatekeeperMemory.trusted_stores(path):
 ...     again = GatekeeperMemory.from_dict(data)
 >>> again.store.path == path
@@ -64,9 +73,14 @@ selection parameters whole (a pickle is trusted: unpickling runs code anyway): a
 file pickles as that file's path and reattaches to the live session; one in
 PostgreSQL as its connection string *without the password* (the unpickling side
 supplies it through ``PGPASSWORD`` or ``~/.pgpass``); any other store as its full
-revision log, replayed into a new in-memory store.  A model and a custom token
-counter are never pickled (they may hold API keys or be closures): the unpickled
-memory uses the defaults; ``copy.deepcopy``, which stays in the process, keeps them.
+revision log, replayed into a new in-memory store, apart.  ``copy.deepcopy`` (and
+``model_copy``), which stays in the process, attaches the copy to the same session of
+the same store (the store is a live handle, as LlamaIndex's ``Memory`` shares its own):
+a SQLite or PostgreSQL one through a connection of its own, any other store (an
+``InMemoryStore`` included) as the same object, so a workflow that deep-copies its state
+(``ctx.store.edit_state()``) loses nothing written through the copy.  A model and a
+custom token counter are never pickled (they may hold API keys or be closures): the
+unpickled memory uses the defaults; ``copy.deepcopy`` keeps them.
 """
 
 from __future__ import annotations
@@ -82,7 +96,9 @@ from context_gatekeeper.integration import (
     IdEntry, RevisionKind, STATE_CHANGING, check_revision, require_budget, store_from_spec, store_spec,
 )
 
-from .stored import StoreDetachedWarning, detached, named_store, trusted_store, trusted_stores
+from .stored import (
+    LIVE_TOKEN, StoreDetachedWarning, detached, export_token, live_store, named_store, trusted_store, trusted_stores,
+)
 
 if TYPE_CHECKING:
     from .memory import GatekeeperMemory
@@ -310,18 +326,19 @@ def _same_revision(stored: Revision, imported: Revision) -> bool:
 
 def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[Revision]) -> None:
     """InvalidInputError (a ValueError) naming the first revision where the store's log
-    and the imported one differ; nothing when they are the same."""
+    and the imported one differ, or the first the data has beyond the store's; nothing when
+    the data's log is the store's or a beginning of it (the data was exported from this
+    session, which went on since: the store is the memory's truth, as a pickle reattaches)."""
     for position, (stored, wanted) in enumerate(zip(existing, imported), 1):
         if not _same_revision(stored, wanted):
             what = f"its revision {position} ({stored.kind}) differs from revision {position} ({wanted.kind}) of the data"
             break
     else:
-        if len(existing) == len(imported):
+        if len(existing) >= len(imported):
             return
-        position = min(len(existing), len(imported)) + 1
         what = (
-            f"it has {len(existing)} revision(s) and the data {len(imported)}: revision {position} is only in "
-            f"{'the store' if len(existing) > len(imported) else 'the data'}"
+            f"it has {len(existing)} revision(s) and the data {len(imported)}: revision {len(existing) + 1} is "
+            "only in the data"
         )
     raise InvalidInputError(
         f"session {session_id!r} already has other revisions in that store: {what}; {_NOTHING_WRITTEN}. "
@@ -363,8 +380,18 @@ def to_dict(memory: GatekeeperMemory) -> dict[str, Any]:
     change from the defaults; non-scalar tunables, a custom token counter, an embedder or
     an editing model are not: pass them again to :func:`from_dict`.  ``"store"`` names
     the SQLite file or PostgreSQL database (no password) the memory lives in, for
-    :func:`from_dict` to warn about or :func:`trusted_stores` to reattach.
+    :func:`from_dict` to warn about or :func:`trusted_stores` to reattach, and
+    ``"live_token"`` is this process's token for that open store and session, with which
+    :func:`from_dict` in this process reattaches (see :mod:`.stored`).
     """
+    data = _exported(memory)
+    data[LIVE_TOKEN] = export_token(memory.transcript.store, memory.transcript.session_id)
+    return data
+
+
+def _exported(memory: GatekeeperMemory, log: bool = True) -> dict[str, Any]:
+    """:func:`to_dict` without the live-export token (what a pickle or a copy carries);
+    without ``log``, ``"revisions"`` is empty (a copy attaches to the live session)."""
     options = {k: v for k, v in memory._options.items() if k in DATA_OPTIONS and isinstance(v, _SCALAR_OPTIONS)}
     params = memory._options.get("params")
     if isinstance(params, SelectionParams):  # a params object travels as the scalar values it changes
@@ -378,7 +405,7 @@ def to_dict(memory: GatekeeperMemory) -> dict[str, Any]:
         "session_id": memory.transcript.session_id,
         "token_limit": memory.token_limit,
         "options": options,
-        "revisions": [r.to_dict() for r in memory.transcript.history()],
+        "revisions": [r.to_dict() for r in memory.transcript.history()] if log else [],
     }
     named = store_spec(memory.transcript.store)  # never the password
     if named is not None:
@@ -390,12 +417,14 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
     """A memory of class ``cls`` rebuilt from :func:`to_dict` output.
 
     The revisions are written into ``store=`` (default: a store of
-    :func:`trusted_stores` that the data names, else a new in-memory store, with
+    :func:`trusted_stores` that the data names, else the open store a live export of
+    this process came from (see the module docstring), else a new in-memory store, with
     :class:`StoreDetachedWarning` when the data names a SQLite file or PostgreSQL
-    database).  A store whose session already holds exactly these revisions (a SQLite
-    file the memory lived in) is attached as it is; one holding other revisions
-    (another number, kind, target or change, the text included) is refused with
-    :class:`InvalidInputError` (a ``ValueError``) naming the first that differs.  Other
+    database).  A store whose session already holds these revisions, and maybe later
+    ones (a SQLite file the memory lived in, which went on since), is attached as it
+    is; one holding other revisions (another number, kind, target or change, the text
+    included), or fewer than the data, is refused with :class:`InvalidInputError` (a
+    ``ValueError``) naming the first that differs.  Other
     keyword arguments are constructor options (``model``, ``token_counter``, ``params``,
     ``options``, ``session_id``, ``token_limit`` ...), and win over the data's (see the
     module docstring).  Revision times are those of the import.
@@ -408,8 +437,9 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
         InvalidInputError: ``data`` lacks ``session_id`` or ``token_limit`` (and the
             caller passed none); ``data["options"]`` names an option outside
             :data:`DATA_OPTIONS` (a store, a model, a token counter ...) or a value
-            that is not a scalar of the option's type; ``data["store"]`` is not what
-            :func:`to_dict` writes; or an entry of ``data["revisions"]`` is not a
+            that is not a scalar of the option's type; ``data["store"]`` or
+            ``data["live_token"]`` is not what :func:`to_dict` writes; or an entry of
+            ``data["revisions"]`` is not a
             revision, or an append there reuses a message id with other text.
             Nothing is created.  Also when ``store=`` already holds the session with
             other revisions (the first that differs is named); nothing is written and
@@ -424,11 +454,16 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
     named = named_store(data)
     revisions = _checked_log(session_id, data.get("revisions", []))
     store = options.pop("store", None)
+    live = None
     if store is None and named is not None:
         store = trusted_store(named)
-        if store is None:
+    if store is None:
+        store = live = live_store(data, named, session_id)
+        if live is None and named is not None:
             detached(named)
     memory = cls(token_limit=token_limit, session_id=session_id, store=store or InMemoryStore(), **options)
+    if live is not None:  # the live session as it is now, as a pickle reattaches: nothing imported (a
+        return memory  # session purged since stays purged)
     try:
         existing = memory.transcript.history()
         if existing:
@@ -466,33 +501,39 @@ def pickled(memory: GatekeeperMemory) -> tuple[Any, tuple[type, dict[str, Any]]]
     """``memory.__reduce__()``: the session (see the module docstring), never a model, a
     token counter or a password."""
     spec = store_spec(memory.transcript.store)
-    data = to_dict(memory)
-    if spec is not None:
-        data["revisions"] = []  # the live session is reattached, not replayed
+    data = _exported(memory, log=spec is None)  # a named store's live session is reattached, not replayed
     state = {"memory": data, "store": spec, "params": memory._options.get("params")}  # the params whole
     return _unpickle, (type(memory), state)
 
 
 def deep_copy(memory: GatekeeperMemory, memo: dict[int, Any] | None = None) -> GatekeeperMemory:
-    """An independent copy of ``memory``, as ``pickle`` makes one (``copy.deepcopy``,
-    ``model_copy(deep=True)``).
+    """A copy of ``memory`` on the same session of the same store (``copy.deepcopy``,
+    ``model_copy(deep=True)``): the store is a live handle, not part of the copy, as
+    LlamaIndex's ``Memory`` shares its store with its copies.  Both see every later write,
+    so a workflow that copies its state (``ctx.store.edit_state()``) and keeps the copy
+    loses nothing the agent writes afterwards.
 
-    A memory in a SQLite file or PostgreSQL attaches the copy to the same session
-    of the same store through a connection of its own (nothing copied, nothing
-    lost: both see every later write; PostgreSQL's password is kept, in memory);
-    one in any other store gets its whole revision log replayed into a new
-    in-memory store, so the copy's ``history``, ``undo`` and ``redo`` work as the
-    original's and later writes to either leave the other alone.  Unlike a
-    pickle, the copy keeps the editing model, the token counter and every option.
+    A memory in a SQLite file or PostgreSQL attaches the copy through a connection of its
+    own (PostgreSQL's password is kept, in memory), which ``close()`` on the copy closes;
+    one in any other store (an ``InMemoryStore``, a store of your own) attaches the copy to
+    the same store object, which the copy never closes.  Unlike a pickle (which replays an
+    in-memory store's log into a new one, independent), the copy keeps the editing model,
+    the token counter and every option.
     """
-    spec = store_spec(memory.transcript.store, keep_password=True)
+    store = memory.transcript.store
+    spec = store_spec(store, keep_password=True)
     trusted = {
         **memory._options,
         "model": memory._default_model,
         "token_counter": memory._count,
         "tokenizer_fn": memory.tokenizer_fn,
     }
-    copied = _rebuild(type(memory), to_dict(memory), spec, trusted)
+    data = _exported(memory, log=False)
+    if spec is not None:
+        copied = _rebuild(type(memory), data, spec, trusted)
+    else:
+        options = _under_caller(_data_options(data), trusted)
+        copied = type(memory)(token_limit=data["token_limit"], session_id=data["session_id"], store=store, **options)
     if memo is not None:
         memo[id(memory)] = copied
     return copied

@@ -3,23 +3,51 @@
 ``to_dict`` names the memory's store (a SQLite file's absolute path, or a PostgreSQL
 connection string without its password); serialised data is untrusted, so ``from_dict``
 never opens a store the data names: it restores into memory and warns
-(:class:`StoreDetachedWarning`), unless the caller passes ``store=`` or names the store
-in :func:`trusted_stores` (for restores a framework runs, as a workflow ``Context`` does).
+(:class:`StoreDetachedWarning`), unless the caller passes ``store=``, names the store in
+:func:`trusted_stores` (for restores a framework runs, as a workflow ``Context`` does), or
+the data is a live export of this process (see below).
+
+**Live exports.**  ``to_dict`` also writes a random token (:data:`LIVE_TOKEN`) that this
+process maps, weakly, to the memory's open store object and session (:func:`export_token`).
+``from_dict`` of data carrying a token this process issued, for that session and naming that
+store (or, for an ``InMemoryStore`` or a store of your own, naming none), while the store is
+still open, attaches to the same store object (:func:`live_store`): a workflow ``Context``
+reused across runs serialises its state and rebuilds it through ``from_dict`` at every run,
+and its memory must go on writing where the caller's memory lives.  The token chooses
+nothing: data from elsewhere (another process, a restart, a file) holds no token this
+process issued, and a token only ever stands for the store and session it was issued for,
+and only while that store is open (a store garbage-collected takes its tokens with it).
 """
 
 from __future__ import annotations
 
 import contextvars
 import os
+import secrets
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from context_gatekeeper import InvalidInputError, InvalidTypeError, Store
+from context_gatekeeper import InvalidInputError, InvalidTypeError, Store, StoreClosedError
 from context_gatekeeper.integration import store_spec
 
-__all__ = ["StoreDetachedWarning", "trusted_stores", "named_store", "trusted_store", "detached"]
+__all__ = [
+    "StoreDetachedWarning", "trusted_stores", "named_store", "trusted_store", "detached", "export_token",
+    "live_store", "LIVE_TOKEN",
+]
+
+LIVE_TOKEN = "live_token"
+"""The key of ``to_dict`` output that holds the live-export token (see the module docstring)."""
+
+_LIVE: dict[str, tuple[weakref.ReferenceType[Store], str]] = {}
+"""Tokens this process issued: token -> (the store, weakly; the session).  An entry goes when
+its store is garbage-collected (a weakref callback), so the map never keeps a store alive."""
+
+_ISSUED: dict[tuple[int, str], str] = {}
+"""The token issued for each (live store's ``id``, session): one per session of a store, however
+many memories export it (an entry goes with its store, before its ``id`` can be reused)."""
 
 _TRUSTED: contextvars.ContextVar[tuple[Store | str | os.PathLike[str], ...]] = contextvars.ContextVar(
     "gatekeeper_trusted_stores", default=()
@@ -30,8 +58,9 @@ the asyncio tasks and ``asyncio.to_thread`` calls started inside it, never anoth
 
 class StoreDetachedWarning(UserWarning):
     """``from_dict`` restored a memory whose data names a SQLite file or PostgreSQL
-    database into a new in-memory store (the data may not choose a store): later writes
-    do not reach the named one.  Pass ``store=``, or use :func:`trusted_stores`."""
+    database into a new in-memory store (the data may not choose a store, and it was no
+    live export of this process): later writes do not reach the named one.  Pass
+    ``store=``, or use :func:`trusted_stores`."""
 
 
 def named_store(data: dict[str, Any]) -> dict[str, Any] | None:
@@ -78,11 +107,64 @@ def trusted_store(named: dict[str, Any]) -> Store | str | None:
     return None
 
 
+def export_token(store: Store, session_id: str) -> str:
+    """The live-export token for ``session_id`` of the open ``store``: the one this process
+    issued for that store and session, else a new random one, mapped weakly to the store."""
+    key = (id(store), session_id)
+    token = _ISSUED.get(key)
+    entry = _LIVE.get(token) if token is not None else None
+    if token is not None and entry is not None and entry[0]() is store and entry[1] == session_id:
+        return token
+    token = secrets.token_urlsafe(24)
+
+    def forget(_gone: object) -> None:  # the store was garbage-collected: its token goes with it
+        _LIVE.pop(token, None)
+        if _ISSUED.get(key) == token:
+            del _ISSUED[key]
+
+    _LIVE[token] = (weakref.ref(store, forget), session_id)
+    _ISSUED[key] = token
+    return token
+
+
+def live_store(data: dict[str, Any], named: dict[str, Any] | None, session_id: str) -> Store | None:
+    """The open store that ``data``'s live-export token stands for, when this
+    process issued it for ``session_id`` of the store ``named`` names (``None``: a store
+    ``to_dict`` cannot name, such as an ``InMemoryStore``) and that store is still open;
+    else ``None`` (the data came from elsewhere, or its store was closed or is gone).
+
+    Raises:
+        InvalidInputError: ``data[LIVE_TOKEN]`` is there but not a str.
+    """
+    token = data.get(LIVE_TOKEN)
+    if token is None:
+        return None
+    if not isinstance(token, str):
+        raise InvalidInputError(
+            f"serialised memory: {LIVE_TOKEN!r} must be a str as to_dict() writes it, got {type(token).__name__}; "
+            "nothing was created. Export the memory again with to_dict(), or leave the key out"
+        )
+    entry = _LIVE.get(token)
+    store = entry[0]() if entry is not None else None
+    if entry is None or store is None or entry[1] != session_id:
+        return None
+    if not (_names(store, named) if named is not None else store_spec(store) is None):
+        return None
+    try:
+        store.head(session_id)  # a closed store raises; a reattached memory could not use it
+    except StoreClosedError:
+        return None
+    return store
+
+
 def detached(named: dict[str, Any]) -> None:
     warnings.warn(
-        f"GatekeeperMemory.from_dict: this memory lived in {_described(named)}, but no store= was passed, so it "
-        "was restored into a new in-memory store: later turns will not reach that store. Pass "
-        "from_dict(data, store=...), or wrap the call that restores it (Context.from_dict(...)) in "
+        f"GatekeeperMemory.from_dict: this memory lived in {_described(named)}, but the data was not exported by "
+        "a memory whose store is still open in this process (it was saved and read back after a restart, came "
+        "from another process, or its memory was closed), and serialised data may not choose a store: it was "
+        "restored into a new in-memory store, and later turns will not reach that store. Pass "
+        "from_dict(data, store=...), or, where a framework restores it for you (a workflow Context built with "
+        "Context.from_dict(...) decodes it when its run starts), run that inside "
         "`with GatekeeperMemory.trusted_stores(<that path or store>):`",
         StoreDetachedWarning,
         stacklevel=4,

@@ -10,6 +10,8 @@ undo restores it.  Scripted LLMs record every prompt; MockEmbedding indexes; no 
 from __future__ import annotations
 
 import asyncio
+import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from llama_index.core.chat_engine import (
     ContextChatEngine,
     SimpleChatEngine,
 )
+from workflows import Context
 
 from li_support import (
     ESPRESSO,
@@ -39,7 +42,7 @@ from li_support import (
     small_index,
     tool_call,
 )
-from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning
+from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning, stored
 
 EDITED = "Twice the longest job holding the lock."
 ORIGINAL = REDIS_1[1]
@@ -253,12 +256,127 @@ def test_a_serialised_agent_context_reattaches_its_sqlite_memory_only_to_a_trust
 
     other = str(tmp_path / "other.db")
     memory = GatekeeperMemory.from_defaults(token_limit=2000, store=other, session_id="s1")
-    with pytest.warns(StoreDetachedWarning, match="other.db"):  # trusting another file does not reattach this one
-        detached = memory_through_restored_context(JsonSerializer(), memory, trusted=(path,))
+    with pytest.MonkeyPatch.context() as as_in_another_process:  # no live-export token is ever recognised
+        as_in_another_process.setattr(stored, "_LIVE", _NothingKept())
+        with pytest.warns(StoreDetachedWarning, match="other.db"):  # trusting another file does not reattach this
+            detached = memory_through_restored_context(JsonSerializer(), memory, trusted=(path,))
     assert isinstance(detached.store, InMemoryStore)
     assert [m.content for m in detached.get_all()] == [*REDIS_1, *ESPRESSO]  # the conversation goes on, in memory
     assert [m.content for m in memory.get_all()] == list(REDIS_1)  # and says so: the file has only the first turn
     memory.close()
+
+
+class _NothingKept(dict):
+    """A live-export registry that keeps no token: every restore runs as in another process."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        pass
+
+
+def _memory(where: str, tmp_path: Path) -> GatekeeperMemory:
+    if where == "sqlite":
+        return GatekeeperMemory.from_defaults(token_limit=2000, store=str(tmp_path / "chats.db"), session_id="s1")
+    return GatekeeperMemory.from_defaults(token_limit=2000, session_id="s1")
+
+
+def _roles_and_texts(memory: GatekeeperMemory) -> list[tuple[str, str]]:
+    return [(m.role.value, str(m.content or "")) for m in memory.get_all()]
+
+
+@pytest.mark.parametrize("where", ["sqlite", "in_memory"])
+def test_a_context_reused_across_runs_keeps_writing_to_the_callers_memory(where: str, tmp_path: Path) -> None:
+    """agent.run(..., ctx=ctx) twice: the second run serialises the Context's state and rebuilds
+    the memory through from_dict. The data named the SQLite file but was not trusted, so the
+    memory came back in memory, detached, with a warning naming Context.from_dict (never called):
+    nothing of the second run reached the file. A live export of this process reattaches."""
+    from workflows import Context
+
+    memory = _memory(where, tmp_path)
+    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(CallRecorder([REDIS_1[1], ESPRESSO[1]])))
+
+    async def scenario() -> GatekeeperMemory:
+        ctx = Context(agent)
+        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
+        await agent.run(user_msg=ESPRESSO[0], ctx=ctx)
+        return await ctx.store.get("memory")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        in_context = asyncio.run(scenario())
+    assert not [w for w in caught if issubclass(w.category, StoreDetachedWarning)]
+    assert in_context.store is memory.store  # the same live store, rebuilt from the Context's JSON
+    assert [m.content for m in memory.get_all()] == [*REDIS_1, *ESPRESSO]
+    if where == "sqlite":
+        on_disk = GatekeeperMemory.from_defaults(store=str(tmp_path / "chats.db"), session_id="s1")
+        assert [m.content for m in on_disk.get_all()] == [*REDIS_1, *ESPRESSO]  # all four reached the file
+        on_disk.close()
+    memory.close()
+
+
+async def count_visit(ctx: Context, city: str) -> str:
+    """Record a visit to a city (in the workflow's state)."""
+    async with ctx.store.edit_state() as state:
+        state["visits"] = state.get("visits", 0) + 1
+    return f"visited {city}"
+
+
+count_visit.__annotations__["ctx"] = Context  # FunctionAgent passes its Context to a parameter of that type,
+# which it finds by the annotation's object (this module's annotations are strings)
+
+
+@pytest.mark.parametrize("where", ["in_memory", "sqlite"])
+def test_a_tool_editing_the_workflow_state_loses_nothing_the_agent_writes(where: str, tmp_path: Path) -> None:
+    """ctx.store.edit_state() deep-copies the state, memory included, and keeps the copy. An
+    in-memory memory's copy replayed the log into a new store, so the caller's memory never
+    got the tool call, its result or the answer; a copy now shares the store, as LlamaIndex's
+    Memory does (and a SQLite memory's copy already shared the file)."""
+    memory = _memory(where, tmp_path)
+    recorder = CallRecorder([tool_call("c1", "count_visit", city="Oslo"), "Recorded Oslo.", "You visited Oslo."])
+    agent = FunctionAgent(tools=[count_visit], llm=function_calling_llm(recorder))
+
+    async def scenario() -> int:
+        ctx = Context(agent)
+        await agent.run(user_msg="Record a visit to Oslo", memory=memory, ctx=ctx)
+        await agent.run(user_msg="What did I visit?", memory=memory, ctx=ctx)
+        return int(await ctx.store.get("visits"))
+
+    assert asyncio.run(scenario()) == 1
+    assert _roles_and_texts(memory) == [
+        ("user", "Record a visit to Oslo"), ("assistant", ""), ("tool", "visited Oslo"),
+        ("assistant", "Recorded Oslo."), ("user", "What did I visit?"), ("assistant", "You visited Oslo."),
+    ]
+    assert [m.role.value for m in recorder.calls[-1]] == ["user", "assistant", "tool", "assistant", "user"]
+    memory.close()
+
+
+def test_a_json_context_saved_before_the_session_moved_on_reattaches_when_trusted(tmp_path: Path) -> None:
+    """A Context saved as JSON at revision 2 and restored (in trusted_stores) once the SQLite
+    session had gone on was refused ("it has 4 revision(s) and the data 2"), where a pickled
+    one reattached: the data's log is the beginning of the store's, and the store is the truth."""
+    from workflows.context.serializers import JsonSerializer
+
+    path = str(tmp_path / "chats.db")
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, store=path, session_id="s1")
+    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(CallRecorder([REDIS_1[1], ESPRESSO[1], REDIS_2[1]])))
+
+    async def scenario() -> GatekeeperMemory:
+        ctx = Context(agent)
+        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
+        saved = json.loads(json.dumps(ctx.to_dict(serializer=JsonSerializer())))
+        await agent.run(user_msg=ESPRESSO[0], ctx=ctx)  # the session moves on
+        with pytest.MonkeyPatch.context() as as_in_another_process:
+            as_in_another_process.setattr(stored, "_LIVE", _NothingKept())  # only trusted_stores reattaches
+            with GatekeeperMemory.trusted_stores(path):
+                restored = Context.from_dict(agent, saved, serializer=JsonSerializer())
+                await agent.run(user_msg=REDIS_2[0], ctx=restored)
+        return await restored.store.get("memory")
+
+    restored = asyncio.run(scenario())
+    assert [m.content for m in restored.get_all()] == [*REDIS_1, *ESPRESSO, *REDIS_2]
+    on_disk = GatekeeperMemory.from_defaults(store=path, session_id="s1")
+    assert [m.content for m in on_disk.get_all()] == [*REDIS_1, *ESPRESSO, *REDIS_2]
+    for opened in (on_disk, restored, memory):
+        opened.close()
 
 
 @pytest.mark.parametrize("limit", [60, 2000])

@@ -97,8 +97,9 @@ def test_blocks_round_trip_through_sqlite_and_serialisation(tmp_path: Path):
     GatekeeperMemory.from_defaults(store=str(path), session_id="s").put_messages(rich_conversation())
     reopened = GatekeeperMemory.from_defaults(store=SQLiteStore(path), session_id="s")
     assert reopened.get_all() == rich_conversation()
-    with pytest.warns(StoreDetachedWarning):  # no store= passed: restored in memory
-        restored = GatekeeperMemory.from_dict(json.loads(json.dumps(reopened.to_dict())))
+    data = {k: v for k, v in json.loads(json.dumps(reopened.to_dict())).items() if k != "live_token"}
+    with pytest.warns(StoreDetachedWarning):  # data from elsewhere, no store= passed: restored in memory
+        restored = GatekeeperMemory.from_dict(data)
     assert restored.get_all() == rich_conversation()
     reopened.close()
 
@@ -669,11 +670,18 @@ def test_to_dict_from_dict_round_trips_state_and_history():
         (r.number, r.kind, r.instruction) for r in memory.history()
     ]
     assert [m.id for m in restored.transcript.messages] == [m.id for m in memory.transcript.messages]
-    restored.undo()
-    assert contents(restored.get_all())[0] == "We went to Ireland in 2021."
-    assert contents(memory.get_all())[0] == "We went to Iceland in 2021."  # independent copies
-    with pytest.raises(ValueError):
-        GatekeeperMemory.from_dict(data, store=restored.store)  # that session moved on (the undo)
+    assert restored.store is memory.store  # a live export of this process: the same session
+    elsewhere = GatekeeperMemory.from_dict({k: v for k, v in data.items() if k != "live_token"})
+    assert elsewhere.store is not memory.store and elsewhere.get_all() == memory.get_all()
+    elsewhere.undo()
+    assert contents(elsewhere.get_all())[0] == "We went to Ireland in 2021."
+    assert contents(memory.get_all())[0] == "We went to Iceland in 2021."  # data from elsewhere: replayed, apart
+    again = GatekeeperMemory.from_dict(data, store=elsewhere.store)  # that session went on (the undo): attached
+    assert again.get_all() == elsewhere.get_all() and len(again.history()) == len(elsewhere.history())
+    other = GatekeeperMemory.from_defaults(session_id="trip")
+    other.put(ChatMessage(role="user", content="Another conversation."))
+    with pytest.raises(ValueError, match="differs"):
+        GatekeeperMemory.from_dict(data, store=other.store)  # a session with another log
 
 
 def test_from_dict_attaches_to_the_sqlite_session_it_came_from(tmp_path: Path):
@@ -778,6 +786,50 @@ def test_a_blank_input_is_no_input(blank) -> None:
     ])
     assert [m.content for m in memory.get(input=blank)] == [m.content for m in memory.get()]
     assert [m.content for m in asyncio.run(memory.aget(input=blank))] == [m.content for m in memory.get()]
+
+
+@pytest.mark.parametrize("make_copy", [copy.copy, copy.deepcopy, lambda m: m.model_copy(deep=True)])
+def test_a_copy_of_an_in_memory_memory_shares_its_store_and_session(make_copy) -> None:
+    """A workflow's ctx.store.edit_state() deep-copies the state and keeps the copy: the copy
+    replayed the log into a new store, so what the agent wrote afterwards never reached the
+    caller's memory. The store is a live handle, shared, as LlamaIndex's Memory shares its own."""
+    memory = GatekeeperMemory.from_defaults(session_id="s", token_limit=500)
+    turns(memory, REDIS_1)
+    twin = make_copy(memory)
+    assert twin is not memory and twin.store is memory.store and twin.session_id == "s"
+    assert twin.token_limit == 500
+    turns(twin, ESPRESSO)
+    assert contents(memory.get_all()) == [*REDIS_1, *ESPRESSO]
+    twin.close()  # never closes a store it did not open
+    turns(memory, REDIS_2)
+    assert contents(twin.get_all()) == [*REDIS_1, *ESPRESSO, *REDIS_2]
+    apart = pickle.loads(pickle.dumps(memory))  # a pickle still carries the log, apart
+    turns(apart, REDIS_2)
+    assert len(memory.get_all()) == 6 and len(apart.get_all()) == 8
+
+
+def test_set_keeps_the_provider_fields_a_replaced_message_comes_with() -> None:
+    """set() with a regenerated answer in place of the old one kept the old id (a change, not
+    a delete and insert), so the message read as edited and lost the thought signature and
+    reasoning it came with. An edit that rewrites the text still drops them; undo restores them."""
+    memory = GatekeeperMemory.from_defaults()
+    memory.put_messages([ChatMessage(role="user", content="Trip to Ireland?"),
+                         ChatMessage(role="assistant", content="Ireland is green.")])
+    kwargs = {"thought_signature": "SIG", "reasoning_content": "r", "foo": 1}
+    regenerated = ChatMessage(role="assistant", blocks=[ThinkingBlock(content="Ireland..."),
+                                                        TextBlock(text="Ireland is very green.")],
+                              additional_kwargs=kwargs)
+    history, answer_id = memory.get_all(), memory.transcript.messages[1].id
+    memory.set([history[0], regenerated])
+    assert memory.transcript.messages[1].id == answer_id  # the same message, changed
+    assert memory.get_all()[1] == regenerated
+    memory.set(memory.get_all())  # what get_all returns is what was set: nothing to record
+    assert [r.kind for r in memory.history()] == ["append", "set"]
+    memory.edit("Iceland", model=patch({"op": "replace", "id": "2", "content": "Iceland is volcanic."}))
+    edited = memory.get_all()[1]
+    assert edited.additional_kwargs == {"foo": 1} and [type(b) for b in edited.blocks] == [TextBlock]
+    memory.undo()
+    assert memory.get_all()[1] == regenerated
 
 
 @pytest.mark.parametrize("make_copy", [copy.copy, lambda m: m.model_copy(), lambda m: m.model_copy(update={"token_limit": 9})])

@@ -18,6 +18,12 @@ from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning
 from pg_support import drop_tables, postgres_dsn, prefix_for
 
 
+def from_elsewhere(data: dict) -> dict:
+    """``data`` as another process (or this one after a restart) reads it: with no live-export
+    token this process issued (see llamaindex_gatekeeper.stored)."""
+    return {key: value for key, value in data.items() if key != "live_token"}
+
+
 def exchange(memory: GatekeeperMemory, question: str, answer: str) -> None:
     memory.put_messages([ChatMessage(role="user", content=question), ChatMessage(role="assistant", content=answer)])
 
@@ -144,7 +150,7 @@ def test_to_dict_names_the_sqlite_file_and_from_dict_warns_instead_of_detaching_
     path = str(tmp_path / "chat.db")
     memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
     exchange(memory, "Redis lock TTL?", "Longer than the job.")
-    data = json.loads(json.dumps(memory.to_dict()))
+    data = from_elsewhere(json.loads(json.dumps(memory.to_dict())))
     assert data["store"]["sqlite"] == path
     with pytest.warns(StoreDetachedWarning, match=r"chat\.db.*store=") as caught:
         restored = GatekeeperMemory.from_dict(data)
@@ -161,7 +167,7 @@ def test_trusted_stores_reattach_only_the_stores_they_name(tmp_path: Path) -> No
     path = str(tmp_path / "chat.db")
     memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
     exchange(memory, "Redis lock TTL?", "Longer than the job.")
-    data = json.loads(json.dumps(memory.to_dict()))
+    data = from_elsewhere(json.loads(json.dumps(memory.to_dict())))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no StoreDetachedWarning
         with GatekeeperMemory.trusted_stores(tmp_path / "chat.db"):
@@ -179,6 +185,135 @@ def test_trusted_stores_reattach_only_the_stores_they_name(tmp_path: Path) -> No
     with pytest.raises(InvalidTypeError, match="trusted_stores takes"):
         with GatekeeperMemory.trusted_stores(42):  # type: ignore[arg-type]
             pass
+    memory.close()
+
+
+def test_a_live_export_of_this_process_reattaches_to_the_open_store(tmp_path: Path) -> None:
+    """A workflow Context reused across runs rebuilds its memory from its own JSON at every run:
+    data this process exported from a memory whose store is still open attaches to that store."""
+    path = str(tmp_path / "chat.db")
+    memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no StoreDetachedWarning
+        again = GatekeeperMemory.from_dict(data)
+    assert again.store is memory.store and contents(again) == contents(memory)
+    exchange(again, "And the watchdog?", "Renews the lock.")
+    assert len(memory.get_all()) == 4  # one live session
+    assert again.to_dict()["live_token"] == data["live_token"]  # exported again as it came
+    again.close()  # leaves the store it did not open working
+    exchange(memory, "And fencing?", "Tokens.")
+    on_disk = GatekeeperMemory.from_defaults(store=SQLiteStore(path), session_id="s")
+    assert len(on_disk.get_all()) == 6
+    on_disk.store.close()
+    memory.close()
+
+
+@pytest.mark.parametrize("where", ["sqlite", "in_memory"])
+def test_a_live_export_never_brings_back_a_session_purged_since(tmp_path: Path, where: str) -> None:
+    """A Context still holding a memory's JSON after a privacy purge: the live session is
+    attached as it is (as a pickle reattaches), never refilled from the data."""
+    store = str(tmp_path / "chat.db") if where == "sqlite" else None
+    memory = GatekeeperMemory.from_defaults(store=store, session_id="s")
+    exchange(memory, "My card number is 4111.", "Noted.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    memory.transcript.purge()
+    again = GatekeeperMemory.from_dict(data)
+    assert again.store is memory.store and again.get_all() == [] and memory.store.head("s") == 0
+    exchange(again, "Redis lock TTL?", "Longer than the job.")
+    assert contents(memory) == ["Redis lock TTL?", "Longer than the job."]
+    memory.close()
+
+
+def test_an_in_memory_live_export_attaches_and_one_from_elsewhere_replays() -> None:
+    memory = GatekeeperMemory.from_defaults(session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    live = GatekeeperMemory.from_dict(data)
+    assert live.store is memory.store
+    exchange(live, "And the watchdog?", "Renews the lock.")
+    assert len(memory.get_all()) == 4
+    replayed = GatekeeperMemory.from_dict(from_elsewhere(data))
+    assert replayed.store is not memory.store and len(replayed.get_all()) == 2  # the data's two messages
+    exchange(replayed, "More?", "Yes.")
+    assert len(memory.get_all()) == 4  # independent
+
+
+@pytest.mark.parametrize("case", [
+    "made up", "another store", "another session", "closed", "in-memory token", "named token, nothing named",
+])
+def test_a_live_token_chooses_no_store(tmp_path: Path, case: str) -> None:
+    """The token proves only that this process exported the data from one open store and session:
+    data naming another store or session, a token this process never issued, or one whose store
+    was closed reattaches nothing (and a store the data names is warned about, as before)."""
+    path, other = str(tmp_path / "chat.db"), str(tmp_path / "other.db")
+    memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    keywords: dict = {}
+    if case == "made up":
+        data["live_token"] = "A" * 32
+    elif case == "another store":
+        elsewhere = GatekeeperMemory.from_defaults(store=other, session_id="s")
+        data["store"] = elsewhere.to_dict()["store"]
+        elsewhere.close()
+    elif case == "another session":
+        keywords["session_id"] = "t"
+    elif case == "closed":
+        memory.close()
+    elif case == "in-memory token":
+        data["live_token"] = GatekeeperMemory.from_defaults(session_id="s").to_dict()["live_token"]
+    else:
+        del data["store"]
+    if case == "named token, nothing named":
+        restored = GatekeeperMemory.from_dict(data)  # nothing named, nothing to warn about: a replay
+    else:
+        with pytest.warns(StoreDetachedWarning, match="not exported by a memory whose store is still open"):
+            restored = GatekeeperMemory.from_dict(data, **keywords)
+    assert isinstance(restored.store, InMemoryStore) and len(restored.get_all()) == 2
+    exchange(restored, "And the watchdog?", "Renews the lock.")
+    memory.close()
+    for file in (path, other):
+        if os.path.exists(file):
+            check = SQLiteStore(file)
+            assert check.head("s") <= 1 and check.head("t") == 0  # nothing reached a file through a token
+            check.close()
+
+
+def test_a_live_token_that_is_not_text_is_refused() -> None:
+    data = {**GatekeeperMemory.from_defaults(session_id="s").to_dict(), "live_token": 42}
+    with pytest.raises(InvalidInputError, match="'live_token' must be a str"):
+        GatekeeperMemory.from_dict(data)
+
+
+def test_from_dict_attaches_when_the_datas_log_is_the_beginning_of_the_stores(tmp_path: Path) -> None:
+    """Data exported at revision 1 of a SQLite session that went on was refused ("it has 2
+    revision(s) and the data 1") where a pickle reattached; the store is the memory's truth.
+    A log that differs, or goes on beyond the store's, is still refused."""
+    path = str(tmp_path / "chat.db")
+    memory = GatekeeperMemory.from_defaults(store=path, session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    early = from_elsewhere(json.loads(json.dumps(memory.to_dict())))
+    exchange(memory, "And the watchdog?", "Renews the lock.")
+    later = from_elsewhere(json.loads(json.dumps(memory.to_dict())))
+    for trusted in (dict(store=path), dict(store=memory.store)):
+        again = GatekeeperMemory.from_dict(early, **trusted)
+        assert contents(again) == contents(memory) and len(again.history()) == 2  # nothing written
+        again.close()
+    with GatekeeperMemory.trusted_stores(path):
+        again = GatekeeperMemory.from_dict(early)
+    assert len(again.get_all()) == 4
+    again.close()
+    ahead = str(tmp_path / "ahead.db")
+    GatekeeperMemory.from_dict({**later, "revisions": later["revisions"][:1]}, store=ahead).close()
+    with pytest.raises(InvalidInputError, match="revision 2 is only in the data"):
+        GatekeeperMemory.from_dict(later, store=ahead)
+    other = GatekeeperMemory.from_defaults(session_id="s")
+    exchange(other, "Best espresso grind?", "Fine.")
+    with pytest.raises(InvalidInputError, match=r"revision 1 \(append\) differs"):
+        GatekeeperMemory.from_dict(from_elsewhere(other.to_dict()), store=memory.store)
+    assert len(memory.history()) == 2
     memory.close()
 
 
@@ -302,7 +437,7 @@ def test_a_postgres_memory_names_its_database_without_the_password_and_reattache
     try:
         memory = GatekeeperMemory.from_defaults(store=store, session_id="pg")
         exchange(memory, "Redis lock TTL?", "Longer than the job.")
-        data = json.loads(json.dumps(memory.to_dict()))
+        data = from_elsewhere(json.loads(json.dumps(memory.to_dict())))
         assert data["store"]["table_prefix"] == prefix and password not in json.dumps(data)
         with pytest.warns(StoreDetachedWarning, match="PostgreSQL"):
             assert isinstance(GatekeeperMemory.from_dict(data).store, InMemoryStore)
@@ -310,6 +445,8 @@ def test_a_postgres_memory_names_its_database_without_the_password_and_reattache
             again = GatekeeperMemory.from_dict(data)
         exchange(again, "And the watchdog?", "Renews the lock.")
         assert len(memory.get_all()) == 4 and again.store is store
+        live = GatekeeperMemory.from_dict(json.loads(json.dumps(memory.to_dict())))  # a live export of this process
+        assert live.store is store and len(live.get_all()) == 4
     finally:
         store.close()
         drop_tables(dsn, prefix)
