@@ -231,6 +231,17 @@ def current_query(messages: Sequence[BaseMessage], start: int) -> str:
     return "\n".join(m.text for m in messages[start:] if _asks(m) and m.text.strip())
 
 
+def _asked_from(messages: Sequence[BaseMessage], start: int, own: int | None, run_input: str | None) -> int:
+    """Where the query of the current turn starting at ``start`` begins: at the run's own input
+    (``own``, the user's own message :func:`_own_ask` found) when ``run_input`` names it, so the
+    unanswered questions of earlier runs (cancelled, stopped, failed) that join the current turn
+    are sent but never select turns; else at ``start`` (a pasted text, then the question about
+    it: one query, as a list alone cannot tell them apart)."""
+    if own is not None and run_input is not None and messages[own].id == run_input:
+        return own
+    return start
+
+
 def _query(text: str) -> str:
     """The query for a human message's text: the text, or :data:`NO_TEXT_QUERY` when it is blank."""
     return text if text.strip() else NO_TEXT_QUERY
@@ -827,15 +838,15 @@ class GatedView:
     def _current(
         self, messages: Sequence[BaseMessage], thread: Any, system_prompt: str | None = None,
         run_input: str | None = None,
-    ) -> tuple[int | None, int]:
+    ) -> tuple[int | None, int, int | None]:
         """``(where the current turn starts, the tokens of its human messages before the user's
-        own last one)``: those take their share of the budget, so the earlier turns get what
-        remains.  They join the current turn within the budget less the pinned content (the
+        own last one, where that one is)``: those take their share of the budget, so the earlier
+        turns get what remains.  They join the current turn within the budget less the pinned content (the
         system prompt and the messages :func:`_split` pins, each priced as its own message:
         :func:`_pinned_cost`), which every selection pays for first."""
         own = _own_ask(messages, run_input)
         if not own or not _asks(messages[own - 1]):
-            return own, 0  # no unanswered human message before it: nothing to count
+            return own, 0, own  # no unanswered human message before it: nothing to count
         gatekeeper = self._index(thread).gatekeeper
         count, overhead = gatekeeper.options.count, gatekeeper.message_overhead
 
@@ -843,7 +854,7 @@ class GatedView:
             return count(_indexed_text(message)) + overhead
 
         pinned = _pinned_cost(gatekeeper, _pinned_of(messages[:own]), system_prompt)
-        return _run_start(messages, own, cost, max(0, gatekeeper.token_budget - pinned))
+        return (*_run_start(messages, own, cost, max(0, gatekeeper.token_budget - pinned)), own)
 
     def view(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None,
@@ -855,11 +866,14 @@ class GatedView:
         delivered included: :func:`current_turn_start`) is kept whole and its human messages'
         text is the query (none, e.g. an image alone, is gated as :data:`NO_TEXT_QUERY`);
         earlier messages go through :meth:`gated`.  A list without a human message comes
-        back whole.  ``run_input`` is the id of the first message of the run's input (:func:`_own_ask`)."""
-        start, reserved = self._current(messages, thread, system_prompt, run_input)
+        back whole.  ``run_input`` is the id of the first message of the run's input (:func:`_own_ask`):
+        with it the query is the text of the run's own human messages only, and the unanswered
+        ones of earlier runs before it are sent within the budget without selecting turns
+        (:func:`_asked_from`)."""
+        start, reserved, own = self._current(messages, thread, system_prompt, run_input)
         if start is None:
             return list(messages)
-        query = current_query(messages, start)
+        query = current_query(messages, _asked_from(messages, start, own, run_input))
         earlier = self.gated(messages[:start], query, thread=thread, system_prompt=system_prompt, reserved=reserved)
         return earlier + list(messages[start:])
 
@@ -868,10 +882,10 @@ class GatedView:
         run_input: str | None = None,
     ) -> list[BaseMessage]:
         """:meth:`view` with the query's embedding awaited (see :meth:`agated`)."""
-        start, reserved = self._current(messages, thread, system_prompt, run_input)
+        start, reserved, own = self._current(messages, thread, system_prompt, run_input)
         if start is None:
             return list(messages)
-        query = current_query(messages, start)
+        query = current_query(messages, _asked_from(messages, start, own, run_input))
         earlier = await self.agated(messages[:start], query, thread=thread, system_prompt=system_prompt,
                                     reserved=reserved)
         return earlier + list(messages[start:])
@@ -888,23 +902,31 @@ class GatedView:
         messages, :meth:`view`).  The pinned messages and the system prompt are each priced
         as the message they are sent as (:func:`_turns_budget`); when they alone are over
         the budget, ``on_overflow`` applies (:func:`_overflow`) and no earlier turn is kept."""
-        query = _query(query)
         index = self._index(thread)
         if not index.lock.acquire(blocking=False):
             if semantic(index.gatekeeper) and _in_event_loop():  # maybe held across an await by this
                 index = _ThreadIndex(self._make())  # very loop: waiting could wait on ourselves; one-off
             index.lock.acquire()
         try:
-            pinned, summaries, turns, tail, memo = self._read(index, earlier)
-            index.memo = None  # until the index is in step with this list
-            by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
-            budget = _turns_budget(index, pinned, system_prompt, reserved)
-            turn_ids: list[int] = []
-            if budget is not None:  # select: the turns explain keeps, without building its per-turn report
-                turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query, token_budget=budget)]
-            return _returned(earlier, memo.at, turn_ids, by_id)  # under the lock: the next call grows these maps
+            return self._selected(index, earlier, _query(query), system_prompt, reserved)
         finally:
             index.lock.release()
+
+    def _selected(
+        self, index: _ThreadIndex, earlier: Sequence[BaseMessage], query: str, system_prompt: str | None,
+        reserved: int, extends: bool | None = None,
+    ) -> list[BaseMessage]:
+        """:meth:`gated`'s work, under the thread's lock (held by the caller): the index brought in
+        step with ``earlier`` (``extends``: whether the thread's memo was found to cover its
+        start, checked under this lock; ``None``: check), then the lexical selection."""
+        pinned, summaries, turns, tail, memo = self._read(index, earlier, extends)
+        index.memo = None  # until the index is in step with this list
+        by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
+        budget = _turns_budget(index, pinned, system_prompt, reserved)
+        turn_ids: list[int] = []
+        if budget is not None:  # select: the turns explain keeps, without building its per-turn report
+            turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query, token_budget=budget)]
+        return _returned(earlier, memo.at, turn_ids, by_id)  # under the lock: the next call grows these maps
 
     async def agated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None,
@@ -917,11 +939,25 @@ class GatedView:
         this one.  Turns are not awaited: new and changed ones are embedded in the
         background (:meth:`~context_gatekeeper.ContextGatekeeper.aembed_pending` waits for
         them) and scored lexically until then.  Calls on other threads run concurrently.
-        Without an embedder it is :meth:`gated` (CPU-bound, well under a millisecond per
-        hundred turns)."""
+
+        Without an embedder it is :meth:`gated`, CPU-bound: run on the event loop only when it
+        is cheap, that is when the thread's index is free and in step with all of ``earlier`` but
+        its last few messages (:data:`INLINE_NEW`: a conversation that grew by a turn, the
+        steady state, a millisecond or so even on a long thread, less than a hop to a worker
+        thread); anything else (a thread seen for the first time, after a restart or an
+        eviction, an edited list, a lock held by another call) runs in a worker thread, so
+        building a long thread's index never stalls the loop."""
         index = self._index(thread)
         if not semantic(index.gatekeeper):
-            return self.gated(earlier, query, thread=thread, system_prompt=system_prompt, reserved=reserved)
+            if index.lock.acquire(blocking=False):
+                try:
+                    if _covers(index.memo, earlier, self._keyed_by):
+                        return self._selected(index, earlier, _query(query), system_prompt, reserved, extends=True)
+                finally:
+                    index.lock.release()
+            return await asyncio.to_thread(
+                self.gated, earlier, query, thread=thread, system_prompt=system_prompt, reserved=reserved,
+            )
         query = _query(query)
         await index.lock.acquire_async()
         try:
@@ -937,7 +973,7 @@ class GatedView:
             index.lock.release()
 
     def _read(
-        self, index: _ThreadIndex, earlier: Sequence[BaseMessage]
+        self, index: _ThreadIndex, earlier: Sequence[BaseMessage], extends: bool | None = None,
     ) -> tuple[list[BaseMessage], list[str], list[_Turn], list[_Turn] | None, _ListMemo]:
         """``earlier``'s pinned messages, summaries' texts, and the turns of its other messages
         (:func:`_split`, :func:`_turns`), the turns that changed (``None``: all may have),
@@ -946,12 +982,14 @@ class GatedView:
         read: the last turn is regrouped when they join it (they continue it, or answer a
         call it made), the earlier turns are the last call's, and the changed turns are the
         regrouped and the new ones.  Any other list is read whole, and so is a grown one whose
-        new tool results answer a call of an older turn (:func:`_reach`)."""
+        new tool results answer a call of an older turn (:func:`_reach`).  ``extends``: whether
+        the thread's memo extends to ``earlier``, when the caller checked it under this lock
+        (``None``: check it here)."""
         keyed_by = self._keyed_by
         memo = index.memo
         tail: list[_Turn] | None
         reach: bool | None = None
-        if memo is not None and memo.extends(earlier, keyed_by):
+        if memo is not None and (memo.extends(earlier, keyed_by) if extends is None else extends):
             # the last call's memo grows in place: it is no longer the thread's until this call's is in step
             index.memo = None
             reach = _reach(earlier, len(memo.prints), memo.at, memo.turns)
@@ -1022,6 +1060,19 @@ class GatedView:
         if summary != gk.summary:
             gk.summary = summary
         return extended
+
+
+INLINE_NEW = 16
+"""Messages a list may add to what its thread's index read last for :meth:`GatedView.agated`
+to gate it on the event loop (no embedder): a turn or a tool loop's step or two; more, and
+the work goes to a worker thread."""
+
+
+def _covers(memo: _ListMemo | None, earlier: Sequence[BaseMessage], keyed_by: str) -> bool:
+    """Whether ``memo`` (a thread's, read under its lock) covers ``earlier`` but at most
+    :data:`INLINE_NEW` new messages: the list grew from the one its index is in step with, so
+    gating it reads only those (the check itself compares the messages read, in C)."""
+    return memo is not None and 0 <= len(earlier) - len(memo.prints) <= INLINE_NEW and memo.extends(earlier, keyed_by)
 
 
 def _pinned_of(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -1140,14 +1191,31 @@ def _returned(
     earlier: Sequence[BaseMessage], at: _Positions, turn_ids: Sequence[int], by_id: dict[int, _Turn]
 ) -> list[BaseMessage]:
     """The caller's own messages for a selection: the pinned ones, then those of the selected
-    turns (``by_id``: gatekeeper turn id -> turn), in order, starting on a user message."""
+    turns (``by_id``: gatekeeper turn id -> turn), in order.  After the system messages the
+    list starts on a user message: a turn opens on one, or a pinned summary is one
+    (SummarizationMiddleware's), and the rest of a turn it cut may follow it (the answer a
+    "Why?" asks about), unless that opens on a tool result (its call was not sent).  With no
+    user's message before it, the first turn is sent only when it is the assistant's greeting
+    the list opens with (answers with no tool call, as the core's ``TranscriptGate`` keeps it):
+    a selected turn of tool calls or results before any question is left out."""
     kept: list[BaseMessage] = [earlier[i] for i in at.pinned]
-    pinned = len(kept)
+    summarised = any(_role(message) == "user" for message in kept)
     for turn_id in turn_ids:
         turn = by_id.get(turn_id)
         if turn is None:
             continue  # defensive: every selected turn is one of ``turns``
-        if len(kept) == pinned and not turn.opens_with_user:
-            continue  # the view starts on a user message
-        kept.extend(earlier[at.rest[i]] for i in turn.positions)
+        messages = [earlier[at.rest[i]] for i in turn.positions]
+        if not turn.opens_with_user and not _may_open(messages, summarised):
+            continue  # only the list's first turn opens otherwise: nothing user-role is kept before it
+        kept.extend(messages)
     return kept
+
+
+def _may_open(messages: Sequence[BaseMessage], summarised: bool) -> bool:
+    """Whether the list's first turn (``messages``), which does not open on a user's message, may
+    come first after the pinned messages: after a pinned summary (``summarised``) when it does
+    not open on a tool result, else when it is the assistant's greeting (answers only, none
+    calling a tool)."""
+    if summarised:
+        return _role(messages[0]) != "tool"
+    return all(_role(message) == "assistant" and not _call_ids(message) for message in messages)

@@ -9,7 +9,8 @@ Example::
 
 Each model call gets the gated view of its messages (:mod:`.agent_view`): the system
 prompt, summary messages, the earlier turns the current query needs (tool-call pairs
-intact, starting on a user message) and the current turn whole: from the first message of
+intact, starting on a user message, a pinned summary or the greeting the thread opens with) and the
+current turn whole: from the first message of
 the run's input (all of it: a question, then the image it is about), whose id (with the
 id of the input's last message) a ``before_agent`` hook records in the private state key
 :data:`~langchain_gatekeeper.threads.TURN_KEY` (checkpointed with the thread, so any worker
@@ -24,7 +25,10 @@ adds through a ``Command`` is never routed, whatever it says: the middleware
 answers with a short confirmation and the diff, and the edited messages reach the
 graph state in the same step, through an ``ExtendedModelResponse`` whose ``Command``
 updates ``messages`` (same id replaces, ``RemoveMessage`` deletes) and the edit log
-that :func:`~langchain_gatekeeper.threads.undo_thread` reads.
+that :func:`~langchain_gatekeeper.threads.undo_thread` reads.  The reply is the run's answer:
+in an agent with a ``response_format`` an ``after_model`` hook ends the run on it (create_agent
+would otherwise ask the main model again for the structured response, handing it the command
+as the question); elsewhere the run ends on it anyway (it calls no tool).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from langchain.agents.middleware.types import (
     ExtendedModelResponse,
     ModelRequest,
     ModelResponse,
+    hook_config,
 )
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
@@ -118,6 +123,11 @@ def _record(run_input: tuple[str, str] | None) -> str | list[str] | None:
         return None
     started, ended = run_input
     return started if started == ended else [started, ended]
+
+
+def _routed(message: BaseMessage) -> bool:
+    """Whether ``message`` is the edit route's reply (:meth:`GatekeeperMiddleware._answer`)."""
+    return isinstance(message, AIMessage) and not message.tool_calls and message.additional_kwargs.get("lc_source") == EDIT_MARK
 
 
 class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
@@ -299,6 +309,31 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
     async def abefore_agent(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Async :meth:`before_agent`."""
         return self.before_agent(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
+    def after_model(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """End the run on the edit route's reply in an agent with a ``response_format``.
+
+        There, ``create_agent`` loops from the model step back to the model until a structured
+        response comes (when the agent has no other tool), so without this the main model would
+        be asked about the edit command and its confirmation, and its answer would be the run's
+        ``structured_response``.  A jump set by the route's own ``Command`` would not do: it
+        lasts one step, so it is gone when any middleware's ``after_model`` hook runs between.
+        The state tells such an agent: ``create_agent`` writes its ``structured_response`` key
+        (``None`` for a step that made none) and no other agent's state has it.  Every other
+        agent ends the run on the reply anyway (it calls no tool), and there nothing jumps:
+        the ``after_model`` hooks of middlewares listed before this one still see the reply
+        (hooks run in reverse order, and a jump skips those not run yet; list this middleware
+        first for them to see it in an agent with a ``response_format`` too)."""
+        messages = state.get("messages") or []
+        if "structured_response" in state and messages and _routed(messages[-1]):
+            return {"jump_to": "end"}
+        return None
+
+    @hook_config(can_jump_to=["end"])
+    async def aafter_model(self, state: GatekeeperState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Async :meth:`after_model`."""
+        return self.after_model(state, runtime)
 
     def wrap_model_call(self, request: ModelRequest, handler: Handler) -> ModelResponse | ExtendedModelResponse:
         """Route an edit command, or call the model with the gated view."""

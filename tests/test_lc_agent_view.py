@@ -963,3 +963,151 @@ def test_the_core_and_the_view_group_a_step_with_an_invalid_call_alike() -> None
     _, grouped = group_turns(core)
     assert [[m.id for m in t.messages] for t in grouped] == view == [["q1", "a1", "t1", "img", "t2", "a2"]]
     assert from_core_messages(core) == messages  # the invalid call reads back where it was
+
+
+# -- how the view starts -------------------------------------------------------------------------
+CUT_SUMMARY = HumanMessage("Here is a summary of the conversation to date:\n\nWe sized a Redis lock TTL.", id="s",
+                           additional_kwargs={"lc_source": "summarization"})
+GIN = "Use a GIN index on the Postgres jsonb column; btree cannot index containment."
+
+
+def gin_step(call_id: str = "c1") -> list[BaseMessage]:
+    """The rest of a turn SummarizationMiddleware cut after its question: a call, its result, the answer."""
+    return [AIMessage("", tool_calls=[{"name": "index_advice", "args": {"column": "jsonb"}, "id": call_id,
+                                       "type": "tool_call"}], id=f"a-{call_id}"),
+            ToolMessage("GIN supports @> containment on jsonb; btree does not.", tool_call_id=call_id, id=f"t-{call_id}"),
+            AIMessage(GIN, id=f"b-{call_id}")]
+
+
+@pytest.mark.parametrize("question", ["Why?", "Why GIN and not btree for the Postgres jsonb column?"])
+def test_the_rest_of_a_turn_a_summary_cut_is_sent_after_the_summary(question: str) -> None:
+    """A pinned summary is a user's message, so the view already starts on one: the rest of the
+    turn the summary cut (the answer "Why?" asks about) follows it, by every path, whatever the
+    budget (it was dropped for not opening on a user's message); one opening on a tool result
+    (its call was not sent) is still left out, and so is a tool step with no summary before it."""
+    messages = [SystemMessage("Be concise."), CUT_SUMMARY, *gin_step(), HumanMessage(question, id="q")]
+    middleware = GatekeeperMiddleware(token_budget=100_000)
+    assert middleware.views.view(messages, thread="t") == messages
+    assert asyncio.run(middleware.views.aview(messages, thread="a")) == messages
+    assert gate_messages(messages, token_budget=100_000) == messages
+    orphan = [SystemMessage("Be concise."), CUT_SUMMARY, *gin_step()[1:], HumanMessage(question, id="q")]
+    assert gate_messages(orphan, token_budget=100_000) == [orphan[0], CUT_SUMMARY, orphan[-1]]
+    unsummarised = [SystemMessage("Be concise."), *gin_step(), HumanMessage(question, id="q")]
+    assert gate_messages(unsummarised, token_budget=100_000) == [unsummarised[0], unsummarised[-1]]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_after_summarization_middleware_cuts_a_turn_why_gets_the_answer_it_asks_about(use_async: bool) -> None:
+    """SummarizationMiddleware keeps the last tool step and answer of a turn whose question it
+    summarised: the gated call sends what the ungated one sends (the summary, the rest of that
+    turn, "Why?"), not the summary and "Why?" alone."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+
+    from lc_support import Recorder
+
+    @tool
+    def index_advice(column: str) -> str:
+        """Which index suits a column."""
+        return "GIN supports @> containment on jsonb; btree does not."
+
+    class Rules(BaseChatModel):
+        """Calls index_advice for a Postgres question, answers its result, echoes anything else."""
+
+        @property
+        def _llm_type(self) -> str:
+            return "rules"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> "Rules":
+            return self
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            last = messages[-1]
+            reply = (AIMessage("", tool_calls=[{"name": "index_advice", "args": {"column": "jsonb"}, "id": "c1",
+                                                "type": "tool_call"}])
+                     if last.type == "human" and "Postgres" in last.text
+                     else AIMessage(GIN) if last.type == "tool" else AIMessage(f"Answer about: {last.text}"))
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def last_call(gated: bool) -> list[BaseMessage]:
+        recorder = Recorder()
+        summarise = SummarizationMiddleware(FakeMessagesListChatModel(responses=[AIMessage("SUMMARY: redis, espresso")]),
+                                            trigger=("messages", 6), keep=("messages", 3))
+        middleware = [GatekeeperMiddleware(), summarise] if gated else [summarise]
+        agent = create_agent(Rules(callbacks=[recorder]), [index_advice], system_prompt="Be concise.",
+                             middleware=middleware, checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "t"}}
+        for question in ("How long should a Redis lock TTL be?", "What espresso grind for a moka pot?",
+                         "Which Postgres index fits a jsonb column for containment?", "Why?"):
+            request = {"messages": [HumanMessage(question)]}
+            asyncio.run(agent.ainvoke(request, config)) if use_async else agent.invoke(request, config)
+        return recorder.last
+
+    plain = last_call(gated=False)
+    assert [m.type for m in plain] == ["system", "human", "ai", "tool", "ai", "human"] and plain[-2].text == GIN
+    assert [(m.type, m.text) for m in last_call(gated=True)] == [(m.type, m.text) for m in plain]
+
+
+def test_the_assistants_greeting_that_opens_the_chat_is_kept_as_the_history_keeps_it() -> None:
+    """A chat seeded with the assistant's greeting: when selection keeps it, the middleware and
+    gate_messages send it, as GatekeeperChatMessageHistory.select does (they dropped it for not
+    opening on a user's message, whatever the budget)."""
+    from langchain_gatekeeper import GatekeeperChatMessageHistory
+
+    from lc_support import Recorder
+
+    greeting = AIMessage("Hi! I'm the Postgres helper. Ask me about jsonb GIN indexes.", id="g")
+    question = HumanMessage("Which jsonb GIN index operator class should I use?", id="q")
+    history = GatekeeperChatMessageHistory("greeting")
+    history.add_messages([greeting])
+    assert history.select(question.text) == [greeting]
+    assert gate_messages([greeting, question], token_budget=10_000) == [greeting, question]
+    recorder = Recorder()
+    model = GenericFakeChatModel(messages=iter([AIMessage("Use jsonb_path_ops."), AIMessage("Smaller and faster.")]),
+                                 callbacks=[recorder])
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=10_000)], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "g"}}
+    agent.invoke({"messages": [greeting, question]}, config)  # the greeting seeded with the first input
+    assert [m.id for m in recorder.last] == ["g", "q"]
+    agent.invoke({"messages": [HumanMessage("And why jsonb_path_ops for the GIN index?", id="q2")]}, config)
+    assert [m.id for m in recorder.last][:2] == ["g", "q"] and recorder.last[-1].id == "q2"
+
+
+# -- the event loop -------------------------------------------------------------------------------
+def test_an_async_agent_builds_a_cold_threads_index_off_the_event_loop() -> None:
+    """Without an embedder the first call on a long thread (a restart, an eviction) builds its
+    index in a worker thread, so the event loop is never stalled by it; a call on a list that grew
+    by a turn since (the steady state, cheap) is gated on the loop.  The token counter tells
+    which thread did the work: it counts each turn's texts as the index takes them."""
+    import threading
+
+    counted: list[tuple[int, str]] = []
+
+    def counter(text: str) -> int:
+        counted.append((threading.get_ident(), text))
+        return len(text.split())
+
+    history = conversation(200)
+    model = GenericFakeChatModel(messages=iter([AIMessage("Grind finer."), AIMessage("Renew it every 30 seconds.")]))
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=300, token_counter=counter)],
+                         checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "long"}}
+    counted.clear()  # the counter's probe at construction
+
+    async def scenario() -> tuple[int, list[tuple[int, str]], list[tuple[int, str]]]:
+        loop_thread = threading.get_ident()
+        await agent.ainvoke({"messages": [*history, HumanMessage("espresso grind size for beans?")]}, config)
+        cold = list(counted)
+        counted.clear()
+        await agent.ainvoke({"messages": [HumanMessage("And the redis lock watchdog?")]}, config)
+        return loop_thread, cold, list(counted)
+
+    loop_thread, cold, grown = asyncio.run(scenario())
+    assert {text for _, text in cold} >= {m.text for m in history[:4]}  # the index was built in this call
+    assert loop_thread not in {thread for thread, _ in cold}  # off the loop
+    assert {text for _, text in grown} == {"espresso grind size for beans?", "Grind finer."}  # only the new turn
+    assert {thread for thread, _ in grown} == {loop_thread}  # cheap: on the loop

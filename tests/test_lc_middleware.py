@@ -484,6 +484,77 @@ def test_a_run_retried_with_no_new_input_keeps_the_failed_runs_input_as_its_turn
     assert texts(agent.get_state(CONFIG).values["messages"]).endswith("Use a 90 second TTL.")
 
 
+MOKA_AND_REDIS = [
+    ("Best espresso grind for a moka pot at home?", "Grind the espresso beans medium-fine for the moka pot."),
+    ("What water temperature suits the moka pot espresso?", "Start the moka pot with hot water, near boiling."),
+    ("Which Redis lock TTL suits a 45 second export job?", "Set the Redis lock TTL to 90 seconds for the export job."),
+    ("How should the Redis lock watchdog renew the TTL?", "Renew the Redis lock every 30 seconds from a watchdog."),
+]
+ABANDONED = ["Redis lock watchdog renew interval for the export job?", "Should the Redis watchdog renew the lock TTL faster?"]
+BACK_TO_MOKA = "And how fine should the espresso grind be for the moka pot?"
+
+
+class Abandons(ToolCallingFake):
+    """Answers from its script, except the questions of :data:`ABANDONED`: on those a run fails
+    (``invoke``) or streams one chunk and never finishes (``astream``, which the user stops)."""
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        if messages[-1].text in ABANDONED:
+            raise RuntimeError("provider down")
+        return super()._generate(messages, *args, **kwargs)
+
+    async def _astream(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        if messages[-1].text not in ABANDONED:
+            async for chunk in super()._astream(messages, *args, **kwargs):
+                yield chunk
+            return
+        yield ChatGenerationChunk(message=AIMessageChunk(content="Renew"))
+        await asyncio.Event().wait()  # never answers: the user stops the run
+
+
+@pytest.mark.parametrize("how", ["failed", "failed async", "stopped"])
+def test_questions_left_unanswered_by_earlier_runs_never_select_the_next_runs_turns(how: str) -> None:
+    """Runs that failed or that the user stopped leave their questions unanswered in the thread:
+    the next run's query is its own input, so they select nothing (the thread gets the earlier
+    turns a thread without them gets), and they are still sent, before the question, within the
+    budget (their words pulled the Redis turns into an espresso question)."""
+    from lc_support import Recorder
+
+    async def scenario(abandon: bool) -> list[BaseMessage]:
+        recorder = Recorder()
+        model = Abandons(messages=iter([AIMessage(a) for _, a in MOKA_AND_REDIS] + [AIMessage("Medium-fine.")]),
+                         callbacks=[recorder])
+        agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=400)], checkpointer=InMemorySaver())
+
+        async def ask(text: str) -> None:
+            request = {"messages": [HumanMessage(text)]}
+            await agent.ainvoke(request, CONFIG) if how != "failed" else agent.invoke(request, CONFIG)
+
+        for question, _ in MOKA_AND_REDIS:
+            await ask(question)
+        for question in ABANDONED if abandon else ():
+            if how == "stopped":
+                stream = agent.astream({"messages": [HumanMessage(question)]}, CONFIG, stream_mode="messages")
+                async for _ in stream:
+                    break  # the first token streamed: the user presses stop
+                await stream.aclose()
+            else:
+                with pytest.raises(RuntimeError, match="provider down"):
+                    await ask(question)
+        stored = (await agent.aget_state(CONFIG)).values["messages"]
+        assert [m.text for m in stored[-2:]] == (ABANDONED if abandon else list(MOKA_AND_REDIS[-1]))  # unanswered
+        await ask(BACK_TO_MOKA)
+        return recorder.last
+
+    alone, after = asyncio.run(scenario(False)), asyncio.run(scenario(True))
+    assert [m.text for m in after[-3:]] == [*ABANDONED, BACK_TO_MOKA]  # sent: they fit the budget
+    assert [m.text for m in after[:-3]] == [m.text for m in alone[:-1]]  # and selected nothing
+    assert "Which Redis lock TTL suits a 45 second export job?" not in texts(after)
+
+
 @tool
 def cached_lookup(q: str) -> str:
     """Look something up."""
@@ -603,6 +674,71 @@ def test_edit_route_with_a_langchain_chat_model_as_editor() -> None:
     agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
     agent.invoke({"messages": [HumanMessage("/edit the answer is about Iceland")]}, CONFIG)
     assert agent.get_state(CONFIG).values["messages"][1].text.startswith("Iceland's GDP")
+
+
+TRIP_SCHEMA = {"title": "Trip", "description": "The trip plan.", "type": "object",
+               "properties": {"country": {"type": "string"}}, "required": ["country"]}
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("after", ["none", "after_model listed after", "after_model listed before"])
+def test_an_edit_route_in_an_agent_with_a_tool_strategy_ends_the_run_on_its_reply(use_async: bool, after: str) -> None:
+    """create_agent with response_format=ToolStrategy and no other tool loops from the model back to
+    the model until a structured response comes: the route's reply ends the run, the main model
+    never answers the command, and no structured response is made up for it, whatever other
+    middleware's after_model hooks run on the reply (a jump in the route's Command alone would be
+    gone by then)."""
+    from langchain.agents.middleware import after_model
+    from langchain.agents.structured_output import ToolStrategy
+
+    seen: list[str] = []
+
+    @after_model
+    def watch(state: dict[str, Any], runtime: Any) -> None:
+        seen.append(state["messages"][-1].text)
+
+    gatekeeper = GatekeeperMiddleware(model=ScriptedModel([swap_editor("Ireland", "Iceland")]))
+    middleware = {"none": [gatekeeper], "after_model listed after": [gatekeeper, watch],
+                  "after_model listed before": [watch, gatekeeper]}[after]
+    main = scripted([call("Trip", {"country": "Ireland"}, "so_1"), call("Trip", {"country": "never"}, "so_2")])
+    agent = create_agent(main, [], response_format=ToolStrategy(TRIP_SCHEMA), middleware=middleware,
+                         checkpointer=InMemorySaver())
+
+    def run(text: str) -> dict[str, Any]:
+        request = {"messages": [HumanMessage(text)]}
+        return asyncio.run(agent.ainvoke(request, CONFIG)) if use_async else agent.invoke(request, CONFIG)
+
+    assert run("Plan a trip to Ireland.")["structured_response"] == {"country": "Ireland"}
+    out = run("/edit Iceland, not Ireland")
+    assert len(main.received) == 1  # the main model never saw the command
+    assert out.get("structured_response") is None
+    stored = agent.get_state(CONFIG).values["messages"]
+    assert stored[0].text == "Plan a trip to Iceland."
+    assert [m.type for m in stored[-2:]] == ["human", "ai"] and stored[-1].text.startswith("Edited the conversation")
+    if after == "after_model listed after":  # it runs before the route's hook ends the run: it saw the reply
+        assert seen[-1].startswith("Edited the conversation")
+
+
+def test_without_a_response_format_the_edit_routes_reply_reaches_every_after_model_hook() -> None:
+    """In an agent without a response_format the run ends on the route's reply anyway (it calls no
+    tool): the route's hook does not jump, so a middleware listed before it (whose after_model
+    hook runs after it, e.g. output redaction) still sees the reply."""
+    from langchain.agents.middleware import after_model
+
+    seen: list[str] = []
+
+    @after_model
+    def watch(state: dict[str, Any], runtime: Any) -> None:
+        seen.append(state["messages"][-1].text)
+
+    main = scripted([AIMessage(IRELAND_ANSWER)])
+    editor = ScriptedModel([swap_editor("Ireland", "Iceland")])
+    agent = create_agent(main, [lookup_job_duration], middleware=[watch, GatekeeperMiddleware(model=editor)],
+                         checkpointer=InMemorySaver())
+    agent.invoke({"messages": [HumanMessage(IRELAND)]}, CONFIG)
+    out = agent.invoke({"messages": [HumanMessage("/edit it was Iceland, not Ireland")]}, CONFIG)
+    assert out["messages"][-1].text.startswith("Edited the conversation") and len(main.received) == 1
+    assert seen == [IRELAND_ANSWER, out["messages"][-1].text]
 
 
 # -- edit_thread / undo_thread ----------------------------------------------------------------
