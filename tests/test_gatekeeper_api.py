@@ -546,6 +546,43 @@ def test_a_counter_failing_while_costing_again_leaves_the_old_costs() -> None:
     assert state(gk) == before
 
 
+@pytest.mark.parametrize("name", ["system_prompt", "summary"])
+def test_pinned_text_is_priced_with_an_overhead_assigned_while_it_is_counted(name) -> None:
+    """The text of a system prompt or summary is counted outside the lock; an overhead assigned
+    meanwhile (here by the counter itself, in this thread: no timing) costs only the old text
+    again, so the new one is charged the overhead current when it is stored, not the old one:
+    priced with the old overhead it made selections go over the budget unflagged."""
+    assigned = []
+
+    def counter(text: str) -> int:
+        if text == "SYSTEM PROMPT" and not assigned:
+            assigned.append(True)
+            gk.message_overhead = 40  # lands while the new text is being counted
+        return words(text)
+
+    gk = make(token_budget=100, token_counter=counter, message_overhead=0)
+    setattr(gk, name, "SYSTEM PROMPT")
+    assert assigned and gk.message_overhead == 40
+    assert gk.pinned_cost() == 2 + 40  # two words, one message
+    fresh = make(token_budget=100, message_overhead=40)
+    setattr(fresh, name, "SYSTEM PROMPT")
+    assert state(gk)[-1] == state(fresh)[-1]
+    gk.add_turn("alpha beta gamma", "delta")  # 4 words + 2 * 40: does not fit beside the prompt
+    selection = gk.explain("alpha beta gamma")
+    assert selection.turn_ids == () and selection.tokens_kept == 42 <= gk.token_budget
+
+
+@pytest.mark.parametrize("bad", [None, 3, "12", b"1"])
+def test_remove_turns_refuses_what_is_no_list_of_ids(bad) -> None:
+    gk = make()
+    for k in range(3):
+        gk.add_turn(f"Redis lock question {k}", f"answer {k}")
+    before = _held(gk)
+    with pytest.raises(InvalidTypeError, match=r"turn_ids must be an iterable of turn ids .*pass e\.g\. \[3, 4\]"):
+        gk.remove_turns(bad)
+    assert _held(gk) == before
+
+
 def test_extra_stopwords_written_as_users_write_them_are_ignored() -> None:
     """"Acme", "caching" and "containers" are stemmed as anchors ("acm", "cach", "container"):
     the stopwords match them as written, so an old turn sharing only them is not pulled in."""

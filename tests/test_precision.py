@@ -494,3 +494,16 @@ def test_excluded_and_pinned_turns_set_no_bar_for_what_meaning_lets_go():
     pinned = build()
     pinned.pin(3)
     assert {1, 2, 3} <= set(pinned.explain(query).turn_ids)
+
+
+def test_a_kept_turns_evidence_is_the_union_of_every_step_that_would_keep_it():
+    """Coverage keeps the Redis turn first (its reason), and the fill step would keep it too
+    (a strong match): its Evidence shows both, as records.Evidence and the guide say."""
+    gk = ContextGatekeeper(token_budget=200, token_counter=len, message_overhead=0)
+    gk.add_turn("How do I size a Redis lock TTL?", "Longer than the longest job, renewed by a watchdog.")
+    gk.add_turn("By the way, what is a Python TaskGroup?", "An asyncio scope that cancels its siblings on failure.")
+    selection = gk.explain("How often should the watchdog renew the Redis lock?")
+    assert selection.turn_ids == (1,)
+    record = next(score for score in selection.scores if score.turn_id == 1)
+    assert record.reason == "coverage"
+    assert record.evidence.topic == 0 and record.evidence.fill and {"redis", "lock"} <= set(record.evidence.covered)

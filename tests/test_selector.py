@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from context_gatekeeper.selection.anchors import TextAnchors
 from context_gatekeeper.selection.index import AnchorIndex
 from context_gatekeeper.selection.params import SelectionParams
-from context_gatekeeper.selection.selector import Candidate, distinctive, greedy_cover, score_candidates
+from context_gatekeeper.selection.selector import Candidate, distinctive, greedy_cover, match_share, score_candidates
+from context_gatekeeper.selection.word_prior import anchor_commonness
 
 P = SelectionParams()
 
@@ -312,3 +313,16 @@ def test_score_parts_are_the_bm25_formulas_floats(turns, weights, b):
                 assistant += weights[anchor] * assistant_scale * bm25_saturation(
                     tf_assistant, turn.assistant_len, index.avg_assistant_len, k1, b)
         assert (c.user, c.assistant) == (user, assistant)
+
+
+def test_evidence_max_commonness_draws_the_line_the_docs_give() -> None:
+    """As params, match_share and the selection guide say: "一般" (0.90) and "不能" (0.93) are at
+    or above ``evidence_max_commonness`` (0.9) and tie no turn of another topic to the query;
+    "usually" (0.73) is below it and still does."""
+    assert anchor_commonness("不能") > anchor_commonness("一般") >= P.evidence_max_commonness
+    assert anchor_commonness("usually") < P.evidence_max_commonness
+    index, positions, labels, costs = build([(1, ["usually", "一般", "不能"], [], 5)], [0])
+    weights = {"usually": 1.0, "一般": 1.0, "不能": 2.0}
+    candidates, _ = score_candidates(weights, index, positions, labels, costs, P)
+    assert candidates[1].covered == ["usually", "一般", "不能"] and candidates[1].telling == ["usually"]
+    assert match_share(candidates[1], weights) == 0.25

@@ -85,6 +85,11 @@ def _pinned_text(text: Any, what: str) -> str | tuple[str, ...] | None:
     return texts or None
 
 
+def _messages(text: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The messages of a system prompt or summary as the gatekeeper holds it (none for ``None``)."""
+    return () if text is None else (text,) if isinstance(text, str) else text
+
+
 def _turn_parts(turn: Any) -> tuple[Any, Any, Any]:
     """``(user, assistant, tool_texts)`` of one item of :meth:`ContextGatekeeper.insert_turns`."""
     if isinstance(turn, tuple) and len(turn) in (2, 3):
@@ -246,11 +251,14 @@ class ContextGatekeeper(SemanticMethods):
 
     def _set_fixed(self, name: str, text: PinnedText) -> None:
         pinned = _pinned_text(text, name)
-        # counted before anything changes: a token counter that raises leaves the old text and its cost
-        cost = self._fixed_cost(pinned, self._message_overhead)
+        # the texts counted before anything changes (a token counter that raises leaves the old text and its
+        # cost), outside the lock; each message's overhead added under it, at the overhead it holds then: one
+        # assigned while the texts were counted costs only the old text again, and this one must pay it too
+        texts = _messages(pinned)
+        counted = sum(map(self._count, texts))
         with self._lock:
             setattr(self, "_" + name, pinned)
-            self._fixed_costs[name] = cost
+            self._fixed_costs[name] = counted + self._message_overhead * len(texts)
 
     def pin(self, turn_id: int) -> None:
         """Always keep this turn (it counts against the budget)."""
@@ -344,7 +352,13 @@ class ContextGatekeeper(SemanticMethods):
         """Remove several turns at once and return them, in the order given: the result
         :meth:`remove_turn` gives turn by turn, in less time (later turns are segmented
         once, so replacing a long history costs what indexing it costs).  All or nothing:
-        an unknown or repeated id raises before any turn is removed."""
+        an unknown or repeated id raises before any turn is removed, and so does
+        ``turn_ids`` that is not an iterable of ids (:class:`InvalidTypeError`)."""
+        if not isinstance(turn_ids, Iterable) or isinstance(turn_ids, (str, bytes)):
+            raise InvalidTypeError(
+                f"turn_ids must be an iterable of turn ids (the ints add_turn returned), got "
+                f"{type(turn_ids).__name__} {turn_ids!r:.60}; pass e.g. [3, 4], or remove_turn(3) for one"
+            )
         ids = list(turn_ids)
         with self._lock:
             turns = self._history.remove_many(ids)
@@ -641,10 +655,8 @@ class ContextGatekeeper(SemanticMethods):
     def _fixed_cost(self, text: str | tuple[str, ...] | None, overhead: int) -> int:
         """Tokens of a system prompt or summary (0 for none): each of its messages' text
         counted, plus ``overhead`` for each message."""
-        if text is None:
-            return 0
-        texts = (text,) if isinstance(text, str) else text
-        return sum(self._count(t) for t in texts) + overhead * len(texts)
+        texts = _messages(text)
+        return sum(map(self._count, texts)) + overhead * len(texts)
 
     def _turn_cost(self, turn: Turn, overhead: int | None = None) -> int:
         """Tokens of each of the turn's texts, each counted as the message it is sent as, plus

@@ -36,19 +36,28 @@ class Evidence:
     """Why a turn belongs in the context.  Every kept turn has at least one field set
     (``bool(evidence)`` is true); a dropped turn's record shows what evidence it had.
 
+    A kept turn's evidence is the union of every step that would keep it (:meth:`merged`),
+    not only of the step that kept it first (:attr:`TurnScore.reason`): a turn minimum
+    coverage kept shows ``fill=True`` when it is also a strong match the fill step would
+    keep, and ``reference=True`` when it is also one of the latest turns a follow-up
+    leans on.  Each flag below says what that step found; ``reason`` says which step
+    came first.
+
     Attributes:
         covered: the query's distinctive content anchors the turn holds (never a cue
             word, a stopword or a lone CJK character).
         topic: the label of the topic the query continues or returns to, when the turn
             was kept as a member of it (``None`` otherwise).
-        reference: kept to resolve a reference or an ellipsis in the query ("Why?",
-            "它呢？", "is it thread-safe?"): the latest turns of the active topic.
+        reference: one of the turns that resolve a reference or an ellipsis in the
+            query ("Why?", "它呢？", "is it thread-safe?"): the latest turns of the active
+            topic, the turn that opened it and its newest angle.
         pinned: pinned content (``ContextGatekeeper.pin``).
-        fill: kept by the fill step after coverage (:func:`selector.keep_fill`): a strong
+        fill: the fill step after coverage (:func:`selector.keep_fill`) keeps it: a strong
             match (at least ``SelectionParams.fill_ratio`` of the best score, with enough
-            distinctive words) that minimum coverage called redundant, or with an embedder
-            one similar at or above ``semantic_floor``.  The default setting fills strong
-            matches only (``fill_ratio`` 0.3); the ``"recall"`` preset also weaker ones.
+            distinctive words), or with an embedder one similar at or above
+            ``semantic_floor``; with ``reason == "fill"``, one that minimum coverage called
+            redundant.  The default setting fills strong matches only (``fill_ratio`` 0.3);
+            the ``"recall"`` preset also weaker ones.
         semantic: its meaning matches the query (similarity at or above the calibrated
             floor of ``SelectionParams.semantic_floor``; only with an embedder).
     """

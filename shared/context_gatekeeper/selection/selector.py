@@ -179,7 +179,8 @@ class Kept:
         history: the turns.
         budget: tokens left.
         reasons: turn id -> the reason in words (see :class:`TurnScore`).
-        evidence: turn id -> the structured reason; merged when a later step finds more.
+        evidence: turn id -> the structured reason: the union of every step that would
+            keep the turn (a later step's evidence is merged in, :meth:`Evidence.merged`).
         dropped: turn id -> why a turn kept by an earlier step was let go again.
     """
 
@@ -228,8 +229,9 @@ def distinctive(candidate: Candidate) -> tuple[str, ...]:
 def match_share(candidate: Candidate, weights: Mapping[str, float]) -> float:
     """Share of the query's weight in the anchors a candidate holds that are evidence across
     topics: distinctive (:func:`distinctive`) and less common in the language than
-    ``evidence_max_commonness`` ("一般", "不能" or "usually" tie no turn of another topic
-    to the query, however rare they are in this chat)."""
+    ``evidence_max_commonness`` (default 0.9: "一般" at 0.90 or "不能" at 0.93 tie no turn of
+    another topic to the query, however rare they are in this chat; "usually" at 0.73 still
+    does)."""
     return share_of(candidate.telling, weights)
 
 
