@@ -114,7 +114,7 @@ def test_options_travel_from_the_transcript_to_the_deletion_guard() -> None:
     t.edit("Iceland", model=model)
     assert counted and t.history()[-1].kind == "edit" and "JSON array" in model.calls[0].text
     patch = ScriptedModel([ideal_patch_reply(t.messages, [Replace(q.id, "Iceland's GDP?")])])
-    proposal = t.edit("shorter", model=patch, options=EditOptions(), preview=True)  # this edit's own options
+    proposal = t.edit("shorter", model=patch, options=EditOptions(strategy="patch"), preview=True)  # its own options
     assert proposal.strategy == "patch"
 
 
@@ -310,3 +310,44 @@ def test_options_pickle_and_copy_without_their_resolved_counter() -> None:
     assert pickle.loads(pickle.dumps(options)) == options == copy.deepcopy(options)
     t = Transcript("p", options=options)
     assert copy.deepcopy(t.edit_options).strategy == "rewrite"
+
+
+# -- review f47f: a per-call record keeps the transcript's strategy unless it names one -----------
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["edit", "aedit"])
+def test_per_call_options_keep_the_transcripts_strategy_unless_they_name_one(asynchronous: bool, tmp_path) -> None:
+    """``options=EditOptions(token_counter=len)`` silently reset a rewrite transcript to patch: the
+    model was asked for operations, not the revised conversation."""
+    from context_gatekeeper import SQLiteStore
+
+    with Transcript("s", store=SQLiteStore(tmp_path / "t.db"), strategy="rewrite", max_deletion_share=0.9) as t:
+        t.append(user="What was Ireland's GDP in 2021?", assistant="About 504 billion USD.")
+        q = t.messages[0]
+
+        def edit(model: ScriptedModel, options: EditOptions) -> Any:
+            if asynchronous:
+                return asyncio.run(t.aedit("Iceland", model=model, options=options, preview=True))
+            return t.edit("Iceland", model=model, options=options, preview=True)
+
+        rewrite = ScriptedModel([ideal_rewrite_reply(t.messages, [Replace(q.id, "What was Iceland's GDP in 2021?")])])
+        proposal = edit(rewrite, EditOptions(token_counter=len, max_deletion_share=0.5))
+        assert proposal.strategy == "rewrite" and "JSON array" in rewrite.calls[0].text
+        patch = ScriptedModel([ideal_patch_reply(t.messages, [Replace(q.id, "What was Iceland's GDP in 2021?")])])
+        assert edit(patch, EditOptions(strategy="patch")).strategy == "patch"  # named: it holds
+        assert t._edit_settings(EditOptions(), None, None).strategy == "rewrite"
+        assert t._edit_settings(EditOptions(), "patch", None).strategy == "patch"  # the keyword wins
+        assert t._edit_settings(EditOptions(max_deletion_share=0.5), None, None).max_deletion_share == 0.5
+
+
+def test_strategy_given_tells_a_named_strategy_from_the_default_and_survives_copies() -> None:
+    import copy
+    import pickle
+
+    default, named = EditOptions(), EditOptions(strategy="patch")
+    assert (default.strategy_given, named.strategy_given) == (False, True)
+    assert default == named and default.strategy == "patch" and repr(default) == repr(named)
+    assert not default.with_(max_deletion_share=0.3).strategy_given and default.with_(strategy="patch").strategy_given
+    assert EditOptions.of(None, strategy="rewrite").strategy_given
+    for copied in (copy.copy(default), copy.deepcopy(default), pickle.loads(pickle.dumps(default))):
+        assert not copied.strategy_given and copied == default
+    assert pickle.loads(pickle.dumps(named)).strategy_given
+    assert json.dumps({"strategy": default.strategy}) == '{"strategy": "patch"}'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -420,18 +421,59 @@ def test_deleting_a_question_and_its_answer_deletes_the_tool_exchange_between_th
     assert apply_changes(after, invert(list(result.changes))) == state  # undo puts the whole exchange back in place
 
 
-def test_an_exchange_rewritten_as_new_messages_keeps_its_tool_messages_or_is_refused():
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_an_agent_exchange_replaced_by_a_complete_new_exchange_goes_whole_tool_messages_included(strategy):
+    """"Replace the GDP exchange by one about inflation": the question and its answer deleted and a new
+    question with its answer put in their place.  The hidden tool call and result went with neither, so
+    the new answer and the old tool call were two assistant messages in a row, and the refusal named
+    an id the model never saw: every such edit failed (in rewrite, new messages always land there)."""
     state = tool_turn_state()
     view = EditView.of(state)
-    items = []
-    for m in state:
-        if m.id in ("u1", "a1"):  # the exchange given back as new messages (id null), not deleted
-            items.append({"id": None, "role": m.role, "content": m.content.replace("GDP", "GDP growth")})
-        elif m.id in view.alias_of:
-            items.append({"id": view.alias_of[m.id], "role": m.role, "content": m.content})
-    model = ScriptedModel([json.dumps(items)] * 2)
-    with pytest.raises(EditError, match="two assistant messages in a row"):  # never silently without its tool call
-        compute_edit(state, "it was GDP growth", model, strategy="rewrite", allow_large_deletion=True)
+    new = [("user", "What was Ireland's inflation?"), ("assistant", "About 2 percent.")]
+    if strategy == "patch":
+        reply = patch({"op": "delete", "id": view.alias_of["u1"]}, {"op": "delete", "id": view.alias_of["a1"]},
+                      *({"op": "insert_after", "id": view.alias_of["a0"], "role": r, "content": c} for r, c in new))
+    else:
+        items = []
+        for m in state:
+            if m.id == "u1":
+                items += [{"id": None, "role": r, "content": c} for r, c in new]
+            elif m.id in view.alias_of and m.id != "a1":
+                items.append({"id": view.alias_of[m.id], "role": m.role, "content": m.content})
+        reply = json.dumps(items)
+    model = ScriptedModel([reply])
+    result = compute_edit(state, "replace the GDP exchange by one about inflation", model, strategy=strategy,
+                          allow_large_deletion=True)
+    after = apply_changes(state, list(result.changes))
+    assert [(m.role, m.content) for m in after] == [
+        ("user", "Hello"), ("assistant", "Hi! How can I help?"), *new,
+        ("user", "Espresso grind for a moka pot?"), ("assistant", "Use a medium grind."),
+    ]
+    assert result.attempts == 1
+    assert apply_changes(after, invert(list(result.changes))) == state  # undo brings the whole exchange back
+
+
+def test_a_new_question_alone_in_place_of_an_exchange_keeps_its_tool_messages():
+    """Only part of an exchange in its place (a new question, no answer): the turn was rewritten, not
+    replaced, so its tool call and result stay after the new question."""
+    state = tool_turn_state()
+    view = EditView.of(state)
+    reply = patch({"op": "delete", "id": view.alias_of["u1"]}, {"op": "delete", "id": view.alias_of["a1"]},
+                  {"op": "insert_after", "id": view.alias_of["a0"], "role": "user", "content": "Ireland's GDP, please."})
+    result = compute_edit(state, "x", ScriptedModel([reply]), allow_large_deletion=True)
+    after = apply_changes(state, list(result.changes))
+    assert after[2].content == "Ireland's GDP, please." and [m.id for m in after[3:]] == ["c1", "t1", "u2", "a2"]
+
+
+def test_a_structure_problem_never_names_an_id_the_model_was_not_shown():
+    """A new answer put right before a hidden tool call: the refusal names the hidden message by
+    what it is and where it stands, not by its real id."""
+    state = tool_turn_state()
+    reply = patch({"op": "insert_after", "id": "3", "role": "assistant", "content": "Let me look it up."})
+    model = _fails_twice(reply, "two assistant messages in a row", state=state)
+    note = model.calls[1][-1]["content"]
+    assert "an assistant message calling a tool you were not shown (after message 3)" in note
+    assert "c1" not in note
 
 
 def test_a_tool_exchange_stays_when_its_answer_stays():
@@ -764,3 +806,185 @@ def test_an_ambiguous_patch_is_asked_again_never_guessed(reply, problem) -> None
     with pytest.raises(EditError, match=problem):
         compute_edit(gdp_state(), "fix the population figure", model, strategy="patch")
     assert len(model.calls) == 2
+
+
+# -- review f47f: one answer per reply, whatever is quoted beside it --------------------------------
+DRAFT = '{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'
+NO_CHANGE_BESIDE_A_DRAFT = {
+    "prose example": (f"Nothing here mentions Ireland. (Had it applied, I would answer {DRAFT}.) Final answer:\n"
+                      '```json\n{"operations": []}\n```'),
+    "final bare list": f"I considered {DRAFT} but: []",
+    "wrapped empty in prose": f'{DRAFT} is what I first thought; the answer is {{"operations": []}}, no change.',
+}
+
+
+def greeting_transcript(path) -> Any:
+    from context_gatekeeper import SQLiteStore, Transcript
+
+    t = Transcript("s", store=SQLiteStore(path))
+    t.append(user="Hello there", assistant="Hi! How can I help?")
+    t.append(user="Tell me about geysers in Iceland", assistant="Strokkur erupts every few minutes.")
+    return t
+
+
+@pytest.mark.parametrize("label", list(NO_CHANGE_BESIDE_A_DRAFT))
+def test_a_no_change_answer_beside_a_quoted_draft_is_asked_again_never_applied(label, tmp_path):
+    """The model's answer is "no change", but the reply also quotes a non-empty draft: the draft was
+    taken (the empty answer counted only when nothing else had content) and committed."""
+    reply = NO_CHANGE_BESIDE_A_DRAFT[label]
+    with greeting_transcript(tmp_path / "t.db") as t:
+        before = (t.head, t.messages)
+        model = ScriptedModel([reply, reply])
+        with pytest.raises(EditError, match="2 different JSON values"):
+            t.edit("It was Iceland, not Ireland", model=model, allow_large_deletion=True)
+        assert (t.head, t.messages) == before and len(model.calls) == 2
+        assert "exactly one" in model.calls[1][-1]["content"]
+        again = ScriptedModel([reply, '{"operations": []}'])
+        assert t.edit("It was Iceland, not Ireland", model=again).changes == ()  # asked again: no change
+        assert (t.head, t.messages) == before
+
+
+def test_a_draft_inside_a_think_block_is_no_answer(tmp_path):
+    reply = f"<think>Maybe delete the greeting: {DRAFT}. No - nothing mentions Ireland.</think>\n{{\"operations\": []}}"
+    with greeting_transcript(tmp_path / "t.db") as t:
+        before = (t.head, t.messages)
+        model = ScriptedModel([reply])
+        assert t.edit("It was Iceland, not Ireland", model=model, allow_large_deletion=True).changes == ()
+        assert (t.head, t.messages) == before and len(model.calls) == 1
+
+
+def test_a_reasoning_block_is_set_aside_before_the_answer_is_looked_for():
+    draft = '{"operations": [{"op": "delete", "id": "3"}, {"op": "delete", "id": "4"}]}'
+    reply = f"<think>\nFirst idea: {draft}. No: only the country changes.\n</think>\n\n{GOOD}"
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
+    assert result.attempts == 1 and [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
+
+
+def test_a_reply_that_stops_inside_its_reasoning_block_is_cut_off_not_applied():
+    from context_gatekeeper.errors import TruncatedReplyError
+
+    reply = '<reasoning>I could answer {"operations": [{"op": "delete", "id": "3"}, {"op": "delete", "id": "4"}]} but'
+    with pytest.raises(TruncatedReplyError, match="inside its <think> / <reasoning> block"):
+        compute_edit(gdp_state(), "Iceland", ScriptedModel([reply, reply]), allow_large_deletion=True)
+
+
+def test_a_bare_empty_list_in_the_prose_still_counts_for_nothing_beside_the_answer():
+    reply = f"An empty list [] would mean no change; here the change is:\n{GOOD}\nThat is all."
+    assert compute_edit(gdp_state(), "Iceland", ScriptedModel([reply])).attempts == 1
+
+
+# -- review f47f: bracketed prose before the answer --------------------------------------------
+@pytest.mark.parametrize("prose", [
+    "Reasoning: " + " ".join(f"message [{i}] mentions Ireland;" for i in range(60)),
+    "Sources: " + " ".join(f"[note {i}](https://example.com/{i})" for i in range(80)),
+    "Note [see below, the only change is the country:",  # a stray bracket that never closes
+], ids=["numbered", "markdown-links", "stray-bracket"])
+def test_bracketed_prose_before_the_answer_hides_nothing(prose):
+    """After 49 bracketed spans the answer was never looked at: the fallback offered ``[0]`` and the
+    retry said "operation 1 is not an object"."""
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([prose + "\n" + GOOD]))
+    assert result.attempts == 1 and [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
+
+
+def test_json_not_of_the_answers_shape_is_no_fallback():
+    from context_gatekeeper.editing.parse import _patch_shape, load_json
+
+    with pytest.raises(EditError, match="no usable JSON of the answer's shape"):
+        load_json("See message [3] and [4, 5].", _patch_shape)
+    reply = "Messages [1] and [2] need no change."
+    model = ScriptedModel([reply, reply])
+    with pytest.raises(EditError, match="no usable JSON of the answer's shape"):
+        compute_edit(gdp_state(), "Iceland", model)
+    assert "not an object" not in model.calls[1][-1]["content"]
+    # JSON that starts like an answer but has another shape is still handed on, to say what is wrong
+    _fails_twice('{"ops": [{"op": "delete", "id": "2"}]}', "expected a JSON object")
+
+
+# -- review f47f: a user message without text ----------------------------------------------------
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+
+
+def image_state() -> list[Message]:
+    return [Message("u0", "user", "Hi"), Message("a0", "assistant", "Hello!"),
+            Message("u1", "user", "", parts=(IMAGE,)), Message("a1", "assistant", "That is a cat on a printer."),
+            Message("u2", "user", "What about printers?"), Message("a2", "assistant", "Printers print.")]
+
+
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_an_image_sent_alone_is_shown_with_a_placeholder_and_can_be_deleted_with_its_answer(strategy):
+    """A user message with no text was hidden from the model: its exchange could never be deleted
+    (deleting the answer left two user messages in a row), and the refusal named an unseen id."""
+    from context_gatekeeper.editing.format import ATTACHMENT_ONLY
+
+    state = image_state()
+    reply = (patch({"op": "delete", "id": "3"}, {"op": "delete", "id": "4"}) if strategy == "patch"
+             else rewrite(("1", "user", "Hi"), ("2", "assistant", "Hello!"), ("5", "user", "What about printers?"),
+                          ("6", "assistant", "Printers print.")))
+    model = ScriptedModel([reply])
+    result = compute_edit(state, "drop the cat photo detour", model, strategy=strategy, allow_large_deletion=True)
+    shown = json.loads(model.calls[0][1]["content"].split("<conversation>\n")[1].split("\n</conversation>")[0])
+    assert shown[2] == {"id": "3", "role": "user", "content": ATTACHMENT_ONLY}
+    assert {c.message.id for c in result.changes if isinstance(c, Remove)} == {"u1", "a1"}
+
+
+@pytest.mark.parametrize("strategy", ["patch", "rewrite"])
+def test_a_message_shown_with_a_placeholder_is_never_changed(strategy):
+    from context_gatekeeper.editing.format import ATTACHMENT_ONLY
+
+    state = image_state()
+    if strategy == "patch":
+        bad = patch({"op": "replace", "id": "3", "content": "A photo of a cat."})
+    else:
+        items = [{"id": str(i), "role": m.role, "content": m.content or "A photo of a cat."}
+                 for i, m in enumerate(state, 1)]
+        bad = json.dumps(items)
+    model = _fails_twice(bad, "message 3, which has no text", state=state, strategy=strategy)
+    assert "never changed" in model.calls[1][-1]["content"]
+    kept = ideal_rewrite_reply(state, [Replace("a1", "A cat on a printer.")])  # the placeholder given back as shown
+    assert ATTACHMENT_ONLY in kept
+    result = compute_edit(state, "shorter", ScriptedModel([kept]), strategy="rewrite")
+    assert [(c.before.id, c.after.content) for c in result.changes] == [("a1", "A cat on a printer.")]
+    assert result.changes[0].before.parts is None and state[2].parts == (IMAGE,)
+
+
+def test_deleting_only_the_answer_to_an_image_names_only_shown_messages():
+    model = _fails_twice(patch({"op": "delete", "id": "4"}), "two user messages in a row", state=image_state())
+    note = model.calls[1][-1]["content"]
+    assert "message 3 (user) and message 5 (user)" in note and "u1" not in note
+
+
+# -- review f47f: problems quote the model's values shortly -------------------------------------
+def test_a_runaway_id_or_op_is_quoted_shortly_in_the_problem_and_the_error():
+    """A 2 MB id was quoted whole: sent back to the model in the retry, and a 4 MB EditError."""
+    big_id = patch({"op": "replace", "id": "7" * 2_000_000, "content": "Iceland?"})
+    big_op = patch({"op": "x" * 2_000_000, "id": "1", "content": "Iceland?"})
+    model = ScriptedModel([big_id, big_op])
+    with pytest.raises(EditError, match=r"has op 'x{40}'\.\.\. \(2,000,000 characters\)") as caught:
+        compute_edit(gdp_state(), "Iceland", model)
+    assert len(str(caught.value)) < 2_000
+    assert "unknown id '" + "7" * 40 + "'... (2,000,000 characters)" in model.calls[1][-1]["content"]
+    assert len(model.calls[1][-1]["content"]) < 1_000
+    many = patch(*({"op": "delete", "id": f"{n}" * 1000} for n in range(20)))
+    with pytest.raises(EditError) as caught:
+        compute_edit(gdp_state(), "x", ScriptedModel([many, many]))
+    assert len(str(caught.value)) < 3_000
+
+
+# -- review f47f: JSON with comments -------------------------------------------------------------
+@pytest.mark.parametrize("reply", [
+    '{"operations": [\n  {"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in 2021?"} // the country\n]}',
+    '{"operations": [\n  // fix the country\n  {"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in 2021?"}\n]}',
+    '{"operations": [ /* the country */ {"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in 2021?"}]}',
+], ids=["line-after", "line-before", "block"])
+def test_json_with_comments_is_read_not_refused_as_losing_text(reply):
+    """json_repair drops the comments; the check that a repair keeps every word counted the comment's
+    words as lost, and the retry spoke of unescaped double quotes."""
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
+    assert result.attempts == 1 and [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
+
+
+def test_a_double_slash_inside_a_text_is_text_not_a_comment():
+    content = "See https://example.com/iceland // and the 27\" monitor"
+    reply = patch({"op": "replace", "id": "1", "content": content})[:-2] + ",]}"  # a trailing comma: repaired
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
+    assert [c.after.content for c in result.changes] == [content]

@@ -629,3 +629,57 @@ def test_a_message_dict_with_a_key_a_message_does_not_have_is_refused(how: str, 
         assert [said(m) for m in again.messages] == [said(m) for m in t.messages]
     finally:
         store.close()
+
+
+# -- review f47f: an open question answered meanwhile ---------------------------------------------
+def _answer_it_by_edit(t: Transcript, question: str) -> None:
+    from context_gatekeeper.testing import ScriptedModel
+
+    t.edit("Iceland, not Ireland", model=ScriptedModel([
+        '{"operations": [{"op": "replace", "id": "1", "content": "Iceland GDP?"},'
+        '{"op": "replace", "id": "2", "content": "Iceland: 25bn"},'
+        '{"op": "insert_after", "id": "3", "role": "assistant", "content": "Reykjavik."}]}']))
+
+
+def _answer_it_by_apply_undo_redo(t: Transcript, question: str) -> None:
+    t.apply([InsertAfter(question, "assistant", "Reykjavik.")])
+    t.undo()
+    t.redo()
+
+
+@pytest.mark.parametrize("answer_it", [
+    _answer_it_by_edit,
+    lambda t, question: t.apply([InsertAfter(question, "assistant", "Reykjavik.")]),
+    _answer_it_by_apply_undo_redo,
+    lambda t, question: Transcript("s", store=t.store).append(assistant="Reykjavik."),  # another writer
+], ids=["edit", "apply", "undo-redo", "another-writer"])
+def test_an_answer_whose_open_question_was_answered_meanwhile_is_refused_not_put_second(answer_it, tmp_path) -> None:
+    """An edit (or apply) put an assistant message right after this object's open question; the
+    pending answer then landed between the two: two assistant messages in a row."""
+    from context_gatekeeper.errors import InvalidRevisionError
+
+    with Transcript("s", store=SQLiteStore(tmp_path / "t.db")) as t:
+        t.append(user="Ireland GDP?", assistant="Ireland: 500bn")
+        t.append(user="And the capital?")
+        question = t.messages[-1].id
+        answer_it(t, question)
+        head, state = t.head, t.messages
+        with pytest.raises(InvalidRevisionError, match=r"answered meanwhile by revision \d+ \(\w+\).*append\(user="):
+            t.append(assistant="Dublin is the capital.")
+        assert (t.head, t.messages) == (head, state)  # nothing written
+        roles = [m.role for m in t.messages]
+        assert all(a != b for a, b in zip(roles, roles[1:]))
+        t.append(user="And its population?", assistant="About 390,000.")  # the question is forgotten: appends work
+        assert [m.content for m in t.messages][-2:] == ["And its population?", "About 390,000."]
+
+
+def test_a_note_or_another_turn_after_the_open_question_leaves_it_open(tmp_path) -> None:
+    """What follows the question without answering it (a user message first) is no answer: the
+    pending answer still goes right after its question."""
+    with Transcript("s", store=SQLiteStore(tmp_path / "t.db")) as t:
+        t.append(user="Where did we go?")
+        question = t.messages[-1].id
+        Transcript("s", store=t.store).append(user="another tab", assistant="its answer")
+        t.apply([InsertAfter(question, "user", "(a note)")])
+        t.append(assistant="Iceland.")
+        assert contents(t) == ["Where did we go?", "Iceland.", "(a note)", "another tab", "its answer"]

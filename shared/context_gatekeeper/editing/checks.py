@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from difflib import SequenceMatcher
 
 from .format import EditView
@@ -89,6 +89,7 @@ def build_changes(
     puts: list[Applied] = []
     deletes: list[str] = []
     last_after: dict[str | None, str] = {}
+    placed: dict[str | None, list[str]] = {}  # where new messages go -> their roles, in order
     for request in requests:
         if isinstance(request, Replace):
             before = by_id[request.id]
@@ -101,11 +102,12 @@ def build_changes(
             message = Message(new_message_id(), request.role, request.content, origin="inserted")
             puts.append(Put(message, last_after.get(position, position)))
             last_after[position] = message.id
+            placed.setdefault(position, []).append(request.role)
         else:  # pragma: no cover - guarded by the parsers
             raise InvalidTypeError(f"not a request: {request!r}; pass Replace, Delete or InsertAfter")
     current = apply_changes(state, edits + puts)
     removes: list[Applied] = []
-    for message_id in deletes + _hidden_parts(state, view, deletes, set(last_after)):
+    for message_id in deletes + _hidden_parts(state, view, deletes, placed):
         index = next(i for i, m in enumerate(current) if m.id == message_id)
         removes.append(Remove(current[index], current[index - 1].id if index else None))
         current.pop(index)
@@ -113,16 +115,19 @@ def build_changes(
 
 
 def _hidden_parts(
-    state: Sequence[Message], view: EditView, deletes: Sequence[str], inserted_after: set[str | None]
+    state: Sequence[Message], view: EditView, deletes: Sequence[str], placed: Mapping[str | None, Sequence[str]]
 ) -> list[str]:
     """The messages the model was not shown (an assistant message that only calls a tool, the
-    tool's result) of each turn whose shown messages are all deleted and none put in their
-    place: deleting a question and its answer deletes the whole exchange, which the model
-    could not name.  A turn that gets a new message inside it or at its start
-    (``inserted_after`` holds where new messages go: a message id, ``None`` for the start)
-    was rewritten, not dropped: its tool messages stay, and the structure checks judge the
-    result.  A turn runs from a user message to the next (what comes before the first user
-    message is one too)."""
+    tool's result) of each turn whose shown messages are all deleted: deleting a question and
+    its answer deletes the whole exchange, which the model could not name.
+
+    ``placed`` maps where new messages go (a message id, ``None`` for the start) to their
+    roles, in order.  A turn whose place (its start, or after one of its messages) gets only
+    part of an exchange (a new question with no answer) was rewritten, not dropped: its tool
+    messages stay, and the structure checks judge the result.  A complete new exchange in
+    its place (a user message, and an assistant message last) replaces the whole turn, tool
+    messages included.  A turn runs from a user message to the next (what comes before the
+    first user message is one too)."""
     gone = set(deletes)
     out: list[str] = []
     turn: list[Message] = []
@@ -130,7 +135,8 @@ def _hidden_parts(
     for message in [*state, None]:
         if message is None or (message.role == "user" and turn):
             shown = [m for m in turn if m.id in view.alias_of]
-            replaced = before in inserted_after or any(m.id in inserted_after for m in turn)
+            roles = [role for place in (before, *(m.id for m in turn)) for role in placed.get(place, ())]
+            replaced = bool(roles) and not ("user" in roles and roles[-1] == "assistant")
             if shown and not replaced and all(m.id in gone for m in shown):
                 out += [m.id for m in turn
                         if m.id not in view.alias_of and m.role in ("assistant", "tool") and m.id not in gone]
@@ -223,9 +229,10 @@ def check_structure(before: Sequence[Message], after: Sequence[Message], view: E
     if new_pairs:
         first, second = new_pairs[0]
         if second is None:
-            where = f"the conversation would start with an assistant message ({view.describe(first)})"
+            where = f"the conversation would start with an assistant message ({view.describe(first, after)})"
         else:
-            where = f"{view.describe(first)} and {view.describe(second)} would be two {first.role} messages in a row"
+            where = (f"{view.describe(first, after)} and {view.describe(second, after)} would be two {first.role} "
+                     "messages in a row")
         raise EditError(f"{where}; keep user and assistant messages alternating (delete a question with its answer)")
     if new_tools:
         kind, message_id, call_id = new_tools[0]
@@ -236,7 +243,7 @@ def check_structure(before: Sequence[Message], after: Sequence[Message], view: E
                 "keep the message that calls a tool together with the tool's result"
             )
         raise EditError(
-            f"tool call {call_id!r} of {view.describe(message)} would be separated from its result; "
+            f"tool call {call_id!r} of {view.describe(message, after)} would be separated from its result; "
             "do not place messages between a tool call and its result"
         )
 

@@ -24,11 +24,25 @@ draft or an example (see :func:`_cut_off_answer`).  When such an answer ends wit
 its closing brackets all the same, the likely cause is an unescaped double quote,
 and the problem says so.
 
+**Reasoning first.**  A reasoning model may start its reply with its thoughts
+(``<think>...</think>``, ``<thinking>``, ``<reasoning>``), drafts included: those
+leading blocks are set aside before anything is looked for, and a reply that stops
+inside one is cut off.
+
 **Several candidates.**  Prose may quote JSON beside the answer (an example, an
-empty ``[]``).  Of the values the caller accepts, an empty one (``[]``,
-``{"operations": []}``) counts only when no candidate holds anything; two
-different non-empty ones are refused (the model is asked again for exactly one),
-never guessed between.
+empty ``[]``).  Only spans that start like an answer (``[{``, ``{"``, ``[]``, ...)
+are candidates: bracketed prose (``message [3]``, Markdown links) is skipped,
+however much of it comes first.  Of the values the caller accepts, a bare empty
+``[]`` / ``{}`` in the prose counts only when no candidate holds anything; an empty
+answer in the answer's own shape (``{"operations": []}``, or an empty value that is
+the whole reply, a code fence's content or the reply's final block) is an answer
+like any other.  Two different answers (two non-empty values, or a non-empty one and
+such an empty one) are refused, so the model is asked again for exactly one, never
+guessed between.  A value of another shape is offered back to the caller (to say
+what is wrong) only when it starts like an answer.
+
+**Comments.**  ``json_repair`` drops ``//`` and ``/* */`` comments; the repair check
+sets them aside too (where they stand between JSON values), so commented JSON is read.
 
 >>> load_json('Sure! ```json\\n{"operations": []}\\n``` Done.')
 {'operations': []}
@@ -54,6 +68,8 @@ _INNER_FENCE = re.compile(r"^[ \t]*```[\w-]*[ \t]*\n(.*?)\n[ \t]*```[ \t]*$", re
 """A code fence anywhere in the answer (prose before and after it)."""
 _TRAILING_FENCE = re.compile(r"\n?[ \t]*```\s*$")
 _MAX_SPANS = 50
+"""The most spans that may start an answer (:func:`_may_answer`) offered as candidates;
+bracketed prose does not count."""
 _REPAIR_LIMIT = 20_000
 """The longest candidate given to ``json_repair``: it takes time that grows with the square of
 a text full of brackets that are not JSON (prose with "[...]" or "{...}": 5 s for 800
@@ -62,6 +78,13 @@ _REPAIR_TAILS = 3
 """How many "from a span's start to the end" candidates are repaired (each is nearly the whole
 answer again): the first few; all of them are parsed strictly."""
 _ANSWER_START = re.compile(r"""\[\s*(?:[\[{"']|$)|\{\s*(?:["']|$)""")
+_EMPTY_LITERAL = re.compile(r"\[\s*\]|\{\s*\}")
+"""A bare empty array or object: an answer of "no change", or prose naming one."""
+_THINKING = re.compile(r"\s*<(think|thinking|reasoning)>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
+_OPEN_THINKING = re.compile(r"\s*<(?:think|thinking|reasoning)>", re.IGNORECASE)
+_COMMENT_AFTER = re.compile(r"(?:[,\[{}\]\":0-9]|true|false|null)\Z", re.IGNORECASE)
+"""What a comment may follow in JSON (a separator, a bracket, a string, a number or a literal),
+unlike the ``//`` of prose inside a text whose quotes are broken."""
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
 _ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 _WORD = re.compile(r"\w+")
@@ -80,6 +103,10 @@ _ODD_QUOTE = (
 _LOSSY = (
     "the answer's JSON is broken and could not be read without losing text (an unescaped double "
     f"quote inside a text?); {_QUOTE_HINT}, and answer again with valid JSON only"
+)
+_IN_THOUGHT = (
+    "the answer is incomplete: it stops inside its <think> / <reasoning> block (cut off by an output "
+    "limit?); answer again with the complete JSON after the block"
 )
 _SEVERAL = (
     "the answer holds {n} different JSON values of the answer's shape (an example or a draft beside "
@@ -203,43 +230,60 @@ def _cut_off_error(text: str) -> EditError:
     return EditError(problem)
 
 
+def _may_answer(text: str, start: int) -> bool:
+    """Whether the span opening at ``text[start]`` may be an answer: it starts like JSON
+    (:data:`_ANSWER_START`) or is a bare empty ``[]`` / ``{}``; ``[3]`` or ``[a link](...)`` is prose."""
+    return bool(_ANSWER_START.match(text, start) or _EMPTY_LITERAL.match(text, start))
+
+
 def _top_level_spans(text: str) -> Iterator[tuple[int, int | None, bool]]:
-    """``(start, end, cut_off)`` of each top-level ``[...]`` / ``{...}`` span.
+    """``(start, end, cut_off)`` of each top-level ``[...]`` / ``{...}`` span that may be
+    an answer (:func:`_may_answer`), the first :data:`_MAX_SPANS` of them.
 
     ``end`` is None for a span that never closes; ``cut_off`` is then True: the
     answer stops before its JSON ends (inside a string, after a comma, or only
     lacking its closing brackets), and closing it would hide what was lost.
 
     The scan is string aware, so brackets and backticks inside JSON strings do not
-    count, and spans nested in an earlier one are not offered again.
+    count, and spans nested in an earlier one are not offered again.  Bracketed prose
+    (``message [3]``) is stepped over without counting, a stray unclosed bracket in
+    prose (``[see below``) is passed by, and the whole scan does a bounded amount of work
+    (as :func:`_cut_off_answer`'s).
     """
-    position, found = 0, 0
+    position, found, budget = 0, 0, 10 * len(text) + 10_000
     while found < _MAX_SPANS:
         start = _next_opener(text, position)
         if start < 0:
             return
-        found += 1
-        end, mismatched, _ = _scan(text, start)
-        if mismatched:
-            position = start + 1
+        end, mismatched, steps = _scan(text, start)
+        budget -= steps + 1
+        if budget < 0:
+            return
+        if mismatched or not _may_answer(text, start):
+            position = end if end is not None else start + 1
             continue
+        found += 1
         yield start, end, end is None
         if end is None:
             return
         position = end
 
 
-def _candidates(text: str) -> tuple[dict[str, bool], set[str]]:
-    """Texts that may hold the answer's JSON, each with whether it is cut off; and the
-    ones worth repairing (:data:`_REPAIR_LIMIT`, :data:`_REPAIR_TAILS`)."""
+def _candidates(text: str) -> tuple[dict[str, bool], set[str], set[str]]:
+    """Texts that may hold the answer's JSON, each with whether it is cut off; the ones
+    worth repairing (:data:`_REPAIR_LIMIT`, :data:`_REPAIR_TAILS`); and the ones that stand
+    where an answer stands (the whole text, a code fence's content, the final span)."""
     spans = list(_top_level_spans(text))
     truncated = any(cut_off for _, _, cut_off in spans)
     out = {text: truncated}
+    placed = {text}
     fence = _FENCE.match(text)
     if fence:
         out.setdefault(fence.group(1), truncated)
+        placed.add(fence.group(1))
     for inner in _INNER_FENCE.finditer(text):
         out.setdefault(inner.group(1), truncated)
+        placed.add(inner.group(1))
     tails: list[str] = []
     for start, end, cut_off in spans:
         if end is not None:
@@ -248,9 +292,12 @@ def _candidates(text: str) -> tuple[dict[str, bool], set[str]]:
         if tail not in out:
             tails.append(tail)
         out[tail] = out.get(tail, False) or cut_off
+    if spans and spans[-1][1] is not None and not _TRAILING_FENCE.sub("", text[spans[-1][1]:]).strip():
+        placed.add(text[spans[-1][0] : spans[-1][1]])  # the final block
     skipped = set(tails[_REPAIR_TAILS:])
     # worth repairing: what starts like JSON (prose full of "[a]" and "{b}" never does), not too long
-    return out, {c for c in out if len(c) <= _REPAIR_LIMIT and c not in skipped and _ANSWER_START.match(c.lstrip())}
+    repairable = {c for c in out if len(c) <= _REPAIR_LIMIT and c not in skipped and _ANSWER_START.match(c.lstrip())}
+    return out, repairable, placed
 
 
 def _words(text: str) -> list[str]:
@@ -277,19 +324,56 @@ def _value_words(value: Any) -> Iterator[str]:
         yield str(value)
 
 
-def _faithful(candidate: str, value: Any) -> bool:
-    """Whether ``value`` (repaired from ``candidate``) holds every word of it, in order.
+def _without_comments(text: str) -> str:
+    """``text`` without the ``//`` and ``/* */`` comments that stand between JSON values
+    (after a separator, a bracket, a string, a number or a literal; outside strings), which
+    ``json_repair`` drops.  A ``//`` inside a text (``https://...``), or after a bare word
+    (prose whose quotes are broken), stays.
 
-    A repair that only adds or removes punctuation (commas, quotes, brackets) passes;
-    one that drops text (``json_repair`` cutting ``"the 27" monitor"`` at the inch mark,
-    or making ``"Iceland, 2022"`` a key) does not.
+    >>> _without_comments('[{"id": "1"} // the country\\n, {"u": "https://x"} /* two */]')
+    '[{"id": "1"} \\n, {"u": "https://x"} ]'
+    """
+    if "//" not in text and "/*" not in text:
+        return text
+    out: list[str] = []
+    last = ""  # the last few characters written that are not whitespace
+    i, n, in_string, escaped = 0, len(text), False, False
+    while i < n:
+        c = text[i]
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
+        elif c == '"':
+            in_string = True
+        elif c == "/" and text[i + 1 : i + 2] in ("/", "*") and _COMMENT_AFTER.search(last):
+            line = text[i + 1] == "/"
+            close = text.find("\n", i) if line else text.find("*/", i + 2)
+            if line or close >= 0:  # an unclosed /* is no comment: kept, so its words count
+                i = n if close < 0 else (close if line else close + 2)
+                continue
+        out.append(c)
+        if not c.isspace():
+            last = (last + c)[-5:]
+        i += 1
+    return "".join(out)
+
+
+def _faithful(candidate: str, value: Any) -> bool:
+    """Whether ``value`` (repaired from ``candidate``) holds every word of it, in order,
+    comments between values aside (:func:`_without_comments`).
+
+    A repair that only adds or removes punctuation (commas, quotes, brackets) or
+    comments passes; one that drops text (``json_repair`` cutting ``"the 27" monitor"``
+    at the inch mark, or making ``"Iceland, 2022"`` a key) does not.
 
     >>> _faithful('{"a": "x" "b": 2}', {"a": "x", "b": 2})
     True
     >>> _faithful('{"content": "the 27" monitor"}', {"content": "the 27"})
     False
+    >>> _faithful('{"a": "x" // the fix\\n}', {"a": "x"})
+    True
     """
-    return _words(_ESCAPE.sub(_unescape, candidate)) == _words(" ".join(_value_words(value)))
+    text = _without_comments(candidate)
+    return _words(_ESCAPE.sub(_unescape, text)) == _words(" ".join(_value_words(value)))
 
 
 _NOTHING = object()
@@ -323,20 +407,25 @@ def _empty(value: Any) -> bool:
     return not value
 
 
-def _one(values: list[Any]) -> Any:
-    """The answer among the accepted ``values``: the only non-empty one, else an empty one.
+def _one(values: list[tuple[Any, bool]]) -> Any:
+    """The answer among the accepted ``(value, real)`` pairs (``real``: not a bare empty
+    ``[]`` / ``{}`` in prose): the only non-empty value, else a real empty one, else an empty one.
 
     Raises:
-        EditError: two different non-empty values (the model is asked again).
+        EditError: two different answers: two different non-empty values, or a non-empty
+            one beside a real empty one (the model is asked again).
     """
-    distinct: list[Any] = []
-    for value in values:
-        if value not in distinct:
-            distinct.append(value)
-    full = [value for value in distinct if not _empty(value)]
-    if len(full) > 1:
-        raise EditError(_SEVERAL.format(n=len(full)))
-    return full[0] if full else distinct[0]
+    full: list[Any] = []
+    for value, _real in values:
+        if not _empty(value) and value not in full:
+            full.append(value)
+    empty = [value for value, real in values if real and _empty(value)]
+    answers = len(full) + (1 if empty else 0)
+    if answers > 1:
+        raise EditError(_SEVERAL.format(n=answers))
+    if full:
+        return full[0]
+    return empty[0] if empty else values[0][0]
 
 
 def _any_container(value: Any) -> bool:
@@ -344,25 +433,46 @@ def _any_container(value: Any) -> bool:
     return isinstance(value, (dict, list))
 
 
+def _without_thinking(text: str) -> str:
+    """``text`` without the reasoning blocks it starts with (``<think>...</think>``,
+    ``<thinking>``, ``<reasoning>``): their drafts are no answer.
+
+    Raises:
+        TruncatedReplyError: the reply stops inside such a block.
+    """
+    rest = text
+    while True:
+        thought = _THINKING.match(rest)
+        if thought is None:
+            break
+        rest = rest[thought.end() :]
+    if _OPEN_THINKING.match(rest):
+        raise TruncatedReplyError(_IN_THOUGHT, partial=text)
+    return rest
+
+
 def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
     """The JSON value in a model's answer, repaired if needed (see the module docstring).
 
-    Every candidate is parsed strictly, else with ``json_repair`` (a repair that loses
-    text counts for nothing); of the values ``accept`` takes, :func:`_one` picks the
-    answer.  A value taken only from a candidate that runs into a cut-off span is
-    refused as cut off.  Failing that, the first non-empty container parsed at all is
-    returned, so the caller can say what shape is wrong.
+    Leading reasoning blocks are set aside first.  Every candidate is parsed strictly,
+    else with ``json_repair`` (a repair that loses text counts for nothing); of the values
+    ``accept`` takes, :func:`_one` picks the answer.  A value taken only from a candidate
+    that runs into a cut-off span is refused as cut off.  Failing that, the first non-empty
+    container parsed from a candidate that starts like an answer is returned, so the
+    caller can say what shape is wrong.
 
     Raises:
-        TruncatedReplyError: the answer's JSON stops mid-way (cut off; ``partial`` holds ``text``).
-        EditError: no JSON could be found or read without losing text, a text in it never
-            closes (an unescaped double quote), or it holds several different answers.
+        TruncatedReplyError: the answer's JSON stops mid-way, or the reply stops inside its
+            reasoning block (cut off; ``partial`` holds ``text``).
+        EditError: no JSON of the answer's shape could be found or read without losing text,
+            a text in it never closes (an unescaped double quote), or it holds several
+            different answers.
     """
-    stripped = text.strip()
+    stripped = _without_thinking(text).strip()
     if _cut_off_answer(stripped):
         raise _cut_off_error(text)
-    candidates, repairable = _candidates(stripped)
-    accepted: list[Any] = []
+    candidates, repairable, placed = _candidates(stripped)
+    accepted: list[tuple[Any, bool]] = []
     fallback: list[Any] = []
     lossy = cut_off_accepted = False
     for candidate, cut_off in sorted(candidates.items(), key=lambda item: item[1]):  # whole spans first
@@ -373,8 +483,8 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
         if accept(value) and cut_off:
             cut_off_accepted = True
         elif accept(value):
-            accepted.append(value)
-        elif not fallback and _any_container(value) and value:
+            accepted.append((value, candidate in placed or not _EMPTY_LITERAL.fullmatch(candidate.strip())))
+        elif not fallback and _any_container(value) and value and _ANSWER_START.match(candidate.lstrip()):
             fallback.append(value)
     if accepted:
         return _one(accepted)
@@ -384,5 +494,6 @@ def load_json(text: str, accept: Callable[[Any], bool] = _any_container) -> Any:
         return fallback[0]
     if lossy:
         raise EditError(_LOSSY)
-    preview = stripped[:80] + ("..." if len(stripped) > 80 else "")
-    raise EditError(f"the answer holds no usable JSON (it starts {preview!r})")
+    shown = stripped or text.strip()
+    preview = shown[:80] + ("..." if len(shown) > 80 else "")
+    raise EditError(f"the answer holds no usable JSON of the answer's shape (it starts {preview!r})")

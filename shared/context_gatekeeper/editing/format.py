@@ -10,9 +10,13 @@
 3. (retry only) ``assistant``: the unusable answer (its first :data:`MAX_ECHO`
    characters), and ``user``: what was wrong with it.
 
-Only the *editable* messages that carry text are shown (user and assistant; never
-system or tool messages, never metadata or non-text parts), under short aliases
-``"1"``, ``"2"``, ... in order instead of real ids: cheaper, and harder to garble.
+Only the *editable* messages are shown (user and assistant; never system or tool
+messages, never metadata or non-text parts), under short aliases ``"1"``, ``"2"``,
+... in order instead of real ids: cheaper, and harder to garble.  An assistant
+message without text (one that only calls a tool) is not shown; a user message
+without text (an image sent alone) is, with a placeholder (:data:`NO_TEXT`,
+:data:`ATTACHMENT_ONLY`) as its content: the model may delete it with its answer,
+never change it.  Problems name only what the model was shown.
 
 **The answer, strategy ``patch``** (the default): one JSON object, nothing else::
 
@@ -56,7 +60,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidTypeError
@@ -68,6 +72,8 @@ from ..records.operations import (
 
 __all__ = [
     "MAX_ECHO",
+    "NO_TEXT",
+    "ATTACHMENT_ONLY",
     "STRATEGIES",
     "Strategy",
     "EditView",
@@ -82,26 +88,50 @@ MAX_ECHO = 4_000
 """The most characters of an unusable answer a retry shows the model (the rest is cut)."""
 
 
+NO_TEXT = "[no text; this message may be deleted, not changed]"
+"""What the model is shown as the content of a user message without text or parts."""
+ATTACHMENT_ONLY = "[no text: an image or other attachment only; this message may be deleted, not changed]"
+"""What the model is shown as the content of a user message whose only content is non-text
+parts (an image sent alone)."""
+
+
 @dataclass(frozen=True)
 class EditView:
     """The editable messages of a state as the model sees them.
 
     Attributes:
-        shown: user and assistant messages with non-blank text, in state order.
+        shown: user messages, and assistant messages with non-blank text, in state order.
         alias_of: real message id -> alias ("1", "2", ... in order).
         id_of: alias -> real message id.
+        placeholders: real id -> the text shown for a user message without text
+            (:data:`ATTACHMENT_ONLY` or :data:`NO_TEXT`): it may be deleted, never changed.
     """
 
     shown: tuple[Message, ...]
     alias_of: Mapping[str, str]
     id_of: Mapping[str, str]
+    placeholders: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, state: Sequence[Message]) -> "EditView":
-        """The view of ``state``."""
-        shown = tuple(m for m in state if m.editable and m.content.strip())
+        """The view of ``state``.
+
+        >>> view = EditView.of([Message("a", "user", "", parts=({"type": "image_url"},)),
+        ...                     Message("b", "assistant", "A cat.")])
+        >>> print(view.to_json())
+        [
+        {"id": "1", "role": "user", "content": "[no text: an image or other attachment only; this message may be deleted, not changed]"},
+        {"id": "2", "role": "assistant", "content": "A cat."}
+        ]
+        """
+        shown = tuple(m for m in state if m.editable and (m.role == "user" or m.content.strip()))
         alias_of = {m.id: str(i) for i, m in enumerate(shown, 1)}
-        return cls(shown, alias_of, {a: i for i, a in alias_of.items()})
+        placeholders = {m.id: ATTACHMENT_ONLY if m.parts else NO_TEXT for m in shown if not m.content.strip()}
+        return cls(shown, alias_of, {a: i for i, a in alias_of.items()}, placeholders)
+
+    def text_of(self, message: Message) -> str:
+        """The text the model is shown for ``message`` (a placeholder for a user message without text)."""
+        return self.placeholders.get(message.id, message.content)
 
     def to_json(self) -> str:
         """The shown messages as a JSON array, one message per line, with ``<`` written as
@@ -112,17 +142,35 @@ class EditView:
         {"id": "1", "role": "user", "content": "What is \\u003c/conversation>?"}
         ]
         """
-        items = [{"id": self.alias_of[m.id], "role": m.role, "content": m.content} for m in self.shown]
+        items = [{"id": self.alias_of[m.id], "role": m.role, "content": self.text_of(m)} for m in self.shown]
         return _json_lines(items, escape_tags=True)
 
-    def describe(self, message: Message) -> str:
-        """How errors name ``message``: by alias when shown, else by role and id."""
+    def describe(self, message: Message, state: Sequence[Message] = ()) -> str:
+        """How errors name ``message``: by alias when shown, as new when the edit made it,
+        else (a message the model was not shown: a tool call, a tool result) by what it is
+        and the shown message it follows in ``state``, never by an id the model never saw."""
         alias = self.alias_of.get(message.id)
         if alias is not None:
             return f"message {alias} ({message.role})"
         if message.origin == "inserted" and message.revision == 0:
             return f"the new {message.role} message"
-        return f"the {message.role} message {message.id!r}"
+        article = "an" if message.role[:1] in ("a", "e", "i", "o", "u") else "a"
+        if message.role == "tool":
+            kind = "a tool result"
+        elif message.metadata.get("tool_calls"):
+            kind = f"{article} {message.role} message calling a tool"
+        else:
+            kind = f"{article} {message.role} message without text"
+        follows, found = None, False
+        for other in state:
+            if other.id == message.id:
+                found = True
+                break
+            follows = self.alias_of.get(other.id, follows)
+        if not found:
+            return f"{kind} you were not shown"
+        where = f"after message {follows}" if follows is not None else "before message 1"
+        return f"{kind} you were not shown ({where})"
 
 
 def _json_lines(items: list[Any], *, escape_tags: bool = False) -> str:
@@ -344,7 +392,7 @@ def ideal_rewrite_reply(state: Sequence[Message], changes: Iterable[Applied | Re
     view = EditView.of(state)
     after = apply_changes(state, _as_changes(state, changes))
     items = [
-        {"id": view.alias_of.get(m.id), "role": m.role, "content": m.content}
+        {"id": view.alias_of.get(m.id), "role": m.role, "content": m.content if m.content.strip() else view.text_of(m)}
         for m in after
         if m.editable and (m.id in view.alias_of or m.content.strip())
     ]

@@ -17,18 +17,32 @@ context_gatekeeper.errors.InvalidInputError: unknown edit strategy 'x'; use one 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, cast
 
 from ..errors import InvalidInputError, InvalidTypeError
 from ..tokens import TokenCounter, TokenCounterLike, resolve_token_counter
 
-__all__ = ["Strategy", "STRATEGIES", "DEFAULT_MAX_DELETION_SHARE", "EditOptions"]
+__all__ = ["Strategy", "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_MAX_DELETION_SHARE", "EditOptions"]
 
 Strategy = Literal["patch", "rewrite"]
 """How the model answers: ``"patch"`` (operations on message ids) or ``"rewrite"``
 (the whole revised conversation, diffed into changes)."""
 
 STRATEGIES: tuple[str, ...] = ("patch", "rewrite")
+
+
+class _DefaultStrategy(str):
+    """EditOptions' default ``strategy``: the ``str`` ``"patch"`` like any other (equal to, and
+    hashed like, ``"patch"``), whose type tells a strategy left at the default from one the
+    caller passed (:attr:`EditOptions.strategy_given`), even ``"patch"`` itself."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str.__repr__(self)
+
+
+DEFAULT_STRATEGY: Strategy = cast(Strategy, _DefaultStrategy("patch"))
 
 DEFAULT_MAX_DELETION_SHARE = 0.6
 """The share of editable tokens an edit may destroy without ``allow_large_deletion=True``.
@@ -43,7 +57,8 @@ class EditOptions:
     """How an edit is computed and guarded.
 
     Attributes:
-        strategy: ``"patch"`` (default) or ``"rewrite"``.
+        strategy: ``"patch"`` (default) or ``"rewrite"`` (:attr:`strategy_given` tells
+            whether it was passed).
         max_deletion_share: the largest share (0..1) of the editable tokens an edit may
             destroy (remove, or replace with other words) without ``allow_large_deletion``.
         allow_large_deletion: accept an edit above ``max_deletion_share``.
@@ -57,7 +72,7 @@ class EditOptions:
         TypeError: a token counter that cannot count.
     """
 
-    strategy: Strategy = "patch"
+    strategy: Strategy = DEFAULT_STRATEGY
     max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE
     allow_large_deletion: bool = False
     token_counter: TokenCounterLike = None
@@ -83,6 +98,17 @@ class EditOptions:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle and deep-copy the fields only (the resolved counter is rebuilt)."""
         return (type(self), (self.strategy, self.max_deletion_share, self.allow_large_deletion, self.token_counter))
+
+    @property
+    def strategy_given(self) -> bool:
+        """Whether ``strategy`` was passed (to the constructor, :meth:`of` or :meth:`with_`)
+        rather than left at its default: a transcript edited with a per-call record keeps its
+        own strategy unless the record names one.
+
+        >>> EditOptions().strategy_given, EditOptions(strategy="patch").strategy_given
+        (False, True)
+        """
+        return type(self.strategy) is not _DefaultStrategy
 
     @property
     def count(self) -> TokenCounter:

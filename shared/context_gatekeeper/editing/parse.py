@@ -14,6 +14,7 @@ text is shown to the model on the retry).
 from __future__ import annotations
 
 import re
+import reprlib
 import unicodedata
 from collections.abc import Callable
 from typing import Any
@@ -77,11 +78,46 @@ def _alias(value: Any) -> str | None:
     return None if text.lower() in _NEW_IDS else text
 
 
+_QUOTE_LIMIT = 40
+"""The most characters of a value the model wrote that a problem quotes (an id, an op, a role)."""
+_MAX_NOTE = 2_000
+"""The most characters of the problems one answer gets (the retry shows them to the model)."""
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = _QUOTE_LIMIT
+_SHORT.maxlist = _SHORT.maxdict = _SHORT.maxtuple = 3
+_SHORT.maxlevel = 2
+
+
+def _short(text: str) -> str:
+    """``text`` as a problem names it: whole when short, else its start and its length.
+
+    >>> _short("7" * 50)
+    '7777777777777777777777777777777777777777... (50 characters)'
+    """
+    return text if len(text) <= _QUOTE_LIMIT else f"{text[:_QUOTE_LIMIT]}... ({len(text):,} characters)"
+
+
+def _quoted(value: Any) -> str:
+    """``repr(value)`` for a problem, shortened like :func:`_short`: a runaway value from the
+    model (a megabyte id) is never sent back whole.
+
+    >>> _quoted("x" * 50)
+    "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (50 characters)"
+    >>> _quoted("assistant")
+    "'assistant'"
+    """
+    if isinstance(value, str):
+        return repr(value) if len(value) <= _QUOTE_LIMIT else f"{value[:_QUOTE_LIMIT]!r}... ({len(value):,} characters)"
+    return _SHORT.repr(value)
+
+
 def _fail(problems: list[str]) -> None:
-    """Raise one :class:`EditError` naming the first few problems, if there are any."""
+    """Raise one :class:`EditError` naming the first few problems, if there are any (at most
+    :data:`_MAX_NOTE` characters of them)."""
     if problems:
         shown = problems[:5] + ([f"and {len(problems) - 5} more problems"] if len(problems) > 5 else [])
-        raise EditError("; ".join(shown))
+        note = "; ".join(shown)
+        raise EditError(note if len(note) <= _MAX_NOTE else note[:_MAX_NOTE] + "... (more problems)")
 
 
 def _blank(text: str) -> bool:
@@ -109,6 +145,12 @@ def _check_content(item: dict[str, Any], where: str, problems: list[str]) -> str
     return content
 
 
+def _no_text(where: str, alias: str | None) -> str:
+    """The problem of an answer that changes a message shown with a placeholder (no text)."""
+    return (f"{where} changes message {alias}, which has no text (its content was a placeholder in square "
+            "brackets): it can be deleted (with its answer) or kept as it is, never changed")
+
+
 def parse_rewrite(data: Any, view: EditView) -> list[Request]:
     """Diff a ``rewrite`` answer against ``view`` into requests on real ids.
 
@@ -130,18 +172,19 @@ def parse_rewrite(data: Any, view: EditView) -> list[Request]:
             problems.append(f"item {n} is not an object with id, role and content")
             continue
         alias = _alias(item.get("id"))
-        where = f"message {alias}" if alias else f"new message (item {n})"
+        where = f"message {_short(alias)}" if alias else f"new message (item {n})"
         role = item.get("role")
-        content = _check_content(item, where, problems)
+        placeholder = view.placeholders.get(view.id_of.get(alias, "")) if alias is not None else None
+        content = None if placeholder is not None else _check_content(item, where, problems)
         if alias is None:
             if role not in ("user", "assistant"):
-                problems.append(f"{where} needs role \"user\" or \"assistant\", got {role!r}")
+                problems.append(f"{where} needs role \"user\" or \"assistant\", got {_quoted(role)}")
             elif content is not None:
                 requests.append(InsertAfter(previous, role, content))
             continue
         real = view.id_of.get(alias)
         if real is None:
-            problems.append(f"unknown id {alias!r}: use only the ids shown, or null for a new message")
+            problems.append(f"unknown id {_quoted(alias)}: use only the ids shown, or null for a new message")
             continue
         if real in seen:
             problems.append(f"message {alias} appears more than once")
@@ -152,7 +195,11 @@ def parse_rewrite(data: Any, view: EditView) -> list[Request]:
         previous = real
         message = next(m for m in view.shown if m.id == real)
         if role is not None and role != message.role:
-            problems.append(f"message {alias} changed role from {message.role} to {role!r}; roles never change")
+            problems.append(f"message {alias} changed role from {message.role} to {_quoted(role)}; roles never change")
+        elif placeholder is not None:
+            given = item.get("content")
+            if isinstance(given, str) and not _blank(given) and given != placeholder:
+                problems.append(_no_text("the answer", alias))
         elif content is not None and content != message.content:
             requests.append(Replace(real, content))
     _fail(problems)
@@ -185,12 +232,12 @@ def parse_patch(data: Any, view: EditView) -> list[Request]:
             continue
         op = _OPS.get(str(item.get("op", "")).strip().lower().replace("-", "_"))
         if op is None:
-            problems.append(f"operation {n} has op {item.get('op')!r}; use replace, delete or insert_after")
+            problems.append(f"operation {n} has op {_quoted(item.get('op'))}; use replace, delete or insert_after")
             continue
         alias = _alias(item.get("id"))
         real = view.id_of.get(alias) if alias is not None else None
         if alias is not None and real is None:
-            problems.append(f"operation {n} ({op}) names unknown id {alias!r}; use only the ids shown")
+            problems.append(f"operation {n} ({op}) names unknown id {_quoted(alias)}; use only the ids shown")
             continue
         if op != "insert_after":
             if real is None:
@@ -208,16 +255,19 @@ def parse_patch(data: Any, view: EditView) -> list[Request]:
                 continue
             requests.append(Delete(real))
             continue
+        if op == "replace" and real in view.placeholders:
+            problems.append(_no_text(where, alias))
+            continue
         content = _check_content(item, where, problems)
         role = item.get("role")
         if op == "replace":
             assert real is not None  # checked above for every op but insert_after
             if role is not None and role != roles[real]:
-                problems.append(f"{where} changes the role from {roles[real]} to {role!r}; roles never change")
+                problems.append(f"{where} changes the role from {roles[real]} to {_quoted(role)}; roles never change")
             elif content is not None:
                 requests.append(Replace(real, content))
         elif role not in ("user", "assistant"):
-            problems.append(f"{where} needs role \"user\" or \"assistant\", got {role!r}")
+            problems.append(f"{where} needs role \"user\" or \"assistant\", got {_quoted(role)}")
         elif content is not None:
             requests.append(InsertAfter(real, role, content))
     _fail(problems)

@@ -484,8 +484,11 @@ class Transcript:
         every message was skipped, nothing is recorded and the returned revision is
         numbered like the head, with no changes.  An answer whose open question was
         deleted meanwhile (by any writer, this object included) is refused
-        (:class:`InvalidRevisionError`, naming what to append instead); the question is
-        then forgotten, so this object's later appends go at the end as usual.
+        (:class:`InvalidRevisionError`, naming what to append instead); so is one whose
+        question was answered meanwhile (an edit, apply, undo, redo, revert or another writer
+        put an assistant or tool message right after it: the answer would be a second one in
+        a row).  The question is then forgotten, so this object's later appends go at the end
+        as usual.
         """
         new: list[Message] = []
         if user is not None:
@@ -503,6 +506,7 @@ class Transcript:
                 anchor = self._open_user
                 if anchor not in self._replica.state:
                     self._orphaned_answer(anchor)
+                self._refuse_answered_question(anchor)
             changes: list[Applied] = []
             for message in new:
                 changes.append(Put(message, anchor))
@@ -549,6 +553,34 @@ class Transcript:
             "the user message first with append(user=...)"
         )
 
+    def _refuse_answered_question(self, question: str) -> None:
+        """Refuse an answer whose open question ``question`` was answered meanwhile: an edit,
+        an apply, an undo, a redo, a revert or another writer put an assistant or tool message
+        right after it, so the answer would make a second one in a row.  The question is
+        then forgotten, so this object's appends work again (caller holds the lock).  Another
+        writer's whole turn after the question (a user message first) is no answer: the
+        answer still goes right after its question."""
+        state = self._replica.state
+        if state.last_id == question:
+            return  # the usual case: nothing after it, and no need to walk the state
+        messages = state.to_list()
+        index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == question)
+        following = messages[index + 1]
+        if following.role not in ("assistant", "tool"):
+            return
+        self._open_user = None
+        put = next((r for r in reversed(self._replica.log)
+                    if any(isinstance(c, Put) and c.message.id == following.id for c in r.changes)), None)
+        by = f" by revision {put.number} ({put.kind})" if put is not None else ""
+        raise InvalidRevisionError(
+            f"session {self.session_id!r}: the open question {question!r} this answer follows was answered "
+            f"meanwhile{by} ({'a tool result' if following.role == 'tool' else 'an assistant message'} follows "
+            "it now), so the answer was not appended: "
+            "it would be a second answer in a row. Append it with a question of its own, "
+            "append(user=..., assistant=...), or change the answer the question has now with "
+            "apply([Replace(message_id, text)])"
+        )
+
     # -- editing ------------------------------------------------------------------------
     def edit(
         self,
@@ -572,7 +604,8 @@ class Transcript:
         ``allow_large_deletion`` override its fields when given.
         Per-call ``options`` can tighten the transcript's deletion guard, never loosen it
         (the lower ``max_deletion_share`` holds; pass ``allow_large_deletion=True`` for a
-        larger edit), and count with the transcript's token counter unless they name one.
+        larger edit), and count with the transcript's token counter and edit with its
+        strategy unless they name their own.
         """
         settings = self._edit_settings(options, strategy, allow_large_deletion)
         proposal = self._propose(instruction, model, settings)
@@ -851,9 +884,11 @@ class Transcript:
         Per-call ``options`` never loosen the transcript's deletion guard by accident: the
         limit is the lower of the two shares, and a per-call record without a token counter
         counts with the transcript's.  Only ``allow_large_deletion=True`` lets a larger
-        edit through."""
+        edit through.  A per-call record that leaves ``strategy`` at its default keeps the
+        transcript's strategy (:attr:`EditOptions.strategy_given`)."""
         own = self.edit_options
         base = own if options is None else options.with_(
+            strategy=options.strategy if options.strategy_given else own.strategy,
             max_deletion_share=min(options.max_deletion_share, own.max_deletion_share),
             token_counter=options.token_counter if options.token_counter is not None else own.token_counter,
         )
