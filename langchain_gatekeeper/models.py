@@ -23,7 +23,11 @@ fail offline) and turns a missing key into :class:`~context_gatekeeper.ModelUnav
 The wrapper also streams (the core's :meth:`~context_gatekeeper.EditModel.stream_text`, which
 the web chat uses): ``model.stream(messages)``, each chunk's text (a chunk's
 ``response_metadata`` finish reason is checked as a whole reply's is).  A chat model with
-no streaming of its own answers in one chunk, as LangChain's ``stream`` does.
+no streaming of its own answers in one chunk, as LangChain's ``stream`` does.  A model
+whose wrappers hold a ``.with_retry()`` does not stream (``streams`` is False): LangChain's
+``RunnableRetry`` retries ``invoke`` and ``batch`` only, so its answer comes in one piece
+through ``invoke``, with the retries.  ``.with_fallbacks()`` streams: its ``stream`` moves to
+the next model when one fails before its first chunk.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 from langchain_core import exceptions as lc_exceptions
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.retry import RunnableRetry
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from context_gatekeeper import (
@@ -53,7 +58,7 @@ from context_gatekeeper import (
 )
 from context_gatekeeper.integration import finish_reason_of, is_unavailable_error, refuse_truncated
 
-__all__ = ["DEFAULT_MODEL", "LangChainEditModel", "default_chat_model", "resolve_edit_model", "underlying_chat_model"]
+__all__ = ["DEFAULT_MODEL", "EDITOR_RUN_NAME", "LangChainEditModel", "default_chat_model", "resolve_edit_model", "underlying_chat_model"]
 
 _REFUSAL: tuple[type[Exception], ...] = tuple(
     cls for cls in (getattr(lc_exceptions, "ModelRefusalError", None),) if isinstance(cls, type) and issubclass(cls, Exception)
@@ -94,6 +99,26 @@ def _supports_structured_output(model: BaseChatModel) -> bool:
     )
 
 
+def _holds_retry(runnable: Any) -> bool:
+    """Whether a ``RunnableRetry`` (``.with_retry()``) is among the runnables ``runnable`` is
+    made of: itself, ``.bound`` (``bind`` / ``with_retry`` / ``with_config``), ``.runnable``
+    and ``.fallbacks`` (``with_fallbacks``), a sequence's ``.steps``; a few hundred at most."""
+    todo, looked = [runnable], 0
+    while todo and looked < 256:
+        node = todo.pop()
+        looked += 1
+        if isinstance(node, RunnableRetry):
+            return True
+        if isinstance(node, BaseChatModel):
+            continue
+        inner: list[Any] = [getattr(node, "bound", None), getattr(node, "runnable", None)]
+        for many in (getattr(node, "fallbacks", None), getattr(node, "steps", None)):
+            if isinstance(many, (list, tuple)):
+                inner.extend(many)
+        todo.extend(r for r in inner if isinstance(r, Runnable))
+    return False
+
+
 def underlying_chat_model(runnable: Any) -> BaseChatModel | None:
     """The chat model a runnable wraps (``.bound`` of ``bind`` / ``with_retry`` /
     ``with_config``, ``.runnable`` of ``with_fallbacks``, a few levels deep); the model
@@ -107,12 +132,19 @@ def underlying_chat_model(runnable: Any) -> BaseChatModel | None:
     return None
 
 
-_EDITOR_RUN = RunnableConfig(tags=["nostream"])
+EDITOR_RUN_NAME = "gatekeeper_editor"
+"""The run name of the editing model's calls (the outermost run of each; see ``_EDITOR_RUN``)."""
+
+_EDITOR_RUN = RunnableConfig(tags=["nostream"], run_name=EDITOR_RUN_NAME)
 """The config of every call :class:`LangChainEditModel` makes: a call inside a LangGraph run
 (the middleware's ``/edit`` route) joins the run's callbacks, and LangGraph's
-``stream_mode="messages"`` (and ``astream_events``) would show the editor's answer, the patch
-JSON, as the assistant's reply; runs tagged ``nostream`` (LangGraph's ``TAG_NOSTREAM``) are
-left out of that stream.  Callbacks and tracing still see the call."""
+``stream_mode="messages"`` would show the editor's answer, the patch JSON, as the
+assistant's reply; runs tagged ``nostream`` (LangGraph's ``TAG_NOSTREAM``) are left out of
+that stream.  ``astream_events`` does not read the tag: it shows the editor's events, and a
+UI filtering them leaves out each event whose ``tags`` hold ``"nostream"`` (every run of
+the call, nested ones too, inherits the tag) or whose ``name`` is ``"gatekeeper_editor"``
+(the call's outermost run; a plain chat model's own events).  Callbacks and tracing still
+see the call."""
 
 
 class LangChainEditModel(EditModel):
@@ -137,6 +169,9 @@ class LangChainEditModel(EditModel):
 
     Attributes:
         model: the chat model or runnable (also ``wrapped``).
+        streams: True unless the model's wrappers hold a ``.with_retry()`` (LangChain's
+            ``RunnableRetry`` does not retry ``stream``): such a model answers in one piece
+            through ``invoke``, with its retries.
     """
 
     def __init__(self, model: Runnable | BaseChatModel, *, structured: bool | None = None) -> None:
@@ -160,7 +195,7 @@ class LangChainEditModel(EditModel):
             structured = isinstance(model, BaseChatModel) and _supports_structured_output(model)
         super().__init__(
             name, sync=self._call, async_=self._acall, supports_json_schema=structured, wrapped=model,
-            stream=self._stream_pieces,
+            stream=None if _holds_retry(model) else self._stream_pieces,
         )
 
     def __repr__(self) -> str:

@@ -269,3 +269,92 @@ def test_an_editing_chat_model_inside_an_agent_run_is_left_out_of_its_message_st
     for texts in ([chunk.text for chunk, _meta in agent.stream(edit(), config, stream_mode="messages")],
                   asyncio.run(streamed_async())):
         assert texts == ["Nothing to change: the conversation already says that."], texts
+
+
+def test_the_editors_events_in_astream_events_carry_its_name_and_tag_so_a_ui_can_leave_them_out() -> None:
+    """astream_events does not read LangGraph's nostream tag: the editor's patch JSON streams
+    there.  Its runs carry the tag and the run name gatekeeper_editor, which a UI filters on."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_gatekeeper import GatekeeperMiddleware
+    from langchain_gatekeeper.models import EDITOR_RUN_NAME
+
+    editor = GenericFakeChatModel(messages=iter([AIMessage('{"operations": []}')]))
+    agent = create_agent(fake("Dublin first, then Galway."), [], middleware=[GatekeeperMiddleware(model=editor)],
+                         checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("Plan a trip to Ireland.")]}, config)
+
+    async def events() -> list[Any]:
+        edit = {"messages": [HumanMessage("/edit Iceland, not Ireland")]}
+        return [e async for e in agent.astream_events(edit, config, version="v2") if e["event"].startswith("on_chat_model")]
+
+    seen = asyncio.run(events())
+    streamed = "".join(e["data"]["chunk"].text for e in seen if e["event"] == "on_chat_model_stream")
+    assert EDITOR_RUN_NAME == "gatekeeper_editor" and streamed == '{"operations": []}', "the editor's events are there"
+    assert all(e["name"] == "gatekeeper_editor" and "nostream" in e["tags"] for e in seen), seen
+    shown = [e for e in seen if "nostream" not in e["tags"] and e["name"] != "gatekeeper_editor"]
+    assert shown == [], "the UI's filter leaves every editor event out"
+
+
+class _FailsOnce(GenericFakeChatModel):
+    """Fails its first call, invoke or stream, with a transient network error; answers after."""
+
+    calls: int = 0
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("transient")
+        return super()._generate(*args, **kwargs)
+
+    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("transient")
+        yield from super()._stream(*args, **kwargs)
+
+
+def _fails_once(answer: str = "Reykjavik is the capital.") -> _FailsOnce:
+    return _FailsOnce(messages=iter([AIMessage(answer)] * 3))
+
+
+def test_a_model_with_retry_answers_in_one_piece_through_its_retries() -> None:
+    """LangChain's RunnableRetry retries invoke, not stream: a streamed answer from a
+    .with_retry() model failed on one transient error.  Such a model does not stream (also
+    wrapped further, in a chain, or behind fallbacks); the web chat's answer comes through
+    invoke, retried."""
+    from langchain_core.output_parsers import StrOutputParser
+
+    from context_gatekeeper.chat.session import chat_reply_pieces
+
+    def retried(model: Any) -> Any:
+        return model.with_retry(stop_after_attempt=3, wait_exponential_jitter=False)
+
+    wrappings: list[Callable[[_FailsOnce], Any]] = [
+        retried,
+        lambda m: retried(m.bind(stop=["never"])),
+        lambda m: retried(m).with_config(tags=["mine"]),
+        lambda m: retried(m) | StrOutputParser(),
+        lambda m: retried(m).with_fallbacks([fake("backup")]),
+    ]
+    for wrap in wrappings:
+        base = _fails_once()
+        model = LangChainEditModel(wrap(base))
+        assert not model.streams, wrap(base)
+        assert list(chat_reply_pieces(model, QUESTION)) == ["Reykjavik is the capital."]
+        assert base.calls == 2, "the failed call was retried"
+    assert LangChainEditModel(fake("x").with_config(tags=["mine"])).streams, "a wrapper without retries streams"
+
+
+def test_a_model_with_fallbacks_streams_and_falls_back_before_the_first_chunk() -> None:
+    """RunnableWithFallbacks.stream moves to the next model when one fails before its first
+    chunk, so a .with_fallbacks() model keeps streaming."""
+    primary = _fails_once("never shown")
+    model = LangChainEditModel(primary.with_fallbacks([fake("Reykjavik is the capital.")]))
+    assert model.streams
+    pieces = list(model.stream_text(QUESTION))
+    assert len(pieces) > 1 and "".join(pieces) == "Reykjavik is the capital.", pieces
+    assert primary.calls == 1
