@@ -44,6 +44,7 @@ from context_gatekeeper import ModelUnavailableError, SQLiteStore, Transcript  #
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor  # noqa: E402
 from context_gatekeeper.chat.web.server import BackgroundServer, create_app  # noqa: E402
 from context_gatekeeper.chat.web.service import WebChat  # noqa: E402
+from chat_support import AGENT_CONVERSATION  # noqa: E402
 
 IRELAND = "What was the GDP of Ireland in 2021?"
 POSTGRES = "How does Postgres streaming replication work?"
@@ -541,16 +542,7 @@ def test_a_server_that_dies_mid_answer_leaves_no_unstored_message_on_the_page(tm
 def test_a_turn_pins_from_its_first_message_whatever_its_role(web: Served, page: Page) -> None:
     """A greeting opens turn 1; turn 2 (an agent's) holds a user message inside its tool call:
     one pin button per turn, on its first message, and each pins its own turn."""
-    from context_gatekeeper import Message
-
-    web.transcript().set([
-        Message("greet", "assistant", "Hi! I am the weather bot."),
-        Message("u1", "user", "What is the weather in Oslo?"),
-        Message("a1", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "weather", "args": {"city": "Oslo"}}]}),
-        Message("u2", "user", "[image the tool hands over]"),
-        Message("t1", "tool", "12C, rain", metadata={"tool_call_id": "c1"}),
-        Message("a2", "assistant", "It is 12C and raining in Oslo."),
-    ])
+    web.transcript().set(list(AGENT_CONVERSATION))
     page.goto(web.url())
     idle(page)
     holders = page.locator('[data-testid="message"]:has([data-testid="pin"])')

@@ -32,6 +32,7 @@ from context_gatekeeper.chat.web.server import ASSETS, STATIC, allowed_hosts_for
 from context_gatekeeper.chat.web.service import WebChat
 from context_gatekeeper.chat.web.views import CONTEXT_KEY, word_diff
 from context_gatekeeper.integration import ideal_patch_reply
+from chat_support import AGENT_CONVERSATION
 
 TOKEN = "test-token"
 BASE = "http://127.0.0.1:8765"
@@ -1172,16 +1173,8 @@ def test_revert_in_the_page_to_before_a_load_made_in_the_terminal_takes_its_pins
 
 
 def agent_conversation(store: SQLiteStore, session: str = "agent") -> None:
-    """A stored agent conversation: a greeting opens turn 1; turn 2 holds a tool call and a user
-    message before the tool's result (as agents may write)."""
-    Transcript(session, store=store).set([
-        Message("greet", "assistant", "Hi! I am the weather bot."),
-        Message("u1", "user", "What is the weather in Oslo?"),
-        Message("a1", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "weather", "args": {"city": "Oslo"}}]}),
-        Message("u2", "user", "[image the tool hands over]"),
-        Message("t1", "tool", "12C, rain", metadata={"tool_call_id": "c1"}),
-        Message("a2", "assistant", "It is 12C and raining in Oslo."),
-    ])
+    """:data:`chat_support.AGENT_CONVERSATION` stored as ``session``."""
+    Transcript(session, store=store).set(list(AGENT_CONVERSATION))
 
 
 def test_every_message_carries_its_turns_key_whatever_role_starts_the_turn(store: SQLiteStore) -> None:
