@@ -988,3 +988,59 @@ def test_a_double_slash_inside_a_text_is_text_not_a_comment():
     reply = patch({"op": "replace", "id": "1", "content": content})[:-2] + ",]}"  # a trailing comma: repaired
     result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
     assert [c.after.content for c in result.changes] == [content]
+
+
+# -- review r48a: a reasoning block whose opening tag was in the prompt template ----------------
+@pytest.mark.parametrize("tag", ["think", "thinking", "reasoning"])
+@pytest.mark.parametrize("form", ["closing-only", "opened", "closing-only-then-answer-on-its-line"])
+def test_a_reasoning_block_closed_without_its_opening_tag_is_set_aside(tag, form):
+    """DeepSeek-R1 and QwQ/Qwen3 under vLLM or Ollama get ``<think>`` in the prompt template and
+    reply ``reasoning...</think>\\n\\n{answer}``: a "no change" quoted in the reasoning made two
+    different answers, refused after two calls, where the answer was taken before."""
+    thought = ('The user says it was Iceland. Had nothing needed changing I would answer {"operations": []}, '
+               "but message 1 says Ireland.")
+    reply = {
+        "closing-only": f"{thought}\n</{tag}>\n\n{GOOD}",
+        "opened": f"<{tag}>{thought}</{tag}>\n\n{GOOD}",
+        "closing-only-then-answer-on-its-line": f"{thought}</{tag}>{GOOD}",
+    }[form]
+    model = ScriptedModel([reply])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    assert result.attempts == 1 and [c.after.content for c in result.changes] == ["What was Iceland's GDP in 2021?"]
+    assert len(model.calls) == 1
+
+
+@pytest.mark.parametrize("content", ["Close the block with </think> and go on", "Close it: </think> {and} [go on]"])
+def test_a_closing_reasoning_tag_inside_the_answers_text_is_text(content):
+    """A ``</think>`` inside a JSON text (no raw line break, nor an unescaped quote, can follow it
+    there) sets nothing aside."""
+    reply = patch({"op": "replace", "id": "1", "content": content})
+    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
+    assert [c.after.content for c in result.changes] == [content]
+
+
+# -- review r48a: an unescaped quote beside a // inside a text -----------------------------------
+@pytest.mark.parametrize("content", [
+    'He said "see https://example.com/guide" before booking.',
+    'The 27" // 32" monitors both fit.',
+], ids=["url", "double-slash"])
+def test_a_repair_that_keeps_every_word_is_taken_though_a_quote_fools_the_comment_scanner(content):
+    """After an unescaped quote the comment scanner is out of step with the strings: it took the
+    ``//`` of ``https://`` (or of ``27" // 32"``) for a comment, so an exactly right repair counted
+    as losing words and was refused."""
+    reply = '{"operations": [{"op": "replace", "id": "1", "content": "' + content + '"}]}'
+    model = ScriptedModel([reply])
+    result = compute_edit(gdp_state(), "Iceland", model)
+    assert len(model.calls) == 1 and [c.after.content for c in result.changes] == [content]
+
+
+@pytest.mark.parametrize("reply", [
+    '{"operations": [{"op": "replace", "id": "1", "content": "the 27" // cheap\nmonitor"}]}',
+    '{"operations": [{"op": "replace", "id": "1", "content": "A 5" /* five inch */ screen"}]}',
+    '{"operations": [{"op": "replace", "id": "1", "content": "the 27" monitor, or the 32" one"}]}',
+], ids=["line-comment", "block-comment", "inch-mark"])
+def test_a_repair_that_loses_words_is_still_refused_comments_or_not(reply):
+    from context_gatekeeper.editing.extract import load_json
+
+    with pytest.raises(EditError, match="unescaped|escape"):
+        load_json(reply)

@@ -567,3 +567,32 @@ def test_select_never_splits_a_tool_step_with_a_user_message_between_its_results
         results = [m.tool_call_id for m in out if isinstance(m, ToolMessage)]
         calls = [c["id"] for m in out if isinstance(m, AIMessage) for c in m.tool_calls]
         assert results == calls and (not calls or out[:6] == step()), budget
+
+
+def test_an_answer_retried_after_its_reply_was_lost_is_not_stored_again(tmp_path: Path):
+    """add_messages of an AI answer whose first write landed but whose reply was lost, sent again
+    with the same id: a retried request, not stored again (and not refused as a second answer)."""
+
+    class LostReply(SQLiteStore):
+        lose_next = False
+
+        def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            stored = super().commit(*args, **kwargs)
+            if self.lose_next:
+                self.lose_next = False
+                raise ConnectionError("connection reset after COMMIT")
+            return stored
+
+    store = LostReply(tmp_path / "chat.db")
+    try:
+        history = GatekeeperChatMessageHistory("s", store=store)
+        history.add_messages([HumanMessage("Capital of Iceland?", id="q1")])
+        store.lose_next = True
+        with pytest.raises(ConnectionError):
+            history.add_messages([AIMessage("Reykjavik.", id="a1")])
+        head = history.transcript.head
+        history.add_messages([AIMessage("Reykjavik.", id="a1")])
+        assert [(m.type, m.id) for m in history.messages] == [("human", "q1"), ("ai", "a1")]
+        assert history.transcript.head == head
+    finally:
+        store.close()

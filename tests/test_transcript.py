@@ -683,3 +683,66 @@ def test_a_note_or_another_turn_after_the_open_question_leaves_it_open(tmp_path)
         t.apply([InsertAfter(question, "user", "(a note)")])
         t.append(assistant="Iceland.")
         assert contents(t) == ["Where did we go?", "Iceland.", "(a note)", "another tab", "its answer"]
+
+
+# -- review r48a: a retried answer is a retry, not a second answer ----------------------------------
+class _LostReplyStore(SQLiteStore):
+    """Commits, then loses the reply once (a connection dropped after COMMIT)."""
+
+    lose_next = False
+
+    def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        stored = super().commit(*args, **kwargs)
+        if self.lose_next:
+            self.lose_next = False
+            raise ConnectionError("connection reset after COMMIT")
+        return stored
+
+
+def test_an_answer_retried_after_its_reply_was_lost_is_skipped_not_refused(tmp_path) -> None:
+    """The answer's first write landed but its reply was lost; the retry (same ids) finds its own
+    first copy after the question: a retried request (a no-op), not a second answer."""
+    with Transcript("s", store=_LostReplyStore(tmp_path / "t.db")) as t:
+        t.append(user="What is 6*7?")
+        call = Message("call", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "calc"}]})
+        result = Message("result", "tool", "42", metadata={"tool_call_id": "c1"})
+        t.store.lose_next = True
+        with pytest.raises(ConnectionError):
+            t.append(messages=[call])
+        head = t.head
+        retried = t.append(messages=[call])  # what Transcript.append promises: skipped
+        assert (retried.changes, retried.number, t.head) == ((), head, head)
+        t.append(messages=[result])  # the question is answered: what comes next goes after the answer
+        assert [m.id for m in t.messages][1:] == ["call", "result"]
+        # a retry of the answer with a new message after it: only the new one is put, after the stored copy
+        t.append(user="And 7*8?")
+        answer, more = Message("a2", "assistant", "56."), Message("a3", "assistant", "Anything else?")
+        t.store.lose_next = True
+        with pytest.raises(ConnectionError):
+            t.append(messages=[answer])
+        t.append(messages=[answer, more])
+        assert contents(t)[-3:] == ["And 7*8?", "56.", "Anything else?"]
+        # a different answer to a question answered meanwhile is still refused
+        from context_gatekeeper.errors import InvalidRevisionError
+
+        t.append(user="And 8*9?")
+        Transcript("s", store=t.store).append(assistant="72.")
+        with pytest.raises(InvalidRevisionError, match="answered meanwhile"):
+            t.append(messages=[Message("a4", "assistant", "Seventy-two.")])
+        assert contents(t)[-2:] == ["And 8*9?", "72."]
+
+
+def test_two_writers_retrying_one_answer_store_it_once(tmp_path) -> None:
+    """Two writers deliver the same answer (one request, retried by a second worker): the one that
+    comes second finds it stored and skips it, whoever's open question it answers."""
+    path = tmp_path / "t.db"
+    with Transcript("s", store=SQLiteStore(path)) as first, Transcript("s", store=SQLiteStore(path)) as second:
+        first.append(user="Capital of Iceland?")
+        answer = Message("a1", "assistant", "Reykjavik.")
+        second.append(messages=[answer])
+        revision = first.append(messages=[answer])
+        assert revision.changes == ()
+        assert [(m.role, m.content) for m in first.messages] == [
+            ("user", "Capital of Iceland?"), ("assistant", "Reykjavik.")]
+        first.append(user="And its population?", assistant="About 140,000.")
+        assert contents(second) == ["Capital of Iceland?", "Reykjavik.", "And its population?", "About 140,000."]

@@ -394,6 +394,31 @@ def test_a_model_that_changes_dimension_under_its_name_is_embedded_again(tmp_pat
     transcript.close()
 
 
+def test_a_model_that_changes_dimension_back_and_forth_under_its_name_is_embedded_again_each_time(
+    tmp_path: Path, caplog
+) -> None:
+    """A deployment under one name answers 8, then 16, then 8, then 16 dimensions (a rollout rolled
+    back and forth, in one process): each change is checked and the turns embedded again.  The
+    check was asked only the first time a (query, turn) pair of dimensions was seen, so the third
+    change left selection lexical for good."""
+    transcript = Transcript("s1", store=SQLiteStore(tmp_path / "s.db"))
+    for i in range(6):
+        transcript.append(user=f"question {i} about topic{i} things", assistant=f"answer {i}")
+    model = Sized(8)
+    gate = TranscriptGate(transcript, embedder=as_embedder(model, name="prod-embedder"))
+    embed_all(gate)
+    with caplog.at_level(logging.WARNING, logger="context_gatekeeper"):
+        for step, dim in enumerate((16, 8, 16, 8)):
+            model.dim = dim  # (each query its own text: the last query's vector is reused for the same text)
+            assert gate.explain(f"what about topic{step} things").semantic_fallback  # the turns' old dimension
+            gate.embed_pending()  # the check: one turn embedded again, then all of them
+            selection = gate.explain(f"and topic{step + 1} things")
+            assert not selection.semantic_fallback, dim
+            assert gate.gatekeeper._semantic.vectors.dim == dim
+    assert sum("now embeds documents in" in r.getMessage() for r in caplog.records) == 4  # each change found
+    transcript.close()
+
+
 class CountedWords(Words):
     """:class:`Words` recording its document calls."""
 

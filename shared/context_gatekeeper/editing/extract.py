@@ -27,7 +27,8 @@ and the problem says so.
 **Reasoning first.**  A reasoning model may start its reply with its thoughts
 (``<think>...</think>``, ``<thinking>``, ``<reasoning>``), drafts included: those
 leading blocks are set aside before anything is looked for, and a reply that stops
-inside one is cut off.
+inside one is cut off.  So is everything before a closing tag with no opening tag
+before it (``reasoning...</think>``: the server put the opening tag in the prompt).
 
 **Several candidates.**  Prose may quote JSON beside the answer (an example, an
 empty ``[]``).  Only spans that start like an answer (``[{``, ``{"``, ``[]``, ...)
@@ -82,6 +83,12 @@ _EMPTY_LITERAL = re.compile(r"\[\s*\]|\{\s*\}")
 """A bare empty array or object: an answer of "no change", or prose naming one."""
 _THINKING = re.compile(r"\s*<(think|thinking|reasoning)>.*?</\1\s*>", re.DOTALL | re.IGNORECASE)
 _OPEN_THINKING = re.compile(r"\s*<(?:think|thinking|reasoning)>", re.IGNORECASE)
+_ANY_OPEN_THINKING = re.compile(r"<(?:think|thinking|reasoning)\s*>", re.IGNORECASE)
+_CLOSE_THINKING = re.compile(r"</(?:think|thinking|reasoning)\s*>", re.IGNORECASE)
+_AFTER_CLOSE = re.compile(r"""[ \t]*(?:\r?\n|\Z)|\s*(?:\{\s*"|\[\s*[\[{\]]|```)""")
+"""What follows the closing tag of a reasoning block whose opening tag was in the prompt
+template: the end of its line, or the answer itself (a tag inside a JSON text is followed
+by neither: a JSON string holds no raw line break, and its quotes are escaped)."""
 _COMMENT_AFTER = re.compile(r"(?:[,\[{}\]\":0-9]|true|false|null)\Z", re.IGNORECASE)
 """What a comment may follow in JSON (a separator, a bracket, a string, a number or a literal),
 unlike the ``//`` of prose inside a text whose quotes are broken."""
@@ -359,11 +366,14 @@ def _without_comments(text: str) -> str:
 
 def _faithful(candidate: str, value: Any) -> bool:
     """Whether ``value`` (repaired from ``candidate``) holds every word of it, in order,
-    comments between values aside (:func:`_without_comments`).
+    or every word of it once comments between values are set aside (:func:`_without_comments`).
 
     A repair that only adds or removes punctuation (commas, quotes, brackets) or
     comments passes; one that drops text (``json_repair`` cutting ``"the 27" monitor"``
-    at the inch mark, or making ``"Iceland, 2022"`` a key) does not.
+    at the inch mark, or making ``"Iceland, 2022"`` a key) does not.  The whole candidate
+    is tried first: after a double quote left unescaped inside a text, the comment scanner
+    is out of step with the strings, and may take the ``//`` of ``https://`` or of
+    ``27" // 32"`` for a comment; a repair that kept those words is still faithful.
 
     >>> _faithful('{"a": "x" "b": 2}', {"a": "x", "b": 2})
     True
@@ -371,9 +381,14 @@ def _faithful(candidate: str, value: Any) -> bool:
     False
     >>> _faithful('{"a": "x" // the fix\\n}', {"a": "x"})
     True
+    >>> _faithful('{"a": "see "https://x.org" now"}', {"a": 'see "https://x.org" now'})
+    True
     """
+    held = _words(" ".join(_value_words(value)))
+    if _words(_ESCAPE.sub(_unescape, candidate)) == held:
+        return True
     text = _without_comments(candidate)
-    return _words(_ESCAPE.sub(_unescape, text)) == _words(" ".join(_value_words(value)))
+    return text is not candidate and _words(_ESCAPE.sub(_unescape, text)) == held
 
 
 _NOTHING = object()
@@ -437,10 +452,22 @@ def _without_thinking(text: str) -> str:
     """``text`` without the reasoning blocks it starts with (``<think>...</think>``,
     ``<thinking>``, ``<reasoning>``): their drafts are no answer.
 
+    A server that puts the opening tag in the prompt template (DeepSeek-R1, QwQ and Qwen3
+    under vLLM or Ollama) replies ``reasoning...</think>\\n\\n{answer}``: everything up to a
+    first closing tag with no opening tag before it is set aside too, when the tag ends
+    its line or the answer follows it.
+
+    >>> _without_thinking('Had nothing changed: {"operations": []}.\\n</think>\\n\\n{"operations": [1]}')
+    '\\n\\n{"operations": [1]}'
+
     Raises:
         TruncatedReplyError: the reply stops inside such a block.
     """
     rest = text
+    close = _CLOSE_THINKING.search(text)
+    if (close is not None and _ANY_OPEN_THINKING.search(text, 0, close.start()) is None
+            and _AFTER_CLOSE.match(text, close.end())):
+        rest = text[close.end() :]
     while True:
         thought = _THINKING.match(rest)
         if thought is None:

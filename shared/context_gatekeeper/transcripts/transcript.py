@@ -487,8 +487,9 @@ class Transcript:
         (:class:`InvalidRevisionError`, naming what to append instead); so is one whose
         question was answered meanwhile (an edit, apply, undo, redo, revert or another writer
         put an assistant or tool message right after it: the answer would be a second one in
-        a row).  The question is then forgotten, so this object's later appends go at the end
-        as usual.
+        a row; the answer's own first copy, a retry after a lost reply or one another writer
+        delivered first, is skipped as above, not refused).  The question is then forgotten,
+        so this object's later appends go at the end as usual.
         """
         new: list[Message] = []
         if user is not None:
@@ -506,11 +507,12 @@ class Transcript:
                 anchor = self._open_user
                 if anchor not in self._replica.state:
                     self._orphaned_answer(anchor)
-                self._refuse_answered_question(anchor)
             changes: list[Applied] = []
             for message in new:
                 changes.append(Put(message, anchor))
                 anchor = message.id
+            if answers and self._open_user is not None:
+                self._refuse_answered_question(self._open_user, changes, renew_taken_ids)
             try:
                 revision = self._commit("append", changes, expected_head=None, renew_taken_ids=renew_taken_ids)
             except InvalidRevisionError:
@@ -523,6 +525,8 @@ class Transcript:
                 stored = revision.added
                 last_user = next((m.id for m in reversed(stored) if m.role == "user"), None)
                 self._open_user = last_user if stored[-1].role == "user" else None
+            elif answers and self._open_user is not None and self._answer_to(self._open_user) is not None:
+                self._open_user = None  # a retried answer: its first write landed, and answered the question
             return revision
 
     async def aappend(
@@ -553,21 +557,40 @@ class Transcript:
             "the user message first with append(user=...)"
         )
 
-    def _refuse_answered_question(self, question: str) -> None:
-        """Refuse an answer whose open question ``question`` was answered meanwhile: an edit,
-        an apply, an undo, a redo, a revert or another writer put an assistant or tool message
-        right after it, so the answer would make a second one in a row.  The question is
-        then forgotten, so this object's appends work again (caller holds the lock).  Another
-        writer's whole turn after the question (a user message first) is no answer: the
-        answer still goes right after its question."""
+    def _answer_to(self, question: str) -> Message | None:
+        """The assistant or tool message right after ``question`` in the state, if any: what
+        answers it now (caller holds the lock; ``question`` is in the state)."""
         state = self._replica.state
         if state.last_id == question:
-            return  # the usual case: nothing after it, and no need to walk the state
+            return None  # the usual case: nothing after it, and no need to walk the state
         messages = state.to_list()
         index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == question)
         following = messages[index + 1]
-        if following.role not in ("assistant", "tool"):
+        return following if following.role in ("assistant", "tool") else None
+
+    def _refuse_answered_question(self, question: str, changes: Sequence[Applied], renew_taken_ids: bool) -> None:
+        """Refuse the answer-only append ``changes`` when its open question ``question`` was
+        answered meanwhile: an edit, an apply, an undo, a redo, a revert or another writer put
+        an assistant or tool message right after it, so the answer would make a second one in
+        a row.  The question is then forgotten, so this object's appends work again (caller
+        holds the lock).  Another writer's whole turn after the question (a user message
+        first) is no answer: the answer still goes right after its question.
+
+        A retried request is no second answer: messages the session holds with the same id,
+        role and text are dropped first, as :meth:`_append_as_read` drops them (a retry after
+        a reply that was lost, or one another writer delivered first), and only what is left
+        to put right after the question is refused.
+
+        Raises:
+            InvalidRevisionError: something new would go right after the answered question.
+            InvalidInputError: a taken id, without ``renew_taken_ids`` (as the append would)."""
+        following = self._answer_to(question)
+        if following is None:
             return
+        draft = storable_revision(Revision(number=0, parent=0, kind="append", changes=tuple(changes)))
+        left, _rows = check_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids)
+        if not any(isinstance(c, Put) and c.after == question for c in left.changes):
+            return  # all retries, or what is new follows the retried answer's stored copy
         self._open_user = None
         put = next((r for r in reversed(self._replica.log)
                     if any(isinstance(c, Put) and c.message.id == following.id for c in r.changes)), None)

@@ -449,8 +449,9 @@ class SemanticChannel:
         again.  Its new vector has the turns' old dimension: the embedder embeds queries and
         documents with two models (warned; selection stays lexical).  Another dimension: the
         model behind this name changed, so the turns' vectors go, every turn is embedded
-        again, and cached vectors of the old dimension are no longer used.  The error when the
-        embedder fails (the check is tried again by the next pass), else ``None``."""
+        again, and cached vectors of the old dimension are no longer used, and the pair is
+        forgotten (:attr:`_mismatches`), so a change back and forth again is checked again.  The
+        error when the embedder fails (the check is tried again by the next pass), else ``None``."""
         with self._lock:
             pair, self._recheck = self._recheck, None
             if pair is None:
@@ -487,6 +488,9 @@ class SemanticChannel:
         )
         with self._lock:
             self._retired.add(old)
+            # answered: this pair is no longer known, so the next time it is seen (a model switched
+            # back and forth under one name) it is warned about and checked again
+            self._mismatches.discard(pair)
             history, changed = self._bound()
             turn = history.turns.get(sample)
             if turn is not None and text_hash(turn_text(turn)) == digest:
