@@ -165,6 +165,9 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     _default_model: Any = PrivateAttr(default=None)
     _options: dict[str, Any] = PrivateAttr(default_factory=dict)
     _opened_store: Any = PrivateAttr(default=None)  # a store an unpickle or deepcopy opened for this memory
+    _live_token: str | None = PrivateAttr(default=None)  # the live-export token to_dict last wrote (see .stored)
+    _closed: bool = PrivateAttr(default=False)  # close() was called: to_dict writes no live-export token
+    _owns_store: bool = PrivateAttr(default=False)  # the transcript opened its store (none or a path was given)
 
     def __init__(
         self,
@@ -242,7 +245,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
             "strategy": strategy, "max_deletion_share": max_deletion_share,
         }
         gate = gate.with_(token_budget=self.token_limit, token_counter=count, on_overflow=gate.overflow("keep_pinned"))
-        self._transcript = Transcript(
+        self._owns_store = not isinstance(store, Store)
+        self._transcript = stored.RevokingTranscript(  # a purge revokes the session's live-export token
             self.session_id, store=store, strategy=strategy, max_deletion_share=max_deletion_share, token_counter=count
         )
         self._gate = TranscriptGate(self._transcript, options=gate)
@@ -494,11 +498,21 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
 
     def close(self) -> None:
         """Close the store if this memory opened it (from a path or URL, or as a pickle's or
-        deepcopy's connection to the original's PostgreSQL store)."""
+        deepcopy's connection to the original's PostgreSQL store), and end its live exports:
+        the live-export token its ``to_dict`` wrote is revoked (data carrying it is then
+        restored apart, as data from elsewhere is), and its later ``to_dict`` output carries
+        none (see :mod:`.stored`)."""
+        self._closed = True
+        if self._live_token is not None:
+            stored.revoke_tokens([self._live_token])
+            self._live_token = None
+        owned = [s for s in (self._transcript.store if self._owns_store else None, self._opened_store) if s is not None]
         self._transcript.close()
         if self._opened_store is not None:
             self._opened_store.close()
             self._opened_store = None
+        for store in owned:  # closed for good: no token of it can attach again
+            stored.revoke_store(store)
 
     # -- writing ------------------------------------------------------------------------
     def put(self, message: ChatMessage) -> None:
@@ -567,10 +581,11 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """Rebuild a memory from :meth:`to_dict` output (:func:`.serialisation.from_dict`: the
         log is checked whole before anything is written; ``kwargs`` are constructor options
         and win over the data's).  The data's store is never opened: pass ``store=``, or
-        see :meth:`trusted_stores`.  Data this process exported from a memory whose store is
-        still open (a workflow ``Context`` reused across runs) attaches to that store; other
-        data of a memory that lived in SQLite or PostgreSQL comes back in memory, with a
-        ``StoreDetachedWarning``."""
+        see :meth:`trusted_stores`.  Data this process exported from a memory that is still
+        open, whose log is the session's as it is now (a workflow ``Context`` reused across
+        runs), attaches to that store; other data (a checkpoint whose session changed since
+        it was saved included) is replayed into a new in-memory store, apart, with a
+        ``StoreDetachedWarning`` when it names a SQLite file or PostgreSQL database."""
         return serialisation.from_dict(cls, data, **kwargs)
 
     @staticmethod
@@ -601,9 +616,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         return self.__deepcopy__()
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> "GatekeeperMemory":
-        """A copy on the same session of the same store (the store is a live handle, as
-        LlamaIndex's ``Memory`` shares its own), keeping the model, the token counter and
-        every option (:func:`.serialisation.deep_copy`)."""
+        """A copy on the same session of the same store (the store is a live handle: agent
+        workflows deep-copy their state and keep the copy), keeping the model, the token
+        counter and every option (:func:`.serialisation.deep_copy`; for a copy apart, pickle
+        an in-memory memory or ``from_dict(memory.to_dict(), store=InMemoryStore())``)."""
         return serialisation.deep_copy(self, memo)
 
     # -- selection (what get returns) -----------------------------------------------------

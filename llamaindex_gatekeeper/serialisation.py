@@ -35,18 +35,22 @@ file's absolute path, or a PostgreSQL connection string without its password and
 table prefix; nothing for an in-memory store), but ``from_dict`` never opens a store
 the data names.  Data this process exported from a memory whose store is still open
 carries a token this process issued (``data["live_token"]``, see :mod:`.stored`):
-``from_dict`` attaches it to that same open store and session as they are now, whatever
-the store, and imports nothing, as a pickle reattaches (a workflow ``Context`` reused
-across runs rebuilds its memory from its JSON at every run; a session purged since
-stays purged).
-Other data (saved and read back after a restart, from another process) with no
-``store=`` is replayed into a new in-memory store, with a warning
+when the data's log is that session's log as it is now, ``from_dict`` attaches it to
+that same open store object and session, whatever the store, and imports nothing (a
+workflow ``Context`` reused across runs serialises its memory and rebuilds it from
+that JSON at every run, and its memory goes on writing to yours).
+Other data (saved and read back after a restart, from another process, or a
+checkpoint of this process whose session changed since it was saved) with no
+``store=`` is replayed into a new in-memory store, apart, with a warning
 (:class:`StoreDetachedWarning`) when it names a store, that later writes will not reach
 it.  To reattach such data, pass ``store=``, or, where a framework calls ``from_dict``
 for you (a workflow ``Context`` decoding its state), name the stores you trust while it
 runs with :func:`trusted_stores` (also ``GatekeeperMemory.trusted_stores``).  A store
-whose session went on since the export (the data's log is the beginning of the
-store's) is attached as it is; one whose log differs is refused:
+the data chooses that way (it names the store and the session) is attached only when
+its session holds exactly the data's revisions: one that went on since the export, or
+whose log differs, is refused (a store you pass as ``store=``, your own choice, may
+also hold revisions after the data's, as for a checkpoint of this session, which went
+on since: it is attached as it is).  For example:
 
 >>> import tempfile, warnings
 >>> from llamaindex_gatekeeper import GatekeeperMemory
@@ -54,7 +58,7 @@ store's) is attached as it is; one whose log differs is refused:
 >>> path = folder.name + "/chats.db"
 >>> memory = GatekeeperMemory.from_defaults(store=path, session_id="s1")
 >>> data = memory.to_dict()
->>> memory.close()  # its store closed: the data is no live export any more
+>>> memory.close()  # closed: its exports are no live exports any more
 >>> with GatekeeperMemory.trusted_stores(path):
 ...     again = GatekeeperMemory.from_dict(data)
 >>> again.store.path == path
@@ -75,10 +79,11 @@ PostgreSQL as its connection string *without the password* (the unpickling side
 supplies it through ``PGPASSWORD`` or ``~/.pgpass``); any other store as its full
 revision log, replayed into a new in-memory store, apart.  ``copy.deepcopy`` (and
 ``model_copy``), which stays in the process, attaches the copy to the same session of
-the same store (the store is a live handle, as LlamaIndex's ``Memory`` shares its own):
-a SQLite or PostgreSQL one through a connection of its own, any other store (an
-``InMemoryStore`` included) as the same object, so a workflow that deep-copies its state
-(``ctx.store.edit_state()``) loses nothing written through the copy.  A model and a
+the same store, whatever the store: a SQLite or PostgreSQL one through a connection of
+its own (as such copies always did), any other store (an ``InMemoryStore`` included) as
+the same object.  Agent workflows deep-copy their state (``ctx.store.edit_state()``) and
+keep the copy, which must go on writing to the caller's memory.  For a copy apart, pickle
+an in-memory memory, or pass ``from_dict(memory.to_dict(), store=InMemoryStore())``.  A model and a
 custom token counter are never pickled (they may hold API keys or be closures): the
 unpickled memory uses the defaults; ``copy.deepcopy`` keeps them.
 """
@@ -86,7 +91,7 @@ unpickled memory uses the defaults; ``copy.deepcopy`` keeps them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
 from context_gatekeeper import (
@@ -324,22 +329,44 @@ def _same_revision(stored: Revision, imported: Revision) -> bool:
     )
 
 
-def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[Revision]) -> None:
+def _same_log(existing: list[Revision], imported: list[Revision]) -> bool:
+    """Whether the two logs hold the same revisions (see :func:`_same_revision`; a revision
+    read back from the store it was exported from is equal as it is, times included)."""
+    return len(existing) == len(imported) and all(
+        stored == wanted or _same_revision(stored, wanted) for stored, wanted in zip(existing, imported)
+    )
+
+
+def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[Revision], *, later: bool) -> None:
     """InvalidInputError (a ValueError) naming the first revision where the store's log
-    and the imported one differ, or the first the data has beyond the store's; nothing when
-    the data's log is the store's or a beginning of it (the data was exported from this
-    session, which went on since: the store is the memory's truth, as a pickle reattaches)."""
+    and the imported one differ, or the first that only one of them has; nothing when they
+    are the same, nor, with ``later`` (the caller passed the store), when the data's log is
+    a beginning of the store's (the data was exported from this session, which went on
+    since: the store is the memory's truth, as a pickle reattaches).
+
+    Without ``later`` (the data chose the store: :func:`trusted_stores`) the store's log must
+    be the data's: a session's revisions are only ever reached by data holding all of them,
+    never by data naming its id with fewer (an empty log included)."""
     for position, (stored, wanted) in enumerate(zip(existing, imported), 1):
         if not _same_revision(stored, wanted):
             what = f"its revision {position} ({stored.kind}) differs from revision {position} ({wanted.kind}) of the data"
             break
     else:
-        if len(existing) >= len(imported):
+        if len(existing) == len(imported) or (later and len(existing) > len(imported)):
             return
+        position = min(len(existing), len(imported)) + 1
         what = (
-            f"it has {len(existing)} revision(s) and the data {len(imported)}: revision {len(existing) + 1} is "
-            "only in the data"
+            f"it has {len(existing)} revision(s) and the data {len(imported)}: revision {position} is only in "
+            f"{'the store' if len(existing) > len(imported) else 'the data'}"
         )
+        if len(existing) > len(imported):
+            raise InvalidInputError(
+                f"session {session_id!r} in a store named by the data (trusted_stores) holds revisions the data "
+                f"does not: {what}; {_NOTHING_WRITTEN}. Data naming a trusted store attaches only to a session "
+                "holding exactly its revisions. If it is yours (a checkpoint of this session, which went on "
+                "since), pass from_dict(data, store=...) to attach to the session as it is now, or export the "
+                "session again with to_dict()"
+            )
     raise InvalidInputError(
         f"session {session_id!r} already has other revisions in that store: {what}; {_NOTHING_WRITTEN}. "
         "Pass an empty store (or another session_id), or export this session again with to_dict()"
@@ -382,10 +409,14 @@ def to_dict(memory: GatekeeperMemory) -> dict[str, Any]:
     the SQLite file or PostgreSQL database (no password) the memory lives in, for
     :func:`from_dict` to warn about or :func:`trusted_stores` to reattach, and
     ``"live_token"`` is this process's token for that open store and session, with which
-    :func:`from_dict` in this process reattaches (see :mod:`.stored`).
+    :func:`from_dict` in this process reattaches while the log is unchanged (see
+    :mod:`.stored`); a closed memory writes none, and closing one revokes the token it wrote.
     """
     data = _exported(memory)
-    data[LIVE_TOKEN] = export_token(memory.transcript.store, memory.transcript.session_id)
+    if not memory._closed:
+        token = export_token(memory.transcript.store, memory.transcript.session_id)
+        memory._live_token = token  # close() revokes it
+        data[LIVE_TOKEN] = token
     return data
 
 
@@ -418,13 +449,15 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
 
     The revisions are written into ``store=`` (default: a store of
     :func:`trusted_stores` that the data names, else the open store a live export of
-    this process came from (see the module docstring), else a new in-memory store, with
-    :class:`StoreDetachedWarning` when the data names a SQLite file or PostgreSQL
-    database).  A store whose session already holds these revisions, and maybe later
-    ones (a SQLite file the memory lived in, which went on since), is attached as it
-    is; one holding other revisions (another number, kind, target or change, the text
-    included), or fewer than the data, is refused with :class:`InvalidInputError` (a
-    ``ValueError``) naming the first that differs.  Other
+    this process came from when the data's log is that session's log as it is now (see
+    the module docstring), else a new in-memory store, with :class:`StoreDetachedWarning`
+    when the data names a SQLite file or PostgreSQL database).  A store whose session
+    already holds exactly these revisions is attached as it is; so is a ``store=`` whose
+    session holds them and later ones (a SQLite file the memory lived in, which went on
+    since), never a trusted store the data names.  One holding other revisions (another
+    number, kind, target or change, the text included), or fewer than the data (or, for
+    a trusted store, more), is refused with :class:`InvalidInputError` (a ``ValueError``)
+    naming the first that differs.  Other
     keyword arguments are constructor options (``model``, ``token_counter``, ``params``,
     ``options``, ``session_id``, ``token_limit`` ...), and win over the data's (see the
     module docstring).  Revision times are those of the import.
@@ -441,9 +474,9 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
             ``data["live_token"]`` is not what :func:`to_dict` writes; or an entry of
             ``data["revisions"]`` is not a
             revision, or an append there reuses a message id with other text.
-            Nothing is created.  Also when ``store=`` already holds the session with
-            other revisions (the first that differs is named); nothing is written and
-            a store opened from a path is closed.
+            Nothing is created.  Also when ``store=`` (or a trusted store) already
+            holds the session with other revisions (the first that differs is named);
+            nothing is written and a store opened from a path is closed.
         BudgetError: ``token_limit`` is not an ``int >= 0``.
         InvalidRevisionError: a revision of the log does not apply to those before
             it (named in the message); nothing is written.
@@ -454,26 +487,57 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
     named = named_store(data)
     revisions = _checked_log(session_id, data.get("revisions", []))
     store = options.pop("store", None)
-    live = None
+    chosen = store is not None  # the caller's choice; a trusted or live store is the data's
     if store is None and named is not None:
         store = trusted_store(named)
     if store is None:
-        store = live = live_store(data, named, session_id)
-        if live is None and named is not None:
+        live = _live(data, named, session_id, revisions, lambda found: cls(
+            token_limit=token_limit, session_id=session_id, store=found, **options
+        ))
+        if live is not None:
+            return live
+        if named is not None:
             detached(named)
     memory = cls(token_limit=token_limit, session_id=session_id, store=store or InMemoryStore(), **options)
-    if live is not None:  # the live session as it is now, as a pickle reattaches: nothing imported (a
-        return memory  # session purged since stays purged)
     try:
         existing = memory.transcript.history()
         if existing:
-            _refuse_other_log(memory.session_id, existing, revisions)
+            _refuse_other_log(memory.session_id, existing, revisions, later=chosen)
         else:
             _import(memory, revisions)
     except BaseException:
         memory.close()  # a store it opened from a path; a store passed in stays open
         raise
     return memory
+
+
+def _live(
+    data: dict[str, Any],
+    named: dict[str, Any] | None,
+    session_id: str,
+    revisions: list[Revision],
+    build: Callable[[Store], GatekeeperMemory],
+) -> GatekeeperMemory | None:
+    """A memory ``build`` makes on the open store a live export of this process came from
+    (:func:`.stored.live_store`), when the data's log is that session's log as it is now
+    (a reused workflow ``Context`` serialises the live memory just before rebuilding it);
+    else ``None``: a checkpoint saved before the session changed is restored apart, as
+    data from elsewhere is.  The head settles most checkpoints in one small read; else the
+    whole log is compared with the checked one (``revisions``), and with the data's own
+    entries where the store kept no-op rows of an older version, which the check skips."""
+    store = live_store(data, named, session_id)
+    entries = data.get("revisions", [])  # read and checked by _checked_log already
+    if store is None or store.head(session_id) != len(entries):
+        return None
+    memory = build(store)
+    held = memory.transcript.history()
+    if _same_log(held, revisions) or (
+        len(revisions) != len(entries)
+        and _same_log(held, [_parse(entry, position) for position, entry in enumerate(entries, 1)])
+    ):
+        return memory
+    memory.close()  # a store it did not open stays open
+    return None
 
 
 def _import(memory: GatekeeperMemory, revisions: list[Revision]) -> None:
@@ -508,10 +572,13 @@ def pickled(memory: GatekeeperMemory) -> tuple[Any, tuple[type, dict[str, Any]]]
 
 def deep_copy(memory: GatekeeperMemory, memo: dict[int, Any] | None = None) -> GatekeeperMemory:
     """A copy of ``memory`` on the same session of the same store (``copy.deepcopy``,
-    ``model_copy(deep=True)``): the store is a live handle, not part of the copy, as
-    LlamaIndex's ``Memory`` shares its store with its copies.  Both see every later write,
-    so a workflow that copies its state (``ctx.store.edit_state()``) and keeps the copy
-    loses nothing the agent writes afterwards.
+    ``model_copy(deep=True)``): the store is a live handle, not part of the copy, as a
+    SQLite or PostgreSQL memory's copies always shared their session.  Both see every
+    later write: agent workflows deep-copy their state (``ctx.store.edit_state()``) and
+    keep the copy, which must go on writing to the caller's memory.  (LlamaIndex's own
+    memories differ: ``ChatMemoryBuffer`` copies are independent and ``Memory`` cannot be
+    deep-copied.)  For a copy apart, pickle an in-memory memory, or
+    ``from_dict(memory.to_dict(), store=InMemoryStore())``.
 
     A memory in a SQLite file or PostgreSQL attaches the copy through a connection of its
     own (PostgreSQL's password is kept, in memory), which ``close()`` on the copy closes;

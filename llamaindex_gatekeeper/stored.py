@@ -11,12 +11,20 @@ the data is a live export of this process (see below).
 process maps, weakly, to the memory's open store object and session (:func:`export_token`).
 ``from_dict`` of data carrying a token this process issued, for that session and naming that
 store (or, for an ``InMemoryStore`` or a store of your own, naming none), while the store is
-still open, attaches to the same store object (:func:`live_store`): a workflow ``Context``
+still open, may attach to the same store object (:func:`live_store`): a workflow ``Context``
 reused across runs serialises its state and rebuilds it through ``from_dict`` at every run,
-and its memory must go on writing where the caller's memory lives.  The token chooses
-nothing: data from elsewhere (another process, a restart, a file) holds no token this
-process issued, and a token only ever stands for the store and session it was issued for,
-and only while that store is open (a store garbage-collected takes its tokens with it).
+and its memory must go on writing where the caller's memory lives.  It attaches only when the
+data's log is the session's log as it is now (``from_dict`` checks it; a checkpoint saved
+earlier is restored apart).  The token chooses nothing: data from elsewhere (another process,
+a restart, a file) holds no token this process issued, and a token only ever stands for the
+store and session it was issued for, and only while it is registered here.
+
+The registry stays small: a token goes when its store is garbage-collected, when the memory
+that exported it is closed (:func:`revoke_tokens`), when its session is purged through a
+memory's transcript or a memory closes the store it opened (:func:`revoke`,
+:func:`revoke_store`), when ``from_dict`` finds its store closed, and, beyond
+:data:`MAX_LIVE_TOKENS` live tokens, oldest (least recently exported) first.  Data whose token
+went is restored as data from elsewhere is.
 """
 
 from __future__ import annotations
@@ -24,30 +32,45 @@ from __future__ import annotations
 import contextvars
 import os
 import secrets
+import threading
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from context_gatekeeper import InvalidInputError, InvalidTypeError, Store, StoreClosedError
+from context_gatekeeper import InvalidInputError, InvalidTypeError, Store, StoreClosedError, Transcript
 from context_gatekeeper.integration import store_spec
 
 __all__ = [
     "StoreDetachedWarning", "trusted_stores", "named_store", "trusted_store", "detached", "export_token",
-    "live_store", "LIVE_TOKEN",
+    "live_store", "LIVE_TOKEN", "MAX_LIVE_TOKENS", "revoke", "revoke_store", "revoke_tokens", "RevokingTranscript",
 ]
 
 LIVE_TOKEN = "live_token"
 """The key of ``to_dict`` output that holds the live-export token (see the module docstring)."""
 
-_LIVE: dict[str, tuple[weakref.ReferenceType[Store], str]] = {}
-"""Tokens this process issued: token -> (the store, weakly; the session).  An entry goes when
-its store is garbage-collected (a weakref callback), so the map never keeps a store alive."""
+MAX_LIVE_TOKENS = 10_000
+"""The most live-export tokens this process keeps; beyond it the least recently exported goes
+(data carrying it is then restored as data from elsewhere is: apart, with
+:class:`StoreDetachedWarning` when it names a store; a reused workflow ``Context`` exports its
+memory again just before rebuilding it, so it gets a fresh token)."""
+
+_LIVE: dict[str, tuple[weakref.ReferenceType[Store], str, tuple[int, str]]] = {}
+"""Tokens this process issued, least recently exported first: token -> (the store, weakly;
+the session; its key in :data:`_ISSUED`).  An entry goes when its store is garbage-collected (a
+weakref callback), so the map never keeps a store alive (see the module docstring)."""
 
 _ISSUED: dict[tuple[int, str], str] = {}
 """The token issued for each (live store's ``id``, session): one per session of a store, however
 many memories export it (an entry goes with its store, before its ``id`` can be reused)."""
+
+_BY_STORE: dict[int, set[str]] = {}
+"""The tokens issued for each live store's ``id`` (what :func:`revoke_store` drops, without
+walking the registry)."""
+
+_REGISTRY_LOCK = threading.RLock()
+"""Guards the two maps' compound updates (re-entrant: a weakref callback may run inside them)."""
 
 _TRUSTED: contextvars.ContextVar[tuple[Store | str | os.PathLike[str], ...]] = contextvars.ContextVar(
     "gatekeeper_trusted_stores", default=()
@@ -109,29 +132,87 @@ def trusted_store(named: dict[str, Any]) -> Store | str | None:
 
 def export_token(store: Store, session_id: str) -> str:
     """The live-export token for ``session_id`` of the open ``store``: the one this process
-    issued for that store and session, else a new random one, mapped weakly to the store."""
+    issued for that store and session (now the most recently exported), else a new random
+    one, mapped weakly to the store; beyond :data:`MAX_LIVE_TOKENS`, the least recently
+    exported token goes."""
     key = (id(store), session_id)
-    token = _ISSUED.get(key)
-    entry = _LIVE.get(token) if token is not None else None
-    if token is not None and entry is not None and entry[0]() is store and entry[1] == session_id:
-        return token
-    token = secrets.token_urlsafe(24)
+    with _REGISTRY_LOCK:
+        token = _ISSUED.get(key)
+        entry = _LIVE.pop(token, None) if token is not None else None
+        if token is not None and entry is not None and entry[0]() is store and entry[1] == session_id:
+            _LIVE[token] = entry  # the most recently exported: the last to go
+            return token
+        token = secrets.token_urlsafe(24)
 
-    def forget(_gone: object) -> None:  # the store was garbage-collected: its token goes with it
-        _LIVE.pop(token, None)
+        def forget(_gone: object) -> None:  # the store was garbage-collected: its token goes with it
+            _drop(token)
+
+        while len(_LIVE) >= MAX_LIVE_TOKENS:  # the least recently exported goes
+            _drop(next(iter(_LIVE)))
+        _LIVE[token] = (weakref.ref(store, forget), session_id, key)
+        _ISSUED[key] = token
+        _BY_STORE.setdefault(key[0], set()).add(token)
+        return token
+
+
+def _drop(token: str) -> None:
+    """Forget ``token`` (and its :data:`_ISSUED` entry, if it is still the one issued)."""
+    with _REGISTRY_LOCK:
+        entry = _LIVE.pop(token, None)
+        if entry is None:
+            return
+        key = entry[2]
         if _ISSUED.get(key) == token:
             del _ISSUED[key]
+        tokens = _BY_STORE.get(key[0])
+        if tokens is not None:
+            tokens.discard(token)
+            if not tokens:
+                del _BY_STORE[key[0]]
 
-    _LIVE[token] = (weakref.ref(store, forget), session_id)
-    _ISSUED[key] = token
-    return token
+
+def revoke_tokens(tokens: Iterable[str]) -> None:
+    """Forget ``tokens`` (those a memory exported, when it is closed): data carrying them is
+    restored as data from elsewhere is."""
+    for token in list(tokens):
+        _drop(token)
+
+
+def revoke(store: Store, session_id: str) -> None:
+    """Forget the token issued for ``session_id`` of ``store`` (the session was purged)."""
+    with _REGISTRY_LOCK:
+        token = _ISSUED.get((id(store), session_id))
+        entry = _LIVE.get(token) if token is not None else None
+        if token is not None and entry is not None and entry[0]() is store:
+            _drop(token)
+
+
+def revoke_store(store: Store) -> None:
+    """Forget every token issued for ``store`` (it was closed)."""
+    with _REGISTRY_LOCK:
+        for token in list(_BY_STORE.get(id(store), ())):
+            entry = _LIVE.get(token)
+            if entry is not None and entry[0]() is store:
+                _drop(token)
+        _BY_STORE.pop(id(store), None)  # and whatever was left there
+
+
+class RevokingTranscript(Transcript):
+    """A memory's transcript: purging the session (``memory.transcript.purge()``, ``apurge``)
+    also revokes its live-export token (:func:`revoke`), so no registry entry outlives it."""
+
+    def purge(self) -> None:
+        super().purge()
+        revoke(self.store, self.session_id)
 
 
 def live_store(data: dict[str, Any], named: dict[str, Any] | None, session_id: str) -> Store | None:
     """The open store that ``data``'s live-export token stands for, when this
     process issued it for ``session_id`` of the store ``named`` names (``None``: a store
-    ``to_dict`` cannot name, such as an ``InMemoryStore``) and that store is still open;
-    else ``None`` (the data came from elsewhere, or its store was closed or is gone).
+    ``to_dict`` cannot name, such as an ``InMemoryStore``), has not revoked it, and that
+    store is still open; else ``None`` (the data came from elsewhere, or its token or
+    store went).  Whether the data may attach there (its log must be the session's as it
+    is now) is for ``from_dict`` to check.
 
     Raises:
         InvalidInputError: ``data[LIVE_TOKEN]`` is there but not a str.
@@ -153,6 +234,7 @@ def live_store(data: dict[str, Any], named: dict[str, Any] | None, session_id: s
     try:
         store.head(session_id)  # a closed store raises; a reattached memory could not use it
     except StoreClosedError:
+        revoke_store(store)  # closed for good: none of its tokens can attach again
         return None
     return store
 

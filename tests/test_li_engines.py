@@ -23,6 +23,7 @@ from llama_index.core.chat_engine import (
     ContextChatEngine,
     SimpleChatEngine,
 )
+from llama_index.core.llms import ChatMessage
 from workflows import Context
 
 from li_support import (
@@ -328,8 +329,8 @@ count_visit.__annotations__["ctx"] = Context  # FunctionAgent passes its Context
 def test_a_tool_editing_the_workflow_state_loses_nothing_the_agent_writes(where: str, tmp_path: Path) -> None:
     """ctx.store.edit_state() deep-copies the state, memory included, and keeps the copy. An
     in-memory memory's copy replayed the log into a new store, so the caller's memory never
-    got the tool call, its result or the answer; a copy now shares the store, as LlamaIndex's
-    Memory does (and a SQLite memory's copy already shared the file)."""
+    got the tool call, its result or the answer; a copy now shares the store (as a SQLite
+    memory's copy already shared the file)."""
     memory = _memory(where, tmp_path)
     recorder = CallRecorder([tool_call("c1", "count_visit", city="Oslo"), "Recorded Oslo.", "You visited Oslo."])
     agent = FunctionAgent(tools=[count_visit], llm=function_calling_llm(recorder))
@@ -349,10 +350,12 @@ def test_a_tool_editing_the_workflow_state_loses_nothing_the_agent_writes(where:
     memory.close()
 
 
-def test_a_json_context_saved_before_the_session_moved_on_reattaches_when_trusted(tmp_path: Path) -> None:
+def test_a_json_context_saved_before_the_session_moved_on_is_refused_when_trusted(tmp_path: Path) -> None:
     """A Context saved as JSON at revision 2 and restored (in trusted_stores) once the SQLite
-    session had gone on was refused ("it has 4 revision(s) and the data 2"), where a pickled
-    one reattached: the data's log is the beginning of the store's, and the store is the truth."""
+    session had gone on attached to the session as it is now: data naming a trusted file could
+    then reach any session of it with a beginning of its log (an empty one included). Data the
+    trusted store is chosen by attaches only to a session holding exactly its revisions; the
+    same Context restored while the session is as it was saved attaches."""
     from workflows.context.serializers import JsonSerializer
 
     path = str(tmp_path / "chats.db")
@@ -363,20 +366,41 @@ def test_a_json_context_saved_before_the_session_moved_on_reattaches_when_truste
         ctx = Context(agent)
         await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
         saved = json.loads(json.dumps(ctx.to_dict(serializer=JsonSerializer())))
-        await agent.run(user_msg=ESPRESSO[0], ctx=ctx)  # the session moves on
         with pytest.MonkeyPatch.context() as as_in_another_process:
             as_in_another_process.setattr(stored, "_LIVE", _NothingKept())  # only trusted_stores reattaches
             with GatekeeperMemory.trusted_stores(path):
                 restored = Context.from_dict(agent, saved, serializer=JsonSerializer())
-                await agent.run(user_msg=REDIS_2[0], ctx=restored)
+                await agent.run(user_msg=ESPRESSO[0], ctx=restored)  # the session as saved: attached
+            with GatekeeperMemory.trusted_stores(path):
+                stale = Context.from_dict(agent, saved, serializer=JsonSerializer())
+                with pytest.raises(ValueError, match=r"revision 3 is only in the store.*from_dict\(data, store="):
+                    await agent.run(user_msg=REDIS_2[0], ctx=stale)
         return await restored.store.get("memory")
 
     restored = asyncio.run(scenario())
-    assert [m.content for m in restored.get_all()] == [*REDIS_1, *ESPRESSO, *REDIS_2]
+    assert [m.content for m in restored.get_all()] == [*REDIS_1, *ESPRESSO]
     on_disk = GatekeeperMemory.from_defaults(store=path, session_id="s1")
-    assert [m.content for m in on_disk.get_all()] == [*REDIS_1, *ESPRESSO, *REDIS_2]
+    assert [m.content for m in on_disk.get_all()] == [*REDIS_1, *ESPRESSO]  # nothing of the refused run
     for opened in (on_disk, restored, memory):
         opened.close()
+
+
+def test_a_context_reused_after_the_caller_wrote_between_runs_stays_on_the_live_session() -> None:
+    """A Context reused after the caller's memory changed it stays on the live session: each run
+    serialises the Context's memory just before rebuilding it, so its log is the session's."""
+    memory = GatekeeperMemory.from_defaults(token_limit=2000, session_id="s1")
+    agent = FunctionAgent(tools=[lookup], llm=function_calling_llm(CallRecorder([REDIS_1[1], ESPRESSO[1]])))
+
+    async def scenario() -> GatekeeperMemory:
+        ctx = Context(agent)
+        await agent.run(user_msg=REDIS_1[0], memory=memory, ctx=ctx)
+        memory.put(ChatMessage(role="user", content="Be brief."))  # the caller writes between runs
+        await agent.run(user_msg=ESPRESSO[0], ctx=ctx)
+        return await ctx.store.get("memory")
+
+    in_context = asyncio.run(scenario())
+    assert in_context.store is memory.store  # rebuilt from the Context's JSON, on the live session
+    assert [m.content for m in memory.get_all()] == [*REDIS_1, "Be brief.", *ESPRESSO]
 
 
 @pytest.mark.parametrize("limit", [60, 2000])

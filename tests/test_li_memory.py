@@ -792,7 +792,7 @@ def test_a_blank_input_is_no_input(blank) -> None:
 def test_a_copy_of_an_in_memory_memory_shares_its_store_and_session(make_copy) -> None:
     """A workflow's ctx.store.edit_state() deep-copies the state and keeps the copy: the copy
     replayed the log into a new store, so what the agent wrote afterwards never reached the
-    caller's memory. The store is a live handle, shared, as LlamaIndex's Memory shares its own."""
+    caller's memory. The store is a live handle, shared, as a SQLite memory's copies share the file."""
     memory = GatekeeperMemory.from_defaults(session_id="s", token_limit=500)
     turns(memory, REDIS_1)
     twin = make_copy(memory)
@@ -806,6 +806,29 @@ def test_a_copy_of_an_in_memory_memory_shares_its_store_and_session(make_copy) -
     apart = pickle.loads(pickle.dumps(memory))  # a pickle still carries the log, apart
     turns(apart, REDIS_2)
     assert len(memory.get_all()) == 6 and len(apart.get_all()) == 8
+
+
+def test_the_copies_apart_the_guide_names_are_apart_and_a_checkpoint_is_its_snapshot() -> None:
+    """The guide's recipes for a copy apart from an in-memory memory (whose deep copies share
+    the session): a pickle, from_dict(to_dict(), store=InMemoryStore()), and a checkpoint
+    restored after the session went on (it was attached to the live session as it is now,
+    showing the present and writing into the original)."""
+    memory = GatekeeperMemory.from_defaults(session_id="s")
+    turns(memory, REDIS_1)
+    checkpoint = memory.to_dict()
+    turns(memory, ESPRESSO)
+    copies = [
+        pickle.loads(pickle.dumps(memory)),
+        GatekeeperMemory.from_dict(memory.to_dict(), store=InMemoryStore()),
+        GatekeeperMemory.from_dict(checkpoint),
+    ]
+    assert [contents(c.get_all()) for c in copies] == [[*REDIS_1, *ESPRESSO]] * 2 + [list(REDIS_1)]
+    for apart in copies:
+        assert apart.store is not memory.store
+        turns(apart, REDIS_2)
+    assert contents(memory.get_all()) == [*REDIS_1, *ESPRESSO]  # none reached the original
+    shared = GatekeeperMemory.from_dict(memory.to_dict())  # the session's log as it is now: the live session
+    assert shared.store is memory.store
 
 
 def test_set_keeps_the_provider_fields_a_replaced_message_comes_with() -> None:

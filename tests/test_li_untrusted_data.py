@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pickle
@@ -14,7 +15,7 @@ from llama_index.core.llms import ChatMessage
 from context_gatekeeper import (
     BudgetError, GateOptions, InMemoryStore, InvalidInputError, InvalidTypeError, SelectionParams, SQLiteStore,
 )
-from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning
+from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning, stored
 from pg_support import drop_tables, postgres_dsn, prefix_for
 
 
@@ -212,17 +213,21 @@ def test_a_live_export_of_this_process_reattaches_to_the_open_store(tmp_path: Pa
 
 @pytest.mark.parametrize("where", ["sqlite", "in_memory"])
 def test_a_live_export_never_brings_back_a_session_purged_since(tmp_path: Path, where: str) -> None:
-    """A Context still holding a memory's JSON after a privacy purge: the live session is
-    attached as it is (as a pickle reattaches), never refilled from the data."""
+    """A Context still holding a memory's JSON after a privacy purge: the data is no longer the
+    live session's log, so it is restored apart (in memory, as data from elsewhere is); the
+    purged session is never refilled from it, nor reached through it."""
     store = str(tmp_path / "chat.db") if where == "sqlite" else None
     memory = GatekeeperMemory.from_defaults(store=store, session_id="s")
     exchange(memory, "My card number is 4111.", "Noted.")
     data = json.loads(json.dumps(memory.to_dict()))
     memory.transcript.purge()
-    again = GatekeeperMemory.from_dict(data)
-    assert again.store is memory.store and again.get_all() == [] and memory.store.head("s") == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = GatekeeperMemory.from_dict(data)
+    assert [w.category for w in caught] == ([StoreDetachedWarning] if where == "sqlite" else [])
+    assert isinstance(again.store, InMemoryStore) and again.store is not memory.store
     exchange(again, "Redis lock TTL?", "Longer than the job.")
-    assert contents(memory) == ["Redis lock TTL?", "Longer than the job."]
+    assert memory.store.head("s") == 0 and memory.get_all() == []  # still purged, and nothing reached it
     memory.close()
 
 
@@ -297,14 +302,14 @@ def test_from_dict_attaches_when_the_datas_log_is_the_beginning_of_the_stores(tm
     early = from_elsewhere(json.loads(json.dumps(memory.to_dict())))
     exchange(memory, "And the watchdog?", "Renews the lock.")
     later = from_elsewhere(json.loads(json.dumps(memory.to_dict())))
-    for trusted in (dict(store=path), dict(store=memory.store)):
+    for trusted in (dict(store=path), dict(store=memory.store)):  # the caller's choice of store
         again = GatekeeperMemory.from_dict(early, **trusted)
         assert contents(again) == contents(memory) and len(again.history()) == 2  # nothing written
         again.close()
-    with GatekeeperMemory.trusted_stores(path):
-        again = GatekeeperMemory.from_dict(early)
-    assert len(again.get_all()) == 4
-    again.close()
+    for entry in (path, memory.store):  # the data's choice: only the session's exact log attaches
+        with GatekeeperMemory.trusted_stores(entry):
+            with pytest.raises(InvalidInputError, match=r"revision 2 is only in the store.*from_dict\(data, store="):
+                GatekeeperMemory.from_dict(early)
     ahead = str(tmp_path / "ahead.db")
     GatekeeperMemory.from_dict({**later, "revisions": later["revisions"][:1]}, store=ahead).close()
     with pytest.raises(InvalidInputError, match="revision 2 is only in the data"):
@@ -315,6 +320,174 @@ def test_from_dict_attaches_when_the_datas_log_is_the_beginning_of_the_stores(tm
         GatekeeperMemory.from_dict(from_elsewhere(other.to_dict()), store=memory.store)
     assert len(memory.history()) == 2
     memory.close()
+
+
+@pytest.mark.parametrize("trust", ["path", "store"])
+@pytest.mark.parametrize("kept", [0, 1])
+def test_trusted_stores_never_attach_data_holding_fewer_revisions_than_the_session(
+    tmp_path: Path, trust: str, kept: int
+) -> None:
+    """Data naming a trusted file and another user's session id with an empty log (or any
+    beginning of that session's) attached to the session, which it could then read and write:
+    a trusted store the data names is attached only when its session holds exactly the data's
+    revisions."""
+    path = str(tmp_path / "chat.db")
+    bob = GatekeeperMemory.from_defaults(store=path, session_id="bob")
+    exchange(bob, "My card number is 4111-1111.", "Noted.")
+    exchange(bob, "And my PIN?", "Not stored.")
+    forged = {**from_elsewhere(bob.to_dict()), "session_id": "bob"}
+    forged["revisions"] = forged["revisions"][:kept]
+    bob.close()
+    store = SQLiteStore(path)
+    with GatekeeperMemory.trusted_stores(path if trust == "path" else store):
+        with pytest.raises(InvalidInputError, match=f"it has 2 revision\\(s\\) and the data {kept}") as caught:
+            GatekeeperMemory.from_dict(forged)
+    assert "nothing was written" in str(caught.value)
+    assert store.head("bob") == 2  # nothing written
+    exact = GatekeeperMemory.from_dict({**forged, "revisions": from_elsewhere(
+        GatekeeperMemory.from_defaults(store=store, session_id="bob").to_dict())["revisions"]}, store=store)
+    assert len(exact.get_all()) == 4  # the old rule: the session's exact log attaches
+    store.close()
+
+
+@pytest.mark.parametrize("where", ["sqlite", "in_memory"])
+def test_a_checkpoint_restored_later_in_this_process_is_the_snapshot_apart(tmp_path: Path, where: str) -> None:
+    """A checkpoint kept with to_dict() and restored after the conversation went on, in the same
+    process: its live token attached it to the live session as it is now (it showed the present,
+    and writes through the "restored" memory landed in the original conversation). A live export
+    attaches only when its log is the session's log now; a checkpoint is the snapshot, apart."""
+    store = str(tmp_path / "chat.db") if where == "sqlite" else None
+    memory = GatekeeperMemory.from_defaults(store=store, session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    checkpoint = json.loads(json.dumps(memory.to_dict()))
+    exchange(memory, "And the watchdog?", "Renews the lock.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        restored = GatekeeperMemory.from_dict(checkpoint)
+    assert [w.category for w in caught] == ([StoreDetachedWarning] if where == "sqlite" else [])
+    assert isinstance(restored.store, InMemoryStore) and restored.store is not memory.store
+    assert contents(restored) == ["Redis lock TTL?", "Longer than the job."]  # the snapshot
+    exchange(restored, "Branch B?", "Apart.")
+    assert contents(memory) == ["Redis lock TTL?", "Longer than the job.", "And the watchdog?", "Renews the lock."]
+    now = GatekeeperMemory.from_dict(json.loads(json.dumps(memory.to_dict())))  # the session's log now
+    assert now.store is memory.store
+    exchange(now, "And fencing?", "Tokens.")
+    assert len(memory.get_all()) == 6  # one live session
+    memory.close()
+
+
+def test_a_live_export_of_a_session_with_no_op_rows_of_an_older_version_attaches(tmp_path: Path) -> None:
+    """from_dict skips the no-op rows older versions wrote (and a store may still hold): the
+    live check compares the data's own revisions with the store's then, so such a session's
+    reused Context still attaches."""
+    from test_integrity_transcript import old_database, put
+
+    path = old_database(tmp_path / "old.db", {"s": [
+        ("append", [put("u1"), put("a1", "assistant", "u1")]), ("apply", []), ("append", [put("u2")]),
+    ]})
+    memory = GatekeeperMemory.from_defaults(store=str(path), session_id="s")
+    data = json.loads(json.dumps(memory.to_dict()))
+    assert [r["kind"] for r in data["revisions"]] == ["append", "apply", "append"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no StoreDetachedWarning
+        again = GatekeeperMemory.from_dict(data)
+    assert again.store is memory.store and len(again.history()) == 3
+    memory.close()
+
+
+@pytest.mark.parametrize("where", ["sqlite_shared", "sqlite_path", "in_memory"])
+def test_closing_a_memory_ends_its_live_exports(tmp_path: Path, where: str) -> None:
+    """InMemoryStore.close() does nothing, so data exported before memory.close() still
+    attached to the closed memory's store afterwards. close() revokes the token its to_dict
+    wrote, and a closed memory's to_dict carries none."""
+    shared = SQLiteStore(tmp_path / "shared.db") if where == "sqlite_shared" else None
+    store = {"sqlite_shared": shared, "sqlite_path": str(tmp_path / "own.db"), "in_memory": None}[where]
+    memory = GatekeeperMemory.from_defaults(store=store, session_id="s")
+    exchange(memory, "My secret?", "Kept.")
+    data = json.loads(json.dumps(memory.to_dict()))
+    kept = memory.store
+    memory.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = GatekeeperMemory.from_dict(data)
+    assert [w.category for w in caught] == ([] if where == "in_memory" else [StoreDetachedWarning])
+    assert again.store is not kept and isinstance(again.store, InMemoryStore)
+    exchange(again, "Written after close?", "Apart.")
+    if shared is not None:
+        assert shared.head("s") == 1
+    elif where == "in_memory":
+        assert kept.head("s") == 1
+    if where != "sqlite_path":  # (a memory that closed its own file cannot export at all)
+        assert "live_token" not in memory.to_dict()  # a closed memory exports nothing live
+    if shared is not None:
+        shared.close()
+
+
+def test_a_memory_copy_closed_leaves_a_fresh_export_of_the_original_live() -> None:
+    memory = GatekeeperMemory.from_defaults(session_id="s")
+    exchange(memory, "Redis lock TTL?", "Longer than the job.")
+    twin = GatekeeperMemory.from_dict(memory.to_dict())
+    assert twin.store is memory.store
+    twin.close()  # ends the exports made so far
+    assert GatekeeperMemory.from_dict(memory.to_dict()).store is memory.store  # the open original exports anew
+
+
+def test_the_live_export_registry_forgets_purged_sessions_and_closed_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One shared store, many sessions exported once each: every (store, session) kept its
+    registry entry until the store was garbage-collected, purged sessions included."""
+    for registry in ("_LIVE", "_ISSUED", "_BY_STORE"):
+        monkeypatch.setattr(stored, registry, {}, raising=False)
+    store = SQLiteStore(tmp_path / "chat.db")
+    exported = {}
+    for i in range(20):
+        memory = GatekeeperMemory.from_defaults(store=store, session_id=f"user-{i}")
+        exchange(memory, "Hi?", "Hello.")
+        exported[i] = memory.to_dict()
+        if i % 2:
+            memory.transcript.purge()  # without close(): the purge alone drops the entry
+    assert len(stored._LIVE) == len(stored._ISSUED) == 10
+    purged = GatekeeperMemory.from_defaults(store=store, session_id="user-0")
+    assert purged.to_dict()["live_token"] == exported[0]["live_token"]  # one token per session of a store
+    asyncio.run(purged.transcript.apurge())
+    assert len(stored._LIVE) == 9 and exported[0]["live_token"] not in stored._LIVE
+    kept = GatekeeperMemory.from_defaults(store=store, session_id="user-2")
+    kept.to_dict()
+    kept.close()  # its token goes; the store, not its own, stays open
+    assert len(stored._LIVE) == len(stored._ISSUED) == 8
+    own = GatekeeperMemory.from_defaults(store=str(tmp_path / "own.db"), session_id="a")
+    own.to_dict()
+    GatekeeperMemory.from_defaults(store=own.store, session_id="b").to_dict()  # another session of its store
+    assert len(stored._LIVE) == 10
+    own.close()  # closes the store it opened: every token of that store goes
+    assert len(stored._LIVE) == len(stored._ISSUED) == 8
+    store.close()  # closed by its owner: the first restore that finds it closed forgets its tokens
+    with pytest.warns(StoreDetachedWarning):
+        assert isinstance(GatekeeperMemory.from_dict(exported[4]).store, InMemoryStore)
+    assert stored._LIVE == stored._ISSUED == stored._BY_STORE == {}
+
+
+def test_the_live_export_registry_is_bounded_oldest_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond MAX_LIVE_TOKENS the least recently exported token goes: data carrying it (a
+    checkpoint kept long) is restored as data from elsewhere is, with its warning."""
+    default = getattr(stored, "MAX_LIVE_TOKENS", None)
+    for registry in ("_LIVE", "_ISSUED", "_BY_STORE"):
+        monkeypatch.setattr(stored, registry, {}, raising=False)
+    monkeypatch.setattr(stored, "MAX_LIVE_TOKENS", 3, raising=False)
+    store = SQLiteStore(tmp_path / "chat.db")
+    memories = [GatekeeperMemory.from_defaults(store=store, session_id=f"user-{i}") for i in range(5)]
+    exported = [m.to_dict() for m in memories[:3]]
+    memories[0].to_dict()  # exported again: now the most recent
+    exported += [m.to_dict() for m in memories[3:]]
+    assert len(stored._LIVE) == len(stored._ISSUED) == 3
+    assert GatekeeperMemory.from_dict(exported[0]).store is store  # kept: exported again lately
+    for evicted in (exported[1], exported[2]):
+        with pytest.warns(StoreDetachedWarning, match="not exported by a memory whose store is still open"):
+            assert isinstance(GatekeeperMemory.from_dict(evicted).store, InMemoryStore)
+    assert all(GatekeeperMemory.from_dict(data).store is store for data in exported[3:])
+    store.close()
+    assert default == 10_000
 
 
 @pytest.mark.parametrize("named", ["/tmp/x.db", {"sqlite": 5}, {"postgres": "host=h"}, ["sqlite"]])

@@ -212,7 +212,7 @@ def test_an_in_memory_memory_copies_with_its_whole_history(how: str) -> None:
         assert twin.store is not original.store
         assert contents(original.get_all()) == list(REDIS_1)
         assert len(original.history()) == 4 and len(twin.history()) == 6
-    else:  # a copy shares the live store and session, as LlamaIndex's Memory does
+    else:  # a copy shares the live store and session (workflows deep-copy their state and keep the copy)
         assert twin.store is original.store
         assert original.get_all() == twin.get_all() and len(original.history()) == 6
 
