@@ -4,10 +4,11 @@ what a model actually receives (a callback handler, so nothing is patched)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel, GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 REDIS_1 = ("How long should a Redis lock TTL be?", "Longer than the longest job holding the lock.")
@@ -82,3 +83,21 @@ def check_steps(messages: list[BaseMessage]) -> None:
             assert message.tool_call_id in calls, f"orphan tool result {message.tool_call_id}"
             calls.discard(message.tool_call_id)
     assert not calls, f"calls without results: {calls}"
+
+
+class FailsOnce(GenericFakeChatModel):
+    """Fails its first call, invoke or stream, with a transient network error; answers after."""
+
+    calls: int = 0
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("transient")
+        return super()._generate(*args, **kwargs)
+
+    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("transient")
+        yield from super()._stream(*args, **kwargs)

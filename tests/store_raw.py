@@ -71,3 +71,17 @@ def tamper_rows(
         put(mine, revision + 1)
     else:
         run(ONE_STATEMENT[how])
+
+
+class LostReplyStore(SQLiteStore):
+    """A SQLite store that commits, then loses the reply once when ``lose_next`` is set (a
+    connection dropped after COMMIT): the caller retries a write that landed."""
+
+    lose_next = False
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        stored = super().commit(*args, **kwargs)
+        if self.lose_next:
+            self.lose_next = False
+            raise ConnectionError("connection reset after COMMIT")
+        return stored

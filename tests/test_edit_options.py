@@ -312,7 +312,7 @@ def test_options_pickle_and_copy_without_their_resolved_counter() -> None:
     assert copy.deepcopy(t.edit_options).strategy == "rewrite"
 
 
-# -- review f47f: a per-call record keeps the transcript's strategy unless it names one -----------
+# -- a per-call record keeps the transcript's strategy unless it names one -----------
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["edit", "aedit"])
 def test_per_call_options_keep_the_transcripts_strategy_unless_they_name_one(asynchronous: bool, tmp_path) -> None:
     """``options=EditOptions(token_counter=len)`` silently reset a rewrite transcript to patch: the

@@ -808,7 +808,7 @@ def test_an_ambiguous_patch_is_asked_again_never_guessed(reply, problem) -> None
     assert len(model.calls) == 2
 
 
-# -- review f47f: one answer per reply, whatever is quoted beside it --------------------------------
+# -- one answer per reply, whatever is quoted beside it --------------------------------
 DRAFT = '{"operations": [{"op": "delete", "id": "1"}, {"op": "delete", "id": "2"}]}'
 NO_CHANGE_BESIDE_A_DRAFT = {
     "prose example": (f"Nothing here mentions Ireland. (Had it applied, I would answer {DRAFT}.) Final answer:\n"
@@ -873,7 +873,7 @@ def test_a_bare_empty_list_in_the_prose_still_counts_for_nothing_beside_the_answ
     assert compute_edit(gdp_state(), "Iceland", ScriptedModel([reply])).attempts == 1
 
 
-# -- review f47f: bracketed prose before the answer --------------------------------------------
+# -- bracketed prose before the answer --------------------------------------------
 @pytest.mark.parametrize("prose", [
     "Reasoning: " + " ".join(f"message [{i}] mentions Ireland;" for i in range(60)),
     "Sources: " + " ".join(f"[note {i}](https://example.com/{i})" for i in range(80)),
@@ -900,7 +900,7 @@ def test_json_not_of_the_answers_shape_is_no_fallback():
     _fails_twice('{"ops": [{"op": "delete", "id": "2"}]}', "expected a JSON object")
 
 
-# -- review f47f: a user message without text ----------------------------------------------------
+# -- a user message without text ----------------------------------------------------
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 
 
@@ -953,7 +953,7 @@ def test_deleting_only_the_answer_to_an_image_names_only_shown_messages():
     assert "message 3 (user) and message 5 (user)" in note and "u1" not in note
 
 
-# -- review f47f: problems quote the model's values shortly -------------------------------------
+# -- problems quote the model's values shortly -------------------------------------
 def test_a_runaway_id_or_op_is_quoted_shortly_in_the_problem_and_the_error():
     """A 2 MB id was quoted whole: sent back to the model in the retry, and a 4 MB EditError."""
     big_id = patch({"op": "replace", "id": "7" * 2_000_000, "content": "Iceland?"})
@@ -970,7 +970,7 @@ def test_a_runaway_id_or_op_is_quoted_shortly_in_the_problem_and_the_error():
     assert len(str(caught.value)) < 3_000
 
 
-# -- review f47f: JSON with comments -------------------------------------------------------------
+# -- JSON with comments -------------------------------------------------------------
 @pytest.mark.parametrize("reply", [
     '{"operations": [\n  {"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in 2021?"} // the country\n]}',
     '{"operations": [\n  // fix the country\n  {"op": "replace", "id": "1", "content": "What was Iceland\'s GDP in 2021?"}\n]}',
@@ -990,7 +990,7 @@ def test_a_double_slash_inside_a_text_is_text_not_a_comment():
     assert [c.after.content for c in result.changes] == [content]
 
 
-# -- review r48a: a reasoning block whose opening tag was in the prompt template ----------------
+# -- a reasoning block whose opening tag was in the prompt template ----------------
 @pytest.mark.parametrize("tag", ["think", "thinking", "reasoning"])
 @pytest.mark.parametrize("form", ["closing-only", "opened", "closing-only-then-answer-on-its-line"])
 def test_a_reasoning_block_closed_without_its_opening_tag_is_set_aside(tag, form):
@@ -1019,7 +1019,7 @@ def test_a_closing_reasoning_tag_inside_the_answers_text_is_text(content):
     assert [c.after.content for c in result.changes] == [content]
 
 
-# -- review r48a: an unescaped quote beside a // inside a text -----------------------------------
+# -- an unescaped quote beside a // inside a text -----------------------------------
 @pytest.mark.parametrize("content", [
     'He said "see https://example.com/guide" before booking.',
     'The 27" // 32" monitors both fit.',

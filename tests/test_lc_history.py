@@ -25,6 +25,7 @@ from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.history import GatekeeperChatMessageHistory
 from lc_support import ESPRESSO, ESPRESSO_QUERY, REDIS_1, REDIS_2, REDIS_QUERY, answers, patch_reply
 from net_support import no_network
+from store_raw import LostReplyStore
 
 
 def rich_conversation() -> list[BaseMessage]:
@@ -573,17 +574,7 @@ def test_an_answer_retried_after_its_reply_was_lost_is_not_stored_again(tmp_path
     """add_messages of an AI answer whose first write landed but whose reply was lost, sent again
     with the same id: a retried request, not stored again (and not refused as a second answer)."""
 
-    class LostReply(SQLiteStore):
-        lose_next = False
-
-        def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            stored = super().commit(*args, **kwargs)
-            if self.lose_next:
-                self.lose_next = False
-                raise ConnectionError("connection reset after COMMIT")
-            return stored
-
-    store = LostReply(tmp_path / "chat.db")
+    store = LostReplyStore(tmp_path / "chat.db")
     try:
         history = GatekeeperChatMessageHistory("s", store=store)
         history.add_messages([HumanMessage("Capital of Iceland?", id="q1")])

@@ -16,6 +16,7 @@ from langchain_core.messages import AIMessage
 from context_gatekeeper import EditError, ModelUnavailableError, Replace, Transcript
 from context_gatekeeper.integration import is_unavailable_error
 from context_gatekeeper.editing.format import ideal_patch_reply
+from lc_support import FailsOnce
 from langchain_gatekeeper import DEFAULT_MODEL, LangChainEditModel, default_chat_model, resolve_edit_model
 
 
@@ -299,26 +300,8 @@ def test_the_editors_events_in_astream_events_carry_its_name_and_tag_so_a_ui_can
     assert shown == [], "the UI's filter leaves every editor event out"
 
 
-class _FailsOnce(GenericFakeChatModel):
-    """Fails its first call, invoke or stream, with a transient network error; answers after."""
-
-    calls: int = 0
-
-    def _generate(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.calls == 1:
-            raise ConnectionError("transient")
-        return super()._generate(*args, **kwargs)
-
-    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        self.calls += 1
-        if self.calls == 1:
-            raise ConnectionError("transient")
-        yield from super()._stream(*args, **kwargs)
-
-
-def _fails_once(answer: str = "Reykjavik is the capital.") -> _FailsOnce:
-    return _FailsOnce(messages=iter([AIMessage(answer)] * 3))
+def _fails_once(answer: str = "Reykjavik is the capital.") -> FailsOnce:
+    return FailsOnce(messages=iter([AIMessage(answer)] * 3))
 
 
 def test_a_model_with_retry_answers_in_one_piece_through_its_retries() -> None:
@@ -333,7 +316,7 @@ def test_a_model_with_retry_answers_in_one_piece_through_its_retries() -> None:
     def retried(model: Any) -> Any:
         return model.with_retry(stop_after_attempt=3, wait_exponential_jitter=False)
 
-    wrappings: list[Callable[[_FailsOnce], Any]] = [
+    wrappings: list[Callable[[FailsOnce], Any]] = [
         retried,
         lambda m: retried(m.bind(stop=["never"])),
         lambda m: retried(m).with_config(tags=["mine"]),

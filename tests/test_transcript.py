@@ -24,6 +24,7 @@ from context_gatekeeper.records.messages import Message
 from context_gatekeeper.records.operations import Change
 from context_gatekeeper.records.revisions import Proposal
 from context_gatekeeper.stores import InMemoryStore
+from store_raw import LostReplyStore
 
 
 def contents(t: Transcript) -> list[str]:
@@ -631,7 +632,7 @@ def test_a_message_dict_with_a_key_a_message_does_not_have_is_refused(how: str, 
         store.close()
 
 
-# -- review f47f: an open question answered meanwhile ---------------------------------------------
+# -- an open question answered meanwhile -----------------------------------------------------------
 def _answer_it_by_edit(t: Transcript, question: str) -> None:
     from context_gatekeeper.testing import ScriptedModel
 
@@ -685,24 +686,11 @@ def test_a_note_or_another_turn_after_the_open_question_leaves_it_open(tmp_path)
         assert contents(t) == ["Where did we go?", "Iceland.", "(a note)", "another tab", "its answer"]
 
 
-# -- review r48a: a retried answer is a retry, not a second answer ----------------------------------
-class _LostReplyStore(SQLiteStore):
-    """Commits, then loses the reply once (a connection dropped after COMMIT)."""
-
-    lose_next = False
-
-    def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        stored = super().commit(*args, **kwargs)
-        if self.lose_next:
-            self.lose_next = False
-            raise ConnectionError("connection reset after COMMIT")
-        return stored
-
-
+# -- a retried answer is a retry, not a second answer -----------------------------------------------
 def test_an_answer_retried_after_its_reply_was_lost_is_skipped_not_refused(tmp_path) -> None:
     """The answer's first write landed but its reply was lost; the retry (same ids) finds its own
     first copy after the question: a retried request (a no-op), not a second answer."""
-    with Transcript("s", store=_LostReplyStore(tmp_path / "t.db")) as t:
+    with Transcript("s", store=LostReplyStore(tmp_path / "t.db")) as t:
         t.append(user="What is 6*7?")
         call = Message("call", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "calc"}]})
         result = Message("result", "tool", "42", metadata={"tool_call_id": "c1"})

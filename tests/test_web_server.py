@@ -504,23 +504,10 @@ def test_a_langchain_chat_model_streams_its_text_and_the_text_is_stored(store: S
 def test_a_langchain_model_with_retry_answers_after_a_transient_failure(store: SQLiteStore) -> None:
     """LangChain's .with_retry() retries invoke, not stream: streamed, one transient error
     failed the answer.  Such a model answers in one piece, through its retries."""
-    fakes = pytest.importorskip("langchain_core.language_models.fake_chat_models")
+    pytest.importorskip("langchain_core.language_models.fake_chat_models")
     from langchain_core.messages import AIMessage
 
-    class FailsOnce(fakes.GenericFakeChatModel):  # type: ignore[name-defined,misc]
-        calls: int = 0
-
-        def _generate(self, *args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            if self.calls == 1:
-                raise ConnectionError("transient")
-            return super()._generate(*args, **kwargs)
-
-        def _stream(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
-            self.calls += 1
-            if self.calls == 1:
-                raise ConnectionError("transient")
-            yield from super()._stream(*args, **kwargs)
+    from lc_support import FailsOnce
 
     base = FailsOnce(messages=iter([AIMessage("Reykjavik is the capital.")] * 2))
     _, client = make_client(store, base.with_retry(stop_after_attempt=2, wait_exponential_jitter=False))
