@@ -1010,13 +1010,19 @@ def test_a_reasoning_block_closed_without_its_opening_tag_is_set_aside(tag, form
     assert len(model.calls) == 1
 
 
-@pytest.mark.parametrize("content", ["Close the block with </think> and go on", "Close it: </think> {and} [go on]"])
+@pytest.mark.parametrize("content", [
+    "Close the block with </think> and go on", "Close it: </think> {and} [go on]",
+    "It printed </think> ```json", "It printed </think> [] then nothing", "It printed </think> [[1]]",
+], ids=["words", "braces", "fence", "empty-list", "nested-list"])
 def test_a_closing_reasoning_tag_inside_the_answers_text_is_text(content):
-    """A ``</think>`` inside a JSON text (no raw line break, nor an unescaped quote, can follow it
-    there) sets nothing aside."""
-    reply = patch({"op": "replace", "id": "1", "content": content})
-    result = compute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
-    assert [c.after.content for c in result.changes] == [content]
+    """A ``</think>`` inside a JSON text sets nothing aside, whatever follows it there (a code
+    fence or "[]" need no escaping in a JSON string): the whole answer is applied, both
+    operations, never its second alone nor a "no change" read from the text."""
+    reply = patch({"op": "replace", "id": "1", "content": content}, {"op": "replace", "id": "3", "content": "Ends with </think>."})
+    for text in (reply, f"Here is the edit:\n{reply}", f"```json\n{reply}\n```"):
+        model = ScriptedModel([text])
+        result = compute_edit(gdp_state(), "Iceland", model)
+        assert len(model.calls) == 1 and [c.after.content for c in result.changes] == [content, "Ends with </think>."]
 
 
 # -- an unescaped quote beside a // inside a text -----------------------------------

@@ -448,6 +448,30 @@ def _any_container(value: Any) -> bool:
     return isinstance(value, (dict, list))
 
 
+def _inside_json(text: str, at: int) -> bool:
+    """Whether position ``at`` lies inside a JSON value of ``text`` that starts like an answer
+    before it (a ``</think>`` in an answer's text, followed there by "```" or "[]", which a
+    JSON string need not escape, is text, not the end of a reasoning block).  Only values that
+    parse strictly count; at most :data:`_MAX_SPANS` starts are tried.
+
+    >>> _inside_json('{"operations": [{"content": "it printed </think> []"}]}', 40)
+    True
+    >>> _inside_json('Had nothing changed: {"operations": []}.\n</think>', 42)
+    False
+    """
+    decoder = json.JSONDecoder()
+    for n, start in enumerate(_ANSWER_START.finditer(text, 0, at)):
+        if n >= _MAX_SPANS:
+            break
+        try:
+            _value, end = decoder.raw_decode(text, start.start())
+        except ValueError:
+            continue
+        if end > at:
+            return True
+    return False
+
+
 def _without_thinking(text: str) -> str:
     """``text`` without the reasoning blocks it starts with (``<think>...</think>``,
     ``<thinking>``, ``<reasoning>``): their drafts are no answer.
@@ -455,7 +479,7 @@ def _without_thinking(text: str) -> str:
     A server that puts the opening tag in the prompt template (DeepSeek-R1, QwQ and Qwen3
     under vLLM or Ollama) replies ``reasoning...</think>\\n\\n{answer}``: everything up to a
     first closing tag with no opening tag before it is set aside too, when the tag ends
-    its line or the answer follows it.
+    its line or the answer follows it, and is not inside a JSON value (:func:`_inside_json`).
 
     >>> _without_thinking('Had nothing changed: {"operations": []}.\\n</think>\\n\\n{"operations": [1]}')
     '\\n\\n{"operations": [1]}'
@@ -466,7 +490,7 @@ def _without_thinking(text: str) -> str:
     rest = text
     close = _CLOSE_THINKING.search(text)
     if (close is not None and _ANY_OPEN_THINKING.search(text, 0, close.start()) is None
-            and _AFTER_CLOSE.match(text, close.end())):
+            and _AFTER_CLOSE.match(text, close.end()) and not _inside_json(text, close.start())):
         rest = text[close.end() :]
     while True:
         thought = _THINKING.match(rest)
