@@ -456,7 +456,7 @@ def _inside_json(text: str, at: int) -> bool:
 
     >>> _inside_json('{"operations": [{"content": "it printed </think> []"}]}', 40)
     True
-    >>> _inside_json('Had nothing changed: {"operations": []}.\n</think>', 42)
+    >>> _inside_json('Had nothing changed: {"operations": []}.\\n</think>', 42)
     False
     """
     decoder = json.JSONDecoder()
