@@ -48,9 +48,12 @@ for you (a workflow ``Context`` decoding its state), name the stores you trust w
 runs with :func:`trusted_stores` (also ``GatekeeperMemory.trusted_stores``).  A store
 the data chooses that way (it names the store and the session) is attached only when
 its session holds exactly the data's revisions: one that went on since the export, or
-whose log differs, is refused (a store you pass as ``store=``, your own choice, may
-also hold revisions after the data's, as for a checkpoint of this session, which went
-on since: it is attached as it is).  For example:
+whose log differs, is refused, and so is an empty session (purged, or never used) when
+the data holds revisions: ``from_dict`` never imports into a trusted store, so a
+checkpoint kept from before a purge cannot bring the erased conversation back, nor data
+naming an unused session id plant a history there.  A store you pass as ``store=``, your own choice,
+imports into an empty session, and may also hold revisions after the data's, as for a
+checkpoint of this session, which went on since: it is attached as it is.  For example:
 
 >>> import tempfile, warnings
 >>> from llamaindex_gatekeeper import GatekeeperMemory
@@ -346,7 +349,8 @@ def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[
 
     Without ``later`` (the data chose the store: :func:`trusted_stores`) the store's log must
     be the data's: a session's revisions are only ever reached by data holding all of them,
-    never by data naming its id with fewer (an empty log included)."""
+    never by data naming its id with fewer (an empty log included), and an empty session
+    (``existing`` empty: purged, or never used) is never filled by data holding revisions."""
     for position, (stored, wanted) in enumerate(zip(existing, imported), 1):
         if not _same_revision(stored, wanted):
             what = f"its revision {position} ({stored.kind}) differs from revision {position} ({wanted.kind}) of the data"
@@ -359,6 +363,14 @@ def _refuse_other_log(session_id: str, existing: list[Revision], imported: list[
             f"it has {len(existing)} revision(s) and the data {len(imported)}: revision {position} is only in "
             f"{'the store' if len(existing) > len(imported) else 'the data'}"
         )
+        if not later and not existing:
+            raise InvalidInputError(
+                f"session {session_id!r} in a store named by the data (trusted_stores) is empty (purged, or "
+                f"never used) and the data holds {len(imported)} revision(s); {_NOTHING_WRITTEN}. Data naming "
+                "a trusted store attaches only to a session holding exactly its revisions, never writes a "
+                "history into an empty one (that would bring back a purged conversation or plant one in a "
+                "session not yet used). To import the data on purpose, pass from_dict(data, store=...)"
+            )
         if len(existing) > len(imported):
             raise InvalidInputError(
                 f"session {session_id!r} in a store named by the data (trusted_stores) holds revisions the data "
@@ -457,7 +469,10 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
     since), never a trusted store the data names.  One holding other revisions (another
     number, kind, target or change, the text included), or fewer than the data (or, for
     a trusted store, more), is refused with :class:`InvalidInputError` (a ``ValueError``)
-    naming the first that differs.  Other
+    naming the first that differs.  An empty session is imported into only when the
+    caller passed ``store=`` (or into a new in-memory store): in a trusted store the data names,
+    data holding revisions never fills an empty session (purged, or never used), and is
+    refused with :class:`InvalidInputError`.  Other
     keyword arguments are constructor options (``model``, ``token_counter``, ``params``,
     ``options``, ``session_id``, ``token_limit`` ...), and win over the data's (see the
     module docstring).  Revision times are those of the import.
@@ -475,8 +490,9 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
             ``data["revisions"]`` is not a
             revision, or an append there reuses a message id with other text.
             Nothing is created.  Also when ``store=`` (or a trusted store) already
-            holds the session with other revisions (the first that differs is named);
-            nothing is written and a store opened from a path is closed.
+            holds the session with other revisions (the first that differs is named),
+            or a trusted store the data names holds the session empty while the data
+            holds revisions; nothing is written and a store opened from a path is closed.
         BudgetError: ``token_limit`` is not an ``int >= 0``.
         InvalidRevisionError: a revision of the log does not apply to those before
             it (named in the message); nothing is written.
@@ -490,6 +506,7 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
     chosen = store is not None  # the caller's choice; a trusted or live store is the data's
     if store is None and named is not None:
         store = trusted_store(named)
+    trusted = not chosen and store is not None  # the data chose it, through trusted_stores
     if store is None:
         live = _live(data, named, session_id, revisions, lambda found: cls(
             token_limit=token_limit, session_id=session_id, store=found, **options
@@ -501,7 +518,7 @@ def from_dict(cls: type[GatekeeperMemory], data: dict[str, Any], **kwargs: Any) 
     memory = cls(token_limit=token_limit, session_id=session_id, store=store or InMemoryStore(), **options)
     try:
         existing = memory.transcript.history()
-        if existing:
+        if existing or (trusted and revisions):  # from_dict never imports into a store the data chose
             _refuse_other_log(memory.session_id, existing, revisions, later=chosen)
         else:
             _import(memory, revisions)
