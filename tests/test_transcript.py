@@ -720,6 +720,44 @@ def test_an_answer_retried_after_its_reply_was_lost_is_skipped_not_refused(tmp_p
         assert contents(t)[-2:] == ["And 8*9?", "72."]
 
 
+def test_an_earlier_answer_given_again_is_no_retry_of_a_question_answered_meanwhile(tmp_path) -> None:
+    """An answer-only append [x, z] to the open question Q2, where x is the stored answer to Q1 and
+    another writer answered Q2 meanwhile: x is no first copy of this answer (it does not follow
+    Q2), so z would be a second answer: refused, nothing written, not put after x inside turn 1."""
+    from context_gatekeeper.errors import InvalidRevisionError
+
+    with Transcript("s", store=SQLiteStore(tmp_path / "t.db")) as t:
+        t.append(user="Q1?")
+        x = Message("x", "assistant", "A1.")
+        t.append(messages=[x])
+        t.append(user="Q2?")
+        Transcript("s", store=t.store).append(assistant="Y, another writer's answer to Q2.")
+        head, state = t.head, t.messages
+        with pytest.raises(InvalidRevisionError, match=r"answered meanwhile by revision \d+ \(append\)"):
+            t.append(messages=[x, Message("z", "assistant", "Z, my answer to Q2.")])
+        assert (t.head, t.messages) == (head, state)
+        assert contents(t) == ["Q1?", "A1.", "Q2?", "Y, another writer's answer to Q2."]
+        t.append(user="Q3?", assistant="A3.")  # the question is forgotten: appends work
+        assert contents(t)[-2:] == ["Q3?", "A3."]
+
+
+def test_an_earlier_answer_given_again_leaves_the_new_answer_right_after_its_question(tmp_path) -> None:
+    """[x, z] to the open, unanswered Q2, where x is the stored answer to Q1: x is skipped as a
+    retry, and z answers Q2 (right after it), not turn 1 (after x's stored copy)."""
+    with Transcript("s", store=SQLiteStore(tmp_path / "t.db")) as t:
+        t.append(user="Q1?")
+        x = Message("x", "assistant", "A1.")
+        t.append(messages=[x])
+        t.append(user="Q2?")
+        revision = t.append(messages=[x, Message("z", "assistant", "Z, my answer to Q2.")])
+        assert [m.id for m in revision.added] == ["z"]
+        assert contents(t) == ["Q1?", "A1.", "Q2?", "Z, my answer to Q2."]
+        t.append(user="Q3?", assistant="A3.")  # the question was answered: appends go at the end
+        assert contents(t)[-2:] == ["Q3?", "A3."]
+        with Transcript("s", store=SQLiteStore(tmp_path / "t.db")) as again:
+            assert contents(again) == contents(t)
+
+
 def test_two_writers_retrying_one_answer_store_it_once(tmp_path) -> None:
     """Two writers deliver the same answer (one request, retried by a second worker): the one that
     comes second finds it stored and skips it, whoever's open question it answers."""

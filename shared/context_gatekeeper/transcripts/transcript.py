@@ -75,7 +75,7 @@ from ..records.revisions import (
     Diff, Proposal, Revision, RevisionKind, detached_change, diff_states, rebase_conflicts, storable_revision, undo_stacks,
 )
 from ..stores.base import Store, takes_keyword
-from ..stores.integrity import IdEntry, check_revision, digest, entry
+from ..stores.integrity import IdEntry, check_revision, checked_revision, digest, entry
 from ..stores.memory import InMemoryStore
 from ..stores.replica import BULK, Replica, collector_paused
 from ..validation import require_items, require_text
@@ -512,7 +512,7 @@ class Transcript:
                 changes.append(Put(message, anchor))
                 anchor = message.id
             if answers and self._open_user is not None:
-                self._refuse_answered_question(self._open_user, changes, renew_taken_ids)
+                changes = self._placed_answer(self._open_user, changes, renew_taken_ids)
             try:
                 revision = self._commit("append", changes, expected_head=None, renew_taken_ids=renew_taken_ids)
             except InvalidRevisionError:
@@ -568,29 +568,59 @@ class Transcript:
         following = messages[index + 1]
         return following if following.role in ("assistant", "tool") else None
 
-    def _refuse_answered_question(self, question: str, changes: Sequence[Applied], renew_taken_ids: bool) -> None:
-        """Refuse the answer-only append ``changes`` when its open question ``question`` was
-        answered meanwhile: an edit, an apply, an undo, a redo, a revert or another writer put
-        an assistant or tool message right after it, so the answer would make a second one in
-        a row.  The question is then forgotten, so this object's appends work again (caller
-        holds the lock).  Another writer's whole turn after the question (a user message
-        first) is no answer: the answer still goes right after its question.
+    def _answer_chain(self, question: str, ids: Sequence[str]) -> bool:
+        """Whether the messages ``ids`` are, in this order, the ones right after ``question`` in
+        the state: the stored copy of an answer to it (caller holds the lock; ``question`` is
+        in the state)."""
+        state = self._replica.state
+        if not ids or state.last_id == question:
+            return False
+        messages = state.to_list()
+        index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == question)
+        return [m.id for m in messages[index + 1 : index + 1 + len(ids)]] == list(ids)
 
-        A retried request is no second answer: messages the session holds with the same id,
-        role and text are dropped first, as :meth:`_append_as_read` drops them (a retry after
-        a reply that was lost, or one another writer delivered first), and only what is left
-        to put right after the question is refused.
+    def _placed_answer(self, question: str, changes: list[Applied], renew_taken_ids: bool) -> list[Applied]:
+        """The answer-only append ``changes`` to the open question ``question`` as it may be
+        written (caller holds the lock), or refused when the question was answered meanwhile:
+        an edit, an apply, an undo, a redo, a revert or another writer put an assistant or
+        tool message right after it, so the answer would make a second one in a row.  The
+        question is then forgotten, so this object's appends work again.  Another writer's
+        whole turn after the question (a user message first) is no answer: the answer still
+        goes right after its question.
+
+        A retried request is no second answer: the messages it starts with that the session
+        holds with the same id, role and text (dropped as retries, as :meth:`_append_as_read`
+        drops them) are this answer's first write when their stored copies are the chain
+        right after the question (a retry after a reply that was lost, or one another writer
+        delivered first); what is new then follows that stored copy.  Retries stored anywhere
+        else (an earlier answer given again) are no answer to this question: what is new goes
+        right after the question, and is refused when something answers it already.
 
         Raises:
-            InvalidRevisionError: something new would go right after the answered question.
+            InvalidRevisionError: the question was answered by another message.
             InvalidInputError: a taken id, without ``renew_taken_ids`` (as the append would)."""
+        used = self._replica.used_ids
+        if self._replica.state.last_id == question and not any(
+            isinstance(c, Put) and c.message.id in used for c in changes
+        ):
+            return changes  # the usual case: all new, right after an unanswered question
+        draft = storable_revision(Revision(number=0, parent=0, kind="append", changes=tuple(changes)))
+        retried = checked_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids).retried
+        skipped: list[str] = []  # the retries the messages start with
+        for change in changes:
+            if not (isinstance(change, Put) and change.message.id in retried):
+                break
+            skipped.append(change.message.id)
+        lead = len(skipped)
+        if self._answer_chain(question, skipped):
+            return changes  # this answer's first write landed: skipped, and what is new follows it
         following = self._answer_to(question)
         if following is None:
-            return
-        draft = storable_revision(Revision(number=0, parent=0, kind="append", changes=tuple(changes)))
-        left, _rows = check_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids)
-        if not any(isinstance(c, Put) and c.after == question for c in left.changes):
-            return  # all retries, or what is new follows the retried answer's stored copy
+            if 0 < lead < len(changes):  # retries stored elsewhere: what is new still answers the question
+                first = changes[lead]
+                if isinstance(first, Put):
+                    changes = [*changes[:lead], Put(first.message, question), *changes[lead + 1 :]]
+            return changes
         self._open_user = None
         put = next((r for r in reversed(self._replica.log)
                     if any(isinstance(c, Put) and c.message.id == following.id for c in r.changes)), None)
