@@ -259,8 +259,11 @@ def trusted_stores(*stores: Store | str | os.PathLike[str]) -> Iterator[None]:
     the asyncio tasks and ``asyncio.to_thread`` calls started inside it; never another
     request's thread or task) reattaches a memory whose data names one of ``stores`` (a
     SQLite file's path, or an open store: a ``SQLiteStore`` or ``PostgresStore``, used as it
-    is and left open), as ``from_dict(data, store=...)`` would; data naming any other store
-    is still restored in memory, with :class:`StoreDetachedWarning`.  It is for restores
+    is and left open), but only to a session holding exactly the data's revisions (never
+    importing into an empty one, never attaching to one that went on: ``InvalidInputError``,
+    nothing written; pass ``from_dict(data, store=...)`` yourself to import or attach on
+    purpose); data naming any other store is still restored in memory, with
+    :class:`StoreDetachedWarning`.  It is for restores
     that a framework runs for you.  A workflow ``Context`` decodes its state when the run
     starts, not in ``Context.from_dict``, so keep the block open around the run::
 
