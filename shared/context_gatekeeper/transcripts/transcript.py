@@ -557,27 +557,28 @@ class Transcript:
             "the user message first with append(user=...)"
         )
 
+    def _after(self, question: str, count: int) -> list[Message]:
+        """Up to ``count`` messages right after ``question`` in the state (caller holds the
+        lock; ``question`` is in the state).  Walks the state only when the question is not
+        its last message (the usual case needs no walk)."""
+        state = self._replica.state
+        if state.last_id == question:
+            return []
+        messages = state.to_list()
+        index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == question)
+        return messages[index + 1 : index + 1 + count]
+
     def _answer_to(self, question: str) -> Message | None:
         """The assistant or tool message right after ``question`` in the state, if any: what
         answers it now (caller holds the lock; ``question`` is in the state)."""
-        state = self._replica.state
-        if state.last_id == question:
-            return None  # the usual case: nothing after it, and no need to walk the state
-        messages = state.to_list()
-        index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == question)
-        following = messages[index + 1]
-        return following if following.role in ("assistant", "tool") else None
+        following = self._after(question, 1)
+        return following[0] if following and following[0].role in ("assistant", "tool") else None
 
     def _answer_chain(self, question: str, ids: Sequence[str]) -> bool:
         """Whether the messages ``ids`` are, in this order, the ones right after ``question`` in
         the state: the stored copy of an answer to it (caller holds the lock; ``question`` is
         in the state)."""
-        state = self._replica.state
-        if not ids or state.last_id == question:
-            return False
-        messages = state.to_list()
-        index = next(i for i in range(len(messages) - 1, -1, -1) if messages[i].id == question)
-        return [m.id for m in messages[index + 1 : index + 1 + len(ids)]] == list(ids)
+        return bool(ids) and [m.id for m in self._after(question, len(ids))] == list(ids)
 
     def _placed_answer(self, question: str, changes: list[Applied], renew_taken_ids: bool) -> list[Applied]:
         """The answer-only append ``changes`` to the open question ``question`` as it may be
