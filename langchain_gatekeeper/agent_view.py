@@ -348,14 +348,41 @@ def counted_once(counter: Any) -> Callable[[str], int]:
         return count  # a tiktoken encoding: the core keeps its counts per text already
     identity: Hashable = counter if hashable(counter) else Same(counter)
 
+    models_own = _models_own(counter)
+    counted = _reported(count, counter) if models_own else count
+
     def cached(text: str) -> int:
-        return TOKEN_COUNTS.get_or_compute((identity, text_key(text)), lambda: count(text))
+        return TOKEN_COUNTS.get_or_compute((identity, text_key(text)), lambda: counted(text))
 
     cached.__name__ = f"counted_once_{getattr(count, '__name__', 'counter')}"
     cached._checked_counter = True  # type: ignore[attr-defined]  # resolve_token_counter checked its counts
-    if not _models_own(counter):
+    if not models_own:
         _probe(cached, counter)
     return cached
+
+
+def _reported(count: Callable[[str], int], counter: Any) -> Callable[[str], int]:
+    """``count`` (a model's own ``get_num_tokens``, resolved), its failures raised as
+    :class:`~context_gatekeeper.InvalidInputError` naming it and what to pass instead: it is not
+    tried on a sample (:func:`_models_own`), so a tokenizer it cannot load (many models fall
+    back to GPT-2's, which needs ``transformers``) shows at its first count; the library's own
+    error for a bad count passes as it is."""
+
+    def reported(text: str) -> int:
+        try:
+            return count(text)
+        except GatekeeperError:
+            raise
+        except Exception as error:
+            owner = type(getattr(counter, "__self__", None)).__name__
+            raise InvalidInputError(
+                f"the token counter {owner}.get_num_tokens failed ({type(error).__name__}: {error}); a model's own "
+                f"counter is not tried when the options are checked (it may load a tokenizer or call the provider), "
+                f"so its failure shows at its first count: pass token_counter='cl100k_base' (tiktoken, offline) or "
+                f"another counter that works here"
+            ) from error
+
+    return reported
 
 
 PROBE_TEXT = "How long should a Redis lock TTL be?"

@@ -13,6 +13,7 @@ import asyncio
 from dataclasses import dataclass, field, replace
 
 import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
@@ -233,6 +234,27 @@ def test_a_trim_messages_counter_is_refused_before_the_list_is_read() -> None:
         with pytest.raises(InvalidInputError, match=refused):
             call()
     assert gate_messages(messages, token_counter=approximate_tokens)[-1] is messages[-1]
+
+
+class _NoTokenizerModel(GenericFakeChatModel):
+    """A chat model whose own counter needs a package that is not installed (many fall back to
+    the GPT-2 tokenizer, which needs ``transformers``)."""
+
+    def get_num_tokens(self, text: str) -> int:
+        raise ImportError("Could not import transformers python package.")
+
+
+def test_a_models_own_counter_that_fails_later_fails_with_the_librarys_error() -> None:
+    """A model's own counter is not tried on a sample (it could load a tokenizer or call the
+    provider), so one that cannot count fails at its first count: with the library's error
+    naming the counter and what to pass instead, not the tokenizer's ImportError."""
+    model = _NoTokenizerModel(messages=iter([]))
+    messages = [*A[:-1], HumanMessage("redis setup?")]
+    for counter in (model, model.get_num_tokens):
+        with pytest.raises(InvalidInputError, match=r"get_num_tokens.*ImportError.*transformers.*'cl100k_base'") as raised:
+            gate_messages(messages, token_counter=counter)
+        assert isinstance(raised.value.__cause__, ImportError)
+    assert gate_messages(messages, token_counter="cl100k_base")[-1] is messages[-1]
 
 
 def test_a_last_human_message_with_no_text_is_gated_within_the_budget() -> None:
