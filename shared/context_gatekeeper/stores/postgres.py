@@ -85,7 +85,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, TypeVar
 
@@ -107,7 +107,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from . import postgres_ops as ops
-from .postgres_conninfo import check_conninfo, is_secret_key, redacted
+from .postgres_conninfo import check_conninfo, connection_settings, is_secret_key, redacted
 from .postgres_ops import VECTORS_TABLE, Key, Step, Steps, arun_steps, postgres_errors, run_steps
 
 __all__ = ["PostgresStore", "MIGRATIONS", "is_secret_key"]
@@ -118,6 +118,11 @@ _MISSING = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn)
 _closing: set[concurrent.futures.Future[None]] = set()  # pool closings scheduled on other loops (kept from collection)
 
 
+RECONNECT_WINDOW = 5.0
+"""Seconds a pool the store opens retries a lost connection (psycopg_pool's delays of 1, 2, 4 s...)
+before it starts again (see :meth:`PoolOptions.pool_kwargs`)."""
+
+
 class PoolOptions(NamedTuple):
     """The sizing and timeout of every pool a store opens, sync or async."""
 
@@ -125,13 +130,27 @@ class PoolOptions(NamedTuple):
     max_size: int
     timeout: float
 
-    def pool_kwargs(self, check: Callable[..., Any]) -> dict[str, Any]:
-        """Keywords for a psycopg pool: autocommit connections (writes open explicit
-        transactions), each checked with ``check`` (the pool class's ``check_connection``)
-        as it is handed out, so connections the server ended while idle (a restart, a
-        failover, an idle timeout) are replaced instead of failing a call; opened by the caller."""
-        return {"min_size": self.min_size, "max_size": self.max_size, "kwargs": {"autocommit": True},
-                "open": False, "name": "context-gatekeeper", "check": check}
+    def connection_kwargs(self, dsn: str) -> dict[str, Any]:
+        """Keywords for each connection to ``dsn``: autocommit (writes open explicit
+        transactions), and the timeouts and keepalives :func:`.postgres_conninfo.connection_settings`
+        derives from ``connect_timeout`` unless ``dsn`` sets them."""
+        return {"autocommit": True, **connection_settings(dsn, self.timeout)}
+
+    def pool_kwargs(self, pool_class: Any, dsn: str) -> dict[str, Any]:
+        """Keywords for a psycopg pool of ``pool_class`` (sync or async) on ``dsn``, opened by the caller:
+
+        * connections of :meth:`connection_kwargs`, each checked (``check_connection``) as it is
+          handed out, so connections the server ended while idle (a restart, a failover, an idle
+          timeout) are replaced instead of failing a call;
+        * a call waits at most ``connect_timeout`` seconds for a connection (``timeout``; the
+          pool's default is 30 s);
+        * a lost connection is retried for :data:`RECONNECT_WINDOW` seconds, then the pool checks
+          itself (``reconnect_failed=check``), which starts retrying afresh: psycopg_pool doubles
+          its delay between attempts for ``reconnect_timeout`` (5 minutes by default), so a server
+          back after an outage went unused for up to two minutes; now within about two seconds."""
+        return {"min_size": self.min_size, "max_size": self.max_size, "kwargs": self.connection_kwargs(dsn),
+                "open": False, "name": "context-gatekeeper", "check": pool_class.check_connection,
+                "timeout": self.timeout, "reconnect_timeout": RECONNECT_WINDOW, "reconnect_failed": pool_class.check}
 
 
 def _index_backfill(_table_prefix: str, q: ops.Statements) -> Any:
@@ -222,7 +241,10 @@ class PostgresStore(Store, VectorStore):
         setup: apply missing migrations now (default); pass False to defer to an
             explicit ``setup()``.
         connect_timeout: seconds (more than 0) to wait for the first connections of each
-            pool the store opens.
+            pool the store opens, and for a connection at each call; each connection's libpq
+            ``connect_timeout``, TCP keepalives and ``tcp_user_timeout`` are derived from it
+            (:func:`.postgres_conninfo.connection_settings`) unless the connection string sets
+            them, so a network partition fails a call after about twice this.
         lock_timeout: seconds a write waits for its session's lock (held by another writer
             of the session) before giving up with :class:`StoreUnavailableError`, writing
             nothing; like ``SQLiteStore``'s ``busy_timeout``.  None: wait as long as the
@@ -485,34 +507,39 @@ class PostgresStore(Store, VectorStore):
     def _setup_steps(self) -> Steps[None]:
         """Create the schema or bring it up to date (under the setup lock).  Tables that
         have had every migration are only read: a role without CREATE on the schema (a
-        worker using tables another job created and migrated) opens them too."""
+        worker using tables another job created and migrated) opens them too.  Every
+        statement names the schema the tables were found in (:func:`.postgres_ops.home_steps`),
+        so a migration never starts a second set in another schema of the search path."""
         encoding = (yield Step("one", self._sql["encoding"]))[0]
         if encoding.upper() not in ("UTF8", "UTF-8"):
             raise InvalidInputError(f"PostgresStore needs a UTF8 database; this one is {encoding}")
-        recorded = yield from ops.recorded_steps(self._sql, self.table_prefix)
+        schema = yield from ops.home_steps(self._sql, self.table_prefix)
+        names, q = ops.compose(self.table_prefix, schema)  # None: no schema to create in (InvalidSchemaName)
+        recorded = yield from ops.recorded_steps(q, self.table_prefix)
         if recorded is not None:
             refuse_newer(recorded, MIGRATIONS, "set of tables")
             if all(migration.version in recorded for migration in MIGRATIONS):
                 return  # up to date: no DDL, so no CREATE privilege needed
         # what a migration creates, there without its record (deleted by hand): refused before any DDL
-        found = yield from ops.unrecorded_steps(self._sql, self.table_prefix, recorded or set(), MIGRATIONS)
-        table = '"' + (self.table_prefix + ops.TABLES["migrations"]).replace('"', '""') + '"'
+        found = yield from ops.unrecorded_steps(q, self.table_prefix, recorded or set(), MIGRATIONS)
+        table = ops.found_as(self.table_prefix, "migrations")
         create = None if recorded is not None else (
             f"CREATE TABLE {table} (version integer PRIMARY KEY, name text NOT NULL, applied_at double precision NOT NULL)")
         unrecorded = unrecorded_error(f"the database of {self!r}", found, MIGRATIONS, table, create)
         if unrecorded is not None:
             raise unrecorded
-        yield Step("none", self._sql["create_migrations"])
-        applied = {row[0] for row in (yield Step("all", self._sql["applied"]))}
+        if recorded is None:  # not for tables that have one: CREATE needs the privilege even when it exists
+            yield Step("none", q["create_migrations"])
+        applied = {row[0] for row in (yield Step("all", q["applied"]))}
         refuse_newer(applied, MIGRATIONS, "set of tables")
         for migration in MIGRATIONS:
             if migration.version not in applied:
                 for statement in migration.statements:
-                    yield Step("none", sql.SQL(statement).format(**self._names))
+                    yield Step("none", sql.SQL(statement).format(**names))
                 if migration.backfill is not None:
                     backfill: Any = migration.backfill  # here a function of (table prefix, statements) giving steps
-                    yield from backfill(self.table_prefix, self._sql)
-                yield Step("none", self._sql["record"], (migration.version, migration.name, time.time()))
+                    yield from backfill(self.table_prefix, q)
+                yield Step("none", q["record"], (migration.version, migration.name, time.time()))
 
     # -- Store --------------------------------------------------------------------------
     def setup(self) -> None:
@@ -695,9 +722,9 @@ def _open_pool(dsn: str, options: PoolOptions) -> ConnectionPool:
     One direct connection first, so a wrong DSN or password fails at once with the
     server's own reason instead of a pool timeout.
     """
-    with psycopg.connect(dsn, connect_timeout=max(1, round(options.timeout))):
+    with psycopg.connect(dsn, **options.connection_kwargs(dsn)):
         pass
-    pool: ConnectionPool = ConnectionPool(dsn, **options.pool_kwargs(ConnectionPool.check_connection))
+    pool: ConnectionPool = ConnectionPool(dsn, **options.pool_kwargs(ConnectionPool, dsn))
     try:
         pool.open(wait=True, timeout=options.timeout)
     except BaseException:
@@ -755,9 +782,9 @@ class _Released(NamedTuple):
 async def _aopen_pool(dsn: str, options: PoolOptions) -> AsyncConnectionPool:
     """An open async pool (see :func:`_open_pool`): one direct connection
     first, so a wrong DSN or password fails with the server's own reason."""
-    first = await psycopg.AsyncConnection.connect(dsn, connect_timeout=max(1, round(options.timeout)))
+    first = await psycopg.AsyncConnection.connect(dsn, **options.connection_kwargs(dsn))
     await first.close()
-    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, **options.pool_kwargs(AsyncConnectionPool.check_connection))
+    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, **options.pool_kwargs(AsyncConnectionPool, dsn))
     try:
         await pool.open(wait=True, timeout=options.timeout)
     except BaseException:

@@ -15,7 +15,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..errors import InvalidInputError
 
-__all__ = ["check_conninfo", "is_secret_key", "redacted"]
+__all__ = ["check_conninfo", "connection_settings", "is_secret_key", "redacted"]
+
+KEEPALIVE_PROBES = 3
+"""Unanswered TCP keepalive probes after which a connection counts as lost."""
 
 
 def check_conninfo(dsn: str) -> None:
@@ -66,3 +69,27 @@ def redacted(conninfo: object) -> str:
     except psycopg.ProgrammingError:
         return "<unparsable connection string>"
     return make_conninfo("", **{k: ("***" if is_secret_key(k) else v) for k, v in parts.items() if v is not None})
+
+
+def connection_settings(dsn: str, connect_timeout: float) -> dict[str, int]:
+    """libpq settings for every connection a store opens from ``dsn``, derived from its
+    ``connect_timeout`` (seconds), less those ``dsn`` sets itself (the connection string's win):
+
+    * ``connect_timeout``: the pool's own connection attempts give up too (libpq waits for ever by
+      default, and a partition swallows the connection request);
+    * TCP keepalives: after ``connect_timeout`` seconds without traffic, :data:`KEEPALIVE_PROBES`
+      probes ``connect_timeout / 3`` seconds apart, so a call waiting for its reply across a
+      partition (or from a host that died) fails after about twice ``connect_timeout``;
+    * ``tcp_user_timeout`` (libpq 12+, in ms): the same bound for a request the server never
+      acknowledged.
+
+    None of them bounds a server process that stopped answering while its host's network stack
+    still does (the kernel acknowledges the request and answers the probes): see the stores guide."""
+    seconds = max(1, round(connect_timeout))  # whole seconds; 0 would mean no limit
+    settings = {"connect_timeout": seconds, "keepalives": 1, "keepalives_idle": seconds,
+                "keepalives_interval": max(1, round(connect_timeout / KEEPALIVE_PROBES)),
+                "keepalives_count": KEEPALIVE_PROBES}
+    if psycopg.pq.version() >= 120000:
+        settings["tcp_user_timeout"] = 2 * seconds * 1000
+    given = conninfo_to_dict(dsn)
+    return {key: value for key, value in settings.items() if key not in given}

@@ -55,6 +55,9 @@ _TEMPLATES = {
     )""",
     "applied": "SELECT version, name FROM {migrations} ORDER BY version",
     "has_table": "SELECT to_regclass(%s) IS NOT NULL",
+    # the schema of a table as the statements find it, else the one CREATE TABLE creates it in (None: none exists)
+    "home": """SELECT COALESCE((SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = to_regclass(%s)), current_schema()::text)""",
     "has_column": """SELECT EXISTS (SELECT 1 FROM pg_attribute
         WHERE attrelid = to_regclass(%s) AND attname::text = %s::text AND attnum > 0 AND NOT attisdropped)""",
     "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
@@ -135,11 +138,20 @@ Statements = dict[str, Any]
 FaultHook = Callable[[str], None]
 
 
-def compose(table_prefix: str) -> tuple[dict[str, sql.Identifier], Statements]:
+def compose(table_prefix: str, schema: str | None = None) -> tuple[dict[str, sql.Identifier], Statements]:
     """The table names after ``table_prefix`` (as identifiers, by placeholder) and every
-    statement with them composed in."""
-    names = {name: sql.Identifier(table_prefix + table) for name, table in TABLES.items()}
+    statement with them composed in; with ``schema``, the names are qualified by it (setup
+    and migrations, which must not create tables beside those the search path finds), else
+    the search path finds them."""
+    qualified = () if schema is None else (schema,)
+    names = {name: sql.Identifier(*qualified, table_prefix + table) for name, table in TABLES.items()}
     return names, {key: sql.SQL(template).format(**names) for key, template in _TEMPLATES.items()}
+
+
+def found_as(table_prefix: str, table: str) -> str:
+    """The store's table ``table`` (a :data:`TABLES` key) as ``to_regclass`` finds it: quoted
+    like the statements' identifiers, so the search path decides its schema as it does theirs."""
+    return '"' + (table_prefix + TABLES[table]).replace('"', '""') + '"'
 
 
 def session_key(session_id: Any) -> Key:
@@ -184,6 +196,14 @@ def _refusal(exc: psycopg.Error, where: str, said: str) -> str | None:
                 "is to create or migrate them (or connect as their owner); a role without CREATE opens tables "
                 "that are already up to date, and PostgresStore(..., setup=False) leaves creating and migrating "
                 "them to another job")
+    if isinstance(exc, pg_errors.InvalidSchemaName):  # 3F000: mostly "no schema has been selected to create in"
+        return (f"{where} has no schema to keep its tables in {said}: no schema on the connection's search_path "
+                "exists (one given as options=-c search_path=..., or set for the role or database, not created yet, "
+                "or an empty search_path); nothing was written. Create the schema (CREATE SCHEMA name, and GRANT "
+                "USAGE, CREATE ON SCHEMA name to the store's role) or put an existing one on the search_path")
+    if isinstance(exc, pg_errors.InvalidCatalogName):  # 3D000
+        return (f"the database {where} names does not exist {said}; nothing was written. Create it (CREATE "
+                "DATABASE name) or fix the dbname in the connection string")
     if isinstance(exc, psycopg.IntegrityError):
         return (f"a row {where} wrote conflicts with the rows stored {said}: something other than "
                 "context-gatekeeper writes these tables, or wrote them without the session's lock; the "
@@ -438,11 +458,24 @@ def applied_steps(q: Statements) -> Steps[list[tuple[int, str]]]:
 def recorded_steps(q: Statements, table_prefix: str) -> Steps[set[int] | None]:
     """The versions of the migrations the tables have had; None when they have no migrations
     table (never set up, or the wrong ``table_prefix``)."""
-    table = table_prefix + TABLES["migrations"]
-    exists = yield Step("one", q["has_table"], ('"' + table.replace('"', '""') + '"',))  # found as the statements find it
+    exists = yield Step("one", q["has_table"], (found_as(table_prefix, "migrations"),))
     if not exists[0]:
         return None
     return {row[0] for row in (yield Step("all", q["applied"]))}
+
+
+def home_steps(q: Statements, table_prefix: str) -> Steps[str | None]:
+    """The schema the store's tables are in: that of its migrations table as the search path
+    finds it (a role with a schema of its own, first on PostgreSQL's default ``"$user",
+    public``, finds tables another role made in ``public``), else the one an unqualified
+    ``CREATE TABLE`` would create them in (``current_schema()``); None when no schema on the
+    search path exists (creating anything then fails with ``InvalidSchemaName``).
+
+    Setup runs its statements in this schema: unqualified, ``CREATE TABLE IF NOT EXISTS``
+    would create a second, empty set in the first schema of the search path while the
+    tables the store reads stay in another."""
+    row = yield Step("one", q["home"], (found_as(table_prefix, "migrations"),))
+    return None if row[0] is None else str(row[0])
 
 
 def unrecorded_steps(
@@ -457,8 +490,7 @@ def unrecorded_steps(
             continue
         found[migration.version] = names = []
         for table, column in created_objects(migration):
-            name = table_prefix + TABLES[table.strip("{}")]
-            quoted = '"' + name.replace('"', '""') + '"'  # found as the statements find it
+            name, quoted = table_prefix + TABLES[table.strip("{}")], found_as(table_prefix, table.strip("{}"))
             if column is None:
                 exists = yield Step("one", q["has_table"], (quoted,))
             else:
@@ -501,7 +533,13 @@ def unambiguous_chain_steps(q: Statements, table_prefix: str) -> Steps[None]:
     ``setup=False``, or a worker of the previous release during a rolling upgrade) waits, then
     chains its revision from the rewritten digest, not from the one the migration replaces.
     The sessions listed are rare (an instruction or model name that is the text ``None``, holds
-    U+001F or starts with U+001E), so the locks held at once stay few."""
+    U+001F or starts with U+001E), so the locks held at once stay few.
+
+    What this does not cover: a worker of a release before this migration, still running after
+    it commits, digests its own new revisions the first chain's way.  For a revision whose
+    instruction or model name is one of those texts that digest differs from the one readers
+    compute, so every read of its session raises :class:`CorruptLogError` from it on (no release
+    before this migration was published; the stores guide says to stop such workers first)."""
     return _digest_steps(q, "ambiguous_sessions", "load_chained", rechained,
                          lambda key: lock_key(table_prefix, "session", key))
 
