@@ -12,6 +12,7 @@ ones a file lacks, in order, in one transaction, and records each in
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 import threading
@@ -233,6 +234,7 @@ class SQLiteStore(Store, VectorStore):
     ) -> None:
         busy_timeout = checked_seconds("busy_timeout", busy_timeout, zero=True)
         self.path = os.fspath(path)
+        _refuse_url(self.path)
         self.absolute_path = self.path if self.path == ":memory:" else os.path.abspath(self.path)
         """The file as this process opened it, whatever the working directory is later (what a
         pickled or copied adapter object reopens)."""
@@ -531,6 +533,31 @@ class SQLiteStore(Store, VectorStore):
 
 
 # -- helpers ------------------------------------------------------------------------------
+_URL = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+_URL_PASSWORD = re.compile(r"(://[^:/?#@]*):.*@", re.DOTALL)
+"""A URL's ``user:password@``: up to its last ``@``, so a password holding ``/`` or ``@`` goes too."""
+
+
+def _refuse_url(path: object) -> None:
+    """:class:`InvalidInputError` if ``path`` is a PostgreSQL URL (any case: libpq reads only
+    ``postgresql://`` and ``postgres://``, so ``Transcript`` takes ``POSTGRESQL://...`` for a
+    path) or any URL with a password, not a file path; the message shows no password (an error
+    about a file that cannot be opened would quote the path whole)."""
+    url = _URL.match(path) if isinstance(path, str) else None
+    if url is None:
+        return
+    scheme, shown = url.group(1), _URL_PASSWORD.sub(r"\1:***@", str(path))
+    if scheme.lower() in ("postgresql", "postgres"):
+        how = ("pass it to PostgresStore(url), or as Transcript(store=url)" if scheme.islower() else
+               f"libpq reads the scheme in lower case only: write {scheme.lower()}:// instead of {scheme}://")
+        raise InvalidInputError(f"SQLiteStore takes a file path, got the PostgreSQL URL {shown!r}; {how}")
+    if _URL_PASSWORD.search(str(path)):
+        raise InvalidInputError(
+            f"SQLiteStore takes a file path, got a URL with a password ({shown!r}); pass the path of a SQLite "
+            "file, or a store for that database"
+        )
+
+
 def _connect(path: str, busy_timeout: float, *, check_schema: bool = True) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, secure deletes.
 
