@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import (
     AIMessage, BaseMessage, ChatMessage, FunctionMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict,
     messages_from_dict,
 )
+from langchain_core.messages.utils import convert_to_messages
 
 from pydantic import ValidationError
 
@@ -34,7 +35,7 @@ from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import Role, lines_to_blocks, new_message_id
 
 __all__ = ["to_core", "to_core_messages", "from_core", "from_core_messages", "PROVIDER_SPECIFIC", "ID_GENERATED", "text_of",
-           "same_messages", "role_of"]
+           "same_messages", "role_of", "MESSAGE_LIKES", "as_messages"]
 
 _ROLES: dict[str, Role] = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool"}
 _TYPES = {"user": "human", "assistant": "ai", "system": "system", "tool": "tool"}
@@ -66,6 +67,30 @@ def role_of(message: BaseMessage) -> Role | None:
             return _CHAT_ROLES.get(str(message.role).lower())
         role = next((r for cls, r in _CLASS_ROLES if isinstance(message, cls)), None)
     return role
+
+
+MESSAGE_LIKES: tuple[type, ...] = (BaseMessage, tuple, Mapping, str)
+"""What a list of messages may hold where LangChain reads message-likes (chat models, prompts,
+``RunnableWithMessageHistory``'s input): messages, ``(role, text)`` tuples, role/content dicts,
+strings (human messages).  Not a list: a list holds messages."""
+
+
+def as_messages(items: Sequence[Any]) -> list[BaseMessage]:
+    """``items`` as LangChain messages, message-likes (:data:`MESSAGE_LIKES`) converted as chat
+    models convert them (``convert_to_messages``); messages are kept, the same objects.
+
+    Raises:
+        InvalidInputError: an item LangChain cannot read as a message (an unknown role, a dict
+            without role and content, a tuple of three)."""
+    if all(isinstance(item, BaseMessage) for item in items):
+        return list(items)
+    try:
+        return convert_to_messages(list(items))
+    except (NotImplementedError, ValueError, TypeError, KeyError) as error:
+        raise InvalidInputError(
+            f"a message of the list could not be read as a LangChain message: {error}; each item must be a "
+            "message, a {'role': ..., 'content': ...} dict, a (role, text) tuple or a string"
+        ) from error
 
 
 def _is_text(block: Any) -> bool:

@@ -58,10 +58,10 @@ from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, 
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from context_gatekeeper import GateOptions, InvalidInputError, TranscriptGate
+from context_gatekeeper import GateOptions, InvalidInputError, InvalidTypeError, TranscriptGate
 
 from .agent_view import NO_TEXT_QUERY, GatedView, adapter_options, current_query
-from .convert import from_core_messages, role_of, same_messages, text_of
+from .convert import as_messages, from_core_messages, role_of, same_messages, text_of
 from .gate_keys import TopicGateKeysError, infer_keys, input_key_beside
 from .history import GatekeeperChatMessageHistory
 
@@ -69,13 +69,18 @@ __all__ = ["topic_gate", "GatedRunnableWithMessageHistory", "TopicGateKeysError"
 
 
 def _input_messages(value: Any) -> list[BaseMessage]:
-    """The new input as messages (RunnableWithMessageHistory's rules: str, message, list)."""
+    """The new input as messages (RunnableWithMessageHistory's rules: str, message, list), a
+    list's message-likes (``(role, text)`` tuples, role/content dicts) converted as the chain's
+    model converts them; of a list LangChain cannot read whole, its messages only."""
     if isinstance(value, str):
         return [HumanMessage(content=value)]
     if isinstance(value, BaseMessage):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [m for m in value if isinstance(m, BaseMessage)]
+        try:
+            return as_messages(value)
+        except InvalidInputError:
+            return [m for m in value if isinstance(m, BaseMessage)]
     return []
 
 
@@ -208,8 +213,8 @@ class _TopicGate:
                 gate = self._gate_for(hist)
                 if gate.semantic:
                     return from_core_messages(await gate.aselect_messages(query, include_open="fits"))
-                return from_core_messages(
-                    await asyncio.to_thread(lambda: gate.select_messages(query, include_open="fits"))
+                return await asyncio.to_thread(  # converted there too: a long selection stalls the loop
+                    lambda: from_core_messages(gate.select_messages(query, include_open="fits"))
                 )
         return await self.views.agated(prior, query, thread=None if hist is None else id(hist))
 
@@ -374,6 +379,11 @@ class GatedRunnableWithMessageHistory(RunnableWithMessageHistory):
         gate_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if gate_options is not None and not isinstance(gate_options, Mapping):
+            raise InvalidTypeError(
+                f"gate_options must be a dict of gate settings, got {type(gate_options).__name__}; pass e.g. "
+                "gate_options={'token_budget': 2000}, or a GateOptions record as gate_options={'options': record}"
+            )
         gate = topic_gate(
             input_messages_key=input_messages_key, history_messages_key=history_messages_key, **dict(gate_options or {})
         )

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, MessageLikeRepresentation, RemoveMessage
 
 from context_gatekeeper import (
     GateOptions,
@@ -56,13 +56,33 @@ from context_gatekeeper.integration import (
 )
 
 from .agent_view import one_text_counter
-from .convert import from_core_messages, to_core
+from .convert import MESSAGE_LIKES, as_messages, from_core_messages, to_core
 from .models import given_edit_model, resolve_edit_model
 from .pickling import pickled_state, rebuild, unpickle
 
 __all__ = ["GatekeeperChatMessageHistory"]
 
-_MESSAGES = "pass a list of messages, e.g. [HumanMessage(...)]"
+_MESSAGES = "pass a list of messages, e.g. [HumanMessage(...)] or [('human', '...')]"
+
+
+def _batch(messages: Any) -> list[BaseMessage]:
+    """``messages`` as the list of messages :meth:`GatekeeperChatMessageHistory.add_messages`
+    stores: message-likes converted as LangChain converts them (``RunnableWithMessageHistory``
+    hands a history the chain's input as it was given, ``(role, text)`` tuples included), before
+    anything is written.
+
+    Raises:
+        InvalidTypeError: not a list, or an item that is no message-like.
+        InvalidInputError: a message-like LangChain cannot read, or a ``RemoveMessage``."""
+    batch = as_messages(require_items(messages, "messages", MESSAGE_LIKES, _MESSAGES))
+    removal = next((m for m in batch if isinstance(m, RemoveMessage)), None)
+    if removal is not None:
+        raise InvalidInputError(
+            f"add_messages got a RemoveMessage (id {removal.id!r}), LangGraph's delete marker, which a history "
+            "would store as a message; nothing was stored. Delete messages with history.apply([Delete(id)]) "
+            "(an id from message_ids(), or a position in messages)"
+        )
+    return batch
 
 
 class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHistory):
@@ -179,8 +199,9 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         return from_core_messages(self.transcript.messages)
 
     async def aget_messages(self) -> list[BaseMessage]:
-        """Async :attr:`messages`."""
-        return from_core_messages(await self.transcript.aget_messages())
+        """Async :attr:`messages`: read and converted in a worker thread (converting is a deep
+        copy and a pydantic model per message, too long for the event loop on a long history)."""
+        return await asyncio.to_thread(lambda: self.messages)
 
     def message_ids(self) -> list[str]:
         """The transcript's id of each message of :attr:`messages`, in the same order.
@@ -211,7 +232,11 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         Raises:
             UnknownMessageError: a position or id that is not in the current state
                 (nothing is changed).
-            InvalidInputError: an ``InsertAfter`` of a tool message (nothing is changed).
+            InvalidInputError: an ``InsertAfter`` of a tool message, or requests that would
+                separate a tool call from its result (a message inserted between an
+                ``AIMessage``'s tool calls and their ``ToolMessage`` results, the call or a
+                result deleted without the other), as :meth:`edit` refuses them: every later
+                call would send the provider an invalid sequence (nothing is changed).
         """
         requests = require_requests(requests)
         for request in requests:
@@ -233,14 +258,19 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
                     )
                 request = replace(request, id=ids[target])
             resolved.append(request)
-        return self.transcript.apply(resolved)
+        return self.transcript.apply(resolved, keep_tool_pairs=True)
 
     async def aapply(self, requests: Sequence[Request]) -> Revision:
         """Async :meth:`apply`."""
         return await asyncio.to_thread(self.apply, require_requests(requests))
 
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+    def add_messages(self, messages: Sequence[MessageLikeRepresentation]) -> None:
         """Append ``messages`` as one revision (a user message and its answer land together).
+
+        Message-likes are converted as chat models convert them: ``("human", "...")`` tuples,
+        ``{"role": "user", "content": "..."}`` dicts, strings (human messages).  A
+        ``RemoveMessage`` is refused (``InvalidInputError``, nothing stored): delete with
+        ``apply([Delete(id)])``.
 
         Each message keeps the id it came with; one without an id stays without one in
         :attr:`messages`.  Ids are never reused, and no message is dropped:
@@ -249,17 +279,21 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
           added with, is a retried request and is not stored again; the messages after it
           still go to the end (``[HumanMessage("yes", id="q1"), AIMessage("new")]``
           after ``q1`` was answered adds the new answer last);
+        * a held message behind a new one (an LLM cache's earlier ``AIMessage``, id and all,
+          answering a question asked again) is a retry only when the batch, or its start,
+          repeats the messages that end the history; otherwise it is stored under a fresh id,
+          so the new question is answered;
         * an id given twice in ``messages``, the id of a message since deleted, cleared
           or reverted, or an id held with other text: the message is stored under a fresh
           id, which :attr:`messages` and :meth:`message_ids` show.
         """
-        batch = require_items(messages, "messages", BaseMessage, _MESSAGES)
+        batch = _batch(messages)
         if batch:
             self.transcript.append(messages=[to_core(m) for m in batch], renew_taken_ids=True)
 
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+    async def aadd_messages(self, messages: Sequence[MessageLikeRepresentation]) -> None:
         """Async :meth:`add_messages`."""
-        await asyncio.to_thread(self.add_messages, require_items(messages, "messages", BaseMessage, _MESSAGES))
+        await asyncio.to_thread(self.add_messages, _batch(messages))
 
     def clear(self) -> None:
         """Empty the current state as one recorded revision; ``record()`` keeps every message

@@ -15,7 +15,8 @@ travels instead is the session, as the LlamaIndex memory does it
   later writes to either leave the other alone.
 
 The editing model, a custom token counter, the embedder and a vector cache are never
-pickled (they may hold API keys or be closures): the unpickled history uses the
+pickled (they may hold API keys or be closures; a token counter given by name, such as
+``"o200k_base"``, is no code and travels): the unpickled history uses the
 defaults, so pass them again where you need them (``history.transcript.model = ...``,
 or build the history anew on the same store).  Scalar options (strategy, deletion
 limit, token budget, selection tunables) and ``params`` travel.  ``copy.deepcopy``
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["CODE_OPTIONS", "pickled_state", "rebuild", "unpickle"]
 
 CODE_OPTIONS = frozenset({"model", "token_counter", "embedder", "vector_cache"})
-"""Options a pickle leaves out (objects that may hold keys or code); a deepcopy keeps them."""
+"""Options a pickle leaves out when they are objects (which may hold keys or code); a deepcopy
+keeps them.  A name given for one (a tiktoken encoding such as ``"o200k_base"`` as the
+``token_counter``) is no code, and travels."""
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -50,10 +53,14 @@ def pickled_state(history: GatekeeperChatMessageHistory, *, in_process: bool) ->
         options = {
             k: v
             for k, v in options.items()
-            if k not in CODE_OPTIONS and (isinstance(v, _SCALARS) or isinstance(v, SelectionParams))
+            if _travels(k, v) and (isinstance(v, _SCALARS) or isinstance(v, SelectionParams))
         }
-        if isinstance(history._options.get("options"), GateOptions):  # the record, less what is code
-            options["options"] = history._options["options"].with_(embedder=None, token_counter=None, vector_cache=None)
+        record = history._options.get("options")
+        if isinstance(record, GateOptions):  # the record, less what is code
+            options["options"] = record.with_(
+                **{name: None for name in ("embedder", "token_counter", "vector_cache")
+                   if not _travels(name, getattr(record, name))}
+            )
     return {
         "session_id": history.session_id,
         "options": options,
@@ -61,6 +68,12 @@ def pickled_state(history: GatekeeperChatMessageHistory, *, in_process: bool) ->
         # the live session is reattached when the store can be named; otherwise its log travels
         "revisions": None if spec is not None else [r.to_dict() for r in transcript.history()],
     }
+
+
+def _travels(name: str, value: Any) -> bool:
+    """Whether option ``name`` set to ``value`` goes into a pickle: anything but an object of
+    :data:`CODE_OPTIONS` (a name, such as an encoding name for ``token_counter``, is no code)."""
+    return name not in CODE_OPTIONS or isinstance(value, str)
 
 
 def rebuild(cls: type[GatekeeperChatMessageHistory], state: dict[str, Any]) -> GatekeeperChatMessageHistory:

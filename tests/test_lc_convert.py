@@ -213,3 +213,15 @@ def test_only_the_fields_a_cache_hit_carries_are_put_back_unchecked(tool_calls: 
     with pytest.raises(InvalidInputError, match=f"{broken.id!r} \\(ai\\) cannot be rebuilt"):
         from_core(broken)
     assert from_core(stored).usage_metadata == {"total_cost": 0}
+
+
+def test_as_messages_converts_message_likes_and_names_what_it_cannot_read() -> None:
+    from context_gatekeeper import InvalidInputError
+    from langchain_gatekeeper.convert import as_messages
+
+    kept = HumanMessage("kept", id="k")
+    out = as_messages([kept, ("ai", "an answer"), {"role": "user", "content": "a question"}, "plain"])
+    assert out == [kept, AIMessage("an answer"), HumanMessage("a question"), HumanMessage("plain")]
+    assert out[0] is kept
+    with pytest.raises(InvalidInputError, match=r"\(role, text\) tuple"):
+        as_messages([("narrator", "not a role")])

@@ -452,3 +452,70 @@ def test_a_history_reads_count_tokens_approximately_as_the_approximate_counter()
         history.gate.sync()
         costs.append(history.gate.gatekeeper.turn_cost(history.gate.gatekeeper.turns[0].id))
     assert costs[0] == costs[1]
+
+
+@pytest.fixture
+def llm_cache() -> Any:
+    """LangChain's global LLM cache, on for one test."""
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.globals import get_llm_cache, set_llm_cache
+
+    before = get_llm_cache()
+    set_llm_cache(InMemoryCache())
+    yield
+    set_llm_cache(before)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_cached_answer_to_a_repeated_question_is_stored(llm_cache: Any, use_async: bool) -> None:
+    """With an LLM cache, a gated prompt sent again is answered with the earlier AIMessage, its
+    id included; the repeated question's answer is stored all the same."""
+    sessions, rec = Sessions(), Recorder()
+    chain = GatedRunnableWithMessageHistory(
+        PROMPT | numbered_answers(), sessions, input_messages_key="question", history_messages_key="history",
+        gate_options={"token_budget": 0},
+    )
+    for question in (REDIS_1[0], ESPRESSO[0], REDIS_1[0]):
+        if use_async:
+            asyncio.run(chain.ainvoke({"question": question}, config(rec)))
+        else:
+            chain.invoke({"question": question}, config(rec))
+    stored = sessions["s"].messages
+    assert texts(stored) == [REDIS_1[0], "answer 0", ESPRESSO[0], "answer 1", REDIS_1[0], "answer 0"]
+    assert stored[5].id != stored[1].id
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("mode", ["list", "dict"])
+def test_message_like_input_is_gated_and_every_turn_stored(use_async: bool, mode: str) -> None:
+    """(role, text) tuples and role/content dicts as the chain's input: gated like messages, and
+    the question and answer of every call stored (they used to be lost in upstream's listener)."""
+    sessions, rec = Sessions(), Recorder()
+    seeded(sessions("s"))
+    if mode == "list":
+        chain = GatedRunnableWithMessageHistory(numbered_answers(), sessions)
+    else:
+        prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), MessagesPlaceholder("question")])
+        chain = GatedRunnableWithMessageHistory(
+            prompt | numbered_answers(), sessions, input_messages_key="question", history_messages_key="history"
+        )
+    asked = []
+    for n, question in enumerate(([("human", ESPRESSO_QUERY)], [{"role": "user", "content": REDIS_QUERY}])):
+        value = question if mode == "list" else {"question": question}
+        if use_async:
+            asyncio.run(chain.ainvoke(value, config(rec)))
+        else:
+            chain.invoke(value, config(rec))
+        query = ESPRESSO_QUERY if n == 0 else REDIS_QUERY
+        asked += [query, f"answer {n}"]
+        assert texts(sessions["s"].messages) == [*FULL, *asked]
+    assert texts(rec.calls[0]) == [*ESPRESSO, ESPRESSO_QUERY]
+    assert texts(rec.last) == [*REDIS_1, *REDIS_2, REDIS_QUERY]
+
+
+@pytest.mark.parametrize("bad", [[1], "token_budget=5", GateOptions(token_budget=5)])
+def test_gate_options_that_are_no_dict_are_the_librarys_type_error(bad: Any) -> None:
+    with pytest.raises(InvalidTypeError, match=r"gate_options must be a dict.*\{'options': "):
+        dict_chain(Sessions(), gate_options=bad)
+    chain = dict_chain(Sessions(), gate_options={"options": GateOptions(token_budget=5)})  # a record goes so
+    assert chain.gate_options is not None

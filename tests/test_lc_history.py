@@ -13,13 +13,15 @@ import doctest
 import pickle
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 import langchain_gatekeeper.history as history_module
 from context_gatekeeper import (
-    EditError, InMemoryStore, ModelUnavailableError, Proposal, SQLiteStore, StoreUnavailableError,
+    Delete, EditError, InMemoryStore, InsertAfter, ModelUnavailableError, Proposal, Replace, SQLiteStore,
+    StoreUnavailableError,
 )
 from context_gatekeeper.testing import ScriptedModel
 from langchain_gatekeeper.history import GatekeeperChatMessageHistory
@@ -587,3 +589,123 @@ def test_an_answer_retried_after_its_reply_was_lost_is_not_stored_again(tmp_path
         assert history.transcript.head == head
     finally:
         store.close()
+
+
+def test_an_earlier_answer_returned_again_for_a_new_question_is_stored(tmp_path: Path):
+    """An LLM cache answers a question asked again with the earlier answer's AIMessage, id and
+    all: behind the new question it is stored (under a fresh id), so the question is answered;
+    the same batch sent again right away (a retry) is still stored once."""
+    history = GatekeeperChatMessageHistory("cache", store=tmp_path / "chat.db")
+    cached = AIMessage(REDIS_1[1], id="lc_run-1")
+    history.add_messages([HumanMessage(REDIS_1[0]), cached])
+    history.add_messages([HumanMessage(ESPRESSO[0]), AIMessage(ESPRESSO[1], id="lc_run-2")])
+    history.add_messages([HumanMessage(REDIS_1[0]), cached])
+    assert texts(history.messages) == [*REDIS_1, *ESPRESSO, *REDIS_1]
+    ids = history.message_ids()
+    assert ids[1] == "lc_run-1" and ids[5] not in ids[:5] and history.messages[5].id == ids[5]
+    head = history.transcript.head
+    history.add_messages([HumanMessage(REDIS_1[0]), cached])  # a retry of that request
+    assert (history.transcript.head, len(history.messages)) == (head, 6)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_message_likes_are_stored_as_the_messages_they_stand_for(use_async: bool):
+    """(role, text) tuples and role/content dicts, as chat models and RunnableWithMessageHistory
+    take them, are converted as LangChain converts them, not refused."""
+    history = GatekeeperChatMessageHistory("likes")
+    batch = [("human", REDIS_1[0]), {"role": "assistant", "content": REDIS_1[1]}]
+    if use_async:
+        asyncio.run(history.aadd_messages(batch))
+    else:
+        history.add_messages(batch)
+    assert history.messages == [HumanMessage(REDIS_1[0]), AIMessage(REDIS_1[1])]
+
+
+def test_a_remove_message_is_refused_naming_apply_delete():
+    """A RemoveMessage (LangGraph's delete marker) would be stored as a user message saying nothing."""
+    from langchain_core.messages import RemoveMessage
+
+    from context_gatekeeper import InvalidInputError
+
+    history = GatekeeperChatMessageHistory("rm")
+    history.add_messages([HumanMessage("hi", id="h1"), AIMessage("yo", id="a1")])
+    head = history.transcript.head
+    for call in (history.add_messages, lambda b: asyncio.run(history.aadd_messages(b))):
+        with pytest.raises(InvalidInputError, match=r"apply\(\[Delete"):
+            call([HumanMessage("more"), RemoveMessage(id="h1")])
+    assert history.transcript.head == head and history.message_ids() == ["h1", "a1"]
+
+
+def tool_turn() -> list[BaseMessage]:
+    return [
+        HumanMessage("Weather in Dublin?"),
+        AIMessage("", tool_calls=[{"name": "weather", "args": {}, "id": "c1", "type": "tool_call"}]),
+        ToolMessage("rain in Dublin", tool_call_id="c1"),
+        AIMessage("Rainy in Dublin."),
+    ]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    "requests, said",
+    [
+        (lambda: [Delete(1)], "would lose the assistant message"),
+        (lambda: [Delete(2)], "would be separated from its result"),
+        (lambda: [InsertAfter(1, "user", "hey")], "would be separated from its result"),
+        (lambda: [Replace(0, "Weather in Cork?"), InsertAfter(1, "assistant", "checking")], "separated"),
+    ],
+    ids=["delete-call", "delete-result", "insert-between", "insert-after-a-replace"],
+)
+def test_apply_refuses_to_separate_a_tool_call_from_its_result(use_async: bool, requests: Any, said: str) -> None:
+    """As edit() refuses it: every later call would send a provider an invalid sequence."""
+    from context_gatekeeper import InvalidInputError
+
+    history = GatekeeperChatMessageHistory("tools")
+    history.add_messages(tool_turn())
+    before = (history.messages, history.transcript.head)
+    with pytest.raises(InvalidInputError, match=said):
+        if use_async:
+            asyncio.run(history.aapply(requests()))
+        else:
+            history.apply(requests())
+    assert (history.messages, history.transcript.head) == before
+    history.apply([Delete(1), Delete(2)])  # the call with its result goes
+    history.apply([Replace(-1, "Rain in Dublin.")])
+    assert texts(history.messages) == ["Weather in Dublin?", "Rain in Dublin."]
+
+
+def test_async_reads_convert_messages_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Converting a long history (a deep copy and a pydantic model per message) on the event loop
+    stalls it; aget_messages and arecord convert where they read, in a worker thread."""
+    import threading
+
+    history = GatekeeperChatMessageHistory("threads")
+    turns(history, REDIS_1, ESPRESSO)
+    threads: list[int] = []
+    convert = history_module.from_core_messages
+
+    def recorded(messages: Any) -> list[BaseMessage]:
+        threads.append(threading.get_ident())
+        return convert(messages)
+
+    monkeypatch.setattr(history_module, "from_core_messages", recorded)
+
+    async def read() -> tuple[int, list[BaseMessage], list[BaseMessage]]:
+        return threading.get_ident(), await history.aget_messages(), await history.arecord()
+
+    loop_thread, messages, record = asyncio.run(read())
+    assert texts(messages) == texts(record) == [*REDIS_1, *ESPRESSO]
+    assert len(threads) == 2 and loop_thread not in threads
+
+
+def test_a_pickle_keeps_an_encoding_name_token_counter():
+    """A token counter given by name ("o200k_base") is no code: it travels, as a custom one does not."""
+    from context_gatekeeper import GateOptions
+
+    for history in (GatekeeperChatMessageHistory("enc", token_counter="o200k_base", token_budget=50),
+                    GatekeeperChatMessageHistory("enc", options=GateOptions(token_counter="o200k_base"))):
+        again = pickle.loads(pickle.dumps(history))
+        assert again.transcript.token_counter == "o200k_base"
+        assert again.gate.gatekeeper.options.token_counter == history.gate.gatekeeper.options.token_counter
+    dropped = pickle.loads(pickle.dumps(GatekeeperChatMessageHistory("enc", token_counter=len)))
+    assert dropped.transcript.token_counter is None  # code is still left out

@@ -772,3 +772,55 @@ def test_two_writers_retrying_one_answer_store_it_once(tmp_path) -> None:
             ("user", "Capital of Iceland?"), ("assistant", "Reykjavik.")]
         first.append(user="And its population?", assistant="About 140,000.")
         assert contents(second) == ["Capital of Iceland?", "Reykjavik.", "And its population?", "About 140,000."]
+
+
+# -- a held message behind a new one: a repeat of an earlier turn, not a retry -------------------
+def test_an_earlier_answer_behind_a_new_question_is_stored_under_a_fresh_id_when_renewing() -> None:
+    """With renew_taken_ids, [new question, x] where x answers an earlier, already-answered turn
+    (an LLM cache's answer to a question asked again) stores both, x under a fresh id: it is no
+    retry of this append, which the end of the state does not repeat."""
+    t = Transcript("s")
+    x = Message("x", "assistant", "A1.")
+    t.append(messages=[Message("q1", "user", "Q1?"), x], renew_taken_ids=True)
+    t.append(messages=[Message("q2", "user", "Q2?"), Message("y", "assistant", "A2.")], renew_taken_ids=True)
+    again = t.append(messages=[Message("q1-again", "user", "Q1?"), x], renew_taken_ids=True)
+    assert contents(t) == ["Q1?", "A1.", "Q2?", "A2.", "Q1?", "A1."]
+    ids = [m.id for m in t.messages]
+    assert ids[:5] == ["q1", "x", "q2", "y", "q1-again"] and ids[5] not in ids[:5]
+    assert [c.after for c in again.changes][1:] == ["q1-again"]
+    # the same batch again: its messages end the state (the question by text, x as its renewed copy)
+    head = t.head
+    retried = t.append(messages=[Message("q1-third", "user", "Q1?"), x], renew_taken_ids=True)
+    assert (retried.changes, t.head) == ((), head)
+    # a prefix of it ends the state: only what follows the prefix is put, after it
+    t.append(messages=[Message("q1-fourth", "user", "Q1?"), x, Message("more", "assistant", "More.")],
+             renew_taken_ids=True)
+    assert contents(t) == ["Q1?", "A1.", "Q2?", "A2.", "Q1?", "A1.", "More."]
+    # x given twice behind a new message: both copies stored, neither under x
+    added = t.append(messages=[Message("q3", "user", "Q3?"), x, x], renew_taken_ids=True).added
+    assert [m.content for m in added] == ["Q3?", "A1.", "A1."] and "x" not in [m.id for m in added]
+
+
+def test_a_held_message_leading_an_append_is_still_a_retry_when_renewing() -> None:
+    """The rule above leaves a retried request alone: held messages that lead the append."""
+    t = Transcript("s")
+    t.append(messages=[Message("q1", "user", "yes"), Message("a1", "assistant", "first")], renew_taken_ids=True)
+    t.append(messages=[Message("q2", "user", "and?"), Message("a2", "assistant", "second")], renew_taken_ids=True)
+    t.append(messages=[Message("q1", "user", "yes"), Message("a3", "assistant", "third")], renew_taken_ids=True)
+    assert [m.id for m in t.messages] == ["q1", "a1", "q2", "a2", "a3"]
+
+
+def test_apply_with_keep_tool_pairs_refuses_a_split_and_leaves_one_the_state_holds() -> None:
+    t = Transcript("tools")
+    call = Message("call", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "calc"}]})
+    t.append(messages=[Message("q", "user", "6*7?"), call, Message("r", "tool", "42", metadata={"tool_call_id": "c1"}),
+                       Message("a", "assistant", "42.")])
+    head = t.head
+    with pytest.raises(InvalidInputError, match="'c1' of message 'call' would be separated"):
+        t.apply([InsertAfter("call", "user", "note")], keep_tool_pairs=True)
+    with pytest.raises(InvalidInputError, match="would lose the assistant message"):
+        asyncio.run(t.aapply([Delete("call")], keep_tool_pairs=True))
+    assert t.head == head
+    t.apply([Delete("r")])  # the core's default allows it, as before
+    t.apply([Replace("a", "Forty-two.")], keep_tool_pairs=True)  # a split the state holds already does not count
+    assert contents(t) == ["6*7?", "", "Forty-two."]

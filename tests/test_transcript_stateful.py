@@ -278,17 +278,33 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
         def append_with_ids(self, who: int, batch: list[tuple[str, str, str]], renew: bool) -> None:
             """Retried requests, taken ids, an id twice in one append, ids of deleted messages and
             an id named like the old end marker.  A retry is a message the state holds now with
-            its first role and text; every other message is appended (taken ids renewed) or the
-            append is refused whole: nothing is ever dropped silently."""
+            its first role and text; with ``renew``, one behind a message that is not is a retry
+            only when the batch's start, through it, repeats the end of the state (by role and
+            text; that whole start is then the retry), else it is a taken id.  Every other message
+            is appended (taken ids renewed) or the append is refused whole: nothing is ever
+            dropped silently."""
             head = self.stores[0].head(self.session)
-            held = {m.id for m in naive_replay(self.stores[0].revisions(self.session))}
+            current = naive_replay(self.stores[0].revisions(self.session))
+            held = {m.id for m in current}
             given: set[str] = set()
-            new, taken = 0, False
+            retry: list[bool] = []
             for id, role, text in batch:
+                retry.append(id not in given and id in held and self.appended.get(id) == (role, text))
+                given.add(id)
+            lead = retry.index(False) if False in retry else len(batch)
+            late = [i for i in range(lead, len(batch)) if retry[i]]
+            if renew and late:
+                tail = [(m.role, m.content) for m in current]
+                start = next((n for n in range(min(len(batch), len(tail)), late[-1], -1)
+                              if tail[len(tail) - n:] == [(role, text) for _, role, text in batch[:n]]), 0)
+                retry = [i < start for i in range(len(batch))] if start else [
+                    r and i not in late for i, r in enumerate(retry)]
+            given, new, taken = set(), 0, False
+            for (id, role, text), retried in zip(batch, retry):
                 repeated = id in given
                 given.add(id)
-                if not repeated and id in held and self.appended.get(id) == (role, text):
-                    continue  # a retry
+                if retried:
+                    continue
                 new += 1
                 taken = taken or repeated or id in self.appended
             messages = [{"id": id, "role": role, "content": text} for id, role, text in batch]

@@ -50,6 +50,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..editing.options import EditOptions, Strategy
+from ..editing.checks import added_violations
 from ..editing.compute import acompute_edit, check_instruction, compute_edit
 from ..errors import (
     HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError, StaleHeadError,
@@ -207,6 +208,28 @@ def _as_message(item: Message | Mapping[str, Any]) -> Message:
     raise InvalidTypeError(
         f"expected a Message or a dict with role and content, got {type(item).__name__}; "
         "pass Message(...) or {'role': ..., 'content': ...}"
+    )
+
+
+def _refuse_split_tool_calls(before: Sequence[Message], after: Sequence[Message]) -> None:
+    """Refuse an apply that leaves ``after`` with a tool call separated from its result that
+    ``before`` did not have (:func:`~context_gatekeeper.editing.checks.added_violations`, the
+    check an edit runs).
+
+    Raises:
+        InvalidInputError: naming the call and the message."""
+    _, tools = added_violations(before, after)
+    if not tools:
+        return
+    kind, message_id, call_id = tools[0]
+    if kind == "orphan":
+        problem = (f"the result of tool call {call_id!r} (message {message_id!r}) would lose the assistant "
+                   "message that made the call")
+    else:
+        problem = f"tool call {call_id!r} of message {message_id!r} would be separated from its result"
+    raise InvalidInputError(
+        f"{problem}; nothing was changed. Delete a tool call together with its results, and insert messages "
+        "before the call or after its last result"
     )
 
 
@@ -478,7 +501,12 @@ class Transcript:
         idempotent no-op) and the messages after it still go where it would have gone.
         Any other taken id (held with other text, of a message since removed, or given
         twice in this append) is refused (``InvalidInputError``, nothing written), or,
-        with ``renew_taken_ids=True``, given a fresh id.  This object decides first, against
+        with ``renew_taken_ids=True``, given a fresh id.  With ``renew_taken_ids=True`` a held
+        message that comes after a new one in this append is a retry only when the append, or
+        its start, repeats (by role and text) the messages that end the state: that start is
+        skipped and the rest goes after it.  Otherwise it is an earlier turn's message given
+        again (an LLM cache's answer to a question asked again) and gets a fresh id, so the new
+        question it follows is answered.  This object decides first, against
         the log it has just read, and the store again inside its write transaction, so
         concurrent writers retrying one request add it once.  When
         every message was skipped, nothing is recorded and the returned revision is
@@ -511,6 +539,8 @@ class Transcript:
             for message in new:
                 changes.append(Put(message, anchor))
                 anchor = message.id
+            if renew_taken_ids:
+                changes = self._repeated_turns(changes)
             if answers and self._open_user is not None:
                 changes = self._placed_answer(self._open_user, changes, renew_taken_ids)
             try:
@@ -605,8 +635,7 @@ class Transcript:
             isinstance(c, Put) and c.message.id in used for c in changes
         ):
             return changes  # the usual case: all new, right after an unanswered question
-        draft = storable_revision(Revision(number=0, parent=0, kind="append", changes=tuple(changes)))
-        retried = checked_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids).retried
+        retried = self._retries(changes, renew_taken_ids)
         skipped: list[str] = []  # the retries the messages start with
         for change in changes:
             if not (isinstance(change, Put) and change.message.id in retried):
@@ -634,6 +663,85 @@ class Transcript:
             "append(user=..., assistant=...), or change the answer the question has now with "
             "apply([Replace(message_id, text)])"
         )
+
+    def _retries(self, changes: Sequence[Applied], renew_taken_ids: bool) -> dict[str, str]:
+        """The messages of the append ``changes`` the session holds now with the role and text
+        they were first appended with, as :meth:`_append_as_read` will find them (their ids and
+        digests; caller holds the lock).
+
+        Raises:
+            InvalidInputError: a taken id, without ``renew_taken_ids`` (as the append would).
+            InvalidRevisionError: an anchor the append may not follow (as the append would)."""
+        draft = storable_revision(Revision(number=0, parent=0, kind="append", changes=tuple(changes)))
+        return checked_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids).retried
+
+    def _repeated_turns(self, changes: list[Applied]) -> list[Applied]:
+        """The append ``changes`` (renewing taken ids) with its held messages that come after a
+        new one told apart (caller holds the lock): a retry, or an earlier turn's message given
+        again.
+
+        A retried request repeats what its first write stored: held messages lead it (the
+        store drops them, and what follows goes to the end), or the whole append, or its
+        start, ends the state.  A held message behind a new one is neither when the state does
+        not end so: an LLM cache answers a question asked again with the earlier answer's
+        message, id and all, and as a retry it would be dropped, leaving the new question
+        unanswered.  Such a message is stored under a fresh id, and so is its id given again
+        later in the append (the store would take that for a first copy).  When the append's
+        start does end the state (compared by role and text: a message the caller left without
+        an id has a fresh one each time), that start is dropped as the retry it is, and what
+        follows it goes after its stored copy."""
+        used = self._replica.used_ids
+        if not any(isinstance(c, Put) and c.message.id in used for c in changes[1:]):
+            return changes  # the usual case: no held message behind another
+        retried = self._retries(changes, True)
+        seen: set[str | None] = set()
+        is_retry: list[bool] = []  # per message: an id given again in this append is no retry
+        for change in changes:
+            message_id = change.message.id if isinstance(change, Put) else None
+            is_retry.append(message_id in retried and message_id not in seen)
+            seen.add(message_id)
+        lead = is_retry.index(False) if False in is_retry else len(changes)
+        late = {i for i in range(lead, len(changes)) if is_retry[i]}
+        if not late:
+            return changes
+        start = self._repeated_start(changes, max(late) + 1)  # 0: no retry; the held ones are renewed
+        first_kept = start or lead
+        out: list[Applied] = []
+        for index in range(start, len(changes)):
+            change, previous = changes[index], changes[index - 1] if index else None
+            if not isinstance(change, Put):
+                out.append(change)
+                continue
+            after = change.after
+            if index == start and start:
+                after = self._replica.state.last_id or after  # what follows a retried start follows its stored copy
+            elif isinstance(previous, Put) and after == previous.message.id and out and isinstance(out[-1], Put):
+                after = out[-1].message.id  # the chain follows a renewed message under its new id
+            message = change.message
+            if index >= first_kept and message.id in retried:  # held, or given again after a renewed one
+                message = replace(message, id=new_message_id())
+            out.append(Put(message, after))
+        return out
+
+    def _repeated_start(self, changes: Sequence[Applied], shortest: int) -> int:
+        """The length of the longest start of the append ``changes``, at least ``shortest``
+        messages, that the state ends with, by role and text; 0 when none does (caller holds
+        the lock)."""
+        state = self._replica.state
+        tail: list[Message] = []
+        node = state.last_id
+        while node is not None and len(tail) < len(changes):
+            held = state.get(node)
+            if held is None:
+                break
+            tail.append(held)
+            node = state.previous_id(node)
+        tail.reverse()
+        given = [digest(storable(c.message)) if isinstance(c, Put) else None for c in changes]
+        for length in range(min(len(changes), len(tail)), shortest - 1, -1):
+            if [digest(m) for m in tail[len(tail) - length :]] == given[:length]:
+                return length
+        return 0
 
     # -- editing ------------------------------------------------------------------------
     def edit(
@@ -740,7 +848,7 @@ class Transcript:
                 "written. Compute the edit again (edit() sees the new turns)"
             )
 
-    def apply(self, requests: Sequence[Request]) -> Revision:
+    def apply(self, requests: Sequence[Request], *, keep_tool_pairs: bool = False) -> Revision:
         """Explicit edits, no model: ``Replace(id, text)``, ``Delete(id)``, ``InsertAfter(id, role, text)``.
 
         Requests that change nothing (none at all, a replace with the same text) record
@@ -748,7 +856,11 @@ class Transcript:
         per message: a ``Replace`` or ``Delete`` of a message an earlier request of the list
         replaced or deleted, or an ``InsertAfter`` a message it deleted, is refused
         (:class:`InvalidInputError` naming both requests); so is an id not in the state
-        (:class:`UnknownMessageError`).  A refused list changes nothing.  Several
+        (:class:`UnknownMessageError`).  With ``keep_tool_pairs=True`` (what a history whose
+        messages go to a provider passes) a list that would separate a tool call from its
+        result (a message inserted between them, the call or a result deleted alone) is
+        refused too (:class:`InvalidInputError`), as :meth:`edit` refuses it; a split the state
+        already holds does not count.  A refused list changes nothing.  Several
         ``InsertAfter`` of one message (or of ``None``, the start) land in the list's order,
         as a model's edit puts them.
         """
@@ -760,6 +872,7 @@ class Transcript:
             # was) before anything else reads it -- a copy of the state would cost the whole
             # transcript for an edit of one message.
             state = self._replica.state
+            before = state.to_list() if keep_tool_pairs else None
             changes: list[Applied] = []
             named: dict[str, tuple[int, Request]] = {}
             inserted: dict[str | None, str] = {}  # anchor -> the last message this list put after it
@@ -772,6 +885,8 @@ class Transcript:
                     if not is_noop(change):
                         state.apply([change])
                         changes.append(change)
+                if before is not None and changes:
+                    _refuse_split_tool_calls(before, state.to_list())
             finally:
                 try:
                     state.apply(invert(changes))
@@ -780,9 +895,10 @@ class Transcript:
                     raise
             return self._commit("apply", changes, expected_head=len(self._replica.log))
 
-    async def aapply(self, requests: Sequence[Request]) -> Revision:
+    async def aapply(self, requests: Sequence[Request], *, keep_tool_pairs: bool = False) -> Revision:
         """Async :meth:`apply`."""
-        return await asyncio.to_thread(self.apply, require_requests(requests))
+        checked = require_requests(requests)  # refused here, before a thread is started
+        return await asyncio.to_thread(lambda: self.apply(checked, keep_tool_pairs=keep_tool_pairs))
 
     def set(self, messages: Iterable[Message | Mapping[str, Any]]) -> Revision:
         """Replace the whole state (as LlamaIndex's ``memory.set`` does), as one revision.

@@ -5,13 +5,15 @@ core's vocabulary — ``edit`` / ``aedit`` (``model=`` or its alias ``llm=``) wi
 preview and ``commit``, ``undo``, ``redo``, ``revert``, ``history``, ``diff`` and
 ``record``, each with its async twin — by delegating to the transcript: ``x`` calls
 ``transcript.x`` and ``ax`` awaits ``transcript.ax``, nothing more (an edit resolves the
-host's editing model first; ``record`` converts the messages).  The host class supplies
+host's editing model first; ``record`` converts the messages, and ``arecord`` runs it in a
+worker thread, conversion included).  The host class supplies
 three hooks: the transcript, how to resolve an editing model for its framework, and how
 to convert core messages into its own message type.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -165,5 +167,6 @@ class VersionedTranscriptMixin:
         return self._export_messages(self._versioned_transcript.record())
 
     async def arecord(self) -> list[Any]:
-        """Async :meth:`record`."""
-        return self._export_messages(await self._versioned_transcript.arecord())
+        """Async :meth:`record`: read and converted in a worker thread (converting every message
+        ever added into the framework's type is too long for the event loop)."""
+        return await asyncio.to_thread(self.record)
