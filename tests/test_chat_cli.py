@@ -25,7 +25,7 @@ pytest.importorskip("rich")
 import context_gatekeeper
 from context_gatekeeper import Message, MissingExtraError, ModelUnavailableError, SQLiteStore, Transcript
 from context_gatekeeper import tokens
-from context_gatekeeper.chat.app import CHAT_INSTEAD, main, missing_rich
+from context_gatekeeper.chat.app import CHAT_INSTEAD, EDIT_INSTEAD, main, missing_rich
 from context_gatekeeper.chat.offline import OfflineChatModel, OfflineEditor, parse_substitution
 from context_gatekeeper.chat.session_file import FORMAT
 from context_gatekeeper.chat.signals import Terminated
@@ -412,8 +412,39 @@ def test_with_a_key_it_chats_and_edits_with_gemini(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")  # building the client makes no request
     chat_model, editor, label = _models(build_parser().parse_args(["--model", "gemini-2.5-flash"]))
-    assert isinstance(chat_model, GeminiModel) and editor is chat_model and label == "gemini-2.5-flash"
+    assert isinstance(chat_model, GeminiModel) and isinstance(editor, GeminiModel) and label == "gemini-2.5-flash"
+    assert editor.client is chat_model.client and editor.model == chat_model.model  # one client, one model
     assert chat_model.instead == CHAT_INSTEAD  # once the chat runs, a failed message can be /retry'd
+    assert editor.instead == EDIT_INSTEAD  # a failed edit is not kept: the /edit is given again
+    web_chat, web_editor, _ = _models(build_parser().parse_args([]), instead="then try again")
+    assert web_editor is web_chat and web_chat.instead == "then try again"  # a front end with one way for both
+
+
+def test_a_failed_edit_says_to_repeat_the_edit_and_a_failed_message_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemini unreachable: the edit's error names the /edit to give again (/retry resends chat
+    messages only), the chat message's names /retry."""
+    pytest.importorskip("google.genai")
+    from context_gatekeeper.chat.app import _models, build_parser
+
+    class Unreachable:
+        class models:
+            @staticmethod
+            def generate_content(**request: Any) -> Any:
+                raise TimeoutError()
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "test-key-not-used")
+    chat_model, editor, _ = _models(build_parser().parse_args([]))
+    chat_model.client = editor.client = Unreachable()
+    status, out = chat(tmp_path, [GDP], "--offline")  # a turn to edit
+    status, out = chat(tmp_path, ["/edit it was Iceland", "/retry", "hello", "/quit"], models=(chat_model, editor))
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3, out
+    assert "repeat the /edit command" in errors[0] and "/retry" not in errors[0]
+    assert "nothing to retry" in errors[1]
+    assert "then /retry" in errors[2] and "/edit" not in errors[2]
+    assert head(tmp_path) == 1
 
 
 def test_a_model_that_cannot_be_built_at_start_says_how_to_start_not_to_retry(
@@ -549,10 +580,10 @@ def test_undo_of_a_load_puts_its_pins_back_and_redo_replaces_them_again(tmp_path
 def test_a_pin_made_after_a_load_stays_when_the_load_is_undone(tmp_path: Path) -> None:
     saved = tmp_path / "saved.json"
     chat(tmp_path, [GDP, f"/save {saved}"], session="a")
-    status, out = chat(tmp_path, [GDP, "/pin 1", f"/load {saved}", REPLICATION, "/pin 3", "/undo", "/pin", "/quit"])
-    assert "[chat] > /pin 3\npinned turns: 3 (always sent" in out, "the load replaced pin 1; turn 3 came after it"
+    status, out = chat(tmp_path, [GDP, "/pin 1", f"/load {saved}", REPLICATION, "/pin 2", "/undo", "/pin", "/quit"])
+    assert "[chat] > /pin 2\npinned turns: 2 (always sent" in out, "the load replaced pin 1; turn 2 came after it"
     after_undo = out.split("[chat] > /undo", 1)[1]
-    assert re.search(r"\[chat\] > /pin\npinned turns: \d+, 3 \(always sent", after_undo), after_undo
+    assert "[chat] > /pin\npinned turns: 1, 2 (always sent" in after_undo, after_undo
 
 
 def test_a_load_that_changes_no_message_changes_no_pin_and_says_so(tmp_path: Path) -> None:
@@ -713,3 +744,146 @@ def test_the_terminal_chat_answers_a_langchain_model_in_one_call_never_through_i
     status, out = chat(tmp_path, ["What is the capital of Iceland?", "/quit"], models=(model, OfflineEditor()), offline=False)
     assert status == 0 and "Reykjavik is the capital." in out, out
     assert contents(tmp_path) == ["What is the capital of Iceland?", "Reykjavik is the capital."]
+
+
+# -- what the chat says after a failure or Ctrl-C is true ---------------------------------------
+def test_an_unexpected_failure_is_shown_with_its_type_and_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from context_gatekeeper.chat.render import Renderer
+    from context_gatekeeper.chat.session import ChatSession
+
+    prepare = ChatSession.prepare
+    failures = [KeyError(27)]
+
+    def failing_once(self: ChatSession, text: str) -> Any:
+        if failures:
+            raise failures.pop()
+        return prepare(self, text)
+
+    monkeypatch.setattr(ChatSession, "prepare", failing_once)
+    status, out = chat(tmp_path, ["first try", "/retry", "/quit"])
+    assert status == 0 and "error: KeyError: 27" in out and "error: 27" not in out
+    assert "not added to the conversation; /retry sends it again" in out and len(contents(tmp_path)) == 2
+
+    def broken(self: Renderer, *args: Any) -> None:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(Renderer, "history", broken)
+    status, out = chat(tmp_path, ["/history", "/quit"])
+    line = next(line for line in out.splitlines() if line.startswith("error:"))
+    assert line.startswith("error: ValueError: boom") and "nothing was changed" in line and "Try again" in line
+
+
+def interrupted_once(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, at: int = 1) -> list[str]:
+    """``owner.name`` raises KeyboardInterrupt on its ``at``-th call (Ctrl-C while it draws)."""
+    original = getattr(owner, name)
+    calls: list[str] = []
+
+    def draw(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, draw)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("before", "command", "drawn", "says"),
+    [
+        ([], "hello zebras", "answer", "the exchange is already stored as revision 1 (/show shows it)"),
+        ([GDP], "/edit it was Iceland, not Ireland", "diff", "the edit is already stored as revision 2; /undo takes it back"),
+        ([GDP, "/edit it was Iceland, not Ireland"], "/undo", "diff", "the undo is already stored as revision 3; /redo takes it back"),
+        ([GDP, "/edit it was Iceland, not Ireland", "/undo"], "/redo", "diff",
+         "the redo is already stored as revision 4; /undo takes it back"),
+        ([GDP], "/pin 1", "ok", "the new pins are already stored; /pin lists them"),
+    ],
+)
+def test_ctrl_c_after_a_change_is_stored_says_it_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: list[str], command: str, drawn: str, says: str
+) -> None:
+    from context_gatekeeper.chat.render import Renderer
+
+    chat(tmp_path, [*before, "/quit"])
+    stored_before = head(tmp_path)
+    interrupted_once(monkeypatch, Renderer, drawn)
+    status, out = chat(tmp_path, [command, "/retry", "/quit"])
+    assert status == 0 and f"cancelled: {says}" in out and "nothing was changed" not in out, out
+    assert head(tmp_path) == stored_before + (0 if command.startswith("/pin") else 1)
+    assert "nothing to retry" in out  # a stored exchange is not sent again
+
+
+def test_ctrl_c_while_a_loaded_file_is_drawn_says_the_load_is_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from context_gatekeeper.chat.loop import ChatLoop
+
+    saved = tmp_path / "saved.json"
+    chat(tmp_path, [GDP, "/pin 1", f"/save {saved}"], session="a")
+    chat(tmp_path, [REPLICATION, "/quit"])
+    interrupted_once(monkeypatch, ChatLoop, "show_conversation", at=2)  # the first shows the resumed conversation
+    status, out = chat(tmp_path, [f"/load {saved}", "/pin", "/undo", "/show", "/quit"])
+    assert "cancelled: the load is already stored as revision 2; /undo takes it back (pins included)" in out, out
+    assert "nothing was changed" not in out
+    assert "[chat] > /pin\npinned turns: 1 (always sent" in out, "the load's pins came with it"
+    assert contents(tmp_path)[0] == REPLICATION, "/undo took the load back"
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_between_a_loads_messages_and_its_pins_waits_for_the_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signame: str
+) -> None:
+    """The load and its pins are one step: Ctrl-C (or SIGTERM) that comes as the messages are
+    written takes effect after the pins are written too; Ctrl-C then says both are stored."""
+    import signal
+
+    saved = tmp_path / "saved.json"
+    chat(tmp_path, [GDP, "/pin 1", f"/save {saved}"], session="a")
+    chat(tmp_path, [REPLICATION, "/quit"])
+    original = Transcript.set
+
+    def set_then_ctrl_c(self: Transcript, *args: Any, **kwargs: Any) -> Any:
+        revision = original(self, *args, **kwargs)
+        if not self.session_id.startswith("gatekeeper-chat-pins:"):
+            signal.raise_signal(getattr(signal, signame))  # right after the messages are stored
+        return revision
+
+    monkeypatch.setattr(Transcript, "set", set_then_ctrl_c)
+    status, out = chat(tmp_path, [f"/load {saved}", "/quit"])
+    monkeypatch.undo()
+    if signame == "SIGINT":
+        assert status == 0 and "cancelled: the load is already stored as revision 2" in out, out
+    else:
+        assert status == 143 and "terminated (SIGTERM)" in out and "The conversation is saved" in out, out
+    status, out = chat(tmp_path, ["/pin", "/undo", "/pin", "/quit"])
+    assert "[chat] > /pin\npinned turns: 1 (always sent" in out, "the pins were stored with the load"
+    assert "[chat] > /undo" in out and out.rstrip().count("no pinned turns") == 1, "/undo took both back"
+
+
+# -- turn numbers are positions in the conversation -----------------------------------------------
+def shown_turns(out: str, after: str) -> list[str]:
+    """The ``-- turn N`` lines the first ``after`` command printed."""
+    part = out.split(f"[chat] > {after}", 1)[1].split("[chat] > ", 1)[0]
+    return re.findall(r"^-- turn (\d+.*)$", part, flags=re.M)
+
+
+def test_turns_are_numbered_by_position_across_undo_redo_and_restarts(tmp_path: Path) -> None:
+    """/show, /pin and /context number the turns 1..N as shown, whatever the gate's internal
+    ids are after a load, an undo or a redo, and the same after a restart."""
+    loaded = tmp_path / "one.json"
+    loaded.write_text(json.dumps({"format": FORMAT, "version": 1, "messages": [
+        {"id": "a", "role": "user", "content": "zebras question"}, {"id": "b", "role": "assistant", "content": "zebras answer"}]}),
+        encoding="utf-8")
+    lines = ["Redis lock TTL question", f"/load {loaded}", "lions in africa", "/undo", "/show", "/redo", "/show",
+             "/pin 2", "zebras and lions?", "/context", "/quit"]
+    status, out = chat(tmp_path, lines)
+    assert status == 0 and "error:" not in out, out
+    assert shown_turns(out, "/show") == ["1", "2"]  # after the undo
+    after_redo = out.split("[chat] > /redo", 1)[1]
+    assert shown_turns(after_redo, "/show") == ["1", "2"]
+    assert "[chat] > /pin 2\npinned turns: 2 (always sent" in out
+    report = out.split("[chat] > /context", 1)[1]
+    kept = re.search(r"kept turns: ([\d, ]+) of (\d+)", report)
+    assert kept is not None and kept.group(2) == "2", report
+    assert {int(n) for n in kept.group(1).split(", ")} <= {1, 2} and "2" in kept.group(1).split(", ")
+    status, out = chat(tmp_path, ["/show", "/unpin 2", "/pin 1", "/show", "/quit"])
+    assert shown_turns(out, "/show") == ["1", "2 (pinned)", "3"], "a restart keeps the numbers and the pin"
+    assert re.search(r"-- turn 1 \(pinned\)\nuser: zebras question\n", out.split("[chat] > /pin 1", 1)[1])

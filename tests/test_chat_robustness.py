@@ -269,7 +269,16 @@ def test_a_file_that_is_not_a_database_is_one_line_and_left_unchanged(tmp_path: 
 
 def test_a_folder_given_as_the_database_is_one_line(tmp_path: Path) -> None:
     status, out = run(tmp_path, ["hello", "/quit"])
-    assert status == 1 and "cannot use the database" in one_error_line(out)
+    line = one_error_line(out)
+    assert status == 1 and "cannot use the database" in line
+    assert f"it is a folder; pass --db with the path of a file, e.g. --db {tmp_path / 'chat.sqlite3'}" in line
+    assert "read-only" not in line and "SQLiteStore" not in line  # not the library's advice
+
+
+def test_an_in_memory_database_says_nothing_is_saved(tmp_path: Path) -> None:
+    status, out = run(Path(":memory:"), ["hello", "/quit"])
+    assert status == 0 and "Resume it with" not in out and "is saved" not in out
+    assert out.splitlines()[-1] == "--db :memory: kept the conversation in memory only: nothing was saved."
 
 
 def failing_store(monkeypatch: pytest.MonkeyPatch, message: str) -> None:
@@ -684,3 +693,102 @@ def test_the_web_chat_takes_an_answer_stopped_for_policy_as_the_terminal_chat_do
         web.close()
     shown = error_message(FilteredReplyError("the provider stopped the answer; use another model"), chat=True)
     assert "use another model. Your message was not added" in shown
+
+
+# -- one consistent state per call: another writer on the same session -------------------------
+class AnotherWriterAfterTheRead(Transcript):
+    """A transcript on a shared database: right after this process reads the conversation,
+    another chat on the same session writes once (``then``), as a second process may at
+    any moment; no threads, so the moment is always the same."""
+
+    then: Any = None
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        state = super().messages
+        write, self.then = self.then, None
+        if write is not None:
+            write()
+        return state
+
+
+ZEBRAS = ("Tell me about zebras and their stripes.", "Zebras have black and white stripes.")
+
+
+def test_a_message_sent_while_another_chat_appends_is_built_from_one_state(tmp_path: Path) -> None:
+    """The turns the gate selects and the messages sent come from one read of the store: a turn
+    another chat appends in between is not half seen (selected but unknown: ``KeyError``)."""
+    db = tmp_path / "chat.db"
+    transcript = AnotherWriterAfterTheRead("s", store=str(db))
+    session = ChatSession(transcript, OfflineChatModel(), OfflineEditor(), token_counter=len)
+    other = Transcript("s", store=str(db))
+    try:
+        for i in range(3):
+            session.ask(f"zebras question {i}: how fast do zebras run?")
+        before = [m.content for m in transcript.messages]
+        transcript.then = lambda: other.append(user=ZEBRAS[0], assistant=ZEBRAS[1])
+        call = session.prepare("And zebras again?")
+        assert transcript.then is None, "the other chat wrote during the call"
+        sent = [m["content"] for m in call.sent[1:-1]]
+        assert set(sent) <= set(before) and ZEBRAS[0] not in sent, "sent from the state the selection saw"
+        assert call.turn_count == 3 and all(1 <= n <= 3 for n in call.selection.turn_ids)
+        again = session.prepare("And zebras stripes again?")  # the next call sees the other chat's turn
+        assert again.turn_count == 4 and ZEBRAS[0] in [m["content"] for m in again.sent]
+    finally:
+        other.close()
+        transcript.close()
+
+
+def test_a_message_sent_while_another_chat_edits_sends_the_text_the_selection_saw(tmp_path: Path) -> None:
+    db = tmp_path / "chat.db"
+    transcript = AnotherWriterAfterTheRead("s", store=str(db))
+    session = ChatSession(transcript, OfflineChatModel(), OfflineEditor(), token_counter=len)
+    other = Transcript("s", store=str(db))
+    try:
+        session.ask(ZEBRAS[0])
+        first = transcript.messages[0]
+        transcript.then = lambda: other.apply([Replace(first.id, "Tell me about lions and their manes.")])
+        call = session.prepare("And the zebras stripes?")
+        assert call.selection.turn_ids == (1,) and call.sent[1]["content"] == ZEBRAS[0]
+        assert call.selection.scores[0].user > 0, "scored on the user text that was sent, not the edited one"
+        assert session.prepare("And the lions manes?").sent[1]["content"] == "Tell me about lions and their manes."
+    finally:
+        other.close()
+        transcript.close()
+
+
+# -- session files nested too deeply ------------------------------------------------------------
+def nested_file(path: Path, depth: int) -> Path:
+    """A session file whose first message's metadata is ``depth`` levels deep (the object itself one)."""
+    deep = "[" * (depth - 1) + "]" * (depth - 1)
+    path.write_text(
+        f'{{"format": "{FORMAT}", "version": 1, "messages": [{{"role": "user", "content": "hi", '
+        f'"metadata": {{"x": {deep}}}}}, {{"role": "assistant", "content": "hello"}}]}}',
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize("depth", [100_000, 990, 400, session_file.MAX_NESTING + 1])
+def test_a_session_file_nested_too_deeply_is_refused_and_changes_nothing(tmp_path: Path, depth: int) -> None:
+    """Too deep for the JSON decoder (a RecursionError), or for the copies and the store that
+    would take it after: refused when read, as any unusable file is."""
+    deep = nested_file(tmp_path / "deep.json", depth)
+    with pytest.raises(SessionFileError, match="nested too deeply"):
+        session_file.read_session_file(deep)
+    db = tmp_path / "chat.db"
+    run(db, ["hello", "/quit"])
+    before = stored(db)
+    status, out = run(db, [f"/load {deep}", "still here?", "/quit"])
+    line = one_error_line(out)
+    assert status == 0 and "nested too deeply" in line and "nothing was loaded" in line and "RecursionError" not in out
+    assert stored(db)[:2] == before and len(stored(db)) == 4
+
+
+def test_a_session_file_nested_as_deep_as_allowed_loads_saves_and_chats(tmp_path: Path) -> None:
+    deep = nested_file(tmp_path / "deep.json", session_file.MAX_NESTING)
+    again = tmp_path / "again.json"
+    db = tmp_path / "chat.db"
+    status, out = run(db, [f"/load {deep}", "and hi again?", f"/save {again}", f"/load {again}", "/quit"])
+    assert status == 0 and "error:" not in out and "loaded 2 messages as revision 1" in out
+    assert stored(db)[0] == "hi" and len(stored(db)) == 4

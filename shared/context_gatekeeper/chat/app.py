@@ -60,6 +60,12 @@ CHAT_INSTEAD = (
     "(a scripted model, no network) or another --model"
 )
 """How the chat's model-unavailable messages end: its own commands and options, not ``model=``."""
+EDIT_INSTEAD = (
+    "then repeat the /edit command (or the instruction, in EDIT HISTORY mode), or restart gatekeeper-chat "
+    "with --offline (a scripted model, no network) or another --model"
+)
+"""How the editing model's unavailability messages end in the terminal: a failed edit is not
+kept, so ``/retry`` (which resends chat messages) cannot repeat it; giving it again does."""
 START_INSTEAD = "or pass --offline to try the chat with a scripted model (no network, no key)"
 """How a model-unavailable message ends when the model cannot be built at start: there is
 no chat yet to ``/retry`` in."""
@@ -154,10 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _models(args: argparse.Namespace, *, instead: str = CHAT_INSTEAD) -> tuple[Any, Any, str]:
+def _models(
+    args: argparse.Namespace, *, instead: str = CHAT_INSTEAD, edit_instead: str | None = None
+) -> tuple[Any, Any, str]:
     """(chat model, editing model, label) for the options; ModelUnavailableError without a key.
-    ``instead``: how the model's unavailability messages end once the chat runs (the
-    terminal's :data:`CHAT_INSTEAD`; the web chat names what its page offers)."""
+    ``instead``: how the chat model's unavailability messages end once the chat runs (the
+    terminal's :data:`CHAT_INSTEAD`; the web chat names what its page offers);
+    ``edit_instead``: the editing model's (default: the terminal's :data:`EDIT_INSTEAD` with
+    the terminal's ``instead``, else ``instead``: the page offers one way for both).  With
+    Gemini, different advice makes two models on one client; the same, one model for both."""
     if args.offline:
         from .offline import OfflineChatModel, OfflineEditor
 
@@ -167,9 +178,13 @@ def _models(args: argparse.Namespace, *, instead: str = CHAT_INSTEAD) -> tuple[A
 
     if gemini_api_key() is None:
         raise ModelUnavailableError(NO_KEY)
+    if edit_instead is None:
+        edit_instead = EDIT_INSTEAD if instead == CHAT_INSTEAD else instead
     model = GeminiModel(args.model, instead=START_INSTEAD)  # a failure here ends the start
     model.instead = instead  # a failure from now on is in the chat: the terminal's /retry, the page's box
-    return model, model, args.model
+    if edit_instead == instead:
+        return model, model, args.model
+    return model, GeminiModel(args.model, client=model.client, instead=edit_instead), args.model
 
 
 def _resume_hint(args: argparse.Namespace, db_given: bool, session: str) -> str:
@@ -294,7 +309,7 @@ def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, rend
                 raise InvalidInputError(f"--session: {exc}") from None
         transcript = Transcript(name, store=store)
         return ChatSession(
-            transcript, chat_model, editor, token_budget=args.budget,
+            transcript, chat_model, editor, token_budget=args.budget, by_position=True,
             **({"system_prompt": args.system} if args.system is not None else {}),
         )
     except (sqlite3.Error, OSError) as exc:

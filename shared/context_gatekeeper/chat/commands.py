@@ -42,13 +42,17 @@ def _chat(loop: "ChatLoop", arg: str) -> None:
 
 
 def _undo(loop: "ChatLoop", arg: str) -> None:
-    revision = loop.session.undo()
+    revision = loop.write(
+        loop.session.undo, lambda r: f"the undo is already stored as revision {r.number}; /redo takes it back"
+    )
     loop.renderer.ok(f"undid revision {revision.target} (now revision {revision.number}):")
     loop.renderer.diff(loop.session.transcript.diff(revision.number - 1, revision.number))
 
 
 def _redo(loop: "ChatLoop", arg: str) -> None:
-    revision = loop.session.redo()
+    revision = loop.write(
+        loop.session.redo, lambda r: f"the redo is already stored as revision {r.number}; /undo takes it back"
+    )
     loop.renderer.ok(f"redid revision {revision.target} (now revision {revision.number}):")
     loop.renderer.diff(loop.session.transcript.diff(revision.number - 1, revision.number))
 
@@ -95,13 +99,18 @@ def _pins_line(loop: "ChatLoop") -> str:
     return f"pinned turns: {', '.join(map(str, pinned))} (always sent to the model; /unpin N stops that)"
 
 
+_PINS_STORED = "the new pins are already stored; /pin lists them"
+
+
 def _pin(loop: "ChatLoop", arg: str) -> None:
-    loop.session.pin_turns(_numbers(arg, "/pin N"))  # all or none: one unknown number pins nothing
+    numbers = _numbers(arg, "/pin N")  # all or none: one unknown number pins nothing
+    loop.write(lambda: loop.session.pin_turns(numbers), lambda _: _PINS_STORED)
     loop.renderer.ok(_pins_line(loop))
 
 
 def _unpin(loop: "ChatLoop", arg: str) -> None:
-    loop.session.pin_turns(_numbers(arg, "/unpin N"), pinned=False)
+    numbers = _numbers(arg, "/unpin N")
+    loop.write(lambda: loop.session.pin_turns(numbers, pinned=False), lambda _: _PINS_STORED)
     loop.renderer.ok(_pins_line(loop))
 
 
@@ -113,7 +122,10 @@ def _save(loop: "ChatLoop", arg: str) -> None:
     database = getattr(session.transcript.store, "path", None)
     protected = [database] if isinstance(database, str) and database != ":memory:" else []
     try:
-        path = write_session_file(arg, document, protected=protected)
+        path = loop.write(
+            lambda: write_session_file(arg, document, protected=protected),
+            lambda written: f"the conversation is already saved to {written}",
+        )
     except OSError as exc:
         raise InvalidInputError(f"cannot write {arg}: {exc}") from exc
     loop.renderer.ok(f"saved {len(document['messages'])} messages to {path}")
@@ -123,7 +135,11 @@ def _load(loop: "ChatLoop", arg: str) -> None:
     if not arg:
         raise InvalidInputError("usage: /load PATH")
     loaded = read_session_file(arg)  # validated in full before anything changes
-    revision = loop.session.load(loaded.messages, loaded.pinned)
+    revision = loop.write(  # the messages and the pins: one step, which Ctrl-C waits for
+        lambda: loop.session.load(loaded.messages, loaded.pinned),
+        lambda r: f"the load is already stored as revision {r.number}; /undo takes it back (pins included)"
+        if r.changes else None,
+    )
     count = len(loaded.messages)
     filed = [n for n, turn in loop.session.turns() if turn.key in set(loaded.pinned)]
     if revision.changes:

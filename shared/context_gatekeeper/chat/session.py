@@ -8,7 +8,12 @@ two models (one answers, one edits).  Rules:
   answer together (turn-atomic): a model error or Ctrl-C during the call leaves
   the transcript exactly as it was.
 * Each call sends the system prompt, the gated earlier turns and the new message;
-  the :class:`LastCall` (selection and messages) is kept for ``/context``.
+  the :class:`LastCall` (selection and messages) is kept for ``/context``.  The call
+  reads the conversation once and selects over that state (another chat on the same
+  database may write at any moment: the next call sees it).
+* The terminal numbers turns 1 to N by their position (``by_position``): ``/show``,
+  ``/pin`` and the :class:`LastCall`'s selection use the same numbers, which an undo, a
+  redo or a restart never puts out of order.
 * An edit is computed as a preview.  No change: nothing is committed.  A proposal
   deleting more than ``max_deletion_share`` of the text is returned unapplied so
   the caller can ask the user; anything else is committed at once (``/undo``
@@ -35,9 +40,9 @@ two models (one answers, one edits).  Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ..integration import (
     DEFAULT_MAX_DELETION_SHARE,
@@ -144,13 +149,68 @@ def chat_reply_pieces(model: EditModel, sent: list[dict[str, str]]) -> Iterator[
             raise
 
 
+class _ReadOnce:
+    """The conversation as :meth:`read` last read it, for the session's gate to follow.
+
+    The gate reads its transcript on every sync; another chat on the same database may
+    write between two of those reads, and the turns the gate selected would then not be
+    the turns the session sends (a turn selected but unknown, a turn's text from before an
+    edit).  Following this object instead, the gate sees the store only when the session
+    reads it: one read per call, and everything the call does is over that one state.
+    It has what a gate needs of a transcript, ``version`` and ``messages``.
+    """
+
+    def __init__(self, transcript: Transcript) -> None:
+        self._transcript = transcript
+        self._version: tuple[int, float] | None = None
+        self._messages: tuple[Message, ...] = ()
+
+    @property
+    def version(self) -> tuple[int, float] | None:
+        """The transcript's version when it was read (None before the first read)."""
+        return self._version
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The state read."""
+        return self._messages
+
+    def read(self) -> tuple[Message, ...]:
+        """Read the transcript's state now, and return it.  The version is read first: a state newer
+        than the version it is kept under only makes the gate sync once more next time,
+        whereas the other way round the gate would keep a stale state."""
+        self._version = self._transcript.version
+        self._messages = self._transcript.messages
+        return self._messages
+
+
+def _numbered(selection: Selection, numbers: Mapping[int, int]) -> Selection:
+    """``selection`` with each of the gate's turn ids replaced by ``numbers[id]``, the turn's
+    number as :meth:`ChatSession.turns` gives it (by position, 1 to N, with ``by_position``:
+    the gate's ids go out of order after an undo or a redo and change after a restart,
+    positions do not)."""
+
+    def renumbered(ids: Iterable[int]) -> tuple[int, ...]:
+        return tuple(numbers[i] for i in ids)
+
+    return replace(
+        selection,
+        turn_ids=renumbered(selection.turn_ids),
+        active_segment=renumbered(selection.active_segment),
+        matched_segment=renumbered(selection.matched_segment),
+        pinned_turn_ids=renumbered(selection.pinned_turn_ids),
+        scores=tuple(replace(score, turn_id=numbers[score.turn_id]) for score in selection.scores),
+    )
+
+
 @dataclass(frozen=True)
 class LastCall:
     """What the chat model was sent on the last call, and why.
 
     Attributes:
         query: the user's new message.
-        selection: the gatekeeper's decision and per-turn scores for it.
+        selection: the gatekeeper's decision and per-turn scores for it, each turn named
+            by its number as :meth:`ChatSession.turns` gives it.
         sent: the exact messages the model received (system prompt first, query last).
         turn_count: how many earlier turns the transcript held at the time.
     """
@@ -196,6 +256,12 @@ class ChatSession:
         token_counter: counts tokens for the gate and the deletion check (default tiktoken).
         keep_pins: store pins in the transcript's store (the pin record) and read them
             back on opening; False keeps them in this object only.
+        by_position: number the turns 1 to N by their position in the conversation (the
+            terminal's ``/show``, ``/pin`` and ``/context``: numbers that an undo, a redo or
+            a restart never put out of order); False numbers them by the gate's turn ids
+            (the web page's: they stay while turns are only removed, and may change when a
+            change moves a turn or the session is opened again, so the page also names a
+            turn by its key, :meth:`number_of`).
 
     Attributes:
         pins_problem: why the stored pins could not be read (the session then opens
@@ -214,6 +280,7 @@ class ChatSession:
         max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
         keep_pins: bool = True,
+        by_position: bool = False,
     ) -> None:
         self.transcript = transcript
         self.chat_model = as_edit_model(chat_model)
@@ -221,9 +288,11 @@ class ChatSession:
         self.token_budget = token_budget
         self.system_prompt = system_prompt
         self.max_deletion_share = max_deletion_share
+        self.by_position = by_position
         self._count = resolve_token_counter(token_counter)
-        self.gate = TranscriptGate(
-            transcript, token_budget=token_budget, token_counter=self._count, on_overflow="keep_pinned"
+        self._state = _ReadOnce(transcript)
+        self.gate = TranscriptGate(  # it follows what the session read (a stand-in the gate accepts)
+            cast(Any, self._state), token_budget=token_budget, token_counter=self._count, on_overflow="keep_pinned"
         )
         self._pinned: set[str] = set()
         self._loads: LoadedPins = {}  # what loads did to the pins, when they are kept in this object only
@@ -244,12 +313,25 @@ class ChatSession:
 
     # -- turns --------------------------------------------------------------------------
     def turns(self) -> list[tuple[int, MessageTurn]]:
-        """Answered turns as ``(turn number, turn)`` in order; the numbers ``/pin`` takes."""
+        """Answered turns as ``(turn number, turn)`` in order; the numbers ``/show`` lists and
+        ``/pin`` takes (by position with ``by_position``, else the gate's turn ids)."""
+        held = self._read()[1]
+        return [(number, turn) for number, (_, turn) in zip(self._numbers(held), held)]
+
+    def _numbers(self, held: list[tuple[int, MessageTurn]]) -> list[int]:
+        """The number of each of the turns :meth:`_read` gave: its position, or its gate id."""
+        return list(range(1, len(held) + 1)) if self.by_position else [turn_id for turn_id, _ in held]
+
+    def _read(self) -> tuple[list[Message], list[tuple[int, MessageTurn]]]:
+        """One read of the conversation: its leading system messages, and its answered turns
+        in order, each with the gate's id for it; the gate is in step with exactly this state
+        (:class:`_ReadOnce`), whatever another process writes after."""
+        messages = self._state.read()
         self.gate.sync()
-        _, turns = group_turns(self.transcript.messages)
+        system, turns = group_turns(messages)
         if turns and turns[-1].is_open:
             turns.pop()
-        return [(t.id, turn) for t, turn in zip(self.gate.gatekeeper.turns, turns)]
+        return system, [(t.id, turn) for t, turn in zip(self.gate.gatekeeper.turns, turns)]
 
     @property
     def pinned(self) -> frozenset[str]:
@@ -350,33 +432,38 @@ class ChatSession:
         return turns[number]
 
     def _apply_pins(self, turns: Iterable[tuple[int, MessageTurn]], pinned: set[str]) -> None:
+        """Pin on the gate the turns (``(gate id, turn)``, as :meth:`_read` gives) whose key is in ``pinned``."""
         gk = self.gate.gatekeeper
-        wanted = {n for n, turn in turns if turn.key in pinned}
-        for number in set(gk.pinned) - wanted:
-            gk.unpin(number)
-        for number in wanted - set(gk.pinned):
-            gk.pin(number)
+        wanted = {turn_id for turn_id, turn in turns if turn.key in pinned}
+        for turn_id in set(gk.pinned) - wanted:
+            gk.unpin(turn_id)
+        for turn_id in wanted - set(gk.pinned):
+            gk.pin(turn_id)
 
     # -- chat ---------------------------------------------------------------------------
     def prepare(self, text: str) -> LastCall:
-        """The gated messages to send with ``text``, and why (no side effects on the transcript)."""
+        """The gated messages to send with ``text``, and why (no side effects on the transcript).
+
+        The conversation is read once (:meth:`_read`): the gate selects over that state, and
+        the messages sent are that state's, whatever another chat on the same database
+        writes meanwhile (the next call sees it)."""
         text = text.strip()
         if not text:
             raise InvalidInputError("an empty message: type something to send")
-        turns = self.turns()
+        system, turns = self._read()
         self._apply_pins(turns, self._current_pins())
         # the stored state's own unanswered messages (a loaded file, a shared database) stay
         # candidates: only what the selection names is sent, and the question is `text`
-        selection = self.gate.explain(text, token_budget=self.token_budget, include_open=False)
-        by_number = dict(turns)
-        system, _ = group_turns(self.transcript.messages)
+        selection = self.gate.explain(text, token_budget=self.token_budget, include_open=False)  # no new read
+        by_id = dict(turns)
         kept: list[Message] = list(system)
-        for number in selection.turn_ids:
-            kept.extend(by_number[number].messages)
+        for turn_id in selection.turn_ids:
+            kept.extend(by_id[turn_id].messages)
         sent = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         sent += [{"role": m.role, "content": m.content} for m in kept]
         sent.append({"role": "user", "content": text})
-        return LastCall(text, selection, tuple(sent), len(turns))
+        numbers = {turn_id: number for (turn_id, _), number in zip(turns, self._numbers(turns))}
+        return LastCall(text, _numbered(selection, numbers), tuple(sent), len(turns))
 
     def ask(self, text: str) -> str:
         """Send ``text`` with the gated context; append the exchange once the answer is in.
@@ -384,26 +471,39 @@ class ChatSession:
         Raises whatever the model raised (``ModelUnavailableError``, ``EditError``,
         ``KeyboardInterrupt``) with the transcript unchanged.
         """
+        call, answer = self.answer(text)
+        self.keep(call, answer)
+        return answer
+
+    def answer(self, text: str) -> tuple[LastCall, str]:
+        """:meth:`ask` up to the answer, storing nothing: ``(the call, the answer)``, which
+        :meth:`keep` stores (a front end can let Ctrl-C cancel this step, and not that one)."""
         call = self.prepare(text)
         self.last_call = call
         reply = chat_reply(self.chat_model, [dict(m) for m in call.sent])
-        answer = replace_lone_surrogates(reply if isinstance(reply, str) else str(reply))
-        self.transcript.append(user=call.query, assistant=answer)
-        return answer
+        return call, replace_lone_surrogates(reply if isinstance(reply, str) else str(reply))
+
+    def keep(self, call: LastCall, answer: str) -> Revision:
+        """Append the exchange :meth:`answer` gave (user message and answer together); its revision."""
+        return self.transcript.append(user=call.query, assistant=answer)
 
     # -- edits --------------------------------------------------------------------------
     def edit(self, instruction: str) -> EditOutcome:
         """Revise the history as ``instruction`` says (see the module docstring for when it commits)."""
+        outcome = self.propose(instruction)
+        if not outcome.changed or outcome.needs_confirmation:
+            return outcome
+        return replace(outcome, revision=self.transcript.commit(outcome.proposal))
+
+    def propose(self, instruction: str) -> EditOutcome:
+        """:meth:`edit` up to the proposal, committing nothing (its ``revision`` is None):
+        :meth:`commit` applies it (a front end can let Ctrl-C cancel this step, and not that one)."""
         proposal = self.transcript.edit(
             instruction, model=self.editor, preview=True, allow_large_deletion=True
         )
         assert isinstance(proposal, Proposal)
         share = deleted_share(self.transcript.snapshot(proposal.base), proposal.changes, self._count)
-        if not proposal.changes:
-            return EditOutcome(proposal, None, share, False)
-        if share > self.max_deletion_share:
-            return EditOutcome(proposal, None, share, True)
-        return EditOutcome(proposal, self.transcript.commit(proposal), share, False)
+        return EditOutcome(proposal, None, share, bool(proposal.changes) and share > self.max_deletion_share)
 
     def commit(self, proposal: Proposal) -> Revision:
         """Apply a proposal the user confirmed."""

@@ -44,7 +44,9 @@ regular files only, and never more than :data:`MAX_BYTES` and one byte.
 
 :func:`read_session_file` checks everything before anything is used, and raises
 :class:`SessionFileError` listing every problem (with its JSON path), so a bad
-file never touches the current conversation.
+file never touches the current conversation; that includes ``parts`` or ``metadata``
+nested deeper than :data:`MAX_NESTING` levels (or too deep for the JSON decoder), which
+the copies and the store would fail on.
 
 >>> data = session_document("demo", [Message("a", "user", "hi")], pinned=["a"])
 >>> parse_session_document(json.loads(json.dumps(data))).messages[0].content
@@ -86,6 +88,10 @@ FORMAT = "context-gatekeeper-chat"
 VERSION = 1
 MAX_BYTES = 50_000_000
 """Files larger than this are refused (no more than one byte over it is read)."""
+MAX_NESTING = 100
+"""The deepest a message's ``parts`` or ``metadata`` may nest (the object or list itself is one
+level): deeper data is refused on load, since copying and storing it would exhaust Python's
+recursion limit (and real content blocks and tool calls nest a few levels)."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -249,6 +255,9 @@ def _check_message(index: int, item: Any, problems: list[str], seen: set[str]) -
         problems.append(f"{where}.parts must be a list of content blocks (or absent)")
     if item.get("metadata") is not None and not isinstance(item["metadata"], dict):
         problems.append(f"{where}.metadata must be an object (or absent)")
+    for key in ("parts", "metadata"):
+        if _nesting(item.get(key)) > MAX_NESTING:
+            problems.append(f"{where}.{key} is nested too deeply (more than {MAX_NESTING} levels)")
     if "id" in item:
         message_id = item["id"]
         if not isinstance(message_id, str) or not message_id:
@@ -257,6 +266,24 @@ def _check_message(index: int, item: Any, problems: list[str], seen: set[str]) -
             problems.append(f"{where}.id {message_id!r} is used twice")
         else:
             seen.add(normalized_text(message_id))
+
+
+def _nesting(value: Any) -> int:
+    """How deep ``value`` nests (a scalar 0, ``[]`` 1, ``{"a": []}`` 2), counted without
+    recursion (a deep value must not exhaust the stack it is checked to protect), and no
+    further than one level past :data:`MAX_NESTING`.
+
+    >>> _nesting({"a": [1, [2]]}), _nesting("text")
+    (3, 0)
+    """
+    deepest, pending = 0, [(value, 1)]
+    while pending and deepest <= MAX_NESTING:
+        item, level = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            pending.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def parse_session_document(data: Any) -> SessionFile:
@@ -314,6 +341,11 @@ def read_session_file(path: str | os.PathLike[str]) -> SessionFile:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SessionFileError(f"{source} is not JSON ({exc}); nothing was loaded") from exc
+    except RecursionError:  # the decoder recurses per level: too deep for any message anyway
+        raise SessionFileError(
+            f"{source} is nested too deeply to read (messages' parts and metadata may nest at most "
+            f"{MAX_NESTING} levels); nothing was loaded"
+        ) from None
     try:
         return parse_session_document(data)
     except SessionFileError as exc:
