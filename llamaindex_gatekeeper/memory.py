@@ -39,7 +39,6 @@ import dataclasses
 import difflib
 import inspect
 import os
-import re
 import threading
 from collections.abc import Callable, Sequence, Sized
 from contextlib import AbstractContextManager
@@ -66,7 +65,7 @@ from context_gatekeeper import (
 )
 from context_gatekeeper.integration import (
     DEFAULT_MAX_DELETION_SHARE, BoundedCache, MessageTurn, VersionedTranscriptMixin, group_turns, require_budget,
-    require_items,
+    names_postgres, require_items,
 )
 
 from . import serialisation, stored
@@ -99,17 +98,6 @@ def _options_budget(options: GateOptions | None) -> int | None:
     if options is None or not options.budget_given:
         return None
     return options.token_budget
-
-
-_CONNINFO = re.compile(
-    r"\A\s*(?:postgres(?:ql)?://|(?:host|hostaddr|dbname|user|port|service)\s*=)", re.IGNORECASE
-)
-"""What starts a PostgreSQL URL or libpq ``key=value`` string (never a SQLite path one would name)."""
-
-
-def _looks_like_conninfo(text: str) -> bool:
-    """Whether ``text`` is a PostgreSQL connection string rather than a path (no connection made)."""
-    return _CONNINFO.match(text) is not None
 
 
 def _counted(count: Callable[[str], int], text: str) -> int:
@@ -597,7 +585,7 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         never connected to here, so it raises ``InvalidInputError``: pass the open
         ``PostgresStore`` (nothing is trusted then)."""
         for entry in stores:
-            if isinstance(entry, str) and _looks_like_conninfo(entry):
+            if isinstance(entry, str) and names_postgres(entry):
                 raise InvalidInputError(
                     "trusted_stores takes SQLite paths and open stores, got what looks like a PostgreSQL "
                     "connection string; pass the open store instead: "

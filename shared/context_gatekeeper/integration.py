@@ -44,7 +44,8 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
   ``anchor_set`` (a text's distinct anchors, all that coverage reads).
 * **stores**: ``IdEntry`` and ``check_revision``, the integrity check every store
   runs before it writes (for adapters that import a revision log); ``store_spec`` and
-  ``store_from_spec``, how a pickled adapter object names its store and reopens it.
+  ``store_from_spec``, how a pickled adapter object names its store and reopens it;
+  ``names_postgres``, whether a store string is a PostgreSQL one (as ``Transcript(store=...)`` decides).
 * **semantic channel**: ``text_hash`` (the text half of a vector key),
   ``UnusableVectorError`` (an embedder answered with vectors that cannot be used: no outage),
   ``unit_rows`` and ``load_numpy`` (numpy, imported on first use), ``state_of`` (an
@@ -93,6 +94,7 @@ from .transcripts.transcript_gate import MessageTurn, TurnIndex, arguments_text,
 from .selection.anchors import anchor_set
 from .selection.options import report_overflow
 from .selection.coverage import held_anchors, kept_covering, may_match
+from .transcripts.transcript import names_postgres
 from .transcripts.versioned import VersionedTranscriptMixin
 
 __all__ = [
@@ -165,6 +167,7 @@ __all__ = [
     "check_revision",
     "store_spec",
     "store_from_spec",
+    "names_postgres",
     # semantic channel
     "text_hash",
     "unit_rows",

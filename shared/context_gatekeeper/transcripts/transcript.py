@@ -117,7 +117,7 @@ def _libpq_keywords() -> frozenset[str]:
         return _LIBPQ_KEYWORDS
 
 
-def _is_postgres(store: str) -> bool:
+def names_postgres(store: str) -> bool:
     """Whether ``store`` names a PostgreSQL database: a ``postgresql://`` (or ``postgres://``)
     URL, or libpq ``key=value`` pairs (the first a libpq keyword, or any a secret: such a
     string never becomes a SQLite file named with the password) -- unless it is a path into
@@ -145,7 +145,7 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
         return InMemoryStore()
     if isinstance(store, Store):
         return store
-    if isinstance(store, str) and _is_postgres(store):
+    if isinstance(store, str) and names_postgres(store):
         from ..stores.postgres import PostgresStore  # the ``postgres`` extra, imported only now
 
         return PostgresStore(store.strip())
