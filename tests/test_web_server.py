@@ -926,25 +926,89 @@ class DeleteFirstTurn:
         return ideal_patch_reply(state, [Delete(m.id) for m in state[:2]])
 
 
+def _numbered_questions(shown: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(number the page shows, question)`` for each turn of the view, in page order."""
+    return [(m["turn"], m["content"]) for m in shown["messages"] if m["role"] == "user"]
+
+
+def _pinned_questions(shown: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in shown["messages"] if m["pinned"] and m["role"] == "user"]
+
+
+IRELAND, REDIS, ESPRESSO = "What was the GDP of Ireland in 2021?", "How do Redis locks expire?", "Best espresso grind size?"
+
+
 def test_a_pin_names_the_turn_the_page_shows_across_a_server_restart(store: SQLiteStore) -> None:
     _, client = make_client(store, editor=DeleteFirstTurn())
     with client:
-        for question in ("What was the GDP of Ireland in 2021?", "How do Redis locks expire?", "Best espresso grind size?"):
+        for question in (IRELAND, REDIS, ESPRESSO):
             send(client, question)
         token = post(client, "/api/edit/preview", {"session": "s", "instruction": "drop the first turn", "head": 3}).json()
         shown = post(client, "/api/edit/commit", {"session": "s", "token": token["preview"]["token"], "confirm_large": True}).json()
-    redis = next(m for m in shown["messages"] if m["content"] == "How do Redis locks expire?")
-    assert redis["turn"] == 2, "the page shows the turns as numbered before the restart"
+    assert _numbered_questions(shown) == [(1, REDIS), (2, ESPRESSO)], "turns are numbered 1 to N by position"
+    redis = next(m for m in shown["messages"] if m["content"] == REDIS)
     _, restarted = make_client(store)  # the server restarts; the open page still shows those numbers
     with restarted:
-        pinned = post(restarted, "/api/pin", {"session": "s", "key": redis["id"], "turn": redis["turn"], "pinned": True})
+        assert _numbered_questions(view(restarted)) == [(1, REDIS), (2, ESPRESSO)], "a restart keeps the numbers"
+        pinned = post(restarted, "/api/pin", {"session": "s", "turn": redis["turn"], "pinned": True})
         assert pinned.status_code == 200, pinned.text
-        assert [m["content"] for m in pinned.json()["messages"] if m["pinned"] and m["role"] == "user"] == [redis["content"]]
-        unpinned = post(restarted, "/api/pin", {"session": "s", "key": redis["id"], "turn": 99, "pinned": False})
-        assert unpinned.json()["pinned"] == []
+        assert _pinned_questions(pinned.json()) == [REDIS] and pinned.json()["pinned"] == [1], "pin N pins the turn shown as N"
+        undone = post(restarted, "/api/undo", {"session": "s", "head": 4}).json()
+        assert _numbered_questions(undone) == [(1, IRELAND), (2, REDIS), (3, ESPRESSO)]
+        assert _pinned_questions(undone) == [REDIS] and undone["pinned"] == [2], "the pin follows its turn to its new number"
+        unpinned = post(restarted, "/api/pin", {"session": "s", "turn": 2, "pinned": False}).json()
+        assert unpinned["pinned"] == []
+        by_key = post(restarted, "/api/pin", {"session": "s", "key": redis["id"], "turn": 99, "pinned": True}).json()
+        assert _pinned_questions(by_key) == [REDIS], "a key names the turn whatever number the page sent"
         gone = post(restarted, "/api/pin", {"session": "s", "key": "no-such-message", "turn": 1})
         assert gone.status_code == 404 and "no turn starts with message" in gone.json()["error"]
-        assert gone.json()["view"]["pinned"] == [], "a refused pin changes nothing and refreshes the page"
+        assert gone.json()["view"]["pinned"] == [2], "a refused pin changes nothing and refreshes the page"
+
+
+def test_after_undo_and_redo_the_page_numbers_the_turns_1_to_n_and_pin_n_pins_turn_n(store: SQLiteStore) -> None:
+    _, client = make_client(store, editor=DeleteFirstTurn())
+    with client:
+        for question in (IRELAND, REDIS, ESPRESSO):
+            send(client, question)
+        token = post(client, "/api/edit/preview", {"session": "s", "instruction": "drop the first turn", "head": 3}).json()
+        post(client, "/api/edit/commit", {"session": "s", "token": token["preview"]["token"], "confirm_large": True})
+        post(client, "/api/undo", {"session": "s", "head": 4})
+        redone = post(client, "/api/redo", {"session": "s", "head": 5}).json()
+        assert _numbered_questions(redone) == [(1, REDIS), (2, ESPRESSO)]
+        undone = post(client, "/api/undo", {"session": "s", "head": 6}).json()
+        assert _numbered_questions(undone) == [(1, IRELAND), (2, REDIS), (3, ESPRESSO)]
+        for number, question in _numbered_questions(undone):
+            pinned = post(client, "/api/pin", {"session": "s", "turn": number, "pinned": True}).json()
+            assert question in _pinned_questions(pinned), f"pin {number} pins the turn the page shows as {number}"
+        answered = send(client, "And Redis lock renewal?")
+        strip = answered[-1]["view"]["messages"][-1]["context"]
+        assert [e["turn"] for e in strip["earlier"]] == [1, 2, 3], "the strip names the turns as the page does"
+        assert all(e["kept"] and e["reason"] == "pinned" for e in strip["earlier"])
+
+
+def test_the_context_record_is_of_the_turns_the_call_was_prepared_over(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer between the call's read and its record must not make the record disagree with what was sent."""
+    from context_gatekeeper.chat.session import ChatSession
+
+    chat, client = make_client(store)
+    with client:
+        for question in (IRELAND, REDIS, ESPRESSO):
+            send(client, question)
+    prepared = [(m.id, m.content) for m in Transcript("s", store=store).messages if m.role == "user"]
+    prepare = ChatSession.prepare
+
+    def prepare_then_another_writer(session: ChatSession, text: str) -> Any:
+        call = prepare(session, text)
+        other = Transcript("s", store=store)  # another process drops the first turn right after the call's read
+        other.set(list(other.messages[2:]))
+        return call
+
+    monkeypatch.setattr(ChatSession, "prepare", prepare_then_another_writer)
+    stream = chat.start_chat("s", "How long should a Redis lock TTL be?")
+    sent = {m["content"] for m in stream.call.sent}
+    assert [e["key"] for e in stream.record["earlier"]] == [key for key, _ in prepared], "the turns the call was prepared over"
+    assert [e["kept"] for e in stream.record["earlier"]] == [question in sent for _, question in prepared], "what was sent"
+    assert REDIS in sent
 
 
 def test_undo_in_the_page_of_a_load_made_in_the_terminal_puts_the_pins_back(store: SQLiteStore) -> None:

@@ -309,7 +309,7 @@ def _open(db: Path, args: argparse.Namespace, chat_model: Any, editor: Any, rend
                 raise InvalidInputError(f"--session: {exc}") from None
         transcript = Transcript(name, store=store)
         return ChatSession(
-            transcript, chat_model, editor, token_budget=args.budget, by_position=True,
+            transcript, chat_model, editor, token_budget=args.budget,
             **({"system_prompt": args.system} if args.system is not None else {}),
         )
     except (sqlite3.Error, OSError) as exc:

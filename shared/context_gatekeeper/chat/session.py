@@ -11,9 +11,10 @@ two models (one answers, one edits).  Rules:
   the :class:`LastCall` (selection and messages) is kept for ``/context``.  The call
   reads the conversation once and selects over that state (another chat on the same
   database may write at any moment: the next call sees it).
-* The terminal numbers turns 1 to N by their position (``by_position``): ``/show``,
-  ``/pin`` and the :class:`LastCall`'s selection use the same numbers, which an undo, a
-  redo or a restart never puts out of order.
+* Turns are numbered 1 to N by their position: the terminal's ``/show``, ``/pin`` and
+  ``/context``, the web page's turns and pins, and the :class:`LastCall`'s selection use
+  the same numbers, which an undo, a redo or a restart never puts out of order (the
+  gate's own turn ids do: they are never shown).
 * An edit is computed as a preview.  No change: nothing is committed.  A proposal
   deleting more than ``max_deletion_share`` of the text is returned unapplied so
   the caller can ask the user; anything else is committed at once (``/undo``
@@ -186,9 +187,8 @@ class _ReadOnce:
 
 def _numbered(selection: Selection, numbers: Mapping[int, int]) -> Selection:
     """``selection`` with each of the gate's turn ids replaced by ``numbers[id]``, the turn's
-    number as :meth:`ChatSession.turns` gives it (by position, 1 to N, with ``by_position``:
-    the gate's ids go out of order after an undo or a redo and change after a restart,
-    positions do not)."""
+    number as :meth:`ChatSession.turns` gives it (by position, 1 to N: the gate's ids go
+    out of order after an undo or a redo and change after a restart, positions do not)."""
 
     def renumbered(ids: Iterable[int]) -> tuple[int, ...]:
         return tuple(numbers[i] for i in ids)
@@ -256,12 +256,6 @@ class ChatSession:
         token_counter: counts tokens for the gate and the deletion check (default tiktoken).
         keep_pins: store pins in the transcript's store (the pin record) and read them
             back on opening; False keeps them in this object only.
-        by_position: number the turns 1 to N by their position in the conversation (the
-            terminal's ``/show``, ``/pin`` and ``/context``: numbers that an undo, a redo or
-            a restart never put out of order); False numbers them by the gate's turn ids
-            (the web page's: they stay while turns are only removed, and may change when a
-            change moves a turn or the session is opened again, so the page also names a
-            turn by its key, :meth:`number_of`).
 
     Attributes:
         pins_problem: why the stored pins could not be read (the session then opens
@@ -280,7 +274,6 @@ class ChatSession:
         max_deletion_share: float = DEFAULT_MAX_DELETION_SHARE,
         token_counter: Any = None,
         keep_pins: bool = True,
-        by_position: bool = False,
     ) -> None:
         self.transcript = transcript
         self.chat_model = as_edit_model(chat_model)
@@ -288,7 +281,6 @@ class ChatSession:
         self.token_budget = token_budget
         self.system_prompt = system_prompt
         self.max_deletion_share = max_deletion_share
-        self.by_position = by_position
         self._count = resolve_token_counter(token_counter)
         self._state = _ReadOnce(transcript)
         self.gate = TranscriptGate(  # it follows what the session read (a stand-in the gate accepts)
@@ -313,14 +305,9 @@ class ChatSession:
 
     # -- turns --------------------------------------------------------------------------
     def turns(self) -> list[tuple[int, MessageTurn]]:
-        """Answered turns as ``(turn number, turn)`` in order; the numbers ``/show`` lists and
-        ``/pin`` takes (by position with ``by_position``, else the gate's turn ids)."""
-        held = self._read()[1]
-        return [(number, turn) for number, (_, turn) in zip(self._numbers(held), held)]
-
-    def _numbers(self, held: list[tuple[int, MessageTurn]]) -> list[int]:
-        """The number of each of the turns :meth:`_read` gave: its position, or its gate id."""
-        return list(range(1, len(held) + 1)) if self.by_position else [turn_id for turn_id, _ in held]
+        """Answered turns as ``(turn number, turn)`` in order, numbered 1 to N by position:
+        the numbers ``/show`` lists and ``/pin`` takes."""
+        return [(number, turn) for number, (_, turn) in enumerate(self._read()[1], 1)]
 
     def _read(self) -> tuple[list[Message], list[tuple[int, MessageTurn]]]:
         """One read of the conversation: its leading system messages, and its answered turns
@@ -462,7 +449,7 @@ class ChatSession:
         sent = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         sent += [{"role": m.role, "content": m.content} for m in kept]
         sent.append({"role": "user", "content": text})
-        numbers = {turn_id: number for (turn_id, _), number in zip(turns, self._numbers(turns))}
+        numbers = {turn_id: number for number, (turn_id, _) in enumerate(turns, 1)}
         return LastCall(text, _numbered(selection, numbers), tuple(sent), len(turns))
 
     def ask(self, text: str) -> str:
