@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -523,6 +524,71 @@ def test_async_retry_and_failures():
         asyncio.run(acompute_edit(gdp_state(), "Iceland", ScriptedModel([ConnectionError()])))
     with pytest.raises(EditError, match="after 2 attempts"):
         asyncio.run(acompute_edit(gdp_state(), "x", ScriptedModel(["a", "b"]), strategy="rewrite"))
+
+
+def test_async_edit_builds_the_prompt_and_checks_the_reply_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt, the reply's checks and the token counts of a long history would stall the
+    loop; only the model's own async call runs on it."""
+    from context_gatekeeper.editing import compute as module
+
+    expected = compute_edit(gdp_state(), "Iceland", ScriptedModel([GOOD])).changes
+    ran: dict[str, int] = {}
+
+    def recorded(name: str, function: Any) -> Any:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            ran[name] = threading.get_ident()
+            return function(*args, **kwargs)
+        return record
+
+    for name in ("build_prompt", "parse_patch", "check_structure", "deleted_share"):
+        monkeypatch.setattr(module, name, recorded(name, getattr(module, name)))
+
+    def reply(messages: Any) -> str:
+        ran["model"] = threading.get_ident()
+        return GOOD
+
+    async def edit() -> tuple[int, EditResult]:
+        return threading.get_ident(), await acompute_edit(gdp_state(), "Iceland", ScriptedModel([reply]))
+
+    loop_thread, result = asyncio.run(edit())
+    assert result.changes == expected
+    assert ran["model"] == loop_thread, "the model's async call is awaited on the loop"
+    assert {name: ident == loop_thread for name, ident in ran.items() if name != "model"} == {
+        "build_prompt": False, "parse_patch": False, "check_structure": False, "deleted_share": False}
+
+
+def test_an_async_edit_cancelled_while_its_reply_is_checked_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from context_gatekeeper import Transcript
+    from context_gatekeeper.editing import compute as module
+
+    entered, release = threading.Event(), threading.Event()
+    loop_thread: list[int] = []
+    check_structure = module.check_structure
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        if threading.get_ident() in loop_thread:  # on the loop: waiting there would never be released
+            raise AssertionError("the reply was checked on the event loop")
+        release.wait()
+        return check_structure(*args, **kwargs)
+
+    monkeypatch.setattr(module, "check_structure", held)
+    transcript = Transcript("cancelled", token_counter=len)
+    transcript.set(gdp_state()[1:])
+
+    async def cancel_mid_check() -> None:
+        loop_thread.append(threading.get_ident())
+        task = asyncio.ensure_future(transcript.aedit("Iceland", model=ScriptedModel([GOOD])))
+        try:
+            assert await asyncio.to_thread(entered.wait, 30), "the check never started"
+            task.cancel()
+        finally:
+            release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_check())
+    assert transcript.head == 1 and "Ireland" in transcript.messages[0].content, "a cancelled edit writes nothing"
 
 
 def test_async_edit_with_a_sync_only_model_runs_in_a_thread():

@@ -47,6 +47,7 @@ retried) unless ``allow_large_deletion=True``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Generator, Mapping, Sequence
@@ -241,6 +242,18 @@ def _start(
     return edit_model, session, next(session)
 
 
+def _advance(session: Generator[_Ask, _Answer, EditResult], reply: _Answer) -> _Ask | EditResult:
+    """Give the dialogue ``reply``: what to send the model next, or the edit's result once it ends.
+
+    The result is returned, not raised as ``StopIteration``: the async edit runs this step in
+    a worker thread, and an asyncio future refuses a ``StopIteration``.
+    """
+    try:
+        return session.send(reply)
+    except StopIteration as done:
+        return done.value
+
+
 def _failed(exc: EditError, ask: _Ask) -> _Answer:
     """What the dialogue receives for a call that raised ``exc``; raises it when it is final.
 
@@ -312,10 +325,10 @@ def compute_edit(
             reply = edit_model.complete(ask[0], json_schema=ask[1])
         except EditError as exc:
             reply = _failed(exc, ask)
-        try:
-            ask = session.send(reply)
-        except StopIteration as done:
-            return done.value
+        step = _advance(session, reply)
+        if isinstance(step, EditResult):
+            return step
+        ask = step
 
 
 async def acompute_edit(
@@ -329,8 +342,16 @@ async def acompute_edit(
     allow_large_deletion: bool | None = None,
     token_counter: TokenCounterLike = None,
 ) -> EditResult:
-    """Async twin of :func:`compute_edit`; never blocks the event loop."""
-    edit_model, session, ask = _start(
+    """Async twin of :func:`compute_edit`; never blocks the event loop.
+
+    Only the model's async call runs on the loop.  Building the prompt, reading and checking
+    each reply and counting the tokens the deletion guard weighs take time that grows with
+    the history (tens of milliseconds at a few thousand messages), so each of those steps
+    runs in a worker thread, one at a time, between the model calls.  Cancelled while one
+    runs, the edit raises ``CancelledError`` at once and its result is dropped.
+    """
+    edit_model, session, ask = await asyncio.to_thread(
+        _start,
         state,
         instruction,
         model,
@@ -346,7 +367,7 @@ async def acompute_edit(
             reply = await edit_model.acomplete(ask[0], json_schema=ask[1])
         except EditError as exc:
             reply = _failed(exc, ask)
-        try:
-            ask = session.send(reply)
-        except StopIteration as done:
-            return done.value
+        step = await asyncio.to_thread(_advance, session, reply)
+        if isinstance(step, EditResult):
+            return step
+        ask = step
