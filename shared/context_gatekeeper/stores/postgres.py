@@ -85,7 +85,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple, TypeVar
 
@@ -119,8 +119,40 @@ _closing: set[concurrent.futures.Future[None]] = set()  # pool closings schedule
 
 
 RECONNECT_WINDOW = 5.0
-"""Seconds a pool the store opens retries a lost connection (psycopg_pool's delays of 1, 2, 4 s...)
-before it starts again (see :meth:`PoolOptions.pool_kwargs`)."""
+"""Seconds a pool the store opens retries a lost connection (psycopg_pool's delays of 1, 2, 4 s...,
+so no more than 2 s apart) before it gives up (see :meth:`PoolOptions.pool_kwargs`)."""
+
+
+class _RetryWhileCallsWait:
+    """A pool's ``reconnect_failed``: when a :data:`RECONNECT_WINDOW` of attempts has failed, start
+    another only while a call may still be waiting for a connection, so a server back up mid-wait
+    is used within about two seconds, but a database that stays down is not retried (and logged
+    about, one WARNING a second) for as long as the store is open.  Once the pool has given up,
+    the next call starts it connecting again: psycopg_pool grows an empty pool for each request.
+
+    psycopg_pool does not tell which calls still wait (``requests_waiting`` keeps those that timed
+    out until a connection comes), so its count of requests tells instead: one counted since the
+    last give-up came from a call that waits at most ``wait`` seconds (the pool's ``timeout``)."""
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self._requests, self._until = 0, 0.0
+        self._lock = threading.Lock()  # a sync pool's workers may give up at once
+
+    def __call__(self, pool: ConnectionPool | AsyncConnectionPool) -> Awaitable[None] | None:
+        """Restart ``pool``'s attempts (``check()``, which grows an empty pool; the async pool's is a
+        coroutine, which psycopg_pool awaits) if :meth:`retries` says so."""
+        if self.retries(pool.get_stats().get("requests_num", 0), time.monotonic()):
+            return pool.check()
+        return None
+
+    def retries(self, requests: int, now: float) -> bool:
+        """Whether a give-up at ``now`` (monotonic seconds), the pool having counted ``requests``
+        requests, starts another window: within ``wait`` seconds of the first give-up after a request."""
+        with self._lock:
+            if requests != self._requests:
+                self._requests, self._until = requests, now + self.wait
+            return now < self._until
 
 
 class PoolOptions(NamedTuple):
@@ -133,7 +165,7 @@ class PoolOptions(NamedTuple):
     def connection_kwargs(self, dsn: str) -> dict[str, Any]:
         """Keywords for each connection to ``dsn``: autocommit (writes open explicit
         transactions), and the timeouts and keepalives :func:`.postgres_conninfo.connection_settings`
-        derives from ``connect_timeout`` unless ``dsn`` sets them."""
+        derives from ``connect_timeout`` unless ``dsn``, the environment or a service file sets them."""
         return {"autocommit": True, **connection_settings(dsn, self.timeout)}
 
     def pool_kwargs(self, pool_class: Any, dsn: str) -> dict[str, Any]:
@@ -144,13 +176,15 @@ class PoolOptions(NamedTuple):
           timeout) are replaced instead of failing a call;
         * a call waits at most ``connect_timeout`` seconds for a connection (``timeout``; the
           pool's default is 30 s);
-        * a lost connection is retried for :data:`RECONNECT_WINDOW` seconds, then the pool checks
-          itself (``reconnect_failed=check``), which starts retrying afresh: psycopg_pool doubles
-          its delay between attempts for ``reconnect_timeout`` (5 minutes by default), so a server
-          back after an outage went unused for up to two minutes; now within about two seconds."""
+        * a lost connection is retried for :data:`RECONNECT_WINDOW` seconds (``reconnect_timeout``),
+          and again while a call waits for a connection (:class:`_RetryWhileCallsWait`), then left
+          to the next call: psycopg_pool doubles its delay between attempts for 5 minutes by
+          default, so a server back after an outage went unused for up to two minutes; now a
+          call gets it within about two seconds."""
         return {"min_size": self.min_size, "max_size": self.max_size, "kwargs": self.connection_kwargs(dsn),
                 "open": False, "name": "context-gatekeeper", "check": pool_class.check_connection,
-                "timeout": self.timeout, "reconnect_timeout": RECONNECT_WINDOW, "reconnect_failed": pool_class.check}
+                "timeout": self.timeout, "reconnect_timeout": RECONNECT_WINDOW,
+                "reconnect_failed": _RetryWhileCallsWait(self.timeout)}
 
 
 def _index_backfill(_table_prefix: str, q: ops.Statements) -> Any:
@@ -243,8 +277,9 @@ class PostgresStore(Store, VectorStore):
         connect_timeout: seconds (more than 0) to wait for the first connections of each
             pool the store opens, and for a connection at each call; each connection's libpq
             ``connect_timeout``, TCP keepalives and ``tcp_user_timeout`` are derived from it
-            (:func:`.postgres_conninfo.connection_settings`) unless the connection string sets
-            them, so a network partition fails a call after about twice this.
+            (:func:`.postgres_conninfo.connection_settings`) unless the connection string, libpq's
+            environment variables or its service file set them, so a network partition fails a
+            call after about twice this.
         lock_timeout: seconds a write waits for its session's lock (held by another writer
             of the session) before giving up with :class:`StoreUnavailableError`, writing
             nothing; like ``SQLiteStore``'s ``busy_timeout``.  None: wait as long as the

@@ -8,7 +8,9 @@ through :func:`redacted` or :func:`is_secret_key`.
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -73,7 +75,9 @@ def redacted(conninfo: object) -> str:
 
 def connection_settings(dsn: str, connect_timeout: float) -> dict[str, int]:
     """libpq settings for every connection a store opens from ``dsn``, derived from its
-    ``connect_timeout`` (seconds), less those ``dsn`` sets itself (the connection string's win):
+    ``connect_timeout`` (seconds), less those the user sets (:func:`_set_by_user`) in ``dsn``,
+    in their environment variables (``PGCONNECT_TIMEOUT``) or in the service file section ``dsn``
+    or ``PGSERVICE`` names (the user's win):
 
     * ``connect_timeout``: the pool's own connection attempts give up too (libpq waits for ever by
       default, and a partition swallows the connection request);
@@ -91,5 +95,69 @@ def connection_settings(dsn: str, connect_timeout: float) -> dict[str, int]:
                 "keepalives_count": KEEPALIVE_PROBES}
     if psycopg.pq.version() >= 120000:
         settings["tcp_user_timeout"] = 2 * seconds * 1000
-    given = conninfo_to_dict(dsn)
+    given = _set_by_user(dsn)
+    if given is None:  # a service file we cannot read may set any of them
+        return {}
     return {key: value for key, value in settings.items() if key not in given}
+
+
+def _set_by_user(dsn: str) -> set[str] | None:
+    """The libpq keywords the user sets for connections to ``dsn``: in ``dsn``, in their
+    environment variables, or in the service file section the connection uses (``service=`` in
+    ``dsn``, else ``PGSERVICE``).  None: a service whose section could not be found where Python
+    can look (it may be in the system file libpq was built to read), so any keyword may be set there.
+
+    Without ``service=`` in ``dsn``, libpq itself answers (``PQconndefaults`` reads the
+    environment and ``PGSERVICE``'s section); none of the keywords the store derives has a
+    compiled-in default, so a value there was set by the user."""
+    parts = conninfo_to_dict(dsn)
+    defaults = psycopg.pq.Conninfo.get_defaults()
+    service = parts.get("service")
+    if service is None:
+        return set(parts) | {option.keyword.decode() for option in defaults if option.val is not None}
+    section = _service_section(str(service), parts.get("servicefile"))
+    if section is None:
+        return None
+    from_environment = {option.keyword.decode() for option in defaults
+                        if option.envvar is not None and os.fsdecode(option.envvar) in os.environ}
+    return set(parts) | from_environment | section
+
+
+def _service_section(service: str, servicefile: object) -> set[str] | None:
+    """The keywords section ``[service]`` sets in the first service file that holds it, searched as
+    libpq does: the user's (``servicefile``, else ``PGSERVICEFILE``, else ``~/.pg_service.conf``;
+    ``%APPDATA%\\postgresql\\.pg_service.conf`` on Windows), then ``pg_service.conf`` in
+    ``PGSYSCONFDIR``.  None when neither holds it (libpq's default system folder is compiled in)."""
+    user = servicefile or os.environ.get("PGSERVICEFILE") or _home_service_file()
+    system = os.environ.get("PGSYSCONFDIR")
+    for path in (str(user), os.path.join(system, "pg_service.conf") if system else None):
+        section = _section_keys(path, service) if path else None
+        if section is not None:
+            return section
+    return None
+
+
+def _home_service_file() -> str:
+    """Where libpq looks for the user's service file when ``PGSERVICEFILE`` is not set."""
+    if os.name == "nt":
+        return os.path.join(os.environ.get("APPDATA", ""), "postgresql", ".pg_service.conf")
+    return os.path.join(os.path.expanduser("~"), ".pg_service.conf")
+
+
+def _section_keys(path: str, service: str) -> set[str] | None:
+    """The keywords of the first section ``[service]`` of the service file ``path``, read as libpq
+    reads it (``#`` comments, ``keyword=value`` lines); None if the file has no such section or
+    cannot be read."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    keys: set[str] | None = None
+    for line in (raw.strip() for raw in lines):
+        if line.startswith("["):
+            if keys is not None:
+                break  # libpq stops at the section after its own
+            keys = set() if line.startswith(f"[{service}]") else None
+        elif keys is not None and "=" in line and not line.startswith("#"):
+            keys.add(line.partition("=")[0].strip())
+    return keys
