@@ -22,12 +22,14 @@ from context_gatekeeper.errors import InvalidInputError, InvalidTypeError
 from context_gatekeeper.testing.stores import checked_modes, storage_key
 
 BUGGY_STORES = '''
-import copy, hashlib, os, pickle, threading, time
+import copy, fcntl, hashlib, os, pickle, threading, time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from context_gatekeeper.errors import CorruptLogError
+from context_gatekeeper.records.operations import Change
 from context_gatekeeper.stores import InMemoryStore, Store, prepare_commit
-from context_gatekeeper.stores.base import checked_keep
+from context_gatekeeper.stores.base import checked_after, checked_keep
 from context_gatekeeper.stores.integrity import index_of_log
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, unwrapped
 from context_gatekeeper.testing.store_tampering import COPIED_FROM
@@ -193,14 +195,28 @@ class PurgeKeepsSetAside(InMemoryStore):
                 self._set_aside[session_id] = aside
 
 
+class DropsMetadataOfEdits(InMemoryStore):
+    """Keeps the metadata of the messages an append puts, not of an edit's new versions."""
+    def commit(self, session_id, revision, **options):
+        changes = tuple(replace(c, after=replace(c.after, metadata={})) if isinstance(c, Change) else c
+                        for c in revision.changes)
+        return super().commit(session_id, replace(revision, changes=changes), **options)
+
+
 class FileStore(Store):
     """Revision logs in a pickle file, which every handle on the path reads and rewrites
-    under one lock per path (correct within one process)."""
+    under one lock per path in this process and a lock on a file beside it across processes."""
     locks = {}
 
     def __init__(self, path):
         self.path = Path(path)
         self._lock = self.locks.setdefault(str(path), threading.RLock())
+
+    @contextmanager
+    def _locked(self):
+        with self._lock, open(self.path.with_name(f"{self.path.name}.lock"), "a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)  # released when the file closes
+            yield
 
     def _load(self):
         try:
@@ -209,7 +225,7 @@ class FileStore(Store):
             return {"logs": {}, "index": {}, "aside": {}}
 
     def _save(self, state):
-        temporary = self.path.with_name(f"{self.path.name}.{threading.get_ident()}")
+        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}")
         temporary.write_bytes(pickle.dumps(state))
         os.replace(temporary, self.path)
 
@@ -220,16 +236,16 @@ class FileStore(Store):
         return self.tip(session_id)[0]
 
     def tip(self, session_id):
-        with self._lock:
+        with self._locked():
             log = self._load()["logs"].get(session_id)
             return (log[-1].number, log[-1].time) if log else (0, 0.0)
 
     def revisions(self, session_id, after=0):
-        with self._lock:
+        with self._locked():
             return self._load()["logs"].get(session_id, [])[max(after, 0):]
 
     def commit(self, session_id, revision, *, expected_head, renew_taken_ids=False):
-        with self._lock:
+        with self._locked():
             self._fault("begin")
             state = self._load()
             log, index = state["logs"].get(session_id, []), state["index"].get(session_id, {})
@@ -248,7 +264,7 @@ class FileStore(Store):
 
     def truncate(self, session_id, keep):
         keep = checked_keep(keep)
-        with self._lock:
+        with self._locked():
             state = self._load()
             log = state["logs"].get(session_id, [])
             dropped = log[keep:]
@@ -262,14 +278,14 @@ class FileStore(Store):
             return len(dropped)
 
     def purge(self, session_id):
-        with self._lock:
+        with self._locked():
             state = self._load()
             for part in state.values():
                 part.pop(session_id, None)
             self._save(state)
 
     def sessions(self):
-        with self._lock:
+        with self._locked():
             return sorted(self._load()["logs"])
 
 
@@ -282,6 +298,11 @@ class LocksPerHandle(FileStore):
     def __init__(self, path):
         super().__init__(path)
         self._lock, self._met = threading.RLock(), False
+
+    @contextmanager
+    def _locked(self):
+        with self._lock:
+            yield
 
     def _fault(self, point):
         if point == "written" and not self._met:
@@ -333,9 +354,74 @@ class WriteBehind(FileStore):
         PENDING[str(self.path)] = copy.deepcopy(state)
 
     def close(self):
-        with self._lock:
+        with self._locked():
             if str(self.path) in PENDING:
                 super()._save(PENDING.pop(str(self.path)))
+
+
+class ThreadLockOnly(FileStore):
+    """One lock per path in this process and no file lock: correct for the handles and threads
+    of one process, while worker processes committing at once lose each other's revisions."""
+    @contextmanager
+    def _locked(self):
+        with self._lock:
+            yield
+
+
+class ChecksEditsOutsideLock(FileStore):
+    """Checks an edit against the file read without the lock, then (a round trip later, as a
+    client of a remote store) writes it under the lock at whatever the head is by then: edits
+    racing at one expected_head all pass their check, and all commit."""
+    def commit(self, session_id, revision, *, expected_head, renew_taken_ids=False):
+        if expected_head is None:
+            return super().commit(session_id, revision, expected_head=None, renew_taken_ids=renew_taken_ids)
+        state = self._load()
+        log, index = state["logs"].get(session_id, []), state["index"].get(session_id, {})
+        head = log[-1].number if log else 0
+        since = log[expected_head:] if isinstance(expected_head, int) and 0 <= expected_head < head else []
+        stored, rows = prepare_commit(session_id, revision, head, expected_head, since,
+                                      lambda ids: {i: index[i] for i in ids if i in index}, renew_taken_ids)
+        if stored.number == head:
+            return stored.detached()
+        time.sleep(0.01)
+        with self._locked():
+            state = self._load()
+            log = state["logs"].setdefault(session_id, [])
+            now = log[-1].number if log else 0
+            stored = replace(stored, number=now + 1, parent=now)
+            log.append(stored.detached())
+            state["index"].setdefault(session_id, {}).update(rows)
+            self._save(state)
+            return stored.detached()
+
+
+class HeadKeyedCache(FileStore):
+    """Keeps the log it read per session while the head number stays the same (revisions never
+    change, so the same head is the same log... until another handle purges or truncates and
+    writes as many revisions again)."""
+    def __init__(self, path):
+        super().__init__(path)
+        self._read = {}
+
+    def revisions(self, session_id, after=0):
+        after, head = checked_after(after), self.head(session_id)
+        if self._read.get(session_id, (None,))[0] != head:
+            self._read[session_id] = (head, super().revisions(session_id))
+        return [r.detached() for r in self._read[session_id][1][after:]]
+
+
+class AcceptsAfterClose(FileStore):
+    """After close(), commit returns the revision numbered as stored, and writes nothing."""
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+    def commit(self, session_id, revision, *, expected_head, renew_taken_ids=False):
+        if self.closed:
+            head = self.head(session_id)
+            return replace(revision, number=head + 1, parent=head, base=head).stamped()
+        return super().commit(session_id, revision, expected_head=expected_head, renew_taken_ids=renew_taken_ids)
 
 
 class Suite(StoreConformance):
@@ -437,6 +523,15 @@ class TestOneThreadAtATime(Suite):
     kind = OneThreadAtATime
 
 
+class TestClaimsThreads(Suite):
+    """Declares threads (the default) for a store that refuses a second thread."""
+    kind = OneThreadAtATime
+
+
+class TestDropsMetadataOfEdits(Suite):
+    kind = DropsMetadataOfEdits
+
+
 class TestModesTypo(Suite):
     modes = ("Sync", "Async")
 
@@ -534,6 +629,22 @@ class TestCachedRevisions(Files):
 
 class TestWriteBehind(Files):
     kind = WriteBehind
+
+
+class TestThreadLockOnly(Files):
+    kind = ThreadLockOnly
+
+
+class TestChecksEditsOutsideLock(Files):
+    kind = ChecksEditsOutsideLock
+
+
+class TestHeadKeyedCache(Files):
+    kind = HeadKeyedCache
+
+
+class TestAcceptsAfterClose(Files):
+    kind = AcceptsAfterClose
 '''
 
 SELECTED = {
@@ -559,11 +670,18 @@ SELECTED = {
     "TestPurgeKeepsSetAside": "leaves_nothing_stored",
     "TestVectorsDeclaredOff": "test_revisions_after",
     "TestTruncateDeclaredOff": "test_revisions_after",
-    "TestFileStore": "handles_committing_at_once or another_handle_wrote or survives_its_exit",
+    "TestFileStore": "handles_committing_at_once or another_handle_wrote or survives_its_exit or processes_committing"
+                     " or edits_racing or replaced_under_the_same_head or after_close",
     "TestLocksPerHandle": "handles_committing_at_once",
     "TestCachedTip": "another_handle_wrote",
     "TestCachedRevisions": "another_handle_wrote",
     "TestWriteBehind": "survives_its_exit",
+    "TestThreadLockOnly": "processes_committing_at_once",
+    "TestChecksEditsOutsideLock": "edits_racing",
+    "TestHeadKeyedCache": "replaced_under_the_same_head",
+    "TestAcceptsAfterClose": "after_close",
+    "TestDropsMetadataOfEdits": "every_field_round_trips",
+    "TestClaimsThreads": "threads_committing_appends",
 }
 """Each buggy store's class, and the tests (a ``-k`` expression) that must catch its bug."""
 
@@ -747,11 +865,14 @@ def test_a_capability_declared_off_that_the_store_has_errors_instead_of_skipping
 
 def test_a_correct_file_store_passes_what_catches_the_broken_ones(run: Run) -> None:
     outcomes = run.of("TestFileStore")
-    assert set(outcomes) == {
-        *(f"test_{name}[{mode}]" for mode in ("sync", "async") for name in (
-            "handles_committing_at_once_lose_nothing", "a_handle_reads_what_another_handle_wrote_purged_and_truncated")),
+    in_both_modes = ("handles_committing_at_once_lose_nothing", "a_handle_reads_what_another_handle_wrote_purged_and_truncated",
+                     "edits_racing_at_one_expected_head_commit_once", "a_commit_after_close_raises_or_is_kept")
+    assert {test for test in outcomes if not test.startswith("test_a_handle_never_serves_text_replaced")} == {
+        *(f"test_{name}[{mode}]" for mode in ("sync", "async") for name in in_both_modes),
         "test_what_a_process_committed_survives_its_exit_without_close[sync]",
+        "test_processes_committing_at_once_lose_nothing[sync]",
     }, outcomes
+    assert len(outcomes) == 2 * len(in_both_modes) + 2 + 4, outcomes  # and purge or truncate, in both modes
     assert {outcome for outcome, _ in outcomes.values()} == {"PASSED"}, outcomes
 
 
@@ -765,3 +886,35 @@ def test_a_store_whose_handles_or_processes_disagree_fails(run: Run, suite: str,
     outcomes = run.of(suite)
     assert outcomes and failed(outcomes) == set(outcomes), outcomes
     assert all(says in reason for _, reason in outcomes.values()), outcomes
+
+
+@pytest.mark.parametrize(("suite", "says"), [
+    ("TestThreadLockOnly", "processes committing at once lost or reused numbers"),
+    ("TestChecksEditsOutsideLock", "edits racing at one expected_head"),
+    ("TestHeadKeyedCache", "a handle served revisions another handle replaced or set aside"),
+    ("TestAcceptsAfterClose", "commit after close() returned revision 2"),
+])
+def test_a_store_racing_other_processes_edits_or_its_own_close_fails(run: Run, suite: str, says: str) -> None:
+    """Commits of two worker processes at once, edits at one expected_head released together,
+    a log replaced under the same head number, a commit after close: each bug its own test."""
+    outcomes = run.of(suite)
+    assert outcomes and failed(outcomes) == set(outcomes), outcomes
+    assert all(says in reason for _, reason in outcomes.values()), outcomes
+
+
+def test_a_store_dropping_what_an_edit_sent_fails_the_round_trip(run: Run) -> None:
+    """The log is compared with the revision as sent (metadata of an edit's new version
+    included), not with what commit returned, which the same bug shaped."""
+    outcomes = run.of("TestDropsMetadataOfEdits")
+    assert len(outcomes) == 2 and failed(outcomes) == set(outcomes), outcomes
+    assert all("not the revision as sent" in reason for _, reason in outcomes.values()), outcomes
+
+
+def test_a_failed_check_says_what_it_compared_and_what_was_raised(run: Run) -> None:
+    """The suite's asserts are rewritten by pytest (an installed package's are not, unless
+    registered): a plain assert reports both sides, and threads' errors are named."""
+    (reason, *_) = [reason for _, reason in run.of("TestListsEmptied").values()]
+    assert "assert ([" in reason and "== (['kept'], 0, [])" in reason, reason  # not a bare AssertionError
+    outcomes = run.of("TestClaimsThreads")
+    assert len(outcomes) == 2 and failed(outcomes) == set(outcomes), outcomes
+    assert all("OneThreadAtATime was called from two threads at once" in reason for _, reason in outcomes.values()), outcomes

@@ -14,6 +14,7 @@ from llama_index.core.llms import ChatMessage
 
 from context_gatekeeper import (
     BudgetError, GateOptions, InMemoryStore, InvalidInputError, InvalidTypeError, SelectionParams, SQLiteStore,
+    StoreClosedError,
 )
 from llamaindex_gatekeeper import GatekeeperMemory, StoreDetachedWarning, stored
 from pg_support import drop_tables, postgres_dsn, prefix_for
@@ -442,9 +443,9 @@ def test_a_live_export_of_a_session_with_no_op_rows_of_an_older_version_attaches
 
 @pytest.mark.parametrize("where", ["sqlite_shared", "sqlite_path", "in_memory"])
 def test_closing_a_memory_ends_its_live_exports(tmp_path: Path, where: str) -> None:
-    """InMemoryStore.close() does nothing, so data exported before memory.close() still
-    attached to the closed memory's store afterwards. close() revokes the token its to_dict
-    wrote, and a closed memory's to_dict carries none."""
+    """Data exported before memory.close() attached to the closed memory's store afterwards (an
+    InMemoryStore's close() did nothing). close() revokes the token its to_dict wrote, a closed
+    memory's to_dict carries none, and a store the memory owned refuses every call."""
     shared = SQLiteStore(tmp_path / "shared.db") if where == "sqlite_shared" else None
     store = {"sqlite_shared": shared, "sqlite_path": str(tmp_path / "own.db"), "in_memory": None}[where]
     memory = GatekeeperMemory.from_defaults(store=store, session_id="s")
@@ -460,10 +461,10 @@ def test_closing_a_memory_ends_its_live_exports(tmp_path: Path, where: str) -> N
     exchange(again, "Written after close?", "Apart.")
     if shared is not None:
         assert shared.head("s") == 1
-    elif where == "in_memory":
-        assert kept.head("s") == 1
-    if where != "sqlite_path":  # (a memory that closed its own file cannot export at all)
         assert "live_token" not in memory.to_dict()  # a closed memory exports nothing live
+    else:  # a memory that closed its own store (a file, or one in memory) cannot be read or export at all
+        with pytest.raises(StoreClosedError):
+            kept.head("s")
     if shared is not None:
         shared.close()
 

@@ -293,7 +293,11 @@ class Store(ABC):
         return sorted(self.sessions())
 
     def close(self) -> None:
-        """Release connections (the store may not be used afterwards)."""
+        """Release connections; idempotent.  The store may not be used afterwards: a call on
+        a closed store raises :class:`~context_gatekeeper.errors.StoreClosedError` (as every
+        built-in store's does) and writes nothing.  A store that keeps working after
+        ``close`` must keep what it commits then, where every handle reads it; it never
+        returns a revision as committed and loses it (the conformance suite checks both)."""
 
     def _fault(self, point: str) -> None:
         if self.fault_hook is not None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
+from ..errors import StoreClosedError
 from ..records.revisions import Revision
 from .base import Store, checked_after, checked_keep, prepare_commit
 from .integrity import IdEntry, index_of_log
@@ -21,7 +23,8 @@ class InMemoryStore(Store, VectorStore):
     Revisions go in and come out as copies (:meth:`Revision.detached`), so mutating a
     message's ``metadata`` or ``parts`` after committing or reading never changes the log.
     Session ids are checked as the SQL stores check them (a str UTF-8 can encode, else
-    :class:`InvalidTypeError` / :class:`InvalidInputError`), so code that works here works there.
+    :class:`InvalidTypeError` / :class:`InvalidInputError`), and a call after :meth:`close`
+    raises :class:`StoreClosedError` as theirs does, so code that works here works there.
     """
 
     def __init__(self) -> None:
@@ -31,32 +34,48 @@ class InMemoryStore(Store, VectorStore):
         # session -> (embedder, dimension, text_hash, message_id) -> row; dicts keep insertion order
         self._vectors: dict[str, dict[tuple[str, int, str, str], VectorRow]] = {}
         self._lock = threading.Lock()
+        self._closed = False
+
+    @contextmanager
+    def _held(self) -> Iterator[None]:
+        """The lock, held for the block, on a store that is not closed: a call after
+        :meth:`close` raises :class:`StoreClosedError`, as the SQL stores' calls do (a commit
+        a closed store accepted would be kept where nobody reads it)."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(
+                    f"this {type(self).__name__} was closed and may not be used any more; close it only once the code "
+                    "using it is done, or give that code a new store"
+                )
+            yield
 
     def setup(self) -> None:
-        """Nothing to create."""
+        """Nothing to create (a closed store raises :class:`StoreClosedError`)."""
+        with self._held():
+            pass
 
     def head(self, session_id: str) -> int:
         session_id = checked_session(session_id)
-        with self._lock:
+        with self._held():
             log = self._logs.get(session_id)
             return log[-1].number if log else 0
 
     def tip(self, session_id: str) -> tuple[int, float]:
         session_id = checked_session(session_id)
-        with self._lock:
+        with self._held():
             log = self._logs.get(session_id)
             return (log[-1].number, log[-1].time) if log else (0, 0.0)
 
     def revisions(self, session_id: str, after: int = 0) -> list[Revision]:
         session_id, after = checked_session(session_id), checked_after(after)
-        with self._lock:
+        with self._held():
             return [r.detached() for r in self._logs.get(session_id, [])[after:]]
 
     def commit(
         self, session_id: str, revision: Revision, *, expected_head: int | None, renew_taken_ids: bool = False
     ) -> Revision:
         session_id = checked_session(session_id)
-        with self._lock:
+        with self._held():
             self._fault("begin")
             log = self._logs.get(session_id, [])
             index = self._index.get(session_id, {})
@@ -77,7 +96,7 @@ class InMemoryStore(Store, VectorStore):
 
     def truncate(self, session_id: str, keep: int) -> int:
         session_id, keep = checked_session(session_id), checked_keep(keep)
-        with self._lock:
+        with self._held():
             log = self._logs.get(session_id, [])
             dropped = log[keep:]
             if dropped:
@@ -100,26 +119,31 @@ class InMemoryStore(Store, VectorStore):
 
     def purge(self, session_id: str) -> None:
         session_id = checked_session(session_id)
-        with self._lock:
+        with self._held():
             self._logs.pop(session_id, None)
             self._index.pop(session_id, None)
             self._set_aside.pop(session_id, None)
             self._vectors.pop(session_id, None)
 
     def sessions(self) -> list[str]:
-        with self._lock:
+        with self._held():
             return sorted(self._logs)
 
     def stored_sessions(self) -> list[str]:
         """Sessions with revisions, set-aside revisions or vectors, sorted (see :meth:`Store.stored_sessions`)."""
-        with self._lock:
+        with self._held():
             held = (self._logs, self._set_aside, self._vectors)
             return sorted({session for part in held for session, rows in part.items() if rows})
+
+    def close(self) -> None:
+        """Close the store (idempotent): every later call raises :class:`StoreClosedError`."""
+        with self._lock:
+            self._closed = True
 
     # -- vectors (VectorStore) ------------------------------------------------------------
     def save_vectors(self, session_id: str, rows: Iterable[Any]) -> int:
         session_id, checked = checked_session(session_id), checked_rows(rows)
-        with self._lock:
+        with self._held():
             if not self._logs.get(session_id):
                 return refused_save(self, session_id, len(checked))
             saved = self._vectors.setdefault(session_id, {})
@@ -138,7 +162,7 @@ class InMemoryStore(Store, VectorStore):
     def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
         session_id, embedder = checked_session(session_id), checked_embedder(embedder)
         dimension = checked_dimension(dimension)
-        with self._lock:
+        with self._held():
             return [
                 row
                 for (name, dim, _, _), row in self._vectors.get(session_id, {}).items()
@@ -148,7 +172,7 @@ class InMemoryStore(Store, VectorStore):
     def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
         session_id = checked_session(session_id)
         embedder = None if embedder is None else checked_embedder(embedder)
-        with self._lock:
+        with self._held():
             saved = self._vectors.get(session_id, {})
             doomed = [key for key in saved if embedder is None or key[0] == embedder]
             for key in doomed:

@@ -14,7 +14,9 @@ names are any text without NUL (PostgreSQL text cannot hold it).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..stores.base import Store
@@ -23,7 +25,7 @@ from ..records.operations import Applied, Change, Put, Remove
 from ..records.revisions import Revision
 
 __all__ = [
-    "message", "append", "turn", "edit", "delete", "changed", "fill", "snapshot", "run_together", "put_ids",
+    "message", "append", "turn", "edit", "delete", "changed", "fill", "snapshot", "run_together", "raised", "put_ids",
     "NASTY_SESSIONS", "CONFUSABLE_SESSIONS", "NESTED", "CONTENTS",
 ]
 
@@ -99,6 +101,18 @@ def run_together(*calls: Callable[[], object]) -> list[BaseException]:
     for thread in threads:
         thread.join()
     return errors
+
+
+def raised(errors: Sequence[BaseException]) -> str:
+    """What ``errors`` (those :func:`run_together` returns) were, for a failed check's message:
+    each one's type and text, and the first one's traceback, which shows where the store raised
+    it (an ``assert errors == []`` alone says only that the list was not empty)."""
+    if not errors:
+        return "nothing was raised"
+    kinds = Counter(f"{type(error).__name__}: {error}" for error in errors)  # in the order first raised
+    named = "; ".join(f"{count} x {kind}" if count > 1 else kind for kind, count in kinds.items())
+    first = "".join(traceback.format_exception(type(errors[0]), errors[0], errors[0].__traceback__))
+    return f"the calls raised {len(errors)} error(s): {named}\nthe first one:\n{first}"
 
 
 def put_ids(revisions: list[Revision]) -> list[str]:

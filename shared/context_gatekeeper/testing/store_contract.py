@@ -12,21 +12,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-from ..errors import InvalidTypeError, StaleHeadError
+from ..errors import GatekeeperError, InvalidTypeError, StaleHeadError
 from ..stores import FAULT_POINTS, Store
 from ..records.messages import Message
 from ..records.operations import AT_END, Change, Put, Remove, invert
-from ..records.revisions import Revision
+from ..records.revisions import Revision, storable_revision
 from ._requires import HealthCheck, given, pytest, settings, st
 from .store_builders import (
     CONFUSABLE_SESSIONS, CONTENTS, NASTY_SESSIONS, NESTED, append, changed, delete, edit, fill, message, put_ids,
-    run_together, snapshot, turn,
+    raised, run_together, snapshot, turn,
 )
-from .store_modes import Capabilities, needs, run_async, together, unwrapped
-from .store_processes import commit_in_a_child
+from .store_modes import Capabilities, lacking, needs, run_async, together, unwrapped
+from .store_processes import commit_in_a_child, commit_in_children
 from ..stores.vectors import VectorRow, supports_vectors
 
 __all__ = ["StoreContract"]
@@ -36,12 +37,34 @@ OpenStore = Callable[[], Store]
 HOOK_DEADLINE_S = 10.0
 """How long the async test waits for ``acommit`` to reach ``fault_hook('begin')``."""
 
+PROCESS_APPENDS = 30
+"""How many appends each of the two child processes commits at once with the other."""
+
+RACERS, RACES = 4, 3
+"""How many handles race an edit at one expected head, and how many times."""
+
 
 def once(suite: Any, mode: str) -> None:
     """Skip the run of a test in any mode but the first the suite runs: for a test that
     checks the store itself (its twins, another process), the same in every mode."""
     if mode != suite.modes[0]:
         pytest.skip(f"runs once per store, in the {suite.modes[0]!r} mode (it checks the store itself in every mode)")
+
+
+def kept_as_sent(fetched: Revision, sent: Revision, returned: Revision) -> None:
+    """``fetched`` (read back) is ``sent`` as the store must keep it: every field as given (text
+    normalised as every store normalises it, :func:`storable_revision`: a message's metadata
+    and parts, an edit's new versions included), but those the store assigns: ``number``,
+    ``parent``, ``base`` and ``time``, as ``commit`` returned them, and the number stamped on
+    the versions the revision produces (:meth:`Revision.stamped`).  Comparing with what
+    ``commit`` returned alone passes a store that loses a field on the way in: its return
+    value lacks it as well."""
+    expected = replace(storable_revision(sent), number=returned.number, parent=returned.parent, base=returned.base,
+                       time=returned.time).stamped()
+    assert fetched == expected, (
+        f"the log holds not the revision as sent (revision {returned.number}; only its number, parent, base and time "
+        "are the store's to set): keep every field of every change, the metadata and parts of an edit's new version too")
+    assert fetched == returned, f"the log holds not what commit returned for revision {returned.number}"
 
 
 def follows(handle: Store, session: str, log: list[Revision]) -> None:
@@ -180,7 +203,8 @@ class StoreContract:
                     handles[k].commit("s", append(message(f"h{k}-{j}")), expected_head=None)
             return commit_all
 
-        assert run_together(*(writer(k) for k in range(len(handles)))) == []
+        errors = run_together(*(writer(k) for k in range(len(handles))))
+        assert errors == [], raised(errors)
         total = len(handles) * per_handle
         for reader in (*handles, open_store()):
             log = reader.revisions("s")
@@ -256,6 +280,30 @@ class StoreContract:
             store.commit("s", proposal, expected_head=1)
         assert snapshot(store, "s") == before
 
+    @needs("threads")
+    def test_edits_racing_at_one_expected_head_commit_once(self, open_store: OpenStore) -> None:
+        """Handles (workers) edit one message, each at the same expected head, released
+        together: exactly one commits, the others raise StaleHeadError, and every handle
+        reads the log with the one that won.  A store that checks the expected head outside
+        its write lock lets several commit, each overwriting the one before without a word."""
+        handles = [open_store() for _ in range(RACERS)]
+        log: list[Revision] = []
+        for race in range(RACES):
+            asked = handles[0].commit("s", append(message(f"q{race}")), expected_head=None)
+            won: list[Revision] = []
+
+            def editor(handle: Store, text: str, asked: Revision = asked, won: list[Revision] = won) -> Callable[[], None]:
+                return lambda: won.append(handle.commit("s", edit(asked.added[0], text), expected_head=asked.number))
+
+            errors = run_together(*(editor(handle, f"edit {k} of race {race}") for k, handle in enumerate(handles)))
+            stale = [error for error in errors if isinstance(error, StaleHeadError)]
+            assert len(won) == 1 and len(stale) == len(errors) == RACERS - 1, (
+                f"edits racing at one expected_head: {len(won)} of {RACERS} committed, where exactly one must and the "
+                f"others raise StaleHeadError (check the head inside the write transaction); {raised(errors)}")
+            log += [asked, *won]
+        for handle in (*handles, open_store()):
+            follows(handle, "s", log)
+
     def test_an_expected_head_above_the_head_raises(self, store: Store) -> None:
         with pytest.raises(StaleHeadError):
             store.commit("empty", edit(message("u1"), "x"), expected_head=1)
@@ -281,7 +329,10 @@ class StoreContract:
         fill(store, "neighbour", 1)
         stored = fill(store, session, 2)
         again = open_store()
-        assert again.revisions(session) == stored
+        fetched = again.revisions(session)
+        assert fetched == stored
+        for n, (kept, returned) in enumerate(zip(fetched, stored), start=1):
+            kept_as_sent(kept, turn(n), returned)
         assert again.head(session) == 2
         assert sorted(again.sessions()) == sorted({"neighbour", session})
         assert again.head("neighbour") == 1
@@ -307,9 +358,11 @@ class StoreContract:
     @pytest.mark.parametrize("name", sorted(CONTENTS))
     def test_content_round_trips(self, store: Store, open_store: OpenStore, name: str) -> None:
         text = CONTENTS[name]
-        stored = store.commit("s", append(message("u1", content=text), message("a1", "assistant", text)), expected_head=None)
+        sent = append(message("u1", content=text), message("a1", "assistant", text))
+        stored = store.commit("s", sent, expected_head=None)
         fetched = open_store().revisions("s")
         assert fetched == [stored]
+        kept_as_sent(fetched[0], sent, stored)
         assert fetched[0].added[0].content == text
 
     def test_every_field_round_trips(self, store: Store, open_store: OpenStore) -> None:
@@ -321,7 +374,8 @@ class StoreContract:
             metadata=NESTED,
         )
         result = Message("t1", "tool", '{"ok": true}', parts=None, metadata={"tool_call_id": "call_1"})
-        first = store.commit("s 'x'", append(message("u1"), tool_call, result), expected_head=None)
+        opening = append(message("u1"), tool_call, result)
+        first = store.commit("s 'x'", opening, expected_head=None)
         edited = tool_call.revised("now with text — ✓", 2)
         inserted = Message("i1", "user", "new", origin="inserted", derived_from=(), revision=2)
         revision = Revision(
@@ -340,6 +394,8 @@ class StoreContract:
         assert (second.base, third.target, third.instruction, third.model) == (1, 2, None, None)
         fetched = open_store().revisions("s 'x'")
         assert fetched == [first, second, third]
+        for kept, sent, returned in zip(fetched, (opening, revision, bare), (first, second, third)):
+            kept_as_sent(kept, sent, returned)
         assert changed(fetched[1]).derived_from == ("a1",)
         assert changed(fetched[1]).parts == tool_call.parts
         assert fetched[1].time == second.time >= revision.time  # stamped when committed
@@ -359,14 +415,17 @@ class StoreContract:
 
         label = st.text(st.characters(exclude_categories=cast(Any, ("Cs",)), exclude_characters="\x00"))
 
-        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+        # database=None: no .hypothesis/ folder in the directory the store's tests run from
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(label, st.text(), st.dictionaries(st.text(), json_values, max_size=3), st.none() | label)
         def check(session: str, content: str, metadata: dict[str, Any], instruction: str | None) -> None:
             session = f"{next(counter)}:{session}"
             m = Message("m1", "assistant", content, parts=(content, metadata), metadata=metadata)
             revision = Revision(0, 0, "apply", (Put(m, None),), instruction=instruction)
             stored = store.commit(session, revision, expected_head=None)
-            assert store.revisions(session) == [stored]
+            fetched = store.revisions(session)
+            assert fetched == [stored]
+            kept_as_sent(fetched[0], revision, stored)
 
         check()
 
@@ -414,6 +473,31 @@ class StoreContract:
         if self.capabilities.truncate:
             assert other.truncate("s", 1) == 2
             follows(store, "s", again[:1])
+
+    @pytest.mark.parametrize("how", ["purge", "truncate"])
+    def test_a_handle_never_serves_text_replaced_under_the_same_head(
+        self, store: Store, open_store: OpenStore, how: str
+    ) -> None:
+        """Another handle purges the session (or truncates it) and writes it again up to the
+        same head number, while this one reads nothing in between: this one then reads the
+        new text.  A handle that keeps the log it read while the head number stays the same
+        serves purged text again."""
+        if how == "truncate" and not self.capabilities.truncate:
+            pytest.skip(lacking(type(self).__name__, "truncate"))
+        other = open_store()
+        written = fill(other, "s", 2)
+        follows(store, "s", written)
+        kept = [] if how == "purge" else written[:1]
+        if how == "purge":
+            other.purge("s")
+        else:
+            assert other.truncate("s", 1) == 1
+        again = kept + [
+            other.commit("s", append(message(f"new{n}", content=f"new text {n}")), expected_head=None)
+            for n in range(len(written) - len(kept))
+        ]
+        assert [r.number for r in again] == [r.number for r in written]
+        follows(store, "s", again)
 
     @needs("truncate")
     def test_stored_sessions_lists_what_truncate_set_aside_until_purged(self, store: Store, mode: str) -> None:
@@ -495,7 +579,7 @@ class StoreContract:
             thread.start()
         for thread in pool:
             thread.join()
-        assert errors == []
+        assert errors == [], raised(errors)
         log = store.revisions("s")
         total = threads * per_thread
         assert [r.number for r in log] == list(range(1, total + 1))
@@ -524,6 +608,57 @@ class StoreContract:
                 "there: name storage kept outside where with storage_key(where), which every process reads alike)")
             assert put_ids(log) == ["u1", "a1", "u2", "a2", "u3", "a3"]
         assert store.commit("s", turn(4), expected_head=3).number == 4
+
+    @needs("reopens", "processes")
+    def test_processes_committing_at_once_lose_nothing(
+        self, store: Store, open_store: OpenStore, tmp_path: Path, mode: str
+    ) -> None:
+        """Two worker processes append to one session at the same time (released together
+        once both have opened a handle; one commits through ``commit``, the other through
+        ``acommit``): every append is in the log once, numbered 1..N, each process's in its
+        order.  A store serialising commits only within a process (a threading lock) passes
+        every other test and loses revisions here."""
+        once(self, mode)
+        twins = ("commit", "acommit")
+        commits = [[(twin, [(f"p{k}-{j}", "user")]) for j in range(PROCESS_APPENDS)] for k, twin in enumerate(twins)]
+        for child in commit_in_children(type(self), tmp_path, "s", commits):
+            assert child.committed, child.failure(type(self).__name__)
+        total = len(twins) * PROCESS_APPENDS
+        for handle in (store, open_store()):
+            log = handle.revisions("s")
+            assert [r.number for r in log] == list(range(1, total + 1)), (
+                f"processes committing at once lost or reused numbers ({len(log)} revisions in the log for {total} "
+                "appends): serialise commits across processes (a lock the storage holds, a transaction), not only "
+                "within one")
+            ids = put_ids(log)
+            assert len(ids) == total, "processes committing at once lost appends"
+            for k in range(len(twins)):
+                assert [i for i in ids if i.startswith(f"p{k}-")] == [f"p{k}-{j}" for j in range(PROCESS_APPENDS)], (
+                    f"the appends of process {k} are not in the log once each, in the order it committed them")
+
+    # -- closing ------------------------------------------------------------------------
+    def test_a_commit_after_close_raises_or_is_kept(self, open_store: OpenStore) -> None:
+        """A handle used after ``close()``: its commit raises StoreClosedError (or another of
+        the library's errors), or commits for real, where a handle opened afterwards reads
+        it.  Never a revision returned as stored and then lost."""
+        closing = open_store()
+        (first,) = fill(closing, "s", 1)
+        closing.close()
+        try:
+            stored = closing.commit("s", turn(2), expected_head=None)
+        except GatekeeperError:  # StoreClosedError, as the built-in stores raise
+            if not self.capabilities.reopens:
+                return  # nothing is left to read the storage with
+            log = [first]
+        except Exception as exc:  # noqa: BLE001 - reported as the failure
+            pytest.fail(
+                f"{type(unwrapped(closing)).__name__}.commit after close() raised {type(exc).__name__}: {exc}; raise "
+                "context_gatekeeper.errors.StoreClosedError there (the library's errors say what to do)")
+        else:
+            log = [first, stored]
+        assert open_store().revisions("s") == log, (
+            f"commit after close() returned revision {log[-1].number}, but the storage does not hold it"
+            if len(log) == 2 else "a commit after close() raised, yet wrote to the storage")
 
     # -- async --------------------------------------------------------------------------
     def test_async_twins_match_the_sync_methods(self, store: Store) -> None:

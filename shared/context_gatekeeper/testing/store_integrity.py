@@ -18,7 +18,7 @@ from ..records.operations import AT_END, Change, Delete, Put, Remove
 from ..records.revisions import Proposal, Revision
 from ..transcripts.transcript import Transcript
 from ._requires import pytest
-from .store_builders import append, changed, delete, edit, fill, message, put_ids, run_together, snapshot, turn
+from .store_builders import append, changed, delete, edit, fill, message, put_ids, raised, run_together, snapshot, turn
 from .store_modes import Capabilities, needs, unwrapped
 from ..stores.vectors import supports_vectors
 
@@ -131,7 +131,7 @@ class IntegrityContract:
         transcripts = [Transcript("s", store=s) for s in stores]
         message = {"id": "same", "role": "user", "content": "hi"}
         errors = run_together(*(lambda t=t: t.append(messages=[message], renew_taken_ids=True) for t in transcripts))
-        assert errors == []
+        assert errors == [], raised(errors)
         t = Transcript("s", store=stores[0])
         assert [(m.id, m.content) for m in t.messages] == [("same", "hi")]
         assert stores[0].head("s") == 1

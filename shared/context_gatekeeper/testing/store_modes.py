@@ -66,11 +66,13 @@ class Capabilities:
         processes: a handle opened by ``make(where)`` in another process reaches the same
             storage, and what that process committed is there once it exits, even without
             closing its handle (``os._exit``): a store that buffers writes until ``close``
-            loses them when a worker dies.  The suite runs ``make`` in a child Python
-            process that imports the test class's module and finds the class by the name
-            the module binds it to, without running any fixture: ``make`` may use only
-            what importing the module sets up, and ``where``.  Added after the others, so
-            it is off by default: declare it on for a store that several processes share.
+            loses them when a worker dies.  Two such processes committing at once lose
+            nothing: a store whose lock holds only within a process does.  The suite
+            runs ``make`` in child Python processes that import the test class's module
+            and find the class by the name the module binds it to, without running any
+            fixture: ``make`` may use only what importing the module sets up, and
+            ``where``.  Added after the others, so it is off by default: declare it on
+            for a store that several processes share.
     """
 
     reopens: bool = True
@@ -305,8 +307,13 @@ def needs(*capabilities: str) -> Any:
 
 
 def lacking(suite: str, capability: str) -> str:
-    """The reason a test of ``suite`` is skipped for lack of ``capability``."""
-    return f"needs the {capability!r} capability, which {suite} declares off (Capabilities({capability}=False))"
+    """The reason a test of ``suite`` is skipped for lack of ``capability``: one on by default
+    that ``suite`` declares off, or one added later, off until ``suite`` declares it on (an
+    author who declared nothing is not told they declared it off)."""
+    if getattr(Capabilities(), capability):
+        return f"needs the {capability!r} capability, which {suite} declares off (Capabilities({capability}=False))"
+    return (f"needs the {capability!r} capability, off by default (added after the others), which {suite} does not "
+            f"declare on (Capabilities({capability}=True) runs it)")
 
 
 async def together(suite: object, *awaitables: Awaitable[T]) -> list[T]:

@@ -1,11 +1,13 @@
-"""Committing from another process, for the ``processes`` capability of the conformance suite.
+"""Committing from other processes, for the ``processes`` capability of the conformance suite.
 
 Part of the store conformance suite (:mod:`context_gatekeeper.testing.stores`); needs
 neither pytest nor hypothesis.  :func:`commit_in_a_child` starts a child Python process
 that imports the test class's module, opens a handle with the class's ``make(where)``,
 commits some turns through ``commit`` and ``acommit``, and ends with :func:`os._exit`:
 no ``close``, no ``atexit``, no finalizer, as when a worker is killed.  What it committed
-must be in the storage all the same.
+must be in the storage all the same.  :func:`commit_in_children` starts several such
+children and releases them together once each has opened its handle, so that their
+commits overlap: a store that serialises commits only within a process loses some.
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["CHILD_TIMEOUT_S", "ChildRun", "commit_in_a_child"]
+__all__ = ["CHILD_TIMEOUT_S", "ChildRun", "commit_in_a_child", "commit_in_children"]
 
 CHILD_TIMEOUT_S = 120.0
 """How long the parent waits for the child (imports, connecting, committing)."""
+
+READY = "conformance-child: ready"
+"""What a child released together with others prints once its handle is open; it then
+waits for a line on its standard input before it commits."""
 
 COMMITTED = "conformance-child: committed"
 """What the child prints once every commit returned."""
@@ -63,15 +70,20 @@ if suite is None:
     print(job["unloadable"], flush=True)
     os._exit(3)
 
-from context_gatekeeper.testing.store_builders import turn
+from context_gatekeeper.testing.store_builders import append, message
 
 store = suite().make(Path(job["where"]))
+if job["ready"]:  # released together with other children: open, then wait for the parent's word
+    store.head(job["session"])
+    print(job["ready"], flush=True)
+    sys.stdin.readline()
 loop = asyncio.new_event_loop()  # never closed either: the process just ends
-for n, twin in zip(job["turns"], job["twins"]):
+for twin, messages in job["commits"]:
+    revision = append(*(message(id, role) for id, role in messages))
     if twin == "acommit":
-        loop.run_until_complete(store.acommit(job["session"], turn(n), expected_head=None))
+        loop.run_until_complete(store.acommit(job["session"], revision, expected_head=None))
     else:
-        store.commit(job["session"], turn(n), expected_head=None)
+        store.commit(job["session"], revision, expected_head=None)
 print(job["committed"], flush=True)
 os._exit(0)
 """
@@ -107,28 +119,122 @@ class ChildRun:
         )
 
 
+Commits = list[tuple[str, list[tuple[str, str]]]]
+"""What a child commits, in order: each an append through a twin (``"commit"`` or
+``"acommit"``) of messages given as ``(id, role)``, built by :func:`.store_builders.message`."""
+
+
 def commit_in_a_child(suite: type, where: Path, session: str, turns: list[int], twins: list[str]) -> ChildRun:
     """Commit ``turn(n)`` for each of ``turns`` to ``session`` from a child process, through
     the matching twin of ``twins`` (``"commit"`` or ``"acommit"``), on a handle that
     ``suite().make(where)`` opens there; the child exits without closing it."""
-    job = {
-        "path": sys.path,
-        "bindings": [_described(module, name) for module, name in _bindings(suite)],
-        "unloadable": UNLOADABLE,
-        "where": str(where),
-        "session": session,
-        "turns": turns,
-        "twins": twins,
-        "committed": COMMITTED,
-    }
+    commits = [(twin, [(f"u{n}", "user"), (f"a{n}", "assistant")]) for n, twin in zip(turns, twins)]
     try:
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, json.dumps(job)],
+            [sys.executable, "-c", CHILD, json.dumps(_job(suite, where, session, commits, ready=""))],
             capture_output=True, text=True, cwd=os.getcwd(), timeout=CHILD_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired as late:
         return ChildRun(None, _text(late.stdout), _text(late.stderr))
     return ChildRun(done.returncode, done.stdout, done.stderr)
+
+
+def commit_in_children(suite: type, where: Path, session: str, commits: list[Commits]) -> list[ChildRun]:
+    """Make ``commits[k]`` to ``session`` from child process ``k`` (see :data:`Commits`), on a
+    handle ``suite().make(where)`` opens there, every child released at once when all have
+    opened theirs (each says so on its output and waits for a line on its input: no sleep,
+    no clock), so that their commits run at the same time; each exits without closing its
+    handle.  A child still running after :data:`CHILD_TIMEOUT_S` is killed (its run then
+    reports ``returncode`` None)."""
+    children: list[subprocess.Popen[str]] = []
+    killed: list[subprocess.Popen[str]] = []
+    watchdog = threading.Timer(CHILD_TIMEOUT_S, _kill_all, (children, killed))
+    watchdog.start()
+    try:
+        for mine in commits:
+            children.append(subprocess.Popen(
+                [sys.executable, "-c", CHILD, json.dumps(_job(suite, where, session, mine, ready=READY))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=os.getcwd(),
+            ))
+        opened = [_output_until_ready(child) for child in children]  # every handle open (or its child ended)
+        for child in children:
+            _release(child)
+        outputs = [before + _rest(child) for child, before in zip(children, opened)]
+    finally:
+        watchdog.cancel()
+        watchdog.join()
+        for child in children:
+            _kill(child, [])
+            _reaped(child)
+    return [ChildRun(None if child in killed else child.returncode, output, "") for child, output in zip(children, outputs)]
+
+
+def _job(suite: type, where: Path, session: str, commits: Commits, ready: str) -> dict[str, Any]:
+    """What the child script reads: where to find ``suite``, what to commit, and what to say."""
+    return {
+        "path": sys.path,
+        "bindings": [_described(module, name) for module, name in _bindings(suite)],
+        "unloadable": UNLOADABLE,
+        "where": str(where),
+        "session": session,
+        "commits": commits,
+        "ready": ready,
+        "committed": COMMITTED,
+    }
+
+
+def _output_until_ready(child: subprocess.Popen[str]) -> str:
+    """What ``child`` printed up to and including :data:`READY` (or all of it, when it ended first)."""
+    assert child.stdout is not None
+    lines = []
+    for line in iter(child.stdout.readline, ""):
+        lines.append(line)
+        if line.rstrip("\n") == READY:
+            break
+    return "".join(lines)
+
+
+def _release(child: subprocess.Popen[str]) -> None:
+    """Tell a waiting child to commit (a child that has ended has no input to write to)."""
+    assert child.stdin is not None
+    try:
+        child.stdin.write("go\n")
+        child.stdin.close()
+    except OSError:  # BrokenPipeError: it ended before the word (its output says why)
+        pass
+
+
+def _rest(child: subprocess.Popen[str]) -> str:
+    """The rest of ``child``'s output, once it has ended."""
+    assert child.stdout is not None
+    rest = child.stdout.read()
+    child.wait()
+    return rest
+
+
+def _kill_all(children: list[subprocess.Popen[str]], killed: list[subprocess.Popen[str]]) -> None:
+    """The watchdog's end for children still running after :data:`CHILD_TIMEOUT_S`."""
+    for child in children:
+        _kill(child, killed)
+
+
+def _kill(child: subprocess.Popen[str], killed: list[subprocess.Popen[str]]) -> None:
+    """End ``child`` if it still runs, noting it in ``killed`` (its pipes then close, which
+    ends the parent's reads)."""
+    if child.poll() is None:
+        killed.append(child)
+        child.kill()
+
+
+def _reaped(child: subprocess.Popen[str]) -> None:
+    """Wait for ``child`` to end and close the parent's ends of its pipes."""
+    child.wait()
+    for stream in (child.stdin, child.stdout):
+        if stream is not None and not stream.closed:
+            try:
+                stream.close()
+            except OSError:  # the input of a child that ended: a broken pipe on flush
+                pass
 
 
 def _bindings(suite: type) -> list[tuple[ModuleType, str]]:

@@ -6,7 +6,8 @@ Every store of this package (in memory, SQLite, PostgreSQL) runs it, and a store
     from context_gatekeeper.testing.stores import Capabilities, StoreConformance, storage_key
 
     class TestRedisStore(StoreConformance):
-        capabilities = Capabilities(vectors=False)     # what it lacks; everything else is on
+        # vectors: it has none; processes (off unless declared, as is tamper_evident): workers share it
+        capabilities = Capabilities(vectors=False, processes=True)
 
         def make(self, where):                         # where: a fresh directory per test
             return RedisStore(url, prefix=storage_key(where))  # a handle on this test's storage
@@ -14,13 +15,18 @@ Every store of this package (in memory, SQLite, PostgreSQL) runs it, and a store
         def destroy(self, where):                      # optional: drop the test's storage
             RedisStore(url, prefix=storage_key(where)).drop_everything()
 
-It needs pytest and hypothesis: ``pip install "context-gatekeeper[testing]"`` (importing
-this module without them raises an ImportError saying so).  The rest of
-:mod:`context_gatekeeper.testing` (the ScriptedModel mock) needs neither.
+It needs pytest and hypothesis, the ``testing`` extra: the package is not on PyPI yet, so
+install it from a clone of the repository with ``pip install -e ".[testing]"`` (importing this
+module without them raises an ImportError saying so).  The rest of
+:mod:`context_gatekeeper.testing` (the ScriptedModel mock) needs neither.  Importing this
+module registers the suite's modules with ``pytest.register_assert_rewrite``, so a failed
+check shows what it compared even from an installed package; import it before anything
+imports those modules (``store_contract`` and its siblings) directly.
 
 **make(where).**  Each call must open a *handle on the same storage* (the first call's
 storage starts empty): for a database, a new connection to the same file or schema.  The
-suite closes every handle it opened at the end of the test.  Storage kept outside
+suite closes every handle it opened at the end of the test (again for one the test closed
+itself: ``close`` must be idempotent).  Storage kept outside
 ``where`` (a database, a key prefix) needs a name no other test and no other run uses:
 :func:`storage_key` gives one per ``where`` (a random name kept in a file inside it, so
 every call for one test agrees), whereas ``where.name`` repeats from one pytest run to the
@@ -28,10 +34,11 @@ next.  **destroy(where)**, when defined, is called once at the end of each test,
 the handles are closed, to drop that storage (the default does nothing).
 
 **Capabilities.**  ``capabilities`` (a frozen :class:`Capabilities`) says what the store
-can do; the default turns on every capability the suite had from the start, so nothing
-is skipped silently, and the two added later (``processes``, ``tamper_evident``) off, so a
-suite written before them keeps passing.  A test needing a capability declared off is
-skipped with a reason naming it:
+can do; the default turns on every capability the suite had from the start, and the two
+added later (``processes``, ``tamper_evident``) off, so a suite written before them keeps
+passing: their tests are skipped until the class declares them on.  A test needing a
+capability that is off is skipped with a reason naming it (and saying whether the class
+declared it off or left it at its default):
 
 * ``reopens``: ``make`` opens further handles on the same storage.  Off (an in-memory
   store), "reopening" hands back the first handle and the tests still run on it (those
@@ -42,8 +49,9 @@ skipped with a reason naming it:
 * ``truncate``: the store implements ``truncate`` (the recovery for a corrupt log);
 * ``vectors``: the store is a :class:`~context_gatekeeper.stores.VectorStore`;
 * ``processes`` (off by default, added later): ``make(where)`` called in another process
-  opens the same storage, and what that process committed survives it exiting without
-  ``close`` (:func:`os._exit`, as a killed worker).  The suite runs ``make`` in a child
+  opens the same storage, what that process committed survives it exiting without
+  ``close`` (:func:`os._exit`, as a killed worker), and two processes committing at once
+  lose nothing (a lock held only within a process does not do).  The suite runs ``make`` in a child
   Python process that imports the test class's module and takes the class by the name the
   module binds it to, without running fixtures (so ``make`` may use only what that import
   sets up, and ``where``); storage named from ``where`` by :func:`storage_key` qualifies;
@@ -74,10 +82,14 @@ of ``modes``.
 
 **What it checks** (see :mod:`context_gatekeeper.stores.base` and docs/architecture.md):
 numbering and the concurrency rules (:mod:`.store_contract`: an edit checked against every
-revision since its ``expected_head``), values that must come back exactly (session ids a
-backend could confuse included), purge, faults, threads, several handles committing at once
-and reading what the others wrote, purged or truncated, a process exiting without ``close``,
-and the async twins (each must let the event loop run while it waits); what a store refuses
+revision since its ``expected_head``, and edits racing at one ``expected_head`` of which
+exactly one commits), revisions that come back exactly as sent but for the fields the store
+sets (number, parent, base, time; session ids a backend could confuse included), purge,
+faults, threads, several handles committing at once and reading what the others wrote,
+purged or truncated (also when it was written again up to the same head), processes
+exiting without ``close`` or committing at once, a commit after ``close`` (it raises
+``StoreClosedError`` or is kept, never returned and lost), and the async twins (each must
+let the event loop run while it waits); what a store refuses
 inside its committing transaction (:mod:`.store_integrity`: revisions that do not apply, other text
 under a taken id, content that is not what it holds); the vector capability
 (:mod:`.store_vectors`).  Override :meth:`ContentContract.stored_state
@@ -98,17 +110,26 @@ from ..errors import InvalidInputError, InvalidTypeError
 from ..stores.base import Store
 from ..stores.vectors import supports_vectors
 from ._requires import pytest
-from .store_builders import append, delete, edit, fill, message, put_ids, run_together, snapshot, turn
-from .store_contract import StoreContract
-from .store_integrity import ContentContract, IntegrityContract
-from .store_tampering import TamperContract
-from .store_modes import MODES, AsyncTwinsFacade, Capabilities, facade_for, lacking, needs, unwrapped
-from .store_vectors import VectorContract
+
+CHECKING_MODULES = ("store_contract", "store_integrity", "store_tampering", "store_vectors")
+"""The suite's modules whose ``assert`` statements check a store.  They are registered with
+pytest before they are imported, so that pytest rewrites their asserts as it rewrites a test
+module's (a failed check shows the values it compared): pytest rewrites no module of an
+installed package unasked, and a bare ``AssertionError`` says nothing."""
+
+pytest.register_assert_rewrite(*(f"{__package__}.{name}" for name in CHECKING_MODULES))
+
+from .store_builders import append, delete, edit, fill, message, put_ids, raised, run_together, snapshot, turn  # noqa: E402
+from .store_contract import StoreContract  # noqa: E402 - this and the following after the registration above
+from .store_integrity import ContentContract, IntegrityContract  # noqa: E402
+from .store_tampering import TamperContract  # noqa: E402
+from .store_modes import MODES, AsyncTwinsFacade, Capabilities, facade_for, lacking, needs, unwrapped  # noqa: E402
+from .store_vectors import VectorContract  # noqa: E402
 
 __all__ = [
     "StoreConformance", "StoreHandles", "Capabilities", "storage_key", "AsyncTwinsFacade", "MODES", "needs", "unwrapped",
     "StoreContract", "VectorContract", "IntegrityContract", "ContentContract", "TamperContract",
-    "message", "append", "turn", "edit", "delete", "fill", "snapshot", "run_together", "put_ids",
+    "message", "append", "turn", "edit", "delete", "fill", "snapshot", "run_together", "raised", "put_ids",
 ]
 
 
