@@ -276,13 +276,19 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
         :attr:`messages`.  Ids are never reused, and no message is dropped:
 
         * a message whose id this history holds now, with the role and text it was first
-          added with, is a retried request and is not stored again; the messages after it
-          still go to the end (``[HumanMessage("yes", id="q1"), AIMessage("new")]``
-          after ``q1`` was answered adds the new answer last);
-        * a held message behind a new one (an LLM cache's earlier ``AIMessage``, id and all,
-          answering a question asked again) is a retry only when the batch, or its start,
-          repeats the messages that end the history; otherwise it is stored under a fresh id,
-          so the new question is answered;
+          added with, leading the batch, is a retried request and is not stored again; the
+          messages after it still go to the end (``[HumanMessage("yes", id="q1"),
+          AIMessage("new")]`` after ``q1`` was answered adds the new answer last);
+        * such a message given again for a new question (an LLM cache answers a question asked
+          again with the earlier ``AIMessage``, id and all) is stored under a fresh id, with
+          what followed it in the batch (a tool call's ``ToolMessage`` results) after it.
+          Behind a new message of the batch it is a retry only when the batch, or its start,
+          repeats (by role and text) the messages that end the history.  Leading the answer
+          to a question added on its own just before (``add_user_message``, then
+          ``add_ai_message`` or an agent's output) it is a retry only when it, or the batch's
+          start, is already right after that question (the same ids, or the same roles and
+          texts); otherwise it answers the question, right after it.  Two histories adding
+          one batch whose messages carry ids of their own at the same time store it once;
         * an id given twice in ``messages``, the id of a message since deleted, cleared
           or reverted, or an id held with other text: the message is stored under a fresh
           id, which :attr:`messages` and :meth:`message_ids` show.

@@ -709,3 +709,52 @@ def test_a_pickle_keeps_an_encoding_name_token_counter():
         assert again.gate.gatekeeper.options.token_counter == history.gate.gatekeeper.options.token_counter
     dropped = pickle.loads(pickle.dumps(GatekeeperChatMessageHistory("enc", token_counter=len)))
     assert dropped.transcript.token_counter is None  # code is still left out
+
+
+def test_a_cached_answer_added_after_its_question_is_stored(tmp_path: Path) -> None:
+    """BaseChatMessageHistory's own flow, add_user_message then add_ai_message, with a chat model
+    whose LLM cache answers a question asked again with the earlier AIMessage (id and all): the
+    third question is answered (under a fresh id), not left open."""
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    model = FakeListChatModel(responses=[REDIS_1[1], ESPRESSO[1]], cache=InMemoryCache())
+    history = GatekeeperChatMessageHistory("s", store=tmp_path / "chat.db")
+    for question in (REDIS_1[0], ESPRESSO[0], REDIS_1[0]):
+        history.add_user_message(question)
+        history.add_ai_message(model.invoke(question))
+    assert texts(history.messages) == [*REDIS_1, *ESPRESSO, *REDIS_1]
+    ids = history.message_ids()
+    assert ids[5] not in ids[:5] and history.messages[5].id == ids[5] and history.messages[1].id == ids[1]
+
+
+def test_an_agents_cached_tool_call_after_its_question_keeps_its_result_with_it() -> None:
+    """An agent's output [earlier tool-calling AIMessage (held), new ToolMessage, AIMessage] added
+    after its question: the call is stored (under a fresh id) with its result right after it."""
+    from context_gatekeeper.editing.checks import tool_violations
+
+    call = AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "Dublin"}, "id": "c1", "type": "tool_call"}],
+                     id="lc_run-1")
+    history = GatekeeperChatMessageHistory("s")
+    history.add_messages([HumanMessage("Weather in Dublin?"), call, ToolMessage("rain", tool_call_id="c1"),
+                          AIMessage("Rainy.", id="lc_run-2")])
+    history.add_user_message("And the weather in Dublin now?")
+    history.add_messages([call, ToolMessage("sun", tool_call_id="c1"), AIMessage("Sunny.", id="lc_run-3")])
+    stored = history.messages
+    assert texts(stored) == ["Weather in Dublin?", "", "rain", "Rainy.", "And the weather in Dublin now?", "", "sun",
+                             "Sunny."]
+    assert isinstance(stored[5], AIMessage) and stored[5].tool_calls == call.tool_calls and stored[5].id != call.id
+    assert tool_violations(list(history.transcript.messages)) == []
+
+
+def test_an_id_given_twice_in_an_answer_after_its_question_answers_that_question() -> None:
+    """[the earlier answer x, x again with new text] added after the open question: both answer
+    it, in order, under fresh ids (the second went after x's stored copy, mid-history)."""
+    history = GatekeeperChatMessageHistory("s")
+    history.add_messages([HumanMessage("Q1"), AIMessage("A1", id="x")])
+    history.add_messages([HumanMessage("Q2"), AIMessage("A2", id="y")])
+    history.add_user_message("Q3")
+    history.add_messages([AIMessage("A1", id="x"), AIMessage("A3, the new answer", id="x")])
+    assert texts(history.messages) == ["Q1", "A1", "Q2", "A2", "Q3", "A1", "A3, the new answer"]
+    ids = history.message_ids()
+    assert ids[1] == "x" and "x" not in ids[5:] and len(set(ids)) == 7

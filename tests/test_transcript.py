@@ -824,3 +824,138 @@ def test_apply_with_keep_tool_pairs_refuses_a_split_and_leaves_one_the_state_hol
     t.apply([Delete("r")])  # the core's default allows it, as before
     t.apply([Replace("a", "Forty-two.")], keep_tool_pairs=True)  # a split the state holds already does not count
     assert contents(t) == ["6*7?", "", "Forty-two."]
+
+
+# -- an earlier turn's message answering the open question: renewed, placed after it -------------
+def _cached_answer_setup(t: Transcript) -> Message:
+    """Q1 answered by x, Q2 answered, then Q3 appended alone (left open); returns x."""
+    x = Message("x", "assistant", "A1.")
+    t.append(messages=[Message("q1", "user", "Q1?"), x], renew_taken_ids=True)
+    t.append(messages=[Message("q2", "user", "Q2?"), Message("y", "assistant", "A2.")], renew_taken_ids=True)
+    t.append(messages=[Message("q3", "user", "Q3?")], renew_taken_ids=True)
+    return x
+
+
+def test_an_earlier_answer_alone_answers_the_open_question_under_a_fresh_id_when_renewing(tmp_path) -> None:
+    """LangChain's one-at-a-time flow: the question is stored first, then the LLM cache's answer
+    (the earlier AIMessage, id and all) arrives alone.  With renew_taken_ids it answers the open
+    question under a fresh id; the same answer sent again (its reply lost) is a retry of that
+    write, not a second answer."""
+    with Transcript("s", store=LostReplyStore(tmp_path / "t.db")) as t:
+        x = _cached_answer_setup(t)
+        t.store.lose_next = True
+        with pytest.raises(ConnectionError):
+            t.append(messages=[x], renew_taken_ids=True)
+        assert contents(t) == ["Q1?", "A1.", "Q2?", "A2.", "Q3?", "A1."]
+        ids = [m.id for m in t.messages]
+        assert ids[:5] == ["q1", "x", "q2", "y", "q3"] and ids[5] not in ids[:5]
+        head = t.head
+        retried = t.append(messages=[x], renew_taken_ids=True)  # the lost reply's retry
+        assert (retried.changes, t.head) == ((), head)
+        t.append(messages=[x], renew_taken_ids=True)  # no open question now: a retry of x, at the end
+        assert t.head == head
+        t.append(user="Q4?", assistant="A4.")  # the question was answered: appends go at the end
+        assert contents(t)[-2:] == ["Q4?", "A4."]
+
+
+def test_an_earlier_answer_alone_to_the_open_question_stays_a_retry_without_renewing() -> None:
+    """Without renew_taken_ids (LlamaIndex's path) a held message is a retry wherever it is
+    stored: skipped, and the question stays open for the answer that follows."""
+    t = Transcript("s")
+    x = _cached_answer_setup(t)
+    head = t.head
+    assert t.append(messages=[x]).changes == () and t.head == head
+    t.append(assistant="A3.")
+    assert contents(t) == ["Q1?", "A1.", "Q2?", "A2.", "Q3?", "A3."]
+
+
+def test_an_earlier_tool_call_answering_the_open_question_keeps_its_results_with_it() -> None:
+    """An agent's output [earlier tool call (held), its new result, the final answer] to the open
+    question: the call is renewed and placed after the question, its result follows it (no
+    orphan tool result); the whole batch again is a retry."""
+    from context_gatekeeper.editing.checks import tool_violations
+
+    t = Transcript("s")
+    call = Message("run-1", "assistant", "", metadata={"tool_calls": [{"id": "c1", "name": "weather"}]})
+    t.append(messages=[Message("q1", "user", "Weather in Dublin?"), call,
+                       Message("t1", "tool", "rain", metadata={"tool_call_id": "c1"}),
+                       Message("run-2", "assistant", "Rainy.")], renew_taken_ids=True)
+    t.append(messages=[Message("q2", "user", "And now?")], renew_taken_ids=True)
+    batch = [call, Message("t2", "tool", "sun", metadata={"tool_call_id": "c1"}),
+             Message("run-3", "assistant", "Sunny.")]
+    revision = t.append(messages=batch, renew_taken_ids=True)
+    assert contents(t) == ["Weather in Dublin?", "", "rain", "Rainy.", "And now?", "", "sun", "Sunny."]
+    renewed = t.messages[5]
+    assert renewed.id != "run-1" and renewed.metadata == call.metadata
+    assert [c.after for c in revision.changes] == ["q2", renewed.id, "t2"]
+    assert tool_violations(list(t.messages)) == []
+    head = t.head
+    assert t.append(messages=batch, renew_taken_ids=True).changes == () and t.head == head
+
+
+def test_an_id_given_twice_in_an_answer_to_the_open_question_is_renewed_after_it() -> None:
+    """[x (an earlier answer), x with new text] to the open question: both answer it, in order,
+    under fresh ids; neither goes after x's stored copy in the middle of the history."""
+    t = Transcript("s")
+    x = _cached_answer_setup(t)
+    added = t.append(messages=[x, Message("x", "assistant", "A3, the new answer.")], renew_taken_ids=True).added
+    assert contents(t) == ["Q1?", "A1.", "Q2?", "A2.", "Q3?", "A1.", "A3, the new answer."]
+    assert [m.id for m in t.messages][:5] == ["q1", "x", "q2", "y", "q3"] and "x" not in [m.id for m in added]
+    assert len({m.id for m in added}) == 2
+
+
+class _RenewlessSQLiteStore(SQLiteStore):
+    """A store whose commit predates ``renew_taken_ids`` (the transcript renews ids itself)."""
+
+    def commit(self, session_id: str, revision, *, expected_head):  # type: ignore[override]
+        return super().commit(session_id, revision, expected_head=expected_head)
+
+
+@pytest.mark.parametrize("store_class", [SQLiteStore, _RenewlessSQLiteStore], ids=["sqlite", "commit-without-renew"])
+def test_two_writers_retrying_a_request_with_an_earlier_answer_store_it_once(tmp_path, store_class) -> None:
+    """Two objects on one file retry [new question, the earlier answer x] at the same time: the
+    first's write lands after the second decided x is no retry (and renewed it) but before its
+    write transaction.  The second's decision is taken again on the log it commits on: a retry,
+    nothing written."""
+    path = tmp_path / "t.db"
+    first, second = Transcript("s", store=store_class(path)), Transcript("s", store=store_class(path))
+    try:
+        first.append(messages=[Message("q1", "user", "Q1?"), Message("x", "assistant", "A1.")], renew_taken_ids=True)
+        request = [Message("q2", "user", "Q2?"), Message("x", "assistant", "A1.")]
+        commit, raced = second.store.commit, []
+
+        def racing(*args, **kwargs):
+            if not raced:  # once: the first's identical write lands between the decision and the write
+                raced.append(first.append(messages=request, renew_taken_ids=True))
+            return commit(*args, **kwargs)
+
+        second.store.commit = racing  # type: ignore[method-assign]
+        revision = second.append(messages=request, renew_taken_ids=True)
+        assert raced and raced[0].changes and revision.changes == ()
+        assert contents(second) == ["Q1?", "A1.", "Q2?", "A1."]
+        with Transcript("s", store=SQLiteStore(path)) as fresh:
+            assert contents(fresh) == ["Q1?", "A1.", "Q2?", "A1."]
+    finally:
+        first.close()
+        second.close()
+        first.store.close()
+        second.store.close()
+
+
+def test_a_renewed_earlier_answer_still_lands_after_an_unrelated_write_between_decision_and_commit(tmp_path) -> None:
+    """Another writer's own turn lands between the decision (x is no retry: renew it) and the
+    write: the decision, taken again, stands, and the request is stored whole, after that turn."""
+    path = tmp_path / "t.db"
+    with Transcript("s", store=SQLiteStore(path)) as first, Transcript("s", store=SQLiteStore(path)) as second:
+        first.append(messages=[Message("q1", "user", "Q1?"), Message("x", "assistant", "A1.")], renew_taken_ids=True)
+        commit, raced = second.store.commit, []
+
+        def racing(*args, **kwargs):
+            if not raced:
+                raced.append(first.append(user="Other?", assistant="Other."))
+            return commit(*args, **kwargs)
+
+        second.store.commit = racing  # type: ignore[method-assign]
+        second.append(messages=[Message("q2", "user", "Q2?"), Message("x", "assistant", "A1.")], renew_taken_ids=True)
+        assert contents(first) == ["Q1?", "A1.", "Other?", "Other.", "Q2?", "A1."]
+        assert [m.id for m in first.messages][-1] != "x"

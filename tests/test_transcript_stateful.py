@@ -280,9 +280,12 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
             an id named like the old end marker.  A retry is a message the state holds now with
             its first role and text; with ``renew``, one behind a message that is not is a retry
             only when the batch's start, through it, repeats the end of the state (by role and
-            text; that whole start is then the retry), else it is a taken id.  Every other message
-            is appended (taken ids renewed) or the append is refused whole: nothing is ever
-            dropped silently."""
+            text; that whole start is then the retry), else it is a taken id.  With ``renew``,
+            held messages leading an answer to the view's open question are a retry only when
+            they are the messages right after it (by id), or the batch's start, through them,
+            repeats those messages (by role and text; that start is the retry), else taken ids.
+            Every other message is appended (taken ids renewed) or the append is refused whole:
+            nothing is ever dropped silently."""
             head = self.stores[0].head(self.session)
             current = naive_replay(self.stores[0].revisions(self.session))
             held = {m.id for m in current}
@@ -293,12 +296,16 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
                 given.add(id)
             lead = retry.index(False) if False in retry else len(batch)
             late = [i for i in range(lead, len(batch)) if retry[i]]
+            start = 0
             if renew and late:
                 tail = [(m.role, m.content) for m in current]
                 start = next((n for n in range(min(len(batch), len(tail)), late[-1], -1)
                               if tail[len(tail) - n:] == [(role, text) for _, role, text in batch[:n]]), 0)
                 retry = [i < start for i in range(len(batch))] if start else [
                     r and i not in late for i, r in enumerate(retry)]
+            question = self.views[who]._open_user  # the open question an assistant-first batch answers
+            if renew and batch[0][1] != "user" and question in held and retry[0] and not start:
+                retry = self.answer_retries(current, question, batch, retry)
             given, new, taken = set(), 0, False
             for (id, role, text), retried in zip(batch, retry):
                 repeated = id in given
@@ -326,6 +333,23 @@ def machine_for(open_store: Callable[[], Store], dump: Callable[[Store, str], An
                 assert state[-len(added):] == added, "a message after a retry was put mid-transcript"
             self.note(revision)
             self.appended_ok(revision)
+
+        @staticmethod
+        def answer_retries(current: list[Message], question: str, batch: list[tuple[str, str, str]],
+                           retry: list[bool]) -> list[bool]:
+            """Which messages of ``batch``, an answer to the open ``question`` (renewing taken ids)
+            whose first messages are held, are retries: those held ones when they are the messages
+            right after the question, by id; else the longest start, through them, that those
+            messages repeat by role and text; else none (the held ones are renewed, or the answer
+            is refused when the question is answered)."""
+            lead = retry.index(False) if False in retry else len(batch)
+            at = [m.id for m in current].index(question) + 1
+            after = current[at : at + len(batch)]
+            if [m.id for m in after[:lead]] == [id for id, _, _ in batch[:lead]]:
+                return retry
+            start = next((n for n in range(min(len(batch), len(after)), lead - 1, -1)
+                          if [(m.role, m.content) for m in after[:n]] == [(r, t) for _, r, t in batch[:n]]), 0)
+            return [i < start for i in range(len(batch))]
 
         @precondition(has_messages)
         @rule(who=WHO, index=st.integers(0, 50), text=WORDS, kind=st.sampled_from(["replace", "delete", "insert"]))

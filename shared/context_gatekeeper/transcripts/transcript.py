@@ -233,6 +233,46 @@ def _refuse_split_tool_calls(before: Sequence[Message], after: Sequence[Message]
     )
 
 
+def _put_id(change: Applied) -> str | None:
+    """The id of the message an append's ``change`` puts (None for another change)."""
+    return change.message.id if isinstance(change, Put) else None
+
+
+def _leading(flags: Sequence[bool]) -> int:
+    """How many of ``flags`` are true before the first false one."""
+    return flags.index(False) if False in flags else len(flags)
+
+
+def _flagged_ids(changes: Sequence[Applied], flags: Sequence[bool]) -> set[str | None]:
+    """The ids of the messages ``changes`` put where ``flags`` is true."""
+    return {_put_id(c) for c, flag in zip(changes, flags) if flag}
+
+
+def _indexes_of(changes: Sequence[Applied], ids: set[str | None], start: int = 0) -> set[int]:
+    """The indexes, from ``start`` on, of the messages ``changes`` put under one of ``ids``."""
+    return {i for i in range(start, len(changes)) if _put_id(changes[i]) in ids}
+
+
+def _rechained(changes: Sequence[Applied], start: int, first_after: Any, renew: set[int]) -> list[Applied]:
+    """The append ``changes`` from index ``start`` on, the first put after ``first_after``, the
+    messages at the indexes ``renew`` under fresh ids, and each put that followed the message
+    before it still following it, under its new id (a tool call's results stay with it)."""
+    out: list[Applied] = []
+    for index in range(start, len(changes)):
+        change, previous = changes[index], changes[index - 1] if index else None
+        if not isinstance(change, Put):
+            out.append(change)
+            continue
+        after = change.after
+        if index == start:
+            after = first_after
+        elif isinstance(previous, Put) and after == previous.message.id and out and isinstance(out[-1], Put):
+            after = out[-1].message.id
+        message = replace(change.message, id=new_message_id()) if index in renew else change.message
+        out.append(Put(message, after))
+    return out
+
+
 def _same_content(held: Message, given: Message) -> bool:
     """Whether ``given`` says what ``held`` says: the same role, text, parts and metadata."""
     return (held.role, held.content, held.parts, held.metadata) == (given.role, given.content, given.parts, given.metadata)
@@ -497,19 +537,40 @@ class Transcript:
         ``metadata``.
 
         Ids are never reused.  A message whose id the session holds now, with the role
-        and text it was first appended with, is a retried request: it is skipped (an
-        idempotent no-op) and the messages after it still go where it would have gone.
-        Any other taken id (held with other text, of a message since removed, or given
-        twice in this append) is refused (``InvalidInputError``, nothing written), or,
-        with ``renew_taken_ids=True``, given a fresh id.  With ``renew_taken_ids=True`` a held
-        message that comes after a new one in this append is a retry only when the append, or
-        its start, repeats (by role and text) the messages that end the state: that start is
-        skipped and the rest goes after it.  Otherwise it is an earlier turn's message given
-        again (an LLM cache's answer to a question asked again) and gets a fresh id, so the new
-        question it follows is answered.  This object decides first, against
-        the log it has just read, and the store again inside its write transaction, so
-        concurrent writers retrying one request add it once.  When
-        every message was skipped, nothing is recorded and the returned revision is
+        and text it was first appended with (a *held* message; the same id given again later
+        in this append is not), is a retried request: it is skipped (an idempotent no-op) and
+        the messages after it still go where it would have gone.  Any other taken id (held
+        with other text, of a message since removed, or given twice in this append) is refused
+        (``InvalidInputError``, nothing written), or, with ``renew_taken_ids=True``, given a
+        fresh id.
+
+        With ``renew_taken_ids=True`` every message given is stored except a retry, and a held
+        message is a retry only where the append repeats what its first write stored.
+        Elsewhere it is an earlier turn's message given again (an LLM cache answers a question
+        asked again with the earlier answer, id and all): it is stored under a fresh id (and so
+        is its id given again later in the append) where it stands in the append, with the
+        messages that followed it (a tool call's results) after it:
+
+        * held messages that lead an append at the end are retries;
+        * a held message behind a new one is a retry only when the append, or its start
+          through it, repeats (by role and text) the messages that end the state: that start
+          is skipped and the rest goes after it;
+        * held messages that lead an answer to this object's open question are retries when
+          they are the messages right after the question (by id), or when the answer, or its
+          start through them, repeats those messages by role and text (their first write
+          renewed them): that start is skipped and the rest follows it.  Otherwise they answer
+          the question, renewed, right after it.
+
+        This object takes such a decision against the log it has just read and commits it at
+        that head: when a revision lands first that is no append, or that puts one of these
+        messages or something after one of them or after the question, the store refuses the
+        write and this object decides again on the new log (after 5 tries,
+        :class:`StaleHeadError`, nothing written).  Without ``renew_taken_ids`` a held message
+        is a retry wherever it is stored (what is new in an answer still goes right after the
+        open question).  The store checks what is left again inside its write transaction, so
+        concurrent writers retrying one request (its messages under the same ids) add it once.
+
+        When every message was skipped, nothing is recorded and the returned revision is
         numbered like the head, with no changes.  An answer whose open question was
         deleted meanwhile (by any writer, this object included) is refused
         (:class:`InvalidRevisionError`, naming what to append instead); so is one whose
@@ -528,36 +589,36 @@ class Transcript:
         if not new:
             raise InvalidInputError("append needs user=, assistant= or messages=")
         with self._lock:
-            self._replica.refresh()
-            anchor: Any = AT_END
-            answers = new[0].role != "user" and self._open_user is not None
-            if answers:
-                anchor = self._open_user
-                if anchor not in self._replica.state:
-                    self._orphaned_answer(anchor)
-            changes: list[Applied] = []
-            for message in new:
-                changes.append(Put(message, anchor))
-                anchor = message.id
-            if renew_taken_ids:
-                changes = self._repeated_turns(changes)
-            if answers and self._open_user is not None:
-                changes = self._placed_answer(self._open_user, changes, renew_taken_ids)
-            try:
-                revision = self._commit("append", changes, expected_head=None, renew_taken_ids=renew_taken_ids)
-            except InvalidRevisionError:
-                if answers and self._open_user is not None:
-                    self._replica.refresh()
-                    if self._open_user not in self._replica.state:  # deleted between our read and the write
-                        self._orphaned_answer(self._open_user)
-                raise
-            if revision.changes:
-                stored = revision.added
-                last_user = next((m.id for m in reversed(stored) if m.role == "user"), None)
-                self._open_user = last_user if stored[-1].role == "user" else None
-            elif answers and self._open_user is not None and self._answer_to(self._open_user) is not None:
-                self._open_user = None  # a retried answer: its first write landed, and answered the question
-            return revision
+            for _ in range(_RENEW_ATTEMPTS):
+                self._replica.refresh()
+                head = len(self._replica.log)
+                answers = new[0].role != "user" and self._open_user is not None
+                changes, decided = self._append_changes(new, answers, renew_taken_ids)
+                try:
+                    revision = self._commit(
+                        "append", changes, expected_head=head if decided else None, renew_taken_ids=renew_taken_ids
+                    )
+                except StaleHeadError:
+                    if not decided:
+                        raise
+                    continue  # a write touching this append's messages landed first: decide again on its log
+                except InvalidRevisionError:
+                    if answers and self._open_user is not None:
+                        self._replica.refresh()
+                        if self._open_user not in self._replica.state:  # deleted between our read and the write
+                            self._orphaned_answer(self._open_user)
+                    raise
+                if revision.changes:
+                    stored = revision.added
+                    last_user = next((m.id for m in reversed(stored) if m.role == "user"), None)
+                    self._open_user = last_user if stored[-1].role == "user" else None
+                elif answers and self._open_user is not None and self._answer_to(self._open_user) is not None:
+                    self._open_user = None  # a retried answer: its first write landed, and answered the question
+                return revision
+        raise StaleHeadError(
+            f"session {self.session_id!r}: other writers kept appending messages of this append while it was "
+            f"told which of them are retries ({_RENEW_ATTEMPTS} tries); nothing was written. Append again"
+        )
 
     async def aappend(
         self,
@@ -610,6 +671,37 @@ class Transcript:
         in the state)."""
         return bool(ids) and [m.id for m in self._after(question, len(ids))] == list(ids)
 
+    def _append_changes(
+        self, new: Sequence[Message], answers: bool, renew_taken_ids: bool
+    ) -> tuple[list[Applied], bool]:
+        """The changes of an append of ``new`` as they may be written, and whether they were
+        decided from the log as read (caller holds the lock and has just refreshed): held
+        messages told apart as retries or an earlier turn's messages given again (renewed, see
+        :meth:`append`).  Such a decision is committed at the head it was taken on, and taken
+        again when a write touching these messages landed first.  ``answers``: the append
+        answers this object's open question.
+
+        Raises:
+            InvalidRevisionError: the open question was deleted or answered meanwhile.
+            InvalidInputError: a taken id, without ``renew_taken_ids``."""
+        anchor: Any = AT_END
+        if answers:
+            anchor = self._open_user
+            if anchor not in self._replica.state:
+                self._orphaned_answer(anchor)
+        changes: list[Applied] = []
+        for message in new:
+            changes.append(Put(message, anchor))
+            anchor = message.id
+        if not renew_taken_ids:
+            if answers and self._open_user is not None:
+                changes = self._placed_answer(self._open_user, changes, False)
+            return changes, False  # held messages are retries wherever they are: the store's own check decides
+        decided = self._repeated_turns(changes)
+        if answers and self._open_user is not None and decided:
+            decided = self._placed_answer(self._open_user, decided, True)
+        return decided, decided != changes
+
     def _placed_answer(self, question: str, changes: list[Applied], renew_taken_ids: bool) -> list[Applied]:
         """The answer-only append ``changes`` to the open question ``question`` as it may be
         written (caller holds the lock), or refused when the question was answered meanwhile:
@@ -619,13 +711,18 @@ class Transcript:
         whole turn after the question (a user message first) is no answer: the answer still
         goes right after its question.
 
-        A retried request is no second answer: the messages it starts with that the session
-        holds with the same id, role and text (dropped as retries, as :meth:`_append_as_read`
-        drops them) are this answer's first write when their stored copies are the chain
-        right after the question (a retry after a reply that was lost, or one another writer
-        delivered first); what is new then follows that stored copy.  Retries stored anywhere
-        else (an earlier answer given again) are no answer to this question: what is new goes
-        right after the question, and is refused when something answers it already.
+        A retried request is no second answer.  The held messages it starts with
+        (:meth:`_retry_flags`) are this answer's first write when their stored copies are the
+        chain right after the question (a retry after a reply that was lost, or one another
+        writer delivered first): they are dropped, and what is new follows that stored copy.
+        Held messages stored anywhere else (an earlier answer given again) are no answer to
+        this question.  Without ``renew_taken_ids`` they are still retries, dropped, and what
+        is new goes right after the question.  With it, they are this answer's first write only
+        when the answer, or its start through them, repeats by role and text the messages right
+        after the question (its first write, which renewed them): that start is dropped and the
+        rest follows it; otherwise they get fresh ids (and so does their id given again later in
+        the answer) and the answer goes right after the question, whatever followed a held
+        message (a tool call's results) still following it.
 
         Raises:
             InvalidRevisionError: the question was answered by another message.
@@ -635,17 +732,22 @@ class Transcript:
             isinstance(c, Put) and c.message.id in used for c in changes
         ):
             return changes  # the usual case: all new, right after an unanswered question
-        retried = self._retries(changes, renew_taken_ids)
-        skipped: list[str] = []  # the retries the messages start with
-        for change in changes:
-            if not (isinstance(change, Put) and change.message.id in retried):
-                break
-            skipped.append(change.message.id)
-        lead = len(skipped)
+        is_retry = self._retry_flags(changes, renew_taken_ids)
+        lead = _leading(is_retry)
+        skipped = [c.message.id for c in changes[:lead] if isinstance(c, Put)]
         if self._answer_chain(question, skipped):
             return changes  # this answer's first write landed: skipped, and what is new follows it
+        held = _flagged_ids(changes, is_retry)
+        renewing = renew_taken_ids and lead > 0
+        if renewing:
+            start = self._repeated_start(changes, lead, question)
+            if start:  # its first write, held messages renewed: what is new follows that stored copy
+                copy = self._after(question, start)[-1].id
+                return _rechained(changes, start, copy, _indexes_of(changes, held, start))
         following = self._answer_to(question)
         if following is None:
+            if renewing:  # an earlier turn's messages given again: they answer the question, renewed
+                return _rechained(changes, 0, question, _indexes_of(changes, held))
             if 0 < lead < len(changes):  # retries stored elsewhere: what is new still answers the question
                 first = changes[lead]
                 if isinstance(first, Put):
@@ -664,16 +766,24 @@ class Transcript:
             "apply([Replace(message_id, text)])"
         )
 
-    def _retries(self, changes: Sequence[Applied], renew_taken_ids: bool) -> dict[str, str]:
-        """The messages of the append ``changes`` the session holds now with the role and text
-        they were first appended with, as :meth:`_append_as_read` will find them (their ids and
-        digests; caller holds the lock).
+    def _retry_flags(self, changes: Sequence[Applied], renew_taken_ids: bool) -> list[bool]:
+        """Per message of the append ``changes``: whether it is held, as :meth:`_append_as_read`
+        will find it (the session holds its id now with the role and text it was first
+        appended with), and its id not given earlier in this append (a second message under
+        one id is none: the store renews it); caller holds the lock.
 
         Raises:
             InvalidInputError: a taken id, without ``renew_taken_ids`` (as the append would).
             InvalidRevisionError: an anchor the append may not follow (as the append would)."""
         draft = storable_revision(Revision(number=0, parent=0, kind="append", changes=tuple(changes)))
-        return checked_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids).retried
+        retried = checked_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids).retried
+        seen: set[str | None] = set()
+        flags: list[bool] = []
+        for change in changes:
+            message_id = _put_id(change)
+            flags.append(message_id in retried and message_id not in seen)
+            seen.add(message_id)
+        return flags
 
     def _repeated_turns(self, changes: list[Applied]) -> list[Applied]:
         """The append ``changes`` (renewing taken ids) with its held messages that come after a
@@ -693,55 +803,48 @@ class Transcript:
         used = self._replica.used_ids
         if not any(isinstance(c, Put) and c.message.id in used for c in changes[1:]):
             return changes  # the usual case: no held message behind another
-        retried = self._retries(changes, True)
-        seen: set[str | None] = set()
-        is_retry: list[bool] = []  # per message: an id given again in this append is no retry
-        for change in changes:
-            message_id = change.message.id if isinstance(change, Put) else None
-            is_retry.append(message_id in retried and message_id not in seen)
-            seen.add(message_id)
-        lead = is_retry.index(False) if False in is_retry else len(changes)
-        late = {i for i in range(lead, len(changes)) if is_retry[i]}
+        is_retry = self._retry_flags(changes, True)
+        lead = _leading(is_retry)
+        late = [i for i in range(lead, len(changes)) if is_retry[i]]
         if not late:
             return changes
-        start = self._repeated_start(changes, max(late) + 1)  # 0: no retry; the held ones are renewed
-        first_kept = start or lead
-        out: list[Applied] = []
-        for index in range(start, len(changes)):
-            change, previous = changes[index], changes[index - 1] if index else None
-            if not isinstance(change, Put):
-                out.append(change)
-                continue
-            after = change.after
-            if index == start and start:
-                after = self._replica.state.last_id or after  # what follows a retried start follows its stored copy
-            elif isinstance(previous, Put) and after == previous.message.id and out and isinstance(out[-1], Put):
-                after = out[-1].message.id  # the chain follows a renewed message under its new id
-            message = change.message
-            if index >= first_kept and message.id in retried:  # held, or given again after a renewed one
-                message = replace(message, id=new_message_id())
-            out.append(Put(message, after))
-        return out
+        start = self._repeated_start(changes, late[-1] + 1)  # 0: no retry; the held ones are renewed
+        if start == len(changes):
+            return []
+        renew = _indexes_of(changes, _flagged_ids(changes, is_retry), start or lead)  # held, or given again after
+        first = changes[start]
+        after = first.after if isinstance(first, Put) else AT_END
+        if start:
+            after = self._replica.state.last_id or after  # what follows a retried start follows its stored copy
+        return _rechained(changes, start, after, renew)
 
-    def _repeated_start(self, changes: Sequence[Applied], shortest: int) -> int:
+    def _repeated_start(self, changes: Sequence[Applied], shortest: int, question: str | None = None) -> int:
         """The length of the longest start of the append ``changes``, at least ``shortest``
-        messages, that the state ends with, by role and text; 0 when none does (caller holds
-        the lock)."""
+        messages, that stored messages repeat by role and text: the messages that end the
+        state, or, given ``question`` (in the state), the messages right after it; 0 when none
+        does (caller holds the lock)."""
+        stored = self._last(len(changes)) if question is None else self._after(question, len(changes))
+        held = [digest(m) for m in stored]
+        given = [digest(storable(c.message)) if isinstance(c, Put) else None for c in changes]
+        for length in range(min(len(changes), len(held)), max(shortest, 1) - 1, -1):
+            run = held[len(held) - length :] if question is None else held[:length]
+            if run == given[:length]:
+                return length
+        return 0
+
+    def _last(self, count: int) -> list[Message]:
+        """Up to ``count`` messages that end the state, in order (caller holds the lock)."""
         state = self._replica.state
         tail: list[Message] = []
         node = state.last_id
-        while node is not None and len(tail) < len(changes):
+        while node is not None and len(tail) < count:
             held = state.get(node)
             if held is None:
                 break
             tail.append(held)
             node = state.previous_id(node)
         tail.reverse()
-        given = [digest(storable(c.message)) if isinstance(c, Put) else None for c in changes]
-        for length in range(min(len(changes), len(tail)), shortest - 1, -1):
-            if [digest(m) for m in tail[len(tail) - length :]] == given[:length]:
-                return length
-        return 0
+        return tail
 
     # -- editing ------------------------------------------------------------------------
     def edit(
@@ -1132,7 +1235,7 @@ class Transcript:
             return replace(draft, number=head, parent=head, base=head)
         draft = storable_revision(draft)  # one text per revision, and metadata a store can keep, before any write
         if renew_taken_ids and not takes_keyword(self.store, "renew_taken_ids"):
-            return self._commit_renewing(draft)  # which runs the same check against the log it reads
+            return self._commit_renewing(draft, expected_head)  # which runs the same check against the log it reads
         if kind == "append":
             draft = self._append_as_read(draft, renew_taken_ids)
             if not draft.changes:  # every message was a retry of one the state holds: nothing to record
@@ -1174,12 +1277,14 @@ class Transcript:
         checked, _rows = check_revision(self.session_id, draft, self._lookup_read, renew_taken_ids=renew_taken_ids)
         return checked
 
-    def _commit_renewing(self, draft: Revision) -> Revision:
+    def _commit_renewing(self, draft: Revision, expected_head: int | None) -> Revision:
         """Commit the append ``draft`` with taken ids renewed, for a store whose ``commit``
         does not take ``renew_taken_ids`` (written before it existed): the ids are renewed
         here, against the log as read, and the result committed at that head, so an append
         that landed meanwhile with one of its ids makes the store refuse it as stale, and it
-        is renewed again against the log read anew."""
+        is renewed again against the log read anew.  An ``expected_head`` (the head the append
+        decided its retries on) is the head it commits at, and a refusal goes to the caller,
+        who decides again."""
         for _ in range(_RENEW_ATTEMPTS):
             self._replica.refresh()
             head = len(self._replica.log)
@@ -1189,9 +1294,14 @@ class Transcript:
                 return replace(draft, changes=(), number=head, parent=head, base=head)
             try:
                 with collector_paused(len(renewed.changes) > BULK):
-                    stored = self.store.commit(self.session_id, replace(renewed, number=0, parent=0), expected_head=head)
+                    stored = self.store.commit(
+                        self.session_id, replace(renewed, number=0, parent=0),
+                        expected_head=head if expected_head is None else expected_head,
+                    )
                     return self._committed(stored)
             except StaleHeadError:
+                if expected_head is not None:
+                    raise
                 continue  # another writer took one of these ids meanwhile: renew against the new log
         raise StaleHeadError(
             f"session {self.session_id!r}: other writers kept taking the ids of this append while it was renewed "
