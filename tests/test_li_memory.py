@@ -1244,3 +1244,19 @@ def test_nan_and_infinity_are_refused_naming_where_and_nothing_is_written(messag
     assert (dumped(memory.get_all()), memory.transcript.head) == before
     memory.put(ChatMessage(role="assistant", content="ok", additional_kwargs={"logprob": -1.5, "top": [0.25]}))
     assert memory.get_all()[-1].additional_kwargs == {"logprob": -1.5, "top": [0.25]}
+
+
+@pytest.mark.parametrize("copied", ["copy.deepcopy", "model_copy(deep=True)", "from_dict"])
+def test_a_copy_sharing_a_memorys_own_in_memory_store_outlives_the_originals_close(copied: str) -> None:
+    """A memory with no store made its own InMemoryStore, and its copies write to that same store
+    (an agent workflow deep-copies its state and keeps the copy); closing the original must not
+    close it under them: an in-memory store holds nothing to release."""
+    memory = GatekeeperMemory.from_defaults(session_id="s")
+    memory.put(ChatMessage(role="user", content="Q1"))
+    memory.put(ChatMessage(role="assistant", content="A1"))
+    twin = {"copy.deepcopy": copy.deepcopy, "model_copy(deep=True)": lambda m: m.model_copy(deep=True),
+            "from_dict": lambda m: GatekeeperMemory.from_dict(m.to_dict())}[copied](memory)
+    assert twin.store is memory.store
+    memory.close()
+    twin.put(ChatMessage(role="user", content="Q2"))
+    assert [m.content for m in twin.get_all()] == ["Q1", "A1", "Q2"]

@@ -440,8 +440,11 @@ class Transcript:
             return now, [detached(m) for m in map(state.get, ids) if m is not None]
 
     def close(self) -> None:
-        """Close the store if this transcript opened it (from a path or URL)."""
-        if self._owns_store:
+        """Close the store if this transcript opened it (from a path or URL).  An
+        :class:`InMemoryStore` it made (no store given) is left open: it holds nothing to
+        release, and copies of an adapter object built on this transcript may write to it
+        (a deep-copied LlamaIndex memory in an agent workflow's state outlives the original)."""
+        if self._owns_store and not isinstance(self.store, InMemoryStore):
             self.store.close()
 
     def __enter__(self) -> "Transcript":
@@ -563,9 +566,11 @@ class Transcript:
 
         This object takes such a decision against the log it has just read and commits it at
         that head: when a revision lands first that is no append, or that puts one of these
-        messages or something after one of them or after the question, the store refuses the
-        write and this object decides again on the new log (after 5 tries,
-        :class:`StaleHeadError`, nothing written).  Without ``renew_taken_ids`` a held message
+        messages or something anchored after one of them or after the question, the store
+        refuses the write and this object decides again on the new log (after 5 tries,
+        :class:`StaleHeadError`, nothing written).  Another writer's message appended at the
+        end of the log is no conflict, even when the end was the open question: its answer
+        and this one then both follow the question (as for any answer written meanwhile).  Without ``renew_taken_ids`` a held message
         is a retry wherever it is stored (what is new in an answer still goes right after the
         open question).  The store checks what is left again inside its write transaction, so
         concurrent writers retrying one request (its messages under the same ids) add it once.
