@@ -125,10 +125,12 @@ def test_the_system_service_file_counts_when_the_users_lacks_the_section(
     assert "connect_timeout" not in settings and settings["keepalives"] == 1
 
 
-def test_a_service_whose_section_cannot_be_found_is_left_all_settings(libpq_environment: Path) -> None:
-    """It may be in the system file libpq was built to read, which Python cannot locate."""
+def test_a_service_whose_section_cannot_be_found_keeps_every_derived_setting(libpq_environment: Path) -> None:
+    """It may be in the system folder libpq was built with, which Python cannot locate: the
+    store keeps its protections rather than dropping them all on a guess (a section there
+    that sets none of them, the usual case, left a partition unbounded)."""
     libpq_environment.write_text(SERVICES, encoding="utf-8")
-    assert connection_settings("service=elsewhere", 10.0) == {}
+    assert connection_settings("service=elsewhere", 10.0) == connection_settings("host=db.example", 10.0) != {}
 
 
 @pytest.mark.parametrize("pool_class", [ConnectionPool, AsyncConnectionPool])

@@ -96,16 +96,17 @@ def connection_settings(dsn: str, connect_timeout: float) -> dict[str, int]:
     if psycopg.pq.version() >= 120000:
         settings["tcp_user_timeout"] = 2 * seconds * 1000
     given = _set_by_user(dsn)
-    if given is None:  # a service file we cannot read may set any of them
-        return {}
     return {key: value for key, value in settings.items() if key not in given}
 
 
-def _set_by_user(dsn: str) -> set[str] | None:
+def _set_by_user(dsn: str) -> set[str]:
     """The libpq keywords the user sets for connections to ``dsn``: in ``dsn``, in their
     environment variables, or in the service file section the connection uses (``service=`` in
-    ``dsn``, else ``PGSERVICE``).  None: a service whose section could not be found where Python
-    can look (it may be in the system file libpq was built to read), so any keyword may be set there.
+    ``dsn``, else ``PGSERVICE``).  A ``service=`` section found in neither file Python can locate
+    (it may be in the system folder libpq was built with, such as ``/etc/postgresql-common``)
+    counts as setting none of them: the protections the store derives stay on rather than being
+    dropped on a guess (name the service with ``PGSERVICE``, which libpq itself resolves, to
+    have such a section's settings win).
 
     Without ``service=`` in ``dsn``, libpq itself answers (``PQconndefaults`` reads the
     environment and ``PGSERVICE``'s section); none of the keywords the store derives has a
@@ -115,9 +116,7 @@ def _set_by_user(dsn: str) -> set[str] | None:
     service = parts.get("service")
     if service is None:
         return set(parts) | {option.keyword.decode() for option in defaults if option.val is not None}
-    section = _service_section(str(service), parts.get("servicefile"))
-    if section is None:
-        return None
+    section = _service_section(str(service), parts.get("servicefile")) or set()
     from_environment = {option.keyword.decode() for option in defaults
                         if option.envvar is not None and os.fsdecode(option.envvar) in os.environ}
     return set(parts) | from_environment | section
