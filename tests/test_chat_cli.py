@@ -847,7 +847,12 @@ def test_ctrl_c_between_a_loads_messages_and_its_pins_waits_for_the_pins(
         return revision
 
     monkeypatch.setattr(Transcript, "set", set_then_ctrl_c)
-    status, out = chat(tmp_path, [f"/load {saved}", "/quit"])
+    # Ctrl-C as a terminal has it, whatever handler earlier tests in this worker left
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status, out = chat(tmp_path, [f"/load {saved}", "/quit"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     monkeypatch.undo()
     if signame == "SIGINT":
         assert status == 0 and "cancelled: the load is already stored as revision 2" in out, out
