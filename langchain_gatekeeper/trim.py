@@ -41,7 +41,6 @@ from typing import Any
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import BaseMessage
-from langchain_core.messages.utils import convert_to_messages
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
@@ -49,6 +48,7 @@ from context_gatekeeper import GateOptions, InvalidInputError, InvalidTypeError
 from context_gatekeeper.integration import BoundedCache
 
 from .agent_view import GatedView, Same, adapter_options, approximate_tokens, hashable
+from .convert import as_messages
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
@@ -132,15 +132,8 @@ def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
             f"gate_messages takes a list of messages, got {type(messages).__name__}; pass [message] for one message"
         )
     if isinstance(messages, list) and all(issubclass(kind, BaseMessage) for kind in set(map(type, messages))):
-        return messages  # already messages (checked per class): convert_to_messages would return them as they are
-    items = list(messages)
-    try:
-        return convert_to_messages(items)
-    except (NotImplementedError, ValueError, TypeError, KeyError) as error:
-        raise InvalidInputError(
-            f"gate_messages could not read a message of the list: {error}; each item must be a message, "
-            "a {'role': ..., 'content': ...} dict, a (role, text) tuple or a string"
-        ) from error
+        return messages  # already messages (checked per class): the same list, no copy
+    return as_messages(list(messages))
 
 
 _Settings = tuple[dict[str, Any], "GateOptions | None"]
