@@ -212,13 +212,19 @@ class LastCall:
         selection: the gatekeeper's decision and per-turn scores for it, each turn named
             by its number as :meth:`ChatSession.turns` gives it.
         sent: the exact messages the model received (system prompt first, query last).
-        turn_count: how many earlier turns the transcript held at the time.
+        turns: the answered turns the selection was made over, in order: turn ``n`` of
+            :attr:`selection` is ``turns[n - 1]``.
     """
 
     query: str
     selection: Selection
     sent: tuple[dict[str, str], ...]
-    turn_count: int
+    turns: tuple[MessageTurn, ...]
+
+    @property
+    def turn_count(self) -> int:
+        """How many earlier turns the transcript held at the time."""
+        return len(self.turns)
 
 
 @dataclass(frozen=True)
@@ -450,7 +456,7 @@ class ChatSession:
         sent += [{"role": m.role, "content": m.content} for m in kept]
         sent.append({"role": "user", "content": text})
         numbers = {turn_id: number for number, (turn_id, _) in enumerate(turns, 1)}
-        return LastCall(text, _numbered(selection, numbers), tuple(sent), len(turns))
+        return LastCall(text, _numbered(selection, numbers), tuple(sent), tuple(turn for _, turn in turns))
 
     def ask(self, text: str) -> str:
         """Send ``text`` with the gated context; append the exchange once the answer is in.

@@ -52,7 +52,7 @@ from ... import (
     Transcript,
     resolve_token_counter,
 )
-from ...integration import MessageTurn, deleted_share, group_turns, new_message_id, replace_lone_surrogates
+from ...integration import deleted_share, new_message_id, replace_lone_surrogates
 
 __all__ = ["WebChat", "ChatStream", "MAX_SESSION_NAME", "check_session_name"]
 
@@ -276,7 +276,7 @@ class WebChat:
             raise InvalidInputError("a chat message is text: send {'text': '...'}")
         with self._locked(name) as entry:
             call = entry.session.prepare(replace_lone_surrogates(text))
-            record = context_record(call, _prepared_turns(entry.session, call))
+            record = context_record(call, list(enumerate(call.turns, 1)))  # the turns the call was made over
         return ChatStream(self, entry, call, record)
 
     # -- edits ----------------------------------------------------------------------------
@@ -387,19 +387,6 @@ class WebChat:
                 f"it is at revision {now}, this page showed {head}. Nothing was changed; the view is "
                 "refreshed, look and try again"
             )
-
-
-def _prepared_turns(session: ChatSession, call: LastCall) -> list[tuple[int, MessageTurn]]:
-    """The turns ``call`` was prepared over, numbered as :meth:`ChatSession.turns` numbers them
-    (by position), without reading the store again: another writer between a second read and
-    the call's would make the record name turns other than those selected and sent.
-
-    The session's gate follows the state the session last read (the read ``prepare`` made,
-    with the session's lock held since), and the call's ``turn_count`` answered turns are
-    that state's first (an unanswered last turn is not one of them).
-    """
-    _, turns = group_turns(session.gate.transcript.messages)
-    return list(enumerate(turns[: call.turn_count], 1))
 
 
 class ChatStream:
