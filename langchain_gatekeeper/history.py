@@ -293,13 +293,16 @@ class GatekeeperChatMessageHistory(VersionedTranscriptMixin, BaseChatMessageHist
           or reverted, or an id held with other text: the message is stored under a fresh
           id, which :attr:`messages` and :meth:`message_ids` show.
         """
-        batch = _batch(messages)
-        if batch:
-            self.transcript.append(messages=[to_core(m) for m in batch], renew_taken_ids=True)
+        self._add(_batch(messages))
 
     async def aadd_messages(self, messages: Sequence[MessageLikeRepresentation]) -> None:
         """Async :meth:`add_messages`."""
-        await asyncio.to_thread(self.add_messages, _batch(messages))
+        await asyncio.to_thread(self._add, _batch(messages))
+
+    def _add(self, batch: list[BaseMessage]) -> None:
+        """Append ``batch`` (read by :func:`_batch`), as :meth:`add_messages` says."""
+        if batch:
+            self.transcript.append(messages=[to_core(m) for m in batch], renew_taken_ids=True)
 
     def clear(self) -> None:
         """Empty the current state as one recorded revision; ``record()`` keeps every message

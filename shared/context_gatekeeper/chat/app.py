@@ -160,15 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _models(
-    args: argparse.Namespace, *, instead: str = CHAT_INSTEAD, edit_instead: str | None = None
-) -> tuple[Any, Any, str]:
+def _models(args: argparse.Namespace, *, instead: str = CHAT_INSTEAD) -> tuple[Any, Any, str]:
     """(chat model, editing model, label) for the options; ModelUnavailableError without a key.
     ``instead``: how the chat model's unavailability messages end once the chat runs (the
-    terminal's :data:`CHAT_INSTEAD`; the web chat names what its page offers);
-    ``edit_instead``: the editing model's (default: the terminal's :data:`EDIT_INSTEAD` with
-    the terminal's ``instead``, else ``instead``: the page offers one way for both).  With
-    Gemini, different advice makes two models on one client; the same, one model for both."""
+    terminal's :data:`CHAT_INSTEAD`; the web chat names what its page offers); the editing
+    model's end with the terminal's :data:`EDIT_INSTEAD` in the terminal, else with ``instead``
+    (the page offers one way for both).  With Gemini, different advice makes two models on one
+    client; the same, one model for both."""
     if args.offline:
         from .offline import OfflineChatModel, OfflineEditor
 
@@ -178,8 +176,7 @@ def _models(
 
     if gemini_api_key() is None:
         raise ModelUnavailableError(NO_KEY)
-    if edit_instead is None:
-        edit_instead = EDIT_INSTEAD if instead == CHAT_INSTEAD else instead
+    edit_instead = EDIT_INSTEAD if instead == CHAT_INSTEAD else instead
     model = GeminiModel(args.model, instead=START_INSTEAD)  # a failure here ends the start
     model.instead = instead  # a failure from now on is in the chat: the terminal's /retry, the page's box
     if edit_instead == instead:

@@ -168,10 +168,11 @@ class PoolOptions(NamedTuple):
         derives from ``connect_timeout`` unless ``dsn``, the environment or a service file sets them."""
         return {"autocommit": True, **connection_settings(dsn, self.timeout)}
 
-    def pool_kwargs(self, pool_class: Any, dsn: str) -> dict[str, Any]:
+    def pool_kwargs(self, pool_class: Any, dsn: str, connection: dict[str, Any] | None = None) -> dict[str, Any]:
         """Keywords for a psycopg pool of ``pool_class`` (sync or async) on ``dsn``, opened by the caller:
 
-        * connections of :meth:`connection_kwargs`, each checked (``check_connection``) as it is
+        * connections of :meth:`connection_kwargs` (``connection``: those the caller worked out
+          already for its first connection), each checked (``check_connection``) as it is
           handed out, so connections the server ended while idle (a restart, a failover, an idle
           timeout) are replaced instead of failing a call;
         * a call waits at most ``connect_timeout`` seconds for a connection (``timeout``; the
@@ -181,7 +182,8 @@ class PoolOptions(NamedTuple):
           to the next call: psycopg_pool doubles its delay between attempts for 5 minutes by
           default, so a server back after an outage went unused for up to two minutes; now a
           call gets it within about two seconds."""
-        return {"min_size": self.min_size, "max_size": self.max_size, "kwargs": self.connection_kwargs(dsn),
+        kwargs = self.connection_kwargs(dsn) if connection is None else connection  # given: worked out already
+        return {"min_size": self.min_size, "max_size": self.max_size, "kwargs": kwargs,
                 "open": False, "name": "context-gatekeeper", "check": pool_class.check_connection,
                 "timeout": self.timeout, "reconnect_timeout": RECONNECT_WINDOW,
                 "reconnect_failed": _RetryWhileCallsWait(self.timeout)}
@@ -757,9 +759,10 @@ def _open_pool(dsn: str, options: PoolOptions) -> ConnectionPool:
     One direct connection first, so a wrong DSN or password fails at once with the
     server's own reason instead of a pool timeout.
     """
-    with psycopg.connect(dsn, **options.connection_kwargs(dsn)):
+    connection = options.connection_kwargs(dsn)  # (reads the environment and any service file: once)
+    with psycopg.connect(dsn, **connection):
         pass
-    pool: ConnectionPool = ConnectionPool(dsn, **options.pool_kwargs(ConnectionPool, dsn))
+    pool: ConnectionPool = ConnectionPool(dsn, **options.pool_kwargs(ConnectionPool, dsn, connection))
     try:
         pool.open(wait=True, timeout=options.timeout)
     except BaseException:
@@ -817,9 +820,10 @@ class _Released(NamedTuple):
 async def _aopen_pool(dsn: str, options: PoolOptions) -> AsyncConnectionPool:
     """An open async pool (see :func:`_open_pool`): one direct connection
     first, so a wrong DSN or password fails with the server's own reason."""
-    first = await psycopg.AsyncConnection.connect(dsn, **options.connection_kwargs(dsn))
+    connection = options.connection_kwargs(dsn)  # (reads the environment and any service file: once)
+    first = await psycopg.AsyncConnection.connect(dsn, **connection)
     await first.close()
-    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, **options.pool_kwargs(AsyncConnectionPool, dsn))
+    pool: AsyncConnectionPool = AsyncConnectionPool(dsn, **options.pool_kwargs(AsyncConnectionPool, dsn, connection))
     try:
         await pool.open(wait=True, timeout=options.timeout)
     except BaseException:

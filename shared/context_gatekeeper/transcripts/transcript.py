@@ -50,7 +50,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..editing.options import EditOptions, Strategy
-from ..editing.checks import added_violations
+from ..editing.checks import tool_violations
 from ..editing.compute import acompute_edit, check_instruction, compute_edit
 from ..errors import (
     HistoryError, InvalidInputError, InvalidRevisionError, InvalidTypeError, ModelUnavailableError, StaleHeadError,
@@ -213,12 +213,13 @@ def _as_message(item: Message | Mapping[str, Any]) -> Message:
 
 def _refuse_split_tool_calls(before: Sequence[Message], after: Sequence[Message]) -> None:
     """Refuse an apply that leaves ``after`` with a tool call separated from its result that
-    ``before`` did not have (:func:`~context_gatekeeper.editing.checks.added_violations`, the
-    check an edit runs).
+    ``before`` did not have (:func:`~context_gatekeeper.editing.checks.tool_violations`, the
+    tool-pair half of the check an edit runs).
 
     Raises:
         InvalidInputError: naming the call and the message."""
-    _, tools = added_violations(before, after)
+    known = set(tool_violations(before))
+    tools = [problem for problem in tool_violations(after) if problem not in known]
     if not tools:
         return
     kind, message_id, call_id = tools[0]
