@@ -18,9 +18,9 @@ vectors are cached on disk outside the repository, see :mod:`embedders`).
 
 ``--half A`` or ``--half B`` keeps one of two fixed halves of each dataset (see
 :func:`split_half`): tune on one, check on the other.  The held-out set
-``benchmarks/data/fresh_cases.jsonl`` and ``fresh2_cases.jsonl`` (:data:`HELD_OUT_DATASETS`) are
+``benchmarks/data/fresh_cases.jsonl``, ``fresh2_cases.jsonl`` and ``fresh3_cases.jsonl`` (:data:`HELD_OUT_DATASETS`) are
 never split or tuned on (one rejected candidate was measured on them, 2026-12-05, which shipped
-nothing): ``--datasets fresh --half all`` (or ``fresh2``) measures one whole.
+nothing): ``--datasets fresh --half all`` (or ``fresh2``, ``fresh3``) measures one whole.
 
 ``--plot DIR`` also writes PNG charts of the figures (:mod:`plots`; needs
 matplotlib): recall against kept-token share per retrieval dataset, and switch F1.
@@ -44,7 +44,7 @@ Metrics, for a selector at a token budget B:
   yardstick for every selector);
 * **precision** (cases whose ``meta.dependence_annotated`` is true, i.e. annotated
   CAsT cases, and every case that labels ``meta.off_topic_turns``: the project's own
-  sets, interleaved, hard, service, fresh and fresh2):
+  sets, interleaved, hard, service, fresh, fresh2 and fresh3):
   ``Σ |kept ∩ relevant| / Σ |kept|`` pooled over those cases; every kept turn that is
   not relevant counts against it, neutral ones included (turns of the query's topic
   the labels leave out), and a case labelled with no relevant turn makes every kept
@@ -64,7 +64,7 @@ recall, kept share, precision), the interleaved, hard and service sets at 300 an
 (retrieval with precision and pollution, and switch detection), TIAGE and
 CrossWOZ (switch detection; the budget, 1000, does not matter to the decision).
 ``--by-kind`` adds, for each of the project's own sets measured (interleaved, hard,
-service, fresh, fresh2), the library's figures per case kind and per language group.
+service, fresh, fresh2, fresh3), the library's figures per case kind and per language group.
 
 Baselines: *all turns*; *recent turns that fit* (newest first while they fit,
 kept in position order); *BM25 over turns* (``rank_bm25.BM25Okapi`` over whole
@@ -116,7 +116,7 @@ from plots import command_line, machine_line  # matplotlib is imported only to d
 from report_baseline import ReportGatekeeper
 
 DATASETS = ("locomo", "cast2020", "tiage", "crosswoz", "interleaved", "hard", "service")
-HELD_OUT_DATASETS = ("fresh", "fresh2")
+HELD_OUT_DATASETS = ("fresh", "fresh2", "fresh3")
 """Sets written after the rules and values were chosen and never tuned on (one rejected
 candidate was measured on them, 2026-12-05, which shipped nothing), split or diagnosed:
 measured whole and only when named (``--datasets fresh --half all``; any other ``--half``
@@ -131,10 +131,11 @@ BUDGETS: dict[str, tuple[int, ...]] = {
     "service": (300, 2000),
     "fresh": (300, 2000),
     "fresh2": (300, 2000),
+    "fresh3": (300, 2000),
 }
 """Token budgets each dataset is measured at (one table per budget)."""
-RETRIEVAL_DATASETS = {"locomo", "cast2020", "interleaved", "hard", "service", "fresh", "fresh2"}
-SWITCH_DATASETS = {"tiage", "crosswoz", "interleaved", "hard", "service", "fresh", "fresh2"}
+RETRIEVAL_DATASETS = {"locomo", "cast2020", "interleaved", "hard", "service", "fresh", "fresh2", "fresh3"}
+SWITCH_DATASETS = {"tiage", "crosswoz", "interleaved", "hard", "service", "fresh", "fresh2", "fresh3"}
 OWN_DATA = Path(__file__).resolve().parent / "data"
 """The project's own hand-labelled sets (in the repository, unlike ``../shared/data``)."""
 OWN_DATASETS = {
@@ -143,6 +144,7 @@ OWN_DATASETS = {
     "service": OWN_DATA / "service_cases.jsonl",
     "fresh": OWN_DATA / "fresh_cases.jsonl",
     "fresh2": OWN_DATA / "fresh2_cases.jsonl",
+    "fresh3": OWN_DATA / "fresh3_cases.jsonl",
 }
 HALVES = {"A": "tuning", "B": "validation"}
 """Every dataset is split in two fixed halves (:func:`split_half`): rules and values are
@@ -706,7 +708,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--by-kind", action="store_true",
-        help="also break each own set's figures (interleaved, hard, service, fresh, fresh2) down by kind and language",
+        help="also break each own set's figures (interleaved, hard, service, fresh, fresh2, fresh3) down by kind and language",
     )
     parser.add_argument("--json", type=Path, default=None, help="write all figures to this JSON file")
     parser.add_argument(
