@@ -33,6 +33,17 @@ text: its ``ThinkingBlock`` s and provider-specific ``additional_kwargs`` keys
 records a digest of the text those keys arrived with (``metadata["provider_text"]``), and
 :func:`from_core` drops them only from a message whose text no longer has that digest (an
 undo that restores the text restores them too).
+
+**Parts that are not LlamaIndex blocks.**  A store is shared: the LangChain adapter writes
+a multimodal turn's content parts as LangChain has them, and a newer llama-index may store
+a block type this one does not know.  :func:`from_core` reads them rather than fail
+(pydantic would refuse the whole message, and every ``get`` of the session with it): a
+LangChain text part becomes a ``TextBlock``, a LangChain image by URL or base64 an
+``ImageBlock``, and any other part a ``TextBlock`` standing in for it (its own text, or
+``"[<type> part omitted]"``), so the conversation stays readable.  What is stored is never
+changed by reading: :func:`match_ids` keeps an unchanged message's stored parts, and refuses
+a changed message that still carries a stand-in (storing it would replace the part by that
+text) with ``InvalidInputError``.
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock, ToolCallBlock
-from llama_index.core.bridge.pydantic import BaseModel
+from llama_index.core.bridge.pydantic import BaseModel, ValidationError
 
 from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import Role, arguments_text, lines_to_blocks, new_message_id
@@ -75,7 +86,11 @@ _ROLES: dict[str, Role] = {
     "function": "tool",
 }
 PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
-"""additional_kwargs keys dropped from an assistant message whose text was rewritten."""
+"""additional_kwargs keys (and LangChain part types) dropped from an assistant message whose text was rewritten."""
+STAND_IN = "[{kind} part omitted]"
+"""The text standing in for a stored part no LlamaIndex block can hold (and that has no text
+of its own): ``kind`` is its ``block_type`` or LangChain ``type``."""
+_BASE64_URL = re.compile(r"data:(?P<mime>[^;,]*)[^,]*;base64,(?P<data>.*)", re.DOTALL)
 PROVIDER_TEXT = "provider_text"
 """The core metadata key holding the digest of the text an assistant message's
 provider-specific keys arrived with (see the module docstring)."""
@@ -241,16 +256,18 @@ def _blocks_for(message: Message) -> list[Any]:
     stand where its own stood, in its place: an image between two paragraphs stays
     between them, a line added after a paragraph joins its block, and a block whose
     lines were all deleted goes.  A rewritten assistant message also loses its thinking
-    blocks (see the module docstring).
+    blocks and LangChain reasoning parts (see the module docstring).  LangChain parts of text
+    and images are read as LlamaIndex blocks first (:func:`_as_block`): the text parts hold
+    the content, as LangChain's adapter stored it.
     """
     if message.parts is None:
         return [{"block_type": "text", "text": message.content}]
-    blocks = copy.deepcopy(list(message.parts))
+    blocks = [_as_block(part) for part in copy.deepcopy(list(message.parts))]
     texts = [b for b in blocks if isinstance(b, dict) and b.get("block_type") == "text"]
     if message.origin == "original" or "\n".join(str(b.get("text", "")) for b in texts) == message.content:
         return blocks
     if message.origin == "edited" and message.role == "assistant":
-        blocks = [b for b in blocks if not (isinstance(b, dict) and b.get("block_type") == "thinking")]
+        blocks = [b for b in blocks if not _reasoning(b)]
     if not texts:  # an edit gave text to a message of no text block: it goes first
         return [{"block_type": "text", "text": message.content}, *blocks] if message.content else blocks
     pieces = lines_to_blocks(message.content, [str(b.get("text", "")) for b in texts])
@@ -269,13 +286,104 @@ def validation_problems(error: Any) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
 
 
-def from_core(message: Message) -> ChatMessage:
-    """A core message as a new LlamaIndex ``ChatMessage`` (a fresh copy every call)."""
+def _reasoning(block: Any) -> bool:
+    """Whether a stored block argues for an assistant's text: a LlamaIndex ``thinking`` block,
+    or a LangChain reasoning part (``thinking``, ``reasoning``, ...)."""
+    if not isinstance(block, dict):
+        return False
+    return block.get("block_type") == "thinking" or bool(PROVIDER_SPECIFIC.search(str(block.get("type", ""))))
+
+
+def _as_block(part: Any) -> Any:
+    """``part`` as a LlamaIndex block dict where it is a LangChain content part of text (a
+    string or ``{"type": "text"}``, whose text LangChain's adapter stored as the content) or
+    an image by URL or base64; any other part as it is."""
+    if isinstance(part, str):
+        return {"block_type": "text", "text": part}
+    if not isinstance(part, dict) or "block_type" in part:
+        return part
+    if part.get("type") == "text":
+        return {"block_type": "text", "text": str(part.get("text", ""))}
+    return _langchain_image(part) or part
+
+
+def _langchain_image(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An image block dict for a LangChain image part: OpenAI's ``image_url`` (a URL, or a
+    ``data:`` URL of base64), LangChain's ``image`` (``url`` / ``base64``, or ``source_type``
+    with ``url`` / ``data``) and Anthropic's (``source``); ``None`` for other parts."""
+    if part.get("type") == "image_url":
+        image = part.get("image_url")
+        image = image if isinstance(image, dict) else {"url": image}
+        return _image_block(image.get("url"), None, None, image.get("detail"))
+    if part.get("type") != "image":
+        return None
+    source: dict[str, Any] = part["source"] if isinstance(part.get("source"), dict) else {}
+    data = part.get("base64") or source.get("data") or (part.get("data") if part.get("source_type") == "base64" else None)
+    return _image_block(part.get("url") or source.get("url"), data, part.get("mime_type") or source.get("media_type"))
+
+
+def _image_block(url: Any, data: Any, mimetype: Any, detail: Any = None) -> dict[str, Any] | None:
+    """An image block dict of base64 ``data`` (a ``data:`` URL's, when ``url`` is one) or else
+    of ``url``; ``None`` when there is neither text."""
+    if isinstance(url, str) and (inline := _BASE64_URL.match(url)):
+        url, data, mimetype = None, inline["data"], inline["mime"] or mimetype
+    block: dict[str, Any] = {"block_type": "image", "image_mimetype": mimetype if isinstance(mimetype, str) else None}
+    if isinstance(detail, str):
+        block["detail"] = detail
+    if isinstance(data, str) and data:
+        return {**block, "image": data}
+    if isinstance(url, str) and url:
+        return {**block, "url": url}
+    return None
+
+
+def _stand_in(part: Any) -> tuple[str, str]:
+    """The text standing in for a stored part no LlamaIndex block can hold, and the part's
+    kind: its own text when it has some (readable as it was), else :data:`STAND_IN`."""
+    kind = (part.get("block_type") or part.get("type")) if isinstance(part, dict) else None
+    kind = kind if isinstance(kind, str) and kind else type(part).__name__
+    text = part.get("text") if isinstance(part, dict) else None
+    return (text if isinstance(text, str) and text.strip() else STAND_IN.format(kind=kind)), kind
+
+
+def _held(block: Any) -> Any:
+    """``block`` as the LlamaIndex block this version makes of it, or ``None`` when it cannot."""
+    try:
+        return ChatMessage(blocks=[block]).blocks[0]
+    except ValidationError:
+        return None
+
+
+def _shown(message: Message) -> tuple[ChatMessage, dict[str, str]]:
+    """:func:`from_core`'s message, and its stand-ins: the text of each ``TextBlock`` standing
+    in for a part no LlamaIndex block can hold, with the part's kind (see the module
+    docstring).  Every block is checked alone only when the message as a whole is refused."""
     role = message.metadata.get("role") or message.role
     kwargs = copy.deepcopy(dict(message.metadata.get("additional_kwargs") or {}))
     if message.role == "assistant" and _rewritten(message):
         kwargs = {k: v for k, v in kwargs.items() if not PROVIDER_SPECIFIC.search(k)}
-    return ChatMessage(role=role, blocks=_blocks_for(message), additional_kwargs=kwargs)
+    blocks = _blocks_for(message)
+    try:
+        return ChatMessage(role=role, blocks=blocks, additional_kwargs=kwargs), {}
+    except ValidationError:  # a part this llama-index cannot hold: read the rest, stand in for it
+        pass
+    readable: list[Any] = []
+    stand_ins: dict[str, str] = {}
+    for block in blocks:
+        held = _held(block)
+        if held is None:
+            text, kind = _stand_in(block)
+            stand_ins[text] = kind
+            held = TextBlock(text=text)
+        readable.append(held)
+    return ChatMessage(role=role, blocks=readable, additional_kwargs=kwargs), stand_ins
+
+
+def from_core(message: Message) -> ChatMessage:
+    """A core message as a new LlamaIndex ``ChatMessage`` (a fresh copy every call); a stored
+    part no LlamaIndex block can hold is read as a ``TextBlock`` standing in for it (see the
+    module docstring)."""
+    return _shown(message)[0]
 
 
 def to_core_messages(messages: Iterable[ChatMessage]) -> list[Message]:
@@ -303,14 +411,22 @@ def match_ids(current: Sequence[Message], incoming: Sequence[ChatMessage]) -> li
     messages was replaced one for one, a message that stands where one of the same role
     stood keeps that id (a change of its content, not a delete and insert); every other
     message gets a fresh id.
+
+    Raises:
+        InvalidInputError: a changed message carries the text standing in for a stored part
+            no LlamaIndex block can hold (see the module docstring): stored, it would replace
+            the part.
     """
     new = [to_core(m) for m in incoming]
-    old_keys = [fingerprint(m) for m in current]
+    shown = [_shown(m) for m in current]
+    old_keys = [fingerprint(chat) for chat, _ in shown]
     new_keys = [fingerprint(m) for m in incoming]
     out = list(new)
+    unchanged: set[int] = set()
     matcher = difflib.SequenceMatcher(a=old_keys, b=new_keys, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
+            unchanged.update(range(j1, j2))
             for offset in range(i2 - i1):
                 out[j1 + offset] = current[i1 + offset]
         elif tag == "replace" and i2 - i1 == j2 - j1:
@@ -320,4 +436,22 @@ def match_ids(current: Sequence[Message], incoming: Sequence[ChatMessage]) -> li
                     out[j1 + offset] = Message(
                         id=before.id, role=after.role, content=after.content, parts=after.parts, metadata=after.metadata
                     )
+    _refuse_stand_ins(incoming, unchanged, {text: kind for _, found in shown for text, kind in found.items()})
     return out
+
+
+def _refuse_stand_ins(incoming: Sequence[ChatMessage], unchanged: set[int], stand_ins: dict[str, str]) -> None:
+    """``InvalidInputError`` for the first message of ``incoming``, other than those at
+    ``unchanged`` positions (their stored parts are kept), holding a ``TextBlock`` that stands
+    in for a stored part (``stand_ins``: its text -> the part's kind)."""
+    for index, message in enumerate(incoming):
+        if index in unchanged:
+            continue
+        for block in message.blocks:
+            if isinstance(block, TextBlock) and block.text in stand_ins:
+                raise InvalidInputError(
+                    f"messages[{index}] is changed and holds {block.text!r}, which stands in for a stored "
+                    f"{stand_ins[block.text]!r} part that LlamaIndex cannot hold; storing it would replace the part "
+                    "by that text. Hand that message back unchanged (as get_all() returned it), or leave that block "
+                    "out to drop the part; nothing was written"
+                )

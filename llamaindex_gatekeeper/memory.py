@@ -133,7 +133,15 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
     Attributes:
         token_limit: tokens that ``get`` may return in all: pinned content (leading
             system messages), the selected earlier turns and the current turn, less the
-            ``initial_token_count`` an engine passes.
+            ``initial_token_count`` an engine passes.  Priced: each message's text blocks,
+            the name and arguments of each tool call, and ``message_overhead``; not priced
+            (as ``ChatMemoryBuffer`` prices none of them): ``DocumentBlock`` documents,
+            ``ThinkingBlock`` reasoning, ``CitableBlock`` / ``CitationBlock`` content,
+            images, audio and video, and the text standing in for a stored part LlamaIndex
+            cannot hold.  Turns carrying those can make ``get`` return many times this
+            limit: keep documents in a retriever (an index and a node postprocessor, which
+            price their text), or lower the limit or raise ``message_overhead`` to leave
+            room for them.
         session_id: which conversation of the store this is; it cannot be reassigned (build
             another memory for another session).
         tokenizer_fn: ``text -> sequence of tokens``; chat engines count their prefix
@@ -415,7 +423,8 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         arguments engines pass are accepted and ignored.  Returns fresh copies.
 
         The budget counts what is returned message by message: each message's text, the
-        name and arguments of its tool calls, and ``message_overhead``.  The gate prices a
+        name and arguments of its tool calls, and ``message_overhead`` (no other block: see
+        ``token_limit`` in the class docstring).  The gate prices a
         turn by its texts (its assistant messages as one), so when what it selected costs
         more as returned, the oldest selected turns are left out, whole, until it fits
         (when the system messages and the current turn alone exceed it, they are returned
