@@ -55,6 +55,7 @@ import asyncio
 import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, Callable, List, NamedTuple, Optional, Union
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError, field_validator
@@ -90,7 +91,9 @@ class NodeExplanation:
         node_id: the node's id.
         kept: whether the postprocessor keeps it.
         reason: ``"covers"``, ``"fallback"``, ``"irrelevant"``, ``"no new coverage"``,
-            ``"over budget"`` or ``"target reached"`` (see :mod:`context_gatekeeper.selection.coverage`).
+            ``"duplicate"`` (with no query term to go by, a node whose text repeats a kept
+            one's), ``"over budget"`` or ``"target reached"`` (see
+            :mod:`context_gatekeeper.selection.coverage`).
         coverage: the core's record: matched and newly covered terms, gain, token cost.
     """
 
@@ -275,11 +278,22 @@ _EXCLUDED = {MetadataMode.LLM: 1, MetadataMode.EMBED: 2}  # which excluded-keys 
 _KEY_VALUE = "{key}: {value}"  # LlamaIndex's default metadata template, formatted without str.format
 
 
+@lru_cache(maxsize=None)
+def _separator_field(node_class: type[BaseNode]) -> str:
+    """The field whose text ``node_class.get_metadata_str`` joins metadata pairs with:
+    ``metadata_seperator`` where the class has a field of that name (``TextNode`` on
+    llama-index-core 0.14.5 to 0.14.13, whose own field, so spelt, is read; the base class's
+    ``metadata_separator`` then is not), else ``metadata_separator`` (where that spelling is
+    only its alias)."""
+    return "metadata_seperator" if "metadata_seperator" in node_class.model_fields else "metadata_separator"
+
+
 def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int, counter: Any) -> tuple[Any, ...] | None:
     """The :data:`FACTS` key of a node for token counter ``counter``: what
     ``TextNode.get_content(mode)`` is made of, ``(counter, text_template, header, text)``
     with ``header`` its ``get_metadata_str(mode).strip()`` (the same pairs formatted the
-    same way, metadata values as ``str`` gives them, read from the node's fields), or
+    same way, metadata values as ``str`` gives them, joined by the separator it reads:
+    :func:`_separator_field`, read from the node's fields), or
     ``(counter, text)`` when that is the text (mode ``NONE``, no metadata, an empty
     header), or None when the node is not a plain ``TextNode`` or a metadata key is not a
     ``str``: its text is then read, and the key is ``(counter, text)``.  ``excluded``:
@@ -302,7 +316,7 @@ def _parts_key(node: BaseNode, mode: MetadataMode, excluded: int, counter: Any) 
         if type(value) is not str:  # a str formats as itself; get_metadata_str formats str(value)
             value = str(value)
         pairs.append(f"{name}: {value}" if template == _KEY_VALUE else template.format(key=name, value=value))
-    header = (pairs[0] if len(pairs) == 1 else fields["metadata_separator"].join(pairs)).strip()
+    header = (pairs[0] if len(pairs) == 1 else fields[_separator_field(TextNode)].join(pairs)).strip()
     if not header:
         return (counter, fields["text"])
     return (counter, fields["text_template"], header, fields["text"])
@@ -536,14 +550,18 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
     def _facts(
         self, nodes: List[NodeWithScore], held: Callable[[str], frozenset[str] | None] | None = None,
         count: bool = True,
-    ) -> tuple[list[_Facts], list[Any], Callable[[int], int], Optional[Callable[[int], int]], Callable[[], None]]:
+    ) -> tuple[
+        list[_Facts], list[Any], Callable[[int], int], Optional[Callable[[int], int]], Callable[[], None],
+        Callable[[int], str],
+    ]:
         """Each node's ``(text, tokens, anchors)`` as :data:`FACTS` keeps it (looked up for
         the whole list at once; a node seen before by any postprocessor with this token
         counter is found there, a new one is added), the anchors this call reads (each
         node's set), ``cost(i)``, node ``i``'s tokens (counted, and kept, when first asked
-        for), and ``floor(i)``, a lower bound of them (its tokens when counted, else the
+        for), ``floor(i)``, a lower bound of them (its tokens when counted, else the
         counter's :func:`~context_gatekeeper.tokens.token_floor` of its text), or None when
-        the counter has no floor.
+        the counter has no floor, and ``text_of(i)``, node ``i``'s text as ``metadata_mode``
+        reads it (formatted when first asked for).
 
         ``held``: :func:`~context_gatekeeper.integration.held_anchors` for the query.  A
         node met for the first time is then read for this query alone: each part (body,
@@ -655,12 +673,12 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
                 if facts[1] is None or facts[1] < 0:
                     cost(i)
             flush()
-        return stored, anchors, cost, None if words is None else floor, flush
+        return stored, anchors, cost, None if words is None else floor, flush, text_of
 
     def _covering(self, nodes: List[NodeWithScore], query: str, probe: Any, explain: bool) -> CoverageResult:
         """The core's coverage selection over the nodes' facts (``explain=False``: no
         explanations)."""
-        facts, anchors, _, _, _ = self._facts(nodes)
+        facts, anchors, *_ = self._facts(nodes)
         result = select_covering(
             query,
             [f[0] for f in facts],  # type: ignore[misc]  # _facts formatted and counted every node
@@ -684,7 +702,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
         if self._vectors is not None:
             return self._select(nodes, query, False).kept
         text, params = query_text(query), self.params or _DEFAULT_PARAMS
-        _, anchors, cost, floor, flush = self._facts(nodes, held_anchors(text, params), count=False)
+        _, anchors, cost, floor, flush, text_of = self._facts(nodes, held_anchors(text, params), count=False)
         try:
             return kept_covering(
                 text,
@@ -696,6 +714,7 @@ class GatekeeperNodePostprocessor(BaseNodePostprocessor):
                 fallback=self.fallback,
                 params=params,
                 floor=floor,
+                text=text_of,  # the fallback keeps each text the LLM would read once
             )
         finally:
             flush()

@@ -11,6 +11,7 @@ from context_gatekeeper import BudgetError, SelectionParams, extract_anchors
 from context_gatekeeper.tokens import tiktoken_counter, word_floor
 from context_gatekeeper.selection.coverage import (
     COVERS,
+    DUPLICATE,
     FALLBACK,
     IRRELEVANT,
     NO_NEW_COVERAGE,
@@ -85,6 +86,24 @@ def test_no_lexical_evidence_falls_back_to_input_order_within_budget() -> None:
     assert reasons(result) == [FALLBACK, FALLBACK, OVER_BUDGET]
     strict = select_covering("tell me more", texts, costs=[10, 10, 10], fallback=False)
     assert strict.kept == [] and reasons(strict) == [IRRELEVANT] * 3
+
+
+def test_the_fallback_drops_a_repeated_text_and_spends_its_budget_on_the_next_distinct_one() -> None:
+    texts = ["Paris is the capital of France.", "Paris is the capital of France.", "Berlin is in Germany.",
+             "Paris is the capital of France.", "", "", "Rome is old."]
+    result = select_covering("tell me more", texts, costs=[10, 10, 10, 10, 0, 0, 10], token_budget=25)
+    assert result.kept == [0, 2, 4, 5]  # a blank text is no repeat: it says nothing either way
+    assert reasons(result) == [FALLBACK, DUPLICATE, FALLBACK, DUPLICATE, FALLBACK, FALLBACK, OVER_BUDGET]
+    assert [e.repeats for e in result.explanations] == [None, 0, None, 0, None, None, None]
+    assert str(result.explanations[3]) == "dropped #3: duplicate, the same text as kept #0 (10 tokens)"
+    assert result.tokens_kept == 20
+    asked: list[int] = []
+    kept = kept_covering("tell me more", [extract_anchors(t).counts for t in texts],
+                         lambda i: asked.append(i) or 10 * bool(texts[i]), token_budget=25, text=texts.__getitem__)
+    assert kept == result.kept
+    unlimited = select_covering("tell me more", texts, costs=[10] * len(texts))
+    assert unlimited.kept == [0, 2, 4, 5, 6]
+    assert kept_covering("tell me more", [{}] * len(texts), lambda i: 10, text=texts.__getitem__) == unlimited.kept
 
 
 def test_a_corpus_supplies_term_weights() -> None:
@@ -227,7 +246,8 @@ def test_kept_covering_keeps_what_select_covering_keeps_asking_only_the_costs_it
                         {"target": 0.5}, {"fallback": False, "token_budget": 40}):
             expected = select_covering(query, texts, costs=costs, anchors=anchors, **options)
             asked: list[int] = []
-            kept = kept_covering(query, anchors, lambda i: asked.append(i) or costs[i], **options)
+            kept = kept_covering(query, anchors, lambda i: asked.append(i) or costs[i], **options,
+                                 text=texts.__getitem__)
             assert kept == expected.kept, (k, options)
             assert len(asked) == len(set(asked))
             if expected.coverable_weight > 0 or options.get("token_budget") is None or options.get("fallback") is False:
@@ -238,7 +258,7 @@ def test_kept_covering_keeps_what_select_covering_keeps_asking_only_the_costs_it
             # tiktoken's counts, and word_floor as their lower bound: the same kept, fewer counted
             lazily: list[int] = []
             kept = kept_covering(query, anchors, lambda i: lazily.append(i) or tokens[k][i], **options,
-                                 floor=lambda i: word_floor(texts[i]))
+                                 floor=lambda i: word_floor(texts[i]), text=texts.__getitem__)
             assert kept == select_covering(query, texts, costs=tokens[k], anchors=anchors, **options).kept, (k, options)
             assert len(lazily) == len(set(lazily))
             if expected.coverable_weight > 0 and options.get("token_budget") is not None:

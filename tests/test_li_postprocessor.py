@@ -10,7 +10,8 @@ from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.memory import ChatMemoryBuffer
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from context_gatekeeper.selection.coverage import CoverageCorpus
 from li_scripted_llm import ScriptedLLM
@@ -90,6 +91,30 @@ def test_explain_says_why_each_node_was_kept_or_dropped() -> None:
     assert "redis" in explanations[0].coverage.covered and explanations[0].coverage.gain > 0
     assert str(explanations[2]).startswith("n2: dropped #2: irrelevant")
     assert asyncio.run(GatekeeperNodePostprocessor().aexplain(nodes, QUERY)) == explanations  # the async twin
+
+
+def test_with_no_lexical_evidence_a_repeated_node_is_dropped_for_a_distinct_one() -> None:
+    """The fallback (no informative query term) keeps nodes in retrieval order, but not a node
+    whose text, as the LLM would read it, repeats a kept one: a fusion retriever's duplicate
+    or the same paragraph in another document with the same metadata."""
+    chunk = TextNode(text=TTL, id_="chunk-1")
+    same_text = TextNode(text=TTL, id_="chunk-1-from-doc-2")
+    other = TextNode(text=FENCING, id_="chunk-2")
+    nodes = [NodeWithScore(node=chunk, score=0.9), NodeWithScore(node=chunk, score=0.9),
+             NodeWithScore(node=same_text, score=0.88), NodeWithScore(node=other, score=0.5)]
+    gate = GatekeeperNodePostprocessor(token_budget=words(TTL) + words(FENCING), token_counter=words)
+    assert [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str="Summarise it")] == ["chunk-1", "chunk-2"]
+    assert [n.node.node_id for n in asyncio.run(gate.apostprocess_nodes(nodes, query_str="Summarise it"))] == [
+        "chunk-1", "chunk-2"]
+    explained = gate.explain(nodes, "Summarise it")
+    assert [(e.kept, e.reason) for e in explained] == [
+        (True, "fallback"), (False, "duplicate"), (False, "duplicate"), (True, "fallback")]
+    assert str(explained[2]) == f"chunk-1-from-doc-2: dropped #2: duplicate, the same text as kept #0 ({words(TTL)} tokens)"
+    # the LLM reads the metadata too: the same body from two sources is two texts
+    sourced = retrieved(TTL, TTL)
+    assert GatekeeperNodePostprocessor().postprocess_nodes(sourced, query_str="Summarise it") == sourced
+    assert GatekeeperNodePostprocessor(metadata_mode="none").postprocess_nodes(
+        sourced, query_str="Summarise it") == sourced[:1]
 
 
 def test_no_lexical_match_keeps_nodes_by_default() -> None:
@@ -376,6 +401,44 @@ def test_select_covering_with_given_anchors_or_without_explanations_chooses_the_
     assert fallback.kept == [0, 1] and fallback.explanations == []
     with pytest.raises(InvalidInputError, match="anchor counts for 4 texts"):
         select_covering(QUERY, texts, costs=[9, 9, 9, 9], anchors=[extract_anchors(TTL).counts])
+
+
+class OldTextNode(TextNode):
+    """``TextNode`` as llama-index-core 0.14.5 to 0.14.13 define it: a field of its own, spelt
+    ``metadata_seperator``, joins the metadata pairs, and the base class's ``metadata_separator``
+    (which that spelling is an alias of) is not read."""
+
+    metadata_seperator: str = Field(default="\n")
+
+    def get_metadata_str(self, mode: MetadataMode = MetadataMode.ALL) -> str:
+        if mode == MetadataMode.NONE:
+            return ""
+        skipped = self.excluded_llm_metadata_keys if mode == MetadataMode.LLM else \
+            self.excluded_embed_metadata_keys if mode == MetadataMode.EMBED else []
+        return self.metadata_seperator.join(
+            self.metadata_template.format(key=key, value=str(value))
+            for key, value in self.metadata.items() if key not in skipped
+        )
+
+
+@pytest.mark.parametrize("node_class", [TextNode, OldTextNode])
+@pytest.mark.parametrize("spelling", ["metadata_separator", "metadata_seperator"])
+def test_a_node_is_priced_with_the_metadata_separator_its_text_is_joined_with(
+    node_class: type[TextNode], spelling: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The price of a plain TextNode is built from its parts (:func:`_parts_key`); it must
+    join the metadata with the separator ``get_metadata_str`` uses on the installed
+    llama-index (simulated for 0.14.5: a ``TextNode`` class with the old field), so a budget
+    one token short of the node as sent keeps nothing."""
+    monkeypatch.setattr(postprocessor_module, "TextNode", node_class)  # the class read from its parts
+    metadata = {f"k{i}": f"v{i}" for i in range(12)}
+    node = node_class(text=TTL, metadata=metadata, **{spelling: " | "})
+    sent = len(node.get_content(metadata_mode=MetadataMode.LLM))  # a character a token: every separator counts
+    nodes = [NodeWithScore(node=node)]
+    for budget, kept in ((sent - 1, []), (sent, nodes)):
+        gate = GatekeeperNodePostprocessor(token_budget=budget, token_counter=len)
+        assert gate.postprocess_nodes(nodes, query_str=QUERY) == kept
+        assert gate.explain(nodes, QUERY)[0].coverage.cost == sent
 
 
 def test_the_budget_follows_the_librarys_one_rule() -> None:

@@ -16,8 +16,8 @@ Anchor weights are IDF (:func:`gate.anchor_weights`, the formula named by
   common in the domain even when only a handful of chunks were retrieved.
 
 Every candidate gets a :class:`CoverageExplanation`: kept (``"covers"``, or
-``"fallback"``) or dropped (``"irrelevant"``, ``"no new coverage"``, ``"over
-budget"``, ``"target reached"``), with the anchors, gain and cost behind it.
+``"fallback"``) or dropped (``"irrelevant"``, ``"no new coverage"``, ``"duplicate"``,
+``"over budget"``, ``"target reached"``), with the anchors, gain and cost behind it.
 The result keeps input order.  Pure functions; no framework imports.
 
 With ``similarities`` (each candidate's similarity to the query, from any embedding
@@ -70,6 +70,7 @@ __all__ = [
     "SEMANTIC",
     "IRRELEVANT",
     "NO_NEW_COVERAGE",
+    "DUPLICATE",
     "OVER_BUDGET",
     "TARGET_REACHED",
 ]
@@ -79,11 +80,17 @@ COVERS = "covers"
 FALLBACK = "fallback"
 """Kept without lexical evidence: the query has no informative anchor, or no candidate
 holds one (semantic retrieval in other words), so candidates are kept in order while
-they fit (``fallback=True``)."""
+they fit (``fallback=True``), each text once (see :data:`DUPLICATE`)."""
 IRRELEVANT = "irrelevant"
 """Dropped: it holds none of the query's informative anchors."""
 NO_NEW_COVERAGE = "no new coverage"
 """Dropped: every query anchor it holds is covered by kept candidates (a duplicate)."""
+DUPLICATE = "duplicate"
+"""Dropped by the fallback: its text (not blank) is the text of a candidate kept before it
+(``repeats``): a retriever's repeat, or one paragraph in two documents.  With no lexical
+evidence either way, the fallback keeps each text once and leaves the budget a repeat
+would spend to the next distinct candidate (where there is evidence, a repeat adds no
+coverage: :data:`NO_NEW_COVERAGE`)."""
 OVER_BUDGET = "over budget"
 """Dropped: it would add coverage but costs more than the budget left."""
 TARGET_REACHED = "target reached"
@@ -173,7 +180,8 @@ class CoverageExplanation:
         index: the candidate's position in the input.
         kept: whether it is in the result.
         reason: one of the module's reason constants (``"covers"``, ``"fallback"``,
-            ``"irrelevant"``, ``"no new coverage"``, ``"over budget"``, ``"target reached"``).
+            ``"irrelevant"``, ``"no new coverage"``, ``"duplicate"``, ``"over budget"``,
+            ``"target reached"``).
         cost: its token cost.
         matched: the informative query anchors it holds (query order).
         covered: for a ``"covers"`` candidate, the anchors it newly covered when picked;
@@ -187,6 +195,8 @@ class CoverageExplanation:
             candidates have one).
         semantic: whether its similarity is evidence (z at or above the floor).
         decisive: whether it is kept because of its meaning alone (reason ``"semantic"``).
+        repeats: for a ``"duplicate"``, the index of the kept candidate whose text it
+            repeats; None otherwise.
     """
 
     index: int
@@ -201,6 +211,7 @@ class CoverageExplanation:
     similarity_z: float | None = None
     semantic: bool = False
     decisive: bool = False
+    repeats: int | None = None
 
     def __str__(self) -> str:
         text = self._text()
@@ -220,6 +231,8 @@ class CoverageExplanation:
             return f"kept #{self.index}: fallback, no lexical evidence either way ({self.cost} tokens)"
         if self.reason == IRRELEVANT:
             return f"dropped #{self.index}: irrelevant, holds none of the query's informative terms"
+        if self.reason == DUPLICATE:
+            return f"dropped #{self.index}: duplicate, the same text as kept #{self.repeats} ({self.cost} tokens)"
         if self.reason == NO_NEW_COVERAGE:
             return f"dropped #{self.index}: no new coverage ({anchors} already covered by kept candidates)"
         if self.reason == OVER_BUDGET:
@@ -266,7 +279,8 @@ class CoverageResult:
         return "\n".join([head, *map(str, self.explanations)])
 
 
-_EXPLANATION_DEFAULTS = {"pick": None, "similarity": None, "similarity_z": None, "semantic": False, "decisive": False}
+_EXPLANATION_DEFAULTS = {"pick": None, "similarity": None, "similarity_z": None, "semantic": False, "decisive": False,
+                         "repeats": None}
 
 
 _IRRELEVANT = {**_EXPLANATION_DEFAULTS, "kept": False, "reason": IRRELEVANT, "matched": (), "covered": (), "gain": 0.0}
@@ -274,13 +288,13 @@ _IRRELEVANT = {**_EXPLANATION_DEFAULTS, "kept": False, "reason": IRRELEVANT, "ma
 
 def _explanation(
     index: int, kept: bool, reason: str, cost: int, matched: tuple[str, ...], covered: tuple[str, ...],
-    gain: float, pick: int | None = None,
+    gain: float, pick: int | None = None, repeats: int | None = None,
 ) -> CoverageExplanation:
     """``CoverageExplanation(...)`` without the frozen dataclass's per-field ``__setattr__``
     (one per candidate, hundreds per call: the postprocessor's hot path); equal to it."""
     e = object.__new__(CoverageExplanation)
     e.__dict__.update(_EXPLANATION_DEFAULTS, index=index, kept=kept, reason=reason, cost=cost, matched=matched,
-                      covered=covered, gain=gain, pick=pick)
+                      covered=covered, gain=gain, pick=pick, repeats=repeats)
     return e
 
 
@@ -342,14 +356,26 @@ def _costs(texts: Sequence[str], costs: Sequence[int] | None, token_counter: Tok
     return checked
 
 
-def _fallback(costs: list[int], budget: int | None, matched: list[tuple[str, ...]]) -> list[CoverageExplanation]:
+def _fallback(
+    costs: list[int], budget: int | None, matched: list[tuple[str, ...]], text: Callable[[int], str] | None
+) -> list[CoverageExplanation]:
+    """The fallback's choice: candidates in order while they fit, but a candidate whose
+    text (``text(i)``; not blank) is a kept one's is dropped as :data:`DUPLICATE`, and its
+    budget left to the next distinct one.  ``text`` None: repeats cannot be told apart."""
     left = budget if budget is not None else sum(costs)
+    first: dict[str, int] = {}  # each kept text -> the candidate kept with it
     out: list[CoverageExplanation] = []
     for i, cost in enumerate(costs):
+        said = text(i) if text is not None else ""
+        repeats = first.get(said) if said and not said.isspace() else None
+        if repeats is not None:
+            out.append(_explanation(i, False, DUPLICATE, cost, matched[i], (), 0.0, repeats=repeats))
+            continue
         fits = cost <= left
-        left -= cost if fits else 0
-        reason = FALLBACK if fits else OVER_BUDGET
-        out.append(_explanation(i, fits, reason, cost, matched[i], (), 0.0))
+        if fits:
+            left -= cost
+            first.setdefault(said, i)
+        out.append(_explanation(i, fits, FALLBACK if fits else OVER_BUDGET, cost, matched[i], (), 0.0))
     return out
 
 
@@ -566,6 +592,7 @@ def kept_covering(
     fallback: bool = True,
     params: SelectionParams | None = None,
     floor: Callable[[int], int] | None = None,
+    text: Callable[[int], str] | None = None,
 ) -> list[int]:
     """``select_covering(...).kept`` (lexical), asking each candidate's cost only when the
     choice needs it.
@@ -578,6 +605,9 @@ def kept_covering(
     ``floor(i)``, with a budget: a cheap lower bound of ``cost(i)``
     (:func:`~context_gatekeeper.tokens.token_floor`); a candidate is then counted only
     when the bound says it may be the next pick, and the kept ones are the same.
+    ``text(i)``: candidate ``i``'s text, asked by the fallback alone, which keeps each text
+    once (:data:`DUPLICATE`) as :func:`select_covering` does; without it the fallback cannot
+    tell a repeat and keeps it.
 
     >>> texts = ["Redis locks need a TTL.", "Redis locks need a TTL.", "Bake bread at 220 degrees."]
     >>> anchors, asked = [extract(t).counts for t in texts], []
@@ -599,10 +629,11 @@ def kept_covering(
     if coverable_weight <= 0:  # no lexical evidence: found is empty
         if not fallback:
             return []
-        if token_budget is None:  # every candidate fits
+        if token_budget is None and text is None:  # every candidate fits, and repeats cannot be told
             return list(range(len(anchors)))
-        costs = [cost(i) for i in range(len(anchors))]
-        return [e.index for e in _fallback(costs, token_budget, [()] * len(costs)) if e.kept]
+        # without a budget every candidate fits: its cost is not asked
+        costs = [0 if token_budget is None else cost(i) for i in range(len(anchors))]
+        return [e.index for e in _fallback(costs, token_budget, [()] * len(costs), text) if e.kept]
     if token_budget is None:  # the candidates' own total bounds the greedy step as every cost's would
         asked = {i: cost(i) for i in sorted(found)}
         budget, cost, floor = sum(asked.values()), asked.__getitem__, None
@@ -645,8 +676,9 @@ def select_covering(
             allows; the chat selector's ``params.coverage_target`` (0.85) leaves the tail.
         fallback: when the query has no informative anchor or no candidate holds one,
             keep candidates in order while they fit (True, the default: lexical evidence
-            says nothing, and semantic retrieval may have found them in other words);
-            False drops them all as irrelevant.
+            says nothing, and semantic retrieval may have found them in other words), each
+            text once (a repeat of a kept text is dropped as ``"duplicate"``); False drops
+            them all as irrelevant.
         params: IDF formula, kind weights, cost exponent, stopwords (default
             :class:`SelectionParams`), and the semantic floor, top z, weight, minimum
             count and most kept on meaning.
@@ -691,7 +723,7 @@ def select_covering(
     else:
         evidence = [z is not None and z >= params.semantic_floor for z in zs]
     if coverable_weight <= 0 and fallback and not any(evidence):
-        fitted = _fallback(cost_list, token_budget, matched)
+        fitted = _fallback(cost_list, token_budget, matched, texts.__getitem__)
         kept = [e.index for e in fitted if e.kept]
         return CoverageResult(
             kept, with_meaning(fitted, similarities, zs, evidence) if explain else [], weights, 0.0, 0.0,
