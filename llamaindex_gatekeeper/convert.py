@@ -53,7 +53,6 @@ import difflib
 import hashlib
 import json
 import math
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -62,6 +61,8 @@ from llama_index.core.bridge.pydantic import BaseModel, ValidationError
 
 from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import Role, arguments_text, lines_to_blocks, new_message_id
+
+from .parts import PROVIDER_SPECIFIC, as_block, held, is_reasoning, stand_in
 
 __all__ = [
     "to_core",
@@ -85,12 +86,6 @@ _ROLES: dict[str, Role] = {
     "tool": "tool",
     "function": "tool",
 }
-PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
-"""additional_kwargs keys (and LangChain part types) dropped from an assistant message whose text was rewritten."""
-STAND_IN = "[{kind} part omitted]"
-"""The text standing in for a stored part no LlamaIndex block can hold (and that has no text
-of its own): ``kind`` is its ``block_type`` or LangChain ``type``."""
-_BASE64_URL = re.compile(r"data:(?P<mime>[^;,]*)[^,]*;base64,(?P<data>.*)", re.DOTALL)
 PROVIDER_TEXT = "provider_text"
 """The core metadata key holding the digest of the text an assistant message's
 provider-specific keys arrived with (see the module docstring)."""
@@ -257,17 +252,17 @@ def _blocks_for(message: Message) -> list[Any]:
     between them, a line added after a paragraph joins its block, and a block whose
     lines were all deleted goes.  A rewritten assistant message also loses its thinking
     blocks and LangChain reasoning parts (see the module docstring).  LangChain parts of text
-    and images are read as LlamaIndex blocks first (:func:`_as_block`): the text parts hold
+    and images are read as LlamaIndex blocks first (:func:`~llamaindex_gatekeeper.parts.as_block`): the text parts hold
     the content, as LangChain's adapter stored it.
     """
     if message.parts is None:
         return [{"block_type": "text", "text": message.content}]
-    blocks = [_as_block(part) for part in copy.deepcopy(list(message.parts))]
+    blocks = [as_block(part) for part in copy.deepcopy(list(message.parts))]
     texts = [b for b in blocks if isinstance(b, dict) and b.get("block_type") == "text"]
     if message.origin == "original" or "\n".join(str(b.get("text", "")) for b in texts) == message.content:
         return blocks
     if message.origin == "edited" and message.role == "assistant":
-        blocks = [b for b in blocks if not _reasoning(b)]
+        blocks = [b for b in blocks if not is_reasoning(b)]
     if not texts:  # an edit gave text to a message of no text block: it goes first
         return [{"block_type": "text", "text": message.content}, *blocks] if message.content else blocks
     pieces = lines_to_blocks(message.content, [str(b.get("text", "")) for b in texts])
@@ -286,74 +281,6 @@ def validation_problems(error: Any) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
 
 
-def _reasoning(block: Any) -> bool:
-    """Whether a stored block argues for an assistant's text: a LlamaIndex ``thinking`` block,
-    or a LangChain reasoning part (``thinking``, ``reasoning``, ...)."""
-    if not isinstance(block, dict):
-        return False
-    return block.get("block_type") == "thinking" or bool(PROVIDER_SPECIFIC.search(str(block.get("type", ""))))
-
-
-def _as_block(part: Any) -> Any:
-    """``part`` as a LlamaIndex block dict where it is a LangChain content part of text (a
-    string or ``{"type": "text"}``, whose text LangChain's adapter stored as the content) or
-    an image by URL or base64; any other part as it is."""
-    if isinstance(part, str):
-        return {"block_type": "text", "text": part}
-    if not isinstance(part, dict) or "block_type" in part:
-        return part
-    if part.get("type") == "text":
-        return {"block_type": "text", "text": str(part.get("text", ""))}
-    return _langchain_image(part) or part
-
-
-def _langchain_image(part: dict[str, Any]) -> dict[str, Any] | None:
-    """An image block dict for a LangChain image part: OpenAI's ``image_url`` (a URL, or a
-    ``data:`` URL of base64), LangChain's ``image`` (``url`` / ``base64``, or ``source_type``
-    with ``url`` / ``data``) and Anthropic's (``source``); ``None`` for other parts."""
-    if part.get("type") == "image_url":
-        image = part.get("image_url")
-        image = image if isinstance(image, dict) else {"url": image}
-        return _image_block(image.get("url"), None, None, image.get("detail"))
-    if part.get("type") != "image":
-        return None
-    source: dict[str, Any] = part["source"] if isinstance(part.get("source"), dict) else {}
-    data = part.get("base64") or source.get("data") or (part.get("data") if part.get("source_type") == "base64" else None)
-    return _image_block(part.get("url") or source.get("url"), data, part.get("mime_type") or source.get("media_type"))
-
-
-def _image_block(url: Any, data: Any, mimetype: Any, detail: Any = None) -> dict[str, Any] | None:
-    """An image block dict of base64 ``data`` (a ``data:`` URL's, when ``url`` is one) or else
-    of ``url``; ``None`` when there is neither text."""
-    if isinstance(url, str) and (inline := _BASE64_URL.match(url)):
-        url, data, mimetype = None, inline["data"], inline["mime"] or mimetype
-    block: dict[str, Any] = {"block_type": "image", "image_mimetype": mimetype if isinstance(mimetype, str) else None}
-    if isinstance(detail, str):
-        block["detail"] = detail
-    if isinstance(data, str) and data:
-        return {**block, "image": data}
-    if isinstance(url, str) and url:
-        return {**block, "url": url}
-    return None
-
-
-def _stand_in(part: Any) -> tuple[str, str]:
-    """The text standing in for a stored part no LlamaIndex block can hold, and the part's
-    kind: its own text when it has some (readable as it was), else :data:`STAND_IN`."""
-    kind = (part.get("block_type") or part.get("type")) if isinstance(part, dict) else None
-    kind = kind if isinstance(kind, str) and kind else type(part).__name__
-    text = part.get("text") if isinstance(part, dict) else None
-    return (text if isinstance(text, str) and text.strip() else STAND_IN.format(kind=kind)), kind
-
-
-def _held(block: Any) -> Any:
-    """``block`` as the LlamaIndex block this version makes of it, or ``None`` when it cannot."""
-    try:
-        return ChatMessage(blocks=[block]).blocks[0]
-    except ValidationError:
-        return None
-
-
 def _shown(message: Message) -> tuple[ChatMessage, dict[str, str]]:
     """:func:`from_core`'s message, and its stand-ins: the text of each ``TextBlock`` standing
     in for a part no LlamaIndex block can hold, with the part's kind (see the module
@@ -370,12 +297,12 @@ def _shown(message: Message) -> tuple[ChatMessage, dict[str, str]]:
     readable: list[Any] = []
     stand_ins: dict[str, str] = {}
     for block in blocks:
-        held = _held(block)
-        if held is None:
-            text, kind = _stand_in(block)
+        shown = held(block)
+        if shown is None:
+            text, kind = stand_in(block)
             stand_ins[text] = kind
-            held = TextBlock(text=text)
-        readable.append(held)
+            shown = TextBlock(text=text)
+        readable.append(shown)
     return ChatMessage(role=role, blocks=readable, additional_kwargs=kwargs), stand_ins
 
 
