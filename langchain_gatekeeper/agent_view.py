@@ -6,7 +6,8 @@ earlier turns a :class:`~context_gatekeeper.ContextGatekeeper` selects for the
 current query, then the current turn whole (the user's own last human message and everything
 after it: the agent's tool loop is never gated, and a human message a tool delivers, such as
 an image returned through a ``Command``, is part of it where the run's input is known or the
-message has no text, see :func:`_own_ask`).  Each
+message has no text, see :func:`_own_ask`; so are the system messages the run's recorded input
+opens with, :func:`_input_start`).  Each
 pinned message is priced as the message it is sent as, so the list sent stays within
 ``token_budget`` (the current turn apart).  Turns group an AI tool call with
 its ToolMessages (grouped as :func:`~context_gatekeeper.transcripts.transcript_gate.group_turns`
@@ -32,7 +33,9 @@ turns are embedded in the background (see
 :meth:`~context_gatekeeper.ContextGatekeeper.aembed_pending`), and a turn not yet embedded
 is scored lexically.  :meth:`GatedView.aview` awaits the query's embedding (the embedder's
 async twin) instead of blocking the event loop, holding the thread's index meanwhile (a
-concurrent call on the same index waits its turn).
+concurrent call on the same index waits its turn); a list its thread's index is not nearly in
+step with (a cold thread's first call) is read and indexed in a worker thread first, as without
+an embedder.
 
 A human message with no text (an image alone, a blank message) is gated as a query of no
 content words (:data:`NO_TEXT_QUERY`): the gate continues the active topic, within the budget.
@@ -44,13 +47,14 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import functools
 import logging
 import math
 import operator
 import threading
 from array import array
 from collections.abc import Callable, Collection, Hashable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, ToolMessage
@@ -71,6 +75,8 @@ __all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "NO_TEXT_QUERY", "adapter_o
            "current_turn_start", "current_query", "one_text_counter", "semantic"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 NO_TEXT_QUERY = "?"
 """The query a human message with no text (an image alone, whitespace) is gated with: no
@@ -102,12 +108,51 @@ def current_turn_start(
 ) -> int | None:
     """Where the current turn starts (None when no human message): the user's own last
     message (:func:`_own_ask`; ``run_input`` is the id of the first message of the run's input,
-    as the middleware records it), and the human messages right before it, unanswered (a pasted text or an
+    as the middleware records it), or the system messages the run's input opens with
+    (:func:`_input_start`), and the human messages right before that, unanswered (a pasted text or an
     image, then the question: one turn, as the LlamaIndex memory reads it), while together
     they ``cost`` at most ``room`` (without ``cost``: all of them).  Older ones are earlier
     turns, gated as any other: a long run of unanswered messages is not sent whole."""
     own = _own_ask(messages, run_input)
-    return None if own is None else _run_start(messages, own, cost, room)[0]
+    return None if own is None else _run_start(messages, _input_start(messages, own, run_input), cost, room)[0]
+
+
+def _instructs(message: BaseMessage) -> bool:
+    """Whether ``message`` is a system message of the conversation (a ``SystemMessage`` or a
+    ``ChatMessage`` of role system, not a summary)."""
+    return _role(message) == "system" and not is_summary(message)
+
+
+def _instructions_before(messages: Sequence[BaseMessage], i: int) -> int:
+    """Where the system messages standing right before ``messages[i]`` start (``i`` when none
+    does): a run's input may open with them, an instruction sent with the question in one
+    invoke ("Reply in French only.")."""
+    while i and _instructs(messages[i - 1]):
+        i -= 1
+    return i
+
+
+def _opened_ask(messages: Sequence[BaseMessage], i: int) -> int | None:
+    """The user's message a run's input starting at ``messages[i]`` opens its questions with:
+    ``i`` itself, or the one right after the system messages the input opens with; ``None``
+    when there is none."""
+    while i < len(messages) - 1 and _instructs(messages[i]):
+        i += 1
+    return i if _asks(messages[i]) else None
+
+
+def _input_start(messages: Sequence[BaseMessage], own: int, run_input: str | None) -> int:
+    """Where the run's input whose first user's message is ``own`` starts: at the system message
+    right before it (past other system messages only) that ``run_input`` names, the middleware's
+    record of an input that opened with an instruction sent with the question, so it is the
+    current turn's, sent whole and never charged to the budget; else at ``own``.  The record
+    alone tells: without it (a plain list, or a later run) a system message before a question is
+    a mid-conversation reminder, grouped with the turn before it (:func:`_turns`)."""
+    if run_input is not None:
+        for i in range(_instructions_before(messages, own), own):
+            if messages[i].id == run_input:
+                return i
+    return own
 
 
 def _ask_before(messages: Sequence[BaseMessage], end: int) -> int | None:
@@ -180,7 +225,8 @@ def _own_ask(messages: Sequence[BaseMessage], run_input: str | None = None) -> i
     ("cite a source"). They belong to the run, not to a turn of their own (they would take
     the run's question and tool calls out of the current turn).  Where the run's input is
     known (``run_input``: the id of the first message of the run's input, which the middleware
-    keeps in the thread's state) it is the answer.  Otherwise the shape alone must tell.  A
+    keeps in the thread's state) it is the answer (its first user's message, past the system
+    messages it may open with: :func:`_opened_ask`).  Otherwise the shape alone must tell.  A
     human message between a tool call and its result (parallel calls, one tool's delivery
     standing before another's result: :func:`_inside_step`) is the tool's, whatever it says
     (taking it for the question would send a result without its call).  Otherwise the shape
@@ -194,8 +240,8 @@ def _own_ask(messages: Sequence[BaseMessage], run_input: str | None = None) -> i
         return None
     if run_input is not None:
         for i in range(last, -1, -1):
-            if messages[i].id == run_input and _asks(messages[i]):
-                return i
+            if messages[i].id == run_input and (opened := _opened_ask(messages, i)) is not None:
+                return opened
     ask = _user_ask_before(messages, last + 1)
     while ask is not None and not messages[ask].text.strip():
         first = ask
@@ -233,11 +279,12 @@ def current_query(messages: Sequence[BaseMessage], start: int) -> str:
 
 def _asked_from(messages: Sequence[BaseMessage], start: int, own: int | None, run_input: str | None) -> int:
     """Where the query of the current turn starting at ``start`` begins: at the run's own input
-    (``own``, the user's own message :func:`_own_ask` found) when ``run_input`` names it, so the
+    (``own``, the user's own message :func:`_own_ask` found) when ``run_input`` names it or the
+    system messages it opens with (:func:`_input_start`), so the
     unanswered questions of earlier runs (cancelled, stopped, failed) that join the current turn
     are sent but never select turns; else at ``start`` (a pasted text, then the question about
     it: one query, as a list alone cannot tell them apart)."""
-    if own is not None and run_input is not None and messages[own].id == run_input:
+    if own is not None and run_input is not None and messages[_input_start(messages, own, run_input)].id == run_input:
         return own
     return start
 
@@ -870,18 +917,22 @@ class GatedView:
         own last one, where that one is)``: those take their share of the budget, so the earlier
         turns get what remains.  They join the current turn within the budget less the pinned content (the
         system prompt and the messages :func:`_split` pins, each priced as its own message:
-        :func:`_pinned_cost`), which every selection pays for first."""
+        :func:`_pinned_cost`), which every selection pays for first.  The system messages the run's
+        input opens with (:func:`_input_start`) are the current turn's, never counted."""
         own = _own_ask(messages, run_input)
-        if not own or not _asks(messages[own - 1]):
-            return own, 0, own  # no unanswered human message before it: nothing to count
+        if own is None:
+            return None, 0, None
+        begin = _input_start(messages, own, run_input)
+        if not begin or not _asks(messages[begin - 1]):
+            return begin, 0, own  # no unanswered human message before it: nothing to count
         gatekeeper = self._index(thread).gatekeeper
         count, overhead = gatekeeper.options.count, gatekeeper.message_overhead
 
         def cost(message: BaseMessage) -> int:
             return count(_indexed_text(message)) + overhead
 
-        pinned = _pinned_cost(gatekeeper, _pinned_of(messages[:own]), system_prompt)
-        return (*_run_start(messages, own, cost, max(0, gatekeeper.token_budget - pinned)), own)
+        pinned = _pinned_cost(gatekeeper, _pinned_of(messages[:begin]), system_prompt)
+        return (*_run_start(messages, begin, cost, max(0, gatekeeper.token_budget - pinned)), own)
 
     def view(
         self, messages: Sequence[BaseMessage], *, thread: Any = None, system_prompt: str | None = None,
@@ -893,10 +944,11 @@ class GatedView:
         delivered included: :func:`current_turn_start`) is kept whole and its human messages'
         text is the query (none, e.g. an image alone, is gated as :data:`NO_TEXT_QUERY`);
         earlier messages go through :meth:`gated`.  A list without a human message comes
-        back whole.  ``run_input`` is the id of the first message of the run's input (:func:`_own_ask`):
-        with it the query is the text of the run's own human messages only, and the unanswered
-        ones of earlier runs before it are sent within the budget without selecting turns
-        (:func:`_asked_from`)."""
+        back whole.  ``run_input`` is the id of the first message of the run's input
+        (:func:`_own_ask`; system messages it opens with start the current turn,
+        :func:`_input_start`): with it the query is the text of the run's own human messages
+        only, and the unanswered ones of earlier runs before it are sent within the budget
+        without selecting turns (:func:`_asked_from`)."""
         start, reserved, own = self._current(messages, thread, system_prompt, run_input)
         if start is None:
             return list(messages)
@@ -944,26 +996,39 @@ class GatedView:
         reserved: int, extends: bool | None = None,
     ) -> list[BaseMessage]:
         """:meth:`gated`'s work, under the thread's lock (held by the caller): the index brought in
-        step with ``earlier`` (``extends``: whether the thread's memo was found to cover its
-        start, checked under this lock; ``None``: check), then the lexical selection."""
-        pinned, summaries, turns, tail, memo = self._read(index, earlier, extends)
-        index.memo = None  # until the index is in step with this list
-        by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
-        budget = _turns_budget(index, pinned, system_prompt, reserved)
+        step with ``earlier`` (:meth:`_stepped`), then the lexical selection."""
+        at, by_id, budget = self._stepped(index, earlier, system_prompt, reserved, extends)
         turn_ids: list[int] = []
         if budget is not None:  # select: the turns explain keeps, without building its per-turn report
             turn_ids = [cast(int, kept["turn_id"]) for kept in index.gatekeeper.select(query, token_budget=budget)]
-        return _returned(earlier, memo.at, turn_ids, by_id)  # under the lock: the next call grows these maps
+        return _returned(earlier, at, turn_ids, by_id)  # under the lock: the next call grows these maps
+
+    def _stepped(
+        self, index: _ThreadIndex, earlier: Sequence[BaseMessage], system_prompt: str | None, reserved: int,
+        extends: bool | None = None,
+    ) -> tuple[_Positions, dict[int, _Turn], int | None]:
+        """Under the thread's lock (held by the caller): the index brought in step with ``earlier``
+        (``extends``: whether the thread's memo was found to cover its start, checked under this
+        lock; ``None``: check), the CPU-bound part of a call (a cold thread's read and index build).
+        Returns where ``earlier``'s messages stand, its turns by gatekeeper turn id, and the budget
+        to select them with (``None``: the pinned content alone is over it, :func:`_turns_budget`)."""
+        pinned, summaries, turns, tail, memo = self._read(index, earlier, extends)
+        index.memo = None  # until the index is in step with this list
+        by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
+        return memo.at, by_id, _turns_budget(index, pinned, system_prompt, reserved)
 
     async def agated(
         self, earlier: Sequence[BaseMessage], query: str, *, thread: Any = None, system_prompt: str | None = None,
         reserved: int = 0,
     ) -> list[BaseMessage]:
-        """:meth:`gated` without blocking the event loop on the embedder: the thread's
+        """:meth:`gated` without blocking the event loop: with an embedder, the thread's
         lock is awaited, then held while the index is brought in step and the selection
         awaits the query's embedding (one call), so a concurrent call with another list
         (``thread=None`` shares one index) waits instead of re-syncing the index under
-        this one.  Turns are not awaited: new and changed ones are embedded in the
+        this one.  Bringing the index in step is CPU-bound: it runs on the loop when the
+        thread's memo covers all of ``earlier`` but its last few messages (:func:`_covers`, as
+        below), else in a worker thread (:meth:`_astepped`), so a cold thread's index build
+        never stalls the loop.  Turns are not awaited: new and changed ones are embedded in the
         background (:meth:`~context_gatekeeper.ContextGatekeeper.aembed_pending` waits for
         them) and scored lexically until then.  Calls on other threads run concurrently.
 
@@ -988,16 +1053,25 @@ class GatedView:
         query = _query(query)
         await index.lock.acquire_async()
         try:
-            pinned, summaries, turns, tail, memo = self._read(index, earlier)
-            index.memo = None  # until the index is in step with this list
-            by_id = self._synced(index, memo, turns, tail, pinned, summaries, system_prompt)
-            budget = _turns_budget(index, pinned, system_prompt, reserved)
+            at, by_id, budget = await self._astepped(index, earlier, system_prompt, reserved)
             if budget is None:  # the pinned content alone is over the budget: no turn, no embedding call
-                return _returned(earlier, memo.at, (), by_id)
+                return _returned(earlier, at, (), by_id)
             selection = await index.gatekeeper.aexplain(query, token_budget=budget)
-            return _returned(earlier, memo.at, selection.turn_ids, by_id)  # under the lock: see gated
+            return _returned(earlier, at, selection.turn_ids, by_id)  # under the lock: see gated
         finally:
             index.lock.release()
+
+    async def _astepped(
+        self, index: _ThreadIndex, earlier: Sequence[BaseMessage], system_prompt: str | None, reserved: int,
+    ) -> tuple[_Positions, dict[int, _Turn], int | None]:
+        """:meth:`_stepped` under the thread's lock, which the caller holds across this await,
+        without stalling the event loop: on the loop when it is cheap (the thread's memo covers
+        ``earlier`` but its last few messages, :func:`_covers`, the rule :meth:`agated` gates a
+        list without an embedder by), else in a worker thread, awaited to its end
+        (:func:`_worked_off_loop`: the caller's lock is never released under it)."""
+        if _covers(index.memo, earlier, self._keyed_by):
+            return self._stepped(index, earlier, system_prompt, reserved, extends=True)
+        return await _worked_off_loop(functools.partial(self._stepped, index, earlier, system_prompt, reserved))
 
     def _read(
         self, index: _ThreadIndex, earlier: Sequence[BaseMessage], extends: bool | None = None,
@@ -1100,6 +1174,22 @@ def _covers(memo: _ListMemo | None, earlier: Sequence[BaseMessage], keyed_by: st
     :data:`INLINE_NEW` new messages: the list grew from the one its index is in step with, so
     gating it reads only those (the check itself compares the messages read, in C)."""
     return memo is not None and 0 <= len(earlier) - len(memo.prints) <= INLINE_NEW and memo.extends(earlier, keyed_by)
+
+
+async def _worked_off_loop(work: Callable[[], _T]) -> _T:
+    """``work()`` in a worker thread, awaited to its end: a caller cancelled meanwhile waits for
+    the worker (a thread cannot be stopped) before its cancellation goes on, so a lock it holds
+    for the work (:meth:`GatedView._astepped`) is never released while the worker still uses it."""
+    done = asyncio.ensure_future(asyncio.to_thread(work))
+    cancelled: asyncio.CancelledError | None = None
+    while not done.done():
+        try:
+            await asyncio.wait((done,))  # a cancelled wait leaves ``done`` running
+        except asyncio.CancelledError as error:
+            cancelled = error
+    if cancelled is not None:
+        raise cancelled
+    return done.result()
 
 
 def _pinned_of(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -51,7 +51,7 @@ from langgraph.types import Command
 
 from context_gatekeeper import EditOptions, GatekeeperError, GateOptions, InvalidInputError
 
-from .agent_view import GatedView, _asks, adapter_options, is_summary
+from .agent_view import GatedView, _asks, _instructions_before, adapter_options, is_summary
 from .models import given_edit_model
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
@@ -83,7 +83,11 @@ def _run_input(messages: Sequence[BaseMessage], previous: tuple[str, str] | None
     """The ids of the first and the last message of a run's input, read from the thread's
     messages as the run starts (the input is added at the end): the human messages at the end
     (a question, then an image or a file it is about; one invoke's input is often several),
-    ``None`` when the last message is none.  ``previous`` is what the thread's last run
+    with the system messages right before them (an instruction sent with the question,
+    ``[SystemMessage("Reply in French only."), HumanMessage(...)]``: standing past the last run's
+    messages as this one starts, they came with its input; one an earlier input opened with
+    stands before that run's answer, a reminder of the turn before it), ``None`` when the last
+    message is no human message.  ``previous`` is what the thread's last run
     recorded (:func:`_recorded`): when its last message is one of those human messages, that
     run left its input unanswered (it failed before the model answered) and this run's input
     starts right after it (the old input stays earlier, unanswered messages, gated within the
@@ -94,6 +98,7 @@ def _run_input(messages: Sequence[BaseMessage], previous: tuple[str, str] | None
         first -= 1
     if first == end:
         return None
+    first = _instructions_before(messages, first)
     if previous is not None:
         at = {messages[i].id: i for i in range(first, end)}
         ended = at.get(previous[1])
@@ -136,6 +141,12 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
     The gate's settings come as keywords or as one checked
     :class:`~context_gatekeeper.GateOptions` (``options=``), not both; either way they are
     validated here, once, before anything is built.
+
+    List a middleware that sets or extends the system prompt per call (``@dynamic_prompt``,
+    ``TodoListMiddleware``) before this one: the request this one is handed is the one it
+    prices, and a prompt set inside it (by a middleware listed after it) reaches the model
+    unpriced, over ``token_budget`` by its size.  It cannot warn: only the model's answer
+    comes back through ``wrap_model_call``, never the request the model got.
 
     Args:
         options: the gate's settings as one :class:`~context_gatekeeper.GateOptions`
@@ -297,8 +308,9 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         and the last message of this run's input (:func:`_run_input`; the id alone when it is
         one message: :func:`_record`), or ``None`` for a run that starts with none (a resume
         with no new message).  The gated view's current turn starts at its first, on any
-        worker that resumes the run: the whole input (a question, then the image it is about)
-        is sent and never charged to the budget, and a human message added later in the run
+        worker that resumes the run: the whole input (a question, then the image it is about;
+        an instruction sent before the question as a ``SystemMessage``) is sent and never
+        charged to the budget, and a human message added later in the run
         (by a tool, or by a middleware that asks the model again) never takes the question's
         place; only the input's last message may be routed to an edit.  Its last tells the next
         run where a failed run's input ended (its own input starts after it)."""

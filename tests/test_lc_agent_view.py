@@ -644,6 +644,36 @@ def test_the_runs_recorded_input_starts_the_current_turn_and_nothing_older() -> 
     assert current_turn_start([*history, chat_input], run_input="chat") == len(history)
 
 
+def test_system_messages_the_runs_recorded_input_opens_with_are_the_current_turn() -> None:
+    """A run's input may open with a system message (an instruction sent with the question in one
+    invoke): when the recorded input starts there, so does the current turn, sent whole and never
+    charged to the budget, by view and aview alike; the question is the query.  Without that record
+    (a plain list, or a later run) it is a mid-conversation reminder of the turn before it, grouped,
+    sent and priced with that turn as the guide says."""
+    history = two_topics()
+    french = SystemMessage("Reply in French only.", id="fr")
+    question = HumanMessage("Which espresso grind suits a moka pot?", id="q")
+    messages = [*history, french, question]
+    assert current_turn_start(messages, run_input="fr") == len(history)
+    assert current_turn_start(messages, run_input="q") == current_turn_start(messages) == len(history) + 1
+    view = GatedView(lambda: CountingGatekeeper(token_budget=0, token_counter=words, message_overhead=0,
+                                                on_overflow="keep_pinned"))
+    assert view.view(messages, thread="t", run_input="fr") == [french, question]  # whatever the budget
+    assert asyncio.run(view.aview(messages, thread="a", run_input="fr")) == [french, question]
+    assert view.view(messages, thread="t", run_input="q") == [question]  # a reminder of the redis turn before
+    assert view.view(messages, thread="t") == [question]
+    # the next run: the instruction is an older reminder, grouped with the turn before it
+    grown = [*messages, AIMessage("Moyen-fin, un peu plus gros que pour un espresso.", id="a"),
+             HumanMessage("And the redis lock ttl again?", id="q2")]
+    roomy = GatedView(lambda: CountingGatekeeper(token_budget=1000, token_counter=words, message_overhead=0))
+    for run_input in ("q2", None):
+        gated = roomy.view(grown, thread=run_input, run_input=run_input)
+        assert gated[-1] is grown[-1] and gated[gated.index(french) - 1] is history[-1]  # with its turn
+        turns = roomy.gatekeeper(run_input).turns
+        assert [t.tool_texts for t in turns[-2:]] == [("Reply in French only.",), ()]
+        assert turns[-2].user == history[-2].text and turns[-1].user == question.text
+
+
 def test_after_a_run_the_next_human_message_is_the_users_own() -> None:
     """A result patched in for a call the model garbled (``invalid_tool_calls``: no tool ran, the
     run ended), or a run that failed inside its tool loop: the user's next message is the
@@ -1111,3 +1141,82 @@ def test_an_async_agent_builds_a_cold_threads_index_off_the_event_loop() -> None
     assert loop_thread not in {thread for thread, _ in cold}  # off the loop
     assert {text for _, text in grown} == {"espresso grind size for beans?", "Grind finer."}  # only the new turn
     assert {thread for thread, _ in grown} == {loop_thread}  # cheap: on the loop
+
+
+def test_with_an_embedder_an_async_call_builds_a_cold_threads_index_off_the_event_loop() -> None:
+    """With an embedder too, the first async call on a long thread the view has not indexed (a
+    restart, an eviction) reads the list and builds the index in a worker thread, the thread's lock
+    held, and then awaits the query's embedding (it ran on the event loop, stalling it for the whole
+    build); a call on a list that grew by a turn since (cheap) is gated on the loop.  The token
+    counter tells which thread did the work: it counts each turn's texts as the index takes them."""
+    import threading
+
+    counted: list[tuple[int, str]] = []
+
+    def counter(text: str) -> int:
+        counted.append((threading.get_ident(), text))
+        return len(text.split())
+
+    history = conversation(200)
+    embedder = HashEmbedder()
+    views = GatekeeperMiddleware(token_budget=300, token_counter=counter, embedder=embedder).views
+    question = HumanMessage("espresso grind size for beans?", id="q1")
+    grown = [*history, question, AIMessage("Grind finer.", id="a1"), HumanMessage("And the redis lock watchdog?", id="q2")]
+    counted.clear()  # the counter's probe at construction
+
+    async def scenario() -> tuple[int, list[tuple[int, str]], list[tuple[int, str]]]:
+        loop_thread = threading.get_ident()
+        await views.aview([*history, question], thread="long")
+        cold = list(counted)
+        counted.clear()
+        await views.aview(grown, thread="long")
+        return loop_thread, cold, list(counted)
+
+    loop_thread, cold, later = asyncio.run(scenario())
+    wait_idle()
+    assert {text for _, text in cold} >= {m.text for m in history[:4]}  # the index was built in this call
+    assert loop_thread not in {thread for thread, _ in cold}  # off the loop
+    assert {text for _, text in later} == {question.text, "Grind finer."}  # only the new turn
+    assert {thread for thread, _ in later} == {loop_thread}  # cheap: on the loop
+    assert embedder.query_calls == [question.text, grown[-1].text]  # each call awaited its query's embedding
+
+
+def test_a_call_cancelled_while_a_worker_builds_its_index_keeps_the_lock_until_the_worker_is_done() -> None:
+    """The cold build runs in a worker thread under the thread's lock, which the async call holds:
+    cancelled meanwhile, the call waits for the worker (a thread cannot be stopped) before the lock
+    goes and the cancellation is raised, so no other call meets a half-built index; the next call
+    gets what a fresh view gives.  Events, not timing, say where the worker is."""
+    import threading
+
+    armed, started, go = threading.Event(), threading.Event(), threading.Event()
+
+    def counter(text: str) -> int:
+        if armed.is_set() and not started.is_set():
+            started.set()
+            go.wait(10)
+        return len(text.split())
+
+    history = conversation(60)
+    views = GatekeeperMiddleware(token_budget=300, token_counter=counter, embedder=HashEmbedder()).views
+    armed.set()  # past the counter's probe at construction
+    question = HumanMessage("espresso grind size for beans?")
+
+    async def scenario() -> bool:
+        call = asyncio.ensure_future(views.aview([*history, question], thread="long"))
+        await asyncio.to_thread(started.wait, 10)  # the worker is inside the build
+        call.cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        lock = views._index("long").lock
+        held = not lock.acquire(blocking=False)
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert lock.acquire(blocking=False)  # released once the worker was done
+        lock.release()
+        return held
+
+    assert asyncio.run(scenario())
+    wait_idle()
+    fresh_view = GatekeeperMiddleware(token_budget=300, token_counter=counter, embedder=HashEmbedder()).views
+    assert views.view([*history, question], thread="long") == fresh_view.view([*history, question], thread="long")

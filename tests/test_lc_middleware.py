@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain.tools import ToolRuntime
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -144,6 +144,37 @@ def test_tight_budget_keeps_pinned_content_and_the_current_turn() -> None:
     last = model.received[-1]
     assert [m.type for m in last] == ["system", "human", "ai", "tool"]
     assert last[1].text == FOLLOW_UP
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_dynamic_prompt_listed_before_the_middleware_is_priced_within_the_budget(use_async: bool) -> None:
+    """A prompt-setting middleware listed before the gatekeeper (outer to it, as the guide says to
+    list it) hands it the request with its prompt: what the model gets before the current turn,
+    that prompt included, stays within token_budget."""
+    from langchain.agents.middleware import dynamic_prompt
+
+    long_prompt = "You help with the ACME platform. " + "Follow the style guide carefully. " * 40
+
+    @dynamic_prompt
+    def prompt(request: Any) -> str:
+        return long_prompt
+
+    model = scripted([AIMessage(f"Set the Redis lock TTL {i} above the job and renew it.") for i in range(8)])
+    agent = create_agent(model, [], checkpointer=InMemorySaver(), middleware=[
+        prompt, GatekeeperMiddleware(token_budget=300, token_counter=lambda t: len(t.split()), message_overhead=0)])
+
+    async def run() -> None:
+        for i in range(8):
+            await agent.ainvoke({"messages": [HumanMessage(f"How long should Redis lock TTL {i} be?")]}, CONFIG)
+
+    if use_async:
+        asyncio.run(run())
+    else:
+        for i in range(8):
+            agent.invoke({"messages": [HumanMessage(f"How long should Redis lock TTL {i} be?")]}, CONFIG)
+    sent = model.received[-1]
+    assert sent[0].text == long_prompt and len(sent) > 2  # the prompt and some earlier turns
+    assert sum(len(m.text.split()) for m in sent[:-1]) <= 300
 
 
 def test_gatekeeper_is_kept_per_thread_and_updated_incrementally() -> None:
@@ -398,23 +429,24 @@ def test_a_run_that_failed_before_answering_leaves_its_question_out_of_the_next_
     assert "120 second" in texts(agent.get_state(CONFIG).values["messages"])
 
 
+def record(messages: list[BaseMessage], recorded: Any = None) -> Any:
+    """The run input :meth:`GatekeeperMiddleware.before_agent` records for a run starting on
+    ``messages`` after a run that recorded ``recorded``."""
+    from langchain_gatekeeper.threads import TURN_KEY
+
+    state: dict[str, Any] = {"messages": messages}
+    if recorded is not None:
+        state[TURN_KEY] = recorded
+    update = GatekeeperMiddleware(token_budget=500).before_agent(state, None)  # type: ignore[arg-type]
+    return recorded if update is None else update[TURN_KEY]
+
+
 def test_before_agent_records_where_a_failed_runs_input_ends_and_keeps_it_for_a_retry() -> None:
     """The record holds the first and the last id of a run's input (the id alone for one message):
     a run after a failed one whose input was [question, image] starts after the image (the image
     was recorded as the next input's first: the old image went with the new question), and a run
     with no new input keeps the previous input (the start of the unanswered messages was taken: both
     failed questions became the current turn)."""
-    from langchain_gatekeeper.threads import TURN_KEY
-
-    middleware = GatekeeperMiddleware(token_budget=500)
-
-    def record(messages: list[BaseMessage], recorded: Any = None) -> Any:
-        state: dict[str, Any] = {"messages": messages}
-        if recorded is not None:
-            state[TURN_KEY] = recorded
-        update = middleware.before_agent(state, None)  # type: ignore[arg-type]
-        return recorded if update is None else update[TURN_KEY]
-
     history: list[BaseMessage] = [HumanMessage("hi", id="h0"), AIMessage("hello", id="a0")]
     q1 = HumanMessage("What is in this photo?", id="q1")
     img1 = HumanMessage([{"type": "image", "url": "https://x.test/1.png"}], id="img1")
@@ -426,6 +458,55 @@ def test_before_agent_records_where_a_failed_runs_input_ends_and_keeps_it_for_a_
     assert record([*history, q1, img1, q2], "q1") == ["img1", "q2"]  # a record of one id (an older checkpoint's)
     assert record([*history, q1, AIMessage("A cat.", id="a1"), q2], ["q1", "img1"]) == "q2"  # answered
     assert record([*history, q1, AIMessage("A cat.", id="a1")], "q1") is None  # no new input
+
+
+def test_before_agent_records_the_system_messages_a_runs_input_opens_with() -> None:
+    """System messages right before the run's first human message, at the end of the thread as the
+    run starts (an instruction sent with the question in one invoke), open the run's input; one
+    that an earlier run's input opened with is an older reminder, never the next run's input, and a
+    failed run's input, instruction and all, is left out of the next one's (kept for a retry)."""
+    history: list[BaseMessage] = [HumanMessage("hi", id="h0"), AIMessage("hello", id="a0")]
+    french = SystemMessage("Reply in French only.", id="fr")
+    q1 = HumanMessage("How long should a Redis lock TTL be?", id="q1")
+    img = HumanMessage([{"type": "image", "url": "https://x.test/1.png"}], id="img")
+    q2 = HumanMessage("And the watchdog?", id="q2")
+    assert record([*history, french, q1]) == ["fr", "q1"]
+    assert record([*history, SystemMessage("Be brief.", id="b"), french, q1, img]) == ["b", "img"]
+    assert record([*history, french, q1, AIMessage("Plus que le travail.", id="a1"), q2], ["fr", "q1"]) == "q2"
+    assert record([*history, french, q1, q2], ["fr", "q1"]) == "q2"  # after a failed run
+    assert record([*history, french, q1], ["fr", "q1"]) == ["fr", "q1"]  # a retry
+    assert record([*history, french, q1, q2], "q1") == "q2"  # an older checkpoint's record of the failed run
+    assert record([*history, q1, french, q2], "q1") == ["fr", "q2"]  # a new instruction after a failed run
+    assert record([*history, french]) is None  # no question: no input
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_a_system_message_sent_with_the_question_in_one_invoke_is_the_current_turn(use_async: bool) -> None:
+    """One invoke whose input is a per-request instruction, then the question: the whole input is
+    the current turn, sent whole and never charged to the budget (only the question was recorded
+    as the run's input, so the instruction was read as a reminder of the turn before, which a
+    budget of 5 left out: the model never saw it); the next run's input is its own question."""
+    model = scripted([AIMessage("Medium-fine grind."), AIMessage("Environ 90 secondes."), AIMessage("Toutes les 30 s.")])
+    agent = create_agent(model, [], middleware=[GatekeeperMiddleware(token_budget=5)], checkpointer=InMemorySaver())
+    first = {"messages": [HumanMessage("Best espresso grind for a moka pot?")]}
+    french = {"messages": [SystemMessage("Reply in French only.", id="fr"),
+                           HumanMessage("How long should a Redis lock TTL be for a 45 second export job?", id="q")]}
+    follow_up = {"messages": [HumanMessage("And how often should the watchdog renew it?", id="q2")]}
+
+    async def run() -> None:
+        for request in (first, french):
+            await agent.ainvoke(request, CONFIG)
+
+    if use_async:
+        asyncio.run(run())
+    else:
+        for request in (first, french):
+            agent.invoke(request, CONFIG)
+    assert [m.id for m in model.received[-1]] == ["fr", "q"]
+    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == ["fr", "q"]
+    agent.invoke(follow_up, CONFIG)
+    assert agent.get_state(CONFIG).values["gatekeeper_turn"] == "q2"
+    assert [m.id for m in model.received[-1]] == ["q2"]  # nothing earlier fits 5 tokens
 
 
 class FailsFirst(ToolCallingFake):
