@@ -185,6 +185,38 @@ def test_a_catching_up_reader_checks_what_it_reads(db: Path) -> None:
     store.close()
 
 
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [("UPDATE revisions SET digest = NULL WHERE number = 3", 3),
+     ("UPDATE revisions SET digest = 'f' || substr(digest, 2) WHERE number = 3", 3),
+     ("UPDATE revisions SET changes = replace(changes, 'q3', 'Q3') WHERE number = 4", 4)],
+    ids=["anchor-digest-removed", "anchor-digest-changed", "first-row-after-the-anchor-changed"],
+)
+def test_a_catching_up_reader_names_the_damaged_row_it_reads_from(tmp_path: Path, edit: str, named: int) -> None:
+    """A reader at revision 4 catches up from revision 3 (the row before its newest): when the
+    digest of that row was damaged, it named revision 4 and advised store.truncate('s', 3),
+    after which a fresh open still failed at revision 3; now it names the row a fresh open names."""
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path)
+    t = Transcript("s", store=store)
+    for n in range(4):
+        t.append(user=f"q{n}", assistant=f"a{n}")
+    reader = Transcript("s", store=SQLiteStore(path))
+    assert len(reader.messages) == 8
+    hand_edit(path, edit)
+    t.append(user="q4", assistant="a4")  # a writer that read the log before the edit
+    with pytest.raises(CorruptLogError) as caught:
+        reader.messages
+    assert (caught.value.session_id, caught.value.revision) == ("s", named), str(caught.value)
+    reader.store.close()
+    with pytest.raises(CorruptLogError) as fresh:
+        Transcript("s", store=store)
+    assert fresh.value.revision == named
+    store.truncate("s", named - 1)
+    assert len(Transcript("s", store=store).messages) == 2 * (named - 1)
+    store.close()
+
+
 def test_the_migration_chains_the_valid_prefix_of_old_files(db: Path, tmp_path: Path) -> None:
     """A file from before the chain (migration 4 undone by hand): its intact sessions are
     chained and open; a session already damaged then stays refused at the damage."""
@@ -328,9 +360,9 @@ def test_postgres_reads_see_no_damage_when_migration_5_commits_between_their_sta
     from context_gatekeeper.stores import postgres_ops
 
     _with_ambiguous_fields(db)
-    rewritten = _rows(db)
+    rewritten = [(*row, "s") for row in _rows(db)]  # as PostgreSQL reads them: with their session_id
     _first_chain(db)
-    old = _rows(db)
+    old = [(*row, "s") for row in _rows(db)]
     before, after = [(1,), (2,), (3,), (4,)], [(1,), (2,), (3,), (4,), (5,)]
     answers = {
         "before the check": [old, after, rewritten],  # rows (old), applied (5 now), rows again (new)
@@ -755,4 +787,54 @@ def test_a_revision_number_changed_to_a_non_integer_is_named_by_every_read(tmp_p
     assert store.truncate("s", 1) == 1
     assert store.head("s") == 1 and store.tip("s")[0] == 1
     assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi"]
+    store.close()
+
+
+def test_a_commit_after_a_revision_number_set_to_the_largest_integer_is_named(tmp_path: Path) -> None:
+    """The newest revision's number set by hand to 2**63 - 1 (the largest SQLite's INTEGER
+    holds): a commit raised a bare OverflowError; now CorruptLogError names the first revision
+    that fails and the truncate that recovers, sync and async, and nothing is written."""
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path)
+    for n in range(2):
+        Transcript("s", store=store).append(user=f"q{n}", assistant=f"a{n}")
+    hand_edit(path, "UPDATE revisions SET number = 9223372036854775807 WHERE number = 2")
+    rows = _revision_rows(path)
+    calls: list[Callable[[], object]] = [
+        lambda: store.commit("s", turn(3), expected_head=None),
+        lambda: asyncio.run(store.acommit("s", turn(3), expected_head=None)),
+    ]
+    for call in calls:
+        with pytest.raises(CorruptLogError) as caught:
+            call()
+        assert (caught.value.session_id, caught.value.revision) == ("s", 2), str(caught.value)
+        assert "store.truncate('s', 1)" in str(caught.value)
+        assert _revision_rows(path) == rows
+    assert store.truncate("s", 1) == 1
+    assert store.commit("s", turn(3), expected_head=None).number == 2
+    store.close()
+
+
+def test_the_documented_repair_of_a_hand_edited_id_index_makes_commits_check_ids_again(tmp_path: Path) -> None:
+    """A commit through the Store API trusts the id index for the ids it does not list (the docs
+    say so: confirming them would read the whole log per commit), so after message_ids was
+    deleted by hand it may store an append reusing an id the log holds, which the next open
+    refuses.  The repair the docs give, store.truncate(session, head), sets nothing aside and
+    rebuilds the index, after which the reused id is refused again, or renewed."""
+    from context_gatekeeper.records.messages import Message
+    from context_gatekeeper.records.operations import AT_END, Put
+    from context_gatekeeper.records.revisions import Revision
+
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path)
+    Transcript("s", store=store).append(messages=[{"id": "u1", "role": "user", "content": "hello"},
+                                                  {"id": "a1", "role": "assistant", "content": "hi"}])
+    hand_edit(path, "DELETE FROM message_ids")
+    assert store.truncate("s", store.head("s")) == 0
+    reused = Revision(0, 0, "append", (Put(Message(id="u1", role="user", content="other"), AT_END),))
+    with pytest.raises(InvalidInputError, match="'u1' is already used"):
+        store.commit("s", reused, expected_head=None)
+    stored = store.commit("s", reused, expected_head=None, renew_taken_ids=True)
+    assert [c.message.id for c in stored.changes] != ["u1"]
+    assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi", "other"]
     store.close()

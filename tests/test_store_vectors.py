@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from context_gatekeeper import ContextGatekeeper
-from context_gatekeeper.errors import InvalidInputError
+from context_gatekeeper.errors import InvalidInputError, StoreUnavailableError
 from context_gatekeeper.stores import InMemoryStore, SQLiteStore, Store, StoreVectorCache, VectorRow, supports_vectors
 from context_gatekeeper.stores import sqlite as sqlite_module
 from context_gatekeeper.testing.store_builders import fill, snapshot
@@ -294,6 +294,33 @@ def test_a_langchain_embeddings_goes_through_the_store_cache(tmp_path: Path) -> 
     (name,) = _names(tmp_path / "lc.db")
     assert "DeterministicFakeEmbedding" in name
     assert len(store.load_vectors("s", name, dimension=16)) == len(TOPICS)
+    store.close()
+
+
+@pytest.mark.parametrize("cut", ["substr(vector, 1, 6)", "substr(vector, 1, 8)", "x''"],
+                         ids=["not-whole-floats", "fewer-floats", "empty"])
+def test_a_vector_cut_short_by_hand_is_the_stores_error_and_the_gate_embeds_again(tmp_path: Path, cut: str) -> None:
+    """A saved vector's blob cut short by hand: load_vectors raised a bare ValueError (or, cut
+    to whole floats, handed out a vector shorter than its row says).  Now StoreUnavailableError
+    names the session, the embedder and the repair; a gate warns, embeds again, and its save
+    replaces the damaged row."""
+    path = tmp_path / "chat.db"
+    store = SQLiteStore(path)
+    fill(store, "chat", 1)
+    gatekeeper(CountingEmbedder(), StoreVectorCache(store, "chat"))
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(f"UPDATE vectors SET vector = {cut} WHERE text_hash = (SELECT min(text_hash) FROM vectors)")
+    conn.close()
+    with pytest.raises(StoreUnavailableError) as caught:
+        store.load_vectors("chat", CountingEmbedder.name)
+    text = str(caught.value)
+    assert "'chat'" in text and CountingEmbedder.name in text and "delete_vectors" in text, text
+    again = CountingEmbedder()
+    with pytest.warns(RuntimeWarning, match="could not load vectors.*StoreUnavailableError"):
+        gatekeeper(again, StoreVectorCache(store, "chat"))
+    assert len(again.texts) == len(TOPICS)  # embedded again
+    assert len(store.load_vectors("chat", CountingEmbedder.name)) == len(TOPICS)  # the damaged row replaced
     store.close()
 
 

@@ -22,7 +22,13 @@ Contract (checked by :mod:`context_gatekeeper.testing.stores`, which every backe
   index): otherwise :class:`InvalidRevisionError` and nothing is written.  A
   retried append (ids already used, same role and text) is dropped; a revision
   left with no changes is not written, and ``commit`` returns it numbered like
-  the head it leaves unchanged, with no changes.
+  the head it leaves unchanged, with no changes.  The check trusts the index for the
+  ids it does not list (confirming them would cost a read of the whole log per
+  commit): an index whose rows were deleted by hand lets an append reuse an id the log
+  holds, and the session then fails to load at that revision (:class:`CorruptLogError`
+  naming the truncate that sets it aside).  A refusal, and a retry dropped, are checked
+  against the log, and ``Transcript`` checks its appends against the log it has read,
+  so it never writes such a revision.
 * ``truncate(session_id, keep)`` sets aside the revisions above ``keep``: the
   documented recovery for a log that fails to load (:class:`CorruptLogError`).
 * ``fault_hook``, when set, is called with a point name at fixed places inside the
@@ -188,7 +194,9 @@ def checked_keep(keep: object) -> int:
 
 
 MAX_REVISION = 2**63 - 1
-"""No revision number is higher (SQLite's and PostgreSQL's largest integer)."""
+"""No revision number is higher: SQLite's largest integer (it cannot even bind a larger one).
+PostgreSQL's ``number`` column is an ``integer``, whose largest is 2**31 - 1
+(:data:`.postgres_ops.LARGEST_NUMBER`); a larger ``after`` compares with it all the same."""
 
 
 def checked_after(after: object) -> int:

@@ -46,7 +46,7 @@ from ..records.revisions import Revision, RevisionKind
 from .schema import revision_from_fields, revision_from_row
 
 __all__ = ["KINDS", "CHAIN_READS", "next_read", "genesis", "chain_text", "row_digest", "check_fields", "verified", "chained_prefix", "rechained",
-           "DECODED_CACHE_SIZE", "decoded_revisions", "forget_decoded"]
+           "anchor_damage", "unfollowable", "DECODED_CACHE_SIZE", "decoded_revisions", "forget_decoded"]
 
 KINDS = frozenset(get_args(RevisionKind))
 _sha256 = hashlib.sha256
@@ -236,6 +236,35 @@ def verified(
     if decoded:
         decoded_revisions.put_many(decoded)
     return out
+
+
+def anchor_damage(
+    session_id: str, anchor: Sequence[Any], previous: str | None, *, legacy: bool = False
+) -> CorruptLogError | None:
+    """Why ``anchor``, the row a catch-up read chains from (a stored row and its digest), fails
+    the chain after the row before it, whose stored digest is ``previous`` (the genesis for
+    revision 1); None when it verifies, or when ``previous`` is None (that row is gone or holds
+    no digest: a fresh open names that one).
+
+    A catch-up (``revisions(after=n)``) chains the rows above ``n`` from the stored digest of
+    row ``n`` without recomputing it.  When the first of them fails, that digest may be what
+    was damaged (removed or changed by hand): the stores check the anchor then, and only then,
+    so they name the revision a fresh open names, and the truncate that recovers."""
+    if previous is None:
+        return None
+    try:
+        verified(session_id, (anchor,), anchor[0] - 1, previous, legacy=legacy)
+    except CorruptLogError as error:
+        return error
+    return None
+
+
+def unfollowable(number: int) -> str:
+    """Why a log whose newest revision is numbered ``number``, the largest its column holds,
+    takes no commit (the reason of the :class:`CorruptLogError` a store raises when reading
+    the log names no earlier revision)."""
+    return (f"a revision number is {number}, the largest the column holds, so no revision can follow it: "
+            "the row was renumbered outside context-gatekeeper")
 
 
 def _nothing(digest: str) -> None:

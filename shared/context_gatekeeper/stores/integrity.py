@@ -25,6 +25,12 @@ The rules:
   renamed one follows it under its new id.
 * edits, applies, sets and clears may put an id the session used only if this
   revision removed it first (a message moved); ids are never reused.
+* an id the index does not list is new: the check never reads the log to confirm it (that
+  would cost a read of the whole log per commit).  An index whose rows were deleted by hand
+  lets a revision through that reuses an id the log holds; the session then fails to load at
+  that revision (:class:`CorruptLogError`).  What the index refuses, and the retries it drops,
+  are checked against the log (:func:`index_damage`, :func:`retry_damage`), and a
+  ``Transcript`` checks its appends against the log it has read.
 * undo, redo and revert may put back a message that is absent.
 * every revision removes and changes only messages that are present, and puts
   only messages that are absent.

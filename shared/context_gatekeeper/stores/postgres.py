@@ -36,8 +36,13 @@ opens checks each connection as it hands it out, so connections the server ended
 idle (a restart, a failover) are replaced, not failed.
 
 Session ids are stored as text next to ``session_key`` (their SHA-256), which
-is what the primary key indexes, so ids of any length (B-tree entries are
-limited to about 2.7 KB) and any characters except NUL work; an instruction or
+is what the primary key indexes and what every operation selects a session's rows by,
+so ids of any length (B-tree entries are
+limited to about 2.7 KB) and any characters except NUL work.  A row whose ``session_id``
+is not its key's (moved to another session, or its session renamed, by hand) is read as
+damage, :class:`CorruptLogError` naming the truncate that sets it aside, and
+``stored_sessions`` names every key (:func:`.postgres_ops.named_keys`), so purging each
+session it lists erases everything (see :func:`.postgres_ops.purge_steps`); an instruction or
 model name holding NUL is refused (:class:`InvalidInputError`, nothing written), as
 ``text`` cannot hold it.  Changes are
 stored as JSON *text*, not ``jsonb`` (which cannot hold ``\\u0000``), with the
@@ -304,6 +309,18 @@ class PostgresStore(Store, VectorStore):
 
     The database must use the UTF8 encoding.  ``purge`` deletes the session's rows
     in one transaction; the server reclaims their space at its next ``VACUUM``.
+
+    Every read of revisions checks the hash chain (:mod:`.chain`) of the rows it returns,
+    and that each carries the session's id: a row edited, removed, moved to another session
+    or renamed by hand raises :class:`CorruptLogError` naming the first bad revision.  A
+    reader that has read rows before checks only those it has not read yet (an open
+    ``Transcript`` catching up reads ``revisions(session, after=its head - 1)``), so a row
+    changed after an object read it is found when the session is opened anew; meanwhile that
+    object serves the text it read and appends after it (``docs/guide/stores.md`` says what
+    the repair then costs, and what to do instead).  ``setup()`` (run when the store is
+    opened) refuses tables whose column types were changed by hand
+    (:class:`SchemaVersionError` naming the column; the store reads every value back exactly
+    as it wrote it), writing nothing.
     """
 
     def __init__(
@@ -555,8 +572,10 @@ class PostgresStore(Store, VectorStore):
         recorded = yield from ops.recorded_steps(q, self.table_prefix)
         if recorded is not None:
             refuse_newer(recorded, MIGRATIONS, "set of tables")
-            if all(migration.version in recorded for migration in MIGRATIONS):
-                return  # up to date: no DDL, so no CREATE privilege needed
+        # a column whose type was changed by hand: refused before any DDL (one catalog query)
+        yield from ops.column_types_steps(q, self.table_prefix, f"the database of {self!r}")
+        if recorded is not None and all(migration.version in recorded for migration in MIGRATIONS):
+            return  # up to date: no DDL, so no CREATE privilege needed
         # what a migration creates, there without its record (deleted by hand): refused before any DDL
         found = yield from ops.unrecorded_steps(q, self.table_prefix, recorded or set(), MIGRATIONS)
         table = ops.found_as(self.table_prefix, "migrations")
@@ -652,7 +671,7 @@ class PostgresStore(Store, VectorStore):
 
     def load_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
         """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first."""
-        return self._run(ops.load_vectors_steps(self._sql, session_id, embedder, dimension))
+        return self._run(ops.load_vectors_steps(self._sql, self, session_id, embedder, dimension))
 
     def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
         """Erase the session's vectors (of one embedder, or all); returns how many."""
@@ -668,7 +687,7 @@ class PostgresStore(Store, VectorStore):
 
     async def aload_vectors(self, session_id: str, embedder: str, *, dimension: int | None = None) -> list[VectorRow]:
         """Async :meth:`load_vectors` (native, no thread)."""
-        return await self._arun(ops.load_vectors_steps(self._sql, session_id, embedder, dimension))
+        return await self._arun(ops.load_vectors_steps(self._sql, self, session_id, embedder, dimension))
 
     async def adelete_vectors(self, session_id: str, embedder: str | None = None) -> int:
         """Async :meth:`delete_vectors` (native, no thread)."""

@@ -28,13 +28,15 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 from psycopg_pool import PoolClosed, PoolTimeout
 
-from ..errors import CorruptLogError, InvalidInputError, StoreUnavailableError
+from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreUnavailableError
 from ..records.revisions import Revision
 from .base import prepare_commit
-from .chain import chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, verified
+from .chain import (
+    anchor_damage, chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, unfollowable, verified,
+)
 from .integrity import IdEntry
 from .schema import Migration, backfill_index, changes_text, checked_session, created_objects, id_key, index_rows
-from .vectors import VectorRow, checked_dimension, checked_embedder, refused_save, unpack_vector
+from .vectors import VectorRow, checked_dimension, checked_embedder, refused_save, stored_vectors
 
 __all__ = [
     "Step", "Steps", "Stepper", "Key", "run_steps", "arun_steps", "TABLES", "VECTORS_TABLE", "compose",
@@ -60,32 +62,45 @@ _TEMPLATES = {
         WHERE c.oid = to_regclass(%s)), current_schema()::text)""",
     "has_column": """SELECT EXISTS (SELECT 1 FROM pg_attribute
         WHERE attrelid = to_regclass(%s) AND attname::text = %s::text AND attnum > 0 AND NOT attisdropped)""",
+    # (table, column, type) of the store's tables that exist, each table given as (placeholder, found_as name)
+    "column_types": """SELECT t.name, a.attname::text, format_type(a.atttypid, a.atttypmod)
+        FROM unnest(%s::text[], %s::text[]) AS t (name, found) JOIN pg_attribute a ON a.attrelid = to_regclass(t.found)
+        WHERE a.attnum > 0 AND NOT a.attisdropped""",
     "record": "INSERT INTO {migrations} (version, name, applied_at) VALUES (%s, %s, %s)",
-    "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s AND session_id = %s",
-    "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s AND session_id = %s ORDER BY number DESC LIMIT 1",
-    "load": f"SELECT {_COLUMNS} FROM {{revisions}} WHERE session_key = %s AND session_id = %s AND number > %s ORDER BY number",
-    "load_chained": f"""SELECT {_COLUMNS}, digest FROM {{revisions}}
-        WHERE session_key = %s AND session_id = %s AND number >= %s ORDER BY number""",
-    "tip_digest": """SELECT number, digest FROM {revisions} WHERE session_key = %s AND session_id = %s
-        ORDER BY number DESC LIMIT 1""",
-    "set_digest": "UPDATE {revisions} SET digest = %s WHERE session_key = %s AND session_id = %s AND number = %s",
+    # a session's rows are those of its key (see session_key); their session_id is checked as they are read
+    "head": "SELECT COALESCE(MAX(number), 0) FROM {revisions} WHERE session_key = %s",
+    "tip": "SELECT number, created_at FROM {revisions} WHERE session_key = %s ORDER BY number DESC LIMIT 1",
+    "load": f"SELECT {_COLUMNS} FROM {{revisions}} WHERE session_key = %s AND number > %s ORDER BY number",
+    "load_chained": f"""SELECT {_COLUMNS}, digest, session_id FROM {{revisions}}
+        WHERE session_key = %s AND number >= %s ORDER BY number""",
+    "digest": "SELECT digest FROM {revisions} WHERE session_key = %s AND number = %s",
+    "tip_digest": "SELECT number, digest FROM {revisions} WHERE session_key = %s ORDER BY number DESC LIMIT 1",
+    "set_digest": "UPDATE {revisions} SET digest = %s WHERE session_key = %s AND number = %s",
     "insert": f"""INSERT INTO {{revisions}} (session_key, session_id, {_COLUMNS}, digest)
         VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
-    "purge": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s RETURNING digest",
-    "sessions": "SELECT DISTINCT session_id FROM {revisions}",
+    "purge": "DELETE FROM {revisions} WHERE session_key = %s RETURNING digest",
+    # rows that carry a session id under another key (moved or renamed by hand; see purge_steps)
+    "purge_claimed": "DELETE FROM {revisions} WHERE session_id = %s AND session_key <> %s RETURNING session_key, digest",
+    "purge_claimed_set_aside": "DELETE FROM {set_aside} WHERE session_id = %s AND session_key <> %s RETURNING session_key",
+    # the id index and vectors of keys left without revisions by purge_claimed
+    "purge_emptied": """WITH emptied AS (SELECT k FROM unnest(%s::bytea[]) AS e (k)
+            WHERE NOT EXISTS (SELECT 1 FROM {revisions} WHERE session_key = e.k)),
+        gone AS (DELETE FROM {ids} WHERE session_key IN (SELECT k FROM emptied))
+        DELETE FROM {vectors} WHERE session_key IN (SELECT k FROM emptied)""",
+    "sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
     # the vectors table keeps no session id, but a session's vectors never outlive its revisions
-    "stored_sessions": "SELECT session_id FROM {revisions} UNION SELECT session_id FROM {set_aside}",
+    "stored_sessions": "SELECT session_key, session_id FROM {revisions} UNION SELECT session_key, session_id FROM {set_aside}",
     "lookup": "SELECT message_id, present, digest FROM {ids} WHERE session_key = %s AND message_id = ANY(%s)",
     "upsert_id": """INSERT INTO {ids} (session_key, message_id, present, digest) VALUES (%s, %s, %s, %s)
         ON CONFLICT (session_key, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest""",
     "purge_ids": "DELETE FROM {ids} WHERE session_key = %s",
-    "purge_set_aside": "DELETE FROM {set_aside} WHERE session_key = %s AND session_id = %s",
+    "purge_set_aside": "WITH gone AS (DELETE FROM {set_aside} WHERE session_key = %s RETURNING 1) SELECT count(*) FROM gone",
     "set_aside": f"""INSERT INTO {{set_aside}} (session_key, session_id, {_COLUMNS}, set_aside_at)
         SELECT session_key, session_id, {_COLUMNS}, %s FROM {{revisions}}
-        WHERE session_key = %s AND session_id = %s AND number > %s""",
+        WHERE session_key = %s AND number > %s""",
     # the rows deleted, counted (a damaged log may have gaps: not max(head - keep, 0)), and their
     # digests, forgotten by the decoded-revision cache
-    "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND session_id = %s AND number > %s RETURNING digest",
+    "drop_after": "DELETE FROM {revisions} WHERE session_key = %s AND number > %s RETURNING digest",
     "all_sessions": "SELECT DISTINCT session_key, session_id FROM {revisions}",
     # sessions with a row whose instruction or model name chain.chain_text escapes (migration 5)
     "ambiguous_sessions": """SELECT DISTINCT session_key, session_id FROM {revisions} WHERE digest IS NOT NULL AND (
@@ -101,7 +116,7 @@ _TEMPLATES = {
         VALUES (%s, %s, %s, %s, %s, %s, %s)
         ON CONFLICT (session_key, embedder, dimension, text_hash, message_id)
         DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at""",
-    "load_vectors": """SELECT message_id, text_hash, embedder, vector FROM {vectors}
+    "load_vectors": """SELECT message_id, text_hash, embedder, dimension, vector FROM {vectors}
         WHERE session_key = %s AND embedder = %s AND (%s::integer IS NULL OR dimension = %s::integer)
         ORDER BY created_at""",
     # a count, not cursor.rowcount: the store writes in pipeline mode, where rowcount is not known yet
@@ -115,9 +130,26 @@ _TEMPLATES = {
         (SELECT message_id FROM {ids} WHERE session_key = %s AND NOT present)""",
     # after a truncate: vectors of messages the kept log no longer holds; all, if it holds no revision
     "prune_set_aside": """DELETE FROM {vectors} WHERE session_key = %(key)s AND (
-        NOT EXISTS (SELECT 1 FROM {revisions} WHERE session_key = %(key)s AND session_id = %(id)s)
+        NOT EXISTS (SELECT 1 FROM {revisions} WHERE session_key = %(key)s)
         OR (message_id <> ''::bytea AND message_id NOT IN (SELECT message_id FROM {ids} WHERE session_key = %(key)s AND present)))""",
 }
+
+_REVISION_TYPES = {"session_key": "bytea", "session_id": "text", "number": "integer", "parent": "integer",
+                   "kind": "text", "instruction": "text", "model": "text", "created_at": "double precision",
+                   "base": "integer", "target": "integer", "changes": "text"}
+COLUMN_TYPES: dict[str, dict[str, str]] = {
+    "revisions": {**_REVISION_TYPES, "digest": "text"},
+    "migrations": {"version": "integer", "name": "text", "applied_at": "double precision"},
+    "ids": {"session_key": "bytea", "message_id": "bytea", "present": "boolean", "digest": "text"},
+    "set_aside": {**_REVISION_TYPES, "set_aside_at": "double precision"},  # LIKE revisions before it had a digest
+    "vectors": {"session_key": "bytea", "embedder": "text", "dimension": "integer", "text_hash": "text",
+                "message_id": "bytea", "vector": "bytea", "created_at": "double precision"},
+}
+"""The type of every column the migrations create, by table placeholder (:data:`TABLES`), as
+``format_type`` names it: what :func:`column_types_steps` checks."""
+
+LARGEST_NUMBER = 2**31 - 1
+"""The largest revision number the ``integer`` column holds (:data:`.base.MAX_REVISION` is SQLite's)."""
 
 VECTORS_TABLE = """CREATE TABLE {vectors} (
     session_key bytea            NOT NULL,
@@ -155,11 +187,35 @@ def found_as(table_prefix: str, table: str) -> str:
 
 
 def session_key(session_id: Any) -> Key:
-    """``(session_key, session_id)`` after checking the id can be stored."""
-    encoded = checked_session(session_id).encode("utf-8")  # lone surrogates refused there
-    if b"\x00" in encoded:
+    """``(session_key, session_id)`` after checking the id can be stored.
+
+    The key is what the tables index and what every operation on a session selects its rows
+    by; the ``session_id`` column beside it only names the session (in listings), and a row
+    whose ``session_id`` is not the one its key is of was moved or renamed by hand (see
+    :func:`_owned` and :func:`named_keys`)."""
+    if "\x00" in checked_session(session_id):  # lone surrogates refused there
         raise InvalidInputError("a PostgreSQL session id cannot contain NUL characters")
-    return hashlib.sha256(encoded).digest(), session_id
+    return _key_of(session_id), session_id
+
+
+def named_keys(pairs: Iterable[Sequence[Any]]) -> dict[bytes, list[str]]:
+    """For each session key among the stored ``(session_key, session_id)`` ``pairs``, the ids
+    that name it: the id it is the key of, when a row carries that id; else (every row of the
+    key renamed by hand) the ids its rows carry, sorted, so that something names every stored
+    row and a purge of each name erases it (:func:`purge_steps`)."""
+    carried: dict[bytes, set[str]] = {}
+    for stored_key, session_id in pairs:
+        carried.setdefault(bytes(stored_key), set()).add(session_id)
+    named: dict[bytes, list[str]] = {}
+    for key, ids in carried.items():
+        own = [i for i in ids if _key_of(i) == key]
+        named[key] = own or sorted(ids)
+    return named
+
+
+def _key_of(session_id: str) -> bytes:
+    """The key of a session id (valid Unicode: see :func:`session_key`)."""
+    return hashlib.sha256(session_id.encode("utf-8")).digest()
 
 
 def lock_key(table_prefix: str, name: str, key: bytes = b"") -> int:
@@ -392,13 +448,13 @@ def hook_steps(hook: Callable[[], FaultHook | None], *points: str) -> Steps[None
 # -- reads ------------------------------------------------------------------------------------
 def head_steps(q: Statements, key: Key) -> Steps[int]:
     """The session's latest revision number (0 when it has none)."""
-    row = yield Step("one", q["head"], key)
+    row = yield Step("one", q["head"], (key[0],))
     return int(row[0])
 
 
 def tip_steps(q: Statements, key: Key) -> Steps[tuple[int, float]]:
     """``(head, time of the head revision)``; ``(0, 0.0)`` for an empty session."""
-    row = yield Step("one", q["tip"], key)
+    row = yield Step("one", q["tip"], (key[0],))
     return (row[0], row[1]) if row else (0, 0.0)
 
 
@@ -423,30 +479,66 @@ def load_steps(q: Statements, key: Key, after: int) -> Steps[list[Revision]]:
 
 
 def _verified_steps(q: Statements, key: Key, after: int, legacy: bool) -> Steps[list[Revision]]:
-    """One read of :func:`load_steps`, checked with the chain (``legacy``: the first chain's)."""
+    """One read of :func:`load_steps`, checked with the chain (``legacy``: the first chain's)
+    and each row's session id (:func:`_owned`).  A catch-up (``after`` > 0) whose first row
+    fails checks the row it chains from (:func:`.chain.anchor_damage`: one more query, only then)."""
     after = max(after, 0)
-    rows = yield Step("all", q["load_chained"], (*key, after))
+    rows = yield Step("all", q["load_chained"], (key[0], after))
     if not after:
-        return verified(key[1], rows, 0, genesis(key[1]), legacy=legacy)
+        return verified(key[1], _owned(key[1], rows, 0), 0, genesis(key[1]), legacy=legacy)
     if not rows:
         return []
     if rows[0][0] != after:  # the row the catch-up starts from is gone
         raise CorruptLogError(
             key[1], after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
         )
-    return verified(key[1], rows[1:], after, rows[0][9], legacy=legacy)
+    anchor = next(_owned(key[1], rows[:1], after - 1))
+    try:
+        return verified(key[1], _owned(key[1], rows[1:], after), after, anchor[9], legacy=legacy)
+    except CorruptLogError as error:
+        if error.revision != after + 1:
+            raise
+        if after == 1:
+            previous: str | None = genesis(key[1])
+        else:
+            row = yield Step("one", q["digest"], (key[0], after - 1))
+            previous = row[0] if row else None
+        damage = anchor_damage(key[1], anchor, previous, legacy=legacy)
+        if damage is None:
+            raise
+        raise damage from None
+
+
+def _owned(session_id: str, rows: Iterable[Sequence[Any]], after: int) -> Iterator[Sequence[Any]]:
+    """``rows`` of the session's key (read with their ``session_id`` column last), numbered from
+    ``after + 1``, without that column; :class:`CorruptLogError` at the first whose
+    ``session_id`` is not the session's (a row numbered out of turn is passed on for
+    :func:`.chain.verified` to name the gap first).  The hash chain does not cover the column
+    (a row's key and chain are its session's), so this check is what finds a row moved to
+    another session, or a session renamed, by hand."""
+    for expected, row in enumerate(rows, after + 1):
+        if row[10] != session_id and row[0] == expected:
+            raise CorruptLogError(
+                session_id, expected,
+                f"the row's session_id is {row[10]!r}, though it is stored under this session's key: it was moved to "
+                "another session, or the session renamed, outside context-gatekeeper (a session's rows are those of "
+                "its key, the SHA-256 of its id)",
+            )
+        yield row[:10]
 
 
 def sessions_steps(q: Statements) -> Steps[list[str]]:
-    """Ids of the sessions that have at least one revision, sorted by code point."""
+    """Ids of the sessions that have at least one revision, sorted by code point (the keys'
+    names, :func:`named_keys`)."""
     rows = yield Step("all", q["sessions"])
-    return sorted(row[0] for row in rows)
+    return sorted({name for names in named_keys(rows).values() for name in names})
 
 
 def stored_sessions_steps(q: Statements) -> Steps[list[str]]:
-    """Ids of the sessions with revisions or set-aside revisions, sorted by code point."""
+    """Ids of the sessions with revisions or set-aside revisions, sorted by code point (the keys'
+    names, :func:`named_keys`: purging each erases every row, see :func:`purge_steps`)."""
     rows = yield Step("all", q["stored_sessions"])
-    return sorted(row[0] for row in rows)
+    return sorted({name for names in named_keys(rows).values() for name in names})
 
 
 def applied_steps(q: Statements) -> Steps[list[tuple[int, str]]]:
@@ -476,6 +568,36 @@ def home_steps(q: Statements, table_prefix: str) -> Steps[str | None]:
     tables the store reads stay in another."""
     row = yield Step("one", q["home"], (found_as(table_prefix, "migrations"),))
     return None if row[0] is None else str(row[0])
+
+
+def column_types_steps(q: Statements, table_prefix: str, where: str) -> Steps[None]:
+    """:class:`SchemaVersionError` (``where`` names the database) when a column of the store's
+    tables has another type than the one its migration gave it (:data:`COLUMN_TYPES`): changed
+    by hand (``ALTER TABLE ... ALTER COLUMN ... TYPE``).  The store reads each value back
+    exactly as it wrote it, and the hash chain covers the revisions' text, so with another type
+    (``changes`` as ``jsonb``, which reads back as an object; ``created_at`` as ``numeric``)
+    every session would look tampered with at its first revision, and revisions written
+    meanwhile could not be read back.  Tables and columns that do not exist yet are left to
+    the migrations; a column added by hand is left alone."""
+    names = list(COLUMN_TYPES)
+    rows = yield Step("all", q["column_types"], (names, [found_as(table_prefix, name) for name in names]))
+    changed = sorted((table, column, found) for table, column, found in rows
+                     if COLUMN_TYPES[table].get(column, found) != found)
+    if not changed:
+        return
+    shown = ", ".join(f"{table_prefix + TABLES[table]}.{column} is {found} (context-gatekeeper made it "
+                      f"{COLUMN_TYPES[table][column]})" for table, column, found in changed)
+    repair = "; ".join(
+        f"ALTER TABLE {found_as(table_prefix, table)} ALTER COLUMN {column} TYPE {COLUMN_TYPES[table][column]} "
+        f"USING {column}::{COLUMN_TYPES[table][column]}" for table, column, _found in changed)
+    raise SchemaVersionError(
+        f"in {where}, column {shown}: its type was changed outside context-gatekeeper (ALTER TABLE ... ALTER COLUMN "
+        "... TYPE). The store reads every value back exactly as it wrote it (the hash chain covers the revisions' "
+        "text), so with this type every session would look tampered with and new revisions could not be read back; "
+        f"nothing was written. Change it back ({repair}) or restore the table from a backup taken before the change. "
+        "Values the change rewrote stay rewritten (jsonb reorders keys and drops spacing, numeric rounds): sessions "
+        "holding them then fail to open with CorruptLogError naming the truncate that recovers"
+    )
 
 
 def unrecorded_steps(
@@ -511,7 +633,7 @@ def lookup_steps(q: Statements, key: Key, ids: Iterable[str]) -> Steps[dict[str,
 def index_steps(q: Statements, key: Key) -> Steps[None]:
     """Rebuild a session's id index from its readable revisions."""
     yield Step("none", q["purge_ids"], (key[0],))
-    rows = yield Step("all", q["load"], (*key, 0))
+    rows = yield Step("all", q["load"], (key[0], 0))
     yield Step("many", q["upsert_id"], index_rows(key[0], backfill_index(key[1], rows)))
 
 
@@ -550,21 +672,21 @@ def _digest_steps(
 ) -> Steps[None]:
     """For each session ``q[sessions]`` lists, its rows (``q[load]``) and the ``(number, digest)``
     pairs ``digests`` gives for them, written; ``lock``: the advisory lock taken (until the
-    transaction ends) before each session's rows are read, by its key."""
-    for stored_key, session_id in (yield Step("all", q[sessions])):
-        key = (bytes(stored_key), session_id)
+    transaction ends) before each session's rows are read, by its key (each key once, under
+    the id it is the key of, :func:`named_keys`)."""
+    for stored_key, names in named_keys((yield Step("all", q[sessions]))).items():
         if lock is not None:
-            yield Step("none", q["lock"], (lock(key[0]),))
-        rows = yield Step("all", q[load], (*key, 0))
-        written = digests(session_id, rows)
+            yield Step("none", q["lock"], (lock(stored_key),))
+        rows = yield Step("all", q[load], (stored_key, 0))
+        written = digests(names[0], rows)
         if written:
-            yield Step("many", q["set_digest"], [(digest, *key, number) for number, digest in written])
+            yield Step("many", q["set_digest"], [(digest, stored_key, number) for number, digest in written])
 
 
 def backfill_steps(q: Statements) -> Steps[None]:
     """Migration 2: index every stored session (sessions that no longer replay included)."""
-    for key in (yield Step("all", q["all_sessions"])):
-        yield from index_steps(q, (bytes(key[0]), key[1]))
+    for stored_key, names in named_keys((yield Step("all", q["all_sessions"]))).items():
+        yield from index_steps(q, (stored_key, names[0]))
 
 
 def prepared_steps(
@@ -612,8 +734,11 @@ def commit_steps(
     """Store ``revision`` as the next one (see :meth:`~.base.Store.commit`); ``hook()``:
     the store's fault hook as it is now (or ``None``), called at "begin", "written" and
     "before_commit"."""
-    tip = yield Step("one", q["tip_digest"], key)  # waits for the lock
+    tip = yield Step("one", q["tip_digest"], (key[0],))  # waits for the lock
     head, previous = (tip[0], tip[1] or "") if tip else (0, genesis(key[1]))
+    if head >= LARGEST_NUMBER:  # renumbered by hand: no number can follow it (the insert would overflow)
+        yield from load_steps(q, key, 0)  # raises, naming the first revision that fails
+        raise CorruptLogError(key[1], head, unfollowable(head))
     yield from hook_steps(hook, "begin")
     valid = isinstance(expected_head, int) and not isinstance(expected_head, bool)
     stale = valid and 0 <= expected_head < head  # type: ignore[operator]
@@ -633,22 +758,40 @@ def commit_steps(
 def truncate_steps(q: Statements, key: Key, keep: int) -> Steps[int]:
     """Set aside the revisions above ``keep``, rebuild the id index and drop the vectors of
     messages no longer held; how many rows went (on a log with gaps, fewer than ``head - keep``)."""
-    yield Step("none", q["set_aside"], (time.time(), *key, keep))
-    gone = yield Step("all", q["drop_after"], (*key, keep))
+    yield Step("none", q["set_aside"], (time.time(), key[0], keep))
+    gone = yield Step("all", q["drop_after"], (key[0], keep))
     forget_decoded(digest for (digest,) in gone)
     yield from index_steps(q, key)
-    yield Step("none", q["prune_set_aside"], {"key": key[0], "id": key[1]})
+    yield Step("none", q["prune_set_aside"], {"key": key[0]})
     return len(gone)
 
 
 def purge_steps(q: Statements, key: Key) -> Steps[None]:
-    """Erase a session: its revisions, id index, set-aside revisions and vectors (and this
-    process's decoded copies of its revisions, :func:`.chain.forget_decoded`)."""
-    gone = yield Step("all", q["purge"], key)
+    """Erase a session: the revisions, id index, set-aside revisions and vectors of its key
+    (and this process's decoded copies of its revisions, :func:`.chain.forget_decoded`).
+
+    When the key holds no row, the id may be one that only rows of other keys carry: a session
+    renamed whole by hand, whose key no row names by the id it is the key of, is listed by
+    :meth:`PostgresStore.stored_sessions` under the ids its rows carry (:func:`named_keys`).  Then
+    the rows carrying the id are erased, and the id index and vectors of a key that this leaves
+    without revisions: so purging each session ``stored_sessions()`` lists erases everything.
+    The session id column has no index, so only such a purge reads the revisions and set-aside
+    tables through (a retention job purging the sessions it finds never does).  A session
+    renamed by hand onto the id of a stored session is listed under that id, and erased by a
+    second purge of it (the first erases the session of the id's key)."""
+    gone = yield Step("all", q["purge"], (key[0],))
     forget_decoded(digest for (digest,) in gone)
     yield Step("none", q["purge_ids"], (key[0],))
-    yield Step("none", q["purge_set_aside"], key)
+    aside = yield Step("one", q["purge_set_aside"], (key[0],))
     yield Step("none", q["purge_vectors"], (key[0],))
+    if gone or aside[0]:
+        return
+    claimed = yield Step("all", q["purge_claimed"], (key[1], key[0]))
+    forget_decoded(digest for _key, digest in claimed)
+    claimed_aside = yield Step("all", q["purge_claimed_set_aside"], (key[1], key[0]))
+    emptied = {bytes(row[0]) for row in (*claimed, *claimed_aside)}
+    if emptied:
+        yield Step("none", q["purge_emptied"], (sorted(emptied),))
 
 
 # -- saved vectors (table {vectors}) ---------------------------------------------------------
@@ -665,13 +808,16 @@ def save_vectors_steps(q: Statements, store: object, key: Key, values: list[tupl
     return len(values)
 
 
-def load_vectors_steps(q: Statements, session_id: str, embedder: str, dimension: int | None) -> Steps[list[VectorRow]]:
+def load_vectors_steps(
+    q: Statements, store: object, session_id: str, embedder: str, dimension: int | None
+) -> Steps[list[VectorRow]]:
     """The session's vectors by ``embedder`` (of ``dimension`` floats, if given), oldest first
-    (the arguments are checked once the driver runs it, as before it reads)."""
+    (the arguments are checked once the driver runs it, as before it reads; ``store`` names the
+    store in the error about a damaged vector, :func:`.vectors.stored_vectors`)."""
     key, embedder = session_key(session_id), checked_embedder(embedder)
     dimension = checked_dimension(dimension)
     rows = yield Step("all", q["load_vectors"], (key[0], embedder, dimension, dimension))
-    return [VectorRow(bytes(m).decode("utf-8", "surrogatepass"), h, e, unpack_vector(v)) for m, h, e, v in rows]
+    return stored_vectors(store, session_id, rows)
 
 
 def delete_vectors_steps(q: Statements, key: Key, embedder: str | None) -> Steps[int]:

@@ -24,8 +24,10 @@ from typing import Any
 
 from ..errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreClosedError, StoreUnavailableError
 from ..records.revisions import Revision
-from .base import FaultHook, Store, checked_after, checked_keep, checked_seconds, prepare_commit
-from .chain import chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, verified
+from .base import MAX_REVISION, FaultHook, Store, checked_after, checked_keep, checked_seconds, prepare_commit
+from .chain import (
+    anchor_damage, chained_prefix, forget_decoded, genesis, next_read, rechained, row_digest, unfollowable, verified,
+)
 from .integrity import IdEntry
 from .schema import (
     Migration, backfill_index, changes_text, checked_session, created_objects, id_key, index_rows, refuse_newer,
@@ -33,7 +35,7 @@ from .schema import (
 )
 from .unavailable import cannot_open, sqlite_errors
 from .vectors import (
-    VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, refused_save, unpack_vector,
+    VectorRow, VectorStore, checked_dimension, checked_embedder, checked_rows, pack_vector, refused_save, stored_vectors,
 )
 
 __all__ = ["SQLiteStore", "Migration", "MIGRATIONS", "SchemaVersionError"]
@@ -144,6 +146,7 @@ _TIP = "SELECT number, created_at FROM revisions WHERE session_id = ? ORDER BY n
 _TIP_DIGEST = "SELECT number, digest FROM revisions WHERE session_id = ? ORDER BY number DESC LIMIT 1"
 _SELECT = f"SELECT {_COLUMNS} FROM revisions WHERE session_id = ? AND number > ? ORDER BY number"
 _SELECT_CHAINED = f"SELECT {_COLUMNS}, digest FROM revisions WHERE session_id = ? AND number >= ? ORDER BY number"
+_DIGEST = "SELECT digest FROM revisions WHERE session_id = ? AND number = ?"
 _INSERT = f"INSERT INTO revisions (session_id, {_COLUMNS}, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _UPSERT_ID = """INSERT INTO message_ids (session_id, message_id, present, digest) VALUES (?, ?, ?, ?)
     ON CONFLICT (session_id, message_id) DO UPDATE SET present = excluded.present, digest = excluded.digest"""
@@ -151,7 +154,7 @@ _LOOKUP_CHUNK = 400
 _SAVE_VECTOR = """INSERT INTO vectors (session_id, embedder, dimension, text_hash, message_id, vector, created_at)
     VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, embedder, dimension, text_hash, message_id)
     DO UPDATE SET vector = excluded.vector, created_at = excluded.created_at"""
-_LOAD_VECTORS = """SELECT message_id, text_hash, embedder, vector FROM vectors
+_LOAD_VECTORS = """SELECT message_id, text_hash, embedder, dimension, vector FROM vectors
     WHERE session_id = ? AND embedder = ? AND (? IS NULL OR dimension = ?) ORDER BY created_at"""
 _HAS_MIGRATION = "SELECT 1 FROM schema_migrations WHERE version = ?"
 _HAS_REVISIONS = "SELECT EXISTS (SELECT 1 FROM revisions WHERE session_id = ?)"
@@ -198,9 +201,11 @@ class SQLiteStore(Store, VectorStore):
     the hash chain (:mod:`.chain`) of the rows it returns: a row edited, removed or moved by
     hand raises :class:`CorruptLogError` naming the first bad revision.  A reader that has
     read rows before checks only those it has not read yet (an open ``Transcript`` catching
-    up reads ``revisions(session, after=its head)``), so a row changed after an object read
-    it is found when the session is opened anew; ``head`` and ``tip`` read the newest row's
-    number alone (:class:`CorruptLogError` when it is not an integer).
+    up reads ``revisions(session, after=its head - 1)``), so a row changed after an object read
+    it is found when the session is opened anew; meanwhile that object serves the text it read
+    and appends after it (``docs/guide/stores.md`` says what the repair then costs, and what to
+    do instead).  ``head`` and ``tip`` read the newest row's number alone
+    (:class:`CorruptLogError` when it is not an integer).
 
     Threads: one connection per object, opened with ``check_same_thread=False``
     and used only under a lock.  A sqlite3 connection must not be used by two
@@ -396,7 +401,7 @@ class SQLiteStore(Store, VectorStore):
         with self._write() as conn:
             self._fault("begin")
             tip = conn.execute(_TIP_DIGEST, (session_id,)).fetchone()
-            head = _number(conn, session_id, tip[0], self._chained) if tip else 0
+            head = _number(conn, session_id, tip[0], self._chained, following=True) if tip else 0
             previous = (tip[1] or "") if tip else genesis(session_id)
             stale = isinstance(expected_head, int) and 0 <= expected_head < head
             later = _load(conn, session_id, expected_head) if isinstance(expected_head, int) and stale else []
@@ -521,7 +526,7 @@ class SQLiteStore(Store, VectorStore):
         dimension = checked_dimension(dimension)
         with self._connection() as conn:
             rows = conn.execute(_LOAD_VECTORS, (session_id, embedder, dimension, dimension)).fetchall()
-        return [VectorRow(bytes(m).decode("utf-8", "surrogatepass"), h, e, unpack_vector(v)) for m, h, e, v in rows]
+        return stored_vectors(self, session_id, rows)
 
     def delete_vectors(self, session_id: str, embedder: str | None = None) -> int:
         """Erase the session's vectors (of one embedder, or all); returns how many."""
@@ -712,20 +717,22 @@ def _head(conn: sqlite3.Connection, session_id: str) -> Any:
     return conn.execute(_HEAD, (session_id,)).fetchone()[0]
 
 
-def _number(conn: sqlite3.Connection, session_id: str, number: Any, chained: bool) -> int:
-    """``number``, the session's newest revision number as read, if it is an integer; else
-    :class:`CorruptLogError` naming the first revision that fails (and so the ``truncate``
+def _number(conn: sqlite3.Connection, session_id: str, number: Any, chained: bool, *, following: bool = False) -> int:
+    """``number``, the session's newest revision number as read, if it is an integer (and,
+    ``following``: a commit's head, one a revision can follow, below :data:`.base.MAX_REVISION`);
+    else :class:`CorruptLogError` naming the first revision that fails (and so the ``truncate``
     that recovers): a number changed by hand to text, a blob or a real, which SQLite's
-    INTEGER column keeps as it is and sorts after every integer."""
-    if type(number) is int:
+    INTEGER column keeps as it is and sorts after every integer, or to the largest integer
+    (the next number would not fit: the insert would fail with a bare ``OverflowError``)."""
+    if type(number) is int and not (following and number >= MAX_REVISION):
         return number
     _load(conn, session_id, 0, chained)  # raises, naming the first row that fails, on a chained file
     query = "SELECT number FROM revisions WHERE session_id = ? ORDER BY number"
     numbers = [n for (n,) in conn.execute(query, (session_id,))]
     first = next((i for i, n in enumerate(numbers, 1) if type(n) is not int or n != i), len(numbers))
-    raise CorruptLogError(
-        session_id, first, f"a revision number is {number!r}, not an integer: the row was changed outside context-gatekeeper"
-    )
+    reason = unfollowable(number) if type(number) is int else (
+        f"a revision number is {number!r}, not an integer: the row was changed outside context-gatekeeper")
+    raise CorruptLogError(session_id, first, reason)
 
 
 def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
@@ -800,7 +807,9 @@ def _verified_rows(
     conn: sqlite3.Connection, session_id: str, after: int, *, shared: bool, legacy: bool = False
 ) -> list[Revision]:
     """:func:`_load` of a chained file, checked with the chain (``legacy``: the first chain's);
-    ``after`` is an int >= 0 (:func:`.base.checked_after`)."""
+    ``after`` is an int >= 0 (:func:`.base.checked_after`).  A catch-up (``after`` > 0) whose
+    first row fails checks the row it chains from (:func:`.chain.anchor_damage`: one more
+    query, only then)."""
     if not after:  # each row checked as it comes: no list of every row is built and thrown away
         cursor = conn.execute(_SELECT_CHAINED, (session_id, 0))
         try:
@@ -814,7 +823,20 @@ def _verified_rows(
         raise CorruptLogError(
             session_id, after, f"revision {after} is missing: rows were deleted or renumbered outside context-gatekeeper"
         )
-    return verified(session_id, rows[1:], after, rows[0][9], shared=shared, legacy=legacy)
+    try:
+        return verified(session_id, rows[1:], after, rows[0][9], shared=shared, legacy=legacy)
+    except CorruptLogError as error:
+        if error.revision != after + 1:
+            raise
+        if after == 1:
+            previous: str | None = genesis(session_id)
+        else:
+            row = conn.execute(_DIGEST, (session_id, after - 1)).fetchone()
+            previous = row[0] if row else None
+        damage = anchor_damage(session_id, rows[0], previous, legacy=legacy)
+        if damage is None:
+            raise
+        raise damage from None
 
 
 def _lookup(conn: sqlite3.Connection, session_id: str, ids: Iterable[str]) -> dict[str, IdEntry]:

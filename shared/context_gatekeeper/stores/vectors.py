@@ -39,7 +39,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, StoreUnavailableError
 from ..selection.semantic.embedding import NAME_LIMIT
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "supports_vectors",
     "pack_vector",
     "unpack_vector",
+    "stored_vectors",
     "checked_rows",
     "checked_embedder",
     "storable_embedder",
@@ -90,6 +91,29 @@ def unpack_vector(blob: bytes | bytearray | memoryview) -> tuple[float, ...]:
     if sys.byteorder != "little":  # pragma: no cover - big-endian machines
         unpacked.byteswap()
     return tuple(unpacked)
+
+
+def stored_vectors(store: object, session_id: str, rows: Iterable[Sequence[Any]]) -> list[VectorRow]:
+    """The :class:`VectorRow` of each ``(message_id, text_hash, embedder, dimension, vector)`` row
+    a SQL store read for ``session_id`` (``store`` names it in the error):
+    :class:`StoreUnavailableError` when a vector's bytes are not the ``dimension`` float32 numbers
+    its row says (cut short, or changed, by hand), instead of a bare ``ValueError`` or a vector
+    shorter than the dimension it is filed under.  A :class:`~.vector_cache.StoreVectorCache`
+    catches the error, embeds again, and its save replaces the damaged row."""
+    out = []
+    for stored_id, text_hash, embedder, dimension, blob in rows:
+        message_id = bytes(stored_id).decode("utf-8", "surrogatepass")
+        if len(blob) != 4 * dimension:
+            raise StoreUnavailableError(
+                f"a vector saved for session {session_id!r} in {store!r} (message {message_id!r}, embedder "
+                f"{embedder!r}) is {len(blob)} bytes, not the {dimension} float32 numbers ({4 * dimension} bytes) "
+                "its row says: the vectors table was changed outside context-gatekeeper; nothing was read. "
+                f"store.delete_vectors({session_id!r}, {embedder!r}) erases the session's vectors of that embedder, "
+                "which are embedded again when needed (a StoreVectorCache embeds them again meanwhile, and its save "
+                "replaces the damaged row)"
+            )
+        out.append(VectorRow(message_id, text_hash, embedder, unpack_vector(blob)))
+    return out
 
 
 def checked_embedder(name: Any) -> str:
