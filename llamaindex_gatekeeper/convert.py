@@ -40,10 +40,15 @@ a block type this one does not know.  :func:`from_core` reads them rather than f
 (pydantic would refuse the whole message, and every ``get`` of the session with it): a
 LangChain text part becomes a ``TextBlock``, a LangChain image by URL or base64 an
 ``ImageBlock``, and any other part a ``TextBlock`` standing in for it (its own text, or
-``"[<type> part omitted]"``), so the conversation stays readable.  What is stored is never
-changed by reading: :func:`match_ids` keeps an unchanged message's stored parts, and refuses
-a changed message that still carries a stand-in (storing it would replace the part by that
-text) with ``InvalidInputError``.
+``"[<type> part omitted #<digest>]"``, the digest the part's, so different parts never read
+the same), so the conversation stays readable.  What is stored is never changed by reading:
+:func:`match_ids` keeps an unchanged message's stored parts, and a changed message standing
+where one holding such parts stood keeps them, in the format they were written in, with its
+new text (as a model edit of the text does; the adapter that wrote them reads the new text
+into its text parts); a change beyond its text (a block other than its text added, dropped or
+changed; its ``additional_kwargs``) is refused with ``InvalidInputError``: stored as LlamaIndex
+blocks, the parts would be lost, or unreadable to the adapter that wrote them.  A message
+appended or inserted is stored as given, whatever its text.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from llama_index.core.bridge.pydantic import BaseModel, ValidationError
 from context_gatekeeper import InvalidInputError, InvalidTypeError, Message
 from context_gatekeeper.integration import Role, arguments_text, lines_to_blocks, new_message_id
 
-from .parts import PROVIDER_SPECIFIC, as_block, held, is_reasoning, stand_in
+from .parts import PROVIDER_SPECIFIC, as_block, foreign, held, is_reasoning, kind_of, stand_in
 
 __all__ = [
     "to_core",
@@ -281,29 +286,28 @@ def validation_problems(error: Any) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in error.errors())
 
 
-def _shown(message: Message) -> tuple[ChatMessage, dict[str, str]]:
-    """:func:`from_core`'s message, and its stand-ins: the text of each ``TextBlock`` standing
-    in for a part no LlamaIndex block can hold, with the part's kind (see the module
-    docstring).  Every block is checked alone only when the message as a whole is refused."""
+def _shown(message: Message) -> tuple[ChatMessage, frozenset[int]]:
+    """:func:`from_core`'s message, and the positions of its blocks that stand in for a stored
+    part no LlamaIndex block can hold (see the module docstring).  Every block is checked alone
+    only when the message as a whole is refused."""
     role = message.metadata.get("role") or message.role
     kwargs = copy.deepcopy(dict(message.metadata.get("additional_kwargs") or {}))
     if message.role == "assistant" and _rewritten(message):
         kwargs = {k: v for k, v in kwargs.items() if not PROVIDER_SPECIFIC.search(k)}
     blocks = _blocks_for(message)
     try:
-        return ChatMessage(role=role, blocks=blocks, additional_kwargs=kwargs), {}
+        return ChatMessage(role=role, blocks=blocks, additional_kwargs=kwargs), frozenset()
     except ValidationError:  # a part this llama-index cannot hold: read the rest, stand in for it
         pass
     readable: list[Any] = []
-    stand_ins: dict[str, str] = {}
-    for block in blocks:
+    stand_ins: set[int] = set()
+    for index, block in enumerate(blocks):
         shown = held(block)
         if shown is None:
-            text, kind = stand_in(block)
-            stand_ins[text] = kind
-            shown = TextBlock(text=text)
+            stand_ins.add(index)
+            shown = TextBlock(text=stand_in(block))
         readable.append(shown)
-    return ChatMessage(role=role, blocks=readable, additional_kwargs=kwargs), stand_ins
+    return ChatMessage(role=role, blocks=readable, additional_kwargs=kwargs), frozenset(stand_ins)
 
 
 def from_core(message: Message) -> ChatMessage:
@@ -336,49 +340,73 @@ def match_ids(current: Sequence[Message], incoming: Sequence[ChatMessage]) -> li
     Messages are aligned in order by content (:func:`fingerprint`): an unchanged message
     keeps its id and version (so ``set(get_all())`` changes nothing); where a run of
     messages was replaced one for one, a message that stands where one of the same role
-    stood keeps that id (a change of its content, not a delete and insert); every other
-    message gets a fresh id.
+    stood keeps that id (a change of its content, not a delete and insert: see
+    :func:`_in_place`); every other message gets a fresh id.
 
     Raises:
-        InvalidInputError: a changed message carries the text standing in for a stored part
-            no LlamaIndex block can hold (see the module docstring): stored, it would replace
-            the part.
+        InvalidInputError: a message standing where one holding parts LlamaIndex does not
+            write or cannot hold stood changes more than its text (see the module docstring).
     """
     new = [to_core(m) for m in incoming]
     shown = [_shown(m) for m in current]
     old_keys = [fingerprint(chat) for chat, _ in shown]
     new_keys = [fingerprint(m) for m in incoming]
     out = list(new)
-    unchanged: set[int] = set()
     matcher = difflib.SequenceMatcher(a=old_keys, b=new_keys, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            unchanged.update(range(j1, j2))
-            for offset in range(i2 - i1):
-                out[j1 + offset] = current[i1 + offset]
+            out[j1:j2] = current[i1:i2]
         elif tag == "replace" and i2 - i1 == j2 - j1:
-            for offset in range(i2 - i1):
-                before, after = current[i1 + offset], new[j1 + offset]
-                if before.role == after.role:
-                    out[j1 + offset] = Message(
-                        id=before.id, role=after.role, content=after.content, parts=after.parts, metadata=after.metadata
-                    )
-    _refuse_stand_ins(incoming, unchanged, {text: kind for _, found in shown for text, kind in found.items()})
+            for i, j in zip(range(i1, i2), range(j1, j2)):
+                if current[i].role == new[j].role:
+                    out[j] = _in_place(current[i], shown[i], incoming[j], new[j], j)
     return out
 
 
-def _refuse_stand_ins(incoming: Sequence[ChatMessage], unchanged: set[int], stand_ins: dict[str, str]) -> None:
-    """``InvalidInputError`` for the first message of ``incoming``, other than those at
-    ``unchanged`` positions (their stored parts are kept), holding a ``TextBlock`` that stands
-    in for a stored part (``stand_ins``: its text -> the part's kind)."""
-    for index, message in enumerate(incoming):
-        if index in unchanged:
-            continue
-        for block in message.blocks:
-            if isinstance(block, TextBlock) and block.text in stand_ins:
-                raise InvalidInputError(
-                    f"messages[{index}] is changed and holds {block.text!r}, which stands in for a stored "
-                    f"{stand_ins[block.text]!r} part that LlamaIndex cannot hold; storing it would replace the part "
-                    "by that text. Hand that message back unchanged (as get_all() returned it), or leave that block "
-                    "out to drop the part; nothing was written"
-                )
+def _in_place(before: Message, shown: tuple[ChatMessage, frozenset[int]], given: ChatMessage, after: Message,
+              index: int) -> Message:
+    """What is stored for ``given`` (``messages[index]``, read as ``after``), which stands where
+    ``before`` (read as ``shown``: :func:`_shown`) stood: ``after`` under ``before``'s id; but
+    where ``before`` holds parts another adapter wrote or LlamaIndex cannot hold, ``before``
+    with ``given``'s text (its stored parts and metadata kept, in the format they were written
+    in), when its text alone changed (:func:`_changed_text`).
+
+    Raises:
+        InvalidInputError: ``given`` changes more than the text of such a message.
+    """
+    chat, stand_ins = shown
+    if not stand_ins and not foreign(before.parts):
+        return Message(id=before.id, role=after.role, content=after.content, parts=after.parts, metadata=after.metadata)
+    text = _changed_text(chat, stand_ins, given)
+    if text is None:
+        kinds = ", ".join(dict.fromkeys(kind_of(part) for part in before.parts or ()))
+        raise InvalidInputError(
+            f"messages[{index}] stands where stored message {before.id!r} stood and changes more than its text; "
+            f"that message holds parts LlamaIndex reads converted or through stand-ins ({kinds}), which set() keeps "
+            "as stored, so only its text can change (stored as LlamaIndex blocks, the parts would be lost, or "
+            "unreadable to the adapter that wrote them). Hand its other blocks and additional_kwargs back "
+            "as get_all() returned them, or, to replace the message, set() once without it and again with the new "
+            "one; nothing was written"
+        )
+    return Message(id=before.id, role=before.role, content=text, parts=before.parts, metadata=before.metadata)
+
+
+def _changed_text(shown: ChatMessage, stand_ins: frozenset[int], given: ChatMessage) -> str | None:
+    """The text of ``given`` where it differs from ``shown`` (a stored message as read) in its
+    text alone: the same role and ``additional_kwargs``, and its other blocks (each block not
+    text, and each ``TextBlock`` standing in for a stored part: positions ``stand_ins`` of
+    ``shown``) the same and in the same order; its other ``TextBlock`` s, joined by newlines as
+    ``content`` joins them.  ``None`` when anything else changed."""
+    old, new = shown.model_dump(mode="json"), given.model_dump(mode="json")
+    if (old["role"], old["additional_kwargs"]) != (new["role"], new["additional_kwargs"]):
+        return None
+    others = [b for i, b in enumerate(old["blocks"]) if i in stand_ins or b.get("block_type") != "text"]
+    texts: list[str] = []
+    for block in new["blocks"]:
+        if others and block == others[0]:
+            others.pop(0)
+        elif block.get("block_type") == "text":
+            texts.append(str(block.get("text", "")))
+        else:
+            return None
+    return None if others else "\n".join(texts)

@@ -527,7 +527,10 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         """Replace the whole state, as one recorded ``set`` revision (undo restores it).
 
         Messages that match the current state keep their ids (see
-        :func:`~.convert.match_ids`); a ``set`` that changes nothing records nothing.
+        :func:`~.convert.match_ids`); a ``set`` that changes nothing records nothing.  A
+        changed message standing where one holding parts another adapter wrote (or LlamaIndex
+        cannot hold) stood may change its text alone: it keeps those parts, as stored; any
+        other change of it raises ``InvalidInputError`` and nothing is written.
         """
         messages = require_items(messages, "messages", ChatMessage, _CHAT_MESSAGES)
         with self._lock:

@@ -3,26 +3,32 @@
 A store is shared: the LangChain adapter stores a multimodal turn's content parts as
 LangChain has them, and a newer llama-index may store a block type this one does not know.
 :func:`as_block` reads LangChain's text and image parts as LlamaIndex block dicts;
-:func:`held` says whether the installed llama-index can hold a block, and :func:`stand_in`
-gives the text that stands in for one it cannot (see :mod:`llamaindex_gatekeeper.convert`,
-whose ``from_core`` uses them).
+:func:`held` says whether the installed llama-index can hold a block, :func:`stand_in`
+gives the text that stands in for one it cannot, and :func:`foreign` tells parts another
+adapter wrote (see :mod:`llamaindex_gatekeeper.convert`, whose ``from_core`` and
+``match_ids`` use them).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import ValidationError
 
-__all__ = ["PROVIDER_SPECIFIC", "STAND_IN", "as_block", "held", "is_reasoning", "stand_in"]
+__all__ = ["PROVIDER_SPECIFIC", "STAND_IN", "as_block", "foreign", "held", "is_reasoning", "kind_of", "stand_in"]
 
 PROVIDER_SPECIFIC = re.compile(r"signature|reasoning|thinking|thought", re.IGNORECASE)
 """additional_kwargs keys (and LangChain part types) dropped from an assistant message whose text was rewritten."""
-STAND_IN = "[{kind} part omitted]"
+STAND_IN = "[{kind} part omitted #{digest}]"
 """The text standing in for a stored part no LlamaIndex block can hold (and that has no text
-of its own): ``kind`` is its ``block_type`` or LangChain ``type``."""
+of its own): ``kind`` is its ``block_type`` or LangChain ``type``, ``digest`` six hex digits
+of the part's SHA-256, so that two different parts never read the same (two voice notes of
+different audio: ``set()`` matches the messages handed back by what they read)."""
 _BASE64_URL = re.compile(r"data:(?P<mime>[^;,]*)[^,]*;base64,(?P<data>.*)", re.DOTALL)
 
 
@@ -77,13 +83,27 @@ def _image_block(url: Any, data: Any, mimetype: Any, detail: Any = None) -> dict
     return None
 
 
-def stand_in(part: Any) -> tuple[str, str]:
-    """The text standing in for a stored part no LlamaIndex block can hold, and the part's
-    kind: its own text when it has some (readable as it was), else :data:`STAND_IN`."""
+def kind_of(part: Any) -> str:
+    """A stored part's kind, to name it: its ``block_type`` or LangChain ``type``, else its
+    Python type's name."""
     kind = (part.get("block_type") or part.get("type")) if isinstance(part, dict) else None
-    kind = kind if isinstance(kind, str) and kind else type(part).__name__
+    return kind if isinstance(kind, str) and kind else type(part).__name__
+
+
+def foreign(parts: Sequence[Any] | None) -> bool:
+    """Whether stored ``parts`` hold one that is not a LlamaIndex block dict (a LangChain part:
+    another adapter wrote the message, and reads it back in its own format)."""
+    return any(not (isinstance(part, dict) and "block_type" in part) for part in parts or ())
+
+
+def stand_in(part: Any) -> str:
+    """The text standing in for a stored part no LlamaIndex block can hold: its own text when
+    it has some (readable as it was), else :data:`STAND_IN`."""
     text = part.get("text") if isinstance(part, dict) else None
-    return (text if isinstance(text, str) and text.strip() else STAND_IN.format(kind=kind)), kind
+    if isinstance(text, str) and text.strip():
+        return text
+    dumped = json.dumps(part, sort_keys=True, default=repr)
+    return STAND_IN.format(kind=kind_of(part), digest=hashlib.sha256(dumped.encode("utf-8")).hexdigest()[:6])
 
 
 def held(block: Any) -> Any:
