@@ -1179,7 +1179,9 @@ def _covers(memo: _ListMemo | None, earlier: Sequence[BaseMessage], keyed_by: st
 async def _worked_off_loop(work: Callable[[], _T]) -> _T:
     """``work()`` in a worker thread, awaited to its end: a caller cancelled meanwhile waits for
     the worker (a thread cannot be stopped) before its cancellation goes on, so a lock it holds
-    for the work (:meth:`GatedView._astepped`) is never released while the worker still uses it."""
+    for the work (:meth:`GatedView._astepped`) is never released while the worker still uses it.
+    The worker's error then has no caller to go to: it is taken (logged at debug), or asyncio
+    would report it, traceback and all, as never retrieved when the task is collected."""
     done = asyncio.ensure_future(asyncio.to_thread(work))
     cancelled: asyncio.CancelledError | None = None
     while not done.done():
@@ -1188,6 +1190,9 @@ async def _worked_off_loop(work: Callable[[], _T]) -> _T:
         except asyncio.CancelledError as error:
             cancelled = error
     if cancelled is not None:
+        failed = None if done.cancelled() else done.exception()
+        if failed is not None:
+            logger.debug("the work of a cancelled call failed: %r", failed, exc_info=failed)
         raise cancelled
     return done.result()
 

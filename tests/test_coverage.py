@@ -106,6 +106,18 @@ def test_the_fallback_drops_a_repeated_text_and_spends_its_budget_on_the_next_di
     assert kept_covering("tell me more", [{}] * len(texts), lambda i: 10, text=texts.__getitem__) == unlimited.kept
 
 
+def test_the_fallback_reads_a_text_that_differs_only_in_whitespace_as_a_repeat() -> None:
+    """A chunk with a trailing newline, or a line broken elsewhere, says what the kept one says:
+    the fallback compares texts with their runs of whitespace read as one space."""
+    texts = ["Paris is the capital of France.", "  Paris is the capital\nof France.\n", "Berlin is in Germany."]
+    result = select_covering("tell me more", texts, costs=[10, 10, 10], token_budget=20)
+    assert result.kept == [0, 2]
+    assert reasons(result) == [FALLBACK, DUPLICATE, FALLBACK] and result.explanations[1].repeats == 0
+    assert kept_covering("tell me more", [{}] * 3, lambda i: 10, token_budget=20, text=texts.__getitem__) == [0, 2]
+    blank = select_covering("tell me more", ["", " \n", "Rome is old."], costs=[0, 0, 10], token_budget=10)
+    assert blank.kept == [0, 1, 2]  # blank texts say nothing either way: never repeats
+
+
 def test_a_corpus_supplies_term_weights() -> None:
     # Among the candidates "redis" and "lock" are everywhere, but in the corpus they are rare
     # and "cluster" is common: the corpus decides which candidate is worth its tokens first.

@@ -1220,3 +1220,41 @@ def test_a_call_cancelled_while_a_worker_builds_its_index_keeps_the_lock_until_t
     wait_idle()
     fresh_view = GatekeeperMiddleware(token_budget=300, token_counter=counter, embedder=HashEmbedder()).views
     assert views.view([*history, question], thread="long") == fresh_view.view([*history, question], thread="long")
+
+
+def test_a_cancelled_call_whose_worker_then_fails_leaves_no_unretrieved_exception(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Cancelled while its worker builds the index, a call waits for the worker and raises the
+    cancellation; a worker that then fails (a tokenizer crash) has its error taken, not left for
+    asyncio to report later as "Task exception was never retrieved" with a traceback."""
+    import gc
+    import threading
+
+    armed, started, go = threading.Event(), threading.Event(), threading.Event()
+
+    def counter(text: str) -> int:
+        if armed.is_set() and not started.is_set():
+            started.set()
+            go.wait(10)
+            raise RuntimeError("tokenizer crashed")
+        return len(text.split())
+
+    views = GatekeeperMiddleware(token_budget=300, token_counter=counter, embedder=HashEmbedder()).views
+    armed.set()  # past the counter's probe at construction
+
+    async def scenario() -> None:
+        call = asyncio.ensure_future(views.aview([*conversation(60), HumanMessage("espresso grind?")], thread="long"))
+        await asyncio.to_thread(started.wait, 10)  # the worker is inside the build
+        call.cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        gc.collect()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(scenario())
+        gc.collect()
+    wait_idle()
+    assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]

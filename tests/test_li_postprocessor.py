@@ -117,6 +117,19 @@ def test_with_no_lexical_evidence_a_repeated_node_is_dropped_for_a_distinct_one(
         sourced, query_str="Summarise it") == sourced[:1]
 
 
+def test_with_no_lexical_evidence_a_node_differing_only_in_whitespace_is_a_repeat() -> None:
+    """A chunk that repeats a kept one but for a trailing newline (a splitter's edge) says the
+    same to the LLM: the fallback drops it for a distinct node, by every path alike."""
+    nodes = [NodeWithScore(node=TextNode(text=TTL, id_="a"), score=0.9),
+             NodeWithScore(node=TextNode(text=TTL + "\n", id_="b"), score=0.9),
+             NodeWithScore(node=TextNode(text=FENCING, id_="c"), score=0.5)]
+    gate = GatekeeperNodePostprocessor(token_budget=words(TTL) + words(FENCING), token_counter=words)
+    assert [n.node.node_id for n in gate.postprocess_nodes(nodes, query_str="Summarise it")] == ["a", "c"]
+    assert [n.node.node_id for n in asyncio.run(gate.apostprocess_nodes(nodes, query_str="Summarise it"))] == ["a", "c"]
+    assert [(e.kept, e.reason) for e in gate.explain(nodes, "Summarise it")] == [
+        (True, "fallback"), (False, "duplicate"), (True, "fallback")]
+
+
 def test_no_lexical_match_keeps_nodes_by_default() -> None:
     nodes = retrieved(TTL, BREAD)
     assert GatekeeperNodePostprocessor().postprocess_nodes(nodes, query_str="tell me more") == nodes

@@ -87,7 +87,9 @@ NO_NEW_COVERAGE = "no new coverage"
 """Dropped: every query anchor it holds is covered by kept candidates (a duplicate)."""
 DUPLICATE = "duplicate"
 """Dropped by the fallback: its text (not blank) is the text of a candidate kept before it
-(``repeats``): a retriever's repeat, or one paragraph in two documents.  With no lexical
+(``repeats``), compared with each run of whitespace read as one space (a chunk with a
+trailing newline, or a line broken elsewhere, says the same): a retriever's repeat, or one
+paragraph in two documents.  With no lexical
 evidence either way, the fallback keeps each text once and leaves the budget a repeat
 would spend to the next distinct candidate (where there is evidence, a repeat adds no
 coverage: :data:`NO_NEW_COVERAGE`)."""
@@ -360,14 +362,15 @@ def _fallback(
     costs: list[int], budget: int | None, matched: list[tuple[str, ...]], text: Callable[[int], str] | None
 ) -> list[CoverageExplanation]:
     """The fallback's choice: candidates in order while they fit, but a candidate whose
-    text (``text(i)``; not blank) is a kept one's is dropped as :data:`DUPLICATE`, and its
-    budget left to the next distinct one.  ``text`` None: repeats cannot be told apart."""
+    text (``text(i)``; not blank) is a kept one's, whitespace aside (:data:`DUPLICATE`), is
+    dropped as a duplicate, and its budget left to the next distinct one.  ``text`` None:
+    repeats cannot be told apart."""
     left = budget if budget is not None else sum(costs)
-    first: dict[str, int] = {}  # each kept text -> the candidate kept with it
+    first: dict[str, int] = {}  # each kept text, its whitespace runs one space -> the candidate kept with it
     out: list[CoverageExplanation] = []
     for i, cost in enumerate(costs):
-        said = text(i) if text is not None else ""
-        repeats = first.get(said) if said and not said.isspace() else None
+        said = " ".join(text(i).split()) if text is not None else ""
+        repeats = first.get(said) if said else None
         if repeats is not None:
             out.append(_explanation(i, False, DUPLICATE, cost, matched[i], (), 0.0, repeats=repeats))
             continue
