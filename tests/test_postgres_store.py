@@ -875,3 +875,210 @@ def test_a_migration_record_deleted_by_hand_is_named_and_nothing_is_written(tmp_
         assert [v for v, _ in store.applied_migrations()] == [m.version for m in MIGRATIONS]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "named", "rerun"),
+    [("DROP TABLE {vectors}", "vectors", [3]),
+     ("DROP TABLE {ids}", "message_ids", None),  # set_aside_revisions, of the same migration, is there
+     ("ALTER TABLE {revisions} DROP COLUMN digest", "revisions.digest", [4])],
+    ids=["vectors", "message_ids", "digest"],
+)
+def test_a_recorded_table_that_is_missing_is_named_and_nothing_is_written(
+    tmp_path: Path, damage: str, named: str, rerun: list[int] | None
+) -> None:
+    """A table that the migrations table records but that is gone (``DROP TABLE cg_vectors``)
+    made load_vectors and purge raise psycopg's UndefinedTable.  Now opening the store, sync or
+    async, names the missing table and how to restore it, and so does a call on a store opened
+    with setup=False; nothing is written.  Where the migration can run again, the statement that
+    lets it does."""
+    from psycopg import sql
+
+    store = open_pg(tmp_path)
+    Transcript("s", store=store).append(user="hello", assistant="hi")
+    names = store._names  # type: ignore[attr-defined]
+    store.close()
+    with raw() as conn:
+        conn.execute(sql.SQL(damage).format(**names))
+    tables = """SELECT c.relname::text, a.attname::text FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+        WHERE c.relkind = 'r' AND starts_with(c.relname, %s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 1, 2"""
+    with raw() as conn:
+        before = conn.execute(tables, (prefix_for(tmp_path),)).fetchall()
+        rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(names["revisions"])).fetchone()
+    unopened = open_pg(tmp_path, setup=False)
+
+    async def asetup() -> None:
+        try:
+            await unopened.asetup()
+        finally:
+            await unopened.aclose()
+
+    def call_later() -> None:
+        later = open_pg(tmp_path, setup=False)
+        try:
+            if named == "vectors":
+                later.load_vectors("s", "e")
+            elif named == "message_ids":
+                later.purge("s")
+            else:
+                later.revisions("s")
+        finally:
+            later.close()
+
+    text = ""
+    for call in (lambda: open_pg(tmp_path), lambda: asyncio.run(asetup()), call_later):
+        with pytest.raises(SchemaVersionError) as caught:
+            call()
+        text = str(caught.value)
+        assert f"missing: {prefix_for(tmp_path)}{named}" in text and "nothing was written" in text, text
+        assert ("DELETE FROM" in text) == (rerun is not None) and "backup" in text
+    with raw() as conn:
+        assert conn.execute(tables, (prefix_for(tmp_path),)).fetchall() == before
+        assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(names["revisions"])).fetchone() == rows
+        if rerun is None:
+            return
+        repair = text.split("apply them again: ", 1)[1].split(", then open it", 1)[0]
+        assert repair.endswith(f"WHERE version IN ({', '.join(map(str, rerun))})")
+        conn.execute(repair)
+    store = open_pg(tmp_path)
+    try:
+        assert [m.content for m in Transcript("s", store=store).messages] == ["hello", "hi"]
+        assert store.load_vectors("s", "e") == []
+    finally:
+        store.close()
+
+
+# -- timeouts the server, database or role sets ----------------------------------------------------
+def _waited_for_an_advisory_lock(opening: threading.Thread, seconds: float) -> bool:
+    """Whether some connection has waited ``seconds`` for an advisory lock while ``opening`` still
+    runs (polling, up to 10 s; False as soon as ``opening`` has ended)."""
+    import time
+
+    import psycopg
+
+    query = """SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'
+        AND now() - query_start > make_interval(secs => %s)"""
+    with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+        deadline = time.monotonic() + 10
+        while opening.is_alive() and time.monotonic() < deadline:
+            if conn.execute(query, (seconds,)).fetchone()[0]:
+                return True
+            time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("twin", ["setup", "asetup"])
+def test_opening_waits_out_another_workers_migration_whatever_lock_timeout_the_server_sets(
+    tmp_path: Path, twin: str
+) -> None:
+    """The guide: opening a store waits as long as another worker's migration takes, whatever
+    lock_timeout says.  A lock_timeout set for the role, database or server (here for the
+    connection, as ``ALTER ROLE app SET lock_timeout = '1s'`` sets it) ended setup's wait after it,
+    telling the caller to give the store a longer lock_timeout, which changed nothing."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from context_gatekeeper.stores import PostgresStore
+    from context_gatekeeper.stores.postgres_ops import lock_key
+
+    open_pg(tmp_path).close()
+    prefix = prefix_for(tmp_path)
+    dsn = make_conninfo(postgres_dsn(), options="-c lock_timeout=10ms")
+    failed: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            store = PostgresStore(dsn, table_prefix=prefix, setup=twin == "setup", lock_timeout=0.01)
+            try:
+                if twin == "asetup":
+                    async def asetup() -> None:
+                        try:
+                            await store.asetup()
+                        finally:
+                            await store.aclose()
+
+                    asyncio.run(asetup())
+                else:
+                    assert store.applied_migrations()[-1][0] == 5
+            finally:
+                store.close()
+        except BaseException as exc:
+            failed.append(exc)
+
+    with psycopg.connect(postgres_dsn(), autocommit=True) as migrating:  # another worker, mid-migration
+        migrating.execute("SELECT pg_advisory_lock(%s)", (lock_key(prefix, "setup"),))
+        opening = threading.Thread(target=open_it)
+        opening.start()
+        try:
+            assert _waited_for_an_advisory_lock(opening, 0.5), failed  # fifty times the connection's lock_timeout
+        finally:
+            migrating.execute("SELECT pg_advisory_unlock(%s)", (lock_key(prefix, "setup"),))
+            opening.join(30)
+    assert not opening.is_alive() and failed == []
+
+
+def test_a_statement_cancelled_by_statement_timeout_says_so(tmp_path: Path) -> None:
+    """A statement the server cancels after a statement_timeout set for the role (or connection)
+    was reported as "timed out or lost a race waiting for a lock ... give the store a longer
+    lock_timeout", a plain read that takes no lock included.  Here another session holds the
+    revisions table, so the read and the commit outlast the connection's statement_timeout."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    from context_gatekeeper.stores import PostgresStore
+
+    store = open_pg(tmp_path)
+    store.commit("s", turn(1), expected_head=None)
+    names = store._names  # type: ignore[attr-defined]
+    store.close()
+    timed = PostgresStore(make_conninfo(postgres_dsn(), options="-c statement_timeout=200"),
+                          table_prefix=prefix_for(tmp_path))
+    try:
+        with psycopg.connect(postgres_dsn()) as holder:
+            holder.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(names["revisions"]))
+            for call in (lambda: timed.head("s"), lambda: timed.commit("s", turn(2), expected_head=None)):
+                with pytest.raises(StoreUnavailableError, match=r"statement_timeout.*ALTER ROLE") as caught:
+                    call()
+                assert "lock_timeout" not in str(caught.value) and "nothing was written" in str(caught.value)
+                assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
+            holder.rollback()
+        assert timed.head("s") == 1
+    finally:
+        timed.close()
+
+
+@pytest.mark.parametrize("twin", ["commit", "acommit"])
+def test_a_statement_failing_inside_a_pipelined_commit_logs_nothing(
+    tmp_path: Path, twin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A statement failing while later ones of the transaction were already sent left the
+    transaction's ROLLBACK to be skipped too ("pipeline aborted"), which psycopg logged as
+    "error ignored terminating <psycopg.Pipeline ...>" beside the error the store raised.  Here a
+    constraint added by hand refuses the commit's id-index rows."""
+    from psycopg import sql
+
+    store = open_pg(tmp_path)
+    store.commit("s", turn(1), expected_head=None)
+    with raw() as conn:
+        conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT refused CHECK (length(digest) < 0) NOT VALID").format(
+            store._names["ids"]))  # type: ignore[attr-defined]
+
+    async def acommit(n: int) -> None:
+        twin_store = open_pg(tmp_path)
+        try:
+            await twin_store.acommit("s", turn(n), expected_head=None)
+        finally:
+            await twin_store.aclose()
+
+    try:
+        for n in range(2, 7):
+            with pytest.raises(StoreUnavailableError, match="conflicts with the rows stored"):
+                if twin == "commit":
+                    store.commit("s", turn(n), expected_head=None)
+                else:
+                    asyncio.run(acommit(n))
+        assert [r.getMessage() for r in caplog.records if "error ignored" in r.getMessage()] == []
+        assert store.head("s") == 1
+    finally:
+        store.close()

@@ -92,3 +92,39 @@ def test_checked_after_takes_any_integer(after: Any, expected: int) -> None:
 def test_checked_after_refuses_anything_else(after: Any) -> None:
     with pytest.raises(InvalidTypeError, match="revision number"):
         checked_after(after)
+
+
+# -- an empty path -------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["", "   ", "\t\n"], ids=["empty", "spaces", "whitespace"])
+def test_sqlite_refuses_an_empty_or_blank_path_before_opening_anything(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite takes "" for a private temporary database: every write was lost on close, and the
+    store's absolute_path was the working folder, which a pickled adapter could not reopen."""
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sqlite3, "connect", lambda *args, **kwargs: pytest.fail("a connection was opened"))
+    for read_only in (False, True):
+        with pytest.raises(InvalidInputError, match=r"empty.*file path.*':memory:'"):
+            SQLiteStore(path, read_only=read_only)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["", "  "], ids=["empty", "blank"])
+def test_a_transcript_and_a_history_refuse_an_empty_store_path(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``store=os.environ.get("CHAT_DB", "")`` with the variable unset: refused, saying what to
+    pass (None keeps the conversation in memory), instead of keeping it in a throwaway database."""
+    from context_gatekeeper import Transcript
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInputError, match=r"empty.*file path.*None"):
+        Transcript("chat-1", store=path)
+    pytest.importorskip("langchain_core")
+    from langchain_gatekeeper import GatekeeperChatMessageHistory
+
+    with pytest.raises(InvalidInputError, match=r"empty.*file path.*None"):
+        GatekeeperChatMessageHistory("user-1", store=path)
+    assert list(tmp_path.iterdir()) == []

@@ -17,6 +17,8 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 
 import pytest
 
+import context_gatekeeper
 from context_gatekeeper import (
     GatekeeperError,
     InvalidInputError,
@@ -188,6 +191,63 @@ def test_a_missing_folder_says_what_to_check(tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailableError, match="cannot open") as caught:
         SQLiteStore(tmp_path / "no" / "such" / "folder" / "chat.db")
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_missing_folder_is_named_as_missing(tmp_path: Path, read_only: bool) -> None:
+    folder = tmp_path / "no" / "such"
+    with pytest.raises(StoreUnavailableError, match=r"folder .*no/such.* does not exist") as caught:
+        SQLiteStore(folder / "chat.db", read_only=read_only)
+    assert "-wal" not in str(caught.value) and not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_a_folder_given_as_the_database_says_it_is_a_folder(tmp_path: Path, read_only: bool) -> None:
+    """A folder said "its folder is missing or not writable" (read-write) or gave the advice about
+    deleted -wal and -shm files (read-only: SQLite's "disk I/O error")."""
+    folder = tmp_path / "chats"
+    folder.mkdir()
+    with pytest.raises(StoreUnavailableError, match=r"is a folder, not a database file.*chats/chat\.db") as caught:
+        SQLiteStore(folder, read_only=read_only)
+    text = str(caught.value)
+    assert "-wal" not in text and "missing" not in text and "not writable" not in text
+    assert isinstance(caught.value.__cause__, sqlite3.Error) and list(folder.iterdir()) == []
+    with pytest.raises(StoreUnavailableError, match="is a folder"):
+        Transcript("s", store=folder)
+
+
+def test_a_missing_file_opened_read_only_says_it_does_not_exist(tmp_path: Path) -> None:
+    """It said "its folder is missing ... open SQLiteStore(path, read_only=True)", as it had been."""
+    path = tmp_path / "missing.db"
+    with pytest.raises(StoreUnavailableError, match=r"does not exist.*read_only=True creates nothing") as caught:
+        SQLiteStore(path, read_only=True)
+    assert "folder" not in str(caught.value).split("(SQLite")[0] and "open SQLiteStore(path, read_only=True)" not in str(
+        caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_disk_too_full_for_the_shm_file_says_the_disk_is_full(tmp_path: Path) -> None:
+    """SQLITE_IOERR_SHMSIZE (the -shm index could not be sized: no space) got the advice about
+    deleted -wal and -shm files, its extended code masked off.  Here a child process whose files
+    may not grow past 16 KiB (RLIMIT_FSIZE; the -shm takes 32 KiB) opens a new database."""
+    child = textwrap.dedent("""
+        import resource, signal, sys
+        from context_gatekeeper.stores import SQLiteStore
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+        try:
+            SQLiteStore(sys.argv[1])
+        except Exception as exc:
+            print(type(exc).__name__, getattr(exc.__cause__, "sqlite_errorname", None), exc)
+    """)
+    paths = [str(Path(context_gatekeeper.__file__).parents[1])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "chat.db")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.strip()
+    assert said.startswith("StoreUnavailableError SQLITE_IOERR_SHMSIZE the disk holding"), said
+    assert "is full" in said and "-wal and -shm files were not deleted" not in said
 
 
 # -- locked ------------------------------------------------------------------------------------

@@ -123,3 +123,66 @@ def test_a_migration_record_deleted_by_hand_is_named_and_nothing_is_written(tmp_
         t.append(user="after the repair")
     with closing(sqlite3.connect(path)) as conn:
         assert [row[0] for row in conn.execute("SELECT version FROM schema_migrations ORDER BY version")] == [1, 2, 3, 4, 5]
+
+
+# -- a recorded migration's table dropped by hand ----------------------------------------------
+@pytest.mark.parametrize(
+    ("damage", "named", "rerun"),
+    [
+        ("DROP TABLE vectors", "vectors", [3]),
+        ("DROP TABLE message_ids", "message_ids", None),  # set_aside_revisions, of the same migration, is there
+        ("DROP TABLE revisions", "revisions", [1, 4]),  # and with it migration 4's column
+        ("ALTER TABLE revisions DROP COLUMN digest", "revisions.digest", [4]),
+    ],
+    ids=["vectors", "message_ids", "revisions", "digest"],
+)
+def test_a_recorded_table_that_is_missing_is_named_and_nothing_is_written(
+    tmp_path: Path, damage: str, named: str, rerun: list[int] | None
+) -> None:
+    """A table that ``schema_migrations`` records but that is gone (``DROP TABLE vectors``) made
+    load_vectors, stored_sessions and purge raise a bare sqlite3.OperationalError ("no such
+    table").  Now opening the file says which table is missing and how to restore it, writing
+    nothing; so does a call on a store opened with setup=False.  Where the migration can simply
+    run again, the statement that lets it does, and the file opens."""
+    from context_gatekeeper import Transcript
+    from context_gatekeeper.errors import SchemaVersionError
+    from context_gatekeeper.stores.sqlite import SQLiteStore
+
+    path = tmp_path / "chat.db"
+    with Transcript("s", store=path) as t:
+        t.append(user="hello", assistant="hi")
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(damage)
+    before = _stored(path)
+
+    def setup_later() -> None:
+        with closing(SQLiteStore(path, setup=False)) as store:
+            store.setup()
+
+    def call_later() -> None:
+        with closing(SQLiteStore(path, setup=False)) as store:
+            if named == "vectors":
+                store.load_vectors("s", "e")
+            elif named == "message_ids":
+                store.purge("s")
+            else:
+                store.revisions("s")
+
+    text = ""
+    for call in (lambda: SQLiteStore(path), lambda: SQLiteStore(path, read_only=True), setup_later, call_later):
+        with pytest.raises(SchemaVersionError) as caught:
+            call()
+        text = str(caught.value)
+        assert "records schema migration(s)" in text and f"missing: {named}" in text, text
+        assert "nothing was written" in text and "backup" in text
+        assert ("DELETE FROM schema_migrations" in text) == (rerun is not None)
+        assert _stored(path) == before
+    if rerun is None:
+        return
+    repair = text.split("apply them again: ", 1)[1].split(", then open it", 1)[0]
+    assert repair == f"DELETE FROM schema_migrations WHERE version IN ({', '.join(map(str, rerun))})"
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(repair)
+    with closing(SQLiteStore(path)) as store:
+        assert [v for v, _ in store.applied_migrations()] == [1, 2, 3, 4, 5]
+        assert store.load_vectors("s", "e") == []

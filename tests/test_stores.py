@@ -297,6 +297,43 @@ def test_purge_while_another_connection_reads_says_the_log_still_holds_the_text_
     store.close()
 
 
+@pytest.mark.parametrize("call", ["purge", "apurge"])
+def test_purge_on_a_full_disk_stays_done_warns_and_truncates_the_log_at_the_next_write(
+    db: Path, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erase commits, then truncating the log fails (SQLITE_FULL: the checkpoint copies the
+    log's pages into the main file, which may need to grow).  That failure escaped purge as "nothing
+    was written and what was stored is intact" although the session was erased, and the log kept
+    its text with no warning and no retry.  Now it is handled as a reader holding the log is."""
+    from context_gatekeeper.stores import sqlite as sqlite_store
+
+    def files() -> bytes:
+        return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+    def full_disk(conn: sqlite3.Connection, *, wait: bool) -> bool:
+        error = sqlite3.OperationalError("database or disk is full")
+        error.sqlite_errorcode = 13  # SQLITE_FULL, as the driver sets it
+        raise error
+
+    store = SQLiteStore(db)
+    store.commit("public", turn(1), expected_head=None)
+    store.commit("private", append(message("p1", content="my passport is XK-SECRET-4242")), expected_head=None)
+    truncate_log = sqlite_store._truncate_log
+    monkeypatch.setattr(sqlite_store, "_truncate_log", full_disk)
+    with pytest.warns(RuntimeWarning, match=r"still in the write-ahead log.*disk is full.*store\.checkpoint\(\)"):
+        if call == "purge":
+            store.purge("private")
+        else:
+            asyncio.run(store.apurge("private"))
+    assert store.revisions("private") == [] and store.sessions() == ["public"]
+    assert b"XK-SECRET-4242" in files()  # what the warning says
+    monkeypatch.setattr(sqlite_store, "_truncate_log", truncate_log)  # space was freed
+    store.commit("public", turn(2), expected_head=None)  # the next write truncates the log
+    assert b"XK-SECRET-4242" not in files()
+    assert store.sessions() == ["public"] and store.head("public") == 2
+    store.close()
+
+
 def test_a_commit_holds_the_write_lock_from_its_first_statement(db: Path) -> None:
     """``BEGIN IMMEDIATE``: another connection cannot write between our head read and our insert."""
     mine, theirs = SQLiteStore(db), SQLiteStore(db, busy_timeout=0.05)

@@ -90,14 +90,16 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Awaitable, Iterable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager, nullcontext, suppress,
+)
 from typing import Any, NamedTuple, TypeVar
 
 from ..errors import InvalidInputError, InvalidTypeError, MissingExtraError, SchemaVersionError, StoreClosedError
 from ..records.revisions import Revision
 from .base import FaultHook, Store, checked_after, checked_keep, checked_seconds
-from .schema import Migration, id_key, refuse_newer, schema_behind, unrecorded_error
+from .schema import Migration, id_key, missing_error, refuse_newer, schema_behind, unrecorded_error
 from .vectors import VectorRow, VectorStore, checked_rows, pack_vector
 
 try:
@@ -320,7 +322,8 @@ class PostgresStore(Store, VectorStore):
     the repair then costs, and what to do instead).  ``setup()`` (run when the store is
     opened) refuses tables whose column types were changed by hand
     (:class:`SchemaVersionError` naming the column; the store reads every value back exactly
-    as it wrote it), writing nothing.
+    as it wrote it), and tables or columns that the migrations table records but that were
+    dropped by hand (naming them and how to restore them), writing nothing.
     """
 
     def __init__(
@@ -396,6 +399,24 @@ class PostgresStore(Store, VectorStore):
                              "call store.setup(), or open one PostgresStore on it with setup=True (the default),",
                              "the connection string and table_prefix")
 
+    def _drift_steps(self) -> Steps[SchemaVersionError | None]:
+        """What to raise when a statement met a missing table or column: the tables' schema is
+        behind (:meth:`_schema_error`), or a table or column a recorded migration created was
+        dropped by hand (:meth:`_missing_error`); None: neither (the failure stays psycopg's)."""
+        recorded = yield from ops.recorded_steps(self._sql, self.table_prefix)
+        error = self._schema_error(recorded)
+        if error is None and recorded:
+            columns = yield from ops.column_types_steps(self._sql, self.table_prefix, f"the database of {self!r}")
+            error = self._missing_error(columns, recorded)
+        return error
+
+    def _missing_error(self, found: set[tuple[str, str]], recorded: set[int]) -> SchemaVersionError | None:
+        """The error for tables whose migrations table records ``recorded`` but lack what such a
+        migration created (``found``: the columns that exist, :func:`.postgres_ops.column_types_steps`)."""
+        missing = ops.missing_objects(found, self.table_prefix, recorded, MIGRATIONS)
+        record = ops.found_as(self.table_prefix, "migrations")
+        return missing_error(f"the database of {self!r}", missing, MIGRATIONS, record)
+
     def _closed_error(self) -> StoreClosedError:
         return StoreClosedError(f"{self!r} is closed; open a new PostgresStore on the same database to go on")
 
@@ -407,11 +428,17 @@ class PostgresStore(Store, VectorStore):
         with self._closing_race(), self._pool.connection() as conn:
             yield conn
 
+    def _lock_wait(self, unbounded: bool) -> float | None:
+        """The seconds a locked transaction waits for its lock (:func:`.postgres_ops.locked`):
+        :attr:`lock_timeout`, or (``unbounded``: setup) 0, no limit, so that a ``lock_timeout``
+        the server, database or role sets does not end the wait for another worker's migration."""
+        return 0 if unbounded else self.lock_timeout
+
     def _run(self, steps: Steps[T], lock: int | None = None, *, unbounded: bool = False) -> T:
         """Run an operation on a pooled connection: with ``lock``, in one transaction that
         first takes that advisory lock (committed if it returns, else rolled back), waiting
-        for it at most :attr:`lock_timeout` seconds (``unbounded``: as long as the server
-        says; setup waits out another worker's migration, however long).
+        for it at most :attr:`lock_timeout` seconds (``unbounded``: as long as it takes, whatever
+        lock_timeout the server or role sets; setup waits out another worker's migration, however long).
 
         In pipeline mode, so ``BEGIN``, the lock and the next query travel together,
         and the last statement together with ``COMMIT``: the lock is held for two
@@ -423,7 +450,7 @@ class PostgresStore(Store, VectorStore):
         try:
             return self._run_once(steps, lock, unbounded)
         except _MISSING as exc:
-            error = self._schema_error(self._run_once(ops.recorded_steps(self._sql, self.table_prefix)))
+            error = self._run_once(self._drift_steps())
             if error is None:
                 raise
             raise error from exc
@@ -433,9 +460,8 @@ class PostgresStore(Store, VectorStore):
         with postgres_errors(self), self._connection() as conn:
             if lock is None:
                 return run_steps(conn, None, steps)
-            with _pipeline(conn) as pipeline, conn.transaction():
-                wait = None if unbounded else self.lock_timeout
-                return run_steps(conn, pipeline, ops.locked(self._sql, lock, steps, wait))
+            with _pipeline(conn) as pipeline, conn.transaction(), _drained(pipeline):
+                return run_steps(conn, pipeline, ops.locked(self._sql, lock, steps, self._lock_wait(unbounded)))
 
     # -- async plumbing: a pool per event loop (see the module docstring) ---------------
     def _init_async(self, dsn: str | None, options: PoolOptions, given: AsyncConnectionPool | None) -> None:
@@ -522,7 +548,7 @@ class PostgresStore(Store, VectorStore):
         try:
             return await self._arun_once(pool, steps, lock, unbounded)
         except _MISSING as exc:
-            error = self._schema_error(await self._arun_once(pool, ops.recorded_steps(self._sql, self.table_prefix)))
+            error = await self._arun_once(pool, self._drift_steps())
             if error is None:
                 raise
             raise error from exc
@@ -535,8 +561,8 @@ class PostgresStore(Store, VectorStore):
             async with pool.connection() as conn:
                 if lock is None:
                     return await arun_steps(conn, None, steps)
-                async with _apipeline(conn) as pipeline, conn.transaction():
-                    wait = None if unbounded else self.lock_timeout
+                async with _apipeline(conn) as pipeline, conn.transaction(), _adrained(pipeline):
+                    wait = self._lock_wait(unbounded)
                     return await arun_steps(conn, pipeline, ops.locked(self._sql, lock, steps, wait))
 
     def _release_async_pools(self, current: asyncio.AbstractEventLoop | None) -> _Released:
@@ -572,8 +598,12 @@ class PostgresStore(Store, VectorStore):
         recorded = yield from ops.recorded_steps(q, self.table_prefix)
         if recorded is not None:
             refuse_newer(recorded, MIGRATIONS, "set of tables")
-        # a column whose type was changed by hand: refused before any DDL (one catalog query)
-        yield from ops.column_types_steps(q, self.table_prefix, f"the database of {self!r}")
+        # a column whose type was changed, or a recorded table or column dropped, by hand: refused before
+        # any DDL (one catalog query)
+        columns = yield from ops.column_types_steps(q, self.table_prefix, f"the database of {self!r}")
+        missing = self._missing_error(columns, recorded) if recorded else None  # a recorded table dropped by hand
+        if missing is not None:
+            raise missing
         if recorded is not None and all(migration.version in recorded for migration in MIGRATIONS):
             return  # up to date: no DDL, so no CREATE privilege needed
         # what a migration creates, there without its record (deleted by hand): refused before any DDL
@@ -819,6 +849,35 @@ def _checked_size(name: str, value: object) -> int:
 def _pipeline(conn: psycopg.Connection[Any]) -> AbstractContextManager[psycopg.Pipeline | None]:
     """Pipeline mode where libpq supports it (14+), else plain statements (same results)."""
     return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+
+
+@contextmanager
+def _drained(pipeline: psycopg.Pipeline | None) -> Iterator[None]:
+    """Inside a transaction in pipeline mode: when a statement fails, end the pipeline's
+    aborted run (a sync) before the transaction's ROLLBACK is sent.  The server skips every
+    statement after a failed one up to the next sync, so the ROLLBACK sent right after a
+    failure that arrived while later statements were in flight was skipped too, and psycopg
+    logged "error ignored terminating <psycopg.Pipeline ...>: pipeline aborted" beside the
+    error the store raises anyway (which stays the one raised)."""
+    try:
+        yield
+    except psycopg.Error:
+        if pipeline is not None:
+            with suppress(psycopg.Error):  # the skipped statements' "pipeline aborted": the error is raised below
+                pipeline.sync()
+        raise
+
+
+@asynccontextmanager
+async def _adrained(pipeline: psycopg.AsyncPipeline | None) -> AsyncIterator[None]:
+    """The async twin of :func:`_drained`."""
+    try:
+        yield
+    except psycopg.Error:
+        if pipeline is not None:
+            with suppress(psycopg.Error):
+                await pipeline.sync()
+        raise
 
 
 class _Opening(NamedTuple):

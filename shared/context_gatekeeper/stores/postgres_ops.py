@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -277,8 +277,9 @@ def _failure(exc: psycopg.OperationalError, where: str, said: str) -> str:
     if state.startswith("53"):
         return (f"the PostgreSQL server behind {where} is out of resources {said} (memory, connections or disk); "
                 "nothing was written. Retry later, or raise the server's limits")
-    if isinstance(exc, (pg_errors.LockNotAvailable, pg_errors.QueryCanceled, pg_errors.DeadlockDetected,
-                        pg_errors.SerializationFailure)):
+    if isinstance(exc, pg_errors.QueryCanceled):  # 57014: a statement_timeout or a cancel request, never lock_timeout
+        return _cancelled(exc, where, said)
+    if isinstance(exc, (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.SerializationFailure)):
         return (f"{where} timed out or lost a race waiting for a lock {said}; the transaction was rolled back and "
                 "nothing was written. Retry; if it keeps happening, look for long transactions holding locks "
                 "(or give the store a longer lock_timeout)")
@@ -289,6 +290,21 @@ def _failure(exc: psycopg.OperationalError, where: str, said: str) -> str:
             f"or the server ended the connection {said}. A write in flight was rolled back, unless the connection "
             "broke during COMMIT: read store.head(session) before retrying. Check that the server runs and that "
             "the connection string (host, port, user, password) is right, then retry")
+
+
+def _cancelled(exc: psycopg.OperationalError, where: str, said: str) -> str:
+    """What to say about a statement the server cancelled: after the ``statement_timeout`` set
+    for the server, database, role or connection (the store sets none: its ``lock_timeout``
+    does not help, and a read that takes no lock is cancelled as well), or on request."""
+    if "statement timeout" in str(exc):  # the server's message (SQLSTATE 57014 also covers a cancel request)
+        return (f"the PostgreSQL server cancelled a statement of {where} after the statement_timeout set for the "
+                f"server, database, role or connection {said} (a statement waiting for another writer's lock "
+                "counts too); the transaction was rolled back and nothing was written. Raise statement_timeout for "
+                "the store's role (ALTER ROLE name SET statement_timeout = '30s', or 0 for none) or in its "
+                "connection string (options=-c statement_timeout=30s), then retry")
+    return (f"a statement of {where} was cancelled on the server {said}: a cancel request (pg_cancel_backend, or "
+            "a client's cancel), or a timeout the server set; the transaction was rolled back and nothing was "
+            "written. Retry; if it keeps happening, find what cancels the store's statements")
 
 
 @contextmanager
@@ -422,7 +438,9 @@ class _WantedLog(Exception):
 # -- plumbing -------------------------------------------------------------------------------
 def locked(q: Statements, lock: int, steps: Steps[T], lock_timeout: float | None = None) -> Steps[T]:
     """``steps`` after taking the advisory lock ``lock``, waiting at most ``lock_timeout``
-    seconds for it (None: as long as the server's ``lock_timeout`` says).
+    seconds for it (0: as long as it takes, whatever the ``lock_timeout`` the server, database,
+    role or connection sets; None: as long as that says).  The setting holds for this
+    transaction alone (``set_config(..., true)``), its statements after the lock included.
 
     The transaction is made READ COMMITTED first, whatever the server's, database's or
     role's default isolation: under REPEATABLE READ or SERIALIZABLE the snapshot would be
@@ -430,7 +448,8 @@ def locked(q: Statements, lock: int, steps: Steps[T], lock_timeout: float | None
     waited would then read the head as it was before the writer it waited for."""
     yield Step("none", q["read_committed"])
     if lock_timeout is not None:
-        yield Step("none", q["lock_timeout"], (f"{max(1, round(lock_timeout * 1000))}ms",))
+        setting = f"{max(1, round(lock_timeout * 1000))}ms" if lock_timeout else "0"  # "0": no limit
+        yield Step("none", q["lock_timeout"], (setting,))
     yield Step("none", q["lock"], (lock,))
     return (yield from steps)
 
@@ -570,7 +589,7 @@ def home_steps(q: Statements, table_prefix: str) -> Steps[str | None]:
     return None if row[0] is None else str(row[0])
 
 
-def column_types_steps(q: Statements, table_prefix: str, where: str) -> Steps[None]:
+def column_types_steps(q: Statements, table_prefix: str, where: str) -> Steps[set[tuple[str, str]]]:
     """:class:`SchemaVersionError` (``where`` names the database) when a column of the store's
     tables has another type than the one its migration gave it (:data:`COLUMN_TYPES`): changed
     by hand (``ALTER TABLE ... ALTER COLUMN ... TYPE``).  The store reads each value back
@@ -578,13 +597,14 @@ def column_types_steps(q: Statements, table_prefix: str, where: str) -> Steps[No
     (``changes`` as ``jsonb``, which reads back as an object; ``created_at`` as ``numeric``)
     every session would look tampered with at its first revision, and revisions written
     meanwhile could not be read back.  Tables and columns that do not exist yet are left to
-    the migrations; a column added by hand is left alone."""
+    the migrations; a column added by hand is left alone.  Returns the ``(table, column)`` pairs
+    found, each table by its placeholder (for :func:`missing_objects`)."""
     names = list(COLUMN_TYPES)
     rows = yield Step("all", q["column_types"], (names, [found_as(table_prefix, name) for name in names]))
     changed = sorted((table, column, found) for table, column, found in rows
                      if COLUMN_TYPES[table].get(column, found) != found)
     if not changed:
-        return
+        return {(table, column) for table, column, _found in rows}
     shown = ", ".join(f"{table_prefix + TABLES[table]}.{column} is {found} (context-gatekeeper made it "
                       f"{COLUMN_TYPES[table][column]})" for table, column, found in changed)
     repair = "; ".join(
@@ -598,6 +618,27 @@ def column_types_steps(q: Statements, table_prefix: str, where: str) -> Steps[No
         "Values the change rewrote stay rewritten (jsonb reorders keys and drops spacing, numeric rounds): sessions "
         "holding them then fail to open with CorruptLogError naming the truncate that recovers"
     )
+
+
+def missing_objects(
+    found: set[tuple[str, str]], table_prefix: str, applied: Collection[int], migrations: Sequence[Migration]
+) -> dict[int, list[str]]:
+    """For each migration in ``applied`` (the versions recorded), the tables and columns it
+    creates that are not among ``found`` (:func:`column_types_steps`'s pairs): dropped by hand
+    (``table`` or ``table.column``, the table by its name; see :func:`.schema.missing_error`)."""
+    tables = {table for table, _column in found}
+    missing: dict[int, list[str]] = {}
+    for migration in migrations:
+        if migration.version in applied:
+            missing[migration.version] = names = []
+            for table, column in created_objects(migration):
+                placeholder = table.strip("{}")
+                name = table_prefix + TABLES[placeholder]
+                if column is None and placeholder not in tables:
+                    names.append(name)
+                elif column is not None and (placeholder, column) not in found:
+                    names.append(f"{name}.{column}")
+    return missing
 
 
 def unrecorded_steps(

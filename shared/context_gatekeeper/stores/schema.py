@@ -24,6 +24,7 @@ __all__ = [
     "schema_behind",
     "created_objects",
     "unrecorded_error",
+    "missing_error",
     "changes_text",
     "revision_from_row",
     "revision_from_fields",
@@ -172,6 +173,38 @@ def unrecorded_error(
         "applying them again would fail; nothing was written. If these are context-gatekeeper's tables, restore "
         f"the record ({create + '; ' if create else ''}INSERT INTO {record} (version, name, applied_at) VALUES "
         f"{values}) or the database from a backup, then open it again"
+    )
+
+
+def missing_error(
+    where: str, missing: Mapping[int, Sequence[str]], migrations: Sequence[Migration], record: str
+) -> SchemaVersionError | None:
+    """The error for a database whose migrations table records migrations whose tables or
+    columns are gone (the mirror of :func:`unrecorded_error`): ``missing`` maps the version of
+    each recorded migration to what it creates that does not exist (as ``table`` or
+    ``table.column``); ``where`` names the database, ``record`` the migrations table.  None when
+    nothing is missing.  Every call on the missing table would fail on it: it was dropped
+    outside context-gatekeeper.  Restoring a backup is the repair; when everything such a
+    migration creates is gone, deleting its record has the store apply it again (what is
+    recreated is empty: the rows the table held are not restored).
+
+    >>> made = [Migration(3, "saved vectors", ("CREATE TABLE vectors (x)",))]
+    >>> print(missing_error("db.sqlite", {3: ["vectors"]}, made, "migrations"))
+    db.sqlite records schema migration(s) [3] in migrations, but what they created is missing: vectors. ...
+    """
+    gone = {version: names for version, names in missing.items() if names}
+    if not gone:
+        return None
+    created = {m.version: len(created_objects(m)) for m in migrations}
+    shown = ", ".join(name for version in sorted(gone) for name in gone[version])
+    rerun = "" if any(len(gone[v]) != created.get(v) for v in gone) else (
+        "; or, to recreate what is missing empty (the rows it held are not restored), delete the record so that "
+        "opening the store will apply them again: "
+        f"DELETE FROM {record} WHERE version IN ({', '.join(str(v) for v in sorted(gone))}), then open it")
+    return SchemaVersionError(
+        f"{where} records schema migration(s) {sorted(gone)} in {record}, but what they created is missing: "
+        f"{shown}. It was dropped (or never restored) outside context-gatekeeper, and every call using it would "
+        f"fail; nothing was written. Restore the database, or what is missing, from a backup{rerun}"
     )
 
 

@@ -30,8 +30,8 @@ from .chain import (
 )
 from .integrity import IdEntry
 from .schema import (
-    Migration, backfill_index, changes_text, checked_session, created_objects, id_key, index_rows, refuse_newer,
-    revision_from_row, schema_behind, unrecorded_error,
+    Migration, backfill_index, changes_text, checked_session, created_objects, id_key, index_rows, missing_error,
+    refuse_newer, revision_from_row, schema_behind, unrecorded_error,
 )
 from .unavailable import cannot_open, sqlite_errors
 from .vectors import (
@@ -224,8 +224,12 @@ class SQLiteStore(Store, VectorStore):
     A file holding another program's tables under the store's names is refused
     (:class:`SchemaVersionError`) before anything in it is changed (the switch to
     WAL included, which rewrites the file's header).  So is, when ``setup`` is True, a
-    file migrated by a newer version, and one holding the tables or columns of a migration
-    that ``schema_migrations`` has no record of (a record deleted by hand).
+    file migrated by a newer version, one holding the tables or columns of a migration
+    that ``schema_migrations`` has no record of (a record deleted by hand), and one lacking
+    those of a migration it records (a table dropped by hand; with ``setup`` False, the
+    first call that needs it refuses).  An empty or blank ``path`` is refused
+    (:class:`InvalidInputError`) before anything is opened: SQLite would take it for a
+    temporary database, deleted on close.
     """
 
     def __init__(
@@ -239,6 +243,7 @@ class SQLiteStore(Store, VectorStore):
     ) -> None:
         busy_timeout = checked_seconds("busy_timeout", busy_timeout, zero=True)
         self.path = os.fspath(path)
+        _refuse_blank(self.path)
         _refuse_url(self.path)
         self.absolute_path = self.path if self.path == ":memory:" else os.path.abspath(self.path)
         """The file as this process opened it, whatever the working directory is later (what a
@@ -251,7 +256,7 @@ class SQLiteStore(Store, VectorStore):
         self._lock = threading.RLock()
         if self.read_only and self.path == ":memory:":
             raise InvalidInputError("read_only=True needs a database file; ':memory:' starts empty and could hold nothing")
-        with sqlite_errors(self.path, busy_timeout):
+        with sqlite_errors(self.path, busy_timeout, read_only=self.read_only):
             self._conn: sqlite3.Connection | None = (
                 _connect_read_only(self.path, busy_timeout) if self.read_only
                 else _connect(self.path, busy_timeout, check_schema=setup)
@@ -274,7 +279,7 @@ class SQLiteStore(Store, VectorStore):
         with self._lock:
             if self._conn is None:
                 raise StoreClosedError(f"{self!r} is closed; open a new SQLiteStore on the same file to go on")
-            with sqlite_errors(self.path, self.busy_timeout), self._schema_checked(self._conn):
+            with sqlite_errors(self.path, self.busy_timeout, read_only=self.read_only), self._schema_checked(self._conn):
                 yield self._conn
 
     @contextmanager
@@ -291,7 +296,10 @@ class SQLiteStore(Store, VectorStore):
                 "open it once with SQLiteStore(path), without read_only (on a writable copy, if its mount is read-only),"
                 if self.read_only else "call store.setup() (or open SQLiteStore(path) with setup=True, the default)"
             )
-            error = schema_behind(_recorded_migrations(conn), MIGRATIONS, f"the SQLite database {self.path!r}", migrate)
+            recorded = _recorded_migrations(conn)
+            error = schema_behind(recorded, MIGRATIONS, f"the SQLite database {self.path!r}", migrate)
+            if error is None:
+                error = _missing_error(conn, self.path, recorded)  # a recorded table dropped by hand
             if error is None:
                 raise
             raise error from exc
@@ -337,14 +345,18 @@ class SQLiteStore(Store, VectorStore):
         if self.read_only:
             with self._connection() as conn, _snapshot(conn):
                 _refuse_foreign_tables(conn, self.path)
-                _refuse_unrecorded(conn, self.path, _recorded_migrations(conn))
+                recorded = _recorded_migrations(conn)
+                _refuse_unrecorded(conn, self.path, recorded)
+                _refuse_missing(conn, self.path, recorded)
                 applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
             self._chained = 4 in applied  # older files are read without the chain (they cannot be migrated here)
             return
         with self._write() as conn:
             _refuse_foreign_tables(conn, self.path)
-            _refuse_unrecorded(conn, self.path, _recorded_migrations(conn))  # before anything is created
+            recorded = _recorded_migrations(conn)
+            _refuse_unrecorded(conn, self.path, recorded)  # before anything is created
+            _refuse_missing(conn, self.path, recorded)
             conn.execute(_CREATE_MIGRATIONS_TABLE)
             applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             refuse_newer(applied, MIGRATIONS)
@@ -451,17 +463,25 @@ class SQLiteStore(Store, VectorStore):
         erase is committed (nothing reads the session any more) but its text is still in the
         ``-wal`` file: a ``RuntimeWarning`` says so, and this store truncates the log at its
         next write that finds no such reader.  ``store.checkpoint()`` finishes it at once
-        when the readers are done (it returns True once the log is truncated).
+        when the readers are done (it returns True once the log is truncated).  Truncating
+        that fails (a full disk) is handled alike, the warning saying why: once the erase is
+        committed, purge never raises, as an error would say that nothing happened.
         """
         session_id = checked_session(session_id)
         with self._write() as conn:
             forget_decoded(_digests(conn, session_id))  # no decoded copy of its text stays in this process
             for table in ("revisions", "message_ids", "set_aside_revisions", "vectors"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-        if not self.checkpoint():
+        failure: Exception | None = None
+        try:
+            truncated = self.checkpoint()
+        except (StoreUnavailableError, StoreClosedError, sqlite3.Error) as exc:  # a full disk, say
+            truncated, failure = False, exc  # the erase is committed: raising would say nothing happened
+        if not truncated:
             with self._lock:
                 self._log_holds_purged = True
-            warnings.warn(_log_not_erased(self.path, session_id, self.busy_timeout), RuntimeWarning, stacklevel=2)
+            warning = _log_not_erased(self.path, session_id, self.busy_timeout, failure)
+            warnings.warn(warning, RuntimeWarning, stacklevel=2)
 
     def sessions(self) -> list[str]:
         """Ids of the sessions that have at least one revision, sorted."""
@@ -543,6 +563,19 @@ _URL_PASSWORD = re.compile(r"(://[^:/?#@]*):.*@", re.DOTALL)
 """A URL's ``user:password@``: up to its last ``@``, so a password holding ``/`` or ``@`` goes too."""
 
 
+def _refuse_blank(path: str) -> None:
+    """:class:`InvalidInputError` if ``path`` is empty or blank (an unset environment variable's
+    default): SQLite takes ``""`` for a private temporary database, deleted on close, so every
+    revision would be lost without a word (and a pickled adapter, naming the working folder as
+    its file, could not reopen it)."""
+    if not path.strip():
+        raise InvalidInputError(
+            f"SQLiteStore got an empty path ({path!r}), which SQLite would take for a temporary database deleted "
+            "on close, losing every revision; pass a file path (such as 'chat.db'), or ':memory:' for a private "
+            "in-memory database"
+        )
+
+
 def _refuse_url(path: object) -> None:
     """:class:`InvalidInputError` if ``path`` is a PostgreSQL URL (any case: libpq reads only
     ``postgresql://`` and ``postgres://``, so ``Transcript`` takes ``POSTGRESQL://...`` for a
@@ -578,6 +611,7 @@ def _connect(path: str, busy_timeout: float, *, check_schema: bool = True) -> sq
                 recorded = _recorded_migrations(conn)
                 refuse_newer(recorded or (), MIGRATIONS)
                 _refuse_unrecorded(conn, path, recorded)
+                _refuse_missing(conn, path, recorded)
         _enable_wal(conn, busy_timeout)
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA secure_delete = ON")
@@ -601,15 +635,24 @@ def _truncate_log(conn: sqlite3.Connection, *, wait: bool) -> bool:
         conn.execute(f"PRAGMA busy_timeout = {int(waits)}")
 
 
-def _log_not_erased(path: str, session_id: str, busy_timeout: float) -> str:
-    """The warning of a purge whose text the write-ahead log still holds."""
+def _log_not_erased(path: str, session_id: str, busy_timeout: float, failure: Exception | None = None) -> str:
+    """The warning of a purge whose text the write-ahead log still holds: another connection
+    kept it from being truncated, or (``failure``) truncating it failed (a full disk)."""
+    if failure is None:
+        why = (
+            "another connection (a process, another SQLiteStore, a backup) kept reading an older snapshot, or "
+            f"writing, for {busy_timeout:g} s (busy_timeout), so the log could not be truncated"
+        )
+        then = "once that reader is done. To finish now, end the other connection's transaction"
+    else:
+        cause = failure.__cause__ if isinstance(failure.__cause__, sqlite3.Error) else failure
+        said = f"SQLite: {cause}" if isinstance(cause, sqlite3.Error) else f"{type(cause).__name__}: {cause}"
+        why = f"truncating the log failed ({said})"
+        then = "once it can. To finish now, fix that (free space on the disk, if it is full)"
     return (
         f"session {session_id!r} was purged from the SQLite database {path!r}, but its text is still in the "
-        f"write-ahead log {path + '-wal'!r}: another connection (a process, another SQLiteStore, a backup) kept "
-        f"reading an older snapshot, or writing, for {busy_timeout:g} s (busy_timeout), so the log could not be "
-        "truncated. Nothing reads the session any more; this store truncates the log at its next write once that "
-        "reader is done. To finish now, end the other connection's transaction and call store.checkpoint() "
-        "(True when the log is truncated)"
+        f"write-ahead log {path + '-wal'!r}: {why}. Nothing reads the session any more; this store truncates the "
+        f"log at its next write {then} and call store.checkpoint() (True when the log is truncated)"
     )
 
 
@@ -676,19 +719,38 @@ def _refuse_unrecorded(conn: sqlite3.Connection, path: str, applied: set[int] | 
     missing from ``applied`` (the versions ``schema_migrations`` records; None: that table is
     gone) creates: its record was deleted by hand, and applying it again would fail half way
     (see :func:`.schema.unrecorded_error`).  No query for a file that has had every migration."""
-    found: dict[int, list[str]] = {}
-    for migration in MIGRATIONS:
-        if applied is None or migration.version not in applied:
-            found[migration.version] = [
-                table if column is None else f"{table}.{column}"
-                for table, column in created_objects(migration)
-                if _holds(conn, table, column)
-            ]
+    found = {migration.version: _objects(conn, migration, held=True)
+             for migration in MIGRATIONS if applied is None or migration.version not in applied}
     create = None if applied is not None else (
         " ".join(_CREATE_MIGRATIONS_TABLE.replace(" IF NOT EXISTS", "").split()).replace("( ", "(").replace(" )", ")"))
     error = unrecorded_error(f"the SQLite database {path!r}", found, MIGRATIONS, "schema_migrations", create)
     if error is not None:
         raise error
+
+
+def _refuse_missing(conn: sqlite3.Connection, path: str, applied: set[int] | None) -> None:
+    """:class:`SchemaVersionError` when a table or column that a migration recorded in
+    ``applied`` creates is gone (:func:`_missing_error`)."""
+    error = _missing_error(conn, path, applied)
+    if error is not None:
+        raise error
+
+
+def _missing_error(conn: sqlite3.Connection, path: str, applied: set[int] | None) -> SchemaVersionError | None:
+    """The error for a file whose ``schema_migrations`` records a migration whose table or
+    column is gone (``DROP TABLE vectors`` by hand), the mirror of :func:`_refuse_unrecorded`:
+    every call on it would fail with a bare "no such table" (see :func:`.schema.missing_error`).
+    None when nothing recorded is missing."""
+    missing = {migration.version: _objects(conn, migration, held=False)
+               for migration in MIGRATIONS if applied and migration.version in applied}
+    return missing_error(f"the SQLite database {path!r}", missing, MIGRATIONS, "schema_migrations")
+
+
+def _objects(conn: sqlite3.Connection, migration: Migration, *, held: bool) -> list[str]:
+    """The tables and columns (``table`` or ``table.column``) that ``migration`` creates and
+    the file has (``held``), or lacks."""
+    return [table if column is None else f"{table}.{column}"
+            for table, column in created_objects(migration) if _holds(conn, table, column) == held]
 
 
 def _holds(conn: sqlite3.Connection, table: str, column: str | None) -> bool:
@@ -754,7 +816,7 @@ def _connect_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
     try:
         return opened("mode=ro")
     except sqlite3.Error as exc:
-        if not cannot_open(exc):
+        if not cannot_open(exc) or not os.path.isfile(path):  # no file to read alone: say why it failed
             raise
         _refuse_unreadable_wal(path, exc)
     return opened("mode=ro&immutable=1")

@@ -11,6 +11,7 @@ PostgreSQL's twin is :func:`context_gatekeeper.stores.postgres_ops.postgres_erro
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +36,13 @@ _BY_TEXT = (
 )
 
 
+_IOERR_SHMSIZE = _IOERR | (19 << 8)
+"""An extended code: the ``-shm`` index could not be given its size, as the disk (or the
+process's file size limit) has no room for it."""
+
+
 def _code(exc: sqlite3.Error) -> int | None:
+    """The primary result code of ``exc`` (from its text when the driver gives none)."""
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
         return code & 0xFF
@@ -43,14 +50,41 @@ def _code(exc: sqlite3.Error) -> int | None:
     return next((c for needle, c in _BY_TEXT if needle in text), None)
 
 
+def _no_room(exc: sqlite3.Error, code: int | None) -> bool:
+    """Whether ``exc`` says the disk is full: ``SQLITE_FULL``, or the extended I/O error of a
+    ``-shm`` file that could not be sized (which the primary code alone calls an I/O error)."""
+    return code == _FULL or getattr(exc, "sqlite_errorcode", None) == _IOERR_SHMSIZE
+
+
+def _why_unopened(path: str, read_only: bool) -> str:
+    """What keeps SQLite from opening ``path``, as the file system tells once an open failed
+    (SQLite says "unable to open database file" whatever the reason), and what to do."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return (f"it is a folder, not a database file. Pass the path of a file in it (such as "
+                f"{os.path.join(path, 'chat.db')!r}, which the store creates)")
+    if not os.path.isdir(folder):
+        return f"its folder {folder!r} does not exist. Create it (os.makedirs) or fix the path"
+    if read_only and not os.path.lexists(path):
+        return ("the file does not exist, and read_only=True creates nothing. Check the path, or open "
+                "SQLiteStore(path) without read_only to create a new database")
+    if read_only:
+        return "the file cannot be read. Check its permissions and the path"
+    return ("its folder is not writable (the file and its -wal and -shm files are made there) or is on a read-only "
+            "mount. Check the folder's permissions; to read a database on a read-only mount, open "
+            "SQLiteStore(path, read_only=True)")
+
+
 def cannot_open(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` says the file could not be opened, or not as asked (read-only media)."""
     return _code(exc) in (_CANTOPEN, _READONLY, _IOERR)
 
 
-def sqlite_unavailable(exc: BaseException, path: str, busy_timeout: float | None = None) -> StoreUnavailableError | None:
-    """The :class:`StoreUnavailableError` for ``exc`` raised on the database ``path``
-    (None: ``exc`` is not a failure of the storage)."""
+def sqlite_unavailable(
+    exc: BaseException, path: str, busy_timeout: float | None = None, *, read_only: bool = False
+) -> StoreUnavailableError | None:
+    """The :class:`StoreUnavailableError` for ``exc`` raised on the database ``path``, opened
+    ``read_only`` or not (None: ``exc`` is not a failure of the storage)."""
     if not isinstance(exc, sqlite3.Error):
         return None
     code = _code(exc)
@@ -63,21 +97,18 @@ def sqlite_unavailable(exc: BaseException, path: str, busy_timeout: float | None
             "written. Retry once the other writer is done, give SQLiteStore a longer busy_timeout, or find the "
             "process holding the database open in a transaction"
         )
-    elif code == _FULL:
+    elif _no_room(exc, code):
         text = (
             f"the disk holding {where} is full {said}; nothing was written and what was stored is intact. Free "
             "space on that disk (or move the database to a larger one), then retry"
         )
+    elif code == _CANTOPEN or (code == _IOERR and os.path.isdir(path)):  # a folder read says "disk I/O error"
+        text = f"cannot open {where} {said}: {_why_unopened(path, read_only)}"
     elif code == _IOERR:
         text = (
             f"an I/O error on {where} {said}; the operation was not done. Check the disk, and that the database's "
             "-wal and -shm files were not deleted or moved while it was open (if they were, close every program "
             "using it and open it again); then retry"
-        )
-    elif code == _CANTOPEN:
-        text = (
-            f"cannot open {where} {said}: its folder is missing, not writable, or on a read-only mount. Check the "
-            "path and permissions; to read a database on a read-only mount, open SQLiteStore(path, read_only=True)"
         )
     elif code == _READONLY:
         text = (
@@ -97,13 +128,14 @@ def sqlite_unavailable(exc: BaseException, path: str, busy_timeout: float | None
 
 
 @contextmanager
-def sqlite_errors(path: str, busy_timeout: float | None = None) -> Iterator[None]:
+def sqlite_errors(path: str, busy_timeout: float | None = None, *, read_only: bool = False) -> Iterator[None]:
     """Raise the storage failures of the block as :class:`StoreUnavailableError` (the
-    driver's error as ``__cause__``); every other exception passes unchanged."""
+    driver's error as ``__cause__``; ``read_only``: the database was opened so); every
+    other exception passes unchanged."""
     try:
         yield
     except sqlite3.Error as exc:
-        error = sqlite_unavailable(exc, path, busy_timeout)
+        error = sqlite_unavailable(exc, path, busy_timeout, read_only=read_only)
         if error is None:
             raise
         raise error from exc

@@ -145,6 +145,12 @@ def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
         return InMemoryStore()
     if isinstance(store, Store):
         return store
+    if isinstance(store, str) and not store.strip():  # an unset environment variable's default, say
+        raise InvalidInputError(
+            f"store= got an empty string ({store!r}), which would keep the conversation in a temporary database "
+            "lost on close; pass a SQLite file path (such as 'chat.db'), a postgresql:// URL, a Store, or None to "
+            "keep the transcript in memory"
+        )
     if isinstance(store, str) and names_postgres(store):
         from ..stores.postgres import PostgresStore  # the ``postgres`` extra, imported only now
 
