@@ -33,9 +33,9 @@ try:
     )
 except ImportError as missing:  # the framework (missing, or too old), not this package: say which extra installs it
     error = MissingExtraError.of_framework(
-        missing, adapter="langchain_gatekeeper", needs="LangChain >= 1.2.13 (langchain-core, langchain and langgraph)",
+        missing, adapter="langchain_gatekeeper", needs="LangChain >= 1.3.15 (langchain-core, langchain and langgraph)",
         extra="langchain", packages=_EXTRA_PACKAGES,
-        floors={"langchain": "1.2.13", "langchain-core": "1.0", "langgraph": "1.0"},  # pyproject.toml's langchain extra
+        floors={"langchain": "1.3.15", "langchain-core": "1.5.4", "langgraph": "1.2.11"},  # pyproject.toml's langchain extra
     )
     if error is None:
         raise
