@@ -22,8 +22,12 @@ changed turns (an edit of the thread re-indexes the turns it touched); a
 reordering rebuilds that thread's index.  A list that extends the one the thread's
 last call saw, unchanged, is not even re-read: only its new messages are grouped,
 and the index takes only the new turns (``TurnIndex.extend``).  Threads are kept in a
-bounded LRU cache; token counts of turn texts are kept per counter and text
-(:func:`counted_once`), shared by every thread, view and middleware of the process.
+bounded LRU cache, by count and by the characters their indexes hold (:data:`THREAD_INDEX_CHARS`:
+an index costs several times its text, so a few threads of pasted logs must not hold what
+``max_threads`` chats would), each weighed again at the end of each call on it (a thread
+grows), and never evicted while a call holds it; :meth:`GatedView.forget` drops one.  Token
+counts of turn texts are kept per counter and text (:func:`counted_once`), shared by every
+thread, view and middleware of the process.
 
 With an embedder, every thread's gatekeeper keeps its turn vectors in one
 :class:`VectorLRU` of the view (keyed by embedder and a hash of the turn's text), so
@@ -71,8 +75,8 @@ from context_gatekeeper.integration import (
 from .convert import role_of, text_of
 from .threads import is_edit_record
 
-__all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "NO_TEXT_QUERY", "adapter_options", "counted_once", "is_summary",
-           "current_turn_start", "current_query", "one_text_counter", "semantic"]
+__all__ = ["GatedView", "VectorLRU", "TOKEN_COUNTS", "THREAD_INDEX_CHARS", "TURN_CHARS", "NO_TEXT_QUERY", "adapter_options",
+           "counted_once", "is_summary", "current_turn_start", "current_query", "one_text_counter", "semantic"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +87,27 @@ NO_TEXT_QUERY = "?"
 content word and no cue, so the gate reads it as it reads "ok?" (it continues the active
 topic) and the budget holds.  The core takes a query as text, and a blank one is refused;
 this one carries nothing of its own."""
+
+THREAD_INDEX_CHARS = 32_000_000
+"""The most characters the thread indexes of one :class:`GatedView` (one middleware, one
+``topic_gate``; ``gate_messages`` keeps all its views' within it together) hold by default: the
+characters of the texts each indexed, each turn counted :data:`TURN_CHARS` more.  Measured
+(tracemalloc): about 13 bytes a character of chat (LoCoMo turns, 40 a thread, their per-turn
+cost included), 8 of pasted prose, 18 of a server log, 58 of a text of all distinct words (each
+word an anchor): some 420 MB when full of chat (1,024 threads of about 30 turns, what
+``max_threads`` chats hold), 1.9 GB at most."""
+
+TURN_CHARS = 500
+"""What a turn weighs in its thread's index besides its texts' characters: its fixed cost there
+(about 4.7 kB, measured on turns of a word or two), as much as 500 characters of chat cost."""
+
+
+def _require_size(value: object, name: str, hint: str) -> int:
+    """``value`` if it is an ``int >= 1`` (``bool`` refused), else :class:`InvalidInputError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}; {hint}")
+    return value
+
 
 def _role(message: BaseMessage) -> str:
     """A message's core role as grouping reads it: :func:`.convert.role_of` (a streamed chunk,
@@ -320,9 +345,7 @@ class VectorLRU:
     in_memory = True  # no I/O: selection may read it on an event loop thread
 
     def __init__(self, max_vectors: int = 20_000) -> None:
-        if isinstance(max_vectors, bool) or not isinstance(max_vectors, int) or max_vectors < 1:
-            raise InvalidInputError(f"max_vectors must be an int >= 1, got {max_vectors!r}")
-        self.max_vectors = max_vectors
+        self.max_vectors = _require_size(max_vectors, "max_vectors", "pass how many vectors to keep")
         self._vectors: BoundedCache[tuple[str, str], array] = BoundedCache(max_vectors)
 
     def get(self, key: tuple[str, str]) -> Any:
@@ -364,8 +387,12 @@ def hashable(value: Any) -> bool:
 
 
 TOKEN_COUNTS: BoundedCache[tuple[Hashable, str], int] = BoundedCache(maxsize=100_000)
-"""Token counts of turn texts, by (counter, :func:`~context_gatekeeper.integration.text_key`
-of the text), shared by every gate, middleware and thread of this process."""
+"""Token counts of turn texts, by (the counter's ``BoundedCache.identity_key``,
+:func:`~context_gatekeeper.integration.text_key` of the text), shared by every gate, middleware
+and thread of this process.  Neither key holds the counter nor the text: a chat model built per
+request (``token_counter=model``) is collected with its clients once the caller and the views
+built for it let it go, its counts left to age out (never read as a later object's).  About
+0.3 kB an entry: some 30 MB when full."""
 
 
 def approximate_tokens(text: str) -> int:
@@ -393,7 +420,7 @@ def counted_once(counter: Any) -> Callable[[str], int]:
     count = resolve_token_counter(counter)
     if counter is None or isinstance(counter, str):
         return count  # a tiktoken encoding: the core keeps its counts per text already
-    identity: Hashable = counter if hashable(counter) else Same(counter)
+    identity = BoundedCache.identity_key(counter)  # does not keep the counter (a model and its clients) alive
 
     models_own = _models_own(counter)
     counted = _reported(count, counter) if models_own else count
@@ -516,6 +543,9 @@ class _IndexLock:
     def acquire(self, blocking: bool = True) -> bool:  # noqa: D102 -- threading.Lock's
         return self._lock.acquire(blocking)
 
+    def locked(self) -> bool:  # noqa: D102 -- threading.Lock's
+        return self._lock.locked()
+
     def release(self) -> None:
         self._lock.release()
         with self._guard:
@@ -556,21 +586,45 @@ class _ThreadIndex:
     """One thread's gatekeeper, driven by the core's :class:`TurnIndex`, and its lock
     (held by :meth:`GatedView.agated` across the embedding calls)."""
 
-    def __init__(self, gatekeeper: ContextGatekeeper) -> None:
+    def __init__(self, gatekeeper: ContextGatekeeper, thread: Hashable) -> None:
         self.turns = TurnIndex(gatekeeper)
         self.gatekeeper = gatekeeper
+        self.thread = thread
+        """The thread it is kept for (its key in :attr:`GatedView._threads`)."""
         self.lock = _IndexLock()
         self.memo: _ListMemo | None = None
         """What the last call read from its list (see :meth:`GatedView._read`)."""
         self.warned_overflow = False
         """Whether the pinned content's overflow was logged for this thread (:func:`_overflow`)."""
+        self.weight = 0
+        """The characters of the texts it holds, each turn counted :data:`TURN_CHARS` more, as of
+        its last call (:meth:`GatedView._synced`): its weight in the view's cache."""
+
+
+def _index_weight(thread: Hashable, index: _ThreadIndex) -> int:
+    """A thread index's weight in its view's cache (:attr:`_ThreadIndex.weight`)."""
+    return index.weight
+
+
+def _index_in_use(index: _ThreadIndex) -> bool:
+    """Whether a call holds the index (its lock): eviction passes over it."""
+    return index.lock.locked()
+
+
+def _pinned_chars(gatekeeper: ContextGatekeeper) -> int:
+    """The characters of the pinned texts (system prompt, pinned messages, summaries) ``gatekeeper`` holds."""
+    total = 0
+    for pinned in (gatekeeper.system_prompt, gatekeeper.summary):
+        if pinned is not None:
+            total += len(pinned) if isinstance(pinned, str) else sum(map(len, pinned))
+    return total
 
 
 class _Turn:
     """A turn of a message list, as the index reads it: a key, its texts, and where its
     messages stand in the list (lighter than a core MessageTurn: no message copies)."""
 
-    __slots__ = ("key", "base", "positions", "opens_with_user", "parts", "texts")
+    __slots__ = ("key", "base", "positions", "opens_with_user", "parts", "texts", "size")
 
     _PART = {"user": "user", "assistant": "assistant", "tool": "tool", "system": "tool"}
     """Which of :attr:`parts` a message of each role goes to: a system message inside a turn is
@@ -584,6 +638,8 @@ class _Turn:
         self.opens_with_user = role == "user"
         self.parts: dict[str, list[str]] = {"user": [], "assistant": [], "tool": []}
         self.texts: tuple[str, str, tuple[str, ...]] = ("", "", ())
+        self.size = TURN_CHARS
+        """Its weight in its thread's index: its texts' characters plus :data:`TURN_CHARS` (set by :meth:`close`)."""
 
     def add(self, role: str, text: str) -> None:
         """Add the text of a message of ``role`` (a core role) to its part."""
@@ -596,7 +652,8 @@ class _Turn:
         the turn is sent with it, so its tokens count in the turn's cost and its words are
         indexed, as a tool result's are."""
         parts = self.parts
-        self.texts = indexed_texts(parts["user"], parts["assistant"], parts["tool"])
+        self.texts = user, assistant, tools = indexed_texts(parts["user"], parts["assistant"], parts["tool"])
+        self.size = TURN_CHARS + len(user) + len(assistant) + sum(map(len, tools))
 
 
 def _turns(
@@ -827,10 +884,10 @@ class _ListMemo:
     would stay in memory with its index): a call reads the messages it needs from its own list,
     at the positions kept here."""
 
-    __slots__ = ("prints", "summaries", "at", "turns", "seen", "by_id")
+    __slots__ = ("prints", "summaries", "at", "turns", "seen", "by_id", "chars")
 
     def __init__(self, prints: _Prints, summaries: list[str], at: _Positions, turns: list[_Turn],
-                 seen: dict[Hashable, int], by_id: dict[int, _Turn] | None = None) -> None:
+                 seen: dict[Hashable, int], by_id: dict[int, _Turn] | None = None, chars: int = 0) -> None:
         self.prints, self.summaries = prints, summaries
         self.at = at
         """Where each pinned message and each other message sits in the list read: what a call
@@ -838,6 +895,8 @@ class _ListMemo:
         self.turns, self.seen = turns, seen
         self.by_id = by_id
         """Gatekeeper turn id -> turn, once the index is in step with ``turns`` (see :meth:`GatedView._synced`)."""
+        self.chars = chars
+        """The sum of the :attr:`_Turn.size` of ``turns``, kept as they change (never summed anew)."""
 
     def extends(self, earlier: Sequence[BaseMessage], keyed_by: str) -> bool:
         """Whether ``earlier`` starts with the messages this memo read, none of them changed."""
@@ -852,6 +911,10 @@ class GatedView:
             gatekeeper is built with (``ContextGatekeeper(options=...)``), or a callable
             that builds a fresh, configured gatekeeper.
         max_threads: how many threads' indexes to keep (least recently used go first).
+        max_thread_chars: the most characters the kept indexes may hold together (the texts
+            each indexed, each turn counted :data:`TURN_CHARS` more; default
+            :data:`THREAD_INDEX_CHARS`): the least recently used go first, but never one a call
+            is using (a thread heavier than this alone is kept until another thread's call).
         keyed_by: how a turn is recognised from one call to the next: ``"id"`` (its first
             message's id; agent state, where every message has one) or ``"content"``
             (its texts; plain message lists, whose ids may be missing or made up per call).
@@ -862,10 +925,11 @@ class GatedView:
         gatekeeper: GateOptions | Callable[[], ContextGatekeeper],
         *,
         max_threads: int = 1024,
+        max_thread_chars: int = THREAD_INDEX_CHARS,
         keyed_by: str = "id",
     ) -> None:
-        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
-            raise InvalidInputError(f"max_threads must be an int >= 1, got {max_threads!r}")
+        _require_size(max_threads, "max_threads", "pass how many threads' indexes to keep")
+        _require_size(max_thread_chars, "max_thread_chars", "pass the most characters the thread indexes may hold")
         if keyed_by not in ("id", "content"):
             raise InvalidInputError(f"keyed_by must be 'id' or 'content', got {keyed_by!r}")
         self.options: GateOptions | None = gatekeeper if isinstance(gatekeeper, GateOptions) else None
@@ -874,24 +938,39 @@ class GatedView:
             self._built if isinstance(gatekeeper, GateOptions) else gatekeeper
         )
         self._keyed_by = keyed_by
-        self._threads: BoundedCache[Any, _ThreadIndex] = BoundedCache(max_threads)
+        self._threads: BoundedCache[Any, _ThreadIndex] = BoundedCache(
+            max_threads, weigh=_index_weight, max_weight=max_thread_chars, in_use=_index_in_use)
         self._lock = threading.Lock()
 
     def _built(self) -> ContextGatekeeper:
         return ContextGatekeeper(options=self.options)
 
+    @property
+    def weight(self) -> int:
+        """The characters the kept thread indexes hold together (see ``max_thread_chars``)."""
+        return self._threads.weight
+
     def _index(self, thread: Any) -> _ThreadIndex:
-        if not hashable(thread):
-            raise InvalidTypeError(
-                f"thread must be hashable (it keys the thread's index), got {type(thread).__name__}; "
-                "pass a string id, e.g. the conversation's thread_id"
-            )
+        _require_thread(thread)
         with self._lock:  # one index per thread, even when two calls meet a new thread at once
             index = self._threads.get(thread)
             if index is None:
-                index = _ThreadIndex(self._make())
+                index = _ThreadIndex(self._make(), thread)
                 self._threads.put(thread, index)
             return index
+
+    def forget(self, thread: Any) -> None:
+        """Drop ``thread``'s index now (a conversation that ended, a thread deleted from the
+        checkpointer), so its memory need not wait for the least recently used to go.  A call
+        using it ends with it, and does not put it back; the thread's next call builds it anew
+        from its list.  A thread with no index kept: nothing happens."""
+        _require_thread(thread)
+        with self._lock:
+            self._threads.discard(thread)
+
+    async def aforget(self, thread: Any) -> None:
+        """Async :meth:`forget` (in-memory work under a lock held only briefly: nothing to await)."""
+        self.forget(thread)
 
     def gatekeeper(self, thread: Any) -> ContextGatekeeper:
         """The gatekeeper kept for ``thread`` (for inspection, e.g. ``explain``)."""
@@ -984,7 +1063,7 @@ class GatedView:
         index = self._index(thread)
         if not index.lock.acquire(blocking=False):
             if semantic(index.gatekeeper) and _in_event_loop():  # maybe held across an await by this
-                index = _ThreadIndex(self._make())  # very loop: waiting could wait on ourselves; one-off
+                index = _ThreadIndex(self._make(), thread)  # very loop: waiting could wait on ourselves; one-off
             index.lock.acquire()
         try:
             return self._selected(index, earlier, _query(query), system_prompt, reserved)
@@ -1097,10 +1176,11 @@ class GatedView:
         if memo is not None and reach is not None:
             read = len(memo.prints)
             summaries, turns, seen, at, prints, by_id = memo.summaries, memo.turns, memo.seen, memo.at, memo.prints, memo.by_id
+            chars = memo.chars
             prints.add(earlier[read:], keyed_by)
             tail = []
         else:
-            read, reach = 0, False
+            read, reach, chars = 0, False, 0
             summaries, turns, seen, by_id = [], [], {}, None
             at = _Positions([], [])
             prints = _Prints()
@@ -1112,15 +1192,17 @@ class GatedView:
             start, last = known, None
             if turns and (reach or _role(earlier[at.rest[known]]) != "user"):  # the new messages continue the last turn
                 last = turns.pop()
+                chars -= last.size
                 start = last.positions[0]
                 if last.base is not None:  # regrouped, it is counted again
                     seen[last.base] -= 1
             added = _turns([earlier[i] for i in at.rest[start:]], keyed_by, start, seen)
             turns.extend(added)
+            chars += sum(turn.size for turn in added)
             if tail is not None:
                 # a regrouped turn keyed by content has a new key: the old one must go, which a full sync does
                 tail = added if last is None or added[0].key == last.key else None
-        memo = _ListMemo(prints, summaries, at, turns, seen, by_id)
+        memo = _ListMemo(prints, summaries, at, turns, seen, by_id, chars)
         return [earlier[i] for i in at.pinned], list(summaries), turns, tail, memo
 
     def _synced(
@@ -1129,7 +1211,9 @@ class GatedView:
     ) -> dict[int, _Turn]:
         """Under the thread's lock: :meth:`_sync`, then ``memo`` kept for the next call, with
         its turns by gatekeeper turn id (the last call's map and the new turns when the index
-        only took ``tail``, else built from every turn), which is returned."""
+        only took ``tail``, else built from every turn), which is returned.  The index is
+        weighed again in the view's cache (what it holds now: ``memo``'s turns and the pinned
+        texts), unless it was dropped or replaced meanwhile (:meth:`forget`, an eviction)."""
         extended = self._sync(index, turns, tail, pinned, summaries, system_prompt)
         ids = index.turns.ids
         by_id = memo.by_id
@@ -1139,6 +1223,8 @@ class GatedView:
         else:
             by_id = memo.by_id = {ids[turn.key]: turn for turn in turns}
         index.memo = memo
+        index.weight = memo.chars + _pinned_chars(index.gatekeeper)
+        self._threads.reweigh(index.thread, index)
         return by_id
 
     @staticmethod
@@ -1195,6 +1281,15 @@ async def _worked_off_loop(work: Callable[[], _T]) -> _T:
             logger.debug("the work of a cancelled call failed: %r", failed, exc_info=failed)
         raise cancelled
     return done.result()
+
+
+def _require_thread(thread: Any) -> None:
+    """Refuse a ``thread`` that cannot key an index (a list, a dict)."""
+    if not hashable(thread):
+        raise InvalidTypeError(
+            f"thread must be hashable (it keys the thread's index), got {type(thread).__name__}; "
+            "pass a string id, e.g. the conversation's thread_id"
+        )
 
 
 def _pinned_of(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -51,7 +51,7 @@ from langgraph.types import Command
 
 from context_gatekeeper import EditOptions, GatekeeperError, GateOptions, InvalidInputError
 
-from .agent_view import GatedView, _asks, _instructions_before, adapter_options, is_summary
+from .agent_view import THREAD_INDEX_CHARS, GatedView, _asks, _instructions_before, adapter_options, is_summary
 from .models import given_edit_model
 from .threads import EDIT_MARK, EDITS_KEY, TURN_KEY, EditPlan, GatekeeperState, aplan_edit, plan_edit
 
@@ -170,6 +170,12 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         allow_large_deletion: let a routed edit destroy more of the text than the
             deletion guard allows.
         max_threads: how many threads' indexes to keep in memory (LRU).
+        max_thread_chars: the most characters the kept thread indexes may hold together (the
+            texts each indexed, each turn counted 500 more; default
+            :data:`~langchain_gatekeeper.agent_view.THREAD_INDEX_CHARS`, 32 million, some
+            420 MB of chat): an index costs several times its text, so threads that read long
+            tool outputs or pasted logs are evicted sooner (least recently used first; never one
+            a call is using).  :meth:`forget_thread` drops a thread's index at once.
         embedder: turns on the semantic channel: a LangChain ``Embeddings``, a LlamaIndex
             ``BaseEmbedding``, or a callable ``list[str] -> list[list[float]]`` (numpy
             needed).  Each turn is embedded once; vectors are kept in memory by content
@@ -202,6 +208,7 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         strategy: str | None = None,
         allow_large_deletion: bool | None = None,
         max_threads: int = 1024,
+        max_thread_chars: int = THREAD_INDEX_CHARS,
         embedder: Any = None,
         embed_timeout: float | None = None,
         **gatekeeper_options: Any,
@@ -225,7 +232,18 @@ class GatekeeperMiddleware(AgentMiddleware[GatekeeperState, Any, Any]):
         self.edit_prefix = edit_prefix
         self.edit_model = edit_model
         self.edit_options = settings
-        self.views = GatedView(gate, max_threads=max_threads)
+        self.views = GatedView(gate, max_threads=max_threads, max_thread_chars=max_thread_chars)
+
+    def forget_thread(self, thread_id: Any) -> None:
+        """Drop the index kept for ``thread_id`` (a conversation that ended, a thread deleted from
+        the checkpointer): its memory is freed now instead of when the least recently used go.
+        The thread's next model call, if any, builds it anew from the thread's messages; a call
+        using it meanwhile ends with it.  An unknown thread: nothing happens."""
+        self.views.forget(thread_id)
+
+    async def aforget_thread(self, thread_id: Any) -> None:
+        """Async :meth:`forget_thread` (in-memory work: nothing to await)."""
+        self.views.forget(thread_id)
 
     # -- gating ---------------------------------------------------------------------------
     @staticmethod

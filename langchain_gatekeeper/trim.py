@@ -28,6 +28,10 @@ The index behind it is kept across calls (per set of options, compared by value,
 ``thread``), keyed by the turns' content, so a list that grew by one turn costs one turn to index.  With an
 ``embedder=``, turn vectors are kept beside it by content hash, shared by every
 ``thread`` of one set of options, so a rebuilt or reordered list embeds nothing seen before.
+The indexes of the 32 sets of options last used are kept, 256 threads each, and all of them
+together hold at most :data:`~langchain_gatekeeper.agent_view.THREAD_INDEX_CHARS` characters
+(:func:`_view_cache`): options used per request (a chat model built per request as the
+``token_counter``) never keep more.
 """
 
 from __future__ import annotations
@@ -47,13 +51,28 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from context_gatekeeper import GateOptions, InvalidInputError, InvalidTypeError
 from context_gatekeeper.integration import BoundedCache
 
-from .agent_view import GatedView, Same, adapter_options, approximate_tokens, hashable
+from .agent_view import THREAD_INDEX_CHARS, GatedView, Same, adapter_options, approximate_tokens, hashable
 from .convert import as_messages
 
 __all__ = ["gate_messages", "agate_messages", "approximate_tokens"]
 
 _CACHE_SIZE = 32
-_views: BoundedCache[Hashable, GatedView] = BoundedCache(_CACHE_SIZE)
+
+
+def _view_weight(key: Hashable, view: GatedView) -> int:
+    """A view's weight: the characters its thread indexes hold (:attr:`GatedView.weight`)."""
+    return view.weight
+
+
+def _view_cache(max_weight: int) -> BoundedCache[Hashable, GatedView]:
+    """The views of the :data:`_CACHE_SIZE` sets of options last used, weighed by what their
+    thread indexes hold (each view weighed again after each call on it: :func:`_gate`), so the
+    threads of every view together hold at most ``max_weight`` characters, as one view's may:
+    the least recently used views go first, with their indexes."""
+    return BoundedCache(_CACHE_SIZE, weigh=_view_weight, max_weight=max_weight)
+
+
+_views = _view_cache(THREAD_INDEX_CHARS)
 
 
 def _counter(token_counter: Any) -> Any:
@@ -102,12 +121,13 @@ def _by_value(name: str, value: Any) -> bool:
         (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(value, (Mapping, list, set)))
 
 
-def _view(options: dict[str, Any], given: GateOptions | None = None) -> GatedView:
+def _view(options: dict[str, Any], given: GateOptions | None = None) -> tuple[Hashable, GatedView]:
     """The cached content-keyed view for these gatekeeper options (built and checked on first
-    use).  Options are keyed by value, so a ``params=`` built per call finds its view;
-    ``given`` is the caller's own :class:`GateOptions` when ``options`` are its fields."""
+    use), and its key in :data:`_views`.  Options are keyed by value, so a ``params=`` built per
+    call finds its view; ``given`` is the caller's own :class:`GateOptions` when ``options`` are
+    its fields."""
     key = tuple(sorted((name, _key(name, value)) for name, value in options.items()))
-    return _views.get_or_compute(key, lambda: _new_view(options, given))
+    return key, _views.get_or_compute(key, lambda: _new_view(options, given))
 
 
 def _new_view(options: dict[str, Any], given: GateOptions | None) -> GatedView:
@@ -117,7 +137,7 @@ def _new_view(options: dict[str, Any], given: GateOptions | None) -> GatedView:
         options = {name: copy.deepcopy(value) if _by_value(name, value) else value for name, value in options.items()}
         given = GateOptions.of(**dict(options, token_counter=_counter(options.get("token_counter"))))
     gate, _ = adapter_options(given)  # count_tokens_approximately in the caller's options is read there
-    return GatedView(gate, max_threads=256, keyed_by="content")
+    return GatedView(gate, max_threads=256, max_thread_chars=THREAD_INDEX_CHARS, keyed_by="content")
 
 
 def _as_messages(messages: Iterable[Any] | PromptValue) -> list[BaseMessage]:
@@ -152,7 +172,11 @@ def _check_thread(thread: Any) -> None:
 def _gate(messages: Any, settings: _Settings, thread: Any, config: RunnableConfig | None = None) -> list[BaseMessage]:
     if thread is None and config is not None:
         thread = (config.get("configurable") or {}).get("thread_id")
-    return _view(*settings).view(_as_messages(messages), thread=thread)
+    key, view = _view(*settings)
+    try:
+        return view.view(_as_messages(messages), thread=thread)
+    finally:
+        _views.reweigh(key, view)  # its threads grew: other views go first when all hold too much
 
 
 async def _agate(
@@ -164,7 +188,11 @@ async def _agate(
         return await asyncio.to_thread(_gate, messages, settings, thread, config)
     if thread is None and config is not None:
         thread = (config.get("configurable") or {}).get("thread_id")
-    return await _view(*settings).aview(_as_messages(messages), thread=thread)
+    key, view = _view(*settings)
+    try:
+        return await view.aview(_as_messages(messages), thread=thread)
+    finally:
+        _views.reweigh(key, view)
 
 
 def gate_messages(

@@ -40,7 +40,7 @@ import difflib
 import inspect
 import os
 import threading
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Hashable, Sequence, Sized
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -65,7 +65,7 @@ from context_gatekeeper import (
 )
 from context_gatekeeper.integration import (
     DEFAULT_MAX_DELETION_SHARE, BoundedCache, MessageTurn, VersionedTranscriptMixin, group_turns, require_budget,
-    names_postgres, require_items,
+    names_postgres, require_items, text_key,
 )
 
 from . import serialisation, stored
@@ -85,9 +85,13 @@ counts with the counter the memory was built with)."""
 QueryInput = str | ChatMessage | QueryBundle | None
 """What ``get`` / ``aget`` take as ``input``."""
 
-COUNTS: BoundedCache[tuple[Callable[[str], int], str], int] = BoundedCache(maxsize=20_000)
+COUNTS: BoundedCache[tuple[Hashable, str], int] = BoundedCache(maxsize=20_000)
 """Token counts by ``(counter, text)``, shared by every memory using one counter: a message
-is counted once, not on every ``get``."""
+is counted once, not on every ``get``.  Keyed by the counter's ``BoundedCache.identity_key``
+and the text's :func:`~context_gatekeeper.integration.text_key`, so no key holds a text (a
+pasted log) or keeps a counter alive (a ``tokenizer_fn`` made per memory is collected with
+it; its counts age out, never read as a later counter's): entries are small and alike, about
+0.3 kB each, some 6 MB when full."""
 
 
 def _options_budget(options: GateOptions | None) -> int | None:
@@ -100,8 +104,9 @@ def _options_budget(options: GateOptions | None) -> int | None:
     return options.token_budget
 
 
-def _counted(count: Callable[[str], int], text: str) -> int:
-    return COUNTS.get_or_compute((count, text), lambda: count(text))
+def _counted(count: Callable[[str], int], counter: Hashable, text: str) -> int:
+    """``count(text)``, from :data:`COUNTS` when known (``counter``: ``count``'s identity key)."""
+    return COUNTS.get_or_compute((counter, text_key(text)), lambda: count(text))
 
 
 class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
@@ -770,12 +775,13 @@ class GatekeeperMemory(VersionedTranscriptMixin, BaseMemory):
         arguments of each tool call it makes (:func:`~.convert.call_text`), plus
         ``message_overhead`` per message."""
         overhead, count = self._gate.gatekeeper.message_overhead, self._count
+        counter = BoundedCache.identity_key(count)
         total = 0
         for message in messages:
-            total += _counted(count, message.content) + overhead
+            total += _counted(count, counter, message.content) + overhead
             calls = call_text(message)
             if calls:
-                total += _counted(count, calls)
+                total += _counted(count, counter, calls)
         return total
 
 

@@ -74,7 +74,7 @@ from context_gatekeeper import (
     token_floor,
 )
 from context_gatekeeper.integration import (
-    BoundedCache, anchor_set, held_anchors, kept_covering, require_budget, require_items, require_timeout,
+    BoundedCache, anchor_set, held_anchors, kept_covering, require_budget, require_items, require_timeout, text_key,
 )
 
 from .convert import validation_problems
@@ -186,15 +186,65 @@ and may be picked: see :func:`kept_covering`).  ``tokens < 0`` is not a count bu
 ``-1 - floor``: the node is not counted yet, and costs ``floor`` tokens at least
 (:func:`~context_gatekeeper.tokens.token_floor`)."""
 
-FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(maxsize=10_000)
-"""Every postprocessor's per-node facts (the 10,000 most recently used), shared across
-calls, objects and threads: keyed by the token counter and the node's text (for a plain
-``TextNode``, by the parts its text is made of: its text template, metadata header and
-body, so the text of a node seen before is not formatted again)."""
+_ANCHOR_ENTRY_BYTES = 64
+"""An anchor's cost in a set of them (its string's header and its slot), estimated."""
 
-ANCHORS: BoundedCache[str, Any] = BoundedCache(maxsize=10_000)
-"""Anchor counts by text, shared by every token counter (anchors do not depend on it):
-a node's body and its metadata header are kept apart (see :func:`_analysed`)."""
+_FACT_ENTRY_BYTES = 400
+"""A :data:`FACTS` entry's cost besides its texts and anchors (its key, value and slot), estimated."""
+
+FACT_CACHE_BYTES = 64_000_000
+"""The most :data:`FACTS` holds, in estimated bytes (:func:`_facts_weight`): about 8,800 nodes
+of 1,000 characters (7,200 each, their text, formatted text and anchors), 1,600 of 8,000
+(39,000 each), so long chunks never hold what 10,000 short ones would not.  Measured
+(tracemalloc, with :data:`ANCHORS`): 0.9 to 1.3 bytes an estimated byte, so some 80 MB when
+full, at most."""
+
+ANCHOR_CACHE_BYTES = 32_000_000
+"""The most :data:`ANCHORS` holds, in estimated bytes (:func:`_anchors_weight`): the bodies and
+headers of about 6,400 nodes of 1,000 characters; some 40 MB when full, at most."""
+
+
+def _anchor_bytes(anchors: Any) -> int:
+    """The estimated bytes of a set of anchors: their characters plus :data:`_ANCHOR_ENTRY_BYTES` each."""
+    return sum(map(len, anchors)) + _ANCHOR_ENTRY_BYTES * len(anchors)
+
+
+def _facts_weight(key: tuple[Any, ...], facts: _Facts) -> int:
+    """A :data:`FACTS` entry's weight: the characters of the texts its key holds (the node's text,
+    or its header and body; not the counter's key nor the shared template), of its formatted
+    text when that is another string, and its anchors' bytes (a pending node's parts are the
+    key's texts)."""
+    texts = key[1:2] if len(key) == 2 else key[2:]
+    weight = _FACT_ENTRY_BYTES + sum(map(len, texts))
+    text, _, anchors = facts
+    if text is not None and text is not texts[-1]:
+        weight += len(text)
+    if type(anchors) is not _Pending:
+        weight += _anchor_bytes(anchors)
+    return weight
+
+
+def _anchors_weight(key: str, anchors: Any) -> int:
+    """An :data:`ANCHORS` entry's weight: its anchors' estimated bytes and its key's."""
+    return len(key) + _anchor_bytes(anchors)
+
+
+FACTS: BoundedCache[tuple[Any, ...], _Facts] = BoundedCache(
+    maxsize=10_000, weigh=_facts_weight, max_weight=FACT_CACHE_BYTES)
+"""Every postprocessor's per-node facts (the 10,000 most recently used, at most
+:data:`FACT_CACHE_BYTES` of them), shared across calls, objects and threads: keyed by the
+token counter's ``BoundedCache.identity_key`` (a counter is not kept alive by its entries) and
+the node's text (for a plain ``TextNode``, by the parts its text is made of: its text template,
+metadata header and body, so the text of a node seen before is not formatted again).  The
+texts are keys as they are, not digests: the entry keeps a node's text anyway (what the
+selection reads), and a digest of each node on every call would cost more than the whole
+lookup of nodes seen before; the weight counts them."""
+
+ANCHORS: BoundedCache[str, Any] = BoundedCache(
+    maxsize=10_000, weigh=_anchors_weight, max_weight=ANCHOR_CACHE_BYTES)
+"""Anchor sets by :func:`~context_gatekeeper.integration.text_key` of their text (no key holds
+a text), shared by every token counter (anchors do not depend on it): a node's body and its
+metadata header are kept apart (see :func:`_analysed`).  At most :data:`ANCHOR_CACHE_BYTES`."""
 
 
 _SPLIT_TEMPLATE = "{metadata_str}\n\n{content}"
@@ -264,13 +314,15 @@ def _by_lines(held: Callable[[str], frozenset[str] | None], text: str) -> tuple[
 
 def _analysed(texts: list[str]) -> dict[str, frozenset[str]]:
     """Each text's distinct anchors (:func:`~context_gatekeeper.integration.anchor_set`),
-    from :data:`ANCHORS` (looked up, and the missing ones kept, together)."""
+    from :data:`ANCHORS` (looked up by the texts' digests, and the missing ones kept, together:
+    a digest costs a fraction of an extraction, which only texts to analyse pay)."""
     wanted = list(dict.fromkeys(texts))
-    found: dict[str, Any] = dict(zip(wanted, ANCHORS.get_many(wanted)))
-    new = [(t, anchor_set(t)) for t, held in found.items() if held is None]
+    keys = list(map(text_key, wanted))
+    found: dict[str, Any] = dict(zip(wanted, ANCHORS.get_many(keys)))
+    new = [(i, anchor_set(t)) for i, (t, held) in enumerate(found.items()) if held is None]
     if new:
-        found.update(new)
-        ANCHORS.put_many(new)
+        found.update((wanted[i], held) for i, held in new)
+        ANCHORS.put_many((keys[i], held) for i, held in new)
     return found
 
 
@@ -351,17 +403,12 @@ _SHARED = ("token_counter", "embedder")
 
 def _resolved(token_counter: Any, embedder: Any, embed_timeout: Optional[float]) -> _State:
     """The counter (``resolve_token_counter``), its word floor, the :data:`FACTS` key of its
-    counts (the counter itself when hashable: facts counted by the same counter are shared by
-    every postprocessor; else a key of this postprocessor's own) and the embedder's
+    counts (the counter's ``BoundedCache.identity_key``: facts counted by the same counter are
+    shared by every postprocessor, and never keep it alive) and the embedder's
     :class:`NodeVectors` (None without one).  Raises the library's error for a bad counter or
     embedder."""
     count = resolve_token_counter(token_counter)
-    counter = "cl100k_base" if token_counter is None else token_counter
-    try:
-        hash(counter)
-        key = counter
-    except TypeError:  # an unhashable tokenizer
-        key = object()
+    key = BoundedCache.identity_key("cl100k_base" if token_counter is None else token_counter)
     vectors = NodeVectors(embedder, embed_timeout) if embedder is not None else None
     return _State(count, token_floor(count), key, vectors)
 

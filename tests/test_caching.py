@@ -125,3 +125,119 @@ def test_a_bad_size_is_refused(bad):
 def test_text_keys_are_stable_and_take_any_string():
     assert text_key("abc") == text_key("abc") != text_key("abd")
     assert len(text_key("lone \udc80 surrogate")) == 64
+
+
+class _Grows:
+    """A value whose weight changes in place (a thread's index as its conversation grows)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy = False
+
+
+def _grows_cache(max_weight: int, maxsize: int = 10) -> BoundedCache[str, _Grows]:
+    return BoundedCache(maxsize=maxsize, weigh=lambda key, value: value.size, max_weight=max_weight,
+                        in_use=lambda value: value.busy)
+
+
+def test_reweigh_follows_a_value_that_grew_in_place_and_evicts_the_least_recent_others():
+    cache = _grows_cache(max_weight=10)
+    a, b, c = _Grows(3), _Grows(3), _Grows(3)
+    cache.put_many([("a", a), ("b", b), ("c", c)])
+    a.size = 6
+    assert cache.weight == 9  # a put weighs once: the growth is not seen until reweighed
+    assert cache.reweigh("a", a)
+    assert list(cache._data) == ["c", "a"] and cache.weight == 9  # "b", the least recent other, went
+    a.size = 1
+    assert cache.reweigh("a", a) and cache.weight == 4
+
+
+def test_reweigh_keeps_the_entry_it_weighs_even_over_the_bound_until_another_put():
+    cache = _grows_cache(max_weight=10)
+    a, b = _Grows(2), _Grows(2)
+    cache.put_many([("a", a), ("b", b)])
+    b.size = 12  # heavier than the whole cache: its caller is using it, so it stays for now
+    assert cache.reweigh("b", b) and list(cache._data) == ["b"] and cache.weight == 12
+    cache.put("c", _Grows(1))  # the next put evicts it (least recently used, not in use)
+    assert list(cache._data) == ["c"] and cache.weight == 1
+
+
+def test_reweigh_leaves_an_entry_replaced_or_dropped_meanwhile_alone():
+    cache = _grows_cache(max_weight=10)
+    old, new = _Grows(2), _Grows(3)
+    cache.put("a", old)
+    cache.put("a", new)
+    old.size = 9
+    assert not cache.reweigh("a", old) and cache.get("a") is new and cache.weight == 3
+    cache.discard("a")
+    assert not cache.reweigh("a", new) and "a" not in cache and cache.weight == 0
+
+
+def test_eviction_passes_over_entries_in_use():
+    cache = _grows_cache(max_weight=6, maxsize=3)
+    a, b, c = _Grows(2), _Grows(2), _Grows(2)
+    cache.put_many([("a", a), ("b", b), ("c", c)])
+    a.busy = True  # a call holds "a": the least recently used, yet not evicted
+    cache.put("d", _Grows(2))
+    assert list(cache._data) == ["a", "c", "d"] and cache.weight == 6
+    a.busy = b.busy = False
+    c.busy = True
+    cache.put("e", _Grows(4))  # over by count and weight: "a" and "d" go, "c" (in use) stays
+    assert list(cache._data) == ["c", "e"] and cache.weight == 6
+
+
+def test_in_use_needs_a_weight_bound():
+    with pytest.raises(InvalidInputError, match="in_use"):
+        BoundedCache(maxsize=3, in_use=lambda value: False)
+
+
+def test_identity_keys_stand_for_an_object_without_keeping_it_alive():
+    import gc
+    import weakref
+
+    class Counter:
+        def __call__(self, text: str) -> int:
+            return len(text)
+
+        def count(self, text: str) -> int:
+            return len(text)
+
+    counter = Counter()
+    key = BoundedCache.identity_key(counter)
+    assert BoundedCache.identity_key(counter) == key and hash(key) == hash(BoundedCache.identity_key(counter))
+    # a bound method is made anew at each read: its key is its object's and its function's
+    assert BoundedCache.identity_key(counter.count) == BoundedCache.identity_key(counter.count) != key
+    cache: BoundedCache[object, int] = BoundedCache()
+    cache.put((key, text_key("hello")), 5)
+    cache.put((BoundedCache.identity_key(counter.count), text_key("hello")), 5)
+    alive = weakref.ref(counter)
+    del counter
+    gc.collect()
+    assert alive() is None and len(cache) == 2  # the keys did not keep it
+    later = [Counter() for _ in range(50)]  # some may take the dead one's address: never its key
+    assert all(BoundedCache.identity_key(c) != key for c in later)
+
+
+def test_identity_keys_of_objects_without_weak_references():
+    value = ("cl100k_base", 1)  # hashable: keyed by itself (what has no weak reference is a value, or lives on)
+    assert BoundedCache.identity_key(value) is value
+    first, second = BoundedCache.identity_key([1]), BoundedCache.identity_key([1])  # unhashable, no weak reference
+    assert first != second and hash(first) != hash(second)  # each a key of its own: never shared, nothing kept
+
+
+def test_payload_chars_counts_the_strings_held_however_nested():
+    from types import MappingProxyType
+
+    from context_gatekeeper.caching import payload_chars
+
+    value = ({"type": "image", "data": "x" * 100}, [b"yy", ("z",)], MappingProxyType({"k": "vvv"}), 7, None)
+    assert payload_chars(value) == len("type") + len("image") + len("data") + 100 + 2 + 1 + 1 + 3
+    assert payload_chars(None) == 0 and payload_chars("abc") == 3
+
+
+def test_eviction_treats_the_key_none_as_any_other():
+    cache = _grows_cache(max_weight=4, maxsize=2)
+    cache.put(None, _Grows(2))  # a view's default thread is keyed None
+    cache.put("b", _Grows(2))
+    cache.put("c", _Grows(2))
+    assert None not in cache and list(cache._data) == ["b", "c"]

@@ -51,3 +51,28 @@ def test_counts_are_kept_per_counter() -> None:
     memory_with(first).get()
     memory_with(second).get()  # the same texts, another counter: counted by it, not served the first's counts
     assert set(second.texts) >= set(first.texts) >= {PAIRS[-1][0], PAIRS[-1][1]}
+
+
+def test_counts_hold_neither_the_texts_nor_the_counter() -> None:
+    """COUNTS keys are the counter's identity key and a digest of the text: a long pasted text is
+    not kept by them, and a per-memory tokenizer_fn is collected with its memory."""
+    import gc
+    import weakref
+
+    from context_gatekeeper.integration import text_key
+
+    pasted = "Why does this job retry? " + " ".join(f"w{i}" for i in range(20_000))
+    tokens = lambda text: text.split()  # noqa: E731 -- a tokenizer built per memory
+    memory = GatekeeperMemory.from_defaults(token_limit=96_000, tokenizer_fn=tokens)
+    memory.put(ChatMessage(role="user", content=pasted))
+    memory.put(ChatMessage(role="assistant", content="It hits the timeout."))
+    memory.get("and how do I fix the retry?")
+    assert len(COUNTS) >= 2
+    keys = list(COUNTS._data)
+    assert (keys[0][0], text_key(pasted)) in COUNTS and all(len(key[1]) == 64 for key in keys)
+    assert not any(isinstance(part, str) and len(part) > 64 for key in keys for part in key)
+    alive = weakref.ref(tokens)
+    memory.close()
+    del memory, tokens
+    gc.collect()
+    assert alive() is None and len(COUNTS) >= 2  # the entries stay (to age out); the tokenizer does not

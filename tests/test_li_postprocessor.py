@@ -643,3 +643,52 @@ def test_build_corpus_refuses_what_is_not_an_index_or_a_list_of_texts(source: ob
 
     with pytest.raises(InvalidTypeError, match="build_corpus takes an index"):
         build_corpus(source)  # type: ignore[arg-type]
+
+
+def _long_nodes(seed: int, n: int, chars: int) -> list[NodeWithScore]:
+    """``n`` nodes of about ``chars`` characters, their words distinct, with a file name."""
+    return [
+        NodeWithScore(node=TextNode(text=" ".join(f"w{seed}x{k}x{i}" for i in range(chars // 9)) + " redis lock",
+                                    metadata={"file_name": f"doc{seed}_{k}.txt"}), score=1.0)
+        for k in range(n)
+    ]
+
+
+def test_the_node_caches_are_bounded_by_weight_and_key_anchors_by_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FACTS and ANCHORS weigh what an entry holds (its texts' characters, its anchors' estimated
+    bytes), so long nodes cannot hold what 10,000 short ones would not; ANCHORS keys are digests."""
+    assert FACTS.max_weight == postprocessor_module.FACT_CACHE_BYTES
+    assert ANCHORS.max_weight == postprocessor_module.ANCHOR_CACHE_BYTES
+    facts = postprocessor_module.BoundedCache(maxsize=10_000, weigh=postprocessor_module._facts_weight, max_weight=150_000)
+    anchors = postprocessor_module.BoundedCache(maxsize=10_000, weigh=postprocessor_module._anchors_weight,
+                                                max_weight=150_000)
+    monkeypatch.setattr(postprocessor_module, "FACTS", facts)
+    monkeypatch.setattr(postprocessor_module, "ANCHORS", anchors)
+    for seed in range(6):
+        post = GatekeeperNodePostprocessor(token_budget=1500)
+        post.postprocess_nodes(_long_nodes(seed, 3, 4000), query_str="how long should the redis lock be held?")
+        post.explain(_long_nodes(seed, 3, 4000), "redis lock")  # every node analysed whole, and counted
+        assert 0 < facts.weight <= 150_000 and 0 < anchors.weight <= 150_000
+    assert len(facts) < 18 and len(anchors) < 36
+    assert all(len(key) == 64 for key in anchors._data)
+    # an entry's weight covers its text and its anchors
+    text, _, held = next(reversed(facts._data.values()))
+    assert isinstance(held, frozenset) and facts._weights[next(reversed(facts._data))] >= len(text) + sum(map(len, held))
+
+
+def test_the_node_caches_do_not_keep_a_token_counter_alive() -> None:
+    import gc
+    import weakref
+
+    class Words:
+        def __call__(self, text: str) -> int:
+            return len(text.split())
+
+    counter = Words()
+    GatekeeperNodePostprocessor(token_counter=counter, token_budget=100).postprocess_nodes(
+        retrieved(TTL, FENCING, BREAD), query_str=QUERY)
+    assert len(FACTS) == 3
+    alive = weakref.ref(counter)
+    del counter
+    gc.collect()
+    assert alive() is None and len(FACTS) == 3

@@ -5,9 +5,11 @@ counter, analyser or model that made them), so they are computed once and kept b
 made of that text: :func:`text_key`.  :class:`BoundedCache` keeps the most recently used
 ``maxsize`` entries (least recently used out first), and, given a ``weigh`` function, no
 more than ``max_weight`` in all (a cache of values that grow with their text, so that a
-few huge texts cannot hold memory that ``maxsize`` ordinary ones would not).  It is safe
-to share across objects and threads; a value is computed outside its lock, so a slow
-embedder never blocks readers of other keys.
+few huge texts cannot hold memory that ``maxsize`` ordinary ones would not); a value that
+grows in place (a thread's index) is weighed again by :meth:`BoundedCache.reweigh`.  It is
+safe to share across objects and threads; a value is computed outside its lock, so a slow
+embedder never blocks readers of other keys.  A cache keyed by a caller's object (a token
+counter) keys it by :meth:`BoundedCache.identity_key`, which does not keep it alive.
 
 >>> cache = BoundedCache(maxsize=2)
 >>> cache.get_or_compute("a", lambda: 1), cache.get_or_compute("a", lambda: 2)
@@ -19,16 +21,19 @@ False
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
+import types
+import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from itertools import repeat
 from operator import is_
 from typing import Generic, TypeVar
 
 from .errors import InvalidInputError
 
-__all__ = ["BoundedCache", "text_key", "require_count"]
+__all__ = ["BoundedCache", "text_key", "identity_key", "payload_chars", "require_count"]
 
 K = TypeVar("K", bound=Hashable)
 _MISSING = object()
@@ -39,6 +44,67 @@ def text_key(text: str) -> str:
     """A compact key for a text: the hex sha256 of its UTF-8 bytes (lone surrogates kept
     as their escape, so every string has one)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_identities: dict[int, int] = {}
+"""The address of each object :func:`identity_key` keyed by a token -> that token (dropped when it dies)."""
+_identities_lock = threading.RLock()  # re-entered when a collection run inside it finalises another object
+_new_identity = itertools.count(1).__next__
+
+
+def identity_key(value: object) -> Hashable:
+    """A key standing for ``value`` itself (its identity, not its equality) that does not keep it
+    alive: a cache keyed by a caller's object (a token counter, a model built per request) must
+    not hold the object, its clients and sockets for as long as its entries stay.
+
+    An object that takes weak references gets a token, the same for as long as it lives and never
+    given again: once it is collected, an object born later at its address gets a new token, so
+    its entries (left to age out) are never read as the new object's.  A bound method, made
+    anew at each attribute read, is its object's token and its function.  An object without weak
+    references is keyed by itself when hashable (a str, an int, a tuple: a value, which any key
+    holds) and else by a fresh token per call (never shared: each caller keys its own entries)."""
+    if isinstance(value, types.MethodType):
+        return (identity_key(value.__self__), value.__func__)
+    address = id(value)
+    with _identities_lock:
+        token = _identities.get(address)
+        if token is not None:
+            return token
+        token = _new_identity()
+        try:
+            weakref.finalize(value, _forget_identity, address, token).atexit = False
+        except TypeError:  # no weak reference to it
+            return value if _hashable(value) else token
+        _identities[address] = token
+        return token
+
+
+def _forget_identity(address: int, token: int) -> None:
+    """Called when the object :func:`identity_key` gave ``token`` dies: its address is free again."""
+    with _identities_lock:
+        if _identities.get(address) == token:
+            del _identities[address]
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def payload_chars(value: object) -> int:
+    """The characters of the strings (and bytes) ``value`` holds, in lists, tuples, sets and
+    mappings (keys too), nested: what weighs in an entry whose content is opaque data (a
+    message's provider parts, an image as base64, its metadata).  Other values weigh nothing."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return len(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return sum(map(payload_chars, value))
+    if isinstance(value, Mapping):
+        return sum(payload_chars(key) + payload_chars(item) for key, item in value.items())
+    return 0
 
 
 def require_count(value: object, what: str, hint: str) -> int:
@@ -58,6 +124,10 @@ class BoundedCache(Generic[K, V]):
         max_weight: the most weight kept in all (with ``weigh``): the least recently used
             entries are evicted until the rest fit; an entry heavier than this alone is not
             kept at all (:meth:`get_or_compute` still returns it).
+        in_use: ``in_use(value) -> bool`` (with ``weigh``): whether a caller is using the value
+            now (a thread's index a call holds the lock of); eviction passes over such entries,
+            so the total may stay above ``max_weight`` until they are free and the next put or
+            :meth:`reweigh` evicts them.
 
     >>> cache = BoundedCache(maxsize=10, weigh=lambda key, text: len(text), max_weight=5)
     >>> cache.put("a", "abc"); cache.put("b", "de"); cache.put("c", "f"); ("a" in cache, cache.weight)
@@ -66,13 +136,19 @@ class BoundedCache(Generic[K, V]):
     False
     """
 
+    identity_key = staticmethod(identity_key)
+    """:func:`identity_key`: the key part standing for a caller's object without keeping it alive."""
+
     def __init__(self, maxsize: int = 10_000, *, weigh: Callable[[K, V], int] | None = None,
-                 max_weight: int | None = None) -> None:
+                 max_weight: int | None = None, in_use: Callable[[V], bool] | None = None) -> None:
         self.maxsize = require_count(maxsize, "maxsize", "pass how many entries to keep")
         if (weigh is None) != (max_weight is None):
             raise InvalidInputError("pass weigh and max_weight together (or neither: a bound on entries alone)")
+        if in_use is not None and weigh is None:
+            raise InvalidInputError("in_use needs weigh and max_weight: it spares entries of a cache bounded by weight")
         self.max_weight = None if max_weight is None else require_count(max_weight, "max_weight", "pass the most weight to keep")
         self._weigh = weigh
+        self._in_use = in_use
         self._weights: dict[K, int] = {}
         self.weight = 0
         """The total weight of the entries kept (0 without ``weigh``)."""
@@ -181,9 +257,52 @@ class BoundedCache(Generic[K, V]):
                 data.popitem(last=False)
             return
         assert self.max_weight is not None
+        if self._in_use is not None:
+            self._evict_sparing(_MISSING)
+            return
         while len(data) > self.maxsize or self.weight > self.max_weight:
             key, _ = data.popitem(last=False)
             self.weight -= self._weights.pop(key)
+
+    def _evict_sparing(self, kept: object) -> None:
+        """:meth:`_evict`, passing over the entry of key ``kept`` (``_MISSING``: none; ``None`` is a
+        key like any other) and the entries ``in_use`` (the lock held).  Walks from the least
+        recently used only as far as it must."""
+        assert self.max_weight is not None
+        in_use, weights = self._in_use, self._weights
+        count, weight = len(self._data), self.weight
+        gone: list[K] = []
+        for key, value in self._data.items():
+            if count <= self.maxsize and weight <= self.max_weight:
+                break
+            if key == kept or (in_use is not None and in_use(value)):
+                continue
+            gone.append(key)
+            count -= 1
+            weight -= weights[key]
+        for key in gone:
+            self._forget(key)
+
+    def reweigh(self, key: K, value: V) -> bool:
+        """Weigh ``key``'s entry again, ``value`` having grown or shrunk in place (a thread's index
+        after a call), when the entry still holds ``value`` (the same object); it is now the most
+        recently used, and the least recently used others are evicted until the total fits
+        (``in_use`` ones passed over).  The entry itself is kept even when it alone is over
+        ``max_weight`` (its caller is using it; the next put evicts it once it is the least
+        recently used).  Returns False, changing nothing, when the entry was replaced or dropped
+        meanwhile: a value evicted while in use is not brought back."""
+        weigh = self._weigh
+        if weigh is None:
+            raise InvalidInputError("reweigh needs a cache bounded by weight (weigh= and max_weight=)")
+        weight = weigh(key, value)  # outside the lock, as put weighs
+        with self._lock:
+            if self._data.get(key, _MISSING) is not value:
+                return False
+            self._data.move_to_end(key)
+            self.weight += weight - self._weights[key]
+            self._weights[key] = weight
+            self._evict_sparing(key)
+            return True
 
     def get_or_compute(self, key: K, compute: Callable[[], V]) -> V:
         """The cached value, or ``compute()`` kept and returned.  ``compute`` runs outside

@@ -40,13 +40,15 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, get_args
 
-from ..caching import BoundedCache
+from ..caching import BoundedCache, payload_chars
 from ..errors import CorruptLogError
+from ..records.operations import Change
 from ..records.revisions import Revision, RevisionKind
 from .schema import revision_from_fields, revision_from_row
 
 __all__ = ["KINDS", "CHAIN_READS", "next_read", "genesis", "chain_text", "row_digest", "check_fields", "verified", "chained_prefix", "rechained",
-           "anchor_damage", "unfollowable", "DECODED_CACHE_SIZE", "decoded_revisions", "forget_decoded"]
+           "anchor_damage", "unfollowable", "DECODED_CACHE_SIZE", "DECODED_CACHE_CHARS", "DECODED_MESSAGE_CHARS",
+           "decoded_revisions", "forget_decoded"]
 
 KINDS = frozenset(get_args(RevisionKind))
 _sha256 = hashlib.sha256
@@ -60,8 +62,34 @@ decodes only rows it has not seen.  About 1.7 kB a revision of chat (an append o
 question and its answer, its texts included), shared with every transcript that holds the
 revision: some 55 MB when full."""
 
-decoded_revisions: BoundedCache[str, Revision] = BoundedCache(maxsize=DECODED_CACHE_SIZE)
-"""Recomputed row digest -> the revision decoded from that row.  The digest covers every
+DECODED_CACHE_CHARS = 32_000_000
+"""... and revisions holding at most this many characters in all (:func:`_revision_chars`), so
+sessions that each pasted a long text or an image, closed long ago, do not stay in memory for as
+long as 32,768 revisions of chat would.  Chat reaches the count first (about 870 a revision:
+some 28 million when full, 2.1 bytes each).  Measured (tracemalloc): 1.0 byte a character of
+pasted ASCII text, so some 32 MB of pastes when full; 4.0 for text of characters outside the
+Basic Multilingual Plane, 130 MB at most."""
+
+DECODED_MESSAGE_CHARS = 200
+"""What a message weighs in :data:`decoded_revisions` besides its texts (its record and fields)."""
+
+
+def _revision_chars(digest: str, revision: Revision) -> int:
+    """A decoded revision's weight: the characters of each message its changes hold (content,
+    provider parts and metadata: :func:`~context_gatekeeper.caching.payload_chars`), each
+    counted :data:`DECODED_MESSAGE_CHARS` more, and its instruction's."""
+    total = len(revision.instruction or "")
+    for change in revision.changes:
+        for message in (change.before, change.after) if isinstance(change, Change) else (change.message,):
+            total += (DECODED_MESSAGE_CHARS + len(message.content) + payload_chars(message.parts)
+                      + payload_chars(message.metadata))
+    return total
+
+
+decoded_revisions: BoundedCache[str, Revision] = BoundedCache(
+    maxsize=DECODED_CACHE_SIZE, weigh=_revision_chars, max_weight=DECODED_CACHE_CHARS)
+"""Recomputed row digest -> the revision decoded from that row (at most
+:data:`DECODED_CACHE_SIZE` of them holding :data:`DECODED_CACHE_CHARS`).  The digest covers every
 field of the row, the changes' JSON text byte for byte, and (through the chain) the
 session and every row before it, so a row is served from here only when it is exactly
 a row decoded before; a row changed by hand no longer verifies, and is refused before
