@@ -30,7 +30,7 @@ def _nothing() -> ops.Steps[None]:
     yield  # a generator that sends no step
 
 
-@pytest.mark.parametrize(("lock_timeout", "setting"), [(None, None), (0, "0"), (0.0004, "1ms"), (2.5, "2500ms")])
+@pytest.mark.parametrize(("lock_timeout", "setting"), [(None, None), (0.0004, "1ms"), (2.5, "2500ms")])
 def test_a_locked_transaction_sets_its_lock_timeout_for_itself_alone(lock_timeout: float | None, setting: str | None) -> None:
     """0 is no limit at all, whatever the server, database or role sets (setup waits out another
     worker's migration: with ``lock_timeout`` left to the server, a role's ``SET lock_timeout =
@@ -42,6 +42,23 @@ def test_a_locked_transaction_sets_its_lock_timeout_for_itself_alone(lock_timeou
     assert [step.params for step in set_timeout] == ([] if setting is None else [(setting,)])
     assert "set_config('lock_timeout', %s, true)" in q["lock_timeout"].as_string(None)
     assert sent[-1].query is q["lock"] and sent[-1].params == (42,)
+
+
+def test_no_limit_covers_the_advisory_lock_alone_then_the_setting_before_it_is_restored() -> None:
+    """0 (setup) lifts the limit for the advisory lock wait alone (another worker's migration), then
+    restores the setting it read: the migration's DDL keeps the lock_timeout the role or connection
+    sets, so it gives up behind a reader idle in a transaction instead of waiting forever."""
+    q = ops.compose("cg_")[1]
+    stepper = ops.Stepper(ops.locked(q, 42, _nothing(), 0))
+    assert stepper.next(None).query is q["read_committed"]  # type: ignore[union-attr]
+    lift = stepper.next(None)
+    assert lift is not None and lift.query is q["lift_lock_timeout"] and lift.fetch == "one"
+    assert "current_setting('lock_timeout')" in q["lift_lock_timeout"].as_string(None)
+    lock = stepper.next(("2s", "0"))
+    assert lock is not None and lock.query is q["lock"] and lock.params == (42,)
+    restore = stepper.next(None)
+    assert restore is not None and restore.query is q["lock_timeout"] and restore.params == ("2s",)
+    assert stepper.next(None) is None
 
 
 def test_a_statement_cancelled_by_statement_timeout_names_statement_timeout_not_lock_timeout() -> None:

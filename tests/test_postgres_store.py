@@ -1082,3 +1082,61 @@ def test_a_statement_failing_inside_a_pipelined_commit_logs_nothing(
         assert store.head("s") == 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("twin", ["setup", "asetup"])
+def test_a_migration_behind_a_readers_transaction_gives_up_after_the_connections_lock_timeout(
+    tmp_path: Path, twin: str
+) -> None:
+    """Setup waits out another worker's migration whatever lock_timeout says, but only for that
+    advisory lock: the migration's own DDL (migration 4's ``ALTER TABLE``) keeps the lock_timeout
+    the role or connection sets.  Lifted for the whole transaction, an upgrading worker behind one
+    reader idle in a transaction waited forever, and its queued ACCESS EXCLUSIVE lock made every
+    other worker's reads of the table wait behind it."""
+    import time
+
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    from context_gatekeeper.stores import PostgresStore
+
+    as_schema_3(tmp_path).close()
+    prefix = prefix_for(tmp_path)
+    dsn = make_conninfo(postgres_dsn(), options="-c lock_timeout=300ms")
+    outcome: list[BaseException | None] = []
+
+    def open_it() -> None:
+        try:
+            if twin == "setup":
+                PostgresStore(dsn, table_prefix=prefix).close()
+            else:
+                async def asetup() -> None:
+                    store = PostgresStore(dsn, table_prefix=prefix, setup=False)
+                    try:
+                        await store.asetup()
+                    finally:
+                        await store.aclose()
+
+                asyncio.run(asetup())
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with psycopg.connect(postgres_dsn()) as reader:  # a report idle in its transaction
+        reader.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(prefix + "revisions"))).fetchone()
+        opening = threading.Thread(target=open_it, daemon=True)
+        started = time.monotonic()
+        opening.start()
+        opening.join(15)  # far beyond the 300ms: a regression fails here rather than hanging the run
+        waited = time.monotonic() - started
+        reader.rollback()
+    opening.join(15)
+    assert outcome and isinstance(outcome[0], StoreUnavailableError), outcome
+    assert waited < 10 and "waiting for a lock" in str(outcome[0])
+    store = open_pg(tmp_path)  # nothing was written: the migration runs once the reader is gone
+    try:
+        assert [version for version, _name in store.applied_migrations()] == [1, 2, 3, 4, 5]
+        assert store.head("s") == 1
+    finally:
+        store.close()

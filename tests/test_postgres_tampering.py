@@ -217,6 +217,27 @@ def test_a_column_type_changed_by_hand_is_refused_on_open_and_nothing_is_written
             store.close()
 
 
+def test_a_lossless_widening_by_hand_still_opens_and_works(tmp_path: Path) -> None:
+    """integer -> bigint (revision numbers) and text -> varchar without a length read every value
+    back exactly as written: such tables opened before the column type check, and still do;
+    changes that rewrite values (jsonb, numeric) or bound them (varchar(n)) stay refused (above)."""
+    store = open_pg(tmp_path)
+    Transcript("s", store=store).append(user="q1", assistant="a1")
+    store.close()
+    psql(tmp_path, "ALTER TABLE {revisions} ALTER COLUMN number TYPE bigint, ALTER COLUMN parent TYPE bigint")
+    psql(tmp_path, "ALTER TABLE {set_aside} ALTER COLUMN session_id TYPE varchar")
+    psql(tmp_path, "ALTER TABLE {revisions} ALTER COLUMN changes TYPE character varying")
+    store = open_pg(tmp_path)
+    try:
+        transcript = Transcript("s", store=store)
+        transcript.append(user="q2", assistant="a2")
+        transcript.revert(1)
+        store.truncate("s", 2)
+        assert opened(store, "s") == ["q1", "a1", "q2", "a2"] and store.stored_sessions() == ["s"]
+    finally:
+        store.close()
+
+
 def test_the_column_types_checked_are_those_the_migrations_create(tmp_path: Path) -> None:
     """The types setup checks (postgres_ops.COLUMN_TYPES) are what the migrations made."""
     from context_gatekeeper.stores.postgres_ops import COLUMN_TYPES, TABLES

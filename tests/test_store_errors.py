@@ -704,3 +704,57 @@ def test_every_postgres_secret_is_hidden_in_repr_errors_and_what_a_pickle_names(
     with pytest.raises(StoreUnavailableError) as caught:
         PostgresStore("host=127.0.0.1 port=1 dbname=x user=u password=PW sslpassword=KEY-PASSPHRASE", connect_timeout=2)
     assert "PASSPHRASE" not in str(caught.value) and "PW" not in str(caught.value).replace("PostgreSQL", "")
+
+
+def test_a_store_opened_out_of_file_descriptors_does_not_blame_its_writable_folder(tmp_path: Path) -> None:
+    """With every file descriptor of the process in use (EMFILE), SQLite says "unable to open database
+    file"; the message blamed the folder ("its folder is not writable") without checking it.  Now it
+    says the cause is unknown and points at SQLite's own text (a subprocess: the limit stays there)."""
+    path = tmp_path / "chat.db"
+    SQLiteStore(path).close()
+    script = textwrap.dedent(f"""
+        import os, resource
+        from context_gatekeeper.stores import SQLiteStore
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        try:
+            SQLiteStore({str(path)!r})
+        except Exception as exc:
+            for fd in held:
+                os.close(fd)
+            print(type(exc).__name__, exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.startswith("StoreUnavailableError"), out
+    assert "not writable" not in out and "cause is unknown" in out, out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes whatever the permissions say")
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_an_unreadable_file_in_a_writable_folder_is_named_not_the_folder(tmp_path: Path, read_only: bool) -> None:
+    path = tmp_path / "chat.db"
+    SQLiteStore(path).close()
+    path.chmod(0)
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            SQLiteStore(path, read_only=read_only)
+    finally:
+        path.chmod(0o600)
+    text = str(caught.value)
+    assert "chat.db" in text.split("(SQLite")[1] and "not writable" not in text and "permissions" in text, text
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads and writes whatever the permissions say")
+def test_a_read_only_folder_is_still_named(tmp_path: Path) -> None:
+    folder = tmp_path / "chats"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(StoreUnavailableError, match="folder .* not writable"):
+            SQLiteStore(folder / "chat.db")
+    finally:
+        folder.chmod(0o700)

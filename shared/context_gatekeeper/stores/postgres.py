@@ -430,8 +430,9 @@ class PostgresStore(Store, VectorStore):
 
     def _lock_wait(self, unbounded: bool) -> float | None:
         """The seconds a locked transaction waits for its lock (:func:`.postgres_ops.locked`):
-        :attr:`lock_timeout`, or (``unbounded``: setup) 0, no limit, so that a ``lock_timeout``
-        the server, database or role sets does not end the wait for another worker's migration."""
+        :attr:`lock_timeout`, or (``unbounded``: setup) 0, no limit for the advisory lock alone, so
+        that a ``lock_timeout`` the server, database or role sets does not end the wait for another
+        worker's migration (the migration's own DDL keeps that limit, :func:`.postgres_ops.locked`)."""
         return 0 if unbounded else self.lock_timeout
 
     def _run(self, steps: Steps[T], lock: int | None = None, *, unbounded: bool = False) -> T:

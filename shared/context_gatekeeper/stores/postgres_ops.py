@@ -110,6 +110,8 @@ _TEMPLATES = {
     # a locked transaction's first statements: no snapshot before the lock (see :func:`locked`)
     "read_committed": "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
     "lock_timeout": "SELECT set_config('lock_timeout', %s, true)",
+    # no limit for the next lock wait alone: the setting it replaces, to restore after (see locked)
+    "lift_lock_timeout": "SELECT current_setting('lock_timeout'), set_config('lock_timeout', '0', true)",
     "lock": "SELECT pg_advisory_xact_lock(%s)",
     # saved vectors (table {vectors}, migration 3)
     "save_vector": """INSERT INTO {vectors} (session_key, embedder, dimension, text_hash, message_id, vector, created_at)
@@ -147,6 +149,19 @@ COLUMN_TYPES: dict[str, dict[str, str]] = {
 }
 """The type of every column the migrations create, by table placeholder (:data:`TABLES`), as
 ``format_type`` names it: what :func:`column_types_steps` checks."""
+
+LOSSLESS_TYPES: dict[str, frozenset[str]] = {
+    "integer": frozenset({"bigint"}),
+    "text": frozenset({"character varying"}),  # without a length: a bounded varchar refuses longer writes
+}
+"""Types a column of :data:`COLUMN_TYPES` may have been widened to by hand (``ALTER COLUMN ...
+TYPE``) that hold and read back every value exactly as the store wrote it: accepted at setup."""
+
+
+def _kept_type(made: str, found: str) -> bool:
+    """Whether a column the migrations made ``made`` holds its values unchanged as ``found``."""
+    return found == made or found in LOSSLESS_TYPES.get(made, frozenset())
+
 
 LARGEST_NUMBER = 2**31 - 1
 """The largest revision number the ``integer`` column holds (:data:`.base.MAX_REVISION` is SQLite's)."""
@@ -440,16 +455,24 @@ def locked(q: Statements, lock: int, steps: Steps[T], lock_timeout: float | None
     """``steps`` after taking the advisory lock ``lock``, waiting at most ``lock_timeout``
     seconds for it (0: as long as it takes, whatever the ``lock_timeout`` the server, database,
     role or connection sets; None: as long as that says).  The setting holds for this
-    transaction alone (``set_config(..., true)``), its statements after the lock included.
+    transaction alone (``set_config(..., true)``), its statements after the lock included;
+    except 0, which covers the advisory lock alone: setup waits out another worker's migration,
+    but its own DDL keeps the limit the server, role or connection sets (a migration queued behind
+    a reader idle in its transaction would otherwise wait forever, and every other worker's reads
+    of the table would queue behind its ACCESS EXCLUSIVE lock).
 
     The transaction is made READ COMMITTED first, whatever the server's, database's or
     role's default isolation: under REPEATABLE READ or SERIALIZABLE the snapshot would be
     taken by the lock's own ``SELECT``, before the lock is granted, and a writer that
     waited would then read the head as it was before the writer it waited for."""
     yield Step("none", q["read_committed"])
+    if lock_timeout == 0:
+        before = (yield Step("one", q["lift_lock_timeout"]))[0]
+        yield Step("none", q["lock"], (lock,))
+        yield Step("none", q["lock_timeout"], (before,))
+        return (yield from steps)
     if lock_timeout is not None:
-        setting = f"{max(1, round(lock_timeout * 1000))}ms" if lock_timeout else "0"  # "0": no limit
-        yield Step("none", q["lock_timeout"], (setting,))
+        yield Step("none", q["lock_timeout"], (f"{max(1, round(lock_timeout * 1000))}ms",))
     yield Step("none", q["lock"], (lock,))
     return (yield from steps)
 
@@ -596,13 +619,14 @@ def column_types_steps(q: Statements, table_prefix: str, where: str) -> Steps[se
     exactly as it wrote it, and the hash chain covers the revisions' text, so with another type
     (``changes`` as ``jsonb``, which reads back as an object; ``created_at`` as ``numeric``)
     every session would look tampered with at its first revision, and revisions written
-    meanwhile could not be read back.  Tables and columns that do not exist yet are left to
+    meanwhile could not be read back.  A lossless widening (:data:`LOSSLESS_TYPES`: ``integer``
+    to ``bigint``, ``text`` to ``varchar``) is accepted.  Tables and columns that do not exist yet are left to
     the migrations; a column added by hand is left alone.  Returns the ``(table, column)`` pairs
     found, each table by its placeholder (for :func:`missing_objects`)."""
     names = list(COLUMN_TYPES)
     rows = yield Step("all", q["column_types"], (names, [found_as(table_prefix, name) for name in names]))
     changed = sorted((table, column, found) for table, column, found in rows
-                     if COLUMN_TYPES[table].get(column, found) != found)
+                     if not _kept_type(COLUMN_TYPES[table].get(column, found), found))
     if not changed:
         return {(table, column) for table, column, _found in rows}
     shown = ", ".join(f"{table_prefix + TABLES[table]}.{column} is {found} (context-gatekeeper made it "

@@ -68,11 +68,27 @@ def _why_unopened(path: str, read_only: bool) -> str:
     if read_only and not os.path.lexists(path):
         return ("the file does not exist, and read_only=True creates nothing. Check the path, or open "
                 "SQLiteStore(path) without read_only to create a new database")
-    if read_only:
-        return "the file cannot be read. Check its permissions and the path"
-    return ("its folder is not writable (the file and its -wal and -shm files are made there) or is on a read-only "
-            "mount. Check the folder's permissions; to read a database on a read-only mount, open "
-            "SQLiteStore(path, read_only=True)")
+    if not read_only and not os.access(folder, os.W_OK | os.X_OK):
+        return ("its folder is not writable (the file and its -wal and -shm files are made there) or is on a read-only "
+                "mount. Check the folder's permissions; to read a database on a read-only mount, open "
+                "SQLiteStore(path, read_only=True)")
+    blocked = _inaccessible(path, read_only)
+    if blocked:
+        how = "read" if read_only else "read and written"
+        return (f"{', '.join(map(repr, blocked))} cannot be {how} by this user. Check the permissions and owner of "
+                "those files (a -wal or -shm file made by another user, for instance); every program using the "
+                "database must be able to write them")
+    return ("the cause is unknown: the folder and the files are accessible, and SQLite gives no more than the text "
+            "above. The process may be out of file descriptors (too many open files) or memory, or the file system "
+            "refused the open; check those, then retry")
+
+
+def _inaccessible(path: str, read_only: bool) -> list[str]:
+    """The database file and its -wal and -shm files, those that exist, that this user cannot read
+    (or, unless ``read_only``, write): what keeps SQLite from opening the database in a folder it can use."""
+    mode = os.R_OK if read_only else os.R_OK | os.W_OK
+    return [name for name in (path, f"{path}-wal", f"{path}-shm")
+            if os.path.lexists(name) and not os.access(name, mode)]
 
 
 def cannot_open(exc: sqlite3.Error) -> bool:
