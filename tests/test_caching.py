@@ -241,3 +241,30 @@ def test_eviction_treats_the_key_none_as_any_other():
     cache.put("b", _Grows(2))
     cache.put("c", _Grows(2))
     assert None not in cache and list(cache._data) == ["b", "c"]
+
+
+def test_clear_all_forgets_a_purged_conversations_text_in_every_cache(tmp_path) -> None:
+    """A purge drops the session's decoded revisions; the caches derived from its texts
+    (prepared turns, anchors, token counts) keep them until :func:`caching.clear_all`."""
+    from context_gatekeeper import Transcript
+    from context_gatekeeper.caching import _CACHES, clear_all
+    from context_gatekeeper.transcripts.transcript_gate import TranscriptGate
+
+    secret = "my passport number is X1234567Q for the visa"
+
+    def holding() -> list[object]:
+        found = []
+        for cache in list(_CACHES):
+            with cache._lock:
+                items = list(cache._data.items())
+            found += [cache for key, value in items if secret in repr(key) or secret in repr(value)]
+        return found
+
+    transcript = Transcript("s", store=str(tmp_path / "chats.db"))
+    transcript.append(user=secret, assistant="Noted: keep it safe.")
+    TranscriptGate(transcript).select_messages("what was my passport number?")
+    transcript.store.purge("s")
+    transcript.close()
+    assert holding()  # the derived caches still hold it (what clear_all is for)
+    clear_all()
+    assert holding() == []

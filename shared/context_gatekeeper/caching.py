@@ -29,11 +29,11 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from itertools import repeat
 from operator import is_
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .errors import InvalidInputError
 
-__all__ = ["BoundedCache", "text_key", "identity_key", "payload_chars", "require_count"]
+__all__ = ["BoundedCache", "clear_all", "text_key", "identity_key", "payload_chars", "require_count"]
 
 K = TypeVar("K", bound=Hashable)
 _MISSING = object()
@@ -156,6 +156,7 @@ class BoundedCache(Generic[K, V]):
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        _CACHES.add(self)
 
     def __len__(self) -> int:
         with self._lock:
@@ -321,8 +322,23 @@ class BoundedCache(Generic[K, V]):
             self._forget(key)
 
     def clear(self) -> None:
-        """Forget every entry."""
+        """Forget every entry (every cache at once: :func:`clear_all`)."""
         with self._lock:
             self._data.clear()
             self._weights.clear()
             self.weight = 0
+
+
+_CACHES: weakref.WeakSet[BoundedCache[Any, Any]] = weakref.WeakSet()
+"""Every :class:`BoundedCache` alive (held weakly: a cache goes with its owner)."""
+
+
+def clear_all() -> None:
+    """Forget every entry of every :class:`BoundedCache` in the process: the per-text caches
+    (token counts, anchors, prepared turns, topic labels, decoded revisions), the adapters'
+    node and count caches and their thread indexes.  Nothing is lost: each is computed
+    again when next needed.  For a process that must forget a purged conversation's text at
+    once (:meth:`~context_gatekeeper.Store.purge` drops its decoded revisions; the caches
+    derived from its texts keep them until other texts push them out)."""
+    for cache in list(_CACHES):
+        cache.clear()
