@@ -317,3 +317,48 @@ def test_a_catching_up_reader_names_the_damaged_row_it_reads_from(tmp_path: Path
         assert len(opened(store, "s")) == 2 * (named - 1)
     finally:
         store.close()
+
+
+def test_listings_name_sessions_moved_or_renamed_by_hand_whatever_characters_their_ids_hold(tmp_path: Path) -> None:
+    """The listings group rows by key in the server and compare the ids they carry there (in
+    the "C" collation, byte for byte): a key whose rows carry ids that differ only in ways a
+    collation may ignore is still told apart, a row moved out of a session whose id is not
+    ASCII is not listed, and a session renamed whole onto such an id is, and purged by it."""
+    store = open_pg(tmp_path)
+    try:
+        kept, renamed = "ünï 😀 'q' \\ a\u0301", "nouveau ✓"
+        for n in range(2):
+            Transcript(kept, store=store).append(user=f"q{n}", assistant=f"a{n}")
+        Transcript("old", store=store).append(user="hello", assistant="hi")
+        psql(tmp_path, "UPDATE {revisions} SET session_id = 'moved' WHERE session_id = %s AND number = 2", kept)
+        for n in range(2):
+            Transcript("case", store=store).append(user=f"q{n}", assistant=f"a{n}")
+        psql(tmp_path, "UPDATE {revisions} SET session_id = 'CASE' WHERE session_id = 'case' AND number = 2")
+        psql(tmp_path, "UPDATE {revisions} SET session_id = %s WHERE session_id = 'old'", renamed)
+        assert store.sessions() == store.stored_sessions() == sorted(["case", kept, renamed])
+        for session in store.stored_sessions():
+            store.purge(session)
+        assert everything_left(tmp_path) == {"revisions": 0, "ids": 0, "set_aside": 0, "vectors": 0}
+    finally:
+        store.close()
+
+
+def test_a_purge_of_an_id_no_key_holds_erases_the_rows_carrying_it_in_one_statement() -> None:
+    """A purge of an id whose key holds no row must look for rows that carry it under other
+    keys (a session renamed whole by hand), and the session id column has no index: that
+    search reads the revisions and set-aside tables through once each, in one statement
+    (one round trip), after the four indexed deletes of the id's key."""
+    from context_gatekeeper.stores import postgres_ops as ops
+
+    _names, q = ops.compose("cg_")
+    steps = ops.purge_steps(q, ops.session_key("never stored"))
+    replies: list[Any] = [None, [], None, (0,), None]
+    asked = [steps.send(reply) for reply in replies[:5]]
+    claimed = [asked[-1]]
+    try:
+        while True:
+            claimed.append(steps.send([]))
+    except StopIteration:
+        pass
+    assert [s.query for s in asked[:4]] == [q["purge"], q["purge_ids"], q["purge_set_aside"], q["purge_vectors"]]
+    assert [s.query for s in claimed] == [q["purge_claimed"]]
