@@ -11,10 +11,12 @@ removes them afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +94,16 @@ def drop_run_tables() -> None:
             drop_tables(dsn, RUN_PREFIX)
         except ImportError:
             pass
+
+
+def set_up_async(store: Any) -> None:
+    """``store.asetup()`` on a loop of its own, the store closed afterwards whatever happens
+    (what the tests of setup's async twin run)."""
+
+    async def run() -> None:
+        try:
+            await store.asetup()
+        finally:
+            await store.aclose()
+
+    asyncio.run(run())

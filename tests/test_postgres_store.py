@@ -16,7 +16,7 @@ import pytest
 from context_gatekeeper import Transcript
 from context_gatekeeper.errors import CorruptLogError, InvalidInputError, SchemaVersionError, StoreUnavailableError
 from context_gatekeeper.stores import Store
-from pg_support import drop_run_tables, postgres_dsn, prefix_for
+from pg_support import drop_run_tables, postgres_dsn, prefix_for, set_up_async
 from context_gatekeeper.testing.stores import Capabilities, StoreConformance, edit, fill, snapshot, turn
 from context_gatekeeper.testing.store_tampering import COPIED_FROM
 from store_raw import ROW_CONTENT, tamper_rows
@@ -854,13 +854,7 @@ def test_a_migration_record_deleted_by_hand_is_named_and_nothing_is_written(tmp_
         before = conn.execute(tables, (prefix_for(tmp_path),)).fetchall()
     unopened = open_pg(tmp_path, setup=False)
 
-    async def asetup() -> None:
-        try:
-            await unopened.asetup()
-        finally:
-            await unopened.aclose()
-
-    for call in (lambda: open_pg(tmp_path), lambda: asyncio.run(asetup())):
+    for call in (lambda: open_pg(tmp_path), lambda: set_up_async(unopened)):
         with pytest.raises(SchemaVersionError) as caught:
             call()
         text = str(caught.value)
@@ -907,12 +901,6 @@ def test_a_recorded_table_that_is_missing_is_named_and_nothing_is_written(
         rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(names["revisions"])).fetchone()
     unopened = open_pg(tmp_path, setup=False)
 
-    async def asetup() -> None:
-        try:
-            await unopened.asetup()
-        finally:
-            await unopened.aclose()
-
     def call_later() -> None:
         later = open_pg(tmp_path, setup=False)
         try:
@@ -926,7 +914,7 @@ def test_a_recorded_table_that_is_missing_is_named_and_nothing_is_written(
             later.close()
 
     text = ""
-    for call in (lambda: open_pg(tmp_path), lambda: asyncio.run(asetup()), call_later):
+    for call in (lambda: open_pg(tmp_path), lambda: set_up_async(unopened), call_later):
         with pytest.raises(SchemaVersionError) as caught:
             call()
         text = str(caught.value)
@@ -991,13 +979,7 @@ def test_opening_waits_out_another_workers_migration_whatever_lock_timeout_the_s
             store = PostgresStore(dsn, table_prefix=prefix, setup=twin == "setup", lock_timeout=0.01)
             try:
                 if twin == "asetup":
-                    async def asetup() -> None:
-                        try:
-                            await store.asetup()
-                        finally:
-                            await store.aclose()
-
-                    asyncio.run(asetup())
+                    set_up_async(store)
                 else:
                     assert store.applied_migrations()[-1][0] == 5
             finally:
@@ -1111,14 +1093,7 @@ def test_a_migration_behind_a_readers_transaction_gives_up_after_the_connections
             if twin == "setup":
                 PostgresStore(dsn, table_prefix=prefix).close()
             else:
-                async def asetup() -> None:
-                    store = PostgresStore(dsn, table_prefix=prefix, setup=False)
-                    try:
-                        await store.asetup()
-                    finally:
-                        await store.aclose()
-
-                asyncio.run(asetup())
+                set_up_async(PostgresStore(dsn, table_prefix=prefix, setup=False))
             outcome.append(None)
         except BaseException as exc:
             outcome.append(exc)

@@ -18,7 +18,7 @@ from context_gatekeeper import Transcript
 from context_gatekeeper.errors import CorruptLogError, SchemaVersionError
 from context_gatekeeper.stores import Store
 from context_gatekeeper.testing.store_builders import turn
-from pg_support import drop_run_tables, postgres_dsn, prefix_for
+from pg_support import drop_run_tables, postgres_dsn, prefix_for, set_up_async
 from store_raw import raw as stored_bytes
 
 
@@ -193,14 +193,8 @@ def test_a_column_type_changed_by_hand_is_refused_on_open_and_nothing_is_written
     before = psql(tmp_path, "SELECT * FROM {revisions} ORDER BY number")
     unopened = open_pg(tmp_path, setup=False)
 
-    async def asetup() -> None:
-        try:
-            await unopened.asetup()
-        finally:
-            await unopened.aclose()
-
     name = prefix_for(tmp_path) + TABLES[table]
-    for call in (lambda: open_pg(tmp_path), lambda: asyncio.run(asetup())):
+    for call in (lambda: open_pg(tmp_path), lambda: set_up_async(unopened)):
         with pytest.raises(SchemaVersionError) as caught:
             call()
         text = str(caught.value)
