@@ -248,19 +248,21 @@ def test_the_memory_store_refuses_the_session_ids_the_sql_stores_refuse(session:
     assert store.sessions() == ["user-7"] and store.stored_sessions() == ["user-7"]
 
 
-def test_purge_leaves_no_trace_in_the_files(db: Path) -> None:
-    def files() -> bytes:
-        return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+def _database_bytes(db: Path) -> bytes:
+    """Every byte of a SQLite database's files (the file, its -wal and -shm): where a purged text may stay."""
+    return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
 
+
+def test_purge_leaves_no_trace_in_the_files(db: Path) -> None:
     store = SQLiteStore(db)
     for n in range(1, 4):  # interleaved, so private rows share pages with rows that stay
         store.commit("public", turn(n), expected_head=None)
         store.commit("private", append(message(f"p{n}", content="my passport is XK-SECRET-4242")), expected_head=None)
-    assert b"XK-SECRET-4242" in files()
+    assert b"XK-SECRET-4242" in _database_bytes(db)
     store.purge("private")
-    assert b"XK-SECRET-4242" not in files()  # neither in the main file nor in the write-ahead log
+    assert b"XK-SECRET-4242" not in _database_bytes(db)  # neither in the main file nor in the write-ahead log
     store.close()
-    assert b"XK-SECRET-4242" not in files()
+    assert b"XK-SECRET-4242" not in _database_bytes(db)
     assert SQLiteStore(db).head("public") == 3
 
 
@@ -270,9 +272,6 @@ def test_purge_while_another_connection_reads_says_the_log_still_holds_the_text_
 ) -> None:
     """A reader on an older snapshot keeps the write-ahead log from being truncated: purge says
     so (the erase itself is committed), and the store truncates it once that reader is done."""
-    def files() -> bytes:
-        return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
-
     store = SQLiteStore(db, busy_timeout=0)  # the reader is not done waiting for: give up at once
     store.commit("public", turn(1), expected_head=None)
     store.commit("private", append(message("p1", content="my passport is XK-SECRET-4242")), expected_head=None)
@@ -285,14 +284,14 @@ def test_purge_while_another_connection_reads_says_the_log_still_holds_the_text_
             else:
                 asyncio.run(store.apurge("private"))
         assert store.revisions("private") == [] and store.sessions() == ["public"]
-        assert b"XK-SECRET-4242" in files()  # what the warning says
+        assert b"XK-SECRET-4242" in _database_bytes(db)  # what the warning says
         assert store.checkpoint() is False
         reader.rollback()
     if finish == "a later write":
         store.commit("public", turn(2), expected_head=None)
     else:
         assert store.checkpoint() is True
-    assert b"XK-SECRET-4242" not in files()
+    assert b"XK-SECRET-4242" not in _database_bytes(db)
     assert store.sessions() == ["public"]
     store.close()
 
@@ -306,9 +305,6 @@ def test_purge_on_a_full_disk_stays_done_warns_and_truncates_the_log_at_the_next
     was written and what was stored is intact" although the session was erased, and the log kept
     its text with no warning and no retry.  Now it is handled as a reader holding the log is."""
     from context_gatekeeper.stores import sqlite as sqlite_store
-
-    def files() -> bytes:
-        return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
 
     def full_disk(conn: sqlite3.Connection, *, wait: bool) -> bool:
         error = sqlite3.OperationalError("database or disk is full")
@@ -326,10 +322,10 @@ def test_purge_on_a_full_disk_stays_done_warns_and_truncates_the_log_at_the_next
         else:
             asyncio.run(store.apurge("private"))
     assert store.revisions("private") == [] and store.sessions() == ["public"]
-    assert b"XK-SECRET-4242" in files()  # what the warning says
+    assert b"XK-SECRET-4242" in _database_bytes(db)  # what the warning says
     monkeypatch.setattr(sqlite_store, "_truncate_log", truncate_log)  # space was freed
     store.commit("public", turn(2), expected_head=None)  # the next write truncates the log
-    assert b"XK-SECRET-4242" not in files()
+    assert b"XK-SECRET-4242" not in _database_bytes(db)
     assert store.sessions() == ["public"] and store.head("public") == 2
     store.close()
 
