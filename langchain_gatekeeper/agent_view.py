@@ -69,7 +69,7 @@ from context_gatekeeper import (
     resolve_token_counter,
 )
 from context_gatekeeper.integration import (
-    BoundedCache, TurnIndex, arguments_text, indexed_texts, report_overflow, text_key,
+    BoundedCache, TurnIndex, arguments_text, hashable, indexed_texts, report_overflow, text_key,
 )
 
 from .convert import role_of, text_of
@@ -375,15 +375,6 @@ class Same:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Same) and other.value is self.value
-
-
-def hashable(value: Any) -> bool:
-    """Whether ``value`` can be a dict key."""
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 TOKEN_COUNTS: BoundedCache[tuple[Hashable, str], int] = BoundedCache(maxsize=100_000)

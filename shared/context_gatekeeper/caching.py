@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from .errors import InvalidInputError
 
-__all__ = ["BoundedCache", "clear_all", "text_key", "identity_key", "payload_chars", "require_count"]
+__all__ = ["BoundedCache", "clear_all", "text_key", "identity_key", "hashable", "payload_chars", "require_count"]
 
 K = TypeVar("K", bound=Hashable)
 _MISSING = object()
@@ -74,7 +74,7 @@ def identity_key(value: object) -> Hashable:
         try:
             weakref.finalize(value, _forget_identity, address, token).atexit = False
         except TypeError:  # no weak reference to it
-            return value if _hashable(value) else token
+            return value if hashable(value) else token
         _identities[address] = token
         return token
 
@@ -86,7 +86,8 @@ def _forget_identity(address: int, token: int) -> None:
             del _identities[address]
 
 
-def _hashable(value: object) -> bool:
+def hashable(value: object) -> bool:
+    """Whether ``value`` can be a dict key."""
     try:
         hash(value)
     except TypeError:

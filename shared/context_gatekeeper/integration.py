@@ -55,7 +55,7 @@ Groups (see ``docs/architecture.md`` for how the rooms fit):
 
 from __future__ import annotations
 
-from .caching import BoundedCache, text_key
+from .caching import BoundedCache, hashable, text_key
 from .tokens import take_estimate_notice
 from .validation import require_budget, require_items, require_timeout
 from .editing.checks import DEFAULT_MAX_DELETION_SHARE, deleted_share, tool_violations
@@ -101,6 +101,7 @@ __all__ = [
     # per-text caches
     "BoundedCache",
     "text_key",
+    "hashable",
     # input checks (the one budget rule, for adapters whose budget may be None; lists of items; timeouts)
     "require_budget",
     "require_items",
