@@ -1075,8 +1075,6 @@ def test_a_migration_behind_a_readers_transaction_gives_up_after_the_connections
     the role or connection sets.  Lifted for the whole transaction, an upgrading worker behind one
     reader idle in a transaction waited forever, and its queued ACCESS EXCLUSIVE lock made every
     other worker's reads of the table wait behind it."""
-    import time
-
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import make_conninfo
@@ -1101,14 +1099,12 @@ def test_a_migration_behind_a_readers_transaction_gives_up_after_the_connections
     with psycopg.connect(postgres_dsn()) as reader:  # a report idle in its transaction
         reader.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(prefix + "revisions"))).fetchone()
         opening = threading.Thread(target=open_it, daemon=True)
-        started = time.monotonic()
         opening.start()
-        opening.join(15)  # far beyond the 300ms: a regression fails here rather than hanging the run
-        waited = time.monotonic() - started
+        opening.join(15)  # far beyond the 300ms; a hang would end with the reader and then succeed, failing below
         reader.rollback()
     opening.join(15)
-    assert outcome and isinstance(outcome[0], StoreUnavailableError), outcome
-    assert waited < 10 and "waiting for a lock" in str(outcome[0])
+    assert outcome and isinstance(outcome[0], StoreUnavailableError), outcome  # given up, not waited out
+    assert "waiting for a lock" in str(outcome[0])
     store = open_pg(tmp_path)  # nothing was written: the migration runs once the reader is gone
     try:
         assert [version for version, _name in store.applied_migrations()] == [1, 2, 3, 4, 5]
